@@ -1,0 +1,257 @@
+//! Generic DAGs from networkx node-link JSON, the format of published
+//! rematerialisation benchmarks.
+//!
+//! Each node is an operator that produces one tensor: `cost_cpu` is its
+//! compute time in seconds, `cost_ram` the bytes of its output, and
+//! `backward` says whether it belongs to the backward pass. A link
+//! `source -> target` means that `target` reads `source`'s output. Nodes run
+//! in file order when that order is topological, otherwise in the
+//! topological order that keeps file order wherever it can.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+use serde::Deserialize;
+
+use crate::workload::{Cost, OpKind, Phase, TensorId, TensorKind, Workload, MAX_ITEMS};
+use crate::{Error, Result};
+
+#[derive(Deserialize)]
+struct NodeLink {
+    nodes: Vec<Node>,
+    #[serde(alias = "edges")]
+    links: Vec<Link>,
+}
+
+#[derive(Deserialize)]
+struct Node {
+    id: serde_json::Value,
+    cost_cpu: f64,
+    cost_ram: f64,
+    #[serde(default)]
+    backward: bool,
+}
+
+#[derive(Deserialize)]
+struct Link {
+    source: serde_json::Value,
+    target: serde_json::Value,
+}
+
+fn key(value: &serde_json::Value) -> Option<String> {
+    match value {
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        serde_json::Value::String(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// Tells the two DAG formats apart: node-link JSON has `nodes` and `links`.
+pub fn is_node_link(text: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|v| {
+            v.as_object()
+                .map(|o| o.contains_key("nodes") && o.contains_key("links"))
+        })
+        .unwrap_or(false)
+}
+
+/// Reads a node-link DAG; `source` names the file in errors.
+pub fn from_node_link(text: &str, source: &str) -> Result<Workload> {
+    let graph: NodeLink = crate::json::parse(text, source)?;
+    let n = graph.nodes.len();
+    if n == 0 || n > MAX_ITEMS {
+        return Err(Error::invalid(
+            format!("{source}: field nodes"),
+            format!("{n} nodes; a DAG needs 1..={MAX_ITEMS}"),
+        ));
+    }
+    let mut index: BTreeMap<String, usize> = BTreeMap::new();
+    for (position, node) in graph.nodes.iter().enumerate() {
+        let context = || format!("{source}: nodes[{position}]");
+        let id = key(&node.id).ok_or_else(|| {
+            Error::invalid(
+                context(),
+                format!("id {} is not a number or string", node.id),
+            )
+        })?;
+        if !(node.cost_cpu.is_finite() && node.cost_cpu >= 0.0) {
+            return Err(Error::invalid(
+                context(),
+                format!("cost_cpu {} must be finite and not negative", node.cost_cpu),
+            ));
+        }
+        if !(node.cost_ram.is_finite() && node.cost_ram > 0.0 && node.cost_ram < 1.8e19) {
+            return Err(Error::invalid(
+                context(),
+                format!("cost_ram {} must be a positive byte count", node.cost_ram),
+            ));
+        }
+        if index.insert(id.clone(), position).is_some() {
+            return Err(Error::invalid(context(), format!("id {id} appears twice")));
+        }
+    }
+    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut succs: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (position, link) in graph.links.iter().enumerate() {
+        let lookup = |value: &serde_json::Value, field: &str| {
+            key(value)
+                .and_then(|k| index.get(&k).copied())
+                .ok_or_else(|| {
+                    Error::invalid(
+                        format!("{source}: links[{position}].{field}"),
+                        format!("{value} is not a node id"),
+                    )
+                })
+        };
+        let (s, t) = (
+            lookup(&link.source, "source")?,
+            lookup(&link.target, "target")?,
+        );
+        if s == t {
+            return Err(Error::invalid(
+                format!("{source}: links[{position}]"),
+                format!("node {} links to itself", link.source),
+            ));
+        }
+        if !preds[t].contains(&s) {
+            preds[t].push(s);
+            succs[s].push(t);
+        }
+    }
+    let order = topological_order(&preds, &succs).map_err(|stuck| {
+        let names: Vec<String> = stuck
+            .iter()
+            .take(8)
+            .map(|&i| key(&graph.nodes[i].id).unwrap_or_default())
+            .collect();
+        Error::invalid(
+            format!("{source}: links"),
+            format!("the graph has a cycle through nodes {}", names.join(", ")),
+        )
+    })?;
+
+    let name = source
+        .rsplit(['/', '\\'])
+        .next()
+        .unwrap_or(source)
+        .trim_end_matches(".json");
+    let mut w = Workload::new(name);
+    let mut tensor_of = vec![TensorId(0); n];
+    for &node in &order {
+        let spec = &graph.nodes[node];
+        let kind = if spec.backward {
+            TensorKind::Gradient
+        } else {
+            TensorKind::Activation
+        };
+        let label = key(&spec.id).unwrap_or_default();
+        tensor_of[node] =
+            w.add_tensor(format!("n{label}"), spec.cost_ram.ceil() as u64, kind, None);
+    }
+    for &node in &order {
+        let spec = &graph.nodes[node];
+        let mut inputs: Vec<TensorId> = preds[node].iter().map(|&p| tensor_of[p]).collect();
+        inputs.sort();
+        let phase = if spec.backward {
+            Phase::Backward
+        } else {
+            Phase::Forward
+        };
+        let label = key(&spec.id).unwrap_or_default();
+        w.add_op(
+            format!("n{label}"),
+            OpKind::Generic,
+            phase,
+            inputs,
+            vec![tensor_of[node]],
+            Cost::seconds(spec.cost_cpu),
+        );
+    }
+    w.validate().map_err(|e| crate::json::within(source, e))?;
+    Ok(w)
+}
+
+/// Kahn's algorithm, taking the lowest file position among ready nodes, so
+/// a file already in topological order keeps its order. On a cycle, returns
+/// the nodes that could not be ordered.
+fn topological_order(preds: &[Vec<usize>], succs: &[Vec<usize>]) -> Result<Vec<usize>, Vec<usize>> {
+    let mut waiting: Vec<usize> = preds.iter().map(Vec::len).collect();
+    let mut ready: BinaryHeap<Reverse<usize>> = (0..preds.len())
+        .filter(|&i| waiting[i] == 0)
+        .map(Reverse)
+        .collect();
+    let mut order = Vec::with_capacity(preds.len());
+    while let Some(Reverse(node)) = ready.pop() {
+        order.push(node);
+        for &next in &succs[node] {
+            waiting[next] -= 1;
+            if waiting[next] == 0 {
+                ready.push(Reverse(next));
+            }
+        }
+    }
+    if order.len() == preds.len() {
+        Ok(order)
+    } else {
+        Err((0..preds.len()).filter(|&i| waiting[i] > 0).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHAIN: &str = r#"{"directed": true, "multigraph": false, "graph": {},
+        "nodes": [{"id": 0, "cost_cpu": 1.0, "cost_ram": 10, "backward": false},
+                  {"id": 1, "cost_cpu": 2.0, "cost_ram": 20, "backward": false},
+                  {"id": 2, "cost_cpu": 3.0, "cost_ram": 30, "backward": true}],
+        "links": [{"source": 0, "target": 1}, {"source": 1, "target": 2}, {"source": 0, "target": 2}]}"#;
+
+    #[test]
+    fn reads_node_link() {
+        assert!(is_node_link(CHAIN));
+        let w = from_node_link(CHAIN, "chain.json").unwrap();
+        assert_eq!(w.name, "chain");
+        assert_eq!(w.ops.len(), 3);
+        assert_eq!(w.ops[2].inputs, vec![TensorId(0), TensorId(1)]);
+        assert_eq!(w.ops[2].phase, Phase::Backward);
+        assert_eq!(w.tensors[1].bytes, 20);
+    }
+
+    #[test]
+    fn reorders_and_finds_cycles() {
+        let reversed = CHAIN.replace(
+            "\"source\": 1, \"target\": 2",
+            "\"source\": 2, \"target\": 1",
+        );
+        let w = from_node_link(&reversed, "r.json").unwrap();
+        assert_eq!(
+            w.ops.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(),
+            ["n0", "n2", "n1"]
+        );
+        let cyclic = CHAIN.replace(
+            "\"source\": 0, \"target\": 2",
+            "\"source\": 2, \"target\": 0",
+        );
+        let message = from_node_link(&cyclic, "c.json").unwrap_err().to_string();
+        assert!(message.contains("cycle"), "{message}");
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let bad = CHAIN.replace("\"cost_ram\": 20", "\"cost_ram\": -1");
+        let message = from_node_link(&bad, "b.json").unwrap_err().to_string();
+        assert!(
+            message.contains("nodes[1]") && message.contains("cost_ram"),
+            "{message}"
+        );
+        let missing = CHAIN.replace("\"cost_cpu\": 2.0, ", "");
+        let message = from_node_link(&missing, "m.json").unwrap_err().to_string();
+        assert!(
+            message.contains("m.json") && message.contains("cost_cpu"),
+            "{message}"
+        );
+    }
+}

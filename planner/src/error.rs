@@ -1,0 +1,50 @@
+//! The planner's one error type.
+
+use crate::Tier;
+
+/// Everything that can go wrong while building a workload, reading a profile
+/// or plan, or planning.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Error {
+    /// No plan fits: `tier` is over its budget at `step` by `bytes_over`.
+    #[error(
+        "infeasible: {tier} needs {needed_bytes} bytes at step {step} ({op}) but its budget is \
+         {budget_bytes} bytes: {bytes_over} bytes over"
+    )]
+    Infeasible {
+        tier: Tier,
+        step: u32,
+        op: String,
+        needed_bytes: u64,
+        budget_bytes: u64,
+        bytes_over: u64,
+    },
+    /// Input that cannot be used, with where it came from (a file, a field,
+    /// an operator or tensor name) and the offending value.
+    #[error("invalid input: {context}: {message}")]
+    InvalidInput { context: String, message: String },
+    /// A plan failed the sanity pass.
+    #[error("plan rejected at step {step} ({op}): {message}")]
+    PlanRejected {
+        step: u32,
+        op: String,
+        message: String,
+    },
+    /// A bound that keeps planning finite was reached.
+    #[error("resources exhausted: {0}")]
+    ResourcesExhausted(String),
+    /// A bug in fateplan.
+    #[error("internal error (a bug in fateplan): {0}")]
+    Internal(String),
+}
+
+impl Error {
+    pub(crate) fn invalid(context: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::InvalidInput {
+            context: context.into(),
+            message: message.into(),
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,933 @@
+//! Partitioned full-graph GNN workloads: GCN, GraphSAGE (mean) and GAT.
+//!
+//! Vertices are split into P ranges and edges into P × P blocks
+//! ([`BlockCounts`]). Aggregation runs block by block and accumulates into
+//! partial sums, so no step needs more than one partition's rows of any
+//! layer: this is what lets a graph far larger than the device be trained.
+//!
+//! Per layer and partition the forward pass has aggregation (a chain of
+//! block SpMMs), the linear transform, the activation and, for GAT, the
+//! attention scores (per-block SDDMM) and their edge softmax. The backward
+//! pass mirrors it; weight gradients are computed per partition and summed by
+//! a gradient-accumulation step; an Adam update ends the iteration. GAT's
+//! backward through attention is modelled as one fused operator per block.
+//! Dropout masks are not stored: the runtime regenerates them from a
+//! counter-based RNG.
+
+use crate::blocks::{BlockCounts, MAX_PARTITIONS};
+use crate::workload::{ComputeClass, Cost, OpKind, Phase, TensorId, TensorKind, Workload};
+use crate::{Error, Result, Tier};
+
+/// Bytes of an f32 element.
+const F32: u64 = 4;
+/// Bytes of a label (int64).
+const LABEL: u64 = 8;
+/// Bytes per stored edge of a topology block: a u32 column index and an f32 weight.
+const EDGE: u64 = 8;
+/// Bytes per row pointer of a topology block.
+const ROW_POINTER: u64 = 8;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GnnModel {
+    Gcn,
+    Sage,
+    Gat,
+}
+
+impl GnnModel {
+    pub fn parse(text: &str) -> Result<GnnModel> {
+        match text.to_ascii_lowercase().as_str() {
+            "gcn" => Ok(GnnModel::Gcn),
+            "sage" | "graphsage" => Ok(GnnModel::Sage),
+            "gat" => Ok(GnnModel::Gat),
+            _ => Err(Error::invalid(
+                format!("model {text:?}"),
+                "unknown model; known models: gcn, sage, gat",
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            GnnModel::Gcn => "gcn",
+            GnnModel::Sage => "sage",
+            GnnModel::Gat => "gat",
+        }
+    }
+
+    /// GCN and GAT aggregate over self loops too.
+    fn self_loops(self) -> bool {
+        !matches!(self, GnnModel::Sage)
+    }
+}
+
+/// What to build.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GnnSpec {
+    pub model: GnnModel,
+    pub layers: u32,
+    pub hidden: u32,
+    /// Attention heads of GAT's hidden layers (the output layer has one).
+    pub heads: u32,
+    pub features: u32,
+    pub classes: u32,
+    /// Names the graph in the workload name.
+    pub graph_name: String,
+}
+
+impl GnnSpec {
+    fn validate(&self) -> Result<()> {
+        let checks = [
+            ("layers", self.layers, 1, 64),
+            ("hidden", self.hidden, 1, 1 << 16),
+            ("heads", self.heads, 1, 64),
+            ("features", self.features, 1, 1 << 20),
+            ("classes", self.classes, 1, 1 << 20),
+        ];
+        for (field, value, low, high) in checks {
+            if value < low || value > high {
+                return Err(Error::invalid(
+                    field,
+                    format!("{value} is outside {low}..={high}"),
+                ));
+            }
+        }
+        if self.model == GnnModel::Gat && self.hidden % self.heads != 0 {
+            return Err(Error::invalid(
+                "heads",
+                format!(
+                    "hidden size {} is not divisible by {} heads",
+                    self.hidden, self.heads
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn layer_dims(&self, layer: u32) -> (u64, u64) {
+        let d_in = if layer == 1 {
+            self.features
+        } else {
+            self.hidden
+        };
+        let d_out = if layer == self.layers {
+            self.classes
+        } else {
+            self.hidden
+        };
+        (d_in as u64, d_out as u64)
+    }
+
+    fn layer_heads(&self, layer: u32) -> u64 {
+        if self.model == GnnModel::Gat && layer < self.layers {
+            self.heads as u64
+        } else {
+            1
+        }
+    }
+
+    fn weight_bytes(&self, layer: u32) -> u64 {
+        let (d_in, d_out) = self.layer_dims(layer);
+        let matrix = match self.model {
+            GnnModel::Gcn => d_in * d_out,
+            GnnModel::Sage => 2 * d_in * d_out,
+            GnnModel::Gat => d_in * d_out + 2 * d_out,
+        };
+        (matrix + d_out) * F32
+    }
+}
+
+/// Builds one training iteration of `spec` over the partitioned graph `blocks`.
+pub fn build_gnn(spec: &GnnSpec, blocks: &BlockCounts) -> Result<Workload> {
+    spec.validate()?;
+    let p = blocks.partitions;
+    if p == 0 || p > MAX_PARTITIONS {
+        return Err(Error::invalid(
+            "partitions",
+            format!("{p} is outside 1..={MAX_PARTITIONS}"),
+        ));
+    }
+    let name = format!(
+        "{}-{}x{}{}-{}-p{}",
+        spec.model.name(),
+        spec.layers,
+        spec.hidden,
+        if spec.model == GnnModel::Gat {
+            format!("h{}", spec.heads)
+        } else {
+            String::new()
+        },
+        spec.graph_name,
+        p
+    );
+    Builder::new(spec, blocks, name).build()
+}
+
+struct Builder<'a> {
+    spec: &'a GnnSpec,
+    blocks: &'a BlockCounts,
+    w: Workload,
+    parts: u32,
+    /// `adjacency[i][j]`: the topology block (dst i, src j), if it has edges
+    /// (diagonal blocks always exist so every row has an aggregation).
+    adjacency: Vec<Vec<Option<TensorId>>>,
+}
+
+impl<'a> Builder<'a> {
+    fn new(spec: &'a GnnSpec, blocks: &'a BlockCounts, name: String) -> Self {
+        Builder {
+            spec,
+            blocks,
+            w: Workload::new(name),
+            parts: blocks.partitions,
+            adjacency: Vec::new(),
+        }
+    }
+
+    fn rows(&self, i: u32) -> u64 {
+        self.blocks.partition_nodes(i)
+    }
+
+    /// Stored edges of block (i, j), self loops included.
+    fn edges(&self, i: u32, j: u32) -> u64 {
+        let loops = if i == j && self.spec.model.self_loops() {
+            self.rows(i)
+        } else {
+            0
+        };
+        self.blocks.block_edges(i, j) + loops
+    }
+
+    fn row_edges(&self, i: u32) -> u64 {
+        (0..self.parts).map(|j| self.edges(i, j)).sum()
+    }
+
+    /// Source partitions of row `i` that have a block.
+    fn sources(&self, i: u32) -> Vec<u32> {
+        (0..self.parts)
+            .filter(|&j| self.adjacency[i as usize][j as usize].is_some())
+            .collect()
+    }
+
+    /// Destination partitions whose block has sources in `j`.
+    fn destinations(&self, j: u32) -> Vec<u32> {
+        (0..self.parts)
+            .filter(|&i| self.adjacency[i as usize][j as usize].is_some())
+            .collect()
+    }
+
+    fn adj(&self, i: u32, j: u32) -> TensorId {
+        self.adjacency[i as usize][j as usize].expect("block exists")
+    }
+
+    fn tensor(&mut self, name: String, bytes: u64, kind: TensorKind) -> TensorId {
+        self.w.add_tensor(name, bytes.max(1), kind, None)
+    }
+
+    fn op(
+        &mut self,
+        name: String,
+        kind: OpKind,
+        phase: Phase,
+        inputs: Vec<TensorId>,
+        outputs: Vec<TensorId>,
+        cost: Cost,
+    ) {
+        self.w.add_op(name, kind, phase, inputs, outputs, cost);
+    }
+
+    fn build(mut self) -> Result<Workload> {
+        let (spec, parts) = (self.spec, self.parts);
+        // Inputs: features, labels and topology blocks live on the host.
+        let features: Vec<TensorId> = (0..parts)
+            .map(|i| {
+                let bytes = self.rows(i) * spec.features as u64 * F32;
+                self.w.add_tensor(
+                    format!("x[p{i}]"),
+                    bytes.max(1),
+                    TensorKind::Input,
+                    Some(Tier::Host),
+                )
+            })
+            .collect();
+        let labels: Vec<TensorId> = (0..parts)
+            .map(|i| {
+                let bytes = self.rows(i) * LABEL;
+                self.w.add_tensor(
+                    format!("y[p{i}]"),
+                    bytes.max(1),
+                    TensorKind::Input,
+                    Some(Tier::Host),
+                )
+            })
+            .collect();
+        for i in 0..parts {
+            let mut row = Vec::with_capacity(parts as usize);
+            for j in 0..parts {
+                let edges = self.edges(i, j);
+                row.push((edges > 0 || i == j).then(|| {
+                    let bytes = (self.rows(i) + 1) * ROW_POINTER + edges * EDGE;
+                    self.w.add_tensor(
+                        format!("adj[{i},{j}]"),
+                        bytes,
+                        TensorKind::Input,
+                        Some(Tier::Host),
+                    )
+                }));
+            }
+            self.adjacency.push(row);
+        }
+        // Parameters: weights and Adam's two moments per layer.
+        let mut weights = Vec::new();
+        let mut moments = Vec::new();
+        for l in 1..=spec.layers {
+            let bytes = spec.weight_bytes(l);
+            weights.push(
+                self.w
+                    .add_tensor(format!("w[l{l}]"), bytes, TensorKind::Parameter, None),
+            );
+            let m = self
+                .w
+                .add_tensor(format!("adam_m[l{l}]"), bytes, TensorKind::Parameter, None);
+            let v = self
+                .w
+                .add_tensor(format!("adam_v[l{l}]"), bytes, TensorKind::Parameter, None);
+            moments.push((m, v));
+        }
+
+        // Forward.
+        let mut h: Vec<TensorId> = features.clone();
+        let mut saved = Vec::new();
+        for l in 1..=spec.layers {
+            let layer = match spec.model {
+                GnnModel::Gcn | GnnModel::Sage => self.forward_conv(l, &h, weights[l as usize - 1]),
+                GnnModel::Gat => self.forward_gat(l, &h, weights[l as usize - 1]),
+            };
+            h = layer.output.clone();
+            saved.push(layer);
+        }
+        let logits = h;
+        let classes = spec.classes as u64;
+        for i in 0..parts {
+            let loss = self.tensor(format!("loss[p{i}]"), F32, TensorKind::Activation);
+            let bytes = self.rows(i) * (classes * F32 + LABEL);
+            let flops = 5.0 * (self.rows(i) * classes) as f64;
+            self.op(
+                format!("loss[p{i}]"),
+                OpKind::Loss,
+                Phase::Forward,
+                vec![logits[i as usize], labels[i as usize]],
+                vec![loss],
+                Cost::work(flops, bytes, ComputeClass::Elementwise),
+            );
+        }
+
+        // Backward.
+        let mut grad: Vec<TensorId> = Vec::new();
+        for i in 0..parts {
+            let bytes = self.rows(i) * classes * F32;
+            let g = self.tensor(format!("grad_logits[p{i}]"), bytes, TensorKind::Gradient);
+            self.op(
+                format!("loss_bwd[p{i}]"),
+                OpKind::LossBackward,
+                Phase::Backward,
+                vec![logits[i as usize], labels[i as usize]],
+                vec![g],
+                Cost::work(
+                    5.0 * (self.rows(i) * classes) as f64,
+                    2 * bytes,
+                    ComputeClass::Elementwise,
+                ),
+            );
+            grad.push(g);
+        }
+        let mut weight_grads = vec![None; spec.layers as usize];
+        for l in (1..=spec.layers).rev() {
+            let layer_in = if l == 1 {
+                features.clone()
+            } else {
+                saved[l as usize - 2].output.clone()
+            };
+            let w = weights[l as usize - 1];
+            let (next, dw) = match spec.model {
+                GnnModel::Gcn | GnnModel::Sage => {
+                    self.backward_conv(l, &saved[l as usize - 1], &layer_in, &grad, w)
+                }
+                GnnModel::Gat => self.backward_gat(l, &saved[l as usize - 1], &layer_in, &grad, w),
+            };
+            weight_grads[l as usize - 1] = Some(dw);
+            grad = next;
+        }
+
+        // Update.
+        for l in 1..=spec.layers {
+            let index = l as usize - 1;
+            let (m, v) = moments[index];
+            let dw = weight_grads[index].expect("every layer has a weight gradient");
+            let bytes = spec.weight_bytes(l);
+            self.op(
+                format!("adam[l{l}]"),
+                OpKind::Update,
+                Phase::Update,
+                vec![weights[index], dw, m, v],
+                vec![],
+                Cost::work(
+                    10.0 * (bytes / F32) as f64,
+                    7 * bytes,
+                    ComputeClass::Elementwise,
+                ),
+            );
+        }
+        self.w.validate()?;
+        Ok(self.w)
+    }
+
+    /// Accumulates block products into row `i`: one operator per source block,
+    /// each reading the previous partial sum. Returns the final sum.
+    #[allow(clippy::too_many_arguments)]
+    fn aggregate_row(
+        &mut self,
+        label: &str,
+        l: u32,
+        i: u32,
+        width: u64,
+        phase: Phase,
+        kind: OpKind,
+        final_kind: TensorKind,
+        extra: &dyn Fn(&Self, u32) -> Vec<TensorId>,
+        source: &dyn Fn(u32) -> TensorId,
+    ) -> TensorId {
+        let sources = self.sources(i);
+        let rows = self.rows(i);
+        let mut partial: Option<TensorId> = None;
+        for (k, &j) in sources.iter().enumerate() {
+            let last = k + 1 == sources.len();
+            let (name, kind_out) = if last {
+                (format!("{label}[l{l},p{i}]"), final_kind)
+            } else {
+                (
+                    format!("{label}_partial[l{l},p{i},s{j}]"),
+                    TensorKind::Workspace,
+                )
+            };
+            let out = self.tensor(name, rows * width * F32, kind_out);
+            let mut inputs = vec![self.adj(i, j), source(j)];
+            inputs.extend(extra(self, j));
+            inputs.extend(partial);
+            let edges = self.edges(i, j);
+            let bytes = edges * (EDGE + width * F32) + 2 * rows * width * F32;
+            self.op(
+                format!("{label}[l{l},p{i},s{j}]"),
+                kind,
+                phase,
+                inputs,
+                vec![out],
+                Cost::work(2.0 * (edges * width) as f64, bytes, ComputeClass::Sparse),
+            );
+            partial = Some(out);
+        }
+        partial.expect("every row has its diagonal block")
+    }
+
+    fn forward_conv(&mut self, l: u32, h: &[TensorId], w: TensorId) -> Layer {
+        let spec = self.spec;
+        let (d_in, d_out) = spec.layer_dims(l);
+        let last = l == spec.layers;
+        let mut layer = Layer::default();
+        for i in 0..self.parts {
+            let rows = self.rows(i);
+            let hs = h.to_vec();
+            let agg = self.aggregate_row(
+                "agg",
+                l,
+                i,
+                d_in,
+                Phase::Forward,
+                OpKind::Aggregate,
+                TensorKind::Activation,
+                &|_, _| vec![],
+                &|j| hs[j as usize],
+            );
+            let z = self.tensor(
+                format!("z[l{l},p{i}]"),
+                rows * d_out * F32,
+                TensorKind::Activation,
+            );
+            let (inputs, k) = match spec.model {
+                GnnModel::Sage => (vec![h[i as usize], agg, w], 2 * d_in),
+                _ => (vec![agg, w], d_in),
+            };
+            self.op(
+                format!("linear[l{l},p{i}]"),
+                OpKind::Linear,
+                Phase::Forward,
+                inputs,
+                vec![z],
+                Cost::work(
+                    2.0 * (rows * k * d_out) as f64,
+                    rows * (k + d_out) * F32,
+                    ComputeClass::Dense,
+                ),
+            );
+            let out = if last {
+                z
+            } else {
+                let out = self.tensor(
+                    format!("h[l{l},p{i}]"),
+                    rows * d_out * F32,
+                    TensorKind::Activation,
+                );
+                self.w.tensors[out.index()].checkpoint = true;
+                self.op(
+                    format!("relu[l{l},p{i}]"),
+                    OpKind::Activation,
+                    Phase::Forward,
+                    vec![z],
+                    vec![out],
+                    Cost::work(
+                        (rows * d_out) as f64,
+                        2 * rows * d_out * F32,
+                        ComputeClass::Elementwise,
+                    ),
+                );
+                out
+            };
+            layer.agg.push(agg);
+            layer.z.push(z);
+            layer.output.push(out);
+        }
+        layer
+    }
+
+    fn backward_conv(
+        &mut self,
+        l: u32,
+        layer: &Layer,
+        layer_in: &[TensorId],
+        grad_out: &[TensorId],
+        w: TensorId,
+    ) -> (Vec<TensorId>, TensorId) {
+        let spec = self.spec;
+        let (d_in, d_out) = spec.layer_dims(l);
+        let last = l == spec.layers;
+        let sage = spec.model == GnnModel::Sage;
+        let mut dagg = Vec::new();
+        let mut dself = Vec::new();
+        let mut dw_parts = Vec::new();
+        for i in 0..self.parts {
+            let rows = self.rows(i);
+            let dz = if last {
+                grad_out[i as usize]
+            } else {
+                let dz = self.tensor(
+                    format!("grad_z[l{l},p{i}]"),
+                    rows * d_out * F32,
+                    TensorKind::Gradient,
+                );
+                self.op(
+                    format!("relu_bwd[l{l},p{i}]"),
+                    OpKind::ActivationBackward,
+                    Phase::Backward,
+                    vec![grad_out[i as usize], layer.z[i as usize]],
+                    vec![dz],
+                    Cost::work(
+                        (rows * d_out) as f64,
+                        3 * rows * d_out * F32,
+                        ComputeClass::Elementwise,
+                    ),
+                );
+                dz
+            };
+            let dw = self.tensor(
+                format!("grad_w[l{l},p{i}]"),
+                spec.weight_bytes(l),
+                TensorKind::Gradient,
+            );
+            let mut outputs = vec![dw];
+            let k = if sage { 2 * d_in } else { d_in };
+            let mut inputs = vec![dz, layer.agg[i as usize], w];
+            if sage {
+                inputs.insert(1, layer_in[i as usize]);
+            }
+            if l > 1 {
+                let g = self.tensor(
+                    format!("grad_agg[l{l},p{i}]"),
+                    rows * d_in * F32,
+                    TensorKind::Gradient,
+                );
+                outputs.push(g);
+                dagg.push(g);
+                if sage {
+                    let s = self.tensor(
+                        format!("grad_self[l{l},p{i}]"),
+                        rows * d_in * F32,
+                        TensorKind::Gradient,
+                    );
+                    outputs.push(s);
+                    dself.push(s);
+                }
+            }
+            let passes = if l > 1 { 4.0 } else { 2.0 };
+            self.op(
+                format!("linear_bwd[l{l},p{i}]"),
+                OpKind::LinearBackward,
+                Phase::Backward,
+                inputs,
+                outputs,
+                Cost::work(
+                    passes * (rows * k * d_out) as f64,
+                    2 * rows * (k + d_out) * F32,
+                    ComputeClass::Dense,
+                ),
+            );
+            dw_parts.push(dw);
+        }
+        let dw = self.accumulate_weight_grad(l, dw_parts);
+        if l == 1 {
+            return (Vec::new(), dw);
+        }
+        // Gradient to the previous layer's output: transpose aggregation,
+        // accumulated over destination rows for each source partition j.
+        let mut dh = Vec::new();
+        for j in 0..self.parts {
+            let rows = self.rows(j);
+            let destinations = self.destinations(j);
+            let mut partial: Option<TensorId> = None;
+            for (k, &i) in destinations.iter().enumerate() {
+                let final_step = k + 1 == destinations.len();
+                let (name, kind) = if final_step {
+                    (format!("grad_h[l{},p{j}]", l - 1), TensorKind::Gradient)
+                } else {
+                    (
+                        format!("grad_h_partial[l{},p{j},d{i}]", l - 1),
+                        TensorKind::Workspace,
+                    )
+                };
+                let out = self.tensor(name, rows * d_in * F32, kind);
+                let mut inputs = vec![self.adj(i, j), dagg[i as usize]];
+                if sage && k == 0 {
+                    inputs.push(dself[j as usize]);
+                }
+                inputs.extend(partial);
+                let edges = self.edges(i, j);
+                let bytes = edges * (EDGE + d_in * F32) + 2 * rows * d_in * F32;
+                self.op(
+                    format!("agg_bwd[l{l},p{j},d{i}]"),
+                    OpKind::AggregateBackward,
+                    Phase::Backward,
+                    inputs,
+                    vec![out],
+                    Cost::work(2.0 * (edges * d_in) as f64, bytes, ComputeClass::Sparse),
+                );
+                partial = Some(out);
+            }
+            dh.push(partial.expect("every partition has its diagonal block"));
+        }
+        (dh, dw)
+    }
+
+    fn accumulate_weight_grad(&mut self, l: u32, parts: Vec<TensorId>) -> TensorId {
+        let bytes = self.spec.weight_bytes(l);
+        let dw = self.tensor(format!("grad_w[l{l}]"), bytes, TensorKind::Gradient);
+        let count = parts.len() as u64;
+        self.op(
+            format!("grad_accumulate[l{l}]"),
+            OpKind::GradAccumulate,
+            Phase::Backward,
+            parts,
+            vec![dw],
+            Cost::work(
+                (count * bytes / F32) as f64,
+                (count + 1) * bytes,
+                ComputeClass::Elementwise,
+            ),
+        );
+        dw
+    }
+
+    fn forward_gat(&mut self, l: u32, h: &[TensorId], w: TensorId) -> Layer {
+        let spec = self.spec;
+        let (d_in, d_out) = spec.layer_dims(l);
+        let heads = spec.layer_heads(l);
+        let last = l == spec.layers;
+        let mut layer = Layer::default();
+        for i in 0..self.parts {
+            let rows = self.rows(i);
+            let z = self.tensor(
+                format!("z[l{l},p{i}]"),
+                rows * d_out * F32,
+                TensorKind::Activation,
+            );
+            self.op(
+                format!("linear[l{l},p{i}]"),
+                OpKind::Linear,
+                Phase::Forward,
+                vec![h[i as usize], w],
+                vec![z],
+                Cost::work(
+                    2.0 * (rows * d_in * d_out) as f64,
+                    rows * (d_in + d_out) * F32,
+                    ComputeClass::Dense,
+                ),
+            );
+            layer.z.push(z);
+        }
+        for i in 0..self.parts {
+            let rows = self.rows(i);
+            let mut scores = Vec::new();
+            for j in self.sources(i) {
+                let edges = self.edges(i, j);
+                let s = self.tensor(
+                    format!("score[l{l},p{i},s{j}]"),
+                    edges * heads * F32,
+                    TensorKind::Activation,
+                );
+                let inputs = vec![self.adj(i, j), layer.z[i as usize], layer.z[j as usize], w];
+                self.op(
+                    format!("sddmm[l{l},p{i},s{j}]"),
+                    OpKind::AttentionScore,
+                    Phase::Forward,
+                    inputs,
+                    vec![s],
+                    Cost::work(
+                        4.0 * (edges * heads) as f64,
+                        edges * (EDGE + heads * F32) + (self.rows(i) + self.rows(j)) * d_out * F32,
+                        ComputeClass::Sparse,
+                    ),
+                );
+                scores.push((j, s));
+            }
+            let row_edges = self.row_edges(i);
+            let alpha = self.tensor(
+                format!("alpha[l{l},p{i}]"),
+                row_edges * heads * F32,
+                TensorKind::Activation,
+            );
+            self.op(
+                format!("edge_softmax[l{l},p{i}]"),
+                OpKind::EdgeSoftmax,
+                Phase::Forward,
+                scores.iter().map(|&(_, s)| s).collect(),
+                vec![alpha],
+                Cost::work(
+                    5.0 * (row_edges * heads) as f64,
+                    3 * row_edges * heads * F32,
+                    ComputeClass::Elementwise,
+                ),
+            );
+            let zs = layer.z.clone();
+            let agg = self.aggregate_row(
+                "agg",
+                l,
+                i,
+                d_out,
+                Phase::Forward,
+                OpKind::Aggregate,
+                TensorKind::Activation,
+                &|_, _| vec![alpha],
+                &|j| zs[j as usize],
+            );
+            let out = if last {
+                agg
+            } else {
+                let out = self.tensor(
+                    format!("h[l{l},p{i}]"),
+                    rows * d_out * F32,
+                    TensorKind::Activation,
+                );
+                self.w.tensors[out.index()].checkpoint = true;
+                self.op(
+                    format!("elu[l{l},p{i}]"),
+                    OpKind::Activation,
+                    Phase::Forward,
+                    vec![agg],
+                    vec![out],
+                    Cost::work(
+                        3.0 * (rows * d_out) as f64,
+                        2 * rows * d_out * F32,
+                        ComputeClass::Elementwise,
+                    ),
+                );
+                out
+            };
+            layer.scores.push(scores);
+            layer.alpha.push(alpha);
+            layer.agg.push(agg);
+            layer.output.push(out);
+        }
+        layer
+    }
+
+    fn backward_gat(
+        &mut self,
+        l: u32,
+        layer: &Layer,
+        layer_in: &[TensorId],
+        grad_out: &[TensorId],
+        w: TensorId,
+    ) -> (Vec<TensorId>, TensorId) {
+        let spec = self.spec;
+        let (d_in, d_out) = spec.layer_dims(l);
+        let heads = spec.layer_heads(l);
+        let last = l == spec.layers;
+        let mut dout = Vec::new();
+        for i in 0..self.parts {
+            let rows = self.rows(i);
+            if last {
+                dout.push(grad_out[i as usize]);
+                continue;
+            }
+            let g = self.tensor(
+                format!("grad_agg[l{l},p{i}]"),
+                rows * d_out * F32,
+                TensorKind::Gradient,
+            );
+            self.op(
+                format!("elu_bwd[l{l},p{i}]"),
+                OpKind::ActivationBackward,
+                Phase::Backward,
+                vec![grad_out[i as usize], layer.agg[i as usize]],
+                vec![g],
+                Cost::work(
+                    3.0 * (rows * d_out) as f64,
+                    3 * rows * d_out * F32,
+                    ComputeClass::Elementwise,
+                ),
+            );
+            dout.push(g);
+        }
+        // Attention backward, fused per block: SpMM transpose, SDDMM of the
+        // attention gradient, edge-softmax backward and LeakyReLU backward,
+        // accumulated over destination rows into the gradient of z[j].
+        let mut dz = Vec::new();
+        for j in 0..self.parts {
+            let rows = self.rows(j);
+            let destinations = self.destinations(j);
+            let mut partial: Option<TensorId> = None;
+            for (k, &i) in destinations.iter().enumerate() {
+                let final_step = k + 1 == destinations.len();
+                let (name, kind) = if final_step {
+                    (format!("grad_z[l{l},p{j}]"), TensorKind::Gradient)
+                } else {
+                    (
+                        format!("grad_z_partial[l{l},p{j},d{i}]"),
+                        TensorKind::Workspace,
+                    )
+                };
+                let out = self.tensor(name, rows * d_out * F32, kind);
+                let score = layer.scores[i as usize]
+                    .iter()
+                    .find(|&&(src, _)| src == j)
+                    .map(|&(_, s)| s)
+                    .expect("a block has its scores");
+                let mut inputs = vec![
+                    self.adj(i, j),
+                    layer.alpha[i as usize],
+                    score,
+                    dout[i as usize],
+                    layer.z[i as usize],
+                    layer.z[j as usize],
+                ];
+                inputs.dedup();
+                inputs.extend(partial);
+                let edges = self.edges(i, j);
+                let bytes = edges * (EDGE + 3 * heads * F32) + 4 * rows * d_out * F32;
+                self.op(
+                    format!("attention_bwd[l{l},p{j},d{i}]"),
+                    OpKind::AttentionBackward,
+                    Phase::Backward,
+                    inputs,
+                    vec![out],
+                    Cost::work(12.0 * (edges * d_out) as f64, bytes, ComputeClass::Sparse),
+                );
+                partial = Some(out);
+            }
+            dz.push(partial.expect("every partition has its diagonal block"));
+        }
+        let mut dh = Vec::new();
+        let mut dw_parts = Vec::new();
+        for j in 0..self.parts {
+            let rows = self.rows(j);
+            let dw = self.tensor(
+                format!("grad_w[l{l},p{j}]"),
+                spec.weight_bytes(l),
+                TensorKind::Gradient,
+            );
+            let mut outputs = vec![dw];
+            if l > 1 {
+                let g = self.tensor(
+                    format!("grad_h[l{},p{j}]", l - 1),
+                    rows * d_in * F32,
+                    TensorKind::Gradient,
+                );
+                outputs.push(g);
+                dh.push(g);
+            }
+            let passes = if l > 1 { 4.0 } else { 2.0 };
+            self.op(
+                format!("linear_bwd[l{l},p{j}]"),
+                OpKind::LinearBackward,
+                Phase::Backward,
+                vec![dz[j as usize], layer_in[j as usize], w],
+                outputs,
+                Cost::work(
+                    passes * (rows * d_in * d_out) as f64,
+                    2 * rows * (d_in + d_out) * F32,
+                    ComputeClass::Dense,
+                ),
+            );
+            dw_parts.push(dw);
+        }
+        let dw = self.accumulate_weight_grad(l, dw_parts);
+        (dh, dw)
+    }
+}
+
+/// What a layer's forward pass leaves for its backward pass.
+#[derive(Debug, Default, Clone)]
+struct Layer {
+    agg: Vec<TensorId>,
+    z: Vec<TensorId>,
+    alpha: Vec<TensorId>,
+    scores: Vec<Vec<(u32, TensorId)>>,
+    output: Vec<TensorId>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(model: GnnModel) -> GnnSpec {
+        GnnSpec {
+            model,
+            layers: 3,
+            hidden: 16,
+            heads: 4,
+            features: 8,
+            classes: 3,
+            graph_name: "toy".into(),
+        }
+    }
+
+    #[test]
+    fn every_model_builds_a_valid_workload() {
+        let blocks = BlockCounts::skewed(1000, 8000, 4).unwrap();
+        for model in [GnnModel::Gcn, GnnModel::Sage, GnnModel::Gat] {
+            let w = build_gnn(&spec(model), &blocks).unwrap();
+            w.validate().unwrap();
+            assert!(w.ops.iter().any(|op| op.phase == Phase::Backward));
+            assert!(w.ops.last().unwrap().phase == Phase::Update);
+        }
+    }
+
+    #[test]
+    fn gat_heads_must_divide_hidden() {
+        let blocks = BlockCounts::skewed(100, 800, 2).unwrap();
+        let mut s = spec(GnnModel::Gat);
+        s.heads = 3;
+        assert!(build_gnn(&s, &blocks)
+            .unwrap_err()
+            .to_string()
+            .contains("divisible"));
+    }
+}

@@ -1,0 +1,189 @@
+//! Pass 4, memory: bytes on every tier at every position of the timeline,
+//! counted from the lifetimes of copies.
+//!
+//! It runs after the schedule, which fixes when copies appear and go, and
+//! before the prediction, which reports its peaks. A device copy lives from
+//! its creation (its operator, its recomputation, or the issue of its
+//! reload or load) to its last read before the next creation, or to the end
+//! of the offload that moves it away. Host and SSD copies live from their
+//! offload's issue to the end of the reload that brings them back.
+
+use super::timeline::{Item, Timeline};
+use crate::plan::{Action, Budgets, Fate, PerTier, ScheduleEntry};
+use crate::workload::{TensorKind, Workload};
+use crate::{Error, Result, Tier};
+
+const TIERS: [Tier; 3] = [Tier::Hbm, Tier::Host, Tier::Ssd];
+
+/// Bytes per tier per position.
+#[derive(Debug, Clone)]
+pub struct Occupancy {
+    pub bytes: PerTier<Vec<u64>>,
+}
+
+impl Occupancy {
+    pub fn compute(
+        workload: &Workload,
+        fates: &[Fate],
+        schedule: &[ScheduleEntry],
+        timeline: &Timeline,
+        ssd_staging_bytes: u64,
+    ) -> Occupancy {
+        let positions = timeline.len();
+        let mut delta: PerTier<Vec<i128>> = PerTier {
+            hbm: vec![0; positions + 1],
+            host: vec![0; positions + 1],
+            ssd: vec![0; positions + 1],
+        };
+        let mut add = |tier: Tier, start: usize, end: usize, bytes: u64| {
+            if start < end {
+                let d = delta.get_mut(tier);
+                d[start] += bytes as i128;
+                d[end] -= bytes as i128;
+            }
+        };
+        // Per tensor: device-copy creations, reads, and offloads, in position order.
+        let n = workload.tensors.len();
+        let mut creations: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut reads: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut offloads: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
+        for (position, item) in timeline.items.iter().enumerate() {
+            let op = match *item {
+                Item::Op(step) => &workload.ops[step as usize],
+                Item::Recompute(index) => {
+                    let entry = &schedule[index];
+                    let op = &workload.ops[entry.op.expect("recompute names its op").index()];
+                    creations[entry.tensor.index()].push(position);
+                    for &input in &op.inputs {
+                        reads[input.index()].push(position);
+                    }
+                    continue;
+                }
+            };
+            for &input in &op.inputs {
+                reads[input.index()].push(position);
+            }
+            for &output in &op.outputs {
+                creations[output.index()].push(position);
+            }
+        }
+        let mut reload_done: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for entry in schedule.iter().filter(|e| e.action == Action::Reload) {
+            reload_done[entry.tensor.index()]
+                .push(timeline.step_start[entry.done_before_step as usize]);
+        }
+        let mut uses_ssd = false;
+        for entry in schedule {
+            let t = entry.tensor.index();
+            let issued = timeline.after_step(entry.issue_after_step);
+            let done = timeline.step_start[entry.done_before_step as usize];
+            match entry.action {
+                Action::Offload => {
+                    offloads[t].push((issued, done));
+                    // The away copy lives until a reload from it finishes.
+                    let back = reload_done[t]
+                        .iter()
+                        .copied()
+                        .filter(|&end| end > issued)
+                        .min()
+                        .unwrap_or(positions);
+                    add(entry.to, issued, back, entry.bytes);
+                }
+                Action::Reload | Action::Load => creations[t].push(issued),
+                Action::Recompute => {}
+            }
+            uses_ssd |= entry.from == Tier::Ssd || entry.to == Tier::Ssd;
+        }
+        if uses_ssd {
+            add(Tier::Host, 0, positions, ssd_staging_bytes);
+        }
+        for (tensor, &fate) in workload.tensors.iter().zip(fates) {
+            let t = tensor.id.index();
+            let persistent = tensor.kind == TensorKind::Parameter || fate == Fate::Resident;
+            if persistent {
+                add(Tier::Hbm, 0, positions, tensor.bytes);
+                continue;
+            }
+            if let Some(tier) = fate
+                .away_tier()
+                .filter(|_| tensor.kind == TensorKind::Input)
+            {
+                add(tier, 0, positions, tensor.bytes);
+            }
+            let created = &mut creations[t];
+            created.sort_unstable();
+            for (k, &start) in created.iter().enumerate() {
+                let next = created.get(k + 1).copied().unwrap_or(usize::MAX);
+                let within = |p: usize| p >= start && p < next;
+                let end = if let Some(&(_, done)) =
+                    offloads[t].iter().find(|&&(issued, _)| within(issued))
+                {
+                    done
+                } else {
+                    reads[t]
+                        .iter()
+                        .copied()
+                        .filter(|&p| within(p))
+                        .max()
+                        .unwrap_or(start)
+                        + 1
+                };
+                add(Tier::Hbm, start, end, tensor.bytes);
+            }
+        }
+        let mut bytes = PerTier {
+            hbm: vec![0u64; positions],
+            host: vec![0; positions],
+            ssd: vec![0; positions],
+        };
+        for tier in TIERS {
+            let mut running: i128 = 0;
+            let d = delta.get_ref(tier);
+            let out = bytes.get_mut(tier);
+            for position in 0..positions {
+                running += d[position];
+                out[position] = running as u64;
+            }
+        }
+        Occupancy { bytes }
+    }
+
+    /// Highest bytes per tier and the step where each first occurs.
+    pub fn peaks(&self, timeline: &Timeline) -> (PerTier<u64>, PerTier<u32>) {
+        let mut peak = PerTier::<u64>::default();
+        let mut step = PerTier::<u32>::default();
+        for tier in TIERS {
+            let values = self.bytes.get_ref(tier);
+            let mut best = 0usize;
+            for (position, &value) in values.iter().enumerate() {
+                if value > values[best] {
+                    best = position;
+                }
+            }
+            *peak.get_mut(tier) = values.get(best).copied().unwrap_or(0);
+            *step.get_mut(tier) = timeline.step_of.get(best).copied().unwrap_or(0);
+        }
+        (peak, step)
+    }
+
+    /// The worst overrun, tier by tier in order hbm, host, ssd, as an error.
+    pub fn check(&self, timeline: &Timeline, budgets: &Budgets, workload: &Workload) -> Result<()> {
+        for tier in TIERS {
+            let budget = budgets.of(tier);
+            let values = self.bytes.get_ref(tier);
+            let worst = (0..values.len()).max_by_key(|&p| (values[p], std::cmp::Reverse(p)));
+            if let Some(position) = worst.filter(|&p| values[p] > budget) {
+                let step = timeline.step_of[position];
+                return Err(Error::Infeasible {
+                    tier,
+                    step,
+                    op: workload.ops[step as usize].name.clone(),
+                    needed_bytes: values[position],
+                    budget_bytes: budget,
+                    bytes_over: values[position] - budget,
+                });
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,575 @@
+//! Pass 6, the sanity pass: replays a plan step by step and rejects it if
+//! any operator would find an input missing, any transfer would move a copy
+//! that is not there, or any tier would exceed its budget.
+//!
+//! It runs last and only checks. It shares nothing with the passes that
+//! built the plan but the workload and the schedule: it keeps its own set
+//! of copies per tier, so a bug in the memory pass cannot hide behind
+//! itself. Every plan is checked when made and again when loaded.
+
+use crate::plan::{Action, Fate, PerTier, Plan, ScheduleEntry, Stream};
+use crate::workload::{TensorKind, Workload};
+use crate::{Error, Result, Tier};
+
+/// What the replay found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SanityReport {
+    pub peak_bytes: PerTier<u64>,
+    pub peak_step: PerTier<u32>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Event {
+    /// A transfer finishes (schedule index).
+    Complete(usize),
+    /// A transfer is issued (schedule index).
+    Issue(usize),
+    /// The compute stream runs a recomputation (schedule index) or an operator.
+    Recompute(usize),
+    Op(u32),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Touch {
+    Create,
+    Read,
+    OffloadIssue,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct DeviceCopy {
+    /// First step at which the data may be read.
+    ready_step: u32,
+    offloading: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct AwayCopy {
+    tier: Tier,
+    ready_step: u32,
+}
+
+pub fn check(plan: &Plan) -> Result<SanityReport> {
+    let workload = &plan.workload.definition;
+    let fates: Vec<Fate> = plan.tensors.iter().map(|t| t.fate).collect();
+    check_fates(workload, &fates)?;
+    for (index, entry) in plan.schedule.iter().enumerate() {
+        check_entry(workload, &fates, entry, index)?;
+    }
+    let script = script(workload.ops.len(), &plan.schedule);
+    Replay::new(plan, &fates, &script).run(&script)
+}
+
+fn reject(workload: &Workload, step: u32, message: String) -> Error {
+    let op = workload
+        .ops
+        .get(step as usize)
+        .map(|o| o.name.clone())
+        .unwrap_or_else(|| "end of iteration".into());
+    Error::PlanRejected { step, op, message }
+}
+
+fn check_fates(workload: &Workload, fates: &[Fate]) -> Result<()> {
+    for (tensor, &fate) in workload.tensors.iter().zip(fates) {
+        let allowed = match tensor.kind {
+            TensorKind::Input => {
+                matches!(fate, Fate::Resident | Fate::StreamHost | Fate::StreamSsd)
+            }
+            TensorKind::Parameter => fate == Fate::Resident,
+            _ => matches!(
+                fate,
+                Fate::Retain | Fate::OffloadHost | Fate::OffloadSsd | Fate::Recompute
+            ),
+        };
+        if !allowed {
+            return Err(Error::invalid(
+                format!("plan field tensors[{}].fate", tensor.id.0),
+                format!(
+                    "{fate} is not a fate for {:?} tensor {:?}",
+                    tensor.kind, tensor.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_entry(
+    workload: &Workload,
+    fates: &[Fate],
+    entry: &ScheduleEntry,
+    index: usize,
+) -> Result<()> {
+    let steps = workload.ops.len() as u32;
+    let bad = |message: String| Error::invalid(format!("plan field schedule[{index}]"), message);
+    let tensor = workload
+        .tensors
+        .get(entry.tensor.index())
+        .ok_or_else(|| bad(format!("tensor {} does not exist", entry.tensor.0)))?;
+    let fate = fates[entry.tensor.index()];
+    if entry.bytes != tensor.bytes {
+        return Err(bad(format!(
+            "bytes {} but tensor {:?} has {}",
+            entry.bytes, tensor.name, tensor.bytes
+        )));
+    }
+    if entry.issue_after_step < -1
+        || entry.issue_after_step + 1 > entry.done_before_step as i64
+        || entry.done_before_step > steps
+    {
+        return Err(bad(format!(
+            "issue_after_step {} and done_before_step {} are not an interval within 0..{steps}",
+            entry.issue_after_step, entry.done_before_step
+        )));
+    }
+    if entry.action != Action::Recompute && entry.issue_after_step + 1 >= steps as i64 {
+        return Err(bad(format!(
+            "a transfer issued after the last step ({})",
+            entry.issue_after_step
+        )));
+    }
+    let expected = match entry.action {
+        Action::Offload => {
+            let ok = matches!(fate, Fate::OffloadHost | Fate::OffloadSsd)
+                && fate.away_tier() == Some(entry.to);
+            (
+                ok && entry.from == Tier::Hbm,
+                if entry.to == Tier::Ssd {
+                    Stream::SsdWrite
+                } else {
+                    Stream::D2h
+                },
+            )
+        }
+        Action::Reload => {
+            let ok = matches!(fate, Fate::OffloadHost | Fate::OffloadSsd)
+                && fate.away_tier() == Some(entry.from);
+            (
+                ok && entry.to == Tier::Hbm,
+                if entry.from == Tier::Ssd {
+                    Stream::SsdRead
+                } else {
+                    Stream::H2d
+                },
+            )
+        }
+        Action::Load => {
+            let ok = matches!(fate, Fate::StreamHost | Fate::StreamSsd)
+                && fate.away_tier() == Some(entry.from);
+            (
+                ok && entry.to == Tier::Hbm,
+                if entry.from == Tier::Ssd {
+                    Stream::SsdRead
+                } else {
+                    Stream::H2d
+                },
+            )
+        }
+        Action::Recompute => {
+            let op = entry.op.and_then(|o| workload.ops.get(o.index()));
+            let ok = op.is_some_and(|op| op.outputs == [entry.tensor])
+                && entry.issue_after_step + 1 == entry.done_before_step as i64
+                && entry.done_before_step < steps
+                && entry.from == Tier::Hbm
+                && entry.to == Tier::Hbm;
+            (ok, Stream::Compute)
+        }
+    };
+    if !expected.0 {
+        return Err(bad(format!(
+            "{:?} of {:?} (fate {fate}) from {} to {} is not consistent with its fate or operator",
+            entry.action, tensor.name, entry.from, entry.to
+        )));
+    }
+    if entry.stream != expected.1 {
+        return Err(bad(format!(
+            "{:?} runs on {:?}, expected {:?}",
+            entry.action, entry.stream, expected.1
+        )));
+    }
+    Ok(())
+}
+
+/// Everything that happens, in order: at each step's boundary, issues then
+/// completions (a transfer may be issued and due at the same boundary); then
+/// the step's recomputations and its operator.
+fn script(steps: usize, schedule: &[ScheduleEntry]) -> Vec<(u32, Event)> {
+    let mut completes: Vec<Vec<usize>> = vec![Vec::new(); steps + 1];
+    let mut issues: Vec<Vec<usize>> = vec![Vec::new(); steps + 1];
+    let mut recomputes: Vec<Vec<usize>> = vec![Vec::new(); steps + 1];
+    for (index, entry) in schedule.iter().enumerate() {
+        if entry.action == Action::Recompute {
+            recomputes[entry.done_before_step as usize].push(index);
+        } else {
+            completes[entry.done_before_step as usize].push(index);
+            issues[(entry.issue_after_step + 1) as usize].push(index);
+        }
+    }
+    let mut events = Vec::new();
+    for step in 0..=steps {
+        let s = step as u32;
+        events.extend(issues[step].iter().map(|&i| (s, Event::Issue(i))));
+        events.extend(completes[step].iter().map(|&i| (s, Event::Complete(i))));
+        if step < steps {
+            events.extend(recomputes[step].iter().map(|&i| (s, Event::Recompute(i))));
+            events.push((s, Event::Op(s)));
+        }
+    }
+    events
+}
+
+struct Replay<'a> {
+    plan: &'a Plan,
+    workload: &'a Workload,
+    persistent: Vec<bool>,
+    device: Vec<Option<DeviceCopy>>,
+    away: Vec<Option<AwayCopy>>,
+    /// Per tensor: its touches in order, and how many have happened.
+    touches: Vec<Vec<Touch>>,
+    cursor: Vec<usize>,
+    used: PerTier<u64>,
+    peak: PerTier<u64>,
+    peak_step: PerTier<u32>,
+}
+
+impl<'a> Replay<'a> {
+    fn new(plan: &'a Plan, fates: &[Fate], script: &[(u32, Event)]) -> Self {
+        let workload = &plan.workload.definition;
+        let n = workload.tensors.len();
+        let mut used = PerTier::<u64>::default();
+        let mut persistent = vec![false; n];
+        for (tensor, &fate) in workload.tensors.iter().zip(fates) {
+            if fate == Fate::Resident {
+                persistent[tensor.id.index()] = true;
+                used.hbm += tensor.bytes;
+            } else if tensor.kind == TensorKind::Input {
+                *used.get_mut(fate.away_tier().expect("inputs are resident or streamed")) +=
+                    tensor.bytes;
+            }
+        }
+        let uses_ssd = plan
+            .schedule
+            .iter()
+            .any(|e| e.from == Tier::Ssd || e.to == Tier::Ssd);
+        if uses_ssd {
+            used.host += plan.ssd_staging_bytes;
+        }
+        let mut touches: Vec<Vec<Touch>> = vec![Vec::new(); n];
+        for &(_, event) in script {
+            match event {
+                Event::Complete(_) => {}
+                Event::Issue(index) => {
+                    let entry = &plan.schedule[index];
+                    let touch = if entry.action == Action::Offload {
+                        Touch::OffloadIssue
+                    } else {
+                        Touch::Create
+                    };
+                    touches[entry.tensor.index()].push(touch);
+                }
+                Event::Recompute(index) => {
+                    let entry = &plan.schedule[index];
+                    let op = workload.op(entry.op.expect("checked"));
+                    for input in distinct(&op.inputs) {
+                        touches[input.index()].push(Touch::Read);
+                    }
+                    touches[entry.tensor.index()].push(Touch::Create);
+                }
+                Event::Op(step) => {
+                    let op = &workload.ops[step as usize];
+                    for input in distinct(&op.inputs) {
+                        touches[input.index()].push(Touch::Read);
+                    }
+                    for output in &op.outputs {
+                        touches[output.index()].push(Touch::Create);
+                    }
+                }
+            }
+        }
+        Replay {
+            plan,
+            workload,
+            persistent,
+            device: vec![None; n],
+            away: vec![None; n],
+            touches,
+            cursor: vec![0; n],
+            used,
+            peak: PerTier::default(),
+            peak_step: PerTier::default(),
+        }
+    }
+
+    fn name(&self, tensor: usize) -> &str {
+        &self.workload.tensors[tensor].name
+    }
+
+    fn bytes(&self, tensor: usize) -> u64 {
+        self.workload.tensors[tensor].bytes
+    }
+
+    /// Moves past this tensor's next touch; returns the one after it.
+    fn advance(&mut self, tensor: usize) -> Option<Touch> {
+        self.cursor[tensor] += 1;
+        self.touches[tensor].get(self.cursor[tensor]).copied()
+    }
+
+    fn free_device(&mut self, tensor: usize) {
+        self.device[tensor] = None;
+        self.used.hbm -= self.bytes(tensor);
+    }
+
+    fn run(mut self, script: &[(u32, Event)]) -> Result<SanityReport> {
+        for &(step, event) in script {
+            match event {
+                Event::Complete(index) => self.complete(step, index)?,
+                Event::Issue(index) => self.issue(step, index)?,
+                Event::Recompute(index) => {
+                    let entry = &self.plan.schedule[index];
+                    let op = self.workload.op(entry.op.expect("checked"));
+                    self.execute(
+                        step,
+                        &op.inputs,
+                        &op.outputs,
+                        &format!("recomputation of {:?}", self.name(entry.tensor.index())),
+                    )?;
+                }
+                Event::Op(s) => {
+                    let op = &self.workload.ops[s as usize];
+                    self.execute(
+                        step,
+                        &op.inputs,
+                        &op.outputs,
+                        &format!("operator {:?}", op.name),
+                    )?;
+                }
+            }
+        }
+        Ok(SanityReport {
+            peak_bytes: self.peak,
+            peak_step: self.peak_step,
+        })
+    }
+
+    fn complete(&mut self, step: u32, index: usize) -> Result<()> {
+        let entry = &self.plan.schedule[index];
+        let t = entry.tensor.index();
+        match entry.action {
+            Action::Offload => match self.device[t] {
+                Some(copy) if copy.offloading => self.free_device(t),
+                _ => {
+                    return Err(reject(
+                        self.workload,
+                        step,
+                        format!(
+                            "offload of {:?} finishes but no device copy is leaving",
+                            self.name(t)
+                        ),
+                    ))
+                }
+            },
+            Action::Reload => match self.away[t] {
+                Some(away) if away.tier == entry.from => {
+                    self.away[t] = None;
+                    *self.used.get_mut(away.tier) -= entry.bytes;
+                }
+                _ => {
+                    return Err(reject(
+                        self.workload,
+                        step,
+                        format!(
+                            "reload of {:?} finishes but {} holds no copy",
+                            self.name(t),
+                            entry.from
+                        ),
+                    ))
+                }
+            },
+            Action::Load | Action::Recompute => {}
+        }
+        Ok(())
+    }
+
+    fn issue(&mut self, step: u32, index: usize) -> Result<()> {
+        let entry = &self.plan.schedule[index];
+        let t = entry.tensor.index();
+        let name = self.name(t).to_string();
+        match entry.action {
+            Action::Offload => {
+                match self.device[t] {
+                    Some(copy) if !copy.offloading && copy.ready_step <= step => {}
+                    _ => {
+                        return Err(reject(
+                            self.workload,
+                            step,
+                            format!(
+                                "offload of {name:?} issued but the device holds no finished copy"
+                            ),
+                        ))
+                    }
+                }
+                if self.away[t].is_some() {
+                    return Err(reject(
+                        self.workload,
+                        step,
+                        format!("offload of {name:?} issued while a copy is already away"),
+                    ));
+                }
+                self.device[t] = self.device[t].map(|c| DeviceCopy {
+                    offloading: true,
+                    ..c
+                });
+                self.away[t] = Some(AwayCopy {
+                    tier: entry.to,
+                    ready_step: entry.done_before_step,
+                });
+                *self.used.get_mut(entry.to) += entry.bytes;
+                self.advance(t);
+            }
+            Action::Reload | Action::Load => {
+                if self.device[t].is_some() || self.persistent[t] {
+                    return Err(reject(
+                        self.workload,
+                        step,
+                        format!(
+                            "{:?} of {name:?} issued while the device already holds it",
+                            entry.action
+                        ),
+                    ));
+                }
+                if entry.action == Action::Reload {
+                    match self.away[t] {
+                        Some(away) if away.tier == entry.from && away.ready_step <= step => {}
+                        _ => {
+                            return Err(reject(
+                                self.workload,
+                                step,
+                                format!(
+                                    "reload of {name:?} issued but {} holds no finished copy",
+                                    entry.from
+                                ),
+                            ))
+                        }
+                    }
+                }
+                self.device[t] = Some(DeviceCopy {
+                    ready_step: entry.done_before_step,
+                    offloading: false,
+                });
+                self.used.hbm += entry.bytes;
+                if self.advance(t) != Some(Touch::Read) {
+                    return Err(reject(
+                        self.workload,
+                        step,
+                        format!("{:?} of {name:?} is never read", entry.action),
+                    ));
+                }
+            }
+            Action::Recompute => {}
+        }
+        Ok(())
+    }
+
+    fn execute(
+        &mut self,
+        step: u32,
+        inputs: &[crate::TensorId],
+        outputs: &[crate::TensorId],
+        what: &str,
+    ) -> Result<()> {
+        let inputs = distinct(inputs);
+        for &input in &inputs {
+            let t = input.index();
+            if self.persistent[t] {
+                continue;
+            }
+            match self.device[t] {
+                Some(copy) if copy.ready_step <= step => {}
+                Some(copy) => {
+                    return Err(reject(
+                        self.workload,
+                        step,
+                        format!(
+                            "{what} reads {:?}, whose transfer is only done before step {}",
+                            self.name(t),
+                            copy.ready_step
+                        ),
+                    ))
+                }
+                None => {
+                    return Err(reject(
+                        self.workload,
+                        step,
+                        format!(
+                            "{what} reads {:?}, which is not on the device",
+                            self.name(t)
+                        ),
+                    ))
+                }
+            }
+        }
+        for &output in outputs {
+            let t = output.index();
+            if self.device[t].is_some() {
+                return Err(reject(
+                    self.workload,
+                    step,
+                    format!(
+                        "{what} produces {:?} while a copy is on the device",
+                        self.name(t)
+                    ),
+                ));
+            }
+            self.device[t] = Some(DeviceCopy {
+                ready_step: step,
+                offloading: false,
+            });
+            self.used.hbm += self.bytes(t);
+        }
+        for tier in [Tier::Hbm, Tier::Host, Tier::Ssd] {
+            let used = self.used.get(tier);
+            let budget = self.plan.budgets.of(tier);
+            if used > budget {
+                return Err(reject(self.workload, step, format!(
+                    "{tier} holds {used} bytes during {what}, over its budget of {budget} by {} bytes",
+                    used - budget
+                )));
+            }
+            if used > self.peak.get(tier) {
+                *self.peak.get_mut(tier) = used;
+                *self.peak_step.get_mut(tier) = step;
+            }
+        }
+        for &input in &inputs {
+            let t = input.index();
+            if self.persistent[t] {
+                continue;
+            }
+            let next = self.advance(t);
+            let leaving = self.device[t].is_some_and(|c| c.offloading);
+            if !leaving && !matches!(next, Some(Touch::Read) | Some(Touch::OffloadIssue)) {
+                self.free_device(t);
+            }
+        }
+        for &output in outputs {
+            let t = output.index();
+            if !matches!(
+                self.advance(t),
+                Some(Touch::Read) | Some(Touch::OffloadIssue)
+            ) {
+                self.free_device(t);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn distinct(ids: &[crate::TensorId]) -> Vec<crate::TensorId> {
+    let mut seen = Vec::with_capacity(ids.len());
+    for &id in ids {
+        if !seen.contains(&id) {
+            seen.push(id);
+        }
+    }
+    seen
+}

@@ -1,0 +1,258 @@
+//! Pass 3, schedule: turns fates into transfers and recomputations.
+//!
+//! It runs after the fates are chosen and before memory and time are
+//! counted, because both depend on when each copy appears and disappears.
+//! Offloads leave right after the last use before the gap and must be done
+//! before the next step; reloads and loads are issued one step before the
+//! use that needs them. Recomputation re-runs the producer just before the
+//! use, first recomputing (or loading) whatever of its inputs is no longer
+//! on the device, so a chain of partial sums is rebuilt in order. A tensor
+//! whose recomputation is impossible (an input that cannot be brought back)
+//! or too long (over [`MAX_CASCADE_OPS`]) is retained instead.
+
+use std::collections::BTreeSet;
+
+use super::lifetimes::{use_runs, Lifetimes};
+use crate::plan::{Action, Fate, ScheduleEntry, Stream};
+use crate::workload::{OpId, TensorId, TensorKind, Workload};
+use crate::{Error, Result, Tier};
+
+/// Most operators one recomputation may re-run, its inputs' included.
+pub const MAX_CASCADE_OPS: usize = 512;
+
+/// The schedule, and the fates it could honour (recompute may fall back to retain).
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    pub entries: Vec<ScheduleEntry>,
+    pub fates: Vec<Fate>,
+}
+
+pub fn build(workload: &Workload, lives: &Lifetimes, fates: Vec<Fate>) -> Result<Schedule> {
+    let mut fates = fates;
+    // Each round honours every recomputation it can and retains the rest;
+    // retaining a tensor only makes others easier to recompute, so this
+    // settles within as many rounds as there are tensors.
+    for _round in 0..=workload.tensors.len() {
+        let (recomputes, failed) = recomputations(workload, lives, &fates);
+        if failed.is_empty() {
+            let mut entries = transfers(workload, lives, &fates);
+            entries.extend(recomputes);
+            // Stable: recomputations of one slot keep their dependency order.
+            entries.sort_by_key(|e| e.issue_after_step);
+            return Ok(Schedule { entries, fates });
+        }
+        for tensor in failed {
+            fates[tensor.index()] = Fate::Retain;
+        }
+    }
+    Err(Error::Internal("recompute fallback did not settle".into()))
+}
+
+fn stream_for(action: Action, tier: Tier) -> Stream {
+    match (action, tier) {
+        (Action::Offload, Tier::Ssd) => Stream::SsdWrite,
+        (Action::Offload, _) => Stream::D2h,
+        (_, Tier::Ssd) => Stream::SsdRead,
+        _ => Stream::H2d,
+    }
+}
+
+fn transfers(workload: &Workload, lives: &Lifetimes, fates: &[Fate]) -> Vec<ScheduleEntry> {
+    let mut entries = Vec::new();
+    for (tensor, &fate) in workload.tensors.iter().zip(fates) {
+        let life = &lives.tensors[tensor.id.index()];
+        match fate {
+            Fate::OffloadHost | Fate::OffloadSsd => {
+                let tier = fate.away_tier().expect("offload fates have a tier");
+                let gap = life.gap.expect("offloaded tensors have a gap");
+                entries.push(ScheduleEntry {
+                    action: Action::Offload,
+                    tensor: tensor.id,
+                    bytes: tensor.bytes,
+                    from: Tier::Hbm,
+                    to: tier,
+                    stream: stream_for(Action::Offload, tier),
+                    issue_after_step: gap.after as i64,
+                    done_before_step: gap.after + 1,
+                    op: None,
+                });
+                entries.push(ScheduleEntry {
+                    action: Action::Reload,
+                    tensor: tensor.id,
+                    bytes: tensor.bytes,
+                    from: tier,
+                    to: Tier::Hbm,
+                    stream: stream_for(Action::Reload, tier),
+                    issue_after_step: gap.before as i64 - 1,
+                    done_before_step: gap.before,
+                    op: None,
+                });
+            }
+            Fate::StreamHost | Fate::StreamSsd => {
+                let tier = fate.away_tier().expect("stream fates have a tier");
+                for (first, _) in use_runs(&life.uses) {
+                    entries.push(load(tensor.id, tensor.bytes, tier, first));
+                }
+            }
+            _ => {}
+        }
+    }
+    entries
+}
+
+fn load(tensor: TensorId, bytes: u64, tier: Tier, step: u32) -> ScheduleEntry {
+    ScheduleEntry {
+        action: Action::Load,
+        tensor,
+        bytes,
+        from: tier,
+        to: Tier::Hbm,
+        stream: stream_for(Action::Load, tier),
+        issue_after_step: step as i64 - 1,
+        done_before_step: step,
+        op: None,
+    }
+}
+
+/// Whether a tensor's device copy is there just before step `step` runs.
+enum Status {
+    Present,
+    NeedLoad(Tier),
+    NeedRecompute,
+}
+
+fn status(
+    workload: &Workload,
+    lives: &Lifetimes,
+    fates: &[Fate],
+    tensor: TensorId,
+    step: u32,
+) -> Status {
+    let life = &lives.tensors[tensor.index()];
+    match fates[tensor.index()] {
+        Fate::Resident => Status::Present,
+        Fate::StreamHost | Fate::StreamSsd => {
+            let in_run = use_runs(&life.uses)
+                .iter()
+                .any(|&(first, last)| first <= step && step <= last);
+            if in_run {
+                Status::Present
+            } else {
+                Status::NeedLoad(
+                    fates[tensor.index()]
+                        .away_tier()
+                        .expect("stream fates have a tier"),
+                )
+            }
+        }
+        Fate::Retain => {
+            if workload.tensor(tensor).kind == TensorKind::Parameter {
+                Status::Present
+            } else if life.producer.is_some_and(|p| p < step) {
+                Status::Present
+            } else {
+                Status::NeedRecompute
+            }
+        }
+        Fate::OffloadHost | Fate::OffloadSsd => match life.gap {
+            Some(gap) if gap.contains(step) => Status::NeedRecompute,
+            _ => Status::Present,
+        },
+        Fate::Recompute => match life.gap {
+            Some(gap) if gap.after < step && step <= gap.before => Status::NeedRecompute,
+            _ => Status::Present,
+        },
+    }
+}
+
+/// All recomputation entries, slot by slot, and the recompute-fated tensors
+/// whose recomputation could not be built.
+fn recomputations(
+    workload: &Workload,
+    lives: &Lifetimes,
+    fates: &[Fate],
+) -> (Vec<ScheduleEntry>, Vec<TensorId>) {
+    let mut entries = Vec::new();
+    let mut failed = Vec::new();
+    for (step, op) in workload.ops.iter().enumerate() {
+        let step = step as u32;
+        let mut slot = Slot {
+            step,
+            done: BTreeSet::new(),
+            entries: Vec::new(),
+        };
+        for &input in &op.inputs {
+            let wanted = fates[input.index()] == Fate::Recompute
+                && lives.tensors[input.index()]
+                    .gap
+                    .is_some_and(|g| g.before == step);
+            if !wanted {
+                continue;
+            }
+            let mark = slot.entries.len();
+            let done_before = slot.done.clone();
+            let mut ops_left = MAX_CASCADE_OPS;
+            if !slot.materialize(workload, lives, fates, input, &mut ops_left) {
+                slot.entries.truncate(mark);
+                slot.done = done_before;
+                failed.push(input);
+            }
+        }
+        entries.extend(slot.entries);
+    }
+    (entries, failed)
+}
+
+struct Slot {
+    step: u32,
+    done: BTreeSet<TensorId>,
+    entries: Vec<ScheduleEntry>,
+}
+
+impl Slot {
+    fn materialize(
+        &mut self,
+        workload: &Workload,
+        lives: &Lifetimes,
+        fates: &[Fate],
+        tensor: TensorId,
+        ops_left: &mut usize,
+    ) -> bool {
+        if self.done.contains(&tensor) {
+            return true;
+        }
+        let bytes = workload.tensor(tensor).bytes;
+        match status(workload, lives, fates, tensor, self.step) {
+            Status::Present => return true,
+            Status::NeedLoad(tier) => self.entries.push(load(tensor, bytes, tier, self.step)),
+            Status::NeedRecompute => {
+                let life = &lives.tensors[tensor.index()];
+                let Some(producer) = life.producer.filter(|_| life.recomputable) else {
+                    return false;
+                };
+                if *ops_left == 0 {
+                    return false;
+                }
+                *ops_left -= 1;
+                for &input in &workload.ops[producer as usize].inputs {
+                    if !self.materialize(workload, lives, fates, input, ops_left) {
+                        return false;
+                    }
+                }
+                self.entries.push(ScheduleEntry {
+                    action: Action::Recompute,
+                    tensor,
+                    bytes,
+                    from: Tier::Hbm,
+                    to: Tier::Hbm,
+                    stream: Stream::Compute,
+                    issue_after_step: self.step as i64 - 1,
+                    done_before_step: self.step,
+                    op: Some(OpId(producer)),
+                });
+            }
+        }
+        self.done.insert(tensor);
+        true
+    }
+}

@@ -1,0 +1,334 @@
+//! The plan: a fate for every tensor, a schedule of transfers and
+//! recomputations, and the predicted time and memory. Versioned JSON,
+//! byte-for-byte deterministic; loading validates it again.
+
+use serde::{Deserialize, Serialize};
+
+use crate::passes::sanity;
+use crate::profile::Profile;
+use crate::workload::{OpId, TensorId, TensorKind, Workload};
+use crate::{Error, Result, Tier};
+
+/// Version of the plan JSON format.
+pub const PLAN_FORMAT_VERSION: u32 = 1;
+
+/// What happens to a tensor between its uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fate {
+    /// Stays on the device from production to last use.
+    Retain,
+    /// Copied to host memory after its last forward use, back before its next use.
+    OffloadHost,
+    /// Written to the SSD (through a host staging buffer), read back before its next use.
+    OffloadSsd,
+    /// Dropped after its last forward use and recomputed before its next use.
+    Recompute,
+    /// An input or parameter kept on the device for the whole iteration.
+    Resident,
+    /// An input kept in host memory and copied to the device for each use.
+    StreamHost,
+    /// An input kept on the SSD and read to the device for each use.
+    StreamSsd,
+}
+
+impl Fate {
+    pub const ALL: [Fate; 7] = [
+        Fate::Retain,
+        Fate::OffloadHost,
+        Fate::OffloadSsd,
+        Fate::Recompute,
+        Fate::Resident,
+        Fate::StreamHost,
+        Fate::StreamSsd,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fate::Retain => "retain",
+            Fate::OffloadHost => "offload_host",
+            Fate::OffloadSsd => "offload_ssd",
+            Fate::Recompute => "recompute",
+            Fate::Resident => "resident",
+            Fate::StreamHost => "stream_host",
+            Fate::StreamSsd => "stream_ssd",
+        }
+    }
+
+    /// The tier holding the tensor while it is off the device, if any.
+    pub fn away_tier(self) -> Option<Tier> {
+        match self {
+            Fate::OffloadHost | Fate::StreamHost => Some(Tier::Host),
+            Fate::OffloadSsd | Fate::StreamSsd => Some(Tier::Ssd),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Fate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Per-tier byte limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budgets {
+    pub hbm_bytes: u64,
+    pub host_bytes: u64,
+    pub ssd_bytes: u64,
+}
+
+impl Budgets {
+    pub fn of(&self, tier: Tier) -> u64 {
+        match tier {
+            Tier::Hbm => self.hbm_bytes,
+            Tier::Host => self.host_bytes,
+            Tier::Ssd => self.ssd_bytes,
+        }
+    }
+
+    /// The whole capacity of every tier of `profile`.
+    pub fn from_profile(profile: &Profile) -> Budgets {
+        Budgets {
+            hbm_bytes: profile.device.hbm_bytes,
+            host_bytes: profile.host.memory_bytes,
+            ssd_bytes: profile.ssd.capacity_bytes,
+        }
+    }
+}
+
+/// A value per tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PerTier<T> {
+    pub hbm: T,
+    pub host: T,
+    pub ssd: T,
+}
+
+impl<T: Copy> PerTier<T> {
+    pub fn get(&self, tier: Tier) -> T {
+        *self.get_ref(tier)
+    }
+}
+
+impl<T> PerTier<T> {
+    pub fn get_ref(&self, tier: Tier) -> &T {
+        match tier {
+            Tier::Hbm => &self.hbm,
+            Tier::Host => &self.host,
+            Tier::Ssd => &self.ssd,
+        }
+    }
+
+    pub fn get_mut(&mut self, tier: Tier) -> &mut T {
+        match tier {
+            Tier::Hbm => &mut self.hbm,
+            Tier::Host => &mut self.host,
+            Tier::Ssd => &mut self.ssd,
+        }
+    }
+}
+
+/// What a schedule entry does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Move the device copy to `to` (host or SSD); the device copy is freed when done.
+    Offload,
+    /// Move the copy on `from` back to the device; the copy on `from` is freed when done.
+    Reload,
+    /// Copy a streamed input from its tier to the device; the source copy stays.
+    Load,
+    /// Re-run `op` on the compute stream to produce the tensor again.
+    Recompute,
+}
+
+/// Where a schedule entry runs. SSD transfers pass through a host staging
+/// buffer and the PCIe link as well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stream {
+    Compute,
+    H2d,
+    D2h,
+    SsdRead,
+    SsdWrite,
+}
+
+/// One transfer or recomputation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleEntry {
+    pub action: Action,
+    pub tensor: TensorId,
+    pub bytes: u64,
+    pub from: Tier,
+    pub to: Tier,
+    pub stream: Stream,
+    /// Issued once this step has finished; -1 means at the start of the iteration.
+    pub issue_after_step: i64,
+    /// Finished before this step (and any recomputation placed before it)
+    /// starts; the operator count means by the end of the iteration.
+    pub done_before_step: u32,
+    /// The operator re-run by a recomputation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<OpId>,
+}
+
+/// A planned tensor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlannedTensor {
+    pub id: TensorId,
+    pub name: String,
+    pub bytes: u64,
+    pub kind: TensorKind,
+    pub fate: Fate,
+}
+
+/// Bytes over each link in one iteration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkBytes {
+    pub h2d: u64,
+    pub d2h: u64,
+    pub ssd_read: u64,
+    pub ssd_write: u64,
+}
+
+/// The planner's prediction for one iteration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Predicted {
+    pub iteration_s: f64,
+    pub compute_s: f64,
+    pub recompute_s: f64,
+    /// Time the compute stream waits for transfers.
+    pub exposed_transfer_s: f64,
+    pub peak_bytes: PerTier<u64>,
+    /// The step at which each tier peaks.
+    pub peak_step: PerTier<u32>,
+    pub bytes_moved: LinkBytes,
+}
+
+/// The workload a plan is for: name and digest, and the definition itself so
+/// that a plan can be simulated or executed on its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanWorkload {
+    pub name: String,
+    pub digest: String,
+    pub definition: Workload,
+}
+
+/// A complete plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    pub format_version: u32,
+    pub policy: String,
+    pub workload: PlanWorkload,
+    pub profile: Profile,
+    pub gpus: u32,
+    pub budgets: Budgets,
+    /// Host memory held for SSD staging buffers while the plan uses the SSD.
+    pub ssd_staging_bytes: u64,
+    pub tensors: Vec<PlannedTensor>,
+    pub schedule: Vec<ScheduleEntry>,
+    pub predicted: Predicted,
+}
+
+impl Plan {
+    /// Pretty JSON with a trailing newline; byte-for-byte deterministic.
+    pub fn to_json(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).expect("a plan always serializes");
+        text.push('\n');
+        text
+    }
+
+    pub fn fate(&self, tensor: TensorId) -> Fate {
+        self.tensors[tensor.index()].fate
+    }
+
+    /// Reads a plan and validates it again: format, workload digest, that
+    /// its tensors match the workload, the sanity pass, and that the
+    /// recorded peaks are the ones the sanity pass finds.
+    pub fn from_json(text: &str, source: &str) -> Result<Plan> {
+        let plan: Plan = crate::json::parse(text, source)?;
+        plan.validate()
+            .map_err(|error| crate::json::within(source, error))?;
+        Ok(plan)
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if self.format_version != PLAN_FORMAT_VERSION {
+            return Err(Error::invalid(
+                "plan field format_version",
+                format!(
+                    "{} is not supported; this build reads version {PLAN_FORMAT_VERSION}",
+                    self.format_version
+                ),
+            ));
+        }
+        let definition = &self.workload.definition;
+        definition.validate()?;
+        self.profile.validate()?;
+        let digest = definition.digest();
+        if digest != self.workload.digest {
+            return Err(Error::invalid(
+                "plan field workload.digest",
+                format!(
+                    "{} does not match the workload definition ({digest})",
+                    self.workload.digest
+                ),
+            ));
+        }
+        if self.tensors.len() != definition.tensors.len() {
+            return Err(Error::invalid(
+                "plan field tensors",
+                format!(
+                    "{} entries for a workload of {} tensors",
+                    self.tensors.len(),
+                    definition.tensors.len()
+                ),
+            ));
+        }
+        for (index, (planned, tensor)) in self.tensors.iter().zip(&definition.tensors).enumerate() {
+            if planned.id.index() != index
+                || planned.name != tensor.name
+                || planned.bytes != tensor.bytes
+                || planned.kind != tensor.kind
+            {
+                return Err(Error::invalid(
+                    format!("plan field tensors[{index}]"),
+                    format!(
+                        "{:?} does not match workload tensor {:?}",
+                        planned.name, tensor.name
+                    ),
+                ));
+            }
+        }
+        let checked = sanity::check(self)?;
+        if checked.peak_bytes != self.predicted.peak_bytes {
+            return Err(Error::invalid(
+                "plan field predicted.peak_bytes",
+                format!(
+                    "{:?} differs from the peaks the sanity pass finds ({:?})",
+                    self.predicted.peak_bytes, checked.peak_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// How many tensors have each fate, in [`Fate::ALL`] order.
+    pub fn fate_counts(&self) -> Vec<(Fate, usize)> {
+        Fate::ALL
+            .iter()
+            .map(|&fate| (fate, self.tensors.iter().filter(|t| t.fate == fate).count()))
+            .collect()
+    }
+}

@@ -1,0 +1,108 @@
+//! Byte sizes as people write them: `80GiB`, `512GB`, `1.5TiB`, `4096`.
+
+use crate::{Error, Result};
+
+/// Parses a byte count: a plain integer, or a number followed by a unit
+/// (`B`, `KB`, `MB`, `GB`, `TB` in powers of 1000; `KiB`, `MiB`, `GiB`,
+/// `TiB` in powers of 1024; case-insensitive, optional space).
+pub fn parse_bytes(text: &str) -> Result<u64> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let number = number.replace('_', "");
+    let unit = unit.trim().to_ascii_lowercase();
+    let scale: u64 = match unit.as_str() {
+        "" | "b" => 1,
+        "kb" | "k" => 1_000,
+        "mb" | "m" => 1_000_000,
+        "gb" | "g" => 1_000_000_000,
+        "tb" | "t" => 1_000_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        _ => {
+            return Err(Error::invalid(
+                format!("byte size {text:?}"),
+                format!("unknown unit {unit:?}; use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB"),
+            ))
+        }
+    };
+    if number.is_empty() {
+        return Err(Error::invalid(format!("byte size {text:?}"), "no number"));
+    }
+    if let Ok(whole) = number.parse::<u64>() {
+        return whole.checked_mul(scale).ok_or_else(|| {
+            Error::invalid(format!("byte size {text:?}"), "larger than 2^64 bytes")
+        });
+    }
+    let value: f64 = number
+        .parse()
+        .map_err(|_| Error::invalid(format!("byte size {text:?}"), "not a number"))?;
+    let bytes = value * scale as f64;
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(Error::invalid(
+            format!("byte size {text:?}"),
+            "larger than 2^64 bytes",
+        ));
+    }
+    Ok(bytes.round() as u64)
+}
+
+/// Formats a byte count with a binary unit, three significant digits.
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else if value >= 100.0 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else if value >= 10.0 {
+        format!("{value:.1} {}", UNITS[unit])
+    } else {
+        format!("{value:.2} {}", UNITS[unit])
+    }
+}
+
+/// Formats seconds with a unit that keeps three significant digits.
+pub fn format_seconds(seconds: f64) -> String {
+    if seconds >= 1.0 {
+        format!("{seconds:.3} s")
+    } else if seconds >= 1e-3 {
+        format!("{:.3} ms", seconds * 1e3)
+    } else {
+        format!("{:.3} us", seconds * 1e6)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_units() {
+        assert_eq!(parse_bytes("80GiB").unwrap(), 80 << 30);
+        assert_eq!(parse_bytes("512GB").unwrap(), 512_000_000_000);
+        assert_eq!(parse_bytes("4096").unwrap(), 4096);
+        assert_eq!(parse_bytes("1.5 KiB").unwrap(), 1536);
+        assert_eq!(parse_bytes("2tib").unwrap(), 2 << 40);
+        assert!(parse_bytes("12 parsecs").is_err());
+        assert!(parse_bytes("").is_err());
+        assert!(parse_bytes("GiB").is_err());
+        assert!(parse_bytes("99999999999999TiB").is_err());
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(format_bytes(512), "512 B");
+        assert_eq!(format_bytes(80 << 30), "80.0 GiB");
+        assert_eq!(format_seconds(0.0125), "12.500 ms");
+    }
+}

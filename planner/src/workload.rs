@@ -1,0 +1,469 @@
+//! One training iteration as operators over tensors, in a fixed execution order.
+//!
+//! A [`Workload`] is the planner's whole view of the model: which tensors exist,
+//! how big they are, which operator produces and which operators read each one,
+//! and what each operator costs. The position of an operator in
+//! [`Workload::ops`] is its *step*; ids equal positions.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::{Error, Result, Tier};
+
+/// Version of the workload JSON format written by [`Workload::to_json`].
+pub const WORKLOAD_FORMAT_VERSION: u32 = 1;
+/// Largest number of tensors or operators a workload may have.
+pub const MAX_ITEMS: usize = 10_000_000;
+
+/// Index of a tensor in [`Workload::tensors`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TensorId(pub u32);
+
+/// Index of an operator in [`Workload::ops`]; also its step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct OpId(pub u32);
+
+impl TensorId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl OpId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// What a tensor is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TensorKind {
+    /// Data the iteration reads but does not produce: features, labels, graph blocks.
+    Input,
+    /// Trainable weights and optimizer state; updated in place, resident on the device.
+    Parameter,
+    /// Produced in the forward pass.
+    Activation,
+    /// Produced in the backward pass.
+    Gradient,
+    /// Scratch space of an operator.
+    Workspace,
+}
+
+impl TensorKind {
+    /// Inputs and parameters exist before the iteration starts.
+    pub fn is_external(self) -> bool {
+        matches!(self, TensorKind::Input | TensorKind::Parameter)
+    }
+}
+
+/// Which part of the iteration an operator belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Forward,
+    Backward,
+    Update,
+}
+
+/// What an operator computes. Generic DAGs use [`OpKind::Generic`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    Aggregate,
+    Linear,
+    Activation,
+    AttentionScore,
+    EdgeSoftmax,
+    Loss,
+    LinearBackward,
+    AggregateBackward,
+    ActivationBackward,
+    AttentionBackward,
+    LossBackward,
+    GradAccumulate,
+    Update,
+    Generic,
+}
+
+/// Which device rate bounds an operator's work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ComputeClass {
+    /// Dense math (GEMM): bounded by `dense_flops_per_s` and memory bandwidth.
+    Dense,
+    /// Irregular gathers (SpMM, SDDMM): bounded by `sparse_bytes_per_s`.
+    Sparse,
+    /// Streaming element-wise work: bounded by memory bandwidth.
+    #[default]
+    Elementwise,
+}
+
+/// What an operator costs: either work (`flops`, `bytes` touched, `class`) or
+/// explicit `seconds`, which take precedence when given.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cost {
+    #[serde(default)]
+    pub flops: f64,
+    #[serde(default)]
+    pub bytes: u64,
+    #[serde(default)]
+    pub class: ComputeClass,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
+}
+
+impl Cost {
+    pub fn work(flops: f64, bytes: u64, class: ComputeClass) -> Cost {
+        Cost {
+            flops,
+            bytes,
+            class,
+            seconds: None,
+        }
+    }
+
+    pub fn seconds(seconds: f64) -> Cost {
+        Cost {
+            seconds: Some(seconds),
+            ..Cost::default()
+        }
+    }
+}
+
+/// A datum of the iteration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tensor {
+    pub id: TensorId,
+    pub name: String,
+    pub bytes: u64,
+    pub kind: TensorKind,
+    /// Where an input is when the iteration starts. Required for inputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<Tier>,
+    /// A hint that this tensor is a layer boundary: the `recompute-all`
+    /// policy keeps checkpoints and recomputes what lies between them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub checkpoint: bool,
+}
+
+/// A step of the iteration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Op {
+    pub id: OpId,
+    pub name: String,
+    pub kind: OpKind,
+    pub phase: Phase,
+    pub inputs: Vec<TensorId>,
+    pub outputs: Vec<TensorId>,
+    pub cost: Cost,
+}
+
+/// One training iteration: tensors and operators in execution order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    pub format_version: u32,
+    pub name: String,
+    pub tensors: Vec<Tensor>,
+    pub ops: Vec<Op>,
+}
+
+impl Workload {
+    /// An empty workload to add tensors and operators to.
+    pub fn new(name: impl Into<String>) -> Workload {
+        Workload {
+            format_version: WORKLOAD_FORMAT_VERSION,
+            name: name.into(),
+            tensors: Vec::new(),
+            ops: Vec::new(),
+        }
+    }
+
+    /// Adds a tensor and returns its id.
+    pub fn add_tensor(
+        &mut self,
+        name: impl Into<String>,
+        bytes: u64,
+        kind: TensorKind,
+        home: Option<Tier>,
+    ) -> TensorId {
+        let id = TensorId(self.tensors.len() as u32);
+        self.tensors.push(Tensor {
+            id,
+            name: name.into(),
+            bytes,
+            kind,
+            home,
+            checkpoint: false,
+        });
+        id
+    }
+
+    /// Appends an operator (the next step) and returns its id.
+    pub fn add_op(
+        &mut self,
+        name: impl Into<String>,
+        kind: OpKind,
+        phase: Phase,
+        inputs: Vec<TensorId>,
+        outputs: Vec<TensorId>,
+        cost: Cost,
+    ) -> OpId {
+        let id = OpId(self.ops.len() as u32);
+        self.ops.push(Op {
+            id,
+            name: name.into(),
+            kind,
+            phase,
+            inputs,
+            outputs,
+            cost,
+        });
+        id
+    }
+
+    pub fn tensor(&self, id: TensorId) -> &Tensor {
+        &self.tensors[id.index()]
+    }
+
+    pub fn op(&self, id: OpId) -> &Op {
+        &self.ops[id.index()]
+    }
+
+    /// Checks everything the planner relies on. Errors name the operator or tensor.
+    pub fn validate(&self) -> Result<()> {
+        if self.format_version != WORKLOAD_FORMAT_VERSION {
+            return Err(Error::invalid(
+                "workload field format_version",
+                format!(
+                    "{} is not supported; this build reads version {WORKLOAD_FORMAT_VERSION}",
+                    self.format_version
+                ),
+            ));
+        }
+        if self.tensors.len() > MAX_ITEMS || self.ops.len() > MAX_ITEMS {
+            return Err(Error::invalid(
+                format!("workload {:?}", self.name),
+                format!(
+                    "{} tensors and {} operators: at most {MAX_ITEMS} of each",
+                    self.tensors.len(),
+                    self.ops.len()
+                ),
+            ));
+        }
+        if self.ops.is_empty() {
+            return Err(Error::invalid(
+                format!("workload {:?}", self.name),
+                "has no operators",
+            ));
+        }
+        for (index, tensor) in self.tensors.iter().enumerate() {
+            let context = || format!("tensor {index} ({:?})", tensor.name);
+            if tensor.id.index() != index {
+                return Err(Error::invalid(
+                    context(),
+                    format!("id is {} but ids must equal positions", tensor.id.0),
+                ));
+            }
+            if tensor.name.is_empty() {
+                return Err(Error::invalid(context(), "name is empty"));
+            }
+            if tensor.bytes == 0 {
+                return Err(Error::invalid(
+                    context(),
+                    "bytes is 0; every tensor must have a size",
+                ));
+            }
+            match (tensor.kind, tensor.home) {
+                (TensorKind::Input, None) => {
+                    return Err(Error::invalid(context(), "an input needs a home tier"))
+                }
+                (kind, Some(home)) if !kind.is_external() => {
+                    return Err(Error::invalid(
+                        context(),
+                        format!("home {home} given, but only inputs and parameters have a home"),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        let mut producer: Vec<Option<u32>> = vec![None; self.tensors.len()];
+        for (step, op) in self.ops.iter().enumerate() {
+            let context = || format!("operator {step} ({:?})", op.name);
+            if op.id.index() != step {
+                return Err(Error::invalid(
+                    context(),
+                    format!("id is {} but ids must equal positions", op.id.0),
+                ));
+            }
+            if op.name.is_empty() {
+                return Err(Error::invalid(context(), "name is empty"));
+            }
+            let cost_ok = op.cost.flops.is_finite()
+                && op.cost.flops >= 0.0
+                && op.cost.seconds.is_none_or(|s| s.is_finite() && s >= 0.0);
+            if !cost_ok {
+                return Err(Error::invalid(
+                    context(),
+                    format!("cost {:?} must be finite and not negative", op.cost),
+                ));
+            }
+            for &input in &op.inputs {
+                let Some(tensor) = self.tensors.get(input.index()) else {
+                    return Err(Error::invalid(
+                        context(),
+                        format!("input {} is not a tensor id", input.0),
+                    ));
+                };
+                if !tensor.kind.is_external() && producer[input.index()].is_none() {
+                    return Err(Error::invalid(
+                        context(),
+                        format!(
+                            "reads tensor {} ({:?}) before any operator produces it \
+                             (a cycle, or a missing producer)",
+                            input.0, tensor.name
+                        ),
+                    ));
+                }
+            }
+            for &output in &op.outputs {
+                let Some(tensor) = self.tensors.get(output.index()) else {
+                    return Err(Error::invalid(
+                        context(),
+                        format!("output {} is not a tensor id", output.0),
+                    ));
+                };
+                if tensor.kind.is_external() {
+                    return Err(Error::invalid(
+                        context(),
+                        format!(
+                            "writes {:?}, which is an {:?} tensor; inputs and parameters are \
+                             not produced by operators",
+                            tensor.name, tensor.kind
+                        ),
+                    ));
+                }
+                if let Some(previous) = producer[output.index()] {
+                    return Err(Error::invalid(
+                        context(),
+                        format!(
+                            "produces tensor {:?}, already produced by operator {previous}",
+                            tensor.name
+                        ),
+                    ));
+                }
+                producer[output.index()] = Some(step as u32);
+            }
+        }
+        for (index, tensor) in self.tensors.iter().enumerate() {
+            if !tensor.kind.is_external() && producer[index].is_none() {
+                return Err(Error::invalid(
+                    format!("tensor {index} ({:?})", tensor.name),
+                    "no operator produces it",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Compact JSON; byte-for-byte deterministic.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a workload always serializes")
+    }
+
+    /// Reads the workload JSON format and validates it. `source` names the
+    /// file in errors.
+    pub fn from_json(text: &str, source: &str) -> Result<Workload> {
+        let workload: Workload = crate::json::parse(text, source)?;
+        workload
+            .validate()
+            .map_err(|error| crate::json::within(source, error))?;
+        Ok(workload)
+    }
+
+    /// SHA-256 of the compact JSON, in hex.
+    pub fn digest(&self) -> String {
+        hex_digest(self.to_json().as_bytes())
+    }
+
+    /// Total bytes of tensors of one kind.
+    pub fn bytes_of_kind(&self, kind: TensorKind) -> u64 {
+        self.tensors
+            .iter()
+            .filter(|t| t.kind == kind)
+            .map(|t| t.bytes)
+            .sum()
+    }
+}
+
+pub(crate) fn hex_digest(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> Workload {
+        let mut w = Workload::new("tiny");
+        let x = w.add_tensor("x", 64, TensorKind::Input, Some(Tier::Host));
+        let h = w.add_tensor("h", 64, TensorKind::Activation, None);
+        w.add_op(
+            "f",
+            OpKind::Generic,
+            Phase::Forward,
+            vec![x],
+            vec![h],
+            Cost::seconds(1.0),
+        );
+        w
+    }
+
+    #[test]
+    fn valid_workload_round_trips() {
+        let w = tiny();
+        w.validate().unwrap();
+        let back = Workload::from_json(&w.to_json(), "tiny.json").unwrap();
+        assert_eq!(back, w);
+        assert_eq!(back.digest(), w.digest());
+    }
+
+    #[test]
+    fn errors_name_the_culprit() {
+        let mut w = tiny();
+        w.tensors[1].bytes = 0;
+        let message = w.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("\"h\"") && message.contains("bytes is 0"),
+            "{message}"
+        );
+
+        let mut w = tiny();
+        let y = w.add_tensor("y", 8, TensorKind::Activation, None);
+        w.add_op(
+            "g",
+            OpKind::Generic,
+            Phase::Forward,
+            vec![y],
+            vec![],
+            Cost::default(),
+        );
+        let message = w.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("\"g\"") && message.contains("before any operator"),
+            "{message}"
+        );
+
+        let mut w = tiny();
+        w.tensors[0].home = None;
+        assert!(w.validate().unwrap_err().to_string().contains("home tier"));
+    }
+}

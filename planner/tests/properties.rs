@@ -1,0 +1,189 @@
+//! Invariants of planning, over random GNN workloads and budgets.
+
+use fateplan_planner::blocks::BlockCounts;
+use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
+use fateplan_planner::plan::{Budgets, Fate, Plan};
+use fateplan_planner::{plan, Error, PlanOptions, Policy, Profile, Workload};
+use proptest::prelude::*;
+
+fn profile() -> Profile {
+    let text = include_str!("../../profiles/a100-80g.json");
+    Profile::from_json(text, "a100-80g.json").unwrap()
+}
+
+fn workload(model: u8, layers: u32, hidden: u32, parts: u32, nodes: u64, edges: u64) -> Workload {
+    let model = [GnnModel::Gcn, GnnModel::Sage, GnnModel::Gat][model as usize % 3];
+    let spec = GnnSpec {
+        model,
+        layers,
+        hidden: hidden * 2,
+        heads: 2,
+        features: 12,
+        classes: 5,
+        graph_name: "random".into(),
+    };
+    build_gnn(&spec, &BlockCounts::skewed(nodes, edges, parts).unwrap()).unwrap()
+}
+
+fn retain_all_peak(w: &Workload, profile: &Profile) -> u64 {
+    let huge = Budgets {
+        hbm_bytes: u64::MAX / 4,
+        host_bytes: u64::MAX / 4,
+        ssd_bytes: u64::MAX / 4,
+    };
+    let options = PlanOptions {
+        budgets: huge,
+        ..PlanOptions::new(Policy::RetainAll, profile)
+    };
+    plan(w, profile, &options).unwrap().predicted.peak_bytes.hbm
+}
+
+fn workloads() -> impl Strategy<Value = Workload> {
+    (0u8..3, 1u32..4, 2u32..12, 1u32..5, 20u64..200, 0u64..1500)
+        .prop_map(|(m, l, h, p, n, e)| workload(m, l, h, p, n, e))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Every policy either makes a plan that passes the sanity pass and
+    /// round-trips through JSON, or says which tier cannot fit.
+    #[test]
+    fn every_plan_is_sane_or_infeasible(w in workloads(), hbm in 0.05f64..1.3, host in 0.0f64..1.5, ssd in 0.0f64..2.0) {
+        let profile = profile();
+        let peak = retain_all_peak(&w, &profile) as f64;
+        let total: u64 = w.tensors.iter().map(|t| t.bytes).sum();
+        let budgets = Budgets {
+            hbm_bytes: (peak * hbm) as u64,
+            host_bytes: (total as f64 * host) as u64 + (host * 4.0 * (64u64 << 20) as f64) as u64,
+            ssd_bytes: (total as f64 * ssd) as u64,
+        };
+        let mut fitted = Vec::new();
+        for policy in Policy::ALL {
+            let options = PlanOptions { budgets, ..PlanOptions::new(policy, &profile) };
+            match plan(&w, &profile, &options) {
+                Ok(p) => {
+                    prop_assert!(p.predicted.peak_bytes.hbm <= budgets.hbm_bytes);
+                    prop_assert!(p.predicted.peak_bytes.host <= budgets.host_bytes);
+                    prop_assert!(p.predicted.peak_bytes.ssd <= budgets.ssd_bytes);
+                    let back = Plan::from_json(&p.to_json(), "plan.json").unwrap();
+                    prop_assert_eq!(&back, &p);
+                    fitted.push(policy);
+                }
+                Err(Error::Infeasible { bytes_over, needed_bytes, budget_bytes, .. }) => {
+                    prop_assert_eq!(needed_bytes - budget_bytes, bytes_over);
+                    prop_assert!(bytes_over > 0);
+                }
+                Err(other) => prop_assert!(false, "{} failed: {}", policy.name(), other),
+            }
+        }
+        // Greedy fits whenever an offload-everything plan does.
+        let any_offload = fitted.contains(&Policy::OffloadHostAll) || fitted.contains(&Policy::OffloadSsdAll) || fitted.contains(&Policy::RetainAll);
+        if any_offload {
+            prop_assert!(fitted.contains(&Policy::Greedy), "greedy failed where {:?} fit", fitted);
+        }
+    }
+
+    /// The same inputs give byte-identical plans.
+    #[test]
+    fn planning_is_deterministic(w in workloads(), hbm in 0.2f64..1.0) {
+        let profile = profile();
+        let peak = retain_all_peak(&w, &profile) as f64;
+        let mut options = PlanOptions::new(Policy::Greedy, &profile);
+        options.budgets.hbm_bytes = (peak * hbm) as u64;
+        let first = plan(&w, &profile, &options).map(|p| p.to_json());
+        let second = plan(&w.clone(), &profile, &options).map(|p| p.to_json());
+        prop_assert_eq!(first, second);
+    }
+
+    /// Workloads round-trip through their JSON format.
+    #[test]
+    fn workloads_round_trip(w in workloads()) {
+        let back = Workload::from_json(&w.to_json(), "w.json").unwrap();
+        prop_assert_eq!(back, w);
+    }
+
+    /// Random bytes and random JSON never panic a loader.
+    #[test]
+    fn loaders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+        let text = String::from_utf8_lossy(&bytes);
+        let _ = Workload::from_json(&text, "fuzz.json");
+        let _ = Plan::from_json(&text, "fuzz.json");
+        let _ = Profile::from_json(&text, "fuzz.json");
+        let _ = fateplan_planner::dag::from_node_link(&text, "fuzz.json");
+    }
+
+    /// Mutated valid JSON never panics a loader either.
+    #[test]
+    fn mutated_json_never_panics(w in workloads(), cut in 0usize..10_000, byte in any::<u8>()) {
+        let profile = profile();
+        let p = plan(&w, &profile, &PlanOptions::new(Policy::OffloadHostAll, &profile)).unwrap();
+        for text in [w.to_json(), p.to_json(), profile.to_json_pretty()] {
+            let mut bytes = text.into_bytes();
+            let at = cut % bytes.len();
+            bytes[at] = byte;
+            let text = String::from_utf8_lossy(&bytes);
+            let _ = Workload::from_json(&text, "m.json");
+            let _ = Plan::from_json(&text, "m.json");
+            let _ = Profile::from_json(&text, "m.json");
+            let _ = fateplan_planner::dag::from_node_link(&text, "m.json");
+        }
+    }
+}
+
+#[test]
+fn recompute_all_recomputes_and_checkpoints_layer_outputs() {
+    let profile = profile();
+    let w = workload(0, 3, 8, 2, 100, 600);
+    let p = plan(
+        &w,
+        &profile,
+        &PlanOptions::new(Policy::RecomputeAll, &profile),
+    )
+    .unwrap();
+    let count = |fate| p.tensors.iter().filter(|t| t.fate == fate).count();
+    assert!(count(Fate::Recompute) > 0);
+    assert!(p.predicted.recompute_s > 0.0);
+    for t in &p.tensors {
+        if t.name.starts_with("h[") {
+            assert_eq!(t.fate, Fate::Retain, "{} is a checkpoint", t.name);
+        }
+    }
+}
+
+#[test]
+fn a_tampered_plan_is_rejected_on_load() {
+    let profile = profile();
+    let w = workload(0, 2, 8, 2, 100, 600);
+    let p = plan(
+        &w,
+        &profile,
+        &PlanOptions::new(Policy::OffloadHostAll, &profile),
+    )
+    .unwrap();
+    // Drop a reload: some operator will find its input missing.
+    let mut broken = p.clone();
+    let at = broken
+        .schedule
+        .iter()
+        .position(|e| e.action == fateplan_planner::plan::Action::Reload)
+        .unwrap();
+    broken.schedule.remove(at);
+    let message = Plan::from_json(&broken.to_json(), "broken.json")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("not on the device") || message.contains("reload"),
+        "{message}"
+    );
+    // Shrink the device budget below the peak.
+    let mut tight = p.clone();
+    tight.budgets.hbm_bytes = p.predicted.peak_bytes.hbm - 1;
+    let message = Plan::from_json(&tight.to_json(), "tight.json")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("hbm") && message.contains("by 1 bytes"),
+        "{message}"
+    );
+}
