@@ -1,1 +1,61 @@
+//! fateplan plans and executes memory for full-graph GNN training whose
+//! intermediate data do not fit in GPU memory.
+//!
+//! This crate is the facade: it re-exports the [`planner`], [`runtime`] and
+//! [`kernels`] crates and carries the built-in hardware profiles.
+//!
+//! ```
+//! use fateplan::planner::blocks::BlockCounts;
+//! use fateplan::planner::datasets::dataset;
+//! use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec};
+//! use fateplan::planner::{plan, PlanOptions, Policy};
+//!
+//! // A 3-layer GCN over ogbn-arxiv's statistics, in 4 partitions.
+//! let stats = dataset("ogbn-arxiv").unwrap();
+//! let spec = GnnSpec {
+//!     model: GnnModel::Gcn, layers: 3, hidden: 256, heads: 1,
+//!     features: stats.features, classes: stats.classes, graph_name: stats.name.into(),
+//! };
+//! let blocks = BlockCounts::skewed(stats.nodes, stats.edges, 4)?;
+//! let workload = build_gnn(&spec, &blocks)?;
+//!
+//! // Plan it on an A100 with only 100 MiB of device memory.
+//! let profile = fateplan::profiles::builtin("a100-80g").unwrap();
+//! let mut options = PlanOptions::new(Policy::Greedy, &profile);
+//! options.budgets.hbm_bytes = 100 << 20;
+//! let plan = plan(&workload, &profile, &options)?;
+//!
+//! assert!(plan.predicted.peak_bytes.hbm <= 100 << 20);
+//! println!("{:.3} s per iteration", plan.predicted.iteration_s);
+//! # Ok::<(), fateplan::planner::Error>(())
+//! ```
 
+pub use fateplan_kernels as kernels;
+pub use fateplan_planner as planner;
+pub use fateplan_runtime as runtime;
+
+pub mod profiles {
+    //! The hardware profiles shipped in `profiles/`, compiled in.
+
+    use fateplan_planner::Profile;
+
+    const BUILTIN: &[(&str, &str)] = &[
+        ("a100-80g", include_str!("../profiles/a100-80g.json")),
+        ("h100-sxm", include_str!("../profiles/h100-sxm.json")),
+        ("h200", include_str!("../profiles/h200.json")),
+        ("cpu-small", include_str!("../profiles/cpu-small.json")),
+    ];
+
+    /// The built-in profile called `name`.
+    pub fn builtin(name: &str) -> Option<Profile> {
+        let (file, text) = BUILTIN.iter().find(|(n, _)| *n == name)?;
+        Some(
+            Profile::from_json(text, &format!("profiles/{file}.json"))
+                .expect("shipped profiles are valid"),
+        )
+    }
+
+    pub fn names() -> Vec<&'static str> {
+        BUILTIN.iter().map(|(n, _)| *n).collect()
+    }
+}

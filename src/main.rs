@@ -1,1 +1,8 @@
-fn main() {}
+//! The `fateplan` command line. The only code that reads argv, the
+//! environment or file paths.
+
+mod cli;
+
+fn main() -> std::process::ExitCode {
+    cli::main()
+}

@@ -21,7 +21,7 @@ pub mod workload;
 
 pub use error::{Error, Result};
 pub use plan::{Budgets, Fate, Plan};
-pub use planner::{explain, plan, PlanOptions};
+pub use planner::{explain, plan, Explanation, PlanOptions};
 pub use policy::Policy;
 pub use profile::Profile;
 pub use workload::{OpId, TensorId, Workload};

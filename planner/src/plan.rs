@@ -18,9 +18,10 @@ pub const PLAN_FORMAT_VERSION: u32 = 1;
 pub enum Fate {
     /// Stays on the device from production to last use.
     Retain,
-    /// Copied to host memory after its last forward use, back before its next use.
+    /// Copied to host memory once, off the device in every idle stretch
+    /// between its uses, and copied back before each use.
     OffloadHost,
-    /// Written to the SSD (through a host staging buffer), read back before its next use.
+    /// As `OffloadHost`, with the copy on the SSD (through host staging buffers).
     OffloadSsd,
     /// Dropped after its last forward use and recomputed before its next use.
     Recompute,
@@ -140,7 +141,8 @@ pub enum Action {
     Offload,
     /// Move the copy on `from` back to the device; the copy on `from` is freed when done.
     Reload,
-    /// Copy a streamed input from its tier to the device; the source copy stays.
+    /// Copy a streamed input, or an offloaded tensor between two of its
+    /// gaps, from `from` to the device; the copy on `from` stays.
     Load,
     /// Re-run `op` on the compute stream to produce the tensor again.
     Recompute,

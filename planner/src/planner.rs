@@ -114,8 +114,28 @@ pub fn plan(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Re
     Ok(plan)
 }
 
-/// One line per tensor: its fate and why.
-pub fn explain(plan: &Plan) -> Vec<String> {
+/// A tensor's fate and the reason for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Explanation {
+    pub name: String,
+    pub fate: Fate,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Explanation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:<12}  {}: {}",
+            self.fate.name(),
+            self.name,
+            self.reason
+        )
+    }
+}
+
+/// Every tensor's fate and why.
+pub fn explain(plan: &Plan) -> Vec<Explanation> {
     let workload = &plan.workload.definition;
     let profile = &plan.profile;
     let lives = Lifetimes::compute(workload);
@@ -128,12 +148,6 @@ pub fn explain(plan: &Plan) -> Vec<String> {
     for entry in &plan.schedule {
         per_tensor[entry.tensor.index()].push(entry);
     }
-    let width = workload
-        .tensors
-        .iter()
-        .map(|t| t.name.len())
-        .max()
-        .unwrap_or(0);
     workload
         .tensors
         .iter()
@@ -164,13 +178,15 @@ pub fn explain(plan: &Plan) -> Vec<String> {
                     ),
                 },
                 Fate::OffloadHost | Fate::OffloadSsd => {
-                    let gap = life.gap.expect("offloaded tensors have gaps");
+                    let idle: u32 = life.gaps.iter().map(|g| g.idle_steps()).sum();
+                    let hidden: f64 =
+                        life.gaps.iter().map(|g| before[g.before as usize] - before[g.after as usize + 1]).sum();
                     let seconds: f64 = entries.iter().map(|e| link_seconds(e, profile)).sum();
                     format!(
-                        "{size} off the device for {} steps; {} of transfers against {} of compute in the gap",
-                        gap.idle_steps(),
+                        "{size} off the device for {idle} steps in {} gaps; {} of transfers against {} of compute in the gaps",
+                        life.gaps.len(),
                         format_seconds(seconds),
-                        format_seconds(before[gap.before as usize] - before[gap.after as usize + 1])
+                        format_seconds(hidden)
                     )
                 }
                 Fate::Recompute => {
@@ -191,7 +207,7 @@ pub fn explain(plan: &Plan) -> Vec<String> {
                     )
                 }
             };
-            format!("{:<width$}  {:<12}  {reason}", tensor.name, planned.fate.name())
+            Explanation { name: tensor.name.clone(), fate: planned.fate, reason }
         })
         .collect()
 }

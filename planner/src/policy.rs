@@ -159,10 +159,14 @@ fn device_intervals(
             vec![(p, life.last_use().expect("produced") as usize + 1)]
         }
         Fate::OffloadHost | Fate::OffloadSsd => {
-            let p = life.producer.expect("intermediates have producers") as usize;
-            let gap = life.gap.expect("offloaded tensors have gaps");
-            let last = life.last_use().expect("produced") as usize;
-            vec![(p, gap.after as usize + 1), (gap.before as usize, last + 1)]
+            let mut start = life.producer.expect("intermediates have producers") as usize;
+            let mut intervals = Vec::with_capacity(life.gaps.len() + 1);
+            for gap in &life.gaps {
+                intervals.push((start, gap.after as usize + 1));
+                start = gap.before as usize;
+            }
+            intervals.push((start, life.last_use().expect("produced") as usize + 1));
+            intervals
         }
         Fate::Recompute => unreachable!("greedy does not recompute"),
     }
@@ -179,10 +183,10 @@ fn away_interval(
     if workload.tensors[tensor].kind == TensorKind::Input {
         return Some((tier, 0, workload.ops.len()));
     }
-    let gap = lives.tensors[tensor]
-        .gap
-        .expect("offloaded tensors have gaps");
-    Some((tier, gap.after as usize + 1, gap.before as usize))
+    let gaps = &lives.tensors[tensor].gaps;
+    let first = gaps.first().expect("offloaded tensors have gaps");
+    let last = gaps.last().expect("nonempty");
+    Some((tier, first.after as usize + 1, last.before as usize))
 }
 
 struct Tiers {
@@ -241,9 +245,14 @@ fn relief(
             free
         }
         (Tier::Host, TensorKind::Input) => vec![(0, steps)],
-        (_, _) => match life.gap {
-            Some(gap) => vec![(gap.after as usize + 1, gap.before as usize)],
-            None => Vec::new(),
+        (Tier::Hbm, _) => life
+            .gaps
+            .iter()
+            .map(|g| (g.after as usize + 1, g.before as usize))
+            .collect(),
+        (_, _) => match (life.gaps.first(), life.gaps.last()) {
+            (Some(first), Some(last)) => vec![(first.after as usize + 1, last.before as usize)],
+            _ => Vec::new(),
         },
     }
 }

@@ -2,7 +2,7 @@
 
 use fateplan_planner::blocks::BlockCounts;
 use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
-use fateplan_planner::plan::{Budgets, Fate, Plan};
+use fateplan_planner::plan::{Action, Budgets, Fate, Plan};
 use fateplan_planner::{plan, Error, PlanOptions, Policy, Profile, Workload};
 use proptest::prelude::*;
 
@@ -44,7 +44,7 @@ fn workloads() -> impl Strategy<Value = Workload> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     /// Every policy either makes a plan that passes the sanity pass and
     /// round-trips through JSON, or says which tier cannot fit.
@@ -161,21 +161,28 @@ fn a_tampered_plan_is_rejected_on_load() {
         &PlanOptions::new(Policy::OffloadHostAll, &profile),
     )
     .unwrap();
-    // Drop a reload: some operator will find its input missing.
+    // Drop the first copy back after an offload: an operator finds its input missing.
     let mut broken = p.clone();
-    let at = broken
+    let offload = broken
         .schedule
         .iter()
-        .position(|e| e.action == fateplan_planner::plan::Action::Reload)
+        .position(|e| e.action == Action::Offload)
         .unwrap();
-    broken.schedule.remove(at);
+    let tensor = broken.schedule[offload].tensor;
+    let back = broken
+        .schedule
+        .iter()
+        .position(|e| e.tensor == tensor && matches!(e.action, Action::Load | Action::Reload))
+        .unwrap();
+    broken.schedule.remove(back);
     let message = Plan::from_json(&broken.to_json(), "broken.json")
         .unwrap_err()
         .to_string();
     assert!(
-        message.contains("not on the device") || message.contains("reload"),
+        message.contains("broken.json") || message.contains("not on the device"),
         "{message}"
     );
+    assert!(message.contains("not on the device"), "{message}");
     // Shrink the device budget below the peak.
     let mut tight = p.clone();
     tight.budgets.hbm_bytes = p.predicted.peak_bytes.hbm - 1;

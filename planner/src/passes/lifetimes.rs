@@ -34,6 +34,8 @@ pub struct TensorLife {
     /// The longest idle stretch between production and uses (the earliest
     /// of equal ones), if at least one step long.
     pub gap: Option<Gap>,
+    /// Every idle stretch at least one step long, in order.
+    pub gaps: Vec<Gap>,
     /// Whether its producer may be re-run: a forward operator with one output.
     pub recomputable: bool,
 }
@@ -60,6 +62,7 @@ impl Lifetimes {
                 producer: None,
                 uses: Vec::new(),
                 gap: None,
+                gaps: Vec::new(),
                 recomputable: false,
             })
             .collect();
@@ -86,14 +89,18 @@ impl Lifetimes {
             };
             let mut previous = producer;
             for &step in &life.uses {
-                let longer = life
-                    .gap
-                    .is_none_or(|g| step - previous > g.before - g.after);
-                if step >= previous + 2 && longer {
-                    life.gap = Some(Gap {
+                if step >= previous + 2 {
+                    let gap = Gap {
                         after: previous,
                         before: step,
-                    });
+                    };
+                    if life
+                        .gap
+                        .is_none_or(|g| gap.before - gap.after > g.before - g.after)
+                    {
+                        life.gap = Some(gap);
+                    }
+                    life.gaps.push(gap);
                 }
                 previous = step;
             }
@@ -170,6 +177,13 @@ mod tests {
             })
         );
         assert_eq!(lives.tensors[b.index()].gap, None);
+        assert_eq!(
+            lives.tensors[a.index()].gaps,
+            vec![Gap {
+                after: 1,
+                before: 5
+            }]
+        );
         assert_eq!(lives.tensors[x.index()].uses, vec![0]);
         assert_eq!(
             use_runs(&[1, 2, 3, 7, 9, 10]),

@@ -73,7 +73,8 @@ pub fn predict(
                 _ => (&mut links.h2d, &mut links.ssd_read),
             };
             let mut start = clock.max(*pcie_free);
-            if entry.action == Action::Reload {
+            if entry.action != Action::Offload {
+                // A copy back cannot start before the copy away has finished.
                 start = start.max(away_ready[entry.tensor.index()]);
             }
             let uses_ssd = ssd_s > 0.0;

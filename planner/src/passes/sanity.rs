@@ -154,8 +154,10 @@ fn check_entry(
             )
         }
         Action::Load => {
-            let ok = matches!(fate, Fate::StreamHost | Fate::StreamSsd)
-                && fate.away_tier() == Some(entry.from);
+            let ok = matches!(
+                fate,
+                Fate::StreamHost | Fate::StreamSsd | Fate::OffloadHost | Fate::OffloadSsd
+            ) && fate.away_tier() == Some(entry.from);
             (
                 ok && entry.to == Tier::Hbm,
                 if entry.from == Tier::Ssd {
@@ -437,7 +439,9 @@ impl<'a> Replay<'a> {
                         ),
                     ));
                 }
-                if entry.action == Action::Reload {
+                if entry.action == Action::Reload
+                    || self.workload.tensors[t].kind != TensorKind::Input
+                {
                     match self.away[t] {
                         Some(away) if away.tier == entry.from && away.ready_step <= step => {}
                         _ => {

@@ -2,9 +2,11 @@
 //!
 //! It runs after the fates are chosen and before memory and time are
 //! counted, because both depend on when each copy appears and disappears.
-//! Offloads leave right after the last use before the gap and must be done
-//! before the next step; reloads and loads are issued one step before the
-//! use that needs them. Recomputation re-runs the producer just before the
+//! An offloaded tensor leaves the device in every idle stretch between its
+//! uses: it is copied away once, right after the use before its first gap,
+//! and brought back before each later use (a `load` keeps the away copy for
+//! the next gap, the final `reload` frees it). Transfers back are issued one
+//! step before the use that needs them. Recomputation re-runs the producer just before the
 //! use, first recomputing (or loading) whatever of its inputs is no longer
 //! on the device, so a chain of partial sums is rebuilt in order. A tensor
 //! whose recomputation is impossible (an input that cannot be brought back)
@@ -64,7 +66,7 @@ fn transfers(workload: &Workload, lives: &Lifetimes, fates: &[Fate]) -> Vec<Sche
         match fate {
             Fate::OffloadHost | Fate::OffloadSsd => {
                 let tier = fate.away_tier().expect("offload fates have a tier");
-                let gap = life.gap.expect("offloaded tensors have a gap");
+                let first = life.gaps.first().expect("offloaded tensors have a gap");
                 entries.push(ScheduleEntry {
                     action: Action::Offload,
                     tensor: tensor.id,
@@ -72,21 +74,18 @@ fn transfers(workload: &Workload, lives: &Lifetimes, fates: &[Fate]) -> Vec<Sche
                     from: Tier::Hbm,
                     to: tier,
                     stream: stream_for(Action::Offload, tier),
-                    issue_after_step: gap.after as i64,
-                    done_before_step: gap.after + 1,
+                    issue_after_step: first.after as i64,
+                    done_before_step: first.after + 1,
                     op: None,
                 });
-                entries.push(ScheduleEntry {
-                    action: Action::Reload,
-                    tensor: tensor.id,
-                    bytes: tensor.bytes,
-                    from: tier,
-                    to: Tier::Hbm,
-                    stream: stream_for(Action::Reload, tier),
-                    issue_after_step: gap.before as i64 - 1,
-                    done_before_step: gap.before,
-                    op: None,
-                });
+                for (k, gap) in life.gaps.iter().enumerate() {
+                    let last = k + 1 == life.gaps.len();
+                    let mut back = load(tensor.id, tensor.bytes, tier, gap.before);
+                    if last {
+                        back.action = Action::Reload;
+                    }
+                    entries.push(back);
+                }
             }
             Fate::StreamHost | Fate::StreamSsd => {
                 let tier = fate.away_tier().expect("stream fates have a tier");
@@ -154,10 +153,13 @@ fn status(
                 Status::NeedRecompute
             }
         }
-        Fate::OffloadHost | Fate::OffloadSsd => match life.gap {
-            Some(gap) if gap.contains(step) => Status::NeedRecompute,
-            _ => Status::Present,
-        },
+        Fate::OffloadHost | Fate::OffloadSsd => {
+            if life.gaps.iter().any(|g| g.contains(step)) {
+                Status::NeedRecompute
+            } else {
+                Status::Present
+            }
+        }
         Fate::Recompute => match life.gap {
             Some(gap) if gap.after < step && step <= gap.before => Status::NeedRecompute,
             _ => Status::Present,

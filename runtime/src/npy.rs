@@ -1,0 +1,241 @@
+//! Reading NumPy `.npy` arrays through a memory map.
+
+use std::fs::File;
+use std::path::Path;
+
+use memmap2::Mmap;
+
+use crate::{Error, Result};
+
+/// Element types fateplan reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dtype {
+    I64,
+    I32,
+    F32,
+    Bool,
+}
+
+impl Dtype {
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::I64 => 8,
+            Dtype::I32 | Dtype::F32 => 4,
+            Dtype::Bool => 1,
+        }
+    }
+}
+
+/// A memory-mapped `.npy` array, C order, little-endian.
+#[derive(Debug)]
+pub struct Npy {
+    map: Mmap,
+    offset: usize,
+    pub dtype: Dtype,
+    pub shape: Vec<u64>,
+}
+
+impl Npy {
+    pub fn open(path: &Path) -> Result<Npy> {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        // Safety: the map is read-only and the file is not expected to change
+        // while it is read; a concurrent writer could only corrupt values,
+        // which every reader bounds-checks.
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        let (offset, dtype, shape) = parse_header(&map, path)?;
+        let count: u64 = shape.iter().product();
+        let needed = count
+            .checked_mul(dtype.size() as u64)
+            .and_then(|b| b.checked_add(offset as u64))
+            .ok_or_else(|| Error::invalid(path, "shape", format!("{shape:?} is too large")))?;
+        if (map.len() as u64) < needed {
+            return Err(Error::invalid(
+                path,
+                "data",
+                format!(
+                    "shape {shape:?} needs {needed} bytes but the file has {}",
+                    map.len()
+                ),
+            ));
+        }
+        Ok(Npy {
+            map,
+            offset,
+            dtype,
+            shape,
+        })
+    }
+
+    pub fn len(&self) -> u64 {
+        self.shape.iter().product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn data(&self) -> &[u8] {
+        &self.map[self.offset..]
+    }
+
+    /// Element `index` as a u64 (integer arrays; negative values are an error).
+    pub fn int(&self, index: usize, path: &Path) -> Result<u64> {
+        let data = self.data();
+        let value: i64 = match self.dtype {
+            Dtype::I64 => {
+                i64::from_le_bytes(data[index * 8..index * 8 + 8].try_into().expect("8 bytes"))
+            }
+            Dtype::I32 => {
+                i32::from_le_bytes(data[index * 4..index * 4 + 4].try_into().expect("4 bytes"))
+                    as i64
+            }
+            other => {
+                return Err(Error::invalid(
+                    path,
+                    "descr",
+                    format!("{other:?} is not an integer type"),
+                ))
+            }
+        };
+        u64::try_from(value).map_err(|_| {
+            Error::invalid(
+                path,
+                format!("element {index}"),
+                format!("{value} is negative"),
+            )
+        })
+    }
+}
+
+fn parse_header(bytes: &[u8], path: &Path) -> Result<(usize, Dtype, Vec<u64>)> {
+    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+        return Err(Error::invalid(path, "magic", "not a .npy file"));
+    }
+    let major = bytes[6];
+    let (length, start): (usize, usize) = match major {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) as usize,
+            12,
+        ),
+        _ => {
+            return Err(Error::invalid(
+                path,
+                "version",
+                format!("{major} is not a supported .npy version"),
+            ))
+        }
+    };
+    let end = start.checked_add(length).filter(|&e| e <= bytes.len());
+    let Some(end) = end else {
+        return Err(Error::invalid(
+            path,
+            "header",
+            format!("length {length} runs past the end of the file"),
+        ));
+    };
+    let header = std::str::from_utf8(&bytes[start..end])
+        .map_err(|_| Error::invalid(path, "header", "is not text"))?;
+    let field = |name: &str| -> Result<&str> {
+        let key = format!("'{name}':");
+        let at = header
+            .find(&key)
+            .ok_or_else(|| Error::invalid(path, name, "missing from the header"))?;
+        Ok(header[at + key.len()..].trim_start())
+    };
+    let descr = field("descr")?;
+    let descr = descr.split('\'').nth(1).unwrap_or("");
+    let dtype = match descr {
+        "<i8" => Dtype::I64,
+        "<i4" => Dtype::I32,
+        "<f4" => Dtype::F32,
+        "|b1" => Dtype::Bool,
+        other => {
+            return Err(Error::invalid(
+                path,
+                "descr",
+                format!("{other:?}; fateplan reads <i8, <i4, <f4 and |b1"),
+            ))
+        }
+    };
+    if field("fortran_order")?.starts_with("True") {
+        return Err(Error::invalid(
+            path,
+            "fortran_order",
+            "True; save the array in C order",
+        ));
+    }
+    let shape = field("shape")?;
+    let inside = shape
+        .strip_prefix('(')
+        .and_then(|s| s.split(')').next())
+        .ok_or_else(|| {
+            Error::invalid(
+                path,
+                "shape",
+                format!(
+                    "{:?} is not a tuple",
+                    shape.chars().take(40).collect::<String>()
+                ),
+            )
+        })?;
+    let shape = inside
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<u64>()
+                .map_err(|_| Error::invalid(path, "shape", format!("{s:?} is not a dimension")))
+        })
+        .collect::<Result<Vec<u64>>>()?;
+    Ok((end, dtype, shape))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Writes a v1 `.npy` file.
+    pub fn write_npy(path: &Path, descr: &str, shape: &[u64], data: &[u8]) {
+        let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
+        let tuple = if dims.len() == 1 {
+            format!("({},)", dims[0])
+        } else {
+            format!("({})", dims.join(", "))
+        };
+        let mut header =
+            format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple}, }}");
+        while (10 + header.len() + 1) % 64 != 0 {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend((header.len() as u16).to_le_bytes());
+        bytes.extend(header.as_bytes());
+        bytes.extend(data);
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    #[test]
+    fn reads_header_and_values() {
+        let dir = std::env::temp_dir().join(format!("fateplan-npy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.npy");
+        let values: Vec<u8> = [3i64, 1, 4, 1, 5, 9]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        write_npy(&path, "<i8", &[2, 3], &values);
+        let array = Npy::open(&path).unwrap();
+        assert_eq!(array.shape, vec![2, 3]);
+        assert_eq!(array.int(5, &path).unwrap(), 9);
+        write_npy(&path, "<i8", &[2, 30], &values);
+        assert!(Npy::open(&path).unwrap_err().to_string().contains("needs"));
+        std::fs::write(&path, b"not numpy").unwrap();
+        assert!(Npy::open(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("not a .npy"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,475 @@
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use fateplan::planner::blocks::{BlockCounts, MAX_PARTITIONS};
+use fateplan::planner::datasets::{dataset, dataset_names, DATASETS};
+use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec};
+use fateplan::planner::plan::Fate;
+use fateplan::planner::units::{format_bytes, format_seconds, parse_bytes};
+use fateplan::planner::{
+    dag, explain, plan, Error as PlanError, Plan, PlanOptions, Policy, Profile, Tier, Workload,
+};
+use fateplan::profiles;
+use fateplan::runtime::graph::GraphData;
+
+#[derive(Parser)]
+#[command(
+    name = "fateplan",
+    version,
+    about = "Plans memory for full-graph GNN training that does not fit in GPU memory"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Plan one training iteration: a fate for every tensor, a schedule, a prediction.
+    Plan(PlanArgs),
+    /// List the built-in datasets, models, policies and profiles.
+    Workloads,
+}
+
+#[derive(Args)]
+struct PlanArgs {
+    /// GNN model: gcn, sage or gat.
+    #[arg(long, default_value = "gcn")]
+    model: String,
+    /// A built-in dataset's statistics (see `fateplan workloads`).
+    #[arg(long, conflicts_with_all = ["graph", "dag"])]
+    dataset: Option<String>,
+    /// A real graph: a folder of PyG-named .npy files, or an edge-list text file.
+    #[arg(long, conflicts_with = "dag")]
+    graph: Option<PathBuf>,
+    /// A generic DAG: fateplan's workload JSON, or networkx node-link JSON.
+    #[arg(long)]
+    dag: Option<PathBuf>,
+    #[arg(long, default_value_t = 3)]
+    layers: u32,
+    #[arg(long, default_value_t = 256)]
+    hidden: u32,
+    /// GAT attention heads of hidden layers.
+    #[arg(long, default_value_t = 4)]
+    heads: u32,
+    /// Input feature size (default: the dataset's or graph's).
+    #[arg(long)]
+    features: Option<u32>,
+    /// Number of classes (default: the dataset's or graph's).
+    #[arg(long)]
+    classes: Option<u32>,
+    /// Vertex partitions: a number, or `auto` (smallest power of two whose
+    /// largest step needs at most a quarter of the device budget).
+    #[arg(long, default_value = "auto")]
+    partitions: String,
+    /// A built-in profile name or a profile JSON file.
+    #[arg(long, default_value = "a100-80g")]
+    profile: String,
+    /// GPUs sharing the graph; the plan is for one GPU's share.
+    #[arg(long, default_value_t = 1)]
+    gpus: u32,
+    /// Device memory budget per GPU (e.g. 80GiB, 512GB, 1000000).
+    #[arg(long)]
+    hbm_budget: Option<String>,
+    /// Host memory budget per GPU.
+    #[arg(long)]
+    host_budget: Option<String>,
+    /// SSD budget per GPU.
+    #[arg(long)]
+    ssd_budget: Option<String>,
+    /// retain-all, offload-host-all, offload-ssd-all, recompute-all or greedy.
+    #[arg(long, default_value = "greedy")]
+    policy: String,
+    /// Write the plan JSON to this file.
+    #[arg(short = 'o', long)]
+    output: Option<PathBuf>,
+    /// Print the plan JSON on stdout instead of the summary.
+    #[arg(long)]
+    json: bool,
+    /// Print every tensor's fate and the reason for it.
+    #[arg(long)]
+    explain: bool,
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Plan(args) => run_plan(&args),
+        Command::Workloads => run_workloads(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            let infeasible = matches!(
+                error.downcast_ref::<PlanError>(),
+                Some(PlanError::Infeasible { .. })
+            );
+            ExitCode::from(if infeasible { 2 } else { 1 })
+        }
+    }
+}
+
+fn load_profile(name: &str) -> Result<Profile> {
+    if let Some(profile) = profiles::builtin(name) {
+        return Ok(profile);
+    }
+    let path = PathBuf::from(name);
+    if !path.exists() {
+        bail!(
+            "unknown profile {name:?}: not a built-in profile ({}) nor a file",
+            profiles::names().join(", ")
+        );
+    }
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(Profile::from_json(&text, &path.display().to_string())?)
+}
+
+/// What the GNN builder needs to know about the graph.
+enum GraphSource {
+    Stats {
+        name: String,
+        nodes: u64,
+        edges: u64,
+    },
+    Real(GraphData),
+}
+
+impl GraphSource {
+    fn blocks(&self, partitions: u32) -> Result<BlockCounts> {
+        Ok(match self {
+            GraphSource::Stats { nodes, edges, .. } => {
+                BlockCounts::skewed(*nodes, *edges, partitions)?
+            }
+            GraphSource::Real(graph) => graph.blocks(partitions)?,
+        })
+    }
+
+    fn nodes(&self) -> u64 {
+        match self {
+            GraphSource::Stats { nodes, .. } => *nodes,
+            GraphSource::Real(graph) => graph.nodes,
+        }
+    }
+}
+
+fn build_workload(args: &PlanArgs, hbm_budget: u64) -> Result<(Workload, String)> {
+    if let Some(path) = &args.dag {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let source = path.display().to_string();
+        let workload = if dag::is_node_link(&text) {
+            dag::from_node_link(&text, &source)?
+        } else {
+            Workload::from_json(&text, &source)?
+        };
+        if args.gpus != 1 {
+            bail!(
+                "--gpus {} with --dag: a generic DAG is planned for one device",
+                args.gpus
+            );
+        }
+        let note = format!(
+            "{} tensors, {} operators",
+            workload.tensors.len(),
+            workload.ops.len()
+        );
+        return Ok((workload, note));
+    }
+    let model = GnnModel::parse(&args.model)?;
+    let (source, features, classes) = if let Some(path) = &args.graph {
+        if args.gpus != 1 {
+            bail!("--gpus {} with --graph: splitting a real graph across GPUs is not supported yet; use --dataset", args.gpus);
+        }
+        let graph = GraphData::load(path)?;
+        let features = args.features.or(graph.features).ok_or_else(|| {
+            anyhow!(
+                "{}: the graph has no x.npy to give the feature size; pass --features",
+                path.display()
+            )
+        })?;
+        let classes = args.classes.or(graph.classes).ok_or_else(|| {
+            anyhow!(
+                "{}: the graph has no y.npy to give the class count; pass --classes",
+                path.display()
+            )
+        })?;
+        (GraphSource::Real(graph), features, classes)
+    } else {
+        let name = args.dataset.as_deref().unwrap_or("ogbn-papers100M");
+        let stats = dataset(name).ok_or_else(|| {
+            anyhow!(
+                "unknown dataset {name:?}; known datasets: {}",
+                dataset_names()
+            )
+        })?;
+        let gpus = args.gpus as u64;
+        let source = GraphSource::Stats {
+            name: if gpus > 1 {
+                format!("{}-share1of{gpus}", stats.name)
+            } else {
+                stats.name.to_string()
+            },
+            nodes: stats.nodes.div_ceil(gpus),
+            edges: stats.edges.div_ceil(gpus),
+        };
+        (
+            source,
+            args.features.unwrap_or(stats.features),
+            args.classes.unwrap_or(stats.classes),
+        )
+    };
+    let graph_name = match &source {
+        GraphSource::Stats { name, .. } => name.clone(),
+        GraphSource::Real(graph) => graph.name.clone(),
+    };
+    let spec = GnnSpec {
+        model,
+        layers: args.layers,
+        hidden: args.hidden,
+        heads: args.heads,
+        features,
+        classes,
+        graph_name,
+    };
+    let build = |p: u32| -> Result<Workload> { Ok(build_gnn(&spec, &source.blocks(p)?)?) };
+    let workload = if args.partitions == "auto" {
+        auto_partitions(&build, source.nodes(), hbm_budget)?
+    } else {
+        let p: u32 = args.partitions.parse().map_err(|_| {
+            anyhow!(
+                "--partitions {:?}: expected a number or auto",
+                args.partitions
+            )
+        })?;
+        build(p)?
+    };
+    let edges: u64 = match &source {
+        GraphSource::Stats { edges, .. } => *edges,
+        GraphSource::Real(graph) => graph.src.len() as u64,
+    };
+    let note = format!(
+        "{} tensors, {} operators; {} nodes, {} edges",
+        workload.tensors.len(),
+        workload.ops.len(),
+        source.nodes(),
+        edges
+    );
+    Ok((workload, note))
+}
+
+/// Bytes a step needs at once: its inputs and outputs, parameters excluded.
+fn largest_step_bytes(workload: &Workload) -> u64 {
+    use fateplan::planner::workload::TensorKind;
+    workload
+        .ops
+        .iter()
+        .map(|op| {
+            op.inputs
+                .iter()
+                .chain(&op.outputs)
+                .map(|&t| workload.tensor(t))
+                .filter(|t| t.kind != TensorKind::Parameter)
+                .map(|t| t.bytes)
+                .sum::<u64>()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+fn auto_partitions(
+    build: &dyn Fn(u32) -> Result<Workload>,
+    nodes: u64,
+    hbm_budget: u64,
+) -> Result<Workload> {
+    let mut p = 1u32;
+    loop {
+        let workload = build(p)?;
+        let fits = largest_step_bytes(&workload) <= hbm_budget / 4;
+        let next = p * 2;
+        if fits || next > MAX_PARTITIONS || next as u64 > nodes {
+            return Ok(workload);
+        }
+        p = next;
+    }
+}
+
+fn budget(flag: &Option<String>, name: &str, default: u64) -> Result<u64> {
+    match flag {
+        Some(text) => parse_bytes(text).with_context(|| format!("--{name}")),
+        None => Ok(default),
+    }
+}
+
+fn run_plan(args: &PlanArgs) -> Result<()> {
+    let profile = load_profile(&args.profile)?;
+    let policy = Policy::parse(&args.policy)?;
+    if args.gpus == 0 || args.gpus > profile.device.count_max {
+        bail!(
+            "--gpus {}: profile {} has 1..={} devices",
+            args.gpus,
+            profile.name,
+            profile.device.count_max
+        );
+    }
+    let gpus = args.gpus as u64;
+    let mut options = PlanOptions::new(policy, &profile);
+    options.gpus = args.gpus;
+    options.budgets.hbm_bytes = budget(&args.hbm_budget, "hbm-budget", profile.device.hbm_bytes)?;
+    options.budgets.host_bytes = budget(
+        &args.host_budget,
+        "host-budget",
+        profile.host.memory_bytes / gpus,
+    )?;
+    options.budgets.ssd_bytes = budget(
+        &args.ssd_budget,
+        "ssd-budget",
+        profile.ssd.capacity_bytes / gpus,
+    )?;
+    let (workload, note) = build_workload(args, options.budgets.hbm_bytes)?;
+    let plan = plan(&workload, &profile, &options)?;
+    let json = plan.to_json();
+    if let Some(path) = &args.output {
+        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let mut out = std::io::stdout().lock();
+    if args.json && args.explain {
+        let lines: Vec<serde_json::Value> = explain(&plan)
+            .into_iter()
+            .map(|e| serde_json::json!({"tensor": e.name, "fate": e.fate.name(), "reason": e.reason}))
+            .collect();
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"explain": lines}))?
+        )?;
+    } else if args.json {
+        out.write_all(json.as_bytes())?;
+    } else {
+        write_summary(&mut out, &plan, &note, args.output.as_ref())?;
+        if args.explain {
+            writeln!(out)?;
+            for line in explain(&plan) {
+                writeln!(out, "{line}")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write_summary(
+    out: &mut dyn Write,
+    plan: &Plan,
+    note: &str,
+    written: Option<&PathBuf>,
+) -> Result<()> {
+    let p = &plan.predicted;
+    let gpus = if plan.gpus == 1 {
+        "1 GPU".to_string()
+    } else {
+        format!("one of {} GPUs", plan.gpus)
+    };
+    writeln!(
+        out,
+        "plan      {} on {} ({gpus}), policy {}",
+        plan.workload.name, plan.profile.name, plan.policy
+    )?;
+    writeln!(out, "workload  {note}")?;
+    if plan.gpus > 1 {
+        writeln!(
+            out,
+            "note      one GPU's share of the graph; exchange between GPUs is not modelled yet"
+        )?;
+    }
+    writeln!(
+        out,
+        "tier      {:>12}  {:>12}  {:>6}  peak at",
+        "peak", "budget", "use"
+    )?;
+    for tier in [Tier::Hbm, Tier::Host, Tier::Ssd] {
+        let (peak, budget) = (p.peak_bytes.get(tier), plan.budgets.of(tier));
+        let share = if budget == 0 {
+            0.0
+        } else {
+            100.0 * peak as f64 / budget as f64
+        };
+        let step = p.peak_step.get(tier);
+        let op = &plan.workload.definition.ops[step as usize].name;
+        writeln!(
+            out,
+            "{:<9} {:>12}  {:>12}  {share:>5.1}%  step {step} ({op})",
+            tier.name(),
+            format_bytes(peak),
+            format_bytes(budget)
+        )?;
+    }
+    let counts: Vec<String> = plan
+        .fate_counts()
+        .into_iter()
+        .filter(|&(_, n)| n > 0)
+        .map(|(fate, n): (Fate, usize)| format!("{fate} {n}"))
+        .collect();
+    writeln!(out, "fates     {}", counts.join(", "))?;
+    writeln!(
+        out,
+        "predicted {} per iteration: compute {}, recompute {}, exposed transfers {}",
+        format_seconds(p.iteration_s),
+        format_seconds(p.compute_s),
+        format_seconds(p.recompute_s),
+        format_seconds(p.exposed_transfer_s)
+    )?;
+    let m = &p.bytes_moved;
+    writeln!(
+        out,
+        "moved     h2d {}, d2h {}, ssd read {}, ssd write {}",
+        format_bytes(m.h2d),
+        format_bytes(m.d2h),
+        format_bytes(m.ssd_read),
+        format_bytes(m.ssd_write)
+    )?;
+    if let Some(path) = written {
+        writeln!(out, "written   {}", path.display())?;
+    }
+    Ok(())
+}
+
+fn run_workloads() -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "datasets (statistics; --dataset NAME)")?;
+    writeln!(
+        out,
+        "  {:<16} {:>12} {:>14} {:>9} {:>8}  note",
+        "name", "nodes", "edges", "features", "classes"
+    )?;
+    for d in DATASETS {
+        writeln!(
+            out,
+            "  {:<16} {:>12} {:>14} {:>9} {:>8}  {}",
+            d.name, d.nodes, d.edges, d.features, d.classes, d.note
+        )?;
+    }
+    writeln!(out, "\nmodels (--model): gcn, sage, gat")?;
+    writeln!(out, "\npolicies (--policy)")?;
+    for policy in Policy::ALL {
+        writeln!(out, "  {:<17} {}", policy.name(), policy.describe())?;
+    }
+    writeln!(out, "\nprofiles (--profile NAME, or a JSON file)")?;
+    for name in profiles::names() {
+        let profile = profiles::builtin(name).expect("listed profiles exist");
+        writeln!(
+            out,
+            "  {:<10} {} x {}, {} device memory, {} host, {} SSD",
+            name,
+            profile.device.count_max,
+            profile.device.model,
+            format_bytes(profile.device.hbm_bytes),
+            format_bytes(profile.host.memory_bytes),
+            format_bytes(profile.ssd.capacity_bytes)
+        )?;
+    }
+    Ok(())
+}
