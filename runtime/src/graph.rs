@@ -51,19 +51,22 @@ impl GraphData {
         let mut src = Vec::with_capacity(count);
         let mut dst = Vec::with_capacity(count);
         for k in 0..count {
-            src.push(edges.int(k, &edge_path)?);
-            dst.push(edges.int(count + k, &edge_path)?);
+            src.push(edges.int(edges.index2(0, k as u64), &edge_path)?);
+            dst.push(edges.int(edges.index2(1, k as u64), &edge_path)?);
         }
         let mut nodes = src.iter().chain(&dst).max().map_or(0, |&m| m + 1);
         let mut features = None;
         let x_path = dir.join("x.npy");
         if x_path.exists() {
             let x = Npy::open(&x_path)?;
-            if x.shape.len() != 2 {
+            if x.shape.len() != 2 || x.fortran_order {
                 return Err(Error::invalid(
                     &x_path,
                     "shape",
-                    format!("{:?}; expected [N, F]", x.shape),
+                    format!(
+                        "{:?} (fortran order: {}); expected [N, F] in C order",
+                        x.shape, x.fortran_order
+                    ),
                 ));
             }
             if x.shape[0] < nodes {

@@ -26,13 +26,14 @@ impl Dtype {
     }
 }
 
-/// A memory-mapped `.npy` array, C order, little-endian.
+/// A memory-mapped `.npy` array, little-endian, C or Fortran order.
 #[derive(Debug)]
 pub struct Npy {
     map: Mmap,
     offset: usize,
     pub dtype: Dtype,
     pub shape: Vec<u64>,
+    pub fortran_order: bool,
 }
 
 impl Npy {
@@ -42,7 +43,7 @@ impl Npy {
         // while it is read; a concurrent writer could only corrupt values,
         // which every reader bounds-checks.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
-        let (offset, dtype, shape) = parse_header(&map, path)?;
+        let (offset, dtype, shape, fortran_order) = parse_header(&map, path)?;
         let count: u64 = shape.iter().product();
         let needed = count
             .checked_mul(dtype.size() as u64)
@@ -63,6 +64,7 @@ impl Npy {
             offset,
             dtype,
             shape,
+            fortran_order,
         })
     }
 
@@ -72,6 +74,15 @@ impl Npy {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Flat index of element `(row, column)` of a 2-D array, in either order.
+    pub fn index2(&self, row: u64, column: u64) -> usize {
+        if self.fortran_order {
+            (column * self.shape[0] + row) as usize
+        } else {
+            (row * self.shape[1] + column) as usize
+        }
     }
 
     fn data(&self) -> &[u8] {
@@ -107,7 +118,7 @@ impl Npy {
     }
 }
 
-fn parse_header(bytes: &[u8], path: &Path) -> Result<(usize, Dtype, Vec<u64>)> {
+fn parse_header(bytes: &[u8], path: &Path) -> Result<(usize, Dtype, Vec<u64>, bool)> {
     if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
         return Err(Error::invalid(path, "magic", "not a .npy file"));
     }
@@ -158,13 +169,7 @@ fn parse_header(bytes: &[u8], path: &Path) -> Result<(usize, Dtype, Vec<u64>)> {
             ))
         }
     };
-    if field("fortran_order")?.starts_with("True") {
-        return Err(Error::invalid(
-            path,
-            "fortran_order",
-            "True; save the array in C order",
-        ));
-    }
+    let fortran_order = field("fortran_order")?.starts_with("True");
     let shape = field("shape")?;
     let inside = shape
         .strip_prefix('(')
@@ -188,7 +193,7 @@ fn parse_header(bytes: &[u8], path: &Path) -> Result<(usize, Dtype, Vec<u64>)> {
                 .map_err(|_| Error::invalid(path, "shape", format!("{s:?} is not a dimension")))
         })
         .collect::<Result<Vec<u64>>>()?;
-    Ok((end, dtype, shape))
+    Ok((end, dtype, shape, fortran_order))
 }
 
 #[cfg(test)]
@@ -229,6 +234,7 @@ pub(crate) mod tests {
         let array = Npy::open(&path).unwrap();
         assert_eq!(array.shape, vec![2, 3]);
         assert_eq!(array.int(5, &path).unwrap(), 9);
+        assert_eq!(array.int(array.index2(1, 0), &path).unwrap(), 1);
         write_npy(&path, "<i8", &[2, 30], &values);
         assert!(Npy::open(&path).unwrap_err().to_string().contains("needs"));
         std::fs::write(&path, b"not numpy").unwrap();

@@ -1,0 +1,268 @@
+//! The command line as a user runs it.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn fateplan(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fateplan"))
+        .args(args)
+        .output()
+        .expect("fateplan runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fateplan-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The Cora folder, from FATEPLAN_DATA or the shared data folder beside the checkout.
+fn cora() -> Option<PathBuf> {
+    let root = std::env::var_os("FATEPLAN_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data"));
+    let dir = root.join("cora");
+    dir.join("edge_index.npy").exists().then_some(dir)
+}
+
+#[test]
+fn default_plan_is_sane_and_deterministic() {
+    let dir = scratch("default");
+    let (a, b) = (dir.join("a.json"), dir.join("b.json"));
+    let first = fateplan(&["plan", "-o", a.to_str().unwrap()]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let summary = stdout(&first);
+    assert!(
+        summary.contains("ogbn-papers100M") && summary.contains("a100-80g"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("predicted") && summary.contains("hbm"),
+        "{summary}"
+    );
+    assert!(fateplan(&["plan", "-o", b.to_str().unwrap()])
+        .status
+        .success());
+    let (a, b) = (std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+    assert_eq!(a, b, "the same inputs give byte-identical plans");
+    // Loading validates again (sanity pass included).
+    let plan =
+        fateplan::planner::Plan::from_json(std::str::from_utf8(&a).unwrap(), "a.json").unwrap();
+    assert!(plan.predicted.peak_bytes.hbm <= plan.budgets.hbm_bytes);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn json_and_explain() {
+    let json = fateplan(&["plan", "--dataset", "ogbn-arxiv", "--json"]);
+    assert!(json.status.success(), "{}", stderr(&json));
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    for key in [
+        "format_version",
+        "workload",
+        "profile",
+        "budgets",
+        "tensors",
+        "schedule",
+        "predicted",
+    ] {
+        assert!(value.get(key).is_some(), "missing {key}");
+    }
+    assert!(value["predicted"]["peak_bytes"]["hbm"].is_u64());
+    let explain = fateplan(&[
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--hbm-budget",
+        "200MiB",
+        "--explain",
+    ]);
+    assert!(explain.status.success(), "{}", stderr(&explain));
+    let text = stdout(&explain);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("offload_host") && l.contains("gaps")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("resident") && l.contains("w[l1]")),
+        "{text}"
+    );
+}
+
+#[test]
+fn every_model_and_policy_plans_or_says_why() {
+    for model in ["gcn", "sage", "gat"] {
+        for policy in [
+            "greedy",
+            "retain-all",
+            "offload-host-all",
+            "offload-ssd-all",
+            "recompute-all",
+        ] {
+            let out = fateplan(&[
+                "plan",
+                "--dataset",
+                "reddit",
+                "--model",
+                model,
+                "--policy",
+                policy,
+            ]);
+            let code = out.status.code();
+            assert!(
+                code == Some(0) || code == Some(2),
+                "{model} {policy}: {}",
+                stderr(&out)
+            );
+            if code == Some(2) {
+                assert!(stderr(&out).contains("infeasible"), "{}", stderr(&out));
+            }
+        }
+    }
+}
+
+#[test]
+fn too_small_a_budget_is_infeasible_with_the_shortfall() {
+    let out = fateplan(&["plan", "--dataset", "ogbn-arxiv", "--hbm-budget", "1MiB"]);
+    assert_eq!(out.status.code(), Some(2));
+    let message = stderr(&out);
+    assert!(
+        message.contains("infeasible: hbm") && message.contains("bytes over"),
+        "{message}"
+    );
+}
+
+#[test]
+fn bad_input_names_what_is_wrong() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["plan", "--dataset", "cora-ish"],
+            "known datasets: ogbn-arxiv",
+        ),
+        (&["plan", "--profile", "tpu"], "a100-80g"),
+        (&["plan", "--policy", "magic"], "known policies"),
+        (&["plan", "--model", "mlp"], "known models"),
+        (&["plan", "--hbm-budget", "12 parsecs"], "unknown unit"),
+        (&["plan", "--partitions", "lots"], "--partitions"),
+        (&["plan", "--gpus", "9"], "1..=8"),
+        (
+            &["plan", "--model", "gat", "--hidden", "10", "--heads", "3"],
+            "divisible",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = fateplan(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(
+            stderr(&out).contains(expected),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let dir = scratch("bad");
+    let path = dir.join("bad.json");
+    std::fs::write(
+        &path,
+        "{\"format_version\": 1,\n \"name\": \"x\",\n \"tensors\": [{\"id\": 0}], \"ops\": []}",
+    )
+    .unwrap();
+    let out = fateplan(&["plan", "--dag", path.to_str().unwrap()]);
+    let message = stderr(&out);
+    assert!(
+        message.contains("bad.json:3") && message.contains("missing field `name`"),
+        "{message}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn plans_node_link_dags() {
+    let dir = scratch("dag");
+    let path = dir.join("chain.json");
+    let nodes: Vec<String> = (0..20)
+        .map(|i| {
+            format!(
+                "{{\"id\": {i}, \"cost_cpu\": 0.001, \"cost_ram\": {}, \"backward\": {}}}",
+                1000 + i,
+                i >= 10
+            )
+        })
+        .collect();
+    let mut links: Vec<String> = (0..19)
+        .map(|i| format!("{{\"source\": {i}, \"target\": {}}}", i + 1))
+        .collect();
+    links.extend((0..10).map(|i| format!("{{\"source\": {i}, \"target\": {}}}", 19 - i)));
+    std::fs::write(
+        &path,
+        format!(
+            "{{\"nodes\": [{}], \"links\": [{}]}}",
+            nodes.join(","),
+            links.join(",")
+        ),
+    )
+    .unwrap();
+    for policy in ["greedy", "recompute-all", "offload-ssd-all"] {
+        let out = fateplan(&[
+            "plan",
+            "--dag",
+            path.to_str().unwrap(),
+            "--policy",
+            policy,
+            "--hbm-budget",
+            "12000",
+        ]);
+        assert!(out.status.success(), "{policy}: {}", stderr(&out));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn workloads_lists_datasets_and_profiles() {
+    let out = fateplan(&["workloads"]);
+    let text = stdout(&out);
+    for name in [
+        "ogbn-papers100M",
+        "igb-full",
+        "friendster",
+        "a100-80g",
+        "h200",
+        "cpu-small",
+        "greedy",
+    ] {
+        assert!(text.contains(name), "{name} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn plans_from_the_real_cora_graph() {
+    let Some(dir) = cora() else {
+        eprintln!("skipped: Cora not found (set FATEPLAN_DATA to a folder holding cora/)");
+        return;
+    };
+    let out = fateplan(&[
+        "plan",
+        "--graph",
+        dir.to_str().unwrap(),
+        "--layers",
+        "2",
+        "--hidden",
+        "16",
+        "--partitions",
+        "4",
+        "--profile",
+        "cpu-small",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("2708 nodes, 10556 edges"), "{text}");
+}
