@@ -8,6 +8,7 @@ use fateplan::planner::blocks::{BlockCounts, MAX_PARTITIONS};
 use fateplan::planner::datasets::{dataset, dataset_names, DATASETS};
 use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec};
 use fateplan::planner::plan::Fate;
+use fateplan::planner::profile::DeviceKind;
 use fateplan::planner::units::{format_bytes, format_seconds, parse_bytes};
 use fateplan::planner::{
     dag, explain, plan, Error as PlanError, Plan, PlanOptions, Policy, Profile, Tier, Workload,
@@ -103,6 +104,13 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
+            let broken_pipe = error
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe);
+            if broken_pipe {
+                // The reader (e.g. `head`) has what it wanted.
+                return ExitCode::SUCCESS;
+            }
             eprintln!("error: {error:#}");
             let infeasible = matches!(
                 error.downcast_ref::<PlanError>(),
@@ -368,10 +376,10 @@ fn write_summary(
     written: Option<&PathBuf>,
 ) -> Result<()> {
     let p = &plan.predicted;
-    let gpus = if plan.gpus == 1 {
-        "1 GPU".to_string()
-    } else {
-        format!("one of {} GPUs", plan.gpus)
+    let gpus = match (plan.profile.device.kind, plan.gpus) {
+        (DeviceKind::Cpu, _) => "CPU backend".to_string(),
+        (_, 1) => "1 GPU".to_string(),
+        (_, n) => format!("one of {n} GPUs"),
     };
     writeln!(
         out,

@@ -10,13 +10,13 @@
 //! use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec};
 //! use fateplan::planner::{plan, PlanOptions, Policy};
 //!
-//! // A 3-layer GCN over ogbn-arxiv's statistics, in 4 partitions.
+//! // A 3-layer GCN over ogbn-arxiv's statistics, in 16 partitions.
 //! let stats = dataset("ogbn-arxiv").unwrap();
 //! let spec = GnnSpec {
 //!     model: GnnModel::Gcn, layers: 3, hidden: 256, heads: 1,
 //!     features: stats.features, classes: stats.classes, graph_name: stats.name.into(),
 //! };
-//! let blocks = BlockCounts::skewed(stats.nodes, stats.edges, 4)?;
+//! let blocks = BlockCounts::skewed(stats.nodes, stats.edges, 16)?;
 //! let workload = build_gnn(&spec, &blocks)?;
 //!
 //! // Plan it on an A100 with only 100 MiB of device memory.
@@ -59,3 +59,8 @@ pub mod profiles {
         BUILTIN.iter().map(|(n, _)| *n).collect()
     }
 }
+
+/// The README's code blocks, compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -194,3 +194,20 @@ fn a_tampered_plan_is_rejected_on_load() {
         "{message}"
     );
 }
+
+#[test]
+fn shipped_profiles_are_valid_and_every_figure_has_a_source() {
+    for (name, text) in [
+        ("a100-80g", include_str!("../../profiles/a100-80g.json")),
+        ("h100-sxm", include_str!("../../profiles/h100-sxm.json")),
+        ("h200", include_str!("../../profiles/h200.json")),
+        ("cpu-small", include_str!("../../profiles/cpu-small.json")),
+    ] {
+        let profile = Profile::from_json(text, name).unwrap();
+        assert_eq!(profile.name, name);
+        for (field, _) in profile.figures() {
+            let source = profile.sources.get(field).map(String::as_str).unwrap_or("");
+            assert!(source.len() > 10, "{name}: {field} has no source");
+        }
+    }
+}
