@@ -38,7 +38,7 @@ enum Command {
 #[derive(Args)]
 struct PlanArgs {
     /// GNN model: gcn, sage or gat.
-    #[arg(long, default_value = "gcn")]
+    #[arg(long, conflicts_with = "dag", default_value = "gcn")]
     model: String,
     /// A built-in dataset's statistics (see `fateplan workloads`).
     #[arg(long, conflicts_with_all = ["graph", "dag"])]
@@ -49,22 +49,22 @@ struct PlanArgs {
     /// A generic DAG: fateplan's workload JSON, or networkx node-link JSON.
     #[arg(long)]
     dag: Option<PathBuf>,
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, conflicts_with = "dag", default_value_t = 3)]
     layers: u32,
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, conflicts_with = "dag", default_value_t = 256)]
     hidden: u32,
     /// GAT attention heads of hidden layers.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, conflicts_with = "dag", default_value_t = 4)]
     heads: u32,
     /// Input feature size (default: the dataset's or graph's).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "dag")]
     features: Option<u32>,
     /// Number of classes (default: the dataset's or graph's).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "dag")]
     classes: Option<u32>,
     /// Vertex partitions: a number, or `auto` (smallest power of two whose
     /// largest step needs at most a quarter of the device budget).
-    #[arg(long, default_value = "auto")]
+    #[arg(long, conflicts_with = "dag", default_value = "auto")]
     partitions: String,
     /// A built-in profile name or a profile JSON file.
     #[arg(long, default_value = "a100-80g")]
@@ -96,7 +96,19 @@ struct PlanArgs {
 }
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            // --help and --version print and succeed; usage errors are bad
+            // input (exit 1), keeping exit 2 for "no plan fits".
+            let _ = error.print();
+            return if error.use_stderr() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     let result = match cli.command {
         Command::Plan(args) => run_plan(&args),
         Command::Workloads => run_workloads(),

@@ -71,6 +71,9 @@ pub fn assign(
     budgets: &Budgets,
     ssd_staging_bytes: u64,
 ) -> Result<Vec<Fate>> {
+    if policy == Policy::Greedy {
+        return greedy(workload, lives, budgets, ssd_staging_bytes);
+    }
     let fates = workload
         .tensors
         .iter()
@@ -94,9 +97,6 @@ pub fn assign(
             }
         })
         .collect();
-    if policy == Policy::Greedy {
-        return greedy(workload, lives, budgets, ssd_staging_bytes);
-    }
     Ok(fates)
 }
 
