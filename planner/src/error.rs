@@ -9,7 +9,7 @@ pub enum Error {
     /// No plan fits: `tier` is over its budget at `step` by `bytes_over`.
     #[error(
         "infeasible: {tier} needs {needed_bytes} bytes at step {step} ({op}) but its budget is \
-         {budget_bytes} bytes: {bytes_over} bytes over"
+         {budget_bytes} bytes: {bytes_over} bytes over{hint}"
     )]
     Infeasible {
         tier: Tier,
@@ -18,6 +18,8 @@ pub enum Error {
         needed_bytes: u64,
         budget_bytes: u64,
         bytes_over: u64,
+        /// What would fit, when the planner could work it out ("; ..."), or empty.
+        hint: String,
     },
     /// Input that cannot be used, with where it came from (a file, a field,
     /// an operator or tensor name) and the offending value.

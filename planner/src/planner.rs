@@ -1,10 +1,12 @@
 //! Runs the passes in order and assembles the plan.
 
 use crate::passes::cost::{op_seconds, transfer_seconds};
+use crate::passes::cost::{Choices, FateSet};
 use crate::passes::lifetimes::{use_runs, Lifetimes};
 use crate::passes::memory::Occupancy;
+use crate::passes::schedule::Shift;
 use crate::passes::timeline::Timeline;
-use crate::passes::{predict, sanity, schedule};
+use crate::passes::{dp, milp, predict, sanity, schedule};
 use crate::plan::{
     Action, Budgets, Fate, Plan, PlanWorkload, PlannedTensor, Predicted, ScheduleEntry,
     PLAN_FORMAT_VERSION,
@@ -13,7 +15,7 @@ use crate::policy::{self, Policy};
 use crate::profile::Profile;
 use crate::units::{format_bytes, format_seconds};
 use crate::workload::{TensorKind, Workload};
-use crate::{Error, Result};
+use crate::{Error, Result, Tier};
 
 /// Host memory reserved for SSD staging buffers (four 64 MiB buffers:
 /// double-buffered reads and writes) whenever a plan uses the SSD.
@@ -27,6 +29,10 @@ pub struct PlanOptions {
     /// GPUs the workload is one share of (recorded in the plan).
     pub gpus: u32,
     pub ssd_staging_bytes: u64,
+    /// Fates `dp` and `milp` may give (peer policies have their own).
+    pub fates: FateSet,
+    /// Seconds the MILP may run before it returns its best plan unproven.
+    pub milp_time_limit_s: f64,
 }
 
 impl PlanOptions {
@@ -37,23 +43,317 @@ impl PlanOptions {
             budgets: Budgets::from_profile(profile),
             gpus: 1,
             ssd_staging_bytes: SSD_STAGING_BYTES,
+            fates: FateSet::ALL,
+            milp_time_limit_s: 60.0,
         }
     }
 }
+
+/// Most times `dp` plans again with a tighter device budget when the
+/// memory pass finds an overrun its model did not (transient copies of a
+/// recomputation's inputs).
+const DP_ATTEMPTS: usize = 8;
 
 /// Plans `workload` on `profile`. The result has passed the sanity pass.
 pub fn plan(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Result<Plan> {
     workload.validate()?;
     profile.validate()?;
     let lives = Lifetimes::compute(workload);
+    let result = match options.policy {
+        Policy::Dp => plan_dp(workload, profile, options, &lives),
+        Policy::Milp => plan_milp(workload, profile, options, &lives),
+        peer => plan_peer(peer, workload, profile, options, &lives),
+    };
+    result.map_err(|error| with_hint(error, workload, profile, options, &lives))
+}
+
+fn plan_peer(
+    peer: Policy,
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    lives: &Lifetimes,
+) -> Result<Plan> {
+    let choices = Choices::build(workload, lives, profile, FateSet::ALL);
     let fates = policy::assign(
-        options.policy,
+        peer,
         workload,
-        &lives,
+        lives,
+        &choices,
         &options.budgets,
         options.ssd_staging_bytes,
     )?;
-    let schedule = schedule::build(workload, &lives, fates)?;
+    let shifts = dp::time_fates(
+        workload,
+        &choices,
+        &fates,
+        &options.budgets,
+        options.ssd_staging_bytes,
+    );
+    assemble(workload, profile, options, lives, fates, &shifts)
+}
+
+fn plan_dp(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    lives: &Lifetimes,
+) -> Result<Plan> {
+    let choices = Choices::build(workload, lives, profile, options.fates);
+    let budgets = options.budgets;
+    let mut extra: Vec<u64> = Vec::new();
+    let mut found: Option<Plan> = None;
+    let mut last_error: Option<Error> = None;
+    for _ in 0..DP_ATTEMPTS {
+        let outcome = match dp::solve(
+            workload,
+            &choices,
+            &budgets,
+            options.ssd_staging_bytes,
+            &extra,
+        ) {
+            Ok(outcome) => outcome,
+            Err(overrun) => {
+                last_error = Some(overrun_error(workload, &budgets, overrun));
+                break;
+            }
+        };
+        let (fates, shifts) = outcome.assignment.fates_and_shifts(&choices);
+        match assemble(workload, profile, options, lives, fates.clone(), &shifts) {
+            Ok(plan) => {
+                found = Some(plan);
+                break;
+            }
+            Err(
+                error @ Error::Infeasible {
+                    tier: Tier::Hbm, ..
+                },
+            ) => {
+                // The model missed device bytes (copies a recomputation
+                // keeps alive or brings back): charge them to their steps
+                // and search again.
+                let over = device_overruns(workload, lives, fates, &shifts, &budgets)?;
+                if extra.is_empty() {
+                    extra = vec![0; workload.ops.len()];
+                }
+                for (step, bytes) in over {
+                    extra[step] += bytes;
+                }
+                last_error = Some(error);
+            }
+            Err(error) => {
+                last_error = Some(error);
+                break;
+            }
+        }
+    }
+    // Peer policies' fates, timed by the same schedule construction, are
+    // candidates too: dp never returns a plan slower than one of theirs.
+    for peer in Policy::PEERS {
+        let Ok(candidate) = plan_peer(peer, workload, profile, options, lives) else {
+            continue;
+        };
+        let allowed = candidate
+            .tensors
+            .iter()
+            .all(|t| options.fates.allows(t.fate));
+        let better = found
+            .as_ref()
+            .is_none_or(|f| candidate.predicted.iteration_s < f.predicted.iteration_s);
+        if allowed && better {
+            found = Some(candidate);
+        }
+    }
+    match found {
+        Some(mut plan) => {
+            plan.policy = Policy::Dp.name().to_string();
+            Ok(plan)
+        }
+        None => {
+            Err(last_error
+                .unwrap_or_else(|| Error::Internal("dp found no plan and no error".into())))
+        }
+    }
+}
+
+fn plan_milp(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    lives: &Lifetimes,
+) -> Result<Plan> {
+    let choices = Choices::build(workload, lives, profile, options.fates);
+    let bytes: Vec<u64> = workload.tensors.iter().map(|t| t.bytes).collect();
+    let outcome = milp::solve(
+        &choices,
+        &bytes,
+        &options.budgets,
+        options.ssd_staging_bytes,
+        options.milp_time_limit_s,
+    )?;
+    let Some(outcome) = outcome else {
+        // Name the tier and step where it cannot fit, as dp sees them.
+        return Err(
+            match dp::solve(
+                workload,
+                &choices,
+                &options.budgets,
+                options.ssd_staging_bytes,
+                &[],
+            ) {
+                Err(overrun) => overrun_error(workload, &options.budgets, overrun),
+                Ok(_) => {
+                    Error::Internal("the MILP reports no plan where the dp search finds one".into())
+                }
+            },
+        );
+    };
+    let (fates, shifts) = outcome.assignment.fates_and_shifts(&choices);
+    assemble(workload, profile, options, lives, fates, &shifts)
+}
+
+/// Device bytes over budget at each step under the given fates.
+fn device_overruns(
+    workload: &Workload,
+    lives: &Lifetimes,
+    fates: Vec<Fate>,
+    shifts: &[Shift],
+    budgets: &Budgets,
+) -> Result<Vec<(usize, u64)>> {
+    let schedule = schedule::build(workload, lives, fates, shifts)?;
+    let timeline = Timeline::new(workload.ops.len(), &schedule.entries);
+    let occupancy = Occupancy::compute(workload, &schedule.fates, &schedule.entries, &timeline, 0);
+    Ok((0..workload.ops.len())
+        .filter_map(|step| {
+            let worst = (timeline.step_start[step]..timeline.step_start[step + 1])
+                .map(|p| occupancy.bytes.hbm[p])
+                .max()
+                .unwrap_or(0);
+            (worst > budgets.hbm_bytes).then(|| (step, worst - budgets.hbm_bytes))
+        })
+        .collect())
+}
+
+fn budget_mut(budgets: &mut Budgets, tier: Tier) -> &mut u64 {
+    match tier {
+        Tier::Hbm => &mut budgets.hbm_bytes,
+        Tier::Host => &mut budgets.host_bytes,
+        Tier::Ssd => &mut budgets.ssd_bytes,
+    }
+}
+
+fn overrun_error(workload: &Workload, budgets: &Budgets, overrun: dp::Overrun) -> Error {
+    let budget = budgets.of(overrun.tier);
+    Error::Infeasible {
+        tier: overrun.tier,
+        step: overrun.step,
+        op: workload
+            .ops
+            .get(overrun.step as usize)
+            .map(|o| o.name.clone())
+            .unwrap_or_default(),
+        needed_bytes: overrun.needed_bytes,
+        budget_bytes: budget,
+        bytes_over: overrun.needed_bytes.saturating_sub(budget),
+        hint: String::new(),
+    }
+}
+
+/// Adds to an infeasibility error, per tier, the smallest budget with
+/// which the same policy finds a plan, the other budgets as given.
+fn with_hint(
+    error: Error,
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    lives: &Lifetimes,
+) -> Error {
+    let Error::Infeasible {
+        tier,
+        step,
+        op,
+        needed_bytes,
+        budget_bytes,
+        bytes_over,
+        ..
+    } = error
+    else {
+        return error;
+    };
+    let fits = |budgets: &Budgets| -> bool {
+        let trial = PlanOptions {
+            budgets: *budgets,
+            ..options.clone()
+        };
+        match options.policy {
+            // The model's answer: fast, and what the search itself sees.
+            Policy::Dp | Policy::Milp => {
+                let choices = Choices::build(workload, lives, profile, options.fates);
+                dp::solve(workload, &choices, budgets, options.ssd_staging_bytes, &[]).is_ok()
+                    && plan_dp(workload, profile, &trial, lives).is_ok()
+            }
+            peer => plan_peer(peer, workload, profile, &trial, lives).is_ok(),
+        }
+    };
+    let total: u64 = workload
+        .tensors
+        .iter()
+        .map(|t| t.bytes)
+        .sum::<u64>()
+        .saturating_add(options.ssd_staging_bytes);
+    let mut parts = Vec::new();
+    for each in [Tier::Hbm, Tier::Host, Tier::Ssd] {
+        let mut budgets = options.budgets;
+        let given = budgets.of(each);
+        *budget_mut(&mut budgets, each) = total.max(given);
+        if given >= total || !fits(&budgets) {
+            continue;
+        }
+        // Binary search between the given budget (fails) and `total` (fits).
+        let (mut lo, mut hi) = (given, total);
+        for _ in 0..40 {
+            if hi - lo <= (hi >> 10).max(1 << 20) {
+                break;
+            }
+            let mid = lo + (hi - lo) / 2;
+            *budget_mut(&mut budgets, each) = mid;
+            if fits(&budgets) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        parts.push(format!("{each} {}", format_bytes(hi)));
+    }
+    let hint = if parts.is_empty() {
+        "; no single budget increase makes it fit".to_string()
+    } else {
+        format!(
+            "; it fits with any one of these budgets (the others as given): {}",
+            parts.join(", ")
+        )
+    };
+    Error::Infeasible {
+        tier,
+        step,
+        op,
+        needed_bytes,
+        budget_bytes,
+        bytes_over,
+        hint,
+    }
+}
+
+/// Schedules the fates, counts memory, predicts time and runs the sanity pass.
+fn assemble(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    lives: &Lifetimes,
+    fates: Vec<Fate>,
+    shifts: &[Shift],
+) -> Result<Plan> {
+    let schedule = schedule::build(workload, lives, fates, shifts)?;
     let timeline = Timeline::new(workload.ops.len(), &schedule.entries);
     let occupancy = Occupancy::compute(
         workload,

@@ -6,36 +6,67 @@
 
 use std::collections::BinaryHeap;
 
+use crate::passes::cost::Choices;
 use crate::passes::lifetimes::{use_runs, Lifetimes};
+use crate::passes::segtree::MaxTree;
 use crate::plan::{Budgets, Fate};
 use crate::workload::{TensorKind, Workload};
 use crate::{Error, Result, Tier};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
+    /// The default planner: a search over every fate and transfer timing.
+    Dp,
+    /// The exact reference: a MILP over the same choices (small instances).
+    Milp,
     RetainAll,
     OffloadHostAll,
     OffloadSsdAll,
     RecomputeAll,
     Greedy,
+    Hongtu,
+    CapacityGreedy,
+    RematOnly,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 5] = [
+    pub const ALL: [Policy; 10] = [
+        Policy::Dp,
+        Policy::Milp,
         Policy::Greedy,
         Policy::RetainAll,
         Policy::OffloadHostAll,
         Policy::OffloadSsdAll,
         Policy::RecomputeAll,
+        Policy::Hongtu,
+        Policy::CapacityGreedy,
+        Policy::RematOnly,
+    ];
+
+    /// The policies other systems follow, that `dp` is compared with.
+    pub const PEERS: [Policy; 8] = [
+        Policy::RetainAll,
+        Policy::RecomputeAll,
+        Policy::OffloadHostAll,
+        Policy::OffloadSsdAll,
+        Policy::Hongtu,
+        Policy::CapacityGreedy,
+        Policy::RematOnly,
+        Policy::Greedy,
     ];
 
     pub fn name(self) -> &'static str {
         match self {
+            Policy::Dp => "dp",
+            Policy::Milp => "milp",
             Policy::RetainAll => "retain-all",
             Policy::OffloadHostAll => "offload-host-all",
             Policy::OffloadSsdAll => "offload-ssd-all",
             Policy::RecomputeAll => "recompute-all",
             Policy::Greedy => "greedy",
+            Policy::Hongtu => "hongtu",
+            Policy::CapacityGreedy => "capacity-greedy",
+            Policy::RematOnly => "remat-only",
         }
     }
 
@@ -54,25 +85,49 @@ impl Policy {
 
     pub fn describe(self) -> &'static str {
         match self {
+            Policy::Dp => "the default: searches every fate and transfer timing for the least predicted time within budget",
+            Policy::Milp => "exact MILP over the same choices as dp; for small instances (tens of tensors)",
             Policy::RetainAll => "every intermediate stays on the device; inputs resident",
-            Policy::OffloadHostAll => "every intermediate with a gap goes to host memory; inputs streamed from host",
+            Policy::OffloadHostAll => "every intermediate with a gap goes to host memory (activations saved on the CPU); inputs streamed from host",
             Policy::OffloadSsdAll => "every intermediate with a gap goes to the SSD; inputs streamed from SSD",
-            Policy::RecomputeAll => "every recomputable intermediate but layer outputs is recomputed; inputs resident",
+            Policy::RecomputeAll => "checkpoint every layer: every recomputable intermediate but layer outputs is recomputed; inputs resident",
             Policy::Greedy => "retain what fits; move the largest idle tensors to host, then SSD, until every tier fits",
+            Policy::Hongtu => "recompute-caching hybrid: vertex data (inputs, layer outputs) in host memory, other forward intermediates recomputed, the rest offloaded to host",
+            Policy::CapacityGreedy => "largest tensors first: keep on the device if it fits, else host, else SSD",
+            Policy::RematOnly => "retain or recompute only (the rematerialisation setting): recompute the largest idle tensors until the device fits",
         }
+    }
+
+    /// Whether this is one of the peer policies (which choose fates
+    /// without searching timings and costs).
+    pub fn is_peer(self) -> bool {
+        !matches!(self, Policy::Dp | Policy::Milp)
     }
 }
 
-/// Chooses a fate for every tensor.
+/// Chooses a fate for every tensor under a peer policy. `dp` and `milp`
+/// are planned in [`crate::planner`].
 pub fn assign(
     policy: Policy,
     workload: &Workload,
     lives: &Lifetimes,
+    choices: &Choices,
     budgets: &Budgets,
     ssd_staging_bytes: u64,
 ) -> Result<Vec<Fate>> {
-    if policy == Policy::Greedy {
-        return greedy(workload, lives, budgets, ssd_staging_bytes);
+    match policy {
+        Policy::Greedy => return greedy(workload, lives, budgets, ssd_staging_bytes, false),
+        Policy::RematOnly => return greedy(workload, lives, budgets, ssd_staging_bytes, true),
+        Policy::CapacityGreedy => {
+            return capacity_greedy(workload, choices, budgets, ssd_staging_bytes)
+        }
+        Policy::Dp | Policy::Milp => {
+            return Err(Error::Internal(format!(
+                "{} is not a peer policy",
+                policy.name()
+            )))
+        }
+        _ => {}
     }
     let fates = workload
         .tensors
@@ -82,7 +137,7 @@ pub fn assign(
             match tensor.kind {
                 TensorKind::Parameter => Fate::Resident,
                 TensorKind::Input => match policy {
-                    Policy::OffloadHostAll => Fate::StreamHost,
+                    Policy::OffloadHostAll | Policy::Hongtu => Fate::StreamHost,
                     Policy::OffloadSsdAll => Fate::StreamSsd,
                     _ => Fate::Resident,
                 },
@@ -92,11 +147,93 @@ pub fn assign(
                     (Policy::RecomputeAll, Some(_)) if life.recomputable && !tensor.checkpoint => {
                         Fate::Recompute
                     }
+                    (Policy::Hongtu, Some(_)) if life.recomputable && !tensor.checkpoint => {
+                        Fate::Recompute
+                    }
+                    (Policy::Hongtu, Some(_)) => Fate::OffloadHost,
                     _ => Fate::Retain,
                 },
             }
         })
         .collect();
+    Ok(fates)
+}
+
+/// Largest tensors first: each stays on the device if it fits there over
+/// its whole life, else goes to host memory if it fits there, else to the
+/// SSD. Tensors not yet placed hold only the device copies their uses need.
+fn capacity_greedy(
+    workload: &Workload,
+    choices: &Choices,
+    budgets: &Budgets,
+    ssd_staging_bytes: u64,
+) -> Result<Vec<Fate>> {
+    let steps = choices.steps as usize;
+    let clamp = |b: u64| b.min(i64::MAX as u64 / 4) as i64;
+    let mut fates = choices.baseline.clone();
+    // The most-freeing host and SSD choice of each tensor.
+    let first = |t: usize, fate: Fate| choices.options[t].iter().find(|c| c.fate == fate);
+    let host_fate = |t: usize| {
+        if workload.tensors[t].kind == TensorKind::Input {
+            (Fate::StreamHost, Fate::StreamSsd)
+        } else {
+            (Fate::OffloadHost, Fate::OffloadSsd)
+        }
+    };
+    let base: Vec<i64> = choices.base_hbm.iter().map(|&b| b as i64).collect();
+    let mut hbm = MaxTree::new(&base);
+    let mut host = MaxTree::new(&vec![0; steps]);
+    let mut ssd = MaxTree::new(&vec![0; steps]);
+    // Start with every movable tensor off the device between its uses.
+    let mut movable: Vec<usize> = Vec::new();
+    for t in 0..fates.len() {
+        if let Some(choice) = first(t, host_fate(t).0) {
+            for &(s, e) in &choice.hbm_free {
+                hbm.add(s as usize, e as usize, -(workload.tensors[t].bytes as i64));
+            }
+            movable.push(t);
+        }
+    }
+    movable.sort_by_key(|&t| (std::cmp::Reverse(workload.tensors[t].bytes), t));
+    let mut staging = false;
+    for t in movable {
+        let bytes = workload.tensors[t].bytes as i64;
+        let (to_host, to_ssd) = host_fate(t);
+        let choice = first(t, to_host).expect("movable tensors have a host choice");
+        let fits_device = choice
+            .hbm_free
+            .iter()
+            .all(|&(s, e)| hbm.max(s as usize, e as usize) + bytes <= clamp(budgets.hbm_bytes));
+        if fits_device {
+            for &(s, e) in &choice.hbm_free {
+                hbm.add(s as usize, e as usize, bytes);
+            }
+            continue;
+        }
+        let (_, start, end) = choice.away.expect("host choices hold an away copy");
+        let (start, end) = (start as usize, end as usize);
+        if host.max(start, end) + bytes <= clamp(budgets.host_bytes) {
+            host.add(start, end, bytes);
+            fates[t] = to_host;
+            continue;
+        }
+        if let Some(ssd_choice) = first(t, to_ssd) {
+            let (_, s, e) = ssd_choice.away.expect("SSD choices hold an away copy");
+            if !staging {
+                staging = true;
+                host.add(0, steps, ssd_staging_bytes as i64);
+            }
+            if ssd.max(s as usize, e as usize) + bytes <= clamp(budgets.ssd_bytes) {
+                ssd.add(s as usize, e as usize, bytes);
+                fates[t] = to_ssd;
+                continue;
+            }
+        }
+        // Nowhere fits: leave it off the device on host; the memory pass
+        // reports the overrun.
+        host.add(start, end, bytes);
+        fates[t] = to_host;
+    }
     Ok(fates)
 }
 
@@ -168,7 +305,17 @@ fn device_intervals(
             intervals.push((start, life.last_use().expect("produced") as usize + 1));
             intervals
         }
-        Fate::Recompute => unreachable!("greedy does not recompute"),
+        Fate::Recompute => {
+            let p = life.producer.expect("intermediates have producers") as usize;
+            let gap = life.gap.expect("recomputed tensors have a gap");
+            vec![
+                (p, gap.after as usize + 1),
+                (
+                    gap.before as usize,
+                    life.last_use().expect("produced") as usize + 1,
+                ),
+            ]
+        }
     }
 }
 
@@ -228,11 +375,20 @@ fn relief(
     lives: &Lifetimes,
     tensor: usize,
     tier: Tier,
+    remat: bool,
 ) -> Vec<(usize, usize)> {
     let steps = workload.ops.len();
     let life = &lives.tensors[tensor];
     match (tier, workload.tensors[tensor].kind) {
         (_, TensorKind::Parameter) => Vec::new(),
+        (Tier::Hbm, TensorKind::Activation | TensorKind::Gradient | TensorKind::Workspace)
+            if remat =>
+        {
+            life.gap
+                .iter()
+                .map(|g| (g.after as usize + 1, g.before as usize))
+                .collect()
+        }
         (Tier::Hbm, TensorKind::Input) => {
             let mut free = Vec::new();
             let mut next = 0usize;
@@ -268,15 +424,16 @@ fn sweep(
     tiers: &mut Tiers,
     tier: Tier,
     budget: u64,
-    eligible: &dyn Fn(Fate) -> Option<Fate>,
+    remat: bool,
+    eligible: &dyn Fn(usize, Fate) -> Option<Fate>,
 ) -> Result<()> {
     let steps = workload.ops.len();
     let mut starts: Vec<Vec<(usize, usize)>> = vec![Vec::new(); steps];
     for tensor in 0..workload.tensors.len() {
-        if eligible(fates[tensor]).is_none() {
+        if eligible(tensor, fates[tensor]).is_none() {
             continue;
         }
-        for (start, end) in relief(workload, lives, tensor, tier) {
+        for (start, end) in relief(workload, lives, tensor, tier, remat) {
             starts[start].push((tensor, end));
         }
     }
@@ -303,9 +460,10 @@ fn sweep(
                     needed_bytes: used,
                     budget_bytes: budget,
                     bytes_over: used - budget,
+                    hint: String::new(),
                 });
             };
-            let Some(demoted) = eligible(fates[tensor]) else {
+            let Some(demoted) = eligible(tensor, fates[tensor]) else {
                 continue;
             };
             if end <= step {
@@ -324,6 +482,7 @@ fn greedy(
     lives: &Lifetimes,
     budgets: &Budgets,
     ssd_staging_bytes: u64,
+    remat: bool,
 ) -> Result<Vec<Fate>> {
     let steps = workload.ops.len();
     let mut fates: Vec<Fate> = workload
@@ -352,9 +511,14 @@ fn greedy(
         &mut tiers,
         Tier::Hbm,
         budgets.hbm_bytes,
-        &|fate| match fate {
+        remat,
+        &|tensor, fate| match fate {
+            Fate::Retain if remat => {
+                let life = &lives.tensors[tensor];
+                (life.recomputable && life.gap.is_some()).then_some(Fate::Recompute)
+            }
             Fate::Retain => Some(Fate::OffloadHost),
-            Fate::Resident => Some(Fate::StreamHost),
+            Fate::Resident if !remat => Some(Fate::StreamHost),
             _ => None,
         },
     )?;
@@ -369,7 +533,8 @@ fn greedy(
             &mut tiers,
             Tier::Host,
             budgets.host_bytes,
-            &|fate| match fate {
+            false,
+            &|_, fate| match fate {
                 Fate::OffloadHost => Some(Fate::OffloadSsd),
                 Fate::StreamHost => Some(Fate::StreamSsd),
                 _ => None,

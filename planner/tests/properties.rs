@@ -59,7 +59,8 @@ proptest! {
             ssd_bytes: (total as f64 * ssd) as u64,
         };
         let mut fitted = Vec::new();
-        for policy in Policy::ALL {
+        let mut times = Vec::new();
+        for policy in Policy::ALL.into_iter().filter(|&p| p != Policy::Milp) {
             let options = PlanOptions { budgets, ..PlanOptions::new(policy, &profile) };
             match plan(&w, &profile, &options) {
                 Ok(p) => {
@@ -69,12 +70,21 @@ proptest! {
                     let back = Plan::from_json(&p.to_json(), "plan.json").unwrap();
                     prop_assert_eq!(&back, &p);
                     fitted.push(policy);
+                    times.push((policy, p.predicted.iteration_s));
                 }
                 Err(Error::Infeasible { bytes_over, needed_bytes, budget_bytes, .. }) => {
                     prop_assert_eq!(needed_bytes - budget_bytes, bytes_over);
                     prop_assert!(bytes_over > 0);
                 }
                 Err(other) => prop_assert!(false, "{} failed: {}", policy.name(), other),
+            }
+        }
+        // dp fits wherever any policy fits, and is never slower.
+        if !fitted.is_empty() {
+            prop_assert!(fitted.contains(&Policy::Dp), "dp failed where {:?} fit", fitted);
+            let dp = times.iter().find(|t| t.0 == Policy::Dp).unwrap().1;
+            for &(policy, time) in &times {
+                prop_assert!(dp <= time * (1.0 + 1e-12), "dp {} s slower than {} {} s", dp, policy.name(), time);
             }
         }
         // Greedy fits whenever an offload-everything plan does.

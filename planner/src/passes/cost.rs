@@ -4,10 +4,12 @@
 //! It comes before the policies because they weigh fates by what they cost.
 //! The simulator must not call this module: it is the independent judge.
 
-use crate::plan::{Action, ScheduleEntry};
+use super::lifetimes::{use_runs, Lifetimes, TensorLife};
+use super::schedule::MAX_CASCADE_OPS;
+use crate::plan::{Action, Fate, ScheduleEntry};
 use crate::profile::Profile;
-use crate::workload::{ComputeClass, Op};
-use crate::Tier;
+use crate::workload::{ComputeClass, Op, Tensor, TensorId, TensorKind, Workload};
+use crate::{Result, Tier};
 
 /// Seconds to run `op` on the profiled device.
 pub fn op_seconds(op: &Op, profile: &Profile) -> f64 {
@@ -50,5 +52,502 @@ pub fn transfer_seconds(entry: &ScheduleEntry, profile: &Profile) -> (f64, f64) 
             };
             (pcie_s, ssd_s)
         }
+    }
+}
+
+/// Link seconds of a transfer of `bytes` over PCIe and, for `ssd`, the SSD:
+/// `(pcie_s, ssd_s)`, for a copy to the device (`inward`) or away from it.
+pub fn link_seconds(bytes: u64, inward: bool, ssd: bool, profile: &Profile) -> (f64, f64) {
+    let action = if inward {
+        Action::Reload
+    } else {
+        Action::Offload
+    };
+    let tier = if ssd { Tier::Ssd } else { Tier::Host };
+    let entry = ScheduleEntry {
+        action,
+        tensor: crate::TensorId(0),
+        bytes,
+        from: if inward { tier } else { Tier::Hbm },
+        to: if inward { Tier::Hbm } else { tier },
+        stream: crate::plan::Stream::Compute,
+        issue_after_step: -1,
+        done_before_step: 0,
+        op: None,
+    };
+    transfer_seconds(&entry, profile)
+}
+
+/// Busy seconds per link: h2d, d2h, SSD read, SSD write.
+pub type LinkSeconds = [f64; 4];
+
+/// One way to treat a tensor, with what it costs and what it frees.
+///
+/// Steps are the workload's operator indices. Compared with the tensor's
+/// baseline (retained or resident), a choice frees the device over
+/// `hbm_free` and holds a copy on `away` over its interval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Choice {
+    pub fate: Fate,
+    /// Steps an offload may take before its device copy must be gone
+    /// (compute it hides behind); 0 means done before the next step.
+    pub lag: u32,
+    /// Per gap (offloads) or per run of uses (streamed inputs): how many
+    /// steps before the use the copy back is issued; 0 means right before.
+    pub leads: Vec<u32>,
+    /// Seconds added to the iteration: transfer time not hidden behind the
+    /// compute of the steps it overlaps, or the recomputation's own time.
+    pub cost_s: f64,
+    pub link_s: LinkSeconds,
+    /// `[start, end)` steps without a device copy.
+    pub hbm_free: Vec<(u32, u32)>,
+    /// `[start, end)` steps and bytes added on the device: what a
+    /// recomputation re-creates or keeps alive for its inputs.
+    pub hbm_add: Vec<(u32, u32, u64)>,
+    /// The tier and `[start, end)` steps holding the away copy.
+    pub away: Option<(Tier, u32, u32)>,
+}
+
+impl Choice {
+    /// Device bytes freed at `step`.
+    pub fn frees(&self, step: u32) -> bool {
+        self.hbm_free.iter().any(|&(s, e)| s <= step && step < e)
+    }
+
+    pub fn uses_ssd(&self) -> bool {
+        matches!(self.away, Some((Tier::Ssd, _, _)))
+    }
+}
+
+/// Which fates a planner may give.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FateSet {
+    pub offload_host: bool,
+    pub offload_ssd: bool,
+    pub recompute: bool,
+}
+
+impl FateSet {
+    pub const ALL: FateSet = FateSet {
+        offload_host: true,
+        offload_ssd: true,
+        recompute: true,
+    };
+
+    /// Parses a comma-separated list such as `retain,recompute`. Retain is
+    /// always allowed (a tensor with no idle stretch can have no other fate).
+    pub fn parse(text: &str) -> Result<FateSet> {
+        let mut set = FateSet {
+            offload_host: false,
+            offload_ssd: false,
+            recompute: false,
+        };
+        for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            match word.replace('-', "_").as_str() {
+                "retain" => {}
+                "offload_host" | "host" => set.offload_host = true,
+                "offload_ssd" | "ssd" => set.offload_ssd = true,
+                "recompute" => set.recompute = true,
+                _ => {
+                    return Err(crate::Error::invalid(
+                        format!("fate {word:?}"),
+                        "unknown fate; known fates: retain, offload_host, offload_ssd, recompute",
+                    ))
+                }
+            }
+        }
+        Ok(set)
+    }
+
+    pub fn allows(&self, fate: Fate) -> bool {
+        match fate {
+            Fate::Retain | Fate::Resident => true,
+            Fate::OffloadHost | Fate::StreamHost => self.offload_host,
+            Fate::OffloadSsd | Fate::StreamSsd => self.offload_ssd,
+            Fate::Recompute => self.recompute,
+        }
+    }
+
+    pub fn names(&self) -> String {
+        let mut names = vec!["retain"];
+        if self.offload_host {
+            names.push("offload_host");
+        }
+        if self.offload_ssd {
+            names.push("offload_ssd");
+        }
+        if self.recompute {
+            names.push("recompute");
+        }
+        names.join(",")
+    }
+}
+
+/// Fractions of the fully hiding lead (or lag) offered as choices.
+const LEAD_LEVELS: [f64; 5] = [0.0, 0.25, 0.5, 0.75, 1.0];
+const LAG_LEVELS: [f64; 3] = [0.0, 0.5, 1.0];
+
+/// Every tensor's baseline fate and its other choices.
+#[derive(Debug, Clone)]
+pub struct Choices {
+    pub steps: u32,
+    /// Seconds of each operator, and prefix sums (`before[s]`: compute
+    /// before step `s`).
+    pub op_s: Vec<f64>,
+    pub before: Vec<f64>,
+    /// Retain for intermediates, resident for inputs and parameters.
+    pub baseline: Vec<Fate>,
+    /// Per tensor, choices other than the baseline (empty: no choice).
+    pub options: Vec<Vec<Choice>>,
+    /// Device bytes per step with every tensor at its baseline.
+    pub base_hbm: Vec<u64>,
+}
+
+impl Choices {
+    pub fn compute_s(&self) -> f64 {
+        *self.before.last().unwrap_or(&0.0)
+    }
+
+    /// Compute seconds of steps `[start, end)`.
+    fn window(&self, start: u32, end: u32) -> f64 {
+        self.before[end as usize] - self.before[start as usize]
+    }
+
+    /// The fewest steps before `end` (no further back than `limit` steps)
+    /// whose compute covers `seconds`; `limit` if none does.
+    fn hiding_lead(&self, end: u32, seconds: f64, limit: u32) -> u32 {
+        let (mut lo, mut hi) = (0u32, limit);
+        if self.window(end - limit, end) < seconds {
+            return limit;
+        }
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.window(end - mid, end) >= seconds {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        lo
+    }
+
+    /// The fewest steps from `start` (at most `limit`) whose compute covers `seconds`.
+    fn hiding_lag(&self, start: u32, seconds: f64, limit: u32) -> u32 {
+        let (mut lo, mut hi) = (0u32, limit);
+        if self.window(start, start + limit) < seconds {
+            return limit;
+        }
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.window(start, start + mid) >= seconds {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        lo
+    }
+
+    /// Builds the choices of every tensor under `allowed`.
+    pub fn build(
+        workload: &Workload,
+        lives: &Lifetimes,
+        profile: &Profile,
+        allowed: FateSet,
+    ) -> Choices {
+        let steps = workload.ops.len() as u32;
+        let op_s: Vec<f64> = workload
+            .ops
+            .iter()
+            .map(|op| op_seconds(op, profile))
+            .collect();
+        let mut before = Vec::with_capacity(op_s.len() + 1);
+        before.push(0.0);
+        for &s in &op_s {
+            before.push(before.last().unwrap() + s);
+        }
+        let mut choices = Choices {
+            steps,
+            op_s,
+            before,
+            baseline: Vec::with_capacity(workload.tensors.len()),
+            options: Vec::with_capacity(workload.tensors.len()),
+            base_hbm: Vec::new(),
+        };
+        let mut delta = vec![0i128; steps as usize + 1];
+        for tensor in &workload.tensors {
+            let life = &lives.tensors[tensor.id.index()];
+            let (baseline, interval) = match tensor.kind {
+                TensorKind::Input | TensorKind::Parameter => (Fate::Resident, Some((0, steps))),
+                _ => (
+                    Fate::Retain,
+                    life.producer
+                        .map(|p| (p, life.last_use().expect("produced") + 1)),
+                ),
+            };
+            if let Some((start, end)) = interval {
+                delta[start as usize] += tensor.bytes as i128;
+                delta[end as usize] -= tensor.bytes as i128;
+            }
+            choices.baseline.push(baseline);
+            let options = match tensor.kind {
+                TensorKind::Parameter => Vec::new(),
+                TensorKind::Input => choices.stream_choices(tensor.bytes, life, profile, allowed),
+                _ => choices.intermediate_choices(workload, lives, tensor, life, profile, allowed),
+            };
+            choices.options.push(options);
+        }
+        let mut running = 0i128;
+        choices.base_hbm = delta[..steps as usize]
+            .iter()
+            .map(|d| {
+                running += d;
+                running as u64
+            })
+            .collect();
+        choices
+    }
+
+    fn stream_choices(
+        &self,
+        bytes: u64,
+        life: &TensorLife,
+        profile: &Profile,
+        allowed: FateSet,
+    ) -> Vec<Choice> {
+        let runs = use_runs(&life.uses);
+        if runs.is_empty() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for (fate, ssd) in [(Fate::StreamHost, false), (Fate::StreamSsd, true)] {
+            if !allowed.allows(fate) {
+                continue;
+            }
+            let (pcie_s, ssd_s) = link_seconds(bytes, true, ssd, profile);
+            let transfer_s = pcie_s.max(ssd_s);
+            // Room before each run: back to the previous run's last use.
+            let rooms: Vec<u32> = runs
+                .iter()
+                .enumerate()
+                .map(|(k, &(first, _))| {
+                    if k == 0 {
+                        first
+                    } else {
+                        first - runs[k - 1].1 - 1
+                    }
+                })
+                .collect();
+            let full: Vec<u32> = runs
+                .iter()
+                .zip(&rooms)
+                .map(|(&(first, _), &room)| self.hiding_lead(first, transfer_s, room))
+                .collect();
+            let mut seen: Vec<Vec<u32>> = Vec::new();
+            for level in LEAD_LEVELS {
+                let leads: Vec<u32> = full
+                    .iter()
+                    .map(|&f| (f as f64 * level).ceil() as u32)
+                    .collect();
+                if seen.contains(&leads) {
+                    continue;
+                }
+                seen.push(leads.clone());
+                let mut cost_s = 0.0;
+                let mut hbm_free = Vec::new();
+                let mut next = 0u32;
+                for (&(first, last), &lead) in runs.iter().zip(&leads) {
+                    let start = first - lead;
+                    cost_s += (transfer_s - self.window(start, first)).max(0.0);
+                    if next < start {
+                        hbm_free.push((next, start));
+                    }
+                    next = last + 1;
+                }
+                if next < self.steps {
+                    hbm_free.push((next, self.steps));
+                }
+                let loads = runs.len() as f64;
+                let link_s = [pcie_s * loads, 0.0, ssd_s * loads, 0.0];
+                out.push(Choice {
+                    fate,
+                    lag: 0,
+                    leads,
+                    cost_s,
+                    link_s,
+                    hbm_free,
+                    hbm_add: Vec::new(),
+                    away: Some((if ssd { Tier::Ssd } else { Tier::Host }, 0, self.steps)),
+                });
+            }
+        }
+        out
+    }
+
+    /// What re-running `tensor`'s producer before step `step` costs with
+    /// every other tensor at its baseline: the seconds of the operators
+    /// re-run (inputs that died after their last use are re-run too, as
+    /// the schedule does), and the device bytes it adds: the re-created
+    /// inputs during that step, and inputs that cannot be re-run kept alive
+    /// until it. `None` past [`MAX_CASCADE_OPS`] operators.
+    fn recomputation(
+        &self,
+        workload: &Workload,
+        lives: &Lifetimes,
+        tensor: TensorId,
+        step: u32,
+    ) -> Option<(f64, Vec<(u32, u32, u64)>)> {
+        let mut seconds = 0.0;
+        let mut transient = 0u64;
+        let mut adds = Vec::new();
+        let mut done: Vec<TensorId> = vec![tensor];
+        let mut stack = vec![tensor];
+        let mut ops = 0usize;
+        while let Some(t) = stack.pop() {
+            let producer = lives.tensors[t.index()].producer? as usize;
+            ops += 1;
+            if ops > MAX_CASCADE_OPS {
+                return None;
+            }
+            seconds += self.op_s[producer];
+            for &input in &workload.ops[producer].inputs {
+                if done.contains(&input) {
+                    continue;
+                }
+                done.push(input);
+                let kind = workload.tensor(input).kind;
+                let life = &lives.tensors[input.index()];
+                let bytes = workload.tensor(input).bytes;
+                if kind == TensorKind::Parameter {
+                    continue;
+                }
+                if kind == TensorKind::Input {
+                    // Streamed inputs are copied in for this step if not
+                    // already there: count the copy.
+                    if !life.uses.contains(&step) {
+                        transient += bytes;
+                    }
+                    continue;
+                }
+                let alive = life.producer.is_some_and(|p| p < step)
+                    && life.last_use().is_some_and(|last| step <= last);
+                if alive {
+                    // If it is off the device in a gap here, it is copied
+                    // in for this step: count the copy.
+                    if life.gaps.iter().any(|g| g.contains(step)) {
+                        transient += bytes;
+                    }
+                    continue;
+                }
+                if life.recomputable && life.producer.is_some_and(|p| p < step) {
+                    transient += bytes;
+                    stack.push(input);
+                } else if let Some(last) = life.last_use() {
+                    adds.push((last + 1, step + 1, bytes));
+                }
+            }
+        }
+        if transient > 0 {
+            adds.push((step, step + 1, transient));
+        }
+        Some((seconds, adds))
+    }
+
+    fn intermediate_choices(
+        &self,
+        workload: &Workload,
+        lives: &Lifetimes,
+        tensor: &Tensor,
+        life: &TensorLife,
+        profile: &Profile,
+        allowed: FateSet,
+    ) -> Vec<Choice> {
+        let (Some(first), Some(last)) = (life.gaps.first(), life.gaps.last()) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (fate, ssd) in [(Fate::OffloadHost, false), (Fate::OffloadSsd, true)] {
+            if !allowed.allows(fate) {
+                continue;
+            }
+            let (in_pcie, in_ssd) = link_seconds(tensor.bytes, true, ssd, profile);
+            let (out_pcie, out_ssd) = link_seconds(tensor.bytes, false, ssd, profile);
+            let (in_s, out_s) = (in_pcie.max(in_ssd), out_pcie.max(out_ssd));
+            // The offload and the first copy back share the first gap's idle
+            // steps and must leave at least one of them free.
+            let room0 = first.idle_steps() - 1;
+            let full_lag = self.hiding_lag(first.after + 1, out_s, room0);
+            let mut seen: Vec<(u32, Vec<u32>)> = Vec::new();
+            for lag_level in LAG_LEVELS {
+                let lag = (full_lag as f64 * lag_level).ceil() as u32;
+                let full: Vec<u32> = life
+                    .gaps
+                    .iter()
+                    .enumerate()
+                    .map(|(k, gap)| {
+                        let room = if k == 0 {
+                            room0 - lag
+                        } else {
+                            gap.idle_steps() - 1
+                        };
+                        self.hiding_lead(gap.before, in_s, room)
+                    })
+                    .collect();
+                for level in LEAD_LEVELS {
+                    let leads: Vec<u32> = full
+                        .iter()
+                        .map(|&f| (f as f64 * level).ceil() as u32)
+                        .collect();
+                    let key = (lag, leads.clone());
+                    if seen.contains(&key) {
+                        continue;
+                    }
+                    seen.push(key);
+                    let mut cost_s =
+                        (out_s - self.window(first.after + 1, first.after + 1 + lag)).max(0.0);
+                    let mut hbm_free = Vec::with_capacity(life.gaps.len());
+                    for (k, (gap, &lead)) in life.gaps.iter().zip(&leads).enumerate() {
+                        cost_s += (in_s - self.window(gap.before - lead, gap.before)).max(0.0);
+                        let start = gap.after + 1 + if k == 0 { lag } else { 0 };
+                        hbm_free.push((start, gap.before - lead));
+                    }
+                    let loads = life.gaps.len() as f64;
+                    let link_s = [in_pcie * loads, out_pcie, in_ssd * loads, out_ssd];
+                    out.push(Choice {
+                        fate,
+                        lag,
+                        leads,
+                        cost_s,
+                        link_s,
+                        hbm_free,
+                        hbm_add: Vec::new(),
+                        away: Some((
+                            if ssd { Tier::Ssd } else { Tier::Host },
+                            first.after + 1,
+                            last.before,
+                        )),
+                    });
+                }
+            }
+        }
+        if allowed.recompute && life.recomputable {
+            if let Some(gap) = life.gap {
+                if let Some((cost_s, hbm_add)) =
+                    self.recomputation(workload, lives, tensor.id, gap.before)
+                {
+                    out.push(Choice {
+                        fate: Fate::Recompute,
+                        lag: 0,
+                        leads: Vec::new(),
+                        cost_s,
+                        link_s: [0.0; 4],
+                        hbm_free: vec![(gap.after + 1, gap.before)],
+                        hbm_add,
+                        away: None,
+                    });
+                }
+            }
+        }
+        out
     }
 }

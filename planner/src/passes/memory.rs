@@ -181,6 +181,7 @@ impl Occupancy {
                     needed_bytes: values[position],
                     budget_bytes: budget,
                     bytes_over: values[position] - budget,
+                    hint: String::new(),
                 });
             }
         }

@@ -22,6 +22,17 @@ use crate::{Error, Result, Tier};
 /// Most operators one recomputation may re-run, its inputs' included.
 pub const MAX_CASCADE_OPS: usize = 512;
 
+/// When a tensor's transfers run, relative to the latest timing that is
+/// still correct: an offload may finish `lag` steps later (hiding behind
+/// their compute), and each copy back (per gap, or per run of uses for a
+/// streamed input) is issued `leads[k]` steps earlier (prefetch). Empty
+/// means no shift.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Shift {
+    pub lag: u32,
+    pub leads: Vec<u32>,
+}
+
 /// The schedule, and the fates it could honour (recompute may fall back to retain).
 #[derive(Debug, Clone)]
 pub struct Schedule {
@@ -29,15 +40,30 @@ pub struct Schedule {
     pub fates: Vec<Fate>,
 }
 
-pub fn build(workload: &Workload, lives: &Lifetimes, fates: Vec<Fate>) -> Result<Schedule> {
+pub fn build(
+    workload: &Workload,
+    lives: &Lifetimes,
+    fates: Vec<Fate>,
+    shifts: &[Shift],
+) -> Result<Schedule> {
     let mut fates = fates;
     // Each round honours every recomputation it can and retains the rest;
     // retaining a tensor only makes others easier to recompute, so this
     // settles within as many rounds as there are tensors.
     for _round in 0..=workload.tensors.len() {
-        let (recomputes, failed) = recomputations(workload, lives, &fates);
+        let (recomputes, hurry, failed) = recomputations(workload, lives, &fates, shifts);
         if failed.is_empty() {
-            let mut entries = transfers(workload, lives, &fates);
+            let mut entries = transfers(workload, lives, &fates, shifts);
+            // A recomputation that reads a prefetched copy needs it sooner.
+            for (tensor, due, step) in hurry {
+                if let Some(entry) = entries.iter_mut().find(|e| {
+                    e.tensor == tensor
+                        && e.done_before_step == due
+                        && matches!(e.action, Action::Load | Action::Reload)
+                }) {
+                    entry.done_before_step = entry.done_before_step.min(step);
+                }
+            }
             entries.extend(recomputes);
             // Stable: recomputations of one slot keep their dependency order.
             entries.sort_by_key(|e| e.issue_after_step);
@@ -59,10 +85,18 @@ fn stream_for(action: Action, tier: Tier) -> Stream {
     }
 }
 
-fn transfers(workload: &Workload, lives: &Lifetimes, fates: &[Fate]) -> Vec<ScheduleEntry> {
+fn transfers(
+    workload: &Workload,
+    lives: &Lifetimes,
+    fates: &[Fate],
+    shifts: &[Shift],
+) -> Vec<ScheduleEntry> {
+    let none = Shift::default();
     let mut entries = Vec::new();
     for (tensor, &fate) in workload.tensors.iter().zip(fates) {
         let life = &lives.tensors[tensor.id.index()];
+        let shift = shifts.get(tensor.id.index()).unwrap_or(&none);
+        let lead = |k: usize| shift.leads.get(k).copied().unwrap_or(0);
         match fate {
             Fate::OffloadHost | Fate::OffloadSsd => {
                 let tier = fate.away_tier().expect("offload fates have a tier");
@@ -75,12 +109,13 @@ fn transfers(workload: &Workload, lives: &Lifetimes, fates: &[Fate]) -> Vec<Sche
                     to: tier,
                     stream: stream_for(Action::Offload, tier),
                     issue_after_step: first.after as i64,
-                    done_before_step: first.after + 1,
+                    done_before_step: first.after + 1 + shift.lag,
                     op: None,
                 });
                 for (k, gap) in life.gaps.iter().enumerate() {
                     let last = k + 1 == life.gaps.len();
                     let mut back = load(tensor.id, tensor.bytes, tier, gap.before);
+                    back.issue_after_step -= lead(k) as i64;
                     if last {
                         back.action = Action::Reload;
                     }
@@ -89,8 +124,10 @@ fn transfers(workload: &Workload, lives: &Lifetimes, fates: &[Fate]) -> Vec<Sche
             }
             Fate::StreamHost | Fate::StreamSsd => {
                 let tier = fate.away_tier().expect("stream fates have a tier");
-                for (first, _) in use_runs(&life.uses) {
-                    entries.push(load(tensor.id, tensor.bytes, tier, first));
+                for (k, (first, _)) in use_runs(&life.uses).into_iter().enumerate() {
+                    let mut back = load(tensor.id, tensor.bytes, tier, first);
+                    back.issue_after_step -= lead(k) as i64;
+                    entries.push(back);
                 }
             }
             _ => {}
@@ -116,6 +153,11 @@ fn load(tensor: TensorId, bytes: u64, tier: Tier, step: u32) -> ScheduleEntry {
 /// Whether a tensor's device copy is there just before step `step` runs.
 enum Status {
     Present,
+    /// A prefetch is already on its way, due before step `due`: it must
+    /// arrive before this step instead.
+    Arriving {
+        due: u32,
+    },
     NeedLoad(Tier),
     NeedRecompute,
 }
@@ -124,6 +166,7 @@ fn status(
     workload: &Workload,
     lives: &Lifetimes,
     fates: &[Fate],
+    shifts: &[Shift],
     tensor: TensorId,
     step: u32,
 ) -> Status {
@@ -131,11 +174,22 @@ fn status(
     match fates[tensor.index()] {
         Fate::Resident => Status::Present,
         Fate::StreamHost | Fate::StreamSsd => {
-            let in_run = use_runs(&life.uses)
+            let runs = use_runs(&life.uses);
+            let in_run = runs
                 .iter()
                 .any(|&(first, last)| first <= step && step <= last);
+            let next = runs.iter().position(|&(first, _)| step < first);
+            let lead = |k: usize| {
+                shifts
+                    .get(tensor.index())
+                    .and_then(|s| s.leads.get(k))
+                    .copied()
+                    .unwrap_or(0)
+            };
             if in_run {
                 Status::Present
+            } else if let Some(k) = next.filter(|&k| step + lead(k) >= runs[k].0) {
+                Status::Arriving { due: runs[k].0 }
             } else {
                 Status::NeedLoad(
                     fates[tensor.index()]
@@ -147,17 +201,42 @@ fn status(
         Fate::Retain => {
             if workload.tensor(tensor).kind == TensorKind::Parameter {
                 Status::Present
-            } else if life.producer.is_some_and(|p| p < step) {
+            } else if life.producer.is_some_and(|p| p < step)
+                && (life.last_use().is_some_and(|last| step <= last) || !life.recomputable)
+            {
+                // Alive, or kept alive until this step (it cannot be re-run).
                 Status::Present
             } else {
+                // Not produced yet, or dead after its last use: re-run it
+                // rather than keep it alive through the gap.
                 Status::NeedRecompute
             }
         }
         Fate::OffloadHost | Fate::OffloadSsd => {
-            if life.gaps.iter().any(|g| g.contains(step)) {
-                Status::NeedRecompute
-            } else {
-                Status::Present
+            let lag = shifts.get(tensor.index()).map_or(0, |s| s.lag);
+            match life.gaps.iter().position(|g| g.contains(step)) {
+                // Still on the device while the offload runs.
+                Some(0) if step <= life.gaps[0].after + lag => Status::Present,
+                Some(k)
+                    if step
+                        + shifts
+                            .get(tensor.index())
+                            .and_then(|s| s.leads.get(k))
+                            .copied()
+                            .unwrap_or(0)
+                        >= life.gaps[k].before =>
+                {
+                    Status::Arriving {
+                        due: life.gaps[k].before,
+                    }
+                }
+                // The away copy is there: copy it in (again) for this step.
+                Some(_) => Status::NeedLoad(
+                    fates[tensor.index()]
+                        .away_tier()
+                        .expect("offload fates have a tier"),
+                ),
+                None => Status::Present,
             }
         }
         Fate::Recompute => match life.gap {
@@ -173,8 +252,10 @@ fn recomputations(
     workload: &Workload,
     lives: &Lifetimes,
     fates: &[Fate],
-) -> (Vec<ScheduleEntry>, Vec<TensorId>) {
+    shifts: &[Shift],
+) -> (Vec<ScheduleEntry>, Vec<(TensorId, u32, u32)>, Vec<TensorId>) {
     let mut entries = Vec::new();
+    let mut hurry = Vec::new();
     let mut failed = Vec::new();
     for (step, op) in workload.ops.iter().enumerate() {
         let step = step as u32;
@@ -182,6 +263,7 @@ fn recomputations(
             step,
             done: BTreeSet::new(),
             entries: Vec::new(),
+            hurry: Vec::new(),
         };
         for &input in &op.inputs {
             let wanted = fates[input.index()] == Fate::Recompute
@@ -191,24 +273,28 @@ fn recomputations(
             if !wanted {
                 continue;
             }
-            let mark = slot.entries.len();
+            let mark = (slot.entries.len(), slot.hurry.len());
             let done_before = slot.done.clone();
             let mut ops_left = MAX_CASCADE_OPS;
-            if !slot.materialize(workload, lives, fates, input, &mut ops_left) {
-                slot.entries.truncate(mark);
+            if !slot.materialize(workload, lives, fates, shifts, input, &mut ops_left) {
+                slot.entries.truncate(mark.0);
+                slot.hurry.truncate(mark.1);
                 slot.done = done_before;
                 failed.push(input);
             }
         }
         entries.extend(slot.entries);
+        hurry.extend(slot.hurry.into_iter().map(|(t, due)| (t, due, step)));
     }
-    (entries, failed)
+    (entries, hurry, failed)
 }
 
 struct Slot {
     step: u32,
     done: BTreeSet<TensorId>,
     entries: Vec<ScheduleEntry>,
+    /// Prefetches that must arrive before this step: (tensor, their due step).
+    hurry: Vec<(TensorId, u32)>,
 }
 
 impl Slot {
@@ -217,6 +303,7 @@ impl Slot {
         workload: &Workload,
         lives: &Lifetimes,
         fates: &[Fate],
+        shifts: &[Shift],
         tensor: TensorId,
         ops_left: &mut usize,
     ) -> bool {
@@ -224,8 +311,12 @@ impl Slot {
             return true;
         }
         let bytes = workload.tensor(tensor).bytes;
-        match status(workload, lives, fates, tensor, self.step) {
+        match status(workload, lives, fates, shifts, tensor, self.step) {
             Status::Present => return true,
+            Status::Arriving { due } => {
+                self.hurry.push((tensor, due));
+                return true;
+            }
             Status::NeedLoad(tier) => self.entries.push(load(tensor, bytes, tier, self.step)),
             Status::NeedRecompute => {
                 let life = &lives.tensors[tensor.index()];
@@ -237,7 +328,7 @@ impl Slot {
                 }
                 *ops_left -= 1;
                 for &input in &workload.ops[producer as usize].inputs {
-                    if !self.materialize(workload, lives, fates, input, ops_left) {
+                    if !self.materialize(workload, lives, fates, shifts, input, ops_left) {
                         return false;
                     }
                 }

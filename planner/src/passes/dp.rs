@@ -1,0 +1,803 @@
+//! Pass 4, the `dp` planner: chooses every tensor's fate and transfer timing
+//! to minimise the predicted iteration time under every tier's budget.
+//!
+//! It works on the choices of the cost model ([`super::cost::Choices`]):
+//! each tensor starts at its baseline (retained, or resident for inputs),
+//! which costs nothing and frees nothing. The search has three stages.
+//!
+//! 1. **Sweep.** Steps are visited in order. Wherever the device is over
+//!    budget, the overrun is covered by a minimum-cost knapsack over the
+//!    tensors idle at that step (dynamic programming over a Pareto front of
+//!    bytes freed against seconds spent). Each candidate is scored by the
+//!    cheapest timing its fate allows, since stage 2 can reach it; the
+//!    sweep itself applies the timing that frees the most steps.
+//! 2. **Improvement.** Every changed tensor, costliest first, takes the
+//!    cheapest of its choices (the baseline included) that keeps every
+//!    tier within budget: this returns over-demoted tensors and moves
+//!    transfers earlier (prefetch) or lets offloads run longer wherever
+//!    memory allows, hiding them behind compute.
+//! 3. **Exchange.** On instances with few decisions, each costly choice is
+//!    tried at a cheaper one with the overrun it causes re-covered by the
+//!    sweep; the exchange is kept if the total cost falls.
+//!
+//! Host memory bounds the host choices as they are made. SSD choices need
+//! staging buffers in host memory, so the search runs twice, without the
+//! SSD and with it (staging reserved), and keeps the cheaper result.
+//!
+//! Equal-sized partitions make many tensors interchangeable: they share
+//! scores, so the knapsack merges them into one front entry per size and
+//! cost, which keeps it small on partitioned GNN workloads.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use super::cost::{Choice, Choices, LinkSeconds};
+use super::schedule::Shift;
+use super::segtree::MaxTree;
+use crate::plan::{Budgets, Fate};
+use crate::workload::Workload;
+use crate::Tier;
+
+/// Most decisions for which stage 3 runs.
+pub const EXCHANGE_LIMIT: usize = 300;
+
+/// Largest knapsack front kept per overflowing step; beyond it the
+/// sweep takes candidates in score order.
+const FRONT_LIMIT: usize = 4_096;
+
+/// Most candidates a step's knapsack considers.
+const KNAPSACK_CANDIDATES: usize = 48;
+
+/// A fate and timing for every tensor: `None` is the baseline, `Some(i)`
+/// the `i`-th of its choices.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assignment {
+    pub picks: Vec<Option<u16>>,
+}
+
+impl Assignment {
+    pub fn baseline(choices: &Choices) -> Assignment {
+        Assignment {
+            picks: vec![None; choices.options.len()],
+        }
+    }
+
+    pub fn choice<'a>(&self, choices: &'a Choices, tensor: usize) -> Option<&'a Choice> {
+        self.picks[tensor].map(|i| &choices.options[tensor][i as usize])
+    }
+
+    pub fn fate(&self, choices: &Choices, tensor: usize) -> Fate {
+        self.choice(choices, tensor)
+            .map(|c| c.fate)
+            .unwrap_or(choices.baseline[tensor])
+    }
+
+    /// Seconds the choices add to the iteration.
+    pub fn cost_s(&self, choices: &Choices) -> f64 {
+        (0..self.picks.len())
+            .filter_map(|t| self.choice(choices, t))
+            .map(|c| c.cost_s)
+            .sum()
+    }
+
+    pub fn link_s(&self, choices: &Choices) -> LinkSeconds {
+        let mut total = [0.0; 4];
+        for t in 0..self.picks.len() {
+            if let Some(c) = self.choice(choices, t) {
+                for (sum, s) in total.iter_mut().zip(c.link_s) {
+                    *sum += s;
+                }
+            }
+        }
+        total
+    }
+
+    /// The model's iteration time: compute plus added seconds, or the
+    /// busiest link if that is longer.
+    pub fn objective_s(&self, choices: &Choices) -> f64 {
+        let link = self.link_s(choices);
+        let busiest = link.iter().copied().fold(0.0, f64::max);
+        (choices.compute_s() + self.cost_s(choices)).max(busiest)
+    }
+
+    pub fn uses_ssd(&self, choices: &Choices) -> bool {
+        (0..self.picks.len()).any(|t| self.choice(choices, t).is_some_and(Choice::uses_ssd))
+    }
+}
+
+/// Bytes per step on each tier under an assignment.
+struct Usage {
+    hbm: MaxTree,
+    host: MaxTree,
+    ssd: MaxTree,
+    limit: [i64; 3],
+}
+
+impl Usage {
+    fn new(choices: &Choices, limit: [i64; 3], host_reserved: i64, extra: &[u64]) -> Usage {
+        let base: Vec<i64> = choices
+            .base_hbm
+            .iter()
+            .enumerate()
+            .map(|(s, &b)| (b + extra.get(s).copied().unwrap_or(0)) as i64)
+            .collect();
+        let steps = choices.steps as usize;
+        Usage {
+            hbm: MaxTree::new(&base),
+            host: MaxTree::new(&vec![host_reserved; steps]),
+            ssd: MaxTree::new(&vec![0; steps]),
+            limit,
+        }
+    }
+
+    fn tree(&mut self, tier: Tier) -> &mut MaxTree {
+        match tier {
+            Tier::Hbm => &mut self.hbm,
+            Tier::Host => &mut self.host,
+            Tier::Ssd => &mut self.ssd,
+        }
+    }
+
+    fn apply(&mut self, choice: &Choice, bytes: i64, sign: i64) {
+        for &(start, end) in &choice.hbm_free {
+            self.hbm.add(start as usize, end as usize, -sign * bytes);
+        }
+        for &(start, end, added) in &choice.hbm_add {
+            self.hbm
+                .add(start as usize, end as usize, sign * added as i64);
+        }
+        if let Some((tier, start, end)) = choice.away {
+            self.tree(tier)
+                .add(start as usize, end as usize, sign * bytes);
+        }
+    }
+
+    /// Whether the device bytes `choice` adds fit at the steps before
+    /// `step` (those the sweep has already brought within budget).
+    fn adds_fit(&self, choice: &Choice, step: usize) -> bool {
+        choice.hbm_add.iter().all(|&(s, e, added)| {
+            let end = (e as usize).min(step);
+            s as usize >= end || self.hbm.max(s as usize, end) + added as i64 <= self.limit[0]
+        })
+    }
+
+    /// Whether the away copy of `choice` fits, with the choice not applied.
+    fn away_fits(&self, choice: &Choice, bytes: i64) -> bool {
+        match choice.away {
+            None => true,
+            Some((tier, start, end)) => {
+                let (tree, limit) = match tier {
+                    Tier::Hbm => (&self.hbm, self.limit[0]),
+                    Tier::Host => (&self.host, self.limit[1]),
+                    Tier::Ssd => (&self.ssd, self.limit[2]),
+                };
+                tree.max(start as usize, end as usize) + bytes <= limit
+            }
+        }
+    }
+}
+
+/// The search state: an assignment and the usage it implies.
+struct Search<'a> {
+    choices: &'a Choices,
+    bytes: Vec<i64>,
+    assignment: Assignment,
+    usage: Usage,
+    /// Choices the search may use: without or with the SSD.
+    ssd: bool,
+    /// Stage 2 may change timings only, not fates (peer policies).
+    keep_fates: bool,
+    /// Whether a choice was refused for lack of room on an away tier.
+    away_refused: bool,
+    /// Seconds charged per second of each link's busy time: zero while
+    /// compute bounds the iteration, one on a link that bounds it.
+    weights: LinkSeconds,
+}
+
+impl<'a> Search<'a> {
+    fn pick(&self, tensor: usize) -> Option<&'a Choice> {
+        self.assignment.choice(self.choices, tensor)
+    }
+
+    /// A choice's price: its added seconds plus its weighted link time.
+    fn price(&self, choice: &Choice) -> f64 {
+        choice.cost_s
+            + choice
+                .link_s
+                .iter()
+                .zip(self.weights)
+                .map(|(s, w)| s * w)
+                .sum::<f64>()
+    }
+
+    fn total_price(&self) -> f64 {
+        (0..self.assignment.picks.len())
+            .filter_map(|t| self.pick(t))
+            .map(|c| self.price(c))
+            .sum()
+    }
+
+    fn allowed(&self, choice: &Choice) -> bool {
+        self.ssd || !choice.uses_ssd()
+    }
+
+    fn set(&mut self, tensor: usize, pick: Option<u16>) {
+        let bytes = self.bytes[tensor];
+        if let Some(old) = self.pick(tensor) {
+            self.usage.apply(old, bytes, -1);
+        }
+        self.assignment.picks[tensor] = pick;
+        if let Some(new) = self.pick(tensor) {
+            self.usage.apply(new, bytes, 1);
+        }
+    }
+
+    /// Whether every tier is within budget where the last change to
+    /// `tensor` from `old` may have added bytes.
+    fn fits_after_change(&self, tensor: usize, old: Option<&Choice>) -> bool {
+        let within =
+            |s: u32, e: u32| self.usage.hbm.max(s as usize, e as usize) <= self.usage.limit[0];
+        let hbm_ok = old.is_none_or(|old| old.hbm_free.iter().all(|&(s, e)| within(s, e)))
+            && self
+                .pick(tensor)
+                .is_none_or(|new| new.hbm_add.iter().all(|&(s, e, _)| within(s, e)));
+        let away_ok = self.pick(tensor).is_none_or(|c| match c.away {
+            None => true,
+            Some((tier, s, e)) => {
+                let (tree, limit) = match tier {
+                    Tier::Hbm => (&self.usage.hbm, self.usage.limit[0]),
+                    Tier::Host => (&self.usage.host, self.usage.limit[1]),
+                    Tier::Ssd => (&self.usage.ssd, self.usage.limit[2]),
+                };
+                tree.max(s as usize, e as usize) <= limit
+            }
+        });
+        hbm_ok && away_ok
+    }
+
+    /// Stage 1 over steps `[from, to)`, never touching `frozen`. Returns
+    /// the first step it could not bring within budget.
+    fn sweep(&mut self, from: usize, to: usize, frozen: Option<usize>) -> Result<(), usize> {
+        let choices = self.choices;
+        let steps = choices.steps as usize;
+        // Per step, the candidate (tensor, choice index) intervals that start there.
+        let mut starts: Vec<Vec<(usize, u16, u32)>> = vec![Vec::new(); steps + 1];
+        let mut fate_cost = vec![[f64::INFINITY; 7]; choices.options.len()];
+        for (t, options) in choices.options.iter().enumerate() {
+            if self.assignment.picks[t].is_some() || Some(t) == frozen {
+                continue;
+            }
+            for choice in options.iter().filter(|c| self.allowed(c)) {
+                let f = choice.fate as usize;
+                fate_cost[t][f] = fate_cost[t][f].min(self.price(choice));
+            }
+            for (i, choice) in options.iter().enumerate() {
+                // The first choice of each fate frees the most steps.
+                if !self.allowed(choice) || (i > 0 && options[i - 1].fate == choice.fate) {
+                    continue;
+                }
+                for &(s, e) in &choice.hbm_free {
+                    let (s, e) = (s as usize, e as usize);
+                    if e > from && s < to {
+                        starts[s.max(from)].push((t, i as u16, e as u32));
+                    }
+                }
+            }
+        }
+        let mut active: BinaryHeap<Candidate> = BinaryHeap::new();
+        let mut step = from;
+        while step < to {
+            for &(t, i, end) in &starts[step] {
+                let choice = &choices.options[t][i as usize];
+                let score = fate_cost[t][choice.fate as usize] / self.bytes[t] as f64;
+                active.push(Candidate {
+                    score,
+                    end,
+                    bytes: self.bytes[t],
+                    tensor: t,
+                    choice: i,
+                });
+            }
+            let over = self.usage.hbm.get(step) - self.usage.limit[0];
+            if over <= 0 {
+                step += 1;
+                continue;
+            }
+            // The candidates still usable here, best first.
+            let mut usable: Vec<Candidate> = Vec::new();
+            let mut spare: Vec<Candidate> = Vec::new();
+            let mut covered = 0i64;
+            while let Some(candidate) = active.pop() {
+                if candidate.end as usize <= step
+                    || self.assignment.picks[candidate.tensor].is_some()
+                {
+                    continue;
+                }
+                let choice = &choices.options[candidate.tensor][candidate.choice as usize];
+                if !self.usage.away_fits(choice, candidate.bytes)
+                    || !self.usage.adds_fit(choice, step)
+                {
+                    self.away_refused |= !self.usage.away_fits(choice, candidate.bytes);
+                    spare.push(candidate);
+                    continue;
+                }
+                if usable.len() < KNAPSACK_CANDIDATES || covered < over {
+                    covered += candidate.bytes;
+                    usable.push(candidate);
+                } else {
+                    spare.push(candidate);
+                    break;
+                }
+            }
+            let chosen =
+                knapsack(&usable, over).unwrap_or_else(|| (0..usable.len()).collect::<Vec<_>>());
+            let mut taken = vec![false; usable.len()];
+            for &k in &chosen {
+                let c = usable[k];
+                if self.assignment.picks[c.tensor].is_some() {
+                    continue;
+                }
+                let choice = &choices.options[c.tensor][c.choice as usize];
+                if !self.usage.away_fits(choice, c.bytes) || !self.usage.adds_fit(choice, step) {
+                    continue;
+                }
+                self.set(c.tensor, Some(c.choice));
+                taken[k] = true;
+                if self.usage.hbm.get(step) <= self.usage.limit[0] {
+                    break;
+                }
+            }
+            for (k, c) in usable.into_iter().enumerate() {
+                if !taken[k] {
+                    active.push(c);
+                }
+            }
+            for c in spare {
+                active.push(c);
+            }
+            if self.usage.hbm.get(step) > self.usage.limit[0] {
+                // The knapsack's pick did not cover it (an away tier filled
+                // up); take whatever still fits, in score order.
+                let mut progressed = false;
+                let mut rest = Vec::new();
+                while let Some(c) = active.pop() {
+                    if c.end as usize <= step || self.assignment.picks[c.tensor].is_some() {
+                        continue;
+                    }
+                    let choice = &choices.options[c.tensor][c.choice as usize];
+                    if !self.usage.away_fits(choice, c.bytes) || !self.usage.adds_fit(choice, step)
+                    {
+                        rest.push(c);
+                        continue;
+                    }
+                    self.set(c.tensor, Some(c.choice));
+                    progressed = true;
+                    if self.usage.hbm.get(step) <= self.usage.limit[0] {
+                        break;
+                    }
+                }
+                for c in rest {
+                    active.push(c);
+                }
+                if !progressed || self.usage.hbm.get(step) > self.usage.limit[0] {
+                    return Err(step);
+                }
+            }
+            step += 1;
+        }
+        Ok(())
+    }
+
+    /// Stage 2: each changed tensor, costliest first, takes its cheapest
+    /// choice that fits. Returns whether anything changed.
+    fn improve(&mut self) -> bool {
+        let choices = self.choices;
+        let mut order: Vec<usize> = (0..choices.options.len())
+            .filter(|&t| self.assignment.picks[t].is_some())
+            .collect();
+        order.sort_by(|&a, &b| {
+            let (ca, cb) = (
+                self.price(self.pick(a).unwrap()),
+                self.price(self.pick(b).unwrap()),
+            );
+            cb.total_cmp(&ca).then(a.cmp(&b))
+        });
+        let mut changed = false;
+        for t in order {
+            let current = self.pick(t).map_or(0.0, |c| self.price(c));
+            let fate = self.pick(t).map(|c| c.fate);
+            let mut better: Vec<(f64, Option<u16>)> = choices.options[t]
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| self.allowed(c) && self.price(c) < current)
+                .filter(|(_, c)| !self.keep_fates || Some(c.fate) == fate)
+                .map(|(i, c)| (self.price(c), Some(i as u16)))
+                .collect();
+            if !self.keep_fates {
+                better.push((0.0, None));
+            }
+            better.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let old_pick = self.assignment.picks[t];
+            for (cost, pick) in better {
+                if cost >= current && pick.is_some() {
+                    continue;
+                }
+                let old = self.pick(t);
+                self.set(t, pick);
+                if self.fits_after_change(t, old) {
+                    changed = true;
+                    break;
+                }
+                self.set(t, old_pick);
+            }
+        }
+        changed
+    }
+
+    /// Stage 3: exchanges. Returns whether the cost fell.
+    fn exchange(&mut self) -> bool {
+        let choices = self.choices;
+        let mut improved = false;
+        let decided: Vec<usize> = (0..choices.options.len())
+            .filter(|&t| self.pick(t).is_some_and(|c| self.price(c) > 0.0))
+            .collect();
+        for t in decided {
+            let Some(current) = self.pick(t) else {
+                continue;
+            };
+            let current_cost = self.price(current);
+            let mut cheaper: Vec<Option<u16>> = vec![None];
+            cheaper.extend(
+                choices.options[t]
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| self.allowed(c) && self.price(c) < current_cost)
+                    .map(|(i, _)| Some(i as u16)),
+            );
+            for pick in cheaper {
+                let before_cost = self.total_price();
+                let saved = self.assignment.clone();
+                let old_pick = self.assignment.picks[t];
+                self.set(t, pick);
+                let (start, end) = current
+                    .hbm_free
+                    .iter()
+                    .fold((usize::MAX, 0usize), |(s, e), &(a, b)| {
+                        (s.min(a as usize), e.max(b as usize))
+                    });
+                let away_ok = self.pick(t).is_none_or(|c| {
+                    let bytes = self.bytes[t];
+                    // Checked with the choice applied: compare with its own bytes removed.
+                    self.usage.apply(c, bytes, -1);
+                    let ok = self.usage.away_fits(c, bytes);
+                    self.usage.apply(c, bytes, 1);
+                    ok
+                });
+                let ok = away_ok && self.sweep(start, end, Some(t)).is_ok() && {
+                    self.improve();
+                    true
+                };
+                if ok && self.total_price() + 1e-12 < before_cost {
+                    improved = true;
+                    break;
+                }
+                // Roll back to the saved assignment.
+                self.restore(&saved);
+                let _ = old_pick;
+            }
+        }
+        improved
+    }
+
+    fn restore(&mut self, saved: &Assignment) {
+        for t in 0..saved.picks.len() {
+            if self.assignment.picks[t] != saved.picks[t] {
+                self.set(t, saved.picks[t]);
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    score: f64,
+    end: u32,
+    bytes: i64,
+    tensor: usize,
+    choice: u16,
+}
+
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Candidate {}
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Candidate {
+    /// Best first in a max-heap: lowest seconds per byte, then the longest
+    /// relief, the largest tensor, the lowest id.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .score
+            .total_cmp(&self.score)
+            .then(self.end.cmp(&other.end))
+            .then(self.bytes.cmp(&other.bytes))
+            .then(other.tensor.cmp(&self.tensor))
+            .then(other.choice.cmp(&self.choice))
+    }
+}
+
+/// Minimum-cost subset of `items` freeing at least `need` bytes, by
+/// dynamic programming over the Pareto front of (bytes, cost). Items'
+/// costs are their scores times bytes. `None` if the front grows too large.
+fn knapsack(items: &[Candidate], need: i64) -> Option<Vec<usize>> {
+    // Front entries: (bytes freed, cost, back pointer into `trail`).
+    #[derive(Clone, Copy)]
+    struct Entry {
+        bytes: i64,
+        cost: f64,
+        trail: usize,
+    }
+    // trail: (item, previous trail index), usize::MAX ends.
+    let mut trail: Vec<(usize, usize)> = Vec::new();
+    let mut front = vec![Entry {
+        bytes: 0,
+        cost: 0.0,
+        trail: usize::MAX,
+    }];
+    let mut best: Option<Entry> = None;
+    for (k, item) in items.iter().enumerate() {
+        let cost = item.score * item.bytes as f64;
+        let mut next = Vec::with_capacity(front.len() * 2);
+        for entry in &front {
+            next.push(*entry);
+            let bytes = entry.bytes + item.bytes;
+            let total = entry.cost + cost;
+            if best.is_some_and(|b| total >= b.cost) {
+                continue;
+            }
+            trail.push((k, entry.trail));
+            let grown = Entry {
+                bytes,
+                cost: total,
+                trail: trail.len() - 1,
+            };
+            if bytes >= need {
+                best = Some(grown);
+            } else {
+                next.push(grown);
+            }
+        }
+        // Keep the Pareto front: more bytes for less cost.
+        next.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.cost.total_cmp(&b.cost)));
+        let mut kept: Vec<Entry> = Vec::with_capacity(next.len());
+        let mut cheapest = f64::INFINITY;
+        for entry in next {
+            if entry.cost < cheapest && best.is_none_or(|b| entry.cost < b.cost) {
+                cheapest = entry.cost;
+                kept.push(entry);
+            }
+        }
+        if kept.len() > FRONT_LIMIT {
+            return None;
+        }
+        front = kept;
+    }
+    let best = best?;
+    let mut picked = Vec::new();
+    let mut at = best.trail;
+    while at != usize::MAX {
+        picked.push(trail[at].0);
+        at = trail[at].1;
+    }
+    picked.reverse();
+    Some(picked)
+}
+
+/// What the search found.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub assignment: Assignment,
+    pub objective_s: f64,
+}
+
+/// Why no assignment fits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overrun {
+    pub tier: Tier,
+    pub step: u32,
+    pub needed_bytes: u64,
+}
+
+/// Runs the search under `budgets`. `ssd_staging_bytes` is reserved in
+/// host memory when the SSD is used. `extra` holds device bytes per step
+/// that the model does not see (found by the memory pass on an earlier
+/// attempt); it may be empty.
+pub fn solve(
+    workload: &Workload,
+    choices: &Choices,
+    budgets: &Budgets,
+    ssd_staging_bytes: u64,
+    extra: &[u64],
+) -> Result<Outcome, Overrun> {
+    let bytes: Vec<i64> = workload.tensors.iter().map(|t| t.bytes as i64).collect();
+    let clamp = |b: u64| b.min(i64::MAX as u64 / 4) as i64;
+    let limit = [
+        clamp(budgets.hbm_bytes),
+        clamp(budgets.host_bytes),
+        clamp(budgets.ssd_bytes),
+    ];
+    let any_ssd = choices.options.iter().flatten().any(Choice::uses_ssd);
+    let mut best: Option<Outcome> = None;
+    let mut first_failure: Option<Overrun> = None;
+    // First price added seconds only; if a link then bounds the iteration,
+    // search again with that link's time priced too.
+    let mut rounds: Vec<LinkSeconds> = vec![[0.0; 4]];
+    let mut round = 0;
+    while round < rounds.len() {
+        let weights = rounds[round];
+        round += 1;
+        let mut host_short = true;
+        for ssd in [false, true] {
+            // The SSD only helps where host memory ran short.
+            if ssd && (!any_ssd || !host_short) {
+                continue;
+            }
+            let reserved = if ssd { ssd_staging_bytes as i64 } else { 0 };
+            if reserved > limit[1] {
+                continue;
+            }
+            let mut search = Search {
+                choices,
+                bytes: bytes.clone(),
+                assignment: Assignment::baseline(choices),
+                usage: Usage::new(choices, limit, reserved, extra),
+                ssd,
+                keep_fates: false,
+                away_refused: false,
+                weights,
+            };
+            let swept = search.sweep(0, choices.steps as usize, None);
+            if !ssd {
+                host_short = swept.is_err() || search.away_refused;
+            }
+            if let Err(step) = swept {
+                let needed = search.usage.hbm.get(step).max(0) as u64;
+                let overrun = Overrun {
+                    tier: Tier::Hbm,
+                    step: step as u32,
+                    needed_bytes: needed,
+                };
+                if first_failure.is_none() || ssd {
+                    first_failure = Some(overrun);
+                }
+                continue;
+            }
+            for _ in 0..4 {
+                if !search.improve() {
+                    break;
+                }
+            }
+            let decisions = search
+                .assignment
+                .picks
+                .iter()
+                .filter(|p| p.is_some())
+                .count();
+            if decisions <= EXCHANGE_LIMIT {
+                for _ in 0..3 {
+                    if !search.exchange() {
+                        break;
+                    }
+                }
+            }
+            let objective_s = search.assignment.objective_s(choices);
+            if round == 1 {
+                let link = search.assignment.link_s(choices);
+                let compute = choices.compute_s() + search.assignment.cost_s(choices);
+                for (l, &busy) in link.iter().enumerate() {
+                    if busy > compute {
+                        let mut w = [0.0; 4];
+                        w[l] = 1.0;
+                        if !rounds.contains(&w) {
+                            rounds.push(w);
+                        }
+                    }
+                }
+            }
+            if best.as_ref().is_none_or(|b| objective_s < b.objective_s) {
+                best = Some(Outcome {
+                    assignment: search.assignment,
+                    objective_s,
+                });
+            }
+        }
+    }
+    best.ok_or_else(|| {
+        first_failure.unwrap_or(Overrun {
+            tier: Tier::Host,
+            step: 0,
+            needed_bytes: ssd_staging_bytes,
+        })
+    })
+}
+
+impl Assignment {
+    /// Fates and transfer timings for the schedule pass.
+    pub fn fates_and_shifts(&self, choices: &Choices) -> (Vec<Fate>, Vec<Shift>) {
+        (0..self.picks.len())
+            .map(|t| match self.choice(choices, t) {
+                None => (choices.baseline[t], Shift::default()),
+                Some(c) => (
+                    c.fate,
+                    Shift {
+                        lag: c.lag,
+                        leads: c.leads.clone(),
+                    },
+                ),
+            })
+            .unzip()
+    }
+}
+
+/// Schedule construction for fates chosen elsewhere (the peer policies):
+/// every tensor takes the most-freeing timing of its fate, then each moves
+/// its transfers earlier, or lets them run longer, as far as the budgets
+/// allow. Tensors whose fate has no choice keep no shift.
+pub fn time_fates(
+    workload: &Workload,
+    choices: &Choices,
+    fates: &[Fate],
+    budgets: &Budgets,
+    ssd_staging_bytes: u64,
+) -> Vec<Shift> {
+    let clamp = |b: u64| b.min(i64::MAX as u64 / 4) as i64;
+    let limit = [
+        clamp(budgets.hbm_bytes),
+        clamp(budgets.host_bytes),
+        clamp(budgets.ssd_bytes),
+    ];
+    let mut assignment = Assignment::baseline(choices);
+    for (t, &fate) in fates.iter().enumerate() {
+        if fate != choices.baseline[t] {
+            assignment.picks[t] = choices.options[t]
+                .iter()
+                .position(|c| c.fate == fate)
+                .map(|i| i as u16);
+        }
+    }
+    let ssd = assignment.uses_ssd(choices);
+    let reserved = if ssd { ssd_staging_bytes as i64 } else { 0 };
+    let mut search = Search {
+        choices,
+        bytes: workload.tensors.iter().map(|t| t.bytes as i64).collect(),
+        assignment: Assignment::baseline(choices),
+        usage: Usage::new(choices, limit, reserved, &[]),
+        ssd,
+        keep_fates: true,
+        away_refused: false,
+        weights: [0.0; 4],
+    };
+    for (t, &pick) in assignment.picks.iter().enumerate() {
+        if pick.is_some() {
+            search.set(t, pick);
+        }
+    }
+    let fits = search.usage.hbm.max(0, choices.steps as usize) <= limit[0]
+        && search.usage.host.max(0, choices.steps as usize) <= limit[1]
+        && search.usage.ssd.max(0, choices.steps as usize) <= limit[2];
+    if fits {
+        for _ in 0..4 {
+            if !search.improve() {
+                break;
+            }
+        }
+    }
+    let (_, shifts) = search.assignment.fates_and_shifts(choices);
+    shifts
+}

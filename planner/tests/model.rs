@@ -1,0 +1,118 @@
+//! The cost model's memory accounting agrees with the memory pass.
+
+use fateplan_planner::blocks::BlockCounts;
+use fateplan_planner::datasets::dataset;
+use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
+use fateplan_planner::passes::cost::{Choices, FateSet};
+use fateplan_planner::passes::dp::{self, Assignment};
+use fateplan_planner::passes::lifetimes::Lifetimes;
+use fateplan_planner::passes::memory::Occupancy;
+use fateplan_planner::passes::schedule;
+use fateplan_planner::passes::timeline::Timeline;
+use fateplan_planner::plan::Budgets;
+use fateplan_planner::{Profile, Workload};
+
+fn profile() -> Profile {
+    let text = include_str!("../../profiles/a100-80g.json");
+    Profile::from_json(text, "a100-80g.json").unwrap()
+}
+
+fn gnn(model: GnnModel, name: &str, parts: u32) -> Workload {
+    let stats = dataset(name).unwrap();
+    let spec = GnnSpec {
+        model,
+        layers: 3,
+        hidden: 256,
+        heads: 4,
+        features: stats.features,
+        classes: stats.classes,
+        graph_name: name.into(),
+    };
+    build_gnn(
+        &spec,
+        &BlockCounts::skewed(stats.nodes, stats.edges, parts).unwrap(),
+    )
+    .unwrap()
+}
+
+/// Device bytes per step under an assignment, as the model counts them.
+fn model_hbm(workload: &Workload, choices: &Choices, assignment: &Assignment) -> Vec<i128> {
+    let mut usage: Vec<i128> = choices.base_hbm.iter().map(|&b| b as i128).collect();
+    for t in 0..workload.tensors.len() {
+        if let Some(c) = assignment.choice(choices, t) {
+            for &(s, e) in &c.hbm_free {
+                for u in &mut usage[s as usize..e as usize] {
+                    *u -= workload.tensors[t].bytes as i128;
+                }
+            }
+            for &(s, e, b) in &c.hbm_add {
+                for u in &mut usage[s as usize..e as usize] {
+                    *u += b as i128;
+                }
+            }
+        }
+    }
+    usage
+}
+
+fn check(workload: &Workload, fates: FateSet, hbm_share: f64) {
+    let profile = profile();
+    let lives = Lifetimes::compute(workload);
+    let choices = Choices::build(workload, &lives, &profile, fates);
+    let peak = *choices.base_hbm.iter().max().unwrap();
+    let budgets = Budgets {
+        hbm_bytes: (peak as f64 * hbm_share) as u64,
+        host_bytes: u64::MAX / 8,
+        ssd_bytes: u64::MAX / 8,
+    };
+    let Ok(outcome) = dp::solve(workload, &choices, &budgets, 0, &[]) else {
+        return;
+    };
+    let (fates, shifts) = outcome.assignment.fates_and_shifts(&choices);
+    let sched = schedule::build(workload, &lives, fates.clone(), &shifts).unwrap();
+    let timeline = Timeline::new(workload.ops.len(), &sched.entries);
+    let occupancy = Occupancy::compute(workload, &sched.fates, &sched.entries, &timeline, 0);
+    let model = model_hbm(workload, &choices, &outcome.assignment);
+    for step in 0..workload.ops.len() {
+        let range = timeline.step_start[step]..timeline.step_start[step + 1];
+        let real = range.map(|p| occupancy.bytes.hbm[p]).max().unwrap() as i128;
+        if real > model[step] && sched.fates == fates {
+            let changed: Vec<String> = (0..fates.len())
+                .filter(|&t| fates[t] != choices.baseline[t])
+                .filter(|&t| {
+                    let life = &lives.tensors[t];
+                    life.producer.is_none_or(|p| p as usize <= step)
+                        && life.uses.last().is_some_and(|&u| u as usize >= step)
+                })
+                .map(|t| {
+                    format!(
+                        "{}:{:?}:{:?}",
+                        workload.tensors[t].name, fates[t], shifts[t]
+                    )
+                })
+                .collect();
+            panic!(
+                "step {step} ({}): model {} real {}; diff {}; changed live: {:?}",
+                workload.ops[step].name,
+                model[step],
+                real,
+                real - model[step],
+                &changed[..changed.len().min(12)]
+            );
+        }
+    }
+}
+
+#[test]
+fn model_matches_memory_pass_without_recompute() {
+    let offload = FateSet {
+        offload_host: true,
+        offload_ssd: false,
+        recompute: false,
+    };
+    for model in [GnnModel::Gcn, GnnModel::Sage, GnnModel::Gat] {
+        for share in [0.3, 0.6, 0.9] {
+            check(&gnn(model, "reddit", 4), offload, share);
+        }
+    }
+}
