@@ -328,3 +328,80 @@ fn memory_picture_has_a_budget_line_per_tier() {
     assert_eq!(svg.matches("class=\"used\"").count(), 3);
     assert!(svg.contains("seed 5"));
 }
+
+#[test]
+fn planner_plans_replay_without_violations() {
+    use fateplan_planner::blocks::BlockCounts;
+    use fateplan_planner::datasets::dataset;
+    use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
+
+    let mut profile = Profile {
+        name: "a100-like".into(),
+        ..profile()
+    };
+    // a100-80g's rates, so that every kind of transfer takes real time.
+    profile.device.hbm_bytes_per_s = 2.0e12;
+    profile.device.dense_flops_per_s = 1.95e13;
+    profile.device.sparse_bytes_per_s = 6.0e11;
+    profile.device.op_overhead_s = 5e-6;
+    profile.pcie = PcieProfile {
+        h2d_bytes_per_s: 2.5e10,
+        d2h_bytes_per_s: 2.5e10,
+        latency_s: 1e-5,
+    };
+    profile.ssd.read_bytes_per_s = 7e9;
+    profile.ssd.write_bytes_per_s = 5e9;
+    profile.ssd.read_latency_s = 8e-5;
+    profile.host.memory_bytes_per_s = 2e11;
+    profile.device.hbm_bytes = 300 << 20;
+    profile.host.memory_bytes = 1 << 40;
+    profile.ssd.capacity_bytes = 1 << 42;
+    let stats = dataset("ogbn-arxiv").unwrap();
+    for model in [GnnModel::Gcn, GnnModel::Sage, GnnModel::Gat] {
+        let spec = GnnSpec {
+            model,
+            layers: 3,
+            hidden: 64,
+            heads: 4,
+            features: stats.features,
+            classes: stats.classes,
+            graph_name: stats.name.into(),
+        };
+        let blocks = BlockCounts::skewed(stats.nodes, stats.edges, 8).unwrap();
+        let workload = build_gnn(&spec, &blocks).unwrap();
+        for policy in Policy::ALL {
+            // The `-all` policies ignore the device budget: give them room.
+            let mut profile = profile.clone();
+            if policy != Policy::Greedy {
+                profile.device.hbm_bytes = 1 << 40;
+            }
+            let options = PlanOptions::new(policy, &profile);
+            let plan = plan(&workload, &profile, &options).unwrap();
+            for seed in [0, 1, 2] {
+                let report = simulate(&plan, &profile, &SimOptions { seed }).unwrap();
+                let what = format!("{} {} seed {seed}", workload.name, policy.name());
+                assert_eq!(
+                    report.violations_total, 0,
+                    "{what}: {:?}",
+                    report.violations
+                );
+                // Peaks may pass the planner's (it counts at operators, the
+                // simulator also between them) but never the budgets.
+                for tier in [Tier::Hbm, Tier::Host, Tier::Ssd] {
+                    assert!(
+                        report.peak_bytes.get(tier) <= report.budgets.of(tier),
+                        "{what}"
+                    );
+                }
+                let accounted = report.compute_s + report.recompute_s + report.exposed_transfer_s;
+                assert!((accounted - report.iteration_s).abs() <= 1e-9 * report.iteration_s);
+                if seed == 0 {
+                    assert!(
+                        report.difference_percent().abs() < 50.0,
+                        "{what}: {report:?}"
+                    );
+                }
+            }
+        }
+    }
+}
