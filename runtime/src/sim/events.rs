@@ -403,7 +403,12 @@ pub fn run(
         streams: [stream(), stream(), stream(), stream()],
         fluid: Fluid::new(capacity),
         tiers: Tiers::new(budgets, record),
-        compute: Compute::Done { at: 0.0 },
+        // Before the first step; `start` decides whether it waits.
+        compute: Compute::Waiting {
+            boundary: 0,
+            since: 0.0,
+            mark: 0.0,
+        },
         jitter: Jitter::new(options.seed),
         pending_due,
         compute_s: 0.0,
@@ -812,20 +817,18 @@ impl<'a> Engine<'a> {
                 }
             }
         }
+        let factor = self.jitter.factor();
+        let path = self.prepared.paths[index as usize].expect("transfers have paths");
         let stream = &mut self.streams[s];
         stream.queue.pop_front();
         stream.blocked_on = None;
         stream.active = Some(Active {
             entry: index,
             phase: 0,
-            factor: 1.0,
+            factor,
             start: t,
-            path: self.prepared.paths[index as usize].expect("transfers have paths"),
+            path,
         });
-        let factor = self.jitter.factor();
-        if let Some(active) = &mut self.streams[s].active {
-            active.factor = factor;
-        }
         self.run_phase(s, t);
     }
 
