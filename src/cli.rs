@@ -16,6 +16,8 @@ use fateplan::planner::{
 use fateplan::profiles;
 use fateplan::runtime::graph::GraphData;
 
+use crate::simulate::{self, SimulateArgs, ViolationsFound};
+
 #[derive(Parser)]
 #[command(
     name = "fateplan",
@@ -33,6 +35,8 @@ enum Command {
     Plan(PlanArgs),
     /// List the built-in datasets, models, policies and profiles.
     Workloads,
+    /// Replay a plan on the discrete-event simulator (exit 3 on violations).
+    Simulate(SimulateArgs),
 }
 
 #[derive(Args)]
@@ -112,6 +116,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Plan(args) => run_plan(&args),
         Command::Workloads => run_workloads(),
+        Command::Simulate(args) => simulate::run(&args, load_profile),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -128,7 +133,14 @@ pub fn main() -> ExitCode {
                 error.downcast_ref::<PlanError>(),
                 Some(PlanError::Infeasible { .. })
             );
-            ExitCode::from(if infeasible { 2 } else { 1 })
+            let violations = error.is::<ViolationsFound>();
+            ExitCode::from(if infeasible {
+                2
+            } else if violations {
+                3
+            } else {
+                1
+            })
         }
     }
 }

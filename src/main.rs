@@ -2,6 +2,7 @@
 //! environment or file paths.
 
 mod cli;
+mod simulate;
 
 fn main() -> std::process::ExitCode {
     cli::main()

@@ -1,0 +1,222 @@
+//! The simulator's duration model, written from the profile's figures alone.
+//!
+//! The planner's cost model (`planner/src/passes/cost.rs`) is not used: the
+//! simulator is the independent judge of the plans that model produced.
+//!
+//! - An operator runs for its explicit `seconds` if it has them, otherwise
+//!   for a launch overhead plus the larger of its math time (flops at the
+//!   dense rate) and its memory time (bytes at the sparse gather rate for
+//!   sparse operators, at HBM bandwidth otherwise): a roofline.
+//! - A transfer is a short list of [`Phase`]s: a latency, then bytes flowing
+//!   through links whose bandwidth it shares with the other transfers in
+//!   flight (see [`super::flows`]). Host transfers cross PCIe and host
+//!   memory. SSD transfers go through a host staging buffer in chunks of
+//!   `ssd_staging_bytes / 4` (two buffers per direction): the first chunk
+//!   crosses the first leg alone, the middle streams through both legs at
+//!   once, the last chunk crosses the second leg alone, as a two-stage
+//!   pipeline of chunks does. Every byte of an SSD transfer crosses host
+//!   memory twice (DMA into the staging buffer and out of it).
+
+use fateplan_planner::plan::{Action, ScheduleEntry};
+use fateplan_planner::profile::{DeviceProfile, Profile};
+use fateplan_planner::workload::{ComputeClass, Op};
+use fateplan_planner::Tier;
+
+use super::flows::{Link, LINKS};
+
+/// Half-width of the jitter band: durations are multiplied by a factor
+/// uniform in `[1 - JITTER, 1 + JITTER]` when a seed is given.
+pub const JITTER: f64 = 0.05;
+
+/// Staging buffers the plan's `ssd_staging_bytes` holds: two per direction.
+pub const STAGING_BUFFERS: u64 = 4;
+
+const _: () = assert!(JITTER > 0.0 && JITTER < 1.0);
+const _: () = assert!(STAGING_BUFFERS % 2 == 0);
+
+/// Seconds `op` runs on `device`.
+pub fn op_seconds(op: &Op, device: &DeviceProfile) -> f64 {
+    if let Some(seconds) = op.cost.seconds {
+        return seconds;
+    }
+    let memory_bytes_per_s = match op.cost.class {
+        ComputeClass::Sparse => device.sparse_bytes_per_s,
+        ComputeClass::Dense | ComputeClass::Elementwise => device.hbm_bytes_per_s,
+    };
+    let memory_s = op.cost.bytes as f64 / memory_bytes_per_s;
+    let math_s = op.cost.flops / device.dense_flops_per_s;
+    device.op_overhead_s + math_s.max(memory_s)
+}
+
+/// Which way a transfer goes, and so which links it crosses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// Host memory to the device over PCIe.
+    HostToDevice,
+    /// The device to host memory over PCIe.
+    DeviceToHost,
+    /// SSD to a staging buffer, then over PCIe to the device.
+    SsdToDevice,
+    /// The device over PCIe to a staging buffer, then to the SSD.
+    DeviceToSsd,
+}
+
+impl Path {
+    /// The path of a transfer entry; `None` for a recomputation or a
+    /// transfer between tiers that no path joins.
+    pub fn of(entry: &ScheduleEntry) -> Option<Path> {
+        match (entry.action, entry.from, entry.to) {
+            (Action::Recompute, _, _) => None,
+            (Action::Offload, Tier::Hbm, Tier::Host) => Some(Path::DeviceToHost),
+            (Action::Offload, Tier::Hbm, Tier::Ssd) => Some(Path::DeviceToSsd),
+            (Action::Load | Action::Reload, Tier::Host, Tier::Hbm) => Some(Path::HostToDevice),
+            (Action::Load | Action::Reload, Tier::Ssd, Tier::Hbm) => Some(Path::SsdToDevice),
+            _ => None,
+        }
+    }
+}
+
+/// Bytes through links: what each byte of the flow costs each link's
+/// capacity, and how many bytes it puts on each link.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Usage {
+    /// Capacity used per byte: 1 on byte-rate links; on the SSD, device
+    /// seconds per byte (reads and writes share the device's time).
+    pub cost: [f64; LINKS],
+    /// Bytes carried per byte of the flow (2 on host memory when a byte
+    /// goes into and out of a staging buffer).
+    pub traffic: [f64; LINKS],
+}
+
+impl Usage {
+    fn new() -> Usage {
+        Usage {
+            cost: [0.0; LINKS],
+            traffic: [0.0; LINKS],
+        }
+    }
+
+    fn with(mut self, link: Link, cost: f64, traffic: f64) -> Usage {
+        self.cost[link as usize] += cost;
+        self.traffic[link as usize] += traffic;
+        self
+    }
+}
+
+/// One phase of a transfer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Phase {
+    /// Waiting out a latency: no bandwidth used.
+    Delay(f64),
+    /// Bytes through links.
+    Flow { bytes: f64, usage: Usage },
+}
+
+/// Most phases a transfer has.
+pub const MAX_PHASES: u8 = 4;
+
+/// Phase `k` of a transfer of `bytes` on `path` (`None` past the last),
+/// with its durations and work stretched by `factor` (the jitter).
+/// Phases of zero length are returned too; the engine skips them.
+pub fn phase(
+    path: Path,
+    k: u8,
+    bytes: u64,
+    chunk_bytes: u64,
+    profile: &Profile,
+    factor: f64,
+) -> Option<Phase> {
+    let pcie = &profile.pcie;
+    let ssd = &profile.ssd;
+    let total = bytes as f64 * factor;
+    // The first and last chunk; the middle streams through both legs.
+    let chunk = bytes.min(chunk_bytes.max(1)) as f64 * factor;
+    let middle = (total - chunk).max(0.0);
+    let h2d = |u: Usage, host: f64| {
+        u.with(Link::PcieH2d, 1.0, 1.0)
+            .with(Link::HostMemory, host, host)
+    };
+    let d2h = |u: Usage, host: f64| {
+        u.with(Link::PcieD2h, 1.0, 1.0)
+            .with(Link::HostMemory, host, host)
+    };
+    let read = |u: Usage| u.with(Link::Ssd, 1.0 / ssd.read_bytes_per_s, 1.0);
+    let write = |u: Usage| u.with(Link::Ssd, 1.0 / ssd.write_bytes_per_s, 1.0);
+    let flow = |bytes: f64, usage: Usage| Some(Phase::Flow { bytes, usage });
+    match (path, k) {
+        (Path::HostToDevice, 0) => Some(Phase::Delay(pcie.latency_s * factor)),
+        (Path::HostToDevice, 1) => flow(total, h2d(Usage::new(), 1.0)),
+        (Path::DeviceToHost, 0) => Some(Phase::Delay(pcie.latency_s * factor)),
+        (Path::DeviceToHost, 1) => flow(total, d2h(Usage::new(), 1.0)),
+        (Path::SsdToDevice, 0) => {
+            Some(Phase::Delay((ssd.read_latency_s + pcie.latency_s) * factor))
+        }
+        (Path::SsdToDevice, 1) => flow(chunk, read(Usage::new()).with(Link::HostMemory, 1.0, 1.0)),
+        (Path::SsdToDevice, 2) => flow(middle, h2d(read(Usage::new()), 2.0)),
+        (Path::SsdToDevice, 3) => flow(chunk, h2d(Usage::new(), 1.0)),
+        (Path::DeviceToSsd, 0) => Some(Phase::Delay(
+            (pcie.latency_s + ssd.write_latency_s) * factor,
+        )),
+        (Path::DeviceToSsd, 1) => flow(chunk, d2h(Usage::new(), 1.0)),
+        (Path::DeviceToSsd, 2) => flow(middle, d2h(write(Usage::new()), 2.0)),
+        (Path::DeviceToSsd, 3) => flow(chunk, write(Usage::new()).with(Link::HostMemory, 1.0, 1.0)),
+        _ => None,
+    }
+}
+
+/// A tiny deterministic generator of jitter factors (splitmix64). Seed 0
+/// means no jitter: every factor is exactly 1.
+#[derive(Debug, Clone)]
+pub struct Jitter {
+    state: u64,
+    enabled: bool,
+}
+
+impl Jitter {
+    pub fn new(seed: u64) -> Jitter {
+        Jitter {
+            state: seed,
+            enabled: seed != 0,
+        }
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// The next duration factor, uniform in `[1 - JITTER, 1 + JITTER)`.
+    pub fn factor(&mut self) -> f64 {
+        if !self.enabled {
+            return 1.0;
+        }
+        // 53 random bits into [0, 1).
+        let unit = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        1.0 + JITTER * (2.0 * unit - 1.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_is_deterministic_bounded_and_off_at_seed_zero() {
+        let draw = |seed| {
+            let mut j = Jitter::new(seed);
+            (0..1000).map(|_| j.factor()).collect::<Vec<f64>>()
+        };
+        assert_eq!(draw(7), draw(7));
+        assert_ne!(draw(7), draw(8));
+        assert!(draw(0).iter().all(|&f| f == 1.0));
+        let spread = draw(42);
+        assert!(spread
+            .iter()
+            .all(|&f| (1.0 - JITTER..1.0 + JITTER).contains(&f)));
+        let mean = spread.iter().sum::<f64>() / spread.len() as f64;
+        assert!((mean - 1.0).abs() < 0.01, "{mean}");
+    }
+}

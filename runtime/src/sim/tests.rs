@@ -1,0 +1,407 @@
+//! Small plans whose simulated times can be worked out by hand.
+
+use fateplan_planner::plan::{Action, Plan};
+use fateplan_planner::profile::{
+    DeviceKind, DeviceProfile, HostProfile, PcieProfile, Profile, SsdProfile,
+    PROFILE_FORMAT_VERSION,
+};
+use fateplan_planner::workload::{Cost, OpKind, Phase, TensorKind, Workload};
+use fateplan_planner::{plan, PlanOptions, Policy, Tier};
+
+use super::*;
+
+/// Round figures: PCIe 100 B/s each way, SSD reads 50 B/s and writes
+/// 25 B/s, no latencies, host memory fast enough never to matter.
+fn profile() -> Profile {
+    Profile {
+        format_version: PROFILE_FORMAT_VERSION,
+        name: "round".into(),
+        description: String::new(),
+        device: DeviceProfile {
+            kind: DeviceKind::Gpu,
+            model: "test".into(),
+            count_max: 1,
+            hbm_bytes: 1000,
+            hbm_bytes_per_s: 1e3,
+            dense_flops_per_s: 1e3,
+            sparse_bytes_per_s: 1e3,
+            op_overhead_s: 0.0,
+        },
+        host: HostProfile {
+            memory_bytes: 1000,
+            memory_bytes_per_s: 1e9,
+            cores: 1,
+        },
+        pcie: PcieProfile {
+            h2d_bytes_per_s: 100.0,
+            d2h_bytes_per_s: 100.0,
+            latency_s: 0.0,
+        },
+        peer: None,
+        ssd: SsdProfile {
+            capacity_bytes: 1000,
+            read_bytes_per_s: 50.0,
+            write_bytes_per_s: 25.0,
+            read_latency_s: 0.0,
+            write_latency_s: 0.0,
+        },
+        sources: Default::default(),
+    }
+}
+
+/// x (input, 100 B) → f0 → a (100 B) → f1 → b (10 B), read by g0..g2, then
+/// bw reads a and b. Every operator takes 1 s. `a` is idle from step 1 to 5.
+fn workload() -> Workload {
+    let mut w = Workload::new("by-hand");
+    let x = w.add_tensor("x", 100, TensorKind::Input, Some(Tier::Host));
+    let a = w.add_tensor("a", 100, TensorKind::Activation, None);
+    let b = w.add_tensor("b", 10, TensorKind::Activation, None);
+    let second = Cost::seconds(1.0);
+    w.add_op(
+        "f0",
+        OpKind::Generic,
+        Phase::Forward,
+        vec![x],
+        vec![a],
+        second,
+    );
+    w.add_op(
+        "f1",
+        OpKind::Generic,
+        Phase::Forward,
+        vec![a],
+        vec![b],
+        second,
+    );
+    for k in 0..3 {
+        w.add_op(
+            format!("g{k}"),
+            OpKind::Generic,
+            Phase::Forward,
+            vec![b],
+            vec![],
+            second,
+        );
+    }
+    w.add_op(
+        "bw",
+        OpKind::Generic,
+        Phase::Backward,
+        vec![a, b],
+        vec![],
+        second,
+    );
+    w
+}
+
+fn planned(policy: Policy, staging: u64) -> Plan {
+    let profile = profile();
+    let mut options = PlanOptions::new(policy, &profile);
+    options.ssd_staging_bytes = staging;
+    plan(&workload(), &profile, &options).unwrap()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+#[test]
+fn offload_to_host_by_hand() {
+    // Load x: 0..1 (step 0 waits 1 s). f0 1..2, f1 2..3. Offload a 3..4,
+    // due before step 2: waits 1 s. g0..g2 4..7. Reload a 7..8, due before
+    // step 5: waits 1 s. bw 8..9.
+    let plan = planned(Policy::OffloadHostAll, 0);
+    let report = simulate(&plan, &profile(), &SimOptions::default()).unwrap();
+    assert!(close(report.iteration_s, 9.0), "{report:#?}");
+    assert!(close(report.compute_s, 6.0));
+    assert!(close(report.recompute_s, 0.0));
+    assert!(close(report.exposed_transfer_s, 3.0));
+    assert!(close(report.exposed_by_stream_s.h2d, 2.0));
+    assert!(close(report.exposed_by_stream_s.d2h, 1.0));
+    // Device: x (from its load's issue to the end of f0) with a (from f0's
+    // start): 200 B during f0. Host: x throughout, a from 3 s to 8 s.
+    assert_eq!(report.peak_bytes.hbm, 200);
+    assert!(close(report.peak_time_s.hbm, 1.0));
+    assert_eq!(report.peak_bytes.host, 200);
+    assert!(close(report.peak_time_s.host, 3.0));
+    assert_eq!(report.peak_bytes.ssd, 0);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(report.streams.h2d.bytes, 200);
+    assert_eq!(report.streams.d2h.bytes, 100);
+    assert_eq!(report.links.pcie_h2d.bytes, 200);
+    assert!(close(report.links.pcie_h2d.busy_s, 2.0));
+    assert!(close(report.links.pcie_h2d.utilisation, 2.0 / 9.0));
+    assert_eq!(report.seed, 0);
+    // This schedule has no overlap to argue about: the planner agrees.
+    assert!(report.difference_percent().abs() < 1e-6, "{report:#?}");
+}
+
+#[test]
+fn offload_to_ssd_goes_through_staging_in_chunks() {
+    // Staging of 80 B: chunks of 20 B. x streams from the SSD: 20 B at the
+    // read rate (0.4 s), 80 B at min(50, 100) (1.6 s), 20 B over PCIe
+    // (0.2 s): 2.2 s. f0 2.2..3.2, f1 ..4.2. Offload of a: 20 B over PCIe
+    // (0.2 s), 80 B at the write rate (3.2 s), 20 B written (0.8 s): 4.2 s,
+    // to 8.4. g0..g2 to 11.4; reload 2.2 s to 13.6; bw to 14.6.
+    let plan = planned(Policy::OffloadSsdAll, 80);
+    let report = simulate(&plan, &profile(), &SimOptions::default()).unwrap();
+    assert!(close(report.iteration_s, 14.6), "{report:#?}");
+    assert!(close(report.exposed_by_stream_s.ssd_read, 4.4));
+    assert!(close(report.exposed_by_stream_s.ssd_write, 4.2));
+    // Host: the staging buffers throughout.
+    assert_eq!(report.peak_bytes.host, 80);
+    assert_eq!(report.peak_bytes.ssd, 200);
+    // Every SSD byte crosses host memory twice.
+    assert_eq!(report.links.host_memory.bytes, 2 * 300);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+}
+
+#[test]
+fn recomputation_runs_on_the_compute_stream_before_its_step() {
+    // x resident; a recomputed by re-running f0 before bw: 7 s, 1 of it recompute.
+    let plan = planned(Policy::RecomputeAll, 0);
+    assert!(plan.schedule.iter().any(|e| e.action == Action::Recompute));
+    let report = simulate(&plan, &profile(), &SimOptions::default()).unwrap();
+    assert!(close(report.iteration_s, 7.0), "{report:#?}");
+    assert!(close(report.compute_s, 6.0));
+    assert!(close(report.recompute_s, 1.0));
+    assert!(close(report.exposed_transfer_s, 0.0));
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+}
+
+#[test]
+fn a_missing_reload_is_a_violation_naming_time_tensor_and_bytes() {
+    let mut plan = planned(Policy::OffloadHostAll, 0);
+    plan.schedule.retain(|e| e.action != Action::Reload);
+    let report = simulate(&plan, &profile(), &SimOptions::default()).unwrap();
+    let v = &report.violations[0];
+    assert_eq!(v.kind, ViolationKind::MissingInput);
+    assert_eq!((v.tensor.as_str(), v.bytes, v.tier), ("a", 100, Tier::Hbm));
+    assert_eq!((v.step, v.op.as_str()), (5, "bw"));
+    // No wait for the reload any more: bw starts at 7 s.
+    assert!(close(v.time_s, 7.0), "{v:?}");
+    assert!(v.message.contains("not on the device"), "{}", v.message);
+}
+
+#[test]
+fn a_reload_due_too_late_is_a_read_of_a_copy_still_in_flight() {
+    let mut plan = planned(Policy::OffloadHostAll, 0);
+    let steps = plan.workload.definition.ops.len() as u32;
+    for entry in &mut plan.schedule {
+        if entry.action == Action::Reload {
+            entry.done_before_step = steps;
+        }
+    }
+    let report = simulate(&plan, &profile(), &SimOptions::default()).unwrap();
+    assert_eq!(report.violations_total, 1, "{:?}", report.violations);
+    let v = &report.violations[0];
+    assert_eq!(
+        (v.kind, v.tensor.as_str()),
+        (ViolationKind::MissingInput, "a")
+    );
+    assert!(
+        v.message.contains("still being transferred"),
+        "{}",
+        v.message
+    );
+}
+
+#[test]
+fn what_if_less_host_memory_breaks_the_host_budget() {
+    let plan = planned(Policy::OffloadHostAll, 0);
+    let mut small = profile();
+    small.name = "round-small-host".into();
+    small.host.memory_bytes = 150;
+    let report = simulate(&plan, &small, &SimOptions::default()).unwrap();
+    assert_eq!(report.budgets.host_bytes, 150);
+    assert_eq!(report.profile, "round-small-host");
+    assert_eq!(report.planned_profile, "round");
+    let v = &report.violations[0];
+    assert_eq!(v.kind, ViolationKind::OverBudget);
+    assert_eq!((v.tier, v.tensor.as_str()), (Tier::Host, "a"));
+    assert_eq!((v.bytes, v.budget_bytes), (200, Some(150)));
+    assert!(close(v.time_s, 3.0), "{v:?}");
+    assert!(v.message.contains("by 50 bytes"), "{}", v.message);
+}
+
+#[test]
+fn what_if_half_the_ssd_bandwidth_is_slower_but_fits() {
+    let plan = planned(Policy::OffloadSsdAll, 80);
+    let mut slow = profile();
+    slow.ssd.read_bytes_per_s /= 2.0;
+    slow.ssd.write_bytes_per_s /= 2.0;
+    let fast = simulate(&plan, &profile(), &SimOptions::default()).unwrap();
+    let report = simulate(&plan, &slow, &SimOptions::default()).unwrap();
+    assert!(report.iteration_s > fast.iteration_s + 5.0, "{report:#?}");
+    assert!(report.violations.is_empty());
+}
+
+#[test]
+fn jitter_is_deterministic_per_seed() {
+    let plan = planned(Policy::OffloadHostAll, 0);
+    let run = |seed| simulate(&plan, &profile(), &SimOptions { seed }).unwrap();
+    let (a, b, c) = (run(7), run(7), run(8));
+    assert_eq!(a, b);
+    assert_eq!(a.seed, 7);
+    assert_ne!(a.iteration_s, c.iteration_s);
+    assert!((a.iteration_s - 9.0).abs() <= 9.0 * JITTER);
+    assert!(close(run(0).iteration_s, 9.0));
+}
+
+#[test]
+fn report_json_round_trips() {
+    let mut plan = planned(Policy::OffloadHostAll, 0);
+    plan.schedule.retain(|e| e.action != Action::Reload);
+    let report = simulate(&plan, &profile(), &SimOptions { seed: 3 }).unwrap();
+    let back: SimReport = serde_json::from_str(&report.to_json()).unwrap();
+    assert_eq!(back, report);
+    let value: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
+    for key in [
+        "iteration_s",
+        "compute_s",
+        "recompute_s",
+        "exposed_transfer_s",
+        "seed",
+    ] {
+        assert!(value[key].is_number(), "{key}");
+    }
+    assert!(value["peak_bytes"]["host"].is_u64());
+    assert!(value["violations"][0]["time_s"].is_number());
+}
+
+#[test]
+fn a_plan_that_cannot_be_replayed_is_an_error() {
+    let mut plan = planned(Policy::OffloadHostAll, 0);
+    plan.schedule[0].done_before_step = 0;
+    plan.schedule[0].issue_after_step = 3;
+    let error = simulate(&plan, &profile(), &SimOptions::default()).unwrap_err();
+    assert!(error.to_string().contains("schedule[0]"), "{error}");
+}
+
+#[test]
+fn trace_has_a_track_per_stream_and_counters_per_tier() {
+    let plan = planned(Policy::OffloadSsdAll, 80);
+    let (report, recording) = simulate_recorded(&plan, &profile(), &SimOptions::default()).unwrap();
+    let mut bytes = Vec::new();
+    trace::write_trace(&mut bytes, &plan, &report, &recording).unwrap();
+    let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    let events = value["traceEvents"].as_array().unwrap();
+    let threads: Vec<&str> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(threads, ["compute", "h2d", "d2h", "ssd_read", "ssd_write"]);
+    let slices = |cat: &str| {
+        events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] == cat)
+            .count()
+    };
+    assert_eq!(slices("op"), 6);
+    assert_eq!(slices("offload") + slices("load") + slices("reload"), 3);
+    assert!(slices("wait") >= 1);
+    for counter in ["hbm", "host", "ssd", "pcie_h2d", "ssd"] {
+        assert!(
+            events
+                .iter()
+                .any(|e| e["ph"] == "C" && e["name"] == counter),
+            "no counter {counter}"
+        );
+    }
+    // Counters end where the iteration ends.
+    let last_ts = events
+        .iter()
+        .filter_map(|e| e["ts"].as_f64())
+        .fold(0.0, f64::max);
+    assert!((last_ts - 14.6e6).abs() < 1.0, "{last_ts}");
+}
+
+#[test]
+fn memory_picture_has_a_budget_line_per_tier() {
+    let plan = planned(Policy::OffloadHostAll, 0);
+    let (report, recording) =
+        simulate_recorded(&plan, &profile(), &SimOptions { seed: 5 }).unwrap();
+    let svg = svg::memory_svg(&report, &recording);
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert_eq!(svg.matches("class=\"budget\"").count(), 3);
+    assert_eq!(svg.matches("class=\"used\"").count(), 3);
+    assert!(svg.contains("seed 5"));
+}
+
+#[test]
+fn planner_plans_replay_without_violations() {
+    use fateplan_planner::blocks::BlockCounts;
+    use fateplan_planner::datasets::dataset;
+    use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
+
+    let mut profile = Profile {
+        name: "a100-like".into(),
+        ..profile()
+    };
+    // a100-80g's rates, so that every kind of transfer takes real time.
+    profile.device.hbm_bytes_per_s = 2.0e12;
+    profile.device.dense_flops_per_s = 1.95e13;
+    profile.device.sparse_bytes_per_s = 6.0e11;
+    profile.device.op_overhead_s = 5e-6;
+    profile.pcie = PcieProfile {
+        h2d_bytes_per_s: 2.5e10,
+        d2h_bytes_per_s: 2.5e10,
+        latency_s: 1e-5,
+    };
+    profile.ssd.read_bytes_per_s = 7e9;
+    profile.ssd.write_bytes_per_s = 5e9;
+    profile.ssd.read_latency_s = 8e-5;
+    profile.host.memory_bytes_per_s = 2e11;
+    profile.device.hbm_bytes = 300 << 20;
+    profile.host.memory_bytes = 1 << 40;
+    profile.ssd.capacity_bytes = 1 << 42;
+    let stats = dataset("ogbn-arxiv").unwrap();
+    for model in [GnnModel::Gcn, GnnModel::Sage, GnnModel::Gat] {
+        let spec = GnnSpec {
+            model,
+            layers: 3,
+            hidden: 64,
+            heads: 4,
+            features: stats.features,
+            classes: stats.classes,
+            graph_name: stats.name.into(),
+        };
+        let blocks = BlockCounts::skewed(stats.nodes, stats.edges, 8).unwrap();
+        let workload = build_gnn(&spec, &blocks).unwrap();
+        for policy in Policy::ALL {
+            // The `-all` policies ignore the device budget: give them room.
+            let mut profile = profile.clone();
+            if policy != Policy::Greedy {
+                profile.device.hbm_bytes = 1 << 40;
+            }
+            let options = PlanOptions::new(policy, &profile);
+            let plan = plan(&workload, &profile, &options).unwrap();
+            for seed in [0, 1, 2] {
+                let report = simulate(&plan, &profile, &SimOptions { seed }).unwrap();
+                let what = format!("{} {} seed {seed}", workload.name, policy.name());
+                assert_eq!(
+                    report.violations_total, 0,
+                    "{what}: {:?}",
+                    report.violations
+                );
+                // Peaks may pass the planner's (it counts at operators, the
+                // simulator also between them) but never the budgets.
+                for tier in [Tier::Hbm, Tier::Host, Tier::Ssd] {
+                    assert!(
+                        report.peak_bytes.get(tier) <= report.budgets.of(tier),
+                        "{what}"
+                    );
+                }
+                let accounted = report.compute_s + report.recompute_s + report.exposed_transfer_s;
+                assert!((accounted - report.iteration_s).abs() <= 1e-9 * report.iteration_s);
+                if seed == 0 {
+                    assert!(
+                        report.difference_percent().abs() < 50.0,
+                        "{what}: {report:?}"
+                    );
+                }
+            }
+        }
+    }
+}

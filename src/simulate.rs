@@ -1,0 +1,222 @@
+//! `fateplan simulate`: replays a plan on the discrete-event simulator.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use fateplan::planner::units::{format_bytes, format_seconds};
+use fateplan::planner::{Plan, Profile, Tier};
+use fateplan::runtime::sim::{self, PerStream, SimOptions, SimReport};
+
+#[derive(Args)]
+pub struct SimulateArgs {
+    /// The plan JSON (`fateplan plan -o PLAN.json`).
+    plan: PathBuf,
+    /// Replay on this profile instead of the one planned for: a built-in
+    /// name or a profile JSON file. Budgets become the smaller of the
+    /// plan's and this profile's capacities.
+    #[arg(long)]
+    profile: Option<String>,
+    /// Write the timeline in Chrome trace-event format (Perfetto, chrome://tracing).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Write a picture of memory per tier over time, with the budgets.
+    #[arg(long)]
+    memory_svg: Option<PathBuf>,
+    /// Seed of the duration jitter (±5%); 0 means none.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The simulation ran and found violations; the report has been printed.
+/// The command exits with status 3.
+#[derive(Debug)]
+pub struct ViolationsFound(pub u64);
+
+impl std::fmt::Display for ViolationsFound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the simulation found {} violation(s) of the plan (listed in the report)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for ViolationsFound {}
+
+pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Result<()> {
+    let source = args.plan.display().to_string();
+    let text = std::fs::read_to_string(&args.plan).with_context(|| format!("reading {source}"))?;
+    let plan = Plan::from_json(&text, &source)?;
+    drop(text);
+    let profile = match &args.profile {
+        Some(name) => load_profile(name)?,
+        None => plan.profile.clone(),
+    };
+    let options = SimOptions { seed: args.seed };
+    let record = args.trace.is_some() || args.memory_svg.is_some();
+    let start = Instant::now();
+    let (report, recording) = if record {
+        let (report, recording) = sim::simulate_recorded(&plan, &profile, &options)?;
+        (report, Some(recording))
+    } else {
+        (sim::simulate(&plan, &profile, &options)?, None)
+    };
+    let wall_s = start.elapsed().as_secs_f64();
+    if let Some(recording) = &recording {
+        if let Some(path) = &args.trace {
+            let file = std::fs::File::create(path)
+                .with_context(|| format!("writing {}", path.display()))?;
+            let mut out = std::io::BufWriter::new(file);
+            sim::trace::write_trace(&mut out, &plan, &report, recording)
+                .and_then(|()| out.flush())
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        if let Some(path) = &args.memory_svg {
+            std::fs::write(path, sim::svg::memory_svg(&report, recording))
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        out.write_all(report.to_json().as_bytes())?;
+    } else {
+        write_table(&mut out, &report, wall_s)?;
+        for (flag, path) in [("trace", &args.trace), ("memory", &args.memory_svg)] {
+            if let Some(path) = path {
+                writeln!(out, "{flag:<10}{}", path.display())?;
+            }
+        }
+    }
+    out.flush()?;
+    if report.violations_total > 0 {
+        return Err(ViolationsFound(report.violations_total).into());
+    }
+    Ok(())
+}
+
+fn percent(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 {
+        100.0 * part / whole
+    } else {
+        0.0
+    }
+}
+
+fn write_table(out: &mut dyn Write, r: &SimReport, wall_s: f64) -> Result<()> {
+    let replayed = if r.profile == r.planned_profile {
+        r.profile.clone()
+    } else {
+        format!("{} (planned for {})", r.profile, r.planned_profile)
+    };
+    writeln!(
+        out,
+        "simulate  {} on {replayed}, policy {}, seed {}{}",
+        r.workload,
+        r.policy,
+        r.seed,
+        if r.seed == 0 {
+            " (no jitter)".to_string()
+        } else {
+            format!(" (jitter ±{:.0}%)", r.jitter * 100.0)
+        }
+    )?;
+    writeln!(
+        out,
+        "events    {} in {} ({:.2} M events/s)",
+        r.events,
+        format_seconds(wall_s),
+        r.events as f64 / wall_s.max(1e-9) / 1e6
+    )?;
+    let difference = r.difference_percent();
+    writeln!(
+        out,
+        "iteration {} simulated, {} predicted by the planner{} ({:+.2}%)",
+        format_seconds(r.iteration_s),
+        format_seconds(r.predicted_iteration_s),
+        if r.profile == r.planned_profile {
+            String::new()
+        } else {
+            format!(" for {}", r.planned_profile)
+        },
+        // No "-0.00%" for a difference that is rounding noise.
+        if difference.abs() < 0.005 {
+            0.0
+        } else {
+            difference
+        }
+    )?;
+    writeln!(
+        out,
+        "compute   {}, recompute {}, exposed transfers {} ({:.1}% of the iteration)",
+        format_seconds(r.compute_s),
+        format_seconds(r.recompute_s),
+        format_seconds(r.exposed_transfer_s),
+        percent(r.exposed_transfer_s, r.iteration_s)
+    )?;
+    let e: &PerStream<f64> = &r.exposed_by_stream_s;
+    writeln!(
+        out,
+        "exposed   h2d {}, d2h {}, ssd read {}, ssd write {}",
+        format_seconds(e.h2d),
+        format_seconds(e.d2h),
+        format_seconds(e.ssd_read),
+        format_seconds(e.ssd_write)
+    )?;
+    writeln!(
+        out,
+        "link      {:>12}  {:>12}  {:>6}",
+        "bytes", "busy", "use"
+    )?;
+    let l = &r.links;
+    for (name, link) in [
+        ("pcie h2d", &l.pcie_h2d),
+        ("pcie d2h", &l.pcie_d2h),
+        ("ssd", &l.ssd),
+        ("host mem", &l.host_memory),
+        ("peer", &l.peer),
+    ] {
+        writeln!(
+            out,
+            "{name:<9} {:>12}  {:>12}  {:>5.1}%",
+            format_bytes(link.bytes),
+            format_seconds(link.busy_s),
+            100.0 * link.utilisation
+        )?;
+    }
+    writeln!(
+        out,
+        "tier      {:>12}  {:>12}  {:>6}  peak at",
+        "peak", "budget", "use"
+    )?;
+    for tier in [Tier::Hbm, Tier::Host, Tier::Ssd] {
+        let (peak, budget) = (r.peak_bytes.get(tier), r.budgets.of(tier));
+        writeln!(
+            out,
+            "{:<9} {:>12}  {:>12}  {:>5.1}%  {}",
+            tier.name(),
+            format_bytes(peak),
+            format_bytes(budget),
+            percent(peak as f64, budget as f64),
+            format_seconds(*r.peak_time_s.get_ref(tier))
+        )?;
+    }
+    if r.violations_total == 0 {
+        writeln!(out, "violations none")?;
+    } else {
+        writeln!(out, "violations {}", r.violations_total)?;
+        for violation in r.violations.iter().take(10) {
+            writeln!(out, "  {violation}")?;
+        }
+        if r.violations_total > 10 {
+            writeln!(out, "  ... {} more", r.violations_total - 10)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,154 @@
+//! `fateplan simulate` as a user runs it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn fateplan(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fateplan"))
+        .args(args)
+        .output()
+        .expect("fateplan runs")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fateplan-sim-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Plans ogbn-arxiv on a100-80g with `extra` flags into `dir/plan.json`.
+fn plan_arxiv(dir: &Path, extra: &[&str]) -> PathBuf {
+    let plan = dir.join("plan.json");
+    let mut args = vec!["plan", "--dataset", "ogbn-arxiv", "-o", path(&plan)];
+    args.extend_from_slice(extra);
+    let out = fateplan(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    plan
+}
+
+/// The a100-80g profile, changed by `edit`, written to `dir/name.json`.
+fn profile_file(dir: &Path, name: &str, edit: impl Fn(&mut fateplan::planner::Profile)) -> PathBuf {
+    let mut profile = fateplan::profiles::builtin("a100-80g").unwrap();
+    profile.name = name.to_string();
+    edit(&mut profile);
+    let file = dir.join(format!("{name}.json"));
+    std::fs::write(&file, profile.to_json_pretty()).unwrap();
+    file
+}
+
+#[test]
+fn simulates_a_plan_with_json_trace_and_picture() {
+    let dir = scratch("json");
+    let plan = plan_arxiv(&dir, &["--hbm-budget", "200MiB"]);
+    let (trace, svg) = (dir.join("trace.json"), dir.join("mem.svg"));
+    let out = fateplan(&[
+        "simulate",
+        path(&plan),
+        "--json",
+        "--seed",
+        "11",
+        "--trace",
+        path(&trace),
+        "--memory-svg",
+        path(&svg),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in [
+        "iteration_s",
+        "compute_s",
+        "recompute_s",
+        "exposed_transfer_s",
+    ] {
+        assert!(report[key].as_f64().is_some(), "missing {key}");
+    }
+    for tier in ["hbm", "host", "ssd"] {
+        assert!(
+            report["peak_bytes"][tier].is_u64(),
+            "missing peak_bytes.{tier}"
+        );
+    }
+    assert_eq!(report["violations"].as_array().map(Vec::len), Some(0));
+    assert_eq!(report["seed"], 11);
+    assert!(report["peak_bytes"]["hbm"].as_u64().unwrap() <= 200 << 20);
+    let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    assert!(trace["traceEvents"].as_array().unwrap().len() > 100);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert_eq!(svg.matches("class=\"budget\"").count(), 3);
+
+    // The human table names the seed and compares with the prediction.
+    let out = fateplan(&["simulate", path(&plan)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("seed 0") && text.contains("predicted by the planner"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn what_if_less_host_memory_reports_the_violation_and_exits_3() {
+    let dir = scratch("host");
+    let plan = plan_arxiv(&dir, &["--policy", "offload-host-all"]);
+    let small = profile_file(&dir, "small-host", |p| p.host.memory_bytes = 64 << 20);
+    let out = fateplan(&["simulate", path(&plan), "--profile", path(&small), "--json"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("violation"), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let first = &report["violations"][0];
+    assert_eq!(first["kind"], "over_budget");
+    assert_eq!(first["tier"], "host");
+    assert!(first["time_s"].is_number() && first["bytes"].as_u64().unwrap() > 64 << 20);
+    assert!(first["tensor"].as_str().is_some_and(|t| !t.is_empty()));
+    assert_eq!(report["budgets"]["host_bytes"], 64u64 << 20);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn what_if_half_the_ssd_bandwidth_is_slower() {
+    let dir = scratch("ssd");
+    let plan = plan_arxiv(&dir, &["--policy", "offload-ssd-all"]);
+    let slow = profile_file(&dir, "half-ssd", |p| {
+        p.ssd.read_bytes_per_s /= 2.0;
+        p.ssd.write_bytes_per_s /= 2.0;
+    });
+    let iteration = |extra: &[&str]| {
+        let mut args = vec!["simulate", path(&plan), "--json"];
+        args.extend_from_slice(extra);
+        let out = fateplan(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["iteration_s"].as_f64().unwrap()
+    };
+    let (fast, slow) = (iteration(&[]), iteration(&["--profile", path(&slow)]));
+    assert!(slow > 1.5 * fast, "{fast} s against {slow} s");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_plans_name_the_file() {
+    let dir = scratch("bad");
+    let missing = dir.join("missing.json");
+    let out = fateplan(&["simulate", path(&missing)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("missing.json"), "{}", stderr(&out));
+    let broken = dir.join("broken.json");
+    std::fs::write(&broken, "{\"format_version\": 1}").unwrap();
+    let out = fateplan(&["simulate", path(&broken)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("broken.json"), "{}", stderr(&out));
+    let plan = plan_arxiv(&dir, &[]);
+    let out = fateplan(&["simulate", path(&plan), "--profile", "tpu"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("a100-80g"), "{}", stderr(&out));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
