@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use fateplan::planner::blocks::{BlockCounts, MAX_PARTITIONS};
 use fateplan::planner::datasets::{dataset, dataset_names, DATASETS};
 use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec};
+use fateplan::planner::passes::cost::FateSet;
 use fateplan::planner::plan::Fate;
 use fateplan::planner::profile::DeviceKind;
 use fateplan::planner::units::{format_bytes, format_seconds, parse_bytes};
@@ -37,6 +38,9 @@ enum Command {
     Workloads,
     /// Replay a plan on the discrete-event simulator (exit 3 on violations).
     Simulate(SimulateArgs),
+    /// Plan one workload with every policy and print the table: predicted
+    /// time, peak per tier, and which cannot fit.
+    Compare(PlanArgs),
 }
 
 #[derive(Args)]
@@ -85,9 +89,19 @@ struct PlanArgs {
     /// SSD budget per GPU.
     #[arg(long)]
     ssd_budget: Option<String>,
-    /// retain-all, offload-host-all, offload-ssd-all, recompute-all or greedy.
-    #[arg(long, default_value = "greedy")]
+    /// dp (default), milp, or a peer policy: retain-all, recompute-all,
+    /// offload-host-all, offload-ssd-all, hongtu, capacity-greedy,
+    /// remat-only, greedy (see `fateplan workloads`).
+    #[arg(long, default_value = "dp")]
     policy: String,
+    /// Fates dp and milp may give, comma-separated: retain, offload_host,
+    /// offload_ssd, recompute (e.g. `retain,recompute` for the
+    /// rematerialisation setting). Default: all.
+    #[arg(long)]
+    fates: Option<String>,
+    /// Seconds the MILP may search before it returns its best plan unproven.
+    #[arg(long, default_value_t = 60.0)]
+    milp_time_limit: f64,
     /// Write the plan JSON to this file.
     #[arg(short = 'o', long)]
     output: Option<PathBuf>,
@@ -117,6 +131,7 @@ pub fn main() -> ExitCode {
         Command::Plan(args) => run_plan(&args),
         Command::Workloads => run_workloads(),
         Command::Simulate(args) => simulate::run(&args, load_profile),
+        Command::Compare(args) => run_compare(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -337,7 +352,8 @@ fn budget(flag: &Option<String>, name: &str, default: u64) -> Result<u64> {
     }
 }
 
-fn run_plan(args: &PlanArgs) -> Result<()> {
+/// The profile, options and workload a `plan` or `compare` command asks for.
+fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> {
     let profile = load_profile(&args.profile)?;
     let policy = Policy::parse(&args.policy)?;
     if args.gpus == 0 || args.gpus > profile.device.count_max {
@@ -351,6 +367,22 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
     let gpus = args.gpus as u64;
     let mut options = PlanOptions::new(policy, &profile);
     options.gpus = args.gpus;
+    if let Some(fates) = &args.fates {
+        if policy.is_peer() {
+            bail!(
+                "--fates applies to dp and milp; policy {} chooses its own fates",
+                policy.name()
+            );
+        }
+        options.fates = FateSet::parse(fates).context("--fates")?;
+    }
+    if !(args.milp_time_limit > 0.0 && args.milp_time_limit.is_finite()) {
+        bail!(
+            "--milp-time-limit {}: expected a positive number of seconds",
+            args.milp_time_limit
+        );
+    }
+    options.milp_time_limit_s = args.milp_time_limit;
     options.budgets.hbm_bytes = budget(&args.hbm_budget, "hbm-budget", profile.device.hbm_bytes)?;
     options.budgets.host_bytes = budget(
         &args.host_budget,
@@ -363,6 +395,112 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
         profile.ssd.capacity_bytes / gpus,
     )?;
     let (workload, note) = build_workload(args, options.budgets.hbm_bytes)?;
+    Ok((profile, options, workload, note))
+}
+
+fn run_compare(args: &PlanArgs) -> Result<()> {
+    let (profile, options, workload, note) = prepare(args)?;
+    let mut rows = Vec::new();
+    for policy in Policy::ALL {
+        let trial = PlanOptions {
+            policy,
+            fates: if policy.is_peer() {
+                FateSet::ALL
+            } else {
+                options.fates
+            },
+            ..options.clone()
+        };
+        let row = match plan(&workload, &profile, &trial) {
+            Ok(p) => serde_json::json!({
+                "policy": policy.name(),
+                "fits": true,
+                "iteration_s": p.predicted.iteration_s,
+                "compute_s": p.predicted.compute_s,
+                "recompute_s": p.predicted.recompute_s,
+                "exposed_transfer_s": p.predicted.exposed_transfer_s,
+                "peak_bytes": {
+                    "hbm": p.predicted.peak_bytes.hbm,
+                    "host": p.predicted.peak_bytes.host,
+                    "ssd": p.predicted.peak_bytes.ssd,
+                },
+            }),
+            Err(PlanError::InvalidInput { message, .. }) if policy == Policy::Milp => {
+                serde_json::json!({"policy": policy.name(), "fits": null, "skipped": message})
+            }
+            Err(error @ PlanError::Infeasible { .. }) => serde_json::json!({
+                "policy": policy.name(),
+                "fits": false,
+                "error": error.to_string(),
+            }),
+            Err(other) => return Err(other.into()),
+        };
+        rows.push(row);
+    }
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let doc = serde_json::json!({
+            "workload": workload.name,
+            "profile": profile.name,
+            "budgets": {
+                "hbm": options.budgets.hbm_bytes,
+                "host": options.budgets.host_bytes,
+                "ssd": options.budgets.ssd_bytes,
+            },
+            "policies": rows,
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        return Ok(());
+    }
+    writeln!(out, "compare   {} on {}", workload.name, profile.name)?;
+    writeln!(out, "workload  {note}")?;
+    writeln!(
+        out,
+        "budgets   hbm {}, host {}, ssd {}",
+        format_bytes(options.budgets.hbm_bytes),
+        format_bytes(options.budgets.host_bytes),
+        format_bytes(options.budgets.ssd_bytes)
+    )?;
+    let dp_time = rows[0]["iteration_s"].as_f64();
+    writeln!(
+        out,
+        "{:<18} {:>14} {:>8} {:>11} {:>11} {:>11}",
+        "policy", "iteration", "vs dp", "hbm peak", "host peak", "ssd peak"
+    )?;
+    for row in &rows {
+        let name = row["policy"].as_str().unwrap_or("?");
+        match row["iteration_s"].as_f64() {
+            Some(t) => {
+                let ratio = dp_time.map_or("-".to_string(), |d| format!("{:.2}x", t / d));
+                let peak = |tier: &str| format_bytes(row["peak_bytes"][tier].as_u64().unwrap_or(0));
+                writeln!(
+                    out,
+                    "{name:<18} {:>14} {ratio:>8} {:>11} {:>11} {:>11}",
+                    format_seconds(t),
+                    peak("hbm"),
+                    peak("host"),
+                    peak("ssd")
+                )?;
+            }
+            None => {
+                let why = row["error"]
+                    .as_str()
+                    .or(row["skipped"].as_str())
+                    .unwrap_or("");
+                let status = if row["fits"].is_null() {
+                    "skipped"
+                } else {
+                    "does not fit"
+                };
+                writeln!(out, "{name:<18} {status}: {why}")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_plan(args: &PlanArgs) -> Result<()> {
+    let (profile, options, workload, note) = prepare(args)?;
     let plan = plan(&workload, &profile, &options)?;
     let json = plan.to_json();
     if let Some(path) = &args.output {

@@ -33,6 +33,10 @@ pub struct PlanOptions {
     pub fates: FateSet,
     /// Seconds the MILP may run before it returns its best plan unproven.
     pub milp_time_limit_s: f64,
+    /// Whether peer policies' transfers are moved earlier (prefetch) and
+    /// offloads given compute to hide behind, where memory allows. Off:
+    /// every transfer runs at the latest correct time.
+    pub prefetch: bool,
 }
 
 impl PlanOptions {
@@ -45,6 +49,7 @@ impl PlanOptions {
             ssd_staging_bytes: SSD_STAGING_BYTES,
             fates: FateSet::ALL,
             milp_time_limit_s: 60.0,
+            prefetch: true,
         }
     }
 }
@@ -83,13 +88,17 @@ fn plan_peer(
         &options.budgets,
         options.ssd_staging_bytes,
     )?;
-    let shifts = dp::time_fates(
-        workload,
-        &choices,
-        &fates,
-        &options.budgets,
-        options.ssd_staging_bytes,
-    );
+    let shifts = if options.prefetch {
+        dp::time_fates(
+            workload,
+            &choices,
+            &fates,
+            &options.budgets,
+            options.ssd_staging_bytes,
+        )
+    } else {
+        Vec::new()
+    };
     assemble(workload, profile, options, lives, fates, &shifts)
 }
 
@@ -281,18 +290,19 @@ fn with_hint(
         return error;
     };
     let fits = |budgets: &Budgets| -> bool {
-        let trial = PlanOptions {
-            budgets: *budgets,
-            ..options.clone()
-        };
         match options.policy {
             // The model's answer: fast, and what the search itself sees.
             Policy::Dp | Policy::Milp => {
                 let choices = Choices::build(workload, lives, profile, options.fates);
                 dp::solve(workload, &choices, budgets, options.ssd_staging_bytes, &[]).is_ok()
-                    && plan_dp(workload, profile, &trial, lives).is_ok()
             }
-            peer => plan_peer(peer, workload, profile, &trial, lives).is_ok(),
+            peer => {
+                let trial = PlanOptions {
+                    budgets: *budgets,
+                    ..options.clone()
+                };
+                plan_peer(peer, workload, profile, &trial, lives).is_ok()
+            }
         }
     };
     let total: u64 = workload

@@ -379,13 +379,79 @@ impl<'a> Search<'a> {
                 for c in rest {
                     active.push(c);
                 }
-                if !progressed || self.usage.hbm.get(step) > self.usage.limit[0] {
+                if self.usage.hbm.get(step) > self.usage.limit[0] && !self.repair(step) {
                     return Err(step);
                 }
+                let _ = progressed;
             }
             step += 1;
         }
         Ok(())
+    }
+
+    /// When nothing left can cover `step`: switch tensors whose choice adds
+    /// bytes there (a recomputation's inputs) to a choice of theirs that
+    /// does not, most bytes first. Returns whether `step` now fits.
+    fn repair(&mut self, step: usize) -> bool {
+        let choices = self.choices;
+        let s = step as u32;
+        let mut adders: Vec<(u64, usize)> = (0..choices.options.len())
+            .filter_map(|t| {
+                let added: u64 = self
+                    .pick(t)?
+                    .hbm_add
+                    .iter()
+                    .filter(|&&(a, b, _)| a <= s && s < b)
+                    .map(|&(_, _, bytes)| bytes)
+                    .sum();
+                (added > 0).then_some((added, t))
+            })
+            .collect();
+        adders.sort_by(|a, b| b.cmp(a));
+        for (_, t) in adders {
+            let old_pick = self.assignment.picks[t];
+            let old = self.pick(t);
+            let mut alternatives: Vec<(f64, u16)> = choices.options[t]
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| {
+                    self.allowed(c)
+                        && c.frees(s)
+                        && !c.hbm_add.iter().any(|&(a, b, _)| a <= s && s < b)
+                })
+                .map(|(i, c)| (self.price(c), i as u16))
+                .collect();
+            alternatives.sort_by(|a, b| a.0.total_cmp(&b.0));
+            for (_, i) in alternatives {
+                self.set(t, Some(i));
+                let earlier_ok = old.is_none_or(|o| {
+                    o.hbm_free.iter().all(|&(a, b)| {
+                        let end = (b as usize).min(step);
+                        a as usize >= end
+                            || self.usage.hbm.max(a as usize, end) <= self.usage.limit[0]
+                    })
+                });
+                let away_ok = self.pick(t).is_none_or(|c| match c.away {
+                    None => true,
+                    Some((tier, a, b)) => {
+                        let limit = match tier {
+                            Tier::Hbm => self.usage.limit[0],
+                            Tier::Host => self.usage.limit[1],
+                            Tier::Ssd => self.usage.limit[2],
+                        };
+                        self.usage.tree(tier).max(a as usize, b as usize) <= limit
+                    }
+                });
+                if earlier_ok && away_ok {
+                    break;
+                }
+                self.set(t, old_pick);
+            }
+            if self.usage.hbm.get(step) <= self.usage.limit[0] {
+                return true;
+            }
+        }
+        false
     }
 
     /// Stage 2: each changed tensor, costliest first, takes its cheapest
