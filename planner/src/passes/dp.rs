@@ -358,7 +358,6 @@ impl<'a> Search<'a> {
             if self.usage.hbm.get(step) > self.usage.limit[0] {
                 // The knapsack's pick did not cover it (an away tier filled
                 // up); take whatever still fits, in score order.
-                let mut progressed = false;
                 let mut rest = Vec::new();
                 while let Some(c) = active.pop() {
                     if c.end as usize <= step || self.assignment.picks[c.tensor].is_some() {
@@ -371,7 +370,6 @@ impl<'a> Search<'a> {
                         continue;
                     }
                     self.set(c.tensor, Some(c.choice));
-                    progressed = true;
                     if self.usage.hbm.get(step) <= self.usage.limit[0] {
                         break;
                     }
@@ -382,7 +380,6 @@ impl<'a> Search<'a> {
                 if self.usage.hbm.get(step) > self.usage.limit[0] && !self.repair(step) {
                     return Err(step);
                 }
-                let _ = progressed;
             }
             step += 1;
         }
@@ -523,7 +520,6 @@ impl<'a> Search<'a> {
             for pick in cheaper {
                 let before_cost = self.total_price();
                 let saved = self.assignment.clone();
-                let old_pick = self.assignment.picks[t];
                 self.set(t, pick);
                 let (start, end) = current
                     .hbm_free
@@ -549,7 +545,6 @@ impl<'a> Search<'a> {
                 }
                 // Roll back to the saved assignment.
                 self.restore(&saved);
-                let _ = old_pick;
             }
         }
         improved
