@@ -6,6 +6,7 @@
 //! machine. The executor and its backends build on them.
 
 mod error;
+pub mod exec;
 pub mod graph;
 pub mod npy;
 pub mod sim;

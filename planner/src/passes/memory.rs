@@ -10,7 +10,7 @@
 
 use super::timeline::{Item, Timeline};
 use crate::plan::{Action, Budgets, Fate, PerTier, ScheduleEntry};
-use crate::workload::{TensorKind, Workload};
+use crate::workload::{TensorId, TensorKind, Workload};
 use crate::{Error, Result, Tier};
 
 const TIERS: [Tier; 3] = [Tier::Hbm, Tier::Host, Tier::Ssd];
@@ -19,6 +19,131 @@ const TIERS: [Tier; 3] = [Tier::Hbm, Tier::Host, Tier::Ssd];
 #[derive(Debug, Clone)]
 pub struct Occupancy {
     pub bytes: PerTier<Vec<u64>>,
+}
+
+/// One copy of a tensor on one tier, alive over positions `start..end`.
+/// `tensor` is `None` for the SSD staging buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyLife {
+    pub tensor: Option<TensorId>,
+    pub tier: Tier,
+    pub start: usize,
+    pub end: usize,
+    pub bytes: u64,
+}
+
+/// Every copy's lifetime: the one definition of when memory is held, shared
+/// by this pass and by the runtime's executor, which charges its arenas
+/// from it.
+pub fn copy_lives(
+    workload: &Workload,
+    fates: &[Fate],
+    schedule: &[ScheduleEntry],
+    timeline: &Timeline,
+    ssd_staging_bytes: u64,
+) -> Vec<CopyLife> {
+    let positions = timeline.len();
+    let mut lives = Vec::new();
+    let mut add = |tensor: Option<TensorId>, tier: Tier, start: usize, end: usize, bytes: u64| {
+        if start < end {
+            lives.push(CopyLife {
+                tensor,
+                tier,
+                start,
+                end,
+                bytes,
+            });
+        }
+    };
+    // Per tensor: device-copy creations, reads, and offloads, in position order.
+    let n = workload.tensors.len();
+    let mut creations: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut reads: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut offloads: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
+    for (position, item) in timeline.items.iter().enumerate() {
+        let op = match *item {
+            Item::Op(step) => &workload.ops[step as usize],
+            Item::Recompute(index) => {
+                let entry = &schedule[index];
+                let op = &workload.ops[entry.op.expect("recompute names its op").index()];
+                creations[entry.tensor.index()].push(position);
+                for &input in &op.inputs {
+                    reads[input.index()].push(position);
+                }
+                continue;
+            }
+        };
+        for &input in &op.inputs {
+            reads[input.index()].push(position);
+        }
+        for &output in &op.outputs {
+            creations[output.index()].push(position);
+        }
+    }
+    let mut reload_done: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for entry in schedule.iter().filter(|e| e.action == Action::Reload) {
+        reload_done[entry.tensor.index()]
+            .push(timeline.step_start[entry.done_before_step as usize]);
+    }
+    let mut uses_ssd = false;
+    for entry in schedule {
+        let t = entry.tensor.index();
+        let issued = timeline.after_step(entry.issue_after_step);
+        let done = timeline.step_start[entry.done_before_step as usize];
+        match entry.action {
+            Action::Offload => {
+                offloads[t].push((issued, done));
+                // The away copy lives until a reload from it finishes.
+                let back = reload_done[t]
+                    .iter()
+                    .copied()
+                    .filter(|&end| end > issued)
+                    .min()
+                    .unwrap_or(positions);
+                add(Some(entry.tensor), entry.to, issued, back, entry.bytes);
+            }
+            Action::Reload | Action::Load => creations[t].push(issued),
+            Action::Recompute => {}
+        }
+        uses_ssd |= entry.from == Tier::Ssd || entry.to == Tier::Ssd;
+    }
+    if uses_ssd {
+        add(None, Tier::Host, 0, positions, ssd_staging_bytes);
+    }
+    for (tensor, &fate) in workload.tensors.iter().zip(fates) {
+        let t = tensor.id.index();
+        let persistent = tensor.kind == TensorKind::Parameter || fate == Fate::Resident;
+        if persistent {
+            add(Some(tensor.id), Tier::Hbm, 0, positions, tensor.bytes);
+            continue;
+        }
+        if let Some(tier) = fate
+            .away_tier()
+            .filter(|_| tensor.kind == TensorKind::Input)
+        {
+            add(Some(tensor.id), tier, 0, positions, tensor.bytes);
+        }
+        let created = &mut creations[t];
+        created.sort_unstable();
+        for (k, &start) in created.iter().enumerate() {
+            let next = created.get(k + 1).copied().unwrap_or(usize::MAX);
+            let within = |p: usize| p >= start && p < next;
+            let end =
+                if let Some(&(_, done)) = offloads[t].iter().find(|&&(issued, _)| within(issued)) {
+                    done
+                } else {
+                    reads[t]
+                        .iter()
+                        .copied()
+                        .filter(|&p| within(p))
+                        .max()
+                        .unwrap_or(start)
+                        + 1
+                };
+            add(Some(tensor.id), Tier::Hbm, start, end, tensor.bytes);
+        }
+    }
+    lives
 }
 
 impl Occupancy {
@@ -35,101 +160,10 @@ impl Occupancy {
             host: vec![0; positions + 1],
             ssd: vec![0; positions + 1],
         };
-        let mut add = |tier: Tier, start: usize, end: usize, bytes: u64| {
-            if start < end {
-                let d = delta.get_mut(tier);
-                d[start] += bytes as i128;
-                d[end] -= bytes as i128;
-            }
-        };
-        // Per tensor: device-copy creations, reads, and offloads, in position order.
-        let n = workload.tensors.len();
-        let mut creations: Vec<Vec<usize>> = vec![Vec::new(); n];
-        let mut reads: Vec<Vec<usize>> = vec![Vec::new(); n];
-        let mut offloads: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
-        for (position, item) in timeline.items.iter().enumerate() {
-            let op = match *item {
-                Item::Op(step) => &workload.ops[step as usize],
-                Item::Recompute(index) => {
-                    let entry = &schedule[index];
-                    let op = &workload.ops[entry.op.expect("recompute names its op").index()];
-                    creations[entry.tensor.index()].push(position);
-                    for &input in &op.inputs {
-                        reads[input.index()].push(position);
-                    }
-                    continue;
-                }
-            };
-            for &input in &op.inputs {
-                reads[input.index()].push(position);
-            }
-            for &output in &op.outputs {
-                creations[output.index()].push(position);
-            }
-        }
-        let mut reload_done: Vec<Vec<usize>> = vec![Vec::new(); n];
-        for entry in schedule.iter().filter(|e| e.action == Action::Reload) {
-            reload_done[entry.tensor.index()]
-                .push(timeline.step_start[entry.done_before_step as usize]);
-        }
-        let mut uses_ssd = false;
-        for entry in schedule {
-            let t = entry.tensor.index();
-            let issued = timeline.after_step(entry.issue_after_step);
-            let done = timeline.step_start[entry.done_before_step as usize];
-            match entry.action {
-                Action::Offload => {
-                    offloads[t].push((issued, done));
-                    // The away copy lives until a reload from it finishes.
-                    let back = reload_done[t]
-                        .iter()
-                        .copied()
-                        .filter(|&end| end > issued)
-                        .min()
-                        .unwrap_or(positions);
-                    add(entry.to, issued, back, entry.bytes);
-                }
-                Action::Reload | Action::Load => creations[t].push(issued),
-                Action::Recompute => {}
-            }
-            uses_ssd |= entry.from == Tier::Ssd || entry.to == Tier::Ssd;
-        }
-        if uses_ssd {
-            add(Tier::Host, 0, positions, ssd_staging_bytes);
-        }
-        for (tensor, &fate) in workload.tensors.iter().zip(fates) {
-            let t = tensor.id.index();
-            let persistent = tensor.kind == TensorKind::Parameter || fate == Fate::Resident;
-            if persistent {
-                add(Tier::Hbm, 0, positions, tensor.bytes);
-                continue;
-            }
-            if let Some(tier) = fate
-                .away_tier()
-                .filter(|_| tensor.kind == TensorKind::Input)
-            {
-                add(tier, 0, positions, tensor.bytes);
-            }
-            let created = &mut creations[t];
-            created.sort_unstable();
-            for (k, &start) in created.iter().enumerate() {
-                let next = created.get(k + 1).copied().unwrap_or(usize::MAX);
-                let within = |p: usize| p >= start && p < next;
-                let end = if let Some(&(_, done)) =
-                    offloads[t].iter().find(|&&(issued, _)| within(issued))
-                {
-                    done
-                } else {
-                    reads[t]
-                        .iter()
-                        .copied()
-                        .filter(|&p| within(p))
-                        .max()
-                        .unwrap_or(start)
-                        + 1
-                };
-                add(Tier::Hbm, start, end, tensor.bytes);
-            }
+        for life in copy_lives(workload, fates, schedule, timeline, ssd_staging_bytes) {
+            let d = delta.get_mut(life.tier);
+            d[life.start] += life.bytes as i128;
+            d[life.end] -= life.bytes as i128;
         }
         let mut bytes = PerTier {
             hbm: vec![0u64; positions],

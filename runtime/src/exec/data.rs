@@ -1,0 +1,203 @@
+//! What a tensor holds while the executor runs, and its byte form for the
+//! SSD tier.
+
+use crate::exec::ExecError;
+
+/// A topology block: CSR over destination rows with local source columns
+/// and one weight per edge.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlockData {
+    pub row_start: Vec<u64>,
+    pub columns: Vec<u32>,
+    pub weights: Vec<f32>,
+}
+
+/// A tensor's contents.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Data {
+    F32(Vec<f32>),
+    I64(Vec<i64>),
+    Block(BlockData),
+}
+
+const TAG_F32: u8 = 1;
+const TAG_I64: u8 = 2;
+const TAG_BLOCK: u8 = 3;
+/// Tag byte plus up to three little-endian u64 lengths.
+const HEADER_BYTES: usize = 1 + 3 * 8;
+
+impl Data {
+    /// Bytes of the contents, which the plan's tensor size must cover.
+    pub fn byte_len(&self) -> u64 {
+        match self {
+            Data::F32(v) => v.len() as u64 * 4,
+            Data::I64(v) => v.len() as u64 * 8,
+            Data::Block(b) => {
+                b.row_start.len() as u64 * 8
+                    + b.columns.len() as u64 * 4
+                    + b.weights.len() as u64 * 4
+            }
+        }
+    }
+
+    pub fn f32(&self) -> Result<&[f32], ExecError> {
+        match self {
+            Data::F32(v) => Ok(v),
+            other => Err(ExecError::Internal(format!(
+                "expected f32 data, found {}",
+                other.kind()
+            ))),
+        }
+    }
+
+    pub fn i64(&self) -> Result<&[i64], ExecError> {
+        match self {
+            Data::I64(v) => Ok(v),
+            other => Err(ExecError::Internal(format!(
+                "expected i64 data, found {}",
+                other.kind()
+            ))),
+        }
+    }
+
+    pub fn block(&self) -> Result<&BlockData, ExecError> {
+        match self {
+            Data::Block(b) => Ok(b),
+            other => Err(ExecError::Internal(format!(
+                "expected a block, found {}",
+                other.kind()
+            ))),
+        }
+    }
+
+    pub fn f32_mut(&mut self) -> Result<&mut [f32], ExecError> {
+        match self {
+            Data::F32(v) => Ok(v),
+            other => Err(ExecError::Internal(format!(
+                "expected f32 data, found {}",
+                other.kind()
+            ))),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Data::F32(_) => "f32",
+            Data::I64(_) => "i64",
+            Data::Block(_) => "block",
+        }
+    }
+
+    /// A self-describing little-endian byte form.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER_BYTES + self.byte_len() as usize);
+        let lengths: [u64; 3] = match self {
+            Data::F32(v) => [v.len() as u64, 0, 0],
+            Data::I64(v) => [v.len() as u64, 0, 0],
+            Data::Block(b) => [
+                b.row_start.len() as u64,
+                b.columns.len() as u64,
+                b.weights.len() as u64,
+            ],
+        };
+        out.push(match self {
+            Data::F32(_) => TAG_F32,
+            Data::I64(_) => TAG_I64,
+            Data::Block(_) => TAG_BLOCK,
+        });
+        for length in lengths {
+            out.extend_from_slice(&length.to_le_bytes());
+        }
+        match self {
+            Data::F32(v) => v
+                .iter()
+                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            Data::I64(v) => v
+                .iter()
+                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            Data::Block(b) => {
+                b.row_start
+                    .iter()
+                    .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+                b.columns
+                    .iter()
+                    .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+                b.weights
+                    .iter()
+                    .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+            }
+        }
+        out
+    }
+
+    /// Reads [`Data::to_bytes`]'s form back; any inconsistency is an error.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Data, ExecError> {
+        let bad = |why: &str| ExecError::Internal(format!("spilled tensor bytes: {why}"));
+        if bytes.len() < HEADER_BYTES {
+            return Err(bad("shorter than the header"));
+        }
+        let length = |k: usize| {
+            u64::from_le_bytes(bytes[1 + 8 * k..9 + 8 * k].try_into().expect("8 bytes")) as usize
+        };
+        let (a, b, c) = (length(0), length(1), length(2));
+        let body = &bytes[HEADER_BYTES..];
+        let expected = match bytes[0] {
+            TAG_F32 => a.checked_mul(4),
+            TAG_I64 => a.checked_mul(8),
+            TAG_BLOCK => a
+                .checked_mul(8)
+                .and_then(|x| x.checked_add(b.checked_mul(4)?))
+                .and_then(|x| x.checked_add(c.checked_mul(4)?)),
+            tag => return Err(bad(&format!("unknown tag {tag}"))),
+        };
+        if expected != Some(body.len()) {
+            return Err(bad(&format!(
+                "{} body bytes do not match the header",
+                body.len()
+            )));
+        }
+        fn words<const N: usize>(bytes: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
+            bytes
+                .chunks_exact(N)
+                .map(|w| w.try_into().expect("exact chunk"))
+        }
+        Ok(match bytes[0] {
+            TAG_F32 => Data::F32(words::<4>(body).map(f32::from_le_bytes).collect()),
+            TAG_I64 => Data::I64(words::<8>(body).map(i64::from_le_bytes).collect()),
+            _ => {
+                let (rows, rest) = body.split_at(a * 8);
+                let (columns, weights) = rest.split_at(b * 4);
+                Data::Block(BlockData {
+                    row_start: words::<8>(rows).map(u64::from_le_bytes).collect(),
+                    columns: words::<4>(columns).map(u32::from_le_bytes).collect(),
+                    weights: words::<4>(weights).map(f32::from_le_bytes).collect(),
+                })
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_form_round_trips_and_rejects_damage() {
+        let cases = [
+            Data::F32(vec![1.5, -0.0, f32::MIN_POSITIVE]),
+            Data::I64(vec![-3, 7]),
+            Data::Block(BlockData {
+                row_start: vec![0, 1, 3],
+                columns: vec![2, 0, 1],
+                weights: vec![0.5, 0.25, 1.0],
+            }),
+            Data::F32(vec![]),
+        ];
+        for data in cases {
+            let bytes = data.to_bytes();
+            assert_eq!(Data::from_bytes(&bytes).unwrap(), data);
+            assert!(Data::from_bytes(&bytes[..bytes.len() - 1]).is_err());
+        }
+        assert!(Data::from_bytes(&[9; HEADER_BYTES]).is_err());
+    }
+}

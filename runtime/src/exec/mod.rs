@@ -1,0 +1,792 @@
+//! The executor: runs a plan's schedule over a backend, for real.
+//!
+//! It walks the plan's timeline (for each step, the recomputations placed
+//! before it, then its operator). At every position it
+//!
+//! 1. issues the transfers due after the previous step,
+//! 2. waits for the transfers the plan says are done by this step,
+//! 3. releases the copies whose lives end here,
+//! 4. charges the copies whose lives start here, and
+//! 5. runs the position's operator or recomputation on the backend.
+//!
+//! A device copy remembers the position its life started at, so that the
+//! end of an older life never drops a newer copy of the same tensor.
+//!
+//! The lives are the planner's own definition
+//! ([`fateplan_planner::passes::memory::copy_lives`]), so the arenas hold
+//! exactly what the planner counted, and each arena refuses a charge past
+//! its budget: a run cannot exceed a budget without failing loudly.
+//! Transfers run on their own threads ([`lanes`]), one per stream, and
+//! overlap compute; the compute thread waits on each explicitly.
+//!
+//! Architecture invariant: the executor knows nothing about GNNs. What an
+//! operator computes is the [`Backend`]'s business.
+
+pub mod arena;
+pub mod data;
+pub mod lanes;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+use fateplan_planner::passes::memory::copy_lives;
+use fateplan_planner::passes::timeline::{Item, Timeline};
+use fateplan_planner::plan::{Action, Budgets, Fate, LinkBytes, PerTier, Plan, Stream};
+use fateplan_planner::workload::{Op, Tensor, TensorKind};
+use fateplan_planner::Tier;
+
+use arena::Arena;
+use data::Data;
+use lanes::{Lane, Pending, Span};
+
+/// What can go wrong while executing a plan.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ExecError {
+    #[error(
+        "{tier} arena over budget: {what} would need {needed_bytes} bytes, budget {budget_bytes}"
+    )]
+    OverBudget {
+        tier: Tier,
+        what: String,
+        needed_bytes: u64,
+        budget_bytes: u64,
+    },
+    #[error(
+        "the plan needs {needed_bytes} bytes of {tier} at its peak; the budget is {budget_bytes}"
+    )]
+    PlanTooBig {
+        tier: Tier,
+        needed_bytes: u64,
+        budget_bytes: u64,
+    },
+    #[error("step {step} ({op}) needs tensor {tensor}, which is not on the device")]
+    Absent {
+        step: u32,
+        op: String,
+        tensor: String,
+    },
+    #[error("{tensor} holds {actual_bytes} bytes but the plan charges {planned_bytes}")]
+    Undersized {
+        tensor: String,
+        actual_bytes: u64,
+        planned_bytes: u64,
+    },
+    #[error("the plan uses the SSD tier but no spill directory was given")]
+    NoSsd,
+    #[error("ssd tier: {0}")]
+    Ssd(String),
+    #[error("{0}")]
+    Kernel(String),
+    #[error("internal error (a bug in fateplan): {0}")]
+    Internal(String),
+}
+
+/// What computes the operators.
+pub trait Backend {
+    /// The contents of an input or parameter when the run starts.
+    fn external(&mut self, tensor: &Tensor) -> Result<Data, ExecError>;
+    /// Called before each iteration; iterations count from 0.
+    fn begin_iteration(&mut self, iteration: u64) -> Result<(), ExecError>;
+    /// Runs an operator that does not update parameters; returns its
+    /// outputs in `op.outputs` order.
+    fn run(&mut self, op: &Op, inputs: &[&Data]) -> Result<Vec<Data>, ExecError>;
+    /// Runs an update: `params` are the operator's parameter inputs in
+    /// order, updated in place; `others` its other inputs in order.
+    fn update(
+        &mut self,
+        op: &Op,
+        params: &mut [&mut Data],
+        others: &[&Data],
+    ) -> Result<(), ExecError>;
+}
+
+/// The SSD tier as the executor sees it: blocking calls, made from the
+/// SSD lanes' threads.
+pub trait SsdTier: Send + Sync {
+    fn put(&self, key: u64, bytes: &[u8]) -> Result<(), ExecError>;
+    fn get(&self, key: u64) -> Result<Vec<u8>, ExecError>;
+    fn remove(&self, key: u64) -> Result<(), ExecError>;
+}
+
+/// An away copy that a transfer lane fills, possibly after another lane
+/// has started waiting for it.
+struct AwayCell {
+    state: Mutex<Option<Result<Arc<Data>, ExecError>>>,
+    filled: Condvar,
+}
+
+impl AwayCell {
+    fn new() -> Arc<AwayCell> {
+        Arc::new(AwayCell {
+            state: Mutex::new(None),
+            filled: Condvar::new(),
+        })
+    }
+
+    fn ready(data: Arc<Data>) -> Arc<AwayCell> {
+        let cell = AwayCell::new();
+        cell.fill(Ok(data));
+        cell
+    }
+
+    fn fill(&self, value: Result<Arc<Data>, ExecError>) {
+        *self.state.lock().expect("cell lock") = Some(value);
+        self.filled.notify_all();
+    }
+
+    fn get(&self) -> Result<Arc<Data>, ExecError> {
+        let mut state = self.state.lock().expect("cell lock");
+        while state.is_none() {
+            state = self.filled.wait(state).expect("cell lock");
+        }
+        state.as_ref().expect("filled").clone()
+    }
+}
+
+/// A copy's life: tier, tensor (none for staging buffers), bytes, start position.
+type Life = (Tier, Option<usize>, u64, usize);
+
+enum Slot {
+    Empty,
+    Ready(Arc<Data>),
+    Arriving(Pending),
+}
+
+/// One traced interval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceSpan {
+    pub name: String,
+    pub stream: Stream,
+    pub span: Span,
+}
+
+/// What one iteration did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IterationReport {
+    pub iteration_s: f64,
+    /// Seconds the compute thread spent in operators (recomputations included).
+    pub compute_s: f64,
+    pub recompute_s: f64,
+    /// Seconds the compute thread waited for transfers.
+    pub wait_s: f64,
+    pub bytes_moved: LinkBytes,
+}
+
+/// How to execute.
+#[derive(Clone, Default)]
+pub struct ExecOptions {
+    /// Arena budgets; `None` uses the plan's.
+    pub budgets: Option<Budgets>,
+    /// Records every operator and transfer of the last iteration.
+    pub trace: bool,
+}
+
+/// Runs a plan iteration after iteration.
+pub struct Executor<B: Backend> {
+    plan: Arc<Plan>,
+    backend: B,
+    ssd: Option<Arc<dyn SsdTier>>,
+    timeline: Timeline,
+    /// Per position: lives starting and ending there.
+    starts: Vec<Vec<Life>>,
+    ends: Vec<Vec<Life>>,
+    /// Lives of the whole run: charged once, at the start.
+    persistent: Vec<Life>,
+    /// Per position: schedule entries issued / due there.
+    issued_at: Vec<Vec<usize>>,
+    due_at: Vec<Vec<usize>>,
+    arenas: PerTier<Arena>,
+    /// Each tensor's device copy and the position its life started at.
+    device: Vec<(Slot, usize)>,
+    host: Vec<Option<Arc<AwayCell>>>,
+    on_ssd: Vec<Option<Arc<AwayCell>>>,
+    in_flight: HashMap<usize, Pending>,
+    lanes: [Lane; 4],
+    clock: Instant,
+    iteration: u64,
+    trace_enabled: bool,
+    trace: Vec<TraceSpan>,
+}
+
+fn lane_index(stream: Stream) -> usize {
+    match stream {
+        Stream::H2d => 0,
+        Stream::D2h => 1,
+        Stream::SsdRead => 2,
+        Stream::SsdWrite => 3,
+        Stream::Compute => unreachable!("compute entries are not transfers"),
+    }
+}
+
+impl<B: Backend> Executor<B> {
+    /// Prepares a run: checks the budgets against the plan's peaks (a plan
+    /// that needs more is refused before anything runs), starts the lanes,
+    /// and places inputs and parameters where the plan keeps them.
+    pub fn new(
+        plan: Arc<Plan>,
+        backend: B,
+        ssd: Option<Arc<dyn SsdTier>>,
+        options: ExecOptions,
+    ) -> Result<Executor<B>, ExecError> {
+        let budgets = options.budgets.unwrap_or(plan.budgets);
+        for tier in [Tier::Hbm, Tier::Host, Tier::Ssd] {
+            let needed_bytes = plan.predicted.peak_bytes.get(tier);
+            if needed_bytes > budgets.of(tier) {
+                return Err(ExecError::PlanTooBig {
+                    tier,
+                    needed_bytes,
+                    budget_bytes: budgets.of(tier),
+                });
+            }
+        }
+        let workload = &plan.workload.definition;
+        let fates: Vec<Fate> = plan.tensors.iter().map(|t| t.fate).collect();
+        let uses_ssd = plan
+            .schedule
+            .iter()
+            .any(|e| e.from == Tier::Ssd || e.to == Tier::Ssd);
+        if uses_ssd && ssd.is_none() {
+            return Err(ExecError::NoSsd);
+        }
+        let timeline = Timeline::new(workload.ops.len(), &plan.schedule);
+        let positions = timeline.len();
+        let lives = copy_lives(
+            workload,
+            &fates,
+            &plan.schedule,
+            &timeline,
+            plan.ssd_staging_bytes,
+        );
+        let mut starts = vec![Vec::new(); positions + 1];
+        let mut ends = vec![Vec::new(); positions + 1];
+        let mut persistent = Vec::new();
+        for life in lives {
+            let tensor = life.tensor.map(|t| t.index());
+            let external = tensor.is_none_or(|t| workload.tensors[t].kind.is_external());
+            let entry = (life.tier, tensor, life.bytes, life.start);
+            if external && life.start == 0 && life.end == positions {
+                persistent.push(entry);
+            } else {
+                starts[life.start].push(entry);
+                ends[life.end].push(entry);
+            }
+        }
+        let mut issued_at = vec![Vec::new(); positions + 1];
+        let mut due_at = vec![Vec::new(); positions + 1];
+        for (index, entry) in plan.schedule.iter().enumerate() {
+            if entry.action == Action::Recompute {
+                continue;
+            }
+            issued_at[timeline.after_step(entry.issue_after_step)].push(index);
+            due_at[timeline.step_start[entry.done_before_step as usize]].push(index);
+        }
+        let clock = Instant::now();
+        let lanes = [
+            Lane::start("h2d", clock)?,
+            Lane::start("d2h", clock)?,
+            Lane::start("ssd-read", clock)?,
+            Lane::start("ssd-write", clock)?,
+        ];
+        let n = workload.tensors.len();
+        let mut executor = Executor {
+            arenas: PerTier {
+                hbm: Arena::new(Tier::Hbm, budgets.hbm_bytes),
+                host: Arena::new(Tier::Host, budgets.host_bytes),
+                ssd: Arena::new(Tier::Ssd, budgets.ssd_bytes),
+            },
+            device: (0..n).map(|_| (Slot::Empty, 0)).collect(),
+            host: vec![None; n],
+            on_ssd: vec![None; n],
+            in_flight: HashMap::new(),
+            plan: plan.clone(),
+            backend,
+            ssd,
+            timeline,
+            starts,
+            ends,
+            persistent,
+            issued_at,
+            due_at,
+            lanes,
+            clock,
+            iteration: 0,
+            trace_enabled: options.trace,
+            trace: Vec::new(),
+        };
+        executor.place_externals()?;
+        Ok(executor)
+    }
+
+    fn place_externals(&mut self) -> Result<(), ExecError> {
+        let plan = self.plan.clone();
+        for &(tier, tensor, bytes, _) in &self.persistent.clone() {
+            let what = tensor.map_or("ssd staging buffers".to_string(), |t| {
+                plan.workload.definition.tensors[t].name.clone()
+            });
+            self.arenas.get_mut(tier).charge(bytes, &what)?;
+        }
+        for tensor in &plan.workload.definition.tensors {
+            if !tensor.kind.is_external() {
+                continue;
+            }
+            let t = tensor.id.index();
+            let data = Arc::new(self.backend.external(tensor)?);
+            check_size(tensor, &data)?;
+            let fate = plan.fate(tensor.id);
+            match fate
+                .away_tier()
+                .filter(|_| tensor.kind == TensorKind::Input)
+            {
+                Some(Tier::Host) => self.host[t] = Some(AwayCell::ready(data)),
+                Some(Tier::Ssd) => {
+                    let ssd = self.ssd.as_ref().ok_or(ExecError::NoSsd)?;
+                    ssd.put(t as u64, &data.to_bytes())?;
+                    self.on_ssd[t] = Some(AwayCell::ready(Arc::new(Data::I64(Vec::new()))));
+                }
+                _ => self.device[t] = (Slot::Ready(data), 0),
+            }
+        }
+        Ok(())
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    pub fn backend_mut(&mut self) -> &mut B {
+        &mut self.backend
+    }
+
+    /// Peak bytes per tier over the run so far.
+    pub fn peak_bytes(&self) -> PerTier<u64> {
+        PerTier {
+            hbm: self.arenas.hbm.peak_bytes(),
+            host: self.arenas.host.peak_bytes(),
+            ssd: self.arenas.ssd.peak_bytes(),
+        }
+    }
+
+    pub fn budgets(&self) -> Budgets {
+        Budgets {
+            hbm_bytes: self.arenas.hbm.budget_bytes,
+            host_bytes: self.arenas.host.budget_bytes,
+            ssd_bytes: self.arenas.ssd.budget_bytes,
+        }
+    }
+
+    /// The operators and transfers of the last iteration run with tracing on.
+    pub fn trace(&self) -> &[TraceSpan] {
+        &self.trace
+    }
+
+    /// The current contents of a parameter (or any tensor on the device).
+    pub fn device_data(&self, tensor: usize) -> Option<&Data> {
+        match &self.device[tensor].0 {
+            Slot::Ready(data) => Some(data),
+            _ => None,
+        }
+    }
+
+    /// Runs one iteration of the plan.
+    pub fn run_iteration(&mut self) -> Result<IterationReport, ExecError> {
+        let result = self.iterate();
+        if result.is_err() {
+            self.abandon();
+        }
+        result
+    }
+
+    /// After a failure: let every lane finish, and drop what the iteration held.
+    fn abandon(&mut self) {
+        for (_, pending) in self.in_flight.drain() {
+            let _ = pending.wait();
+        }
+        for (slot, _) in &mut self.device {
+            if let Slot::Arriving(_) = slot {
+                if let Slot::Arriving(pending) = std::mem::replace(slot, Slot::Empty) {
+                    let _ = pending.wait();
+                }
+            }
+        }
+    }
+
+    fn iterate(&mut self) -> Result<IterationReport, ExecError> {
+        let plan = self.plan.clone();
+        let workload = &plan.workload.definition;
+        self.backend.begin_iteration(self.iteration)?;
+        self.trace.clear();
+        let started = self.clock.elapsed().as_secs_f64();
+        let mut report = IterationReport {
+            iteration_s: 0.0,
+            compute_s: 0.0,
+            recompute_s: 0.0,
+            wait_s: 0.0,
+            bytes_moved: LinkBytes::default(),
+        };
+        let positions = self.timeline.len();
+        for position in 0..=positions {
+            for index in self.issued_at[position].clone() {
+                self.issue(index, position, &mut report.bytes_moved)?;
+            }
+            let before_wait = self.clock.elapsed().as_secs_f64();
+            for index in self.due_at[position].clone() {
+                self.finish(index)?;
+            }
+            report.wait_s += self.clock.elapsed().as_secs_f64() - before_wait;
+            for (tier, tensor, bytes, start) in self.ends[position].clone() {
+                self.release(tier, tensor, bytes, start)?;
+            }
+            for (tier, tensor, bytes, _) in self.starts[position].clone() {
+                let what = tensor.map_or("ssd staging buffers".into(), |t| {
+                    workload.tensors[t].name.clone()
+                });
+                self.arenas.get_mut(tier).charge(bytes, &what)?;
+            }
+            if position == positions {
+                break;
+            }
+            let (op, keep) = match self.timeline.items[position] {
+                Item::Op(step) => (&workload.ops[step as usize], None),
+                Item::Recompute(index) => {
+                    let entry = &plan.schedule[index];
+                    let op = entry.op.ok_or_else(|| {
+                        ExecError::Internal(format!("recompute entry {index} names no operator"))
+                    })?;
+                    (&workload.ops[op.index()], Some(entry.tensor.index()))
+                }
+            };
+            let step = self.timeline.step_of[position];
+            let start_s = self.clock.elapsed().as_secs_f64();
+            self.compute(step, position, op, keep, &mut report.wait_s)?;
+            let span = Span {
+                start_s,
+                end_s: self.clock.elapsed().as_secs_f64(),
+            };
+            let seconds = span.end_s - span.start_s;
+            report.compute_s += seconds;
+            if keep.is_some() {
+                report.recompute_s += seconds;
+            }
+            if self.trace_enabled {
+                let name = if keep.is_some() {
+                    format!("recompute {}", op.name)
+                } else {
+                    op.name.clone()
+                };
+                self.trace.push(TraceSpan {
+                    name,
+                    stream: Stream::Compute,
+                    span,
+                });
+            }
+        }
+        if !self.in_flight.is_empty() {
+            return Err(ExecError::Internal(format!(
+                "{} transfers were never waited for",
+                self.in_flight.len()
+            )));
+        }
+        report.iteration_s = self.clock.elapsed().as_secs_f64() - started;
+        self.iteration += 1;
+        Ok(report)
+    }
+
+    /// Runs `op`; keeps every output, or only `keep` for a recomputation.
+    fn compute(
+        &mut self,
+        step: u32,
+        position: usize,
+        op: &Op,
+        keep: Option<usize>,
+        wait_s: &mut f64,
+    ) -> Result<(), ExecError> {
+        let plan = self.plan.clone();
+        let workload = &plan.workload.definition;
+        // Make every input present, waiting for a copy still arriving.
+        for &input in &op.inputs {
+            let t = input.index();
+            if let Slot::Arriving(_) = self.device[t].0 {
+                let before = self.clock.elapsed().as_secs_f64();
+                self.settle(t)?;
+                *wait_s += self.clock.elapsed().as_secs_f64() - before;
+            }
+            if let Slot::Empty = self.device[t].0 {
+                return Err(ExecError::Absent {
+                    step,
+                    op: op.name.clone(),
+                    tensor: workload.tensors[t].name.clone(),
+                });
+            }
+        }
+        let is_param = |t: usize| workload.tensors[t].kind == TensorKind::Parameter;
+        if op.outputs.is_empty() && op.inputs.iter().any(|t| is_param(t.index())) {
+            // An update: take the parameters out so they can change in place.
+            let mut taken = Vec::new();
+            for &input in op.inputs.iter().filter(|t| is_param(t.index())) {
+                let (slot, start) =
+                    std::mem::replace(&mut self.device[input.index()], (Slot::Empty, 0));
+                let Slot::Ready(data) = slot else {
+                    unreachable!("inputs were made present above")
+                };
+                taken.push((input.index(), data, start));
+            }
+            let others: Vec<Arc<Data>> = op
+                .inputs
+                .iter()
+                .filter(|t| !is_param(t.index()))
+                .map(|t| self.ready(t.index()))
+                .collect();
+            let result = {
+                let mut params: Vec<&mut Data> = Vec::with_capacity(taken.len());
+                for (t, data, _) in taken.iter_mut() {
+                    params.push(Arc::get_mut(data).ok_or_else(|| {
+                        ExecError::Internal(format!(
+                            "parameter {} is shared while it is updated",
+                            workload.tensors[*t].name
+                        ))
+                    })?);
+                }
+                let others: Vec<&Data> = others.iter().map(|d| d.as_ref()).collect();
+                self.backend.update(op, &mut params, &others)
+            };
+            for (t, data, start) in taken {
+                self.device[t] = (Slot::Ready(data), start);
+            }
+            return result;
+        }
+        let inputs: Vec<Arc<Data>> = op.inputs.iter().map(|t| self.ready(t.index())).collect();
+        let refs: Vec<&Data> = inputs.iter().map(|d| d.as_ref()).collect();
+        let outputs = self.backend.run(op, &refs)?;
+        if outputs.len() != op.outputs.len() {
+            return Err(ExecError::Internal(format!(
+                "{} returned {} outputs, expected {}",
+                op.name,
+                outputs.len(),
+                op.outputs.len()
+            )));
+        }
+        for (&tensor, data) in op.outputs.iter().zip(outputs) {
+            if keep.is_some_and(|k| k != tensor.index()) {
+                continue;
+            }
+            check_size(&workload.tensors[tensor.index()], &data)?;
+            self.device[tensor.index()] = (Slot::Ready(Arc::new(data)), position);
+        }
+        Ok(())
+    }
+
+    fn ready(&self, t: usize) -> Arc<Data> {
+        match &self.device[t].0 {
+            Slot::Ready(data) => data.clone(),
+            _ => unreachable!("callers make the tensor present first"),
+        }
+    }
+
+    /// Waits for a device copy still arriving.
+    fn settle(&mut self, t: usize) -> Result<(), ExecError> {
+        let start = self.device[t].1;
+        if let Slot::Arriving(pending) = std::mem::replace(&mut self.device[t].0, Slot::Empty) {
+            let (data, _) = pending.wait()?;
+            let data = data.ok_or_else(|| ExecError::Internal("a load produced nothing".into()))?;
+            self.device[t] = (Slot::Ready(Arc::new(data)), start);
+        }
+        Ok(())
+    }
+
+    fn release(
+        &mut self,
+        tier: Tier,
+        tensor: Option<usize>,
+        bytes: u64,
+        start: usize,
+    ) -> Result<(), ExecError> {
+        let plan = self.plan.clone();
+        let what = tensor.map_or("ssd staging buffers".into(), |t| {
+            plan.workload.definition.tensors[t].name.clone()
+        });
+        self.arenas.get_mut(tier).release(bytes, &what)?;
+        let Some(t) = tensor else { return Ok(()) };
+        match tier {
+            Tier::Hbm if self.device[t].1 == start => {
+                if let Slot::Arriving(_) = self.device[t].0 {
+                    self.settle(t)?;
+                }
+                self.device[t].0 = Slot::Empty;
+            }
+            Tier::Hbm => {}
+            Tier::Host => self.host[t] = None,
+            Tier::Ssd => {
+                if let Some(cell) = self.on_ssd[t].take() {
+                    cell.get()?;
+                    self.ssd
+                        .as_ref()
+                        .ok_or(ExecError::NoSsd)?
+                        .remove(t as u64)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn issue(
+        &mut self,
+        index: usize,
+        position: usize,
+        moved: &mut LinkBytes,
+    ) -> Result<(), ExecError> {
+        let plan = self.plan.clone();
+        let entry = &plan.schedule[index];
+        let t = entry.tensor.index();
+        let tensor = &plan.workload.definition.tensors[t];
+        if entry.action == Action::Offload {
+            if let Slot::Arriving(_) = self.device[t].0 {
+                self.settle(t)?;
+            }
+        }
+        let lane = &self.lanes[lane_index(entry.stream)];
+        match entry.action {
+            Action::Offload => {
+                let Slot::Ready(source) = &self.device[t].0 else {
+                    return Err(ExecError::Absent {
+                        step: entry.issue_after_step.max(0) as u32,
+                        op: format!("offload of {}", tensor.name),
+                        tensor: tensor.name.clone(),
+                    });
+                };
+                let source = source.clone();
+                let bytes = source.byte_len();
+                let cell = AwayCell::new();
+                let filler = cell.clone();
+                let pending = match entry.to {
+                    Tier::Host => {
+                        moved.d2h += bytes;
+                        self.host[t] = Some(cell);
+                        lane.issue(move || {
+                            filler.fill(Ok(Arc::new(source.as_ref().clone())));
+                            Ok(None)
+                        })?
+                    }
+                    Tier::Ssd => {
+                        moved.d2h += bytes;
+                        moved.ssd_write += bytes;
+                        let ssd = self.ssd.clone().ok_or(ExecError::NoSsd)?;
+                        self.on_ssd[t] = Some(cell);
+                        lane.issue(move || {
+                            let result = ssd.put(t as u64, &source.to_bytes());
+                            filler.fill(result.clone().map(|()| Arc::new(Data::I64(Vec::new()))));
+                            result.map(|()| None)
+                        })?
+                    }
+                    Tier::Hbm => {
+                        return Err(ExecError::Internal(format!(
+                            "offload of {} to hbm",
+                            tensor.name
+                        )))
+                    }
+                };
+                self.in_flight.insert(index, pending);
+            }
+            Action::Reload | Action::Load => {
+                let pending = match entry.from {
+                    Tier::Host => {
+                        let cell = self.host[t].clone().ok_or_else(|| {
+                            ExecError::Internal(format!("{} has no host copy to load", tensor.name))
+                        })?;
+                        moved.h2d += tensor.bytes;
+                        lane.issue(move || Ok(Some(cell.get()?.as_ref().clone())))?
+                    }
+                    Tier::Ssd => {
+                        let cell = self.on_ssd[t].clone().ok_or_else(|| {
+                            ExecError::Internal(format!("{} has no SSD copy to load", tensor.name))
+                        })?;
+                        moved.ssd_read += tensor.bytes;
+                        moved.h2d += tensor.bytes;
+                        let ssd = self.ssd.clone().ok_or(ExecError::NoSsd)?;
+                        lane.issue(move || {
+                            cell.get()?;
+                            Ok(Some(Data::from_bytes(&ssd.get(t as u64)?)?))
+                        })?
+                    }
+                    Tier::Hbm => {
+                        return Err(ExecError::Internal(format!(
+                            "load of {} from hbm",
+                            tensor.name
+                        )))
+                    }
+                };
+                self.device[t] = (Slot::Arriving(pending), position);
+            }
+            Action::Recompute => {}
+        }
+        Ok(())
+    }
+
+    /// Waits for transfer `index`, due now.
+    fn finish(&mut self, index: usize) -> Result<(), ExecError> {
+        let plan = self.plan.clone();
+        let entry = &plan.schedule[index];
+        let t = entry.tensor.index();
+        let name = |what: &str| format!("{what} {}", plan.workload.definition.tensors[t].name);
+        match entry.action {
+            Action::Offload => {
+                let pending = self.in_flight.remove(&index).ok_or_else(|| {
+                    ExecError::Internal(format!("{} was never issued", name("offload of")))
+                })?;
+                let (_, span) = pending.wait()?;
+                if self.trace_enabled {
+                    self.trace.push(TraceSpan {
+                        name: name("offload"),
+                        stream: entry.stream,
+                        span,
+                    });
+                }
+            }
+            Action::Reload | Action::Load => {
+                let start = self.device[t].1;
+                if let Slot::Arriving(pending) =
+                    std::mem::replace(&mut self.device[t].0, Slot::Empty)
+                {
+                    let (data, span) = pending.wait()?;
+                    let data = data.ok_or_else(|| {
+                        ExecError::Internal(format!("{} produced nothing", name("load of")))
+                    })?;
+                    self.device[t] = (Slot::Ready(Arc::new(data)), start);
+                    if self.trace_enabled {
+                        self.trace.push(TraceSpan {
+                            name: name(if entry.action == Action::Load {
+                                "load"
+                            } else {
+                                "reload"
+                            }),
+                            stream: entry.stream,
+                            span,
+                        });
+                    }
+                } else if let Slot::Empty = self.device[t].0 {
+                    return Err(ExecError::Internal(format!(
+                        "{} was never issued",
+                        name("load of")
+                    )));
+                }
+            }
+            Action::Recompute => {}
+        }
+        Ok(())
+    }
+}
+
+fn check_size(tensor: &Tensor, data: &Data) -> Result<(), ExecError> {
+    let actual_bytes = data.byte_len();
+    if actual_bytes > tensor.bytes {
+        return Err(ExecError::Undersized {
+            tensor: tensor.name.clone(),
+            actual_bytes,
+            planned_bytes: tensor.bytes,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,263 @@
+//! The executor over a backend whose outputs are hashes of its inputs: any
+//! wrong, stale or missing byte reaching an operator changes the final
+//! parameters. Every plan of a workload must give the same parameters,
+//! and the arenas must peak exactly where the planner said.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use fateplan_planner::blocks::BlockCounts;
+use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
+use fateplan_planner::plan::{Budgets, Plan};
+use fateplan_planner::workload::{Op, Tensor};
+use fateplan_planner::{plan, PlanOptions, Policy, Profile, Workload};
+
+use super::data::Data;
+use super::{Backend, ExecError, ExecOptions, Executor, SsdTier};
+
+/// Outputs are a mix of the inputs' values, the op id and the iteration.
+struct HashBackend {
+    iteration: u64,
+}
+
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51afd7ed558ccd);
+    x ^= x >> 33;
+    x
+}
+
+fn digest(data: &Data) -> u64 {
+    data.to_bytes().iter().fold(0xcbf29ce484222325, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
+}
+
+impl Backend for HashBackend {
+    fn external(&mut self, tensor: &Tensor) -> Result<Data, ExecError> {
+        let n = (tensor.bytes / 4) as usize;
+        Ok(Data::F32(
+            (0..n)
+                .map(|k| (mix(tensor.id.0 as u64 * 131 + k as u64) % 1000) as f32)
+                .collect(),
+        ))
+    }
+
+    fn begin_iteration(&mut self, iteration: u64) -> Result<(), ExecError> {
+        self.iteration = iteration;
+        Ok(())
+    }
+
+    fn run(&mut self, op: &Op, inputs: &[&Data]) -> Result<Vec<Data>, ExecError> {
+        let seed = inputs
+            .iter()
+            .fold(mix(op.id.0 as u64 + 1000 * self.iteration), |h, d| {
+                mix(h ^ digest(d))
+            });
+        // Output sizes are not known here; the executor checks sizes
+        // against the plan, so produce one value per output.
+        Ok(op
+            .outputs
+            .iter()
+            .enumerate()
+            .map(|(k, _)| Data::F32(vec![(mix(seed + k as u64) % 100_000) as f32]))
+            .collect())
+    }
+
+    fn update(
+        &mut self,
+        op: &Op,
+        params: &mut [&mut Data],
+        others: &[&Data],
+    ) -> Result<(), ExecError> {
+        let seed = others
+            .iter()
+            .fold(mix(op.id.0 as u64), |h, d| mix(h ^ digest(d)));
+        for param in params.iter_mut() {
+            for (k, value) in param.f32_mut()?.iter_mut().enumerate().take(8) {
+                *value += (mix(seed + k as u64) % 7) as f32;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct MemorySsd {
+    blocks: Mutex<HashMap<u64, Vec<u8>>>,
+}
+
+impl SsdTier for MemorySsd {
+    fn put(&self, key: u64, bytes: &[u8]) -> Result<(), ExecError> {
+        self.blocks.lock().unwrap().insert(key, bytes.to_vec());
+        Ok(())
+    }
+    fn get(&self, key: u64) -> Result<Vec<u8>, ExecError> {
+        self.blocks
+            .lock()
+            .unwrap()
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| ExecError::Ssd(format!("no block {key}")))
+    }
+    fn remove(&self, key: u64) -> Result<(), ExecError> {
+        self.blocks
+            .lock()
+            .unwrap()
+            .remove(&key)
+            .map(|_| ())
+            .ok_or_else(|| ExecError::Ssd(format!("no block {key}")))
+    }
+}
+
+fn profile() -> Profile {
+    Profile::from_json(
+        include_str!("../../../profiles/a100-80g.json"),
+        "a100-80g.json",
+    )
+    .unwrap()
+}
+
+fn workload(model: GnnModel, parts: u32) -> Workload {
+    let spec = GnnSpec {
+        model,
+        layers: 3,
+        hidden: 8,
+        heads: 2,
+        features: 6,
+        classes: 3,
+        graph_name: "toy".into(),
+    };
+    build_gnn(&spec, &BlockCounts::skewed(300, 2400, parts).unwrap()).unwrap()
+}
+
+fn make_plan(w: &Workload, policy: Policy, hbm_bytes: u64) -> Plan {
+    let profile = profile();
+    let options = PlanOptions {
+        budgets: Budgets {
+            hbm_bytes,
+            host_bytes: 1 << 40,
+            ssd_bytes: 1 << 40,
+        },
+        ssd_staging_bytes: 4096,
+        ..PlanOptions::new(policy, &profile)
+    };
+    plan(w, &profile, &options).unwrap()
+}
+
+/// Runs `iterations` and returns every parameter's final contents.
+fn run(plan: Plan, iterations: u32) -> Vec<(String, Data)> {
+    let plan = Arc::new(plan);
+    let ssd: Arc<dyn SsdTier> = Arc::new(MemorySsd::default());
+    let mut executor = Executor::new(
+        plan.clone(),
+        HashBackend { iteration: 0 },
+        Some(ssd),
+        ExecOptions::default(),
+    )
+    .unwrap();
+    for _ in 0..iterations {
+        executor.run_iteration().unwrap();
+    }
+    let peaks = executor.peak_bytes();
+    assert_eq!(
+        peaks, plan.predicted.peak_bytes,
+        "{}: executor peaks differ from the plan's",
+        plan.policy
+    );
+    let budgets = executor.budgets();
+    assert!(
+        peaks.hbm <= budgets.hbm_bytes
+            && peaks.host <= budgets.host_bytes
+            && peaks.ssd <= budgets.ssd_bytes
+    );
+    plan.workload
+        .definition
+        .tensors
+        .iter()
+        .filter(|t| t.kind == fateplan_planner::workload::TensorKind::Parameter)
+        .map(|t| {
+            (
+                t.name.clone(),
+                executor.device_data(t.id.index()).unwrap().clone(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn every_plan_gives_the_same_parameters_and_the_planned_peaks() {
+    for model in [GnnModel::Gcn, GnnModel::Sage, GnnModel::Gat] {
+        let w = workload(model, 3);
+        let roomy = 1 << 40;
+        let reference = run(make_plan(&w, Policy::RetainAll, roomy), 2);
+        let retain_peak = make_plan(&w, Policy::RetainAll, roomy)
+            .predicted
+            .peak_bytes
+            .hbm;
+        let mut plans = vec![
+            make_plan(&w, Policy::OffloadHostAll, roomy),
+            make_plan(&w, Policy::OffloadSsdAll, roomy),
+            make_plan(&w, Policy::RecomputeAll, roomy),
+        ];
+        for fraction in [0.25, 0.5] {
+            let budget = (retain_peak as f64 * fraction) as u64;
+            for policy in [Policy::Dp, Policy::CapacityGreedy] {
+                let profile = profile();
+                let options = PlanOptions {
+                    budgets: Budgets {
+                        hbm_bytes: budget,
+                        host_bytes: 1 << 40,
+                        ssd_bytes: 1 << 40,
+                    },
+                    ssd_staging_bytes: 4096,
+                    ..PlanOptions::new(policy, &profile)
+                };
+                if let Ok(p) = plan(&w, &profile, &options) {
+                    plans.push(p);
+                }
+            }
+        }
+        assert!(plans.len() >= 4, "{model:?}: too few plans fit");
+        for p in plans {
+            let policy = p.policy.clone();
+            assert_eq!(run(p, 2), reference, "{model:?} {policy}");
+        }
+    }
+}
+
+#[test]
+fn a_budget_below_the_plan_is_refused_before_running() {
+    let w = workload(GnnModel::Gcn, 2);
+    let p = make_plan(&w, Policy::RetainAll, 1 << 40);
+    let mut budgets = p.budgets;
+    budgets.hbm_bytes = p.predicted.peak_bytes.hbm - 1;
+    let error = Executor::new(
+        Arc::new(p),
+        HashBackend { iteration: 0 },
+        None,
+        ExecOptions {
+            budgets: Some(budgets),
+            ..ExecOptions::default()
+        },
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(error.contains("hbm") && error.contains("budget"), "{error}");
+}
+
+#[test]
+fn ssd_plans_need_an_ssd_tier() {
+    let w = workload(GnnModel::Gcn, 2);
+    let p = make_plan(&w, Policy::OffloadSsdAll, 1 << 40);
+    let error = Executor::new(
+        Arc::new(p),
+        HashBackend { iteration: 0 },
+        None,
+        ExecOptions::default(),
+    )
+    .err()
+    .unwrap();
+    assert!(matches!(error, ExecError::NoSsd));
+}
