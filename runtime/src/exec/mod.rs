@@ -25,6 +25,7 @@
 pub mod arena;
 pub mod data;
 pub mod lanes;
+pub mod trace;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
