@@ -5,6 +5,7 @@
 //! the discrete-event simulator ([`sim`]) that replays a plan on a modelled
 //! machine. The executor and its backends build on them.
 
+pub mod dataset;
 mod error;
 pub mod graph;
 pub mod npy;
