@@ -7,6 +7,7 @@
 
 pub mod dataset;
 mod error;
+pub mod generate;
 pub mod graph;
 pub mod npy;
 pub mod sim;
