@@ -5,6 +5,8 @@
 //! the discrete-event simulator ([`sim`]) that replays a plan on a modelled
 //! machine. The executor and its backends build on them.
 
+pub mod blockcsr;
+pub mod csr;
 pub mod dataset;
 mod error;
 pub mod generate;
