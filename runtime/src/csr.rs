@@ -247,6 +247,38 @@ impl Csr {
         std::fs::rename(&partial, path).map_err(|e| Error::io(path, e))
     }
 
+    /// The CSR cached at `path` if that file exists, else `build()`'s, which
+    /// is then written there. A cache that exists but does not read (wrong
+    /// version, corrupt) is an error, not silently rebuilt: delete it to
+    /// rebuild. `expected` (nodes, edges), when given, must match the cache.
+    pub fn cached(
+        path: &Path,
+        expected: Option<(u64, u64)>,
+        build: impl FnOnce() -> Result<Csr>,
+    ) -> Result<Csr> {
+        if path.exists() {
+            let csr = Csr::read_cache(path)?;
+            if let Some((nodes, edges)) = expected {
+                if (csr.nodes, csr.edges()) != (nodes, edges) {
+                    return Err(Error::invalid(
+                        path,
+                        "size",
+                        format!(
+                            "{} nodes and {} edges, but the graph has {nodes} and {edges}; \
+                             delete the stale cache",
+                            csr.nodes,
+                            csr.edges()
+                        ),
+                    ));
+                }
+            }
+            return Ok(csr);
+        }
+        let csr = build()?;
+        csr.write_cache(path)?;
+        Ok(csr)
+    }
+
     /// Reads a cache file written by [`Csr::write_cache`], checking its magic,
     /// version, size, checksum and contents.
     pub fn read_cache(path: &Path) -> Result<Csr> {
@@ -407,6 +439,24 @@ mod tests {
         let empty = Csr::from_edges(3, &[], &[]).unwrap();
         empty.write_cache(&path).unwrap();
         assert_eq!(Csr::read_cache(&path).unwrap(), empty);
+    }
+
+    #[test]
+    fn cached_builds_once_then_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.csr");
+        let builds = std::cell::Cell::new(0);
+        let build = || {
+            builds.set(builds.get() + 1);
+            Ok(tiny())
+        };
+        assert_eq!(Csr::cached(&path, Some((4, 6)), build).unwrap(), tiny());
+        assert_eq!(Csr::cached(&path, Some((4, 6)), build).unwrap(), tiny());
+        assert_eq!(builds.get(), 1);
+        let message = Csr::cached(&path, Some((4, 7)), build)
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("stale"), "{message}");
     }
 
     #[test]
