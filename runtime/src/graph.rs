@@ -47,13 +47,24 @@ impl GraphData {
                 format!("{:?}; expected [2, E]", edges.shape),
             ));
         }
+        let ends = edges.to_i64(&edge_path)?;
         let count = edges.shape[1] as usize;
-        let mut src = Vec::with_capacity(count);
-        let mut dst = Vec::with_capacity(count);
-        for k in 0..count {
-            src.push(edges.int(edges.index2(0, k as u64), &edge_path)?);
-            dst.push(edges.int(edges.index2(1, k as u64), &edge_path)?);
-        }
+        let vertex = |row: usize, k: usize| -> Result<u64> {
+            let value = ends[row * count + k];
+            u64::try_from(value).map_err(|_| {
+                Error::invalid(
+                    &edge_path,
+                    format!("edge_index[{row}, {k}]"),
+                    format!("{value} is negative"),
+                )
+            })
+        };
+        let src = (0..count)
+            .map(|k| vertex(0, k))
+            .collect::<Result<Vec<u64>>>()?;
+        let dst = (0..count)
+            .map(|k| vertex(1, k))
+            .collect::<Result<Vec<u64>>>()?;
         let mut nodes = src.iter().chain(&dst).max().map_or(0, |&m| m + 1);
         let mut features = None;
         let x_path = dir.join("x.npy");

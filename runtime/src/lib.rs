@@ -1,12 +1,20 @@
 //! fateplan's runtime: everything that touches files and hardware.
 //!
-//! For now this is graph input (PyG-named `.npy` folders and edge-list text
-//! files), which the planner's GNN builder needs for real block sizes, and
-//! the discrete-event simulator ([`sim`]) that replays a plan on a modelled
-//! machine. The executor and its backends build on them.
+//! - Graph input: PyG-named `.npy` folders ([`dataset`], [`graph`]),
+//!   generators ([`generate`]), the CSR and its binary cache ([`csr`]), and
+//!   the normalised per-block CSR the kernels read ([`blockcsr`]).
+//! - The executor ([`exec`]): runs a plan's schedule over a backend with
+//!   tier arenas and transfer lanes; the CPU backend ([`cpu`]) and
+//!   training ([`train`]) on top of it.
+//! - The discrete-event simulator ([`sim`]) that replays a plan on a
+//!   modelled machine.
 
+pub mod blockcsr;
+pub mod csr;
+pub mod dataset;
 mod error;
 pub mod exec;
+pub mod generate;
 pub mod graph;
 pub mod npy;
 pub mod sim;

@@ -12,16 +12,18 @@ use crate::{Error, Result};
 pub enum Dtype {
     I64,
     I32,
+    F64,
     F32,
     Bool,
+    U8,
 }
 
 impl Dtype {
     pub fn size(self) -> usize {
         match self {
-            Dtype::I64 => 8,
+            Dtype::I64 | Dtype::F64 => 8,
             Dtype::I32 | Dtype::F32 => 4,
-            Dtype::Bool => 1,
+            Dtype::Bool | Dtype::U8 => 1,
         }
     }
 }
@@ -87,6 +89,108 @@ impl Npy {
 
     fn data(&self) -> &[u8] {
         &self.map[self.offset..]
+    }
+
+    /// The element bytes, exactly `len() * dtype.size()` of them.
+    fn elements(&self) -> &[u8] {
+        &self.data()[..self.len() as usize * self.dtype.size()]
+    }
+
+    /// Puts a 2-D Fortran-order array's values into row-major order; other
+    /// arrays are already in it (1-D) or are rejected.
+    fn row_major<T: Copy + Default>(&self, values: Vec<T>, path: &Path) -> Result<Vec<T>> {
+        if !self.fortran_order || self.shape.len() < 2 {
+            return Ok(values);
+        }
+        if self.shape.len() > 2 {
+            return Err(Error::invalid(
+                path,
+                "fortran_order",
+                format!(
+                    "True with shape {:?}; fateplan reads Fortran order for 2-D arrays only",
+                    self.shape
+                ),
+            ));
+        }
+        let (rows, columns) = (self.shape[0] as usize, self.shape[1] as usize);
+        let mut out = vec![T::default(); values.len()];
+        for (column, chunk) in values.chunks_exact(rows.max(1)).enumerate() {
+            for (row, &value) in chunk.iter().enumerate() {
+                out[row * columns + column] = value;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every element as f32 in row-major order, from `<f4` or `<f8` (f64
+    /// values are rounded to the nearest f32).
+    pub fn to_f32(&self, path: &Path) -> Result<Vec<f32>> {
+        let bytes = self.elements();
+        let values = match self.dtype {
+            Dtype::F32 => bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+                .collect(),
+            Dtype::F64 => bytes
+                .chunks_exact(8)
+                .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32)
+                .collect(),
+            other => {
+                return Err(Error::invalid(
+                    path,
+                    "descr",
+                    format!("{other:?} is not a float type; expected <f4 or <f8"),
+                ))
+            }
+        };
+        self.row_major(values, path)
+    }
+
+    /// Every element as i64 in row-major order, from `<i8` or `<i4`.
+    pub fn to_i64(&self, path: &Path) -> Result<Vec<i64>> {
+        let bytes = self.elements();
+        let values = match self.dtype {
+            Dtype::I64 => bytes
+                .chunks_exact(8)
+                .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+                .collect(),
+            Dtype::I32 => bytes
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes")) as i64)
+                .collect(),
+            other => {
+                return Err(Error::invalid(
+                    path,
+                    "descr",
+                    format!("{other:?} is not an integer type; expected <i8 or <i4"),
+                ))
+            }
+        };
+        self.row_major(values, path)
+    }
+
+    /// Every element as a bool in row-major order, from `|b1` or `|u1`
+    /// holding only 0 and 1.
+    pub fn to_bool(&self, path: &Path) -> Result<Vec<bool>> {
+        if !matches!(self.dtype, Dtype::Bool | Dtype::U8) {
+            return Err(Error::invalid(
+                path,
+                "descr",
+                format!(
+                    "{:?} is not a boolean type; expected |b1 or |u1",
+                    self.dtype
+                ),
+            ));
+        }
+        let bytes = self.elements();
+        if let Some(at) = bytes.iter().position(|&b| b > 1) {
+            return Err(Error::invalid(
+                path,
+                format!("element {at}"),
+                format!("{} is neither 0 nor 1", bytes[at]),
+            ));
+        }
+        self.row_major(bytes.iter().map(|&b| b == 1).collect(), path)
     }
 
     /// Element `index` as a u64 (integer arrays; negative values are an error).
@@ -159,13 +263,15 @@ fn parse_header(bytes: &[u8], path: &Path) -> Result<(usize, Dtype, Vec<u64>, bo
     let dtype = match descr {
         "<i8" => Dtype::I64,
         "<i4" => Dtype::I32,
+        "<f8" => Dtype::F64,
         "<f4" => Dtype::F32,
         "|b1" => Dtype::Bool,
+        "|u1" => Dtype::U8,
         other => {
             return Err(Error::invalid(
                 path,
                 "descr",
-                format!("{other:?}; fateplan reads <i8, <i4, <f4 and |b1"),
+                format!("{other:?}; fateplan reads <i8, <i4, <f8, <f4, |b1 and |u1"),
             ))
         }
     };
@@ -243,5 +349,59 @@ pub(crate) mod tests {
             .to_string()
             .contains("not a .npy"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn converts_floats_ints_and_bools_in_row_major_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.npy");
+        let f64s: Vec<u8> = [1.5f64, -2.0, 3.25]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        write_npy(&path, "<f8", &[3], &f64s);
+        assert_eq!(
+            Npy::open(&path).unwrap().to_f32(&path).unwrap(),
+            vec![1.5, -2.0, 3.25]
+        );
+        assert!(Npy::open(&path).unwrap().to_i64(&path).is_err());
+        let i32s: Vec<u8> = [7i32, -1].iter().flat_map(|v| v.to_le_bytes()).collect();
+        write_npy(&path, "<i4", &[2, 1], &i32s);
+        assert_eq!(
+            Npy::open(&path).unwrap().to_i64(&path).unwrap(),
+            vec![7, -1]
+        );
+        write_npy(&path, "|u1", &[3], &[1, 0, 1]);
+        let npy = Npy::open(&path).unwrap();
+        assert_eq!(npy.to_bool(&path).unwrap(), vec![true, false, true]);
+        write_npy(&path, "|u1", &[3], &[1, 0, 2]);
+        let message = Npy::open(&path)
+            .unwrap()
+            .to_bool(&path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("element 2") && message.contains("2 is neither"),
+            "{message}"
+        );
+        // Fortran order: the file holds columns one after another.
+        let column_major: Vec<u8> = [1i64, 4, 2, 5, 3, 6]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        write_fortran_npy(&path, "<i8", &[2, 3], &column_major);
+        assert_eq!(
+            Npy::open(&path).unwrap().to_i64(&path).unwrap(),
+            vec![1, 2, 3, 4, 5, 6]
+        );
+    }
+
+    fn write_fortran_npy(path: &Path, descr: &str, shape: &[u64], data: &[u8]) {
+        write_npy(path, descr, shape, data);
+        let bytes = std::fs::read(path).unwrap();
+        let mut fixed = bytes.clone();
+        let at = bytes.windows(5).position(|w| w == b"False").unwrap();
+        fixed[at..at + 5].copy_from_slice(b"True ");
+        std::fs::write(path, fixed).unwrap();
     }
 }

@@ -1,0 +1,456 @@
+//! A node-classification dataset: features, labels, split masks and edges.
+//!
+//! On disk it is a folder of `.npy` files named after PyTorch Geometric's
+//! `Data` attributes, read through memory maps:
+//!
+//! | file | dtype | shape |
+//! |---|---|---|
+//! | `x.npy` | `<f4` or `<f8` | `[N, F]` |
+//! | `y.npy` | `<i8` or `<i4` | `[N]` or `[N, 1]` |
+//! | `edge_index.npy` | `<i8` or `<i4` | `[2, E]`: sources, then destinations |
+//! | `train_mask.npy`, `val_mask.npy`, `test_mask.npy` | `\|b1` or `\|u1` | `[N]` |
+//!
+//! Edge `k` runs from `edge_index[0, k]` to `edge_index[1, k]`, and row `v`
+//! of an aggregation sums over the edges that end at `v`, as in PyG.
+
+use std::path::Path;
+
+use fateplan_planner::blocks::BlockCounts;
+use rayon::prelude::*;
+
+use crate::npy::Npy;
+use crate::{Error, Result};
+
+/// Most classes a dataset may have (the planner's limit).
+pub const MAX_CLASSES: u32 = 1 << 20;
+/// Most features per node (the planner's limit).
+pub const MAX_FEATURES: u32 = 1 << 20;
+
+/// The files a dataset folder must hold.
+pub const DATASET_FILES: [&str; 6] = [
+    "x.npy",
+    "y.npy",
+    "edge_index.npy",
+    "train_mask.npy",
+    "val_mask.npy",
+    "test_mask.npy",
+];
+
+/// Everything full-graph training reads: features, labels, masks and edges.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dataset {
+    pub name: String,
+    pub nodes: u64,
+    /// Features per node, `F`.
+    pub features: u32,
+    /// Classes, `C`: one more than the largest label.
+    pub classes: u32,
+    /// `N × F` features, row-major.
+    pub x: Vec<f32>,
+    /// Label of each node, in `0..C`.
+    pub y: Vec<i64>,
+    pub train_mask: Vec<bool>,
+    pub val_mask: Vec<bool>,
+    pub test_mask: Vec<bool>,
+    /// Edge `k` runs from `src[k]` to `dst[k]`.
+    pub src: Vec<u64>,
+    pub dst: Vec<u64>,
+}
+
+impl Dataset {
+    /// Reads a folder of PyG-named `.npy` files (see the module docs) and
+    /// checks that every array agrees on `N`, labels are in range, features
+    /// are finite and edges name existing nodes.
+    pub fn load(dir: &Path) -> Result<Dataset> {
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "dataset".into());
+
+        let (x_path, x) = open(dir, "x.npy")?;
+        if x.shape.len() != 2 {
+            return Err(Error::invalid(
+                &x_path,
+                "shape",
+                format!("{:?}; expected [N, F]", x.shape),
+            ));
+        }
+        let nodes = x.shape[0];
+        if nodes == 0 {
+            return Err(Error::invalid(&x_path, "shape", "N is 0: no nodes"));
+        }
+        let features = u32::try_from(x.shape[1])
+            .ok()
+            .filter(|&f| (1..=MAX_FEATURES).contains(&f))
+            .ok_or_else(|| {
+                Error::invalid(
+                    &x_path,
+                    "shape",
+                    format!("F = {} is outside 1..={MAX_FEATURES}", x.shape[1]),
+                )
+            })?;
+        let x_values = x.to_f32(&x_path)?;
+        if let Some(at) = x_values.iter().position(|v| !v.is_finite()) {
+            let f = features as usize;
+            return Err(Error::invalid(
+                &x_path,
+                format!("x[{}, {}]", at / f, at % f),
+                format!("{} is not a finite number", x_values[at]),
+            ));
+        }
+
+        let (y_path, y) = open(dir, "y.npy")?;
+        if !(y.shape == [nodes] || y.shape == [nodes, 1]) {
+            return Err(Error::invalid(
+                &y_path,
+                "shape",
+                format!(
+                    "{:?}; expected [{nodes}] or [{nodes}, 1] (N from x.npy)",
+                    y.shape
+                ),
+            ));
+        }
+        let labels = y.to_i64(&y_path)?;
+        let mut largest = 0i64;
+        for (v, &label) in labels.iter().enumerate() {
+            if label < 0 || label >= MAX_CLASSES as i64 {
+                return Err(Error::invalid(
+                    &y_path,
+                    format!("y[{v}]"),
+                    format!("{label} is outside 0..{MAX_CLASSES}"),
+                ));
+            }
+            largest = largest.max(label);
+        }
+        let classes = largest as u32 + 1;
+
+        let mut masks = Vec::with_capacity(3);
+        for file in ["train_mask.npy", "val_mask.npy", "test_mask.npy"] {
+            let (path, mask) = open(dir, file)?;
+            if mask.shape != [nodes] {
+                return Err(Error::invalid(
+                    &path,
+                    "shape",
+                    format!("{:?}; expected [{nodes}] (N from x.npy)", mask.shape),
+                ));
+            }
+            masks.push(mask.to_bool(&path)?);
+        }
+        let [train_mask, val_mask, test_mask]: [Vec<bool>; 3] =
+            masks.try_into().expect("three masks");
+
+        let (edge_path, edge_index) = open(dir, "edge_index.npy")?;
+        if edge_index.shape.len() != 2 || edge_index.shape[0] != 2 {
+            return Err(Error::invalid(
+                &edge_path,
+                "shape",
+                format!("{:?}; expected [2, E]", edge_index.shape),
+            ));
+        }
+        let ends = edge_index.to_i64(&edge_path)?;
+        let (sources, destinations) = ends.split_at(ends.len() / 2);
+        let check = |row: usize, k: usize, v: i64| -> Result<u64> {
+            u64::try_from(v).ok().filter(|&v| v < nodes).ok_or_else(|| {
+                Error::invalid(
+                    &edge_path,
+                    format!("edge_index[{row}, {k}]"),
+                    format!("{v} is not a node in 0..{nodes} (N from x.npy)"),
+                )
+            })
+        };
+        let src = sources
+            .iter()
+            .enumerate()
+            .map(|(k, &v)| check(0, k, v))
+            .collect::<Result<Vec<u64>>>()?;
+        let dst = destinations
+            .iter()
+            .enumerate()
+            .map(|(k, &v)| check(1, k, v))
+            .collect::<Result<Vec<u64>>>()?;
+
+        Ok(Dataset {
+            name,
+            nodes,
+            features,
+            classes,
+            x: x_values,
+            y: labels,
+            train_mask,
+            val_mask,
+            test_mask,
+            src,
+            dst,
+        })
+    }
+
+    /// Divides each feature row by its sum where the sum is nonzero (Kipf and
+    /// Welling's GCN preprocessing); rows summing to zero stay as they are.
+    pub fn row_normalize_features(&mut self) {
+        self.x
+            .par_chunks_mut(self.features as usize)
+            .for_each(|row| {
+                let sum: f64 = row.iter().map(|&v| v as f64).sum();
+                if sum != 0.0 {
+                    for v in row {
+                        *v = (*v as f64 / sum) as f32;
+                    }
+                }
+            });
+    }
+
+    pub fn edges(&self) -> u64 {
+        self.src.len() as u64
+    }
+
+    /// Nodes in each split: train, validation, test.
+    pub fn split_sizes(&self) -> (u64, u64, u64) {
+        let count = |mask: &[bool]| mask.iter().filter(|&&m| m).count() as u64;
+        (
+            count(&self.train_mask),
+            count(&self.val_mask),
+            count(&self.test_mask),
+        )
+    }
+
+    /// Feature row of node `v`.
+    pub fn row(&self, v: u64) -> &[f32] {
+        let f = self.features as usize;
+        &self.x[v as usize * f..(v as usize + 1) * f]
+    }
+
+    /// Edge counts per block of a `partitions`-way vertex-range partition,
+    /// as the planner sees them.
+    pub fn blocks(&self, partitions: u32) -> Result<BlockCounts> {
+        Ok(BlockCounts::from_edges(
+            self.nodes, &self.src, &self.dst, partitions,
+        )?)
+    }
+}
+
+/// Opens `dir/file`, saying which file is missing when it is.
+fn open(dir: &Path, file: &str) -> Result<(std::path::PathBuf, Npy)> {
+    let path = dir.join(file);
+    if !path.exists() {
+        return Err(Error::invalid(
+            &path,
+            "file",
+            format!(
+                "{file} is missing; a dataset folder holds {}",
+                DATASET_FILES.join(", ")
+            ),
+        ));
+    }
+    let npy = Npy::open(&path)?;
+    Ok((path, npy))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::npy::tests::write_npy;
+    use std::path::PathBuf;
+
+    fn bytes<T: Copy, const W: usize>(values: &[T], to: fn(T) -> [u8; W]) -> Vec<u8> {
+        values.iter().flat_map(|&v| to(v)).collect()
+    }
+
+    /// A valid 4-node dataset: 3 features, 2 classes, 5 edges.
+    fn write_tiny(dir: &Path) {
+        let x = [
+            1.0f32, 1.0, 2.0, 0.0, 0.0, 0.0, 3.0, 0.0, 1.0, 0.5, 0.5, 0.0,
+        ];
+        write_npy(
+            &dir.join("x.npy"),
+            "<f4",
+            &[4, 3],
+            &bytes(&x, f32::to_le_bytes),
+        );
+        write_npy(
+            &dir.join("y.npy"),
+            "<i8",
+            &[4],
+            &bytes(&[0i64, 1, 1, 0], i64::to_le_bytes),
+        );
+        let edges = [0i64, 1, 2, 3, 3, 1, 0, 3, 2, 0];
+        write_npy(
+            &dir.join("edge_index.npy"),
+            "<i8",
+            &[2, 5],
+            &bytes(&edges, i64::to_le_bytes),
+        );
+        write_npy(&dir.join("train_mask.npy"), "|b1", &[4], &[1, 1, 0, 0]);
+        write_npy(&dir.join("val_mask.npy"), "|b1", &[4], &[0, 0, 1, 0]);
+        write_npy(&dir.join("test_mask.npy"), "|u1", &[4], &[0, 0, 0, 1]);
+    }
+
+    fn load_error(dir: &Path) -> String {
+        Dataset::load(dir).unwrap_err().to_string()
+    }
+
+    fn has_all(message: &str, parts: &[&str]) {
+        for part in parts {
+            assert!(message.contains(part), "{part:?} not in {message:?}");
+        }
+    }
+
+    #[test]
+    fn loads_a_tiny_folder_and_row_normalises() {
+        let dir = tempfile::tempdir().unwrap();
+        write_tiny(dir.path());
+        let mut d = Dataset::load(dir.path()).unwrap();
+        assert_eq!((d.nodes, d.features, d.classes, d.edges()), (4, 3, 2, 5));
+        assert_eq!(d.src, vec![0, 1, 2, 3, 3]);
+        assert_eq!(d.dst, vec![1, 0, 3, 2, 0]);
+        assert_eq!(d.split_sizes(), (2, 1, 1));
+        d.row_normalize_features();
+        assert_eq!(d.row(0), &[0.25, 0.25, 0.5]);
+        assert_eq!(d.row(1), &[0.0, 0.0, 0.0]);
+        assert_eq!(d.row(2), &[0.75, 0.0, 0.25]);
+        assert_eq!(d.blocks(2).unwrap().total_edges(), 5);
+    }
+
+    #[test]
+    fn accepts_f64_features_i32_column_labels_and_u8_masks() {
+        let dir = tempfile::tempdir().unwrap();
+        write_tiny(dir.path());
+        let x: Vec<f64> = (0..12).map(f64::from).collect();
+        write_npy(
+            &dir.path().join("x.npy"),
+            "<f8",
+            &[4, 3],
+            &bytes(&x, f64::to_le_bytes),
+        );
+        write_npy(
+            &dir.path().join("y.npy"),
+            "<i4",
+            &[4, 1],
+            &bytes(&[2i32, 0, 1, 0], i32::to_le_bytes),
+        );
+        write_npy(
+            &dir.path().join("train_mask.npy"),
+            "|u1",
+            &[4],
+            &[1, 0, 0, 1],
+        );
+        let d = Dataset::load(dir.path()).unwrap();
+        assert_eq!((d.classes, d.y.clone()), (3, vec![2, 0, 1, 0]));
+        assert_eq!(d.row(3), &[9.0, 10.0, 11.0]);
+        assert_eq!(d.train_mask, vec![true, false, false, true]);
+    }
+
+    #[test]
+    fn names_the_file_field_and_value_of_bad_input() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let reset = || write_tiny(d);
+
+        reset();
+        std::fs::remove_file(d.join("val_mask.npy")).unwrap();
+        has_all(&load_error(d), &["val_mask.npy", "missing"]);
+
+        reset();
+        let mut x = vec![0.0f32; 12];
+        x[7] = f32::NAN;
+        write_npy(
+            &d.join("x.npy"),
+            "<f4",
+            &[4, 3],
+            &bytes(&x, f32::to_le_bytes),
+        );
+        has_all(&load_error(d), &["x.npy", "x[2, 1]", "NaN"]);
+
+        reset();
+        write_npy(&d.join("x.npy"), "<i8", &[4, 3], &[0u8; 96]);
+        has_all(&load_error(d), &["x.npy", "descr", "I64"]);
+
+        reset();
+        write_npy(
+            &d.join("y.npy"),
+            "<i8",
+            &[3],
+            &bytes(&[0i64, 1, 1], i64::to_le_bytes),
+        );
+        has_all(&load_error(d), &["y.npy", "shape", "[3]", "[4]"]);
+
+        reset();
+        write_npy(
+            &d.join("y.npy"),
+            "<i8",
+            &[4],
+            &bytes(&[0i64, 1, -1, 0], i64::to_le_bytes),
+        );
+        has_all(&load_error(d), &["y.npy", "y[2]", "-1"]);
+
+        reset();
+        write_npy(&d.join("y.npy"), "<f4", &[4], &[0u8; 16]);
+        has_all(&load_error(d), &["y.npy", "descr", "not an integer"]);
+
+        reset();
+        write_npy(&d.join("test_mask.npy"), "|b1", &[5], &[0u8; 5]);
+        has_all(&load_error(d), &["test_mask.npy", "shape", "[5]"]);
+
+        reset();
+        write_npy(&d.join("train_mask.npy"), "|u1", &[4], &[0, 3, 0, 0]);
+        has_all(&load_error(d), &["train_mask.npy", "element 1", "3"]);
+
+        reset();
+        let edges = [0i64, 1, 4, 0];
+        write_npy(
+            &d.join("edge_index.npy"),
+            "<i8",
+            &[2, 2],
+            &bytes(&edges, i64::to_le_bytes),
+        );
+        has_all(
+            &load_error(d),
+            &["edge_index.npy", "edge_index[1, 0]", "4 is not a node"],
+        );
+
+        reset();
+        write_npy(&d.join("edge_index.npy"), "<i8", &[3, 2], &[0u8; 48]);
+        has_all(&load_error(d), &["edge_index.npy", "shape", "[3, 2]"]);
+
+        reset();
+        write_npy(&d.join("x.npy"), "<f4", &[12], &[0u8; 48]);
+        has_all(&load_error(d), &["x.npy", "shape", "[12]"]);
+    }
+
+    /// The folder holding `cora/`: `FATEPLAN_DATA`, else the repository's
+    /// shared data beside the checkout.
+    pub fn data_root() -> Option<PathBuf> {
+        let root = std::env::var_os("FATEPLAN_DATA")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data"))
+            });
+        root.join("cora").is_dir().then_some(root)
+    }
+
+    #[test]
+    fn loads_cora() {
+        let Some(root) = data_root() else {
+            eprintln!("skipped: Cora not found (set FATEPLAN_DATA)");
+            return;
+        };
+        let mut cora = Dataset::load(&root.join("cora")).unwrap();
+        assert_eq!(
+            (cora.name.as_str(), cora.nodes, cora.features, cora.classes),
+            ("cora", 2708, 1433, 7)
+        );
+        assert_eq!(cora.edges(), 10556);
+        assert_eq!(cora.split_sizes(), (140, 500, 1000));
+        // edge_index is stored in Fortran order: the first edges are 0 -> 633, 0 -> 1862.
+        assert_eq!((cora.src[0], cora.dst[0]), (0, 633));
+        assert_eq!((cora.src[1], cora.dst[1]), (0, 1862));
+        assert!(cora.x.iter().all(|&v| v == 0.0 || v == 1.0));
+        cora.row_normalize_features();
+        for v in 0..cora.nodes {
+            let sum: f32 = cora.row(v).iter().sum();
+            assert!(
+                (sum - 1.0).abs() < 1e-5 || sum == 0.0,
+                "row {v} sums to {sum}"
+            );
+        }
+    }
+}

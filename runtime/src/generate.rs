@@ -1,0 +1,875 @@
+//! Synthetic datasets, seeded and deterministic whatever the thread count.
+//!
+//! - [`RmatSpec`]: an R-MAT graph with Graph500's parameters, random
+//!   features, labels and split: for sizing and speed, not for accuracy.
+//! - [`PlantedSpec`]: a planted-partition graph whose labels can be learnt
+//!   from features (class centroid plus gaussian noise) and from structure
+//!   (a chosen share of edges join nodes of the same class).
+//!
+//! [`GeneratorSpec::parse`] reads the CLI's spec strings, such as
+//! `rmat:scale=20,features=128,classes=16,seed=1` or
+//! `planted:nodes=2000,classes=5,features=32,degree=8,homophily=0.8,seed=1`.
+//!
+//! Parallel generation splits the work into fixed-size chunks, each with its
+//! own generator seeded from `(seed, stream, chunk)`, so the output depends
+//! on the seed alone.
+
+use std::fmt;
+use std::path::Path;
+
+use rand::seq::SliceRandom;
+use rand::{Rng, RngExt, SeedableRng};
+use rand_distr::StandardNormal;
+use rand_pcg::Pcg64Mcg;
+use rayon::prelude::*;
+
+use crate::dataset::{Dataset, MAX_CLASSES, MAX_FEATURES};
+use crate::{Error, Result};
+
+/// Graph500's R-MAT quadrant probabilities; `D = 1 - A - B - C`.
+pub const RMAT_A: f64 = 0.57;
+pub const RMAT_B: f64 = 0.19;
+pub const RMAT_C: f64 = 0.19;
+const _: () = assert!(RMAT_A + RMAT_B + RMAT_C < 1.0);
+
+/// Largest R-MAT scale (`N = 2^scale`).
+pub const MAX_RMAT_SCALE: u32 = 30;
+/// Largest R-MAT edge factor (`E = edge_factor · N`).
+pub const MAX_EDGE_FACTOR: u32 = 1024;
+/// Most nodes of a planted-partition graph.
+pub const MAX_PLANTED_NODES: u64 = 1 << 30;
+/// Largest average degree of a planted-partition graph.
+pub const MAX_DEGREE: f64 = 1024.0;
+/// Most feature values (`N · F`) a generator makes: 64 GiB of f32.
+pub const MAX_FEATURE_VALUES: u64 = 1 << 34;
+
+/// Edges generated per chunk (one generator each).
+const EDGES_PER_CHUNK: usize = 1 << 16;
+/// Nodes per chunk of features, labels and split.
+const NODES_PER_CHUNK: usize = 1 << 12;
+/// Tries to draw a neighbour other than the node itself before giving up on
+/// that edge.
+const SELF_LOOP_RETRIES: u32 = 16;
+
+/// Independent random streams of one seed.
+const STREAM_EDGES: u64 = 1;
+const STREAM_NODES: u64 = 2;
+const STREAM_PERMUTATION: u64 = 3;
+
+/// A generator for chunk `chunk` of stream `stream` of `seed`.
+fn chunk_rng(seed: u64, stream: u64, chunk: u64) -> Pcg64Mcg {
+    Pcg64Mcg::seed_from_u64(splitmix64(
+        splitmix64(seed) ^ splitmix64(stream.wrapping_mul(0x9e37_79b9) ^ splitmix64(chunk)),
+    ))
+}
+
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// An R-MAT graph with Graph500's quadrant probabilities.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RmatSpec {
+    /// `N = 2^scale`.
+    pub scale: u32,
+    /// `E = edge_factor · N` directed edges (`2E` when `symmetric`).
+    pub edge_factor: u32,
+    pub features: u32,
+    pub classes: u32,
+    /// Shares of nodes in the train, validation and test splits.
+    pub train: f64,
+    pub val: f64,
+    pub test: f64,
+    /// Relabels vertices by a random permutation, as Graph500 does, so that
+    /// high-degree vertices are not all at low ids.
+    pub scramble: bool,
+    /// Adds every edge in both directions too.
+    pub symmetric: bool,
+    pub seed: u64,
+}
+
+impl RmatSpec {
+    pub fn new(scale: u32) -> RmatSpec {
+        RmatSpec {
+            scale,
+            edge_factor: 16,
+            features: 128,
+            classes: 16,
+            train: 0.6,
+            val: 0.2,
+            test: 0.2,
+            scramble: true,
+            symmetric: false,
+            seed: 1,
+        }
+    }
+
+    pub fn nodes(&self) -> u64 {
+        1 << self.scale
+    }
+
+    /// Edges drawn before `symmetric` doubles them.
+    pub fn drawn_edges(&self) -> u64 {
+        self.edge_factor as u64 * self.nodes()
+    }
+
+    pub fn name(&self) -> String {
+        format!(
+            "rmat-s{}-e{}-seed{}",
+            self.scale, self.edge_factor, self.seed
+        )
+    }
+
+    fn validate(&self, spec: &str) -> Result<()> {
+        check_range(spec, "scale", self.scale as f64, 1.0, MAX_RMAT_SCALE as f64)?;
+        check_range(
+            spec,
+            "edge_factor",
+            self.edge_factor as f64,
+            1.0,
+            MAX_EDGE_FACTOR as f64,
+        )?;
+        check_node_attributes(spec, self.nodes(), self.features, self.classes)?;
+        check_range(spec, "train", self.train, 0.0, 1.0)?;
+        check_range(spec, "val", self.val, 0.0, 1.0)?;
+        check_range(spec, "test", self.test, 0.0, 1.0)?;
+        if self.train + self.val + self.test > 1.0 + 1e-9 {
+            return Err(Error::invalid(
+                Path::new(spec),
+                "train",
+                format!(
+                    "train + val + test = {} + {} + {} exceeds 1",
+                    self.train, self.val, self.test
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn generate(&self) -> Result<Dataset> {
+        self.validate(&self.to_string())?;
+        let (nodes, scale) = (self.nodes(), self.scale);
+        let drawn = self.drawn_edges() as usize;
+        // Quadrant thresholds on a u32 draw: A, A+B, A+B+C.
+        let threshold = |p: f64| (p * 4_294_967_296.0) as u64;
+        let (t_a, t_ab, t_abc) = (
+            threshold(RMAT_A),
+            threshold(RMAT_A + RMAT_B),
+            threshold(RMAT_A + RMAT_B + RMAT_C),
+        );
+        let mut src = vec![0u64; drawn];
+        let mut dst = vec![0u64; drawn];
+        src.par_chunks_mut(EDGES_PER_CHUNK)
+            .zip(dst.par_chunks_mut(EDGES_PER_CHUNK))
+            .enumerate()
+            .for_each(|(chunk, (sources, destinations))| {
+                let mut rng = chunk_rng(self.seed, STREAM_EDGES, chunk as u64);
+                for (s, d) in sources.iter_mut().zip(destinations) {
+                    let (mut u, mut v) = (0u64, 0u64);
+                    let mut bits = 0u64;
+                    for level in 0..scale {
+                        if level % 2 == 0 {
+                            bits = rng.next_u64();
+                        }
+                        let r = bits & 0xffff_ffff;
+                        bits >>= 32;
+                        // Quadrant A (0, 0), B (0, 1), C (1, 0), D (1, 1), branch-free.
+                        let row = u64::from(r >= t_ab);
+                        let column = u64::from(r >= t_a) ^ row ^ u64::from(r >= t_abc);
+                        u = u << 1 | row;
+                        v = v << 1 | column;
+                    }
+                    (*s, *d) = (u, v);
+                }
+            });
+        if self.scramble {
+            let mut permutation: Vec<u64> = (0..nodes).collect();
+            permutation.shuffle(&mut chunk_rng(self.seed, STREAM_PERMUTATION, 0));
+            src.par_iter_mut()
+                .chain(dst.par_iter_mut())
+                .for_each(|v| *v = permutation[*v as usize]);
+        }
+        if self.symmetric {
+            let (forward_src, forward_dst) = (src.clone(), dst.clone());
+            src.extend_from_slice(&forward_dst);
+            dst.extend_from_slice(&forward_src);
+        }
+        let (x, y, [train_mask, val_mask, test_mask]) = random_node_attributes(
+            nodes,
+            self.features,
+            self.classes,
+            [self.train, self.val, self.test],
+            self.seed,
+        );
+        Ok(Dataset {
+            name: self.name(),
+            nodes,
+            features: self.features,
+            classes: self.classes,
+            x,
+            y,
+            train_mask,
+            val_mask,
+            test_mask,
+            src,
+            dst,
+        })
+    }
+}
+
+/// Standard-normal features, uniform labels and a split drawn per node by
+/// the shares `splits` (train, val, test).
+fn random_node_attributes(
+    nodes: u64,
+    features: u32,
+    classes: u32,
+    splits: [f64; 3],
+    seed: u64,
+) -> (Vec<f32>, Vec<i64>, [Vec<bool>; 3]) {
+    let n = nodes as usize;
+    let f = features as usize;
+    let mut x = vec![0f32; n * f];
+    let mut y = vec![0i64; n];
+    // 0 train, 1 val, 2 test, 3 none.
+    let mut split = vec![3u8; n];
+    x.par_chunks_mut(NODES_PER_CHUNK * f)
+        .zip(y.par_chunks_mut(NODES_PER_CHUNK))
+        .zip(split.par_chunks_mut(NODES_PER_CHUNK))
+        .enumerate()
+        .for_each(|(chunk, ((x, y), split))| {
+            let mut rng = chunk_rng(seed, STREAM_NODES, chunk as u64);
+            for ((row, label), which) in x.chunks_mut(f).zip(y).zip(split) {
+                for value in row.iter_mut() {
+                    *value = rng.sample(StandardNormal);
+                }
+                *label = rng.random_range(0..classes as i64);
+                let r: f64 = rng.random();
+                *which = if r < splits[0] {
+                    0
+                } else if r < splits[0] + splits[1] {
+                    1
+                } else if r < splits[0] + splits[1] + splits[2] {
+                    2
+                } else {
+                    3
+                };
+            }
+        });
+    let mask = |k: u8| split.iter().map(|&s| s == k).collect();
+    (x, y, [mask(0), mask(1), mask(2)])
+}
+
+/// A planted-partition graph: `classes` balanced classes, about
+/// `nodes · degree` directed edges (each undirected edge in both
+/// directions, no self loops, no duplicates, sorted by source then
+/// destination), of which a share `homophily` join nodes of the same class.
+/// Features are the node's class centroid (standard normal per class) plus
+/// `noise` times standard normal noise. The split is Planetoid's:
+/// `train_per_class` nodes of each class, then `val` and `test` nodes, all
+/// drawn at random.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlantedSpec {
+    pub nodes: u64,
+    pub classes: u32,
+    pub features: u32,
+    /// Average number of neighbours.
+    pub degree: f64,
+    /// Share of edges whose ends have the same class.
+    pub homophily: f64,
+    /// Standard deviation of the feature noise (centroids have unit variance).
+    pub noise: f64,
+    pub train_per_class: u64,
+    pub val: u64,
+    pub test: u64,
+    pub seed: u64,
+}
+
+impl PlantedSpec {
+    pub fn new(nodes: u64) -> PlantedSpec {
+        PlantedSpec {
+            nodes,
+            classes: 5,
+            features: 32,
+            degree: 8.0,
+            homophily: 0.8,
+            noise: 3.0,
+            train_per_class: 20,
+            val: 500,
+            test: 1000,
+            seed: 1,
+        }
+    }
+
+    pub fn name(&self) -> String {
+        format!(
+            "planted-n{}-c{}-h{}-seed{}",
+            self.nodes, self.classes, self.homophily, self.seed
+        )
+    }
+
+    fn validate(&self, spec: &str) -> Result<()> {
+        check_range(
+            spec,
+            "nodes",
+            self.nodes as f64,
+            2.0,
+            MAX_PLANTED_NODES as f64,
+        )?;
+        check_node_attributes(spec, self.nodes, self.features, self.classes)?;
+        check_range(spec, "degree", self.degree, 0.0, MAX_DEGREE)?;
+        check_range(spec, "homophily", self.homophily, 0.0, 1.0)?;
+        check_range(spec, "noise", self.noise, 0.0, 1e6)?;
+        let smallest_class = self.nodes / self.classes as u64;
+        if self.train_per_class > smallest_class {
+            return Err(Error::invalid(
+                Path::new(spec),
+                "train_per_class",
+                format!(
+                    "{} exceeds the smallest class ({smallest_class} nodes)",
+                    self.train_per_class
+                ),
+            ));
+        }
+        let labelled = self.train_per_class * self.classes as u64 + self.val + self.test;
+        if labelled > self.nodes {
+            return Err(Error::invalid(
+                Path::new(spec),
+                "val",
+                format!(
+                    "train_per_class · classes + val + test = {labelled} exceeds nodes = {}",
+                    self.nodes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn generate(&self) -> Result<Dataset> {
+        self.validate(&self.to_string())?;
+        let n = self.nodes as usize;
+        let c = self.classes as usize;
+        let f = self.features as usize;
+        let mut rng = chunk_rng(self.seed, STREAM_NODES, 0);
+
+        // Balanced classes in random order.
+        let mut y: Vec<i64> = (0..n).map(|v| (v % c) as i64).collect();
+        y.shuffle(&mut rng);
+        let mut members: Vec<Vec<u64>> = vec![Vec::with_capacity(n / c + 1); c];
+        for (v, &label) in y.iter().enumerate() {
+            members[label as usize].push(v as u64);
+        }
+
+        // Features: centroid plus noise.
+        let centroids: Vec<f32> = (0..c * f).map(|_| rng.sample(StandardNormal)).collect();
+        let noise = self.noise as f32;
+        let mut x = vec![0f32; n * f];
+        for (row, &label) in x.chunks_mut(f).zip(&y) {
+            let centroid = &centroids[label as usize * f..(label as usize + 1) * f];
+            for (value, &mean) in row.iter_mut().zip(centroid) {
+                let z: f32 = rng.sample(StandardNormal);
+                *value = mean + noise * z;
+            }
+        }
+
+        // Edges: each undirected pair picks a uniform node, then a
+        // neighbour in its class with probability `homophily`, else in a
+        // uniformly chosen other class.
+        let pairs = (self.nodes as f64 * self.degree / 2.0).round() as u64;
+        let mut edge_rng = chunk_rng(self.seed, STREAM_EDGES, 0);
+        let mut edges: Vec<(u64, u64)> = Vec::with_capacity(2 * pairs as usize);
+        for _ in 0..pairs {
+            for _ in 0..SELF_LOOP_RETRIES {
+                let u = edge_rng.random_range(0..self.nodes);
+                let own = y[u as usize] as usize;
+                let class = if c == 1 || edge_rng.random_bool(self.homophily) {
+                    own
+                } else {
+                    let other = edge_rng.random_range(0..c - 1);
+                    other + usize::from(other >= own)
+                };
+                let pool = &members[class];
+                let v = pool[edge_rng.random_range(0..pool.len())];
+                if v != u {
+                    edges.push((u, v));
+                    edges.push((v, u));
+                    break;
+                }
+            }
+        }
+        edges.sort_unstable();
+        edges.dedup();
+        let (src, dst) = edges.into_iter().unzip();
+
+        // Planetoid split over a random order of the nodes.
+        let mut order: Vec<usize> = (0..n).collect();
+        order.shuffle(&mut rng);
+        let mut train_mask = vec![false; n];
+        let mut val_mask = vec![false; n];
+        let mut test_mask = vec![false; n];
+        let mut taken = vec![0u64; c];
+        let mut rest = Vec::with_capacity(n);
+        for v in order {
+            let class = y[v] as usize;
+            if taken[class] < self.train_per_class {
+                taken[class] += 1;
+                train_mask[v] = true;
+            } else {
+                rest.push(v);
+            }
+        }
+        let (val, test) = (self.val as usize, self.test as usize);
+        for &v in &rest[..val] {
+            val_mask[v] = true;
+        }
+        for &v in &rest[val..val + test] {
+            test_mask[v] = true;
+        }
+
+        Ok(Dataset {
+            name: self.name(),
+            nodes: self.nodes,
+            features: self.features,
+            classes: self.classes,
+            x,
+            y,
+            train_mask,
+            val_mask,
+            test_mask,
+            src,
+            dst,
+        })
+    }
+}
+
+fn check_node_attributes(spec: &str, nodes: u64, features: u32, classes: u32) -> Result<()> {
+    check_range(spec, "features", features as f64, 1.0, MAX_FEATURES as f64)?;
+    check_range(spec, "classes", classes as f64, 1.0, MAX_CLASSES as f64)?;
+    if classes as u64 > nodes {
+        return Err(Error::invalid(
+            Path::new(spec),
+            "classes",
+            format!("{classes} is more than the {nodes} nodes"),
+        ));
+    }
+    if nodes.saturating_mul(features as u64) > MAX_FEATURE_VALUES {
+        return Err(Error::invalid(
+            Path::new(spec),
+            "features",
+            format!("{nodes} nodes × {features} features exceeds {MAX_FEATURE_VALUES} values"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_range(spec: &str, key: &str, value: f64, low: f64, high: f64) -> Result<()> {
+    if !(low..=high).contains(&value) {
+        return Err(Error::invalid(
+            Path::new(spec),
+            key,
+            format!("{value} is outside {low}..={high}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A synthetic dataset named by a spec string `KIND:KEY=VALUE,...`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GeneratorSpec {
+    Rmat(RmatSpec),
+    Planted(PlantedSpec),
+}
+
+const RMAT_KEYS: [&str; 10] = [
+    "scale",
+    "edge_factor",
+    "features",
+    "classes",
+    "train",
+    "val",
+    "test",
+    "scramble",
+    "symmetric",
+    "seed",
+];
+const PLANTED_KEYS: [&str; 10] = [
+    "nodes",
+    "classes",
+    "features",
+    "degree",
+    "homophily",
+    "noise",
+    "train_per_class",
+    "val",
+    "test",
+    "seed",
+];
+
+impl GeneratorSpec {
+    /// Parses `rmat:scale=S[,KEY=VALUE...]` or
+    /// `planted:nodes=N[,KEY=VALUE...]`; unknown kinds, unknown or repeated
+    /// keys and bad values are errors naming them. Keys left out take the
+    /// defaults of [`RmatSpec::new`] and [`PlantedSpec::new`].
+    pub fn parse(text: &str) -> Result<GeneratorSpec> {
+        let bad = |field: &str, message: String| Error::invalid(Path::new(text), field, message);
+        let (kind, rest) = text.split_once(':').unwrap_or((text, ""));
+        let known: &[&str] = match kind {
+            "rmat" => &RMAT_KEYS,
+            "planted" => &PLANTED_KEYS,
+            other => {
+                return Err(bad(
+                    "kind",
+                    format!("{other:?} is not a generator; known: rmat, planted"),
+                ))
+            }
+        };
+        let mut pairs: Vec<(&str, &str)> = Vec::new();
+        for item in rest.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, value) = item
+                .split_once('=')
+                .ok_or_else(|| bad(item, "expected KEY=VALUE".into()))?;
+            let (key, value) = (key.trim(), value.trim());
+            if !known.contains(&key) {
+                return Err(bad(
+                    key,
+                    format!(
+                        "unknown key (value {value:?}); {kind} takes {}",
+                        known.join(", ")
+                    ),
+                ));
+            }
+            if pairs.iter().any(|&(k, _)| k == key) {
+                return Err(bad(key, format!("given twice (again as {value:?})")));
+            }
+            pairs.push((key, value));
+        }
+        let get = |key: &str| pairs.iter().find(|&&(k, _)| k == key).map(|&(_, v)| v);
+        fn number<T: std::str::FromStr>(
+            text: &str,
+            key: &str,
+            value: Option<&str>,
+            default: T,
+        ) -> Result<T> {
+            match value {
+                None => Ok(default),
+                Some(v) => v.parse().map_err(|_| {
+                    Error::invalid(
+                        Path::new(text),
+                        key,
+                        format!("{v:?} is not a valid {}", std::any::type_name::<T>()),
+                    )
+                }),
+            }
+        }
+        let spec = match kind {
+            "rmat" => {
+                let scale = get("scale").ok_or_else(|| {
+                    bad("scale", "missing; rmat needs scale (N = 2^scale)".into())
+                })?;
+                let d = RmatSpec::new(0);
+                GeneratorSpec::Rmat(RmatSpec {
+                    scale: number(text, "scale", Some(scale), 0)?,
+                    edge_factor: number(text, "edge_factor", get("edge_factor"), d.edge_factor)?,
+                    features: number(text, "features", get("features"), d.features)?,
+                    classes: number(text, "classes", get("classes"), d.classes)?,
+                    train: number(text, "train", get("train"), d.train)?,
+                    val: number(text, "val", get("val"), d.val)?,
+                    test: number(text, "test", get("test"), d.test)?,
+                    scramble: number(text, "scramble", get("scramble"), d.scramble)?,
+                    symmetric: number(text, "symmetric", get("symmetric"), d.symmetric)?,
+                    seed: number(text, "seed", get("seed"), d.seed)?,
+                })
+            }
+            _ => {
+                let nodes = get("nodes")
+                    .ok_or_else(|| bad("nodes", "missing; planted needs nodes".into()))?;
+                let d = PlantedSpec::new(0);
+                GeneratorSpec::Planted(PlantedSpec {
+                    nodes: number(text, "nodes", Some(nodes), 0)?,
+                    classes: number(text, "classes", get("classes"), d.classes)?,
+                    features: number(text, "features", get("features"), d.features)?,
+                    degree: number(text, "degree", get("degree"), d.degree)?,
+                    homophily: number(text, "homophily", get("homophily"), d.homophily)?,
+                    noise: number(text, "noise", get("noise"), d.noise)?,
+                    train_per_class: number(
+                        text,
+                        "train_per_class",
+                        get("train_per_class"),
+                        d.train_per_class,
+                    )?,
+                    val: number(text, "val", get("val"), d.val)?,
+                    test: number(text, "test", get("test"), d.test)?,
+                    seed: number(text, "seed", get("seed"), d.seed)?,
+                })
+            }
+        };
+        match &spec {
+            GeneratorSpec::Rmat(s) => s.validate(text)?,
+            GeneratorSpec::Planted(s) => s.validate(text)?,
+        }
+        Ok(spec)
+    }
+
+    pub fn generate(&self) -> Result<Dataset> {
+        match self {
+            GeneratorSpec::Rmat(s) => s.generate(),
+            GeneratorSpec::Planted(s) => s.generate(),
+        }
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            GeneratorSpec::Rmat(s) => s.name(),
+            GeneratorSpec::Planted(s) => s.name(),
+        }
+    }
+}
+
+/// The full spec string, every key given: `parse(to_string())` gives it back.
+impl fmt::Display for RmatSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "rmat:scale={},edge_factor={},features={},classes={},train={},val={},test={},\
+             scramble={},symmetric={},seed={}",
+            self.scale,
+            self.edge_factor,
+            self.features,
+            self.classes,
+            self.train,
+            self.val,
+            self.test,
+            self.scramble,
+            self.symmetric,
+            self.seed
+        )
+    }
+}
+
+impl fmt::Display for PlantedSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "planted:nodes={},classes={},features={},degree={},homophily={},noise={},\
+             train_per_class={},val={},test={},seed={}",
+            self.nodes,
+            self.classes,
+            self.features,
+            self.degree,
+            self.homophily,
+            self.noise,
+            self.train_per_class,
+            self.val,
+            self.test,
+            self.seed
+        )
+    }
+}
+
+impl fmt::Display for GeneratorSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GeneratorSpec::Rmat(s) => s.fmt(f),
+            GeneratorSpec::Planted(s) => s.fmt(f),
+        }
+    }
+}
+
+impl std::str::FromStr for GeneratorSpec {
+    type Err = Error;
+    fn from_str(text: &str) -> Result<Self> {
+        GeneratorSpec::parse(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rmat(text: &str) -> Dataset {
+        GeneratorSpec::parse(text).unwrap().generate().unwrap()
+    }
+
+    #[test]
+    fn rmat_is_deterministic_and_sized() {
+        let a = rmat("rmat:scale=12,features=8,classes=4,seed=7");
+        assert_eq!(
+            (a.nodes, a.edges(), a.features, a.classes),
+            (4096, 65536, 8, 4)
+        );
+        assert_eq!((a.x.len(), a.y.len()), (4096 * 8, 4096));
+        assert!(a.src.iter().chain(&a.dst).all(|&v| v < 4096));
+        assert!(a.y.iter().all(|&l| (0..4).contains(&l)));
+        let b = rmat("rmat:scale=12,features=8,classes=4,seed=7");
+        assert_eq!(a, b);
+        // The same result on one thread.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let c = pool.install(|| rmat("rmat:scale=12,features=8,classes=4,seed=7"));
+        assert_eq!(a, c);
+        let d = rmat("rmat:scale=12,features=8,classes=4,seed=8");
+        assert_ne!(a.src, d.src);
+        // Split shares of 0.6 / 0.2 / 0.2, within sampling noise.
+        let (train, val, test) = a.split_sizes();
+        assert!((2300..2600).contains(&train), "{train}");
+        assert!((700..950).contains(&val) && (700..950).contains(&test));
+        assert_eq!(train + val + test, 4096);
+    }
+
+    #[test]
+    fn rmat_degrees_are_skewed_and_symmetric_doubles() {
+        let spec = "rmat:scale=12,features=1,classes=2,scramble=false";
+        let a = rmat(spec);
+        let mut degree = vec![0u64; a.nodes as usize];
+        for &s in &a.src {
+            degree[s as usize] += 1;
+        }
+        // Unscrambled, vertex 0 is the hub: far above the average of 16.
+        assert!(degree[0] > 16 * 20, "{}", degree[0]);
+        let max = *degree.iter().max().unwrap();
+        assert_eq!(max, degree[0]);
+        let scrambled = rmat("rmat:scale=12,features=1,classes=2");
+        let mut sorted_a: Vec<u64> = degree.clone();
+        let mut degree_b = vec![0u64; a.nodes as usize];
+        for &s in &scrambled.src {
+            degree_b[s as usize] += 1;
+        }
+        sorted_a.sort_unstable();
+        degree_b.sort_unstable();
+        assert_eq!(sorted_a, degree_b, "scrambling only relabels");
+        let sym = rmat("rmat:scale=12,features=1,classes=2,symmetric=true,scramble=false");
+        assert_eq!(sym.edges(), 2 * a.edges());
+        assert_eq!(&sym.src[..a.src.len()], &a.src[..]);
+        assert_eq!(&sym.src[a.src.len()..], &a.dst[..]);
+    }
+
+    #[test]
+    fn planted_graph_has_its_degree_homophily_and_split() {
+        let spec = "planted:nodes=2000,classes=5,features=32,degree=8,homophily=0.8,seed=1";
+        let d = GeneratorSpec::parse(spec).unwrap().generate().unwrap();
+        assert_eq!(d, GeneratorSpec::parse(spec).unwrap().generate().unwrap());
+        assert_eq!((d.nodes, d.classes, d.features), (2000, 5, 32));
+        let average = d.edges() as f64 / d.nodes as f64;
+        assert!((7.5..=8.0).contains(&average), "{average}");
+        let intra = (0..d.src.len())
+            .filter(|&k| d.y[d.src[k] as usize] == d.y[d.dst[k] as usize])
+            .count() as f64
+            / d.edges() as f64;
+        assert!((0.77..0.83).contains(&intra), "{intra}");
+        // Symmetric, sorted, unique, no self loops.
+        let edges: Vec<(u64, u64)> = d.src.iter().copied().zip(d.dst.iter().copied()).collect();
+        assert!(edges.windows(2).all(|w| w[0] < w[1]));
+        assert!(edges.iter().all(|&(s, t)| s != t));
+        assert!(edges
+            .iter()
+            .all(|&(s, t)| edges.binary_search(&(t, s)).is_ok()));
+        assert_eq!(d.split_sizes(), (100, 500, 1000));
+        for class in 0..5 {
+            let train = (0..2000)
+                .filter(|&v| d.train_mask[v] && d.y[v] == class)
+                .count();
+            assert_eq!(train, 20);
+        }
+        assert!((0..2000).all(|v| {
+            u8::from(d.train_mask[v]) + u8::from(d.val_mask[v]) + u8::from(d.test_mask[v]) <= 1
+        }));
+    }
+
+    /// Nearest centroid, centroids from the training nodes, scored on the test nodes.
+    fn nearest_centroid_accuracy(d: &Dataset, x: &[f32]) -> f64 {
+        let (c, f) = (d.classes as usize, d.features as usize);
+        let mut sums = vec![0f64; c * f];
+        let mut counts = vec![0f64; c];
+        for v in (0..d.nodes as usize).filter(|&v| d.train_mask[v]) {
+            let label = d.y[v] as usize;
+            counts[label] += 1.0;
+            for k in 0..f {
+                sums[label * f + k] += x[v * f + k] as f64;
+            }
+        }
+        let mut right = 0;
+        let mut total = 0;
+        for v in (0..d.nodes as usize).filter(|&v| d.test_mask[v]) {
+            let distance = |label: usize| -> f64 {
+                (0..f)
+                    .map(|k| (x[v * f + k] as f64 - sums[label * f + k] / counts[label]).powi(2))
+                    .sum()
+            };
+            let guess = (0..c)
+                .min_by(|&a, &b| distance(a).total_cmp(&distance(b)))
+                .unwrap();
+            right += usize::from(guess as i64 == d.y[v]);
+            total += 1;
+        }
+        right as f64 / total as f64
+    }
+
+    #[test]
+    fn planted_labels_are_learnable_from_features_and_more_with_structure() {
+        let d = GeneratorSpec::parse("planted:nodes=2000,classes=5,seed=3")
+            .unwrap()
+            .generate()
+            .unwrap();
+        let alone = nearest_centroid_accuracy(&d, &d.x);
+        assert!(alone > 0.5, "features alone: {alone} (chance 0.2)");
+        // Mean over the neighbourhood (self included): homophily helps.
+        let f = d.features as usize;
+        let mut smoothed = d.x.clone();
+        let mut count = vec![1f32; d.nodes as usize];
+        for (&s, &t) in d.src.iter().zip(&d.dst) {
+            count[t as usize] += 1.0;
+            for k in 0..f {
+                smoothed[t as usize * f + k] += d.x[s as usize * f + k];
+            }
+        }
+        for (v, c) in count.iter().enumerate() {
+            for k in 0..f {
+                smoothed[v * f + k] /= c;
+            }
+        }
+        let with_structure = nearest_centroid_accuracy(&d, &smoothed);
+        eprintln!(
+            "nearest centroid: {alone:.3} on features, {with_structure:.3} on neighbourhood means"
+        );
+        assert!(
+            with_structure > alone + 0.1,
+            "{with_structure} with structure vs {alone}"
+        );
+    }
+
+    #[test]
+    fn spec_strings_round_trip_and_name_bad_keys_and_values() {
+        for text in [
+            "rmat:scale=20,features=128,classes=16,seed=1",
+            "planted:nodes=2000,classes=5,features=32,degree=8,homophily=0.8,seed=1",
+        ] {
+            let spec = GeneratorSpec::parse(text).unwrap();
+            assert_eq!(GeneratorSpec::parse(&spec.to_string()).unwrap(), spec);
+        }
+        let error = |text: &str| GeneratorSpec::parse(text).unwrap_err().to_string();
+        let cases: [(&str, &[&str]); 9] = [
+            (
+                "rmat:scale=10,colour=red",
+                &["colour", "red", "unknown key"],
+            ),
+            ("rmat:scale=ten", &["scale", "\"ten\""]),
+            ("rmat:scale=40", &["scale", "40", "outside"]),
+            ("rmat:features=3", &["scale", "missing"]),
+            ("rmat:scale=4,seed=1,seed=2", &["seed", "twice"]),
+            ("rmat:scale=4,train=0.9,val=0.2", &["train", "exceeds 1"]),
+            ("tree:depth=3", &["kind", "tree"]),
+            ("planted:nodes=100,homophily=1.5", &["homophily", "1.5"]),
+            ("planted:nodes=100", &["val", "exceeds nodes"]),
+        ];
+        for (text, parts) in cases {
+            let message = error(text);
+            for part in parts {
+                assert!(message.contains(part), "{part:?} not in {message:?}");
+            }
+        }
+    }
+}
