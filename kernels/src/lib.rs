@@ -1,7 +1,242 @@
-//! fateplan's kernels: graph storage and the math of GNN layers.
+//! fateplan's kernels: graph storage and the math of GNN layers, on the CPU.
 //!
-//! The compressed sparse row layout here is what the aggregation kernels
-//! read: row `v` lists the sources of the edges into `v`.
+//! Every tensor is `f32`, row-major, `rows × width`. The graph's vertices
+//! are split into contiguous partitions and its edges into blocks: block
+//! `(i, j)` is a [`BlockRef`], a CSR over the destination rows of partition
+//! `i` whose columns are local row indices into source partition `j`, with
+//! one weight per edge (normalisation already folded in).
+//!
+//! Modules, in the order a layer runs them:
+//! - [`sparse`]: aggregation, `out = init + block · src` (optionally with
+//!   dropout on `src` generated on the fly), and its transpose.
+//! - [`dense`]: the linear layers and their backward, and fixed-order sums.
+//! - [`activation`]: ReLU / ELU fused with dropout, and their backward.
+//! - [`loss`]: softmax cross-entropy and accuracy.
+//! - [`optim`]: Adam with PyTorch's semantics.
+//! - [`gat`]: graph attention, split so that it runs block by block.
+//! - [`dropout`]: the counter-based mask every kernel regenerates.
+//! - [`reference`]: `f64` loops, the oracle the tests compare against.
+//!
+//! Architecture invariant: results are bit-identical whatever the rayon
+//! thread count. Reductions over rows are split into chunks of a fixed
+//! number of rows ([`REDUCE_ROWS`]), never into as many pieces as there are
+//! threads, and add their per-chunk partials in chunk order. Scatters
+//! (transposed SpMM) give each task a range of output rows and walk every
+//! edge in CSR order, so each output element sees its terms in edge order
+//! however the rows are split.
+//!
+//! Architecture invariant: bad shapes return [`Error::InvalidInput`]; no
+//! kernel panics on its inputs, and no kernel uses `unsafe`.
+
+pub mod activation;
+pub mod dense;
+pub mod dropout;
+pub mod gat;
+pub mod loss;
+pub mod optim;
+pub mod reference;
+pub mod sparse;
+
+#[cfg(test)]
+mod tests;
+
+/// Rows per parallel task for row-wise kernels (SpMM, GEMM, activations).
+pub const ROW_CHUNK: usize = 256;
+/// Rows per partial sum in reductions over rows (weight and bias
+/// gradients, the loss). Partials are added in chunk order.
+pub const REDUCE_ROWS: usize = 4096;
+/// Fewest output rows per task in transposed SpMM, where every task walks
+/// all edges and keeps those whose source lies in its rows.
+pub const SCATTER_MIN_ROWS: usize = 4096;
+
+const _: () = assert!(REDUCE_ROWS % ROW_CHUNK == 0);
+const _: () = assert!(SCATTER_MIN_ROWS > 0 && ROW_CHUNK > 0);
+
+/// What can go wrong in a kernel: only bad input.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum Error {
+    /// A shape, length, index or parameter that does not fit; the message
+    /// names the kernel, the argument and the value.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Returns `InvalidInput` unless `cond` holds.
+pub(crate) fn ensure(cond: bool, msg: impl FnOnce() -> String) -> Result<()> {
+    if cond {
+        Ok(())
+    } else {
+        Err(Error::InvalidInput(msg()))
+    }
+}
+
+/// Checks that `slice` holds exactly `len` values.
+pub(crate) fn check_len(kernel: &str, arg: &str, slice_len: usize, len: usize) -> Result<()> {
+    ensure(slice_len == len, || {
+        format!("{kernel}: `{arg}` has {slice_len} values, expected {len}")
+    })
+}
+
+/// How a kernel writes its output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// The output is overwritten.
+    Overwrite,
+    /// The result is added to what the output holds.
+    Accumulate,
+}
+
+/// Where a kernel's output starts from, for `out = init + …`.
+#[derive(Debug, Clone, Copy)]
+pub enum Init<'a> {
+    /// From zero.
+    Zero,
+    /// From a copy of this slice (the shape of the output).
+    From(&'a [f32]),
+    /// From what the output already holds: accumulate (the chain of block
+    /// SpMMs of one destination partition).
+    Out,
+}
+
+impl<'a> From<Option<&'a [f32]>> for Init<'a> {
+    fn from(init: Option<&'a [f32]>) -> Self {
+        init.map_or(Init::Zero, Init::From)
+    }
+}
+
+impl Init<'_> {
+    pub(crate) fn check(&self, kernel: &str, out_len: usize) -> Result<()> {
+        match self {
+            Init::From(init) => check_len(kernel, "init", init.len(), out_len),
+            _ => Ok(()),
+        }
+    }
+
+    /// Sets `part`, which starts at element `offset` of the output.
+    #[inline]
+    pub(crate) fn apply(&self, part: &mut [f32], offset: usize) {
+        match self {
+            Init::Zero => part.fill(0.0),
+            Init::From(init) => part.copy_from_slice(&init[offset..offset + part.len()]),
+            Init::Out => {}
+        }
+    }
+}
+
+/// One block of the adjacency: a CSR over destination rows whose columns
+/// index rows of one source partition, with one weight per edge.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockRef<'a> {
+    /// `row_start[r]..row_start[r + 1]` indexes `columns` and `weights` for
+    /// destination row `r`; `rows + 1` values, starting at 0.
+    pub row_start: &'a [u64],
+    /// Local row indices into the source partition.
+    pub columns: &'a [u32],
+    /// One weight per edge.
+    pub weights: &'a [f32],
+}
+
+impl<'a> BlockRef<'a> {
+    /// Destination rows.
+    pub fn rows(&self) -> usize {
+        self.row_start.len().saturating_sub(1)
+    }
+
+    pub fn nnz(&self) -> usize {
+        self.columns.len()
+    }
+
+    /// Edge range of destination row `r`.
+    #[inline]
+    pub(crate) fn edges(&self, r: usize) -> std::ops::Range<usize> {
+        self.row_start[r] as usize..self.row_start[r + 1] as usize
+    }
+
+    /// Checks the CSR structure: `row_start` starts at 0, never decreases
+    /// and ends at the edge count, there is one weight per edge (unless
+    /// `weights_needed` is false) and every column is below `src_rows`.
+    pub fn validate(&self, kernel: &str, src_rows: usize, weights_needed: bool) -> Result<()> {
+        ensure(!self.row_start.is_empty(), || {
+            format!("{kernel}: block `row_start` is empty, expected rows + 1 values")
+        })?;
+        ensure(self.row_start[0] == 0, || {
+            format!(
+                "{kernel}: block `row_start[0]` is {}, expected 0",
+                self.row_start[0]
+            )
+        })?;
+        if let Some(r) = self.row_start.windows(2).position(|w| w[1] < w[0]) {
+            return Err(Error::InvalidInput(format!(
+                "{kernel}: block `row_start` decreases at row {r} ({} > {})",
+                self.row_start[r],
+                self.row_start[r + 1]
+            )));
+        }
+        let last = *self.row_start.last().unwrap_or(&0);
+        ensure(last == self.columns.len() as u64, || {
+            format!(
+                "{kernel}: block `row_start` ends at {last} but `columns` has {} values",
+                self.columns.len()
+            )
+        })?;
+        if weights_needed {
+            check_len(kernel, "weights", self.weights.len(), self.columns.len())?;
+        }
+        if let Some(&c) = self.columns.iter().find(|&&c| c as usize >= src_rows) {
+            return Err(Error::InvalidInput(format!(
+                "{kernel}: block column {c} is out of range for {src_rows} source rows"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// An owned block, for tests, benches and callers that build blocks.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Block {
+    pub row_start: Vec<u64>,
+    pub columns: Vec<u32>,
+    pub weights: Vec<f32>,
+}
+
+impl Block {
+    pub fn as_ref(&self) -> BlockRef<'_> {
+        BlockRef {
+            row_start: &self.row_start,
+            columns: &self.columns,
+            weights: &self.weights,
+        }
+    }
+
+    /// Cuts rows `dst` (a range of `csr`'s rows) and the edges whose source
+    /// lies in `src` into a block with local indices, keeping edge order.
+    /// `weights` holds one value per edge of `csr`.
+    pub fn from_csr(
+        csr: &Csr,
+        weights: &[f32],
+        dst: std::ops::Range<usize>,
+        src: std::ops::Range<usize>,
+    ) -> Block {
+        let mut block = Block {
+            row_start: vec![0],
+            ..Block::default()
+        };
+        for v in dst {
+            let edges = csr.row_start[v] as usize..csr.row_start[v + 1] as usize;
+            for e in edges {
+                let c = csr.columns[e] as usize;
+                if src.contains(&c) {
+                    block.columns.push((c - src.start) as u32);
+                    block.weights.push(weights[e]);
+                }
+            }
+            block.row_start.push(block.columns.len() as u64);
+        }
+        block
+    }
+}
 
 /// A graph in compressed sparse row form, rows by destination.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,16 +279,12 @@ impl Csr {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rows_by_destination() {
-        let csr = Csr::from_edges(3, &[0, 2, 1, 0], &[1, 1, 2, 0]);
-        assert_eq!(csr.row(0), &[0]);
-        assert_eq!(csr.row(1), &[0, 2]);
-        assert_eq!(csr.row(2), &[1]);
-        assert_eq!(csr.rows(), 3);
-    }
+/// Checks that `width` is positive and `data` holds whole rows; returns
+/// the row count.
+pub(crate) fn rows_of(kernel: &str, arg: &str, len: usize, width: usize) -> Result<usize> {
+    ensure(width > 0, || format!("{kernel}: `width` is 0"))?;
+    ensure(len % width == 0, || {
+        format!("{kernel}: `{arg}` has {len} values, not a multiple of width {width}")
+    })?;
+    Ok(len / width)
 }

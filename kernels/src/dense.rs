@@ -1,0 +1,335 @@
+//! Dense layers: `z = Σ_k x_k · W_k + b` and its backward, on faer's
+//! sequential GEMM inside fixed row chunks.
+//!
+//! Weight layout (the planner's byte sizes depend on it): the `k` matrices
+//! `W_k` (`d_in × d_out`, row-major) one after the other, then the bias
+//! (`d_out`). GCN and GAT have `k = 1`, SAGE has `k = 2` (`W_self`, then
+//! `W_neigh`). GAT's projection has no bias here: its bias is added after
+//! the aggregation ([`add_bias`], [`column_sums`]).
+//!
+//! Reductions over rows (weight and bias gradients) compute one partial
+//! per [`REDUCE_ROWS`] rows in parallel and add the partials in chunk
+//! order, so the result does not depend on the thread count.
+
+use faer::linalg::matmul::matmul;
+use faer::{Accum, MatMut, MatRef, Par};
+use rayon::prelude::*;
+
+use crate::{check_len, ensure, Result, Write, REDUCE_ROWS, ROW_CHUNK};
+
+/// Values in a linear layer's weights with `inputs` input matrices:
+/// `inputs * d_in * d_out + d_out`.
+pub fn linear_weight_len(inputs: usize, d_in: usize, d_out: usize) -> usize {
+    inputs * d_in * d_out + d_out
+}
+
+fn check_dims(kernel: &str, d_in: usize, d_out: usize) -> Result<()> {
+    ensure(d_in > 0 && d_out > 0, || {
+        format!("{kernel}: `d_in` ({d_in}) and `d_out` ({d_out}) must be positive")
+    })
+}
+
+/// `out = x · w` (`rows × d_in` times `d_in × d_out`), no bias: GAT's
+/// projection.
+pub fn matmul_rows(
+    x: &[f32],
+    rows: usize,
+    d_in: usize,
+    w: &[f32],
+    d_out: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    check_dims("matmul_rows", d_in, d_out)?;
+    check_len("matmul_rows", "x", x.len(), rows * d_in)?;
+    check_len("matmul_rows", "w", w.len(), d_in * d_out)?;
+    check_len("matmul_rows", "out", out.len(), rows * d_out)?;
+    forward(&[x], d_in, w, d_out, None, out);
+    Ok(())
+}
+
+/// `out = Σ_k inputs[k] · W_k + b`, with `w` laid out as the module doc
+/// says (`inputs.len()` matrices, then the bias). Each input and `out` have
+/// `rows` rows.
+pub fn linear(
+    inputs: &[&[f32]],
+    rows: usize,
+    d_in: usize,
+    w: &[f32],
+    d_out: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    check_dims("linear", d_in, d_out)?;
+    ensure(!inputs.is_empty(), || "linear: no inputs".to_string())?;
+    for x in inputs {
+        check_len("linear", "inputs[k]", x.len(), rows * d_in)?;
+    }
+    check_len(
+        "linear",
+        "w",
+        w.len(),
+        linear_weight_len(inputs.len(), d_in, d_out),
+    )?;
+    check_len("linear", "out", out.len(), rows * d_out)?;
+    let bias = &w[inputs.len() * d_in * d_out..];
+    forward(inputs, d_in, w, d_out, Some(bias), out);
+    Ok(())
+}
+
+fn forward(
+    inputs: &[&[f32]],
+    d_in: usize,
+    w: &[f32],
+    d_out: usize,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) {
+    out.par_chunks_mut(ROW_CHUNK * d_out)
+        .enumerate()
+        .for_each(|(chunk, out_chunk)| {
+            let n = out_chunk.len() / d_out;
+            let r0 = chunk * ROW_CHUNK;
+            let mut o = MatMut::from_row_major_slice_mut(out_chunk, n, d_out);
+            for (k, x) in inputs.iter().enumerate() {
+                let x = MatRef::from_row_major_slice(&x[r0 * d_in..(r0 + n) * d_in], n, d_in);
+                let wk = MatRef::from_row_major_slice(
+                    &w[k * d_in * d_out..(k + 1) * d_in * d_out],
+                    d_in,
+                    d_out,
+                );
+                let accum = if k == 0 { Accum::Replace } else { Accum::Add };
+                matmul(o.as_mut(), accum, x, wk, 1.0f32, Par::Seq);
+            }
+            if let Some(bias) = bias {
+                for row in out_chunk.chunks_exact_mut(d_out) {
+                    for (z, &b) in row.iter_mut().zip(bias) {
+                        *z += b;
+                    }
+                }
+            }
+        });
+}
+
+/// Backward of [`linear`]. Writes `dw` (the layout of `w`: `dW_k =
+/// inputs[k]ᵀ · dz`, bias gradient = column sums of `dz`) for these rows,
+/// and for each `dx[k]` that is `Some`, `dx_k = dz · W_kᵀ`. `write` says
+/// whether `dw` and the `dx` are overwritten or accumulated into (to sum
+/// the weight gradients of partitions in a fixed order, or to add the
+/// self-input gradient of SAGE to the aggregation's).
+#[allow(clippy::too_many_arguments)]
+pub fn linear_bwd(
+    dz: &[f32],
+    inputs: &[&[f32]],
+    rows: usize,
+    d_in: usize,
+    w: &[f32],
+    d_out: usize,
+    dw: &mut [f32],
+    dx: &mut [Option<&mut [f32]>],
+    write: Write,
+) -> Result<()> {
+    check_dims("linear_bwd", d_in, d_out)?;
+    ensure(!inputs.is_empty(), || "linear_bwd: no inputs".to_string())?;
+    let len = linear_weight_len(inputs.len(), d_in, d_out);
+    check_len("linear_bwd", "w", w.len(), len)?;
+    check_len("linear_bwd", "dw", dw.len(), len)?;
+    backward(
+        "linear_bwd",
+        dz,
+        inputs,
+        rows,
+        d_in,
+        w,
+        d_out,
+        true,
+        dw,
+        dx,
+        write,
+    )
+}
+
+/// Backward of [`matmul_rows`]: `dw = xᵀ · dz` and, if given, `dx = dz ·
+/// wᵀ`, written as `write` says.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_rows_bwd(
+    dz: &[f32],
+    x: &[f32],
+    rows: usize,
+    d_in: usize,
+    w: &[f32],
+    d_out: usize,
+    dw: &mut [f32],
+    dx: Option<&mut [f32]>,
+    write: Write,
+) -> Result<()> {
+    check_dims("matmul_rows_bwd", d_in, d_out)?;
+    check_len("matmul_rows_bwd", "w", w.len(), d_in * d_out)?;
+    check_len("matmul_rows_bwd", "dw", dw.len(), d_in * d_out)?;
+    backward(
+        "matmul_rows_bwd",
+        dz,
+        &[x],
+        rows,
+        d_in,
+        w,
+        d_out,
+        false,
+        dw,
+        &mut [dx],
+        write,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn backward(
+    kernel: &str,
+    dz: &[f32],
+    inputs: &[&[f32]],
+    rows: usize,
+    d_in: usize,
+    w: &[f32],
+    d_out: usize,
+    has_bias: bool,
+    dw: &mut [f32],
+    dx: &mut [Option<&mut [f32]>],
+    write: Write,
+) -> Result<()> {
+    check_len(kernel, "dz", dz.len(), rows * d_out)?;
+    for x in inputs {
+        check_len(kernel, "inputs[k]", x.len(), rows * d_in)?;
+    }
+    ensure(dx.len() <= inputs.len(), || {
+        format!("{kernel}: {} `dx` for {} inputs", dx.len(), inputs.len())
+    })?;
+    for x in dx.iter().flatten() {
+        check_len(kernel, "dx[k]", x.len(), rows * d_in)?;
+    }
+
+    // Input gradients: row-wise, no reduction.
+    for (k, dxk) in dx.iter_mut().enumerate() {
+        let Some(dxk) = dxk else { continue };
+        let wk =
+            MatRef::from_row_major_slice(&w[k * d_in * d_out..(k + 1) * d_in * d_out], d_in, d_out);
+        dxk.par_chunks_mut(ROW_CHUNK * d_in)
+            .enumerate()
+            .for_each(|(chunk, dx_chunk)| {
+                let n = dx_chunk.len() / d_in;
+                let r0 = chunk * ROW_CHUNK;
+                let g = MatRef::from_row_major_slice(&dz[r0 * d_out..(r0 + n) * d_out], n, d_out);
+                let accum = match write {
+                    Write::Overwrite => Accum::Replace,
+                    Write::Accumulate => Accum::Add,
+                };
+                let o = MatMut::from_row_major_slice_mut(dx_chunk, n, d_in);
+                matmul(o, accum, g, wk.transpose(), 1.0f32, Par::Seq);
+            });
+    }
+
+    // Weight gradients: one partial per REDUCE_ROWS rows, summed in order.
+    let len = dw.len();
+    let partials: Vec<Vec<f32>> = (0..rows.div_ceil(REDUCE_ROWS))
+        .into_par_iter()
+        .map(|chunk| {
+            let r0 = chunk * REDUCE_ROWS;
+            let n = REDUCE_ROWS.min(rows - r0);
+            let mut part = vec![0.0f32; len];
+            let g = MatRef::from_row_major_slice(&dz[r0 * d_out..(r0 + n) * d_out], n, d_out);
+            for (k, x) in inputs.iter().enumerate() {
+                let x = MatRef::from_row_major_slice(&x[r0 * d_in..(r0 + n) * d_in], n, d_in);
+                let o = MatMut::from_row_major_slice_mut(
+                    &mut part[k * d_in * d_out..(k + 1) * d_in * d_out],
+                    d_in,
+                    d_out,
+                );
+                matmul(o, Accum::Replace, x.transpose(), g, 1.0f32, Par::Seq);
+            }
+            if has_bias {
+                column_sums_seq(
+                    &dz[r0 * d_out..(r0 + n) * d_out],
+                    d_out,
+                    &mut part[inputs.len() * d_in * d_out..],
+                );
+            }
+            part
+        })
+        .collect();
+    let parts: Vec<&[f32]> = partials.iter().map(Vec::as_slice).collect();
+    sum_parts(&parts, dw, write);
+    Ok(())
+}
+
+/// `out[f] = Σ_r x[r, f]`, sequentially in row order.
+fn column_sums_seq(x: &[f32], width: usize, out: &mut [f32]) {
+    out.fill(0.0);
+    for row in x.chunks_exact(width) {
+        for (o, &v) in out.iter_mut().zip(row) {
+            *o += v;
+        }
+    }
+}
+
+/// Column sums of `x` (`rows × width`): the bias gradient. One partial per
+/// [`REDUCE_ROWS`] rows, added in chunk order.
+pub fn column_sums(x: &[f32], width: usize, out: &mut [f32], write: Write) -> Result<()> {
+    let rows = crate::rows_of("column_sums", "x", x.len(), width)?;
+    check_len("column_sums", "out", out.len(), width)?;
+    let partials: Vec<Vec<f32>> = (0..rows.div_ceil(REDUCE_ROWS))
+        .into_par_iter()
+        .map(|chunk| {
+            let r0 = chunk * REDUCE_ROWS;
+            let n = REDUCE_ROWS.min(rows - r0);
+            let mut part = vec![0.0f32; width];
+            column_sums_seq(&x[r0 * width..(r0 + n) * width], width, &mut part);
+            part
+        })
+        .collect();
+    let parts: Vec<&[f32]> = partials.iter().map(Vec::as_slice).collect();
+    sum_parts(&parts, out, write);
+    Ok(())
+}
+
+/// Adds `bias` (`width` values) to every row of `x`.
+pub fn add_bias(x: &mut [f32], width: usize, bias: &[f32]) -> Result<()> {
+    crate::rows_of("add_bias", "x", x.len(), width)?;
+    check_len("add_bias", "bias", bias.len(), width)?;
+    x.par_chunks_mut(ROW_CHUNK * width).for_each(|chunk| {
+        for row in chunk.chunks_exact_mut(width) {
+            for (v, &b) in row.iter_mut().zip(bias) {
+                *v += b;
+            }
+        }
+    });
+    Ok(())
+}
+
+/// `out = parts[0] + parts[1] + …`, added in that order element by element
+/// (weight-gradient accumulation over partitions).
+pub fn sum_into(parts: &[&[f32]], out: &mut [f32]) -> Result<()> {
+    for p in parts {
+        check_len("sum_into", "parts[k]", p.len(), out.len())?;
+    }
+    sum_parts(parts, out, Write::Overwrite);
+    Ok(())
+}
+
+/// `out (= or +=) parts[0] + parts[1] + …` in order; parallel over
+/// element ranges, which does not change any element's order of addition.
+fn sum_parts(parts: &[&[f32]], out: &mut [f32], write: Write) {
+    const SPAN: usize = 16 * 1024;
+    out.par_chunks_mut(SPAN).enumerate().for_each(|(chunk, o)| {
+        let lo = chunk * SPAN;
+        let hi = lo + o.len();
+        let mut rest = parts;
+        if write == Write::Overwrite {
+            match parts.first() {
+                Some(first) => o.copy_from_slice(&first[lo..hi]),
+                None => o.fill(0.0),
+            }
+            rest = parts.get(1..).unwrap_or(&[]);
+        }
+        for p in rest {
+            for (v, &x) in o.iter_mut().zip(&p[lo..hi]) {
+                *v += x;
+            }
+        }
+    });
+}

@@ -1,0 +1,1 @@
+//! Graph attention (in progress).

@@ -1,0 +1,211 @@
+//! The oracle: every kernel as plain loops in `f64`, written for clarity,
+//! not speed. Tests compare the `f32` kernels against these, and check
+//! these backward functions against finite differences. Shapes are
+//! trusted (callers are tests).
+
+use crate::dropout::Dropout;
+use crate::BlockRef;
+
+/// `Σ_e w_e · src[c_e]` per destination row.
+pub fn spmm(block: BlockRef, src: &[f64], width: usize) -> Vec<f64> {
+    let mut out = vec![0.0; block.rows() * width];
+    for r in 0..block.rows() {
+        for e in block.edges(r) {
+            let (c, w) = (block.columns[e] as usize, block.weights[e] as f64);
+            for f in 0..width {
+                out[r * width + f] += w * src[c * width + f];
+            }
+        }
+    }
+    out
+}
+
+/// `src` with dropout applied, element `(c, f)` taking the mask value of
+/// `(row0 + c) * width + f`.
+pub fn dropout(x: &[f64], width: usize, row0: u64, dropout: &Dropout) -> Vec<f64> {
+    x.iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let (r, f) = ((i / width) as u64, (i % width) as u64);
+            v * dropout.value((row0 + r) * width as u64 + f) as f64
+        })
+        .collect()
+}
+
+/// `blockᵀ · grad` into `src_rows` rows.
+pub fn spmm_t(block: BlockRef, grad: &[f64], width: usize, src_rows: usize) -> Vec<f64> {
+    let mut out = vec![0.0; src_rows * width];
+    for r in 0..block.rows() {
+        for e in block.edges(r) {
+            let (c, w) = (block.columns[e] as usize, block.weights[e] as f64);
+            for f in 0..width {
+                out[c * width + f] += w * grad[r * width + f];
+            }
+        }
+    }
+    out
+}
+
+/// `Σ_k x_k · W_k (+ b)`; `w` holds the `inputs.len()` matrices then, if
+/// `bias`, the bias.
+pub fn linear(
+    inputs: &[&[f64]],
+    rows: usize,
+    d_in: usize,
+    w: &[f64],
+    d_out: usize,
+    bias: bool,
+) -> Vec<f64> {
+    let mut out = vec![0.0; rows * d_out];
+    for r in 0..rows {
+        for o in 0..d_out {
+            let mut z = 0.0;
+            for (k, x) in inputs.iter().enumerate() {
+                for i in 0..d_in {
+                    z += x[r * d_in + i] * w[k * d_in * d_out + i * d_out + o];
+                }
+            }
+            if bias {
+                z += w[inputs.len() * d_in * d_out + o];
+            }
+            out[r * d_out + o] = z;
+        }
+    }
+    out
+}
+
+/// Backward of [`linear`]: `(dw, dx)`, `dw` in the layout of `w`.
+pub fn linear_bwd(
+    dz: &[f64],
+    inputs: &[&[f64]],
+    rows: usize,
+    d_in: usize,
+    w: &[f64],
+    d_out: usize,
+    bias: bool,
+) -> (Vec<f64>, Vec<Vec<f64>>) {
+    let mut dw = vec![0.0; w.len()];
+    let mut dx = vec![vec![0.0; rows * d_in]; inputs.len()];
+    for r in 0..rows {
+        for o in 0..d_out {
+            let g = dz[r * d_out + o];
+            for (k, x) in inputs.iter().enumerate() {
+                for i in 0..d_in {
+                    dw[k * d_in * d_out + i * d_out + o] += x[r * d_in + i] * g;
+                    dx[k][r * d_in + i] += g * w[k * d_in * d_out + i * d_out + o];
+                }
+            }
+            if bias {
+                dw[inputs.len() * d_in * d_out + o] += g;
+            }
+        }
+    }
+    (dw, dx)
+}
+
+/// The mask value (0, 1 or `1 / (1 − p)`) of every element.
+fn mask(len: usize, width: usize, row0: u64, d: Option<&Dropout>) -> Vec<f64> {
+    let ones = vec![1.0; len];
+    match d {
+        Some(d) => dropout(&ones, width, row0, d),
+        None => ones,
+    }
+}
+
+pub fn relu_dropout(z: &[f64], width: usize, row0: u64, d: Option<&Dropout>) -> Vec<f64> {
+    let m = mask(z.len(), width, row0, d);
+    z.iter().zip(&m).map(|(&z, &m)| z.max(0.0) * m).collect()
+}
+
+pub fn relu_dropout_bwd(
+    g: &[f64],
+    z: &[f64],
+    width: usize,
+    row0: u64,
+    d: Option<&Dropout>,
+) -> Vec<f64> {
+    let m = mask(z.len(), width, row0, d);
+    (0..z.len())
+        .map(|i| if z[i] > 0.0 { g[i] * m[i] } else { 0.0 })
+        .collect()
+}
+
+pub fn elu_dropout(z: &[f64], width: usize, row0: u64, d: Option<&Dropout>) -> Vec<f64> {
+    let m = mask(z.len(), width, row0, d);
+    z.iter()
+        .zip(&m)
+        .map(|(&z, &m)| if z > 0.0 { z * m } else { z.exp_m1() * m })
+        .collect()
+}
+
+pub fn elu_dropout_bwd(
+    g: &[f64],
+    z: &[f64],
+    width: usize,
+    row0: u64,
+    d: Option<&Dropout>,
+) -> Vec<f64> {
+    let m = mask(z.len(), width, row0, d);
+    (0..z.len())
+        .map(|i| g[i] * m[i] * if z[i] > 0.0 { 1.0 } else { z[i].exp() })
+        .collect()
+}
+
+/// Mean-style softmax cross-entropy over masked rows.
+pub fn softmax_cross_entropy(
+    logits: &[f64],
+    classes: usize,
+    labels: &[i64],
+    mask: &[bool],
+    normaliser: usize,
+) -> f64 {
+    let mut loss = 0.0;
+    for (r, row) in logits.chunks(classes).enumerate() {
+        if mask[r] {
+            let lse = row.iter().map(|x| x.exp()).sum::<f64>().ln();
+            loss += lse - row[labels[r] as usize];
+        }
+    }
+    loss / normaliser as f64
+}
+
+pub fn softmax_cross_entropy_bwd(
+    logits: &[f64],
+    classes: usize,
+    labels: &[i64],
+    mask: &[bool],
+    normaliser: usize,
+) -> Vec<f64> {
+    let mut grad = vec![0.0; logits.len()];
+    for (r, row) in logits.chunks(classes).enumerate() {
+        if mask[r] {
+            let sum: f64 = row.iter().map(|x| x.exp()).sum();
+            for c in 0..classes {
+                let onehot = if c as i64 == labels[r] { 1.0 } else { 0.0 };
+                grad[r * classes + c] = (row[c].exp() / sum - onehot) / normaliser as f64;
+            }
+        }
+    }
+    grad
+}
+
+/// One Adam step in `f64`, textbook form.
+#[allow(clippy::too_many_arguments)]
+pub fn adam_step(
+    adam: &crate::optim::Adam,
+    t: u32,
+    w: &mut [f64],
+    g: &[f64],
+    m: &mut [f64],
+    v: &mut [f64],
+) {
+    let (b1, b2) = (adam.beta1 as f64, adam.beta2 as f64);
+    for i in 0..w.len() {
+        let g = g[i] + adam.weight_decay as f64 * w[i];
+        m[i] = b1 * m[i] + (1.0 - b1) * g;
+        v[i] = b2 * v[i] + (1.0 - b2) * g * g;
+        let m_hat = m[i] / (1.0 - b1.powi(t as i32));
+        let v_hat = v[i] / (1.0 - b2.powi(t as i32));
+        w[i] -= adam.lr as f64 * m_hat / (v_hat.sqrt() + adam.eps as f64);
+    }
+}

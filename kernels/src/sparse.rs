@@ -1,0 +1,172 @@
+//! Aggregation over one block: `out = init + block · src` and its
+//! transpose `out = init + blockᵀ · grad`.
+//!
+//! The forward is parallel over chunks of destination rows; each row is
+//! summed in edge order, so the result does not depend on the split. The
+//! transpose scatters: each task owns a range of source rows and walks all
+//! edges in CSR order, keeping the ones that land in its range, so each
+//! output element also sees its terms in edge order.
+
+use rayon::prelude::*;
+
+use crate::dropout::{Dropout, Mask};
+use crate::{check_len, rows_of, BlockRef, Init, Result, ROW_CHUNK, SCATTER_MIN_ROWS};
+
+/// `out[r] = init[r] + Σ_e w_e · src[c_e]` over the edges `e` of
+/// destination row `r`. `src` is the source partition (`src_rows × width`),
+/// `out` and `init` are `block.rows() × width`.
+pub fn spmm(block: BlockRef, src: &[f32], width: usize, init: Init, out: &mut [f32]) -> Result<()> {
+    check_spmm("spmm", block, src, width, init, out)?;
+    gather(block, src, width, init, out, None, 0);
+    Ok(())
+}
+
+/// [`spmm`] with dropout on `src`: element `(c, f)` of `src` is multiplied
+/// by the mask value of global element `(src_row0 + c) * width + f` (0 or
+/// `1 / (1 - p)`), generated on the fly so that the dropped features are
+/// never stored. The backward is [`spmm_t`] followed by the same mask on
+/// its output ([`crate::activation::dropout_in_place`]).
+pub fn spmm_dropout(
+    block: BlockRef,
+    src: &[f32],
+    width: usize,
+    init: Init,
+    out: &mut [f32],
+    dropout: &Dropout,
+    src_row0: u64,
+) -> Result<()> {
+    check_spmm("spmm_dropout", block, src, width, init, out)?;
+    dropout.validate()?;
+    let mask = (!dropout.is_identity()).then(|| dropout.mask());
+    gather(block, src, width, init, out, mask, src_row0);
+    Ok(())
+}
+
+/// `out = init + blockᵀ · grad_dst`: `out[c] += w_e · grad_dst[r]`
+/// for every edge `e = (r, c)`. `grad_dst` is `block.rows() × width`; `out`
+/// and `init` are `src_rows × width`, `src_rows = out.len() / width`.
+pub fn spmm_t(
+    block: BlockRef,
+    grad_dst: &[f32],
+    width: usize,
+    init: Init,
+    out: &mut [f32],
+) -> Result<()> {
+    let src_rows = rows_of("spmm_t", "out", out.len(), width)?;
+    block.validate("spmm_t", src_rows, true)?;
+    check_len("spmm_t", "grad_dst", grad_dst.len(), block.rows() * width)?;
+    init.check("spmm_t", out.len())?;
+    scatter(block, width, init, out, |e, r, out_row| {
+        let w = block.weights[e];
+        let g = &grad_dst[r * width..(r + 1) * width];
+        for (o, &x) in out_row.iter_mut().zip(g) {
+            *o += w * x;
+        }
+    });
+    Ok(())
+}
+
+fn check_spmm(
+    kernel: &str,
+    block: BlockRef,
+    src: &[f32],
+    width: usize,
+    init: Init,
+    out: &[f32],
+) -> Result<()> {
+    let src_rows = rows_of(kernel, "src", src.len(), width)?;
+    block.validate(kernel, src_rows, true)?;
+    check_len(kernel, "out", out.len(), block.rows() * width)?;
+    init.check(kernel, out.len())?;
+    Ok(())
+}
+
+/// The forward gather, with an optional mask on `src`.
+fn gather(
+    block: BlockRef,
+    src: &[f32],
+    width: usize,
+    init: Init,
+    out: &mut [f32],
+    mask: Option<Mask>,
+    src_row0: u64,
+) {
+    out.par_chunks_mut(ROW_CHUNK * width)
+        .enumerate()
+        .for_each(|(chunk, out_chunk)| {
+            let mut factors = vec![0.0f32; if mask.is_some() { width } else { 0 }];
+            for (k, out_row) in out_chunk.chunks_exact_mut(width).enumerate() {
+                let r = chunk * ROW_CHUNK + k;
+                init.apply(out_row, r * width);
+                let edges = block.edges(r);
+                let columns = &block.columns[edges.clone()];
+                let weights = &block.weights[edges];
+                match &mask {
+                    None => row_gather(out_row, columns, weights, src, width),
+                    Some(mask) => {
+                        for (&c, &w) in columns.iter().zip(weights) {
+                            let c = c as usize;
+                            mask.fill((src_row0 + c as u64) * width as u64, &mut factors);
+                            let s = &src[c * width..(c + 1) * width];
+                            for ((o, &x), &m) in out_row.iter_mut().zip(s).zip(&factors) {
+                                *o += w * (x * m);
+                            }
+                        }
+                    }
+                }
+            }
+        });
+}
+
+/// `out_row += Σ w_e · src[c_e]`, two edges a pass. The sum is formed as
+/// `(o + w0·s0) + w1·s1`, the same rounding as one edge at a time.
+#[inline]
+fn row_gather(out_row: &mut [f32], columns: &[u32], weights: &[f32], src: &[f32], width: usize) {
+    let mut pairs_c = columns.chunks_exact(2);
+    let mut pairs_w = weights.chunks_exact(2);
+    for (c, w) in (&mut pairs_c).zip(&mut pairs_w) {
+        let (c0, c1) = (c[0] as usize, c[1] as usize);
+        let (w0, w1) = (w[0], w[1]);
+        let s0 = &src[c0 * width..(c0 + 1) * width];
+        let s1 = &src[c1 * width..(c1 + 1) * width];
+        for ((o, &x0), &x1) in out_row.iter_mut().zip(s0).zip(s1) {
+            *o = (*o + w0 * x0) + w1 * x1;
+        }
+    }
+    for (&c, &w) in pairs_c.remainder().iter().zip(pairs_w.remainder()) {
+        let c = c as usize;
+        let s = &src[c * width..(c + 1) * width];
+        for (o, &x) in out_row.iter_mut().zip(s) {
+            *o += w * x;
+        }
+    }
+}
+
+/// Scatters over the edges of `block` into `out` (`src_rows × width`):
+/// `out` starts from `init`, then `f(e, r, out_row_c)` runs for every
+/// edge `e = (r, c)` in CSR order. Each task owns a contiguous range of
+/// output rows and walks all edges, so the order of the calls that touch
+/// one output row never depends on the split (or the thread count).
+pub(crate) fn scatter<F>(block: BlockRef, width: usize, init: Init, out: &mut [f32], f: F)
+where
+    F: Fn(usize, usize, &mut [f32]) + Sync,
+{
+    let src_rows = out.len() / width;
+    let tasks = rayon::current_num_threads().max(1);
+    let rows_per_task = src_rows.div_ceil(tasks).max(SCATTER_MIN_ROWS);
+    out.par_chunks_mut(rows_per_task * width)
+        .enumerate()
+        .for_each(|(task, part)| {
+            let lo = task * rows_per_task;
+            let hi = lo + part.len() / width;
+            init.apply(part, lo * width);
+            for r in 0..block.rows() {
+                for e in block.edges(r) {
+                    let c = block.columns[e] as usize;
+                    if (lo..hi).contains(&c) {
+                        f(e, r, &mut part[(c - lo) * width..(c - lo + 1) * width]);
+                    }
+                }
+            }
+        });
+}

@@ -1,0 +1,542 @@
+//! SpMM, dense, activation, loss and Adam.
+
+use super::*;
+use crate::activation::*;
+use crate::dense::*;
+use crate::dropout::Dropout;
+use crate::loss::*;
+use crate::optim::Adam;
+use crate::sparse::*;
+use crate::{reference as reference64, Error, Init, Write};
+
+/// Sizes that cross the chunk boundaries: rows over `ROW_CHUNK`, source
+/// rows over `SCATTER_MIN_ROWS`, reductions over `REDUCE_ROWS`.
+const BIG_ROWS: usize = 9000;
+
+#[test]
+fn spmm_matches_reference_and_accumulates() {
+    let mut rng = Rng::new(1);
+    for (rows, src_rows, width) in [(600, 700, 5), (1, 3, 1), (300, 1, 16), (0, 4, 3)] {
+        let block = random_block(&mut rng, rows, src_rows, 4);
+        let src = rng.vec(src_rows * width);
+        let init = rng.vec(rows * width);
+        let expect = reference64::spmm(block.as_ref(), &to64(&src), width);
+
+        let mut out = vec![f32::NAN; rows * width];
+        spmm(block.as_ref(), &src, width, Init::Zero, &mut out).unwrap();
+        assert_close("spmm", &out, &expect, 1e-5);
+
+        spmm(block.as_ref(), &src, width, Init::From(&init), &mut out).unwrap();
+        let with_init: Vec<f64> = expect
+            .iter()
+            .zip(&init)
+            .map(|(e, &i)| e + i as f64)
+            .collect();
+        assert_close("spmm init", &out, &with_init, 1e-5);
+
+        let mut acc = init.clone();
+        spmm(block.as_ref(), &src, width, Init::Out, &mut acc).unwrap();
+        assert_eq!(acc, out, "Init::Out equals Init::From");
+    }
+}
+
+#[test]
+fn spmm_dropout_matches_dropped_input() {
+    let mut rng = Rng::new(2);
+    let (rows, src_rows, width) = (500, 400, 7);
+    let block = random_block(&mut rng, rows, src_rows, 5);
+    let src = rng.vec(src_rows * width);
+    let d = Dropout::new(0.4, 99, 3).unwrap();
+    let row0 = 1234;
+    let dropped = reference64::dropout(&to64(&src), width, row0, &d);
+    let expect = reference64::spmm(block.as_ref(), &dropped, width);
+    let mut out = vec![0.0; rows * width];
+    spmm_dropout(block.as_ref(), &src, width, Init::Zero, &mut out, &d, row0).unwrap();
+    assert_close("spmm_dropout", &out, &expect, 1e-5);
+
+    // p = 0 is plain spmm, bit for bit.
+    let none = Dropout::new(0.0, 99, 3).unwrap();
+    spmm_dropout(
+        block.as_ref(),
+        &src,
+        width,
+        Init::Zero,
+        &mut out,
+        &none,
+        row0,
+    )
+    .unwrap();
+    let mut plain = vec![0.0; rows * width];
+    spmm(block.as_ref(), &src, width, Init::Zero, &mut plain).unwrap();
+    assert_eq!(out, plain);
+}
+
+#[test]
+fn spmm_t_matches_reference_and_is_the_adjoint() {
+    let mut rng = Rng::new(3);
+    for (rows, src_rows, width) in [(700, 600, 4), (2, 1, 1), (0, 5, 2), (5, 0, 2)] {
+        let block = random_block(&mut rng, rows, src_rows, 4);
+        let grad = rng.vec(rows * width);
+        let init = rng.vec(src_rows * width);
+        let expect = reference64::spmm_t(block.as_ref(), &to64(&grad), width, src_rows);
+        let mut out = vec![f32::NAN; src_rows * width];
+        spmm_t(block.as_ref(), &grad, width, Init::Zero, &mut out).unwrap();
+        assert_close("spmm_t", &out, &expect, 1e-5);
+        let mut acc = init.clone();
+        spmm_t(block.as_ref(), &grad, width, Init::Out, &mut acc).unwrap();
+        let with_init: Vec<f64> = expect
+            .iter()
+            .zip(&init)
+            .map(|(e, &i)| e + i as f64)
+            .collect();
+        assert_close("spmm_t accumulate", &acc, &with_init, 1e-5);
+
+        // ⟨A x, g⟩ = ⟨x, Aᵀ g⟩ in the reference.
+        let x: Vec<f64> = to64(&rng.vec(src_rows * width));
+        let ax = reference64::spmm(block.as_ref(), &x, width);
+        let lhs = dot(&ax, &to64(&grad));
+        let rhs = dot(&x, &expect);
+        assert!(
+            (lhs - rhs).abs() < 1e-9 * (1.0 + lhs.abs()),
+            "{lhs} vs {rhs}"
+        );
+    }
+}
+
+#[test]
+fn block_with_no_edges_gives_init() {
+    let block = crate::Block {
+        row_start: vec![0; 4],
+        ..Default::default()
+    };
+    let src = vec![1.0; 6];
+    let init = vec![2.0; 6];
+    let mut out = vec![0.0; 6];
+    spmm(block.as_ref(), &src, 2, Init::From(&init), &mut out).unwrap();
+    assert_eq!(out, init);
+    let mut back = vec![5.0; 6];
+    spmm_t(block.as_ref(), &init, 2, Init::Zero, &mut back).unwrap();
+    assert_eq!(back, vec![0.0; 6]);
+}
+
+#[test]
+fn bad_shapes_are_errors() {
+    let mut rng = Rng::new(4);
+    let block = random_block(&mut rng, 10, 5, 3);
+    let src = vec![0.0; 5 * 3];
+    let mut out = vec![0.0; 10 * 3];
+    let err = |r: crate::Result<()>| matches!(r, Err(Error::InvalidInput(_)));
+    // Source partition too small for the columns.
+    assert!(err(spmm(
+        block.as_ref(),
+        &src[..6],
+        3,
+        Init::Zero,
+        &mut out
+    )));
+    assert!(err(spmm(
+        block.as_ref(),
+        &src,
+        3,
+        Init::Zero,
+        &mut out[..3]
+    )));
+    assert!(err(spmm(block.as_ref(), &src, 0, Init::Zero, &mut out)));
+    assert!(err(spmm(
+        block.as_ref(),
+        &src,
+        3,
+        Init::From(&src),
+        &mut out
+    )));
+    let mut broken = block.clone();
+    broken.row_start[3] = 1000;
+    assert!(err(spmm(broken.as_ref(), &src, 3, Init::Zero, &mut out)));
+    broken = block.clone();
+    broken.weights.pop();
+    assert!(err(spmm(broken.as_ref(), &src, 3, Init::Zero, &mut out)));
+    let mut back = vec![0.0; 4 * 3];
+    assert!(err(spmm_t(block.as_ref(), &out, 3, Init::Zero, &mut back)));
+    let w = vec![0.0; 3 * 2 + 2];
+    let mut z = vec![0.0; 10 * 2];
+    assert!(err(linear(&[&out], 10, 3, &w[1..], 2, &mut z)));
+    assert!(err(linear(&[&out, &out], 10, 3, &w, 2, &mut z)));
+    assert!(err(relu_dropout(&out, &mut z, 3, 0, None)));
+}
+
+#[test]
+fn linear_matches_reference() {
+    let mut rng = Rng::new(5);
+    for (inputs, rows, d_in, d_out) in [(1, 300, 7, 5), (2, 257, 4, 3), (1, 0, 3, 2), (2, 1, 1, 1)]
+    {
+        let xs: Vec<Vec<f32>> = (0..inputs).map(|_| rng.vec(rows * d_in)).collect();
+        let x_refs: Vec<&[f32]> = xs.iter().map(Vec::as_slice).collect();
+        let w = rng.vec(linear_weight_len(inputs, d_in, d_out));
+        let mut z = vec![f32::NAN; rows * d_out];
+        linear(&x_refs, rows, d_in, &w, d_out, &mut z).unwrap();
+        let xs64: Vec<Vec<f64>> = xs.iter().map(|x| to64(x)).collect();
+        let x64_refs: Vec<&[f64]> = xs64.iter().map(Vec::as_slice).collect();
+        let expect = reference64::linear(&x64_refs, rows, d_in, &to64(&w), d_out, true);
+        assert_close("linear", &z, &expect, 1e-5);
+
+        let dz = rng.vec(rows * d_out);
+        let mut dw = vec![f32::NAN; w.len()];
+        let mut dx_store: Vec<Vec<f32>> =
+            (0..inputs).map(|_| vec![f32::NAN; rows * d_in]).collect();
+        let mut dx: Vec<Option<&mut [f32]>> = dx_store
+            .iter_mut()
+            .map(|v| Some(v.as_mut_slice()))
+            .collect();
+        linear_bwd(
+            &dz,
+            &x_refs,
+            rows,
+            d_in,
+            &w,
+            d_out,
+            &mut dw,
+            &mut dx,
+            Write::Overwrite,
+        )
+        .unwrap();
+        let (dw64, dx64) =
+            reference64::linear_bwd(&to64(&dz), &x64_refs, rows, d_in, &to64(&w), d_out, true);
+        assert_close("linear_bwd dw", &dw, &dw64, 1e-5);
+        for k in 0..inputs {
+            assert_close("linear_bwd dx", &dx_store[k], &dx64[k], 1e-5);
+        }
+
+        // Accumulate adds to what is there; a missing dx is skipped.
+        let mut dw2 = dw.clone();
+        let mut only_first: Vec<Option<&mut [f32]>> = vec![None];
+        linear_bwd(
+            &dz,
+            &x_refs,
+            rows,
+            d_in,
+            &w,
+            d_out,
+            &mut dw2,
+            &mut only_first,
+            Write::Accumulate,
+        )
+        .unwrap();
+        let twice: Vec<f64> = dw64.iter().map(|v| 2.0 * v).collect();
+        assert_close("linear_bwd accumulate", &dw2, &twice, 1e-5);
+    }
+}
+
+#[test]
+fn matmul_rows_and_bias_helpers() {
+    let mut rng = Rng::new(6);
+    let (rows, d_in, d_out) = (400, 6, 4);
+    let x = rng.vec(rows * d_in);
+    let w = rng.vec(d_in * d_out);
+    let mut z = vec![0.0; rows * d_out];
+    matmul_rows(&x, rows, d_in, &w, d_out, &mut z).unwrap();
+    let x64 = to64(&x);
+    assert_close(
+        "matmul_rows",
+        &z,
+        &reference64::linear(&[&x64], rows, d_in, &to64(&w), d_out, false),
+        1e-5,
+    );
+    let dz = rng.vec(rows * d_out);
+    let mut dw = vec![0.0; w.len()];
+    let mut dx = vec![0.0; x.len()];
+    matmul_rows_bwd(
+        &dz,
+        &x,
+        rows,
+        d_in,
+        &w,
+        d_out,
+        &mut dw,
+        Some(&mut dx),
+        Write::Overwrite,
+    )
+    .unwrap();
+    let (dw64, dx64) =
+        reference64::linear_bwd(&to64(&dz), &[&x64], rows, d_in, &to64(&w), d_out, false);
+    assert_close("matmul_rows_bwd dw", &dw, &dw64, 1e-5);
+    assert_close("matmul_rows_bwd dx", &dx, &dx64[0], 1e-5);
+
+    let mut sums = vec![0.0; d_out];
+    column_sums(&dz, d_out, &mut sums, Write::Overwrite).unwrap();
+    let expect: Vec<f64> = (0..d_out)
+        .map(|f| (0..rows).map(|r| dz[r * d_out + f] as f64).sum())
+        .collect();
+    assert_close("column_sums", &sums, &expect, 1e-5);
+    let bias = rng.vec(d_out);
+    let mut zb = z.clone();
+    add_bias(&mut zb, d_out, &bias).unwrap();
+    assert_eq!(zb[d_out + 1], z[d_out + 1] + bias[1]);
+
+    let parts = [rng.vec(5), rng.vec(5), rng.vec(5)];
+    let mut out = vec![0.0; 5];
+    sum_into(&[&parts[0], &parts[1], &parts[2]], &mut out).unwrap();
+    for i in 0..5 {
+        assert_eq!(out[i], (parts[0][i] + parts[1][i]) + parts[2][i]);
+    }
+    sum_into(&[], &mut out).unwrap();
+    assert_eq!(out, vec![0.0; 5]);
+}
+
+#[test]
+fn reference_linear_backward_matches_finite_differences() {
+    let mut rng = Rng::new(7);
+    let (rows, d_in, d_out) = (3, 4, 2);
+    let x1 = to64(&rng.vec(rows * d_in));
+    let x2 = to64(&rng.vec(rows * d_in));
+    let w = to64(&rng.vec(linear_weight_len(2, d_in, d_out)));
+    let g = to64(&rng.vec(rows * d_out));
+    let loss = |x1: &[f64], x2: &[f64], w: &[f64]| {
+        dot(
+            &reference64::linear(&[x1, x2], rows, d_in, w, d_out, true),
+            &g,
+        )
+    };
+    let (dw, dx) = reference64::linear_bwd(&g, &[&x1, &x2], rows, d_in, &w, d_out, true);
+    assert_close64("dw", &dw, &numeric_grad(&w, |w| loss(&x1, &x2, w)), 1e-6);
+    assert_close64(
+        "dx1",
+        &dx[0],
+        &numeric_grad(&x1, |x| loss(x, &x2, &w)),
+        1e-6,
+    );
+    assert_close64(
+        "dx2",
+        &dx[1],
+        &numeric_grad(&x2, |x| loss(&x1, x, &w)),
+        1e-6,
+    );
+}
+
+#[test]
+fn activations_match_reference_and_finite_differences() {
+    let mut rng = Rng::new(8);
+    let (rows, width, row0) = (300, 5, 77);
+    let z = rng.vec(rows * width);
+    let g = rng.vec(rows * width);
+    let (z64, g64) = (to64(&z), to64(&g));
+    let d = Dropout::new(0.5, 5, 9).unwrap();
+    for dropout in [None, Some(&d)] {
+        let mut h = vec![0.0; z.len()];
+        let mut dz = vec![0.0; z.len()];
+        relu_dropout(&z, &mut h, width, row0, dropout).unwrap();
+        assert_close(
+            "relu",
+            &h,
+            &reference64::relu_dropout(&z64, width, row0, dropout),
+            1e-6,
+        );
+        relu_dropout_bwd(&g, &z, width, row0, dropout, &mut dz).unwrap();
+        let expect = reference64::relu_dropout_bwd(&g64, &z64, width, row0, dropout);
+        assert_close("relu_bwd", &dz, &expect, 1e-6);
+        elu_dropout(&z, &mut h, width, row0, dropout).unwrap();
+        assert_close(
+            "elu",
+            &h,
+            &reference64::elu_dropout(&z64, width, row0, dropout),
+            1e-6,
+        );
+        elu_dropout_bwd(&g, &z, width, row0, dropout, &mut dz).unwrap();
+        let expect = reference64::elu_dropout_bwd(&g64, &z64, width, row0, dropout);
+        assert_close("elu_bwd", &dz, &expect, 1e-6);
+
+        // Finite differences of the reference on a few rows (away from the
+        // ReLU kink: random values are never within 1e-6 of 0 here).
+        let small = &z64[..3 * width];
+        let gs = &g64[..3 * width];
+        let relu_fd = numeric_grad(small, |x| {
+            dot(&reference64::relu_dropout(x, width, row0, dropout), gs)
+        });
+        let relu_an = reference64::relu_dropout_bwd(gs, small, width, row0, dropout);
+        assert_close64("relu fd", &relu_an, &relu_fd, 1e-6);
+        let elu_fd = numeric_grad(small, |x| {
+            dot(&reference64::elu_dropout(x, width, row0, dropout), gs)
+        });
+        let elu_an = reference64::elu_dropout_bwd(gs, small, width, row0, dropout);
+        assert_close64("elu fd", &elu_an, &elu_fd, 1e-6);
+    }
+    let mut x = z.clone();
+    dropout_in_place(&mut x, width, row0, &d).unwrap();
+    assert_close(
+        "dropout_in_place",
+        &x,
+        &reference64::dropout(&z64, width, row0, &d),
+        1e-6,
+    );
+}
+
+#[test]
+fn loss_matches_reference_and_finite_differences() {
+    let mut rng = Rng::new(9);
+    let (rows, classes) = (500, 6);
+    let logits: Vec<f32> = rng.vec(rows * classes).iter().map(|v| 8.0 * v).collect();
+    let labels: Vec<i64> = (0..rows)
+        .map(|r| {
+            if r % 7 == 0 {
+                -1
+            } else {
+                rng.below(classes) as i64
+            }
+        })
+        .collect();
+    let mask: Vec<bool> = labels.iter().map(|&l| l >= 0 && rng.unit() < 0.6).collect();
+    let norm = mask.iter().filter(|&&m| m).count();
+    let l64 = to64(&logits);
+    let loss = softmax_cross_entropy(&logits, rows, classes, &labels, &mask, norm).unwrap();
+    let expect = reference64::softmax_cross_entropy(&l64, classes, &labels, &mask, norm);
+    assert!(
+        (loss - expect).abs() < 1e-6 * (1.0 + expect),
+        "{loss} vs {expect}"
+    );
+    let mut grad = vec![f32::NAN; logits.len()];
+    softmax_cross_entropy_bwd(&logits, rows, classes, &labels, &mask, norm, &mut grad).unwrap();
+    let expect = reference64::softmax_cross_entropy_bwd(&l64, classes, &labels, &mask, norm);
+    assert_close("ce grad", &grad, &expect, 1e-6);
+
+    let few = 4 * classes;
+    let fd = numeric_grad(&l64[..few], |x| {
+        reference64::softmax_cross_entropy(x, classes, &labels, &mask, norm)
+    });
+    let an = reference64::softmax_cross_entropy_bwd(&l64[..few], classes, &labels, &mask, norm);
+    assert_close64("ce fd", &an, &fd, 1e-6);
+
+    // Stable for huge logits.
+    let huge = vec![1e30f32, 0.0, -1e30];
+    let l = softmax_cross_entropy(&huge, 1, 3, &[1], &[true], 1).unwrap();
+    assert!(l.is_finite() && l > 1e29);
+    let mut g = vec![0.0; 3];
+    softmax_cross_entropy_bwd(&huge, 1, 3, &[0], &[true], 1, &mut g).unwrap();
+    assert_eq!(g, vec![0.0, 0.0, 0.0]);
+
+    let (correct, total) = accuracy(&logits, rows, classes, &labels, &mask).unwrap();
+    assert_eq!(total as usize, norm);
+    let expect_correct = (0..rows)
+        .filter(|&r| mask[r])
+        .filter(|&r| {
+            let row = &logits[r * classes..(r + 1) * classes];
+            let best = (0..classes).fold(0, |b, c| if row[c] > row[b] { c } else { b });
+            best as i64 == labels[r]
+        })
+        .count();
+    assert_eq!(correct as usize, expect_correct);
+}
+
+#[test]
+fn labels_out_of_range_are_errors() {
+    let logits = vec![0.0; 6];
+    let mut grad = vec![0.0; 6];
+    for bad in [-1, 3, i64::MAX] {
+        let labels = [0, bad];
+        let mask = [true, true];
+        assert!(softmax_cross_entropy(&logits, 2, 3, &labels, &mask, 2).is_err());
+        assert!(softmax_cross_entropy_bwd(&logits, 2, 3, &labels, &mask, 2, &mut grad).is_err());
+        assert!(accuracy(&logits, 2, 3, &labels, &mask).is_err());
+        // Unmasked rows may hold anything.
+        assert!(softmax_cross_entropy(&logits, 2, 3, &labels, &[true, false], 1).is_ok());
+    }
+    assert!(softmax_cross_entropy(&logits, 2, 3, &[0, 0], &[true, true], 0).is_err());
+}
+
+#[test]
+fn adam_matches_reference() {
+    let mut rng = Rng::new(10);
+    let n = 1000;
+    let adam = Adam {
+        lr: 0.01,
+        weight_decay: 5e-4,
+        ..Adam::default()
+    };
+    let mut w = rng.vec(n);
+    let (mut m, mut v) = (vec![0.0; n], vec![0.0; n]);
+    let mut w64 = to64(&w);
+    let (mut m64, mut v64) = (vec![0.0; n], vec![0.0; n]);
+    for t in 1..=5 {
+        let g = rng.vec(n);
+        adam.step(t, &mut w, &g, &mut m, &mut v).unwrap();
+        reference64::adam_step(&adam, t, &mut w64, &to64(&g), &mut m64, &mut v64);
+    }
+    assert_close("adam w", &w, &w64, 1e-5);
+    assert_close("adam m", &m, &m64, 1e-5);
+    assert_close("adam v", &v, &v64, 1e-5);
+    assert!(adam.step(0, &mut w, &m.clone(), &mut m, &mut v).is_err());
+}
+
+#[test]
+fn kernels_are_bit_identical_across_thread_counts() {
+    let mut rng = Rng::new(11);
+    let width = 3;
+    let block = random_block(&mut rng, BIG_ROWS, BIG_ROWS, 3);
+    let src = rng.vec(BIG_ROWS * width);
+    let d = Dropout::new(0.3, 1, 2).unwrap();
+    same_bits_across_threads("spmm", || {
+        let mut out = vec![0.0; BIG_ROWS * width];
+        spmm(block.as_ref(), &src, width, Init::Zero, &mut out).unwrap();
+        out
+    });
+    same_bits_across_threads("spmm_dropout", || {
+        let mut out = vec![0.0; BIG_ROWS * width];
+        spmm_dropout(block.as_ref(), &src, width, Init::Zero, &mut out, &d, 10).unwrap();
+        out
+    });
+    same_bits_across_threads("spmm_t", || {
+        let mut out = vec![0.0; BIG_ROWS * width];
+        spmm_t(block.as_ref(), &src, width, Init::From(&src), &mut out).unwrap();
+        out
+    });
+
+    let (d_in, d_out) = (width, 4);
+    let w = rng.vec(linear_weight_len(2, d_in, d_out));
+    let dz = rng.vec(BIG_ROWS * d_out);
+    same_bits_across_threads("linear", || {
+        let mut z = vec![0.0; BIG_ROWS * d_out];
+        linear(&[&src, &src], BIG_ROWS, d_in, &w, d_out, &mut z).unwrap();
+        z
+    });
+    same_bits_across_threads("linear_bwd", || {
+        let mut dw = vec![0.0; w.len()];
+        let mut dx = vec![0.0; BIG_ROWS * d_in];
+        linear_bwd(
+            &dz,
+            &[&src, &src],
+            BIG_ROWS,
+            d_in,
+            &w,
+            d_out,
+            &mut dw,
+            &mut [None, Some(&mut dx)],
+            Write::Overwrite,
+        )
+        .unwrap();
+        dw.extend(dx);
+        dw
+    });
+    same_bits_across_threads("column_sums", || {
+        let mut s = vec![0.0; d_out];
+        column_sums(&dz, d_out, &mut s, Write::Overwrite).unwrap();
+        s
+    });
+    same_bits_across_threads("activations", || {
+        let mut out = vec![0.0; src.len()];
+        let mut all = Vec::new();
+        relu_dropout(&src, &mut out, width, 0, Some(&d)).unwrap();
+        all.extend_from_slice(&out);
+        elu_dropout_bwd(&src, &src, width, 0, Some(&d), &mut out).unwrap();
+        all.extend_from_slice(&out);
+        all
+    });
+    let labels: Vec<i64> = (0..BIG_ROWS).map(|r| (r % d_out) as i64).collect();
+    let mask: Vec<bool> = (0..BIG_ROWS).map(|r| r % 3 != 0).collect();
+    same_bits_across_threads("loss", || {
+        let l = softmax_cross_entropy(&dz, BIG_ROWS, d_out, &labels, &mask, 100).unwrap();
+        let mut g = vec![0.0; dz.len()];
+        softmax_cross_entropy_bwd(&dz, BIG_ROWS, d_out, &labels, &mask, 100, &mut g).unwrap();
+        g.push(l as f32);
+        g.push((l.to_bits() >> 32) as f32);
+        g.push(l.to_bits() as u32 as f32);
+        g
+    });
+}
