@@ -9,5 +9,6 @@ mod error;
 pub mod graph;
 pub mod npy;
 pub mod sim;
+pub mod spill;
 
 pub use error::{Error, Result};
