@@ -827,8 +827,10 @@ impl std::fmt::Debug for SpillStore {
     }
 }
 
-/// Turns on O_DIRECT for an open file; file systems without it say EINVAL.
-fn set_direct(file: &File) -> std::io::Result<()> {
+/// Turns on O_DIRECT for an open file; file systems without it say
+/// EINVAL. Public so that a baseline (the spill bench's) opens files the
+/// same way.
+pub fn set_direct(file: &File) -> std::io::Result<()> {
     let fd = file.as_raw_fd();
     // SAFETY: fcntl on our own descriptor.
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
