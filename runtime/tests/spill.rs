@@ -464,3 +464,38 @@ fn spill_files_never_outgrow_the_budget() {
         "spill file of {len} bytes for a budget of {budget}"
     );
 }
+
+#[test]
+fn threads_share_one_store() {
+    let dir = scratch();
+    for force_fallback in [false, true] {
+        let store = SpillStore::open(dir.path(), options(64 * MIB, force_fallback)).unwrap();
+        std::thread::scope(|scope| {
+            for thread in 0..4u64 {
+                let store = &store;
+                scope.spawn(move || {
+                    for i in 0..8u64 {
+                        let key = thread * 100 + i;
+                        let len = (key as usize * 7919) % (600 << 10);
+                        store
+                            .wait(store.write(key, &pattern(key, len)).unwrap())
+                            .unwrap();
+                        let done = store.wait(store.read(key).unwrap()).unwrap();
+                        assert!(done.buf[..] == pattern(key, len)[..], "key {key}");
+                        if i % 2 == 0 {
+                            store.remove(key).unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        assert!(store.used_bytes() <= store.budget_bytes());
+        assert_eq!(
+            store.used_bytes(),
+            (0..4u64)
+                .flat_map(|t| (1..8u64).step_by(2).map(move |i| t * 100 + i))
+                .map(|key| ((key * 7919) % (600 << 10)).div_ceil(4096) * 4096)
+                .sum::<u64>()
+        );
+    }
+}

@@ -59,6 +59,11 @@ pub const MAX_QUEUE_DEPTH: u32 = 1024;
 const _: () = assert!(CHECKSUM_SEGMENT_BYTES % ALIGN_BYTES as u64 == 0);
 const _: () = assert!(GROW_STEP_BYTES % ALIGN_BYTES as u64 == 0);
 const _: () = assert!(MAX_REQUEST_BYTES <= u32::MAX as u64);
+// Shared between threads (e.g. a compute thread writing, another reading).
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<SpillStore>();
+};
 
 /// How a store is set up.
 #[derive(Clone, Debug)]

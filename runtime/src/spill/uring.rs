@@ -2,7 +2,7 @@
 //! at explicit offsets, no registered buffers (registering more than a
 //! few MiB needs a raised RLIMIT_MEMLOCK, and O_DIRECT gains little from it).
 
-use io_uring::{opcode, types, IoUring};
+use io_uring::{opcode, types, IoUring, Probe};
 
 use super::engine::{OpKind, Submission};
 
@@ -15,11 +15,20 @@ pub(crate) struct UringBackend {
 impl UringBackend {
     /// A ring with room for `queue_depth` requests (the completion queue
     /// is twice that, so it never overflows).
+    /// Fails as setting up the ring fails (EPERM under a seccomp filter,
+    /// ENOSYS on old kernels), or with ENOTSUP when the kernel lacks the
+    /// read and write opcodes (before 5.6).
     pub fn new(queue_depth: u32) -> std::io::Result<UringBackend> {
-        Ok(UringBackend {
-            ring: IoUring::new(queue_depth.next_power_of_two())?,
-            in_flight: 0,
-        })
+        let ring = IoUring::new(queue_depth.next_power_of_two())?;
+        let mut probe = Probe::new();
+        ring.submitter().register_probe(&mut probe)?;
+        if !probe.is_supported(opcode::Read::CODE) || !probe.is_supported(opcode::Write::CODE) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "this kernel's io_uring has no read/write opcodes",
+            ));
+        }
+        Ok(UringBackend { ring, in_flight: 0 })
     }
 
     pub fn in_flight(&self) -> usize {
