@@ -18,7 +18,7 @@
 //! | 8 | `E`, edges |
 //! | 8 · (N + 1) | `row_start`, u64 |
 //! | 4 · E | `columns`, u32 |
-//! | 4 | CRC-32 (IEEE) of every byte before it |
+//! | 4 | CRC-32C (IEEE) of every byte before it |
 //!
 //! Reading it back skips parsing and sorting the edge list; it checks the
 //! magic, version, size, checksum and that the arrays form a valid CSR.
@@ -218,7 +218,7 @@ impl Csr {
         let file = std::fs::File::create(&partial).map_err(|e| Error::io(&partial, e))?;
         let mut out = Checksummed {
             inner: std::io::BufWriter::with_capacity(1 << 20, file),
-            hasher: crc32fast::Hasher::new(),
+            crc: 0,
         };
         let io = |e| Error::io(&partial, e);
         let mut header = Vec::with_capacity(HEADER_BYTES);
@@ -239,7 +239,7 @@ impl Csr {
             buffer.extend(chunk.iter().flat_map(|v| v.to_le_bytes()));
             out.write_all(&buffer).map_err(io)?;
         }
-        let checksum = out.hasher.clone().finalize();
+        let checksum = out.crc;
         let mut file = out.inner.into_inner().map_err(|e| io(e.into_error()))?;
         file.write_all(&checksum.to_le_bytes()).map_err(io)?;
         file.sync_all().map_err(io)?;
@@ -348,7 +348,7 @@ impl Csr {
         }
         let body = bytes.len() - CHECKSUM_BYTES;
         let stored = u32_at(body);
-        let actual = crc32fast::hash(&bytes[..body]);
+        let actual = crc32c::crc32c(&bytes[..body]);
         if stored != actual {
             return Err(Error::invalid(
                 path,
@@ -378,13 +378,13 @@ impl Csr {
 /// A writer that checksums what passes through it.
 struct Checksummed<W> {
     inner: W,
-    hasher: crc32fast::Hasher,
+    crc: u32,
 }
 
 impl<W: Write> Write for Checksummed<W> {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         let written = self.inner.write(bytes)?;
-        self.hasher.update(&bytes[..written]);
+        self.crc = crc32c::crc32c_append(self.crc, &bytes[..written]);
         Ok(written)
     }
 
@@ -488,7 +488,7 @@ mod tests {
         let mut broken = good[..good.len() - 4].to_vec();
         let columns_at = 32 + 5 * 8;
         broken[columns_at..columns_at + 4].copy_from_slice(&9u32.to_le_bytes());
-        let checksum = crc32fast::hash(&broken);
+        let checksum = crc32c::crc32c(&broken);
         broken.extend(checksum.to_le_bytes());
         check(&broken, &["columns of row 0", "9 is not a node"]);
     }

@@ -10,7 +10,8 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A file whose content cannot be used: names the file, the field and the value.
+    /// A file whose content cannot be used, or a request that does not fit
+    /// it: names the file, the field and the value.
     #[error("{}: {field}: {message}", path.display())]
     InvalidInput {
         path: PathBuf,
@@ -19,6 +20,59 @@ pub enum Error {
     },
     #[error(transparent)]
     Planner(#[from] fateplan_planner::Error),
+    /// A tier's byte budget would be exceeded (checked before any I/O).
+    #[error(
+        "tier {tier}: {what} needs {needed_bytes} bytes but {used_bytes} of the \
+         {budget_bytes}-byte budget are in use"
+    )]
+    ResourcesExhausted {
+        tier: &'static str,
+        what: String,
+        needed_bytes: u64,
+        used_bytes: u64,
+        budget_bytes: u64,
+    },
+    /// Setting up or tearing down the spill store failed.
+    #[error("{}: {what}: {source}", path.display())]
+    SpillIo {
+        path: PathBuf,
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Reading, writing or reserving a spilled block failed: names the
+    /// spill file, the key, the request that failed and the OS error.
+    #[error(
+        "{}: {op} key {key} ({block_bytes} bytes): {bytes} bytes at offset {offset}: {source}",
+        path.display()
+    )]
+    SpillBlockIo {
+        path: PathBuf,
+        op: &'static str,
+        key: u64,
+        block_bytes: u64,
+        offset: u64,
+        bytes: u64,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A spilled block read back differs from what was written.
+    #[error(
+        "{}: key {key}: checksum mismatch in the {bytes} bytes at offset {offset}: \
+         expected crc32c {expected:#010x}, read {actual:#010x}; the spill file was \
+         modified or the device corrupted it",
+        path.display()
+    )]
+    SpillChecksum {
+        path: PathBuf,
+        key: u64,
+        offset: u64,
+        bytes: u64,
+        expected: u32,
+        actual: u32,
+    },
+    #[error("internal error (a bug in fateplan): {0}")]
+    Internal(String),
 }
 
 impl Error {

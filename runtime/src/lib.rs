@@ -18,5 +18,6 @@ pub mod generate;
 pub mod graph;
 pub mod npy;
 pub mod sim;
+pub mod spill;
 
 pub use error::{Error, Result};

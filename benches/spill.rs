@@ -1,0 +1,220 @@
+//! Spill store throughput against a plain sequential O_DIRECT loop on the
+//! same file system, measured side by side in one run.
+//!
+//! - Store: blocks of `FATEPLAN_SPILL_BENCH_BLOCK_MIB` (default 32) written
+//!   with `write_buf` and read back with `read_into` (checksums verified),
+//!   [`IN_FLIGHT_BLOCKS`] blocks in flight, buffers reused.
+//! - Baseline: one file, aligned 4 MiB `pwrite`s then `pread`s in a loop,
+//!   O_DIRECT set the same way.
+//!
+//! Each round writes then reads `FATEPLAN_SPILL_BENCH_MIB` (default 1024)
+//! MiB with the baseline and with the store, in alternating order; the
+//! medians over `FATEPLAN_SPILL_BENCH_ROUNDS` (default 5) rounds are
+//! reported, with the median of the per-round store/baseline ratios. The
+//! directory is `FATEPLAN_SPILL_DIR`, else a folder under the target
+//! directory (not /tmp, which may be tmpfs). A last round runs the store
+//! in its pread/pwrite fallback. `FATEPLAN_SPILL_BENCH_QUEUE_DEPTH` and
+//! `FATEPLAN_SPILL_BENCH_REQUEST_KIB` override the store's defaults.
+//!
+//! Run: `cargo bench --bench spill`.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use fateplan::runtime::spill::{set_direct, AlignedBuf, SpillOptions, SpillStore, Ticket};
+
+const MIB: u64 = 1 << 20;
+const BASELINE_REQUEST_BYTES: usize = 4 << 20;
+const IN_FLIGHT_BLOCKS: usize = 4;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(value) => value.parse().unwrap_or_else(|_| {
+            eprintln!("{name}={value} is not a whole number; using {default}");
+            default
+        }),
+        Err(_) => default,
+    }
+}
+
+fn main() {
+    let total_bytes = env_u64("FATEPLAN_SPILL_BENCH_MIB", 1024) * MIB;
+    let block_bytes = env_u64("FATEPLAN_SPILL_BENCH_BLOCK_MIB", 32) * MIB;
+    let rounds = env_u64("FATEPLAN_SPILL_BENCH_ROUNDS", 5).max(1);
+    let dir = match std::env::var_os("FATEPLAN_SPILL_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_TARGET_TMPDIR")).join("spill-bench"),
+    };
+    std::fs::create_dir_all(&dir).expect("spill bench directory");
+    let blocks = total_bytes.div_ceil(block_bytes).max(1);
+    println!(
+        "spill bench: {} MiB in {blocks} blocks of {} MiB, {rounds} rounds, in {}",
+        total_bytes / MIB,
+        block_bytes / MIB,
+        dir.display()
+    );
+
+    // Per round: [store write, baseline write, store read, baseline read].
+    let mut figures: Vec<[f64; 4]> = Vec::new();
+    let mut mode = String::new();
+    for round in 0..rounds {
+        // Alternate which goes first, so drift in the device's speed
+        // (shared disks, host caches) does not favour one side.
+        let (store_figures, baseline_figures) = if round % 2 == 0 {
+            let baseline_figures = baseline(&dir, total_bytes);
+            (
+                store(&dir, blocks, block_bytes as usize, false),
+                baseline_figures,
+            )
+        } else {
+            let store_figures = store(&dir, blocks, block_bytes as usize, false);
+            (store_figures, baseline(&dir, total_bytes))
+        };
+        let (store_write, store_read, store_mode) = store_figures;
+        let (baseline_write, baseline_read) = baseline_figures;
+        mode = store_mode;
+        println!(
+            "round {round}: write MB/s store {store_write:.0} baseline {baseline_write:.0} \
+             ({:.2}); read MB/s store {store_read:.0} baseline {baseline_read:.0} ({:.2})",
+            store_write / baseline_write,
+            store_read / baseline_read
+        );
+        figures.push([store_write, baseline_write, store_read, baseline_read]);
+    }
+    let median = |f: &dyn Fn(&[f64; 4]) -> f64| {
+        let mut values: Vec<f64> = figures.iter().map(f).collect();
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    println!("store mode: {mode}");
+    println!(
+        "median write: store {:.0} MB/s, baseline {:.0} MB/s, ratio {:.2} (median of per-round ratios)",
+        median(&|f| f[0]),
+        median(&|f| f[1]),
+        median(&|f| f[0] / f[1])
+    );
+    println!(
+        "median read:  store {:.0} MB/s, baseline {:.0} MB/s, ratio {:.2} (median of per-round ratios)",
+        median(&|f| f[2]),
+        median(&|f| f[3]),
+        median(&|f| f[2] / f[3])
+    );
+    let (fallback_write, fallback_read, fallback_mode) =
+        store(&dir, blocks, block_bytes as usize, true);
+    println!(
+        "fallback ({fallback_mode}): write {fallback_write:.0} MB/s, read {fallback_read:.0} MB/s"
+    );
+}
+
+/// Lets the file system finish freeing a deleted file (a journal commit,
+/// and discards on a file system mounted with `discard`) before the next
+/// measurement, so that one side does not pay for the other's cleanup.
+fn settle(dir: &Path) {
+    if let Ok(dir) = File::open(dir) {
+        let _ = dir.sync_all();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+}
+
+fn mb_per_s(bytes: u64, seconds: f64) -> f64 {
+    bytes as f64 / 1e6 / seconds
+}
+
+/// Sequential aligned 4 MiB pwrite then pread over one O_DIRECT file.
+fn baseline(dir: &Path, total_bytes: u64) -> (f64, f64) {
+    let path = dir.join(format!("baseline-{}.bin", std::process::id()));
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .expect("baseline file");
+    if let Err(e) = set_direct(&file) {
+        println!("baseline: O_DIRECT refused ({e}): figures include the page cache");
+    }
+    let mut buf = AlignedBuf::zeroed(BASELINE_REQUEST_BYTES).expect("baseline buffer");
+    buf.iter_mut()
+        .enumerate()
+        .for_each(|(i, b)| *b = (i * 7) as u8);
+    let requests = total_bytes.div_ceil(BASELINE_REQUEST_BYTES as u64);
+    let bytes = requests * BASELINE_REQUEST_BYTES as u64;
+    let start = Instant::now();
+    for i in 0..requests {
+        file.write_all_at(&buf, i * BASELINE_REQUEST_BYTES as u64)
+            .expect("baseline write");
+    }
+    let write = mb_per_s(bytes, start.elapsed().as_secs_f64());
+    let start = Instant::now();
+    for i in 0..requests {
+        file.read_exact_at(&mut buf, i * BASELINE_REQUEST_BYTES as u64)
+            .expect("baseline read");
+    }
+    let read = mb_per_s(bytes, start.elapsed().as_secs_f64());
+    drop(file);
+    std::fs::remove_file(&path).expect("remove baseline file");
+    settle(dir);
+    (write, read)
+}
+
+/// Writes `blocks` blocks through a fresh store, then reads them back.
+fn store(dir: &Path, blocks: u64, block_bytes: usize, force_fallback: bool) -> (f64, f64, String) {
+    let defaults = SpillOptions::with_budget(blocks * block_bytes as u64);
+    let options = SpillOptions {
+        force_fallback,
+        queue_depth: env_u64(
+            "FATEPLAN_SPILL_BENCH_QUEUE_DEPTH",
+            defaults.queue_depth.into(),
+        ) as u32,
+        request_bytes: env_u64(
+            "FATEPLAN_SPILL_BENCH_REQUEST_KIB",
+            defaults.request_bytes >> 10,
+        ) << 10,
+        ..defaults
+    };
+    let store = SpillStore::open(dir, options).expect("spill store");
+    let mut free: Vec<AlignedBuf> = (0..IN_FLIGHT_BLOCKS)
+        .map(|seed| {
+            let mut buf = AlignedBuf::zeroed(block_bytes).expect("block buffer");
+            buf.iter_mut()
+                .enumerate()
+                .for_each(|(i, b)| *b = (i * 13 + seed) as u8);
+            buf
+        })
+        .collect();
+    let mut in_flight: VecDeque<Ticket> = VecDeque::new();
+    let start = Instant::now();
+    for key in 0..blocks {
+        if free.is_empty() {
+            let oldest = in_flight.pop_front().expect("a block in flight");
+            free.push(store.wait(oldest).expect("spill write").buf);
+        }
+        let buf = free.pop().expect("a free buffer");
+        in_flight.push_back(store.write_buf(key, buf).expect("spill write"));
+    }
+    for ticket in in_flight.drain(..) {
+        free.push(store.wait(ticket).expect("spill write").buf);
+    }
+    let write = mb_per_s(blocks * block_bytes as u64, start.elapsed().as_secs_f64());
+
+    let start = Instant::now();
+    for key in 0..blocks {
+        if free.is_empty() {
+            let oldest = in_flight.pop_front().expect("a block in flight");
+            free.push(store.wait(oldest).expect("spill read").buf);
+        }
+        let buf = free.pop().expect("a free buffer");
+        in_flight.push_back(store.read_into(key, buf).expect("spill read"));
+    }
+    for ticket in in_flight.drain(..) {
+        free.push(store.wait(ticket).expect("spill read").buf);
+    }
+    let read = mb_per_s(blocks * block_bytes as u64, start.elapsed().as_secs_f64());
+    let mode = store.mode().to_string();
+    store.close().expect("close spill store");
+    settle(dir);
+    (write, read, mode)
+}

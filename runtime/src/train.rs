@@ -1,0 +1,224 @@
+//! Training: a GNN over a real graph, epoch after epoch, through the
+//! executor and the CPU backend, with a plan made for exactly this
+//! workload.
+
+use std::path::Path;
+use std::sync::Arc;
+
+
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use fateplan_planner::blocks::BlockCounts;
+use fateplan_planner::gnn::{build_gnn, GnnSpec};
+use fateplan_planner::plan::{Budgets, LinkBytes, PerTier, Plan};
+use fateplan_planner::workload::TensorKind;
+use fateplan_planner::Workload;
+
+use crate::blockcsr::{BlockCsr, Normalization};
+use crate::cpu::{CpuGnn, GraphInput, Hyper, Metrics, Mode};
+use crate::csr::Csr;
+use crate::dataset::Dataset;
+use crate::exec::data::{BlockData, Data};
+use crate::generate::GeneratorSpec;
+use crate::exec::{ExecError, ExecOptions, Executor, SsdTier, TraceSpan};
+
+/// Builds the workload of `hyper` over `graph`'s partitions: the one a
+/// plan for this run must be made for.
+pub fn workload(graph: &GraphInput, counts: &BlockCounts, hyper: &Hyper, graph_name: &str) -> Result<Workload, ExecError> {
+    let spec = GnnSpec {
+        model: hyper.model,
+        layers: hyper.layers,
+        hidden: hyper.hidden,
+        heads: hyper.heads,
+        features: graph.features as u32,
+        classes: graph.classes as u32,
+        graph_name: graph_name.to_string(),
+    };
+    build_gnn(&spec, counts).map_err(|e| ExecError::Kernel(e.to_string()))
+}
+
+/// One epoch as the progress display and the report see it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct EpochStats {
+    pub epoch: u32,
+    pub loss: f64,
+    pub train_accuracy: f64,
+    pub iteration_s: f64,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TrainReport {
+    pub policy: String,
+    pub epochs: u32,
+    pub train_accuracy: f64,
+    pub val_accuracy: f64,
+    pub test_accuracy: f64,
+    /// Training loss of the last epoch.
+    pub final_loss: f64,
+    /// SHA-256 of the final weights' little-endian bytes, layer by layer.
+    pub weights_sha256: String,
+    /// Mean measured seconds of a training iteration (the first excluded
+    /// when there are several: it warms caches and allocators).
+    pub iteration_s: f64,
+    pub iteration_s_predicted: f64,
+    pub compute_s: f64,
+    pub recompute_s: f64,
+    /// Seconds per iteration the compute thread waited for transfers.
+    pub wait_s: f64,
+    pub peak_bytes: PerTier<u64>,
+    pub budgets: Budgets,
+    /// Bytes over each link per training iteration.
+    pub bytes_moved: LinkBytes,
+    pub losses: Vec<f64>,
+}
+
+/// Trains with `plan` (made for [`workload`]'s result) and reports.
+/// `progress` is called after every epoch.
+pub fn train(
+    graph: GraphInput,
+    hyper: Hyper,
+    plan: Arc<Plan>,
+    expected: &Workload,
+    epochs: u32,
+    budgets: Option<Budgets>,
+    ssd: Option<Arc<dyn SsdTier>>,
+    trace: bool,
+    progress: &mut dyn FnMut(&EpochStats),
+) -> Result<(TrainReport, Vec<TraceSpan>), ExecError> {
+    let digest = expected.digest();
+    if plan.workload.digest != digest {
+        return Err(ExecError::Kernel(format!(
+            "the plan is for workload {} ({}), but this graph and model give {} ({}): plan again for this run",
+            plan.workload.name, plan.workload.digest, expected.name, digest
+        )));
+    }
+    let backend = CpuGnn::new(graph, hyper)?;
+    let mut executor = Executor::new(plan.clone(), backend, ssd, ExecOptions { budgets, trace })?;
+    let mut losses = Vec::with_capacity(epochs as usize);
+    let mut seconds = Vec::with_capacity(epochs as usize);
+    let mut totals = (0.0, 0.0, 0.0);
+    let mut moved = LinkBytes::default();
+    
+    for epoch in 1..=epochs {
+        executor.backend_mut().set_mode(Mode::Train);
+        let report = executor.run_iteration()?;
+        let metrics = executor.backend().metrics();
+        if !metrics.loss.is_finite() {
+            return Err(ExecError::Kernel(format!("the loss is {} at epoch {epoch}: lower the learning rate", metrics.loss)));
+        }
+        losses.push(metrics.loss);
+        seconds.push(report.iteration_s);
+        totals.0 += report.compute_s;
+        totals.1 += report.recompute_s;
+        totals.2 += report.wait_s;
+        moved = report.bytes_moved;
+        progress(&EpochStats {
+            epoch,
+            loss: metrics.loss,
+            train_accuracy: metrics.train_accuracy(),
+            iteration_s: report.iteration_s,
+        });
+    }
+        let spans = executor.trace().to_vec();
+    executor.backend_mut().set_mode(Mode::Eval);
+    executor.run_iteration()?;
+    let eval: Metrics = executor.backend().metrics();
+    let mut hasher = Sha256::new();
+    for tensor in &plan.workload.definition.tensors {
+        if tensor.kind == TensorKind::Parameter && tensor.name.starts_with("w[") {
+            let Some(Data::F32(values)) = executor.device_data(tensor.id.index()) else {
+                return Err(ExecError::Internal(format!("weights {} are not on the device", tensor.name)));
+            };
+            for value in values {
+                hasher.update(value.to_le_bytes());
+            }
+        }
+    }
+    let weights_sha256 = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let timed = if seconds.len() > 1 { &seconds[1..] } else { &seconds[..] };
+    let runs = epochs.max(1) as f64;
+    Ok((
+        TrainReport {
+            policy: plan.policy.clone(),
+            epochs,
+            train_accuracy: eval.train_accuracy(),
+            val_accuracy: eval.val_accuracy(),
+            test_accuracy: eval.test_accuracy(),
+            final_loss: losses.last().copied().unwrap_or(f64::NAN),
+            weights_sha256,
+            iteration_s: timed.iter().sum::<f64>() / timed.len().max(1) as f64,
+            iteration_s_predicted: plan.predicted.iteration_s,
+            compute_s: totals.0 / runs,
+            recompute_s: totals.1 / runs,
+            wait_s: totals.2 / runs,
+            peak_bytes: executor.peak_bytes(),
+            budgets: executor.budgets(),
+            bytes_moved: moved,
+            losses,
+        },
+                spans,
+    ))
+}
+
+/// A graph and model made ready to train: the workload a plan must be
+/// made for, and the executor's inputs.
+pub struct Prepared {
+    pub workload: Workload,
+    pub input: GraphInput,
+}
+
+/// Reads a dataset folder, or generates a graph from a spec such as
+/// `rmat:scale=16` or `planted:nodes=2000` when `source` is not a folder.
+pub fn load_graph(source: &str) -> Result<Dataset, crate::Error> {
+    let path = Path::new(source);
+    if path.is_dir() {
+        return Dataset::load(path);
+    }
+    if !source.contains(':') {
+        return Err(crate::Error::invalid(
+            path,
+            "graph",
+            "is neither a dataset folder nor a generator spec (rmat:... or planted:...)",
+        ));
+    }
+    GeneratorSpec::parse(source)?.generate()
+}
+
+/// Partitions `dataset` into `partitions` vertex ranges, normalises the
+/// blocks for `hyper.model`, and builds the workload.
+pub fn prepare(dataset: &Dataset, hyper: &Hyper, partitions: u32) -> Result<Prepared, crate::Error> {
+    let counts = dataset.blocks(partitions)?;
+    let csr = Csr::from_edges(dataset.nodes, &dataset.src, &dataset.dst)?;
+    let blocks = BlockCsr::build(&csr, partitions, Normalization::for_model(hyper.model))?;
+    let p = partitions as usize;
+    let mut offsets = Vec::with_capacity(p + 1);
+    for i in 0..partitions {
+        offsets.push(blocks.range(i).0);
+    }
+    offsets.push(dataset.nodes);
+    let mut table = vec![None; p * p];
+    for block in blocks.blocks() {
+        table[block.dst_partition as usize * p + block.src_partition as usize] = Some(BlockData {
+            row_start: block.row_start.clone(),
+            columns: block.columns.clone(),
+            weights: block.weights.clone(),
+        });
+    }
+    let input = GraphInput {
+        offsets,
+        features: dataset.features as usize,
+        classes: dataset.classes as usize,
+        x: dataset.x.clone(),
+        y: dataset.y.clone(),
+        train_mask: dataset.train_mask.clone(),
+        val_mask: dataset.val_mask.clone(),
+        test_mask: dataset.test_mask.clone(),
+        blocks: table,
+    };
+    let workload = workload(&input, &counts, hyper, &dataset.name)
+        .map_err(|e| crate::Error::invalid(Path::new(&dataset.name), "model", e.to_string()))?;
+    Ok(Prepared { workload, input })
+}

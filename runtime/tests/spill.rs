@@ -1,0 +1,501 @@
+//! The SSD spill store: round trips in every I/O mode, the budget, and
+//! the faults it must survive or report (unwritable directory, full disk,
+//! corrupted block, no io_uring, no O_DIRECT, short and interrupted
+//! transfers).
+
+use std::os::unix::fs::FileExt;
+
+use fateplan_runtime::spill::{Faults, OpKind, SpillOptions, SpillStore, ALIGN_BYTES};
+use fateplan_runtime::Error;
+
+const MIB: u64 = 1 << 20;
+
+/// A scratch directory under the target directory (a real file system,
+/// unlike a tmpfs /tmp), deleted when dropped.
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("spill-test-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap()
+}
+
+fn options(budget_bytes: u64, force_fallback: bool) -> SpillOptions {
+    SpillOptions {
+        force_fallback,
+        // Small requests so multi-request blocks are common in tests.
+        request_bytes: 256 << 10,
+        queue_depth: 8,
+        ..SpillOptions::with_budget(budget_bytes)
+    }
+}
+
+/// Bytes that differ per key and position.
+fn pattern(key: u64, len: usize) -> Vec<u8> {
+    let mut state = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+fn round_trip(store: &SpillStore, sizes: &[usize]) {
+    let tickets: Vec<_> = sizes
+        .iter()
+        .enumerate()
+        .map(|(key, &len)| store.write(key as u64, &pattern(key as u64, len)).unwrap())
+        .collect();
+    for ticket in tickets {
+        let done = store.wait(ticket).unwrap();
+        assert_eq!(done.kind, OpKind::Write);
+    }
+    let tickets: Vec<_> = (0..sizes.len())
+        .map(|key| store.read(key as u64).unwrap())
+        .collect();
+    for (ticket, &len) in tickets.into_iter().zip(sizes) {
+        let key = ticket.key();
+        let done = store.wait(ticket).unwrap();
+        assert_eq!(done.kind, OpKind::Read);
+        assert_eq!(done.buf.len(), len, "key {key}");
+        assert!(
+            done.buf[..] == pattern(key, len)[..],
+            "key {key}: bytes differ"
+        );
+    }
+}
+
+const SIZES: [usize; 8] = [0, 1, 4095, 4096, 4097, 1 << 20, (3 << 20) + 123, 100_000];
+
+#[test]
+fn round_trip_uring_direct() {
+    let dir = scratch();
+    let store = SpillStore::open(dir.path(), options(64 * MIB, false)).unwrap();
+    // This machine has io_uring and an O_DIRECT-capable file system; say
+    // so when another does not, rather than fail.
+    eprintln!("spill store mode: {}", store.mode());
+    round_trip(&store, &SIZES);
+    let expected: u64 = SIZES.iter().map(|&s| s as u64).sum();
+    assert_eq!(store.bytes_written(), expected);
+    assert_eq!(store.bytes_read(), expected);
+    let aligned: u64 = SIZES
+        .iter()
+        .map(|&s| (s as u64).div_ceil(ALIGN_BYTES as u64) * ALIGN_BYTES as u64)
+        .sum();
+    assert_eq!(store.used_bytes(), aligned);
+    assert_eq!(store.peak_bytes(), aligned);
+}
+
+#[test]
+fn no_uring_gives_identical_bytes_and_says_so() {
+    let dir = scratch();
+    let forced = SpillStore::open(dir.path(), options(64 * MIB, true)).unwrap();
+    assert!(!forced.mode().uring);
+    assert!(
+        forced.mode().to_string().contains("pread/pwrite"),
+        "{}",
+        forced.mode()
+    );
+    assert!(forced.mode().to_string().contains("force_fallback"));
+    round_trip(&forced, &SIZES);
+
+    let injected = SpillStore::open(
+        dir.path(),
+        SpillOptions {
+            faults: Faults {
+                fail_uring_setup: true,
+                ..Faults::default()
+            },
+            ..options(64 * MIB, false)
+        },
+    )
+    .unwrap();
+    assert!(!injected.mode().uring);
+    assert!(
+        injected
+            .mode()
+            .to_string()
+            .contains("io_uring setup failed"),
+        "{}",
+        injected.mode()
+    );
+    round_trip(&injected, &SIZES);
+}
+
+#[test]
+fn file_system_without_o_direct_falls_back_to_buffered_io() {
+    let dir = scratch();
+    for force_fallback in [false, true] {
+        let store = SpillStore::open(
+            dir.path(),
+            SpillOptions {
+                faults: Faults {
+                    reject_direct: true,
+                    ..Faults::default()
+                },
+                ..options(64 * MIB, force_fallback)
+            },
+        )
+        .unwrap();
+        assert!(!store.mode().direct);
+        assert!(
+            store.mode().to_string().contains("buffered"),
+            "{}",
+            store.mode()
+        );
+        round_trip(&store, &SIZES);
+    }
+}
+
+#[test]
+fn unwritable_directory_is_named_at_open() {
+    let dir = scratch();
+    // A path under a regular file cannot be a directory, even for root.
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let spill_dir = file.join("spill");
+    let error = SpillStore::open(&spill_dir, options(MIB, false)).unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, Error::SpillIo { .. }), "{error:?}");
+    assert!(message.contains(&*spill_dir.to_string_lossy()), "{message}");
+    assert!(message.contains("spill directory"), "{message}");
+}
+
+#[test]
+fn bad_options_are_named() {
+    let dir = scratch();
+    for (options, field) in [
+        (
+            SpillOptions {
+                queue_depth: 0,
+                ..SpillOptions::with_budget(MIB)
+            },
+            "queue_depth",
+        ),
+        (
+            SpillOptions {
+                request_bytes: 1000,
+                ..SpillOptions::with_budget(MIB)
+            },
+            "request_bytes",
+        ),
+    ] {
+        let message = SpillStore::open(dir.path(), options)
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains(field), "{message}");
+    }
+}
+
+#[test]
+fn budget_is_checked_before_any_io() {
+    let dir = scratch();
+    let budget = 3 * 4096 + 100;
+    for force_fallback in [false, true] {
+        let store = SpillStore::open(dir.path(), options(budget, force_fallback)).unwrap();
+        let ticket = store.write(1, &pattern(1, 8000)).unwrap();
+        store.wait(ticket).unwrap();
+        assert_eq!(store.used_bytes(), 8192);
+        let error = store.write(2, &pattern(2, 4097)).unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.contains("tier ssd")
+                && message.contains("key 2")
+                && message.contains("needs 8192 bytes")
+                && message.contains(&format!("8192 of the {budget}-byte budget")),
+            "{message}"
+        );
+        assert!(!store.contains(2));
+        assert_eq!(store.used_bytes(), 8192);
+        // Exactly what is left (4096) still fits, and nothing more.
+        store.wait(store.write(3, &[7; 4096]).unwrap()).unwrap();
+        assert!(store.write(4, &[1]).is_err());
+        // Empty blocks take no space.
+        store.wait(store.write(5, &[]).unwrap()).unwrap();
+        store.remove(1).unwrap();
+        assert_eq!(store.used_bytes(), 4096);
+        store
+            .wait(store.write(2, &pattern(2, 4097)).unwrap())
+            .unwrap();
+        assert_eq!(store.peak_bytes(), 3 * 4096);
+    }
+}
+
+#[test]
+fn full_disk_names_the_file_and_bytes_and_frees_the_space() {
+    let dir = scratch();
+    for force_fallback in [false, true] {
+        let store = SpillStore::open(
+            dir.path(),
+            SpillOptions {
+                faults: Faults {
+                    enospc_after_bytes: Some(MIB + 4096),
+                    ..Faults::default()
+                },
+                ..options(64 * MIB, force_fallback)
+            },
+        )
+        .unwrap();
+        store
+            .wait(store.write(1, &pattern(1, MIB as usize)).unwrap())
+            .unwrap();
+        let ticket = store.write(2, &pattern(2, 2 * MIB as usize)).unwrap();
+        let error = store.wait(ticket).unwrap_err();
+        let message = error.to_string();
+        let Error::SpillBlockIo {
+            path,
+            key,
+            block_bytes,
+            bytes,
+            source,
+            ..
+        } = &error
+        else {
+            panic!("{error:?}");
+        };
+        assert_eq!(path, store.path());
+        assert_eq!((*key, *block_bytes), (2, 2 * MIB));
+        assert!(*bytes > 0 && *bytes <= 256 << 10, "{message}");
+        assert_eq!(source.raw_os_error(), Some(libc::ENOSPC), "{message}");
+        assert!(
+            message.contains(&*store.path().to_string_lossy())
+                && message.contains("writing key 2 (2097152 bytes)")
+                && message.contains("No space left on device"),
+            "{message}"
+        );
+        // The failed block is gone and its space is free; the earlier one is intact.
+        assert!(!store.contains(2));
+        assert_eq!(store.used_bytes(), MIB);
+        let done = store.wait(store.read(1).unwrap()).unwrap();
+        assert!(done.buf[..] == pattern(1, MIB as usize)[..]);
+        // A read of a block whose write failed and was never waited for
+        // reports that failure.
+        let _dropped = store.write(3, &pattern(3, 8192)).unwrap();
+        let error = store.read(3).unwrap_err().to_string();
+        assert!(
+            error.contains("writing key 3") && error.contains("No space"),
+            "{error}"
+        );
+        store.remove(3).unwrap();
+        assert_eq!(store.used_bytes(), MIB);
+    }
+}
+
+#[test]
+fn corrupted_block_is_a_checksum_error_not_wrong_bytes() {
+    let dir = scratch();
+    for force_fallback in [false, true] {
+        let store = SpillStore::open(dir.path(), options(64 * MIB, force_fallback)).unwrap();
+        let len = 3 * MIB as usize + 10;
+        store.wait(store.write(1, &[0; 4096]).unwrap()).unwrap();
+        store
+            .wait(store.write(7, &pattern(7, len)).unwrap())
+            .unwrap();
+        let (path, offset) = store.block_location(7).unwrap();
+        assert_eq!(path, store.path());
+        // Flip one byte in the block's third MiB.
+        let target = offset + 2 * MIB + 12345;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let mut byte = [0u8];
+        file.read_exact_at(&mut byte, target).unwrap();
+        byte[0] ^= 0x5a;
+        file.write_all_at(&byte, target).unwrap();
+        file.sync_all().unwrap();
+
+        let error = store.wait(store.read(7).unwrap()).unwrap_err();
+        let message = error.to_string();
+        let Error::SpillChecksum {
+            path: error_path,
+            key,
+            offset: bad_offset,
+            expected,
+            actual,
+            ..
+        } = &error
+        else {
+            panic!("{error:?}");
+        };
+        assert_eq!((error_path.as_path(), *key), (store.path(), 7));
+        assert_eq!(*bad_offset, offset + 2 * MIB, "{message}");
+        assert_ne!(expected, actual);
+        assert!(
+            message.contains("key 7") && message.contains("checksum mismatch"),
+            "{message}"
+        );
+        // Other blocks still read back.
+        store.wait(store.read(1).unwrap()).unwrap();
+    }
+}
+
+#[test]
+fn short_and_interrupted_transfers_are_resubmitted() {
+    let dir = scratch();
+    for force_fallback in [false, true] {
+        let store = SpillStore::open(
+            dir.path(),
+            SpillOptions {
+                faults: Faults {
+                    short_transfers: true,
+                    transient_error_every: Some(3),
+                    ..Faults::default()
+                },
+                ..options(64 * MIB, force_fallback)
+            },
+        )
+        .unwrap();
+        round_trip(&store, &SIZES);
+    }
+}
+
+#[test]
+fn endless_transient_errors_fail_after_bounded_retries() {
+    let dir = scratch();
+    let store = SpillStore::open(
+        dir.path(),
+        SpillOptions {
+            faults: Faults {
+                transient_error_every: Some(1),
+                ..Faults::default()
+            },
+            ..options(64 * MIB, false)
+        },
+    )
+    .unwrap();
+    let error = store.wait(store.write(1, &[1; 5000]).unwrap()).unwrap_err();
+    assert!(error.to_string().contains("no progress after"), "{error}");
+    assert_eq!(store.used_bytes(), 0);
+}
+
+#[test]
+fn keys_and_tickets_are_checked() {
+    let dir = scratch();
+    let store = SpillStore::open(dir.path(), options(MIB, false)).unwrap();
+    let other = SpillStore::open(dir.path(), options(MIB, false)).unwrap();
+    store.wait(store.write(1, b"abc").unwrap()).unwrap();
+    let message = store.write(1, b"def").unwrap_err().to_string();
+    assert!(
+        message.contains("key: 1 is already in the spill store"),
+        "{message}"
+    );
+    let message = store.read(2).unwrap_err().to_string();
+    assert!(
+        message.contains("key: 2 is not in the spill store"),
+        "{message}"
+    );
+    assert!(store.remove(2).is_err());
+    let message = other.wait(store.read(1).unwrap()).unwrap_err().to_string();
+    assert!(message.contains("another spill store"), "{message}");
+    // A buffer too small for read_into is refused.
+    let small = fateplan_runtime::spill::AlignedBuf::zeroed(0).unwrap();
+    let message = store.read_into(1, small).unwrap_err().to_string();
+    assert!(message.contains("buf"), "{message}");
+}
+
+#[test]
+fn read_waits_for_a_write_in_flight_and_remove_for_reads() {
+    let dir = scratch();
+    let store = SpillStore::open(dir.path(), options(64 * MIB, false)).unwrap();
+    let data = pattern(9, 5 * MIB as usize);
+    let write = store.write(9, &data).unwrap();
+    // Read before waiting for the write: it waits for it.
+    let read = store.read(9).unwrap();
+    let read2 = store.read(9).unwrap();
+    store.remove(9).unwrap();
+    assert_eq!(store.used_bytes(), 0);
+    assert!(store.wait(read).unwrap().buf[..] == data[..]);
+    assert!(store.wait(read2).unwrap().buf[..] == data[..]);
+    let written = store.wait(write).unwrap();
+    // The written buffer comes back for reuse.
+    assert!(written.buf[..] == data[..]);
+}
+
+#[test]
+fn buffers_are_reused_without_copies() {
+    let dir = scratch();
+    let store = SpillStore::open(dir.path(), options(64 * MIB, false)).unwrap();
+    let mut buf = fateplan_runtime::spill::AlignedBuf::zeroed(10_000).unwrap();
+    buf.copy_from_slice(&pattern(4, 10_000));
+    let buf = store.wait(store.write_buf(4, buf).unwrap()).unwrap().buf;
+    let mut buf = buf;
+    buf.fill(0);
+    let read = store.wait(store.read_into(4, buf).unwrap()).unwrap();
+    assert!(read.buf[..] == pattern(4, 10_000)[..]);
+}
+
+#[test]
+fn close_and_drop_delete_the_spill_file_and_created_directory() {
+    let dir = scratch();
+    let spill_dir = dir.path().join("made-by-store");
+    let store = SpillStore::open(&spill_dir, options(MIB, false)).unwrap();
+    let path = store.path().to_path_buf();
+    store.wait(store.write(1, &[3; 10]).unwrap()).unwrap();
+    // A write never waited for is finished before the file goes.
+    let _pending = store.write(2, &[4; 100_000]).unwrap();
+    assert!(path.exists());
+    drop(store);
+    assert!(!path.exists());
+    assert!(!spill_dir.exists());
+
+    let store = SpillStore::open(dir.path(), options(MIB, true)).unwrap();
+    let path = store.path().to_path_buf();
+    store.close().unwrap();
+    assert!(!path.exists());
+    assert!(
+        dir.path().exists(),
+        "a directory the store did not create stays"
+    );
+}
+
+#[test]
+fn spill_files_never_outgrow_the_budget() {
+    let dir = scratch();
+    let budget = 10 * MIB + 12345;
+    let store = SpillStore::open(dir.path(), options(budget, false)).unwrap();
+    store.wait(store.write(1, &[1; 4096]).unwrap()).unwrap();
+    let len = std::fs::metadata(store.path()).unwrap().len();
+    assert!(
+        len <= budget,
+        "spill file of {len} bytes for a budget of {budget}"
+    );
+}
+
+#[test]
+fn threads_share_one_store() {
+    let dir = scratch();
+    for force_fallback in [false, true] {
+        let store = SpillStore::open(dir.path(), options(64 * MIB, force_fallback)).unwrap();
+        std::thread::scope(|scope| {
+            for thread in 0..4u64 {
+                let store = &store;
+                scope.spawn(move || {
+                    for i in 0..8u64 {
+                        let key = thread * 100 + i;
+                        let len = (key as usize * 7919) % (600 << 10);
+                        store
+                            .wait(store.write(key, &pattern(key, len)).unwrap())
+                            .unwrap();
+                        let done = store.wait(store.read(key).unwrap()).unwrap();
+                        assert!(done.buf[..] == pattern(key, len)[..], "key {key}");
+                        if i % 2 == 0 {
+                            store.remove(key).unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        assert!(store.used_bytes() <= store.budget_bytes());
+        assert_eq!(
+            store.used_bytes(),
+            (0..4u64)
+                .flat_map(|t| (1..8u64).step_by(2).map(move |i| t * 100 + i))
+                .map(|key| ((key * 7919) % (600 << 10)).div_ceil(4096) * 4096)
+                .sum::<u64>()
+        );
+    }
+}
