@@ -1,1 +1,136 @@
-fn main() {}
+//! Throughput of the hot kernels at a realistic partition size:
+//! 200k rows, 16 edges a row, width 128; GEMM 200k × 128 × 128.
+//!
+//! `cargo bench -p fateplan-kernels --bench kernels`. divan reports time;
+//! the counters give bytes gathered (SpMM: one source row of `width`
+//! floats per edge) and FLOPs (`2 · rows · d_in · d_out` per GEMM) per
+//! second. Set `RAYON_NUM_THREADS=1` for single-thread figures.
+
+use divan::counter::{BytesCount, ItemsCount};
+use divan::Bencher;
+use fateplan_kernels::dense::{linear, linear_bwd};
+use fateplan_kernels::dropout::Dropout;
+use fateplan_kernels::sparse::{spmm, spmm_dropout, spmm_t};
+use fateplan_kernels::{Block, Init, Write};
+
+const ROWS: usize = 200_000;
+const DEGREE: usize = 16;
+const WIDTH: usize = 128;
+
+fn main() {
+    divan::main();
+}
+
+/// Deterministic pseudo-random values.
+fn values(len: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed;
+    (0..len)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        })
+        .collect()
+}
+
+/// `ROWS × ROWS` block with `DEGREE` uniformly random sources a row.
+fn block() -> Block {
+    let mut state = 7u64;
+    let mut block = Block {
+        row_start: (0..=ROWS).map(|r| (r * DEGREE) as u64).collect(),
+        ..Block::default()
+    };
+    for _ in 0..ROWS * DEGREE {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        block.columns.push(((state >> 33) % ROWS as u64) as u32);
+        block.weights.push(1.0 / DEGREE as f32);
+    }
+    block
+}
+
+fn gathered_bytes() -> BytesCount {
+    BytesCount::new(ROWS * DEGREE * WIDTH * 4)
+}
+
+#[divan::bench(sample_count = 10)]
+fn spmm_200k_w128(bencher: Bencher) {
+    let block = block();
+    let src = values(ROWS * WIDTH, 1);
+    let mut out = vec![0.0f32; ROWS * WIDTH];
+    bencher
+        .counter(gathered_bytes())
+        .bench_local(|| spmm(block.as_ref(), &src, WIDTH, Init::Zero, &mut out).unwrap());
+}
+
+#[divan::bench(sample_count = 10)]
+fn spmm_dropout_200k_w128(bencher: Bencher) {
+    let block = block();
+    let src = values(ROWS * WIDTH, 1);
+    let mut out = vec![0.0f32; ROWS * WIDTH];
+    let dropout = Dropout::new(0.5, 1, 2).unwrap();
+    bencher.counter(gathered_bytes()).bench_local(|| {
+        spmm_dropout(
+            block.as_ref(),
+            &src,
+            WIDTH,
+            Init::Zero,
+            &mut out,
+            &dropout,
+            0,
+        )
+        .unwrap()
+    });
+}
+
+#[divan::bench(sample_count = 10)]
+fn spmm_t_200k_w128(bencher: Bencher) {
+    let block = block();
+    let grad = values(ROWS * WIDTH, 1);
+    let mut out = vec![0.0f32; ROWS * WIDTH];
+    bencher
+        .counter(gathered_bytes())
+        .bench_local(|| spmm_t(block.as_ref(), &grad, WIDTH, Init::Zero, &mut out).unwrap());
+}
+
+fn gemm_flops() -> ItemsCount {
+    ItemsCount::new(2 * ROWS * WIDTH * WIDTH)
+}
+
+#[divan::bench(sample_count = 10)]
+fn linear_200k_128x128(bencher: Bencher) {
+    let x = values(ROWS * WIDTH, 1);
+    let w = values(WIDTH * WIDTH + WIDTH, 2);
+    let mut z = vec![0.0f32; ROWS * WIDTH];
+    bencher
+        .counter(gemm_flops())
+        .bench_local(|| linear(&[&x], ROWS, WIDTH, &w, WIDTH, &mut z).unwrap());
+}
+
+/// Two GEMMs: the weight gradient and the input gradient.
+#[divan::bench(sample_count = 10)]
+fn linear_bwd_200k_128x128(bencher: Bencher) {
+    let x = values(ROWS * WIDTH, 1);
+    let w = values(WIDTH * WIDTH + WIDTH, 2);
+    let dz = values(ROWS * WIDTH, 3);
+    let mut dw = vec![0.0f32; w.len()];
+    let mut dx = vec![0.0f32; ROWS * WIDTH];
+    bencher
+        .counter(ItemsCount::new(2 * 2 * ROWS * WIDTH * WIDTH))
+        .bench_local(|| {
+            linear_bwd(
+                &dz,
+                &[&x],
+                ROWS,
+                WIDTH,
+                &w,
+                WIDTH,
+                &mut dw,
+                &mut [Some(&mut dx)],
+                Write::Overwrite,
+            )
+            .unwrap()
+        });
+}

@@ -1,1 +1,534 @@
-//! Graph attention (in progress).
+//! Graph attention (GAT), split so that it runs block by block.
+//!
+//! A layer has `H` heads of width `C` (`d_out = H·C`; hidden layers concat
+//! their heads, the last layer has one head) and weights laid out as `W`
+//! (`d_in × d_out`), `att_src` (`d_out`), `att_dst` (`d_out`), bias
+//! (`d_out`). For a destination row `r` of partition `i` and an edge from
+//! row `c` of partition `j`, per head `h`:
+//!
+//! ```text
+//! z          = h_in · W                                  (dense::matmul_rows)
+//! a_src[v,h] = ⟨att_src_h, z[v]_h⟩,  a_dst[v,h] = ⟨att_dst_h, z[v]_h⟩
+//!                                                        (node_scores)
+//! u_e        = a_dst_i[r,h] + a_src_j[c,h],  s_e = LeakyReLU(u_e, 0.2)
+//!                                                        (edge_scores)
+//! alpha_e    = exp(s_e) / Σ_{e' into r, over every block (i, ·)} exp(s_e')
+//!                                                        (edge_softmax)
+//! out[r]_h   = Σ_e alpha_e · z_j[c]_h                    (aggregate)
+//! y          = out + bias                                (dense::add_bias)
+//! ```
+//!
+//! Only the softmax needs a whole destination row: [`edge_softmax`] takes
+//! the score slices of every source block of a row partition (in the
+//! executor's block order) and turns them into `alpha` in place. The rest
+//! runs one block at a time.
+//!
+//! Backward, given `dout = dy` (rows of partition `i`):
+//!
+//! ```text
+//! dalpha_e = ⟨dout[r]_h, z_j[c]_h⟩
+//! ds_e     = alpha_e · (dalpha_e − Σ_{e'} alpha_e' dalpha_e')
+//!          = alpha_e · (dalpha_e − ⟨dout[r]_h, out[r]_h⟩)
+//! du_e     = ds_e · (1 if u_e > 0 else 0.2)
+//! dz_j[c]_h     += alpha_e · dout[r]_h       da_src_j[c,h] += du_e
+//! da_dst_i[r,h] += du_e
+//! ```
+//!
+//! The sum over the row's edges in the softmax backward equals
+//! `⟨dout[r]_h, out[r]_h⟩`, where `out` is the row's full aggregation
+//! (before the bias), so [`aggregate_bwd`] needs from the other blocks of
+//! the row only that forward output, not their edges. Its outputs are
+//! accumulated over blocks: `dz_j` and `da_src_j` over the destination
+//! blocks of source partition `j`, `da_dst_i` over the source blocks of
+//! partition `i`. Finally [`node_scores_bwd`] adds the score path to `dz`
+//! (`dz[v]_h += da_src[v,h]·att_src_h + da_dst[v,h]·att_dst_h`) and gives
+//! the gradients of `att_src` and `att_dst`; `dense::matmul_rows_bwd` then
+//! gives `dW` and `dh_in`, and `dense::column_sums(dy)` the bias gradient.
+//!
+//! `u_e` is recomputed in the backward from `a_dst` and `a_src` with the
+//! same `f32` addition as the forward, so the LeakyReLU branch agrees.
+//! Edge-wise arrays (`scores`, `alpha`) are `nnz × H`, edge-major.
+
+use rayon::prelude::*;
+
+use crate::sparse::scatter;
+use crate::{check_len, ensure, rows_of, BlockRef, Init, Result, Write, REDUCE_ROWS, ROW_CHUNK};
+
+/// LeakyReLU's slope for negative scores.
+pub const NEGATIVE_SLOPE: f32 = 0.2;
+
+/// Heads of a GAT layer: `heads × head_width` features.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heads {
+    pub heads: usize,
+    pub head_width: usize,
+}
+
+impl Heads {
+    pub fn width(&self) -> usize {
+        self.heads * self.head_width
+    }
+
+    fn check(&self, kernel: &str) -> Result<()> {
+        ensure(self.heads > 0 && self.head_width > 0, || {
+            format!(
+                "{kernel}: `heads` ({}) and `head_width` ({}) must be positive",
+                self.heads, self.head_width
+            )
+        })
+    }
+}
+
+#[inline(always)]
+fn leaky_relu(u: f32) -> f32 {
+    if u > 0.0 {
+        u
+    } else {
+        NEGATIVE_SLOPE * u
+    }
+}
+
+#[inline(always)]
+fn leaky_relu_grad(u: f32) -> f32 {
+    if u > 0.0 {
+        1.0
+    } else {
+        NEGATIVE_SLOPE
+    }
+}
+
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).fold(0.0, |s, (&x, &y)| s + x * y)
+}
+
+/// Per-vertex halves of the attention score: `a_src[v,h] = ⟨att_src_h,
+/// z[v]_h⟩` and `a_dst[v,h] = ⟨att_dst_h, z[v]_h⟩`. `z` is `rows × H·C`;
+/// `a_src`, `a_dst` are `rows × H`.
+pub fn node_scores(
+    z: &[f32],
+    heads: Heads,
+    att_src: &[f32],
+    att_dst: &[f32],
+    a_src: &mut [f32],
+    a_dst: &mut [f32],
+) -> Result<()> {
+    let k = "gat::node_scores";
+    heads.check(k)?;
+    let d = heads.width();
+    let rows = rows_of(k, "z", z.len(), d)?;
+    check_len(k, "att_src", att_src.len(), d)?;
+    check_len(k, "att_dst", att_dst.len(), d)?;
+    check_len(k, "a_src", a_src.len(), rows * heads.heads)?;
+    check_len(k, "a_dst", a_dst.len(), rows * heads.heads)?;
+    let (h_n, c_n) = (heads.heads, heads.head_width);
+    a_src
+        .par_chunks_mut(ROW_CHUNK * h_n)
+        .zip(a_dst.par_chunks_mut(ROW_CHUNK * h_n))
+        .zip(z.par_chunks(ROW_CHUNK * d))
+        .for_each(|((src, dst), z)| {
+            for ((s, t), zr) in src
+                .chunks_exact_mut(h_n)
+                .zip(dst.chunks_exact_mut(h_n))
+                .zip(z.chunks_exact(d))
+            {
+                for h in 0..h_n {
+                    let zh = &zr[h * c_n..(h + 1) * c_n];
+                    s[h] = dot(zh, &att_src[h * c_n..(h + 1) * c_n]);
+                    t[h] = dot(zh, &att_dst[h * c_n..(h + 1) * c_n]);
+                }
+            }
+        });
+    Ok(())
+}
+
+/// Edge scores of one block: `scores[e,h] = LeakyReLU(a_dst[r,h] +
+/// a_src[c,h])`. `a_dst` covers the block's destination rows, `a_src` its
+/// source partition; `scores` is `nnz × H`.
+pub fn edge_scores(
+    block: BlockRef,
+    a_dst: &[f32],
+    a_src: &[f32],
+    heads: usize,
+    scores: &mut [f32],
+) -> Result<()> {
+    let k = "gat::edge_scores";
+    let src_rows = rows_of(k, "a_src", a_src.len(), heads)?;
+    block.validate(k, src_rows, false)?;
+    check_len(k, "a_dst", a_dst.len(), block.rows() * heads)?;
+    check_len(k, "scores", scores.len(), block.nnz() * heads)?;
+    let chunks = split_by_rows(block, heads, scores);
+    chunks
+        .into_par_iter()
+        .enumerate()
+        .for_each(|(chunk, part)| {
+            let r0 = chunk * ROW_CHUNK;
+            let e0 = block.row_start[r0] as usize;
+            for r in r0..(r0 + ROW_CHUNK).min(block.rows()) {
+                let ad = &a_dst[r * heads..(r + 1) * heads];
+                for e in block.edges(r) {
+                    let c = block.columns[e] as usize;
+                    let asrc = &a_src[c * heads..(c + 1) * heads];
+                    let s = &mut part[(e - e0) * heads..(e - e0 + 1) * heads];
+                    for ((s, &d), &a) in s.iter_mut().zip(ad).zip(asrc) {
+                        *s = leaky_relu(d + a);
+                    }
+                }
+            }
+        });
+    Ok(())
+}
+
+/// Splits an edge-wise array (`nnz × width`) at the edges of every
+/// `ROW_CHUNK`-th row.
+fn split_by_rows<'a>(block: BlockRef, width: usize, mut data: &'a mut [f32]) -> Vec<&'a mut [f32]> {
+    let mut pieces = Vec::with_capacity(block.rows().div_ceil(ROW_CHUNK));
+    let mut r0 = 0;
+    while r0 < block.rows() {
+        let r1 = (r0 + ROW_CHUNK).min(block.rows());
+        let n = (block.row_start[r1] - block.row_start[r0]) as usize * width;
+        let (head, tail) = std::mem::take(&mut data).split_at_mut(n);
+        pieces.push(head);
+        data = tail;
+        r0 = r1;
+    }
+    pieces
+}
+
+/// Softmax over all edges of each destination row and head, where a row's
+/// edges are spread over `blocks` (every source block of one destination
+/// partition, all with the same rows). `scores[b]` holds block `b`'s edge
+/// scores (`nnz_b × H`) and is overwritten with `alpha` in the same order.
+/// A row without edges has no `alpha`. The max and the sum run over the
+/// blocks in the given order, so that order must be fixed.
+pub fn edge_softmax(blocks: &[BlockRef], heads: usize, scores: &mut [&mut [f32]]) -> Result<()> {
+    let k = "gat::edge_softmax";
+    ensure(heads > 0, || format!("{k}: `heads` is 0"))?;
+    ensure(blocks.len() == scores.len(), || {
+        format!(
+            "{k}: {} blocks but {} score slices",
+            blocks.len(),
+            scores.len()
+        )
+    })?;
+    let Some(first) = blocks.first() else {
+        return Ok(());
+    };
+    let rows = first.rows();
+    for (b, (block, s)) in blocks.iter().zip(scores.iter()).enumerate() {
+        block.validate(k, usize::MAX, false)?;
+        ensure(block.rows() == rows, || {
+            format!(
+                "{k}: block {b} has {} rows, block 0 has {rows}",
+                block.rows()
+            )
+        })?;
+        check_len(k, "scores[b]", s.len(), block.nnz() * heads)?;
+    }
+    // pieces[chunk][block]
+    let mut pieces: Vec<Vec<&mut [f32]>> =
+        (0..rows.div_ceil(ROW_CHUNK)).map(|_| Vec::new()).collect();
+    for (block, s) in blocks.iter().zip(scores.iter_mut()) {
+        for (chunk, piece) in split_by_rows(*block, heads, s).into_iter().enumerate() {
+            pieces[chunk].push(piece);
+        }
+    }
+    pieces
+        .into_par_iter()
+        .enumerate()
+        .for_each(|(chunk, mut parts)| {
+            let r0 = chunk * ROW_CHUNK;
+            let mut max = vec![0.0f32; heads];
+            let mut sum = vec![0.0f32; heads];
+            for r in r0..(r0 + ROW_CHUNK).min(rows) {
+                max.fill(f32::NEG_INFINITY);
+                sum.fill(0.0);
+                let local = |b: &BlockRef| {
+                    let e0 = b.row_start[r0] as usize;
+                    (b.row_start[r] as usize - e0) * heads
+                        ..(b.row_start[r + 1] as usize - e0) * heads
+                };
+                for (b, part) in blocks.iter().zip(parts.iter()) {
+                    for s in part[local(b)].chunks_exact(heads) {
+                        for (m, &x) in max.iter_mut().zip(s) {
+                            *m = m.max(x);
+                        }
+                    }
+                }
+                for (b, part) in blocks.iter().zip(parts.iter_mut()) {
+                    for s in part[local(b)].chunks_exact_mut(heads) {
+                        for ((x, &m), t) in s.iter_mut().zip(&max).zip(sum.iter_mut()) {
+                            *x = (*x - m).exp();
+                            *t += *x;
+                        }
+                    }
+                }
+                for (b, part) in blocks.iter().zip(parts.iter_mut()) {
+                    for s in part[local(b)].chunks_exact_mut(heads) {
+                        for (x, &t) in s.iter_mut().zip(&sum) {
+                            *x /= t;
+                        }
+                    }
+                }
+            }
+        });
+    Ok(())
+}
+
+/// `out[r]_h = init + Σ_e alpha[e,h] · z_src[c]_h` over the edges of one
+/// block. `z_src` is the source partition (`src_rows × H·C`), `out` the
+/// destination rows (`rows × H·C`); chain the blocks of a row partition
+/// with [`Init::Out`].
+pub fn aggregate(
+    block: BlockRef,
+    alpha: &[f32],
+    z_src: &[f32],
+    heads: Heads,
+    init: Init,
+    out: &mut [f32],
+) -> Result<()> {
+    let k = "gat::aggregate";
+    heads.check(k)?;
+    let d = heads.width();
+    let src_rows = rows_of(k, "z_src", z_src.len(), d)?;
+    block.validate(k, src_rows, false)?;
+    check_len(k, "alpha", alpha.len(), block.nnz() * heads.heads)?;
+    check_len(k, "out", out.len(), block.rows() * d)?;
+    init.check(k, out.len())?;
+    let (h_n, c_n) = (heads.heads, heads.head_width);
+    out.par_chunks_mut(ROW_CHUNK * d)
+        .enumerate()
+        .for_each(|(chunk, part)| {
+            for (i, row) in part.chunks_exact_mut(d).enumerate() {
+                let r = chunk * ROW_CHUNK + i;
+                init.apply(row, r * d);
+                for e in block.edges(r) {
+                    let c = block.columns[e] as usize;
+                    let a = &alpha[e * h_n..(e + 1) * h_n];
+                    let s = &z_src[c * d..(c + 1) * d];
+                    for ((o, s), &a) in row.chunks_exact_mut(c_n).zip(s.chunks_exact(c_n)).zip(a) {
+                        for (o, &x) in o.iter_mut().zip(s) {
+                            *o += a * x;
+                        }
+                    }
+                }
+            }
+        });
+    Ok(())
+}
+
+/// Inputs of [`aggregate_bwd`] for one block `(i, j)`.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockInputs<'a> {
+    pub block: BlockRef<'a>,
+    /// The block's `alpha` from [`edge_softmax`] (`nnz × H`).
+    pub alpha: &'a [f32],
+    /// Score halves of the destination rows (`rows_i × H`) and of the
+    /// source partition (`rows_j × H`), as in the forward.
+    pub a_dst: &'a [f32],
+    pub a_src: &'a [f32],
+    /// Projected features of the source partition (`rows_j × H·C`).
+    pub z_src: &'a [f32],
+    /// Gradient of the destination rows' aggregation (`rows_i × H·C`).
+    pub grad_out: &'a [f32],
+    /// The destination rows' full forward aggregation over all blocks,
+    /// before the bias (`rows_i × H·C`).
+    pub out: &'a [f32],
+}
+
+/// Gradients [`aggregate_bwd`] writes for one block `(i, j)`.
+#[derive(Debug)]
+pub struct BlockGrads<'a> {
+    /// `rows_j × H·C`: `Σ alpha_e · grad_out[r]_h` into source rows.
+    pub grad_z_src: &'a mut [f32],
+    /// `rows_j × H`: the score path into `a_src`.
+    pub grad_a_src: &'a mut [f32],
+    /// `rows_i × H`: the score path into `a_dst`.
+    pub grad_a_dst: &'a mut [f32],
+}
+
+/// Backward of one block's share of the attention aggregation (see the
+/// module doc). `write` applies to all three outputs: accumulate to sum
+/// over blocks, in a fixed block order.
+pub fn aggregate_bwd(
+    inputs: BlockInputs,
+    heads: Heads,
+    grads: BlockGrads,
+    write: Write,
+) -> Result<()> {
+    let k = "gat::aggregate_bwd";
+    heads.check(k)?;
+    let BlockInputs {
+        block,
+        alpha,
+        a_dst,
+        a_src,
+        z_src,
+        grad_out,
+        out,
+    } = inputs;
+    let (h_n, c_n, d) = (heads.heads, heads.head_width, heads.width());
+    let src_rows = rows_of(k, "z_src", z_src.len(), d)?;
+    let rows = block.rows();
+    block.validate(k, src_rows, false)?;
+    check_len(k, "alpha", alpha.len(), block.nnz() * h_n)?;
+    check_len(k, "a_dst", a_dst.len(), rows * h_n)?;
+    check_len(k, "a_src", a_src.len(), src_rows * h_n)?;
+    check_len(k, "grad_out", grad_out.len(), rows * d)?;
+    check_len(k, "out", out.len(), rows * d)?;
+    check_len(k, "grad_z_src", grads.grad_z_src.len(), src_rows * d)?;
+    check_len(k, "grad_a_src", grads.grad_a_src.len(), src_rows * h_n)?;
+    check_len(k, "grad_a_dst", grads.grad_a_dst.len(), rows * h_n)?;
+    let init = match write {
+        Write::Overwrite => Init::Zero,
+        Write::Accumulate => Init::Out,
+    };
+
+    // Per destination row: du for each edge, and its sum into a_dst.
+    let mut du = vec![0.0f32; block.nnz() * h_n];
+    let du_pieces = split_by_rows(block, h_n, &mut du);
+    grads
+        .grad_a_dst
+        .par_chunks_mut(ROW_CHUNK * h_n)
+        .zip(du_pieces)
+        .enumerate()
+        .for_each(|(chunk, (ga_dst, du))| {
+            let r0 = chunk * ROW_CHUNK;
+            let e0 = block.row_start[r0] as usize;
+            let mut row_dot = vec![0.0f32; h_n];
+            for (i, ga) in ga_dst.chunks_exact_mut(h_n).enumerate() {
+                let r = r0 + i;
+                let g = &grad_out[r * d..(r + 1) * d];
+                let o = &out[r * d..(r + 1) * d];
+                for (h, t) in row_dot.iter_mut().enumerate() {
+                    let span = h * c_n..(h + 1) * c_n;
+                    *t = dot(&g[span.clone()], &o[span]);
+                }
+                init.apply(ga, r * h_n);
+                for e in block.edges(r) {
+                    let c = block.columns[e] as usize;
+                    let s = &z_src[c * d..(c + 1) * d];
+                    for h in 0..h_n {
+                        let span = h * c_n..(h + 1) * c_n;
+                        let dalpha = dot(&g[span.clone()], &s[span]);
+                        let ds = alpha[e * h_n + h] * (dalpha - row_dot[h]);
+                        let u = a_dst[r * h_n + h] + a_src[c * h_n + h];
+                        let v = ds * leaky_relu_grad(u);
+                        du[(e - e0) * h_n + h] = v;
+                        ga[h] += v;
+                    }
+                }
+            }
+        });
+
+    // Into source rows: the value path and the score path.
+    scatter(block, d, init, grads.grad_z_src, |e, r, row| {
+        let g = &grad_out[r * d..(r + 1) * d];
+        let a = &alpha[e * h_n..(e + 1) * h_n];
+        for ((o, g), &a) in row.chunks_exact_mut(c_n).zip(g.chunks_exact(c_n)).zip(a) {
+            for (o, &x) in o.iter_mut().zip(g) {
+                *o += a * x;
+            }
+        }
+    });
+    scatter(block, h_n, init, grads.grad_a_src, |e, _, row| {
+        for (o, &v) in row.iter_mut().zip(&du[e * h_n..(e + 1) * h_n]) {
+            *o += v;
+        }
+    });
+    Ok(())
+}
+
+/// Gradients [`node_scores_bwd`] writes for one partition.
+#[derive(Debug)]
+pub struct NodeScoreGrads<'a> {
+    /// `rows × H·C`: the score path is added to what it holds (the value
+    /// path from [`aggregate_bwd`]).
+    pub grad_z: &'a mut [f32],
+    /// `H·C` each: this partition's share, written as `write` says.
+    pub grad_att_src: &'a mut [f32],
+    pub grad_att_dst: &'a mut [f32],
+}
+
+/// Backward of [`node_scores`] for one partition: `grad_z[v]_h +=
+/// grad_a_src[v,h]·att_src_h + grad_a_dst[v,h]·att_dst_h`, and
+/// `grad_att_src_h = Σ_v grad_a_src[v,h]·z[v]_h` (same for `dst`), one
+/// partial per [`REDUCE_ROWS`] rows added in order.
+#[allow(clippy::too_many_arguments)]
+pub fn node_scores_bwd(
+    z: &[f32],
+    heads: Heads,
+    att_src: &[f32],
+    att_dst: &[f32],
+    grad_a_src: &[f32],
+    grad_a_dst: &[f32],
+    grads: NodeScoreGrads,
+    write: Write,
+) -> Result<()> {
+    let k = "gat::node_scores_bwd";
+    heads.check(k)?;
+    let (h_n, c_n, d) = (heads.heads, heads.head_width, heads.width());
+    let rows = rows_of(k, "z", z.len(), d)?;
+    check_len(k, "att_src", att_src.len(), d)?;
+    check_len(k, "att_dst", att_dst.len(), d)?;
+    check_len(k, "grad_a_src", grad_a_src.len(), rows * h_n)?;
+    check_len(k, "grad_a_dst", grad_a_dst.len(), rows * h_n)?;
+    check_len(k, "grad_z", grads.grad_z.len(), rows * d)?;
+    check_len(k, "grad_att_src", grads.grad_att_src.len(), d)?;
+    check_len(k, "grad_att_dst", grads.grad_att_dst.len(), d)?;
+
+    grads
+        .grad_z
+        .par_chunks_mut(ROW_CHUNK * d)
+        .enumerate()
+        .for_each(|(chunk, part)| {
+            for (i, row) in part.chunks_exact_mut(d).enumerate() {
+                let v = chunk * ROW_CHUNK + i;
+                for h in 0..h_n {
+                    let (gs, gd) = (grad_a_src[v * h_n + h], grad_a_dst[v * h_n + h]);
+                    let span = h * c_n..(h + 1) * c_n;
+                    let targets = row[span.clone()].iter_mut();
+                    for ((o, &s), &t) in targets.zip(&att_src[span.clone()]).zip(&att_dst[span]) {
+                        *o += gs * s + gd * t;
+                    }
+                }
+            }
+        });
+
+    // [grad_att_src | grad_att_dst] partials per REDUCE_ROWS rows.
+    let partials: Vec<Vec<f32>> = (0..rows.div_ceil(REDUCE_ROWS))
+        .into_par_iter()
+        .map(|chunk| {
+            let mut part = vec![0.0f32; 2 * d];
+            let (ps, pd) = part.split_at_mut(d);
+            for v in chunk * REDUCE_ROWS..((chunk + 1) * REDUCE_ROWS).min(rows) {
+                let zr = &z[v * d..(v + 1) * d];
+                for h in 0..h_n {
+                    let (gs, gd) = (grad_a_src[v * h_n + h], grad_a_dst[v * h_n + h]);
+                    let span = h * c_n..(h + 1) * c_n;
+                    let targets = ps[span.clone()].iter_mut().zip(&mut pd[span.clone()]);
+                    for ((s, t), &x) in targets.zip(&zr[span]) {
+                        *s += gs * x;
+                        *t += gd * x;
+                    }
+                }
+            }
+            part
+        })
+        .collect();
+    let pairs = grads
+        .grad_att_src
+        .iter_mut()
+        .zip(grads.grad_att_dst.iter_mut());
+    for (f, (s, t)) in pairs.enumerate() {
+        if write == Write::Overwrite {
+            *s = 0.0;
+            *t = 0.0;
+        }
+        for p in &partials {
+            *s += p[f];
+            *t += p[d + f];
+        }
+    }
+    Ok(())
+}

@@ -26,7 +26,8 @@
 //! however the rows are split.
 //!
 //! Architecture invariant: bad shapes return [`Error::InvalidInput`]; no
-//! kernel panics on its inputs, and no kernel uses `unsafe`.
+//! kernel panics on its inputs. The only `unsafe` is the cache prefetch
+//! hint in [`sparse`], which cannot fault.
 
 pub mod activation;
 pub mod dense;

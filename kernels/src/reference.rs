@@ -209,3 +209,129 @@ pub fn adam_step(
         w[i] -= adam.lr as f64 * m_hat / (v_hat.sqrt() + adam.eps as f64);
     }
 }
+
+/// Gradients of [`gat`]: `(dz, datt_src, datt_dst)`.
+pub type GatGrads = (Vec<f64>, Vec<f64>, Vec<f64>);
+
+/// Per-edge quantities of GAT on a whole graph: `(u, alpha)`, `nnz × H`.
+fn gat_alpha(
+    csr: &crate::Csr,
+    z: &[f64],
+    heads: usize,
+    c_n: usize,
+    att_src: &[f64],
+    att_dst: &[f64],
+) -> (Vec<f64>, Vec<f64>) {
+    let d = heads * c_n;
+    let score = |v: usize, h: usize, att: &[f64]| {
+        (0..c_n)
+            .map(|k| att[h * c_n + k] * z[v * d + h * c_n + k])
+            .sum::<f64>()
+    };
+    let nnz = csr.columns.len();
+    let mut u = vec![0.0; nnz * heads];
+    let mut alpha = vec![0.0; nnz * heads];
+    for r in 0..csr.rows() {
+        let edges = csr.row_start[r] as usize..csr.row_start[r + 1] as usize;
+        for h in 0..heads {
+            for e in edges.clone() {
+                u[e * heads + h] =
+                    score(r, h, att_dst) + score(csr.columns[e] as usize, h, att_src);
+            }
+            let s = |e: usize| {
+                let x = u[e * heads + h];
+                if x > 0.0 {
+                    x
+                } else {
+                    0.2 * x
+                }
+            };
+            let total: f64 = edges.clone().map(|e| s(e).exp()).sum();
+            for e in edges.clone() {
+                alpha[e * heads + h] = s(e).exp() / total;
+            }
+        }
+    }
+    (u, alpha)
+}
+
+/// GAT's attention aggregation on a whole graph (`csr` rows by
+/// destination, square): `out[r]_h = Σ_e alpha_e z[c]_h`, without bias.
+pub fn gat(
+    csr: &crate::Csr,
+    z: &[f64],
+    heads: usize,
+    c_n: usize,
+    att_src: &[f64],
+    att_dst: &[f64],
+) -> Vec<f64> {
+    let d = heads * c_n;
+    let (_, alpha) = gat_alpha(csr, z, heads, c_n, att_src, att_dst);
+    let mut out = vec![0.0; csr.rows() * d];
+    for r in 0..csr.rows() {
+        for e in csr.row_start[r] as usize..csr.row_start[r + 1] as usize {
+            let c = csr.columns[e] as usize;
+            for f in 0..d {
+                out[r * d + f] += alpha[e * heads + f / c_n] * z[c * d + f];
+            }
+        }
+    }
+    out
+}
+
+/// Backward of [`gat`] given `dout`, with the softmax backward summed
+/// explicitly over each row's edges.
+pub fn gat_bwd(
+    csr: &crate::Csr,
+    z: &[f64],
+    heads: usize,
+    c_n: usize,
+    att_src: &[f64],
+    att_dst: &[f64],
+    dout: &[f64],
+) -> GatGrads {
+    let d = heads * c_n;
+    let n = csr.rows();
+    let (u, alpha) = gat_alpha(csr, z, heads, c_n, att_src, att_dst);
+    let mut dz = vec![0.0; n * d];
+    let mut da_src = vec![0.0; n * heads];
+    let mut da_dst = vec![0.0; n * heads];
+    for r in 0..n {
+        let edges = csr.row_start[r] as usize..csr.row_start[r + 1] as usize;
+        for h in 0..heads {
+            let dalpha = |e: usize| {
+                let c = csr.columns[e] as usize;
+                (0..c_n)
+                    .map(|k| dout[r * d + h * c_n + k] * z[c * d + h * c_n + k])
+                    .sum::<f64>()
+            };
+            let weighted: f64 = edges
+                .clone()
+                .map(|e| alpha[e * heads + h] * dalpha(e))
+                .sum();
+            for e in edges.clone() {
+                let c = csr.columns[e] as usize;
+                let a = alpha[e * heads + h];
+                let ds = a * (dalpha(e) - weighted);
+                let du = ds * if u[e * heads + h] > 0.0 { 1.0 } else { 0.2 };
+                da_src[c * heads + h] += du;
+                da_dst[r * heads + h] += du;
+                for k in 0..c_n {
+                    dz[c * d + h * c_n + k] += a * dout[r * d + h * c_n + k];
+                }
+            }
+        }
+    }
+    let mut datt_src = vec![0.0; d];
+    let mut datt_dst = vec![0.0; d];
+    for v in 0..n {
+        for f in 0..d {
+            let h = f / c_n;
+            dz[v * d + f] +=
+                da_src[v * heads + h] * att_src[f] + da_dst[v * heads + h] * att_dst[f];
+            datt_src[f] += da_src[v * heads + h] * z[v * d + f];
+            datt_dst[f] += da_dst[v * heads + h] * z[v * d + f];
+        }
+    }
+    (dz, datt_src, datt_dst)
+}

@@ -95,16 +95,23 @@ fn gather(
         .enumerate()
         .for_each(|(chunk, out_chunk)| {
             let mut factors = vec![0.0f32; if mask.is_some() { width } else { 0 }];
+            let rows_end = ((chunk + 1) * ROW_CHUNK).min(block.rows());
+            let chunk_end = block.row_start[rows_end] as usize;
             for (k, out_row) in out_chunk.chunks_exact_mut(width).enumerate() {
                 let r = chunk * ROW_CHUNK + k;
                 init.apply(out_row, r * width);
                 let edges = block.edges(r);
+                let ahead = &block.columns[edges.start..chunk_end.max(edges.start)];
                 let columns = &block.columns[edges.clone()];
                 let weights = &block.weights[edges];
                 match &mask {
-                    None => row_gather(out_row, columns, weights, src, width),
+                    None => row_gather(out_row, columns, weights, ahead, src, width),
                     Some(mask) => {
-                        for (&c, &w) in columns.iter().zip(weights) {
+                        for (k, (&c, &w)) in columns.iter().zip(weights).enumerate() {
+                            if let Some(&next) = ahead.get(k + PREFETCH_EDGES) {
+                                let next = next as usize;
+                                prefetch_row(&src[next * width..(next + 1) * width]);
+                            }
                             let c = c as usize;
                             mask.fill((src_row0 + c as u64) * width as u64, &mut factors);
                             let s = &src[c * width..(c + 1) * width];
@@ -118,25 +125,60 @@ fn gather(
         });
 }
 
+/// Edges ahead whose source rows are prefetched in the gather.
+const PREFETCH_EDGES: usize = 8;
+
+/// Hints the CPU to load the cache lines of `row` (a source row about to be
+/// gathered). Random gathers are latency-bound; this overlaps the misses.
+#[inline(always)]
+fn prefetch_row(row: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        const LINE_F32: usize = 16;
+        for k in (0..row.len()).step_by(LINE_F32) {
+            // SAFETY: a prefetch is only a hint; it never faults and has no
+            // effect on program state, and `k` is in bounds of `row`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().add(k).cast()) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = row;
+}
+
 /// `out_row += Σ w_e · src[c_e]`, two edges a pass. The sum is formed as
-/// `(o + w0·s0) + w1·s1`, the same rounding as one edge at a time.
+/// `(o + w0·s0) + w1·s1`, the same rounding as one edge at a time. The
+/// source rows `PREFETCH_EDGES` edges ahead are prefetched: `ahead` holds
+/// the columns from this row's first edge to the end of the chunk, so the
+/// prefetch runs on into the next rows.
 #[inline]
-fn row_gather(out_row: &mut [f32], columns: &[u32], weights: &[f32], src: &[f32], width: usize) {
-    let mut pairs_c = columns.chunks_exact(2);
-    let mut pairs_w = weights.chunks_exact(2);
-    for (c, w) in (&mut pairs_c).zip(&mut pairs_w) {
-        let (c0, c1) = (c[0] as usize, c[1] as usize);
-        let (w0, w1) = (w[0], w[1]);
-        let s0 = &src[c0 * width..(c0 + 1) * width];
-        let s1 = &src[c1 * width..(c1 + 1) * width];
+fn row_gather(
+    out_row: &mut [f32],
+    columns: &[u32],
+    weights: &[f32],
+    ahead: &[u32],
+    src: &[f32],
+    width: usize,
+) {
+    let src_row = |c: u32| &src[c as usize * width..(c as usize + 1) * width];
+    let mut e = 0;
+    while e + 2 <= columns.len() {
+        for &c in ahead.iter().skip(e + PREFETCH_EDGES).take(2) {
+            prefetch_row(src_row(c));
+        }
+        let (w0, w1) = (weights[e], weights[e + 1]);
+        let (s0, s1) = (src_row(columns[e]), src_row(columns[e + 1]));
         for ((o, &x0), &x1) in out_row.iter_mut().zip(s0).zip(s1) {
             *o = (*o + w0 * x0) + w1 * x1;
         }
+        e += 2;
     }
-    for (&c, &w) in pairs_c.remainder().iter().zip(pairs_w.remainder()) {
-        let c = c as usize;
-        let s = &src[c * width..(c + 1) * width];
-        for (o, &x) in out_row.iter_mut().zip(s) {
+    if e < columns.len() {
+        if let Some(&c) = ahead.get(e + PREFETCH_EDGES) {
+            prefetch_row(src_row(c));
+        }
+        let w = weights[e];
+        for (o, &x) in out_row.iter_mut().zip(src_row(columns[e])) {
             *o += w * x;
         }
     }
@@ -162,6 +204,12 @@ where
             init.apply(part, lo * width);
             for r in 0..block.rows() {
                 for e in block.edges(r) {
+                    if let Some(&next) = block.columns.get(e + PREFETCH_EDGES) {
+                        let next = next as usize;
+                        if (lo..hi).contains(&next) {
+                            prefetch_row(&part[(next - lo) * width..(next - lo + 1) * width]);
+                        }
+                    }
                     let c = block.columns[e] as usize;
                     if (lo..hi).contains(&c) {
                         f(e, r, &mut part[(c - lo) * width..(c - lo + 1) * width]);

@@ -2,6 +2,7 @@
 //! and bit-identity across thread counts.
 
 mod core;
+mod gat;
 
 use crate::{Block, Csr};
 
@@ -64,7 +65,6 @@ pub(crate) fn random_block(
 }
 
 /// A random graph on `nodes` vertices (no self loops guaranteed).
-#[allow(dead_code)]
 pub(crate) fn random_csr(rng: &mut Rng, nodes: usize, edges: usize) -> Csr {
     let src: Vec<u64> = (0..edges).map(|_| rng.below(nodes) as u64).collect();
     let dst: Vec<u64> = (0..edges).map(|_| rng.below(nodes) as u64).collect();

@@ -1,0 +1,251 @@
+//! GAT: the reference against finite differences, and the block-by-block
+//! kernels against the reference, across thread counts.
+
+use super::*;
+use crate::gat::*;
+use crate::reference as reference64;
+use crate::{BlockRef, Init, Write};
+
+#[test]
+fn reference_gat_backward_matches_finite_differences() {
+    let mut rng = Rng::new(20);
+    let (n, heads, c_n) = (7, 2, 3);
+    let d = heads * c_n;
+    let mut csr = random_csr(&mut rng, n, 20);
+    // Vertex 0 has no in-edges.
+    let keep: Vec<u32> = csr.row(0).to_vec();
+    if !keep.is_empty() {
+        let cut = csr.row_start[1] as usize;
+        csr.columns.drain(..cut);
+        for s in csr.row_start.iter_mut().skip(1) {
+            *s -= cut as u64;
+        }
+    }
+    let z = to64(&rng.vec(n * d));
+    let att_src = to64(&rng.vec(d));
+    let att_dst = to64(&rng.vec(d));
+    let g = to64(&rng.vec(n * d));
+    let loss =
+        |z: &[f64], s: &[f64], t: &[f64]| dot(&reference64::gat(&csr, z, heads, c_n, s, t), &g);
+    let (dz, ds, dt) = reference64::gat_bwd(&csr, &z, heads, c_n, &att_src, &att_dst, &g);
+    assert_close64(
+        "dz",
+        &dz,
+        &numeric_grad(&z, |z| loss(z, &att_src, &att_dst)),
+        1e-6,
+    );
+    assert_close64(
+        "datt_src",
+        &ds,
+        &numeric_grad(&att_src, |s| loss(&z, s, &att_dst)),
+        1e-6,
+    );
+    assert_close64(
+        "datt_dst",
+        &dt,
+        &numeric_grad(&att_dst, |t| loss(&z, &att_src, t)),
+        1e-6,
+    );
+}
+
+/// The executor's sequence on partitions `bounds`: forward per destination
+/// partition over its source blocks, backward per block, then the node
+/// score path per partition. Returns `out`, `dz`, `datt_src`, `datt_dst`
+/// concatenated.
+fn blockwise(
+    csr: &Csr,
+    bounds: &[usize],
+    z: &[f32],
+    heads: Heads,
+    att: (&[f32], &[f32]),
+    dout: &[f32],
+) -> Vec<f32> {
+    let (att_src, att_dst) = att;
+    let (h_n, d) = (heads.heads, heads.width());
+    let parts = bounds.len() - 1;
+    let range = |p: usize| bounds[p]..bounds[p + 1];
+    let rows = |p: usize| bounds[p + 1] - bounds[p];
+    let ones = vec![1.0; csr.columns.len()];
+    let blocks: Vec<Vec<Block>> = (0..parts)
+        .map(|i| {
+            (0..parts)
+                .map(|j| Block::from_csr(csr, &ones, range(i), range(j)))
+                .collect()
+        })
+        .collect();
+    let zp: Vec<&[f32]> = (0..parts)
+        .map(|p| &z[bounds[p] * d..bounds[p + 1] * d])
+        .collect();
+    let mut a_src: Vec<Vec<f32>> = (0..parts).map(|p| vec![0.0; rows(p) * h_n]).collect();
+    let mut a_dst = a_src.clone();
+    for p in 0..parts {
+        node_scores(zp[p], heads, att_src, att_dst, &mut a_src[p], &mut a_dst[p]).unwrap();
+    }
+
+    let mut alpha: Vec<Vec<Vec<f32>>> = Vec::new();
+    let mut out: Vec<Vec<f32>> = Vec::new();
+    for i in 0..parts {
+        let mut scores: Vec<Vec<f32>> = (0..parts)
+            .map(|j| {
+                let b = blocks[i][j].as_ref();
+                let mut s = vec![0.0; b.nnz() * h_n];
+                edge_scores(b, &a_dst[i], &a_src[j], h_n, &mut s).unwrap();
+                s
+            })
+            .collect();
+        let refs: Vec<BlockRef> = blocks[i].iter().map(Block::as_ref).collect();
+        let mut slices: Vec<&mut [f32]> = scores.iter_mut().map(Vec::as_mut_slice).collect();
+        edge_softmax(&refs, h_n, &mut slices).unwrap();
+        let mut o = vec![f32::NAN; rows(i) * d];
+        for j in 0..parts {
+            let init = if j == 0 { Init::Zero } else { Init::Out };
+            aggregate(refs[j], &scores[j], zp[j], heads, init, &mut o).unwrap();
+        }
+        alpha.push(scores);
+        out.push(o);
+    }
+
+    let mut gz: Vec<Vec<f32>> = (0..parts).map(|p| vec![0.0; rows(p) * d]).collect();
+    let mut ga_src: Vec<Vec<f32>> = (0..parts).map(|p| vec![0.0; rows(p) * h_n]).collect();
+    let mut ga_dst = ga_src.clone();
+    for i in 0..parts {
+        let grad_out = &dout[bounds[i] * d..bounds[i + 1] * d];
+        for j in 0..parts {
+            let inputs = BlockInputs {
+                block: blocks[i][j].as_ref(),
+                alpha: &alpha[i][j],
+                a_dst: &a_dst[i],
+                a_src: &a_src[j],
+                z_src: zp[j],
+                grad_out,
+                out: &out[i],
+            };
+            let grads = BlockGrads {
+                grad_z_src: &mut gz[j],
+                grad_a_src: &mut ga_src[j],
+                grad_a_dst: &mut ga_dst[i],
+            };
+            aggregate_bwd(inputs, heads, grads, Write::Accumulate).unwrap();
+        }
+    }
+    let mut gatt_src = vec![f32::NAN; d];
+    let mut gatt_dst = vec![f32::NAN; d];
+    for p in 0..parts {
+        let grads = NodeScoreGrads {
+            grad_z: &mut gz[p],
+            grad_att_src: &mut gatt_src,
+            grad_att_dst: &mut gatt_dst,
+        };
+        let write = if p == 0 {
+            Write::Overwrite
+        } else {
+            Write::Accumulate
+        };
+        node_scores_bwd(
+            zp[p], heads, att_src, att_dst, &ga_src[p], &ga_dst[p], grads, write,
+        )
+        .unwrap();
+    }
+    let mut all: Vec<f32> = out.concat();
+    all.extend(gz.concat());
+    all.extend(gatt_src);
+    all.extend(gatt_dst);
+    all
+}
+
+fn check_blockwise(seed: u64, n: usize, edges: usize, bounds: &[usize], heads: Heads) {
+    let mut rng = Rng::new(seed);
+    let d = heads.width();
+    let csr = random_csr(&mut rng, n, edges);
+    let z = rng.vec(n * d);
+    let att_src = rng.vec(d);
+    let att_dst = rng.vec(d);
+    let dout = rng.vec(n * d);
+    let got = same_bits_across_threads("gat", || {
+        blockwise(&csr, bounds, &z, heads, (&att_src, &att_dst), &dout)
+    });
+
+    let (h_n, c_n) = (heads.heads, heads.head_width);
+    let z64 = to64(&z);
+    let (s64, t64) = (to64(&att_src), to64(&att_dst));
+    let out = reference64::gat(&csr, &z64, h_n, c_n, &s64, &t64);
+    let (dz, ds, dt) = reference64::gat_bwd(&csr, &z64, h_n, c_n, &s64, &t64, &to64(&dout));
+    let (got_out, rest) = got.split_at(n * d);
+    let (got_dz, rest) = rest.split_at(n * d);
+    let (got_ds, got_dt) = rest.split_at(d);
+    assert_close("gat out", got_out, &out, 1e-5);
+    assert_close("gat dz", got_dz, &dz, 1e-4);
+    assert_close("gat datt_src", got_ds, &ds, 1e-4);
+    assert_close("gat datt_dst", got_dt, &dt, 1e-4);
+}
+
+#[test]
+fn blockwise_gat_matches_reference() {
+    // Uneven partitions, some rows without edges.
+    check_blockwise(
+        21,
+        50,
+        120,
+        &[0, 13, 31, 50],
+        Heads {
+            heads: 2,
+            head_width: 3,
+        },
+    );
+    // One head of width 1, one partition.
+    check_blockwise(
+        22,
+        9,
+        20,
+        &[0, 9],
+        Heads {
+            heads: 1,
+            head_width: 1,
+        },
+    );
+    // A partition with no rows.
+    check_blockwise(
+        23,
+        12,
+        30,
+        &[0, 0, 12],
+        Heads {
+            heads: 3,
+            head_width: 2,
+        },
+    );
+}
+
+#[test]
+fn blockwise_gat_is_deterministic_at_size() {
+    // Crosses ROW_CHUNK, SCATTER_MIN_ROWS and REDUCE_ROWS.
+    check_blockwise(
+        24,
+        9000,
+        40_000,
+        &[0, 4500, 9000],
+        Heads {
+            heads: 2,
+            head_width: 2,
+        },
+    );
+}
+
+#[test]
+fn edge_softmax_checks_its_inputs() {
+    let a = Block {
+        row_start: vec![0, 1],
+        columns: vec![0],
+        weights: vec![],
+    };
+    let b = Block {
+        row_start: vec![0, 0, 0],
+        ..Block::default()
+    };
+    let mut s = vec![0.5f32, 0.1];
+    let mut empty: Vec<f32> = vec![];
+    assert!(edge_softmax(&[a.as_ref(), b.as_ref()], 2, &mut [&mut s, &mut empty]).is_err());
+    assert!(edge_softmax(&[a.as_ref()], 2, &mut [&mut s[..1]]).is_err());
+    edge_softmax(&[a.as_ref()], 2, &mut [&mut s]).unwrap();
+    assert_eq!(s, vec![1.0, 1.0]);
+}
