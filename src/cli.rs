@@ -18,6 +18,7 @@ use fateplan::profiles;
 use fateplan::runtime::graph::GraphData;
 
 use crate::simulate::{self, SimulateArgs, ViolationsFound};
+use crate::train::{self, TrainArgs};
 
 #[derive(Parser)]
 #[command(
@@ -41,6 +42,8 @@ enum Command {
     /// Plan one workload with every policy and print the table: predicted
     /// time, peak per tier, and which cannot fit.
     Compare(PlanArgs),
+    /// Train a GNN for real on the CPU backend, executing a plan under its budgets.
+    Train(TrainArgs),
 }
 
 #[derive(Args)]
@@ -132,6 +135,7 @@ pub fn main() -> ExitCode {
         Command::Workloads => run_workloads(),
         Command::Simulate(args) => simulate::run(&args, load_profile),
         Command::Compare(args) => run_compare(&args),
+        Command::Train(args) => train::run(&args, load_profile),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,6 +3,7 @@
 
 mod cli;
 mod simulate;
+mod train;
 
 fn main() -> std::process::ExitCode {
     cli::main()

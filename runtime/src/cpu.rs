@@ -14,7 +14,9 @@
 //! layer's aggregation (the dropped features never exist in memory); for
 //! GraphSAGE it applies to the neighbour term only.
 
-use fateplan_kernels::{activation, dense, dropout::Dropout, loss, optim::Adam, sparse};
+use fateplan_kernels::{
+    activation, dense, dropout::Dropout, loss, optim::Adam, sparse, BlockRef, Write,
+};
 use fateplan_planner::gnn::GnnModel;
 use fateplan_planner::workload::{Op, Tensor};
 
@@ -111,8 +113,8 @@ const SITE_HIDDEN: u64 = 1;
 pub struct CpuGnn {
     graph: GraphInput,
     hyper: Hyper,
-        mode: Mode,
-        /// Training iterations begun: Adam's step count.
+    mode: Mode,
+    /// Training iterations begun: Adam's step count.
     updates: u32,
     train_nodes: usize,
     metrics: Metrics,
@@ -175,7 +177,7 @@ impl CpuGnn {
             graph,
             hyper,
             mode: Mode::Train,
-                        updates: 0,
+            updates: 0,
             train_nodes,
             metrics: Metrics::default(),
         })
@@ -245,21 +247,35 @@ impl CpuGnn {
         w
     }
 
-    fn loss_metrics(&mut self, part: usize, logits: &[f32], labels: &[i64]) -> Result<f32, ExecError> {
+    fn loss_metrics(
+        &mut self,
+        part: usize,
+        logits: &[f32],
+        labels: &[i64],
+    ) -> Result<f32, ExecError> {
         let rows = self.graph.rows(part);
         let classes = self.graph.classes;
         let train = &self.graph.train_mask[rows.clone()];
-        let value = loss::softmax_cross_entropy(logits, rows.len(), classes, labels, train, self.train_nodes.max(1))
-            .map_err(kernel)?;
+        let value = loss::softmax_cross_entropy(
+            logits,
+            rows.len(),
+            classes,
+            labels,
+            train,
+            self.train_nodes.max(1),
+        )
+        .map_err(kernel)?;
         self.metrics.loss += value;
-        let count = |mask: &[bool]| loss::accuracy(logits, rows.len(), classes, labels, mask);
-        let (c, t) = count(train);
+        let n = rows.len();
+        let count =
+            |mask: &[bool]| loss::accuracy(logits, n, classes, labels, mask).map_err(kernel);
+        let (c, t) = count(train)?;
         self.metrics.train_correct += c as u64;
         self.metrics.train_total += t as u64;
-        let (c, t) = count(&self.graph.val_mask[rows.clone()]);
+        let (c, t) = count(&self.graph.val_mask[rows.clone()])?;
         self.metrics.val_correct += c as u64;
         self.metrics.val_total += t as u64;
-        let (c, t) = count(&self.graph.test_mask[rows]);
+        let (c, t) = count(&self.graph.test_mask[rows])?;
         self.metrics.test_correct += c as u64;
         self.metrics.test_total += t as u64;
         Ok(value as f32)
@@ -288,11 +304,16 @@ impl Backend for CpuGnn {
                 let (d_in, d_out) = self.dims(name.get('l')?);
                 Data::F32(vec![0.0; self.terms() * d_in * d_out + d_out])
             }
-            _ => return Err(ExecError::Internal(format!("unexpected external tensor {}", tensor.name))),
+            _ => {
+                return Err(ExecError::Internal(format!(
+                    "unexpected external tensor {}",
+                    tensor.name
+                )))
+            }
         })
     }
 
-        fn begin_iteration(&mut self, _iteration: u64) -> Result<(), ExecError> {
+    fn begin_iteration(&mut self, _iteration: u64) -> Result<(), ExecError> {
         self.metrics = Metrics::default();
         if self.mode == Mode::Train {
             self.updates += 1;
@@ -312,7 +333,7 @@ impl Backend for CpuGnn {
                 let init = inputs.get(2).map(|d| d.f32()).transpose()?;
                 let rows = block.row_start.len() - 1;
                 let mut out = vec![0.0f32; rows * d_in];
-                let view = sparse::BlockRef {
+                let view = BlockRef {
                     row_start: &block.row_start,
                     columns: &block.columns,
                     weights: &block.weights,
@@ -320,10 +341,19 @@ impl Backend for CpuGnn {
                 match self.dropout(SITE_INPUT, l).filter(|_| l == 1) {
                     Some(mask) => {
                         let src_row0 = self.graph.offsets[j];
-                        sparse::spmm_dropout(&view, src, d_in, init, &mut out, &mask, src_row0)
+                        sparse::spmm_dropout(
+                            view,
+                            src,
+                            d_in,
+                            init.into(),
+                            &mut out,
+                            &mask,
+                            src_row0,
+                        )
                     }
-                    None => sparse::spmm(&view, src, d_in, init, &mut out),
+                    None => sparse::spmm(view, src, d_in, init.into(), &mut out),
                 }
+                .map_err(kernel)?;
                 let _ = i;
                 Ok(vec![Data::F32(out)])
             }
@@ -331,10 +361,13 @@ impl Backend for CpuGnn {
                 let l = name.get('l')?;
                 let (d_in, d_out) = self.dims(l);
                 let w = inputs[terms].f32()?;
-                let xs: Vec<&[f32]> = inputs[..terms].iter().map(|d| d.f32()).collect::<Result<_, _>>()?;
+                let xs: Vec<&[f32]> = inputs[..terms]
+                    .iter()
+                    .map(|d| d.f32())
+                    .collect::<Result<_, _>>()?;
                 let rows = xs[0].len() / d_in;
                 let mut out = vec![0.0f32; rows * d_out];
-                dense::linear(&xs, rows, d_in, w, d_out, &mut out);
+                dense::linear(&xs, rows, d_in, w, d_out, &mut out).map_err(kernel)?;
                 Ok(vec![Data::F32(out)])
             }
             "relu" => {
@@ -343,7 +376,8 @@ impl Backend for CpuGnn {
                 let z = inputs[0].f32()?;
                 let mut out = vec![0.0f32; z.len()];
                 let mask = self.dropout(SITE_HIDDEN, l);
-                activation::relu_dropout(z, &mut out, d_out, self.graph.offsets[i], mask.as_ref());
+                activation::relu_dropout(z, &mut out, d_out, self.graph.offsets[i], mask.as_ref())
+                    .map_err(kernel)?;
                 Ok(vec![Data::F32(out)])
             }
             "relu_bwd" => {
@@ -352,7 +386,15 @@ impl Backend for CpuGnn {
                 let (grad, z) = (inputs[0].f32()?, inputs[1].f32()?);
                 let mut out = vec![0.0f32; z.len()];
                 let mask = self.dropout(SITE_HIDDEN, l);
-                activation::relu_dropout_bwd(grad, z, d_out, self.graph.offsets[i], mask.as_ref(), &mut out);
+                activation::relu_dropout_bwd(
+                    grad,
+                    z,
+                    d_out,
+                    self.graph.offsets[i],
+                    mask.as_ref(),
+                    &mut out,
+                )
+                .map_err(kernel)?;
                 Ok(vec![Data::F32(out)])
             }
             "loss" => {
@@ -381,17 +423,33 @@ impl Backend for CpuGnn {
                 let l = name.get('l')?;
                 let (d_in, d_out) = self.dims(l);
                 let dz = inputs[0].f32()?;
-                let xs: Vec<&[f32]> = inputs[1..1 + terms].iter().map(|d| d.f32()).collect::<Result<_, _>>()?;
+                let xs: Vec<&[f32]> = inputs[1..1 + terms]
+                    .iter()
+                    .map(|d| d.f32())
+                    .collect::<Result<_, _>>()?;
                 let w = inputs[1 + terms].f32()?;
                 let rows = dz.len() / d_out;
                 let mut dw = vec![0.0f32; w.len()];
                 let mut outputs = Vec::new();
                 if l > 1 {
                     // Outputs: grad_w, grad_agg, then (SAGE) grad_self.
-                    let mut grads: Vec<Vec<f32>> = (0..terms).map(|_| vec![0.0f32; rows * d_in]).collect();
+                    let mut grads: Vec<Vec<f32>> =
+                        (0..terms).map(|_| vec![0.0f32; rows * d_in]).collect();
                     {
-                        let mut refs: Vec<Option<&mut [f32]>> = grads.iter_mut().map(|g| Some(g.as_mut_slice())).collect();
-                        dense::linear_bwd(dz, &xs, rows, d_in, w, d_out, &mut dw, &mut refs);
+                        let mut refs: Vec<Option<&mut [f32]>> =
+                            grads.iter_mut().map(|g| Some(g.as_mut_slice())).collect();
+                        dense::linear_bwd(
+                            dz,
+                            &xs,
+                            rows,
+                            d_in,
+                            w,
+                            d_out,
+                            &mut dw,
+                            &mut refs,
+                            Write::Overwrite,
+                        )
+                        .map_err(kernel)?;
                     }
                     outputs.push(Data::F32(dw));
                     if terms == 2 {
@@ -404,15 +462,27 @@ impl Backend for CpuGnn {
                     }
                 } else {
                     let mut none: Vec<Option<&mut [f32]>> = (0..terms).map(|_| None).collect();
-                    dense::linear_bwd(dz, &xs, rows, d_in, w, d_out, &mut dw, &mut none);
+                    dense::linear_bwd(
+                        dz,
+                        &xs,
+                        rows,
+                        d_in,
+                        w,
+                        d_out,
+                        &mut dw,
+                        &mut none,
+                        Write::Overwrite,
+                    )
+                    .map_err(kernel)?;
                     outputs.push(Data::F32(dw));
                 }
                 Ok(outputs)
             }
             "grad_accumulate" => {
-                let parts: Vec<&[f32]> = inputs.iter().map(|d| d.f32()).collect::<Result<_, _>>()?;
+                let parts: Vec<&[f32]> =
+                    inputs.iter().map(|d| d.f32()).collect::<Result<_, _>>()?;
                 let mut out = vec![0.0f32; parts[0].len()];
-                dense::sum_into(&parts, &mut out);
+                dense::sum_into(&parts, &mut out).map_err(kernel)?;
                 Ok(vec![Data::F32(out)])
             }
             "agg_bwd" => {
@@ -424,23 +494,31 @@ impl Backend for CpuGnn {
                 let j = name.get('p')?;
                 let rows = self.graph.rows(j).len();
                 let mut out = vec![0.0f32; rows * d_in];
-                let view = sparse::BlockRef {
+                let view = BlockRef {
                     row_start: &block.row_start,
                     columns: &block.columns,
                     weights: &block.weights,
                 };
-                sparse::spmm_t(&view, grad, d_in, init, &mut out);
+                sparse::spmm_t(view, grad, d_in, init.into(), &mut out).map_err(kernel)?;
                 Ok(vec![Data::F32(out)])
             }
-            _ => Err(ExecError::Kernel(format!("the CPU backend cannot run {}", op.name))),
+            _ => Err(ExecError::Kernel(format!(
+                "the CPU backend cannot run {}",
+                op.name
+            ))),
         }
     }
 
-    fn update(&mut self, op: &Op, params: &mut [&mut Data], others: &[&Data]) -> Result<(), ExecError> {
+    fn update(
+        &mut self,
+        op: &Op,
+        params: &mut [&mut Data],
+        others: &[&Data],
+    ) -> Result<(), ExecError> {
         if self.mode == Mode::Eval {
             return Ok(());
         }
-                let name = Name::parse(&op.name)?;
+        let name = Name::parse(&op.name)?;
         let layer = name.get('l')?;
         let h = &self.hyper;
         let adam = Adam {
@@ -455,13 +533,17 @@ impl Backend for CpuGnn {
             },
         };
         let [w, m, v] = params else {
-            return Err(ExecError::Internal(format!("{} expects three parameters", op.name)));
+            return Err(ExecError::Internal(format!(
+                "{} expects three parameters",
+                op.name
+            )));
         };
         let grad = others
             .first()
             .ok_or_else(|| ExecError::Internal(format!("{} has no gradient", op.name)))?
             .f32()?;
-        adam.step(self.updates, w.f32_mut()?, grad, m.f32_mut()?, v.f32_mut()?);
+        adam.step(self.updates, w.f32_mut()?, grad, m.f32_mut()?, v.f32_mut()?)
+            .map_err(kernel)?;
         Ok(())
     }
 }

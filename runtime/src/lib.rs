@@ -10,6 +10,7 @@
 //!   modelled machine.
 
 pub mod blockcsr;
+pub mod cpu;
 pub mod csr;
 pub mod dataset;
 mod error;
@@ -19,5 +20,6 @@ pub mod graph;
 pub mod npy;
 pub mod sim;
 pub mod spill;
+pub mod train;
 
 pub use error::{Error, Result};

@@ -5,8 +5,6 @@
 use std::path::Path;
 use std::sync::Arc;
 
-
-
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -21,12 +19,18 @@ use crate::cpu::{CpuGnn, GraphInput, Hyper, Metrics, Mode};
 use crate::csr::Csr;
 use crate::dataset::Dataset;
 use crate::exec::data::{BlockData, Data};
-use crate::generate::GeneratorSpec;
 use crate::exec::{ExecError, ExecOptions, Executor, SsdTier, TraceSpan};
+use crate::generate::GeneratorSpec;
+use crate::spill::{SpillOptions, SpillStore};
 
 /// Builds the workload of `hyper` over `graph`'s partitions: the one a
 /// plan for this run must be made for.
-pub fn workload(graph: &GraphInput, counts: &BlockCounts, hyper: &Hyper, graph_name: &str) -> Result<Workload, ExecError> {
+pub fn workload(
+    graph: &GraphInput,
+    counts: &BlockCounts,
+    hyper: &Hyper,
+    graph_name: &str,
+) -> Result<Workload, ExecError> {
     let spec = GnnSpec {
         model: hyper.model,
         layers: hyper.layers,
@@ -101,13 +105,16 @@ pub fn train(
     let mut seconds = Vec::with_capacity(epochs as usize);
     let mut totals = (0.0, 0.0, 0.0);
     let mut moved = LinkBytes::default();
-    
+
     for epoch in 1..=epochs {
         executor.backend_mut().set_mode(Mode::Train);
         let report = executor.run_iteration()?;
         let metrics = executor.backend().metrics();
         if !metrics.loss.is_finite() {
-            return Err(ExecError::Kernel(format!("the loss is {} at epoch {epoch}: lower the learning rate", metrics.loss)));
+            return Err(ExecError::Kernel(format!(
+                "the loss is {} at epoch {epoch}: lower the learning rate",
+                metrics.loss
+            )));
         }
         losses.push(metrics.loss);
         seconds.push(report.iteration_s);
@@ -122,7 +129,7 @@ pub fn train(
             iteration_s: report.iteration_s,
         });
     }
-        let spans = executor.trace().to_vec();
+    let spans = executor.trace().to_vec();
     executor.backend_mut().set_mode(Mode::Eval);
     executor.run_iteration()?;
     let eval: Metrics = executor.backend().metrics();
@@ -130,15 +137,26 @@ pub fn train(
     for tensor in &plan.workload.definition.tensors {
         if tensor.kind == TensorKind::Parameter && tensor.name.starts_with("w[") {
             let Some(Data::F32(values)) = executor.device_data(tensor.id.index()) else {
-                return Err(ExecError::Internal(format!("weights {} are not on the device", tensor.name)));
+                return Err(ExecError::Internal(format!(
+                    "weights {} are not on the device",
+                    tensor.name
+                )));
             };
             for value in values {
                 hasher.update(value.to_le_bytes());
             }
         }
     }
-    let weights_sha256 = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    let timed = if seconds.len() > 1 { &seconds[1..] } else { &seconds[..] };
+    let weights_sha256 = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let timed = if seconds.len() > 1 {
+        &seconds[1..]
+    } else {
+        &seconds[..]
+    };
     let runs = epochs.max(1) as f64;
     Ok((
         TrainReport {
@@ -159,7 +177,7 @@ pub fn train(
             bytes_moved: moved,
             losses,
         },
-                spans,
+        spans,
     ))
 }
 
@@ -189,7 +207,11 @@ pub fn load_graph(source: &str) -> Result<Dataset, crate::Error> {
 
 /// Partitions `dataset` into `partitions` vertex ranges, normalises the
 /// blocks for `hyper.model`, and builds the workload.
-pub fn prepare(dataset: &Dataset, hyper: &Hyper, partitions: u32) -> Result<Prepared, crate::Error> {
+pub fn prepare(
+    dataset: &Dataset,
+    hyper: &Hyper,
+    partitions: u32,
+) -> Result<Prepared, crate::Error> {
     let counts = dataset.blocks(partitions)?;
     let csr = Csr::from_edges(dataset.nodes, &dataset.src, &dataset.dst)?;
     let blocks = BlockCsr::build(&csr, partitions, Normalization::for_model(hyper.model))?;
@@ -221,4 +243,51 @@ pub fn prepare(dataset: &Dataset, hyper: &Hyper, partitions: u32) -> Result<Prep
     let workload = workload(&input, &counts, hyper, &dataset.name)
         .map_err(|e| crate::Error::invalid(Path::new(&dataset.name), "model", e.to_string()))?;
     Ok(Prepared { workload, input })
+}
+
+/// Spill-file space a block may take beyond its bytes: the byte form's
+/// header and the padding to the store's alignment.
+pub const SPILL_SLACK_BYTES: u64 = crate::spill::ALIGN_BYTES as u64 + 64;
+
+impl SsdTier for SpillStore {
+    fn put(&self, key: u64, bytes: &[u8]) -> Result<(), ExecError> {
+        let ticket = self
+            .write(key, bytes)
+            .map_err(|e| ExecError::Ssd(e.to_string()))?;
+        self.wait(ticket)
+            .map_err(|e| ExecError::Ssd(e.to_string()))?;
+        Ok(())
+    }
+
+    fn get(&self, key: u64) -> Result<Vec<u8>, ExecError> {
+        let ticket = self.read(key).map_err(|e| ExecError::Ssd(e.to_string()))?;
+        let done = self
+            .wait(ticket)
+            .map_err(|e| ExecError::Ssd(e.to_string()))?;
+        Ok(done.buf.as_slice().to_vec())
+    }
+
+    fn remove(&self, key: u64) -> Result<(), ExecError> {
+        SpillStore::remove(self, key).map_err(|e| ExecError::Ssd(e.to_string()))
+    }
+}
+
+/// Opens the SSD tier in `dir` for a plan of `tensors` tensors whose SSD
+/// budget is `budget_bytes`. The executor's SSD arena enforces the plan's
+/// budget exactly; the store's own limit adds each block's slack.
+pub fn open_spill(
+    dir: &Path,
+    budget_bytes: u64,
+    tensors: usize,
+    options: Option<SpillOptions>,
+) -> Result<Arc<SpillStore>, crate::Error> {
+    let limit = budget_bytes.saturating_add(tensors as u64 * SPILL_SLACK_BYTES);
+    let options = options.unwrap_or_else(|| SpillOptions::with_budget(limit));
+    Ok(Arc::new(SpillStore::open(
+        dir,
+        SpillOptions {
+            budget_bytes: limit,
+            ..options
+        },
+    )?))
 }

@@ -1,0 +1,298 @@
+//! `fateplan train`: trains a GNN for real on the CPU backend under the
+//! plan's budgets.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use fateplan::planner::gnn::GnnModel;
+use fateplan::planner::plan::{Budgets, Plan};
+use fateplan::planner::units::{format_bytes, format_seconds, parse_bytes};
+use fateplan::planner::{plan, PlanOptions, Policy, Profile};
+use fateplan::runtime::cpu::Hyper;
+use fateplan::runtime::exec::SsdTier;
+use fateplan::runtime::train::{self, EpochStats};
+
+#[derive(Args)]
+pub struct TrainArgs {
+    /// The graph: a folder of PyG-named .npy files, or a generator spec such
+    /// as `rmat:scale=20,features=128,classes=16,seed=1` or
+    /// `planted:nodes=2000,classes=5,features=32,degree=8,homophily=0.8,seed=1`.
+    #[arg(long)]
+    graph: String,
+    /// gcn or sage.
+    #[arg(long, default_value = "gcn")]
+    model: String,
+    #[arg(long, default_value_t = 2)]
+    layers: u32,
+    #[arg(long, default_value_t = 16)]
+    hidden: u32,
+    /// Attention heads (GAT).
+    #[arg(long, default_value_t = 1)]
+    heads: u32,
+    #[arg(long, default_value_t = 200)]
+    epochs: u32,
+    #[arg(long, default_value_t = 0.01)]
+    lr: f32,
+    #[arg(long, default_value_t = 0.5)]
+    dropout: f32,
+    /// Adam weight decay (L2), on the first layer only unless
+    /// --weight-decay-all-layers (Kipf and Welling's GCN decays the first).
+    #[arg(long, default_value_t = 5e-4)]
+    weight_decay: f32,
+    #[arg(long)]
+    weight_decay_all_layers: bool,
+    /// Seed of the weights and the dropout masks.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Compute threads (default: every core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Vertex partitions of the workload.
+    #[arg(long, default_value_t = 4)]
+    partitions: u32,
+    /// Keep the features as they are (default: rows normalised to sum 1).
+    #[arg(long)]
+    raw_features: bool,
+    /// A plan made for this graph and model (`fateplan plan ... -o FILE`).
+    #[arg(long, conflicts_with = "policy")]
+    plan: Option<PathBuf>,
+    /// Plan on the spot with this policy (default dp).
+    #[arg(long)]
+    policy: Option<String>,
+    /// Profile to plan with.
+    #[arg(long, default_value = "cpu-small")]
+    profile: String,
+    /// Device arena budget: bytes (e.g. 64MiB) or a share of the
+    /// retain-all plan's peak (e.g. 25%).
+    #[arg(long)]
+    hbm_budget: Option<String>,
+    #[arg(long)]
+    host_budget: Option<String>,
+    #[arg(long)]
+    ssd_budget: Option<String>,
+    /// Directory for the SSD tier's spill files (needed when the plan uses the SSD).
+    #[arg(long)]
+    spill_dir: Option<PathBuf>,
+    /// Write the last training iteration's measured trace (Chrome trace events).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Result<()> {
+    if let Some(threads) = args.threads {
+        if threads == 0 {
+            bail!("--threads 0: expected at least 1");
+        }
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global()
+            .context("--threads")?;
+    }
+    let model = GnnModel::parse(&args.model)?;
+    let hyper = Hyper {
+        model,
+        layers: args.layers,
+        hidden: args.hidden,
+        heads: args.heads,
+        dropout: args.dropout,
+        lr: args.lr,
+        weight_decay: args.weight_decay,
+        weight_decay_all_layers: args.weight_decay_all_layers,
+        seed: args.seed,
+    };
+    if !(0.0..1.0).contains(&args.dropout) {
+        bail!(
+            "--dropout {}: expected a probability in [0, 1)",
+            args.dropout
+        );
+    }
+    if !(args.lr > 0.0 && args.lr.is_finite()) {
+        bail!("--lr {}: expected a positive number", args.lr);
+    }
+    if !(args.weight_decay >= 0.0 && args.weight_decay.is_finite()) {
+        bail!(
+            "--weight-decay {}: expected a number >= 0",
+            args.weight_decay
+        );
+    }
+    let mut dataset = train::load_graph(&args.graph)?;
+    if !args.raw_features {
+        dataset.row_normalize_features();
+    }
+    let prepared = train::prepare(&dataset, &hyper, args.partitions)?;
+    let profile = load_profile(&args.profile)?;
+    let plan = match &args.plan {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            Plan::from_json(&text, &path.display().to_string())?
+        }
+        None => {
+            let policy = Policy::parse(args.policy.as_deref().unwrap_or("dp"))?;
+            let mut options = PlanOptions::new(policy, &profile);
+            let retain_peak = || -> Result<u64> {
+                let roomy = PlanOptions {
+                    budgets: Budgets {
+                        hbm_bytes: u64::MAX / 4,
+                        host_bytes: u64::MAX / 4,
+                        ssd_bytes: u64::MAX / 4,
+                    },
+                    ..PlanOptions::new(Policy::RetainAll, &profile)
+                };
+                Ok(plan(&prepared.workload, &profile, &roomy)?
+                    .predicted
+                    .peak_bytes
+                    .hbm)
+            };
+            options.budgets.hbm_bytes = budget(
+                &args.hbm_budget,
+                "hbm-budget",
+                options.budgets.hbm_bytes,
+                &retain_peak,
+            )?;
+            options.budgets.host_bytes = budget(
+                &args.host_budget,
+                "host-budget",
+                options.budgets.host_bytes,
+                &retain_peak,
+            )?;
+            options.budgets.ssd_bytes = budget(
+                &args.ssd_budget,
+                "ssd-budget",
+                options.budgets.ssd_bytes,
+                &retain_peak,
+            )?;
+            plan(&prepared.workload, &profile, &options)?
+        }
+    };
+    let uses_ssd = plan.predicted.peak_bytes.ssd > 0;
+    let mut io_mode = None;
+    let ssd: Option<Arc<dyn SsdTier>> = match (&args.spill_dir, uses_ssd) {
+        (Some(dir), _) => {
+            let store = train::open_spill(dir, plan.budgets.ssd_bytes, plan.tensors.len(), None)?;
+            io_mode = Some(store.mode().to_string());
+            Some(store)
+        }
+        (None, true) => bail!(
+            "plan {} keeps {} on the SSD tier: give --spill-dir DIR",
+            plan.policy,
+            format_bytes(plan.predicted.peak_bytes.ssd)
+        ),
+        (None, false) => None,
+    };
+    let bar = indicatif::ProgressBar::new(args.epochs as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} epoch {pos}/{len} {msg}")
+            .expect("a fixed template parses"),
+    );
+    let mut on_epoch = |stats: &EpochStats| {
+        bar.set_position(stats.epoch as u64);
+        bar.set_message(format!(
+            "loss {:.4}  train acc {:.3}  {:.1} it/s",
+            stats.loss,
+            stats.train_accuracy,
+            1.0 / stats.iteration_s.max(1e-9)
+        ));
+    };
+    let (report, spans) = train::train(
+        prepared.input,
+        hyper,
+        Arc::new(plan),
+        &prepared.workload,
+        args.epochs,
+        None,
+        ssd,
+        args.trace.is_some(),
+        &mut on_epoch,
+    )?;
+    bar.finish_and_clear();
+    if let Some(path) = &args.trace {
+        let mut file = std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        );
+        fateplan::runtime::exec::trace::write_trace(
+            &mut file,
+            &prepared.workload.name,
+            &report.policy,
+            &spans,
+        )
+        .and_then(|()| file.flush())
+        .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "trained   {} with plan {}, {} epochs",
+        prepared.workload.name, report.policy, report.epochs
+    )?;
+    writeln!(
+        out,
+        "accuracy  train {:.4}  val {:.4}  test {:.4}  (final loss {:.4})",
+        report.train_accuracy, report.val_accuracy, report.test_accuracy, report.final_loss
+    )?;
+    writeln!(
+        out,
+        "time      {} per iteration measured, {} predicted; compute {}, recompute {}, waiting {}",
+        format_seconds(report.iteration_s),
+        format_seconds(report.iteration_s_predicted),
+        format_seconds(report.compute_s),
+        format_seconds(report.recompute_s),
+        format_seconds(report.wait_s)
+    )?;
+    for (tier, peak, limit) in [
+        ("hbm", report.peak_bytes.hbm, report.budgets.hbm_bytes),
+        ("host", report.peak_bytes.host, report.budgets.host_bytes),
+        ("ssd", report.peak_bytes.ssd, report.budgets.ssd_bytes),
+    ] {
+        writeln!(
+            out,
+            "peak      {tier:<4} {} of {}",
+            format_bytes(peak),
+            format_bytes(limit)
+        )?;
+    }
+    let m = report.bytes_moved;
+    writeln!(
+        out,
+        "moved     h2d {}, d2h {}, ssd read {}, ssd write {} per iteration",
+        format_bytes(m.h2d),
+        format_bytes(m.d2h),
+        format_bytes(m.ssd_read),
+        format_bytes(m.ssd_write)
+    )?;
+    if let Some(mode) = io_mode {
+        writeln!(out, "ssd tier  {mode}")?;
+    }
+    writeln!(out, "weights   sha256 {}", report.weights_sha256)?;
+    Ok(())
+}
+
+/// A budget flag: bytes, or a percentage of the retain-all plan's device peak.
+fn budget(
+    flag: &Option<String>,
+    name: &str,
+    default: u64,
+    retain_peak: &dyn Fn() -> Result<u64>,
+) -> Result<u64> {
+    let Some(text) = flag else { return Ok(default) };
+    if let Some(percent) = text.strip_suffix('%') {
+        let share: f64 = percent
+            .trim()
+            .parse()
+            .ok()
+            .filter(|v: &f64| *v > 0.0 && v.is_finite())
+            .with_context(|| format!("--{name} {text}: expected a positive percentage"))?;
+        return Ok((retain_peak()? as f64 * share / 100.0) as u64);
+    }
+    parse_bytes(text).with_context(|| format!("--{name}"))
+}
