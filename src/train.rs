@@ -200,17 +200,15 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             1.0 / stats.iteration_s.max(1e-9)
         ));
     };
-    let (report, spans) = train::train(
-        prepared.input,
-        hyper,
-        Arc::new(plan),
-        &prepared.workload,
-        args.epochs,
-        None,
+    let workload_name = prepared.workload.name.clone();
+    let run = train::TrainRun {
+        plan: Arc::new(plan),
+        epochs: args.epochs,
+        budgets: None,
         ssd,
-        args.trace.is_some(),
-        &mut on_epoch,
-    )?;
+        trace: args.trace.is_some(),
+    };
+    let (report, spans) = train::train(prepared, hyper, run, &mut on_epoch)?;
     bar.finish_and_clear();
     if let Some(path) = &args.trace {
         let mut file = std::io::BufWriter::new(
@@ -218,7 +216,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         );
         fateplan::runtime::exec::trace::write_trace(
             &mut file,
-            &prepared.workload.name,
+            &workload_name,
             &report.policy,
             &spans,
         )
@@ -233,7 +231,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     writeln!(
         out,
         "trained   {} with plan {}, {} epochs",
-        prepared.workload.name, report.policy, report.epochs
+        workload_name, report.policy, report.epochs
     )?;
     writeln!(
         out,

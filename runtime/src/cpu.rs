@@ -217,7 +217,7 @@ impl CpuGnn {
 
     fn dropout(&self, site: u64, layer: usize) -> Option<Dropout> {
         let p = self.hyper.dropout;
-        (self.mode == Mode::Train && p > 0.0).then(|| Dropout {
+        (self.mode == Mode::Train && p > 0.0).then_some(Dropout {
             p,
             seed: self.hyper.seed,
             stream: ((self.updates as u64) << 16) | ((layer as u64) << 2) | site,
@@ -270,14 +270,14 @@ impl CpuGnn {
         let count =
             |mask: &[bool]| loss::accuracy(logits, n, classes, labels, mask).map_err(kernel);
         let (c, t) = count(train)?;
-        self.metrics.train_correct += c as u64;
-        self.metrics.train_total += t as u64;
+        self.metrics.train_correct += c;
+        self.metrics.train_total += t;
         let (c, t) = count(&self.graph.val_mask[rows.clone()])?;
-        self.metrics.val_correct += c as u64;
-        self.metrics.val_total += t as u64;
+        self.metrics.val_correct += c;
+        self.metrics.val_total += t;
         let (c, t) = count(&self.graph.test_mask[rows])?;
-        self.metrics.test_correct += c as u64;
-        self.metrics.test_total += t as u64;
+        self.metrics.test_correct += c;
+        self.metrics.test_total += t;
         Ok(value as f32)
     }
 }

@@ -79,19 +79,37 @@ pub struct TrainReport {
     pub losses: Vec<f64>,
 }
 
-/// Trains with `plan` (made for [`workload`]'s result) and reports.
-/// `progress` is called after every epoch.
+/// How to run a training.
+pub struct TrainRun {
+    pub plan: Arc<Plan>,
+    pub epochs: u32,
+    /// Arena budgets; `None` uses the plan's.
+    pub budgets: Option<Budgets>,
+    /// The SSD tier, needed when the plan uses it.
+    pub ssd: Option<Arc<dyn SsdTier>>,
+    /// Record the last training iteration's trace.
+    pub trace: bool,
+}
+
+/// Trains with `run.plan`, which must be made for `prepared.workload`,
+/// and reports. `progress` is called after every epoch.
 pub fn train(
-    graph: GraphInput,
+    prepared: Prepared,
     hyper: Hyper,
-    plan: Arc<Plan>,
-    expected: &Workload,
-    epochs: u32,
-    budgets: Option<Budgets>,
-    ssd: Option<Arc<dyn SsdTier>>,
-    trace: bool,
+    run: TrainRun,
     progress: &mut dyn FnMut(&EpochStats),
 ) -> Result<(TrainReport, Vec<TraceSpan>), ExecError> {
+    let TrainRun {
+        plan,
+        epochs,
+        budgets,
+        ssd,
+        trace,
+    } = run;
+    let Prepared {
+        workload: expected,
+        input: graph,
+    } = prepared;
     let digest = expected.digest();
     if plan.workload.digest != digest {
         return Err(ExecError::Kernel(format!(

@@ -13,6 +13,8 @@ use crate::exec::ExecError;
 pub const LANE_QUEUE: usize = 4096;
 
 type Job = Box<dyn FnOnce() -> Result<Option<Data>, ExecError> + Send>;
+/// What a finished copy sends back: its result and when it ran.
+type Done = (Result<Option<Data>, ExecError>, Span);
 
 /// When a copy ran, in seconds since the executor's clock started.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -23,7 +25,7 @@ pub struct Span {
 
 /// A copy in flight.
 pub struct Pending {
-    receiver: Receiver<(Result<Option<Data>, ExecError>, Span)>,
+    receiver: Receiver<Done>,
 }
 
 impl Pending {
@@ -40,16 +42,13 @@ impl Pending {
 /// One stream's thread.
 pub struct Lane {
     name: &'static str,
-    sender: Option<SyncSender<(Job, SyncSender<(Result<Option<Data>, ExecError>, Span)>)>>,
+    sender: Option<SyncSender<(Job, SyncSender<Done>)>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Lane {
     pub fn start(name: &'static str, clock: Instant) -> Result<Lane, ExecError> {
-        let (sender, receiver) = mpsc::sync_channel::<(
-            Job,
-            SyncSender<(Result<Option<Data>, ExecError>, Span)>,
-        )>(LANE_QUEUE);
+        let (sender, receiver) = mpsc::sync_channel::<(Job, SyncSender<Done>)>(LANE_QUEUE);
         let thread = std::thread::Builder::new()
             .name(format!("fateplan-{name}"))
             .spawn(move || {
