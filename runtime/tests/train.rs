@@ -1,0 +1,319 @@
+//! Training through the executor: the same model whatever the plan, budgets
+//! that hold, and SSD faults that fail loudly or fall back to the same
+//! numbers.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use fateplan_planner::gnn::GnnModel;
+use fateplan_planner::plan::{Budgets, Plan};
+use fateplan_planner::{plan, PlanOptions, Policy, Profile};
+use fateplan_runtime::cpu::Hyper;
+use fateplan_runtime::dataset::Dataset;
+use fateplan_runtime::exec::{ExecError, SsdTier};
+use fateplan_runtime::spill::{Faults, SpillOptions, SpillStore};
+use fateplan_runtime::train::{self, Prepared, TrainReport, TrainRun};
+use proptest::prelude::*;
+
+fn profile() -> Profile {
+    Profile::from_json(
+        include_str!("../../profiles/cpu-small.json"),
+        "cpu-small.json",
+    )
+    .unwrap()
+}
+
+fn hyper(model: GnnModel, layers: u32, hidden: u32, seed: u64) -> Hyper {
+    Hyper {
+        model,
+        layers,
+        hidden,
+        heads: 1,
+        dropout: 0.5,
+        lr: 0.01,
+        weight_decay: 5e-4,
+        weight_decay_all_layers: false,
+        seed,
+    }
+}
+
+fn planted(nodes: u32, seed: u64) -> Dataset {
+    let spec =
+        format!("planted:nodes={nodes},classes=4,features=12,degree=6,homophily=0.8,val=40,test=60,seed={seed}");
+    let mut d = train::load_graph(&spec).unwrap();
+    d.row_normalize_features();
+    d
+}
+
+fn roomy() -> Budgets {
+    Budgets {
+        hbm_bytes: 1 << 40,
+        host_bytes: 1 << 40,
+        ssd_bytes: 1 << 40,
+    }
+}
+
+fn make_plan(
+    prepared: &Prepared,
+    policy: Policy,
+    budgets: Budgets,
+) -> Result<Plan, fateplan_planner::Error> {
+    let profile = profile();
+    let options = PlanOptions {
+        budgets,
+        ssd_staging_bytes: 1 << 16,
+        ..PlanOptions::new(policy, &profile)
+    };
+    plan(&prepared.workload, &profile, &options)
+}
+
+fn spill(dir: &Path, options: SpillOptions) -> Arc<SpillStore> {
+    train::open_spill(dir, 1 << 40, 100_000, Some(options)).unwrap()
+}
+
+fn run(
+    dataset: &Dataset,
+    hyper: Hyper,
+    partitions: u32,
+    plan: Plan,
+    epochs: u32,
+    ssd: Option<Arc<dyn SsdTier>>,
+) -> Result<TrainReport, ExecError> {
+    let prepared = train::prepare(dataset, &hyper, partitions).unwrap();
+    let run = TrainRun {
+        plan: Arc::new(plan),
+        epochs,
+        budgets: None,
+        ssd,
+        trace: false,
+    };
+    let (report, _) = train::train(prepared, hyper, run, &mut |_| {})?;
+    let (peak, budget) = (report.peak_bytes, report.budgets);
+    assert!(
+        peak.hbm <= budget.hbm_bytes
+            && peak.host <= budget.host_bytes
+            && peak.ssd <= budget.ssd_bytes
+    );
+    Ok(report)
+}
+
+/// Trains `dataset` with every forced fate and a mixed plan at a quarter of
+/// the retain-all peak; every run must match retain-all bit for bit.
+fn same_model_whatever_the_plan(dataset: &Dataset, hyper: Hyper, partitions: u32, epochs: u32) {
+    let prepared = train::prepare(dataset, &hyper, partitions).unwrap();
+    let retain = make_plan(&prepared, Policy::RetainAll, roomy()).unwrap();
+    let quarter = Budgets {
+        hbm_bytes: retain.predicted.peak_bytes.hbm / 4,
+        ..roomy()
+    };
+    let reference = run(dataset, hyper, partitions, retain, epochs, None).unwrap();
+    assert!(reference.final_loss.is_finite());
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn SsdTier> = spill(dir.path(), SpillOptions::with_budget(0));
+    let mut plans = vec![
+        make_plan(&prepared, Policy::OffloadHostAll, roomy()).unwrap(),
+        make_plan(&prepared, Policy::OffloadSsdAll, roomy()).unwrap(),
+        make_plan(&prepared, Policy::RecomputeAll, roomy()).unwrap(),
+    ];
+    match make_plan(&prepared, Policy::Dp, quarter) {
+        Ok(mixed) => plans.push(mixed),
+        Err(error) => panic!("no plan at a quarter of the retain-all peak: {error}"),
+    }
+    for p in plans {
+        let policy = p.policy.clone();
+        let moved = p.predicted.bytes_moved;
+        let report = run(dataset, hyper, partitions, p, epochs, Some(store.clone())).unwrap();
+        assert_eq!(report.losses, reference.losses, "{policy}: losses differ");
+        assert_eq!(
+            report.weights_sha256, reference.weights_sha256,
+            "{policy}: weights differ"
+        );
+        if policy != "recompute-all" && policy != "dp" {
+            assert!(
+                moved.h2d > 0,
+                "{policy} moves nothing: the comparison would be empty"
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, .. ProptestConfig::default() })]
+    #[test]
+    fn the_model_is_the_same_whatever_the_plan(
+        sage in any::<bool>(),
+        layers in 2u32..4,
+        hidden in 4u32..12,
+        partitions in 4u32..7,
+        nodes in 200u32..400,
+        seed in 0u64..1000,
+    ) {
+        let model = if sage { GnnModel::Sage } else { GnnModel::Gcn };
+        same_model_whatever_the_plan(&planted(nodes, seed), hyper(model, layers, hidden, seed), partitions, 3);
+    }
+}
+
+fn cora() -> Option<Dataset> {
+    let root = std::env::var_os("FATEPLAN_DATA")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"));
+    let dir = root.join("cora");
+    if !dir.is_dir() {
+        eprintln!("skipped: Cora not found (set FATEPLAN_DATA to the folder holding cora/)");
+        return None;
+    }
+    let mut d = Dataset::load(&dir).unwrap();
+    d.row_normalize_features();
+    Some(d)
+}
+
+#[test]
+fn cora_is_the_same_model_whatever_the_plan() {
+    let Some(cora) = cora() else { return };
+    same_model_whatever_the_plan(&cora, hyper(GnnModel::Gcn, 2, 16, 1), 8, 3);
+}
+
+fn ssd_plan(dataset: &Dataset, hyper: Hyper) -> Plan {
+    let prepared = train::prepare(dataset, &hyper, 3).unwrap();
+    make_plan(&prepared, Policy::OffloadSsdAll, roomy()).unwrap()
+}
+
+#[test]
+fn io_uring_unavailable_falls_back_to_the_same_numbers() {
+    let data = planted(200, 7);
+    let h = hyper(GnnModel::Gcn, 2, 8, 7);
+    let dir = tempfile::tempdir().unwrap();
+    let fast = run(
+        &data,
+        h,
+        3,
+        ssd_plan(&data, h),
+        2,
+        Some(spill(dir.path(), SpillOptions::with_budget(0))),
+    )
+    .unwrap();
+    for options in [
+        SpillOptions {
+            force_fallback: true,
+            ..SpillOptions::with_budget(0)
+        },
+        SpillOptions {
+            faults: Faults {
+                fail_uring_setup: true,
+                ..Faults::default()
+            },
+            ..SpillOptions::with_budget(0)
+        },
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = spill(dir.path(), options);
+        assert!(!store.mode().uring, "{}", store.mode());
+        let slow = run(&data, h, 3, ssd_plan(&data, h), 2, Some(store)).unwrap();
+        assert_eq!(slow.weights_sha256, fast.weights_sha256);
+        assert_eq!(slow.losses, fast.losses);
+    }
+}
+
+#[test]
+fn a_full_spill_disk_is_a_clear_error() {
+    let data = planted(200, 8);
+    let h = hyper(GnnModel::Gcn, 2, 8, 8);
+    let dir = tempfile::tempdir().unwrap();
+    let store = spill(
+        dir.path(),
+        SpillOptions {
+            faults: Faults {
+                enospc_after_bytes: Some(64 << 10),
+                ..Faults::default()
+            },
+            ..SpillOptions::with_budget(0)
+        },
+    );
+    let error = run(&data, h, 3, ssd_plan(&data, h), 2, Some(store))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("No space left on device"), "{error}");
+}
+
+#[test]
+fn an_unwritable_spill_directory_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let inside = file.join("spill");
+    let error = train::open_spill(&inside, 1 << 20, 10, None)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("spill"), "{error}");
+}
+
+/// Flips one byte of every block on disk right after it is written.
+struct Corrupting(Arc<SpillStore>);
+
+impl SsdTier for Corrupting {
+    fn put(&self, key: u64, bytes: &[u8]) -> Result<(), ExecError> {
+        self.0.put(key, bytes)?;
+        let (path, offset) = self.0.block_location(key).unwrap();
+        let mut contents = std::fs::read(&path).unwrap();
+        contents[offset as usize] ^= 0x40;
+        std::fs::write(&path, contents).unwrap();
+        Ok(())
+    }
+    fn get(&self, key: u64) -> Result<Vec<u8>, ExecError> {
+        self.0.get(key)
+    }
+    fn remove(&self, key: u64) -> Result<(), ExecError> {
+        SsdTier::remove(self.0.as_ref(), key)
+    }
+}
+
+#[test]
+fn a_corrupted_spill_block_is_caught_not_used() {
+    let data = planted(200, 9);
+    let h = hyper(GnnModel::Gcn, 2, 8, 9);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Corrupting(spill(dir.path(), SpillOptions::with_budget(0)));
+    let error = run(&data, h, 3, ssd_plan(&data, h), 2, Some(Arc::new(store)))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("checksum"), "{error}");
+}
+
+#[test]
+fn a_budget_below_the_plan_is_refused_before_training() {
+    let data = planted(200, 10);
+    let h = hyper(GnnModel::Sage, 2, 8, 10);
+    let prepared = train::prepare(&data, &h, 2).unwrap();
+    let p = make_plan(&prepared, Policy::RetainAll, roomy()).unwrap();
+    let mut budgets = p.budgets;
+    budgets.hbm_bytes = p.predicted.peak_bytes.hbm - 1;
+    let run = TrainRun {
+        plan: Arc::new(p),
+        epochs: 1,
+        budgets: Some(budgets),
+        ssd: None,
+        trace: false,
+    };
+    let error = train::train(prepared, h, run, &mut |_| panic!("no epoch may run")).unwrap_err();
+    assert!(matches!(error, ExecError::PlanTooBig { .. }), "{error}");
+}
+
+#[test]
+fn a_plan_for_another_workload_is_refused() {
+    let data = planted(200, 11);
+    let h = hyper(GnnModel::Gcn, 2, 8, 11);
+    let other = train::prepare(&data, &hyper(GnnModel::Gcn, 2, 9, 11), 2).unwrap();
+    let p = make_plan(&other, Policy::RetainAll, roomy()).unwrap();
+    let prepared = train::prepare(&data, &h, 2).unwrap();
+    let run = TrainRun {
+        plan: Arc::new(p),
+        epochs: 1,
+        budgets: None,
+        ssd: None,
+        trace: false,
+    };
+    let error = train::train(prepared, h, run, &mut |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("plan again"), "{error}");
+}

@@ -1,0 +1,159 @@
+//! `fateplan train` as a user runs it.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn fateplan(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fateplan"))
+        .args(args)
+        .output()
+        .expect("fateplan runs")
+}
+
+fn json(output: &Output) -> serde_json::Value {
+    assert!(
+        output.status.success(),
+        "fateplan failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("--json prints JSON")
+}
+
+fn cora() -> Option<PathBuf> {
+    let root = std::env::var_os("FATEPLAN_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data"));
+    let dir = root.join("cora");
+    dir.join("edge_index.npy").exists().then_some(dir)
+}
+
+/// Kipf and Welling's GCN on Cora: 2 layers, 16 hidden, dropout 0.5,
+/// lr 0.01, weight decay 5e-4 on the first layer, 200 epochs. The
+/// published test accuracy is 0.815.
+#[test]
+fn cora_gcn_reaches_the_published_accuracy() {
+    let Some(dir) = cora() else {
+        eprintln!("skipped: Cora not found (set FATEPLAN_DATA to the folder holding cora/)");
+        return;
+    };
+    let report = json(&fateplan(&[
+        "train",
+        "--graph",
+        dir.to_str().unwrap(),
+        "--model",
+        "gcn",
+        "--layers",
+        "2",
+        "--hidden",
+        "16",
+        "--dropout",
+        "0.5",
+        "--lr",
+        "0.01",
+        "--weight-decay",
+        "5e-4",
+        "--epochs",
+        "200",
+        "--json",
+    ]));
+    let test = report["test_accuracy"].as_f64().unwrap();
+    assert!(test >= 0.80, "test accuracy {test}");
+    for key in [
+        "train_accuracy",
+        "val_accuracy",
+        "final_loss",
+        "iteration_s",
+    ] {
+        assert!(report[key].as_f64().is_some(), "{key} missing");
+    }
+    assert_eq!(report["weights_sha256"].as_str().unwrap().len(), 64);
+    for tier in ["hbm", "host", "ssd"] {
+        assert!(
+            report["peak_bytes"][tier].as_u64().is_some(),
+            "peak_bytes.{tier} missing"
+        );
+    }
+    for link in ["h2d", "d2h", "ssd_read", "ssd_write"] {
+        assert!(
+            report["bytes_moved"][link].as_u64().is_some(),
+            "bytes_moved.{link} missing"
+        );
+    }
+}
+
+#[test]
+fn a_generated_graph_trains_under_a_quarter_budget_with_the_same_weights() {
+    let graph =
+        "planted:nodes=600,classes=4,features=16,degree=6,homophily=0.8,val=100,test=200,seed=3";
+    let spill = std::env::temp_dir().join(format!("fateplan-train-cli-{}", std::process::id()));
+    let common = [
+        "train",
+        "--graph",
+        graph,
+        "--epochs",
+        "5",
+        "--partitions",
+        "8",
+        "--json",
+    ];
+    let retain = json(&fateplan(
+        &[&common[..], &["--policy", "retain-all"]].concat(),
+    ));
+    let mixed = json(&fateplan(
+        &[
+            &common[..],
+            &[
+                "--policy",
+                "dp",
+                "--hbm-budget",
+                "25%",
+                "--spill-dir",
+                spill.to_str().unwrap(),
+            ],
+        ]
+        .concat(),
+    ));
+    assert_eq!(retain["weights_sha256"], mixed["weights_sha256"]);
+    assert_eq!(retain["final_loss"], mixed["final_loss"]);
+    let budget = mixed["budgets"]["hbm_bytes"].as_u64().unwrap();
+    assert!(mixed["peak_bytes"]["hbm"].as_u64().unwrap() <= budget);
+    assert!(budget * 3 < retain["peak_bytes"]["hbm"].as_u64().unwrap());
+    let _ = std::fs::remove_dir_all(&spill);
+}
+
+#[test]
+fn bad_training_input_names_what_is_wrong() {
+    let cases: [(&[&str], &str); 4] = [
+        (&["train", "--graph", "no-such-folder"], "no-such-folder"),
+        (
+            &["train", "--graph", "planted:nodes=600,colour=3"],
+            "colour",
+        ),
+        (
+            &[
+                "train",
+                "--graph",
+                "planted:nodes=600,val=100,test=200",
+                "--dropout",
+                "1.5",
+            ],
+            "--dropout",
+        ),
+        (
+            &[
+                "train",
+                "--graph",
+                "planted:nodes=600,val=100,test=200",
+                "--policy",
+                "offload-ssd-all",
+            ],
+            "--spill-dir",
+        ),
+    ];
+    for (args, needle) in cases {
+        let output = fateplan(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}
