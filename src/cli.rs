@@ -15,6 +15,7 @@ use fateplan::planner::{
     dag, explain, plan, Error as PlanError, Plan, PlanOptions, Policy, Profile, Tier, Workload,
 };
 use fateplan::profiles;
+use fateplan::runtime::generate::GeneratorSpec;
 use fateplan::runtime::graph::GraphData;
 
 use crate::simulate::{self, SimulateArgs, ViolationsFound};
@@ -44,6 +45,15 @@ enum Command {
     Compare(PlanArgs),
     /// Train a GNN for real on the CPU backend, executing a plan under its budgets.
     Train(TrainArgs),
+    /// Write a generated graph as a folder of PyG-named .npy files.
+    Generate {
+        /// A generator spec, e.g. `rmat:scale=20,features=128,classes=16,seed=1`.
+        #[arg(long)]
+        graph: String,
+        /// The folder to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -136,6 +146,7 @@ pub fn main() -> ExitCode {
         Command::Simulate(args) => simulate::run(&args, load_profile),
         Command::Compare(args) => run_compare(&args),
         Command::Train(args) => train::run(&args, load_profile),
+        Command::Generate { graph, out } => run_generate(&graph, &out),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -162,6 +173,22 @@ pub fn main() -> ExitCode {
             })
         }
     }
+}
+
+fn run_generate(spec: &str, out: &std::path::Path) -> Result<()> {
+    let spec = GeneratorSpec::parse(spec)?;
+    let graph = spec.generate()?;
+    graph.save(out)?;
+    println!(
+        "wrote {} ({} nodes, {} edges, {} features, {} classes) to {}",
+        graph.name,
+        graph.nodes,
+        graph.edges(),
+        graph.features,
+        graph.classes,
+        out.display()
+    );
+    Ok(())
 }
 
 fn load_profile(name: &str) -> Result<Profile> {

@@ -302,29 +302,34 @@ fn parse_header(bytes: &[u8], path: &Path) -> Result<(usize, Dtype, Vec<u64>, bo
     Ok((end, dtype, shape, fortran_order))
 }
 
+/// Writes a v1 `.npy` file: `descr` is numpy's type string (`<f4`, `<i8`,
+/// `|b1`), `data` the little-endian elements in row-major order.
+pub fn write(path: &Path, descr: &str, shape: &[u64], data: &[u8]) -> Result<()> {
+    let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
+    let tuple = if dims.len() == 1 {
+        format!("({},)", dims[0])
+    } else {
+        format!("({})", dims.join(", "))
+    };
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    bytes.extend(data);
+    std::fs::write(path, bytes).map_err(|e| Error::io(path, e))
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
 
     /// Writes a v1 `.npy` file.
     pub fn write_npy(path: &Path, descr: &str, shape: &[u64], data: &[u8]) {
-        let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
-        let tuple = if dims.len() == 1 {
-            format!("({},)", dims[0])
-        } else {
-            format!("({})", dims.join(", "))
-        };
-        let mut header =
-            format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple}, }}");
-        while (10 + header.len() + 1) % 64 != 0 {
-            header.push(' ');
-        }
-        header.push('\n');
-        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-        bytes.extend((header.len() as u16).to_le_bytes());
-        bytes.extend(header.as_bytes());
-        bytes.extend(data);
-        std::fs::write(path, bytes).unwrap();
+        super::write(path, descr, shape, data).unwrap();
     }
 
     #[test]

@@ -1,0 +1,82 @@
+"""PyTorch Geometric's full-graph GCN on a folder of PyG-named .npy files,
+timed the way `fateplan train` times its iterations, for a side-by-side
+comparison on the same graph, machine and thread count.
+
+    python benches/pyg_gcn.py --graph DIR --layers 2 --hidden 16 --epochs 200 --threads 2
+
+Prints one JSON line: median epoch seconds (the first epoch excluded), and
+the final train/val/test accuracy.
+"""
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch_geometric.nn import GCNConv, SAGEConv
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--graph", required=True)
+    ap.add_argument("--model", default="gcn", choices=["gcn", "sage"])
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--hidden", type=int, default=16)
+    ap.add_argument("--epochs", type=int, default=200)
+    ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--dropout", type=float, default=0.5)
+    ap.add_argument("--weight-decay", type=float, default=5e-4)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+
+    load = lambda name: np.load(f"{args.graph}/{name}.npy")
+    x = torch.from_numpy(load("x").astype(np.float32))
+    sums = x.sum(dim=1, keepdim=True)
+    x = torch.where(sums != 0, x / sums.clamp(min=1e-30), x)  # row-normalised, as fateplan train does
+    y = torch.from_numpy(load("y").astype(np.int64)).reshape(-1)
+    edge_index = torch.from_numpy(load("edge_index").astype(np.int64))
+    masks = {k: torch.from_numpy(load(f"{k}_mask").astype(bool)) for k in ("train", "val", "test")}
+    classes = int(y.max()) + 1
+
+    conv = (lambda i, o: GCNConv(i, o, cached=True)) if args.model == "gcn" else SAGEConv
+    dims = [x.shape[1]] + [args.hidden] * (args.layers - 1) + [classes]
+    convs = torch.nn.ModuleList(conv(dims[k], dims[k + 1]) for k in range(args.layers))
+
+    def forward(training):
+        h = F.dropout(x, args.dropout, training)
+        for k, c in enumerate(convs):
+            h = c(h, edge_index)
+            if k + 1 < len(convs):
+                h = F.dropout(F.relu(h), args.dropout, training)
+        return h
+
+    groups = [{"params": convs[0].parameters(), "weight_decay": args.weight_decay}]
+    groups += [{"params": c.parameters(), "weight_decay": 0.0} for c in convs[1:]]
+    opt = torch.optim.Adam(groups, lr=args.lr)
+    seconds = []
+    for _ in range(args.epochs):
+        start = time.perf_counter()
+        opt.zero_grad()
+        out = forward(True)
+        loss = F.cross_entropy(out[masks["train"]], y[masks["train"]])
+        loss.backward()
+        opt.step()
+        seconds.append(time.perf_counter() - start)
+    with torch.no_grad():
+        pred = forward(False).argmax(dim=1)
+    acc = {k: float((pred[m] == y[m]).float().mean()) for k, m in masks.items()}
+    timed = seconds[1:] if len(seconds) > 1 else seconds
+    print(json.dumps({
+        "system": "pyg", "torch": torch.__version__, "threads": args.threads,
+        "epoch_s": statistics.median(timed), "final_loss": float(loss),
+        "train_accuracy": acc["train"], "val_accuracy": acc["val"], "test_accuracy": acc["test"],
+    }))
+
+
+if __name__ == "__main__":
+    main()
