@@ -26,7 +26,7 @@ run() { # threads, extra args...
     "$BIN" train --graph "$SPEC" --hidden "$HIDDEN" --epochs "$EPOCHS" --partitions "$PARTITIONS" \
         --threads "$threads" --json "$@"
 }
-echo "graph $SPEC, GCN 2 layers, hidden $HIDDEN, $EPOCHS epochs (median of all but the first)"
+echo "graph $SPEC, GCN 2 layers, hidden $HIDDEN, $EPOCHS epochs (mean of all but the first)"
 for threads in 1 2; do
     retain=$(run "$threads" --policy retain-all | field iteration_s)
     echo "fateplan retain-all      threads $threads  epoch ${retain} s"

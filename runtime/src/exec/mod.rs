@@ -208,6 +208,8 @@ pub struct Executor<B: Backend> {
     iteration: u64,
     trace_enabled: bool,
     trace: Vec<TraceSpan>,
+    /// An iteration failed: the arenas and slots are no longer trustworthy.
+    failed: bool,
 }
 
 fn lane_index(stream: Stream) -> usize {
@@ -314,6 +316,7 @@ impl<B: Backend> Executor<B> {
             iteration: 0,
             trace_enabled: options.trace,
             trace: Vec::new(),
+            failed: false,
         };
         executor.place_externals()?;
         Ok(executor)
@@ -390,9 +393,16 @@ impl<B: Backend> Executor<B> {
     }
 
     /// Runs one iteration of the plan.
+    /// After a failed iteration the executor refuses to run again.
     pub fn run_iteration(&mut self) -> Result<IterationReport, ExecError> {
+        if self.failed {
+            return Err(ExecError::Internal(
+                "an earlier iteration failed; start a new executor".into(),
+            ));
+        }
         let result = self.iterate();
         if result.is_err() {
+            self.failed = true;
             self.abandon();
         }
         result
