@@ -80,18 +80,30 @@ fn plan_peer(
     lives: &Lifetimes,
 ) -> Result<Plan> {
     let choices = Choices::build(workload, lives, profile, FateSet::ALL);
+    let (fates, shifts) = peer_fates(peer, workload, lives, &choices, options)?;
+    assemble(workload, profile, options, lives, fates, &shifts)
+}
+
+/// A peer policy's fates, and their transfer timings when prefetch is on.
+fn peer_fates(
+    peer: Policy,
+    workload: &Workload,
+    lives: &Lifetimes,
+    choices: &Choices,
+    options: &PlanOptions,
+) -> Result<(Vec<Fate>, Vec<Shift>)> {
     let fates = policy::assign(
         peer,
         workload,
         lives,
-        &choices,
+        choices,
         &options.budgets,
         options.ssd_staging_bytes,
     )?;
     let shifts = if options.prefetch {
         dp::time_fates(
             workload,
-            &choices,
+            choices,
             &fates,
             &options.budgets,
             options.ssd_staging_bytes,
@@ -99,7 +111,7 @@ fn plan_peer(
     } else {
         Vec::new()
     };
-    assemble(workload, profile, options, lives, fates, &shifts)
+    Ok((fates, shifts))
 }
 
 fn plan_dp(
@@ -158,19 +170,40 @@ fn plan_dp(
     }
     // Peer policies' fates, timed by the same schedule construction, are
     // candidates too: dp never returns a plan slower than one of theirs.
+    // Each is scored by the schedule and the prediction alone; only the
+    // fastest that beats dp's own plan is assembled and checked in full,
+    // and the next one if the memory pass rejects it.
+    let all_choices;
+    let peer_choices = if options.fates == FateSet::ALL {
+        &choices
+    } else {
+        all_choices = Choices::build(workload, lives, profile, FateSet::ALL);
+        &all_choices
+    };
+    let to_beat = found.as_ref().map_or(f64::INFINITY, |f| f.predicted.iteration_s);
+    let mut candidates: Vec<(f64, Vec<Fate>, Vec<Shift>)> = Vec::new();
     for peer in Policy::PEERS {
-        let Ok(candidate) = plan_peer(peer, workload, profile, options, lives) else {
+        let Ok((fates, shifts)) = peer_fates(peer, workload, lives, peer_choices, options) else {
             continue;
         };
-        let allowed = candidate
-            .tensors
-            .iter()
-            .all(|t| options.fates.allows(t.fate));
-        let better = found
-            .as_ref()
-            .is_none_or(|f| candidate.predicted.iteration_s < f.predicted.iteration_s);
-        if allowed && better {
-            found = Some(candidate);
+        let Ok(schedule) = schedule::build(workload, lives, fates.clone(), &shifts) else {
+            continue;
+        };
+        if !schedule.fates.iter().all(|&f| options.fates.allows(f)) {
+            continue;
+        }
+        let timeline = Timeline::new(workload.ops.len(), &schedule.entries);
+        let timing = predict::predict(workload, profile, &schedule.entries, &timeline);
+        if timing.iteration_s < to_beat {
+            candidates.push((timing.iteration_s, fates, shifts));
+        }
+    }
+    // Fastest first; equal times in the order of `Policy::PEERS`.
+    candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for (_, fates, shifts) in candidates {
+        if let Ok(plan) = assemble(workload, profile, options, lives, fates, &shifts) {
+            found = Some(plan);
+            break;
         }
     }
     match found {
