@@ -215,7 +215,8 @@ impl Delta {
             if self.events.is_empty() {
                 continue;
             }
-            self.events.sort_unstable_by_key(|&(at, _)| at);
+            // Stable: each choice adds its events in order, so this merges runs.
+            self.events.sort_by_key(|&(at, _)| at);
             let mut running = 0i64;
             let mut k = 0;
             while k < self.events.len() {
@@ -320,7 +321,11 @@ impl<'a> Search<'a> {
             return;
         }
         let mut delta = std::mem::take(&mut self.delta);
-        delta.compute(self.pick(tensor), self.choice_of(tensor, pick), self.bytes[tensor]);
+        delta.compute(
+            self.pick(tensor),
+            self.choice_of(tensor, pick),
+            self.bytes[tensor],
+        );
         self.assignment.picks[tensor] = pick;
         delta.apply(&mut self.usage);
         self.delta = delta;
@@ -338,7 +343,11 @@ impl<'a> Search<'a> {
             return true;
         }
         let mut delta = std::mem::take(&mut self.delta);
-        delta.compute(self.pick(tensor), self.choice_of(tensor, pick), self.bytes[tensor]);
+        delta.compute(
+            self.pick(tensor),
+            self.choice_of(tensor, pick),
+            self.bytes[tensor],
+        );
         let fits = delta.fits(&self.usage);
         if fits {
             self.assignment.picks[tensor] = pick;
@@ -703,6 +712,11 @@ fn knapsack(items: &[Candidate], need: i64) -> Option<Vec<usize>> {
         trail: usize::MAX,
     }];
     let mut best: Option<Entry> = None;
+    // Bytes of the items from each index on.
+    let mut remaining = vec![0i64; items.len() + 1];
+    for k in (0..items.len()).rev() {
+        remaining[k] = remaining[k + 1] + items[k].bytes;
+    }
     let mut grown_entries: Vec<(usize, Entry)> = Vec::new();
     let mut kept: Vec<Entry> = Vec::new();
     for (k, item) in items.iter().enumerate() {
@@ -730,12 +744,25 @@ fn knapsack(items: &[Candidate], need: i64) -> Option<Vec<usize>> {
         // grown entries. Merge them, an entry before the one grown from it
         // or from a later entry when they tie, and keep the Pareto front:
         // more bytes for less cost.
+        // An entry that the later items cannot complete, or can complete
+        // only at a cost no lower than the best found (their scores are at
+        // least the next item's), is dropped too: it cannot lead to a
+        // better selection, and neither can the entries it dominates.
+        let (next_score, later_bytes) =
+            (items.get(k + 1).map_or(0.0, |c| c.score), remaining[k + 1]);
         kept.clear();
         let mut cheapest = f64::INFINITY;
         let mut keep = |entry: Entry, kept: &mut Vec<Entry>| {
             if entry.cost < cheapest && best.is_none_or(|b| entry.cost < b.cost) {
                 cheapest = entry.cost;
-                kept.push(entry);
+                let short = need - entry.bytes;
+                let hopeless = short > later_bytes
+                    || best.is_some_and(|b| {
+                        entry.cost + short as f64 * next_score > b.cost * (1.0 + 1e-9)
+                    });
+                if !hopeless {
+                    kept.push(entry);
+                }
             }
         };
         let (mut a, mut b) = (0, 0);

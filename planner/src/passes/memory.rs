@@ -22,6 +22,8 @@ pub struct Occupancy {
 }
 
 impl Occupancy {
+    /// Counts the bytes of `schedule`, which is ordered by issue step (as
+    /// the schedule pass makes it).
     pub fn compute(
         workload: &Workload,
         fates: &[Fate],
@@ -112,21 +114,26 @@ impl Occupancy {
             }
             let created = &mut creations[t];
             created.sort_unstable();
+            // Reads are in position order, and so are offloads (the
+            // schedule is ordered by issue): one pass over each.
+            let (tensor_reads, tensor_offloads) = (&reads[t], &offloads[t]);
+            let (mut r, mut o) = (0usize, 0usize);
             for (k, &start) in created.iter().enumerate() {
                 let next = created.get(k + 1).copied().unwrap_or(usize::MAX);
-                let within = |p: usize| p >= start && p < next;
-                let end = if let Some(&(_, done)) =
-                    offloads[t].iter().find(|&&(issued, _)| within(issued))
-                {
-                    done
-                } else {
-                    reads[t]
-                        .iter()
-                        .copied()
-                        .filter(|&p| within(p))
-                        .max()
-                        .unwrap_or(start)
-                        + 1
+                while o < tensor_offloads.len() && tensor_offloads[o].0 < start {
+                    o += 1;
+                }
+                while r < tensor_reads.len() && tensor_reads[r] < next {
+                    r += 1;
+                }
+                let end = match tensor_offloads.get(o) {
+                    // The first offload issued while this copy lives ends it.
+                    Some(&(issued, done)) if issued < next => done,
+                    // Else its last read before the next creation.
+                    _ => match r.checked_sub(1).map(|i| tensor_reads[i]) {
+                        Some(last) if last >= start => last + 1,
+                        _ => start + 1,
+                    },
                 };
                 add(Tier::Hbm, start, end, tensor.bytes);
             }
