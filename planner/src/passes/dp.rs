@@ -272,6 +272,9 @@ struct Search<'a> {
     /// Seconds charged per second of each link's busy time: zero while
     /// compute bounds the iteration, one on a link that bounds it.
     weights: LinkSeconds,
+    /// Whether the sweep covers an overrun by the knapsack (else in score
+    /// order alone).
+    knapsack: bool,
     /// Scratch space for changes.
     delta: Delta,
 }
@@ -431,8 +434,12 @@ impl<'a> Search<'a> {
                     break;
                 }
             }
-            let chosen =
-                knapsack(&usable, over).unwrap_or_else(|| (0..usable.len()).collect::<Vec<_>>());
+            let chosen = (if self.knapsack {
+                knapsack(&usable, over)
+            } else {
+                None
+            })
+            .unwrap_or_else(|| (0..usable.len()).collect::<Vec<_>>());
             let mut taken = vec![false; usable.len()];
             for &k in &chosen {
                 let c = usable[k];
@@ -848,7 +855,9 @@ pub fn solve(
         let weights = rounds[round];
         round += 1;
         let mut host_short = true;
-        for ssd in [false, true] {
+        // Each sweep covers overruns by the knapsack, then again in score
+        // order alone: neither is always the cheaper in the end.
+        for (ssd, knapsack) in [(false, true), (false, false), (true, true), (true, false)] {
             // The SSD only helps where host memory ran short.
             if ssd && (!any_ssd || !host_short) {
                 continue;
@@ -866,13 +875,17 @@ pub fn solve(
                 keep_fates: false,
                 away_refused: false,
                 weights,
+                knapsack,
                 delta: Delta::default(),
             };
             let swept = search.sweep(0, choices.steps as usize, None);
-            if !ssd {
+            if !ssd && knapsack {
                 host_short = swept.is_err() || search.away_refused;
             }
             if let Err(step) = swept {
+                if !knapsack {
+                    continue;
+                }
                 let needed = search.usage.hbm.get(step).max(0) as u64;
                 let overrun = Overrun {
                     tier: Tier::Hbm,
@@ -988,6 +1001,7 @@ pub fn time_fates(
         keep_fates: true,
         away_refused: false,
         weights: [0.0; 4],
+        knapsack: true,
         delta: Delta::default(),
     };
     for (t, &pick) in assignment.picks.iter().enumerate() {
