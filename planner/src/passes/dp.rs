@@ -10,7 +10,8 @@
 //!    tensors idle at that step (dynamic programming over a Pareto front of
 //!    bytes freed against seconds spent). Each candidate is scored by the
 //!    cheapest timing its fate allows, since stage 2 can reach it; the
-//!    sweep itself applies the timing that frees the most steps.
+//!    sweep itself applies the timing that frees the most steps. A second
+//!    sweep covers overruns in score order alone; the cheaper one is kept.
 //! 2. **Improvement.** Every changed tensor, costliest first, takes the
 //!    cheapest of its choices (the baseline included) that keeps every
 //!    tier within budget: this returns over-demoted tensors and moves
