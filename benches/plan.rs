@@ -1,16 +1,30 @@
-//! How long planning takes: the default workload (3-layer GCN, 256 hidden,
-//! ogbn-papers100M, a100-80g) and GAT on IGB-full, every policy, and how
-//! plan time grows with the partition count.
+//! How long planning takes.
 //!
-//! Run: `cargo bench --bench plan`.
+//! - `dp_gnn`: the default policy on the speed target's workloads: 3-layer
+//!   GCN and GAT, 256 hidden, on ogbn-papers100M and IGB-full, partitions
+//!   as `fateplan plan --partitions auto` sizes them for a100-80g (the
+//!   smallest power of two whose largest step needs at most a quarter of
+//!   the device).
+//! - `dp_by_partitions`, `dp_random_dag`: how dp's plan time grows with the
+//!   number of tensors (the counter), on papers100M GCN with more
+//!   partitions and on random training DAGs (`dag::random_node_link`) with
+//!   the device budget at 80% of the plain topological order's peak.
+//! - `peer`: single peer policies on the default workload.
+//!
+//! Run: `cargo bench --bench plan`, or one group: `cargo bench --bench plan -- dp_gnn`.
 
 use fateplan::planner::blocks::BlockCounts;
+use fateplan::planner::dag::{from_node_link, random_node_link};
 use fateplan::planner::datasets::dataset;
 use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec};
-use fateplan::planner::{plan, PlanOptions, Policy, Workload};
+use fateplan::planner::{plan, Budgets, PlanOptions, Policy, Profile, Workload};
 
 fn main() {
     divan::main();
+}
+
+fn profile() -> Profile {
+    fateplan::profiles::builtin("a100-80g").unwrap()
 }
 
 fn workload(model: GnnModel, name: &str, partitions: u32) -> Workload {
@@ -31,35 +45,71 @@ fn workload(model: GnnModel, name: &str, partitions: u32) -> Workload {
     .unwrap()
 }
 
-#[divan::bench(args = ["greedy", "retain-all", "offload-host-all", "offload-ssd-all", "recompute-all"])]
-fn papers100m_gcn_p32(bencher: divan::Bencher, policy: &str) {
-    let profile = fateplan::profiles::builtin("a100-80g").unwrap();
-    let w = workload(GnnModel::Gcn, "ogbn-papers100M", 32);
-    let mut options = PlanOptions::new(Policy::parse(policy).unwrap(), &profile);
-    options.budgets.hbm_bytes = u64::MAX / 4;
-    options.budgets.host_bytes = u64::MAX / 4;
-    options.budgets.ssd_bytes = u64::MAX / 4;
-    if policy == "greedy" {
-        options.budgets.hbm_bytes = profile.device.hbm_bytes;
-    }
-    bencher.bench(|| plan(divan::black_box(&w), &profile, &options).unwrap());
-}
-
-#[divan::bench]
-fn igb_full_gat_p64_greedy(bencher: divan::Bencher) {
-    let profile = fateplan::profiles::builtin("a100-80g").unwrap();
-    let w = workload(GnnModel::Gat, "igb-full", 64);
-    let options = PlanOptions::new(Policy::Greedy, &profile);
-    bencher.bench(|| plan(divan::black_box(&w), &profile, &options));
-}
-
-/// Plan time against the number of tensors (P² blocks per layer).
-#[divan::bench(args = [8, 16, 32, 64, 128])]
-fn greedy_by_partitions(bencher: divan::Bencher, partitions: u32) {
-    let profile = fateplan::profiles::builtin("a100-80g").unwrap();
-    let w = workload(GnnModel::Gcn, "ogbn-papers100M", partitions);
-    let options = PlanOptions::new(Policy::Greedy, &profile);
+/// The speed target's workloads, with the partition counts `--partitions
+/// auto` picks for them on a100-80g.
+#[divan::bench(
+    args = ["papers100M-gcn-p32", "papers100M-gat-p32", "igb-full-gcn-p256", "igb-full-gat-p128"],
+    sample_count = 5,
+    sample_size = 1
+)]
+fn dp_gnn(bencher: divan::Bencher, case: &str) {
+    let (dataset_name, model, partitions) = match case {
+        "papers100M-gcn-p32" => ("ogbn-papers100M", GnnModel::Gcn, 32),
+        "papers100M-gat-p32" => ("ogbn-papers100M", GnnModel::Gat, 32),
+        "igb-full-gcn-p256" => ("igb-full", GnnModel::Gcn, 256),
+        _ => ("igb-full", GnnModel::Gat, 128),
+    };
+    let profile = profile();
+    let w = workload(model, dataset_name, partitions);
+    let options = PlanOptions::new(Policy::Dp, &profile);
     bencher
         .counter(divan::counter::ItemsCount::new(w.tensors.len()))
-        .bench(|| plan(divan::black_box(&w), &profile, &options));
+        .bench(|| plan(divan::black_box(&w), &profile, &options).unwrap());
+}
+
+/// dp on papers100M GCN as the partition count (and so the number of
+/// tensors, about P² per layer) grows.
+#[divan::bench(args = [8, 16, 32, 64, 128], sample_count = 5, sample_size = 1)]
+fn dp_by_partitions(bencher: divan::Bencher, partitions: u32) {
+    let profile = profile();
+    let w = workload(GnnModel::Gcn, "ogbn-papers100M", partitions);
+    let options = PlanOptions::new(Policy::Dp, &profile);
+    bencher
+        .counter(divan::counter::ItemsCount::new(w.tensors.len()))
+        .bench(|| plan(divan::black_box(&w), &profile, &options).unwrap());
+}
+
+/// The device peak of the plain topological order: every tensor retained.
+fn retained_peak(w: &Workload, profile: &Profile) -> u64 {
+    let options = PlanOptions {
+        budgets: Budgets {
+            hbm_bytes: u64::MAX / 4,
+            host_bytes: u64::MAX / 4,
+            ssd_bytes: u64::MAX / 4,
+        },
+        ..PlanOptions::new(Policy::RetainAll, profile)
+    };
+    plan(w, profile, &options).unwrap().predicted.peak_bytes.hbm
+}
+
+/// dp on random training DAGs of 1,000 to 100,000 operators, the device
+/// budget at 80% of the retained peak.
+#[divan::bench(args = [1_000, 10_000, 100_000], sample_count = 3, sample_size = 1)]
+fn dp_random_dag(bencher: divan::Bencher, operators: usize) {
+    let profile = profile();
+    let w = from_node_link(&random_node_link(operators / 2, 1), "random.json").unwrap();
+    let mut options = PlanOptions::new(Policy::Dp, &profile);
+    options.budgets.hbm_bytes = retained_peak(&w, &profile) / 5 * 4;
+    bencher
+        .counter(divan::counter::ItemsCount::new(w.tensors.len()))
+        .bench(|| plan(divan::black_box(&w), &profile, &options).unwrap());
+}
+
+/// Single peer policies on papers100M GCN (P = 32) at the profile's budgets.
+#[divan::bench(args = ["greedy", "capacity-greedy", "offload-host-all", "offload-ssd-all"])]
+fn peer(bencher: divan::Bencher, policy: &str) {
+    let profile = profile();
+    let w = workload(GnnModel::Gcn, "ogbn-papers100M", 32);
+    let options = PlanOptions::new(Policy::parse(policy).unwrap(), &profile);
+    bencher.bench(|| plan(divan::black_box(&w), &profile, &options).unwrap());
 }

@@ -173,6 +173,72 @@ pub fn from_node_link(text: &str, source: &str) -> Result<Workload> {
     Ok(w)
 }
 
+/// A random training DAG in node-link JSON, for tests and benchmarks, with
+/// `forward` forward nodes and as many backward nodes (`2 * forward` in
+/// all). Forward node `i` reads node `i - 1` and, now and then, one of the
+/// eight before it (a skip connection); backward node `i` reads the
+/// gradient from node `i + 1` and the forward outputs node `i` read, as
+/// the gradient of a real layer does. Sizes are 1 to 64 MiB, times 0.1 to
+/// 10 ms, drawn from `seed` (splitmix64): the same seed gives the same text.
+pub fn random_node_link(forward: usize, seed: u64) -> String {
+    let mut state = seed;
+    let mut next = move || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let forward = forward.max(1);
+    let mut nodes = Vec::with_capacity(2 * forward);
+    let mut links: Vec<(usize, usize)> = Vec::new();
+    // Forward reads, kept for the backward node that mirrors each.
+    let mut reads: Vec<Vec<usize>> = vec![Vec::new(); forward];
+    for (i, read) in reads.iter_mut().enumerate() {
+        if i > 0 {
+            read.push(i - 1);
+        }
+        if i > 2 && next() % 4 == 0 {
+            let back = 2 + (next() % 7) as usize;
+            read.push(i.saturating_sub(back));
+        }
+        read.dedup();
+        for &r in read.iter() {
+            links.push((r, i));
+        }
+    }
+    for i in 0..2 * forward {
+        let ram = (1u64 << 20) * (1 + next() % 64);
+        let cpu = 1e-4 * (1 + next() % 100) as f64;
+        nodes.push(format!(
+            r#"{{"id": {i}, "cost_cpu": {cpu:e}, "cost_ram": {ram}, "backward": {}}}"#,
+            i >= forward
+        ));
+    }
+    // Backward node for forward node i is 2 * forward - 1 - i.
+    let grad = |i: usize| 2 * forward - 1 - i;
+    for i in (0..forward).rev() {
+        let g = grad(i);
+        if i + 1 < forward {
+            links.push((grad(i + 1), g));
+        } else {
+            links.push((i, g));
+        }
+        for &r in &reads[i] {
+            links.push((r, g));
+        }
+    }
+    let links: Vec<String> = links
+        .iter()
+        .map(|(s, t)| format!(r#"{{"source": {s}, "target": {t}}}"#))
+        .collect();
+    format!(
+        r#"{{"directed": true, "multigraph": false, "graph": {{}}, "nodes": [{}], "links": [{}]}}"#,
+        nodes.join(", "),
+        links.join(", ")
+    )
+}
+
 /// Kahn's algorithm, taking the lowest file position among ready nodes, so
 /// a file already in topological order keeps its order. On a cycle, returns
 /// the nodes that could not be ordered.
@@ -237,6 +303,25 @@ mod tests {
         );
         let message = from_node_link(&cyclic, "c.json").unwrap_err().to_string();
         assert!(message.contains("cycle"), "{message}");
+    }
+
+    #[test]
+    fn random_dags_load_and_repeat() {
+        let text = random_node_link(50, 7);
+        assert_eq!(text, random_node_link(50, 7));
+        assert_ne!(text, random_node_link(50, 8));
+        let w = from_node_link(&text, "random.json").unwrap();
+        assert_eq!(w.ops.len(), 100);
+        let backward = w.ops.iter().filter(|o| o.phase == Phase::Backward).count();
+        assert_eq!(backward, 50);
+        // Every gradient but the first forward node's reads forward outputs.
+        let is_forward = |t: &TensorId| w.tensors[t.index()].kind == TensorKind::Activation;
+        let mirrored = w
+            .ops
+            .iter()
+            .filter(|o| o.phase == Phase::Backward && o.inputs.iter().any(is_forward))
+            .count();
+        assert_eq!(mirrored, 49);
     }
 
     #[test]

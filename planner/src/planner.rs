@@ -4,11 +4,12 @@ use crate::passes::cost::{op_seconds, transfer_seconds};
 use crate::passes::cost::{Choices, FateSet};
 use crate::passes::lifetimes::{use_runs, Lifetimes};
 use crate::passes::memory::Occupancy;
-use crate::passes::schedule::Shift;
+use crate::passes::predict::Timing;
+use crate::passes::schedule::{Schedule, Shift};
 use crate::passes::timeline::Timeline;
 use crate::passes::{dp, milp, predict, sanity, schedule};
 use crate::plan::{
-    Action, Budgets, Fate, Plan, PlanWorkload, PlannedTensor, Predicted, ScheduleEntry,
+    Action, Budgets, Fate, PerTier, Plan, PlanWorkload, PlannedTensor, Predicted, ScheduleEntry,
     PLAN_FORMAT_VERSION,
 };
 use crate::policy::{self, Policy};
@@ -80,18 +81,30 @@ fn plan_peer(
     lives: &Lifetimes,
 ) -> Result<Plan> {
     let choices = Choices::build(workload, lives, profile, FateSet::ALL);
+    let (fates, shifts) = peer_fates(peer, workload, lives, &choices, options)?;
+    assemble(workload, profile, options, lives, fates, &shifts)
+}
+
+/// A peer policy's fates, and their transfer timings when prefetch is on.
+fn peer_fates(
+    peer: Policy,
+    workload: &Workload,
+    lives: &Lifetimes,
+    choices: &Choices,
+    options: &PlanOptions,
+) -> Result<(Vec<Fate>, Vec<Shift>)> {
     let fates = policy::assign(
         peer,
         workload,
         lives,
-        &choices,
+        choices,
         &options.budgets,
         options.ssd_staging_bytes,
     )?;
     let shifts = if options.prefetch {
         dp::time_fates(
             workload,
-            &choices,
+            choices,
             &fates,
             &options.budgets,
             options.ssd_staging_bytes,
@@ -99,7 +112,7 @@ fn plan_peer(
     } else {
         Vec::new()
     };
-    assemble(workload, profile, options, lives, fates, &shifts)
+    Ok((fates, shifts))
 }
 
 fn plan_dp(
@@ -111,7 +124,7 @@ fn plan_dp(
     let choices = Choices::build(workload, lives, profile, options.fates);
     let budgets = options.budgets;
     let mut extra: Vec<u64> = Vec::new();
-    let mut found: Option<Plan> = None;
+    let mut found: Option<Evaluated> = None;
     let mut last_error: Option<Error> = None;
     for _ in 0..DP_ATTEMPTS {
         let outcome = match dp::solve(
@@ -128,9 +141,9 @@ fn plan_dp(
             }
         };
         let (fates, shifts) = outcome.assignment.fates_and_shifts(&choices);
-        match assemble(workload, profile, options, lives, fates.clone(), &shifts) {
-            Ok(plan) => {
-                found = Some(plan);
+        match evaluate(workload, profile, options, lives, fates.clone(), &shifts) {
+            Ok(evaluated) => {
+                found = Some(evaluated);
                 break;
             }
             Err(
@@ -158,31 +171,55 @@ fn plan_dp(
     }
     // Peer policies' fates, timed by the same schedule construction, are
     // candidates too: dp never returns a plan slower than one of theirs.
+    // Each is scored by its schedule's predicted time alone; candidates
+    // are then checked (memory pass, sanity pass) fastest first, dp's own
+    // first among equals, and the first that passes is the plan.
+    let all_choices;
+    let peer_choices = if options.fates == FateSet::ALL {
+        &choices
+    } else {
+        all_choices = Choices::build(workload, lives, profile, FateSet::ALL);
+        &all_choices
+    };
+    let mut candidates: Vec<(f64, Candidate)> = Vec::new();
+    if let Some(own) = found {
+        candidates.push((own.timing.iteration_s, Candidate::Evaluated(Box::new(own))));
+    }
     for peer in Policy::PEERS {
-        let Ok(candidate) = plan_peer(peer, workload, profile, options, lives) else {
+        let Ok((fates, shifts)) = peer_fates(peer, workload, lives, peer_choices, options) else {
             continue;
         };
-        let allowed = candidate
-            .tensors
-            .iter()
-            .all(|t| options.fates.allows(t.fate));
-        let better = found
-            .as_ref()
-            .is_none_or(|f| candidate.predicted.iteration_s < f.predicted.iteration_s);
-        if allowed && better {
-            found = Some(candidate);
+        let Ok(schedule) = schedule::build(workload, lives, fates.clone(), &shifts) else {
+            continue;
+        };
+        if !schedule.fates.iter().all(|&f| options.fates.allows(f)) {
+            continue;
         }
+        let timeline = Timeline::new(workload.ops.len(), &schedule.entries);
+        let timing = predict::predict(workload, profile, &schedule.entries, &timeline);
+        candidates.push((timing.iteration_s, Candidate::Fates(fates, shifts)));
     }
-    match found {
-        Some(mut plan) => {
+    // Stable: dp's own plan, then peers in the order of `Policy::PEERS`.
+    candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for (_, candidate) in candidates {
+        let evaluated = match candidate {
+            Candidate::Evaluated(evaluated) => Ok(*evaluated),
+            Candidate::Fates(fates, shifts) => {
+                evaluate(workload, profile, options, lives, fates, &shifts)
+            }
+        };
+        if let Ok(mut plan) = evaluated.and_then(|e| finish(workload, profile, options, e)) {
             plan.policy = Policy::Dp.name().to_string();
-            Ok(plan)
-        }
-        None => {
-            Err(last_error
-                .unwrap_or_else(|| Error::Internal("dp found no plan and no error".into())))
+            return Ok(plan);
         }
     }
+    Err(last_error.unwrap_or_else(|| Error::Internal("dp found no plan and no error".into())))
+}
+
+/// A plan `dp` may return: its own, already evaluated, or a peer's fates.
+enum Candidate {
+    Evaluated(Box<Evaluated>),
+    Fates(Vec<Fate>, Vec<Shift>),
 }
 
 fn plan_milp(
@@ -289,19 +326,28 @@ fn with_hint(
     else {
         return error;
     };
-    let choices = Choices::build(workload, lives, profile, options.fates);
+    let fates = if options.policy.is_peer() {
+        FateSet::ALL
+    } else {
+        options.fates
+    };
+    let choices = Choices::build(workload, lives, profile, fates);
     let fits = |budgets: &Budgets| -> bool {
         match options.policy {
             // The model's answer: fast, and what the search itself sees.
             Policy::Dp | Policy::Milp => {
                 dp::solve(workload, &choices, budgets, options.ssd_staging_bytes, &[]).is_ok()
             }
+            // The peer's fates and timings under the memory pass: what
+            // planning it checks before the plan is made.
             peer => {
                 let trial = PlanOptions {
                     budgets: *budgets,
                     ..options.clone()
                 };
-                plan_peer(peer, workload, profile, &trial, lives).is_ok()
+                peer_fates(peer, workload, lives, &choices, &trial).is_ok_and(|(fates, shifts)| {
+                    evaluate(workload, profile, &trial, lives, fates, &shifts).is_ok()
+                })
             }
         }
     };
@@ -355,15 +401,25 @@ fn with_hint(
     }
 }
 
-/// Schedules the fates, counts memory, predicts time and runs the sanity pass.
-fn assemble(
+/// A schedule that fits every budget, with its peaks and predicted time:
+/// everything of a plan but the plan itself and the sanity pass.
+struct Evaluated {
+    schedule: Schedule,
+    peak_bytes: PerTier<u64>,
+    peak_step: PerTier<u32>,
+    timing: Timing,
+}
+
+/// Schedules the fates, counts memory (over-budget plans stop here) and
+/// predicts time.
+fn evaluate(
     workload: &Workload,
     profile: &Profile,
     options: &PlanOptions,
     lives: &Lifetimes,
     fates: Vec<Fate>,
     shifts: &[Shift],
-) -> Result<Plan> {
+) -> Result<Evaluated> {
     let schedule = schedule::build(workload, lives, fates, shifts)?;
     let timeline = Timeline::new(workload.ops.len(), &schedule.entries);
     let occupancy = Occupancy::compute(
@@ -376,6 +432,40 @@ fn assemble(
     occupancy.check(&timeline, &options.budgets, workload)?;
     let (peak_bytes, peak_step) = occupancy.peaks(&timeline);
     let timing = predict::predict(workload, profile, &schedule.entries, &timeline);
+    Ok(Evaluated {
+        schedule,
+        peak_bytes,
+        peak_step,
+        timing,
+    })
+}
+
+/// Schedules the fates, counts memory, predicts time and runs the sanity pass.
+fn assemble(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    lives: &Lifetimes,
+    fates: Vec<Fate>,
+    shifts: &[Shift],
+) -> Result<Plan> {
+    let evaluated = evaluate(workload, profile, options, lives, fates, shifts)?;
+    finish(workload, profile, options, evaluated)
+}
+
+/// Makes the plan of an evaluated schedule and runs the sanity pass.
+fn finish(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    evaluated: Evaluated,
+) -> Result<Plan> {
+    let Evaluated {
+        schedule,
+        peak_bytes,
+        peak_step,
+        timing,
+    } = evaluated;
     let plan = Plan {
         format_version: PLAN_FORMAT_VERSION,
         policy: options.policy.name().to_string(),

@@ -429,8 +429,8 @@ fn sweep(
 ) -> Result<()> {
     let steps = workload.ops.len();
     let mut starts: Vec<Vec<(usize, usize)>> = vec![Vec::new(); steps];
-    for tensor in 0..workload.tensors.len() {
-        if eligible(tensor, fates[tensor]).is_none() {
+    for (tensor, &fate) in fates.iter().enumerate() {
+        if eligible(tensor, fate).is_none() {
             continue;
         }
         for (start, end) in relief(workload, lives, tensor, tier, remat) {
@@ -439,8 +439,8 @@ fn sweep(
     }
     // Max-heap by bytes, then lowest id.
     let mut active: BinaryHeap<(u64, std::cmp::Reverse<usize>, usize)> = BinaryHeap::new();
-    for step in 0..steps {
-        for &(tensor, end) in &starts[step] {
+    for (step, starting) in starts.iter().enumerate() {
+        for &(tensor, end) in starting {
             active.push((
                 workload.tensors[tensor].bytes,
                 std::cmp::Reverse(tensor),
@@ -501,8 +501,8 @@ fn greedy(
         host: Fenwick::new(steps),
         ssd: Fenwick::new(steps),
     };
-    for tensor in 0..fates.len() {
-        tiers.apply(workload, lives, tensor, fates[tensor], 1);
+    for (tensor, &fate) in fates.iter().enumerate() {
+        tiers.apply(workload, lives, tensor, fate, 1);
     }
     sweep(
         workload,

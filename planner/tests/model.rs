@@ -73,10 +73,10 @@ fn check(workload: &Workload, fates: FateSet, hbm_share: f64) {
     let timeline = Timeline::new(workload.ops.len(), &sched.entries);
     let occupancy = Occupancy::compute(workload, &sched.fates, &sched.entries, &timeline, 0);
     let model = model_hbm(workload, &choices, &outcome.assignment);
-    for step in 0..workload.ops.len() {
+    for (step, &modelled) in model.iter().enumerate().take(workload.ops.len()) {
         let range = timeline.step_start[step]..timeline.step_start[step + 1];
         let real = range.map(|p| occupancy.bytes.hbm[p]).max().unwrap() as i128;
-        if real > model[step] && sched.fates == fates {
+        if real > modelled && sched.fates == fates {
             let changed: Vec<String> = (0..fates.len())
                 .filter(|&t| fates[t] != choices.baseline[t])
                 .filter(|&t| {
@@ -94,9 +94,9 @@ fn check(workload: &Workload, fates: FateSet, hbm_share: f64) {
             panic!(
                 "step {step} ({}): model {} real {}; diff {}; changed live: {:?}",
                 workload.ops[step].name,
-                model[step],
+                modelled,
                 real,
-                real - model[step],
+                real - modelled,
                 &changed[..changed.len().min(12)]
             );
         }

@@ -78,6 +78,9 @@ pub fn link_seconds(bytes: u64, inward: bool, ssd: bool, profile: &Profile) -> (
     transfer_seconds(&entry, profile)
 }
 
+/// `[start, end)` steps and the device bytes a choice adds over them.
+pub type HbmAdd = (u32, u32, u64);
+
 /// Busy seconds per link: h2d, d2h, SSD read, SSD write.
 pub type LinkSeconds = [f64; 4];
 
@@ -396,7 +399,7 @@ impl Choices {
         lives: &Lifetimes,
         tensor: TensorId,
         step: u32,
-    ) -> Option<(f64, Vec<(u32, u32, u64)>)> {
+    ) -> Option<(f64, Vec<HbmAdd>)> {
         let mut seconds = 0.0;
         let mut transient = 0u64;
         let mut adds = Vec::new();

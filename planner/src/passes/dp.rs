@@ -10,7 +10,8 @@
 //!    tensors idle at that step (dynamic programming over a Pareto front of
 //!    bytes freed against seconds spent). Each candidate is scored by the
 //!    cheapest timing its fate allows, since stage 2 can reach it; the
-//!    sweep itself applies the timing that frees the most steps.
+//!    sweep itself applies the timing that frees the most steps. A second
+//!    sweep covers overruns in score order alone; the cheaper one is kept.
 //! 2. **Improvement.** Every changed tensor, costliest first, takes the
 //!    cheapest of its choices (the baseline included) that keeps every
 //!    tier within budget: this returns over-demoted tensors and moves
@@ -177,6 +178,86 @@ impl Usage {
     }
 }
 
+/// The bytes per step a change of one tensor's choice adds (or, negative,
+/// removes) on each tier, as disjoint `[start, end)` segments with a
+/// nonzero change. Buffers are kept between uses.
+#[derive(Default)]
+struct Delta {
+    events: Vec<(u32, i64)>,
+    /// Per tier (device, host, SSD): `(start, end, bytes)`.
+    segments: [Vec<(u32, u32, i64)>; 3],
+}
+
+impl Delta {
+    fn compute(&mut self, old: Option<&Choice>, new: Option<&Choice>, bytes: i64) {
+        for (index, tier) in [Tier::Hbm, Tier::Host, Tier::Ssd].into_iter().enumerate() {
+            self.events.clear();
+            for (choice, sign) in [(old, -1i64), (new, 1i64)] {
+                let Some(choice) = choice else { continue };
+                if tier == Tier::Hbm {
+                    for &(s, e) in &choice.hbm_free {
+                        self.events.push((s, -sign * bytes));
+                        self.events.push((e, sign * bytes));
+                    }
+                    for &(s, e, added) in &choice.hbm_add {
+                        self.events.push((s, sign * added as i64));
+                        self.events.push((e, -sign * added as i64));
+                    }
+                }
+                if let Some((away, s, e)) = choice.away {
+                    if away == tier {
+                        self.events.push((s, sign * bytes));
+                        self.events.push((e, -sign * bytes));
+                    }
+                }
+            }
+            let segments = &mut self.segments[index];
+            segments.clear();
+            if self.events.is_empty() {
+                continue;
+            }
+            // Stable: each choice adds its events in order, so this merges runs.
+            self.events.sort_by_key(|&(at, _)| at);
+            let mut running = 0i64;
+            let mut k = 0;
+            while k < self.events.len() {
+                let at = self.events[k].0;
+                while k < self.events.len() && self.events[k].0 == at {
+                    running += self.events[k].1;
+                    k += 1;
+                }
+                if k < self.events.len() && running != 0 {
+                    segments.push((at, self.events[k].0, running));
+                }
+            }
+        }
+    }
+
+    /// Whether every step the change adds bytes to stays within its limit.
+    fn fits(&self, usage: &Usage) -> bool {
+        [&usage.hbm, &usage.host, &usage.ssd]
+            .into_iter()
+            .zip(&self.segments)
+            .zip(usage.limit)
+            .all(|((tree, segments), limit)| {
+                segments.iter().all(|&(s, e, bytes)| {
+                    bytes <= 0 || tree.max(s as usize, e as usize) + bytes <= limit
+                })
+            })
+    }
+
+    fn apply(&self, usage: &mut Usage) {
+        for (tree, segments) in [&mut usage.hbm, &mut usage.host, &mut usage.ssd]
+            .into_iter()
+            .zip(&self.segments)
+        {
+            for &(s, e, bytes) in segments {
+                tree.add(s as usize, e as usize, bytes);
+            }
+        }
+    }
+}
+
 /// The search state: an assignment and the usage it implies.
 struct Search<'a> {
     choices: &'a Choices,
@@ -192,6 +273,11 @@ struct Search<'a> {
     /// Seconds charged per second of each link's busy time: zero while
     /// compute bounds the iteration, one on a link that bounds it.
     weights: LinkSeconds,
+    /// Whether the sweep covers an overrun by the knapsack (else in score
+    /// order alone).
+    knapsack: bool,
+    /// Scratch space for changes.
+    delta: Delta,
 }
 
 impl<'a> Search<'a> {
@@ -222,37 +308,57 @@ impl<'a> Search<'a> {
     }
 
     fn set(&mut self, tensor: usize, pick: Option<u16>) {
-        let bytes = self.bytes[tensor];
-        if let Some(old) = self.pick(tensor) {
-            self.usage.apply(old, bytes, -1);
+        if self.assignment.picks[tensor] == pick {
+            return;
         }
+        let (old, new) = (self.pick(tensor), self.choice_of(tensor, pick));
+        if old.is_none() || new.is_none() {
+            // From or to the baseline: nothing to merge.
+            let bytes = self.bytes[tensor];
+            if let Some(old) = old {
+                self.usage.apply(old, bytes, -1);
+            }
+            if let Some(new) = new {
+                self.usage.apply(new, bytes, 1);
+            }
+            self.assignment.picks[tensor] = pick;
+            return;
+        }
+        let mut delta = std::mem::take(&mut self.delta);
+        delta.compute(
+            self.pick(tensor),
+            self.choice_of(tensor, pick),
+            self.bytes[tensor],
+        );
         self.assignment.picks[tensor] = pick;
-        if let Some(new) = self.pick(tensor) {
-            self.usage.apply(new, bytes, 1);
-        }
+        delta.apply(&mut self.usage);
+        self.delta = delta;
     }
 
-    /// Whether every tier is within budget where the last change to
-    /// `tensor` from `old` may have added bytes.
-    fn fits_after_change(&self, tensor: usize, old: Option<&Choice>) -> bool {
-        let within =
-            |s: u32, e: u32| self.usage.hbm.max(s as usize, e as usize) <= self.usage.limit[0];
-        let hbm_ok = old.is_none_or(|old| old.hbm_free.iter().all(|&(s, e)| within(s, e)))
-            && self
-                .pick(tensor)
-                .is_none_or(|new| new.hbm_add.iter().all(|&(s, e, _)| within(s, e)));
-        let away_ok = self.pick(tensor).is_none_or(|c| match c.away {
-            None => true,
-            Some((tier, s, e)) => {
-                let (tree, limit) = match tier {
-                    Tier::Hbm => (&self.usage.hbm, self.usage.limit[0]),
-                    Tier::Host => (&self.usage.host, self.usage.limit[1]),
-                    Tier::Ssd => (&self.usage.ssd, self.usage.limit[2]),
-                };
-                tree.max(s as usize, e as usize) <= limit
-            }
-        });
-        hbm_ok && away_ok
+    fn choice_of(&self, tensor: usize, pick: Option<u16>) -> Option<&'a Choice> {
+        pick.map(|i| &self.choices.options[tensor][i as usize])
+    }
+
+    /// Changes `tensor` to `pick` if every tier stays within budget
+    /// wherever the change adds bytes; returns whether it did. Only the
+    /// steps where the two choices differ are touched.
+    fn try_set(&mut self, tensor: usize, pick: Option<u16>) -> bool {
+        if self.assignment.picks[tensor] == pick {
+            return true;
+        }
+        let mut delta = std::mem::take(&mut self.delta);
+        delta.compute(
+            self.pick(tensor),
+            self.choice_of(tensor, pick),
+            self.bytes[tensor],
+        );
+        let fits = delta.fits(&self.usage);
+        if fits {
+            self.assignment.picks[tensor] = pick;
+            delta.apply(&mut self.usage);
+        }
+        self.delta = delta;
+        fits
     }
 
     /// Stage 1 over steps `[from, to)`, never touching `frozen`. Returns
@@ -329,8 +435,12 @@ impl<'a> Search<'a> {
                     break;
                 }
             }
-            let chosen =
-                knapsack(&usable, over).unwrap_or_else(|| (0..usable.len()).collect::<Vec<_>>());
+            let chosen = (if self.knapsack {
+                knapsack(&usable, over)
+            } else {
+                None
+            })
+            .unwrap_or_else(|| (0..usable.len()).collect::<Vec<_>>());
             let mut taken = vec![false; usable.len()];
             for &k in &chosen {
                 let c = usable[k];
@@ -480,18 +590,14 @@ impl<'a> Search<'a> {
                 better.push((0.0, None));
             }
             better.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let old_pick = self.assignment.picks[t];
             for (cost, pick) in better {
                 if cost >= current && pick.is_some() {
                     continue;
                 }
-                let old = self.pick(t);
-                self.set(t, pick);
-                if self.fits_after_change(t, old) {
+                if self.try_set(t, pick) {
                     changed = true;
                     break;
                 }
-                self.set(t, old_pick);
             }
         }
         changed
@@ -535,9 +641,11 @@ impl<'a> Search<'a> {
                     self.usage.apply(c, bytes, 1);
                     ok
                 });
+                let steps = choices.steps as usize;
                 let ok = away_ok && self.sweep(start, end, Some(t)).is_ok() && {
                     self.improve();
-                    true
+                    // A new choice's added bytes may fall outside the swept steps.
+                    self.usage.hbm.max(0, steps) <= self.usage.limit[0]
                 };
                 if ok && self.total_price() + 1e-12 < before_cost {
                     improved = true;
@@ -612,11 +720,17 @@ fn knapsack(items: &[Candidate], need: i64) -> Option<Vec<usize>> {
         trail: usize::MAX,
     }];
     let mut best: Option<Entry> = None;
+    // Bytes of the items from each index on.
+    let mut remaining = vec![0i64; items.len() + 1];
+    for k in (0..items.len()).rev() {
+        remaining[k] = remaining[k + 1] + items[k].bytes;
+    }
+    let mut grown_entries: Vec<(usize, Entry)> = Vec::new();
+    let mut kept: Vec<Entry> = Vec::new();
     for (k, item) in items.iter().enumerate() {
         let cost = item.score * item.bytes as f64;
-        let mut next = Vec::with_capacity(front.len() * 2);
-        for entry in &front {
-            next.push(*entry);
+        grown_entries.clear();
+        for (i, entry) in front.iter().enumerate() {
             let bytes = entry.bytes + item.bytes;
             let total = entry.cost + cost;
             if best.is_some_and(|b| total >= b.cost) {
@@ -631,23 +745,61 @@ fn knapsack(items: &[Candidate], need: i64) -> Option<Vec<usize>> {
             if bytes >= need {
                 best = Some(grown);
             } else {
-                next.push(grown);
+                grown_entries.push((i, grown));
             }
         }
-        // Keep the Pareto front: more bytes for less cost.
-        next.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.cost.total_cmp(&b.cost)));
-        let mut kept: Vec<Entry> = Vec::with_capacity(next.len());
+        // The front is sorted by bytes (most first), then cost; so are the
+        // grown entries. Merge them, an entry before the one grown from it
+        // or from a later entry when they tie, and keep the Pareto front:
+        // more bytes for less cost.
+        // An entry that the later items cannot complete, or can complete
+        // only at a cost no lower than the best found (their scores are at
+        // least the next item's), is dropped too: it cannot lead to a
+        // better selection, and neither can the entries it dominates.
+        let (next_score, later_bytes) =
+            (items.get(k + 1).map_or(0.0, |c| c.score), remaining[k + 1]);
+        kept.clear();
         let mut cheapest = f64::INFINITY;
-        for entry in next {
+        let mut keep = |entry: Entry, kept: &mut Vec<Entry>| {
             if entry.cost < cheapest && best.is_none_or(|b| entry.cost < b.cost) {
                 cheapest = entry.cost;
-                kept.push(entry);
+                let short = need - entry.bytes;
+                let hopeless = short > later_bytes
+                    || best.is_some_and(|b| {
+                        entry.cost + short as f64 * next_score > b.cost * (1.0 + 1e-9)
+                    });
+                if !hopeless {
+                    kept.push(entry);
+                }
+            }
+        };
+        let (mut a, mut b) = (0, 0);
+        while a < front.len() || b < grown_entries.len() {
+            let take_front = match (front.get(a), grown_entries.get(b)) {
+                (Some(x), Some(&(i, y))) => match y.bytes.cmp(&x.bytes) {
+                    Ordering::Less => true,
+                    Ordering::Greater => false,
+                    Ordering::Equal => match x.cost.total_cmp(&y.cost) {
+                        Ordering::Less => true,
+                        Ordering::Greater => false,
+                        Ordering::Equal => a <= i,
+                    },
+                },
+                (Some(_), None) => true,
+                _ => false,
+            };
+            if take_front {
+                keep(front[a], &mut kept);
+                a += 1;
+            } else {
+                keep(grown_entries[b].1, &mut kept);
+                b += 1;
             }
         }
         if kept.len() > FRONT_LIMIT {
             return None;
         }
-        front = kept;
+        std::mem::swap(&mut front, &mut kept);
     }
     let best = best?;
     let mut picked = Vec::new();
@@ -704,7 +856,9 @@ pub fn solve(
         let weights = rounds[round];
         round += 1;
         let mut host_short = true;
-        for ssd in [false, true] {
+        // Each sweep covers overruns by the knapsack, then again in score
+        // order alone: neither is always the cheaper in the end.
+        for (ssd, knapsack) in [(false, true), (false, false), (true, true), (true, false)] {
             // The SSD only helps where host memory ran short.
             if ssd && (!any_ssd || !host_short) {
                 continue;
@@ -722,12 +876,17 @@ pub fn solve(
                 keep_fates: false,
                 away_refused: false,
                 weights,
+                knapsack,
+                delta: Delta::default(),
             };
             let swept = search.sweep(0, choices.steps as usize, None);
-            if !ssd {
+            if !ssd && knapsack {
                 host_short = swept.is_err() || search.away_refused;
             }
             if let Err(step) = swept {
+                if !knapsack {
+                    continue;
+                }
                 let needed = search.usage.hbm.get(step).max(0) as u64;
                 let overrun = Overrun {
                     tier: Tier::Hbm,
@@ -843,6 +1002,8 @@ pub fn time_fates(
         keep_fates: true,
         away_refused: false,
         weights: [0.0; 4],
+        knapsack: true,
+        delta: Delta::default(),
     };
     for (t, &pick) in assignment.picks.iter().enumerate() {
         if pick.is_some() {

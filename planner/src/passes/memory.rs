@@ -125,21 +125,27 @@ pub fn copy_lives(
         }
         let created = &mut creations[t];
         created.sort_unstable();
+        // Reads are in position order, and so are offloads (the schedule is
+        // ordered by issue): one pass over each.
+        let (tensor_reads, tensor_offloads) = (&reads[t], &offloads[t]);
+        let (mut r, mut o) = (0usize, 0usize);
         for (k, &start) in created.iter().enumerate() {
             let next = created.get(k + 1).copied().unwrap_or(usize::MAX);
-            let within = |p: usize| p >= start && p < next;
-            let end =
-                if let Some(&(_, done)) = offloads[t].iter().find(|&&(issued, _)| within(issued)) {
-                    done
-                } else {
-                    reads[t]
-                        .iter()
-                        .copied()
-                        .filter(|&p| within(p))
-                        .max()
-                        .unwrap_or(start)
-                        + 1
-                };
+            while o < tensor_offloads.len() && tensor_offloads[o].0 < start {
+                o += 1;
+            }
+            while r < tensor_reads.len() && tensor_reads[r] < next {
+                r += 1;
+            }
+            let end = match tensor_offloads.get(o) {
+                // The first offload issued while this copy lives ends it.
+                Some(&(issued, done)) if issued < next => done,
+                // Else its last read before the next creation.
+                _ => match r.checked_sub(1).map(|i| tensor_reads[i]) {
+                    Some(last) if last >= start => last + 1,
+                    _ => start + 1,
+                },
+            };
             add(Some(tensor.id), Tier::Hbm, start, end, tensor.bytes);
         }
     }

@@ -246,6 +246,10 @@ fn status(
     }
 }
 
+/// A recomputation's read of a prefetched copy: the tensor, the step its
+/// copy is due before, and the step the recomputation needs it before.
+type Hurry = (TensorId, u32, u32);
+
 /// All recomputation entries, slot by slot, and the recompute-fated tensors
 /// whose recomputation could not be built.
 fn recomputations(
@@ -253,7 +257,7 @@ fn recomputations(
     lives: &Lifetimes,
     fates: &[Fate],
     shifts: &[Shift],
-) -> (Vec<ScheduleEntry>, Vec<(TensorId, u32, u32)>, Vec<TensorId>) {
+) -> (Vec<ScheduleEntry>, Vec<Hurry>, Vec<TensorId>) {
     let mut entries = Vec::new();
     let mut hurry = Vec::new();
     let mut failed = Vec::new();
