@@ -10,7 +10,7 @@ use divan::counter::{BytesCount, ItemsCount};
 use divan::Bencher;
 use fateplan_kernels::dense::{linear, linear_bwd};
 use fateplan_kernels::dropout::Dropout;
-use fateplan_kernels::sparse::{spmm, spmm_dropout, spmm_t};
+use fateplan_kernels::sparse::{spmm, spmm_dropout, spmm_dropout_per_edge, spmm_t};
 use fateplan_kernels::{Block, Init, Write};
 
 const ROWS: usize = 200_000;
@@ -73,6 +73,28 @@ fn spmm_dropout_200k_w128(bencher: Bencher) {
     let dropout = Dropout::new(0.5, 1, 2).unwrap();
     bencher.counter(gathered_bytes()).bench_local(|| {
         spmm_dropout(
+            block.as_ref(),
+            &src,
+            WIDTH,
+            Init::Zero,
+            &mut out,
+            &dropout,
+            0,
+        )
+        .unwrap()
+    });
+}
+
+/// The mask hashed again per edge (the formulation before the mask
+/// workspace), for comparison.
+#[divan::bench(sample_count = 10)]
+fn spmm_dropout_per_edge_200k_w128(bencher: Bencher) {
+    let block = block();
+    let src = values(ROWS * WIDTH, 1);
+    let mut out = vec![0.0f32; ROWS * WIDTH];
+    let dropout = Dropout::new(0.5, 1, 2).unwrap();
+    bencher.counter(gathered_bytes()).bench_local(|| {
+        spmm_dropout_per_edge(
             block.as_ref(),
             &src,
             WIDTH,
