@@ -8,6 +8,7 @@
 
 use divan::counter::{BytesCount, ItemsCount};
 use divan::Bencher;
+use fateplan_kernels::activation::{relu_dropout, relu_dropout_bwd};
 use fateplan_kernels::dense::{linear, linear_bwd};
 use fateplan_kernels::dropout::Dropout;
 use fateplan_kernels::sparse::{spmm, spmm_dropout, spmm_dropout_per_edge, spmm_t};
@@ -155,4 +156,29 @@ fn linear_bwd_200k_128x128(bencher: Bencher) {
             )
             .unwrap()
         });
+}
+
+fn elements() -> ItemsCount {
+    ItemsCount::new(ROWS * WIDTH)
+}
+
+#[divan::bench(sample_count = 10)]
+fn relu_dropout_200k_w128(bencher: Bencher) {
+    let z = values(ROWS * WIDTH, 1);
+    let mut h = vec![0.0f32; ROWS * WIDTH];
+    let dropout = Dropout::new(0.5, 1, 2).unwrap();
+    bencher
+        .counter(elements())
+        .bench_local(|| relu_dropout(&z, &mut h, WIDTH, 0, Some(&dropout)).unwrap());
+}
+
+#[divan::bench(sample_count = 10)]
+fn relu_dropout_bwd_200k_w128(bencher: Bencher) {
+    let z = values(ROWS * WIDTH, 1);
+    let g = values(ROWS * WIDTH, 3);
+    let mut dz = vec![0.0f32; ROWS * WIDTH];
+    let dropout = Dropout::new(0.5, 1, 2).unwrap();
+    bencher
+        .counter(elements())
+        .bench_local(|| relu_dropout_bwd(&g, &z, WIDTH, 0, Some(&dropout), &mut dz).unwrap());
 }

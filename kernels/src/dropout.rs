@@ -13,6 +13,7 @@
 
 use rayon::prelude::*;
 
+use crate::isa::Isa;
 use crate::{ensure, Result, ROW_CHUNK};
 
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -121,9 +122,57 @@ impl Mask {
         keep
     }
 
+    /// [`Mask::fill_bits`] on `isa`: the hash is 64-bit multiplies, which
+    /// only AVX-512 DQ has as vector instructions.
+    pub(crate) fn fill_bits_on(&self, isa: Isa, start: u64, len: usize, out: &mut [u64]) {
+        match isa {
+            Isa::Generic => self.fill_bits(start, len, out),
+            // SAFETY: `Isa::Avx512` names an instruction set the CPU has.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { x86::fill_bits_avx512(self, start, len, out) },
+            // SAFETY: as above, for AVX2.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { x86::fill_bits_avx2(self, start, len, out) },
+        }
+    }
+
+    /// `row[f] *= factor(start + f)`: dropout on one row, through its keep
+    /// bits (`scratch` holds at least `ceil(row.len() / 64)` words). The
+    /// same products as multiplying by [`Mask::fill`]'s factors.
+    pub(crate) fn apply_on(&self, isa: Isa, start: u64, row: &mut [f32], scratch: &mut [u64]) {
+        match isa {
+            Isa::Generic => self.apply(start, row, scratch),
+            // SAFETY: `Isa::Avx512` names an instruction set the CPU has.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { x86::apply_avx512(self, start, row, scratch) },
+            // SAFETY: as above, for AVX2.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { x86::apply_avx2(self, start, row, scratch) },
+        }
+    }
+
+    #[inline(always)]
+    fn apply(&self, start: u64, row: &mut [f32], scratch: &mut [u64]) {
+        const LANES: usize = 16;
+        let bits = &mut scratch[..row.len().div_ceil(64)];
+        self.fill_bits(start, row.len(), bits);
+        let blocked = row.len() / LANES * LANES;
+        let (head, tail) = row.split_at_mut(blocked);
+        for (j, v) in head.chunks_exact_mut(LANES).enumerate() {
+            let m = factors16((bits[j / 4] >> (LANES * (j % 4))) as u32, self.scale);
+            for k in 0..LANES {
+                v[k] *= m[k];
+            }
+        }
+        for (k, v) in tail.iter_mut().enumerate() {
+            *v *= factor(bits, blocked + k, self.scale);
+        }
+    }
+
     /// Writes the keep bits of elements `start..start + len` into `out`
     /// (`ceil(len / 64)` words): bit `f % 64` of word `f / 64` for element
     /// `start + f`. Bits past `len` are 0.
+    #[inline(always)]
     pub(crate) fn fill_bits(&self, start: u64, len: usize, out: &mut [u64]) {
         debug_assert_eq!(out.len(), len.div_ceil(64));
         out.fill(0);
@@ -210,7 +259,7 @@ pub(crate) struct MaskBits {
 impl MaskBits {
     /// Fills the bits in parallel over chunks of [`ROW_CHUNK`] rows; each
     /// row's bits depend only on the mask and its index.
-    pub(crate) fn new(mask: &Mask, row0: u64, rows: usize, width: usize) -> MaskBits {
+    pub(crate) fn new(mask: &Mask, row0: u64, rows: usize, width: usize, isa: Isa) -> MaskBits {
         let words_per_row = width.div_ceil(64);
         let mut words = vec![0u64; rows * words_per_row];
         if words_per_row > 0 {
@@ -220,7 +269,7 @@ impl MaskBits {
                 .for_each(|(chunk, part)| {
                     for (k, row) in part.chunks_exact_mut(words_per_row).enumerate() {
                         let r = (chunk * ROW_CHUNK + k) as u64;
-                        mask.fill_bits((row0 + r) * width as u64, width, row);
+                        mask.fill_bits_on(isa, (row0 + r) * width as u64, width, row);
                     }
                 });
         }
@@ -234,6 +283,48 @@ impl MaskBits {
     #[inline(always)]
     pub(crate) fn row(&self, r: usize) -> &[u64] {
         &self.words[r * self.words_per_row..(r + 1) * self.words_per_row]
+    }
+}
+
+/// The builds of the mask loops for wider instruction sets: the same code,
+/// compiled with more target features.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::Mask;
+
+    #[target_feature(enable = "avx512f,avx512dq")]
+    pub(super) unsafe fn fill_bits_avx512(mask: &Mask, start: u64, len: usize, out: &mut [u64]) {
+        mask.fill_bits(start, len, out)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn fill_bits_avx2(mask: &Mask, start: u64, len: usize, out: &mut [u64]) {
+        mask.fill_bits(start, len, out)
+    }
+
+    #[target_feature(enable = "avx512f,avx512dq")]
+    pub(super) unsafe fn apply_avx512(
+        mask: &Mask,
+        start: u64,
+        row: &mut [f32],
+        scratch: &mut [u64],
+    ) {
+        mask.apply(start, row, scratch)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn apply_avx2(mask: &Mask, start: u64, row: &mut [f32], scratch: &mut [u64]) {
+        mask.apply(start, row, scratch)
+    }
+}
+
+/// The factor of element `f` of a row with keep bits `bits`.
+#[inline(always)]
+pub(crate) fn factor(bits: &[u64], f: usize, scale: f32) -> f32 {
+    if bits[f / 64] >> (f % 64) & 1 == 1 {
+        scale
+    } else {
+        0.0
     }
 }
 
@@ -273,20 +364,39 @@ mod tests {
     fn bits_match_keep_at_any_offset() {
         let d = Dropout::new(0.3, 7, 11).unwrap();
         let m = d.mask();
-        for start in 0..9u64 {
-            for len in (0..140usize).chain([191, 192, 193]) {
-                let mut out = vec![u64::MAX; len.div_ceil(64)];
-                m.fill_bits(start, len, &mut out);
-                for f in 0..len.div_ceil(64) * 64 {
-                    let bit = out[f / 64] >> (f % 64) & 1 == 1;
-                    let expect = f < len && d.keep(start + f as u64);
-                    assert_eq!(bit, expect, "start {start} len {len} f {f}");
+        let specials = [-0.0, 0.0, f32::INFINITY, f32::NAN, -1.5];
+        for isa in Isa::available() {
+            for start in 0..9u64 {
+                for len in (0..140usize).chain([191, 192, 193]) {
+                    let mut out = vec![u64::MAX; len.div_ceil(64)];
+                    m.fill_bits_on(isa, start, len, &mut out);
+                    for f in 0..len.div_ceil(64) * 64 {
+                        let bit = out[f / 64] >> (f % 64) & 1 == 1;
+                        let expect = f < len && d.keep(start + f as u64);
+                        assert_eq!(bit, expect, "{isa:?} start {start} len {len} f {f}");
+                    }
+                    // Dropout on a row: the same bits as the products with
+                    // `fill`'s factors, signed zeros and NaN included.
+                    let row: Vec<f32> = (0..len)
+                        .map(|f| specials.get(f % 13).copied().unwrap_or(f as f32 - 60.5))
+                        .collect();
+                    let mut factors = vec![0.0; len];
+                    m.fill(start, &mut factors);
+                    let expect: Vec<u32> = row
+                        .iter()
+                        .zip(&factors)
+                        .map(|(x, m)| (x * m).to_bits())
+                        .collect();
+                    let mut got = row.clone();
+                    m.apply_on(isa, start, &mut got, &mut vec![0; len.div_ceil(64)]);
+                    let got: Vec<u32> = got.iter().map(|x| x.to_bits()).collect();
+                    assert_eq!(got, expect, "{isa:?} start {start} len {len}");
                 }
             }
         }
         for width in [1, 3, 7, 64, 100, 128] {
             let rows = 2 * ROW_CHUNK + 5;
-            let bits = MaskBits::new(&m, 13, rows, width);
+            let bits = MaskBits::new(&m, 13, rows, width, Isa::detect());
             for r in 0..rows {
                 for (f, j) in (0..width).step_by(16).zip(0..) {
                     let word = bits.row(r)[f / 64];

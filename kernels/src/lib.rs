@@ -36,6 +36,7 @@ pub mod activation;
 pub mod dense;
 pub mod dropout;
 pub mod gat;
+mod isa;
 pub mod loss;
 pub mod optim;
 pub mod reference;

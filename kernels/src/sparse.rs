@@ -9,7 +9,8 @@
 
 use rayon::prelude::*;
 
-use crate::dropout::{factors16, Dropout, Mask, MaskBits};
+use crate::dropout::{factor, factors16, Dropout, Mask, MaskBits};
+use crate::isa::Isa;
 use crate::{check_len, rows_of, BlockRef, Init, Result, ROW_CHUNK, SCATTER_MIN_ROWS};
 
 /// `out[r] = init[r] + Σ_e w_e · src[c_e]` over the edges `e` of
@@ -122,49 +123,6 @@ fn check_spmm(
     Ok(())
 }
 
-/// The instruction set the masked gather runs on, detected at run time.
-/// Made only by [`Isa::detect`] and [`Isa::available`], so that a variant
-/// names an instruction set this CPU has (the `unsafe` calls rely on it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Isa {
-    Generic,
-    #[cfg(target_arch = "x86_64")]
-    Avx2,
-    #[cfg(target_arch = "x86_64")]
-    Avx512,
-}
-
-impl Isa {
-    pub(crate) fn detect() -> Isa {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                return Isa::Avx512;
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                return Isa::Avx2;
-            }
-        }
-        Isa::Generic
-    }
-
-    /// Every instruction set this CPU can run, for tests.
-    #[cfg(test)]
-    pub(crate) fn available() -> Vec<Isa> {
-        let mut all = vec![Isa::Generic];
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx2") {
-                all.push(Isa::Avx2);
-            }
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                all.push(Isa::Avx512);
-            }
-        }
-        all
-    }
-}
-
 /// A dropout mask on `src`, whose row 0 is global row `src_row0`.
 #[derive(Clone, Copy)]
 pub(crate) struct MaskedSrc {
@@ -199,7 +157,7 @@ pub(crate) fn gather(
     if let Masking::Auto(m) = masking {
         let src_rows = src.len() / width;
         if block.nnz() >= src_rows {
-            let bits = MaskBits::new(&m.mask, m.src_row0, src_rows, width);
+            let bits = MaskBits::new(&m.mask, m.src_row0, src_rows, width, m.isa);
             let masking = Masking::Bits(&bits, m.mask.scale, m.isa);
             return gather(block, src, width, init, out, masking);
         }
@@ -442,16 +400,6 @@ fn row_gather_bits_generic(
         for (k, (o, &x)) in tail.iter_mut().zip(&s[blocked..]).enumerate() {
             *o += w * (x * factor(b, blocked + k, scale));
         }
-    }
-}
-
-/// The factor of element `f` of a row with keep bits `bits`.
-#[inline(always)]
-fn factor(bits: &[u64], f: usize, scale: f32) -> f32 {
-    if bits[f / 64] >> (f % 64) & 1 == 1 {
-        scale
-    } else {
-        0.0
     }
 }
 

@@ -4,10 +4,11 @@ use super::*;
 use crate::activation::*;
 use crate::dense::*;
 use crate::dropout::{Dropout, MaskBits};
+use crate::isa::Isa;
 use crate::loss::*;
 use crate::optim::Adam;
 use crate::sparse::*;
-use crate::sparse::{gather, Isa, Masking};
+use crate::sparse::{gather, Masking};
 use crate::{reference as reference64, Error, Init, Write};
 
 /// Sizes that cross the chunk boundaries: rows over `ROW_CHUNK`, source
@@ -165,8 +166,8 @@ fn spmm_dropout_equals_the_per_edge_formulation_bit_for_bit() {
             // The mask workspace on every instruction set this CPU has,
             // whatever the edge count.
             let mask = d.mask();
-            let keep = MaskBits::new(&mask, row0, src_rows, width);
             for isa in Isa::available() {
+                let keep = MaskBits::new(&mask, row0, src_rows, width, isa);
                 let masking = Masking::Bits(&keep, mask.scale, isa);
                 gather(
                     block.as_ref(),
