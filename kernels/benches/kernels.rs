@@ -1,5 +1,7 @@
 //! Throughput of the hot kernels at a realistic partition size:
 //! 200k rows, 16 edges a row, width 128; GEMM 200k × 128 × 128.
+//! `spmm_dropout_per_edge` is the masked gather that hashes the mask again
+//! per edge (before the mask workspace), to compare with `spmm_dropout`.
 //!
 //! `cargo bench -p fateplan-kernels --bench kernels`. divan reports time;
 //! the counters give bytes gathered (SpMM: one source row of `width`
