@@ -269,9 +269,9 @@ fn row_gather(
 /// Runs the AVX-512 or AVX2 build of the same code as `isa` says (see
 /// [`Isa::detect`]): the bit expansion takes several vector instructions
 /// per lane group, so the width of the vectors shows even though the
-/// gather waits on memory (at width 128, SSE2 is ~1.4× and AVX-512 ~1.1×
-/// the time of [`spmm`]). Every build does the same operations in the same
-/// order, so the bits are the same.
+/// gather waits on memory (measured at width 128: SSE2 ~2×, AVX2 ~1.4×,
+/// AVX-512 ~1.1–1.2× the time of [`spmm`]). Every build does the same
+/// operations in the same order, so the bits are the same.
 #[inline]
 #[allow(clippy::too_many_arguments)]
 fn row_gather_bits(
