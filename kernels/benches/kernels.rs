@@ -1,5 +1,7 @@
 //! Throughput of the hot kernels at a realistic partition size:
 //! 200k rows, 16 edges a row, width 128; GEMM 200k × 128 × 128.
+//! `spmm_dropout_per_edge` is the masked gather that hashes the mask again
+//! per edge (before the mask workspace), to compare with `spmm_dropout`.
 //!
 //! `cargo bench -p fateplan-kernels --bench kernels`. divan reports time;
 //! the counters give bytes gathered (SpMM: one source row of `width`
@@ -8,9 +10,10 @@
 
 use divan::counter::{BytesCount, ItemsCount};
 use divan::Bencher;
+use fateplan_kernels::activation::{relu_dropout, relu_dropout_bwd};
 use fateplan_kernels::dense::{linear, linear_bwd};
 use fateplan_kernels::dropout::Dropout;
-use fateplan_kernels::sparse::{spmm, spmm_dropout, spmm_t};
+use fateplan_kernels::sparse::{spmm, spmm_dropout, spmm_dropout_per_edge, spmm_t};
 use fateplan_kernels::{Block, Init, Write};
 
 const ROWS: usize = 200_000;
@@ -85,6 +88,28 @@ fn spmm_dropout_200k_w128(bencher: Bencher) {
     });
 }
 
+/// The mask hashed again per edge (the formulation before the mask
+/// workspace), for comparison.
+#[divan::bench(sample_count = 10)]
+fn spmm_dropout_per_edge_200k_w128(bencher: Bencher) {
+    let block = block();
+    let src = values(ROWS * WIDTH, 1);
+    let mut out = vec![0.0f32; ROWS * WIDTH];
+    let dropout = Dropout::new(0.5, 1, 2).unwrap();
+    bencher.counter(gathered_bytes()).bench_local(|| {
+        spmm_dropout_per_edge(
+            block.as_ref(),
+            &src,
+            WIDTH,
+            Init::Zero,
+            &mut out,
+            &dropout,
+            0,
+        )
+        .unwrap()
+    });
+}
+
 #[divan::bench(sample_count = 10)]
 fn spmm_t_200k_w128(bencher: Bencher) {
     let block = block();
@@ -133,4 +158,29 @@ fn linear_bwd_200k_128x128(bencher: Bencher) {
             )
             .unwrap()
         });
+}
+
+fn elements() -> ItemsCount {
+    ItemsCount::new(ROWS * WIDTH)
+}
+
+#[divan::bench(sample_count = 10)]
+fn relu_dropout_200k_w128(bencher: Bencher) {
+    let z = values(ROWS * WIDTH, 1);
+    let mut h = vec![0.0f32; ROWS * WIDTH];
+    let dropout = Dropout::new(0.5, 1, 2).unwrap();
+    bencher
+        .counter(elements())
+        .bench_local(|| relu_dropout(&z, &mut h, WIDTH, 0, Some(&dropout)).unwrap());
+}
+
+#[divan::bench(sample_count = 10)]
+fn relu_dropout_bwd_200k_w128(bencher: Bencher) {
+    let z = values(ROWS * WIDTH, 1);
+    let g = values(ROWS * WIDTH, 3);
+    let mut dz = vec![0.0f32; ROWS * WIDTH];
+    let dropout = Dropout::new(0.5, 1, 2).unwrap();
+    bencher
+        .counter(elements())
+        .bench_local(|| relu_dropout_bwd(&g, &z, WIDTH, 0, Some(&dropout), &mut dz).unwrap());
 }

@@ -6,6 +6,7 @@
 use rayon::prelude::*;
 
 use crate::dropout::{Dropout, Mask};
+use crate::isa::Isa;
 use crate::{check_len, rows_of, Result, ROW_CHUNK};
 
 /// ELU's `alpha`.
@@ -132,17 +133,14 @@ pub fn dropout_in_place(x: &mut [f32], width: usize, row0: u64, dropout: &Dropou
     if dropout.is_identity() {
         return Ok(());
     }
-    let mask = dropout.mask();
+    let (mask, isa) = (dropout.mask(), Isa::detect());
     x.par_chunks_mut(ROW_CHUNK * width)
         .enumerate()
         .for_each(|(chunk, part)| {
-            let mut factors = vec![0.0f32; width];
+            let mut scratch = vec![0u64; width.div_ceil(64)];
             for (k, row) in part.chunks_exact_mut(width).enumerate() {
                 let r = (chunk * ROW_CHUNK + k) as u64;
-                mask.fill((row0 + r) * width as u64, &mut factors);
-                for (v, &m) in row.iter_mut().zip(&factors) {
-                    *v *= m;
-                }
+                mask.apply_on(isa, (row0 + r) * width as u64, row, &mut scratch);
             }
         });
     Ok(())
@@ -175,6 +173,7 @@ where
         }
         None => None,
     };
+    let isa = Isa::detect();
     let span = ROW_CHUNK * width;
     out.par_chunks_mut(span)
         .enumerate()
@@ -195,13 +194,10 @@ where
                 }
             }
             if let Some(mask) = &mask {
-                let mut factors = vec![0.0f32; width];
+                let mut scratch = vec![0u64; width.div_ceil(64)];
                 for (k, row) in part.chunks_exact_mut(width).enumerate() {
                     let r = (chunk * ROW_CHUNK + k) as u64;
-                    mask.fill((row0 + r) * width as u64, &mut factors);
-                    for (v, &m) in row.iter_mut().zip(&factors) {
-                        *v *= m;
-                    }
+                    mask.apply_on(isa, (row0 + r) * width as u64, row, &mut scratch);
                 }
             }
         });

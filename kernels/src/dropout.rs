@@ -11,7 +11,10 @@
 //! `1 / (1 - p)`, a dropped one becomes 0. The mask therefore depends only
 //! on `(seed, stream, i)`, bit for bit, on every machine.
 
-use crate::{ensure, Result};
+use rayon::prelude::*;
+
+use crate::isa::Isa;
+use crate::{ensure, Result, ROW_CHUNK};
 
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 /// Elements that share one 64-bit hash.
@@ -107,6 +110,107 @@ impl Mask {
         u >= self.threshold
     }
 
+    /// The keep bits of the 4 elements of a group, bit `k` for lane `k`.
+    #[inline(always)]
+    fn group_keep_bits(&self, group: u64) -> u64 {
+        let bits = self.group_bits(group);
+        let mut keep = 0;
+        for k in 0..GROUP {
+            let u = (bits >> (16 * k)) as u32 & 0xFFFF;
+            keep |= ((u >= self.threshold) as u64) << k;
+        }
+        keep
+    }
+
+    /// [`Mask::fill_bits`] on `isa`: the hash is 64-bit multiplies, which
+    /// only AVX-512 DQ has as vector instructions.
+    pub(crate) fn fill_bits_on(&self, isa: Isa, start: u64, len: usize, out: &mut [u64]) {
+        match isa {
+            Isa::Generic => self.fill_bits(start, len, out),
+            // SAFETY: `Isa::Avx512` names an instruction set the CPU has.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { x86::fill_bits_avx512(self, start, len, out) },
+            // SAFETY: as above, for AVX2.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { x86::fill_bits_avx2(self, start, len, out) },
+        }
+    }
+
+    /// `row[f] *= factor(start + f)`: dropout on one row, through its keep
+    /// bits (`scratch` holds at least `ceil(row.len() / 64)` words). The
+    /// same products as multiplying by [`Mask::fill`]'s factors.
+    pub(crate) fn apply_on(&self, isa: Isa, start: u64, row: &mut [f32], scratch: &mut [u64]) {
+        match isa {
+            Isa::Generic => self.apply(start, row, scratch),
+            // SAFETY: `Isa::Avx512` names an instruction set the CPU has.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { x86::apply_avx512(self, start, row, scratch) },
+            // SAFETY: as above, for AVX2.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { x86::apply_avx2(self, start, row, scratch) },
+        }
+    }
+
+    #[inline(always)]
+    fn apply(&self, start: u64, row: &mut [f32], scratch: &mut [u64]) {
+        const LANES: usize = 16;
+        let bits = &mut scratch[..row.len().div_ceil(64)];
+        self.fill_bits(start, row.len(), bits);
+        let blocked = row.len() / LANES * LANES;
+        let (head, tail) = row.split_at_mut(blocked);
+        for (j, v) in head.chunks_exact_mut(LANES).enumerate() {
+            let m = factors16((bits[j / 4] >> (LANES * (j % 4))) as u32, self.scale);
+            for k in 0..LANES {
+                v[k] *= m[k];
+            }
+        }
+        for (k, v) in tail.iter_mut().enumerate() {
+            *v *= factor(bits, blocked + k, self.scale);
+        }
+    }
+
+    /// Writes the keep bits of elements `start..start + len` into `out`
+    /// (`ceil(len / 64)` words): bit `f % 64` of word `f / 64` for element
+    /// `start + f`. Bits past `len` are 0.
+    #[inline(always)]
+    pub(crate) fn fill_bits(&self, start: u64, len: usize, out: &mut [u64]) {
+        debug_assert_eq!(out.len(), len.div_ceil(64));
+        out.fill(0);
+        let mut f = 0;
+        // Leading elements up to a group boundary.
+        while !(start + f as u64).is_multiple_of(GROUP as u64) && f < len {
+            out[f / 64] |= (self.keep(start + f as u64) as u64) << (f % 64);
+            f += 1;
+        }
+        let mut group = (start + f as u64) / GROUP as u64;
+        if f == 0 {
+            // Aligned: 16 whole groups a word.
+            for word in out.iter_mut().take(len / 64) {
+                let mut bits = 0;
+                for k in 0..64 / GROUP {
+                    bits |= self.group_keep_bits(group + k as u64) << (GROUP * k);
+                }
+                *word = bits;
+                f += 64;
+                group += (64 / GROUP) as u64;
+            }
+        }
+        while f + GROUP <= len {
+            let keep = self.group_keep_bits(group);
+            let shift = f % 64;
+            out[f / 64] |= keep << shift;
+            if shift > 64 - GROUP {
+                out[f / 64 + 1] |= keep >> (64 - shift);
+            }
+            f += GROUP;
+            group += 1;
+        }
+        while f < len {
+            out[f / 64] |= (self.keep(start + f as u64) as u64) << (f % 64);
+            f += 1;
+        }
+    }
+
     /// Writes the factors (0 or `scale`) of elements `start..start +
     /// out.len()` into `out`.
     #[inline]
@@ -115,7 +219,7 @@ impl Mask {
         let mut index = start;
         let mut rest = out;
         // Leading elements up to a group boundary.
-        while index % GROUP as u64 != 0 && !rest.is_empty() {
+        while !index.is_multiple_of(GROUP as u64) && !rest.is_empty() {
             rest[0] = if self.keep(index) { scale } else { 0.0 };
             rest = &mut rest[1..];
             index += 1;
@@ -139,6 +243,104 @@ impl Mask {
     }
 }
 
+/// The keep bits of a `rows × width` block of a mask, computed once so that
+/// a kernel that reads an element many times (the SpMM gather reads a
+/// source row once per edge) hashes it once. Row `r` holds
+/// `words_per_row = ceil(width / 64)` words; bit `f % 64` of word `f / 64`
+/// is set iff element `(row0 + r) * width + f` is kept. The workspace is
+/// `rows * ceil(width / 64) * 8` bytes: 1/32 of the tensor when `width`
+/// is a multiple of 64 (16 MiB for 1M rows × 128).
+#[derive(Debug, Clone)]
+pub(crate) struct MaskBits {
+    words: Vec<u64>,
+    pub(crate) words_per_row: usize,
+}
+
+impl MaskBits {
+    /// Fills the bits in parallel over chunks of [`ROW_CHUNK`] rows; each
+    /// row's bits depend only on the mask and its index.
+    pub(crate) fn new(mask: &Mask, row0: u64, rows: usize, width: usize, isa: Isa) -> MaskBits {
+        let words_per_row = width.div_ceil(64);
+        let mut words = vec![0u64; rows * words_per_row];
+        if words_per_row > 0 {
+            words
+                .par_chunks_mut(ROW_CHUNK * words_per_row)
+                .enumerate()
+                .for_each(|(chunk, part)| {
+                    for (k, row) in part.chunks_exact_mut(words_per_row).enumerate() {
+                        let r = (chunk * ROW_CHUNK + k) as u64;
+                        mask.fill_bits_on(isa, (row0 + r) * width as u64, width, row);
+                    }
+                });
+        }
+        MaskBits {
+            words,
+            words_per_row,
+        }
+    }
+
+    /// The bits of row `r`.
+    #[inline(always)]
+    pub(crate) fn row(&self, r: usize) -> &[u64] {
+        &self.words[r * self.words_per_row..(r + 1) * self.words_per_row]
+    }
+}
+
+/// The builds of the mask loops for wider instruction sets: the same code,
+/// compiled with more target features.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::Mask;
+
+    #[target_feature(enable = "avx512f,avx512dq")]
+    pub(super) unsafe fn fill_bits_avx512(mask: &Mask, start: u64, len: usize, out: &mut [u64]) {
+        mask.fill_bits(start, len, out)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn fill_bits_avx2(mask: &Mask, start: u64, len: usize, out: &mut [u64]) {
+        mask.fill_bits(start, len, out)
+    }
+
+    #[target_feature(enable = "avx512f,avx512dq")]
+    pub(super) unsafe fn apply_avx512(
+        mask: &Mask,
+        start: u64,
+        row: &mut [f32],
+        scratch: &mut [u64],
+    ) {
+        mask.apply(start, row, scratch)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn apply_avx2(mask: &Mask, start: u64, row: &mut [f32], scratch: &mut [u64]) {
+        mask.apply(start, row, scratch)
+    }
+}
+
+/// The factor of element `f` of a row with keep bits `bits`.
+#[inline(always)]
+pub(crate) fn factor(bits: &[u64], f: usize, scale: f32) -> f32 {
+    if bits[f / 64] >> (f % 64) & 1 == 1 {
+        scale
+    } else {
+        0.0
+    }
+}
+
+/// The factors of 16 consecutive elements whose keep bits are the low 16
+/// bits of `bits`: `scale` where the bit is set, `0.0` elsewhere. Written
+/// as a broadcast, an AND with the lane's bit and a compare, so that it
+/// vectorises.
+#[inline(always)]
+pub(crate) fn factors16(bits: u32, scale: f32) -> [f32; 16] {
+    let mut m = [0.0f32; 16];
+    for (k, v) in m.iter_mut().enumerate() {
+        *v = if bits & (1 << k) != 0 { scale } else { 0.0 };
+    }
+    m
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +355,56 @@ mod tests {
                 m.fill(start, &mut out);
                 for (k, &v) in out.iter().enumerate() {
                     assert_eq!(v, d.value(start + k as u64), "start {start} k {k}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bits_match_keep_at_any_offset() {
+        let d = Dropout::new(0.3, 7, 11).unwrap();
+        let m = d.mask();
+        let specials = [-0.0, 0.0, f32::INFINITY, f32::NAN, -1.5];
+        for isa in Isa::available() {
+            for start in 0..9u64 {
+                for len in (0..140usize).chain([191, 192, 193]) {
+                    let mut out = vec![u64::MAX; len.div_ceil(64)];
+                    m.fill_bits_on(isa, start, len, &mut out);
+                    for f in 0..len.div_ceil(64) * 64 {
+                        let bit = out[f / 64] >> (f % 64) & 1 == 1;
+                        let expect = f < len && d.keep(start + f as u64);
+                        assert_eq!(bit, expect, "{isa:?} start {start} len {len} f {f}");
+                    }
+                    // Dropout on a row: the same bits as the products with
+                    // `fill`'s factors, signed zeros and NaN included.
+                    let row: Vec<f32> = (0..len)
+                        .map(|f| specials.get(f % 13).copied().unwrap_or(f as f32 - 60.5))
+                        .collect();
+                    let mut factors = vec![0.0; len];
+                    m.fill(start, &mut factors);
+                    let expect: Vec<u32> = row
+                        .iter()
+                        .zip(&factors)
+                        .map(|(x, m)| (x * m).to_bits())
+                        .collect();
+                    let mut got = row.clone();
+                    m.apply_on(isa, start, &mut got, &mut vec![0; len.div_ceil(64)]);
+                    let got: Vec<u32> = got.iter().map(|x| x.to_bits()).collect();
+                    assert_eq!(got, expect, "{isa:?} start {start} len {len}");
+                }
+            }
+        }
+        for width in [1, 3, 7, 64, 100, 128] {
+            let rows = 2 * ROW_CHUNK + 5;
+            let bits = MaskBits::new(&m, 13, rows, width, Isa::detect());
+            for r in 0..rows {
+                for (f, j) in (0..width).step_by(16).zip(0..) {
+                    let word = bits.row(r)[f / 64];
+                    let factors = factors16((word >> (16 * (j % 4))) as u32, m.scale);
+                    for (k, &v) in factors.iter().enumerate().take(width - f) {
+                        let index = (13 + r as u64) * width as u64 + (f + k) as u64;
+                        assert_eq!(v, d.value(index), "width {width} r {r} f {}", f + k);
+                    }
                 }
             }
         }

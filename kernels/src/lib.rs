@@ -26,13 +26,17 @@
 //! however the rows are split.
 //!
 //! Architecture invariant: bad shapes return [`Error::InvalidInput`]; no
-//! kernel panics on its inputs. The only `unsafe` is the cache prefetch
-//! hint in [`sparse`], which cannot fault.
+//! kernel panics on its inputs. The only `unsafe` is in [`sparse`]: the
+//! cache prefetch hint, which cannot fault, and the calls of the AVX2 and
+//! AVX-512 builds of the masked gather, made only after run-time detection
+//! of the instruction set. Nothing needs target features at compile time,
+//! and every build of a kernel gives the same bits.
 
 pub mod activation;
 pub mod dense;
 pub mod dropout;
 pub mod gat;
+mod isa;
 pub mod loss;
 pub mod optim;
 pub mod reference;
@@ -50,7 +54,7 @@ pub const REDUCE_ROWS: usize = 4096;
 /// all edges and keeps those whose source lies in its rows.
 pub const SCATTER_MIN_ROWS: usize = 4096;
 
-const _: () = assert!(REDUCE_ROWS % ROW_CHUNK == 0);
+const _: () = assert!(REDUCE_ROWS.is_multiple_of(ROW_CHUNK));
 const _: () = assert!(SCATTER_MIN_ROWS > 0 && ROW_CHUNK > 0);
 
 /// What can go wrong in a kernel: only bad input.
@@ -284,7 +288,7 @@ impl Csr {
 /// the row count.
 pub(crate) fn rows_of(kernel: &str, arg: &str, len: usize, width: usize) -> Result<usize> {
     ensure(width > 0, || format!("{kernel}: `width` is 0"))?;
-    ensure(len % width == 0, || {
+    ensure(len.is_multiple_of(width), || {
         format!("{kernel}: `{arg}` has {len} values, not a multiple of width {width}")
     })?;
     Ok(len / width)

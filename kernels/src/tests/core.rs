@@ -3,10 +3,12 @@
 use super::*;
 use crate::activation::*;
 use crate::dense::*;
-use crate::dropout::Dropout;
+use crate::dropout::{Dropout, MaskBits};
+use crate::isa::Isa;
 use crate::loss::*;
 use crate::optim::Adam;
 use crate::sparse::*;
+use crate::sparse::{gather, Masking};
 use crate::{reference as reference64, Error, Init, Write};
 
 /// Sizes that cross the chunk boundaries: rows over `ROW_CHUNK`, source
@@ -69,6 +71,116 @@ fn spmm_dropout_matches_dropped_input() {
     let mut plain = vec![0.0; rows * width];
     spmm(block.as_ref(), &src, width, Init::Zero, &mut plain).unwrap();
     assert_eq!(out, plain);
+}
+
+/// Asserts that `a` and `b` hold the same bits, naming the first element
+/// that differs.
+#[track_caller]
+fn assert_same_bits(what: &str, a: &[f32], b: &[f32]) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    if let Some(i) = (0..a.len()).find(|&i| a[i].to_bits() != b[i].to_bits()) {
+        panic!("{what}: element {i} is {:?}, expected {:?}", a[i], b[i]);
+    }
+}
+
+/// The old formulation: each edge hashes its source row's mask again and
+/// adds `w · (x · m)` in CSR order.
+fn spmm_dropout_old(
+    block: &Block,
+    src: &[f32],
+    width: usize,
+    init: &[f32],
+    d: &Dropout,
+    src_row0: u64,
+) -> Vec<f32> {
+    let mut out = init.to_vec();
+    for r in 0..block.as_ref().rows() {
+        let out_row = &mut out[r * width..(r + 1) * width];
+        for e in block.as_ref().edges(r) {
+            let (c, w) = (block.columns[e] as usize, block.weights[e]);
+            for (f, o) in out_row.iter_mut().enumerate() {
+                let m = d.value((src_row0 + c as u64) * width as u64 + f as u64);
+                *o += w * (src[c * width + f] * m);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn spmm_dropout_equals_the_per_edge_formulation_bit_for_bit() {
+    let mut rng = Rng::new(21);
+    // Widths around the 8-lane blocks and 64-bit words; degrees above and
+    // below one edge per source row (mask workspace or per-edge masks);
+    // signed zeros, infinities and NaN in `src` (a dropped NaN stays NaN).
+    for (rows, src_rows, width, degree) in [
+        (600, 700, 128, 4),
+        (300, 257, 7, 3),
+        (300, 40, 64, 2),
+        (257, 30, 72, 5),
+        (20, 500, 130, 2),
+        (9, 5, 1, 3),
+        (700, 3, 17, 1),
+    ] {
+        let block = random_block(&mut rng, rows, src_rows, degree);
+        let mut src = rng.vec(src_rows * width);
+        for (i, special) in [-0.0, 0.0, f32::INFINITY, f32::NAN, -f32::INFINITY]
+            .into_iter()
+            .enumerate()
+        {
+            if let Some(x) = src.get_mut(i * 11) {
+                *x = special;
+            }
+        }
+        let init = rng
+            .vec(rows * width)
+            .iter()
+            .map(|x| -x * 0.0)
+            .collect::<Vec<_>>();
+        for (p, row0) in [(0.5, 0u64), (0.3, 1234), (0.9, 3)] {
+            let d = Dropout::new(p, 5, 7).unwrap();
+            let expect = spmm_dropout_old(&block, &src, width, &init, &d, row0);
+            let mut out = vec![0.0; rows * width];
+            spmm_dropout(
+                block.as_ref(),
+                &src,
+                width,
+                Init::From(&init),
+                &mut out,
+                &d,
+                row0,
+            )
+            .unwrap();
+            assert_same_bits(&format!("{rows}x{width} p {p}"), &out, &expect);
+            spmm_dropout_per_edge(
+                block.as_ref(),
+                &src,
+                width,
+                Init::From(&init),
+                &mut out,
+                &d,
+                row0,
+            )
+            .unwrap();
+            assert_same_bits(&format!("per edge {rows}x{width} p {p}"), &out, &expect);
+            // The mask workspace on every instruction set this CPU has,
+            // whatever the edge count.
+            let mask = d.mask();
+            for isa in Isa::available() {
+                let keep = MaskBits::new(&mask, row0, src_rows, width, isa);
+                let masking = Masking::Bits(&keep, mask.scale, isa);
+                gather(
+                    block.as_ref(),
+                    &src,
+                    width,
+                    Init::From(&init),
+                    &mut out,
+                    masking,
+                );
+                assert_same_bits(&format!("{isa:?} {rows}x{width} p {p}"), &out, &expect);
+            }
+        }
+    }
 }
 
 #[test]

@@ -1,0 +1,44 @@
+//! The instruction set a kernel's hot loop runs on, chosen at run time:
+//! the crate is built for the baseline target, and the loops that gain
+//! from wide vectors (the masked gather, the dropout hash) also have AVX2
+//! and AVX-512 builds of the same code. Every build does the same
+//! arithmetic in the same order, so the bits never depend on the choice.
+
+/// An instruction set this CPU has. Made only by [`Isa::detect`] and
+/// [`Isa::available`], so that a variant always names an instruction set
+/// the CPU runs (the `unsafe` calls of the builds rely on it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Isa {
+    Generic,
+    /// AVX2.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// AVX-512 F and DQ (64-bit lane multiplies, for the hash).
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+impl Isa {
+    /// The widest instruction set this CPU has.
+    pub(crate) fn detect() -> Isa {
+        *Isa::available().last().unwrap_or(&Isa::Generic)
+    }
+
+    /// Every instruction set this CPU has, narrowest first.
+    pub(crate) fn available() -> Vec<Isa> {
+        #[allow(unused_mut)]
+        let mut all = vec![Isa::Generic];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                all.push(Isa::Avx2);
+            }
+            if std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512dq")
+            {
+                all.push(Isa::Avx512);
+            }
+        }
+        all
+    }
+}
