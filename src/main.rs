@@ -3,6 +3,7 @@
 
 mod cli;
 mod simulate;
+mod study;
 mod train;
 
 fn main() -> std::process::ExitCode {
