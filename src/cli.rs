@@ -8,17 +8,20 @@ use fateplan::planner::blocks::{BlockCounts, MAX_PARTITIONS};
 use fateplan::planner::datasets::{dataset, dataset_names, DATASETS};
 use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec};
 use fateplan::planner::passes::cost::FateSet;
-use fateplan::planner::plan::Fate;
+use fateplan::planner::plan::{Fate, Predicted};
 use fateplan::planner::profile::DeviceKind;
 use fateplan::planner::units::{format_bytes, format_seconds, parse_bytes};
 use fateplan::planner::{
-    dag, explain, plan, Error as PlanError, Plan, PlanOptions, Policy, Profile, Tier, Workload,
+    dag, explain, plan, Budgets, Error as PlanError, Plan, PlanOptions, Policy, Profile, Tier,
+    Workload,
 };
 use fateplan::profiles;
 use fateplan::runtime::generate::GeneratorSpec;
 use fateplan::runtime::graph::GraphData;
+use fateplan::runtime::sim::{self as simulator, SimOptions};
 
 use crate::simulate::{self, SimulateArgs, ViolationsFound};
+use crate::study::{self, StudyArgs};
 use crate::train::{self, TrainArgs};
 
 #[derive(Parser)]
@@ -41,8 +44,13 @@ enum Command {
     /// Replay a plan on the discrete-event simulator (exit 3 on violations).
     Simulate(SimulateArgs),
     /// Plan one workload with every policy and print the table: predicted
-    /// time, peak per tier, and which cannot fit.
-    Compare(PlanArgs),
+    /// time, peak per tier, and which cannot fit (`--simulate`: and the
+    /// simulator's time for each plan).
+    Compare(CompareArgs),
+    /// Run every policy on the grid of models, depths, datasets and GPU
+    /// counts, simulate each plan that fits, and print (or write) the
+    /// speedup of dp over each peer.
+    Study(StudyArgs),
     /// Train a GNN for real on the CPU backend, executing a plan under its budgets.
     Train(TrainArgs),
     /// Write a generated graph as a folder of PyG-named .npy files.
@@ -57,7 +65,17 @@ enum Command {
 }
 
 #[derive(Args)]
-struct PlanArgs {
+struct CompareArgs {
+    #[command(flatten)]
+    plan: PlanArgs,
+    /// Replay every plan that fits on the discrete-event simulator (seed 0,
+    /// no jitter) and print its time next to the planner's prediction.
+    #[arg(long)]
+    simulate: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct PlanArgs {
     /// GNN model: gcn, sage or gat.
     #[arg(long, conflicts_with = "dag", default_value = "gcn")]
     model: String,
@@ -126,6 +144,45 @@ struct PlanArgs {
     explain: bool,
 }
 
+/// `PlanArgs` parsed on their own, for commands that make them up.
+#[derive(Parser)]
+struct PlanArgsOnly {
+    #[command(flatten)]
+    args: PlanArgs,
+}
+
+impl PlanArgs {
+    /// The arguments of `fateplan compare --dataset DATASET --model MODEL
+    /// --layers L --hidden H --gpus N --profile PROFILE`, everything else at
+    /// its default (partitions `auto`, the profile's budgets).
+    pub(crate) fn for_dataset(
+        dataset: &str,
+        model: &str,
+        layers: u32,
+        hidden: u32,
+        gpus: u32,
+        profile: &str,
+    ) -> Result<PlanArgs> {
+        let (layers, hidden, gpus) = (layers.to_string(), hidden.to_string(), gpus.to_string());
+        let argv = [
+            "compare",
+            "--dataset",
+            dataset,
+            "--model",
+            model,
+            "--layers",
+            &layers,
+            "--hidden",
+            &hidden,
+            "--gpus",
+            &gpus,
+            "--profile",
+            profile,
+        ];
+        Ok(PlanArgsOnly::try_parse_from(argv)?.args)
+    }
+}
+
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -145,6 +202,7 @@ pub fn main() -> ExitCode {
         Command::Workloads => run_workloads(),
         Command::Simulate(args) => simulate::run(&args, load_profile),
         Command::Compare(args) => run_compare(&args),
+        Command::Study(args) => study::run(&args),
         Command::Train(args) => train::run(&args, load_profile),
         Command::Generate { graph, out } => run_generate(&graph, &out),
     };
@@ -429,10 +487,111 @@ fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> 
     Ok((profile, options, workload, note))
 }
 
-fn run_compare(args: &PlanArgs) -> Result<()> {
+/// One policy's outcome on one workload, as `compare` and `study` report it.
+pub(crate) struct PolicyRow {
+    pub policy: Policy,
+    pub outcome: Outcome,
+}
+
+pub(crate) enum Outcome {
+    /// A plan within the budgets: the planner's prediction and, when asked
+    /// for, the simulator's replay of it.
+    Fits {
+        predicted: Box<Predicted>,
+        simulated: Option<Simulated>,
+    },
+    /// The policy was not run on this workload (milp on a large one).
+    Skipped(String),
+    /// No plan of this policy fits the budgets.
+    DoesNotFit(String),
+}
+
+/// The simulator's replay of a plan (seed 0, no jitter).
+pub(crate) struct Simulated {
+    pub iteration_s: f64,
+    /// The simulated iteration against the planner's prediction, in percent.
+    pub disagreement_percent: f64,
+    /// Violations of the plan the replay found; such a plan is marked.
+    pub violations_total: u64,
+    pub first_violation: Option<String>,
+}
+
+impl PolicyRow {
+    pub fn predicted(&self) -> Option<&Predicted> {
+        match &self.outcome {
+            Outcome::Fits { predicted, .. } => Some(predicted),
+            _ => None,
+        }
+    }
+
+    pub fn simulated(&self) -> Option<&Simulated> {
+        match &self.outcome {
+            Outcome::Fits { simulated, .. } => simulated.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The row as `compare --json` prints it.
+    pub fn to_json(&self) -> serde_json::Value {
+        let name = self.policy.name();
+        match &self.outcome {
+            Outcome::Fits {
+                predicted: p,
+                simulated,
+            } => {
+                let mut row = serde_json::json!({
+                    "policy": name,
+                    "fits": true,
+                    "iteration_s": p.iteration_s,
+                    "compute_s": p.compute_s,
+                    "recompute_s": p.recompute_s,
+                    "exposed_transfer_s": p.exposed_transfer_s,
+                    "peak_bytes": {
+                        "hbm": p.peak_bytes.hbm,
+                        "host": p.peak_bytes.host,
+                        "ssd": p.peak_bytes.ssd,
+                    },
+                });
+                if let Some(s) = simulated {
+                    row["simulated_iteration_s"] = s.iteration_s.into();
+                    row["disagreement_percent"] = s.disagreement_percent.into();
+                    row["simulated_violations"] = s.violations_total.into();
+                    row["first_violation"] = s.first_violation.clone().into();
+                }
+                row
+            }
+            Outcome::Skipped(message) => {
+                serde_json::json!({"policy": name, "fits": null, "skipped": message})
+            }
+            Outcome::DoesNotFit(error) => {
+                serde_json::json!({"policy": name, "fits": false, "error": error})
+            }
+        }
+    }
+}
+
+/// Every policy's plan for one workload.
+pub(crate) struct Comparison {
+    pub workload: String,
+    /// Tensors, operators, nodes and edges.
+    pub note: String,
+    pub profile: String,
+    pub budgets: Budgets,
+    pub rows: Vec<PolicyRow>,
+}
+
+/// Plans the workload `args` describes with each of `policies` (peers with
+/// every fate, dp and milp with `--fates`), and replays each plan that fits
+/// on the simulator when `simulate` is set. Plans are dropped as soon as
+/// they are measured: a large workload's plan takes gigabytes.
+pub(crate) fn compare_policies(
+    args: &PlanArgs,
+    policies: &[Policy],
+    simulate: bool,
+) -> Result<Comparison> {
     let (profile, options, workload, note) = prepare(args)?;
-    let mut rows = Vec::new();
-    for policy in Policy::ALL {
+    let mut rows = Vec::with_capacity(policies.len());
+    for &policy in policies {
         let trial = PlanOptions {
             policy,
             fates: if policy.is_peer() {
@@ -442,89 +601,128 @@ fn run_compare(args: &PlanArgs) -> Result<()> {
             },
             ..options.clone()
         };
-        let row = match plan(&workload, &profile, &trial) {
-            Ok(p) => serde_json::json!({
-                "policy": policy.name(),
-                "fits": true,
-                "iteration_s": p.predicted.iteration_s,
-                "compute_s": p.predicted.compute_s,
-                "recompute_s": p.predicted.recompute_s,
-                "exposed_transfer_s": p.predicted.exposed_transfer_s,
-                "peak_bytes": {
-                    "hbm": p.predicted.peak_bytes.hbm,
-                    "host": p.predicted.peak_bytes.host,
-                    "ssd": p.predicted.peak_bytes.ssd,
-                },
-            }),
-            Err(PlanError::InvalidInput { message, .. }) if policy == Policy::Milp => {
-                serde_json::json!({"policy": policy.name(), "fits": null, "skipped": message})
+        let outcome = match plan(&workload, &profile, &trial) {
+            Ok(p) => {
+                let simulated = if simulate {
+                    let report = simulator::simulate(&p, &profile, &SimOptions { seed: 0 })
+                        .with_context(|| format!("simulating the {} plan", policy.name()))?;
+                    Some(Simulated {
+                        iteration_s: report.iteration_s,
+                        disagreement_percent: report.difference_percent(),
+                        violations_total: report.violations_total,
+                        first_violation: report.violations.first().map(|v| v.to_string()),
+                    })
+                } else {
+                    None
+                };
+                Outcome::Fits {
+                    predicted: Box::new(p.predicted),
+                    simulated,
+                }
             }
-            Err(error @ PlanError::Infeasible { .. }) => serde_json::json!({
-                "policy": policy.name(),
-                "fits": false,
-                "error": error.to_string(),
-            }),
+            Err(PlanError::InvalidInput { message, .. }) if policy == Policy::Milp => {
+                Outcome::Skipped(message)
+            }
+            Err(error @ PlanError::Infeasible { .. }) => Outcome::DoesNotFit(error.to_string()),
             Err(other) => return Err(other.into()),
         };
-        rows.push(row);
+        rows.push(PolicyRow { policy, outcome });
     }
+    Ok(Comparison {
+        workload: workload.name,
+        note,
+        profile: profile.name,
+        budgets: options.budgets,
+        rows,
+    })
+}
+
+/// A percentage with a sign, without "-0.00%" for rounding noise.
+pub(crate) fn signed_percent(value: f64) -> String {
+    let value = if value.abs() < 0.005 { 0.0 } else { value };
+    format!("{value:+.2}%")
+}
+
+fn run_compare(args: &CompareArgs) -> Result<()> {
+    let c = compare_policies(&args.plan, &Policy::ALL, args.simulate)?;
     let mut out = std::io::stdout().lock();
-    if args.json {
+    if args.plan.json {
         let doc = serde_json::json!({
-            "workload": workload.name,
-            "profile": profile.name,
+            "workload": c.workload,
+            "profile": c.profile,
             "budgets": {
-                "hbm": options.budgets.hbm_bytes,
-                "host": options.budgets.host_bytes,
-                "ssd": options.budgets.ssd_bytes,
+                "hbm": c.budgets.hbm_bytes,
+                "host": c.budgets.host_bytes,
+                "ssd": c.budgets.ssd_bytes,
             },
-            "policies": rows,
+            "simulated": args.simulate,
+            "policies": c.rows.iter().map(PolicyRow::to_json).collect::<Vec<_>>(),
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
         return Ok(());
     }
-    writeln!(out, "compare   {} on {}", workload.name, profile.name)?;
-    writeln!(out, "workload  {note}")?;
+    writeln!(out, "compare   {} on {}", c.workload, c.profile)?;
+    writeln!(out, "workload  {}", c.note)?;
     writeln!(
         out,
         "budgets   hbm {}, host {}, ssd {}",
-        format_bytes(options.budgets.hbm_bytes),
-        format_bytes(options.budgets.host_bytes),
-        format_bytes(options.budgets.ssd_bytes)
+        format_bytes(c.budgets.hbm_bytes),
+        format_bytes(c.budgets.host_bytes),
+        format_bytes(c.budgets.ssd_bytes)
     )?;
-    let dp_time = rows[0]["iteration_s"].as_f64();
-    writeln!(
+    if args.simulate {
+        writeln!(out, "simulated seed 0 (no jitter); sim-pred is the simulated time against the prediction; ! marks a plan the simulator found violations in")?;
+    }
+    let dp_time = c.rows.iter().find(|r| r.policy == Policy::Dp);
+    let dp_time = dp_time
+        .and_then(PolicyRow::predicted)
+        .map(|p| p.iteration_s);
+    write!(
         out,
         "{:<18} {:>14} {:>8} {:>11} {:>11} {:>11}",
         "policy", "iteration", "vs dp", "hbm peak", "host peak", "ssd peak"
     )?;
-    for row in &rows {
-        let name = row["policy"].as_str().unwrap_or("?");
-        match row["iteration_s"].as_f64() {
-            Some(t) => {
+    if args.simulate {
+        write!(out, " {:>14} {:>9}", "simulated", "sim-pred")?;
+    }
+    writeln!(out)?;
+    for row in &c.rows {
+        let name = row.policy.name();
+        match &row.outcome {
+            Outcome::Fits {
+                predicted: p,
+                simulated,
+            } => {
+                let t = p.iteration_s;
                 let ratio = dp_time.map_or("-".to_string(), |d| format!("{:.2}x", t / d));
-                let peak = |tier: &str| format_bytes(row["peak_bytes"][tier].as_u64().unwrap_or(0));
-                writeln!(
+                write!(
                     out,
                     "{name:<18} {:>14} {ratio:>8} {:>11} {:>11} {:>11}",
                     format_seconds(t),
-                    peak("hbm"),
-                    peak("host"),
-                    peak("ssd")
+                    format_bytes(p.peak_bytes.hbm),
+                    format_bytes(p.peak_bytes.host),
+                    format_bytes(p.peak_bytes.ssd)
                 )?;
+                if let Some(s) = simulated {
+                    write!(
+                        out,
+                        " {:>14} {:>9}",
+                        format_seconds(s.iteration_s),
+                        signed_percent(s.disagreement_percent)
+                    )?;
+                    if s.violations_total > 0 {
+                        write!(out, "  ! {} violation(s)", s.violations_total)?;
+                    }
+                }
+                writeln!(out)?;
             }
-            None => {
-                let why = row["error"]
-                    .as_str()
-                    .or(row["skipped"].as_str())
-                    .unwrap_or("");
-                let status = if row["fits"].is_null() {
-                    "skipped"
-                } else {
-                    "does not fit"
-                };
-                writeln!(out, "{name:<18} {status}: {why}")?;
-            }
+            Outcome::Skipped(why) => writeln!(out, "{name:<18} skipped: {why}")?,
+            Outcome::DoesNotFit(why) => writeln!(out, "{name:<18} does not fit: {why}")?,
+        }
+    }
+    for row in &c.rows {
+        if let Some(first) = row.simulated().and_then(|s| s.first_violation.as_ref()) {
+            writeln!(out, "! {}: first violation: {first}", row.policy.name())?;
         }
     }
     Ok(())

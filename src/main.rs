@@ -9,6 +9,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod cli;
 mod simulate;
+mod study;
 mod train;
 
 fn main() -> std::process::ExitCode {

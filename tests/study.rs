@@ -1,0 +1,223 @@
+//! `fateplan compare --simulate` and `fateplan study` as a user runs them.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn fateplan(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fateplan"))
+        .args(args)
+        .output()
+        .expect("fateplan runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fateplan-study-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn compare_simulate_json_has_simulated_fields_for_fitting_policies() {
+    let out = fateplan(&[
+        "compare",
+        "--dataset",
+        "ogbn-arxiv",
+        "--layers",
+        "2",
+        "--hbm-budget",
+        "200MiB",
+        "--simulate",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["simulated"], true);
+    let rows = doc["policies"].as_array().unwrap();
+    let fitting: Vec<&serde_json::Value> = rows.iter().filter(|r| r["fits"] == true).collect();
+    assert!(fitting.iter().any(|r| r["policy"] == "dp"), "{doc}");
+    for row in &fitting {
+        let predicted = row["iteration_s"].as_f64().unwrap();
+        let simulated = row["simulated_iteration_s"].as_f64();
+        let simulated = simulated.unwrap_or_else(|| panic!("no simulated time: {row}"));
+        assert!(simulated > 0.0, "{row}");
+        let percent = row["disagreement_percent"].as_f64().unwrap();
+        let expected = 100.0 * (simulated - predicted) / predicted;
+        assert!((percent - expected).abs() < 1e-6, "{row}");
+        let violations = row["simulated_violations"].as_u64().unwrap();
+        // A plan with violations is marked with the first of them.
+        assert_eq!(violations > 0, row["first_violation"].is_string(), "{row}");
+    }
+    for row in rows.iter().filter(|r| r["fits"] != true) {
+        assert!(row.get("simulated_iteration_s").is_none(), "{row}");
+    }
+    // Without --simulate, no simulated fields.
+    let plain = fateplan(&["compare", "--dataset", "ogbn-arxiv", "--json"]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let doc: serde_json::Value = serde_json::from_slice(&plain.stdout).unwrap();
+    assert!(doc["policies"][0].get("simulated_iteration_s").is_none());
+}
+
+#[test]
+fn compare_simulate_table_marks_violations() {
+    let out = fateplan(&[
+        "compare",
+        "--dataset",
+        "ogbn-arxiv",
+        "--hbm-budget",
+        "200MiB",
+        "--simulate",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("simulated") && text.contains("sim-pred"),
+        "{text}"
+    );
+    let json = fateplan(&[
+        "compare",
+        "--dataset",
+        "ogbn-arxiv",
+        "--hbm-budget",
+        "200MiB",
+        "--simulate",
+        "--json",
+    ]);
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    for row in doc["policies"].as_array().unwrap() {
+        let name = row["policy"].as_str().unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap();
+        let marked = line.contains("! ");
+        let violated = row["simulated_violations"].as_u64().unwrap_or(0) > 0;
+        assert_eq!(marked, violated, "{name}: {line}");
+        if violated {
+            assert!(
+                text.contains(&format!("! {name}: first violation: ")),
+                "{text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn study_on_a_reduced_grid_writes_one_row_per_point() {
+    let dir = scratch("grid");
+    let md = dir.join("study.md");
+    let out = fateplan(&[
+        "study",
+        "--datasets",
+        "ogbn-arxiv,reddit",
+        "--models",
+        "gcn,gat",
+        "--layers",
+        "2",
+        "--gpus",
+        "1,4",
+        "--out",
+        md.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&md).unwrap();
+    // Flags at their defaults (models gcn,gat and GPUs 1,4) are left out.
+    assert!(
+        text.contains("Command: `fateplan study --layers 2 --datasets ogbn-arxiv,reddit --out "),
+        "{text}"
+    );
+    let header = text
+        .lines()
+        .find(|l| l.starts_with("| model |"))
+        .expect("a table header");
+    for column in ["dp simulated", "best peer", "greedy", "offload-ssd-all"] {
+        assert!(header.contains(column), "{header}");
+    }
+    assert!(!header.contains("milp"), "{header}");
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("| gcn |") || l.starts_with("| gat |"))
+        .collect();
+    assert_eq!(rows.len(), 2 * 2 * 2, "{text}");
+    for model in ["gcn", "gat"] {
+        for dataset in ["ogbn-arxiv", "reddit"] {
+            for gpus in ["1", "4"] {
+                let prefix = format!("| {model} | 2 | {dataset} | {gpus} |");
+                assert!(rows.iter().any(|r| r.starts_with(&prefix)), "{prefix}");
+            }
+        }
+    }
+    for row in &rows {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        // Leading and trailing empties, 9 fixed columns, 8 peers.
+        assert_eq!(cells.len(), 2 + 9 + 8, "{row}");
+        assert!(cells[6].ends_with('s'), "dp's simulated time: {row}");
+        assert!(cells[7].ends_with('%'), "dp's disagreement: {row}");
+        for cell in &cells[10..18] {
+            assert!(
+                *cell == "OOM" || cell.contains('x'),
+                "a speedup or OOM: {row}"
+            );
+        }
+    }
+    assert!(text.contains("## Summary"), "{text}");
+    assert!(text.contains("`milp` is skipped"), "{text}");
+    // stdout has the same table.
+    let printed = stdout(&out);
+    for row in &rows {
+        assert!(printed.contains(row), "{printed}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn study_json_has_a_row_per_point() {
+    let out = fateplan(&[
+        "study",
+        "--datasets",
+        "ogbn-arxiv",
+        "--models",
+        "gcn",
+        "--layers",
+        "2,3",
+        "--gpus",
+        "1",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = doc["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for row in rows {
+        assert_eq!(row["dataset"], "ogbn-arxiv");
+        let policies = row["policies"].as_array().unwrap();
+        assert!(policies.iter().all(|p| p["policy"] != "milp"));
+        let dp = policies.iter().find(|p| p["policy"] == "dp").unwrap();
+        assert!(dp["simulated_iteration_s"].as_f64().is_some(), "{dp}");
+        assert!(row["dp_speedup"]["greedy"].as_f64().is_some(), "{row}");
+    }
+    assert_eq!(doc["skipped_policies"][0], "milp");
+}
+
+#[test]
+fn study_names_the_bad_flag_and_value() {
+    for (args, expected) in [
+        (&["study", "--datasets", "nope"][..], "--datasets nope"),
+        (&["study", "--models", "mlp"][..], "--models mlp"),
+        (&["study", "--gpus", "0"][..], "--gpus 0"),
+        (&["study", "--gpus", "9"][..], "--gpus 9"),
+        (&["study", "--layers", "0"][..], "--layers 0"),
+    ] {
+        let out = fateplan(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(stderr(&out).contains(expected), "{}", stderr(&out));
+        assert!(stdout(&out).is_empty(), "nothing planned: {}", stdout(&out));
+    }
+}
