@@ -41,9 +41,14 @@ fn env_u64(name: &str, default: u64) -> u64 {
 }
 
 fn main() {
-    let total_bytes = env_u64("FATEPLAN_SPILL_BENCH_MIB", 1024) * MIB;
-    let block_bytes = env_u64("FATEPLAN_SPILL_BENCH_BLOCK_MIB", 32) * MIB;
-    let rounds = env_u64("FATEPLAN_SPILL_BENCH_ROUNDS", 5).max(1);
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this
+    // binary without it, and then one small round only checks that it works.
+    let benching = std::env::args().any(|a| a == "--bench");
+    let (default_mib, default_block_mib, default_rounds) =
+        if benching { (1024, 32, 5) } else { (8, 4, 1) };
+    let total_bytes = env_u64("FATEPLAN_SPILL_BENCH_MIB", default_mib) * MIB;
+    let block_bytes = env_u64("FATEPLAN_SPILL_BENCH_BLOCK_MIB", default_block_mib) * MIB;
+    let rounds = env_u64("FATEPLAN_SPILL_BENCH_ROUNDS", default_rounds).max(1);
     let dir = match std::env::var_os("FATEPLAN_SPILL_DIR") {
         Some(dir) => PathBuf::from(dir),
         None => Path::new(env!("CARGO_TARGET_TMPDIR")).join("spill-bench"),
