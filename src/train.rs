@@ -112,6 +112,12 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             args.dropout
         );
     }
+    if args.epochs == 0 {
+        bail!("--epochs 0: expected at least 1");
+    }
+    if args.partitions == 0 {
+        bail!("--partitions 0: expected at least 1");
+    }
     if !(args.lr > 0.0 && args.lr.is_finite()) {
         bail!("--lr {}: expected a positive number", args.lr);
     }

@@ -326,12 +326,12 @@ impl Backend for CpuGnn {
         let terms = self.terms();
         match name.base {
             "agg" => {
-                                let (l, j) = (name.get('l')?, name.get('s')?);
+                let (l, j) = (name.get('l')?, name.get('s')?);
                 let (d_in, _) = self.dims(l);
                 let block = inputs[0].block()?;
                 let src = inputs[1].f32()?;
                 let init = inputs.get(2).map(|d| d.f32()).transpose()?;
-                                let rows = block.row_start.len().saturating_sub(1);
+                let rows = block.row_start.len().saturating_sub(1);
                 let mut out = vec![0.0f32; rows * d_in];
                 let view = BlockRef {
                     row_start: &block.row_start,
@@ -353,7 +353,7 @@ impl Backend for CpuGnn {
                     }
                     None => sparse::spmm(view, src, d_in, init.into(), &mut out),
                 }
-                                .map_err(kernel)?;
+                .map_err(kernel)?;
                 Ok(vec![Data::F32(out)])
             }
             "linear" => {
