@@ -92,7 +92,7 @@ impl GnnSpec {
                 ));
             }
         }
-        if self.model == GnnModel::Gat && self.hidden % self.heads != 0 {
+        if self.model == GnnModel::Gat && !self.hidden.is_multiple_of(self.heads) {
             return Err(Error::invalid(
                 "heads",
                 format!(

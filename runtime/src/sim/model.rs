@@ -32,7 +32,7 @@ pub const JITTER: f64 = 0.05;
 pub const STAGING_BUFFERS: u64 = 4;
 
 const _: () = assert!(JITTER > 0.0 && JITTER < 1.0);
-const _: () = assert!(STAGING_BUFFERS % 2 == 0);
+const _: () = assert!(STAGING_BUFFERS.is_multiple_of(2));
 
 /// Seconds `op` runs on `device`.
 pub fn op_seconds(op: &Op, device: &DeviceProfile) -> f64 {

@@ -494,8 +494,8 @@ impl Scheduler {
             self.submissions += 1;
             let faults = &self.config.faults;
             if let Some(every) = faults.transient_error_every {
-                if every > 0 && self.submissions % u64::from(every) == 0 {
-                    let errno = if (self.submissions / u64::from(every)) % 2 == 0 {
+                if every > 0 && self.submissions.is_multiple_of(u64::from(every)) {
+                    let errno = if (self.submissions / u64::from(every)).is_multiple_of(2) {
                         libc::EAGAIN
                     } else {
                         libc::EINTR

@@ -56,8 +56,8 @@ pub const MAX_REQUEST_BYTES: u64 = 64 << 20;
 /// Most requests in flight.
 pub const MAX_QUEUE_DEPTH: u32 = 1024;
 
-const _: () = assert!(CHECKSUM_SEGMENT_BYTES % ALIGN_BYTES as u64 == 0);
-const _: () = assert!(GROW_STEP_BYTES % ALIGN_BYTES as u64 == 0);
+const _: () = assert!(CHECKSUM_SEGMENT_BYTES.is_multiple_of(ALIGN_BYTES as u64));
+const _: () = assert!(GROW_STEP_BYTES.is_multiple_of(ALIGN_BYTES as u64));
 const _: () = assert!(MAX_REQUEST_BYTES <= u32::MAX as u64);
 // Shared between threads (e.g. a compute thread writing, another reading).
 const _: fn() = || {
@@ -282,7 +282,7 @@ impl SpillStore {
             ));
         }
         if options.request_bytes == 0
-            || options.request_bytes % ALIGN_BYTES as u64 != 0
+            || !options.request_bytes.is_multiple_of(ALIGN_BYTES as u64)
             || options.request_bytes > MAX_REQUEST_BYTES
         {
             return Err(Error::invalid(
