@@ -216,7 +216,7 @@ pub fn main() -> ExitCode {
                 // The reader (e.g. `head`) has what it wanted.
                 return ExitCode::SUCCESS;
             }
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", error_chain(&error));
             let infeasible = matches!(
                 error.downcast_ref::<PlanError>(),
                 Some(PlanError::Infeasible { .. })
@@ -231,6 +231,22 @@ pub fn main() -> ExitCode {
             })
         }
     }
+}
+
+/// The error and its causes, each cause left out when the message before
+/// it already says it (many errors put their OS error in their message).
+fn error_chain(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+    }
+    text
 }
 
 fn run_generate(spec: &str, out: &std::path::Path) -> Result<()> {
