@@ -157,3 +157,29 @@ fn bad_training_input_names_what_is_wrong() {
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn the_thread_count_does_not_change_the_model() {
+    // Enough rows per partition that every kernel splits its work into
+    // several chunks, so the thread count could change the order of sums.
+    let graph = "planted:nodes=20000,classes=4,features=16,degree=6,homophily=0.8,val=2000,test=4000,seed=5";
+    let run = |threads: &str| {
+        json(&fateplan(&[
+            "train",
+            "--graph",
+            graph,
+            "--model",
+            "sage",
+            "--epochs",
+            "4",
+            "--partitions",
+            "2",
+            "--threads",
+            threads,
+            "--json",
+        ]))
+    };
+    let (one, three) = (run("1"), run("3"));
+    assert_eq!(one["weights_sha256"], three["weights_sha256"]);
+    assert_eq!(one["final_loss"], three["final_loss"]);
+}
