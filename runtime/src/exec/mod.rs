@@ -73,6 +73,8 @@ pub enum ExecError {
         actual_bytes: u64,
         planned_bytes: u64,
     },
+    #[error("the plan does not check out: {0}")]
+    InvalidPlan(String),
     #[error("the plan uses the SSD tier but no spill directory was given")]
     NoSsd,
     #[error("ssd tier: {0}")]
@@ -223,8 +225,8 @@ fn lane_index(stream: Stream) -> usize {
 }
 
 impl<B: Backend> Executor<B> {
-    /// Prepares a run: checks the budgets against the plan's peaks (a plan
-    /// that needs more is refused before anything runs), starts the lanes,
+    /// Prepares a run: checks the plan again and the budgets against its
+    /// peaks (a plan that needs more is refused before anything runs), starts the lanes,
     /// and places inputs and parameters where the plan keeps them.
     pub fn new(
         plan: Arc<Plan>,
@@ -232,6 +234,10 @@ impl<B: Backend> Executor<B> {
         ssd: Option<Arc<dyn SsdTier>>,
         options: ExecOptions,
     ) -> Result<Executor<B>, ExecError> {
+        // A plan built in memory has not been through `Plan::from_json`'s
+        // checks; the executor indexes by its steps and tensors, so check.
+        plan.validate()
+            .map_err(|e| ExecError::InvalidPlan(e.to_string()))?;
         let budgets = options.budgets.unwrap_or(plan.budgets);
         for tier in [Tier::Hbm, Tier::Host, Tier::Ssd] {
             let needed_bytes = plan.predicted.peak_bytes.get(tier);

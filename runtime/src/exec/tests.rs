@@ -261,3 +261,24 @@ fn ssd_plans_need_an_ssd_tier() {
     .unwrap();
     assert!(matches!(error, ExecError::NoSsd));
 }
+
+#[test]
+fn a_tampered_plan_is_refused() {
+    let w = workload(GnnModel::Gcn, 2);
+    let mut p = make_plan(&w, Policy::OffloadHostAll, 1 << 40);
+    let entry = p
+        .schedule
+        .iter_mut()
+        .find(|e| e.action == fateplan_planner::plan::Action::Reload)
+        .unwrap();
+    entry.done_before_step = w.ops.len() as u32 + 5;
+    let error = Executor::new(
+        Arc::new(p),
+        HashBackend { iteration: 0 },
+        None,
+        ExecOptions::default(),
+    )
+    .err()
+    .unwrap();
+    assert!(matches!(error, ExecError::InvalidPlan(_)), "{error}");
+}
