@@ -133,29 +133,57 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     }
     let prepared = train::prepare(&dataset, &hyper, args.partitions)?;
     let profile = load_profile(&args.profile)?;
+    let retain_peak = || -> Result<u64> {
+        let roomy = PlanOptions {
+            budgets: Budgets {
+                hbm_bytes: u64::MAX / 4,
+                host_bytes: u64::MAX / 4,
+                ssd_bytes: u64::MAX / 4,
+            },
+            ..PlanOptions::new(Policy::RetainAll, &profile)
+        };
+        Ok(plan(&prepared.workload, &profile, &roomy)?
+            .predicted
+            .peak_bytes
+            .hbm)
+    };
+    // With --plan, budget flags set the run's arenas (the plan is refused
+    // if it needs more); without, they are the budgets to plan for.
+    let mut run_budgets = None;
     let plan = match &args.plan {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
-            Plan::from_json(&text, &path.display().to_string())?
+            let plan = Plan::from_json(&text, &path.display().to_string())?;
+            if args.hbm_budget.is_some() || args.host_budget.is_some() || args.ssd_budget.is_some()
+            {
+                let given = plan.budgets;
+                run_budgets = Some(Budgets {
+                    hbm_bytes: budget(
+                        &args.hbm_budget,
+                        "hbm-budget",
+                        given.hbm_bytes,
+                        &retain_peak,
+                    )?,
+                    host_bytes: budget(
+                        &args.host_budget,
+                        "host-budget",
+                        given.host_bytes,
+                        &retain_peak,
+                    )?,
+                    ssd_bytes: budget(
+                        &args.ssd_budget,
+                        "ssd-budget",
+                        given.ssd_bytes,
+                        &retain_peak,
+                    )?,
+                });
+            }
+            plan
         }
         None => {
             let policy = Policy::parse(args.policy.as_deref().unwrap_or("dp"))?;
             let mut options = PlanOptions::new(policy, &profile);
-            let retain_peak = || -> Result<u64> {
-                let roomy = PlanOptions {
-                    budgets: Budgets {
-                        hbm_bytes: u64::MAX / 4,
-                        host_bytes: u64::MAX / 4,
-                        ssd_bytes: u64::MAX / 4,
-                    },
-                    ..PlanOptions::new(Policy::RetainAll, &profile)
-                };
-                Ok(plan(&prepared.workload, &profile, &roomy)?
-                    .predicted
-                    .peak_bytes
-                    .hbm)
-            };
             options.budgets.hbm_bytes = budget(
                 &args.hbm_budget,
                 "hbm-budget",
@@ -181,7 +209,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     let mut io_mode = None;
     let ssd: Option<Arc<dyn SsdTier>> = match (&args.spill_dir, uses_ssd) {
         (Some(dir), _) => {
-            let store = train::open_spill(dir, plan.budgets.ssd_bytes, plan.tensors.len(), None)?;
+            let ssd_bytes = run_budgets.map_or(plan.budgets.ssd_bytes, |b: Budgets| b.ssd_bytes);
+            let store = train::open_spill(dir, ssd_bytes, plan.tensors.len(), None)?;
             io_mode = Some(store.mode().to_string());
             Some(store)
         }
@@ -210,7 +239,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     let run = train::TrainRun {
         plan: Arc::new(plan),
         epochs: args.epochs,
-        budgets: None,
+        budgets: run_budgets,
         ssd,
         trace: args.trace.is_some(),
     };

@@ -183,3 +183,73 @@ fn the_thread_count_does_not_change_the_model() {
     assert_eq!(one["weights_sha256"], three["weights_sha256"]);
     assert_eq!(one["final_loss"], three["final_loss"]);
 }
+
+#[test]
+fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
+    let dir = std::env::temp_dir().join(format!("fateplan-train-plan-{}", std::process::id()));
+    let graph = dir.join("planted");
+    let plan = dir.join("plan.json");
+    let generated = fateplan(&[
+        "generate",
+        "--graph",
+        "planted:nodes=600,classes=4,features=16,val=100,test=200,seed=2",
+        "--out",
+        graph.to_str().unwrap(),
+    ]);
+    assert!(
+        generated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&generated.stderr)
+    );
+    let planned = fateplan(&[
+        "plan",
+        "--graph",
+        graph.to_str().unwrap(),
+        "--model",
+        "gcn",
+        "--layers",
+        "2",
+        "--hidden",
+        "16",
+        "--heads",
+        "1",
+        "--partitions",
+        "4",
+        "--profile",
+        "cpu-small",
+        "-o",
+        plan.to_str().unwrap(),
+    ]);
+    assert!(
+        planned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&planned.stderr)
+    );
+    let common = [
+        "train",
+        "--graph",
+        graph.to_str().unwrap(),
+        "--plan",
+        plan.to_str().unwrap(),
+        "--epochs",
+        "2",
+    ];
+    let report = json(&fateplan(&[&common[..], &["--json"]].concat()));
+    assert_eq!(report["epochs"], 2);
+    let refused = fateplan(&[&common[..], &["--hbm-budget", "1KiB"]].concat());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("hbm") && stderr.contains("budget is 1024"),
+        "{stderr}"
+    );
+    let other = fateplan(
+        &[
+            &common[..3],
+            &["--plan", plan.to_str().unwrap(), "--hidden", "8"],
+        ]
+        .concat(),
+    );
+    assert!(String::from_utf8_lossy(&other.stderr).contains("plan again"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
