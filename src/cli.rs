@@ -450,7 +450,7 @@ fn auto_partitions(
     }
 }
 
-fn budget(flag: &Option<String>, name: &str, default: u64) -> Result<u64> {
+pub(crate) fn budget(flag: &Option<String>, name: &str, default: u64) -> Result<u64> {
     match flag {
         Some(text) => parse_bytes(text).with_context(|| format!("--{name}")),
         None => Ok(default),

@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use fateplan::planner::gnn::GnnModel;
 use fateplan::planner::plan::{Budgets, Plan};
-use fateplan::planner::units::{format_bytes, format_seconds, parse_bytes};
+use fateplan::planner::units::{format_bytes, format_seconds};
 use fateplan::planner::{plan, PlanOptions, Policy, Profile};
 use fateplan::runtime::cpu::Hyper;
 use fateplan::runtime::exec::SsdTier;
@@ -112,6 +112,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             args.dropout
         );
     }
+    if model != GnnModel::Gat && args.heads != 1 {
+        bail!("--heads {}: attention heads apply to gat only", args.heads);
+    }
     if args.epochs == 0 {
         bail!("--epochs 0: expected at least 1");
     }
@@ -131,7 +134,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     if !args.raw_features {
         dataset.row_normalize_features();
     }
-    let prepared = train::prepare(&dataset, &hyper, args.partitions)?;
+    let prepared = train::prepare(dataset, &hyper, args.partitions)?;
     let profile = load_profile(&args.profile)?;
     let retain_peak = || -> Result<u64> {
         let roomy = PlanOptions {
@@ -310,22 +313,22 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     Ok(())
 }
 
-/// A budget flag: bytes, or a percentage of the retain-all plan's device peak.
+/// A budget flag: bytes (as `plan` reads them), or a percentage of the
+/// retain-all plan's device peak.
 fn budget(
     flag: &Option<String>,
     name: &str,
     default: u64,
     retain_peak: &dyn Fn() -> Result<u64>,
 ) -> Result<u64> {
-    let Some(text) = flag else { return Ok(default) };
-    if let Some(percent) = text.strip_suffix('%') {
-        let share: f64 = percent
-            .trim()
-            .parse()
-            .ok()
-            .filter(|v: &f64| *v > 0.0 && v.is_finite())
-            .with_context(|| format!("--{name} {text}: expected a positive percentage"))?;
-        return Ok((retain_peak()? as f64 * share / 100.0) as u64);
-    }
-    parse_bytes(text).with_context(|| format!("--{name}"))
+    let Some(percent) = flag.as_deref().and_then(|text| text.strip_suffix('%')) else {
+        return crate::cli::budget(flag, name, default);
+    };
+    let share: f64 = percent
+        .trim()
+        .parse()
+        .ok()
+        .filter(|v: &f64| *v > 0.0 && v.is_finite())
+        .with_context(|| format!("--{name} {percent}%: expected a positive percentage"))?;
+    Ok((retain_peak()? as f64 * share / 100.0) as u64)
 }

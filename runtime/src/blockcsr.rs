@@ -199,6 +199,12 @@ impl BlockCsr {
         self.blocks[i as usize * self.partitions as usize + j as usize].as_ref()
     }
 
+    /// Every block slot, `(i, j)` at `i * partitions + j`, taken out
+    /// without copying.
+    pub fn into_slots(self) -> Vec<Option<CsrBlock>> {
+        self.blocks
+    }
+
     /// Every existing block, by destination then source partition.
     pub fn blocks(&self) -> impl Iterator<Item = &CsrBlock> {
         self.blocks.iter().flatten()

@@ -313,6 +313,14 @@ impl Backend for CpuGnn {
         })
     }
 
+    /// Features, labels and blocks now live in the executor's tiers; the
+    /// masks stay, for the loss.
+    fn externals_placed(&mut self) {
+        self.graph.x = Vec::new();
+        self.graph.y = Vec::new();
+        self.graph.blocks = Vec::new();
+    }
+
     fn begin_iteration(&mut self, _iteration: u64) -> Result<(), ExecError> {
         self.metrics = Metrics::default();
         if self.mode == Mode::Train {

@@ -224,12 +224,9 @@ pub fn load_graph(source: &str) -> Result<Dataset, crate::Error> {
 }
 
 /// Partitions `dataset` into `partitions` vertex ranges, normalises the
-/// blocks for `hyper.model`, and builds the workload.
-pub fn prepare(
-    dataset: &Dataset,
-    hyper: &Hyper,
-    partitions: u32,
-) -> Result<Prepared, crate::Error> {
+/// blocks for `hyper.model`, and builds the workload. The dataset's
+/// arrays move into the result; nothing is copied.
+pub fn prepare(dataset: Dataset, hyper: &Hyper, partitions: u32) -> Result<Prepared, crate::Error> {
     let counts = dataset.blocks(partitions)?;
     let csr = Csr::from_edges(dataset.nodes, &dataset.src, &dataset.dst)?;
     let blocks = BlockCsr::build(&csr, partitions, Normalization::for_model(hyper.model))?;
@@ -239,23 +236,28 @@ pub fn prepare(
         offsets.push(blocks.range(i).0);
     }
     offsets.push(dataset.nodes);
-    let mut table = vec![None; p * p];
-    for block in blocks.blocks() {
-        table[block.dst_partition as usize * p + block.src_partition as usize] = Some(BlockData {
-            row_start: block.row_start.clone(),
-            columns: block.columns.clone(),
-            weights: block.weights.clone(),
-        });
-    }
+    drop(csr);
+    let table: Vec<Option<BlockData>> = blocks
+        .into_slots()
+        .into_iter()
+        .map(|slot| {
+            slot.map(|block| BlockData {
+                row_start: block.row_start,
+                columns: block.columns,
+                weights: block.weights,
+            })
+        })
+        .collect();
+    debug_assert_eq!(table.len(), p * p);
     let input = GraphInput {
         offsets,
         features: dataset.features as usize,
         classes: dataset.classes as usize,
-        x: dataset.x.clone(),
-        y: dataset.y.clone(),
-        train_mask: dataset.train_mask.clone(),
-        val_mask: dataset.val_mask.clone(),
-        test_mask: dataset.test_mask.clone(),
+        x: dataset.x,
+        y: dataset.y,
+        train_mask: dataset.train_mask,
+        val_mask: dataset.val_mask,
+        test_mask: dataset.test_mask,
         blocks: table,
     };
     let workload = workload(&input, &counts, hyper, &dataset.name)

@@ -79,7 +79,7 @@ fn run(
     epochs: u32,
     ssd: Option<Arc<dyn SsdTier>>,
 ) -> Result<TrainReport, ExecError> {
-    let prepared = train::prepare(dataset, &hyper, partitions).unwrap();
+    let prepared = train::prepare(dataset.clone(), &hyper, partitions).unwrap();
     let run = TrainRun {
         plan: Arc::new(plan),
         epochs,
@@ -100,7 +100,7 @@ fn run(
 /// Trains `dataset` with every forced fate and a mixed plan at a quarter of
 /// the retain-all peak; every run must match retain-all bit for bit.
 fn same_model_whatever_the_plan(dataset: &Dataset, hyper: Hyper, partitions: u32, epochs: u32) {
-    let prepared = train::prepare(dataset, &hyper, partitions).unwrap();
+    let prepared = train::prepare(dataset.clone(), &hyper, partitions).unwrap();
     let retain = make_plan(&prepared, Policy::RetainAll, roomy()).unwrap();
     let quarter = Budgets {
         hbm_bytes: retain.predicted.peak_bytes.hbm / 4,
@@ -174,7 +174,7 @@ fn cora_is_the_same_model_whatever_the_plan() {
 }
 
 fn ssd_plan(dataset: &Dataset, hyper: Hyper) -> Plan {
-    let prepared = train::prepare(dataset, &hyper, 3).unwrap();
+    let prepared = train::prepare(dataset.clone(), &hyper, 3).unwrap();
     make_plan(&prepared, Policy::OffloadSsdAll, roomy()).unwrap()
 }
 
@@ -283,7 +283,7 @@ fn a_corrupted_spill_block_is_caught_not_used() {
 fn a_budget_below_the_plan_is_refused_before_training() {
     let data = planted(200, 10);
     let h = hyper(GnnModel::Sage, 2, 8, 10);
-    let prepared = train::prepare(&data, &h, 2).unwrap();
+    let prepared = train::prepare(data.clone(), &h, 2).unwrap();
     let p = make_plan(&prepared, Policy::RetainAll, roomy()).unwrap();
     let mut budgets = p.budgets;
     budgets.hbm_bytes = p.predicted.peak_bytes.hbm - 1;
@@ -302,9 +302,9 @@ fn a_budget_below_the_plan_is_refused_before_training() {
 fn a_plan_for_another_workload_is_refused() {
     let data = planted(200, 11);
     let h = hyper(GnnModel::Gcn, 2, 8, 11);
-    let other = train::prepare(&data, &hyper(GnnModel::Gcn, 2, 9, 11), 2).unwrap();
+    let other = train::prepare(data.clone(), &hyper(GnnModel::Gcn, 2, 9, 11), 2).unwrap();
     let p = make_plan(&other, Policy::RetainAll, roomy()).unwrap();
-    let prepared = train::prepare(&data, &h, 2).unwrap();
+    let prepared = train::prepare(data.clone(), &h, 2).unwrap();
     let run = TrainRun {
         plan: Arc::new(p),
         epochs: 1,

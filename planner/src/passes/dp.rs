@@ -569,9 +569,10 @@ impl<'a> Search<'a> {
             .filter(|&t| self.assignment.picks[t].is_some())
             .collect();
         order.sort_by(|&a, &b| {
+            // `order` holds only tensors with a pick.
             let (ca, cb) = (
-                self.price(self.pick(a).unwrap()),
-                self.price(self.pick(b).unwrap()),
+                self.pick(a).map_or(0.0, |c| self.price(c)),
+                self.pick(b).map_or(0.0, |c| self.price(c)),
             );
             cb.total_cmp(&ca).then(a.cmp(&b))
         });

@@ -34,7 +34,7 @@ use std::time::Instant;
 use fateplan_planner::passes::memory::copy_lives;
 use fateplan_planner::passes::timeline::{Item, Timeline};
 use fateplan_planner::plan::{Action, Budgets, Fate, LinkBytes, PerTier, Plan, Stream};
-use fateplan_planner::workload::{Op, Tensor, TensorKind};
+use fateplan_planner::workload::{Op, Tensor, TensorKind, Workload};
 use fateplan_planner::Tier;
 
 use arena::Arena;
@@ -89,6 +89,9 @@ pub enum ExecError {
 pub trait Backend {
     /// The contents of an input or parameter when the run starts.
     fn external(&mut self, tensor: &Tensor) -> Result<Data, ExecError>;
+    /// Called once every input and parameter has its place: the backend
+    /// may drop its own copies of them.
+    fn externals_placed(&mut self) {}
     /// Called before each iteration; iterations count from 0.
     fn begin_iteration(&mut self, iteration: u64) -> Result<(), ExecError>;
     /// Runs an operator that does not update parameters; returns its
@@ -330,11 +333,10 @@ impl<B: Backend> Executor<B> {
 
     fn place_externals(&mut self) -> Result<(), ExecError> {
         let plan = self.plan.clone();
-        for &(tier, tensor, bytes, _) in &self.persistent.clone() {
-            let what = tensor.map_or("ssd staging buffers".to_string(), |t| {
-                plan.workload.definition.tensors[t].name.clone()
-            });
-            self.arenas.get_mut(tier).charge(bytes, &what)?;
+        for &(tier, tensor, bytes, _) in &self.persistent {
+            self.arenas
+                .get_mut(tier)
+                .charge(bytes, life_name(&plan.workload.definition, tensor))?;
         }
         for tensor in &plan.workload.definition.tensors {
             if !tensor.kind.is_external() {
@@ -357,6 +359,7 @@ impl<B: Backend> Executor<B> {
                 _ => self.device[t] = (Slot::Ready(data), 0),
             }
         }
+        self.backend.externals_placed();
         Ok(())
     }
 
@@ -443,22 +446,26 @@ impl<B: Backend> Executor<B> {
         };
         let positions = self.timeline.len();
         for position in 0..=positions {
-            for index in self.issued_at[position].clone() {
-                self.issue(index, position, &mut report.bytes_moved)?;
+            for k in 0..self.issued_at[position].len() {
+                self.issue(
+                    self.issued_at[position][k],
+                    position,
+                    &mut report.bytes_moved,
+                )?;
             }
             let before_wait = self.clock.elapsed().as_secs_f64();
-            for index in self.due_at[position].clone() {
-                self.finish(index)?;
+            for k in 0..self.due_at[position].len() {
+                self.finish(self.due_at[position][k])?;
             }
             report.wait_s += self.clock.elapsed().as_secs_f64() - before_wait;
-            for (tier, tensor, bytes, start) in self.ends[position].clone() {
+            for k in 0..self.ends[position].len() {
+                let (tier, tensor, bytes, start) = self.ends[position][k];
                 self.release(tier, tensor, bytes, start)?;
             }
-            for (tier, tensor, bytes, _) in self.starts[position].clone() {
-                let what = tensor.map_or("ssd staging buffers".into(), |t| {
-                    workload.tensors[t].name.clone()
-                });
-                self.arenas.get_mut(tier).charge(bytes, &what)?;
+            for &(tier, tensor, bytes, _) in &self.starts[position] {
+                self.arenas
+                    .get_mut(tier)
+                    .charge(bytes, life_name(workload, tensor))?;
             }
             if position == positions {
                 break;
@@ -619,10 +626,9 @@ impl<B: Backend> Executor<B> {
         start: usize,
     ) -> Result<(), ExecError> {
         let plan = self.plan.clone();
-        let what = tensor.map_or("ssd staging buffers".into(), |t| {
-            plan.workload.definition.tensors[t].name.clone()
-        });
-        self.arenas.get_mut(tier).release(bytes, &what)?;
+        self.arenas
+            .get_mut(tier)
+            .release(bytes, life_name(&plan.workload.definition, tensor))?;
         let Some(t) = tensor else { return Ok(()) };
         match tier {
             Tier::Hbm if self.device[t].1 == start => {
@@ -791,6 +797,11 @@ impl<B: Backend> Executor<B> {
         }
         Ok(())
     }
+}
+
+/// What a life holds, for error messages.
+fn life_name(workload: &Workload, tensor: Option<usize>) -> &str {
+    tensor.map_or("ssd staging buffers", |t| &workload.tensors[t].name)
 }
 
 fn check_size(tensor: &Tensor, data: &Data) -> Result<(), ExecError> {
