@@ -1,37 +1,7 @@
 //! The command line as a user runs it.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn fateplan(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fateplan"))
-        .args(args)
-        .output()
-        .expect("fateplan runs")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fateplan-cli-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// The Cora folder, from FATEPLAN_DATA or the shared data folder beside the checkout.
-fn cora() -> Option<PathBuf> {
-    let root = std::env::var_os("FATEPLAN_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data"));
-    let dir = root.join("cora");
-    dir.join("edge_index.npy").exists().then_some(dir)
-}
+mod common;
+use common::*;
 
 #[test]
 fn default_plan_is_sane_and_deterministic() {
@@ -245,10 +215,7 @@ fn workloads_lists_datasets_and_profiles() {
 
 #[test]
 fn plans_from_the_real_cora_graph() {
-    let Some(dir) = cora() else {
-        eprintln!("skipped: Cora not found (set FATEPLAN_DATA to a folder holding cora/)");
-        return;
-    };
+    let Some(dir) = cora() else { return };
     let out = fateplan(&[
         "plan",
         "--graph",

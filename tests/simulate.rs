@@ -1,24 +1,9 @@
 //! `fateplan simulate` as a user runs it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn fateplan(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fateplan"))
-        .args(args)
-        .output()
-        .expect("fateplan runs")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fateplan-sim-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+mod common;
+use common::*;
 
 fn path(p: &Path) -> &str {
     p.to_str().unwrap()

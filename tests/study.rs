@@ -1,28 +1,7 @@
 //! `fateplan compare --simulate` and `fateplan study` as a user runs them.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn fateplan(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fateplan"))
-        .args(args)
-        .output()
-        .expect("fateplan runs")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fateplan-study-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+mod common;
+use common::*;
 
 #[test]
 fn compare_simulate_json_has_simulated_fields_for_fitting_policies() {

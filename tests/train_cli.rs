@@ -1,14 +1,9 @@
 //! `fateplan train` as a user runs it.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn fateplan(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fateplan"))
-        .args(args)
-        .output()
-        .expect("fateplan runs")
-}
+mod common;
+use common::*;
 
 fn json(output: &Output) -> serde_json::Value {
     assert!(
@@ -19,23 +14,12 @@ fn json(output: &Output) -> serde_json::Value {
     serde_json::from_slice(&output.stdout).expect("--json prints JSON")
 }
 
-fn cora() -> Option<PathBuf> {
-    let root = std::env::var_os("FATEPLAN_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data"));
-    let dir = root.join("cora");
-    dir.join("edge_index.npy").exists().then_some(dir)
-}
-
 /// Kipf and Welling's GCN on Cora: 2 layers, 16 hidden, dropout 0.5,
 /// lr 0.01, weight decay 5e-4 on the first layer, 200 epochs. The
 /// published test accuracy is 0.815.
 #[test]
 fn cora_gcn_reaches_the_published_accuracy() {
-    let Some(dir) = cora() else {
-        eprintln!("skipped: Cora not found (set FATEPLAN_DATA to the folder holding cora/)");
-        return;
-    };
+    let Some(dir) = cora() else { return };
     let report = json(&fateplan(&[
         "train",
         "--graph",
