@@ -3,7 +3,7 @@
 use crate::passes::cost::{op_seconds, transfer_seconds};
 use crate::passes::cost::{Choices, FateSet};
 use crate::passes::lifetimes::{use_runs, Lifetimes};
-use crate::passes::memory::Occupancy;
+use crate::passes::memory::{boundary_slot, Occupancy};
 use crate::passes::predict::Timing;
 use crate::passes::schedule::{Schedule, Shift};
 use crate::passes::timeline::Timeline;
@@ -271,10 +271,10 @@ fn device_overruns(
     let occupancy = Occupancy::compute(workload, &schedule.fates, &schedule.entries, &timeline, 0);
     Ok((0..workload.ops.len())
         .filter_map(|step| {
-            let worst = (timeline.step_start[step]..timeline.step_start[step + 1])
-                .map(|p| occupancy.bytes.hbm[p])
-                .max()
-                .unwrap_or(0);
+            // The step's boundary, its recomputations and its operator.
+            let slots = boundary_slot(timeline.step_start[step])
+                ..boundary_slot(timeline.step_start[step + 1]);
+            let worst = occupancy.max_over(Tier::Hbm, slots);
             (worst > budgets.hbm_bytes).then(|| (step, worst - budgets.hbm_bytes))
         })
         .collect())
@@ -321,7 +321,7 @@ fn with_hint(
         needed_bytes,
         budget_bytes,
         bytes_over,
-        ..
+        hint: found_at,
     } = error
     else {
         return error;
@@ -383,10 +383,11 @@ fn with_hint(
         parts.push(format!("{each} {}", format_bytes(hi)));
     }
     let hint = if parts.is_empty() {
-        "; no single budget increase makes it fit".to_string()
+        format!("{found_at}; no single budget increase makes it fit")
     } else {
         format!(
-            "; it fits with any one of these budgets (the others as given, within about 2%): {}",
+            "{found_at}; it fits with any one of these budgets (the others as given, within about \
+             2%): {}",
             parts.join(", ")
         )
     };

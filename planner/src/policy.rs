@@ -6,7 +6,7 @@
 
 use std::collections::BinaryHeap;
 
-use crate::passes::cost::Choices;
+use crate::passes::cost::{boundary, item, Choices};
 use crate::passes::lifetimes::{use_runs, Lifetimes};
 use crate::passes::segtree::MaxTree;
 use crate::plan::{Budgets, Fate};
@@ -168,7 +168,7 @@ fn capacity_greedy(
     budgets: &Budgets,
     ssd_staging_bytes: u64,
 ) -> Result<Vec<Fate>> {
-    let steps = choices.steps as usize;
+    let slots = choices.slots as usize;
     let clamp = |b: u64| b.min(i64::MAX as u64 / 4) as i64;
     let mut fates = choices.baseline.clone();
     // The most-freeing host and SSD choice of each tensor.
@@ -182,8 +182,8 @@ fn capacity_greedy(
     };
     let base: Vec<i64> = choices.base_hbm.iter().map(|&b| b as i64).collect();
     let mut hbm = MaxTree::new(&base);
-    let mut host = MaxTree::new(&vec![0; steps]);
-    let mut ssd = MaxTree::new(&vec![0; steps]);
+    let mut host = MaxTree::new(&vec![0; slots]);
+    let mut ssd = MaxTree::new(&vec![0; slots]);
     // Start with every movable tensor off the device between its uses.
     let mut movable: Vec<usize> = Vec::new();
     for t in 0..fates.len() {
@@ -221,7 +221,7 @@ fn capacity_greedy(
             let (_, s, e) = ssd_choice.away.expect("SSD choices hold an away copy");
             if !staging {
                 staging = true;
-                host.add(0, steps, ssd_staging_bytes as i64);
+                host.add(0, slots, ssd_staging_bytes as i64);
             }
             if ssd.max(s as usize, e as usize) + bytes <= clamp(budgets.ssd_bytes) {
                 ssd.add(s as usize, e as usize, bytes);
@@ -237,7 +237,7 @@ fn capacity_greedy(
     Ok(fates)
 }
 
-/// Range add, point query over steps.
+/// Range add, point query over memory slots.
 struct Fenwick {
     tree: Vec<i128>,
 }
@@ -276,50 +276,59 @@ impl Fenwick {
 }
 
 /// Device intervals `[start, end)` of a tensor's copies under `fate`, in
-/// steps, for the fates greedy uses (no recomputation, so positions are steps).
+/// memory slots ([`boundary`], [`item`]), for the fates greedy uses: an
+/// offload is due before the step after the last forward read, and a copy
+/// back is issued at the boundary before the next read.
 fn device_intervals(
     workload: &Workload,
     lives: &Lifetimes,
     tensor: usize,
     fate: Fate,
 ) -> Vec<(usize, usize)> {
-    let steps = workload.ops.len();
+    let slots = slot_count(workload);
     let life = &lives.tensors[tensor];
-    match fate {
-        Fate::Resident => vec![(0, steps)],
+    let produced = || item(life.producer.expect("intermediates have producers"));
+    let last_read = || boundary(life.last_use().expect("produced") + 1);
+    let spans: Vec<(u32, u32)> = match fate {
+        Fate::Resident => return vec![(0, slots)],
         Fate::StreamHost | Fate::StreamSsd => use_runs(&life.uses)
             .into_iter()
-            .map(|(f, l)| (f as usize, l as usize + 1))
+            .map(|(f, l)| (boundary(f), boundary(l + 1)))
             .collect(),
-        Fate::Retain => {
-            let p = life.producer.expect("intermediates have producers") as usize;
-            vec![(p, life.last_use().expect("produced") as usize + 1)]
-        }
+        Fate::Retain => vec![(produced(), last_read())],
         Fate::OffloadHost | Fate::OffloadSsd => {
-            let mut start = life.producer.expect("intermediates have producers") as usize;
-            let mut intervals = Vec::with_capacity(life.gaps.len() + 1);
-            for gap in &life.gaps {
-                intervals.push((start, gap.after as usize + 1));
-                start = gap.before as usize;
+            let mut start = produced();
+            let mut spans = Vec::with_capacity(life.gaps.len() + 1);
+            for (k, gap) in life.gaps.iter().enumerate() {
+                // The first gap's copy leaves with the offload; later ones
+                // go after their last read.
+                let end = if k == 0 {
+                    item(gap.after + 1)
+                } else {
+                    boundary(gap.after + 1)
+                };
+                spans.push((start, end));
+                start = boundary(gap.before);
             }
-            intervals.push((start, life.last_use().expect("produced") as usize + 1));
-            intervals
+            spans.push((start, last_read()));
+            spans
         }
         Fate::Recompute => {
-            let p = life.producer.expect("intermediates have producers") as usize;
             let gap = life.gap.expect("recomputed tensors have a gap");
             vec![
-                (p, gap.after as usize + 1),
-                (
-                    gap.before as usize,
-                    life.last_use().expect("produced") as usize + 1,
-                ),
+                (produced(), boundary(gap.after + 1)),
+                (item(gap.before), last_read()),
             ]
         }
-    }
+    };
+    spans
+        .into_iter()
+        .map(|(s, e)| (s as usize, e as usize))
+        .collect()
 }
 
-/// Away intervals: the tier and `[start, end)` where the tensor is held off the device.
+/// Away intervals: the tier and `[start, end)` slots where the tensor is
+/// held off the device.
 fn away_interval(
     workload: &Workload,
     lives: &Lifetimes,
@@ -328,12 +337,22 @@ fn away_interval(
 ) -> Option<(Tier, usize, usize)> {
     let tier = fate.away_tier()?;
     if workload.tensors[tensor].kind == TensorKind::Input {
-        return Some((tier, 0, workload.ops.len()));
+        return Some((tier, 0, slot_count(workload)));
     }
     let gaps = &lives.tensors[tensor].gaps;
     let first = gaps.first().expect("offloaded tensors have gaps");
     let last = gaps.last().expect("nonempty");
-    Some((tier, first.after as usize + 1, last.before as usize))
+    Some((
+        tier,
+        boundary(first.after + 1) as usize,
+        item(last.before) as usize,
+    ))
+}
+
+/// Memory slots of a workload: a boundary and an item per step, and the
+/// boundary after the last.
+fn slot_count(workload: &Workload) -> usize {
+    boundary(workload.ops.len() as u32) as usize + 1
 }
 
 struct Tiers {
@@ -369,7 +388,7 @@ impl Tiers {
     }
 }
 
-/// Where demoting a tensor frees `tier`: `[start, end)` per stretch.
+/// Where demoting a tensor frees `tier`: `[start, end)` slots per stretch.
 fn relief(
     workload: &Workload,
     lives: &Lifetimes,
@@ -377,45 +396,58 @@ fn relief(
     tier: Tier,
     remat: bool,
 ) -> Vec<(usize, usize)> {
-    let steps = workload.ops.len();
+    let slots = slot_count(workload) as u32;
     let life = &lives.tensors[tensor];
-    match (tier, workload.tensors[tensor].kind) {
+    let spans: Vec<(u32, u32)> = match (tier, workload.tensors[tensor].kind) {
         (_, TensorKind::Parameter) => Vec::new(),
         (Tier::Hbm, TensorKind::Activation | TensorKind::Gradient | TensorKind::Workspace)
             if remat =>
         {
             life.gap
                 .iter()
-                .map(|g| (g.after as usize + 1, g.before as usize))
+                .map(|g| (boundary(g.after + 1), item(g.before)))
                 .collect()
         }
         (Tier::Hbm, TensorKind::Input) => {
             let mut free = Vec::new();
-            let mut next = 0usize;
+            let mut next = 0;
             for (first, last) in use_runs(&life.uses) {
-                free.push((next, first as usize));
-                next = last as usize + 1;
+                free.push((boundary(next), boundary(first)));
+                next = last + 1;
             }
-            free.push((next, steps));
-            free.retain(|&(s, e)| s < e);
+            free.push((boundary(next), slots));
             free
         }
-        (Tier::Host, TensorKind::Input) => vec![(0, steps)],
+        (Tier::Host, TensorKind::Input) => vec![(0, slots)],
         (Tier::Hbm, _) => life
             .gaps
             .iter()
-            .map(|g| (g.after as usize + 1, g.before as usize))
+            .enumerate()
+            .map(|(k, g)| {
+                let start = if k == 0 {
+                    item(g.after + 1)
+                } else {
+                    boundary(g.after + 1)
+                };
+                (start, boundary(g.before))
+            })
             .collect(),
         (_, _) => match (life.gaps.first(), life.gaps.last()) {
-            (Some(first), Some(last)) => vec![(first.after as usize + 1, last.before as usize)],
+            (Some(first), Some(last)) => vec![(boundary(first.after + 1), item(last.before))],
             _ => Vec::new(),
         },
-    }
+    };
+    spans
+        .into_iter()
+        .filter(|&(s, e)| s < e)
+        .map(|(s, e)| (s as usize, e as usize))
+        .collect()
 }
 
-/// Sweeps the steps in order; wherever `tier` is over budget, demotes the
-/// largest tensor whose demotion frees that step. Demotion never adds bytes
-/// to `tier` anywhere, so steps already fitted stay fitted.
+/// Sweeps the memory slots in order; wherever `tier` is over budget,
+/// demotes the largest tensor whose demotion frees that slot. Demotion
+/// never adds bytes to `tier` anywhere, so slots already fitted stay
+/// fitted.
 #[allow(clippy::too_many_arguments)]
 fn sweep(
     workload: &Workload,
@@ -427,8 +459,7 @@ fn sweep(
     remat: bool,
     eligible: &dyn Fn(usize, Fate) -> Option<Fate>,
 ) -> Result<()> {
-    let steps = workload.ops.len();
-    let mut starts: Vec<Vec<(usize, usize)>> = vec![Vec::new(); steps];
+    let mut starts: Vec<Vec<(usize, usize)>> = vec![Vec::new(); slot_count(workload)];
     for (tensor, &fate) in fates.iter().enumerate() {
         if eligible(tensor, fate).is_none() {
             continue;
@@ -439,7 +470,7 @@ fn sweep(
     }
     // Max-heap by bytes, then lowest id.
     let mut active: BinaryHeap<(u64, std::cmp::Reverse<usize>, usize)> = BinaryHeap::new();
-    for (step, starting) in starts.iter().enumerate() {
+    for (slot, starting) in starts.iter().enumerate() {
         for &(tensor, end) in starting {
             active.push((
                 workload.tensors[tensor].bytes,
@@ -448,11 +479,13 @@ fn sweep(
             ));
         }
         loop {
-            let used = tiers.of(tier).get(step).max(0) as u64;
+            let used = tiers.of(tier).get(slot).max(0) as u64;
             if used <= budget {
                 break;
             }
             let Some((_, std::cmp::Reverse(tensor), end)) = active.pop() else {
+                // A boundary counts for the step after it.
+                let step = (slot / 2).min(workload.ops.len().saturating_sub(1));
                 return Err(Error::Infeasible {
                     tier,
                     step: step as u32,
@@ -466,7 +499,7 @@ fn sweep(
             let Some(demoted) = eligible(tensor, fates[tensor]) else {
                 continue;
             };
-            if end <= step {
+            if end <= slot {
                 continue;
             }
             tiers.apply(workload, lives, tensor, fates[tensor], -1);
@@ -484,7 +517,7 @@ fn greedy(
     ssd_staging_bytes: u64,
     remat: bool,
 ) -> Result<Vec<Fate>> {
-    let steps = workload.ops.len();
+    let slots = slot_count(workload);
     let mut fates: Vec<Fate> = workload
         .tensors
         .iter()
@@ -497,9 +530,9 @@ fn greedy(
         })
         .collect();
     let mut tiers = Tiers {
-        hbm: Fenwick::new(steps),
-        host: Fenwick::new(steps),
-        ssd: Fenwick::new(steps),
+        hbm: Fenwick::new(slots),
+        host: Fenwick::new(slots),
+        ssd: Fenwick::new(slots),
     };
     for (tensor, &fate) in fates.iter().enumerate() {
         tiers.apply(workload, lives, tensor, fate, 1);
@@ -522,10 +555,10 @@ fn greedy(
             _ => None,
         },
     )?;
-    let host_over = (0..steps).any(|s| tiers.host.get(s) > budgets.host_bytes as i128);
+    let host_over = (0..slots).any(|s| tiers.host.get(s) > budgets.host_bytes as i128);
     if host_over {
         // Spilling to the SSD needs staging buffers in host memory.
-        tiers.host.add(0, steps, ssd_staging_bytes as i128);
+        tiers.host.add(0, slots, ssd_staging_bytes as i128);
         sweep(
             workload,
             lives,

@@ -3,14 +3,14 @@
 use fateplan_planner::blocks::BlockCounts;
 use fateplan_planner::datasets::dataset;
 use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
-use fateplan_planner::passes::cost::{Choices, FateSet};
+use fateplan_planner::passes::cost::{boundary, item, Choices, FateSet};
 use fateplan_planner::passes::dp::{self, Assignment};
 use fateplan_planner::passes::lifetimes::Lifetimes;
-use fateplan_planner::passes::memory::Occupancy;
+use fateplan_planner::passes::memory::{boundary_slot, Occupancy};
 use fateplan_planner::passes::schedule;
 use fateplan_planner::passes::timeline::Timeline;
 use fateplan_planner::plan::Budgets;
-use fateplan_planner::{Profile, Workload};
+use fateplan_planner::{Profile, Tier, Workload};
 
 fn profile() -> Profile {
     let text = include_str!("../../profiles/a100-80g.json");
@@ -35,7 +35,8 @@ fn gnn(model: GnnModel, name: &str, parts: u32) -> Workload {
     .unwrap()
 }
 
-/// Device bytes per step under an assignment, as the model counts them.
+/// Device bytes per slot (a boundary and an item per step) under an
+/// assignment, as the model counts them.
 fn model_hbm(workload: &Workload, choices: &Choices, assignment: &Assignment) -> Vec<i128> {
     let mut usage: Vec<i128> = choices.base_hbm.iter().map(|&b| b as i128).collect();
     for t in 0..workload.tensors.len() {
@@ -73,9 +74,24 @@ fn check(workload: &Workload, fates: FateSet, hbm_share: f64) {
     let timeline = Timeline::new(workload.ops.len(), &sched.entries);
     let occupancy = Occupancy::compute(workload, &sched.fates, &sched.entries, &timeline, 0);
     let model = model_hbm(workload, &choices, &outcome.assignment);
-    for (step, &modelled) in model.iter().enumerate().take(workload.ops.len()) {
-        let range = timeline.step_start[step]..timeline.step_start[step + 1];
-        let real = range.map(|p| occupancy.bytes.hbm[p]).max().unwrap() as i128;
+    if timeline.len() == workload.ops.len() {
+        // No recomputation: positions are steps, and the two count the
+        // same slots; the model may only count more.
+        for (slot, &real) in occupancy.bytes.hbm.iter().enumerate() {
+            assert!(
+                real as i128 <= model[slot],
+                "slot {slot} (step {}): model {} real {real}",
+                slot / 2,
+                model[slot]
+            );
+        }
+    }
+    for step in 0..workload.ops.len() {
+        // The model's slots are per step, the memory pass's per position.
+        let modelled = model[boundary(step as u32) as usize].max(model[item(step as u32) as usize]);
+        let slots =
+            boundary_slot(timeline.step_start[step])..boundary_slot(timeline.step_start[step + 1]);
+        let real = occupancy.max_over(Tier::Hbm, slots) as i128;
         if real > modelled && sched.fates == fates {
             let changed: Vec<String> = (0..fates.len())
                 .filter(|&t| fates[t] != choices.baseline[t])

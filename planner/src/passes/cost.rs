@@ -84,11 +84,27 @@ pub type HbmAdd = (u32, u32, u64);
 /// Busy seconds per link: h2d, d2h, SSD read, SSD write.
 pub type LinkSeconds = [f64; 4];
 
+/// The slot of step `step`'s boundary in the memory model. Memory is
+/// counted at two slots per step, as the memory pass counts it
+/// ([`super::memory`]): the boundary before the step, where the transfers
+/// issued after the previous step have started while those due before this
+/// step still hold their copies, then the step itself (its recomputations
+/// and operator), once they are done.
+pub fn boundary(step: u32) -> u32 {
+    2 * step
+}
+
+/// The slot of step `step`'s recomputations and operator.
+pub fn item(step: u32) -> u32 {
+    2 * step + 1
+}
+
 /// One way to treat a tensor, with what it costs and what it frees.
 ///
-/// Steps are the workload's operator indices. Compared with the tensor's
-/// baseline (retained or resident), a choice frees the device over
-/// `hbm_free` and holds a copy on `away` over its interval.
+/// Steps are the workload's operator indices; memory intervals are in
+/// slots ([`boundary`], [`item`]). Compared with the tensor's baseline
+/// (retained or resident), a choice frees the device over `hbm_free` and
+/// holds a copy on `away` over its interval.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Choice {
     pub fate: Fate,
@@ -102,19 +118,19 @@ pub struct Choice {
     /// compute of the steps it overlaps, or the recomputation's own time.
     pub cost_s: f64,
     pub link_s: LinkSeconds,
-    /// `[start, end)` steps without a device copy.
+    /// `[start, end)` slots without a device copy.
     pub hbm_free: Vec<(u32, u32)>,
-    /// `[start, end)` steps and bytes added on the device: what a
+    /// `[start, end)` slots and bytes added on the device: what a
     /// recomputation re-creates or keeps alive for its inputs.
     pub hbm_add: Vec<(u32, u32, u64)>,
-    /// The tier and `[start, end)` steps holding the away copy.
+    /// The tier and `[start, end)` slots holding the away copy.
     pub away: Option<(Tier, u32, u32)>,
 }
 
 impl Choice {
-    /// Device bytes freed at `step`.
-    pub fn frees(&self, step: u32) -> bool {
-        self.hbm_free.iter().any(|&(s, e)| s <= step && step < e)
+    /// Device bytes freed at `slot`.
+    pub fn frees(&self, slot: u32) -> bool {
+        self.hbm_free.iter().any(|&(s, e)| s <= slot && slot < e)
     }
 
     pub fn uses_ssd(&self) -> bool {
@@ -194,6 +210,9 @@ const LAG_LEVELS: [f64; 3] = [0.0, 0.5, 1.0];
 #[derive(Debug, Clone)]
 pub struct Choices {
     pub steps: u32,
+    /// Memory slots: a boundary and an item per step, and the boundary
+    /// after the last step.
+    pub slots: u32,
     /// Seconds of each operator, and prefix sums (`before[s]`: compute
     /// before step `s`).
     pub op_s: Vec<f64>,
@@ -202,7 +221,7 @@ pub struct Choices {
     pub baseline: Vec<Fate>,
     /// Per tensor, choices other than the baseline (empty: no choice).
     pub options: Vec<Vec<Choice>>,
-    /// Device bytes per step with every tensor at its baseline.
+    /// Device bytes per slot with every tensor at its baseline.
     pub base_hbm: Vec<u64>,
 }
 
@@ -269,23 +288,30 @@ impl Choices {
         for &s in &op_s {
             before.push(before.last().unwrap() + s);
         }
+        let slots = boundary(steps) + 1;
         let mut choices = Choices {
             steps,
+            slots,
             op_s,
             before,
             baseline: Vec::with_capacity(workload.tensors.len()),
             options: Vec::with_capacity(workload.tensors.len()),
             base_hbm: Vec::new(),
         };
-        let mut delta = vec![0i128; steps as usize + 1];
+        let mut delta = vec![0i128; slots as usize + 1];
         for tensor in &workload.tensors {
             let life = &lives.tensors[tensor.id.index()];
+            // A retained tensor lives from its operator to its last read.
             let (baseline, interval) = match tensor.kind {
-                TensorKind::Input | TensorKind::Parameter => (Fate::Resident, Some((0, steps))),
+                TensorKind::Input | TensorKind::Parameter => (Fate::Resident, Some((0, slots))),
                 _ => (
                     Fate::Retain,
-                    life.producer
-                        .map(|p| (p, life.last_use().expect("produced") + 1)),
+                    life.producer.map(|p| {
+                        (
+                            item(p),
+                            boundary(life.last_use().expect("produced").max(p) + 1),
+                        )
+                    }),
                 ),
             };
             if let Some((start, end)) = interval {
@@ -301,7 +327,7 @@ impl Choices {
             choices.options.push(options);
         }
         let mut running = 0i128;
-        choices.base_hbm = delta[..steps as usize]
+        choices.base_hbm = delta[..slots as usize]
             .iter()
             .map(|d| {
                 running += d;
@@ -360,15 +386,17 @@ impl Choices {
                 let mut hbm_free = Vec::new();
                 let mut next = 0u32;
                 for (&(first, last), &lead) in runs.iter().zip(&leads) {
+                    // Loaded from the boundary `lead` steps before the
+                    // run; freed after the run's last read.
                     let start = first - lead;
                     cost_s += (transfer_s - self.window(start, first)).max(0.0);
                     if next < start {
-                        hbm_free.push((next, start));
+                        hbm_free.push((boundary(next), boundary(start)));
                     }
                     next = last + 1;
                 }
                 if next < self.steps {
-                    hbm_free.push((next, self.steps));
+                    hbm_free.push((boundary(next), self.slots));
                 }
                 let loads = runs.len() as f64;
                 let link_s = [pcie_s * loads, 0.0, ssd_s * loads, 0.0];
@@ -380,7 +408,7 @@ impl Choices {
                     link_s,
                     hbm_free,
                     hbm_add: Vec::new(),
-                    away: Some((if ssd { Tier::Ssd } else { Tier::Host }, 0, self.steps)),
+                    away: Some((if ssd { Tier::Ssd } else { Tier::Host }, 0, self.slots)),
                 });
             }
         }
@@ -446,12 +474,12 @@ impl Choices {
                     transient += bytes;
                     stack.push(input);
                 } else if let Some(last) = life.last_use() {
-                    adds.push((last + 1, step + 1, bytes));
+                    adds.push((boundary(last + 1), boundary(step + 1), bytes));
                 }
             }
         }
         if transient > 0 {
-            adds.push((step, step + 1, transient));
+            adds.push((item(step), boundary(step + 1), transient));
         }
         Some((seconds, adds))
     }
@@ -511,8 +539,18 @@ impl Choices {
                     let mut hbm_free = Vec::with_capacity(life.gaps.len());
                     for (k, (gap, &lead)) in life.gaps.iter().zip(&leads).enumerate() {
                         cost_s += (in_s - self.window(gap.before - lead, gap.before)).max(0.0);
-                        let start = gap.after + 1 + if k == 0 { lag } else { 0 };
-                        hbm_free.push((start, gap.before - lead));
+                        // The first gap's copy leaves with the offload, due
+                        // `lag` steps after the last forward read: it holds
+                        // the device through that step's boundary. Later
+                        // gaps' copies go after their last read. The copy
+                        // back is issued at the boundary `lead` steps
+                        // before the next read.
+                        let start = if k == 0 {
+                            item(gap.after + 1 + lag)
+                        } else {
+                            boundary(gap.after + 1)
+                        };
+                        hbm_free.push((start, boundary(gap.before - lead)));
                     }
                     let loads = life.gaps.len() as f64;
                     let link_s = [in_pcie * loads, out_pcie, in_ssd * loads, out_ssd];
@@ -524,10 +562,12 @@ impl Choices {
                         link_s,
                         hbm_free,
                         hbm_add: Vec::new(),
+                        // From the offload's issue to the end of the last
+                        // reload, due before the last gap's next read.
                         away: Some((
                             if ssd { Tier::Ssd } else { Tier::Host },
-                            first.after + 1,
-                            last.before,
+                            boundary(first.after + 1),
+                            item(last.before),
                         )),
                     });
                 }
@@ -544,7 +584,9 @@ impl Choices {
                         leads: Vec::new(),
                         cost_s,
                         link_s: [0.0; 4],
-                        hbm_free: vec![(gap.after + 1, gap.before)],
+                        // Freed after the last forward read; re-created
+                        // among the items of step `gap.before`.
+                        hbm_free: vec![(boundary(gap.after + 1), item(gap.before))],
                         hbm_add,
                         away: None,
                     });

@@ -5,9 +5,10 @@
 //! each tensor starts at its baseline (retained, or resident for inputs),
 //! which costs nothing and frees nothing. The search has three stages.
 //!
-//! 1. **Sweep.** Steps are visited in order. Wherever the device is over
-//!    budget, the overrun is covered by a minimum-cost knapsack over the
-//!    tensors idle at that step (dynamic programming over a Pareto front of
+//! 1. **Sweep.** Memory slots (a boundary and an item per step, as the
+//!    memory pass counts them) are visited in order. Wherever the device is
+//!    over budget, the overrun is covered by a minimum-cost knapsack over
+//!    the tensors idle at that slot (dynamic programming over a Pareto front of
 //!    bytes freed against seconds spent). Each candidate is scored by the
 //!    cheapest timing its fate allows, since stage 2 can reach it; the
 //!    sweep itself applies the timing that frees the most steps. A second
@@ -120,13 +121,14 @@ impl Usage {
             .base_hbm
             .iter()
             .enumerate()
-            .map(|(s, &b)| (b + extra.get(s).copied().unwrap_or(0)) as i64)
+            // `extra` is per step: both of a step's slots carry it.
+            .map(|(s, &b)| (b + extra.get(s / 2).copied().unwrap_or(0)) as i64)
             .collect();
-        let steps = choices.steps as usize;
+        let slots = choices.slots as usize;
         Usage {
             hbm: MaxTree::new(&base),
-            host: MaxTree::new(&vec![host_reserved; steps]),
-            ssd: MaxTree::new(&vec![0; steps]),
+            host: MaxTree::new(&vec![host_reserved; slots]),
+            ssd: MaxTree::new(&vec![0; slots]),
             limit,
         }
     }
@@ -361,13 +363,14 @@ impl<'a> Search<'a> {
         fits
     }
 
-    /// Stage 1 over steps `[from, to)`, never touching `frozen`. Returns
-    /// the first step it could not bring within budget.
+    /// Stage 1 over slots `[from, to)` (see [`super::cost::boundary`]),
+    /// never touching `frozen`. Returns the first slot it could not bring
+    /// within budget.
     fn sweep(&mut self, from: usize, to: usize, frozen: Option<usize>) -> Result<(), usize> {
         let choices = self.choices;
-        let steps = choices.steps as usize;
+        let slots = choices.slots as usize;
         // Per step, the candidate (tensor, choice index) intervals that start there.
-        let mut starts: Vec<Vec<(usize, u16, u32)>> = vec![Vec::new(); steps + 1];
+        let mut starts: Vec<Vec<(usize, u16, u32)>> = vec![Vec::new(); slots + 1];
         let mut fate_cost = vec![[f64::INFINITY; 7]; choices.options.len()];
         for (t, options) in choices.options.iter().enumerate() {
             if self.assignment.picks[t].is_some() || Some(t) == frozen {
@@ -642,11 +645,11 @@ impl<'a> Search<'a> {
                     self.usage.apply(c, bytes, 1);
                     ok
                 });
-                let steps = choices.steps as usize;
+                let slots = choices.slots as usize;
                 let ok = away_ok && self.sweep(start, end, Some(t)).is_ok() && {
                     self.improve();
                     // A new choice's added bytes may fall outside the swept steps.
-                    self.usage.hbm.max(0, steps) <= self.usage.limit[0]
+                    self.usage.hbm.max(0, slots) <= self.usage.limit[0]
                 };
                 if ok && self.total_price() + 1e-12 < before_cost {
                     improved = true;
@@ -880,7 +883,7 @@ pub fn solve(
                 knapsack,
                 delta: Delta::default(),
             };
-            let swept = search.sweep(0, choices.steps as usize, None);
+            let swept = search.sweep(0, choices.slots as usize, None);
             if !ssd && knapsack {
                 host_short = swept.is_err() || search.away_refused;
             }
@@ -891,7 +894,7 @@ pub fn solve(
                 let needed = search.usage.hbm.get(step).max(0) as u64;
                 let overrun = Overrun {
                     tier: Tier::Hbm,
-                    step: step as u32,
+                    step: (step as u32 / 2).min(choices.steps.saturating_sub(1)),
                     needed_bytes: needed,
                 };
                 if first_failure.is_none() || ssd {
@@ -1011,9 +1014,9 @@ pub fn time_fates(
             search.set(t, pick);
         }
     }
-    let fits = search.usage.hbm.max(0, choices.steps as usize) <= limit[0]
-        && search.usage.host.max(0, choices.steps as usize) <= limit[1]
-        && search.usage.ssd.max(0, choices.steps as usize) <= limit[2];
+    let fits = search.usage.hbm.max(0, choices.slots as usize) <= limit[0]
+        && search.usage.host.max(0, choices.slots as usize) <= limit[1]
+        && search.usage.ssd.max(0, choices.slots as usize) <= limit[2];
     if fits {
         for _ in 0..4 {
             if !search.improve() {

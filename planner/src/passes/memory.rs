@@ -7,6 +7,16 @@
 //! reload or load) to its last read before the next creation, or to the end
 //! of the offload that moves it away. Host and SSD copies live from their
 //! offload's issue to the end of the reload that brings them back.
+//!
+//! Bytes are counted at two slots per timeline position: the position's
+//! boundary, then its item. At a step's boundary the transfers issued after
+//! the previous step start (their buffers are allocated at once) while the
+//! transfers due before this step may still run and hold theirs; only then
+//! does the step wait for them. So a copy that a finishing transfer frees
+//! is still counted at the boundary, beside the buffers issued there, and
+//! is gone at the item. A copy whose last read is the previous item is
+//! freed before the boundary. This is the order in which the simulator and
+//! the runtime's executor allocate and free.
 
 use super::timeline::{Item, Timeline};
 use crate::plan::{Action, Budgets, Fate, PerTier, ScheduleEntry};
@@ -21,8 +31,27 @@ pub struct Occupancy {
     pub bytes: PerTier<Vec<u64>>,
 }
 
-/// One copy of a tensor on one tier, alive over positions `start..end`.
-/// `tensor` is `None` for the SSD staging buffers.
+/// Slots per timeline position: its boundary, then its item.
+pub const SLOTS_PER_POSITION: usize = 2;
+
+/// The slot of position `position`'s boundary.
+pub fn boundary_slot(position: usize) -> usize {
+    SLOTS_PER_POSITION * position
+}
+
+/// The slot of position `position`'s item (operator or recomputation).
+pub fn item_slot(position: usize) -> usize {
+    SLOTS_PER_POSITION * position + 1
+}
+
+/// Slots of a timeline: two per position and the boundary after the last.
+pub fn slot_count(timeline: &Timeline) -> usize {
+    boundary_slot(timeline.len()) + 1
+}
+
+/// One copy of a tensor on one tier, alive over slots `start..end` (see
+/// [`boundary_slot`] and [`item_slot`]). `tensor` is `None` for the SSD
+/// staging buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CopyLife {
     pub tensor: Option<TensorId>,
@@ -42,9 +71,10 @@ pub fn copy_lives(
     timeline: &Timeline,
     ssd_staging_bytes: u64,
 ) -> Vec<CopyLife> {
-    let positions = timeline.len();
+    let slots = slot_count(timeline);
     let mut lives = Vec::new();
     let mut add = |tensor: Option<TensorId>, tier: Tier, start: usize, end: usize, bytes: u64| {
+        let end = end.min(slots);
         if start < end {
             lives.push(CopyLife {
                 tensor,
@@ -55,51 +85,54 @@ pub fn copy_lives(
             });
         }
     };
-    // Per tensor: device-copy creations, reads, and offloads, in position order.
+    // Per tensor, in slots: device-copy creations, reads, and offloads
+    // (issue, and the slot at which the device copy is gone).
     let n = workload.tensors.len();
     let mut creations: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut reads: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut offloads: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
     for (position, item) in timeline.items.iter().enumerate() {
+        let slot = item_slot(position);
         let op = match *item {
             Item::Op(step) => &workload.ops[step as usize],
             Item::Recompute(index) => {
                 let entry = &schedule[index];
                 let op = &workload.ops[entry.op.expect("recompute names its op").index()];
-                creations[entry.tensor.index()].push(position);
+                creations[entry.tensor.index()].push(slot);
                 for &input in &op.inputs {
-                    reads[input.index()].push(position);
+                    reads[input.index()].push(slot);
                 }
                 continue;
             }
         };
         for &input in &op.inputs {
-            reads[input.index()].push(position);
+            reads[input.index()].push(slot);
         }
         for &output in &op.outputs {
-            creations[output.index()].push(position);
+            creations[output.index()].push(slot);
         }
     }
+    // A transfer due before step `d` holds its copies through `d`'s
+    // boundary: they are gone from `d`'s first item on.
+    let gone = |done_before_step: u32| item_slot(timeline.step_start[done_before_step as usize]);
     let mut reload_done: Vec<Vec<usize>> = vec![Vec::new(); n];
     for entry in schedule.iter().filter(|e| e.action == Action::Reload) {
-        reload_done[entry.tensor.index()]
-            .push(timeline.step_start[entry.done_before_step as usize]);
+        reload_done[entry.tensor.index()].push(gone(entry.done_before_step));
     }
     let mut uses_ssd = false;
     for entry in schedule {
         let t = entry.tensor.index();
-        let issued = timeline.after_step(entry.issue_after_step);
-        let done = timeline.step_start[entry.done_before_step as usize];
+        let issued = boundary_slot(timeline.after_step(entry.issue_after_step));
         match entry.action {
             Action::Offload => {
-                offloads[t].push((issued, done));
+                offloads[t].push((issued, gone(entry.done_before_step)));
                 // The away copy lives until a reload from it finishes.
                 let back = reload_done[t]
                     .iter()
                     .copied()
                     .filter(|&end| end > issued)
                     .min()
-                    .unwrap_or(positions);
+                    .unwrap_or(slots);
                 add(Some(entry.tensor), entry.to, issued, back, entry.bytes);
             }
             Action::Reload | Action::Load => creations[t].push(issued),
@@ -108,24 +141,24 @@ pub fn copy_lives(
         uses_ssd |= entry.from == Tier::Ssd || entry.to == Tier::Ssd;
     }
     if uses_ssd {
-        add(None, Tier::Host, 0, positions, ssd_staging_bytes);
+        add(None, Tier::Host, 0, slots, ssd_staging_bytes);
     }
     for (tensor, &fate) in workload.tensors.iter().zip(fates) {
         let t = tensor.id.index();
         let persistent = tensor.kind == TensorKind::Parameter || fate == Fate::Resident;
         if persistent {
-            add(Some(tensor.id), Tier::Hbm, 0, positions, tensor.bytes);
+            add(Some(tensor.id), Tier::Hbm, 0, slots, tensor.bytes);
             continue;
         }
         if let Some(tier) = fate
             .away_tier()
             .filter(|_| tensor.kind == TensorKind::Input)
         {
-            add(Some(tensor.id), tier, 0, positions, tensor.bytes);
+            add(Some(tensor.id), tier, 0, slots, tensor.bytes);
         }
         let created = &mut creations[t];
         created.sort_unstable();
-        // Reads are in position order, and so are offloads (the schedule is
+        // Reads are in slot order, and so are offloads (the schedule is
         // ordered by issue): one pass over each.
         let (tensor_reads, tensor_offloads) = (&reads[t], &offloads[t]);
         let (mut r, mut o) = (0usize, 0usize);
@@ -140,7 +173,8 @@ pub fn copy_lives(
             let end = match tensor_offloads.get(o) {
                 // The first offload issued while this copy lives ends it.
                 Some(&(issued, done)) if issued < next => done,
-                // Else its last read before the next creation.
+                // Else its last read before the next creation: freed when
+                // that item ends, before the next boundary.
                 _ => match r.checked_sub(1).map(|i| tensor_reads[i]) {
                     Some(last) if last >= start => last + 1,
                     _ => start + 1,
@@ -160,11 +194,11 @@ impl Occupancy {
         timeline: &Timeline,
         ssd_staging_bytes: u64,
     ) -> Occupancy {
-        let positions = timeline.len();
+        let slots = slot_count(timeline);
         let mut delta: PerTier<Vec<i128>> = PerTier {
-            hbm: vec![0; positions + 1],
-            host: vec![0; positions + 1],
-            ssd: vec![0; positions + 1],
+            hbm: vec![0; slots + 1],
+            host: vec![0; slots + 1],
+            ssd: vec![0; slots + 1],
         };
         for life in copy_lives(workload, fates, schedule, timeline, ssd_staging_bytes) {
             let d = delta.get_mut(life.tier);
@@ -172,36 +206,48 @@ impl Occupancy {
             d[life.end] -= life.bytes as i128;
         }
         let mut bytes = PerTier {
-            hbm: vec![0u64; positions],
-            host: vec![0; positions],
-            ssd: vec![0; positions],
+            hbm: vec![0u64; slots],
+            host: vec![0; slots],
+            ssd: vec![0; slots],
         };
         for tier in TIERS {
             let mut running: i128 = 0;
             let d = delta.get_ref(tier);
             let out = bytes.get_mut(tier);
-            for position in 0..positions {
-                running += d[position];
-                out[position] = running as u64;
+            for slot in 0..slots {
+                running += d[slot];
+                out[slot] = running as u64;
             }
         }
         Occupancy { bytes }
     }
 
-    /// Highest bytes per tier and the step where each first occurs.
+    /// Highest bytes per tier over every slot (boundaries included) of
+    /// `slots`.
+    pub fn max_over(&self, tier: Tier, slots: std::ops::Range<usize>) -> u64 {
+        let values = self.bytes.get_ref(tier);
+        values[slots.start.min(values.len())..slots.end.min(values.len())]
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Highest bytes per tier and the step where each first occurs (a
+    /// boundary counts for the step after it).
     pub fn peaks(&self, timeline: &Timeline) -> (PerTier<u64>, PerTier<u32>) {
         let mut peak = PerTier::<u64>::default();
         let mut step = PerTier::<u32>::default();
         for tier in TIERS {
             let values = self.bytes.get_ref(tier);
             let mut best = 0usize;
-            for (position, &value) in values.iter().enumerate() {
+            for (slot, &value) in values.iter().enumerate() {
                 if value > values[best] {
-                    best = position;
+                    best = slot;
                 }
             }
             *peak.get_mut(tier) = values.get(best).copied().unwrap_or(0);
-            *step.get_mut(tier) = timeline.step_of.get(best).copied().unwrap_or(0);
+            *step.get_mut(tier) = step_of_slot(timeline, best);
         }
         (peak, step)
     }
@@ -211,20 +257,41 @@ impl Occupancy {
         for tier in TIERS {
             let budget = budgets.of(tier);
             let values = self.bytes.get_ref(tier);
-            let worst = (0..values.len()).max_by_key(|&p| (values[p], std::cmp::Reverse(p)));
-            if let Some(position) = worst.filter(|&p| values[p] > budget) {
-                let step = timeline.step_of[position];
+            let worst = (0..values.len()).max_by_key(|&s| (values[s], std::cmp::Reverse(s)));
+            if let Some(slot) = worst.filter(|&s| values[s] > budget) {
+                let step = step_of_slot(timeline, slot);
+                let at_boundary = slot % SLOTS_PER_POSITION == 0;
                 return Err(Error::Infeasible {
                     tier,
                     step,
-                    op: workload.ops[step as usize].name.clone(),
-                    needed_bytes: values[position],
+                    op: workload
+                        .ops
+                        .get(step as usize)
+                        .map(|op| op.name.clone())
+                        .unwrap_or_default(),
+                    needed_bytes: values[slot],
                     budget_bytes: budget,
-                    bytes_over: values[position] - budget,
-                    hint: String::new(),
+                    bytes_over: values[slot] - budget,
+                    hint: if at_boundary {
+                        "; at the boundary before the step, where the transfers issued there \
+                         have started while those due there still hold their copies"
+                            .into()
+                    } else {
+                        String::new()
+                    },
                 });
             }
         }
         Ok(())
+    }
+}
+
+/// The step a slot belongs to: an item's step, or for a boundary the step
+/// that follows it (the last step for the boundary after the last).
+pub fn step_of_slot(timeline: &Timeline, slot: usize) -> u32 {
+    let position = slot / SLOTS_PER_POSITION;
+    match timeline.step_of.get(position) {
+        Some(&step) => step,
+        None => timeline.step_of.last().copied().unwrap_or(0),
     }
 }

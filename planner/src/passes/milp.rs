@@ -140,7 +140,7 @@ pub fn solve(
                 .collect::<Vec<_>>()
         })
         .collect();
-    for (start, end) in segments(&mut points, choices.steps) {
+    for (start, end) in segments(&mut points, choices.slots) {
         let worst = choices.base_hbm[start as usize..end as usize]
             .iter()
             .copied()
@@ -179,7 +179,7 @@ pub fn solve(
             .filter_map(|c| c.away.filter(|a| a.0 == tier))
             .flat_map(|(_, s, e)| [s, e])
             .collect();
-        for (start, _) in segments(&mut points, choices.steps) {
+        for (start, _) in segments(&mut points, choices.slots) {
             let mut held = Expression::default();
             let mut most = 0.0;
             for (t, options) in choices.options.iter().enumerate() {

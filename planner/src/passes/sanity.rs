@@ -325,7 +325,18 @@ impl<'a> Replay<'a> {
         for &(step, event) in script {
             match event {
                 Event::Complete(index) => self.complete(step, index)?,
-                Event::Issue(index) => self.issue(step, index)?,
+                Event::Issue(index) => {
+                    self.issue(step, index)?;
+                    // The buffers issued at a boundary exist while the
+                    // transfers due there still hold theirs.
+                    let entry = &self.plan.schedule[index];
+                    let what = format!(
+                        "at the boundary before step {step}, once the {:?} of {:?} is issued",
+                        entry.action,
+                        self.name(entry.tensor.index())
+                    );
+                    self.account(step, &what)?;
+                }
                 Event::Recompute(index) => {
                     let entry = &self.plan.schedule[index];
                     let op = self.workload.op(entry.op.expect("checked"));
@@ -530,20 +541,8 @@ impl<'a> Replay<'a> {
             });
             self.used.hbm += self.bytes(t);
         }
-        for tier in [Tier::Hbm, Tier::Host, Tier::Ssd] {
-            let used = self.used.get(tier);
-            let budget = self.plan.budgets.of(tier);
-            if used > budget {
-                return Err(reject(self.workload, step, format!(
-                    "{tier} holds {used} bytes during {what}, over its budget of {budget} by {} bytes",
-                    used - budget
-                )));
-            }
-            if used > self.peak.get(tier) {
-                *self.peak.get_mut(tier) = used;
-                *self.peak_step.get_mut(tier) = step;
-            }
-        }
+        self.account(step, &format!("during {what}"))?;
+
         for &input in &inputs {
             let t = input.index();
             if self.persistent[t] {
@@ -562,6 +561,32 @@ impl<'a> Replay<'a> {
                 Some(Touch::Read) | Some(Touch::OffloadIssue)
             ) {
                 self.free_device(t);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Replay<'_> {
+    /// Checks every tier against its budget and records the peaks.
+    fn account(&mut self, step: u32, when: &str) -> Result<()> {
+        for tier in [Tier::Hbm, Tier::Host, Tier::Ssd] {
+            let used = self.used.get(tier);
+            let budget = self.plan.budgets.of(tier);
+            if used > budget {
+                return Err(reject(
+                    self.workload,
+                    step,
+                    format!(
+                        "{tier} holds {used} bytes {when}, over its budget of {budget} by {} bytes",
+                        used - budget
+                    ),
+                ));
+            }
+            if used > self.peak.get(tier) {
+                *self.peak.get_mut(tier) = used;
+                let last = self.workload.ops.len().saturating_sub(1) as u32;
+                *self.peak_step.get_mut(tier) = step.min(last);
             }
         }
         Ok(())

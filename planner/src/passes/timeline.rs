@@ -1,10 +1,12 @@
 //! The order in which the compute stream runs things: for each step, the
 //! recomputations placed before it, then its operator.
 //!
-//! Memory is counted at positions of this order. A copy made at the start of
-//! step `s` (a reload or load issued after step `s - 1`) counts from
+//! Memory is counted at two slots per position of this order, its boundary
+//! and its item ([`super::memory`]). A copy made at the start of step `s`
+//! (a reload or load issued after step `s - 1`) counts from the boundary of
 //! `step_start[s]`; a copy freed when a transfer finishes before step `d`
-//! counts up to, not including, `step_start[d]`.
+//! counts through that boundary, up to, not including, the item of
+//! `step_start[d]`.
 
 use crate::plan::{Action, ScheduleEntry};
 

@@ -3,14 +3,19 @@
 //! It walks the plan's timeline (for each step, the recomputations placed
 //! before it, then its operator). At every position it
 //!
-//! 1. issues the transfers due after the previous step,
-//! 2. waits for the transfers the plan says are done by this step,
-//! 3. releases the copies whose lives end here,
-//! 4. charges the copies whose lives start here, and
+//! 1. releases the copies whose lives ended with the previous item,
+//! 2. charges the buffers of the transfers issued after the previous step
+//!    and issues them,
+//! 3. waits for the transfers the plan says are done by this step, and
+//!    releases the copies they held,
+//! 4. charges the copies the item creates, and
 //! 5. runs the position's operator or recomputation on the backend.
 //!
-//! A device copy remembers the position its life started at, so that the
-//! end of an older life never drops a newer copy of the same tensor.
+//! Steps 1 and 2 are the position's boundary slot, 3 to 5 its item slot,
+//! as the planner's memory pass counts them: the buffers issued at a
+//! boundary and the copies of the transfers due there are charged together.
+//! A device copy remembers the slot its life started at, so that the end
+//! of an older life never drops a newer copy of the same tensor.
 //!
 //! The lives are the planner's own definition
 //! ([`fateplan_planner::passes::memory::copy_lives`]), so the arenas hold
@@ -31,7 +36,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use fateplan_planner::passes::memory::copy_lives;
+use fateplan_planner::passes::memory::{boundary_slot, copy_lives, item_slot, slot_count};
 use fateplan_planner::passes::timeline::{Item, Timeline};
 use fateplan_planner::plan::{Action, Budgets, Fate, LinkBytes, PerTier, Plan, Stream};
 use fateplan_planner::workload::{Op, Tensor, TensorKind, Workload};
@@ -150,7 +155,7 @@ impl AwayCell {
     }
 }
 
-/// A copy's life: tier, tensor (none for staging buffers), bytes, start position.
+/// A copy's life: tier, tensor (none for staging buffers), bytes, start slot.
 type Life = (Tier, Option<usize>, u64, usize);
 
 enum Slot {
@@ -194,7 +199,8 @@ pub struct Executor<B: Backend> {
     backend: B,
     ssd: Option<Arc<dyn SsdTier>>,
     timeline: Timeline,
-    /// Per position: lives starting and ending there.
+    /// Per slot (two per position, see `passes::memory`): lives starting
+    /// and ending there.
     starts: Vec<Vec<Life>>,
     ends: Vec<Vec<Life>>,
     /// Lives of the whole run: charged once, at the start.
@@ -203,7 +209,7 @@ pub struct Executor<B: Backend> {
     issued_at: Vec<Vec<usize>>,
     due_at: Vec<Vec<usize>>,
     arenas: PerTier<Arena>,
-    /// Each tensor's device copy and the position its life started at.
+    /// Each tensor's device copy and the slot its life started at.
     device: Vec<(Slot, usize)>,
     host: Vec<Option<Arc<AwayCell>>>,
     on_ssd: Vec<Option<Arc<AwayCell>>>,
@@ -263,6 +269,7 @@ impl<B: Backend> Executor<B> {
         }
         let timeline = Timeline::new(workload.ops.len(), &plan.schedule);
         let positions = timeline.len();
+        let slots = slot_count(&timeline);
         let lives = copy_lives(
             workload,
             &fates,
@@ -270,14 +277,14 @@ impl<B: Backend> Executor<B> {
             &timeline,
             plan.ssd_staging_bytes,
         );
-        let mut starts = vec![Vec::new(); positions + 1];
-        let mut ends = vec![Vec::new(); positions + 1];
+        let mut starts = vec![Vec::new(); slots + 1];
+        let mut ends = vec![Vec::new(); slots + 1];
         let mut persistent = Vec::new();
         for life in lives {
             let tensor = life.tensor.map(|t| t.index());
             let external = tensor.is_none_or(|t| workload.tensors[t].kind.is_external());
             let entry = (life.tier, tensor, life.bytes, life.start);
-            if external && life.start == 0 && life.end == positions {
+            if external && life.start == 0 && life.end == slots {
                 persistent.push(entry);
             } else {
                 starts[life.start].push(entry);
@@ -446,6 +453,9 @@ impl<B: Backend> Executor<B> {
         };
         let positions = self.timeline.len();
         for position in 0..=positions {
+            let (boundary, item) = (boundary_slot(position), item_slot(position));
+            self.release_slot(boundary)?;
+            self.charge_slot(boundary)?;
             for k in 0..self.issued_at[position].len() {
                 self.issue(
                     self.issued_at[position][k],
@@ -458,15 +468,8 @@ impl<B: Backend> Executor<B> {
                 self.finish(self.due_at[position][k])?;
             }
             report.wait_s += self.clock.elapsed().as_secs_f64() - before_wait;
-            for k in 0..self.ends[position].len() {
-                let (tier, tensor, bytes, start) = self.ends[position][k];
-                self.release(tier, tensor, bytes, start)?;
-            }
-            for &(tier, tensor, bytes, _) in &self.starts[position] {
-                self.arenas
-                    .get_mut(tier)
-                    .charge(bytes, life_name(workload, tensor))?;
-            }
+            self.release_slot(item)?;
+            self.charge_slot(item)?;
             if position == positions {
                 break;
             }
@@ -514,6 +517,24 @@ impl<B: Backend> Executor<B> {
         report.iteration_s = self.clock.elapsed().as_secs_f64() - started;
         self.iteration += 1;
         Ok(report)
+    }
+
+    fn release_slot(&mut self, slot: usize) -> Result<(), ExecError> {
+        for k in 0..self.ends[slot].len() {
+            let (tier, tensor, bytes, start) = self.ends[slot][k];
+            self.release(tier, tensor, bytes, start)?;
+        }
+        Ok(())
+    }
+
+    fn charge_slot(&mut self, slot: usize) -> Result<(), ExecError> {
+        let workload = &self.plan.workload.definition;
+        for &(tier, tensor, bytes, _) in &self.starts[slot] {
+            self.arenas
+                .get_mut(tier)
+                .charge(bytes, life_name(workload, tensor))?;
+        }
+        Ok(())
     }
 
     /// Runs `op`; keeps every output, or only `keep` for a recomputation.
@@ -595,7 +616,7 @@ impl<B: Backend> Executor<B> {
                 continue;
             }
             check_size(&workload.tensors[tensor.index()], &data)?;
-            self.device[tensor.index()] = (Slot::Ready(Arc::new(data)), position);
+            self.device[tensor.index()] = (Slot::Ready(Arc::new(data)), item_slot(position));
         }
         Ok(())
     }
@@ -738,7 +759,7 @@ impl<B: Backend> Executor<B> {
                         )))
                     }
                 };
-                self.device[t] = (Slot::Arriving(pending), position);
+                self.device[t] = (Slot::Arriving(pending), boundary_slot(position));
             }
             Action::Recompute => {}
         }
