@@ -295,3 +295,130 @@ pub fn step_of_slot(timeline: &Timeline, slot: usize) -> u32 {
         None => timeline.step_of.last().copied().unwrap_or(0),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Stream;
+    use crate::workload::{Cost, OpKind, Phase};
+
+    /// `a` (100 B) is made at step 0 and read again at step 3; `x` (40 B),
+    /// streamed from the host, is read at step 2; `o` (1 B) outputs keep
+    /// every step busy. `a` is offloaded after step 0, due before step 2,
+    /// and reloaded after step 2, due before step 3; `x` is loaded after
+    /// step 1, due before step 2.
+    fn boundary_case() -> (Workload, Vec<Fate>, Vec<ScheduleEntry>) {
+        let mut w = Workload::new("boundary");
+        let x = w.add_tensor("x", 40, TensorKind::Input, Some(Tier::Host));
+        let a = w.add_tensor("a", 100, TensorKind::Activation, None);
+        let outs: Vec<TensorId> = (0..3)
+            .map(|k| w.add_tensor(format!("o{k}"), 1, TensorKind::Activation, None))
+            .collect();
+        let second = Cost::seconds(1.0);
+        let (f, b) = (Phase::Forward, Phase::Backward);
+        let g = OpKind::Generic;
+        w.add_op("f0", g, f, vec![], vec![a], second);
+        w.add_op("f1", g, f, vec![], vec![outs[0]], second);
+        w.add_op("f2", g, f, vec![x, outs[0]], vec![outs[1]], second);
+        w.add_op("b3", g, b, vec![a, outs[1]], vec![outs[2]], second);
+        let entry =
+            |action, tensor: TensorId, bytes, from, to, stream, issue, done| ScheduleEntry {
+                action,
+                tensor,
+                bytes,
+                from,
+                to,
+                stream,
+                issue_after_step: issue,
+                done_before_step: done,
+                op: None,
+            };
+        let schedule = vec![
+            entry(
+                Action::Offload,
+                a,
+                100,
+                Tier::Hbm,
+                Tier::Host,
+                Stream::D2h,
+                0,
+                2,
+            ),
+            entry(
+                Action::Load,
+                x,
+                40,
+                Tier::Host,
+                Tier::Hbm,
+                Stream::H2d,
+                1,
+                2,
+            ),
+            entry(
+                Action::Reload,
+                a,
+                100,
+                Tier::Host,
+                Tier::Hbm,
+                Stream::H2d,
+                2,
+                3,
+            ),
+        ];
+        let fates = vec![
+            Fate::StreamHost,
+            Fate::OffloadHost,
+            Fate::Retain,
+            Fate::Retain,
+            Fate::Retain,
+        ];
+        (w, fates, schedule)
+    }
+
+    #[test]
+    fn a_boundary_counts_issued_buffers_beside_the_copies_still_leaving() {
+        let (w, fates, schedule) = boundary_case();
+        let timeline = Timeline::new(w.ops.len(), &schedule);
+        let occupancy = Occupancy::compute(&w, &fates, &schedule, &timeline, 0);
+        let hbm = &occupancy.bytes.hbm;
+        // Step 2's boundary: `a` still leaving (100), `x` arriving (40),
+        // `o0` (1).
+        assert_eq!(hbm[boundary_slot(2)], 141);
+        // Step 2 itself: `a` gone; `x`, `o0` and the new `o1`.
+        assert_eq!(hbm[item_slot(2)], 42);
+        // Step 1: `a` (its offload is running) and `o0`.
+        assert_eq!(hbm[item_slot(1)], 101);
+        // Step 3's boundary: `x` and `o0` were freed after step 2's read;
+        // `a` is arriving, `o1` waits for its read.
+        assert_eq!(hbm[boundary_slot(3)], 101);
+        // The host copy of `a` lives from its offload's issue through the
+        // boundary where its reload is due.
+        let host = &occupancy.bytes.host;
+        assert_eq!(host[boundary_slot(1)], 140);
+        assert_eq!(host[boundary_slot(3)], 140);
+        assert_eq!(host[item_slot(3)], 40);
+        let (peak, step) = occupancy.peaks(&timeline);
+        assert_eq!((peak.hbm, step.hbm), (141, 2));
+    }
+
+    #[test]
+    fn an_overrun_at_a_boundary_says_so() {
+        let (w, fates, schedule) = boundary_case();
+        let timeline = Timeline::new(w.ops.len(), &schedule);
+        let occupancy = Occupancy::compute(&w, &fates, &schedule, &timeline, 0);
+        let budgets = Budgets {
+            hbm_bytes: 120,
+            host_bytes: 1000,
+            ssd_bytes: 0,
+        };
+        let message = occupancy
+            .check(&timeline, &budgets, &w)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("needs 141 bytes at step 2 (f2)")
+                && message.contains("at the boundary before the step"),
+            "{message}"
+        );
+    }
+}
