@@ -431,8 +431,9 @@ fn summary(rows: &[Row]) -> String {
             line(format!(
                 "- {} of {} simulated plans disagree with the prediction by more than \
                  {DISAGREEMENT_LISTED_PERCENT}% (see \"Simulated against predicted\" in \
-                 `docs/simulate.md` for the known causes: SSD transfers cost more than the \
-                 planner's `max(pcie_s, ssd_s)`, and SSD reads and writes share one device):",
+                                  `docs/simulate.md` for the known cause: the planner books the SSD first \
+                 come, first served, where the simulator shares it between the reads and \
+                 writes in flight):",
                 listed.len(),
                 all.len()
             ));

@@ -22,6 +22,10 @@ use crate::{Error, Result, Tier};
 /// double-buffered reads and writes) whenever a plan uses the SSD.
 pub const SSD_STAGING_BYTES: u64 = 4 * (64 << 20);
 
+/// The staging memory is split into this many buffers (two per direction);
+/// an SSD transfer moves through them a buffer-sized chunk at a time.
+pub const SSD_STAGING_BUFFERS: u64 = 4;
+
 /// How to plan.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanOptions {
@@ -196,7 +200,13 @@ fn plan_dp(
             continue;
         }
         let timeline = Timeline::new(workload.ops.len(), &schedule.entries);
-        let timing = predict::predict(workload, profile, &schedule.entries, &timeline);
+        let timing = predict::predict(
+            workload,
+            profile,
+            &schedule.entries,
+            &timeline,
+            options.ssd_staging_bytes / SSD_STAGING_BUFFERS,
+        );
         candidates.push((timing.iteration_s, Candidate::Fates(fates, shifts)));
     }
     // Stable: dp's own plan, then peers in the order of `Policy::PEERS`.
@@ -432,7 +442,13 @@ fn evaluate(
     );
     occupancy.check(&timeline, &options.budgets, workload)?;
     let (peak_bytes, peak_step) = occupancy.peaks(&timeline);
-    let timing = predict::predict(workload, profile, &schedule.entries, &timeline);
+    let timing = predict::predict(
+        workload,
+        profile,
+        &schedule.entries,
+        &timeline,
+        options.ssd_staging_bytes / SSD_STAGING_BUFFERS,
+    );
     Ok(Evaluated {
         schedule,
         peak_bytes,

@@ -2,13 +2,27 @@
 //! compute stream and one queue per link with the cost model's durations.
 //!
 //! It runs after memory because a plan that does not fit has no time worth
-//! predicting. Transfers on a link run one at a time in schedule order,
-//! starting when issued and when the link is free; an SSD transfer holds the
-//! PCIe link and the SSD together (chunked staging overlaps them). A step
-//! starts when the compute stream is free and every transfer due before it
-//! has finished.
+//! predicting. Each transfer stream (host to device, device to host, SSD
+//! read, SSD write) runs its transfers one at a time in schedule order, as
+//! the runtime's lanes do, starting when issued and when the stream is
+//! free. Each direction of PCIe, and the SSD, is a calendar of busy time:
+//! a transfer's seconds on it fill its first free time from when the
+//! transfer can use it, so a host copy is not held up by an SSD read that
+//! is waiting for the drive, and no link moves more than it can. SSD reads
+//! and writes share the drive's time.
+//!
+//! An SSD transfer pays both requests' latencies, then moves through the
+//! host staging buffers in chunks of `ssd_chunk_bytes`: a read's PCIe leg
+//! starts one chunk after its SSD leg and ends one chunk after it at the
+//! earliest (a write the other way round), so a transfer of one chunk or
+//! less costs both legs in turn.
+//!
+//! A step starts when the compute stream is free and every transfer due
+//! before it has finished.
 
-use super::cost::{op_seconds, transfer_seconds};
+use std::collections::BTreeMap;
+
+use super::cost::op_seconds;
 use super::timeline::{Item, Timeline};
 use crate::plan::{Action, LinkBytes, ScheduleEntry, Stream};
 use crate::profile::Profile;
@@ -24,12 +38,77 @@ pub struct Timing {
     pub bytes_moved: LinkBytes,
 }
 
-#[derive(Default, Clone, Copy)]
-struct Links {
-    h2d: f64,
-    d2h: f64,
-    ssd_read: f64,
-    ssd_write: f64,
+/// A link's free time, as disjoint `[start, end)` gaps keyed by start
+/// (the last one open-ended).
+struct Calendar {
+    gaps: BTreeMap<Key, f64>,
+}
+
+/// An `f64` time ordered by `total_cmp`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Key(f64);
+
+impl Eq for Key {}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+impl Calendar {
+    fn new() -> Calendar {
+        Calendar {
+            gaps: BTreeMap::from([(Key(0.0), f64::INFINITY)]),
+        }
+    }
+
+    /// Books `seconds` of the link's time in its first free time from
+    /// `start`; returns when the last of it ends.
+    fn book(&mut self, start: f64, seconds: f64) -> f64 {
+        if seconds <= 0.0 {
+            return start;
+        }
+        let mut remaining = seconds;
+        let mut from = start;
+        loop {
+            // The gap holding `from`, or the first one after it.
+            let holding = self
+                .gaps
+                .range(..=Key(from))
+                .next_back()
+                .filter(|(_, &end)| end > from)
+                .map(|(&k, &end)| (k, end));
+            let (key, end) = match holding {
+                Some(gap) => gap,
+                None => {
+                    let (&k, &end) = self
+                        .gaps
+                        .range(Key(from)..)
+                        .next()
+                        .expect("the last gap is open-ended");
+                    (k, end)
+                }
+            };
+            self.gaps.remove(&key);
+            let begin = key.0.max(from);
+            if key.0 < begin {
+                self.gaps.insert(key, begin);
+            }
+            if end - begin > remaining {
+                self.gaps.insert(Key(begin + remaining), end);
+                return begin + remaining;
+            }
+            remaining -= end - begin;
+            from = end;
+        }
+    }
 }
 
 pub fn predict(
@@ -37,6 +116,7 @@ pub fn predict(
     profile: &Profile,
     schedule: &[ScheduleEntry],
     timeline: &Timeline,
+    ssd_chunk_bytes: u64,
 ) -> Timing {
     let ops = workload.ops.len();
     let mut issued_at: Vec<Vec<usize>> = vec![Vec::new(); ops + 1];
@@ -60,32 +140,59 @@ pub fn predict(
     let mut finish = vec![0.0f64; schedule.len()];
     // When each tensor's latest away copy is complete (a reload waits for it).
     let mut away_ready: Vec<f64> = vec![0.0; workload.tensors.len()];
-    let mut links = Links::default();
+    // Per stream (h2d, d2h, SSD read, SSD write): when it is free.
+    let mut stream_free = [0.0f64; 4];
+    let (mut h2d, mut d2h, mut drive) = (Calendar::new(), Calendar::new(), Calendar::new());
+    let (pcie, ssd) = (&profile.pcie, &profile.ssd);
     let mut clock = 0.0f64;
     let (mut compute_s, mut recompute_s) = (0.0f64, 0.0f64);
     let mut position = 0usize;
     for step in 0..=ops {
         for &index in &issued_at[step] {
             let entry = &schedule[index];
-            let (pcie_s, ssd_s) = transfer_seconds(entry, profile);
-            let (pcie_free, ssd_free) = match entry.stream {
-                Stream::D2h | Stream::SsdWrite => (&mut links.d2h, &mut links.ssd_write),
-                _ => (&mut links.h2d, &mut links.ssd_read),
+            let outward = entry.action == Action::Offload;
+            let (lane, link) = match entry.stream {
+                Stream::D2h => (1, &mut d2h),
+                Stream::SsdWrite => (3, &mut d2h),
+                Stream::SsdRead => (2, &mut h2d),
+                _ => (0, &mut h2d),
             };
-            let mut start = clock.max(*pcie_free);
-            if entry.action != Action::Offload {
+            let mut start = clock.max(stream_free[lane]);
+            if !outward {
                 // A copy back cannot start before the copy away has finished.
                 start = start.max(away_ready[entry.tensor.index()]);
             }
-            let uses_ssd = ssd_s > 0.0;
-            if uses_ssd {
-                start = start.max(*ssd_free);
-            }
-            let end = start + pcie_s.max(ssd_s);
-            *pcie_free = start + pcie_s;
-            if uses_ssd {
-                *ssd_free = start + ssd_s;
-            }
+            let bytes = entry.bytes as f64;
+            let (pcie_rate, ssd_rate, ssd_latency) = if outward {
+                (
+                    pcie.d2h_bytes_per_s,
+                    ssd.write_bytes_per_s,
+                    ssd.write_latency_s,
+                )
+            } else {
+                (
+                    pcie.h2d_bytes_per_s,
+                    ssd.read_bytes_per_s,
+                    ssd.read_latency_s,
+                )
+            };
+            let end = if entry.from == Tier::Ssd || entry.to == Tier::Ssd {
+                let chunk = entry.bytes.min(ssd_chunk_bytes.max(1)) as f64;
+                let begin = start + pcie.latency_s + ssd_latency;
+                let (pcie_s, ssd_s) = (bytes / pcie_rate, bytes / ssd_rate);
+                if outward {
+                    let pcie_end = link.book(begin, pcie_s);
+                    let ssd_end = drive.book(begin + chunk / pcie_rate, ssd_s);
+                    ssd_end.max(pcie_end + chunk / ssd_rate)
+                } else {
+                    let ssd_end = drive.book(begin, ssd_s);
+                    let pcie_end = link.book(begin + chunk / ssd_rate, pcie_s);
+                    pcie_end.max(ssd_end + chunk / pcie_rate)
+                }
+            } else {
+                link.book(start + pcie.latency_s, bytes / pcie_rate)
+            };
+            stream_free[lane] = end;
             finish[index] = end;
             if entry.action == Action::Offload {
                 away_ready[entry.tensor.index()] = end;
@@ -121,5 +228,26 @@ pub fn predict(
         recompute_s,
         exposed_transfer_s: (iteration_s - compute_s - recompute_s).max(0.0),
         bytes_moved,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_calendar_fills_the_first_free_time_from_the_start() {
+        let mut link = Calendar::new();
+        // Booked late first: [10, 12).
+        assert_eq!(link.book(10.0, 2.0), 12.0);
+        // Booked from 0: fits before it, [0, 3).
+        assert_eq!(link.book(0.0, 3.0), 3.0);
+        // 8 s from 1: [3, 10) then [12, 13).
+        assert_eq!(link.book(1.0, 8.0), 13.0);
+        // Nothing free before 13 any more.
+        assert_eq!(link.book(0.0, 1.0), 14.0);
+        // Zero seconds take no time.
+        assert_eq!(link.book(5.0, 0.0), 5.0);
+        assert_eq!(link.gaps.len(), 1);
     }
 }
