@@ -9,6 +9,9 @@
 //!   number of tensors (the counter), on papers100M GCN with more
 //!   partitions and on random training DAGs (`dag::random_node_link`) with
 //!   the device budget at 80% of the plain topological order's peak.
+//! - `dp_remat`: the rematerialisation setting (retain or recompute only)
+//!   on random training DAGs of 100 and 1,000 nodes at 80% and 90% of the
+//!   peak (target: at most 100 ms per graph).
 //! - `peer`: single peer policies on the default workload.
 //!
 //! Run: `cargo bench --bench plan`, or one group: `cargo bench --bench plan -- dp_gnn`.
@@ -17,6 +20,7 @@ use fateplan::planner::blocks::BlockCounts;
 use fateplan::planner::dag::{from_node_link, random_node_link};
 use fateplan::planner::datasets::dataset;
 use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec};
+use fateplan::planner::passes::cost::FateSet;
 use fateplan::planner::{plan, Budgets, PlanOptions, Policy, Profile, Workload};
 
 fn main() {
@@ -103,6 +107,23 @@ fn dp_random_dag(bencher: divan::Bencher, operators: usize) {
     bencher
         .counter(divan::counter::ItemsCount::new(w.tensors.len()))
         .bench(|| plan(divan::black_box(&w), &profile, &options).unwrap());
+}
+
+/// The rematerialisation setting (`--fates retain,recompute`) on random
+/// training DAGs of 100 and 1,000 nodes, the device budget at 80% and 90%
+/// of the plain topological order's peak (the retained peak).
+#[divan::bench(args = [(100, 80), (100, 90), (1_000, 80), (1_000, 90)], sample_count = 10, sample_size = 1)]
+fn dp_remat(bencher: divan::Bencher, (nodes, percent): (usize, u64)) {
+    let profile = profile();
+    let w = from_node_link(&random_node_link(nodes / 2, 1), "random.json").unwrap();
+    let mut options = PlanOptions::new(Policy::Dp, &profile);
+    options.budgets.hbm_bytes = retained_peak(&w, &profile) / 100 * percent;
+    options.fates = FateSet {
+        offload_host: false,
+        offload_ssd: false,
+        recompute: true,
+    };
+    bencher.bench(|| plan(divan::black_box(&w), &profile, &options).unwrap());
 }
 
 /// Single peer policies on papers100M GCN (P = 32) at the profile's budgets.
