@@ -22,20 +22,26 @@ pub struct TrainArgs {
     /// `planted:nodes=2000,classes=5,features=32,degree=8,homophily=0.8,seed=1`.
     #[arg(long)]
     graph: String,
-    /// gcn or sage.
+    /// gcn, sage or gat.
     #[arg(long, default_value = "gcn")]
     model: String,
     #[arg(long, default_value_t = 2)]
     layers: u32,
+    /// Width of each hidden layer. For GAT, all heads together (as for
+    /// `plan`): PyG's `GATConv(hidden_channels=8, heads=8)` is
+    /// `--hidden 64 --heads 8`.
     #[arg(long, default_value_t = 16)]
     hidden: u32,
-    /// Attention heads (GAT).
+    /// Attention heads of GAT's hidden layers (the output layer has one);
+    /// must divide --hidden.
     #[arg(long, default_value_t = 1)]
     heads: u32,
     #[arg(long, default_value_t = 200)]
     epochs: u32,
     #[arg(long, default_value_t = 0.01)]
     lr: f32,
+    /// Dropout probability on each layer's input features; for GAT also
+    /// on the attention coefficients (as PyG's `GATConv(dropout=p)`).
     #[arg(long, default_value_t = 0.5)]
     dropout: f32,
     /// Adam weight decay (L2), on the first layer only unless

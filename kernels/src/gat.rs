@@ -45,6 +45,15 @@
 //! the gradients of `att_src` and `att_dst`; `dense::matmul_rows_bwd` then
 //! gives `dW` and `dh_in`, and `dense::column_sums(dy)` the bias gradient.
 //!
+//! Attention dropout (as PyTorch Geometric's `GATConv(dropout=p)`)
+//! aggregates with `alpha'_e = m_e · alpha_e` (`m_e` is 0 or `1/(1-p)`):
+//! the caller applies the mask to a copy of `alpha` and passes that copy
+//! to [`aggregate`] and, as [`BlockInputs::alpha_dropped`], to
+//! [`aggregate_bwd`]. Then `dalpha_e = m_e·⟨dout[r]_h, z_j[c]_h⟩`, the
+//! row's sum `Σ_e' alpha_e' dalpha_e'` is still `⟨dout[r]_h, out[r]_h⟩`,
+//! so `ds_e = alpha'_e·⟨dout[r]_h, z_j[c]_h⟩ − alpha_e·⟨dout[r]_h,
+//! out[r]_h⟩`, and the value path is `dz_j[c]_h += alpha'_e · dout[r]_h`.
+//!
 //! `u_e` is recomputed in the backward from `a_dst` and `a_src` with the
 //! same `f32` addition as the forward, so the LeakyReLU branch agrees.
 //! Edge-wise arrays (`scores`, `alpha`) are `nnz × H`, edge-major.
@@ -323,6 +332,9 @@ pub struct BlockInputs<'a> {
     pub block: BlockRef<'a>,
     /// The block's `alpha` from [`edge_softmax`] (`nnz × H`).
     pub alpha: &'a [f32],
+    /// With attention dropout: `alpha` times the mask, as the forward
+    /// aggregated with (`nnz × H`); `None` without dropout.
+    pub alpha_dropped: Option<&'a [f32]>,
     /// Score halves of the destination rows (`rows_i × H`) and of the
     /// source partition (`rows_j × H`), as in the forward.
     pub a_dst: &'a [f32],
@@ -361,6 +373,7 @@ pub fn aggregate_bwd(
     let BlockInputs {
         block,
         alpha,
+        alpha_dropped,
         a_dst,
         a_src,
         z_src,
@@ -372,6 +385,9 @@ pub fn aggregate_bwd(
     let rows = block.rows();
     block.validate(k, src_rows, false)?;
     check_len(k, "alpha", alpha.len(), block.nnz() * h_n)?;
+    if let Some(dropped) = alpha_dropped {
+        check_len(k, "alpha_dropped", dropped.len(), block.nnz() * h_n)?;
+    }
     check_len(k, "a_dst", a_dst.len(), rows * h_n)?;
     check_len(k, "a_src", a_src.len(), src_rows * h_n)?;
     check_len(k, "grad_out", grad_out.len(), rows * d)?;
@@ -411,7 +427,11 @@ pub fn aggregate_bwd(
                     for h in 0..h_n {
                         let span = h * c_n..(h + 1) * c_n;
                         let dalpha = dot(&g[span.clone()], &s[span]);
-                        let ds = alpha[e * h_n + h] * (dalpha - row_dot[h]);
+                        let a = alpha[e * h_n + h];
+                        let ds = match alpha_dropped {
+                            None => a * (dalpha - row_dot[h]),
+                            Some(kept) => kept[e * h_n + h] * dalpha - a * row_dot[h],
+                        };
                         let u = a_dst[r * h_n + h] + a_src[c * h_n + h];
                         let v = ds * leaky_relu_grad(u);
                         du[(e - e0) * h_n + h] = v;
@@ -422,9 +442,10 @@ pub fn aggregate_bwd(
         });
 
     // Into source rows: the value path and the score path.
+    let value_alpha = alpha_dropped.unwrap_or(alpha);
     scatter(block, d, init, grads.grad_z_src, |e, r, row| {
         let g = &grad_out[r * d..(r + 1) * d];
-        let a = &alpha[e * h_n..(e + 1) * h_n];
+        let a = &value_alpha[e * h_n..(e + 1) * h_n];
         for ((o, g), &a) in row.chunks_exact_mut(c_n).zip(g.chunks_exact(c_n)).zip(a) {
             for (o, &x) in o.iter_mut().zip(g) {
                 *o += a * x;

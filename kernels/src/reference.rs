@@ -256,7 +256,10 @@ fn gat_alpha(
 }
 
 /// GAT's attention aggregation on a whole graph (`csr` rows by
-/// destination, square): `out[r]_h = Σ_e alpha_e z[c]_h`, without bias.
+/// destination, square): `out[r]_h = Σ_e m_e alpha_e z[c]_h`, without
+/// bias, where `mask` gives the attention-dropout factor `m_e` of each
+/// edge and head (`nnz × H`; `None`: all 1).
+#[allow(clippy::too_many_arguments)]
 pub fn gat(
     csr: &crate::Csr,
     z: &[f64],
@@ -264,15 +267,18 @@ pub fn gat(
     c_n: usize,
     att_src: &[f64],
     att_dst: &[f64],
+    mask: Option<&[f64]>,
 ) -> Vec<f64> {
     let d = heads * c_n;
     let (_, alpha) = gat_alpha(csr, z, heads, c_n, att_src, att_dst);
+    let m = |k: usize| mask.map_or(1.0, |m| m[k]);
     let mut out = vec![0.0; csr.rows() * d];
     for r in 0..csr.rows() {
         for e in csr.row_start[r] as usize..csr.row_start[r + 1] as usize {
             let c = csr.columns[e] as usize;
             for f in 0..d {
-                out[r * d + f] += alpha[e * heads + f / c_n] * z[c * d + f];
+                let k = e * heads + f / c_n;
+                out[r * d + f] += m(k) * alpha[k] * z[c * d + f];
             }
         }
     }
@@ -281,6 +287,7 @@ pub fn gat(
 
 /// Backward of [`gat`] given `dout`, with the softmax backward summed
 /// explicitly over each row's edges.
+#[allow(clippy::too_many_arguments)]
 pub fn gat_bwd(
     csr: &crate::Csr,
     z: &[f64],
@@ -288,22 +295,26 @@ pub fn gat_bwd(
     c_n: usize,
     att_src: &[f64],
     att_dst: &[f64],
+    mask: Option<&[f64]>,
     dout: &[f64],
 ) -> GatGrads {
     let d = heads * c_n;
     let n = csr.rows();
     let (u, alpha) = gat_alpha(csr, z, heads, c_n, att_src, att_dst);
+    let m = |k: usize| mask.map_or(1.0, |m| m[k]);
     let mut dz = vec![0.0; n * d];
     let mut da_src = vec![0.0; n * heads];
     let mut da_dst = vec![0.0; n * heads];
     for r in 0..n {
         let edges = csr.row_start[r] as usize..csr.row_start[r + 1] as usize;
         for h in 0..heads {
+            // Gradient of alpha (not of the dropped alpha).
             let dalpha = |e: usize| {
                 let c = csr.columns[e] as usize;
-                (0..c_n)
-                    .map(|k| dout[r * d + h * c_n + k] * z[c * d + h * c_n + k])
-                    .sum::<f64>()
+                m(e * heads + h)
+                    * (0..c_n)
+                        .map(|k| dout[r * d + h * c_n + k] * z[c * d + h * c_n + k])
+                        .sum::<f64>()
             };
             let weighted: f64 = edges
                 .clone()
@@ -317,7 +328,7 @@ pub fn gat_bwd(
                 da_src[c * heads + h] += du;
                 da_dst[r * heads + h] += du;
                 for k in 0..c_n {
-                    dz[c * d + h * c_n + k] += a * dout[r * d + h * c_n + k];
+                    dz[c * d + h * c_n + k] += m(e * heads + h) * a * dout[r * d + h * c_n + k];
                 }
             }
         }

@@ -7,10 +7,15 @@
 //!
 //! Per layer and partition the forward pass has aggregation (a chain of
 //! block SpMMs), the linear transform, the activation and, for GAT, the
-//! attention scores (per-block SDDMM) and their edge softmax. The backward
-//! pass mirrors it; weight gradients are computed per partition and summed by
-//! a gradient-accumulation step; an Adam update ends the iteration. GAT's
-//! backward through attention is modelled as one fused operator per block.
+//! node scores, the edge scores (per-block SDDMM) and their edge softmax.
+//! The backward pass mirrors it; weight gradients are computed per
+//! partition and summed by a gradient-accumulation step; an Adam update
+//! ends the iteration. GAT's backward through attention is one operator
+//! per block whose inputs are what `fateplan_kernels::gat::aggregate_bwd`
+//! needs, accumulating into its source partition's and its destination
+//! partition's gradients, then per partition the node-score and linear
+//! backward (`Builder::backward_gat`). Every operator's outputs are a
+//! function of its inputs alone, so a plan may recompute any of them.
 //! Dropout masks are not stored: the runtime regenerates them from a
 //! counter-based RNG.
 
@@ -384,6 +389,8 @@ impl<'a> Builder<'a> {
 
     /// Accumulates block products into row `i`: one operator per source block,
     /// each reading the previous partial sum. Returns the final sum.
+    /// `edge_weights`: a tensor every block also reads, with the bytes it
+    /// holds per edge (GAT's `alpha`).
     #[allow(clippy::too_many_arguments)]
     fn aggregate_row(
         &mut self,
@@ -394,7 +401,7 @@ impl<'a> Builder<'a> {
         phase: Phase,
         kind: OpKind,
         final_kind: TensorKind,
-        extra: &dyn Fn(&Self, u32) -> Vec<TensorId>,
+        edge_weights: Option<(TensorId, u64)>,
         source: &dyn Fn(u32) -> TensorId,
     ) -> TensorId {
         let sources = self.sources(i);
@@ -412,10 +419,11 @@ impl<'a> Builder<'a> {
             };
             let out = self.tensor(name, rows * width * F32, kind_out);
             let mut inputs = vec![self.adj(i, j), source(j)];
-            inputs.extend(extra(self, j));
+            inputs.extend(edge_weights.map(|(t, _)| t));
             inputs.extend(partial);
             let edges = self.edges(i, j);
-            let bytes = edges * (EDGE + width * F32) + 2 * rows * width * F32;
+            let edge_bytes = EDGE + width * F32 + edge_weights.map_or(0, |(_, b)| b);
+            let bytes = edges * edge_bytes + 2 * rows * width * F32;
             self.op(
                 format!("{label}[l{l},p{i},s{j}]"),
                 kind,
@@ -445,7 +453,7 @@ impl<'a> Builder<'a> {
                 Phase::Forward,
                 OpKind::Aggregate,
                 TensorKind::Activation,
-                &|_, _| vec![],
+                None,
                 &|j| hs[j as usize],
             );
             let z = self.tensor(
@@ -645,6 +653,11 @@ impl<'a> Builder<'a> {
         dw
     }
 
+    /// GAT's forward: per partition the projection `z` and the node
+    /// scores `[a_src | a_dst]`; per block the edge scores; per row
+    /// partition the edge softmax over its blocks, the attention-weighted
+    /// aggregation (a chain of block products) and the bias with the ELU
+    /// (hidden layers) or alone (the last layer).
     fn forward_gat(&mut self, l: u32, h: &[TensorId], w: TensorId) -> Layer {
         let spec = self.spec;
         let (d_in, d_out) = spec.layer_dims(l);
@@ -670,19 +683,41 @@ impl<'a> Builder<'a> {
                     ComputeClass::Dense,
                 ),
             );
+            let scores = self.tensor(
+                format!("node_score[l{l},p{i}]"),
+                rows * 2 * heads * F32,
+                TensorKind::Activation,
+            );
+            self.op(
+                format!("node_scores[l{l},p{i}]"),
+                OpKind::AttentionScore,
+                Phase::Forward,
+                vec![z, w],
+                vec![scores],
+                Cost::work(
+                    4.0 * (rows * d_out) as f64,
+                    (rows * (d_out + 2 * heads) + 2 * d_out) * F32,
+                    ComputeClass::Elementwise,
+                ),
+            );
             layer.z.push(z);
+            layer.node_score.push(scores);
         }
         for i in 0..self.parts {
             let rows = self.rows(i);
+            let sources = self.sources(i);
             let mut scores = Vec::new();
-            for j in self.sources(i) {
+            for &j in &sources {
                 let edges = self.edges(i, j);
                 let s = self.tensor(
                     format!("score[l{l},p{i},s{j}]"),
                     edges * heads * F32,
                     TensorKind::Activation,
                 );
-                let inputs = vec![self.adj(i, j), layer.z[i as usize], layer.z[j as usize], w];
+                let mut inputs = vec![self.adj(i, j), layer.node_score[i as usize]];
+                if j != i {
+                    inputs.push(layer.node_score[j as usize]);
+                }
                 self.op(
                     format!("sddmm[l{l},p{i},s{j}]"),
                     OpKind::AttentionScore,
@@ -690,12 +725,12 @@ impl<'a> Builder<'a> {
                     inputs,
                     vec![s],
                     Cost::work(
-                        4.0 * (edges * heads) as f64,
-                        edges * (EDGE + heads * F32) + (self.rows(i) + self.rows(j)) * d_out * F32,
+                        2.0 * (edges * heads) as f64,
+                        edges * (EDGE + heads * F32) + (rows + self.rows(j)) * 2 * heads * F32,
                         ComputeClass::Sparse,
                     ),
                 );
-                scores.push((j, s));
+                scores.push(s);
             }
             let row_edges = self.row_edges(i);
             let alpha = self.tensor(
@@ -703,15 +738,18 @@ impl<'a> Builder<'a> {
                 row_edges * heads * F32,
                 TensorKind::Activation,
             );
+            // The blocks give the rows' edge ranges.
+            let mut inputs: Vec<TensorId> = sources.iter().map(|&j| self.adj(i, j)).collect();
+            inputs.extend(&scores);
             self.op(
                 format!("edge_softmax[l{l},p{i}]"),
                 OpKind::EdgeSoftmax,
                 Phase::Forward,
-                scores.iter().map(|&(_, s)| s).collect(),
+                inputs,
                 vec![alpha],
                 Cost::work(
                     5.0 * (row_edges * heads) as f64,
-                    3 * row_edges * heads * F32,
+                    3 * row_edges * heads * F32 + sources.len() as u64 * (rows + 1) * ROW_POINTER,
                     ComputeClass::Elementwise,
                 ),
             );
@@ -724,33 +762,30 @@ impl<'a> Builder<'a> {
                 Phase::Forward,
                 OpKind::Aggregate,
                 TensorKind::Activation,
-                &|_, _| vec![alpha],
+                Some((alpha, heads * F32)),
                 &|j| zs[j as usize],
             );
-            let out = if last {
-                agg
+            let (name, op_name, flops) = if last {
+                (format!("out[l{l},p{i}]"), format!("bias[l{l},p{i}]"), 1.0)
             } else {
-                let out = self.tensor(
-                    format!("h[l{l},p{i}]"),
-                    rows * d_out * F32,
-                    TensorKind::Activation,
-                );
-                self.w.tensors[out.index()].checkpoint = true;
-                self.op(
-                    format!("elu[l{l},p{i}]"),
-                    OpKind::Activation,
-                    Phase::Forward,
-                    vec![agg],
-                    vec![out],
-                    Cost::work(
-                        3.0 * (rows * d_out) as f64,
-                        2 * rows * d_out * F32,
-                        ComputeClass::Elementwise,
-                    ),
-                );
-                out
+                (format!("h[l{l},p{i}]"), format!("elu[l{l},p{i}]"), 4.0)
             };
-            layer.scores.push(scores);
+            let out = self.tensor(name, rows * d_out * F32, TensorKind::Activation);
+            if !last {
+                self.w.tensors[out.index()].checkpoint = true;
+            }
+            self.op(
+                op_name,
+                OpKind::Activation,
+                Phase::Forward,
+                vec![agg, w],
+                vec![out],
+                Cost::work(
+                    flops * (rows * d_out) as f64,
+                    (2 * rows * d_out + d_out) * F32,
+                    ComputeClass::Elementwise,
+                ),
+            );
             layer.alpha.push(alpha);
             layer.agg.push(agg);
             layer.output.push(out);
@@ -758,6 +793,17 @@ impl<'a> Builder<'a> {
         layer
     }
 
+    /// GAT's backward. Per block `(i, j)`, source-major, one
+    /// `attention_bwd` takes exactly what the block's backward needs (the
+    /// block, `alpha[i]`, the node scores of `i` and `j`, `z[j]`, the
+    /// gradient and the forward output of the aggregation of `i`) and
+    /// accumulates two chains: `grad_src[j]` (`rows_j × (d_out + H)`: the
+    /// value path into `z[j]`, then the score path into `a_src[j]`) over
+    /// the destination blocks of `j`, and `grad_dst[i]` (`rows_i × H`: the
+    /// score path into `a_dst[i]`) over the source blocks of `i`. Per
+    /// partition, `node_scores_bwd` adds the score path to `grad_z` and
+    /// gives the attention vectors' and the bias's gradients (`grad_att`),
+    /// and `linear_bwd` the projection's.
     fn backward_gat(
         &mut self,
         l: u32,
@@ -770,6 +816,8 @@ impl<'a> Builder<'a> {
         let (d_in, d_out) = spec.layer_dims(l);
         let heads = spec.layer_heads(l);
         let last = l == spec.layers;
+        let parts = self.parts as usize;
+        // Gradient of the aggregation (the bias passes it through).
         let mut dout = Vec::new();
         for i in 0..self.parts {
             let rows = self.rows(i);
@@ -786,77 +834,128 @@ impl<'a> Builder<'a> {
                 format!("elu_bwd[l{l},p{i}]"),
                 OpKind::ActivationBackward,
                 Phase::Backward,
-                vec![grad_out[i as usize], layer.agg[i as usize]],
+                vec![grad_out[i as usize], layer.agg[i as usize], w],
                 vec![g],
                 Cost::work(
-                    3.0 * (rows * d_out) as f64,
-                    3 * rows * d_out * F32,
+                    4.0 * (rows * d_out) as f64,
+                    (3 * rows * d_out + d_out) * F32,
                     ComputeClass::Elementwise,
                 ),
             );
             dout.push(g);
         }
-        // Attention backward, fused per block: SpMM transpose, SDDMM of the
-        // attention gradient, edge-softmax backward and LeakyReLU backward,
-        // accumulated over destination rows into the gradient of z[j].
-        let mut dz = Vec::new();
+        let last_source: Vec<u32> = (0..self.parts)
+            .map(|i| {
+                *self
+                    .sources(i)
+                    .last()
+                    .expect("every row has its diagonal block")
+            })
+            .collect();
+        let mut dst_partial: Vec<Option<TensorId>> = vec![None; parts];
+        let mut grad_src = Vec::new();
         for j in 0..self.parts {
-            let rows = self.rows(j);
+            let rows_j = self.rows(j);
             let destinations = self.destinations(j);
-            let mut partial: Option<TensorId> = None;
+            let mut src_partial: Option<TensorId> = None;
             for (k, &i) in destinations.iter().enumerate() {
-                let final_step = k + 1 == destinations.len();
-                let (name, kind) = if final_step {
-                    (format!("grad_z[l{l},p{j}]"), TensorKind::Gradient)
+                let rows_i = self.rows(i);
+                let (src_name, src_kind) = if k + 1 == destinations.len() {
+                    (format!("grad_src[l{l},p{j}]"), TensorKind::Gradient)
                 } else {
                     (
-                        format!("grad_z_partial[l{l},p{j},d{i}]"),
+                        format!("grad_src_partial[l{l},p{j},d{i}]"),
                         TensorKind::Workspace,
                     )
                 };
-                let out = self.tensor(name, rows * d_out * F32, kind);
-                let score = layer.scores[i as usize]
-                    .iter()
-                    .find(|&&(src, _)| src == j)
-                    .map(|&(_, s)| s)
-                    .expect("a block has its scores");
+                let src_out = self.tensor(src_name, rows_j * (d_out + heads) * F32, src_kind);
+                let (dst_name, dst_kind) = if last_source[i as usize] == j {
+                    (format!("grad_dst[l{l},p{i}]"), TensorKind::Gradient)
+                } else {
+                    (
+                        format!("grad_dst_partial[l{l},p{i},s{j}]"),
+                        TensorKind::Workspace,
+                    )
+                };
+                let dst_out = self.tensor(dst_name, rows_i * heads * F32, dst_kind);
                 let mut inputs = vec![
                     self.adj(i, j),
                     layer.alpha[i as usize],
-                    score,
-                    dout[i as usize],
-                    layer.z[i as usize],
-                    layer.z[j as usize],
+                    layer.node_score[i as usize],
                 ];
-                inputs.dedup();
-                inputs.extend(partial);
+                if i != j {
+                    inputs.push(layer.node_score[j as usize]);
+                }
+                inputs.extend([layer.z[j as usize], dout[i as usize], layer.agg[i as usize]]);
+                inputs.extend(src_partial);
+                inputs.extend(dst_partial[i as usize]);
                 let edges = self.edges(i, j);
-                let bytes = edges * (EDGE + 3 * heads * F32) + 4 * rows * d_out * F32;
+                // Per edge: the block, alpha, du written and read, z[j]
+                // gathered and the gradient row scattered; per row: the
+                // row dot products, node scores and partial sums.
+                let bytes = edges * (2 * EDGE + 3 * heads * F32 + 2 * d_out * F32)
+                    + (rows_i + rows_j) * (2 * d_out + 4 * heads) * F32;
+                let flops = 4.0 * (edges * d_out) as f64
+                    + 8.0 * (edges * heads) as f64
+                    + 2.0 * (rows_i * d_out) as f64;
                 self.op(
                     format!("attention_bwd[l{l},p{j},d{i}]"),
                     OpKind::AttentionBackward,
                     Phase::Backward,
                     inputs,
-                    vec![out],
-                    Cost::work(12.0 * (edges * d_out) as f64, bytes, ComputeClass::Sparse),
+                    vec![src_out, dst_out],
+                    Cost::work(flops, bytes, ComputeClass::Sparse),
                 );
-                partial = Some(out);
+                src_partial = Some(src_out);
+                dst_partial[i as usize] = Some(dst_out);
             }
-            dz.push(partial.expect("every partition has its diagonal block"));
+            grad_src.push(src_partial.expect("every partition has its diagonal block"));
         }
+        let grad_dst: Vec<TensorId> = dst_partial
+            .into_iter()
+            .map(|t| t.expect("every partition has its diagonal block"))
+            .collect();
         let mut dh = Vec::new();
         let mut dw_parts = Vec::new();
-        for j in 0..self.parts {
-            let rows = self.rows(j);
+        for p in 0..self.parts {
+            let rows = self.rows(p);
+            let dz = self.tensor(
+                format!("grad_z[l{l},p{p}]"),
+                rows * d_out * F32,
+                TensorKind::Gradient,
+            );
+            let datt = self.tensor(
+                format!("grad_att[l{l},p{p}]"),
+                3 * d_out * F32,
+                TensorKind::Gradient,
+            );
+            self.op(
+                format!("node_scores_bwd[l{l},p{p}]"),
+                OpKind::AttentionBackward,
+                Phase::Backward,
+                vec![
+                    grad_src[p as usize],
+                    grad_dst[p as usize],
+                    layer.z[p as usize],
+                    w,
+                    dout[p as usize],
+                ],
+                vec![dz, datt],
+                Cost::work(
+                    9.0 * (rows * d_out) as f64,
+                    (rows * (4 * d_out + 2 * heads) + 5 * d_out) * F32,
+                    ComputeClass::Elementwise,
+                ),
+            );
             let dw = self.tensor(
-                format!("grad_w[l{l},p{j}]"),
+                format!("grad_w[l{l},p{p}]"),
                 spec.weight_bytes(l),
                 TensorKind::Gradient,
             );
             let mut outputs = vec![dw];
             if l > 1 {
                 let g = self.tensor(
-                    format!("grad_h[l{},p{j}]", l - 1),
+                    format!("grad_h[l{},p{p}]", l - 1),
                     rows * d_in * F32,
                     TensorKind::Gradient,
                 );
@@ -865,14 +964,14 @@ impl<'a> Builder<'a> {
             }
             let passes = if l > 1 { 4.0 } else { 2.0 };
             self.op(
-                format!("linear_bwd[l{l},p{j}]"),
+                format!("linear_bwd[l{l},p{p}]"),
                 OpKind::LinearBackward,
                 Phase::Backward,
-                vec![dz[j as usize], layer_in[j as usize], w],
+                vec![dz, layer_in[p as usize], w, datt],
                 outputs,
                 Cost::work(
                     passes * (rows * d_in * d_out) as f64,
-                    2 * rows * (d_in + d_out) * F32,
+                    2 * rows * (d_in + d_out) * F32 + spec.weight_bytes(l),
                     ComputeClass::Dense,
                 ),
             );
@@ -888,8 +987,9 @@ impl<'a> Builder<'a> {
 struct Layer {
     agg: Vec<TensorId>,
     z: Vec<TensorId>,
+    /// GAT: per partition, `[a_src | a_dst]` (`rows × 2H`).
+    node_score: Vec<TensorId>,
     alpha: Vec<TensorId>,
-    scores: Vec<Vec<(u32, TensorId)>>,
     output: Vec<TensorId>,
 }
 
@@ -917,6 +1017,68 @@ mod tests {
             w.validate().unwrap();
             assert!(w.ops.iter().any(|op| op.phase == Phase::Backward));
             assert!(w.ops.last().unwrap().phase == Phase::Update);
+        }
+    }
+
+    /// Every block's attention backward reads exactly what the kernel
+    /// needs and feeds both chains; the weights hold W, att_src, att_dst
+    /// and the bias.
+    #[test]
+    fn gat_backward_reads_what_the_block_kernel_needs() {
+        let blocks = BlockCounts::skewed(1000, 8000, 4).unwrap();
+        let s = spec(GnnModel::Gat);
+        let w = build_gnn(&s, &blocks).unwrap();
+        let name = |t: &TensorId| w.tensors[t.index()].name.clone();
+        let mut seen = 0;
+        for op in w
+            .ops
+            .iter()
+            .filter(|o| o.name.starts_with("attention_bwd["))
+        {
+            let fields: Vec<&str> = op.name["attention_bwd[".len()..op.name.len() - 1]
+                .split(',')
+                .collect();
+            let (l, j, i) = (fields[0], &fields[1][1..], &fields[2][1..]);
+            let inputs: Vec<String> = op.inputs.iter().map(name).collect();
+            let mut expected = vec![
+                format!("adj[{i},{j}]"),
+                format!("alpha[{l},p{i}]"),
+                format!("node_score[{l},p{i}]"),
+                format!("node_score[{l},p{j}]"),
+                format!("z[{l},p{j}]"),
+                format!("agg[{l},p{i}]"),
+            ];
+            expected.dedup();
+            for e in &expected {
+                assert!(inputs.contains(e), "{}: no {e} in {inputs:?}", op.name);
+            }
+            let outputs: Vec<String> = op.outputs.iter().map(name).collect();
+            assert!(outputs[0].starts_with("grad_src"), "{outputs:?}");
+            assert!(outputs[0].contains(&format!("[{l},p{j}")), "{outputs:?}");
+            assert!(outputs[1].starts_with("grad_dst"), "{outputs:?}");
+            assert!(outputs[1].contains(&format!("[{l},p{i}")), "{outputs:?}");
+            seen += 1;
+        }
+        let blocks_per_layer = w
+            .tensors
+            .iter()
+            .filter(|t| t.name.starts_with("adj["))
+            .count();
+        assert_eq!(seen, blocks_per_layer * s.layers as usize);
+        for l in 1..=s.layers {
+            let (d_in, d_out) = s.layer_dims(l);
+            assert_eq!(s.weight_bytes(l), (d_in * d_out + 3 * d_out) * F32);
+            let heads = s.layer_heads(l);
+            let score = w
+                .tensors
+                .iter()
+                .find(|t| t.name == format!("node_score[l{l},p0]"))
+                .unwrap();
+            assert_eq!(score.bytes, blocks.partition_nodes(0) * 2 * heads * F32);
+        }
+        // Every forward operator has one output, so a plan may recompute it.
+        for op in w.ops.iter().filter(|o| o.phase == Phase::Forward) {
+            assert_eq!(op.outputs.len(), 1, "{}", op.name);
         }
     }
 

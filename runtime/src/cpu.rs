@@ -13,9 +13,21 @@
 //! pass sees the same mask. Input-feature dropout is fused into the first
 //! layer's aggregation (the dropped features never exist in memory); for
 //! GraphSAGE it applies to the neighbour term only.
+//!
+//! GAT (as PyTorch Geometric's `GATConv` in its Cora example): hidden
+//! layers have `heads` heads of `hidden / heads` features, concatenated,
+//! then ELU; the last layer has one head. Dropout applies to each layer's
+//! input (the features before the first projection, fused into ELU for
+//! the others) and to the attention coefficients (keyed by the edge's
+//! global index in row-partition order). Weights per layer: `W`
+//! (`d_in × d_out`), `att_src`, `att_dst`, bias (`d_out` each); `W` and
+//! the attention vectors are Glorot-uniform as in PyG, the bias zero.
+//! Every GAT operator reads only its inputs, so recomputing one gives the
+//! same bits.
 
+use fateplan_kernels::gat::{self, BlockGrads, BlockInputs, Heads, NodeScoreGrads};
 use fateplan_kernels::{
-    activation, dense, dropout::Dropout, loss, optim::Adam, sparse, BlockRef, Write,
+    activation, dense, dropout::Dropout, loss, optim::Adam, sparse, BlockRef, Write, REDUCE_ROWS,
 };
 use fateplan_planner::gnn::GnnModel;
 use fateplan_planner::workload::{Op, Tensor};
@@ -106,9 +118,10 @@ impl Metrics {
     }
 }
 
-/// Kinds of dropout site, part of the mask's key.
+/// Kinds of dropout site, part of the mask's key (two bits).
 const SITE_INPUT: u64 = 0;
 const SITE_HIDDEN: u64 = 1;
+const SITE_ATTENTION: u64 = 2;
 
 pub struct CpuGnn {
     graph: GraphInput,
@@ -118,6 +131,12 @@ pub struct CpuGnn {
     updates: u32,
     train_nodes: usize,
     metrics: Metrics,
+    /// Edges of block `(i, j)` at `i * P + j`, when it exists: kept after
+    /// the blocks move to the executor, for GAT's edge offsets.
+    block_edges: Vec<Option<u64>>,
+    /// Global index of the first edge of each row partition, its blocks
+    /// in source order (GAT's attention-dropout counter).
+    edge_base: Vec<u64>,
 }
 
 /// A name like `agg[l1,p0,s2]` as its base and its lettered indices.
@@ -167,10 +186,31 @@ fn kernel(error: impl std::fmt::Display) -> ExecError {
 
 impl CpuGnn {
     pub fn new(graph: GraphInput, hyper: Hyper) -> Result<CpuGnn, ExecError> {
-        if hyper.model == GnnModel::Gat {
-            return Err(ExecError::Kernel(
-                "the CPU backend does not train GAT yet; use gcn or sage".into(),
-            ));
+        if hyper.model == GnnModel::Gat
+            && (hyper.heads == 0 || !hyper.hidden.is_multiple_of(hyper.heads))
+        {
+            return Err(ExecError::Kernel(format!(
+                "heads {}: GAT needs a positive number of heads that divides hidden ({})",
+                hyper.heads, hyper.hidden
+            )));
+        }
+        let p = graph.partitions();
+        if graph.blocks.len() != p * p {
+            return Err(ExecError::Internal(format!(
+                "{} blocks for {p} partitions",
+                graph.blocks.len()
+            )));
+        }
+        let block_edges: Vec<Option<u64>> = graph
+            .blocks
+            .iter()
+            .map(|b| b.as_ref().map(|b| b.columns.len() as u64))
+            .collect();
+        let mut edge_base = Vec::with_capacity(p);
+        let mut next = 0;
+        for row in block_edges.chunks(p.max(1)) {
+            edge_base.push(next);
+            next += row.iter().flatten().sum::<u64>();
         }
         let train_nodes = graph.train_mask.iter().filter(|&&m| m).count();
         Ok(CpuGnn {
@@ -180,6 +220,8 @@ impl CpuGnn {
             updates: 0,
             train_nodes,
             metrics: Metrics::default(),
+            block_edges,
+            edge_base,
         })
     }
 
@@ -224,6 +266,15 @@ impl CpuGnn {
         })
     }
 
+    /// Values in a layer's weights (and in each Adam moment).
+    fn weight_len(&self, layer: usize) -> usize {
+        let (d_in, d_out) = self.dims(layer);
+        match self.hyper.model {
+            GnnModel::Gat => d_in * d_out + 3 * d_out,
+            _ => dense::linear_weight_len(self.terms(), d_in, d_out),
+        }
+    }
+
     fn init_weights(&self, layer: usize) -> Vec<f32> {
         let (d_in, d_out) = self.dims(layer);
         let terms = self.terms();
@@ -237,14 +288,38 @@ impl CpuGnn {
             z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
             z ^ (z >> 31)
         };
-        let mut w: Vec<f32> = (0..terms * d_in * d_out)
-            .map(|_| {
-                let unit = (next() >> 11) as f64 / (1u64 << 53) as f64;
-                ((2.0 * unit - 1.0) * limit) as f32
-            })
-            .collect();
+        let mut uniform = |count: usize, limit: f64| -> Vec<f32> {
+            (0..count)
+                .map(|_| {
+                    let unit = (next() >> 11) as f64 / (1u64 << 53) as f64;
+                    ((2.0 * unit - 1.0) * limit) as f32
+                })
+                .collect()
+        };
+        let mut w = uniform(terms * d_in * d_out, limit);
+        if self.hyper.model == GnnModel::Gat {
+            // att_src and att_dst, Glorot over their (heads, head_width)
+            // shape as PyG initialises them.
+            let heads = self.heads(layer);
+            let limit = (6.0 / (heads.heads + heads.head_width) as f64).sqrt();
+            w.extend(uniform(2 * d_out, limit));
+        }
         w.extend(std::iter::repeat_n(0.0, d_out));
         w
+    }
+
+    /// GAT's heads at `layer`: the hidden layers' `heads`, one at the last.
+    fn heads(&self, layer: usize) -> Heads {
+        let (_, d_out) = self.dims(layer);
+        let heads = if layer == self.hyper.layers as usize {
+            1
+        } else {
+            self.hyper.heads.max(1) as usize
+        };
+        Heads {
+            heads,
+            head_width: d_out / heads,
+        }
     }
 
     fn loss_metrics(
@@ -282,6 +357,443 @@ impl CpuGnn {
     }
 }
 
+/// A block's kernel view.
+fn view(block: &BlockData) -> BlockRef<'_> {
+    BlockRef {
+        row_start: &block.row_start,
+        columns: &block.columns,
+        weights: &block.weights,
+    }
+}
+
+/// Checks an operator's input count (the plan was made for this workload,
+/// so a mismatch is a bug).
+fn arity(op: &Op, inputs: &[&Data], expected: usize) -> Result<(), ExecError> {
+    if inputs.len() == expected {
+        Ok(())
+    } else {
+        Err(ExecError::Internal(format!(
+            "{} has {} inputs, expected {expected}",
+            op.name,
+            inputs.len()
+        )))
+    }
+}
+
+/// GAT's operators (see the module doc and `fateplan_planner::gnn`).
+impl CpuGnn {
+    fn p(&self) -> usize {
+        self.graph.partitions()
+    }
+
+    fn has_block(&self, i: usize, j: usize) -> bool {
+        self.block_edges[i * self.p() + j].is_some()
+    }
+
+    /// Edges of row partition `i` in blocks before source `j`: where block
+    /// `(i, j)` starts in `alpha[i]`.
+    fn edges_before(&self, i: usize, j: usize) -> u64 {
+        let p = self.p();
+        self.block_edges[i * p..i * p + j].iter().flatten().sum()
+    }
+
+    /// `alpha[i]`'s slice for block `(i, j)`, and with attention dropout
+    /// its dropped copy.
+    fn block_alpha<'a>(
+        &self,
+        l: usize,
+        i: usize,
+        j: usize,
+        alpha: &'a [f32],
+        heads: usize,
+    ) -> Result<(&'a [f32], Option<Vec<f32>>), ExecError> {
+        let p = self.p();
+        let nnz = self.block_edges[i * p + j]
+            .ok_or_else(|| ExecError::Internal(format!("the graph has no block ({i}, {j})")))?;
+        let start = self.edges_before(i, j);
+        let range = (start * heads as u64) as usize..((start + nnz) * heads as u64) as usize;
+        let slice = alpha.get(range.clone()).ok_or_else(|| {
+            ExecError::Internal(format!(
+                "alpha of partition {i} has {} values, block ({i}, {j}) needs {range:?}",
+                alpha.len()
+            ))
+        })?;
+        let dropped = match self.dropout(SITE_ATTENTION, l) {
+            Some(mask) => {
+                let mut kept = slice.to_vec();
+                let row0 = self.edge_base[i] + start;
+                activation::dropout_in_place(&mut kept, heads, row0, &mask).map_err(kernel)?;
+                Some(kept)
+            }
+            None => None,
+        };
+        Ok((slice, dropped))
+    }
+
+    /// The layer's input rows `x` of partition `part` with input dropout
+    /// (first layer only), in slabs of [`REDUCE_ROWS`] rows so that no
+    /// dropped copy of the whole partition exists: `f(first row, rows,
+    /// slab)`.
+    fn input_slabs(
+        &self,
+        l: usize,
+        part: usize,
+        x: &[f32],
+        d_in: usize,
+        mut f: impl FnMut(usize, usize, &[f32]) -> Result<(), ExecError>,
+    ) -> Result<(), ExecError> {
+        let rows = x.len() / d_in;
+        match self.dropout(SITE_INPUT, l).filter(|_| l == 1) {
+            None => f(0, rows, x),
+            Some(mask) => {
+                let row0 = self.graph.offsets[part];
+                let mut r0 = 0;
+                while r0 < rows {
+                    let n = REDUCE_ROWS.min(rows - r0);
+                    let mut slab = x[r0 * d_in..(r0 + n) * d_in].to_vec();
+                    activation::dropout_in_place(&mut slab, d_in, row0 + r0 as u64, &mask)
+                        .map_err(kernel)?;
+                    f(r0, n, &slab)?;
+                    r0 += n;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// `agg + bias` for the rows of `agg`.
+    fn plus_bias(&self, l: usize, agg: &[f32], w: &[f32]) -> Result<Vec<f32>, ExecError> {
+        let (_, d_out) = self.dims(l);
+        let bias = &w[w.len() - d_out..];
+        let mut y = agg.to_vec();
+        dense::add_bias(&mut y, d_out, bias).map_err(kernel)?;
+        Ok(y)
+    }
+
+    /// Runs a GAT operator; `None` for the operators every model shares
+    /// (loss, its backward, gradient accumulation).
+    fn run_gat(
+        &self,
+        op: &Op,
+        name: &Name,
+        inputs: &[&Data],
+    ) -> Result<Option<Vec<Data>>, ExecError> {
+        let l = match name.base {
+            "loss" | "loss_bwd" | "grad_accumulate" => return Ok(None),
+            _ => name.get('l')?,
+        };
+        let (d_in, d_out) = self.dims(l);
+        let heads = self.heads(l);
+        let h_n = heads.heads;
+        let weights = |k: usize| -> Result<&[f32], ExecError> {
+            let w = inputs[k].f32()?;
+            if w.len() != self.weight_len(l) {
+                return Err(ExecError::Internal(format!(
+                    "{}: weights hold {} values, expected {}",
+                    op.name,
+                    w.len(),
+                    self.weight_len(l)
+                )));
+            }
+            Ok(w)
+        };
+        // [W | att_src | att_dst | bias]
+        let att = |w: &'_ [f32]| {
+            let a = &w[d_in * d_out..];
+            (a[..d_out].to_vec(), a[d_out..2 * d_out].to_vec())
+        };
+        let outputs = match name.base {
+            "linear" => {
+                arity(op, inputs, 2)?;
+                let (x, w) = (inputs[0].f32()?, weights(1)?);
+                let part = name.get('p')?;
+                let mut z = vec![0.0f32; x.len() / d_in * d_out];
+                self.input_slabs(l, part, x, d_in, |r0, n, slab| {
+                    let out = &mut z[r0 * d_out..(r0 + n) * d_out];
+                    dense::matmul_rows(slab, n, d_in, &w[..d_in * d_out], d_out, out)
+                        .map_err(kernel)
+                })?;
+                vec![Data::F32(z)]
+            }
+            "node_scores" => {
+                arity(op, inputs, 2)?;
+                let (z, w) = (inputs[0].f32()?, weights(1)?);
+                let rows = z.len() / d_out;
+                let (att_src, att_dst) = att(w);
+                let mut scores = vec![0.0f32; 2 * rows * h_n];
+                let (a_src, a_dst) = scores.split_at_mut(rows * h_n);
+                gat::node_scores(z, heads, &att_src, &att_dst, a_src, a_dst).map_err(kernel)?;
+                vec![Data::F32(scores)]
+            }
+            "sddmm" => {
+                let (i, j) = (name.get('p')?, name.get('s')?);
+                arity(op, inputs, if i == j { 2 } else { 3 })?;
+                let block = inputs[0].block()?;
+                let own = inputs[1].f32()?;
+                let other = if i == j { own } else { inputs[2].f32()? };
+                let a_dst = &own[own.len() / 2..];
+                let a_src = &other[..other.len() / 2];
+                let mut scores = vec![0.0f32; block.columns.len() * h_n];
+                gat::edge_scores(view(block), a_dst, a_src, h_n, &mut scores).map_err(kernel)?;
+                vec![Data::F32(scores)]
+            }
+            "edge_softmax" => {
+                let k = inputs.len() / 2;
+                arity(op, inputs, 2 * k)?;
+                let blocks: Vec<BlockRef> = inputs[..k]
+                    .iter()
+                    .map(|d| d.block().map(view))
+                    .collect::<Result<_, _>>()?;
+                let scores: Vec<&[f32]> = inputs[k..]
+                    .iter()
+                    .map(|d| d.f32())
+                    .collect::<Result<_, _>>()?;
+                let mut alpha = scores.concat();
+                let mut slices: Vec<&mut [f32]> = Vec::with_capacity(k);
+                let mut rest = alpha.as_mut_slice();
+                for s in &scores {
+                    let (head, tail) = rest.split_at_mut(s.len());
+                    slices.push(head);
+                    rest = tail;
+                }
+                gat::edge_softmax(&blocks, h_n, &mut slices).map_err(kernel)?;
+                vec![Data::F32(alpha)]
+            }
+            "agg" => {
+                let (i, j) = (name.get('p')?, name.get('s')?);
+                let first = (0..j).all(|s| !self.has_block(i, s));
+                arity(op, inputs, if first { 3 } else { 4 })?;
+                let block = inputs[0].block()?;
+                let z_src = inputs[1].f32()?;
+                let (alpha, dropped) = self.block_alpha(l, i, j, inputs[2].f32()?, h_n)?;
+                let init = inputs.get(3).map(|d| d.f32()).transpose()?;
+                let mut out = vec![0.0f32; block.row_start.len().saturating_sub(1) * d_out];
+                let alpha = dropped.as_deref().unwrap_or(alpha);
+                gat::aggregate(view(block), alpha, z_src, heads, init.into(), &mut out)
+                    .map_err(kernel)?;
+                vec![Data::F32(out)]
+            }
+            "elu" => {
+                arity(op, inputs, 2)?;
+                let i = name.get('p')?;
+                let y = self.plus_bias(l, inputs[0].f32()?, weights(1)?)?;
+                let mut out = vec![0.0f32; y.len()];
+                let mask = self.dropout(SITE_HIDDEN, l);
+                activation::elu_dropout(&y, &mut out, d_out, self.graph.offsets[i], mask.as_ref())
+                    .map_err(kernel)?;
+                vec![Data::F32(out)]
+            }
+            "bias" => {
+                arity(op, inputs, 2)?;
+                vec![Data::F32(self.plus_bias(
+                    l,
+                    inputs[0].f32()?,
+                    weights(1)?,
+                )?)]
+            }
+            "elu_bwd" => {
+                arity(op, inputs, 3)?;
+                let i = name.get('p')?;
+                let grad = inputs[0].f32()?;
+                let y = self.plus_bias(l, inputs[1].f32()?, weights(2)?)?;
+                let mut out = vec![0.0f32; y.len()];
+                let mask = self.dropout(SITE_HIDDEN, l);
+                activation::elu_dropout_bwd(
+                    grad,
+                    &y,
+                    d_out,
+                    self.graph.offsets[i],
+                    mask.as_ref(),
+                    &mut out,
+                )
+                .map_err(kernel)?;
+                vec![Data::F32(out)]
+            }
+            "attention_bwd" => self.attention_bwd(op, name, inputs, l, heads)?,
+            "node_scores_bwd" => {
+                arity(op, inputs, 5)?;
+                let grad_src = inputs[0].f32()?;
+                let grad_dst = inputs[1].f32()?;
+                let z = inputs[2].f32()?;
+                let (att_src, att_dst) = att(weights(3)?);
+                let dout = inputs[4].f32()?;
+                let rows = z.len() / d_out;
+                if grad_src.len() != rows * (d_out + h_n) {
+                    return Err(ExecError::Internal(format!(
+                        "{}: grad_src has {} values, expected {}",
+                        op.name,
+                        grad_src.len(),
+                        rows * (d_out + h_n)
+                    )));
+                }
+                let (value, grad_a_src) = grad_src.split_at(rows * d_out);
+                let mut grad_z = value.to_vec();
+                let mut grad_att = vec![0.0f32; 3 * d_out];
+                let (g_src, rest) = grad_att.split_at_mut(d_out);
+                let (g_dst, g_bias) = rest.split_at_mut(d_out);
+                let grads = NodeScoreGrads {
+                    grad_z: &mut grad_z,
+                    grad_att_src: g_src,
+                    grad_att_dst: g_dst,
+                };
+                gat::node_scores_bwd(
+                    z,
+                    heads,
+                    &att_src,
+                    &att_dst,
+                    grad_a_src,
+                    grad_dst,
+                    grads,
+                    Write::Overwrite,
+                )
+                .map_err(kernel)?;
+                dense::column_sums(dout, d_out, g_bias, Write::Overwrite).map_err(kernel)?;
+                vec![Data::F32(grad_z), Data::F32(grad_att)]
+            }
+            "linear_bwd" => {
+                arity(op, inputs, 4)?;
+                let part = name.get('p')?;
+                let dz = inputs[0].f32()?;
+                let x = inputs[1].f32()?;
+                let w = weights(2)?;
+                let grad_att = inputs[3].f32()?;
+                let matrix = d_in * d_out;
+                let mut dw = vec![0.0f32; w.len()];
+                let (dw_matrix, dw_rest) = dw.split_at_mut(matrix);
+                if grad_att.len() != dw_rest.len() {
+                    return Err(ExecError::Internal(format!(
+                        "{}: grad_att has {} values, expected {}",
+                        op.name,
+                        grad_att.len(),
+                        dw_rest.len()
+                    )));
+                }
+                dw_rest.copy_from_slice(grad_att);
+                let rows = dz.len() / d_out;
+                if l > 1 {
+                    let mut dx = vec![0.0f32; rows * d_in];
+                    dense::matmul_rows_bwd(
+                        dz,
+                        x,
+                        rows,
+                        d_in,
+                        &w[..matrix],
+                        d_out,
+                        dw_matrix,
+                        Some(&mut dx),
+                        Write::Overwrite,
+                    )
+                    .map_err(kernel)?;
+                    vec![Data::F32(dw), Data::F32(dx)]
+                } else {
+                    self.input_slabs(l, part, x, d_in, |r0, n, slab| {
+                        let write = if r0 == 0 {
+                            Write::Overwrite
+                        } else {
+                            Write::Accumulate
+                        };
+                        dense::matmul_rows_bwd(
+                            &dz[r0 * d_out..(r0 + n) * d_out],
+                            slab,
+                            n,
+                            d_in,
+                            &w[..matrix],
+                            d_out,
+                            dw_matrix,
+                            None,
+                            write,
+                        )
+                        .map_err(kernel)
+                    })?;
+                    vec![Data::F32(dw)]
+                }
+            }
+            _ => {
+                return Err(ExecError::Kernel(format!(
+                    "the CPU backend cannot run {} for GAT",
+                    op.name
+                )))
+            }
+        };
+        Ok(Some(outputs))
+    }
+
+    /// `attention_bwd[l,p_j,d_i]`: block `(i, j)`'s share of the attention
+    /// backward. Inputs: the block, `alpha[i]`, the node scores of `i` (and
+    /// of `j` when `j != i`), `z[j]`, the aggregation's gradient and
+    /// forward output for `i`, then the partial `grad_src[j]` unless `i` is
+    /// `j`'s first destination and the partial `grad_dst[i]` unless `j` is
+    /// `i`'s first source. Outputs: both partials with this block added.
+    fn attention_bwd(
+        &self,
+        op: &Op,
+        name: &Name,
+        inputs: &[&Data],
+        l: usize,
+        heads: Heads,
+    ) -> Result<Vec<Data>, ExecError> {
+        let (j, i) = (name.get('p')?, name.get('d')?);
+        let (h_n, d) = (heads.heads, heads.width());
+        let first_destination = (0..i).all(|t| !self.has_block(t, j));
+        let first_source = (0..j).all(|s| !self.has_block(i, s));
+        let expected =
+            6 + usize::from(i != j) + usize::from(!first_destination) + usize::from(!first_source);
+        arity(op, inputs, expected)?;
+        let block = inputs[0].block()?;
+        let scores_i = inputs[2].f32()?;
+        let mut k = 3;
+        let scores_j = if i != j {
+            k += 1;
+            inputs[3].f32()?
+        } else {
+            scores_i
+        };
+        let z_src = inputs[k].f32()?;
+        let grad_out = inputs[k + 1].f32()?;
+        let out = inputs[k + 2].f32()?;
+        k += 3;
+        let (rows_i, rows_j) = (self.graph.rows(i).len(), self.graph.rows(j).len());
+        let mut grad_src = if first_destination {
+            vec![0.0f32; rows_j * (d + h_n)]
+        } else {
+            k += 1;
+            inputs[k - 1].f32()?.to_vec()
+        };
+        let mut grad_dst = if first_source {
+            vec![0.0f32; rows_i * h_n]
+        } else {
+            inputs[k].f32()?.to_vec()
+        };
+        if grad_src.len() != rows_j * (d + h_n) {
+            return Err(ExecError::Internal(format!(
+                "{}: grad_src has {} values, expected {}",
+                op.name,
+                grad_src.len(),
+                rows_j * (d + h_n)
+            )));
+        }
+        let (alpha, dropped) = self.block_alpha(l, i, j, inputs[1].f32()?, h_n)?;
+        let (grad_z_src, grad_a_src) = grad_src.split_at_mut(rows_j * d);
+        let block_inputs = BlockInputs {
+            block: view(block),
+            alpha,
+            alpha_dropped: dropped.as_deref(),
+            a_dst: &scores_i[scores_i.len() / 2..],
+            a_src: &scores_j[..scores_j.len() / 2],
+            z_src,
+            grad_out,
+            out,
+        };
+        let grads = BlockGrads {
+            grad_z_src,
+            grad_a_src,
+            grad_a_dst: &mut grad_dst,
+        };
+        gat::aggregate_bwd(block_inputs, heads, grads, Write::Accumulate).map_err(kernel)?;
+        Ok(vec![Data::F32(grad_src), Data::F32(grad_dst)])
+    }
+}
+
 impl Backend for CpuGnn {
     fn external(&mut self, tensor: &Tensor) -> Result<Data, ExecError> {
         let name = Name::parse(&tensor.name)?;
@@ -300,10 +812,7 @@ impl Backend for CpuGnn {
                 Data::Block(block)
             }
             "w" => Data::F32(self.init_weights(name.get('l')?)),
-            "adam_m" | "adam_v" => {
-                let (d_in, d_out) = self.dims(name.get('l')?);
-                Data::F32(vec![0.0; self.terms() * d_in * d_out + d_out])
-            }
+            "adam_m" | "adam_v" => Data::F32(vec![0.0; self.weight_len(name.get('l')?)]),
             _ => {
                 return Err(ExecError::Internal(format!(
                     "unexpected external tensor {}",
@@ -331,6 +840,11 @@ impl Backend for CpuGnn {
 
     fn run(&mut self, op: &Op, inputs: &[&Data]) -> Result<Vec<Data>, ExecError> {
         let name = Name::parse(&op.name)?;
+        if self.hyper.model == GnnModel::Gat {
+            if let Some(outputs) = self.run_gat(op, &name, inputs)? {
+                return Ok(outputs);
+            }
+        }
         let terms = self.terms();
         match name.base {
             "agg" => {

@@ -151,6 +151,27 @@ proptest! {
         let model = if sage { GnnModel::Sage } else { GnnModel::Gcn };
         same_model_whatever_the_plan(&planted(nodes, seed), hyper(model, layers, hidden, seed), partitions, 3);
     }
+
+    #[test]
+    fn gat_is_the_same_model_whatever_the_plan(
+        layers in 2u32..4,
+        heads in 1u32..4,
+        head_width in 1u32..5,
+        partitions in 4u32..7,
+        nodes in 200u32..400,
+        seed in 0u64..1000,
+    ) {
+        let h = gat(layers, heads, head_width, seed);
+        same_model_whatever_the_plan(&planted(nodes, seed), h, partitions, 3);
+    }
+}
+
+/// GAT with `heads` heads of `head_width` features in its hidden layers.
+fn gat(layers: u32, heads: u32, head_width: u32, seed: u64) -> Hyper {
+    Hyper {
+        heads,
+        ..hyper(GnnModel::Gat, layers, heads * head_width, seed)
+    }
 }
 
 fn cora() -> Option<Dataset> {
@@ -171,6 +192,12 @@ fn cora() -> Option<Dataset> {
 fn cora_is_the_same_model_whatever_the_plan() {
     let Some(cora) = cora() else { return };
     same_model_whatever_the_plan(&cora, hyper(GnnModel::Gcn, 2, 16, 1), 8, 3);
+}
+
+#[test]
+fn cora_gat_is_the_same_model_whatever_the_plan() {
+    let Some(cora) = cora() else { return };
+    same_model_whatever_the_plan(&cora, gat(2, 8, 8, 1), 8, 3);
 }
 
 fn ssd_plan(dataset: &Dataset, hyper: Hyper) -> Plan {

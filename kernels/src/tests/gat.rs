@@ -25,27 +25,54 @@ fn reference_gat_backward_matches_finite_differences() {
     let att_src = to64(&rng.vec(d));
     let att_dst = to64(&rng.vec(d));
     let g = to64(&rng.vec(n * d));
-    let loss =
-        |z: &[f64], s: &[f64], t: &[f64]| dot(&reference64::gat(&csr, z, heads, c_n, s, t), &g);
-    let (dz, ds, dt) = reference64::gat_bwd(&csr, &z, heads, c_n, &att_src, &att_dst, &g);
-    assert_close64(
-        "dz",
-        &dz,
-        &numeric_grad(&z, |z| loss(z, &att_src, &att_dst)),
-        1e-6,
-    );
-    assert_close64(
-        "datt_src",
-        &ds,
-        &numeric_grad(&att_src, |s| loss(&z, s, &att_dst)),
-        1e-6,
-    );
-    assert_close64(
-        "datt_dst",
-        &dt,
-        &numeric_grad(&att_dst, |t| loss(&z, &att_src, t)),
-        1e-6,
-    );
+    let dropped = reference_mask(&csr, heads);
+    for mask in [None, Some(dropped.as_slice())] {
+        let loss = |z: &[f64], s: &[f64], t: &[f64]| {
+            dot(&reference64::gat(&csr, z, heads, c_n, s, t, mask), &g)
+        };
+        let (dz, ds, dt) = reference64::gat_bwd(&csr, &z, heads, c_n, &att_src, &att_dst, mask, &g);
+        assert_close64(
+            "dz",
+            &dz,
+            &numeric_grad(&z, |z| loss(z, &att_src, &att_dst)),
+            1e-6,
+        );
+        assert_close64(
+            "datt_src",
+            &ds,
+            &numeric_grad(&att_src, |s| loss(&z, s, &att_dst)),
+            1e-6,
+        );
+        assert_close64(
+            "datt_dst",
+            &dt,
+            &numeric_grad(&att_dst, |t| loss(&z, &att_src, t)),
+            1e-6,
+        );
+    }
+}
+
+/// An attention-dropout factor for the edge from `c` into `r`, head `h`:
+/// 0 or 2 (p = 0.5), a function of the edge so that blocks and the whole
+/// graph agree.
+fn drop_factor(r: usize, c: usize, h: usize) -> f32 {
+    let mut rng = Rng::new(((r as u64) << 40) ^ ((c as u64) << 8) ^ h as u64);
+    if rng.unit() < 0.5 {
+        0.0
+    } else {
+        2.0
+    }
+}
+
+/// [`drop_factor`] of every edge and head of `csr`, edge-major.
+fn reference_mask(csr: &Csr, heads: usize) -> Vec<f64> {
+    let mut mask = Vec::with_capacity(csr.columns.len() * heads);
+    for r in 0..csr.rows() {
+        for &c in csr.row(r) {
+            mask.extend((0..heads).map(|h| drop_factor(r, c as usize, h) as f64));
+        }
+    }
+    mask
 }
 
 /// The executor's sequence on partitions `bounds`: forward per destination
@@ -59,6 +86,7 @@ fn blockwise(
     heads: Heads,
     att: (&[f32], &[f32]),
     dout: &[f32],
+    dropout: bool,
 ) -> Vec<f32> {
     let (att_src, att_dst) = att;
     let (h_n, d) = (heads.heads, heads.width());
@@ -82,6 +110,20 @@ fn blockwise(
         node_scores(zp[p], heads, att_src, att_dst, &mut a_src[p], &mut a_dst[p]).unwrap();
     }
 
+    // alpha times the attention-dropout factors of block (i, j).
+    let drop = |i: usize, j: usize, alpha: &[f32]| -> Vec<f32> {
+        let b = blocks[i][j].as_ref();
+        let mut kept = alpha.to_vec();
+        for r in 0..b.rows() {
+            for e in b.row_start[r] as usize..b.row_start[r + 1] as usize {
+                let c = bounds[j] + b.columns[e] as usize;
+                for h in 0..h_n {
+                    kept[e * h_n + h] *= drop_factor(bounds[i] + r, c, h);
+                }
+            }
+        }
+        kept
+    };
     let mut alpha: Vec<Vec<Vec<f32>>> = Vec::new();
     let mut out: Vec<Vec<f32>> = Vec::new();
     for i in 0..parts {
@@ -99,7 +141,12 @@ fn blockwise(
         let mut o = vec![f32::NAN; rows(i) * d];
         for j in 0..parts {
             let init = if j == 0 { Init::Zero } else { Init::Out };
-            aggregate(refs[j], &scores[j], zp[j], heads, init, &mut o).unwrap();
+            let a = if dropout {
+                drop(i, j, &scores[j])
+            } else {
+                scores[j].clone()
+            };
+            aggregate(refs[j], &a, zp[j], heads, init, &mut o).unwrap();
         }
         alpha.push(scores);
         out.push(o);
@@ -111,9 +158,11 @@ fn blockwise(
     for i in 0..parts {
         let grad_out = &dout[bounds[i] * d..bounds[i + 1] * d];
         for j in 0..parts {
+            let kept = dropout.then(|| drop(i, j, &alpha[i][j]));
             let inputs = BlockInputs {
                 block: blocks[i][j].as_ref(),
                 alpha: &alpha[i][j],
+                alpha_dropped: kept.as_deref(),
                 a_dst: &a_dst[i],
                 a_src: &a_src[j],
                 z_src: zp[j],
@@ -161,22 +210,34 @@ fn check_blockwise(seed: u64, n: usize, edges: usize, bounds: &[usize], heads: H
     let att_src = rng.vec(d);
     let att_dst = rng.vec(d);
     let dout = rng.vec(n * d);
-    let got = same_bits_across_threads("gat", || {
-        blockwise(&csr, bounds, &z, heads, (&att_src, &att_dst), &dout)
-    });
-
     let (h_n, c_n) = (heads.heads, heads.head_width);
-    let z64 = to64(&z);
-    let (s64, t64) = (to64(&att_src), to64(&att_dst));
-    let out = reference64::gat(&csr, &z64, h_n, c_n, &s64, &t64);
-    let (dz, ds, dt) = reference64::gat_bwd(&csr, &z64, h_n, c_n, &s64, &t64, &to64(&dout));
-    let (got_out, rest) = got.split_at(n * d);
-    let (got_dz, rest) = rest.split_at(n * d);
-    let (got_ds, got_dt) = rest.split_at(d);
-    assert_close("gat out", got_out, &out, 1e-5);
-    assert_close("gat dz", got_dz, &dz, 1e-4);
-    assert_close("gat datt_src", got_ds, &ds, 1e-4);
-    assert_close("gat datt_dst", got_dt, &dt, 1e-4);
+    let mask = reference_mask(&csr, h_n);
+    for dropout in [false, true] {
+        let got = same_bits_across_threads("gat", || {
+            blockwise(
+                &csr,
+                bounds,
+                &z,
+                heads,
+                (&att_src, &att_dst),
+                &dout,
+                dropout,
+            )
+        });
+        let mask = dropout.then_some(mask.as_slice());
+        let z64 = to64(&z);
+        let (s64, t64) = (to64(&att_src), to64(&att_dst));
+        let out = reference64::gat(&csr, &z64, h_n, c_n, &s64, &t64, mask);
+        let (dz, ds, dt) =
+            reference64::gat_bwd(&csr, &z64, h_n, c_n, &s64, &t64, mask, &to64(&dout));
+        let (got_out, rest) = got.split_at(n * d);
+        let (got_dz, rest) = rest.split_at(n * d);
+        let (got_ds, got_dt) = rest.split_at(d);
+        assert_close("gat out", got_out, &out, 1e-5);
+        assert_close("gat dz", got_dz, &dz, 1e-4);
+        assert_close("gat datt_src", got_ds, &ds, 1e-4);
+        assert_close("gat datt_dst", got_dt, &dt, 1e-4);
+    }
 }
 
 #[test]
