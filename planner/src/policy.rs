@@ -6,7 +6,7 @@
 
 use std::collections::BinaryHeap;
 
-use crate::passes::cost::{boundary, item, Choices};
+use crate::passes::cost::{self, boundary, item, Choices};
 use crate::passes::lifetimes::{use_runs, Lifetimes};
 use crate::passes::segtree::MaxTree;
 use crate::plan::{Budgets, Fate};
@@ -349,10 +349,9 @@ fn away_interval(
     ))
 }
 
-/// Memory slots of a workload: a boundary and an item per step, and the
-/// boundary after the last.
+/// Memory slots of a workload (see [`crate::passes::cost::slot_count`]).
 fn slot_count(workload: &Workload) -> usize {
-    boundary(workload.ops.len() as u32) as usize + 1
+    cost::slot_count(workload.ops.len() as u32) as usize
 }
 
 struct Tiers {

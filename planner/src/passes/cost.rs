@@ -5,6 +5,7 @@
 //! The simulator must not call this module: it is the independent judge.
 
 use super::lifetimes::{use_runs, Lifetimes, TensorLife};
+use super::memory::SLOTS_PER_POSITION;
 use super::schedule::MAX_CASCADE_OPS;
 use crate::plan::{Action, Fate, ScheduleEntry};
 use crate::profile::Profile;
@@ -91,12 +92,18 @@ pub type LinkSeconds = [f64; 4];
 /// step still hold their copies, then the step itself (its recomputations
 /// and operator), once they are done.
 pub fn boundary(step: u32) -> u32 {
-    2 * step
+    SLOTS_PER_POSITION as u32 * step
 }
 
 /// The slot of step `step`'s recomputations and operator.
 pub fn item(step: u32) -> u32 {
-    2 * step + 1
+    boundary(step) + 1
+}
+
+/// Memory slots of `steps` steps: a boundary and an item per step, and the
+/// boundary after the last.
+pub fn slot_count(steps: u32) -> u32 {
+    boundary(steps) + 1
 }
 
 /// One way to treat a tensor, with what it costs and what it frees.
@@ -288,7 +295,7 @@ impl Choices {
         for &s in &op_s {
             before.push(before.last().unwrap() + s);
         }
-        let slots = boundary(steps) + 1;
+        let slots = slot_count(steps);
         let mut choices = Choices {
             steps,
             slots,

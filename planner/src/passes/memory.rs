@@ -41,7 +41,7 @@ pub fn boundary_slot(position: usize) -> usize {
 
 /// The slot of position `position`'s item (operator or recomputation).
 pub fn item_slot(position: usize) -> usize {
-    SLOTS_PER_POSITION * position + 1
+    boundary_slot(position) + 1
 }
 
 /// Slots of a timeline: two per position and the boundary after the last.
