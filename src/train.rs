@@ -85,6 +85,9 @@ pub struct TrainArgs {
     /// Write the last training iteration's measured trace (Chrome trace events).
     #[arg(long)]
     trace: Option<PathBuf>,
+    /// Write the plan that is executed (planned on the spot or given) to this file.
+    #[arg(long)]
+    save_plan: Option<PathBuf>,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -214,6 +217,10 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             plan(&prepared.workload, &profile, &options)?
         }
     };
+    if let Some(path) = &args.save_plan {
+        std::fs::write(path, plan.to_json())
+            .with_context(|| format!("writing the plan to {}", path.display()))?;
+    }
     let uses_ssd = plan.predicted.peak_bytes.ssd > 0;
     let mut io_mode = None;
     let ssd: Option<Arc<dyn SsdTier>> = match (&args.spill_dir, uses_ssd) {

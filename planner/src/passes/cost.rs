@@ -8,7 +8,7 @@ use super::lifetimes::{use_runs, Lifetimes, TensorLife};
 use super::memory::SLOTS_PER_POSITION;
 use super::schedule::MAX_CASCADE_OPS;
 use crate::plan::{Action, Fate, ScheduleEntry};
-use crate::profile::Profile;
+use crate::profile::{DeviceKind, Profile};
 use crate::workload::{ComputeClass, Op, Tensor, TensorId, TensorKind, Workload};
 use crate::{Result, Tier};
 
@@ -125,6 +125,9 @@ pub struct Choice {
     /// compute of the steps it overlaps, or the recomputation's own time.
     pub cost_s: f64,
     pub link_s: LinkSeconds,
+    /// Bytes the choice moves over PCIe per iteration (both directions):
+    /// what breaks ties between choices of equal price.
+    pub moved_bytes: u64,
     /// `[start, end)` slots without a device copy.
     pub hbm_free: Vec<(u32, u32)>,
     /// `[start, end)` slots and bytes added on the device: what a
@@ -230,6 +233,16 @@ pub struct Choices {
     pub options: Vec<Vec<Choice>>,
     /// Device bytes per slot with every tensor at its baseline.
     pub base_hbm: Vec<u64>,
+    /// Whether copies between the device and host are made by the cores
+    /// that compute (a CPU device, [`copies_use_compute`]).
+    pub cores_copy: bool,
+}
+
+/// Whether the profile's device copies with the cores that compute: on a
+/// CPU device there is no copy engine, and with every core computing, a
+/// copy's seconds are taken from compute rather than hidden behind it.
+pub fn copies_use_compute(profile: &Profile) -> bool {
+    profile.device.kind == DeviceKind::Cpu
 }
 
 impl Choices {
@@ -240,6 +253,24 @@ impl Choices {
     /// Compute seconds of steps `[start, end)`.
     fn window(&self, start: u32, end: u32) -> f64 {
         self.before[end as usize] - self.before[start as usize]
+    }
+
+    /// The part of a transfer that compute can hide: the slower leg, or
+    /// only the SSD's where the cores make the copy.
+    fn hideable_s(&self, pcie_s: f64, ssd_s: f64) -> f64 {
+        if self.cores_copy {
+            ssd_s
+        } else {
+            pcie_s.max(ssd_s)
+        }
+    }
+
+    /// Seconds a transfer adds with `window_s` of compute to hide behind:
+    /// what the window does not hide, plus the copy itself where the
+    /// cores make it.
+    fn transfer_cost_s(&self, pcie_s: f64, ssd_s: f64, window_s: f64) -> f64 {
+        let copy_s = if self.cores_copy { pcie_s } else { 0.0 };
+        copy_s + (self.hideable_s(pcie_s, ssd_s) - window_s).max(0.0)
     }
 
     /// The fewest steps before `end` (no further back than `limit` steps)
@@ -304,6 +335,7 @@ impl Choices {
             baseline: Vec::with_capacity(workload.tensors.len()),
             options: Vec::with_capacity(workload.tensors.len()),
             base_hbm: Vec::new(),
+            cores_copy: copies_use_compute(profile),
         };
         let mut delta = vec![0i128; slots as usize + 1];
         for tensor in &workload.tensors {
@@ -361,7 +393,7 @@ impl Choices {
                 continue;
             }
             let (pcie_s, ssd_s) = link_seconds(bytes, true, ssd, profile);
-            let transfer_s = pcie_s.max(ssd_s);
+            let transfer_s = self.hideable_s(pcie_s, ssd_s);
             // Room before each run: back to the previous run's last use.
             let rooms: Vec<u32> = runs
                 .iter()
@@ -396,7 +428,7 @@ impl Choices {
                     // Loaded from the boundary `lead` steps before the
                     // run; freed after the run's last read.
                     let start = first - lead;
-                    cost_s += (transfer_s - self.window(start, first)).max(0.0);
+                    cost_s += self.transfer_cost_s(pcie_s, ssd_s, self.window(start, first));
                     if next < start {
                         hbm_free.push((boundary(next), boundary(start)));
                     }
@@ -413,6 +445,7 @@ impl Choices {
                     leads,
                     cost_s,
                     link_s,
+                    moved_bytes: bytes * runs.len() as u64,
                     hbm_free,
                     hbm_add: Vec::new(),
                     away: Some((if ssd { Tier::Ssd } else { Tier::Host }, 0, self.slots)),
@@ -510,7 +543,10 @@ impl Choices {
             }
             let (in_pcie, in_ssd) = link_seconds(tensor.bytes, true, ssd, profile);
             let (out_pcie, out_ssd) = link_seconds(tensor.bytes, false, ssd, profile);
-            let (in_s, out_s) = (in_pcie.max(in_ssd), out_pcie.max(out_ssd));
+            let (in_s, out_s) = (
+                self.hideable_s(in_pcie, in_ssd),
+                self.hideable_s(out_pcie, out_ssd),
+            );
             // The offload and the first copy back share the first gap's idle
             // steps and must leave at least one of them free.
             let room0 = first.idle_steps() - 1;
@@ -541,11 +577,18 @@ impl Choices {
                         continue;
                     }
                     seen.push(key);
-                    let mut cost_s =
-                        (out_s - self.window(first.after + 1, first.after + 1 + lag)).max(0.0);
+                    let mut cost_s = self.transfer_cost_s(
+                        out_pcie,
+                        out_ssd,
+                        self.window(first.after + 1, first.after + 1 + lag),
+                    );
                     let mut hbm_free = Vec::with_capacity(life.gaps.len());
                     for (k, (gap, &lead)) in life.gaps.iter().zip(&leads).enumerate() {
-                        cost_s += (in_s - self.window(gap.before - lead, gap.before)).max(0.0);
+                        cost_s += self.transfer_cost_s(
+                            in_pcie,
+                            in_ssd,
+                            self.window(gap.before - lead, gap.before),
+                        );
                         // The first gap's copy leaves with the offload, due
                         // `lag` steps after the last forward read: it holds
                         // the device through that step's boundary. Later
@@ -567,6 +610,7 @@ impl Choices {
                         leads,
                         cost_s,
                         link_s,
+                        moved_bytes: tensor.bytes * (life.gaps.len() as u64 + 1),
                         hbm_free,
                         hbm_add: Vec::new(),
                         // From the offload's issue to the end of the last
@@ -591,6 +635,7 @@ impl Choices {
                         leads: Vec::new(),
                         cost_s,
                         link_s: [0.0; 4],
+                        moved_bytes: 0,
                         // Freed after the last forward read; re-created
                         // among the items of step `gap.before`.
                         hbm_free: vec![(boundary(gap.after + 1), item(gap.before))],

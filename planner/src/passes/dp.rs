@@ -47,6 +47,9 @@ pub const EXCHANGE_LIMIT: usize = 300;
 /// sweep takes candidates in score order.
 const FRONT_LIMIT: usize = 4_096;
 
+/// Prices closer than this are equal; fewer bytes moved breaks the tie.
+const PRICE_TIE_S: f64 = 1e-12;
+
 /// Most candidates a step's knapsack considers.
 const KNAPSACK_CANDIDATES: usize = 48;
 
@@ -571,33 +574,47 @@ impl<'a> Search<'a> {
         let mut order: Vec<usize> = (0..choices.options.len())
             .filter(|&t| self.assignment.picks[t].is_some())
             .collect();
+        // Costliest first; among equals, those that move the most bytes
+        // per byte they hold.
+        let traffic = |t: usize| {
+            self.pick(t)
+                .map_or(0.0, |c| c.moved_bytes as f64 / self.bytes[t].max(1) as f64)
+        };
         order.sort_by(|&a, &b| {
             // `order` holds only tensors with a pick.
             let (ca, cb) = (
                 self.pick(a).map_or(0.0, |c| self.price(c)),
                 self.pick(b).map_or(0.0, |c| self.price(c)),
             );
-            cb.total_cmp(&ca).then(a.cmp(&b))
+            cb.total_cmp(&ca)
+                .then(traffic(b).total_cmp(&traffic(a)))
+                .then(a.cmp(&b))
         });
         let mut changed = false;
         for t in order {
             let current = self.pick(t).map_or(0.0, |c| self.price(c));
+            let current_moved = self.pick(t).map_or(0, |c| c.moved_bytes);
+            // Cheaper, or as cheap and moving fewer bytes: when transfers
+            // hide behind compute, keeping more on the device is free in
+            // the model and spares the links (and, on the CPU backend, the
+            // cores that copy).
+            let improves = |price: f64, moved: u64| {
+                price < current - PRICE_TIE_S
+                    || (price <= current + PRICE_TIE_S && moved < current_moved)
+            };
             let fate = self.pick(t).map(|c| c.fate);
-            let mut better: Vec<(f64, Option<u16>)> = choices.options[t]
+            let mut better: Vec<(f64, u64, Option<u16>)> = choices.options[t]
                 .iter()
                 .enumerate()
-                .filter(|(_, c)| self.allowed(c) && self.price(c) < current)
+                .filter(|(_, c)| self.allowed(c) && improves(self.price(c), c.moved_bytes))
                 .filter(|(_, c)| !self.keep_fates || Some(c.fate) == fate)
-                .map(|(i, c)| (self.price(c), Some(i as u16)))
+                .map(|(i, c)| (self.price(c), c.moved_bytes, Some(i as u16)))
                 .collect();
             if !self.keep_fates {
-                better.push((0.0, None));
+                better.push((0.0, 0, None));
             }
-            better.sort_by(|a, b| a.0.total_cmp(&b.0));
-            for (cost, pick) in better {
-                if cost >= current && pick.is_some() {
-                    continue;
-                }
+            better.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            for (_, _, pick) in better {
                 if self.try_set(t, pick) {
                     changed = true;
                     break;

@@ -19,10 +19,14 @@
 //!
 //! A step starts when the compute stream is free and every transfer due
 //! before it has finished.
+//!
+//! On a CPU device the cores that compute make the copies (there is no
+//! copy engine): each copy's seconds are taken from the compute stream
+//! when it is issued, and only the SSD's own time can overlap.
 
 use std::collections::BTreeMap;
 
-use super::cost::op_seconds;
+use super::cost::{copies_use_compute, op_seconds};
 use super::timeline::{Item, Timeline};
 use crate::plan::{Action, LinkBytes, ScheduleEntry, Stream};
 use crate::profile::Profile;
@@ -144,6 +148,7 @@ pub fn predict(
     let mut stream_free = [0.0f64; 4];
     let (mut h2d, mut d2h, mut drive) = (Calendar::new(), Calendar::new(), Calendar::new());
     let (pcie, ssd) = (&profile.pcie, &profile.ssd);
+    let cores_copy = copies_use_compute(profile);
     let mut clock = 0.0f64;
     let (mut compute_s, mut recompute_s) = (0.0f64, 0.0f64);
     let mut position = 0usize;
@@ -176,7 +181,21 @@ pub fn predict(
                     ssd.read_latency_s,
                 )
             };
-            let end = if entry.from == Tier::Ssd || entry.to == Tier::Ssd {
+            let on_ssd = entry.from == Tier::Ssd || entry.to == Tier::Ssd;
+            let end = if cores_copy {
+                // The copy runs on the cores that compute: the compute
+                // stream gives up its seconds, and the drive's leg (DMA)
+                // is the only part that overlaps.
+                let copy_s = pcie.latency_s + bytes / pcie_rate;
+                clock += copy_s;
+                if !on_ssd {
+                    start + copy_s
+                } else if outward {
+                    drive.book(start + copy_s + ssd_latency, bytes / ssd_rate)
+                } else {
+                    drive.book(start + ssd_latency, bytes / ssd_rate) + copy_s
+                }
+            } else if on_ssd {
                 let chunk = entry.bytes.min(ssd_chunk_bytes.max(1)) as f64;
                 let begin = start + pcie.latency_s + ssd_latency;
                 let (pcie_s, ssd_s) = (bytes / pcie_rate, bytes / ssd_rate);
