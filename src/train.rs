@@ -85,6 +85,10 @@ pub struct TrainArgs {
     /// Write the last training iteration's measured trace (Chrome trace events).
     #[arg(long)]
     trace: Option<PathBuf>,
+    /// The graph's adjacency, cached: read from this file when it exists
+    /// (it must be this graph's), else built and written there.
+    #[arg(long)]
+    csr_cache: Option<PathBuf>,
     /// Write the plan that is executed (planned on the spot or given) to this file.
     #[arg(long)]
     save_plan: Option<PathBuf>,
@@ -143,7 +147,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     if !args.raw_features {
         dataset.row_normalize_features();
     }
-    let prepared = train::prepare(dataset, &hyper, args.partitions)?;
+    let prepared =
+        train::prepare_cached(dataset, &hyper, args.partitions, args.csr_cache.as_deref())?;
     let profile = load_profile(&args.profile)?;
     let retain_peak = || -> Result<u64> {
         let roomy = PlanOptions {

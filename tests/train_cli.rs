@@ -286,3 +286,50 @@ fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
     assert!(String::from_utf8_lossy(&other.stderr).contains("plan again"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_csr_cache_gives_the_same_model_and_refuses_another_graph() {
+    let dir = std::env::temp_dir().join(format!("fateplan-train-csr-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cache = dir.join("graph.csr");
+    let plan = dir.join("plan.json");
+    let run = |seed: &str, extra: &[&str]| {
+        let graph = format!("planted:nodes=600,classes=4,features=16,val=100,test=200,seed={seed}");
+        fateplan(
+            &[
+                &[
+                    "train",
+                    "--graph",
+                    graph.as_str(),
+                    "--epochs",
+                    "3",
+                    "--partitions",
+                    "4",
+                    "--json",
+                ][..],
+                extra,
+            ]
+            .concat(),
+        )
+    };
+    let plain = json(&run("2", &[]));
+    let with_cache = ["--csr-cache", cache.to_str().unwrap()];
+    let built = json(&run("2", &with_cache));
+    assert!(cache.exists());
+    let read = json(&run(
+        "2",
+        &[&with_cache[..], &["--save-plan", plan.to_str().unwrap()]].concat(),
+    ));
+    assert_eq!(plain["weights_sha256"], built["weights_sha256"]);
+    assert_eq!(plain["weights_sha256"], read["weights_sha256"]);
+    assert!(plan.exists());
+    // Another graph of the same size: the cache is not its adjacency.
+    let other = run("3", &with_cache);
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert_eq!(other.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("graph.csr") && stderr.contains("edges") && stderr.contains("stale"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

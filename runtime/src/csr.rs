@@ -50,6 +50,25 @@ pub struct Csr {
     pub columns: Vec<u32>,
 }
 
+/// An order-independent digest of an edge multiset (`src[k] -> dst[k]`):
+/// the wrapping sum of a mixing hash of each edge. A CSR gives the same
+/// digest as the edge list it was built from ([`Csr::digest`]), so a cache
+/// can be checked against a graph without sorting its edges.
+pub fn edge_digest(src: &[u64], dst: &[u64]) -> u64 {
+    src.par_iter()
+        .zip(dst.par_iter())
+        .map(|(&u, &v)| edge_hash(u, v))
+        .reduce(|| 0, u64::wrapping_add)
+}
+
+/// SplitMix64's finaliser over an edge's endpoints.
+fn edge_hash(src: u64, dst: u64) -> u64 {
+    let mut z = (src << 32 ^ dst).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 fn edge_error(context: String, message: String) -> Error {
     fateplan_planner::Error::InvalidInput { context, message }.into()
 }
@@ -138,6 +157,19 @@ impl Csr {
         }
         let src = self.columns.iter().map(|&u| u as u64).collect();
         (src, dst)
+    }
+
+    /// [`edge_digest`] of the edges the CSR holds.
+    pub fn digest(&self) -> u64 {
+        (0..self.nodes as usize)
+            .into_par_iter()
+            .map(|v| {
+                let row = &self.columns[self.row_start[v] as usize..self.row_start[v + 1] as usize];
+                row.iter().fold(0u64, |sum, &u| {
+                    sum.wrapping_add(edge_hash(u as u64, v as u64))
+                })
+            })
+            .reduce(|| 0, u64::wrapping_add)
     }
 
     /// Edge counts per block of a `partitions`-way vertex-range partition:
@@ -250,15 +282,28 @@ impl Csr {
     /// The CSR cached at `path` if that file exists, else `build()`'s, which
     /// is then written there. A cache that exists but does not read (wrong
     /// version, corrupt) is an error, not silently rebuilt: delete it to
-    /// rebuild. `expected` (nodes, edges), when given, must match the cache.
+    /// rebuild. `expected`, when given, is the graph's (nodes, edges, and
+    /// [`edge_digest`] of its edge list): the cache must match all three,
+    /// so a cache of another graph of the same size is refused too.
     pub fn cached(
         path: &Path,
-        expected: Option<(u64, u64)>,
+        expected: Option<(u64, u64, u64)>,
         build: impl FnOnce() -> Result<Csr>,
     ) -> Result<Csr> {
         if path.exists() {
             let csr = Csr::read_cache(path)?;
-            if let Some((nodes, edges)) = expected {
+            if let Some((nodes, edges, digest)) = expected {
+                if (csr.nodes, csr.edges()) == (nodes, edges) && csr.digest() != digest {
+                    return Err(Error::invalid(
+                        path,
+                        "edges",
+                        format!(
+                            "the cache's {edges} edges are not the graph's (digest {:#018x}, \
+                             the graph's {digest:#018x}); delete the stale cache",
+                            csr.digest()
+                        ),
+                    ));
+                }
                 if (csr.nodes, csr.edges()) != (nodes, edges) {
                     return Err(Error::invalid(
                         path,
@@ -450,13 +495,38 @@ mod tests {
             builds.set(builds.get() + 1);
             Ok(tiny())
         };
-        assert_eq!(Csr::cached(&path, Some((4, 6)), build).unwrap(), tiny());
-        assert_eq!(Csr::cached(&path, Some((4, 6)), build).unwrap(), tiny());
+        let digest = tiny().digest();
+        let (src, dst) = tiny().to_edges();
+        // The edge list's digest, in any order, is the CSR's.
+        assert_eq!(edge_digest(&src, &dst), digest);
+        let (mut rsrc, mut rdst) = (src.clone(), dst.clone());
+        rsrc.reverse();
+        rdst.reverse();
+        assert_eq!(edge_digest(&rsrc, &rdst), digest);
+        assert_eq!(
+            Csr::cached(&path, Some((4, 6, digest)), build).unwrap(),
+            tiny()
+        );
+        assert_eq!(
+            Csr::cached(&path, Some((4, 6, digest)), build).unwrap(),
+            tiny()
+        );
         assert_eq!(builds.get(), 1);
-        let message = Csr::cached(&path, Some((4, 7)), build)
+        let message = Csr::cached(&path, Some((4, 7, digest)), build)
             .unwrap_err()
             .to_string();
         assert!(message.contains("stale"), "{message}");
+        // Same size, one edge moved: refused, not read as this graph.
+        let mut moved = dst.clone();
+        moved[0] = (moved[0] + 1) % 4;
+        assert_ne!(edge_digest(&src, &moved), digest);
+        let message = Csr::cached(&path, Some((4, 6, edge_digest(&src, &moved))), build)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("edges") && message.contains("stale"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use fateplan_planner::Workload;
 
 use crate::blockcsr::{BlockCsr, Normalization};
 use crate::cpu::{CpuGnn, GraphInput, Hyper, Metrics, Mode};
-use crate::csr::Csr;
+use crate::csr::{edge_digest, Csr};
 use crate::dataset::Dataset;
 use crate::exec::data::{BlockData, Data};
 use crate::exec::{ExecError, ExecOptions, Executor, SsdTier, TraceSpan};
@@ -227,8 +227,27 @@ pub fn load_graph(source: &str) -> Result<Dataset, crate::Error> {
 /// blocks for `hyper.model`, and builds the workload. The dataset's
 /// arrays move into the result; nothing is copied.
 pub fn prepare(dataset: Dataset, hyper: &Hyper, partitions: u32) -> Result<Prepared, crate::Error> {
-    let counts = dataset.blocks(partitions)?;
-    let csr = Csr::from_edges(dataset.nodes, &dataset.src, &dataset.dst)?;
+    prepare_cached(dataset, hyper, partitions, None)
+}
+
+/// [`prepare`], with the adjacency read from the CSR cache file
+/// `csr_cache` when it exists (it must match the graph's node and edge
+/// counts), else built from the edge list and written there.
+pub fn prepare_cached(
+    dataset: Dataset,
+    hyper: &Hyper,
+    partitions: u32,
+    csr_cache: Option<&Path>,
+) -> Result<Prepared, crate::Error> {
+    let build = || Csr::from_edges(dataset.nodes, &dataset.src, &dataset.dst);
+    let csr = match csr_cache {
+        Some(path) => {
+            let digest = edge_digest(&dataset.src, &dataset.dst);
+            Csr::cached(path, Some((dataset.nodes, dataset.edges(), digest)), build)?
+        }
+        None => build()?,
+    };
+    let counts = csr.block_counts(partitions)?;
     let blocks = BlockCsr::build(&csr, partitions, Normalization::for_model(hyper.model))?;
     let p = partitions as usize;
     let mut offsets = Vec::with_capacity(p + 1);
