@@ -11,6 +11,7 @@ pub mod datasets;
 mod error;
 pub mod gnn;
 mod json;
+pub mod optimality;
 pub mod passes;
 pub mod plan;
 pub mod planner;

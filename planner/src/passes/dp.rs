@@ -116,6 +116,9 @@ struct Usage {
     host: MaxTree,
     ssd: MaxTree,
     limit: [i64; 3],
+    /// Whether a choice's added device bytes must fit at every slot they
+    /// cover, not only at those the sweep has brought within budget.
+    strict_adds: bool,
 }
 
 impl Usage {
@@ -133,6 +136,7 @@ impl Usage {
             host: MaxTree::new(&vec![host_reserved; slots]),
             ssd: MaxTree::new(&vec![0; slots]),
             limit,
+            strict_adds: false,
         }
     }
 
@@ -162,7 +166,11 @@ impl Usage {
     /// `step` (those the sweep has already brought within budget).
     fn adds_fit(&self, choice: &Choice, step: usize) -> bool {
         choice.hbm_add.iter().all(|&(s, e, added)| {
-            let end = (e as usize).min(step);
+            let end = if self.strict_adds {
+                e as usize
+            } else {
+                (e as usize).min(step)
+            };
             s as usize >= end || self.hbm.max(s as usize, end) + added as i64 <= self.limit[0]
         })
     }
@@ -524,19 +532,28 @@ impl<'a> Search<'a> {
         for (_, t) in adders {
             let old_pick = self.assignment.picks[t];
             let old = self.pick(t);
-            let mut alternatives: Vec<(f64, u16)> = choices.options[t]
+            // Any choice that adds nothing at `step` and frees it if the
+            // old one did: one that frees only earlier slots still takes
+            // the added bytes away (a tensor read at `step` itself can
+            // offload instead of recomputing from inputs that must come back).
+            let old_frees = old.is_some_and(|o| o.frees(s));
+            let mut alternatives: Vec<(f64, Option<u16>)> = choices.options[t]
                 .iter()
                 .enumerate()
                 .filter(|(_, c)| {
                     self.allowed(c)
-                        && c.frees(s)
+                        && (c.frees(s) || !old_frees)
                         && !c.hbm_add.iter().any(|&(a, b, _)| a <= s && s < b)
                 })
-                .map(|(i, c)| (self.price(c), i as u16))
+                .map(|(i, c)| (self.price(c), Some(i as u16)))
                 .collect();
+            if !old_frees && !self.keep_fates {
+                // The baseline adds nothing anywhere.
+                alternatives.push((0.0, None));
+            }
             alternatives.sort_by(|a, b| a.0.total_cmp(&b.0));
-            for (_, i) in alternatives {
-                self.set(t, Some(i));
+            for (_, pick) in alternatives {
+                self.set(t, pick);
                 let earlier_ok = old.is_none_or(|o| {
                     o.hbm_free.iter().all(|&(a, b)| {
                         let end = (b as usize).min(step);
@@ -662,6 +679,9 @@ impl<'a> Search<'a> {
                     self.usage.apply(c, bytes, 1);
                     ok
                 });
+                // No room on the host for the cheaper choice: make it by
+                // moving other host copies to the SSD.
+                let away_ok = away_ok || (self.ssd && self.make_host_room(t));
                 let slots = choices.slots as usize;
                 let ok = away_ok && self.sweep(start, end, Some(t)).is_ok() && {
                     self.improve();
@@ -677,6 +697,50 @@ impl<'a> Search<'a> {
             }
         }
         improved
+    }
+
+    /// With `tensor` just set to a choice whose host copy overflows the
+    /// host budget: moves other tensors' host copies over that stretch to
+    /// their cheapest SSD choice (least added price per byte first) until
+    /// it fits. Returns whether it does; the caller keeps or rolls back
+    /// the whole exchange by its total price.
+    fn make_host_room(&mut self, tensor: usize) -> bool {
+        let choices = self.choices;
+        let Some((Tier::Host, start, end)) = self.pick(tensor).and_then(|c| c.away) else {
+            return false;
+        };
+        let (start, end) = (start as usize, end as usize);
+        let fits = |s: &Self| s.usage.host.max(start, end) <= s.usage.limit[1];
+        let mut movers: Vec<(f64, usize, u16)> = Vec::new();
+        for u in 0..choices.options.len() {
+            let Some(current) = self.pick(u) else {
+                continue;
+            };
+            let Some((Tier::Host, a, b)) = current.away else {
+                continue;
+            };
+            if u == tensor || b as usize <= start || a as usize >= end {
+                continue;
+            }
+            let price = self.price(current);
+            let best = choices.options[u]
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| self.allowed(c) && c.uses_ssd())
+                .map(|(i, c)| (self.price(c) - price, i as u16))
+                .min_by(|x, y| x.0.total_cmp(&y.0));
+            if let Some((extra, i)) = best {
+                movers.push((extra / self.bytes[u].max(1) as f64, u, i));
+            }
+        }
+        movers.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+        for (_, u, i) in movers {
+            if fits(self) {
+                break;
+            }
+            self.try_set(u, Some(i));
+        }
+        fits(self)
     }
 
     fn restore(&mut self, saved: &Assignment) {
@@ -879,7 +943,19 @@ pub fn solve(
         let mut host_short = true;
         // Each sweep covers overruns by the knapsack, then again in score
         // order alone: neither is always the cheaper in the end.
-        for (ssd, knapsack) in [(false, true), (false, false), (true, true), (true, false)] {
+        // A third sweep refuses recomputations whose added bytes land where
+        // the device is still over budget (the first two let later slots
+        // sort them out, which can commit to a recomputation too early).
+
+        let sweeps = [
+            (false, true, false),
+            (false, false, false),
+            (false, true, true),
+            (true, true, false),
+            (true, false, false),
+            (true, true, true),
+        ];
+        for (ssd, knapsack, strict_adds) in sweeps {
             // The SSD only helps where host memory ran short.
             if ssd && (!any_ssd || !host_short) {
                 continue;
@@ -892,7 +968,10 @@ pub fn solve(
                 choices,
                 bytes: bytes.clone(),
                 assignment: Assignment::baseline(choices),
-                usage: Usage::new(choices, limit, reserved, extra),
+                usage: Usage {
+                    strict_adds,
+                    ..Usage::new(choices, limit, reserved, extra)
+                },
                 ssd,
                 keep_fates: false,
                 away_refused: false,
@@ -901,11 +980,11 @@ pub fn solve(
                 delta: Delta::default(),
             };
             let swept = search.sweep(0, choices.slots as usize, None);
-            if !ssd && knapsack {
+            if !ssd && knapsack && !strict_adds {
                 host_short = swept.is_err() || search.away_refused;
             }
             if let Err(step) = swept {
-                if !knapsack {
+                if !knapsack || strict_adds {
                     continue;
                 }
                 let needed = search.usage.hbm.get(step).max(0) as u64;
