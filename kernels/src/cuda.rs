@@ -101,7 +101,11 @@ mod tests {
         let mut all = Vec::new();
         for source in Source::ALL {
             let kernels = source.kernels();
-            assert!(!kernels.is_empty(), "{} defines no kernel", source.file_name());
+            assert!(
+                !kernels.is_empty(),
+                "{} defines no kernel",
+                source.file_name()
+            );
             for name in kernels {
                 let dtype = name.rsplit('_').next().unwrap_or("");
                 assert!(

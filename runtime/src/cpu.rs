@@ -26,16 +26,14 @@
 //! same bits.
 
 use fateplan_kernels::gat::{self, BlockGrads, BlockInputs, Heads, NodeScoreGrads};
-use fateplan_kernels::{
-    activation, dense, loss, sparse, BlockRef, Write, REDUCE_ROWS,
-};
+use fateplan_kernels::{activation, dense, loss, sparse, BlockRef, Write, REDUCE_ROWS};
 use fateplan_planner::gnn::GnnModel;
 use fateplan_planner::workload::{Op, Tensor};
 
 use crate::exec::data::{BlockData, Data};
 use crate::exec::{Backend, ExecError};
-pub use crate::gnn::{GraphInput, Hyper, Metrics, Mode};
 use crate::gnn::{arity, GnnBackend, Model, Name, SITE_ATTENTION, SITE_HIDDEN, SITE_INPUT};
+pub use crate::gnn::{GraphInput, Hyper, Metrics, Mode};
 
 pub struct CpuGnn {
     /// Features, labels and blocks until the executor holds them.
@@ -773,8 +771,14 @@ impl Backend for CpuGnn {
             .first()
             .ok_or_else(|| ExecError::Internal(format!("{} has no gradient", op.name)))?
             .f32()?;
-        adam.step(self.model.updates, w.f32_mut()?, grad, m.f32_mut()?, v.f32_mut()?)
-            .map_err(kernel)?;
+        adam.step(
+            self.model.updates,
+            w.f32_mut()?,
+            grad,
+            m.f32_mut()?,
+            v.f32_mut()?,
+        )
+        .map_err(kernel)?;
         Ok(())
     }
 }

@@ -12,8 +12,8 @@
 
 pub mod blockcsr;
 pub mod cpu;
-pub mod cuda;
 pub mod csr;
+pub mod cuda;
 pub mod dataset;
 mod error;
 pub mod exec;

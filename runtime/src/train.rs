@@ -16,12 +16,12 @@ use fateplan_planner::Workload;
 
 use crate::blockcsr::{BlockCsr, Normalization};
 use crate::cpu::CpuGnn;
-use crate::gnn::{GnnBackend, GraphInput, Hyper, Metrics, Mode};
 use crate::csr::Csr;
 use crate::dataset::Dataset;
 use crate::exec::data::{BlockData, Data};
 use crate::exec::{ExecError, ExecOptions, Executor, SsdTier, TraceSpan};
 use crate::generate::GeneratorSpec;
+use crate::gnn::{GnnBackend, GraphInput, Hyper, Metrics, Mode};
 use crate::spill::{SpillOptions, SpillStore};
 
 /// Builds the workload of `hyper` over `graph`'s partitions: the one a

@@ -45,16 +45,16 @@ fn every_cuda_source_compiles_and_defines_its_kernels() {
     eprintln!("NVRTC {major}.{minor}");
     for source in Source::ALL {
         for arch in ARCHES {
-            let cubin = nvrtc::compile(source, arch, Output::Cubin)
-                .unwrap_or_else(|log| panic!("{log}"));
+            let cubin =
+                nvrtc::compile(source, arch, Output::Cubin).unwrap_or_else(|log| panic!("{log}"));
             assert!(
                 cubin.starts_with(b"\x7fELF"),
                 "{} for {arch}: not an ELF image",
                 source.file_name()
             );
         }
-        let ptx = nvrtc::compile(source, "compute_90", Output::Ptx)
-            .unwrap_or_else(|log| panic!("{log}"));
+        let ptx =
+            nvrtc::compile(source, "compute_90", Output::Ptx).unwrap_or_else(|log| panic!("{log}"));
         let ptx = String::from_utf8_lossy(&ptx);
         for kernel in source.kernels() {
             assert!(
@@ -71,7 +71,8 @@ fn a_kernel_that_does_not_compile_is_reported_with_its_file_and_line() {
     if !nvrtc_ready("a_kernel_that_does_not_compile_is_reported_with_its_file_and_line") {
         return;
     }
-    let code = "extern \"C\" __global__ void broken_f32(float* x) {\n    x[0] = undefined_name;\n}\n";
+    let code =
+        "extern \"C\" __global__ void broken_f32(float* x) {\n    x[0] = undefined_name;\n}\n";
     let error = nvrtc::compile_text("broken.cu", code, "sm_90", Output::Cubin).unwrap_err();
     assert!(
         error.contains("broken.cu") && error.contains("undefined_name") && error.contains("(2)"),
@@ -93,7 +94,10 @@ fn compiled_kernels_are_cached_by_source_and_architecture() {
         .collect();
     assert_eq!(files.len(), 1, "{files:?}");
     let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
-    assert!(name.starts_with("optim-sm_90-") && name.ends_with(".cubin"), "{name}");
+    assert!(
+        name.starts_with("optim-sm_90-") && name.ends_with(".cubin"),
+        "{name}"
+    );
     // A hit reads the file: change it and the change comes back.
     std::fs::write(&files[0], b"cached image").unwrap();
     let second = nvrtc::compile_cached(Source::Optim, "sm_90", Some(&dir)).unwrap();

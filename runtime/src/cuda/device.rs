@@ -95,7 +95,9 @@ pub fn probe(ordinal: usize) -> Result<DeviceInfo, ExecError> {
         compute_capability: ctx
             .compute_capability()
             .map_err(|e| cuda_error("compute capability", e))?,
-        total_bytes: ctx.total_mem().map_err(|e| cuda_error("device memory", e))? as u64,
+        total_bytes: ctx
+            .total_mem()
+            .map_err(|e| cuda_error("device memory", e))? as u64,
         devices,
     })
 }
@@ -273,8 +275,9 @@ impl Gpu {
             match modules.get(&source) {
                 Some(module) => module.clone(),
                 None => {
-                    let image = nvrtc::compile_cached(source, &self.arch, self.cache_dir.as_deref())
-                        .map_err(ExecError::Cuda)?;
+                    let image =
+                        nvrtc::compile_cached(source, &self.arch, self.cache_dir.as_deref())
+                            .map_err(ExecError::Cuda)?;
                     let module = self
                         .ctx
                         .load_module(Ptx::from_binary(image))
@@ -344,7 +347,11 @@ impl Gpu {
     }
 
     /// A copy of a device buffer on the compute stream.
-    pub(crate) fn duplicate(&self, buf: &DeviceBuf<f32>, what: &str) -> Result<DeviceBuf<f32>, ExecError> {
+    pub(crate) fn duplicate(
+        &self,
+        buf: &DeviceBuf<f32>,
+        what: &str,
+    ) -> Result<DeviceBuf<f32>, ExecError> {
         let mut copy = self.zeros::<f32>(buf.len, what)?;
         if buf.len > 0 {
             let src = buf.slice.slice(0..buf.len);
@@ -396,7 +403,10 @@ fn alloc_on<T: DeviceRepr + ValidAsZeroBits>(
         Ok(slice) => slice,
         Err(e) => {
             pool.release(bytes);
-            return Err(cuda_error(&format!("allocating {bytes} bytes for {what}"), e));
+            return Err(cuda_error(
+                &format!("allocating {bytes} bytes for {what}"),
+                e,
+            ));
         }
     };
     Ok(DeviceBuf {
@@ -615,7 +625,9 @@ impl Mover for CudaMover {
                     ));
                 }
                 let copy = held.get::<PinnedCopy>().ok_or_else(|| {
-                    ExecError::Internal("the CUDA mover was given data held by another backend".into())
+                    ExecError::Internal(
+                        "the CUDA mover was given data held by another backend".into(),
+                    )
                 })?;
                 let [a, b, c] = copy.lengths;
                 match &copy.tensor {

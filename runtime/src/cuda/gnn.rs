@@ -57,32 +57,36 @@ fn tensor<'a>(op: &Op, data: &'a Data) -> Result<&'a GpuTensor, ExecError> {
         Data::Held(held) => held.get::<GpuTensor>(),
         _ => None,
     }
-    .ok_or_else(|| {
-        ExecError::Internal(format!(
-            "{}: an input is not in device memory",
-            op.name
-        ))
-    })
+    .ok_or_else(|| ExecError::Internal(format!("{}: an input is not in device memory", op.name)))
 }
 
 fn f32s<'a>(op: &Op, data: &'a Data) -> Result<&'a DeviceBuf<f32>, ExecError> {
     match tensor(op, data)? {
         GpuTensor::F32(buf) => Ok(buf),
-        _ => Err(ExecError::Internal(format!("{}: expected f32 data", op.name))),
+        _ => Err(ExecError::Internal(format!(
+            "{}: expected f32 data",
+            op.name
+        ))),
     }
 }
 
 fn i64s<'a>(op: &Op, data: &'a Data) -> Result<&'a DeviceBuf<i64>, ExecError> {
     match tensor(op, data)? {
         GpuTensor::I64(buf) => Ok(buf),
-        _ => Err(ExecError::Internal(format!("{}: expected i64 data", op.name))),
+        _ => Err(ExecError::Internal(format!(
+            "{}: expected i64 data",
+            op.name
+        ))),
     }
 }
 
 fn block<'a>(op: &Op, data: &'a Data) -> Result<&'a GpuBlock, ExecError> {
     match tensor(op, data)? {
         GpuTensor::Block(block) => Ok(block),
-        _ => Err(ExecError::Internal(format!("{}: expected a block", op.name))),
+        _ => Err(ExecError::Internal(format!(
+            "{}: expected a block",
+            op.name
+        ))),
     }
 }
 
@@ -157,9 +161,7 @@ impl CudaGnn {
             .iter()
             .zip(&model.train_mask)
             .enumerate()
-            .filter(|(r, (_, &train))| {
-                train || model.val_mask[*r] || model.test_mask[*r]
-            })
+            .filter(|(r, (_, &train))| train || model.val_mask[*r] || model.test_mask[*r])
         {
             if !(0..classes).contains(&label) {
                 return Err(ExecError::Kernel(format!(
@@ -280,7 +282,9 @@ impl CudaGnn {
         }
         let int = |v: usize| {
             i32::try_from(v).map_err(|_| {
-                ExecError::Cuda(format!("a GEMM dimension of {v} exceeds cuBLAS's 32-bit range"))
+                ExecError::Cuda(format!(
+                    "a GEMM dimension of {v} exceeds cuBLAS's 32-bit range"
+                ))
             })
         };
         let cfg = GemmConfig {
@@ -313,13 +317,19 @@ impl CudaGnn {
         let mut partials = self.zeros(chunks * width, "column-sum partials")?;
         let (rows_u, width_u, chunk_rows, chunks_u) =
             (rows as u64, width as u64, REDUCE_ROWS as u64, chunks as u64);
-        launch!(self.gpu, "column_sums_partial_f32", chunks_u * width_u, [
-            x, &rows_u, &width_u, &chunk_rows, &mut partials.slice
-        ]);
+        launch!(
+            self.gpu,
+            "column_sums_partial_f32",
+            chunks_u * width_u,
+            [x, &rows_u, &width_u, &chunk_rows, &mut partials.slice]
+        );
         let accumulate = 0i32;
-        launch!(self.gpu, "sum_partials_f32", width_u, [
-            &partials.slice, &chunks_u, &width_u, out, &accumulate
-        ]);
+        launch!(
+            self.gpu,
+            "sum_partials_f32",
+            width_u,
+            [&partials.slice, &chunks_u, &width_u, out, &accumulate]
+        );
         Ok(())
     }
 
@@ -333,7 +343,12 @@ impl CudaGnn {
         let mut perm = gpu.zeros::<u32>(nnz, "transpose permutation")?;
         let mut perm_row = gpu.zeros::<u32>(nnz, "transpose rows")?;
         let (nnz_u, src_u, rows_u) = (nnz as u64, src_rows as u64, block.rows() as u64);
-        launch!(gpu, "csc_count_u32", nnz_u, [&block.columns.slice, &nnz_u, &mut counts.slice]);
+        launch!(
+            gpu,
+            "csc_count_u32",
+            nnz_u,
+            [&block.columns.slice, &nnz_u, &mut counts.slice]
+        );
         if src_rows > 0 {
             let function = gpu.function("scan_u64")?;
             let mut builder = gpu.compute.launch_builder(&function);
@@ -349,13 +364,36 @@ impl CudaGnn {
             unsafe { builder.launch(one_block) }.map_err(|e| cuda_error("scan_u64", e))?;
         }
         let mut cursor = gpu.zeros::<u32>(src_rows, "transpose cursors")?;
-        launch!(gpu, "csc_place_u32", nnz_u, [
-            &block.columns.slice, &nnz_u, &start.slice, &mut cursor.slice, &mut perm.slice
-        ]);
-        launch!(gpu, "csc_order_u32", src_u, [&start.slice, &src_u, &mut perm.slice]);
-        launch!(gpu, "csc_rows_u32", nnz_u, [
-            &block.row_start.slice, &rows_u, &perm.slice, &nnz_u, &mut perm_row.slice
-        ]);
+        launch!(
+            gpu,
+            "csc_place_u32",
+            nnz_u,
+            [
+                &block.columns.slice,
+                &nnz_u,
+                &start.slice,
+                &mut cursor.slice,
+                &mut perm.slice
+            ]
+        );
+        launch!(
+            gpu,
+            "csc_order_u32",
+            src_u,
+            [&start.slice, &src_u, &mut perm.slice]
+        );
+        launch!(
+            gpu,
+            "csc_rows_u32",
+            nnz_u,
+            [
+                &block.row_start.slice,
+                &rows_u,
+                &perm.slice,
+                &nnz_u,
+                &mut perm_row.slice
+            ]
+        );
         Ok(Transpose {
             start,
             perm,
@@ -375,9 +413,20 @@ impl CudaGnn {
         let mut copy = self.zeros(x.len(), what)?;
         let (key, threshold, scale) = mask.device_params();
         let n = x.len() as u64;
-        launch!(self.gpu, "dropout_f32", n, [
-            &x.slice, &n, &mut copy.slice, &key, &threshold, &scale, &base
-        ]);
+        launch!(
+            self.gpu,
+            "dropout_f32",
+            n,
+            [
+                &x.slice,
+                &n,
+                &mut copy.slice,
+                &key,
+                &threshold,
+                &scale,
+                &base
+            ]
+        );
         Ok(copy)
     }
 
@@ -395,13 +444,22 @@ impl CudaGnn {
         let mut y = self.zeros(agg.len(), "agg + bias")?;
         let bias = w.slice.slice(w.len() - d_out..w.len());
         let (rows_u, width) = (rows as u64, d_out as u64);
-        launch!(self.gpu, "add_bias_f32", rows_u * width, [
-            &agg.slice, &rows_u, &width, &bias, &mut y.slice
-        ]);
+        launch!(
+            self.gpu,
+            "add_bias_f32",
+            rows_u * width,
+            [&agg.slice, &rows_u, &width, &bias, &mut y.slice]
+        );
         Ok(y)
     }
 
-    fn loss(&mut self, op: &Op, part: usize, logits: &DeviceBuf<f32>, labels: &DeviceBuf<i64>) -> Result<Data, ExecError> {
+    fn loss(
+        &mut self,
+        op: &Op,
+        part: usize,
+        logits: &DeviceBuf<f32>,
+        labels: &DeviceBuf<i64>,
+    ) -> Result<Data, ExecError> {
         let rows = self.model.rows(part);
         let n = rows.len();
         let classes = self.model.classes;
@@ -419,14 +477,35 @@ impl CudaGnn {
             let test = test.slice.slice(rows.clone());
             let (rows_u, classes_u, chunk_rows, chunks_u) =
                 (n as u64, classes as u64, REDUCE_ROWS as u64, chunks as u64);
-            launch!(gpu, "softmax_xent_rows_f32", rows_u, [
-                &logits.slice, &rows_u, &classes_u, &labels.slice, &train,
-                &mut loss.slice, &mut correct.slice
-            ]);
-            launch!(gpu, "loss_partials_f64", chunks_u, [
-                &loss.slice, &correct.slice, &train, &val, &test, &rows_u, &chunk_rows,
-                &mut partials.slice
-            ]);
+            launch!(
+                gpu,
+                "softmax_xent_rows_f32",
+                rows_u,
+                [
+                    &logits.slice,
+                    &rows_u,
+                    &classes_u,
+                    &labels.slice,
+                    &train,
+                    &mut loss.slice,
+                    &mut correct.slice
+                ]
+            );
+            launch!(
+                gpu,
+                "loss_partials_f64",
+                chunks_u,
+                [
+                    &loss.slice,
+                    &correct.slice,
+                    &train,
+                    &val,
+                    &test,
+                    &rows_u,
+                    &chunk_rows,
+                    &mut partials.slice
+                ]
+            );
         }
         let host = gpu.download(&partials, "loss partials")?;
         let normaliser = self.model.train_nodes.max(1) as f64;
@@ -443,7 +522,13 @@ impl CudaGnn {
         Ok(out(gpu.upload(&[value as f32], "the loss")?))
     }
 
-    fn loss_bwd(&self, op: &Op, part: usize, logits: &DeviceBuf<f32>, labels: &DeviceBuf<i64>) -> Result<Data, ExecError> {
+    fn loss_bwd(
+        &self,
+        op: &Op,
+        part: usize,
+        logits: &DeviceBuf<f32>,
+        labels: &DeviceBuf<i64>,
+    ) -> Result<Data, ExecError> {
         let rows = self.model.rows(part);
         let n = rows.len();
         let classes = self.model.classes;
@@ -453,9 +538,20 @@ impl CudaGnn {
             let train = self.masks[0].slice.slice(rows);
             let (rows_u, classes_u) = (n as u64, classes as u64);
             let inv = 1.0 / self.model.train_nodes.max(1) as f64;
-            launch!(self.gpu, "softmax_xent_bwd_f32", rows_u, [
-                &logits.slice, &rows_u, &classes_u, &labels.slice, &train, &inv, &mut grad.slice
-            ]);
+            launch!(
+                self.gpu,
+                "softmax_xent_bwd_f32",
+                rows_u,
+                [
+                    &logits.slice,
+                    &rows_u,
+                    &classes_u,
+                    &labels.slice,
+                    &train,
+                    &inv,
+                    &mut grad.slice
+                ]
+            );
         }
         Ok(out(grad))
     }
@@ -487,9 +583,12 @@ impl CudaGnn {
                 let base = (self.model.edge_base[i] + start as u64) * heads as u64;
                 let n = range.len() as u64;
                 let slice = alpha.slice.slice(range.clone());
-                launch!(self.gpu, "dropout_f32", n, [
-                    &slice, &n, &mut kept.slice, &key, &threshold, &scale, &base
-                ]);
+                launch!(
+                    self.gpu,
+                    "dropout_f32",
+                    n,
+                    [&slice, &n, &mut kept.slice, &key, &threshold, &scale, &base]
+                );
                 Some(kept)
             }
             None => None,
@@ -515,7 +614,12 @@ impl CudaGnn {
         }
     }
 
-    fn run_gat(&mut self, op: &Op, name: &Name, inputs: &[&Data]) -> Result<Option<Vec<Data>>, ExecError> {
+    fn run_gat(
+        &mut self,
+        op: &Op,
+        name: &Name,
+        inputs: &[&Data],
+    ) -> Result<Option<Vec<Data>>, ExecError> {
         let l = match name.base {
             "loss" | "loss_bwd" | "grad_accumulate" => return Ok(None),
             _ => name.get('l')?,
@@ -550,13 +654,21 @@ impl CudaGnn {
                 let rows = z.len() / d_out;
                 let mut scores = self.zeros(2 * rows * h_n, "node scores")?;
                 let att_src = w.slice.slice(d_in * d_out..d_in * d_out + d_out);
-                let att_dst = w.slice.slice(d_in * d_out + d_out..d_in * d_out + 2 * d_out);
+                let att_dst = w
+                    .slice
+                    .slice(d_in * d_out + d_out..d_in * d_out + 2 * d_out);
                 let rows_u = rows as u64;
                 {
                     let (mut a_src, mut a_dst) = scores.slice.split_at_mut(rows * h_n);
-                    launch!(gpu, "gat_node_scores_f32", rows_u * h_n as u64, [
-                        &z.slice, &rows_u, &h_u, &c_u, &att_src, &att_dst, &mut a_src, &mut a_dst
-                    ]);
+                    launch!(
+                        gpu,
+                        "gat_node_scores_f32",
+                        rows_u * h_n as u64,
+                        [
+                            &z.slice, &rows_u, &h_u, &c_u, &att_src, &att_dst, &mut a_src,
+                            &mut a_dst
+                        ]
+                    );
                 }
                 vec![out(scores)]
             }
@@ -570,10 +682,20 @@ impl CudaGnn {
                 let a_src = other.slice.slice(0..other.len() / 2);
                 let mut scores = self.zeros(b.nnz() * h_n, "edge scores")?;
                 let rows_u = b.rows() as u64;
-                launch!(gpu, "gat_edge_scores_f32", rows_u * h_n as u64, [
-                    &b.row_start.slice, &b.columns.slice, &rows_u, &h_u, &a_dst, &a_src,
-                    &mut scores.slice
-                ]);
+                launch!(
+                    gpu,
+                    "gat_edge_scores_f32",
+                    rows_u * h_n as u64,
+                    [
+                        &b.row_start.slice,
+                        &b.columns.slice,
+                        &rows_u,
+                        &h_u,
+                        &a_dst,
+                        &a_src,
+                        &mut scores.slice
+                    ]
+                );
                 vec![out(scores)]
             }
             "edge_softmax" => {
@@ -597,7 +719,10 @@ impl CudaGnn {
                 for (b, s) in blocks.iter().zip(&scores) {
                     expect_len(op, "scores", s.len(), b.nnz() * h_n)?;
                     if b.rows() != rows {
-                        return Err(ExecError::Internal(format!("{}: blocks of different rows", op.name)));
+                        return Err(ExecError::Internal(format!(
+                            "{}: blocks of different rows",
+                            op.name
+                        )));
                     }
                     let range = at..at + s.len();
                     if !range.is_empty() {
@@ -612,33 +737,54 @@ impl CudaGnn {
                 }
                 let (rows_u, n) = (rows as u64, (rows * h_n) as u64);
                 let minus_infinity = f32::NEG_INFINITY;
-                launch!(gpu, "fill_f32", n, [&mut row_max.slice, &n, &minus_infinity]);
+                launch!(
+                    gpu,
+                    "fill_f32",
+                    n,
+                    [&mut row_max.slice, &n, &minus_infinity]
+                );
                 for (b, range) in blocks.iter().zip(&ranges) {
                     if range.is_empty() {
                         continue;
                     }
                     let a = alpha.slice.slice(range.clone());
-                    launch!(gpu, "gat_softmax_max_f32", n, [
-                        &b.row_start.slice, &rows_u, &h_u, &a, &mut row_max.slice
-                    ]);
+                    launch!(
+                        gpu,
+                        "gat_softmax_max_f32",
+                        n,
+                        [&b.row_start.slice, &rows_u, &h_u, &a, &mut row_max.slice]
+                    );
                 }
                 for (b, range) in blocks.iter().zip(&ranges) {
                     if range.is_empty() {
                         continue;
                     }
                     let mut a = alpha.slice.slice_mut(range.clone());
-                    launch!(gpu, "gat_softmax_exp_f32", n, [
-                        &b.row_start.slice, &rows_u, &h_u, &mut a, &row_max.slice, &mut row_sum.slice
-                    ]);
+                    launch!(
+                        gpu,
+                        "gat_softmax_exp_f32",
+                        n,
+                        [
+                            &b.row_start.slice,
+                            &rows_u,
+                            &h_u,
+                            &mut a,
+                            &row_max.slice,
+                            &mut row_sum.slice
+                        ]
+                    );
                 }
                 for (b, range) in blocks.iter().zip(&ranges) {
                     if range.is_empty() {
                         continue;
                     }
                     let mut a = alpha.slice.slice_mut(range.clone());
-                    launch!(gpu, "gat_softmax_div_f32", n, [
-                        &b.row_start.slice, &rows_u, &h_u, &mut a, &row_sum.slice
-                    ]);
+                    launch!(
+                        gpu,
+                        "gat_softmax_div_f32",
+                        n,
+                        [&b.row_start.slice, &rows_u, &h_u, &mut a, &row_sum.slice]
+                    );
                 }
                 vec![out(alpha)]
             }
@@ -665,10 +811,23 @@ impl CudaGnn {
                     None => (INIT_ZERO, &gpu.dummy.slice),
                 };
                 let rows_u = rows as u64;
-                launch!(gpu, "gat_aggregate_f32", rows_u * d_out as u64, [
-                    &b.row_start.slice, &b.columns.slice, &rows_u, &alpha_view, &z_src.slice,
-                    &h_u, &c_u, init_buf, &mode, &mut agg.slice
-                ]);
+                launch!(
+                    gpu,
+                    "gat_aggregate_f32",
+                    rows_u * d_out as u64,
+                    [
+                        &b.row_start.slice,
+                        &b.columns.slice,
+                        &rows_u,
+                        &alpha_view,
+                        &z_src.slice,
+                        &h_u,
+                        &c_u,
+                        init_buf,
+                        &mode,
+                        &mut agg.slice
+                    ]
+                );
                 vec![out(agg)]
             }
             "elu" => {
@@ -678,14 +837,22 @@ impl CudaGnn {
                 let mut h = self.zeros(y.len(), "elu")?;
                 let (key, threshold, scale) = mask_args(self.model.dropout(SITE_HIDDEN, l));
                 let (n, base) = (y.len() as u64, self.model.offsets[i] * d_out as u64);
-                launch!(gpu, "elu_dropout_f32", n, [
-                    &y.slice, &n, &mut h.slice, &key, &threshold, &scale, &base
-                ]);
+                launch!(
+                    gpu,
+                    "elu_dropout_f32",
+                    n,
+                    [&y.slice, &n, &mut h.slice, &key, &threshold, &scale, &base]
+                );
                 vec![out(h)]
             }
             "bias" => {
                 arity(op, inputs, 2)?;
-                vec![out(self.plus_bias(op, l, f32s(op, inputs[0])?, weights(1)?)?)]
+                vec![out(self.plus_bias(
+                    op,
+                    l,
+                    f32s(op, inputs[0])?,
+                    weights(1)?,
+                )?)]
             }
             "elu_bwd" => {
                 arity(op, inputs, 3)?;
@@ -696,9 +863,21 @@ impl CudaGnn {
                 let mut dz = self.zeros(y.len(), "elu gradient")?;
                 let (key, threshold, scale) = mask_args(self.model.dropout(SITE_HIDDEN, l));
                 let (n, base) = (y.len() as u64, self.model.offsets[i] * d_out as u64);
-                launch!(gpu, "elu_dropout_bwd_f32", n, [
-                    &grad.slice, &y.slice, &n, &mut dz.slice, &key, &threshold, &scale, &base
-                ]);
+                launch!(
+                    gpu,
+                    "elu_dropout_bwd_f32",
+                    n,
+                    [
+                        &grad.slice,
+                        &y.slice,
+                        &n,
+                        &mut dz.slice,
+                        &key,
+                        &threshold,
+                        &scale,
+                        &base
+                    ]
+                );
                 vec![out(dz)]
             }
             "attention_bwd" => self.attention_bwd(op, name, inputs, l, heads)?,
@@ -723,27 +902,54 @@ impl CudaGnn {
                 }
                 let grad_a_src = grad_src.slice.slice(rows * d_out..grad_src.len());
                 let att_src = w.slice.slice(d_in * d_out..d_in * d_out + d_out);
-                let att_dst = w.slice.slice(d_in * d_out + d_out..d_in * d_out + 2 * d_out);
+                let att_dst = w
+                    .slice
+                    .slice(d_in * d_out + d_out..d_in * d_out + 2 * d_out);
                 let rows_u = rows as u64;
-                launch!(gpu, "gat_node_scores_bwd_z_f32", rows_u * d_out as u64, [
-                    &rows_u, &h_u, &c_u, &att_src, &att_dst, &grad_a_src, &grad_dst.slice,
-                    &mut grad_z.slice
-                ]);
+                launch!(
+                    gpu,
+                    "gat_node_scores_bwd_z_f32",
+                    rows_u * d_out as u64,
+                    [
+                        &rows_u,
+                        &h_u,
+                        &c_u,
+                        &att_src,
+                        &att_dst,
+                        &grad_a_src,
+                        &grad_dst.slice,
+                        &mut grad_z.slice
+                    ]
+                );
                 let mut grad_att = self.zeros(3 * d_out, "grad_att")?;
                 let chunks = rows.div_ceil(REDUCE_ROWS);
                 let mut partials = self.zeros(chunks * 2 * d_out, "attention partials")?;
                 let (chunk_rows, chunks_u, width) =
                     (REDUCE_ROWS as u64, chunks as u64, 2 * d_out as u64);
-                launch!(gpu, "gat_node_scores_bwd_att_f32", chunks_u * d_out as u64, [
-                    &z.slice, &rows_u, &h_u, &c_u, &grad_a_src, &grad_dst.slice, &chunk_rows,
-                    &mut partials.slice
-                ]);
+                launch!(
+                    gpu,
+                    "gat_node_scores_bwd_att_f32",
+                    chunks_u * d_out as u64,
+                    [
+                        &z.slice,
+                        &rows_u,
+                        &h_u,
+                        &c_u,
+                        &grad_a_src,
+                        &grad_dst.slice,
+                        &chunk_rows,
+                        &mut partials.slice
+                    ]
+                );
                 let accumulate = 0i32;
                 {
                     let mut att = grad_att.slice.slice_mut(0..2 * d_out);
-                    launch!(gpu, "sum_partials_f32", width, [
-                        &partials.slice, &chunks_u, &width, &mut att, &accumulate
-                    ]);
+                    launch!(
+                        gpu,
+                        "sum_partials_f32",
+                        width,
+                        [&partials.slice, &chunks_u, &width, &mut att, &accumulate]
+                    );
                 }
                 {
                     let mut bias = grad_att.slice.slice_mut(2 * d_out..3 * d_out);
@@ -774,7 +980,15 @@ impl CudaGnn {
                 {
                     let input = dropped.as_ref().unwrap_or(x);
                     let mut dw_matrix = dw.slice.slice_mut(0..matrix);
-                    self.gemm_dw(&input.slice, &dz.slice, &mut dw_matrix, rows, d_in, d_out, false)?;
+                    self.gemm_dw(
+                        &input.slice,
+                        &dz.slice,
+                        &mut dw_matrix,
+                        rows,
+                        d_in,
+                        d_out,
+                        false,
+                    )?;
                 }
                 if l > 1 {
                     let mut dx = self.zeros(rows * d_in, "grad_h")?;
@@ -855,22 +1069,64 @@ impl CudaGnn {
         let mut du = self.zeros(b.nnz() * h_n, "attention du")?;
         let (rows_u, init) = (b.rows() as u64, INIT_OUT);
         let gpu = &self.gpu;
-        launch!(gpu, "gat_attention_bwd_dst_f32", rows_u * h_n as u64, [
-            &b.row_start.slice, &b.columns.slice, &rows_u, &h_u, &c_u, &alpha_view,
-            &dropped_view, &has_dropped, &a_dst, &a_src, &z_src.slice, &grad_out.slice,
-            &agg_out.slice, &mut du.slice, &mut grad_dst.slice, &init
-        ]);
+        launch!(
+            gpu,
+            "gat_attention_bwd_dst_f32",
+            rows_u * h_n as u64,
+            [
+                &b.row_start.slice,
+                &b.columns.slice,
+                &rows_u,
+                &h_u,
+                &c_u,
+                &alpha_view,
+                &dropped_view,
+                &has_dropped,
+                &a_dst,
+                &a_src,
+                &z_src.slice,
+                &grad_out.slice,
+                &agg_out.slice,
+                &mut du.slice,
+                &mut grad_dst.slice,
+                &init
+            ]
+        );
         let t = self.transpose(b, rows_j)?;
         let src_u = rows_j as u64;
         {
             let (mut grad_z_src, mut grad_a_src) = grad_src.slice.split_at_mut(rows_j * d);
-            launch!(gpu, "gat_scatter_value_f32", src_u * d as u64, [
-                &t.start.slice, &t.perm.slice, &t.perm_row.slice, &src_u, &h_u, &c_u,
-                &dropped_view, &grad_out.slice, &mut grad_z_src, &init
-            ]);
-            launch!(gpu, "gat_scatter_score_f32", src_u * h_n as u64, [
-                &t.start.slice, &t.perm.slice, &src_u, &h_u, &du.slice, &mut grad_a_src, &init
-            ]);
+            launch!(
+                gpu,
+                "gat_scatter_value_f32",
+                src_u * d as u64,
+                [
+                    &t.start.slice,
+                    &t.perm.slice,
+                    &t.perm_row.slice,
+                    &src_u,
+                    &h_u,
+                    &c_u,
+                    &dropped_view,
+                    &grad_out.slice,
+                    &mut grad_z_src,
+                    &init
+                ]
+            );
+            launch!(
+                gpu,
+                "gat_scatter_score_f32",
+                src_u * h_n as u64,
+                [
+                    &t.start.slice,
+                    &t.perm.slice,
+                    &src_u,
+                    &h_u,
+                    &du.slice,
+                    &mut grad_a_src,
+                    &init
+                ]
+            );
         }
         Ok(vec![out(grad_src), out(grad_dst)])
     }
@@ -882,8 +1138,17 @@ impl CudaGnn {
 /// partition's input, the loss's per-row values, a bias-added copy.
 fn workspace_bytes(model: &Model) -> u64 {
     let p = model.partitions();
-    let max_rows = (0..p).map(|i| model.rows(i).len() as u64).max().unwrap_or(0);
-    let max_nnz = model.block_edges.iter().flatten().copied().max().unwrap_or(0);
+    let max_rows = (0..p)
+        .map(|i| model.rows(i).len() as u64)
+        .max()
+        .unwrap_or(0);
+    let max_nnz = model
+        .block_edges
+        .iter()
+        .flatten()
+        .copied()
+        .max()
+        .unwrap_or(0);
     let width = (model.features.max(model.classes) as u64).max(model.hyper.hidden as u64);
     let heads = model.hyper.heads.max(1) as u64;
     let nodes = model.offsets.last().copied().unwrap_or(0);
@@ -983,10 +1248,26 @@ impl Backend for CudaGnn {
                 let mask = self.model.dropout(SITE_INPUT, l).filter(|_| l == 1);
                 let (key, threshold, scale) = mask_args(mask);
                 let (rows_u, width, src_row0) = (rows as u64, d_in as u64, self.model.offsets[j]);
-                launch!(gpu, "spmm_f32", rows_u * width, [
-                    &b.row_start.slice, &b.columns.slice, &b.weights.slice, &rows_u, &src.slice,
-                    &width, init_buf, &mode, &mut agg.slice, &key, &threshold, &scale, &src_row0
-                ]);
+                launch!(
+                    gpu,
+                    "spmm_f32",
+                    rows_u * width,
+                    [
+                        &b.row_start.slice,
+                        &b.columns.slice,
+                        &b.weights.slice,
+                        &rows_u,
+                        &src.slice,
+                        &width,
+                        init_buf,
+                        &mode,
+                        &mut agg.slice,
+                        &key,
+                        &threshold,
+                        &scale,
+                        &src_row0
+                    ]
+                );
                 Ok(vec![out(agg)])
             }
             "linear" => {
@@ -997,17 +1278,20 @@ impl Backend for CudaGnn {
                 expect_len(op, "weights", w.len(), self.model.weight_len(l))?;
                 let rows = f32s(op, inputs[0])?.len() / d_in;
                 let mut z = self.zeros(rows * d_out, "z")?;
-                for k in 0..terms {
-                    let x = f32s(op, inputs[k])?;
+                for (k, input) in inputs[..terms].iter().enumerate() {
+                    let x = f32s(op, input)?;
                     expect_len(op, "input", x.len(), rows * d_in)?;
                     let wk = w.slice.slice(k * d_in * d_out..(k + 1) * d_in * d_out);
                     self.gemm(&x.slice, &wk, &mut z.slice, rows, d_in, d_out, k > 0)?;
                 }
                 let bias = w.slice.slice(terms * d_in * d_out..w.len());
                 let (rows_u, width) = (rows as u64, d_out as u64);
-                launch!(gpu, "add_bias_inplace_f32", rows_u * width, [
-                    &mut z.slice, &rows_u, &width, &bias
-                ]);
+                launch!(
+                    gpu,
+                    "add_bias_inplace_f32",
+                    rows_u * width,
+                    [&mut z.slice, &rows_u, &width, &bias]
+                );
                 Ok(vec![out(z)])
             }
             "relu" | "relu_bwd" => {
@@ -1019,18 +1303,33 @@ impl Backend for CudaGnn {
                     let z = f32s(op, inputs[0])?;
                     let mut h = self.zeros(z.len(), "relu")?;
                     let n = z.len() as u64;
-                    launch!(gpu, "relu_dropout_f32", n, [
-                        &z.slice, &n, &mut h.slice, &key, &threshold, &scale, &base
-                    ]);
+                    launch!(
+                        gpu,
+                        "relu_dropout_f32",
+                        n,
+                        [&z.slice, &n, &mut h.slice, &key, &threshold, &scale, &base]
+                    );
                     Ok(vec![out(h)])
                 } else {
                     let (grad, z) = (f32s(op, inputs[0])?, f32s(op, inputs[1])?);
                     expect_len(op, "gradient", grad.len(), z.len())?;
                     let mut dz = self.zeros(z.len(), "relu gradient")?;
                     let n = z.len() as u64;
-                    launch!(gpu, "relu_dropout_bwd_f32", n, [
-                        &grad.slice, &z.slice, &n, &mut dz.slice, &key, &threshold, &scale, &base
-                    ]);
+                    launch!(
+                        gpu,
+                        "relu_dropout_bwd_f32",
+                        n,
+                        [
+                            &grad.slice,
+                            &z.slice,
+                            &n,
+                            &mut dz.slice,
+                            &key,
+                            &threshold,
+                            &scale,
+                            &base
+                        ]
+                    );
                     Ok(vec![out(dz)])
                 }
             }
@@ -1041,7 +1340,12 @@ impl Backend for CudaGnn {
             }
             "loss_bwd" => {
                 let i = name.get('p')?;
-                Ok(vec![self.loss_bwd(op, i, f32s(op, inputs[0])?, i64s(op, inputs[1])?)?])
+                Ok(vec![self.loss_bwd(
+                    op,
+                    i,
+                    f32s(op, inputs[0])?,
+                    i64s(op, inputs[1])?,
+                )?])
             }
             "linear_bwd" => {
                 let l = name.get('l')?;
@@ -1079,15 +1383,22 @@ impl Backend for CudaGnn {
                 Ok(outputs)
             }
             "grad_accumulate" => {
-                let parts: Vec<&DeviceBuf<f32>> =
-                    inputs.iter().map(|d| f32s(op, d)).collect::<Result<_, _>>()?;
+                let parts: Vec<&DeviceBuf<f32>> = inputs
+                    .iter()
+                    .map(|d| f32s(op, d))
+                    .collect::<Result<_, _>>()?;
                 let len = parts.first().map_or(0, |p| p.len());
                 let mut sum = self.zeros(len, "accumulated gradient")?;
                 let n = len as u64;
                 for (k, part) in parts.iter().enumerate() {
                     expect_len(op, "a gradient", part.len(), len)?;
                     let accumulate = i32::from(k > 0);
-                    launch!(gpu, "sum_into_f32", n, [&part.slice, &n, &mut sum.slice, &accumulate]);
+                    launch!(
+                        gpu,
+                        "sum_into_f32",
+                        n,
+                        [&part.slice, &n, &mut sum.slice, &accumulate]
+                    );
                 }
                 Ok(vec![out(sum)])
             }
@@ -1110,10 +1421,23 @@ impl Backend for CudaGnn {
                 };
                 let t = self.transpose(b, rows)?;
                 let (src_u, width) = (rows as u64, d_in as u64);
-                launch!(gpu, "spmm_t_f32", src_u * width, [
-                    &t.start.slice, &t.perm.slice, &t.perm_row.slice, &b.weights.slice, &src_u,
-                    &grad.slice, &width, init_buf, &mode, &mut dsrc.slice
-                ]);
+                launch!(
+                    gpu,
+                    "spmm_t_f32",
+                    src_u * width,
+                    [
+                        &t.start.slice,
+                        &t.perm.slice,
+                        &t.perm_row.slice,
+                        &b.weights.slice,
+                        &src_u,
+                        &grad.slice,
+                        &width,
+                        init_buf,
+                        &mode,
+                        &mut dsrc.slice
+                    ]
+                );
                 Ok(vec![out(dsrc)])
             }
             _ => Err(ExecError::Kernel(format!(
@@ -1165,10 +1489,24 @@ impl Backend for CudaGnn {
         expect_len(op, "adam_v", v.len(), n)?;
         let n = n as u64;
         let (b1, b2, eps, wd) = (adam.beta1, adam.beta2, adam.eps, adam.weight_decay);
-        launch!(self.gpu, "adam_f32", n, [
-            &mut w.slice, &grad.slice, &mut m.slice, &mut v.slice, &n, &b1, &b2, &eps, &wd,
-            &step_size, &bias_correction2_sqrt
-        ]);
+        launch!(
+            self.gpu,
+            "adam_f32",
+            n,
+            [
+                &mut w.slice,
+                &grad.slice,
+                &mut m.slice,
+                &mut v.slice,
+                &n,
+                &b1,
+                &b2,
+                &eps,
+                &wd,
+                &step_size,
+                &bias_correction2_sqrt
+            ]
+        );
         Ok(())
     }
 }

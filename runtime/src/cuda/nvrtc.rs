@@ -114,10 +114,9 @@ pub fn compile_text(
     if !nvrtc_available() {
         return Err(missing_nvrtc());
     }
-    let code =
-        std::ffi::CString::new(code).map_err(|_| format!("{file_name} holds a NUL byte"))?;
-    let name = std::ffi::CString::new(file_name)
-        .map_err(|_| format!("{file_name:?} holds a NUL byte"))?;
+    let code = std::ffi::CString::new(code).map_err(|_| format!("{file_name} holds a NUL byte"))?;
+    let name =
+        std::ffi::CString::new(file_name).map_err(|_| format!("{file_name:?} holds a NUL byte"))?;
     let program = result::create_program(&code, Some(&name))
         .map_err(|e| format!("{file_name}: nvrtcCreateProgram: {e:?}"))?;
     let options = [format!("--gpu-architecture={arch}"), "--std=c++17".into()];
@@ -143,10 +142,9 @@ pub fn compile_text(
             let mut size = 0usize;
             // SAFETY: the program compiled; NVRTC writes `size` bytes.
             unsafe {
-                let (size_of, get): (
-                    unsafe fn(sys::nvrtcProgram, *mut usize) -> sys::nvrtcResult,
-                    unsafe fn(sys::nvrtcProgram, *mut std::ffi::c_char) -> sys::nvrtcResult,
-                ) = match output {
+                type SizeOf = unsafe fn(sys::nvrtcProgram, *mut usize) -> sys::nvrtcResult;
+                type Get = unsafe fn(sys::nvrtcProgram, *mut std::ffi::c_char) -> sys::nvrtcResult;
+                let (size_of, get): (SizeOf, Get) = match output {
                     Output::Cubin => (sys::nvrtcGetCUBINSize, sys::nvrtcGetCUBIN),
                     Output::Ptx => (sys::nvrtcGetPTXSize, sys::nvrtcGetPTX),
                 };
@@ -171,7 +169,11 @@ pub fn compile_text(
 /// [`compile`] through a folder of compiled images keyed by the source's
 /// text, the architecture and NVRTC's version: a hit skips NVRTC.
 /// A cache that cannot be read or written is only slower.
-pub fn compile_cached(source: Source, arch: &str, cache_dir: Option<&Path>) -> Result<Vec<u8>, String> {
+pub fn compile_cached(
+    source: Source,
+    arch: &str,
+    cache_dir: Option<&Path>,
+) -> Result<Vec<u8>, String> {
     let Some(dir) = cache_dir else {
         return compile(source, arch, Output::Cubin);
     };

@@ -156,7 +156,11 @@ impl Data {
             Data::F32(_) => TAG_F32,
             Data::I64(_) => TAG_I64,
             Data::Block(_) => TAG_BLOCK,
-            Data::Held(_) => return Err(ExecError::Internal("backend-held data has no byte form".into())),
+            Data::Held(_) => {
+                return Err(ExecError::Internal(
+                    "backend-held data has no byte form".into(),
+                ))
+            }
         });
         for length in lengths {
             out.extend_from_slice(&length.to_le_bytes());
