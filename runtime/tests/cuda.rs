@@ -232,6 +232,19 @@ fn check_reference(
             assert_close(name, f32s(&cuda[0]), &expect, 1e-5);
             true
         }
+        "elu_bwd" => {
+            let g = to64(f32s(inputs[0]));
+            let (agg, w) = (to64(f32s(inputs[1])), to64(f32s(inputs[2])));
+            let bias = &w[w.len() - d_out..];
+            let y: Vec<f64> = agg
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v + bias[i % d_out])
+                .collect();
+            let expect = reference::elu_dropout_bwd(&g, &y, d_out, 0, Some(&mask(h, layer, 1)));
+            assert_close(name, f32s(&cuda[0]), &expect, 1e-5);
+            true
+        }
         "loss_bwd" => {
             let logits = to64(f32s(inputs[0]));
             let labels = inputs[1].i64().unwrap();
