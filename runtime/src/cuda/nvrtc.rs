@@ -38,21 +38,26 @@ pub fn preload_library(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Preloads every `libnvrtc*.so*` in `dir` (libnvrtc and its builtins).
+/// Preloads the CUDA libraries the backend uses that lie in `dir`:
+/// NVRTC (`libnvrtc*.so*`, with its builtins) and cuBLAS
+/// (`libcublasLt*.so*`, `libcublas*.so*`), as NVIDIA's CUDA 13 wheels put
+/// them side by side in `nvidia/cu13/lib`. Returns how many were loaded.
 pub fn preload_nvrtc_dir(dir: &Path) -> Result<usize, String> {
     let entries =
         std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
-    let mut paths: Vec<PathBuf> = entries
+    // Dependencies first: NVRTC's builtins, then cuBLASLt.
+    const ORDER: [&str; 4] = ["libnvrtc-builtins", "libnvrtc", "libcublasLt", "libcublas"];
+    let rank = |name: &str| ORDER.iter().position(|prefix| name.starts_with(prefix));
+    let mut paths: Vec<(usize, PathBuf)> = entries
         .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|path| {
-            path.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("libnvrtc") && n.contains(".so"))
+        .filter_map(|path| {
+            let name = path.file_name()?.to_str()?.to_string();
+            let k = rank(&name).filter(|_| name.contains(".so"))?;
+            Some((k, path))
         })
         .collect();
-    // The builtins first: libnvrtc loads them by name when it compiles.
-    paths.sort_by_key(|p| !p.to_string_lossy().contains("builtins"));
-    for path in &paths {
+    paths.sort();
+    for (_, path) in &paths {
         preload_library(path)?;
     }
     Ok(paths.len())
