@@ -51,7 +51,7 @@ enum Command {
     /// counts, simulate each plan that fits, and print (or write) the
     /// speedup of dp over each peer.
     Study(StudyArgs),
-    /// Train a GNN for real on the CPU backend, executing a plan under its budgets.
+    /// Train a GNN for real on the CPU or CUDA backend, executing a plan under its budgets.
     Train(TrainArgs),
     /// Write a generated graph as a folder of PyG-named .npy files.
     Generate {

@@ -1,5 +1,5 @@
-//! `fateplan train`: trains a GNN for real on the CPU backend under the
-//! plan's budgets.
+//! `fateplan train`: trains a GNN for real on the CPU or CUDA backend
+//! under the plan's budgets.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -95,6 +95,48 @@ pub struct TrainArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// What computes the operators: cpu, or cuda (an NVIDIA GPU, with the
+    /// driver, NVRTC and cuBLAS of CUDA 13).
+    #[arg(long, default_value = "cpu")]
+    backend: String,
+    /// The CUDA device's ordinal (with --backend cuda).
+    #[arg(long, default_value_t = 0)]
+    cuda_device: usize,
+    /// Folder for the compiled CUDA kernels (default: fateplan/kernels in
+    /// the user's cache folder, $XDG_CACHE_HOME or ~/.cache).
+    #[arg(long)]
+    kernel_cache: Option<PathBuf>,
+}
+
+/// The backend a run asked for; for CUDA, checked before the graph is
+/// read, so a machine without a GPU says so at once.
+fn backend_choice(args: &TrainArgs) -> Result<train::BackendChoice> {
+    match args.backend.as_str() {
+        "cpu" => Ok(train::BackendChoice::Cpu),
+        "cuda" => {
+            // NVRTC outside the loader's path (a pip wheel, say): its folder.
+            if let Some(dir) = std::env::var_os("FATEPLAN_NVRTC_DIR") {
+                let dir = PathBuf::from(dir);
+                fateplan::runtime::cuda::nvrtc::preload_nvrtc_dir(&dir)
+                    .map_err(|e| anyhow::anyhow!("FATEPLAN_NVRTC_DIR: {e}"))?;
+            }
+            fateplan::runtime::cuda::probe(args.cuda_device)?;
+            let kernel_cache_dir = args.kernel_cache.clone().or_else(|| {
+                std::env::var_os("XDG_CACHE_HOME")
+                    .map(PathBuf::from)
+                    .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                    .map(|root| root.join("fateplan").join("kernels"))
+            });
+            Ok(train::BackendChoice::Cuda(
+                fateplan::runtime::cuda::CudaOptions {
+                    device: args.cuda_device,
+                    kernel_cache_dir,
+                    workspace_bytes: None,
+                },
+            ))
+        }
+        other => bail!("--backend {other}: expected cpu or cuda"),
+    }
 }
 
 pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Result<()> {
@@ -143,6 +185,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             args.weight_decay
         );
     }
+    let backend = backend_choice(args)?;
     let mut dataset = train::load_graph(&args.graph)?;
     if !args.raw_features {
         dataset.row_normalize_features();
@@ -263,6 +306,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         budgets: run_budgets,
         ssd,
         trace: args.trace.is_some(),
+        backend,
     };
     let (report, spans) = train::train(prepared, hyper, run, &mut on_epoch)?;
     bar.finish_and_clear();

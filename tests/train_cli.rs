@@ -333,3 +333,69 @@ fn the_csr_cache_gives_the_same_model_and_refuses_another_graph() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--backend cuda`: on a machine without the CUDA driver (or NVRTC,
+/// cuBLAS, a device), one clean line that says what is missing, exit
+/// status 1 and no panic; with a GPU, the model trains as on the CPU.
+#[test]
+fn the_cuda_backend_trains_or_says_in_one_line_why_it_cannot() {
+    let graph =
+        "planted:nodes=600,classes=3,features=16,degree=6,homophily=0.9,val=60,test=100,seed=3";
+    let args = |backend: &'static str| {
+        [
+            "train",
+            "--graph",
+            graph,
+            "--epochs",
+            "100",
+            "--lr",
+            "0.05",
+            "--partitions",
+            "2",
+            "--json",
+            "--backend",
+            backend,
+        ]
+    };
+    let output = fateplan(&args("cuda"));
+    let err = stderr(&output);
+    assert!(!err.contains("panicked"), "{err}");
+    if !output.status.success() {
+        let required = std::env::var("FATEPLAN_REQUIRE_GPU").is_ok_and(|v| v == "1");
+        assert!(!required, "FATEPLAN_REQUIRE_GPU=1 but: {err}");
+        assert_eq!(output.status.code(), Some(1), "{err}");
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "one line: {err}");
+        assert!(lines[0].starts_with("error: cuda: "), "{err}");
+        eprintln!("skipped GPU training: {}", lines[0]);
+        return;
+    }
+    let gpu: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    let cpu_output = fateplan(&args("cpu"));
+    assert!(cpu_output.status.success(), "{}", stderr(&cpu_output));
+    let cpu: serde_json::Value = serde_json::from_str(&stdout(&cpu_output)).unwrap();
+    let (g, c) = (
+        gpu["final_loss"].as_f64().unwrap(),
+        cpu["final_loss"].as_f64().unwrap(),
+    );
+    assert!(
+        (g - c).abs() <= 1e-3 * c.abs().max(1.0),
+        "loss: cuda {g}, cpu {c}"
+    );
+    // The CPU reaches 0.65 here; chance is 1/3.
+    let (g, c) = (
+        gpu["test_accuracy"].as_f64().unwrap(),
+        cpu["test_accuracy"].as_f64().unwrap(),
+    );
+    assert!(
+        g > 0.5 && (g - c).abs() <= 0.02,
+        "test accuracy: cuda {g}, cpu {c}"
+    );
+}
+
+#[test]
+fn an_unknown_backend_is_refused() {
+    let output = fateplan(&["train", "--graph", "planted:nodes=100", "--backend", "tpu"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("--backend tpu: expected cpu or cuda"));
+}

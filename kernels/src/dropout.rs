@@ -80,6 +80,16 @@ impl Dropout {
         }
     }
 
+    /// The mask as a kernel on another device evaluates it: the key, the
+    /// 16-bit threshold (0: no dropout) and the factor of kept elements.
+    /// Element `i` is kept when the 16 bits `16 * (i % 4)` of
+    /// SplitMix64's output function of `key + (i / 4) * GOLDEN` are at
+    /// least the threshold.
+    pub fn device_params(&self) -> (u64, u32, f32) {
+        let mask = self.mask();
+        (mask.key, mask.threshold, mask.scale)
+    }
+
     /// Whether element `index` is kept.
     pub fn keep(&self, index: u64) -> bool {
         self.mask().keep(index)
@@ -406,6 +416,30 @@ mod tests {
                         assert_eq!(v, d.value(index), "width {width} r {r} f {}", f + k);
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn device_params_give_the_same_mask() {
+        // The formula of kernels/cuda/prelude.cuh (`mask_keep`), from the
+        // parameters the CUDA backend passes.
+        for (p, seed, stream) in [(0.5f32, 1u64, 0u64), (0.3, 99, 7 << 16), (0.0, 3, 4)] {
+            let d = Dropout::new(p, seed, stream).unwrap();
+            let (key, threshold, scale) = d.device_params();
+            assert_eq!(scale, d.scale());
+            assert_eq!(threshold == 0, d.is_identity());
+            for i in 0..4096u64 {
+                let bits = mix64(key.wrapping_add((i >> 2).wrapping_mul(GOLDEN)));
+                let u = (bits >> (16 * (i & 3))) as u32 & 0xFFFF;
+                let value = if threshold == 0 {
+                    1.0
+                } else if u >= threshold {
+                    scale
+                } else {
+                    0.0
+                };
+                assert_eq!(value, d.value(i), "p {p} element {i}");
             }
         }
     }

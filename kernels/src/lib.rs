@@ -16,6 +16,8 @@
 //! - [`gat`]: graph attention, split so that it runs block by block.
 //! - [`dropout`]: the counter-based mask every kernel regenerates.
 //! - [`reference`]: `f64` loops, the oracle the tests compare against.
+//! - [`cuda`]: the CUDA sources of the same kernels (`kernels/cuda/*.cu`),
+//!   compiled at run time by the runtime's CUDA backend.
 //!
 //! Architecture invariant: results are bit-identical whatever the rayon
 //! thread count. Reductions over rows are split into chunks of a fixed
@@ -33,6 +35,7 @@
 //! and every build of a kernel gives the same bits.
 
 pub mod activation;
+pub mod cuda;
 pub mod dense;
 pub mod dropout;
 pub mod gat;

@@ -26,158 +26,20 @@
 //! same bits.
 
 use fateplan_kernels::gat::{self, BlockGrads, BlockInputs, Heads, NodeScoreGrads};
-use fateplan_kernels::{
-    activation, dense, dropout::Dropout, loss, optim::Adam, sparse, BlockRef, Write, REDUCE_ROWS,
-};
+use fateplan_kernels::{activation, dense, loss, sparse, BlockRef, Write, REDUCE_ROWS};
 use fateplan_planner::gnn::GnnModel;
 use fateplan_planner::workload::{Op, Tensor};
 
 use crate::exec::data::{BlockData, Data};
 use crate::exec::{Backend, ExecError};
-
-/// The graph as the executor's inputs: features, labels, masks and the
-/// normalised blocks of a P-way vertex-range partition.
-#[derive(Debug, Clone)]
-pub struct GraphInput {
-    /// Row offsets of the partitions: `offsets[p]..offsets[p + 1]`.
-    pub offsets: Vec<u64>,
-    pub features: usize,
-    pub classes: usize,
-    /// Node features, row-major.
-    pub x: Vec<f32>,
-    pub y: Vec<i64>,
-    pub train_mask: Vec<bool>,
-    pub val_mask: Vec<bool>,
-    pub test_mask: Vec<bool>,
-    /// Block `(dst i, src j)` at `i * P + j`, when it exists.
-    pub blocks: Vec<Option<BlockData>>,
-}
-
-impl GraphInput {
-    pub fn partitions(&self) -> usize {
-        self.offsets.len() - 1
-    }
-
-    fn rows(&self, p: usize) -> std::ops::Range<usize> {
-        self.offsets[p] as usize..self.offsets[p + 1] as usize
-    }
-}
-
-/// Hyper-parameters of training.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Hyper {
-    pub model: GnnModel,
-    pub layers: u32,
-    pub hidden: u32,
-    pub heads: u32,
-    pub dropout: f32,
-    pub lr: f32,
-    pub weight_decay: f32,
-    /// Weight decay on every layer; otherwise on the first only (Kipf's GCN).
-    pub weight_decay_all_layers: bool,
-    pub seed: u64,
-}
-
-/// Whether an iteration trains or only evaluates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Train,
-    /// No dropout and no parameter updates; accuracy on every mask.
-    Eval,
-}
-
-/// What the loss operators saw in the last iteration.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Metrics {
-    /// Mean cross-entropy over the training nodes.
-    pub loss: f64,
-    pub train_correct: u64,
-    pub train_total: u64,
-    pub val_correct: u64,
-    pub val_total: u64,
-    pub test_correct: u64,
-    pub test_total: u64,
-}
-
-impl Metrics {
-    fn ratio(correct: u64, total: u64) -> f64 {
-        if total == 0 {
-            0.0
-        } else {
-            correct as f64 / total as f64
-        }
-    }
-    pub fn train_accuracy(&self) -> f64 {
-        Self::ratio(self.train_correct, self.train_total)
-    }
-    pub fn val_accuracy(&self) -> f64 {
-        Self::ratio(self.val_correct, self.val_total)
-    }
-    pub fn test_accuracy(&self) -> f64 {
-        Self::ratio(self.test_correct, self.test_total)
-    }
-}
-
-/// Kinds of dropout site, part of the mask's key (two bits).
-const SITE_INPUT: u64 = 0;
-const SITE_HIDDEN: u64 = 1;
-const SITE_ATTENTION: u64 = 2;
+use crate::gnn::{arity, GnnBackend, Model, Name, SITE_ATTENTION, SITE_HIDDEN, SITE_INPUT};
+pub use crate::gnn::{GraphInput, Hyper, Metrics, Mode};
 
 pub struct CpuGnn {
+    /// Features, labels and blocks until the executor holds them.
     graph: GraphInput,
-    hyper: Hyper,
-    mode: Mode,
-    /// Training iterations begun: Adam's step count.
-    updates: u32,
-    train_nodes: usize,
+    model: Model,
     metrics: Metrics,
-    /// Edges of block `(i, j)` at `i * P + j`, when it exists: kept after
-    /// the blocks move to the executor, for GAT's edge offsets.
-    block_edges: Vec<Option<u64>>,
-    /// Global index of the first edge of each row partition, its blocks
-    /// in source order (GAT's attention-dropout counter).
-    edge_base: Vec<u64>,
-}
-
-/// A name like `agg[l1,p0,s2]` as its base and its lettered indices.
-struct Name<'a> {
-    base: &'a str,
-    fields: Vec<(char, u32)>,
-}
-
-impl<'a> Name<'a> {
-    fn parse(name: &'a str) -> Result<Name<'a>, ExecError> {
-        let bad = || ExecError::Internal(format!("unexpected operator or tensor name {name:?}"));
-        let (base, rest) = name.split_once('[').ok_or_else(bad)?;
-        let inner = rest.strip_suffix(']').ok_or_else(bad)?;
-        let mut fields = Vec::new();
-        for part in inner.split(',') {
-            let mut chars = part.chars();
-            let first = chars.next().ok_or_else(bad)?;
-            let (letter, digits) = if first.is_ascii_digit() {
-                ('#', part)
-            } else {
-                (first, chars.as_str())
-            };
-            fields.push((letter, digits.parse().map_err(|_| bad())?));
-        }
-        Ok(Name { base, fields })
-    }
-
-    fn get(&self, letter: char) -> Result<usize, ExecError> {
-        self.fields
-            .iter()
-            .find(|(l, _)| *l == letter)
-            .map(|&(_, v)| v as usize)
-            .ok_or_else(|| ExecError::Internal(format!("{} has no index {letter}", self.base)))
-    }
-
-    fn number(&self, k: usize) -> Result<usize, ExecError> {
-        self.fields
-            .get(k)
-            .map(|&(_, v)| v as usize)
-            .ok_or_else(|| ExecError::Internal(format!("{} has too few indices", self.base)))
-    }
 }
 
 fn kernel(error: impl std::fmt::Display) -> ExecError {
@@ -185,141 +47,21 @@ fn kernel(error: impl std::fmt::Display) -> ExecError {
 }
 
 impl CpuGnn {
-    pub fn new(graph: GraphInput, hyper: Hyper) -> Result<CpuGnn, ExecError> {
-        if hyper.model == GnnModel::Gat
-            && (hyper.heads == 0 || !hyper.hidden.is_multiple_of(hyper.heads))
-        {
-            return Err(ExecError::Kernel(format!(
-                "heads {}: GAT needs a positive number of heads that divides hidden ({})",
-                hyper.heads, hyper.hidden
-            )));
-        }
-        let p = graph.partitions();
-        if graph.blocks.len() != p * p {
-            return Err(ExecError::Internal(format!(
-                "{} blocks for {p} partitions",
-                graph.blocks.len()
-            )));
-        }
-        let block_edges: Vec<Option<u64>> = graph
-            .blocks
-            .iter()
-            .map(|b| b.as_ref().map(|b| b.columns.len() as u64))
-            .collect();
-        let mut edge_base = Vec::with_capacity(p);
-        let mut next = 0;
-        for row in block_edges.chunks(p.max(1)) {
-            edge_base.push(next);
-            next += row.iter().flatten().sum::<u64>();
-        }
-        let train_nodes = graph.train_mask.iter().filter(|&&m| m).count();
+    pub fn new(mut graph: GraphInput, hyper: Hyper) -> Result<CpuGnn, ExecError> {
+        let model = Model::new(&mut graph, hyper)?;
         Ok(CpuGnn {
             graph,
-            hyper,
-            mode: Mode::Train,
-            updates: 0,
-            train_nodes,
+            model,
             metrics: Metrics::default(),
-            block_edges,
-            edge_base,
         })
     }
 
     pub fn set_mode(&mut self, mode: Mode) {
-        self.mode = mode;
+        self.model.mode = mode;
     }
 
     pub fn metrics(&self) -> Metrics {
         self.metrics
-    }
-
-    fn dims(&self, layer: usize) -> (usize, usize) {
-        let h = &self.hyper;
-        let d_in = if layer == 1 {
-            self.graph.features
-        } else {
-            h.hidden as usize
-        };
-        let d_out = if layer == h.layers as usize {
-            self.graph.classes
-        } else {
-            h.hidden as usize
-        };
-        (d_in, d_out)
-    }
-
-    /// Inputs per linear layer: GraphSAGE has a self and a neighbour term.
-    fn terms(&self) -> usize {
-        if self.hyper.model == GnnModel::Sage {
-            2
-        } else {
-            1
-        }
-    }
-
-    fn dropout(&self, site: u64, layer: usize) -> Option<Dropout> {
-        let p = self.hyper.dropout;
-        (self.mode == Mode::Train && p > 0.0).then_some(Dropout {
-            p,
-            seed: self.hyper.seed,
-            stream: ((self.updates as u64) << 16) | ((layer as u64) << 2) | site,
-        })
-    }
-
-    /// Values in a layer's weights (and in each Adam moment).
-    fn weight_len(&self, layer: usize) -> usize {
-        let (d_in, d_out) = self.dims(layer);
-        match self.hyper.model {
-            GnnModel::Gat => d_in * d_out + 3 * d_out,
-            _ => dense::linear_weight_len(self.terms(), d_in, d_out),
-        }
-    }
-
-    fn init_weights(&self, layer: usize) -> Vec<f32> {
-        let (d_in, d_out) = self.dims(layer);
-        let terms = self.terms();
-        let limit = (6.0 / (d_in + d_out) as f64).sqrt();
-        let mut state = self.hyper.seed ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(layer as u64 + 1));
-        let mut next = || {
-            // SplitMix64.
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        };
-        let mut uniform = |count: usize, limit: f64| -> Vec<f32> {
-            (0..count)
-                .map(|_| {
-                    let unit = (next() >> 11) as f64 / (1u64 << 53) as f64;
-                    ((2.0 * unit - 1.0) * limit) as f32
-                })
-                .collect()
-        };
-        let mut w = uniform(terms * d_in * d_out, limit);
-        if self.hyper.model == GnnModel::Gat {
-            // att_src and att_dst, Glorot over their (heads, head_width)
-            // shape as PyG initialises them.
-            let heads = self.heads(layer);
-            let limit = (6.0 / (heads.heads + heads.head_width) as f64).sqrt();
-            w.extend(uniform(2 * d_out, limit));
-        }
-        w.extend(std::iter::repeat_n(0.0, d_out));
-        w
-    }
-
-    /// GAT's heads at `layer`: the hidden layers' `heads`, one at the last.
-    fn heads(&self, layer: usize) -> Heads {
-        let (_, d_out) = self.dims(layer);
-        let heads = if layer == self.hyper.layers as usize {
-            1
-        } else {
-            self.hyper.heads.max(1) as usize
-        };
-        Heads {
-            heads,
-            head_width: d_out / heads,
-        }
     }
 
     fn loss_metrics(
@@ -328,16 +70,16 @@ impl CpuGnn {
         logits: &[f32],
         labels: &[i64],
     ) -> Result<f32, ExecError> {
-        let rows = self.graph.rows(part);
-        let classes = self.graph.classes;
-        let train = &self.graph.train_mask[rows.clone()];
+        let rows = self.model.rows(part);
+        let classes = self.model.classes;
+        let train = &self.model.train_mask[rows.clone()];
         let value = loss::softmax_cross_entropy(
             logits,
             rows.len(),
             classes,
             labels,
             train,
-            self.train_nodes.max(1),
+            self.model.train_nodes.max(1),
         )
         .map_err(kernel)?;
         self.metrics.loss += value;
@@ -347,10 +89,10 @@ impl CpuGnn {
         let (c, t) = count(train)?;
         self.metrics.train_correct += c;
         self.metrics.train_total += t;
-        let (c, t) = count(&self.graph.val_mask[rows.clone()])?;
+        let (c, t) = count(&self.model.val_mask[rows.clone()])?;
         self.metrics.val_correct += c;
         self.metrics.val_total += t;
-        let (c, t) = count(&self.graph.test_mask[rows])?;
+        let (c, t) = count(&self.model.test_mask[rows])?;
         self.metrics.test_correct += c;
         self.metrics.test_total += t;
         Ok(value as f32)
@@ -366,37 +108,8 @@ fn view(block: &BlockData) -> BlockRef<'_> {
     }
 }
 
-/// Checks an operator's input count (the plan was made for this workload,
-/// so a mismatch is a bug).
-fn arity(op: &Op, inputs: &[&Data], expected: usize) -> Result<(), ExecError> {
-    if inputs.len() == expected {
-        Ok(())
-    } else {
-        Err(ExecError::Internal(format!(
-            "{} has {} inputs, expected {expected}",
-            op.name,
-            inputs.len()
-        )))
-    }
-}
-
 /// GAT's operators (see the module doc and `fateplan_planner::gnn`).
 impl CpuGnn {
-    fn p(&self) -> usize {
-        self.graph.partitions()
-    }
-
-    fn has_block(&self, i: usize, j: usize) -> bool {
-        self.block_edges[i * self.p() + j].is_some()
-    }
-
-    /// Edges of row partition `i` in blocks before source `j`: where block
-    /// `(i, j)` starts in `alpha[i]`.
-    fn edges_before(&self, i: usize, j: usize) -> u64 {
-        let p = self.p();
-        self.block_edges[i * p..i * p + j].iter().flatten().sum()
-    }
-
     /// `alpha[i]`'s slice for block `(i, j)`, and with attention dropout
     /// its dropped copy.
     fn block_alpha<'a>(
@@ -407,10 +120,8 @@ impl CpuGnn {
         alpha: &'a [f32],
         heads: usize,
     ) -> Result<(&'a [f32], Option<Vec<f32>>), ExecError> {
-        let p = self.p();
-        let nnz = self.block_edges[i * p + j]
-            .ok_or_else(|| ExecError::Internal(format!("the graph has no block ({i}, {j})")))?;
-        let start = self.edges_before(i, j);
+        let nnz = self.model.block_nnz(i, j)?;
+        let start = self.model.edges_before(i, j);
         let range = (start * heads as u64) as usize..((start + nnz) * heads as u64) as usize;
         let slice = alpha.get(range.clone()).ok_or_else(|| {
             ExecError::Internal(format!(
@@ -418,10 +129,10 @@ impl CpuGnn {
                 alpha.len()
             ))
         })?;
-        let dropped = match self.dropout(SITE_ATTENTION, l) {
+        let dropped = match self.model.dropout(SITE_ATTENTION, l) {
             Some(mask) => {
                 let mut kept = slice.to_vec();
-                let row0 = self.edge_base[i] + start;
+                let row0 = self.model.edge_base[i] + start;
                 activation::dropout_in_place(&mut kept, heads, row0, &mask).map_err(kernel)?;
                 Some(kept)
             }
@@ -443,10 +154,10 @@ impl CpuGnn {
         mut f: impl FnMut(usize, usize, &[f32]) -> Result<(), ExecError>,
     ) -> Result<(), ExecError> {
         let rows = x.len() / d_in;
-        match self.dropout(SITE_INPUT, l).filter(|_| l == 1) {
+        match self.model.dropout(SITE_INPUT, l).filter(|_| l == 1) {
             None => f(0, rows, x),
             Some(mask) => {
-                let row0 = self.graph.offsets[part];
+                let row0 = self.model.offsets[part];
                 let mut r0 = 0;
                 while r0 < rows {
                     let n = REDUCE_ROWS.min(rows - r0);
@@ -463,7 +174,7 @@ impl CpuGnn {
 
     /// `agg + bias` for the rows of `agg`.
     fn plus_bias(&self, l: usize, agg: &[f32], w: &[f32]) -> Result<Vec<f32>, ExecError> {
-        let (_, d_out) = self.dims(l);
+        let (_, d_out) = self.model.dims(l);
         let bias = &w[w.len() - d_out..];
         let mut y = agg.to_vec();
         dense::add_bias(&mut y, d_out, bias).map_err(kernel)?;
@@ -482,17 +193,17 @@ impl CpuGnn {
             "loss" | "loss_bwd" | "grad_accumulate" => return Ok(None),
             _ => name.get('l')?,
         };
-        let (d_in, d_out) = self.dims(l);
-        let heads = self.heads(l);
+        let (d_in, d_out) = self.model.dims(l);
+        let heads = self.model.heads(l);
         let h_n = heads.heads;
         let weights = |k: usize| -> Result<&[f32], ExecError> {
             let w = inputs[k].f32()?;
-            if w.len() != self.weight_len(l) {
+            if w.len() != self.model.weight_len(l) {
                 return Err(ExecError::Internal(format!(
                     "{}: weights hold {} values, expected {}",
                     op.name,
                     w.len(),
-                    self.weight_len(l)
+                    self.model.weight_len(l)
                 )));
             }
             Ok(w)
@@ -561,7 +272,7 @@ impl CpuGnn {
             }
             "agg" => {
                 let (i, j) = (name.get('p')?, name.get('s')?);
-                let first = (0..j).all(|s| !self.has_block(i, s));
+                let first = (0..j).all(|s| !self.model.has_block(i, s));
                 arity(op, inputs, if first { 3 } else { 4 })?;
                 let block = inputs[0].block()?;
                 let z_src = inputs[1].f32()?;
@@ -578,8 +289,8 @@ impl CpuGnn {
                 let i = name.get('p')?;
                 let y = self.plus_bias(l, inputs[0].f32()?, weights(1)?)?;
                 let mut out = vec![0.0f32; y.len()];
-                let mask = self.dropout(SITE_HIDDEN, l);
-                activation::elu_dropout(&y, &mut out, d_out, self.graph.offsets[i], mask.as_ref())
+                let mask = self.model.dropout(SITE_HIDDEN, l);
+                activation::elu_dropout(&y, &mut out, d_out, self.model.offsets[i], mask.as_ref())
                     .map_err(kernel)?;
                 vec![Data::F32(out)]
             }
@@ -597,12 +308,12 @@ impl CpuGnn {
                 let grad = inputs[0].f32()?;
                 let y = self.plus_bias(l, inputs[1].f32()?, weights(2)?)?;
                 let mut out = vec![0.0f32; y.len()];
-                let mask = self.dropout(SITE_HIDDEN, l);
+                let mask = self.model.dropout(SITE_HIDDEN, l);
                 activation::elu_dropout_bwd(
                     grad,
                     &y,
                     d_out,
-                    self.graph.offsets[i],
+                    self.model.offsets[i],
                     mask.as_ref(),
                     &mut out,
                 )
@@ -734,8 +445,8 @@ impl CpuGnn {
     ) -> Result<Vec<Data>, ExecError> {
         let (j, i) = (name.get('p')?, name.get('d')?);
         let (h_n, d) = (heads.heads, heads.width());
-        let first_destination = (0..i).all(|t| !self.has_block(t, j));
-        let first_source = (0..j).all(|s| !self.has_block(i, s));
+        let first_destination = (0..i).all(|t| !self.model.has_block(t, j));
+        let first_source = (0..j).all(|s| !self.model.has_block(i, s));
         let expected =
             6 + usize::from(i != j) + usize::from(!first_destination) + usize::from(!first_source);
         arity(op, inputs, expected)?;
@@ -752,7 +463,7 @@ impl CpuGnn {
         let grad_out = inputs[k + 1].f32()?;
         let out = inputs[k + 2].f32()?;
         k += 3;
-        let (rows_i, rows_j) = (self.graph.rows(i).len(), self.graph.rows(j).len());
+        let (rows_i, rows_j) = (self.model.rows(i).len(), self.model.rows(j).len());
         let mut grad_src = if first_destination {
             vec![0.0f32; rows_j * (d + h_n)]
         } else {
@@ -794,6 +505,16 @@ impl CpuGnn {
     }
 }
 
+impl GnnBackend for CpuGnn {
+    fn set_mode(&mut self, mode: Mode) {
+        CpuGnn::set_mode(self, mode);
+    }
+
+    fn metrics(&self) -> Result<Metrics, ExecError> {
+        Ok(self.metrics)
+    }
+}
+
 impl Backend for CpuGnn {
     fn external(&mut self, tensor: &Tensor) -> Result<Data, ExecError> {
         let name = Name::parse(&tensor.name)?;
@@ -811,8 +532,8 @@ impl Backend for CpuGnn {
                 })?;
                 Data::Block(block)
             }
-            "w" => Data::F32(self.init_weights(name.get('l')?)),
-            "adam_m" | "adam_v" => Data::F32(vec![0.0; self.weight_len(name.get('l')?)]),
+            "w" => Data::F32(self.model.init_weights(name.get('l')?)),
+            "adam_m" | "adam_v" => Data::F32(vec![0.0; self.model.weight_len(name.get('l')?)]),
             _ => {
                 return Err(ExecError::Internal(format!(
                     "unexpected external tensor {}",
@@ -832,24 +553,22 @@ impl Backend for CpuGnn {
 
     fn begin_iteration(&mut self, _iteration: u64) -> Result<(), ExecError> {
         self.metrics = Metrics::default();
-        if self.mode == Mode::Train {
-            self.updates += 1;
-        }
+        self.model.begin_iteration();
         Ok(())
     }
 
     fn run(&mut self, op: &Op, inputs: &[&Data]) -> Result<Vec<Data>, ExecError> {
         let name = Name::parse(&op.name)?;
-        if self.hyper.model == GnnModel::Gat {
+        if self.model.hyper.model == GnnModel::Gat {
             if let Some(outputs) = self.run_gat(op, &name, inputs)? {
                 return Ok(outputs);
             }
         }
-        let terms = self.terms();
+        let terms = self.model.terms();
         match name.base {
             "agg" => {
                 let (l, j) = (name.get('l')?, name.get('s')?);
-                let (d_in, _) = self.dims(l);
+                let (d_in, _) = self.model.dims(l);
                 let block = inputs[0].block()?;
                 let src = inputs[1].f32()?;
                 let init = inputs.get(2).map(|d| d.f32()).transpose()?;
@@ -860,9 +579,9 @@ impl Backend for CpuGnn {
                     columns: &block.columns,
                     weights: &block.weights,
                 };
-                match self.dropout(SITE_INPUT, l).filter(|_| l == 1) {
+                match self.model.dropout(SITE_INPUT, l).filter(|_| l == 1) {
                     Some(mask) => {
-                        let src_row0 = self.graph.offsets[j];
+                        let src_row0 = self.model.offsets[j];
                         sparse::spmm_dropout(
                             view,
                             src,
@@ -880,7 +599,7 @@ impl Backend for CpuGnn {
             }
             "linear" => {
                 let l = name.get('l')?;
-                let (d_in, d_out) = self.dims(l);
+                let (d_in, d_out) = self.model.dims(l);
                 let w = inputs[terms].f32()?;
                 let xs: Vec<&[f32]> = inputs[..terms]
                     .iter()
@@ -893,25 +612,25 @@ impl Backend for CpuGnn {
             }
             "relu" => {
                 let (l, i) = (name.get('l')?, name.get('p')?);
-                let (_, d_out) = self.dims(l);
+                let (_, d_out) = self.model.dims(l);
                 let z = inputs[0].f32()?;
                 let mut out = vec![0.0f32; z.len()];
-                let mask = self.dropout(SITE_HIDDEN, l);
-                activation::relu_dropout(z, &mut out, d_out, self.graph.offsets[i], mask.as_ref())
+                let mask = self.model.dropout(SITE_HIDDEN, l);
+                activation::relu_dropout(z, &mut out, d_out, self.model.offsets[i], mask.as_ref())
                     .map_err(kernel)?;
                 Ok(vec![Data::F32(out)])
             }
             "relu_bwd" => {
                 let (l, i) = (name.get('l')?, name.get('p')?);
-                let (_, d_out) = self.dims(l);
+                let (_, d_out) = self.model.dims(l);
                 let (grad, z) = (inputs[0].f32()?, inputs[1].f32()?);
                 let mut out = vec![0.0f32; z.len()];
-                let mask = self.dropout(SITE_HIDDEN, l);
+                let mask = self.model.dropout(SITE_HIDDEN, l);
                 activation::relu_dropout_bwd(
                     grad,
                     z,
                     d_out,
-                    self.graph.offsets[i],
+                    self.model.offsets[i],
                     mask.as_ref(),
                     &mut out,
                 )
@@ -925,16 +644,16 @@ impl Backend for CpuGnn {
             }
             "loss_bwd" => {
                 let i = name.get('p')?;
-                let rows = self.graph.rows(i);
+                let rows = self.model.rows(i);
                 let logits = inputs[0].f32()?;
                 let mut grad = vec![0.0f32; logits.len()];
                 loss::softmax_cross_entropy_bwd(
                     logits,
                     rows.len(),
-                    self.graph.classes,
+                    self.model.classes,
                     inputs[1].i64()?,
-                    &self.graph.train_mask[rows],
-                    self.train_nodes.max(1),
+                    &self.model.train_mask[rows],
+                    self.model.train_nodes.max(1),
                     &mut grad,
                 )
                 .map_err(kernel)?;
@@ -942,7 +661,7 @@ impl Backend for CpuGnn {
             }
             "linear_bwd" => {
                 let l = name.get('l')?;
-                let (d_in, d_out) = self.dims(l);
+                let (d_in, d_out) = self.model.dims(l);
                 let dz = inputs[0].f32()?;
                 let xs: Vec<&[f32]> = inputs[1..1 + terms]
                     .iter()
@@ -1008,12 +727,12 @@ impl Backend for CpuGnn {
             }
             "agg_bwd" => {
                 let l = name.get('l')?;
-                let (d_in, _) = self.dims(l);
+                let (d_in, _) = self.model.dims(l);
                 let block = inputs[0].block()?;
                 let grad = inputs[1].f32()?;
                 let init = inputs.get(2).map(|d| d.f32()).transpose()?;
                 let j = name.get('p')?;
-                let rows = self.graph.rows(j).len();
+                let rows = self.model.rows(j).len();
                 let mut out = vec![0.0f32; rows * d_in];
                 let view = BlockRef {
                     row_start: &block.row_start,
@@ -1036,23 +755,12 @@ impl Backend for CpuGnn {
         params: &mut [&mut Data],
         others: &[&Data],
     ) -> Result<(), ExecError> {
-        if self.mode == Mode::Eval {
+        if self.model.mode == Mode::Eval {
             return Ok(());
         }
         let name = Name::parse(&op.name)?;
         let layer = name.get('l')?;
-        let h = &self.hyper;
-        let adam = Adam {
-            lr: h.lr,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: if layer == 1 || h.weight_decay_all_layers {
-                h.weight_decay
-            } else {
-                0.0
-            },
-        };
+        let adam = self.model.adam(layer);
         let [w, m, v] = params else {
             return Err(ExecError::Internal(format!(
                 "{} expects three parameters",
@@ -1063,8 +771,14 @@ impl Backend for CpuGnn {
             .first()
             .ok_or_else(|| ExecError::Internal(format!("{} has no gradient", op.name)))?
             .f32()?;
-        adam.step(self.updates, w.f32_mut()?, grad, m.f32_mut()?, v.f32_mut()?)
-            .map_err(kernel)?;
+        adam.step(
+            self.model.updates,
+            w.f32_mut()?,
+            grad,
+            m.f32_mut()?,
+            v.f32_mut()?,
+        )
+        .map_err(kernel)?;
         Ok(())
     }
 }

@@ -4,18 +4,21 @@
 //!   generators ([`generate`]), the CSR and its binary cache ([`csr`]), and
 //!   the normalised per-block CSR the kernels read ([`blockcsr`]).
 //! - The executor ([`exec`]): runs a plan's schedule over a backend with
-//!   tier arenas and transfer lanes; the CPU backend ([`cpu`]) and
-//!   training ([`train`]) on top of it.
+//!   tier arenas and transfer lanes; the CPU backend ([`cpu`]), the CUDA
+//!   backend ([`cuda`]) and training ([`train`]) on top of it, sharing
+//!   the model's semantics ([`gnn`]).
 //! - The discrete-event simulator ([`sim`]) that replays a plan on a
 //!   modelled machine.
 
 pub mod blockcsr;
 pub mod cpu;
 pub mod csr;
+pub mod cuda;
 pub mod dataset;
 mod error;
 pub mod exec;
 pub mod generate;
+pub mod gnn;
 pub mod graph;
 pub mod npy;
 pub mod sim;

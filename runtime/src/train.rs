@@ -15,12 +15,13 @@ use fateplan_planner::workload::TensorKind;
 use fateplan_planner::Workload;
 
 use crate::blockcsr::{BlockCsr, Normalization};
-use crate::cpu::{CpuGnn, GraphInput, Hyper, Metrics, Mode};
+use crate::cpu::CpuGnn;
 use crate::csr::{edge_digest, Csr};
 use crate::dataset::Dataset;
 use crate::exec::data::{BlockData, Data};
 use crate::exec::{ExecError, ExecOptions, Executor, SsdTier, TraceSpan};
 use crate::generate::GeneratorSpec;
+use crate::gnn::{GnnBackend, GraphInput, Hyper, Metrics, Mode};
 use crate::spill::{SpillOptions, SpillStore};
 
 /// Builds the workload of `hyper` over `graph`'s partitions: the one a
@@ -89,6 +90,18 @@ pub struct TrainRun {
     pub ssd: Option<Arc<dyn SsdTier>>,
     /// Record the last training iteration's trace.
     pub trace: bool,
+    /// What computes the operators.
+    pub backend: BackendChoice,
+}
+
+/// The backend a training runs on.
+#[derive(Debug, Clone, Default)]
+pub enum BackendChoice {
+    /// The CPU backend (deterministic: the same bits whatever the plan).
+    #[default]
+    Cpu,
+    /// The CUDA backend on a GPU.
+    Cuda(crate::cuda::CudaOptions),
 }
 
 /// Trains with `run.plan`, which must be made for `prepared.workload`,
@@ -105,6 +118,7 @@ pub fn train(
         budgets,
         ssd,
         trace,
+        backend,
     } = run;
     let Prepared {
         workload: expected,
@@ -117,8 +131,29 @@ pub fn train(
             plan.workload.name, plan.workload.digest, expected.name, digest
         )));
     }
-    let backend = CpuGnn::new(graph, hyper)?;
-    let mut executor = Executor::new(plan.clone(), backend, ssd, ExecOptions { budgets, trace })?;
+    let options = ExecOptions { budgets, trace };
+    match backend {
+        BackendChoice::Cpu => {
+            let backend = CpuGnn::new(graph, hyper)?;
+            let executor = Executor::new(plan.clone(), backend, ssd, options)?;
+            run_epochs(executor, &plan, epochs, progress)
+        }
+        BackendChoice::Cuda(cuda) => {
+            let hbm_bytes = budgets.unwrap_or(plan.budgets).hbm_bytes;
+            let backend = crate::cuda::CudaGnn::new(graph, hyper, hbm_bytes, &cuda)?;
+            let executor = Executor::new(plan.clone(), backend, ssd, options)?;
+            run_epochs(executor, &plan, epochs, progress)
+        }
+    }
+}
+
+/// The epochs, the evaluation pass and the report.
+fn run_epochs<B: GnnBackend>(
+    mut executor: Executor<B>,
+    plan: &Plan,
+    epochs: u32,
+    progress: &mut dyn FnMut(&EpochStats),
+) -> Result<(TrainReport, Vec<TraceSpan>), ExecError> {
     let mut losses = Vec::with_capacity(epochs as usize);
     let mut seconds = Vec::with_capacity(epochs as usize);
     let mut totals = (0.0, 0.0, 0.0);
@@ -127,7 +162,7 @@ pub fn train(
     for epoch in 1..=epochs {
         executor.backend_mut().set_mode(Mode::Train);
         let report = executor.run_iteration()?;
-        let metrics = executor.backend().metrics();
+        let metrics = executor.backend().metrics()?;
         if !metrics.loss.is_finite() {
             return Err(ExecError::Kernel(format!(
                 "the loss is {} at epoch {epoch}: lower the learning rate",
@@ -150,17 +185,17 @@ pub fn train(
     let spans = executor.trace().to_vec();
     executor.backend_mut().set_mode(Mode::Eval);
     executor.run_iteration()?;
-    let eval: Metrics = executor.backend().metrics();
+    let eval: Metrics = executor.backend().metrics()?;
     let mut hasher = Sha256::new();
     for tensor in &plan.workload.definition.tensors {
         if tensor.kind == TensorKind::Parameter && tensor.name.starts_with("w[") {
-            let Some(Data::F32(values)) = executor.device_data(tensor.id.index()) else {
+            let Some(Data::F32(values)) = executor.read_device(tensor.id.index())? else {
                 return Err(ExecError::Internal(format!(
                     "weights {} are not on the device",
                     tensor.name
                 )));
             };
-            for value in values {
+            for value in &values {
                 hasher.update(value.to_le_bytes());
             }
         }

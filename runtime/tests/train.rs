@@ -86,6 +86,7 @@ fn run(
         budgets: None,
         ssd,
         trace: false,
+        backend: Default::default(),
     };
     let (report, _) = train::train(prepared, hyper, run, &mut |_| {})?;
     let (peak, budget) = (report.peak_bytes, report.budgets);
@@ -320,6 +321,7 @@ fn a_budget_below_the_plan_is_refused_before_training() {
         budgets: Some(budgets),
         ssd: None,
         trace: false,
+        backend: Default::default(),
     };
     let error = train::train(prepared, h, run, &mut |_| panic!("no epoch may run")).unwrap_err();
     assert!(matches!(error, ExecError::PlanTooBig { .. }), "{error}");
@@ -338,6 +340,7 @@ fn a_plan_for_another_workload_is_refused() {
         budgets: None,
         ssd: None,
         trace: false,
+        backend: Default::default(),
     };
     let error = train::train(prepared, h, run, &mut |_| {})
         .unwrap_err()

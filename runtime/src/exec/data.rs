@@ -18,6 +18,54 @@ pub enum Data {
     F32(Vec<f32>),
     I64(Vec<i64>),
     Block(BlockData),
+    /// Contents a backend keeps in memory of its own (a GPU's memory, or
+    /// pinned host buffers): only that backend reads them, and its
+    /// [`crate::exec::Mover`] turns them into the other variants.
+    Held(Held),
+}
+
+/// What a [`Data::Held`] holds: the backend's own value and its byte
+/// length. Clones share the value.
+#[derive(Clone)]
+pub struct Held {
+    bytes: u64,
+    value: std::sync::Arc<dyn std::any::Any + Send + Sync>,
+}
+
+impl Held {
+    pub fn new<T: std::any::Any + Send + Sync>(bytes: u64, value: T) -> Held {
+        Held {
+            bytes,
+            value: std::sync::Arc::new(value),
+        }
+    }
+
+    pub fn byte_len(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The value, if it is a `T`.
+    pub fn get<T: std::any::Any>(&self) -> Option<&T> {
+        self.value.downcast_ref()
+    }
+
+    /// The value to change in place, if it is a `T` and no clone shares it.
+    pub fn get_mut<T: std::any::Any>(&mut self) -> Option<&mut T> {
+        std::sync::Arc::get_mut(&mut self.value)?.downcast_mut()
+    }
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Held({} bytes)", self.bytes)
+    }
+}
+
+impl PartialEq for Held {
+    /// The same value, not equal contents: held contents are not read here.
+    fn eq(&self, other: &Held) -> bool {
+        std::sync::Arc::ptr_eq(&self.value, &other.value)
+    }
 }
 
 const TAG_F32: u8 = 1;
@@ -37,6 +85,7 @@ impl Data {
                     + b.columns.len() as u64 * 4
                     + b.weights.len() as u64 * 4
             }
+            Data::Held(h) => h.byte_len(),
         }
     }
 
@@ -85,11 +134,13 @@ impl Data {
             Data::F32(_) => "f32",
             Data::I64(_) => "i64",
             Data::Block(_) => "block",
+            Data::Held(_) => "backend-held",
         }
     }
 
-    /// A self-describing little-endian byte form.
-    pub fn to_bytes(&self) -> Vec<u8> {
+    /// A self-describing little-endian byte form; held contents have none
+    /// (a backend's [`crate::exec::Mover::to_plain`] reads them first).
+    pub fn to_bytes(&self) -> Result<Vec<u8>, ExecError> {
         let mut out = Vec::with_capacity(HEADER_BYTES + self.byte_len() as usize);
         let lengths: [u64; 3] = match self {
             Data::F32(v) => [v.len() as u64, 0, 0],
@@ -99,11 +150,17 @@ impl Data {
                 b.columns.len() as u64,
                 b.weights.len() as u64,
             ],
+            Data::Held(_) => [0; 3],
         };
         out.push(match self {
             Data::F32(_) => TAG_F32,
             Data::I64(_) => TAG_I64,
             Data::Block(_) => TAG_BLOCK,
+            Data::Held(_) => {
+                return Err(ExecError::Internal(
+                    "backend-held data has no byte form".into(),
+                ))
+            }
         });
         for length in lengths {
             out.extend_from_slice(&length.to_le_bytes());
@@ -126,8 +183,9 @@ impl Data {
                     .iter()
                     .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
             }
+            Data::Held(_) => {}
         }
-        out
+        Ok(out)
     }
 
     /// Reads [`Data::to_bytes`]'s form back; any inconsistency is an error.
@@ -194,10 +252,11 @@ mod tests {
             Data::F32(vec![]),
         ];
         for data in cases {
-            let bytes = data.to_bytes();
+            let bytes = data.to_bytes().unwrap();
             assert_eq!(Data::from_bytes(&bytes).unwrap(), data);
             assert!(Data::from_bytes(&bytes[..bytes.len() - 1]).is_err());
         }
         assert!(Data::from_bytes(&[9; HEADER_BYTES]).is_err());
+        assert!(Data::Held(Held::new(4, 1u8)).to_bytes().is_err());
     }
 }

@@ -32,6 +32,7 @@ pub mod data;
 pub mod lanes;
 pub mod trace;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
@@ -86,12 +87,58 @@ pub enum ExecError {
     Ssd(String),
     #[error("{0}")]
     Kernel(String),
+    /// The CUDA backend: a missing library or device, or a driver error.
+    #[error("cuda: {0}")]
+    Cuda(String),
     #[error("internal error (a bug in fateplan): {0}")]
     Internal(String),
 }
 
+/// Moves a tensor's contents between the device and the host. The
+/// executor calls it from the transfer lanes' threads.
+pub trait Mover: Send + Sync {
+    /// The host tier's copy of device contents (may stay held by the
+    /// backend, in pinned buffers for instance).
+    fn to_host(&self, data: &Data) -> Result<Data, ExecError>;
+    /// Plain contents (`F32`, `I64` or `Block`), for the SSD tier and for
+    /// reading results.
+    fn to_plain(&self, data: &Data) -> Result<Data, ExecError>;
+    /// The device copy of host contents; `data` is owned when the caller
+    /// has no further use for it.
+    fn to_device(&self, data: Cow<'_, Data>) -> Result<Data, ExecError>;
+}
+
+/// The mover of a backend whose device memory is host memory: a copy is a
+/// clone, as a transfer between two arenas of one memory is.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HostMover;
+
+impl Mover for HostMover {
+    fn to_host(&self, data: &Data) -> Result<Data, ExecError> {
+        Ok(data.clone())
+    }
+
+    fn to_plain(&self, data: &Data) -> Result<Data, ExecError> {
+        match data {
+            Data::Held(_) => Err(ExecError::Internal(
+                "the host mover was given backend-held data".into(),
+            )),
+            plain => Ok(plain.clone()),
+        }
+    }
+
+    fn to_device(&self, data: Cow<'_, Data>) -> Result<Data, ExecError> {
+        Ok(data.into_owned())
+    }
+}
+
 /// What computes the operators.
 pub trait Backend {
+    /// How contents move between its device and the host (by default,
+    /// clones: the device is host memory).
+    fn mover(&self) -> Arc<dyn Mover> {
+        Arc::new(HostMover)
+    }
     /// The contents of an input or parameter when the run starts.
     fn external(&mut self, tensor: &Tensor) -> Result<Data, ExecError>;
     /// Called once every input and parameter has its place: the backend
@@ -215,6 +262,7 @@ pub struct Executor<B: Backend> {
     on_ssd: Vec<Option<Arc<AwayCell>>>,
     in_flight: HashMap<usize, Pending>,
     lanes: [Lane; 4],
+    mover: Arc<dyn Mover>,
     clock: Instant,
     iteration: u64,
     trace_enabled: bool,
@@ -308,6 +356,7 @@ impl<B: Backend> Executor<B> {
             Lane::start("ssd-write", clock)?,
         ];
         let n = workload.tensors.len();
+        let mover = backend.mover();
         let mut executor = Executor {
             arenas: PerTier {
                 hbm: Arena::new(Tier::Hbm, budgets.hbm_bytes),
@@ -328,6 +377,7 @@ impl<B: Backend> Executor<B> {
             issued_at,
             due_at,
             lanes,
+            mover,
             clock,
             iteration: 0,
             trace_enabled: options.trace,
@@ -350,20 +400,26 @@ impl<B: Backend> Executor<B> {
                 continue;
             }
             let t = tensor.id.index();
-            let data = Arc::new(self.backend.external(tensor)?);
+            let data = self.backend.external(tensor)?;
             check_size(tensor, &data)?;
             let fate = plan.fate(tensor.id);
             match fate
                 .away_tier()
                 .filter(|_| tensor.kind == TensorKind::Input)
             {
-                Some(Tier::Host) => self.host[t] = Some(AwayCell::ready(data)),
+                Some(Tier::Host) => {
+                    let data = self.mover.to_host(&data)?;
+                    self.host[t] = Some(AwayCell::ready(Arc::new(data)))
+                }
                 Some(Tier::Ssd) => {
                     let ssd = self.ssd.as_ref().ok_or(ExecError::NoSsd)?;
-                    ssd.put(t as u64, &data.to_bytes())?;
+                    ssd.put(t as u64, &data.to_bytes()?)?;
                     self.on_ssd[t] = Some(AwayCell::ready(Arc::new(Data::I64(Vec::new()))));
                 }
-                _ => self.device[t] = (Slot::Ready(data), 0),
+                _ => {
+                    let data = self.mover.to_device(Cow::Owned(data))?;
+                    self.device[t] = (Slot::Ready(Arc::new(data)), 0)
+                }
             }
         }
         self.backend.externals_placed();
@@ -400,12 +456,21 @@ impl<B: Backend> Executor<B> {
         &self.trace
     }
 
-    /// The current contents of a parameter (or any tensor on the device).
+    /// The current contents of a parameter (or any tensor on the device),
+    /// as the backend holds them.
     pub fn device_data(&self, tensor: usize) -> Option<&Data> {
         match &self.device[tensor].0 {
             Slot::Ready(data) => Some(data),
             _ => None,
         }
+    }
+
+    /// [`Executor::device_data`] as plain contents, read back from the
+    /// backend's memory.
+    pub fn read_device(&self, tensor: usize) -> Result<Option<Data>, ExecError> {
+        self.device_data(tensor)
+            .map(|data| self.mover.to_plain(data))
+            .transpose()
     }
 
     /// Runs one iteration of the plan.
@@ -702,13 +767,16 @@ impl<B: Backend> Executor<B> {
                 let bytes = source.byte_len();
                 let cell = AwayCell::new();
                 let filler = cell.clone();
+                let mover = self.mover.clone();
                 let pending = match entry.to {
                     Tier::Host => {
                         moved.d2h += bytes;
                         self.host[t] = Some(cell);
                         lane.issue(move || {
-                            filler.fill(Ok(Arc::new(source.as_ref().clone())));
-                            Ok(None)
+                            let copy = mover.to_host(&source).map(Arc::new);
+                            let failed = copy.as_ref().err().cloned();
+                            filler.fill(copy);
+                            failed.map_or(Ok(None), Err)
                         })?
                     }
                     Tier::Ssd => {
@@ -717,7 +785,10 @@ impl<B: Backend> Executor<B> {
                         let ssd = self.ssd.clone().ok_or(ExecError::NoSsd)?;
                         self.on_ssd[t] = Some(cell);
                         lane.issue(move || {
-                            let result = ssd.put(t as u64, &source.to_bytes());
+                            let result = mover
+                                .to_plain(&source)
+                                .and_then(|plain| plain.to_bytes())
+                                .and_then(|bytes| ssd.put(t as u64, &bytes));
                             filler.fill(result.clone().map(|()| Arc::new(Data::I64(Vec::new()))));
                             result.map(|()| None)
                         })?
@@ -738,7 +809,11 @@ impl<B: Backend> Executor<B> {
                             ExecError::Internal(format!("{} has no host copy to load", tensor.name))
                         })?;
                         moved.h2d += tensor.bytes;
-                        lane.issue(move || Ok(Some(cell.get()?.as_ref().clone())))?
+                        let mover = self.mover.clone();
+                        lane.issue(move || {
+                            let away = cell.get()?;
+                            Ok(Some(mover.to_device(Cow::Borrowed(away.as_ref()))?))
+                        })?
                     }
                     Tier::Ssd => {
                         let cell = self.on_ssd[t].clone().ok_or_else(|| {
@@ -747,9 +822,11 @@ impl<B: Backend> Executor<B> {
                         moved.ssd_read += tensor.bytes;
                         moved.h2d += tensor.bytes;
                         let ssd = self.ssd.clone().ok_or(ExecError::NoSsd)?;
+                        let mover = self.mover.clone();
                         lane.issue(move || {
                             cell.get()?;
-                            Ok(Some(Data::from_bytes(&ssd.get(t as u64)?)?))
+                            let plain = Data::from_bytes(&ssd.get(t as u64)?)?;
+                            Ok(Some(mover.to_device(Cow::Owned(plain))?))
                         })?
                     }
                     Tier::Hbm => {

@@ -28,9 +28,12 @@ fn mix(mut x: u64) -> u64 {
 }
 
 fn digest(data: &Data) -> u64 {
-    data.to_bytes().iter().fold(0xcbf29ce484222325, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x100000001b3)
-    })
+    data.to_bytes()
+        .unwrap()
+        .iter()
+        .fold(0xcbf29ce484222325, |h, &b| {
+            (h ^ b as u64).wrapping_mul(0x100000001b3)
+        })
 }
 
 impl Backend for HashBackend {

@@ -1,0 +1,126 @@
+// Aggregation over one block (a CSR over destination rows whose columns
+// index rows of one source partition, one weight per edge) and its
+// transpose, as kernels/src/sparse.rs computes them.
+
+// out[r, f] = init + sum over the edges e of row r, in edge order, of
+// w_e * (src[c_e, f] * mask((src_row0 + c_e) * width + f)).
+// One thread per output element; a warp reads consecutive features.
+extern "C" __global__ void spmm_f32(
+    const u64* row_start, const u32* columns, const float* weights, u64 rows,
+    const float* src, u64 width, const float* init, int init_mode, float* out,
+    u64 key, u32 threshold, float scale, u64 src_row0)
+{
+    GRID_STRIDE(i, rows * width) {
+        u64 r = i / width, f = i % width;
+        float acc = init_value(init_mode, init, out, i);
+        for (u64 e = row_start[r]; e < row_start[r + 1]; ++e) {
+            u64 c = columns[e];
+            float x = masked(src[c * width + f], key, threshold, scale, (src_row0 + c) * width + f);
+            acc = acc + weights[e] * x;
+        }
+        out[i] = acc;
+    }
+}
+
+// The transpose of a block as a permutation of its edges grouped by
+// source column, edge order kept within a column (a stable counting
+// sort): `count`, then `scan_u64`, then `place`, then `order` sorts each
+// column's edges by id, and `rows` finds each placed edge's row.
+
+// counts[c] += 1 for every edge (integer atomics: the counts are exact).
+extern "C" __global__ void csc_count_u32(const u32* columns, u64 nnz, u32* counts)
+{
+    GRID_STRIDE(e, nnz) { atomicAdd(&counts[columns[e]], 1u); }
+}
+
+// start[k] = counts[0] + ... + counts[k - 1] for k in 0..=n. One block:
+// each thread sums a contiguous range, thread 0 scans the range sums.
+extern "C" __global__ void scan_u64(const u32* counts, u64 n, u64* start)
+{
+    __shared__ u64 sums[1024];
+    u32 t = threadIdx.x, threads = blockDim.x;
+    u64 per = (n + threads - 1) / threads;
+    u64 lo = per * t < n ? per * t : n;
+    u64 hi = lo + per < n ? lo + per : n;
+    u64 s = 0;
+    for (u64 k = lo; k < hi; ++k) s += counts[k];
+    sums[t] = s;
+    __syncthreads();
+    if (t == 0) {
+        u64 run = 0;
+        for (u32 k = 0; k < threads; ++k) { u64 v = sums[k]; sums[k] = run; run += v; }
+        start[n] = run;
+    }
+    __syncthreads();
+    u64 run = sums[t];
+    for (u64 k = lo; k < hi; ++k) { start[k] = run; run += counts[k]; }
+}
+
+// perm[start[c] + slot] = e, each column's slots taken in any order
+// (`order` restores edge order). `cursor` starts at zero.
+extern "C" __global__ void csc_place_u32(
+    const u32* columns, u64 nnz, const u64* start, u32* cursor, u32* perm)
+{
+    GRID_STRIDE(e, nnz) {
+        u32 c = columns[e];
+        u32 slot = atomicAdd(&cursor[c], 1u);
+        perm[start[c] + slot] = (u32)e;
+    }
+}
+
+// Sorts each column's edge ids ascending (heap sort, in place): the order
+// of the terms of every transposed sum is then edge order.
+__device__ void sift_down(u32* a, u64 root, u64 n) {
+    for (;;) {
+        u64 child = 2 * root + 1;
+        if (child >= n) return;
+        if (child + 1 < n && a[child + 1] > a[child]) child += 1;
+        if (a[root] >= a[child]) return;
+        u32 t = a[root]; a[root] = a[child]; a[child] = t;
+        root = child;
+    }
+}
+
+extern "C" __global__ void csc_order_u32(const u64* start, u64 src_rows, u32* perm)
+{
+    GRID_STRIDE(c, src_rows) {
+        u32* a = perm + start[c];
+        u64 n = start[c + 1] - start[c];
+        for (u64 k = n / 2; k-- > 0;) sift_down(a, k, n);
+        for (u64 end = n; end > 1; --end) {
+            u32 t = a[0]; a[0] = a[end - 1]; a[end - 1] = t;
+            sift_down(a, 0, end - 1);
+        }
+    }
+}
+
+// perm_row[p] = the destination row of edge perm[p] (binary search).
+extern "C" __global__ void csc_rows_u32(
+    const u64* row_start, u64 rows, const u32* perm, u64 nnz, u32* perm_row)
+{
+    GRID_STRIDE(p, nnz) {
+        u64 e = perm[p];
+        u64 lo = 0, hi = rows;  // row_start[lo] <= e < row_start[hi]
+        while (hi - lo > 1) {
+            u64 mid = lo + (hi - lo) / 2;
+            if (row_start[mid] <= e) lo = mid; else hi = mid;
+        }
+        perm_row[p] = (u32)lo;
+    }
+}
+
+// out[c, f] = init + sum over the edges e = (r, c), in edge order, of
+// w_e * grad[r, f]: the transposed aggregation through the permutation.
+extern "C" __global__ void spmm_t_f32(
+    const u64* start, const u32* perm, const u32* perm_row, const float* weights,
+    u64 src_rows, const float* grad, u64 width, const float* init, int init_mode, float* out)
+{
+    GRID_STRIDE(i, src_rows * width) {
+        u64 c = i / width, f = i % width;
+        float acc = init_value(init_mode, init, out, i);
+        for (u64 p = start[c]; p < start[c + 1]; ++p) {
+            acc = acc + weights[perm[p]] * grad[(u64)perm_row[p] * width + f];
+        }
+        out[i] = acc;
+    }
+}

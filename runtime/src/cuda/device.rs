@@ -1,0 +1,662 @@
+//! One GPU as the backend uses it: a context with three streams (compute,
+//! host-to-device, device-to-host), cuBLAS on the compute stream, the
+//! kernels compiled once per context, a device memory pool with a hard
+//! byte cap, and pinned host buffers for the host tier.
+//!
+//! Ordering between streams is cudarc's event tracking: every device
+//! buffer records an event when a stream writes or reads it, and a stream
+//! that uses it next waits for those events. So a copy to the host waits
+//! for the kernel that wrote the tensor, a kernel waits for the copy that
+//! brought its input, and a buffer is freed (stream-ordered) only after
+//! its last use on any stream. A transfer lane waits for its own stream
+//! before it reports the copy done.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig,
+    PinnedHostSlice, ValidAsZeroBits,
+};
+use cudarc::nvrtc::Ptx;
+
+use fateplan_kernels::cuda::Source;
+
+use crate::exec::data::{BlockData, Data, Held};
+use crate::exec::{ExecError, Mover};
+
+use super::nvrtc;
+
+/// Threads per block of every launch.
+pub(crate) const BLOCK_THREADS: u32 = 256;
+/// Most blocks of a launch; kernels stride over the rest.
+const MAX_BLOCKS: u64 = 1 << 20;
+
+pub(crate) fn cuda_error(what: &str, error: impl std::fmt::Debug) -> ExecError {
+    ExecError::Cuda(format!("{what}: {error:?}"))
+}
+
+/// How to use the GPU.
+#[derive(Debug, Clone, Default)]
+pub struct CudaOptions {
+    /// The device's ordinal.
+    pub device: usize,
+    /// A folder for compiled kernels (keyed by source, architecture and
+    /// NVRTC version); `None` compiles at every start.
+    pub kernel_cache_dir: Option<PathBuf>,
+    /// Device bytes allowed beyond the plan's device budget for kernel
+    /// workspaces the planner does not count; `None`: what the model
+    /// needs at most (see `CudaGnn::workspace_bytes`).
+    pub workspace_bytes: Option<u64>,
+}
+
+/// What [`probe`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub total_bytes: u64,
+    pub devices: i32,
+}
+
+/// Checks for the driver, a device, NVRTC and cuBLAS, in that order, and
+/// describes device `ordinal`; the error says which is missing. Never
+/// panics, whatever is installed.
+pub fn probe(ordinal: usize) -> Result<DeviceInfo, ExecError> {
+    if !nvrtc::driver_available() {
+        return Err(ExecError::Cuda(
+            "no CUDA driver: libcuda.so was not found (is an NVIDIA driver installed?)".into(),
+        ));
+    }
+    let devices = CudaContext::device_count()
+        .map_err(|e| ExecError::Cuda(format!("the CUDA driver found no usable device ({e:?})")))?;
+    if devices <= ordinal as i32 {
+        return Err(ExecError::Cuda(format!(
+            "CUDA device {ordinal} does not exist ({devices} found)"
+        )));
+    }
+    if !nvrtc::nvrtc_available() {
+        return Err(ExecError::Cuda(nvrtc::missing_nvrtc()));
+    }
+    if !nvrtc::cublas_available() {
+        return Err(ExecError::Cuda(
+            "libcublas was not found: install cuBLAS (CUDA 13) and put its folder on \
+             LD_LIBRARY_PATH"
+                .into(),
+        ));
+    }
+    let ctx = CudaContext::new(ordinal).map_err(|e| cuda_error("creating a context", e))?;
+    Ok(DeviceInfo {
+        name: ctx.name().map_err(|e| cuda_error("device name", e))?,
+        compute_capability: ctx
+            .compute_capability()
+            .map_err(|e| cuda_error("compute capability", e))?,
+        total_bytes: ctx
+            .total_mem()
+            .map_err(|e| cuda_error("device memory", e))? as u64,
+        devices,
+    })
+}
+
+/// Device bytes in use, against a hard cap.
+#[derive(Debug)]
+pub(crate) struct Pool {
+    cap_bytes: u64,
+    used_bytes: AtomicU64,
+    peak_bytes: AtomicU64,
+}
+
+impl Pool {
+    fn charge(&self, bytes: u64, what: &str) -> Result<(), ExecError> {
+        let mut used = self.used_bytes.load(Ordering::Relaxed);
+        loop {
+            let needed = used + bytes;
+            if needed > self.cap_bytes {
+                return Err(ExecError::Cuda(format!(
+                    "device pool over its cap: {what} needs {bytes} bytes with {used} in use; \
+                     the cap (device budget plus workspace) is {}",
+                    self.cap_bytes
+                )));
+            }
+            match self.used_bytes.compare_exchange_weak(
+                used,
+                needed,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    self.peak_bytes.fetch_max(needed, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    fn release(&self, bytes: u64) {
+        self.used_bytes.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+/// A device buffer charged to the pool while it lives.
+#[derive(Debug)]
+pub(crate) struct DeviceBuf<T> {
+    pub(crate) slice: CudaSlice<T>,
+    len: usize,
+    pool: Arc<Pool>,
+}
+
+impl<T> DeviceBuf<T> {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    fn bytes(&self) -> u64 {
+        (self.len * std::mem::size_of::<T>()) as u64
+    }
+}
+
+impl<T> Drop for DeviceBuf<T> {
+    fn drop(&mut self) {
+        self.pool.release(self.bytes());
+    }
+}
+
+/// A block's CSR on the device.
+#[derive(Debug)]
+pub(crate) struct GpuBlock {
+    pub(crate) row_start: DeviceBuf<u64>,
+    pub(crate) columns: DeviceBuf<u32>,
+    pub(crate) weights: DeviceBuf<f32>,
+}
+
+impl GpuBlock {
+    pub(crate) fn rows(&self) -> usize {
+        self.row_start.len().saturating_sub(1)
+    }
+
+    pub(crate) fn nnz(&self) -> usize {
+        self.columns.len()
+    }
+}
+
+/// A tensor in device memory.
+#[derive(Debug)]
+pub(crate) enum GpuTensor {
+    F32(DeviceBuf<f32>),
+    I64(DeviceBuf<i64>),
+    Block(GpuBlock),
+}
+
+/// A tensor in pinned host memory: the host tier's copy.
+pub(crate) enum PinnedTensor {
+    F32(PinnedHostSlice<f32>),
+    I64(PinnedHostSlice<i64>),
+    Block {
+        row_start: PinnedHostSlice<u64>,
+        columns: PinnedHostSlice<u32>,
+        weights: PinnedHostSlice<f32>,
+    },
+}
+
+/// The GPU: context, streams, cuBLAS, kernels and pool.
+pub(crate) struct Gpu {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) compute: Arc<CudaStream>,
+    h2d: Arc<CudaStream>,
+    d2h: Arc<CudaStream>,
+    pub(crate) blas: CudaBlas,
+    arch: String,
+    cache_dir: Option<PathBuf>,
+    modules: Mutex<HashMap<Source, Arc<CudaModule>>>,
+    functions: Mutex<HashMap<&'static str, CudaFunction>>,
+    pub(crate) pool: Arc<Pool>,
+    /// A one-element buffer passed where a kernel takes a pointer it does
+    /// not read (an `init` without `INIT_FROM`).
+    pub(crate) dummy: DeviceBuf<f32>,
+}
+
+impl Gpu {
+    /// Opens device `options.device` with a pool capped at `cap_bytes`.
+    pub(crate) fn open(options: &CudaOptions, cap_bytes: u64) -> Result<Arc<Gpu>, ExecError> {
+        probe(options.device)?;
+        let ctx =
+            CudaContext::new(options.device).map_err(|e| cuda_error("creating a context", e))?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(|e| cuda_error("compute capability", e))?;
+        let stream = |what: &str| {
+            ctx.new_stream()
+                .map_err(|e| cuda_error(&format!("creating the {what} stream"), e))
+        };
+        let (compute, h2d, d2h) = (stream("compute")?, stream("h2d")?, stream("d2h")?);
+        keep_freed_memory(&ctx)?;
+        let blas = CudaBlas::new(compute.clone()).map_err(|e| cuda_error("cuBLAS", e))?;
+        let pool = Arc::new(Pool {
+            cap_bytes,
+            used_bytes: AtomicU64::new(0),
+            peak_bytes: AtomicU64::new(0),
+        });
+        let dummy = alloc_on::<f32>(&compute, &pool, 1, "a placeholder")?;
+        Ok(Arc::new(Gpu {
+            ctx,
+            compute,
+            h2d,
+            d2h,
+            blas,
+            arch: format!("sm_{major}{minor}"),
+            cache_dir: options.kernel_cache_dir.clone(),
+            modules: Mutex::new(HashMap::new()),
+            functions: Mutex::new(HashMap::new()),
+            pool,
+            dummy,
+        }))
+    }
+
+    pub(crate) fn peak_bytes(&self) -> u64 {
+        self.pool.peak_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Kernel `name`, compiling its source on first use (or reading it
+    /// from the cache folder).
+    pub(crate) fn function(&self, name: &'static str) -> Result<CudaFunction, ExecError> {
+        let poisoned = || ExecError::Internal("the kernel cache lock is poisoned".into());
+        if let Some(f) = self.functions.lock().map_err(|_| poisoned())?.get(name) {
+            return Ok(f.clone());
+        }
+        let source = Source::of_kernel(name)
+            .ok_or_else(|| ExecError::Internal(format!("no CUDA source defines {name}")))?;
+        let module = {
+            let mut modules = self.modules.lock().map_err(|_| poisoned())?;
+            match modules.get(&source) {
+                Some(module) => module.clone(),
+                None => {
+                    let image =
+                        nvrtc::compile_cached(source, &self.arch, self.cache_dir.as_deref())
+                            .map_err(ExecError::Cuda)?;
+                    let module = self
+                        .ctx
+                        .load_module(Ptx::from_binary(image))
+                        .map_err(|e| cuda_error(&format!("loading {}", source.file_name()), e))?;
+                    modules.insert(source, module.clone());
+                    module
+                }
+            }
+        };
+        let function = module
+            .load_function(name)
+            .map_err(|e| cuda_error(&format!("kernel {name}"), e))?;
+        self.functions
+            .lock()
+            .map_err(|_| poisoned())?
+            .insert(name, function.clone());
+        Ok(function)
+    }
+
+    /// A launch over `n` elements (grid-stride kernels).
+    pub(crate) fn grid(n: u64) -> LaunchConfig {
+        let blocks = n.div_ceil(BLOCK_THREADS as u64).clamp(1, MAX_BLOCKS) as u32;
+        LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (BLOCK_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// A zeroed buffer on the compute stream.
+    pub(crate) fn zeros<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        len: usize,
+        what: &str,
+    ) -> Result<DeviceBuf<T>, ExecError> {
+        alloc_on(&self.compute, &self.pool, len, what)
+    }
+
+    /// A copy of host values on the compute stream (small arguments).
+    pub(crate) fn upload<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        values: &[T],
+        what: &str,
+    ) -> Result<DeviceBuf<T>, ExecError> {
+        let mut buf = alloc_on::<T>(&self.compute, &self.pool, values.len(), what)?;
+        if !values.is_empty() {
+            self.compute
+                .memcpy_htod(values, &mut buf.slice)
+                .map_err(|e| cuda_error(what, e))?;
+        }
+        Ok(buf)
+    }
+
+    /// Reads a device buffer back on the compute stream (waits for it).
+    pub(crate) fn download<T: DeviceRepr + Clone + Default>(
+        &self,
+        buf: &DeviceBuf<T>,
+        what: &str,
+    ) -> Result<Vec<T>, ExecError> {
+        if buf.len == 0 {
+            return Ok(Vec::new());
+        }
+        let view = buf.slice.slice(0..buf.len);
+        self.compute
+            .clone_dtoh(&view)
+            .map_err(|e| cuda_error(what, e))
+    }
+
+    /// A copy of a device buffer on the compute stream.
+    pub(crate) fn duplicate(
+        &self,
+        buf: &DeviceBuf<f32>,
+        what: &str,
+    ) -> Result<DeviceBuf<f32>, ExecError> {
+        let mut copy = self.zeros::<f32>(buf.len, what)?;
+        if buf.len > 0 {
+            let src = buf.slice.slice(0..buf.len);
+            let mut dst = copy.slice.slice_mut(0..buf.len);
+            self.compute
+                .memcpy_dtod(&src, &mut dst)
+                .map_err(|e| cuda_error(what, e))?;
+        }
+        Ok(copy)
+    }
+}
+
+/// Stream-ordered frees return memory to the device's pool, not to the
+/// driver: the next allocation of that size reuses it.
+fn keep_freed_memory(ctx: &Arc<CudaContext>) -> Result<(), ExecError> {
+    use cudarc::driver::sys;
+    if !ctx.has_async_alloc() {
+        return Ok(());
+    }
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    let mut threshold: u64 = u64::MAX;
+    // SAFETY: valid out-pointer and device; the attribute takes a u64.
+    unsafe {
+        sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device())
+            .result()
+            .map_err(|e| cuda_error("the device's memory pool", e))?;
+        sys::cuMemPoolSetAttribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut threshold as *mut u64).cast(),
+        )
+        .result()
+        .map_err(|e| cuda_error("the memory pool's release threshold", e))?;
+    }
+    Ok(())
+}
+
+/// A zeroed device buffer of `len` values on `stream`, charged to `pool`
+/// (zero-length buffers hold one value: the driver allocates no zero).
+fn alloc_on<T: DeviceRepr + ValidAsZeroBits>(
+    stream: &Arc<CudaStream>,
+    pool: &Arc<Pool>,
+    len: usize,
+    what: &str,
+) -> Result<DeviceBuf<T>, ExecError> {
+    let bytes = (len * std::mem::size_of::<T>()) as u64;
+    pool.charge(bytes, what)?;
+    let slice = match stream.alloc_zeros::<T>(len.max(1)) {
+        Ok(slice) => slice,
+        Err(e) => {
+            pool.release(bytes);
+            return Err(cuda_error(
+                &format!("allocating {bytes} bytes for {what}"),
+                e,
+            ));
+        }
+    };
+    Ok(DeviceBuf {
+        slice,
+        len,
+        pool: pool.clone(),
+    })
+}
+
+fn upload_on<T: DeviceRepr + ValidAsZeroBits>(
+    stream: &Arc<CudaStream>,
+    pool: &Arc<Pool>,
+    values: &[T],
+) -> Result<DeviceBuf<T>, ExecError> {
+    let mut buf = alloc_on::<T>(stream, pool, values.len(), "a host-to-device copy")?;
+    if !values.is_empty() {
+        stream
+            .memcpy_htod(values, &mut buf.slice)
+            .map_err(|e| cuda_error("host-to-device copy", e))?;
+    }
+    Ok(buf)
+}
+
+fn upload_pinned_on<T: DeviceRepr + ValidAsZeroBits>(
+    stream: &Arc<CudaStream>,
+    pool: &Arc<Pool>,
+    values: &PinnedHostSlice<T>,
+    len: usize,
+) -> Result<DeviceBuf<T>, ExecError> {
+    // Both hold `len.max(1)` values.
+    let mut buf = alloc_on::<T>(stream, pool, len, "a host-to-device copy")?;
+    if len > 0 {
+        stream
+            .memcpy_htod(values, &mut buf.slice)
+            .map_err(|e| cuda_error("host-to-device copy", e))?;
+    }
+    Ok(buf)
+}
+
+fn pin<T: DeviceRepr + ValidAsZeroBits + Copy>(
+    ctx: &Arc<CudaContext>,
+    values: &[T],
+) -> Result<PinnedHostSlice<T>, ExecError> {
+    // SAFETY: the buffer is written in full below before anyone reads it.
+    let mut pinned = unsafe { ctx.alloc_pinned_with_flags::<T>(values.len().max(1), 0) }
+        .map_err(|e| cuda_error("allocating pinned host memory", e))?;
+    let slice = pinned
+        .as_mut_slice()
+        .map_err(|e| cuda_error("pinned host memory", e))?;
+    slice[..values.len()].copy_from_slice(values);
+    Ok(pinned)
+}
+
+fn download_pinned<T: DeviceRepr + ValidAsZeroBits>(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    buf: &DeviceBuf<T>,
+) -> Result<PinnedHostSlice<T>, ExecError> {
+    // SAFETY: the copy below writes every value before anyone reads them.
+    let mut pinned = unsafe { ctx.alloc_pinned_with_flags::<T>(buf.len.max(1), 0) }
+        .map_err(|e| cuda_error("allocating pinned host memory", e))?;
+    if buf.len > 0 {
+        let view = buf.slice.slice(0..buf.len);
+        stream
+            .memcpy_dtoh(&view, &mut pinned)
+            .map_err(|e| cuda_error("device-to-host copy", e))?;
+    }
+    Ok(pinned)
+}
+
+fn pinned_values<T: ValidAsZeroBits + Copy>(
+    pinned: &PinnedHostSlice<T>,
+    len: usize,
+) -> Result<Vec<T>, ExecError> {
+    Ok(pinned
+        .as_slice()
+        .map_err(|e| cuda_error("pinned host memory", e))?[..len]
+        .to_vec())
+}
+
+/// The byte length the executor sees: that of the plain contents.
+fn block_bytes(rows_plus_one: usize, nnz: usize) -> u64 {
+    rows_plus_one as u64 * 8 + nnz as u64 * 8
+}
+
+/// The lengths of a pinned tensor's parts, kept beside it (pinned
+/// buffers hold at least one value).
+pub(crate) struct PinnedCopy {
+    tensor: PinnedTensor,
+    lengths: [usize; 3],
+}
+
+/// Moves tensors between the GPU and pinned host memory on the h2d and
+/// d2h streams; each call waits for its own copy.
+pub(crate) struct CudaMover {
+    pub(crate) gpu: Arc<Gpu>,
+}
+
+impl CudaMover {
+    fn bind(&self) -> Result<(), ExecError> {
+        self.gpu
+            .ctx
+            .bind_to_thread()
+            .map_err(|e| cuda_error("binding the context", e))
+    }
+
+    fn device_of(data: &Data) -> Option<&GpuTensor> {
+        match data {
+            Data::Held(held) => held.get::<GpuTensor>(),
+            _ => None,
+        }
+    }
+
+    fn to_pinned(&self, data: &Data) -> Result<PinnedCopy, ExecError> {
+        let ctx = &self.gpu.ctx;
+        let d2h = &self.gpu.d2h;
+        let copy = match data {
+            Data::F32(v) => PinnedCopy {
+                tensor: PinnedTensor::F32(pin(ctx, v)?),
+                lengths: [v.len(), 0, 0],
+            },
+            Data::I64(v) => PinnedCopy {
+                tensor: PinnedTensor::I64(pin(ctx, v)?),
+                lengths: [v.len(), 0, 0],
+            },
+            Data::Block(b) => PinnedCopy {
+                tensor: PinnedTensor::Block {
+                    row_start: pin(ctx, &b.row_start)?,
+                    columns: pin(ctx, &b.columns)?,
+                    weights: pin(ctx, &b.weights)?,
+                },
+                lengths: [b.row_start.len(), b.columns.len(), b.weights.len()],
+            },
+            Data::Held(held) => match held.get::<GpuTensor>() {
+                Some(GpuTensor::F32(buf)) => PinnedCopy {
+                    tensor: PinnedTensor::F32(download_pinned(ctx, d2h, buf)?),
+                    lengths: [buf.len, 0, 0],
+                },
+                Some(GpuTensor::I64(buf)) => PinnedCopy {
+                    tensor: PinnedTensor::I64(download_pinned(ctx, d2h, buf)?),
+                    lengths: [buf.len, 0, 0],
+                },
+                Some(GpuTensor::Block(b)) => PinnedCopy {
+                    tensor: PinnedTensor::Block {
+                        row_start: download_pinned(ctx, d2h, &b.row_start)?,
+                        columns: download_pinned(ctx, d2h, &b.columns)?,
+                        weights: download_pinned(ctx, d2h, &b.weights)?,
+                    },
+                    lengths: [b.row_start.len, b.columns.len, b.weights.len],
+                },
+                None => {
+                    return Err(ExecError::Internal(
+                        "the CUDA mover was given data held by another backend".into(),
+                    ))
+                }
+            },
+        };
+        d2h.synchronize()
+            .map_err(|e| cuda_error("device-to-host copy", e))?;
+        Ok(copy)
+    }
+}
+
+impl Mover for CudaMover {
+    fn to_host(&self, data: &Data) -> Result<Data, ExecError> {
+        self.bind()?;
+        if let Data::Held(held) = data {
+            if held.get::<PinnedCopy>().is_some() {
+                return Ok(data.clone());
+            }
+        }
+        let bytes = data.byte_len();
+        Ok(Data::Held(Held::new(bytes, self.to_pinned(data)?)))
+    }
+
+    fn to_plain(&self, data: &Data) -> Result<Data, ExecError> {
+        self.bind()?;
+        let Data::Held(held) = data else {
+            return Ok(data.clone());
+        };
+        if let Some(copy) = held.get::<PinnedCopy>() {
+            let [a, b, c] = copy.lengths;
+            return Ok(match &copy.tensor {
+                PinnedTensor::F32(p) => Data::F32(pinned_values(p, a)?),
+                PinnedTensor::I64(p) => Data::I64(pinned_values(p, a)?),
+                PinnedTensor::Block {
+                    row_start,
+                    columns,
+                    weights,
+                } => Data::Block(BlockData {
+                    row_start: pinned_values(row_start, a)?,
+                    columns: pinned_values(columns, b)?,
+                    weights: pinned_values(weights, c)?,
+                }),
+            });
+        }
+        let copy = self.to_pinned(data)?;
+        self.to_plain(&Data::Held(Held::new(data.byte_len(), copy)))
+    }
+
+    fn to_device(&self, data: Cow<'_, Data>) -> Result<Data, ExecError> {
+        self.bind()?;
+        let (h2d, pool) = (&self.gpu.h2d, &self.gpu.pool);
+        let tensor = match data.as_ref() {
+            Data::F32(v) => GpuTensor::F32(upload_on(h2d, pool, v)?),
+            Data::I64(v) => GpuTensor::I64(upload_on(h2d, pool, v)?),
+            Data::Block(b) => GpuTensor::Block(GpuBlock {
+                row_start: upload_on(h2d, pool, &b.row_start)?,
+                columns: upload_on(h2d, pool, &b.columns)?,
+                weights: upload_on(h2d, pool, &b.weights)?,
+            }),
+            Data::Held(held) => {
+                if Self::device_of(data.as_ref()).is_some() {
+                    return Err(ExecError::Internal(
+                        "a device tensor was loaded to the device again".into(),
+                    ));
+                }
+                let copy = held.get::<PinnedCopy>().ok_or_else(|| {
+                    ExecError::Internal(
+                        "the CUDA mover was given data held by another backend".into(),
+                    )
+                })?;
+                let [a, b, c] = copy.lengths;
+                match &copy.tensor {
+                    PinnedTensor::F32(p) => GpuTensor::F32(upload_pinned_on(h2d, pool, p, a)?),
+                    PinnedTensor::I64(p) => GpuTensor::I64(upload_pinned_on(h2d, pool, p, a)?),
+                    PinnedTensor::Block {
+                        row_start,
+                        columns,
+                        weights,
+                    } => GpuTensor::Block(GpuBlock {
+                        row_start: upload_pinned_on(h2d, pool, row_start, a)?,
+                        columns: upload_pinned_on(h2d, pool, columns, b)?,
+                        weights: upload_pinned_on(h2d, pool, weights, c)?,
+                    }),
+                }
+            }
+        };
+        h2d.synchronize()
+            .map_err(|e| cuda_error("host-to-device copy", e))?;
+        Ok(device_data(tensor))
+    }
+}
+
+/// A device tensor as the executor holds it, with its plain byte length.
+pub(crate) fn device_data(tensor: GpuTensor) -> Data {
+    let bytes = match &tensor {
+        GpuTensor::F32(b) => b.len as u64 * 4,
+        GpuTensor::I64(b) => b.len as u64 * 8,
+        GpuTensor::Block(b) => block_bytes(b.row_start.len, b.columns.len),
+    };
+    Data::Held(Held::new(bytes, tensor))
+}

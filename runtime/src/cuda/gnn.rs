@@ -1,0 +1,1512 @@
+//! The CUDA backend's operators: the same operators, names, weights and
+//! dropout masks as the CPU backend ([`crate::cpu`], through
+//! [`crate::gnn`]), computed by the kernels of `kernels/cuda/` and cuBLAS
+//! on the compute stream. Every sum runs in a fixed order (no
+//! floating-point atomics), so a run is deterministic on one GPU and every
+//! plan gives the same bits there; against the CPU the results differ by
+//! rounding (cuBLAS's GEMM order, fused multiply-adds, `expf`).
+
+use std::sync::Arc;
+
+use cudarc::cublas::sys::cublasOperation_t;
+use cudarc::cublas::{Gemm, GemmConfig};
+use cudarc::driver::{CudaView, CudaViewMut, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+
+use fateplan_kernels::dropout::Dropout;
+use fateplan_kernels::gat::Heads;
+use fateplan_kernels::REDUCE_ROWS;
+use fateplan_planner::gnn::GnnModel;
+use fateplan_planner::workload::{Op, Tensor};
+
+use crate::exec::data::Data;
+use crate::exec::{Backend, ExecError, Mover};
+use crate::gnn::{
+    arity, GnnBackend, GraphInput, Hyper, Metrics, Mode, Model, Name, SITE_ATTENTION, SITE_HIDDEN,
+    SITE_INPUT,
+};
+
+use super::device::{
+    cuda_error, device_data, CudaMover, CudaOptions, DeviceBuf, Gpu, GpuBlock, GpuTensor,
+};
+
+const INIT_ZERO: i32 = 0;
+const INIT_FROM: i32 = 1;
+const INIT_OUT: i32 = 2;
+
+/// Launches kernel `$name` over `$n` elements on the compute stream.
+/// Every argument must outlive the statement (bind scalars and views to
+/// variables first): the launch reads them through pointers.
+macro_rules! launch {
+    ($gpu:expr, $name:literal, $n:expr, [$($arg:expr),* $(,)?]) => {{
+        let n: u64 = $n;
+        if n > 0 {
+            let function = $gpu.function($name)?;
+            let mut builder = $gpu.compute.launch_builder(&function);
+            $( builder.arg($arg); )*
+            // SAFETY: the arguments match the kernel's parameters in
+            // kernels/cuda (count, order and types), and every buffer
+            // holds the elements the kernel indexes for `n`.
+            unsafe { builder.launch(Gpu::grid(n)) }.map_err(|e| cuda_error($name, e))?;
+        }
+    }};
+}
+
+/// A device tensor of an operator's input.
+fn tensor<'a>(op: &Op, data: &'a Data) -> Result<&'a GpuTensor, ExecError> {
+    match data {
+        Data::Held(held) => held.get::<GpuTensor>(),
+        _ => None,
+    }
+    .ok_or_else(|| ExecError::Internal(format!("{}: an input is not in device memory", op.name)))
+}
+
+fn f32s<'a>(op: &Op, data: &'a Data) -> Result<&'a DeviceBuf<f32>, ExecError> {
+    match tensor(op, data)? {
+        GpuTensor::F32(buf) => Ok(buf),
+        _ => Err(ExecError::Internal(format!(
+            "{}: expected f32 data",
+            op.name
+        ))),
+    }
+}
+
+fn i64s<'a>(op: &Op, data: &'a Data) -> Result<&'a DeviceBuf<i64>, ExecError> {
+    match tensor(op, data)? {
+        GpuTensor::I64(buf) => Ok(buf),
+        _ => Err(ExecError::Internal(format!(
+            "{}: expected i64 data",
+            op.name
+        ))),
+    }
+}
+
+fn block<'a>(op: &Op, data: &'a Data) -> Result<&'a GpuBlock, ExecError> {
+    match tensor(op, data)? {
+        GpuTensor::Block(block) => Ok(block),
+        _ => Err(ExecError::Internal(format!(
+            "{}: expected a block",
+            op.name
+        ))),
+    }
+}
+
+fn f32s_mut<'a>(op: &Op, data: &'a mut Data) -> Result<&'a mut DeviceBuf<f32>, ExecError> {
+    let name = &op.name;
+    match data {
+        Data::Held(held) => match held.get_mut::<GpuTensor>() {
+            Some(GpuTensor::F32(buf)) => Ok(buf),
+            _ => Err(ExecError::Internal(format!(
+                "{name}: a parameter is not f32 device data, or is shared while it is updated"
+            ))),
+        },
+        _ => Err(ExecError::Internal(format!(
+            "{name}: a parameter is not in device memory"
+        ))),
+    }
+}
+
+fn out(buf: DeviceBuf<f32>) -> Data {
+    device_data(GpuTensor::F32(buf))
+}
+
+/// Checks that a device buffer holds `len` values.
+fn expect_len(op: &Op, what: &str, actual: usize, len: usize) -> Result<(), ExecError> {
+    if actual == len {
+        Ok(())
+    } else {
+        Err(ExecError::Internal(format!(
+            "{}: {what} holds {actual} values, expected {len}",
+            op.name
+        )))
+    }
+}
+
+/// A dropout mask's kernel arguments; no mask is threshold 0.
+fn mask_args(mask: Option<Dropout>) -> (u64, u32, f32) {
+    mask.map_or((0, 0, 1.0), |d| d.device_params())
+}
+
+/// A block's edges grouped by source column, in edge order.
+struct Transpose {
+    start: DeviceBuf<u64>,
+    perm: DeviceBuf<u32>,
+    perm_row: DeviceBuf<u32>,
+}
+
+/// The GNN's operators on a GPU.
+pub struct CudaGnn {
+    gpu: Arc<Gpu>,
+    /// Features, labels and blocks until the executor holds them.
+    graph: GraphInput,
+    model: Model,
+    metrics: Metrics,
+    /// The train, val and test masks of every row, one byte each.
+    masks: [DeviceBuf<u8>; 3],
+}
+
+impl CudaGnn {
+    /// Opens the GPU with a device pool capped at `hbm_budget_bytes` (the
+    /// plan's device budget) plus the workspace the operators need beyond
+    /// what the plan counts, and uploads the masks.
+    pub fn new(
+        mut graph: GraphInput,
+        hyper: Hyper,
+        hbm_budget_bytes: u64,
+        options: &CudaOptions,
+    ) -> Result<CudaGnn, ExecError> {
+        let model = Model::new(&mut graph, hyper)?;
+        let classes = model.classes as i64;
+        for (r, (&label, _)) in graph
+            .y
+            .iter()
+            .zip(&model.train_mask)
+            .enumerate()
+            .filter(|(r, (_, &train))| train || model.val_mask[*r] || model.test_mask[*r])
+        {
+            if !(0..classes).contains(&label) {
+                return Err(ExecError::Kernel(format!(
+                    "label {label} of row {r} is out of range for {classes} classes"
+                )));
+            }
+        }
+        let workspace = options
+            .workspace_bytes
+            .unwrap_or_else(|| workspace_bytes(&model));
+        let gpu = Gpu::open(options, hbm_budget_bytes.saturating_add(workspace))?;
+        let bytes = |mask: &[bool]| mask.iter().map(|&m| u8::from(m)).collect::<Vec<u8>>();
+        let masks = [
+            gpu.upload(&bytes(&model.train_mask), "the train mask")?,
+            gpu.upload(&bytes(&model.val_mask), "the val mask")?,
+            gpu.upload(&bytes(&model.test_mask), "the test mask")?,
+        ];
+        Ok(CudaGnn {
+            gpu,
+            graph,
+            model,
+            metrics: Metrics::default(),
+            masks,
+        })
+    }
+
+    /// The most device bytes the pool held so far (plan tensors and
+    /// workspaces).
+    pub fn device_peak_bytes(&self) -> u64 {
+        self.gpu.peak_bytes()
+    }
+
+    fn zeros(&self, len: usize, what: &str) -> Result<DeviceBuf<f32>, ExecError> {
+        self.gpu.zeros::<f32>(len, what)
+    }
+
+    /// `out = x · w (+ out)`: `x` is `rows × k`, `w` `k × n`, row-major.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm<X: DevicePtr<f32>, W: DevicePtr<f32>, O: DevicePtrMut<f32>>(
+        &self,
+        x: &X,
+        w: &W,
+        out: &mut O,
+        rows: usize,
+        k: usize,
+        n: usize,
+        accumulate: bool,
+    ) -> Result<(), ExecError> {
+        self.blas_call(
+            cublasOperation_t::CUBLAS_OP_N,
+            cublasOperation_t::CUBLAS_OP_N,
+            (n, rows, k),
+            (w, n),
+            (x, k),
+            (out, n),
+            accumulate,
+        )
+    }
+
+    /// `dx = dz · wᵀ`: `dz` is `rows × n`, `w` `k × n`, `dx` `rows × k`.
+    fn gemm_dx<Z: DevicePtr<f32>, W: DevicePtr<f32>, O: DevicePtrMut<f32>>(
+        &self,
+        dz: &Z,
+        w: &W,
+        dx: &mut O,
+        rows: usize,
+        k: usize,
+        n: usize,
+    ) -> Result<(), ExecError> {
+        self.blas_call(
+            cublasOperation_t::CUBLAS_OP_T,
+            cublasOperation_t::CUBLAS_OP_N,
+            (k, rows, n),
+            (w, n),
+            (dz, n),
+            (dx, k),
+            false,
+        )
+    }
+
+    /// `dw = xᵀ · dz (+ dw)`: `x` is `rows × k`, `dz` `rows × n`.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_dw<X: DevicePtr<f32>, Z: DevicePtr<f32>, O: DevicePtrMut<f32>>(
+        &self,
+        x: &X,
+        dz: &Z,
+        dw: &mut O,
+        rows: usize,
+        k: usize,
+        n: usize,
+        accumulate: bool,
+    ) -> Result<(), ExecError> {
+        self.blas_call(
+            cublasOperation_t::CUBLAS_OP_N,
+            cublasOperation_t::CUBLAS_OP_T,
+            (n, k, rows),
+            (dz, n),
+            (x, k),
+            (dw, n),
+            accumulate,
+        )
+    }
+
+    /// cuBLAS's column-major GEMM `C = op(A) · op(B) (+ C)` with `(m, n, k)`.
+    #[allow(clippy::too_many_arguments)]
+    fn blas_call<A: DevicePtr<f32>, B: DevicePtr<f32>, C: DevicePtrMut<f32>>(
+        &self,
+        transa: cublasOperation_t,
+        transb: cublasOperation_t,
+        (m, n, k): (usize, usize, usize),
+        (a, lda): (&A, usize),
+        (b, ldb): (&B, usize),
+        (c, ldc): (&mut C, usize),
+        accumulate: bool,
+    ) -> Result<(), ExecError> {
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        let int = |v: usize| {
+            i32::try_from(v).map_err(|_| {
+                ExecError::Cuda(format!(
+                    "a GEMM dimension of {v} exceeds cuBLAS's 32-bit range"
+                ))
+            })
+        };
+        let cfg = GemmConfig {
+            transa,
+            transb,
+            m: int(m)?,
+            n: int(n)?,
+            k: int(k)?,
+            alpha: 1.0f32,
+            lda: int(lda.max(1))?,
+            ldb: int(ldb.max(1))?,
+            beta: if accumulate { 1.0 } else { 0.0 },
+            ldc: int(ldc.max(1))?,
+        };
+        // SAFETY: the shapes above match the buffers' lengths (checked by
+        // the callers' `expect_len`), so cuBLAS stays inside them.
+        unsafe { self.gpu.blas.gemm(cfg, a, b, c) }.map_err(|e| cuda_error("cuBLAS sgemm", e))
+    }
+
+    /// Column sums of `x` (`rows × width`) into `out`, one partial per
+    /// [`REDUCE_ROWS`] rows added in order.
+    fn column_sums(
+        &self,
+        x: &CudaView<'_, f32>,
+        rows: usize,
+        width: usize,
+        out: &mut CudaViewMut<'_, f32>,
+    ) -> Result<(), ExecError> {
+        let chunks = rows.div_ceil(REDUCE_ROWS);
+        let mut partials = self.zeros(chunks * width, "column-sum partials")?;
+        let (rows_u, width_u, chunk_rows, chunks_u) =
+            (rows as u64, width as u64, REDUCE_ROWS as u64, chunks as u64);
+        launch!(
+            self.gpu,
+            "column_sums_partial_f32",
+            chunks_u * width_u,
+            [x, &rows_u, &width_u, &chunk_rows, &mut partials.slice]
+        );
+        let accumulate = 0i32;
+        launch!(
+            self.gpu,
+            "sum_partials_f32",
+            width_u,
+            [&partials.slice, &chunks_u, &width_u, out, &accumulate]
+        );
+        Ok(())
+    }
+
+    /// The edges of `block` grouped by source column in edge order (a
+    /// workspace for the transposed aggregations).
+    fn transpose(&self, block: &GpuBlock, src_rows: usize) -> Result<Transpose, ExecError> {
+        let gpu = &self.gpu;
+        let nnz = block.nnz();
+        let mut counts = gpu.zeros::<u32>(src_rows, "transpose counts")?;
+        let mut start = gpu.zeros::<u64>(src_rows + 1, "transpose starts")?;
+        let mut perm = gpu.zeros::<u32>(nnz, "transpose permutation")?;
+        let mut perm_row = gpu.zeros::<u32>(nnz, "transpose rows")?;
+        let (nnz_u, src_u, rows_u) = (nnz as u64, src_rows as u64, block.rows() as u64);
+        launch!(
+            gpu,
+            "csc_count_u32",
+            nnz_u,
+            [&block.columns.slice, &nnz_u, &mut counts.slice]
+        );
+        if src_rows > 0 {
+            let function = gpu.function("scan_u64")?;
+            let mut builder = gpu.compute.launch_builder(&function);
+            builder.arg(&counts.slice).arg(&src_u).arg(&mut start.slice);
+            let one_block = LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (1024, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: (counts, n, start) as scan_u64 takes them; `start`
+            // holds n + 1 values; one block of 1024 threads, the size of
+            // its shared array.
+            unsafe { builder.launch(one_block) }.map_err(|e| cuda_error("scan_u64", e))?;
+        }
+        let mut cursor = gpu.zeros::<u32>(src_rows, "transpose cursors")?;
+        launch!(
+            gpu,
+            "csc_place_u32",
+            nnz_u,
+            [
+                &block.columns.slice,
+                &nnz_u,
+                &start.slice,
+                &mut cursor.slice,
+                &mut perm.slice
+            ]
+        );
+        launch!(
+            gpu,
+            "csc_order_u32",
+            src_u,
+            [&start.slice, &src_u, &mut perm.slice]
+        );
+        launch!(
+            gpu,
+            "csc_rows_u32",
+            nnz_u,
+            [
+                &block.row_start.slice,
+                &rows_u,
+                &perm.slice,
+                &nnz_u,
+                &mut perm_row.slice
+            ]
+        );
+        Ok(Transpose {
+            start,
+            perm,
+            perm_row,
+        })
+    }
+
+    /// `x` with dropout as if stored: element `i` takes the mask of
+    /// `base + i`.
+    fn dropped(
+        &self,
+        x: &DeviceBuf<f32>,
+        mask: Dropout,
+        base: u64,
+        what: &str,
+    ) -> Result<DeviceBuf<f32>, ExecError> {
+        let mut copy = self.zeros(x.len(), what)?;
+        let (key, threshold, scale) = mask.device_params();
+        let n = x.len() as u64;
+        launch!(
+            self.gpu,
+            "dropout_f32",
+            n,
+            [
+                &x.slice,
+                &n,
+                &mut copy.slice,
+                &key,
+                &threshold,
+                &scale,
+                &base
+            ]
+        );
+        Ok(copy)
+    }
+
+    /// `agg + bias` (the bias is the last `d_out` values of `w`).
+    fn plus_bias(
+        &self,
+        op: &Op,
+        l: usize,
+        agg: &DeviceBuf<f32>,
+        w: &DeviceBuf<f32>,
+    ) -> Result<DeviceBuf<f32>, ExecError> {
+        let (_, d_out) = self.model.dims(l);
+        expect_len(op, "weights", w.len(), self.model.weight_len(l))?;
+        let rows = agg.len() / d_out;
+        let mut y = self.zeros(agg.len(), "agg + bias")?;
+        let bias = w.slice.slice(w.len() - d_out..w.len());
+        let (rows_u, width) = (rows as u64, d_out as u64);
+        launch!(
+            self.gpu,
+            "add_bias_f32",
+            rows_u * width,
+            [&agg.slice, &rows_u, &width, &bias, &mut y.slice]
+        );
+        Ok(y)
+    }
+
+    fn loss(
+        &mut self,
+        op: &Op,
+        part: usize,
+        logits: &DeviceBuf<f32>,
+        labels: &DeviceBuf<i64>,
+    ) -> Result<Data, ExecError> {
+        let rows = self.model.rows(part);
+        let n = rows.len();
+        let classes = self.model.classes;
+        expect_len(op, "logits", logits.len(), n * classes)?;
+        expect_len(op, "labels", labels.len(), n)?;
+        let gpu = self.gpu.clone();
+        let mut loss = gpu.zeros::<f64>(n, "per-row loss")?;
+        let mut correct = gpu.zeros::<u8>(n, "per-row correctness")?;
+        let chunks = n.div_ceil(REDUCE_ROWS);
+        let mut partials = gpu.zeros::<f64>(chunks * 7, "loss partials")?;
+        if n > 0 {
+            let [train, val, test] = &self.masks;
+            let train = train.slice.slice(rows.clone());
+            let val = val.slice.slice(rows.clone());
+            let test = test.slice.slice(rows.clone());
+            let (rows_u, classes_u, chunk_rows, chunks_u) =
+                (n as u64, classes as u64, REDUCE_ROWS as u64, chunks as u64);
+            launch!(
+                gpu,
+                "softmax_xent_rows_f32",
+                rows_u,
+                [
+                    &logits.slice,
+                    &rows_u,
+                    &classes_u,
+                    &labels.slice,
+                    &train,
+                    &mut loss.slice,
+                    &mut correct.slice
+                ]
+            );
+            launch!(
+                gpu,
+                "loss_partials_f64",
+                chunks_u,
+                [
+                    &loss.slice,
+                    &correct.slice,
+                    &train,
+                    &val,
+                    &test,
+                    &rows_u,
+                    &chunk_rows,
+                    &mut partials.slice
+                ]
+            );
+        }
+        let host = gpu.download(&partials, "loss partials")?;
+        let normaliser = self.model.train_nodes.max(1) as f64;
+        let value = host.chunks_exact(7).map(|p| p[0]).sum::<f64>() / normaliser;
+        let count = |k: usize| host.chunks_exact(7).map(|p| p[k] as u64).sum::<u64>();
+        let m = &mut self.metrics;
+        m.loss += value;
+        m.train_correct += count(1);
+        m.train_total += count(2);
+        m.val_correct += count(3);
+        m.val_total += count(4);
+        m.test_correct += count(5);
+        m.test_total += count(6);
+        Ok(out(gpu.upload(&[value as f32], "the loss")?))
+    }
+
+    fn loss_bwd(
+        &self,
+        op: &Op,
+        part: usize,
+        logits: &DeviceBuf<f32>,
+        labels: &DeviceBuf<i64>,
+    ) -> Result<Data, ExecError> {
+        let rows = self.model.rows(part);
+        let n = rows.len();
+        let classes = self.model.classes;
+        expect_len(op, "logits", logits.len(), n * classes)?;
+        let mut grad = self.zeros(n * classes, "loss gradient")?;
+        if n > 0 {
+            let train = self.masks[0].slice.slice(rows);
+            let (rows_u, classes_u) = (n as u64, classes as u64);
+            let inv = 1.0 / self.model.train_nodes.max(1) as f64;
+            launch!(
+                self.gpu,
+                "softmax_xent_bwd_f32",
+                rows_u,
+                [
+                    &logits.slice,
+                    &rows_u,
+                    &classes_u,
+                    &labels.slice,
+                    &train,
+                    &inv,
+                    &mut grad.slice
+                ]
+            );
+        }
+        Ok(out(grad))
+    }
+
+    /// `block_alpha` of the CPU backend: block `(i, j)`'s slice of
+    /// `alpha[i]` (as a range) and, with attention dropout, its dropped
+    /// copy.
+    fn block_alpha(
+        &self,
+        l: usize,
+        i: usize,
+        j: usize,
+        alpha: &DeviceBuf<f32>,
+        heads: usize,
+    ) -> Result<(std::ops::Range<usize>, Option<DeviceBuf<f32>>), ExecError> {
+        let nnz = self.model.block_nnz(i, j)? as usize;
+        let start = self.model.edges_before(i, j) as usize;
+        let range = start * heads..(start + nnz) * heads;
+        if range.end > alpha.len() {
+            return Err(ExecError::Internal(format!(
+                "alpha of partition {i} has {} values, block ({i}, {j}) needs {range:?}",
+                alpha.len()
+            )));
+        }
+        let dropped = match self.model.dropout(SITE_ATTENTION, l) {
+            Some(mask) => {
+                let mut kept = self.zeros(range.len(), "dropped attention")?;
+                let (key, threshold, scale) = mask.device_params();
+                let base = (self.model.edge_base[i] + start as u64) * heads as u64;
+                let n = range.len() as u64;
+                let slice = alpha.slice.slice(range.clone());
+                launch!(
+                    self.gpu,
+                    "dropout_f32",
+                    n,
+                    [&slice, &n, &mut kept.slice, &key, &threshold, &scale, &base]
+                );
+                Some(kept)
+            }
+            None => None,
+        };
+        Ok((range, dropped))
+    }
+
+    /// The first layer's input with input dropout (the CPU drops it in
+    /// slabs; here the dropped copy of the partition is one workspace).
+    fn layer_input(
+        &self,
+        l: usize,
+        part: usize,
+        x: &DeviceBuf<f32>,
+        d_in: usize,
+    ) -> Result<Option<DeviceBuf<f32>>, ExecError> {
+        match self.model.dropout(SITE_INPUT, l).filter(|_| l == 1) {
+            None => Ok(None),
+            Some(mask) => {
+                let base = self.model.offsets[part] * d_in as u64;
+                Ok(Some(self.dropped(x, mask, base, "dropped input")?))
+            }
+        }
+    }
+
+    fn run_gat(
+        &mut self,
+        op: &Op,
+        name: &Name,
+        inputs: &[&Data],
+    ) -> Result<Option<Vec<Data>>, ExecError> {
+        let l = match name.base {
+            "loss" | "loss_bwd" | "grad_accumulate" => return Ok(None),
+            _ => name.get('l')?,
+        };
+        let (d_in, d_out) = self.model.dims(l);
+        let heads = self.model.heads(l);
+        let (h_n, c_n) = (heads.heads, heads.head_width);
+        let (h_u, c_u) = (h_n as u32, c_n as u32);
+        let weight_len = self.model.weight_len(l);
+        let weights = |k: usize| -> Result<&DeviceBuf<f32>, ExecError> {
+            let w = f32s(op, inputs[k])?;
+            expect_len(op, "weights", w.len(), weight_len)?;
+            Ok(w)
+        };
+        let gpu = self.gpu.clone();
+        let outputs = match name.base {
+            "linear" => {
+                arity(op, inputs, 2)?;
+                let (x, w) = (f32s(op, inputs[0])?, weights(1)?);
+                let part = name.get('p')?;
+                let rows = x.len() / d_in;
+                let mut z = self.zeros(rows * d_out, "z")?;
+                let matrix = w.slice.slice(0..d_in * d_out);
+                let dropped = self.layer_input(l, part, x, d_in)?;
+                let x = dropped.as_ref().unwrap_or(x);
+                self.gemm(&x.slice, &matrix, &mut z.slice, rows, d_in, d_out, false)?;
+                vec![out(z)]
+            }
+            "node_scores" => {
+                arity(op, inputs, 2)?;
+                let (z, w) = (f32s(op, inputs[0])?, weights(1)?);
+                let rows = z.len() / d_out;
+                let mut scores = self.zeros(2 * rows * h_n, "node scores")?;
+                let att_src = w.slice.slice(d_in * d_out..d_in * d_out + d_out);
+                let att_dst = w
+                    .slice
+                    .slice(d_in * d_out + d_out..d_in * d_out + 2 * d_out);
+                let rows_u = rows as u64;
+                {
+                    let (mut a_src, mut a_dst) = scores.slice.split_at_mut(rows * h_n);
+                    launch!(
+                        gpu,
+                        "gat_node_scores_f32",
+                        rows_u * h_n as u64,
+                        [
+                            &z.slice, &rows_u, &h_u, &c_u, &att_src, &att_dst, &mut a_src,
+                            &mut a_dst
+                        ]
+                    );
+                }
+                vec![out(scores)]
+            }
+            "sddmm" => {
+                let (i, j) = (name.get('p')?, name.get('s')?);
+                arity(op, inputs, if i == j { 2 } else { 3 })?;
+                let b = block(op, inputs[0])?;
+                let own = f32s(op, inputs[1])?;
+                let other = if i == j { own } else { f32s(op, inputs[2])? };
+                let a_dst = own.slice.slice(own.len() / 2..own.len());
+                let a_src = other.slice.slice(0..other.len() / 2);
+                let mut scores = self.zeros(b.nnz() * h_n, "edge scores")?;
+                let rows_u = b.rows() as u64;
+                launch!(
+                    gpu,
+                    "gat_edge_scores_f32",
+                    rows_u * h_n as u64,
+                    [
+                        &b.row_start.slice,
+                        &b.columns.slice,
+                        &rows_u,
+                        &h_u,
+                        &a_dst,
+                        &a_src,
+                        &mut scores.slice
+                    ]
+                );
+                vec![out(scores)]
+            }
+            "edge_softmax" => {
+                let k = inputs.len() / 2;
+                arity(op, inputs, 2 * k)?;
+                let blocks: Vec<&GpuBlock> = inputs[..k]
+                    .iter()
+                    .map(|d| block(op, d))
+                    .collect::<Result<_, _>>()?;
+                let scores: Vec<&DeviceBuf<f32>> = inputs[k..]
+                    .iter()
+                    .map(|d| f32s(op, d))
+                    .collect::<Result<_, _>>()?;
+                let total: usize = scores.iter().map(|s| s.len()).sum();
+                let mut alpha = self.zeros(total, "alpha")?;
+                let rows = blocks.first().map_or(0, |b| b.rows());
+                let mut row_max = self.zeros(rows * h_n, "softmax row max")?;
+                let mut row_sum = self.zeros(rows * h_n, "softmax row sum")?;
+                let mut ranges = Vec::with_capacity(k);
+                let mut at = 0;
+                for (b, s) in blocks.iter().zip(&scores) {
+                    expect_len(op, "scores", s.len(), b.nnz() * h_n)?;
+                    if b.rows() != rows {
+                        return Err(ExecError::Internal(format!(
+                            "{}: blocks of different rows",
+                            op.name
+                        )));
+                    }
+                    let range = at..at + s.len();
+                    if !range.is_empty() {
+                        let src = s.slice.slice(0..s.len());
+                        let mut dst = alpha.slice.slice_mut(range.clone());
+                        gpu.compute
+                            .memcpy_dtod(&src, &mut dst)
+                            .map_err(|e| cuda_error("copying scores", e))?;
+                    }
+                    at = range.end;
+                    ranges.push(range);
+                }
+                let (rows_u, n) = (rows as u64, (rows * h_n) as u64);
+                let minus_infinity = f32::NEG_INFINITY;
+                launch!(
+                    gpu,
+                    "fill_f32",
+                    n,
+                    [&mut row_max.slice, &n, &minus_infinity]
+                );
+                for (b, range) in blocks.iter().zip(&ranges) {
+                    if range.is_empty() {
+                        continue;
+                    }
+                    let a = alpha.slice.slice(range.clone());
+                    launch!(
+                        gpu,
+                        "gat_softmax_max_f32",
+                        n,
+                        [&b.row_start.slice, &rows_u, &h_u, &a, &mut row_max.slice]
+                    );
+                }
+                for (b, range) in blocks.iter().zip(&ranges) {
+                    if range.is_empty() {
+                        continue;
+                    }
+                    let mut a = alpha.slice.slice_mut(range.clone());
+                    launch!(
+                        gpu,
+                        "gat_softmax_exp_f32",
+                        n,
+                        [
+                            &b.row_start.slice,
+                            &rows_u,
+                            &h_u,
+                            &mut a,
+                            &row_max.slice,
+                            &mut row_sum.slice
+                        ]
+                    );
+                }
+                for (b, range) in blocks.iter().zip(&ranges) {
+                    if range.is_empty() {
+                        continue;
+                    }
+                    let mut a = alpha.slice.slice_mut(range.clone());
+                    launch!(
+                        gpu,
+                        "gat_softmax_div_f32",
+                        n,
+                        [&b.row_start.slice, &rows_u, &h_u, &mut a, &row_sum.slice]
+                    );
+                }
+                vec![out(alpha)]
+            }
+            "agg" => {
+                let (i, j) = (name.get('p')?, name.get('s')?);
+                let first = (0..j).all(|s| !self.model.has_block(i, s));
+                arity(op, inputs, if first { 3 } else { 4 })?;
+                let b = block(op, inputs[0])?;
+                let z_src = f32s(op, inputs[1])?;
+                let alpha = f32s(op, inputs[2])?;
+                let (range, dropped) = self.block_alpha(l, i, j, alpha, h_n)?;
+                let init = inputs.get(3).map(|d| f32s(op, d)).transpose()?;
+                let rows = b.rows();
+                let mut agg = self.zeros(rows * d_out, "agg")?;
+                let alpha_view = match &dropped {
+                    Some(kept) => kept.slice.slice(0..kept.len()),
+                    None => alpha.slice.slice(range),
+                };
+                let (mode, init_buf) = match init {
+                    Some(init) => {
+                        expect_len(op, "init", init.len(), rows * d_out)?;
+                        (INIT_FROM, &init.slice)
+                    }
+                    None => (INIT_ZERO, &gpu.dummy.slice),
+                };
+                let rows_u = rows as u64;
+                launch!(
+                    gpu,
+                    "gat_aggregate_f32",
+                    rows_u * d_out as u64,
+                    [
+                        &b.row_start.slice,
+                        &b.columns.slice,
+                        &rows_u,
+                        &alpha_view,
+                        &z_src.slice,
+                        &h_u,
+                        &c_u,
+                        init_buf,
+                        &mode,
+                        &mut agg.slice
+                    ]
+                );
+                vec![out(agg)]
+            }
+            "elu" => {
+                arity(op, inputs, 2)?;
+                let i = name.get('p')?;
+                let y = self.plus_bias(op, l, f32s(op, inputs[0])?, weights(1)?)?;
+                let mut h = self.zeros(y.len(), "elu")?;
+                let (key, threshold, scale) = mask_args(self.model.dropout(SITE_HIDDEN, l));
+                let (n, base) = (y.len() as u64, self.model.offsets[i] * d_out as u64);
+                launch!(
+                    gpu,
+                    "elu_dropout_f32",
+                    n,
+                    [&y.slice, &n, &mut h.slice, &key, &threshold, &scale, &base]
+                );
+                vec![out(h)]
+            }
+            "bias" => {
+                arity(op, inputs, 2)?;
+                vec![out(self.plus_bias(
+                    op,
+                    l,
+                    f32s(op, inputs[0])?,
+                    weights(1)?,
+                )?)]
+            }
+            "elu_bwd" => {
+                arity(op, inputs, 3)?;
+                let i = name.get('p')?;
+                let grad = f32s(op, inputs[0])?;
+                let y = self.plus_bias(op, l, f32s(op, inputs[1])?, weights(2)?)?;
+                expect_len(op, "gradient", grad.len(), y.len())?;
+                let mut dz = self.zeros(y.len(), "elu gradient")?;
+                let (key, threshold, scale) = mask_args(self.model.dropout(SITE_HIDDEN, l));
+                let (n, base) = (y.len() as u64, self.model.offsets[i] * d_out as u64);
+                launch!(
+                    gpu,
+                    "elu_dropout_bwd_f32",
+                    n,
+                    [
+                        &grad.slice,
+                        &y.slice,
+                        &n,
+                        &mut dz.slice,
+                        &key,
+                        &threshold,
+                        &scale,
+                        &base
+                    ]
+                );
+                vec![out(dz)]
+            }
+            "attention_bwd" => self.attention_bwd(op, name, inputs, l, heads)?,
+            "node_scores_bwd" => {
+                arity(op, inputs, 5)?;
+                let grad_src = f32s(op, inputs[0])?;
+                let grad_dst = f32s(op, inputs[1])?;
+                let z = f32s(op, inputs[2])?;
+                let w = weights(3)?;
+                let dout = f32s(op, inputs[4])?;
+                let rows = z.len() / d_out;
+                expect_len(op, "grad_src", grad_src.len(), rows * (d_out + h_n))?;
+                expect_len(op, "grad_dst", grad_dst.len(), rows * h_n)?;
+                expect_len(op, "the aggregation's gradient", dout.len(), rows * d_out)?;
+                let mut grad_z = self.zeros(rows * d_out, "grad_z")?;
+                if rows > 0 {
+                    let value = grad_src.slice.slice(0..rows * d_out);
+                    let mut dst = grad_z.slice.slice_mut(0..rows * d_out);
+                    gpu.compute
+                        .memcpy_dtod(&value, &mut dst)
+                        .map_err(|e| cuda_error("copying grad_z", e))?;
+                }
+                let grad_a_src = grad_src.slice.slice(rows * d_out..grad_src.len());
+                let att_src = w.slice.slice(d_in * d_out..d_in * d_out + d_out);
+                let att_dst = w
+                    .slice
+                    .slice(d_in * d_out + d_out..d_in * d_out + 2 * d_out);
+                let rows_u = rows as u64;
+                launch!(
+                    gpu,
+                    "gat_node_scores_bwd_z_f32",
+                    rows_u * d_out as u64,
+                    [
+                        &rows_u,
+                        &h_u,
+                        &c_u,
+                        &att_src,
+                        &att_dst,
+                        &grad_a_src,
+                        &grad_dst.slice,
+                        &mut grad_z.slice
+                    ]
+                );
+                let mut grad_att = self.zeros(3 * d_out, "grad_att")?;
+                let chunks = rows.div_ceil(REDUCE_ROWS);
+                let mut partials = self.zeros(chunks * 2 * d_out, "attention partials")?;
+                let (chunk_rows, chunks_u, width) =
+                    (REDUCE_ROWS as u64, chunks as u64, 2 * d_out as u64);
+                launch!(
+                    gpu,
+                    "gat_node_scores_bwd_att_f32",
+                    chunks_u * d_out as u64,
+                    [
+                        &z.slice,
+                        &rows_u,
+                        &h_u,
+                        &c_u,
+                        &grad_a_src,
+                        &grad_dst.slice,
+                        &chunk_rows,
+                        &mut partials.slice
+                    ]
+                );
+                let accumulate = 0i32;
+                {
+                    let mut att = grad_att.slice.slice_mut(0..2 * d_out);
+                    launch!(
+                        gpu,
+                        "sum_partials_f32",
+                        width,
+                        [&partials.slice, &chunks_u, &width, &mut att, &accumulate]
+                    );
+                }
+                {
+                    let mut bias = grad_att.slice.slice_mut(2 * d_out..3 * d_out);
+                    self.column_sums(&dout.slice.slice(0..dout.len()), rows, d_out, &mut bias)?;
+                }
+                vec![out(grad_z), out(grad_att)]
+            }
+            "linear_bwd" => {
+                arity(op, inputs, 4)?;
+                let part = name.get('p')?;
+                let dz = f32s(op, inputs[0])?;
+                let x = f32s(op, inputs[1])?;
+                let w = weights(2)?;
+                let grad_att = f32s(op, inputs[3])?;
+                let matrix = d_in * d_out;
+                let rows = dz.len() / d_out;
+                expect_len(op, "input", x.len(), rows * d_in)?;
+                expect_len(op, "grad_att", grad_att.len(), weight_len - matrix)?;
+                let mut dw = self.zeros(weight_len, "grad_w")?;
+                {
+                    let src = grad_att.slice.slice(0..grad_att.len());
+                    let mut dst = dw.slice.slice_mut(matrix..weight_len);
+                    gpu.compute
+                        .memcpy_dtod(&src, &mut dst)
+                        .map_err(|e| cuda_error("copying grad_att", e))?;
+                }
+                let dropped = self.layer_input(l, part, x, d_in)?;
+                {
+                    let input = dropped.as_ref().unwrap_or(x);
+                    let mut dw_matrix = dw.slice.slice_mut(0..matrix);
+                    self.gemm_dw(
+                        &input.slice,
+                        &dz.slice,
+                        &mut dw_matrix,
+                        rows,
+                        d_in,
+                        d_out,
+                        false,
+                    )?;
+                }
+                if l > 1 {
+                    let mut dx = self.zeros(rows * d_in, "grad_h")?;
+                    let w_matrix = w.slice.slice(0..matrix);
+                    self.gemm_dx(&dz.slice, &w_matrix, &mut dx.slice, rows, d_in, d_out)?;
+                    vec![out(dw), out(dx)]
+                } else {
+                    vec![out(dw)]
+                }
+            }
+            _ => {
+                return Err(ExecError::Kernel(format!(
+                    "the CUDA backend cannot run {} for GAT",
+                    op.name
+                )))
+            }
+        };
+        Ok(Some(outputs))
+    }
+
+    /// Block `(i, j)`'s share of the attention backward (inputs as the
+    /// CPU backend's `attention_bwd`).
+    fn attention_bwd(
+        &self,
+        op: &Op,
+        name: &Name,
+        inputs: &[&Data],
+        l: usize,
+        heads: Heads,
+    ) -> Result<Vec<Data>, ExecError> {
+        let (j, i) = (name.get('p')?, name.get('d')?);
+        let (h_n, d) = (heads.heads, heads.width());
+        let (h_u, c_u) = (h_n as u32, heads.head_width as u32);
+        let first_destination = (0..i).all(|t| !self.model.has_block(t, j));
+        let first_source = (0..j).all(|s| !self.model.has_block(i, s));
+        let expected =
+            6 + usize::from(i != j) + usize::from(!first_destination) + usize::from(!first_source);
+        arity(op, inputs, expected)?;
+        let b = block(op, inputs[0])?;
+        let scores_i = f32s(op, inputs[2])?;
+        let mut k = 3;
+        let scores_j = if i != j {
+            k += 1;
+            f32s(op, inputs[3])?
+        } else {
+            scores_i
+        };
+        let z_src = f32s(op, inputs[k])?;
+        let grad_out = f32s(op, inputs[k + 1])?;
+        let agg_out = f32s(op, inputs[k + 2])?;
+        k += 3;
+        let (rows_i, rows_j) = (self.model.rows(i).len(), self.model.rows(j).len());
+        expect_len(op, "z", z_src.len(), rows_j * d)?;
+        expect_len(op, "the aggregation's gradient", grad_out.len(), rows_i * d)?;
+        expect_len(op, "the aggregation", agg_out.len(), rows_i * d)?;
+        let mut grad_src = if first_destination {
+            self.zeros(rows_j * (d + h_n), "grad_src")?
+        } else {
+            k += 1;
+            self.gpu.duplicate(f32s(op, inputs[k - 1])?, "grad_src")?
+        };
+        let mut grad_dst = if first_source {
+            self.zeros(rows_i * h_n, "grad_dst")?
+        } else {
+            self.gpu.duplicate(f32s(op, inputs[k])?, "grad_dst")?
+        };
+        expect_len(op, "grad_src", grad_src.len(), rows_j * (d + h_n))?;
+        expect_len(op, "grad_dst", grad_dst.len(), rows_i * h_n)?;
+        let alpha = f32s(op, inputs[1])?;
+        let (range, dropped) = self.block_alpha(l, i, j, alpha, h_n)?;
+        let alpha_view = alpha.slice.slice(range);
+        let (has_dropped, dropped_view) = match &dropped {
+            Some(kept) => (1i32, kept.slice.slice(0..kept.len())),
+            None => (0i32, alpha_view.slice(0..alpha_view.len())),
+        };
+        let a_dst = scores_i.slice.slice(scores_i.len() / 2..scores_i.len());
+        let a_src = scores_j.slice.slice(0..scores_j.len() / 2);
+        let mut du = self.zeros(b.nnz() * h_n, "attention du")?;
+        let (rows_u, init) = (b.rows() as u64, INIT_OUT);
+        let gpu = &self.gpu;
+        launch!(
+            gpu,
+            "gat_attention_bwd_dst_f32",
+            rows_u * h_n as u64,
+            [
+                &b.row_start.slice,
+                &b.columns.slice,
+                &rows_u,
+                &h_u,
+                &c_u,
+                &alpha_view,
+                &dropped_view,
+                &has_dropped,
+                &a_dst,
+                &a_src,
+                &z_src.slice,
+                &grad_out.slice,
+                &agg_out.slice,
+                &mut du.slice,
+                &mut grad_dst.slice,
+                &init
+            ]
+        );
+        let t = self.transpose(b, rows_j)?;
+        let src_u = rows_j as u64;
+        {
+            let (mut grad_z_src, mut grad_a_src) = grad_src.slice.split_at_mut(rows_j * d);
+            launch!(
+                gpu,
+                "gat_scatter_value_f32",
+                src_u * d as u64,
+                [
+                    &t.start.slice,
+                    &t.perm.slice,
+                    &t.perm_row.slice,
+                    &src_u,
+                    &h_u,
+                    &c_u,
+                    &dropped_view,
+                    &grad_out.slice,
+                    &mut grad_z_src,
+                    &init
+                ]
+            );
+            launch!(
+                gpu,
+                "gat_scatter_score_f32",
+                src_u * h_n as u64,
+                [
+                    &t.start.slice,
+                    &t.perm.slice,
+                    &src_u,
+                    &h_u,
+                    &du.slice,
+                    &mut grad_a_src,
+                    &init
+                ]
+            );
+        }
+        Ok(vec![out(grad_src), out(grad_dst)])
+    }
+}
+
+/// Device bytes the operators allocate beyond the plan's tensors, at most
+/// (an upper bound: the largest of each kind of workspace, added): the
+/// masks, a block's transpose, attention temporaries, a dropped copy of a
+/// partition's input, the loss's per-row values, a bias-added copy.
+fn workspace_bytes(model: &Model) -> u64 {
+    let p = model.partitions();
+    let max_rows = (0..p)
+        .map(|i| model.rows(i).len() as u64)
+        .max()
+        .unwrap_or(0);
+    let max_nnz = model
+        .block_edges
+        .iter()
+        .flatten()
+        .copied()
+        .max()
+        .unwrap_or(0);
+    let width = (model.features.max(model.classes) as u64).max(model.hyper.hidden as u64);
+    let heads = model.hyper.heads.max(1) as u64;
+    let nodes = model.offsets.last().copied().unwrap_or(0);
+    let masks = 3 * nodes;
+    let transpose = (max_rows + 1) * 8 + 2 * max_rows * 4 + 2 * max_nnz * 4;
+    let attention = 2 * max_nnz * heads * 4 + 2 * max_rows * heads * 4;
+    let dense = max_rows * width * 4;
+    let loss = max_rows * 9 + max_rows.div_ceil(REDUCE_ROWS as u64) * 7 * 8;
+    let partials = max_rows.div_ceil(REDUCE_ROWS as u64) * 2 * width * 4 + 3 * width * 4;
+    masks + transpose + attention + 2 * dense + loss + partials + (1 << 20)
+}
+
+impl GnnBackend for CudaGnn {
+    fn set_mode(&mut self, mode: Mode) {
+        self.model.mode = mode;
+    }
+
+    fn metrics(&self) -> Result<Metrics, ExecError> {
+        Ok(self.metrics)
+    }
+}
+
+impl Backend for CudaGnn {
+    fn mover(&self) -> Arc<dyn Mover> {
+        Arc::new(CudaMover {
+            gpu: self.gpu.clone(),
+        })
+    }
+
+    fn external(&mut self, tensor: &Tensor) -> Result<Data, ExecError> {
+        let name = Name::parse(&tensor.name)?;
+        let g = &self.graph;
+        Ok(match name.base {
+            "x" => {
+                let rows = g.rows(name.get('p')?);
+                Data::F32(g.x[rows.start * g.features..rows.end * g.features].to_vec())
+            }
+            "y" => Data::I64(g.y[g.rows(name.get('p')?)].to_vec()),
+            "adj" => {
+                let (i, j) = (name.number(0)?, name.number(1)?);
+                let block = g.blocks[i * g.partitions() + j].clone().ok_or_else(|| {
+                    ExecError::Internal(format!("the graph has no block {}", tensor.name))
+                })?;
+                Data::Block(block)
+            }
+            "w" => Data::F32(self.model.init_weights(name.get('l')?)),
+            "adam_m" | "adam_v" => Data::F32(vec![0.0; self.model.weight_len(name.get('l')?)]),
+            _ => {
+                return Err(ExecError::Internal(format!(
+                    "unexpected external tensor {}",
+                    tensor.name
+                )))
+            }
+        })
+    }
+
+    fn externals_placed(&mut self) {
+        self.graph.x = Vec::new();
+        self.graph.y = Vec::new();
+        self.graph.blocks = Vec::new();
+    }
+
+    fn begin_iteration(&mut self, _iteration: u64) -> Result<(), ExecError> {
+        self.metrics = Metrics::default();
+        self.model.begin_iteration();
+        self.gpu
+            .ctx
+            .bind_to_thread()
+            .map_err(|e| cuda_error("binding the context", e))
+    }
+
+    fn run(&mut self, op: &Op, inputs: &[&Data]) -> Result<Vec<Data>, ExecError> {
+        let name = Name::parse(&op.name)?;
+        if self.model.hyper.model == GnnModel::Gat {
+            if let Some(outputs) = self.run_gat(op, &name, inputs)? {
+                return Ok(outputs);
+            }
+        }
+        let terms = self.model.terms();
+        let gpu = self.gpu.clone();
+        match name.base {
+            "agg" => {
+                let (l, j) = (name.get('l')?, name.get('s')?);
+                let (d_in, _) = self.model.dims(l);
+                let b = block(op, inputs[0])?;
+                let src = f32s(op, inputs[1])?;
+                let init = inputs.get(2).map(|d| f32s(op, d)).transpose()?;
+                let rows = b.rows();
+                let mut agg = self.zeros(rows * d_in, "agg")?;
+                let (mode, init_buf) = match init {
+                    Some(init) => {
+                        expect_len(op, "init", init.len(), rows * d_in)?;
+                        (INIT_FROM, &init.slice)
+                    }
+                    None => (INIT_ZERO, &gpu.dummy.slice),
+                };
+                let mask = self.model.dropout(SITE_INPUT, l).filter(|_| l == 1);
+                let (key, threshold, scale) = mask_args(mask);
+                let (rows_u, width, src_row0) = (rows as u64, d_in as u64, self.model.offsets[j]);
+                launch!(
+                    gpu,
+                    "spmm_f32",
+                    rows_u * width,
+                    [
+                        &b.row_start.slice,
+                        &b.columns.slice,
+                        &b.weights.slice,
+                        &rows_u,
+                        &src.slice,
+                        &width,
+                        init_buf,
+                        &mode,
+                        &mut agg.slice,
+                        &key,
+                        &threshold,
+                        &scale,
+                        &src_row0
+                    ]
+                );
+                Ok(vec![out(agg)])
+            }
+            "linear" => {
+                let l = name.get('l')?;
+                let (d_in, d_out) = self.model.dims(l);
+                arity(op, inputs, terms + 1)?;
+                let w = f32s(op, inputs[terms])?;
+                expect_len(op, "weights", w.len(), self.model.weight_len(l))?;
+                let rows = f32s(op, inputs[0])?.len() / d_in;
+                let mut z = self.zeros(rows * d_out, "z")?;
+                for (k, input) in inputs[..terms].iter().enumerate() {
+                    let x = f32s(op, input)?;
+                    expect_len(op, "input", x.len(), rows * d_in)?;
+                    let wk = w.slice.slice(k * d_in * d_out..(k + 1) * d_in * d_out);
+                    self.gemm(&x.slice, &wk, &mut z.slice, rows, d_in, d_out, k > 0)?;
+                }
+                let bias = w.slice.slice(terms * d_in * d_out..w.len());
+                let (rows_u, width) = (rows as u64, d_out as u64);
+                launch!(
+                    gpu,
+                    "add_bias_inplace_f32",
+                    rows_u * width,
+                    [&mut z.slice, &rows_u, &width, &bias]
+                );
+                Ok(vec![out(z)])
+            }
+            "relu" | "relu_bwd" => {
+                let (l, i) = (name.get('l')?, name.get('p')?);
+                let (_, d_out) = self.model.dims(l);
+                let (key, threshold, scale) = mask_args(self.model.dropout(SITE_HIDDEN, l));
+                let base = self.model.offsets[i] * d_out as u64;
+                if name.base == "relu" {
+                    let z = f32s(op, inputs[0])?;
+                    let mut h = self.zeros(z.len(), "relu")?;
+                    let n = z.len() as u64;
+                    launch!(
+                        gpu,
+                        "relu_dropout_f32",
+                        n,
+                        [&z.slice, &n, &mut h.slice, &key, &threshold, &scale, &base]
+                    );
+                    Ok(vec![out(h)])
+                } else {
+                    let (grad, z) = (f32s(op, inputs[0])?, f32s(op, inputs[1])?);
+                    expect_len(op, "gradient", grad.len(), z.len())?;
+                    let mut dz = self.zeros(z.len(), "relu gradient")?;
+                    let n = z.len() as u64;
+                    launch!(
+                        gpu,
+                        "relu_dropout_bwd_f32",
+                        n,
+                        [
+                            &grad.slice,
+                            &z.slice,
+                            &n,
+                            &mut dz.slice,
+                            &key,
+                            &threshold,
+                            &scale,
+                            &base
+                        ]
+                    );
+                    Ok(vec![out(dz)])
+                }
+            }
+            "loss" => {
+                let i = name.get('p')?;
+                let value = self.loss(op, i, f32s(op, inputs[0])?, i64s(op, inputs[1])?)?;
+                Ok(vec![value])
+            }
+            "loss_bwd" => {
+                let i = name.get('p')?;
+                Ok(vec![self.loss_bwd(
+                    op,
+                    i,
+                    f32s(op, inputs[0])?,
+                    i64s(op, inputs[1])?,
+                )?])
+            }
+            "linear_bwd" => {
+                let l = name.get('l')?;
+                let (d_in, d_out) = self.model.dims(l);
+                arity(op, inputs, terms + 2)?;
+                let dz = f32s(op, inputs[0])?;
+                let w = f32s(op, inputs[1 + terms])?;
+                expect_len(op, "weights", w.len(), self.model.weight_len(l))?;
+                let rows = dz.len() / d_out;
+                let mut dw = self.zeros(w.len(), "grad_w")?;
+                for k in 0..terms {
+                    let x = f32s(op, inputs[1 + k])?;
+                    expect_len(op, "input", x.len(), rows * d_in)?;
+                    let mut dwk = dw.slice.slice_mut(k * d_in * d_out..(k + 1) * d_in * d_out);
+                    self.gemm_dw(&x.slice, &dz.slice, &mut dwk, rows, d_in, d_out, false)?;
+                }
+                {
+                    let mut bias = dw.slice.slice_mut(terms * d_in * d_out..w.len());
+                    self.column_sums(&dz.slice.slice(0..dz.len()), rows, d_out, &mut bias)?;
+                }
+                let mut outputs = vec![out(dw)];
+                if l > 1 {
+                    // Outputs: grad_w, grad_agg, then (SAGE) grad_self.
+                    let mut grads = Vec::with_capacity(terms);
+                    for k in 0..terms {
+                        let mut dx = self.zeros(rows * d_in, "grad_h")?;
+                        let wk = w.slice.slice(k * d_in * d_out..(k + 1) * d_in * d_out);
+                        self.gemm_dx(&dz.slice, &wk, &mut dx.slice, rows, d_in, d_out)?;
+                        grads.push(dx);
+                    }
+                    while let Some(dx) = grads.pop() {
+                        outputs.push(out(dx));
+                    }
+                }
+                Ok(outputs)
+            }
+            "grad_accumulate" => {
+                let parts: Vec<&DeviceBuf<f32>> = inputs
+                    .iter()
+                    .map(|d| f32s(op, d))
+                    .collect::<Result<_, _>>()?;
+                let len = parts.first().map_or(0, |p| p.len());
+                let mut sum = self.zeros(len, "accumulated gradient")?;
+                let n = len as u64;
+                for (k, part) in parts.iter().enumerate() {
+                    expect_len(op, "a gradient", part.len(), len)?;
+                    let accumulate = i32::from(k > 0);
+                    launch!(
+                        gpu,
+                        "sum_into_f32",
+                        n,
+                        [&part.slice, &n, &mut sum.slice, &accumulate]
+                    );
+                }
+                Ok(vec![out(sum)])
+            }
+            "agg_bwd" => {
+                let l = name.get('l')?;
+                let (d_in, _) = self.model.dims(l);
+                let b = block(op, inputs[0])?;
+                let grad = f32s(op, inputs[1])?;
+                let init = inputs.get(2).map(|d| f32s(op, d)).transpose()?;
+                let j = name.get('p')?;
+                let rows = self.model.rows(j).len();
+                expect_len(op, "gradient", grad.len(), b.rows() * d_in)?;
+                let mut dsrc = self.zeros(rows * d_in, "agg gradient")?;
+                let (mode, init_buf) = match init {
+                    Some(init) => {
+                        expect_len(op, "init", init.len(), rows * d_in)?;
+                        (INIT_FROM, &init.slice)
+                    }
+                    None => (INIT_ZERO, &gpu.dummy.slice),
+                };
+                let t = self.transpose(b, rows)?;
+                let (src_u, width) = (rows as u64, d_in as u64);
+                launch!(
+                    gpu,
+                    "spmm_t_f32",
+                    src_u * width,
+                    [
+                        &t.start.slice,
+                        &t.perm.slice,
+                        &t.perm_row.slice,
+                        &b.weights.slice,
+                        &src_u,
+                        &grad.slice,
+                        &width,
+                        init_buf,
+                        &mode,
+                        &mut dsrc.slice
+                    ]
+                );
+                Ok(vec![out(dsrc)])
+            }
+            _ => Err(ExecError::Kernel(format!(
+                "the CUDA backend cannot run {}",
+                op.name
+            ))),
+        }
+    }
+
+    fn update(
+        &mut self,
+        op: &Op,
+        params: &mut [&mut Data],
+        others: &[&Data],
+    ) -> Result<(), ExecError> {
+        if self.model.mode == Mode::Eval {
+            return Ok(());
+        }
+        let name = Name::parse(&op.name)?;
+        let adam = self.model.adam(name.get('l')?);
+        let [w, m, v] = params else {
+            return Err(ExecError::Internal(format!(
+                "{} expects three parameters",
+                op.name
+            )));
+        };
+        let grad = f32s(
+            op,
+            others
+                .first()
+                .ok_or_else(|| ExecError::Internal(format!("{} has no gradient", op.name)))?,
+        )?;
+        let t = self.model.updates;
+        if t == 0 {
+            return Err(ExecError::Internal(format!(
+                "{}: an update before the first training iteration",
+                op.name
+            )));
+        }
+        // As the CPU's Adam: the bias corrections in f64, rounded to f32.
+        let bias_correction1 = 1.0 - (adam.beta1 as f64).powi(t as i32);
+        let bias_correction2 = 1.0 - (adam.beta2 as f64).powi(t as i32);
+        let step_size = (adam.lr as f64 / bias_correction1) as f32;
+        let bias_correction2_sqrt = bias_correction2.sqrt() as f32;
+        let (w, m, v) = (f32s_mut(op, w)?, f32s_mut(op, m)?, f32s_mut(op, v)?);
+        let n = w.len();
+        expect_len(op, "gradient", grad.len(), n)?;
+        expect_len(op, "adam_m", m.len(), n)?;
+        expect_len(op, "adam_v", v.len(), n)?;
+        let n = n as u64;
+        let (b1, b2, eps, wd) = (adam.beta1, adam.beta2, adam.eps, adam.weight_decay);
+        launch!(
+            self.gpu,
+            "adam_f32",
+            n,
+            [
+                &mut w.slice,
+                &grad.slice,
+                &mut m.slice,
+                &mut v.slice,
+                &n,
+                &b1,
+                &b2,
+                &eps,
+                &wd,
+                &step_size,
+                &bias_correction2_sqrt
+            ]
+        );
+        Ok(())
+    }
+}

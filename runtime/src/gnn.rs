@@ -1,0 +1,381 @@
+//! What the operators of a partitioned GNN workload mean, shared by the
+//! backends that compute them ([`crate::cpu`], [`crate::cuda`]): the graph
+//! input, the hyper-parameters, operator names, layer shapes, the weights'
+//! initial values and layout, and the keys of the dropout masks. A backend
+//! adds only the arithmetic, so two backends given the same plan compute
+//! the same model.
+
+use fateplan_kernels::dense;
+use fateplan_kernels::dropout::Dropout;
+use fateplan_kernels::gat::Heads;
+use fateplan_planner::gnn::GnnModel;
+
+use crate::exec::data::BlockData;
+use crate::exec::ExecError;
+
+/// The graph as the executor's inputs: features, labels, masks and the
+/// normalised blocks of a P-way vertex-range partition.
+#[derive(Debug, Clone)]
+pub struct GraphInput {
+    /// Row offsets of the partitions: `offsets[p]..offsets[p + 1]`.
+    pub offsets: Vec<u64>,
+    pub features: usize,
+    pub classes: usize,
+    /// Node features, row-major.
+    pub x: Vec<f32>,
+    pub y: Vec<i64>,
+    pub train_mask: Vec<bool>,
+    pub val_mask: Vec<bool>,
+    pub test_mask: Vec<bool>,
+    /// Block `(dst i, src j)` at `i * P + j`, when it exists.
+    pub blocks: Vec<Option<BlockData>>,
+}
+
+impl GraphInput {
+    pub fn partitions(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    pub(crate) fn rows(&self, p: usize) -> std::ops::Range<usize> {
+        self.offsets[p] as usize..self.offsets[p + 1] as usize
+    }
+}
+
+/// Hyper-parameters of training.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Hyper {
+    pub model: GnnModel,
+    pub layers: u32,
+    pub hidden: u32,
+    pub heads: u32,
+    pub dropout: f32,
+    pub lr: f32,
+    pub weight_decay: f32,
+    /// Weight decay on every layer; otherwise on the first only (Kipf's GCN).
+    pub weight_decay_all_layers: bool,
+    pub seed: u64,
+}
+
+/// Whether an iteration trains or only evaluates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Train,
+    /// No dropout and no parameter updates; accuracy on every mask.
+    Eval,
+}
+
+/// What the loss operators saw in the last iteration.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Metrics {
+    /// Mean cross-entropy over the training nodes.
+    pub loss: f64,
+    pub train_correct: u64,
+    pub train_total: u64,
+    pub val_correct: u64,
+    pub val_total: u64,
+    pub test_correct: u64,
+    pub test_total: u64,
+}
+
+impl Metrics {
+    fn ratio(correct: u64, total: u64) -> f64 {
+        if total == 0 {
+            0.0
+        } else {
+            correct as f64 / total as f64
+        }
+    }
+    pub fn train_accuracy(&self) -> f64 {
+        Self::ratio(self.train_correct, self.train_total)
+    }
+    pub fn val_accuracy(&self) -> f64 {
+        Self::ratio(self.val_correct, self.val_total)
+    }
+    pub fn test_accuracy(&self) -> f64 {
+        Self::ratio(self.test_correct, self.test_total)
+    }
+}
+
+/// A backend that trains a GNN: the training loop switches its mode and
+/// reads its metrics.
+pub trait GnnBackend: crate::exec::Backend {
+    fn set_mode(&mut self, mode: Mode);
+    /// What the loss operators saw in the last iteration.
+    fn metrics(&self) -> Result<Metrics, ExecError>;
+}
+
+/// Kinds of dropout site, part of the mask's key (two bits).
+pub(crate) const SITE_INPUT: u64 = 0;
+pub(crate) const SITE_HIDDEN: u64 = 1;
+pub(crate) const SITE_ATTENTION: u64 = 2;
+
+/// A name like `agg[l1,p0,s2]` as its base and its lettered indices.
+pub(crate) struct Name<'a> {
+    pub(crate) base: &'a str,
+    fields: Vec<(char, u32)>,
+}
+
+impl<'a> Name<'a> {
+    pub(crate) fn parse(name: &'a str) -> Result<Name<'a>, ExecError> {
+        let bad = || ExecError::Internal(format!("unexpected operator or tensor name {name:?}"));
+        let (base, rest) = name.split_once('[').ok_or_else(bad)?;
+        let inner = rest.strip_suffix(']').ok_or_else(bad)?;
+        let mut fields = Vec::new();
+        for part in inner.split(',') {
+            let mut chars = part.chars();
+            let first = chars.next().ok_or_else(bad)?;
+            let (letter, digits) = if first.is_ascii_digit() {
+                ('#', part)
+            } else {
+                (first, chars.as_str())
+            };
+            fields.push((letter, digits.parse().map_err(|_| bad())?));
+        }
+        Ok(Name { base, fields })
+    }
+
+    pub(crate) fn get(&self, letter: char) -> Result<usize, ExecError> {
+        self.fields
+            .iter()
+            .find(|(l, _)| *l == letter)
+            .map(|&(_, v)| v as usize)
+            .ok_or_else(|| ExecError::Internal(format!("{} has no index {letter}", self.base)))
+    }
+
+    pub(crate) fn number(&self, k: usize) -> Result<usize, ExecError> {
+        self.fields
+            .get(k)
+            .map(|&(_, v)| v as usize)
+            .ok_or_else(|| ExecError::Internal(format!("{} has too few indices", self.base)))
+    }
+}
+
+/// The model's shape over the graph's partitions, the training state that
+/// keys the dropout masks (mode and update count), and the masks the loss
+/// counts over.
+#[derive(Debug, Clone)]
+pub(crate) struct Model {
+    pub(crate) hyper: Hyper,
+    pub(crate) mode: Mode,
+    /// Training iterations begun: Adam's step count.
+    pub(crate) updates: u32,
+    pub(crate) offsets: Vec<u64>,
+    pub(crate) features: usize,
+    pub(crate) classes: usize,
+    pub(crate) train_mask: Vec<bool>,
+    pub(crate) val_mask: Vec<bool>,
+    pub(crate) test_mask: Vec<bool>,
+    pub(crate) train_nodes: usize,
+    /// Edges of block `(i, j)` at `i * P + j`, when it exists: kept after
+    /// the blocks move to the executor, for GAT's edge offsets.
+    pub(crate) block_edges: Vec<Option<u64>>,
+    /// Global index of the first edge of each row partition, its blocks
+    /// in source order (GAT's attention-dropout counter).
+    pub(crate) edge_base: Vec<u64>,
+}
+
+impl Model {
+    /// Checks the hyper-parameters against the graph and takes the masks
+    /// out of `graph` (the loss needs them; the executor does not).
+    pub(crate) fn new(graph: &mut GraphInput, hyper: Hyper) -> Result<Model, ExecError> {
+        if hyper.model == GnnModel::Gat
+            && (hyper.heads == 0 || !hyper.hidden.is_multiple_of(hyper.heads))
+        {
+            return Err(ExecError::Kernel(format!(
+                "heads {}: GAT needs a positive number of heads that divides hidden ({})",
+                hyper.heads, hyper.hidden
+            )));
+        }
+        let p = graph.partitions();
+        if graph.blocks.len() != p * p {
+            return Err(ExecError::Internal(format!(
+                "{} blocks for {p} partitions",
+                graph.blocks.len()
+            )));
+        }
+        let block_edges: Vec<Option<u64>> = graph
+            .blocks
+            .iter()
+            .map(|b| b.as_ref().map(|b| b.columns.len() as u64))
+            .collect();
+        let mut edge_base = Vec::with_capacity(p);
+        let mut next = 0;
+        for row in block_edges.chunks(p.max(1)) {
+            edge_base.push(next);
+            next += row.iter().flatten().sum::<u64>();
+        }
+        let train_nodes = graph.train_mask.iter().filter(|&&m| m).count();
+        Ok(Model {
+            hyper,
+            mode: Mode::Train,
+            updates: 0,
+            offsets: graph.offsets.clone(),
+            features: graph.features,
+            classes: graph.classes,
+            train_mask: std::mem::take(&mut graph.train_mask),
+            val_mask: std::mem::take(&mut graph.val_mask),
+            test_mask: std::mem::take(&mut graph.test_mask),
+            train_nodes,
+            block_edges,
+            edge_base,
+        })
+    }
+
+    pub(crate) fn partitions(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    pub(crate) fn rows(&self, p: usize) -> std::ops::Range<usize> {
+        self.offsets[p] as usize..self.offsets[p + 1] as usize
+    }
+
+    /// Called before each iteration.
+    pub(crate) fn begin_iteration(&mut self) {
+        if self.mode == Mode::Train {
+            self.updates += 1;
+        }
+    }
+
+    pub(crate) fn dims(&self, layer: usize) -> (usize, usize) {
+        let h = &self.hyper;
+        let d_in = if layer == 1 {
+            self.features
+        } else {
+            h.hidden as usize
+        };
+        let d_out = if layer == h.layers as usize {
+            self.classes
+        } else {
+            h.hidden as usize
+        };
+        (d_in, d_out)
+    }
+
+    /// Inputs per linear layer: GraphSAGE has a self and a neighbour term.
+    pub(crate) fn terms(&self) -> usize {
+        if self.hyper.model == GnnModel::Sage {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// The mask of a dropout site of a layer in this iteration, or `None`
+    /// when evaluating or without dropout.
+    pub(crate) fn dropout(&self, site: u64, layer: usize) -> Option<Dropout> {
+        let p = self.hyper.dropout;
+        (self.mode == Mode::Train && p > 0.0).then_some(Dropout {
+            p,
+            seed: self.hyper.seed,
+            stream: ((self.updates as u64) << 16) | ((layer as u64) << 2) | site,
+        })
+    }
+
+    /// Values in a layer's weights (and in each Adam moment).
+    pub(crate) fn weight_len(&self, layer: usize) -> usize {
+        let (d_in, d_out) = self.dims(layer);
+        match self.hyper.model {
+            GnnModel::Gat => d_in * d_out + 3 * d_out,
+            _ => dense::linear_weight_len(self.terms(), d_in, d_out),
+        }
+    }
+
+    pub(crate) fn init_weights(&self, layer: usize) -> Vec<f32> {
+        let (d_in, d_out) = self.dims(layer);
+        let terms = self.terms();
+        let limit = (6.0 / (d_in + d_out) as f64).sqrt();
+        let mut state = self.hyper.seed ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(layer as u64 + 1));
+        let mut next = || {
+            // SplitMix64.
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        let mut uniform = |count: usize, limit: f64| -> Vec<f32> {
+            (0..count)
+                .map(|_| {
+                    let unit = (next() >> 11) as f64 / (1u64 << 53) as f64;
+                    ((2.0 * unit - 1.0) * limit) as f32
+                })
+                .collect()
+        };
+        let mut w = uniform(terms * d_in * d_out, limit);
+        if self.hyper.model == GnnModel::Gat {
+            // att_src and att_dst, Glorot over their (heads, head_width)
+            // shape as PyG initialises them.
+            let heads = self.heads(layer);
+            let limit = (6.0 / (heads.heads + heads.head_width) as f64).sqrt();
+            w.extend(uniform(2 * d_out, limit));
+        }
+        w.extend(std::iter::repeat_n(0.0, d_out));
+        w
+    }
+
+    /// GAT's heads at `layer`: the hidden layers' `heads`, one at the last.
+    pub(crate) fn heads(&self, layer: usize) -> Heads {
+        let (_, d_out) = self.dims(layer);
+        let heads = if layer == self.hyper.layers as usize {
+            1
+        } else {
+            self.hyper.heads.max(1) as usize
+        };
+        Heads {
+            heads,
+            head_width: d_out / heads,
+        }
+    }
+
+    pub(crate) fn has_block(&self, i: usize, j: usize) -> bool {
+        self.block_edges[i * self.partitions() + j].is_some()
+    }
+
+    /// Edges of row partition `i` in blocks before source `j`: where block
+    /// `(i, j)` starts in `alpha[i]`.
+    pub(crate) fn edges_before(&self, i: usize, j: usize) -> u64 {
+        let p = self.partitions();
+        self.block_edges[i * p..i * p + j].iter().flatten().sum()
+    }
+
+    /// Edges of block `(i, j)`, or an error when the graph has none.
+    pub(crate) fn block_nnz(&self, i: usize, j: usize) -> Result<u64, ExecError> {
+        self.block_edges[i * self.partitions() + j]
+            .ok_or_else(|| ExecError::Internal(format!("the graph has no block ({i}, {j})")))
+    }
+
+    /// Adam's hyper-parameters for `layer` (weight decay on the first
+    /// layer unless every layer decays).
+    pub(crate) fn adam(&self, layer: usize) -> fateplan_kernels::optim::Adam {
+        let h = &self.hyper;
+        fateplan_kernels::optim::Adam {
+            lr: h.lr,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: if layer == 1 || h.weight_decay_all_layers {
+                h.weight_decay
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
+/// Checks an operator's input count (the plan was made for this workload,
+/// so a mismatch is a bug).
+pub(crate) fn arity<T>(
+    op: &fateplan_planner::workload::Op,
+    inputs: &[T],
+    expected: usize,
+) -> Result<(), ExecError> {
+    if inputs.len() == expected {
+        Ok(())
+    } else {
+        Err(ExecError::Internal(format!(
+            "{} has {} inputs, expected {expected}",
+            op.name,
+            inputs.len()
+        )))
+    }
+}

@@ -1,0 +1,560 @@
+//! The CUDA backend against the CPU backend and the `f64` reference.
+//!
+//! These tests need an NVIDIA GPU with the CUDA 13 driver, NVRTC and
+//! cuBLAS (NVRTC may come from `FATEPLAN_NVRTC_DIR`, as in `.ci/run`).
+//! Without one they print that they skipped and why, unless
+//! `FATEPLAN_REQUIRE_GPU=1`, when they fail.
+//!
+//! - Every operator of GCN, GraphSAGE and GAT workloads runs on both
+//!   backends with the same inputs (the CPU's values, operator after
+//!   operator): the outputs must agree, and where the kernels crate has an
+//!   `f64` reference (SpMM with dropout, its transpose, linear layers and
+//!   their backward, ReLU and ELU with dropout, the loss gradient, Adam,
+//!   a whole GAT aggregation) the CUDA outputs must be within 1e-5 of it
+//!   (`|a - b| <= 1e-5 (1 + |b|)`, the kernels' own tests' measure).
+//! - Training through the executor on the GPU gives the same losses
+//!   whatever the plan (retain-all, offload to host, offload to the SSD,
+//!   recompute-all, dp at a quarter of the device peak), and losses close
+//!   to the CPU backend's.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use fateplan_kernels::dropout::Dropout;
+use fateplan_kernels::optim::Adam;
+use fateplan_kernels::{reference, BlockRef, Csr};
+use fateplan_planner::gnn::GnnModel;
+use fateplan_planner::plan::Budgets;
+use fateplan_planner::workload::{TensorKind, Workload};
+use fateplan_planner::{plan, PlanOptions, Policy, Profile};
+use fateplan_runtime::cpu::{CpuGnn, Hyper};
+use fateplan_runtime::cuda::{self, CudaGnn, CudaOptions};
+use fateplan_runtime::dataset::Dataset;
+use fateplan_runtime::exec::data::Data;
+use fateplan_runtime::exec::{Backend, SsdTier};
+use fateplan_runtime::gnn::GnnBackend;
+use fateplan_runtime::train::{self, BackendChoice, Prepared, TrainRun};
+
+/// Whether a GPU can be used; `false` after saying why the test skips.
+fn gpu_ready(test: &str) -> bool {
+    if let Some(dir) = std::env::var_os("FATEPLAN_NVRTC_DIR") {
+        let _ = cuda::nvrtc::preload_nvrtc_dir(&PathBuf::from(dir));
+    }
+    match cuda::probe(0) {
+        Ok(info) => {
+            eprintln!(
+                "{test}: {} (compute capability {}.{})",
+                info.name, info.compute_capability.0, info.compute_capability.1
+            );
+            true
+        }
+        Err(why) => {
+            let required = std::env::var("FATEPLAN_REQUIRE_GPU").is_ok_and(|v| v == "1");
+            assert!(!required, "FATEPLAN_REQUIRE_GPU=1 but {why}");
+            eprintln!("skipped {test}: {why}");
+            false
+        }
+    }
+}
+
+fn planted(nodes: u32, seed: u64) -> Dataset {
+    let spec = format!(
+        "planted:nodes={nodes},classes=4,features=12,degree=6,homophily=0.8,val=40,test=60,seed={seed}"
+    );
+    let mut d = train::load_graph(&spec).unwrap();
+    d.row_normalize_features();
+    d
+}
+
+fn hyper(model: GnnModel, heads: u32) -> Hyper {
+    Hyper {
+        model,
+        layers: 2,
+        hidden: 8,
+        heads,
+        dropout: 0.5,
+        lr: 0.01,
+        weight_decay: 5e-4,
+        weight_decay_all_layers: false,
+        seed: 7,
+    }
+}
+
+fn profile() -> Profile {
+    Profile::from_json(
+        include_str!("../../profiles/cpu-small.json"),
+        "cpu-small.json",
+    )
+    .unwrap()
+}
+
+fn roomy() -> Budgets {
+    Budgets {
+        hbm_bytes: 1 << 40,
+        host_bytes: 1 << 40,
+        ssd_bytes: 1 << 40,
+    }
+}
+
+fn to64(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| v as f64).collect()
+}
+
+/// `|a - b| <= tol (1 + |b|)` elementwise.
+#[track_caller]
+fn assert_close(what: &str, a: &[f32], b: &[f64], tol: f64) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
+        assert!(
+            (x as f64 - y).abs() <= tol * (1.0 + y.abs()),
+            "{what}[{i}]: cuda {x}, reference {y}"
+        );
+    }
+}
+
+fn f32s(data: &Data) -> &[f32] {
+    data.f32().unwrap()
+}
+
+fn block_of(data: &Data) -> BlockRef<'_> {
+    let b = data.block().unwrap();
+    BlockRef {
+        row_start: &b.row_start,
+        columns: &b.columns,
+        weights: &b.weights,
+    }
+}
+
+/// Input dropout, as the backends key it (iteration 1, layer, site).
+fn mask(h: &Hyper, layer: u64, site: u64) -> Dropout {
+    Dropout::new(h.dropout, h.seed, (1 << 16) | (layer << 2) | site).unwrap()
+}
+
+/// Where the kernels crate has an `f64` reference for operator `name`,
+/// checks the CUDA outputs against it (given the operator's inputs).
+fn check_reference(
+    name: &str,
+    inputs: &[&Data],
+    cuda: &[Data],
+    h: &Hyper,
+    prepared: &Prepared,
+    workload: &Workload,
+) -> bool {
+    let base = name.split('[').next().unwrap();
+    let layer: u64 = name
+        .split("[l")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0);
+    let classes = prepared.input.classes;
+    let features = prepared.input.features;
+    let d_in = if layer == 1 {
+        features
+    } else {
+        h.hidden as usize
+    };
+    let d_out = if layer == 2 {
+        classes
+    } else {
+        h.hidden as usize
+    };
+    let gnn = h.model != GnnModel::Gat;
+    let _ = workload;
+    match base {
+        // P = 1: one block, no init; first layer with input dropout.
+        "agg" if gnn && inputs.len() == 2 => {
+            let src = to64(f32s(inputs[1]));
+            let src = if layer == 1 {
+                reference::dropout(&src, d_in, 0, &mask(h, 1, 0))
+            } else {
+                src
+            };
+            let expect = reference::spmm(block_of(inputs[0]), &src, d_in);
+            assert_close(name, f32s(&cuda[0]), &expect, 1e-5);
+            true
+        }
+        "agg_bwd" if inputs.len() == 2 => {
+            let grad = to64(f32s(inputs[1]));
+            let rows = f32s(&cuda[0]).len() / d_in;
+            let expect = reference::spmm_t(block_of(inputs[0]), &grad, d_in, rows);
+            assert_close(name, f32s(&cuda[0]), &expect, 1e-5);
+            true
+        }
+        "linear" if gnn => {
+            let terms = inputs.len() - 1;
+            let xs: Vec<Vec<f64>> = inputs[..terms].iter().map(|d| to64(f32s(d))).collect();
+            let refs: Vec<&[f64]> = xs.iter().map(|x| x.as_slice()).collect();
+            let rows = xs[0].len() / d_in;
+            let w = to64(f32s(inputs[terms]));
+            let expect = reference::linear(&refs, rows, d_in, &w, d_out, true);
+            assert_close(name, f32s(&cuda[0]), &expect, 1e-5);
+            true
+        }
+        "linear_bwd" if gnn => {
+            let terms = inputs.len() - 2;
+            let dz = to64(f32s(inputs[0]));
+            let xs: Vec<Vec<f64>> = inputs[1..1 + terms].iter().map(|d| to64(f32s(d))).collect();
+            let refs: Vec<&[f64]> = xs.iter().map(|x| x.as_slice()).collect();
+            let rows = dz.len() / d_out;
+            let w = to64(f32s(inputs[1 + terms]));
+            let (dw, dx) = reference::linear_bwd(&dz, &refs, rows, d_in, &w, d_out, true);
+            assert_close(name, f32s(&cuda[0]), &dw, 1e-5);
+            // Outputs after grad_w: the last term's input gradient first.
+            for (k, out) in cuda[1..].iter().enumerate() {
+                assert_close(name, f32s(out), &dx[terms - 1 - k], 1e-5);
+            }
+            true
+        }
+        "relu" => {
+            let z = to64(f32s(inputs[0]));
+            let expect = reference::relu_dropout(&z, d_out, 0, Some(&mask(h, layer, 1)));
+            assert_close(name, f32s(&cuda[0]), &expect, 1e-5);
+            true
+        }
+        "relu_bwd" => {
+            let (g, z) = (to64(f32s(inputs[0])), to64(f32s(inputs[1])));
+            let expect = reference::relu_dropout_bwd(&g, &z, d_out, 0, Some(&mask(h, layer, 1)));
+            assert_close(name, f32s(&cuda[0]), &expect, 1e-5);
+            true
+        }
+        "elu" => {
+            let (agg, w) = (to64(f32s(inputs[0])), to64(f32s(inputs[1])));
+            let bias = &w[w.len() - d_out..];
+            let y: Vec<f64> = agg
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v + bias[i % d_out])
+                .collect();
+            let expect = reference::elu_dropout(&y, d_out, 0, Some(&mask(h, layer, 1)));
+            assert_close(name, f32s(&cuda[0]), &expect, 1e-5);
+            true
+        }
+        "elu_bwd" => {
+            let g = to64(f32s(inputs[0]));
+            let (agg, w) = (to64(f32s(inputs[1])), to64(f32s(inputs[2])));
+            let bias = &w[w.len() - d_out..];
+            let y: Vec<f64> = agg
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v + bias[i % d_out])
+                .collect();
+            let expect = reference::elu_dropout_bwd(&g, &y, d_out, 0, Some(&mask(h, layer, 1)));
+            assert_close(name, f32s(&cuda[0]), &expect, 1e-5);
+            true
+        }
+        "loss_bwd" => {
+            let logits = to64(f32s(inputs[0]));
+            let labels = inputs[1].i64().unwrap();
+            let train_mask = &prepared_masks(prepared);
+            let nodes = train_mask.iter().filter(|&&m| m).count();
+            let expect =
+                reference::softmax_cross_entropy_bwd(&logits, classes, labels, train_mask, nodes);
+            assert_close(name, f32s(&cuda[0]), &expect, 1e-5);
+            true
+        }
+        _ => false,
+    }
+}
+
+fn prepared_masks(prepared: &Prepared) -> Vec<bool> {
+    prepared.input.train_mask.clone()
+}
+
+/// Runs every operator of one training iteration on both backends, the
+/// CPU's outputs feeding the next operators of both; returns how many
+/// operators were checked against the reference.
+fn operators_agree(model: GnnModel, heads: u32, partitions: u32) -> usize {
+    let h = hyper(model, heads);
+    let prepared = train::prepare(planted(300, 3), &h, partitions).unwrap();
+    let workload = prepared.workload.clone();
+    let mut cpu = CpuGnn::new(prepared.input.clone(), h).unwrap();
+    let mut gpu =
+        CudaGnn::new(prepared.input.clone(), h, 1 << 30, &CudaOptions::default()).unwrap();
+    let mover = gpu.mover();
+    let up = |data: &Data| mover.to_device(Cow::Borrowed(data)).unwrap();
+    let down = |data: &Data| mover.to_plain(data).unwrap();
+    let mut values: HashMap<usize, Data> = HashMap::new();
+    for tensor in &workload.tensors {
+        if tensor.kind.is_external() {
+            values.insert(tensor.id.index(), cpu.external(tensor).unwrap());
+        }
+    }
+    cpu.begin_iteration(0).unwrap();
+    gpu.begin_iteration(0).unwrap();
+    let mut referenced = 0;
+    for op in &workload.ops {
+        let is_param = |t: usize| workload.tensors[t].kind == TensorKind::Parameter;
+        if op.outputs.is_empty() && op.inputs.iter().any(|t| is_param(t.index())) {
+            // An update: both from the same parameters and gradient.
+            let params: Vec<usize> = op
+                .inputs
+                .iter()
+                .map(|t| t.index())
+                .filter(|&t| is_param(t))
+                .collect();
+            let others: Vec<Data> = op
+                .inputs
+                .iter()
+                .map(|t| t.index())
+                .filter(|&t| !is_param(t))
+                .map(|t| values[&t].clone())
+                .collect();
+            let mut on_gpu: Vec<Data> = params.iter().map(|t| up(&values[t])).collect();
+            let gpu_others: Vec<Data> = others.iter().map(&up).collect();
+            {
+                let mut refs: Vec<&mut Data> = on_gpu.iter_mut().collect();
+                let o: Vec<&Data> = gpu_others.iter().collect();
+                gpu.update(op, &mut refs, &o).unwrap();
+            }
+            let before: Vec<Vec<f64>> = params.iter().map(|t| to64(f32s(&values[t]))).collect();
+            let mut host: Vec<Data> = params.iter().map(|t| values[t].clone()).collect();
+            {
+                let mut refs: Vec<&mut Data> = host.iter_mut().collect();
+                let o: Vec<&Data> = others.iter().collect();
+                cpu.update(op, &mut refs, &o).unwrap();
+            }
+            // Adam against the f64 reference, from the same state.
+            let layer: usize = op.name[op.name.find("[l").unwrap() + 2..op.name.len() - 1]
+                .parse()
+                .unwrap();
+            let adam = Adam {
+                lr: h.lr,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                weight_decay: if layer == 1 { h.weight_decay } else { 0.0 },
+            };
+            let (mut w, mut m, mut v) = (before[0].clone(), before[1].clone(), before[2].clone());
+            reference::adam_step(&adam, 1, &mut w, &to64(f32s(&others[0])), &mut m, &mut v);
+            let got: Vec<Data> = on_gpu.iter().map(&down).collect();
+            assert_close(&op.name, f32s(&got[0]), &w, 1e-5);
+            assert_close(&op.name, f32s(&got[1]), &m, 1e-5);
+            assert_close(&op.name, f32s(&got[2]), &v, 1e-5);
+            referenced += 1;
+            for (t, data) in params.iter().zip(host) {
+                values.insert(*t, data);
+            }
+            continue;
+        }
+        let inputs: Vec<&Data> = op.inputs.iter().map(|t| &values[&t.index()]).collect();
+        let on_gpu: Vec<Data> = inputs.iter().map(|d| up(d)).collect();
+        let gpu_inputs: Vec<&Data> = on_gpu.iter().collect();
+        let cuda_out: Vec<Data> = gpu
+            .run(op, &gpu_inputs)
+            .unwrap_or_else(|e| panic!("{}: {e}", op.name))
+            .iter()
+            .map(&down)
+            .collect();
+        let cpu_out = cpu.run(op, &inputs).unwrap();
+        assert_eq!(cuda_out.len(), cpu_out.len(), "{}", op.name);
+        for (k, (g, c)) in cuda_out.iter().zip(&cpu_out).enumerate() {
+            let what = format!("{} output {k}", op.name);
+            assert_close(&what, f32s(g), &to64(f32s(c)), 1e-4);
+        }
+        if partitions == 1
+            && check_reference(&op.name, &inputs, &cuda_out, &h, &prepared, &workload)
+        {
+            referenced += 1;
+        }
+        for (&t, data) in op.outputs.iter().zip(cpu_out) {
+            values.insert(t.index(), data);
+        }
+    }
+    let metrics = gpu.metrics().unwrap();
+    assert!(
+        metrics.train_total > 0,
+        "the GPU's loss operators counted the training rows"
+    );
+    referenced
+}
+
+/// GAT's whole attention aggregation (scores, softmax over the row,
+/// weighted sum, attention dropout) against the reference, through the
+/// CUDA operators of a one-partition workload.
+fn gat_layer_matches_reference() {
+    let h = Hyper {
+        dropout: 0.3,
+        ..hyper(GnnModel::Gat, 2)
+    };
+    let prepared = train::prepare(planted(200, 5), &h, 1).unwrap();
+    let workload = &prepared.workload;
+    let mut gpu =
+        CudaGnn::new(prepared.input.clone(), h, 1 << 30, &CudaOptions::default()).unwrap();
+    let mut cpu = CpuGnn::new(prepared.input.clone(), h).unwrap();
+    let mover = gpu.mover();
+    gpu.begin_iteration(0).unwrap();
+    let find = |name: &str| workload.ops.iter().find(|o| o.name == name).unwrap();
+    let tensor = |name: &str| workload.tensors.iter().find(|t| t.name == name).unwrap();
+    let adj = cpu.external(tensor("adj[0,0]")).unwrap();
+    let w = cpu.external(tensor("w[l2]")).unwrap();
+    let up = |d: &Data| mover.to_device(Cow::Borrowed(d)).unwrap();
+    // A layer-2 input: values in [-1, 1).
+    let rows = prepared.input.offsets[1] as usize;
+    let (d, classes) = (h.hidden as usize, prepared.input.classes);
+    let z: Vec<f32> = (0..rows * classes)
+        .map(|i| ((i * 7919 % 2000) as f32 / 1000.0) - 1.0)
+        .collect();
+    let _ = d;
+    let z = Data::F32(z);
+    let (adj_d, w_d, z_d) = (up(&adj), up(&w), up(&z));
+    let run = |gpu: &mut CudaGnn, name: &str, inputs: &[&Data]| {
+        gpu.run(find(name), inputs).unwrap().remove(0)
+    };
+    let scores = run(&mut gpu, "node_scores[l2,p0]", &[&z_d, &w_d]);
+    let edge = run(&mut gpu, "sddmm[l2,p0,s0]", &[&adj_d, &scores]);
+    let alpha = run(&mut gpu, "edge_softmax[l2,p0]", &[&adj_d, &edge]);
+    let agg = run(&mut gpu, "agg[l2,p0,s0]", &[&adj_d, &z_d, &alpha]);
+    let agg = mover.to_plain(&agg).unwrap();
+    // The reference on the block as a whole graph.
+    let b = adj.block().unwrap();
+    let csr = Csr {
+        row_start: b.row_start.clone(),
+        columns: b.columns.clone(),
+    };
+    let w64 = to64(f32s(&w));
+    let att = &w64[d * classes..];
+    let (att_src, att_dst) = (&att[..classes], &att[classes..2 * classes]);
+    let drop = Dropout::new(h.dropout, h.seed, (1 << 16) | (2 << 2) | 2).unwrap();
+    let factors: Vec<f64> = (0..b.columns.len() as u64)
+        .map(|e| drop.value(e) as f64)
+        .collect();
+    let expect = reference::gat(
+        &csr,
+        &to64(f32s(&z)),
+        1,
+        classes,
+        att_src,
+        att_dst,
+        Some(&factors),
+    );
+    assert_close("gat aggregation", f32s(&agg), &expect, 1e-5);
+}
+
+#[test]
+fn every_operator_matches_the_cpu_and_the_reference() {
+    if !gpu_ready("every_operator_matches_the_cpu_and_the_reference") {
+        return;
+    }
+    for (model, heads) in [(GnnModel::Gcn, 1), (GnnModel::Sage, 1), (GnnModel::Gat, 2)] {
+        let referenced = operators_agree(model, heads, 1);
+        assert!(
+            referenced >= 5,
+            "{model:?}: {referenced} operators checked against the reference"
+        );
+        operators_agree(model, heads, 3);
+    }
+    gat_layer_matches_reference();
+}
+
+fn train_losses(
+    dataset: &Dataset,
+    h: Hyper,
+    partitions: u32,
+    policy: Policy,
+    budgets: Budgets,
+    backend: BackendChoice,
+    ssd: Option<Arc<dyn SsdTier>>,
+) -> Option<Vec<f64>> {
+    let prepared = train::prepare(dataset.clone(), &h, partitions).unwrap();
+    let profile = profile();
+    let options = PlanOptions {
+        budgets,
+        ssd_staging_bytes: 1 << 16,
+        ..PlanOptions::new(policy, &profile)
+    };
+    let plan = match plan(&prepared.workload, &profile, &options) {
+        Ok(plan) => plan,
+        Err(e) => {
+            eprintln!("{policy:?} does not fit ({e}): not run");
+            return None;
+        }
+    };
+    let run = TrainRun {
+        plan: Arc::new(plan),
+        epochs: 8,
+        budgets: None,
+        ssd,
+        trace: false,
+        backend,
+    };
+    let (report, _) = train::train(prepared, h, run, &mut |_| {}).unwrap();
+    assert!(report.peak_bytes.hbm <= report.budgets.hbm_bytes);
+    Some(report.losses)
+}
+
+#[test]
+fn every_plan_trains_the_same_model_on_the_gpu() {
+    if !gpu_ready("every_plan_trains_the_same_model_on_the_gpu") {
+        return;
+    }
+    let dataset = planted(500, 11);
+    let cuda = || BackendChoice::Cuda(CudaOptions::default());
+    for (model, heads) in [(GnnModel::Gcn, 1), (GnnModel::Sage, 1), (GnnModel::Gat, 2)] {
+        let h = hyper(model, heads);
+        let reference =
+            train_losses(&dataset, h, 4, Policy::RetainAll, roomy(), cuda(), None).unwrap();
+        let cpu = train_losses(
+            &dataset,
+            h,
+            4,
+            Policy::RetainAll,
+            roomy(),
+            BackendChoice::Cpu,
+            None,
+        )
+        .unwrap();
+        assert_eq!(reference.len(), cpu.len());
+        for (g, c) in reference.iter().zip(&cpu) {
+            assert!(
+                (g - c).abs() <= 1e-3 * c.abs().max(1.0),
+                "{model:?}: cuda {g}, cpu {c}"
+            );
+        }
+        let prepared = train::prepare(dataset.clone(), &h, 4).unwrap();
+        let profile = profile();
+        let retain = plan(
+            &prepared.workload,
+            &profile,
+            &PlanOptions {
+                budgets: roomy(),
+                ..PlanOptions::new(Policy::RetainAll, &profile)
+            },
+        )
+        .unwrap();
+        let quarter = Budgets {
+            hbm_bytes: retain.predicted.peak_bytes.hbm / 4,
+            ..roomy()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn SsdTier> =
+            train::open_spill(dir.path(), 1 << 40, 100_000, None).unwrap();
+        let runs = [
+            (Policy::OffloadHostAll, roomy(), None),
+            (Policy::OffloadSsdAll, roomy(), Some(store.clone())),
+            (Policy::RecomputeAll, roomy(), None),
+            (Policy::Dp, quarter, Some(store)),
+        ];
+        for (policy, budgets, ssd) in runs {
+            let Some(losses) = train_losses(&dataset, h, 4, policy, budgets, cuda(), ssd) else {
+                assert_eq!(
+                    policy,
+                    Policy::Dp,
+                    "only dp at a quarter budget may not fit"
+                );
+                continue;
+            };
+            assert_eq!(losses.len(), reference.len());
+            let exact = losses == reference;
+            eprintln!("{model:?} {policy:?}: losses bit-identical to retain-all: {exact}");
+            for (a, b) in losses.iter().zip(&reference) {
+                assert!(
+                    (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                    "{model:?} {policy:?}: {a} vs {b}"
+                );
+            }
+        }
+    }
+}
