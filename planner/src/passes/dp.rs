@@ -694,9 +694,64 @@ impl<'a> Search<'a> {
                 }
                 // Roll back to the saved assignment.
                 self.restore(&saved);
+                // Again, making room by re-timing tensors already decided
+                // (a later prefetch, an earlier offload) before the sweep.
+                self.set(t, pick);
+                let ok = away_ok && self.retime(t) && self.sweep(start, end, Some(t)).is_ok() && {
+                    self.improve();
+                    self.usage.hbm.max(0, slots) <= self.usage.limit[0]
+                };
+                if ok && self.total_price() + 1e-12 < before_cost {
+                    improved = true;
+                    break;
+                }
+                self.restore(&saved);
             }
         }
         improved
+    }
+
+    /// With `tensor` just changed and the device over budget somewhere:
+    /// moves other decided tensors, one at a time, to a choice of the same
+    /// fate that frees the first slot over budget (least added price
+    /// first), until every slot fits. Returns whether they do.
+    fn retime(&mut self, tensor: usize) -> bool {
+        let choices = self.choices;
+        let slots = choices.slots as usize;
+        let limit = self.usage.limit[0];
+        for _ in 0..choices.options.len() {
+            if self.usage.hbm.max(0, slots) <= limit {
+                return true;
+            }
+            let Some(slot) = (0..slots).find(|&s| self.usage.hbm.get(s) > limit) else {
+                return true;
+            };
+            let s = slot as u32;
+            let mut moves: Vec<(f64, usize, u16)> = Vec::new();
+            for u in 0..choices.options.len() {
+                let Some(current) = self.pick(u) else {
+                    continue;
+                };
+                if u == tensor || current.frees(s) {
+                    continue;
+                }
+                let price = self.price(current);
+                for (i, c) in choices.options[u].iter().enumerate() {
+                    if c.fate == current.fate
+                        && self.allowed(c)
+                        && c.frees(s)
+                        && !c.hbm_add.iter().any(|&(a, b, _)| a <= s && s < b)
+                    {
+                        moves.push((self.price(c) - price, u, i as u16));
+                    }
+                }
+            }
+            moves.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            if !moves.iter().any(|&(_, u, i)| self.try_set(u, Some(i))) {
+                return false;
+            }
+        }
+        self.usage.hbm.max(0, slots) <= limit
     }
 
     /// With `tensor` just set to a choice whose host copy overflows the
