@@ -346,7 +346,7 @@ fn with_hint(
         match options.policy {
             // The model's answer: fast, and what the search itself sees.
             Policy::Dp | Policy::Milp => {
-                dp::solve(workload, &choices, budgets, options.ssd_staging_bytes, &[]).is_ok()
+                dp::fits(workload, &choices, budgets, options.ssd_staging_bytes)
             }
             // The peer's fates and timings under the memory pass: what
             // planning it checks before the plan is made.

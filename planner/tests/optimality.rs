@@ -10,7 +10,6 @@ use fateplan_planner::Profile;
 const COUNT: usize = 200;
 
 #[test]
-#[ignore = "acceptance test of the optimal-planning issue: 2 of 200 instances still fail (run with --ignored)"]
 fn dp_is_within_one_percent_of_the_milp() {
     let text = include_str!("../../profiles/a100-80g.json");
     let profile = Profile::from_json(text, "a100-80g.json").unwrap();

@@ -11,16 +11,25 @@
 //!    the tensors idle at that slot (dynamic programming over a Pareto front of
 //!    bytes freed against seconds spent). Each candidate is scored by the
 //!    cheapest timing its fate allows, since stage 2 can reach it; the
-//!    sweep itself applies the timing that frees the most steps. A second
-//!    sweep covers overruns in score order alone; the cheaper one is kept.
+//!    sweep itself applies the timing that frees the most steps. Where a
+//!    slot cannot be covered, a tensor whose recomputation brings bytes
+//!    back there is switched to a choice that adds none (`repair`).
+//!    Further sweeps cover overruns in score order alone; refuse
+//!    recomputations whose added bytes land where the device is still
+//!    over budget; and, where host memory ran short, score offloads by
+//!    the timing they are given. The cheapest result is kept.
 //! 2. **Improvement.** Every changed tensor, costliest first, takes the
 //!    cheapest of its choices (the baseline included) that keeps every
 //!    tier within budget: this returns over-demoted tensors and moves
 //!    transfers earlier (prefetch) or lets offloads run longer wherever
-//!    memory allows, hiding them behind compute.
+//!    memory allows, hiding them behind compute. Equal prices are broken
+//!    by fewer bytes moved.
 //! 3. **Exchange.** On instances with few decisions, each costly choice is
-//!    tried at a cheaper one with the overrun it causes re-covered by the
-//!    sweep; the exchange is kept if the total cost falls.
+//!    tried at a cheaper one, with the room it needs made by moving other
+//!    host copies to the SSD or re-timing decided tensors, and the overrun
+//!    it causes re-covered by the sweep; and each tensor is tried at a
+//!    costlier choice that frees more, with stage 2 spending the room.
+//!    A move is kept if the total cost falls.
 //!
 //! Host memory bounds the host choices as they are made. SSD choices need
 //! staging buffers in host memory, so the search runs twice, without the
@@ -289,6 +298,9 @@ struct Search<'a> {
     /// Whether the sweep covers an overrun by the knapsack (else in score
     /// order alone).
     knapsack: bool,
+    /// Whether the sweep scores a fate by the timing it applies (else by
+    /// the cheapest timing, which stage 2 may reach if memory allows).
+    as_applied: bool,
     /// Scratch space for changes.
     delta: Delta,
 }
@@ -387,8 +399,16 @@ impl<'a> Search<'a> {
             if self.assignment.picks[t].is_some() || Some(t) == frozen {
                 continue;
             }
-            for choice in options.iter().filter(|c| self.allowed(c)) {
+            for (i, choice) in options.iter().enumerate() {
+                if !self.allowed(choice) {
+                    continue;
+                }
                 let f = choice.fate as usize;
+                // Scored as applied: only the first (most-freeing) choice
+                // of each fate counts.
+                if self.as_applied && i > 0 && options[i - 1].fate == choice.fate {
+                    continue;
+                }
                 fate_cost[t][f] = fate_cost[t][f].min(self.price(choice));
             }
             for (i, choice) in options.iter().enumerate() {
@@ -708,7 +728,54 @@ impl<'a> Search<'a> {
                 self.restore(&saved);
             }
         }
-        improved
+        improved || self.upgrade()
+    }
+
+        /// Stage 3's other move: a tensor takes a costlier choice that frees
+    /// more, and stage 2 then returns others to cheaper choices with the
+    /// room it made; kept if the total cost falls. Returns whether it did.
+    fn upgrade(&mut self) -> bool {
+        let choices = self.choices;
+        let slots = choices.slots as usize;
+                // Decided tensors (at most EXCHANGE_LIMIT of them), and undecided
+        // ones too where as few tensors have choices: each try runs stage 2.
+        let with_choices = choices.options.iter().filter(|o| !o.is_empty()).count();
+        let tried: Vec<usize> = (0..choices.options.len())
+            .filter(|&t| {
+                !choices.options[t].is_empty()
+                    && (self.assignment.picks[t].is_some() || with_choices <= EXCHANGE_LIMIT)
+            })
+            .collect();
+        for t in tried {
+            let current = self.pick(t).map_or(0.0, |c| self.price(c));
+            let fate = self.pick(t).map(|c| c.fate);
+            let costlier: Vec<u16> = choices.options[t]
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| self.allowed(c) && self.price(c) > current)
+                .filter(|(_, c)| Some(c.fate) != fate)
+                .map(|(i, _)| i as u16)
+                .collect();
+            for pick in costlier {
+                let before_cost = self.total_price();
+                let saved = self.assignment.clone();
+                if !self.try_set(t, Some(pick)) {
+                    continue;
+                }
+                for _ in 0..4 {
+                    if !self.improve() {
+                        break;
+                    }
+                }
+                if self.usage.hbm.max(0, slots) <= self.usage.limit[0]
+                    && self.total_price() + 1e-12 < before_cost
+                {
+                    return true;
+                }
+                self.restore(&saved);
+            }
+        }
+        false
     }
 
     /// With `tensor` just changed and the device over budget somewhere:
@@ -978,6 +1045,29 @@ pub fn solve(
     ssd_staging_bytes: u64,
     extra: &[u64],
 ) -> Result<Outcome, Overrun> {
+    search(workload, choices, budgets, ssd_staging_bytes, extra, false)
+}
+
+/// Whether [`solve`] finds a plan, answered by the first sweep that
+/// brings every slot within budget (what stages 2 and 3 do keeps it
+/// within budget): the question the smallest-budget search asks many times.
+pub fn fits(
+    workload: &Workload,
+    choices: &Choices,
+    budgets: &Budgets,
+    ssd_staging_bytes: u64,
+) -> bool {
+    search(workload, choices, budgets, ssd_staging_bytes, &[], true).is_ok()
+}
+
+fn search(
+    workload: &Workload,
+    choices: &Choices,
+    budgets: &Budgets,
+    ssd_staging_bytes: u64,
+    extra: &[u64],
+    first_fit: bool,
+) -> Result<Outcome, Overrun> {
     let bytes: Vec<i64> = workload.tensors.iter().map(|t| t.bytes as i64).collect();
     let clamp = |b: u64| b.min(i64::MAX as u64 / 4) as i64;
     let limit = [
@@ -1002,17 +1092,22 @@ pub fn solve(
         // the device is still over budget (the first two let later slots
         // sort them out, which can commit to a recomputation too early).
 
+        // Where host memory ran short, a fourth scores offloads by the
+        // timing the sweep applies: a cheap-looking offload whose hiding
+        // needs memory it will not get can take host room a recomputation
+        // or a stream would have left.
         let sweeps = [
-            (false, true, false),
-            (false, false, false),
-            (false, true, true),
-            (true, true, false),
-            (true, false, false),
-            (true, true, true),
+            (false, true, false, false),
+            (false, false, false, false),
+            (false, true, true, false),
+            (false, true, false, true),
+            (true, true, false, false),
+            (true, false, false, false),
+            (true, true, true, false),
         ];
-        for (ssd, knapsack, strict_adds) in sweeps {
+        for (ssd, knapsack, strict_adds, as_applied) in sweeps {
             // The SSD only helps where host memory ran short.
-            if ssd && (!any_ssd || !host_short) {
+            if ssd && (!any_ssd || !host_short) || as_applied && !host_short {
                 continue;
             }
             let reserved = if ssd { ssd_staging_bytes as i64 } else { 0 };
@@ -1032,14 +1127,15 @@ pub fn solve(
                 away_refused: false,
                 weights,
                 knapsack,
+                as_applied,
                 delta: Delta::default(),
             };
             let swept = search.sweep(0, choices.slots as usize, None);
-            if !ssd && knapsack && !strict_adds {
+            if !ssd && knapsack && !strict_adds && !as_applied {
                 host_short = swept.is_err() || search.away_refused;
             }
             if let Err(step) = swept {
-                if !knapsack || strict_adds {
+                if !knapsack || strict_adds || as_applied {
                     continue;
                 }
                 let needed = search.usage.hbm.get(step).max(0) as u64;
@@ -1052,6 +1148,13 @@ pub fn solve(
                     first_failure = Some(overrun);
                 }
                 continue;
+            }
+            if first_fit {
+                let objective_s = search.assignment.objective_s(choices);
+                return Ok(Outcome {
+                    assignment: search.assignment,
+                    objective_s,
+                });
             }
             for _ in 0..4 {
                 if !search.improve() {
@@ -1158,6 +1261,7 @@ pub fn time_fates(
         away_refused: false,
         weights: [0.0; 4],
         knapsack: true,
+        as_applied: false,
         delta: Delta::default(),
     };
     for (t, &pick) in assignment.picks.iter().enumerate() {
