@@ -7,9 +7,12 @@
 //!   tier arenas and transfer lanes; the CPU backend ([`cpu`]) and
 //!   training ([`train`]) on top of it.
 //! - The discrete-event simulator ([`sim`]) that replays a plan on a
-//!   modelled machine.
+//!   modelled machine, and the comparison of a measured iteration with
+//!   its replay ([`compare`]).
+//! - The measurement of this machine as a hardware profile ([`measure`]).
 
 pub mod blockcsr;
+pub mod compare;
 pub mod cpu;
 pub mod csr;
 pub mod dataset;
@@ -17,6 +20,7 @@ mod error;
 pub mod exec;
 pub mod generate;
 pub mod graph;
+pub mod measure;
 pub mod npy;
 pub mod sim;
 pub mod spill;
