@@ -104,8 +104,14 @@ fn bad_profile_input_names_what_is_wrong() {
             vec!["--ssd-dir", dir_arg, "-o", dir_arg],
             &["-o", "is a directory"],
         ),
-        (vec!["--ssd-dir", dir_arg, "--name", " "], &["--name", "needs a name"]),
-        (vec!["--ssd-dir", dir_arg, "--threads", "0"], &["--threads 0"]),
+        (
+            vec!["--ssd-dir", dir_arg, "--name", " "],
+            &["--name", "needs a name"],
+        ),
+        (
+            vec!["--ssd-dir", dir_arg, "--threads", "0"],
+            &["--threads 0"],
+        ),
     ];
     for (args, expected) in cases {
         let output = fateplan(&[&["profile", "--quick"][..], &args].concat());

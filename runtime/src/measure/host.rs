@@ -108,16 +108,28 @@ pub fn copy_bandwidth(threads: usize, bytes: usize, rounds: &Rounds) -> Result<(
 /// A transfer lane's copy as the executor makes it on the CPU backend:
 /// a job on the lane's thread that clones a tensor of `bytes` (a new
 /// buffer from the allocator, then the copy), waited for by the caller,
-/// which then drops the copy. Returns bytes per second, median of rounds.
-pub fn lane_copy_bandwidth(lane: &Lane, bytes: usize, rounds: &Rounds) -> Result<(f64, u32)> {
-    let mut values = vec![0f32; (bytes / 4).max(1)];
-    for (i, v) in values.iter_mut().enumerate() {
-        *v = i as f32;
-    }
-    let source = Arc::new(Data::F32(values));
-    let len = source.byte_len();
+/// which then drops the copy. The tensors copied take turns from a set
+/// of `set_bytes` in all, so that with a set larger than the caches the
+/// source comes from memory, as a tensor written long before its copy
+/// does. Returns bytes per second, median of rounds.
+pub fn lane_copy_bandwidth(
+    lane: &Lane,
+    bytes: usize,
+    set_bytes: usize,
+    rounds: &Rounds,
+) -> Result<(f64, u32)> {
+    let len = (bytes / 4).max(1);
+    let sources: Vec<Arc<Data>> = (0..(set_bytes / bytes.max(1)).max(1))
+        .map(|k| {
+            let mut values = vec![0f32; len];
+            super::fill_pattern_f32(&mut values, 100 + k as u64);
+            Arc::new(Data::F32(values))
+        })
+        .collect();
+    let mut turn = 0;
     median_of_rounds(rounds, || {
-        let source = source.clone();
+        let source = sources[turn % sources.len()].clone();
+        turn += 1;
         let start = Instant::now();
         let pending = lane
             .issue(move || Ok(Some(source.as_ref().clone())))
@@ -125,7 +137,7 @@ pub fn lane_copy_bandwidth(lane: &Lane, bytes: usize, rounds: &Rounds) -> Result
         let (copy, _) = pending.wait().map_err(|e| Error::Internal(e.to_string()))?;
         let seconds = start.elapsed().as_secs_f64();
         drop(copy);
-        Ok(len as f64 / seconds)
+        Ok((len * 4) as f64 / seconds)
     })
 }
 
@@ -190,7 +202,7 @@ mod tests {
         let (rate, n) = copy_bandwidth(2, 1 << 16, &rounds).unwrap();
         assert!(rate > 0.0 && rate.is_finite() && n >= 1);
         let lane = Lane::start("measure-test", Instant::now()).unwrap();
-        let (rate, _) = lane_copy_bandwidth(&lane, 1 << 16, &rounds).unwrap();
+        let (rate, _) = lane_copy_bandwidth(&lane, 1 << 16, 1 << 18, &rounds).unwrap();
         assert!(rate > 0.0 && rate.is_finite());
         let latency = lane_latency(&lane, 3).unwrap();
         assert!(latency > 0.0 && latency.is_finite());

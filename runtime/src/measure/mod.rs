@@ -69,8 +69,10 @@ pub struct Sizes {
     pub ssd_rounds: Rounds,
     /// Bytes each thread copies per round of the host copy bandwidth.
     pub copy_bytes: usize,
-    /// Bytes of one lane copy (a tensor's size).
+    /// Bytes of one lane copy (a tensor's size), and of the set of
+    /// tensors the copies take turns from (larger than the caches).
     pub lane_copy_bytes: usize,
+    pub lane_set_bytes: usize,
     pub latency_requests: u32,
     pub ssd: SsdSizes,
     /// The compute graph: R-MAT `2^rmat_scale` nodes, in `partitions`.
@@ -99,6 +101,7 @@ impl Sizes {
             },
             copy_bytes: 64 << 20,
             lane_copy_bytes: 16 << 20,
+            lane_set_bytes: 256 << 20,
             latency_requests: 200,
             ssd: SsdSizes {
                 block_bytes: 16 << 20,
@@ -129,6 +132,7 @@ impl Sizes {
             },
             copy_bytes: 16 << 20,
             lane_copy_bytes: 4 << 20,
+            lane_set_bytes: 64 << 20,
             latency_requests: 20,
             ssd: SsdSizes {
                 block_bytes: 4 << 20,
@@ -246,10 +250,16 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
     let clock = Instant::now();
     let h2d_lane = Lane::start("measure-h2d", clock).map_err(|e| Error::Internal(e.to_string()))?;
     let d2h_lane = Lane::start("measure-d2h", clock).map_err(|e| Error::Internal(e.to_string()))?;
-    let (h2d_rate, h2d_rounds) =
-        host::lane_copy_bandwidth(&h2d_lane, sizes.lane_copy_bytes, &sizes.rounds)?;
-    let (d2h_rate, d2h_rounds) =
-        host::lane_copy_bandwidth(&d2h_lane, sizes.lane_copy_bytes, &sizes.rounds)?;
+    let lane_copy = |lane: &Lane| {
+        host::lane_copy_bandwidth(
+            lane,
+            sizes.lane_copy_bytes,
+            sizes.lane_set_bytes,
+            &sizes.rounds,
+        )
+    };
+    let (h2d_rate, h2d_rounds) = lane_copy(&h2d_lane)?;
+    let (d2h_rate, d2h_rounds) = lane_copy(&d2h_lane)?;
     let lane_latency = host::lane_latency(&h2d_lane, sizes.latency_requests)?;
     drop((h2d_lane, d2h_lane));
 
@@ -346,6 +356,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             drop(bench);
             let mut profile = cpu_profile(
                 &options.name,
+                sizes.label,
                 &cpu,
                 threads,
                 &memory,
@@ -414,9 +425,10 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                 &mut sources,
                 "pcie.h2d_bytes_per_s",
                 format!(
-                    "{lane}: a lane job cloning a tensor of {} (allocation and copy), issue to \
-                     wait, median of {h2d_rounds} rounds",
-                    mib(sizes.lane_copy_bytes as u64)
+                    "{lane}: a lane job cloning a tensor of {} (allocation and copy) taken in \
+                     turn from {} of tensors, issue to wait, median of {h2d_rounds} rounds",
+                    mib(sizes.lane_copy_bytes as u64),
+                    mib(sizes.lane_set_bytes as u64)
                 ),
             );
             put(
@@ -486,6 +498,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
 /// filled in by the caller.
 fn cpu_profile(
     name: &str,
+    sizes_label: &str,
     cpu: &str,
     threads: usize,
     memory: &MemInfo,
@@ -497,8 +510,9 @@ fn cpu_profile(
         format_version: PROFILE_FORMAT_VERSION,
         name: name.to_string(),
         description: format!(
-            "Measured by `fateplan profile`: {cpu}, {cores} CPUs, {} GiB RAM, no GPU; the CPU \
-             backend at {threads} threads (device and host tiers are arenas in RAM)",
+            "Measured by `fateplan profile` ({} sizes): {cpu}, {cores} CPUs, {} GiB RAM, no \
+             GPU; the CPU backend at {threads} threads (device and host tiers are arenas in RAM)",
+            sizes_label,
             memory.total_bytes >> 30
         ),
         device: DeviceProfile {
@@ -776,6 +790,7 @@ mod tests {
             ssd_rounds: Rounds::tiny(),
             copy_bytes: 1 << 16,
             lane_copy_bytes: 1 << 16,
+            lane_set_bytes: 1 << 17,
             latency_requests: 2,
             ssd: SsdSizes {
                 block_bytes: 1 << 16,
