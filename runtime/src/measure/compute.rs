@@ -68,7 +68,7 @@ impl Bench {
         let costs = workload
             .ops
             .iter()
-            .map(|op| (op.name.clone(), op.cost.clone()))
+            .map(|op| (op.name.clone(), op.cost))
             .collect();
         let mut offsets: Vec<u64> = (0..partitions).map(|p| blocks.range(p).0).collect();
         offsets.push(graph.nodes);

@@ -328,16 +328,15 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
     next(progress);
     let gpu = gpu::measure_gpu();
 
+    let machine = Host {
+        memory,
+        cores,
+        copy_bytes_per_s: copy_rate,
+    };
     let mut profile = match &gpu {
-        GpuOutcome::Measured(figures) => gpu_profile(
-            &options.name,
-            figures,
-            &memory,
-            cores,
-            copy_rate,
-            &ssd,
-            &mut sources,
-        ),
+        GpuOutcome::Measured(figures) => {
+            gpu_profile(&options.name, figures, &machine, &ssd, &mut sources)
+        }
         GpuOutcome::Skipped(why) => {
             notes.push(why.clone());
             next(progress);
@@ -354,16 +353,8 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             next(progress);
             let (sparse, sparse_rounds) = compute::sparse_rate(&bench, &sizes.rounds)?;
             drop(bench);
-            let mut profile = cpu_profile(
-                &options.name,
-                sizes.label,
-                &cpu,
-                threads,
-                &memory,
-                cores,
-                copy_rate,
-                &ssd,
-            );
+            let mut profile =
+                cpu_profile(&options.name, sizes.label, &cpu, threads, &machine, &ssd);
             profile.device.dense_flops_per_s = dense;
             profile.device.hbm_bytes_per_s = elementwise;
             profile.device.sparse_bytes_per_s = sparse;
@@ -451,7 +442,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                 format!(
                     "a third of MemTotal ({}) in {}: the CPU backend's device arena (the host \
                      arena gets half, the rest is left to the process and the system)",
-                    memory.total_bytes,
+                    machine.memory.total_bytes,
                     options.meminfo_path.display()
                 ),
             );
@@ -461,7 +452,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                 format!(
                     "half of MemTotal ({}) in {}: the host tier's arena (the device arena is a \
                      third)",
-                    memory.total_bytes,
+                    machine.memory.total_bytes,
                     options.meminfo_path.display()
                 ),
             );
@@ -494,6 +485,13 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
     })
 }
 
+/// What was measured of the host.
+struct Host {
+    memory: MemInfo,
+    cores: u32,
+    copy_bytes_per_s: f64,
+}
+
 /// The CPU backend's profile; device rates, PCIe and the overhead are
 /// filled in by the caller.
 fn cpu_profile(
@@ -501,11 +499,14 @@ fn cpu_profile(
     sizes_label: &str,
     cpu: &str,
     threads: usize,
-    memory: &MemInfo,
-    cores: u32,
-    copy_rate: f64,
+    host: &Host,
     ssd: &SsdFigures,
 ) -> Profile {
+    let Host {
+        memory,
+        cores,
+        copy_bytes_per_s: copy_rate,
+    } = host;
     Profile {
         format_version: PROFILE_FORMAT_VERSION,
         name: name.to_string(),
@@ -527,8 +528,8 @@ fn cpu_profile(
         },
         host: HostProfile {
             memory_bytes: memory.total_bytes / 2,
-            memory_bytes_per_s: copy_rate,
-            cores,
+            memory_bytes_per_s: *copy_rate,
+            cores: *cores,
         },
         pcie: PcieProfile {
             h2d_bytes_per_s: 0.0,
@@ -555,12 +556,15 @@ fn ssd_profile(ssd: &SsdFigures) -> SsdProfile {
 fn gpu_profile(
     name: &str,
     gpu: &GpuFigures,
-    memory: &MemInfo,
-    cores: u32,
-    copy_rate: f64,
+    host: &Host,
     ssd: &SsdFigures,
     sources: &mut BTreeMap<String, String>,
 ) -> Profile {
+    let Host {
+        memory,
+        cores,
+        copy_bytes_per_s,
+    } = host;
     for (key, text) in &gpu.sources {
         sources.insert(key.to_string(), format!("measured: {text}"));
     }
@@ -589,8 +593,8 @@ fn gpu_profile(
         },
         host: HostProfile {
             memory_bytes: memory.total_bytes,
-            memory_bytes_per_s: copy_rate,
-            cores,
+            memory_bytes_per_s: *copy_bytes_per_s,
+            cores: *cores,
         },
         pcie: PcieProfile {
             h2d_bytes_per_s: gpu.h2d_bytes_per_s,
@@ -763,7 +767,12 @@ mod tests {
             available_bytes: 500 << 30,
         };
         let mut sources = BTreeMap::new();
-        let mut profile = gpu_profile("g", &gpu, &memory, 64, 5e10, &ssd_figures(), &mut sources);
+        let host = Host {
+            memory,
+            cores: 64,
+            copy_bytes_per_s: 5e10,
+        };
+        let mut profile = gpu_profile("g", &gpu, &host, &ssd_figures(), &mut sources);
         profile.sources = sources;
         profile.validate().unwrap();
         assert_eq!(profile.device.kind, DeviceKind::Gpu);
