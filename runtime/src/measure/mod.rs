@@ -90,9 +90,9 @@ impl Sizes {
         Sizes {
             label: "full",
             rounds: Rounds {
-                min: 3,
+                min: 5,
                 max: 20,
-                budget_s: 1.5,
+                budget_s: 2.0,
             },
             ssd_rounds: Rounds {
                 min: 2,
