@@ -115,34 +115,34 @@ impl Sizes {
         }
     }
 
-    /// `--quick`: a few seconds, smaller graphs and files (the SpMM figure
-    /// is then on a graph whose partitions may fit in cache).
+    /// `--quick`: a few seconds: a smaller graph (its partitions are
+    /// 16,384 rows), smaller copies and files, fewer rounds.
     pub fn quick() -> Sizes {
         Sizes {
             label: "quick",
             rounds: Rounds {
-                min: 2,
-                max: 5,
-                budget_s: 0.1,
+                min: 3,
+                max: 10,
+                budget_s: 0.25,
             },
             ssd_rounds: Rounds {
                 min: 1,
                 max: 1,
                 budget_s: 0.0,
             },
-            copy_bytes: 16 << 20,
-            lane_copy_bytes: 4 << 20,
-            lane_set_bytes: 64 << 20,
-            latency_requests: 20,
+            copy_bytes: 32 << 20,
+            lane_copy_bytes: 8 << 20,
+            lane_set_bytes: 128 << 20,
+            latency_requests: 50,
             ssd: SsdSizes {
                 block_bytes: 4 << 20,
-                round_bytes: 32 << 20,
-                latency_requests: 16,
+                round_bytes: 64 << 20,
+                latency_requests: 20,
             },
-            rmat_scale: 14,
+            rmat_scale: 16,
             partitions: 4,
             width: 128,
-            overhead_iterations: 6,
+            overhead_iterations: 10,
         }
     }
 }
@@ -240,10 +240,12 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         ),
     );
     put(
-
         &mut sources,
         "host.cores",
-        format!("{cores}: CPUs this process may run on (sched_getaffinity and cgroup quota, as std::thread::available_parallelism reads them)"),
+        format!(
+            "{cores}: CPUs this process may run on (sched_getaffinity and cgroup quota, as \
+             std::thread::available_parallelism reads them)"
+        ),
     );
 
     next(progress);
@@ -425,7 +427,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             put(
                 &mut sources,
                 "pcie.d2h_bytes_per_s",
-                format!("{lane}: the same copy on a second lane, median of {d2h_rounds} rounds",),
+                format!("{lane}: the same copy on a second lane, median of {d2h_rounds} rounds"),
             );
             put(
                 &mut sources,
