@@ -20,6 +20,7 @@ use fateplan::runtime::generate::GeneratorSpec;
 use fateplan::runtime::graph::GraphData;
 use fateplan::runtime::sim::{self as simulator, SimOptions};
 
+use crate::profile::{self as measure_profile, ProfileArgs};
 use crate::simulate::{self, SimulateArgs, ViolationsFound};
 use crate::study::{self, StudyArgs};
 use crate::train::{self, TrainArgs};
@@ -53,6 +54,8 @@ enum Command {
     Study(StudyArgs),
     /// Train a GNN for real on the CPU or CUDA backend, executing a plan under its budgets.
     Train(TrainArgs),
+    /// Measure this machine and write a hardware profile (for --profile FILE).
+    Profile(ProfileArgs),
     /// Write a generated graph as a folder of PyG-named .npy files.
     Generate {
         /// A generator spec, e.g. `rmat:scale=20,features=128,classes=16,seed=1`.
@@ -204,6 +207,7 @@ pub fn main() -> ExitCode {
         Command::Compare(args) => run_compare(&args),
         Command::Study(args) => study::run(&args),
         Command::Train(args) => train::run(&args, load_profile),
+        Command::Profile(args) => measure_profile::run(&args),
         Command::Generate { graph, out } => run_generate(&graph, &out),
     };
     match result {

@@ -8,6 +8,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod cli;
+mod profile;
 mod simulate;
 mod study;
 mod train;

@@ -11,8 +11,10 @@ use fateplan::planner::gnn::GnnModel;
 use fateplan::planner::plan::{Budgets, Plan};
 use fateplan::planner::units::{format_bytes, format_seconds};
 use fateplan::planner::{plan, PlanOptions, Policy, Profile};
+use fateplan::runtime::compare::{compare, Comparison, MeasuredIteration, Pair};
 use fateplan::runtime::cpu::Hyper;
 use fateplan::runtime::exec::SsdTier;
+use fateplan::runtime::sim::{simulate, SimOptions};
 use fateplan::runtime::train::{self, EpochStats};
 
 #[derive(Args)]
@@ -106,6 +108,11 @@ pub struct TrainArgs {
     /// the user's cache folder, $XDG_CACHE_HOME or ~/.cache).
     #[arg(long)]
     kernel_cache: Option<PathBuf>,
+    /// After training, replay the plan on the simulator with the plan's
+    /// profile and print the measured and simulated iteration side by
+    /// side, in total and per link (with --json: under `compare_simulated`).
+    #[arg(long)]
+    compare_simulated: bool,
 }
 
 /// The backend a run asked for; for CUDA, checked before the graph is
@@ -290,7 +297,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         indicatif::ProgressStyle::with_template("{bar:30} epoch {pos}/{len} {msg}")
             .expect("a fixed template parses"),
     );
+    let mut epochs: Vec<EpochStats> = Vec::with_capacity(args.epochs as usize);
     let mut on_epoch = |stats: &EpochStats| {
+        epochs.push(*stats);
         bar.set_position(stats.epoch as u64);
         bar.set_message(format!(
             "loss {:.4}  train acc {:.3}  {:.1} it/s",
@@ -300,16 +309,22 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         ));
     };
     let workload_name = prepared.workload.name.clone();
+    let plan = Arc::new(plan);
     let run = train::TrainRun {
-        plan: Arc::new(plan),
+        plan: plan.clone(),
         epochs: args.epochs,
         budgets: run_budgets,
         ssd,
-        trace: args.trace.is_some(),
+        trace: args.trace.is_some() || args.compare_simulated,
         backend,
     };
     let (report, spans) = train::train(prepared, hyper, run, &mut on_epoch)?;
     bar.finish_and_clear();
+    let comparison = if args.compare_simulated {
+        Some(compare_simulated(&plan, &report, &epochs, &spans)?)
+    } else {
+        None
+    };
     if let Some(path) = &args.trace {
         let mut file = std::io::BufWriter::new(
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
@@ -325,7 +340,11 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     }
     let mut out = std::io::stdout().lock();
     if args.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+        let mut json = serde_json::to_value(&report)?;
+        if let Some(comparison) = &comparison {
+            json["compare_simulated"] = serde_json::to_value(comparison)?;
+        }
+        writeln!(out, "{}", serde_json::to_string_pretty(&json)?)?;
         return Ok(());
     }
     writeln!(
@@ -372,6 +391,95 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         writeln!(out, "ssd tier  {mode}")?;
     }
     writeln!(out, "weights   sha256 {}", report.weights_sha256)?;
+    if let Some(comparison) = &comparison {
+        write_comparison(&mut out, comparison, report.epochs)?;
+    }
+    Ok(())
+}
+
+/// The measured iteration (means over the epochs after the first, as
+/// the report's `iteration_s`; copies from the last training iteration)
+/// beside the simulator's replay of the plan on the plan's profile.
+fn compare_simulated(
+    plan: &Plan,
+    report: &train::TrainReport,
+    epochs: &[EpochStats],
+    spans: &[fateplan::runtime::exec::TraceSpan],
+) -> Result<Comparison> {
+    let timed = if epochs.len() > 1 {
+        &epochs[1..]
+    } else {
+        epochs
+    };
+    let mean =
+        |f: fn(&EpochStats) -> f64| timed.iter().map(f).sum::<f64>() / timed.len().max(1) as f64;
+    let measured = MeasuredIteration {
+        iteration_s: report.iteration_s,
+        compute_s: mean(|e| e.compute_s),
+        wait_s: mean(|e| e.wait_s),
+        bytes_moved: report.bytes_moved,
+        spans,
+    };
+    let simulated = simulate(plan, &plan.profile, &SimOptions { seed: 0 })
+        .context("simulating the plan for --compare-simulated")?;
+    Ok(compare(&measured, &simulated))
+}
+
+fn ratio(pair: &Pair) -> String {
+    pair.ratio.map_or("-".to_string(), |r| format!("{r:.3}"))
+}
+
+fn write_comparison(out: &mut dyn Write, c: &Comparison, epochs: u32) -> Result<()> {
+    writeln!(
+        out,
+        "compared  with the simulator: this plan on profile {} (seed {}, no jitter); measured \
+         times are means over {} epoch(s), copies from the last one",
+        c.profile,
+        c.seed,
+        epochs.saturating_sub(1).max(1)
+    )?;
+    writeln!(
+        out,
+        "          {:<10} {:>12} {:>12} {:>9}",
+        "", "measured", "simulated", "ratio"
+    )?;
+    for (name, pair) in [
+        ("iteration", &c.iteration_s),
+        ("compute", &c.compute_s),
+        ("waiting", &c.wait_s),
+    ] {
+        writeln!(
+            out,
+            "          {name:<10} {:>12} {:>12} {:>9}",
+            format_seconds(pair.measured),
+            format_seconds(pair.simulated),
+            ratio(pair)
+        )?;
+    }
+    writeln!(
+        out,
+        "          {:<10} {:>12} {:>12} {:>12} {:>12} {:>9}",
+        "link", "bytes", "simulated", "busy", "simulated", "ratio"
+    )?;
+    for link in &c.links {
+        writeln!(
+            out,
+            "          {:<10} {:>12} {:>12} {:>12} {:>12} {:>9}",
+            link.name,
+            format_bytes(link.bytes.measured),
+            format_bytes(link.bytes.simulated),
+            format_seconds(link.busy_s.measured),
+            format_seconds(link.busy_s.simulated),
+            ratio(&link.busy_s)
+        )?;
+    }
+    if c.simulated_violations > 0 {
+        writeln!(
+            out,
+            "          the simulator found {} violation(s) in the plan",
+            c.simulated_violations
+        )?;
+    }
     Ok(())
 }
 

@@ -8,9 +8,12 @@
 //!   backend ([`cuda`]) and training ([`train`]) on top of it, sharing
 //!   the model's semantics ([`gnn`]).
 //! - The discrete-event simulator ([`sim`]) that replays a plan on a
-//!   modelled machine.
+//!   modelled machine, and the comparison of a measured iteration with
+//!   its replay ([`compare`]).
+//! - The measurement of this machine as a hardware profile ([`measure`]).
 
 pub mod blockcsr;
+pub mod compare;
 pub mod cpu;
 pub mod csr;
 pub mod cuda;
@@ -20,6 +23,7 @@ pub mod exec;
 pub mod generate;
 pub mod gnn;
 pub mod graph;
+pub mod measure;
 pub mod npy;
 pub mod sim;
 pub mod spill;

@@ -51,6 +51,11 @@ pub struct EpochStats {
     pub loss: f64,
     pub train_accuracy: f64,
     pub iteration_s: f64,
+    /// Seconds of the iteration in operators (recomputations included).
+    pub compute_s: f64,
+    pub recompute_s: f64,
+    /// Seconds the compute thread waited for transfers.
+    pub wait_s: f64,
 }
 
 /// What a run did.
@@ -180,6 +185,9 @@ fn run_epochs<B: GnnBackend>(
             loss: metrics.loss,
             train_accuracy: metrics.train_accuracy(),
             iteration_s: report.iteration_s,
+            compute_s: report.compute_s,
+            recompute_s: report.recompute_s,
+            wait_s: report.wait_s,
         });
     }
     let spans = executor.trace().to_vec();

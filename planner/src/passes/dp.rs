@@ -731,13 +731,13 @@ impl<'a> Search<'a> {
         improved || self.upgrade()
     }
 
-        /// Stage 3's other move: a tensor takes a costlier choice that frees
+    /// Stage 3's other move: a tensor takes a costlier choice that frees
     /// more, and stage 2 then returns others to cheaper choices with the
     /// room it made; kept if the total cost falls. Returns whether it did.
     fn upgrade(&mut self) -> bool {
         let choices = self.choices;
         let slots = choices.slots as usize;
-                // Decided tensors (at most EXCHANGE_LIMIT of them), and undecided
+        // Decided tensors (at most EXCHANGE_LIMIT of them), and undecided
         // ones too where as few tensors have choices: each try runs stage 2.
         let with_choices = choices.options.iter().filter(|o| !o.is_empty()).count();
         let tried: Vec<usize> = (0..choices.options.len())

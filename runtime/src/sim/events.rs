@@ -17,7 +17,7 @@
 use std::collections::VecDeque;
 
 use fateplan_planner::plan::{Action, Budgets, Fate, Plan, Stream};
-use fateplan_planner::profile::Profile;
+use fateplan_planner::profile::{DeviceKind, Profile};
 use fateplan_planner::workload::{TensorKind, Workload};
 use fateplan_planner::{Error as PlanError, Tier};
 
@@ -334,6 +334,9 @@ enum Compute {
         item: u32,
         start: f64,
         end: f64,
+        /// Share of full speed since the last change (below 1 only when
+        /// the CPU backend's copies share the cores).
+        speed: f64,
     },
     Waiting {
         boundary: u32,
@@ -354,6 +357,11 @@ struct Engine<'a> {
     tensors: Vec<TensorState>,
     streams: [StreamState; STREAMS],
     fluid: Fluid,
+    /// The host's cores, on a CPU-backend profile: operators and copies
+    /// share them (`model::core_share`).
+    cores: Option<f64>,
+    /// Streams whose transfer is copying bytes across a PCIe link now.
+    copying: [bool; STREAMS],
     tiers: Tiers,
     compute: Compute,
     jitter: Jitter,
@@ -402,6 +410,8 @@ pub fn run(
         tensors: vec![TensorState::default(); workload.tensors.len()],
         streams: [stream(), stream(), stream(), stream()],
         fluid: Fluid::new(capacity),
+        cores: (profile.device.kind == DeviceKind::Cpu).then_some(profile.host.cores as f64),
+        copying: [false; STREAMS],
         tiers: Tiers::new(budgets, record),
         // Before the first step; `start` decides whether it waits.
         compute: Compute::Waiting {
@@ -425,6 +435,7 @@ pub fn run(
         prepared,
     };
     engine.start();
+    engine.share_cores(0.0);
     engine.run_loop()?;
     Ok(engine.finish(budgets, options))
 }
@@ -523,16 +534,21 @@ impl<'a> Engine<'a> {
                 break;
             }
             self.events += 1;
-            if flow_t <= delay_t && flow_t <= compute_t {
+            let t = if flow_t <= delay_t && flow_t <= compute_t {
                 let s = self.fluid.finish_next().expect("a flow is due");
+                self.copying[s] = false;
                 self.record_links(flow_t);
                 self.next_phase(s, flow_t);
+                flow_t
             } else if delay_t <= compute_t {
                 self.streams[delay_s].delay_end = f64::INFINITY;
                 self.next_phase(delay_s, delay_t);
+                delay_t
             } else {
                 self.end_item(compute_t);
-            }
+                compute_t
+            };
+            self.share_cores(t);
         }
         match self.compute {
             Compute::Done { .. } if self.streams.iter().all(|s| s.active.is_none()) => Ok(()),
@@ -643,24 +659,57 @@ impl<'a> Engine<'a> {
                 TouchKind::OffloadIssue => unreachable!("items do not issue offloads"),
             }
         }
-        let (op, recompute) = match item {
-            Item::Op(s) => (&self.workload.ops[s as usize], false),
+        let op = match item {
+            Item::Op(s) => &self.workload.ops[s as usize],
             Item::Recompute(index) => {
                 let op = self.plan.schedule[index as usize].op.expect("checked");
-                (self.workload.op(op), true)
+                self.workload.op(op)
             }
         };
         let seconds = model::op_seconds(op, &self.profile.device) * self.jitter.factor();
-        if recompute {
-            self.recompute_s += seconds;
-        } else {
-            self.compute_s += seconds;
-        }
+        // Full speed; `share_cores` slows it if copies share the cores.
         self.compute = Compute::Running {
             item: k,
             start: t,
             end: t + seconds,
+            speed: 1.0,
         };
+    }
+
+    /// On a CPU backend, gives the running operator and the copies their
+    /// share of the cores from time `t` (after every event): the
+    /// operator's remaining work is stretched or shrunk to the new speed,
+    /// and the PCIe links (the lanes' copies) carry their share of their
+    /// capacity.
+    fn share_cores(&mut self, t: f64) {
+        let Some(cores) = self.cores else { return };
+        let copies = self.copying.iter().filter(|&&c| c).count();
+        let computing = matches!(self.compute, Compute::Running { .. });
+        let share = model::core_share(cores, computing, copies);
+        if let Compute::Running {
+            item,
+            start,
+            end,
+            speed,
+        } = self.compute
+        {
+            if speed != share {
+                let work = (end - t).max(0.0) * speed;
+                self.compute = Compute::Running {
+                    item,
+                    start,
+                    end: t + work / share,
+                    speed: share,
+                };
+            }
+        }
+        let mut changed = false;
+        for link in [Link::PcieH2d, Link::PcieD2h] {
+            changed |= self.fluid.set_share(t, link, share);
+        }
+        if changed {
+            self.record_links(t);
+        }
     }
 
     fn item_name(&self, item: Item) -> String {
@@ -678,6 +727,10 @@ impl<'a> Engine<'a> {
             unreachable!("only a running item ends");
         };
         let item = self.prepared.items[k as usize];
+        match item {
+            Item::Op(_) => self.compute_s += t - start,
+            Item::Recompute(_) => self.recompute_s += t - start,
+        }
         if let Some(rec) = &mut self.recording {
             let what = match item {
                 Item::Op(s) => What::Op(s),
@@ -860,6 +913,8 @@ impl<'a> Engine<'a> {
                     return;
                 }
                 Some(Phase::Flow { bytes, usage }) if bytes > 0.0 => {
+                    self.copying[s] = usage.cost[Link::PcieH2d as usize] > 0.0
+                        || usage.cost[Link::PcieD2h as usize] > 0.0;
                     self.fluid.start(t, s, bytes, usage);
                     self.record_links(t);
                     return;

@@ -62,6 +62,9 @@ pub struct Fluid {
     /// Capacity of each link: bytes per second, or for the SSD 1 (device
     /// seconds per second). Zero for a link the profile lacks.
     capacity: [f64; LINKS],
+    /// Share of each link's capacity available now (1 unless the CPU
+    /// backend's copies are slowed by sharing cores: `set_share`).
+    share: [f64; LINKS],
     flows: Vec<Flow>,
     now: f64,
     next: Option<(f64, usize)>,
@@ -77,6 +80,7 @@ impl Fluid {
     pub fn new(capacity: [f64; LINKS]) -> Fluid {
         Fluid {
             capacity,
+            share: [1.0; LINKS],
             flows: Vec::with_capacity(MAX_FLOWS),
             now: 0.0,
             next: None,
@@ -86,8 +90,22 @@ impl Fluid {
         }
     }
 
+    /// The links' full capacities.
     pub fn capacity(&self) -> [f64; LINKS] {
         self.capacity
+    }
+
+    /// From time `t`, `link` carries at most `share` of its capacity;
+    /// the flows on it are given new rates. Returns whether it changed.
+    pub fn set_share(&mut self, t: f64, link: Link, share: f64) -> bool {
+        debug_assert!(share > 0.0 && share <= 1.0, "share {share}");
+        if self.share[link as usize] == share {
+            return false;
+        }
+        self.advance(t);
+        self.share[link as usize] = share;
+        self.allocate();
+        true
     }
 
     /// When the next flow finishes, and its owner.
@@ -176,6 +194,7 @@ impl Fluid {
         for flow in &mut self.flows {
             flow.rate = 0.0;
         }
+        let capacity: [f64; LINKS] = std::array::from_fn(|i| self.capacity[i] * self.share[i]);
         for _round in 0..LINKS {
             let mut load = [0.0f64; LINKS];
             for (k, flow) in self.flows.iter().enumerate() {
@@ -186,7 +205,7 @@ impl Fluid {
                 }
             }
             let mut step = f64::INFINITY;
-            for ((&l, &u), &capacity) in load.iter().zip(&used).zip(&self.capacity) {
+            for ((&l, &u), &capacity) in load.iter().zip(&used).zip(&capacity) {
                 if l > 0.0 {
                     step = step.min((capacity - u).max(0.0) / l);
                 }
@@ -208,7 +227,7 @@ impl Fluid {
                     continue;
                 }
                 let saturated = (0..LINKS).any(|link| {
-                    flow.usage.cost[link] > 0.0 && used[link] >= self.capacity[link] * (1.0 - 1e-12)
+                    flow.usage.cost[link] > 0.0 && used[link] >= capacity[link] * (1.0 - 1e-12)
                 });
                 if saturated {
                     frozen[k] = true;
@@ -272,6 +291,19 @@ mod tests {
         assert!(fluid.next_completion().is_none());
         assert!((fluid.bytes[Link::PcieH2d as usize] - 30.0).abs() < 1e-9);
         assert!((fluid.busy_s[Link::PcieH2d as usize] - 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_link_given_a_share_slows_its_flows_from_then_on() {
+        // 10 bytes at 10 B/s; at t = 0.5 the link gets half its capacity:
+        // the other 5 bytes take 1 s more.
+        let mut fluid = Fluid::new([10.0, 10.0, 1.0, 100.0, 0.0]);
+        fluid.start(0.0, 0, 10.0, usage(&[(Link::PcieH2d, 1.0)]));
+        assert!(fluid.set_share(0.5, Link::PcieH2d, 0.5));
+        assert!(!fluid.set_share(0.5, Link::PcieH2d, 0.5));
+        let (t, _) = fluid.next_completion().unwrap();
+        assert!((t - 1.5).abs() < 1e-12, "{t}");
+        assert_eq!(fluid.capacity()[Link::PcieH2d as usize], 10.0);
     }
 
     #[test]

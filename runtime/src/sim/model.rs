@@ -16,6 +16,11 @@
 //!   once, the last chunk crosses the second leg alone, as a two-stage
 //!   pipeline of chunks does. Every byte of an SSD transfer crosses host
 //!   memory twice (DMA into the staging buffer and out of it).
+//! - On a CPU-backend profile (`device.kind = cpu`) there is no DMA engine:
+//!   operators run on every one of the host's `cores`, and each copy that
+//!   crosses a "PCIe" link is a memcpy on a transfer lane's own thread.
+//!   The threads share the cores evenly ([`core_share`]), so while copies
+//!   run, operators and copies are slowed alike.
 
 use fateplan_planner::plan::{Action, ScheduleEntry};
 use fateplan_planner::profile::{DeviceProfile, Profile};
@@ -46,6 +51,20 @@ pub fn op_seconds(op: &Op, device: &DeviceProfile) -> f64 {
     let memory_s = op.cost.bytes as f64 / memory_bytes_per_s;
     let math_s = op.cost.flops / device.dense_flops_per_s;
     device.op_overhead_s + math_s.max(memory_s)
+}
+
+/// The speed of each running thread on a CPU backend with `cores` cores,
+/// as a share of its speed alone: the operators take `cores` threads
+/// while `computing`, each of `copies` copies one. More threads than
+/// cores share them evenly (the scheduler's fair share); fewer run at
+/// full speed.
+pub fn core_share(cores: f64, computing: bool, copies: usize) -> f64 {
+    let threads = if computing { cores } else { 0.0 } + copies as f64;
+    if threads > cores && threads > 0.0 {
+        cores / threads
+    } else {
+        1.0
+    }
 }
 
 /// Which way a transfer goes, and so which links it crosses.
@@ -202,6 +221,16 @@ impl Jitter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cores_are_shared_evenly_by_operators_and_copies() {
+        assert_eq!(core_share(2.0, true, 0), 1.0);
+        assert_eq!(core_share(2.0, true, 1), 2.0 / 3.0);
+        assert_eq!(core_share(2.0, true, 2), 0.5);
+        assert_eq!(core_share(2.0, false, 2), 1.0);
+        assert_eq!(core_share(2.0, false, 4), 0.5);
+        assert_eq!(core_share(1.0, false, 0), 1.0);
+    }
 
     #[test]
     fn jitter_is_deterministic_bounded_and_off_at_seed_zero() {

@@ -407,3 +407,32 @@ fn planner_plans_replay_without_violations() {
         }
     }
 }
+
+#[test]
+fn on_the_cpu_backend_copies_and_operators_share_the_cores() {
+    // With prefetch: load x 0..1 (nothing computes: full speed); f0, f1
+    // to 3; the offload of a runs beside g0 and the reload beside g2.
+    // As a GPU: 7 s. On a 2-core CPU backend the operators take both
+    // cores and a copy a third thread, so while a copy runs each goes at
+    // 2/3: g0 and the offload 3..4.5, g1 4.5..5.5, g2 and the reload
+    // 5.5..7, bw 7..8.
+    let gpu = profile();
+    let mut options = PlanOptions::new(Policy::OffloadHostAll, &gpu);
+    options.prefetch = true;
+    let plan = plan(&workload(), &gpu, &options).unwrap();
+    let as_gpu = simulate(&plan, &gpu, &SimOptions::default()).unwrap();
+    assert!(close(as_gpu.iteration_s, 7.0), "{as_gpu:#?}");
+    let mut cpu = gpu.clone();
+    cpu.device.kind = DeviceKind::Cpu;
+    cpu.host.cores = 2;
+    let report = simulate(&plan, &cpu, &SimOptions::default()).unwrap();
+    assert!(close(report.iteration_s, 8.0), "{report:#?}");
+    assert!(close(report.compute_s, 7.0));
+    assert!(close(report.links.pcie_d2h.busy_s, 1.5));
+    assert!(close(report.links.pcie_h2d.busy_s, 2.5));
+    assert!(close(report.exposed_transfer_s, 1.0));
+    // One core: each thread at 1/2 while a copy runs: 3..5, 5..6, 6..8, 8..9.
+    cpu.host.cores = 1;
+    let report = simulate(&plan, &cpu, &SimOptions::default()).unwrap();
+    assert!(close(report.iteration_s, 9.0), "{report:#?}");
+}

@@ -1,0 +1,210 @@
+//! Host figures: RAM from `/proc/meminfo`'s text, the CPU's model from
+//! `/proc/cpuinfo`'s, memory copy bandwidth, and the executor's transfer
+//! lanes (on the CPU backend, a "host-device" copy is a copy between two
+//! arenas in RAM, made on a lane's thread).
+
+use std::path::Path;
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use crate::exec::data::Data;
+use crate::exec::lanes::Lane;
+use crate::{Error, Result};
+
+use super::{fill_pattern, median_of_rounds, Rounds};
+
+/// RAM as `/proc/meminfo` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemInfo {
+    pub total_bytes: u64,
+    /// Estimate of memory available without swapping (`MemAvailable`).
+    pub available_bytes: u64,
+}
+
+/// Parses the text of `/proc/meminfo` (`source` names it in errors).
+pub fn parse_meminfo(text: &str, source: &Path) -> Result<MemInfo> {
+    let field = |name: &str| -> Result<u64> {
+        let line = text
+            .lines()
+            .find(|line| line.split(':').next() == Some(name))
+            .ok_or_else(|| Error::invalid(source, name, "is missing"))?;
+        let value = line[name.len() + 1..].trim();
+        let (number, unit) = value.split_once(' ').unwrap_or((value, ""));
+        let multiplier = match unit.trim() {
+            "kB" => 1024,
+            "" => 1,
+            other => {
+                return Err(Error::invalid(
+                    source,
+                    name,
+                    format!("{value:?}: unknown unit {other:?} (expected kB)"),
+                ))
+            }
+        };
+        let number: u64 = number.parse().map_err(|_| {
+            Error::invalid(source, name, format!("{value:?} is not a whole number"))
+        })?;
+        number
+            .checked_mul(multiplier)
+            .filter(|&bytes| bytes > 0)
+            .ok_or_else(|| Error::invalid(source, name, format!("{value:?} is not a size")))
+    };
+    let total_bytes = field("MemTotal")?;
+    let available_bytes = field("MemAvailable")?;
+    Ok(MemInfo {
+        total_bytes,
+        available_bytes,
+    })
+}
+
+/// The CPU's model name from the text of `/proc/cpuinfo`, if it has one.
+pub fn cpu_model(cpuinfo: &str) -> Option<String> {
+    cpuinfo
+        .lines()
+        .find(|line| line.split(':').next().map(str::trim) == Some("model name"))
+        .and_then(|line| line.split_once(':'))
+        .map(|(_, name)| name.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|name| !name.is_empty())
+}
+
+/// Bytes per second copied by `threads` threads at once, each copying its
+/// own buffer of `bytes` into another (both touched first, so that no
+/// page faults are timed). A byte counts once (read and written).
+pub fn copy_bandwidth(threads: usize, bytes: usize, rounds: &Rounds) -> Result<(f64, u32)> {
+    let threads = threads.max(1);
+    let len = (bytes / 8).max(1);
+    let mut buffers: Vec<(Vec<u64>, Vec<u64>)> = (0..threads)
+        .map(|t| {
+            let mut src = vec![0u64; len];
+            fill_pattern(&mut src, t as u64);
+            (src, vec![1u64; len])
+        })
+        .collect();
+    median_of_rounds(rounds, || {
+        let barrier = Barrier::new(threads);
+        let seconds = std::thread::scope(|scope| {
+            let handles: Vec<_> = buffers
+                .iter_mut()
+                .map(|(src, dst)| {
+                    let barrier = &barrier;
+                    scope.spawn(move || {
+                        barrier.wait();
+                        let start = Instant::now();
+                        dst.copy_from_slice(src);
+                        std::hint::black_box(&dst);
+                        start.elapsed().as_secs_f64()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or(f64::NAN))
+                .fold(0.0f64, f64::max)
+        });
+        Ok((threads * len * 8) as f64 / seconds)
+    })
+}
+
+/// A transfer lane's copy as the executor makes it on the CPU backend:
+/// a job on the lane's thread that clones a tensor of `bytes` (a new
+/// buffer from the allocator, then the copy), waited for by the caller,
+/// which then drops the copy. The tensors copied take turns from a set
+/// of `set_bytes` in all, so that with a set larger than the caches the
+/// source comes from memory, as a tensor written long before its copy
+/// does. Returns bytes per second, median of rounds.
+pub fn lane_copy_bandwidth(
+    lane: &Lane,
+    bytes: usize,
+    set_bytes: usize,
+    rounds: &Rounds,
+) -> Result<(f64, u32)> {
+    let len = (bytes / 4).max(1);
+    let sources: Vec<Arc<Data>> = (0..(set_bytes / bytes.max(1)).max(1))
+        .map(|k| {
+            let mut values = vec![0f32; len];
+            super::fill_pattern_f32(&mut values, 100 + k as u64);
+            Arc::new(Data::F32(values))
+        })
+        .collect();
+    let mut turn = 0;
+    median_of_rounds(rounds, || {
+        let source = sources[turn % sources.len()].clone();
+        turn += 1;
+        let start = Instant::now();
+        let pending = lane
+            .issue(move || Ok(Some(source.as_ref().clone())))
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        let (copy, _) = pending.wait().map_err(|e| Error::Internal(e.to_string()))?;
+        let seconds = start.elapsed().as_secs_f64();
+        drop(copy);
+        Ok((len * 4) as f64 / seconds)
+    })
+}
+
+/// The fixed cost of one lane copy: issue a copy of one value and wait
+/// for it; the median over `requests` of them.
+pub fn lane_latency(lane: &Lane, requests: u32) -> Result<f64> {
+    let source = Arc::new(Data::F32(vec![1.0]));
+    let mut seconds = Vec::with_capacity(requests as usize);
+    for _ in 0..requests.max(1) {
+        let source = source.clone();
+        let start = Instant::now();
+        let pending = lane
+            .issue(move || Ok(Some(source.as_ref().clone())))
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        pending.wait().map_err(|e| Error::Internal(e.to_string()))?;
+        seconds.push(start.elapsed().as_secs_f64());
+    }
+    Ok(super::median(&mut seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MEMINFO: &str = "MemTotal:       24684108 kB\nMemFree:         5520000 kB\n\
+                           MemAvailable:   23595000 kB\nBuffers:          100 kB\n";
+
+    #[test]
+    fn meminfo_is_read_in_bytes() {
+        let info = parse_meminfo(MEMINFO, Path::new("/proc/meminfo")).unwrap();
+        assert_eq!(info.total_bytes, 24684108 * 1024);
+        assert_eq!(info.available_bytes, 23595000 * 1024);
+    }
+
+    #[test]
+    fn bad_meminfo_names_the_file_field_and_value() {
+        let path = Path::new("meminfo.txt");
+        let missing = parse_meminfo("MemFree: 1 kB\n", path).unwrap_err();
+        assert_eq!(missing.to_string(), "meminfo.txt: MemTotal: is missing");
+        let text = "MemTotal: lots kB\nMemAvailable: 1 kB\n";
+        let garbled = parse_meminfo(text, path).unwrap_err().to_string();
+        assert!(garbled.contains("MemTotal") && garbled.contains("\"lots kB\""));
+        let text = "MemTotal: 10 MB\nMemAvailable: 1 kB\n";
+        let unit = parse_meminfo(text, path).unwrap_err().to_string();
+        assert!(unit.contains("unknown unit \"MB\""), "{unit}");
+        let text = "MemTotal: 0 kB\nMemAvailable: 1 kB\n";
+        assert!(parse_meminfo(text, path).is_err());
+    }
+
+    #[test]
+    fn cpu_model_is_the_first_model_name() {
+        let text = "processor\t: 0\nmodel name\t: AMD  EPYC 7B13\nflags\t: fpu\n\
+                    processor\t: 1\nmodel name\t: AMD EPYC 7B13\n";
+        assert_eq!(cpu_model(text).as_deref(), Some("AMD EPYC 7B13"));
+        assert_eq!(cpu_model("processor : 0\n"), None);
+        assert_eq!(cpu_model("model name :   \n"), None);
+    }
+
+    #[test]
+    fn copies_and_lanes_give_positive_rates() {
+        let rounds = Rounds::tiny();
+        let (rate, n) = copy_bandwidth(2, 1 << 16, &rounds).unwrap();
+        assert!(rate > 0.0 && rate.is_finite() && n >= 1);
+        let lane = Lane::start("measure-test", Instant::now()).unwrap();
+        let (rate, _) = lane_copy_bandwidth(&lane, 1 << 16, 1 << 18, &rounds).unwrap();
+        assert!(rate > 0.0 && rate.is_finite());
+        let latency = lane_latency(&lane, 3).unwrap();
+        assert!(latency > 0.0 && latency.is_finite());
+    }
+}

@@ -1,0 +1,843 @@
+//! `fateplan profile`: measures the machine and describes it as a
+//! hardware profile (`planner/src/profile.rs`, `profiles/README.md`).
+//!
+//! - Host ([`host`]): RAM from `/proc/meminfo`'s text (the caller reads
+//!   it), the CPUs this process may run on, and the copy bandwidth of as
+//!   many threads as the rayon pool has.
+//! - SSD tier ([`ssd`]): the spill store in the given directory, driven
+//!   as the executor drives it, and the directory's free space.
+//! - Device: [`gpu::measure_gpu`], the hook for a CUDA backend; without
+//!   one, the CPU backend ([`compute`]): GEMM, SpMM and element-wise
+//!   rates from the kernels the CPU backend runs, at the rayon pool's
+//!   thread count, and the per-operator overhead of the executor and
+//!   backend together. Its "PCIe" is the executor's transfer lanes: a
+//!   copy between two arenas on a lane's thread.
+//!
+//! Every figure gets a `sources` entry that starts with `measured:` and
+//! says what ran, at which size, and how many rounds its median has.
+//! Rates are medians over rounds after one warm-up round, so that a
+//! burst of other work on a shared machine moves them little.
+
+pub mod compute;
+pub mod gpu;
+pub mod host;
+pub mod ssd;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use fateplan_planner::profile::{
+    DeviceKind, DeviceProfile, HostProfile, PcieProfile, Profile, SsdProfile,
+    PROFILE_FORMAT_VERSION,
+};
+
+use crate::exec::lanes::Lane;
+use crate::{Error, Result};
+
+use gpu::{GpuFigures, GpuOutcome};
+use host::MemInfo;
+use ssd::{SsdFigures, SsdSizes};
+
+/// Rounds of one measurement: at least `min` after a warm-up, more while
+/// `budget_s` seconds have not passed, never more than `max`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rounds {
+    pub min: u32,
+    pub max: u32,
+    pub budget_s: f64,
+}
+
+impl Rounds {
+    /// One round after the warm-up: for tests.
+    pub fn tiny() -> Rounds {
+        Rounds {
+            min: 1,
+            max: 1,
+            budget_s: 0.0,
+        }
+    }
+}
+
+/// How much each measurement moves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sizes {
+    /// `quick` or `full`, for the sources.
+    pub label: &'static str,
+    pub rounds: Rounds,
+    /// Rounds of the SSD bandwidths (each writes and reads `ssd.round_bytes`).
+    pub ssd_rounds: Rounds,
+    /// Bytes each thread copies per round of the host copy bandwidth.
+    pub copy_bytes: usize,
+    /// Bytes of one lane copy (a tensor's size), and of the set of
+    /// tensors the copies take turns from (larger than the caches).
+    pub lane_copy_bytes: usize,
+    pub lane_set_bytes: usize,
+    pub latency_requests: u32,
+    pub ssd: SsdSizes,
+    /// The compute graph: R-MAT `2^rmat_scale` nodes, in `partitions`.
+    pub rmat_scale: u32,
+    pub partitions: u32,
+    /// Features, hidden and classes of the measured GCN.
+    pub width: u32,
+    /// Training iterations of the per-operator overhead.
+    pub overhead_iterations: u32,
+}
+
+impl Sizes {
+    /// The default: tens of seconds.
+    pub fn full() -> Sizes {
+        Sizes {
+            label: "full",
+            rounds: Rounds {
+                min: 5,
+                max: 20,
+                budget_s: 2.0,
+            },
+            ssd_rounds: Rounds {
+                min: 2,
+                max: 3,
+                budget_s: 2.0,
+            },
+            copy_bytes: 64 << 20,
+            lane_copy_bytes: 16 << 20,
+            lane_set_bytes: 256 << 20,
+            latency_requests: 200,
+            ssd: SsdSizes {
+                block_bytes: 16 << 20,
+                round_bytes: 512 << 20,
+                latency_requests: 100,
+            },
+            rmat_scale: 18,
+            partitions: 8,
+            width: 128,
+            overhead_iterations: 40,
+        }
+    }
+
+    /// `--quick`: a few seconds: a smaller graph (its partitions are
+    /// 16,384 rows), smaller copies and files, fewer rounds.
+    pub fn quick() -> Sizes {
+        Sizes {
+            label: "quick",
+            rounds: Rounds {
+                min: 3,
+                max: 10,
+                budget_s: 0.25,
+            },
+            ssd_rounds: Rounds {
+                min: 1,
+                max: 1,
+                budget_s: 0.0,
+            },
+            copy_bytes: 32 << 20,
+            lane_copy_bytes: 8 << 20,
+            lane_set_bytes: 128 << 20,
+            latency_requests: 50,
+            ssd: SsdSizes {
+                block_bytes: 4 << 20,
+                round_bytes: 64 << 20,
+                latency_requests: 20,
+            },
+            rmat_scale: 16,
+            partitions: 4,
+            width: 128,
+            overhead_iterations: 10,
+        }
+    }
+}
+
+/// What to measure and how to name it.
+#[derive(Debug, Clone)]
+pub struct MeasureOptions {
+    /// The profile's name.
+    pub name: String,
+    /// A directory on the SSD to measure (it must exist).
+    pub ssd_dir: PathBuf,
+    pub sizes: Sizes,
+    /// The text of `/proc/meminfo`, and the file it came from.
+    pub meminfo: String,
+    pub meminfo_path: PathBuf,
+    /// The text of `/proc/cpuinfo` (for the CPU's model name; may be empty).
+    pub cpuinfo: String,
+}
+
+/// Where the measurement is, for a progress display.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Stages done so far.
+    pub done: u32,
+    pub total: u32,
+    /// The stage starting now.
+    pub stage: &'static str,
+}
+
+/// Stages, in order.
+const STAGES: [&str; 9] = [
+    "host memory",
+    "memory copy",
+    "transfer lanes",
+    "ssd",
+    "gpu",
+    "r-mat graph",
+    "gemm and element-wise",
+    "spmm",
+    "operator overhead",
+];
+
+/// The measured profile and what the caller should know about it.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    pub profile: Profile,
+    /// One line each: a GPU skipped, an SSD without O_DIRECT, ...
+    pub notes: Vec<String>,
+    pub seconds: f64,
+}
+
+/// Measures this machine. The rayon pool's thread count is the thread
+/// count of the compute figures. `progress` is told each stage as it
+/// starts.
+pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> Result<Measured> {
+    let started = Instant::now();
+    if options.name.trim().is_empty() {
+        return Err(Error::invalid(
+            Path::new("profile"),
+            "name",
+            "is empty: give the profile a name",
+        ));
+    }
+    let sizes = &options.sizes;
+    let threads = rayon::current_num_threads();
+    let mut stage = 0u32;
+    let mut next = |progress: &mut dyn FnMut(Progress)| {
+        progress(Progress {
+            done: stage,
+            total: STAGES.len() as u32,
+            stage: STAGES[stage as usize],
+        });
+        stage += 1;
+    };
+    let mut sources = BTreeMap::new();
+    let mut notes = Vec::new();
+
+    next(progress);
+    let memory = host::parse_meminfo(&options.meminfo, &options.meminfo_path)?;
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get() as u32)
+        .unwrap_or(1);
+    let cpu = host::cpu_model(&options.cpuinfo).unwrap_or_else(|| "unknown CPU".to_string());
+
+    next(progress);
+    let (copy_rate, copy_rounds) = host::copy_bandwidth(threads, sizes.copy_bytes, &sizes.rounds)?;
+    put(
+        &mut sources,
+        "host.memory_bytes_per_s",
+        format!(
+            "{} threads each copying {} into another buffer at once (copy_from_slice, \
+             buffers touched first), bytes copied per second, median of {copy_rounds} rounds",
+            threads,
+            mib(sizes.copy_bytes as u64)
+        ),
+    );
+    put(
+        &mut sources,
+        "host.cores",
+        format!(
+            "{cores}: CPUs this process may run on (sched_getaffinity and cgroup quota, as \
+             std::thread::available_parallelism reads them)"
+        ),
+    );
+
+    next(progress);
+    let clock = Instant::now();
+    let h2d_lane = Lane::start("measure-h2d", clock).map_err(|e| Error::Internal(e.to_string()))?;
+    let d2h_lane = Lane::start("measure-d2h", clock).map_err(|e| Error::Internal(e.to_string()))?;
+    let lane_copy = |lane: &Lane| {
+        host::lane_copy_bandwidth(
+            lane,
+            sizes.lane_copy_bytes,
+            sizes.lane_set_bytes,
+            &sizes.rounds,
+        )
+    };
+    let (h2d_rate, h2d_rounds) = lane_copy(&h2d_lane)?;
+    let (d2h_rate, d2h_rounds) = lane_copy(&d2h_lane)?;
+    let lane_latency = host::lane_latency(&h2d_lane, sizes.latency_requests)?;
+    drop((h2d_lane, d2h_lane));
+
+    next(progress);
+    let ssd = ssd::measure_ssd(&options.ssd_dir, &sizes.ssd, &sizes.ssd_rounds)?;
+    if !ssd.direct {
+        notes.push(format!(
+            "the SSD figures were measured with {} in {}: they may include the page cache",
+            ssd.mode,
+            options.ssd_dir.display()
+        ));
+    }
+    let ssd_how = format!(
+        "through the spill store in {} ({}), one block at a time as the executor's SSD lanes \
+         move tensors (write then wait, read then wait and verify crc32c)",
+        options.ssd_dir.display(),
+        ssd.mode
+    );
+    put(
+        &mut sources,
+        "ssd.write_bytes_per_s",
+        format!(
+            "{} blocks of {} written in sequence per round, {ssd_how}; median of {} rounds \
+             after a warm-up",
+            sizes.ssd.round_bytes.div_ceil(sizes.ssd.block_bytes as u64),
+            mib(sizes.ssd.block_bytes as u64),
+            ssd.rounds
+        ),
+    );
+    put(
+        &mut sources,
+        "ssd.read_bytes_per_s",
+        format!(
+            "the same blocks read back in sequence after each write round, {ssd_how}; median \
+             of {} rounds after a warm-up",
+            ssd.rounds
+        ),
+    );
+    put(
+        &mut sources,
+        "ssd.write_latency_s",
+        format!(
+            "median time of writing one {}-byte block, {} times, {ssd_how}",
+            ssd::LATENCY_REQUEST_BYTES,
+            sizes.ssd.latency_requests
+        ),
+    );
+    put(
+        &mut sources,
+        "ssd.read_latency_s",
+        format!(
+            "median time of reading one {}-byte block, {} times, {ssd_how}",
+            ssd::LATENCY_REQUEST_BYTES,
+            sizes.ssd.latency_requests
+        ),
+    );
+    put(
+        &mut sources,
+        "ssd.capacity_bytes",
+        format!(
+            "free space in {} (statvfs: blocks available to this user times the fragment size)",
+            options.ssd_dir.display()
+        ),
+    );
+
+    next(progress);
+    let gpu = gpu::measure_gpu();
+
+    let machine = Host {
+        memory,
+        cores,
+        copy_bytes_per_s: copy_rate,
+    };
+    let mut profile = match &gpu {
+        GpuOutcome::Measured(figures) => {
+            gpu_profile(&options.name, figures, &machine, &ssd, &mut sources)
+        }
+        GpuOutcome::Skipped(why) => {
+            notes.push(why.clone());
+            next(progress);
+            let bench = compute::Bench::new(sizes.rmat_scale, sizes.partitions, sizes.width)?;
+            let graph = format!(
+                "a 2-layer GCN of width {} on an R-MAT graph (Graph500 parameters, scale {}: \
+                 {} nodes, {} edges) in {} partitions",
+                bench.width, bench.scale, bench.nodes, bench.edges, bench.partitions
+            );
+            next(progress);
+            let (dense, dense_rounds) = compute::dense_rate(&bench, &sizes.rounds)?;
+            let (elementwise, elementwise_rounds) =
+                compute::elementwise_rate(&bench, &sizes.rounds)?;
+            next(progress);
+            let (sparse, sparse_rounds) = compute::sparse_rate(&bench, &sizes.rounds)?;
+            drop(bench);
+            let mut profile =
+                cpu_profile(&options.name, sizes.label, &cpu, threads, &machine, &ssd);
+            profile.device.dense_flops_per_s = dense;
+            profile.device.hbm_bytes_per_s = elementwise;
+            profile.device.sparse_bytes_per_s = sparse;
+            profile.pcie = PcieProfile {
+                h2d_bytes_per_s: h2d_rate,
+                d2h_bytes_per_s: d2h_rate,
+                latency_s: lane_latency,
+            };
+            next(progress);
+            // Planned with the figures so far; a retain-all plan does not
+            // depend on them.
+            let overhead = compute::op_overhead(&profile, sizes.overhead_iterations)?;
+            profile.device.op_overhead_s = overhead.op_overhead_s;
+
+            put(
+                &mut sources,
+                "device.dense_flops_per_s",
+                format!(
+                    "f32 GEMM: the CPU backend's linear layer forward and backward \
+                     (kernels::dense::linear and linear_bwd with the input gradient; faer GEMM \
+                     in chunks of rows) of every partition of {graph}, {threads} threads, flops \
+                     as the workload counts them, median of {dense_rounds} rounds"
+                ),
+            );
+            put(
+                &mut sources,
+                "device.hbm_bytes_per_s",
+                format!(
+                    "element-wise: the CPU backend's ReLU with dropout and its backward \
+                     (kernels::activation::relu_dropout, relu_dropout_bwd) on every partition of \
+                     {graph}, {threads} threads, bytes as the workload counts them, median of \
+                     {elementwise_rounds} rounds"
+                ),
+            );
+            put(
+                &mut sources,
+                "device.sparse_bytes_per_s",
+                format!(
+                    "SpMM effective gather bandwidth: the CPU backend's aggregations over every \
+                     block of {graph} (first layer SpMM with fused input dropout, second layer \
+                     SpMM, second layer transposed SpMM; kernels::sparse), {threads} threads, \
+                     bytes as the workload counts them, median of {sparse_rounds} rounds"
+                ),
+            );
+            put(
+                &mut sources,
+                "device.op_overhead_s",
+                format!(
+                    "training iterations of a GCN whose kernels do next to nothing ({} nodes, \
+                     4 features, 4 hidden, 4 partitions: {} operators) through the executor \
+                     and the CPU backend, retain-all; seconds per iteration over operators, \
+                     mean of {} iterations after a warm-up",
+                    overhead.nodes, overhead.operators, overhead.iterations
+                ),
+            );
+            let lane = "on the CPU backend a transfer is a copy between two arenas in RAM, \
+                        made on a transfer lane's thread";
+            put(
+                &mut sources,
+                "pcie.h2d_bytes_per_s",
+                format!(
+                    "{lane}: a lane job cloning a tensor of {} (allocation and copy) taken in \
+                     turn from {} of tensors, issue to wait, median of {h2d_rounds} rounds",
+                    mib(sizes.lane_copy_bytes as u64),
+                    mib(sizes.lane_set_bytes as u64)
+                ),
+            );
+            put(
+                &mut sources,
+                "pcie.d2h_bytes_per_s",
+                format!("{lane}: the same copy on a second lane, median of {d2h_rounds} rounds"),
+            );
+            put(
+                &mut sources,
+                "pcie.latency_s",
+                format!(
+                    "{lane}: median time from issue to the end of the wait of a one-value copy, \
+                     {} copies",
+                    sizes.latency_requests
+                ),
+            );
+            put(
+                &mut sources,
+                "device.hbm_bytes",
+                format!(
+                    "a third of MemTotal ({}) in {}: the CPU backend's device arena (the host \
+                     arena gets half, the rest is left to the process and the system)",
+                    machine.memory.total_bytes,
+                    options.meminfo_path.display()
+                ),
+            );
+            put(
+                &mut sources,
+                "host.memory_bytes",
+                format!(
+                    "half of MemTotal ({}) in {}: the host tier's arena (the device arena is a \
+                     third)",
+                    machine.memory.total_bytes,
+                    options.meminfo_path.display()
+                ),
+            );
+            put(
+                &mut sources,
+                "device.count_max",
+                "the CPU backend is one device".to_string(),
+            );
+            profile
+        }
+    };
+    profile.sources = sources;
+    profile.validate()?;
+    for (field, _) in profile.figures() {
+        if !profile.sources.contains_key(field) {
+            return Err(Error::Internal(format!(
+                "the measured profile has no source for {field}"
+            )));
+        }
+    }
+    progress(Progress {
+        done: STAGES.len() as u32,
+        total: STAGES.len() as u32,
+        stage: "done",
+    });
+    Ok(Measured {
+        profile,
+        notes,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// What was measured of the host.
+struct Host {
+    memory: MemInfo,
+    cores: u32,
+    copy_bytes_per_s: f64,
+}
+
+/// The CPU backend's profile; device rates, PCIe and the overhead are
+/// filled in by the caller.
+fn cpu_profile(
+    name: &str,
+    sizes_label: &str,
+    cpu: &str,
+    threads: usize,
+    host: &Host,
+    ssd: &SsdFigures,
+) -> Profile {
+    let Host {
+        memory,
+        cores,
+        copy_bytes_per_s: copy_rate,
+    } = host;
+    Profile {
+        format_version: PROFILE_FORMAT_VERSION,
+        name: name.to_string(),
+        description: format!(
+            "Measured by `fateplan profile` ({} sizes): {cpu}, {cores} CPUs, {} GiB RAM, no \
+             GPU; the CPU backend at {threads} threads (device and host tiers are arenas in RAM)",
+            sizes_label,
+            memory.total_bytes >> 30
+        ),
+        device: DeviceProfile {
+            kind: DeviceKind::Cpu,
+            model: format!("{cpu} (CPU backend, {threads} threads)"),
+            count_max: 1,
+            hbm_bytes: memory.total_bytes / 3,
+            hbm_bytes_per_s: 0.0,
+            dense_flops_per_s: 0.0,
+            sparse_bytes_per_s: 0.0,
+            op_overhead_s: 0.0,
+        },
+        host: HostProfile {
+            memory_bytes: memory.total_bytes / 2,
+            memory_bytes_per_s: *copy_rate,
+            cores: *cores,
+        },
+        pcie: PcieProfile {
+            h2d_bytes_per_s: 0.0,
+            d2h_bytes_per_s: 0.0,
+            latency_s: 0.0,
+        },
+        peer: None,
+        ssd: ssd_profile(ssd),
+        sources: BTreeMap::new(),
+    }
+}
+
+fn ssd_profile(ssd: &SsdFigures) -> SsdProfile {
+    SsdProfile {
+        capacity_bytes: ssd.capacity_bytes,
+        read_bytes_per_s: ssd.read_bytes_per_s,
+        write_bytes_per_s: ssd.write_bytes_per_s,
+        read_latency_s: ssd.read_latency_s,
+        write_latency_s: ssd.write_latency_s,
+    }
+}
+
+/// A GPU's profile from [`GpuFigures`]: the host tier gets all of RAM.
+fn gpu_profile(
+    name: &str,
+    gpu: &GpuFigures,
+    host: &Host,
+    ssd: &SsdFigures,
+    sources: &mut BTreeMap<String, String>,
+) -> Profile {
+    let Host {
+        memory,
+        cores,
+        copy_bytes_per_s,
+    } = host;
+    for (key, text) in &gpu.sources {
+        sources.insert(key.to_string(), format!("measured: {text}"));
+    }
+    sources.insert(
+        "host.memory_bytes".into(),
+        format!("measured: MemTotal ({})", memory.total_bytes),
+    );
+    Profile {
+        format_version: PROFILE_FORMAT_VERSION,
+        name: name.to_string(),
+        description: format!(
+            "Measured by `fateplan profile`: {} x {}, {} GiB RAM",
+            gpu.count,
+            gpu.model,
+            memory.total_bytes >> 30
+        ),
+        device: DeviceProfile {
+            kind: DeviceKind::Gpu,
+            model: gpu.model.clone(),
+            count_max: gpu.count,
+            hbm_bytes: gpu.hbm_bytes,
+            hbm_bytes_per_s: gpu.hbm_bytes_per_s,
+            dense_flops_per_s: gpu.dense_flops_per_s,
+            sparse_bytes_per_s: gpu.sparse_bytes_per_s,
+            op_overhead_s: gpu.op_overhead_s,
+        },
+        host: HostProfile {
+            memory_bytes: memory.total_bytes,
+            memory_bytes_per_s: *copy_bytes_per_s,
+            cores: *cores,
+        },
+        pcie: PcieProfile {
+            h2d_bytes_per_s: gpu.h2d_bytes_per_s,
+            d2h_bytes_per_s: gpu.d2h_bytes_per_s,
+            latency_s: gpu.pcie_latency_s,
+        },
+        peer: None,
+        ssd: ssd_profile(ssd),
+        sources: BTreeMap::new(),
+    }
+}
+
+/// Records how `key` was measured.
+fn put(sources: &mut BTreeMap<String, String>, key: &str, text: String) {
+    sources.insert(key.to_string(), format!("measured: {text}"));
+}
+
+fn mib(bytes: u64) -> String {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// Runs `round` once to warm up, then as [`Rounds`] says; returns the
+/// median of the values the counted rounds returned, and their number.
+pub fn median_of_rounds(
+    rounds: &Rounds,
+    mut round: impl FnMut() -> Result<f64>,
+) -> Result<(f64, u32)> {
+    round()?;
+    let started = Instant::now();
+    let mut values = Vec::new();
+    let max = rounds.max.max(rounds.min).max(1);
+    while values.len() < max as usize {
+        let value = round()?;
+        if !(value.is_finite() && value > 0.0) {
+            return Err(Error::Internal(format!(
+                "a measurement gave {value}: the timer did not advance"
+            )));
+        }
+        values.push(value);
+        let enough = values.len() >= rounds.min.max(1) as usize;
+        if enough && started.elapsed().as_secs_f64() >= rounds.budget_s {
+            break;
+        }
+    }
+    let n = values.len() as u32;
+    Ok((median(&mut values), n))
+}
+
+/// The median (the mean of the middle two of an even count); 0 when empty.
+pub fn median(values: &mut [f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+/// Fills `words` with a cheap deterministic pattern (splitmix64).
+pub(crate) fn fill_pattern(words: &mut [u64], seed: u64) {
+    let mut state = seed;
+    for word in words {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        *word = z ^ (z >> 31);
+    }
+}
+
+/// Fills `values` with finite values in `[-1, 1)` from [`fill_pattern`].
+pub(crate) fn fill_pattern_f32(values: &mut [f32], seed: u64) {
+    let mut words = vec![0u64; values.len()];
+    fill_pattern(&mut words, seed);
+    for (v, w) in values.iter_mut().zip(words) {
+        *v = (w >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&mut []), 0.0);
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+
+    #[test]
+    fn rounds_warm_up_then_count_between_min_and_max() {
+        let mut calls = 0;
+        let rounds = Rounds {
+            min: 3,
+            max: 5,
+            budget_s: 0.0,
+        };
+        let (value, n) = median_of_rounds(&rounds, || {
+            calls += 1;
+            Ok(calls as f64)
+        })
+        .unwrap();
+        assert_eq!((calls, n), (4, 3));
+        assert_eq!(value, 3.0);
+        let zero = median_of_rounds(&Rounds::tiny(), || Ok(0.0)).unwrap_err();
+        assert!(zero.to_string().contains("timer"));
+    }
+
+    #[test]
+    fn patterns_are_deterministic_and_bounded() {
+        let (mut a, mut b) = (vec![0f32; 100], vec![0f32; 100]);
+        fill_pattern_f32(&mut a, 1);
+        fill_pattern_f32(&mut b, 1);
+        assert_eq!(a, b);
+        assert!(a.iter().all(|v| (-1.0..1.0).contains(v)));
+    }
+
+    fn ssd_figures() -> SsdFigures {
+        SsdFigures {
+            capacity_bytes: 1 << 40,
+            write_bytes_per_s: 1e9,
+            read_bytes_per_s: 2e9,
+            write_latency_s: 1e-4,
+            read_latency_s: 2e-4,
+            rounds: 2,
+            mode: "io_uring, O_DIRECT".into(),
+            direct: true,
+        }
+    }
+
+    /// The GPU hook's figures make a valid GPU profile with all of RAM as
+    /// the host tier.
+    #[test]
+    fn measured_gpu_figures_make_a_gpu_profile() {
+        let fields = [
+            "device.count_max",
+            "device.hbm_bytes",
+            "device.hbm_bytes_per_s",
+            "device.dense_flops_per_s",
+            "device.sparse_bytes_per_s",
+            "device.op_overhead_s",
+            "pcie.h2d_bytes_per_s",
+            "pcie.d2h_bytes_per_s",
+            "pcie.latency_s",
+        ];
+        let gpu = GpuFigures {
+            model: "a GPU".into(),
+            count: 2,
+            hbm_bytes: 80 << 30,
+            hbm_bytes_per_s: 2e12,
+            dense_flops_per_s: 1e14,
+            sparse_bytes_per_s: 5e11,
+            op_overhead_s: 5e-6,
+            h2d_bytes_per_s: 2.5e10,
+            d2h_bytes_per_s: 2.4e10,
+            pcie_latency_s: 1e-5,
+            sources: fields.iter().map(|&f| (f, "a test".to_string())).collect(),
+        };
+        let memory = MemInfo {
+            total_bytes: 512 << 30,
+            available_bytes: 500 << 30,
+        };
+        let mut sources = BTreeMap::new();
+        let host = Host {
+            memory,
+            cores: 64,
+            copy_bytes_per_s: 5e10,
+        };
+        let mut profile = gpu_profile("g", &gpu, &host, &ssd_figures(), &mut sources);
+        profile.sources = sources;
+        profile.validate().unwrap();
+        assert_eq!(profile.device.kind, DeviceKind::Gpu);
+        assert_eq!(profile.host.memory_bytes, 512 << 30);
+        assert_eq!(profile.device.count_max, 2);
+        assert!(profile.sources["pcie.h2d_bytes_per_s"].starts_with("measured: "));
+    }
+
+    #[test]
+    fn this_build_skips_the_gpu() {
+        assert_eq!(
+            gpu::measure_gpu(),
+            GpuOutcome::Skipped(gpu::NO_GPU.to_string())
+        );
+        assert!(gpu::NO_GPU.starts_with("no GPU: skipped"));
+    }
+
+    #[test]
+    fn a_whole_measurement_at_tiny_sizes_is_a_valid_profile() {
+        let dir = tempfile::tempdir().unwrap();
+        let sizes = Sizes {
+            label: "tiny",
+            rounds: Rounds::tiny(),
+            ssd_rounds: Rounds::tiny(),
+            copy_bytes: 1 << 16,
+            lane_copy_bytes: 1 << 16,
+            lane_set_bytes: 1 << 17,
+            latency_requests: 2,
+            ssd: SsdSizes {
+                block_bytes: 1 << 16,
+                round_bytes: 1 << 17,
+                latency_requests: 2,
+            },
+            rmat_scale: 8,
+            partitions: 2,
+            width: 16,
+            overhead_iterations: 2,
+        };
+        let options = MeasureOptions {
+            name: "tiny".into(),
+            ssd_dir: dir.path().to_path_buf(),
+            sizes,
+            meminfo: "MemTotal: 1000 kB\nMemAvailable: 900 kB\n".into(),
+            meminfo_path: PathBuf::from("meminfo"),
+            cpuinfo: String::new(),
+        };
+        let mut stages = Vec::new();
+        let measured = measure(&options, &mut |p| stages.push(p.stage)).unwrap();
+        assert_eq!(stages.len(), STAGES.len() + 1);
+        assert_eq!(stages.last(), Some(&"done"));
+        let profile = measured.profile;
+        assert_eq!(profile.device.kind, DeviceKind::Cpu);
+        assert_eq!(profile.host.memory_bytes, 1000 * 1024 / 2);
+        assert_eq!(profile.device.hbm_bytes, 1000 * 1024 / 3);
+        for (field, _) in profile.figures() {
+            assert!(
+                profile.sources[field].starts_with("measured: "),
+                "{field}: {}",
+                profile.sources[field]
+            );
+        }
+        assert!(measured.notes.iter().any(|n| n.starts_with("no GPU")));
+        let again = Profile::from_json(&profile.to_json_pretty(), "measured.json").unwrap();
+        assert_eq!(again, profile);
+    }
+}

@@ -1,0 +1,207 @@
+//! `fateplan profile`: measures this machine and writes a hardware profile
+//! that `--profile path.json` accepts.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use fateplan::planner::units::{format_bytes, format_seconds};
+use fateplan::planner::Profile;
+use fateplan::runtime::measure::{self, MeasureOptions, Progress, Sizes};
+
+/// Where the machine's RAM and CPU are described.
+const MEMINFO: &str = "/proc/meminfo";
+const CPUINFO: &str = "/proc/cpuinfo";
+
+#[derive(Args)]
+pub struct ProfileArgs {
+    /// A directory on the SSD to measure (the SSD tier's spill directory);
+    /// a spill file is written there and deleted.
+    #[arg(long, default_value = ".")]
+    ssd_dir: PathBuf,
+    /// Write the profile JSON to this file (default: print it on stdout).
+    #[arg(short = 'o', long)]
+    output: Option<PathBuf>,
+    /// Measure less, in a few seconds (smaller graph, files and copies).
+    #[arg(long)]
+    quick: bool,
+    /// The profile's name.
+    #[arg(long, default_value = "measured")]
+    name: String,
+    /// Compute threads of the CPU backend's figures (default: every core);
+    /// train with the same --threads.
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+pub fn run(args: &ProfileArgs) -> Result<()> {
+    if let Some(threads) = args.threads {
+        if threads == 0 {
+            bail!("--threads 0: expected at least 1");
+        }
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global()
+            .context("--threads")?;
+    }
+    if args.name.trim().is_empty() {
+        bail!("--name {:?}: the profile needs a name", args.name);
+    }
+    if !args.ssd_dir.is_dir() {
+        bail!(
+            "--ssd-dir {}: {}",
+            args.ssd_dir.display(),
+            if args.ssd_dir.exists() {
+                "is not a directory"
+            } else {
+                "no such directory"
+            }
+        );
+    }
+    // Fail before measuring if the profile cannot be written: measure
+    // into a temporary file beside it, renamed over it at the end.
+    let staging = match &args.output {
+        Some(path) => Some(Staging::create(path)?),
+        None => None,
+    };
+    let meminfo = std::fs::read_to_string(MEMINFO).with_context(|| format!("reading {MEMINFO}"))?;
+    let cpuinfo = std::fs::read_to_string(CPUINFO).unwrap_or_default();
+    let options = MeasureOptions {
+        name: args.name.clone(),
+        ssd_dir: args.ssd_dir.clone(),
+        sizes: if args.quick {
+            Sizes::quick()
+        } else {
+            Sizes::full()
+        },
+        meminfo,
+        meminfo_path: PathBuf::from(MEMINFO),
+        cpuinfo,
+    };
+    let bar = indicatif::ProgressBar::new(1);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} measuring {msg} {elapsed}")
+            .expect("a fixed template parses"),
+    );
+    let measured = measure::measure(&options, &mut |p: Progress| {
+        bar.set_length(p.total as u64);
+        bar.set_position(p.done as u64);
+        bar.set_message(p.stage);
+    })
+    .with_context(|| format!("measuring with --ssd-dir {}", args.ssd_dir.display()));
+    bar.finish_and_clear();
+    let measured = measured?;
+    let mut json = measured.profile.to_json_pretty();
+    json.push('\n');
+    for note in &measured.notes {
+        eprintln!("note: {note}");
+    }
+    match staging {
+        None => std::io::stdout().lock().write_all(json.as_bytes())?,
+        Some(staging) => {
+            let path = staging.path.clone();
+            staging.finish(&json)?;
+            let mut out = std::io::stdout().lock();
+            summary(&mut out, &measured.profile)?;
+            writeln!(
+                out,
+                "written   {} (measured in {:.1} s)",
+                path.display(),
+                measured.seconds
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// A temporary file beside the profile to write, created up front so that
+/// an unwritable destination is known before measuring; removed unless
+/// it is renamed over the destination.
+struct Staging {
+    path: PathBuf,
+    temporary: PathBuf,
+    done: bool,
+}
+
+impl Staging {
+    fn create(path: &Path) -> Result<Staging> {
+        if path.is_dir() {
+            bail!("-o {}: is a directory", path.display());
+        }
+        let name = path
+            .file_name()
+            .with_context(|| format!("-o {}: names no file", path.display()))?;
+        let mut temporary_name = std::ffi::OsString::from(".");
+        temporary_name.push(name);
+        temporary_name.push(format!(".tmp{}", std::process::id()));
+        let temporary = path.with_file_name(temporary_name);
+        std::fs::File::create(&temporary)
+            .with_context(|| format!("-o {}: cannot create a file there", path.display()))?;
+        Ok(Staging {
+            path: path.to_path_buf(),
+            temporary,
+            done: false,
+        })
+    }
+
+    fn finish(mut self, text: &str) -> Result<()> {
+        std::fs::write(&self.temporary, text)
+            .with_context(|| format!("writing {}", self.temporary.display()))?;
+        std::fs::rename(&self.temporary, &self.path)
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_file(&self.temporary);
+        }
+    }
+}
+
+fn rate(bytes_per_s: f64) -> String {
+    format!("{:.2} GB/s", bytes_per_s / 1e9)
+}
+
+/// The figures, one per line.
+fn summary(out: &mut dyn Write, p: &Profile) -> Result<()> {
+    let d = &p.device;
+    writeln!(out, "profile   {} ({})", p.name, p.device.model)?;
+    writeln!(
+        out,
+        "device    {} arena, element-wise {}, GEMM {:.1} GFLOP/s, SpMM {}, {} per operator",
+        format_bytes(d.hbm_bytes),
+        rate(d.hbm_bytes_per_s),
+        d.dense_flops_per_s / 1e9,
+        rate(d.sparse_bytes_per_s),
+        format_seconds(d.op_overhead_s)
+    )?;
+    writeln!(
+        out,
+        "host      {}, copy {}, {} cores",
+        format_bytes(p.host.memory_bytes),
+        rate(p.host.memory_bytes_per_s),
+        p.host.cores
+    )?;
+    writeln!(
+        out,
+        "transfers h2d {}, d2h {}, {} per copy",
+        rate(p.pcie.h2d_bytes_per_s),
+        rate(p.pcie.d2h_bytes_per_s),
+        format_seconds(p.pcie.latency_s)
+    )?;
+    writeln!(
+        out,
+        "ssd       {} free, read {} ({} per request), write {} ({} per request)",
+        format_bytes(p.ssd.capacity_bytes),
+        rate(p.ssd.read_bytes_per_s),
+        format_seconds(p.ssd.read_latency_s),
+        rate(p.ssd.write_bytes_per_s),
+        format_seconds(p.ssd.write_latency_s)
+    )?;
+    Ok(())
+}

@@ -1,0 +1,198 @@
+//! `fateplan profile` and `train --compare-simulated` as a user runs them.
+//! Sizes are `--quick` and tiny graphs; no figure's speed is asserted.
+
+mod common;
+use common::*;
+
+use fateplan::planner::profile::DeviceKind;
+use fateplan::planner::Profile;
+
+#[test]
+fn a_quick_profile_is_valid_measured_and_plans() {
+    let dir = scratch("profile-quick");
+    let path = dir.join("machine.json");
+    let output = fateplan(&[
+        "profile",
+        "--quick",
+        "--threads",
+        "1",
+        "--name",
+        "test-machine",
+        "--ssd-dir",
+        dir.to_str().unwrap(),
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stdout(&output).contains("written"), "{}", stdout(&output));
+    assert!(stderr(&output).contains("no GPU: skipped"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let profile = Profile::from_json(&text, "machine.json").unwrap();
+    assert_eq!(profile.name, "test-machine");
+    assert_eq!(profile.device.kind, DeviceKind::Cpu);
+    assert!(profile.device.model.contains("1 threads"));
+    for (field, value) in profile.figures() {
+        let source = &profile.sources[field];
+        assert!(source.starts_with("measured: "), "{field}: {source}");
+        assert!(value.is_finite(), "{field}: {value}");
+    }
+    // Only the profile is left: the spill file and the temporary are gone.
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("machine.json")]);
+
+    let plan = fateplan(&[
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--layers",
+        "2",
+        "--hidden",
+        "64",
+        "--profile",
+        path.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(plan.status.success(), "{}", stderr(&plan));
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    assert_eq!(plan["profile"]["name"], "test-machine");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn without_an_output_file_the_profile_is_printed() {
+    let dir = scratch("profile-stdout");
+    let output = fateplan(&[
+        "profile",
+        "--quick",
+        "--threads",
+        "1",
+        "--ssd-dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let profile = Profile::from_json(&stdout(&output), "stdout").unwrap();
+    assert_eq!(profile.name, "measured");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_profile_input_names_what_is_wrong() {
+    let dir = scratch("profile-bad");
+    let file = dir.join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let missing = dir.join("missing");
+    let in_missing = missing.join("p.json");
+    let dir_arg = dir.to_str().unwrap();
+    let cases: [(Vec<&str>, &[&str]); 6] = [
+        (
+            vec!["--ssd-dir", missing.to_str().unwrap()],
+            &["--ssd-dir", "missing", "no such directory"],
+        ),
+        (
+            vec!["--ssd-dir", file.to_str().unwrap()],
+            &["--ssd-dir", "a-file", "is not a directory"],
+        ),
+        (
+            vec!["--ssd-dir", dir_arg, "-o", in_missing.to_str().unwrap()],
+            &["-o", "missing/p.json", "cannot create"],
+        ),
+        (
+            vec!["--ssd-dir", dir_arg, "-o", dir_arg],
+            &["-o", "is a directory"],
+        ),
+        (
+            vec!["--ssd-dir", dir_arg, "--name", " "],
+            &["--name", "needs a name"],
+        ),
+        (
+            vec!["--ssd-dir", dir_arg, "--threads", "0"],
+            &["--threads 0"],
+        ),
+    ];
+    for (args, expected) in cases {
+        let output = fateplan(&[&["profile", "--quick"][..], &args].concat());
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        let message = stderr(&output);
+        for part in expected {
+            assert!(message.contains(part), "{args:?}: {message}");
+        }
+        assert!(!message.contains("panicked"), "{message}");
+    }
+    // Nothing was written next to the a-file.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn train_compares_with_the_simulator() {
+    let spill = scratch("compare-spill");
+    let graph = "planted:nodes=600,classes=4,features=16,val=100,test=200,seed=2";
+    let output = fateplan(&[
+        "train",
+        "--graph",
+        graph,
+        "--epochs",
+        "3",
+        "--partitions",
+        "4",
+        "--policy",
+        "offload-ssd-all",
+        "--spill-dir",
+        spill.to_str().unwrap(),
+        "--compare-simulated",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let c = &report["compare_simulated"];
+    assert_eq!(c["profile"], "cpu-small");
+    assert_eq!(c["simulated_violations"], 0);
+    let iteration = &c["iteration_s"];
+    assert_eq!(iteration["measured"], report["iteration_s"]);
+    let (measured, simulated) = (
+        iteration["measured"].as_f64().unwrap(),
+        iteration["simulated"].as_f64().unwrap(),
+    );
+    assert!(measured > 0.0 && simulated > 0.0);
+    assert_eq!(iteration["ratio"].as_f64().unwrap(), measured / simulated);
+    // Both sides move the plan's bytes, on every link and stream.
+    let names: Vec<&str> = c["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["pcie_h2d", "pcie_d2h", "ssd"]);
+    for row in c["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(c["streams"].as_array().unwrap())
+    {
+        assert_eq!(row["bytes"]["measured"], row["bytes"]["simulated"], "{row}");
+    }
+    let ssd = &c["links"][2];
+    assert!(ssd["bytes"]["measured"].as_u64().unwrap() > 0);
+    assert!(ssd["busy_s"]["measured"].as_f64().unwrap() > 0.0);
+
+    let text = fateplan(&[
+        "train",
+        "--graph",
+        graph,
+        "--epochs",
+        "2",
+        "--partitions",
+        "4",
+        "--compare-simulated",
+    ]);
+    assert!(text.status.success(), "{}", stderr(&text));
+    let text = stdout(&text);
+    for part in ["compared", "iteration", "pcie_h2d", "ratio"] {
+        assert!(text.contains(part), "{part}: {text}");
+    }
+    let _ = std::fs::remove_dir_all(&spill);
+}
