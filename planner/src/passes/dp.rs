@@ -716,10 +716,12 @@ impl<'a> Search<'a> {
                 self.restore(&saved);
                 // Again, making room by re-timing tensors already decided
                 // (a later prefetch, an earlier offload) before the sweep.
+                // Room made on the host above was rolled back: every tier
+                // is checked at the end.
                 self.set(t, pick);
-                let ok = away_ok && self.retime(t) && self.sweep(start, end, Some(t)).is_ok() && {
+                let ok = self.retime(t) && self.sweep(start, end, Some(t)).is_ok() && {
                     self.improve();
-                    self.usage.hbm.max(0, slots) <= self.usage.limit[0]
+                    self.within_budgets()
                 };
                 if ok && self.total_price() + 1e-12 < before_cost {
                     improved = true;
@@ -736,7 +738,6 @@ impl<'a> Search<'a> {
     /// room it made; kept if the total cost falls. Returns whether it did.
     fn upgrade(&mut self) -> bool {
         let choices = self.choices;
-        let slots = choices.slots as usize;
         // Decided tensors (at most EXCHANGE_LIMIT of them), and undecided
         // ones too where as few tensors have choices: each try runs stage 2.
         let with_choices = choices.options.iter().filter(|o| !o.is_empty()).count();
@@ -767,9 +768,7 @@ impl<'a> Search<'a> {
                         break;
                     }
                 }
-                if self.usage.hbm.max(0, slots) <= self.usage.limit[0]
-                    && self.total_price() + 1e-12 < before_cost
-                {
+                if self.within_budgets() && self.total_price() + 1e-12 < before_cost {
                     return true;
                 }
                 self.restore(&saved);
@@ -863,6 +862,14 @@ impl<'a> Search<'a> {
             self.try_set(u, Some(i));
         }
         fits(self)
+    }
+
+    /// Whether every tier is within budget at every slot.
+    fn within_budgets(&self) -> bool {
+        let slots = self.choices.slots as usize;
+        self.usage.hbm.max(0, slots) <= self.usage.limit[0]
+            && self.usage.host.max(0, slots) <= self.usage.limit[1]
+            && self.usage.ssd.max(0, slots) <= self.usage.limit[2]
     }
 
     fn restore(&mut self, saved: &Assignment) {
