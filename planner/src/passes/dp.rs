@@ -714,10 +714,13 @@ impl<'a> Search<'a> {
                 }
                 // Roll back to the saved assignment.
                 self.restore(&saved);
-                // Again, making room by re-timing tensors already decided
-                // (a later prefetch, an earlier offload) before the sweep.
-                // Room made on the host above was rolled back: every tier
-                // is checked at the end.
+                if ok {
+                    continue;
+                }
+                // It did not fit: again, making room by re-timing tensors
+                // already decided (a later prefetch, an earlier offload)
+                // before the sweep. Room made on the host above was rolled
+                // back: every tier is checked at the end.
                 self.set(t, pick);
                 let ok = self.retime(t) && self.sweep(start, end, Some(t)).is_ok() && {
                     self.improve();
