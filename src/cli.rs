@@ -269,6 +269,20 @@ fn run_generate(spec: &str, out: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// `--threads N`: the global rayon pool's size (every core when absent).
+pub fn set_threads(threads: Option<usize>) -> Result<()> {
+    if let Some(threads) = threads {
+        if threads == 0 {
+            bail!("--threads 0: expected at least 1");
+        }
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global()
+            .context("--threads")?;
+    }
+    Ok(())
+}
+
 fn load_profile(name: &str) -> Result<Profile> {
     if let Some(profile) = profiles::builtin(name) {
         return Ok(profile);

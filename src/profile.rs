@@ -36,15 +36,8 @@ pub struct ProfileArgs {
 }
 
 pub fn run(args: &ProfileArgs) -> Result<()> {
-    if let Some(threads) = args.threads {
-        if threads == 0 {
-            bail!("--threads 0: expected at least 1");
-        }
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build_global()
-            .context("--threads")?;
-    }
+    crate::cli::set_threads(args.threads)?;
+
     if args.name.trim().is_empty() {
         bail!("--name {:?}: the profile needs a name", args.name);
     }

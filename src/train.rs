@@ -101,9 +101,9 @@ pub struct TrainArgs {
     /// driver, NVRTC and cuBLAS of CUDA 13).
     #[arg(long, default_value = "cpu")]
     backend: String,
-    /// The CUDA device's ordinal (with --backend cuda).
-    #[arg(long, default_value_t = 0)]
-    cuda_device: usize,
+    /// The CUDA device's ordinal (with --backend cuda; default 0).
+    #[arg(long)]
+    cuda_device: Option<usize>,
     /// Folder for the compiled CUDA kernels (default: fateplan/kernels in
     /// the user's cache folder, $XDG_CACHE_HOME or ~/.cache).
     #[arg(long)]
@@ -119,7 +119,12 @@ pub struct TrainArgs {
 /// read, so a machine without a GPU says so at once.
 fn backend_choice(args: &TrainArgs) -> Result<train::BackendChoice> {
     match args.backend.as_str() {
-        "cpu" => Ok(train::BackendChoice::Cpu),
+        "cpu" => {
+            if args.cuda_device.is_some() || args.kernel_cache.is_some() {
+                bail!("--cuda-device and --kernel-cache apply to --backend cuda, not cpu");
+            }
+            Ok(train::BackendChoice::Cpu)
+        }
         "cuda" => {
             // NVRTC outside the loader's path (a pip wheel, say): its folder.
             if let Some(dir) = std::env::var_os("FATEPLAN_NVRTC_DIR") {
@@ -127,7 +132,8 @@ fn backend_choice(args: &TrainArgs) -> Result<train::BackendChoice> {
                 fateplan::runtime::cuda::nvrtc::preload_nvrtc_dir(&dir)
                     .map_err(|e| anyhow::anyhow!("FATEPLAN_NVRTC_DIR: {e}"))?;
             }
-            fateplan::runtime::cuda::probe(args.cuda_device)?;
+            let device = args.cuda_device.unwrap_or(0);
+            fateplan::runtime::cuda::probe(device)?;
             let kernel_cache_dir = args.kernel_cache.clone().or_else(|| {
                 std::env::var_os("XDG_CACHE_HOME")
                     .map(PathBuf::from)
@@ -136,7 +142,7 @@ fn backend_choice(args: &TrainArgs) -> Result<train::BackendChoice> {
             });
             Ok(train::BackendChoice::Cuda(
                 fateplan::runtime::cuda::CudaOptions {
-                    device: args.cuda_device,
+                    device,
                     kernel_cache_dir,
                     workspace_bytes: None,
                 },
@@ -147,15 +153,8 @@ fn backend_choice(args: &TrainArgs) -> Result<train::BackendChoice> {
 }
 
 pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Result<()> {
-    if let Some(threads) = args.threads {
-        if threads == 0 {
-            bail!("--threads 0: expected at least 1");
-        }
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build_global()
-            .context("--threads")?;
-    }
+    crate::cli::set_threads(args.threads)?;
+
     let model = GnnModel::parse(&args.model)?;
     let hyper = Hyper {
         model,
@@ -202,11 +201,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     let profile = load_profile(&args.profile)?;
     let retain_peak = || -> Result<u64> {
         let roomy = PlanOptions {
-            budgets: Budgets {
-                hbm_bytes: u64::MAX / 4,
-                host_bytes: u64::MAX / 4,
-                ssd_bytes: u64::MAX / 4,
-            },
+            budgets: Budgets::UNLIMITED,
             ..PlanOptions::new(Policy::RetainAll, &profile)
         };
         Ok(plan(&prepared.workload, &profile, &roomy)?

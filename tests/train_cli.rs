@@ -398,4 +398,14 @@ fn an_unknown_backend_is_refused() {
     let output = fateplan(&["train", "--graph", "planted:nodes=100", "--backend", "tpu"]);
     assert_eq!(output.status.code(), Some(1));
     assert!(stderr(&output).contains("--backend tpu: expected cpu or cuda"));
+    // CUDA-only flags are not silently ignored on the CPU backend.
+    let output = fateplan(&[
+        "train",
+        "--graph",
+        "planted:nodes=100",
+        "--kernel-cache",
+        "k",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("apply to --backend cuda"));
 }
