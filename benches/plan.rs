@@ -86,11 +86,7 @@ fn dp_by_partitions(bencher: divan::Bencher, partitions: u32) {
 /// The device peak of the plain topological order: every tensor retained.
 fn retained_peak(w: &Workload, profile: &Profile) -> u64 {
     let options = PlanOptions {
-        budgets: Budgets {
-            hbm_bytes: u64::MAX / 4,
-            host_bytes: u64::MAX / 4,
-            ssd_bytes: u64::MAX / 4,
-        },
+        budgets: Budgets::UNLIMITED,
         ..PlanOptions::new(Policy::RetainAll, profile)
     };
     plan(w, profile, &options).unwrap().predicted.peak_bytes.hbm

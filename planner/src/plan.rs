@@ -82,6 +82,14 @@ pub struct Budgets {
 }
 
 impl Budgets {
+    /// No tier limits the plan (each a quarter of `u64::MAX`, so that sums
+    /// of a few budgets cannot overflow): for the unconstrained peak.
+    pub const UNLIMITED: Budgets = Budgets {
+        hbm_bytes: u64::MAX / 4,
+        host_bytes: u64::MAX / 4,
+        ssd_bytes: u64::MAX / 4,
+    };
+
     pub fn of(&self, tier: Tier) -> u64 {
         match tier {
             Tier::Hbm => self.hbm_bytes,

@@ -200,13 +200,7 @@ fn plan_dp(
             continue;
         }
         let timeline = Timeline::new(workload.ops.len(), &schedule.entries);
-        let timing = predict::predict(
-            workload,
-            profile,
-            &schedule.entries,
-            &timeline,
-            options.ssd_staging_bytes / SSD_STAGING_BUFFERS,
-        );
+        let timing = predict_schedule(workload, profile, options, &schedule, &timeline);
         candidates.push((timing.iteration_s, Candidate::Fates(fates, shifts)));
     }
     // Stable: dp's own plan, then peers in the order of `Policy::PEERS`.
@@ -423,6 +417,24 @@ struct Evaluated {
 
 /// Schedules the fates, counts memory (over-budget plans stop here) and
 /// predicts time.
+/// The predicted time of `schedule`, with the SSD staging pipeline's
+/// chunk as the plan's options size it.
+fn predict_schedule(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    schedule: &Schedule,
+    timeline: &Timeline,
+) -> Timing {
+    predict::predict(
+        workload,
+        profile,
+        &schedule.entries,
+        timeline,
+        options.ssd_staging_bytes / SSD_STAGING_BUFFERS,
+    )
+}
+
 fn evaluate(
     workload: &Workload,
     profile: &Profile,
@@ -442,13 +454,7 @@ fn evaluate(
     );
     occupancy.check(&timeline, &options.budgets, workload)?;
     let (peak_bytes, peak_step) = occupancy.peaks(&timeline);
-    let timing = predict::predict(
-        workload,
-        profile,
-        &schedule.entries,
-        &timeline,
-        options.ssd_staging_bytes / SSD_STAGING_BUFFERS,
-    );
+    let timing = predict_schedule(workload, profile, options, &schedule, &timeline);
     Ok(Evaluated {
         schedule,
         peak_bytes,

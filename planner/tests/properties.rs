@@ -26,13 +26,8 @@ fn workload(model: u8, layers: u32, hidden: u32, parts: u32, nodes: u64, edges: 
 }
 
 fn retain_all_peak(w: &Workload, profile: &Profile) -> u64 {
-    let huge = Budgets {
-        hbm_bytes: u64::MAX / 4,
-        host_bytes: u64::MAX / 4,
-        ssd_bytes: u64::MAX / 4,
-    };
     let options = PlanOptions {
-        budgets: huge,
+        budgets: Budgets::UNLIMITED,
         ..PlanOptions::new(Policy::RetainAll, profile)
     };
     plan(w, profile, &options).unwrap().predicted.peak_bytes.hbm

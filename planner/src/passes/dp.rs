@@ -1097,12 +1097,11 @@ fn search(
         round += 1;
         let mut host_short = true;
         // Each sweep covers overruns by the knapsack, then again in score
-        // order alone: neither is always the cheaper in the end.
-        // A third sweep refuses recomputations whose added bytes land where
-        // the device is still over budget (the first two let later slots
-        // sort them out, which can commit to a recomputation too early).
-
-        // Where host memory ran short, a fourth scores offloads by the
+        // order alone: neither is always the cheaper in the end. A third
+        // sweep refuses recomputations whose added bytes land where the
+        // device is still over budget (the first two let later slots sort
+        // them out, which can commit to a recomputation too early). Where
+        // host memory ran short, a fourth scores offloads by the
         // timing the sweep applies: a cheap-looking offload whose hiding
         // needs memory it will not get can take host room a recomputation
         // or a stream would have left.

@@ -323,11 +323,7 @@ pub fn op_overhead(profile: &Profile, iterations: u32) -> Result<Overhead> {
     };
     let prepared = train::prepare(graph, &hyper, 4)?;
     let options = PlanOptions {
-        budgets: Budgets {
-            hbm_bytes: u64::MAX / 4,
-            host_bytes: u64::MAX / 4,
-            ssd_bytes: u64::MAX / 4,
-        },
+        budgets: Budgets::UNLIMITED,
         ..PlanOptions::new(Policy::RetainAll, profile)
     };
     let plan = plan(&prepared.workload, profile, &options)?;
