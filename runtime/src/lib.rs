@@ -25,6 +25,7 @@ pub mod gnn;
 pub mod graph;
 pub mod measure;
 pub mod npy;
+pub mod partition;
 pub mod sim;
 pub mod spill;
 pub mod train;
