@@ -20,6 +20,7 @@ use fateplan::runtime::generate::GeneratorSpec;
 use fateplan::runtime::graph::GraphData;
 use fateplan::runtime::sim::{self as simulator, SimOptions};
 
+use crate::partition::{self, PartitionArgs};
 use crate::profile::{self as measure_profile, ProfileArgs};
 use crate::simulate::{self, SimulateArgs, ViolationsFound};
 use crate::study::{self, StudyArgs};
@@ -56,6 +57,9 @@ enum Command {
     Train(TrainArgs),
     /// Measure this machine and write a hardware profile (for --profile FILE).
     Profile(ProfileArgs),
+    /// Assign a graph's vertices to GPUs (random and min-cut partitioning)
+    /// and print the boundary rows each must exchange.
+    Partition(PartitionArgs),
     /// Write a generated graph as a folder of PyG-named .npy files.
     Generate {
         /// A generator spec, e.g. `rmat:scale=20,features=128,classes=16,seed=1`.
@@ -208,6 +212,7 @@ pub fn main() -> ExitCode {
         Command::Study(args) => study::run(&args),
         Command::Train(args) => train::run(&args, load_profile),
         Command::Profile(args) => measure_profile::run(&args),
+        Command::Partition(args) => partition::run(&args),
         Command::Generate { graph, out } => run_generate(&graph, &out),
     };
     match result {

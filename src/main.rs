@@ -8,6 +8,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod cli;
+mod partition;
 mod profile;
 mod simulate;
 mod study;

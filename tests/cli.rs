@@ -233,3 +233,50 @@ fn plans_from_the_real_cora_graph() {
     let text = stdout(&out);
     assert!(text.contains("2708 nodes, 10556 edges"), "{text}");
 }
+
+#[test]
+fn partition_random_against_mincut() {
+    let graph = "planted:nodes=2000,classes=4,degree=10,homophily=0.95,features=1,seed=3";
+    let json = fateplan(&["partition", "--graph", graph, "--gpus", "4", "--json"]);
+    assert!(json.status.success(), "{}", stderr(&json));
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(value["vertices"], 2000);
+    let methods = value["methods"].as_array().unwrap();
+    let names: Vec<&str> = methods
+        .iter()
+        .map(|m| m["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["random", "mincut"]);
+    let halo = |i: usize| methods[i]["stats"]["halo_rows_total"].as_u64().unwrap();
+    for method in methods {
+        let parts = method["stats"]["per_part"].as_array().unwrap();
+        assert_eq!(parts.len(), 4);
+        let owned: u64 = parts.iter().map(|p| p["vertices"].as_u64().unwrap()).sum();
+        assert_eq!(owned, 2000);
+        let halos: u64 = parts.iter().map(|p| p["halo_rows"].as_u64().unwrap()).sum();
+        assert_eq!(halos, method["stats"]["halo_rows_total"].as_u64().unwrap());
+    }
+    let ratio = value["random_over_mincut"]["halo_rows_total"]
+        .as_f64()
+        .unwrap();
+    assert!((ratio - halo(0) as f64 / halo(1) as f64).abs() < 1e-9);
+    assert!(
+        ratio >= 2.0,
+        "min-cut halves the halo on clear communities: {ratio}"
+    );
+
+    let text = fateplan(&["partition", "--graph", graph, "--gpus", "4"]);
+    assert!(text.status.success(), "{}", stderr(&text));
+    let text = stdout(&text);
+    assert!(
+        text.contains("random/mincut") && text.contains(&halo(1).to_string()),
+        "{text}"
+    );
+
+    let zero = fateplan(&["partition", "--graph", graph, "--gpus", "0"]);
+    assert_eq!(zero.status.code(), Some(1));
+    assert!(stderr(&zero).contains("parts: 0"), "{}", stderr(&zero));
+    let missing = fateplan(&["partition", "--graph", "no-such-graph", "--gpus", "2"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(stderr(&missing).contains("no-such-graph"));
+}

@@ -8,8 +8,9 @@
 //! in-edges of owned vertices), within a tolerance over the mean.
 //!
 //! Two methods:
-//! - [`Method::Random`]: every vertex to a seeded random GPU, moved to the
-//!   lightest GPU when that one would go over the edge budget.
+//! - [`Method::Random`]: the vertices in a seeded random order dealt to
+//!   the GPUs in turn (so vertex counts are even), each moved to the
+//!   lightest GPU when its turn's GPU would go over the edge budget.
 //! - [`Method::Mincut`]: a multilevel partitioner of our own
 //!   (`multilevel.rs`; no pure-Rust crate without C libraries was found
 //!   that fits): heavy-edge matching on the symmetrised graph, greedy
@@ -148,12 +149,21 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> Error {
 }
 
 /// Checks the request; returns the vertex count as `usize`.
-fn check(nodes: u64, src: &[u64], dst: &[u64], parts: u32, options: &PartitionOptions) -> Result<usize> {
+fn check(
+    nodes: u64,
+    src: &[u64],
+    dst: &[u64],
+    parts: u32,
+    options: &PartitionOptions,
+) -> Result<usize> {
     if parts == 0 {
         return Err(invalid("parts", "0: expected at least 1 GPU"));
     }
     if parts > MAX_PARTS {
-        return Err(invalid("parts", format!("{parts} is over the limit of {MAX_PARTS} GPUs")));
+        return Err(invalid(
+            "parts",
+            format!("{parts} is over the limit of {MAX_PARTS} GPUs"),
+        ));
     }
     if u64::from(parts) > nodes {
         return Err(invalid(
@@ -162,7 +172,10 @@ fn check(nodes: u64, src: &[u64], dst: &[u64], parts: u32, options: &PartitionOp
         ));
     }
     if nodes >= u64::from(u32::MAX) {
-        return Err(invalid("nodes", format!("{nodes} is over the limit of {} vertices", u32::MAX - 1)));
+        return Err(invalid(
+            "nodes",
+            format!("{nodes} is over the limit of {} vertices", u32::MAX - 1),
+        ));
     }
     if src.len() != dst.len() {
         return Err(invalid(
@@ -173,7 +186,10 @@ fn check(nodes: u64, src: &[u64], dst: &[u64], parts: u32, options: &PartitionOp
     if !options.tolerance.is_finite() || options.tolerance < 0.0 {
         return Err(invalid(
             "tolerance",
-            format!("{}: expected a finite share of at least 0", options.tolerance),
+            format!(
+                "{}: expected a finite share of at least 0",
+                options.tolerance
+            ),
         ));
     }
     for (name, ends) in [("src", src), ("dst", dst)] {
@@ -288,8 +304,16 @@ impl Partitioning {
                 format!("{} flags for {n} vertices", self.replicated.len()),
             ));
         }
-        if let Some((v, &p)) = self.owner.iter().enumerate().find(|&(_, &p)| p >= self.parts) {
-            return Err(invalid(format!("owner[{v}]"), format!("GPU {p} of {}", self.parts)));
+        if let Some((v, &p)) = self
+            .owner
+            .iter()
+            .enumerate()
+            .find(|&(_, &p)| p >= self.parts)
+        {
+            return Err(invalid(
+                format!("owner[{v}]"),
+                format!("GPU {p} of {}", self.parts),
+            ));
         }
         let k = self.parts as usize;
         let mut per_part: Vec<PartStats> = (0..self.parts)
@@ -413,9 +437,9 @@ fn random_owners(weight: &[u64], parts: u32, max_weight: u64, seed: u64) -> Vec<
     rng.shuffle(&mut order);
     let mut part_weight = vec![0u64; parts as usize];
     let mut owner = vec![0u32; n];
-    for &v in &order {
+    for (i, &v) in order.iter().enumerate() {
         let w = weight[v as usize];
-        let mut p = rng.below(u64::from(parts)) as usize;
+        let mut p = i % parts as usize;
         if part_weight[p] + w > max_weight {
             p = lightest(&part_weight);
         }

@@ -53,7 +53,12 @@ impl Graph {
     /// The symmetrised graph of `src -> dst` over the vertices with an
     /// edge to another vertex (self-loops and duplicates merged), and
     /// those vertices' ids, in increasing order.
-    pub(super) fn symmetric(n: usize, src: &[u64], dst: &[u64], weight: &[u64]) -> (Graph, Vec<u32>) {
+    pub(super) fn symmetric(
+        n: usize,
+        src: &[u64],
+        dst: &[u64],
+        weight: &[u64],
+    ) -> (Graph, Vec<u32>) {
         let mut degree = vec![0usize; n];
         for (&s, &d) in src.iter().zip(dst) {
             if s != d {
@@ -100,7 +105,8 @@ impl Graph {
             for &u in &raw[offsets[v]..offsets[v + 1]] {
                 let at = slot[u as usize];
                 if at != NONE && at as usize >= start {
-                    merged.edge_weight[at as usize] = merged.edge_weight[at as usize].saturating_add(1);
+                    merged.edge_weight[at as usize] =
+                        merged.edge_weight[at as usize].saturating_add(1);
                 } else {
                     slot[u as usize] = merged.adjacency.len() as u32;
                     merged.adjacency.push(u);
@@ -151,7 +157,14 @@ pub(super) fn partition(graph: Graph, parts: u32, max_weight: u64, seed: u64) ->
         let map = &maps[level];
         part = map.iter().map(|&c| part[c as usize]).collect();
         let mut part_weight = weights(fine, &part, k);
-        refine(fine, &mut part, &mut part_weight, max_weight, &mut rng, REFINE_PASSES);
+        refine(
+            fine,
+            &mut part,
+            &mut part_weight,
+            max_weight,
+            &mut rng,
+            REFINE_PASSES,
+        );
         rebalance(fine, &mut part, &mut part_weight, max_weight);
     }
     part
@@ -164,7 +177,11 @@ pub(super) fn partition(graph: Graph, parts: u32, max_weight: u64, seed: u64) ->
 /// power-law graphs, which heavy-edge matching alone cannot shrink).
 /// Returns the coarse vertex of each vertex and the members of each
 /// coarse vertex.
-fn match_vertices(g: &Graph, max_vertex_weight: u64, rng: &mut SplitMix) -> (Vec<u32>, Vec<[u32; 2]>) {
+fn match_vertices(
+    g: &Graph,
+    max_vertex_weight: u64,
+    rng: &mut SplitMix,
+) -> (Vec<u32>, Vec<[u32; 2]>) {
     let n = g.vertices();
     let mut order: Vec<u32> = (0..n as u32).collect();
     rng.shuffle(&mut order);
@@ -303,9 +320,19 @@ fn initial(g: &Graph, k: usize, max_weight: u64, rng: &mut SplitMix) -> Vec<u32>
     for _ in 0..INITIAL_TRIES {
         let mut part = grow(g, k, max_weight, rng);
         let mut part_weight = weights(g, &part, k);
-        refine(g, &mut part, &mut part_weight, max_weight, rng, 2 * REFINE_PASSES);
+        refine(
+            g,
+            &mut part,
+            &mut part_weight,
+            max_weight,
+            rng,
+            2 * REFINE_PASSES,
+        );
         rebalance(g, &mut part, &mut part_weight, max_weight);
-        let over: u64 = part_weight.iter().map(|&w| w.saturating_sub(max_weight)).sum();
+        let over: u64 = part_weight
+            .iter()
+            .map(|&w| w.saturating_sub(max_weight))
+            .sum();
         let score = (over, cut(g, &part));
         if best.as_ref().is_none_or(|(b, _)| score < *b) {
             best = Some((score, part));
@@ -397,7 +424,14 @@ fn connect(g: &Graph, v: usize, part: &[u32], conn: &mut [u64], touched: &mut Ve
 /// neighbour in another part moves to the part it is most connected to
 /// when that lowers the cut, or keeps it and improves the balance, and
 /// the part has room. Stops after `passes` passes or one without moves.
-fn refine(g: &Graph, part: &mut [u32], part_weight: &mut [u64], max_weight: u64, rng: &mut SplitMix, passes: usize) {
+fn refine(
+    g: &Graph,
+    part: &mut [u32],
+    part_weight: &mut [u64],
+    max_weight: u64,
+    rng: &mut SplitMix,
+    passes: usize,
+) {
     let n = g.vertices();
     let mut order: Vec<u32> = (0..n as u32).collect();
     rng.shuffle(&mut order);
@@ -419,7 +453,9 @@ fn refine(g: &Graph, part: &mut [u32], part_weight: &mut [u64], max_weight: u64,
                     None => true,
                     Some(b) => {
                         let (cp, cb) = (conn[p as usize], conn[b as usize]);
-                        cp > cb || (cp == cb && (part_weight[p as usize], p) < (part_weight[b as usize], b))
+                        cp > cb
+                            || (cp == cb
+                                && (part_weight[p as usize], p) < (part_weight[b as usize], b))
                     }
                 };
                 if better {
@@ -461,7 +497,10 @@ fn rebalance(g: &Graph, part: &mut [u32], part_weight: &mut [u64], max_weight: u
         connect(g, v, part, &mut conn, &mut touched);
         let mut best: Option<(u64, u32)> = None;
         for &p in &touched {
-            if p != home && part_weight[p as usize] + w <= max_weight && best.is_none_or(|(c, _)| conn[p as usize] > c) {
+            if p != home
+                && part_weight[p as usize] + w <= max_weight
+                && best.is_none_or(|(c, _)| conn[p as usize] > c)
+            {
                 best = Some((conn[p as usize], p));
             }
         }
