@@ -12,8 +12,8 @@
 //!   the GPUs in turn (so vertex counts are even), each moved to the
 //!   lightest GPU when its turn's GPU would go over the edge budget.
 //! - [`Method::Mincut`]: a multilevel partitioner of our own
-//!   (`multilevel.rs`; no pure-Rust crate without C libraries was found
-//!   that fits): heavy-edge matching on the symmetrised graph, greedy
+//!   (`multilevel.rs`; the crates found wrap C libraries, or were a
+//!   first 0.1 release): heavy-edge matching on the symmetrised graph, greedy
 //!   graph growing of the coarsest graph into k parts, then greedy
 //!   boundary refinement (positive-gain moves that respect the edge
 //!   budget, and zero-gain moves that improve balance) on every level on
