@@ -13,14 +13,14 @@
 //!   lightest GPU when its turn's GPU would go over the edge budget.
 //! - [`Method::Mincut`]: a multilevel partitioner of our own
 //!   (`multilevel.rs`; the crates found wrap C libraries, or were a
-//!   first 0.1 release): heavy-edge matching on the symmetrised graph, greedy
-//!   graph growing of the coarsest graph into k parts, then greedy
+//!   first 0.1 release): heavy-edge matching on the symmetrised graph,
+//!   greedy graph growing of the coarsest graph into k parts, then greedy
 //!   boundary refinement (positive-gain moves that respect the edge
 //!   budget, and zero-gain moves that improve balance) on every level on
 //!   the way back up. It minimises the edge cut, which bounds the halo.
 //!
-//! A vertex with no edge to another vertex never enters a halo; both
-//! methods give those to the GPU owning the fewest vertices.
+//! A vertex with no edge to another vertex never enters a halo; min-cut
+//! gives those to the GPU owning the fewest vertices.
 //!
 //! High-out-degree vertices may be **replicated** on every GPU
 //! ([`Partitioning::replicate_min_out_degree`]): their rows are then in no
