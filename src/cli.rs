@@ -6,9 +6,10 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use fateplan::planner::blocks::{BlockCounts, MAX_PARTITIONS};
 use fateplan::planner::datasets::{dataset, dataset_names, DATASETS};
+use fateplan::planner::exchange::{Halo, MultiGpu};
 use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec};
 use fateplan::planner::passes::cost::FateSet;
-use fateplan::planner::plan::{Fate, Predicted};
+use fateplan::planner::plan::{ExchangeKind, Fate, Leg, Predicted, Strategy};
 use fateplan::planner::profile::DeviceKind;
 use fateplan::planner::units::{format_bytes, format_seconds, parse_bytes};
 use fateplan::planner::{
@@ -109,15 +110,23 @@ pub(crate) struct PlanArgs {
     #[arg(long, conflicts_with = "dag")]
     classes: Option<u32>,
     /// Vertex partitions: a number, or `auto` (smallest power of two whose
-    /// largest step needs at most a quarter of the device budget).
+    /// largest step, with one partition's halo rows when GPUs exchange them,
+    /// needs at most a quarter of the device budget).
     #[arg(long, conflicts_with = "dag", default_value = "auto")]
     partitions: String,
     /// A built-in profile name or a profile JSON file.
     #[arg(long, default_value = "a100-80g")]
     profile: String,
-    /// GPUs sharing the graph; the plan is for one GPU's share.
+    /// GPUs sharing the graph; the plan is for one GPU's share, with the
+    /// halo exchanges between them. More than one node's GPUs need whole
+    /// nodes and the profile's network section.
     #[arg(long, default_value_t = 1)]
     gpus: u32,
+    /// How each layer's halo moves between GPUs: auto (the planner chooses
+    /// per layer), peer (GPU to GPU everywhere) or host (through host
+    /// memory everywhere).
+    #[arg(long, default_value = "auto")]
+    exchange: String,
     /// Device memory budget per GPU (e.g. 80GiB, 512GB, 1000000).
     #[arg(long)]
     hbm_budget: Option<String>,
@@ -332,7 +341,9 @@ impl GraphSource {
     }
 }
 
-fn build_workload(args: &PlanArgs, hbm_budget: u64) -> Result<(Workload, String)> {
+/// The workload, a line describing it, and, for a dataset's statistics,
+/// the whole graph's size (from which a multi-GPU plan estimates its halo).
+fn build_workload(args: &PlanArgs, hbm_budget: u64) -> Result<(Workload, String, Option<Halo>)> {
     if let Some(path) = &args.dag {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -353,9 +364,10 @@ fn build_workload(args: &PlanArgs, hbm_budget: u64) -> Result<(Workload, String)
             workload.tensors.len(),
             workload.ops.len()
         );
-        return Ok((workload, note));
+        return Ok((workload, note, None));
     }
     let model = GnnModel::parse(&args.model)?;
+    let mut halo = None;
     let (source, features, classes) = if let Some(path) = &args.graph {
         if args.gpus != 1 {
             bail!("--gpus {} with --graph: splitting a real graph across GPUs is not supported yet; use --dataset", args.gpus);
@@ -383,6 +395,7 @@ fn build_workload(args: &PlanArgs, hbm_budget: u64) -> Result<(Workload, String)
             )
         })?;
         let gpus = args.gpus as u64;
+        halo = Some(Halo::random(stats.nodes, stats.edges));
         let source = GraphSource::Stats {
             name: if gpus > 1 {
                 format!("{}-share1of{gpus}", stats.name)
@@ -413,7 +426,16 @@ fn build_workload(args: &PlanArgs, hbm_budget: u64) -> Result<(Workload, String)
     };
     let build = |p: u32| -> Result<Workload> { Ok(build_gnn(&spec, &source.blocks(p)?)?) };
     let workload = if args.partitions == "auto" {
-        auto_partitions(&build, source.nodes(), hbm_budget)?
+        // With several GPUs a step also holds one partition's halo rows
+        // (the host strategy's staging buffer).
+        let halo_bytes = |p: u32| -> u64 {
+            halo.as_ref().map_or(0, |h| {
+                let (_, per_partition) = h.rows(args.gpus, p);
+                let width = features.max(args.hidden) as f64 * 4.0;
+                (per_partition * width) as u64
+            })
+        };
+        auto_partitions(&build, &halo_bytes, source.nodes(), hbm_budget)?
     } else {
         let p: u32 = args.partitions.parse().map_err(|_| {
             anyhow!(
@@ -434,7 +456,7 @@ fn build_workload(args: &PlanArgs, hbm_budget: u64) -> Result<(Workload, String)
         source.nodes(),
         edges
     );
-    Ok((workload, note))
+    Ok((workload, note, halo))
 }
 
 /// Bytes a step needs at once: its inputs and outputs, parameters excluded.
@@ -458,13 +480,14 @@ fn largest_step_bytes(workload: &Workload) -> u64 {
 
 fn auto_partitions(
     build: &dyn Fn(u32) -> Result<Workload>,
+    halo_bytes: &dyn Fn(u32) -> u64,
     nodes: u64,
     hbm_budget: u64,
 ) -> Result<Workload> {
     let mut p = 1u32;
     loop {
         let workload = build(p)?;
-        let fits = largest_step_bytes(&workload) <= hbm_budget / 4;
+        let fits = largest_step_bytes(&workload) + halo_bytes(p) <= hbm_budget / 4;
         let next = p * 2;
         if fits || next > MAX_PARTITIONS || next as u64 > nodes {
             return Ok(workload);
@@ -484,15 +507,15 @@ pub(crate) fn budget(flag: &Option<String>, name: &str, default: u64) -> Result<
 fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> {
     let profile = load_profile(&args.profile)?;
     let policy = Policy::parse(&args.policy)?;
-    if args.gpus == 0 || args.gpus > profile.device.count_max {
-        bail!(
-            "--gpus {}: profile {} has 1..={} devices",
-            args.gpus,
-            profile.name,
-            profile.device.count_max
-        );
-    }
-    let gpus = args.gpus as u64;
+    profile
+        .check_gpus(args.gpus)
+        .with_context(|| format!("--gpus {}", args.gpus))?;
+    // Budgets default to one GPU's share of its node's host memory and SSD.
+    let share = profile.share(args.gpus);
+    let forced = match args.exchange.as_str() {
+        "auto" => None,
+        text => Some(Strategy::parse(text).context("--exchange")?),
+    };
     let mut options = PlanOptions::new(policy, &profile);
     options.gpus = args.gpus;
     if let Some(fates) = &args.fates {
@@ -512,17 +535,24 @@ fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> 
     }
     options.milp_time_limit_s = args.milp_time_limit;
     options.budgets.hbm_bytes = budget(&args.hbm_budget, "hbm-budget", profile.device.hbm_bytes)?;
-    options.budgets.host_bytes = budget(
-        &args.host_budget,
-        "host-budget",
-        profile.host.memory_bytes / gpus,
-    )?;
-    options.budgets.ssd_bytes = budget(
-        &args.ssd_budget,
-        "ssd-budget",
-        profile.ssd.capacity_bytes / gpus,
-    )?;
-    let (workload, note) = build_workload(args, options.budgets.hbm_bytes)?;
+    options.budgets.host_bytes = budget(&args.host_budget, "host-budget", share.host.memory_bytes)?;
+    options.budgets.ssd_bytes = budget(&args.ssd_budget, "ssd-budget", share.ssd.capacity_bytes)?;
+    let (workload, note, halo) = build_workload(args, options.budgets.hbm_bytes)?;
+    if args.gpus > 1 {
+        let halo = halo.ok_or_else(|| {
+            anyhow!(
+                "--gpus {}: only a --dataset is split across GPUs",
+                args.gpus
+            )
+        })?;
+        options.multi = Some(MultiGpu {
+            gpus: args.gpus,
+            halo,
+            forced,
+        });
+    } else if forced.is_some() {
+        bail!("--exchange {}: applies with --gpus above 1", args.exchange);
+    }
     Ok((profile, options, workload, note))
 }
 
@@ -818,9 +848,34 @@ fn write_summary(
     )?;
     writeln!(out, "workload  {note}")?;
     if plan.gpus > 1 {
+        let layers: Vec<String> = plan
+            .layer_strategies()
+            .iter()
+            .map(|(l, s)| format!("l{l} {}", s.name()))
+            .collect();
+        let bytes = |leg: Leg| -> u64 {
+            plan.exchanges
+                .iter()
+                .filter(|e| e.leg == leg && e.kind != ExchangeKind::AllReduce)
+                .map(|e| e.bytes)
+                .sum()
+        };
+        let all_reduce: u64 = plan
+            .exchanges
+            .iter()
+            .filter(|e| e.kind == ExchangeKind::AllReduce)
+            .map(|e| e.bytes)
+            .sum();
+        let network: u64 = plan.exchanges.iter().map(|e| e.network_bytes).sum();
         writeln!(
             out,
-            "note      one GPU's share of the graph; exchange between GPUs is not modelled yet"
+            "exchange  {}; GPU to GPU {}, to host {}, from host {}, all-reduce {}, over the network {}",
+            layers.join(", "),
+            format_bytes(bytes(Leg::Peer)),
+            format_bytes(bytes(Leg::ToHost)),
+            format_bytes(bytes(Leg::FromHost)),
+            format_bytes(all_reduce),
+            format_bytes(network)
         )?;
     }
     writeln!(

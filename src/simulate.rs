@@ -163,11 +163,12 @@ fn write_table(out: &mut dyn Write, r: &SimReport, wall_s: f64) -> Result<()> {
     let e: &PerStream<f64> = &r.exposed_by_stream_s;
     writeln!(
         out,
-        "exposed   h2d {}, d2h {}, ssd read {}, ssd write {}",
+        "exposed   h2d {}, d2h {}, ssd read {}, ssd write {}, exchange {}",
         format_seconds(e.h2d),
         format_seconds(e.d2h),
         format_seconds(e.ssd_read),
-        format_seconds(e.ssd_write)
+        format_seconds(e.ssd_write),
+        format_seconds(e.exchange)
     )?;
     writeln!(
         out,
@@ -181,6 +182,7 @@ fn write_table(out: &mut dyn Write, r: &SimReport, wall_s: f64) -> Result<()> {
         ("ssd", &l.ssd),
         ("host mem", &l.host_memory),
         ("peer", &l.peer),
+        ("network", &l.network),
     ] {
         writeln!(
             out,

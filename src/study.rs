@@ -460,8 +460,9 @@ fn intro(args: &StudyArgs) -> String {
     format!(
         "Every policy but `milp` plans each grid point: the model with hidden \
          size {HIDDEN}, partitions `auto`, on {PROFILE} with the profile's budgets; \
-         with N GPUs the plan is one GPU's share (1/N of the vertices and edges, \
-         of host memory and of the SSD; exchange between GPUs is not modelled). \
+                  with N GPUs the plan is one GPU's share (1/N of the vertices and edges; \
+         the node's host memory and SSD shared by its GPUs) with the halo \
+         exchanges between GPUs, chosen per layer (docs/scaling.md). \
          Each plan that fits is replayed on the simulator (seed 0, no jitter). \
          A peer's column is its simulated time over dp's (above 1.00x: dp is \
          faster); OOM: no plan of that policy fits; `!`: the simulator found \

@@ -124,7 +124,7 @@ fn bad_input_names_what_is_wrong() {
         (&["plan", "--model", "mlp"], "known models"),
         (&["plan", "--hbm-budget", "12 parsecs"], "unknown unit"),
         (&["plan", "--partitions", "lots"], "--partitions"),
-        (&["plan", "--gpus", "9"], "1..=8"),
+        (&["plan", "--gpus", "9"], "whole nodes of 8"),
         (
             &["plan", "--model", "gat", "--hidden", "10", "--heads", "3"],
             "divisible",

@@ -9,6 +9,7 @@ pub mod blocks;
 pub mod dag;
 pub mod datasets;
 mod error;
+pub mod exchange;
 pub mod gnn;
 mod json;
 pub mod optimality;

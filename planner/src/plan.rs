@@ -188,6 +188,97 @@ pub struct ScheduleEntry {
     pub op: Option<OpId>,
 }
 
+/// How a layer's boundary rows move between devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Device to device (NVLink, or PCIe peer copies; the network between
+    /// nodes): fast, but the received rows need exchange buffers on the
+    /// device.
+    Peer,
+    /// Through host memory: each device copies the rows others need to the
+    /// host and copies the rows it needs from there, a destination
+    /// partition at a time into a staging buffer: no buffer for the whole
+    /// halo, but PCIe-bound and paid once per destination partition.
+    Host,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 2] = [Strategy::Peer, Strategy::Host];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Peer => "peer",
+            Strategy::Host => "host",
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<Strategy> {
+        match text {
+            "peer" => Ok(Strategy::Peer),
+            "host" => Ok(Strategy::Host),
+            _ => Err(Error::invalid(
+                format!("exchange strategy {text:?}"),
+                "expected peer or host",
+            )),
+        }
+    }
+}
+
+/// What an exchange entry moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExchangeKind {
+    /// Boundary rows of a layer's input, to the devices whose destinations
+    /// read them (forward; GAT's backward reads them again).
+    Halo,
+    /// Gradients of those rows, back to their owners (backward).
+    HaloGrad,
+    /// The weight gradients, summed over every device (ring all-reduce).
+    AllReduce,
+}
+
+/// The way one exchange entry's bytes travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Leg {
+    /// Device to device (and over the network between nodes).
+    Peer,
+    /// Device to host memory, for the devices that read these rows.
+    ToHost,
+    /// Host memory to the device (the network part first, between nodes).
+    FromHost,
+}
+
+/// One transfer between devices, as one device sees it (every device runs
+/// the same plan on its share, at the same time).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Exchange {
+    pub kind: ExchangeKind,
+    pub layer: u32,
+    pub strategy: Strategy,
+    pub leg: Leg,
+    /// Bytes this device receives (and, by symmetry, sends).
+    pub bytes: u64,
+    /// The part of `bytes` that crosses the network between nodes.
+    pub network_bytes: u64,
+    /// Issued once this step has finished; -1 means at the start.
+    pub issue_after_step: i64,
+    /// Finished before this step starts.
+    pub done_before_step: u32,
+    /// Device buffer (received rows, or the staging buffer of `host`)
+    /// held from the boundary before step `held_from_step` to the end of
+    /// step `held_until_step`.
+    pub device_bytes: u64,
+    /// Host memory (the rows copied out) held from the same boundary to
+    /// the end of step `host_held_until_step`.
+    pub host_bytes: u64,
+    pub held_from_step: u32,
+    pub held_until_step: u32,
+    pub host_held_until_step: u32,
+}
+
 /// A planned tensor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -248,6 +339,10 @@ pub struct Plan {
     pub ssd_staging_bytes: u64,
     pub tensors: Vec<PlannedTensor>,
     pub schedule: Vec<ScheduleEntry>,
+    /// Transfers between devices, in issue order (plans for one device
+    /// have none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exchanges: Vec<Exchange>,
     pub predicted: Predicted,
 }
 
@@ -257,6 +352,19 @@ impl Plan {
         let mut text = serde_json::to_string_pretty(self).expect("a plan always serializes");
         text.push('\n');
         text
+    }
+
+    /// Each layer's halo strategy, in layer order (none on one device).
+    pub fn layer_strategies(&self) -> Vec<(u32, Strategy)> {
+        let mut out: Vec<(u32, Strategy)> = self
+            .exchanges
+            .iter()
+            .filter(|e| e.kind != ExchangeKind::AllReduce)
+            .map(|e| (e.layer, e.strategy))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
     }
 
     pub fn fate(&self, tensor: TensorId) -> Fate {

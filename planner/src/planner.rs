@@ -1,5 +1,6 @@
 //! Runs the passes in order and assembles the plan.
 
+use crate::exchange::{self, MultiGpu};
 use crate::passes::cost::{op_seconds, transfer_seconds};
 use crate::passes::cost::{Choices, FateSet};
 use crate::passes::lifetimes::{use_runs, Lifetimes};
@@ -9,8 +10,8 @@ use crate::passes::schedule::{Schedule, Shift};
 use crate::passes::timeline::Timeline;
 use crate::passes::{dp, milp, predict, sanity, schedule};
 use crate::plan::{
-    Action, Budgets, Fate, PerTier, Plan, PlanWorkload, PlannedTensor, Predicted, ScheduleEntry,
-    PLAN_FORMAT_VERSION,
+    Action, Budgets, Exchange, Fate, PerTier, Plan, PlanWorkload, PlannedTensor, Predicted,
+    ScheduleEntry, PLAN_FORMAT_VERSION,
 };
 use crate::policy::{self, Policy};
 use crate::profile::Profile;
@@ -42,6 +43,14 @@ pub struct PlanOptions {
     /// offloads given compute to hide behind, where memory allows. Off:
     /// every transfer runs at the latest correct time.
     pub prefetch: bool,
+    /// Training on several devices (`gpus` of them): how the halo is
+    /// estimated and whether one exchange strategy is forced. `None`, or
+    /// one device: nothing is exchanged.
+    pub multi: Option<MultiGpu>,
+    /// The exchanges the plan is made around. [`plan`] sets them from
+    /// `multi`, trying each strategy per layer; given here with `multi`
+    /// `None`, they are taken as they are.
+    pub exchanges: Vec<Exchange>,
 }
 
 impl PlanOptions {
@@ -55,6 +64,8 @@ impl PlanOptions {
             fates: FateSet::ALL,
             milp_time_limit_s: 60.0,
             prefetch: true,
+            multi: None,
+            exchanges: Vec::new(),
         }
     }
 }
@@ -69,12 +80,91 @@ pub fn plan(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Re
     workload.validate()?;
     profile.validate()?;
     let lives = Lifetimes::compute(workload);
-    let result = match options.policy {
-        Policy::Dp => plan_dp(workload, profile, options, &lives),
-        Policy::Milp => plan_milp(workload, profile, options, &lives),
-        peer => plan_peer(peer, workload, profile, options, &lives),
-    };
-    result.map_err(|error| with_hint(error, workload, profile, options, &lives))
+    if let Some(multi) = &options.multi {
+        if multi.gpus != options.gpus {
+            return Err(Error::invalid(
+                "plan options",
+                format!(
+                    "multi.gpus {} differs from gpus {}",
+                    multi.gpus, options.gpus
+                ),
+            ));
+        }
+    }
+    profile.check_gpus(options.gpus)?;
+    // Planned on one device's share of its node; the plan records the
+    // whole node's profile, which the simulator shares the same way.
+    let share = profile.share(options.gpus);
+    let mut plan = match options.multi.as_ref().filter(|m| m.gpus > 1) {
+        Some(multi) => plan_multi(workload, &share, options, multi, &lives),
+        None => plan_one(workload, &share, options, &lives),
+    }?;
+    plan.profile = profile.clone();
+    Ok(plan)
+}
+
+/// A plan for each device of several: every strategy vector
+/// ([`exchange::candidates`]) is planned, fates and exchanges together,
+/// and the fastest prediction wins (the first among equals: peer before
+/// host). Where none fits, the error is the all-peer one's.
+fn plan_multi(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    multi: &MultiGpu,
+    lives: &Lifetimes,
+) -> Result<Plan> {
+    let sites = exchange::sites(workload)?;
+    let mut best: Option<Plan> = None;
+    let mut first_error = None;
+    for strategies in exchange::candidates(sites.len(), multi.forced) {
+        let trial = PlanOptions {
+            exchanges: exchange::exchanges(&sites, multi, profile, &strategies),
+            multi: None,
+            ..options.clone()
+        };
+        match plan_unhinted(workload, profile, &trial, lives) {
+            Ok(plan) => {
+                if best
+                    .as_ref()
+                    .is_none_or(|b| plan.predicted.iteration_s < b.predicted.iteration_s)
+                {
+                    best = Some(plan);
+                }
+            }
+            Err(error) => {
+                first_error.get_or_insert((error, trial));
+            }
+        }
+    }
+    match (best, first_error) {
+        (Some(plan), _) => Ok(plan),
+        (None, Some((error, trial))) => Err(with_hint(error, workload, profile, &trial, lives)),
+        (None, None) => Err(Error::Internal("no exchange strategy was tried".into())),
+    }
+}
+
+fn plan_one(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    lives: &Lifetimes,
+) -> Result<Plan> {
+    plan_unhinted(workload, profile, options, lives)
+        .map_err(|error| with_hint(error, workload, profile, options, lives))
+}
+
+fn plan_unhinted(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    lives: &Lifetimes,
+) -> Result<Plan> {
+    match options.policy {
+        Policy::Dp => plan_dp(workload, profile, options, lives),
+        Policy::Milp => plan_milp(workload, profile, options, lives),
+        peer => plan_peer(peer, workload, profile, options, lives),
+    }
 }
 
 fn plan_peer(
@@ -97,12 +187,13 @@ fn peer_fates(
     choices: &Choices,
     options: &PlanOptions,
 ) -> Result<(Vec<Fate>, Vec<Shift>)> {
+    let budgets = exchange_free_budgets(workload, options);
     let fates = policy::assign(
         peer,
         workload,
         lives,
         choices,
-        &options.budgets,
+        &budgets,
         options.ssd_staging_bytes,
     )?;
     let shifts = if options.prefetch {
@@ -110,7 +201,7 @@ fn peer_fates(
             workload,
             choices,
             &fates,
-            &options.budgets,
+            &budgets,
             options.ssd_staging_bytes,
         )
     } else {
@@ -126,8 +217,9 @@ fn plan_dp(
     lives: &Lifetimes,
 ) -> Result<Plan> {
     let choices = Choices::build(workload, lives, profile, options.fates);
-    let budgets = options.budgets;
-    let mut extra: Vec<u64> = Vec::new();
+    // Exchange buffers: device bytes per step, and host memory set aside.
+    let budgets = exchange_host_free(workload, options);
+    let mut extra = exchange_extra(workload, options);
     let mut found: Option<Evaluated> = None;
     let mut last_error: Option<Error> = None;
     for _ in 0..DP_ATTEMPTS {
@@ -158,7 +250,14 @@ fn plan_dp(
                 // The model missed device bytes (copies a recomputation
                 // keeps alive or brings back): charge them to their steps
                 // and search again.
-                let over = device_overruns(workload, lives, fates, &shifts, &budgets)?;
+                let over = device_overruns(
+                    workload,
+                    lives,
+                    fates,
+                    &shifts,
+                    &budgets,
+                    &options.exchanges,
+                )?;
                 if extra.is_empty() {
                     extra = vec![0; workload.ops.len()];
                 }
@@ -220,6 +319,36 @@ fn plan_dp(
     Err(last_error.unwrap_or_else(|| Error::Internal("dp found no plan and no error".into())))
 }
 
+/// Device bytes the plan's exchanges hold at each step (empty: none).
+fn exchange_extra(workload: &Workload, options: &PlanOptions) -> Vec<u64> {
+    if options.exchanges.is_empty() {
+        return Vec::new();
+    }
+    exchange::device_bytes_per_step(&options.exchanges, workload.ops.len())
+}
+
+/// The budgets with the host memory the exchanges hold at their peak set
+/// aside, for searches that do not count them step by step.
+fn exchange_host_free(workload: &Workload, options: &PlanOptions) -> Budgets {
+    let mut budgets = options.budgets;
+    budgets.host_bytes = budgets
+        .host_bytes
+        .saturating_sub(exchange::host_peak(&options.exchanges, workload.ops.len()));
+    budgets
+}
+
+/// As [`exchange_host_free`], and the device buffers' peak set aside too:
+/// what peer policies, which know nothing of exchanges, fill.
+fn exchange_free_budgets(workload: &Workload, options: &PlanOptions) -> Budgets {
+    let mut budgets = exchange_host_free(workload, options);
+    let device = exchange_extra(workload, options)
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+    budgets.hbm_bytes = budgets.hbm_bytes.saturating_sub(device);
+    budgets
+}
+
 /// A plan `dp` may return: its own, already evaluated, or a peer's fates.
 enum Candidate {
     Evaluated(Box<Evaluated>),
@@ -269,10 +398,13 @@ fn device_overruns(
     fates: Vec<Fate>,
     shifts: &[Shift],
     budgets: &Budgets,
+    exchanges: &[Exchange],
 ) -> Result<Vec<(usize, u64)>> {
     let schedule = schedule::build(workload, lives, fates, shifts)?;
     let timeline = Timeline::new(workload.ops.len(), &schedule.entries);
-    let occupancy = Occupancy::compute(workload, &schedule.fates, &schedule.entries, &timeline, 0);
+    let mut occupancy =
+        Occupancy::compute(workload, &schedule.fates, &schedule.entries, &timeline, 0);
+    occupancy.add_exchanges(exchanges, &timeline);
     Ok((0..workload.ops.len())
         .filter_map(|step| {
             // The step's boundary, its recomputations and its operator.
@@ -340,7 +472,17 @@ fn with_hint(
         match options.policy {
             // The model's answer: fast, and what the search itself sees.
             Policy::Dp | Policy::Milp => {
-                dp::fits(workload, &choices, budgets, options.ssd_staging_bytes)
+                let trial = PlanOptions {
+                    budgets: *budgets,
+                    ..options.clone()
+                };
+                dp::fits(
+                    workload,
+                    &choices,
+                    &exchange_host_free(workload, &trial),
+                    options.ssd_staging_bytes,
+                    &exchange_extra(workload, options),
+                )
             }
             // The peer's fates and timings under the memory pass: what
             // planning it checks before the plan is made.
@@ -415,8 +557,6 @@ struct Evaluated {
     timing: Timing,
 }
 
-/// Schedules the fates, counts memory (over-budget plans stop here) and
-/// predicts time.
 /// The predicted time of `schedule`, with the SSD staging pipeline's
 /// chunk as the plan's options size it.
 fn predict_schedule(
@@ -432,9 +572,12 @@ fn predict_schedule(
         &schedule.entries,
         timeline,
         options.ssd_staging_bytes / SSD_STAGING_BUFFERS,
+        &options.exchanges,
     )
 }
 
+/// Schedules the fates, counts memory (over-budget plans stop here) and
+/// predicts time.
 fn evaluate(
     workload: &Workload,
     profile: &Profile,
@@ -445,13 +588,14 @@ fn evaluate(
 ) -> Result<Evaluated> {
     let schedule = schedule::build(workload, lives, fates, shifts)?;
     let timeline = Timeline::new(workload.ops.len(), &schedule.entries);
-    let occupancy = Occupancy::compute(
+    let mut occupancy = Occupancy::compute(
         workload,
         &schedule.fates,
         &schedule.entries,
         &timeline,
         options.ssd_staging_bytes,
     );
+    occupancy.add_exchanges(&options.exchanges, &timeline);
     occupancy.check(&timeline, &options.budgets, workload)?;
     let (peak_bytes, peak_step) = occupancy.peaks(&timeline);
     let timing = predict_schedule(workload, profile, options, &schedule, &timeline);
@@ -514,6 +658,7 @@ fn finish(
             })
             .collect(),
         schedule: schedule.entries,
+        exchanges: options.exchanges.clone(),
         predicted: Predicted {
             iteration_s: timing.iteration_s,
             compute_s: timing.compute_s,

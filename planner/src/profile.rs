@@ -12,6 +12,9 @@ use crate::{Error, Result};
 /// Version of the profile JSON format.
 pub const PROFILE_FORMAT_VERSION: u32 = 1;
 
+/// Most devices a plan is for.
+pub const MAX_GPUS: u32 = 1024;
+
 /// What executes the operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -59,6 +62,34 @@ pub struct PeerProfile {
     /// Device-to-device bandwidth, each direction.
     pub bytes_per_s: f64,
     pub latency_s: f64,
+    /// What carries device-to-device copies: NVLink (their own link), or
+    /// PCIe (they cross each device's PCIe link, beside host copies).
+    #[serde(default, skip_serializing_if = "PeerVia::is_nvlink")]
+    pub via: PeerVia,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerVia {
+    #[default]
+    Nvlink,
+    Pcie,
+}
+
+impl PeerVia {
+    fn is_nvlink(&self) -> bool {
+        *self == PeerVia::Nvlink
+    }
+}
+
+/// The link between nodes (one network interface per device, as on
+/// DGX-class machines): what devices on different nodes exchange over.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkProfile {
+    /// Bandwidth per device, each direction.
+    pub bytes_per_s: f64,
+    pub latency_s: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -84,6 +115,9 @@ pub struct Profile {
     pub pcie: PcieProfile,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer: Option<PeerProfile>,
+    /// Between nodes; needed for more devices than `device.count_max`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkProfile>,
     pub ssd: SsdProfile,
     /// Where each figure comes from, keyed by dotted field path.
     #[serde(default)]
@@ -130,7 +164,74 @@ impl Profile {
             figures.push(("peer.bytes_per_s", peer.bytes_per_s));
             figures.push(("peer.latency_s", peer.latency_s));
         }
+        if let Some(network) = &self.network {
+            figures.push(("network.bytes_per_s", network.bytes_per_s));
+            figures.push(("network.latency_s", network.latency_s));
+        }
         figures
+    }
+
+    /// Devices per node when `gpus` devices train together.
+    pub fn gpus_per_node(&self, gpus: u32) -> u32 {
+        gpus.clamp(1, self.device.count_max.max(1))
+    }
+
+    /// Checks that `gpus` devices can train together on this machine: at
+    /// most `device.count_max` on one node, more only with a `network`
+    /// section (whole nodes) and a `peer` link.
+    pub fn check_gpus(&self, gpus: u32) -> Result<()> {
+        let per_node = self.device.count_max.max(1);
+        let field = || format!("gpus {gpus} on profile {:?}", self.name);
+        if gpus == 0 || gpus > MAX_GPUS {
+            return Err(Error::invalid(
+                field(),
+                format!("must be in 1..={MAX_GPUS}"),
+            ));
+        }
+        if gpus > 1 && self.peer.is_none() {
+            return Err(Error::invalid(
+                field(),
+                "the profile has no peer section (device-to-device link)",
+            ));
+        }
+        if gpus > per_node {
+            if self.network.is_none() {
+                return Err(Error::invalid(
+                    field(),
+                    format!(
+                        "more than device.count_max ({per_node}) needs a network section between nodes"
+                    ),
+                ));
+            }
+            if !gpus.is_multiple_of(per_node) {
+                return Err(Error::invalid(
+                    field(),
+                    format!("more than one node must be whole nodes of {per_node} devices"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// One device's share of its node when `gpus` devices train together:
+    /// host memory, its bandwidth and cores, and the SSD (capacity and
+    /// rates) are divided between the node's devices, which use them at
+    /// the same time. Device, PCIe, peer and network figures are per
+    /// device already.
+    pub fn share(&self, gpus: u32) -> Profile {
+        let per_node = self.gpus_per_node(gpus);
+        if per_node == 1 {
+            return self.clone();
+        }
+        let n = per_node as f64;
+        let mut out = self.clone();
+        out.host.memory_bytes /= per_node as u64;
+        out.host.memory_bytes_per_s /= n;
+        out.host.cores = (out.host.cores / per_node).max(1);
+        out.ssd.capacity_bytes /= per_node as u64;
+        out.ssd.read_bytes_per_s /= n;
+        out.ssd.write_bytes_per_s /= n;
+        out
     }
 
     /// Rates and counts must be positive and finite; latencies and overheads

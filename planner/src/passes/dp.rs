@@ -1066,8 +1066,9 @@ pub fn fits(
     choices: &Choices,
     budgets: &Budgets,
     ssd_staging_bytes: u64,
+    extra: &[u64],
 ) -> bool {
-    search(workload, choices, budgets, ssd_staging_bytes, &[], true).is_ok()
+    search(workload, choices, budgets, ssd_staging_bytes, extra, true).is_ok()
 }
 
 fn search(

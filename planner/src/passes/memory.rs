@@ -19,7 +19,7 @@
 //! the runtime's executor allocate and free.
 
 use super::timeline::{Item, Timeline};
-use crate::plan::{Action, Budgets, Fate, PerTier, ScheduleEntry};
+use crate::plan::{Action, Budgets, Exchange, Fate, PerTier, ScheduleEntry};
 use crate::workload::{TensorId, TensorKind, Workload};
 use crate::{Error, Result, Tier};
 
@@ -220,6 +220,28 @@ impl Occupancy {
             }
         }
         Occupancy { bytes }
+    }
+
+    /// Adds the exchange buffers of a multi-device plan: each from the
+    /// boundary before its first step to the end of its last.
+    pub fn add_exchanges(&mut self, exchanges: &[Exchange], timeline: &Timeline) {
+        let slots = self.bytes.hbm.len();
+        let steps = timeline.step_start.len() - 1;
+        for e in exchanges {
+            let from = boundary_slot(timeline.step_start[(e.held_from_step as usize).min(steps)]);
+            let holds = [
+                (Tier::Hbm, e.device_bytes, e.held_until_step),
+                (Tier::Host, e.host_bytes, e.host_held_until_step),
+            ];
+            for (tier, bytes, last) in holds {
+                let until = boundary_slot(timeline.step_start[(last as usize + 1).min(steps)]);
+                if bytes > 0 && from < until {
+                    for value in &mut self.bytes.get_mut(tier)[from.min(slots)..until.min(slots)] {
+                        *value += bytes;
+                    }
+                }
+            }
+        }
     }
 
     /// Highest bytes per tier over every slot (boundaries included) of

@@ -23,12 +23,19 @@
 //! On a CPU device the cores that compute make the copies (there is no
 //! copy engine): each copy's seconds are taken from the compute stream
 //! when it is issued, and only the SSD's own time can overlap.
+//!
+//! A multi-device plan's exchanges run in issue order on their own stream
+//! (as NCCL's): device-to-device bytes on the peer link (or on both PCIe
+//! directions where peer copies cross PCIe), then bytes between nodes on
+//! the network; host legs on the PCIe direction they take, beside the
+//! fates' copies (from the host: the network part first). A step also waits for the exchanges due before it.
 
 use std::collections::BTreeMap;
 
 use super::cost::{copies_use_compute, op_seconds};
 use super::timeline::{Item, Timeline};
-use crate::plan::{Action, LinkBytes, ScheduleEntry, Stream};
+use crate::plan::{Action, Exchange, Leg, LinkBytes, ScheduleEntry, Stream};
+use crate::profile::PeerVia;
 use crate::profile::Profile;
 use crate::workload::Workload;
 use crate::Tier;
@@ -121,6 +128,7 @@ pub fn predict(
     schedule: &[ScheduleEntry],
     timeline: &Timeline,
     ssd_chunk_bytes: u64,
+    exchanges: &[Exchange],
 ) -> Timing {
     let ops = workload.ops.len();
     let mut issued_at: Vec<Vec<usize>> = vec![Vec::new(); ops + 1];
@@ -141,6 +149,15 @@ pub fn predict(
             *ssd += entry.bytes;
         }
     }
+    let mut exchange_issued: Vec<Vec<usize>> = vec![Vec::new(); ops + 1];
+    let mut exchange_due: Vec<Vec<usize>> = vec![Vec::new(); ops + 1];
+    for (index, e) in exchanges.iter().enumerate() {
+        exchange_issued[(e.issue_after_step + 1) as usize].push(index);
+        exchange_due[e.done_before_step as usize].push(index);
+    }
+    let mut exchange_finish = vec![0.0f64; exchanges.len()];
+    let mut exchange_free = 0.0f64;
+    let (mut peer_link, mut network) = (Calendar::new(), Calendar::new());
     let mut finish = vec![0.0f64; schedule.len()];
     // When each tensor's latest away copy is complete (a reload waits for it).
     let mut away_ready: Vec<f64> = vec![0.0; workload.tensors.len()];
@@ -217,8 +234,23 @@ pub fn predict(
                 away_ready[entry.tensor.index()] = end;
             }
         }
+        for &index in &exchange_issued[step] {
+            let e = &exchanges[index];
+            let start = clock.max(exchange_free);
+            let end = exchange_end(
+                e,
+                start,
+                profile,
+                [&mut h2d, &mut d2h, &mut peer_link, &mut network],
+            );
+            exchange_free = end;
+            exchange_finish[index] = end;
+        }
         for &index in &due_at[step] {
             clock = clock.max(finish[index]);
+        }
+        for &index in &exchange_due[step] {
+            clock = clock.max(exchange_finish[index]);
         }
         if step == ops {
             break;
@@ -240,13 +272,60 @@ pub fn predict(
             position += 1;
         }
     }
-    let iteration_s = finish.iter().copied().fold(clock, f64::max);
+    let iteration_s = finish
+        .iter()
+        .chain(&exchange_finish)
+        .copied()
+        .fold(clock, f64::max);
     Timing {
         iteration_s,
         compute_s,
         recompute_s,
         exposed_transfer_s: (iteration_s - compute_s - recompute_s).max(0.0),
         bytes_moved,
+    }
+}
+
+/// When an exchange started at `start` ends, booking its links
+/// (`[h2d, d2h, peer, network]`).
+fn exchange_end(e: &Exchange, start: f64, profile: &Profile, links: [&mut Calendar; 4]) -> f64 {
+    let [h2d, d2h, peer_link, network] = links;
+    let local = (e.bytes - e.network_bytes) as f64;
+    let remote = e.network_bytes as f64;
+    let (net_rate, net_latency) = profile
+        .network
+        .as_ref()
+        .map_or((f64::INFINITY, 0.0), |n| (n.bytes_per_s, n.latency_s));
+    let pcie = &profile.pcie;
+    match e.leg {
+        Leg::Peer => {
+            let Some(peer) = &profile.peer else {
+                return start;
+            };
+            let begin = start + peer.latency_s;
+            let local_end = match peer.via {
+                PeerVia::Nvlink => peer_link.book(begin, local / peer.bytes_per_s),
+                // Sent over one PCIe direction, received over the other.
+                PeerVia::Pcie => d2h
+                    .book(begin, local / pcie.d2h_bytes_per_s)
+                    .max(h2d.book(begin, local / pcie.h2d_bytes_per_s)),
+            };
+            // Then the part between nodes.
+            if remote > 0.0 {
+                network.book(local_end + net_latency, remote / net_rate)
+            } else {
+                local_end
+            }
+        }
+        Leg::ToHost => d2h.book(
+            start + pcie.latency_s,
+            e.bytes as f64 / pcie.d2h_bytes_per_s,
+        ),
+        Leg::FromHost => {
+            let landed = network.book(start + net_latency, remote / net_rate);
+            let from = if remote > 0.0 { landed } else { start };
+            h2d.book(from + pcie.latency_s, e.bytes as f64 / pcie.h2d_bytes_per_s)
+        }
     }
 }
 

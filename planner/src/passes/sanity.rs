@@ -7,7 +7,7 @@
 //! of copies per tier, so a bug in the memory pass cannot hide behind
 //! itself. Every plan is checked when made and again when loaded.
 
-use crate::plan::{Action, Fate, PerTier, Plan, ScheduleEntry, Stream};
+use crate::plan::{Action, Exchange, Fate, PerTier, Plan, ScheduleEntry, Stream};
 use crate::workload::{TensorKind, Workload};
 use crate::{Error, Result, Tier};
 
@@ -27,6 +27,10 @@ enum Event {
     /// The compute stream runs a recomputation (schedule index) or an operator.
     Recompute(usize),
     Op(u32),
+    /// An exchange's buffers are taken (at a boundary) or given back
+    /// (after an operator); index into `Plan::exchanges`.
+    Hold(usize),
+    Release(usize, Tier),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,8 +60,39 @@ pub fn check(plan: &Plan) -> Result<SanityReport> {
     for (index, entry) in plan.schedule.iter().enumerate() {
         check_entry(workload, &fates, entry, index)?;
     }
-    let script = script(workload.ops.len(), &plan.schedule);
+    for (index, exchange) in plan.exchanges.iter().enumerate() {
+        check_exchange(workload, exchange, index)?;
+    }
+    let script = script(workload.ops.len(), &plan.schedule, &plan.exchanges);
     Replay::new(plan, &fates, &script).run(&script)
+}
+
+/// An exchange's steps lie in the iteration, in order.
+fn check_exchange(workload: &Workload, e: &Exchange, index: usize) -> Result<()> {
+    let steps = workload.ops.len() as i64;
+    let ok = e.issue_after_step >= -1
+        && e.issue_after_step < e.done_before_step as i64
+        && e.done_before_step as i64 <= steps
+        && e.held_from_step <= e.held_until_step.min(e.host_held_until_step)
+        && (e.held_until_step.max(e.host_held_until_step) as i64) < steps
+        && e.network_bytes <= e.bytes;
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            format!("plan field exchanges[{index}]"),
+            format!(
+                "issue after step {}, done before step {}, held over steps {}..={}, {} of {} bytes over the network: \
+                 out of order or outside the {steps} steps",
+                e.issue_after_step,
+                e.done_before_step,
+                e.held_from_step,
+                e.held_until_step,
+                e.network_bytes,
+                e.bytes
+            ),
+        ))
+    }
 }
 
 fn reject(workload: &Workload, step: u32, message: String) -> Error {
@@ -195,7 +230,14 @@ fn check_entry(
 /// Everything that happens, in order: at each step's boundary, issues then
 /// completions (a transfer may be issued and due at the same boundary); then
 /// the step's recomputations and its operator.
-fn script(steps: usize, schedule: &[ScheduleEntry]) -> Vec<(u32, Event)> {
+fn script(steps: usize, schedule: &[ScheduleEntry], exchanges: &[Exchange]) -> Vec<(u32, Event)> {
+    let mut holds: Vec<Vec<usize>> = vec![Vec::new(); steps + 1];
+    let mut releases: Vec<Vec<Event>> = vec![Vec::new(); steps + 1];
+    for (index, e) in exchanges.iter().enumerate() {
+        holds[e.held_from_step as usize].push(index);
+        releases[e.held_until_step as usize].push(Event::Release(index, Tier::Hbm));
+        releases[e.host_held_until_step as usize].push(Event::Release(index, Tier::Host));
+    }
     let mut completes: Vec<Vec<usize>> = vec![Vec::new(); steps + 1];
     let mut issues: Vec<Vec<usize>> = vec![Vec::new(); steps + 1];
     let mut recomputes: Vec<Vec<usize>> = vec![Vec::new(); steps + 1];
@@ -211,10 +253,12 @@ fn script(steps: usize, schedule: &[ScheduleEntry]) -> Vec<(u32, Event)> {
     for step in 0..=steps {
         let s = step as u32;
         events.extend(issues[step].iter().map(|&i| (s, Event::Issue(i))));
+        events.extend(holds[step].iter().map(|&i| (s, Event::Hold(i))));
         events.extend(completes[step].iter().map(|&i| (s, Event::Complete(i))));
         if step < steps {
             events.extend(recomputes[step].iter().map(|&i| (s, Event::Recompute(i))));
             events.push((s, Event::Op(s)));
+            events.extend(releases[step].iter().map(|&event| (s, event)));
         }
     }
     events
@@ -259,7 +303,7 @@ impl<'a> Replay<'a> {
         let mut touches: Vec<Vec<Touch>> = vec![Vec::new(); n];
         for &(_, event) in script {
             match event {
-                Event::Complete(_) => {}
+                Event::Complete(_) | Event::Hold(_) | Event::Release(..) => {}
                 Event::Issue(index) => {
                     let entry = &plan.schedule[index];
                     let touch = if entry.action == Action::Offload {
@@ -346,6 +390,22 @@ impl<'a> Replay<'a> {
                         &op.outputs,
                         &format!("recomputation of {:?}", self.name(entry.tensor.index())),
                     )?;
+                }
+                Event::Hold(index) => {
+                    let e = &self.plan.exchanges[index];
+                    self.used.hbm += e.device_bytes;
+                    self.used.host += e.host_bytes;
+                    let what = format!(
+                        "at the boundary before step {step}, once the buffers of exchange {index} are held"
+                    );
+                    self.account(step, &what)?;
+                }
+                Event::Release(index, tier) => {
+                    let e = &self.plan.exchanges[index];
+                    match tier {
+                        Tier::Hbm => self.used.hbm -= e.device_bytes,
+                        _ => self.used.host -= e.host_bytes,
+                    }
                 }
                 Event::Op(s) => {
                     let op = &self.workload.ops[s as usize];

@@ -539,6 +539,7 @@ fn cpu_profile(
             latency_s: 0.0,
         },
         peer: None,
+        network: None,
         ssd: ssd_profile(ssd),
         sources: BTreeMap::new(),
     }
@@ -604,6 +605,7 @@ fn gpu_profile(
             latency_s: gpu.pcie_latency_s,
         },
         peer: None,
+        network: None,
         ssd: ssd_profile(ssd),
         sources: BTreeMap::new(),
     }

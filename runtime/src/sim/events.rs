@@ -30,8 +30,12 @@ use super::{
 };
 use crate::{Error, Result};
 
-/// Transfer streams, in the order of [`PerStream`].
-pub const STREAMS: usize = 4;
+/// Transfer streams, in the order of [`PerStream`]: the last runs a
+/// multi-GPU plan's exchanges.
+pub const STREAMS: usize = 5;
+
+/// The stream of exchanges between devices.
+const EXCHANGE_STREAM: usize = 4;
 
 fn stream_slot(stream: Stream) -> Option<usize> {
     match stream {
@@ -85,6 +89,14 @@ struct Prepared {
     paths: Vec<Option<Path>>,
     persistent: Vec<bool>,
     uses_ssd: bool,
+    /// Per boundary: the exchanges issued there, and those whose buffers
+    /// are taken there.
+    exchange_issues: Vec<Vec<u32>>,
+    exchange_holds: Vec<Vec<u32>>,
+    /// Per step: exchanges whose device (host) buffers are given back
+    /// after it.
+    device_releases: Vec<Vec<u32>>,
+    host_releases: Vec<Vec<u32>>,
 }
 
 fn invalid(context: String, message: String) -> Error {
@@ -168,6 +180,31 @@ fn prepare(plan: &Plan) -> Result<Prepared> {
         paths.push(Some(path));
         issue_count[(entry.issue_after_step + 1) as usize] += 1;
         due[entry.done_before_step as usize] += 1;
+    }
+
+    let mut exchange_issues = vec![Vec::new(); ops + 1];
+    let mut exchange_holds = vec![Vec::new(); ops + 1];
+    let mut device_releases = vec![Vec::new(); ops];
+    let mut host_releases = vec![Vec::new(); ops];
+    for (index, e) in plan.exchanges.iter().enumerate() {
+        let ok = e.issue_after_step >= -1
+            && e.issue_after_step < e.done_before_step as i64
+            && e.done_before_step as usize <= ops
+            && e.held_from_step <= e.held_until_step.min(e.host_held_until_step)
+            && (e.held_until_step.max(e.host_held_until_step) as usize) < ops
+            && e.network_bytes <= e.bytes;
+        if !ok {
+            return Err(invalid(
+                format!("plan field exchanges[{index}]"),
+                "its steps are out of order or outside the iteration".into(),
+            ));
+        }
+        let index = index as u32;
+        exchange_issues[(e.issue_after_step + 1) as usize].push(index);
+        exchange_holds[e.held_from_step as usize].push(index);
+        device_releases[e.held_until_step as usize].push(index);
+        host_releases[e.host_held_until_step as usize].push(index);
+        due[e.done_before_step as usize] += 1;
     }
 
     // Items: each step's recomputations (schedule order), then its operator.
@@ -287,6 +324,10 @@ fn prepare(plan: &Plan) -> Result<Prepared> {
         paths,
         persistent,
         uses_ssd,
+        exchange_issues,
+        exchange_holds,
+        device_releases,
+        host_releases,
     })
 }
 
@@ -309,11 +350,13 @@ struct TensorState {
 
 #[derive(Debug, Clone, Copy)]
 struct Active {
+    /// A schedule entry, or on the exchange stream an exchange.
     entry: u32,
     phase: u8,
     factor: f64,
     start: f64,
-    path: Path,
+    /// A schedule entry's path; `None` for an exchange.
+    path: Option<Path>,
 }
 
 #[derive(Debug, Clone)]
@@ -391,6 +434,7 @@ pub fn run(
         1.0,
         profile.host.memory_bytes_per_s,
         peer,
+        profile.network.as_ref().map_or(0.0, |n| n.bytes_per_s),
     ];
     let stream = || StreamState {
         queue: VecDeque::new(),
@@ -408,7 +452,7 @@ pub fn run(
         profile,
         chunk_bytes: plan.ssd_staging_bytes / STAGING_BUFFERS,
         tensors: vec![TensorState::default(); workload.tensors.len()],
-        streams: [stream(), stream(), stream(), stream()],
+        streams: [stream(), stream(), stream(), stream(), stream()],
         fluid: Fluid::new(capacity),
         cores: (profile.device.kind == DeviceKind::Cpu).then_some(profile.host.cores as f64),
         copying: [false; STREAMS],
@@ -514,7 +558,8 @@ impl<'a> Engine<'a> {
         // beyond that bound is a bug.
         let bound = 4
             + self.prepared.items.len() as u64 * 2
-            + self.plan.schedule.len() as u64 * (MAX_PHASES as u64 + 2);
+            + (self.plan.schedule.len() + self.plan.exchanges.len()) as u64
+                * (MAX_PHASES as u64 + 2);
         while self.events <= bound {
             let flow = self.fluid.next_completion();
             let flow_t = flow.map_or(f64::INFINITY, |(t, _)| t);
@@ -566,6 +611,20 @@ impl<'a> Engine<'a> {
             let index = self.prepared.issues[k];
             self.issue(index, b, t);
         }
+        let plan: &'a Plan = self.plan;
+        let at = self.context(b);
+        for k in 0..self.prepared.exchange_holds[b as usize].len() {
+            let e = &plan.exchanges[self.prepared.exchange_holds[b as usize][k] as usize];
+            self.tiers
+                .alloc(t, Tier::Hbm, e.device_bytes, "exchange buffer", at);
+            self.tiers
+                .alloc(t, Tier::Host, e.host_bytes, "exchange buffer", at);
+        }
+        for k in 0..self.prepared.exchange_issues[b as usize].len() {
+            let index = self.prepared.exchange_issues[b as usize][k];
+            self.streams[EXCHANGE_STREAM].queue.push_back(index);
+        }
+        self.try_start(EXCHANGE_STREAM, t);
         if self.pending_due[b as usize] > 0 {
             self.compute = Compute::Waiting {
                 boundary: b,
@@ -757,6 +816,17 @@ impl<'a> Engine<'a> {
                 self.free_device(touch.tensor, t);
             }
         }
+        if let Item::Op(s) = item {
+            let plan: &'a Plan = self.plan;
+            for &index in &self.prepared.device_releases[s as usize] {
+                let e = &plan.exchanges[index as usize];
+                self.tiers.free(t, Tier::Hbm, e.device_bytes);
+            }
+            for &index in &self.prepared.host_releases[s as usize] {
+                let e = &plan.exchanges[index as usize];
+                self.tiers.free(t, Tier::Host, e.host_bytes);
+            }
+        }
         match item {
             Item::Op(s) => self.enter_boundary(s + 1, t),
             Item::Recompute(_) => self.start_item(k + 1, t),
@@ -839,6 +909,19 @@ impl<'a> Engine<'a> {
         let Some(&index) = self.streams[s].queue.front() else {
             return;
         };
+        if s == EXCHANGE_STREAM {
+            let factor = self.jitter.factor();
+            let stream = &mut self.streams[s];
+            stream.queue.pop_front();
+            stream.active = Some(Active {
+                entry: index,
+                phase: 0,
+                factor,
+                start: t,
+                path: None,
+            });
+            return self.run_phase(s, t);
+        }
         let entry = &self.plan.schedule[index as usize];
         let tensor = entry.tensor.0;
         if entry.action != Action::Offload {
@@ -880,7 +963,7 @@ impl<'a> Engine<'a> {
             phase: 0,
             factor,
             start: t,
-            path,
+            path: Some(path),
         });
         self.run_phase(s, t);
     }
@@ -897,15 +980,27 @@ impl<'a> Engine<'a> {
     fn run_phase(&mut self, s: usize, t: f64) {
         for _ in 0..=MAX_PHASES {
             let active = self.streams[s].active.expect("a transfer is active");
-            let entry = &self.plan.schedule[active.entry as usize];
-            let phase = model::phase(
-                active.path,
-                active.phase,
-                entry.bytes,
-                self.chunk_bytes,
-                self.profile,
-                active.factor,
-            );
+            let phase = match active.path {
+                Some(path) => model::phase(
+                    path,
+                    active.phase,
+                    self.plan.schedule[active.entry as usize].bytes,
+                    self.chunk_bytes,
+                    self.profile,
+                    active.factor,
+                ),
+                None => {
+                    let e = &self.plan.exchanges[active.entry as usize];
+                    model::exchange_phase(
+                        e.leg,
+                        active.phase,
+                        e.bytes,
+                        e.network_bytes,
+                        self.profile,
+                        active.factor,
+                    )
+                }
+            };
             match phase {
                 None => return self.complete(s, t),
                 Some(Phase::Delay(seconds)) if seconds > 0.0 => {
@@ -932,6 +1027,11 @@ impl<'a> Engine<'a> {
     fn complete(&mut self, s: usize, t: f64) {
         let active = self.streams[s].active.take().expect("a transfer is active");
         let index = active.entry as usize;
+        if active.path.is_none() {
+            let e = &self.plan.exchanges[index];
+            let (bytes, due) = (e.bytes, e.done_before_step);
+            return self.finished(s, t, active, bytes, due, What::Exchange(active.entry));
+        }
         let entry = &self.plan.schedule[index];
         let tensor = entry.tensor.0;
         match entry.action {
@@ -968,8 +1068,15 @@ impl<'a> Engine<'a> {
             }
             Action::Recompute => unreachable!("recomputations are items"),
         }
+        let (bytes, due) = (entry.bytes, entry.done_before_step);
+        self.finished(s, t, active, bytes, due, What::Transfer(active.entry));
+    }
+
+    /// A transfer or exchange has finished: the stream's counts, the
+    /// recording, and the compute stream if it waits for it.
+    fn finished(&mut self, s: usize, t: f64, active: Active, bytes: u64, due: u32, what: What) {
         let stream = &mut self.streams[s];
-        stream.bytes += entry.bytes;
+        stream.bytes += bytes;
         stream.busy_s += t - active.start;
         stream.transfers += 1;
         if let Some(rec) = &mut self.recording {
@@ -977,10 +1084,9 @@ impl<'a> Engine<'a> {
                 track: Track::Stream(s as u8),
                 start: active.start,
                 end: t,
-                what: What::Transfer(active.entry),
+                what,
             });
         }
-        let due = entry.done_before_step;
         self.pending_due[due as usize] -= 1;
         if let Compute::Waiting {
             boundary,
@@ -1038,6 +1144,7 @@ impl<'a> Engine<'a> {
             ssd: link(Link::Ssd),
             host_memory: link(Link::HostMemory),
             peer: link(Link::Peer),
+            network: link(Link::Network),
         };
         let stream = |s: usize| StreamReport {
             bytes: self.streams[s].bytes,
@@ -1049,12 +1156,14 @@ impl<'a> Engine<'a> {
             d2h: stream(1),
             ssd_read: stream(2),
             ssd_write: stream(3),
+            exchange: stream(EXCHANGE_STREAM),
         };
         let exposed_by_stream_s = PerStream {
             h2d: self.exposed[0],
             d2h: self.exposed[1],
             ssd_read: self.exposed[2],
             ssd_write: self.exposed[3],
+            exchange: self.exposed[EXCHANGE_STREAM],
         };
         let (peak_bytes, peak_time_s) = self.tiers.peaks();
         let report = SimReport {

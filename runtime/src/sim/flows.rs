@@ -19,11 +19,13 @@ pub enum Link {
     Ssd = 2,
     /// Host-memory bandwidth, shared by PCIe DMA and SSD DMA.
     HostMemory = 3,
-    /// Device to device. No plan action uses it yet.
+    /// Device to device (a multi-GPU plan's exchanges).
     Peer = 4,
+    /// Between nodes.
+    Network = 5,
 }
 
-pub const LINKS: usize = 5;
+pub const LINKS: usize = 6;
 
 impl Link {
     pub const ALL: [Link; LINKS] = [
@@ -32,6 +34,7 @@ impl Link {
         Link::Ssd,
         Link::HostMemory,
         Link::Peer,
+        Link::Network,
     ];
 
     pub fn name(self) -> &'static str {
@@ -41,6 +44,7 @@ impl Link {
             Link::Ssd => "ssd",
             Link::HostMemory => "host_memory",
             Link::Peer => "peer",
+            Link::Network => "network",
         }
     }
 }
@@ -279,7 +283,7 @@ mod tests {
     fn two_flows_share_a_link_then_one_speeds_up() {
         // 10 B/s link; flows of 10 and 20 bytes start together: both run at
         // 5 B/s until t = 2, then the second alone at 10 B/s until t = 3.
-        let mut fluid = Fluid::new([10.0, 10.0, 1.0, 100.0, 0.0]);
+        let mut fluid = Fluid::new([10.0, 10.0, 1.0, 100.0, 0.0, 0.0]);
         fluid.start(0.0, 0, 10.0, usage(&[(Link::PcieH2d, 1.0)]));
         fluid.start(0.0, 1, 20.0, usage(&[(Link::PcieH2d, 1.0)]));
         let (t, owner) = fluid.next_completion().unwrap();
@@ -297,7 +301,7 @@ mod tests {
     fn a_link_given_a_share_slows_its_flows_from_then_on() {
         // 10 bytes at 10 B/s; at t = 0.5 the link gets half its capacity:
         // the other 5 bytes take 1 s more.
-        let mut fluid = Fluid::new([10.0, 10.0, 1.0, 100.0, 0.0]);
+        let mut fluid = Fluid::new([10.0, 10.0, 1.0, 100.0, 0.0, 0.0]);
         fluid.start(0.0, 0, 10.0, usage(&[(Link::PcieH2d, 1.0)]));
         assert!(fluid.set_share(0.5, Link::PcieH2d, 0.5));
         assert!(!fluid.set_share(0.5, Link::PcieH2d, 0.5));
@@ -311,7 +315,7 @@ mod tests {
         // SSD: reads at 4 B/s cost 0.25 s/B, writes at 2 B/s cost 0.5 s/B.
         // A read limited to 1 B/s by PCIe uses a quarter of the SSD; the
         // write gets the rest: 1.5 B/s.
-        let mut fluid = Fluid::new([1.0, 10.0, 1.0, 100.0, 0.0]);
+        let mut fluid = Fluid::new([1.0, 10.0, 1.0, 100.0, 0.0, 0.0]);
         fluid.start(
             0.0,
             0,

@@ -71,6 +71,9 @@ pub struct PerStream<T> {
     pub d2h: T,
     pub ssd_read: T,
     pub ssd_write: T,
+    /// Transfers between devices (a multi-GPU plan's exchanges).
+    #[serde(default)]
+    pub exchange: T,
 }
 
 /// A value per link.
@@ -82,6 +85,9 @@ pub struct PerLink<T> {
     pub ssd: T,
     pub host_memory: T,
     pub peer: T,
+    /// Between nodes.
+    #[serde(default)]
+    pub network: T,
 }
 
 /// What one transfer stream did.
@@ -213,6 +219,8 @@ pub(crate) enum What {
     Wait(u32),
     /// A transfer (schedule entry), from its start to its end.
     Transfer(u32),
+    /// An exchange between devices (index into the plan's exchanges).
+    Exchange(u32),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -236,19 +244,13 @@ pub struct Recording {
 }
 
 /// The budgets a replay is held to: the plan's, capped by what `profile`
-/// has per device (host and SSD shared by the plan's GPUs).
+/// has per device (host and SSD shared by the node's GPUs).
 pub fn budgets_for(plan: &Plan, profile: &Profile) -> Budgets {
-    let gpus = plan.gpus.max(1) as u64;
+    let share = profile.share(plan.gpus);
     Budgets {
-        hbm_bytes: plan.budgets.hbm_bytes.min(profile.device.hbm_bytes),
-        host_bytes: plan
-            .budgets
-            .host_bytes
-            .min(profile.host.memory_bytes / gpus),
-        ssd_bytes: plan
-            .budgets
-            .ssd_bytes
-            .min(profile.ssd.capacity_bytes / gpus),
+        hbm_bytes: plan.budgets.hbm_bytes.min(share.device.hbm_bytes),
+        host_bytes: plan.budgets.host_bytes.min(share.host.memory_bytes),
+        ssd_bytes: plan.budgets.ssd_bytes.min(share.ssd.capacity_bytes),
     }
 }
 
@@ -278,7 +280,9 @@ fn run(
     profile.validate()?;
     plan.workload.definition.validate()?;
     let budgets = budgets_for(plan, profile);
-    events::run(plan, profile, &budgets, options, record)
+    // One device of the plan's: its share of the node's host memory, SSD
+    // and their bandwidth, which the node's devices use at once.
+    events::run(plan, &profile.share(plan.gpus), &budgets, options, record)
 }
 
 #[cfg(test)]

@@ -22,8 +22,8 @@
 //!   The threads share the cores evenly ([`core_share`]), so while copies
 //!   run, operators and copies are slowed alike.
 
-use fateplan_planner::plan::{Action, ScheduleEntry};
-use fateplan_planner::profile::{DeviceProfile, Profile};
+use fateplan_planner::plan::{Action, Leg, ScheduleEntry};
+use fateplan_planner::profile::{DeviceProfile, PeerVia, Profile};
 use fateplan_planner::workload::{ComputeClass, Op};
 use fateplan_planner::Tier;
 
@@ -179,6 +179,61 @@ pub fn phase(
         (Path::DeviceToSsd, 1) => flow(chunk, d2h(Usage::new(), 1.0)),
         (Path::DeviceToSsd, 2) => flow(middle, d2h(write(Usage::new()), 2.0)),
         (Path::DeviceToSsd, 3) => flow(chunk, write(Usage::new()).with(Link::HostMemory, 1.0, 1.0)),
+        _ => None,
+    }
+}
+
+/// Phase `k` of an exchange leg of `bytes`, `network_bytes` of them
+/// between nodes: peer copies (NVLink, or both PCIe directions) then the
+/// network; to the host over PCIe; from the host, the network part first.
+pub fn exchange_phase(
+    leg: Leg,
+    k: u8,
+    bytes: u64,
+    network_bytes: u64,
+    profile: &Profile,
+    factor: f64,
+) -> Option<Phase> {
+    let pcie = &profile.pcie;
+    let local = (bytes - network_bytes.min(bytes)) as f64 * factor;
+    let remote = network_bytes.min(bytes) as f64 * factor;
+    let net_latency = profile.network.as_ref().map_or(0.0, |n| n.latency_s) * factor;
+    let flow = |bytes: f64, usage: Usage| Some(Phase::Flow { bytes, usage });
+    let network = Usage::new().with(Link::Network, 1.0, 1.0);
+    match (leg, k) {
+        (Leg::Peer, 0) => Some(Phase::Delay(
+            profile.peer.as_ref().map_or(0.0, |p| p.latency_s) * factor,
+        )),
+        (Leg::Peer, 1) => {
+            let via = profile.peer.as_ref().map_or(PeerVia::Nvlink, |p| p.via);
+            let usage = match via {
+                PeerVia::Nvlink => Usage::new().with(Link::Peer, 1.0, 1.0),
+                PeerVia::Pcie => {
+                    Usage::new()
+                        .with(Link::PcieD2h, 1.0, 1.0)
+                        .with(Link::PcieH2d, 1.0, 1.0)
+                }
+            };
+            flow(local, usage)
+        }
+        (Leg::Peer, 2) => Some(Phase::Delay(if remote > 0.0 { net_latency } else { 0.0 })),
+        (Leg::Peer, 3) => flow(remote, network),
+        (Leg::ToHost, 0) => Some(Phase::Delay(pcie.latency_s * factor)),
+        (Leg::ToHost, 1) => flow(
+            bytes as f64 * factor,
+            Usage::new()
+                .with(Link::PcieD2h, 1.0, 1.0)
+                .with(Link::HostMemory, 1.0, 1.0),
+        ),
+        (Leg::FromHost, 0) => Some(Phase::Delay(if remote > 0.0 { net_latency } else { 0.0 })),
+        (Leg::FromHost, 1) => flow(remote, network.with(Link::HostMemory, 1.0, 1.0)),
+        (Leg::FromHost, 2) => Some(Phase::Delay(pcie.latency_s * factor)),
+        (Leg::FromHost, 3) => flow(
+            bytes as f64 * factor,
+            Usage::new()
+                .with(Link::PcieH2d, 1.0, 1.0)
+                .with(Link::HostMemory, 1.0, 1.0),
+        ),
         _ => None,
     }
 }

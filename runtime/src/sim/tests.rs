@@ -38,6 +38,7 @@ fn profile() -> Profile {
             latency_s: 0.0,
         },
         peer: None,
+        network: None,
         ssd: SsdProfile {
             capacity_bytes: 1000,
             read_bytes_per_s: 50.0,
@@ -293,7 +294,10 @@ fn trace_has_a_track_per_stream_and_counters_per_tier() {
         .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
         .map(|e| e["args"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(threads, ["compute", "h2d", "d2h", "ssd_read", "ssd_write"]);
+    assert_eq!(
+        threads,
+        ["compute", "h2d", "d2h", "ssd_read", "ssd_write", "exchange"]
+    );
     let slices = |cat: &str| {
         events
             .iter()

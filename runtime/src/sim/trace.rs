@@ -20,8 +20,8 @@ const DEVICE_PID: u32 = 1;
 const LINKS_PID: u32 = 2;
 const MEMORY_PID: u32 = 3;
 const COMPUTE_TID: u32 = 1;
-/// Thread names of the transfer streams, in `PerStream` order; tids 2..=5.
-const STREAM_NAMES: [&str; 4] = ["h2d", "d2h", "ssd_read", "ssd_write"];
+/// Thread names of the transfer streams, in `PerStream` order; tids 2..=6.
+const STREAM_NAMES: [&str; 5] = ["h2d", "d2h", "ssd_read", "ssd_write", "exchange"];
 
 /// Writes a JSON string literal.
 fn string(out: &mut dyn Write, text: &str) -> io::Result<()> {
@@ -193,7 +193,20 @@ pub fn write_trace(
                 write!(
                     out,
                     ",\"args\":{{\"bytes\":{},\"from\":\"{}\",\"to\":\"{}\",\"issue_after_step\":{},\"done_before_step\":{}}}",
-                    entry.bytes, entry.from, entry.to, entry.issue_after_step, entry.done_before_step
+                                        entry.bytes, entry.from, entry.to, entry.issue_after_step, entry.done_before_step
+                )?;
+            }
+            What::Exchange(index) => {
+                let e = &plan.exchanges[index as usize];
+                write!(out, "\"cat\":\"exchange\",\"name\":")?;
+                string(
+                    out,
+                    &format!("{:?} l{} {:?}", e.kind, e.layer, e.leg).to_lowercase(),
+                )?;
+                write!(
+                    out,
+                    ",\"args\":{{\"bytes\":{},\"network_bytes\":{},\"issue_after_step\":{},\"done_before_step\":{}}}",
+                    e.bytes, e.network_bytes, e.issue_after_step, e.done_before_step
                 )?;
             }
         }

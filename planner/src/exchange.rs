@@ -1,0 +1,620 @@
+//! Training on several devices: what each device exchanges with the others,
+//! and when.
+//!
+//! Every device runs the same plan on its share of the graph (its own
+//! vertices and the edges into them), in step with the others. A layer's
+//! aggregation also reads the rows of **halo** vertices, owned by other
+//! devices; those rows are exchanged before the layer reads them, their
+//! gradients go back to their owners in the backward pass, and the weight
+//! gradients are summed over all devices before the update. Per layer the
+//! halo moves one of two ways ([`Strategy`]):
+//!
+//! - `peer`: each source partition's boundary rows go device to device as
+//!   soon as they are computed (NVLink, or PCIe peer copies; the network
+//!   between nodes). Fast, but the whole halo waits in an exchange buffer on
+//!   the device until the layer has read it.
+//! - `host`: the rows go to host memory; each destination partition's halo
+//!   rows come back into a staging buffer just before it aggregates (one
+//!   partition ahead). Device memory holds one partition's halo at a time,
+//!   but every destination partition pays its own copy over PCIe.
+//!
+//! Exchange buffers are one pool on the device: each strategy's buffers are
+//! counted while they are held, so the two share the memory over time.
+//!
+//! The sites come from the GNN builder's operator names
+//! (`agg[l1,p0,s2]`, `agg_bwd[l2,p1,d0]`, `grad_accumulate[l1]`, ...): a
+//! workload without them (a generic DAG) has nothing to exchange.
+
+use crate::plan::{Exchange, ExchangeKind, Strategy};
+use crate::profile::Profile;
+use crate::workload::{TensorKind, Workload};
+use crate::{Error, Result};
+
+/// Where the halo estimate comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Halo {
+    /// Vertices of the whole graph.
+    pub nodes: u64,
+    /// Edges of the whole graph.
+    pub edges: u64,
+    /// Measured halo rows per device over the estimate for a random
+    /// partitioning (1 for the estimate itself).
+    pub scale: f64,
+    /// How the halo was found, for the plan's reader.
+    pub source: String,
+}
+
+impl Halo {
+    /// Random partitioning, from the average degree: a vertex owned
+    /// elsewhere is in a device's halo when one of its `d` edges (on
+    /// average) leads into that device's `1/k` of the vertices. Degrees vary,
+    /// and the count is concave in the degree, so this over-estimates.
+    pub fn random(nodes: u64, edges: u64) -> Halo {
+        Halo {
+            nodes,
+            edges,
+            scale: 1.0,
+            source: "estimated for a random partitioning from the average degree".into(),
+        }
+    }
+
+    /// Boundary rows of one device among `gpus`: its own vertices with an
+    /// edge into another device's, which it copies out once for the host
+    /// strategy (the peer strategy sends each to every device that reads
+    /// it: the halo, summed over devices).
+    pub fn boundary_rows(&self, gpus: u32) -> f64 {
+        if gpus <= 1 {
+            return 0.0;
+        }
+        let (n, k) = (self.nodes as f64, gpus as f64);
+        let degree = self.edges as f64 / n.max(1.0);
+        self.scale * (n / k) * (1.0 - (-degree * (1.0 - 1.0 / k)).exp())
+    }
+
+    /// Halo rows of one device among `gpus`, and of one of its
+    /// `partitions` destination partitions.
+    pub fn rows(&self, gpus: u32, partitions: u32) -> (f64, f64) {
+        if gpus <= 1 {
+            return (0.0, 0.0);
+        }
+        let (n, k, p) = (self.nodes as f64, gpus as f64, partitions.max(1) as f64);
+        let degree = self.edges as f64 / n.max(1.0);
+        let remote = n * (1.0 - 1.0 / k);
+        let reached = |share: f64| remote * (1.0 - (-degree * share).exp());
+        (
+            self.scale * reached(1.0 / k),
+            self.scale * reached(1.0 / (k * p)),
+        )
+    }
+}
+
+/// A multi-device plan's setting.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MultiGpu {
+    pub gpus: u32,
+    pub halo: Halo,
+    /// One strategy for every layer, or `None`: the planner chooses per layer.
+    pub forced: Option<Strategy>,
+}
+
+/// One layer's exchange sites in the workload's steps.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LayerSites {
+    pub layer: u32,
+    /// Bytes of the exchanged source rows, over all of the device's own
+    /// rows (the sum of the source partitions' tensors).
+    pub source_bytes: u64,
+    /// Per source partition: the step that produces its rows (-1: an input).
+    pub produced_after: Vec<i64>,
+    /// Per destination partition: the first and last forward step reading
+    /// source rows.
+    pub forward: Vec<(u32, u32)>,
+    /// Per source partition: the first and last backward step producing its
+    /// rows' gradients (empty: the layer's input needs no gradient).
+    pub backward: Vec<(u32, u32)>,
+    /// Per source partition: the first step that reads its chain's
+    /// gradient, by which the gradients of its rows from the other devices
+    /// must have been added.
+    pub backward_use: Vec<u32>,
+    /// Whether the backward steps read the source rows again (GAT).
+    pub backward_reads_rows: bool,
+    /// The weight-gradient sum and the update.
+    pub grad_accumulate: Option<u32>,
+    pub update: Option<u32>,
+    pub weight_grad_bytes: u64,
+}
+
+/// `name[a,b,c]` as the name and its fields (`l1`, `p0`, ...).
+fn parse_name(name: &str) -> Option<(&str, Vec<(char, u32)>)> {
+    let (head, rest) = name.split_once('[')?;
+    let fields = rest.strip_suffix(']')?;
+    let parsed = fields
+        .split(',')
+        .map(|f| {
+            let mut chars = f.chars();
+            let tag = chars.next()?;
+            chars.as_str().parse().ok().map(|v| (tag, v))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some((head, parsed))
+}
+
+fn field(fields: &[(char, u32)], tag: char) -> Option<u32> {
+    fields.iter().find(|(t, _)| *t == tag).map(|&(_, v)| v)
+}
+
+fn widen(range: &mut Option<(u32, u32)>, step: u32) {
+    *range = Some(match *range {
+        Some((a, b)) => (a.min(step), b.max(step)),
+        None => (step, step),
+    });
+}
+
+/// Finds every layer's sites from the GNN builder's operator names.
+pub fn sites(workload: &Workload) -> Result<Vec<LayerSites>> {
+    let mut producer: Vec<i64> = vec![-1; workload.tensors.len()];
+    let mut readers: Vec<Vec<u32>> = vec![Vec::new(); workload.tensors.len()];
+    for op in &workload.ops {
+        for &t in &op.outputs {
+            producer[t.index()] = op.id.0 as i64;
+        }
+        for &t in &op.inputs {
+            readers[t.index()].push(op.id.0);
+        }
+    }
+    // The first step after `step` reading what `step` produces.
+    let first_use = |step: u32| -> u32 {
+        workload.ops[step as usize]
+            .outputs
+            .iter()
+            .filter_map(|t| readers[t.index()].iter().copied().find(|&r| r > step))
+            .min()
+            .unwrap_or(step + 1)
+    };
+    #[derive(Default)]
+    struct Raw {
+        forward: Vec<Option<(u32, u32)>>,
+        backward: Vec<Option<(u32, u32)>>,
+        source: Vec<Option<usize>>,
+        backward_reads_rows: bool,
+        grad_accumulate: Option<u32>,
+        update: Option<u32>,
+        weight_grad_bytes: u64,
+    }
+    let mut layers: Vec<Raw> = Vec::new();
+    fn layer(layers: &mut Vec<Raw>, l: u32) -> &mut Raw {
+        let index = l as usize - 1;
+        if layers.len() <= index {
+            layers.resize_with(index + 1, Raw::default);
+        }
+        &mut layers[index]
+    }
+    let at = |v: &mut Vec<Option<(u32, u32)>>, i: u32| -> usize {
+        if v.len() <= i as usize {
+            v.resize(i as usize + 1, None);
+        }
+        i as usize
+    };
+    for op in &workload.ops {
+        let Some((head, fields)) = parse_name(&op.name) else {
+            continue;
+        };
+        let Some(l) = field(&fields, 'l').filter(|&l| l >= 1) else {
+            continue;
+        };
+        let step = op.id.0;
+        match head {
+            "agg" | "sddmm" => {
+                let (Some(i), Some(j)) = (field(&fields, 'p'), field(&fields, 's')) else {
+                    continue;
+                };
+                let raw = layer(&mut layers, l);
+                let d = at(&mut raw.forward, i);
+                widen(&mut raw.forward[d], step);
+                if head == "agg" {
+                    // The source rows: the input named x, h or z.
+                    let source = op.inputs.iter().find(|t| {
+                        let name = &workload.tensor(**t).name;
+                        name.starts_with("x[") || name.starts_with("h[") || name.starts_with("z[")
+                    });
+                    if let Some(&t) = source {
+                        if raw.source.len() <= j as usize {
+                            raw.source.resize(j as usize + 1, None);
+                        }
+                        raw.source[j as usize] = Some(t.index());
+                    }
+                }
+            }
+            "agg_bwd" | "attention_bwd" => {
+                let Some(j) = field(&fields, 'p') else {
+                    continue;
+                };
+                let raw = layer(&mut layers, l);
+                let s = at(&mut raw.backward, j);
+                widen(&mut raw.backward[s], step);
+                raw.backward_reads_rows |= head == "attention_bwd";
+            }
+            "grad_accumulate" => {
+                let raw = layer(&mut layers, l);
+                raw.grad_accumulate = Some(step);
+                raw.weight_grad_bytes = op.outputs.iter().map(|&t| workload.tensor(t).bytes).sum();
+            }
+            "adam" => {
+                let raw = layer(&mut layers, l);
+                raw.update = Some(step);
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for (index, raw) in layers.into_iter().enumerate() {
+        let l = index as u32 + 1;
+        let context = || format!("workload {:?} layer {l}", workload.name);
+        let forward: Vec<(u32, u32)> = raw.forward.iter().flatten().copied().collect();
+        if forward.len() != raw.forward.len() || raw.source.iter().any(Option::is_none) {
+            return Err(Error::invalid(
+                context(),
+                "its aggregation operators do not cover every partition",
+            ));
+        }
+        let sources: Vec<usize> = raw.source.iter().flatten().copied().collect();
+        let backward: Vec<(u32, u32)> = raw.backward.iter().flatten().copied().collect();
+        let backward_use = backward.iter().map(|&(_, end)| first_use(end)).collect();
+        out.push(LayerSites {
+            layer: l,
+            source_bytes: sources.iter().map(|&t| workload.tensors[t].bytes).sum(),
+            produced_after: sources
+                .iter()
+                .map(|&t| {
+                    if workload.tensors[t].kind == TensorKind::Input {
+                        -1
+                    } else {
+                        producer[t]
+                    }
+                })
+                .collect(),
+            forward,
+            backward,
+            backward_use,
+            backward_reads_rows: raw.backward_reads_rows,
+            grad_accumulate: raw.grad_accumulate,
+            update: raw.update,
+            weight_grad_bytes: raw.weight_grad_bytes,
+        });
+    }
+    Ok(out)
+}
+
+/// The exchanges of one device when each layer uses `strategies[l - 1]`.
+pub fn exchanges(
+    sites: &[LayerSites],
+    multi: &MultiGpu,
+    profile: &Profile,
+    strategies: &[Strategy],
+) -> Vec<Exchange> {
+    let gpus = multi.gpus;
+    if gpus <= 1 {
+        return Vec::new();
+    }
+    let local_rows = multi.halo.nodes.div_ceil(gpus as u64);
+    let per_node = profile.gpus_per_node(gpus);
+    // Of the other devices, the share on other nodes.
+    let network_share = (gpus - per_node) as f64 / (gpus - 1) as f64;
+    let network = |bytes: u64| (bytes as f64 * network_share).round() as u64;
+    let mut out = Vec::new();
+    for (site, &strategy) in sites.iter().zip(strategies) {
+        let l = site.layer;
+        let partitions = site.forward.len() as u32;
+        let (halo, halo_per_dst) = multi.halo.rows(gpus, partitions);
+        let per_row = site.source_bytes as f64 / local_rows.max(1) as f64;
+        let halo_bytes = (halo * per_row).round() as u64;
+        let dst_bytes = (halo_per_dst * per_row).round() as u64;
+        let sources = site.produced_after.len().max(1) as u64;
+        let chunk = halo_bytes.div_ceil(sources);
+        // What the host strategy copies out: each boundary row once.
+        let boundary_bytes = (multi.halo.boundary_rows(gpus) * per_row).round() as u64;
+        let out_chunk = boundary_bytes.min(halo_bytes).div_ceil(sources);
+        let first = site.forward.iter().map(|r| r.0).min().unwrap_or(0);
+        let last_forward = site.forward.iter().map(|r| r.1).max().unwrap_or(0);
+        let last_read = if site.backward_reads_rows {
+            site.backward
+                .iter()
+                .map(|r| r.1)
+                .max()
+                .unwrap_or(last_forward)
+        } else {
+            last_forward
+        };
+        let entry =
+            |kind, strategy, bytes: u64, issue: i64, done: u32, device, host, from, until| {
+                Exchange {
+                    kind,
+                    layer: l,
+                    strategy,
+                    bytes,
+                    network_bytes: network(bytes),
+                    issue_after_step: issue,
+                    done_before_step: done,
+                    device_bytes: device,
+                    host_bytes: host,
+                    held_from_step: from,
+                    held_until_step: until,
+                    host_held_until_step: until,
+                    leg: crate::plan::Leg::Peer,
+                }
+            };
+        let leg = |mut e: Exchange, leg| {
+            if leg == crate::plan::Leg::ToHost {
+                e.network_bytes = 0;
+            }
+            e.leg = leg;
+            e
+        };
+        // Forward: each source partition's rows as they are produced.
+        for &produced in &site.produced_after {
+            let from = (produced + 1) as u32;
+            match strategy {
+                Strategy::Peer => out.push(entry(
+                    ExchangeKind::Halo,
+                    strategy,
+                    chunk,
+                    produced,
+                    first,
+                    chunk,
+                    0,
+                    from,
+                    last_forward,
+                )),
+                Strategy::Host if produced >= 0 => out.push(leg(
+                    entry(
+                        ExchangeKind::Halo,
+                        strategy,
+                        out_chunk,
+                        produced,
+                        first,
+                        0,
+                        out_chunk,
+                        from,
+                        last_read,
+                    ),
+                    crate::plan::Leg::ToHost,
+                )),
+                // An input's rows are in host memory already.
+                Strategy::Host => {}
+            }
+        }
+        if strategy == Strategy::Host {
+            // Each destination partition's halo, one partition ahead.
+            for (i, &(start, end)) in site.forward.iter().enumerate() {
+                let issue = if i == 0 {
+                    start as i64 - 1
+                } else {
+                    site.forward[i - 1].0 as i64
+                };
+                out.push(leg(
+                    entry(
+                        ExchangeKind::Halo,
+                        strategy,
+                        dst_bytes,
+                        issue,
+                        start,
+                        dst_bytes,
+                        0,
+                        (issue + 1) as u32,
+                        end,
+                    ),
+                    crate::plan::Leg::FromHost,
+                ));
+            }
+        }
+        if site.backward.is_empty() {
+            continue;
+        }
+        let bwd_first = site.backward.iter().map(|r| r.0).min().unwrap_or(0);
+        let bwd_last = site.backward.iter().map(|r| r.1).max().unwrap_or(0);
+        // GAT's backward reads the rows again.
+        if site.backward_reads_rows {
+            match strategy {
+                Strategy::Peer => out.push(entry(
+                    ExchangeKind::Halo,
+                    strategy,
+                    halo_bytes,
+                    bwd_first as i64 - 1,
+                    bwd_first,
+                    halo_bytes,
+                    0,
+                    bwd_first,
+                    bwd_last,
+                )),
+                Strategy::Host => {
+                    for (j, &(start, end)) in site.backward.iter().enumerate() {
+                        let issue = if j == 0 {
+                            start as i64 - 1
+                        } else {
+                            site.backward[j - 1].0 as i64
+                        };
+                        out.push(leg(
+                            entry(
+                                ExchangeKind::Halo,
+                                strategy,
+                                chunk,
+                                issue,
+                                start,
+                                chunk,
+                                0,
+                                (issue + 1) as u32,
+                                end,
+                            ),
+                            crate::plan::Leg::FromHost,
+                        ));
+                    }
+                }
+            }
+        }
+        // Gradients of the halo rows back to their owners, each source
+        // partition's as its chain ends (symmetrically, the gradients of
+        // this device's rows of that partition come back), added before
+        // the step that reads the partition's gradient.
+
+        for (&(start, end), &needed) in site.backward.iter().zip(&site.backward_use) {
+            match strategy {
+                Strategy::Peer => out.push(entry(
+                    ExchangeKind::HaloGrad,
+                    strategy,
+                    chunk,
+                    end as i64,
+                    needed,
+                    chunk,
+                    0,
+                    start,
+                    needed,
+                )),
+                Strategy::Host => {
+                    // Out as the chain ends (its rows held meanwhile), summed
+                    // on the host until they are needed, back just before.
+                    let mut out_leg = leg(
+                        entry(
+                            ExchangeKind::HaloGrad,
+                            strategy,
+                            chunk,
+                            end as i64,
+                            needed,
+                            chunk,
+                            out_chunk,
+                            start,
+                            end,
+                        ),
+                        crate::plan::Leg::ToHost,
+                    );
+                    out_leg.host_held_until_step = needed;
+                    out.push(out_leg);
+                    // All devices end chain `j` together: its sums are
+                    // complete once this device's copy out is.
+                    let issue = needed as i64 - 1;
+                    out.push(leg(
+                        entry(
+                            ExchangeKind::HaloGrad,
+                            strategy,
+                            out_chunk,
+                            issue,
+                            needed,
+                            out_chunk,
+                            0,
+                            (issue + 1) as u32,
+                            needed,
+                        ),
+                        crate::plan::Leg::FromHost,
+                    ));
+                }
+            }
+        }
+    }
+    // Weight gradients: a ring all-reduce moves 2 (k - 1) / k of them.
+    for site in sites {
+        if let (Some(sum), Some(update)) = (site.grad_accumulate, site.update) {
+            let bytes = (site.weight_grad_bytes as f64 * 2.0 * (gpus - 1) as f64 / gpus as f64)
+                .round() as u64;
+            out.push(Exchange {
+                kind: ExchangeKind::AllReduce,
+                layer: site.layer,
+                strategy: Strategy::Peer,
+                bytes,
+                network_bytes: network(bytes),
+                issue_after_step: sum as i64,
+                done_before_step: update,
+                device_bytes: 0,
+                host_bytes: 0,
+                held_from_step: sum + 1,
+                held_until_step: update,
+                host_held_until_step: update,
+                leg: crate::plan::Leg::Peer,
+            });
+        }
+    }
+    // Issue order, as the exchange stream runs them.
+    out.sort_by_key(|e| e.issue_after_step);
+    out
+}
+
+/// Device bytes the exchanges hold during each step.
+pub fn device_bytes_per_step(exchanges: &[Exchange], steps: usize) -> Vec<u64> {
+    let mut delta = vec![0i128; steps + 1];
+    for e in exchanges {
+        let from = (e.held_from_step as usize).min(steps);
+        let until = (e.held_until_step as usize + 1).min(steps);
+        if from < until {
+            delta[from] += e.device_bytes as i128;
+            delta[until] -= e.device_bytes as i128;
+        }
+    }
+    let mut running = 0i128;
+    delta[..steps]
+        .iter()
+        .map(|d| {
+            running += d;
+            running as u64
+        })
+        .collect()
+}
+
+/// The most host bytes the exchanges hold at once.
+pub fn host_peak(exchanges: &[Exchange], steps: usize) -> u64 {
+    let mut delta = vec![0i128; steps + 2];
+    for e in exchanges {
+        let from = (e.held_from_step as usize).min(steps);
+        let until = (e.host_held_until_step as usize + 1).min(steps + 1);
+        if from < until {
+            delta[from] += e.host_bytes as i128;
+            delta[until] -= e.host_bytes as i128;
+        }
+    }
+    let mut running = 0i128;
+    let mut peak = 0i128;
+    for d in delta {
+        running += d;
+        peak = peak.max(running);
+    }
+    peak as u64
+}
+
+/// Every strategy vector worth trying for `layers` layers: all of them up
+/// to `MAX_ENUMERATED_LAYERS`, else the two uniform ones and each single
+/// layer switched from them.
+pub fn candidates(layers: usize, forced: Option<Strategy>) -> Vec<Vec<Strategy>> {
+    if let Some(s) = forced {
+        return vec![vec![s; layers]];
+    }
+    if layers <= MAX_ENUMERATED_LAYERS {
+        return (0..1usize << layers)
+            .map(|bits| {
+                (0..layers)
+                    .map(|l| {
+                        if bits >> l & 1 == 0 {
+                            Strategy::Peer
+                        } else {
+                            Strategy::Host
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+    }
+    let mut out = Vec::new();
+    for base in Strategy::ALL {
+        let other = if base == Strategy::Peer {
+            Strategy::Host
+        } else {
+            Strategy::Peer
+        };
+        out.push(vec![base; layers]);
+        for l in 0..layers {
+            let mut v = vec![base; layers];
+            v[l] = other;
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// Layers whose every strategy combination is tried.
+pub const MAX_ENUMERATED_LAYERS: usize = 4;

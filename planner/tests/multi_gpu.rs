@@ -1,0 +1,194 @@
+//! Plans for several GPUs: the per-layer exchange choice against the forced
+//! strategies, the exchange buffers in every memory count, and the checks
+//! on the GPU count.
+
+use fateplan_planner::blocks::BlockCounts;
+use fateplan_planner::exchange::{self, Halo, MultiGpu};
+use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
+use fateplan_planner::plan::{ExchangeKind, Leg, Strategy};
+use fateplan_planner::{plan, Plan, PlanOptions, Policy, Profile, Workload};
+
+const NODES: u64 = 4_000_000;
+const EDGES: u64 = 60_000_000;
+
+fn a100() -> Profile {
+    let text = include_str!("../../profiles/a100-80g.json");
+    Profile::from_json(text, "a100-80g.json").unwrap()
+}
+
+fn workload(model: GnnModel, gpus: u32, partitions: u32) -> Workload {
+    let spec = GnnSpec {
+        model,
+        layers: 3,
+        hidden: 256,
+        heads: 4,
+        features: 128,
+        classes: 16,
+        graph_name: "test".into(),
+    };
+    let g = gpus as u64;
+    let blocks = BlockCounts::skewed(NODES.div_ceil(g), EDGES.div_ceil(g), partitions).unwrap();
+    build_gnn(&spec, &blocks).unwrap()
+}
+
+fn plan_with(
+    w: &Workload,
+    gpus: u32,
+    hbm: u64,
+    forced: Option<Strategy>,
+) -> fateplan_planner::Result<Plan> {
+    let profile = a100();
+    let mut options = PlanOptions::new(Policy::Dp, &profile);
+    options.gpus = gpus;
+    options.budgets.hbm_bytes = hbm;
+    options.budgets.host_bytes = profile.share(gpus).host.memory_bytes;
+    options.budgets.ssd_bytes = profile.share(gpus).ssd.capacity_bytes;
+    options.multi = Some(MultiGpu {
+        gpus,
+        halo: Halo::random(NODES, EDGES),
+        forced,
+    });
+    plan(w, &profile, &options)
+}
+
+#[test]
+fn every_layer_has_its_sites_and_each_strategy_its_legs() {
+    let w = workload(GnnModel::Gcn, 4, 4);
+    let sites = exchange::sites(&w).unwrap();
+    assert_eq!(sites.len(), 3);
+    // Layer 1 reads the inputs; its gradient is not needed.
+    assert!(sites[0].produced_after.iter().all(|&p| p == -1));
+    assert!(sites[0].backward.is_empty());
+    assert!(sites[1].produced_after.iter().all(|&p| p >= 0));
+    assert_eq!(sites[1].backward.len(), 4);
+    let multi = MultiGpu {
+        gpus: 4,
+        halo: Halo::random(NODES, EDGES),
+        forced: None,
+    };
+    let profile = a100();
+    let peer = exchange::exchanges(&sites, &multi, &profile, &[Strategy::Peer; 3]);
+    let host = exchange::exchanges(&sites, &multi, &profile, &[Strategy::Host; 3]);
+    assert!(peer
+        .iter()
+        .all(|e| e.leg == Leg::Peer && e.network_bytes == 0));
+    assert!(host.iter().any(|e| e.leg == Leg::ToHost));
+    assert!(host.iter().any(|e| e.leg == Leg::FromHost));
+    // The whole halo waits on the device for peer, one partition's for host.
+    let peak = |x: &[fateplan_planner::plan::Exchange]| {
+        exchange::device_bytes_per_step(x, w.ops.len())
+            .into_iter()
+            .max()
+            .unwrap()
+    };
+    assert!(peak(&peer) > peak(&host), "{} {}", peak(&peer), peak(&host));
+    // Three all-reduces, one per layer, in both.
+    for x in [&peer, &host] {
+        let sums = x
+            .iter()
+            .filter(|e| e.kind == ExchangeKind::AllReduce)
+            .count();
+        assert_eq!(sums, 3);
+    }
+}
+
+#[test]
+fn the_choice_per_layer_is_never_slower_than_a_forced_strategy_and_fits_where_one_fits() {
+    let mut compared = 0;
+    for model in [GnnModel::Gcn, GnnModel::Gat] {
+        let w = workload(model, 4, 4);
+        for hbm in [8u64 << 30, 2 << 30] {
+            let auto = plan_with(&w, 4, hbm, None);
+            for forced in Strategy::ALL {
+                let Ok(forced_plan) = plan_with(&w, 4, hbm, Some(forced)) else {
+                    continue;
+                };
+                let chosen = auto.as_ref().expect("fits where a forced strategy fits");
+                assert!(
+                    chosen.predicted.iteration_s <= forced_plan.predicted.iteration_s,
+                    "{model:?} {hbm}: auto {} > {forced:?} {}",
+                    chosen.predicted.iteration_s,
+                    forced_plan.predicted.iteration_s
+                );
+                assert!(forced_plan
+                    .layer_strategies()
+                    .iter()
+                    .all(|&(_, s)| s == forced));
+                compared += 1;
+            }
+        }
+    }
+    assert!(compared >= 4, "only {compared} forced plans fit");
+}
+
+#[test]
+fn exchange_buffers_count_in_the_peaks_and_survive_a_json_round_trip() {
+    let w = workload(GnnModel::Gcn, 4, 4);
+    let peer = plan_with(&w, 4, 80 << 30, Some(Strategy::Peer)).unwrap();
+    let alone = {
+        let profile = a100();
+        let mut options = PlanOptions::new(Policy::Dp, &profile);
+        options.gpus = 4;
+        options.budgets = peer.budgets;
+        plan(&w, &profile, &options).unwrap()
+    };
+    assert!(alone.exchanges.is_empty());
+    let buffers = exchange::device_bytes_per_step(&peer.exchanges, w.ops.len());
+    let most = buffers.iter().copied().max().unwrap();
+    assert!(most > 0);
+    // Everything fits on the device: the peak is the plan's alone plus
+    // the buffers held then, at least the largest buffer.
+    assert!(peer.predicted.peak_bytes.hbm >= most);
+    assert!(peer.predicted.iteration_s > alone.predicted.iteration_s);
+    let back = Plan::from_json(&peer.to_json(), "peer.json").unwrap();
+    assert_eq!(back, peer);
+    // A plan whose exchange is out of order is refused, naming it.
+    let mut broken = peer.clone();
+    broken.exchanges[0].done_before_step = 0;
+    broken.exchanges[0].issue_after_step = 5;
+    let error = Plan::from_json(&broken.to_json(), "broken.json").unwrap_err();
+    assert!(error.to_string().contains("exchanges[0]"), "{error}");
+}
+
+#[test]
+fn gpu_counts_beyond_a_node_need_whole_nodes_and_a_network() {
+    let profile = a100();
+    assert!(profile.check_gpus(8).is_ok());
+    assert!(profile.check_gpus(64).is_ok());
+    let error = profile.check_gpus(12).unwrap_err().to_string();
+    assert!(error.contains("whole nodes"), "{error}");
+    let mut no_network = profile.clone();
+    no_network.network = None;
+    let error = no_network.check_gpus(16).unwrap_err().to_string();
+    assert!(error.contains("network"), "{error}");
+    assert!(profile.check_gpus(0).is_err());
+    // Sharing a node divides host memory, its bandwidth and the SSD.
+    let share = profile.share(4);
+    assert_eq!(share.host.memory_bytes, profile.host.memory_bytes / 4);
+    assert_eq!(
+        share.ssd.read_bytes_per_s,
+        profile.ssd.read_bytes_per_s / 4.0
+    );
+    assert_eq!(share.pcie, profile.pcie);
+    assert_eq!(
+        profile.share(16).host.memory_bytes,
+        profile.host.memory_bytes / 8
+    );
+}
+
+#[test]
+fn across_nodes_part_of_every_exchange_crosses_the_network() {
+    let w = workload(GnnModel::Gcn, 16, 2);
+    let p = plan_with(&w, 16, 80 << 30, None).unwrap();
+    let halo: Vec<_> = p
+        .exchanges
+        .iter()
+        .filter(|e| e.leg != Leg::ToHost)
+        .collect();
+    assert!(!halo.is_empty());
+    // 8 of the 15 other GPUs are on the other node.
+    for e in halo {
+        let share = e.network_bytes as f64 / e.bytes as f64;
+        assert!((share - 8.0 / 15.0).abs() < 0.01, "{share}");
+    }
+}
