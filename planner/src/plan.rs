@@ -279,6 +279,21 @@ pub struct Exchange {
     pub host_held_until_step: u32,
 }
 
+impl Exchange {
+    /// Whether its steps are in order within an iteration of `steps`:
+    /// issued before due, held from a step to a later one, and no more
+    /// bytes over the network than in all.
+    pub fn in_order(&self, steps: usize) -> bool {
+        let steps = steps as i64;
+        self.issue_after_step >= -1
+            && self.issue_after_step < self.done_before_step as i64
+            && self.done_before_step as i64 <= steps
+            && self.held_from_step <= self.held_until_step.min(self.host_held_until_step)
+            && (self.held_until_step.max(self.host_held_until_step) as i64) < steps
+            && self.network_bytes <= self.bytes
+    }
+}
+
 /// A planned tensor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

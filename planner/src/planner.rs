@@ -706,7 +706,8 @@ impl std::fmt::Display for Explanation {
 /// Every tensor's fate and why.
 pub fn explain(plan: &Plan) -> Vec<Explanation> {
     let workload = &plan.workload.definition;
-    let profile = &plan.profile;
+    // The share of its node the plan was made on.
+    let profile = &plan.profile.share(plan.gpus);
     let lives = Lifetimes::compute(workload);
     // Compute seconds before each step, to say how much compute a gap holds.
     let mut before = vec![0.0f64; workload.ops.len() + 1];

@@ -69,14 +69,8 @@ pub fn check(plan: &Plan) -> Result<SanityReport> {
 
 /// An exchange's steps lie in the iteration, in order.
 fn check_exchange(workload: &Workload, e: &Exchange, index: usize) -> Result<()> {
-    let steps = workload.ops.len() as i64;
-    let ok = e.issue_after_step >= -1
-        && e.issue_after_step < e.done_before_step as i64
-        && e.done_before_step as i64 <= steps
-        && e.held_from_step <= e.held_until_step.min(e.host_held_until_step)
-        && (e.held_until_step.max(e.host_held_until_step) as i64) < steps
-        && e.network_bytes <= e.bytes;
-    if ok {
+    let steps = workload.ops.len();
+    if e.in_order(steps) {
         Ok(())
     } else {
         Err(Error::invalid(

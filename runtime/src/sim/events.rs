@@ -187,13 +187,7 @@ fn prepare(plan: &Plan) -> Result<Prepared> {
     let mut device_releases = vec![Vec::new(); ops];
     let mut host_releases = vec![Vec::new(); ops];
     for (index, e) in plan.exchanges.iter().enumerate() {
-        let ok = e.issue_after_step >= -1
-            && e.issue_after_step < e.done_before_step as i64
-            && e.done_before_step as usize <= ops
-            && e.held_from_step <= e.held_until_step.min(e.host_held_until_step)
-            && (e.held_until_step.max(e.host_held_until_step) as usize) < ops
-            && e.network_bytes <= e.bytes;
-        if !ok {
+        if !e.in_order(ops) {
             return Err(invalid(
                 format!("plan field exchanges[{index}]"),
                 "its steps are out of order or outside the iteration".into(),
