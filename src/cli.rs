@@ -545,11 +545,7 @@ fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> 
                 args.gpus
             )
         })?;
-        options.multi = Some(MultiGpu {
-            gpus: args.gpus,
-            halo,
-            forced,
-        });
+        options.multi = Some(MultiGpu { halo, forced });
     } else if forced.is_some() {
         bail!("--exchange {}: applies with --gpus above 1", args.exchange);
     }

@@ -25,10 +25,10 @@
 //! (`agg[l1,p0,s2]`, `agg_bwd[l2,p1,d0]`, `grad_accumulate[l1]`, ...): a
 //! workload without them (a generic DAG) has nothing to exchange.
 
-use crate::plan::{Exchange, ExchangeKind, Strategy};
+use crate::plan::{Exchange, ExchangeKind, Leg, Strategy};
 use crate::profile::Profile;
 use crate::workload::{TensorKind, Workload};
-use crate::{Error, Result};
+use crate::{Error, Result, Tier};
 
 /// Where the halo estimate comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,10 +88,9 @@ impl Halo {
     }
 }
 
-/// A multi-device plan's setting.
+/// A multi-device plan's setting (the device count is `PlanOptions::gpus`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct MultiGpu {
-    pub gpus: u32,
     pub halo: Halo,
     /// One strategy for every layer, or `None`: the planner chooses per layer.
     pub forced: Option<Strategy>,
@@ -285,14 +284,29 @@ pub fn sites(workload: &Workload) -> Result<Vec<LayerSites>> {
     Ok(out)
 }
 
-/// The exchanges of one device when each layer uses `strategies[l - 1]`.
+/// An exchange before its network share is known: what [`exchanges`]
+/// builds per leg.
+struct Draft {
+    kind: ExchangeKind,
+    leg: Leg,
+    bytes: u64,
+    issue_after_step: i64,
+    done_before_step: u32,
+    device_bytes: u64,
+    host_bytes: u64,
+    held_from_step: u32,
+    held_until_step: u32,
+}
+
+/// The exchanges of one device of `gpus` when each layer uses
+/// `strategies[l - 1]`.
 pub fn exchanges(
     sites: &[LayerSites],
     multi: &MultiGpu,
     profile: &Profile,
+    gpus: u32,
     strategies: &[Strategy],
 ) -> Vec<Exchange> {
-    let gpus = multi.gpus;
     if gpus <= 1 {
         return Vec::new();
     }
@@ -300,10 +314,41 @@ pub fn exchanges(
     let per_node = profile.gpus_per_node(gpus);
     // Of the other devices, the share on other nodes.
     let network_share = (gpus - per_node) as f64 / (gpus - 1) as f64;
-    let network = |bytes: u64| (bytes as f64 * network_share).round() as u64;
     let mut out = Vec::new();
     for (site, &strategy) in sites.iter().zip(strategies) {
-        let l = site.layer;
+        let mut push = |d: Draft, host_held_until_step: u32| {
+            // Copies out to the host stay on the node.
+            let network = if d.leg == Leg::ToHost {
+                0.0
+            } else {
+                network_share
+            };
+            out.push(Exchange {
+                kind: d.kind,
+                layer: site.layer,
+                strategy,
+                leg: d.leg,
+                bytes: d.bytes,
+                network_bytes: (d.bytes as f64 * network).round() as u64,
+                issue_after_step: d.issue_after_step,
+                done_before_step: d.done_before_step,
+                device_bytes: d.device_bytes,
+                host_bytes: d.host_bytes,
+                held_from_step: d.held_from_step,
+                held_until_step: d.held_until_step,
+                host_held_until_step,
+            });
+        };
+        // Each destination or source partition's part, fetched from the
+        // host one partition ahead: issued once the previous part's first
+        // step has run (the first part, just before it is needed).
+        let ahead = |ranges: &[(u32, u32)], i: usize| -> i64 {
+            if i == 0 {
+                ranges[0].0 as i64 - 1
+            } else {
+                ranges[i - 1].0 as i64
+            }
+        };
         let partitions = site.forward.len() as u32;
         let (halo, halo_per_dst) = multi.halo.rows(gpus, partitions);
         let per_row = site.source_bytes as f64 / local_rows.max(1) as f64;
@@ -325,86 +370,57 @@ pub fn exchanges(
         } else {
             last_forward
         };
-        let entry =
-            |kind, strategy, bytes: u64, issue: i64, done: u32, device, host, from, until| {
-                Exchange {
-                    kind,
-                    layer: l,
-                    strategy,
+        // Forward: each source partition's rows as they are produced (an
+        // input's rows are in host memory already).
+        for &produced in &site.produced_after {
+            let from = (produced + 1) as u32;
+            let (leg, device, host) = match strategy {
+                Strategy::Peer => (Leg::Peer, chunk, 0),
+                Strategy::Host if produced >= 0 => (Leg::ToHost, 0, out_chunk),
+                Strategy::Host => continue,
+            };
+            let until = if strategy == Strategy::Peer {
+                last_forward
+            } else {
+                last_read
+            };
+            let bytes = if strategy == Strategy::Peer {
+                chunk
+            } else {
+                out_chunk
+            };
+            push(
+                Draft {
+                    kind: ExchangeKind::Halo,
+                    leg,
                     bytes,
-                    network_bytes: network(bytes),
-                    issue_after_step: issue,
-                    done_before_step: done,
+                    issue_after_step: produced,
+                    done_before_step: first,
                     device_bytes: device,
                     host_bytes: host,
                     held_from_step: from,
                     held_until_step: until,
-                    host_held_until_step: until,
-                    leg: crate::plan::Leg::Peer,
-                }
-            };
-        let leg = |mut e: Exchange, leg| {
-            if leg == crate::plan::Leg::ToHost {
-                e.network_bytes = 0;
-            }
-            e.leg = leg;
-            e
-        };
-        // Forward: each source partition's rows as they are produced.
-        for &produced in &site.produced_after {
-            let from = (produced + 1) as u32;
-            match strategy {
-                Strategy::Peer => out.push(entry(
-                    ExchangeKind::Halo,
-                    strategy,
-                    chunk,
-                    produced,
-                    first,
-                    chunk,
-                    0,
-                    from,
-                    last_forward,
-                )),
-                Strategy::Host if produced >= 0 => out.push(leg(
-                    entry(
-                        ExchangeKind::Halo,
-                        strategy,
-                        out_chunk,
-                        produced,
-                        first,
-                        0,
-                        out_chunk,
-                        from,
-                        last_read,
-                    ),
-                    crate::plan::Leg::ToHost,
-                )),
-                // An input's rows are in host memory already.
-                Strategy::Host => {}
-            }
+                },
+                until,
+            );
         }
         if strategy == Strategy::Host {
-            // Each destination partition's halo, one partition ahead.
             for (i, &(start, end)) in site.forward.iter().enumerate() {
-                let issue = if i == 0 {
-                    start as i64 - 1
-                } else {
-                    site.forward[i - 1].0 as i64
-                };
-                out.push(leg(
-                    entry(
-                        ExchangeKind::Halo,
-                        strategy,
-                        dst_bytes,
-                        issue,
-                        start,
-                        dst_bytes,
-                        0,
-                        (issue + 1) as u32,
-                        end,
-                    ),
-                    crate::plan::Leg::FromHost,
-                ));
+                let issue = ahead(&site.forward, i);
+                push(
+                    Draft {
+                        kind: ExchangeKind::Halo,
+                        leg: Leg::FromHost,
+                        bytes: dst_bytes,
+                        issue_after_step: issue,
+                        done_before_step: start,
+                        device_bytes: dst_bytes,
+                        host_bytes: 0,
+                        held_from_step: (issue + 1) as u32,
+                        held_until_step: end,
+                    },
+                    end,
+                );
             }
         }
         if site.backward.is_empty() {
@@ -415,38 +431,37 @@ pub fn exchanges(
         // GAT's backward reads the rows again.
         if site.backward_reads_rows {
             match strategy {
-                Strategy::Peer => out.push(entry(
-                    ExchangeKind::Halo,
-                    strategy,
-                    halo_bytes,
-                    bwd_first as i64 - 1,
-                    bwd_first,
-                    halo_bytes,
-                    0,
-                    bwd_first,
+                Strategy::Peer => push(
+                    Draft {
+                        kind: ExchangeKind::Halo,
+                        leg: Leg::Peer,
+                        bytes: halo_bytes,
+                        issue_after_step: bwd_first as i64 - 1,
+                        done_before_step: bwd_first,
+                        device_bytes: halo_bytes,
+                        host_bytes: 0,
+                        held_from_step: bwd_first,
+                        held_until_step: bwd_last,
+                    },
                     bwd_last,
-                )),
+                ),
                 Strategy::Host => {
                     for (j, &(start, end)) in site.backward.iter().enumerate() {
-                        let issue = if j == 0 {
-                            start as i64 - 1
-                        } else {
-                            site.backward[j - 1].0 as i64
-                        };
-                        out.push(leg(
-                            entry(
-                                ExchangeKind::Halo,
-                                strategy,
-                                chunk,
-                                issue,
-                                start,
-                                chunk,
-                                0,
-                                (issue + 1) as u32,
-                                end,
-                            ),
-                            crate::plan::Leg::FromHost,
-                        ));
+                        let issue = ahead(&site.backward, j);
+                        push(
+                            Draft {
+                                kind: ExchangeKind::Halo,
+                                leg: Leg::FromHost,
+                                bytes: chunk,
+                                issue_after_step: issue,
+                                done_before_step: start,
+                                device_bytes: chunk,
+                                host_bytes: 0,
+                                held_from_step: (issue + 1) as u32,
+                                held_until_step: end,
+                            },
+                            end,
+                        );
                     }
                 }
             }
@@ -455,58 +470,56 @@ pub fn exchanges(
         // partition's as its chain ends (symmetrically, the gradients of
         // this device's rows of that partition come back), added before
         // the step that reads the partition's gradient.
-
         for (&(start, end), &needed) in site.backward.iter().zip(&site.backward_use) {
-            match strategy {
-                Strategy::Peer => out.push(entry(
-                    ExchangeKind::HaloGrad,
-                    strategy,
-                    chunk,
-                    end as i64,
+            if strategy == Strategy::Peer {
+                push(
+                    Draft {
+                        kind: ExchangeKind::HaloGrad,
+                        leg: Leg::Peer,
+                        bytes: chunk,
+                        issue_after_step: end as i64,
+                        done_before_step: needed,
+                        device_bytes: chunk,
+                        host_bytes: 0,
+                        held_from_step: start,
+                        held_until_step: needed,
+                    },
                     needed,
-                    chunk,
-                    0,
-                    start,
-                    needed,
-                )),
-                Strategy::Host => {
-                    // Out as the chain ends (its rows held meanwhile), summed
-                    // on the host until they are needed, back just before.
-                    let mut out_leg = leg(
-                        entry(
-                            ExchangeKind::HaloGrad,
-                            strategy,
-                            chunk,
-                            end as i64,
-                            needed,
-                            chunk,
-                            out_chunk,
-                            start,
-                            end,
-                        ),
-                        crate::plan::Leg::ToHost,
-                    );
-                    out_leg.host_held_until_step = needed;
-                    out.push(out_leg);
-                    // All devices end chain `j` together: its sums are
-                    // complete once this device's copy out is.
-                    let issue = needed as i64 - 1;
-                    out.push(leg(
-                        entry(
-                            ExchangeKind::HaloGrad,
-                            strategy,
-                            out_chunk,
-                            issue,
-                            needed,
-                            out_chunk,
-                            0,
-                            (issue + 1) as u32,
-                            needed,
-                        ),
-                        crate::plan::Leg::FromHost,
-                    ));
-                }
+                );
+                continue;
             }
+            // Out as the chain ends (its rows held meanwhile), summed on
+            // the host until they are needed, back just before. All
+            // devices end chain `j` together: its sums are complete once
+            // this device's copy out is.
+            push(
+                Draft {
+                    kind: ExchangeKind::HaloGrad,
+                    leg: Leg::ToHost,
+                    bytes: chunk,
+                    issue_after_step: end as i64,
+                    done_before_step: needed,
+                    device_bytes: chunk,
+                    host_bytes: out_chunk,
+                    held_from_step: start,
+                    held_until_step: end,
+                },
+                needed,
+            );
+            push(
+                Draft {
+                    kind: ExchangeKind::HaloGrad,
+                    leg: Leg::FromHost,
+                    bytes: out_chunk,
+                    issue_after_step: needed as i64 - 1,
+                    done_before_step: needed,
+                    device_bytes: out_chunk,
+                    host_bytes: 0,
+                    held_from_step: needed,
+                    held_until_step: needed,
+                },
+                needed,
+            );
         }
     }
     // Weight gradients: a ring all-reduce moves 2 (k - 1) / k of them.
@@ -518,8 +531,9 @@ pub fn exchanges(
                 kind: ExchangeKind::AllReduce,
                 layer: site.layer,
                 strategy: Strategy::Peer,
+                leg: Leg::Peer,
                 bytes,
-                network_bytes: network(bytes),
+                network_bytes: (bytes as f64 * network_share).round() as u64,
                 issue_after_step: sum as i64,
                 done_before_step: update,
                 device_bytes: 0,
@@ -527,7 +541,6 @@ pub fn exchanges(
                 held_from_step: sum + 1,
                 held_until_step: update,
                 host_held_until_step: update,
-                leg: crate::plan::Leg::Peer,
             });
         }
     }
@@ -536,15 +549,20 @@ pub fn exchanges(
     out
 }
 
-/// Device bytes the exchanges hold during each step.
-pub fn device_bytes_per_step(exchanges: &[Exchange], steps: usize) -> Vec<u64> {
+/// Bytes the exchanges hold on `tier` (the device or the host) during each
+/// step.
+pub fn bytes_per_step(exchanges: &[Exchange], steps: usize, tier: Tier) -> Vec<u64> {
     let mut delta = vec![0i128; steps + 1];
     for e in exchanges {
+        let (bytes, last) = match tier {
+            Tier::Hbm => (e.device_bytes, e.held_until_step),
+            _ => (e.host_bytes, e.host_held_until_step),
+        };
         let from = (e.held_from_step as usize).min(steps);
-        let until = (e.held_until_step as usize + 1).min(steps);
+        let until = (last as usize + 1).min(steps);
         if from < until {
-            delta[from] += e.device_bytes as i128;
-            delta[until] -= e.device_bytes as i128;
+            delta[from] += bytes as i128;
+            delta[until] -= bytes as i128;
         }
     }
     let mut running = 0i128;
@@ -555,26 +573,6 @@ pub fn device_bytes_per_step(exchanges: &[Exchange], steps: usize) -> Vec<u64> {
             running as u64
         })
         .collect()
-}
-
-/// The most host bytes the exchanges hold at once.
-pub fn host_peak(exchanges: &[Exchange], steps: usize) -> u64 {
-    let mut delta = vec![0i128; steps + 2];
-    for e in exchanges {
-        let from = (e.held_from_step as usize).min(steps);
-        let until = (e.host_held_until_step as usize + 1).min(steps + 1);
-        if from < until {
-            delta[from] += e.host_bytes as i128;
-            delta[until] -= e.host_bytes as i128;
-        }
-    }
-    let mut running = 0i128;
-    let mut peak = 0i128;
-    for d in delta {
-        running += d;
-        peak = peak.max(running);
-    }
-    peak as u64
 }
 
 /// Every strategy vector worth trying for `layers` layers: all of them up

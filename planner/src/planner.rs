@@ -80,22 +80,11 @@ pub fn plan(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Re
     workload.validate()?;
     profile.validate()?;
     let lives = Lifetimes::compute(workload);
-    if let Some(multi) = &options.multi {
-        if multi.gpus != options.gpus {
-            return Err(Error::invalid(
-                "plan options",
-                format!(
-                    "multi.gpus {} differs from gpus {}",
-                    multi.gpus, options.gpus
-                ),
-            ));
-        }
-    }
     profile.check_gpus(options.gpus)?;
     // Planned on one device's share of its node; the plan records the
     // whole node's profile, which the simulator shares the same way.
     let share = profile.share(options.gpus);
-    let mut plan = match options.multi.as_ref().filter(|m| m.gpus > 1) {
+    let mut plan = match options.multi.as_ref().filter(|_| options.gpus > 1) {
         Some(multi) => plan_multi(workload, &share, options, multi, &lives),
         None => plan_one(workload, &share, options, &lives),
     }?;
@@ -119,7 +108,7 @@ fn plan_multi(
     let mut first_error = None;
     for strategies in exchange::candidates(sites.len(), multi.forced) {
         let trial = PlanOptions {
-            exchanges: exchange::exchanges(&sites, multi, profile, &strategies),
+            exchanges: exchange::exchanges(&sites, multi, profile, options.gpus, &strategies),
             multi: None,
             ..options.clone()
         };
@@ -232,7 +221,7 @@ fn plan_dp(
         ) {
             Ok(outcome) => outcome,
             Err(overrun) => {
-                last_error = Some(overrun_error(workload, &budgets, overrun));
+                last_error = Some(overrun_error(workload, &options.budgets, overrun));
                 break;
             }
         };
@@ -324,16 +313,19 @@ fn exchange_extra(workload: &Workload, options: &PlanOptions) -> Vec<u64> {
     if options.exchanges.is_empty() {
         return Vec::new();
     }
-    exchange::device_bytes_per_step(&options.exchanges, workload.ops.len())
+    exchange::bytes_per_step(&options.exchanges, workload.ops.len(), Tier::Hbm)
 }
 
 /// The budgets with the host memory the exchanges hold at their peak set
 /// aside, for searches that do not count them step by step.
 fn exchange_host_free(workload: &Workload, options: &PlanOptions) -> Budgets {
     let mut budgets = options.budgets;
-    budgets.host_bytes = budgets
-        .host_bytes
-        .saturating_sub(exchange::host_peak(&options.exchanges, workload.ops.len()));
+    budgets.host_bytes = budgets.host_bytes.saturating_sub(
+        exchange::bytes_per_step(&options.exchanges, workload.ops.len(), Tier::Host)
+            .into_iter()
+            .max()
+            .unwrap_or(0),
+    );
     budgets
 }
 

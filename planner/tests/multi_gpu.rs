@@ -6,7 +6,7 @@ use fateplan_planner::blocks::BlockCounts;
 use fateplan_planner::exchange::{self, Halo, MultiGpu};
 use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
 use fateplan_planner::plan::{ExchangeKind, Leg, Strategy};
-use fateplan_planner::{plan, Plan, PlanOptions, Policy, Profile, Workload};
+use fateplan_planner::{plan, Plan, PlanOptions, Policy, Profile, Tier, Workload};
 
 const NODES: u64 = 4_000_000;
 const EDGES: u64 = 60_000_000;
@@ -44,7 +44,6 @@ fn plan_with(
     options.budgets.host_bytes = profile.share(gpus).host.memory_bytes;
     options.budgets.ssd_bytes = profile.share(gpus).ssd.capacity_bytes;
     options.multi = Some(MultiGpu {
-        gpus,
         halo: Halo::random(NODES, EDGES),
         forced,
     });
@@ -62,13 +61,12 @@ fn every_layer_has_its_sites_and_each_strategy_its_legs() {
     assert!(sites[1].produced_after.iter().all(|&p| p >= 0));
     assert_eq!(sites[1].backward.len(), 4);
     let multi = MultiGpu {
-        gpus: 4,
         halo: Halo::random(NODES, EDGES),
         forced: None,
     };
     let profile = a100();
-    let peer = exchange::exchanges(&sites, &multi, &profile, &[Strategy::Peer; 3]);
-    let host = exchange::exchanges(&sites, &multi, &profile, &[Strategy::Host; 3]);
+    let peer = exchange::exchanges(&sites, &multi, &profile, 4, &[Strategy::Peer; 3]);
+    let host = exchange::exchanges(&sites, &multi, &profile, 4, &[Strategy::Host; 3]);
     assert!(peer
         .iter()
         .all(|e| e.leg == Leg::Peer && e.network_bytes == 0));
@@ -76,7 +74,7 @@ fn every_layer_has_its_sites_and_each_strategy_its_legs() {
     assert!(host.iter().any(|e| e.leg == Leg::FromHost));
     // The whole halo waits on the device for peer, one partition's for host.
     let peak = |x: &[fateplan_planner::plan::Exchange]| {
-        exchange::device_bytes_per_step(x, w.ops.len())
+        exchange::bytes_per_step(x, w.ops.len(), Tier::Hbm)
             .into_iter()
             .max()
             .unwrap()
@@ -133,7 +131,7 @@ fn exchange_buffers_count_in_the_peaks_and_survive_a_json_round_trip() {
         plan(&w, &profile, &options).unwrap()
     };
     assert!(alone.exchanges.is_empty());
-    let buffers = exchange::device_bytes_per_step(&peer.exchanges, w.ops.len());
+    let buffers = exchange::bytes_per_step(&peer.exchanges, w.ops.len(), Tier::Hbm);
     let most = buffers.iter().copied().max().unwrap();
     assert!(most > 0);
     // Everything fits on the device: the peak is the plan's alone plus
