@@ -11,6 +11,7 @@ use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec};
 use fateplan::planner::passes::cost::FateSet;
 use fateplan::planner::plan::{ExchangeKind, Fate, Leg, Predicted, Strategy};
 use fateplan::planner::profile::DeviceKind;
+use fateplan::planner::sizing::fewest_partitions;
 use fateplan::planner::units::{format_bytes, format_seconds, parse_bytes};
 use fateplan::planner::{
     dag, explain, plan, Budgets, Error as PlanError, Plan, PlanOptions, Policy, Profile, Tier,
@@ -109,9 +110,9 @@ pub(crate) struct PlanArgs {
     /// Number of classes (default: the dataset's or graph's).
     #[arg(long, conflicts_with = "dag")]
     classes: Option<u32>,
-    /// Vertex partitions: a number, or `auto` (smallest power of two whose
-    /// largest step, with one partition's halo rows when GPUs exchange them,
-    /// needs at most a quarter of the device budget).
+    /// Vertex partitions: a number, or `auto` (the fewest at which dp's
+    /// memory model fits the plan under the budgets: fewer partitions
+    /// stream less; the search is in the summary).
     #[arg(long, conflicts_with = "dag", default_value = "auto")]
     partitions: String,
     /// A built-in profile name or a profile JSON file.
@@ -341,9 +342,65 @@ impl GraphSource {
     }
 }
 
-/// The workload, a line describing it, and, for a dataset's statistics,
-/// the whole graph's size (from which a multi-GPU plan estimates its halo).
-fn build_workload(args: &PlanArgs, hbm_budget: u64) -> Result<(Workload, String, Option<Halo>)> {
+/// A GNN over a graph, built for any partition count.
+struct GnnSource {
+    spec: GnnSpec,
+    source: GraphSource,
+}
+
+impl GnnSource {
+    fn build(&self, partitions: u32) -> Result<Workload> {
+        Ok(build_gnn(&self.spec, &self.source.blocks(partitions)?)?)
+    }
+
+    /// The workload the `--partitions` flag asks for, and a line saying
+    /// how `auto` chose.
+    fn sized(
+        &self,
+        partitions: &str,
+        profile: &Profile,
+        options: &PlanOptions,
+    ) -> Result<(Workload, String)> {
+        if partitions != "auto" {
+            let p: u32 = partitions
+                .parse()
+                .map_err(|_| anyhow!("--partitions {partitions:?}: expected a number or auto"))?;
+            return Ok((self.build(p)?, String::new()));
+        }
+        let most = (MAX_PARTITIONS as u64).min(self.source.nodes()) as u32;
+        let started = std::time::Instant::now();
+        let build = |p: u32| self.build(p);
+        let (workload, sizing) = fewest_partitions(&build, most, profile, options)?;
+        let tried: Vec<String> = sizing
+            .tried
+            .iter()
+            .map(|&(p, ok)| format!("{p}{}", if ok { "" } else { "x" }))
+            .collect();
+        let how = if sizing.none_fit {
+            format!("none up to {most} fits")
+        } else {
+            "the fewest that fit".to_string()
+        };
+        let line = format!(
+            "partitions {} (auto: {how}; tried {} in {}, x: no fit)",
+            sizing.partitions,
+            tried.join(" "),
+            format_seconds(started.elapsed().as_secs_f64())
+        );
+        Ok((workload, line))
+    }
+}
+
+/// What a plan is made for: a generic DAG, or a GNN to size.
+enum Source {
+    Dag(Workload),
+    Gnn(GnnSource),
+}
+
+/// The workload source, a line describing the graph, and, for a dataset's
+/// statistics, the whole graph's size (from which a multi-GPU plan
+/// estimates its halo).
+fn workload_source(args: &PlanArgs) -> Result<(Source, String, Option<Halo>)> {
     if let Some(path) = &args.dag {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -359,12 +416,7 @@ fn build_workload(args: &PlanArgs, hbm_budget: u64) -> Result<(Workload, String,
                 args.gpus
             );
         }
-        let note = format!(
-            "{} tensors, {} operators",
-            workload.tensors.len(),
-            workload.ops.len()
-        );
-        return Ok((workload, note, None));
+        return Ok((Source::Dag(workload), String::new(), None));
     }
     let model = GnnModel::parse(&args.model)?;
     let mut halo = None;
@@ -424,76 +476,12 @@ fn build_workload(args: &PlanArgs, hbm_budget: u64) -> Result<(Workload, String,
         classes,
         graph_name,
     };
-    let build = |p: u32| -> Result<Workload> { Ok(build_gnn(&spec, &source.blocks(p)?)?) };
-    let workload = if args.partitions == "auto" {
-        // With several GPUs a step also holds one partition's halo rows
-        // (the host strategy's staging buffer).
-        let halo_bytes = |p: u32| -> u64 {
-            halo.as_ref().map_or(0, |h| {
-                let (_, per_partition) = h.rows(args.gpus, p);
-                let width = features.max(args.hidden) as f64 * 4.0;
-                (per_partition * width) as u64
-            })
-        };
-        auto_partitions(&build, &halo_bytes, source.nodes(), hbm_budget)?
-    } else {
-        let p: u32 = args.partitions.parse().map_err(|_| {
-            anyhow!(
-                "--partitions {:?}: expected a number or auto",
-                args.partitions
-            )
-        })?;
-        build(p)?
-    };
     let edges: u64 = match &source {
         GraphSource::Stats { edges, .. } => *edges,
         GraphSource::Real(graph) => graph.src.len() as u64,
     };
-    let note = format!(
-        "{} tensors, {} operators; {} nodes, {} edges",
-        workload.tensors.len(),
-        workload.ops.len(),
-        source.nodes(),
-        edges
-    );
-    Ok((workload, note, halo))
-}
-
-/// Bytes a step needs at once: its inputs and outputs, parameters excluded.
-fn largest_step_bytes(workload: &Workload) -> u64 {
-    use fateplan::planner::workload::TensorKind;
-    workload
-        .ops
-        .iter()
-        .map(|op| {
-            op.inputs
-                .iter()
-                .chain(&op.outputs)
-                .map(|&t| workload.tensor(t))
-                .filter(|t| t.kind != TensorKind::Parameter)
-                .map(|t| t.bytes)
-                .sum::<u64>()
-        })
-        .max()
-        .unwrap_or(0)
-}
-
-fn auto_partitions(
-    build: &dyn Fn(u32) -> Result<Workload>,
-    halo_bytes: &dyn Fn(u32) -> u64,
-    nodes: u64,
-    hbm_budget: u64,
-) -> Result<Workload> {
-    let mut p = 1u32;
-    loop {
-        let workload = build(p)?;
-        let fits = largest_step_bytes(&workload) + halo_bytes(p) <= hbm_budget / 4;
-        let next = p * 2;
-        if fits || next > MAX_PARTITIONS || next as u64 > nodes {
-            return Ok(workload);
-        }
-        p = next;
-    }
+    let note = format!("{} nodes, {} edges", source.nodes(), edges);
+    Ok((Source::Gnn(GnnSource { spec, source }), note, halo))
 }
 
 pub(crate) fn budget(flag: &Option<String>, name: &str, default: u64) -> Result<u64> {
@@ -537,7 +525,7 @@ fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> 
     options.budgets.hbm_bytes = budget(&args.hbm_budget, "hbm-budget", profile.device.hbm_bytes)?;
     options.budgets.host_bytes = budget(&args.host_budget, "host-budget", share.host.memory_bytes)?;
     options.budgets.ssd_bytes = budget(&args.ssd_budget, "ssd-budget", share.ssd.capacity_bytes)?;
-    let (workload, note, halo) = build_workload(args, options.budgets.hbm_bytes)?;
+    let (source, graph_note, halo) = workload_source(args)?;
     if args.gpus > 1 {
         let halo = halo.ok_or_else(|| {
             anyhow!(
@@ -548,6 +536,21 @@ fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> 
         options.multi = Some(MultiGpu { halo, forced });
     } else if forced.is_some() {
         bail!("--exchange {}: applies with --gpus above 1", args.exchange);
+    }
+    let (workload, sizing_note) = match source {
+        Source::Dag(workload) => (workload, String::new()),
+        Source::Gnn(gnn) => gnn.sized(&args.partitions, &profile, &options)?,
+    };
+    let mut note = format!(
+        "{} tensors, {} operators",
+        workload.tensors.len(),
+        workload.ops.len()
+    );
+    if !graph_note.is_empty() {
+        note = format!("{note}; {graph_note}");
+    }
+    if !sizing_note.is_empty() {
+        note = format!("{note}\n{sizing_note}");
     }
     Ok((profile, options, workload, note))
 }
@@ -795,10 +798,13 @@ fn run_compare(args: &CompareArgs) -> Result<()> {
 
 fn run_plan(args: &PlanArgs) -> Result<()> {
     let (profile, options, workload, note) = prepare(args)?;
+    let started = std::time::Instant::now();
     let plan = plan(&workload, &profile, &options)?;
-    let json = plan.to_json();
-    if let Some(path) = &args.output {
-        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+    let planned_s = started.elapsed().as_secs_f64();
+    // Serialised only where it is written or printed.
+    let json = (args.output.is_some() || args.json && !args.explain).then(|| plan.to_json());
+    if let (Some(path), Some(json)) = (&args.output, &json) {
+        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
     }
     let mut out = std::io::stdout().lock();
     if args.json && args.explain {
@@ -811,10 +817,11 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({"explain": lines}))?
         )?;
-    } else if args.json {
+    } else if let Some(json) = json.filter(|_| args.json) {
         out.write_all(json.as_bytes())?;
     } else {
         write_summary(&mut out, &plan, &note, args.output.as_ref())?;
+        writeln!(out, "planned   in {}", format_seconds(planned_s))?;
         if args.explain {
             writeln!(out)?;
             for line in explain(&plan) {

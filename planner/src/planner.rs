@@ -11,13 +11,15 @@ use crate::passes::timeline::Timeline;
 use crate::passes::{dp, milp, predict, sanity, schedule};
 use crate::plan::{
     Action, Budgets, Exchange, Fate, PerTier, Plan, PlanWorkload, PlannedTensor, Predicted,
-    ScheduleEntry, PLAN_FORMAT_VERSION,
+    ScheduleEntry, Strategy, PLAN_FORMAT_VERSION,
 };
 use crate::policy::{self, Policy};
 use crate::profile::Profile;
 use crate::units::{format_bytes, format_seconds};
 use crate::workload::{TensorKind, Workload};
 use crate::{Error, Result, Tier};
+
+use rayon::prelude::*;
 
 /// Host memory reserved for SSD staging buffers (four 64 MiB buffers:
 /// double-buffered reads and writes) whenever a plan uses the SSD.
@@ -90,6 +92,40 @@ pub fn plan(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Re
     }?;
     plan.profile = profile.clone();
     Ok(plan)
+}
+
+/// Whether dp's memory model finds fates that fit `workload` under the
+/// options' budgets: its first feasible sweep, not a whole plan, so a
+/// quick test (partition sizing bisects with it). Several GPUs are tested
+/// with the forced exchange strategy, else with every halo through host
+/// memory, the strategy that holds no device buffers for it.
+pub fn fits(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Result<bool> {
+    workload.validate()?;
+    profile.validate()?;
+    profile.check_gpus(options.gpus)?;
+    let share = profile.share(options.gpus);
+    let lives = Lifetimes::compute(workload);
+    let mut trial = options.clone();
+    if let Some(multi) = options.multi.as_ref().filter(|_| options.gpus > 1) {
+        let sites = exchange::sites(workload)?;
+        let strategy = multi.forced.unwrap_or(Strategy::Host);
+        trial.exchanges = exchange::exchanges(
+            &sites,
+            multi,
+            &share,
+            options.gpus,
+            &vec![strategy; sites.len()],
+        );
+        trial.multi = None;
+    }
+    let choices = Choices::build(workload, &lives, &share, trial.fates);
+    Ok(dp::fits(
+        workload,
+        &choices,
+        &exchange_host_free(workload, &trial),
+        trial.ssd_staging_bytes,
+        &exchange_extra(workload, &trial),
+    ))
 }
 
 /// A plan for each device of several: every strategy vector
@@ -206,31 +242,67 @@ fn plan_dp(
     lives: &Lifetimes,
 ) -> Result<Plan> {
     let choices = Choices::build(workload, lives, profile, options.fates);
+    // dp's own search, and the peer policies' plans beside it.
+    let (own, peers) = rayon::join(
+        || dp_attempts(workload, profile, options, lives, &choices),
+        || peer_candidates(workload, profile, options, lives, &choices),
+    );
+    let (found, last_error) = own?;
+    let mut candidates: Vec<(f64, Candidate)> = Vec::new();
+    if let Some(own) = found {
+        candidates.push((own.timing.iteration_s, Candidate::Evaluated(Box::new(own))));
+    }
+    candidates.extend(peers);
+    // Stable: dp's own plan, then peers in the order of `Policy::PEERS`.
+    candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for (_, candidate) in candidates {
+        let evaluated = match candidate {
+            Candidate::Evaluated(evaluated) => Ok(*evaluated),
+            Candidate::Fates(fates, shifts) => {
+                evaluate(workload, profile, options, lives, fates, &shifts)
+            }
+        };
+        if let Ok(mut plan) = evaluated.and_then(|e| finish(workload, profile, options, e)) {
+            plan.policy = Policy::Dp.name().to_string();
+            return Ok(plan);
+        }
+    }
+    Err(last_error.unwrap_or_else(|| Error::Internal("dp found no plan and no error".into())))
+}
+
+/// dp's search, planned again with the device bytes the memory pass
+/// finds its model missed, up to [`DP_ATTEMPTS`] times: the evaluated
+/// plan, if one fits, and the last reason one did not.
+fn dp_attempts(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    lives: &Lifetimes,
+    choices: &Choices,
+) -> Result<(Option<Evaluated>, Option<Error>)> {
     // Exchange buffers: device bytes per step, and host memory set aside.
     let budgets = exchange_host_free(workload, options);
     let mut extra = exchange_extra(workload, options);
-    let mut found: Option<Evaluated> = None;
     let mut last_error: Option<Error> = None;
     for _ in 0..DP_ATTEMPTS {
         let outcome = match dp::solve(
             workload,
-            &choices,
+            choices,
             &budgets,
             options.ssd_staging_bytes,
             &extra,
         ) {
             Ok(outcome) => outcome,
             Err(overrun) => {
-                last_error = Some(overrun_error(workload, &options.budgets, overrun));
-                break;
+                return Ok((
+                    None,
+                    Some(overrun_error(workload, &options.budgets, overrun)),
+                ));
             }
         };
-        let (fates, shifts) = outcome.assignment.fates_and_shifts(&choices);
+        let (fates, shifts) = outcome.assignment.fates_and_shifts(choices);
         match evaluate(workload, profile, options, lives, fates.clone(), &shifts) {
-            Ok(evaluated) => {
-                found = Some(evaluated);
-                break;
-            }
+            Ok(evaluated) => return Ok((Some(evaluated), last_error)),
             Err(
                 error @ Error::Infeasible {
                     tier: Tier::Hbm, ..
@@ -255,57 +327,45 @@ fn plan_dp(
                 }
                 last_error = Some(error);
             }
-            Err(error) => {
-                last_error = Some(error);
-                break;
-            }
+            Err(error) => return Ok((None, Some(error))),
         }
     }
-    // Peer policies' fates, timed by the same schedule construction, are
-    // candidates too: dp never returns a plan slower than one of theirs.
-    // Each is scored by its schedule's predicted time alone; candidates
-    // are then checked (memory pass, sanity pass) fastest first, dp's own
-    // first among equals, and the first that passes is the plan.
+    Ok((None, last_error))
+}
+
+/// Peer policies' fates, timed by the same schedule construction, are
+/// candidates too: dp never returns a plan slower than one of theirs.
+/// Each is scored by its schedule's predicted time alone; candidates are
+/// then checked (memory pass, sanity pass) fastest first, dp's own first
+/// among equals, and the first that passes is the plan. In the order of
+/// [`Policy::PEERS`], planned side by side.
+fn peer_candidates(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    lives: &Lifetimes,
+    choices: &Choices,
+) -> Vec<(f64, Candidate)> {
     let all_choices;
     let peer_choices = if options.fates == FateSet::ALL {
-        &choices
+        choices
     } else {
         all_choices = Choices::build(workload, lives, profile, FateSet::ALL);
         &all_choices
     };
-    let mut candidates: Vec<(f64, Candidate)> = Vec::new();
-    if let Some(own) = found {
-        candidates.push((own.timing.iteration_s, Candidate::Evaluated(Box::new(own))));
-    }
-    for peer in Policy::PEERS {
-        let Ok((fates, shifts)) = peer_fates(peer, workload, lives, peer_choices, options) else {
-            continue;
-        };
-        let Ok(schedule) = schedule::build(workload, lives, fates.clone(), &shifts) else {
-            continue;
-        };
-        if !schedule.fates.iter().all(|&f| options.fates.allows(f)) {
-            continue;
-        }
-        let timeline = Timeline::new(workload.ops.len(), &schedule.entries);
-        let timing = predict_schedule(workload, profile, options, &schedule, &timeline);
-        candidates.push((timing.iteration_s, Candidate::Fates(fates, shifts)));
-    }
-    // Stable: dp's own plan, then peers in the order of `Policy::PEERS`.
-    candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
-    for (_, candidate) in candidates {
-        let evaluated = match candidate {
-            Candidate::Evaluated(evaluated) => Ok(*evaluated),
-            Candidate::Fates(fates, shifts) => {
-                evaluate(workload, profile, options, lives, fates, &shifts)
+    Policy::PEERS
+        .par_iter()
+        .filter_map(|&peer| {
+            let (fates, shifts) = peer_fates(peer, workload, lives, peer_choices, options).ok()?;
+            let schedule = schedule::build(workload, lives, fates.clone(), &shifts).ok()?;
+            if !schedule.fates.iter().all(|&f| options.fates.allows(f)) {
+                return None;
             }
-        };
-        if let Ok(mut plan) = evaluated.and_then(|e| finish(workload, profile, options, e)) {
-            plan.policy = Policy::Dp.name().to_string();
-            return Ok(plan);
-        }
-    }
-    Err(last_error.unwrap_or_else(|| Error::Internal("dp found no plan and no error".into())))
+            let timeline = Timeline::new(workload.ops.len(), &schedule.entries);
+            let timing = predict_schedule(workload, profile, options, &schedule, &timeline);
+            Some((timing.iteration_s, Candidate::Fates(fates, shifts)))
+        })
+        .collect()
 }
 
 /// Device bytes the plan's exchanges hold at each step (empty: none).

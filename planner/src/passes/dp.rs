@@ -42,6 +42,8 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+use rayon::prelude::*;
+
 use super::cost::{Choice, Choices, LinkSeconds};
 use super::schedule::Shift;
 use super::segtree::MaxTree;
@@ -51,6 +53,13 @@ use crate::Tier;
 
 /// Most decisions for which stage 3 runs.
 pub const EXCHANGE_LIMIT: usize = 300;
+
+/// Stage 3's budget: its moves times the choices of the instance (a
+/// move's cost grows with them). About 5,000 moves on an instance of 200
+/// choices, where stage 3 matters most against the exact optimum; about
+/// 100 on one of 10,000 (3-layer GAT on 8 partitions), where each move
+/// takes about half a millisecond.
+const EXCHANGE_WORK: usize = 1_000_000;
 
 /// Largest knapsack front kept per overflowing step; beyond it the
 /// sweep takes candidates in score order.
@@ -280,6 +289,48 @@ impl Delta {
     }
 }
 
+/// How a sweep covers overruns (see [`search`]).
+#[derive(Debug, Clone, Copy)]
+struct Sweep {
+    /// Whether SSD choices are allowed (staging reserved in host memory).
+    ssd: bool,
+    /// By the knapsack, else in score order alone.
+    knapsack: bool,
+    /// Refusing recomputations whose added bytes land where the device
+    /// is still over budget.
+    strict_adds: bool,
+    /// Scoring offloads by the timing the sweep applies.
+    as_applied: bool,
+}
+
+const fn sweep(ssd: bool, knapsack: bool, strict_adds: bool, as_applied: bool) -> Sweep {
+    Sweep {
+        ssd,
+        knapsack,
+        strict_adds,
+        as_applied,
+    }
+}
+
+/// Each sweep covers overruns by the knapsack, then again in score order
+/// alone: neither is always the cheaper in the end. A third sweep refuses
+/// recomputations whose added bytes land where the device is still over
+/// budget (the first two let later slots sort them out, which can commit
+/// to a recomputation too early). Where host memory ran short, a fourth
+/// scores offloads by the timing the sweep applies: a cheap-looking
+/// offload whose hiding needs memory it will not get can take host room a
+/// recomputation or a stream would have left. The first three again with
+/// the SSD, where host memory ran short.
+const SWEEPS: [Sweep; 7] = [
+    sweep(false, true, false, false),
+    sweep(false, false, false, false),
+    sweep(false, true, true, false),
+    sweep(false, true, false, true),
+    sweep(true, true, false, false),
+    sweep(true, false, false, false),
+    sweep(true, true, true, false),
+];
+
 /// The search state: an assignment and the usage it implies.
 struct Search<'a> {
     choices: &'a Choices,
@@ -303,6 +354,9 @@ struct Search<'a> {
     as_applied: bool,
     /// Scratch space for changes.
     delta: Delta,
+    /// Stage 3's moves tried so far, and the most it may try.
+    tries: usize,
+    max_tries: usize,
 }
 
 impl<'a> Search<'a> {
@@ -682,6 +736,10 @@ impl<'a> Search<'a> {
                     .map(|(i, _)| Some(i as u16)),
             );
             for pick in cheaper {
+                if self.tries >= self.max_tries {
+                    return improved;
+                }
+                self.tries += 1;
                 let before_cost = self.total_price();
                 let saved = self.assignment.clone();
                 self.set(t, pick);
@@ -761,6 +819,10 @@ impl<'a> Search<'a> {
                 .map(|(i, _)| i as u16)
                 .collect();
             for pick in costlier {
+                if self.tries >= self.max_tries {
+                    return false;
+                }
+                self.tries += 1;
                 let before_cost = self.total_price();
                 let saved = self.assignment.clone();
                 if !self.try_set(t, Some(pick)) {
@@ -792,7 +854,7 @@ impl<'a> Search<'a> {
             if self.usage.hbm.max(0, slots) <= limit {
                 return true;
             }
-            let Some(slot) = (0..slots).find(|&s| self.usage.hbm.get(s) > limit) else {
+            let Some(slot) = self.usage.hbm.first_above(0, limit) else {
                 return true;
             };
             let s = slot as u32;
@@ -1087,65 +1149,84 @@ fn search(
         clamp(budgets.ssd_bytes),
     ];
     let any_ssd = choices.options.iter().flatten().any(Choice::uses_ssd);
+    // One sweep and stage 2 (not for a first fit) with the given settings.
+    let run = |sweep: Sweep, weights: LinkSeconds| -> (Sweep, Search, Result<(), usize>) {
+        let reserved = if sweep.ssd {
+            ssd_staging_bytes as i64
+        } else {
+            0
+        };
+        let mut search = Search {
+            choices,
+            bytes: bytes.clone(),
+            assignment: Assignment::baseline(choices),
+            usage: Usage {
+                strict_adds: sweep.strict_adds,
+                ..Usage::new(choices, limit, reserved, extra)
+            },
+            ssd: sweep.ssd,
+            keep_fates: false,
+            away_refused: false,
+            weights,
+            knapsack: sweep.knapsack,
+            as_applied: sweep.as_applied,
+            delta: Delta::default(),
+            tries: 0,
+            max_tries: 0,
+        };
+        let swept = search.sweep(0, choices.slots as usize, None);
+        if swept.is_ok() && !first_fit {
+            for _ in 0..4 {
+                if !search.improve() {
+                    break;
+                }
+            }
+        }
+        (sweep, search, swept)
+    };
     let mut best: Option<Outcome> = None;
     let mut first_failure: Option<Overrun> = None;
     // First price added seconds only; if a link then bounds the iteration,
     // search again with that link's time priced too.
     let mut rounds: Vec<LinkSeconds> = vec![[0.0; 4]];
+    let mut finalists: Vec<(f64, Search)> = Vec::new();
     let mut round = 0;
     while round < rounds.len() {
         let weights = rounds[round];
         round += 1;
-        let mut host_short = true;
-        // Each sweep covers overruns by the knapsack, then again in score
-        // order alone: neither is always the cheaper in the end. A third
-        // sweep refuses recomputations whose added bytes land where the
-        // device is still over budget (the first two let later slots sort
-        // them out, which can commit to a recomputation too early). Where
-        // host memory ran short, a fourth scores offloads by the
-        // timing the sweep applies: a cheap-looking offload whose hiding
-        // needs memory it will not get can take host room a recomputation
-        // or a stream would have left.
-        let sweeps = [
-            (false, true, false, false),
-            (false, false, false, false),
-            (false, true, true, false),
-            (false, true, false, true),
-            (true, true, false, false),
-            (true, false, false, false),
-            (true, true, true, false),
-        ];
-        for (ssd, knapsack, strict_adds, as_applied) in sweeps {
+        // The first sweep says whether host memory ran short, which the
+        // others depend on; they then run side by side.
+        let first = run(SWEEPS[0], weights);
+        let host_short = first.2.is_err() || first.1.away_refused;
+        let rest: Vec<Sweep> = SWEEPS[1..]
+            .iter()
+            .copied()
             // The SSD only helps where host memory ran short.
-            if ssd && (!any_ssd || !host_short) || as_applied && !host_short {
-                continue;
+            .filter(|s| !(s.ssd && (!any_ssd || !host_short) || s.as_applied && !host_short))
+            .filter(|s| !s.ssd || ssd_staging_bytes as i64 <= limit[1])
+            .collect();
+        let results: Vec<(Sweep, Search, Result<(), usize>)> = if first_fit {
+            // Sequential: the first that fits ends the search.
+            let mut results = vec![first];
+            for &sweep in &rest {
+                if results.last().is_some_and(|r| r.2.is_ok()) {
+                    break;
+                }
+                results.push(run(sweep, weights));
             }
-            let reserved = if ssd { ssd_staging_bytes as i64 } else { 0 };
-            if reserved > limit[1] {
-                continue;
-            }
-            let mut search = Search {
-                choices,
-                bytes: bytes.clone(),
-                assignment: Assignment::baseline(choices),
-                usage: Usage {
-                    strict_adds,
-                    ..Usage::new(choices, limit, reserved, extra)
-                },
-                ssd,
-                keep_fates: false,
-                away_refused: false,
-                weights,
-                knapsack,
-                as_applied,
-                delta: Delta::default(),
-            };
-            let swept = search.sweep(0, choices.slots as usize, None);
-            if !ssd && knapsack && !strict_adds && !as_applied {
-                host_short = swept.is_err() || search.away_refused;
-            }
+            results
+        } else {
+            std::iter::once(first)
+                .chain(
+                    rest.into_par_iter()
+                        .map(|sweep| run(sweep, weights))
+                        .collect::<Vec<_>>(),
+                )
+                .collect()
+        };
+        for (sweep, search, swept) in results {
             if let Err(step) = swept {
-                if !knapsack || strict_adds || as_applied {
+                if !sweep.knapsack || sweep.strict_adds || sweep.as_applied {
                     continue;
                 }
                 let needed = search.usage.hbm.get(step).max(0) as u64;
@@ -1154,37 +1235,18 @@ fn search(
                     step: (step as u32 / 2).min(choices.steps.saturating_sub(1)),
                     needed_bytes: needed,
                 };
-                if first_failure.is_none() || ssd {
+                if first_failure.is_none() || sweep.ssd {
                     first_failure = Some(overrun);
                 }
                 continue;
             }
+            let objective_s = search.assignment.objective_s(choices);
             if first_fit {
-                let objective_s = search.assignment.objective_s(choices);
                 return Ok(Outcome {
                     assignment: search.assignment,
                     objective_s,
                 });
             }
-            for _ in 0..4 {
-                if !search.improve() {
-                    break;
-                }
-            }
-            let decisions = search
-                .assignment
-                .picks
-                .iter()
-                .filter(|p| p.is_some())
-                .count();
-            if decisions <= EXCHANGE_LIMIT {
-                for _ in 0..3 {
-                    if !search.exchange() {
-                        break;
-                    }
-                }
-            }
-            let objective_s = search.assignment.objective_s(choices);
             if round == 1 {
                 let link = search.assignment.link_s(choices);
                 let compute = choices.compute_s() + search.assignment.cost_s(choices);
@@ -1198,12 +1260,46 @@ fn search(
                     }
                 }
             }
-            if best.as_ref().is_none_or(|b| objective_s < b.objective_s) {
+            let decisions = search
+                .assignment
+                .picks
+                .iter()
+                .filter(|p| p.is_some())
+                .count();
+            if decisions <= EXCHANGE_LIMIT {
+                finalists.push((objective_s, search));
+            } else if best.as_ref().is_none_or(|b| objective_s < b.objective_s) {
                 best = Some(Outcome {
                     assignment: search.assignment,
                     objective_s,
                 });
             }
+        }
+    }
+    // Stage 3 on the results of stages 1 and 2, best first (the first
+    // among equals), while its budget of moves lasts: each move re-runs
+    // the sweep and stage 2, so it is the costliest stage by far.
+    finalists.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let options: usize = choices.options.iter().map(Vec::len).sum();
+    let mut moves_left = EXCHANGE_WORK / options.max(1);
+    for (objective_s, mut search) in finalists {
+        let objective_s = if moves_left > 0 {
+            search.max_tries = moves_left;
+            for _ in 0..3 {
+                if !search.exchange() {
+                    break;
+                }
+            }
+            moves_left -= search.tries;
+            search.assignment.objective_s(choices)
+        } else {
+            objective_s
+        };
+        if best.as_ref().is_none_or(|b| objective_s < b.objective_s) {
+            best = Some(Outcome {
+                assignment: search.assignment,
+                objective_s,
+            });
         }
     }
     best.ok_or_else(|| {
@@ -1273,6 +1369,8 @@ pub fn time_fates(
         knapsack: true,
         as_applied: false,
         delta: Delta::default(),
+        tries: 0,
+        max_tries: 0,
     };
     for (t, &pick) in assignment.picks.iter().enumerate() {
         if pick.is_some() {
