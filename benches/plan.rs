@@ -3,8 +3,8 @@
 //! - `dp_gnn`: the default policy on the speed target's workloads: 3-layer
 //!   GCN and GAT, 256 hidden, on ogbn-papers100M and IGB-full, partitions
 //!   as `fateplan plan --partitions auto` sizes them for a100-80g (the
-//!   smallest power of two whose largest step needs at most a quarter of
-//!   the device).
+//!   fewest at which dp's memory model fits, `sizing::fewest_partitions`).
+//! - `sizing`: that search itself, on the same workloads.
 //! - `dp_by_partitions`, `dp_random_dag`: how dp's plan time grows with the
 //!   number of tensors (the counter), on papers100M GCN with more
 //!   partitions and on random training DAGs (`dag::random_node_link`) with
@@ -16,11 +16,12 @@
 //!
 //! Run: `cargo bench --bench plan`, or one group: `cargo bench --bench plan -- dp_gnn`.
 
-use fateplan::planner::blocks::BlockCounts;
+use fateplan::planner::blocks::{BlockCounts, MAX_PARTITIONS};
 use fateplan::planner::dag::{from_node_link, random_node_link};
 use fateplan::planner::datasets::dataset;
 use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec};
 use fateplan::planner::passes::cost::FateSet;
+use fateplan::planner::sizing::{fewest_partitions, Sizing};
 use fateplan::planner::{plan, Budgets, PlanOptions, Policy, Profile, Workload};
 
 fn main() {
@@ -49,26 +50,57 @@ fn workload(model: GnnModel, name: &str, partitions: u32) -> Workload {
     .unwrap()
 }
 
-/// The speed target's workloads, with the partition counts `--partitions
-/// auto` picks for them on a100-80g.
-#[divan::bench(
-    args = ["papers100M-gcn-p32", "papers100M-gat-p32", "igb-full-gcn-p256", "igb-full-gat-p128"],
-    sample_count = 5,
-    sample_size = 1
-)]
-fn dp_gnn(bencher: divan::Bencher, case: &str) {
-    let (dataset_name, model, partitions) = match case {
-        "papers100M-gcn-p32" => ("ogbn-papers100M", GnnModel::Gcn, 32),
-        "papers100M-gat-p32" => ("ogbn-papers100M", GnnModel::Gat, 32),
-        "igb-full-gcn-p256" => ("igb-full", GnnModel::Gcn, 256),
-        _ => ("igb-full", GnnModel::Gat, 128),
+/// The speed target's workloads.
+const TARGETS: [&str; 4] = [
+    "papers100M-gcn",
+    "papers100M-gat",
+    "igb-full-gcn",
+    "igb-full-gat",
+];
+
+fn target(case: &str) -> (&'static str, GnnModel) {
+    match case {
+        "papers100M-gcn" => ("ogbn-papers100M", GnnModel::Gcn),
+        "papers100M-gat" => ("ogbn-papers100M", GnnModel::Gat),
+        "igb-full-gcn" => ("igb-full", GnnModel::Gcn),
+        _ => ("igb-full", GnnModel::Gat),
+    }
+}
+
+/// A target workload sized as `--partitions auto` sizes it for a100-80g.
+fn sized(case: &str, profile: &Profile, options: &PlanOptions) -> (Workload, Sizing) {
+    let (name, model) = target(case);
+    let build = |p: u32| -> fateplan::planner::Result<Workload> {
+        let stats = dataset(name).unwrap();
+        Ok(workload(model, name, p.min(stats.nodes as u32)))
     };
+    fewest_partitions(&build, MAX_PARTITIONS, profile, options).unwrap()
+}
+
+/// The speed target's workloads, with the partition counts `--partitions
+/// auto` picks for them on a100-80g (printed once per case).
+#[divan::bench(args = TARGETS, sample_count = 10, sample_size = 1)]
+fn dp_gnn(bencher: divan::Bencher, case: &str) {
     let profile = profile();
-    let w = workload(model, dataset_name, partitions);
     let options = PlanOptions::new(Policy::Dp, &profile);
+    let (w, sizing) = sized(case, &profile, &options);
+    eprintln!(
+        "{case}: {} partitions, {} tensors",
+        sizing.partitions,
+        w.tensors.len()
+    );
     bencher
         .counter(divan::counter::ItemsCount::new(w.tensors.len()))
         .bench(|| plan(divan::black_box(&w), &profile, &options).unwrap());
+}
+
+/// `--partitions auto`'s search (workloads built and fit tested) on the
+/// speed target's workloads.
+#[divan::bench(args = TARGETS, sample_count = 5, sample_size = 1)]
+fn sizing(bencher: divan::Bencher, case: &str) {
+    let profile = profile();
+    let options = PlanOptions::new(Policy::Dp, &profile);
+    bencher.bench(|| sized(divan::black_box(case), &profile, &options));
 }
 
 /// dp on papers100M GCN as the partition count (and so the number of

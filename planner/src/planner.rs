@@ -685,12 +685,13 @@ fn finish(
         peak_step,
         timing,
     } = evaluated;
-    let plan = Plan {
+    let mut plan = Plan {
         format_version: PLAN_FORMAT_VERSION,
         policy: options.policy.name().to_string(),
         workload: PlanWorkload {
             name: workload.name.clone(),
-            digest: workload.digest(),
+            // Filled in beside the sanity pass, which does not read it.
+            digest: String::new(),
             definition: workload.clone(),
         },
         profile: profile.clone(),
@@ -721,7 +722,9 @@ fn finish(
             bytes_moved: timing.bytes_moved,
         },
     };
-    let checked = sanity::check(&plan).map_err(|e| {
+    let (digest, checked) = rayon::join(|| workload.digest(), || sanity::check(&plan));
+    plan.workload.digest = digest;
+    let checked = checked.map_err(|e| {
         Error::Internal(format!(
             "the planner made a plan the sanity pass rejects: {e}"
         ))

@@ -221,7 +221,36 @@ struct Delta {
 
 impl Delta {
     fn compute(&mut self, old: Option<&Choice>, new: Option<&Choice>, bytes: i64) {
-        for (index, tier) in [Tier::Hbm, Tier::Host, Tier::Ssd].into_iter().enumerate() {
+        for index in 0..3 {
+            self.compute_tier(index, old, new, bytes);
+        }
+    }
+
+    /// Whether the change fits, computing tier by tier and stopping at
+    /// the first that does not (then the segments are incomplete).
+    fn compute_fits(
+        &mut self,
+        old: Option<&Choice>,
+        new: Option<&Choice>,
+        bytes: i64,
+        usage: &Usage,
+    ) -> bool {
+        (0..3).all(|index| {
+            self.compute_tier(index, old, new, bytes);
+            self.tier_fits(index, usage)
+        })
+    }
+
+    /// The segments of tier `index` (device, host, SSD).
+    fn compute_tier(
+        &mut self,
+        index: usize,
+        old: Option<&Choice>,
+        new: Option<&Choice>,
+        bytes: i64,
+    ) {
+        let tier = [Tier::Hbm, Tier::Host, Tier::Ssd][index];
+        {
             self.events.clear();
             for (choice, sign) in [(old, -1i64), (new, 1i64)] {
                 let Some(choice) = choice else { continue };
@@ -245,10 +274,10 @@ impl Delta {
             let segments = &mut self.segments[index];
             segments.clear();
             if self.events.is_empty() {
-                continue;
+                return;
             }
-            // Stable: each choice adds its events in order, so this merges runs.
-            self.events.sort_by_key(|&(at, _)| at);
+            // Events at one step are summed: their order does not matter.
+            self.events.sort_unstable_by_key(|&(at, _)| at);
             let mut running = 0i64;
             let mut k = 0;
             while k < self.events.len() {
@@ -264,17 +293,14 @@ impl Delta {
         }
     }
 
-    /// Whether every step the change adds bytes to stays within its limit.
-    fn fits(&self, usage: &Usage) -> bool {
-        [&usage.hbm, &usage.host, &usage.ssd]
-            .into_iter()
-            .zip(&self.segments)
-            .zip(usage.limit)
-            .all(|((tree, segments), limit)| {
-                segments.iter().all(|&(s, e, bytes)| {
-                    bytes <= 0 || tree.max(s as usize, e as usize) + bytes <= limit
-                })
-            })
+    /// Whether every step of tier `index` the change adds bytes to stays
+    /// within its limit.
+    fn tier_fits(&self, index: usize, usage: &Usage) -> bool {
+        let tree = [&usage.hbm, &usage.host, &usage.ssd][index];
+        let limit = usage.limit[index];
+        self.segments[index]
+            .iter()
+            .all(|&(s, e, bytes)| bytes <= 0 || tree.max(s as usize, e as usize) + bytes <= limit)
     }
 
     fn apply(&self, usage: &mut Usage) {
@@ -426,12 +452,12 @@ impl<'a> Search<'a> {
             return true;
         }
         let mut delta = std::mem::take(&mut self.delta);
-        delta.compute(
+        let fits = delta.compute_fits(
             self.pick(tensor),
             self.choice_of(tensor, pick),
             self.bytes[tensor],
+            &self.usage,
         );
-        let fits = delta.fits(&self.usage);
         if fits {
             self.assignment.picks[tensor] = pick;
             delta.apply(&mut self.usage);
@@ -445,9 +471,10 @@ impl<'a> Search<'a> {
     /// within budget.
     fn sweep(&mut self, from: usize, to: usize, frozen: Option<usize>) -> Result<(), usize> {
         let choices = self.choices;
-        let slots = choices.slots as usize;
         // Per step, the candidate (tensor, choice index) intervals that start there.
-        let mut starts: Vec<Vec<(usize, u16, u32)>> = vec![Vec::new(); slots + 1];
+        // (start, tensor, choice, end), sorted by start below; the heap
+        // orders candidates fully, so ties need no order.
+        let mut starts: Vec<(u32, usize, u16, u32)> = Vec::new();
         let mut fate_cost = vec![[f64::INFINITY; 7]; choices.options.len()];
         for (t, options) in choices.options.iter().enumerate() {
             if self.assignment.picks[t].is_some() || Some(t) == frozen {
@@ -473,15 +500,25 @@ impl<'a> Search<'a> {
                 for &(s, e) in &choice.hbm_free {
                     let (s, e) = (s as usize, e as usize);
                     if e > from && s < to {
-                        starts[s.max(from)].push((t, i as u16, e as u32));
+                        starts.push((s.max(from) as u32, t, i as u16, e as u32));
                     }
                 }
             }
         }
+        starts.sort_unstable_by_key(|&(start, ..)| start);
+        let mut next_start = 0;
         let mut active: BinaryHeap<Candidate> = BinaryHeap::new();
         let mut step = from;
         while step < to {
-            for &(t, i, end) in &starts[step] {
+            // Nothing happens at a step within budget but candidates
+            // starting: go to the next step over it.
+            match self.usage.hbm.first_above(step, self.usage.limit[0]) {
+                Some(over) if over < to => step = over,
+                _ => break,
+            }
+            while next_start < starts.len() && starts[next_start].0 as usize <= step {
+                let (_, t, i, end) = starts[next_start];
+                next_start += 1;
                 let choice = &choices.options[t][i as usize];
                 let score = fate_cost[t][choice.fate as usize] / self.bytes[t] as f64;
                 active.push(Candidate {
@@ -493,10 +530,6 @@ impl<'a> Search<'a> {
                 });
             }
             let over = self.usage.hbm.get(step) - self.usage.limit[0];
-            if over <= 0 {
-                step += 1;
-                continue;
-            }
             // The candidates still usable here, best first.
             let mut usable: Vec<Candidate> = Vec::new();
             let mut spare: Vec<Candidate> = Vec::new();
@@ -1195,34 +1228,37 @@ fn search(
         let weights = rounds[round];
         round += 1;
         // The first sweep says whether host memory ran short, which the
-        // others depend on; they then run side by side.
-        let first = run(SWEEPS[0], weights);
-        let host_short = first.2.is_err() || first.1.away_refused;
-        let rest: Vec<Sweep> = SWEEPS[1..]
-            .iter()
-            .copied()
+        // fourth and those with the SSD depend on. They run side by side:
+        // the first three, then those the first allows.
+        let allowed = |s: &Sweep, host_short: bool| {
             // The SSD only helps where host memory ran short.
-            .filter(|s| !(s.ssd && (!any_ssd || !host_short) || s.as_applied && !host_short))
-            .filter(|s| !s.ssd || ssd_staging_bytes as i64 <= limit[1])
-            .collect();
+            !(s.ssd && (!any_ssd || !host_short) || s.as_applied && !host_short)
+                && (!s.ssd || ssd_staging_bytes as i64 <= limit[1])
+        };
         let results: Vec<(Sweep, Search, Result<(), usize>)> = if first_fit {
             // Sequential: the first that fits ends the search.
-            let mut results = vec![first];
-            for &sweep in &rest {
+            let mut results = vec![run(SWEEPS[0], weights)];
+            let host_short = results[0].2.is_err() || results[0].1.away_refused;
+            for sweep in SWEEPS[1..].iter().filter(|s| allowed(s, host_short)) {
                 if results.last().is_some_and(|r| r.2.is_ok()) {
                     break;
                 }
-                results.push(run(sweep, weights));
+                results.push(run(*sweep, weights));
             }
             results
         } else {
-            std::iter::once(first)
-                .chain(
-                    rest.into_par_iter()
-                        .map(|sweep| run(sweep, weights))
-                        .collect::<Vec<_>>(),
-                )
-                .collect()
+            let mut results: Vec<_> = SWEEPS[..3]
+                .par_iter()
+                .map(|&sweep| run(sweep, weights))
+                .collect();
+            let host_short = results[0].2.is_err() || results[0].1.away_refused;
+            let rest: Vec<_> = SWEEPS[3..]
+                .par_iter()
+                .filter(|s| allowed(s, host_short))
+                .map(|&sweep| run(sweep, weights))
+                .collect();
+            results.extend(rest);
+            results
         };
         for (sweep, search, swept) in results {
             if let Err(step) = swept {

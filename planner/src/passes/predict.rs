@@ -49,10 +49,11 @@ pub struct Timing {
     pub bytes_moved: LinkBytes,
 }
 
-/// A link's free time, as disjoint `[start, end)` gaps keyed by start
-/// (the last one open-ended).
+/// A link's free time: disjoint closed `[start, end)` gaps keyed by
+/// start, then all time from `tail` on.
 struct Calendar {
     gaps: BTreeMap<Key, f64>,
+    tail: f64,
 }
 
 /// An `f64` time ordered by `total_cmp`.
@@ -76,7 +77,8 @@ impl Ord for Key {
 impl Calendar {
     fn new() -> Calendar {
         Calendar {
-            gaps: BTreeMap::from([(Key(0.0), f64::INFINITY)]),
+            gaps: BTreeMap::new(),
+            tail: 0.0,
         }
     }
 
@@ -89,31 +91,43 @@ impl Calendar {
         let mut remaining = seconds;
         let mut from = start;
         loop {
-            // The gap holding `from`, or the first one after it.
+            if from >= self.tail || self.gaps.is_empty() {
+                // In the open-ended time (usually: links are booked
+                // roughly in order): what it skips becomes a gap.
+                let begin = from.max(self.tail);
+                if begin > self.tail {
+                    self.gaps.insert(Key(self.tail), begin);
+                }
+                self.tail = begin + remaining;
+                return self.tail;
+            }
+            // The gap holding `from`, or the first one after it, or the
+            // open-ended time.
             let holding = self
                 .gaps
                 .range(..=Key(from))
                 .next_back()
                 .filter(|(_, &end)| end > from)
-                .map(|(&k, &end)| (k, end));
-            let (key, end) = match holding {
-                Some(gap) => gap,
-                None => {
-                    let (&k, &end) = self
-                        .gaps
+                .map(|(&k, &end)| (k, end))
+                .or_else(|| {
+                    self.gaps
                         .range(Key(from)..)
                         .next()
-                        .expect("the last gap is open-ended");
-                    (k, end)
-                }
+                        .map(|(&k, &end)| (k, end))
+                });
+            let Some((key, end)) = holding else {
+                from = from.max(self.tail);
+                continue;
             };
             self.gaps.remove(&key);
             let begin = key.0.max(from);
             if key.0 < begin {
                 self.gaps.insert(key, begin);
             }
-            if end - begin > remaining {
-                self.gaps.insert(Key(begin + remaining), end);
+                        if end - begin >= remaining {
+                if end - begin > remaining {
+                    self.gaps.insert(Key(begin + remaining), end);
+                }
                 return begin + remaining;
             }
             remaining -= end - begin;
@@ -345,7 +359,12 @@ mod tests {
         // Nothing free before 13 any more.
         assert_eq!(link.book(0.0, 1.0), 14.0);
         // Zero seconds take no time.
-        assert_eq!(link.book(5.0, 0.0), 5.0);
-        assert_eq!(link.gaps.len(), 1);
+                assert_eq!(link.book(5.0, 0.0), 5.0);
+        assert!(link.gaps.is_empty());
+        assert_eq!(link.tail, 14.0);
+        // A gap filled exactly ends the booking there.
+        assert_eq!(link.book(20.0, 1.0), 21.0);
+        assert_eq!(link.book(14.0, 6.0), 20.0);
+        assert!(link.gaps.is_empty());
     }
 }
