@@ -248,21 +248,12 @@ fn plan_dp(
         || peer_candidates(workload, profile, options, lives, &choices),
     );
     let (found, last_error) = own?;
-    let mut candidates: Vec<(f64, Candidate)> = Vec::new();
-    if let Some(own) = found {
-        candidates.push((own.timing.iteration_s, Candidate::Evaluated(Box::new(own))));
-    }
+    let mut candidates: Vec<Evaluated> = found.into_iter().collect();
     candidates.extend(peers);
     // Stable: dp's own plan, then peers in the order of `Policy::PEERS`.
-    candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
-    for (_, candidate) in candidates {
-        let evaluated = match candidate {
-            Candidate::Evaluated(evaluated) => Ok(*evaluated),
-            Candidate::Fates(fates, shifts) => {
-                evaluate(workload, profile, options, lives, fates, &shifts)
-            }
-        };
-        if let Ok(mut plan) = evaluated.and_then(|e| finish(workload, profile, options, e)) {
+    candidates.sort_by(|a, b| a.timing.iteration_s.total_cmp(&b.timing.iteration_s));
+    for evaluated in candidates {
+        if let Ok(mut plan) = finish(workload, profile, options, evaluated) {
             plan.policy = Policy::Dp.name().to_string();
             return Ok(plan);
         }
@@ -335,9 +326,9 @@ fn dp_attempts(
 
 /// Peer policies' fates, timed by the same schedule construction, are
 /// candidates too: dp never returns a plan slower than one of theirs.
-/// Each is scored by its schedule's predicted time alone; candidates are
-/// then checked (memory pass, sanity pass) fastest first, dp's own first
-/// among equals, and the first that passes is the plan. In the order of
+/// Those that fit the memory pass are predicted; candidates then go
+/// through the sanity pass fastest first, dp's own first among equals,
+/// and the first that passes is the plan. In the order of
 /// [`Policy::PEERS`], planned side by side.
 fn peer_candidates(
     workload: &Workload,
@@ -345,7 +336,7 @@ fn peer_candidates(
     options: &PlanOptions,
     lives: &Lifetimes,
     choices: &Choices,
-) -> Vec<(f64, Candidate)> {
+) -> Vec<Evaluated> {
     let all_choices;
     let peer_choices = if options.fates == FateSet::ALL {
         choices
@@ -357,13 +348,17 @@ fn peer_candidates(
         .par_iter()
         .filter_map(|&peer| {
             let (fates, shifts) = peer_fates(peer, workload, lives, peer_choices, options).ok()?;
-            let schedule = schedule::build(workload, lives, fates.clone(), &shifts).ok()?;
-            if !schedule.fates.iter().all(|&f| options.fates.allows(f)) {
+            // Memory checked here, side by side, not one by one after.
+            let evaluated = evaluate(workload, profile, options, lives, fates, &shifts).ok()?;
+            if !evaluated
+                .schedule
+                .fates
+                .iter()
+                .all(|&f| options.fates.allows(f))
+            {
                 return None;
             }
-            let timeline = Timeline::new(workload.ops.len(), &schedule.entries);
-            let timing = predict_schedule(workload, profile, options, &schedule, &timeline);
-            Some((timing.iteration_s, Candidate::Fates(fates, shifts)))
+            Some(evaluated)
         })
         .collect()
 }
@@ -399,12 +394,6 @@ fn exchange_free_budgets(workload: &Workload, options: &PlanOptions) -> Budgets 
         .unwrap_or(0);
     budgets.hbm_bytes = budgets.hbm_bytes.saturating_sub(device);
     budgets
-}
-
-/// A plan `dp` may return: its own, already evaluated, or a peer's fates.
-enum Candidate {
-    Evaluated(Box<Evaluated>),
-    Fates(Vec<Fate>, Vec<Shift>),
 }
 
 fn plan_milp(

@@ -214,7 +214,10 @@ impl Usage {
 /// nonzero change. Buffers are kept between uses.
 #[derive(Default)]
 struct Delta {
+    /// Added-bytes and away-copy events.
     events: Vec<(u32, i64)>,
+    /// The old and the new choice's device frees, as events.
+    frees: [Vec<(u32, i64)>; 2],
     /// Per tier (device, host, SSD): `(start, end, bytes)`.
     segments: [Vec<(u32, u32, i64)>; 3],
 }
@@ -250,45 +253,59 @@ impl Delta {
         bytes: i64,
     ) {
         let tier = [Tier::Hbm, Tier::Host, Tier::Ssd][index];
-        {
-            self.events.clear();
-            for (choice, sign) in [(old, -1i64), (new, 1i64)] {
-                let Some(choice) = choice else { continue };
-                if tier == Tier::Hbm {
-                    for &(s, e) in &choice.hbm_free {
-                        self.events.push((s, -sign * bytes));
-                        self.events.push((e, sign * bytes));
-                    }
-                    for &(s, e, added) in &choice.hbm_add {
-                        self.events.push((s, sign * added as i64));
-                        self.events.push((e, -sign * added as i64));
-                    }
+        let Delta {
+            events,
+            frees,
+            segments,
+        } = self;
+        events.clear();
+        for (k, (choice, sign)) in [(old, -1i64), (new, 1i64)].into_iter().enumerate() {
+            frees[k].clear();
+            let Some(choice) = choice else { continue };
+            if tier == Tier::Hbm {
+                // Disjoint and in order: a sorted run of events.
+                for &(s, e) in &choice.hbm_free {
+                    frees[k].push((s, -sign * bytes));
+                    frees[k].push((e, sign * bytes));
                 }
-                if let Some((away, s, e)) = choice.away {
-                    if away == tier {
-                        self.events.push((s, sign * bytes));
-                        self.events.push((e, -sign * bytes));
-                    }
+                debug_assert!(frees[k].windows(2).all(|w| w[0].0 <= w[1].0));
+                for &(s, e, added) in &choice.hbm_add {
+                    events.push((s, sign * added as i64));
+                    events.push((e, -sign * added as i64));
                 }
             }
-            let segments = &mut self.segments[index];
-            segments.clear();
-            if self.events.is_empty() {
-                return;
+            if let Some((away, s, e)) = choice.away {
+                if away == tier {
+                    events.push((s, sign * bytes));
+                    events.push((e, -sign * bytes));
+                }
             }
-            // Events at one step are summed: their order does not matter.
-            self.events.sort_unstable_by_key(|&(at, _)| at);
-            let mut running = 0i64;
-            let mut k = 0;
-            while k < self.events.len() {
-                let at = self.events[k].0;
-                while k < self.events.len() && self.events[k].0 == at {
-                    running += self.events[k].1;
-                    k += 1;
+        }
+        // Events at one step are summed: their order does not matter.
+        events.sort_unstable_by_key(|&(at, _)| at);
+        // The three sorted runs merged, summing as they go.
+        let segments = &mut segments[index];
+        segments.clear();
+        let runs = [&frees[0][..], &frees[1][..], &events[..]];
+        let mut at_run = [0usize; 3];
+        let next = |at_run: &[usize; 3]| {
+            (0..3)
+                .filter_map(|r| runs[r].get(at_run[r]).map(|&(at, _)| at))
+                .min()
+        };
+        let mut running = 0i64;
+        while let Some(at) = next(&at_run) {
+            for r in 0..3 {
+                while let Some(&(position, change)) = runs[r].get(at_run[r]) {
+                    if position != at {
+                        break;
+                    }
+                    running += change;
+                    at_run[r] += 1;
                 }
-                if k < self.events.len() && running != 0 {
-                    segments.push((at, self.events[k].0, running));
-                }
+            }
+            if let Some(end) = next(&at_run).filter(|_| running != 0) {
+                segments.push((at, end, running));
             }
         }
     }

@@ -124,7 +124,7 @@ impl Calendar {
             if key.0 < begin {
                 self.gaps.insert(key, begin);
             }
-                        if end - begin >= remaining {
+            if end - begin >= remaining {
                 if end - begin > remaining {
                     self.gaps.insert(Key(begin + remaining), end);
                 }
@@ -359,7 +359,7 @@ mod tests {
         // Nothing free before 13 any more.
         assert_eq!(link.book(0.0, 1.0), 14.0);
         // Zero seconds take no time.
-                assert_eq!(link.book(5.0, 0.0), 5.0);
+        assert_eq!(link.book(5.0, 0.0), 5.0);
         assert!(link.gaps.is_empty());
         assert_eq!(link.tail, 14.0);
         // A gap filled exactly ends the booking there.
