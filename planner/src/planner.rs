@@ -200,18 +200,19 @@ fn plan_peer(
     lives: &Lifetimes,
 ) -> Result<Plan> {
     let choices = Choices::build(workload, lives, profile, FateSet::ALL);
-    let (fates, shifts) = peer_fates(peer, workload, lives, &choices, options)?;
+    let (fates, shifts, _) = peer_fates(peer, workload, lives, &choices, options)?;
     assemble(workload, profile, options, lives, fates, &shifts)
 }
 
-/// A peer policy's fates, and their transfer timings when prefetch is on.
+/// A peer policy's fates, their transfer timings when prefetch is on, and
+/// whether the fates fit dp's memory model (when timed; else `true`).
 fn peer_fates(
     peer: Policy,
     workload: &Workload,
     lives: &Lifetimes,
     choices: &Choices,
     options: &PlanOptions,
-) -> Result<(Vec<Fate>, Vec<Shift>)> {
+) -> Result<(Vec<Fate>, Vec<Shift>, bool)> {
     let budgets = exchange_free_budgets(workload, options);
     let fates = policy::assign(
         peer,
@@ -221,7 +222,7 @@ fn peer_fates(
         &budgets,
         options.ssd_staging_bytes,
     )?;
-    let shifts = if options.prefetch {
+    let (shifts, model_fits) = if options.prefetch {
         dp::time_fates(
             workload,
             choices,
@@ -230,9 +231,9 @@ fn peer_fates(
             options.ssd_staging_bytes,
         )
     } else {
-        Vec::new()
+        (Vec::new(), true)
     };
-    Ok((fates, shifts))
+    Ok((fates, shifts, model_fits))
 }
 
 fn plan_dp(
@@ -347,7 +348,17 @@ fn peer_candidates(
     Policy::PEERS
         .par_iter()
         .filter_map(|&peer| {
-            let (fates, shifts) = peer_fates(peer, workload, lives, peer_choices, options).ok()?;
+            let (fates, shifts, model_fits) =
+                peer_fates(peer, workload, lives, peer_choices, options).ok()?;
+            // Without recomputation the model counts no more device bytes
+            // than the memory pass: fates over budget in the model are
+            // over it in the pass too, and need no schedule. (A
+            // recomputation's inputs the model may count where the pass
+            // does not; with exchanges the model's budgets set their peak
+            // aside, which the pass counts step by step.)
+            if !model_fits && options.exchanges.is_empty() && !fates.contains(&Fate::Recompute) {
+                return None;
+            }
             // Memory checked here, side by side, not one by one after.
             let evaluated = evaluate(workload, profile, options, lives, fates, &shifts).ok()?;
             if !evaluated
@@ -532,9 +543,11 @@ fn with_hint(
                     budgets: *budgets,
                     ..options.clone()
                 };
-                peer_fates(peer, workload, lives, &choices, &trial).is_ok_and(|(fates, shifts)| {
-                    evaluate(workload, profile, &trial, lives, fates, &shifts).is_ok()
-                })
+                peer_fates(peer, workload, lives, &choices, &trial).is_ok_and(
+                    |(fates, shifts, _)| {
+                        evaluate(workload, profile, &trial, lives, fates, &shifts).is_ok()
+                    },
+                )
             }
         }
     };

@@ -712,27 +712,23 @@ impl<'a> Search<'a> {
     /// choice that fits. Returns whether anything changed.
     fn improve(&mut self) -> bool {
         let choices = self.choices;
-        let mut order: Vec<usize> = (0..choices.options.len())
-            .filter(|&t| self.assignment.picks[t].is_some())
-            .collect();
         // Costliest first; among equals, those that move the most bytes
         // per byte they hold.
-        let traffic = |t: usize| {
-            self.pick(t)
-                .map_or(0.0, |c| c.moved_bytes as f64 / self.bytes[t].max(1) as f64)
-        };
-        order.sort_by(|&a, &b| {
-            // `order` holds only tensors with a pick.
-            let (ca, cb) = (
-                self.pick(a).map_or(0.0, |c| self.price(c)),
-                self.pick(b).map_or(0.0, |c| self.price(c)),
-            );
-            cb.total_cmp(&ca)
-                .then(traffic(b).total_cmp(&traffic(a)))
-                .then(a.cmp(&b))
+        let mut order: Vec<(f64, f64, usize)> = (0..choices.options.len())
+            .filter_map(|t| {
+                let c = self.pick(t)?;
+                let traffic = c.moved_bytes as f64 / self.bytes[t].max(1) as f64;
+                Some((self.price(c), traffic, t))
+            })
+            .collect();
+        order.sort_by(|a, b| {
+            b.0.total_cmp(&a.0)
+                .then(b.1.total_cmp(&a.1))
+                .then(a.2.cmp(&b.2))
         });
         let mut changed = false;
-        for t in order {
+        let mut better: Vec<(f64, u64, Option<u16>)> = Vec::new();
+        for (_, _, t) in order {
             let current = self.pick(t).map_or(0.0, |c| self.price(c));
             let current_moved = self.pick(t).map_or(0, |c| c.moved_bytes);
             // Cheaper, or as cheap and moving fewer bytes: when transfers
@@ -744,18 +740,20 @@ impl<'a> Search<'a> {
                     || (price <= current + PRICE_TIE_S && moved < current_moved)
             };
             let fate = self.pick(t).map(|c| c.fate);
-            let mut better: Vec<(f64, u64, Option<u16>)> = choices.options[t]
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| self.allowed(c) && improves(self.price(c), c.moved_bytes))
-                .filter(|(_, c)| !self.keep_fates || Some(c.fate) == fate)
-                .map(|(i, c)| (self.price(c), c.moved_bytes, Some(i as u16)))
-                .collect();
+            better.clear();
+            better.extend(
+                choices.options[t]
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| self.allowed(c) && (!self.keep_fates || Some(c.fate) == fate))
+                    .map(|(i, c)| (self.price(c), c.moved_bytes, Some(i as u16)))
+                    .filter(|&(price, moved, _)| improves(price, moved)),
+            );
             if !self.keep_fates {
                 better.push((0.0, 0, None));
             }
             better.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            for (_, _, pick) in better {
+            for &(_, _, pick) in &better {
                 if self.try_set(t, pick) {
                     changed = true;
                     break;
@@ -1385,14 +1383,16 @@ impl Assignment {
 /// Schedule construction for fates chosen elsewhere (the peer policies):
 /// every tensor takes the most-freeing timing of its fate, then each moves
 /// its transfers earlier, or lets them run longer, as far as the budgets
-/// allow. Tensors whose fate has no choice keep no shift.
+/// allow. Tensors whose fate has no choice keep no shift. Also says
+/// whether the fates fit the model's budgets at their most-freeing timings
+/// (if not, nothing is moved).
 pub fn time_fates(
     workload: &Workload,
     choices: &Choices,
     fates: &[Fate],
     budgets: &Budgets,
     ssd_staging_bytes: u64,
-) -> Vec<Shift> {
+) -> (Vec<Shift>, bool) {
     let clamp = |b: u64| b.min(i64::MAX as u64 / 4) as i64;
     let limit = [
         clamp(budgets.hbm_bytes),
@@ -1441,5 +1441,5 @@ pub fn time_fates(
         }
     }
     let (_, shifts) = search.assignment.fates_and_shifts(choices);
-    shifts
+    (shifts, fits)
 }

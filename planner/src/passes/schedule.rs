@@ -12,8 +12,6 @@
 //! whose recomputation is impossible (an input that cannot be brought back)
 //! or too long (over [`MAX_CASCADE_OPS`]) is retained instead.
 
-use std::collections::BTreeSet;
-
 use super::lifetimes::{use_runs, Lifetimes};
 use crate::plan::{Action, Fate, ScheduleEntry, Stream};
 use crate::workload::{OpId, TensorId, TensorKind, Workload};
@@ -265,7 +263,7 @@ fn recomputations(
         let step = step as u32;
         let mut slot = Slot {
             step,
-            done: BTreeSet::new(),
+            done: Vec::new(),
             entries: Vec::new(),
             hurry: Vec::new(),
         };
@@ -277,13 +275,12 @@ fn recomputations(
             if !wanted {
                 continue;
             }
-            let mark = (slot.entries.len(), slot.hurry.len());
-            let done_before = slot.done.clone();
+            let mark = (slot.entries.len(), slot.hurry.len(), slot.done.len());
             let mut ops_left = MAX_CASCADE_OPS;
             if !slot.materialize(workload, lives, fates, shifts, input, &mut ops_left) {
                 slot.entries.truncate(mark.0);
                 slot.hurry.truncate(mark.1);
-                slot.done = done_before;
+                slot.done.truncate(mark.2);
                 failed.push(input);
             }
         }
@@ -295,7 +292,8 @@ fn recomputations(
 
 struct Slot {
     step: u32,
-    done: BTreeSet<TensorId>,
+    /// Tensors this step has made present, in order (few: a linear search).
+    done: Vec<TensorId>,
     entries: Vec<ScheduleEntry>,
     /// Prefetches that must arrive before this step: (tensor, their due step).
     hurry: Vec<(TensorId, u32)>,
@@ -349,7 +347,7 @@ impl Slot {
                 });
             }
         }
-        self.done.insert(tensor);
+        self.done.push(tensor);
         true
     }
 }
