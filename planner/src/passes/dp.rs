@@ -225,12 +225,12 @@ struct Delta {
 impl Delta {
     fn compute(&mut self, old: Option<&Choice>, new: Option<&Choice>, bytes: i64) {
         for index in 0..3 {
-            self.compute_tier(index, old, new, bytes);
+            self.compute_tier(index, old, new, bytes, None);
         }
     }
 
     /// Whether the change fits, computing tier by tier and stopping at
-    /// the first that does not (then the segments are incomplete).
+    /// the first step that does not (then the segments are incomplete).
     fn compute_fits(
         &mut self,
         old: Option<&Choice>,
@@ -238,20 +238,20 @@ impl Delta {
         bytes: i64,
         usage: &Usage,
     ) -> bool {
-        (0..3).all(|index| {
-            self.compute_tier(index, old, new, bytes);
-            self.tier_fits(index, usage)
-        })
+        (0..3).all(|index| self.compute_tier(index, old, new, bytes, Some(usage)))
     }
 
-    /// The segments of tier `index` (device, host, SSD).
+    /// The segments of tier `index` (device, host, SSD). With `check`,
+    /// stops at the first segment that adds bytes where they do not fit
+    /// and returns false.
     fn compute_tier(
         &mut self,
         index: usize,
         old: Option<&Choice>,
         new: Option<&Choice>,
         bytes: i64,
-    ) {
+        check: Option<&Usage>,
+    ) -> bool {
         let tier = [Tier::Hbm, Tier::Host, Tier::Ssd][index];
         let Delta {
             events,
@@ -288,15 +288,19 @@ impl Delta {
         segments.clear();
         let runs = [&frees[0][..], &frees[1][..], &events[..]];
         let mut at_run = [0usize; 3];
-        let next = |at_run: &[usize; 3]| {
-            (0..3)
-                .filter_map(|r| runs[r].get(at_run[r]).map(|&(at, _)| at))
-                .min()
-        };
+        let head = |at_run: &[usize; 3], r: usize| runs[r].get(at_run[r]).map_or(u32::MAX, |e| e.0);
+        let next = |at_run: &[usize; 3]| head(at_run, 0).min(head(at_run, 1)).min(head(at_run, 2));
+        let check = check.map(|usage| {
+            (
+                [&usage.hbm, &usage.host, &usage.ssd][index],
+                usage.limit[index],
+            )
+        });
         let mut running = 0i64;
-        while let Some(at) = next(&at_run) {
-            for r in 0..3 {
-                while let Some(&(position, change)) = runs[r].get(at_run[r]) {
+        let mut at = next(&at_run);
+        while at != u32::MAX {
+            for (r, run) in runs.iter().enumerate() {
+                while let Some(&(position, change)) = run.get(at_run[r]) {
                     if position != at {
                         break;
                     }
@@ -304,20 +308,18 @@ impl Delta {
                     at_run[r] += 1;
                 }
             }
-            if let Some(end) = next(&at_run).filter(|_| running != 0) {
+            let end = next(&at_run);
+            if end != u32::MAX && running != 0 {
+                if let Some((tree, limit)) = check {
+                    if running > 0 && tree.max(at as usize, end as usize) + running > limit {
+                        return false;
+                    }
+                }
                 segments.push((at, end, running));
             }
+            at = end;
         }
-    }
-
-    /// Whether every step of tier `index` the change adds bytes to stays
-    /// within its limit.
-    fn tier_fits(&self, index: usize, usage: &Usage) -> bool {
-        let tree = [&usage.hbm, &usage.host, &usage.ssd][index];
-        let limit = usage.limit[index];
-        self.segments[index]
-            .iter()
-            .all(|&(s, e, bytes)| bytes <= 0 || tree.max(s as usize, e as usize) + bytes <= limit)
+        true
     }
 
     fn apply(&self, usage: &mut Usage) {

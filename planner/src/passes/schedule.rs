@@ -259,11 +259,13 @@ fn recomputations(
     let mut entries = Vec::new();
     let mut hurry = Vec::new();
     let mut failed = Vec::new();
+    let mut marks = vec![0u32; workload.tensors.len()];
     for (step, op) in workload.ops.iter().enumerate() {
         let step = step as u32;
         let mut slot = Slot {
             step,
             done: Vec::new(),
+            marks: std::mem::take(&mut marks),
             entries: Vec::new(),
             hurry: Vec::new(),
         };
@@ -280,10 +282,13 @@ fn recomputations(
             if !slot.materialize(workload, lives, fates, shifts, input, &mut ops_left) {
                 slot.entries.truncate(mark.0);
                 slot.hurry.truncate(mark.1);
-                slot.done.truncate(mark.2);
+                for t in slot.done.drain(mark.2..) {
+                    slot.marks[t.index()] = 0;
+                }
                 failed.push(input);
             }
         }
+        marks = slot.marks;
         entries.extend(slot.entries);
         hurry.extend(slot.hurry.into_iter().map(|(t, due)| (t, due, step)));
     }
@@ -292,8 +297,10 @@ fn recomputations(
 
 struct Slot {
     step: u32,
-    /// Tensors this step has made present, in order (few: a linear search).
+    /// Tensors this step has made present, in order, and per tensor the
+    /// step (plus one) that last did.
     done: Vec<TensorId>,
+    marks: Vec<u32>,
     entries: Vec<ScheduleEntry>,
     /// Prefetches that must arrive before this step: (tensor, their due step).
     hurry: Vec<(TensorId, u32)>,
@@ -309,7 +316,7 @@ impl Slot {
         tensor: TensorId,
         ops_left: &mut usize,
     ) -> bool {
-        if self.done.contains(&tensor) {
+        if self.marks[tensor.index()] == self.step + 1 {
             return true;
         }
         let bytes = workload.tensor(tensor).bytes;
@@ -348,6 +355,7 @@ impl Slot {
             }
         }
         self.done.push(tensor);
+        self.marks[tensor.index()] = self.step + 1;
         true
     }
 }
