@@ -18,6 +18,18 @@ fn default_plan_is_sane_and_deterministic() {
         summary.contains("predicted") && summary.contains("hbm"),
         "{summary}"
     );
+    // Partitions `auto`: the count it chose and how, and the planning time.
+    let sized = summary
+        .lines()
+        .find_map(|l| l.strip_prefix("partitions "))
+        .unwrap_or_else(|| panic!("no partitions line: {summary}"));
+    assert!(sized.contains("auto: the fewest that fit"), "{summary}");
+    let count = sized.split_whitespace().next().unwrap();
+    assert!(
+        summary.contains(&format!("ogbn-papers100M-p{count} ")),
+        "{summary}"
+    );
+    assert!(summary.contains("planned   in "), "{summary}");
     assert!(fateplan(&["plan", "-o", b.to_str().unwrap()])
         .status
         .success());
