@@ -20,6 +20,7 @@ use fateplan::planner::{
 use fateplan::profiles;
 use fateplan::runtime::generate::GeneratorSpec;
 use fateplan::runtime::graph::GraphData;
+use fateplan::runtime::partition::{PartitionOptions, Partitioning};
 use fateplan::runtime::sim::{self as simulator, SimOptions};
 
 use crate::partition::{self, PartitionArgs};
@@ -391,6 +392,44 @@ impl GnnSource {
     }
 }
 
+/// One GPU's share of a real graph on `gpus` GPUs, by min-cut
+/// partitioning (the partitioner of `fateplan partition`): the share with
+/// the most in-edges, the slowest, as statistics; and the halo measured on
+/// that partitioning, the largest of the GPUs', as a scale on the
+/// planner's estimate for random partitioning.
+fn graph_share(graph: &GraphData, gpus: u32) -> Result<(GraphSource, Halo)> {
+    let parts = Partitioning::mincut(
+        graph.nodes,
+        &graph.src,
+        &graph.dst,
+        gpus,
+        &PartitionOptions::default(),
+    )?;
+    let stats = parts.stats(&graph.src, &graph.dst)?;
+    let edges = graph.src.len() as u64;
+    let estimate = Halo::random(graph.nodes, edges).rows(gpus, 1).0;
+    let halo = Halo {
+        scale: stats.halo_rows_max as f64 / estimate.max(1.0),
+        source: format!(
+            "measured: min-cut partitioning onto {gpus} GPUs, largest halo {} rows ({:.0} \
+             estimated for random partitioning)",
+            stats.halo_rows_max, estimate
+        ),
+        ..Halo::random(graph.nodes, edges)
+    };
+    let share = stats
+        .per_part
+        .iter()
+        .max_by_key(|p| (p.in_edges, p.vertices))
+        .ok_or_else(|| anyhow!("the partitioning has no parts"))?;
+    let source = GraphSource::Stats {
+        name: format!("{}-share1of{gpus}", graph.name),
+        nodes: share.vertices,
+        edges: share.in_edges,
+    };
+    Ok((source, halo))
+}
+
 /// What a plan is made for: a generic DAG, or a GNN to size.
 enum Source {
     Dag(Workload),
@@ -421,9 +460,6 @@ fn workload_source(args: &PlanArgs) -> Result<(Source, String, Option<Halo>)> {
     let model = GnnModel::parse(&args.model)?;
     let mut halo = None;
     let (source, features, classes) = if let Some(path) = &args.graph {
-        if args.gpus != 1 {
-            bail!("--gpus {} with --graph: splitting a real graph across GPUs is not supported yet; use --dataset", args.gpus);
-        }
         let graph = GraphData::load(path)?;
         let features = args.features.or(graph.features).ok_or_else(|| {
             anyhow!(
@@ -437,7 +473,14 @@ fn workload_source(args: &PlanArgs) -> Result<(Source, String, Option<Halo>)> {
                 path.display()
             )
         })?;
-        (GraphSource::Real(graph), features, classes)
+        if args.gpus > 1 {
+            let (share, measured) = graph_share(&graph, args.gpus)
+                .with_context(|| format!("--gpus {} with {}", args.gpus, path.display()))?;
+            halo = Some(measured);
+            (share, features, classes)
+        } else {
+            (GraphSource::Real(graph), features, classes)
+        }
     } else {
         let name = args.dataset.as_deref().unwrap_or("ogbn-papers100M");
         let stats = dataset(name).ok_or_else(|| {
@@ -551,6 +594,9 @@ fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> 
     }
     if !sizing_note.is_empty() {
         note = format!("{note}\n{sizing_note}");
+    }
+    if let Some(multi) = &options.multi {
+        note = format!("{note}\nhalo      {}", multi.halo.source);
     }
     Ok((profile, options, workload, note))
 }

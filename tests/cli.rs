@@ -292,3 +292,53 @@ fn partition_random_against_mincut() {
     assert_eq!(missing.status.code(), Some(1));
     assert!(stderr(&missing).contains("no-such-graph"));
 }
+
+#[test]
+fn a_real_graph_on_several_gpus_takes_its_halo_from_min_cut() {
+    // Two 20-vertex cliques (both directions) and one edge 0 -> 20
+    // between them: min-cut onto 2 GPUs leaves one halo row.
+    let dir = scratch("graph-gpus");
+    let path = dir.join("two-cliques.txt");
+    let mut text = String::new();
+    for base in [0u32, 20] {
+        for a in base..base + 20 {
+            for b in base..base + 20 {
+                if a != b {
+                    text.push_str(&format!("{a} {b}\n"));
+                }
+            }
+        }
+    }
+    text.push_str("0 20\n");
+    std::fs::write(&path, text).unwrap();
+    let graph = path.to_str().unwrap();
+    let flags = ["--features", "16", "--classes", "2", "--gpus", "2"];
+    let out = fateplan(&[&["plan", "--graph", graph][..], &flags[..]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary = stdout(&out);
+    assert!(
+        summary
+            .contains("halo      measured: min-cut partitioning onto 2 GPUs, largest halo 1 rows"),
+        "{summary}"
+    );
+    // One GPU's share: 20 vertices, and the larger in-edge count (380 of
+    // its clique, plus the one edge across).
+    assert!(summary.contains("20 nodes, 381 edges"), "{summary}");
+    assert!(summary.contains("exchange  "), "{summary}");
+    // More GPUs than vertices: the partitioner names the field.
+    let too_many = fateplan(
+        &[
+            &["plan", "--graph", graph][..],
+            &flags[..4],
+            &["--gpus", "64"],
+        ]
+        .concat(),
+    );
+    assert!(!too_many.status.success());
+    assert!(
+        stderr(&too_many).contains("--gpus 64"),
+        "{}",
+        stderr(&too_many)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
