@@ -29,11 +29,15 @@
 //!    host copies to the SSD or re-timing decided tensors, and the overrun
 //!    it causes re-covered by the sweep; and each tensor is tried at a
 //!    costlier choice that frees more, with stage 2 spending the room.
-//!    A move is kept if the total cost falls.
+//!    A move is kept if the total cost falls. It runs on the best results
+//!    of stages 1 and 2 first, under a budget of moves
+//!    ([`EXCHANGE_WORK`] over the instance's choices).
 //!
 //! Host memory bounds the host choices as they are made. SSD choices need
 //! staging buffers in host memory, so the search runs twice, without the
-//! SSD and with it (staging reserved), and keeps the cheaper result.
+//! SSD and with it (staging reserved), and keeps the cheaper result. The
+//! sweeps (with stage 2 after each) run side by side on rayon's threads;
+//! the result does not depend on their order.
 //!
 //! Equal-sized partitions make many tensors interchangeable: they share
 //! scores, so the knapsack merges them into one front entry per size and
@@ -59,7 +63,7 @@ pub const EXCHANGE_LIMIT: usize = 300;
 /// choices, where stage 3 matters most against the exact optimum; about
 /// 100 on one of 10,000 (3-layer GAT on 8 partitions), where each move
 /// takes about half a millisecond.
-const EXCHANGE_WORK: usize = 1_000_000;
+pub const EXCHANGE_WORK: usize = 1_000_000;
 
 /// Largest knapsack front kept per overflowing step; beyond it the
 /// sweep takes candidates in score order.
