@@ -377,17 +377,24 @@ impl GnnSource {
             .iter()
             .map(|&(p, ok)| format!("{p}{}", if ok { "" } else { "x" }))
             .collect();
-        let how = if sizing.none_fit {
-            format!("none up to {most} fits")
-        } else {
-            "the fewest that fit".to_string()
+        let took = format_seconds(started.elapsed().as_secs_f64());
+        let line = match (sizing.none_fit, tried.is_empty()) {
+            (true, true) => format!(
+                "partitions {} (auto: no count up to {most} has a largest step that fits the \
+                 device; {took})",
+                sizing.partitions
+            ),
+            (none_fit, _) => format!(
+                "partitions {} (auto: {}; tried {} in {took}, x: no fit)",
+                sizing.partitions,
+                if none_fit {
+                    format!("none up to {most} fits")
+                } else {
+                    "the fewest that fit".to_string()
+                },
+                tried.join(" "),
+            ),
         };
-        let line = format!(
-            "partitions {} (auto: {how}; tried {} in {}, x: no fit)",
-            sizing.partitions,
-            tried.join(" "),
-            format_seconds(started.elapsed().as_secs_f64())
-        );
         Ok((workload, line))
     }
 }
@@ -572,7 +579,7 @@ fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> 
     if args.gpus > 1 {
         let halo = halo.ok_or_else(|| {
             anyhow!(
-                "--gpus {}: only a --dataset is split across GPUs",
+                "--gpus {}: only a GNN's graph (--dataset or --graph) is split across GPUs",
                 args.gpus
             )
         })?;

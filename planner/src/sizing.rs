@@ -81,7 +81,7 @@ pub fn fewest_partitions<E: From<Error>>(
             ));
         }
         low = high;
-        high = (high * 2).min(most);
+        high = high.saturating_mul(2).min(most);
     }
     while high - low > 1 {
         let mid = low + (high - low) / 2;
@@ -113,7 +113,7 @@ pub fn fewest_partitions<E: From<Error>>(
             ));
         }
         low = high;
-        high = (high * 2).min(most);
+        high = high.saturating_mul(2).min(most);
         (ok, found) = fit(high)?;
     }
     while high - low > 1 {

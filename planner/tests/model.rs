@@ -132,3 +132,53 @@ fn model_matches_memory_pass_without_recompute() {
         }
     }
 }
+
+/// `time_fates` gives no verdict on fit (says it fits) when a fate has no
+/// choice of its own: an input no operator reads, given a stream fate,
+/// which the model would keep resident where the memory pass holds
+/// nothing. A fate it can place is judged.
+#[test]
+fn time_fates_gives_no_verdict_on_a_fate_without_a_choice() {
+    use fateplan_planner::plan::Fate;
+    use fateplan_planner::workload::{Cost, OpKind, Phase, TensorKind};
+    let mut w = Workload::new("unread-input");
+    let x = w.add_tensor("x", 1 << 20, TensorKind::Input, Some(Tier::Host));
+    let unread = w.add_tensor("unread", 1 << 30, TensorKind::Input, Some(Tier::Host));
+    let y = w.add_tensor("y", 1 << 20, TensorKind::Activation, None);
+    let cost = Cost::seconds(1e-3);
+    w.add_op(
+        "f",
+        OpKind::Activation,
+        Phase::Forward,
+        vec![x],
+        vec![y],
+        cost,
+    );
+    w.add_op(
+        "g",
+        OpKind::Activation,
+        Phase::Forward,
+        vec![y],
+        vec![],
+        cost,
+    );
+    let profile = profile();
+    let lives = Lifetimes::compute(&w);
+    let choices = Choices::build(&w, &lives, &profile, FateSet::ALL);
+    assert!(choices.options[unread.index()].is_empty());
+    // A device budget below the unread input's bytes.
+    let budgets = Budgets {
+        hbm_bytes: 64 << 20,
+        host_bytes: 16 << 30,
+        ssd_bytes: 16 << 30,
+    };
+    let resident = vec![Fate::Resident, Fate::Resident, Fate::Retain];
+    let (_, fits) = dp::time_fates(&w, &choices, &resident, &budgets, 0);
+    assert!(!fits, "the unread input resident does not fit 64 MiB");
+    let streamed = vec![Fate::StreamHost, Fate::StreamHost, Fate::Retain];
+    let (_, fits) = dp::time_fates(&w, &choices, &streamed, &budgets, 0);
+    assert!(
+        fits,
+        "no verdict where the unread input's stream fate has no choice"
+    );
+}

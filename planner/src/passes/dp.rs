@@ -1391,7 +1391,8 @@ impl Assignment {
 /// its transfers earlier, or lets them run longer, as far as the budgets
 /// allow. Tensors whose fate has no choice keep no shift. Also says
 /// whether the fates fit the model's budgets at their most-freeing timings
-/// (if not, nothing is moved).
+/// (if not, nothing is moved); `true` where the model cannot tell (a fate
+/// with no choice).
 pub fn time_fates(
     workload: &Workload,
     choices: &Choices,
@@ -1406,12 +1407,17 @@ pub fn time_fates(
         clamp(budgets.ssd_bytes),
     ];
     let mut assignment = Assignment::baseline(choices);
+    // A fate with no choice of its own (an input no operator reads, given
+    // a stream fate) stays at its baseline in the model, which then counts
+    // bytes the memory pass does not: no verdict on fit.
+    let mut unmatched = false;
     for (t, &fate) in fates.iter().enumerate() {
         if fate != choices.baseline[t] {
             assignment.picks[t] = choices.options[t]
                 .iter()
                 .position(|c| c.fate == fate)
                 .map(|i| i as u16);
+            unmatched |= assignment.picks[t].is_none();
         }
     }
     let ssd = assignment.uses_ssd(choices);
@@ -1447,5 +1453,5 @@ pub fn time_fates(
         }
     }
     let (_, shifts) = search.assignment.fates_and_shifts(choices);
-    (shifts, fits)
+    (shifts, fits || unmatched)
 }
