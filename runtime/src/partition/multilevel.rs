@@ -73,9 +73,11 @@ impl Graph {
         }
         let m = active.len();
         let mut offsets = Vec::with_capacity(m + 1);
-        offsets.push(0usize);
+        let mut running = 0usize;
+        offsets.push(running);
         for &v in &active {
-            offsets.push(offsets.last().unwrap() + degree[v as usize]);
+            running += degree[v as usize];
+            offsets.push(running);
         }
         drop(degree);
         let mut fill = offsets.clone();
@@ -138,7 +140,7 @@ pub(super) fn partition(graph: Graph, parts: u32, max_weight: u64, seed: u64) ->
     let mut levels: Vec<Graph> = vec![graph];
     let mut maps: Vec<Vec<u32>> = Vec::new();
     while levels.len() < MAX_LEVELS {
-        let fine = levels.last().unwrap();
+        let fine = levels.last().expect("levels start with the input graph");
         if fine.vertices() <= coarsest_size {
             break;
         }
@@ -150,7 +152,7 @@ pub(super) fn partition(graph: Graph, parts: u32, max_weight: u64, seed: u64) ->
         maps.push(map);
         levels.push(coarse);
     }
-    let coarsest = levels.last().unwrap();
+    let coarsest = levels.last().expect("levels start with the input graph");
     let mut part = initial(coarsest, k, max_weight, &mut rng);
     for level in (0..maps.len()).rev() {
         let fine = &levels[level];
