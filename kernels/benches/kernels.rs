@@ -1,5 +1,6 @@
 //! Throughput of the hot kernels at a realistic partition size:
-//! 200k rows, 16 edges a row, width 128; GEMM 200k × 128 × 128.
+//! 200k rows, 16 edges a row, width 128; GEMM 200k × 128 × 128 and an
+//! output layer of 16 classes (GEMM 200k × 128 × 16, the loss).
 //! `spmm_dropout_per_edge` is the masked gather that hashes the mask again
 //! per edge (before the mask workspace), to compare with `spmm_dropout`.
 //!
@@ -13,12 +14,15 @@ use divan::Bencher;
 use fateplan_kernels::activation::{relu_dropout, relu_dropout_bwd};
 use fateplan_kernels::dense::{linear, linear_bwd};
 use fateplan_kernels::dropout::Dropout;
+use fateplan_kernels::loss::{accuracy, softmax_cross_entropy, softmax_cross_entropy_bwd};
+
 use fateplan_kernels::sparse::{spmm, spmm_dropout, spmm_dropout_per_edge, spmm_t};
 use fateplan_kernels::{Block, Init, Write};
 
 const ROWS: usize = 200_000;
 const DEGREE: usize = 16;
 const WIDTH: usize = 128;
+const CLASSES: usize = 16;
 
 fn main() {
     divan::main();
@@ -134,16 +138,27 @@ fn linear_200k_128x128(bencher: Bencher) {
         .bench_local(|| linear(&[&x], ROWS, WIDTH, &w, WIDTH, &mut z).unwrap());
 }
 
-/// Two GEMMs: the weight gradient and the input gradient.
+/// A classifier's output layer: 128 -> 16.
 #[divan::bench(sample_count = 10)]
-fn linear_bwd_200k_128x128(bencher: Bencher) {
+fn linear_200k_128x16(bencher: Bencher) {
     let x = values(ROWS * WIDTH, 1);
-    let w = values(WIDTH * WIDTH + WIDTH, 2);
-    let dz = values(ROWS * WIDTH, 3);
+    let w = values(WIDTH * CLASSES + CLASSES, 2);
+    let mut z = vec![0.0f32; ROWS * CLASSES];
+    bencher
+        .counter(ItemsCount::new(2 * ROWS * WIDTH * CLASSES))
+        .bench_local(|| linear(&[&x], ROWS, WIDTH, &w, CLASSES, &mut z).unwrap());
+}
+
+/// Two GEMMs: the weight gradient and the input gradient.
+#[divan::bench(sample_count = 10, args = [WIDTH, CLASSES])]
+fn linear_bwd_200k_128(bencher: Bencher, d_out: usize) {
+    let x = values(ROWS * WIDTH, 1);
+    let w = values(WIDTH * d_out + d_out, 2);
+    let dz = values(ROWS * d_out, 3);
     let mut dw = vec![0.0f32; w.len()];
     let mut dx = vec![0.0f32; ROWS * WIDTH];
     bencher
-        .counter(ItemsCount::new(2 * 2 * ROWS * WIDTH * WIDTH))
+        .counter(ItemsCount::new(2 * 2 * ROWS * WIDTH * d_out))
         .bench_local(|| {
             linear_bwd(
                 &dz,
@@ -151,12 +166,40 @@ fn linear_bwd_200k_128x128(bencher: Bencher) {
                 ROWS,
                 WIDTH,
                 &w,
-                WIDTH,
+                d_out,
                 &mut dw,
                 &mut [Some(&mut dx)],
                 Write::Overwrite,
             )
             .unwrap()
+        });
+}
+
+fn logits() -> (Vec<f32>, Vec<i64>, Vec<bool>) {
+    let z = values(ROWS * CLASSES, 1).iter().map(|v| 8.0 * v).collect();
+    let labels = (0..ROWS).map(|r| (r * 7 % CLASSES) as i64).collect();
+    let mask = (0..ROWS).map(|r| r % 10 < 6).collect();
+    (z, labels, mask)
+}
+
+/// Softmax cross-entropy over 16 classes, 60% of rows labelled; the
+/// counter is logits.
+#[divan::bench(sample_count = 10)]
+fn loss_200k_c16(bencher: Bencher) {
+    let (z, labels, mask) = logits();
+    bencher
+        .counter(ItemsCount::new(ROWS * CLASSES))
+        .bench_local(|| softmax_cross_entropy(&z, ROWS, CLASSES, &labels, &mask, ROWS).unwrap());
+}
+
+#[divan::bench(sample_count = 10)]
+fn loss_bwd_200k_c16(bencher: Bencher) {
+    let (z, labels, mask) = logits();
+    let mut g = vec![0.0f32; ROWS * CLASSES];
+    bencher
+        .counter(ItemsCount::new(ROWS * CLASSES))
+        .bench_local(|| {
+            softmax_cross_entropy_bwd(&z, ROWS, CLASSES, &labels, &mask, ROWS, &mut g).unwrap()
         });
 }
 
@@ -183,4 +226,13 @@ fn relu_dropout_bwd_200k_w128(bencher: Bencher) {
     bencher
         .counter(elements())
         .bench_local(|| relu_dropout_bwd(&g, &z, WIDTH, 0, Some(&dropout), &mut dz).unwrap());
+}
+
+/// Predictions counted against one mask.
+#[divan::bench(sample_count = 10)]
+fn accuracy_200k_c16(bencher: Bencher) {
+    let (z, labels, mask) = logits();
+    bencher
+        .counter(ItemsCount::new(ROWS * CLASSES))
+        .bench_local(|| accuracy(&z, ROWS, CLASSES, &labels, &[&mask]).unwrap());
 }

@@ -9,6 +9,7 @@
 
 use rayon::prelude::*;
 
+use crate::isa::Isa;
 use crate::{check_len, ensure, Error, Result, REDUCE_ROWS, ROW_CHUNK};
 
 fn check(
@@ -44,12 +45,239 @@ fn check_labels(kernel: &str, classes: usize, labels: &[i64], mask: &[bool]) -> 
     }
 }
 
-/// Row max and `log Σ exp(x − max)`, in `f64`.
-#[inline]
-fn log_sum_exp(row: &[f32]) -> (f32, f64) {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = row.iter().map(|&x| ((x - max) as f64).exp()).sum();
-    (max, sum.ln())
+/// Below this, `e^x` is taken as 0: `e^-87` is near the smallest normal
+/// `f32`, and the terms dropped are under `2^-125` each.
+const EXP_LOW: f32 = -87.0;
+
+/// `e^x` for `x ≤ 0`, within 2 units in the last place, NaN for NaN; 0 below
+/// [`EXP_LOW`]. Written with separate multiplies and adds (no fused
+/// multiply-add) and no calls, so a loop over it vectorises and every
+/// instruction set gives the same bits: `x = n·ln 2 + r` with `|r| ≤ ln 2 /
+/// 2`, `e^r` by its Taylor polynomial to degree 7, times `2^n` built in the
+/// exponent bits.
+#[inline(always)]
+fn exp_nonpositive(x: f32) -> f32 {
+    // Rounds to the nearest integer: adding 1.5 · 2^23 leaves no fraction bits.
+    const ROUND: f32 = 12_582_912.0;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let low = x < EXP_LOW;
+    let xc = if low { EXP_LOW } else { x };
+    let t = xc * std::f32::consts::LOG2_E + ROUND;
+    let n = t - ROUND;
+    let r = (xc - n * LN2_HI) - n * LN2_LO;
+    let mut p = 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    // `n` is in -126..=0 here: `2^n` is a normal number.
+    let bits = (t.to_bits() as i32 - ROUND.to_bits() as i32 + 127) << 23;
+    let e = p * f32::from_bits(bits as u32);
+    if low {
+        0.0
+    } else {
+        e
+    }
+}
+
+/// The largest value of `row` (NaNs ignored; −∞ for an empty row or one of
+/// NaNs), taken in eight lanes: one running maximum has each compare wait
+/// for the last, and the compiler may not reorder it.
+#[inline(always)]
+fn row_max(row: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let mut tail = row.chunks_exact(8);
+    for eight in &mut tail {
+        for (lane, &x) in lanes.iter_mut().zip(eight) {
+            *lane = lane.max(x);
+        }
+    }
+    for (lane, &x) in lanes.iter_mut().zip(tail.remainder()) {
+        *lane = lane.max(x);
+    }
+    lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+}
+
+/// Row max, and `e^(x − max)` of each value into `exps`; returns their sum
+/// in `f64`, added in eight lanes combined in a fixed order.
+#[inline(always)]
+fn shifted_exps(row: &[f32], exps: &mut [f32]) -> (f32, f64) {
+    let max = row_max(row);
+    for (e, &x) in exps.iter_mut().zip(row) {
+        *e = exp_nonpositive(x - max);
+    }
+    let mut lanes = [0.0f64; 8];
+    let mut tail = exps.chunks_exact(8);
+    for eight in &mut tail {
+        for (lane, &e) in lanes.iter_mut().zip(eight) {
+            *lane += e as f64;
+        }
+    }
+    for (lane, &e) in lanes.iter_mut().zip(tail.remainder()) {
+        *lane += e as f64;
+    }
+    let sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6]))
+        + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+    (max, sum)
+}
+
+/// `Σ −log softmax(row)[label]` over the masked rows `r0..r0 + n`.
+#[inline(always)]
+fn loss_rows(
+    logits: &[f32],
+    classes: usize,
+    labels: &[i64],
+    mask: &[bool],
+    r0: usize,
+    n: usize,
+) -> f64 {
+    let mut exps = vec![0.0f32; classes];
+    let mut sum = 0.0f64;
+    for r in r0..r0 + n {
+        if !mask[r] {
+            continue;
+        }
+        let row = &logits[r * classes..(r + 1) * classes];
+        let (max, total) = shifted_exps(row, &mut exps);
+        sum += total.ln() - (row[labels[r] as usize] - max) as f64;
+    }
+    sum
+}
+
+/// The gradient rows of `grad` (rows `r0..`): `(softmax − onehot) · scale`
+/// on masked rows, 0 elsewhere.
+#[inline(always)]
+fn loss_grad_rows(
+    logits: &[f32],
+    classes: usize,
+    labels: &[i64],
+    mask: &[bool],
+    scale: f64,
+    r0: usize,
+    grad: &mut [f32],
+) {
+    let mut exps = vec![0.0f32; classes];
+    for (k, g) in grad.chunks_exact_mut(classes).enumerate() {
+        let r = r0 + k;
+        if !mask[r] {
+            g.fill(0.0);
+            continue;
+        }
+        let row = &logits[r * classes..(r + 1) * classes];
+        let (_, total) = shifted_exps(row, &mut exps);
+        let factor = (scale / total) as f32;
+        let scale = scale as f32;
+        for (gv, &e) in g.iter_mut().zip(&exps) {
+            *gv = e * factor;
+        }
+        g[labels[r] as usize] -= scale;
+    }
+}
+
+/// [`loss_rows`] and [`loss_grad_rows`] built for each instruction set.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    #[target_feature(enable = "avx512f,avx512dq")]
+    pub(super) unsafe fn loss_rows_avx512(
+        logits: &[f32],
+        classes: usize,
+        labels: &[i64],
+        mask: &[bool],
+        r0: usize,
+        n: usize,
+    ) -> f64 {
+        super::loss_rows(logits, classes, labels, mask, r0, n)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn loss_rows_avx2(
+        logits: &[f32],
+        classes: usize,
+        labels: &[i64],
+        mask: &[bool],
+        r0: usize,
+        n: usize,
+    ) -> f64 {
+        super::loss_rows(logits, classes, labels, mask, r0, n)
+    }
+
+    #[target_feature(enable = "avx512f,avx512dq")]
+    pub(super) unsafe fn loss_grad_rows_avx512(
+        logits: &[f32],
+        classes: usize,
+        labels: &[i64],
+        mask: &[bool],
+        scale: f64,
+        r0: usize,
+        grad: &mut [f32],
+    ) {
+        super::loss_grad_rows(logits, classes, labels, mask, scale, r0, grad)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn loss_grad_rows_avx2(
+        logits: &[f32],
+        classes: usize,
+        labels: &[i64],
+        mask: &[bool],
+        scale: f64,
+        r0: usize,
+        grad: &mut [f32],
+    ) {
+        super::loss_grad_rows(logits, classes, labels, mask, scale, r0, grad)
+    }
+}
+
+/// [`loss_rows`] on `isa`.
+fn loss_rows_on(
+    isa: Isa,
+    logits: &[f32],
+    classes: usize,
+    labels: &[i64],
+    mask: &[bool],
+    r0: usize,
+    n: usize,
+) -> f64 {
+    match isa {
+        Isa::Generic => loss_rows(logits, classes, labels, mask, r0, n),
+        // SAFETY: `Isa::Avx512` names an instruction set the CPU has.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::loss_rows_avx512(logits, classes, labels, mask, r0, n) },
+        // SAFETY: `Isa::Avx2` names an instruction set the CPU has.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::loss_rows_avx2(logits, classes, labels, mask, r0, n) },
+    }
+}
+
+/// [`loss_grad_rows`] on `isa`.
+#[allow(clippy::too_many_arguments)]
+fn loss_grad_rows_on(
+    isa: Isa,
+    logits: &[f32],
+    classes: usize,
+    labels: &[i64],
+    mask: &[bool],
+    scale: f64,
+    r0: usize,
+    grad: &mut [f32],
+) {
+    match isa {
+        Isa::Generic => loss_grad_rows(logits, classes, labels, mask, scale, r0, grad),
+        // SAFETY: `Isa::Avx512` names an instruction set the CPU has.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe {
+            x86::loss_grad_rows_avx512(logits, classes, labels, mask, scale, r0, grad)
+        },
+        // SAFETY: `Isa::Avx2` names an instruction set the CPU has.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe {
+            x86::loss_grad_rows_avx2(logits, classes, labels, mask, scale, r0, grad)
+        },
+    }
 }
 
 /// `Σ_{r: mask[r]} −log softmax(logits[r])[labels[r]] / normaliser`.
@@ -72,20 +300,13 @@ pub fn softmax_cross_entropy(
         mask,
         normaliser,
     )?;
+    let isa = Isa::detect();
     let partials: Vec<f64> = (0..rows.div_ceil(REDUCE_ROWS))
         .into_par_iter()
         .map(|chunk| {
             let r0 = chunk * REDUCE_ROWS;
-            let mut sum = 0.0f64;
-            for r in r0..(r0 + REDUCE_ROWS).min(rows) {
-                if !mask[r] {
-                    continue;
-                }
-                let row = &logits[r * classes..(r + 1) * classes];
-                let (max, lse) = log_sum_exp(row);
-                sum += lse - (row[labels[r] as usize] - max) as f64;
-            }
-            sum
+            let n = REDUCE_ROWS.min(rows - r0);
+            loss_rows_on(isa, logits, classes, labels, mask, r0, n)
         })
         .collect();
     Ok(partials.iter().sum::<f64>() / normaliser as f64)
@@ -119,54 +340,123 @@ pub fn softmax_cross_entropy_bwd(
         rows * classes,
     )?;
     let scale = 1.0 / normaliser as f64;
+    let isa = Isa::detect();
     grad.par_chunks_mut(ROW_CHUNK * classes)
         .enumerate()
         .for_each(|(chunk, part)| {
-            for (k, g) in part.chunks_exact_mut(classes).enumerate() {
-                let r = chunk * ROW_CHUNK + k;
-                if !mask[r] {
-                    g.fill(0.0);
-                    continue;
-                }
-                let row = &logits[r * classes..(r + 1) * classes];
-                let (max, lse) = log_sum_exp(row);
-                for (c, (gv, &x)) in g.iter_mut().zip(row).enumerate() {
-                    let p = ((x - max) as f64 - lse).exp();
-                    let onehot = if c as i64 == labels[r] { 1.0 } else { 0.0 };
-                    *gv = ((p - onehot) * scale) as f32;
-                }
-            }
+            let r0 = chunk * ROW_CHUNK;
+            loss_grad_rows_on(isa, logits, classes, labels, mask, scale, r0, part);
         });
     Ok(())
 }
 
-/// `(correct, total)` over masked rows, where a row is correct when the
-/// first index of its largest logit equals its label.
+/// `(correct, total)` over the masked rows of each of `masks`, where a row
+/// is correct when the first index of its largest logit equals its label.
+/// Each row's prediction is found once, for every mask.
 pub fn accuracy(
     logits: &[f32],
     rows: usize,
     classes: usize,
     labels: &[i64],
-    mask: &[bool],
-) -> Result<(u64, u64)> {
+    masks: &[&[bool]],
+) -> Result<Vec<(u64, u64)>> {
     ensure(classes > 0, || "accuracy: `classes` is 0".to_string())?;
     check_len("accuracy", "logits", logits.len(), rows * classes)?;
     check_len("accuracy", "labels", labels.len(), rows)?;
-    check_len("accuracy", "mask", mask.len(), rows)?;
-    check_labels("accuracy", classes, labels, mask)?;
-    let (correct, total) = (0..rows)
+    for mask in masks {
+        check_len("accuracy", "mask", mask.len(), rows)?;
+        check_labels("accuracy", classes, labels, mask)?;
+    }
+    let counts = (0..rows.div_ceil(REDUCE_ROWS))
         .into_par_iter()
-        .filter(|&r| mask[r])
-        .map(|r| {
-            let row = &logits[r * classes..(r + 1) * classes];
-            let mut best = 0;
-            for (c, &x) in row.iter().enumerate() {
-                if x > row[best] {
-                    best = c;
+        .map(|chunk| {
+            let r0 = chunk * REDUCE_ROWS;
+            let mut counts = vec![(0u64, 0u64); masks.len()];
+            for r in r0..(r0 + REDUCE_ROWS).min(rows) {
+                if !masks.iter().any(|m| m[r]) {
+                    continue;
+                }
+                let row = &logits[r * classes..(r + 1) * classes];
+                // The max first, then its first index: a compare of each
+                // logit with the best so far mispredicts often.
+                let max = row_max(row);
+                let best = row.iter().position(|&x| x == max).unwrap_or(0);
+                let correct = u64::from(best as i64 == labels[r]);
+                for (count, mask) in counts.iter_mut().zip(masks) {
+                    if mask[r] {
+                        count.0 += correct;
+                        count.1 += 1;
+                    }
                 }
             }
-            (u64::from(best as i64 == labels[r]), 1u64)
+            counts
         })
-        .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-    Ok((correct, total))
+        .reduce(
+            || vec![(0, 0); masks.len()],
+            |mut a, b| {
+                for (x, y) in a.iter_mut().zip(b) {
+                    x.0 += y.0;
+                    x.1 += y.1;
+                }
+                a
+            },
+        );
+    Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Units in the last place between `got` and the correctly rounded
+    /// `want`.
+    fn ulps(got: f32, want: f64) -> f64 {
+        let w = want as f32;
+        let ulp = (f32::from_bits(w.to_bits() + 1) - w) as f64;
+        (got as f64 - want).abs() / ulp
+    }
+
+    #[test]
+    fn exp_is_within_two_ulps_and_keeps_nan() {
+        let mut worst = 0.0f64;
+        for i in 0..=1_000_000 {
+            let x = -87.0 * i as f32 / 1_000_000.0;
+            worst = worst.max(ulps(exp_nonpositive(x), (x as f64).exp()));
+        }
+        assert!(worst <= 2.0, "worst error {worst} ulps");
+        assert_eq!(exp_nonpositive(0.0), 1.0);
+        assert_eq!(exp_nonpositive(-87.5), 0.0);
+        assert_eq!(exp_nonpositive(f32::NEG_INFINITY), 0.0);
+        assert!(exp_nonpositive(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn every_instruction_set_gives_the_same_bits() {
+        let (rows, classes) = (300, 19);
+        let logits: Vec<f32> = (0..rows * classes)
+            .map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 25.0)
+            .collect();
+        let labels: Vec<i64> = (0..rows).map(|r| (r % classes) as i64).collect();
+        let mask: Vec<bool> = (0..rows).map(|r| r % 3 != 0).collect();
+        let loss = loss_rows_on(Isa::Generic, &logits, classes, &labels, &mask, 0, rows);
+        let mut grad = vec![0.0f32; rows * classes];
+        loss_grad_rows_on(
+            Isa::Generic,
+            &logits,
+            classes,
+            &labels,
+            &mask,
+            0.01,
+            0,
+            &mut grad,
+        );
+        for isa in Isa::available() {
+            let other = loss_rows_on(isa, &logits, classes, &labels, &mask, 0, rows);
+            assert_eq!(loss.to_bits(), other.to_bits(), "{isa:?}");
+            let mut g = vec![f32::NAN; rows * classes];
+            loss_grad_rows_on(isa, &logits, classes, &labels, &mask, 0.01, 0, &mut g);
+            let same = grad.iter().zip(&g).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{isa:?}");
+        }
+    }
 }

@@ -72,7 +72,8 @@ impl CpuGnn {
     ) -> Result<f32, ExecError> {
         let rows = self.model.rows(part);
         let classes = self.model.classes;
-        let train = &self.model.train_mask[rows.clone()];
+                        let train = &self.model.train_mask[rows.clone()];
+        
         let value = loss::softmax_cross_entropy(
             logits,
             rows.len(),
@@ -82,19 +83,25 @@ impl CpuGnn {
             self.model.train_nodes.max(1),
         )
         .map_err(kernel)?;
-        self.metrics.loss += value;
-        let n = rows.len();
-        let count =
-            |mask: &[bool]| loss::accuracy(logits, n, classes, labels, mask).map_err(kernel);
-        let (c, t) = count(train)?;
-        self.metrics.train_correct += c;
-        self.metrics.train_total += t;
-        let (c, t) = count(&self.model.val_mask[rows.clone()])?;
-        self.metrics.val_correct += c;
-        self.metrics.val_total += t;
-        let (c, t) = count(&self.model.test_mask[rows])?;
-        self.metrics.test_correct += c;
-        self.metrics.test_total += t;
+                        self.metrics.loss += value;
+        
+        let masks = [
+            train,
+            &self.model.val_mask[rows.clone()],
+            &self.model.test_mask[rows.clone()],
+        ];
+        let counts = loss::accuracy(logits, rows.len(), classes, labels, &masks).map_err(kernel)?;
+                let m = &mut self.metrics;
+        let sums = [
+            (&mut m.train_correct, &mut m.train_total),
+            (&mut m.val_correct, &mut m.val_total),
+            (&mut m.test_correct, &mut m.test_total),
+        ];
+        for ((correct, total), (c, t)) in sums.into_iter().zip(counts) {
+            *correct += c;
+                        *total += t;
+        }
+        
         Ok(value as f32)
     }
 }

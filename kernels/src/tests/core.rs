@@ -524,17 +524,32 @@ fn loss_matches_reference_and_finite_differences() {
     softmax_cross_entropy_bwd(&huge, 1, 3, &[0], &[true], 1, &mut g).unwrap();
     assert_eq!(g, vec![0.0, 0.0, 0.0]);
 
-    let (correct, total) = accuracy(&logits, rows, classes, &labels, &mask).unwrap();
-    assert_eq!(total as usize, norm);
-    let expect_correct = (0..rows)
-        .filter(|&r| mask[r])
-        .filter(|&r| {
-            let row = &logits[r * classes..(r + 1) * classes];
-            let best = (0..classes).fold(0, |b, c| if row[c] > row[b] { c } else { b });
-            best as i64 == labels[r]
-        })
-        .count();
-    assert_eq!(correct as usize, expect_correct);
+    // Two masks at once, one of them with ties (rows of equal logits),
+    // where the first index wins.
+    let mut tied = logits.clone();
+    for r in (0..rows).step_by(5) {
+        tied[r * classes..(r + 1) * classes].fill(1.0);
+    }
+    let rest: Vec<bool> = (0..rows).map(|r| !mask[r] && labels[r] >= 0).collect();
+    let expect = |logits: &[f32], mask: &[bool]| {
+        let correct = (0..rows)
+            .filter(|&r| mask[r])
+            .filter(|&r| {
+                let row = &logits[r * classes..(r + 1) * classes];
+                let best = (0..classes).fold(0, |b, c| if row[c] > row[b] { c } else { b });
+                best as i64 == labels[r]
+            })
+            .count();
+        (correct as u64, mask.iter().filter(|&&m| m).count() as u64)
+    };
+    for z in [&logits, &tied] {
+        let counts = accuracy(z, rows, classes, &labels, &[&mask, &rest]).unwrap();
+        assert_eq!(counts, vec![expect(z, &mask), expect(z, &rest)]);
+    }
+    assert_eq!(
+        accuracy(&logits, rows, classes, &labels, &[&mask]).unwrap()[0].1 as usize,
+        norm
+    );
 }
 
 #[test]
@@ -546,7 +561,7 @@ fn labels_out_of_range_are_errors() {
         let mask = [true, true];
         assert!(softmax_cross_entropy(&logits, 2, 3, &labels, &mask, 2).is_err());
         assert!(softmax_cross_entropy_bwd(&logits, 2, 3, &labels, &mask, 2, &mut grad).is_err());
-        assert!(accuracy(&logits, 2, 3, &labels, &mask).is_err());
+        assert!(accuracy(&logits, 2, 3, &labels, &[&mask]).is_err());
         // Unmasked rows may hold anything.
         assert!(softmax_cross_entropy(&logits, 2, 3, &labels, &[true, false], 1).is_ok());
     }
