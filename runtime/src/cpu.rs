@@ -72,8 +72,8 @@ impl CpuGnn {
     ) -> Result<f32, ExecError> {
         let rows = self.model.rows(part);
         let classes = self.model.classes;
-                        let train = &self.model.train_mask[rows.clone()];
-        
+        let train = &self.model.train_mask[rows.clone()];
+
         let value = loss::softmax_cross_entropy(
             logits,
             rows.len(),
@@ -83,15 +83,15 @@ impl CpuGnn {
             self.model.train_nodes.max(1),
         )
         .map_err(kernel)?;
-                        self.metrics.loss += value;
-        
+        self.metrics.loss += value;
+
         let masks = [
             train,
             &self.model.val_mask[rows.clone()],
             &self.model.test_mask[rows.clone()],
         ];
         let counts = loss::accuracy(logits, rows.len(), classes, labels, &masks).map_err(kernel)?;
-                let m = &mut self.metrics;
+        let m = &mut self.metrics;
         let sums = [
             (&mut m.train_correct, &mut m.train_total),
             (&mut m.val_correct, &mut m.val_total),
@@ -99,9 +99,9 @@ impl CpuGnn {
         ];
         for ((correct, total), (c, t)) in sums.into_iter().zip(counts) {
             *correct += c;
-                        *total += t;
+            *total += t;
         }
-        
+
         Ok(value as f32)
     }
 }

@@ -531,6 +531,11 @@ impl<'a> Search<'a> {
         starts.sort_unstable_by_key(|&(start, ..)| start);
         let mut next_start = 0;
         let mut active: BinaryHeap<Candidate> = BinaryHeap::new();
+        // Candidates whose host or SSD copy did not fit: those tiers only
+        // fill up as the sweep picks, so they cannot fit later unless a
+        // repair switches a pick away from them. Kept out of the heap (a
+        // full host tier would otherwise have every step pop them all).
+        let mut refused: Vec<Candidate> = Vec::new();
         let mut step = from;
         while step < to {
             // Nothing happens at a step within budget but candidates
@@ -564,10 +569,12 @@ impl<'a> Search<'a> {
                     continue;
                 }
                 let choice = &choices.options[candidate.tensor][candidate.choice as usize];
-                if !self.usage.away_fits(choice, candidate.bytes)
-                    || !self.usage.adds_fit(choice, step)
-                {
-                    self.away_refused |= !self.usage.away_fits(choice, candidate.bytes);
+                if !self.usage.away_fits(choice, candidate.bytes) {
+                    self.away_refused = true;
+                    refused_or_spare(choice, candidate, &mut refused, &mut spare);
+                    continue;
+                }
+                if !self.usage.adds_fit(choice, step) {
                     spare.push(candidate);
                     continue;
                 }
@@ -618,8 +625,11 @@ impl<'a> Search<'a> {
                         continue;
                     }
                     let choice = &choices.options[c.tensor][c.choice as usize];
-                    if !self.usage.away_fits(choice, c.bytes) || !self.usage.adds_fit(choice, step)
-                    {
+                    if !self.usage.away_fits(choice, c.bytes) {
+                        refused_or_spare(choice, c, &mut refused, &mut rest);
+                        continue;
+                    }
+                    if !self.usage.adds_fit(choice, step) {
                         rest.push(c);
                         continue;
                     }
@@ -631,8 +641,12 @@ impl<'a> Search<'a> {
                 for c in rest {
                     active.push(c);
                 }
-                if self.usage.hbm.get(step) > self.usage.limit[0] && !self.repair(step) {
-                    return Err(step);
+                if self.usage.hbm.get(step) > self.usage.limit[0] {
+                    if !self.repair(step) {
+                        return Err(step);
+                    }
+                    // A repair may have freed host or SSD room.
+                    active.extend(refused.drain(..));
                 }
             }
             step += 1;
@@ -997,6 +1011,22 @@ impl<'a> Search<'a> {
                 self.set(t, saved.picks[t]);
             }
         }
+    }
+}
+
+/// Where a sweep keeps a candidate whose away copy did not fit: apart
+/// (`refused`) when the copy goes to host memory or the SSD, whose usage
+/// only grows as a sweep picks; back with the candidates to try again
+/// (`spare`) when it goes to the device, which picks also free.
+fn refused_or_spare(
+    choice: &Choice,
+    candidate: Candidate,
+    refused: &mut Vec<Candidate>,
+    spare: &mut Vec<Candidate>,
+) {
+    match choice.away {
+        Some((Tier::Host | Tier::Ssd, ..)) => refused.push(candidate),
+        _ => spare.push(candidate),
     }
 }
 
