@@ -852,7 +852,18 @@ fn run_compare(args: &CompareArgs) -> Result<()> {
 fn run_plan(args: &PlanArgs) -> Result<()> {
     let (profile, options, workload, note) = prepare(args)?;
     let started = std::time::Instant::now();
-    let plan = plan(&workload, &profile, &options)?;
+    let plan = plan(&workload, &profile, &options).map_err(|error| {
+        // Say how many partitions `auto` tried: the error is at that count.
+        // (A context repeating the error keeps it first in the message
+        // and keeps its type for the exit status.)
+        let line = note.lines().find(|line| line.starts_with("partitions "));
+        let message = line.map(|line| format!("{error}\n{line}"));
+        let error = anyhow::Error::from(error);
+        match message {
+            Some(message) => error.context(message),
+            None => error,
+        }
+    })?;
     let planned_s = started.elapsed().as_secs_f64();
     // Serialised only where it is written or printed.
     let json = (args.output.is_some() || args.json && !args.explain).then(|| plan.to_json());

@@ -122,6 +122,11 @@ fn too_small_a_budget_is_infeasible_with_the_shortfall() {
         message.contains("infeasible: hbm") && message.contains("bytes over"),
         "{message}"
     );
+    // `--partitions auto` says which count the error is at.
+    assert!(
+        message.contains("partitions 256 (auto: no count up to 256"),
+        "{message}"
+    );
 }
 
 #[test]

@@ -557,31 +557,12 @@ fn with_hint(
         .map(|t| t.bytes)
         .sum::<u64>()
         .saturating_add(options.ssd_staging_bytes);
-    let mut parts = Vec::new();
-    for each in [Tier::Hbm, Tier::Host, Tier::Ssd] {
-        let mut budgets = options.budgets;
-        let given = budgets.of(each);
-        *budget_mut(&mut budgets, each) = total.max(given);
-        if given >= total || !fits(&budgets) {
-            continue;
-        }
-        // Binary search between the given budget (fails) and `total` (fits).
-        let (mut lo, mut hi) = (given, total);
-        for _ in 0..40 {
-            // Within about 2%: each trial plans the whole workload again.
-            if hi - lo <= (hi >> 6).max(1 << 20) {
-                break;
-            }
-            let mid = lo + (hi - lo) / 2;
-            *budget_mut(&mut budgets, each) = mid;
-            if fits(&budgets) {
-                hi = mid;
-            } else {
-                lo = mid;
-            }
-        }
-        parts.push(format!("{each} {}", format_bytes(hi)));
-    }
+    // The three searches are independent: side by side.
+    let found: Vec<Option<String>> = [Tier::Hbm, Tier::Host, Tier::Ssd]
+        .par_iter()
+        .map(|&each| smallest_budget(each, total, options.budgets, &fits))
+        .collect();
+    let parts: Vec<String> = found.into_iter().flatten().collect();
     let hint = if parts.is_empty() {
         format!("{found_at}; no single budget increase makes it fit")
     } else {
@@ -600,6 +581,38 @@ fn with_hint(
         bytes_over,
         hint,
     }
+}
+
+/// The smallest budget of tier `each`, within about 2%, with which `fits`
+/// holds, the other budgets as in `budgets`; `None` where even `total` (all
+/// tensors' bytes) does not fit. Bisection between the given budget, which
+/// fails, and `total`.
+fn smallest_budget(
+    each: Tier,
+    total: u64,
+    mut budgets: Budgets,
+    fits: &(dyn Fn(&Budgets) -> bool + Sync),
+) -> Option<String> {
+    let given = budgets.of(each);
+    *budget_mut(&mut budgets, each) = total.max(given);
+    if given >= total || !fits(&budgets) {
+        return None;
+    }
+    let (mut lo, mut hi) = (given, total);
+    for _ in 0..40 {
+        // Within about 2%: each trial plans the whole workload again.
+        if hi - lo <= (hi >> 6).max(1 << 20) {
+            break;
+        }
+        let mid = lo + (hi - lo) / 2;
+        *budget_mut(&mut budgets, each) = mid;
+        if fits(&budgets) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Some(format!("{each} {}", format_bytes(hi)))
 }
 
 /// A schedule that fits every budget, with its peaks and predicted time:
