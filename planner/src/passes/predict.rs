@@ -24,6 +24,12 @@
 //! copy engine): each copy's seconds are taken from the compute stream
 //! when it is issued, and only the SSD's own time can overlap.
 //!
+//! On a GPU, host memory is a calendar too: a transfer through host memory
+//! books its bytes there at the host's memory bandwidth (an SSD transfer
+//! twice: the drive writes the staging buffers and PCIe reads them, or
+//! the other way) from when it starts on PCIe, and ends when both are
+//! done. Host memory binds when a node's GPUs share it (`Profile::share`).
+//!
 //! A multi-device plan's exchanges run in issue order on their own stream
 //! (as NCCL's): device-to-device bytes on the peer link (or on both PCIe
 //! directions where peer copies cross PCIe), then bytes between nodes on
@@ -178,7 +184,9 @@ pub fn predict(
     // Per stream (h2d, d2h, SSD read, SSD write): when it is free.
     let mut stream_free = [0.0f64; 4];
     let (mut h2d, mut d2h, mut drive) = (Calendar::new(), Calendar::new(), Calendar::new());
+    let mut host_memory = Calendar::new();
     let (pcie, ssd) = (&profile.pcie, &profile.ssd);
+    let host_s = |bytes: f64| bytes / profile.host.memory_bytes_per_s;
     let cores_copy = copies_use_compute(profile);
     let mut clock = 0.0f64;
     let (mut compute_s, mut recompute_s) = (0.0f64, 0.0f64);
@@ -230,7 +238,8 @@ pub fn predict(
                 let chunk = entry.bytes.min(ssd_chunk_bytes.max(1)) as f64;
                 let begin = start + pcie.latency_s + ssd_latency;
                 let (pcie_s, ssd_s) = (bytes / pcie_rate, bytes / ssd_rate);
-                if outward {
+                let host_end = host_memory.book(begin, host_s(2.0 * bytes));
+                let end = if outward {
                     let pcie_end = link.book(begin, pcie_s);
                     let ssd_end = drive.book(begin + chunk / pcie_rate, ssd_s);
                     ssd_end.max(pcie_end + chunk / ssd_rate)
@@ -238,9 +247,12 @@ pub fn predict(
                     let ssd_end = drive.book(begin, ssd_s);
                     let pcie_end = link.book(begin + chunk / ssd_rate, pcie_s);
                     pcie_end.max(ssd_end + chunk / pcie_rate)
-                }
+                };
+                end.max(host_end)
             } else {
-                link.book(start + pcie.latency_s, bytes / pcie_rate)
+                let begin = start + pcie.latency_s;
+                link.book(begin, bytes / pcie_rate)
+                    .max(host_memory.book(begin, host_s(bytes)))
             };
             stream_free[lane] = end;
             finish[index] = end;
@@ -255,7 +267,13 @@ pub fn predict(
                 e,
                 start,
                 profile,
-                [&mut h2d, &mut d2h, &mut peer_link, &mut network],
+                [
+                    &mut h2d,
+                    &mut d2h,
+                    &mut peer_link,
+                    &mut network,
+                    &mut host_memory,
+                ],
             );
             exchange_free = end;
             exchange_finish[index] = end;
@@ -301,9 +319,10 @@ pub fn predict(
 }
 
 /// When an exchange started at `start` ends, booking its links
-/// (`[h2d, d2h, peer, network]`).
-fn exchange_end(e: &Exchange, start: f64, profile: &Profile, links: [&mut Calendar; 4]) -> f64 {
-    let [h2d, d2h, peer_link, network] = links;
+/// (`[h2d, d2h, peer, network, host memory]`).
+fn exchange_end(e: &Exchange, start: f64, profile: &Profile, links: [&mut Calendar; 5]) -> f64 {
+    let [h2d, d2h, peer_link, network, host_memory] = links;
+    let host_s = |bytes: f64| bytes / profile.host.memory_bytes_per_s;
     let local = (e.bytes - e.network_bytes) as f64;
     let remote = e.network_bytes as f64;
     let (net_rate, net_latency) = profile
@@ -331,14 +350,20 @@ fn exchange_end(e: &Exchange, start: f64, profile: &Profile, links: [&mut Calend
                 local_end
             }
         }
-        Leg::ToHost => d2h.book(
-            start + pcie.latency_s,
-            e.bytes as f64 / pcie.d2h_bytes_per_s,
-        ),
+        Leg::ToHost => {
+            let begin = start + pcie.latency_s;
+            d2h.book(begin, e.bytes as f64 / pcie.d2h_bytes_per_s)
+                .max(host_memory.book(begin, host_s(e.bytes as f64)))
+        }
         Leg::FromHost => {
-            let landed = network.book(start + net_latency, remote / net_rate);
+            // What comes from other nodes lands in host memory first.
+            let landed = network
+                .book(start + net_latency, remote / net_rate)
+                .max(host_memory.book(start + net_latency, host_s(remote)));
             let from = if remote > 0.0 { landed } else { start };
-            h2d.book(from + pcie.latency_s, e.bytes as f64 / pcie.h2d_bytes_per_s)
+            let begin = from + pcie.latency_s;
+            h2d.book(begin, e.bytes as f64 / pcie.h2d_bytes_per_s)
+                .max(host_memory.book(begin, host_s(e.bytes as f64)))
         }
     }
 }
