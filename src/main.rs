@@ -11,13 +11,17 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// the Rust bindings do not name it).
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// Never give freed memory back to the system. mimalloc's default returns
-/// it 10 ms after it is freed, and an iteration frees a step's tensors and
-/// allocates the next step's later than that: every iteration then faults
-/// its memory in again and the kernel zeroes it, a quarter of a CPU
-/// training iteration. The process keeps its high-water mark instead,
+/// Never give freed memory back to the system, unless
+/// `MIMALLOC_PURGE_DELAY` says otherwise. By default mimalloc returns freed
+/// memory after a delay, and a CPU training iteration then faulted its
+/// tensors in again every time and the kernel zeroed them: about 3,500
+/// faults of 2 MiB pages per epoch, a quarter of `perf`'s samples
+/// (`docs/profile.md`). The process keeps its high-water mark instead,
 /// which a plan bounds.
 fn keep_freed_memory() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
+    }
     // SAFETY: sets one of mimalloc's options before any thread but this one
     // exists; `mi_option_set` only stores the value.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };

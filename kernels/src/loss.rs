@@ -170,11 +170,13 @@ fn loss_grad_rows(
         let row = &logits[r * classes..(r + 1) * classes];
         let (_, total) = shifted_exps(row, &mut exps);
         let factor = (scale / total) as f32;
-        let scale = scale as f32;
         for (gv, &e) in g.iter_mut().zip(&exps) {
             *gv = e * factor;
         }
-        g[labels[r] as usize] -= scale;
+        // `(p − 1) · scale` at the label, from the other classes' share:
+        // `p · scale − scale` in f32 cancels where `p` is near 1.
+        let label = labels[r] as usize;
+        g[label] = (-(scale * (total - exps[label] as f64) / total)) as f32;
     }
 }
 
@@ -351,8 +353,9 @@ pub fn softmax_cross_entropy_bwd(
 }
 
 /// `(correct, total)` over the masked rows of each of `masks`, where a row
-/// is correct when the first index of its largest logit equals its label.
-/// Each row's prediction is found once, for every mask.
+/// is correct when the first index of its largest logit equals its label
+/// (NaN logits are passed over; a row of NaNs predicts class 0). Each
+/// row's prediction is found once, for every mask.
 pub fn accuracy(
     logits: &[f32],
     rows: usize,
@@ -428,6 +431,25 @@ mod tests {
         assert_eq!(exp_nonpositive(-87.5), 0.0);
         assert_eq!(exp_nonpositive(f32::NEG_INFINITY), 0.0);
         assert!(exp_nonpositive(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn a_confident_row_keeps_its_label_gradient() {
+        // p at the label is 1 − 3·e^-20 (about 6e-9 from 1): `p − 1` in
+        // f32 would be 0 or off by a large factor.
+        let row = [20.0f32, 0.0, 0.0, 0.0];
+        let mut g = [f32::NAN; 4];
+        let scale = 0.5;
+        loss_grad_rows(&row, 4, &[0], &[true], scale, 0, &mut g);
+        let other = (-20.0f64).exp() / (1.0 + 3.0 * (-20.0f64).exp());
+        let want = -3.0 * other * scale;
+        assert!(
+            ((g[0] as f64 - want) / want).abs() < 1e-5,
+            "{} vs {want}",
+            g[0]
+        );
+        let sum: f64 = g.iter().map(|&v| v as f64).sum();
+        assert!(sum.abs() < 1e-5 * want.abs(), "row sums to {sum}");
     }
 
     #[test]

@@ -483,8 +483,16 @@ fn activations_match_reference_and_finite_differences() {
 
 #[test]
 fn loss_matches_reference_and_finite_differences() {
+    // 6 classes: the lanes' remainder alone; 19: eight lanes twice, then
+    // the remainder.
+    for classes in [6, 19] {
+        loss_matches_reference(classes);
+    }
+}
+
+fn loss_matches_reference(classes: usize) {
     let mut rng = Rng::new(9);
-    let (rows, classes) = (500, 6);
+    let rows = 500;
     let logits: Vec<f32> = rng.vec(rows * classes).iter().map(|v| 8.0 * v).collect();
     let labels: Vec<i64> = (0..rows)
         .map(|r| {
