@@ -16,7 +16,7 @@ use crate::plan::{
 use crate::policy::{self, Policy};
 use crate::profile::Profile;
 use crate::units::{format_bytes, format_seconds};
-use crate::workload::{TensorKind, Workload};
+use crate::workload::{TensorId, TensorKind, Workload};
 use crate::{Error, Result, Tier};
 
 use rayon::prelude::*;
@@ -118,14 +118,39 @@ pub fn fits(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Re
         );
         trial.multi = None;
     }
+    let extra = exchange_extra(workload, &trial);
+    if step_floor(workload, &extra, trial.budgets.hbm_bytes).is_some() {
+        return Ok(false);
+    }
     let choices = Choices::build(workload, &lives, &share, trial.fates);
     Ok(dp::fits(
         workload,
         &choices,
         &exchange_host_free(workload, &trial),
         trial.ssd_staging_bytes,
-        &exchange_extra(workload, &trial),
+        &extra,
     ))
+}
+
+/// What every plan needs: each operator's inputs and outputs (each once)
+/// on the device while it runs, beside the exchange buffers of its step
+/// (`extra`). The first step where that alone is over the device budget,
+/// if any: no fates fit the workload, and none need be searched for.
+fn step_floor(workload: &Workload, extra: &[u64], hbm_budget: u64) -> Option<dp::Overrun> {
+    let mut seen: Vec<TensorId> = Vec::new();
+    workload.ops.iter().enumerate().find_map(|(s, op)| {
+        seen.clear();
+        seen.extend(op.inputs.iter().chain(&op.outputs));
+        seen.sort_unstable();
+        seen.dedup();
+        let needed = seen.iter().map(|&t| workload.tensor(t).bytes).sum::<u64>()
+            + extra.get(s).copied().unwrap_or(0);
+        (needed > hbm_budget).then_some(dp::Overrun {
+            tier: Tier::Hbm,
+            step: s as u32,
+            needed_bytes: needed,
+        })
+    })
 }
 
 /// A plan for each device of several: every strategy vector
@@ -185,6 +210,10 @@ fn plan_unhinted(
     options: &PlanOptions,
     lives: &Lifetimes,
 ) -> Result<Plan> {
+    let extra = exchange_extra(workload, options);
+    if let Some(overrun) = step_floor(workload, &extra, options.budgets.hbm_bytes) {
+        return Err(overrun_error(workload, &options.budgets, overrun));
+    }
     match options.policy {
         Policy::Dp => plan_dp(workload, profile, options, lives),
         Policy::Milp => plan_milp(workload, profile, options, lives),
@@ -520,7 +549,11 @@ fn with_hint(
         options.fates
     };
     let choices = Choices::build(workload, lives, profile, fates);
+    let extra = exchange_extra(workload, options);
     let fits = |budgets: &Budgets| -> bool {
+        if step_floor(workload, &extra, budgets.hbm_bytes).is_some() {
+            return false;
+        }
         match options.policy {
             // The model's answer: fast, and what the search itself sees.
             Policy::Dp | Policy::Milp => {
