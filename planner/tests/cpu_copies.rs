@@ -2,11 +2,12 @@
 //! charges a copy's seconds to the iteration instead of hiding them, and
 //! dp keeps on the device what it can rather than move it.
 
+mod common;
+
 use fateplan_planner::passes::cost::{copies_use_compute, Choices, FateSet};
 use fateplan_planner::passes::lifetimes::Lifetimes;
 use fateplan_planner::plan::Budgets;
 use fateplan_planner::profile::DeviceKind;
-use fateplan_planner::workload::{Cost, OpKind, Phase, TensorKind};
 use fateplan_planner::{plan, Fate, PlanOptions, Policy, Profile, Tier, Workload};
 
 fn cpu_profile() -> Profile {
@@ -14,46 +15,10 @@ fn cpu_profile() -> Profile {
     Profile::from_json(text, "cpu-small.json").unwrap()
 }
 
-/// A forward chain whose activations the backward reads in reverse, every
-/// operator long enough to hide any copy behind it on a GPU.
+/// A chain whose operators are long enough to hide any copy behind them
+/// on a GPU.
 fn chain(n: usize, bytes: u64) -> Workload {
-    let mut w = Workload::new("chain");
-    let x = w.add_tensor("x", bytes, TensorKind::Input, Some(Tier::Host));
-    let mut acts = vec![x];
-    for i in 0..n {
-        let a = w.add_tensor(format!("a{i}"), bytes, TensorKind::Activation, None);
-        w.add_op(
-            format!("f{i}"),
-            OpKind::Generic,
-            Phase::Forward,
-            vec![acts[i]],
-            vec![a],
-            Cost::seconds(0.1),
-        );
-        acts.push(a);
-    }
-    let mut grad = w.add_tensor("g_out", bytes, TensorKind::Gradient, None);
-    w.add_op(
-        "loss",
-        OpKind::Generic,
-        Phase::Forward,
-        vec![acts[n]],
-        vec![grad],
-        Cost::seconds(0.1),
-    );
-    for i in (0..n).rev() {
-        let g = w.add_tensor(format!("g{i}"), bytes, TensorKind::Gradient, None);
-        w.add_op(
-            format!("b{i}"),
-            OpKind::Generic,
-            Phase::Backward,
-            vec![grad, acts[i + 1], acts[i]],
-            vec![g],
-            Cost::seconds(0.1),
-        );
-        grad = g;
-    }
-    w
+    common::chain(n, bytes, 0.1)
 }
 
 fn offload_all(profile: &Profile, w: &Workload) -> fateplan_planner::Plan {

@@ -1,0 +1,46 @@
+//! Workloads more than one test file builds.
+
+use fateplan_planner::workload::{Cost, OpKind, Phase, TensorKind};
+use fateplan_planner::{Tier, Workload};
+
+/// A forward chain of `n` operators whose activations (`bytes` each) the
+/// backward reads in reverse; every operator takes `op_seconds`.
+pub fn chain(n: usize, bytes: u64, op_seconds: f64) -> Workload {
+    let mut w = Workload::new("chain");
+    let x = w.add_tensor("x", bytes, TensorKind::Input, Some(Tier::Host));
+    let mut acts = vec![x];
+    for i in 0..n {
+        let a = w.add_tensor(format!("a{i}"), bytes, TensorKind::Activation, None);
+        w.add_op(
+            format!("f{i}"),
+            OpKind::Generic,
+            Phase::Forward,
+            vec![acts[i]],
+            vec![a],
+            Cost::seconds(op_seconds),
+        );
+        acts.push(a);
+    }
+    let mut grad = w.add_tensor("g_out", bytes, TensorKind::Gradient, None);
+    w.add_op(
+        "loss",
+        OpKind::Generic,
+        Phase::Forward,
+        vec![acts[n]],
+        vec![grad],
+        Cost::seconds(op_seconds),
+    );
+    for i in (0..n).rev() {
+        let g = w.add_tensor(format!("g{i}"), bytes, TensorKind::Gradient, None);
+        w.add_op(
+            format!("b{i}"),
+            OpKind::Generic,
+            Phase::Backward,
+            vec![grad, acts[i + 1], acts[i]],
+            vec![g],
+            Cost::seconds(op_seconds),
+        );
+        grad = g;
+    }
+    w
+}
