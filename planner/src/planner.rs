@@ -587,9 +587,11 @@ fn with_hint(
     let total: u64 = workload
         .tensors
         .iter()
-        .map(|t| t.bytes)
+                .map(|t| t.bytes)
         .sum::<u64>()
-        .saturating_add(options.ssd_staging_bytes);
+        .saturating_add(options.ssd_staging_bytes)
+        // The exchange buffers are held beside the tensors.
+        .saturating_add(extra.iter().copied().max().unwrap_or(0));
     // The three searches are independent: side by side.
     let found: Vec<Option<String>> = [Tier::Hbm, Tier::Host, Tier::Ssd]
         .par_iter()
