@@ -587,7 +587,7 @@ fn with_hint(
     let total: u64 = workload
         .tensors
         .iter()
-                .map(|t| t.bytes)
+        .map(|t| t.bytes)
         .sum::<u64>()
         .saturating_add(options.ssd_staging_bytes)
         // The exchange buffers are held beside the tensors.
