@@ -28,11 +28,12 @@
 //! however the rows are split.
 //!
 //! Architecture invariant: bad shapes return [`Error::InvalidInput`]; no
-//! kernel panics on its inputs. The only `unsafe` is in [`sparse`]: the
-//! cache prefetch hint, which cannot fault, and the calls of the AVX2 and
-//! AVX-512 builds of the masked gather, made only after run-time detection
-//! of the instruction set. Nothing needs target features at compile time,
-//! and every build of a kernel gives the same bits.
+//! kernel panics on its inputs. The only `unsafe` is the cache prefetch
+//! hint in [`sparse`], which cannot fault, and the calls of the AVX2 and
+//! AVX-512 builds of the masked gather ([`sparse`]), the dropout hash
+//! ([`dropout`]) and the loss ([`loss`]), made only with an `Isa` that
+//! run-time detection found. Nothing needs target features at compile
+//! time, and every build of a kernel gives the same bits.
 
 pub mod activation;
 pub mod cuda;

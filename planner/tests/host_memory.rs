@@ -8,11 +8,7 @@ use fateplan_planner::{plan, PlanOptions, Policy, Profile};
 
 #[test]
 fn copies_wait_for_host_memory_where_it_is_the_narrowest() {
-    let mut wide = Profile::from_json(
-        include_str!("../../profiles/a100-80g.json"),
-        "a100-80g.json",
-    )
-    .unwrap();
+    let mut wide = common::a100();
     assert_eq!(wide.device.kind, DeviceKind::Gpu);
     // Short operators: offloading every activation leaves the copies exposed.
     let w = common::chain(6, 256 << 20, 1e-4);

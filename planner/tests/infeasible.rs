@@ -2,9 +2,11 @@
 //! reports that step at once, with the bytes it needs, and the hint the
 //! budget that fits.
 
+mod common;
+
 use fateplan_planner::planner::fits;
 use fateplan_planner::workload::{Cost, OpKind, Phase, TensorKind};
-use fateplan_planner::{plan, Error, PlanOptions, Policy, Profile, Tier, Workload};
+use fateplan_planner::{plan, Error, PlanOptions, Policy, Tier, Workload};
 
 const MIB: u64 = 1 << 20;
 
@@ -33,11 +35,7 @@ fn workload() -> Workload {
 
 #[test]
 fn a_step_bigger_than_the_device_is_reported_with_its_bytes() {
-    let profile = Profile::from_json(
-        include_str!("../../profiles/a100-80g.json"),
-        "a100-80g.json",
-    )
-    .unwrap();
+    let profile = common::a100();
     let w = workload();
     for policy in [
         Policy::Dp,

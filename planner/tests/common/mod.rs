@@ -1,7 +1,15 @@
-//! Workloads more than one test file builds.
+//! Profiles and workloads more than one test file builds. Each test file
+//! is its own crate and uses some of them.
+#![allow(dead_code)]
 
 use fateplan_planner::workload::{Cost, OpKind, Phase, TensorKind};
-use fateplan_planner::{Tier, Workload};
+use fateplan_planner::{Profile, Tier, Workload};
+
+/// The built-in `a100-80g` profile.
+pub fn a100() -> Profile {
+    let text = include_str!("../../../profiles/a100-80g.json");
+    Profile::from_json(text, "a100-80g.json").expect("the built-in profile parses")
+}
 
 /// A forward chain of `n` operators whose activations (`bytes` each) the
 /// backward reads in reverse; every operator takes `op_seconds`.
