@@ -34,12 +34,15 @@ use crate::exec::data::{BlockData, Data};
 use crate::exec::{Backend, ExecError};
 use crate::gnn::{arity, GnnBackend, Model, Name, SITE_ATTENTION, SITE_HIDDEN, SITE_INPUT};
 pub use crate::gnn::{GraphInput, Hyper, Metrics, Mode};
+use crate::peers::Peers;
 
 pub struct CpuGnn {
     /// Features, labels and blocks until the executor holds them.
     graph: GraphInput,
     model: Model,
     metrics: Metrics,
+    /// The other devices, in a multi-device run.
+    peers: Option<Peers>,
 }
 
 fn kernel(error: impl std::fmt::Display) -> ExecError {
@@ -53,7 +56,34 @@ impl CpuGnn {
             graph,
             model,
             metrics: Metrics::default(),
+            peers: None,
         })
+    }
+
+    /// One device of a multi-device run: `graph` is its share
+    /// ([`crate::share`]), `peers` its halo and its group.
+    pub fn with_peers(graph: GraphInput, hyper: Hyper, peers: Peers) -> Result<CpuGnn, ExecError> {
+        if hyper.model == GnnModel::Gat {
+            return Err(ExecError::Kernel(
+                "GAT on several devices is not supported (its edge softmax over halo edges is                  not written)"
+                    .into(),
+            ));
+        }
+        let mut gnn = CpuGnn::new(graph, hyper)?;
+        if peers.partitions() != gnn.model.partitions() {
+            return Err(ExecError::Internal(format!(
+                "a halo of {} partitions for a share of {}",
+                peers.partitions(),
+                gnn.model.partitions()
+            )));
+        }
+        gnn.peers = Some(peers);
+        Ok(gnn)
+    }
+
+    /// The multi-device part, when there is one.
+    pub fn peers(&self) -> Option<&Peers> {
+        self.peers.as_ref()
     }
 
     pub fn set_mode(&mut self, mode: Mode) {
@@ -164,7 +194,7 @@ impl CpuGnn {
         match self.model.dropout(SITE_INPUT, l).filter(|_| l == 1) {
             None => f(0, rows, x),
             Some(mask) => {
-                let row0 = self.model.offsets[part];
+                let row0 = self.model.row0(part);
                 let mut r0 = 0;
                 while r0 < rows {
                     let n = REDUCE_ROWS.min(rows - r0);
@@ -297,7 +327,7 @@ impl CpuGnn {
                 let y = self.plus_bias(l, inputs[0].f32()?, weights(1)?)?;
                 let mut out = vec![0.0f32; y.len()];
                 let mask = self.model.dropout(SITE_HIDDEN, l);
-                activation::elu_dropout(&y, &mut out, d_out, self.model.offsets[i], mask.as_ref())
+                activation::elu_dropout(&y, &mut out, d_out, self.model.row0(i), mask.as_ref())
                     .map_err(kernel)?;
                 vec![Data::F32(out)]
             }
@@ -320,7 +350,7 @@ impl CpuGnn {
                     grad,
                     &y,
                     d_out,
-                    self.model.offsets[i],
+                    self.model.row0(i),
                     mask.as_ref(),
                     &mut out,
                 )
@@ -518,7 +548,10 @@ impl GnnBackend for CpuGnn {
     }
 
     fn metrics(&self) -> Result<Metrics, ExecError> {
-        Ok(self.metrics)
+        match &self.peers {
+            Some(peers) => peers.metrics(self.metrics),
+            None => Ok(self.metrics),
+        }
     }
 }
 
@@ -561,6 +594,9 @@ impl Backend for CpuGnn {
     fn begin_iteration(&mut self, _iteration: u64) -> Result<(), ExecError> {
         self.metrics = Metrics::default();
         self.model.begin_iteration();
+        if let Some(peers) = &mut self.peers {
+            peers.begin_iteration(self.model.mode == Mode::Train);
+        }
         Ok(())
     }
 
@@ -588,7 +624,7 @@ impl Backend for CpuGnn {
                 };
                 match self.model.dropout(SITE_INPUT, l).filter(|_| l == 1) {
                     Some(mask) => {
-                        let src_row0 = self.model.offsets[j];
+                        let src_row0 = self.model.row0(j);
                         sparse::spmm_dropout(
                             view,
                             src,
@@ -602,6 +638,12 @@ impl Backend for CpuGnn {
                     None => sparse::spmm(view, src, d_in, init.into(), &mut out),
                 }
                 .map_err(kernel)?;
+                if let Some(peers) = &mut self.peers {
+                    let mask = self.model.dropout(SITE_INPUT, l).filter(|_| l == 1);
+                    let i = name.get('p')?;
+                    let row0 = self.model.row0(j);
+                    peers.aggregate(l, i, j, d_in, src, row0, mask.as_ref(), &mut out)?;
+                }
                 Ok(vec![Data::F32(out)])
             }
             "linear" => {
@@ -623,7 +665,7 @@ impl Backend for CpuGnn {
                 let z = inputs[0].f32()?;
                 let mut out = vec![0.0f32; z.len()];
                 let mask = self.model.dropout(SITE_HIDDEN, l);
-                activation::relu_dropout(z, &mut out, d_out, self.model.offsets[i], mask.as_ref())
+                activation::relu_dropout(z, &mut out, d_out, self.model.row0(i), mask.as_ref())
                     .map_err(kernel)?;
                 Ok(vec![Data::F32(out)])
             }
@@ -637,7 +679,7 @@ impl Backend for CpuGnn {
                     grad,
                     z,
                     d_out,
-                    self.model.offsets[i],
+                    self.model.row0(i),
                     mask.as_ref(),
                     &mut out,
                 )
@@ -730,6 +772,9 @@ impl Backend for CpuGnn {
                     inputs.iter().map(|d| d.f32()).collect::<Result<_, _>>()?;
                 let mut out = vec![0.0f32; parts[0].len()];
                 dense::sum_into(&parts, &mut out).map_err(kernel)?;
+                if let Some(peers) = &mut self.peers {
+                    peers.reduce(&mut out)?;
+                }
                 Ok(vec![Data::F32(out)])
             }
             "agg_bwd" => {
@@ -747,6 +792,12 @@ impl Backend for CpuGnn {
                     weights: &block.weights,
                 };
                 sparse::spmm_t(view, grad, d_in, init.into(), &mut out).map_err(kernel)?;
+                if let Some(peers) = &mut self.peers {
+                    let i = name.get('d')?;
+                    let p = self.model.partitions();
+                    let last = (0..p).rev().find(|&q| self.model.has_block(q, j)) == Some(i);
+                    peers.aggregate_bwd(l, j, i, d_in, grad, last, &mut out)?;
+                }
                 Ok(vec![Data::F32(out)])
             }
             _ => Err(ExecError::Kernel(format!(

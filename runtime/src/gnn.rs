@@ -29,6 +29,14 @@ pub struct GraphInput {
     pub test_mask: Vec<bool>,
     /// Block `(dst i, src j)` at `i * P + j`, when it exists.
     pub blocks: Vec<Option<BlockData>>,
+    /// The whole graph's index of this input's first row: 0, except for
+    /// one device's share of a multi-device run ([`crate::share`]). The
+    /// dropout masks are keyed by the whole graph's rows.
+    pub row_base: u64,
+    /// Training nodes of the whole graph, over which the loss averages,
+    /// when this input is one device's share (otherwise those of
+    /// `train_mask`).
+    pub train_nodes_total: Option<u64>,
 }
 
 impl GraphInput {
@@ -160,6 +168,8 @@ pub(crate) struct Model {
     /// Training iterations begun: Adam's step count.
     pub(crate) updates: u32,
     pub(crate) offsets: Vec<u64>,
+    /// See [`GraphInput::row_base`].
+    pub(crate) row_base: u64,
     pub(crate) features: usize,
     pub(crate) classes: usize,
     pub(crate) train_mask: Vec<bool>,
@@ -204,12 +214,16 @@ impl Model {
             edge_base.push(next);
             next += row.iter().flatten().sum::<u64>();
         }
-        let train_nodes = graph.train_mask.iter().filter(|&&m| m).count();
+        let train_nodes = match graph.train_nodes_total {
+            Some(total) => total as usize,
+            None => graph.train_mask.iter().filter(|&&m| m).count(),
+        };
         Ok(Model {
             hyper,
             mode: Mode::Train,
             updates: 0,
             offsets: graph.offsets.clone(),
+            row_base: graph.row_base,
             features: graph.features,
             classes: graph.classes,
             train_mask: std::mem::take(&mut graph.train_mask),
@@ -227,6 +241,12 @@ impl Model {
 
     pub(crate) fn rows(&self, p: usize) -> std::ops::Range<usize> {
         self.offsets[p] as usize..self.offsets[p + 1] as usize
+    }
+
+    /// The whole graph's index of partition `p`'s first row: where its
+    /// rows' dropout masks start.
+    pub(crate) fn row0(&self, p: usize) -> u64 {
+        self.row_base + self.offsets[p]
     }
 
     /// Called before each iteration.

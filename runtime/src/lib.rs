@@ -13,6 +13,8 @@
 //! - The measurement of this machine as a hardware profile ([`measure`]).
 
 pub mod blockcsr;
+pub mod collective;
+
 pub mod compare;
 pub mod cpu;
 pub mod csr;
@@ -26,7 +28,11 @@ pub mod graph;
 pub mod measure;
 pub mod npy;
 pub mod partition;
+pub mod peers;
+
+pub mod share;
 pub mod sim;
+
 pub mod spill;
 pub mod train;
 

@@ -22,6 +22,8 @@ use crate::exec::data::{BlockData, Data};
 use crate::exec::{ExecError, ExecOptions, Executor, SsdTier, TraceSpan};
 use crate::generate::GeneratorSpec;
 use crate::gnn::{GnnBackend, GraphInput, Hyper, Metrics, Mode};
+use crate::peers::{ExchangeStats, Peers};
+use crate::share::SharedPrepared;
 use crate::spill::{SpillOptions, SpillStore};
 
 /// Builds the workload of `hyper` over `graph`'s partitions: the one a
@@ -141,20 +143,178 @@ pub fn train(
         BackendChoice::Cpu => {
             let backend = CpuGnn::new(graph, hyper)?;
             let executor = Executor::new(plan.clone(), backend, ssd, options)?;
-            run_epochs(executor, &plan, epochs, progress)
+            run_epochs(&mut { executor }, &plan, epochs, progress)
         }
         BackendChoice::Cuda(cuda) => {
             let hbm_bytes = budgets.unwrap_or(plan.budgets).hbm_bytes;
             let backend = crate::cuda::CudaGnn::new(graph, hyper, hbm_bytes, &cuda)?;
             let executor = Executor::new(plan.clone(), backend, ssd, options)?;
-            run_epochs(executor, &plan, epochs, progress)
+            run_epochs(&mut { executor }, &plan, epochs, progress)
         }
     }
 }
 
+/// One device of a multi-device run, as [`train_shared`] reports it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceReport {
+    pub rank: usize,
+    /// Mean measured seconds of its training iterations (as
+    /// [`TrainReport::iteration_s`]).
+    pub iteration_s: f64,
+    pub peak_bytes: PerTier<u64>,
+    /// Its exchanges in the last training iteration.
+    pub exchange: ExchangeStats,
+    /// Bytes of its halo blocks (held by the backend).
+    pub halo_block_bytes: u64,
+}
+
+/// What a multi-device run did: device 0's report (its losses and
+/// accuracies are the whole graph's; its iteration time the slowest
+/// device's) and every device's own figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SharedReport {
+    pub report: TrainReport,
+    pub devices: Vec<DeviceReport>,
+}
+
+/// Trains every device's share of `prepared` with `run.plan` (made for
+/// `prepared.workload`), each device a thread of this process with its
+/// own executor and CPU backend, exchanging through shared memory
+/// ([`crate::collective::LocalGroup`]). `ssd` gives each device its own
+/// SSD tier (one per device, or empty when the plan keeps off the SSD).
+/// `progress` sees device 0's epochs.
+pub fn train_shared(
+    prepared: SharedPrepared,
+    hyper: Hyper,
+    run: TrainRun,
+    ssd: Vec<Arc<dyn SsdTier>>,
+    progress: &mut (dyn FnMut(&EpochStats) + Send),
+) -> Result<(SharedReport, Vec<TraceSpan>), ExecError> {
+    let TrainRun {
+        plan,
+        epochs,
+        budgets,
+        ssd: _,
+        trace,
+        backend,
+    } = run;
+    if !matches!(backend, BackendChoice::Cpu) {
+        return Err(ExecError::Kernel(
+            "training on several devices runs on the CPU backend only (the CUDA backend's \
+             exchange through NCCL is not written)"
+                .into(),
+        ));
+    }
+    let digest = prepared.workload.digest();
+    if plan.workload.digest != digest {
+        return Err(ExecError::Kernel(format!(
+            "the plan is for workload {} ({}), but these shares and model give {} ({}): plan \
+             again for this run",
+            plan.workload.name, plan.workload.digest, prepared.workload.name, digest
+        )));
+    }
+    let k = prepared.devices.len();
+    if !ssd.is_empty() && ssd.len() != k {
+        return Err(ExecError::Internal(format!(
+            "{} SSD tiers for {k} devices",
+            ssd.len()
+        )));
+    }
+    let group = crate::collective::LocalGroup::new(k);
+    let progress = std::sync::Mutex::new(progress);
+    type Outcome = (TrainReport, Vec<TraceSpan>, DeviceReport);
+    let results: Vec<Result<Outcome, ExecError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = prepared
+            .devices
+            .into_iter()
+            .zip(group)
+            .enumerate()
+            .map(|(rank, (share, member))| {
+                let plan = plan.clone();
+                let ssd = ssd.get(rank).cloned();
+                let progress = &progress;
+                scope.spawn(move || {
+                    let halo_block_bytes = share.halo.block_bytes();
+                    let peers = Peers::new(share.halo, Box::new(member))?;
+                    let backend = CpuGnn::with_peers(share.input, hyper, peers)?;
+                    let options = ExecOptions {
+                        budgets,
+                        trace: trace && rank == 0,
+                    };
+                    let mut executor = Executor::new(plan.clone(), backend, ssd, options)?;
+                    let mut quiet = |_: &EpochStats| {};
+                    let mut shown = |stats: &EpochStats| {
+                        if let Ok(mut f) = progress.lock() {
+                            (*f)(stats)
+                        }
+                    };
+                    let shown: &mut dyn FnMut(&EpochStats) =
+                        if rank == 0 { &mut shown } else { &mut quiet };
+                    let (report, spans) = run_epochs(&mut executor, &plan, epochs, shown)?;
+                    let peers = executor.backend().peers().expect("a device has peers");
+                    let device = DeviceReport {
+                        rank,
+                        iteration_s: report.iteration_s,
+                        peak_bytes: report.peak_bytes,
+                        exchange: peers.last_training_stats(),
+                        halo_block_bytes,
+                    };
+                    peers.finish();
+                    Ok((report, spans, device))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(ExecError::Internal("a device's thread panicked".into()))
+                })
+            })
+            .collect()
+    });
+    // Report the device that failed, not the others' news that it stopped.
+    let mut outcomes = Vec::with_capacity(k);
+    let mut errors = Vec::new();
+    for result in results {
+        match result {
+            Ok(outcome) => outcomes.push(outcome),
+            Err(e) => errors.push(e),
+        }
+    }
+    let stopped = |e: &ExecError| matches!(e, ExecError::Exchange(why) if why.starts_with("the group stopped"));
+    if let Some(i) = errors.iter().position(|e| !stopped(e)) {
+        return Err(errors.swap_remove(i));
+    }
+    if let Some(e) = errors.pop() {
+        return Err(e);
+    }
+    let mut devices = Vec::with_capacity(k);
+    let mut reports = Vec::with_capacity(k);
+    let mut trace_spans = Vec::new();
+    for (report, spans, device) in outcomes {
+        if device.rank == 0 {
+            trace_spans = spans;
+        }
+        devices.push(device);
+        reports.push(report);
+    }
+    let mut report = reports[0].clone();
+    for other in &reports[1..] {
+        if other.weights_sha256 != report.weights_sha256 {
+            return Err(ExecError::Internal(format!(
+                "the devices' weights differ after training ({} against {})",
+                report.weights_sha256, other.weights_sha256
+            )));
+        }
+        report.iteration_s = report.iteration_s.max(other.iteration_s);
+    }
+    Ok((SharedReport { report, devices }, trace_spans))
+}
+
 /// The epochs, the evaluation pass and the report.
 fn run_epochs<B: GnnBackend>(
-    mut executor: Executor<B>,
+    executor: &mut Executor<B>,
     plan: &Plan,
     epochs: u32,
     progress: &mut dyn FnMut(&EpochStats),
@@ -321,6 +481,8 @@ pub fn prepare_cached(
         val_mask: dataset.val_mask,
         test_mask: dataset.test_mask,
         blocks: table,
+        row_base: 0,
+        train_nodes_total: None,
     };
     let workload = workload(&input, &counts, hyper, &dataset.name)
         .map_err(|e| crate::Error::invalid(Path::new(&dataset.name), "model", e.to_string()))?;

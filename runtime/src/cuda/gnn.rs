@@ -608,7 +608,7 @@ impl CudaGnn {
         match self.model.dropout(SITE_INPUT, l).filter(|_| l == 1) {
             None => Ok(None),
             Some(mask) => {
-                let base = self.model.offsets[part] * d_in as u64;
+                let base = self.model.row0(part) * d_in as u64;
                 Ok(Some(self.dropped(x, mask, base, "dropped input")?))
             }
         }
@@ -836,7 +836,7 @@ impl CudaGnn {
                 let y = self.plus_bias(op, l, f32s(op, inputs[0])?, weights(1)?)?;
                 let mut h = self.zeros(y.len(), "elu")?;
                 let (key, threshold, scale) = mask_args(self.model.dropout(SITE_HIDDEN, l));
-                let (n, base) = (y.len() as u64, self.model.offsets[i] * d_out as u64);
+                let (n, base) = (y.len() as u64, self.model.row0(i) * d_out as u64);
                 launch!(
                     gpu,
                     "elu_dropout_f32",
@@ -862,7 +862,7 @@ impl CudaGnn {
                 expect_len(op, "gradient", grad.len(), y.len())?;
                 let mut dz = self.zeros(y.len(), "elu gradient")?;
                 let (key, threshold, scale) = mask_args(self.model.dropout(SITE_HIDDEN, l));
-                let (n, base) = (y.len() as u64, self.model.offsets[i] * d_out as u64);
+                let (n, base) = (y.len() as u64, self.model.row0(i) * d_out as u64);
                 launch!(
                     gpu,
                     "elu_dropout_bwd_f32",
@@ -1247,7 +1247,7 @@ impl Backend for CudaGnn {
                 };
                 let mask = self.model.dropout(SITE_INPUT, l).filter(|_| l == 1);
                 let (key, threshold, scale) = mask_args(mask);
-                let (rows_u, width, src_row0) = (rows as u64, d_in as u64, self.model.offsets[j]);
+                let (rows_u, width, src_row0) = (rows as u64, d_in as u64, self.model.row0(j));
                 launch!(
                     gpu,
                     "spmm_f32",
@@ -1298,7 +1298,7 @@ impl Backend for CudaGnn {
                 let (l, i) = (name.get('l')?, name.get('p')?);
                 let (_, d_out) = self.model.dims(l);
                 let (key, threshold, scale) = mask_args(self.model.dropout(SITE_HIDDEN, l));
-                let base = self.model.offsets[i] * d_out as u64;
+                let base = self.model.row0(i) * d_out as u64;
                 if name.base == "relu" {
                     let z = f32s(op, inputs[0])?;
                     let mut h = self.zeros(z.len(), "relu")?;

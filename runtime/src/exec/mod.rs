@@ -87,6 +87,9 @@ pub enum ExecError {
     Ssd(String),
     #[error("{0}")]
     Kernel(String),
+    /// A collective between the devices of a multi-device run.
+    #[error("exchange between devices: {0}")]
+    Exchange(String),
     /// The CUDA backend: a missing library or device, or a driver error.
     #[error("cuda: {0}")]
     Cuda(String),

@@ -1,0 +1,348 @@
+//! A CPU device's part in a multi-device run: the halo exchange and the
+//! sums, inside the operators that need them.
+//!
+//! Every device runs the same plan, so its operators (recomputations
+//! included) run in the same order on every device, and each collective
+//! below is made by every device at the same operator:
+//!
+//! - `agg[l,p,s]`: the first aggregation of layer `l` reading source
+//!   partition `s` sends every other device the rows of `s` it reads
+//!   (the first layer's input dropout applied, keyed by the whole graph's
+//!   rows) and receives its halo of `s`; every `agg[l,p,s]` then adds the
+//!   halo block `(p, s)` times those rows. The halo is kept until the end
+//!   of the iteration, so a recomputation finds it.
+//! - `agg_bwd[l,p_j,d_i]`: adds the halo block `(i, j)`'s transpose times
+//!   the gradient of `i` to the halo gradient of `j` (once per iteration,
+//!   however often the operator runs); the last of the chain sends the
+//!   halo gradients of `j` to their owners and adds what the others sent
+//!   for its own rows of `j`.
+//! - `grad_accumulate[l]`: the weight gradient is summed over devices.
+//! - the metrics are summed over devices after each iteration.
+//!
+//! Sums run in rank order, so every device holds the same weights, bit for
+//! bit.
+
+use std::collections::{HashMap, HashSet};
+
+use fateplan_kernels::activation::dropout_in_place;
+use fateplan_kernels::dropout::Dropout;
+use fateplan_kernels::{sparse, BlockRef};
+
+use crate::collective::Collective;
+use crate::exec::data::BlockData;
+use crate::exec::ExecError;
+use crate::gnn::Metrics;
+use crate::share::HaloInput;
+
+/// What one device exchanged in the last iteration.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
+pub struct ExchangeStats {
+    /// Halo rows and gradients this device sent (bytes).
+    pub sent_bytes: u64,
+    /// Halo rows and gradients it received (bytes).
+    pub received_bytes: u64,
+    /// Weight-gradient bytes it summed with the others.
+    pub reduced_bytes: u64,
+    /// The most bytes of exchanged rows and gradients held at once. They
+    /// are held by the backend, outside the plan's tiers.
+    pub held_peak_bytes: u64,
+    /// Seconds in collectives (waiting for the others included).
+    pub seconds: f64,
+}
+
+pub struct Peers {
+    halo: HaloInput,
+    comm: Box<dyn Collective>,
+    partitions: usize,
+    /// Halo rows per (layer, source partition index).
+    rows: HashMap<(usize, usize), Vec<f32>>,
+    /// Halo gradients being summed, per (layer, source partition index).
+    grads_out: HashMap<(usize, usize), Vec<f32>>,
+    /// The `agg_bwd` operators (layer, j, i) already in `grads_out`.
+    added: HashSet<(usize, usize, usize)>,
+    /// Gradients of own rows from the others, per (layer, j), per device.
+    grads_in: HashMap<(usize, usize), Vec<Vec<f32>>>,
+    held_bytes: u64,
+    /// This iteration's figures, and whether it trains.
+    stats: ExchangeStats,
+    training: bool,
+    /// The last finished training iteration's figures.
+    trained: ExchangeStats,
+}
+
+fn view(block: &BlockData) -> BlockRef<'_> {
+    BlockRef {
+        row_start: &block.row_start,
+        columns: &block.columns,
+        weights: &block.weights,
+    }
+}
+
+fn bytes(values: &[f32]) -> u64 {
+    (values.len() * 4) as u64
+}
+
+impl Peers {
+    pub fn new(halo: HaloInput, comm: Box<dyn Collective>) -> Result<Peers, ExecError> {
+        let partitions = halo.recv.len();
+        let shape_ok = halo.blocks.len() == partitions * partitions
+            && halo.send.len() == partitions
+            && halo.recv.iter().all(|r| r.len() == comm.size())
+            && halo.send.iter().all(|s| s.len() == comm.size());
+        if !shape_ok {
+            return Err(ExecError::Internal(format!(
+                "a halo of {partitions} partitions does not fit a group of {}",
+                comm.size()
+            )));
+        }
+        Ok(Peers {
+            halo,
+            comm,
+            partitions,
+            rows: HashMap::new(),
+            grads_out: HashMap::new(),
+            added: HashSet::new(),
+            grads_in: HashMap::new(),
+            held_bytes: 0,
+            stats: ExchangeStats::default(),
+            training: false,
+            trained: ExchangeStats::default(),
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    /// The share's partitions.
+    pub fn partitions(&self) -> usize {
+        self.partitions
+    }
+
+    /// Forgets the last iteration's exchanges; `training`: whether the
+    /// next one trains.
+    pub(crate) fn begin_iteration(&mut self, training: bool) {
+        if self.training {
+            self.trained = self.stats;
+        }
+        self.training = training;
+        self.rows.clear();
+        self.grads_out.clear();
+        self.added.clear();
+        self.grads_in.clear();
+        self.held_bytes = 0;
+        self.stats = ExchangeStats::default();
+    }
+
+    /// The exchanges of the last training iteration that has finished
+    /// (one has finished when the next iteration begins).
+    pub fn last_training_stats(&self) -> ExchangeStats {
+        self.trained
+    }
+
+    fn hold(&mut self, added: u64, released: u64) {
+        self.held_bytes = (self.held_bytes + added).saturating_sub(released);
+        self.stats.held_peak_bytes = self.stats.held_peak_bytes.max(self.held_bytes);
+    }
+
+    fn timed<T>(
+        &mut self,
+        call: impl FnOnce(&dyn Collective) -> Result<T, ExecError>,
+    ) -> Result<T, ExecError> {
+        let start = std::time::Instant::now();
+        let result = call(self.comm.as_ref());
+        self.stats.seconds += start.elapsed().as_secs_f64();
+        result
+    }
+
+    /// `out += halo block (p, s) × halo rows of (l, s)`, exchanging those
+    /// rows first when this iteration has not. `src` are this device's
+    /// rows of partition `s` (`row0` the whole graph's index of the first),
+    /// `input_dropout` the first layer's mask on them.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn aggregate(
+        &mut self,
+        l: usize,
+        p: usize,
+        s: usize,
+        width: usize,
+        src: &[f32],
+        row0: u64,
+        input_dropout: Option<&Dropout>,
+        out: &mut Vec<f32>,
+    ) -> Result<(), ExecError> {
+        let kernel = |e: fateplan_kernels::Error| ExecError::Kernel(e.to_string());
+        if !self.rows.contains_key(&(l, s)) {
+            let mut sends = Vec::with_capacity(self.comm.size());
+            for rows in &self.halo.send[s] {
+                let mut values = Vec::with_capacity(rows.len() * width);
+                for &r in rows {
+                    let r = r as usize;
+                    let row = src.get(r * width..(r + 1) * width).ok_or_else(|| {
+                        ExecError::Internal(format!(
+                            "halo row {r} of partition {s} is past its {} rows",
+                            src.len() / width.max(1)
+                        ))
+                    })?;
+                    values.extend_from_slice(row);
+                }
+                if let Some(mask) = input_dropout {
+                    for (k, &r) in rows.iter().enumerate() {
+                        let row = &mut values[k * width..(k + 1) * width];
+                        dropout_in_place(row, width, row0 + r as u64, mask).map_err(kernel)?;
+                    }
+                }
+                self.stats.sent_bytes += bytes(&values);
+                sends.push(values);
+            }
+            let received = self.timed(|c| c.all_to_all(sends))?;
+            let halo: Vec<f32> = received.concat();
+            if halo.len() != self.halo.rows(s) * width {
+                return Err(ExecError::Exchange(format!(
+                    "layer {l}, partition {s}: received {} values, expected {} rows of {width}",
+                    halo.len(),
+                    self.halo.rows(s)
+                )));
+            }
+            self.stats.received_bytes += bytes(&halo);
+            self.hold(bytes(&halo), 0);
+            self.rows.insert((l, s), halo);
+        }
+        if let Some(block) = &self.halo.blocks[p * self.partitions + s] {
+            let halo = &self.rows[&(l, s)];
+            let mut sum = vec![0.0f32; out.len()];
+            sparse::spmm(
+                view(block),
+                halo,
+                width,
+                Some(out.as_slice()).into(),
+                &mut sum,
+            )
+            .map_err(kernel)?;
+            *out = sum;
+        }
+        Ok(())
+    }
+
+    /// The halo part of `agg_bwd[l,p_j,d_i]` (`grad` the gradient of
+    /// destination partition `i`); when `last`, the exchange of `j`'s halo
+    /// gradients and the addition of the others' into `out` (this
+    /// device's gradient of its rows of `j`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn aggregate_bwd(
+        &mut self,
+        l: usize,
+        j: usize,
+        i: usize,
+        width: usize,
+        grad: &[f32],
+        last: bool,
+        out: &mut [f32],
+    ) -> Result<(), ExecError> {
+        let kernel = |e: fateplan_kernels::Error| ExecError::Kernel(e.to_string());
+        if self.added.insert((l, j, i)) {
+            if let Some(block) = &self.halo.blocks[i * self.partitions + j] {
+                let len = self.halo.rows(j) * width;
+                let fresh = !self.grads_out.contains_key(&(l, j));
+                let acc = self
+                    .grads_out
+                    .entry((l, j))
+                    .or_insert_with(|| vec![0.0f32; len]);
+                let mut sum = vec![0.0f32; len];
+                sparse::spmm_t(
+                    view(block),
+                    grad,
+                    width,
+                    Some(acc.as_slice()).into(),
+                    &mut sum,
+                )
+                .map_err(kernel)?;
+                *acc = sum;
+                if fresh {
+                    self.hold(len as u64 * 4, 0);
+                }
+            }
+        }
+        if !last {
+            return Ok(());
+        }
+        if !self.grads_in.contains_key(&(l, j)) {
+            let acc = self.grads_out.remove(&(l, j));
+            let acc_bytes = acc.as_ref().map_or(0, |a| bytes(a));
+            let mut sends = Vec::with_capacity(self.comm.size());
+            let mut at = 0;
+            for &rows in &self.halo.recv[j] {
+                let n = rows * width;
+                sends.push(match &acc {
+                    Some(acc) => acc[at..at + n].to_vec(),
+                    None => vec![0.0f32; n],
+                });
+                at += n;
+            }
+            self.stats.sent_bytes += sends.iter().map(|v| bytes(v)).sum::<u64>();
+            let received = self.timed(|c| c.all_to_all(sends))?;
+            for (e, values) in received.iter().enumerate() {
+                if values.len() != self.halo.send[j][e].len() * width {
+                    return Err(ExecError::Exchange(format!(
+                        "layer {l}, partition {j}: device {e} sent {} gradient values, expected \
+                         {} rows of {width}",
+                        values.len(),
+                        self.halo.send[j][e].len()
+                    )));
+                }
+            }
+            let got: u64 = received.iter().map(|v| bytes(v)).sum();
+            self.stats.received_bytes += got;
+            self.hold(got, acc_bytes);
+            self.grads_in.insert((l, j), received);
+        }
+        for (e, values) in self.grads_in[&(l, j)].iter().enumerate() {
+            for (k, &r) in self.halo.send[j][e].iter().enumerate() {
+                let r = r as usize;
+                let row = out.get_mut(r * width..(r + 1) * width).ok_or_else(|| {
+                    ExecError::Internal(format!(
+                        "halo gradient row {r} of partition {j} is past the end"
+                    ))
+                })?;
+                for (o, v) in row.iter_mut().zip(&values[k * width..(k + 1) * width]) {
+                    *o += v;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sums a weight gradient over the devices.
+    pub(crate) fn reduce(&mut self, values: &mut [f32]) -> Result<(), ExecError> {
+        self.stats.reduced_bytes += bytes(values);
+        self.timed(|c| c.all_reduce_sum(values))
+    }
+
+    /// The metrics of the whole graph from every device's.
+    pub(crate) fn metrics(&self, own: Metrics) -> Result<Metrics, ExecError> {
+        let mut values = [
+            own.loss,
+            own.train_correct as f64,
+            own.train_total as f64,
+            own.val_correct as f64,
+            own.val_total as f64,
+            own.test_correct as f64,
+            own.test_total as f64,
+        ];
+        self.comm.all_reduce_sum_f64(&mut values)?;
+        Ok(Metrics {
+            loss: values[0],
+            train_correct: values[1] as u64,
+            train_total: values[2] as u64,
+            val_correct: values[3] as u64,
+            val_total: values[4] as u64,
+            test_correct: values[5] as u64,
+            test_total: values[6] as u64,
+        })
+    }
+
+    /// This device made its last call.
+    pub(crate) fn finish(&self) {
+        self.comm.finish();
+    }
+}

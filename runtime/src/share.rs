@@ -1,0 +1,299 @@
+//! A graph shared out to the devices of a multi-device run.
+//!
+//! The vertices are split into `devices × partitions` ranges of the whole
+//! graph (the single-device split, [`crate::blockcsr::BlockCsr`], with the
+//! same normalisation over the whole graph's degrees); device `d` owns
+//! ranges `d·P .. (d+1)·P`, its P partitions. Per device:
+//!
+//! - its **own** rows (features, labels, masks) and the blocks between its
+//!   own partitions, as a single-device [`GraphInput`];
+//! - its **halo**: per source partition index `s`, the rows of partition
+//!   `s` of every other device that an edge leads from into this device,
+//!   in rank order, and per own partition `p` the block `(p, s)` of those
+//!   edges, whose columns index that halo ([`HaloInput`]);
+//! - what it **sends**: per own partition `s` and per other device, the
+//!   rows of `s` that device reads.
+//!
+//! Every device runs the same workload, built from the largest block and
+//! partition over the devices (own and halo edges together), so one plan
+//! serves all of them and their operators run in the same order: the
+//! collectives inside the operators meet ([`crate::collective`]).
+
+use fateplan_planner::blocks::BlockCounts;
+use fateplan_planner::gnn::GnnModel;
+use fateplan_planner::workload::Workload;
+
+use crate::blockcsr::{BlockCsr, CsrBlock, Normalization};
+use crate::csr::Csr;
+use crate::dataset::Dataset;
+use crate::exec::data::BlockData;
+use crate::gnn::{GraphInput, Hyper};
+use crate::Error;
+
+/// One device's halo: what it receives and what it sends.
+#[derive(Debug, Clone, Default)]
+pub struct HaloInput {
+    /// Block `(own p, s)` at `p * P + s` over the halo rows of source
+    /// partition index `s`, when it has edges.
+    pub blocks: Vec<Option<BlockData>>,
+    /// `recv[s][e]`: rows of device `e`'s partition `s` in this device's
+    /// halo (0 for itself). The halo of `s` is those rows, in rank order.
+    pub recv: Vec<Vec<usize>>,
+    /// `send[s][e]`: rows of this device's partition `s` (from its first
+    /// row) that device `e` reads, ascending (empty for itself).
+    pub send: Vec<Vec<Vec<u32>>>,
+}
+
+impl HaloInput {
+    /// Rows in the halo of source partition index `s`.
+    pub fn rows(&self, s: usize) -> usize {
+        self.recv[s].iter().sum()
+    }
+
+    /// Bytes the halo's blocks hold (they stay with the backend, outside
+    /// the executor's tiers).
+    pub fn block_bytes(&self) -> u64 {
+        self.blocks
+            .iter()
+            .flatten()
+            .map(|b| (b.row_start.len() * 8 + b.columns.len() * 8) as u64)
+            .sum()
+    }
+}
+
+/// One device's share: its own rows as a single-device input, its halo.
+#[derive(Debug, Clone)]
+pub struct DeviceShare {
+    pub input: GraphInput,
+    pub halo: HaloInput,
+}
+
+/// What [`prepare_shared`] measured.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ShareStats {
+    /// Halo rows of the device with the most (the largest exchange in).
+    pub halo_rows_max: u64,
+    /// Halo rows over all devices.
+    pub halo_rows_total: u64,
+    /// Edges whose source is on another device, over all devices.
+    pub halo_edges: u64,
+    pub edges: u64,
+}
+
+/// The shares and the one workload every device runs.
+pub struct SharedPrepared {
+    pub workload: Workload,
+    pub devices: Vec<DeviceShare>,
+    pub stats: ShareStats,
+}
+
+/// Shares `dataset` out to `devices` devices of `partitions` partitions
+/// each, normalises the blocks for `hyper.model`, and builds the workload
+/// every device runs.
+pub fn prepare_shared(
+    dataset: Dataset,
+    hyper: &Hyper,
+    devices: u32,
+    partitions: u32,
+) -> Result<SharedPrepared, Error> {
+    if devices == 0 {
+        return Err(Error::invalid(
+            std::path::Path::new(&dataset.name),
+            "devices",
+            "0: a run needs at least one device",
+        ));
+    }
+    if hyper.model == GnnModel::Gat && devices > 1 {
+        return Err(Error::invalid(
+            std::path::Path::new(&dataset.name),
+            "model",
+            "gat: training on several devices supports gcn and sage only (GAT's edge softmax \
+             over halo edges is not written)",
+        ));
+    }
+    let all = devices.checked_mul(partitions).ok_or_else(|| {
+        Error::invalid(
+            std::path::Path::new(&dataset.name),
+            "partitions",
+            format!("{devices} devices × {partitions} partitions overflows"),
+        )
+    })?;
+    let csr = Csr::from_edges(dataset.nodes, &dataset.src, &dataset.dst)?;
+    let counts = csr.block_counts(all)?;
+    let blocks = BlockCsr::build(&csr, all, Normalization::for_model(hyper.model))?;
+    let starts: Vec<u64> = (0..all)
+        .map(|g| blocks.range(g).0)
+        .chain([dataset.nodes])
+        .collect();
+    drop(csr);
+    let mut slots = blocks.into_slots();
+    let (k, p, kp) = (devices as usize, partitions as usize, all as usize);
+    let slot = |i: usize, j: usize| i * kp + j;
+
+    // needed[d][e][s]: rows of device e's partition s that device d reads.
+    let mut needed: Vec<Vec<Vec<Vec<u32>>>> = vec![vec![vec![Vec::new(); p]; k]; k];
+    for (d, by_owner) in needed.iter_mut().enumerate() {
+        for (e, by_source) in by_owner.iter_mut().enumerate() {
+            if e == d {
+                continue;
+            }
+            for (s, rows) in by_source.iter_mut().enumerate() {
+                for q in 0..p {
+                    if let Some(block) = &slots[slot(d * p + q, e * p + s)] {
+                        rows.extend_from_slice(&block.columns);
+                    }
+                }
+                rows.sort_unstable();
+                rows.dedup();
+            }
+        }
+    }
+
+    let mut stats = ShareStats {
+        edges: counts.total_edges(),
+        ..ShareStats::default()
+    };
+    // The workload's blocks: per (p, s), the most edges over devices.
+    let mut union = vec![0u64; p * p];
+    let mut shares = Vec::with_capacity(k);
+    for (d, reads) in needed.iter().enumerate() {
+        let mut halo = HaloInput {
+            blocks: vec![None; p * p],
+            recv: (0..p)
+                .map(|s| reads.iter().map(|by_source| by_source[s].len()).collect())
+                .collect(),
+            send: (0..p)
+                .map(|s| (0..k).map(|e| needed[e][d][s].clone()).collect())
+                .collect(),
+        };
+        let halo_rows: u64 = (0..p).map(|s| halo.rows(s) as u64).sum();
+        stats.halo_rows_max = stats.halo_rows_max.max(halo_rows);
+        stats.halo_rows_total += halo_rows;
+        for q in 0..p {
+            let g = d * p + q;
+            let rows = (starts[g + 1] - starts[g]) as usize;
+            for s in 0..p {
+                let own = counts.block_edges(g as u32, (d * p + s) as u32);
+                let mut remote = 0;
+                let parts: Vec<(usize, &CsrBlock)> = (0..k)
+                    .filter(|&e| e != d)
+                    .filter_map(|e| slots[slot(g, e * p + s)].as_ref().map(|b| (e, b)))
+                    .collect();
+                for (e, _) in &parts {
+                    remote += counts.block_edges(g as u32, (e * p + s) as u32);
+                }
+                stats.halo_edges += remote;
+                union[q * p + s] = union[q * p + s].max(own + remote);
+                if !parts.is_empty() {
+                    halo.blocks[q * p + s] = Some(halo_block(rows, &parts, reads, s));
+                }
+            }
+        }
+        shares.push(halo);
+    }
+
+    let mut devices_out = Vec::with_capacity(k);
+    let features = dataset.features as usize;
+    let train_total = dataset.train_mask.iter().filter(|&&m| m).count() as u64;
+    for (d, halo) in shares.into_iter().enumerate() {
+        let base = starts[d * p];
+        let end = starts[(d + 1) * p];
+        let (lo, hi) = (base as usize, end as usize);
+        let mut table = Vec::with_capacity(p * p);
+        for q in 0..p {
+            let rows = (starts[d * p + q + 1] - starts[d * p + q]) as usize;
+            for s in 0..p {
+                let own = slots[slot(d * p + q, d * p + s)].take();
+                let exists = q == s || union[q * p + s] > 0;
+                table.push(match own {
+                    Some(block) => Some(BlockData {
+                        row_start: block.row_start,
+                        columns: block.columns,
+                        weights: block.weights,
+                    }),
+                    None if exists => Some(BlockData {
+                        row_start: vec![0; rows + 1],
+                        columns: Vec::new(),
+                        weights: Vec::new(),
+                    }),
+                    None => None,
+                });
+            }
+        }
+        devices_out.push(DeviceShare {
+            input: GraphInput {
+                offsets: (0..=p).map(|q| starts[d * p + q] - base).collect(),
+                features,
+                classes: dataset.classes as usize,
+                x: dataset.x[lo * features..hi * features].to_vec(),
+                y: dataset.y[lo..hi].to_vec(),
+                train_mask: dataset.train_mask[lo..hi].to_vec(),
+                val_mask: dataset.val_mask[lo..hi].to_vec(),
+                test_mask: dataset.test_mask[lo..hi].to_vec(),
+                blocks: table,
+                row_base: base,
+                train_nodes_total: Some(train_total),
+            },
+            halo,
+        });
+    }
+
+    // Every partition as large as the largest, so the workload's tensors
+    // hold any device's.
+    let largest = (0..kp)
+        .map(|g| starts[g + 1] - starts[g])
+        .max()
+        .unwrap_or(0);
+    let union_counts = BlockCounts {
+        partitions,
+        nodes: largest * partitions as u64,
+        edges: union,
+    };
+    let name = format!("{}-{devices}dev", dataset.name);
+    let workload = crate::train::workload(&devices_out[0].input, &union_counts, hyper, &name)
+        .map_err(|e| Error::invalid(std::path::Path::new(&dataset.name), "model", e.to_string()))?;
+    Ok(SharedPrepared {
+        workload,
+        devices: devices_out,
+        stats,
+    })
+}
+
+/// The halo block of `rows` destination rows from the blocks of the other
+/// devices' partition `s` (`parts`, in rank order); `needed[e][s]` lists the
+/// rows of device `e` in the halo, so column `c` of device `e` becomes
+/// `e`'s offset in the halo plus `c`'s place in that list.
+fn halo_block(
+    rows: usize,
+    parts: &[(usize, &CsrBlock)],
+    needed: &[Vec<Vec<u32>>],
+    s: usize,
+) -> BlockData {
+    let mut offset = vec![0usize; needed.len() + 1];
+    for e in 0..needed.len() {
+        offset[e + 1] = offset[e] + needed[e][s].len();
+    }
+    let mut row_start = Vec::with_capacity(rows + 1);
+    let mut columns = Vec::new();
+    let mut weights = Vec::new();
+    row_start.push(0u64);
+    for r in 0..rows {
+        for &(e, block) in parts {
+            let (a, b) = (block.row_start[r] as usize, block.row_start[r + 1] as usize);
+            for k in a..b {
+                let c = block.columns[k];
+                let at = needed[e][s]
+                    .binary_search(&c)
+                    .expect("every column of another device's block is in its needed rows");
+                columns.push((offset[e] + at) as u32);
+                weights.push(block.weights[k]);
+            }
+        }
+        row_start.push(columns.len() as u64);
+    }
+    BlockData {
+        row_start,
+        columns,
+        weights,
+    }
+}

@@ -1,0 +1,176 @@
+//! Training on several devices (CPU devices, each a thread with its own
+//! executor, exchanging halos and summing gradients): the same model as on
+//! one device, whatever the device count and the plan.
+
+use std::sync::Arc;
+
+use fateplan_planner::gnn::GnnModel;
+use fateplan_planner::plan::{Budgets, Plan};
+use fateplan_planner::workload::Workload;
+use fateplan_planner::{plan, PlanOptions, Policy, Profile};
+use fateplan_runtime::cpu::Hyper;
+use fateplan_runtime::dataset::Dataset;
+use fateplan_runtime::exec::SsdTier;
+use fateplan_runtime::share::prepare_shared;
+use fateplan_runtime::train::{self, BackendChoice, TrainReport, TrainRun};
+
+fn profile() -> Profile {
+    Profile::from_json(
+        include_str!("../../profiles/cpu-small.json"),
+        "cpu-small.json",
+    )
+    .unwrap()
+}
+
+fn hyper(model: GnnModel, dropout: f32) -> Hyper {
+    Hyper {
+        model,
+        layers: 3,
+        hidden: 16,
+        heads: 1,
+        dropout,
+        lr: 0.01,
+        weight_decay: 5e-4,
+        weight_decay_all_layers: false,
+        seed: 7,
+    }
+}
+
+fn planted(nodes: u32, seed: u64) -> Dataset {
+    let spec = format!(
+        "planted:nodes={nodes},classes=4,features=12,degree=6,homophily=0.8,val=40,test=60,seed={seed}"
+    );
+    let mut d = train::load_graph(&spec).unwrap();
+    d.row_normalize_features();
+    d
+}
+
+fn roomy() -> Budgets {
+    Budgets {
+        hbm_bytes: 1 << 40,
+        host_bytes: 1 << 40,
+        ssd_bytes: 1 << 40,
+    }
+}
+
+fn make_plan(workload: &Workload, policy: Policy, budgets: Budgets) -> Plan {
+    let profile = profile();
+    let options = PlanOptions {
+        budgets,
+        ssd_staging_bytes: 1 << 16,
+        ..PlanOptions::new(policy, &profile)
+    };
+    plan(workload, &profile, &options).unwrap()
+}
+
+fn run(plan: Plan, epochs: u32) -> TrainRun {
+    TrainRun {
+        plan: Arc::new(plan),
+        epochs,
+        budgets: None,
+        ssd: None,
+        trace: false,
+        backend: BackendChoice::Cpu,
+    }
+}
+
+fn single(data: &Dataset, h: Hyper, partitions: u32, epochs: u32) -> TrainReport {
+    let prepared = train::prepare(data.clone(), &h, partitions).unwrap();
+    let p = make_plan(&prepared.workload, Policy::RetainAll, roomy());
+    train::train(prepared, h, run(p, epochs), &mut |_| {})
+        .unwrap()
+        .0
+}
+
+fn shared(
+    data: &Dataset,
+    h: Hyper,
+    devices: u32,
+    partitions: u32,
+    policy: Policy,
+    epochs: u32,
+    ssd: Vec<Arc<dyn SsdTier>>,
+) -> train::SharedReport {
+    let prepared = prepare_shared(data.clone(), &h, devices, partitions).unwrap();
+    let p = make_plan(&prepared.workload, policy, roomy());
+    train::train_shared(prepared, h, run(p, epochs), ssd, &mut |_| {})
+        .unwrap()
+        .0
+}
+
+fn assert_close(what: &str, a: &[f64], b: &[f64]) {
+    assert_eq!(a.len(), b.len(), "{what}");
+    for (k, (x, y)) in a.iter().zip(b).enumerate() {
+        let rel = (x - y).abs() / x.abs().max(1e-12);
+        assert!(rel < 1e-5, "{what}: epoch {}: {x} against {y}", k + 1);
+    }
+}
+
+#[test]
+fn several_devices_train_the_one_device_model() {
+    let data = planted(600, 3);
+    for model in [GnnModel::Gcn, GnnModel::Sage] {
+        let h = hyper(model, 0.5);
+        let one = single(&data, h, 4, 4);
+        for (devices, partitions) in [(2, 2), (3, 1), (4, 2)] {
+            let many = shared(
+                &data,
+                h,
+                devices,
+                partitions,
+                Policy::RetainAll,
+                4,
+                Vec::new(),
+            );
+            let what = format!("{} on {devices} devices of {partitions}", model.name());
+            assert_close(&what, &one.losses, &many.report.losses);
+            assert!(
+                (one.test_accuracy - many.report.test_accuracy).abs() < 1e-9,
+                "{what}: test accuracy {} against {}",
+                one.test_accuracy,
+                many.report.test_accuracy
+            );
+            let first = &many.devices[0].exchange;
+            assert!(
+                first.sent_bytes > 0 && first.received_bytes > 0,
+                "{what}: {first:?}"
+            );
+            assert!(first.reduced_bytes > 0, "{what}: {first:?}");
+        }
+    }
+}
+
+#[test]
+fn the_shared_model_is_the_same_whatever_the_plan() {
+    let data = planted(500, 5);
+    let h = hyper(GnnModel::Gcn, 0.5);
+    let retain = shared(&data, h, 2, 3, Policy::RetainAll, 3, Vec::new());
+    for policy in [Policy::RecomputeAll, Policy::OffloadHostAll] {
+        let other = shared(&data, h, 2, 3, policy, 3, Vec::new());
+        assert_eq!(
+            retain.report.weights_sha256, other.report.weights_sha256,
+            "{policy:?}"
+        );
+        assert_eq!(retain.report.losses, other.report.losses, "{policy:?}");
+    }
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let stores: Vec<Arc<dyn SsdTier>> = dirs
+        .iter()
+        .map(|d| train::open_spill(d.path(), 1 << 40, 100_000, None).unwrap() as Arc<dyn SsdTier>)
+        .collect();
+    let ssd = shared(&data, h, 2, 3, Policy::OffloadSsdAll, 3, stores);
+    assert_eq!(retain.report.weights_sha256, ssd.report.weights_sha256);
+}
+
+#[test]
+fn gat_on_several_devices_is_refused_clearly() {
+    let data = planted(200, 1);
+    let h = Hyper {
+        heads: 2,
+        ..hyper(GnnModel::Gat, 0.0)
+    };
+    let Err(error) = prepare_shared(data, &h, 2, 2) else {
+        panic!("GAT on two devices was accepted");
+    };
+    assert!(error.to_string().contains("gcn and sage"), "{error}");
+}
