@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use fateplan::planner::exchange::{Halo, MultiGpu};
 use fateplan::planner::gnn::GnnModel;
 use fateplan::planner::plan::{Budgets, Plan};
 use fateplan::planner::units::{format_bytes, format_seconds};
@@ -14,8 +15,24 @@ use fateplan::planner::{plan, PlanOptions, Policy, Profile};
 use fateplan::runtime::compare::{compare, Comparison, MeasuredIteration, Pair};
 use fateplan::runtime::cpu::Hyper;
 use fateplan::runtime::exec::SsdTier;
+use fateplan::runtime::share::{prepare_shared, SharedPrepared};
 use fateplan::runtime::sim::{simulate, SimOptions};
 use fateplan::runtime::train::{self, EpochStats};
+
+/// The graph made ready for one device, or shared out to several.
+enum Prepared {
+    One(train::Prepared),
+    Shared(SharedPrepared),
+}
+
+impl Prepared {
+    fn shared(&self) -> Option<&SharedPrepared> {
+        match self {
+            Prepared::Shared(s) => Some(s),
+            Prepared::One(_) => None,
+        }
+    }
+}
 
 #[derive(Args)]
 pub struct TrainArgs {
@@ -58,9 +75,16 @@ pub struct TrainArgs {
     /// Compute threads (default: every core).
     #[arg(long)]
     threads: Option<usize>,
-    /// Vertex partitions of the workload.
+    /// Vertex partitions of the workload (per device, with --devices).
     #[arg(long, default_value_t = 4)]
     partitions: u32,
+    /// Devices to train on, each owning a share of the vertices and
+    /// exchanging its halo with the others (data-parallel full-graph
+    /// training). On the CPU backend the devices are threads of this
+    /// process, exchanging through shared memory; the plan is made for
+    /// the largest share, with the exchanges of --devices GPUs.
+    #[arg(long, default_value_t = 1)]
+    devices: u32,
     /// Keep the features as they are (default: rows normalised to sum 1).
     #[arg(long)]
     raw_features: bool,
@@ -192,26 +216,56 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         );
     }
     let backend = backend_choice(args)?;
+    if args.devices == 0 {
+        bail!("--devices 0: expected at least 1");
+    }
+    let shared = args.devices > 1;
+    if shared && !matches!(backend, train::BackendChoice::Cpu) {
+        bail!(
+            "--devices {}: training on several devices runs on the CPU backend only (the CUDA \
+             backend's exchange through NCCL is not written)",
+            args.devices
+        );
+    }
+    if shared && args.csr_cache.is_some() {
+        bail!("--csr-cache applies to one device; leave it out with --devices above 1");
+    }
     let mut dataset = train::load_graph(&args.graph)?;
     if !args.raw_features {
         dataset.row_normalize_features();
     }
-    let prepared =
-        train::prepare_cached(dataset, &hyper, args.partitions, args.csr_cache.as_deref())?;
+    let (nodes, edges) = (dataset.nodes, dataset.edges());
+    let prepared = if shared {
+        Prepared::Shared(prepare_shared(
+            dataset,
+            &hyper,
+            args.devices,
+            args.partitions,
+        )?)
+    } else {
+        Prepared::One(train::prepare_cached(
+            dataset,
+            &hyper,
+            args.partitions,
+            args.csr_cache.as_deref(),
+        )?)
+    };
+    let workload = match &prepared {
+        Prepared::One(p) => &p.workload,
+        Prepared::Shared(s) => &s.workload,
+    };
     let profile = load_profile(&args.profile)?;
     let retain_peak = || -> Result<u64> {
         let roomy = PlanOptions {
             budgets: Budgets::UNLIMITED,
             ..PlanOptions::new(Policy::RetainAll, &profile)
         };
-        Ok(plan(&prepared.workload, &profile, &roomy)?
-            .predicted
-            .peak_bytes
-            .hbm)
+        Ok(plan(workload, &profile, &roomy)?.predicted.peak_bytes.hbm)
     };
     // With --plan, budget flags set the run's arenas (the plan is refused
     // if it needs more); without, they are the budgets to plan for.
     let mut run_budgets = None;
+    let mut unplanned_exchange = None;
     let plan = match &args.plan {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -264,7 +318,29 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 options.budgets.ssd_bytes,
                 &retain_peak,
             )?;
-            plan(&prepared.workload, &profile, &options)?
+            if let Some(s) = prepared.shared().filter(|_| profile.peer.is_some()) {
+                // The halo measured on the shares, against the estimate
+                // for a random partitioning.
+                let estimate = Halo::random(nodes, edges)
+                    .rows(args.devices, args.partitions)
+                    .0;
+                let mut halo = Halo::random(nodes, edges);
+                halo.scale = s.stats.halo_rows_max as f64 / estimate.max(1.0);
+                halo.source = format!(
+                    "measured: {} vertex ranges, largest halo {} rows",
+                    args.devices, s.stats.halo_rows_max
+                );
+                options.gpus = args.devices;
+                options.multi = Some(MultiGpu { halo, forced: None });
+            }
+            if shared && options.multi.is_none() {
+                unplanned_exchange = Some(format!(
+                    "the plan leaves the exchange out: profile {} has no peer section (no \
+                     device-to-device link to model)",
+                    profile.name
+                ));
+            }
+            plan(workload, &profile, &options)?
         }
     };
     if let Some(path) = &args.save_plan {
@@ -273,12 +349,28 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     }
     let uses_ssd = plan.predicted.peak_bytes.ssd > 0;
     let mut io_mode = None;
+    // One store per device: each device's executor keys its blocks by
+    // tensor, so devices cannot share one.
+    let mut stores: Vec<Arc<dyn SsdTier>> = Vec::new();
     let ssd: Option<Arc<dyn SsdTier>> = match (&args.spill_dir, uses_ssd) {
         (Some(dir), _) => {
             let ssd_bytes = run_budgets.map_or(plan.budgets.ssd_bytes, |b: Budgets| b.ssd_bytes);
-            let store = train::open_spill(dir, ssd_bytes, plan.tensors.len(), None)?;
-            io_mode = Some(store.mode().to_string());
-            Some(store)
+            let tensors = plan.tensors.len();
+            if shared {
+                for rank in 0..args.devices {
+                    let sub = dir.join(format!("device{rank}"));
+                    std::fs::create_dir_all(&sub)
+                        .with_context(|| format!("creating {}", sub.display()))?;
+                    let store = train::open_spill(&sub, ssd_bytes, tensors, None)?;
+                    io_mode = Some(store.mode().to_string());
+                    stores.push(store);
+                }
+                None
+            } else {
+                let store = train::open_spill(dir, ssd_bytes, tensors, None)?;
+                io_mode = Some(store.mode().to_string());
+                Some(store)
+            }
         }
         (None, true) => bail!(
             "plan {} keeps {} on the SSD tier: give --spill-dir DIR",
@@ -303,7 +395,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             1.0 / stats.iteration_s.max(1e-9)
         ));
     };
-    let workload_name = prepared.workload.name.clone();
+    let workload_name = workload.name.clone();
     let plan = Arc::new(plan);
     let run = train::TrainRun {
         plan: plan.clone(),
@@ -313,7 +405,16 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         trace: args.trace.is_some() || args.compare_simulated,
         backend,
     };
-    let (report, spans) = train::train(prepared, hyper, run, &mut on_epoch)?;
+    let (report, spans, devices) = match prepared {
+        Prepared::One(one) => {
+            let (report, spans) = train::train(one, hyper, run, &mut on_epoch)?;
+            (report, spans, None)
+        }
+        Prepared::Shared(shares) => {
+            let (shared, spans) = train::train_shared(shares, hyper, run, stores, &mut on_epoch)?;
+            (shared.report, spans, Some(shared.devices))
+        }
+    };
     bar.finish_and_clear();
     let comparison = if args.compare_simulated {
         Some(compare_simulated(&plan, &report, &epochs, &spans)?)
@@ -338,6 +439,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         let mut json = serde_json::to_value(&report)?;
         if let Some(comparison) = &comparison {
             json["compare_simulated"] = serde_json::to_value(comparison)?;
+        }
+        if let Some(devices) = &devices {
+            json["devices"] = serde_json::to_value(devices)?;
         }
         writeln!(out, "{}", serde_json::to_string_pretty(&json)?)?;
         return Ok(());
@@ -386,6 +490,32 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         writeln!(out, "ssd tier  {mode}")?;
     }
     writeln!(out, "weights   sha256 {}", report.weights_sha256)?;
+    if let Some(note) = &unplanned_exchange {
+        writeln!(out, "note      {note}")?;
+    }
+    if devices.is_some() {
+        writeln!(
+            out,
+            "note      the CPU devices share this machine's cores: the prediction gives each \
+             device the profile's whole compute"
+        )?;
+    }
+    for device in devices.iter().flatten() {
+        let x = &device.exchange;
+        writeln!(
+            out,
+            "device {:<2} {} per iteration; exchanged {} out, {} in, {} summed, in {}; held {} \
+             of exchanged rows, {} of halo blocks",
+            device.rank,
+            format_seconds(device.iteration_s),
+            format_bytes(x.sent_bytes),
+            format_bytes(x.received_bytes),
+            format_bytes(x.reduced_bytes),
+            format_seconds(x.seconds),
+            format_bytes(x.held_peak_bytes),
+            format_bytes(device.halo_block_bytes)
+        )?;
+    }
     if let Some(comparison) = &comparison {
         write_comparison(&mut out, comparison, report.epochs)?;
     }

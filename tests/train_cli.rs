@@ -409,3 +409,75 @@ fn an_unknown_backend_is_refused() {
     assert_eq!(output.status.code(), Some(1));
     assert!(stderr(&output).contains("apply to --backend cuda"));
 }
+
+#[test]
+fn several_devices_train_the_same_model_and_report_their_exchanges() {
+    let graph =
+        "planted:nodes=600,classes=4,features=16,degree=6,homophily=0.8,val=100,test=200,seed=3";
+    let spill = std::env::temp_dir().join(format!("fateplan-devices-cli-{}", std::process::id()));
+    let common = ["train", "--graph", graph, "--epochs", "5", "--json"];
+    let one = json(&fateplan(
+        &[
+            &common[..],
+            &["--partitions", "4", "--policy", "retain-all"],
+        ]
+        .concat(),
+    ));
+    let two = json(&fateplan(
+        &[
+            &common[..],
+            &[
+                "--partitions",
+                "2",
+                "--devices",
+                "2",
+                "--policy",
+                "offload-ssd-all",
+                "--spill-dir",
+                spill.to_str().unwrap(),
+            ],
+        ]
+        .concat(),
+    ));
+    let (a, b) = (
+        one["final_loss"].as_f64().unwrap(),
+        two["final_loss"].as_f64().unwrap(),
+    );
+    assert!(
+        (a - b).abs() <= 1e-5 * a.abs(),
+        "final loss {a} against {b}"
+    );
+    assert_eq!(one["test_accuracy"], two["test_accuracy"]);
+    let devices = two["devices"].as_array().expect("a devices array");
+    assert_eq!(devices.len(), 2);
+    for device in devices {
+        assert!(device["exchange"]["sent_bytes"].as_u64().unwrap() > 0);
+        assert!(device["exchange"]["reduced_bytes"].as_u64().unwrap() > 0);
+    }
+    assert!(two["bytes_moved"]["ssd_write"].as_u64().unwrap() > 0);
+    let _ = std::fs::remove_dir_all(&spill);
+
+    let cases: [(&[&str], &str); 3] = [
+        (&["--devices", "0"], "--devices 0"),
+        (
+            &[
+                "--devices",
+                "2",
+                "--model",
+                "gat",
+                "--hidden",
+                "8",
+                "--heads",
+                "2",
+            ],
+            "gcn and sage",
+        ),
+        (&["--devices", "2", "--csr-cache", "c.bin"], "--csr-cache"),
+    ];
+    for (extra, needle) in cases {
+        let output = fateplan(&[&["train", "--graph", graph, "--epochs", "1"][..], extra].concat());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{extra:?}: {stderr}");
+        assert!(stderr.contains(needle), "{extra:?}: {stderr}");
+    }
+}

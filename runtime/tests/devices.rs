@@ -158,8 +158,30 @@ fn the_shared_model_is_the_same_whatever_the_plan() {
         .iter()
         .map(|d| train::open_spill(d.path(), 1 << 40, 100_000, None).unwrap() as Arc<dyn SsdTier>)
         .collect();
-    let ssd = shared(&data, h, 2, 3, Policy::OffloadSsdAll, 3, stores);
+    let ssd = shared(&data, h, 2, 3, Policy::OffloadSsdAll, 3, stores.clone());
     assert_eq!(retain.report.weights_sha256, ssd.report.weights_sha256);
+
+    // dp under a quarter of retain-all's device peak mixes the fates.
+    let prepared = prepare_shared(data.clone(), &h, 2, 3).unwrap();
+    let peak = make_plan(&prepared.workload, Policy::RetainAll, roomy())
+        .predicted
+        .peak_bytes
+        .hbm;
+    let quarter = Budgets {
+        hbm_bytes: peak / 4,
+        ..roomy()
+    };
+    let p = make_plan(&prepared.workload, Policy::Dp, quarter);
+    let fates: std::collections::BTreeSet<String> =
+        p.tensors.iter().map(|t| format!("{:?}", t.fate)).collect();
+    assert!(fates.len() > 1, "dp chose one fate: {fates:?}");
+    let dp = train::train_shared(prepared, h, run(p, 3), stores, &mut |_| {})
+        .unwrap()
+        .0;
+    assert_eq!(retain.report.weights_sha256, dp.report.weights_sha256);
+    for device in &dp.devices {
+        assert!(device.peak_bytes.hbm <= peak / 4, "{device:?}");
+    }
 }
 
 #[test]
