@@ -105,7 +105,9 @@ pub struct TrainArgs {
     host_budget: Option<String>,
     #[arg(long)]
     ssd_budget: Option<String>,
-    /// Directory for the SSD tier's spill files (needed when the plan uses the SSD).
+    /// Directory for the SSD tier's spill files (needed when the plan uses
+    /// the SSD). With --devices, each device has its own folder in it
+    /// (`device0`, ...) with the plan's SSD budget: devices × budget in all.
     #[arg(long)]
     spill_dir: Option<PathBuf>,
     /// Write the last training iteration's measured trace (Chrome trace events).

@@ -447,7 +447,15 @@ fn several_devices_train_the_same_model_and_report_their_exchanges() {
         (a - b).abs() <= 1e-5 * a.abs(),
         "final loss {a} against {b}"
     );
-    assert_eq!(one["test_accuracy"], two["test_accuracy"]);
+    // Sums run in another order: allow one of the 200 test nodes.
+    let (a, b) = (
+        one["test_accuracy"].as_f64().unwrap(),
+        two["test_accuracy"].as_f64().unwrap(),
+    );
+    assert!(
+        (a - b).abs() <= 1.0 / 200.0 + 1e-9,
+        "test accuracy {a} against {b}"
+    );
     let devices = two["devices"].as_array().expect("a devices array");
     assert_eq!(devices.len(), 2);
     for device in devices {

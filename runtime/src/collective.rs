@@ -5,8 +5,9 @@
 //! [`Collective`] is what a backend calls; [`LocalGroup`] implements it for
 //! devices that are threads of one process (the CPU backend's devices),
 //! through shared memory. Every member must make the same calls in the same
-//! order: a member that fails or leaves early aborts the group, and the
-//! others' calls then fail instead of waiting for ever.
+//! order: a member that fails or leaves early aborts the group, a call
+//! that waits for a member that has finished fails, and a call that meets
+//! another kind of call fails; none waits for ever.
 //!
 //! Sums are taken in rank order on every member, so every member gets the
 //! same bits.
@@ -38,6 +39,11 @@ pub trait Collective: Send + Sync {
     fn finish(&self);
 }
 
+/// A sum's contribution: its own type, so that a sum meeting an
+/// all-to-all is caught.
+#[derive(Clone)]
+struct Summand<T>(Vec<T>);
+
 /// One round's mailboxes: `boxes[from][to]`.
 struct Round {
     /// Members that have put their sends in this round.
@@ -49,6 +55,9 @@ struct Round {
     boxes: Vec<Vec<Option<Box<dyn Any + Send>>>>,
     /// Why the group stopped, when a member aborted or left early.
     aborted: Option<String>,
+    /// Members that finished their run normally: a round that still waits
+    /// for one of them is out of step.
+    finished: usize,
 }
 
 struct Shared {
@@ -78,6 +87,7 @@ impl LocalGroup {
                     .map(|_| (0..size).map(|_| None).collect())
                     .collect(),
                 aborted: None,
+                finished: 0,
             }),
             changed: Condvar::new(),
         });
@@ -118,6 +128,13 @@ impl LocalGroup {
             )));
         }
         let stopped = |why: &str| ExecError::Exchange(format!("the group stopped: {why}"));
+        let out_of_step = |finished: usize| {
+            ExecError::Exchange(format!(
+                "member {} exchanges after {finished} member(s) finished their run: the members' \
+                 calls are out of step",
+                self.rank
+            ))
+        };
         let mut round = self.lock()?;
         // The previous round may still be emptying.
         while round.draining && round.aborted.is_none() {
@@ -125,6 +142,9 @@ impl LocalGroup {
         }
         if let Some(why) = &round.aborted {
             return Err(stopped(why));
+        }
+        if round.finished > 0 {
+            return Err(out_of_step(round.finished));
         }
         for (to, value) in sends.into_iter().enumerate() {
             round.boxes[self.rank][to] = Some(Box::new(value));
@@ -134,11 +154,14 @@ impl LocalGroup {
             round.draining = true;
             self.shared.changed.notify_all();
         }
-        while !round.draining && round.aborted.is_none() {
+        while !round.draining && round.aborted.is_none() && round.finished == 0 {
             round = self.wait(round)?;
         }
         if let Some(why) = &round.aborted {
             return Err(stopped(why));
+        }
+        if !round.draining {
+            return Err(out_of_step(round.finished));
         }
         let mut received = Vec::with_capacity(size);
         for from in 0..size {
@@ -168,12 +191,25 @@ impl LocalGroup {
         &self,
         values: &mut [T],
     ) -> Result<(), ExecError> {
-        let sends = vec![values.to_vec(); self.shared.size];
+        let sends = vec![Summand(values.to_vec()); self.shared.size];
         let parts = self.round(sends)?;
+        if let Some((from, part)) = parts
+            .iter()
+            .enumerate()
+            .find(|(_, p)| p.0.len() != values.len())
+        {
+            return Err(ExecError::Exchange(format!(
+                "member {from} summed {} values with member {}'s {}: the members' calls are out \
+                 of step",
+                part.0.len(),
+                self.rank,
+                values.len()
+            )));
+        }
         let (first, rest) = parts.split_first().expect("a group has a member");
-        values.copy_from_slice(first);
+        values.copy_from_slice(&first.0);
         for part in rest {
-            for (v, p) in values.iter_mut().zip(part) {
+            for (v, p) in values.iter_mut().zip(&part.0) {
                 *v += *p;
             }
         }
@@ -215,10 +251,21 @@ impl Collective for LocalGroup {
         self.shared.changed.notify_all();
     }
 
-    /// Dropping the member afterwards does not abort the group.
+    /// Dropping the member afterwards does not abort the group; a round
+    /// that waits for it fails.
     fn finish(&self) {
-        self.finished
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        if self
+            .finished
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
+        let mut round = match self.shared.round.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        round.finished += 1;
+        self.shared.changed.notify_all();
     }
 }
 
@@ -294,6 +341,41 @@ mod tests {
             .collect();
         for sum in &sums {
             assert_eq!(sum, &expected);
+        }
+    }
+
+    #[test]
+    fn calls_out_of_step_fail_instead_of_waiting() {
+        // A member that finished while another still exchanges.
+        let mut group = LocalGroup::new(2);
+        let late = group.pop().unwrap();
+        let done = group.pop().unwrap();
+        let waiting = std::thread::spawn(move || late.all_to_all(vec![vec![1.0], vec![2.0]]));
+        done.finish();
+        let error = waiting.join().unwrap().unwrap_err();
+        assert!(error.to_string().contains("out of step"), "{error}");
+
+        // A sum meeting an all-to-all, and sums of different lengths.
+        for lengths in [None, Some(3)] {
+            let group = LocalGroup::new(2);
+            let errors: Vec<String> = std::thread::scope(|s| {
+                let a = s.spawn(|| {
+                    let mut v = vec![1.0f32; 2];
+                    group[0].all_reduce_sum(&mut v).map(|_| ())
+                });
+                let b = s.spawn(|| match lengths {
+                    None => group[1].all_to_all(vec![vec![1.0], vec![2.0]]).map(|_| ()),
+                    Some(n) => group[1].all_reduce_sum(&mut vec![1.0f32; n]),
+                });
+                [a.join().unwrap(), b.join().unwrap()]
+                    .into_iter()
+                    .filter_map(|r| r.err().map(|e| e.to_string()))
+                    .collect()
+            });
+            assert!(
+                errors.iter().any(|e| e.contains("out of step")),
+                "{lengths:?}: {errors:?}"
+            );
         }
     }
 

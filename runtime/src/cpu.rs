@@ -65,7 +65,8 @@ impl CpuGnn {
     pub fn with_peers(graph: GraphInput, hyper: Hyper, peers: Peers) -> Result<CpuGnn, ExecError> {
         if hyper.model == GnnModel::Gat {
             return Err(ExecError::Kernel(
-                "GAT on several devices is not supported (its edge softmax over halo edges is                  not written)"
+                "GAT on several devices is not supported (its edge softmax over halo edges is \
+                 not written)"
                     .into(),
             ));
         }

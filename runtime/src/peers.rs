@@ -12,10 +12,12 @@
 //!   halo block `(p, s)` times those rows. The halo is kept until the end
 //!   of the iteration, so a recomputation finds it.
 //! - `agg_bwd[l,p_j,d_i]`: adds the halo block `(i, j)`'s transpose times
-//!   the gradient of `i` to the halo gradient of `j` (once per iteration,
-//!   however often the operator runs); the last of the chain sends the
-//!   halo gradients of `j` to their owners and adds what the others sent
-//!   for its own rows of `j`.
+//!   the gradient of `i` to the halo gradient of `j`; the last of the
+//!   chain sends the halo gradients of `j` to their owners and adds what
+//!   the others sent for its own rows of `j`. Plans recompute forward
+//!   operators only, but should one run again, its halo part is not added
+//!   twice and the last one adds what it received without exchanging
+//!   again.
 //! - `grad_accumulate[l]`: the weight gradient is summed over devices.
 //! - the metrics are summed over devices after each iteration.
 //!
@@ -187,9 +189,17 @@ impl Peers {
                     values.extend_from_slice(row);
                 }
                 if let Some(mask) = input_dropout {
-                    for (k, &r) in rows.iter().enumerate() {
-                        let row = &mut values[k * width..(k + 1) * width];
-                        dropout_in_place(row, width, row0 + r as u64, mask).map_err(kernel)?;
+                    // Once per run of consecutive rows (the list ascends).
+                    let mut k = 0;
+                    while k < rows.len() {
+                        let mut end = k + 1;
+                        while end < rows.len() && rows[end] == rows[end - 1] + 1 {
+                            end += 1;
+                        }
+                        let run = &mut values[k * width..end * width];
+                        dropout_in_place(run, width, row0 + rows[k] as u64, mask)
+                            .map_err(kernel)?;
+                        k = end;
                     }
                 }
                 self.stats.sent_bytes += bytes(&values);

@@ -194,10 +194,15 @@ pub fn train_shared(
         plan,
         epochs,
         budgets,
-        ssd: _,
+        ssd: shared_ssd,
         trace,
         backend,
     } = run;
+    if shared_ssd.is_some() {
+        return Err(ExecError::Internal(
+            "several devices need one SSD tier each: pass them in `ssd`, not in the run".into(),
+        ));
+    }
     if !matches!(backend, BackendChoice::Cpu) {
         return Err(ExecError::Kernel(
             "training on several devices runs on the CPU backend only (the CUDA backend's \

@@ -2,26 +2,21 @@
 //! that hold, and SSD faults that fail loudly or fall back to the same
 //! numbers.
 
+mod common;
+use common::{planted, profile, roomy};
+
 use std::path::Path;
 use std::sync::Arc;
 
 use fateplan_planner::gnn::GnnModel;
 use fateplan_planner::plan::{Budgets, Plan};
-use fateplan_planner::{plan, PlanOptions, Policy, Profile};
+use fateplan_planner::{plan, PlanOptions, Policy};
 use fateplan_runtime::cpu::Hyper;
 use fateplan_runtime::dataset::Dataset;
 use fateplan_runtime::exec::{ExecError, SsdTier};
 use fateplan_runtime::spill::{Faults, SpillOptions, SpillStore};
 use fateplan_runtime::train::{self, Prepared, TrainReport, TrainRun};
 use proptest::prelude::*;
-
-fn profile() -> Profile {
-    Profile::from_json(
-        include_str!("../../profiles/cpu-small.json"),
-        "cpu-small.json",
-    )
-    .unwrap()
-}
 
 fn hyper(model: GnnModel, layers: u32, hidden: u32, seed: u64) -> Hyper {
     Hyper {
@@ -34,22 +29,6 @@ fn hyper(model: GnnModel, layers: u32, hidden: u32, seed: u64) -> Hyper {
         weight_decay: 5e-4,
         weight_decay_all_layers: false,
         seed,
-    }
-}
-
-fn planted(nodes: u32, seed: u64) -> Dataset {
-    let spec =
-        format!("planted:nodes={nodes},classes=4,features=12,degree=6,homophily=0.8,val=40,test=60,seed={seed}");
-    let mut d = train::load_graph(&spec).unwrap();
-    d.row_normalize_features();
-    d
-}
-
-fn roomy() -> Budgets {
-    Budgets {
-        hbm_bytes: 1 << 40,
-        host_bytes: 1 << 40,
-        ssd_bytes: 1 << 40,
     }
 }
 
