@@ -302,6 +302,13 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         None => {
             let policy = Policy::parse(args.policy.as_deref().unwrap_or("dp"))?;
             let mut options = PlanOptions::new(policy, &profile);
+            if shared && profile.peer.is_some() {
+                // As `plan --gpus`: one device's share of its node's host
+                // memory and SSD.
+                let share = profile.share(args.devices);
+                options.budgets.host_bytes = share.host.memory_bytes;
+                options.budgets.ssd_bytes = share.ssd.capacity_bytes;
+            }
             options.budgets.hbm_bytes = budget(
                 &args.hbm_budget,
                 "hbm-budget",

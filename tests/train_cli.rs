@@ -465,6 +465,43 @@ fn several_devices_train_the_same_model_and_report_their_exchanges() {
     assert!(two["bytes_moved"]["ssd_write"].as_u64().unwrap() > 0);
     let _ = std::fs::remove_dir_all(&spill);
 
+    // A profile with a peer link: the plan carries the exchanges, and one
+    // device's share of the node's host memory.
+    let saved =
+        std::env::temp_dir().join(format!("fateplan-devices-plan-{}.json", std::process::id()));
+    let gpu = json(&fateplan(
+        &[
+            &common[..],
+            &[
+                "--partitions",
+                "2",
+                "--devices",
+                "2",
+                "--profile",
+                "a100-80g",
+                "--save-plan",
+                saved.to_str().unwrap(),
+            ],
+        ]
+        .concat(),
+    ));
+    let (a, b) = (a, gpu["test_accuracy"].as_f64().unwrap());
+    assert!(
+        (a - b).abs() <= 1.0 / 200.0 + 1e-9,
+        "test accuracy {a} against {b}"
+    );
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    assert!(
+        !plan["exchanges"]
+            .as_array()
+            .expect("an exchanges array")
+            .is_empty(),
+        "the plan has no exchanges"
+    );
+    assert_eq!(gpu["budgets"]["host_bytes"].as_u64().unwrap(), 512 << 30);
+    let _ = std::fs::remove_file(&saved);
+
     let cases: [(&[&str], &str); 3] = [
         (&["--devices", "0"], "--devices 0"),
         (
