@@ -2,30 +2,21 @@
 //! strategies, the exchange buffers in every memory count, and the checks
 //! on the GPU count.
 
+mod common;
+use common::{a100, gnn_spec};
+
 use fateplan_planner::blocks::BlockCounts;
 use fateplan_planner::exchange::{self, Halo, MultiGpu};
-use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
+use fateplan_planner::gnn::{build_gnn, GnnModel};
 use fateplan_planner::plan::{ExchangeKind, Leg, Strategy};
-use fateplan_planner::{plan, Plan, PlanOptions, Policy, Profile, Tier, Workload};
+use fateplan_planner::{plan, Plan, PlanOptions, Policy, Tier, Workload};
 
 const NODES: u64 = 4_000_000;
 const EDGES: u64 = 60_000_000;
 
-fn a100() -> Profile {
-    let text = include_str!("../../profiles/a100-80g.json");
-    Profile::from_json(text, "a100-80g.json").unwrap()
-}
-
 fn workload(model: GnnModel, gpus: u32, partitions: u32) -> Workload {
-    let spec = GnnSpec {
-        model,
-        layers: 3,
-        hidden: 256,
-        heads: 4,
-        features: 128,
-        classes: 16,
-        graph_name: "test".into(),
-    };
+    let spec = gnn_spec(model);
+
     let g = gpus as u64;
     let blocks = BlockCounts::skewed(NODES.div_ceil(g), EDGES.div_ceil(g), partitions).unwrap();
     build_gnn(&spec, &blocks).unwrap()

@@ -1,8 +1,11 @@
 //! `--partitions auto`: the fewest partitions at which dp fits, found by
 //! `sizing::fewest_partitions`.
 
+mod common;
+use common::{a100, gnn_spec};
+
 use fateplan_planner::blocks::BlockCounts;
-use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
+use fateplan_planner::gnn::{build_gnn, GnnModel};
 use fateplan_planner::planner::fits;
 use fateplan_planner::sizing::{fewest_partitions, largest_step_bytes};
 use fateplan_planner::{plan, Error, PlanOptions, Policy, Profile, Workload};
@@ -10,22 +13,11 @@ use fateplan_planner::{plan, Error, PlanOptions, Policy, Profile, Workload};
 const NODES: u64 = 4_000_000;
 const EDGES: u64 = 60_000_000;
 
-fn a100() -> Profile {
-    let text = include_str!("../../profiles/a100-80g.json");
-    Profile::from_json(text, "a100-80g.json").unwrap()
-}
-
 fn build(p: u32) -> fateplan_planner::Result<Workload> {
-    let spec = GnnSpec {
-        model: GnnModel::Gcn,
-        layers: 3,
-        hidden: 256,
-        heads: 4,
-        features: 128,
-        classes: 16,
-        graph_name: "test".into(),
-    };
-    build_gnn(&spec, &BlockCounts::skewed(NODES, EDGES, p)?)
+    build_gnn(
+        &gnn_spec(GnnModel::Gcn),
+        &BlockCounts::skewed(NODES, EDGES, p)?,
+    )
 }
 
 fn options(hbm: u64) -> (Profile, PlanOptions) {

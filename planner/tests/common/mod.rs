@@ -2,6 +2,7 @@
 //! is its own crate and uses some of them.
 #![allow(dead_code)]
 
+use fateplan_planner::gnn::{GnnModel, GnnSpec};
 use fateplan_planner::workload::{Cost, OpKind, Phase, TensorKind};
 use fateplan_planner::{Profile, Tier, Workload};
 
@@ -9,6 +10,20 @@ use fateplan_planner::{Profile, Tier, Workload};
 pub fn a100() -> Profile {
     let text = include_str!("../../../profiles/a100-80g.json");
     Profile::from_json(text, "a100-80g.json").expect("the built-in profile parses")
+}
+
+/// A 3-layer `model`, 256 hidden (4 heads for GAT), 128 features, 16
+/// classes.
+pub fn gnn_spec(model: GnnModel) -> GnnSpec {
+    GnnSpec {
+        model,
+        layers: 3,
+        hidden: 256,
+        heads: 4,
+        features: 128,
+        classes: 16,
+        graph_name: "test".into(),
+    }
 }
 
 /// A forward chain of `n` operators whose activations (`bytes` each) the
