@@ -330,10 +330,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             if let Some(s) = prepared.shared().filter(|_| profile.peer.is_some()) {
                 // The halo measured on the shares, against the estimate
                 // for a random partitioning.
-                let estimate = Halo::random(nodes, edges)
-                    .rows(args.devices, args.partitions)
-                    .0;
                 let mut halo = Halo::random(nodes, edges);
+                let estimate = halo.rows(args.devices, args.partitions).0;
                 halo.scale = s.stats.halo_rows_max as f64 / estimate.max(1.0);
                 halo.source = format!(
                     "measured: {} vertex ranges, largest halo {} rows",
@@ -421,7 +419,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         }
         Prepared::Shared(shares) => {
             let (shared, spans) = train::train_shared(shares, hyper, run, stores, &mut on_epoch)?;
-            (shared.report, spans, Some(shared.devices))
+            (shared.report, spans, Some((shared.devices, shared.shares)))
         }
     };
     bar.finish_and_clear();
@@ -449,8 +447,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         if let Some(comparison) = &comparison {
             json["compare_simulated"] = serde_json::to_value(comparison)?;
         }
-        if let Some(devices) = &devices {
+        if let Some((devices, shares)) = &devices {
             json["devices"] = serde_json::to_value(devices)?;
+            json["shares"] = serde_json::to_value(shares)?;
         }
         writeln!(out, "{}", serde_json::to_string_pretty(&json)?)?;
         return Ok(());
@@ -502,14 +501,19 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     if let Some(note) = &unplanned_exchange {
         writeln!(out, "note      {note}")?;
     }
-    if devices.is_some() {
+    if let Some((_, s)) = &devices {
+        writeln!(
+            out,
+            "shares    {} of {} edges cross devices; halo rows {} in all, {} at most on one device",
+            s.halo_edges, s.edges, s.halo_rows_total, s.halo_rows_max
+        )?;
         writeln!(
             out,
             "note      the CPU devices share this machine's cores: the prediction gives each \
              device the profile's whole compute"
         )?;
     }
-    for device in devices.iter().flatten() {
+    for device in devices.iter().flat_map(|(d, _)| d) {
         let x = &device.exchange;
         writeln!(
             out,

@@ -456,6 +456,13 @@ fn several_devices_train_the_same_model_and_report_their_exchanges() {
         (a - b).abs() <= 1.0 / 200.0 + 1e-9,
         "test accuracy {a} against {b}"
     );
+    let shares = &two["shares"];
+    let (cut, all) = (
+        shares["halo_edges"].as_u64().unwrap(),
+        shares["edges"].as_u64().unwrap(),
+    );
+    assert!(0 < cut && cut < all, "{shares}");
+    assert!(shares["halo_rows_max"].as_u64().unwrap() > 0, "{shares}");
     let devices = two["devices"].as_array().expect("a devices array");
     assert_eq!(devices.len(), 2);
     for device in devices {

@@ -112,10 +112,6 @@ impl Peers {
         })
     }
 
-    pub fn rank(&self) -> usize {
-        self.comm.rank()
-    }
-
     /// The share's partitions.
     pub fn partitions(&self) -> usize {
         self.partitions

@@ -69,7 +69,7 @@ pub struct DeviceShare {
 }
 
 /// What [`prepare_shared`] measured.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
 pub struct ShareStats {
     /// Halo rows of the device with the most (the largest exchange in).
     pub halo_rows_max: u64,

@@ -23,7 +23,7 @@ use crate::exec::{ExecError, ExecOptions, Executor, SsdTier, TraceSpan};
 use crate::generate::GeneratorSpec;
 use crate::gnn::{GnnBackend, GraphInput, Hyper, Metrics, Mode};
 use crate::peers::{ExchangeStats, Peers};
-use crate::share::SharedPrepared;
+use crate::share::{ShareStats, SharedPrepared};
 use crate::spill::{SpillOptions, SpillStore};
 
 /// Builds the workload of `hyper` over `graph`'s partitions: the one a
@@ -175,6 +175,8 @@ pub struct DeviceReport {
 pub struct SharedReport {
     pub report: TrainReport,
     pub devices: Vec<DeviceReport>,
+    /// The shares' halos.
+    pub shares: ShareStats,
 }
 
 /// Trains every device's share of `prepared` with `run.plan` (made for
@@ -219,6 +221,7 @@ pub fn train_shared(
         )));
     }
     let k = prepared.devices.len();
+    let shares = prepared.stats;
     if !ssd.is_empty() && ssd.len() != k {
         return Err(ExecError::Internal(format!(
             "{} SSD tiers for {k} devices",
@@ -256,7 +259,9 @@ pub fn train_shared(
                     let shown: &mut dyn FnMut(&EpochStats) =
                         if rank == 0 { &mut shown } else { &mut quiet };
                     let (report, spans) = run_epochs(&mut executor, &plan, epochs, shown)?;
-                    let peers = executor.backend().peers().expect("a device has peers");
+                    let peers = executor.backend().peers().ok_or_else(|| {
+                        ExecError::Internal("a device's backend lost its peers".into())
+                    })?;
                     let device = DeviceReport {
                         rank,
                         iteration_s: report.iteration_s,
@@ -314,7 +319,14 @@ pub fn train_shared(
         }
         report.iteration_s = report.iteration_s.max(other.iteration_s);
     }
-    Ok((SharedReport { report, devices }, trace_spans))
+    Ok((
+        SharedReport {
+            report,
+            devices,
+            shares,
+        },
+        trace_spans,
+    ))
 }
 
 /// The epochs, the evaluation pass and the report.
