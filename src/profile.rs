@@ -164,9 +164,28 @@ fn rate(bytes_per_s: f64) -> String {
 fn summary(out: &mut dyn Write, p: &Profile) -> Result<()> {
     let d = &p.device;
     writeln!(out, "profile   {} ({})", p.name, p.device.model)?;
+    let shapes: Vec<String> = d
+        .dense_shapes
+        .iter()
+        .map(|s| {
+            format!(
+                "{:.1} at {:.1} flops/B",
+                s.flops_per_s / 1e9,
+                s.flops_per_byte
+            )
+        })
+        .collect();
+    let shapes = if shapes.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", shapes.join(", "))
+    };
+    let scatter = d
+        .scatter_bytes_per_s
+        .map_or(String::new(), |s| format!(", scatter {}", rate(s)));
     writeln!(
         out,
-        "device    {} arena, element-wise {}, GEMM {:.1} GFLOP/s, SpMM {}, {} per operator",
+        "device    {} arena, element-wise {}, GEMM {:.1} GFLOP/s{shapes}, SpMM {}{scatter}, {} per operator",
         format_bytes(d.hbm_bytes),
         rate(d.hbm_bytes_per_s),
         d.dense_flops_per_s / 1e9,

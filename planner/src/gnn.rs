@@ -575,7 +575,8 @@ impl<'a> Builder<'a> {
                     dself.push(s);
                 }
             }
-            let passes = if l > 1 { 4.0 } else { 2.0 };
+            // The first layer writes no input gradient.
+            let (passes, streams) = if l > 1 { (4.0, 2) } else { (2.0, 1) };
             self.op(
                 format!("linear_bwd[l{l},p{i}]"),
                 OpKind::LinearBackward,
@@ -584,7 +585,7 @@ impl<'a> Builder<'a> {
                 outputs,
                 Cost::work(
                     passes * (rows * k * d_out) as f64,
-                    2 * rows * (k + d_out) * F32,
+                    streams * rows * (k + d_out) * F32,
                     ComputeClass::Dense,
                 ),
             );
@@ -625,7 +626,7 @@ impl<'a> Builder<'a> {
                     Phase::Backward,
                     inputs,
                     vec![out],
-                    Cost::work(2.0 * (edges * d_in) as f64, bytes, ComputeClass::Sparse),
+                    Cost::work(2.0 * (edges * d_in) as f64, bytes, ComputeClass::Scatter),
                 );
                 partial = Some(out);
             }
@@ -962,7 +963,7 @@ impl<'a> Builder<'a> {
                 outputs.push(g);
                 dh.push(g);
             }
-            let passes = if l > 1 { 4.0 } else { 2.0 };
+            let (passes, streams) = if l > 1 { (4.0, 2) } else { (2.0, 1) };
             self.op(
                 format!("linear_bwd[l{l},p{p}]"),
                 OpKind::LinearBackward,
@@ -971,7 +972,7 @@ impl<'a> Builder<'a> {
                 outputs,
                 Cost::work(
                     passes * (rows * d_in * d_out) as f64,
-                    2 * rows * (d_in + d_out) * F32 + spec.weight_bytes(l),
+                    streams * rows * (d_in + d_out) * F32 + spec.weight_bytes(l),
                     ComputeClass::Dense,
                 ),
             );
@@ -1017,6 +1018,32 @@ mod tests {
             w.validate().unwrap();
             assert!(w.ops.iter().any(|op| op.phase == Phase::Backward));
             assert!(w.ops.last().unwrap().phase == Phase::Update);
+        }
+    }
+
+    /// Transposed aggregations are scatters; the first layer's linear
+    /// backward writes no input gradient, so it streams half the bytes.
+    #[test]
+    fn aggregation_backward_scatters_and_layer_one_writes_no_input_gradient() {
+        let blocks = BlockCounts::skewed(1000, 8000, 4).unwrap();
+        for model in [GnnModel::Gcn, GnnModel::Sage] {
+            let w = build_gnn(&spec(model), &blocks).unwrap();
+            let op = |name: &str| w.ops.iter().find(|op| op.name == name).unwrap();
+            for o in &w.ops {
+                let scatter = o.kind == OpKind::AggregateBackward;
+                assert_eq!(o.cost.class == ComputeClass::Scatter, scatter, "{}", o.name);
+            }
+            let k = if model == GnnModel::Sage { 2 } else { 1 };
+            let (first, second) = (op("linear_bwd[l1,p0]"), op("linear_bwd[l2,p0]"));
+            let z = w.tensors.iter().find(|t| t.name == "z[l1,p0]").unwrap();
+            let rows = z.bytes / (16 * F32);
+
+            assert_eq!(first.cost.bytes, rows * (k * 8 + 16) * F32, "{model:?}");
+            assert_eq!(
+                second.cost.bytes,
+                2 * rows * (k * 16 + 16) * F32,
+                "{model:?}"
+            );
         }
     }
 

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::workload::ComputeClass;
 use crate::{Error, Result};
 
 /// Version of the profile JSON format.
@@ -34,10 +35,84 @@ pub struct DeviceProfile {
     pub hbm_bytes: u64,
     pub hbm_bytes_per_s: f64,
     pub dense_flops_per_s: f64,
+    /// GEMM rates measured at several arithmetic intensities, in
+    /// increasing order of intensity; when given, a dense operator's rate
+    /// is read from them ([`DeviceProfile::dense_rate`]) instead of
+    /// `dense_flops_per_s`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dense_shapes: Vec<DenseShape>,
     /// Effective bandwidth of the irregular gathers of SpMM and SDDMM.
     pub sparse_bytes_per_s: f64,
+    /// Effective bandwidth of the irregular scatters of the transposed
+    /// SpMM (an aggregation's backward); `sparse_bytes_per_s` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scatter_bytes_per_s: Option<f64>,
     /// Fixed cost of launching one operator.
     pub op_overhead_s: f64,
+}
+
+/// A GEMM rate at one arithmetic intensity.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DenseShape {
+    /// Flops per byte the operators read and write (the workload's
+    /// `flops / bytes`).
+    pub flops_per_byte: f64,
+    pub flops_per_s: f64,
+}
+
+impl DeviceProfile {
+    /// Bytes per second of the memory traffic of an operator of `class`.
+    pub fn memory_bytes_per_s(&self, class: ComputeClass) -> f64 {
+        match class {
+            ComputeClass::Sparse => self.sparse_bytes_per_s,
+            ComputeClass::Scatter => self.scatter_bytes_per_s.unwrap_or(self.sparse_bytes_per_s),
+            ComputeClass::Dense | ComputeClass::Elementwise => self.hbm_bytes_per_s,
+        }
+    }
+
+    /// Flops per second of a GEMM doing `flops_per_byte` flops per byte
+    /// it touches. Without `dense_shapes`, `dense_flops_per_s`. With them:
+    /// between two shapes, the rate is interpolated on a log-log scale
+    /// (a power law of the intensity); above the most intense, its rate;
+    /// below the least intense, its bytes per second (a narrower GEMM
+    /// streams its operands no faster).
+    pub fn dense_rate(&self, flops_per_byte: f64) -> f64 {
+        let shapes = &self.dense_shapes;
+        let (Some(first), Some(last)) = (shapes.first(), shapes.last()) else {
+            return self.dense_flops_per_s;
+        };
+        if !(flops_per_byte.is_finite() && flops_per_byte > 0.0)
+            || flops_per_byte >= last.flops_per_byte
+        {
+            return last.flops_per_s;
+        }
+        if flops_per_byte <= first.flops_per_byte {
+            return first.flops_per_s * flops_per_byte / first.flops_per_byte;
+        }
+        let upper = shapes
+            .iter()
+            .position(|s| s.flops_per_byte >= flops_per_byte)
+            .unwrap_or(shapes.len() - 1);
+        let (a, b) = (shapes[upper - 1], shapes[upper]);
+        let t =
+            (flops_per_byte / a.flops_per_byte).ln() / (b.flops_per_byte / a.flops_per_byte).ln();
+        (a.flops_per_s.ln() + t * (b.flops_per_s / a.flops_per_s).ln()).exp()
+    }
+
+    /// Seconds an operator's work takes, launch overhead left out: the
+    /// larger of its math time and its memory time (a roofline). Dense
+    /// math runs at [`DeviceProfile::dense_rate`] for its intensity,
+    /// other math at `dense_flops_per_s`.
+    pub fn work_seconds(&self, flops: f64, bytes: u64, class: ComputeClass) -> f64 {
+        let rate = match class {
+            ComputeClass::Dense if bytes > 0 => self.dense_rate(flops / bytes as f64),
+            _ => self.dense_flops_per_s,
+        };
+        let math_s = flops / rate;
+        let memory_s = bytes as f64 / self.memory_bytes_per_s(class);
+        math_s.max(memory_s)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -160,6 +235,9 @@ impl Profile {
             ("ssd.read_latency_s", self.ssd.read_latency_s),
             ("ssd.write_latency_s", self.ssd.write_latency_s),
         ];
+        if let Some(scatter) = d.scatter_bytes_per_s {
+            figures.push(("device.scatter_bytes_per_s", scatter));
+        }
         if let Some(peer) = &self.peer {
             figures.push(("peer.bytes_per_s", peer.bytes_per_s));
             figures.push(("peer.latency_s", peer.latency_s));
@@ -270,6 +348,132 @@ impl Profile {
                 ));
             }
         }
+        let mut previous = 0.0;
+        for (k, shape) in self.device.dense_shapes.iter().enumerate() {
+            let field = |name: &str| format!("{} field device.dense_shapes[{k}].{name}", context());
+            for (name, value) in [
+                ("flops_per_byte", shape.flops_per_byte),
+                ("flops_per_s", shape.flops_per_s),
+            ] {
+                if !(value.is_finite() && value > 0.0) {
+                    return Err(Error::invalid(
+                        field(name),
+                        format!("{value} must be positive"),
+                    ));
+                }
+            }
+            if shape.flops_per_byte <= previous {
+                return Err(Error::invalid(
+                    field("flops_per_byte"),
+                    format!(
+                        "{} must be larger than the shape before it ({previous})",
+                        shape.flops_per_byte
+                    ),
+                ));
+            }
+            previous = shape.flops_per_byte;
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile() -> Profile {
+        Profile::from_json(
+            include_str!("../../profiles/cpu-small.json"),
+            "cpu-small.json",
+        )
+        .unwrap()
+    }
+
+    fn shape(flops_per_byte: f64, flops_per_s: f64) -> DenseShape {
+        DenseShape {
+            flops_per_byte,
+            flops_per_s,
+        }
+    }
+
+    #[test]
+    fn the_gemm_rate_follows_the_measured_shapes() {
+        let mut d = profile().device;
+        d.dense_flops_per_s = 300e9;
+        assert_eq!(d.dense_rate(1.0), 300e9, "no shapes: the one rate");
+        d.dense_shapes = vec![shape(8.0, 100e9), shape(32.0, 300e9)];
+        let close = |a: f64, b: f64| (a / b - 1.0).abs() < 1e-12;
+        assert!(close(d.dense_rate(8.0), 100e9) && close(d.dense_rate(32.0), 300e9));
+        // Halfway on a log scale: the geometric mean.
+        assert!(close(d.dense_rate(16.0), (100e9f64 * 300e9).sqrt()));
+        assert!(close(d.dense_rate(64.0), 300e9), "above: the most intense");
+        assert!(
+            close(d.dense_rate(4.0), 50e9),
+            "below: the same bytes per second"
+        );
+        assert!(close(d.dense_rate(f64::NAN), 300e9));
+        // A dense operator's time uses it; others keep the one rate.
+        let s = d.work_seconds(8e9, 1_000_000_000, ComputeClass::Dense);
+        assert!(close(s, 0.08_f64.max(1e9 / d.hbm_bytes_per_s)), "{s}");
+        let s = d.work_seconds(8e9, 1, ComputeClass::Elementwise);
+        assert!(close(s, 8e9 / 300e9), "{s}");
+    }
+
+    #[test]
+    fn scatters_fall_back_to_the_gather_rate() {
+        let mut d = profile().device;
+        assert_eq!(
+            d.memory_bytes_per_s(ComputeClass::Scatter),
+            d.sparse_bytes_per_s
+        );
+        d.scatter_bytes_per_s = Some(d.sparse_bytes_per_s / 2.0);
+        assert_eq!(
+            d.memory_bytes_per_s(ComputeClass::Scatter),
+            d.sparse_bytes_per_s / 2.0
+        );
+        assert_eq!(
+            d.memory_bytes_per_s(ComputeClass::Sparse),
+            d.sparse_bytes_per_s
+        );
+        assert_eq!(d.memory_bytes_per_s(ComputeClass::Dense), d.hbm_bytes_per_s);
+    }
+
+    #[test]
+    fn bad_shapes_and_scatter_rates_are_named() {
+        type Spoil = fn(&mut DeviceProfile);
+        let cases: [(Spoil, &str); 4] = [
+            (
+                |d| d.dense_shapes = vec![shape(8.0, 1e9), shape(8.0, 2e9)],
+                "device.dense_shapes[1].flops_per_byte",
+            ),
+            (
+                |d| d.dense_shapes = vec![shape(8.0, 0.0)],
+                "device.dense_shapes[0].flops_per_s",
+            ),
+            (
+                |d| d.dense_shapes = vec![shape(-1.0, 1e9)],
+                "device.dense_shapes[0].flops_per_byte",
+            ),
+            (
+                |d| d.scatter_bytes_per_s = Some(-1.0),
+                "device.scatter_bytes_per_s",
+            ),
+        ];
+        for (spoil, field) in cases {
+            let mut p = profile();
+            spoil(&mut p.device);
+            let error = Profile::from_json(&p.to_json_pretty(), "p.json")
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(field) && error.contains("p.json"), "{error}");
+        }
+        // Both round-trip when valid.
+        let mut p = profile();
+        p.device.dense_shapes = vec![shape(7.1, 1e11), shape(32.0, 3e11)];
+        p.device.scatter_bytes_per_s = Some(2e10);
+        assert_eq!(
+            Profile::from_json(&p.to_json_pretty(), "p.json").unwrap(),
+            p
+        );
     }
 }

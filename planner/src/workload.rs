@@ -93,10 +93,15 @@ pub enum OpKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ComputeClass {
-    /// Dense math (GEMM): bounded by `dense_flops_per_s` and memory bandwidth.
+    /// Dense math (GEMM): bounded by the GEMM rate for its intensity
+    /// (`dense_flops_per_s`, or `dense_shapes`) and memory bandwidth.
     Dense,
     /// Irregular gathers (SpMM, SDDMM): bounded by `sparse_bytes_per_s`.
     Sparse,
+    /// Irregular scatters (the transposed SpMM of an aggregation's
+    /// backward): bounded by `scatter_bytes_per_s`.
+    Scatter,
+
     /// Streaming element-wise work: bounded by memory bandwidth.
     #[default]
     Elementwise,

@@ -9,7 +9,7 @@ use super::memory::SLOTS_PER_POSITION;
 use super::schedule::MAX_CASCADE_OPS;
 use crate::plan::{Action, Fate, ScheduleEntry};
 use crate::profile::{DeviceKind, Profile};
-use crate::workload::{ComputeClass, Op, Tensor, TensorId, TensorKind, Workload};
+use crate::workload::{Op, Tensor, TensorId, TensorKind, Workload};
 use crate::{Result, Tier};
 
 /// Seconds to run `op` on the profiled device.
@@ -18,13 +18,7 @@ pub fn op_seconds(op: &Op, profile: &Profile) -> f64 {
         return seconds;
     }
     let device = &profile.device;
-    let memory_s = op.cost.bytes as f64
-        / match op.cost.class {
-            ComputeClass::Sparse => device.sparse_bytes_per_s,
-            _ => device.hbm_bytes_per_s,
-        };
-    let math_s = op.cost.flops / device.dense_flops_per_s;
-    device.op_overhead_s + memory_s.max(math_s)
+    device.op_overhead_s + device.work_seconds(op.cost.flops, op.cost.bytes, op.cost.class)
 }
 
 /// Seconds a transfer occupies each link it crosses: `(pcie_s, ssd_s)`.

@@ -1,7 +1,8 @@
 //! The CPU backend's compute rates, measured on the kernels it runs
 //! ([`crate::cpu`] calls the same functions, with the same fresh output
-//! buffers), over the operators of a 2-layer GCN on a generated R-MAT
-//! graph. Flops and bytes are the ones the GNN workload builder gives
+//! buffers), over the operators of a 3-layer GCN on a generated R-MAT
+//! graph (every layer `width` wide but the last, whose output is an
+//! eighth of that, as few classes make it). Flops and bytes are the ones the GNN workload builder gives
 //! those operators ([`fateplan_planner::gnn::build_gnn`]), so that a rate
 //! times an operator's cost is the operator's time, which is how the
 //! planner and the simulator use the profile.
@@ -14,6 +15,7 @@ use fateplan_kernels::{activation, dense, sparse, BlockRef, Init, Write};
 use fateplan_planner::blocks::BlockCounts;
 use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
 use fateplan_planner::plan::Budgets;
+use fateplan_planner::profile::DenseShape;
 use fateplan_planner::workload::Cost;
 use fateplan_planner::{plan, PlanOptions, Policy, Profile};
 
@@ -30,14 +32,15 @@ use super::{fill_pattern_f32, median_of_rounds, Rounds};
 const DROPOUT: f32 = 0.5;
 
 /// The measured graph: an R-MAT graph cut into partitions and blocks as
-/// training cuts it, and the op costs of a 2-layer GCN over it with every
-/// width `width` (features, hidden and classes).
+/// training cuts it, and the op costs of a 3-layer GCN over it with
+/// features and hidden `width` wide and `narrow` classes.
 pub struct Bench {
     pub scale: u32,
     pub nodes: u64,
     pub edges: u64,
     pub partitions: u32,
     pub width: usize,
+    pub narrow: usize,
     offsets: Vec<u64>,
     blocks: BlockCsr,
     costs: HashMap<String, Cost>,
@@ -55,13 +58,14 @@ impl Bench {
         let counts: BlockCounts = graph.blocks(partitions)?;
         let csr = Csr::from_edges(graph.nodes, &graph.src, &graph.dst)?;
         let blocks = BlockCsr::build(&csr, partitions, Normalization::GcnSym)?;
+        let narrow = (width / 8).max(1);
         let gnn = GnnSpec {
             model: GnnModel::Gcn,
-            layers: 2,
+            layers: 3,
             hidden: width,
             heads: 1,
             features: width,
-            classes: width,
+            classes: narrow,
             graph_name: graph.name.clone(),
         };
         let workload = build_gnn(&gnn, &counts)?;
@@ -78,6 +82,7 @@ impl Bench {
             edges: graph.edges(),
             partitions,
             width: width as usize,
+            narrow: narrow as usize,
             offsets,
             blocks,
             costs,
@@ -121,24 +126,44 @@ fn kernel(error: fateplan_kernels::Error) -> Error {
     Error::Internal(format!("a kernel refused the measurement's input: {error}"))
 }
 
-/// f32 GEMM rate: per partition, the second layer's `linear` (x · W + b)
-/// and `linear_bwd` (its weight, bias and input gradients), faer inside,
-/// on the rayon pool as it is. Flops per second, median of rounds.
-pub fn dense_rate(bench: &Bench, rounds: &Rounds) -> Result<(f64, u32)> {
-    let w_ = bench.width;
+/// A GEMM rate at one shape.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DenseRate {
+    pub flops_per_s: f64,
+    /// Flops per byte of the measured operators, as the workload counts them.
+    pub flops_per_byte: f64,
+    pub d_in: usize,
+    pub d_out: usize,
+    pub rounds: u32,
+}
+
+/// f32 GEMM rate at `width -> width` (`wide`) and at `width -> narrow`:
+/// per partition, the second (or third) layer's `linear` (x · W + b) and
+/// `linear_bwd` (its weight, bias and input gradients), faer inside, on
+/// the rayon pool as it is. Flops per second, median of rounds.
+pub fn dense_rate(bench: &Bench, rounds: &Rounds, wide: bool) -> Result<DenseRate> {
+    let (layer, d_in, d_out) = if wide {
+        (2, bench.width, bench.width)
+    } else {
+        (3, bench.width, bench.narrow)
+    };
     let rows_max = bench.largest_rows();
-    let mut x = vec![0f32; rows_max * w_];
-    let mut dz = vec![0f32; rows_max * w_];
+    let mut x = vec![0f32; rows_max * d_in];
+    let mut dz = vec![0f32; rows_max * d_out];
     fill_pattern_f32(&mut x, 1);
     fill_pattern_f32(&mut dz, 2);
-    let mut w = vec![0f32; dense::linear_weight_len(1, w_, w_)];
+    let mut w = vec![0f32; dense::linear_weight_len(1, d_in, d_out)];
     fill_pattern_f32(&mut w, 3);
     let mut flops = 0.0;
+    let mut bytes = 0;
     for p in 0..bench.partitions {
-        flops += bench.cost(&format!("linear[l2,p{p}]"))?.flops;
-        flops += bench.cost(&format!("linear_bwd[l2,p{p}]"))?.flops;
+        for op in ["linear", "linear_bwd"] {
+            let cost = bench.cost(&format!("{op}[l{layer},p{p}]"))?;
+            flops += cost.flops;
+            bytes += cost.bytes;
+        }
     }
-    median_of_rounds(rounds, || {
+    let (flops_per_s, rounds) = median_of_rounds(rounds, || {
         // Outputs live to the end of the round, as activations and
         // gradients live on in training: each is written to memory not
         // touched since the last round.
@@ -146,18 +171,18 @@ pub fn dense_rate(bench: &Bench, rounds: &Rounds) -> Result<(f64, u32)> {
         let start = Instant::now();
         for p in 0..bench.partitions {
             let rows = bench.rows(p);
-            let x = &x[..rows * w_];
-            let mut out = vec![0f32; rows * w_];
-            dense::linear(&[x], rows, w_, &w, w_, &mut out).map_err(kernel)?;
+            let x = &x[..rows * d_in];
+            let mut out = vec![0f32; rows * d_out];
+            dense::linear(&[x], rows, d_in, &w, d_out, &mut out).map_err(kernel)?;
             let mut dw = vec![0f32; w.len()];
-            let mut dx = vec![0f32; rows * w_];
+            let mut dx = vec![0f32; rows * d_in];
             dense::linear_bwd(
-                &dz[..rows * w_],
+                &dz[..rows * d_out],
                 &[x],
                 rows,
-                w_,
+                d_in,
                 &w,
-                w_,
+                d_out,
                 &mut dw,
                 &mut [Some(dx.as_mut_slice())],
                 Write::Overwrite,
@@ -168,7 +193,29 @@ pub fn dense_rate(bench: &Bench, rounds: &Rounds) -> Result<(f64, u32)> {
         let seconds = start.elapsed().as_secs_f64();
         std::hint::black_box(&kept);
         Ok(flops / seconds)
+    })?;
+    Ok(DenseRate {
+        flops_per_s,
+        flops_per_byte: flops / bytes.max(1) as f64,
+        d_in,
+        d_out,
+        rounds,
     })
+}
+
+/// The profile's `dense_shapes` from measured rates: in increasing order
+/// of intensity, one per intensity (the first measured of equal ones).
+pub fn dense_shapes(rates: &[DenseRate]) -> Vec<DenseShape> {
+    let mut shapes: Vec<DenseShape> = rates
+        .iter()
+        .map(|r| DenseShape {
+            flops_per_byte: r.flops_per_byte,
+            flops_per_s: r.flops_per_s,
+        })
+        .collect();
+    shapes.sort_by(|a, b| a.flops_per_byte.total_cmp(&b.flops_per_byte));
+    shapes.dedup_by(|b, a| b.flops_per_byte <= a.flops_per_byte);
+    shapes
 }
 
 /// Element-wise bandwidth: per partition, the first layer's `relu` and
@@ -209,39 +256,49 @@ pub fn elementwise_rate(bench: &Bench, rounds: &Rounds) -> Result<(f64, u32)> {
     })
 }
 
-/// SpMM effective gather bandwidth: one round runs, over every block,
-/// the three aggregations a 2-layer GCN trains with, each chained into
-/// partial sums as the workload chains them: the first layer's `agg`
-/// (SpMM with input dropout fused into the gather), the second layer's
-/// `agg` (SpMM) and its `agg_bwd` (transposed SpMM). Bytes per second as
-/// the workload counts them (`edges · (8 + 4 · width) + 2 · rows · 4 ·
-/// width` per block), median of rounds.
-pub fn sparse_rate(bench: &Bench, rounds: &Rounds) -> Result<(f64, u32)> {
-    let w_ = bench.width;
-    let p = bench.partitions;
-    let sources: Vec<Vec<f32>> = (0..p)
+/// The sources every block reads: one `width`-wide value per row.
+fn sparse_sources(bench: &Bench) -> Vec<Vec<f32>> {
+    (0..bench.partitions)
         .map(|j| {
-            let mut values = vec![0f32; bench.rows(j) * w_];
+            let mut values = vec![0f32; bench.rows(j) * bench.width];
             fill_pattern_f32(&mut values, 10 + j as u64);
             values
         })
-        .collect();
-    let mask = bench.dropout(7)?;
-    let mut bytes = 0u64;
-    for i in 0..p {
-        for j in 0..p {
+        .collect()
+}
+
+/// The bytes of `op` (`agg[l{layer},p{i},s{j}]` or
+/// `agg_bwd[l{layer},p{j},d{i}]`) over every block `(i, j)`.
+fn block_bytes(bench: &Bench, name: impl Fn(u32, u32) -> String) -> Result<u64> {
+    let mut bytes = 0;
+    for i in 0..bench.partitions {
+        for j in 0..bench.partitions {
             if bench.block(i, j).is_some() {
-                bytes += bench.cost(&format!("agg[l1,p{i},s{j}]"))?.bytes;
-                bytes += bench.cost(&format!("agg[l2,p{i},s{j}]"))?.bytes;
-                bytes += bench.cost(&format!("agg_bwd[l2,p{j},d{i}]"))?.bytes;
+                bytes += bench.cost(&name(i, j))?.bytes;
             }
         }
     }
+    Ok(bytes)
+}
+
+/// SpMM effective gather bandwidth: one round runs, over every block,
+/// the first two layers' `agg` as a GCN trains with them (the first
+/// layer's SpMM with input dropout fused into the gather, the second's
+/// plain SpMM), each chained into partial sums as the workload chains
+/// them. Bytes per second as the workload counts them (`edges · (8 + 4 ·
+/// width) + 2 · rows · 4 · width` per block), median of rounds.
+pub fn sparse_rate(bench: &Bench, rounds: &Rounds) -> Result<(f64, u32)> {
+    let w_ = bench.width;
+    let p = bench.partitions;
+    let sources = sparse_sources(bench);
+    let mask = bench.dropout(7)?;
+    let bytes = block_bytes(bench, |i, j| format!("agg[l1,p{i},s{j}]"))?
+        + block_bytes(bench, |i, j| format!("agg[l2,p{i},s{j}]"))?;
     median_of_rounds(rounds, || {
         // Each row's final sum lives to the end of the round, as the
         // aggregations' outputs live on in training; partial sums are
         // freed as the chain moves on.
-        let mut kept = Vec::with_capacity(3 * p as usize);
+        let mut kept = Vec::with_capacity(2 * p as usize);
         let start = Instant::now();
         for layer in 1..=2 {
             for i in 0..p {
@@ -265,6 +322,25 @@ pub fn sparse_rate(bench: &Bench, rounds: &Rounds) -> Result<(f64, u32)> {
                 kept.push(partial);
             }
         }
+        let seconds = start.elapsed().as_secs_f64();
+        std::hint::black_box(&kept);
+        Ok(bytes as f64 / seconds)
+    })
+}
+
+/// Transposed SpMM effective scatter bandwidth: one round runs the
+/// second layer's `agg_bwd` over every block, chained into partial sums
+/// per source partition as the workload chains them. Bytes per second as
+/// the workload counts them (as the gather's), median of rounds.
+pub fn scatter_rate(bench: &Bench, rounds: &Rounds) -> Result<(f64, u32)> {
+    let w_ = bench.width;
+    let p = bench.partitions;
+    let grads = sparse_sources(bench);
+    let bytes = block_bytes(bench, |i, j| format!("agg_bwd[l2,p{j},d{i}]"))?;
+    median_of_rounds(rounds, || {
+        // Outputs live to the end of the round (see `sparse_rate`).
+        let mut kept = Vec::with_capacity(p as usize);
+        let start = Instant::now();
         for j in 0..p {
             let mut partial: Option<Vec<f32>> = None;
             for i in 0..p {
@@ -273,7 +349,7 @@ pub fn sparse_rate(bench: &Bench, rounds: &Rounds) -> Result<(f64, u32)> {
                 };
                 let mut out = vec![0f32; bench.rows(j) * w_];
                 let init: Init = partial.as_deref().into();
-                let grad = &sources[i as usize][..bench.rows(i) * w_];
+                let grad = &grads[i as usize][..bench.rows(i) * w_];
                 sparse::spmm_t(view, grad, w_, init, &mut out).map_err(kernel)?;
                 partial = Some(out);
             }
@@ -357,12 +433,28 @@ mod tests {
         assert_eq!(bench.nodes, 256);
         let rounds = Rounds::tiny();
         for (name, (rate, n)) in [
-            ("dense", dense_rate(&bench, &rounds).unwrap()),
             ("elementwise", elementwise_rate(&bench, &rounds).unwrap()),
             ("sparse", sparse_rate(&bench, &rounds).unwrap()),
+            ("scatter", scatter_rate(&bench, &rounds).unwrap()),
         ] {
             assert!(rate > 0.0 && rate.is_finite() && n >= 1, "{name}: {rate}");
         }
+        let wide = dense_rate(&bench, &rounds, true).unwrap();
+        let narrow = dense_rate(&bench, &rounds, false).unwrap();
+        assert_eq!((wide.d_in, wide.d_out, narrow.d_out), (16, 16, 2));
+        for rate in [wide, narrow] {
+            assert!(rate.flops_per_s > 0.0 && rate.flops_per_s.is_finite() && rate.rounds >= 1);
+        }
+        // The narrow shape does fewer flops per byte: 2·16·2 / (4·18)
+        // forward, 4·16·2 / (8·18) backward.
+        assert!(
+            (narrow.flops_per_byte - 64.0 / 72.0).abs() < 1e-9,
+            "{narrow:?}"
+        );
+        assert!(
+            wide.flops_per_byte > 2.0 * narrow.flops_per_byte,
+            "{wide:?}"
+        );
     }
 
     #[test]

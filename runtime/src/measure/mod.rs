@@ -344,22 +344,26 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             next(progress);
             let bench = compute::Bench::new(sizes.rmat_scale, sizes.partitions, sizes.width)?;
             let graph = format!(
-                "a 2-layer GCN of width {} on an R-MAT graph (Graph500 parameters, scale {}: \
-                 {} nodes, {} edges) in {} partitions",
-                bench.width, bench.scale, bench.nodes, bench.edges, bench.partitions
+                "a 3-layer GCN of width {} ({} classes) on an R-MAT graph (Graph500 \
+                 parameters, scale {}: {} nodes, {} edges) in {} partitions",
+                bench.width, bench.narrow, bench.scale, bench.nodes, bench.edges, bench.partitions
             );
             next(progress);
-            let (dense, dense_rounds) = compute::dense_rate(&bench, &sizes.rounds)?;
+            let wide = compute::dense_rate(&bench, &sizes.rounds, true)?;
+            let narrow = compute::dense_rate(&bench, &sizes.rounds, false)?;
             let (elementwise, elementwise_rounds) =
                 compute::elementwise_rate(&bench, &sizes.rounds)?;
             next(progress);
             let (sparse, sparse_rounds) = compute::sparse_rate(&bench, &sizes.rounds)?;
+            let (scatter, scatter_rounds) = compute::scatter_rate(&bench, &sizes.rounds)?;
             drop(bench);
             let mut profile =
                 cpu_profile(&options.name, sizes.label, &cpu, threads, &machine, &ssd);
-            profile.device.dense_flops_per_s = dense;
+            profile.device.dense_flops_per_s = wide.flops_per_s;
+            profile.device.dense_shapes = compute::dense_shapes(&[narrow, wide]);
             profile.device.hbm_bytes_per_s = elementwise;
             profile.device.sparse_bytes_per_s = sparse;
+            profile.device.scatter_bytes_per_s = Some(scatter);
             profile.pcie = PcieProfile {
                 h2d_bytes_per_s: h2d_rate,
                 d2h_bytes_per_s: d2h_rate,
@@ -377,8 +381,24 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                 format!(
                     "f32 GEMM: the CPU backend's linear layer forward and backward \
                      (kernels::dense::linear and linear_bwd with the input gradient; faer GEMM \
-                     in chunks of rows) of every partition of {graph}, {threads} threads, flops \
-                     as the workload counts them, median of {dense_rounds} rounds"
+                     in chunks of rows), {} -> {}, of every partition of {graph}, {threads} \
+                     threads, flops as the workload counts them, median of {} rounds",
+                    wide.d_in, wide.d_out, wide.rounds
+                ),
+            );
+            put(
+                &mut sources,
+                "device.dense_shapes",
+                format!(
+                    "the GEMM rate above at {} -> {} ({:.1} flops per byte, median of {} \
+                     rounds) and at {} -> {} ({:.1} flops per byte)",
+                    narrow.d_in,
+                    narrow.d_out,
+                    narrow.flops_per_byte,
+                    narrow.rounds,
+                    wide.d_in,
+                    wide.d_out,
+                    wide.flops_per_byte
                 ),
             );
             put(
@@ -397,8 +417,18 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                 format!(
                     "SpMM effective gather bandwidth: the CPU backend's aggregations over every \
                      block of {graph} (first layer SpMM with fused input dropout, second layer \
-                     SpMM, second layer transposed SpMM; kernels::sparse), {threads} threads, \
-                     bytes as the workload counts them, median of {sparse_rounds} rounds"
+                     SpMM; kernels::sparse), {threads} threads, bytes as the workload counts \
+                     them, median of {sparse_rounds} rounds"
+                ),
+            );
+            put(
+                &mut sources,
+                "device.scatter_bytes_per_s",
+                format!(
+                    "transposed SpMM effective scatter bandwidth: the CPU backend's second layer \
+                     aggregation backward over every block of {graph} (kernels::sparse::spmm_t), \
+                     {threads} threads, bytes as the workload counts them, median of \
+                     {scatter_rounds} rounds"
                 ),
             );
             put(
@@ -525,7 +555,9 @@ fn cpu_profile(
             hbm_bytes: memory.total_bytes / 3,
             hbm_bytes_per_s: 0.0,
             dense_flops_per_s: 0.0,
+            dense_shapes: Vec::new(),
             sparse_bytes_per_s: 0.0,
+            scatter_bytes_per_s: None,
             op_overhead_s: 0.0,
         },
         host: HostProfile {
@@ -591,7 +623,9 @@ fn gpu_profile(
             hbm_bytes: gpu.hbm_bytes,
             hbm_bytes_per_s: gpu.hbm_bytes_per_s,
             dense_flops_per_s: gpu.dense_flops_per_s,
+            dense_shapes: Vec::new(),
             sparse_bytes_per_s: gpu.sparse_bytes_per_s,
+            scatter_bytes_per_s: None,
             op_overhead_s: gpu.op_overhead_s,
         },
         host: HostProfile {

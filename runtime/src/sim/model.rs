@@ -5,8 +5,11 @@
 //!
 //! - An operator runs for its explicit `seconds` if it has them, otherwise
 //!   for a launch overhead plus the larger of its math time (flops at the
-//!   dense rate) and its memory time (bytes at the sparse gather rate for
-//!   sparse operators, at HBM bandwidth otherwise): a roofline.
+//!   GEMM rate for its intensity) and its memory time (bytes at the
+//!   sparse gather or scatter rate for sparse operators, at HBM bandwidth
+//!   otherwise): a roofline, as the profile defines its figures
+
+//!   ([`DeviceProfile::work_seconds`]).
 //! - A transfer is a short list of [`Phase`]s: a latency, then bytes flowing
 //!   through links whose bandwidth it shares with the other transfers in
 //!   flight (see [`super::flows`]). Host transfers cross PCIe and host
@@ -24,7 +27,7 @@
 
 use fateplan_planner::plan::{Action, Leg, ScheduleEntry};
 use fateplan_planner::profile::{DeviceProfile, PeerVia, Profile};
-use fateplan_planner::workload::{ComputeClass, Op};
+use fateplan_planner::workload::Op;
 use fateplan_planner::Tier;
 
 use super::flows::{Link, LINKS};
@@ -44,13 +47,7 @@ pub fn op_seconds(op: &Op, device: &DeviceProfile) -> f64 {
     if let Some(seconds) = op.cost.seconds {
         return seconds;
     }
-    let memory_bytes_per_s = match op.cost.class {
-        ComputeClass::Sparse => device.sparse_bytes_per_s,
-        ComputeClass::Dense | ComputeClass::Elementwise => device.hbm_bytes_per_s,
-    };
-    let memory_s = op.cost.bytes as f64 / memory_bytes_per_s;
-    let math_s = op.cost.flops / device.dense_flops_per_s;
-    device.op_overhead_s + math_s.max(memory_s)
+    device.op_overhead_s + device.work_seconds(op.cost.flops, op.cost.bytes, op.cost.class)
 }
 
 /// The speed of each running thread on a CPU backend with `cores` cores,

@@ -24,7 +24,9 @@ fn profile() -> Profile {
             hbm_bytes: 1000,
             hbm_bytes_per_s: 1e3,
             dense_flops_per_s: 1e3,
+            dense_shapes: Vec::new(),
             sparse_bytes_per_s: 1e3,
+            scatter_bytes_per_s: None,
             op_overhead_s: 0.0,
         },
         host: HostProfile {
