@@ -25,8 +25,10 @@
 //! Every GAT operator reads only its inputs, so recomputing one gives the
 //! same bits.
 
+use std::sync::Arc;
+
 use fateplan_kernels::gat::{self, BlockGrads, BlockInputs, Heads, NodeScoreGrads};
-use fateplan_kernels::{activation, dense, loss, sparse, BlockRef, Write, REDUCE_ROWS};
+use fateplan_kernels::{activation, dense, loss, sparse, BlockRef, Init, Write, REDUCE_ROWS};
 use fateplan_planner::gnn::GnnModel;
 use fateplan_planner::workload::{Op, Tensor};
 
@@ -43,6 +45,10 @@ pub struct CpuGnn {
     metrics: Metrics,
     /// The other devices, in a multi-device run.
     peers: Option<Peers>,
+    /// The buffer of an aggregation's starting sum that the executor
+    /// handed over ([`Backend::run_owned`]): the aggregation adds into it
+    /// instead of copying it into a fresh output.
+    spare: Option<Vec<f32>>,
 }
 
 fn kernel(error: impl std::fmt::Display) -> ExecError {
@@ -57,6 +63,7 @@ impl CpuGnn {
             model,
             metrics: Metrics::default(),
             peers: None,
+            spare: None,
         })
     }
 
@@ -93,6 +100,28 @@ impl CpuGnn {
 
     pub fn metrics(&self) -> Metrics {
         self.metrics
+    }
+
+    /// The output of an aggregation that starts from `init` (a chain's
+    /// partial sum, or SAGE's own-row term) or from zero: the buffer the
+    /// executor handed over for `init` when there is one (the kernel adds
+    /// into it), else a fresh one.
+    fn chain_output<'a>(
+        &mut self,
+        init: Option<&'a Data>,
+        len: usize,
+    ) -> Result<(Vec<f32>, Init<'a>), ExecError> {
+        if let Some(spare) = self.spare.take() {
+            if spare.len() != len {
+                return Err(ExecError::Internal(format!(
+                    "a starting sum of {} values for an output of {len}",
+                    spare.len()
+                )));
+            }
+            return Ok((spare, Init::Out));
+        }
+        let init = init.map(|d| d.f32()).transpose()?;
+        Ok((vec![0.0f32; len], init.into()))
     }
 
     fn loss_metrics(
@@ -601,6 +630,35 @@ impl Backend for CpuGnn {
         Ok(())
     }
 
+    /// A GCN or SAGE aggregation that starts from a sum (its third
+    /// input) adds into that sum's buffer when the executor hands it
+    /// over, instead of copying it into a fresh output.
+    fn run_owned(&mut self, op: &Op, mut inputs: Vec<Arc<Data>>) -> Result<Vec<Data>, ExecError> {
+        let name = Name::parse(&op.name)?;
+        let chained = matches!(name.base, "agg" | "agg_bwd") && inputs.len() == 3;
+        if chained && self.model.hyper.model != GnnModel::Gat {
+            let init = inputs.pop().expect("three inputs");
+            match Arc::try_unwrap(init) {
+                Ok(Data::F32(values)) => {
+                    self.spare = Some(values);
+                    // `run` reads the sum from the spare buffer.
+                    inputs.push(Arc::new(Data::F32(Vec::new())));
+                }
+                Ok(other) => inputs.push(Arc::new(other)),
+                Err(shared) => inputs.push(shared),
+            }
+        }
+        let refs: Vec<&Data> = inputs.iter().map(|d| d.as_ref()).collect();
+        let result = self.run(op, &refs);
+        if self.spare.take().is_some() && result.is_ok() {
+            return Err(ExecError::Internal(format!(
+                "{} left its starting sum unused",
+                op.name
+            )));
+        }
+        result
+    }
+
     fn run(&mut self, op: &Op, inputs: &[&Data]) -> Result<Vec<Data>, ExecError> {
         let name = Name::parse(&op.name)?;
         if self.model.hyper.model == GnnModel::Gat {
@@ -615,9 +673,8 @@ impl Backend for CpuGnn {
                 let (d_in, _) = self.model.dims(l);
                 let block = inputs[0].block()?;
                 let src = inputs[1].f32()?;
-                let init = inputs.get(2).map(|d| d.f32()).transpose()?;
                 let rows = block.row_start.len().saturating_sub(1);
-                let mut out = vec![0.0f32; rows * d_in];
+                let (mut out, init) = self.chain_output(inputs.get(2).copied(), rows * d_in)?;
                 let view = BlockRef {
                     row_start: &block.row_start,
                     columns: &block.columns,
@@ -626,17 +683,9 @@ impl Backend for CpuGnn {
                 match self.model.dropout(SITE_INPUT, l).filter(|_| l == 1) {
                     Some(mask) => {
                         let src_row0 = self.model.row0(j);
-                        sparse::spmm_dropout(
-                            view,
-                            src,
-                            d_in,
-                            init.into(),
-                            &mut out,
-                            &mask,
-                            src_row0,
-                        )
+                        sparse::spmm_dropout(view, src, d_in, init, &mut out, &mask, src_row0)
                     }
-                    None => sparse::spmm(view, src, d_in, init.into(), &mut out),
+                    None => sparse::spmm(view, src, d_in, init, &mut out),
                 }
                 .map_err(kernel)?;
                 if let Some(peers) = &mut self.peers {
@@ -783,16 +832,15 @@ impl Backend for CpuGnn {
                 let (d_in, _) = self.model.dims(l);
                 let block = inputs[0].block()?;
                 let grad = inputs[1].f32()?;
-                let init = inputs.get(2).map(|d| d.f32()).transpose()?;
                 let j = name.get('p')?;
                 let rows = self.model.rows(j).len();
-                let mut out = vec![0.0f32; rows * d_in];
+                let (mut out, init) = self.chain_output(inputs.get(2).copied(), rows * d_in)?;
                 let view = BlockRef {
                     row_start: &block.row_start,
                     columns: &block.columns,
                     weights: &block.weights,
                 };
-                sparse::spmm_t(view, grad, d_in, init.into(), &mut out).map_err(kernel)?;
+                sparse::spmm_t(view, grad, d_in, init, &mut out).map_err(kernel)?;
                 if let Some(peers) = &mut self.peers {
                     let i = name.get('d')?;
                     let p = self.model.partitions();

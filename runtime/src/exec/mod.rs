@@ -152,6 +152,17 @@ pub trait Backend {
     /// Runs an operator that does not update parameters; returns its
     /// outputs in `op.outputs` order.
     fn run(&mut self, op: &Op, inputs: &[&Data]) -> Result<Vec<Data>, ExecError>;
+    /// Runs an operator as [`Backend::run`] does, with its inputs as the
+    /// executor holds them. An input the executor reads no more after
+    /// this operator (its device copy ends here, and no transfer holds
+    /// it) is handed over as the only handle on its buffer, so the
+    /// backend may take it (`Arc::try_unwrap`) and write an output into
+    /// it instead of a fresh one. By default the inputs are lent to `run`.
+    fn run_owned(&mut self, op: &Op, inputs: Vec<Arc<Data>>) -> Result<Vec<Data>, ExecError> {
+        let refs: Vec<&Data> = inputs.iter().map(|d| d.as_ref()).collect();
+        self.run(op, &refs)
+    }
+
     /// Runs an update: `params` are the operator's parameter inputs in
     /// order, updated in place; `others` its other inputs in order.
     fn update(
@@ -668,9 +679,30 @@ impl<B: Backend> Executor<B> {
             }
             return result;
         }
-        let inputs: Vec<Arc<Data>> = op.inputs.iter().map(|t| self.ready(t.index())).collect();
-        let refs: Vec<&Data> = inputs.iter().map(|d| d.as_ref()).collect();
-        let outputs = self.backend.run(op, &refs)?;
+        // An input whose device copy ends right after this operator leaves
+        // its slot now (the release that follows finds it empty), so that
+        // the backend holds the only handle on it.
+        let end = boundary_slot(position + 1);
+        let inputs: Vec<Arc<Data>> = op
+            .inputs
+            .iter()
+            .map(|&t| {
+                let once = op.inputs.iter().filter(|&&u| u == t).count() == 1;
+                let t = t.index();
+                let start = self.device[t].1;
+                let ends_here = self.ends[end]
+                    .iter()
+                    .any(|&(tier, u, _, s)| tier == Tier::Hbm && u == Some(t) && s == start);
+                if once && ends_here && matches!(self.device[t].0, Slot::Ready(_)) {
+                    if let Slot::Ready(data) = std::mem::replace(&mut self.device[t].0, Slot::Empty)
+                    {
+                        return data;
+                    }
+                }
+                self.ready(t)
+            })
+            .collect();
+        let outputs = self.backend.run_owned(op, inputs)?;
         if outputs.len() != op.outputs.len() {
             return Err(ExecError::Internal(format!(
                 "{} returned {} outputs, expected {}",

@@ -4,6 +4,7 @@
 //! and the arenas must peak exactly where the planner said.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use fateplan_planner::blocks::BlockCounts;
@@ -18,6 +19,18 @@ use super::{Backend, ExecError, ExecOptions, Executor, SsdTier};
 /// Outputs are a mix of the inputs' values, the op id and the iteration.
 struct HashBackend {
     iteration: u64,
+    /// Inputs handed over as the only handle on their buffer, counted
+    /// and then dropped (as a backend that reused them would).
+    handed: Arc<AtomicUsize>,
+}
+
+impl HashBackend {
+    fn new() -> HashBackend {
+        HashBackend {
+            iteration: 0,
+            handed: Arc::default(),
+        }
+    }
 }
 
 fn mix(mut x: u64) -> u64 {
@@ -65,6 +78,17 @@ impl Backend for HashBackend {
             .enumerate()
             .map(|(k, _)| Data::F32(vec![(mix(seed + k as u64) % 100_000) as f32]))
             .collect())
+    }
+
+    fn run_owned(&mut self, op: &Op, inputs: Vec<Arc<Data>>) -> Result<Vec<Data>, ExecError> {
+        let refs: Vec<&Data> = inputs.iter().map(|d| d.as_ref()).collect();
+        let outputs = self.run(op, &refs)?;
+        for input in inputs {
+            if Arc::try_unwrap(input).is_ok() {
+                self.handed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(outputs)
     }
 
     fn update(
@@ -154,7 +178,7 @@ fn run(plan: Plan, iterations: u32) -> Vec<(String, Data)> {
     let ssd: Arc<dyn SsdTier> = Arc::new(MemorySsd::default());
     let mut executor = Executor::new(
         plan.clone(),
-        HashBackend { iteration: 0 },
+        HashBackend::new(),
         Some(ssd),
         ExecOptions::default(),
     )
@@ -237,7 +261,7 @@ fn a_budget_below_the_plan_is_refused_before_running() {
     budgets.hbm_bytes = p.predicted.peak_bytes.hbm - 1;
     let error = Executor::new(
         Arc::new(p),
-        HashBackend { iteration: 0 },
+        HashBackend::new(),
         None,
         ExecOptions {
             budgets: Some(budgets),
@@ -256,7 +280,7 @@ fn ssd_plans_need_an_ssd_tier() {
     let p = make_plan(&w, Policy::OffloadSsdAll, 1 << 40);
     let error = Executor::new(
         Arc::new(p),
-        HashBackend { iteration: 0 },
+        HashBackend::new(),
         None,
         ExecOptions::default(),
     )
@@ -277,11 +301,55 @@ fn a_tampered_plan_is_refused() {
     entry.done_before_step = w.ops.len() as u32 + 5;
     let error = Executor::new(
         Arc::new(p),
-        HashBackend { iteration: 0 },
+        HashBackend::new(),
         None,
         ExecOptions::default(),
     )
     .err()
     .unwrap();
     assert!(matches!(error, ExecError::InvalidPlan(_)), "{error}");
+}
+
+/// Inputs read for the last time are handed over alone, under every
+/// plan, and taking them breaks nothing: a tensor handed over too early
+/// would be absent when it is read again, offloaded or released.
+#[test]
+fn inputs_read_for_the_last_time_are_handed_over() {
+    let w = workload(GnnModel::Sage, 3);
+    let reference = run(make_plan(&w, Policy::RetainAll, 1 << 40), 2);
+    for policy in [
+        Policy::RetainAll,
+        Policy::OffloadHostAll,
+        Policy::OffloadSsdAll,
+        Policy::RecomputeAll,
+    ] {
+        let plan = Arc::new(make_plan(&w, policy, 1 << 40));
+        let backend = HashBackend::new();
+        let handed = backend.handed.clone();
+        let ssd: Arc<dyn SsdTier> = Arc::new(MemorySsd::default());
+        let mut executor =
+            Executor::new(plan.clone(), backend, Some(ssd), ExecOptions::default()).unwrap();
+        for _ in 0..2 {
+            executor.run_iteration().unwrap();
+        }
+        assert!(
+            handed.load(Ordering::Relaxed) > 0,
+            "{policy:?}: nothing handed over"
+        );
+        // Parameters are never handed over: they live on.
+        for (name, data) in &reference {
+            let t = plan
+                .workload
+                .definition
+                .tensors
+                .iter()
+                .find(|t| &t.name == name)
+                .unwrap();
+            assert_eq!(
+                executor.device_data(t.id.index()),
+                Some(data),
+                "{policy:?} {name}"
+            );
+        }
+    }
 }

@@ -256,6 +256,15 @@ pub fn elementwise_rate(bench: &Bench, rounds: &Rounds) -> Result<(f64, u32)> {
     })
 }
 
+/// A chain's next output, as the CPU backend makes it: the partial sum
+/// so far, added into in place, or a fresh zeroed buffer.
+fn chain_output(partial: Option<Vec<f32>>, len: usize) -> (Vec<f32>, Init<'static>) {
+    match partial {
+        Some(sum) => (sum, Init::Out),
+        None => (vec![0f32; len], Init::Zero),
+    }
+}
+
 /// The sources every block reads: one `width`-wide value per row.
 fn sparse_sources(bench: &Bench) -> Vec<Vec<f32>> {
     (0..bench.partitions)
@@ -296,8 +305,8 @@ pub fn sparse_rate(bench: &Bench, rounds: &Rounds) -> Result<(f64, u32)> {
         + block_bytes(bench, |i, j| format!("agg[l2,p{i},s{j}]"))?;
     median_of_rounds(rounds, || {
         // Each row's final sum lives to the end of the round, as the
-        // aggregations' outputs live on in training; partial sums are
-        // freed as the chain moves on.
+        // aggregations' outputs live on in training; each operator adds
+        // into the partial sum before it, as the CPU backend does.
         let mut kept = Vec::with_capacity(2 * p as usize);
         let start = Instant::now();
         for layer in 1..=2 {
@@ -307,8 +316,7 @@ pub fn sparse_rate(bench: &Bench, rounds: &Rounds) -> Result<(f64, u32)> {
                     let Some((_, view)) = bench.block(i, j) else {
                         continue;
                     };
-                    let mut out = vec![0f32; bench.rows(i) * w_];
-                    let init: Init = partial.as_deref().into();
+                    let (mut out, init) = chain_output(partial.take(), bench.rows(i) * w_);
                     let src = &sources[j as usize];
                     if layer == 1 {
                         let row0 = bench.offsets[j as usize];
@@ -347,8 +355,7 @@ pub fn scatter_rate(bench: &Bench, rounds: &Rounds) -> Result<(f64, u32)> {
                 let Some((_, view)) = bench.block(i, j) else {
                     continue;
                 };
-                let mut out = vec![0f32; bench.rows(j) * w_];
-                let init: Init = partial.as_deref().into();
+                let (mut out, init) = chain_output(partial.take(), bench.rows(j) * w_);
                 let grad = &grads[i as usize][..bench.rows(i) * w_];
                 sparse::spmm_t(view, grad, w_, init, &mut out).map_err(kernel)?;
                 partial = Some(out);
