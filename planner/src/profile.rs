@@ -47,6 +47,11 @@ pub struct DeviceProfile {
     /// SpMM (an aggregation's backward); `sparse_bytes_per_s` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scatter_bytes_per_s: Option<f64>,
+    /// Rate of the math of element-wise operators (a softmax's
+    /// exponentials, a loss), which runs far below a GEMM's;
+    /// `dense_flops_per_s` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elementwise_flops_per_s: Option<f64>,
     /// Fixed cost of launching one operator.
     pub op_overhead_s: f64,
 }
@@ -103,10 +108,14 @@ impl DeviceProfile {
     /// Seconds an operator's work takes, launch overhead left out: the
     /// larger of its math time and its memory time (a roofline). Dense
     /// math runs at [`DeviceProfile::dense_rate`] for its intensity,
-    /// other math at `dense_flops_per_s`.
+    /// element-wise math at `elementwise_flops_per_s`, other math at
+    /// `dense_flops_per_s`.
     pub fn work_seconds(&self, flops: f64, bytes: u64, class: ComputeClass) -> f64 {
         let rate = match class {
             ComputeClass::Dense if bytes > 0 => self.dense_rate(flops / bytes as f64),
+            ComputeClass::Elementwise => self
+                .elementwise_flops_per_s
+                .unwrap_or(self.dense_flops_per_s),
             _ => self.dense_flops_per_s,
         };
         let math_s = flops / rate;
@@ -237,6 +246,9 @@ impl Profile {
         ];
         if let Some(scatter) = d.scatter_bytes_per_s {
             figures.push(("device.scatter_bytes_per_s", scatter));
+        }
+        if let Some(elementwise) = d.elementwise_flops_per_s {
+            figures.push(("device.elementwise_flops_per_s", elementwise));
         }
         if let Some(peer) = &self.peer {
             figures.push(("peer.bytes_per_s", peer.bytes_per_s));
@@ -417,6 +429,11 @@ mod tests {
         assert!(close(s, 0.08_f64.max(1e9 / d.hbm_bytes_per_s)), "{s}");
         let s = d.work_seconds(8e9, 1, ComputeClass::Elementwise);
         assert!(close(s, 8e9 / 300e9), "{s}");
+        d.elementwise_flops_per_s = Some(4e9);
+        let s = d.work_seconds(8e9, 1, ComputeClass::Elementwise);
+        assert!(close(s, 2.0), "element-wise math at its own rate: {s}");
+        let s = d.work_seconds(8e9, 1, ComputeClass::Sparse);
+        assert!(close(s, 8e9 / 300e9), "{s}");
     }
 
     #[test]
@@ -441,7 +458,7 @@ mod tests {
     #[test]
     fn bad_shapes_and_scatter_rates_are_named() {
         type Spoil = fn(&mut DeviceProfile);
-        let cases: [(Spoil, &str); 4] = [
+        let cases: [(Spoil, &str); 5] = [
             (
                 |d| d.dense_shapes = vec![shape(8.0, 1e9), shape(8.0, 2e9)],
                 "device.dense_shapes[1].flops_per_byte",
@@ -457,6 +474,10 @@ mod tests {
             (
                 |d| d.scatter_bytes_per_s = Some(-1.0),
                 "device.scatter_bytes_per_s",
+            ),
+            (
+                |d| d.elementwise_flops_per_s = Some(0.0),
+                "device.elementwise_flops_per_s",
             ),
         ];
         for (spoil, field) in cases {

@@ -173,15 +173,13 @@ pub struct Progress {
 }
 
 /// Stages, in order.
-const STAGES: [&str; 9] = [
+const STAGES: [&str; 7] = [
     "host memory",
     "memory copy",
     "transfer lanes",
     "ssd",
     "gpu",
-    "r-mat graph",
-    "gemm and element-wise",
-    "spmm",
+    "training iterations",
     "operator overhead",
 ];
 
@@ -342,93 +340,100 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         GpuOutcome::Skipped(why) => {
             notes.push(why.clone());
             next(progress);
-            let bench = compute::Bench::new(sizes.rmat_scale, sizes.partitions, sizes.width)?;
-            let graph = format!(
-                "a 3-layer GCN of width {} ({} classes) on an R-MAT graph (Graph500 \
-                 parameters, scale {}: {} nodes, {} edges) in {} partitions",
-                bench.width, bench.narrow, bench.scale, bench.nodes, bench.edges, bench.partitions
-            );
-            next(progress);
-            let wide = compute::dense_rate(&bench, &sizes.rounds, true)?;
-            let narrow = compute::dense_rate(&bench, &sizes.rounds, false)?;
-            let (elementwise, elementwise_rounds) =
-                compute::elementwise_rate(&bench, &sizes.rounds)?;
-            next(progress);
-            let (sparse, sparse_rounds) = compute::sparse_rate(&bench, &sizes.rounds)?;
-            let (scatter, scatter_rounds) = compute::scatter_rate(&bench, &sizes.rounds)?;
-            drop(bench);
+            let bench = compute::Bench {
+                scale: sizes.rmat_scale,
+                partitions: sizes.partitions,
+                width: sizes.width,
+            };
             let mut profile =
                 cpu_profile(&options.name, sizes.label, &cpu, threads, &machine, &ssd);
-            profile.device.dense_flops_per_s = wide.flops_per_s;
-            profile.device.dense_shapes = compute::dense_shapes(&[narrow, wide]);
-            profile.device.hbm_bytes_per_s = elementwise;
-            profile.device.sparse_bytes_per_s = sparse;
-            profile.device.scatter_bytes_per_s = Some(scatter);
             profile.pcie = PcieProfile {
                 h2d_bytes_per_s: h2d_rate,
                 d2h_bytes_per_s: d2h_rate,
                 latency_s: lane_latency,
             };
-            next(progress);
-            // Planned with the figures so far; a retain-all plan does not
+            // Planned with placeholder rates: a retain-all plan does not
             // depend on them.
+            let placeholder = 1e9;
+            profile.device.dense_flops_per_s = placeholder;
+            profile.device.hbm_bytes_per_s = placeholder;
+            profile.device.sparse_bytes_per_s = placeholder;
+            let rates = compute::training_rates(bench, &profile, &sizes.rounds)?;
+            let wide = rates.wide();
+            profile.device.dense_flops_per_s = wide.flops_per_s;
+            profile.device.dense_shapes = rates.dense_shapes();
+            profile.device.hbm_bytes_per_s = rates.elementwise_bytes_per_s;
+            profile.device.sparse_bytes_per_s = rates.gather_bytes_per_s;
+            profile.device.scatter_bytes_per_s = Some(rates.scatter_bytes_per_s);
+            profile.device.elementwise_flops_per_s = Some(rates.loss_flops_per_s);
+            next(progress);
             let overhead = compute::op_overhead(&profile, sizes.overhead_iterations)?;
             profile.device.op_overhead_s = overhead.op_overhead_s;
 
+            let run = format!(
+                "timed inside training: every operator of {} retain-all iterations (after one \
+                 left out) of a 3-layer GCN of width {} ({} classes, dropout 0.5) on an R-MAT \
+                 graph (Graph500 parameters, scale {}: {} nodes, {} edges) in {} partitions, \
+                 through the executor and the CPU backend at {threads} threads; flops and \
+                 bytes as the workload counts them; the median over iterations",
+                rates.iterations,
+                bench.width,
+                bench.classes(),
+                bench.scale,
+                rates.nodes,
+                rates.edges,
+                bench.partitions
+            );
             put(
                 &mut sources,
                 "device.dense_flops_per_s",
                 format!(
-                    "f32 GEMM: the CPU backend's linear layer forward and backward \
-                     (kernels::dense::linear and linear_bwd with the input gradient; faer GEMM \
-                     in chunks of rows), {} -> {}, of every partition of {graph}, {threads} \
-                     threads, flops as the workload counts them, median of {} rounds",
-                    wide.d_in, wide.d_out, wide.rounds
+                    "f32 GEMM at {} -> {}: the linear layers and their backward (faer), {run}",
+                    wide.d_in, wide.d_out
                 ),
             );
+            let shapes: Vec<String> = rates
+                .dense
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{} -> {} ({:.1} flops per byte)",
+                        r.d_in, r.d_out, r.flops_per_byte
+                    )
+                })
+                .collect();
             put(
                 &mut sources,
                 "device.dense_shapes",
-                format!(
-                    "the GEMM rate above at {} -> {} ({:.1} flops per byte, median of {} \
-                     rounds) and at {} -> {} ({:.1} flops per byte)",
-                    narrow.d_in,
-                    narrow.d_out,
-                    narrow.flops_per_byte,
-                    narrow.rounds,
-                    wide.d_in,
-                    wide.d_out,
-                    wide.flops_per_byte
-                ),
+                format!("the GEMM rate at {}, {run}", shapes.join(" and ")),
             );
             put(
                 &mut sources,
                 "device.hbm_bytes_per_s",
-                format!(
-                    "element-wise: the CPU backend's ReLU with dropout and its backward \
-                     (kernels::activation::relu_dropout, relu_dropout_bwd) on every partition of \
-                     {graph}, {threads} threads, bytes as the workload counts them, median of \
-                     {elementwise_rounds} rounds"
-                ),
+                format!("element-wise: ReLU with dropout and its backward, {run}"),
             );
             put(
                 &mut sources,
                 "device.sparse_bytes_per_s",
                 format!(
-                    "SpMM effective gather bandwidth: the CPU backend's aggregations over every \
-                     block of {graph} (first layer SpMM with fused input dropout, second layer \
-                     SpMM; kernels::sparse), {threads} threads, bytes as the workload counts \
-                     them, median of {sparse_rounds} rounds"
+                    "SpMM effective gather bandwidth: the forward aggregations over every block \
+                     (the first layer's with input dropout fused), {run}"
                 ),
             );
             put(
                 &mut sources,
                 "device.scatter_bytes_per_s",
                 format!(
-                    "transposed SpMM effective scatter bandwidth: the CPU backend's second layer \
-                     aggregation backward over every block of {graph} (kernels::sparse::spmm_t), \
-                     {threads} threads, bytes as the workload counts them, median of \
-                     {scatter_rounds} rounds"
+                    "transposed SpMM effective scatter bandwidth: the backward aggregations over \
+                     every block, {run}"
+                ),
+            );
+            put(
+                &mut sources,
+                "device.elementwise_flops_per_s",
+                format!(
+                    "element-wise math: the loss (softmax cross-entropy with the accuracy of \
+                     three masks) and its backward, {run}"
                 ),
             );
             put(
@@ -558,6 +563,7 @@ fn cpu_profile(
             dense_shapes: Vec::new(),
             sparse_bytes_per_s: 0.0,
             scatter_bytes_per_s: None,
+            elementwise_flops_per_s: None,
             op_overhead_s: 0.0,
         },
         host: HostProfile {
@@ -626,6 +632,7 @@ fn gpu_profile(
             dense_shapes: Vec::new(),
             sparse_bytes_per_s: gpu.sparse_bytes_per_s,
             scatter_bytes_per_s: None,
+            elementwise_flops_per_s: None,
             op_overhead_s: gpu.op_overhead_s,
         },
         host: HostProfile {
