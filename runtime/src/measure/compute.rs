@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use fateplan_planner::gnn::GnnModel;
-use fateplan_planner::plan::{Budgets, Stream};
+use fateplan_planner::plan::{Budgets, Plan, Stream};
 use fateplan_planner::profile::DenseShape;
 use fateplan_planner::workload::{ComputeClass, OpKind};
 use fateplan_planner::{plan, PlanOptions, Policy, Profile};
@@ -127,24 +127,10 @@ pub fn training_rates(bench: Bench, profile: &Profile, rounds: &Rounds) -> Resul
         ..RmatSpec::new(bench.scale)
     }
     .generate()?;
-    let (nodes, edges) = (graph.nodes, graph.edges());
-    let hyper = Hyper {
-        model: GnnModel::Gcn,
-        layers: 3,
-        hidden: bench.width,
-        heads: 1,
-        dropout: 0.5,
-        lr: 0.01,
-        weight_decay: 5e-4,
-        weight_decay_all_layers: false,
-        seed: 1,
-    };
+        let (nodes, edges) = (graph.nodes, graph.edges());
+    let hyper = gcn(3, bench.width);
     let prepared = train::prepare(graph, &hyper, bench.partitions)?;
-    let options = PlanOptions {
-        budgets: Budgets::UNLIMITED,
-        ..PlanOptions::new(Policy::RetainAll, profile)
-    };
-    let plan = Arc::new(plan(&prepared.workload, profile, &options)?);
+    let plan = Arc::new(retain_all(&prepared, profile)?);
     let ops = &plan.workload.definition.ops;
     let groups: HashMap<&str, (Group, usize)> = ops
         .iter()
@@ -254,6 +240,31 @@ pub fn training_rates(bench: Bench, profile: &Profile, rounds: &Rounds) -> Resul
     })
 }
 
+/// The measured GCN: `layers` layers of `hidden`, dropout 0.5.
+fn gcn(layers: u32, hidden: u32) -> Hyper {
+    Hyper {
+        model: GnnModel::Gcn,
+        layers,
+        hidden,
+        heads: 1,
+        dropout: 0.5,
+        lr: 0.01,
+        weight_decay: 5e-4,
+        weight_decay_all_layers: false,
+        seed: 1,
+    }
+}
+
+/// A retain-all plan without budgets; `profile` is only planned with (a
+/// retain-all plan does not depend on its figures).
+fn retain_all(prepared: &train::Prepared, profile: &Profile) -> Result<Plan> {
+    let options = PlanOptions {
+        budgets: Budgets::UNLIMITED,
+        ..PlanOptions::new(Policy::RetainAll, profile)
+    };
+    Ok(plan(&prepared.workload, profile, &options)?)
+}
+
 /// What the per-operator overhead was measured on.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Overhead {
@@ -279,23 +290,9 @@ pub fn op_overhead(profile: &Profile, iterations: u32) -> Result<Overhead> {
         ..PlantedSpec::new(nodes)
     }
     .generate()?;
-    let hyper = Hyper {
-        model: GnnModel::Gcn,
-        layers: 2,
-        hidden: 4,
-        heads: 1,
-        dropout: 0.5,
-        lr: 0.01,
-        weight_decay: 5e-4,
-        weight_decay_all_layers: false,
-        seed: 1,
-    };
+        let hyper = gcn(2, 4);
     let prepared = train::prepare(graph, &hyper, 4)?;
-    let options = PlanOptions {
-        budgets: Budgets::UNLIMITED,
-        ..PlanOptions::new(Policy::RetainAll, profile)
-    };
-    let plan = plan(&prepared.workload, profile, &options)?;
+    let plan = retain_all(&prepared, profile)?;
     let operators = plan.workload.definition.ops.len();
     let iterations = iterations.max(2);
     let run = TrainRun {
