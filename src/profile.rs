@@ -183,12 +183,13 @@ fn summary(out: &mut dyn Write, p: &Profile) -> Result<()> {
     let scatter = d
         .scatter_bytes_per_s
         .map_or(String::new(), |s| format!(", scatter {}", rate(s)));
-    let math = d
-        .elementwise_flops_per_s
-        .map_or(String::new(), |f| format!(" ({:.1} GFLOP/s math)", f / 1e9));
+    let math = d.softmax_flops_per_s.map_or(String::new(), |f| {
+        format!(", softmax {:.1} GFLOP/s", f / 1e9)
+    });
     writeln!(
         out,
-                "device    {} arena, element-wise {}{math}, GEMM {:.1} GFLOP/s{shapes}, SpMM {}{scatter}, {} per operator",
+        "device    {} arena, element-wise {}{math}, GEMM {:.1} GFLOP/s{shapes}, SpMM \
+         {}{scatter}, {} per operator",
         format_bytes(d.hbm_bytes),
         rate(d.hbm_bytes_per_s),
         d.dense_flops_per_s / 1e9,

@@ -323,7 +323,7 @@ impl<'a> Builder<'a> {
                 Phase::Forward,
                 vec![logits[i as usize], labels[i as usize]],
                 vec![loss],
-                Cost::work(flops, bytes, ComputeClass::Elementwise),
+                Cost::work(flops, bytes, ComputeClass::Softmax),
             );
         }
 
@@ -341,7 +341,7 @@ impl<'a> Builder<'a> {
                 Cost::work(
                     5.0 * (self.rows(i) * classes) as f64,
                     2 * bytes,
-                    ComputeClass::Elementwise,
+                    ComputeClass::Softmax,
                 ),
             );
             grad.push(g);
@@ -751,7 +751,7 @@ impl<'a> Builder<'a> {
                 Cost::work(
                     5.0 * (row_edges * heads) as f64,
                     3 * row_edges * heads * F32 + sources.len() as u64 * (rows + 1) * ROW_POINTER,
-                    ComputeClass::Elementwise,
+                    ComputeClass::Softmax,
                 ),
             );
             let zs = layer.z.clone();

@@ -47,11 +47,11 @@ pub struct DeviceProfile {
     /// SpMM (an aggregation's backward); `sparse_bytes_per_s` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scatter_bytes_per_s: Option<f64>,
-    /// Rate of the math of element-wise operators (a softmax's
-    /// exponentials, a loss), which runs far below a GEMM's;
-    /// `dense_flops_per_s` when absent.
+    /// Rate of the math of softmax operators (a loss's softmax
+    /// cross-entropy, an edge softmax), whose exponentials run far below a
+    /// GEMM's rate; `dense_flops_per_s` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub elementwise_flops_per_s: Option<f64>,
+    pub softmax_flops_per_s: Option<f64>,
     /// Fixed cost of launching one operator.
     pub op_overhead_s: f64,
 }
@@ -72,7 +72,9 @@ impl DeviceProfile {
         match class {
             ComputeClass::Sparse => self.sparse_bytes_per_s,
             ComputeClass::Scatter => self.scatter_bytes_per_s.unwrap_or(self.sparse_bytes_per_s),
-            ComputeClass::Dense | ComputeClass::Elementwise => self.hbm_bytes_per_s,
+            ComputeClass::Dense | ComputeClass::Elementwise | ComputeClass::Softmax => {
+                self.hbm_bytes_per_s
+            }
         }
     }
 
@@ -108,14 +110,13 @@ impl DeviceProfile {
     /// Seconds an operator's work takes, launch overhead left out: the
     /// larger of its math time and its memory time (a roofline). Dense
     /// math runs at [`DeviceProfile::dense_rate`] for its intensity,
-    /// element-wise math at `elementwise_flops_per_s`, other math at
+    /// softmax math at `softmax_flops_per_s`, other math at
     /// `dense_flops_per_s`.
     pub fn work_seconds(&self, flops: f64, bytes: u64, class: ComputeClass) -> f64 {
         let rate = match class {
-            ComputeClass::Dense if bytes > 0 => self.dense_rate(flops / bytes as f64),
-            ComputeClass::Elementwise => self
-                .elementwise_flops_per_s
-                .unwrap_or(self.dense_flops_per_s),
+            // No bytes: an infinite intensity, the most intense shape.
+            ComputeClass::Dense => self.dense_rate(flops / bytes as f64),
+            ComputeClass::Softmax => self.softmax_flops_per_s.unwrap_or(self.dense_flops_per_s),
             _ => self.dense_flops_per_s,
         };
         let math_s = flops / rate;
@@ -247,8 +248,8 @@ impl Profile {
         if let Some(scatter) = d.scatter_bytes_per_s {
             figures.push(("device.scatter_bytes_per_s", scatter));
         }
-        if let Some(elementwise) = d.elementwise_flops_per_s {
-            figures.push(("device.elementwise_flops_per_s", elementwise));
+        if let Some(elementwise) = d.softmax_flops_per_s {
+            figures.push(("device.softmax_flops_per_s", elementwise));
         }
         if let Some(peer) = &self.peer {
             figures.push(("peer.bytes_per_s", peer.bytes_per_s));
@@ -429,11 +430,15 @@ mod tests {
         assert!(close(s, 0.08_f64.max(1e9 / d.hbm_bytes_per_s)), "{s}");
         let s = d.work_seconds(8e9, 1, ComputeClass::Elementwise);
         assert!(close(s, 8e9 / 300e9), "{s}");
-        d.elementwise_flops_per_s = Some(4e9);
-        let s = d.work_seconds(8e9, 1, ComputeClass::Elementwise);
-        assert!(close(s, 2.0), "element-wise math at its own rate: {s}");
-        let s = d.work_seconds(8e9, 1, ComputeClass::Sparse);
-        assert!(close(s, 8e9 / 300e9), "{s}");
+        d.softmax_flops_per_s = Some(4e9);
+        let s = d.work_seconds(8e9, 1, ComputeClass::Softmax);
+        assert!(close(s, 2.0), "softmax math at its own rate: {s}");
+        for class in [ComputeClass::Elementwise, ComputeClass::Sparse] {
+            let s = d.work_seconds(8e9, 1, class);
+            assert!(close(s, 8e9 / 300e9), "{class:?}: {s}");
+        }
+        // A dense operator with no bytes runs at the most intense shape.
+        assert!(close(d.work_seconds(3e11, 0, ComputeClass::Dense), 1.0));
     }
 
     #[test]
@@ -476,8 +481,8 @@ mod tests {
                 "device.scatter_bytes_per_s",
             ),
             (
-                |d| d.elementwise_flops_per_s = Some(0.0),
-                "device.elementwise_flops_per_s",
+                |d| d.softmax_flops_per_s = Some(0.0),
+                "device.softmax_flops_per_s",
             ),
         ];
         for (spoil, field) in cases {

@@ -105,6 +105,9 @@ pub enum ComputeClass {
     /// Streaming element-wise work: bounded by memory bandwidth.
     #[default]
     Elementwise,
+    /// A softmax and its exponentials (a loss, an edge softmax): bounded
+    /// by `softmax_flops_per_s` and memory bandwidth.
+    Softmax,
 }
 
 /// What an operator costs: either work (`flops`, `bytes` touched, `class`) or

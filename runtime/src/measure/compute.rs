@@ -17,7 +17,7 @@ use std::time::Instant;
 use fateplan_planner::gnn::GnnModel;
 use fateplan_planner::plan::{Budgets, Plan, Stream};
 use fateplan_planner::profile::DenseShape;
-use fateplan_planner::workload::{ComputeClass, OpKind};
+use fateplan_planner::workload::{ComputeClass, Op, OpKind};
 use fateplan_planner::{plan, PlanOptions, Policy, Profile};
 
 use crate::cpu::{CpuGnn, Hyper};
@@ -116,6 +116,44 @@ struct Sums {
     seconds: f64,
 }
 
+/// The group a GCN operator's time counts towards; `None` for operators
+/// no figure is measured on (weight gradients' sums, updates). An
+/// operator of a timed kind that does not fit its group is an error, so
+/// that none is left out unseen.
+fn group_of(op: &Op, layers: u32) -> Result<Option<Group>> {
+    let unexpected = || {
+        Error::Internal(format!(
+            "the compute measurement cannot place operator {} ({:?}, {:?})",
+            op.name, op.kind, op.cost.class
+        ))
+    };
+    Ok(Some(match op.kind {
+        OpKind::Linear | OpKind::LinearBackward => {
+            let prefix = if op.kind == OpKind::Linear {
+                "linear[l"
+            } else {
+                "linear_bwd[l"
+            };
+            let layer: u32 = op
+                .name
+                .strip_prefix(prefix)
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|l| l.parse().ok())
+                .ok_or_else(unexpected)?;
+            if op.cost.class != ComputeClass::Dense || layer == 0 || layer > layers {
+                return Err(unexpected());
+            }
+            Group::Dense(layer == layers)
+        }
+        OpKind::Activation | OpKind::ActivationBackward => Group::Elementwise,
+        OpKind::Aggregate if op.cost.class == ComputeClass::Sparse => Group::Gather,
+        OpKind::AggregateBackward if op.cost.class == ComputeClass::Scatter => Group::Scatter,
+        OpKind::Loss | OpKind::LossBackward => Group::Loss,
+        OpKind::Aggregate | OpKind::AggregateBackward => return Err(unexpected()),
+        _ => return Ok(None),
+    }))
+}
+
 /// Trains `bench`'s GCN with a retain-all plan (made with `profile`,
 /// whose figures a retain-all plan does not depend on) and times every
 /// operator of one warm-up iteration and then of `rounds` iterations (at
@@ -127,41 +165,17 @@ pub fn training_rates(bench: Bench, profile: &Profile, rounds: &Rounds) -> Resul
         ..RmatSpec::new(bench.scale)
     }
     .generate()?;
-        let (nodes, edges) = (graph.nodes, graph.edges());
+    let (nodes, edges) = (graph.nodes, graph.edges());
     let hyper = gcn(3, bench.width);
     let prepared = train::prepare(graph, &hyper, bench.partitions)?;
     let plan = Arc::new(retain_all(&prepared, profile)?);
     let ops = &plan.workload.definition.ops;
-    let groups: HashMap<&str, (Group, usize)> = ops
-        .iter()
-        .enumerate()
-        .filter_map(|(k, op)| {
-            let layer = || -> Option<u32> {
-                let prefix = if op.kind == OpKind::Linear {
-                    "linear[l"
-                } else {
-                    "linear_bwd[l"
-                };
-                op.name
-                    .strip_prefix(prefix)?
-                    .split(',')
-                    .next()?
-                    .parse()
-                    .ok()
-            };
-            let group = match (op.kind, op.cost.class) {
-                (OpKind::Linear | OpKind::LinearBackward, ComputeClass::Dense) => {
-                    Group::Dense(layer()? == hyper.layers)
-                }
-                (OpKind::Activation | OpKind::ActivationBackward, _) => Group::Elementwise,
-                (OpKind::Aggregate, ComputeClass::Sparse) => Group::Gather,
-                (OpKind::AggregateBackward, ComputeClass::Scatter) => Group::Scatter,
-                (OpKind::Loss | OpKind::LossBackward, _) => Group::Loss,
-                _ => return None,
-            };
-            Some((op.name.as_str(), (group, k)))
-        })
-        .collect();
+    let mut groups: HashMap<&str, (Group, usize)> = HashMap::new();
+    for (k, op) in ops.iter().enumerate() {
+        if let Some(group) = group_of(op, hyper.layers)? {
+            groups.insert(op.name.as_str(), (group, k));
+        }
+    }
     let backend = CpuGnn::new(prepared.input, hyper)
         .map_err(|e| Error::Internal(format!("the compute measurement's backend: {e}")))?;
     let exec_options = ExecOptions {
@@ -290,7 +304,7 @@ pub fn op_overhead(profile: &Profile, iterations: u32) -> Result<Overhead> {
         ..PlantedSpec::new(nodes)
     }
     .generate()?;
-        let hyper = gcn(2, 4);
+    let hyper = gcn(2, 4);
     let prepared = train::prepare(graph, &hyper, 4)?;
     let plan = retain_all(&prepared, profile)?;
     let operators = plan.workload.definition.ops.len();
@@ -362,6 +376,49 @@ mod tests {
             .iter()
             .all(|r| r.flops_per_s > 0.0 && r.flops_per_s.is_finite()));
         assert_eq!(rates.dense_shapes().len(), 2);
+    }
+
+    /// Every operator of the measured GCN is placed: in P partitions,
+    /// layers 1 and 2's linear layers and backward (4P) are the wide
+    /// shape, layer 3's (2P) the narrow one; ReLU and its backward for
+    /// two layers (4P); P² aggregations per layer (3P²) and backward for
+    /// layers 2 and 3 (2P²); the loss and its backward (2P).
+    #[test]
+    fn every_operator_of_the_measured_gcn_is_placed() {
+        let graph = RmatSpec {
+            features: 16,
+            classes: 2,
+            ..RmatSpec::new(10)
+        }
+        .generate()
+        .unwrap();
+        let p = 2;
+        let prepared = train::prepare(graph, &gcn(3, 16), p as u32).unwrap();
+        let mut counts: HashMap<Group, usize> = HashMap::new();
+        for op in &prepared.workload.ops {
+            if let Some(group) = group_of(op, 3).unwrap() {
+                *counts.entry(group).or_default() += 1;
+            }
+        }
+        let expected = [
+            (Group::Dense(false), 4 * p),
+            (Group::Dense(true), 2 * p),
+            (Group::Elementwise, 4 * p),
+            (Group::Gather, 3 * p * p),
+            (Group::Scatter, 2 * p * p),
+            (Group::Loss, 2 * p),
+        ];
+        assert_eq!(counts, expected.into_iter().collect());
+        // A linear operator whose name does not say its layer is refused.
+        let mut op = prepared
+            .workload
+            .ops
+            .iter()
+            .find(|o| o.kind == OpKind::Linear)
+            .unwrap()
+            .clone();
+        op.name = "linear[x]".into();
+        assert!(group_of(&op, 3).is_err());
     }
 
     #[test]

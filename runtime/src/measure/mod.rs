@@ -7,10 +7,10 @@
 //! - SSD tier ([`ssd`]): the spill store in the given directory, driven
 //!   as the executor drives it, and the directory's free space.
 //! - Device: [`gpu::measure_gpu`], the hook for a CUDA backend; without
-//!   one, the CPU backend ([`compute`]): GEMM, SpMM and element-wise
-//!   rates from the kernels the CPU backend runs, at the rayon pool's
-//!   thread count, and the per-operator overhead of the executor and
-//!   backend together. Its "PCIe" is the executor's transfer lanes: a
+//!   one, the CPU backend ([`compute`]): GEMM, SpMM, element-wise and
+//!   softmax rates of the operators timed inside training iterations, at
+//!   the rayon pool's thread count, and the per-operator overhead of the
+//!   executor and backend together. Its "PCIe" is the executor's transfer lanes: a
 //!   copy between two arenas on a lane's thread.
 //!
 //! Every figure gets a `sources` entry that starts with `measured:` and
@@ -78,7 +78,8 @@ pub struct Sizes {
     /// The compute graph: R-MAT `2^rmat_scale` nodes, in `partitions`.
     pub rmat_scale: u32,
     pub partitions: u32,
-    /// Features, hidden and classes of the measured GCN.
+    /// Features and hidden width of the measured GCN; its classes are an
+    /// eighth of it (at least 2).
     pub width: u32,
     /// Training iterations of the per-operator overhead.
     pub overhead_iterations: u32,
@@ -365,7 +366,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             profile.device.hbm_bytes_per_s = rates.elementwise_bytes_per_s;
             profile.device.sparse_bytes_per_s = rates.gather_bytes_per_s;
             profile.device.scatter_bytes_per_s = Some(rates.scatter_bytes_per_s);
-            profile.device.elementwise_flops_per_s = Some(rates.loss_flops_per_s);
+            profile.device.softmax_flops_per_s = Some(rates.loss_flops_per_s);
             next(progress);
             let overhead = compute::op_overhead(&profile, sizes.overhead_iterations)?;
             profile.device.op_overhead_s = overhead.op_overhead_s;
@@ -430,9 +431,9 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             );
             put(
                 &mut sources,
-                "device.elementwise_flops_per_s",
+                "device.softmax_flops_per_s",
                 format!(
-                    "element-wise math: the loss (softmax cross-entropy with the accuracy of \
+                    "softmax math: the loss (softmax cross-entropy with the accuracy of \
                      three masks) and its backward, {run}"
                 ),
             );
@@ -563,7 +564,7 @@ fn cpu_profile(
             dense_shapes: Vec::new(),
             sparse_bytes_per_s: 0.0,
             scatter_bytes_per_s: None,
-            elementwise_flops_per_s: None,
+            softmax_flops_per_s: None,
             op_overhead_s: 0.0,
         },
         host: HostProfile {
@@ -632,7 +633,7 @@ fn gpu_profile(
             dense_shapes: Vec::new(),
             sparse_bytes_per_s: gpu.sparse_bytes_per_s,
             scatter_bytes_per_s: None,
-            elementwise_flops_per_s: None,
+            softmax_flops_per_s: None,
             op_overhead_s: gpu.op_overhead_s,
         },
         host: HostProfile {

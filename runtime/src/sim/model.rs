@@ -7,9 +7,8 @@
 //!   for a launch overhead plus the larger of its math time (flops at the
 //!   GEMM rate for its intensity) and its memory time (bytes at the
 //!   sparse gather or scatter rate for sparse operators, at HBM bandwidth
-//!   otherwise): a roofline, as the profile defines its figures
-
-//!   ([`DeviceProfile::work_seconds`]).
+//!   otherwise; softmax math at its own rate): a roofline, as the profile
+//!   defines its figures ([`DeviceProfile::work_seconds`]).
 //! - A transfer is a short list of [`Phase`]s: a latency, then bytes flowing
 //!   through links whose bandwidth it shares with the other transfers in
 //!   flight (see [`super::flows`]). Host transfers cross PCIe and host

@@ -27,7 +27,7 @@ fn profile() -> Profile {
             dense_shapes: Vec::new(),
             sparse_bytes_per_s: 1e3,
             scatter_bytes_per_s: None,
-            elementwise_flops_per_s: None,
+            softmax_flops_per_s: None,
             op_overhead_s: 0.0,
         },
         host: HostProfile {
