@@ -120,8 +120,11 @@ impl CpuGnn {
             }
             return Ok((spare, Init::Out));
         }
-        let init = init.map(|d| d.f32()).transpose()?;
-        Ok((vec![0.0f32; len], init.into()))
+        Ok(match init {
+            Some(data) => (vec![0.0f32; len], Init::From(data.f32()?)),
+            // Already zero: the kernel adds into it without a second fill.
+            None => (vec![0.0f32; len], Init::Out),
+        })
     }
 
     fn loss_metrics(
