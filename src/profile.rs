@@ -186,10 +186,13 @@ fn summary(out: &mut dyn Write, p: &Profile) -> Result<()> {
     let math = d.softmax_flops_per_s.map_or(String::new(), |f| {
         format!(", softmax {:.1} GFLOP/s", f / 1e9)
     });
+    let attention = d
+        .attention_bytes_per_s
+        .map_or(String::new(), |a| format!(", attention {}", rate(a)));
     writeln!(
         out,
         "device    {} arena, element-wise {}{math}, GEMM {:.1} GFLOP/s{shapes}, SpMM \
-         {}{scatter}, {} per operator",
+                  {}{scatter}{attention}, {} per operator",
         format_bytes(d.hbm_bytes),
         rate(d.hbm_bytes_per_s),
         d.dense_flops_per_s / 1e9,

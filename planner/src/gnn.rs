@@ -424,13 +424,19 @@ impl<'a> Builder<'a> {
             let edges = self.edges(i, j);
             let edge_bytes = EDGE + width * F32 + edge_weights.map_or(0, |(_, b)| b);
             let bytes = edges * edge_bytes + 2 * rows * width * F32;
+            // Weighted by attention (GAT) or by the graph alone.
+            let class = if edge_weights.is_some() {
+                ComputeClass::Attention
+            } else {
+                ComputeClass::Sparse
+            };
             self.op(
                 format!("{label}[l{l},p{i},s{j}]"),
                 kind,
                 phase,
                 inputs,
                 vec![out],
-                Cost::work(2.0 * (edges * width) as f64, bytes, ComputeClass::Sparse),
+                Cost::work(2.0 * (edges * width) as f64, bytes, class),
             );
             partial = Some(out);
         }
@@ -728,7 +734,7 @@ impl<'a> Builder<'a> {
                     Cost::work(
                         2.0 * (edges * heads) as f64,
                         edges * (EDGE + heads * F32) + (rows + self.rows(j)) * 2 * heads * F32,
-                        ComputeClass::Sparse,
+                        ComputeClass::Attention,
                     ),
                 );
                 scores.push(s);
@@ -751,7 +757,7 @@ impl<'a> Builder<'a> {
                 Cost::work(
                     5.0 * (row_edges * heads) as f64,
                     3 * row_edges * heads * F32 + sources.len() as u64 * (rows + 1) * ROW_POINTER,
-                    ComputeClass::Softmax,
+                    ComputeClass::Attention,
                 ),
             );
             let zs = layer.z.clone();
@@ -905,7 +911,7 @@ impl<'a> Builder<'a> {
                     Phase::Backward,
                     inputs,
                     vec![src_out, dst_out],
-                    Cost::work(flops, bytes, ComputeClass::Sparse),
+                    Cost::work(flops, bytes, ComputeClass::Attention),
                 );
                 src_partial = Some(src_out);
                 dst_partial[i as usize] = Some(dst_out);
@@ -1021,6 +1027,24 @@ mod tests {
         }
     }
 
+    /// GAT's edge scores, edge softmax, attention-weighted aggregation and
+    /// their backward are attention operators, and nothing else is.
+    #[test]
+    fn gat_attention_operators_have_their_class() {
+        let blocks = BlockCounts::skewed(1000, 8000, 4).unwrap();
+        let w = build_gnn(&spec(GnnModel::Gat), &blocks).unwrap();
+        let attention = ["sddmm[", "edge_softmax[", "agg[", "attention_bwd["];
+        for o in &w.ops {
+            let expected = attention.iter().any(|a| o.name.starts_with(a));
+            assert_eq!(
+                o.cost.class == ComputeClass::Attention,
+                expected,
+                "{}",
+                o.name
+            );
+        }
+    }
+
     /// Transposed aggregations are scatters; the first layer's linear
     /// backward writes no input gradient, so it streams half the bytes.
     #[test]
@@ -1033,6 +1057,10 @@ mod tests {
                 let scatter = o.kind == OpKind::AggregateBackward;
                 assert_eq!(o.cost.class == ComputeClass::Scatter, scatter, "{}", o.name);
             }
+            assert!(w
+                .ops
+                .iter()
+                .all(|o| o.cost.class != ComputeClass::Attention));
             let k = if model == GnnModel::Sage { 2 } else { 1 };
             let (first, second) = (op("linear_bwd[l1,p0]"), op("linear_bwd[l2,p0]"));
             let z = w.tensors.iter().find(|t| t.name == "z[l1,p0]").unwrap();

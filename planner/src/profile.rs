@@ -48,10 +48,15 @@ pub struct DeviceProfile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scatter_bytes_per_s: Option<f64>,
     /// Rate of the math of softmax operators (a loss's softmax
-    /// cross-entropy, an edge softmax), whose exponentials run far below a
-    /// GEMM's rate; `dense_flops_per_s` when absent.
+    /// cross-entropy), whose exponentials run far below a GEMM's rate;
+    /// `dense_flops_per_s` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub softmax_flops_per_s: Option<f64>,
+    /// Effective bandwidth of GAT's attention operators (edge scores,
+    /// edge softmax, attention-weighted aggregation and their backward);
+    /// `sparse_bytes_per_s` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_bytes_per_s: Option<f64>,
     /// Fixed cost of launching one operator.
     pub op_overhead_s: f64,
 }
@@ -72,6 +77,9 @@ impl DeviceProfile {
         match class {
             ComputeClass::Sparse => self.sparse_bytes_per_s,
             ComputeClass::Scatter => self.scatter_bytes_per_s.unwrap_or(self.sparse_bytes_per_s),
+            ComputeClass::Attention => self
+                .attention_bytes_per_s
+                .unwrap_or(self.sparse_bytes_per_s),
             ComputeClass::Dense | ComputeClass::Elementwise | ComputeClass::Softmax => {
                 self.hbm_bytes_per_s
             }
@@ -248,8 +256,11 @@ impl Profile {
         if let Some(scatter) = d.scatter_bytes_per_s {
             figures.push(("device.scatter_bytes_per_s", scatter));
         }
-        if let Some(elementwise) = d.softmax_flops_per_s {
-            figures.push(("device.softmax_flops_per_s", elementwise));
+        if let Some(softmax) = d.softmax_flops_per_s {
+            figures.push(("device.softmax_flops_per_s", softmax));
+        }
+        if let Some(attention) = d.attention_bytes_per_s {
+            figures.push(("device.attention_bytes_per_s", attention));
         }
         if let Some(peer) = &self.peer {
             figures.push(("peer.bytes_per_s", peer.bytes_per_s));
@@ -457,13 +468,19 @@ mod tests {
             d.memory_bytes_per_s(ComputeClass::Sparse),
             d.sparse_bytes_per_s
         );
+        assert_eq!(
+            d.memory_bytes_per_s(ComputeClass::Attention),
+            d.sparse_bytes_per_s
+        );
+        d.attention_bytes_per_s = Some(1e9);
+        assert_eq!(d.memory_bytes_per_s(ComputeClass::Attention), 1e9);
         assert_eq!(d.memory_bytes_per_s(ComputeClass::Dense), d.hbm_bytes_per_s);
     }
 
     #[test]
     fn bad_shapes_and_scatter_rates_are_named() {
         type Spoil = fn(&mut DeviceProfile);
-        let cases: [(Spoil, &str); 5] = [
+        let cases: [(Spoil, &str); 6] = [
             (
                 |d| d.dense_shapes = vec![shape(8.0, 1e9), shape(8.0, 2e9)],
                 "device.dense_shapes[1].flops_per_byte",
@@ -483,6 +500,10 @@ mod tests {
             (
                 |d| d.softmax_flops_per_s = Some(0.0),
                 "device.softmax_flops_per_s",
+            ),
+            (
+                |d| d.attention_bytes_per_s = Some(-2.0),
+                "device.attention_bytes_per_s",
             ),
         ];
         for (spoil, field) in cases {

@@ -105,9 +105,13 @@ pub enum ComputeClass {
     /// Streaming element-wise work: bounded by memory bandwidth.
     #[default]
     Elementwise,
-    /// A softmax and its exponentials (a loss, an edge softmax): bounded
-    /// by `softmax_flops_per_s` and memory bandwidth.
+    /// A softmax and its exponentials (a loss): bounded by
+    /// `softmax_flops_per_s` and memory bandwidth.
     Softmax,
+    /// GAT's attention operators (edge scores, edge softmax, the
+    /// attention-weighted aggregation and their backward): bounded by
+    /// `attention_bytes_per_s`.
+    Attention,
 }
 
 /// What an operator costs: either work (`flops`, `bytes` touched, `class`) or

@@ -106,6 +106,8 @@ enum Group {
     Scatter,
     /// The loss (with the accuracy) and its backward.
     Loss,
+    /// GAT's attention operators.
+    Attention,
 }
 
 /// Flops, bytes and seconds of one group in one iteration.
@@ -168,11 +170,129 @@ pub fn training_rates(bench: Bench, profile: &Profile, rounds: &Rounds) -> Resul
     let (nodes, edges) = (graph.nodes, graph.edges());
     let hyper = gcn(3, bench.width);
     let prepared = train::prepare(graph, &hyper, bench.partitions)?;
+    let timed = time_training(prepared, hyper, profile, rounds, |op| {
+        group_of(op, hyper.layers)
+    })?;
+    let rate = |group, per| timed.rate(group, per);
+    let mut dense = Vec::new();
+    for (narrow, d_out) in [(false, bench.width), (true, bench.classes())] {
+        let group = Group::Dense(narrow);
+        let sums = timed.iterations[0].get(&group).copied().unwrap_or_default();
+        dense.push(DenseRate {
+            d_in: bench.width,
+            d_out,
+            flops_per_s: rate(group, |s| s.flops)?,
+            flops_per_byte: sums.flops / sums.bytes,
+        });
+    }
+    dense.sort_by(|a, b| a.flops_per_byte.total_cmp(&b.flops_per_byte));
+    dense.dedup_by(|b, a| b.flops_per_byte <= a.flops_per_byte);
+    Ok(TrainingRates {
+        nodes,
+        edges,
+        dense,
+        elementwise_bytes_per_s: rate(Group::Elementwise, |s| s.bytes)?,
+        gather_bytes_per_s: rate(Group::Gather, |s| s.bytes)?,
+        scatter_bytes_per_s: rate(Group::Scatter, |s| s.bytes)?,
+        loss_flops_per_s: rate(Group::Loss, |s| s.flops)?,
+        iterations: timed.iterations.len() as u32,
+    })
+}
+
+/// What GAT's attention operators were measured on, and their rate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionRate {
+    pub bytes_per_s: f64,
+    pub scale: u32,
+    pub nodes: u64,
+    pub edges: u64,
+    pub partitions: u32,
+    pub hidden: u32,
+    pub heads: u32,
+    pub iterations: u32,
+}
+
+/// GAT's attention operators (`ComputeClass::Attention`: edge scores,
+/// edge softmax, attention-weighted aggregation, their backward), timed
+/// as [`training_rates`] times the GCN's, in a 2-layer GAT of 8 heads of
+/// `width / 16` (at least 1) on an R-MAT graph a quarter of `bench`'s
+/// size in half its partitions (GAT's per-edge tensors are 8 times a
+/// GCN's). Bytes per second, the median over iterations.
+pub fn attention_rate(bench: Bench, profile: &Profile, rounds: &Rounds) -> Result<AttentionRate> {
+    let scale = bench.scale.saturating_sub(2).max(6);
+    let partitions = (bench.partitions / 2).max(1);
+    let heads = 8;
+    let hidden = heads * (bench.width / 16).max(1);
+    let graph = RmatSpec {
+        features: bench.width,
+        classes: bench.classes(),
+        ..RmatSpec::new(scale)
+    }
+    .generate()?;
+    let (nodes, edges) = (graph.nodes, graph.edges());
+    let hyper = Hyper {
+        model: GnnModel::Gat,
+        heads,
+        ..gcn(2, hidden)
+    };
+    let prepared = train::prepare(graph, &hyper, partitions)?;
+    let timed = time_training(prepared, hyper, profile, rounds, |op| {
+        Ok((op.cost.class == ComputeClass::Attention).then_some(Group::Attention))
+    })?;
+    Ok(AttentionRate {
+        bytes_per_s: timed.rate(Group::Attention, |s| s.bytes)?,
+        scale,
+        nodes,
+        edges,
+        partitions,
+        hidden,
+        heads,
+        iterations: timed.iterations.len() as u32,
+    })
+}
+
+/// Per iteration, the sums of every group's operators.
+struct Timed {
+    iterations: Vec<HashMap<Group, Sums>>,
+}
+
+impl Timed {
+    /// The median over iterations of `per(sums) / seconds` for `group`.
+    fn rate(&self, group: Group, per: fn(&Sums) -> f64) -> Result<f64> {
+        let mut values: Vec<f64> = self
+            .iterations
+            .iter()
+            .filter_map(|sums| sums.get(&group))
+            .map(|s| per(s) / s.seconds)
+            .collect();
+        if values.len() != self.iterations.len()
+            || values.iter().any(|v| !(v.is_finite() && *v > 0.0))
+        {
+            return Err(Error::Internal(format!(
+                "the compute measurement timed no {group:?} operators, or the timer did not advance"
+            )));
+        }
+        Ok(median(&mut values))
+    }
+}
+
+/// Trains `prepared` with a retain-all plan (made with `profile`, whose
+/// figures a retain-all plan does not depend on), one iteration left out
+/// and then `rounds` of them (at least `min`, until `budget_s` has
+/// passed, at most `max`), and sums each iteration's operators by the
+/// group `classify` gives them.
+fn time_training(
+    prepared: train::Prepared,
+    hyper: Hyper,
+    profile: &Profile,
+    rounds: &Rounds,
+    classify: impl Fn(&Op) -> Result<Option<Group>>,
+) -> Result<Timed> {
     let plan = Arc::new(retain_all(&prepared, profile)?);
     let ops = &plan.workload.definition.ops;
     let mut groups: HashMap<&str, (Group, usize)> = HashMap::new();
     for (k, op) in ops.iter().enumerate() {
-        if let Some(group) = group_of(op, hyper.layers)? {
+        if let Some(group) = classify(op)? {
             groups.insert(op.name.as_str(), (group, k));
         }
     }
@@ -216,42 +336,7 @@ pub fn training_rates(bench: Bench, profile: &Profile, rounds: &Rounds) -> Resul
             break;
         }
     }
-    let rate = |group: Group, per: fn(&Sums) -> f64| -> Result<f64> {
-        let mut values: Vec<f64> = timed
-            .iter()
-            .filter_map(|sums| sums.get(&group))
-            .map(|s| per(s) / s.seconds)
-            .collect();
-        if values.len() != timed.len() || values.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
-            return Err(Error::Internal(format!(
-                "the compute measurement timed no {group:?} operators, or the timer did not advance"
-            )));
-        }
-        Ok(median(&mut values))
-    };
-    let mut dense = Vec::new();
-    for (narrow, d_out) in [(false, bench.width), (true, bench.classes())] {
-        let group = Group::Dense(narrow);
-        let sums = timed[0].get(&group).copied().unwrap_or_default();
-        dense.push(DenseRate {
-            d_in: bench.width,
-            d_out,
-            flops_per_s: rate(group, |s| s.flops)?,
-            flops_per_byte: sums.flops / sums.bytes,
-        });
-    }
-    dense.sort_by(|a, b| a.flops_per_byte.total_cmp(&b.flops_per_byte));
-    dense.dedup_by(|b, a| b.flops_per_byte <= a.flops_per_byte);
-    Ok(TrainingRates {
-        nodes,
-        edges,
-        dense,
-        elementwise_bytes_per_s: rate(Group::Elementwise, |s| s.bytes)?,
-        gather_bytes_per_s: rate(Group::Gather, |s| s.bytes)?,
-        scatter_bytes_per_s: rate(Group::Scatter, |s| s.bytes)?,
-        loss_flops_per_s: rate(Group::Loss, |s| s.flops)?,
-        iterations: timed.len() as u32,
-    })
+    Ok(Timed { iterations: timed })
 }
 
 /// The measured GCN: `layers` layers of `hidden`, dropout 0.5.
@@ -419,6 +504,31 @@ mod tests {
             .clone();
         op.name = "linear[x]".into();
         assert!(group_of(&op, 3).is_err());
+    }
+
+    #[test]
+    fn gat_attention_rate_of_a_tiny_training_run() {
+        let bench = Bench {
+            scale: 10,
+            partitions: 4,
+            width: 16,
+        };
+        let rate = attention_rate(bench, &profile(), &Rounds::tiny()).unwrap();
+        assert_eq!(
+            (
+                rate.scale,
+                rate.nodes,
+                rate.partitions,
+                rate.hidden,
+                rate.heads
+            ),
+            (8, 256, 2, 8, 8)
+        );
+        assert!(
+            rate.bytes_per_s > 0.0 && rate.bytes_per_s.is_finite(),
+            "{rate:?}"
+        );
+        assert_eq!(rate.iterations, 1);
     }
 
     #[test]

@@ -174,13 +174,14 @@ pub struct Progress {
 }
 
 /// Stages, in order.
-const STAGES: [&str; 7] = [
+const STAGES: [&str; 8] = [
     "host memory",
     "memory copy",
     "transfer lanes",
     "ssd",
     "gpu",
     "training iterations",
+    "attention iterations",
     "operator overhead",
 ];
 
@@ -368,6 +369,9 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             profile.device.scatter_bytes_per_s = Some(rates.scatter_bytes_per_s);
             profile.device.softmax_flops_per_s = Some(rates.loss_flops_per_s);
             next(progress);
+            let attention = compute::attention_rate(bench, &profile, &sizes.rounds)?;
+            profile.device.attention_bytes_per_s = Some(attention.bytes_per_s);
+            next(progress);
             let overhead = compute::op_overhead(&profile, sizes.overhead_iterations)?;
             profile.device.op_overhead_s = overhead.op_overhead_s;
 
@@ -427,6 +431,25 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                 format!(
                     "transposed SpMM effective scatter bandwidth: the backward aggregations over \
                      every block, {run}"
+                ),
+            );
+            put(
+                &mut sources,
+                "device.attention_bytes_per_s",
+                format!(
+                    "GAT's attention operators (edge scores, edge softmax, attention-weighted \
+                     aggregation and their backward), timed inside training: every operator \
+                     of {} retain-all iterations (after one left out) of a 2-layer GAT of {} \
+                     heads, {} hidden, on an R-MAT graph (scale {}: {} nodes, {} edges) in {} \
+                     partitions, at {threads} threads; bytes as the workload counts them; the \
+                     median over iterations",
+                    attention.iterations,
+                    attention.heads,
+                    attention.hidden,
+                    attention.scale,
+                    attention.nodes,
+                    attention.edges,
+                    attention.partitions
                 ),
             );
             put(
@@ -565,6 +588,7 @@ fn cpu_profile(
             sparse_bytes_per_s: 0.0,
             scatter_bytes_per_s: None,
             softmax_flops_per_s: None,
+            attention_bytes_per_s: None,
             op_overhead_s: 0.0,
         },
         host: HostProfile {
@@ -634,6 +658,7 @@ fn gpu_profile(
             sparse_bytes_per_s: gpu.sparse_bytes_per_s,
             scatter_bytes_per_s: None,
             softmax_flops_per_s: None,
+            attention_bytes_per_s: None,
             op_overhead_s: gpu.op_overhead_s,
         },
         host: HostProfile {

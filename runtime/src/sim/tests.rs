@@ -28,6 +28,7 @@ fn profile() -> Profile {
             sparse_bytes_per_s: 1e3,
             scatter_bytes_per_s: None,
             softmax_flops_per_s: None,
+            attention_bytes_per_s: None,
             op_overhead_s: 0.0,
         },
         host: HostProfile {
