@@ -12,7 +12,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use fateplan_planner::gnn::GnnModel;
 use fateplan_planner::plan::{Budgets, Plan, Stream};
@@ -27,14 +26,15 @@ use crate::gnn::Mode;
 use crate::train::{self, TrainRun};
 use crate::{Error, Result};
 
-use super::{median, Rounds};
+use super::{median, run_rounds, Rounds};
 
 /// The measured training run: graph, model and partitions.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bench {
     pub scale: u32,
     pub partitions: u32,
-    /// Features and hidden width; the classes are an eighth of it.
+    /// Features and hidden width; the classes are an eighth of it (at
+    /// least 2).
     pub width: u32,
 }
 
@@ -304,7 +304,7 @@ fn time_training(
     };
     let mut executor = Executor::new(plan.clone(), backend, None, exec_options)
         .map_err(|e| Error::Internal(format!("the compute measurement's executor: {e}")))?;
-    let mut iteration = || -> Result<HashMap<Group, Sums>> {
+    let iteration = || -> Result<HashMap<Group, Sums>> {
         executor.backend_mut().set_mode(Mode::Train);
         executor
             .run_iteration()
@@ -324,19 +324,9 @@ fn time_training(
         }
         Ok(sums)
     };
-    iteration()?;
-    let started = Instant::now();
-    let mut timed: Vec<HashMap<Group, Sums>> = Vec::new();
-    let max = rounds.max.max(rounds.min).max(1) as usize;
-    while timed.len() < max {
-        timed.push(iteration()?);
-        if timed.len() >= rounds.min.max(1) as usize
-            && started.elapsed().as_secs_f64() >= rounds.budget_s
-        {
-            break;
-        }
-    }
-    Ok(Timed { iterations: timed })
+    Ok(Timed {
+        iterations: run_rounds(rounds, iteration)?,
+    })
 }
 
 /// The measured GCN: `layers` layers of `hidden`, dropout 0.5.

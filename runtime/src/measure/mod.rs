@@ -691,29 +691,39 @@ fn mib(bytes: u64) -> String {
     }
 }
 
-/// Runs `round` once to warm up, then as [`Rounds`] says; returns the
-/// median of the values the counted rounds returned, and their number.
-pub fn median_of_rounds(
-    rounds: &Rounds,
-    mut round: impl FnMut() -> Result<f64>,
-) -> Result<(f64, u32)> {
+/// Runs `round` once to warm up, then as [`Rounds`] says (at least
+/// `min` rounds, until `budget_s` has passed, at most `max`); returns
+/// what the counted rounds returned.
+pub fn run_rounds<T>(rounds: &Rounds, mut round: impl FnMut() -> Result<T>) -> Result<Vec<T>> {
     round()?;
     let started = Instant::now();
     let mut values = Vec::new();
     let max = rounds.max.max(rounds.min).max(1);
     while values.len() < max as usize {
+        values.push(round()?);
+        let enough = values.len() >= rounds.min.max(1) as usize;
+        if enough && started.elapsed().as_secs_f64() >= rounds.budget_s {
+            break;
+        }
+    }
+    Ok(values)
+}
+
+/// [`run_rounds`], whose rounds return a positive figure; returns the
+/// median of the counted rounds' figures, and their number.
+pub fn median_of_rounds(
+    rounds: &Rounds,
+    mut round: impl FnMut() -> Result<f64>,
+) -> Result<(f64, u32)> {
+    let mut values = run_rounds(rounds, || {
         let value = round()?;
         if !(value.is_finite() && value > 0.0) {
             return Err(Error::Internal(format!(
                 "a measurement gave {value}: the timer did not advance"
             )));
         }
-        values.push(value);
-        let enough = values.len() >= rounds.min.max(1) as usize;
-        if enough && started.elapsed().as_secs_f64() >= rounds.budget_s {
-            break;
-        }
-    }
+        Ok(value)
+    })?;
     let n = values.len() as u32;
     Ok((median(&mut values), n))
 }
