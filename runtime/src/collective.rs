@@ -4,7 +4,8 @@
 //!
 //! [`Collective`] is what a backend calls; [`LocalGroup`] implements it for
 //! devices that are threads of one process (the CPU backend's devices),
-//! through shared memory. Every member must make the same calls in the same
+//! through shared memory, and [`TcpMember`] for devices that are
+//! processes, joined through a [`Hub`] that routes their calls over TCP. Every member must make the same calls in the same
 //! order: a member that fails or leaves early aborts the group, a call
 //! that waits for a member that has finished fails, and a call that meets
 //! another kind of call fails; none waits for ever.
@@ -16,6 +17,9 @@ use std::any::Any;
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::exec::ExecError;
+
+mod tcp;
+pub use tcp::{Hub, TcpMember};
 
 /// The calls a multi-device backend makes. Each blocks until every member
 /// of the group has made it.
@@ -37,6 +41,32 @@ pub trait Collective: Send + Sync {
     /// Tells the group this member made its last call and leaves
     /// normally.
     fn finish(&self);
+}
+
+/// A shared handle is a member too (a launcher keeps one to hand over
+/// the member's result after its backend made its last call).
+impl<C: Collective + ?Sized> Collective for Arc<C> {
+    fn rank(&self) -> usize {
+        (**self).rank()
+    }
+    fn size(&self) -> usize {
+        (**self).size()
+    }
+    fn all_to_all(&self, sends: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>, ExecError> {
+        (**self).all_to_all(sends)
+    }
+    fn all_reduce_sum(&self, values: &mut [f32]) -> Result<(), ExecError> {
+        (**self).all_reduce_sum(values)
+    }
+    fn all_reduce_sum_f64(&self, values: &mut [f64]) -> Result<(), ExecError> {
+        (**self).all_reduce_sum_f64(values)
+    }
+    fn abort(&self, why: &str) {
+        (**self).abort(why)
+    }
+    fn finish(&self) {
+        (**self).finish()
+    }
 }
 
 /// A sum's contribution: its own type, so that a sum meeting an
