@@ -853,6 +853,8 @@ mod tests {
         assert_eq!(served.join().unwrap().unwrap(), vec![Vec::<u8>::new(); 4]);
     }
 
+    type MemberCall = Box<dyn FnOnce(&TcpMember) -> Result<(), ExecError> + Send>;
+
     /// Runs `a` on member 0 and `b` on member 1 side by side; their errors.
     fn both(
         a: impl FnOnce(&TcpMember) -> Result<(), ExecError> + Send,
@@ -877,10 +879,7 @@ mod tests {
         let sum = |m: &TcpMember| m.all_reduce_sum(&mut [1.0, 2.0]);
         // A sum meeting an all-to-all, sums of different lengths, a call
         // after the other member left.
-        let cases: [(
-            &str,
-            Box<dyn FnOnce(&TcpMember) -> Result<(), ExecError> + Send>,
-        ); 3] = [
+        let cases: [(&str, MemberCall); 3] = [
             (
                 "made an all-to-all where member 0 made a sum",
                 Box::new(|m| m.all_to_all(vec![vec![1.0], vec![2.0]]).map(|_| ())),
