@@ -63,6 +63,10 @@ enum Command {
     /// Assign a graph's vertices to GPUs (random and min-cut partitioning)
     /// and print the boundary rows each must exchange.
     Partition(PartitionArgs),
+    /// One device's process of `train --processes` (started by it, with
+    /// its job on standard input).
+    #[command(hide = true)]
+    Member,
     /// Write a generated graph as a folder of PyG-named .npy files.
     Generate {
         /// A generator spec, e.g. `rmat:scale=20,features=128,classes=16,seed=1`.
@@ -224,6 +228,7 @@ pub fn main() -> ExitCode {
         Command::Train(args) => train::run(&args, load_profile),
         Command::Profile(args) => measure_profile::run(&args),
         Command::Partition(args) => partition::run(&args),
+        Command::Member => crate::members::run_member(),
         Command::Generate { graph, out } => run_generate(&graph, &out),
     };
     match result {

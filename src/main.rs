@@ -28,6 +28,7 @@ fn keep_freed_memory() {
 }
 
 mod cli;
+mod members;
 mod partition;
 mod profile;
 mod simulate;

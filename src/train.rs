@@ -34,7 +34,9 @@ impl Prepared {
     }
 }
 
-#[derive(Args)]
+/// `train`'s arguments; a launcher hands them to its member processes
+/// (`crate::members`), hence serde.
+#[derive(Args, Clone, serde::Serialize, serde::Deserialize)]
 pub struct TrainArgs {
     /// The graph: a folder of PyG-named .npy files, or a generator spec such
     /// as `rmat:scale=20,features=128,classes=16,seed=1` or
@@ -56,7 +58,7 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 1)]
     heads: u32,
     #[arg(long, default_value_t = 200)]
-    epochs: u32,
+    pub(crate) epochs: u32,
     #[arg(long, default_value_t = 0.01)]
     lr: f32,
     /// Dropout probability on each layer's input features; for GAT also
@@ -72,19 +74,26 @@ pub struct TrainArgs {
     /// Seed of the weights and the dropout masks.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Compute threads (default: every core).
+    /// Compute threads (default: every core). With --processes, shared
+    /// out: each device's process gets its part (at least one).
     #[arg(long)]
-    threads: Option<usize>,
+    pub(crate) threads: Option<usize>,
     /// Vertex partitions of the workload (per device, with --devices).
     #[arg(long, default_value_t = 4)]
-    partitions: u32,
+    pub(crate) partitions: u32,
     /// Devices to train on, each owning a share of the vertices and
     /// exchanging its halo with the others (data-parallel full-graph
     /// training). On the CPU backend the devices are threads of this
     /// process, exchanging through shared memory; the plan is made for
     /// the largest share, with the exchanges of --devices GPUs.
     #[arg(long, default_value_t = 1)]
-    devices: u32,
+    pub(crate) devices: u32,
+    /// With --devices, each device is a process of its own instead of a
+    /// thread of this one: this process starts them, and their exchanges
+    /// go through a hub it serves on the loopback interface (TCP).
+    #[arg(long)]
+    pub(crate) processes: bool,
+
     /// Keep the features as they are (default: rows normalised to sum 1).
     #[arg(long)]
     raw_features: bool,
@@ -109,10 +118,10 @@ pub struct TrainArgs {
     /// the SSD). With --devices, each device has its own folder in it
     /// (`device0`, ...) with the plan's SSD budget: devices × budget in all.
     #[arg(long)]
-    spill_dir: Option<PathBuf>,
+    pub(crate) spill_dir: Option<PathBuf>,
     /// Write the last training iteration's measured trace (Chrome trace events).
     #[arg(long)]
-    trace: Option<PathBuf>,
+    pub(crate) trace: Option<PathBuf>,
     /// The graph's adjacency, cached: read from this file when it exists
     /// (it must be this graph's), else built and written there.
     #[arg(long)]
@@ -138,7 +147,7 @@ pub struct TrainArgs {
     /// profile and print the measured and simulated iteration side by
     /// side, in total and per link (with --json: under `compare_simulated`).
     #[arg(long)]
-    compare_simulated: bool,
+    pub(crate) compare_simulated: bool,
 }
 
 /// The backend a run asked for; for CUDA, checked before the graph is
@@ -178,9 +187,8 @@ fn backend_choice(args: &TrainArgs) -> Result<train::BackendChoice> {
     }
 }
 
-pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Result<()> {
-    crate::cli::set_threads(args.threads)?;
-
+/// The hyper-parameters the arguments give, checked.
+pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
     let model = GnnModel::parse(&args.model)?;
     let hyper = Hyper {
         model,
@@ -217,6 +225,22 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             args.weight_decay
         );
     }
+    Ok(hyper)
+}
+
+/// The graph the arguments name, its features normalised unless
+/// --raw-features.
+pub(crate) fn dataset(args: &TrainArgs) -> Result<fateplan::runtime::dataset::Dataset> {
+    let mut dataset = train::load_graph(&args.graph)?;
+    if !args.raw_features {
+        dataset.row_normalize_features();
+    }
+    Ok(dataset)
+}
+
+pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Result<()> {
+    crate::cli::set_threads(args.threads)?;
+    let hyper = hyper(args)?;
     let backend = backend_choice(args)?;
     if args.devices == 0 {
         bail!("--devices 0: expected at least 1");
@@ -232,10 +256,14 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     if shared && args.csr_cache.is_some() {
         bail!("--csr-cache applies to one device; leave it out with --devices above 1");
     }
-    let mut dataset = train::load_graph(&args.graph)?;
-    if !args.raw_features {
-        dataset.row_normalize_features();
+    if args.processes && !shared {
+        bail!(
+            "--processes: each device a process applies with --devices above 1 (--devices {})",
+            args.devices
+        );
     }
+    let dataset = dataset(args)?;
+
     let (nodes, edges) = (dataset.nodes, dataset.edges());
     let prepared = if shared {
         Prepared::Shared(prepare_shared(
@@ -363,7 +391,14 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         (Some(dir), _) => {
             let ssd_bytes = run_budgets.map_or(plan.budgets.ssd_bytes, |b: Budgets| b.ssd_bytes);
             let tensors = plan.tensors.len();
-            if shared {
+            if args.processes {
+                // Each member opens its own (`crate::members`).
+                io_mode = Some(format!(
+                    "one spill store per device process, in {}",
+                    dir.display()
+                ));
+                None
+            } else if shared {
                 for rank in 0..args.devices {
                     let sub = dir.join(format!("device{rank}"));
                     std::fs::create_dir_all(&sub)
@@ -416,6 +451,15 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         Prepared::One(one) => {
             let (report, spans) = train::train(one, hyper, run, &mut on_epoch)?;
             (report, spans, None)
+        }
+        Prepared::Shared(shares) if args.processes => {
+            drop(shares.devices);
+            bar.finish_and_clear();
+            let ssd_bytes = run.budgets.unwrap_or(plan.budgets).ssd_bytes;
+            let launched = crate::members::launch(args, &plan, run.budgets, ssd_bytes)?;
+            epochs = launched.epochs;
+            let (shared, spans) = train::gather(launched.outcomes, shares.stats)?;
+            (shared.report, spans, Some((shared.devices, shared.shares)))
         }
         Prepared::Shared(shares) => {
             let (shared, spans) = train::train_shared(shares, hyper, run, stores, &mut on_epoch)?;
@@ -512,6 +556,13 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             "note      the CPU devices share this machine's cores: the prediction gives each \
              device the profile's whole compute"
         )?;
+        if args.processes {
+            writeln!(
+                out,
+                "note      each device ran as a process of its own, exchanging through a hub \
+                 on the loopback interface (TCP)"
+            )?;
+        }
     }
     for device in devices.iter().flat_map(|(d, _)| d) {
         let x = &device.exchange;

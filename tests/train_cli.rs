@@ -533,3 +533,106 @@ fn several_devices_train_the_same_model_and_report_their_exchanges() {
         assert!(stderr.contains(needle), "{extra:?}: {stderr}");
     }
 }
+
+#[test]
+fn each_device_a_process_trains_the_model_of_threads() {
+    let graph =
+        "planted:nodes=600,classes=4,features=16,degree=6,homophily=0.8,val=100,test=200,seed=5";
+    let dir = std::env::temp_dir().join(format!("fateplan-processes-{}", std::process::id()));
+    let spill = |name: &str| {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        d.to_str().unwrap().to_string()
+    };
+    let common = [
+        "train",
+        "--graph",
+        graph,
+        "--epochs",
+        "4",
+        "--json",
+        "--model",
+        "sage",
+        "--partitions",
+        "2",
+        "--devices",
+        "3",
+        "--policy",
+        "offload-ssd-all",
+    ];
+    let threads_spill = spill("threads");
+    let threads = json(&fateplan(
+        &[&common[..], &["--spill-dir", &threads_spill]].concat(),
+    ));
+    let processes_spill = spill("processes");
+    let processes = json(&fateplan(
+        &[
+            &common[..],
+            &[
+                "--spill-dir",
+                &processes_spill,
+                "--processes",
+                "--compare-simulated",
+            ],
+        ]
+        .concat(),
+    ));
+    // The same sums in the same order: the same bits.
+    for key in ["weights_sha256", "final_loss", "test_accuracy", "losses"] {
+        assert_eq!(threads[key], processes[key], "{key}");
+    }
+    let devices = processes["devices"].as_array().expect("a devices array");
+    assert_eq!(devices.len(), 3);
+    for (rank, (t, p)) in threads["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(devices)
+        .enumerate()
+    {
+        assert_eq!(p["rank"], rank);
+        for key in ["sent_bytes", "received_bytes", "reduced_bytes"] {
+            assert!(p["exchange"][key].as_u64().unwrap() > 0, "{p}");
+            assert_eq!(t["exchange"][key], p["exchange"][key], "{key}");
+        }
+    }
+    // Member 0's trace and epochs came back for the comparison.
+    assert!(
+        processes["compare_simulated"]["iteration_s"]["measured"]
+            .as_f64()
+            .unwrap()
+            > 0.0,
+        "{}",
+        processes["compare_simulated"]
+    );
+    assert!(processes["bytes_moved"]["ssd_write"].as_u64().unwrap() > 0);
+    let streams = processes["compare_simulated"]["streams"]
+        .as_array()
+        .unwrap();
+    assert!(
+        streams
+            .iter()
+            .any(|s| s["busy_s"]["measured"].as_f64().unwrap() > 0.0),
+        "member 0's trace has no copies: {streams:?}"
+    );
+
+    // A member that fails: the run names it and why.
+    let broken = spill("broken");
+    std::fs::write(dir.join("broken").join("device1"), b"not a folder").unwrap();
+    let output = fateplan(&[&common[..], &["--spill-dir", &broken, "--processes"]].concat());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("member 1 failed") && stderr.contains("device1"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // --processes needs devices; `member` needs its job.
+    let output = fateplan(&["train", "--graph", graph, "--epochs", "1", "--processes"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--processes"));
+    let output = fateplan(&["member"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("the job on standard input"));
+}

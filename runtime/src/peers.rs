@@ -37,7 +37,7 @@ use crate::gnn::Metrics;
 use crate::share::HaloInput;
 
 /// What one device exchanged in the last iteration.
-#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct ExchangeStats {
     /// Halo rows and gradients this device sent (bytes).
     pub sent_bytes: u64,

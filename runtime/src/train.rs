@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use fateplan_planner::blocks::BlockCounts;
@@ -15,6 +15,7 @@ use fateplan_planner::workload::TensorKind;
 use fateplan_planner::Workload;
 
 use crate::blockcsr::{BlockCsr, Normalization};
+use crate::collective::Collective;
 use crate::cpu::CpuGnn;
 use crate::csr::{edge_digest, Csr};
 use crate::dataset::Dataset;
@@ -23,7 +24,7 @@ use crate::exec::{ExecError, ExecOptions, Executor, SsdTier, TraceSpan};
 use crate::generate::GeneratorSpec;
 use crate::gnn::{GnnBackend, GraphInput, Hyper, Metrics, Mode};
 use crate::peers::{ExchangeStats, Peers};
-use crate::share::{ShareStats, SharedPrepared};
+use crate::share::{DeviceShare, ShareStats, SharedPrepared};
 use crate::spill::{SpillOptions, SpillStore};
 
 /// Builds the workload of `hyper` over `graph`'s partitions: the one a
@@ -47,7 +48,7 @@ pub fn workload(
 }
 
 /// One epoch as the progress display and the report see it.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct EpochStats {
     pub epoch: u32,
     pub loss: f64,
@@ -61,7 +62,7 @@ pub struct EpochStats {
 }
 
 /// What a run did.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainReport {
     pub policy: String,
     pub epochs: u32,
@@ -155,7 +156,7 @@ pub fn train(
 }
 
 /// One device of a multi-device run, as [`train_shared`] reports it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceReport {
     pub rank: usize,
     /// Mean measured seconds of its training iterations (as
@@ -179,12 +180,128 @@ pub struct SharedReport {
     pub shares: ShareStats,
 }
 
+/// What one device of a multi-device run brings back: its report (the
+/// losses and accuracies are the whole graph's), its own figures, and the
+/// spans of its last training iteration when it was traced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberOutcome {
+    pub report: TrainReport,
+    pub device: DeviceReport,
+    pub spans: Vec<TraceSpan>,
+}
+
+/// Refuses a plan made for another workload than the shares'.
+pub fn check_shared_plan(plan: &Plan, workload: &Workload) -> Result<(), ExecError> {
+    let digest = workload.digest();
+    if plan.workload.digest != digest {
+        return Err(ExecError::Kernel(format!(
+            "the plan is for workload {} ({}), but these shares and model give {} ({}): plan \
+             again for this run",
+            plan.workload.name, plan.workload.digest, workload.name, digest
+        )));
+    }
+    Ok(())
+}
+
+/// Trains one device's `share` with `plan` on the CPU backend, its own
+/// executor and `ssd`, exchanging through `comm` with the other members,
+/// which run the same plan (made for the shares' workload:
+/// [`check_shared_plan`]) on theirs. `progress` sees its epochs. The
+/// member has made its last call when this returns
+/// ([`Collective::finish`]).
+#[allow(clippy::too_many_arguments)]
+pub fn train_member(
+    share: DeviceShare,
+    hyper: Hyper,
+    plan: Arc<Plan>,
+    epochs: u32,
+    options: ExecOptions,
+    ssd: Option<Arc<dyn SsdTier>>,
+    comm: Box<dyn Collective>,
+    progress: &mut dyn FnMut(&EpochStats),
+) -> Result<MemberOutcome, ExecError> {
+    let rank = comm.rank();
+    let halo_block_bytes = share.halo.block_bytes();
+    let peers = Peers::new(share.halo, comm)?;
+    let backend = CpuGnn::with_peers(share.input, hyper, peers)?;
+    let mut executor = Executor::new(plan.clone(), backend, ssd, options)?;
+    let (report, spans) = run_epochs(&mut executor, &plan, epochs, progress)?;
+    let peers = executor
+        .backend()
+        .peers()
+        .ok_or_else(|| ExecError::Internal("a device's backend lost its peers".into()))?;
+    let device = DeviceReport {
+        rank,
+        iteration_s: report.iteration_s,
+        peak_bytes: report.peak_bytes,
+        exchange: peers.last_training_stats(),
+        halo_block_bytes,
+    };
+    peers.finish();
+    Ok(MemberOutcome {
+        report,
+        device,
+        spans,
+    })
+}
+
+/// The error to report from a group's members: the first that is not the
+/// news that another member stopped the group.
+pub fn first_cause(mut errors: Vec<ExecError>) -> Option<ExecError> {
+    let stopped = |e: &ExecError| matches!(e, ExecError::Exchange(why) if why.starts_with("the group stopped"));
+    match errors.iter().position(|e| !stopped(e)) {
+        Some(i) => Some(errors.swap_remove(i)),
+        None => errors.pop(),
+    }
+}
+
+/// The members' outcomes as one run's report: device 0's report with the
+/// slowest device's iteration, every device's figures in rank order, and
+/// device 0's spans. Fails unless every device holds the same weights.
+pub fn gather(
+    mut outcomes: Vec<MemberOutcome>,
+    shares: ShareStats,
+) -> Result<(SharedReport, Vec<TraceSpan>), ExecError> {
+    outcomes.sort_by_key(|o| o.device.rank);
+    let ranks: Vec<usize> = outcomes.iter().map(|o| o.device.rank).collect();
+    if ranks != (0..outcomes.len()).collect::<Vec<_>>() {
+        return Err(ExecError::Internal(format!(
+            "the members' ranks are {ranks:?}: expected each of 0..{} once",
+            outcomes.len()
+        )));
+    }
+    let mut outcomes = outcomes.into_iter();
+    let first = outcomes
+        .next()
+        .ok_or_else(|| ExecError::Internal("a run of no devices".into()))?;
+    let mut report = first.report;
+    let mut devices = vec![first.device];
+    for other in outcomes {
+        if other.report.weights_sha256 != report.weights_sha256 {
+            return Err(ExecError::Internal(format!(
+                "the devices' weights differ after training ({} on device 0, {} on device {})",
+                report.weights_sha256, other.report.weights_sha256, other.device.rank
+            )));
+        }
+        report.iteration_s = report.iteration_s.max(other.report.iteration_s);
+        devices.push(other.device);
+    }
+    Ok((
+        SharedReport {
+            report,
+            devices,
+            shares,
+        },
+        first.spans,
+    ))
+}
+
 /// Trains every device's share of `prepared` with `run.plan` (made for
 /// `prepared.workload`), each device a thread of this process with its
-/// own executor and CPU backend, exchanging through shared memory
-/// ([`crate::collective::LocalGroup`]). `ssd` gives each device its own
-/// SSD tier (one per device, or empty when the plan keeps off the SSD).
-/// `progress` sees device 0's epochs.
+/// own executor and CPU backend ([`train_member`]), exchanging through
+/// shared memory ([`crate::collective::LocalGroup`]). `ssd` gives each
+/// device its own SSD tier (one per device, or empty when the plan keeps
+/// off the SSD). `progress` sees device 0's epochs.
 pub fn train_shared(
     prepared: SharedPrepared,
     hyper: Hyper,
@@ -212,16 +329,8 @@ pub fn train_shared(
                 .into(),
         ));
     }
-    let digest = prepared.workload.digest();
-    if plan.workload.digest != digest {
-        return Err(ExecError::Kernel(format!(
-            "the plan is for workload {} ({}), but these shares and model give {} ({}): plan \
-             again for this run",
-            plan.workload.name, plan.workload.digest, prepared.workload.name, digest
-        )));
-    }
+    check_shared_plan(&plan, &prepared.workload)?;
     let k = prepared.devices.len();
-    let shares = prepared.stats;
     if !ssd.is_empty() && ssd.len() != k {
         return Err(ExecError::Internal(format!(
             "{} SSD tiers for {k} devices",
@@ -230,8 +339,7 @@ pub fn train_shared(
     }
     let group = crate::collective::LocalGroup::new(k);
     let progress = std::sync::Mutex::new(progress);
-    type Outcome = (TrainReport, Vec<TraceSpan>, DeviceReport);
-    let results: Vec<Result<Outcome, ExecError>> = std::thread::scope(|scope| {
+    let results: Vec<Result<MemberOutcome, ExecError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = prepared
             .devices
             .into_iter()
@@ -242,14 +350,10 @@ pub fn train_shared(
                 let ssd = ssd.get(rank).cloned();
                 let progress = &progress;
                 scope.spawn(move || {
-                    let halo_block_bytes = share.halo.block_bytes();
-                    let peers = Peers::new(share.halo, Box::new(member))?;
-                    let backend = CpuGnn::with_peers(share.input, hyper, peers)?;
                     let options = ExecOptions {
                         budgets,
                         trace: trace && rank == 0,
                     };
-                    let mut executor = Executor::new(plan.clone(), backend, ssd, options)?;
                     let mut quiet = |_: &EpochStats| {};
                     let mut shown = |stats: &EpochStats| {
                         if let Ok(mut f) = progress.lock() {
@@ -258,19 +362,16 @@ pub fn train_shared(
                     };
                     let shown: &mut dyn FnMut(&EpochStats) =
                         if rank == 0 { &mut shown } else { &mut quiet };
-                    let (report, spans) = run_epochs(&mut executor, &plan, epochs, shown)?;
-                    let peers = executor.backend().peers().ok_or_else(|| {
-                        ExecError::Internal("a device's backend lost its peers".into())
-                    })?;
-                    let device = DeviceReport {
-                        rank,
-                        iteration_s: report.iteration_s,
-                        peak_bytes: report.peak_bytes,
-                        exchange: peers.last_training_stats(),
-                        halo_block_bytes,
-                    };
-                    peers.finish();
-                    Ok((report, spans, device))
+                    train_member(
+                        share,
+                        hyper,
+                        plan,
+                        epochs,
+                        options,
+                        ssd,
+                        Box::new(member),
+                        shown,
+                    )
                 })
             })
             .collect();
@@ -283,7 +384,6 @@ pub fn train_shared(
             })
             .collect()
     });
-    // Report the device that failed, not the others' news that it stopped.
     let mut outcomes = Vec::with_capacity(k);
     let mut errors = Vec::new();
     for result in results {
@@ -292,41 +392,10 @@ pub fn train_shared(
             Err(e) => errors.push(e),
         }
     }
-    let stopped = |e: &ExecError| matches!(e, ExecError::Exchange(why) if why.starts_with("the group stopped"));
-    if let Some(i) = errors.iter().position(|e| !stopped(e)) {
-        return Err(errors.swap_remove(i));
-    }
-    if let Some(e) = errors.pop() {
+    if let Some(e) = first_cause(errors) {
         return Err(e);
     }
-    let mut devices = Vec::with_capacity(k);
-    let mut reports = Vec::with_capacity(k);
-    let mut trace_spans = Vec::new();
-    for (report, spans, device) in outcomes {
-        if device.rank == 0 {
-            trace_spans = spans;
-        }
-        devices.push(device);
-        reports.push(report);
-    }
-    let mut report = reports[0].clone();
-    for other in &reports[1..] {
-        if other.weights_sha256 != report.weights_sha256 {
-            return Err(ExecError::Internal(format!(
-                "the devices' weights differ after training ({} against {})",
-                report.weights_sha256, other.weights_sha256
-            )));
-        }
-        report.iteration_s = report.iteration_s.max(other.iteration_s);
-    }
-    Ok((
-        SharedReport {
-            report,
-            devices,
-            shares,
-        },
-        trace_spans,
-    ))
+    gather(outcomes, prepared.stats)
 }
 
 /// The epochs, the evaluation pass and the report.

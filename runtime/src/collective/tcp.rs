@@ -252,6 +252,14 @@ impl Hub {
                         break;
                     }
                     Ok(call) => calls.push(Some(call)),
+                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                        failure = Some(format!(
+                            "member {rank} failed: its connection closed in the middle of the \
+                             run (did its process end?)"
+                        ));
+                        calls.push(None);
+                        break;
+                    }
                     Err(e) => {
                         failure = Some(format!("member {rank} failed: its connection: {e}"));
                         calls.push(None);
@@ -957,6 +965,9 @@ mod tests {
             }
             let error = member.join().unwrap();
             assert!(error.contains("member 1 failed: its connection"), "{error}");
+            if garbage.is_none() {
+                assert!(error.contains("closed in the middle of the run"), "{error}");
+            }
             let hub = served.join().unwrap().unwrap_err().to_string();
             if garbage.is_some() {
                 assert!(hub.contains("unknown tag 99"), "{hub}");

@@ -17,7 +17,7 @@ type Job = Box<dyn FnOnce() -> Result<Option<Data>, ExecError> + Send>;
 type Done = (Result<Option<Data>, ExecError>, Span);
 
 /// When a copy ran, in seconds since the executor's clock started.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Span {
     pub start_s: f64,
     pub end_s: f64,

@@ -226,7 +226,7 @@ enum Slot {
 }
 
 /// One traced interval.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TraceSpan {
     pub name: String,
     pub stream: Stream,

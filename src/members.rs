@@ -1,0 +1,286 @@
+//! `fateplan train --devices K --processes`: each device a process of its
+//! own. The launcher (the `train` process) plans, serves a hub on the
+//! loopback interface, and starts K members (`fateplan member`, hidden),
+//! each given its job as JSON on its standard input. A member joins the
+//! hub, shares the graph out as the launcher did, takes its own share,
+//! trains it with the launcher's plan, and hands its outcome to the hub as
+//! it leaves. The launcher gathers the outcomes into the run's report.
+
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use fateplan::planner::plan::{Budgets, Plan};
+use fateplan::runtime::collective::{Collective, Hub, TcpMember};
+use fateplan::runtime::exec::{ExecOptions, SsdTier};
+use fateplan::runtime::share::prepare_shared;
+use fateplan::runtime::train::{self, EpochStats, MemberOutcome};
+use serde::{Deserialize, Serialize};
+
+use crate::train::TrainArgs;
+
+/// How long the members have to start and join the hub.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What a member process is told on its standard input.
+#[derive(Serialize, Deserialize)]
+struct Job {
+    args: TrainArgs,
+    rank: usize,
+    /// The hub's address.
+    hub: String,
+    /// Compute threads of this member.
+    threads: usize,
+    /// The plan, as JSON.
+    plan: String,
+    /// The run's arenas (`None`: the plan's).
+    budgets: Option<Budgets>,
+    /// Bytes of this member's SSD tier, when the run gives a spill folder.
+    ssd_bytes: u64,
+}
+
+/// What a member hands the hub as it leaves.
+#[derive(Serialize, Deserialize)]
+struct Handed {
+    outcome: MemberOutcome,
+    /// Its epochs (member 0's feed the launcher's comparison).
+    epochs: Vec<EpochStats>,
+}
+
+/// What the members brought back.
+pub struct Launched {
+    pub outcomes: Vec<MemberOutcome>,
+    /// Member 0's epochs.
+    pub epochs: Vec<EpochStats>,
+}
+
+/// A member's process and what it wrote on its standard error.
+struct Started {
+    child: Child,
+    stderr: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Started {
+    fn stderr(&mut self) -> String {
+        self.stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+/// Starts one member process per device of `args`, serves their hub, and
+/// waits for them all.
+pub fn launch(
+    args: &TrainArgs,
+    plan: &Plan,
+    budgets: Option<Budgets>,
+    ssd_bytes: u64,
+) -> Result<Launched> {
+    let k = args.devices as usize;
+    let hub = Hub::bind("127.0.0.1:0", k)?;
+    let addr = hub.local_addr()?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = (args.threads.unwrap_or(cores) / k).max(1);
+    let exe = std::env::current_exe().context("finding this program to start the members")?;
+    let plan_json = plan.to_json();
+    let mut members: Vec<Started> = Vec::with_capacity(k);
+    for rank in 0..k {
+        let job = Job {
+            args: args.clone(),
+            rank,
+            hub: addr.to_string(),
+            threads,
+            plan: plan_json.clone(),
+            budgets,
+            ssd_bytes,
+        };
+        let mut child = Command::new(&exe)
+            .arg("member")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting member {rank} ({})", exe.display()))?;
+        let stderr = child.stderr.take().map(|mut pipe| {
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                let _ = pipe.read_to_string(&mut text);
+                text
+            })
+        });
+        let mut started = Started { child, stderr };
+        let sent = started
+            .child
+            .stdin
+            .take()
+            .ok_or_else(|| anyhow!("member {rank}'s standard input"))
+            .and_then(|mut stdin| {
+                serde_json::to_writer(&mut stdin, &job)?;
+                stdin.flush()?;
+                Ok(())
+            });
+        members.push(started);
+        if let Err(e) = sent {
+            stop_all(&mut members);
+            return Err(e.context(format!("giving member {rank} its job")));
+        }
+    }
+    let served = hub.serve(JOIN_TIMEOUT, &mut || {
+        for (rank, member) in members.iter_mut().enumerate() {
+            if let Ok(Some(status)) = member.child.try_wait() {
+                return Err(format!(
+                    "member {rank}'s process exited ({status}) before joining: {}",
+                    member.stderr().trim()
+                ));
+            }
+        }
+        Ok(())
+    });
+    let results = match served {
+        Ok(results) => results,
+        Err(e) => {
+            stop_all(&mut members);
+            // A member killed by a signal could not say why it stopped.
+            let killed: Vec<String> = members
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(rank, m)| {
+                    use std::os::unix::process::ExitStatusExt;
+                    let signal = m.child.try_wait().ok().flatten()?.signal()?;
+                    Some(format!(
+                        "member {rank}'s process was killed by signal {signal}"
+                    ))
+                })
+                .collect();
+            if killed.is_empty() {
+                return Err(e.into());
+            }
+            return Err(anyhow!(e).context(killed.join("; ")));
+        }
+    };
+    for (rank, member) in members.iter_mut().enumerate() {
+        let status = member
+            .child
+            .wait()
+            .with_context(|| format!("waiting for member {rank}"))?;
+        if !status.success() {
+            bail!(
+                "member {rank}'s process exited ({status}) after leaving the group: {}",
+                member.stderr().trim()
+            );
+        }
+    }
+    let mut outcomes = Vec::with_capacity(k);
+    let mut epochs = Vec::new();
+    for (rank, bytes) in results.into_iter().enumerate() {
+        let handed: Handed = serde_json::from_slice(&bytes)
+            .with_context(|| format!("reading member {rank}'s outcome"))?;
+        if handed.outcome.device.rank != rank {
+            bail!(
+                "member {rank} handed over device {}'s outcome",
+                handed.outcome.device.rank
+            );
+        }
+        if rank == 0 {
+            epochs = handed.epochs;
+        }
+        outcomes.push(handed.outcome);
+    }
+    Ok(Launched { outcomes, epochs })
+}
+
+/// Ends members that are still running after the group failed: the hub
+/// told those it could; the others are killed after a grace period.
+fn stop_all(members: &mut [Started]) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    for member in members.iter_mut() {
+        loop {
+            match member.child.try_wait() {
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Ok(None) => {
+                    let _ = member.child.kill();
+                    let _ = member.child.wait();
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// `fateplan member`: one device's process, started by `launch`.
+pub fn run_member() -> Result<()> {
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .context("reading the job on standard input")?;
+    let job: Job = serde_json::from_str(&text)
+        .context("the job on standard input (fateplan member is started by train --processes)")?;
+    crate::cli::set_threads(Some(job.threads))?;
+    let k = job.args.devices as usize;
+    let hub = job
+        .hub
+        .parse()
+        .with_context(|| format!("the hub's address {:?}", job.hub))?;
+    let member = Arc::new(TcpMember::join(hub, job.rank, k, JOIN_TIMEOUT)?);
+    match train_member(&job, member.clone()) {
+        Ok(handed) => {
+            member.leave_with(&serde_json::to_vec(&handed)?)?;
+            Ok(())
+        }
+        Err(e) => {
+            // The others learn why this member stopped.
+            member.abort(&format!("{e:#}"));
+            Err(e)
+        }
+    }
+}
+
+fn train_member(job: &Job, member: Arc<TcpMember>) -> Result<Handed> {
+    let args = &job.args;
+    let hyper = crate::train::hyper(args)?;
+    let plan = Plan::from_json(&job.plan, "the launcher's plan")?;
+    let mut shared = prepare_shared(
+        crate::train::dataset(args)?,
+        &hyper,
+        args.devices,
+        args.partitions,
+    )?;
+    train::check_shared_plan(&plan, &shared.workload)?;
+    if shared.devices.len() <= job.rank {
+        bail!("member {} of {} shares", job.rank, shared.devices.len());
+    }
+    let share = shared.devices.swap_remove(job.rank);
+    drop(shared);
+    let ssd = match &args.spill_dir {
+        Some(dir) => {
+            let sub = dir.join(format!("device{}", job.rank));
+            std::fs::create_dir_all(&sub).with_context(|| format!("creating {}", sub.display()))?;
+            let store: Arc<dyn SsdTier> =
+                train::open_spill(&sub, job.ssd_bytes, plan.tensors.len(), None)?;
+            Some(store)
+        }
+        None => None,
+    };
+    let options = ExecOptions {
+        budgets: job.budgets,
+        trace: job.rank == 0 && (args.trace.is_some() || args.compare_simulated),
+    };
+    let mut epochs = Vec::new();
+    let outcome = train::train_member(
+        share,
+        hyper,
+        Arc::new(plan),
+        args.epochs,
+        options,
+        ssd,
+        Box::new(member) as Box<dyn Collective>,
+        &mut |stats: &EpochStats| epochs.push(*stats),
+    )?;
+    Ok(Handed { outcome, epochs })
+}
