@@ -83,46 +83,42 @@ fn read_bytes(r: &mut impl Read, count: u64, size: u64) -> std::io::Result<Vec<u
     Ok(bytes)
 }
 
-/// Numbers that travel as little-endian bytes.
-trait Wire: Copy + Default + std::ops::AddAssign {
-    const SIZE: usize;
-    fn put(self, out: &mut Vec<u8>);
-    fn get(bytes: &[u8]) -> Self;
-}
+// The frames carry numbers in the machine's own byte order, which is
+// little-endian on every target this builds for.
+#[cfg(not(target_endian = "little"))]
+compile_error!("the TCP collective's frames are little-endian");
 
-impl Wire for f32 {
-    const SIZE: usize = 4;
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-    fn get(bytes: &[u8]) -> f32 {
-        f32::from_le_bytes(bytes.try_into().expect("4 bytes"))
-    }
-}
-
-impl Wire for f64 {
-    const SIZE: usize = 8;
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-    fn get(bytes: &[u8]) -> f64 {
-        f64::from_le_bytes(bytes.try_into().expect("8 bytes"))
-    }
-}
+/// Numbers that travel as their bytes.
+trait Wire: bytemuck::Pod + Default + std::ops::AddAssign {}
+impl Wire for f32 {}
+impl Wire for f64 {}
 
 fn write_vec<T: Wire>(w: &mut impl Write, values: &[T]) -> std::io::Result<()> {
     write_u64(w, values.len() as u64)?;
-    let mut bytes = Vec::with_capacity(values.len() * T::SIZE);
-    for &v in values {
-        v.put(&mut bytes);
-    }
-    w.write_all(&bytes)
+    w.write_all(bytemuck::cast_slice(values))
 }
+
+/// Elements read at a time: a garbled count fails at the stream's end
+/// instead of allocating it.
+const READ_CHUNK: usize = 1 << 20;
 
 fn read_vec<T: Wire>(r: &mut impl Read) -> std::io::Result<Vec<T>> {
     let count = read_u64(r)?;
-    let bytes = read_bytes(r, count, T::SIZE as u64)?;
-    Ok(bytes.chunks_exact(T::SIZE).map(T::get).collect())
+    if count > MAX_ELEMENTS {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("a frame announces {count} elements"),
+        ));
+    }
+    let count = count as usize;
+    let mut values: Vec<T> = Vec::new();
+    while values.len() < count {
+        let start = values.len();
+        let end = count.min(start + READ_CHUNK);
+        values.resize(end, T::default());
+        r.read_exact(bytemuck::cast_slice_mut(&mut values[start..end]))?;
+    }
+    Ok(values)
 }
 
 fn write_text(w: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
