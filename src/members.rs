@@ -250,6 +250,7 @@ fn train_member(job: &Job, member: Arc<TcpMember>) -> Result<Handed> {
         &hyper,
         args.devices,
         args.partitions,
+        crate::train::share_method(args)?,
     )?;
     train::check_shared_plan(&plan, &shared.workload)?;
     if shared.devices.len() <= job.rank {

@@ -93,6 +93,12 @@ pub struct TrainArgs {
     /// go through a hub it serves on the loopback interface (TCP).
     #[arg(long)]
     pub(crate) processes: bool,
+    /// With --devices, how the vertices are shared out: `mincut` (the
+    /// min-cut partitioner picks each device's vertices, which are then
+    /// renumbered, so the dropout masks differ from one device's) or
+    /// `ranges` (equal ranges of vertex numbers: one device's masks).
+    #[arg(long, default_value = "mincut")]
+    pub(crate) shares: String,
 
     /// Keep the features as they are (default: rows normalised to sum 1).
     #[arg(long)]
@@ -228,6 +234,12 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
     Ok(hyper)
 }
 
+/// How --shares shares the vertices out.
+pub(crate) fn share_method(args: &TrainArgs) -> Result<fateplan::runtime::share::ShareMethod> {
+    fateplan::runtime::share::ShareMethod::parse(&args.shares)
+        .ok_or_else(|| anyhow::anyhow!("--shares {}: expected mincut or ranges", args.shares))
+}
+
 /// The graph the arguments name, its features normalised unless
 /// --raw-features.
 pub(crate) fn dataset(args: &TrainArgs) -> Result<fateplan::runtime::dataset::Dataset> {
@@ -256,6 +268,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     if shared && args.csr_cache.is_some() {
         bail!("--csr-cache applies to one device; leave it out with --devices above 1");
     }
+    let share_method = share_method(args)?;
+
     if args.processes && !shared {
         bail!(
             "--processes: each device a process applies with --devices above 1 (--devices {})",
@@ -271,6 +285,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             &hyper,
             args.devices,
             args.partitions,
+            share_method,
         )?)
     } else {
         Prepared::One(train::prepare_cached(
@@ -548,8 +563,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     if let Some((_, s)) = &devices {
         writeln!(
             out,
-            "shares    {} of {} edges cross devices; halo rows {} in all, {} at most on one device",
-            s.halo_edges, s.edges, s.halo_rows_total, s.halo_rows_max
+            "shares    {} of {} edges cross devices; halo rows {} in all, {} at most on one \
+             device ({} shares)",
+            s.halo_edges, s.edges, s.halo_rows_total, s.halo_rows_max, args.shares
         )?;
         writeln!(
             out,

@@ -431,6 +431,8 @@ fn several_devices_train_the_same_model_and_report_their_exchanges() {
                 "2",
                 "--devices",
                 "2",
+                "--shares",
+                "ranges",
                 "--policy",
                 "offload-ssd-all",
                 "--spill-dir",
@@ -484,6 +486,8 @@ fn several_devices_train_the_same_model_and_report_their_exchanges() {
                 "2",
                 "--devices",
                 "2",
+                "--shares",
+                "ranges",
                 "--profile",
                 "a100-80g",
                 "--save-plan",
@@ -509,8 +513,39 @@ fn several_devices_train_the_same_model_and_report_their_exchanges() {
     assert_eq!(gpu["budgets"]["host_bytes"].as_u64().unwrap(), 512 << 30);
     let _ = std::fs::remove_file(&saved);
 
-    let cases: [(&[&str], &str); 3] = [
+    // Min-cut shares (the default) renumber the vertices, so the dropout
+    // masks differ; without dropout the model is one device's.
+    let no_dropout = [&common[..], &["--dropout", "0", "--policy", "retain-all"]].concat();
+    let one = json(&fateplan(
+        &[&no_dropout[..], &["--partitions", "4"]].concat(),
+    ));
+    let (mincut, ranges) = [["--shares", "mincut"], ["--shares", "ranges"]]
+        .map(|shares| {
+            json(&fateplan(
+                &[
+                    &no_dropout[..],
+                    &["--partitions", "2", "--devices", "2"],
+                    &shares[..],
+                ]
+                .concat(),
+            ))
+        })
+        .into();
+    let (a, b) = (
+        one["final_loss"].as_f64().unwrap(),
+        mincut["final_loss"].as_f64().unwrap(),
+    );
+    assert!(
+        (a - b).abs() <= 1e-5 * a.abs(),
+        "final loss {a} against {b}"
+    );
+    assert_eq!(mincut["shares"]["method"], "mincut");
+    let halo = |run: &serde_json::Value| run["shares"]["halo_rows_total"].as_u64().unwrap();
+    assert!(halo(&mincut) < halo(&ranges), "{mincut} {ranges}");
+
+    let cases: [(&[&str], &str); 4] = [
         (&["--devices", "0"], "--devices 0"),
+        (&["--devices", "2", "--shares", "metis"], "--shares metis"),
         (
             &[
                 "--devices",

@@ -2,7 +2,7 @@
 //! the aggregation kernels.
 //!
 //! Partition `p` holds the contiguous node range [`BlockCsr::range`] (the
-//! planner's `partition_range`). Block `(i, j)` is a CSR over the rows of
+//! planner's `partition_range`, or boundaries given as a [`Split`]). Block `(i, j)` is a CSR over the rows of
 //! partition `i` (destinations) whose columns are sources in partition `j`,
 //! numbered from the partition's first node. Row `v` aggregates over the
 //! edges `u -> v`.
@@ -22,6 +22,73 @@ use rayon::prelude::*;
 
 use crate::csr::Csr;
 use crate::Result;
+
+/// How the vertices are cut into partitions of contiguous ranges.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Split {
+    /// The planner's equal ranges (`partition_range`).
+    Equal { nodes: u64, partitions: u32 },
+    /// Partition `p` is `starts[p]..starts[p + 1]`: `starts` begins at 0,
+    /// never decreases and ends at the node count.
+    Starts(Vec<u64>),
+}
+
+impl Split {
+    /// Boundaries `starts`, checked (`what` names them in errors).
+    pub fn starts(starts: Vec<u64>, what: &str) -> Result<Split> {
+        let bad = |why: String| crate::Error::invalid(std::path::Path::new(what), "starts", why);
+        if starts.len() < 2 || starts.len() - 1 > MAX_PARTITIONS as usize {
+            return Err(bad(format!(
+                "{} boundaries: expected 2 to {}",
+                starts.len(),
+                MAX_PARTITIONS + 1
+            )));
+        }
+        if starts[0] != 0 {
+            return Err(bad(format!("the first is {}, not 0", starts[0])));
+        }
+        if let Some(w) = starts.windows(2).position(|w| w[1] < w[0]) {
+            return Err(bad(format!(
+                "boundary {} ({}) is below boundary {w} ({})",
+                w + 1,
+                starts[w + 1],
+                starts[w]
+            )));
+        }
+        Ok(Split::Starts(starts))
+    }
+
+    pub fn nodes(&self) -> u64 {
+        match self {
+            Split::Equal { nodes, .. } => *nodes,
+            Split::Starts(s) => *s.last().expect("checked: at least two"),
+        }
+    }
+
+    pub fn partitions(&self) -> u32 {
+        match self {
+            Split::Equal { partitions, .. } => *partitions,
+            Split::Starts(s) => (s.len() - 1) as u32,
+        }
+    }
+
+    /// Node range `[start, end)` of partition `p`.
+    pub fn range(&self, p: u32) -> (u64, u64) {
+        match self {
+            Split::Equal { nodes, partitions } => partition_range(*nodes, *partitions, p),
+            Split::Starts(s) => (s[p as usize], s[p as usize + 1]),
+        }
+    }
+
+    /// The partition holding vertex `v` (of empty partitions that start
+    /// where it is, the one that holds it).
+    pub fn of(&self, v: u64) -> u32 {
+        match self {
+            Split::Equal { nodes, partitions } => partition_of(*nodes, *partitions, v),
+            Split::Starts(s) => (s.partition_point(|&start| start <= v) - 1) as u32,
+        }
+    }
+}
 
 /// How edge weights are computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +155,7 @@ pub struct BlockCsr {
     pub nodes: u64,
     pub partitions: u32,
     pub normalization: Normalization,
+    split: Split,
     /// Block `(i, j)` at `i * partitions + j`; `None` where the planner has
     /// no `adj[i,j]`.
     blocks: Vec<Option<CsrBlock>>,
@@ -100,6 +168,23 @@ impl BlockCsr {
         // Validates the partition count with the planner's rules.
         fateplan_planner::blocks::BlockCounts::from_edges(csr.nodes, &[], &[], partitions)?;
         debug_assert!(partitions <= MAX_PARTITIONS);
+        let split = Split::Equal {
+            nodes: csr.nodes,
+            partitions,
+        };
+        Self::build_split(csr, split, normalization)
+    }
+
+    /// [`BlockCsr::build`] over the partitions of `split`.
+    pub fn build_split(csr: &Csr, split: Split, normalization: Normalization) -> Result<BlockCsr> {
+        if split.nodes() != csr.nodes {
+            return Err(crate::Error::invalid(
+                std::path::Path::new("split"),
+                "nodes",
+                format!("{} split for a graph of {}", split.nodes(), csr.nodes),
+            ));
+        }
+        let partitions = split.partitions();
         let nodes = csr.nodes;
         let loops = normalization.self_loops();
         let degree = |v: u64| csr.in_degree(v) + u64::from(loops);
@@ -114,12 +199,12 @@ impl BlockCsr {
         let rows_of: Vec<Vec<Option<CsrBlock>>> = (0..partitions)
             .into_par_iter()
             .map(|i| {
-                let (first, end) = partition_range(nodes, partitions, i);
+                let (first, end) = split.range(i);
                 // Entries per source partition, to size the blocks.
                 let mut counts = vec![0u64; p];
                 for v in first..end {
                     for &u in csr.row(v) {
-                        counts[partition_of(nodes, partitions, u as u64) as usize] += 1;
+                        counts[split.of(u as u64) as usize] += 1;
                     }
                 }
                 if loops {
@@ -140,9 +225,7 @@ impl BlockCsr {
                         })
                     })
                     .collect();
-                let starts: Vec<u64> = (0..partitions)
-                    .map(|j| partition_range(nodes, partitions, j).0)
-                    .collect();
+                let starts: Vec<u64> = (0..partitions).map(|j| split.range(j).0).collect();
                 let existing: Vec<usize> = (0..p).filter(|&j| blocks[j].is_some()).collect();
                 for v in first..end {
                     let weight = |u: u64| -> f32 {
@@ -156,7 +239,7 @@ impl BlockCsr {
                         }
                     };
                     let mut push = |u: u64| {
-                        let j = partition_of(nodes, partitions, u) as usize;
+                        let j = split.of(u) as usize;
                         let block = blocks[j].as_mut().expect("counted block exists");
                         block.columns.push((u - starts[j]) as u32);
                         block.weights.push(weight(u));
@@ -185,13 +268,14 @@ impl BlockCsr {
             nodes,
             partitions,
             normalization,
+            split,
             blocks: rows_of.into_iter().flatten().collect(),
         })
     }
 
     /// Node range `[start, end)` of partition `p`.
     pub fn range(&self, p: u32) -> (u64, u64) {
-        partition_range(self.nodes, self.partitions, p)
+        self.split.range(p)
     }
 
     /// Block (dst partition `i`, src partition `j`), if the planner has one.

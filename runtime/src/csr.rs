@@ -26,7 +26,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use fateplan_planner::blocks::{partition_of, BlockCounts};
+use fateplan_planner::blocks::BlockCounts;
 use memmap2::Mmap;
 use rayon::prelude::*;
 
@@ -175,12 +175,29 @@ impl Csr {
     /// Edge counts per block of a `partitions`-way vertex-range partition:
     /// the planner's [`BlockCounts::from_edges`] without the edge list.
     pub fn block_counts(&self, partitions: u32) -> Result<BlockCounts> {
+        self.block_counts_split(&crate::blockcsr::Split::Equal {
+            nodes: self.nodes,
+            partitions,
+        })
+    }
+
+    /// [`Csr::block_counts`] over the partitions of `split` (its node
+    /// count must be this graph's).
+    pub fn block_counts_split(&self, split: &crate::blockcsr::Split) -> Result<BlockCounts> {
+        let partitions = split.partitions();
         let mut counts = BlockCounts::from_edges(self.nodes, &[], &[], partitions)?;
+        if split.nodes() != self.nodes {
+            return Err(Error::invalid(
+                Path::new("split"),
+                "nodes",
+                format!("{} split for a graph of {}", split.nodes(), self.nodes),
+            ));
+        }
         let p = partitions as usize;
         for v in 0..self.nodes {
-            let i = partition_of(self.nodes, partitions, v) as usize;
+            let i = split.of(v) as usize;
             for &u in self.row(v) {
-                let j = partition_of(self.nodes, partitions, u as u64) as usize;
+                let j = split.of(u as u64) as usize;
                 counts.edges[i * p + j] += 1;
             }
         }

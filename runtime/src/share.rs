@@ -23,12 +23,13 @@ use fateplan_planner::blocks::BlockCounts;
 use fateplan_planner::gnn::GnnModel;
 use fateplan_planner::workload::Workload;
 
-use crate::blockcsr::{BlockCsr, CsrBlock, Normalization};
+use crate::blockcsr::{BlockCsr, CsrBlock, Normalization, Split};
 use crate::csr::Csr;
 use crate::dataset::Dataset;
 use crate::exec::data::BlockData;
 use crate::gnn::{GraphInput, Hyper};
 use crate::Error;
+use fateplan_planner::blocks::partition_range;
 
 /// One device's halo: what it receives and what it sends.
 #[derive(Debug, Clone, Default)]
@@ -68,9 +69,35 @@ pub struct DeviceShare {
     pub halo: HaloInput,
 }
 
+/// How the vertices are shared out to the devices.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShareMethod {
+    /// Device `d` owns the `d`-th of K equal ranges of vertex ids.
+    #[default]
+    Ranges,
+    /// The min-cut partitioner ([`crate::partition`], in-edges balanced
+    /// within its default tolerance, seed 1) picks each device's vertices;
+    /// they are renumbered so each device's are contiguous (in their old
+    /// order), and each device's vertices are cut into P equal ranges.
+    /// The dropout masks, keyed by vertex number, follow the new numbers.
+    Mincut,
+}
+
+impl ShareMethod {
+    pub fn parse(name: &str) -> Option<ShareMethod> {
+        match name {
+            "ranges" => Some(ShareMethod::Ranges),
+            "mincut" => Some(ShareMethod::Mincut),
+            _ => None,
+        }
+    }
+}
+
 /// What [`prepare_shared`] measured.
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
 pub struct ShareStats {
+    pub method: ShareMethod,
     /// Halo rows of the device with the most (the largest exchange in).
     pub halo_rows_max: u64,
     /// Halo rows over all devices.
@@ -95,6 +122,7 @@ pub fn prepare_shared(
     hyper: &Hyper,
     devices: u32,
     partitions: u32,
+    method: ShareMethod,
 ) -> Result<SharedPrepared, Error> {
     if devices == 0 {
         return Err(Error::invalid(
@@ -118,9 +146,22 @@ pub fn prepare_shared(
             format!("{devices} devices × {partitions} partitions overflows"),
         )
     })?;
+    let (dataset, split) = match method {
+        ShareMethod::Ranges => {
+            let nodes = dataset.nodes;
+            (
+                dataset,
+                Split::Equal {
+                    nodes,
+                    partitions: all,
+                },
+            )
+        }
+        ShareMethod::Mincut => mincut_order(dataset, devices, partitions)?,
+    };
     let csr = Csr::from_edges(dataset.nodes, &dataset.src, &dataset.dst)?;
-    let counts = csr.block_counts(all)?;
-    let blocks = BlockCsr::build(&csr, all, Normalization::for_model(hyper.model))?;
+    let counts = csr.block_counts_split(&split)?;
+    let blocks = BlockCsr::build_split(&csr, split, Normalization::for_model(hyper.model))?;
     let starts: Vec<u64> = (0..all)
         .map(|g| blocks.range(g).0)
         .chain([dataset.nodes])
@@ -150,6 +191,7 @@ pub fn prepare_shared(
     }
 
     let mut stats = ShareStats {
+        method,
         edges: counts.total_edges(),
         ..ShareStats::default()
     };
@@ -257,6 +299,71 @@ pub fn prepare_shared(
         devices: devices_out,
         stats,
     })
+}
+
+/// `dataset` renumbered so that each device's vertices (min-cut
+/// partitioning onto `devices`) are contiguous, in rank order and in
+/// their old order within a device; and each device's vertices cut into
+/// `partitions` equal ranges.
+fn mincut_order(
+    mut dataset: Dataset,
+    devices: u32,
+    partitions: u32,
+) -> Result<(Dataset, Split), Error> {
+    let n = dataset.nodes as usize;
+    let owner = crate::partition::Partitioning::mincut(
+        dataset.nodes,
+        &dataset.src,
+        &dataset.dst,
+        devices,
+        &crate::partition::PartitionOptions::default(),
+    )?
+    .owner;
+    let k = devices as usize;
+    let mut count = vec![0u64; k];
+    for &o in &owner {
+        count[o as usize] += 1;
+    }
+    let mut next: Vec<u64> = count
+        .iter()
+        .scan(0, |at, &c| {
+            let first = *at;
+            *at += c;
+            Some(first)
+        })
+        .collect();
+    let mut starts = Vec::with_capacity(k * partitions as usize + 1);
+    for (d, &c) in count.iter().enumerate() {
+        for q in 0..partitions {
+            starts.push(next[d] + partition_range(c, partitions, q).0);
+        }
+    }
+    starts.push(dataset.nodes);
+    // new[v]: vertex v's new number; old[w]: the vertex numbered w.
+    let mut new = vec![0u64; n];
+    let mut old = vec![0usize; n];
+    for (v, &o) in owner.iter().enumerate() {
+        let w = next[o as usize];
+        next[o as usize] += 1;
+        new[v] = w;
+        old[w as usize] = v;
+    }
+    let f = dataset.features as usize;
+    let mut x = Vec::with_capacity(dataset.x.len());
+    for &v in &old {
+        x.extend_from_slice(&dataset.x[v * f..(v + 1) * f]);
+    }
+    dataset.x = x;
+    let permute = |values: &[bool]| old.iter().map(|&v| values[v]).collect::<Vec<_>>();
+    dataset.train_mask = permute(&dataset.train_mask);
+    dataset.val_mask = permute(&dataset.val_mask);
+    dataset.test_mask = permute(&dataset.test_mask);
+    dataset.y = old.iter().map(|&v| dataset.y[v]).collect();
+    for v in dataset.src.iter_mut().chain(dataset.dst.iter_mut()) {
+        *v = new[*v as usize];
+    }
+    let split = Split::starts(starts, &dataset.name)?;
+    Ok((dataset, split))
 }
 
 /// The halo block of `rows` destination rows from the blocks of the other
