@@ -427,4 +427,46 @@ mod tests {
         assert!(BlockCsr::build(&csr, 5, Normalization::Mean).is_err());
         assert!(BlockCsr::build(&csr, 0, Normalization::Mean).is_err());
     }
+
+    #[test]
+    fn given_boundaries_cut_the_same_graph() {
+        let csr = Csr::from_edges(5, &SRC, &DST).unwrap();
+        // The equal split's boundaries give the equal split's blocks.
+        let equal = BlockCsr::build(&csr, 2, Normalization::GcnSym).unwrap();
+        let starts = vec![0, equal.range(0).1, 5];
+        let given = BlockCsr::build_split(
+            &csr,
+            Split::starts(starts, "t").unwrap(),
+            Normalization::GcnSym,
+        )
+        .unwrap();
+        assert_eq!(
+            equal.blocks().collect::<Vec<_>>(),
+            given.blocks().collect::<Vec<_>>()
+        );
+        // Uneven and empty partitions: the same matrix.
+        let split = Split::starts(vec![0, 1, 1, 5], "t").unwrap();
+        assert_eq!((split.of(0), split.of(1), split.of(4)), (0, 2, 2));
+        let uneven = BlockCsr::build_split(&csr, split, Normalization::GcnSym).unwrap();
+        assert_eq!(uneven.range(1), (1, 1));
+        assert_eq!(dense_from_blocks(&uneven), dense_from_blocks(&equal));
+        assert_eq!(
+            csr.block_counts_split(&Split::starts(vec![0, 1, 1, 5], "t").unwrap())
+                .unwrap()
+                .total_edges(),
+            SRC.len() as u64
+        );
+        // Bad boundaries are named.
+        for (starts, needle) in [
+            (vec![0], "1 boundaries"),
+            (vec![1, 5], "the first is 1"),
+            (vec![0, 3, 2, 5], "boundary 2 (2) is below boundary 1 (3)"),
+        ] {
+            let e = Split::starts(starts, "t").unwrap_err().to_string();
+            assert!(e.contains(needle), "{e}");
+        }
+        let short = Split::starts(vec![0, 2, 4], "t").unwrap();
+        let e = BlockCsr::build_split(&csr, short, Normalization::Mean).unwrap_err();
+        assert!(e.to_string().contains("4 split for a graph of 5"), "{e}");
+    }
 }
