@@ -97,13 +97,23 @@ pub fn launch(
             budgets,
             ssd_bytes,
         };
-        let mut child = Command::new(&exe)
+        let spawned = Command::new(&exe)
             .arg("member")
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("starting member {rank} ({})", exe.display()))?;
+            .spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                // Those started see the hub close.
+                drop(hub);
+                stop_all(&mut members);
+                return Err(
+                    anyhow!(e).context(format!("starting member {rank} ({})", exe.display()))
+                );
+            }
+        };
         let stderr = child.stderr.take().map(|mut pipe| {
             std::thread::spawn(move || {
                 let mut text = String::new();
@@ -118,12 +128,12 @@ pub fn launch(
             .take()
             .ok_or_else(|| anyhow!("member {rank}'s standard input"))
             .and_then(|mut stdin| {
-                serde_json::to_writer(&mut stdin, &job)?;
-                stdin.flush()?;
+                stdin.write_all(&serde_json::to_vec(&job)?)?;
                 Ok(())
             });
         members.push(started);
         if let Err(e) = sent {
+            drop(hub);
             stop_all(&mut members);
             return Err(e.context(format!("giving member {rank} its job")));
         }
@@ -142,23 +152,31 @@ pub fn launch(
     let results = match served {
         Ok(results) => results,
         Err(e) => {
-            stop_all(&mut members);
-            // A member killed by a signal could not say why it stopped.
-            let killed: Vec<String> = members
-                .iter_mut()
-                .enumerate()
-                .filter_map(|(rank, m)| {
-                    use std::os::unix::process::ExitStatusExt;
-                    let signal = m.child.try_wait().ok().flatten()?.signal()?;
-                    Some(format!(
+            let ended = stop_all(&mut members);
+            // A member killed by a signal could not say why it stopped,
+            // and one that panicked said it on its standard error only.
+            let mut said = Vec::new();
+            for (rank, m) in members.iter_mut().enumerate() {
+                use std::os::unix::process::ExitStatusExt;
+                let signal = m.child.try_wait().ok().flatten().and_then(|s| s.signal());
+                match signal {
+                    Some(_) if ended.contains(&rank) => said.push(format!(
+                        "member {rank} was ended by the launcher after the group stopped"
+                    )),
+                    Some(signal) => said.push(format!(
                         "member {rank}'s process was killed by signal {signal}"
-                    ))
-                })
-                .collect();
-            if killed.is_empty() {
+                    )),
+                    None => {}
+                }
+                let stderr = m.stderr();
+                if let Some(panic) = stderr.lines().find(|l| l.contains("panicked")) {
+                    said.push(format!("member {rank}: {}", panic.trim()));
+                }
+            }
+            if said.is_empty() {
                 return Err(e.into());
             }
-            return Err(anyhow!(e).context(killed.join("; ")));
+            return Err(anyhow!(e).context(said.join("; ")));
         }
     };
     for (rank, member) in members.iter_mut().enumerate() {
@@ -194,9 +212,11 @@ pub fn launch(
 
 /// Ends members that are still running after the group failed: the hub
 /// told those it could; the others are killed after a grace period.
-fn stop_all(members: &mut [Started]) {
+/// Returns the ranks it killed.
+fn stop_all(members: &mut [Started]) -> Vec<usize> {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    for member in members.iter_mut() {
+    let mut killed = Vec::new();
+    for (rank, member) in members.iter_mut().enumerate() {
         loop {
             match member.child.try_wait() {
                 Ok(Some(_)) | Err(_) => break,
@@ -206,11 +226,13 @@ fn stop_all(members: &mut [Started]) {
                 Ok(None) => {
                     let _ = member.child.kill();
                     let _ = member.child.wait();
+                    killed.push(rank);
                     break;
                 }
             }
         }
     }
+    killed
 }
 
 /// `fateplan member`: one device's process, started by `launch`.

@@ -377,8 +377,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 let estimate = halo.rows(args.devices, args.partitions).0;
                 halo.scale = s.stats.halo_rows_max as f64 / estimate.max(1.0);
                 halo.source = format!(
-                    "measured: {} vertex ranges, largest halo {} rows",
-                    args.devices, s.stats.halo_rows_max
+                    "measured: {} devices' {} shares, largest halo {} rows",
+                    args.devices, args.shares, s.stats.halo_rows_max
                 );
                 options.gpus = args.devices;
                 options.multi = Some(MultiGpu { halo, forced: None });
@@ -470,6 +470,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         Prepared::Shared(shares) if args.processes => {
             drop(shares.devices);
             bar.finish_and_clear();
+            // A plan for another run is refused before K processes
+            // prepare the graph to find out.
+            train::check_shared_plan(&plan, &shares.workload)?;
             let ssd_bytes = run.budgets.unwrap_or(plan.budgets).ssd_bytes;
             let launched = crate::members::launch(args, &plan, run.budgets, ssd_bytes)?;
             epochs = launched.epochs;

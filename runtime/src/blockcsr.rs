@@ -28,10 +28,15 @@ use crate::Result;
 pub enum Split {
     /// The planner's equal ranges (`partition_range`).
     Equal { nodes: u64, partitions: u32 },
-    /// Partition `p` is `starts[p]..starts[p + 1]`: `starts` begins at 0,
-    /// never decreases and ends at the node count.
-    Starts(Vec<u64>),
+    /// Partition `p` is `starts[p]..starts[p + 1]`: made by
+    /// [`Split::starts`], which checks them.
+    Starts(Boundaries),
 }
+
+/// Partition boundaries that begin at 0, never decrease and end at the
+/// node count ([`Split::starts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Boundaries(Vec<u64>);
 
 impl Split {
     /// Boundaries `starts`, checked (`what` names them in errors).
@@ -55,20 +60,20 @@ impl Split {
                 starts[w]
             )));
         }
-        Ok(Split::Starts(starts))
+        Ok(Split::Starts(Boundaries(starts)))
     }
 
     pub fn nodes(&self) -> u64 {
         match self {
             Split::Equal { nodes, .. } => *nodes,
-            Split::Starts(s) => *s.last().expect("checked: at least two"),
+            Split::Starts(s) => *s.0.last().expect("checked: at least two"),
         }
     }
 
     pub fn partitions(&self) -> u32 {
         match self {
             Split::Equal { partitions, .. } => *partitions,
-            Split::Starts(s) => (s.len() - 1) as u32,
+            Split::Starts(s) => (s.0.len() - 1) as u32,
         }
     }
 
@@ -76,7 +81,7 @@ impl Split {
     pub fn range(&self, p: u32) -> (u64, u64) {
         match self {
             Split::Equal { nodes, partitions } => partition_range(*nodes, *partitions, p),
-            Split::Starts(s) => (s[p as usize], s[p as usize + 1]),
+            Split::Starts(s) => (s.0[p as usize], s.0[p as usize + 1]),
         }
     }
 
@@ -85,7 +90,7 @@ impl Split {
     pub fn of(&self, v: u64) -> u32 {
         match self {
             Split::Equal { nodes, partitions } => partition_of(*nodes, *partitions, v),
-            Split::Starts(s) => (s.partition_point(|&start| start <= v) - 1) as u32,
+            Split::Starts(s) => (s.0.partition_point(|&start| start <= v) - 1) as u32,
         }
     }
 }
@@ -185,6 +190,13 @@ impl BlockCsr {
             ));
         }
         let partitions = split.partitions();
+        if partitions == 0 {
+            return Err(crate::Error::invalid(
+                std::path::Path::new("split"),
+                "partitions",
+                "0: expected at least 1",
+            ));
+        }
         let nodes = csr.nodes;
         let loops = normalization.self_loops();
         let degree = |v: u64| csr.in_degree(v) + u64::from(loops);

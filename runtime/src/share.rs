@@ -1,9 +1,11 @@
 //! A graph shared out to the devices of a multi-device run.
 //!
 //! The vertices are split into `devices × partitions` ranges of the whole
-//! graph (the single-device split, [`crate::blockcsr::BlockCsr`], with the
-//! same normalisation over the whole graph's degrees); device `d` owns
-//! ranges `d·P .. (d+1)·P`, its P partitions. Per device:
+//! graph, with the same normalisation over the whole graph's degrees;
+//! device `d` owns ranges `d·P .. (d+1)·P`, its P partitions. The ranges
+//! are the single-device split ([`ShareMethod::Ranges`]), or each
+//! device's min-cut vertices, renumbered contiguous, cut into P equal
+//! ranges ([`ShareMethod::Mincut`]). Per device:
 //!
 //! - its **own** rows (features, labels, masks) and the blocks between its
 //!   own partitions, as a single-device [`GraphInput`];
@@ -332,6 +334,17 @@ fn mincut_order(
             Some(first)
         })
         .collect();
+    if let Some(d) = count.iter().position(|&c| c < partitions as u64) {
+        return Err(Error::invalid(
+            std::path::Path::new(&dataset.name),
+            "partitions",
+            format!(
+                "{partitions} per device, but the min-cut shares give device {d} {} vertices: \
+                 use fewer partitions, or --shares ranges",
+                count[d]
+            ),
+        ));
+    }
     let mut starts = Vec::with_capacity(k * partitions as usize + 1);
     for (d, &c) in count.iter().enumerate() {
         for q in 0..partitions {

@@ -281,18 +281,37 @@ impl Hub {
             for link in &mut links[..read] {
                 link.stop(&why);
             }
-            drain(&mut links[read..], &why);
+            drain(links.split_off(read), &why);
             return Err(ExecError::Exchange(format!("the group stopped: {why}")));
         }
     }
 
+    /// Accepts every member; on failure, tells those that joined why.
     fn accept(
         &self,
         join_timeout: Duration,
         alive: &mut dyn FnMut() -> Result<(), String>,
     ) -> Result<Vec<Link>, ExecError> {
+        let mut slots: Vec<Option<Link>> = (0..self.size).map(|_| None).collect();
+        match self.accept_into(&mut slots, join_timeout, alive) {
+            Ok(()) => Ok(slots.into_iter().flatten().collect()),
+            Err(e) => {
+                let why = e.to_string();
+                for link in slots.iter_mut().flatten() {
+                    link.stop(&why);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn accept_into(
+        &self,
+        slots: &mut [Option<Link>],
+        join_timeout: Duration,
+        alive: &mut dyn FnMut() -> Result<(), String>,
+    ) -> Result<(), ExecError> {
         let size = self.size;
-        let mut slots: Vec<Option<Link>> = (0..size).map(|_| None).collect();
         self.listener
             .set_nonblocking(true)
             .map_err(|e| io_error("the hub's listener", e))?;
@@ -330,7 +349,7 @@ impl Hub {
                 Err(e) => return Err(io_error("accepting a member", e)),
             }
         }
-        Ok(slots.into_iter().flatten().collect())
+        Ok(())
     }
 }
 
@@ -487,19 +506,19 @@ fn add_in_rank_order<T: Wire>(parts: Vec<Vec<T>>) -> Result<Vec<T>, String> {
 }
 
 /// Answers every later call of these members with `why`, until each has
-/// failed, left or closed its connection (a thread per member: they stop
-/// at their own pace).
-fn drain(links: &mut [Link], why: &str) {
-    std::thread::scope(|scope| {
-        for link in links.iter_mut() {
-            scope.spawn(move || loop {
-                match Call::read(&mut link.reader) {
-                    Ok(Call::Failed(_)) | Ok(Call::Done(_)) | Err(_) => break,
-                    Ok(_) => link.stop(why),
-                }
-            });
-        }
-    });
+/// failed, left or closed its connection: a detached thread per member,
+/// so the hub reports the failure at once while they stop at their own
+/// pace (a launcher ends those that take too long).
+fn drain(links: Vec<Link>, why: &str) {
+    for mut link in links {
+        let why = why.to_string();
+        std::thread::spawn(move || loop {
+            match Call::read(&mut link.reader) {
+                Ok(Call::Failed(_)) | Ok(Call::Done(_)) | Err(_) => break,
+                Ok(_) => link.stop(&why),
+            }
+        });
+    }
 }
 
 /// A member of a group of processes, joined through a [`Hub`].
@@ -1004,6 +1023,26 @@ mod tests {
             "{hub}"
         );
         assert!(TcpMember::join(addr, 2, 2, Duration::from_secs(1)).is_err());
+        // A rank outside the group, said to the hub itself; the member
+        // that joined first is told why the group failed.
+        let hub = Hub::bind("127.0.0.1:0", 2).unwrap();
+        let addr = hub.local_addr().unwrap();
+        let served = std::thread::spawn(move || hub.serve(Duration::from_secs(20), &mut || Ok(())));
+        let hello = |rank: u64| {
+            let mut raw = TcpStream::connect(addr).unwrap();
+            raw.write_all(&[HELLO]).unwrap();
+            raw.write_all(&rank.to_le_bytes()).unwrap();
+            raw.write_all(&2u64.to_le_bytes()).unwrap();
+            raw
+        };
+        // Accepted in the order they connect.
+        let mut first = hello(0);
+        let _outside = hello(2);
+        let hub = served.join().unwrap().unwrap_err().to_string();
+        assert!(hub.contains("rank 2 in a group of 2"), "{hub}");
+        assert_eq!(read_u8(&mut first).unwrap(), STOPPED);
+        let why = String::from_utf8(read_text(&mut first).unwrap()).unwrap();
+        assert!(why.contains("rank 2 in a group of 2"), "{why}");
 
         // A shared handle is a member.
         let (served, members) = group(1);
