@@ -447,41 +447,34 @@ fn answer(links: &mut [Link], calls: Vec<Call>) -> Result<Option<Vec<Vec<u8>>>, 
                 });
             }
         }
-        Call::SumF32(_) => {
-            let parts = calls
-                .into_iter()
-                .map(|c| match c {
-                    Call::SumF32(v) => v,
-                    _ => unreachable!("same kind"),
-                })
-                .collect();
-            let sum = add_in_rank_order(parts)?;
-            for link in links.iter_mut() {
-                link.send(|w| {
-                    w.write_all(&[SUM_F32])?;
-                    write_vec(w, &sum)
-                });
-            }
-        }
-        Call::SumF64(_) => {
-            let parts = calls
-                .into_iter()
-                .map(|c| match c {
-                    Call::SumF64(v) => v,
-                    _ => unreachable!("same kind"),
-                })
-                .collect();
-            let sum = add_in_rank_order(parts)?;
-            for link in links.iter_mut() {
-                link.send(|w| {
-                    w.write_all(&[SUM_F64])?;
-                    write_vec(w, &sum)
-                });
-            }
-        }
+        Call::SumF32(_) => answer_sum(links, SUM_F32, calls, |c| match c {
+            Call::SumF32(v) => v,
+            _ => unreachable!("same kind"),
+        })?,
+        Call::SumF64(_) => answer_sum(links, SUM_F64, calls, |c| match c {
+            Call::SumF64(v) => v,
+            _ => unreachable!("same kind"),
+        })?,
         Call::Failed(_) | Call::Done(_) => unreachable!("handled above"),
     }
     Ok(None)
+}
+
+/// Answers a round of sums (`values` takes each call's) with their sum.
+fn answer_sum<T: Wire>(
+    links: &mut [Link],
+    tag: u8,
+    calls: Vec<Call>,
+    values: fn(Call) -> Vec<T>,
+) -> Result<(), String> {
+    let sum = add_in_rank_order(calls.into_iter().map(values).collect())?;
+    for link in links.iter_mut() {
+        link.send(|w| {
+            w.write_all(&[tag])?;
+            write_vec(w, &sum)
+        });
+    }
+    Ok(())
 }
 
 /// The members' values added in rank order, as [`super::LocalGroup`] adds
