@@ -97,8 +97,8 @@ pub struct TrainArgs {
     /// min-cut partitioner picks each device's vertices, which are then
     /// renumbered, so the dropout masks differ from one device's) or
     /// `ranges` (equal ranges of vertex numbers: one device's masks).
-    #[arg(long, default_value = "mincut")]
-    pub(crate) shares: String,
+    #[arg(long)]
+    pub(crate) shares: Option<String>,
 
     /// Keep the features as they are (default: rows normalised to sum 1).
     #[arg(long)]
@@ -234,10 +234,11 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
     Ok(hyper)
 }
 
-/// How --shares shares the vertices out.
+/// How --shares shares the vertices out (default mincut).
 pub(crate) fn share_method(args: &TrainArgs) -> Result<fateplan::runtime::share::ShareMethod> {
-    fateplan::runtime::share::ShareMethod::parse(&args.shares)
-        .ok_or_else(|| anyhow::anyhow!("--shares {}: expected mincut or ranges", args.shares))
+    let name = args.shares.as_deref().unwrap_or("mincut");
+    fateplan::runtime::share::ShareMethod::parse(name)
+        .ok_or_else(|| anyhow::anyhow!("--shares {name}: expected mincut or ranges"))
 }
 
 /// The graph the arguments name, its features normalised unless
@@ -270,6 +271,12 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     }
     let share_method = share_method(args)?;
 
+    if args.shares.is_some() && !shared {
+        bail!(
+            "--shares: sharing vertices out applies with --devices above 1 (--devices {})",
+            args.devices
+        );
+    }
     if args.processes && !shared {
         bail!(
             "--processes: each device a process applies with --devices above 1 (--devices {})",
@@ -378,7 +385,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 halo.scale = s.stats.halo_rows_max as f64 / estimate.max(1.0);
                 halo.source = format!(
                     "measured: {} devices' {} shares, largest halo {} rows",
-                    args.devices, args.shares, s.stats.halo_rows_max
+                    args.devices,
+                    share_method.name(),
+                    s.stats.halo_rows_max
                 );
                 options.gpus = args.devices;
                 options.multi = Some(MultiGpu { halo, forced: None });
@@ -469,6 +478,11 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         }
         Prepared::Shared(shares) if args.processes => {
             drop(shares.devices);
+            // The members report at the end, not per epoch.
+            bar.println(format!(
+                "training on {} member processes ({} epochs)",
+                args.devices, args.epochs
+            ));
             bar.finish_and_clear();
             // A plan for another run is refused before K processes
             // prepare the graph to find out.
@@ -568,7 +582,11 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             out,
             "shares    {} of {} edges cross devices; halo rows {} in all, {} at most on one \
              device ({} shares)",
-            s.halo_edges, s.edges, s.halo_rows_total, s.halo_rows_max, args.shares
+            s.halo_edges,
+            s.edges,
+            s.halo_rows_total,
+            s.halo_rows_max,
+            s.method.name()
         )?;
         writeln!(
             out,

@@ -543,9 +543,10 @@ fn several_devices_train_the_same_model_and_report_their_exchanges() {
     let halo = |run: &serde_json::Value| run["shares"]["halo_rows_total"].as_u64().unwrap();
     assert!(halo(&mincut) < halo(&ranges), "{mincut} {ranges}");
 
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (&["--devices", "0"], "--devices 0"),
         (&["--devices", "2", "--shares", "metis"], "--shares metis"),
+        (&["--shares", "ranges"], "--devices above 1 (--devices 1)"),
         (
             &[
                 "--devices",

@@ -87,6 +87,13 @@ pub enum ShareMethod {
 }
 
 impl ShareMethod {
+    pub fn name(self) -> &'static str {
+        match self {
+            ShareMethod::Ranges => "ranges",
+            ShareMethod::Mincut => "mincut",
+        }
+    }
+
     pub fn parse(name: &str) -> Option<ShareMethod> {
         match name {
             "ranges" => Some(ShareMethod::Ranges),
