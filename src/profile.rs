@@ -189,6 +189,9 @@ fn summary(out: &mut dyn Write, p: &Profile) -> Result<()> {
     let attention = d
         .attention_bytes_per_s
         .map_or(String::new(), |a| format!(", attention {}", rate(a)));
+    let attention = d.edge_softmax_bytes_per_s.map_or(attention.clone(), |a| {
+        format!("{attention}, edge softmax {}", rate(a))
+    });
     writeln!(
         out,
         "device    {} arena, element-wise {}{math}, GEMM {:.1} GFLOP/s{shapes}, SpMM \

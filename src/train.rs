@@ -648,7 +648,12 @@ fn compare_simulated(
     };
     let simulated = simulate(plan, &plan.profile, &SimOptions { seed: 0 })
         .context("simulating the plan for --compare-simulated")?;
-    Ok(compare(&measured, &simulated))
+    Ok(compare(
+        &measured,
+        &simulated,
+        &plan.workload.definition.ops,
+        &plan.profile.device,
+    ))
 }
 
 fn ratio(pair: &Pair) -> String {
@@ -704,6 +709,22 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, epochs: u32) -> Result<
             out,
             "          the simulator found {} violation(s) in the plan",
             c.simulated_violations
+        )?;
+    }
+    writeln!(
+        out,
+        "          {:<16} {:>6} {:>12} {:>12} {:>9}   (one iteration; the model alone, no contention)",
+        "operators", "runs", "measured", "model", "ratio"
+    )?;
+    for op in &c.operators {
+        writeln!(
+            out,
+            "          {:<16} {:>6} {:>12} {:>12} {:>9}",
+            op.name,
+            op.count,
+            format_seconds(op.seconds.measured),
+            format_seconds(op.seconds.simulated),
+            ratio(&op.seconds)
         )?;
     }
     Ok(())

@@ -7,6 +7,8 @@ use rayon::prelude::*;
 
 use crate::dropout::{Dropout, Mask};
 use crate::isa::Isa;
+use crate::math::{exp_nonpositive, expm1_nonpositive};
+
 use crate::{check_len, rows_of, Result, ROW_CHUNK};
 
 /// ELU's `alpha`.
@@ -30,21 +32,25 @@ fn relu_grad(z: f32) -> f32 {
     }
 }
 
+/// Both sides are computed and one is selected, so that a loop over it
+/// vectorises; NaN stays NaN.
 #[inline(always)]
 fn elu(z: f32) -> f32 {
+    let e = ELU_ALPHA * expm1_nonpositive(if z > 0.0 { 0.0 } else { z });
     if z > 0.0 {
         z
     } else {
-        ELU_ALPHA * z.exp_m1()
+        e
     }
 }
 
 #[inline(always)]
 fn elu_grad(z: f32) -> f32 {
+    let e = ELU_ALPHA * exp_nonpositive(if z > 0.0 { 0.0 } else { z });
     if z > 0.0 {
         1.0
     } else {
-        ELU_ALPHA * z.exp()
+        e
     }
 }
 
@@ -146,6 +152,61 @@ pub fn dropout_in_place(x: &mut [f32], width: usize, row0: u64, dropout: &Dropou
     Ok(())
 }
 
+/// `out[i] = f(z[i], g[i])` (`g` is 0 when absent).
+#[inline(always)]
+fn map<F: Fn(f32, f32) -> f32>(z: &[f32], g: Option<&[f32]>, out: &mut [f32], f: &F) {
+    match g {
+        Some(g) => {
+            for ((o, &z), &g) in out.iter_mut().zip(z).zip(g) {
+                *o = f(z, g);
+            }
+        }
+        None => {
+            for (o, &z) in out.iter_mut().zip(z) {
+                *o = f(z, 0.0);
+            }
+        }
+    }
+}
+
+/// [`map`] built for each instruction set: ELU's exponentials run on
+/// the widest vectors.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    #[target_feature(enable = "avx512f,avx512dq")]
+    pub(super) unsafe fn map_avx512<F: Fn(f32, f32) -> f32>(
+        z: &[f32],
+        g: Option<&[f32]>,
+        out: &mut [f32],
+        f: &F,
+    ) {
+        super::map(z, g, out, f)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn map_avx2<F: Fn(f32, f32) -> f32>(
+        z: &[f32],
+        g: Option<&[f32]>,
+        out: &mut [f32],
+        f: &F,
+    ) {
+        super::map(z, g, out, f)
+    }
+}
+
+/// [`map`] on `isa`.
+fn map_on<F: Fn(f32, f32) -> f32>(isa: Isa, z: &[f32], g: Option<&[f32]>, out: &mut [f32], f: &F) {
+    match isa {
+        Isa::Generic => map(z, g, out, f),
+        // SAFETY: `Isa::Avx512` names an instruction set the CPU has.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::map_avx512(z, g, out, f) },
+        // SAFETY: `Isa::Avx2` names an instruction set the CPU has.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::map_avx2(z, g, out, f) },
+    }
+}
+
 /// `out[i] = f(z[i], g[i]) · mask[i]` (`g` is 0 when absent).
 #[allow(clippy::too_many_arguments)]
 fn map_masked<F>(
@@ -180,19 +241,9 @@ where
         .for_each(|(chunk, part)| {
             let base = chunk * span;
             let zs = &z[base..base + part.len()];
-            match g {
-                Some(g) => {
-                    let gs = &g[base..base + part.len()];
-                    for ((o, &z), &g) in part.iter_mut().zip(zs).zip(gs) {
-                        *o = f(z, g);
-                    }
-                }
-                None => {
-                    for (o, &z) in part.iter_mut().zip(zs) {
-                        *o = f(z, 0.0);
-                    }
-                }
-            }
+            let gs = g.map(|g| &g[base..base + part.len()]);
+            map_on(isa, zs, gs, part, &f);
+
             if let Some(mask) = &mask {
                 let mut scratch = vec![0u64; width.div_ceil(64)];
                 for (k, row) in part.chunks_exact_mut(width).enumerate() {
@@ -202,4 +253,39 @@ where
             }
         });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_instruction_set_gives_the_same_bits() {
+        let z: Vec<f32> = (0..3000)
+            .map(|i| ((i * 7919 % 2000) as f32 - 1000.0) / 97.0)
+            .chain([0.0, -0.0, f32::NAN, f32::NEG_INFINITY, -1e-30])
+            .collect();
+        let g: Vec<f32> = (0..z.len()).map(|i| (i % 13) as f32 - 6.0).collect();
+        // Generic, so that the function is built inside each build.
+        fn run<F: Fn(f32, f32) -> f32>(isa: Isa, z: &[f32], g: Option<&[f32]>, f: F) -> Vec<u32> {
+            let mut out = vec![0.0f32; z.len()];
+            map_on(isa, z, g, &mut out, &f);
+            out.iter().map(|v| v.to_bits()).collect()
+        }
+        let forward = |z: f32, _| elu(z);
+        let backward = |z: f32, g: f32| g * elu_grad(z);
+        let want = (
+            run(Isa::Generic, &z, None, forward),
+            run(Isa::Generic, &z, Some(&g), backward),
+        );
+        assert!(f32::from_bits(want.0[z.len() - 3]).is_nan());
+        for isa in Isa::available() {
+            assert_eq!(run(isa, &z, None, forward), want.0, "elu on {isa:?}");
+            assert_eq!(
+                run(isa, &z, Some(&g), backward),
+                want.1,
+                "elu_grad on {isa:?}"
+            );
+        }
+    }
 }

@@ -60,7 +60,10 @@
 
 use rayon::prelude::*;
 
+use crate::isa::Isa;
+use crate::math::exp_on;
 use crate::sparse::scatter;
+
 use crate::{check_len, ensure, rows_of, BlockRef, Init, Result, Write, REDUCE_ROWS, ROW_CHUNK};
 
 /// LeakyReLU's slope for negative scores.
@@ -242,6 +245,7 @@ pub fn edge_softmax(blocks: &[BlockRef], heads: usize, scores: &mut [&mut [f32]]
             pieces[chunk].push(piece);
         }
     }
+    let isa = Isa::detect();
     pieces
         .into_par_iter()
         .enumerate()
@@ -265,10 +269,16 @@ pub fn edge_softmax(blocks: &[BlockRef], heads: usize, scores: &mut [&mut [f32]]
                     }
                 }
                 for (b, part) in blocks.iter().zip(parts.iter_mut()) {
-                    for s in part[local(b)].chunks_exact_mut(heads) {
-                        for ((x, &m), t) in s.iter_mut().zip(&max).zip(sum.iter_mut()) {
-                            *x = (*x - m).exp();
-                            *t += *x;
+                    let row = &mut part[local(b)];
+                    for s in row.chunks_exact_mut(heads) {
+                        for (x, &m) in s.iter_mut().zip(&max) {
+                            *x -= m;
+                        }
+                    }
+                    exp_on(isa, row);
+                    for s in row.chunks_exact(heads) {
+                        for (t, &x) in sum.iter_mut().zip(s) {
+                            *t += x;
                         }
                     }
                 }

@@ -42,6 +42,8 @@ pub mod dropout;
 pub mod gat;
 mod isa;
 pub mod loss;
+mod math;
+
 pub mod optim;
 pub mod reference;
 pub mod sparse;

@@ -10,6 +10,7 @@
 use rayon::prelude::*;
 
 use crate::isa::Isa;
+use crate::math::exp_nonpositive;
 use crate::{check_len, ensure, Error, Result, REDUCE_ROWS, ROW_CHUNK};
 
 fn check(
@@ -42,45 +43,6 @@ fn check_labels(kernel: &str, classes: usize, labels: &[i64], mask: &[bool]) -> 
             labels[r]
         ))),
         None => Ok(()),
-    }
-}
-
-/// Below this, `e^x` is taken as 0: `e^-87` is near the smallest normal
-/// `f32`, and the terms dropped are under `2^-125` each.
-const EXP_LOW: f32 = -87.0;
-
-/// `e^x` for `x ≤ 0`, within 2 units in the last place, NaN for NaN; 0 below
-/// [`EXP_LOW`]. Written with separate multiplies and adds (no fused
-/// multiply-add) and no calls, so a loop over it vectorises and every
-/// instruction set gives the same bits: `x = n·ln 2 + r` with `|r| ≤ ln 2 /
-/// 2`, `e^r` by its Taylor polynomial to degree 7, times `2^n` built in the
-/// exponent bits.
-#[inline(always)]
-fn exp_nonpositive(x: f32) -> f32 {
-    // Rounds to the nearest integer: adding 1.5 · 2^23 leaves no fraction bits.
-    const ROUND: f32 = 12_582_912.0;
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    let low = x < EXP_LOW;
-    let xc = if low { EXP_LOW } else { x };
-    let t = xc * std::f32::consts::LOG2_E + ROUND;
-    let n = t - ROUND;
-    let r = (xc - n * LN2_HI) - n * LN2_LO;
-    let mut p = 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
-    // `n` is in -126..=0 here: `2^n` is a normal number.
-    let bits = (t.to_bits() as i32 - ROUND.to_bits() as i32 + 127) << 23;
-    let e = p * f32::from_bits(bits as u32);
-    if low {
-        0.0
-    } else {
-        e
     }
 }
 
@@ -410,28 +372,6 @@ pub fn accuracy(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Units in the last place between `got` and the correctly rounded
-    /// `want`.
-    fn ulps(got: f32, want: f64) -> f64 {
-        let w = want as f32;
-        let ulp = (f32::from_bits(w.to_bits() + 1) - w) as f64;
-        (got as f64 - want).abs() / ulp
-    }
-
-    #[test]
-    fn exp_is_within_two_ulps_and_keeps_nan() {
-        let mut worst = 0.0f64;
-        for i in 0..=1_000_000 {
-            let x = -87.0 * i as f32 / 1_000_000.0;
-            worst = worst.max(ulps(exp_nonpositive(x), (x as f64).exp()));
-        }
-        assert!(worst <= 2.0, "worst error {worst} ulps");
-        assert_eq!(exp_nonpositive(0.0), 1.0);
-        assert_eq!(exp_nonpositive(-87.5), 0.0);
-        assert_eq!(exp_nonpositive(f32::NEG_INFINITY), 0.0);
-        assert!(exp_nonpositive(f32::NAN).is_nan());
-    }
 
     #[test]
     fn a_confident_row_keeps_its_label_gradient() {

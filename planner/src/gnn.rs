@@ -757,7 +757,7 @@ impl<'a> Builder<'a> {
                 Cost::work(
                     5.0 * (row_edges * heads) as f64,
                     3 * row_edges * heads * F32 + sources.len() as u64 * (rows + 1) * ROW_POINTER,
-                    ComputeClass::Attention,
+                    ComputeClass::EdgeSoftmax,
                 ),
             );
             let zs = layer.z.clone();
@@ -1027,18 +1027,25 @@ mod tests {
         }
     }
 
-    /// GAT's edge scores, edge softmax, attention-weighted aggregation and
-    /// their backward are attention operators, and nothing else is.
+    /// GAT's edge scores, attention-weighted aggregation and their
+    /// backward are attention operators, its edge softmaxes have their
+    /// own class, and nothing else is either.
     #[test]
     fn gat_attention_operators_have_their_class() {
         let blocks = BlockCounts::skewed(1000, 8000, 4).unwrap();
         let w = build_gnn(&spec(GnnModel::Gat), &blocks).unwrap();
-        let attention = ["sddmm[", "edge_softmax[", "agg[", "attention_bwd["];
+        let attention = ["sddmm[", "agg[", "attention_bwd["];
         for o in &w.ops {
             let expected = attention.iter().any(|a| o.name.starts_with(a));
             assert_eq!(
                 o.cost.class == ComputeClass::Attention,
                 expected,
+                "{}",
+                o.name
+            );
+            assert_eq!(
+                o.cost.class == ComputeClass::EdgeSoftmax,
+                o.name.starts_with("edge_softmax["),
                 "{}",
                 o.name
             );
@@ -1057,10 +1064,10 @@ mod tests {
                 let scatter = o.kind == OpKind::AggregateBackward;
                 assert_eq!(o.cost.class == ComputeClass::Scatter, scatter, "{}", o.name);
             }
-            assert!(w
-                .ops
-                .iter()
-                .all(|o| o.cost.class != ComputeClass::Attention));
+            assert!(w.ops.iter().all(|o| !matches!(
+                o.cost.class,
+                ComputeClass::Attention | ComputeClass::EdgeSoftmax
+            )));
             let k = if model == GnnModel::Sage { 2 } else { 1 };
             let (first, second) = (op("linear_bwd[l1,p0]"), op("linear_bwd[l2,p0]"));
             let z = w.tensors.iter().find(|t| t.name == "z[l1,p0]").unwrap();

@@ -53,10 +53,14 @@ pub struct DeviceProfile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub softmax_flops_per_s: Option<f64>,
     /// Effective bandwidth of GAT's attention operators (edge scores,
-    /// edge softmax, attention-weighted aggregation and their backward);
+    /// attention-weighted aggregation and their backward);
     /// `sparse_bytes_per_s` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_bytes_per_s: Option<f64>,
+    /// Effective bandwidth of GAT's edge softmax; the attention rate
+    /// (above) when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edge_softmax_bytes_per_s: Option<f64>,
     /// Fixed cost of launching one operator.
     pub op_overhead_s: f64,
 }
@@ -80,6 +84,9 @@ impl DeviceProfile {
             ComputeClass::Attention => self
                 .attention_bytes_per_s
                 .unwrap_or(self.sparse_bytes_per_s),
+            ComputeClass::EdgeSoftmax => self
+                .edge_softmax_bytes_per_s
+                .unwrap_or_else(|| self.memory_bytes_per_s(ComputeClass::Attention)),
             ComputeClass::Dense | ComputeClass::Elementwise | ComputeClass::Softmax => {
                 self.hbm_bytes_per_s
             }
@@ -261,6 +268,9 @@ impl Profile {
         }
         if let Some(attention) = d.attention_bytes_per_s {
             figures.push(("device.attention_bytes_per_s", attention));
+        }
+        if let Some(softmax) = d.edge_softmax_bytes_per_s {
+            figures.push(("device.edge_softmax_bytes_per_s", softmax));
         }
         if let Some(peer) = &self.peer {
             figures.push(("peer.bytes_per_s", peer.bytes_per_s));
@@ -472,7 +482,15 @@ mod tests {
             d.memory_bytes_per_s(ComputeClass::Attention),
             d.sparse_bytes_per_s
         );
+        assert_eq!(
+            d.memory_bytes_per_s(ComputeClass::EdgeSoftmax),
+            d.sparse_bytes_per_s
+        );
         d.attention_bytes_per_s = Some(1e9);
+        assert_eq!(d.memory_bytes_per_s(ComputeClass::Attention), 1e9);
+        assert_eq!(d.memory_bytes_per_s(ComputeClass::EdgeSoftmax), 1e9);
+        d.edge_softmax_bytes_per_s = Some(5e8);
+        assert_eq!(d.memory_bytes_per_s(ComputeClass::EdgeSoftmax), 5e8);
         assert_eq!(d.memory_bytes_per_s(ComputeClass::Attention), 1e9);
         assert_eq!(d.memory_bytes_per_s(ComputeClass::Dense), d.hbm_bytes_per_s);
     }
@@ -480,7 +498,7 @@ mod tests {
     #[test]
     fn bad_shapes_and_scatter_rates_are_named() {
         type Spoil = fn(&mut DeviceProfile);
-        let cases: [(Spoil, &str); 6] = [
+        let cases: [(Spoil, &str); 7] = [
             (
                 |d| d.dense_shapes = vec![shape(8.0, 1e9), shape(8.0, 2e9)],
                 "device.dense_shapes[1].flops_per_byte",
@@ -504,6 +522,10 @@ mod tests {
             (
                 |d| d.attention_bytes_per_s = Some(-2.0),
                 "device.attention_bytes_per_s",
+            ),
+            (
+                |d| d.edge_softmax_bytes_per_s = Some(0.0),
+                "device.edge_softmax_bytes_per_s",
             ),
         ];
         for (spoil, field) in cases {

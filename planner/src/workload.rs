@@ -108,10 +108,13 @@ pub enum ComputeClass {
     /// A softmax and its exponentials (a loss): bounded by
     /// `softmax_flops_per_s` and memory bandwidth.
     Softmax,
-    /// GAT's attention operators (edge scores, edge softmax, the
-    /// attention-weighted aggregation and their backward): bounded by
+    /// GAT's attention operators (edge scores, the attention-weighted
+    /// aggregation and their backward): bounded by
     /// `attention_bytes_per_s`.
     Attention,
+    /// GAT's edge softmax (an exponential, a maximum and a sum per edge
+    /// and head): bounded by `edge_softmax_bytes_per_s`.
+    EdgeSoftmax,
 }
 
 /// What an operator costs: either work (`flops`, `bytes` touched, `class`) or

@@ -11,8 +11,11 @@
 use serde::Serialize;
 
 use fateplan_planner::plan::{LinkBytes, Stream};
+use fateplan_planner::profile::DeviceProfile;
+use fateplan_planner::workload::Op;
 
 use crate::exec::TraceSpan;
+use crate::sim::model::op_seconds;
 use crate::sim::SimReport;
 
 /// What the executor measured.
@@ -78,6 +81,61 @@ pub struct Comparison {
     pub streams: Vec<Traffic>,
     /// Violations the simulator found in the plan.
     pub simulated_violations: u64,
+    /// The operators of the traced iteration by family, in the order
+    /// they first ran.
+    pub operators: Vec<OperatorTime>,
+}
+
+/// One family of operators (the name before `[`: `agg`, `edge_softmax`,
+/// `linear_bwd`, ...): their measured seconds in one traced iteration,
+/// recomputations included, against the seconds the profile gives the
+/// same operators alone ([`op_seconds`]: no sharing of cores with copies,
+/// which the simulated iteration adds).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OperatorTime {
+    pub name: String,
+    /// Operators run.
+    pub count: u32,
+    pub seconds: Pair,
+}
+
+/// The compute spans of `spans` that name an operator of `ops` (plain or
+/// `recompute NAME`), summed by family, beside the model's seconds on
+/// `device` for each run.
+pub fn operator_times(
+    spans: &[TraceSpan],
+    ops: &[Op],
+    device: &DeviceProfile,
+) -> Vec<OperatorTime> {
+    let by_name: std::collections::HashMap<&str, &Op> =
+        ops.iter().map(|op| (op.name.as_str(), op)).collect();
+    let mut families: Vec<(String, u32, f64, f64)> = Vec::new();
+    for span in spans.iter().filter(|s| s.stream == Stream::Compute) {
+        let name = span.name.strip_prefix("recompute ").unwrap_or(&span.name);
+        let Some(op) = by_name.get(name) else {
+            continue;
+        };
+        let family = name.split('[').next().unwrap_or(name);
+        let k = match families.iter().position(|f| f.0 == family) {
+            Some(k) => k,
+            None => {
+                families.push((family.to_string(), 0, 0.0, 0.0));
+                families.len() - 1
+            }
+        };
+        let f = &mut families[k];
+        f.1 += 1;
+        f.2 += (span.span.end_s - span.span.start_s).max(0.0);
+        f.3 += op_seconds(op, device);
+    }
+    families
+        .into_iter()
+        .map(|(name, count, measured, model)| OperatorTime {
+            name,
+            count,
+            seconds: Pair::new(measured, model),
+        })
+        .collect()
 }
 
 /// Seconds covered by the union of `spans` on `streams`.
@@ -103,8 +161,14 @@ pub fn busy_s(spans: &[TraceSpan], streams: &[Stream]) -> f64 {
     total + current.map_or(0.0, |(s, e)| e - s)
 }
 
-/// Lays `measured` beside `simulated`.
-pub fn compare(measured: &MeasuredIteration, simulated: &SimReport) -> Comparison {
+/// Lays `measured` beside `simulated`, and the traced operators beside
+/// their model on `device` ([`operator_times`]).
+pub fn compare(
+    measured: &MeasuredIteration,
+    simulated: &SimReport,
+    ops: &[Op],
+    device: &DeviceProfile,
+) -> Comparison {
     let m = measured.bytes_moved;
     let spans = measured.spans;
     let link = |name, bytes, streams: &[Stream], sim: &crate::sim::LinkReport| Traffic {
@@ -167,6 +231,7 @@ pub fn compare(measured: &MeasuredIteration, simulated: &SimReport) -> Compariso
         links,
         streams,
         simulated_violations: simulated.violations_total,
+        operators: operator_times(spans, ops, device),
     }
 }
 
@@ -197,6 +262,54 @@ mod tests {
         assert_eq!(busy_s(&spans, &[Stream::H2d, Stream::SsdRead]), 2.25);
         assert_eq!(busy_s(&spans, &[Stream::SsdWrite]), 0.0);
         assert_eq!(busy_s(&spans, &[Stream::D2h]), 1.0);
+    }
+
+    #[test]
+    fn operators_are_summed_by_family_beside_their_model() {
+        use fateplan_planner::workload::{ComputeClass, Cost, OpId, OpKind, Phase};
+        use fateplan_planner::Profile;
+        let device = Profile::from_json(
+            include_str!("../../profiles/cpu-small.json"),
+            "cpu-small.json",
+        )
+        .unwrap()
+        .device;
+        let op = |id, name: &str, bytes| Op {
+            id: OpId(id),
+            name: name.into(),
+            kind: OpKind::Aggregate,
+            phase: Phase::Forward,
+            inputs: vec![],
+            outputs: vec![],
+            cost: Cost::work(0.0, bytes, ComputeClass::Sparse),
+        };
+        let ops = [
+            op(0, "agg[l1,p0]", 1 << 30),
+            op(1, "agg[l1,p1]", 1 << 20),
+            op(2, "elu[l1,p0]", 1 << 10),
+        ];
+        let named = |name: &str, stream, start_s, end_s| TraceSpan {
+            name: name.into(),
+            ..span(stream, start_s, end_s)
+        };
+        let spans = [
+            named("agg[l1,p0]", Stream::Compute, 0.0, 1.0),
+            named("elu[l1,p0]", Stream::Compute, 1.0, 1.5),
+            named("agg[l1,p1]", Stream::Compute, 1.5, 1.75),
+            named("recompute agg[l1,p1]", Stream::Compute, 2.0, 2.5),
+            // Copies and spans of no operator are left out.
+            named("agg[l1,p0]", Stream::H2d, 0.0, 9.0),
+            named("update[w1]", Stream::Compute, 3.0, 9.0),
+        ];
+        let times = operator_times(&spans, &ops, &device);
+        let names: Vec<(&str, u32)> = times.iter().map(|t| (t.name.as_str(), t.count)).collect();
+        assert_eq!(names, [("agg", 3), ("elu", 1)]);
+        assert_eq!(times[0].seconds.measured, 1.75);
+        let model = op_seconds(&ops[0], &device) + 2.0 * op_seconds(&ops[1], &device);
+        assert_eq!(times[0].seconds.simulated, model);
+        assert!(model > 0.0);
+        assert_eq!(times[1].seconds.measured, 0.5);
+        assert_eq!(times[1].seconds.simulated, op_seconds(&ops[2], &device));
     }
 
     #[test]

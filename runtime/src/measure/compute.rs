@@ -108,6 +108,8 @@ enum Group {
     Loss,
     /// GAT's attention operators.
     Attention,
+    /// GAT's edge softmaxes.
+    EdgeSoftmax,
 }
 
 /// Flops, bytes and seconds of one group in one iteration.
@@ -199,10 +201,13 @@ pub fn training_rates(bench: Bench, profile: &Profile, rounds: &Rounds) -> Resul
     })
 }
 
-/// What GAT's attention operators were measured on, and their rate.
+/// What GAT's attention operators were measured on, and their rates.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AttentionRate {
+    /// Edge scores, attention-weighted aggregation and their backward.
     pub bytes_per_s: f64,
+    /// The edge softmaxes.
+    pub edge_softmax_bytes_per_s: f64,
     pub scale: u32,
     pub nodes: u64,
     pub edges: u64,
@@ -213,11 +218,12 @@ pub struct AttentionRate {
 }
 
 /// GAT's attention operators (`ComputeClass::Attention`: edge scores,
-/// edge softmax, attention-weighted aggregation, their backward), timed
-/// as [`training_rates`] times the GCN's, in a 2-layer GAT of 8 heads of
-/// `width / 16` (at least 1) on an R-MAT graph a quarter of `bench`'s
-/// size in half its partitions (GAT's per-edge tensors are 8 times a
-/// GCN's). Bytes per second, the median over iterations.
+/// attention-weighted aggregation, their backward) and its edge
+/// softmaxes (`ComputeClass::EdgeSoftmax`), timed as [`training_rates`]
+/// times the GCN's, in a 2-layer GAT of 8 heads of `width / 16` (at
+/// least one) on an R-MAT graph a quarter of `bench`'s size in half its
+/// partitions (GAT's per-edge tensors are 8 times a GCN's). Bytes per
+/// second, the medians over iterations.
 pub fn attention_rate(bench: Bench, profile: &Profile, rounds: &Rounds) -> Result<AttentionRate> {
     let scale = bench.scale.saturating_sub(2).max(6);
     let partitions = (bench.partitions / 2).max(1);
@@ -237,10 +243,15 @@ pub fn attention_rate(bench: Bench, profile: &Profile, rounds: &Rounds) -> Resul
     };
     let prepared = train::prepare(graph, &hyper, partitions)?;
     let timed = time_training(prepared, hyper, profile, rounds, |op| {
-        Ok((op.cost.class == ComputeClass::Attention).then_some(Group::Attention))
+        Ok(match op.cost.class {
+            ComputeClass::Attention => Some(Group::Attention),
+            ComputeClass::EdgeSoftmax => Some(Group::EdgeSoftmax),
+            _ => None,
+        })
     })?;
     Ok(AttentionRate {
         bytes_per_s: timed.rate(Group::Attention, |s| s.bytes)?,
+        edge_softmax_bytes_per_s: timed.rate(Group::EdgeSoftmax, |s| s.bytes)?,
         scale,
         nodes,
         edges,
@@ -513,6 +524,10 @@ mod tests {
                 rate.heads
             ),
             (8, 256, 2, 8, 8)
+        );
+        assert!(
+            rate.edge_softmax_bytes_per_s > 0.0 && rate.edge_softmax_bytes_per_s.is_finite(),
+            "{rate:?}"
         );
         assert!(
             rate.bytes_per_s > 0.0 && rate.bytes_per_s.is_finite(),

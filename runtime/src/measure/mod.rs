@@ -371,6 +371,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             next(progress);
             let attention = compute::attention_rate(bench, &profile, &sizes.rounds)?;
             profile.device.attention_bytes_per_s = Some(attention.bytes_per_s);
+            profile.device.edge_softmax_bytes_per_s = Some(attention.edge_softmax_bytes_per_s);
             next(progress);
             let overhead = compute::op_overhead(&profile, sizes.overhead_iterations)?;
             profile.device.op_overhead_s = overhead.op_overhead_s;
@@ -433,24 +434,31 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                      every block, {run}"
                 ),
             );
+            let gat_run = format!(
+                "timed inside training: every operator of {} retain-all iterations (after one \
+                 left out) of a 2-layer GAT of {} heads, {} hidden, on an R-MAT graph (scale \
+                 {}: {} nodes, {} edges) in {} partitions, at {threads} threads; bytes as the \
+                 workload counts them; the median over iterations",
+                attention.iterations,
+                attention.heads,
+                attention.hidden,
+                attention.scale,
+                attention.nodes,
+                attention.edges,
+                attention.partitions
+            );
             put(
                 &mut sources,
                 "device.attention_bytes_per_s",
                 format!(
-                    "GAT's attention operators (edge scores, edge softmax, attention-weighted \
-                     aggregation and their backward), timed inside training: every operator \
-                     of {} retain-all iterations (after one left out) of a 2-layer GAT of {} \
-                     heads, {} hidden, on an R-MAT graph (scale {}: {} nodes, {} edges) in {} \
-                     partitions, at {threads} threads; bytes as the workload counts them; the \
-                     median over iterations",
-                    attention.iterations,
-                    attention.heads,
-                    attention.hidden,
-                    attention.scale,
-                    attention.nodes,
-                    attention.edges,
-                    attention.partitions
+                    "GAT's attention operators (edge scores, attention-weighted aggregation \
+                     and their backward), {gat_run}"
                 ),
+            );
+            put(
+                &mut sources,
+                "device.edge_softmax_bytes_per_s",
+                format!("GAT's edge softmaxes, {gat_run}"),
             );
             put(
                 &mut sources,
@@ -589,6 +597,7 @@ fn cpu_profile(
             scatter_bytes_per_s: None,
             softmax_flops_per_s: None,
             attention_bytes_per_s: None,
+            edge_softmax_bytes_per_s: None,
             op_overhead_s: 0.0,
         },
         host: HostProfile {
@@ -659,6 +668,7 @@ fn gpu_profile(
             scatter_bytes_per_s: None,
             softmax_flops_per_s: None,
             attention_bytes_per_s: None,
+            edge_softmax_bytes_per_s: None,
             op_overhead_s: gpu.op_overhead_s,
         },
         host: HostProfile {
