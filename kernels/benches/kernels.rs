@@ -1,6 +1,7 @@
 //! Throughput of the hot kernels at a realistic partition size:
 //! 200k rows, 16 edges a row, width 128; GEMM 200k × 128 × 128 and an
-//! output layer of 16 classes (GEMM 200k × 128 × 16, the loss).
+//! output layer of 16 classes (GEMM 200k × 128 × 16, the loss); GAT's
+//! edge softmax over the same edges with 8 heads.
 //! `spmm_dropout_per_edge` is the masked gather that hashes the mask again
 //! per edge (before the mask workspace), to compare with `spmm_dropout`.
 //!
@@ -11,9 +12,10 @@
 
 use divan::counter::{BytesCount, ItemsCount};
 use divan::Bencher;
-use fateplan_kernels::activation::{relu_dropout, relu_dropout_bwd};
+use fateplan_kernels::activation::{elu_dropout, elu_dropout_bwd, relu_dropout, relu_dropout_bwd};
 use fateplan_kernels::dense::{linear, linear_bwd};
 use fateplan_kernels::dropout::Dropout;
+use fateplan_kernels::gat::edge_softmax;
 use fateplan_kernels::loss::{accuracy, softmax_cross_entropy, softmax_cross_entropy_bwd};
 
 use fateplan_kernels::sparse::{spmm, spmm_dropout, spmm_dropout_per_edge, spmm_t};
@@ -226,6 +228,43 @@ fn relu_dropout_bwd_200k_w128(bencher: Bencher) {
     bencher
         .counter(elements())
         .bench_local(|| relu_dropout_bwd(&g, &z, WIDTH, 0, Some(&dropout), &mut dz).unwrap());
+}
+
+#[divan::bench(sample_count = 10)]
+fn elu_dropout_200k_w128(bencher: Bencher) {
+    let z = values(ROWS * WIDTH, 1);
+    let mut h = vec![0.0f32; ROWS * WIDTH];
+    let dropout = Dropout::new(0.5, 1, 2).unwrap();
+    bencher
+        .counter(elements())
+        .bench_local(|| elu_dropout(&z, &mut h, WIDTH, 0, Some(&dropout)).unwrap());
+}
+
+#[divan::bench(sample_count = 10)]
+fn elu_dropout_bwd_200k_w128(bencher: Bencher) {
+    let z = values(ROWS * WIDTH, 1);
+    let g = values(ROWS * WIDTH, 3);
+    let mut dz = vec![0.0f32; ROWS * WIDTH];
+    let dropout = Dropout::new(0.5, 1, 2).unwrap();
+    bencher
+        .counter(elements())
+        .bench_local(|| elu_dropout_bwd(&g, &z, WIDTH, 0, Some(&dropout), &mut dz).unwrap());
+}
+
+/// Softmax over each row's 16 edges, 8 heads; the scores are reset
+/// before each run (outside the timing).
+#[divan::bench(sample_count = 10)]
+fn edge_softmax_200k_h8(bencher: Bencher) {
+    const HEADS: usize = 8;
+    let block = block();
+    let scores = values(ROWS * DEGREE * HEADS, 5);
+    bencher
+        .counter(ItemsCount::new(ROWS * DEGREE * HEADS))
+        .with_inputs(|| scores.clone())
+        .bench_local_values(|mut s| {
+            edge_softmax(&[block.as_ref()], HEADS, &mut [&mut s[..]]).unwrap();
+            s
+        });
 }
 
 /// Predictions counted against one mask.
