@@ -397,7 +397,8 @@ struct Engine<'a> {
     /// The host's cores, on a CPU-backend profile: operators and copies
     /// share them (`model::core_share`).
     cores: Option<f64>,
-    /// Streams whose transfer is copying bytes across a PCIe link now.
+    /// Streams whose transfer is moving bytes across a PCIe link or the
+    /// SSD now: on a CPU backend, a lane thread at work.
     copying: [bool; STREAMS],
     tiers: Tiers,
     compute: Compute,
@@ -732,8 +733,8 @@ impl<'a> Engine<'a> {
     /// On a CPU backend, gives the running operator and the copies their
     /// share of the cores from time `t` (after every event): the
     /// operator's remaining work is stretched or shrunk to the new speed,
-    /// and the PCIe links (the lanes' copies) carry their share of their
-    /// capacity.
+    /// and the PCIe links and the SSD (the lanes' transfers) carry their
+    /// share of their capacity.
     fn share_cores(&mut self, t: f64) {
         let Some(cores) = self.cores else { return };
         let copies = self.copying.iter().filter(|&&c| c).count();
@@ -757,7 +758,7 @@ impl<'a> Engine<'a> {
             }
         }
         let mut changed = false;
-        for link in [Link::PcieH2d, Link::PcieD2h] {
+        for link in [Link::PcieH2d, Link::PcieD2h, Link::Ssd] {
             changed |= self.fluid.set_share(t, link, share);
         }
         if changed {
@@ -1003,7 +1004,8 @@ impl<'a> Engine<'a> {
                 }
                 Some(Phase::Flow { bytes, usage }) if bytes > 0.0 => {
                     self.copying[s] = usage.cost[Link::PcieH2d as usize] > 0.0
-                        || usage.cost[Link::PcieD2h as usize] > 0.0;
+                        || usage.cost[Link::PcieD2h as usize] > 0.0
+                        || usage.cost[Link::Ssd as usize] > 0.0;
                     self.fluid.start(t, s, bytes, usage);
                     self.record_links(t);
                     return;

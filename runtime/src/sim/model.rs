@@ -19,10 +19,12 @@
 //!   pipeline of chunks does. Every byte of an SSD transfer crosses host
 //!   memory twice (DMA into the staging buffer and out of it).
 //! - On a CPU-backend profile (`device.kind = cpu`) there is no DMA engine:
-//!   operators run on every one of the host's `cores`, and each copy that
-//!   crosses a "PCIe" link is a memcpy on a transfer lane's own thread.
-//!   The threads share the cores evenly ([`core_share`]), so while copies
-//!   run, operators and copies are slowed alike.
+//!   operators run on every one of the host's `cores`, and each transfer
+//!   that crosses a "PCIe" link or the SSD runs on a transfer lane's own
+//!   thread (a memcpy; for the SSD also the io_uring requests, the
+//!   checksum and the copy into place). The threads share the cores
+//!   evenly ([`core_share`]), so while transfers run, operators and
+//!   transfers are slowed alike.
 
 use fateplan_planner::plan::{Action, Leg, ScheduleEntry};
 use fateplan_planner::profile::{DeviceProfile, PeerVia, Profile};

@@ -445,3 +445,40 @@ fn on_the_cpu_backend_copies_and_operators_share_the_cores() {
     let report = simulate(&plan, &cpu, &SimOptions::default()).unwrap();
     assert!(close(report.iteration_s, 9.0), "{report:#?}");
 }
+
+#[test]
+fn on_the_cpu_backend_ssd_transfers_share_the_cores_too() {
+    // Staging of 80 B (chunks of 20 B), with prefetch. As a GPU: load x
+    // 0..2.2, f0 and f1 to 4.2, the offload of a 4.2..8.4 (g0 waits),
+    // g0 to 9.4; the reload of a (20 B read at 50 B/s, 80 B at 50 B/s
+    // through PCIe, 20 B over PCIe at 100 B/s) 9.4..11.6 beside g1 and
+    // g2; bw 11.6..12.6.
+    let gpu = profile();
+    let mut options = PlanOptions::new(Policy::OffloadSsdAll, &gpu);
+    options.ssd_staging_bytes = 80;
+    options.prefetch = true;
+    let plan = plan(&workload(), &gpu, &options).unwrap();
+    let as_gpu = simulate(&plan, &gpu, &SimOptions::default()).unwrap();
+    assert!(close(as_gpu.iteration_s, 12.6), "{as_gpu:#?}");
+    assert!(close(as_gpu.links.ssd.busy_s, 8.0));
+    // On a 2-core CPU backend the SSD lane's thread is a third thread
+    // for the whole transfer, its SSD leg included: while g1 and g2 run,
+    // each thread goes at 2/3. The first 20 B take 9.4..10.0 (g1 did
+    // 0.4 s of work), the next 80 B 10.0..12.4 (g1 ends at 10.9, g2 at
+    // 12.4), the last 20 B alone to 12.6; bw 12.6..13.6.
+    let mut cpu = gpu.clone();
+    cpu.device.kind = DeviceKind::Cpu;
+    cpu.host.cores = 2;
+    let report = simulate(&plan, &cpu, &SimOptions::default()).unwrap();
+    assert!(close(report.iteration_s, 13.6), "{report:#?}");
+    assert!(close(report.compute_s, 7.0));
+    // Load 2, offload 4 (nothing computes), reload 0.6 + 2.4.
+    assert!(close(report.links.ssd.busy_s, 9.0));
+    assert!(close(report.exposed_by_stream_s.ssd_read, 2.4));
+    // One core: 1/2 each; 9.4..10.2, 10.2..13.4 (g1 to 11.4, g2 to
+    // 13.4), 13.4..13.6; bw to 14.6.
+    cpu.host.cores = 1;
+    let report = simulate(&plan, &cpu, &SimOptions::default()).unwrap();
+    assert!(close(report.iteration_s, 14.6), "{report:#?}");
+    assert!(close(report.compute_s, 8.0));
+}
