@@ -189,9 +189,10 @@ fn summary(out: &mut dyn Write, p: &Profile) -> Result<()> {
     let attention = d
         .attention_bytes_per_s
         .map_or(String::new(), |a| format!(", attention {}", rate(a)));
-    let attention = d.edge_softmax_bytes_per_s.map_or(attention.clone(), |a| {
-        format!("{attention}, edge softmax {}", rate(a))
-    });
+    let attention = match d.edge_softmax_bytes_per_s {
+        Some(a) => format!("{attention}, edge softmax {}", rate(a)),
+        None => attention,
+    };
     writeln!(
         out,
         "device    {} arena, element-wise {}{math}, GEMM {:.1} GFLOP/s{shapes}, SpMM \

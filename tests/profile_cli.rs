@@ -178,6 +178,29 @@ fn train_compares_with_the_simulator() {
     let ssd = &c["links"][2];
     assert!(ssd["bytes"]["measured"].as_u64().unwrap() > 0);
     assert!(ssd["busy_s"]["measured"].as_f64().unwrap() > 0.0);
+    // The traced iteration's operators by family: a linear layer per
+    // layer and partition (2 × 4), each family timed and modelled.
+    let families = c["operators"].as_array().unwrap();
+    let count = |name: &str| {
+        families
+            .iter()
+            .find(|f| f["name"] == name)
+            .map(|f| f["count"].as_u64().unwrap())
+    };
+    assert_eq!(count("linear"), Some(8), "{families:?}");
+    assert_eq!(count("linear_bwd"), Some(8), "{families:?}");
+    assert!(count("agg").unwrap() >= 8, "{families:?}");
+    assert!(count("loss").unwrap() >= 1, "{families:?}");
+    for family in families {
+        assert!(
+            family["seconds"]["measured"].as_f64().unwrap() > 0.0,
+            "{family}"
+        );
+        assert!(
+            family["seconds"]["simulated"].as_f64().unwrap() > 0.0,
+            "{family}"
+        );
+    }
 
     let text = fateplan(&[
         "train",
@@ -191,7 +214,14 @@ fn train_compares_with_the_simulator() {
     ]);
     assert!(text.status.success(), "{}", stderr(&text));
     let text = stdout(&text);
-    for part in ["compared", "iteration", "pcie_h2d", "ratio"] {
+    for part in [
+        "compared",
+        "iteration",
+        "pcie_h2d",
+        "ratio",
+        "operators",
+        "linear_bwd",
+    ] {
         assert!(text.contains(part), "{part}: {text}");
     }
     let _ = std::fs::remove_dir_all(&spill);

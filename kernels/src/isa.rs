@@ -1,7 +1,8 @@
 //! The instruction set a kernel's hot loop runs on, chosen at run time:
 //! the crate is built for the baseline target, and the loops that gain
-//! from wide vectors (the masked gather, the dropout hash) also have AVX2
-//! and AVX-512 builds of the same code. Every build does the same
+//! from wide vectors (the masked gather, the dropout hash, the loss, the
+//! activations, the exponentials of `math`) also have AVX2 and AVX-512
+//! builds of the same code. Every build does the same
 //! arithmetic in the same order, so the bits never depend on the choice.
 
 /// An instruction set this CPU has. Made only by [`Isa::detect`] and

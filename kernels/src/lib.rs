@@ -31,8 +31,9 @@
 //! kernel panics on its inputs. The only `unsafe` is the cache prefetch
 //! hint in [`sparse`], which cannot fault, and the calls of the AVX2 and
 //! AVX-512 builds of the masked gather ([`sparse`]), the dropout hash
-//! ([`dropout`]) and the loss ([`loss`]), made only with an `Isa` that
-//! run-time detection found. Nothing needs target features at compile
+//! ([`dropout`]), the loss ([`loss`]), the activations ([`activation`])
+//! and the exponentials of the edge softmax (`math`), made only with an
+//! `Isa` that run-time detection found. Nothing needs target features at compile
 //! time, and every build of a kernel gives the same bits.
 
 pub mod activation;

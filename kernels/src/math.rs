@@ -8,7 +8,7 @@ use crate::isa::Isa;
 
 /// Below this, `e^x` is taken as 0: `e^-87` is near the smallest normal
 /// `f32`, and the terms dropped are under `2^-125` each.
-pub(crate) const EXP_LOW: f32 = -87.0;
+const EXP_LOW: f32 = -87.0;
 
 /// `e^x` for `x ≤ 0`, within 2 units in the last place, NaN for NaN; 0 below
 /// [`EXP_LOW`]: `x = n·ln 2 + r` with `|r| ≤ ln 2 / 2`, `e^r` by its Taylor
