@@ -63,7 +63,6 @@ use rayon::prelude::*;
 use crate::isa::Isa;
 use crate::math::exp_on;
 use crate::sparse::scatter;
-
 use crate::{check_len, ensure, rows_of, BlockRef, Init, Result, Write, REDUCE_ROWS, ROW_CHUNK};
 
 /// LeakyReLU's slope for negative scores.
