@@ -1,7 +1,8 @@
 //! Throughput of the hot kernels at a realistic partition size:
 //! 200k rows, 16 edges a row, width 128; GEMM 200k × 128 × 128 and an
 //! output layer of 16 classes (GEMM 200k × 128 × 16, the loss); GAT's
-//! edge softmax over the same edges with 8 heads.
+//! node scores, edge softmax and attention backward over the same edges
+//! with 8 heads of 8.
 //! `spmm_dropout_per_edge` is the masked gather that hashes the mask again
 //! per edge (before the mask workspace), to compare with `spmm_dropout`.
 //!
@@ -15,7 +16,9 @@ use divan::Bencher;
 use fateplan_kernels::activation::{elu_dropout, elu_dropout_bwd, relu_dropout, relu_dropout_bwd};
 use fateplan_kernels::dense::{linear, linear_bwd};
 use fateplan_kernels::dropout::Dropout;
-use fateplan_kernels::gat::edge_softmax;
+use fateplan_kernels::gat::{
+    aggregate_bwd, edge_softmax, node_scores, BlockGrads, BlockInputs, Heads,
+};
 use fateplan_kernels::loss::{accuracy, softmax_cross_entropy, softmax_cross_entropy_bwd};
 
 use fateplan_kernels::sparse::{spmm, spmm_dropout, spmm_dropout_per_edge, spmm_t};
@@ -264,6 +267,62 @@ fn edge_softmax_200k_h8(bencher: Bencher) {
         .bench_local_values(|mut s| {
             edge_softmax(&[block.as_ref()], HEADS, &mut [&mut s[..]]).unwrap();
             s
+        });
+}
+
+/// GAT's heads in the benches: 8 of 8 (width 64).
+const GAT: Heads = Heads {
+    heads: 8,
+    head_width: 8,
+};
+
+/// Both halves of the attention score of every row.
+#[divan::bench(sample_count = 10)]
+fn node_scores_200k_h8x8(bencher: Bencher) {
+    let d = GAT.width();
+    let z = values(ROWS * d, 1);
+    let (att_src, att_dst) = (values(d, 2), values(d, 3));
+    let mut a_src = vec![0.0f32; ROWS * GAT.heads];
+    let mut a_dst = vec![0.0f32; ROWS * GAT.heads];
+    bencher
+        .counter(ItemsCount::new(ROWS * d))
+        .bench_local(|| node_scores(&z, GAT, &att_src, &att_dst, &mut a_src, &mut a_dst).unwrap());
+}
+
+/// The backward of one block's attention aggregation (the per-edge
+/// score gradients and both scatters), overwriting its outputs.
+#[divan::bench(sample_count = 10)]
+fn attention_bwd_200k_h8x8(bencher: Bencher) {
+    let (h, d) = (GAT.heads, GAT.width());
+    let block = block();
+    let alpha = values(ROWS * DEGREE * h, 4);
+    let (a_dst, a_src) = (values(ROWS * h, 5), values(ROWS * h, 6));
+    let (z, grad_out, out) = (
+        values(ROWS * d, 7),
+        values(ROWS * d, 8),
+        values(ROWS * d, 9),
+    );
+    let mut grad_z = vec![0.0f32; ROWS * d];
+    let (mut grad_a_src, mut grad_a_dst) = (vec![0.0f32; ROWS * h], vec![0.0f32; ROWS * h]);
+    bencher
+        .counter(ItemsCount::new(ROWS * DEGREE * h))
+        .bench_local(|| {
+            let inputs = BlockInputs {
+                block: block.as_ref(),
+                alpha: &alpha,
+                alpha_dropped: None,
+                a_dst: &a_dst,
+                a_src: &a_src,
+                z_src: &z,
+                grad_out: &grad_out,
+                out: &out,
+            };
+            let grads = BlockGrads {
+                grad_z_src: &mut grad_z,
+                grad_a_src: &mut grad_a_src,
+                grad_a_dst: &mut grad_a_dst,
+            };
+            aggregate_bwd(inputs, GAT, grads, Write::Overwrite).unwrap()
         });
 }
 

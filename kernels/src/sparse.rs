@@ -204,12 +204,12 @@ pub(crate) fn gather(
 }
 
 /// Edges ahead whose source rows are prefetched in the gather.
-const PREFETCH_EDGES: usize = 8;
+pub(crate) const PREFETCH_EDGES: usize = 8;
 
 /// Hints the CPU to load the cache lines of `row` (a source row about to be
 /// gathered). Random gathers are latency-bound; this overlaps the misses.
 #[inline(always)]
-fn prefetch_row(row: &[f32]) {
+pub(crate) fn prefetch_row(row: &[f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};

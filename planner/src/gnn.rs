@@ -911,7 +911,7 @@ impl<'a> Builder<'a> {
                     Phase::Backward,
                     inputs,
                     vec![src_out, dst_out],
-                    Cost::work(flops, bytes, ComputeClass::Attention),
+                    Cost::work(flops, bytes, ComputeClass::AttentionBackward),
                 );
                 src_partial = Some(src_out);
                 dst_partial[i as usize] = Some(dst_out);
@@ -1027,14 +1027,14 @@ mod tests {
         }
     }
 
-    /// GAT's edge scores, attention-weighted aggregation and their
-    /// backward are attention operators, its edge softmaxes have their
-    /// own class, and nothing else is either.
+    /// GAT's edge scores and attention-weighted aggregation are attention
+    /// operators, their backward and the edge softmaxes have classes of
+    /// their own, and nothing else is any of them.
     #[test]
     fn gat_attention_operators_have_their_class() {
         let blocks = BlockCounts::skewed(1000, 8000, 4).unwrap();
         let w = build_gnn(&spec(GnnModel::Gat), &blocks).unwrap();
-        let attention = ["sddmm[", "agg[", "attention_bwd["];
+        let attention = ["sddmm[", "agg["];
         for o in &w.ops {
             let expected = attention.iter().any(|a| o.name.starts_with(a));
             assert_eq!(
@@ -1046,6 +1046,12 @@ mod tests {
             assert_eq!(
                 o.cost.class == ComputeClass::EdgeSoftmax,
                 o.name.starts_with("edge_softmax["),
+                "{}",
+                o.name
+            );
+            assert_eq!(
+                o.cost.class == ComputeClass::AttentionBackward,
+                o.name.starts_with("attention_bwd["),
                 "{}",
                 o.name
             );
@@ -1066,7 +1072,9 @@ mod tests {
             }
             assert!(w.ops.iter().all(|o| !matches!(
                 o.cost.class,
-                ComputeClass::Attention | ComputeClass::EdgeSoftmax
+                ComputeClass::Attention
+                    | ComputeClass::AttentionBackward
+                    | ComputeClass::EdgeSoftmax
             )));
             let k = if model == GnnModel::Sage { 2 } else { 1 };
             let (first, second) = (op("linear_bwd[l1,p0]"), op("linear_bwd[l2,p0]"));

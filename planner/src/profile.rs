@@ -53,10 +53,15 @@ pub struct DeviceProfile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub softmax_flops_per_s: Option<f64>,
     /// Effective bandwidth of GAT's attention operators (edge scores,
-    /// attention-weighted aggregation and their backward);
-    /// `sparse_bytes_per_s` when absent.
+    /// attention-weighted aggregation, and their backward where
+    /// `attention_backward_bytes_per_s` is absent); `sparse_bytes_per_s`
+    /// when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_bytes_per_s: Option<f64>,
+    /// Effective bandwidth of the backward of GAT's attention; the
+    /// attention rate (above) when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_backward_bytes_per_s: Option<f64>,
     /// Effective bandwidth of GAT's edge softmax; the attention rate
     /// (above) when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -84,6 +89,9 @@ impl DeviceProfile {
             ComputeClass::Attention => self
                 .attention_bytes_per_s
                 .unwrap_or(self.sparse_bytes_per_s),
+            ComputeClass::AttentionBackward => self
+                .attention_backward_bytes_per_s
+                .unwrap_or_else(|| self.memory_bytes_per_s(ComputeClass::Attention)),
             ComputeClass::EdgeSoftmax => self
                 .edge_softmax_bytes_per_s
                 .unwrap_or_else(|| self.memory_bytes_per_s(ComputeClass::Attention)),
@@ -268,6 +276,9 @@ impl Profile {
         }
         if let Some(attention) = d.attention_bytes_per_s {
             figures.push(("device.attention_bytes_per_s", attention));
+        }
+        if let Some(backward) = d.attention_backward_bytes_per_s {
+            figures.push(("device.attention_backward_bytes_per_s", backward));
         }
         if let Some(softmax) = d.edge_softmax_bytes_per_s {
             figures.push(("device.edge_softmax_bytes_per_s", softmax));
@@ -486,19 +497,27 @@ mod tests {
             d.memory_bytes_per_s(ComputeClass::EdgeSoftmax),
             d.sparse_bytes_per_s
         );
+        assert_eq!(
+            d.memory_bytes_per_s(ComputeClass::AttentionBackward),
+            d.sparse_bytes_per_s
+        );
         d.attention_bytes_per_s = Some(1e9);
         assert_eq!(d.memory_bytes_per_s(ComputeClass::Attention), 1e9);
         assert_eq!(d.memory_bytes_per_s(ComputeClass::EdgeSoftmax), 1e9);
+        assert_eq!(d.memory_bytes_per_s(ComputeClass::AttentionBackward), 1e9);
+        d.attention_backward_bytes_per_s = Some(7e8);
+        assert_eq!(d.memory_bytes_per_s(ComputeClass::AttentionBackward), 7e8);
         d.edge_softmax_bytes_per_s = Some(5e8);
         assert_eq!(d.memory_bytes_per_s(ComputeClass::EdgeSoftmax), 5e8);
         assert_eq!(d.memory_bytes_per_s(ComputeClass::Attention), 1e9);
+        assert_eq!(d.memory_bytes_per_s(ComputeClass::AttentionBackward), 7e8);
         assert_eq!(d.memory_bytes_per_s(ComputeClass::Dense), d.hbm_bytes_per_s);
     }
 
     #[test]
     fn bad_shapes_and_scatter_rates_are_named() {
         type Spoil = fn(&mut DeviceProfile);
-        let cases: [(Spoil, &str); 7] = [
+        let cases: [(Spoil, &str); 8] = [
             (
                 |d| d.dense_shapes = vec![shape(8.0, 1e9), shape(8.0, 2e9)],
                 "device.dense_shapes[1].flops_per_byte",
@@ -526,6 +545,10 @@ mod tests {
             (
                 |d| d.edge_softmax_bytes_per_s = Some(0.0),
                 "device.edge_softmax_bytes_per_s",
+            ),
+            (
+                |d| d.attention_backward_bytes_per_s = Some(-3.0),
+                "device.attention_backward_bytes_per_s",
             ),
         ];
         for (spoil, field) in cases {

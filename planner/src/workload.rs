@@ -108,10 +108,13 @@ pub enum ComputeClass {
     /// A softmax and its exponentials (a loss): bounded by
     /// `softmax_flops_per_s` and memory bandwidth.
     Softmax,
-    /// GAT's attention operators (edge scores, the attention-weighted
-    /// aggregation and their backward): bounded by
-    /// `attention_bytes_per_s`.
+    /// GAT's attention operators (edge scores and the attention-weighted
+    /// aggregation): bounded by `attention_bytes_per_s`.
     Attention,
+    /// The backward of GAT's attention (the gradients of the aggregation
+    /// and of the edge scores, scattered to the source rows): bounded by
+    /// `attention_backward_bytes_per_s`.
+    AttentionBackward,
     /// GAT's edge softmax (an exponential, a maximum and a sum per edge
     /// and head): bounded by `edge_softmax_bytes_per_s`.
     EdgeSoftmax,

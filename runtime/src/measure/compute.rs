@@ -106,8 +106,10 @@ enum Group {
     Scatter,
     /// The loss (with the accuracy) and its backward.
     Loss,
-    /// GAT's attention operators.
+    /// GAT's attention operators (forward).
     Attention,
+    /// Their backward.
+    AttentionBackward,
     /// GAT's edge softmaxes.
     EdgeSoftmax,
 }
@@ -204,8 +206,10 @@ pub fn training_rates(bench: Bench, profile: &Profile, rounds: &Rounds) -> Resul
 /// What GAT's attention operators were measured on, and their rates.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AttentionRate {
-    /// Edge scores, attention-weighted aggregation and their backward.
+    /// Edge scores and attention-weighted aggregation.
     pub bytes_per_s: f64,
+    /// The backward of both.
+    pub backward_bytes_per_s: f64,
     /// The edge softmaxes.
     pub edge_softmax_bytes_per_s: f64,
     pub scale: u32,
@@ -218,8 +222,9 @@ pub struct AttentionRate {
 }
 
 /// GAT's attention operators (`ComputeClass::Attention`: edge scores,
-/// attention-weighted aggregation, their backward) and its edge
-/// softmaxes (`ComputeClass::EdgeSoftmax`), timed as [`training_rates`]
+/// attention-weighted aggregation), their backward
+/// (`ComputeClass::AttentionBackward`) and its edge softmaxes
+/// (`ComputeClass::EdgeSoftmax`), timed as [`training_rates`]
 /// times the GCN's, in a 2-layer GAT of 8 heads of `width / 16` (at
 /// least one) on an R-MAT graph a quarter of `bench`'s size in half its
 /// partitions (GAT's per-edge tensors are 8 times a GCN's). Bytes per
@@ -245,12 +250,14 @@ pub fn attention_rate(bench: Bench, profile: &Profile, rounds: &Rounds) -> Resul
     let timed = time_training(prepared, hyper, profile, rounds, |op| {
         Ok(match op.cost.class {
             ComputeClass::Attention => Some(Group::Attention),
+            ComputeClass::AttentionBackward => Some(Group::AttentionBackward),
             ComputeClass::EdgeSoftmax => Some(Group::EdgeSoftmax),
             _ => None,
         })
     })?;
     Ok(AttentionRate {
         bytes_per_s: timed.rate(Group::Attention, |s| s.bytes)?,
+        backward_bytes_per_s: timed.rate(Group::AttentionBackward, |s| s.bytes)?,
         edge_softmax_bytes_per_s: timed.rate(Group::EdgeSoftmax, |s| s.bytes)?,
         scale,
         nodes,
@@ -529,10 +536,9 @@ mod tests {
             rate.edge_softmax_bytes_per_s > 0.0 && rate.edge_softmax_bytes_per_s.is_finite(),
             "{rate:?}"
         );
-        assert!(
-            rate.bytes_per_s > 0.0 && rate.bytes_per_s.is_finite(),
-            "{rate:?}"
-        );
+        for r in [rate.bytes_per_s, rate.backward_bytes_per_s] {
+            assert!(r > 0.0 && r.is_finite(), "{rate:?}");
+        }
         assert_eq!(rate.iterations, 1);
     }
 

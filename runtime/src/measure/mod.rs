@@ -371,6 +371,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             next(progress);
             let attention = compute::attention_rate(bench, &profile, &sizes.rounds)?;
             profile.device.attention_bytes_per_s = Some(attention.bytes_per_s);
+            profile.device.attention_backward_bytes_per_s = Some(attention.backward_bytes_per_s);
             profile.device.edge_softmax_bytes_per_s = Some(attention.edge_softmax_bytes_per_s);
             next(progress);
             let overhead = compute::op_overhead(&profile, sizes.overhead_iterations)?;
@@ -451,9 +452,14 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                 &mut sources,
                 "device.attention_bytes_per_s",
                 format!(
-                    "GAT's attention operators (edge scores, attention-weighted aggregation \
-                     and their backward), {gat_run}"
+                    "GAT's attention operators (edge scores and attention-weighted \
+                     aggregation), {gat_run}"
                 ),
+            );
+            put(
+                &mut sources,
+                "device.attention_backward_bytes_per_s",
+                format!("the backward of GAT's attention operators, {gat_run}"),
             );
             put(
                 &mut sources,
@@ -597,6 +603,7 @@ fn cpu_profile(
             scatter_bytes_per_s: None,
             softmax_flops_per_s: None,
             attention_bytes_per_s: None,
+            attention_backward_bytes_per_s: None,
             edge_softmax_bytes_per_s: None,
             op_overhead_s: 0.0,
         },
@@ -668,6 +675,7 @@ fn gpu_profile(
             scatter_bytes_per_s: None,
             softmax_flops_per_s: None,
             attention_bytes_per_s: None,
+            attention_backward_bytes_per_s: None,
             edge_softmax_bytes_per_s: None,
             op_overhead_s: gpu.op_overhead_s,
         },

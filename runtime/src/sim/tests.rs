@@ -29,6 +29,7 @@ fn profile() -> Profile {
             scatter_bytes_per_s: None,
             softmax_flops_per_s: None,
             attention_bytes_per_s: None,
+            attention_backward_bytes_per_s: None,
             edge_softmax_bytes_per_s: None,
             op_overhead_s: 0.0,
         },
