@@ -190,7 +190,7 @@ fn summary(out: &mut dyn Write, p: &Profile) -> Result<()> {
         .attention_bytes_per_s
         .map_or(String::new(), |a| format!(", attention {}", rate(a)));
     let attention = match d.attention_backward_bytes_per_s {
-        Some(a) => format!("{attention}, its backward {}", rate(a)),
+        Some(a) => format!("{attention}, attention backward {}", rate(a)),
         None => attention,
     };
     let attention = match d.edge_softmax_bytes_per_s {

@@ -110,11 +110,11 @@ fn leaky_relu_grad(u: f32) -> f32 {
 
 /// `⟨a, b⟩` over `min(len)` elements, in eight lanes (element `k` into
 /// lane `k mod 8`) summed as a tree at the end: a fixed order, so the
-/// same bits on every instruction set, and one that vectorises (a head's
+/// same bits on every CPU instruction set, and one that vectorises (a head's
 /// dot product is most of GAT's node scores and of its attention
 /// backward).
 #[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn lane_dot(a: &[f32], b: &[f32]) -> f32 {
     const LANES: usize = 8;
     let n = a.len().min(b.len());
     let (a_chunks, a_tail) = a[..n].as_chunks::<LANES>();
@@ -169,8 +169,8 @@ pub fn node_scores(
             {
                 for h in 0..h_n {
                     let zh = &zr[h * c_n..(h + 1) * c_n];
-                    s[h] = dot(zh, &att_src[h * c_n..(h + 1) * c_n]);
-                    t[h] = dot(zh, &att_dst[h * c_n..(h + 1) * c_n]);
+                    s[h] = lane_dot(zh, &att_src[h * c_n..(h + 1) * c_n]);
+                    t[h] = lane_dot(zh, &att_dst[h * c_n..(h + 1) * c_n]);
                 }
             }
         });
@@ -451,7 +451,7 @@ pub fn aggregate_bwd(
                 let o = &out[r * d..(r + 1) * d];
                 for (h, t) in row_dot.iter_mut().enumerate() {
                     let span = h * c_n..(h + 1) * c_n;
-                    *t = dot(&g[span.clone()], &o[span]);
+                    *t = lane_dot(&g[span.clone()], &o[span]);
                 }
                 init.apply(ga, r * h_n);
                 for e in block.edges(r) {
@@ -464,7 +464,7 @@ pub fn aggregate_bwd(
                     let s = &z_src[c * d..(c + 1) * d];
                     for h in 0..h_n {
                         let span = h * c_n..(h + 1) * c_n;
-                        let dalpha = dot(&g[span.clone()], &s[span]);
+                        let dalpha = lane_dot(&g[span.clone()], &s[span]);
                         let a = alpha[e * h_n + h];
                         let ds = match alpha_dropped {
                             None => a * (dalpha - row_dot[h]),

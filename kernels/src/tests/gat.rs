@@ -275,6 +275,46 @@ fn blockwise_gat_matches_reference() {
             head_width: 2,
         },
     );
+    // Heads wider than the dot product's eight lanes: whole chunks and a
+    // tail.
+    check_blockwise(
+        25,
+        40,
+        150,
+        &[0, 17, 40],
+        Heads {
+            heads: 2,
+            head_width: 19,
+        },
+    );
+}
+
+/// The eight-lane dot product against an f64 sum, for every length up to
+/// four chunks and a tail, and for slices of unequal length (the shorter
+/// one's).
+#[test]
+fn dot_matches_a_wide_sum_at_every_length() {
+    let a: Vec<f32> = (0..40)
+        .map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0)
+        .collect();
+    let b: Vec<f32> = (0..40)
+        .map(|i| ((i * 53 % 29) as f32 - 14.0) / 5.0)
+        .collect();
+    let wide = |n: usize| (0..n).map(|i| a[i] as f64 * b[i] as f64).sum::<f64>();
+    for n in 0..=33 {
+        let got = crate::gat::lane_dot(&a[..n], &b[..n]) as f64;
+        let scale: f64 = (0..n).map(|i| (a[i] as f64 * b[i] as f64).abs()).sum();
+        assert!(
+            (got - wide(n)).abs() <= 1e-6 * scale.max(1.0),
+            "length {n}: {got} against {}",
+            wide(n)
+        );
+        assert_eq!(
+            crate::gat::lane_dot(&a[..n], &b[..n + 7]).to_bits(),
+            crate::gat::lane_dot(&a[..n], &b[..n]).to_bits(),
+            "length {n} against a longer slice"
+        );
+    }
 }
 
 #[test]
