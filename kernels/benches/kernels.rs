@@ -17,7 +17,7 @@ use fateplan_kernels::activation::{elu_dropout, elu_dropout_bwd, relu_dropout, r
 use fateplan_kernels::dense::{linear, linear_bwd};
 use fateplan_kernels::dropout::Dropout;
 use fateplan_kernels::gat::{
-    aggregate_bwd, edge_softmax, node_scores, BlockGrads, BlockInputs, Heads,
+    aggregate, aggregate_bwd, edge_softmax, node_scores, BlockGrads, BlockInputs, Heads,
 };
 use fateplan_kernels::loss::{accuracy, softmax_cross_entropy, softmax_cross_entropy_bwd};
 
@@ -287,6 +287,26 @@ fn node_scores_200k_h8x8(bencher: Bencher) {
     bencher
         .counter(ItemsCount::new(ROWS * d))
         .bench_local(|| node_scores(&z, GAT, &att_src, &att_dst, &mut a_src, &mut a_dst).unwrap());
+}
+
+/// The attention-weighted aggregation of one block, heads of 8 (GAT's
+/// hidden layers have 8 heads, its output layer one).
+#[divan::bench(args = [8, 1], sample_count = 10)]
+fn attention_agg_200k_c8(bencher: Bencher, heads: usize) {
+    let heads = Heads {
+        heads,
+        head_width: 8,
+    };
+    let d = heads.width();
+    let block = block();
+    let alpha = values(ROWS * DEGREE * heads.heads, 4);
+    let z = values(ROWS * d, 7);
+    let mut out = vec![0.0f32; ROWS * d];
+    bencher
+        .counter(ItemsCount::new(ROWS * DEGREE))
+        .bench_local(|| {
+            aggregate(block.as_ref(), &alpha, &z, heads, Init::Zero, &mut out).unwrap()
+        });
 }
 
 /// The backward of one block's attention aggregation (the per-edge

@@ -132,7 +132,15 @@ pub fn elu_dropout_bwd(
     )
 }
 
+/// Elements of one task of [`dropout_in_place`].
+const FLAT_CHUNK: usize = 1 << 14;
+
 /// `x *= mask` in place: plain dropout, or the backward of a dropout.
+/// `x` is rows `row0..` of `width` elements, whose mask values are those
+/// of global elements `row0 · width ..`, one run of indices: the rows are
+/// masked as one flat run in tasks of [`FLAT_CHUNK`] elements, so that
+/// narrow rows (GAT's attention coefficients are a row of `H` per edge)
+/// cost no more per element than wide ones.
 pub fn dropout_in_place(x: &mut [f32], width: usize, row0: u64, dropout: &Dropout) -> Result<()> {
     rows_of("dropout_in_place", "x", x.len(), width)?;
     dropout.validate()?;
@@ -140,14 +148,13 @@ pub fn dropout_in_place(x: &mut [f32], width: usize, row0: u64, dropout: &Dropou
         return Ok(());
     }
     let (mask, isa) = (dropout.mask(), Isa::detect());
-    x.par_chunks_mut(ROW_CHUNK * width)
+    let start = row0 * width as u64;
+    x.par_chunks_mut(FLAT_CHUNK)
         .enumerate()
         .for_each(|(chunk, part)| {
-            let mut scratch = vec![0u64; width.div_ceil(64)];
-            for (k, row) in part.chunks_exact_mut(width).enumerate() {
-                let r = (chunk * ROW_CHUNK + k) as u64;
-                mask.apply_on(isa, (row0 + r) * width as u64, row, &mut scratch);
-            }
+            let mut scratch = vec![0u64; part.len().div_ceil(64)];
+            let first = start + (chunk * FLAT_CHUNK) as u64;
+            mask.apply_on(isa, first, part, &mut scratch);
         });
     Ok(())
 }

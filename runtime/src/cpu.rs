@@ -45,10 +45,11 @@ pub struct CpuGnn {
     metrics: Metrics,
     /// The other devices, in a multi-device run.
     peers: Option<Peers>,
-    /// The buffer of an aggregation's starting sum that the executor
-    /// handed over ([`Backend::run_owned`]): the aggregation adds into it
-    /// instead of copying it into a fresh output.
-    spare: Option<Vec<f32>>,
+    /// By input position, the buffers of the partial sums an operator
+    /// accumulates into that the executor handed over
+    /// ([`Backend::run_owned`]): the operator adds into them instead of
+    /// copying them into fresh outputs.
+    handed: Vec<Option<Vec<f32>>>,
 }
 
 fn kernel(error: impl std::fmt::Display) -> ExecError {
@@ -63,7 +64,7 @@ impl CpuGnn {
             model,
             metrics: Metrics::default(),
             peers: None,
-            spare: None,
+            handed: Vec::new(),
         })
     }
 
@@ -108,22 +109,73 @@ impl CpuGnn {
     /// into it), else a fresh one.
     fn chain_output<'a>(
         &mut self,
+        position: usize,
         init: Option<&'a Data>,
         len: usize,
     ) -> Result<(Vec<f32>, Init<'a>), ExecError> {
-        if let Some(spare) = self.spare.take() {
-            if spare.len() != len {
-                return Err(ExecError::Internal(format!(
-                    "a starting sum of {} values for an output of {len}",
-                    spare.len()
-                )));
-            }
-            return Ok((spare, Init::Out));
+        if let Some(handed) = self.take_handed(position, len)? {
+            return Ok((handed, Init::Out));
         }
         Ok(match init {
             Some(data) => (vec![0.0f32; len], Init::From(data.f32()?)),
             // Already zero: the kernel adds into it without a second fill.
             None => (vec![0.0f32; len], Init::Out),
+        })
+    }
+
+    /// The partial sum at input `position` that the executor handed over,
+    /// if it did; it must hold `len` values.
+    fn take_handed(&mut self, position: usize, len: usize) -> Result<Option<Vec<f32>>, ExecError> {
+        let Some(handed) = self.handed.get_mut(position).and_then(Option::take) else {
+            return Ok(None);
+        };
+        if handed.len() != len {
+            return Err(ExecError::Internal(format!(
+                "a partial sum of {} values for an output of {len}",
+                handed.len()
+            )));
+        }
+        Ok(Some(handed))
+    }
+
+    /// The partial sum at input `position` to add into: the buffer handed
+    /// over, else a copy of `data`; it must hold `len` values.
+    fn partial_sum(
+        &mut self,
+        position: usize,
+        data: &Data,
+        len: usize,
+    ) -> Result<Vec<f32>, ExecError> {
+        if let Some(handed) = self.take_handed(position, len)? {
+            return Ok(handed);
+        }
+        let values = data.f32()?;
+        if values.len() != len {
+            return Err(ExecError::Internal(format!(
+                "a partial sum of {} values for an output of {len}",
+                values.len()
+            )));
+        }
+        Ok(values.to_vec())
+    }
+
+    /// The inputs of `op` that are partial sums it adds into: a chain's
+    /// running sum of block aggregations, or GAT's backward's running
+    /// gradients (after its six or seven other inputs).
+    fn accumulated_inputs(
+        &self,
+        name: &Name,
+        inputs: usize,
+    ) -> Result<std::ops::Range<usize>, ExecError> {
+        let gat = self.model.hyper.model == GnnModel::Gat;
+        Ok(match name.base {
+            "agg" if gat && inputs == 4 => 3..4,
+            "agg" | "agg_bwd" if !gat && inputs == 3 => 2..3,
+            "attention_bwd" if gat => {
+                let others = 6 + usize::from(name.get('p')? != name.get('d')?);
+                others.min(inputs)..inputs
+            }
+            _ => 0..0,
         })
     }
 
@@ -254,7 +306,7 @@ impl CpuGnn {
     /// Runs a GAT operator; `None` for the operators every model shares
     /// (loss, its backward, gradient accumulation).
     fn run_gat(
-        &self,
+        &mut self,
         op: &Op,
         name: &Name,
         inputs: &[&Data],
@@ -347,11 +399,10 @@ impl CpuGnn {
                 let block = inputs[0].block()?;
                 let z_src = inputs[1].f32()?;
                 let (alpha, dropped) = self.block_alpha(l, i, j, inputs[2].f32()?, h_n)?;
-                let init = inputs.get(3).map(|d| d.f32()).transpose()?;
-                let mut out = vec![0.0f32; block.row_start.len().saturating_sub(1) * d_out];
+                let rows = block.row_start.len().saturating_sub(1);
+                let (mut out, init) = self.chain_output(3, inputs.get(3).copied(), rows * d_out)?;
                 let alpha = dropped.as_deref().unwrap_or(alpha);
-                gat::aggregate(view(block), alpha, z_src, heads, init.into(), &mut out)
-                    .map_err(kernel)?;
+                gat::aggregate(view(block), alpha, z_src, heads, init, &mut out).map_err(kernel)?;
                 vec![Data::F32(out)]
             }
             "elu" => {
@@ -506,7 +557,7 @@ impl CpuGnn {
     /// `j`'s first destination and the partial `grad_dst[i]` unless `j` is
     /// `i`'s first source. Outputs: both partials with this block added.
     fn attention_bwd(
-        &self,
+        &mut self,
         op: &Op,
         name: &Name,
         inputs: &[&Data],
@@ -538,21 +589,15 @@ impl CpuGnn {
             vec![0.0f32; rows_j * (d + h_n)]
         } else {
             k += 1;
-            inputs[k - 1].f32()?.to_vec()
+            self.partial_sum(k - 1, inputs[k - 1], rows_j * (d + h_n))
+                .map_err(|e| ExecError::Internal(format!("{}: grad_src: {e}", op.name)))?
         };
         let mut grad_dst = if first_source {
             vec![0.0f32; rows_i * h_n]
         } else {
-            inputs[k].f32()?.to_vec()
+            self.partial_sum(k, inputs[k], rows_i * h_n)
+                .map_err(|e| ExecError::Internal(format!("{}: grad_dst: {e}", op.name)))?
         };
-        if grad_src.len() != rows_j * (d + h_n) {
-            return Err(ExecError::Internal(format!(
-                "{}: grad_src has {} values, expected {}",
-                op.name,
-                grad_src.len(),
-                rows_j * (d + h_n)
-            )));
-        }
         let (alpha, dropped) = self.block_alpha(l, i, j, inputs[1].f32()?, h_n)?;
         let (grad_z_src, grad_a_src) = grad_src.split_at_mut(rows_j * d);
         let block_inputs = BlockInputs {
@@ -638,24 +683,26 @@ impl Backend for CpuGnn {
     /// over, instead of copying it into a fresh output.
     fn run_owned(&mut self, op: &Op, mut inputs: Vec<Arc<Data>>) -> Result<Vec<Data>, ExecError> {
         let name = Name::parse(&op.name)?;
-        let chained = matches!(name.base, "agg" | "agg_bwd") && inputs.len() == 3;
-        if chained && self.model.hyper.model != GnnModel::Gat {
-            let init = inputs.pop().expect("three inputs");
-            match Arc::try_unwrap(init) {
+        self.handed.clear();
+        for position in self.accumulated_inputs(&name, inputs.len())? {
+            let placeholder = Arc::new(Data::F32(Vec::new()));
+            let input = std::mem::replace(&mut inputs[position], placeholder);
+            match Arc::try_unwrap(input) {
                 Ok(Data::F32(values)) => {
-                    self.spare = Some(values);
-                    // `run` reads the sum from the spare buffer.
-                    inputs.push(Arc::new(Data::F32(Vec::new())));
+                    self.handed.resize(position + 1, None);
+                    // `run` reads the sum from the handed buffer.
+                    self.handed[position] = Some(values);
                 }
-                Ok(other) => inputs.push(Arc::new(other)),
-                Err(shared) => inputs.push(shared),
+                Ok(other) => inputs[position] = Arc::new(other),
+                Err(shared) => inputs[position] = shared,
             }
         }
         let refs: Vec<&Data> = inputs.iter().map(|d| d.as_ref()).collect();
         let result = self.run(op, &refs);
-        if self.spare.take().is_some() && result.is_ok() {
+        let unused = self.handed.drain(..).any(|h| h.is_some());
+        if unused && result.is_ok() {
             return Err(ExecError::Internal(format!(
-                "{} left its starting sum unused",
+                "{} left a partial sum it was handed unused",
                 op.name
             )));
         }
@@ -677,7 +724,7 @@ impl Backend for CpuGnn {
                 let block = inputs[0].block()?;
                 let src = inputs[1].f32()?;
                 let rows = block.row_start.len().saturating_sub(1);
-                let (mut out, init) = self.chain_output(inputs.get(2).copied(), rows * d_in)?;
+                let (mut out, init) = self.chain_output(2, inputs.get(2).copied(), rows * d_in)?;
                 let view = BlockRef {
                     row_start: &block.row_start,
                     columns: &block.columns,
@@ -837,7 +884,7 @@ impl Backend for CpuGnn {
                 let grad = inputs[1].f32()?;
                 let j = name.get('p')?;
                 let rows = self.model.rows(j).len();
-                let (mut out, init) = self.chain_output(inputs.get(2).copied(), rows * d_in)?;
+                let (mut out, init) = self.chain_output(2, inputs.get(2).copied(), rows * d_in)?;
                 let view = BlockRef {
                     row_start: &block.row_start,
                     columns: &block.columns,

@@ -481,6 +481,23 @@ fn activations_match_reference_and_finite_differences() {
     );
 }
 
+/// Narrow rows over several of `dropout_in_place`'s tasks, from rows that
+/// start off a mask group: every element gets its own global index's
+/// mask value, as one element at a time gives it.
+#[test]
+fn dropout_in_place_masks_narrow_rows_by_their_global_index() {
+    let d = Dropout::new(0.3, 11, 2).unwrap();
+    for (rows, width, row0) in [(40_000, 1, 13), (9_001, 8, 5), (7, 3, 0)] {
+        let x: Vec<f32> = (0..rows * width).map(|i| 1.0 + i as f32).collect();
+        let mut got = x.clone();
+        dropout_in_place(&mut got, width, row0, &d).unwrap();
+        for (k, (&g, &v)) in got.iter().zip(&x).enumerate() {
+            let expect = v * d.value(row0 * width as u64 + k as u64);
+            assert_eq!(g.to_bits(), expect.to_bits(), "{rows}x{width}, element {k}");
+        }
+    }
+}
+
 #[test]
 fn loss_matches_reference_and_finite_differences() {
     // 6 classes: the lanes' remainder alone; 19: eight lanes twice, then
