@@ -62,7 +62,7 @@ use rayon::prelude::*;
 
 use crate::isa::Isa;
 use crate::math::exp_on;
-use crate::sparse::{prefetch_row, scatter, PREFETCH_EDGES};
+use crate::sparse::{prefetch_row, scatter_pair, ScatterOut, PREFETCH_EDGES};
 use crate::{check_len, ensure, rows_of, BlockRef, Init, Result, Write, REDUCE_ROWS, ROW_CHUNK};
 
 /// LeakyReLU's slope for negative scores.
@@ -274,39 +274,75 @@ pub fn edge_softmax(blocks: &[BlockRef], heads: usize, scores: &mut [&mut [f32]]
         .enumerate()
         .for_each(|(chunk, mut parts)| {
             let r0 = chunk * ROW_CHUNK;
+            let chunk_rows = r0..(r0 + ROW_CHUNK).min(rows);
+            let local = |b: &BlockRef, r: usize| {
+                let e0 = b.row_start[r0] as usize;
+                (b.row_start[r] as usize - e0) * heads..(b.row_start[r + 1] as usize - e0) * heads
+            };
+            // Each row's scores less their maximum per head, ...
             let mut max = vec![0.0f32; heads];
-            let mut sum = vec![0.0f32; heads];
-            for r in r0..(r0 + ROW_CHUNK).min(rows) {
+            for r in chunk_rows.clone() {
+                if heads == 1 {
+                    // One head: the row's scores are plain runs.
+                    let m = blocks
+                        .iter()
+                        .zip(parts.iter())
+                        .fold(f32::NEG_INFINITY, |m, (b, part)| {
+                            part[local(b, r)].iter().fold(m, |m, &x| m.max(x))
+                        });
+                    for (b, part) in blocks.iter().zip(parts.iter_mut()) {
+                        part[local(b, r)].iter_mut().for_each(|x| *x -= m);
+                    }
+                    continue;
+                }
                 max.fill(f32::NEG_INFINITY);
-                sum.fill(0.0);
-                let local = |b: &BlockRef| {
-                    let e0 = b.row_start[r0] as usize;
-                    (b.row_start[r] as usize - e0) * heads
-                        ..(b.row_start[r + 1] as usize - e0) * heads
-                };
                 for (b, part) in blocks.iter().zip(parts.iter()) {
-                    for s in part[local(b)].chunks_exact(heads) {
+                    for s in part[local(b, r)].chunks_exact(heads) {
                         for (m, &x) in max.iter_mut().zip(s) {
                             *m = m.max(x);
                         }
                     }
                 }
                 for (b, part) in blocks.iter().zip(parts.iter_mut()) {
-                    let row = &mut part[local(b)];
-                    for s in row.chunks_exact_mut(heads) {
+                    for s in part[local(b, r)].chunks_exact_mut(heads) {
                         for (x, &m) in s.iter_mut().zip(&max) {
                             *x -= m;
                         }
                     }
-                    exp_on(isa, row);
-                    for s in row.chunks_exact(heads) {
+                }
+            }
+            // ... the exponentials of the chunk's rows in one pass a block
+            // (a row of a block holds a few edges: per row, the call would
+            // cost more than its exponentials), ...
+            for part in parts.iter_mut() {
+                exp_on(isa, part);
+            }
+            // ... and each row divided by its sums, added in block and
+            // edge order.
+            let mut sum = vec![0.0f32; heads];
+            for r in chunk_rows {
+                if heads == 1 {
+                    let t = blocks
+                        .iter()
+                        .zip(parts.iter())
+                        .fold(0.0f32, |t, (b, part)| {
+                            part[local(b, r)].iter().fold(t, |t, &x| t + x)
+                        });
+                    for (b, part) in blocks.iter().zip(parts.iter_mut()) {
+                        part[local(b, r)].iter_mut().for_each(|x| *x /= t);
+                    }
+                    continue;
+                }
+                sum.fill(0.0);
+                for (b, part) in blocks.iter().zip(parts.iter()) {
+                    for s in part[local(b, r)].chunks_exact(heads) {
                         for (t, &x) in sum.iter_mut().zip(s) {
                             *t += x;
                         }
                     }
                 }
                 for (b, part) in blocks.iter().zip(parts.iter_mut()) {
-                    for s in part[local(b)].chunks_exact_mut(heads) {
+                    for s in part[local(b, r)].chunks_exact_mut(heads) {
                         for (x, &t) in s.iter_mut().zip(&sum) {
                             *x /= t;
                         }
@@ -481,7 +517,18 @@ pub fn aggregate_bwd(
 
     // Into source rows: the value path and the score path.
     let value_alpha = alpha_dropped.unwrap_or(alpha);
-    scatter(block, d, init, grads.grad_z_src, |e, r, row| {
+    // Both in one walk over the edges.
+    let value = ScatterOut {
+        out: grads.grad_z_src,
+        width: d,
+        init,
+    };
+    let score = ScatterOut {
+        out: grads.grad_a_src,
+        width: h_n,
+        init,
+    };
+    scatter_pair(block, src_rows, value, score, |e, r, row, score_row| {
         let g = &grad_out[r * d..(r + 1) * d];
         let a = &value_alpha[e * h_n..(e + 1) * h_n];
         for ((o, g), &a) in row.chunks_exact_mut(c_n).zip(g.chunks_exact(c_n)).zip(a) {
@@ -489,9 +536,7 @@ pub fn aggregate_bwd(
                 *o += a * x;
             }
         }
-    });
-    scatter(block, h_n, init, grads.grad_a_src, |e, _, row| {
-        for (o, &v) in row.iter_mut().zip(&du[e * h_n..(e + 1) * h_n]) {
+        for (o, &v) in score_row.iter_mut().zip(&du[e * h_n..(e + 1) * h_n]) {
             *o += v;
         }
     });

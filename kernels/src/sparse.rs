@@ -429,28 +429,68 @@ pub(crate) fn scatter<F>(block: BlockRef, width: usize, init: Init, out: &mut [f
 where
     F: Fn(usize, usize, &mut [f32]) + Sync,
 {
+    let none = ScatterOut {
+        out: &mut [],
+        width: 0,
+        init: Init::Out,
+    };
     let src_rows = out.len() / width;
+    let first = ScatterOut { out, width, init };
+    scatter_pair(block, src_rows, first, none, |e, r, row, _| f(e, r, row));
+}
+
+/// One output of [`scatter_pair`]: `src_rows × width`, starting from
+/// `init`.
+pub(crate) struct ScatterOut<'a, 'i> {
+    pub out: &'a mut [f32],
+    pub width: usize,
+    pub init: Init<'i>,
+}
+
+/// [`scatter`] into two outputs of the same `src_rows` rows in one walk
+/// over the edges: `f(e, r, first_row_c, second_row_c)`. An output of
+/// width 0 gets empty rows.
+pub(crate) fn scatter_pair<F>(
+    block: BlockRef,
+    src_rows: usize,
+    first: ScatterOut,
+    second: ScatterOut,
+    f: F,
+) where
+    F: Fn(usize, usize, &mut [f32], &mut [f32]) + Sync,
+{
     let tasks = rayon::current_num_threads().max(1);
     let rows_per_task = src_rows.div_ceil(tasks).max(SCATTER_MIN_ROWS);
-    out.par_chunks_mut(rows_per_task * width)
-        .enumerate()
-        .for_each(|(task, part)| {
-            let lo = task * rows_per_task;
-            let hi = lo + part.len() / width;
-            init.apply(part, lo * width);
-            for r in 0..block.rows() {
-                for e in block.edges(r) {
-                    if let Some(&next) = block.columns.get(e + PREFETCH_EDGES) {
-                        let next = next as usize;
-                        if (lo..hi).contains(&next) {
-                            prefetch_row(&part[(next - lo) * width..(next - lo + 1) * width]);
-                        }
-                    }
-                    let c = block.columns[e] as usize;
-                    if (lo..hi).contains(&c) {
-                        f(e, r, &mut part[(c - lo) * width..(c - lo + 1) * width]);
+    let (wa, wb) = (first.width, second.width);
+    let mut parts = Vec::new();
+    let (mut a, mut b) = (first.out, second.out);
+    for lo in (0..src_rows).step_by(rows_per_task) {
+        let n = rows_per_task.min(src_rows - lo);
+        let (pa, rest_a) = std::mem::take(&mut a).split_at_mut(n * wa);
+        let (pb, rest_b) = std::mem::take(&mut b).split_at_mut(n * wb);
+        (a, b) = (rest_a, rest_b);
+        parts.push((lo, n, pa, pb));
+    }
+    let (init_a, init_b) = (first.init, second.init);
+    parts.into_par_iter().for_each(|(lo, n, part_a, part_b)| {
+        let hi = lo + n;
+        init_a.apply(part_a, lo * wa);
+        init_b.apply(part_b, lo * wb);
+        for r in 0..block.rows() {
+            for e in block.edges(r) {
+                if let Some(&next) = block.columns.get(e + PREFETCH_EDGES) {
+                    let next = next as usize;
+                    if (lo..hi).contains(&next) {
+                        prefetch_row(&part_a[(next - lo) * wa..(next - lo + 1) * wa]);
                     }
                 }
+                let c = block.columns[e] as usize;
+                if (lo..hi).contains(&c) {
+                    let k = c - lo;
+                    let row_a = &mut part_a[k * wa..(k + 1) * wa];
+                    f(e, r, row_a, &mut part_b[k * wb..(k + 1) * wb]);
+                }
             }
-        });
+        }
+    });
 }

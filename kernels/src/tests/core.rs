@@ -8,7 +8,7 @@ use crate::isa::Isa;
 use crate::loss::*;
 use crate::optim::Adam;
 use crate::sparse::*;
-use crate::sparse::{gather, Masking};
+use crate::sparse::{gather, scatter_pair, Masking, ScatterOut};
 use crate::{reference as reference64, Error, Init, Write};
 
 /// Sizes that cross the chunk boundaries: rows over `ROW_CHUNK`, source
@@ -479,6 +479,55 @@ fn activations_match_reference_and_finite_differences() {
         &reference64::dropout(&z64, width, row0, &d),
         1e-6,
     );
+}
+
+/// Two outputs scattered in one walk, over more source rows than one
+/// task takes (three tasks at three threads): each output row gets its
+/// edges' calls in CSR order from its own starting sum, as a sequential
+/// walk gives them, at one thread and at three.
+#[test]
+fn scatter_pair_matches_a_sequential_walk() {
+    let mut rng = Rng::new(7);
+    let (rows, src_rows) = (300, 2 * crate::SCATTER_MIN_ROWS + 100);
+    let block = random_block(&mut rng, rows, src_rows, 6);
+    let init_a = rng.vec(src_rows * 3);
+    let values = rng.vec(block.columns.len());
+    let add = |e: usize, r: usize, a: &mut [f32], b: &mut [f32]| {
+        for (k, x) in a.iter_mut().enumerate() {
+            *x = *x * 0.5 + values[e] * (k + 1) as f32;
+        }
+        b[0] += values[e] - r as f32;
+        b[1] += 1.0;
+    };
+    let mut expect_a = init_a.clone();
+    let mut expect_b = vec![0.0f32; src_rows * 2];
+    for r in 0..rows {
+        for e in block.as_ref().edges(r) {
+            let c = block.columns[e] as usize;
+            let (a, b) = (&mut expect_a[c * 3..][..3], &mut expect_b[c * 2..][..2]);
+            add(e, r, a, b);
+        }
+    }
+    let got = same_bits_across_threads("scatter_pair", || {
+        let mut a = vec![f32::NAN; src_rows * 3];
+        let mut b = vec![f32::NAN; src_rows * 2];
+        let first = ScatterOut {
+            out: &mut a,
+            width: 3,
+            init: Init::From(&init_a),
+        };
+        let second = ScatterOut {
+            out: &mut b,
+            width: 2,
+            init: Init::Zero,
+        };
+        scatter_pair(block.as_ref(), src_rows, first, second, add);
+        a.extend(b);
+        a
+    });
+    expect_a.extend(expect_b);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert!(bits(&got) == bits(&expect_a));
 }
 
 /// Narrow rows over several of `dropout_in_place`'s tasks, from rows that
