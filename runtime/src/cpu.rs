@@ -678,9 +678,11 @@ impl Backend for CpuGnn {
         Ok(())
     }
 
-    /// A GCN or SAGE aggregation that starts from a sum (its third
-    /// input) adds into that sum's buffer when the executor hands it
-    /// over, instead of copying it into a fresh output.
+    /// An operator that adds into partial sums (`accumulated_inputs`: a
+    /// GCN or SAGE aggregation's third input, a GAT aggregation's fourth,
+    /// a GAT attention backward's running gradients) adds into their
+    /// buffers when the executor hands them over, instead of copying
+    /// them into fresh outputs.
     fn run_owned(&mut self, op: &Op, mut inputs: Vec<Arc<Data>>) -> Result<Vec<Data>, ExecError> {
         let name = Name::parse(&op.name)?;
         self.handed.clear();
@@ -689,7 +691,9 @@ impl Backend for CpuGnn {
             let input = std::mem::replace(&mut inputs[position], placeholder);
             match Arc::try_unwrap(input) {
                 Ok(Data::F32(values)) => {
-                    self.handed.resize(position + 1, None);
+                    if self.handed.len() <= position {
+                        self.handed.resize(position + 1, None);
+                    }
                     // `run` reads the sum from the handed buffer.
                     self.handed[position] = Some(values);
                 }

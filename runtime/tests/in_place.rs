@@ -1,6 +1,7 @@
-//! The CPU backend's aggregations add into a partial sum handed over to
-//! them (`Backend::run_owned`) and give the same bits as when they copy
-//! it into a fresh output (`Backend::run`).
+//! The CPU backend's aggregations (and GAT's attention backward) add
+//! into the partial sums handed over to them (`Backend::run_owned`) and
+//! give the same bits as when they copy them into fresh outputs
+//! (`Backend::run`).
 
 mod common;
 
@@ -25,14 +26,36 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// The inputs of `name` that are partial sums it adds into, given its
+/// input count: a GCN or SAGE aggregation's third, a GAT aggregation's
+/// fourth, and the running gradients after a GAT attention backward's
+/// six (diagonal block) or seven other inputs.
+fn partial_sums(model: GnnModel, name: &str, inputs: usize) -> Vec<usize> {
+    let gat = model == GnnModel::Gat;
+    if name.starts_with("agg[") && gat && inputs == 4 {
+        return vec![3];
+    }
+    if (name.starts_with("agg[") || name.starts_with("agg_bwd[")) && !gat && inputs == 3 {
+        return vec![2];
+    }
+    if let Some(rest) = name.strip_prefix("attention_bwd[") {
+        // attention_bwd[l1,pJ,dI]
+        let mut parts = rest.trim_end_matches(']').split(',');
+        let (_, p, d) = (parts.next(), parts.next().unwrap(), parts.next().unwrap());
+        let others = 6 + usize::from(p[1..] != d[1..]);
+        return (others..inputs).collect();
+    }
+    Vec::new()
+}
+
 #[test]
 fn chained_aggregations_add_in_place_with_the_same_bits() {
-    for model in [GnnModel::Gcn, GnnModel::Sage] {
+    for model in [GnnModel::Gcn, GnnModel::Sage, GnnModel::Gat] {
         let hyper = Hyper {
             model,
             layers: 3,
             hidden: 16,
-            heads: 1,
+            heads: if model == GnnModel::Gat { 2 } else { 1 },
             dropout: 0.5,
             lr: 0.01,
             weight_decay: 5e-4,
@@ -44,10 +67,10 @@ fn chained_aggregations_add_in_place_with_the_same_bits() {
         let mut backend = CpuGnn::new(prepared.input, hyper).unwrap();
         backend.set_mode(Mode::Train);
         backend.begin_iteration(0).unwrap();
-        let mut chained = 0;
+        let (mut chained, mut two) = (0, 0);
         for op in &workload.ops {
-            let aggregation = op.name.starts_with("agg[") || op.name.starts_with("agg_bwd[");
-            if !aggregation || op.inputs.len() != 3 {
+            let sums = partial_sums(model, &op.name, op.inputs.len());
+            if sums.is_empty() {
                 continue;
             }
             let inputs: Vec<Data> = op
@@ -61,28 +84,38 @@ fn chained_aggregations_add_in_place_with_the_same_bits() {
                     } else {
                         Data::F32(values(
                             (tensor.bytes / 4) as usize,
-                            op.id.0 as u64 * 3 + k as u64,
+                            op.id.0 as u64 * 11 + k as u64,
                         ))
                     }
                 })
                 .collect();
             let refs: Vec<&Data> = inputs.iter().collect();
             let copied = backend.run(op, &refs).unwrap();
-            let sum = inputs[2].f32().unwrap().as_ptr();
+            let handed: Vec<*const f32> = sums
+                .iter()
+                .map(|&k| inputs[k].f32().unwrap().as_ptr())
+                .collect();
             let owned: Vec<Arc<Data>> = inputs.into_iter().map(Arc::new).collect();
             let added = backend.run_owned(op, owned).unwrap();
             assert_eq!(added, copied, "{model:?} {}", op.name);
-            let out = added[0].f32().unwrap().as_ptr();
-            assert_eq!(
-                out, sum,
-                "{model:?} {}: the sum's buffer was not reused",
-                op.name
-            );
+            let outputs: Vec<*const f32> =
+                added.iter().map(|d| d.f32().unwrap().as_ptr()).collect();
+            for sum in &handed {
+                assert!(
+                    outputs.contains(sum),
+                    "{model:?} {}: a partial sum's buffer was not reused",
+                    op.name
+                );
+            }
             chained += 1;
+            two += usize::from(sums.len() == 2);
         }
         assert!(
             chained >= 6,
             "{model:?}: only {chained} chained aggregations"
         );
+        if model == GnnModel::Gat {
+            assert!(two > 0, "no attention backward with both running gradients");
+        }
     }
 }

@@ -490,7 +490,7 @@ fn scatter_pair_matches_a_sequential_walk() {
     let mut rng = Rng::new(7);
     let (rows, src_rows) = (300, 2 * crate::SCATTER_MIN_ROWS + 100);
     let block = random_block(&mut rng, rows, src_rows, 6);
-    let init_a = rng.vec(src_rows * 3);
+    let (init_a, init_b) = (rng.vec(src_rows * 3), rng.vec(src_rows * 2));
     let values = rng.vec(block.columns.len());
     let add = |e: usize, r: usize, a: &mut [f32], b: &mut [f32]| {
         for (k, x) in a.iter_mut().enumerate() {
@@ -500,7 +500,7 @@ fn scatter_pair_matches_a_sequential_walk() {
         b[1] += 1.0;
     };
     let mut expect_a = init_a.clone();
-    let mut expect_b = vec![0.0f32; src_rows * 2];
+    let mut expect_b = init_b.clone();
     for r in 0..rows {
         for e in block.as_ref().edges(r) {
             let c = block.columns[e] as usize;
@@ -519,7 +519,7 @@ fn scatter_pair_matches_a_sequential_walk() {
         let second = ScatterOut {
             out: &mut b,
             width: 2,
-            init: Init::Zero,
+            init: Init::From(&init_b),
         };
         scatter_pair(block.as_ref(), src_rows, first, second, add);
         a.extend(b);
@@ -527,7 +527,7 @@ fn scatter_pair_matches_a_sequential_walk() {
     });
     expect_a.extend(expect_b);
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    assert!(bits(&got) == bits(&expect_a));
+    assert_eq!(bits(&got), bits(&expect_a));
 }
 
 /// Narrow rows over several of `dropout_in_place`'s tasks, from rows that

@@ -264,6 +264,18 @@ fn blockwise_gat_matches_reference() {
             head_width: 1,
         },
     );
+    // One head of 8 (GAT's output layer) over three partitions: the edge
+    // softmax's one-head path across blocks.
+    check_blockwise(
+        26,
+        45,
+        140,
+        &[0, 20, 33, 45],
+        Heads {
+            heads: 1,
+            head_width: 8,
+        },
+    );
     // A partition with no rows.
     check_blockwise(
         23,
