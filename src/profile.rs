@@ -207,6 +207,21 @@ fn summary(out: &mut dyn Write, p: &Profile) -> Result<()> {
         rate(d.sparse_bytes_per_s),
         format_seconds(d.op_overhead_s)
     )?;
+    if !d.class_rates.is_empty() {
+        let fits: Vec<String> = d
+            .class_rates
+            .iter()
+            .map(|r| {
+                let per_edge = if r.seconds_per_edge > 0.0 {
+                    format!(" + {:.2} ns/edge", r.seconds_per_edge * 1e9)
+                } else {
+                    String::new()
+                };
+                format!("{:?} {}{per_edge}", r.class, rate(r.bytes_per_s))
+            })
+            .collect();
+        writeln!(out, "fitted    {}", fits.join(", "))?;
+    }
     writeln!(
         out,
         "host      {}, copy {}, {} cores",

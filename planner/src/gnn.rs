@@ -436,7 +436,7 @@ impl<'a> Builder<'a> {
                 phase,
                 inputs,
                 vec![out],
-                Cost::work(2.0 * (edges * width) as f64, bytes, class),
+                Cost::work(2.0 * (edges * width) as f64, bytes, class).over_edges(edges),
             );
             partial = Some(out);
         }
@@ -632,7 +632,8 @@ impl<'a> Builder<'a> {
                     Phase::Backward,
                     inputs,
                     vec![out],
-                    Cost::work(2.0 * (edges * d_in) as f64, bytes, ComputeClass::Scatter),
+                    Cost::work(2.0 * (edges * d_in) as f64, bytes, ComputeClass::Scatter)
+                        .over_edges(edges),
                 );
                 partial = Some(out);
             }
@@ -704,7 +705,7 @@ impl<'a> Builder<'a> {
                 Cost::work(
                     4.0 * (rows * d_out) as f64,
                     (rows * (d_out + 2 * heads) + 2 * d_out) * F32,
-                    ComputeClass::Elementwise,
+                    ComputeClass::NodeScores,
                 ),
             );
             layer.z.push(z);
@@ -734,8 +735,9 @@ impl<'a> Builder<'a> {
                     Cost::work(
                         2.0 * (edges * heads) as f64,
                         edges * (EDGE + heads * F32) + (rows + self.rows(j)) * 2 * heads * F32,
-                        ComputeClass::Attention,
-                    ),
+                        ComputeClass::EdgeScores,
+                    )
+                    .over_edges(edges),
                 );
                 scores.push(s);
             }
@@ -758,7 +760,8 @@ impl<'a> Builder<'a> {
                     5.0 * (row_edges * heads) as f64,
                     3 * row_edges * heads * F32 + sources.len() as u64 * (rows + 1) * ROW_POINTER,
                     ComputeClass::EdgeSoftmax,
-                ),
+                )
+                .over_edges(row_edges),
             );
             let zs = layer.z.clone();
             let agg = self.aggregate_row(
@@ -772,10 +775,20 @@ impl<'a> Builder<'a> {
                 Some((alpha, heads * F32)),
                 &|j| zs[j as usize],
             );
-            let (name, op_name, flops) = if last {
-                (format!("out[l{l},p{i}]"), format!("bias[l{l},p{i}]"), 1.0)
+            let (name, op_name, flops, class) = if last {
+                (
+                    format!("out[l{l},p{i}]"),
+                    format!("bias[l{l},p{i}]"),
+                    1.0,
+                    ComputeClass::Elementwise,
+                )
             } else {
-                (format!("h[l{l},p{i}]"), format!("elu[l{l},p{i}]"), 4.0)
+                (
+                    format!("h[l{l},p{i}]"),
+                    format!("elu[l{l},p{i}]"),
+                    4.0,
+                    ComputeClass::Elu,
+                )
             };
             let out = self.tensor(name, rows * d_out * F32, TensorKind::Activation);
             if !last {
@@ -790,7 +803,7 @@ impl<'a> Builder<'a> {
                 Cost::work(
                     flops * (rows * d_out) as f64,
                     (2 * rows * d_out + d_out) * F32,
-                    ComputeClass::Elementwise,
+                    class,
                 ),
             );
             layer.alpha.push(alpha);
@@ -846,7 +859,7 @@ impl<'a> Builder<'a> {
                 Cost::work(
                     4.0 * (rows * d_out) as f64,
                     (3 * rows * d_out + d_out) * F32,
-                    ComputeClass::Elementwise,
+                    ComputeClass::Elu,
                 ),
             );
             dout.push(g);
@@ -911,7 +924,7 @@ impl<'a> Builder<'a> {
                     Phase::Backward,
                     inputs,
                     vec![src_out, dst_out],
-                    Cost::work(flops, bytes, ComputeClass::AttentionBackward),
+                    Cost::work(flops, bytes, ComputeClass::AttentionBackward).over_edges(edges),
                 );
                 src_partial = Some(src_out);
                 dst_partial[i as usize] = Some(dst_out);
@@ -951,7 +964,7 @@ impl<'a> Builder<'a> {
                 Cost::work(
                     9.0 * (rows * d_out) as f64,
                     (rows * (4 * d_out + 2 * heads) + 5 * d_out) * F32,
-                    ComputeClass::Elementwise,
+                    ComputeClass::NodeScoresBackward,
                 ),
             );
             let dw = self.tensor(
@@ -1027,34 +1040,51 @@ mod tests {
         }
     }
 
-    /// GAT's edge scores and attention-weighted aggregation are attention
-    /// operators, their backward and the edge softmaxes have classes of
-    /// their own, and nothing else is any of them.
+    /// GAT's operators each have their class (edge scores, aggregation,
+    /// edge softmax, attention backward, node scores and their backward,
+    /// ELU and its backward), nothing else is any of them, and every
+    /// edge operator walks, over a layer's blocks, every stored edge once.
     #[test]
-    fn gat_attention_operators_have_their_class() {
+    fn gat_operators_have_their_class_and_walk_every_edge() {
+        use std::collections::HashMap;
         let blocks = BlockCounts::skewed(1000, 8000, 4).unwrap();
-        let w = build_gnn(&spec(GnnModel::Gat), &blocks).unwrap();
-        let attention = ["sddmm[", "agg["];
+        let s = spec(GnnModel::Gat);
+        let w = build_gnn(&s, &blocks).unwrap();
+        let classes = [
+            ("sddmm[", ComputeClass::EdgeScores),
+            ("agg[", ComputeClass::Attention),
+            ("edge_softmax[", ComputeClass::EdgeSoftmax),
+            ("attention_bwd[", ComputeClass::AttentionBackward),
+            ("node_scores[", ComputeClass::NodeScores),
+            ("node_scores_bwd[", ComputeClass::NodeScoresBackward),
+            ("elu[", ComputeClass::Elu),
+            ("elu_bwd[", ComputeClass::Elu),
+        ];
         for o in &w.ops {
-            let expected = attention.iter().any(|a| o.name.starts_with(a));
-            assert_eq!(
-                o.cost.class == ComputeClass::Attention,
-                expected,
-                "{}",
-                o.name
-            );
-            assert_eq!(
-                o.cost.class == ComputeClass::EdgeSoftmax,
-                o.name.starts_with("edge_softmax["),
-                "{}",
-                o.name
-            );
-            assert_eq!(
-                o.cost.class == ComputeClass::AttentionBackward,
-                o.name.starts_with("attention_bwd["),
-                "{}",
-                o.name
-            );
+            for (prefix, class) in classes {
+                assert_eq!(
+                    o.cost.class == class,
+                    classes
+                        .iter()
+                        .any(|(p, c)| *c == class && o.name.starts_with(p)),
+                    "{} ({prefix})",
+                    o.name
+                );
+            }
+        }
+        let mut edges: HashMap<(&str, String), u64> = HashMap::new();
+        for o in w.ops.iter().filter(|o| o.cost.edges > 0) {
+            let (kind, rest) = o.name.split_once('[').unwrap();
+            let layer = rest.split(',').next().unwrap().to_string();
+            *edges.entry((kind, layer)).or_default() += o.cost.edges;
+        }
+        let walkers = ["sddmm", "agg", "edge_softmax", "attention_bwd"];
+        assert_eq!(edges.len(), walkers.len() * s.layers as usize, "{edges:?}");
+        // GAT aggregates over self loops too.
+        let stored = blocks.total_edges() + 1000;
+        for ((kind, _), n) in &edges {
+            assert!(walkers.contains(kind), "{kind}");
+            assert_eq!(*n, stored, "{kind}");
         }
     }
 
@@ -1073,9 +1103,27 @@ mod tests {
             assert!(w.ops.iter().all(|o| !matches!(
                 o.cost.class,
                 ComputeClass::Attention
+                    | ComputeClass::EdgeScores
                     | ComputeClass::AttentionBackward
                     | ComputeClass::EdgeSoftmax
+                    | ComputeClass::NodeScores
+                    | ComputeClass::NodeScoresBackward
+                    | ComputeClass::Elu
             )));
+            // The aggregations and their backward walk every stored edge
+            // (GCN's self loops too).
+            let stored = blocks.total_edges() + if model == GnnModel::Gcn { 1000 } else { 0 };
+            for kind in [OpKind::Aggregate, OpKind::AggregateBackward] {
+                let layer = |o: &&crate::workload::Op| o.name.contains("[l2,");
+                let walked: u64 = w
+                    .ops
+                    .iter()
+                    .filter(|o| o.kind == kind)
+                    .filter(layer)
+                    .map(|o| o.cost.edges)
+                    .sum();
+                assert_eq!(walked, stored, "{model:?} {kind:?}");
+            }
             let k = if model == GnnModel::Sage { 2 } else { 1 };
             let (first, second) = (op("linear_bwd[l1,p0]"), op("linear_bwd[l2,p0]"));
             let z = w.tensors.iter().find(|t| t.name == "z[l1,p0]").unwrap();

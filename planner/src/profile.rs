@@ -66,8 +66,25 @@ pub struct DeviceProfile {
     /// (above) when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edge_softmax_bytes_per_s: Option<f64>,
+    /// Rates fitted to classes of operators in training: where a class
+    /// has one, its memory time is `bytes / bytes_per_s + edges ×
+    /// seconds_per_edge` instead of bytes at the class's field above.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub class_rates: Vec<ClassRate>,
     /// Fixed cost of launching one operator.
     pub op_overhead_s: f64,
+}
+
+/// A class's memory time fitted to its operators: a bandwidth and a time
+/// per edge walked (an edge's index, its row's cache lines and the
+/// work per edge that does not grow with the row's width).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassRate {
+    pub class: ComputeClass,
+    pub bytes_per_s: f64,
+    #[serde(default)]
+    pub seconds_per_edge: f64,
 }
 
 /// A GEMM rate at one arithmetic intensity.
@@ -81,7 +98,9 @@ pub struct DenseShape {
 }
 
 impl DeviceProfile {
-    /// Bytes per second of the memory traffic of an operator of `class`.
+    /// Bytes per second of the memory traffic of an operator of `class`,
+    /// from the class's field (a fit in `class_rates` is not looked at:
+    /// [`DeviceProfile::memory_seconds`] does).
     pub fn memory_bytes_per_s(&self, class: ComputeClass) -> f64 {
         match class {
             ComputeClass::Sparse => self.sparse_bytes_per_s,
@@ -89,15 +108,19 @@ impl DeviceProfile {
             ComputeClass::Attention => self
                 .attention_bytes_per_s
                 .unwrap_or(self.sparse_bytes_per_s),
+            ComputeClass::EdgeScores => self.memory_bytes_per_s(ComputeClass::Attention),
             ComputeClass::AttentionBackward => self
                 .attention_backward_bytes_per_s
                 .unwrap_or_else(|| self.memory_bytes_per_s(ComputeClass::Attention)),
             ComputeClass::EdgeSoftmax => self
                 .edge_softmax_bytes_per_s
                 .unwrap_or_else(|| self.memory_bytes_per_s(ComputeClass::Attention)),
-            ComputeClass::Dense | ComputeClass::Elementwise | ComputeClass::Softmax => {
-                self.hbm_bytes_per_s
-            }
+            ComputeClass::Dense
+            | ComputeClass::Elementwise
+            | ComputeClass::Softmax
+            | ComputeClass::NodeScores
+            | ComputeClass::NodeScoresBackward
+            | ComputeClass::Elu => self.hbm_bytes_per_s,
         }
     }
 
@@ -130,12 +153,22 @@ impl DeviceProfile {
         (a.flops_per_s.ln() + t * (b.flops_per_s / a.flops_per_s).ln()).exp()
     }
 
+    /// Seconds of memory traffic of an operator of `class` moving `bytes`
+    /// and walking `edges`: by the class's fit in `class_rates` where it
+    /// has one, otherwise bytes at [`DeviceProfile::memory_bytes_per_s`].
+    pub fn memory_seconds(&self, bytes: u64, edges: u64, class: ComputeClass) -> f64 {
+        match self.class_rates.iter().find(|r| r.class == class) {
+            Some(fit) => bytes as f64 / fit.bytes_per_s + edges as f64 * fit.seconds_per_edge,
+            None => bytes as f64 / self.memory_bytes_per_s(class),
+        }
+    }
+
     /// Seconds an operator's work takes, launch overhead left out: the
-    /// larger of its math time and its memory time (a roofline). Dense
-    /// math runs at [`DeviceProfile::dense_rate`] for its intensity,
-    /// softmax math at `softmax_flops_per_s`, other math at
-    /// `dense_flops_per_s`.
-    pub fn work_seconds(&self, flops: f64, bytes: u64, class: ComputeClass) -> f64 {
+    /// larger of its math time and its memory time (a roofline;
+    /// [`DeviceProfile::memory_seconds`]). Dense math runs at
+    /// [`DeviceProfile::dense_rate`] for its intensity, softmax math at
+    /// `softmax_flops_per_s`, other math at `dense_flops_per_s`.
+    pub fn work_seconds(&self, flops: f64, bytes: u64, edges: u64, class: ComputeClass) -> f64 {
         let rate = match class {
             // No bytes: an infinite intensity, the most intense shape.
             ComputeClass::Dense => self.dense_rate(flops / bytes as f64),
@@ -143,8 +176,7 @@ impl DeviceProfile {
             _ => self.dense_flops_per_s,
         };
         let math_s = flops / rate;
-        let memory_s = bytes as f64 / self.memory_bytes_per_s(class);
-        math_s.max(memory_s)
+        math_s.max(self.memory_seconds(bytes, edges, class))
     }
 }
 
@@ -418,6 +450,30 @@ impl Profile {
             }
             previous = shape.flops_per_byte;
         }
+        for (k, fit) in self.device.class_rates.iter().enumerate() {
+            let field = |name: &str| format!("{} field device.class_rates[{k}].{name}", context());
+            if !(fit.bytes_per_s.is_finite() && fit.bytes_per_s > 0.0) {
+                return Err(Error::invalid(
+                    field("bytes_per_s"),
+                    format!("{} must be positive", fit.bytes_per_s),
+                ));
+            }
+            if !(fit.seconds_per_edge.is_finite() && fit.seconds_per_edge >= 0.0) {
+                return Err(Error::invalid(
+                    field("seconds_per_edge"),
+                    format!("{} must be finite and not negative", fit.seconds_per_edge),
+                ));
+            }
+            if self.device.class_rates[..k]
+                .iter()
+                .any(|r| r.class == fit.class)
+            {
+                return Err(Error::invalid(
+                    field("class"),
+                    format!("{:?} has a rate earlier in the list", fit.class),
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -432,6 +488,14 @@ mod tests {
             "cpu-small.json",
         )
         .unwrap()
+    }
+
+    fn class_rate(class: ComputeClass, bytes_per_s: f64, seconds_per_edge: f64) -> ClassRate {
+        ClassRate {
+            class,
+            bytes_per_s,
+            seconds_per_edge,
+        }
     }
 
     fn shape(flops_per_byte: f64, flops_per_s: f64) -> DenseShape {
@@ -458,19 +522,19 @@ mod tests {
         );
         assert!(close(d.dense_rate(f64::NAN), 300e9));
         // A dense operator's time uses it; others keep the one rate.
-        let s = d.work_seconds(8e9, 1_000_000_000, ComputeClass::Dense);
+        let s = d.work_seconds(8e9, 1_000_000_000, 0, ComputeClass::Dense);
         assert!(close(s, 0.08_f64.max(1e9 / d.hbm_bytes_per_s)), "{s}");
-        let s = d.work_seconds(8e9, 1, ComputeClass::Elementwise);
+        let s = d.work_seconds(8e9, 1, 0, ComputeClass::Elementwise);
         assert!(close(s, 8e9 / 300e9), "{s}");
         d.softmax_flops_per_s = Some(4e9);
-        let s = d.work_seconds(8e9, 1, ComputeClass::Softmax);
+        let s = d.work_seconds(8e9, 1, 0, ComputeClass::Softmax);
         assert!(close(s, 2.0), "softmax math at its own rate: {s}");
         for class in [ComputeClass::Elementwise, ComputeClass::Sparse] {
-            let s = d.work_seconds(8e9, 1, class);
+            let s = d.work_seconds(8e9, 1, 0, class);
             assert!(close(s, 8e9 / 300e9), "{class:?}: {s}");
         }
         // A dense operator with no bytes runs at the most intense shape.
-        assert!(close(d.work_seconds(3e11, 0, ComputeClass::Dense), 1.0));
+        assert!(close(d.work_seconds(3e11, 0, 0, ComputeClass::Dense), 1.0));
     }
 
     #[test]
@@ -512,12 +576,49 @@ mod tests {
         assert_eq!(d.memory_bytes_per_s(ComputeClass::Attention), 1e9);
         assert_eq!(d.memory_bytes_per_s(ComputeClass::AttentionBackward), 7e8);
         assert_eq!(d.memory_bytes_per_s(ComputeClass::Dense), d.hbm_bytes_per_s);
+        // The classes older profiles do not know: the edge scores at the
+        // attention rate, GAT's row-wise operators at memory bandwidth.
+        assert_eq!(d.memory_bytes_per_s(ComputeClass::EdgeScores), 1e9);
+        for class in [
+            ComputeClass::NodeScores,
+            ComputeClass::NodeScoresBackward,
+            ComputeClass::Elu,
+        ] {
+            assert_eq!(d.memory_bytes_per_s(class), d.hbm_bytes_per_s, "{class:?}");
+        }
+    }
+
+    /// A class's fit prices its bytes and its edges; the classes without
+    /// one keep their field's rate, and a fit stays out of the math side
+    /// of the roofline.
+    #[test]
+    fn a_fitted_class_is_charged_its_bytes_and_its_edges() {
+        let mut d = profile().device;
+        d.attention_bytes_per_s = Some(1e9);
+        d.class_rates = vec![ClassRate {
+            class: ComputeClass::EdgeSoftmax,
+            bytes_per_s: 2e9,
+            seconds_per_edge: 1e-9,
+        }];
+        let close = |a: f64, b: f64| (a / b - 1.0).abs() < 1e-12;
+        let s = d.memory_seconds(4_000_000_000, 500_000_000, ComputeClass::EdgeSoftmax);
+        assert!(close(s, 2.0 + 0.5), "{s}");
+        let s = d.memory_seconds(4_000_000_000, 500_000_000, ComputeClass::Attention);
+        assert!(
+            close(s, 4.0),
+            "no fit: bytes at the field's rate, edges free: {s}"
+        );
+        let s = d.work_seconds(1.0, 4_000_000_000, 500_000_000, ComputeClass::EdgeSoftmax);
+        assert!(close(s, 2.5), "{s}");
+        // The math bound still holds above the fit.
+        let s = d.work_seconds(10.0 * d.dense_flops_per_s, 1, 1, ComputeClass::EdgeSoftmax);
+        assert!(close(s, 10.0), "{s}");
     }
 
     #[test]
     fn bad_shapes_and_scatter_rates_are_named() {
         type Spoil = fn(&mut DeviceProfile);
-        let cases: [(Spoil, &str); 8] = [
+        let cases: [(Spoil, &str); 12] = [
             (
                 |d| d.dense_shapes = vec![shape(8.0, 1e9), shape(8.0, 2e9)],
                 "device.dense_shapes[1].flops_per_byte",
@@ -550,6 +651,32 @@ mod tests {
                 |d| d.attention_backward_bytes_per_s = Some(-3.0),
                 "device.attention_backward_bytes_per_s",
             ),
+            (
+                |d| d.class_rates = vec![class_rate(ComputeClass::Elu, 0.0, 0.0)],
+                "device.class_rates[0].bytes_per_s",
+            ),
+            (
+                |d| d.class_rates = vec![class_rate(ComputeClass::Elu, -5.0, 0.0)],
+                "device.class_rates[0].bytes_per_s",
+            ),
+            (
+                |d| {
+                    d.class_rates = vec![
+                        class_rate(ComputeClass::Elu, 1e9, 0.0),
+                        class_rate(ComputeClass::Attention, 1e9, -1e-9),
+                    ]
+                },
+                "device.class_rates[1].seconds_per_edge",
+            ),
+            (
+                |d| {
+                    d.class_rates = vec![
+                        class_rate(ComputeClass::Elu, 1e9, 0.0),
+                        class_rate(ComputeClass::Elu, 2e9, 0.0),
+                    ]
+                },
+                "device.class_rates[1].class",
+            ),
         ];
         for (spoil, field) in cases {
             let mut p = profile();
@@ -563,6 +690,10 @@ mod tests {
         let mut p = profile();
         p.device.dense_shapes = vec![shape(7.1, 1e11), shape(32.0, 3e11)];
         p.device.scatter_bytes_per_s = Some(2e10);
+        p.device.class_rates = vec![
+            class_rate(ComputeClass::EdgeScores, 1.5e10, 1.7e-9),
+            class_rate(ComputeClass::Elu, 1.5e10, 0.0),
+        ];
         assert_eq!(
             Profile::from_json(&p.to_json_pretty(), "p.json").unwrap(),
             p

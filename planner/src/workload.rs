@@ -108,9 +108,13 @@ pub enum ComputeClass {
     /// A softmax and its exponentials (a loss): bounded by
     /// `softmax_flops_per_s` and memory bandwidth.
     Softmax,
-    /// GAT's attention operators (edge scores and the attention-weighted
-    /// aggregation): bounded by `attention_bytes_per_s`.
+    /// GAT's attention-weighted aggregation (and, in workloads written
+    /// before [`ComputeClass::EdgeScores`], its edge scores): bounded by
+    /// `attention_bytes_per_s`.
     Attention,
+    /// GAT's edge scores (an SDDMM of the node scores): the attention
+    /// rate where the profile fits none of its own.
+    EdgeScores,
     /// The backward of GAT's attention (the gradients of the aggregation
     /// and of the edge scores, scattered to the source rows): bounded by
     /// `attention_backward_bytes_per_s`.
@@ -118,10 +122,19 @@ pub enum ComputeClass {
     /// GAT's edge softmax (an exponential, a maximum and a sum per edge
     /// and head): bounded by `edge_softmax_bytes_per_s`.
     EdgeSoftmax,
+    /// GAT's node scores (a dot product per row and head): memory
+    /// bandwidth where the profile fits no rate of its own.
+    NodeScores,
+    /// Their backward (the score path added into the projection's
+    /// gradient, and the attention vectors' gradients): likewise.
+    NodeScoresBackward,
+    /// GAT's ELU and its backward (an exponential an element): likewise.
+    Elu,
 }
 
-/// What an operator costs: either work (`flops`, `bytes` touched, `class`) or
-/// explicit `seconds`, which take precedence when given.
+/// What an operator costs: either work (`flops`, `bytes` touched, the
+/// `edges` it walks, `class`) or explicit `seconds`, which take precedence
+/// when given.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Cost {
@@ -131,8 +144,16 @@ pub struct Cost {
     pub bytes: u64,
     #[serde(default)]
     pub class: ComputeClass,
+    /// Edges an edge operator walks (zero for the others): what a
+    /// profile's per-edge time (`device.class_rates`) is charged on.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub edges: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<f64>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Cost {
@@ -141,8 +162,14 @@ impl Cost {
             flops,
             bytes,
             class,
+            edges: 0,
             seconds: None,
         }
+    }
+
+    /// `self` walking `edges` edges.
+    pub fn over_edges(self, edges: u64) -> Cost {
+        Cost { edges, ..self }
     }
 
     pub fn seconds(seconds: f64) -> Cost {

@@ -18,7 +18,8 @@ pub fn op_seconds(op: &Op, profile: &Profile) -> f64 {
         return seconds;
     }
     let device = &profile.device;
-    device.op_overhead_s + device.work_seconds(op.cost.flops, op.cost.bytes, op.cost.class)
+    device.op_overhead_s
+        + device.work_seconds(op.cost.flops, op.cost.bytes, op.cost.edges, op.cost.class)
 }
 
 /// Seconds a transfer occupies each link it crosses: `(pcie_s, ssd_s)`.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use fateplan_planner::gnn::GnnModel;
 use fateplan_planner::plan::{Budgets, Plan, Stream};
-use fateplan_planner::profile::DenseShape;
+use fateplan_planner::profile::{ClassRate, DenseShape};
 use fateplan_planner::workload::{ComputeClass, Op, OpKind};
 use fateplan_planner::{plan, PlanOptions, Policy, Profile};
 
@@ -106,20 +106,39 @@ enum Group {
     Scatter,
     /// The loss (with the accuracy) and its backward.
     Loss,
-    /// GAT's attention operators (forward).
-    Attention,
-    /// Their backward.
-    AttentionBackward,
-    /// GAT's edge softmaxes.
-    EdgeSoftmax,
+    /// A class of GAT's operators in one layer.
+    Gat(ComputeClass, u32),
 }
 
-/// Flops, bytes and seconds of one group in one iteration.
+/// The classes of GAT's operators the GAT run times, each fitted its own
+/// rate.
+const GAT_CLASSES: [ComputeClass; 7] = [
+    ComputeClass::EdgeScores,
+    ComputeClass::Attention,
+    ComputeClass::EdgeSoftmax,
+    ComputeClass::AttentionBackward,
+    ComputeClass::NodeScores,
+    ComputeClass::NodeScoresBackward,
+    ComputeClass::Elu,
+];
+
+/// Flops, bytes, edges and seconds of one group in one iteration.
 #[derive(Debug, Clone, Copy, Default)]
 struct Sums {
     flops: f64,
     bytes: f64,
+    edges: f64,
     seconds: f64,
+}
+
+/// The layer of an operator named `kind[l<layer>,...]`.
+fn layer_of(name: &str) -> Option<u32> {
+    name.split_once("[l")?
+        .1
+        .split([',', ']'])
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The group a GCN operator's time counts towards; `None` for operators
@@ -135,17 +154,7 @@ fn group_of(op: &Op, layers: u32) -> Result<Option<Group>> {
     };
     Ok(Some(match op.kind {
         OpKind::Linear | OpKind::LinearBackward => {
-            let prefix = if op.kind == OpKind::Linear {
-                "linear[l"
-            } else {
-                "linear_bwd[l"
-            };
-            let layer: u32 = op
-                .name
-                .strip_prefix(prefix)
-                .and_then(|rest| rest.split(',').next())
-                .and_then(|l| l.parse().ok())
-                .ok_or_else(unexpected)?;
+            let layer = layer_of(&op.name).ok_or_else(unexpected)?;
             if op.cost.class != ComputeClass::Dense || layer == 0 || layer > layers {
                 return Err(unexpected());
             }
@@ -203,15 +212,18 @@ pub fn training_rates(bench: Bench, profile: &Profile, rounds: &Rounds) -> Resul
     })
 }
 
-/// What GAT's attention operators were measured on, and their rates.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// What GAT's operators were measured on, and their rates.
+#[derive(Debug, Clone, PartialEq)]
 pub struct AttentionRate {
-    /// Edge scores and attention-weighted aggregation.
+    /// Edge scores and attention-weighted aggregation, bytes over
+    /// seconds.
     pub bytes_per_s: f64,
     /// The backward of both.
     pub backward_bytes_per_s: f64,
     /// The edge softmaxes.
     pub edge_softmax_bytes_per_s: f64,
+    /// Every class of [`GAT_CLASSES`], fitted (`fit_class`).
+    pub class_rates: Vec<ClassRate>,
     pub scale: u32,
     pub nodes: u64,
     pub edges: u64,
@@ -221,14 +233,14 @@ pub struct AttentionRate {
     pub iterations: u32,
 }
 
-/// GAT's attention operators (`ComputeClass::Attention`: edge scores,
-/// attention-weighted aggregation), their backward
-/// (`ComputeClass::AttentionBackward`) and its edge softmaxes
-/// (`ComputeClass::EdgeSoftmax`), timed as [`training_rates`]
-/// times the GCN's, in a 2-layer GAT of 8 heads of `width / 16` (at
-/// least one) on an R-MAT graph a quarter of `bench`'s size in half its
-/// partitions (GAT's per-edge tensors are 8 times a GCN's). Bytes per
-/// second, the medians over iterations.
+/// GAT's operators of their own classes ([`GAT_CLASSES`]: edge scores,
+/// attention-weighted aggregation, edge softmaxes, the attention's
+/// backward, node scores and their backward, ELU), timed as
+/// [`training_rates`] times the GCN's, in a 2-layer GAT of 8 heads of
+/// `width / 16` (at least one) on an R-MAT graph a quarter of `bench`'s
+/// size in half its partitions (GAT's per-edge tensors are 8 times a
+/// GCN's). Rates in bytes per second are the medians over iterations;
+/// each class is fitted a rate from its two layers (`fit_class`).
 pub fn attention_rate(bench: Bench, profile: &Profile, rounds: &Rounds) -> Result<AttentionRate> {
     let scale = bench.scale.saturating_sub(2).max(6);
     let partitions = (bench.partitions / 2).max(1);
@@ -248,17 +260,44 @@ pub fn attention_rate(bench: Bench, profile: &Profile, rounds: &Rounds) -> Resul
     };
     let prepared = train::prepare(graph, &hyper, partitions)?;
     let timed = time_training(prepared, hyper, profile, rounds, |op| {
-        Ok(match op.cost.class {
-            ComputeClass::Attention => Some(Group::Attention),
-            ComputeClass::AttentionBackward => Some(Group::AttentionBackward),
-            ComputeClass::EdgeSoftmax => Some(Group::EdgeSoftmax),
-            _ => None,
-        })
+        if !GAT_CLASSES.contains(&op.cost.class) {
+            return Ok(None);
+        }
+        let layer = layer_of(&op.name).ok_or_else(|| {
+            Error::Internal(format!(
+                "the compute measurement cannot read the layer of operator {}",
+                op.name
+            ))
+        })?;
+        Ok(Some(Group::Gat(op.cost.class, layer)))
     })?;
+    let layers = 1..=hyper.layers;
+    let rate = |classes: &[ComputeClass]| {
+        timed.combined_rate(|g| matches!(g, Group::Gat(c, _) if classes.contains(c)))
+    };
+    let class_rates = GAT_CLASSES
+        .iter()
+        .map(|&class| {
+            let points: Vec<Sums> = layers
+                .clone()
+                .map(|l| timed.medians(Group::Gat(class, l)))
+                .collect::<Result<Vec<_>>>()?
+                .into_iter()
+                .flatten()
+                .collect();
+            if points.is_empty() {
+                return Err(Error::Internal(format!(
+                    "the compute measurement timed no {class:?} operators"
+                )));
+            }
+            Ok(fit_class(class, &points))
+        })
+        .collect::<Result<Vec<_>>>()?;
     Ok(AttentionRate {
-        bytes_per_s: timed.rate(Group::Attention, |s| s.bytes)?,
-        backward_bytes_per_s: timed.rate(Group::AttentionBackward, |s| s.bytes)?,
-        edge_softmax_bytes_per_s: timed.rate(Group::EdgeSoftmax, |s| s.bytes)?,
+        bytes_per_s: rate(&[ComputeClass::EdgeScores, ComputeClass::Attention])?,
+        backward_bytes_per_s: rate(&[ComputeClass::AttentionBackward])?,
+        edge_softmax_bytes_per_s: rate(&[ComputeClass::EdgeSoftmax])?,
+        class_rates,
         scale,
         nodes,
         edges,
@@ -274,7 +313,97 @@ struct Timed {
     iterations: Vec<HashMap<Group, Sums>>,
 }
 
+/// A class's rate fitted to its operators' sums (one point a layer):
+/// seconds = bytes / `bytes_per_s` + edges × `seconds_per_edge`, by least
+/// squares. Where the points cannot tell the two apart (one point, no
+/// edges, or bytes and edges in one proportion) or the fit is not
+/// positive in both, the bytes over the seconds of all points and no time
+/// per edge.
+fn fit_class(class: ComputeClass, points: &[Sums]) -> ClassRate {
+    let sum = |f: &dyn Fn(&Sums) -> f64| points.iter().map(f).sum::<f64>();
+    let bytes_only = ClassRate {
+        class,
+        bytes_per_s: sum(&|p| p.bytes) / sum(&|p| p.seconds),
+        seconds_per_edge: 0.0,
+    };
+    // The normal equations of [bytes edges] [x y]' = seconds.
+    let (bb, be, ee) = (
+        sum(&|p| p.bytes * p.bytes),
+        sum(&|p| p.bytes * p.edges),
+        sum(&|p| p.edges * p.edges),
+    );
+    let (bt, et) = (sum(&|p| p.bytes * p.seconds), sum(&|p| p.edges * p.seconds));
+    let det = bb * ee - be * be;
+    // Not singular to within rounding.
+    if det.is_nan() || det <= 1e-9 * bb * ee {
+        return bytes_only;
+    }
+    let x = (bt * ee - et * be) / det;
+    let y = (bb * et - be * bt) / det;
+    if x > 0.0 && y >= 0.0 && x.is_finite() && y.is_finite() {
+        ClassRate {
+            class,
+            bytes_per_s: 1.0 / x,
+            seconds_per_edge: y,
+        }
+    } else {
+        bytes_only
+    }
+}
+
 impl Timed {
+    /// The group's bytes, edges and median seconds over iterations; `None`
+    /// where no iteration timed it.
+    fn medians(&self, group: Group) -> Result<Option<Sums>> {
+        let found: Vec<&Sums> = self
+            .iterations
+            .iter()
+            .filter_map(|s| s.get(&group))
+            .collect();
+        let Some(first) = found.first() else {
+            return Ok(None);
+        };
+        if found.len() != self.iterations.len() {
+            return Err(Error::Internal(format!(
+                "the compute measurement timed {group:?} in {} of {} iterations",
+                found.len(),
+                self.iterations.len()
+            )));
+        }
+        let mut seconds: Vec<f64> = found.iter().map(|s| s.seconds).collect();
+        let seconds = median(&mut seconds);
+        if !(seconds.is_finite() && seconds > 0.0) {
+            return Err(Error::Internal(format!(
+                "the compute measurement's timer did not advance over {group:?}"
+            )));
+        }
+        Ok(Some(Sums { seconds, ..**first }))
+    }
+
+    /// The median over iterations of the bytes over the seconds of every
+    /// group `select` picks.
+    fn combined_rate(&self, select: impl Fn(&Group) -> bool) -> Result<f64> {
+        let mut values: Vec<f64> = self
+            .iterations
+            .iter()
+            .map(|sums| {
+                let (bytes, seconds) = sums
+                    .iter()
+                    .filter(|(g, _)| select(g))
+                    .fold((0.0, 0.0), |(b, t), (_, s)| (b + s.bytes, t + s.seconds));
+                bytes / seconds
+            })
+            .collect();
+        if values.is_empty() || values.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
+            return Err(Error::Internal(
+                "the compute measurement timed none of a rate's GAT operators, or the timer \
+                 did not advance"
+                    .into(),
+            ));
+        }
+        Ok(median(&mut values))
+    }
+
     /// The median over iterations of `per(sums) / seconds` for `group`.
     fn rate(&self, group: Group, per: fn(&Sums) -> f64) -> Result<f64> {
         let mut values: Vec<f64> = self
@@ -338,6 +467,7 @@ fn time_training(
             let sum = sums.entry(group).or_default();
             sum.flops += ops[k].cost.flops;
             sum.bytes += ops[k].cost.bytes as f64;
+            sum.edges += ops[k].cost.edges as f64;
             sum.seconds += span.span.end_s - span.span.start_s;
         }
         Ok(sums)
@@ -540,6 +670,79 @@ mod tests {
             assert!(r > 0.0 && r.is_finite(), "{rate:?}");
         }
         assert_eq!(rate.iterations, 1);
+        // Every class fitted once, in order, and valid in a profile.
+        let classes: Vec<ComputeClass> = rate.class_rates.iter().map(|r| r.class).collect();
+        assert_eq!(classes, GAT_CLASSES);
+        let mut p = profile();
+        p.device.class_rates = rate.class_rates.clone();
+        p.validate().unwrap();
+    }
+
+    fn point(bytes: f64, edges: f64, seconds: f64) -> Sums {
+        Sums {
+            flops: 0.0,
+            bytes,
+            edges,
+            seconds,
+        }
+    }
+
+    /// Two layers of one class recover the bandwidth and the time per
+    /// edge that made them; what cannot tell them apart, or fits a
+    /// negative part, gets the bytes over the seconds.
+    #[test]
+    fn a_class_is_fitted_its_bandwidth_and_time_per_edge() {
+        let class = ComputeClass::Attention;
+        let time = |bytes: f64, edges: f64| bytes / 2e10 + edges * 3e-9;
+        let layers = [
+            point(4.6e8, 1.1e6, time(4.6e8, 1.1e6)),
+            point(6.6e7, 1.1e6, time(6.6e7, 1.1e6)),
+        ];
+        let fit = fit_class(class, &layers);
+        assert_eq!(fit.class, class);
+        assert!((fit.bytes_per_s / 2e10 - 1.0).abs() < 1e-9, "{fit:?}");
+        assert!((fit.seconds_per_edge / 3e-9 - 1.0).abs() < 1e-9, "{fit:?}");
+        // A third point off the line: least squares, between them.
+        let mut three = layers.to_vec();
+        three.push(point(2e8, 1.1e6, 1.2 * time(2e8, 1.1e6)));
+        let fit = fit_class(class, &three);
+        assert!(
+            fit.seconds_per_edge > 0.0 && fit.bytes_per_s > 0.0,
+            "{fit:?}"
+        );
+        let bytes_only = |points: &[Sums]| {
+            let b: f64 = points.iter().map(|p| p.bytes).sum();
+            let t: f64 = points.iter().map(|p| p.seconds).sum();
+            ClassRate {
+                class,
+                bytes_per_s: b / t,
+                seconds_per_edge: 0.0,
+            }
+        };
+        let cases: [&[Sums]; 5] = [
+            // One layer.
+            &[point(4e8, 1e6, 0.03)],
+            // No edges (the node scores).
+            &[point(2e7, 0.0, 4e-3), point(3e6, 0.0, 7e-4)],
+            // Bytes in proportion to edges.
+            &[point(4e8, 1e6, 0.03), point(8e8, 2e6, 0.05)],
+            // Time falling with the bytes: no positive bandwidth.
+            &[point(4e8, 1e6, 0.01), point(1e8, 1e6, 0.02)],
+            // A negative time per edge.
+            &[point(4e8, 1e6, 0.04), point(1e8, 1e6, 0.001)],
+        ];
+        for points in cases {
+            assert_eq!(fit_class(class, points), bytes_only(points), "{points:?}");
+        }
+    }
+
+    #[test]
+    fn layers_are_read_from_operator_names() {
+        assert_eq!(layer_of("sddmm[l2,p0,s1]"), Some(2));
+        assert_eq!(layer_of("edge_softmax[l1,p3]"), Some(1));
+        assert_eq!(layer_of("linear_bwd[l12,p0]"), Some(12));
+        assert_eq!(layer_of("loss[p0]"), None);
+        assert_eq!(layer_of("linear[x]"), None);
     }
 
     #[test]

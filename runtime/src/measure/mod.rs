@@ -373,6 +373,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             profile.device.attention_bytes_per_s = Some(attention.bytes_per_s);
             profile.device.attention_backward_bytes_per_s = Some(attention.backward_bytes_per_s);
             profile.device.edge_softmax_bytes_per_s = Some(attention.edge_softmax_bytes_per_s);
+            profile.device.class_rates = attention.class_rates.clone();
             next(progress);
             let overhead = compute::op_overhead(&profile, sizes.overhead_iterations)?;
             profile.device.op_overhead_s = overhead.op_overhead_s;
@@ -465,6 +466,17 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                 &mut sources,
                 "device.edge_softmax_bytes_per_s",
                 format!("GAT's edge softmaxes, {gat_run}"),
+            );
+            put(
+                &mut sources,
+                "device.class_rates",
+                format!(
+                    "GAT's operator classes (edge scores, aggregation, edge softmax, attention \
+                     backward, node scores, their backward, ELU), each fitted seconds = bytes \
+                     / bytes_per_s + edges × seconds_per_edge by least squares over the \
+                     medians of its two layers (a bandwidth alone where the two cannot be told \
+                     apart or the fit is not positive), {gat_run}"
+                ),
             );
             put(
                 &mut sources,
@@ -605,6 +617,7 @@ fn cpu_profile(
             attention_bytes_per_s: None,
             attention_backward_bytes_per_s: None,
             edge_softmax_bytes_per_s: None,
+            class_rates: Vec::new(),
             op_overhead_s: 0.0,
         },
         host: HostProfile {
@@ -677,6 +690,7 @@ fn gpu_profile(
             attention_bytes_per_s: None,
             attention_backward_bytes_per_s: None,
             edge_softmax_bytes_per_s: None,
+            class_rates: Vec::new(),
             op_overhead_s: gpu.op_overhead_s,
         },
         host: HostProfile {

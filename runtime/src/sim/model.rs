@@ -48,7 +48,8 @@ pub fn op_seconds(op: &Op, device: &DeviceProfile) -> f64 {
     if let Some(seconds) = op.cost.seconds {
         return seconds;
     }
-    device.op_overhead_s + device.work_seconds(op.cost.flops, op.cost.bytes, op.cost.class)
+    device.op_overhead_s
+        + device.work_seconds(op.cost.flops, op.cost.bytes, op.cost.edges, op.cost.class)
 }
 
 /// The speed of each running thread on a CPU backend with `cores` cores,
