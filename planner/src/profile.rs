@@ -156,10 +156,15 @@ impl DeviceProfile {
     /// Seconds of memory traffic of an operator of `class` moving `bytes`
     /// and walking `edges`: by the class's fit in `class_rates` where it
     /// has one, otherwise bytes at [`DeviceProfile::memory_bytes_per_s`].
+    /// A fit with a time per edge prices only operators that record the
+    /// edges they walk: one that records none (a workload written before
+    /// `cost.edges`) is priced by the class's field, as it was then.
     pub fn memory_seconds(&self, bytes: u64, edges: u64, class: ComputeClass) -> f64 {
         match self.class_rates.iter().find(|r| r.class == class) {
-            Some(fit) => bytes as f64 / fit.bytes_per_s + edges as f64 * fit.seconds_per_edge,
-            None => bytes as f64 / self.memory_bytes_per_s(class),
+            Some(fit) if edges > 0 || fit.seconds_per_edge == 0.0 => {
+                bytes as f64 / fit.bytes_per_s + edges as f64 * fit.seconds_per_edge
+            }
+            _ => bytes as f64 / self.memory_bytes_per_s(class),
         }
     }
 
@@ -608,6 +613,14 @@ mod tests {
             close(s, 4.0),
             "no fit: bytes at the field's rate, edges free: {s}"
         );
+        // An operator that records no edges (an older workload) is priced
+        // as before fits; a fit without a time per edge still applies.
+        let s = d.memory_seconds(4_000_000_000, 0, ComputeClass::EdgeSoftmax);
+        assert!(close(s, 4.0), "{s}");
+        d.class_rates[0].seconds_per_edge = 0.0;
+        let s = d.memory_seconds(4_000_000_000, 0, ComputeClass::EdgeSoftmax);
+        assert!(close(s, 2.0), "{s}");
+        d.class_rates[0].seconds_per_edge = 1e-9;
         let s = d.work_seconds(1.0, 4_000_000_000, 500_000_000, ComputeClass::EdgeSoftmax);
         assert!(close(s, 2.5), "{s}");
         // The math bound still holds above the fit.

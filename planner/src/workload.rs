@@ -96,7 +96,7 @@ pub enum ComputeClass {
     /// Dense math (GEMM): bounded by the GEMM rate for its intensity
     /// (`dense_flops_per_s`, or `dense_shapes`) and memory bandwidth.
     Dense,
-    /// Irregular gathers (SpMM, SDDMM): bounded by `sparse_bytes_per_s`.
+    /// Irregular gathers (SpMM): bounded by `sparse_bytes_per_s`.
     Sparse,
     /// Irregular scatters (the transposed SpMM of an aggregation's
     /// backward): bounded by `scatter_bytes_per_s`.
@@ -110,7 +110,8 @@ pub enum ComputeClass {
     Softmax,
     /// GAT's attention-weighted aggregation (and, in workloads written
     /// before [`ComputeClass::EdgeScores`], its edge scores): bounded by
-    /// `attention_bytes_per_s`.
+    /// `attention_bytes_per_s`, or by the class's fit in
+    /// `device.class_rates` for operators that record their edges.
     Attention,
     /// GAT's edge scores (an SDDMM of the node scores): the attention
     /// rate where the profile fits none of its own.

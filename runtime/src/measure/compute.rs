@@ -316,9 +316,9 @@ struct Timed {
 /// A class's rate fitted to its operators' sums (one point a layer):
 /// seconds = bytes / `bytes_per_s` + edges × `seconds_per_edge`, by least
 /// squares. Where the points cannot tell the two apart (one point, no
-/// edges, or bytes and edges in one proportion) or the fit is not
-/// positive in both, the bytes over the seconds of all points and no time
-/// per edge.
+/// edges, or bytes and edges in one proportion) or the fit gives a
+/// bandwidth that is not positive or a negative time per edge, the bytes
+/// over the seconds of all points and no time per edge.
 fn fit_class(class: ComputeClass, points: &[Sums]) -> ClassRate {
     let sum = |f: &dyn Fn(&Sums) -> f64| points.iter().map(f).sum::<f64>();
     let bytes_only = ClassRate {
@@ -710,6 +710,20 @@ mod tests {
             fit.seconds_per_edge > 0.0 && fit.bytes_per_s > 0.0,
             "{fit:?}"
         );
+        // Least squares: no worse over the three than the line through
+        // two, nor than the fit nudged either way.
+        let squares = |bytes_per_s: f64, per_edge: f64| {
+            three
+                .iter()
+                .map(|p| (p.bytes / bytes_per_s + p.edges * per_edge - p.seconds).powi(2))
+                .sum::<f64>()
+        };
+        let fitted = squares(fit.bytes_per_s, fit.seconds_per_edge);
+        assert!(fitted < squares(2e10, 3e-9), "{fit:?}");
+        for (db, de) in [(1.01, 1.0), (0.99, 1.0), (1.0, 1.01), (1.0, 0.99)] {
+            let nudged = squares(fit.bytes_per_s * db, fit.seconds_per_edge * de);
+            assert!(fitted <= nudged, "{fit:?} against ({db}, {de})");
+        }
         let bytes_only = |points: &[Sums]| {
             let b: f64 = points.iter().map(|p| p.bytes).sum();
             let t: f64 = points.iter().map(|p| p.seconds).sum();
