@@ -217,12 +217,7 @@ fn summary(out: &mut dyn Write, p: &Profile) -> Result<()> {
                 } else {
                     String::new()
                 };
-                // The class as profiles spell it.
-                let class = serde_json::to_value(r.class)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_else(|| format!("{:?}", r.class));
-                format!("{class} {}{per_edge}", rate(r.bytes_per_s))
+                format!("{} {}{per_edge}", r.class, rate(r.bytes_per_s))
             })
             .collect();
         writeln!(out, "fitted    {}", fits.join(", "))?;

@@ -475,7 +475,7 @@ impl Profile {
             {
                 return Err(Error::invalid(
                     field("class"),
-                    format!("{:?} has a rate earlier in the list", fit.class),
+                    format!("{} has a rate earlier in the list", fit.class),
                 ));
             }
         }
@@ -591,6 +591,12 @@ mod tests {
         ] {
             assert_eq!(d.memory_bytes_per_s(class), d.hbm_bytes_per_s, "{class:?}");
         }
+        // Named as profiles spell them.
+        assert_eq!(
+            ComputeClass::NodeScoresBackward.to_string(),
+            "node_scores_backward"
+        );
+        assert_eq!(ComputeClass::EdgeScores.to_string(), "edge_scores");
     }
 
     /// A class's fit prices its bytes and its edges; the classes without
@@ -699,6 +705,14 @@ mod tests {
                 .to_string();
             assert!(error.contains(field) && error.contains("p.json"), "{error}");
         }
+        // A repeated class is named as the file spells it.
+        let mut p = profile();
+        p.device.class_rates = vec![
+            class_rate(ComputeClass::Elu, 1e9, 0.0),
+            class_rate(ComputeClass::Elu, 2e9, 0.0),
+        ];
+        let error = p.validate().unwrap_err().to_string();
+        assert!(error.contains("elu has a rate earlier"), "{error}");
         // Both round-trip when valid.
         let mut p = profile();
         p.device.dense_shapes = vec![shape(7.1, 1e11), shape(32.0, 3e11)];

@@ -133,6 +133,16 @@ pub enum ComputeClass {
     Elu,
 }
 
+impl std::fmt::Display for ComputeClass {
+    /// The class as workloads and profiles spell it (`edge_scores`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::String(name)) => f.write_str(&name),
+            _ => write!(f, "{self:?}"),
+        }
+    }
+}
+
 /// What an operator costs: either work (`flops`, `bytes` touched, the
 /// `edges` it walks, `class`) or explicit `seconds`, which take precedence
 /// when given.

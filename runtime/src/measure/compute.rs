@@ -186,7 +186,7 @@ pub fn training_rates(bench: Bench, profile: &Profile, rounds: &Rounds) -> Resul
     let timed = time_training(prepared, hyper, profile, rounds, |op| {
         group_of(op, hyper.layers)
     })?;
-    let rate = |group, per| timed.rate(group, per);
+    let rate = |group: Group, per| timed.rate(&format!("{group:?}"), |g| *g == group, per);
     let mut dense = Vec::new();
     for (narrow, d_out) in [(false, bench.width), (true, bench.classes())] {
         let group = Group::Dense(narrow);
@@ -273,7 +273,11 @@ pub fn attention_rate(bench: Bench, profile: &Profile, rounds: &Rounds) -> Resul
     })?;
     let layers = 1..=hyper.layers;
     let rate = |classes: &[ComputeClass]| {
-        timed.combined_rate(|g| matches!(g, Group::Gat(c, _) if classes.contains(c)))
+        timed.rate(
+            &format!("{classes:?}"),
+            |g| matches!(g, Group::Gat(c, _) if classes.contains(c)),
+            |s| s.bytes,
+        )
     };
     let class_rates = GAT_CLASSES
         .iter()
@@ -380,43 +384,29 @@ impl Timed {
         Ok(Some(Sums { seconds, ..**first }))
     }
 
-    /// The median over iterations of the bytes over the seconds of every
-    /// group `select` picks.
-    fn combined_rate(&self, select: impl Fn(&Group) -> bool) -> Result<f64> {
+    /// The median over iterations of `per(sums) / seconds` over every
+    /// group `select` picks; an error naming `what` where an iteration
+    /// timed none of them or the timer did not advance.
+    fn rate(
+        &self,
+        what: &str,
+        select: impl Fn(&Group) -> bool,
+        per: fn(&Sums) -> f64,
+    ) -> Result<f64> {
         let mut values: Vec<f64> = self
             .iterations
             .iter()
             .map(|sums| {
-                let (bytes, seconds) = sums
+                let (amount, seconds) = sums
                     .iter()
                     .filter(|(g, _)| select(g))
-                    .fold((0.0, 0.0), |(b, t), (_, s)| (b + s.bytes, t + s.seconds));
-                bytes / seconds
+                    .fold((0.0, 0.0), |(a, t), (_, s)| (a + per(s), t + s.seconds));
+                amount / seconds
             })
             .collect();
         if values.is_empty() || values.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
-            return Err(Error::Internal(
-                "the compute measurement timed none of a rate's GAT operators, or the timer \
-                 did not advance"
-                    .into(),
-            ));
-        }
-        Ok(median(&mut values))
-    }
-
-    /// The median over iterations of `per(sums) / seconds` for `group`.
-    fn rate(&self, group: Group, per: fn(&Sums) -> f64) -> Result<f64> {
-        let mut values: Vec<f64> = self
-            .iterations
-            .iter()
-            .filter_map(|sums| sums.get(&group))
-            .map(|s| per(s) / s.seconds)
-            .collect();
-        if values.len() != self.iterations.len()
-            || values.iter().any(|v| !(v.is_finite() && *v > 0.0))
-        {
             return Err(Error::Internal(format!(
-                "the compute measurement timed no {group:?} operators, or the timer did not advance"
+                "the compute measurement timed no {what} operators, or the timer did not advance"
             )));
         }
         Ok(median(&mut values))

@@ -475,7 +475,8 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                      backward, node scores, their backward, ELU), each fitted seconds = bytes \
                      / bytes_per_s + edges × seconds_per_edge by least squares over the \
                      medians of its two layers (a bandwidth alone where the two cannot be told \
-                     apart or the fit is not positive), {gat_run}"
+                     apart, or the fit gives a bandwidth that is not positive or a negative time \
+                     per edge), {gat_run}"
                 ),
             );
             put(
