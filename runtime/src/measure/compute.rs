@@ -42,6 +42,12 @@ impl Bench {
     pub fn classes(&self) -> u32 {
         (self.width / 8).max(2)
     }
+
+    /// The second GCN's features and hidden width: half of `width` (at
+    /// least 1), so that its aggregations move half the bytes an edge.
+    pub fn half_width(&self) -> u32 {
+        (self.width / 2).max(1)
+    }
 }
 
 /// One GEMM shape's rate: the linear layers (forward and backward) of
@@ -59,14 +65,20 @@ pub struct DenseRate {
 pub struct TrainingRates {
     pub nodes: u64,
     pub edges: u64,
-    /// The GEMM rate of each layer shape, least intense first.
+    /// The GEMM rate of each layer shape of both GCNs, least intense
+    /// first (of two shapes as intense, the first measured).
     pub dense: Vec<DenseRate>,
     /// ReLU with dropout and its backward: bytes per second.
     pub elementwise_bytes_per_s: f64,
-    /// Forward aggregations (SpMM, the first with input dropout fused).
+    /// Forward aggregations (SpMM, the first with input dropout fused)
+    /// of the GCN of `width`.
     pub gather_bytes_per_s: f64,
-    /// Backward aggregations (transposed SpMM).
+    /// Backward aggregations (transposed SpMM) of the GCN of `width`.
     pub scatter_bytes_per_s: f64,
+    /// The forward and backward aggregations (`sparse`, `scatter`),
+    /// each fitted a bandwidth and a time per edge over the layers of
+    /// both GCNs (`fit_class`).
+    pub class_rates: Vec<ClassRate>,
     /// The loss (softmax cross-entropy, with the accuracy of three masks)
     /// and its backward: flops per second.
     pub loss_flops_per_s: f64,
@@ -98,12 +110,14 @@ impl TrainingRates {
 /// What a timed operator counts towards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Group {
-    /// The linear layers, forward and backward: the last layer's
-    /// (`true`: `width -> classes`) or the others' (`width -> width`).
-    Dense(bool),
+    /// The linear layers, forward and backward, of one shape `d_in ->
+    /// d_out`.
+    Dense(u32, u32),
     Elementwise,
-    Gather,
-    Scatter,
+    /// The forward aggregations of one layer.
+    Gather(u32),
+    /// The backward aggregations of one layer.
+    Scatter(u32),
     /// The loss (with the accuracy) and its backward.
     Loss,
     /// A class of GAT's operators in one layer.
@@ -112,7 +126,7 @@ enum Group {
 
 /// The classes of GAT's operators the GAT run times, each fitted its own
 /// rate.
-const GAT_CLASSES: [ComputeClass; 7] = [
+pub(crate) const GAT_CLASSES: [ComputeClass; 7] = [
     ComputeClass::EdgeScores,
     ComputeClass::Attention,
     ComputeClass::EdgeSoftmax,
@@ -141,74 +155,181 @@ fn layer_of(name: &str) -> Option<u32> {
         .ok()
 }
 
+/// The measured GCN's layers: each layer's `(d_in, d_out)`.
+#[derive(Debug, Clone, PartialEq)]
+struct Shapes(Vec<(u32, u32)>);
+
+impl Shapes {
+    /// `layers` layers of `hidden` on `features` into `classes`.
+    fn gcn(layers: u32, features: u32, hidden: u32, classes: u32) -> Shapes {
+        Shapes(
+            (1..=layers)
+                .map(|l| {
+                    let d_in = if l == 1 { features } else { hidden };
+                    let d_out = if l == layers { classes } else { hidden };
+                    (d_in, d_out)
+                })
+                .collect(),
+        )
+    }
+
+    fn layers(&self) -> u32 {
+        self.0.len() as u32
+    }
+
+    /// Layer `l`'s shape (layers count from 1).
+    fn of(&self, l: u32) -> Option<(u32, u32)> {
+        self.0.get((l as usize).checked_sub(1)?).copied()
+    }
+}
+
 /// The group a GCN operator's time counts towards; `None` for operators
 /// no figure is measured on (weight gradients' sums, updates). An
 /// operator of a timed kind that does not fit its group is an error, so
 /// that none is left out unseen.
-fn group_of(op: &Op, layers: u32) -> Result<Option<Group>> {
+fn group_of(op: &Op, shapes: &Shapes) -> Result<Option<Group>> {
     let unexpected = || {
         Error::Internal(format!(
             "the compute measurement cannot place operator {} ({:?}, {:?})",
             op.name, op.kind, op.cost.class
         ))
     };
+    let layer = || {
+        layer_of(&op.name)
+            .filter(|l| shapes.of(*l).is_some())
+            .ok_or_else(unexpected)
+    };
     Ok(Some(match op.kind {
         OpKind::Linear | OpKind::LinearBackward => {
-            let layer = layer_of(&op.name).ok_or_else(unexpected)?;
-            if op.cost.class != ComputeClass::Dense || layer == 0 || layer > layers {
+            if op.cost.class != ComputeClass::Dense {
                 return Err(unexpected());
             }
-            Group::Dense(layer == layers)
+            let l = layer()?;
+            let (d_in, d_out) = shapes.of(l).ok_or_else(unexpected)?;
+            Group::Dense(d_in, d_out)
         }
         OpKind::Activation | OpKind::ActivationBackward => Group::Elementwise,
-        OpKind::Aggregate if op.cost.class == ComputeClass::Sparse => Group::Gather,
-        OpKind::AggregateBackward if op.cost.class == ComputeClass::Scatter => Group::Scatter,
+        OpKind::Aggregate if op.cost.class == ComputeClass::Sparse => Group::Gather(layer()?),
+        OpKind::AggregateBackward if op.cost.class == ComputeClass::Scatter => {
+            Group::Scatter(layer()?)
+        }
         OpKind::Loss | OpKind::LossBackward => Group::Loss,
         OpKind::Aggregate | OpKind::AggregateBackward => return Err(unexpected()),
         _ => return Ok(None),
     }))
 }
 
-/// Trains `bench`'s GCN with a retain-all plan (made with `profile`,
-/// whose figures a retain-all plan does not depend on) and times every
-/// operator of one warm-up iteration and then of `rounds` iterations (at
-/// least `min`, until `budget_s` has passed, at most `max`).
-pub fn training_rates(bench: Bench, profile: &Profile, rounds: &Rounds) -> Result<TrainingRates> {
+/// One measured GCN: its layers and their timings.
+struct GcnRun {
+    shapes: Shapes,
+    nodes: u64,
+    edges: u64,
+    timed: Timed,
+}
+
+/// Trains a 3-layer GCN of `width` features and hidden width and
+/// `bench`'s classes on `bench`'s R-MAT graph and partitions, timed by
+/// [`time_training`].
+fn time_gcn(bench: Bench, width: u32, profile: &Profile, rounds: &Rounds) -> Result<GcnRun> {
     let graph = RmatSpec {
-        features: bench.width,
+        features: width,
         classes: bench.classes(),
         ..RmatSpec::new(bench.scale)
     }
     .generate()?;
     let (nodes, edges) = (graph.nodes, graph.edges());
-    let hyper = gcn(3, bench.width);
+    let hyper = gcn(3, width);
+    let shapes = Shapes::gcn(hyper.layers, width, width, bench.classes());
     let prepared = train::prepare(graph, &hyper, bench.partitions)?;
-    let timed = time_training(prepared, hyper, profile, rounds, |op| {
-        group_of(op, hyper.layers)
-    })?;
-    let rate = |group: Group, per| timed.rate(&format!("{group:?}"), |g| *g == group, per);
-    let mut dense = Vec::new();
-    for (narrow, d_out) in [(false, bench.width), (true, bench.classes())] {
-        let group = Group::Dense(narrow);
-        let sums = timed.iterations[0].get(&group).copied().unwrap_or_default();
-        dense.push(DenseRate {
-            d_in: bench.width,
-            d_out,
-            flops_per_s: rate(group, |s| s.flops)?,
-            flops_per_byte: sums.flops / sums.bytes,
-        });
-    }
-    dense.sort_by(|a, b| a.flops_per_byte.total_cmp(&b.flops_per_byte));
-    dense.dedup_by(|b, a| b.flops_per_byte <= a.flops_per_byte);
-    Ok(TrainingRates {
+    let timed = time_training(prepared, hyper, profile, rounds, |op| group_of(op, &shapes))?;
+    Ok(GcnRun {
+        shapes,
         nodes,
         edges,
+        timed,
+    })
+}
+
+impl GcnRun {
+    /// The GEMM rate of each of its layer shapes.
+    fn dense(&self) -> Result<Vec<DenseRate>> {
+        let mut shapes = self.shapes.0.clone();
+        shapes.dedup();
+        shapes
+            .into_iter()
+            .map(|(d_in, d_out)| {
+                let group = Group::Dense(d_in, d_out);
+                let sums = self.timed.iterations[0]
+                    .get(&group)
+                    .copied()
+                    .unwrap_or_default();
+                Ok(DenseRate {
+                    d_in,
+                    d_out,
+                    flops_per_s: self.rate(group, |s| s.flops)?,
+                    flops_per_byte: sums.flops / sums.bytes,
+                })
+            })
+            .collect()
+    }
+
+    fn rate(&self, group: Group, per: fn(&Sums) -> f64) -> Result<f64> {
+        self.timed.rate(&format!("{group:?}"), |g| *g == group, per)
+    }
+
+    /// The medians of `group(l)` for each layer `l` that has it.
+    fn layer_points(&self, group: fn(u32) -> Group) -> Result<Vec<Sums>> {
+        Ok((1..=self.shapes.layers())
+            .map(|l| self.timed.medians(group(l)))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .flatten()
+            .collect())
+    }
+}
+
+/// Trains two 3-layer GCNs on `bench`'s R-MAT graph and partitions, one
+/// of `bench.width` features and hidden width and one of half of it,
+/// each with a retain-all plan (made with `profile`, whose figures a
+/// retain-all plan does not depend on), and times every operator of one
+/// warm-up iteration and then of `rounds` iterations (at least `min`,
+/// until `budget_s` has passed, at most `max`). The single rates are the
+/// first GCN's; the GEMM shapes and the aggregations' fits take both
+/// (the two widths move different bytes over the same edges).
+pub fn training_rates(bench: Bench, profile: &Profile, rounds: &Rounds) -> Result<TrainingRates> {
+    let wide = time_gcn(bench, bench.width, profile, rounds)?;
+    let half = time_gcn(bench, bench.half_width(), profile, rounds)?;
+    let mut dense = wide.dense()?;
+    dense.extend(half.dense()?);
+    // Stable: of two shapes as intense, the wide GCN's stays.
+    dense.sort_by(|a, b| a.flops_per_byte.total_cmp(&b.flops_per_byte));
+    dense.dedup_by(|b, a| b.flops_per_byte <= a.flops_per_byte);
+    let fit = |class, group: fn(u32) -> Group| -> Result<ClassRate> {
+        let mut points = wide.layer_points(group)?;
+        points.extend(half.layer_points(group)?);
+        Ok(fit_class(class, &points))
+    };
+    Ok(TrainingRates {
+        nodes: wide.nodes,
+        edges: wide.edges,
         dense,
-        elementwise_bytes_per_s: rate(Group::Elementwise, |s| s.bytes)?,
-        gather_bytes_per_s: rate(Group::Gather, |s| s.bytes)?,
-        scatter_bytes_per_s: rate(Group::Scatter, |s| s.bytes)?,
-        loss_flops_per_s: rate(Group::Loss, |s| s.flops)?,
-        iterations: timed.iterations.len() as u32,
+        elementwise_bytes_per_s: wide.rate(Group::Elementwise, |s| s.bytes)?,
+        gather_bytes_per_s: wide.timed.rate(
+            "Gather",
+            |g| matches!(g, Group::Gather(_)),
+            |s| s.bytes,
+        )?,
+        scatter_bytes_per_s: wide.timed.rate(
+            "Scatter",
+            |g| matches!(g, Group::Scatter(_)),
+            |s| s.bytes,
+        )?,
+        loss_flops_per_s: wide.rate(Group::Loss, |s| s.flops)?,
+        class_rates: vec![
+            fit(ComputeClass::Sparse, Group::Gather)?,
+            fit(ComputeClass::Scatter, Group::Scatter)?,
+        ],
+        iterations: wide.timed.iterations.len() as u32,
     })
 }
 
@@ -569,33 +690,56 @@ mod tests {
         ] {
             assert!(rate > 0.0 && rate.is_finite(), "{rates:?}");
         }
-        // Two shapes, the narrow one first: 16 -> 2 does 2·16·2 flops per
-        // 4·18 bytes forward and 4·16·2 per 8·18 backward; 16 -> 16 does
-        // 2·16·16 per 4·32 (layer 1's backward has no input gradient:
-        // 2·16·16 per 4·32 too; layer 2's 4·16·16 per 8·32).
+        // Two shapes of each GCN, least intense first: 8 -> 2 does
+        // 2·8·2 flops per 4·10 bytes forward and 4·8·2 per 8·10 backward;
+        // 16 -> 2 does 2·16·2 per 4·18 (and 4·16·2 per 8·18); 8 -> 8 does
+        // 2·8·8 per 4·16; 16 -> 16 does 2·16·16 per 4·32 (layer 1's
+        // backward has no input gradient: as many per byte; layer 2's
+        // 4·16·16 per 8·32).
         let shapes: Vec<(u32, u32)> = rates.dense.iter().map(|r| (r.d_in, r.d_out)).collect();
-        assert_eq!(shapes, [(16, 2), (16, 16)]);
-        assert!(
-            (rates.dense[0].flops_per_byte - 64.0 / 72.0).abs() < 1e-9,
-            "{rates:?}"
-        );
-        assert!(
-            (rates.dense[1].flops_per_byte - 4.0).abs() < 1e-9,
-            "{rates:?}"
-        );
-        assert_eq!(rates.wide(), rates.dense[1]);
+        assert_eq!(shapes, [(8, 2), (16, 2), (8, 8), (16, 16)]);
+        let intensities: Vec<f64> = rates.dense.iter().map(|r| r.flops_per_byte).collect();
+        for (got, want) in intensities.iter().zip([0.8, 64.0 / 72.0, 2.0, 4.0]) {
+            assert!((got - want).abs() < 1e-9, "{rates:?}");
+        }
+        assert_eq!(rates.wide(), rates.dense[3]);
         assert!(rates
             .dense
             .iter()
             .all(|r| r.flops_per_s > 0.0 && r.flops_per_s.is_finite()));
-        assert_eq!(rates.dense_shapes().len(), 2);
+        assert_eq!(rates.dense_shapes().len(), 4);
+        // Both aggregations fitted over both GCNs' layers.
+        let classes: Vec<ComputeClass> = rates.class_rates.iter().map(|r| r.class).collect();
+        assert_eq!(classes, [ComputeClass::Sparse, ComputeClass::Scatter]);
+        for fit in &rates.class_rates {
+            assert!(
+                fit.bytes_per_s > 0.0 && fit.bytes_per_s.is_finite(),
+                "{fit:?}"
+            );
+            assert!(
+                fit.seconds_per_edge >= 0.0 && fit.seconds_per_edge.is_finite(),
+                "{fit:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn gcn_layer_shapes() {
+        let shapes = Shapes::gcn(3, 64, 32, 4);
+        assert_eq!(shapes.0, [(64, 32), (32, 32), (32, 4)]);
+        assert_eq!(
+            (shapes.of(1), shapes.of(3)),
+            (Some((64, 32)), Some((32, 4)))
+        );
+        assert_eq!((shapes.of(0), shapes.of(4)), (None, None));
+        assert_eq!(Shapes::gcn(1, 8, 16, 2).0, [(8, 2)]);
     }
 
     /// Every operator of the measured GCN is placed: in P partitions,
     /// layers 1 and 2's linear layers and backward (4P) are the wide
     /// shape, layer 3's (2P) the narrow one; ReLU and its backward for
-    /// two layers (4P); P² aggregations per layer (3P²) and backward for
-    /// layers 2 and 3 (2P²); the loss and its backward (2P).
+    /// two layers (4P); P² aggregations in each layer and P² backward in
+    /// layers 2 and 3; the loss and its backward (2P).
     #[test]
     fn every_operator_of_the_measured_gcn_is_placed() {
         let graph = RmatSpec {
@@ -607,31 +751,40 @@ mod tests {
         .unwrap();
         let p = 2;
         let prepared = train::prepare(graph, &gcn(3, 16), p as u32).unwrap();
+        let shapes = Shapes::gcn(3, 16, 16, 2);
         let mut counts: HashMap<Group, usize> = HashMap::new();
         for op in &prepared.workload.ops {
-            if let Some(group) = group_of(op, 3).unwrap() {
+            if let Some(group) = group_of(op, &shapes).unwrap() {
                 *counts.entry(group).or_default() += 1;
             }
         }
         let expected = [
-            (Group::Dense(false), 4 * p),
-            (Group::Dense(true), 2 * p),
+            (Group::Dense(16, 16), 4 * p),
+            (Group::Dense(16, 2), 2 * p),
             (Group::Elementwise, 4 * p),
-            (Group::Gather, 3 * p * p),
-            (Group::Scatter, 2 * p * p),
+            (Group::Gather(1), p * p),
+            (Group::Gather(2), p * p),
+            (Group::Gather(3), p * p),
+            (Group::Scatter(2), p * p),
+            (Group::Scatter(3), p * p),
             (Group::Loss, 2 * p),
         ];
         assert_eq!(counts, expected.into_iter().collect());
-        // A linear operator whose name does not say its layer is refused.
-        let mut op = prepared
-            .workload
-            .ops
-            .iter()
-            .find(|o| o.kind == OpKind::Linear)
-            .unwrap()
-            .clone();
-        op.name = "linear[x]".into();
-        assert!(group_of(&op, 3).is_err());
+        // A linear operator or aggregation whose name does not say its
+        // layer, or names one the GCN lacks, is refused.
+        for kind in [OpKind::Linear, OpKind::Aggregate] {
+            let mut op = prepared
+                .workload
+                .ops
+                .iter()
+                .find(|o| o.kind == kind)
+                .unwrap()
+                .clone();
+            for name in ["x[p0]", "x[l4,p0]", "x[l0,p0]"] {
+                op.name = name.into();
+                assert!(group_of(&op, &shapes).is_err(), "{name}");
+            }
+        }
     }
 
     #[test]

@@ -373,7 +373,12 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             profile.device.attention_bytes_per_s = Some(attention.bytes_per_s);
             profile.device.attention_backward_bytes_per_s = Some(attention.backward_bytes_per_s);
             profile.device.edge_softmax_bytes_per_s = Some(attention.edge_softmax_bytes_per_s);
-            profile.device.class_rates = attention.class_rates.clone();
+            profile.device.class_rates = rates
+                .class_rates
+                .iter()
+                .chain(&attention.class_rates)
+                .cloned()
+                .collect();
             next(progress);
             let overhead = compute::op_overhead(&profile, sizes.overhead_iterations)?;
             profile.device.op_overhead_s = overhead.op_overhead_s;
@@ -413,7 +418,12 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             put(
                 &mut sources,
                 "device.dense_shapes",
-                format!("the GEMM rate at {}, {run}", shapes.join(" and ")),
+                format!(
+                    "the GEMM rate at {}, {run}; and of the same GCN of width {} (features and \
+                     hidden) on the same graph",
+                    shapes.join(", "),
+                    bench.half_width()
+                ),
             );
             put(
                 &mut sources,
@@ -471,12 +481,18 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                 &mut sources,
                 "device.class_rates",
                 format!(
-                    "GAT's operator classes (edge scores, aggregation, edge softmax, attention \
-                     backward, node scores, their backward, ELU), each fitted seconds = bytes \
-                     / bytes_per_s + edges × seconds_per_edge by least squares over the \
-                     medians of its two layers (a bandwidth alone where the two cannot be told \
-                     apart, or the fit gives a bandwidth that is not positive or a negative time \
-                     per edge), {gat_run}"
+                    "each class fitted seconds = bytes / bytes_per_s + edges × \
+                     seconds_per_edge by least squares over the medians of its layers (a \
+                     bandwidth alone where bytes and edges cannot be told apart, or the fit \
+                     gives a bandwidth that is not positive or a negative time per edge). \
+                     The GCN's aggregations (sparse, scatter): over the layers of the GCN of \
+                     width {} ({run}) and of the same GCN of width {} (features and hidden) on \
+                     the same graph, which moves half the bytes over the same edges. GAT's \
+                     operator classes (edge scores, aggregation, edge softmax, attention \
+                     backward, node scores, their backward, ELU): over its two layers, \
+                     {gat_run}",
+                    bench.width,
+                    bench.half_width()
                 ),
             );
             put(
@@ -799,6 +815,7 @@ pub(crate) fn fill_pattern_f32(values: &mut [f32], seed: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fateplan_planner::workload::ComputeClass;
 
     #[test]
     fn medians() {
@@ -949,6 +966,12 @@ mod tests {
             );
         }
         assert!(measured.notes.iter().any(|n| n.starts_with("no GPU")));
+        // The GCN's aggregations and GAT's classes, each fitted once.
+        let classes: Vec<ComputeClass> =
+            profile.device.class_rates.iter().map(|r| r.class).collect();
+        let mut expected = vec![ComputeClass::Sparse, ComputeClass::Scatter];
+        expected.extend(compute::GAT_CLASSES);
+        assert_eq!(classes, expected);
         let again = Profile::from_json(&profile.to_json_pretty(), "measured.json").unwrap();
         assert_eq!(again, profile);
     }
