@@ -1,8 +1,9 @@
 //! The CPU backend's compute rates, measured inside training: a few
 //! retain-all iterations of a 3-layer GCN on a generated R-MAT graph
 //! (every layer `width` wide but the last, whose output is an eighth of
-//! that, as few classes make it), through the executor and the CPU
-//! backend as `fateplan train` runs them, with each operator timed. A
+//! that, as few classes make it), of the same GCN at half the width, and
+//! of a 2-layer GAT, through the executor and the CPU backend as
+//! `fateplan train` runs them, with each operator timed. A
 //! rate is the operators' flops or bytes, as the GNN workload builder
 //! counts them ([`fateplan_planner::gnn::build_gnn`]), over their
 //! seconds, so that a rate times an operator's cost is the operator's
@@ -44,7 +45,8 @@ impl Bench {
     }
 
     /// The second GCN's features and hidden width: half of `width` (at
-    /// least 1), so that its aggregations move half the bytes an edge.
+    /// least 1), so that its aggregations move about half the bytes an
+    /// edge (an edge's index does not shrink).
     pub fn half_width(&self) -> u32 {
         (self.width / 2).max(1)
     }
@@ -82,8 +84,10 @@ pub struct TrainingRates {
     /// The loss (softmax cross-entropy, with the accuracy of three masks)
     /// and its backward: flops per second.
     pub loss_flops_per_s: f64,
-    /// Iterations timed, after one left out.
+    /// Iterations timed, after one left out: of the GCN of `width`, and
+    /// of the one of half of it.
     pub iterations: u32,
+    pub half_iterations: u32,
 }
 
 impl TrainingRates {
@@ -299,15 +303,26 @@ impl GcnRun {
 pub fn training_rates(bench: Bench, profile: &Profile, rounds: &Rounds) -> Result<TrainingRates> {
     let wide = time_gcn(bench, bench.width, profile, rounds)?;
     let half = time_gcn(bench, bench.half_width(), profile, rounds)?;
+    rates_of(&wide, &half)
+}
+
+/// The points of an aggregation class's fit: the medians of `group(l)`
+/// for each layer `l` of `wide` that has it, then of `half`.
+fn aggregation_points(wide: &GcnRun, half: &GcnRun, group: fn(u32) -> Group) -> Result<Vec<Sums>> {
+    let mut points = wide.layer_points(group)?;
+    points.extend(half.layer_points(group)?);
+    Ok(points)
+}
+
+/// [`training_rates`] from its two GCNs.
+fn rates_of(wide: &GcnRun, half: &GcnRun) -> Result<TrainingRates> {
     let mut dense = wide.dense()?;
     dense.extend(half.dense()?);
     // Stable: of two shapes as intense, the wide GCN's stays.
     dense.sort_by(|a, b| a.flops_per_byte.total_cmp(&b.flops_per_byte));
-    dense.dedup_by(|b, a| b.flops_per_byte <= a.flops_per_byte);
+    dense.dedup_by(|later, kept| later.flops_per_byte == kept.flops_per_byte);
     let fit = |class, group: fn(u32) -> Group| -> Result<ClassRate> {
-        let mut points = wide.layer_points(group)?;
-        points.extend(half.layer_points(group)?);
-        Ok(fit_class(class, &points))
+        Ok(fit_class(class, &aggregation_points(wide, half, group)?))
     };
     Ok(TrainingRates {
         nodes: wide.nodes,
@@ -330,6 +345,7 @@ pub fn training_rates(bench: Bench, profile: &Profile, rounds: &Rounds) -> Resul
             fit(ComputeClass::Scatter, Group::Scatter)?,
         ],
         iterations: wide.timed.iterations.len() as u32,
+        half_iterations: half.timed.iterations.len() as u32,
     })
 }
 
@@ -723,6 +739,48 @@ mod tests {
         }
     }
 
+    /// The aggregations' fits take every layer of both GCNs: three
+    /// forward and two backward a GCN, the half-width GCN's with fewer
+    /// bytes over the same edges.
+    #[test]
+    fn aggregations_are_fitted_over_both_gcns() {
+        let bench = Bench {
+            scale: 10,
+            partitions: 2,
+            width: 16,
+        };
+        let profile = profile();
+        let wide = time_gcn(bench, 16, &profile, &Rounds::tiny()).unwrap();
+        let half = time_gcn(bench, 8, &profile, &Rounds::tiny()).unwrap();
+        let rates = rates_of(&wide, &half).unwrap();
+        for (k, class, group, layers) in [
+            (
+                0,
+                ComputeClass::Sparse,
+                Group::Gather as fn(u32) -> Group,
+                3,
+            ),
+            (
+                1,
+                ComputeClass::Scatter,
+                Group::Scatter as fn(u32) -> Group,
+                2,
+            ),
+        ] {
+            let points = aggregation_points(&wide, &half, group).unwrap();
+            assert_eq!(points.len(), 2 * layers, "{class:?}");
+            let per_edge: Vec<f64> = points.iter().map(|p| p.bytes / p.edges).collect();
+            let (w, h) = per_edge.split_at(layers);
+            // Every layer of one GCN moves as many bytes over as many
+            // edges; the half-width GCN fewer over the same edges.
+            assert!(w.iter().all(|b| *b == w[0]) && h.iter().all(|b| *b == h[0]));
+            assert!(h[0] < w[0], "{per_edge:?}");
+            assert_eq!(points[0].edges, points[layers].edges);
+            assert_eq!(rates.class_rates[k], fit_class(class, &points));
+        }
+        assert_eq!((rates.iterations, rates.half_iterations), (1, 1));
+    }
+
     #[test]
     fn gcn_layer_shapes() {
         let shapes = Shapes::gcn(3, 64, 32, 4);
@@ -772,7 +830,7 @@ mod tests {
         assert_eq!(counts, expected.into_iter().collect());
         // A linear operator or aggregation whose name does not say its
         // layer, or names one the GCN lacks, is refused.
-        for kind in [OpKind::Linear, OpKind::Aggregate] {
+        for kind in [OpKind::Linear, OpKind::Aggregate, OpKind::AggregateBackward] {
             let mut op = prepared
                 .workload
                 .ops

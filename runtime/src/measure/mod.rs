@@ -405,6 +405,12 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                     wide.d_in, wide.d_out
                 ),
             );
+            let half_run = format!(
+                "an identical GCN of width {} (features and hidden) on the same graph and \
+                 partitions, {} iterations after one left out",
+                bench.half_width(),
+                rates.half_iterations
+            );
             let shapes: Vec<String> = rates
                 .dense
                 .iter()
@@ -419,9 +425,11 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                 &mut sources,
                 "device.dense_shapes",
                 format!(
-                    "the GEMM rate at {}, {run}; and of the same GCN of width {} (features and \
-                     hidden) on the same graph",
+                    "the GEMM rate at {} (least intense first): the linear layers and their \
+                     backward (faer) of the GCN of width {}, {run}, and of {half_run} (the \
+                     shapes whose input is {} wide)",
                     shapes.join(", "),
+                    bench.width,
                     bench.half_width()
                 ),
             );
@@ -486,13 +494,12 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                      bandwidth alone where bytes and edges cannot be told apart, or the fit \
                      gives a bandwidth that is not positive or a negative time per edge). \
                      The GCN's aggregations (sparse, scatter): over the layers of the GCN of \
-                     width {} ({run}) and of the same GCN of width {} (features and hidden) on \
-                     the same graph, which moves half the bytes over the same edges. GAT's \
+                     width {} ({run}) and of {half_run}, whose aggregations move about half \
+                     the bytes an edge over the same edges. GAT's \
                      operator classes (edge scores, aggregation, edge softmax, attention \
                      backward, node scores, their backward, ELU): over its two layers, \
                      {gat_run}",
-                    bench.width,
-                    bench.half_width()
+                    bench.width
                 ),
             );
             put(
