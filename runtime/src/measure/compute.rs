@@ -208,8 +208,9 @@ fn group_of(op: &Op, shapes: &Shapes) -> Result<Option<Group>> {
             if op.cost.class != ComputeClass::Dense {
                 return Err(unexpected());
             }
-            let l = layer()?;
-            let (d_in, d_out) = shapes.of(l).ok_or_else(unexpected)?;
+            let (d_in, d_out) = layer_of(&op.name)
+                .and_then(|l| shapes.of(l))
+                .ok_or_else(unexpected)?;
             Group::Dense(d_in, d_out)
         }
         OpKind::Activation | OpKind::ActivationBackward => Group::Elementwise,
@@ -283,12 +284,7 @@ impl GcnRun {
 
     /// The medians of `group(l)` for each layer `l` that has it.
     fn layer_points(&self, group: fn(u32) -> Group) -> Result<Vec<Sums>> {
-        Ok((1..=self.shapes.layers())
-            .map(|l| self.timed.medians(group(l)))
-            .collect::<Result<Vec<_>>>()?
-            .into_iter()
-            .flatten()
-            .collect())
+        self.timed.layer_points(self.shapes.layers(), group)
     }
 }
 
@@ -408,7 +404,6 @@ pub fn attention_rate(bench: Bench, profile: &Profile, rounds: &Rounds) -> Resul
         })?;
         Ok(Some(Group::Gat(op.cost.class, layer)))
     })?;
-    let layers = 1..=hyper.layers;
     let rate = |classes: &[ComputeClass]| {
         timed.rate(
             &format!("{classes:?}"),
@@ -419,13 +414,7 @@ pub fn attention_rate(bench: Bench, profile: &Profile, rounds: &Rounds) -> Resul
     let class_rates = GAT_CLASSES
         .iter()
         .map(|&class| {
-            let points: Vec<Sums> = layers
-                .clone()
-                .map(|l| timed.medians(Group::Gat(class, l)))
-                .collect::<Result<Vec<_>>>()?
-                .into_iter()
-                .flatten()
-                .collect();
+            let points = timed.layer_points(hyper.layers, |l| Group::Gat(class, l))?;
             if points.is_empty() {
                 return Err(Error::Internal(format!(
                     "the compute measurement timed no {class:?} operators"
@@ -519,6 +508,17 @@ impl Timed {
             )));
         }
         Ok(Some(Sums { seconds, ..**first }))
+    }
+
+    /// The medians of `group(l)` for each layer `l` in `1..=layers` that
+    /// has it (see [`Timed::medians`]).
+    fn layer_points(&self, layers: u32, group: impl Fn(u32) -> Group) -> Result<Vec<Sums>> {
+        Ok((1..=layers)
+            .map(|l| self.medians(group(l)))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .flatten()
+            .collect())
     }
 
     /// The median over iterations of `per(sums) / seconds` over every
