@@ -96,9 +96,11 @@ pub(crate) struct PlanArgs {
     /// A built-in dataset's statistics (see `fateplan workloads`).
     #[arg(long, conflicts_with_all = ["graph", "dag"])]
     dataset: Option<String>,
-    /// A real graph: a folder of PyG-named .npy files, or an edge-list text file.
+    /// A real graph: a folder of PyG-named .npy files, an edge-list text
+    /// file, or a generator spec as `train` takes (e.g.
+    /// `rmat:scale=20,features=128,classes=16,seed=1`).
     #[arg(long, conflicts_with = "dag")]
-    graph: Option<PathBuf>,
+    graph: Option<String>,
     /// A generic DAG: fateplan's workload JSON, or networkx node-link JSON.
     #[arg(long)]
     dag: Option<PathBuf>,
@@ -472,22 +474,16 @@ fn workload_source(args: &PlanArgs) -> Result<(Source, String, Option<Halo>)> {
     let model = GnnModel::parse(&args.model)?;
     let mut halo = None;
     let (source, features, classes) = if let Some(path) = &args.graph {
-        let graph = GraphData::load(path)?;
+        let graph = GraphData::open(path)?;
         let features = args.features.or(graph.features).ok_or_else(|| {
-            anyhow!(
-                "{}: the graph has no x.npy to give the feature size; pass --features",
-                path.display()
-            )
+            anyhow!("{path}: the graph has no x.npy to give the feature size; pass --features")
         })?;
         let classes = args.classes.or(graph.classes).ok_or_else(|| {
-            anyhow!(
-                "{}: the graph has no y.npy to give the class count; pass --classes",
-                path.display()
-            )
+            anyhow!("{path}: the graph has no y.npy to give the class count; pass --classes")
         })?;
         if args.gpus > 1 {
             let (share, measured) = graph_share(&graph, args.gpus)
-                .with_context(|| format!("--gpus {} with {}", args.gpus, path.display()))?;
+                .with_context(|| format!("--gpus {} with {path}", args.gpus))?;
             halo = Some(measured);
             (share, features, classes)
         } else {

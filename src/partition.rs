@@ -2,12 +2,10 @@
 //! and min-cut partitioning, and prints what each must exchange.
 
 use std::io::Write;
-use std::path::Path;
 use std::time::Instant;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::{Args, ValueEnum};
-use fateplan::runtime::generate::GeneratorSpec;
 use fateplan::runtime::graph::GraphData;
 use fateplan::runtime::partition::{
     Method, PartitionOptions, PartitionStats, Partitioning, DEFAULT_TOLERANCE,
@@ -46,39 +44,8 @@ enum Which {
     Both,
 }
 
-struct Loaded {
-    name: String,
-    nodes: u64,
-    src: Vec<u64>,
-    dst: Vec<u64>,
-}
-
-fn load(source: &str) -> Result<Loaded> {
-    let path = Path::new(source);
-    if path.exists() {
-        let graph = GraphData::load(path)?;
-        return Ok(Loaded {
-            name: graph.name,
-            nodes: graph.nodes,
-            src: graph.src,
-            dst: graph.dst,
-        });
-    }
-    if !source.contains(':') {
-        bail!("--graph {source:?}: no such file or folder, nor a generator spec (rmat:... or planted:...)");
-    }
-    let spec = GeneratorSpec::parse(source)?;
-    let graph = spec.generate()?;
-    Ok(Loaded {
-        name: graph.name,
-        nodes: graph.nodes,
-        src: graph.src,
-        dst: graph.dst,
-    })
-}
-
 pub fn run(args: &PartitionArgs) -> Result<()> {
-    let graph = load(&args.graph)?;
+    let graph = GraphData::open(&args.graph)?;
     let options = PartitionOptions {
         tolerance: args.tolerance,
         seed: args.seed,

@@ -251,6 +251,51 @@ fn plans_from_the_real_cora_graph() {
     assert!(text.contains("2708 nodes, 10556 edges"), "{text}");
 }
 
+/// `plan` reads `--graph` as `train` does: a generator spec plans the
+/// graph `train` trains on, with the spec's feature and class counts.
+#[test]
+fn plans_a_generated_graph_from_its_spec() {
+    let graph = "rmat:scale=10,features=16,classes=4,seed=2";
+    let flags = ["--layers", "2", "--hidden", "16", "--partitions", "2"];
+    let out = fateplan(&[&["plan", "--graph", graph, "--json"][..], &flags[..]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let text = plan.to_string();
+    assert!(text.contains("rmat-s10-e16-seed2"), "{text}");
+    // Layer 1 reads 16 features, layer 2 writes 4 classes.
+    let summary = stdout(&fateplan(
+        &[&["plan", "--graph", graph][..], &flags[..]].concat(),
+    ));
+    assert!(summary.contains("1024 nodes, 16384 edges"), "{summary}");
+    let dims = fateplan(
+        &[
+            &[
+                "plan",
+                "--graph",
+                "rmat:scale=10,features=48,classes=7,seed=2",
+                "--json",
+            ][..],
+            &flags[..],
+        ]
+        .concat(),
+    );
+    assert!(dims.status.success(), "{}", stderr(&dims));
+    assert_ne!(
+        dims.stdout, out.stdout,
+        "the spec's features and classes size the tensors"
+    );
+    let bad = fateplan(&["plan", "--graph", "rmat:scale=0"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(stderr(&bad).contains("scale: 0"), "{}", stderr(&bad));
+    let missing = fateplan(&["plan", "--graph", "no-such-graph"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(
+        stderr(&missing).contains("no-such-graph"),
+        "{}",
+        stderr(&missing)
+    );
+}
+
 #[test]
 fn partition_random_against_mincut() {
     let graph = "planted:nodes=2000,classes=4,degree=10,homophily=0.95,features=1,seed=3";

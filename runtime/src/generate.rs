@@ -625,6 +625,24 @@ impl GeneratorSpec {
             GeneratorSpec::Planted(s) => s.name(),
         }
     }
+
+    /// Features per node and classes the spec names.
+    pub fn features_and_classes(&self) -> (u32, u32) {
+        match self {
+            GeneratorSpec::Rmat(s) => (s.features, s.classes),
+            GeneratorSpec::Planted(s) => (s.features, s.classes),
+        }
+    }
+
+    /// The same graph with `features` features per node: the edges, labels
+    /// and splits do not depend on the feature count (they are drawn from
+    /// streams of their own, or before the features).
+    pub fn with_features(&self, features: u32) -> GeneratorSpec {
+        match self {
+            GeneratorSpec::Rmat(s) => GeneratorSpec::Rmat(RmatSpec { features, ..*s }),
+            GeneratorSpec::Planted(s) => GeneratorSpec::Planted(PlantedSpec { features, ..*s }),
+        }
+    }
 }
 
 /// The full spec string, every key given: `parse(to_string())` gives it back.

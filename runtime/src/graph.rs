@@ -4,6 +4,7 @@ use std::path::Path;
 
 use fateplan_planner::blocks::BlockCounts;
 
+use crate::generate::GeneratorSpec;
 use crate::npy::Npy;
 use crate::{Error, Result};
 
@@ -22,6 +23,36 @@ pub struct GraphData {
 }
 
 impl GraphData {
+    /// `source` as the `--graph` of every command reads it: a file or
+    /// folder ([`GraphData::load`]), or else a generator spec (`rmat:...`,
+    /// `planted:...`, see [`GeneratorSpec::parse`]), whose edges are the
+    /// ones `fateplan train --graph SPEC` trains on, with the spec's
+    /// feature and class counts (the features themselves are not drawn).
+    pub fn open(source: &str) -> Result<GraphData> {
+        let path = Path::new(source);
+        if path.exists() {
+            return Self::load(path);
+        }
+        if !source.contains(':') {
+            return Err(Error::invalid(
+                path,
+                "graph",
+                "no such file or folder, nor a generator spec (rmat:... or planted:...)",
+            ));
+        }
+        let spec = GeneratorSpec::parse(source)?;
+        let (features, classes) = spec.features_and_classes();
+        let graph = spec.with_features(1).generate()?;
+        Ok(GraphData {
+            name: graph.name,
+            nodes: graph.nodes,
+            src: graph.src,
+            dst: graph.dst,
+            features: Some(features),
+            classes: Some(classes),
+        })
+    }
+
     /// Reads a folder with `edge_index.npy` (shape `[2, E]`: sources then
     /// destinations) and optionally `x.npy` (`[N, F]`) and `y.npy` (`[N]`), or
     /// an edge-list text file (`src dst` per line, `#` comments).
@@ -221,6 +252,32 @@ mod tests {
         );
         assert_eq!(g.blocks(2).unwrap().total_edges(), 3);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn opens_generator_specs_with_the_edges_train_uses() {
+        for spec in [
+            "rmat:scale=8,features=24,classes=5,seed=3",
+            "planted:nodes=300,classes=4,features=12,degree=6,val=50,test=100,seed=2",
+        ] {
+            let g = GraphData::open(spec).unwrap();
+            let full = GeneratorSpec::parse(spec).unwrap().generate().unwrap();
+            assert_eq!((g.src, g.dst), (full.src, full.dst), "{spec}");
+            assert_eq!(g.nodes, full.nodes, "{spec}");
+            assert_eq!(
+                (g.features, g.classes),
+                (Some(full.features), Some(full.classes)),
+                "{spec}"
+            );
+            assert_eq!(g.name, full.name, "{spec}");
+        }
+        let missing = GraphData::open("no-such-graph").unwrap_err().to_string();
+        assert!(
+            missing.contains("no-such-graph") && missing.contains("generator spec"),
+            "{missing}"
+        );
+        let bad = GraphData::open("rmat:scale=0").unwrap_err().to_string();
+        assert!(bad.contains("scale"), "{bad}");
     }
 
     #[test]
