@@ -95,8 +95,8 @@ pub struct TrainArgs {
     pub(crate) processes: bool,
     /// With --devices, how the vertices are shared out: `mincut` (the
     /// min-cut partitioner picks each device's vertices, which are then
-    /// renumbered, so the dropout masks differ from one device's) or
-    /// `ranges` (equal ranges of vertex numbers: one device's masks).
+    /// renumbered; the dropout masks stay keyed by the vertices as given)
+    /// or `ranges` (equal ranges of vertex numbers).
     #[arg(long)]
     pub(crate) shares: Option<String>,
 

@@ -1,11 +1,13 @@
 //! Activations fused with dropout: `h = dropout(act(z))`, and the backward
 //! `grad_z = grad_h · mask · act'(z)`, which regenerates the mask from the
-//! element's global index `(row0 + r) * width + f` (see [`crate::dropout`]).
+//! element's global index `key(r) * width + f`, where `key(r)` is row `r`'s
+//! row of the whole graph ([`RowKeys`]: `row0 + r` for contiguous rows;
+//! see [`crate::dropout`]).
 //! Rows are independent, so any split gives the same bits.
 
 use rayon::prelude::*;
 
-use crate::dropout::{Dropout, Mask};
+use crate::dropout::{Dropout, Mask, RowKeys};
 use crate::isa::Isa;
 use crate::math::{exp_nonpositive, expm1_nonpositive};
 
@@ -54,14 +56,14 @@ fn elu_grad(z: f32) -> f32 {
     }
 }
 
-/// `out = dropout(relu(z))`; `z` and `out` are `rows × width`, and `row0`
-/// is the global index of row 0 (the mask's counter). `None` or `p == 0`
-/// means no dropout.
-pub fn relu_dropout(
+/// `out = dropout(relu(z))`; `z` and `out` are `rows × width`, and `keys`
+/// are the rows' global indices (the mask's counter): a `u64` is the first
+/// of contiguous rows. `None` or `p == 0` means no dropout.
+pub fn relu_dropout<'k>(
     z: &[f32],
     out: &mut [f32],
     width: usize,
-    row0: u64,
+    keys: impl Into<RowKeys<'k>>,
     dropout: Option<&Dropout>,
 ) -> Result<()> {
     map_masked(
@@ -70,18 +72,18 @@ pub fn relu_dropout(
         None,
         out,
         width,
-        row0,
+        keys.into(),
         dropout,
         |z, _| relu(z),
     )
 }
 
 /// Backward of [`relu_dropout`]: `grad_z = grad_out · mask · [z > 0]`.
-pub fn relu_dropout_bwd(
+pub fn relu_dropout_bwd<'k>(
     grad_out: &[f32],
     z: &[f32],
     width: usize,
-    row0: u64,
+    keys: impl Into<RowKeys<'k>>,
     dropout: Option<&Dropout>,
     grad_z: &mut [f32],
 ) -> Result<()> {
@@ -91,32 +93,33 @@ pub fn relu_dropout_bwd(
         Some(grad_out),
         grad_z,
         width,
-        row0,
+        keys.into(),
         dropout,
         |z, g| g * relu_grad(z),
     )
 }
 
 /// `out = dropout(elu(z))` with `alpha = 1`; arguments as [`relu_dropout`].
-pub fn elu_dropout(
+pub fn elu_dropout<'k>(
     z: &[f32],
     out: &mut [f32],
     width: usize,
-    row0: u64,
+    keys: impl Into<RowKeys<'k>>,
     dropout: Option<&Dropout>,
 ) -> Result<()> {
-    map_masked("elu_dropout", z, None, out, width, row0, dropout, |z, _| {
+    let keys = keys.into();
+    map_masked("elu_dropout", z, None, out, width, keys, dropout, |z, _| {
         elu(z)
     })
 }
 
 /// Backward of [`elu_dropout`]: `grad_z = grad_out · mask · elu'(z)`, with
 /// `elu'(z) = 1` for `z > 0` and `exp(z)` otherwise.
-pub fn elu_dropout_bwd(
+pub fn elu_dropout_bwd<'k>(
     grad_out: &[f32],
     z: &[f32],
     width: usize,
-    row0: u64,
+    keys: impl Into<RowKeys<'k>>,
     dropout: Option<&Dropout>,
     grad_z: &mut [f32],
 ) -> Result<()> {
@@ -126,7 +129,7 @@ pub fn elu_dropout_bwd(
         Some(grad_out),
         grad_z,
         width,
-        row0,
+        keys.into(),
         dropout,
         |z, g| g * elu_grad(z),
     )
@@ -136,18 +139,41 @@ pub fn elu_dropout_bwd(
 const FLAT_CHUNK: usize = 1 << 14;
 
 /// `x *= mask` in place: plain dropout, or the backward of a dropout.
-/// `x` is rows `row0..` of `width` elements, whose mask values are those
-/// of global elements `row0 · width ..`, one run of indices: the rows are
-/// masked as one flat run in tasks of [`FLAT_CHUNK`] elements, so that
-/// narrow rows (GAT's attention coefficients are a row of `H` per edge)
-/// cost no more per element than wide ones.
-pub fn dropout_in_place(x: &mut [f32], width: usize, row0: u64, dropout: &Dropout) -> Result<()> {
-    rows_of("dropout_in_place", "x", x.len(), width)?;
+/// `x` is rows of `width` elements whose global indices are `keys`. Rows
+/// `row0..` (a `u64`) have the mask values of global elements `row0 ·
+/// width ..`, one run of indices: they are masked as one flat run in tasks
+/// of [`FLAT_CHUNK`] elements, so that narrow rows (GAT's attention
+/// coefficients are a row of `H` per edge) cost no more per element than
+/// wide ones. Renumbered rows ([`RowKeys::Ids`]) are masked row by row.
+pub fn dropout_in_place<'k>(
+    x: &mut [f32],
+    width: usize,
+    keys: impl Into<RowKeys<'k>>,
+    dropout: &Dropout,
+) -> Result<()> {
+    let rows = rows_of("dropout_in_place", "x", x.len(), width)?;
+    let keys = keys.into();
+    keys.check("dropout_in_place", rows)?;
     dropout.validate()?;
     if dropout.is_identity() {
         return Ok(());
     }
     let (mask, isa) = (dropout.mask(), Isa::detect());
+    let row0 = match keys {
+        RowKeys::Contiguous(row0) => row0,
+        RowKeys::Ids(_) => {
+            x.par_chunks_mut(ROW_CHUNK * width)
+                .enumerate()
+                .for_each(|(chunk, part)| {
+                    let mut scratch = vec![0u64; width.div_ceil(64)];
+                    for (k, row) in part.chunks_exact_mut(width).enumerate() {
+                        let r = chunk * ROW_CHUNK + k;
+                        mask.apply_on(isa, keys.key(r) * width as u64, row, &mut scratch);
+                    }
+                });
+            return Ok(());
+        }
+    };
     let start = row0 * width as u64;
     x.par_chunks_mut(FLAT_CHUNK)
         .enumerate()
@@ -222,14 +248,15 @@ fn map_masked<F>(
     g: Option<&[f32]>,
     out: &mut [f32],
     width: usize,
-    row0: u64,
+    keys: RowKeys,
     dropout: Option<&Dropout>,
     f: F,
 ) -> Result<()>
 where
     F: Fn(f32, f32) -> f32 + Sync,
 {
-    rows_of(kernel, "z", z.len(), width)?;
+    let rows = rows_of(kernel, "z", z.len(), width)?;
+    keys.check(kernel, rows)?;
     check_len(kernel, "out", out.len(), z.len())?;
     if let Some(g) = g {
         check_len(kernel, "grad_out", g.len(), z.len())?;
@@ -254,8 +281,8 @@ where
             if let Some(mask) = &mask {
                 let mut scratch = vec![0u64; width.div_ceil(64)];
                 for (k, row) in part.chunks_exact_mut(width).enumerate() {
-                    let r = (chunk * ROW_CHUNK + k) as u64;
-                    mask.apply_on(isa, (row0 + r) * width as u64, row, &mut scratch);
+                    let r = chunk * ROW_CHUNK + k;
+                    mask.apply_on(isa, keys.key(r) * width as u64, row, &mut scratch);
                 }
             }
         });

@@ -37,6 +37,56 @@ fn mix64(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Which rows of the whole graph a tensor's rows are: the mask of row `r`'s
+/// element `f` is that of global element `key(r) * width + f`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowKeys<'a> {
+    /// Rows `first, first + 1, ...`: one device, or a device's share of a
+    /// range of vertices.
+    Contiguous(u64),
+    /// Row `r` is row `ids[r]`: renumbered vertices (a device's min-cut
+    /// share keys its rows by their number in the whole graph as given).
+    Ids(&'a [u64]),
+}
+
+impl<'a> RowKeys<'a> {
+    /// The whole graph's row of row `r`.
+    #[inline(always)]
+    pub fn key(&self, r: usize) -> u64 {
+        match *self {
+            RowKeys::Contiguous(first) => first + r as u64,
+            RowKeys::Ids(ids) => ids[r],
+        }
+    }
+
+    /// The keys of rows `n..`.
+    pub fn skip(&self, n: usize) -> RowKeys<'a> {
+        match *self {
+            RowKeys::Contiguous(first) => RowKeys::Contiguous(first + n as u64),
+            RowKeys::Ids(ids) => RowKeys::Ids(&ids[n.min(ids.len())..]),
+        }
+    }
+
+    /// `Ids` must name every one of `rows` rows.
+    pub(crate) fn check(&self, kernel: &str, rows: usize) -> Result<()> {
+        match self {
+            RowKeys::Contiguous(_) => Ok(()),
+            RowKeys::Ids(ids) => ensure(ids.len() >= rows, || {
+                format!(
+                    "{kernel}: {} row keys for {rows} rows of the masked tensor",
+                    ids.len()
+                )
+            }),
+        }
+    }
+}
+
+impl From<u64> for RowKeys<'_> {
+    fn from(first: u64) -> Self {
+        RowKeys::Contiguous(first)
+    }
+}
+
 /// A dropout mask ready to evaluate: the key and the integer threshold.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Mask {
@@ -257,7 +307,7 @@ impl Mask {
 /// a kernel that reads an element many times (the SpMM gather reads a
 /// source row once per edge) hashes it once. Row `r` holds
 /// `words_per_row = ceil(width / 64)` words; bit `f % 64` of word `f / 64`
-/// is set iff element `(row0 + r) * width + f` is kept. The workspace is
+/// is set iff element `keys.key(r) * width + f` is kept. The workspace is
 /// `rows * ceil(width / 64) * 8` bytes: 1/32 of the tensor when `width`
 /// is a multiple of 64 (16 MiB for 1M rows × 128).
 #[derive(Debug, Clone)]
@@ -269,7 +319,7 @@ pub(crate) struct MaskBits {
 impl MaskBits {
     /// Fills the bits in parallel over chunks of [`ROW_CHUNK`] rows; each
     /// row's bits depend only on the mask and its index.
-    pub(crate) fn new(mask: &Mask, row0: u64, rows: usize, width: usize, isa: Isa) -> MaskBits {
+    pub(crate) fn new(mask: &Mask, keys: RowKeys, rows: usize, width: usize, isa: Isa) -> MaskBits {
         let words_per_row = width.div_ceil(64);
         let mut words = vec![0u64; rows * words_per_row];
         if words_per_row > 0 {
@@ -278,8 +328,8 @@ impl MaskBits {
                 .enumerate()
                 .for_each(|(chunk, part)| {
                     for (k, row) in part.chunks_exact_mut(words_per_row).enumerate() {
-                        let r = (chunk * ROW_CHUNK + k) as u64;
-                        mask.fill_bits_on(isa, (row0 + r) * width as u64, width, row);
+                        let r = chunk * ROW_CHUNK + k;
+                        mask.fill_bits_on(isa, keys.key(r) * width as u64, width, row);
                     }
                 });
         }
@@ -406,7 +456,7 @@ mod tests {
         }
         for width in [1, 3, 7, 64, 100, 128] {
             let rows = 2 * ROW_CHUNK + 5;
-            let bits = MaskBits::new(&m, 13, rows, width, Isa::detect());
+            let bits = MaskBits::new(&m, RowKeys::Contiguous(13), rows, width, Isa::detect());
             for r in 0..rows {
                 for (f, j) in (0..width).step_by(16).zip(0..) {
                     let word = bits.row(r)[f / 64];

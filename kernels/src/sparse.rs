@@ -9,7 +9,7 @@
 
 use rayon::prelude::*;
 
-use crate::dropout::{factor, factors16, Dropout, Mask, MaskBits};
+use crate::dropout::{factor, factors16, Dropout, Mask, MaskBits, RowKeys};
 use crate::isa::Isa;
 use crate::{check_len, rows_of, BlockRef, Init, Result, ROW_CHUNK, SCATTER_MIN_ROWS};
 
@@ -23,9 +23,10 @@ pub fn spmm(block: BlockRef, src: &[f32], width: usize, init: Init, out: &mut [f
 }
 
 /// [`spmm`] with dropout on `src`: element `(c, f)` of `src` is multiplied
-/// by the mask value of global element `(src_row0 + c) * width + f` (0 or
-/// `1 / (1 - p)`), so that the dropped features are never stored. Each
-/// edge adds `w · (x · m)` in edge order, as if the dropped `src` had been
+/// by the mask value of global element `key(c) * width + f` (0 or
+/// `1 / (1 - p)`), where `src_keys` gives source row `c`'s global row
+/// (`src_row0 + c` for a `u64 src_row0`, see [`RowKeys`]), so that the
+/// dropped features are never stored. Each edge adds `w · (x · m)` in edge order, as if the dropped `src` had been
 /// stored. The backward is [`spmm_t`] followed by the same mask on its
 /// output ([`crate::activation::dropout_in_place`]).
 ///
@@ -34,16 +35,18 @@ pub fn spmm(block: BlockRef, src: &[f32], width: usize, init: Init, out: &mut [f
 /// `src_rows * ceil(width / 64) * 8` bytes (16 MiB for 1M source rows of
 /// width 128), instead of hashing each gathered row again per edge; with
 /// fewer edges the mask is generated per edge. Both give the same bits.
-pub fn spmm_dropout(
+pub fn spmm_dropout<'k>(
     block: BlockRef,
     src: &[f32],
     width: usize,
     init: Init,
     out: &mut [f32],
     dropout: &Dropout,
-    src_row0: u64,
+    src_keys: impl Into<RowKeys<'k>>,
 ) -> Result<()> {
+    let src_keys = src_keys.into();
     check_spmm("spmm_dropout", block, src, width, init, out)?;
+    src_keys.check("spmm_dropout", src.len() / width)?;
     dropout.validate()?;
     if dropout.is_identity() {
         gather(block, src, width, init, out, Masking::None);
@@ -51,7 +54,7 @@ pub fn spmm_dropout(
     }
     let masked = MaskedSrc {
         mask: dropout.mask(),
-        src_row0,
+        src_keys,
         isa: Isa::detect(),
     };
     gather(block, src, width, init, out, Masking::Auto(masked));
@@ -61,22 +64,24 @@ pub fn spmm_dropout(
 /// [`spmm_dropout`] that always generates the mask per edge: the
 /// formulation before the mask workspace, kept for the bench and tests.
 #[doc(hidden)]
-pub fn spmm_dropout_per_edge(
+pub fn spmm_dropout_per_edge<'k>(
     block: BlockRef,
     src: &[f32],
     width: usize,
     init: Init,
     out: &mut [f32],
     dropout: &Dropout,
-    src_row0: u64,
+    src_keys: impl Into<RowKeys<'k>>,
 ) -> Result<()> {
+    let src_keys = src_keys.into();
     check_spmm("spmm_dropout_per_edge", block, src, width, init, out)?;
+    src_keys.check("spmm_dropout_per_edge", src.len() / width)?;
     dropout.validate()?;
     let masking = match dropout.is_identity() {
         true => Masking::None,
         false => Masking::PerEdge(MaskedSrc {
             mask: dropout.mask(),
-            src_row0,
+            src_keys,
             isa: Isa::Generic,
         }),
     };
@@ -123,11 +128,11 @@ fn check_spmm(
     Ok(())
 }
 
-/// A dropout mask on `src`, whose row 0 is global row `src_row0`.
+/// A dropout mask on `src`, whose rows are global rows `src_keys`.
 #[derive(Clone, Copy)]
-pub(crate) struct MaskedSrc {
+pub(crate) struct MaskedSrc<'a> {
     pub(crate) mask: Mask,
-    pub(crate) src_row0: u64,
+    pub(crate) src_keys: RowKeys<'a>,
     pub(crate) isa: Isa,
 }
 
@@ -137,9 +142,9 @@ pub(crate) enum Masking<'a> {
     None,
     /// The keep bits of all of `src` when the block has at least as many
     /// edges as `src` has rows, else the mask per edge.
-    Auto(MaskedSrc),
+    Auto(MaskedSrc<'a>),
     /// The mask hashed again for every edge.
-    PerEdge(MaskedSrc),
+    PerEdge(MaskedSrc<'a>),
     /// The keep bits of every `src` row, the scale of a kept element, and
     /// the instruction set.
     Bits(&'a MaskBits, f32, Isa),
@@ -157,7 +162,7 @@ pub(crate) fn gather(
     if let Masking::Auto(m) = masking {
         let src_rows = src.len() / width;
         if block.nnz() >= src_rows {
-            let bits = MaskBits::new(&m.mask, m.src_row0, src_rows, width, m.isa);
+            let bits = MaskBits::new(&m.mask, m.src_keys, src_rows, width, m.isa);
             let masking = Masking::Bits(&bits, m.mask.scale, m.isa);
             return gather(block, src, width, init, out, masking);
         }
@@ -184,14 +189,14 @@ pub(crate) fn gather(
                     Masking::Bits(bits, scale, isa) => {
                         row_gather_bits(out_row, columns, weights, ahead, src, bits, scale, isa)
                     }
-                    Masking::PerEdge(MaskedSrc { mask, src_row0, .. }) => {
+                    Masking::PerEdge(MaskedSrc { mask, src_keys, .. }) => {
                         for (k, (&c, &w)) in columns.iter().zip(weights).enumerate() {
                             if let Some(&next) = ahead.get(k + PREFETCH_EDGES) {
                                 let next = next as usize;
                                 prefetch_row(&src[next * width..(next + 1) * width]);
                             }
                             let c = c as usize;
-                            mask.fill((src_row0 + c as u64) * width as u64, &mut factors);
+                            mask.fill(src_keys.key(c) * width as u64, &mut factors);
                             let s = &src[c * width..(c + 1) * width];
                             for ((o, &x), &m) in out_row.iter_mut().zip(s).zip(&factors) {
                                 *o += w * (x * m);

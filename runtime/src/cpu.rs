@@ -279,12 +279,12 @@ impl CpuGnn {
         match self.model.dropout(SITE_INPUT, l).filter(|_| l == 1) {
             None => f(0, rows, x),
             Some(mask) => {
-                let row0 = self.model.row0(part);
+                let keys = self.model.keys(part);
                 let mut r0 = 0;
                 while r0 < rows {
                     let n = REDUCE_ROWS.min(rows - r0);
                     let mut slab = x[r0 * d_in..(r0 + n) * d_in].to_vec();
-                    activation::dropout_in_place(&mut slab, d_in, row0 + r0 as u64, &mask)
+                    activation::dropout_in_place(&mut slab, d_in, keys.skip(r0), &mask)
                         .map_err(kernel)?;
                     f(r0, n, &slab)?;
                     r0 += n;
@@ -411,7 +411,7 @@ impl CpuGnn {
                 let y = self.plus_bias(l, inputs[0].f32()?, weights(1)?)?;
                 let mut out = vec![0.0f32; y.len()];
                 let mask = self.model.dropout(SITE_HIDDEN, l);
-                activation::elu_dropout(&y, &mut out, d_out, self.model.row0(i), mask.as_ref())
+                activation::elu_dropout(&y, &mut out, d_out, self.model.keys(i), mask.as_ref())
                     .map_err(kernel)?;
                 vec![Data::F32(out)]
             }
@@ -434,7 +434,7 @@ impl CpuGnn {
                     grad,
                     &y,
                     d_out,
-                    self.model.row0(i),
+                    self.model.keys(i),
                     mask.as_ref(),
                     &mut out,
                 )
@@ -736,8 +736,8 @@ impl Backend for CpuGnn {
                 };
                 match self.model.dropout(SITE_INPUT, l).filter(|_| l == 1) {
                     Some(mask) => {
-                        let src_row0 = self.model.row0(j);
-                        sparse::spmm_dropout(view, src, d_in, init, &mut out, &mask, src_row0)
+                        let src_keys = self.model.keys(j);
+                        sparse::spmm_dropout(view, src, d_in, init, &mut out, &mask, src_keys)
                     }
                     None => sparse::spmm(view, src, d_in, init, &mut out),
                 }
@@ -745,8 +745,8 @@ impl Backend for CpuGnn {
                 if let Some(peers) = &mut self.peers {
                     let mask = self.model.dropout(SITE_INPUT, l).filter(|_| l == 1);
                     let i = name.get('p')?;
-                    let row0 = self.model.row0(j);
-                    peers.aggregate(l, i, j, d_in, src, row0, mask.as_ref(), &mut out)?;
+                    let keys = self.model.keys(j);
+                    peers.aggregate(l, i, j, d_in, src, keys, mask.as_ref(), &mut out)?;
                 }
                 Ok(vec![Data::F32(out)])
             }
@@ -769,7 +769,7 @@ impl Backend for CpuGnn {
                 let z = inputs[0].f32()?;
                 let mut out = vec![0.0f32; z.len()];
                 let mask = self.model.dropout(SITE_HIDDEN, l);
-                activation::relu_dropout(z, &mut out, d_out, self.model.row0(i), mask.as_ref())
+                activation::relu_dropout(z, &mut out, d_out, self.model.keys(i), mask.as_ref())
                     .map_err(kernel)?;
                 Ok(vec![Data::F32(out)])
             }
@@ -783,7 +783,7 @@ impl Backend for CpuGnn {
                     grad,
                     z,
                     d_out,
-                    self.model.row0(i),
+                    self.model.keys(i),
                     mask.as_ref(),
                     &mut out,
                 )

@@ -6,7 +6,7 @@
 //! the same model.
 
 use fateplan_kernels::dense;
-use fateplan_kernels::dropout::Dropout;
+use fateplan_kernels::dropout::{Dropout, RowKeys};
 use fateplan_kernels::gat::Heads;
 use fateplan_planner::gnn::GnnModel;
 
@@ -33,6 +33,11 @@ pub struct GraphInput {
     /// one device's share of a multi-device run ([`crate::share`]). The
     /// dropout masks are keyed by the whole graph's rows.
     pub row_base: u64,
+    /// The whole graph's row of each row, as the graph was given, when a
+    /// multi-device share renumbered the vertices (min-cut shares): the
+    /// dropout masks are keyed by it, so that every device draws the masks
+    /// one device would. `None`: row `r` is `row_base + r`.
+    pub row_ids: Option<Vec<u64>>,
     /// Training nodes of the whole graph, over which the loss averages,
     /// when this input is one device's share (otherwise those of
     /// `train_mask`).
@@ -170,6 +175,8 @@ pub(crate) struct Model {
     pub(crate) offsets: Vec<u64>,
     /// See [`GraphInput::row_base`].
     pub(crate) row_base: u64,
+    /// See [`GraphInput::row_ids`].
+    pub(crate) row_ids: Option<Vec<u64>>,
     pub(crate) features: usize,
     pub(crate) classes: usize,
     pub(crate) train_mask: Vec<bool>,
@@ -203,6 +210,15 @@ impl Model {
                 graph.blocks.len()
             )));
         }
+        let rows = graph.offsets.last().copied().unwrap_or(0);
+        if let Some(ids) = &graph.row_ids {
+            if ids.len() as u64 != rows {
+                return Err(ExecError::Internal(format!(
+                    "{} row ids for {rows} rows",
+                    ids.len()
+                )));
+            }
+        }
         let block_edges: Vec<Option<u64>> = graph
             .blocks
             .iter()
@@ -224,6 +240,7 @@ impl Model {
             updates: 0,
             offsets: graph.offsets.clone(),
             row_base: graph.row_base,
+            row_ids: graph.row_ids.take(),
             features: graph.features,
             classes: graph.classes,
             train_mask: std::mem::take(&mut graph.train_mask),
@@ -243,10 +260,19 @@ impl Model {
         self.offsets[p] as usize..self.offsets[p + 1] as usize
     }
 
-    /// The whole graph's index of partition `p`'s first row: where its
-    /// rows' dropout masks start.
+    /// The whole graph's index of partition `p`'s first row, as this
+    /// input numbers the rows.
     pub(crate) fn row0(&self, p: usize) -> u64 {
         self.row_base + self.offsets[p]
+    }
+
+    /// The whole graph's rows of partition `p`'s rows, as the graph was
+    /// given: its rows' dropout masks.
+    pub(crate) fn keys(&self, p: usize) -> RowKeys<'_> {
+        match &self.row_ids {
+            Some(ids) => RowKeys::Ids(&ids[self.rows(p)]),
+            None => RowKeys::Contiguous(self.row0(p)),
+        }
     }
 
     /// Called before each iteration.

@@ -27,7 +27,7 @@
 use std::collections::{HashMap, HashSet};
 
 use fateplan_kernels::activation::dropout_in_place;
-use fateplan_kernels::dropout::Dropout;
+use fateplan_kernels::dropout::{Dropout, RowKeys};
 use fateplan_kernels::{sparse, BlockRef};
 
 use crate::collective::Collective;
@@ -155,8 +155,8 @@ impl Peers {
 
     /// `out += halo block (p, s) × halo rows of (l, s)`, exchanging those
     /// rows first when this iteration has not. `src` are this device's
-    /// rows of partition `s` (`row0` the whole graph's index of the first),
-    /// `input_dropout` the first layer's mask on them.
+    /// rows of partition `s` (`keys` their rows of the whole graph, which
+    /// key their masks), `input_dropout` the first layer's mask on them.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn aggregate(
         &mut self,
@@ -165,7 +165,7 @@ impl Peers {
         s: usize,
         width: usize,
         src: &[f32],
-        row0: u64,
+        keys: RowKeys,
         input_dropout: Option<&Dropout>,
         out: &mut Vec<f32>,
     ) -> Result<(), ExecError> {
@@ -193,7 +193,7 @@ impl Peers {
                             end += 1;
                         }
                         let run = &mut values[k * width..end * width];
-                        dropout_in_place(run, width, row0 + rows[k] as u64, mask)
+                        dropout_in_place(run, width, keys.skip(rows[k] as usize), mask)
                             .map_err(kernel)?;
                         k = end;
                     }

@@ -5,7 +5,9 @@
 //! device `d` owns ranges `d·P .. (d+1)·P`, its P partitions. The ranges
 //! are the single-device split ([`ShareMethod::Ranges`]), or each
 //! device's min-cut vertices, renumbered contiguous, cut into P equal
-//! ranges ([`ShareMethod::Mincut`]). Per device:
+//! ranges ([`ShareMethod::Mincut`]; each device keeps its vertices'
+//! numbers as given, [`GraphInput::row_ids`], which key the dropout
+//! masks as on one device). Per device:
 //!
 //! - its **own** rows (features, labels, masks) and the blocks between its
 //!   own partitions, as a single-device [`GraphInput`];
@@ -155,7 +157,9 @@ pub fn prepare_shared(
             format!("{devices} devices × {partitions} partitions overflows"),
         )
     })?;
-    let (dataset, split) = match method {
+    // `old[w]`: the vertex numbered `w` as the graph was given, when the
+    // shares renumber them.
+    let (dataset, split, old) = match method {
         ShareMethod::Ranges => {
             let nodes = dataset.nodes;
             (
@@ -164,9 +168,13 @@ pub fn prepare_shared(
                     nodes,
                     partitions: all,
                 },
+                None,
             )
         }
-        ShareMethod::Mincut => mincut_order(dataset, devices, partitions)?,
+        ShareMethod::Mincut => {
+            let (dataset, split, old) = mincut_order(dataset, devices, partitions)?;
+            (dataset, split, Some(old))
+        }
     };
     let csr = Csr::from_edges(dataset.nodes, &dataset.src, &dataset.dst)?;
     let counts = csr.block_counts_split(&split)?;
@@ -283,6 +291,7 @@ pub fn prepare_shared(
                 test_mask: dataset.test_mask[lo..hi].to_vec(),
                 blocks: table,
                 row_base: base,
+                row_ids: old.as_ref().map(|old| old[lo..hi].to_vec()),
                 train_nodes_total: Some(train_total),
             },
             halo,
@@ -312,13 +321,13 @@ pub fn prepare_shared(
 
 /// `dataset` renumbered so that each device's vertices (min-cut
 /// partitioning onto `devices`) are contiguous, in rank order and in
-/// their old order within a device; and each device's vertices cut into
-/// `partitions` equal ranges.
+/// their old order within a device; each device's vertices cut into
+/// `partitions` equal ranges; and the old number of each new one.
 fn mincut_order(
     mut dataset: Dataset,
     devices: u32,
     partitions: u32,
-) -> Result<(Dataset, Split), Error> {
+) -> Result<(Dataset, Split, Vec<u64>), Error> {
     let n = dataset.nodes as usize;
     let owner = crate::partition::Partitioning::mincut(
         dataset.nodes,
@@ -361,29 +370,30 @@ fn mincut_order(
     starts.push(dataset.nodes);
     // new[v]: vertex v's new number; old[w]: the vertex numbered w.
     let mut new = vec![0u64; n];
-    let mut old = vec![0usize; n];
+    let mut old = vec![0u64; n];
     for (v, &o) in owner.iter().enumerate() {
         let w = next[o as usize];
         next[o as usize] += 1;
         new[v] = w;
-        old[w as usize] = v;
+        old[w as usize] = v as u64;
     }
     let f = dataset.features as usize;
     let mut x = Vec::with_capacity(dataset.x.len());
     for &v in &old {
+        let v = v as usize;
         x.extend_from_slice(&dataset.x[v * f..(v + 1) * f]);
     }
     dataset.x = x;
-    let permute = |values: &[bool]| old.iter().map(|&v| values[v]).collect::<Vec<_>>();
+    let permute = |values: &[bool]| old.iter().map(|&v| values[v as usize]).collect::<Vec<_>>();
     dataset.train_mask = permute(&dataset.train_mask);
     dataset.val_mask = permute(&dataset.val_mask);
     dataset.test_mask = permute(&dataset.test_mask);
-    dataset.y = old.iter().map(|&v| dataset.y[v]).collect();
+    dataset.y = old.iter().map(|&v| dataset.y[v as usize]).collect();
     for v in dataset.src.iter_mut().chain(dataset.dst.iter_mut()) {
         *v = new[*v as usize];
     }
     let split = Split::starts(starts, &dataset.name)?;
-    Ok((dataset, split))
+    Ok((dataset, split, old))
 }
 
 /// The halo block of `rows` destination rows from the blocks of the other

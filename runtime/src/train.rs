@@ -568,6 +568,7 @@ pub fn prepare_cached(
         test_mask: dataset.test_mask,
         blocks: table,
         row_base: 0,
+        row_ids: None,
         train_nodes_total: None,
     };
     let workload = workload(&input, &counts, hyper, &dataset.name)

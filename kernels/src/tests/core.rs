@@ -3,7 +3,7 @@
 use super::*;
 use crate::activation::*;
 use crate::dense::*;
-use crate::dropout::{Dropout, MaskBits};
+use crate::dropout::{Dropout, MaskBits, RowKeys};
 use crate::isa::Isa;
 use crate::loss::*;
 use crate::optim::Adam;
@@ -167,7 +167,7 @@ fn spmm_dropout_equals_the_per_edge_formulation_bit_for_bit() {
             // whatever the edge count.
             let mask = d.mask();
             for isa in Isa::available() {
-                let keep = MaskBits::new(&mask, row0, src_rows, width, isa);
+                let keep = MaskBits::new(&mask, row0.into(), src_rows, width, isa);
                 let masking = Masking::Bits(&keep, mask.scale, isa);
                 gather(
                     block.as_ref(),
@@ -740,4 +740,93 @@ fn kernels_are_bit_identical_across_thread_counts() {
         g.push(l.to_bits() as u32 as f32);
         g
     });
+}
+
+/// Renumbered rows (`RowKeys::Ids`) draw the masks of the rows they name:
+/// every dropout kernel on rows `ids` of a tensor equals the same kernel
+/// on the whole tensor, at those rows. 300 of 700 rows in shuffled order
+/// cross a row chunk; the odd width puts mask groups across rows.
+#[test]
+fn renumbered_rows_draw_the_masks_of_their_ids() {
+    let mut rng = Rng::new(31);
+    let (n, width) = (700, 37);
+    let mut ids: Vec<u64> = (0..n as u64).collect();
+    for k in (1..n).rev() {
+        ids.swap(k, rng.below(k + 1));
+    }
+    ids.truncate(300);
+    let keys = RowKeys::Ids(&ids);
+    let pick = |t: &[f32]| -> Vec<f32> {
+        ids.iter()
+            .flat_map(|&r| t[r as usize * width..(r as usize + 1) * width].to_vec())
+            .collect()
+    };
+    let d = Dropout::new(0.4, 3, 9).unwrap();
+    let (whole, grad) = (rng.vec(n * width), rng.vec(n * width));
+    let (z, g) = (pick(&whole), pick(&grad));
+
+    let mut all = vec![0.0; whole.len()];
+    let mut some = vec![0.0; z.len()];
+    relu_dropout(&whole, &mut all, width, 0, Some(&d)).unwrap();
+    relu_dropout(&z, &mut some, width, keys, Some(&d)).unwrap();
+    assert_eq!(some, pick(&all), "relu_dropout");
+    assert_ne!(
+        some,
+        pick(&{
+            let mut other = vec![0.0; whole.len()];
+            relu_dropout(&whole, &mut other, width, 1, Some(&d)).unwrap();
+            other
+        })
+    );
+    relu_dropout_bwd(&grad, &whole, width, 0, Some(&d), &mut all).unwrap();
+    relu_dropout_bwd(&g, &z, width, keys, Some(&d), &mut some).unwrap();
+    assert_eq!(some, pick(&all), "relu_dropout_bwd");
+    elu_dropout(&whole, &mut all, width, 0, Some(&d)).unwrap();
+    elu_dropout(&z, &mut some, width, keys, Some(&d)).unwrap();
+    assert_eq!(some, pick(&all), "elu_dropout");
+    elu_dropout_bwd(&grad, &whole, width, 0, Some(&d), &mut all).unwrap();
+    elu_dropout_bwd(&g, &z, width, keys, Some(&d), &mut some).unwrap();
+    assert_eq!(some, pick(&all), "elu_dropout_bwd");
+    let (mut all, mut some) = (whole.clone(), z.clone());
+    dropout_in_place(&mut all, width, 0, &d).unwrap();
+    dropout_in_place(&mut some, width, keys, &d).unwrap();
+    assert_eq!(some, pick(&all), "dropout_in_place");
+    // From row 10 of the share on: the keys skip along.
+    let mut tail = z[10 * width..].to_vec();
+    dropout_in_place(&mut tail, width, keys.skip(10), &d).unwrap();
+    assert_eq!(tail, pick(&all)[10 * width..], "skip");
+
+    // The gather: a block over the 300 picked rows with their keys equals
+    // the block over the whole tensor whose columns name the same rows.
+    // 400 rows of about 8 edges: the mask workspace on the picked rows,
+    // the mask per edge on the whole.
+    let block = random_block(&mut rng, 400, ids.len(), 4);
+    let mut wide = block.clone();
+    for c in &mut wide.columns {
+        *c = ids[*c as usize] as u32;
+    }
+    let (mut all, mut some) = (vec![0.0; 400 * width], vec![0.0; 400 * width]);
+    spmm_dropout(wide.as_ref(), &whole, width, Init::Zero, &mut all, &d, 0).unwrap();
+    spmm_dropout(block.as_ref(), &z, width, Init::Zero, &mut some, &d, keys).unwrap();
+    assert_eq!(some, all, "spmm_dropout");
+    spmm_dropout_per_edge(block.as_ref(), &z, width, Init::Zero, &mut some, &d, keys).unwrap();
+    assert_eq!(some, all, "spmm_dropout_per_edge");
+
+    // Too few keys is an error naming the kernel, not a panic.
+    let short = RowKeys::Ids(&ids[..5]);
+    let message = relu_dropout(&z, &mut vec![0.0; z.len()], width, short, Some(&d))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("relu_dropout") && message.contains("5 row keys"),
+        "{message}"
+    );
+    let message = spmm_dropout(block.as_ref(), &z, width, Init::Zero, &mut some, &d, short)
+        .unwrap_err()
+        .to_string();
+    assert!(message.contains("spmm_dropout"), "{message}");
+    let message = dropout_in_place(&mut z.clone(), width, short, &d)
+        .unwrap_err()
+        .to_string();
+    assert!(message.contains("dropout_in_place"), "{message}");
 }

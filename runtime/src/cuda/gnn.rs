@@ -155,6 +155,14 @@ impl CudaGnn {
         options: &CudaOptions,
     ) -> Result<CudaGnn, ExecError> {
         let model = Model::new(&mut graph, hyper)?;
+        if model.row_ids.is_some() {
+            // The CUDA kernels key the dropout masks by contiguous rows.
+            return Err(ExecError::Kernel(
+                "the CUDA backend trains contiguous rows only, not a renumbered \
+                 (min-cut) share"
+                    .into(),
+            ));
+        }
         let classes = model.classes as i64;
         for (r, (&label, _)) in graph
             .y
