@@ -135,13 +135,17 @@ pub(crate) struct PlanArgs {
     /// memory everywhere).
     #[arg(long, default_value = "auto")]
     exchange: String,
-    /// Device memory budget per GPU (e.g. 80GiB, 512GB, 1000000).
+    /// Device memory budget per GPU (e.g. 80GiB, 512GB, 1000000), or a
+    /// share of the retain-all plan's device peak (e.g. 25%; needs a
+    /// partition count, as auto sizes the partitions to the budgets).
     #[arg(long)]
     hbm_budget: Option<String>,
-    /// Host memory budget per GPU.
+    /// Host memory budget per GPU (bytes, or a share of the retain-all
+    /// plan's device peak).
     #[arg(long)]
     host_budget: Option<String>,
-    /// SSD budget per GPU.
+    /// SSD budget per GPU (bytes, or a share of the retain-all plan's
+    /// device peak).
     #[arg(long)]
     ssd_budget: Option<String>,
     /// dp (default), milp, or a peer policy: retain-all, recompute-all,
@@ -542,6 +546,26 @@ pub(crate) fn budget(flag: &Option<String>, name: &str, default: u64) -> Result<
     }
 }
 
+/// A budget flag's percentage (`25%`: that share of the retain-all plan's
+/// device peak); `None` for bytes or no flag.
+pub(crate) fn budget_percent(flag: &Option<String>, name: &str) -> Result<Option<f64>> {
+    let Some(percent) = flag.as_deref().and_then(|text| text.strip_suffix('%')) else {
+        return Ok(None);
+    };
+    let share = percent
+        .trim()
+        .parse()
+        .ok()
+        .filter(|v: &f64| *v > 0.0 && v.is_finite())
+        .with_context(|| format!("--{name} {percent}%: expected a positive percentage"))?;
+    Ok(Some(share))
+}
+
+/// `percent` of `peak` bytes.
+pub(crate) fn share_of(peak: u64, percent: f64) -> u64 {
+    (peak as f64 * percent / 100.0) as u64
+}
+
 /// The profile, options and workload a `plan` or `compare` command asks for.
 fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> {
     let profile = load_profile(&args.profile)?;
@@ -573,10 +597,38 @@ fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> 
         );
     }
     options.milp_time_limit_s = args.milp_time_limit;
-    options.budgets.hbm_bytes = budget(&args.hbm_budget, "hbm-budget", profile.device.hbm_bytes)?;
-    options.budgets.host_bytes = budget(&args.host_budget, "host-budget", share.host.memory_bytes)?;
-    options.budgets.ssd_bytes = budget(&args.ssd_budget, "ssd-budget", share.ssd.capacity_bytes)?;
+    // Percentages wait for the workload: they are shares of its
+    // retain-all peak.
+    let flags = [
+        ("hbm-budget", &args.hbm_budget, profile.device.hbm_bytes),
+        ("host-budget", &args.host_budget, share.host.memory_bytes),
+        ("ssd-budget", &args.ssd_budget, share.ssd.capacity_bytes),
+    ];
+    let mut percents = [None; 3];
+    let mut bytes = [0u64; 3];
+    for (k, (name, flag, default)) in flags.into_iter().enumerate() {
+        percents[k] = budget_percent(flag, name)?;
+        bytes[k] = match percents[k] {
+            Some(_) => default,
+            None => budget(flag, name, default)?,
+        };
+    }
+    [
+        options.budgets.hbm_bytes,
+        options.budgets.host_bytes,
+        options.budgets.ssd_bytes,
+    ] = bytes;
     let (source, graph_note, halo) = workload_source(args)?;
+    if let Some(k) = percents.iter().position(Option::is_some) {
+        if matches!(source, Source::Gnn(_)) && args.partitions == "auto" {
+            bail!(
+                "--{} {}: a share of the retain-all peak needs a partition count \
+                 (--partitions N): auto sizes the partitions to the budgets",
+                flags[k].0,
+                flags[k].1.as_deref().unwrap_or_default()
+            );
+        }
+    }
     if args.gpus > 1 {
         let halo = halo.ok_or_else(|| {
             anyhow!(
@@ -592,6 +644,40 @@ fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> 
         Source::Dag(workload) => (workload, String::new()),
         Source::Gnn(gnn) => gnn.sized(&args.partitions, &profile, &options)?,
     };
+    let mut budget_note = String::new();
+    if percents.iter().any(Option::is_some) {
+        let roomy = PlanOptions {
+            policy: Policy::RetainAll,
+            budgets: Budgets::UNLIMITED,
+            ..options.clone()
+        };
+        let peak = plan(&workload, &profile, &roomy)
+            .context("planning retain-all for the budgets' percentages")?
+            .predicted
+            .peak_bytes
+            .hbm;
+        let mut given = Vec::new();
+        for (k, percent) in percents.iter().enumerate() {
+            if let Some(percent) = *percent {
+                let value = share_of(peak, percent);
+                match k {
+                    0 => options.budgets.hbm_bytes = value,
+                    1 => options.budgets.host_bytes = value,
+                    _ => options.budgets.ssd_bytes = value,
+                }
+                given.push(format!(
+                    "--{} {percent}%: {}",
+                    flags[k].0,
+                    format_bytes(value)
+                ));
+            }
+        }
+        budget_note = format!(
+            "percent   {} (of the retain-all plan's device peak, {})",
+            given.join(", "),
+            format_bytes(peak)
+        );
+    }
     let mut note = format!(
         "{} tensors, {} operators",
         workload.tensors.len(),
@@ -605,6 +691,9 @@ fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> 
     }
     if let Some(multi) = &options.multi {
         note = format!("{note}\nhalo      {}", multi.halo.source);
+    }
+    if !budget_note.is_empty() {
+        note = format!("{note}\n{budget_note}");
     }
     Ok((profile, options, workload, note))
 }

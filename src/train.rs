@@ -738,14 +738,8 @@ fn budget(
     default: u64,
     retain_peak: &dyn Fn() -> Result<u64>,
 ) -> Result<u64> {
-    let Some(percent) = flag.as_deref().and_then(|text| text.strip_suffix('%')) else {
-        return crate::cli::budget(flag, name, default);
-    };
-    let share: f64 = percent
-        .trim()
-        .parse()
-        .ok()
-        .filter(|v: &f64| *v > 0.0 && v.is_finite())
-        .with_context(|| format!("--{name} {percent}%: expected a positive percentage"))?;
-    Ok((retain_peak()? as f64 * share / 100.0) as u64)
+    match crate::cli::budget_percent(flag, name)? {
+        Some(percent) => Ok(crate::cli::share_of(retain_peak()?, percent)),
+        None => crate::cli::budget(flag, name, default),
+    }
 }

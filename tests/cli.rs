@@ -296,6 +296,54 @@ fn plans_a_generated_graph_from_its_spec() {
     );
 }
 
+/// `--hbm-budget 25%` (and the host and SSD flags) is a share of the
+/// retain-all plan's device peak, as in `train`; it needs a partition
+/// count, since auto sizes the partitions to the budgets.
+#[test]
+fn budgets_as_a_share_of_the_retain_all_peak() {
+    let base = [
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--partitions",
+        "4",
+        "--json",
+    ];
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let out = fateplan(&[&base[..], extra].concat());
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let retain = json(&["--policy", "retain-all"]);
+    let peak = retain["predicted"]["peak_bytes"]["hbm"].as_u64().unwrap();
+    let dp = json(&["--hbm-budget", "25%", "--host-budget", "150%"]);
+    assert_eq!(
+        dp["budgets"]["hbm_bytes"].as_u64().unwrap(),
+        (peak as f64 * 0.25) as u64
+    );
+    assert_eq!(
+        dp["budgets"]["host_bytes"].as_u64().unwrap(),
+        (peak as f64 * 1.5) as u64
+    );
+    assert!(dp["predicted"]["peak_bytes"]["hbm"].as_u64().unwrap() <= peak / 4);
+    let summary = stdout(&fateplan(&[&base[..5], &["--hbm-budget", "25%"]].concat()));
+    assert!(summary.contains("percent   --hbm-budget 25%:"), "{summary}");
+    for (flags, expect) in [
+        (
+            &["plan", "--dataset", "ogbn-arxiv", "--hbm-budget", "25%"][..],
+            "--hbm-budget 25%: a share of the retain-all peak needs a partition count",
+        ),
+        (
+            &[&base[..5], &["--ssd-budget", "0%"]].concat()[..],
+            "--ssd-budget 0%: expected a positive percentage",
+        ),
+    ] {
+        let out = fateplan(flags);
+        assert_eq!(out.status.code(), Some(1), "{flags:?}");
+        assert!(stderr(&out).contains(expect), "{}", stderr(&out));
+    }
+}
+
 #[test]
 fn partition_random_against_mincut() {
     let graph = "planted:nodes=2000,classes=4,degree=10,homophily=0.95,features=1,seed=3";
