@@ -566,6 +566,17 @@ pub(crate) fn share_of(peak: u64, percent: f64) -> u64 {
     (peak as f64 * percent / 100.0) as u64
 }
 
+/// The device peak of the retain-all plan of `workload` without budgets
+/// (one GPU's plan, no exchanges): what budget percentages are shares of,
+/// in `plan`, `compare` and `train` alike.
+pub(crate) fn retain_all_peak(workload: &Workload, profile: &Profile) -> Result<u64> {
+    let roomy = PlanOptions {
+        budgets: Budgets::UNLIMITED,
+        ..PlanOptions::new(Policy::RetainAll, profile)
+    };
+    Ok(plan(workload, profile, &roomy)?.predicted.peak_bytes.hbm)
+}
+
 /// The profile, options and workload a `plan` or `compare` command asks for.
 fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> {
     let profile = load_profile(&args.profile)?;
@@ -618,9 +629,9 @@ fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> 
         options.budgets.host_bytes,
         options.budgets.ssd_bytes,
     ] = bytes;
-    let (source, graph_note, halo) = workload_source(args)?;
     if let Some(k) = percents.iter().position(Option::is_some) {
-        if matches!(source, Source::Gnn(_)) && args.partitions == "auto" {
+        // A GNN's partitions (a DAG has none), checked before any graph is read.
+        if args.dag.is_none() && args.partitions == "auto" {
             bail!(
                 "--{} {}: a share of the retain-all peak needs a partition count \
                  (--partitions N): auto sizes the partitions to the budgets",
@@ -629,6 +640,7 @@ fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> 
             );
         }
     }
+    let (source, graph_note, halo) = workload_source(args)?;
     if args.gpus > 1 {
         let halo = halo.ok_or_else(|| {
             anyhow!(
@@ -646,16 +658,8 @@ fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> 
     };
     let mut budget_note = String::new();
     if percents.iter().any(Option::is_some) {
-        let roomy = PlanOptions {
-            policy: Policy::RetainAll,
-            budgets: Budgets::UNLIMITED,
-            ..options.clone()
-        };
-        let peak = plan(&workload, &profile, &roomy)
-            .context("planning retain-all for the budgets' percentages")?
-            .predicted
-            .peak_bytes
-            .hbm;
+        let peak = retain_all_peak(&workload, &profile)
+            .context("planning retain-all for the budgets' percentages")?;
         let mut given = Vec::new();
         for (k, percent) in percents.iter().enumerate() {
             if let Some(percent) = *percent {

@@ -307,13 +307,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         Prepared::Shared(s) => &s.workload,
     };
     let profile = load_profile(&args.profile)?;
-    let retain_peak = || -> Result<u64> {
-        let roomy = PlanOptions {
-            budgets: Budgets::UNLIMITED,
-            ..PlanOptions::new(Policy::RetainAll, &profile)
-        };
-        Ok(plan(workload, &profile, &roomy)?.predicted.peak_bytes.hbm)
-    };
+    let retain_peak = || crate::cli::retain_all_peak(workload, &profile);
     // With --plan, budget flags set the run's arenas (the plan is refused
     // if it needs more); without, they are the budgets to plan for.
     let mut run_budgets = None;

@@ -634,9 +634,9 @@ impl GeneratorSpec {
         }
     }
 
-    /// The same graph with `features` features per node: the edges, labels
-    /// and splits do not depend on the feature count (they are drawn from
-    /// streams of their own, or before the features).
+    /// The spec with `features` features per node. Only the node count and
+    /// the edges are sure to stay the same (they are drawn from a stream of
+    /// their own); labels and splits may not.
     pub fn with_features(&self, features: u32) -> GeneratorSpec {
         match self {
             GeneratorSpec::Rmat(s) => GeneratorSpec::Rmat(RmatSpec { features, ..*s }),

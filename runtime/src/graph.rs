@@ -1,4 +1,5 @@
-//! Graphs on disk: a folder of PyG-named `.npy` files, or an edge-list text file.
+//! Graphs for planning: a folder of PyG-named `.npy` files, an edge-list
+//! text file, or the edges of a generator spec.
 
 use std::path::Path;
 

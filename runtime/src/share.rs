@@ -84,7 +84,8 @@ pub enum ShareMethod {
     /// within its default tolerance, seed 1) picks each device's vertices;
     /// they are renumbered so each device's are contiguous (in their old
     /// order), and each device's vertices are cut into P equal ranges.
-    /// The dropout masks, keyed by vertex number, follow the new numbers.
+    /// The dropout masks stay keyed by the vertices' numbers as given
+    /// ([`GraphInput::row_ids`]), as on one device.
     Mincut,
 }
 
