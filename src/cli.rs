@@ -660,20 +660,17 @@ fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> 
     if percents.iter().any(Option::is_some) {
         let peak = retain_all_peak(&workload, &profile)
             .context("planning retain-all for the budgets' percentages")?;
+        let budgets = &mut options.budgets;
+        let slots = [
+            &mut budgets.hbm_bytes,
+            &mut budgets.host_bytes,
+            &mut budgets.ssd_bytes,
+        ];
         let mut given = Vec::new();
-        for (k, percent) in percents.iter().enumerate() {
-            if let Some(percent) = *percent {
-                let value = share_of(peak, percent);
-                match k {
-                    0 => options.budgets.hbm_bytes = value,
-                    1 => options.budgets.host_bytes = value,
-                    _ => options.budgets.ssd_bytes = value,
-                }
-                given.push(format!(
-                    "--{} {percent}%: {}",
-                    flags[k].0,
-                    format_bytes(value)
-                ));
+        for ((slot, percent), (name, ..)) in slots.into_iter().zip(percents).zip(flags) {
+            if let Some(percent) = percent {
+                *slot = share_of(peak, percent);
+                given.push(format!("--{name} {percent}%: {}", format_bytes(*slot)));
             }
         }
         budget_note = format!(

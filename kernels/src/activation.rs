@@ -165,11 +165,7 @@ pub fn dropout_in_place<'k>(
             x.par_chunks_mut(ROW_CHUNK * width)
                 .enumerate()
                 .for_each(|(chunk, part)| {
-                    let mut scratch = vec![0u64; width.div_ceil(64)];
-                    for (k, row) in part.chunks_exact_mut(width).enumerate() {
-                        let r = chunk * ROW_CHUNK + k;
-                        mask.apply_on(isa, keys.key(r) * width as u64, row, &mut scratch);
-                    }
+                    mask_rows(&mask, isa, keys.skip(chunk * ROW_CHUNK), part, width)
                 });
             return Ok(());
         }
@@ -279,14 +275,18 @@ where
             map_on(isa, zs, gs, part, &f);
 
             if let Some(mask) = &mask {
-                let mut scratch = vec![0u64; width.div_ceil(64)];
-                for (k, row) in part.chunks_exact_mut(width).enumerate() {
-                    let r = chunk * ROW_CHUNK + k;
-                    mask.apply_on(isa, keys.key(r) * width as u64, row, &mut scratch);
-                }
+                mask_rows(mask, isa, keys.skip(chunk * ROW_CHUNK), part, width);
             }
         });
     Ok(())
+}
+
+/// `rows *= mask` row by row, row `r` keyed by `keys.key(r)`.
+fn mask_rows(mask: &Mask, isa: Isa, keys: RowKeys, rows: &mut [f32], width: usize) {
+    let mut scratch = vec![0u64; width.div_ceil(64)];
+    for (r, row) in rows.chunks_exact_mut(width).enumerate() {
+        mask.apply_on(isa, keys.key(r) * width as u64, row, &mut scratch);
+    }
 }
 
 #[cfg(test)]

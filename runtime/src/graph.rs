@@ -24,8 +24,9 @@ pub struct GraphData {
 }
 
 impl GraphData {
-    /// `source` as the `--graph` of every command reads it: a file or
-    /// folder ([`GraphData::load`]), or else a generator spec (`rmat:...`,
+    /// `source` as the `--graph` of `plan`, `compare` and `partition` reads
+    /// it (`train`, which needs the features, reads it with
+    /// `train::load_graph`): a file or folder ([`GraphData::load`]), or else a generator spec (`rmat:...`,
     /// `planted:...`, see [`GeneratorSpec::parse`]), whose edges are the
     /// ones `fateplan train --graph SPEC` trains on, with the spec's
     /// feature and class counts (the features themselves are not drawn).
