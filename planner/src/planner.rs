@@ -277,8 +277,7 @@ fn plan_dp(
         || dp_attempts(workload, profile, options, lives, &choices),
         || peer_candidates(workload, profile, options, lives, &choices),
     );
-    let (found, last_error) = own?;
-    let mut candidates: Vec<Evaluated> = found.into_iter().collect();
+    let (mut candidates, last_error) = own?;
     candidates.extend(peers);
     // Stable: dp's own plan, then peers in the order of `Policy::PEERS`.
     candidates.sort_by(|a, b| a.timing.iteration_s.total_cmp(&b.timing.iteration_s));
@@ -293,17 +292,22 @@ fn plan_dp(
 
 /// dp's search, planned again with the device bytes the memory pass
 /// finds its model missed, up to [`DP_ATTEMPTS`] times: the evaluated
-/// plan, if one fits, and the last reason one did not.
+/// plans that fit, and the last reason one did not. Each search gives its
+/// best assignment and the other rounds' bests (dearer in dp's model,
+/// which does not queue transfers on their links; the prediction does);
+/// every one that fits the memory pass is a candidate, and the search is
+/// repeated while its best does not.
 fn dp_attempts(
     workload: &Workload,
     profile: &Profile,
     options: &PlanOptions,
     lives: &Lifetimes,
     choices: &Choices,
-) -> Result<(Option<Evaluated>, Option<Error>)> {
+) -> Result<(Vec<Evaluated>, Option<Error>)> {
     // Exchange buffers: device bytes per step, and host memory set aside.
     let budgets = exchange_host_free(workload, options);
     let mut extra = exchange_extra(workload, options);
+    let mut found: Vec<Evaluated> = Vec::new();
     let mut last_error: Option<Error> = None;
     for _ in 0..DP_ATTEMPTS {
         let outcome = match dp::solve(
@@ -315,15 +319,29 @@ fn dp_attempts(
         ) {
             Ok(outcome) => outcome,
             Err(overrun) => {
-                return Ok((
-                    None,
-                    Some(overrun_error(workload, &options.budgets, overrun)),
-                ));
+                let error = overrun_error(workload, &options.budgets, overrun);
+                return Ok((found, Some(error)));
             }
         };
-        let (fates, shifts) = outcome.assignment.fates_and_shifts(choices);
-        match evaluate(workload, profile, options, lives, fates.clone(), &shifts) {
-            Ok(evaluated) => return Ok((Some(evaluated), last_error)),
+        let mut evaluated: Vec<(Vec<Fate>, Vec<Shift>, Result<Evaluated>)> =
+            std::iter::once(&outcome.assignment)
+                .chain(&outcome.others)
+                .collect::<Vec<_>>()
+                .par_iter()
+                .map(|assignment| {
+                    let (fates, shifts) = assignment.fates_and_shifts(choices);
+                    let result =
+                        evaluate(workload, profile, options, lives, fates.clone(), &shifts);
+                    (fates, shifts, result)
+                })
+                .collect();
+        let (fates, shifts, best) = evaluated.remove(0);
+        found.extend(evaluated.into_iter().filter_map(|(_, _, e)| e.ok()));
+        match best {
+            Ok(evaluated) => {
+                found.insert(0, evaluated);
+                return Ok((found, last_error));
+            }
             Err(
                 error @ Error::Infeasible {
                     tier: Tier::Hbm, ..
@@ -348,10 +366,10 @@ fn dp_attempts(
                 }
                 last_error = Some(error);
             }
-            Err(error) => return Ok((None, Some(error))),
+            Err(error) => return Ok((found, Some(error))),
         }
     }
-    Ok((None, last_error))
+    Ok((found, last_error))
 }
 
 /// Peer policies' fates, timed by the same schedule construction, are

@@ -33,6 +33,19 @@
 //!    of stages 1 and 2 first, under a budget of moves
 //!    ([`EXCHANGE_WORK`] over the instance's choices).
 //!
+//! The first round of the three stages prices added seconds only. The
+//! iteration is the larger of compute plus added seconds and the busiest
+//! link, so later rounds price link time too: every sweep again, with a
+//! link's seconds charged in full, where that link is busier than
+//! compute in one of round 1's results; and, since the model does not
+//! see transfers queue on their link, the sweep of round 1's best result
+//! with its busiest link charged at [`LINK_WEIGHT`] where that link is
+//! busy for more than [`LINK_BOUND`] of the compute time. Stage 3's
+//! budget is a round's for round 1, and what it left plus half as much
+//! again for the later rounds, which run side by side. The best result
+//! in the model is returned with each other round's best beside it, for
+//! the prediction (which queues the transfers) to choose among.
+//!
 //! Host memory bounds the host choices as they are made. SSD choices need
 //! staging buffers in host memory, so the search runs twice, without the
 //! SSD and with it (staging reserved), and keeps the cheaper result. The
@@ -64,6 +77,20 @@ pub const EXCHANGE_LIMIT: usize = 300;
 /// 100 on one of 10,000 (3-layer GAT on 8 partitions), where each move
 /// takes about half a millisecond.
 pub const EXCHANGE_WORK: usize = 1_000_000;
+
+/// A later round prices round 1's best result's busiest link when its
+/// busy time is above this share of compute plus added seconds. The
+/// model's iteration is the larger of the two, but transfers queue on
+/// their link, which the model does not see: a link busy for half the
+/// compute time can stall it where the transfers bunch up. (On
+/// `ogbn-arxiv` in 8 partitions at 60% of the retain-all peak, a share
+/// of 0.5 left the plan at 62.5 ms and 0.1 found 41.3 ms.)
+const LINK_BOUND: f64 = 0.1;
+
+/// Seconds that round charges per second of that link's busy time. (1.0
+/// as well, tried on 14 workloads, improved none of the predictions
+/// further and took longer.)
+const LINK_WEIGHT: f64 = 0.5;
 
 /// Largest knapsack front kept per overflowing step; beyond it the
 /// sweep takes candidates in score order.
@@ -339,7 +366,7 @@ impl Delta {
 }
 
 /// How a sweep covers overruns (see [`search`]).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Sweep {
     /// Whether SSD choices are allowed (staging reserved in host memory).
     ssd: bool,
@@ -1180,6 +1207,10 @@ fn knapsack(items: &[Candidate], need: i64) -> Option<Vec<usize>> {
 pub struct Outcome {
     pub assignment: Assignment,
     pub objective_s: f64,
+    /// The best of each other round with link weights (see [`search`]),
+    /// dearer in the model: the prediction, which queues the transfers on
+    /// their links, may find one of them faster.
+    pub others: Vec<Assignment>,
 }
 
 /// Why no assignment fits.
@@ -1268,85 +1299,50 @@ fn search(
         }
         (sweep, search, swept)
     };
-    let mut best: Option<Outcome> = None;
-    let mut first_failure: Option<Overrun> = None;
-    // First price added seconds only; if a link then bounds the iteration,
-    // search again with that link's time priced too.
-    let mut rounds: Vec<LinkSeconds> = vec![[0.0; 4]];
-    let mut finalists: Vec<(f64, Search)> = Vec::new();
-    let mut round = 0;
-    while round < rounds.len() {
-        let weights = rounds[round];
-        round += 1;
-        // The first sweep says whether host memory ran short, which the
-        // fourth and those with the SSD depend on. They run side by side:
-        // the first three, then those the first allows.
-        let allowed = |s: &Sweep, host_short: bool| {
-            // The SSD only helps where host memory ran short.
-            !(s.ssd && (!any_ssd || !host_short) || s.as_applied && !host_short)
-                && (!s.ssd || ssd_staging_bytes as i64 <= limit[1])
-        };
-        let results: Vec<(Sweep, Search, Result<(), usize>)> = if first_fit {
-            // Sequential: the first that fits ends the search.
-            let mut results = vec![run(SWEEPS[0], weights)];
-            let host_short = results[0].2.is_err() || results[0].1.away_refused;
-            for sweep in SWEEPS[1..].iter().filter(|s| allowed(s, host_short)) {
-                if results.last().is_some_and(|r| r.2.is_ok()) {
-                    break;
+    // The first sweep says whether host memory ran short, which the fourth
+    // and those with the SSD depend on.
+    let allowed = |s: &Sweep, host_short: bool| {
+        // The SSD only helps where host memory ran short.
+        !(s.ssd && (!any_ssd || !host_short) || s.as_applied && !host_short)
+            && (!s.ssd || ssd_staging_bytes as i64 <= limit[1])
+    };
+    let no_weights: LinkSeconds = [0.0; 4];
+    if first_fit {
+        // Sequential: the first sweep that fits ends the search.
+        let first = run(SWEEPS[0], no_weights);
+        let host_short = first.2.is_err() || first.1.away_refused;
+        let mut first_failure = None;
+        let rest = SWEEPS[1..].iter().filter(|s| allowed(s, host_short));
+        for (sweep, search, swept) in
+            std::iter::once(first).chain(rest.map(|s| run(*s, no_weights)))
+        {
+            match swept {
+                Ok(()) => {
+                    return Ok(Outcome {
+                        objective_s: search.assignment.objective_s(choices),
+                        assignment: search.assignment,
+                        others: Vec::new(),
+                    })
                 }
-                results.push(run(*sweep, weights));
+                Err(step) => note_failure(&mut first_failure, sweep, &search, step, choices),
             }
-            results
-        } else {
-            let mut results: Vec<_> = SWEEPS[..3]
-                .par_iter()
-                .map(|&sweep| run(sweep, weights))
-                .collect();
-            let host_short = results[0].2.is_err() || results[0].1.away_refused;
-            let rest: Vec<_> = SWEEPS[3..]
-                .par_iter()
-                .filter(|s| allowed(s, host_short))
-                .map(|&sweep| run(sweep, weights))
-                .collect();
-            results.extend(rest);
-            results
-        };
+        }
+        return Err(or_staging(first_failure, ssd_staging_bytes));
+    }
+    // Stage 3 on a round's results of stages 1 and 2, best first (the
+    // first among equals), while the round's `moves` last: each move
+    // re-runs the sweep and stage 2, so it is the costliest stage by far.
+    // The round's best, with the sweep that found it, and the moves used.
+    let options: usize = choices.options.iter().map(Vec::len).sum();
+    let round_moves = EXCHANGE_WORK / options.max(1);
+    let finish = |results: Vec<(Sweep, Search<'_>, Result<(), usize>)>, moves: usize| {
+        let mut finalists: Vec<(f64, Sweep, Search)> = Vec::new();
+        let mut outcomes: Vec<(f64, Sweep, Assignment)> = Vec::new();
         for (sweep, search, swept) in results {
-            if let Err(step) = swept {
-                if !sweep.knapsack || sweep.strict_adds || sweep.as_applied {
-                    continue;
-                }
-                let needed = search.usage.hbm.get(step).max(0) as u64;
-                let overrun = Overrun {
-                    tier: Tier::Hbm,
-                    step: (step as u32 / 2).min(choices.steps.saturating_sub(1)),
-                    needed_bytes: needed,
-                };
-                if first_failure.is_none() || sweep.ssd {
-                    first_failure = Some(overrun);
-                }
+            if swept.is_err() {
                 continue;
             }
             let objective_s = search.assignment.objective_s(choices);
-            if first_fit {
-                return Ok(Outcome {
-                    assignment: search.assignment,
-                    objective_s,
-                });
-            }
-            if round == 1 {
-                let link = search.assignment.link_s(choices);
-                let compute = choices.compute_s() + search.assignment.cost_s(choices);
-                for (l, &busy) in link.iter().enumerate() {
-                    if busy > compute {
-                        let mut w = [0.0; 4];
-                        w[l] = 1.0;
-                        if !rounds.contains(&w) {
-                            rounds.push(w);
-                        }
-                    }
-                }
-            }
             let decisions = search
                 .assignment
                 .picks
@@ -1354,47 +1350,167 @@ fn search(
                 .filter(|p| p.is_some())
                 .count();
             if decisions <= EXCHANGE_LIMIT {
-                finalists.push((objective_s, search));
-            } else if best.as_ref().is_none_or(|b| objective_s < b.objective_s) {
-                best = Some(Outcome {
-                    assignment: search.assignment,
-                    objective_s,
-                });
+                finalists.push((objective_s, sweep, search));
+            } else {
+                outcomes.push((objective_s, sweep, search.assignment));
             }
         }
-    }
-    // Stage 3 on the results of stages 1 and 2, best first (the first
-    // among equals), while its budget of moves lasts: each move re-runs
-    // the sweep and stage 2, so it is the costliest stage by far.
-    finalists.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let options: usize = choices.options.iter().map(Vec::len).sum();
-    let mut moves_left = EXCHANGE_WORK / options.max(1);
-    for (objective_s, mut search) in finalists {
-        let objective_s = if moves_left > 0 {
-            search.max_tries = moves_left;
-            for _ in 0..3 {
-                if !search.exchange() {
-                    break;
+        finalists.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut moves_left = moves;
+        let mut used = 0;
+        for (objective_s, sweep, mut search) in finalists {
+            let objective_s = if moves_left > 0 {
+                search.max_tries = moves_left;
+                for _ in 0..3 {
+                    if !search.exchange() {
+                        break;
+                    }
+                }
+                moves_left -= search.tries;
+                used += search.tries;
+                search.assignment.objective_s(choices)
+            } else {
+                objective_s
+            };
+            outcomes.push((objective_s, sweep, search.assignment));
+        }
+        // The first among equals.
+        let mut best: Option<(f64, Sweep, Assignment)> = None;
+        for outcome in outcomes {
+            if best.as_ref().is_none_or(|b| outcome.0 < b.0) {
+                best = Some(outcome);
+            }
+        }
+        (best, used)
+    };
+    // Round 1 prices added seconds only. Its sweeps run side by side: the
+    // first three, then those the first allows.
+    let mut results: Vec<_> = SWEEPS[..3]
+        .par_iter()
+        .map(|&sweep| run(sweep, no_weights))
+        .collect();
+    let host_short = results[0].2.is_err() || results[0].1.away_refused;
+    let rest: Vec<_> = SWEEPS[3..]
+        .par_iter()
+        .filter(|s| allowed(s, host_short))
+        .map(|&sweep| run(sweep, no_weights))
+        .collect();
+    results.extend(rest);
+    let mut first_failure: Option<Overrun> = None;
+    // Later rounds: every sweep again, with the seconds of each link
+    // that bounds one of round 1's results (stage 2 done) priced in full.
+    let mut later: Vec<(Sweep, LinkSeconds)> = Vec::new();
+    for (sweep, search, swept) in &results {
+        if let Err(step) = swept {
+            note_failure(&mut first_failure, *sweep, search, *step, choices);
+            continue;
+        }
+        let link = search.assignment.link_s(choices);
+        let compute = choices.compute_s() + search.assignment.cost_s(choices);
+        for (l, &busy) in link.iter().enumerate() {
+            if busy > compute {
+                let mut weights = no_weights;
+                weights[l] = 1.0;
+                for (s, _, _) in &results {
+                    if !later.contains(&(*s, weights)) {
+                        later.push((*s, weights));
+                    }
                 }
             }
-            moves_left -= search.tries;
-            search.assignment.objective_s(choices)
-        } else {
-            objective_s
-        };
-        if best.as_ref().is_none_or(|b| objective_s < b.objective_s) {
-            best = Some(Outcome {
-                assignment: search.assignment,
-                objective_s,
-            });
         }
     }
-    best.ok_or_else(|| {
-        first_failure.unwrap_or(Overrun {
-            tier: Tier::Host,
-            step: 0,
-            needed_bytes: ssd_staging_bytes,
+    let (best, used) = finish(results, round_moves);
+    let Some((objective_s, sweep, assignment)) = best else {
+        return Err(or_staging(first_failure, ssd_staging_bytes));
+    };
+    // And where the best result's busiest link is busy for more than
+    // `LINK_BOUND` of its compute, the sweep that found it with that
+    // link priced at `LINK_WEIGHT` (see the module documentation).
+    let link = assignment.link_s(choices);
+    let compute = choices.compute_s() + assignment.cost_s(choices);
+    let (busiest, busy) =
+        link.iter()
+            .copied()
+            .enumerate()
+            .fold((0, 0.0), |a, b| if b.1 > a.1 { b } else { a });
+    if busy > LINK_BOUND * compute {
+        let mut weights = no_weights;
+        weights[busiest] = LINK_WEIGHT;
+        if !later.contains(&(sweep, weights)) {
+            later.push((sweep, weights));
+        }
+    }
+    // Each weighting is a round of its own (stage 3 included); all run
+    // side by side.
+    let mut weightings: Vec<LinkSeconds> = Vec::new();
+    for (_, weights) in &later {
+        if !weightings.contains(weights) {
+            weightings.push(*weights);
+        }
+    }
+    // Stage 3's moves: round 1 has a round's budget; the later rounds
+    // share what it left and half a round's budget more.
+    let later_moves = (round_moves - used + round_moves / 2) / weightings.len().max(1);
+    let rounds: Vec<(f64, Assignment)> = weightings
+        .par_iter()
+        .filter_map(|weights| {
+            let results: Vec<_> = later
+                .par_iter()
+                .filter(|(_, w)| w == weights)
+                .map(|&(sweep, w)| run(sweep, w))
+                .collect();
+            finish(results, later_moves).0.map(|(o, _, a)| (o, a))
         })
+        .collect();
+    // The best of all rounds, round 1's among equals; the others
+    // distinct from it beside it.
+    let (mut objective_s, mut assignment) = (objective_s, assignment);
+    let mut others: Vec<Assignment> = Vec::new();
+    for (round_s, mut round) in rounds {
+        if round_s < objective_s {
+            objective_s = round_s;
+            std::mem::swap(&mut assignment, &mut round);
+        }
+        others.push(round);
+    }
+    others.retain(|other| *other != assignment);
+    others.dedup();
+    Ok(Outcome {
+        assignment,
+        objective_s,
+        others,
+    })
+}
+
+/// Records where a sweep of the main kind (knapsack, no refusals, no
+/// applied timings) first failed to bring the device within budget; an
+/// SSD sweep's failure replaces one without the SSD.
+fn note_failure(
+    first: &mut Option<Overrun>,
+    sweep: Sweep,
+    search: &Search,
+    step: usize,
+    choices: &Choices,
+) {
+    if !sweep.knapsack || sweep.strict_adds || sweep.as_applied {
+        return;
+    }
+    if first.is_none() || sweep.ssd {
+        *first = Some(Overrun {
+            tier: Tier::Hbm,
+            step: (step as u32 / 2).min(choices.steps.saturating_sub(1)),
+            needed_bytes: search.usage.hbm.get(step).max(0) as u64,
+        });
+    }
+}
+
+/// The recorded failure, or else host memory short of the SSD's staging
+/// buffers.
+fn or_staging(failure: Option<Overrun>, ssd_staging_bytes: u64) -> Overrun {
+    failure.unwrap_or(Overrun {
+        tier: Tier::Host,
+        step: 0,
+        needed_bytes: ssd_staging_bytes,
     })
 }
 
