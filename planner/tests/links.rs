@@ -37,7 +37,11 @@ fn dp_at(workload: &Workload, profile: &Profile, percent: f64) -> f64 {
         budgets: Budgets::UNLIMITED,
         ..PlanOptions::new(Policy::RetainAll, profile)
     };
-    let peak = plan(workload, profile, &roomy).unwrap().predicted.peak_bytes.hbm;
+    let peak = plan(workload, profile, &roomy)
+        .unwrap()
+        .predicted
+        .peak_bytes
+        .hbm;
     let mut options = PlanOptions::new(Policy::Dp, profile);
     options.budgets.hbm_bytes = (peak as f64 * percent / 100.0) as u64;
     let plan = plan(workload, profile, &options).unwrap();
