@@ -279,7 +279,8 @@ fn plan_dp(
     );
     let (mut candidates, last_error) = own?;
     candidates.extend(peers);
-    // Stable: dp's own plan, then peers in the order of `Policy::PEERS`.
+    // Stable: dp's best in its model, its other rounds' bests, then
+    // peers in the order of `Policy::PEERS`.
     candidates.sort_by(|a, b| a.timing.iteration_s.total_cmp(&b.timing.iteration_s));
     for evaluated in candidates {
         if let Ok(mut plan) = finish(workload, profile, options, evaluated) {

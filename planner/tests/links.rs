@@ -1,7 +1,7 @@
 //! dp prices link time where transfers queue on a link: on a partitioned
 //! workload whose inputs must stream, the plan it returns is within 2% of
-//! the one the exact MILP found (stopped at 60 s, unproven), where
-//! pricing added seconds alone left it 23% over.
+//! the one the MILP found in 60 s (its optimum unproven), where pricing
+//! added seconds alone left it 23% over.
 
 use fateplan_planner::blocks::BlockCounts;
 use fateplan_planner::datasets::dataset;

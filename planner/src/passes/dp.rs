@@ -37,12 +37,13 @@
 //! iteration is the larger of compute plus added seconds and the busiest
 //! link, so later rounds price link time too: every sweep again, with a
 //! link's seconds charged in full, where that link is busier than
-//! compute in one of round 1's results; and, since the model does not
-//! see transfers queue on their link, the sweep of round 1's best result
-//! with its busiest link charged at [`LINK_WEIGHT`] where that link is
-//! busy for more than [`LINK_BOUND`] of the compute time. Stage 3's
-//! budget is a round's for round 1, and what it left plus half as much
-//! again for the later rounds, which run side by side. The best result
+//! compute plus added seconds in one of round 1's results (every sweep
+//! round 1 ran); and, since the model does not see transfers queue on
+//! their link, the sweep of round 1's best result with its busiest link
+//! charged at [`LINK_WEIGHT`] where that link is busy for more than
+//! [`LINK_BOUND`] of compute plus added seconds. Stage 3 has a round's
+//! budget of moves for round 1; the later rounds, which run side by
+//! side, share what round 1 left plus half a round's budget. The best result
 //! in the model is returned with each other round's best beside it, for
 //! the prediction (which queues the transfers) to choose among.
 //!
@@ -71,11 +72,12 @@ use crate::Tier;
 /// Most decisions for which stage 3 runs.
 pub const EXCHANGE_LIMIT: usize = 300;
 
-/// Stage 3's budget: its moves times the choices of the instance (a
-/// move's cost grows with them). About 5,000 moves on an instance of 200
-/// choices, where stage 3 matters most against the exact optimum; about
-/// 100 on one of 10,000 (3-layer GAT on 8 partitions), where each move
-/// takes about half a millisecond.
+/// Stage 3's budget per round: its moves times the choices of the
+/// instance (a move's cost grows with them). About 5,000 moves on an
+/// instance of 200 choices, where stage 3 matters most against the exact
+/// optimum; about 100 on one of 10,000 (3-layer GAT on 8 partitions),
+/// where each move takes about half a millisecond. The later rounds share
+/// half a round's budget more (see the module documentation).
 pub const EXCHANGE_WORK: usize = 1_000_000;
 
 /// A later round prices round 1's best result's busiest link when its
@@ -419,8 +421,9 @@ struct Search<'a> {
     keep_fates: bool,
     /// Whether a choice was refused for lack of room on an away tier.
     away_refused: bool,
-    /// Seconds charged per second of each link's busy time: zero while
-    /// compute bounds the iteration, one on a link that bounds it.
+    /// Seconds charged per second of each link's busy time: zero in
+    /// round 1, more on one link in a later round (see the module
+    /// documentation).
     weights: LinkSeconds,
     /// Whether the sweep covers an overrun by the knapsack (else in score
     /// order alone).
@@ -1207,9 +1210,9 @@ fn knapsack(items: &[Candidate], need: i64) -> Option<Vec<usize>> {
 pub struct Outcome {
     pub assignment: Assignment,
     pub objective_s: f64,
-    /// The best of each other round with link weights (see [`search`]),
-    /// dearer in the model: the prediction, which queues the transfers on
-    /// their links, may find one of them faster.
+    /// The best of each other round (see the module documentation), no
+    /// cheaper in the model, each once: the prediction, which queues the
+    /// transfers on their links, may find one of them faster.
     pub others: Vec<Assignment>,
 }
 
@@ -1473,8 +1476,13 @@ fn search(
         }
         others.push(round);
     }
-    others.retain(|other| *other != assignment);
-    others.dedup();
+    let mut distinct: Vec<Assignment> = Vec::new();
+    for other in others {
+        if other != assignment && !distinct.contains(&other) {
+            distinct.push(other);
+        }
+    }
+    let others = distinct;
     Ok(Outcome {
         assignment,
         objective_s,
