@@ -1402,25 +1402,22 @@ fn search(
     let mut first_failure: Option<Overrun> = None;
     // Later rounds: every sweep again, with the seconds of each link
     // that bounds one of round 1's results (stage 2 done) priced in full.
-    let mut later: Vec<(Sweep, LinkSeconds)> = Vec::new();
+    let mut bounding = [false; 4];
     for (sweep, search, swept) in &results {
         if let Err(step) = swept {
             note_failure(&mut first_failure, *sweep, search, *step, choices);
             continue;
         }
-        let link = search.assignment.link_s(choices);
         let compute = choices.compute_s() + search.assignment.cost_s(choices);
-        for (l, &busy) in link.iter().enumerate() {
-            if busy > compute {
-                let mut weights = no_weights;
-                weights[l] = 1.0;
-                for (s, _, _) in &results {
-                    if !later.contains(&(*s, weights)) {
-                        later.push((*s, weights));
-                    }
-                }
-            }
+        for (bound, busy) in bounding.iter_mut().zip(search.assignment.link_s(choices)) {
+            *bound |= busy > compute;
         }
+    }
+    let mut later: Vec<(Sweep, LinkSeconds)> = Vec::new();
+    for l in (0..bounding.len()).filter(|&l| bounding[l]) {
+        let mut weights = no_weights;
+        weights[l] = 1.0;
+        later.extend(results.iter().map(|(sweep, _, _)| (*sweep, weights)));
     }
     let (best, used) = finish(results, round_moves);
     let Some((objective_s, sweep, assignment)) = best else {
