@@ -42,6 +42,7 @@ fn workload(model: GnnModel, name: &str, partitions: u32) -> Workload {
         features: stats.features,
         classes: stats.classes,
         graph_name: stats.name.into(),
+        order: Default::default(),
     };
     build_gnn(
         &spec,

@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use fateplan::planner::blocks::{BlockCounts, MAX_PARTITIONS};
 use fateplan::planner::datasets::{dataset, dataset_names, DATASETS};
 use fateplan::planner::exchange::{Halo, MultiGpu};
-use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec};
+use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec, LayerOrder};
 use fateplan::planner::passes::cost::FateSet;
 use fateplan::planner::plan::{ExchangeKind, Fate, Leg, Predicted, Strategy};
 use fateplan::planner::profile::DeviceKind;
@@ -111,6 +111,11 @@ pub(crate) struct PlanArgs {
     /// GAT attention heads of hidden layers.
     #[arg(long, conflicts_with = "dag", default_value_t = 4)]
     heads: u32,
+    /// Which GCN layers project before they aggregate: `narrower` (those
+    /// whose output is narrower than their input) or `aggregate-first`
+    /// (none). The model is the same.
+    #[arg(long, conflicts_with = "dag", default_value = "narrower")]
+    layer_order: String,
     /// Input feature size (default: the dataset's or graph's).
     #[arg(long, conflicts_with = "dag")]
     features: Option<u32>,
@@ -530,6 +535,7 @@ fn workload_source(args: &PlanArgs) -> Result<(Source, String, Option<Halo>)> {
         features,
         classes,
         graph_name,
+        order: LayerOrder::parse(&args.layer_order)?,
     };
     let edges: u64 = match &source {
         GraphSource::Stats { edges, .. } => *edges,

@@ -7,7 +7,7 @@
 //! ```
 //! use fateplan::planner::blocks::BlockCounts;
 //! use fateplan::planner::datasets::dataset;
-//! use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec};
+//! use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec, LayerOrder};
 //! use fateplan::planner::{plan, PlanOptions, Policy};
 //!
 //! // A 3-layer GCN over ogbn-arxiv's statistics, in 16 partitions.
@@ -15,6 +15,7 @@
 //! let spec = GnnSpec {
 //!     model: GnnModel::Gcn, layers: 3, hidden: 256, heads: 1,
 //!     features: stats.features, classes: stats.classes, graph_name: stats.name.into(),
+//!     order: LayerOrder::default(),
 //! };
 //! let blocks = BlockCounts::skewed(stats.nodes, stats.edges, 16)?;
 //! let workload = build_gnn(&spec, &blocks)?;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fateplan::planner::exchange::{Halo, MultiGpu};
-use fateplan::planner::gnn::GnnModel;
+use fateplan::planner::gnn::{GnnModel, LayerOrder};
 use fateplan::planner::plan::{Budgets, Plan};
 use fateplan::planner::units::{format_bytes, format_seconds};
 use fateplan::planner::{plan, PlanOptions, Policy, Profile};
@@ -57,6 +57,11 @@ pub struct TrainArgs {
     /// must divide --hidden.
     #[arg(long, default_value_t = 1)]
     heads: u32,
+    /// Which GCN layers project before they aggregate: `narrower` (those
+    /// whose output is narrower than their input) or `aggregate-first`
+    /// (none). The model is the same.
+    #[arg(long, default_value = "narrower")]
+    layer_order: String,
     #[arg(long, default_value_t = 200)]
     pub(crate) epochs: u32,
     #[arg(long, default_value_t = 0.01)]
@@ -206,6 +211,7 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
         weight_decay: args.weight_decay,
         weight_decay_all_layers: args.weight_decay_all_layers,
         seed: args.seed,
+        order: LayerOrder::parse(&args.layer_order)?,
     };
     if !(0.0..1.0).contains(&args.dropout) {
         bail!(

@@ -66,6 +66,47 @@ impl GnnModel {
     }
 }
 
+/// Which GCN layers project their input before they aggregate it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LayerOrder {
+    /// A GCN layer whose output is narrower than its input projects first:
+    /// `Â(XW) = (ÂX)W`, so the model is the same, and the aggregation then
+    /// reads, moves and sums the narrower rows (DGL's `GraphConv` chooses
+    /// the same way). Every other layer aggregates first.
+    #[default]
+    Narrower,
+    /// Every layer aggregates first, then projects.
+    AggregateFirst,
+}
+
+impl LayerOrder {
+    pub fn parse(text: &str) -> Result<LayerOrder> {
+        match text.to_ascii_lowercase().as_str() {
+            "narrower" | "auto" => Ok(LayerOrder::Narrower),
+            "aggregate-first" => Ok(LayerOrder::AggregateFirst),
+            _ => Err(Error::invalid(
+                format!("layer order {text:?}"),
+                "unknown layer order; known orders: narrower, aggregate-first",
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LayerOrder::Narrower => "narrower",
+            LayerOrder::AggregateFirst => "aggregate-first",
+        }
+    }
+
+    /// Whether a `model` layer from `d_in` to `d_out` features projects
+    /// before it aggregates. GAT always does (its attention reads the
+    /// projection) and has its own operators; GraphSAGE's self term needs
+    /// the unprojected rows.
+    pub fn projects_first(self, model: GnnModel, d_in: u64, d_out: u64) -> bool {
+        self == LayerOrder::Narrower && model == GnnModel::Gcn && d_out < d_in
+    }
+}
+
 /// What to build.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GnnSpec {
@@ -78,6 +119,8 @@ pub struct GnnSpec {
     pub classes: u32,
     /// Names the graph in the workload name.
     pub graph_name: String,
+    /// Which GCN layers project before they aggregate.
+    pub order: LayerOrder,
 }
 
 impl GnnSpec {
@@ -123,6 +166,13 @@ impl GnnSpec {
         (d_in as u64, d_out as u64)
     }
 
+    /// Whether `layer` projects its input before it aggregates
+    /// ([`LayerOrder`]).
+    pub fn projects_first(&self, layer: u32) -> bool {
+        let (d_in, d_out) = self.layer_dims(layer);
+        self.order.projects_first(self.model, d_in, d_out)
+    }
+
     fn layer_heads(&self, layer: u32) -> u64 {
         if self.model == GnnModel::Gat && layer < self.layers {
             self.heads as u64
@@ -165,6 +215,12 @@ pub fn build_gnn(spec: &GnnSpec, blocks: &BlockCounts) -> Result<Workload> {
         spec.graph_name,
         p
     );
+    // Both orders train the same model, but a plan is for one of them.
+    let name = match spec.order {
+        LayerOrder::Narrower => name,
+        LayerOrder::AggregateFirst if spec.model == GnnModel::Gcn => format!("{name}-aggfirst"),
+        LayerOrder::AggregateFirst => name,
+    };
     Builder::new(spec, blocks, name).build()
 }
 
@@ -305,6 +361,9 @@ impl<'a> Builder<'a> {
         let mut saved = Vec::new();
         for l in 1..=spec.layers {
             let layer = match spec.model {
+                _ if spec.projects_first(l) => {
+                    self.forward_projected(l, &h, weights[l as usize - 1])
+                }
                 GnnModel::Gcn | GnnModel::Sage => self.forward_conv(l, &h, weights[l as usize - 1]),
                 GnnModel::Gat => self.forward_gat(l, &h, weights[l as usize - 1]),
             };
@@ -355,6 +414,9 @@ impl<'a> Builder<'a> {
             };
             let w = weights[l as usize - 1];
             let (next, dw) = match spec.model {
+                _ if spec.projects_first(l) => {
+                    self.backward_projected(l, &saved[l as usize - 1], &layer_in, &grad, w)
+                }
                 GnnModel::Gcn | GnnModel::Sage => {
                     self.backward_conv(l, &saved[l as usize - 1], &layer_in, &grad, w)
                 }
@@ -639,6 +701,190 @@ impl<'a> Builder<'a> {
             }
             dh.push(partial.expect("every partition has its diagonal block"));
         }
+        (dh, dw)
+    }
+
+    /// A GCN layer that projects first ([`LayerOrder`]): per partition
+    /// the projection `z = h W` (no bias), then per row partition the
+    /// aggregation of the projected rows (a chain of block products, `d_out`
+    /// wide) and the bias with the ReLU (hidden layers) or alone (the last
+    /// layer), as GAT's layer without the attention.
+    fn forward_projected(&mut self, l: u32, h: &[TensorId], w: TensorId) -> Layer {
+        let spec = self.spec;
+        let (d_in, d_out) = spec.layer_dims(l);
+        let last = l == spec.layers;
+        let mut layer = Layer::default();
+        for i in 0..self.parts {
+            let rows = self.rows(i);
+            let z = self.tensor(
+                format!("z[l{l},p{i}]"),
+                rows * d_out * F32,
+                TensorKind::Activation,
+            );
+            self.op(
+                format!("linear[l{l},p{i}]"),
+                OpKind::Linear,
+                Phase::Forward,
+                vec![h[i as usize], w],
+                vec![z],
+                Cost::work(
+                    2.0 * (rows * d_in * d_out) as f64,
+                    rows * (d_in + d_out) * F32,
+                    ComputeClass::Dense,
+                ),
+            );
+            layer.z.push(z);
+        }
+        for i in 0..self.parts {
+            let rows = self.rows(i);
+            let zs = layer.z.clone();
+            let agg = self.aggregate_row(
+                "agg",
+                l,
+                i,
+                d_out,
+                Phase::Forward,
+                OpKind::Aggregate,
+                TensorKind::Activation,
+                None,
+                &|j| zs[j as usize],
+            );
+            let (name, op_name, flops) = if last {
+                (format!("out[l{l},p{i}]"), format!("bias[l{l},p{i}]"), 1.0)
+            } else {
+                (format!("h[l{l},p{i}]"), format!("relu[l{l},p{i}]"), 2.0)
+            };
+            let out = self.tensor(name, rows * d_out * F32, TensorKind::Activation);
+            if !last {
+                self.w.tensors[out.index()].checkpoint = true;
+            }
+            self.op(
+                op_name,
+                OpKind::Activation,
+                Phase::Forward,
+                vec![agg, w],
+                vec![out],
+                Cost::work(
+                    flops * (rows * d_out) as f64,
+                    (2 * rows * d_out + d_out) * F32,
+                    ComputeClass::Elementwise,
+                ),
+            );
+            layer.agg.push(agg);
+            layer.output.push(out);
+        }
+        layer
+    }
+
+    /// The backward of [`Builder::forward_projected`]: per partition the
+    /// ReLU's backward at `agg + bias` (hidden layers), per source
+    /// partition the transposed aggregation into the projection's
+    /// gradient, then per partition the projection's backward (the bias's
+    /// gradient from the aggregation's).
+    fn backward_projected(
+        &mut self,
+        l: u32,
+        layer: &Layer,
+        layer_in: &[TensorId],
+        grad_out: &[TensorId],
+        w: TensorId,
+    ) -> (Vec<TensorId>, TensorId) {
+        let spec = self.spec;
+        let (d_in, d_out) = spec.layer_dims(l);
+        let last = l == spec.layers;
+        let mut dout = Vec::new();
+        for i in 0..self.parts {
+            let rows = self.rows(i);
+            if last {
+                dout.push(grad_out[i as usize]);
+                continue;
+            }
+            let g = self.tensor(
+                format!("grad_agg[l{l},p{i}]"),
+                rows * d_out * F32,
+                TensorKind::Gradient,
+            );
+            self.op(
+                format!("relu_bwd[l{l},p{i}]"),
+                OpKind::ActivationBackward,
+                Phase::Backward,
+                vec![grad_out[i as usize], layer.agg[i as usize], w],
+                vec![g],
+                Cost::work(
+                    2.0 * (rows * d_out) as f64,
+                    (3 * rows * d_out + d_out) * F32,
+                    ComputeClass::Elementwise,
+                ),
+            );
+            dout.push(g);
+        }
+        let mut dz = Vec::new();
+        for j in 0..self.parts {
+            let rows = self.rows(j);
+            let destinations = self.destinations(j);
+            let mut partial: Option<TensorId> = None;
+            for (k, &i) in destinations.iter().enumerate() {
+                let (name, kind) = if k + 1 == destinations.len() {
+                    (format!("grad_z[l{l},p{j}]"), TensorKind::Gradient)
+                } else {
+                    (
+                        format!("grad_z_partial[l{l},p{j},d{i}]"),
+                        TensorKind::Workspace,
+                    )
+                };
+                let out = self.tensor(name, rows * d_out * F32, kind);
+                let mut inputs = vec![self.adj(i, j), dout[i as usize]];
+                inputs.extend(partial);
+                let edges = self.edges(i, j);
+                let bytes = edges * (EDGE + d_out * F32) + 2 * rows * d_out * F32;
+                self.op(
+                    format!("agg_bwd[l{l},p{j},d{i}]"),
+                    OpKind::AggregateBackward,
+                    Phase::Backward,
+                    inputs,
+                    vec![out],
+                    Cost::work(2.0 * (edges * d_out) as f64, bytes, ComputeClass::Scatter)
+                        .over_edges(edges),
+                );
+                partial = Some(out);
+            }
+            dz.push(partial.expect("every partition has its diagonal block"));
+        }
+        let mut dh = Vec::new();
+        let mut dw_parts = Vec::new();
+        for p in 0..self.parts {
+            let rows = self.rows(p);
+            let dw = self.tensor(
+                format!("grad_w[l{l},p{p}]"),
+                spec.weight_bytes(l),
+                TensorKind::Gradient,
+            );
+            let mut outputs = vec![dw];
+            if l > 1 {
+                let g = self.tensor(
+                    format!("grad_h[l{},p{p}]", l - 1),
+                    rows * d_in * F32,
+                    TensorKind::Gradient,
+                );
+                outputs.push(g);
+                dh.push(g);
+            }
+            let (passes, streams) = if l > 1 { (4.0, 2) } else { (2.0, 1) };
+            self.op(
+                format!("linear_bwd[l{l},p{p}]"),
+                OpKind::LinearBackward,
+                Phase::Backward,
+                vec![dz[p as usize], layer_in[p as usize], w, dout[p as usize]],
+                outputs,
+                Cost::work(
+                    passes * (rows * d_in * d_out) as f64,
+                    streams * rows * (d_in + d_out) * F32 + rows * d_out * F32,
+                    ComputeClass::Dense,
+                ),
+            );
+            dw_parts.push(dw);
+        }
+        let dw = self.accumulate_weight_grad(l, dw_parts);
         (dh, dw)
     }
 
@@ -1026,6 +1272,7 @@ mod tests {
             features: 8,
             classes: 3,
             graph_name: "toy".into(),
+            order: Default::default(),
         }
     }
 
@@ -1038,6 +1285,68 @@ mod tests {
             assert!(w.ops.iter().any(|op| op.phase == Phase::Backward));
             assert!(w.ops.last().unwrap().phase == Phase::Update);
         }
+    }
+
+    /// A GCN layer narrower than its input projects, then aggregates the
+    /// projected rows and adds the bias; its transposed aggregation runs
+    /// in the first layer too. GraphSAGE and the other order never do.
+    #[test]
+    fn a_narrowing_gcn_layer_projects_then_aggregates() {
+        let blocks = BlockCounts::skewed(1000, 8000, 4).unwrap();
+        let find = |w: &Workload, name: &str| w.ops.iter().position(|op| op.name == name);
+        // 64 -> 16 -> 16 -> 3: layers 1 and 3 narrow, layer 2 does not.
+        let wide = GnnSpec {
+            features: 64,
+            ..spec(GnnModel::Gcn)
+        };
+        assert_eq!(
+            (1..=3).map(|l| wide.projects_first(l)).collect::<Vec<_>>(),
+            [true, false, true]
+        );
+        let w = build_gnn(&wide, &blocks).unwrap();
+        w.validate().unwrap();
+        let rows = blocks.partition_nodes(0);
+        for (l, width) in [(1, 16), (3, 3)] {
+            let linear = find(&w, &format!("linear[l{l},p0]")).unwrap();
+            let agg = find(&w, &format!("agg[l{l},p0,s0]")).unwrap();
+            assert!(linear < agg, "layer {l}");
+            let out = w.ops[agg].outputs[0];
+            assert_eq!(w.tensor(out).bytes, rows * width * F32, "layer {l}");
+            assert_eq!(w.ops[agg].inputs[1], w.ops[linear].outputs[0]);
+            assert!(find(&w, &format!("agg_bwd[l{l},p0,d0]")).is_some());
+            let backward = find(&w, &format!("linear_bwd[l{l},p0]")).unwrap();
+            assert_eq!(w.ops[backward].inputs.len(), 4, "layer {l}");
+        }
+        // Layer 2 as before: aggregate, then the linear with its bias.
+        let agg = find(&w, "agg[l2,p0,s0]").unwrap();
+        assert!(find(&w, "linear[l2,p0]").unwrap() > agg);
+        assert!(find(&w, "bias[l3,p0]").is_some() && find(&w, "bias[l2,p0]").is_none());
+
+        let first = GnnSpec {
+            order: LayerOrder::AggregateFirst,
+            ..wide.clone()
+        };
+        let w_first = build_gnn(&first, &blocks).unwrap();
+        assert!(find(&w_first, "agg_bwd[l1,p0,d0]").is_none());
+        assert!(find(&w_first, "bias[l3,p0]").is_none());
+        assert_ne!(w_first.name, w.name);
+        // The aggregations sum 16 and 3 wide rows instead of 64 and 16.
+        let sparse = |w: &Workload| -> f64 {
+            w.ops
+                .iter()
+                .filter(|op| op.name.starts_with("agg["))
+                .map(|op| op.cost.flops)
+                .sum()
+        };
+        let ratio = sparse(&w) / sparse(&w_first);
+        assert!((ratio - 35.0 / 96.0).abs() < 1e-9, "{ratio}");
+
+        let sage = GnnSpec {
+            model: GnnModel::Sage,
+            ..wide
+        };
+        assert!(!(1..=3).any(|l| sage.projects_first(l)));
+        assert!(LayerOrder::parse("aggregate-first").is_ok() && LayerOrder::parse("x").is_err());
     }
 
     /// GAT's operators each have their class (edge scores, aggregation,

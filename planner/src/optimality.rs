@@ -121,6 +121,7 @@ fn small_gnn(rng: &mut Rng) -> Result<Workload> {
         features: 128,
         classes: 8,
         graph_name: "small".into(),
+        order: Default::default(),
     };
     let nodes = 200_000 + rng.below(2_000_000);
     let edges = nodes * (2 + rng.below(20));

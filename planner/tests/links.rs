@@ -25,6 +25,7 @@ fn arxiv(partitions: u32) -> Workload {
         features: stats.features,
         classes: stats.classes,
         graph_name: stats.name.into(),
+        order: Default::default(),
     };
     let blocks = BlockCounts::skewed(stats.nodes, stats.edges, partitions).unwrap();
     build_gnn(&spec, &blocks).unwrap()

@@ -27,6 +27,7 @@ fn gnn(model: GnnModel, name: &str, parts: u32) -> Workload {
         features: stats.features,
         classes: stats.classes,
         graph_name: name.into(),
+        order: Default::default(),
     };
     build_gnn(
         &spec,

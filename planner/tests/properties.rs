@@ -21,6 +21,7 @@ fn workload(model: u8, layers: u32, hidden: u32, parts: u32, nodes: u64, edges: 
         features: 12,
         classes: 5,
         graph_name: "random".into(),
+        order: Default::default(),
     };
     build_gnn(&spec, &BlockCounts::skewed(nodes, edges, parts).unwrap()).unwrap()
 }

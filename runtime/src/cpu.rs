@@ -230,6 +230,122 @@ fn view(block: &BlockData) -> BlockRef<'_> {
     }
 }
 
+/// GCN layers that project first ([`crate::gnn::Model::projects_first`]).
+impl CpuGnn {
+    /// A layer's weights, their length checked.
+    fn weights<'a>(&self, op: &Op, l: usize, data: &'a Data) -> Result<&'a [f32], ExecError> {
+        let w = data.f32()?;
+        let expected = self.model.weight_len(l);
+        if w.len() != expected {
+            return Err(ExecError::Internal(format!(
+                "{}: weights hold {} values, expected {expected}",
+                op.name,
+                w.len()
+            )));
+        }
+        Ok(w)
+    }
+
+    /// The ReLU's input when layer `l` projects first: `agg + bias` from
+    /// `[agg, w]`; `None` when the layer aggregates first (`[z]`: the
+    /// linear added the bias).
+    fn pre_activation(
+        &self,
+        op: &Op,
+        l: usize,
+        inputs: &[&Data],
+    ) -> Result<Option<Vec<f32>>, ExecError> {
+        if !self.model.projects_first(l) {
+            if inputs.len() != 1 {
+                return Err(ExecError::Internal(format!(
+                    "{}: {} inputs after the gradient, expected the pre-activation alone",
+                    op.name,
+                    inputs.len()
+                )));
+            }
+            return Ok(None);
+        }
+        let [agg, w] = inputs else {
+            return Err(ExecError::Internal(format!(
+                "{}: {} inputs after the gradient, expected the aggregation and the weights",
+                op.name,
+                inputs.len()
+            )));
+        };
+        let w = self.weights(op, l, w)?;
+        Ok(Some(self.plus_bias(l, agg.f32()?, w)?))
+    }
+
+    /// `linear_bwd[l,p]` of a layer that projects first. Inputs: the
+    /// projection's gradient (from the transposed aggregation), the
+    /// layer's input, the weights and the aggregation's gradient (the
+    /// bias's comes from it). Outputs: the weight gradient and, above the
+    /// first layer, the input's.
+    fn linear_bwd_projected(
+        &self,
+        op: &Op,
+        name: &Name,
+        inputs: &[&Data],
+    ) -> Result<Vec<Data>, ExecError> {
+        arity(op, inputs, 4)?;
+        let (l, part) = (name.get('l')?, name.get('p')?);
+        let (d_in, d_out) = self.model.dims(l);
+        let (dz, x) = (inputs[0].f32()?, inputs[1].f32()?);
+        let w = self.weights(op, l, inputs[2])?;
+        let dagg = inputs[3].f32()?;
+        if dagg.len() != dz.len() {
+            return Err(ExecError::Internal(format!(
+                "{}: the aggregation's gradient has {} values, the projection's {}",
+                op.name,
+                dagg.len(),
+                dz.len()
+            )));
+        }
+        let matrix = d_in * d_out;
+        let rows = dz.len() / d_out;
+        let mut dw = vec![0.0f32; w.len()];
+        let (dw_matrix, dw_bias) = dw.split_at_mut(matrix);
+        dense::column_sums(dagg, d_out, dw_bias, Write::Overwrite).map_err(kernel)?;
+        if l > 1 {
+            let mut dx = vec![0.0f32; rows * d_in];
+            dense::matmul_rows_bwd(
+                dz,
+                x,
+                rows,
+                d_in,
+                &w[..matrix],
+                d_out,
+                dw_matrix,
+                Some(&mut dx),
+                Write::Overwrite,
+            )
+            .map_err(kernel)?;
+            return Ok(vec![Data::F32(dw), Data::F32(dx)]);
+        }
+        // The first layer: the input dropout's mask again, no input gradient.
+        self.input_slabs(l, part, x, d_in, |r0, n, slab| {
+            let write = if r0 == 0 {
+                Write::Overwrite
+            } else {
+                Write::Accumulate
+            };
+            dense::matmul_rows_bwd(
+                &dz[r0 * d_out..(r0 + n) * d_out],
+                slab,
+                n,
+                d_in,
+                &w[..matrix],
+                d_out,
+                dw_matrix,
+                None,
+                write,
+            )
+            .map_err(kernel)
+        })?;
+        Ok(vec![Data::F32(dw)])
+    }
+}
+
 /// GAT's operators (see the module doc and `fateplan_planner::gnn`).
 impl CpuGnn {
     /// `alpha[i]`'s slice for block `(i, j)`, and with attention dropout
@@ -724,7 +840,11 @@ impl Backend for CpuGnn {
         match name.base {
             "agg" => {
                 let (l, j) = (name.get('l')?, name.get('s')?);
-                let (d_in, _) = self.model.dims(l);
+                // The width of the rows it sums: a layer that projects
+                // first sums projected rows, its input dropout already
+                // applied.
+                let projected = self.model.projects_first(l);
+                let d_in = self.model.width_aggregated(l);
                 let block = inputs[0].block()?;
                 let src = inputs[1].f32()?;
                 let rows = block.row_start.len().saturating_sub(1);
@@ -734,7 +854,12 @@ impl Backend for CpuGnn {
                     columns: &block.columns,
                     weights: &block.weights,
                 };
-                match self.model.dropout(SITE_INPUT, l).filter(|_| l == 1) {
+                let input_dropout = || {
+                    self.model
+                        .dropout(SITE_INPUT, l)
+                        .filter(|_| l == 1 && !projected)
+                };
+                match input_dropout() {
                     Some(mask) => {
                         let src_keys = self.model.keys(j);
                         sparse::spmm_dropout(view, src, d_in, init, &mut out, &mask, src_keys)
@@ -742,13 +867,32 @@ impl Backend for CpuGnn {
                     None => sparse::spmm(view, src, d_in, init, &mut out),
                 }
                 .map_err(kernel)?;
+                let mask = input_dropout();
                 if let Some(peers) = &mut self.peers {
-                    let mask = self.model.dropout(SITE_INPUT, l).filter(|_| l == 1);
                     let i = name.get('p')?;
                     let keys = self.model.keys(j);
                     peers.aggregate(l, i, j, d_in, src, keys, mask.as_ref(), &mut out)?;
                 }
                 Ok(vec![Data::F32(out)])
+            }
+            "linear" if self.model.projects_first(name.get('l')?) => {
+                arity(op, inputs, 2)?;
+                let (l, part) = (name.get('l')?, name.get('p')?);
+                let (d_in, d_out) = self.model.dims(l);
+                let (x, w) = (inputs[0].f32()?, self.weights(op, l, inputs[1])?);
+                let mut z = vec![0.0f32; x.len() / d_in * d_out];
+                self.input_slabs(l, part, x, d_in, |r0, n, slab| {
+                    let out = &mut z[r0 * d_out..(r0 + n) * d_out];
+                    dense::matmul_rows(slab, n, d_in, &w[..d_in * d_out], d_out, out)
+                        .map_err(kernel)
+                })?;
+                Ok(vec![Data::F32(z)])
+            }
+            "bias" => {
+                arity(op, inputs, 2)?;
+                let l = name.get('l')?;
+                let w = self.weights(op, l, inputs[1])?;
+                Ok(vec![Data::F32(self.plus_bias(l, inputs[0].f32()?, w)?)])
             }
             "linear" => {
                 let l = name.get('l')?;
@@ -766,7 +910,8 @@ impl Backend for CpuGnn {
             "relu" => {
                 let (l, i) = (name.get('l')?, name.get('p')?);
                 let (_, d_out) = self.model.dims(l);
-                let z = inputs[0].f32()?;
+                let with_bias = self.pre_activation(op, l, inputs)?;
+                let z = with_bias.as_deref().map_or_else(|| inputs[0].f32(), Ok)?;
                 let mut out = vec![0.0f32; z.len()];
                 let mask = self.model.dropout(SITE_HIDDEN, l);
                 activation::relu_dropout(z, &mut out, d_out, self.model.keys(i), mask.as_ref())
@@ -776,7 +921,9 @@ impl Backend for CpuGnn {
             "relu_bwd" => {
                 let (l, i) = (name.get('l')?, name.get('p')?);
                 let (_, d_out) = self.model.dims(l);
-                let (grad, z) = (inputs[0].f32()?, inputs[1].f32()?);
+                let with_bias = self.pre_activation(op, l, &inputs[1..])?;
+                let z = with_bias.as_deref().map_or_else(|| inputs[1].f32(), Ok)?;
+                let grad = inputs[0].f32()?;
                 let mut out = vec![0.0f32; z.len()];
                 let mask = self.model.dropout(SITE_HIDDEN, l);
                 activation::relu_dropout_bwd(
@@ -811,6 +958,9 @@ impl Backend for CpuGnn {
                 )
                 .map_err(kernel)?;
                 Ok(vec![Data::F32(grad)])
+            }
+            "linear_bwd" if self.model.projects_first(name.get('l')?) => {
+                self.linear_bwd_projected(op, &name, inputs)
             }
             "linear_bwd" => {
                 let l = name.get('l')?;
@@ -883,7 +1033,7 @@ impl Backend for CpuGnn {
             }
             "agg_bwd" => {
                 let l = name.get('l')?;
-                let (d_in, _) = self.model.dims(l);
+                let d_in = self.model.width_aggregated(l);
                 let block = inputs[0].block()?;
                 let grad = inputs[1].f32()?;
                 let j = name.get('p')?;

@@ -8,7 +8,7 @@
 use fateplan_kernels::dense;
 use fateplan_kernels::dropout::{Dropout, RowKeys};
 use fateplan_kernels::gat::Heads;
-use fateplan_planner::gnn::GnnModel;
+use fateplan_planner::gnn::{GnnModel, LayerOrder};
 
 use crate::exec::data::BlockData;
 use crate::exec::ExecError;
@@ -67,6 +67,8 @@ pub struct Hyper {
     /// Weight decay on every layer; otherwise on the first only (Kipf's GCN).
     pub weight_decay_all_layers: bool,
     pub seed: u64,
+    /// Which GCN layers project before they aggregate.
+    pub order: LayerOrder,
 }
 
 /// Whether an iteration trains or only evaluates.
@@ -295,6 +297,27 @@ impl Model {
             h.hidden as usize
         };
         (d_in, d_out)
+    }
+
+    /// Whether `layer` projects its input before it aggregates
+    /// ([`LayerOrder`]): its `linear` has no bias, its aggregation reads
+    /// the projected rows, and its `relu` (or, in the last layer, `bias`)
+    /// adds the bias.
+    pub(crate) fn projects_first(&self, layer: usize) -> bool {
+        let (d_in, d_out) = self.dims(layer);
+        self.hyper
+            .order
+            .projects_first(self.hyper.model, d_in as u64, d_out as u64)
+    }
+
+    /// The width of the rows `layer`'s aggregation sums.
+    pub(crate) fn width_aggregated(&self, layer: usize) -> usize {
+        let (d_in, d_out) = self.dims(layer);
+        if self.projects_first(layer) {
+            d_out
+        } else {
+            d_in
+        }
     }
 
     /// Inputs per linear layer: GraphSAGE has a self and a neighbour term.

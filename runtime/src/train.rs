@@ -43,6 +43,7 @@ pub fn workload(
         features: graph.features as u32,
         classes: graph.classes as u32,
         graph_name: graph_name.to_string(),
+        order: hyper.order,
     };
     build_gnn(&spec, counts).map_err(|e| ExecError::Kernel(e.to_string()))
 }

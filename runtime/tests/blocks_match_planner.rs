@@ -40,6 +40,7 @@ fn check(dataset: &Dataset, partitions: u32) {
             features: dataset.features,
             classes: dataset.classes,
             graph_name: dataset.name.clone(),
+            order: Default::default(),
         };
         let workload = build_gnn(&spec, &counts).unwrap();
         let planned: HashMap<&str, u64> = workload

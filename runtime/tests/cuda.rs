@@ -5,7 +5,8 @@
 //! Without one they print that they skipped and why, unless
 //! `FATEPLAN_REQUIRE_GPU=1`, when they fail.
 //!
-//! - Every operator of GCN, GraphSAGE and GAT workloads runs on both
+//! - Every operator of GCN (projecting first, as by default, and
+//!   aggregating first), GraphSAGE and GAT workloads runs on both
 //!   backends with the same inputs (the CPU's values, operator after
 //!   operator): the outputs must agree, and where the kernels crate has an
 //!   `f64` reference (SpMM with dropout, its transpose, linear layers and
@@ -25,7 +26,7 @@ use std::sync::Arc;
 use fateplan_kernels::dropout::Dropout;
 use fateplan_kernels::optim::Adam;
 use fateplan_kernels::{reference, BlockRef, Csr};
-use fateplan_planner::gnn::GnnModel;
+use fateplan_planner::gnn::{GnnModel, LayerOrder};
 use fateplan_planner::plan::Budgets;
 use fateplan_planner::workload::{TensorKind, Workload};
 use fateplan_planner::{plan, PlanOptions, Policy, Profile};
@@ -79,6 +80,7 @@ fn hyper(model: GnnModel, heads: u32) -> Hyper {
         weight_decay: 5e-4,
         weight_decay_all_layers: false,
         seed: 7,
+        order: Default::default(),
     }
 }
 
@@ -132,6 +134,15 @@ fn mask(h: &Hyper, layer: u64, site: u64) -> Dropout {
     Dropout::new(h.dropout, h.seed, (1 << 16) | (layer << 2) | site).unwrap()
 }
 
+/// `agg + bias`, the bias the last `d_out` values of `w`.
+fn plus_bias(agg: &[f64], w: &[f64], d_out: usize) -> Vec<f64> {
+    let bias = &w[w.len() - d_out..];
+    agg.iter()
+        .enumerate()
+        .map(|(i, v)| v + bias[i % d_out])
+        .collect()
+}
+
 /// Where the kernels crate has an `f64` reference for operator `name`,
 /// checks the CUDA outputs against it (given the operator's inputs).
 fn check_reference(
@@ -162,24 +173,45 @@ fn check_reference(
         h.hidden as usize
     };
     let gnn = h.model != GnnModel::Gat;
+    // A GCN layer narrower than its input projects first: its linear has
+    // no bias and takes the input dropout, the aggregations carry d_out
+    // columns, and relu (or bias) adds the bias.
+    let first = h.order.projects_first(h.model, d_in as u64, d_out as u64);
+    // The width the layer's aggregations carry.
+    let width = if first { d_out } else { d_in };
     let _ = workload;
     match base {
-        // P = 1: one block, no init; first layer with input dropout.
+        // P = 1: one block, no init; an aggregating-first first layer
+        // with input dropout.
         "agg" if gnn && inputs.len() == 2 => {
             let src = to64(f32s(inputs[1]));
-            let src = if layer == 1 {
+            let src = if layer == 1 && !first {
                 reference::dropout(&src, d_in, 0, &mask(h, 1, 0))
             } else {
                 src
             };
-            let expect = reference::spmm(block_of(inputs[0]), &src, d_in);
+            let expect = reference::spmm(block_of(inputs[0]), &src, width);
             assert_close(name, f32s(&cuda[0]), &expect, 1e-5);
             true
         }
         "agg_bwd" if inputs.len() == 2 => {
             let grad = to64(f32s(inputs[1]));
-            let rows = f32s(&cuda[0]).len() / d_in;
-            let expect = reference::spmm_t(block_of(inputs[0]), &grad, d_in, rows);
+            let rows = f32s(&cuda[0]).len() / width;
+            let expect = reference::spmm_t(block_of(inputs[0]), &grad, width, rows);
+            assert_close(name, f32s(&cuda[0]), &expect, 1e-5);
+            true
+        }
+        // `dropout(h) · W`, without the bias.
+        "linear" if first => {
+            let x = to64(f32s(inputs[0]));
+            let x = if layer == 1 {
+                reference::dropout(&x, d_in, 0, &mask(h, 1, 0))
+            } else {
+                x
+            };
+            let rows = x.len() / d_in;
+            let w = to64(f32s(inputs[1]));
+            let expect = reference::linear(&[&x], rows, d_in, &w, d_out, false);
             assert_close(name, f32s(&cuda[0]), &expect, 1e-5);
             true
         }
@@ -191,6 +223,30 @@ fn check_reference(
             let w = to64(f32s(inputs[terms]));
             let expect = reference::linear(&refs, rows, d_in, &w, d_out, true);
             assert_close(name, f32s(&cuda[0]), &expect, 1e-5);
+            true
+        }
+        // Inputs: grad_xw, h, w, grad_z; the bias's gradient sums grad_z.
+        "linear_bwd" if first => {
+            let dxw = to64(f32s(inputs[0]));
+            let x = to64(f32s(inputs[1]));
+            let x = if layer == 1 {
+                reference::dropout(&x, d_in, 0, &mask(h, 1, 0))
+            } else {
+                x
+            };
+            let w = to64(f32s(inputs[2]));
+            let dz = to64(f32s(inputs[3]));
+            let rows = x.len() / d_in;
+            let (mut dw, dx) = reference::linear_bwd(&dxw, &[&x], rows, d_in, &w, d_out, false);
+            let matrix = d_in * d_out;
+            for (o, g) in dw[matrix..].iter_mut().enumerate() {
+                *g = (0..rows).map(|r| dz[r * d_out + o]).sum();
+            }
+            assert_close(name, f32s(&cuda[0]), &dw, 1e-5);
+            assert_eq!(cuda.len(), if layer > 1 { 2 } else { 1 }, "{name}");
+            for out in &cuda[1..] {
+                assert_close(name, f32s(out), &dx[0], 1e-5);
+            }
             true
         }
         "linear_bwd" if gnn => {
@@ -210,24 +266,34 @@ fn check_reference(
         }
         "relu" => {
             let z = to64(f32s(inputs[0]));
+            let z = if first {
+                plus_bias(&z, &to64(f32s(inputs[1])), d_out)
+            } else {
+                z
+            };
             let expect = reference::relu_dropout(&z, d_out, 0, Some(&mask(h, layer, 1)));
             assert_close(name, f32s(&cuda[0]), &expect, 1e-5);
             true
         }
         "relu_bwd" => {
             let (g, z) = (to64(f32s(inputs[0])), to64(f32s(inputs[1])));
+            let z = if first {
+                plus_bias(&z, &to64(f32s(inputs[2])), d_out)
+            } else {
+                z
+            };
             let expect = reference::relu_dropout_bwd(&g, &z, d_out, 0, Some(&mask(h, layer, 1)));
             assert_close(name, f32s(&cuda[0]), &expect, 1e-5);
             true
         }
+        "bias" => {
+            let (agg, w) = (to64(f32s(inputs[0])), to64(f32s(inputs[1])));
+            assert_close(name, f32s(&cuda[0]), &plus_bias(&agg, &w, d_out), 1e-5);
+            true
+        }
         "elu" => {
             let (agg, w) = (to64(f32s(inputs[0])), to64(f32s(inputs[1])));
-            let bias = &w[w.len() - d_out..];
-            let y: Vec<f64> = agg
-                .iter()
-                .enumerate()
-                .map(|(i, v)| v + bias[i % d_out])
-                .collect();
+            let y = plus_bias(&agg, &w, d_out);
             let expect = reference::elu_dropout(&y, d_out, 0, Some(&mask(h, layer, 1)));
             assert_close(name, f32s(&cuda[0]), &expect, 1e-5);
             true
@@ -235,12 +301,7 @@ fn check_reference(
         "elu_bwd" => {
             let g = to64(f32s(inputs[0]));
             let (agg, w) = (to64(f32s(inputs[1])), to64(f32s(inputs[2])));
-            let bias = &w[w.len() - d_out..];
-            let y: Vec<f64> = agg
-                .iter()
-                .enumerate()
-                .map(|(i, v)| v + bias[i % d_out])
-                .collect();
+            let y = plus_bias(&agg, &w, d_out);
             let expect = reference::elu_dropout_bwd(&g, &y, d_out, 0, Some(&mask(h, layer, 1)));
             assert_close(name, f32s(&cuda[0]), &expect, 1e-5);
             true
@@ -266,8 +327,7 @@ fn prepared_masks(prepared: &Prepared) -> Vec<bool> {
 /// Runs every operator of one training iteration on both backends, the
 /// CPU's outputs feeding the next operators of both; returns how many
 /// operators were checked against the reference.
-fn operators_agree(model: GnnModel, heads: u32, partitions: u32) -> usize {
-    let h = hyper(model, heads);
+fn operators_agree(h: Hyper, partitions: u32) -> usize {
     let prepared = train::prepare(planted(300, 3), &h, partitions).unwrap();
     let workload = prepared.workload.clone();
     let mut cpu = CpuGnn::new(prepared.input.clone(), h).unwrap();
@@ -438,13 +498,26 @@ fn every_operator_matches_the_cpu_and_the_reference() {
     if !gpu_ready("every_operator_matches_the_cpu_and_the_reference") {
         return;
     }
-    for (model, heads) in [(GnnModel::Gcn, 1), (GnnModel::Sage, 1), (GnnModel::Gat, 2)] {
-        let referenced = operators_agree(model, heads, 1);
+    // GCN both ways: by default both of its layers (12 -> 8 -> 4) project
+    // first; aggregating first keeps the other order's operators covered.
+    let aggregate_first = Hyper {
+        order: LayerOrder::AggregateFirst,
+        ..hyper(GnnModel::Gcn, 1)
+    };
+    for h in [
+        hyper(GnnModel::Gcn, 1),
+        aggregate_first,
+        hyper(GnnModel::Sage, 1),
+        hyper(GnnModel::Gat, 2),
+    ] {
+        let referenced = operators_agree(h, 1);
         assert!(
             referenced >= 5,
-            "{model:?}: {referenced} operators checked against the reference"
+            "{:?} ({}): {referenced} operators checked against the reference",
+            h.model,
+            h.order.name()
         );
-        operators_agree(model, heads, 3);
+        operators_agree(h, 3);
     }
     gat_layer_matches_reference();
 }

@@ -7,7 +7,7 @@ use common::{planted, profile, roomy};
 
 use std::sync::Arc;
 
-use fateplan_planner::gnn::GnnModel;
+use fateplan_planner::gnn::{GnnModel, LayerOrder};
 use fateplan_planner::plan::{Budgets, Plan};
 use fateplan_planner::workload::Workload;
 use fateplan_planner::{plan, PlanOptions, Policy};
@@ -28,6 +28,7 @@ fn hyper(model: GnnModel, dropout: f32) -> Hyper {
         weight_decay: 5e-4,
         weight_decay_all_layers: false,
         seed: 7,
+        order: Default::default(),
     }
 }
 
@@ -123,6 +124,34 @@ fn several_devices_train_the_one_device_model() {
             assert!(first.reduced_bytes > 0, "{what}: {first:?}");
         }
     }
+}
+
+/// A first layer narrower than the input projects first: the devices
+/// exchange projected rows (the input dropout applied before the
+/// projection) and, in the backward pass, the first layer's halo
+/// gradients; the model is one device's, in either order.
+#[test]
+fn devices_exchange_projected_rows_of_the_same_model() {
+    let data = planted(600, 3);
+    let narrower = Hyper {
+        hidden: 8,
+        ..hyper(GnnModel::Gcn, 0.5)
+    };
+    let aggregate_first = Hyper {
+        order: LayerOrder::AggregateFirst,
+        ..narrower
+    };
+    let one = single(&data, aggregate_first, 4, 4);
+    let mut sent = Vec::new();
+    for h in [narrower, aggregate_first] {
+        let many = shared(&data, h, 2, 2, Policy::RetainAll, 4, Vec::new());
+        let what = format!("{} on 2 devices", h.order.name());
+        assert_same_model(&what, &one, &many.report);
+        sent.push(many.devices[0].exchange.sent_bytes);
+    }
+    // Layer 1's rows are 8 wide instead of 12: less goes out, though
+    // its gradients now go back too.
+    assert!(sent[0] < sent[1], "sent {sent:?}");
 }
 
 #[test]

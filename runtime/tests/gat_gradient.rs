@@ -117,6 +117,7 @@ fn setup(layers: u32, heads: u32, head_width: u32, partitions: u32) -> Setup {
         weight_decay: 0.0,
         weight_decay_all_layers: false,
         seed: 3,
+        order: Default::default(),
     };
     let prepared = train::prepare(dataset, &hyper, partitions).unwrap();
     let profile = Profile::from_json(

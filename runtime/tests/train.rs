@@ -8,7 +8,7 @@ use common::{planted, profile, roomy};
 use std::path::Path;
 use std::sync::Arc;
 
-use fateplan_planner::gnn::GnnModel;
+use fateplan_planner::gnn::{GnnModel, LayerOrder};
 use fateplan_planner::plan::{Budgets, Plan};
 use fateplan_planner::{plan, PlanOptions, Policy};
 use fateplan_runtime::cpu::Hyper;
@@ -29,6 +29,7 @@ fn hyper(model: GnnModel, layers: u32, hidden: u32, seed: u64) -> Hyper {
         weight_decay: 5e-4,
         weight_decay_all_layers: false,
         seed,
+        order: Default::default(),
     }
 }
 
@@ -143,6 +144,49 @@ proptest! {
     ) {
         let h = gat(layers, heads, head_width, seed);
         same_model_whatever_the_plan(&planted(nodes, seed), h, partitions, 3);
+    }
+}
+
+/// A GCN layer narrower than its input projects first (the default
+/// order); projecting first or aggregating first trains the same model,
+/// dropout included, within float rounding.
+#[test]
+fn projecting_first_trains_the_same_model() {
+    let dataset = planted(300, 7);
+    for layers in [2, 3] {
+        // 12 features, 8 hidden, 4 classes: every layer narrows.
+        let narrower = hyper(GnnModel::Gcn, layers, 8, 7);
+        let aggregate_first = Hyper {
+            order: LayerOrder::AggregateFirst,
+            ..narrower
+        };
+        let mut reports = Vec::new();
+        for h in [narrower, aggregate_first] {
+            let prepared = train::prepare(dataset.clone(), &h, 4).unwrap();
+            let biases = prepared
+                .workload
+                .ops
+                .iter()
+                .filter(|op| op.name.starts_with("bias["))
+                .count();
+            // The last layer's bias after its aggregation, per partition.
+            let expected = if h.order == LayerOrder::Narrower {
+                4
+            } else {
+                0
+            };
+            assert_eq!(biases, expected, "{}", h.order.name());
+            let p = make_plan(&prepared, Policy::RetainAll, roomy()).unwrap();
+            reports.push(run(&dataset, h, 4, p, 5, None).unwrap());
+        }
+        let (projected, aggregated) = (&reports[0], &reports[1]);
+        for (a, b) in projected.losses.iter().zip(&aggregated.losses) {
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs(),
+                "{layers} layers: {a} against {b}"
+            );
+        }
+        assert_eq!(projected.test_accuracy, aggregated.test_accuracy);
     }
 }
 

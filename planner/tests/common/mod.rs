@@ -23,6 +23,7 @@ pub fn gnn_spec(model: GnnModel) -> GnnSpec {
         features: 128,
         classes: 16,
         graph_name: "test".into(),
+        order: Default::default(),
     }
 }
 

@@ -1240,22 +1240,31 @@ impl Backend for CudaGnn {
         match name.base {
             "agg" => {
                 let (l, j) = (name.get('l')?, name.get('s')?);
-                let (d_in, _) = self.model.dims(l);
+                let (d_in, d_out) = self.model.dims(l);
+                // A projecting-first layer aggregates its projected rows
+                // (`linear` dropped its input before projecting them);
+                // otherwise the aggregation reads the layer's input and
+                // the first layer's input dropout applies here.
+                let (d, mask) = if self.model.projects_first(l) {
+                    (d_out, None)
+                } else {
+                    (d_in, self.model.dropout(SITE_INPUT, l).filter(|_| l == 1))
+                };
                 let b = block(op, inputs[0])?;
                 let src = f32s(op, inputs[1])?;
+                expect_len(op, "input", src.len(), self.model.rows(j).len() * d)?;
                 let init = inputs.get(2).map(|d| f32s(op, d)).transpose()?;
                 let rows = b.rows();
-                let mut agg = self.zeros(rows * d_in, "agg")?;
+                let mut agg = self.zeros(rows * d, "agg")?;
                 let (mode, init_buf) = match init {
                     Some(init) => {
-                        expect_len(op, "init", init.len(), rows * d_in)?;
+                        expect_len(op, "init", init.len(), rows * d)?;
                         (INIT_FROM, &init.slice)
                     }
                     None => (INIT_ZERO, &gpu.dummy.slice),
                 };
-                let mask = self.model.dropout(SITE_INPUT, l).filter(|_| l == 1);
                 let (key, threshold, scale) = mask_args(mask);
-                let (rows_u, width, src_row0) = (rows as u64, d_in as u64, self.model.row0(j));
+                let (rows_u, width, src_row0) = (rows as u64, d as u64, self.model.row0(j));
                 launch!(
                     gpu,
                     "spmm_f32",
@@ -1277,6 +1286,25 @@ impl Backend for CudaGnn {
                     ]
                 );
                 Ok(vec![out(agg)])
+            }
+            "linear" if self.model.projects_first(name.get('l')?) => {
+                // `dropout(h_i) · W` without the bias: the layer's `relu`
+                // (or `bias`) adds it after the aggregation. As GAT's
+                // projection, the first layer's input dropout applies
+                // here, keyed by partition i's rows.
+                let (l, i) = (name.get('l')?, name.get('p')?);
+                let (d_in, d_out) = self.model.dims(l);
+                arity(op, inputs, 2)?;
+                let (x, w) = (f32s(op, inputs[0])?, f32s(op, inputs[1])?);
+                expect_len(op, "weights", w.len(), self.model.weight_len(l))?;
+                let rows = self.model.rows(i).len();
+                expect_len(op, "input", x.len(), rows * d_in)?;
+                let mut xw = self.zeros(rows * d_out, "xw")?;
+                let matrix = w.slice.slice(0..d_in * d_out);
+                let dropped = self.layer_input(l, i, x, d_in)?;
+                let x = dropped.as_ref().unwrap_or(x);
+                self.gemm(&x.slice, &matrix, &mut xw.slice, rows, d_in, d_out, false)?;
+                Ok(vec![out(xw)])
             }
             "linear" => {
                 let l = name.get('l')?;
@@ -1307,8 +1335,23 @@ impl Backend for CudaGnn {
                 let (_, d_out) = self.model.dims(l);
                 let (key, threshold, scale) = mask_args(self.model.dropout(SITE_HIDDEN, l));
                 let base = self.model.row0(i) * d_out as u64;
+                // A projecting-first layer's relu (and its backward) reads
+                // the aggregation and the weights and evaluates at
+                // `agg + bias` (the projection had no bias); otherwise it
+                // reads the linear layer's output `z`.
+                let projects_first = self.model.projects_first(l);
+                let rows = self.model.rows(i).len();
+                let biased;
                 if name.base == "relu" {
-                    let z = f32s(op, inputs[0])?;
+                    arity(op, inputs, if projects_first { 2 } else { 1 })?;
+                    let z = if projects_first {
+                        let agg = f32s(op, inputs[0])?;
+                        expect_len(op, "the aggregation", agg.len(), rows * d_out)?;
+                        biased = self.plus_bias(op, l, agg, f32s(op, inputs[1])?)?;
+                        &biased
+                    } else {
+                        f32s(op, inputs[0])?
+                    };
                     let mut h = self.zeros(z.len(), "relu")?;
                     let n = z.len() as u64;
                     launch!(
@@ -1319,7 +1362,16 @@ impl Backend for CudaGnn {
                     );
                     Ok(vec![out(h)])
                 } else {
-                    let (grad, z) = (f32s(op, inputs[0])?, f32s(op, inputs[1])?);
+                    arity(op, inputs, if projects_first { 3 } else { 2 })?;
+                    let grad = f32s(op, inputs[0])?;
+                    let z = if projects_first {
+                        let agg = f32s(op, inputs[1])?;
+                        expect_len(op, "the aggregation", agg.len(), rows * d_out)?;
+                        biased = self.plus_bias(op, l, agg, f32s(op, inputs[2])?)?;
+                        &biased
+                    } else {
+                        f32s(op, inputs[1])?
+                    };
                     expect_len(op, "gradient", grad.len(), z.len())?;
                     let mut dz = self.zeros(z.len(), "relu gradient")?;
                     let n = z.len() as u64;
@@ -1341,6 +1393,17 @@ impl Backend for CudaGnn {
                     Ok(vec![out(dz)])
                 }
             }
+            "bias" => {
+                // The last layer of a projecting-first GCN: its projection
+                // had no bias, so the logits are `agg + bias` (as GAT's).
+                let (l, i) = (name.get('l')?, name.get('p')?);
+                let (_, d_out) = self.model.dims(l);
+                arity(op, inputs, 2)?;
+                let (agg, w) = (f32s(op, inputs[0])?, f32s(op, inputs[1])?);
+                let rows = self.model.rows(i).len();
+                expect_len(op, "the aggregation", agg.len(), rows * d_out)?;
+                Ok(vec![out(self.plus_bias(op, l, agg, w)?)])
+            }
             "loss" => {
                 let i = name.get('p')?;
                 let value = self.loss(op, i, f32s(op, inputs[0])?, i64s(op, inputs[1])?)?;
@@ -1354,6 +1417,53 @@ impl Backend for CudaGnn {
                     f32s(op, inputs[0])?,
                     i64s(op, inputs[1])?,
                 )?])
+            }
+            "linear_bwd" if self.model.projects_first(name.get('l')?) => {
+                // Inputs: the projection's gradient (from the transposed
+                // aggregations), the layer's input, the weights, and the
+                // gradient at `agg + bias` (relu_bwd's output, or the
+                // logits' gradient), whose column sums are the bias's.
+                let (l, j) = (name.get('l')?, name.get('p')?);
+                let (d_in, d_out) = self.model.dims(l);
+                arity(op, inputs, 4)?;
+                let dxw = f32s(op, inputs[0])?;
+                let x = f32s(op, inputs[1])?;
+                let w = f32s(op, inputs[2])?;
+                let dz = f32s(op, inputs[3])?;
+                expect_len(op, "weights", w.len(), self.model.weight_len(l))?;
+                let matrix = d_in * d_out;
+                let rows = self.model.rows(j).len();
+                expect_len(op, "the projection's gradient", dxw.len(), rows * d_out)?;
+                expect_len(op, "input", x.len(), rows * d_in)?;
+                expect_len(op, "gradient", dz.len(), rows * d_out)?;
+                let mut dw = self.zeros(w.len(), "grad_w")?;
+                // The forward projected the dropped input (first layer).
+                let dropped = self.layer_input(l, j, x, d_in)?;
+                {
+                    let input = dropped.as_ref().unwrap_or(x);
+                    let mut dw_matrix = dw.slice.slice_mut(0..matrix);
+                    self.gemm_dw(
+                        &input.slice,
+                        &dxw.slice,
+                        &mut dw_matrix,
+                        rows,
+                        d_in,
+                        d_out,
+                        false,
+                    )?;
+                }
+                {
+                    let mut bias = dw.slice.slice_mut(matrix..w.len());
+                    self.column_sums(&dz.slice.slice(0..dz.len()), rows, d_out, &mut bias)?;
+                }
+                if l > 1 {
+                    let mut dx = self.zeros(rows * d_in, "grad_h")?;
+                    let w_matrix = w.slice.slice(0..matrix);
+                    self.gemm_dx(&dxw.slice, &w_matrix, &mut dx.slice, rows, d_in, d_out)?;
+                    Ok(vec![out(dw), out(dx)])
+                } else {
+                    Ok(vec![out(dw)])
+                }
             }
             "linear_bwd" => {
                 let l = name.get('l')?;
@@ -1412,23 +1522,24 @@ impl Backend for CudaGnn {
             }
             "agg_bwd" => {
                 let l = name.get('l')?;
-                let (d_in, _) = self.model.dims(l);
+                // A projecting-first layer aggregated its projected rows.
+                let d = self.model.width_aggregated(l);
                 let b = block(op, inputs[0])?;
                 let grad = f32s(op, inputs[1])?;
                 let init = inputs.get(2).map(|d| f32s(op, d)).transpose()?;
                 let j = name.get('p')?;
                 let rows = self.model.rows(j).len();
-                expect_len(op, "gradient", grad.len(), b.rows() * d_in)?;
-                let mut dsrc = self.zeros(rows * d_in, "agg gradient")?;
+                expect_len(op, "gradient", grad.len(), b.rows() * d)?;
+                let mut dsrc = self.zeros(rows * d, "agg gradient")?;
                 let (mode, init_buf) = match init {
                     Some(init) => {
-                        expect_len(op, "init", init.len(), rows * d_in)?;
+                        expect_len(op, "init", init.len(), rows * d)?;
                         (INIT_FROM, &init.slice)
                     }
                     None => (INIT_ZERO, &gpu.dummy.slice),
                 };
                 let t = self.transpose(b, rows)?;
-                let (src_u, width) = (rows as u64, d_in as u64);
+                let (src_u, width) = (rows as u64, d as u64);
                 launch!(
                     gpu,
                     "spmm_t_f32",

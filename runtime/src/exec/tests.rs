@@ -154,6 +154,7 @@ fn workload(model: GnnModel, parts: u32) -> Workload {
         features: 6,
         classes: 3,
         graph_name: "toy".into(),
+        order: Default::default(),
     };
     build_gnn(&spec, &BlockCounts::skewed(300, 2400, parts).unwrap()).unwrap()
 }

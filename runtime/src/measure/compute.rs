@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use fateplan_planner::gnn::GnnModel;
+use fateplan_planner::gnn::{GnnModel, LayerOrder};
 use fateplan_planner::plan::{Budgets, Plan, Stream};
 use fateplan_planner::profile::{ClassRate, DenseShape};
 use fateplan_planner::workload::{ComputeClass, Op, OpKind};
@@ -604,7 +604,10 @@ fn time_training(
     })
 }
 
-/// The measured GCN: `layers` layers of `hidden`, dropout 0.5.
+/// The measured GCN: `layers` layers of `hidden`, dropout 0.5, every
+/// layer aggregating first, so that each layer's aggregation and linear
+/// have the widths the rate fits assume (a narrower last layer would
+/// otherwise project first).
 fn gcn(layers: u32, hidden: u32) -> Hyper {
     Hyper {
         model: GnnModel::Gcn,
@@ -616,6 +619,7 @@ fn gcn(layers: u32, hidden: u32) -> Hyper {
         weight_decay: 5e-4,
         weight_decay_all_layers: false,
         seed: 1,
+        order: LayerOrder::AggregateFirst,
     }
 }
 
