@@ -31,6 +31,7 @@ use fateplan_kernels::gat::{self, BlockGrads, BlockInputs, Heads, NodeScoreGrads
 use fateplan_kernels::{activation, dense, loss, sparse, BlockRef, Init, Write, REDUCE_ROWS};
 use fateplan_planner::gnn::GnnModel;
 use fateplan_planner::workload::{Op, Tensor};
+use rayon::prelude::*;
 
 use crate::exec::data::{BlockData, Data};
 use crate::exec::{Backend, ExecError};
@@ -302,47 +303,14 @@ impl CpuGnn {
             )));
         }
         let matrix = d_in * d_out;
-        let rows = dz.len() / d_out;
         let mut dw = vec![0.0f32; w.len()];
         let (dw_matrix, dw_bias) = dw.split_at_mut(matrix);
         dense::column_sums(dagg, d_out, dw_bias, Write::Overwrite).map_err(kernel)?;
-        if l > 1 {
-            let mut dx = vec![0.0f32; rows * d_in];
-            dense::matmul_rows_bwd(
-                dz,
-                x,
-                rows,
-                d_in,
-                &w[..matrix],
-                d_out,
-                dw_matrix,
-                Some(&mut dx),
-                Write::Overwrite,
-            )
-            .map_err(kernel)?;
-            return Ok(vec![Data::F32(dw), Data::F32(dx)]);
-        }
-        // The first layer: the input dropout's mask again, no input gradient.
-        self.input_slabs(l, part, x, d_in, |r0, n, slab| {
-            let write = if r0 == 0 {
-                Write::Overwrite
-            } else {
-                Write::Accumulate
-            };
-            dense::matmul_rows_bwd(
-                &dz[r0 * d_out..(r0 + n) * d_out],
-                slab,
-                n,
-                d_in,
-                &w[..matrix],
-                d_out,
-                dw_matrix,
-                None,
-                write,
-            )
-            .map_err(kernel)
-        })?;
-        Ok(vec![Data::F32(dw)])
+        let mut dx = (l > 1).then(|| vec![0.0f32; dz.len() / d_out * d_in]);
+        self.project_bwd(l, part, dz, x, &w[..matrix], dw_matrix, dx.as_deref_mut())?;
+        let mut outputs = vec![Data::F32(dw)];
+        outputs.extend(dx.map(Data::F32));
+        Ok(outputs)
     }
 }
 
@@ -379,35 +347,83 @@ impl CpuGnn {
         Ok((slice, dropped))
     }
 
-    /// The layer's input rows `x` of partition `part` with input dropout
-    /// (first layer only), in slabs of [`REDUCE_ROWS`] rows so that no
-    /// dropped copy of the whole partition exists: `f(first row, rows,
-    /// slab)`.
-    fn input_slabs(
+    /// `f(first row, rows, slab)` over the layer's input rows `x` of
+    /// partition `part`. With input dropout (first layer only) the rows
+    /// are dropped in slabs of [`REDUCE_ROWS`] rows, in parallel, so that
+    /// no dropped copy of the whole partition exists; the results come
+    /// back in row order.
+    fn input_slabs<T: Send>(
         &self,
         l: usize,
         part: usize,
         x: &[f32],
         d_in: usize,
-        mut f: impl FnMut(usize, usize, &[f32]) -> Result<(), ExecError>,
-    ) -> Result<(), ExecError> {
+        f: impl Fn(usize, usize, &[f32]) -> Result<T, ExecError> + Sync,
+    ) -> Result<Vec<T>, ExecError> {
         let rows = x.len() / d_in;
-        match self.model.dropout(SITE_INPUT, l).filter(|_| l == 1) {
-            None => f(0, rows, x),
-            Some(mask) => {
-                let keys = self.model.keys(part);
-                let mut r0 = 0;
-                while r0 < rows {
-                    let n = REDUCE_ROWS.min(rows - r0);
-                    let mut slab = x[r0 * d_in..(r0 + n) * d_in].to_vec();
-                    activation::dropout_in_place(&mut slab, d_in, keys.skip(r0), &mask)
-                        .map_err(kernel)?;
-                    f(r0, n, &slab)?;
-                    r0 += n;
-                }
-                Ok(())
-            }
+        let Some(mask) = self.model.dropout(SITE_INPUT, l).filter(|_| l == 1) else {
+            return Ok(vec![f(0, rows, x)?]);
+        };
+        let keys = self.model.keys(part);
+        (0..rows.div_ceil(REDUCE_ROWS))
+            .into_par_iter()
+            .map(|slab| {
+                let r0 = slab * REDUCE_ROWS;
+                let n = REDUCE_ROWS.min(rows - r0);
+                let mut dropped = x[r0 * d_in..(r0 + n) * d_in].to_vec();
+                activation::dropout_in_place(&mut dropped, d_in, keys.skip(r0), &mask)
+                    .map_err(kernel)?;
+                f(r0, n, &dropped)
+            })
+            .collect()
+    }
+
+    /// `dropout(x) · W` for the layer's input rows `x` of partition `part`
+    /// (`w` the `d_in × d_out` matrix alone): GAT's projection and a
+    /// projecting-first GCN layer's.
+    fn project(&self, l: usize, part: usize, x: &[f32], w: &[f32]) -> Result<Vec<f32>, ExecError> {
+        let (d_in, d_out) = self.model.dims(l);
+        let mut slabs = self.input_slabs(l, part, x, d_in, |_, n, slab| {
+            let mut z = vec![0.0f32; n * d_out];
+            dense::matmul_rows(slab, n, d_in, w, d_out, &mut z).map_err(kernel)?;
+            Ok(z)
+        })?;
+        Ok(match slabs.len() {
+            1 => slabs.pop().expect("one slab"),
+            _ => slabs.concat(),
+        })
+    }
+
+    /// The backward of [`CpuGnn::project`]: `dw = dropout(x)ᵀ · dz` and,
+    /// above the first layer, `dx = dz · Wᵀ`. Each slab's weight gradient
+    /// is one partial, added in row order: the sum [`dense::matmul_rows_bwd`]
+    /// forms over the undropped rows.
+    #[allow(clippy::too_many_arguments)]
+    fn project_bwd(
+        &self,
+        l: usize,
+        part: usize,
+        dz: &[f32],
+        x: &[f32],
+        w: &[f32],
+        dw: &mut [f32],
+        dx: Option<&mut [f32]>,
+    ) -> Result<(), ExecError> {
+        let (d_in, d_out) = self.model.dims(l);
+        let rows = dz.len() / d_out;
+        if l > 1 {
+            return dense::matmul_rows_bwd(dz, x, rows, d_in, w, d_out, dw, dx, Write::Overwrite)
+                .map_err(kernel);
         }
+        let parts = self.input_slabs(l, part, x, d_in, |r0, n, slab| {
+            let mut dw = vec![0.0f32; d_in * d_out];
+            let dz = &dz[r0 * d_out..(r0 + n) * d_out];
+            dense::matmul_rows_bwd(dz, slab, n, d_in, w, d_out, &mut dw, None, Write::Overwrite)
+                .map_err(kernel)?;
+            Ok(dw)
+        })?;
+        let parts: Vec<&[f32]> = parts.iter().map(Vec::as_slice).collect();
+        dense::sum_into(&parts, dw).map_err(kernel)
     }
 
     /// `agg + bias` for the rows of `agg`.
@@ -456,13 +472,7 @@ impl CpuGnn {
                 arity(op, inputs, 2)?;
                 let (x, w) = (inputs[0].f32()?, weights(1)?);
                 let part = name.get('p')?;
-                let mut z = vec![0.0f32; x.len() / d_in * d_out];
-                self.input_slabs(l, part, x, d_in, |r0, n, slab| {
-                    let out = &mut z[r0 * d_out..(r0 + n) * d_out];
-                    dense::matmul_rows(slab, n, d_in, &w[..d_in * d_out], d_out, out)
-                        .map_err(kernel)
-                })?;
-                vec![Data::F32(z)]
+                vec![Data::F32(self.project(l, part, x, &w[..d_in * d_out])?)]
             }
             "node_scores" => {
                 arity(op, inputs, 2)?;
@@ -617,44 +627,11 @@ impl CpuGnn {
                     )));
                 }
                 dw_rest.copy_from_slice(grad_att);
-                let rows = dz.len() / d_out;
-                if l > 1 {
-                    let mut dx = vec![0.0f32; rows * d_in];
-                    dense::matmul_rows_bwd(
-                        dz,
-                        x,
-                        rows,
-                        d_in,
-                        &w[..matrix],
-                        d_out,
-                        dw_matrix,
-                        Some(&mut dx),
-                        Write::Overwrite,
-                    )
-                    .map_err(kernel)?;
-                    vec![Data::F32(dw), Data::F32(dx)]
-                } else {
-                    self.input_slabs(l, part, x, d_in, |r0, n, slab| {
-                        let write = if r0 == 0 {
-                            Write::Overwrite
-                        } else {
-                            Write::Accumulate
-                        };
-                        dense::matmul_rows_bwd(
-                            &dz[r0 * d_out..(r0 + n) * d_out],
-                            slab,
-                            n,
-                            d_in,
-                            &w[..matrix],
-                            d_out,
-                            dw_matrix,
-                            None,
-                            write,
-                        )
-                        .map_err(kernel)
-                    })?;
-                    vec![Data::F32(dw)]
-                }
+                let mut dx = (l > 1).then(|| vec![0.0f32; dz.len() / d_out * d_in]);
+                self.project_bwd(l, part, dz, x, &w[..matrix], dw_matrix, dx.as_deref_mut())?;
+                let mut outputs = vec![Data::F32(dw)];
+                outputs.extend(dx.map(Data::F32));
+                outputs
             }
             _ => {
                 return Err(ExecError::Kernel(format!(
@@ -880,13 +857,12 @@ impl Backend for CpuGnn {
                 let (l, part) = (name.get('l')?, name.get('p')?);
                 let (d_in, d_out) = self.model.dims(l);
                 let (x, w) = (inputs[0].f32()?, self.weights(op, l, inputs[1])?);
-                let mut z = vec![0.0f32; x.len() / d_in * d_out];
-                self.input_slabs(l, part, x, d_in, |r0, n, slab| {
-                    let out = &mut z[r0 * d_out..(r0 + n) * d_out];
-                    dense::matmul_rows(slab, n, d_in, &w[..d_in * d_out], d_out, out)
-                        .map_err(kernel)
-                })?;
-                Ok(vec![Data::F32(z)])
+                Ok(vec![Data::F32(self.project(
+                    l,
+                    part,
+                    x,
+                    &w[..d_in * d_out],
+                )?)])
             }
             "bias" => {
                 arity(op, inputs, 2)?;
