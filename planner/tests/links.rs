@@ -5,7 +5,7 @@
 
 use fateplan_planner::blocks::BlockCounts;
 use fateplan_planner::datasets::dataset;
-use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
+use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec, LayerOrder};
 use fateplan_planner::plan::Budgets;
 use fateplan_planner::{plan, PlanOptions, Policy, Profile, Workload};
 
@@ -14,7 +14,8 @@ fn profile() -> Profile {
     Profile::from_json(text, "a100-80g.json").unwrap()
 }
 
-/// 3-layer GCN, 256 hidden, over ogbn-arxiv's statistics.
+/// 3-layer GCN, 256 hidden, over ogbn-arxiv's statistics, every layer
+/// aggregating first: the workload the MILP's figure below is for.
 fn arxiv(partitions: u32) -> Workload {
     let stats = dataset("ogbn-arxiv").unwrap();
     let spec = GnnSpec {
@@ -25,7 +26,7 @@ fn arxiv(partitions: u32) -> Workload {
         features: stats.features,
         classes: stats.classes,
         graph_name: stats.name.into(),
-        order: Default::default(),
+        order: LayerOrder::AggregateFirst,
     };
     let blocks = BlockCounts::skewed(stats.nodes, stats.edges, partitions).unwrap();
     build_gnn(&spec, &blocks).unwrap()

@@ -259,7 +259,7 @@ impl CpuGnn {
         if !self.model.projects_first(l) {
             if inputs.len() != 1 {
                 return Err(ExecError::Internal(format!(
-                    "{}: {} inputs after the gradient, expected the pre-activation alone",
+                    "{}: {} inputs for the pre-activation, expected it alone",
                     op.name,
                     inputs.len()
                 )));
@@ -268,7 +268,7 @@ impl CpuGnn {
         }
         let [agg, w] = inputs else {
             return Err(ExecError::Internal(format!(
-                "{}: {} inputs after the gradient, expected the aggregation and the weights",
+                "{}: {} inputs for the pre-activation, expected the aggregation and the weights",
                 op.name,
                 inputs.len()
             )));
