@@ -109,7 +109,9 @@ pub struct LayerSites {
     /// source rows.
     pub forward: Vec<(u32, u32)>,
     /// Per source partition: the first and last backward step producing its
-    /// rows' gradients (empty: the layer's input needs no gradient).
+    /// rows' gradients (empty: the layer aggregates its input first and
+    /// the input needs no gradient; a first layer that projects first
+    /// sends its projection's gradients back all the same).
     pub backward: Vec<(u32, u32)>,
     /// Per source partition: the first step that reads its chain's
     /// gradient, by which the gradients of its rows from the other devices

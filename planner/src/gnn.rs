@@ -8,6 +8,8 @@
 //! Per layer and partition the forward pass has aggregation (a chain of
 //! block SpMMs), the linear transform, the activation and, for GAT, the
 //! node scores, the edge scores (per-block SDDMM) and their edge softmax.
+//! A GCN layer narrower than its input projects before it aggregates
+//! ([`LayerOrder`]); GAT always does.
 //! The backward pass mirrors it; weight gradients are computed per
 //! partition and summed by a gradient-accumulation step; an Adam update
 //! ends the iteration. GAT's backward through attention is one operator
@@ -82,7 +84,7 @@ pub enum LayerOrder {
 impl LayerOrder {
     pub fn parse(text: &str) -> Result<LayerOrder> {
         match text.to_ascii_lowercase().as_str() {
-            "narrower" | "auto" => Ok(LayerOrder::Narrower),
+            "narrower" => Ok(LayerOrder::Narrower),
             "aggregate-first" => Ok(LayerOrder::AggregateFirst),
             _ => Err(Error::invalid(
                 format!("layer order {text:?}"),
@@ -215,11 +217,15 @@ pub fn build_gnn(spec: &GnnSpec, blocks: &BlockCounts) -> Result<Workload> {
         spec.graph_name,
         p
     );
-    // Both orders train the same model, but a plan is for one of them.
+    // Both orders train the same model, but a plan is for one of them
+    // (where they differ).
+    let narrowing = (1..=spec.layers).any(|l| {
+        let (d_in, d_out) = spec.layer_dims(l);
+        LayerOrder::Narrower.projects_first(spec.model, d_in, d_out)
+    });
     let name = match spec.order {
-        LayerOrder::Narrower => name,
-        LayerOrder::AggregateFirst if spec.model == GnnModel::Gcn => format!("{name}-aggfirst"),
-        LayerOrder::AggregateFirst => name,
+        LayerOrder::AggregateFirst if narrowing => format!("{name}-aggfirst"),
+        _ => name,
     };
     Builder::new(spec, blocks, name).build()
 }

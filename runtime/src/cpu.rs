@@ -11,8 +11,10 @@
 //! counter-based generator keyed by the seed, the iteration, the layer and
 //! the element's global row and column, so a recomputation or a backward
 //! pass sees the same mask. Input-feature dropout is fused into the first
-//! layer's aggregation (the dropped features never exist in memory); for
-//! GraphSAGE it applies to the neighbour term only.
+//! layer's aggregation when that layer aggregates first (the dropped
+//! features never exist in memory; for GraphSAGE it applies to the
+//! neighbour term only); a layer that projects first drops its input in
+//! slabs of [`REDUCE_ROWS`] rows before projecting them, as GAT does.
 //!
 //! GAT (as PyTorch Geometric's `GATConv` in its Cora example): hidden
 //! layers have `heads` heads of `hidden / heads` features, concatenated,
@@ -360,6 +362,12 @@ impl CpuGnn {
         d_in: usize,
         f: impl Fn(usize, usize, &[f32]) -> Result<T, ExecError> + Sync,
     ) -> Result<Vec<T>, ExecError> {
+        if !x.len().is_multiple_of(d_in) {
+            return Err(ExecError::Internal(format!(
+                "layer {l}, partition {part}: {} input values are not rows of {d_in}",
+                x.len()
+            )));
+        }
         let rows = x.len() / d_in;
         let Some(mask) = self.model.dropout(SITE_INPUT, l).filter(|_| l == 1) else {
             return Ok(vec![f(0, rows, x)?]);
@@ -411,6 +419,13 @@ impl CpuGnn {
     ) -> Result<(), ExecError> {
         let (d_in, d_out) = self.model.dims(l);
         let rows = dz.len() / d_out;
+        if x.len() != rows * d_in {
+            return Err(ExecError::Internal(format!(
+                "layer {l}, partition {part}: the input has {} values, the gradient {rows} rows \
+                 of {d_in}",
+                x.len()
+            )));
+        }
         if l > 1 {
             return dense::matmul_rows_bwd(dz, x, rows, d_in, w, d_out, dw, dx, Write::Overwrite)
                 .map_err(kernel);

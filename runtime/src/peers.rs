@@ -8,7 +8,8 @@
 //! - `agg[l,p,s]`: the first aggregation of layer `l` reading source
 //!   partition `s` sends every other device the rows of `s` it reads
 //!   (the first layer's input dropout applied, keyed by the whole graph's
-//!   rows) and receives its halo of `s`; every `agg[l,p,s]` then adds the
+//!   rows, when that layer aggregates first; a layer that projects first
+//!   sends its projected rows, dropped before the projection) and receives its halo of `s`; every `agg[l,p,s]` then adds the
 //!   halo block `(p, s)` times those rows. The halo is kept until the end
 //!   of the iteration, so a recomputation finds it.
 //! - `agg_bwd[l,p_j,d_i]`: adds the halo block `(i, j)`'s transpose times

@@ -180,6 +180,7 @@ fn projecting_first_trains_the_same_model() {
             reports.push(run(&dataset, h, 4, p, 5, None).unwrap());
         }
         let (projected, aggregated) = (&reports[0], &reports[1]);
+        assert_eq!(projected.losses.len(), aggregated.losses.len());
         for (a, b) in projected.losses.iter().zip(&aggregated.losses) {
             assert!(
                 (a - b).abs() <= 1e-5 * b.abs(),
