@@ -481,6 +481,14 @@ fn workload_source(args: &PlanArgs) -> Result<(Source, String, Option<Halo>)> {
         return Ok((Source::Dag(workload), String::new(), None));
     }
     let model = GnnModel::parse(&args.model)?;
+    let order = LayerOrder::parse(&args.layer_order)?;
+    if model != GnnModel::Gcn && order != LayerOrder::Narrower {
+        bail!(
+            "--layer-order {}: the layer order applies to gcn only (gat always projects first, sage \
+             aggregates first)",
+            args.layer_order
+        );
+    }
     let mut halo = None;
     let (source, features, classes) = if let Some(path) = &args.graph {
         let graph = GraphData::open(path)?;
@@ -535,7 +543,7 @@ fn workload_source(args: &PlanArgs) -> Result<(Source, String, Option<Halo>)> {
         features,
         classes,
         graph_name,
-        order: LayerOrder::parse(&args.layer_order)?,
+        order,
     };
     let edges: u64 = match &source {
         GraphSource::Stats { edges, .. } => *edges,

@@ -222,6 +222,13 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
     if model != GnnModel::Gat && args.heads != 1 {
         bail!("--heads {}: attention heads apply to gat only", args.heads);
     }
+    if model != GnnModel::Gcn && hyper.order != LayerOrder::Narrower {
+        bail!(
+            "--layer-order {}: the layer order applies to gcn only (gat always projects first, sage \
+             aggregates first)",
+            args.layer_order
+        );
+    }
     if args.epochs == 0 {
         bail!("--epochs 0: expected at least 1");
     }

@@ -146,6 +146,17 @@ fn bad_input_names_what_is_wrong() {
             &["plan", "--model", "gat", "--hidden", "10", "--heads", "3"],
             "divisible",
         ),
+        (&["plan", "--layer-order", "sideways"], "known orders"),
+        (
+            &[
+                "plan",
+                "--model",
+                "sage",
+                "--layer-order",
+                "aggregate-first",
+            ],
+            "applies to gcn only",
+        ),
     ];
     for (args, expected) in cases {
         let out = fateplan(args);

@@ -671,43 +671,130 @@ impl<'a> Builder<'a> {
         }
         // Gradient to the previous layer's output: transpose aggregation,
         // accumulated over destination rows for each source partition j.
-        let mut dh = Vec::new();
-        for j in 0..self.parts {
-            let rows = self.rows(j);
-            let destinations = self.destinations(j);
-            let mut partial: Option<TensorId> = None;
-            for (k, &i) in destinations.iter().enumerate() {
-                let final_step = k + 1 == destinations.len();
-                let (name, kind) = if final_step {
-                    (format!("grad_h[l{},p{j}]", l - 1), TensorKind::Gradient)
-                } else {
-                    (
-                        format!("grad_h_partial[l{},p{j},d{i}]", l - 1),
-                        TensorKind::Workspace,
-                    )
-                };
-                let out = self.tensor(name, rows * d_in * F32, kind);
-                let mut inputs = vec![self.adj(i, j), dagg[i as usize]];
-                if sage && k == 0 {
-                    inputs.push(dself[j as usize]);
-                }
-                inputs.extend(partial);
-                let edges = self.edges(i, j);
-                let bytes = edges * (EDGE + d_in * F32) + 2 * rows * d_in * F32;
-                self.op(
-                    format!("agg_bwd[l{l},p{j},d{i}]"),
-                    OpKind::AggregateBackward,
-                    Phase::Backward,
-                    inputs,
-                    vec![out],
-                    Cost::work(2.0 * (edges * d_in) as f64, bytes, ComputeClass::Scatter)
-                        .over_edges(edges),
-                );
-                partial = Some(out);
-            }
-            dh.push(partial.expect("every partition has its diagonal block"));
-        }
+        let dh = (0..self.parts)
+            .map(|j| {
+                let own = sage.then(|| dself[j as usize]);
+                self.transposed_chain(l, j, d_in, &dagg, ("grad_h", l - 1), own)
+            })
+            .collect();
         (dh, dw)
+    }
+
+    /// Source partition `j`'s transposed aggregation in layer `l`: one
+    /// `agg_bwd[l,p_j,d_i]` per destination block, `width` wide, adding
+    /// `Âᵀ grads[i]` into a partial sum named `name[l<tag>,p_j]` at the end
+    /// (`name_partial[l<tag>,p_j,d_i]` before); `own` (GraphSAGE's self
+    /// term) starts the sum.
+    fn transposed_chain(
+        &mut self,
+        l: u32,
+        j: u32,
+        width: u64,
+        grads: &[TensorId],
+        (name, tag): (&str, u32),
+        own: Option<TensorId>,
+    ) -> TensorId {
+        let rows = self.rows(j);
+        let destinations = self.destinations(j);
+        let mut partial: Option<TensorId> = None;
+        for (k, &i) in destinations.iter().enumerate() {
+            let (tensor_name, kind) = if k + 1 == destinations.len() {
+                (format!("{name}[l{tag},p{j}]"), TensorKind::Gradient)
+            } else {
+                (
+                    format!("{name}_partial[l{tag},p{j},d{i}]"),
+                    TensorKind::Workspace,
+                )
+            };
+            let out = self.tensor(tensor_name, rows * width * F32, kind);
+            let mut inputs = vec![self.adj(i, j), grads[i as usize]];
+            if k == 0 {
+                inputs.extend(own);
+            }
+            inputs.extend(partial);
+            let edges = self.edges(i, j);
+            let bytes = edges * (EDGE + width * F32) + 2 * rows * width * F32;
+            self.op(
+                format!("agg_bwd[l{l},p{j},d{i}]"),
+                OpKind::AggregateBackward,
+                Phase::Backward,
+                inputs,
+                vec![out],
+                Cost::work(2.0 * (edges * width) as f64, bytes, ComputeClass::Scatter)
+                    .over_edges(edges),
+            );
+            partial = Some(out);
+        }
+        partial.expect("every partition has its diagonal block")
+    }
+
+    /// Partition `i`'s projection `z = h W`, without the bias: GAT's and a
+    /// projecting-first GCN layer's.
+    fn projection(&mut self, l: u32, i: u32, h: TensorId, w: TensorId) -> TensorId {
+        let (d_in, d_out) = self.spec.layer_dims(l);
+        let rows = self.rows(i);
+        let z = self.tensor(
+            format!("z[l{l},p{i}]"),
+            rows * d_out * F32,
+            TensorKind::Activation,
+        );
+        self.op(
+            format!("linear[l{l},p{i}]"),
+            OpKind::Linear,
+            Phase::Forward,
+            vec![h, w],
+            vec![z],
+            Cost::work(
+                2.0 * (rows * d_in * d_out) as f64,
+                rows * (d_in + d_out) * F32,
+                ComputeClass::Dense,
+            ),
+        );
+        z
+    }
+
+    /// The projection's backward for partition `p` (`inputs`: its
+    /// gradient, the layer's input, the weights, then what the bias's
+    /// gradient comes from): the weight gradient's part and, above the
+    /// first layer, the input's gradient. `more_bytes`: what the
+    /// operator reads beyond the rows and their gradient.
+    fn projection_bwd(
+        &mut self,
+        l: u32,
+        p: u32,
+        inputs: Vec<TensorId>,
+        more_bytes: u64,
+    ) -> (TensorId, Option<TensorId>) {
+        let (d_in, d_out) = self.spec.layer_dims(l);
+        let rows = self.rows(p);
+        let dw = self.tensor(
+            format!("grad_w[l{l},p{p}]"),
+            self.spec.weight_bytes(l),
+            TensorKind::Gradient,
+        );
+        let dh = (l > 1).then(|| {
+            self.tensor(
+                format!("grad_h[l{},p{p}]", l - 1),
+                rows * d_in * F32,
+                TensorKind::Gradient,
+            )
+        });
+        let (passes, streams) = if l > 1 { (4.0, 2) } else { (2.0, 1) };
+        let mut outputs = vec![dw];
+        outputs.extend(dh);
+        self.op(
+            format!("linear_bwd[l{l},p{p}]"),
+            OpKind::LinearBackward,
+            Phase::Backward,
+            inputs,
+            outputs,
+            Cost::work(
+                passes * (rows * d_in * d_out) as f64,
+                streams * rows * (d_in + d_out) * F32 + more_bytes,
+                ComputeClass::Dense,
+            ),
+        );
+        (dw, dh)
     }
 
     /// A GCN layer that projects first ([`LayerOrder`]): per partition
@@ -717,28 +804,11 @@ impl<'a> Builder<'a> {
     /// layer), as GAT's layer without the attention.
     fn forward_projected(&mut self, l: u32, h: &[TensorId], w: TensorId) -> Layer {
         let spec = self.spec;
-        let (d_in, d_out) = spec.layer_dims(l);
+        let (_, d_out) = spec.layer_dims(l);
         let last = l == spec.layers;
         let mut layer = Layer::default();
         for i in 0..self.parts {
-            let rows = self.rows(i);
-            let z = self.tensor(
-                format!("z[l{l},p{i}]"),
-                rows * d_out * F32,
-                TensorKind::Activation,
-            );
-            self.op(
-                format!("linear[l{l},p{i}]"),
-                OpKind::Linear,
-                Phase::Forward,
-                vec![h[i as usize], w],
-                vec![z],
-                Cost::work(
-                    2.0 * (rows * d_in * d_out) as f64,
-                    rows * (d_in + d_out) * F32,
-                    ComputeClass::Dense,
-                ),
-            );
+            let z = self.projection(l, i, h[i as usize], w);
             layer.z.push(z);
         }
         for i in 0..self.parts {
@@ -796,7 +866,7 @@ impl<'a> Builder<'a> {
         w: TensorId,
     ) -> (Vec<TensorId>, TensorId) {
         let spec = self.spec;
-        let (d_in, d_out) = spec.layer_dims(l);
+        let (_, d_out) = spec.layer_dims(l);
         let last = l == spec.layers;
         let mut dout = Vec::new();
         for i in 0..self.parts {
@@ -824,70 +894,17 @@ impl<'a> Builder<'a> {
             );
             dout.push(g);
         }
-        let mut dz = Vec::new();
-        for j in 0..self.parts {
-            let rows = self.rows(j);
-            let destinations = self.destinations(j);
-            let mut partial: Option<TensorId> = None;
-            for (k, &i) in destinations.iter().enumerate() {
-                let (name, kind) = if k + 1 == destinations.len() {
-                    (format!("grad_z[l{l},p{j}]"), TensorKind::Gradient)
-                } else {
-                    (
-                        format!("grad_z_partial[l{l},p{j},d{i}]"),
-                        TensorKind::Workspace,
-                    )
-                };
-                let out = self.tensor(name, rows * d_out * F32, kind);
-                let mut inputs = vec![self.adj(i, j), dout[i as usize]];
-                inputs.extend(partial);
-                let edges = self.edges(i, j);
-                let bytes = edges * (EDGE + d_out * F32) + 2 * rows * d_out * F32;
-                self.op(
-                    format!("agg_bwd[l{l},p{j},d{i}]"),
-                    OpKind::AggregateBackward,
-                    Phase::Backward,
-                    inputs,
-                    vec![out],
-                    Cost::work(2.0 * (edges * d_out) as f64, bytes, ComputeClass::Scatter)
-                        .over_edges(edges),
-                );
-                partial = Some(out);
-            }
-            dz.push(partial.expect("every partition has its diagonal block"));
-        }
+        let dz: Vec<TensorId> = (0..self.parts)
+            .map(|j| self.transposed_chain(l, j, d_out, &dout, ("grad_z", l), None))
+            .collect();
         let mut dh = Vec::new();
         let mut dw_parts = Vec::new();
         for p in 0..self.parts {
-            let rows = self.rows(p);
-            let dw = self.tensor(
-                format!("grad_w[l{l},p{p}]"),
-                spec.weight_bytes(l),
-                TensorKind::Gradient,
-            );
-            let mut outputs = vec![dw];
-            if l > 1 {
-                let g = self.tensor(
-                    format!("grad_h[l{},p{p}]", l - 1),
-                    rows * d_in * F32,
-                    TensorKind::Gradient,
-                );
-                outputs.push(g);
-                dh.push(g);
-            }
-            let (passes, streams) = if l > 1 { (4.0, 2) } else { (2.0, 1) };
-            self.op(
-                format!("linear_bwd[l{l},p{p}]"),
-                OpKind::LinearBackward,
-                Phase::Backward,
-                vec![dz[p as usize], layer_in[p as usize], w, dout[p as usize]],
-                outputs,
-                Cost::work(
-                    passes * (rows * d_in * d_out) as f64,
-                    streams * rows * (d_in + d_out) * F32 + rows * d_out * F32,
-                    ComputeClass::Dense,
-                ),
-            );
+            let inputs = vec![dz[p as usize], layer_in[p as usize], w, dout[p as usize]];
+            // The aggregation's gradient too, for the bias's.
+            let more_bytes = self.rows(p) * d_out * F32;
+            let (dw, g) = self.projection_bwd(l, p, inputs, more_bytes);
+            dh.extend(g);
             dw_parts.push(dw);
         }
         let dw = self.accumulate_weight_grad(l, dw_parts);
@@ -920,29 +937,13 @@ impl<'a> Builder<'a> {
     /// (hidden layers) or alone (the last layer).
     fn forward_gat(&mut self, l: u32, h: &[TensorId], w: TensorId) -> Layer {
         let spec = self.spec;
-        let (d_in, d_out) = spec.layer_dims(l);
+        let (_, d_out) = spec.layer_dims(l);
         let heads = spec.layer_heads(l);
         let last = l == spec.layers;
         let mut layer = Layer::default();
         for i in 0..self.parts {
             let rows = self.rows(i);
-            let z = self.tensor(
-                format!("z[l{l},p{i}]"),
-                rows * d_out * F32,
-                TensorKind::Activation,
-            );
-            self.op(
-                format!("linear[l{l},p{i}]"),
-                OpKind::Linear,
-                Phase::Forward,
-                vec![h[i as usize], w],
-                vec![z],
-                Cost::work(
-                    2.0 * (rows * d_in * d_out) as f64,
-                    rows * (d_in + d_out) * F32,
-                    ComputeClass::Dense,
-                ),
-            );
+            let z = self.projection(l, i, h[i as usize], w);
             let scores = self.tensor(
                 format!("node_score[l{l},p{i}]"),
                 rows * 2 * heads * F32,
@@ -1085,7 +1086,7 @@ impl<'a> Builder<'a> {
         w: TensorId,
     ) -> (Vec<TensorId>, TensorId) {
         let spec = self.spec;
-        let (d_in, d_out) = spec.layer_dims(l);
+        let (_, d_out) = spec.layer_dims(l);
         let heads = spec.layer_heads(l);
         let last = l == spec.layers;
         let parts = self.parts as usize;
@@ -1219,34 +1220,9 @@ impl<'a> Builder<'a> {
                     ComputeClass::NodeScoresBackward,
                 ),
             );
-            let dw = self.tensor(
-                format!("grad_w[l{l},p{p}]"),
-                spec.weight_bytes(l),
-                TensorKind::Gradient,
-            );
-            let mut outputs = vec![dw];
-            if l > 1 {
-                let g = self.tensor(
-                    format!("grad_h[l{},p{p}]", l - 1),
-                    rows * d_in * F32,
-                    TensorKind::Gradient,
-                );
-                outputs.push(g);
-                dh.push(g);
-            }
-            let (passes, streams) = if l > 1 { (4.0, 2) } else { (2.0, 1) };
-            self.op(
-                format!("linear_bwd[l{l},p{p}]"),
-                OpKind::LinearBackward,
-                Phase::Backward,
-                vec![dz, layer_in[p as usize], w, datt],
-                outputs,
-                Cost::work(
-                    passes * (rows * d_in * d_out) as f64,
-                    streams * rows * (d_in + d_out) * F32 + spec.weight_bytes(l),
-                    ComputeClass::Dense,
-                ),
-            );
+            let inputs = vec![dz, layer_in[p as usize], w, datt];
+            let (dw, g) = self.projection_bwd(l, p, inputs, spec.weight_bytes(l));
+            dh.extend(g);
             dw_parts.push(dw);
         }
         let dw = self.accumulate_weight_grad(l, dw_parts);

@@ -465,18 +465,7 @@ impl CpuGnn {
         let (d_in, d_out) = self.model.dims(l);
         let heads = self.model.heads(l);
         let h_n = heads.heads;
-        let weights = |k: usize| -> Result<&[f32], ExecError> {
-            let w = inputs[k].f32()?;
-            if w.len() != self.model.weight_len(l) {
-                return Err(ExecError::Internal(format!(
-                    "{}: weights hold {} values, expected {}",
-                    op.name,
-                    w.len(),
-                    self.model.weight_len(l)
-                )));
-            }
-            Ok(w)
-        };
+        let weights = |k: usize| self.weights(op, l, inputs[k]);
         // [W | att_src | att_dst | bias]
         let att = |w: &'_ [f32]| {
             let a = &w[d_in * d_out..];

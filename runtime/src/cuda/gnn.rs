@@ -622,6 +622,64 @@ impl CudaGnn {
         }
     }
 
+    /// `dropout(x) · W` for the layer's input rows `x` of partition
+    /// `part` (`w` the layer's weights; its `d_in × d_out` matrix alone is
+    /// used): GAT's projection and a projecting-first GCN layer's.
+    fn project(
+        &self,
+        l: usize,
+        part: usize,
+        x: &DeviceBuf<f32>,
+        w: &DeviceBuf<f32>,
+    ) -> Result<DeviceBuf<f32>, ExecError> {
+        let (d_in, d_out) = self.model.dims(l);
+        let rows = x.len() / d_in;
+        let mut z = self.zeros(rows * d_out, "projection")?;
+        let matrix = w.slice.slice(0..d_in * d_out);
+        let dropped = self.layer_input(l, part, x, d_in)?;
+        let x = dropped.as_ref().unwrap_or(x);
+        self.gemm(&x.slice, &matrix, &mut z.slice, rows, d_in, d_out, false)?;
+        Ok(z)
+    }
+
+    /// The backward of [`CudaGnn::project`]: `dW = dropout(x)ᵀ · dz` into
+    /// the first `d_in × d_out` values of `dw`, and above the first layer
+    /// `dx = dz · Wᵀ`.
+    fn project_bwd(
+        &self,
+        l: usize,
+        part: usize,
+        dz: &DeviceBuf<f32>,
+        x: &DeviceBuf<f32>,
+        w: &DeviceBuf<f32>,
+        dw: &mut DeviceBuf<f32>,
+    ) -> Result<Option<DeviceBuf<f32>>, ExecError> {
+        let (d_in, d_out) = self.model.dims(l);
+        let matrix = d_in * d_out;
+        let rows = dz.len() / d_out;
+        let dropped = self.layer_input(l, part, x, d_in)?;
+        {
+            let input = dropped.as_ref().unwrap_or(x);
+            let mut dw_matrix = dw.slice.slice_mut(0..matrix);
+            self.gemm_dw(
+                &input.slice,
+                &dz.slice,
+                &mut dw_matrix,
+                rows,
+                d_in,
+                d_out,
+                false,
+            )?;
+        }
+        if l == 1 {
+            return Ok(None);
+        }
+        let mut dx = self.zeros(rows * d_in, "grad_h")?;
+        let w_matrix = w.slice.slice(0..matrix);
+        self.gemm_dx(&dz.slice, &w_matrix, &mut dx.slice, rows, d_in, d_out)?;
+        Ok(Some(dx))
+    }
+
     fn run_gat(
         &mut self,
         op: &Op,
@@ -648,13 +706,7 @@ impl CudaGnn {
                 arity(op, inputs, 2)?;
                 let (x, w) = (f32s(op, inputs[0])?, weights(1)?);
                 let part = name.get('p')?;
-                let rows = x.len() / d_in;
-                let mut z = self.zeros(rows * d_out, "z")?;
-                let matrix = w.slice.slice(0..d_in * d_out);
-                let dropped = self.layer_input(l, part, x, d_in)?;
-                let x = dropped.as_ref().unwrap_or(x);
-                self.gemm(&x.slice, &matrix, &mut z.slice, rows, d_in, d_out, false)?;
-                vec![out(z)]
+                vec![out(self.project(l, part, x, w)?)]
             }
             "node_scores" => {
                 arity(op, inputs, 2)?;
@@ -984,28 +1036,10 @@ impl CudaGnn {
                         .memcpy_dtod(&src, &mut dst)
                         .map_err(|e| cuda_error("copying grad_att", e))?;
                 }
-                let dropped = self.layer_input(l, part, x, d_in)?;
-                {
-                    let input = dropped.as_ref().unwrap_or(x);
-                    let mut dw_matrix = dw.slice.slice_mut(0..matrix);
-                    self.gemm_dw(
-                        &input.slice,
-                        &dz.slice,
-                        &mut dw_matrix,
-                        rows,
-                        d_in,
-                        d_out,
-                        false,
-                    )?;
-                }
-                if l > 1 {
-                    let mut dx = self.zeros(rows * d_in, "grad_h")?;
-                    let w_matrix = w.slice.slice(0..matrix);
-                    self.gemm_dx(&dz.slice, &w_matrix, &mut dx.slice, rows, d_in, d_out)?;
-                    vec![out(dw), out(dx)]
-                } else {
-                    vec![out(dw)]
-                }
+                let dx = self.project_bwd(l, part, dz, x, w, &mut dw)?;
+                let mut outputs = vec![out(dw)];
+                outputs.extend(dx.map(out));
+                outputs
             }
             _ => {
                 return Err(ExecError::Kernel(format!(
@@ -1293,18 +1327,12 @@ impl Backend for CudaGnn {
                 // projection, the first layer's input dropout applies
                 // here, keyed by partition i's rows.
                 let (l, i) = (name.get('l')?, name.get('p')?);
-                let (d_in, d_out) = self.model.dims(l);
+                let (d_in, _) = self.model.dims(l);
                 arity(op, inputs, 2)?;
                 let (x, w) = (f32s(op, inputs[0])?, f32s(op, inputs[1])?);
                 expect_len(op, "weights", w.len(), self.model.weight_len(l))?;
-                let rows = self.model.rows(i).len();
-                expect_len(op, "input", x.len(), rows * d_in)?;
-                let mut xw = self.zeros(rows * d_out, "xw")?;
-                let matrix = w.slice.slice(0..d_in * d_out);
-                let dropped = self.layer_input(l, i, x, d_in)?;
-                let x = dropped.as_ref().unwrap_or(x);
-                self.gemm(&x.slice, &matrix, &mut xw.slice, rows, d_in, d_out, false)?;
-                Ok(vec![out(xw)])
+                expect_len(op, "input", x.len(), self.model.rows(i).len() * d_in)?;
+                Ok(vec![out(self.project(l, i, x, w)?)])
             }
             "linear" => {
                 let l = name.get('l')?;
@@ -1438,32 +1466,14 @@ impl Backend for CudaGnn {
                 expect_len(op, "gradient", dz.len(), rows * d_out)?;
                 let mut dw = self.zeros(w.len(), "grad_w")?;
                 // The forward projected the dropped input (first layer).
-                let dropped = self.layer_input(l, j, x, d_in)?;
-                {
-                    let input = dropped.as_ref().unwrap_or(x);
-                    let mut dw_matrix = dw.slice.slice_mut(0..matrix);
-                    self.gemm_dw(
-                        &input.slice,
-                        &dxw.slice,
-                        &mut dw_matrix,
-                        rows,
-                        d_in,
-                        d_out,
-                        false,
-                    )?;
-                }
+                let dx = self.project_bwd(l, j, dxw, x, w, &mut dw)?;
                 {
                     let mut bias = dw.slice.slice_mut(matrix..w.len());
                     self.column_sums(&dz.slice.slice(0..dz.len()), rows, d_out, &mut bias)?;
                 }
-                if l > 1 {
-                    let mut dx = self.zeros(rows * d_in, "grad_h")?;
-                    let w_matrix = w.slice.slice(0..matrix);
-                    self.gemm_dx(&dxw.slice, &w_matrix, &mut dx.slice, rows, d_in, d_out)?;
-                    Ok(vec![out(dw), out(dx)])
-                } else {
-                    Ok(vec![out(dw)])
-                }
+                let mut outputs = vec![out(dw)];
+                outputs.extend(dx.map(out));
+                Ok(outputs)
             }
             "linear_bwd" => {
                 let l = name.get('l')?;
