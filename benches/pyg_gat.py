@@ -38,6 +38,7 @@ def main():
     ap.add_argument("--weight-decay-all-layers", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--raw-features", action="store_true")
     args = ap.parse_args()
     if args.hidden % args.heads != 0:
         ap.error(f"--hidden {args.hidden} is not divisible by --heads {args.heads}")
@@ -46,8 +47,11 @@ def main():
 
     load = lambda name: np.load(f"{args.graph}/{name}.npy")
     x = torch.from_numpy(load("x").astype(np.float32))
-    sums = x.sum(dim=1, keepdim=True)
-    x = torch.where(sums != 0, x / sums.clamp(min=1e-30), x)  # row-normalised, as fateplan train does
+    if not args.raw_features and bool((x >= 0).all()):
+        # Rows normalised to sum 1, as fateplan train does; it keeps signed
+        # features (and --raw-features) as they are.
+        sums = x.sum(dim=1, keepdim=True)
+        x = torch.where(sums > 0, x / sums.clamp(min=1e-30), x)
     y = torch.from_numpy(load("y").astype(np.int64)).reshape(-1)
     edge_index = torch.from_numpy(load("edge_index").astype(np.int64))
     masks = {k: torch.from_numpy(load(f"{k}_mask").astype(bool)) for k in ("train", "val", "test")}

@@ -268,7 +268,7 @@ fn train_member(job: &Job, member: Arc<TcpMember>) -> Result<Handed> {
     let hyper = crate::train::hyper(args)?;
     let plan = Plan::from_json(&job.plan, "the launcher's plan")?;
     let mut shared = prepare_shared(
-        crate::train::dataset(args)?,
+        crate::train::dataset(args)?.0,
         &hyper,
         args.devices,
         args.partitions,

@@ -105,7 +105,8 @@ pub struct TrainArgs {
     #[arg(long)]
     pub(crate) shares: Option<String>,
 
-    /// Keep the features as they are (default: rows normalised to sum 1).
+    /// Keep the features as they are (default: rows normalised to sum 1 where
+    /// no feature is negative; signed features are always kept as they are).
     #[arg(long)]
     raw_features: bool,
     /// A plan made for this graph and model (`fateplan plan ... -o FILE`).
@@ -255,13 +256,15 @@ pub(crate) fn share_method(args: &TrainArgs) -> Result<fateplan::runtime::share:
 }
 
 /// The graph the arguments name, its features normalised unless
-/// --raw-features.
-pub(crate) fn dataset(args: &TrainArgs) -> Result<fateplan::runtime::dataset::Dataset> {
+/// --raw-features, and a line saying what was done to the features.
+pub(crate) fn dataset(args: &TrainArgs) -> Result<(fateplan::runtime::dataset::Dataset, String)> {
     let mut dataset = train::load_graph(&args.graph)?;
-    if !args.raw_features {
-        dataset.row_normalize_features();
-    }
-    Ok(dataset)
+    let features = if args.raw_features {
+        "kept as they are (--raw-features)".to_string()
+    } else {
+        dataset.row_normalize_features().describe()
+    };
+    Ok((dataset, features))
 }
 
 pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Result<()> {
@@ -296,7 +299,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             args.devices
         );
     }
-    let dataset = dataset(args)?;
+    let (dataset, features) = dataset(args)?;
 
     let (nodes, edges) = (dataset.nodes, dataset.edges());
     let prepared = if shared {
@@ -527,6 +530,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     let mut out = std::io::stdout().lock();
     if args.json {
         let mut json = serde_json::to_value(&report)?;
+        json["features"] = serde_json::to_value(&features)?;
         if let Some(comparison) = &comparison {
             json["compare_simulated"] = serde_json::to_value(comparison)?;
         }
@@ -581,6 +585,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         writeln!(out, "ssd tier  {mode}")?;
     }
     writeln!(out, "weights   sha256 {}", report.weights_sha256)?;
+    writeln!(out, "features  {features}")?;
     if let Some(note) = &unplanned_exchange {
         writeln!(out, "note      {note}")?;
     }

@@ -36,6 +36,29 @@ pub const DATASET_FILES: [&str; 6] = [
     "test_mask.npy",
 ];
 
+/// What [`Dataset::row_normalize_features`] did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FeatureScaling {
+    /// Every row with a positive sum now sums to 1.
+    RowsSumToOne,
+    /// Kept as they were: `x[row, column] = value` is negative.
+    KeptSigned { row: u64, column: u32, value: f32 },
+}
+
+impl FeatureScaling {
+    /// One line for a report.
+    pub fn describe(&self) -> String {
+        match self {
+            FeatureScaling::RowsSumToOne => "rows normalised to sum 1".to_string(),
+            FeatureScaling::KeptSigned { row, column, value } => format!(
+                "kept as they are: x[{row}, {column}] = {value} is negative, and rows are \
+                 normalised to sum 1 only where no feature is (a signed row can sum to \
+                 nearly 0)"
+            ),
+        }
+    }
+}
+
 /// Everything full-graph training reads: features, labels, masks and edges.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dataset {
@@ -184,19 +207,31 @@ impl Dataset {
         })
     }
 
-    /// Divides each feature row by its sum where the sum is nonzero (Kipf and
-    /// Welling's GCN preprocessing); rows summing to zero stay as they are.
-    pub fn row_normalize_features(&mut self) {
-        self.x
-            .par_chunks_mut(self.features as usize)
-            .for_each(|row| {
-                let sum: f64 = row.iter().map(|&v| v as f64).sum();
-                if sum != 0.0 {
-                    for v in row {
-                        *v = (*v as f64 / sum) as f32;
-                    }
+    /// Divides each feature row by its sum where the sum is positive (Kipf and
+    /// Welling's GCN preprocessing of bag-of-words features); rows summing to
+    /// zero stay as they are. Only features with no negative value are
+    /// normalised: a row of signed features (embeddings, standard-normal
+    /// features) can sum to nearly zero, and dividing by that sum would blow
+    /// the row up by orders of magnitude. Such features are kept as they are,
+    /// and the first negative value is returned to say why.
+    pub fn row_normalize_features(&mut self) -> FeatureScaling {
+        let f = self.features as usize;
+        if let Some(at) = self.x.par_iter().position_first(|&v| v < 0.0) {
+            return FeatureScaling::KeptSigned {
+                row: (at / f) as u64,
+                column: (at % f) as u32,
+                value: self.x[at],
+            };
+        }
+        self.x.par_chunks_mut(f).for_each(|row| {
+            let sum: f64 = row.iter().map(|&v| v as f64).sum();
+            if sum > 0.0 {
+                for v in row {
+                    *v = (*v as f64 / sum) as f32;
                 }
-            });
+            }
+        });
+        FeatureScaling::RowsSumToOne
     }
 
     pub fn edges(&self) -> u64 {
@@ -327,6 +362,27 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn signed_features_are_kept_as_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        write_tiny(dir.path());
+        let mut d = Dataset::load(dir.path()).unwrap();
+        // Row 2 sums to 0.001: dividing by it would scale the row by 1,000.
+        d.x[6..9].copy_from_slice(&[0.5, -0.5, 0.001]);
+        let before = d.x.clone();
+        let kept = d.row_normalize_features();
+        assert_eq!(
+            kept,
+            FeatureScaling::KeptSigned {
+                row: 2,
+                column: 1,
+                value: -0.5
+            }
+        );
+        assert_eq!(d.x, before);
+        assert!(kept.describe().contains("x[2, 1] = -0.5 is negative"));
+    }
+
+    #[test]
     fn loads_a_tiny_folder_and_row_normalises() {
         let dir = tempfile::tempdir().unwrap();
         write_tiny(dir.path());
@@ -335,7 +391,7 @@ pub(crate) mod tests {
         assert_eq!(d.src, vec![0, 1, 2, 3, 3]);
         assert_eq!(d.dst, vec![1, 0, 3, 2, 0]);
         assert_eq!(d.split_sizes(), (2, 1, 1));
-        d.row_normalize_features();
+        assert_eq!(d.row_normalize_features(), FeatureScaling::RowsSumToOne);
         assert_eq!(d.row(0), &[0.25, 0.25, 0.5]);
         assert_eq!(d.row(1), &[0.0, 0.0, 0.0]);
         assert_eq!(d.row(2), &[0.75, 0.0, 0.25]);

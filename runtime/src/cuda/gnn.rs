@@ -409,33 +409,31 @@ impl CudaGnn {
         })
     }
 
-    /// `x` with dropout as if stored: element `i` takes the mask of
-    /// `base + i`.
-    fn dropped(
+    /// Rows `r0..r0 + n` of partition `part`'s first-layer input `x`,
+    /// dropped (keyed by the whole graph's element index, as the CPU's)
+    /// into the first `n · d_in` values of `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn drop_rows(
         &self,
         x: &DeviceBuf<f32>,
+        part: usize,
+        (r0, n): (usize, usize),
+        d_in: usize,
         mask: Dropout,
-        base: u64,
-        what: &str,
-    ) -> Result<DeviceBuf<f32>, ExecError> {
-        let mut copy = self.zeros(x.len(), what)?;
+        out: &mut DeviceBuf<f32>,
+    ) -> Result<(), ExecError> {
         let (key, threshold, scale) = mask.device_params();
-        let n = x.len() as u64;
+        let base = (self.model.row0(part) + r0 as u64) * d_in as u64;
+        let count = (n * d_in) as u64;
+        let src = x.slice.slice(r0 * d_in..(r0 + n) * d_in);
+        let mut dst = out.slice.slice_mut(0..n * d_in);
         launch!(
             self.gpu,
             "dropout_f32",
-            n,
-            [
-                &x.slice,
-                &n,
-                &mut copy.slice,
-                &key,
-                &threshold,
-                &scale,
-                &base
-            ]
+            count,
+            [&src, &count, &mut dst, &key, &threshold, &scale, &base]
         );
-        Ok(copy)
+        Ok(())
     }
 
     /// `agg + bias` (the bias is the last `d_out` values of `w`).
@@ -604,22 +602,31 @@ impl CudaGnn {
         Ok((range, dropped))
     }
 
-    /// The first layer's input with input dropout (the CPU drops it in
-    /// slabs; here the dropped copy of the partition is one workspace).
-    fn layer_input(
+    /// `f(first row, rows, input)` over the layer's input rows `x` of
+    /// partition `part`: the whole of `x` in one call, or, with the first
+    /// layer's input dropout, slabs of [`project_slab_rows`] rows dropped in
+    /// turn into one workspace buffer (reused: the compute stream orders each
+    /// slab's kernels after the last's), as the CPU backend drops its slabs.
+    fn input_slabs(
         &self,
         l: usize,
         part: usize,
         x: &DeviceBuf<f32>,
         d_in: usize,
-    ) -> Result<Option<DeviceBuf<f32>>, ExecError> {
-        match self.model.dropout(SITE_INPUT, l).filter(|_| l == 1) {
-            None => Ok(None),
-            Some(mask) => {
-                let base = self.model.row0(part) * d_in as u64;
-                Ok(Some(self.dropped(x, mask, base, "dropped input")?))
-            }
+        mut f: impl FnMut(usize, usize, CudaView<'_, f32>) -> Result<(), ExecError>,
+    ) -> Result<(), ExecError> {
+        let rows = x.len() / d_in;
+        let Some(mask) = self.model.dropout(SITE_INPUT, l).filter(|_| l == 1) else {
+            return f(0, rows, x.slice.slice(0..rows * d_in));
+        };
+        let slab = project_slab_rows(d_in).min(rows).max(1);
+        let mut dropped = self.zeros(slab * d_in, "dropped input slab")?;
+        for r0 in (0..rows).step_by(slab) {
+            let n = slab.min(rows - r0);
+            self.drop_rows(x, part, (r0, n), d_in, mask, &mut dropped)?;
+            f(r0, n, dropped.slice.slice(0..n * d_in))?;
         }
+        Ok(())
     }
 
     /// `dropout(x) · W` for the layer's input rows `x` of partition
@@ -636,15 +643,16 @@ impl CudaGnn {
         let rows = x.len() / d_in;
         let mut z = self.zeros(rows * d_out, "projection")?;
         let matrix = w.slice.slice(0..d_in * d_out);
-        let dropped = self.layer_input(l, part, x, d_in)?;
-        let x = dropped.as_ref().unwrap_or(x);
-        self.gemm(&x.slice, &matrix, &mut z.slice, rows, d_in, d_out, false)?;
+        self.input_slabs(l, part, x, d_in, |r0, n, input| {
+            let mut out = z.slice.slice_mut(r0 * d_out..(r0 + n) * d_out);
+            self.gemm(&input, &matrix, &mut out, n, d_in, d_out, false)
+        })?;
         Ok(z)
     }
 
     /// The backward of [`CudaGnn::project`]: `dW = dropout(x)ᵀ · dz` into
-    /// the first `d_in × d_out` values of `dw`, and above the first layer
-    /// `dx = dz · Wᵀ`.
+    /// the first `d_in × d_out` values of `dw` (each slab's product added to
+    /// the last's), and above the first layer `dx = dz · Wᵀ`.
     fn project_bwd(
         &self,
         l: usize,
@@ -657,19 +665,19 @@ impl CudaGnn {
         let (d_in, d_out) = self.model.dims(l);
         let matrix = d_in * d_out;
         let rows = dz.len() / d_out;
-        let dropped = self.layer_input(l, part, x, d_in)?;
+        if x.len() != rows * d_in {
+            return Err(ExecError::Internal(format!(
+                "layer {l} partition {part}: input of {} values for {rows} gradient rows of \
+                 {d_in}",
+                x.len()
+            )));
+        }
         {
-            let input = dropped.as_ref().unwrap_or(x);
             let mut dw_matrix = dw.slice.slice_mut(0..matrix);
-            self.gemm_dw(
-                &input.slice,
-                &dz.slice,
-                &mut dw_matrix,
-                rows,
-                d_in,
-                d_out,
-                false,
-            )?;
+            self.input_slabs(l, part, x, d_in, |r0, n, input| {
+                let grad = dz.slice.slice(r0 * d_out..(r0 + n) * d_out);
+                self.gemm_dw(&input, &grad, &mut dw_matrix, n, d_in, d_out, r0 > 0)
+            })?;
         }
         if l == 1 {
             return Ok(None);
@@ -1174,10 +1182,19 @@ impl CudaGnn {
     }
 }
 
+/// Most bytes of the first layer's input dropped at once before they are
+/// projected: one slab's workspace.
+const PROJECT_SLAB_BYTES: usize = 64 << 20;
+
+/// Rows of a slab of `d_in`-wide input (at least one).
+fn project_slab_rows(d_in: usize) -> usize {
+    (PROJECT_SLAB_BYTES / (d_in.max(1) * 4)).max(1)
+}
+
 /// Device bytes the operators allocate beyond the plan's tensors, at most
 /// (an upper bound: the largest of each kind of workspace, added): the
-/// masks, a block's transpose, attention temporaries, a dropped copy of a
-/// partition's input, the loss's per-row values, a bias-added copy.
+/// masks, a block's transpose, attention temporaries, a slab of the first
+/// layer's dropped input, the loss's per-row values, a bias-added copy.
 fn workspace_bytes(model: &Model) -> u64 {
     let p = model.partitions();
     let max_rows = (0..p)
@@ -1200,7 +1217,8 @@ fn workspace_bytes(model: &Model) -> u64 {
     let dense = max_rows * width * 4;
     let loss = max_rows * 9 + max_rows.div_ceil(REDUCE_ROWS as u64) * 7 * 8;
     let partials = max_rows.div_ceil(REDUCE_ROWS as u64) * 2 * width * 4 + 3 * width * 4;
-    masks + transpose + attention + 2 * dense + loss + partials + (1 << 20)
+    let dropped_slab = dense.min(PROJECT_SLAB_BYTES as u64);
+    masks + transpose + attention + dense + dropped_slab + loss + partials + (1 << 20)
 }
 
 impl GnnBackend for CudaGnn {

@@ -15,7 +15,8 @@ pub fn profile() -> Profile {
 }
 
 /// A planted-partition graph of four classes, 40 validation and 60 test
-/// nodes, its features' rows normalised.
+/// nodes, its features prepared as `fateplan train` prepares them (signed,
+/// so kept as they are).
 pub fn planted(nodes: u32, seed: u64) -> Dataset {
     let spec = format!(
         "planted:nodes={nodes},classes=4,features=12,degree=6,homophily=0.8,val=40,test=60,seed={seed}"
