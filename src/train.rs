@@ -105,8 +105,9 @@ pub struct TrainArgs {
     #[arg(long)]
     pub(crate) shares: Option<String>,
 
-    /// Keep the features as they are (default: rows normalised to sum 1 where
-    /// no feature is negative; signed features are always kept as they are).
+    /// Keep the features as they are (default: rows normalised to sum 1 when
+    /// no feature of any row is negative; signed features are always kept as
+    /// they are).
     #[arg(long)]
     raw_features: bool,
     /// A plan made for this graph and model (`fateplan plan ... -o FILE`).
@@ -255,8 +256,9 @@ pub(crate) fn share_method(args: &TrainArgs) -> Result<fateplan::runtime::share:
         .ok_or_else(|| anyhow::anyhow!("--shares {name}: expected mincut or ranges"))
 }
 
-/// The graph the arguments name, its features normalised unless
-/// --raw-features, and a line saying what was done to the features.
+/// The graph the arguments name, its feature rows normalised to sum 1
+/// unless --raw-features or some feature is negative, and a line saying
+/// what was done to the features.
 pub(crate) fn dataset(args: &TrainArgs) -> Result<(fateplan::runtime::dataset::Dataset, String)> {
     let mut dataset = train::load_graph(&args.graph)?;
     let features = if args.raw_features {

@@ -52,8 +52,8 @@ impl FeatureScaling {
             FeatureScaling::RowsSumToOne => "rows normalised to sum 1".to_string(),
             FeatureScaling::KeptSigned { row, column, value } => format!(
                 "kept as they are: x[{row}, {column}] = {value} is negative, and rows are \
-                 normalised to sum 1 only where no feature is (a signed row can sum to \
-                 nearly 0)"
+                 normalised to sum 1 only when no feature of any row is (a signed row can \
+                 sum to nearly 0)"
             ),
         }
     }

@@ -412,7 +412,6 @@ impl CudaGnn {
     /// Rows `r0..r0 + n` of partition `part`'s first-layer input `x`,
     /// dropped (keyed by the whole graph's element index, as the CPU's)
     /// into the first `n · d_in` values of `out`.
-    #[allow(clippy::too_many_arguments)]
     fn drop_rows(
         &self,
         x: &DeviceBuf<f32>,
@@ -615,11 +614,20 @@ impl CudaGnn {
         d_in: usize,
         mut f: impl FnMut(usize, usize, CudaView<'_, f32>) -> Result<(), ExecError>,
     ) -> Result<(), ExecError> {
+        if d_in == 0 || !x.len().is_multiple_of(d_in) {
+            return Err(ExecError::Internal(format!(
+                "layer {l} partition {part}: input of {} values is not rows of {d_in}",
+                x.len()
+            )));
+        }
         let rows = x.len() / d_in;
         let Some(mask) = self.model.dropout(SITE_INPUT, l).filter(|_| l == 1) else {
             return f(0, rows, x.slice.slice(0..rows * d_in));
         };
-        let slab = project_slab_rows(d_in).min(rows).max(1);
+        if rows == 0 {
+            return Ok(());
+        }
+        let slab = project_slab_rows(d_in).min(rows);
         let mut dropped = self.zeros(slab * d_in, "dropped input slab")?;
         for r0 in (0..rows).step_by(slab) {
             let n = slab.min(rows - r0);
