@@ -1395,16 +1395,28 @@ impl Backend for CudaGnn {
                 // reads the linear layer's output `z`.
                 let projects_first = self.model.projects_first(l);
                 let rows = self.model.rows(i).len();
-                let biased;
+                // The pre-activation: `inputs[at]`, or for a layer that
+                // projects first `agg + bias` of `inputs[at]` and
+                // `inputs[at + 1]` (the weights).
+                let pre_activation = |at: usize| -> Result<Option<DeviceBuf<f32>>, ExecError> {
+                    if !projects_first {
+                        return Ok(None);
+                    }
+                    let agg = f32s(op, inputs[at])?;
+                    expect_len(op, "the aggregation", agg.len(), rows * d_out)?;
+                    Ok(Some(self.plus_bias(
+                        op,
+                        l,
+                        agg,
+                        f32s(op, inputs[at + 1])?,
+                    )?))
+                };
                 if name.base == "relu" {
                     arity(op, inputs, if projects_first { 2 } else { 1 })?;
-                    let z = if projects_first {
-                        let agg = f32s(op, inputs[0])?;
-                        expect_len(op, "the aggregation", agg.len(), rows * d_out)?;
-                        biased = self.plus_bias(op, l, agg, f32s(op, inputs[1])?)?;
-                        &biased
-                    } else {
-                        f32s(op, inputs[0])?
+                    let biased = pre_activation(0)?;
+                    let z = match &biased {
+                        Some(b) => b,
+                        None => f32s(op, inputs[0])?,
                     };
                     let mut h = self.zeros(z.len(), "relu")?;
                     let n = z.len() as u64;
@@ -1418,13 +1430,10 @@ impl Backend for CudaGnn {
                 } else {
                     arity(op, inputs, if projects_first { 3 } else { 2 })?;
                     let grad = f32s(op, inputs[0])?;
-                    let z = if projects_first {
-                        let agg = f32s(op, inputs[1])?;
-                        expect_len(op, "the aggregation", agg.len(), rows * d_out)?;
-                        biased = self.plus_bias(op, l, agg, f32s(op, inputs[2])?)?;
-                        &biased
-                    } else {
-                        f32s(op, inputs[1])?
+                    let biased = pre_activation(1)?;
+                    let z = match &biased {
+                        Some(b) => b,
+                        None => f32s(op, inputs[1])?,
                     };
                     expect_len(op, "gradient", grad.len(), z.len())?;
                     let mut dz = self.zeros(z.len(), "relu gradient")?;
