@@ -14,9 +14,10 @@
 //!   between nodes). Fast, but the whole halo waits in an exchange buffer on
 //!   the device until the layer has read it.
 //! - `host`: the rows go to host memory; each destination partition's halo
-//!   rows come back into a staging buffer just before it aggregates (one
-//!   partition ahead). Device memory holds one partition's halo at a time,
-//!   but every destination partition pays its own copy over PCIe.
+//!   rows come back into staging buffers as it aggregates, one block's
+//!   share at a time (the rows of one source partition of every other
+//!   device), one block ahead. Device memory holds two shares, but every
+//!   destination partition pays its own copy over PCIe.
 //!
 //! Exchange buffers are one pool on the device: each strategy's buffers are
 //! counted while they are held, so the two share the memory over time.
@@ -108,6 +109,11 @@ pub struct LayerSites {
     /// Per destination partition: the first and last forward step reading
     /// source rows.
     pub forward: Vec<(u32, u32)>,
+    /// Per destination partition, its blocks in step order: the first and
+    /// last forward step reading one source partition's rows (its `agg`,
+    /// and GAT's `sddmm`). The host strategy brings the halo back a block's
+    /// share at a time.
+    pub forward_blocks: Vec<Vec<(u32, u32)>>,
     /// Per source partition: the first and last backward step producing its
     /// rows' gradients (empty: the layer aggregates its input first and
     /// the input needs no gradient; a first layer that projects first
@@ -175,6 +181,7 @@ pub fn sites(workload: &Workload) -> Result<Vec<LayerSites>> {
     #[derive(Default)]
     struct Raw {
         forward: Vec<Option<(u32, u32)>>,
+        blocks: Vec<Vec<Option<(u32, u32)>>>,
         backward: Vec<Option<(u32, u32)>>,
         source: Vec<Option<usize>>,
         backward_reads_rows: bool,
@@ -212,6 +219,11 @@ pub fn sites(workload: &Workload) -> Result<Vec<LayerSites>> {
                 let raw = layer(&mut layers, l);
                 let d = at(&mut raw.forward, i);
                 widen(&mut raw.forward[d], step);
+                if raw.blocks.len() <= d {
+                    raw.blocks.resize_with(d + 1, Vec::new);
+                }
+                let b = at(&mut raw.blocks[d], j);
+                widen(&mut raw.blocks[d][b], step);
                 if head == "agg" {
                     // The source rows: the input named x, h or z.
                     let source = op.inputs.iter().find(|t| {
@@ -259,6 +271,15 @@ pub fn sites(workload: &Workload) -> Result<Vec<LayerSites>> {
             ));
         }
         let sources: Vec<usize> = raw.source.iter().flatten().copied().collect();
+        let forward_blocks: Vec<Vec<(u32, u32)>> = raw
+            .blocks
+            .iter()
+            .map(|blocks| {
+                let mut steps: Vec<(u32, u32)> = blocks.iter().flatten().copied().collect();
+                steps.sort_unstable();
+                steps
+            })
+            .collect();
         let backward: Vec<(u32, u32)> = raw.backward.iter().flatten().copied().collect();
         let backward_use = backward.iter().map(|&(_, end)| first_use(end)).collect();
         out.push(LayerSites {
@@ -275,6 +296,7 @@ pub fn sites(workload: &Workload) -> Result<Vec<LayerSites>> {
                 })
                 .collect(),
             forward,
+            forward_blocks,
             backward,
             backward_use,
             backward_reads_rows: raw.backward_reads_rows,
@@ -341,7 +363,7 @@ pub fn exchanges(
                 host_held_until_step,
             });
         };
-        // Each destination or source partition's part, fetched from the
+        // Each source partition's part of the backward, fetched from the
         // host one partition ahead: issued once the previous part's first
         // step has run (the first part, just before it is needed).
         let ahead = |ranges: &[(u32, u32)], i: usize| -> i64 {
@@ -407,16 +429,38 @@ pub fn exchanges(
             );
         }
         if strategy == Strategy::Host {
-            for (i, &(start, end)) in site.forward.iter().enumerate() {
-                let issue = ahead(&site.forward, i);
+            // Each destination partition's halo comes back a block's share
+            // at a time, each share one block ahead of the block that reads
+            // it (the rows of one source partition of every other device,
+            // read beside that block's own rows): the device holds two
+            // shares, not two partitions' halos.
+            let blocks: Vec<(u32, u32, u64)> = site
+                .forward_blocks
+                .iter()
+                .flat_map(|steps| {
+                    let n = steps.len().max(1) as u128;
+                    steps.iter().enumerate().map(move |(k, &(start, end))| {
+                        let k = k as u128;
+                        let share =
+                            (dst_bytes as u128 * (k + 1) / n - dst_bytes as u128 * k / n) as u64;
+                        (start, end, share)
+                    })
+                })
+                .collect();
+            for (i, &(start, end, bytes)) in blocks.iter().enumerate() {
+                let issue = if i == 0 {
+                    start as i64 - 1
+                } else {
+                    blocks[i - 1].0 as i64
+                };
                 push(
                     Draft {
                         kind: ExchangeKind::Halo,
                         leg: Leg::FromHost,
-                        bytes: dst_bytes,
+                        bytes,
                         issue_after_step: issue,
                         done_before_step: start,
-                        device_bytes: dst_bytes,
+                        device_bytes: bytes,
                         host_bytes: 0,
                         held_from_step: (issue + 1) as u32,
                         held_until_step: end,

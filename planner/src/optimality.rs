@@ -242,7 +242,7 @@ pub fn compare(profile: &Profile, count: usize, max_candidates: usize) -> Result
         };
         let milp_seconds = started.elapsed().as_secs_f64();
         let started = Instant::now();
-        let found = dp::solve(w, &choices, &budgets, STAGING_BYTES, &[]);
+        let found = dp::solve(w, &choices, &budgets, STAGING_BYTES, &dp::Held::default());
         let dp_seconds = started.elapsed().as_secs_f64();
         match exact {
             None => match found {

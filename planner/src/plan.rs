@@ -197,9 +197,10 @@ pub enum Strategy {
     /// device.
     Peer,
     /// Through host memory: each device copies the rows others need to the
-    /// host and copies the rows it needs from there, a destination
-    /// partition at a time into a staging buffer: no buffer for the whole
-    /// halo, but PCIe-bound and paid once per destination partition.
+    /// host and copies the rows it needs from there into staging buffers,
+    /// a destination partition's halo one block's share at a time: no
+    /// buffer for the whole halo, but PCIe-bound and paid once per
+    /// destination partition.
     Host,
 }
 

@@ -118,17 +118,17 @@ pub fn fits(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Re
         );
         trial.multi = None;
     }
-    let extra = exchange_extra(workload, &trial);
-    if step_floor(workload, &extra, trial.budgets.hbm_bytes).is_some() {
+    let held = exchange_held(workload, &trial);
+    if step_floor(workload, &held.hbm, trial.budgets.hbm_bytes).is_some() {
         return Ok(false);
     }
     let choices = Choices::build(workload, &lives, &share, trial.fates);
     Ok(dp::fits(
         workload,
         &choices,
-        &exchange_host_free(workload, &trial),
+        &trial.budgets,
         trial.ssd_staging_bytes,
-        &extra,
+        &held,
     ))
 }
 
@@ -305,9 +305,9 @@ fn dp_attempts(
     lives: &Lifetimes,
     choices: &Choices,
 ) -> Result<(Vec<Evaluated>, Option<Error>)> {
-    // Exchange buffers: device bytes per step, and host memory set aside.
-    let budgets = exchange_host_free(workload, options);
-    let mut extra = exchange_extra(workload, options);
+    // Exchange buffers: device and host bytes per step.
+    let budgets = options.budgets;
+    let mut held = exchange_held(workload, options);
     let mut found: Vec<Evaluated> = Vec::new();
     let mut last_error: Option<Error> = None;
     for _ in 0..DP_ATTEMPTS {
@@ -316,7 +316,7 @@ fn dp_attempts(
             choices,
             &budgets,
             options.ssd_staging_bytes,
-            &extra,
+            &held,
         ) {
             Ok(outcome) => outcome,
             Err(overrun) => {
@@ -359,11 +359,11 @@ fn dp_attempts(
                     &budgets,
                     &options.exchanges,
                 )?;
-                if extra.is_empty() {
-                    extra = vec![0; workload.ops.len()];
+                if held.hbm.is_empty() {
+                    held.hbm = vec![0; workload.ops.len()];
                 }
                 for (step, bytes) in over {
-                    extra[step] += bytes;
+                    held.hbm[step] += bytes;
                 }
                 last_error = Some(error);
             }
@@ -430,6 +430,20 @@ fn exchange_extra(workload: &Workload, options: &PlanOptions) -> Vec<u64> {
     exchange::bytes_per_step(&options.exchanges, workload.ops.len(), Tier::Hbm)
 }
 
+/// Device and host bytes the plan's exchanges hold at each step (empty:
+/// none), as dp counts them.
+fn exchange_held(workload: &Workload, options: &PlanOptions) -> dp::Held {
+    let host = if options.exchanges.is_empty() {
+        Vec::new()
+    } else {
+        exchange::bytes_per_step(&options.exchanges, workload.ops.len(), Tier::Host)
+    };
+    dp::Held {
+        hbm: exchange_extra(workload, options),
+        host,
+    }
+}
+
 /// The budgets with the host memory the exchanges hold at their peak set
 /// aside, for searches that do not count them step by step.
 fn exchange_host_free(workload: &Workload, options: &PlanOptions) -> Budgets {
@@ -478,7 +492,7 @@ fn plan_milp(
                 &choices,
                 &options.budgets,
                 options.ssd_staging_bytes,
-                &[],
+                &dp::Held::default(),
             ) {
                 Err(overrun) => overrun_error(workload, &options.budgets, overrun),
                 Ok(_) => {
@@ -568,26 +582,21 @@ fn with_hint(
         options.fates
     };
     let choices = Choices::build(workload, lives, profile, fates);
-    let extra = exchange_extra(workload, options);
+    let held = exchange_held(workload, options);
+    let extra = &held.hbm;
     let fits = |budgets: &Budgets| -> bool {
-        if step_floor(workload, &extra, budgets.hbm_bytes).is_some() {
+        if step_floor(workload, extra, budgets.hbm_bytes).is_some() {
             return false;
         }
         match options.policy {
             // The model's answer: fast, and what the search itself sees.
-            Policy::Dp | Policy::Milp => {
-                let trial = PlanOptions {
-                    budgets: *budgets,
-                    ..options.clone()
-                };
-                dp::fits(
-                    workload,
-                    &choices,
-                    &exchange_host_free(workload, &trial),
-                    options.ssd_staging_bytes,
-                    &exchange_extra(workload, options),
-                )
-            }
+            Policy::Dp | Policy::Milp => dp::fits(
+                workload,
+                &choices,
+                budgets,
+                options.ssd_staging_bytes,
+                &held,
+            ),
             // The peer's fates and timings under the memory pass: what
             // planning it checks before the plan is made.
             peer => {
@@ -610,7 +619,8 @@ fn with_hint(
         .sum::<u64>()
         .saturating_add(options.ssd_staging_bytes)
         // The exchange buffers are held beside the tensors.
-        .saturating_add(extra.iter().copied().max().unwrap_or(0));
+        .saturating_add(extra.iter().copied().max().unwrap_or(0))
+        .saturating_add(held.host.iter().copied().max().unwrap_or(0));
     // The three searches are independent: side by side.
     let found: Vec<Option<String>> = [Tier::Hbm, Tier::Host, Tier::Ssd]
         .par_iter()

@@ -67,7 +67,7 @@ fn check(workload: &Workload, fates: FateSet, hbm_share: f64) {
         host_bytes: u64::MAX / 8,
         ssd_bytes: u64::MAX / 8,
     };
-    let Ok(outcome) = dp::solve(workload, &choices, &budgets, 0, &[]) else {
+    let Ok(outcome) = dp::solve(workload, &choices, &budgets, 0, &dp::Held::default()) else {
         return;
     };
     let (fates, shifts) = outcome.assignment.fates_and_shifts(&choices);
@@ -182,4 +182,52 @@ fn time_fates_gives_no_verdict_on_a_fate_without_a_choice() {
         fits,
         "no verdict where the unread input's stream fate has no choice"
     );
+}
+
+/// Host bytes held at some steps (an exchange's buffers) keep dp's host
+/// copies out of those steps, and only those: the search counts them step
+/// by step, not as their peak set aside for the whole iteration.
+#[test]
+fn host_bytes_held_at_some_steps_keep_host_copies_out_of_those_steps_only() {
+    let workload = gnn(GnnModel::Gcn, "ogbn-products", 4);
+    let lives = Lifetimes::compute(&workload);
+    let choices = Choices::build(&workload, &lives, &profile(), FateSet::ALL);
+    let peak = *choices.base_hbm.iter().max().unwrap();
+    let budgets = Budgets {
+        hbm_bytes: peak / 2,
+        host_bytes: 64 << 30,
+        ssd_bytes: u64::MAX / 8,
+    };
+    let host_slots = |held: &dp::Held| -> Vec<(u32, u32)> {
+        let outcome =
+            dp::solve(&workload, &choices, &budgets, 0, held).expect("the SSD takes the rest");
+        (0..workload.tensors.len())
+            .filter_map(|t| outcome.assignment.choice(&choices, t))
+            .filter_map(|c| match c.away {
+                Some((Tier::Host, start, end)) => Some((start, end)),
+                _ => None,
+            })
+            .collect()
+    };
+    let free = host_slots(&dp::Held::default());
+    assert!(
+        !free.is_empty(),
+        "nothing went to the host: the test shows nothing"
+    );
+    // The whole host budget held during the first half of the steps.
+    let half = workload.ops.len() / 2;
+    let mut held = dp::Held::default();
+    held.host = vec![budgets.host_bytes; half];
+    let later = host_slots(&held);
+    assert!(
+        !later.is_empty(),
+        "the second half's host memory went unused"
+    );
+    for (start, _) in later {
+        assert!(
+            start as usize >= 2 * half,
+            "a host copy from slot {start}, where the held bytes fill the host until slot {}",
+            2 * half
+        );
+    }
 }

@@ -71,6 +71,33 @@ fn every_layer_has_its_sites_and_each_strategy_its_legs() {
             .unwrap()
     };
     assert!(peak(&peer) > peak(&host), "{} {}", peak(&peer), peak(&host));
+    // Host: each destination partition's halo comes back a block's share
+    // at a time, due before the block that reads it, the shares summing to
+    // the partition's halo; the device holds two shares at most.
+    let layer2: Vec<_> = host
+        .iter()
+        .filter(|e| e.layer == 2 && e.kind == ExchangeKind::Halo && e.leg == Leg::FromHost)
+        .cloned()
+        .collect();
+    let blocks: Vec<(u32, u32)> = sites[1].forward_blocks.concat();
+    assert_eq!(blocks.len(), 16, "4 destination partitions of 4 blocks");
+    assert_eq!(
+        layer2
+            .iter()
+            .map(|e| e.done_before_step)
+            .collect::<Vec<_>>(),
+        blocks.iter().map(|b| b.0).collect::<Vec<_>>()
+    );
+    let (_, per_partition) = multi.halo.rows(4, 4);
+    let per_row = sites[1].source_bytes as f64 / NODES.div_ceil(4) as f64;
+    let summed: u64 = layer2.iter().map(|e| e.bytes).sum();
+    let expected = 4.0 * (per_partition * per_row).round();
+    assert!(
+        (summed as f64 - expected).abs() <= 4.0,
+        "{summed} {expected}"
+    );
+    let share = layer2.iter().map(|e| e.device_bytes).max().unwrap();
+    assert!(peak(&layer2) <= 2 * share, "{} {share}", peak(&layer2));
     // Three all-reduces, one per layer, in both.
     for x in [&peer, &host] {
         let sums = x

@@ -51,7 +51,7 @@ fn dp_remat_is_within_half_a_percent_of_the_milp() {
                 let planned = plan(&w, &profile, &options);
                 let bytes: Vec<u64> = w.tensors.iter().map(|t| t.bytes).collect();
                 let exact = milp::solve(&choices, &bytes, &budgets, 0, 20.0).unwrap();
-                let found = dp::solve(&w, &choices, &budgets, 0, &[]);
+                let found = dp::solve(&w, &choices, &budgets, 0, &dp::Held::default());
                 match (exact, found, planned) {
                     (None, Err(_), _) => {}
                     (Some(exact), Ok(found), Ok(_)) if exact.optimal => {

@@ -161,6 +161,15 @@ impl Assignment {
     }
 }
 
+/// Bytes per step, per tier, that the choices do not account for: the
+/// exchange buffers, and device bytes the memory pass found the model
+/// missed on an earlier attempt. An empty list holds none.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Held {
+    pub hbm: Vec<u64>,
+    pub host: Vec<u64>,
+}
+
 /// Bytes per step on each tier under an assignment.
 struct Usage {
     hbm: MaxTree,
@@ -173,18 +182,22 @@ struct Usage {
 }
 
 impl Usage {
-    fn new(choices: &Choices, limit: [i64; 3], host_reserved: i64, extra: &[u64]) -> Usage {
+    fn new(choices: &Choices, limit: [i64; 3], host_reserved: i64, held: &Held) -> Usage {
+        // `held` is per step: both of a step's slots carry it.
+        let at = |list: &[u64], slot: usize| list.get(slot / 2).copied().unwrap_or(0) as i64;
         let base: Vec<i64> = choices
             .base_hbm
             .iter()
             .enumerate()
-            // `extra` is per step: both of a step's slots carry it.
-            .map(|(s, &b)| (b + extra.get(s / 2).copied().unwrap_or(0)) as i64)
+            .map(|(s, &b)| b as i64 + at(&held.hbm, s))
             .collect();
         let slots = choices.slots as usize;
+        let host: Vec<i64> = (0..slots)
+            .map(|s| host_reserved + at(&held.host, s))
+            .collect();
         Usage {
             hbm: MaxTree::new(&base),
-            host: MaxTree::new(&vec![host_reserved; slots]),
+            host: MaxTree::new(&host),
             ssd: MaxTree::new(&vec![0; slots]),
             limit,
             strict_adds: false,
@@ -1225,17 +1238,16 @@ pub struct Overrun {
 }
 
 /// Runs the search under `budgets`. `ssd_staging_bytes` is reserved in
-/// host memory when the SSD is used. `extra` holds device bytes per step
-/// that the model does not see (found by the memory pass on an earlier
-/// attempt); it may be empty.
+/// host memory when the SSD is used. `held` holds bytes per step that the
+/// model does not see.
 pub fn solve(
     workload: &Workload,
     choices: &Choices,
     budgets: &Budgets,
     ssd_staging_bytes: u64,
-    extra: &[u64],
+    held: &Held,
 ) -> Result<Outcome, Overrun> {
-    search(workload, choices, budgets, ssd_staging_bytes, extra, false)
+    search(workload, choices, budgets, ssd_staging_bytes, held, false)
 }
 
 /// Whether [`solve`] finds a plan, answered by the first sweep that
@@ -1246,9 +1258,9 @@ pub fn fits(
     choices: &Choices,
     budgets: &Budgets,
     ssd_staging_bytes: u64,
-    extra: &[u64],
+    held: &Held,
 ) -> bool {
-    search(workload, choices, budgets, ssd_staging_bytes, extra, true).is_ok()
+    search(workload, choices, budgets, ssd_staging_bytes, held, true).is_ok()
 }
 
 fn search(
@@ -1256,7 +1268,7 @@ fn search(
     choices: &Choices,
     budgets: &Budgets,
     ssd_staging_bytes: u64,
-    extra: &[u64],
+    held: &Held,
     first_fit: bool,
 ) -> Result<Outcome, Overrun> {
     let bytes: Vec<i64> = workload.tensors.iter().map(|t| t.bytes as i64).collect();
@@ -1280,7 +1292,7 @@ fn search(
             assignment: Assignment::baseline(choices),
             usage: Usage {
                 strict_adds: sweep.strict_adds,
-                ..Usage::new(choices, limit, reserved, extra)
+                ..Usage::new(choices, limit, reserved, held)
             },
             ssd: sweep.ssd,
             keep_fates: false,
@@ -1577,7 +1589,7 @@ pub fn time_fates(
         choices,
         bytes: workload.tensors.iter().map(|t| t.bytes as i64).collect(),
         assignment: Assignment::baseline(choices),
-        usage: Usage::new(choices, limit, reserved, &[]),
+        usage: Usage::new(choices, limit, reserved, &Held::default()),
         ssd,
         keep_fates: true,
         away_refused: false,
