@@ -216,8 +216,10 @@ fn host_bytes_held_at_some_steps_keep_host_copies_out_of_those_steps_only() {
     );
     // The whole host budget held during the first half of the steps.
     let half = workload.ops.len() / 2;
-    let mut held = dp::Held::default();
-    held.host = vec![budgets.host_bytes; half];
+    let held = dp::Held {
+        host: vec![budgets.host_bytes; half],
+        ..Default::default()
+    };
     let later = host_slots(&held);
     assert!(
         !later.is_empty(),
