@@ -11,7 +11,7 @@ use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec, LayerOrder};
 use fateplan::planner::passes::cost::FateSet;
 use fateplan::planner::plan::{ExchangeKind, Fate, Leg, Predicted, Strategy};
 use fateplan::planner::profile::DeviceKind;
-use fateplan::planner::sizing::fewest_partitions;
+use fateplan::planner::sizing::{fewest_partitions, Sizing};
 use fateplan::planner::units::{format_bytes, format_seconds, parse_bytes};
 use fateplan::planner::{
     dag, explain, plan, Budgets, Error as PlanError, Plan, PlanOptions, Policy, Profile, Tier,
@@ -124,7 +124,10 @@ pub(crate) struct PlanArgs {
     classes: Option<u32>,
     /// Vertex partitions: a number, or `auto` (the fewest at which dp's
     /// memory model fits the plan under the budgets: fewer partitions
-    /// stream less; the search is in the summary).
+    /// stream less; the search is in the summary). On several GPUs with
+    /// `--exchange auto`, the fewest with every halo through host memory,
+    /// or the fewest with every halo GPU to GPU where dp predicts that
+    /// faster.
     #[arg(long, conflicts_with = "dag", default_value = "auto")]
     partitions: String,
     /// A built-in profile name or a profile JSON file.
@@ -387,28 +390,104 @@ impl GnnSource {
         let most = (MAX_PARTITIONS as u64).min(self.source.nodes()) as u32;
         let started = std::time::Instant::now();
         let build = |p: u32| self.build(p);
-        let (workload, sizing) = fewest_partitions(&build, most, profile, options)?;
-        let tried: Vec<String> = sizing
-            .tried
-            .iter()
-            .map(|&(p, ok)| format!("{p}{}", if ok { "" } else { "x" }))
-            .collect();
-        let took = format_seconds(started.elapsed().as_secs_f64());
-        let line = match (sizing.none_fit, tried.is_empty()) {
-            (true, true) => format!(
-                "partitions {} (auto: no count up to {most} has a largest step that fits the \
-                 device; {took})",
-                sizing.partitions
-            ),
-            (none_fit, _) => format!(
-                "partitions {} (auto: {}; tried {} in {took}, x: no fit)",
-                sizing.partitions,
-                if none_fit {
-                    format!("none up to {most} fits")
+        let (mut workload, sizing) = fewest_partitions(&build, most, profile, options)?;
+        let shown = |sizing: &Sizing| -> String {
+            let tried: Vec<String> = sizing
+                .tried
+                .iter()
+                .map(|&(p, ok)| format!("{p}{}", if ok { "" } else { "x" }))
+                .collect();
+            tried.join(" ")
+        };
+        // Several GPUs, the strategy per layer left to the planner: the
+        // sizing above fits with every halo through host memory, which
+        // holds the least on the device. Sending halos GPU to GPU is
+        // faster but needs room for them, which more partitions make: the
+        // fewest partitions at which every layer's halo fits GPU to GPU
+        // are a candidate too, and dp's prediction picks. Up to four times
+        // the count above: every partition more streams each layer once more
+        // (papers100M's GAT on 4 GPUs fits GPU to GPU at 121 partitions,
+        // predicted 3.5 times slower than at 5, and planning it took 38 s).
+        let mut peer_note = String::new();
+        let mut partitions = sizing.partitions;
+        let per_layer =
+            options.gpus > 1 && options.multi.as_ref().is_some_and(|m| m.forced.is_none());
+        let through_host = if per_layer {
+            " with every halo through host memory"
+        } else {
+            ""
+        };
+        if let Some(multi) = options.multi.as_ref().filter(|_| per_layer) {
+            let peer_options = PlanOptions {
+                multi: Some(MultiGpu {
+                    forced: Some(Strategy::Peer),
+                    ..multi.clone()
+                }),
+                ..options.clone()
+            };
+            let most_peer = if sizing.none_fit {
+                most
+            } else {
+                most.min(sizing.partitions.saturating_mul(4))
+            };
+            let (peer_workload, peer) =
+                fewest_partitions(&build, most_peer, profile, &peer_options)?;
+            if peer.none_fit {
+                peer_note = format!("; with every halo GPU to GPU none up to {most_peer} fits");
+            } else if sizing.none_fit || peer.partitions != sizing.partitions {
+                let dp = PlanOptions {
+                    policy: Policy::Dp,
+                    ..options.clone()
+                };
+                let predicted =
+                    |w: &Workload| plan(w, profile, &dp).ok().map(|p| p.predicted.iteration_s);
+                let host_s = if sizing.none_fit {
+                    None
                 } else {
-                    "the fewest that fit".to_string()
-                },
-                tried.join(" "),
+                    predicted(&workload)
+                };
+                let peer_s = predicted(&peer_workload);
+                let faster = match (host_s, peer_s) {
+                    (Some(h), Some(p)) => p < h,
+                    (None, Some(_)) => true,
+                    _ => false,
+                };
+                let verdict = |s: Option<f64>| s.map_or("no plan".to_string(), format_seconds);
+                peer_note = format!(
+                    "; the fewest with every halo GPU to GPU {} (tried {}), predicted {} against {}, \
+                     {} taken",
+                    peer.partitions,
+                    shown(&peer),
+                    verdict(peer_s),
+                    verdict(host_s),
+                    if faster { peer.partitions } else { sizing.partitions }
+                );
+                if faster {
+                    workload = peer_workload;
+                    partitions = peer.partitions;
+                }
+            }
+        }
+        let took = format_seconds(started.elapsed().as_secs_f64());
+        let line = match (sizing.none_fit, sizing.tried.is_empty()) {
+            (true, true) if peer_note.is_empty() => format!(
+                "partitions {partitions} (auto: no count up to {most} has a largest step that \
+                 fits the device; {took})"
+            ),
+            (true, _) => format!(
+                "partitions {partitions} (auto: none up to {most} fits{through_host}; tried \
+                 {}{peer_note} in {took}, x: no fit)",
+                shown(&sizing),
+            ),
+            (false, _) if per_layer => format!(
+                "partitions {partitions} (auto: the fewest{through_host} {} (tried {}){peer_note}; \
+                 in {took}, x: no fit)",
+                sizing.partitions,
+                shown(&sizing),
+            ),
+            (false, _) => format!(
+                "partitions {partitions} (auto: the fewest that fit; tried {} in {took}, x: no fit)",
+                shown(&sizing),
             ),
         };
         Ok((workload, line))

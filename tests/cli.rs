@@ -451,3 +451,43 @@ fn a_real_graph_on_several_gpus_takes_its_halo_from_min_cut() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn auto_partitions_on_several_gpus_take_the_faster_of_host_and_peer_sizing() {
+    // papers100M's 2-layer GCN on 4 GPUs fits at 2 partitions with every
+    // halo through host memory, and GPU to GPU from 4 on, predicted faster.
+    let out = fateplan(&[
+        "plan",
+        "--dataset",
+        "ogbn-papers100M",
+        "--layers",
+        "2",
+        "--gpus",
+        "4",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary = stdout(&out);
+    let line = summary
+        .lines()
+        .find_map(|l| l.strip_prefix("partitions "))
+        .unwrap_or_else(|| panic!("no partitions line: {summary}"));
+    assert!(
+        line.starts_with("4 ")
+            && line.contains("the fewest with every halo through host memory 2 ")
+            && line.contains("the fewest with every halo GPU to GPU 4 ")
+            && line.contains(", 4 taken"),
+        "{line}"
+    );
+    assert!(summary.contains("-share1of4-p4 "), "{summary}");
+    // The plan is the faster of the two predictions the line gives.
+    let seconds = |text: &str| -> f64 { text.split(' ').next().unwrap().parse().unwrap() };
+    let (_, rest) = line.split_once("predicted ").unwrap();
+    let (peer, rest) = rest.split_once(" against ").unwrap();
+    let (peer, host) = (seconds(peer), seconds(rest));
+    assert!(peer < host, "{line}");
+    let planned = summary
+        .lines()
+        .find_map(|l| l.strip_prefix("predicted "))
+        .unwrap();
+    assert_eq!(seconds(planned.trim_start()), peer, "{summary}");
+}
