@@ -417,7 +417,9 @@ impl GnnSource {
         } else {
             ""
         };
-        if let Some(multi) = options.multi.as_ref().filter(|_| per_layer) {
+        // (No count whose largest step fits the device: none fits either way.)
+        let step_fits = !(sizing.none_fit && sizing.tried.is_empty());
+        if let Some(multi) = options.multi.as_ref().filter(|_| per_layer && step_fits) {
             let peer_options = PlanOptions {
                 multi: Some(MultiGpu {
                     forced: Some(Strategy::Peer),
@@ -466,11 +468,16 @@ impl GnnSource {
                     workload = peer_workload;
                     partitions = peer.partitions;
                 }
+            } else {
+                peer_note = format!(
+                    "; every halo GPU to GPU fits there too (tried {})",
+                    shown(&peer)
+                );
             }
         }
         let took = format_seconds(started.elapsed().as_secs_f64());
         let line = match (sizing.none_fit, sizing.tried.is_empty()) {
-            (true, true) if peer_note.is_empty() => format!(
+            (true, true) => format!(
                 "partitions {partitions} (auto: no count up to {most} has a largest step that \
                  fits the device; {took})"
             ),

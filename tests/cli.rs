@@ -127,6 +127,23 @@ fn too_small_a_budget_is_infeasible_with_the_shortfall() {
         message.contains("partitions 256 (auto: no count up to 256"),
         "{message}"
     );
+    // The same on several GPUs: no strategy makes a step smaller.
+    let out = fateplan(&[
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--hbm-budget",
+        "1MiB",
+        "--gpus",
+        "4",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let message = stderr(&out);
+    assert!(
+        message.contains("partitions 256 (auto: no count up to 256 has a largest step")
+            && !message.contains("GPU to GPU"),
+        "{message}"
+    );
 }
 
 #[test]

@@ -110,9 +110,9 @@ pub struct LayerSites {
     /// source rows.
     pub forward: Vec<(u32, u32)>,
     /// Per destination partition, its blocks in step order: the first and
-    /// last forward step reading one source partition's rows (its `agg`,
-    /// and GAT's `sddmm`). The host strategy brings the halo back a block's
-    /// share at a time.
+    /// last forward step aggregating one source partition's rows (`agg`;
+    /// GAT's `sddmm` reads the source's attention scores, not its rows). The
+    /// host strategy brings the halo back a block's share at a time.
     pub forward_blocks: Vec<Vec<(u32, u32)>>,
     /// Per source partition: the first and last backward step producing its
     /// rows' gradients (empty: the layer aggregates its input first and
@@ -219,12 +219,12 @@ pub fn sites(workload: &Workload) -> Result<Vec<LayerSites>> {
                 let raw = layer(&mut layers, l);
                 let d = at(&mut raw.forward, i);
                 widen(&mut raw.forward[d], step);
-                if raw.blocks.len() <= d {
-                    raw.blocks.resize_with(d + 1, Vec::new);
-                }
-                let b = at(&mut raw.blocks[d], j);
-                widen(&mut raw.blocks[d][b], step);
                 if head == "agg" {
+                    if raw.blocks.len() <= d {
+                        raw.blocks.resize_with(d + 1, Vec::new);
+                    }
+                    let b = at(&mut raw.blocks[d], j);
+                    widen(&mut raw.blocks[d][b], step);
                     // The source rows: the input named x, h or z.
                     let source = op.inputs.iter().find(|t| {
                         let name = &workload.tensor(**t).name;
@@ -363,9 +363,10 @@ pub fn exchanges(
                 host_held_until_step,
             });
         };
-        // Each source partition's part of the backward, fetched from the
-        // host one partition ahead: issued once the previous part's first
-        // step has run (the first part, just before it is needed).
+        // Each part (a block's share of the halo, or a source partition's
+        // part of the backward), fetched from the host one part ahead:
+        // issued once the previous part's first step has run (the first
+        // part, just before it is needed).
         let ahead = |ranges: &[(u32, u32)], i: usize| -> i64 {
             if i == 0 {
                 ranges[0].0 as i64 - 1
@@ -434,7 +435,7 @@ pub fn exchanges(
             // it (the rows of one source partition of every other device,
             // read beside that block's own rows): the device holds two
             // shares, not two partitions' halos.
-            let blocks: Vec<(u32, u32, u64)> = site
+            let blocks: Vec<((u32, u32), u64)> = site
                 .forward_blocks
                 .iter()
                 .flat_map(|steps| {
@@ -443,16 +444,13 @@ pub fn exchanges(
                         let k = k as u128;
                         let share =
                             (dst_bytes as u128 * (k + 1) / n - dst_bytes as u128 * k / n) as u64;
-                        (start, end, share)
+                        ((start, end), share)
                     })
                 })
                 .collect();
-            for (i, &(start, end, bytes)) in blocks.iter().enumerate() {
-                let issue = if i == 0 {
-                    start as i64 - 1
-                } else {
-                    blocks[i - 1].0 as i64
-                };
+            let ranges: Vec<(u32, u32)> = blocks.iter().map(|b| b.0).collect();
+            for (i, &((start, end), bytes)) in blocks.iter().enumerate() {
+                let issue = ahead(&ranges, i);
                 push(
                     Draft {
                         kind: ExchangeKind::Halo,

@@ -210,12 +210,12 @@ fn host_bytes_held_at_some_steps_keep_host_copies_out_of_those_steps_only() {
             .collect()
     };
     let free = host_slots(&dp::Held::default());
-    assert!(
-        !free.is_empty(),
-        "nothing went to the host: the test shows nothing"
-    );
     // The whole host budget held during the first half of the steps.
     let half = workload.ops.len() / 2;
+    assert!(
+        free.iter().any(|&(start, _)| (start as usize) < 2 * half),
+        "no host copy in the first half: the test shows nothing"
+    );
     let held = dp::Held {
         host: vec![budgets.host_bytes; half],
         ..Default::default()

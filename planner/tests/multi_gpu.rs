@@ -98,6 +98,22 @@ fn every_layer_has_its_sites_and_each_strategy_its_legs() {
     );
     let share = layer2.iter().map(|e| e.device_bytes).max().unwrap();
     assert!(peak(&layer2) <= 2 * share, "{} {share}", peak(&layer2));
+    // GAT too: its rows are read by the aggregation after the partition's
+    // edge softmax, not by the scores' SDDMM, so shares come just before.
+    let gat = workload(GnnModel::Gat, 4, 4);
+    let gat_sites = exchange::sites(&gat).unwrap();
+    let legs: Vec<_> = exchange::exchanges(&gat_sites, &multi, &profile, 4, &[Strategy::Host; 3])
+        .into_iter()
+        .filter(|e| e.layer == 2 && e.kind == ExchangeKind::Halo && e.leg == Leg::FromHost)
+        .filter(|e| e.done_before_step <= gat_sites[1].forward.last().unwrap().1)
+        .collect();
+    assert_eq!(legs.len(), 16);
+    let share = legs.iter().map(|e| e.device_bytes).max().unwrap();
+    let gat_peak = exchange::bytes_per_step(&legs, gat.ops.len(), Tier::Hbm)
+        .into_iter()
+        .max()
+        .unwrap();
+    assert!(gat_peak <= 2 * share, "{gat_peak} {share}");
     // Three all-reduces, one per layer, in both.
     for x in [&peer, &host] {
         let sums = x
