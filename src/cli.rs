@@ -11,7 +11,7 @@ use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec, LayerOrder};
 use fateplan::planner::passes::cost::FateSet;
 use fateplan::planner::plan::{ExchangeKind, Fate, Leg, Predicted, Strategy};
 use fateplan::planner::profile::DeviceKind;
-use fateplan::planner::sizing::{fewest_partitions, Sizing};
+use fateplan::planner::sizing::{size_partitions, MadePlan, Sized, Sizing};
 use fateplan::planner::units::{format_bytes, format_seconds, parse_bytes};
 use fateplan::planner::{
     dag, explain, plan, Budgets, Error as PlanError, Plan, PlanOptions, Policy, Profile, Tier,
@@ -373,131 +373,88 @@ impl GnnSource {
         Ok(build_gnn(&self.spec, &self.source.blocks(partitions)?)?)
     }
 
-    /// The workload the `--partitions` flag asks for, and a line saying
-    /// how `auto` chose.
+    /// The workload the `--partitions` flag asks for, a line saying how
+    /// `auto` chose, and dp's plan of it where choosing made one.
     fn sized(
         &self,
         partitions: &str,
         profile: &Profile,
         options: &PlanOptions,
-    ) -> Result<(Workload, String)> {
+    ) -> Result<(Workload, String, Option<MadePlan>)> {
         if partitions != "auto" {
             let p: u32 = partitions
                 .parse()
                 .map_err(|_| anyhow!("--partitions {partitions:?}: expected a number or auto"))?;
-            return Ok((self.build(p)?, String::new()));
+            return Ok((self.build(p)?, String::new(), None));
         }
         let most = (MAX_PARTITIONS as u64).min(self.source.nodes()) as u32;
         let started = std::time::Instant::now();
         let build = |p: u32| self.build(p);
-        let (mut workload, sizing) = fewest_partitions(&build, most, profile, options)?;
-        let shown = |sizing: &Sizing| -> String {
-            let tried: Vec<String> = sizing
-                .tried
-                .iter()
-                .map(|&(p, ok)| format!("{p}{}", if ok { "" } else { "x" }))
-                .collect();
-            tried.join(" ")
-        };
-        // Several GPUs, the strategy per layer left to the planner: the
-        // sizing above fits with every halo through host memory, which
-        // holds the least on the device. Sending halos GPU to GPU is
-        // faster but needs room for them, which more partitions make: the
-        // fewest partitions at which every layer's halo fits GPU to GPU
-        // are a candidate too, and dp's prediction picks. Up to four times
-        // the count above: every partition more streams each layer once more
-        // (papers100M's GAT on 4 GPUs fits GPU to GPU at 121 partitions,
-        // predicted 3.5 times slower than at 5, and planning it took 38 s).
-        let mut peer_note = String::new();
-        let mut partitions = sizing.partitions;
-        let per_layer =
-            options.gpus > 1 && options.multi.as_ref().is_some_and(|m| m.forced.is_none());
-        let through_host = if per_layer {
-            " with every halo through host memory"
-        } else {
-            ""
-        };
-        // (No count whose largest step fits the device: none fits either way.)
-        let step_fits = !(sizing.none_fit && sizing.tried.is_empty());
-        if let Some(multi) = options.multi.as_ref().filter(|_| per_layer && step_fits) {
-            let peer_options = PlanOptions {
-                multi: Some(MultiGpu {
-                    forced: Some(Strategy::Peer),
-                    ..multi.clone()
-                }),
-                ..options.clone()
-            };
-            let most_peer = if sizing.none_fit {
-                most
-            } else {
-                most.min(sizing.partitions.saturating_mul(4))
-            };
-            let (peer_workload, peer) =
-                fewest_partitions(&build, most_peer, profile, &peer_options)?;
-            if peer.none_fit {
-                peer_note = format!("; with every halo GPU to GPU none up to {most_peer} fits");
-            } else if sizing.none_fit || peer.partitions != sizing.partitions {
-                let dp = PlanOptions {
-                    policy: Policy::Dp,
-                    ..options.clone()
-                };
-                let predicted =
-                    |w: &Workload| plan(w, profile, &dp).ok().map(|p| p.predicted.iteration_s);
-                let host_s = if sizing.none_fit {
-                    None
-                } else {
-                    predicted(&workload)
-                };
-                let peer_s = predicted(&peer_workload);
-                let faster = match (host_s, peer_s) {
-                    (Some(h), Some(p)) => p < h,
-                    (None, Some(_)) => true,
-                    _ => false,
-                };
-                let verdict = |s: Option<f64>| s.map_or("no plan".to_string(), format_seconds);
-                peer_note = format!(
-                    "; the fewest with every halo GPU to GPU {} (tried {}), predicted {} against {}, \
-                     {} taken",
-                    peer.partitions,
-                    shown(&peer),
-                    verdict(peer_s),
-                    verdict(host_s),
-                    if faster { peer.partitions } else { sizing.partitions }
-                );
-                if faster {
-                    workload = peer_workload;
-                    partitions = peer.partitions;
-                }
-            } else {
-                peer_note = format!(
-                    "; every halo GPU to GPU fits there too (tried {})",
-                    shown(&peer)
-                );
-            }
-        }
+        let sized = size_partitions(&build, most, profile, options)?;
         let took = format_seconds(started.elapsed().as_secs_f64());
-        let line = match (sizing.none_fit, sizing.tried.is_empty()) {
-            (true, true) => format!(
-                "partitions {partitions} (auto: no count up to {most} has a largest step that \
-                 fits the device; {took})"
-            ),
-            (true, _) => format!(
-                "partitions {partitions} (auto: none up to {most} fits{through_host}; tried \
-                 {}{peer_note} in {took}, x: no fit)",
-                shown(&sizing),
-            ),
-            (false, _) if per_layer => format!(
-                "partitions {partitions} (auto: the fewest{through_host} {} (tried {}){peer_note}; \
-                 in {took}, x: no fit)",
-                sizing.partitions,
-                shown(&sizing),
-            ),
-            (false, _) => format!(
-                "partitions {partitions} (auto: the fewest that fit; tried {} in {took}, x: no fit)",
-                shown(&sizing),
-            ),
-        };
-        Ok((workload, line))
+        let line = sizing_line(&sized, most, options, &took);
+        Ok((sized.workload, line, sized.dp_plan))
+    }
+}
+
+/// The `partitions` line: how `auto` chose.
+fn sizing_line(sized: &Sized, most: u32, options: &PlanOptions, took: &str) -> String {
+    let shown = |sizing: &Sizing| -> String {
+        let tried: Vec<String> = sizing
+            .tried
+            .iter()
+            .map(|&(p, ok)| format!("{p}{}", if ok { "" } else { "x" }))
+            .collect();
+        tried.join(" ")
+    };
+    let (sizing, partitions) = (&sized.sizing, sized.partitions);
+    let per_layer = options.gpus > 1 && options.multi.as_ref().is_some_and(|m| m.forced.is_none());
+    let through_host = if per_layer {
+        " with every halo through host memory"
+    } else {
+        ""
+    };
+    let peer_note = match &sized.peer {
+        None => String::new(),
+        Some(peer) if peer.sizing.none_fit => {
+            format!("; with every halo GPU to GPU none up to {} fits", peer.most)
+        }
+        Some(peer) if peer.compared => {
+            let verdict = |s: Option<f64>| s.map_or("no plan".to_string(), format_seconds);
+            format!(
+                "; the fewest with every halo GPU to GPU {} (tried {}), predicted {} against {}, \
+                 {partitions} taken",
+                peer.sizing.partitions,
+                shown(&peer.sizing),
+                verdict(peer.predicted_s),
+                verdict(peer.host_predicted_s),
+            )
+        }
+        Some(peer) => format!(
+            "; every halo GPU to GPU fits there too (tried {})",
+            shown(&peer.sizing)
+        ),
+    };
+    match (sizing.none_fit, sizing.tried.is_empty()) {
+        (true, true) => format!(
+            "partitions {partitions} (auto: no count up to {most} has a largest step that fits \
+             the device; {took})"
+        ),
+        (true, _) => format!(
+            "partitions {partitions} (auto: none up to {most} fits{through_host}; tried \
+             {}{peer_note} in {took}, x: no fit)",
+            shown(sizing),
+        ),
+        (false, _) if per_layer => format!(
+            "partitions {partitions} (auto: the fewest{through_host} {} (tried {}){peer_note}; \
+             in {took}, x: no fit)",
+            sizing.partitions,
+            shown(sizing),
+        ),
+        (false, _) => format!(
+            "partitions {partitions} (auto: the fewest that fit; tried {} in {took}, x: no fit)",
+            shown(sizing),
+        ),
     }
 }
 
@@ -677,8 +634,20 @@ pub(crate) fn retain_all_peak(workload: &Workload, profile: &Profile) -> Result<
     Ok(plan(workload, profile, &roomy)?.predicted.peak_bytes.hbm)
 }
 
+/// What a `plan` or `compare` command asks for.
+struct Prepared {
+    profile: Profile,
+    options: PlanOptions,
+    workload: Workload,
+    /// Lines on the workload, its partitions, halo and budgets.
+    note: String,
+    /// dp's plan of `workload` with `options` (policy dp) and the seconds
+    /// it took, where sizing the partitions made it.
+    dp_plan: Option<MadePlan>,
+}
+
 /// The profile, options and workload a `plan` or `compare` command asks for.
-fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> {
+fn prepare(args: &PlanArgs) -> Result<Prepared> {
     let profile = load_profile(&args.profile)?;
     let policy = Policy::parse(&args.policy)?;
     profile
@@ -752,12 +721,15 @@ fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> 
     } else if forced.is_some() {
         bail!("--exchange {}: applies with --gpus above 1", args.exchange);
     }
-    let (workload, sizing_note) = match source {
-        Source::Dag(workload) => (workload, String::new()),
+    let (workload, sizing_note, mut dp_plan) = match source {
+        Source::Dag(workload) => (workload, String::new(), None),
         Source::Gnn(gnn) => gnn.sized(&args.partitions, &profile, &options)?,
     };
     let mut budget_note = String::new();
     if percents.iter().any(Option::is_some) {
+        // (Sizing made no plan: percentages need a partition count. Were
+        // one made, it would be under other budgets.)
+        dp_plan = None;
         let peak = retain_all_peak(&workload, &profile)
             .context("planning retain-all for the budgets' percentages")?;
         let budgets = &mut options.budgets;
@@ -796,7 +768,13 @@ fn prepare(args: &PlanArgs) -> Result<(Profile, PlanOptions, Workload, String)> 
     if !budget_note.is_empty() {
         note = format!("{note}\n{budget_note}");
     }
-    Ok((profile, options, workload, note))
+    Ok(Prepared {
+        profile,
+        options,
+        workload,
+        note,
+        dp_plan,
+    })
 }
 
 /// One policy's outcome on one workload, as `compare` and `study` report it.
@@ -901,7 +879,13 @@ pub(crate) fn compare_policies(
     policies: &[Policy],
     simulate: bool,
 ) -> Result<Comparison> {
-    let (profile, options, workload, note) = prepare(args)?;
+    let Prepared {
+        profile,
+        options,
+        workload,
+        note,
+        mut dp_plan,
+    } = prepare(args)?;
     let mut rows = Vec::with_capacity(policies.len());
     for &policy in policies {
         let trial = PlanOptions {
@@ -913,7 +897,12 @@ pub(crate) fn compare_policies(
             },
             ..options.clone()
         };
-        let outcome = match plan(&workload, &profile, &trial) {
+        // dp's plan made while sizing, with the same options.
+        let made = dp_plan
+            .take()
+            .filter(|_| policy == Policy::Dp)
+            .map(|made| Ok(made.plan));
+        let outcome = match made.unwrap_or_else(|| plan(&workload, &profile, &trial)) {
             Ok(p) => {
                 let simulated = if simulate {
                     let report = simulator::simulate(&p, &profile, &SimOptions { seed: 0 })
@@ -1041,21 +1030,33 @@ fn run_compare(args: &CompareArgs) -> Result<()> {
 }
 
 fn run_plan(args: &PlanArgs) -> Result<()> {
-    let (profile, options, workload, note) = prepare(args)?;
+    let Prepared {
+        profile,
+        options,
+        workload,
+        note,
+        dp_plan,
+    } = prepare(args)?;
     let started = std::time::Instant::now();
-    let plan = plan(&workload, &profile, &options).map_err(|error| {
-        // Say how many partitions `auto` tried: the error is at that count.
-        // (A context repeating the error keeps it first in the message
-        // and keeps its type for the exit status.)
-        let line = note.lines().find(|line| line.starts_with("partitions "));
-        let message = line.map(|line| format!("{error}\n{line}"));
-        let error = anyhow::Error::from(error);
-        match message {
-            Some(message) => error.context(message),
-            None => error,
-        }
-    })?;
-    let planned_s = started.elapsed().as_secs_f64();
+    // dp's plan made while sizing, with these options.
+    let made = dp_plan.filter(|_| options.policy == Policy::Dp);
+    let sizing_planned_s = made.as_ref().map(|m| m.seconds);
+    let made = made.map(|m| Ok(m.plan));
+    let plan = made
+        .unwrap_or_else(|| plan(&workload, &profile, &options))
+        .map_err(|error| {
+            // Say how many partitions `auto` tried: the error is at that count.
+            // (A context repeating the error keeps it first in the message
+            // and keeps its type for the exit status.)
+            let line = note.lines().find(|line| line.starts_with("partitions "));
+            let message = line.map(|line| format!("{error}\n{line}"));
+            let error = anyhow::Error::from(error);
+            match message {
+                Some(message) => error.context(message),
+                None => error,
+            }
+        })?;
+    let planned_s = sizing_planned_s.unwrap_or_else(|| started.elapsed().as_secs_f64());
     // Serialised only where it is written or printed.
     let json = (args.output.is_some() || args.json && !args.explain).then(|| plan.to_json());
     if let (Some(path), Some(json)) = (&args.output, &json) {
@@ -1076,7 +1077,12 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
         out.write_all(json.as_bytes())?;
     } else {
         write_summary(&mut out, &plan, &note, args.output.as_ref())?;
-        writeln!(out, "planned   in {}", format_seconds(planned_s))?;
+        let when = if sizing_planned_s.is_some() {
+            " (while sizing the partitions)"
+        } else {
+            ""
+        };
+        writeln!(out, "planned   in {}{when}", format_seconds(planned_s))?;
         if args.explain {
             writeln!(out)?;
             for line in explain(&plan) {

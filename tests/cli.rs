@@ -507,4 +507,9 @@ fn auto_partitions_on_several_gpus_take_the_faster_of_host_and_peer_sizing() {
         .find_map(|l| l.strip_prefix("predicted "))
         .unwrap();
     assert_eq!(seconds(planned.trim_start()), peer, "{summary}");
+    // That plan was made while sizing, and not made again.
+    assert!(
+        summary.contains("(while sizing the partitions)"),
+        "{summary}"
+    );
 }

@@ -17,11 +17,31 @@
 //! the boundary (GAT's attention tensors shift with the block shapes), so
 //! the result is a count that fits with one fewer not fitting, not always
 //! the very fewest.
+//!
+//! On several GPUs with the exchange chosen per layer,
+//! [`size_partitions`] searches twice. The options as given fit with every
+//! halo through host memory, which holds the least on the device. Sending
+//! halos GPU to GPU is faster but needs room for them, which more
+//! partitions make: the fewest partitions at which every layer's halo fits
+//! GPU to GPU are a candidate too, and dp's prediction picks. That second
+//! search goes up to [`PEER_SEARCH_FACTOR`] times the first count: every
+//! partition more streams each layer once more (papers100M's GAT on 4 GPUs
+//! fits GPU to GPU at 121 partitions, predicted 3.5 times slower than at
+//! 5, and planning it took 38 s).
 
-use crate::planner::{fits, PlanOptions};
+use std::time::Instant;
+
+use crate::exchange::MultiGpu;
+use crate::plan::{Plan, Strategy};
+use crate::planner::{fits, plan, PlanOptions};
+use crate::policy::Policy;
 use crate::profile::Profile;
 use crate::workload::{TensorKind, Workload};
 use crate::Error;
+
+/// How far beyond the first count the search with every halo GPU to GPU
+/// goes: up to this many times that count.
+pub const PEER_SEARCH_FACTOR: u32 = 4;
 
 /// The chosen partition count and the counts tried on the way.
 #[derive(Debug, Clone, PartialEq)]
@@ -134,4 +154,137 @@ pub fn fewest_partitions<E: From<Error>>(
             none_fit: false,
         },
     ))
+}
+
+/// The partition count [`size_partitions`] took, the searches that found
+/// it, and dp's plan where comparing them made one.
+#[derive(Debug)]
+pub struct Sized {
+    /// The workload at the count taken.
+    pub workload: Workload,
+    pub partitions: u32,
+    /// The search with the options as given (on several GPUs with the
+    /// exchange chosen per layer: every halo through host memory).
+    pub sizing: Sizing,
+    /// On several GPUs with the exchange chosen per layer, where some
+    /// count's largest step fits the device: the search with every halo
+    /// GPU to GPU.
+    pub peer: Option<PeerSizing>,
+    /// dp's plan of `workload` with the options as given but the policy
+    /// dp, and the seconds it took, where the comparison made it: a caller
+    /// planning with dp can take it instead of planning again.
+    pub dp_plan: Option<MadePlan>,
+}
+
+/// A plan and the seconds the planner took to make it.
+#[derive(Debug)]
+pub struct MadePlan {
+    pub plan: Plan,
+    pub seconds: f64,
+}
+
+/// The search with every halo GPU to GPU, and how it compared.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerSizing {
+    pub sizing: Sizing,
+    /// The most partitions it was allowed.
+    pub most: u32,
+    /// dp's predicted iteration at this search's count and at the first
+    /// search's, where they were compared (the counts differ) and dp made
+    /// a plan.
+    pub predicted_s: Option<f64>,
+    pub host_predicted_s: Option<f64>,
+    /// Whether the counts were compared: both searches fit at different
+    /// counts, or only this one fits.
+    pub compared: bool,
+    /// Whether this search's count was taken.
+    pub taken: bool,
+}
+
+/// The partition count for `options`, from 1 to `most`: the fewest at
+/// which dp fits ([`fewest_partitions`]), and on several GPUs with the
+/// exchange chosen per layer, the faster by dp's prediction of that and
+/// the fewest at which every halo fits GPU to GPU (the module
+/// documentation says why). Errors from `build` and from the planner's
+/// validation pass through; a plan that fails while comparing counts as
+/// no plan.
+pub fn size_partitions<E: From<Error>>(
+    build: &dyn Fn(u32) -> Result<Workload, E>,
+    most: u32,
+    profile: &Profile,
+    options: &PlanOptions,
+) -> Result<Sized, E> {
+    let most = most.max(1);
+    let (workload, sizing) = fewest_partitions(build, most, profile, options)?;
+    let mut sized = Sized {
+        partitions: sizing.partitions,
+        workload,
+        sizing,
+        peer: None,
+        dp_plan: None,
+    };
+    let per_layer = options.gpus > 1 && options.multi.as_ref().is_some_and(|m| m.forced.is_none());
+    // No count whose largest step fits the device: none fits either way.
+    let step_fits = !(sized.sizing.none_fit && sized.sizing.tried.is_empty());
+    let Some(multi) = options.multi.as_ref().filter(|_| per_layer && step_fits) else {
+        return Ok(sized);
+    };
+    let peer_options = PlanOptions {
+        multi: Some(MultiGpu {
+            forced: Some(Strategy::Peer),
+            ..multi.clone()
+        }),
+        ..options.clone()
+    };
+    let most_peer = if sized.sizing.none_fit {
+        most
+    } else {
+        most.min(sized.sizing.partitions.saturating_mul(PEER_SEARCH_FACTOR))
+    };
+    let (peer_workload, peer) = fewest_partitions(build, most_peer, profile, &peer_options)?;
+    let compared =
+        !peer.none_fit && (sized.sizing.none_fit || peer.partitions != sized.sizing.partitions);
+    let mut found = PeerSizing {
+        sizing: peer,
+        most: most_peer,
+        predicted_s: None,
+        host_predicted_s: None,
+        compared,
+        taken: false,
+    };
+    if compared {
+        let dp = PlanOptions {
+            policy: Policy::Dp,
+            ..options.clone()
+        };
+        let planned = |w: &Workload| {
+            let started = Instant::now();
+            plan(w, profile, &dp).ok().map(|plan| MadePlan {
+                plan,
+                seconds: started.elapsed().as_secs_f64(),
+            })
+        };
+        let host = if sized.sizing.none_fit {
+            None
+        } else {
+            planned(&sized.workload)
+        };
+        found.host_predicted_s = host.as_ref().map(|m| m.plan.predicted.iteration_s);
+        let peer_plan = planned(&peer_workload);
+        found.predicted_s = peer_plan.as_ref().map(|m| m.plan.predicted.iteration_s);
+        found.taken = match (found.host_predicted_s, found.predicted_s) {
+            (Some(h), Some(p)) => p < h,
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        if found.taken {
+            sized.workload = peer_workload;
+            sized.partitions = found.sizing.partitions;
+            sized.dp_plan = peer_plan;
+        } else {
+            sized.dp_plan = host;
+        }
+    }
+    sized.peer = Some(found);
+    Ok(sized)
 }

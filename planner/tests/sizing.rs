@@ -1,13 +1,19 @@
 //! `--partitions auto`: the fewest partitions at which dp fits, found by
-//! `sizing::fewest_partitions`.
+//! `sizing::fewest_partitions`, and on several GPUs the faster of two
+//! searches (`sizing::size_partitions`).
 
 mod common;
 use common::{a100, gnn_spec};
 
 use fateplan_planner::blocks::BlockCounts;
-use fateplan_planner::gnn::{build_gnn, GnnModel};
+use fateplan_planner::datasets::dataset;
+use fateplan_planner::exchange::{Halo, MultiGpu};
+use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
+use fateplan_planner::plan::Strategy;
 use fateplan_planner::planner::fits;
-use fateplan_planner::sizing::{fewest_partitions, largest_step_bytes};
+use fateplan_planner::sizing::{
+    fewest_partitions, largest_step_bytes, size_partitions, PEER_SEARCH_FACTOR,
+};
 use fateplan_planner::{plan, Error, PlanOptions, Policy, Profile, Workload};
 
 const NODES: u64 = 4_000_000;
@@ -90,4 +96,88 @@ fn a_build_error_passes_through() {
     };
     let error = fewest_partitions(&failing, 256, &profile, &options).unwrap_err();
     assert!(error.to_string().contains("refused"), "{error}");
+}
+
+/// ogbn-papers100M's share on `gpus` GPUs, 2-layer GCN, 256 hidden, and
+/// the options `fateplan plan --dataset ogbn-papers100M --layers 2 --gpus
+/// K` plans it with.
+fn papers_share(
+    gpus: u32,
+) -> (
+    impl Fn(u32) -> fateplan_planner::Result<Workload>,
+    PlanOptions,
+) {
+    let stats = dataset("ogbn-papers100M").unwrap();
+    let spec = GnnSpec {
+        layers: 2,
+        features: stats.features,
+        classes: stats.classes,
+        ..gnn_spec(GnnModel::Gcn)
+    };
+    let g = gpus as u64;
+    let (nodes, edges) = (stats.nodes.div_ceil(g), stats.edges.div_ceil(g));
+    let build = move |p: u32| build_gnn(&spec, &BlockCounts::skewed(nodes, edges, p)?);
+    let profile = a100();
+    let mut options = PlanOptions::new(Policy::Dp, &profile);
+    options.gpus = gpus;
+    options.budgets.host_bytes = profile.share(gpus).host.memory_bytes;
+    options.budgets.ssd_bytes = profile.share(gpus).ssd.capacity_bytes;
+    options.multi = Some(MultiGpu {
+        halo: Halo::random(stats.nodes, stats.edges),
+        forced: None,
+    });
+    (build, options)
+}
+
+#[test]
+fn on_several_gpus_the_faster_of_host_and_peer_sizing_is_taken_with_its_plan() {
+    // Through host memory it fits at 2 partitions; GPU to GPU at 4, which
+    // dp predicts faster.
+    let (build, options) = papers_share(4);
+    let profile = a100();
+    let sized = size_partitions(&build, 256, &profile, &options).unwrap();
+    let peer = sized.peer.as_ref().expect("the search GPU to GPU ran");
+    assert_eq!(sized.sizing.partitions, 2, "{:?}", sized.sizing);
+    assert_eq!(peer.sizing.partitions, 4, "{:?}", peer.sizing);
+    assert_eq!(peer.most, 2 * PEER_SEARCH_FACTOR);
+    assert!(peer.compared && peer.taken, "{peer:?}");
+    let (peer_s, host_s) = (peer.predicted_s.unwrap(), peer.host_predicted_s.unwrap());
+    assert!(peer_s < host_s, "{peer:?}");
+    assert_eq!(sized.partitions, 4);
+    assert!(
+        sized.workload.name.ends_with("-p4"),
+        "{}",
+        sized.workload.name
+    );
+    // The plan handed back is dp's plan of the workload taken.
+    let made = sized.dp_plan.as_ref().expect("the comparison made a plan");
+    assert!(made.seconds > 0.0);
+    let made = &made.plan;
+    assert_eq!(made.predicted.iteration_s, peer_s);
+    let again = plan(&sized.workload, &profile, &options).unwrap();
+    assert_eq!(made.to_json(), again.to_json());
+}
+
+#[test]
+fn a_forced_exchange_or_one_gpu_sizes_once() {
+    let profile = a100();
+    let (build, mut options) = papers_share(4);
+    options.multi.as_mut().unwrap().forced = Some(Strategy::Host);
+    let sized = size_partitions(&build, 256, &profile, &options).unwrap();
+    assert!(sized.peer.is_none() && sized.dp_plan.is_none());
+    assert_eq!(sized.partitions, 2);
+    let (one, options) = papers_share(1);
+    let options = PlanOptions {
+        gpus: 1,
+        multi: None,
+        ..options
+    };
+    let sized = size_partitions(&one, 256, &profile, &options).unwrap();
+    let (workload, sizing) = fewest_partitions(&one, 256, &profile, &options).unwrap();
+    assert!(sized.peer.is_none() && sized.dp_plan.is_none());
+    assert_eq!(
+        (sized.partitions, &sized.sizing),
+        (sizing.partitions, &sizing)
+    );
+    assert_eq!(sized.workload.name, workload.name);
 }
