@@ -612,21 +612,30 @@ fn with_hint(
             }
         }
     };
+    // Beside the tensors: the SSD's staging and the exchange buffers.
+    let beside = options
+        .ssd_staging_bytes
+        .saturating_add(extra.iter().copied().max().unwrap_or(0))
+        .saturating_add(held.host.iter().copied().max().unwrap_or(0));
     let total: u64 = workload
         .tensors
         .iter()
         .map(|t| t.bytes)
         .sum::<u64>()
-        .saturating_add(options.ssd_staging_bytes)
-        // The exchange buffers are held beside the tensors.
-        .saturating_add(extra.iter().copied().max().unwrap_or(0))
-        .saturating_add(held.host.iter().copied().max().unwrap_or(0));
-    // The three searches are independent: side by side.
-    let found: Vec<Option<String>> = [Tier::Hbm, Tier::Host, Tier::Ssd]
+        .saturating_add(beside);
+    let live = live_peak(workload, lives).saturating_add(beside);
+    // The three searches are independent: side by side, the costliest
+    // (the SSD's, whose trials plan with and without it) first.
+    let mut found: Vec<(Tier, Option<String>)> = [Tier::Ssd, Tier::Host, Tier::Hbm]
         .par_iter()
-        .map(|&each| smallest_budget(each, total, options.budgets, &fits))
+        .map(|&each| {
+            let bounds = Bounds { live, total };
+            (each, smallest_budget(each, bounds, options.budgets, &fits))
+        })
         .collect();
-    let parts: Vec<String> = found.into_iter().flatten().collect();
+    found.sort_by_key(|(tier, _)| *tier);
+    let found = found.into_iter().map(|(_, f)| f);
+    let parts: Vec<String> = found.flatten().collect();
     let hint = if parts.is_empty() {
         format!("{found_at}; no single budget increase makes it fit")
     } else {
@@ -647,30 +656,78 @@ fn with_hint(
     }
 }
 
+/// Where [`smallest_budget`] looks: bytes a tier could be asked to hold.
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    /// The most bytes of tensors live at one step, and what is held beside
+    /// them: a tier this large could hold everything at once.
+    live: u64,
+    /// Every tensor's bytes, and what is held beside them.
+    total: u64,
+}
+
+/// The most bytes of tensors live at one step: from their producer (the
+/// first step for inputs and parameters) to their last use (the last step
+/// for parameters, which the update writes at the end).
+fn live_peak(workload: &Workload, lives: &Lifetimes) -> u64 {
+    let steps = workload.ops.len();
+    if steps == 0 {
+        return 0;
+    }
+    // Bytes that start and stop being live at each step.
+    let mut change = vec![0i128; steps + 1];
+    for (tensor, life) in workload.tensors.iter().zip(&lives.tensors) {
+        let first = life.producer.unwrap_or(0) as usize;
+        let last = if tensor.kind == TensorKind::Parameter {
+            steps - 1
+        } else {
+            life.last_use().map_or(first, |l| l as usize)
+        };
+        change[first] += tensor.bytes as i128;
+        change[last + 1] -= tensor.bytes as i128;
+    }
+    let (mut live, mut peak) = (0i128, 0i128);
+    for c in &change[..steps] {
+        live += c;
+        peak = peak.max(live);
+    }
+    u64::try_from(peak).unwrap_or(u64::MAX)
+}
+
 /// The smallest budget of tier `each`, within about 2%, with which `fits`
-/// holds, the other budgets as in `budgets`; `None` where even `total` (all
-/// tensors' bytes) does not fit. Bisection between the given budget, which
-/// fails, and `total`.
+/// holds, the other budgets as in `budgets`; `None` where even
+/// `bounds.total` (all tensors' bytes) does not fit. Bisection between the
+/// given budget, which fails, and the live peak where that fits (it
+/// usually does, and is far below the total), else the total.
 fn smallest_budget(
     each: Tier,
-    total: u64,
+    bounds: Bounds,
     mut budgets: Budgets,
     fits: &(dyn Fn(&Budgets) -> bool + Sync),
 ) -> Option<String> {
     let given = budgets.of(each);
-    *budget_mut(&mut budgets, each) = total.max(given);
-    if given >= total || !fits(&budgets) {
+    let total = bounds.total;
+    if given >= total {
         return None;
     }
-    let (mut lo, mut hi) = (given, total);
+    let mut trial = |bytes: u64| {
+        *budget_mut(&mut budgets, each) = bytes;
+        fits(&budgets)
+    };
+    let (mut lo, mut hi) = if bounds.live > given && bounds.live < total && trial(bounds.live) {
+        (given, bounds.live)
+    } else if trial(total) {
+        (given.max(bounds.live.min(total)), total)
+    } else {
+        return None;
+    };
     for _ in 0..40 {
         // Within about 2%: each trial plans the whole workload again.
         if hi - lo <= (hi >> 6).max(1 << 20) {
             break;
         }
         let mid = lo + (hi - lo) / 2;
-        *budget_mut(&mut budgets, each) = mid;
-        if fits(&budgets) {
+        if trial(mid) {
             hi = mid;
         } else {
             lo = mid;

@@ -4,7 +4,10 @@
 
 mod common;
 
+use fateplan_planner::blocks::BlockCounts;
+use fateplan_planner::gnn::{build_gnn, GnnModel};
 use fateplan_planner::planner::fits;
+use fateplan_planner::units::parse_bytes;
 use fateplan_planner::workload::{Cost, OpKind, Phase, TensorKind};
 use fateplan_planner::{plan, Error, PlanOptions, Policy, Tier, Workload};
 
@@ -70,4 +73,50 @@ fn a_step_bigger_than_the_device_is_reported_with_its_bytes() {
         assert!(fits(&w, &profile, &options).unwrap(), "{policy:?}");
         assert!(plan(&w, &profile, &options).is_ok(), "{policy:?}");
     }
+}
+
+/// `tier N unit` from a hint, in bytes.
+fn hinted(hint: &str, tier: &str) -> Option<u64> {
+    let (_, list) = hint.split_once("within about 2%): ")?;
+    list.split(", ").find_map(|part| {
+        let (name, bytes) = part.split_once(' ')?;
+        (name == tier).then(|| parse_bytes(bytes).unwrap())
+    })
+}
+
+#[test]
+fn the_hint_gives_budgets_that_fit_and_about_two_percent_less_does_not() {
+    // A 3-layer GCN over 8 partitions with too little of every tier for
+    // it: each tier alone can make room.
+    let profile = common::a100();
+    let blocks = BlockCounts::skewed(2_000_000, 30_000_000, 8).unwrap();
+    let w = build_gnn(&common::gnn_spec(GnnModel::Gcn), &blocks).unwrap();
+    let mut options = PlanOptions::new(Policy::Dp, &profile);
+    options.budgets.hbm_bytes = 4 << 30;
+    options.budgets.host_bytes = 1 << 30;
+    options.budgets.ssd_bytes = 1 << 30;
+    let Err(Error::Infeasible { hint, .. }) = plan(&w, &profile, &options) else {
+        panic!("expected no fit: {:?}", plan(&w, &profile, &options).map(|p| p.predicted.peak_bytes));
+    };
+    let mut found = 0;
+    for (tier, name) in [(Tier::Hbm, "hbm"), (Tier::Host, "host"), (Tier::Ssd, "ssd")] {
+        let Some(bytes) = hinted(&hint, name) else {
+            continue;
+        };
+        found += 1;
+        let with = |bytes: u64| {
+            let mut trial = options.clone();
+            match tier {
+                Tier::Hbm => trial.budgets.hbm_bytes = bytes,
+                Tier::Host => trial.budgets.host_bytes = bytes,
+                Tier::Ssd => trial.budgets.ssd_bytes = bytes,
+            }
+            fits(&w, &profile, &trial).unwrap()
+        };
+        // The hint is rounded to what it prints: within 0.1%.
+        assert!(with(bytes + bytes / 1000), "{name}: {hint}");
+        let less = bytes - (bytes / 40).max(2 * MIB);
+        assert!(!with(less), "{name} fits with {less} bytes: {hint}");
+    }
+    assert!(found >= 2, "{hint}");
 }
