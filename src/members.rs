@@ -15,7 +15,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use fateplan::planner::plan::{Budgets, Plan};
 use fateplan::runtime::collective::{Collective, Hub, TcpMember};
 use fateplan::runtime::exec::{ExecOptions, SsdTier};
-use fateplan::runtime::share::prepare_shared;
+use fateplan::runtime::share::{prepare_shared_keeping, Keep};
 use fateplan::runtime::train::{self, EpochStats, MemberOutcome};
 use serde::{Deserialize, Serialize};
 
@@ -267,18 +267,21 @@ fn train_member(job: &Job, member: Arc<TcpMember>) -> Result<Handed> {
     let args = &job.args;
     let hyper = crate::train::hyper(args)?;
     let plan = Plan::from_json(&job.plan, "the launcher's plan")?;
-    let mut shared = prepare_shared(
+    // This member's share only: K members hold one copy of the graph's
+    // rows between them, beside each one's copy of the whole while it
+    // shares it out.
+    let mut shared = prepare_shared_keeping(
         crate::train::dataset(args)?.0,
         &hyper,
         args.devices,
         args.partitions,
         crate::train::share_method(args)?,
+        Keep::One(job.rank),
     )?;
     train::check_shared_plan(&plan, &shared.workload)?;
-    if shared.devices.len() <= job.rank {
-        bail!("member {} of {} shares", job.rank, shared.devices.len());
-    }
-    let share = shared.devices.swap_remove(job.rank);
+    let Some(share) = shared.devices.pop().filter(|_| shared.devices.is_empty()) else {
+        bail!("member {}: expected its one share", job.rank);
+    };
     drop(shared);
     let ssd = match &args.spill_dir {
         Some(dir) => {

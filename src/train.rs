@@ -15,7 +15,7 @@ use fateplan::planner::{plan, PlanOptions, Policy, Profile};
 use fateplan::runtime::compare::{compare, Comparison, MeasuredIteration, Pair};
 use fateplan::runtime::cpu::Hyper;
 use fateplan::runtime::exec::SsdTier;
-use fateplan::runtime::share::{prepare_shared, SharedPrepared};
+use fateplan::runtime::share::{prepare_shared_keeping, Keep, SharedPrepared};
 use fateplan::runtime::sim::{simulate, SimOptions};
 use fateplan::runtime::train::{self, EpochStats};
 
@@ -305,12 +305,20 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
 
     let (nodes, edges) = (dataset.nodes, dataset.edges());
     let prepared = if shared {
-        Prepared::Shared(prepare_shared(
+        // With --processes each member builds its own share: the
+        // launcher needs the workload and the statistics only.
+        let keep = if args.processes {
+            Keep::None
+        } else {
+            Keep::All
+        };
+        Prepared::Shared(prepare_shared_keeping(
             dataset,
             &hyper,
             args.devices,
             args.partitions,
             share_method,
+            keep,
         )?)
     } else {
         Prepared::One(train::prepare_cached(
@@ -489,7 +497,6 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             (report, spans, None)
         }
         Prepared::Shared(shares) if args.processes => {
-            drop(shares.devices);
             // The members report at the end, not per epoch.
             bar.println(format!(
                 "training on {} member processes ({} epochs)",

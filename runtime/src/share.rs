@@ -122,19 +122,58 @@ pub struct ShareStats {
 /// The shares and the one workload every device runs.
 pub struct SharedPrepared {
     pub workload: Workload,
+    /// The shares built ([`Keep`]), in rank order.
     pub devices: Vec<DeviceShare>,
+    /// Devices in the group, whose shares were built or not.
+    pub group: usize,
     pub stats: ShareStats,
+}
+
+/// Whose shares [`prepare_shared_keeping`] builds. The workload and the
+/// statistics are the whole group's whichever it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// Every device's (devices as threads of one process).
+    All,
+    /// One device's, by rank (a process of its own).
+    One(usize),
+    /// None (a launcher that plans, then starts a process per device).
+    None,
+}
+
+impl Keep {
+    fn keeps(self, rank: usize) -> bool {
+        match self {
+            Keep::All => true,
+            Keep::One(r) => r == rank,
+            Keep::None => false,
+        }
+    }
 }
 
 /// Shares `dataset` out to `devices` devices of `partitions` partitions
 /// each, normalises the blocks for `hyper.model`, and builds the workload
-/// every device runs.
+/// every device runs, with every device's share.
 pub fn prepare_shared(
     dataset: Dataset,
     hyper: &Hyper,
     devices: u32,
     partitions: u32,
     method: ShareMethod,
+) -> Result<SharedPrepared, Error> {
+    prepare_shared_keeping(dataset, hyper, devices, partitions, method, Keep::All)
+}
+
+/// [`prepare_shared`] building only the shares `keep` names: a process
+/// that trains one device holds its own rows, blocks and halo, not every
+/// device's.
+pub fn prepare_shared_keeping(
+    dataset: Dataset,
+    hyper: &Hyper,
+    devices: u32,
+    partitions: u32,
+    method: ShareMethod,
+    keep: Keep,
 ) -> Result<SharedPrepared, Error> {
     if devices == 0 {
         return Err(Error::invalid(
@@ -150,6 +189,15 @@ pub fn prepare_shared(
             "gat: training on several devices supports gcn and sage only (GAT's edge softmax \
              over halo edges is not written)",
         ));
+    }
+    if let Keep::One(rank) = keep {
+        if rank >= devices as usize {
+            return Err(Error::invalid(
+                std::path::Path::new(&dataset.name),
+                "devices",
+                format!("share {rank} of {devices} devices: expected a rank below {devices}"),
+            ));
+        }
     }
     let all = devices.checked_mul(partitions).ok_or_else(|| {
         Error::invalid(
@@ -229,6 +277,7 @@ pub fn prepare_shared(
         let halo_rows: u64 = (0..p).map(|s| halo.rows(s) as u64).sum();
         stats.halo_rows_max = stats.halo_rows_max.max(halo_rows);
         stats.halo_rows_total += halo_rows;
+        let kept = keep.keeps(d);
         for q in 0..p {
             let g = d * p + q;
             let rows = (starts[g + 1] - starts[g]) as usize;
@@ -244,7 +293,7 @@ pub fn prepare_shared(
                 }
                 stats.halo_edges += remote;
                 union[q * p + s] = union[q * p + s].max(own + remote);
-                if !parts.is_empty() {
+                if kept && !parts.is_empty() {
                     halo.blocks[q * p + s] = Some(halo_block(rows, &parts, reads, s));
                 }
             }
@@ -256,6 +305,9 @@ pub fn prepare_shared(
     let features = dataset.features as usize;
     let train_total = dataset.train_mask.iter().filter(|&&m| m).count() as u64;
     for (d, halo) in shares.into_iter().enumerate() {
+        if !keep.keeps(d) {
+            continue;
+        }
         let base = starts[d * p];
         let end = starts[(d + 1) * p];
         let (lo, hi) = (base as usize, end as usize);
@@ -311,11 +363,18 @@ pub fn prepare_shared(
         edges: union,
     };
     let name = format!("{}-{devices}dev", dataset.name);
-    let workload = crate::train::workload(&devices_out[0].input, &union_counts, hyper, &name)
-        .map_err(|e| Error::invalid(std::path::Path::new(&dataset.name), "model", e.to_string()))?;
+    let workload = crate::train::workload(
+        features,
+        dataset.classes as usize,
+        &union_counts,
+        hyper,
+        &name,
+    )
+    .map_err(|e| Error::invalid(std::path::Path::new(&dataset.name), "model", e.to_string()))?;
     Ok(SharedPrepared {
         workload,
         devices: devices_out,
+        group: k,
         stats,
     })
 }

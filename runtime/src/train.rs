@@ -27,10 +27,12 @@ use crate::peers::{ExchangeStats, Peers};
 use crate::share::{DeviceShare, ShareStats, SharedPrepared};
 use crate::spill::{SpillOptions, SpillStore};
 
-/// Builds the workload of `hyper` over `graph`'s partitions: the one a
-/// plan for this run must be made for.
+/// Builds the workload of `hyper` over partitions with `counts` edges per
+/// block, for a graph of `features` input features and `classes`
+/// classes: the one a plan for this run must be made for.
 pub fn workload(
-    graph: &GraphInput,
+    features: usize,
+    classes: usize,
     counts: &BlockCounts,
     hyper: &Hyper,
     graph_name: &str,
@@ -40,8 +42,8 @@ pub fn workload(
         layers: hyper.layers,
         hidden: hyper.hidden,
         heads: hyper.heads,
-        features: graph.features as u32,
-        classes: graph.classes as u32,
+        features: features as u32,
+        classes: classes as u32,
         graph_name: graph_name.to_string(),
         order: hyper.order,
     };
@@ -332,6 +334,13 @@ pub fn train_shared(
     }
     check_shared_plan(&plan, &prepared.workload)?;
     let k = prepared.devices.len();
+    if k != prepared.group {
+        return Err(ExecError::Internal(format!(
+            "training {} devices as threads needs every device's share, not {k} (prepared \
+             with Keep::All)",
+            prepared.group
+        )));
+    }
     if !ssd.is_empty() && ssd.len() != k {
         return Err(ExecError::Internal(format!(
             "{} SSD tiers for {k} devices",
@@ -572,7 +581,7 @@ pub fn prepare_cached(
         row_ids: None,
         train_nodes_total: None,
     };
-    let workload = workload(&input, &counts, hyper, &dataset.name)
+    let workload = workload(input.features, input.classes, &counts, hyper, &dataset.name)
         .map_err(|e| crate::Error::invalid(Path::new(&dataset.name), "model", e.to_string()))?;
     Ok(Prepared { workload, input })
 }

@@ -14,7 +14,9 @@ use fateplan_planner::{plan, PlanOptions, Policy};
 use fateplan_runtime::cpu::Hyper;
 use fateplan_runtime::dataset::Dataset;
 use fateplan_runtime::exec::SsdTier;
-use fateplan_runtime::share::{prepare_shared, ShareMethod};
+use fateplan_runtime::share::{
+    prepare_shared, prepare_shared_keeping, DeviceShare, Keep, ShareMethod,
+};
 use fateplan_runtime::train::{self, BackendChoice, TrainReport, TrainRun};
 
 fn hyper(model: GnnModel, dropout: f32) -> Hyper {
@@ -284,4 +286,43 @@ fn mincut_shares_train_the_one_device_model_with_fewer_halo_rows() {
             assert_same_model(&what, &one, &many.report);
         }
     }
+}
+
+#[test]
+fn a_share_built_alone_is_the_one_built_with_the_others() {
+    // A member process builds its own share only; a launcher none. The
+    // workload and statistics are the group's either way.
+    let data = planted(600, 3);
+    let h = hyper(GnnModel::Gcn, 0.0);
+    for method in [ShareMethod::Ranges, ShareMethod::Mincut] {
+        let all = prepare_shared(data.clone(), &h, 3, 2, method).unwrap();
+        assert_eq!((all.devices.len(), all.group), (3, 3));
+        let shown = |share: &DeviceShare| format!("{:?} {:?}", share.input, share.halo);
+        for rank in 0..3 {
+            let one =
+                prepare_shared_keeping(data.clone(), &h, 3, 2, method, Keep::One(rank)).unwrap();
+            assert_eq!((one.devices.len(), one.group), (1, 3));
+            assert_eq!(shown(&one.devices[0]), shown(&all.devices[rank]), "{rank}");
+            assert_eq!(one.workload.to_json(), all.workload.to_json());
+            assert_eq!(one.stats, all.stats);
+        }
+        let none = prepare_shared_keeping(data.clone(), &h, 3, 2, method, Keep::None).unwrap();
+        assert!(none.devices.is_empty());
+        assert_eq!(none.workload.to_json(), all.workload.to_json());
+        assert_eq!(none.stats, all.stats);
+        // Threads need every share.
+        let p = make_plan(&none.workload, Policy::RetainAll, roomy());
+        let Err(error) = train::train_shared(none, h, run(p, 1), Vec::new(), &mut |_| {}) else {
+            panic!("trained without the shares");
+        };
+        assert!(
+            error.to_string().contains("every device's share"),
+            "{error}"
+        );
+    }
+    let Err(error) = prepare_shared_keeping(data, &h, 3, 2, ShareMethod::Ranges, Keep::One(3))
+    else {
+        panic!("a fourth share of three");
+    };
+    assert!(error.to_string().contains("rank below 3"), "{error}");
 }
