@@ -125,9 +125,9 @@ pub(crate) struct PlanArgs {
     /// Vertex partitions: a number, or `auto` (the fewest at which dp's
     /// memory model fits the plan under the budgets: fewer partitions
     /// stream less; the search is in the summary). On several GPUs with
-    /// `--exchange auto`, the fewest with every halo through host memory,
-    /// or the fewest with every halo GPU to GPU where dp predicts that
-    /// faster.
+    /// `--exchange auto`, the fewest that fit with some exchange strategy
+    /// per layer (every halo through host memory tried first), or the
+    /// fewest with every halo GPU to GPU where dp predicts that faster.
     #[arg(long, conflicts_with = "dag", default_value = "auto")]
     partitions: String,
     /// A built-in profile name or a profile JSON file.
@@ -410,7 +410,7 @@ fn sizing_line(sized: &Sized, most: u32, options: &PlanOptions, took: &str) -> S
     let (sizing, partitions) = (&sized.sizing, sized.partitions);
     let per_layer = options.gpus > 1 && options.multi.as_ref().is_some_and(|m| m.forced.is_none());
     let through_host = if per_layer {
-        " with every halo through host memory"
+        " with the exchange chosen per layer"
     } else {
         ""
     };

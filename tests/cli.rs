@@ -490,7 +490,7 @@ fn auto_partitions_on_several_gpus_take_the_faster_of_host_and_peer_sizing() {
         .unwrap_or_else(|| panic!("no partitions line: {summary}"));
     assert!(
         line.starts_with("4 ")
-            && line.contains("the fewest with every halo through host memory 2 ")
+            && line.contains("the fewest with the exchange chosen per layer 2 ")
             && line.contains("the fewest with every halo GPU to GPU 4 ")
             && line.contains(", 4 taken"),
         "{line}"

@@ -97,8 +97,10 @@ pub fn plan(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Re
 /// Whether dp's memory model finds fates that fit `workload` under the
 /// options' budgets: its first feasible sweep, not a whole plan, so a
 /// quick test (partition sizing bisects with it). Several GPUs are tested
-/// with the forced exchange strategy, else with every halo through host
-/// memory, the strategy that holds no device buffers for it.
+/// with the forced exchange strategy, else first with every halo through
+/// host memory, the strategy that holds no device buffers for it, then
+/// with the other strategy vectors the planner tries (host memory too
+/// short for the host exchange's buffers may leave room for a mix).
 pub fn fits(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Result<bool> {
     workload.validate()?;
     profile.validate()?;
@@ -106,30 +108,40 @@ pub fn fits(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Re
     let share = profile.share(options.gpus);
     let lives = Lifetimes::compute(workload);
     let mut trial = options.clone();
-    if let Some(multi) = options.multi.as_ref().filter(|_| options.gpus > 1) {
-        let sites = exchange::sites(workload)?;
-        let strategy = multi.forced.unwrap_or(Strategy::Host);
-        trial.exchanges = exchange::exchanges(
-            &sites,
-            multi,
-            &share,
-            options.gpus,
-            &vec![strategy; sites.len()],
-        );
+    let multi = options.multi.as_ref().filter(|_| options.gpus > 1);
+    let sites = match multi {
+        Some(_) => exchange::sites(workload)?,
+        None => Vec::new(),
+    };
+    // The strategy vectors, the first to try first; none on one GPU.
+    let mut vectors: Vec<Vec<Strategy>> = Vec::new();
+    if let Some(multi) = multi {
+        let first = vec![multi.forced.unwrap_or(Strategy::Host); sites.len()];
+        vectors = exchange::candidates(sites.len(), multi.forced);
+        vectors.retain(|v| *v != first);
+        vectors.insert(0, first);
         trial.multi = None;
     }
-    let held = exchange_held(workload, &trial);
-    if step_floor(workload, &held.hbm, trial.budgets.hbm_bytes).is_some() {
-        return Ok(false);
-    }
     let choices = Choices::build(workload, &lives, &share, trial.fates);
-    Ok(dp::fits(
-        workload,
-        &choices,
-        &trial.budgets,
-        trial.ssd_staging_bytes,
-        &held,
-    ))
+    let tries = vectors.len().max(1);
+    for k in 0..tries {
+        if let (Some(multi), Some(vector)) = (multi, vectors.get(k)) {
+            trial.exchanges = exchange::exchanges(&sites, multi, &share, options.gpus, vector);
+        }
+        let held = exchange_held(workload, &trial);
+        if step_floor(workload, &held.hbm, trial.budgets.hbm_bytes).is_none()
+            && dp::fits(
+                workload,
+                &choices,
+                &trial.budgets,
+                trial.ssd_staging_bytes,
+                &held,
+            )
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// What every plan needs: each operator's inputs and outputs (each once)

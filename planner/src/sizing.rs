@@ -19,9 +19,10 @@
 //! the very fewest.
 //!
 //! On several GPUs with the exchange chosen per layer,
-//! [`size_partitions`] searches twice. The options as given fit with every
-//! halo through host memory, which holds the least on the device. Sending
-//! halos GPU to GPU is faster but needs room for them, which more
+//! [`size_partitions`] searches twice. With the options as given, a count
+//! fits where some strategy vector fits ([`crate::planner::fits`] tries
+//! every halo through host memory first, which holds the least on the
+//! device, then the planner's other vectors). Sending halos GPU to GPU is faster but needs room for them, which more
 //! partitions make: the fewest partitions at which every layer's halo fits
 //! GPU to GPU are a candidate too, and dp's prediction picks. That second
 //! search goes up to [`PEER_SEARCH_FACTOR`] times the first count: every
@@ -164,7 +165,7 @@ pub struct Sized {
     pub workload: Workload,
     pub partitions: u32,
     /// The search with the options as given (on several GPUs with the
-    /// exchange chosen per layer: every halo through host memory).
+    /// exchange chosen per layer: some strategy vector fits).
     pub sizing: Sizing,
     /// On several GPUs with the exchange chosen per layer, where some
     /// count's largest step fits the device: the search with every halo

@@ -96,7 +96,10 @@ fn the_hint_gives_budgets_that_fit_and_about_two_percent_less_does_not() {
     options.budgets.host_bytes = 1 << 30;
     options.budgets.ssd_bytes = 1 << 30;
     let Err(Error::Infeasible { hint, .. }) = plan(&w, &profile, &options) else {
-        panic!("expected no fit: {:?}", plan(&w, &profile, &options).map(|p| p.predicted.peak_bytes));
+        panic!(
+            "expected no fit: {:?}",
+            plan(&w, &profile, &options).map(|p| p.predicted.peak_bytes)
+        );
     };
     let mut found = 0;
     for (tier, name) in [(Tier::Hbm, "hbm"), (Tier::Host, "host"), (Tier::Ssd, "ssd")] {

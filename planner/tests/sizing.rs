@@ -98,18 +98,19 @@ fn a_build_error_passes_through() {
     assert!(error.to_string().contains("refused"), "{error}");
 }
 
-/// ogbn-papers100M's share on `gpus` GPUs, 2-layer GCN, 256 hidden, and
-/// the options `fateplan plan --dataset ogbn-papers100M --layers 2 --gpus
-/// K` plans it with.
+/// ogbn-papers100M's share on `gpus` GPUs, GCN, 256 hidden, and the
+/// options `fateplan plan --dataset ogbn-papers100M --layers L --gpus K`
+/// plans it with.
 fn papers_share(
     gpus: u32,
+    layers: u32,
 ) -> (
     impl Fn(u32) -> fateplan_planner::Result<Workload>,
     PlanOptions,
 ) {
     let stats = dataset("ogbn-papers100M").unwrap();
     let spec = GnnSpec {
-        layers: 2,
+        layers,
         features: stats.features,
         classes: stats.classes,
         ..gnn_spec(GnnModel::Gcn)
@@ -133,7 +134,7 @@ fn papers_share(
 fn on_several_gpus_the_faster_of_host_and_peer_sizing_is_taken_with_its_plan() {
     // Through host memory it fits at 2 partitions; GPU to GPU at 4, which
     // dp predicts faster.
-    let (build, options) = papers_share(4);
+    let (build, options) = papers_share(4, 2);
     let profile = a100();
     let sized = size_partitions(&build, 256, &profile, &options).unwrap();
     let peer = sized.peer.as_ref().expect("the search GPU to GPU ran");
@@ -161,12 +162,12 @@ fn on_several_gpus_the_faster_of_host_and_peer_sizing_is_taken_with_its_plan() {
 #[test]
 fn a_forced_exchange_or_one_gpu_sizes_once() {
     let profile = a100();
-    let (build, mut options) = papers_share(4);
+    let (build, mut options) = papers_share(4, 2);
     options.multi.as_mut().unwrap().forced = Some(Strategy::Host);
     let sized = size_partitions(&build, 256, &profile, &options).unwrap();
     assert!(sized.peer.is_none() && sized.dp_plan.is_none());
     assert_eq!(sized.partitions, 2);
-    let (one, options) = papers_share(1);
+    let (one, options) = papers_share(1, 2);
     let options = PlanOptions {
         gpus: 1,
         multi: None,
@@ -180,4 +181,35 @@ fn a_forced_exchange_or_one_gpu_sizes_once() {
         (sizing.partitions, &sizing)
     );
     assert_eq!(sized.workload.name, workload.name);
+}
+
+#[test]
+fn host_memory_short_of_the_host_exchange_sizes_with_a_mix_of_strategies() {
+    // 1 GiB of host memory cannot hold the host exchange's rows of the
+    // later layers, and the device cannot hold every halo GPU to GPU
+    // below 256 partitions; the first layer's halo through host memory
+    // (the inputs are there already) and the others GPU to GPU fit.
+    let (build, mut options) = papers_share(4, 3);
+    options.budgets.host_bytes = 1 << 30;
+    let profile = a100();
+    let sized = size_partitions(&build, 256, &profile, &options).unwrap();
+    assert!(!sized.sizing.none_fit, "{:?}", sized.sizing);
+    let p = sized.partitions;
+    assert!(p < 64, "{:?}", sized.sizing);
+    let forced = |strategy| {
+        let mut o = options.clone();
+        o.multi.as_mut().unwrap().forced = Some(strategy);
+        fits(&sized.workload, &profile, &o).unwrap()
+    };
+    assert!(
+        !forced(Strategy::Host),
+        "every halo through host memory fits at {p}"
+    );
+    assert!(!forced(Strategy::Peer), "every halo GPU to GPU fits at {p}");
+    assert!(fits(&sized.workload, &profile, &options).unwrap());
+    let made = plan(&sized.workload, &profile, &options).unwrap();
+    let strategies: std::collections::BTreeSet<_> =
+        made.exchanges.iter().map(|e| e.strategy).collect();
+    assert_eq!(strategies.len(), 2, "{strategies:?}");
+    assert!(made.predicted.peak_bytes.host <= 1 << 30);
 }

@@ -1278,6 +1278,20 @@ fn search(
         clamp(budgets.host_bytes),
         clamp(budgets.ssd_bytes),
     ];
+    // Host bytes held beside the tensors (the exchanges' buffers) over
+    // the host budget alone: no fates make room for them.
+    if let Some((step, &bytes)) = held
+        .host
+        .iter()
+        .enumerate()
+        .find(|&(_, &bytes)| clamp(bytes) > limit[1])
+    {
+        return Err(Overrun {
+            tier: Tier::Host,
+            step: step as u32,
+            needed_bytes: bytes,
+        });
+    }
     let any_ssd = choices.options.iter().flatten().any(Choice::uses_ssd);
     // One sweep and stage 2 (not for a first fit) with the given settings.
     let run = |sweep: Sweep, weights: LinkSeconds| -> (Sweep, Search, Result<(), usize>) {
