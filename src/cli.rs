@@ -898,10 +898,11 @@ pub(crate) fn compare_policies(
             ..options.clone()
         };
         // dp's plan made while sizing, with the same options.
-        let made = dp_plan
-            .take()
-            .filter(|_| policy == Policy::Dp)
-            .map(|made| Ok(made.plan));
+        let made = if policy == Policy::Dp {
+            dp_plan.take().map(|made| Ok(made.plan))
+        } else {
+            None
+        };
         let outcome = match made.unwrap_or_else(|| plan(&workload, &profile, &trial)) {
             Ok(p) => {
                 let simulated = if simulate {

@@ -710,7 +710,8 @@ fn live_peak(workload: &Workload, lives: &Lifetimes) -> u64 {
 /// holds, the other budgets as in `budgets`; `None` where even
 /// `bounds.total` (all tensors' bytes) does not fit. Bisection between the
 /// given budget, which fails, and the live peak where that fits (it
-/// usually does, and is far below the total), else the total.
+/// usually does, and is far below the total), else between the live peak
+/// (or the given budget, if larger) and the total.
 fn smallest_budget(
     each: Tier,
     bounds: Bounds,
@@ -726,13 +727,24 @@ fn smallest_budget(
         *budget_mut(&mut budgets, each) = bytes;
         fits(&budgets)
     };
-    let (mut lo, mut hi) = if bounds.live > given && bounds.live < total && trial(bounds.live) {
-        (given, bounds.live)
-    } else if trial(total) {
-        (given.max(bounds.live.min(total)), total)
-    } else {
+    // The live peak first, where it is between the two: it fits, and is
+    // the upper end, or it does not, and is the lower end.
+    let mut lo = given;
+    if bounds.live > given && bounds.live < total {
+        if trial(bounds.live) {
+            return Some(bisect(each, lo, bounds.live, &mut trial));
+        }
+        lo = bounds.live;
+    }
+    if !trial(total) {
         return None;
-    };
+    }
+    Some(bisect(each, lo, total, &mut trial))
+}
+
+/// Bisection between `lo`, which does not fit, and `hi`, which does, to
+/// within about 2%: the budget printed.
+fn bisect(each: Tier, mut lo: u64, mut hi: u64, trial: &mut dyn FnMut(u64) -> bool) -> String {
     for _ in 0..40 {
         // Within about 2%: each trial plans the whole workload again.
         if hi - lo <= (hi >> 6).max(1 << 20) {
@@ -745,7 +757,7 @@ fn smallest_budget(
             lo = mid;
         }
     }
-    Some(format!("{each} {}", format_bytes(hi)))
+    format!("{each} {}", format_bytes(hi))
 }
 
 /// A schedule that fits every budget, with its peaks and predicted time:
@@ -988,4 +1000,55 @@ pub fn explain(plan: &Plan) -> Vec<Explanation> {
 fn link_seconds(entry: &ScheduleEntry, profile: &Profile) -> f64 {
     let (pcie_s, ssd_s) = transfer_seconds(entry, profile);
     pcie_s.max(ssd_s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    /// The hinted host budget, in GiB, and the budgets asked about, when
+    /// a host budget fits from `needed` bytes on.
+    fn hinted(given: u64, live: u64, total: u64, needed: u64) -> (Option<f64>, Vec<u64>) {
+        let asked = std::sync::Mutex::new(Vec::new());
+        let fits = |b: &Budgets| {
+            asked.lock().unwrap().push(b.host_bytes);
+            b.host_bytes >= needed
+        };
+        let budgets = Budgets {
+            host_bytes: given,
+            ..Budgets::UNLIMITED
+        };
+        let found = smallest_budget(Tier::Host, Bounds { live, total }, budgets, &fits);
+        let gib = found.map(|text| {
+            let bytes = crate::units::parse_bytes(text.strip_prefix("host ").unwrap()).unwrap();
+            bytes as f64 / GIB as f64
+        });
+        (gib, asked.into_inner().unwrap())
+    }
+
+    #[test]
+    fn the_smallest_budget_is_found_from_either_bound() {
+        // The live peak fits: the search stays below it.
+        let (gib, asked) = hinted(GIB, 100 * GIB, 10_000 * GIB, 40 * GIB);
+        assert!((40.0..40.0 * 1.02).contains(&gib.unwrap()), "{gib:?}");
+        assert_eq!(asked[0], 100 * GIB);
+        assert!(asked.iter().all(|&b| b <= 100 * GIB), "{asked:?}");
+        // It does not: from the live peak up to the total.
+        let (gib, asked) = hinted(GIB, 100 * GIB, 10_000 * GIB, 400 * GIB);
+        assert!((400.0..400.0 * 1.02).contains(&gib.unwrap()), "{gib:?}");
+        assert_eq!(asked[..2], [100 * GIB, 10_000 * GIB]);
+        assert!(asked[2..].iter().all(|&b| b > 100 * GIB), "{asked:?}");
+        // The live peak as large as the total, or below the given budget:
+        // from the given budget up to the total.
+        for (given, live) in [(GIB, 1_000 * GIB), (50 * GIB, 10 * GIB)] {
+            let (gib, asked) = hinted(given, live, 1_000 * GIB, 300 * GIB);
+            assert!((300.0..300.0 * 1.02).contains(&gib.unwrap()), "{gib:?}");
+            assert_eq!(asked[0], 1_000 * GIB, "{asked:?}");
+        }
+        // Nothing up to the total fits, or the given budget is the total.
+        assert_eq!(hinted(GIB, 100 * GIB, 1_000 * GIB, 2_000 * GIB).0, None);
+        assert_eq!(hinted(1_000 * GIB, 10 * GIB, 1_000 * GIB, 0).0, None);
+    }
 }

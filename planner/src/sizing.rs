@@ -195,8 +195,10 @@ pub struct PeerSizing {
     /// a plan.
     pub predicted_s: Option<f64>,
     pub host_predicted_s: Option<f64>,
-    /// Whether the counts were compared: both searches fit at different
-    /// counts, or only this one fits.
+    /// Whether the counts were compared: both searches fit, at different
+    /// counts. (Or only this one fits; but the first search tries every
+    /// strategy vector, this one among them, so where it finds no count,
+    /// this one finds none either.)
     pub compared: bool,
     /// Whether this search's count was taken.
     pub taken: bool,
@@ -271,6 +273,8 @@ pub fn size_partitions<E: From<Error>>(
             planned(&sized.workload)
         };
         found.host_predicted_s = host.as_ref().map(|m| m.plan.predicted.iteration_s);
+        // Both plans are held until one is taken (a large workload's
+        // plan takes gigabytes).
         let peer_plan = planned(&peer_workload);
         found.predicted_s = peer_plan.as_ref().map(|m| m.plan.predicted.iteration_s);
         found.taken = match (found.host_predicted_s, found.predicted_s) {
