@@ -11,7 +11,7 @@ use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec, LayerOrder};
 use fateplan::planner::passes::cost::FateSet;
 use fateplan::planner::plan::{ExchangeKind, Fate, Leg, Predicted, Strategy};
 use fateplan::planner::profile::DeviceKind;
-use fateplan::planner::sizing::{size_partitions, MadePlan, Sized, Sizing};
+use fateplan::planner::sizing::{per_layer, size_partitions, MadePlan, Sized, Sizing};
 use fateplan::planner::units::{format_bytes, format_seconds, parse_bytes};
 use fateplan::planner::{
     dag, explain, plan, Budgets, Error as PlanError, Plan, PlanOptions, Policy, Profile, Tier,
@@ -408,8 +408,8 @@ fn sizing_line(sized: &Sized, most: u32, options: &PlanOptions, took: &str) -> S
         tried.join(" ")
     };
     let (sizing, partitions) = (&sized.sizing, sized.partitions);
-    let per_layer = options.gpus > 1 && options.multi.as_ref().is_some_and(|m| m.forced.is_none());
-    let through_host = if per_layer {
+    let chosen = per_layer(options);
+    let each_layer = if chosen {
         " with the exchange chosen per layer"
     } else {
         ""
@@ -441,12 +441,12 @@ fn sizing_line(sized: &Sized, most: u32, options: &PlanOptions, took: &str) -> S
              the device; {took})"
         ),
         (true, _) => format!(
-            "partitions {partitions} (auto: none up to {most} fits{through_host}; tried \
+            "partitions {partitions} (auto: none up to {most} fits{each_layer}; tried \
              {}{peer_note} in {took}, x: no fit)",
             shown(sizing),
         ),
-        (false, _) if per_layer => format!(
-            "partitions {partitions} (auto: the fewest{through_host} {} (tried {}){peer_note}; \
+        (false, _) if chosen => format!(
+            "partitions {partitions} (auto: the fewest{each_layer} {} (tried {}){peer_note}; \
              in {took}, x: no fit)",
             sizing.partitions,
             shown(sizing),

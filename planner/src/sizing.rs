@@ -22,13 +22,16 @@
 //! [`size_partitions`] searches twice. With the options as given, a count
 //! fits where some strategy vector fits ([`crate::planner::fits`] tries
 //! every halo through host memory first, which holds the least on the
-//! device, then the planner's other vectors). Sending halos GPU to GPU is faster but needs room for them, which more
-//! partitions make: the fewest partitions at which every layer's halo fits
-//! GPU to GPU are a candidate too, and dp's prediction picks. That second
+//! device, then the planner's other vectors). Sending halos GPU to GPU is
+//! faster but needs room for them, which more partitions make: the fewest
+//! partitions at which every layer's halo fits GPU to GPU are a candidate
+//! too, and dp's prediction picks. That second
 //! search goes up to [`PEER_SEARCH_FACTOR`] times the first count: every
 //! partition more streams each layer once more (papers100M's GAT on 4 GPUs
 //! fits GPU to GPU at 121 partitions, predicted 3.5 times slower than at
-//! 5, and planning it took 38 s).
+//! 5, and planning it took 38 s). Where the first search finds no count,
+//! the second is not run: every halo GPU to GPU is one of the vectors the
+//! first tried.
 
 use std::time::Instant;
 
@@ -43,6 +46,12 @@ use crate::Error;
 /// How far beyond the first count the search with every halo GPU to GPU
 /// goes: up to this many times that count.
 pub const PEER_SEARCH_FACTOR: u32 = 4;
+
+/// Whether `options` leave the exchange strategy to the planner, per
+/// layer, on several GPUs: where [`size_partitions`] searches twice.
+pub fn per_layer(options: &PlanOptions) -> bool {
+    options.gpus > 1 && options.multi.as_ref().is_some_and(|m| m.forced.is_none())
+}
 
 /// The chosen partition count and the counts tried on the way.
 #[derive(Debug, Clone, PartialEq)]
@@ -167,9 +176,8 @@ pub struct Sized {
     /// The search with the options as given (on several GPUs with the
     /// exchange chosen per layer: some strategy vector fits).
     pub sizing: Sizing,
-    /// On several GPUs with the exchange chosen per layer, where some
-    /// count's largest step fits the device: the search with every halo
-    /// GPU to GPU.
+    /// On several GPUs with the exchange chosen per layer, where the first
+    /// search found a count: the search with every halo GPU to GPU.
     pub peer: Option<PeerSizing>,
     /// dp's plan of `workload` with the options as given but the policy
     /// dp, and the seconds it took, where the comparison made it: a caller
@@ -191,14 +199,11 @@ pub struct PeerSizing {
     /// The most partitions it was allowed.
     pub most: u32,
     /// dp's predicted iteration at this search's count and at the first
-    /// search's, where they were compared (the counts differ) and dp made
-    /// a plan.
+    /// search's, where they were compared and dp made a plan.
     pub predicted_s: Option<f64>,
     pub host_predicted_s: Option<f64>,
-    /// Whether the counts were compared: both searches fit, at different
-    /// counts. (Or only this one fits; but the first search tries every
-    /// strategy vector, this one among them, so where it finds no count,
-    /// this one finds none either.)
+    /// Whether the counts were compared: this search found one, not the
+    /// first search's.
     pub compared: bool,
     /// Whether this search's count was taken.
     pub taken: bool,
@@ -226,10 +231,13 @@ pub fn size_partitions<E: From<Error>>(
         peer: None,
         dp_plan: None,
     };
-    let per_layer = options.gpus > 1 && options.multi.as_ref().is_some_and(|m| m.forced.is_none());
-    // No count whose largest step fits the device: none fits either way.
-    let step_fits = !(sized.sizing.none_fit && sized.sizing.tried.is_empty());
-    let Some(multi) = options.multi.as_ref().filter(|_| per_layer && step_fits) else {
+    // Where no count fits, none fits GPU to GPU either (the module
+    // documentation).
+    let Some(multi) = options
+        .multi
+        .as_ref()
+        .filter(|_| per_layer(options) && !sized.sizing.none_fit)
+    else {
         return Ok(sized);
     };
     let peer_options = PlanOptions {
@@ -239,14 +247,9 @@ pub fn size_partitions<E: From<Error>>(
         }),
         ..options.clone()
     };
-    let most_peer = if sized.sizing.none_fit {
-        most
-    } else {
-        most.min(sized.sizing.partitions.saturating_mul(PEER_SEARCH_FACTOR))
-    };
+    let most_peer = most.min(sized.sizing.partitions.saturating_mul(PEER_SEARCH_FACTOR));
     let (peer_workload, peer) = fewest_partitions(build, most_peer, profile, &peer_options)?;
-    let compared =
-        !peer.none_fit && (sized.sizing.none_fit || peer.partitions != sized.sizing.partitions);
+    let compared = !peer.none_fit && peer.partitions != sized.sizing.partitions;
     let mut found = PeerSizing {
         sizing: peer,
         most: most_peer,
@@ -267,11 +270,7 @@ pub fn size_partitions<E: From<Error>>(
                 seconds: started.elapsed().as_secs_f64(),
             })
         };
-        let host = if sized.sizing.none_fit {
-            None
-        } else {
-            planned(&sized.workload)
-        };
+        let host = planned(&sized.workload);
         found.host_predicted_s = host.as_ref().map(|m| m.plan.predicted.iteration_s);
         // Both plans are held until one is taken (a large workload's
         // plan takes gigabytes).
