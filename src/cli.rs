@@ -374,7 +374,8 @@ impl GnnSource {
     }
 
     /// The workload the `--partitions` flag asks for, a line saying how
-    /// `auto` chose, and dp's plan of it where choosing made one.
+    /// `auto` chose, and the plan of it with `options` where choosing made
+    /// one.
     fn sized(
         &self,
         partitions: &str,
@@ -393,7 +394,7 @@ impl GnnSource {
         let sized = size_partitions(&build, most, profile, options)?;
         let took = format_seconds(started.elapsed().as_secs_f64());
         let line = sizing_line(&sized, most, options, &took);
-        Ok((sized.workload, line, sized.dp_plan))
+        Ok((sized.workload, line, sized.plan))
     }
 }
 
@@ -641,9 +642,9 @@ struct Prepared {
     workload: Workload,
     /// Lines on the workload, its partitions, halo and budgets.
     note: String,
-    /// dp's plan of `workload` with `options` (policy dp) and the seconds
-    /// it took, where sizing the partitions made it.
-    dp_plan: Option<MadePlan>,
+    /// The plan of `workload` with `options` and the seconds it took,
+    /// where sizing the partitions made it.
+    made: Option<MadePlan>,
 }
 
 /// The profile, options and workload a `plan` or `compare` command asks for.
@@ -721,7 +722,7 @@ fn prepare(args: &PlanArgs) -> Result<Prepared> {
     } else if forced.is_some() {
         bail!("--exchange {}: applies with --gpus above 1", args.exchange);
     }
-    let (workload, sizing_note, mut dp_plan) = match source {
+    let (workload, sizing_note, mut made) = match source {
         Source::Dag(workload) => (workload, String::new(), None),
         Source::Gnn(gnn) => gnn.sized(&args.partitions, &profile, &options)?,
     };
@@ -729,7 +730,7 @@ fn prepare(args: &PlanArgs) -> Result<Prepared> {
     if percents.iter().any(Option::is_some) {
         // (Sizing made no plan: percentages need a partition count. Were
         // one made, it would be under other budgets.)
-        dp_plan = None;
+        made = None;
         let peak = retain_all_peak(&workload, &profile)
             .context("planning retain-all for the budgets' percentages")?;
         let budgets = &mut options.budgets;
@@ -773,7 +774,7 @@ fn prepare(args: &PlanArgs) -> Result<Prepared> {
         options,
         workload,
         note,
-        dp_plan,
+        made,
     })
 }
 
@@ -884,7 +885,7 @@ pub(crate) fn compare_policies(
         options,
         workload,
         note,
-        mut dp_plan,
+        mut made,
     } = prepare(args)?;
     let mut rows = Vec::with_capacity(policies.len());
     for &policy in policies {
@@ -897,13 +898,11 @@ pub(crate) fn compare_policies(
             },
             ..options.clone()
         };
-        // dp's plan made while sizing, with the same options.
-        let made = if policy == Policy::Dp {
-            dp_plan.take().map(|made| Ok(made.plan))
-        } else {
-            None
-        };
-        let outcome = match made.unwrap_or_else(|| plan(&workload, &profile, &trial)) {
+        // The plan made while sizing, where these are its options.
+        let sized = made
+            .take_if(|_| policy == options.policy && trial.fates == options.fates)
+            .map(|made| Ok(made.plan));
+        let outcome = match sized.unwrap_or_else(|| plan(&workload, &profile, &trial)) {
             Ok(p) => {
                 let simulated = if simulate {
                     let report = simulator::simulate(&p, &profile, &SimOptions { seed: 0 })
@@ -1036,11 +1035,10 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
         options,
         workload,
         note,
-        dp_plan,
+        made,
     } = prepare(args)?;
     let started = std::time::Instant::now();
-    // dp's plan made while sizing, with these options.
-    let made = dp_plan.filter(|_| options.policy == Policy::Dp);
+    // The plan made while sizing, with these options.
     let sizing_planned_s = made.as_ref().map(|m| m.seconds);
     let made = made.map(|m| Ok(m.plan));
     let plan = made

@@ -513,3 +513,36 @@ fn auto_partitions_on_several_gpus_take_the_faster_of_host_and_peer_sizing() {
         "{summary}"
     );
 }
+
+#[test]
+fn auto_partitions_under_a_peer_policy_fit_that_policy() {
+    // ogbn-products' GCN under 8 GiB: dp's fates fit one partition,
+    // recompute-all's (inputs resident, layer outputs kept) need two.
+    let out = fateplan(&[
+        "plan",
+        "--dataset",
+        "ogbn-products",
+        "--hbm-budget",
+        "8GiB",
+        "--policy",
+        "recompute-all",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary = stdout(&out);
+    assert!(
+        summary.contains("partitions 2 (auto: the fewest that fit; tried 1x 2 "),
+        "{summary}"
+    );
+    // Its plan was the test of fit, and was not made again.
+    assert!(
+        summary.contains("(while sizing the partitions)"),
+        "{summary}"
+    );
+    let dp = fateplan(&["plan", "--dataset", "ogbn-products", "--hbm-budget", "8GiB"]);
+    assert!(dp.status.success(), "{}", stderr(&dp));
+    assert!(
+        stdout(&dp).contains("partitions 1 (auto: the fewest that fit; tried 1 "),
+        "{}",
+        stdout(&dp)
+    );
+}

@@ -79,6 +79,27 @@ const DP_ATTEMPTS: usize = 8;
 
 /// Plans `workload` on `profile`. The result has passed the sanity pass.
 pub fn plan(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Result<Plan> {
+    plan_hinted(workload, profile, options, true)
+}
+
+/// [`plan`], but an infeasible plan's error carries no hint of the budgets
+/// that would fit (finding them takes a search per tier): for callers that
+/// only ask whether a plan fits, as partition sizing does under a peer
+/// policy.
+pub fn plan_or_infeasible(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+) -> Result<Plan> {
+    plan_hinted(workload, profile, options, false)
+}
+
+fn plan_hinted(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    hinted: bool,
+) -> Result<Plan> {
     workload.validate()?;
     profile.validate()?;
     let lives = Lifetimes::compute(workload);
@@ -87,8 +108,9 @@ pub fn plan(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Re
     // whole node's profile, which the simulator shares the same way.
     let share = profile.share(options.gpus);
     let mut plan = match options.multi.as_ref().filter(|_| options.gpus > 1) {
-        Some(multi) => plan_multi(workload, &share, options, multi, &lives),
-        None => plan_one(workload, &share, options, &lives),
+        Some(multi) => plan_multi(workload, &share, options, multi, &lives, hinted),
+        None => plan_unhinted(workload, &share, options, &lives)
+            .map_err(|error| hint_if(hinted, error, workload, &share, options, &lives)),
     }?;
     plan.profile = profile.clone();
     Ok(plan)
@@ -175,6 +197,7 @@ fn plan_multi(
     options: &PlanOptions,
     multi: &MultiGpu,
     lives: &Lifetimes,
+    hinted: bool,
 ) -> Result<Plan> {
     let sites = exchange::sites(workload)?;
     let mut best: Option<Plan> = None;
@@ -201,19 +224,27 @@ fn plan_multi(
     }
     match (best, first_error) {
         (Some(plan), _) => Ok(plan),
-        (None, Some((error, trial))) => Err(with_hint(error, workload, profile, &trial, lives)),
+        (None, Some((error, trial))) => {
+            Err(hint_if(hinted, error, workload, profile, &trial, lives))
+        }
         (None, None) => Err(Error::Internal("no exchange strategy was tried".into())),
     }
 }
 
-fn plan_one(
+/// `error` with the budgets that would fit where `hinted` ([`with_hint`]).
+fn hint_if(
+    hinted: bool,
+    error: Error,
     workload: &Workload,
     profile: &Profile,
     options: &PlanOptions,
     lives: &Lifetimes,
-) -> Result<Plan> {
-    plan_unhinted(workload, profile, options, lives)
-        .map_err(|error| with_hint(error, workload, profile, options, lives))
+) -> Error {
+    if hinted {
+        with_hint(error, workload, profile, options, lives)
+    } else {
+        error
+    }
 }
 
 fn plan_unhinted(

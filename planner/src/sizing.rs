@@ -1,5 +1,6 @@
 //! Sizing a GNN workload's vertex partitions for a device: the fewest
-//! partitions at which dp finds fates that fit.
+//! partitions at which the policy finds fates that fit (dp and milp: dp's
+//! memory model; a peer policy: its own plan).
 //!
 //! Fewer partitions are faster. Each destination partition's aggregation
 //! reads every source partition's rows, so a layer streams its input about
@@ -11,12 +12,18 @@
 //! The search: the fewest partitions whose largest step (inputs and
 //! outputs at once) fits the device budget is a lower bound, found by
 //! doubling and bisection over the step sizes alone. From there the count
-//! doubles until dp's memory model fits it ([`crate::planner::fits`]), and
-//! a bisection between the last count that did not fit and the first that
-//! did finds the boundary. Fit is not strictly monotone in the count near
-//! the boundary (GAT's attention tensors shift with the block shapes), so
-//! the result is a count that fits with one fewer not fitting, not always
-//! the very fewest.
+//! doubles until it fits, and a bisection between the last count that did
+//! not fit and the first that did finds the boundary. Under dp and milp a
+//! count fits where dp's memory model finds fates that fit
+//! ([`crate::planner::fits`]); under a peer policy, where the policy's own
+//! plan fits (made without the infeasible plan's hint): its fates are not
+//! dp's, and may need more partitions or fit none (a GCN of 4 million
+//! nodes under 8 GiB: dp fits 2 partitions, hongtu 3, recompute-all none).
+//! The plan of the count found is kept, not made again.
+//!
+//! Fit is not strictly monotone in the count near the boundary (GAT's
+//! attention tensors shift with the block shapes), so the result is a
+//! count that fits with one fewer not fitting, not always the very fewest.
 //!
 //! On several GPUs with the exchange chosen per layer,
 //! [`size_partitions`] searches twice. With the options as given, a count
@@ -25,7 +32,7 @@
 //! device, then the planner's other vectors). Sending halos GPU to GPU is
 //! faster but needs room for them, which more partitions make: the fewest
 //! partitions at which every layer's halo fits GPU to GPU are a candidate
-//! too, and dp's prediction picks. That second
+//! too, and the policy's prediction picks (dp's under milp). That second
 //! search goes up to [`PEER_SEARCH_FACTOR`] times the first count: every
 //! partition more streams each layer once more (papers100M's GAT on 4 GPUs
 //! fits GPU to GPU at 121 partitions, predicted 3.5 times slower than at
@@ -37,7 +44,7 @@ use std::time::Instant;
 
 use crate::exchange::MultiGpu;
 use crate::plan::{Plan, Strategy};
-use crate::planner::{fits, plan, PlanOptions};
+use crate::planner::{fits, plan, plan_or_infeasible, PlanOptions};
 use crate::policy::Policy;
 use crate::profile::Profile;
 use crate::workload::{TensorKind, Workload};
@@ -57,8 +64,8 @@ pub fn per_layer(options: &PlanOptions) -> bool {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sizing {
     pub partitions: u32,
-    /// Every count dp's memory model was asked about, in order, and
-    /// whether it fit.
+    /// Every count asked about (dp's memory model, or a peer policy's
+    /// plan), in order, and whether it fit.
     pub tried: Vec<(u32, bool)>,
     /// Whether no count up to the most allowed fits: `partitions` is then
     /// the most allowed, for the planner to report why it does not fit.
@@ -83,8 +90,9 @@ pub fn largest_step_bytes(workload: &Workload) -> u64 {
         .unwrap_or(0)
 }
 
-/// The fewest partitions, from 1 to `most`, at which dp fits the workload
-/// `build` makes, and that workload. Errors from `build` and from the
+/// The fewest partitions, from 1 to `most`, at which `options`' policy
+/// fits the workload `build` makes (the module documentation says how a
+/// count fits), and that workload. Errors from `build` and from the
 /// planner's validation pass through.
 pub fn fewest_partitions<E: From<Error>>(
     build: &dyn Fn(u32) -> Result<Workload, E>,
@@ -92,6 +100,44 @@ pub fn fewest_partitions<E: From<Error>>(
     profile: &Profile,
     options: &PlanOptions,
 ) -> Result<(Workload, Sizing), E> {
+    let (workload, sizing, _) = search(build, 1, most, profile, options)?;
+    Ok((workload, sizing))
+}
+
+/// Whether `options`' policy fits `workload`: dp's memory model under dp
+/// and milp; a peer policy's own plan, handed back where it fits.
+fn policy_fits(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+) -> Result<(bool, Option<MadePlan>), Error> {
+    if !options.policy.is_peer() {
+        return Ok((fits(workload, profile, options)?, None));
+    }
+    let started = Instant::now();
+    match plan_or_infeasible(workload, profile, options) {
+        Ok(plan) => Ok((
+            true,
+            Some(MadePlan {
+                plan,
+                seconds: started.elapsed().as_secs_f64(),
+            }),
+        )),
+        Err(Error::Infeasible { .. }) => Ok((false, None)),
+        Err(other) => Err(other),
+    }
+}
+
+/// [`fewest_partitions`] from `least` partitions on (fewer are known not
+/// to fit), with the plan of the count found where the fit made one (a
+/// peer policy).
+fn search<E: From<Error>>(
+    build: &dyn Fn(u32) -> Result<Workload, E>,
+    least: u32,
+    most: u32,
+    profile: &Profile,
+    options: &PlanOptions,
+) -> Result<(Workload, Sizing, Option<MadePlan>), E> {
     let most = most.max(1);
     let budget = options.budgets.hbm_bytes;
     let step_fits = |p: u32| -> Result<bool, E> { Ok(largest_step_bytes(&build(p)?) <= budget) };
@@ -108,6 +154,7 @@ pub fn fewest_partitions<E: From<Error>>(
                     tried: Vec::new(),
                     none_fit: true,
                 },
+                None,
             ));
         }
         low = high;
@@ -121,16 +168,18 @@ pub fn fewest_partitions<E: From<Error>>(
             low = mid;
         }
     }
-    // dp's model from the lower bound on: doubling, then bisection.
+    // The policy's fit from the lower bound on: doubling, then bisection.
     let mut tried = Vec::new();
-    let mut fit = |p: u32| -> Result<(bool, Workload), E> {
+    let mut fit = |p: u32| -> Result<(bool, Workload, Option<MadePlan>), E> {
         let workload = build(p)?;
-        let ok = fits(&workload, profile, options)?;
+        let (ok, made) = policy_fits(&workload, profile, options)?;
         tried.push((p, ok));
-        Ok((ok, workload))
+        Ok((ok, workload, made))
     };
-    let mut low = high - 1; // does not fit (its step alone is too big), or 0
-    let (mut ok, mut found) = fit(high)?;
+    high = high.max(least.min(most));
+    // Does not fit (its step alone is too big, or it is below `least`), or 0.
+    let mut low = high - 1;
+    let (mut ok, mut found, mut made) = fit(high)?;
     while !ok {
         if high == most {
             return Ok((
@@ -140,18 +189,20 @@ pub fn fewest_partitions<E: From<Error>>(
                     tried,
                     none_fit: true,
                 },
+                None,
             ));
         }
         low = high;
         high = high.saturating_mul(2).min(most);
-        (ok, found) = fit(high)?;
+        (ok, found, made) = fit(high)?;
     }
     while high - low > 1 {
         let mid = low + (high - low) / 2;
-        let (ok, workload) = fit(mid)?;
+        let (ok, workload, plan) = fit(mid)?;
         if ok {
             high = mid;
             found = workload;
+            made = plan;
         } else {
             low = mid;
         }
@@ -163,11 +214,12 @@ pub fn fewest_partitions<E: From<Error>>(
             tried,
             none_fit: false,
         },
+        made,
     ))
 }
 
 /// The partition count [`size_partitions`] took, the searches that found
-/// it, and dp's plan where comparing them made one.
+/// it, and the policy's plan of it where sizing made one.
 #[derive(Debug)]
 pub struct Sized {
     /// The workload at the count taken.
@@ -179,10 +231,12 @@ pub struct Sized {
     /// On several GPUs with the exchange chosen per layer, where the first
     /// search found a count: the search with every halo GPU to GPU.
     pub peer: Option<PeerSizing>,
-    /// dp's plan of `workload` with the options as given but the policy
-    /// dp, and the seconds it took, where the comparison made it: a caller
-    /// planning with dp can take it instead of planning again.
-    pub dp_plan: Option<MadePlan>,
+    /// The plan of `workload` with the options as given, and the seconds
+    /// it took, where sizing made it: a peer policy's plan (its fit is its
+    /// plan), or dp's where the two searches were compared under dp. A
+    /// caller planning with these options can take it instead of planning
+    /// again. Under milp the comparison is dp's, and no plan is handed back.
+    pub plan: Option<MadePlan>,
 }
 
 /// A plan and the seconds the planner took to make it.
@@ -198,8 +252,9 @@ pub struct PeerSizing {
     pub sizing: Sizing,
     /// The most partitions it was allowed.
     pub most: u32,
-    /// dp's predicted iteration at this search's count and at the first
-    /// search's, where they were compared and dp made a plan.
+    /// The predicted iteration at this search's count and at the first
+    /// search's (the policy's plans; dp's under milp), where they were
+    /// compared and the plan was made.
     pub predicted_s: Option<f64>,
     pub host_predicted_s: Option<f64>,
     /// Whether the counts were compared: this search found one, not the
@@ -210,12 +265,12 @@ pub struct PeerSizing {
 }
 
 /// The partition count for `options`, from 1 to `most`: the fewest at
-/// which dp fits ([`fewest_partitions`]), and on several GPUs with the
-/// exchange chosen per layer, the faster by dp's prediction of that and
-/// the fewest at which every halo fits GPU to GPU (the module
-/// documentation says why). Errors from `build` and from the planner's
-/// validation pass through; a plan that fails while comparing counts as
-/// no plan.
+/// which the policy fits ([`fewest_partitions`]), and on several GPUs with
+/// the exchange chosen per layer, the faster by the policy's prediction
+/// (dp's under milp) of that and the fewest at which every halo fits GPU to
+/// GPU (the module documentation says why). Errors from `build` and from
+/// the planner's validation pass through; a plan that fails while
+/// comparing counts as no plan.
 pub fn size_partitions<E: From<Error>>(
     build: &dyn Fn(u32) -> Result<Workload, E>,
     most: u32,
@@ -223,13 +278,13 @@ pub fn size_partitions<E: From<Error>>(
     options: &PlanOptions,
 ) -> Result<Sized, E> {
     let most = most.max(1);
-    let (workload, sizing) = fewest_partitions(build, most, profile, options)?;
+    let (workload, sizing, made) = search(build, 1, most, profile, options)?;
     let mut sized = Sized {
         partitions: sizing.partitions,
         workload,
         sizing,
         peer: None,
-        dp_plan: None,
+        plan: made,
     };
     // Where no count fits, none fits GPU to GPU either (the module
     // documentation).
@@ -248,7 +303,12 @@ pub fn size_partitions<E: From<Error>>(
         ..options.clone()
     };
     let most_peer = most.min(sized.sizing.partitions.saturating_mul(PEER_SEARCH_FACTOR));
-    let (peer_workload, peer) = fewest_partitions(build, most_peer, profile, &peer_options)?;
+    // Fewer partitions than the first search's do not fit GPU to GPU: every
+    // halo GPU to GPU is one of the vectors it tried. A peer policy's plan
+    // here has every halo forced GPU to GPU, not the options as given: it
+    // is not kept.
+    let least = sized.sizing.partitions;
+    let (peer_workload, peer, _) = search(build, least, most_peer, profile, &peer_options)?;
     let compared = !peer.none_fit && peer.partitions != sized.sizing.partitions;
     let mut found = PeerSizing {
         sizing: peer,
@@ -259,34 +319,44 @@ pub fn size_partitions<E: From<Error>>(
         taken: false,
     };
     if compared {
-        let dp = PlanOptions {
-            policy: Policy::Dp,
+        // Under milp, dp's plans (milp is for small instances).
+        let policy = match options.policy {
+            Policy::Milp => Policy::Dp,
+            other => other,
+        };
+        let planning = PlanOptions {
+            policy,
             ..options.clone()
         };
-        let planned = |w: &Workload| {
-            let started = Instant::now();
-            plan(w, profile, &dp).ok().map(|plan| MadePlan {
-                plan,
-                seconds: started.elapsed().as_secs_f64(),
+        let planned = |w: &Workload, made: Option<MadePlan>| {
+            made.or_else(|| {
+                let started = Instant::now();
+                plan(w, profile, &planning).ok().map(|plan| MadePlan {
+                    plan,
+                    seconds: started.elapsed().as_secs_f64(),
+                })
             })
         };
-        let host = planned(&sized.workload);
+        // A peer policy's plan of the first count was made by its search.
+        let host = planned(&sized.workload, sized.plan.take());
         found.host_predicted_s = host.as_ref().map(|m| m.plan.predicted.iteration_s);
         // Both plans are held until one is taken (a large workload's
         // plan takes gigabytes).
-        let peer_plan = planned(&peer_workload);
+        let peer_plan = planned(&peer_workload, None);
         found.predicted_s = peer_plan.as_ref().map(|m| m.plan.predicted.iteration_s);
         found.taken = match (found.host_predicted_s, found.predicted_s) {
             (Some(h), Some(p)) => p < h,
             (None, Some(_)) => true,
             _ => false,
         };
+        // Under milp the plans are dp's, not the options' own.
+        let keep = |made: Option<MadePlan>| made.filter(|_| options.policy == policy);
         if found.taken {
             sized.workload = peer_workload;
             sized.partitions = found.sizing.partitions;
-            sized.dp_plan = peer_plan;
+            sized.plan = keep(peer_plan);
         } else {
-            sized.dp_plan = host;
+            sized.plan = keep(host);
         }
     }
     sized.peer = Some(found);

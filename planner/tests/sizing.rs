@@ -151,7 +151,7 @@ fn on_several_gpus_the_faster_of_host_and_peer_sizing_is_taken_with_its_plan() {
         sized.workload.name
     );
     // The plan handed back is dp's plan of the workload taken.
-    let made = sized.dp_plan.as_ref().expect("the comparison made a plan");
+    let made = sized.plan.as_ref().expect("the comparison made a plan");
     assert!(made.seconds > 0.0);
     let made = &made.plan;
     assert_eq!(made.predicted.iteration_s, peer_s);
@@ -165,7 +165,7 @@ fn a_forced_exchange_or_one_gpu_sizes_once() {
     let (build, mut options) = papers_share(4, 2);
     options.multi.as_mut().unwrap().forced = Some(Strategy::Host);
     let sized = size_partitions(&build, 256, &profile, &options).unwrap();
-    assert!(sized.peer.is_none() && sized.dp_plan.is_none());
+    assert!(sized.peer.is_none() && sized.plan.is_none());
     assert_eq!(sized.partitions, 2);
     let (one, options) = papers_share(1, 2);
     let options = PlanOptions {
@@ -175,7 +175,7 @@ fn a_forced_exchange_or_one_gpu_sizes_once() {
     };
     let sized = size_partitions(&one, 256, &profile, &options).unwrap();
     let (workload, sizing) = fewest_partitions(&one, 256, &profile, &options).unwrap();
-    assert!(sized.peer.is_none() && sized.dp_plan.is_none());
+    assert!(sized.peer.is_none() && sized.plan.is_none());
     assert_eq!(
         (sized.partitions, &sized.sizing),
         (sizing.partitions, &sizing)
@@ -212,4 +212,47 @@ fn host_memory_short_of_the_host_exchange_sizes_with_a_mix_of_strategies() {
         made.exchanges.iter().map(|e| e.strategy).collect();
     assert_eq!(strategies.len(), 2, "{strategies:?}");
     assert!(made.predicted.peak_bytes.host <= 1 << 30);
+}
+
+#[test]
+fn a_peer_policy_is_sized_by_its_own_plan_and_hands_it_back() {
+    // At 8 GiB dp's fates fit 2 partitions; hongtu's own fates need 3.
+    let (profile, dp) = options(8 << 30);
+    let (_, dp_sizing) = fewest_partitions(&build, 256, &profile, &dp).unwrap();
+    assert_eq!(dp_sizing.partitions, 2, "{dp_sizing:?}");
+    let options = PlanOptions {
+        policy: Policy::Hongtu,
+        ..dp.clone()
+    };
+    let sized = size_partitions(&build, 256, &profile, &options).unwrap();
+    assert!(!sized.sizing.none_fit, "{:?}", sized.sizing);
+    assert_eq!(sized.partitions, 3, "{:?}", sized.sizing);
+    assert_eq!(sized.sizing.tried, vec![(2, false), (4, true), (3, true)]);
+    let fewer = plan(&build(2).unwrap(), &profile, &options).unwrap_err();
+    assert!(matches!(fewer, Error::Infeasible { .. }), "{fewer}");
+    // The plan the search made is the plan of the count taken.
+    let made = sized.plan.as_ref().expect("hongtu's fit is its plan");
+    let again = plan(&sized.workload, &profile, &options).unwrap();
+    assert_eq!(made.plan.policy, "hongtu");
+    assert_eq!(made.plan.to_json(), again.to_json());
+    // Under dp the fit is dp's model, and no plan is made while sizing.
+    let sized = size_partitions(&build, 256, &profile, &dp).unwrap();
+    assert_eq!(sized.partitions, 2);
+    assert!(sized.plan.is_none());
+}
+
+#[test]
+fn a_peer_policy_that_fits_no_count_says_so() {
+    // recompute-all keeps the inputs resident and every layer's output on
+    // the device: 2 GiB holds them at no count up to 16, while dp fits 6.
+    let (profile, dp) = options(2 << 30);
+    let options = PlanOptions {
+        policy: Policy::RecomputeAll,
+        ..dp
+    };
+    let sized = size_partitions(&build, 16, &profile, &options).unwrap();
+    assert!(sized.sizing.none_fit, "{:?}", sized.sizing);
+    assert_eq!(sized.partitions, 16);
+    assert!(sized.plan.is_none());
+    assert!(sized.sizing.tried.iter().all(|&(_, ok)| !ok));
 }
