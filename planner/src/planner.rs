@@ -15,7 +15,7 @@ use crate::plan::{
 };
 use crate::policy::{self, Policy};
 use crate::profile::Profile;
-use crate::units::{format_bytes, format_seconds};
+use crate::units::{format_bytes, format_bytes_up, format_seconds};
 use crate::workload::{TensorId, TensorKind, Workload};
 use crate::{Error, Result, Tier};
 
@@ -788,7 +788,8 @@ fn bisect(each: Tier, mut lo: u64, mut hi: u64, trial: &mut dyn FnMut(u64) -> bo
             lo = mid;
         }
     }
-    format!("{each} {}", format_bytes(hi))
+    // Rounded up: the printed budget, given back, is at least one that fits.
+    format!("{each} {}", format_bytes_up(hi))
 }
 
 /// A schedule that fits every budget, with its peaks and predicted time:
@@ -1081,5 +1082,19 @@ mod tests {
         // Nothing up to the total fits, or the given budget is the total.
         assert_eq!(hinted(GIB, 100 * GIB, 1_000 * GIB, 2_000 * GIB).0, None);
         assert_eq!(hinted(1_000 * GIB, 10 * GIB, 1_000 * GIB, 0).0, None);
+    }
+
+    #[test]
+    fn the_budget_printed_is_never_below_the_one_found() {
+        // Whatever the bisection ends on, the printed budget fits.
+        for k in 0..200u64 {
+            let needed = 40 * GIB + k * (GIB / 100);
+            let (gib, _) = hinted(GIB, 100 * GIB, 10_000 * GIB, needed);
+            let printed = (gib.unwrap() * GIB as f64) as u64;
+            assert!(
+                printed >= needed,
+                "{needed} bytes needed, {gib:?} GiB printed"
+            );
+        }
     }
 }

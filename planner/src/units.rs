@@ -53,6 +53,18 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
 
 /// Formats a byte count with a binary unit, three significant digits.
 pub fn format_bytes(bytes: u64) -> String {
+    format_rounded(bytes, f64::round)
+}
+
+/// [`format_bytes`] rounded up: the size printed is never below `bytes`,
+/// so a budget printed as one that fits, given back, fits too.
+pub fn format_bytes_up(bytes: u64) -> String {
+    format_rounded(bytes, f64::ceil)
+}
+
+/// Three significant digits (more from 1,000 of a unit), the last rounded
+/// by `round`.
+fn format_rounded(bytes: u64, round: fn(f64) -> f64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = bytes as f64;
     let mut unit = 0;
@@ -61,14 +73,18 @@ pub fn format_bytes(bytes: u64) -> String {
         unit += 1;
     }
     if unit == 0 {
-        format!("{bytes} B")
-    } else if value >= 100.0 {
-        format!("{value:.0} {}", UNITS[unit])
-    } else if value >= 10.0 {
-        format!("{value:.1} {}", UNITS[unit])
-    } else {
-        format!("{value:.2} {}", UNITS[unit])
+        return format!("{bytes} B");
     }
+    let decimals = if value >= 100.0 {
+        0
+    } else if value >= 10.0 {
+        1
+    } else {
+        2
+    };
+    let scale = 10f64.powi(decimals);
+    let value = round(value * scale) / scale;
+    format!("{value:.*} {}", decimals as usize, UNITS[unit])
 }
 
 /// Formats seconds with a unit that keeps three significant digits.
@@ -104,5 +120,32 @@ mod tests {
         assert_eq!(format_bytes(512), "512 B");
         assert_eq!(format_bytes(80 << 30), "80.0 GiB");
         assert_eq!(format_seconds(0.0125), "12.500 ms");
+        // 9.996 GiB: rounded to 10.00, or up.
+        let b = (9.996 * (1u64 << 30) as f64) as u64;
+        assert_eq!(format_bytes(b), "10.00 GiB");
+        assert_eq!(format_bytes_up(b), "10.00 GiB");
+        assert_eq!(
+            format_bytes((250.2 * (1u64 << 30) as f64) as u64),
+            "250 GiB"
+        );
+        assert_eq!(
+            format_bytes_up((250.2 * (1u64 << 30) as f64) as u64),
+            "251 GiB"
+        );
+        assert_eq!(format_bytes_up(80 << 30), "80.0 GiB");
+    }
+
+    #[test]
+    fn a_size_rounded_up_reads_back_no_smaller_and_close() {
+        let mut bytes = 1u64;
+        while bytes < 1 << 50 {
+            for b in [bytes, bytes + 1, bytes * 3 / 2, bytes * 1023 / 1000] {
+                let text = format_bytes_up(b).replace(' ', "");
+                let back = parse_bytes(&text).unwrap();
+                assert!(back >= b, "{b} printed {text}, read back {back}");
+                assert!(back as f64 <= b as f64 * 1.01 + 1.0, "{b} printed {text}");
+            }
+            bytes = bytes * 7 / 5 + 1;
+        }
     }
 }
