@@ -123,11 +123,13 @@ pub(crate) struct PlanArgs {
     #[arg(long, conflicts_with = "dag")]
     classes: Option<u32>,
     /// Vertex partitions: a number, or `auto` (the fewest at which dp's
-    /// memory model fits the plan under the budgets: fewer partitions
-    /// stream less; the search is in the summary). On several GPUs with
-    /// `--exchange auto`, the fewest that fit with some exchange strategy
-    /// per layer (every halo through host memory tried first), or the
-    /// fewest with every halo GPU to GPU where dp predicts that faster.
+    /// memory model fits the plan under the budgets, or under a peer
+    /// `--policy` that policy's own plan: fewer partitions stream less;
+    /// the search is in the summary). On several GPUs with `--exchange
+    /// auto`, the fewest that fit with some exchange strategy per layer
+    /// (every halo through host memory tried first), or the fewest with
+    /// every halo GPU to GPU where the policy (dp under milp) predicts
+    /// that faster. `compare` sizes as dp does.
     #[arg(long, conflicts_with = "dag", default_value = "auto")]
     partitions: String,
     /// A built-in profile name or a profile JSON file.
@@ -648,7 +650,9 @@ struct Prepared {
 }
 
 /// The profile, options and workload a `plan` or `compare` command asks for.
-fn prepare(args: &PlanArgs) -> Result<Prepared> {
+/// `sized_as`, where given, is the policy the options carry and the
+/// partitions are sized under instead of `--policy`'s.
+fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
     let profile = load_profile(&args.profile)?;
     let policy = Policy::parse(&args.policy)?;
     profile
@@ -660,7 +664,7 @@ fn prepare(args: &PlanArgs) -> Result<Prepared> {
         "auto" => None,
         text => Some(Strategy::parse(text).context("--exchange")?),
     };
-    let mut options = PlanOptions::new(policy, &profile);
+    let mut options = PlanOptions::new(sized_as.unwrap_or(policy), &profile);
     options.gpus = args.gpus;
     if let Some(fates) = &args.fates {
         if policy.is_peer() {
@@ -872,7 +876,8 @@ pub(crate) struct Comparison {
 }
 
 /// Plans the workload `args` describes with each of `policies` (peers with
-/// every fate, dp and milp with `--fates`), and replays each plan that fits
+/// every fate, dp and milp with `--fates`; `--partitions auto` sized under
+/// dp, whatever `--policy` says), and replays each plan that fits
 /// on the simulator when `simulate` is set. Plans are dropped as soon as
 /// they are measured: a large workload's plan takes gigabytes.
 pub(crate) fn compare_policies(
@@ -886,7 +891,7 @@ pub(crate) fn compare_policies(
         workload,
         note,
         mut made,
-    } = prepare(args)?;
+    } = prepare(args, Some(Policy::Dp))?;
     let mut rows = Vec::with_capacity(policies.len());
     for &policy in policies {
         let trial = PlanOptions {
@@ -1036,7 +1041,7 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
         workload,
         note,
         made,
-    } = prepare(args)?;
+    } = prepare(args, None)?;
     let started = std::time::Instant::now();
     // The plan made while sizing, with these options.
     let sizing_planned_s = made.as_ref().map(|m| m.seconds);

@@ -545,4 +545,20 @@ fn auto_partitions_under_a_peer_policy_fit_that_policy() {
         "{}",
         stdout(&dp)
     );
+    // compare sizes under dp, whatever --policy says.
+    let compare = fateplan(&[
+        "compare",
+        "--dataset",
+        "ogbn-products",
+        "--hbm-budget",
+        "8GiB",
+        "--policy",
+        "recompute-all",
+    ]);
+    assert!(compare.status.success(), "{}", stderr(&compare));
+    assert!(
+        stdout(&compare).contains("partitions 1 (auto: the fewest that fit; tried 1 "),
+        "{}",
+        stdout(&compare)
+    );
 }

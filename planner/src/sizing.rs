@@ -44,7 +44,7 @@ use std::time::Instant;
 
 use crate::exchange::MultiGpu;
 use crate::plan::{Plan, Strategy};
-use crate::planner::{fits, plan, plan_or_infeasible, PlanOptions};
+use crate::planner::{fits, plan_or_infeasible, PlanOptions};
 use crate::policy::Policy;
 use crate::profile::Profile;
 use crate::workload::{TensorKind, Workload};
@@ -141,9 +141,11 @@ fn search<E: From<Error>>(
     let most = most.max(1);
     let budget = options.budgets.hbm_bytes;
     let step_fits = |p: u32| -> Result<bool, E> { Ok(largest_step_bytes(&build(p)?) <= budget) };
-    // The lower bound: doubling, then bisection between the last count
-    // whose largest step is too big and the first whose step fits.
-    let (mut low, mut high) = (0u32, 1u32);
+    // The lower bound: doubling from `least`, then bisection between the
+    // last count that cannot fit (its largest step is too big, or it is
+    // below `least`; 0 at first) and the first whose step fits.
+    let least = least.clamp(1, most);
+    let (mut low, mut high) = (least - 1, least);
     while !step_fits(high)? {
         if high == most {
             let workload = build(most)?;
@@ -176,9 +178,7 @@ fn search<E: From<Error>>(
         tried.push((p, ok));
         Ok((ok, workload, made))
     };
-    high = high.max(least.min(most));
-    // Does not fit (its step alone is too big, or it is below `least`), or 0.
-    let mut low = high - 1;
+    let mut low = high - 1; // cannot fit, or 0
     let (mut ok, mut found, mut made) = fit(high)?;
     while !ok {
         if high == most {
@@ -303,10 +303,12 @@ pub fn size_partitions<E: From<Error>>(
         ..options.clone()
     };
     let most_peer = most.min(sized.sizing.partitions.saturating_mul(PEER_SEARCH_FACTOR));
-    // Fewer partitions than the first search's do not fit GPU to GPU: every
-    // halo GPU to GPU is one of the vectors it tried. A peer policy's plan
-    // here has every halo forced GPU to GPU, not the options as given: it
-    // is not kept.
+    // Fewer partitions than the first search's are not searched: one fewer
+    // did not fit with any strategy vector, and every halo GPU to GPU is
+    // one of them (fit is not strictly monotone in the count, so a count
+    // further below might, as it might in the first search). A peer
+    // policy's plan here has every halo forced GPU to GPU, not the options
+    // as given: it is not kept.
     let least = sized.sizing.partitions;
     let (peer_workload, peer, _) = search(build, least, most_peer, profile, &peer_options)?;
     let compared = !peer.none_fit && peer.partitions != sized.sizing.partitions;
@@ -331,10 +333,13 @@ pub fn size_partitions<E: From<Error>>(
         let planned = |w: &Workload, made: Option<MadePlan>| {
             made.or_else(|| {
                 let started = Instant::now();
-                plan(w, profile, &planning).ok().map(|plan| MadePlan {
-                    plan,
-                    seconds: started.elapsed().as_secs_f64(),
-                })
+                // Without the hint: an infeasible plan counts as none.
+                plan_or_infeasible(w, profile, &planning)
+                    .ok()
+                    .map(|plan| MadePlan {
+                        plan,
+                        seconds: started.elapsed().as_secs_f64(),
+                    })
             })
         };
         // A peer policy's plan of the first count was made by its search.

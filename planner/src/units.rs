@@ -53,18 +53,20 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
 
 /// Formats a byte count with a binary unit, three significant digits.
 pub fn format_bytes(bytes: u64) -> String {
-    format_rounded(bytes, f64::round)
+    format_rounded(bytes, false)
 }
 
 /// [`format_bytes`] rounded up: the size printed is never below `bytes`,
 /// so a budget printed as one that fits, given back, fits too.
 pub fn format_bytes_up(bytes: u64) -> String {
-    format_rounded(bytes, f64::ceil)
+    format_rounded(bytes, true)
 }
 
-/// Three significant digits (more from 1,000 of a unit), the last rounded
-/// by `round`.
-fn format_rounded(bytes: u64, round: fn(f64) -> f64) -> String {
+/// In the largest unit that leaves at least 1 (up to TiB): two decimals
+/// below 10 of it, one below 100, none from 100 on (the decimals chosen
+/// before rounding, so 9.996 GiB prints `10.00 GiB`), rounded to the
+/// nearest or, where `up`, up.
+fn format_rounded(bytes: u64, up: bool) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = bytes as f64;
     let mut unit = 0;
@@ -82,8 +84,12 @@ fn format_rounded(bytes: u64, round: fn(f64) -> f64) -> String {
     } else {
         2
     };
-    let scale = 10f64.powi(decimals);
-    let value = round(value * scale) / scale;
+    let value = if up {
+        let scale = 10f64.powi(decimals);
+        (value * scale).ceil() / scale
+    } else {
+        value
+    };
     format!("{value:.*} {}", decimals as usize, UNITS[unit])
 }
 

@@ -85,7 +85,7 @@ fn hinted(hint: &str, tier: &str) -> Option<u64> {
 }
 
 #[test]
-fn the_hint_gives_budgets_that_fit_and_about_two_percent_less_does_not() {
+fn the_hint_gives_budgets_that_fit_and_about_three_percent_less_does_not() {
     // A 3-layer GCN over 8 partitions with too little of every tier for
     // it: each tier alone can make room.
     let profile = common::a100();
@@ -118,7 +118,9 @@ fn the_hint_gives_budgets_that_fit_and_about_two_percent_less_does_not() {
         };
         // The budget as printed fits: it is rounded up.
         assert!(with(bytes), "{name}: {hint}");
-        let less = bytes - (bytes / 40).max(2 * MIB);
+        // Less by the bisection's 2% and the printing's rounding up (at
+        // most 1%).
+        let less = bytes - (bytes / 32).max(2 * MIB);
         assert!(!with(less), "{name} fits with {less} bytes: {hint}");
     }
     assert!(found >= 2, "{hint}");

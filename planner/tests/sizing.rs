@@ -1,4 +1,5 @@
-//! `--partitions auto`: the fewest partitions at which dp fits, found by
+//! `--partitions auto`: the fewest partitions at which the policy fits
+//! (dp's memory model, or a peer policy's own plan), found by
 //! `sizing::fewest_partitions`, and on several GPUs the faster of two
 //! searches (`sizing::size_partitions`).
 
@@ -140,6 +141,8 @@ fn on_several_gpus_the_faster_of_host_and_peer_sizing_is_taken_with_its_plan() {
     let peer = sized.peer.as_ref().expect("the search GPU to GPU ran");
     assert_eq!(sized.sizing.partitions, 2, "{:?}", sized.sizing);
     assert_eq!(peer.sizing.partitions, 4, "{:?}", peer.sizing);
+    // The search GPU to GPU starts from the first search's count.
+    assert_eq!(peer.sizing.tried[0], (2, false), "{:?}", peer.sizing);
     assert_eq!(peer.most, 2 * PEER_SEARCH_FACTOR);
     assert!(peer.compared && peer.taken, "{peer:?}");
     let (peer_s, host_s) = (peer.predicted_s.unwrap(), peer.host_predicted_s.unwrap());
@@ -157,6 +160,43 @@ fn on_several_gpus_the_faster_of_host_and_peer_sizing_is_taken_with_its_plan() {
     assert_eq!(made.predicted.iteration_s, peer_s);
     let again = plan(&sized.workload, &profile, &options).unwrap();
     assert_eq!(made.to_json(), again.to_json());
+    // Under milp the counts are compared by dp's plans, which are not
+    // milp's: none is handed back.
+    let milp = PlanOptions {
+        policy: Policy::Milp,
+        ..options.clone()
+    };
+    let sized = size_partitions(&build, 256, &profile, &milp).unwrap();
+    assert_eq!(sized.partitions, 4);
+    assert!(sized.plan.is_none());
+}
+
+#[test]
+fn a_peer_policy_on_several_gpus_is_compared_by_its_own_plans() {
+    let (build, dp) = papers_share(4, 2);
+    let profile = a100();
+    let options = PlanOptions {
+        policy: Policy::Greedy,
+        ..dp
+    };
+    let sized = size_partitions(&build, 256, &profile, &options).unwrap();
+    let peer = sized.peer.as_ref().expect("the search GPU to GPU ran");
+    let made = sized
+        .plan
+        .as_ref()
+        .expect("greedy's plan of the count taken");
+    assert_eq!(made.plan.policy, "greedy");
+    assert!(peer.compared, "{peer:?}");
+    let taken = if peer.taken {
+        peer.predicted_s
+    } else {
+        peer.host_predicted_s
+    };
+    assert_eq!(Some(made.plan.predicted.iteration_s), taken, "{peer:?}");
+    // It is greedy's plan with the options as given (the exchange chosen
+    // per layer), not the search's with every halo GPU to GPU.
+    let again = plan(&sized.workload, &profile, &options).unwrap();
+    assert_eq!(made.plan.to_json(), again.to_json());
 }
 
 #[test]
@@ -246,6 +286,8 @@ fn a_peer_policy_that_fits_no_count_says_so() {
     // recompute-all keeps the inputs resident and every layer's output on
     // the device: 2 GiB holds them at no count up to 16, while dp fits 6.
     let (profile, dp) = options(2 << 30);
+    let (_, dp_sizing) = fewest_partitions(&build, 16, &profile, &dp).unwrap();
+    assert_eq!(dp_sizing.partitions, 6, "{dp_sizing:?}");
     let options = PlanOptions {
         policy: Policy::RecomputeAll,
         ..dp
@@ -254,5 +296,8 @@ fn a_peer_policy_that_fits_no_count_says_so() {
     assert!(sized.sizing.none_fit, "{:?}", sized.sizing);
     assert_eq!(sized.partitions, 16);
     assert!(sized.plan.is_none());
-    assert!(sized.sizing.tried.iter().all(|&(_, ok)| !ok));
+    // Its plans were asked, from the step's lower bound up to 16.
+    let tried = &sized.sizing.tried;
+    assert_eq!(tried.last(), Some(&(16, false)), "{tried:?}");
+    assert!(tried.iter().all(|&(_, ok)| !ok), "{tried:?}");
 }
