@@ -122,14 +122,16 @@ pub(crate) struct PlanArgs {
     /// Number of classes (default: the dataset's or graph's).
     #[arg(long, conflicts_with = "dag")]
     classes: Option<u32>,
-    /// Vertex partitions: a number, or `auto` (the fewest at which dp's
-    /// memory model fits the plan under the budgets, or under a peer
-    /// `--policy` that policy's own plan: fewer partitions stream less;
-    /// the search is in the summary). On several GPUs with `--exchange
-    /// auto`, the fewest that fit with some exchange strategy per layer
-    /// (every halo through host memory tried first), or the fewest with
-    /// every halo GPU to GPU where the policy (dp under milp) predicts
-    /// that faster. `compare` sizes as dp does.
+    /// Vertex partitions: a number, or `auto` (from the fewest at which
+    /// dp's memory model fits the plan under the budgets, or under a peer
+    /// `--policy` that policy's own plan: fewer partitions stream less).
+    /// On several GPUs with `--exchange auto`, from the fewest that fit
+    /// with some exchange strategy per layer (every halo through host
+    /// memory tried first), or the fewest with every halo GPU to GPU where
+    /// the policy (dp under milp) predicts that faster. Then the next
+    /// counts up (or down) are planned while each is predicted faster (at
+    /// most 32 each way), and the fastest is taken. The search and the
+    /// counts planned are in the summary. `compare` sizes as dp does.
     #[arg(long, conflicts_with = "dag", default_value = "auto")]
     partitions: String,
     /// A built-in profile name or a profile JSON file.
@@ -438,6 +440,15 @@ fn sizing_line(sized: &Sized, most: u32, options: &PlanOptions, took: &str) -> S
             shown(&peer.sizing)
         ),
     };
+    let walked = walk_note(sized, options);
+    // The legend, where some count did not fit.
+    let failed = sizing.tried.iter().any(|&(_, ok)| !ok)
+        || sized
+            .peer
+            .as_ref()
+            .is_some_and(|p| p.sizing.tried.iter().any(|&(_, ok)| !ok))
+        || sized.walked.iter().any(|&(_, s)| s.is_none());
+    let legend = if failed { ", x: no fit" } else { "" };
     match (sizing.none_fit, sizing.tried.is_empty()) {
         (true, true) => format!(
             "partitions {partitions} (auto: no count up to {most} has a largest step that fits \
@@ -445,20 +456,48 @@ fn sizing_line(sized: &Sized, most: u32, options: &PlanOptions, took: &str) -> S
         ),
         (true, _) => format!(
             "partitions {partitions} (auto: none up to {most} fits{each_layer}; tried \
-             {}{peer_note} in {took}, x: no fit)",
+             {}{peer_note} in {took}{legend})",
             shown(sizing),
         ),
         (false, _) if chosen => format!(
-            "partitions {partitions} (auto: the fewest{each_layer} {} (tried {}){peer_note}; \
-             in {took}, x: no fit)",
+            "partitions {partitions} (auto: the fewest{each_layer} {} (tried {}){peer_note}\
+             {walked}; in {took}{legend})",
             sizing.partitions,
             shown(sizing),
         ),
         (false, _) => format!(
-            "partitions {partitions} (auto: the fewest that fit; tried {} in {took}, x: no fit)",
+            "partitions {partitions} (auto: the fewest that fit {} (tried {}){walked}; in \
+             {took}{legend})",
+            sizing.partitions,
             shown(sizing),
         ),
     }
+}
+
+/// The walk from the fewest that fit, for the `partitions` line: each
+/// count planned and its predicted iteration (`x`: no plan fits).
+fn walk_note(sized: &Sized, options: &PlanOptions) -> String {
+    if sized.walked.len() < 2 {
+        return String::new();
+    }
+    let whose = if options.policy == Policy::Milp {
+        "dp's prediction"
+    } else {
+        "the prediction"
+    };
+    let counts: Vec<String> = sized
+        .walked
+        .iter()
+        .map(|&(p, s)| match s {
+            Some(s) => format!("{p} {}", format_seconds(s)),
+            None => format!("{p}x"),
+        })
+        .collect();
+    format!(
+        "; the fastest near it by {whose} ({}): {}",
+        counts.join(", "),
+        sized.partitions
+    )
 }
 
 /// One GPU's share of a real graph on `gpus` GPUs, by min-cut
@@ -606,6 +645,21 @@ pub(crate) fn budget(flag: &Option<String>, name: &str, default: u64) -> Result<
     }
 }
 
+/// `bytes`, a budget from `--{name}`, where it is no more than the tier's
+/// `capacity` on profile `profile`: a plan for more than the machine has
+/// could not run on it.
+pub(crate) fn within_capacity(name: &str, bytes: u64, capacity: u64, profile: &str) -> Result<u64> {
+    if bytes > capacity {
+        bail!(
+            "--{name} {}: more than profile {profile:?} has ({}); to plan for a larger machine, \
+             give its profile",
+            format_bytes(bytes),
+            format_bytes(capacity)
+        );
+    }
+    Ok(bytes)
+}
+
 /// A budget flag's percentage (`25%`: that share of the retain-all plan's
 /// device peak); `None` for bytes or no flag.
 pub(crate) fn budget_percent(flag: &Option<String>, name: &str) -> Result<Option<f64>> {
@@ -695,7 +749,7 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
         percents[k] = budget_percent(flag, name)?;
         bytes[k] = match percents[k] {
             Some(_) => default,
-            None => budget(flag, name, default)?,
+            None => within_capacity(name, budget(flag, name, default)?, default, &profile.name)?,
         };
     }
     [
@@ -744,9 +798,9 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
             &mut budgets.ssd_bytes,
         ];
         let mut given = Vec::new();
-        for ((slot, percent), (name, ..)) in slots.into_iter().zip(percents).zip(flags) {
+        for ((slot, percent), (name, _, capacity)) in slots.into_iter().zip(percents).zip(flags) {
             if let Some(percent) = percent {
-                *slot = share_of(peak, percent);
+                *slot = within_capacity(name, share_of(peak, percent), capacity, &profile.name)?;
                 given.push(format!("--{name} {percent}%: {}", format_bytes(*slot)));
             }
         }

@@ -45,15 +45,11 @@ struct Job {
 #[derive(Serialize, Deserialize)]
 struct Handed {
     outcome: MemberOutcome,
-    /// Its epochs (member 0's feed the launcher's comparison).
-    epochs: Vec<EpochStats>,
 }
 
 /// What the members brought back.
 pub struct Launched {
     pub outcomes: Vec<MemberOutcome>,
-    /// Member 0's epochs.
-    pub epochs: Vec<EpochStats>,
 }
 
 /// A member's process and what it wrote on its standard error.
@@ -192,7 +188,6 @@ pub fn launch(
         }
     }
     let mut outcomes = Vec::with_capacity(k);
-    let mut epochs = Vec::new();
     for (rank, bytes) in results.into_iter().enumerate() {
         let handed: Handed = serde_json::from_slice(&bytes)
             .with_context(|| format!("reading member {rank}'s outcome"))?;
@@ -202,12 +197,9 @@ pub fn launch(
                 handed.outcome.device.rank
             );
         }
-        if rank == 0 {
-            epochs = handed.epochs;
-        }
         outcomes.push(handed.outcome);
     }
-    Ok(Launched { outcomes, epochs })
+    Ok(Launched { outcomes })
 }
 
 /// Ends members that are still running after the group failed: the hub
@@ -297,7 +289,7 @@ fn train_member(job: &Job, member: Arc<TcpMember>) -> Result<Handed> {
         budgets: job.budgets,
         trace: job.rank == 0 && (args.trace.is_some() || args.compare_simulated),
     };
-    let mut epochs = Vec::new();
+    // The members report at the end, not per epoch.
     let outcome = train::train_member(
         share,
         hyper,
@@ -306,7 +298,7 @@ fn train_member(job: &Job, member: Arc<TcpMember>) -> Result<Handed> {
         options,
         ssd,
         Box::new(member) as Box<dyn Collective>,
-        &mut |stats: &EpochStats| epochs.push(*stats),
+        &mut |_: &EpochStats| {},
     )?;
-    Ok(Handed { outcome, epochs })
+    Ok(Handed { outcome })
 }

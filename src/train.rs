@@ -346,23 +346,28 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             if args.hbm_budget.is_some() || args.host_budget.is_some() || args.ssd_budget.is_some()
             {
                 let given = plan.budgets;
+                // The plan's profile, one device's share of it.
+                let machine = plan.profile.share(plan.gpus);
                 run_budgets = Some(Budgets {
                     hbm_bytes: budget(
                         &args.hbm_budget,
                         "hbm-budget",
-                        given.hbm_bytes,
+                        (given.hbm_bytes, machine.device.hbm_bytes),
+                        &plan.profile,
                         &retain_peak,
                     )?,
                     host_bytes: budget(
                         &args.host_budget,
                         "host-budget",
-                        given.host_bytes,
+                        (given.host_bytes, machine.host.memory_bytes),
+                        &plan.profile,
                         &retain_peak,
                     )?,
                     ssd_bytes: budget(
                         &args.ssd_budget,
                         "ssd-budget",
-                        given.ssd_bytes,
+                        (given.ssd_bytes, machine.ssd.capacity_bytes),
+                        &plan.profile,
                         &retain_peak,
                     )?,
                 });
@@ -379,22 +384,28 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 options.budgets.host_bytes = share.host.memory_bytes;
                 options.budgets.ssd_bytes = share.ssd.capacity_bytes;
             }
+            // The defaults are the profile's capacities (one device's
+            // share of its node's host memory and SSD).
+            let given = options.budgets;
             options.budgets.hbm_bytes = budget(
                 &args.hbm_budget,
                 "hbm-budget",
-                options.budgets.hbm_bytes,
+                (given.hbm_bytes, given.hbm_bytes),
+                &profile,
                 &retain_peak,
             )?;
             options.budgets.host_bytes = budget(
                 &args.host_budget,
                 "host-budget",
-                options.budgets.host_bytes,
+                (given.host_bytes, given.host_bytes),
+                &profile,
                 &retain_peak,
             )?;
             options.budgets.ssd_bytes = budget(
                 &args.ssd_budget,
                 "ssd-budget",
-                options.budgets.ssd_bytes,
+                (given.ssd_bytes, given.ssd_bytes),
+                &profile,
                 &retain_peak,
             )?;
             if let Some(s) = prepared.shared().filter(|_| profile.peer.is_some()) {
@@ -470,9 +481,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         indicatif::ProgressStyle::with_template("{bar:30} epoch {pos}/{len} {msg}")
             .expect("a fixed template parses"),
     );
-    let mut epochs: Vec<EpochStats> = Vec::with_capacity(args.epochs as usize);
     let mut on_epoch = |stats: &EpochStats| {
-        epochs.push(*stats);
         bar.set_position(stats.epoch as u64);
         bar.set_message(format!(
             "loss {:.4}  train acc {:.3}  {:.1} it/s",
@@ -508,7 +517,6 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             train::check_shared_plan(&plan, &shares.workload)?;
             let ssd_bytes = run.budgets.unwrap_or(plan.budgets).ssd_bytes;
             let launched = crate::members::launch(args, &plan, run.budgets, ssd_bytes)?;
-            epochs = launched.epochs;
             let (shared, spans) = train::gather(launched.outcomes, shares.stats)?;
             (shared.report, spans, Some((shared.devices, shared.shares)))
         }
@@ -519,7 +527,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     };
     bar.finish_and_clear();
     let comparison = if args.compare_simulated {
-        Some(compare_simulated(&plan, &report, &epochs, &spans)?)
+        Some(compare_simulated(&plan, &report, &spans)?)
     } else {
         None
     };
@@ -644,26 +652,18 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     Ok(())
 }
 
-/// The measured iteration (means over the epochs after the first, as
-/// the report's `iteration_s`; copies from the last training iteration)
+/// The measured iteration (the report's means over the epochs after the
+/// first; copies from the last training iteration)
 /// beside the simulator's replay of the plan on the plan's profile.
 fn compare_simulated(
     plan: &Plan,
     report: &train::TrainReport,
-    epochs: &[EpochStats],
     spans: &[fateplan::runtime::exec::TraceSpan],
 ) -> Result<Comparison> {
-    let timed = if epochs.len() > 1 {
-        &epochs[1..]
-    } else {
-        epochs
-    };
-    let mean =
-        |f: fn(&EpochStats) -> f64| timed.iter().map(f).sum::<f64>() / timed.len().max(1) as f64;
     let measured = MeasuredIteration {
         iteration_s: report.iteration_s,
-        compute_s: mean(|e| e.compute_s),
-        wait_s: mean(|e| e.wait_s),
+        compute_s: report.compute_s,
+        wait_s: report.wait_s,
         bytes_moved: report.bytes_moved,
         spans,
     };
@@ -756,11 +756,13 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, epochs: u32) -> Result<
 fn budget(
     flag: &Option<String>,
     name: &str,
-    default: u64,
+    (default, capacity): (u64, u64),
+    profile: &Profile,
     retain_peak: &dyn Fn() -> Result<u64>,
 ) -> Result<u64> {
-    match crate::cli::budget_percent(flag, name)? {
-        Some(percent) => Ok(crate::cli::share_of(retain_peak()?, percent)),
-        None => crate::cli::budget(flag, name, default),
-    }
+    let bytes = match crate::cli::budget_percent(flag, name)? {
+        Some(percent) => crate::cli::share_of(retain_peak()?, percent),
+        None => crate::cli::budget(flag, name, default)?,
+    };
+    crate::cli::within_capacity(name, bytes, capacity, &profile.name)
 }

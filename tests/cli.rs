@@ -157,6 +157,14 @@ fn bad_input_names_what_is_wrong() {
         (&["plan", "--policy", "magic"], "known policies"),
         (&["plan", "--model", "mlp"], "known models"),
         (&["plan", "--hbm-budget", "12 parsecs"], "unknown unit"),
+        (
+            &["plan", "--hbm-budget", "1.5TiB"],
+            "--hbm-budget 1.50 TiB: more than profile \"a100-80g\" has (80.0 GiB)",
+        ),
+        (
+            &["plan", "--partitions", "2", "--host-budget", "1e6%"],
+            "--host-budget",
+        ),
         (&["plan", "--partitions", "lots"], "--partitions"),
         (&["plan", "--gpus", "9"], "whole nodes of 8"),
         (
@@ -516,8 +524,9 @@ fn auto_partitions_on_several_gpus_take_the_faster_of_host_and_peer_sizing() {
 
 #[test]
 fn auto_partitions_under_a_peer_policy_fit_that_policy() {
-    // ogbn-products' GCN under 8 GiB: dp's fates fit one partition,
-    // recompute-all's (inputs resident, layer outputs kept) need two.
+    // ogbn-products' GCN under 8 GiB: dp's fates fit one partition (its
+    // walk then takes two, predicted faster), recompute-all's (inputs
+    // resident, layer outputs kept) need two.
     let out = fateplan(&[
         "plan",
         "--dataset",
@@ -530,7 +539,7 @@ fn auto_partitions_under_a_peer_policy_fit_that_policy() {
     assert!(out.status.success(), "{}", stderr(&out));
     let summary = stdout(&out);
     assert!(
-        summary.contains("partitions 2 (auto: the fewest that fit; tried 1x 2 "),
+        summary.contains("partitions 2 (auto: the fewest that fit 2 (tried 1x 2);"),
         "{summary}"
     );
     // Its plan was the test of fit, and was not made again.
@@ -541,7 +550,7 @@ fn auto_partitions_under_a_peer_policy_fit_that_policy() {
     let dp = fateplan(&["plan", "--dataset", "ogbn-products", "--hbm-budget", "8GiB"]);
     assert!(dp.status.success(), "{}", stderr(&dp));
     assert!(
-        stdout(&dp).contains("partitions 1 (auto: the fewest that fit; tried 1 "),
+        stdout(&dp).contains("(auto: the fewest that fit 1 (tried 1);"),
         "{}",
         stdout(&dp)
     );
@@ -557,7 +566,7 @@ fn auto_partitions_under_a_peer_policy_fit_that_policy() {
     ]);
     assert!(compare.status.success(), "{}", stderr(&compare));
     assert!(
-        stdout(&compare).contains("partitions 1 (auto: the fewest that fit; tried 1 "),
+        stdout(&compare).contains("(auto: the fewest that fit 1 (tried 1);"),
         "{}",
         stdout(&compare)
     );

@@ -135,5 +135,15 @@ fn bad_plans_name_the_file() {
     let out = fateplan(&["simulate", path(&plan), "--profile", "tpu"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("a100-80g"), "{}", stderr(&out));
+    // A plan of 4 GPUs on a profile with no link between devices is
+    // refused by name, not left to the replay.
+    let four = plan_arxiv(&dir, &["--gpus", "4"]);
+    let out = fateplan(&["simulate", path(&four), "--profile", "cpu-small"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("gpus 4 on profile \"cpu-small\": the profile has no peer section"),
+        "{}",
+        stderr(&out)
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -1,13 +1,16 @@
 //! Sizing a GNN workload's vertex partitions for a device: the fewest
 //! partitions at which the policy finds fates that fit (dp and milp: dp's
-//! memory model; a peer policy: its own plan).
+//! memory model; a peer policy: its own plan), then the fastest near them
+//! by the policy's prediction.
 //!
-//! Fewer partitions are faster. Each destination partition's aggregation
-//! reads every source partition's rows, so a layer streams its input about
-//! once per partition that does not stay on the device, and every block
-//! carries its own overheads; a P-partition workload also has about P²
-//! blocks per layer to plan. The fewest partitions that fit are where the
-//! prediction is best or close to it (docs/planner.md has the sweep).
+//! Fewer partitions are mostly faster. Each destination partition's
+//! aggregation reads every source partition's rows, so a layer streams its
+//! input about once per partition that does not stay on the device, and
+//! every block carries its own overheads; a P-partition workload also has
+//! about P² blocks per layer to plan. The fewest partitions that fit are
+//! where the prediction is best or close to it, but not always at it
+//! (docs/planner.md has the sweep): there the device is so full that more
+//! must move, and one or two partitions more can be faster.
 //!
 //! The search: the fewest partitions whose largest step (inputs and
 //! outputs at once) fits the device budget is a lower bound, found by
@@ -39,6 +42,18 @@
 //! 5, and planning it took 38 s). Where the first search finds no count,
 //! the second is not run: every halo GPU to GPU is one of the vectors the
 //! first tried.
+//!
+//! Then [`size_partitions`] walks from the count found: it plans the next
+//! count up with the policy (dp under milp), and the next, while each is
+//! predicted faster than the best so far (at most [`WALK_STEPS`]);
+//! where the first count up is not faster, it walks down the same way.
+//! Under dp the counts below can fit: dp's memory model, which the search
+//! asks, does not weigh the fates of the blocks beside a step as its plan
+//! does (ogbn-products' GAT under 8 GiB: the model fits 3 partitions at the
+//! fewest, the plan 2). Under a peer policy the search planned them
+//! already, and the walk down stops at one found not to fit. The fastest
+//! planned is taken, with its plan. The walk usually plans two or three
+//! counts (docs/planner.md has its times).
 
 use std::time::Instant;
 
@@ -53,6 +68,12 @@ use crate::Error;
 /// How far beyond the first count the search with every halo GPU to GPU
 /// goes: up to this many times that count.
 pub const PEER_SEARCH_FACTOR: u32 = 4;
+
+/// The most counts the walk from the fewest that fit goes in either
+/// direction ([`size_partitions`]): a bound on the planning time. The
+/// walk stops at the first count not faster, well before it on the
+/// datasets' workloads (six counts at most, docs/planner.md).
+pub const WALK_STEPS: u32 = 32;
 
 /// Whether `options` leave the exchange strategy to the planner, per
 /// layer, on several GPUs: where [`size_partitions`] searches twice.
@@ -232,11 +253,16 @@ pub struct Sized {
     /// search found a count: the search with every halo GPU to GPU.
     pub peer: Option<PeerSizing>,
     /// The plan of `workload` with the options as given, and the seconds
-    /// it took, where sizing made it: a peer policy's plan (its fit is its
-    /// plan), or dp's where the two searches were compared under dp. A
-    /// caller planning with these options can take it instead of planning
-    /// again. Under milp the comparison is dp's, and no plan is handed back.
+    /// it took: the walk's plan of the count taken, or, where the search's
+    /// count has no plan (dp's memory model fit, its plan does not), none.
+    /// A caller planning with these options can take it instead of
+    /// planning again. Under milp the walk plans with dp, and no plan is
+    /// handed back.
     pub plan: Option<MadePlan>,
+    /// The walk from the count the searches found: each count planned, in
+    /// order (that count first), with the policy's predicted iteration
+    /// (dp's under milp; `None`: no plan fits). Empty where no count fits.
+    pub walked: Vec<(u32, Option<f64>)>,
 }
 
 /// A plan and the seconds the planner took to make it.
@@ -268,9 +294,10 @@ pub struct PeerSizing {
 /// which the policy fits ([`fewest_partitions`]), and on several GPUs with
 /// the exchange chosen per layer, the faster by the policy's prediction
 /// (dp's under milp) of that and the fewest at which every halo fits GPU to
-/// GPU (the module documentation says why). Errors from `build` and from
-/// the planner's validation pass through; a plan that fails while
-/// comparing counts as no plan.
+/// GPU; then the fastest by that prediction of the counts walked to from
+/// there (the module documentation says why and how). Errors from `build`
+/// and from the planner's validation pass through; a plan that fails while
+/// comparing the two searches' counts counts as no plan.
 pub fn size_partitions<E: From<Error>>(
     build: &dyn Fn(u32) -> Result<Workload, E>,
     most: u32,
@@ -278,6 +305,20 @@ pub fn size_partitions<E: From<Error>>(
     options: &PlanOptions,
 ) -> Result<Sized, E> {
     let most = most.max(1);
+    let mut sized = fewest(build, most, profile, options)?;
+    walk(build, most, profile, options, &mut sized)?;
+    Ok(sized)
+}
+
+/// [`size_partitions`] before the walk: the fewest that fit, and on
+/// several GPUs with the exchange chosen per layer the faster of the two
+/// searches' counts.
+fn fewest<E: From<Error>>(
+    build: &dyn Fn(u32) -> Result<Workload, E>,
+    most: u32,
+    profile: &Profile,
+    options: &PlanOptions,
+) -> Result<Sized, E> {
     let (workload, sizing, made) = search(build, 1, most, profile, options)?;
     let mut sized = Sized {
         partitions: sizing.partitions,
@@ -285,6 +326,7 @@ pub fn size_partitions<E: From<Error>>(
         sizing,
         peer: None,
         plan: made,
+        walked: Vec::new(),
     };
     // Where no count fits, none fits GPU to GPU either (the module
     // documentation).
@@ -366,4 +408,108 @@ pub fn size_partitions<E: From<Error>>(
     }
     sized.peer = Some(found);
     Ok(sized)
+}
+
+/// The policy's plan of `workload` (dp's under milp: `planning`), made
+/// without the infeasible plan's hint; `None` where no plan fits. Other
+/// errors pass through.
+fn plan_if_fits(
+    workload: &Workload,
+    profile: &Profile,
+    planning: &PlanOptions,
+) -> Result<Option<MadePlan>, Error> {
+    let started = Instant::now();
+    match plan_or_infeasible(workload, profile, planning) {
+        Ok(plan) => Ok(Some(MadePlan {
+            plan,
+            seconds: started.elapsed().as_secs_f64(),
+        })),
+        Err(Error::Infeasible { .. }) => Ok(None),
+        Err(other) => Err(other),
+    }
+}
+
+/// The walk from the count the searches found (the module documentation
+/// says why): the policy's plans (dp's under milp) of the counts above it,
+/// one at a time while each is faster than the best so far; where the
+/// first above is not, those below it the same way, unless the policy's
+/// own plan already failed there. At most [`WALK_STEPS`] each way. The
+/// fastest is taken, with its plan (none under milp).
+fn walk<E: From<Error>>(
+    build: &dyn Fn(u32) -> Result<Workload, E>,
+    most: u32,
+    profile: &Profile,
+    options: &PlanOptions,
+    sized: &mut Sized,
+) -> Result<(), E> {
+    if sized.sizing.none_fit {
+        return Ok(());
+    }
+    let policy = match options.policy {
+        Policy::Milp => Policy::Dp,
+        other => other,
+    };
+    let planning = PlanOptions {
+        policy,
+        ..options.clone()
+    };
+    let found = sized.partitions;
+    let made = match sized.plan.take() {
+        Some(made) => Some(made),
+        None => plan_if_fits(&sized.workload, profile, &planning)?,
+    };
+    let Some(made) = made else {
+        // dp's memory model fit where its plan does not: nothing to walk
+        // from.
+        sized.walked.push((found, None));
+        return Ok(());
+    };
+    sized
+        .walked
+        .push((found, Some(made.plan.predicted.iteration_s)));
+    // The fastest so far: its count, workload and plan. At most two plans
+    // are held at once (a large workload's plan takes gigabytes).
+    let mut best = (found, None::<Workload>, made);
+    let mut step = |p: u32, best: &mut (u32, Option<Workload>, MadePlan)| -> Result<bool, E> {
+        let workload = build(p)?;
+        if largest_step_bytes(&workload) > options.budgets.hbm_bytes {
+            sized.walked.push((p, None));
+            return Ok(false);
+        }
+        let made = plan_if_fits(&workload, profile, &planning)?;
+        let predicted = made.as_ref().map(|m| m.plan.predicted.iteration_s);
+        sized.walked.push((p, predicted));
+        match made {
+            Some(made) if made.plan.predicted.iteration_s < best.2.plan.predicted.iteration_s => {
+                *best = (p, Some(workload), made);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    };
+    let top = most.min(found.saturating_add(WALK_STEPS));
+    for p in found + 1..=top {
+        if !step(p, &mut best)? {
+            break;
+        }
+    }
+    if best.0 == found {
+        // A peer policy's search planned the counts below with these
+        // options; dp's searched its memory model, which does not weigh
+        // the fates of the blocks beside a step as its plan does.
+        let bottom = found.saturating_sub(WALK_STEPS).max(1);
+        for p in (bottom..found).rev() {
+            let known = options.policy.is_peer() && sized.sizing.tried.contains(&(p, false));
+            if known || !step(p, &mut best)? {
+                break;
+            }
+        }
+    }
+    let (partitions, workload, made) = best;
+    if let Some(workload) = workload {
+        sized.partitions = partitions;
+        sized.workload = workload;
+    }
+    sized.plan = Some(made).filter(|_| options.policy == policy);
+    Ok(())
 }

@@ -1,7 +1,8 @@
 //! `--partitions auto`: the fewest partitions at which the policy fits
 //! (dp's memory model, or a peer policy's own plan), found by
 //! `sizing::fewest_partitions`, and on several GPUs the faster of two
-//! searches (`sizing::size_partitions`).
+//! searches; then the fastest of the counts walked to from there
+//! (`sizing::size_partitions`).
 
 mod common;
 use common::{a100, gnn_spec};
@@ -205,8 +206,9 @@ fn a_forced_exchange_or_one_gpu_sizes_once() {
     let (build, mut options) = papers_share(4, 2);
     options.multi.as_mut().unwrap().forced = Some(Strategy::Host);
     let sized = size_partitions(&build, 256, &profile, &options).unwrap();
-    assert!(sized.peer.is_none() && sized.plan.is_none());
-    assert_eq!(sized.partitions, 2);
+    assert!(sized.peer.is_none());
+    assert_eq!(sized.sizing.partitions, 2);
+    assert_eq!(sized.walked[0].0, 2, "{:?}", sized.walked);
     let (one, options) = papers_share(1, 2);
     let options = PlanOptions {
         gpus: 1,
@@ -214,13 +216,10 @@ fn a_forced_exchange_or_one_gpu_sizes_once() {
         ..options
     };
     let sized = size_partitions(&one, 256, &profile, &options).unwrap();
-    let (workload, sizing) = fewest_partitions(&one, 256, &profile, &options).unwrap();
-    assert!(sized.peer.is_none() && sized.plan.is_none());
-    assert_eq!(
-        (sized.partitions, &sized.sizing),
-        (sizing.partitions, &sizing)
-    );
-    assert_eq!(sized.workload.name, workload.name);
+    let (_, sizing) = fewest_partitions(&one, 256, &profile, &options).unwrap();
+    assert!(sized.peer.is_none());
+    assert_eq!(sized.sizing, sizing);
+    assert_eq!(sized.walked[0].0, sizing.partitions, "{:?}", sized.walked);
 }
 
 #[test]
@@ -275,10 +274,32 @@ fn a_peer_policy_is_sized_by_its_own_plan_and_hands_it_back() {
     let again = plan(&sized.workload, &profile, &options).unwrap();
     assert_eq!(made.plan.policy, "hongtu");
     assert_eq!(made.plan.to_json(), again.to_json());
-    // Under dp the fit is dp's model, and no plan is made while sizing.
+    // The walk did not plan 2, where hongtu's own plan was found not to
+    // fit.
+    assert!(
+        sized.walked.iter().all(|&(p, _)| p > 2),
+        "{:?}",
+        sized.walked
+    );
+    // Under dp the fit is dp's model; the walk then plans from 2.
     let sized = size_partitions(&build, 256, &profile, &dp).unwrap();
-    assert_eq!(sized.partitions, 2);
-    assert!(sized.plan.is_none());
+    assert_eq!(sized.sizing.partitions, 2);
+    assert_eq!(sized.walked[0].0, 2, "{:?}", sized.walked);
+    assert_walk_took_the_fastest(&sized);
+}
+
+/// The count taken is the fastest the walk planned, and the walk went one
+/// count past the fastest (or stopped at the most allowed).
+fn assert_walk_took_the_fastest(sized: &fateplan_planner::sizing::Sized) {
+    let fastest = sized
+        .walked
+        .iter()
+        .filter_map(|&(p, s)| s.map(|s| (p, s)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .expect("a count planned fits");
+    assert_eq!(sized.partitions, fastest.0, "{:?}", sized.walked);
+    let made = sized.plan.as_ref().expect("the plan of the count taken");
+    assert_eq!(made.plan.predicted.iteration_s, fastest.1);
 }
 
 #[test]
@@ -300,4 +321,64 @@ fn a_peer_policy_that_fits_no_count_says_so() {
     let tried = &sized.sizing.tried;
     assert_eq!(tried.last(), Some(&(16, false)), "{tried:?}");
     assert!(tried.iter().all(|&(_, ok)| !ok), "{tried:?}");
+}
+
+/// ogbn-products, GAT, under an 8 GiB device: dp's memory model fits 3
+/// partitions at the fewest.
+fn products_gat() -> (
+    impl Fn(u32) -> fateplan_planner::Result<Workload>,
+    Profile,
+    PlanOptions,
+) {
+    let stats = dataset("ogbn-products").unwrap();
+    let spec = GnnSpec {
+        features: stats.features,
+        classes: stats.classes,
+        ..gnn_spec(GnnModel::Gat)
+    };
+    let build = move |p: u32| build_gnn(&spec, &BlockCounts::skewed(stats.nodes, stats.edges, p)?);
+    let (profile, options) = options(8 << 30);
+    (build, profile, options)
+}
+
+#[test]
+fn the_walk_takes_the_fastest_count_near_the_fewest_with_its_plan() {
+    let (build, profile, options) = products_gat();
+    let sized = size_partitions(&build, 256, &profile, &options).unwrap();
+    assert_eq!(sized.sizing.partitions, 3, "{:?}", sized.sizing);
+    // 4 is predicted faster than 3, 5 slower than 4: the walk stops there.
+    let counts: Vec<u32> = sized.walked.iter().map(|&(p, _)| p).collect();
+    assert_eq!(counts, vec![3, 4, 5], "{:?}", sized.walked);
+    let predicted: Vec<f64> = sized.walked.iter().map(|&(_, s)| s.unwrap()).collect();
+    assert!(
+        predicted[1] < predicted[0] && predicted[2] >= predicted[1],
+        "{predicted:?}"
+    );
+    assert_eq!(sized.partitions, 4);
+    assert!(
+        sized.workload.name.ends_with("-p4"),
+        "{}",
+        sized.workload.name
+    );
+    // Each prediction is dp's plan of that count, and the plan handed
+    // back is the one of the count taken.
+    for &(p, s) in &sized.walked {
+        let made = plan(&build(p).unwrap(), &profile, &options).unwrap();
+        assert_eq!(Some(made.predicted.iteration_s), s, "{p} partitions");
+    }
+    assert_walk_took_the_fastest(&sized);
+    let made = sized.plan.as_ref().expect("dp's plan of the count taken");
+    let again = plan(&sized.workload, &profile, &options).unwrap();
+    assert_eq!(made.plan.to_json(), again.to_json());
+    // The library's fewest is still the fewest.
+    let (_, fewest) = fewest_partitions(&build, 256, &profile, &options).unwrap();
+    assert_eq!(fewest.partitions, 3);
+    // Under milp the walk compares dp's plans and hands none back.
+    let milp = PlanOptions {
+        policy: Policy::Milp,
+        ..options
+    };
+    let sized = size_partitions(&build, 256, &profile, &milp).unwrap();
+    assert_eq!(sized.partitions, 4);
+    assert!(sized.plan.is_none());
 }

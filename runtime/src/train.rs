@@ -80,6 +80,7 @@ pub struct TrainReport {
     /// when there are several: it warms caches and allocators).
     pub iteration_s: f64,
     pub iteration_s_predicted: f64,
+    /// Means over the same iterations as `iteration_s`.
     pub compute_s: f64,
     pub recompute_s: f64,
     /// Seconds per iteration the compute thread waited for transfers.
@@ -417,7 +418,8 @@ fn run_epochs<B: GnnBackend>(
 ) -> Result<(TrainReport, Vec<TraceSpan>), ExecError> {
     let mut losses = Vec::with_capacity(epochs as usize);
     let mut seconds = Vec::with_capacity(epochs as usize);
-    let mut totals = (0.0, 0.0, 0.0);
+    // Per epoch: compute, recompute and wait seconds.
+    let mut parts: Vec<(f64, f64, f64)> = Vec::new();
     let mut moved = LinkBytes::default();
 
     for epoch in 1..=epochs {
@@ -432,9 +434,7 @@ fn run_epochs<B: GnnBackend>(
         }
         losses.push(metrics.loss);
         seconds.push(report.iteration_s);
-        totals.0 += report.compute_s;
-        totals.1 += report.recompute_s;
-        totals.2 += report.wait_s;
+        parts.push((report.compute_s, report.recompute_s, report.wait_s));
         moved = report.bytes_moved;
         progress(&EpochStats {
             epoch,
@@ -469,12 +469,12 @@ fn run_epochs<B: GnnBackend>(
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    let timed = if seconds.len() > 1 {
-        &seconds[1..]
-    } else {
-        &seconds[..]
-    };
-    let runs = epochs.max(1) as f64;
+    // The iterations after the first where there are several, for the
+    // iteration and its parts alike.
+    let skip = usize::from(seconds.len() > 1);
+    let (timed, parts) = (&seconds[skip..], &parts[skip..]);
+    let runs = timed.len().max(1) as f64;
+    let mean = |part: fn(&(f64, f64, f64)) -> f64| parts.iter().map(part).sum::<f64>() / runs;
     Ok((
         TrainReport {
             policy: plan.policy.clone(),
@@ -484,11 +484,11 @@ fn run_epochs<B: GnnBackend>(
             test_accuracy: eval.test_accuracy(),
             final_loss: losses.last().copied().unwrap_or(f64::NAN),
             weights_sha256,
-            iteration_s: timed.iter().sum::<f64>() / timed.len().max(1) as f64,
+            iteration_s: timed.iter().sum::<f64>() / runs,
             iteration_s_predicted: plan.predicted.iteration_s,
-            compute_s: totals.0 / runs,
-            recompute_s: totals.1 / runs,
-            wait_s: totals.2 / runs,
+            compute_s: mean(|p| p.0),
+            recompute_s: mean(|p| p.1),
+            wait_s: mean(|p| p.2),
             peak_bytes: executor.peak_bytes(),
             budgets: executor.budgets(),
             bytes_moved: moved,

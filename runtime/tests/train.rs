@@ -191,6 +191,34 @@ fn projecting_first_trains_the_same_model() {
     }
 }
 
+#[test]
+fn the_reported_parts_are_means_over_the_iterations_timed() {
+    // The first iteration warms caches and allocators and is left out of
+    // the iteration's mean; its parts are left out alike, so they never
+    // add up to more than the iteration they make.
+    let dataset = planted(300, 7);
+    let h = hyper(GnnModel::Gcn, 2, 8, 7);
+    let prepared = train::prepare(dataset.clone(), &h, 4).unwrap();
+    let plan = make_plan(&prepared, Policy::RetainAll, roomy()).unwrap();
+    let run = TrainRun {
+        plan: Arc::new(plan),
+        epochs: 3,
+        budgets: None,
+        ssd: None,
+        trace: false,
+        backend: Default::default(),
+    };
+    let mut epochs = Vec::new();
+    let (report, _) = train::train(prepared, h, run, &mut |e| epochs.push(*e)).unwrap();
+    assert_eq!(epochs.len(), 3);
+    let mean = |f: fn(&train::EpochStats) -> f64| (f(&epochs[1]) + f(&epochs[2])) / 2.0;
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs().max(1e-9);
+    assert!(close(report.iteration_s, mean(|e| e.iteration_s)));
+    assert!(close(report.compute_s, mean(|e| e.compute_s)));
+    assert!(close(report.recompute_s, mean(|e| e.recompute_s)));
+    assert!(close(report.wait_s, mean(|e| e.wait_s)));
+}
+
 /// GAT with `heads` heads of `head_width` features in its hidden layers.
 fn gat(layers: u32, heads: u32, head_width: u32, seed: u64) -> Hyper {
     Hyper {

@@ -278,6 +278,8 @@ fn run(
     record: bool,
 ) -> Result<(SimReport, Option<Recording>)> {
     profile.validate()?;
+    // A plan of several devices needs their link (a CPU profile has none).
+    profile.check_gpus(plan.gpus)?;
     plan.workload.definition.validate()?;
     let budgets = budgets_for(plan, profile);
     // One device of the plan's: its share of the node's host memory, SSD
