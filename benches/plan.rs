@@ -1,10 +1,10 @@
 //! How long planning takes.
 //!
 //! - `dp_gnn`: the default policy on the speed target's workloads: 3-layer
-//!   GCN and GAT, 256 hidden, on ogbn-papers100M and IGB-full, partitions
-//!   as `fateplan plan --partitions auto` sizes them for a100-80g (the
-//!   fewest at which dp's memory model fits, `sizing::fewest_partitions`,
-//!   where `--partitions auto` starts its walk).
+//!   GCN and GAT, 256 hidden, on ogbn-papers100M and IGB-full, at the
+//!   fewest partitions at which dp's memory model fits for a100-80g
+//!   (`sizing::fewest_partitions`, where `--partitions auto` starts its
+//!   walk).
 //! - `sizing`: that search itself, on the same workloads.
 //! - `dp_by_partitions`, `dp_random_dag`: how dp's plan time grows with the
 //!   number of tensors (the counter), on papers100M GCN with more
