@@ -1,7 +1,9 @@
-//! The GPU's figures: the hook where a CUDA backend's measurements go.
+//! The GPU's figures: the hook where the CUDA backend's measurements go.
 //!
-//! Once a CUDA backend exists, [`measure_gpu`] is where `fateplan
-//! profile` measures, per device: HBM capacity (free and total from the
+//! The CUDA backend (`crate::cuda`) trains, but `fateplan profile` does
+//! not measure a GPU yet: [`measure_gpu`] probes for one and says why it
+//! skipped (no driver, no device, ..., or a GPU found but not measured).
+//! It is where `fateplan profile` will measure, per device: HBM capacity (free and total from the
 //! driver), device-memory bandwidth (a copy kernel), pinned host-to-device
 //! and device-to-host copy rates and their per-copy latency (one stream
 //! each way, pinned buffers of tensor size), the f32 GEMM rate (cuBLAS on
@@ -39,12 +41,21 @@ pub struct GpuFigures {
     pub sources: Vec<(&'static str, String)>,
 }
 
-/// Why the GPU figures are absent from this build's profiles.
-pub const NO_GPU: &str = "no GPU: skipped (this build has no CUDA backend; \
-                          the device figures are the CPU backend's)";
+/// What every skipped GPU's reason ends with.
+pub const CPU_FIGURES: &str = "the device figures are the CPU backend's";
 
 /// Measures the GPU: the hook for the CUDA backend (see the module docs).
-/// This build has no CUDA backend, so it reports [`NO_GPU`].
+/// It probes for device 0 (`crate::cuda::probe`, which never panics) and
+/// skips with the probe's reason; a GPU found is not measured yet, and
+/// the line says so.
 pub fn measure_gpu() -> GpuOutcome {
-    GpuOutcome::Skipped(NO_GPU.to_string())
+    let why = match crate::cuda::probe(0) {
+        Err(e) => format!("no GPU: skipped ({e}); {CPU_FIGURES}"),
+        Ok(info) => format!(
+            "GPU {} found, but `fateplan profile` does not measure GPUs yet: skipped; \
+             {CPU_FIGURES}",
+            info.name
+        ),
+    };
+    GpuOutcome::Skipped(why)
 }

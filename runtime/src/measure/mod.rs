@@ -6,8 +6,9 @@
 //!   many threads as the rayon pool has.
 //! - SSD tier ([`ssd`]): the spill store in the given directory, driven
 //!   as the executor drives it, and the directory's free space.
-//! - Device: [`gpu::measure_gpu`], the hook for a CUDA backend; without
-//!   one, the CPU backend ([`compute`]): GEMM, SpMM, element-wise and
+//! - Device: [`gpu::measure_gpu`], the hook for the CUDA backend's
+//!   figures, which probes and skips (a GPU is not measured yet); the
+//!   CPU backend ([`compute`]): GEMM, SpMM, element-wise and
 //!   softmax rates of the operators timed inside training iterations, at
 //!   the rayon pool's thread count, and the per-operator overhead of the
 //!   executor and backend together. Its "PCIe" is the executor's transfer lanes: a
@@ -920,12 +921,16 @@ mod tests {
     }
 
     #[test]
-    fn this_build_skips_the_gpu() {
-        assert_eq!(
-            gpu::measure_gpu(),
-            GpuOutcome::Skipped(gpu::NO_GPU.to_string())
-        );
-        assert!(gpu::NO_GPU.starts_with("no GPU: skipped"));
+    fn the_gpu_is_skipped_with_the_probe_s_reason() {
+        let GpuOutcome::Skipped(why) = gpu::measure_gpu() else {
+            panic!("a GPU was measured");
+        };
+        assert!(why.ends_with(gpu::CPU_FIGURES), "{why}");
+        match crate::cuda::probe(0) {
+            // Without a driver (CI): the probe's own words.
+            Err(e) => assert!(why.contains(&e.to_string()), "{why}"),
+            Ok(info) => assert!(why.contains(&info.name), "{why}"),
+        }
     }
 
     #[test]
