@@ -128,9 +128,10 @@ pub(crate) struct PlanArgs {
     /// On several GPUs with `--exchange auto`, from the fewest that fit
     /// with some exchange strategy per layer (every halo through host
     /// memory tried first), or the fewest with every halo GPU to GPU where
-    /// the policy (dp under milp) predicts that faster. Then the next
-    /// counts up (or down) are planned while each is predicted faster (at
-    /// most 32 each way), and the fastest is taken. The search and the
+    /// the policy (dp under milp) predicts that faster. Then, except under
+    /// milp, the next counts up (or down) are planned while each is
+    /// predicted faster (at most 32 each way), and the fastest is taken.
+    /// The search and the
     /// counts planned are in the summary. `compare` sizes as dp does.
     #[arg(long, conflicts_with = "dag", default_value = "auto")]
     partitions: String,
@@ -426,9 +427,14 @@ fn sizing_line(sized: &Sized, most: u32, options: &PlanOptions, took: &str) -> S
         }
         Some(peer) if peer.compared => {
             let verdict = |s: Option<f64>| s.map_or("no plan".to_string(), format_seconds);
+            let taken = if peer.taken {
+                peer.sizing.partitions
+            } else {
+                sizing.partitions
+            };
             format!(
                 "; the fewest with every halo GPU to GPU {} (tried {}), predicted {} against {}, \
-                 {partitions} taken",
+                 {taken} taken",
                 peer.sizing.partitions,
                 shown(&peer.sizing),
                 verdict(peer.predicted_s),
@@ -440,14 +446,14 @@ fn sizing_line(sized: &Sized, most: u32, options: &PlanOptions, took: &str) -> S
             shown(&peer.sizing)
         ),
     };
-    let walked = walk_note(sized, options);
+    let walked = walk_note(sized);
     // The legend, where some count did not fit.
     let failed = sizing.tried.iter().any(|&(_, ok)| !ok)
         || sized
             .peer
             .as_ref()
             .is_some_and(|p| p.sizing.tried.iter().any(|&(_, ok)| !ok))
-        || sized.walked.iter().any(|&(_, s)| s.is_none());
+        || (!walked.is_empty() && sized.walked.iter().any(|&(_, s)| s.is_none()));
     let legend = if failed { ", x: no fit" } else { "" };
     match (sizing.none_fit, sizing.tried.is_empty()) {
         (true, true) => format!(
@@ -476,15 +482,10 @@ fn sizing_line(sized: &Sized, most: u32, options: &PlanOptions, took: &str) -> S
 
 /// The walk from the fewest that fit, for the `partitions` line: each
 /// count planned and its predicted iteration (`x`: no plan fits).
-fn walk_note(sized: &Sized, options: &PlanOptions) -> String {
+fn walk_note(sized: &Sized) -> String {
     if sized.walked.len() < 2 {
         return String::new();
     }
-    let whose = if options.policy == Policy::Milp {
-        "dp's prediction"
-    } else {
-        "the prediction"
-    };
     let counts: Vec<String> = sized
         .walked
         .iter()
@@ -494,7 +495,7 @@ fn walk_note(sized: &Sized, options: &PlanOptions) -> String {
         })
         .collect();
     format!(
-        "; the fastest near it by {whose} ({}): {}",
+        "; the fastest near it by the prediction ({}): {}",
         counts.join(", "),
         sized.partitions
     )

@@ -760,9 +760,13 @@ fn budget(
     profile: &Profile,
     retain_peak: &dyn Fn() -> Result<u64>,
 ) -> Result<u64> {
+    if flag.is_none() {
+        return Ok(default);
+    }
     let bytes = match crate::cli::budget_percent(flag, name)? {
         Some(percent) => crate::cli::share_of(retain_peak()?, percent),
         None => crate::cli::budget(flag, name, default)?,
     };
+    // Only what was given: a plan's own budgets are the plan's business.
     crate::cli::within_capacity(name, bytes, capacity, &profile.name)
 }

@@ -163,7 +163,7 @@ fn bad_input_names_what_is_wrong() {
         ),
         (
             &["plan", "--partitions", "2", "--host-budget", "1e6%"],
-            "--host-budget",
+            "more than profile \"a100-80g\" has",
         ),
         (&["plan", "--partitions", "lots"], "--partitions"),
         (&["plan", "--gpus", "9"], "whole nodes of 8"),

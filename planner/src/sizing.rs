@@ -43,8 +43,9 @@
 //! the second is not run: every halo GPU to GPU is one of the vectors the
 //! first tried.
 //!
-//! Then [`size_partitions`] walks from the count found: it plans the next
-//! count up with the policy (dp under milp), and the next, while each is
+//! Then [`size_partitions`] walks from the count found (not under milp,
+//! whose plan of a larger count may have more choices than it accepts): it
+//! plans the next count up with the policy, and the next, while each is
 //! predicted faster than the best so far (at most [`WALK_STEPS`]);
 //! where the first count up is not faster, it walks down the same way.
 //! Under dp the counts below can fit: dp's memory model, which the search
@@ -256,12 +257,14 @@ pub struct Sized {
     /// it took: the walk's plan of the count taken, or, where the search's
     /// count has no plan (dp's memory model fit, its plan does not), none.
     /// A caller planning with these options can take it instead of
-    /// planning again. Under milp the walk plans with dp, and no plan is
-    /// handed back.
+    /// planning again. Under milp, none (it does not walk; the two
+    /// searches' counts are compared by dp's plans, not kept).
     pub plan: Option<MadePlan>,
-    /// The walk from the count the searches found: each count planned, in
+    /// The walk from the count the searches found: each count asked, in
     /// order (that count first), with the policy's predicted iteration
-    /// (dp's under milp; `None`: no plan fits). Empty where no count fits.
+    /// (`None`: no plan, or a largest step over the device budget, which
+    /// is not planned). Empty where no count fits, and under milp, which
+    /// does not walk.
     pub walked: Vec<(u32, Option<f64>)>,
 }
 
@@ -294,10 +297,10 @@ pub struct PeerSizing {
 /// which the policy fits ([`fewest_partitions`]), and on several GPUs with
 /// the exchange chosen per layer, the faster by the policy's prediction
 /// (dp's under milp) of that and the fewest at which every halo fits GPU to
-/// GPU; then the fastest by that prediction of the counts walked to from
-/// there (the module documentation says why and how). Errors from `build`
-/// and from the planner's validation pass through; a plan that fails while
-/// comparing the two searches' counts counts as no plan.
+/// GPU; then, except under milp, the fastest by the policy's prediction of
+/// the counts walked to from there (the module documentation says why and
+/// how). Errors from `build` and from the planner's validation pass
+/// through; a plan that fails while comparing counts counts as no plan.
 pub fn size_partitions<E: From<Error>>(
     build: &dyn Fn(u32) -> Result<Workload, E>,
     most: u32,
@@ -410,31 +413,27 @@ fn fewest<E: From<Error>>(
     Ok(sized)
 }
 
-/// The policy's plan of `workload` (dp's under milp: `planning`), made
-/// without the infeasible plan's hint; `None` where no plan fits. Other
-/// errors pass through.
-fn plan_if_fits(
-    workload: &Workload,
-    profile: &Profile,
-    planning: &PlanOptions,
-) -> Result<Option<MadePlan>, Error> {
+/// The policy's plan of `workload`, made without the infeasible plan's
+/// hint; `None` where none is made (infeasible, or any other planner
+/// error: the walk only compares, and the caller planning the count taken
+/// reports its own errors).
+fn plan_if_fits(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Option<MadePlan> {
     let started = Instant::now();
-    match plan_or_infeasible(workload, profile, planning) {
-        Ok(plan) => Ok(Some(MadePlan {
+    plan_or_infeasible(workload, profile, options)
+        .ok()
+        .map(|plan| MadePlan {
             plan,
             seconds: started.elapsed().as_secs_f64(),
-        })),
-        Err(Error::Infeasible { .. }) => Ok(None),
-        Err(other) => Err(other),
-    }
+        })
 }
 
 /// The walk from the count the searches found (the module documentation
-/// says why): the policy's plans (dp's under milp) of the counts above it,
-/// one at a time while each is faster than the best so far; where the
-/// first above is not, those below it the same way, unless the policy's
-/// own plan already failed there. At most [`WALK_STEPS`] each way. The
-/// fastest is taken, with its plan (none under milp).
+/// says why): the policy's plans of the counts above it, one at a time
+/// while each is faster than the best so far; where the first above is
+/// not, those below it the same way, unless the policy's own plan already
+/// failed there. At most [`WALK_STEPS`] each way. The fastest is taken,
+/// with its plan. Not under milp: its plan of a larger count has more
+/// choices than it may accept, and dp's prediction is not its own.
 fn walk<E: From<Error>>(
     build: &dyn Fn(u32) -> Result<Workload, E>,
     most: u32,
@@ -442,21 +441,13 @@ fn walk<E: From<Error>>(
     options: &PlanOptions,
     sized: &mut Sized,
 ) -> Result<(), E> {
-    if sized.sizing.none_fit {
+    if sized.sizing.none_fit || options.policy == Policy::Milp {
         return Ok(());
     }
-    let policy = match options.policy {
-        Policy::Milp => Policy::Dp,
-        other => other,
-    };
-    let planning = PlanOptions {
-        policy,
-        ..options.clone()
-    };
     let found = sized.partitions;
     let made = match sized.plan.take() {
         Some(made) => Some(made),
-        None => plan_if_fits(&sized.workload, profile, &planning)?,
+        None => plan_if_fits(&sized.workload, profile, options),
     };
     let Some(made) = made else {
         // dp's memory model fit where its plan does not: nothing to walk
@@ -476,7 +467,7 @@ fn walk<E: From<Error>>(
             sized.walked.push((p, None));
             return Ok(false);
         }
-        let made = plan_if_fits(&workload, profile, &planning)?;
+        let made = plan_if_fits(&workload, profile, options);
         let predicted = made.as_ref().map(|m| m.plan.predicted.iteration_s);
         sized.walked.push((p, predicted));
         match made {
@@ -510,6 +501,6 @@ fn walk<E: From<Error>>(
         sized.partitions = partitions;
         sized.workload = workload;
     }
-    sized.plan = Some(made).filter(|_| options.policy == policy);
+    sized.plan = Some(made);
     Ok(())
 }
