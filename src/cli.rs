@@ -646,13 +646,30 @@ pub(crate) fn budget(flag: &Option<String>, name: &str, default: u64) -> Result<
     }
 }
 
-/// `bytes`, a budget from `--{name}`, where it is no more than the tier's
-/// `capacity` on profile `profile`: a plan for more than the machine has
-/// could not run on it.
-pub(crate) fn within_capacity(name: &str, bytes: u64, capacity: u64, profile: &str) -> Result<u64> {
+/// Whose capacity a budget is held to: profile `profile`'s, or for a
+/// tier the node's `gpus` GPUs share (host memory, SSD), one GPU's share.
+pub(crate) struct Capacity<'a> {
+    pub(crate) profile: &'a str,
+    pub(crate) gpus: u32,
+}
+
+/// `bytes`, the budget `--{name} {given}`, where it is no more than the
+/// tier's `capacity` (`shared`: one of the node's GPUs' share of it): a
+/// plan for more than the machine has could not run on it.
+pub(crate) fn within_capacity(
+    (name, given): (&str, &str),
+    bytes: u64,
+    (capacity, shared): (u64, bool),
+    of: &Capacity,
+) -> Result<u64> {
     if bytes > capacity {
+        let whose = if shared && of.gpus > 1 {
+            format!("one of {} GPUs' share of profile {:?}", of.gpus, of.profile)
+        } else {
+            format!("profile {:?}", of.profile)
+        };
         bail!(
-            "--{name} {}: more than profile {profile:?} has ({}); to plan for a larger machine, \
+            "--{name} {given} ({}): more than {whose} has ({}); to plan for a larger machine, \
              give its profile",
             format_bytes(bytes),
             format_bytes(capacity)
@@ -744,13 +761,22 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
         ("host-budget", &args.host_budget, share.host.memory_bytes),
         ("ssd-budget", &args.ssd_budget, share.ssd.capacity_bytes),
     ];
+    let capacity = Capacity {
+        profile: &profile.name,
+        gpus: args.gpus,
+    };
     let mut percents = [None; 3];
     let mut bytes = [0u64; 3];
     for (k, (name, flag, default)) in flags.into_iter().enumerate() {
         percents[k] = budget_percent(flag, name)?;
         bytes[k] = match percents[k] {
             Some(_) => default,
-            None => within_capacity(name, budget(flag, name, default)?, default, &profile.name)?,
+            None => within_capacity(
+                (name, flag.as_deref().unwrap_or_default()),
+                budget(flag, name, default)?,
+                (default, k > 0),
+                &capacity,
+            )?,
         };
     }
     [
@@ -799,9 +825,19 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
             &mut budgets.ssd_bytes,
         ];
         let mut given = Vec::new();
-        for ((slot, percent), (name, _, capacity)) in slots.into_iter().zip(percents).zip(flags) {
+        let held = Capacity {
+            profile: &profile.name,
+            gpus: args.gpus,
+        };
+        let tiers = slots.into_iter().zip(percents).zip(flags).enumerate();
+        for (k, ((slot, percent), (name, flag, capacity))) in tiers {
             if let Some(percent) = percent {
-                *slot = within_capacity(name, share_of(peak, percent), capacity, &profile.name)?;
+                *slot = within_capacity(
+                    (name, flag.as_deref().unwrap_or_default()),
+                    share_of(peak, percent),
+                    (capacity, k > 0),
+                    &held,
+                )?;
                 given.push(format!("--{name} {percent}%: {}", format_bytes(*slot)));
             }
         }

@@ -348,26 +348,30 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 let given = plan.budgets;
                 // The plan's profile, one device's share of it.
                 let machine = plan.profile.share(plan.gpus);
+                let held = crate::cli::Capacity {
+                    profile: &plan.profile.name,
+                    gpus: plan.gpus,
+                };
                 run_budgets = Some(Budgets {
                     hbm_bytes: budget(
                         &args.hbm_budget,
                         "hbm-budget",
-                        (given.hbm_bytes, machine.device.hbm_bytes),
-                        &plan.profile,
+                        (given.hbm_bytes, machine.device.hbm_bytes, false),
+                        &held,
                         &retain_peak,
                     )?,
                     host_bytes: budget(
                         &args.host_budget,
                         "host-budget",
-                        (given.host_bytes, machine.host.memory_bytes),
-                        &plan.profile,
+                        (given.host_bytes, machine.host.memory_bytes, true),
+                        &held,
                         &retain_peak,
                     )?,
                     ssd_bytes: budget(
                         &args.ssd_budget,
                         "ssd-budget",
-                        (given.ssd_bytes, machine.ssd.capacity_bytes),
-                        &plan.profile,
+                        (given.ssd_bytes, machine.ssd.capacity_bytes, true),
+                        &held,
                         &retain_peak,
                     )?,
                 });
@@ -387,25 +391,33 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             // The defaults are the profile's capacities (one device's
             // share of its node's host memory and SSD).
             let given = options.budgets;
+            let held = crate::cli::Capacity {
+                profile: &profile.name,
+                gpus: if shared && profile.peer.is_some() {
+                    args.devices
+                } else {
+                    1
+                },
+            };
             options.budgets.hbm_bytes = budget(
                 &args.hbm_budget,
                 "hbm-budget",
-                (given.hbm_bytes, given.hbm_bytes),
-                &profile,
+                (given.hbm_bytes, given.hbm_bytes, false),
+                &held,
                 &retain_peak,
             )?;
             options.budgets.host_bytes = budget(
                 &args.host_budget,
                 "host-budget",
-                (given.host_bytes, given.host_bytes),
-                &profile,
+                (given.host_bytes, given.host_bytes, true),
+                &held,
                 &retain_peak,
             )?;
             options.budgets.ssd_bytes = budget(
                 &args.ssd_budget,
                 "ssd-budget",
-                (given.ssd_bytes, given.ssd_bytes),
-                &profile,
+                (given.ssd_bytes, given.ssd_bytes, true),
+                &held,
                 &retain_peak,
             )?;
             if let Some(s) = prepared.shared().filter(|_| profile.peer.is_some()) {
@@ -756,17 +768,17 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, epochs: u32) -> Result<
 fn budget(
     flag: &Option<String>,
     name: &str,
-    (default, capacity): (u64, u64),
-    profile: &Profile,
+    (default, capacity, shared): (u64, u64, bool),
+    of: &crate::cli::Capacity,
     retain_peak: &dyn Fn() -> Result<u64>,
 ) -> Result<u64> {
-    if flag.is_none() {
+    // Only what was given: a plan's own budgets are the plan's business.
+    let Some(given) = flag.as_deref() else {
         return Ok(default);
-    }
+    };
     let bytes = match crate::cli::budget_percent(flag, name)? {
         Some(percent) => crate::cli::share_of(retain_peak()?, percent),
         None => crate::cli::budget(flag, name, default)?,
     };
-    // Only what was given: a plan's own budgets are the plan's business.
-    crate::cli::within_capacity(name, bytes, capacity, &profile.name)
+    crate::cli::within_capacity((name, given), bytes, (capacity, shared), of)
 }

@@ -159,11 +159,19 @@ fn bad_input_names_what_is_wrong() {
         (&["plan", "--hbm-budget", "12 parsecs"], "unknown unit"),
         (
             &["plan", "--hbm-budget", "1.5TiB"],
-            "--hbm-budget 1.50 TiB: more than profile \"a100-80g\" has (80.0 GiB)",
+            "--hbm-budget 1.5TiB (1.50 TiB): more than profile \"a100-80g\" has (80.0 GiB)",
+        ),
+        (
+            &["plan", "--partitions", "2", "--host-budget", "1e6%"],
+            "--host-budget 1e6% (",
         ),
         (
             &["plan", "--partitions", "2", "--host-budget", "1e6%"],
             "more than profile \"a100-80g\" has",
+        ),
+        (
+            &["plan", "--gpus", "4", "--host-budget", "300GiB"],
+            "more than one of 4 GPUs' share of profile \"a100-80g\" has (256 GiB)",
         ),
         (&["plan", "--partitions", "lots"], "--partitions"),
         (&["plan", "--gpus", "9"], "whole nodes of 8"),

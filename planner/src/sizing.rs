@@ -376,16 +376,7 @@ fn fewest<E: From<Error>>(
             ..options.clone()
         };
         let planned = |w: &Workload, made: Option<MadePlan>| {
-            made.or_else(|| {
-                let started = Instant::now();
-                // Without the hint: an infeasible plan counts as none.
-                plan_or_infeasible(w, profile, &planning)
-                    .ok()
-                    .map(|plan| MadePlan {
-                        plan,
-                        seconds: started.elapsed().as_secs_f64(),
-                    })
-            })
+            made.or_else(|| plan_if_fits(w, profile, &planning))
         };
         // A peer policy's plan of the first count was made by its search.
         let host = planned(&sized.workload, sized.plan.take());
