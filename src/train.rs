@@ -193,6 +193,7 @@ fn backend_choice(args: &TrainArgs) -> Result<train::BackendChoice> {
                     device,
                     kernel_cache_dir,
                     workspace_bytes: None,
+                    synchronize_operators: false,
                 },
             ))
         }

@@ -68,8 +68,12 @@ extern "C" __global__ void csc_place_u32(
     }
 }
 
-// Sorts each column's edge ids ascending (heap sort, in place): the order
-// of the terms of every transposed sum is then edge order.
+// Sorts each column's edge ids ascending, in place: the order of the
+// terms of every transposed sum is then edge order. A column of at most
+// ONE_THREAD_SORT edges is heap-sorted by one thread (`csc_order_u32`);
+// a longer one, a hub's, by a whole block (`csc_order_wide_u32`), so that
+// no thread sorts a hub's hundred thousand edges alone.
+#define ONE_THREAD_SORT 256
 __device__ void sift_down(u32* a, u64 root, u64 n) {
     for (;;) {
         u64 child = 2 * root + 1;
@@ -86,10 +90,44 @@ extern "C" __global__ void csc_order_u32(const u64* start, u64 src_rows, u32* pe
     GRID_STRIDE(c, src_rows) {
         u32* a = perm + start[c];
         u64 n = start[c + 1] - start[c];
+        if (n > ONE_THREAD_SORT) continue;
         for (u64 k = n / 2; k-- > 0;) sift_down(a, k, n);
         for (u64 end = n; end > 1; --end) {
             u32 t = a[0]; a[0] = a[end - 1]; a[end - 1] = t;
             sift_down(a, 0, end - 1);
+        }
+    }
+}
+
+// One block per column longer than ONE_THREAD_SORT (blocks stride over
+// the columns): a bitonic network whose comparators all put the smaller
+// value first, over the column's length rounded up to a power of two; a
+// comparator that reaches past the end meets a virtual maximum and never
+// swaps, so the padding costs nothing. The ids are distinct, so the order
+// is the one sorted order whatever the launch.
+extern "C" __global__ void csc_order_wide_u32(const u64* start, u64 src_rows, u32* perm)
+{
+    for (u64 c = blockIdx.x; c < src_rows; c += gridDim.x) {
+        u64 n = start[c + 1] - start[c];
+        if (n <= ONE_THREAD_SORT) continue;  // the same for the whole block
+        u32* a = perm + start[c];
+        u64 padded = 1;
+        while (padded < n) padded <<= 1;
+        u64 pairs = padded / 2;
+        for (u64 k = 2; k <= padded; k <<= 1) {
+            u64 h = k / 2;
+            for (u64 i = threadIdx.x; i < pairs; i += blockDim.x) {
+                u64 lo = (i / h) * k + i % h, hi = (i / h) * k + k - 1 - i % h;
+                if (hi < n && a[lo] > a[hi]) { u32 t = a[lo]; a[lo] = a[hi]; a[hi] = t; }
+            }
+            __syncthreads();
+            for (u64 j = k / 4; j > 0; j >>= 1) {
+                for (u64 i = threadIdx.x; i < pairs; i += blockDim.x) {
+                    u64 lo = (i / j) * 2 * j + i % j, hi = lo + j;
+                    if (hi < n && a[lo] > a[hi]) { u32 t = a[lo]; a[lo] = a[hi]; a[hi] = t; }
+                }
+                __syncthreads();
+            }
         }
     }
 }

@@ -531,6 +531,34 @@ fn every_operator_matches_the_cpu_and_the_reference() {
 }
 
 #[test]
+fn hub_columns_are_transposed_in_edge_order() {
+    if !gpu_ready("hub_columns_are_transposed_in_edge_order") {
+        return;
+    }
+    // An R-MAT graph has hubs: sources with more edges than one thread
+    // sorts (256, `ONE_THREAD_SORT` in kernels/cuda/sparse.cu), whose
+    // columns a whole block sorts. The transposed aggregations (GCN's,
+    // and GAT's into source rows) must still sum them in edge order.
+    let dataset =
+        train::load_graph("rmat:scale=12,edge_factor=16,features=12,classes=4,seed=2").unwrap();
+    let mut out_edges = HashMap::<u64, usize>::new();
+    for &s in &dataset.src {
+        *out_edges.entry(s).or_default() += 1;
+    }
+    let hubs = out_edges.values().filter(|&&n| n > 256).count();
+    let most = out_edges.values().max().copied().unwrap_or(0);
+    assert!(
+        hubs >= 10 && most > 2000,
+        "{hubs} hubs, the largest {most} edges"
+    );
+    for h in [hyper(GnnModel::Gcn, 1), hyper(GnnModel::Gat, 2)] {
+        let referenced = operators_agree_on(dataset.clone(), h, 1);
+        assert!(referenced >= 5, "{:?}: {referenced} operators", h.model);
+        operators_agree_on(dataset.clone(), h, 2);
+    }
+}
+
+#[test]
 fn a_wide_first_layer_projects_in_slabs() {
     if !gpu_ready("a_wide_first_layer_projects_in_slabs") {
         return;

@@ -52,6 +52,11 @@ pub struct CudaOptions {
     /// workspaces the planner does not count; `None`: what the model
     /// needs at most (see `CudaGnn::workspace_bytes`).
     pub workspace_bytes: Option<u64>,
+    /// Wait for each operator's kernels before returning it to the
+    /// executor, so that the executor's operator spans are the GPU's
+    /// times (the profiler's rates). Training leaves it off: operators
+    /// then queue on the compute stream while the host runs ahead.
+    pub synchronize_operators: bool,
 }
 
 /// What [`probe`] found.
@@ -99,6 +104,95 @@ pub fn probe(ordinal: usize) -> Result<DeviceInfo, ExecError> {
             .total_mem()
             .map_err(|e| cuda_error("device memory", e))? as u64,
         devices,
+    })
+}
+
+/// Pinned host memory to and from device `ordinal`, as the host tier's
+/// copies go: one stream each way, a copy of `bytes` from (or into) a
+/// pinned buffer, timed from its issue to the end of the stream's wait.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CopyRates {
+    /// Medians over the rounds.
+    pub h2d_bytes_per_s: f64,
+    pub d2h_bytes_per_s: f64,
+    /// The median time of a one-value copy to the device and back, halved.
+    pub latency_s: f64,
+    pub bytes: usize,
+    pub rounds: u32,
+}
+
+/// Times pinned copies of `bytes` each way, `rounds` times after one
+/// left out, and `rounds` one-value copies.
+pub fn copy_rates(ordinal: usize, bytes: usize, rounds: u32) -> Result<CopyRates, ExecError> {
+    probe(ordinal)?;
+    let ctx = CudaContext::new(ordinal).map_err(|e| cuda_error("creating a context", e))?;
+    let h2d = ctx.new_stream().map_err(|e| cuda_error("a stream", e))?;
+    let d2h = ctx.new_stream().map_err(|e| cuda_error("a stream", e))?;
+    let n = (bytes / 4).max(1);
+    // SAFETY: written in full below before any copy reads it.
+    let mut host = unsafe { ctx.alloc_pinned_with_flags::<f32>(n, 0) }
+        .map_err(|e| cuda_error("allocating pinned host memory", e))?;
+    for (i, v) in host
+        .as_mut_slice()
+        .map_err(|e| cuda_error("pinned host memory", e))?
+        .iter_mut()
+        .enumerate()
+    {
+        *v = (i % 1021) as f32;
+    }
+    let mut device = h2d
+        .alloc_zeros::<f32>(n)
+        .map_err(|e| cuda_error("device memory", e))?;
+    let mut one_host = unsafe { ctx.alloc_pinned_with_flags::<f32>(1, 0) }
+        .map_err(|e| cuda_error("allocating pinned host memory", e))?;
+    let mut one_device = h2d
+        .alloc_zeros::<f32>(1)
+        .map_err(|e| cuda_error("device memory", e))?;
+    h2d.synchronize().map_err(|e| cuda_error("a stream", e))?;
+    let median_of = |mut seconds: Vec<f64>| {
+        seconds.sort_by(f64::total_cmp);
+        seconds[seconds.len() / 2]
+    };
+    let rounds = rounds.max(1);
+    let timed = |f: &mut dyn FnMut() -> Result<(), ExecError>| -> Result<f64, ExecError> {
+        f()?;
+        let mut seconds = Vec::with_capacity(rounds as usize);
+        for _ in 0..rounds {
+            let start = std::time::Instant::now();
+            f()?;
+            seconds.push(start.elapsed().as_secs_f64());
+        }
+        Ok(median_of(seconds))
+    };
+    let copy_bytes = (n * 4) as f64;
+    let up = timed(&mut || {
+        h2d.memcpy_htod(&host, &mut device)
+            .map_err(|e| cuda_error("host-to-device copy", e))?;
+        h2d.synchronize()
+            .map_err(|e| cuda_error("host-to-device copy", e))
+    })?;
+    let down = timed(&mut || {
+        d2h.memcpy_dtoh(&device, &mut host)
+            .map_err(|e| cuda_error("device-to-host copy", e))?;
+        d2h.synchronize()
+            .map_err(|e| cuda_error("device-to-host copy", e))
+    })?;
+    let round_trip = timed(&mut || {
+        h2d.memcpy_htod(&one_host, &mut one_device)
+            .map_err(|e| cuda_error("host-to-device copy", e))?;
+        h2d.synchronize()
+            .map_err(|e| cuda_error("host-to-device copy", e))?;
+        d2h.memcpy_dtoh(&one_device, &mut one_host)
+            .map_err(|e| cuda_error("device-to-host copy", e))?;
+        d2h.synchronize()
+            .map_err(|e| cuda_error("device-to-host copy", e))
+    })?;
+    Ok(CopyRates {
+        h2d_bytes_per_s: copy_bytes / up,
+        d2h_bytes_per_s: copy_bytes / down,
+        latency_s: round_trip / 2.0,
+        bytes: n * 4,
+        rounds,
     })
 }
 
@@ -215,6 +309,8 @@ pub(crate) struct Gpu {
     modules: Mutex<HashMap<Source, Arc<CudaModule>>>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
     pub(crate) pool: Arc<Pool>,
+    /// Pinned host buffers of the host tier's copies, kept for reuse.
+    pinned: Arc<PinnedPool>,
     /// A one-element buffer passed where a kernel takes a pointer it does
     /// not read (an `init` without `INIT_FROM`).
     pub(crate) dummy: DeviceBuf<f32>,
@@ -253,6 +349,7 @@ impl Gpu {
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
             pool,
+            pinned: Arc::new(PinnedPool::default()),
             dummy,
         }))
     }
@@ -446,13 +543,31 @@ fn upload_pinned_on<T: DeviceRepr + ValidAsZeroBits>(
     Ok(buf)
 }
 
+/// A pinned buffer of `len` values (at least one): `reused` when the pool
+/// had one of these lengths, else a new one. Its contents are whatever the
+/// last user left: every caller overwrites the first `len` values.
+fn pinned_buffer<T: DeviceRepr + ValidAsZeroBits>(
+    ctx: &Arc<CudaContext>,
+    reused: Option<PinnedHostSlice<T>>,
+    len: usize,
+) -> Result<PinnedHostSlice<T>, ExecError> {
+    if let Some(pinned) = reused {
+        if pinned.len() == len.max(1) {
+            return Ok(pinned);
+        }
+    }
+    // SAFETY: every caller writes the first `len` values before anyone
+    // reads them, and no one reads past `len`.
+    unsafe { ctx.alloc_pinned_with_flags::<T>(len.max(1), 0) }
+        .map_err(|e| cuda_error("allocating pinned host memory", e))
+}
+
 fn pin<T: DeviceRepr + ValidAsZeroBits + Copy>(
     ctx: &Arc<CudaContext>,
+    reused: Option<PinnedHostSlice<T>>,
     values: &[T],
 ) -> Result<PinnedHostSlice<T>, ExecError> {
-    // SAFETY: the buffer is written in full below before anyone reads it.
-    let mut pinned = unsafe { ctx.alloc_pinned_with_flags::<T>(values.len().max(1), 0) }
-        .map_err(|e| cuda_error("allocating pinned host memory", e))?;
+    let mut pinned = pinned_buffer(ctx, reused, values.len())?;
     let slice = pinned
         .as_mut_slice()
         .map_err(|e| cuda_error("pinned host memory", e))?;
@@ -462,12 +577,11 @@ fn pin<T: DeviceRepr + ValidAsZeroBits + Copy>(
 
 fn download_pinned<T: DeviceRepr + ValidAsZeroBits>(
     ctx: &Arc<CudaContext>,
+    reused: Option<PinnedHostSlice<T>>,
     stream: &Arc<CudaStream>,
     buf: &DeviceBuf<T>,
 ) -> Result<PinnedHostSlice<T>, ExecError> {
-    // SAFETY: the copy below writes every value before anyone reads them.
-    let mut pinned = unsafe { ctx.alloc_pinned_with_flags::<T>(buf.len.max(1), 0) }
-        .map_err(|e| cuda_error("allocating pinned host memory", e))?;
+    let mut pinned = pinned_buffer(ctx, reused, buf.len)?;
     if buf.len > 0 {
         let view = buf.slice.slice(0..buf.len);
         stream
@@ -493,10 +607,74 @@ fn block_bytes(rows_plus_one: usize, nnz: usize) -> u64 {
 }
 
 /// The lengths of a pinned tensor's parts, kept beside it (pinned
-/// buffers hold at least one value).
+/// buffers hold at least one value). Dropped, it gives its buffers back
+/// to the pool.
 pub(crate) struct PinnedCopy {
-    tensor: PinnedTensor,
+    tensor: Option<PinnedTensor>,
     lengths: [usize; 3],
+    pool: Arc<PinnedPool>,
+}
+
+impl PinnedCopy {
+    fn tensor(&self) -> Result<&PinnedTensor, ExecError> {
+        self.tensor
+            .as_ref()
+            .ok_or_else(|| ExecError::Internal("a pinned copy without its buffers".into()))
+    }
+}
+
+impl Drop for PinnedCopy {
+    fn drop(&mut self) {
+        if let Some(tensor) = self.tensor.take() {
+            self.pool.give_back(self.lengths, tensor);
+        }
+    }
+}
+
+/// Which kind of tensor a pooled pinned buffer holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum PinnedKind {
+    F32,
+    I64,
+    Block,
+}
+
+impl PinnedTensor {
+    fn kind(&self) -> PinnedKind {
+        match self {
+            PinnedTensor::F32(_) => PinnedKind::F32,
+            PinnedTensor::I64(_) => PinnedKind::I64,
+            PinnedTensor::Block { .. } => PinnedKind::Block,
+        }
+    }
+}
+
+/// A pooled buffer's kind and its parts' lengths.
+type PinnedKey = (PinnedKind, [usize; 3]);
+
+/// Pinned host buffers kept for reuse, by kind and lengths. Allocating
+/// and page-locking host memory costs more than the copy into it, and a
+/// training iteration offloads tensors of the sizes the last one did: from
+/// the second iteration on, every host-tier copy reuses a buffer. The pool
+/// holds at most what was in use at once; it is freed with the GPU.
+#[derive(Default)]
+pub(crate) struct PinnedPool {
+    free: Mutex<HashMap<PinnedKey, Vec<PinnedTensor>>>,
+}
+
+impl PinnedPool {
+    fn take(&self, kind: PinnedKind, lengths: [usize; 3]) -> Option<PinnedTensor> {
+        self.free.lock().ok()?.get_mut(&(kind, lengths))?.pop()
+    }
+
+    fn give_back(&self, lengths: [usize; 3], tensor: PinnedTensor) {
+        // A poisoned lock only loses the buffer to reuse; it is freed.
+        if let Ok(mut free) = self.free.lock() {
+            free.entry((tensor.kind(), lengths))
+                .or_default()
+                .push(tensor);
+        }
+    }
 }
 
 /// Moves tensors between the GPU and pinned host memory on the h2d and
@@ -523,50 +701,79 @@ impl CudaMover {
     fn to_pinned(&self, data: &Data) -> Result<PinnedCopy, ExecError> {
         let ctx = &self.gpu.ctx;
         let d2h = &self.gpu.d2h;
-        let copy = match data {
-            Data::F32(v) => PinnedCopy {
-                tensor: PinnedTensor::F32(pin(ctx, v)?),
-                lengths: [v.len(), 0, 0],
+        let pool = &self.gpu.pinned;
+        let device = match data {
+            Data::Held(held) => Some(held.get::<GpuTensor>().ok_or_else(|| {
+                ExecError::Internal("the CUDA mover was given data held by another backend".into())
+            })?),
+            _ => None,
+        };
+        let (kind, lengths) = match (data, device) {
+            (Data::F32(v), _) => (PinnedKind::F32, [v.len(), 0, 0]),
+            (Data::I64(v), _) => (PinnedKind::I64, [v.len(), 0, 0]),
+            (Data::Block(b), _) => (
+                PinnedKind::Block,
+                [b.row_start.len(), b.columns.len(), b.weights.len()],
+            ),
+            (_, Some(GpuTensor::F32(buf))) => (PinnedKind::F32, [buf.len, 0, 0]),
+            (_, Some(GpuTensor::I64(buf))) => (PinnedKind::I64, [buf.len, 0, 0]),
+            (_, Some(GpuTensor::Block(b))) => (
+                PinnedKind::Block,
+                [b.row_start.len, b.columns.len, b.weights.len],
+            ),
+            (Data::Held(_), None) => {
+                return Err(ExecError::Internal(
+                    "held data without a device tensor".into(),
+                ))
+            }
+        };
+        let reused = pool.take(kind, lengths);
+        let (f32s, i64s, parts) = match reused {
+            Some(PinnedTensor::F32(p)) => (Some(p), None, None),
+            Some(PinnedTensor::I64(p)) => (None, Some(p), None),
+            Some(PinnedTensor::Block {
+                row_start,
+                columns,
+                weights,
+            }) => (None, None, Some((row_start, columns, weights))),
+            None => (None, None, None),
+        };
+        let (rs, cs, ws) = match parts {
+            Some((a, b, c)) => (Some(a), Some(b), Some(c)),
+            None => (None, None, None),
+        };
+        let tensor = match (data, device) {
+            (Data::F32(v), _) => PinnedTensor::F32(pin(ctx, f32s, v)?),
+            (Data::I64(v), _) => PinnedTensor::I64(pin(ctx, i64s, v)?),
+            (Data::Block(b), _) => PinnedTensor::Block {
+                row_start: pin(ctx, rs, &b.row_start)?,
+                columns: pin(ctx, cs, &b.columns)?,
+                weights: pin(ctx, ws, &b.weights)?,
             },
-            Data::I64(v) => PinnedCopy {
-                tensor: PinnedTensor::I64(pin(ctx, v)?),
-                lengths: [v.len(), 0, 0],
+            (_, Some(GpuTensor::F32(buf))) => {
+                PinnedTensor::F32(download_pinned(ctx, f32s, d2h, buf)?)
+            }
+            (_, Some(GpuTensor::I64(buf))) => {
+                PinnedTensor::I64(download_pinned(ctx, i64s, d2h, buf)?)
+            }
+            (_, Some(GpuTensor::Block(b))) => PinnedTensor::Block {
+                row_start: download_pinned(ctx, rs, d2h, &b.row_start)?,
+                columns: download_pinned(ctx, cs, d2h, &b.columns)?,
+                weights: download_pinned(ctx, ws, d2h, &b.weights)?,
             },
-            Data::Block(b) => PinnedCopy {
-                tensor: PinnedTensor::Block {
-                    row_start: pin(ctx, &b.row_start)?,
-                    columns: pin(ctx, &b.columns)?,
-                    weights: pin(ctx, &b.weights)?,
-                },
-                lengths: [b.row_start.len(), b.columns.len(), b.weights.len()],
-            },
-            Data::Held(held) => match held.get::<GpuTensor>() {
-                Some(GpuTensor::F32(buf)) => PinnedCopy {
-                    tensor: PinnedTensor::F32(download_pinned(ctx, d2h, buf)?),
-                    lengths: [buf.len, 0, 0],
-                },
-                Some(GpuTensor::I64(buf)) => PinnedCopy {
-                    tensor: PinnedTensor::I64(download_pinned(ctx, d2h, buf)?),
-                    lengths: [buf.len, 0, 0],
-                },
-                Some(GpuTensor::Block(b)) => PinnedCopy {
-                    tensor: PinnedTensor::Block {
-                        row_start: download_pinned(ctx, d2h, &b.row_start)?,
-                        columns: download_pinned(ctx, d2h, &b.columns)?,
-                        weights: download_pinned(ctx, d2h, &b.weights)?,
-                    },
-                    lengths: [b.row_start.len, b.columns.len, b.weights.len],
-                },
-                None => {
-                    return Err(ExecError::Internal(
-                        "the CUDA mover was given data held by another backend".into(),
-                    ))
-                }
-            },
+            (Data::Held(_), None) => {
+                return Err(ExecError::Internal(
+                    "held data without a device tensor".into(),
+                ))
+            }
         };
         d2h.synchronize()
             .map_err(|e| cuda_error("device-to-host copy", e))?;
-        Ok(copy)
+        Ok(PinnedCopy {
+            tensor: Some(tensor),
+            lengths,
+            pool: pool.clone(),
+        })
     }
 }
 
@@ -589,7 +796,7 @@ impl Mover for CudaMover {
         };
         if let Some(copy) = held.get::<PinnedCopy>() {
             let [a, b, c] = copy.lengths;
-            return Ok(match &copy.tensor {
+            return Ok(match copy.tensor()? {
                 PinnedTensor::F32(p) => Data::F32(pinned_values(p, a)?),
                 PinnedTensor::I64(p) => Data::I64(pinned_values(p, a)?),
                 PinnedTensor::Block {
@@ -630,7 +837,7 @@ impl Mover for CudaMover {
                     )
                 })?;
                 let [a, b, c] = copy.lengths;
-                match &copy.tensor {
+                match copy.tensor()? {
                     PinnedTensor::F32(p) => GpuTensor::F32(upload_pinned_on(h2d, pool, p, a)?),
                     PinnedTensor::I64(p) => GpuTensor::I64(upload_pinned_on(h2d, pool, p, a)?),
                     PinnedTensor::Block {

@@ -32,6 +32,9 @@ use super::device::{
 const INIT_ZERO: i32 = 0;
 const INIT_FROM: i32 = 1;
 const INIT_OUT: i32 = 2;
+/// Blocks of the hub-column sort (`csc_order_wide_u32`), each striding
+/// over the columns.
+const WIDE_SORT_BLOCKS: usize = 4096;
 
 /// Launches kernel `$name` over `$n` elements on the compute stream.
 /// Every argument must outlive the statement (bind scalars and views to
@@ -142,6 +145,8 @@ pub struct CudaGnn {
     metrics: Metrics,
     /// The train, val and test masks of every row, one byte each.
     masks: [DeviceBuf<u8>; 3],
+    /// [`CudaOptions::synchronize_operators`].
+    synchronize_operators: bool,
 }
 
 impl CudaGnn {
@@ -193,6 +198,7 @@ impl CudaGnn {
             model,
             metrics: Metrics::default(),
             masks,
+            synchronize_operators: options.synchronize_operators,
         })
     }
 
@@ -390,6 +396,20 @@ impl CudaGnn {
             src_u,
             [&start.slice, &src_u, &mut perm.slice]
         );
+        if src_rows > 0 {
+            // The hubs' columns, a block each (the kernel skips the rest).
+            let function = gpu.function("csc_order_wide_u32")?;
+            let mut builder = gpu.compute.launch_builder(&function);
+            builder.arg(&start.slice).arg(&src_u).arg(&mut perm.slice);
+            let blocks = LaunchConfig {
+                grid_dim: (src_rows.min(WIDE_SORT_BLOCKS) as u32, 1, 1),
+                block_dim: (1024, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: (start, src_rows, perm) as csc_order_wide_u32 takes
+            // them: `start` holds src_rows + 1 offsets into `perm`.
+            unsafe { builder.launch(blocks) }.map_err(|e| cuda_error("csc_order_wide_u32", e))?;
+        }
         launch!(
             gpu,
             "csc_rows_u32",
@@ -1239,57 +1259,11 @@ impl GnnBackend for CudaGnn {
     }
 }
 
-impl Backend for CudaGnn {
-    fn mover(&self) -> Arc<dyn Mover> {
-        Arc::new(CudaMover {
-            gpu: self.gpu.clone(),
-        })
-    }
-
-    fn external(&mut self, tensor: &Tensor) -> Result<Data, ExecError> {
-        let name = Name::parse(&tensor.name)?;
-        let g = &self.graph;
-        Ok(match name.base {
-            "x" => {
-                let rows = g.rows(name.get('p')?);
-                Data::F32(g.x[rows.start * g.features..rows.end * g.features].to_vec())
-            }
-            "y" => Data::I64(g.y[g.rows(name.get('p')?)].to_vec()),
-            "adj" => {
-                let (i, j) = (name.number(0)?, name.number(1)?);
-                let block = g.blocks[i * g.partitions() + j].clone().ok_or_else(|| {
-                    ExecError::Internal(format!("the graph has no block {}", tensor.name))
-                })?;
-                Data::Block(block)
-            }
-            "w" => Data::F32(self.model.init_weights(name.get('l')?)),
-            "adam_m" | "adam_v" => Data::F32(vec![0.0; self.model.weight_len(name.get('l')?)]),
-            _ => {
-                return Err(ExecError::Internal(format!(
-                    "unexpected external tensor {}",
-                    tensor.name
-                )))
-            }
-        })
-    }
-
-    fn externals_placed(&mut self) {
-        self.graph.x = Vec::new();
-        self.graph.y = Vec::new();
-        self.graph.blocks = Vec::new();
-    }
-
-    fn begin_iteration(&mut self, _iteration: u64) -> Result<(), ExecError> {
-        self.metrics = Metrics::default();
-        self.model.begin_iteration();
-        self.gpu
-            .ctx
-            .bind_to_thread()
-            .map_err(|e| cuda_error("binding the context", e))
-    }
-
-    fn run(&mut self, op: &Op, inputs: &[&Data]) -> Result<Vec<Data>, ExecError> {
+impl CudaGnn {
+    /// One operator, queued on the compute stream.
+    fn run_op(&mut self, op: &Op, inputs: &[&Data]) -> Result<Vec<Data>, ExecError> {
         let name = Name::parse(&op.name)?;
+
         if self.model.hyper.model == GnnModel::Gat {
             if let Some(outputs) = self.run_gat(op, &name, inputs)? {
                 return Ok(outputs);
@@ -1609,6 +1583,67 @@ impl Backend for CudaGnn {
                 op.name
             ))),
         }
+    }
+}
+
+impl Backend for CudaGnn {
+    fn mover(&self) -> Arc<dyn Mover> {
+        Arc::new(CudaMover {
+            gpu: self.gpu.clone(),
+        })
+    }
+
+    fn external(&mut self, tensor: &Tensor) -> Result<Data, ExecError> {
+        let name = Name::parse(&tensor.name)?;
+        let g = &self.graph;
+        Ok(match name.base {
+            "x" => {
+                let rows = g.rows(name.get('p')?);
+                Data::F32(g.x[rows.start * g.features..rows.end * g.features].to_vec())
+            }
+            "y" => Data::I64(g.y[g.rows(name.get('p')?)].to_vec()),
+            "adj" => {
+                let (i, j) = (name.number(0)?, name.number(1)?);
+                let block = g.blocks[i * g.partitions() + j].clone().ok_or_else(|| {
+                    ExecError::Internal(format!("the graph has no block {}", tensor.name))
+                })?;
+                Data::Block(block)
+            }
+            "w" => Data::F32(self.model.init_weights(name.get('l')?)),
+            "adam_m" | "adam_v" => Data::F32(vec![0.0; self.model.weight_len(name.get('l')?)]),
+            _ => {
+                return Err(ExecError::Internal(format!(
+                    "unexpected external tensor {}",
+                    tensor.name
+                )))
+            }
+        })
+    }
+
+    fn externals_placed(&mut self) {
+        self.graph.x = Vec::new();
+        self.graph.y = Vec::new();
+        self.graph.blocks = Vec::new();
+    }
+
+    fn begin_iteration(&mut self, _iteration: u64) -> Result<(), ExecError> {
+        self.metrics = Metrics::default();
+        self.model.begin_iteration();
+        self.gpu
+            .ctx
+            .bind_to_thread()
+            .map_err(|e| cuda_error("binding the context", e))
+    }
+
+    fn run(&mut self, op: &Op, inputs: &[&Data]) -> Result<Vec<Data>, ExecError> {
+        let outputs = self.run_op(op, inputs)?;
+        if self.synchronize_operators {
+            self.gpu
+                .compute
+                .synchronize()
+                .map_err(|e| cuda_error(&op.name, e))?;
+        }
+        Ok(outputs)
     }
 
     fn update(

@@ -19,5 +19,5 @@ pub mod device;
 pub mod gnn;
 pub mod nvrtc;
 
-pub use device::{probe, CudaOptions, DeviceInfo};
+pub use device::{copy_rates, probe, CopyRates, CudaOptions, DeviceInfo};
 pub use gnn::CudaGnn;

@@ -21,10 +21,11 @@ use fateplan_planner::workload::{ComputeClass, Op, OpKind};
 use fateplan_planner::{plan, PlanOptions, Policy, Profile};
 
 use crate::cpu::{CpuGnn, Hyper};
-use crate::exec::{ExecOptions, Executor};
+use crate::cuda::{CudaGnn, CudaOptions};
+use crate::exec::{ExecError, ExecOptions, Executor};
 use crate::generate::{PlantedSpec, RmatSpec};
-use crate::gnn::Mode;
-use crate::train::{self, TrainRun};
+use crate::gnn::{GnnBackend, Mode};
+use crate::train::{self, BackendChoice, TrainRun};
 use crate::{Error, Result};
 
 use super::{median, run_rounds, Rounds};
@@ -235,7 +236,13 @@ struct GcnRun {
 /// Trains a 3-layer GCN of `width` features and hidden width and
 /// `bench`'s classes on `bench`'s R-MAT graph and partitions, timed by
 /// [`time_training`].
-fn time_gcn(bench: Bench, width: u32, profile: &Profile, rounds: &Rounds) -> Result<GcnRun> {
+fn time_gcn(
+    bench: Bench,
+    width: u32,
+    profile: &Profile,
+    rounds: &Rounds,
+    backend: &BackendChoice,
+) -> Result<GcnRun> {
     let graph = RmatSpec {
         features: width,
         classes: bench.classes(),
@@ -246,7 +253,9 @@ fn time_gcn(bench: Bench, width: u32, profile: &Profile, rounds: &Rounds) -> Res
     let hyper = gcn(3, width);
     let shapes = Shapes::gcn(hyper.layers, width, width, bench.classes());
     let prepared = train::prepare(graph, &hyper, bench.partitions)?;
-    let timed = time_training(prepared, hyper, profile, rounds, |op| group_of(op, &shapes))?;
+    let timed = time_training(prepared, hyper, profile, rounds, backend, |op| {
+        group_of(op, &shapes)
+    })?;
     Ok(GcnRun {
         shapes,
         nodes,
@@ -296,9 +305,14 @@ impl GcnRun {
 /// until `budget_s` has passed, at most `max`). The single rates are the
 /// first GCN's; the GEMM shapes and the aggregations' fits take both
 /// (the two widths move different bytes over the same edges).
-pub fn training_rates(bench: Bench, profile: &Profile, rounds: &Rounds) -> Result<TrainingRates> {
-    let wide = time_gcn(bench, bench.width, profile, rounds)?;
-    let half = time_gcn(bench, bench.half_width(), profile, rounds)?;
+pub fn training_rates(
+    bench: Bench,
+    profile: &Profile,
+    rounds: &Rounds,
+    backend: &BackendChoice,
+) -> Result<TrainingRates> {
+    let wide = time_gcn(bench, bench.width, profile, rounds, backend)?;
+    let half = time_gcn(bench, bench.half_width(), profile, rounds, backend)?;
     rates_of(&wide, &half)
 }
 
@@ -374,7 +388,12 @@ pub struct AttentionRate {
 /// size in half its partitions (GAT's per-edge tensors are 8 times a
 /// GCN's). Rates in bytes per second are the medians over iterations;
 /// each class is fitted a rate from its two layers (`fit_class`).
-pub fn attention_rate(bench: Bench, profile: &Profile, rounds: &Rounds) -> Result<AttentionRate> {
+pub fn attention_rate(
+    bench: Bench,
+    profile: &Profile,
+    rounds: &Rounds,
+    backend: &BackendChoice,
+) -> Result<AttentionRate> {
     let scale = bench.scale.saturating_sub(2).max(6);
     let partitions = (bench.partitions / 2).max(1);
     let heads = 8;
@@ -392,7 +411,7 @@ pub fn attention_rate(bench: Bench, profile: &Profile, rounds: &Rounds) -> Resul
         ..gcn(2, hidden)
     };
     let prepared = train::prepare(graph, &hyper, partitions)?;
-    let timed = time_training(prepared, hyper, profile, rounds, |op| {
+    let timed = time_training(prepared, hyper, profile, rounds, backend, |op| {
         if !GAT_CLASSES.contains(&op.cost.class) {
             return Ok(None);
         }
@@ -560,6 +579,7 @@ fn time_training(
     hyper: Hyper,
     profile: &Profile,
     rounds: &Rounds,
+    backend: &BackendChoice,
     classify: impl Fn(&Op) -> Result<Option<Group>>,
 ) -> Result<Timed> {
     let plan = Arc::new(retain_all(&prepared, profile)?);
@@ -570,13 +590,43 @@ fn time_training(
             groups.insert(op.name.as_str(), (group, k));
         }
     }
-    let backend = CpuGnn::new(prepared.input, hyper)
-        .map_err(|e| Error::Internal(format!("the compute measurement's backend: {e}")))?;
+    let failed = |what: &str, e: ExecError| {
+        Error::Internal(format!("the compute measurement's {what}: {e}"))
+    };
+    let iterations = match backend {
+        BackendChoice::Cpu => {
+            let gnn = CpuGnn::new(prepared.input, hyper).map_err(|e| failed("backend", e))?;
+            time_iterations(&plan, gnn, &groups, rounds)?
+        }
+        BackendChoice::Cuda(options) => {
+            // Each operator waits for its kernels, so that its span is
+            // the GPU's time.
+            let options = CudaOptions {
+                synchronize_operators: true,
+                ..options.clone()
+            };
+            let gnn = CudaGnn::new(prepared.input, hyper, plan.budgets.hbm_bytes, &options)
+                .map_err(|e| failed("backend", e))?;
+            time_iterations(&plan, gnn, &groups, rounds)?
+        }
+    };
+    Ok(Timed { iterations })
+}
+
+/// Times `rounds` iterations of `plan` on `gnn`: each operator of `groups`
+/// (by name, with its index) summed into its group.
+fn time_iterations<B: GnnBackend>(
+    plan: &Arc<Plan>,
+    gnn: B,
+    groups: &HashMap<&str, (Group, usize)>,
+    rounds: &Rounds,
+) -> Result<Vec<HashMap<Group, Sums>>> {
+    let ops = &plan.workload.definition.ops;
     let exec_options = ExecOptions {
         budgets: None,
         trace: true,
     };
-    let mut executor = Executor::new(plan.clone(), backend, None, exec_options)
+    let mut executor = Executor::new(plan.clone(), gnn, None, exec_options)
         .map_err(|e| Error::Internal(format!("the compute measurement's executor: {e}")))?;
     let iteration = || -> Result<HashMap<Group, Sums>> {
         executor.backend_mut().set_mode(Mode::Train);
@@ -599,9 +649,7 @@ fn time_training(
         }
         Ok(sums)
     };
-    Ok(Timed {
-        iterations: run_rounds(rounds, iteration)?,
-    })
+    run_rounds(rounds, iteration)
 }
 
 /// The measured GCN: `layers` layers of `hidden`, dropout 0.5, every
@@ -647,7 +695,11 @@ pub struct Overhead {
 /// features, 4 hidden, 4 partitions), through the executor and the CPU
 /// backend with a retain-all plan; seconds per iteration (the first left
 /// out) divided by its operators. `profile` is only planned with.
-pub fn op_overhead(profile: &Profile, iterations: u32) -> Result<Overhead> {
+pub fn op_overhead(
+    profile: &Profile,
+    iterations: u32,
+    backend: &BackendChoice,
+) -> Result<Overhead> {
     let nodes = 256;
     let graph = PlantedSpec {
         classes: 2,
@@ -669,7 +721,7 @@ pub fn op_overhead(profile: &Profile, iterations: u32) -> Result<Overhead> {
         budgets: None,
         ssd: None,
         trace: false,
-        backend: train::BackendChoice::Cpu,
+        backend: backend.clone(),
     };
     let (report, _) = train::train(prepared, hyper, run, &mut |_| {})
         .map_err(|e| Error::Internal(format!("the per-operator measurement failed: {e}")))?;
@@ -700,7 +752,8 @@ mod tests {
             partitions: 2,
             width: 16,
         };
-        let rates = training_rates(bench, &profile(), &Rounds::tiny()).unwrap();
+        let rates =
+            training_rates(bench, &profile(), &Rounds::tiny(), &BackendChoice::Cpu).unwrap();
         assert_eq!((rates.nodes, rates.iterations), (1024, 1));
         for rate in [
             rates.elementwise_bytes_per_s,
@@ -754,8 +807,8 @@ mod tests {
             width: 16,
         };
         let profile = profile();
-        let wide = time_gcn(bench, 16, &profile, &Rounds::tiny()).unwrap();
-        let half = time_gcn(bench, 8, &profile, &Rounds::tiny()).unwrap();
+        let wide = time_gcn(bench, 16, &profile, &Rounds::tiny(), &BackendChoice::Cpu).unwrap();
+        let half = time_gcn(bench, 8, &profile, &Rounds::tiny(), &BackendChoice::Cpu).unwrap();
         let rates = rates_of(&wide, &half).unwrap();
         for (k, class, group, layers) in [
             (
@@ -856,7 +909,7 @@ mod tests {
             partitions: 4,
             width: 16,
         };
-        let rate = attention_rate(bench, &profile(), &Rounds::tiny()).unwrap();
+        let rate = attention_rate(bench, &profile(), &Rounds::tiny(), &BackendChoice::Cpu).unwrap();
         assert_eq!(
             (
                 rate.scale,
@@ -966,7 +1019,7 @@ mod tests {
 
     #[test]
     fn overhead_is_positive() {
-        let overhead = op_overhead(&profile(), 2).unwrap();
+        let overhead = op_overhead(&profile(), 2, &BackendChoice::Cpu).unwrap();
         assert!(overhead.op_overhead_s > 0.0 && overhead.operators > 10);
     }
 }

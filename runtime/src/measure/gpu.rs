@@ -1,18 +1,15 @@
-//! The GPU's figures: the hook where the CUDA backend's measurements go.
+//! The GPU: found, described, and its pinned copies timed.
 //!
-//! The CUDA backend (`crate::cuda`) trains, but `fateplan profile` does
-//! not measure a GPU yet: [`measure_gpu`] probes for one and says why it
-//! skipped (no driver, no device, ..., or a GPU found but not measured).
-//! It is where `fateplan profile` will measure, per device: HBM capacity (free and total from the
-//! driver), device-memory bandwidth (a copy kernel), pinned host-to-device
-//! and device-to-host copy rates and their per-copy latency (one stream
-//! each way, pinned buffers of tensor size), the f32 GEMM rate (cuBLAS on
-//! the GNN's tall-skinny shapes) and the SpMM gather rate (the CUDA
-//! kernels on the same R-MAT graph as the CPU backend's figure), and the
-//! launch overhead of an empty kernel. With [`GpuOutcome::Measured`] the
-//! profile describes the GPU (`device.kind = gpu`) and the host tier gets
-//! all of the host's RAM; until then it reports [`GpuOutcome::Skipped`]
-//! and the profile describes the CPU backend.
+//! [`measure_gpu`] probes device 0 (`crate::cuda::probe`, which never
+//! panics). Without one it reports [`GpuOutcome::Skipped`] with the probe's
+//! reason, and the profile describes the CPU backend. With one it reads
+//! the device's memory and name from the driver and times pinned copies
+//! each way (`crate::cuda::copy_rates`); the compute figures are then
+//! measured as on the CPU, by training on the CUDA backend
+//! (`super::compute`), and the profile describes the GPU (`device.kind =
+//! gpu`), the host tier getting all of the host's RAM.
+
+use crate::cuda;
 
 /// What [`measure_gpu`] found.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,10 +26,6 @@ pub struct GpuFigures {
     /// Devices found.
     pub count: u32,
     pub hbm_bytes: u64,
-    pub hbm_bytes_per_s: f64,
-    pub dense_flops_per_s: f64,
-    pub sparse_bytes_per_s: f64,
-    pub op_overhead_s: f64,
     /// Pinned host memory to the device.
     pub h2d_bytes_per_s: f64,
     pub d2h_bytes_per_s: f64,
@@ -44,18 +37,60 @@ pub struct GpuFigures {
 /// What every skipped GPU's reason ends with.
 pub const CPU_FIGURES: &str = "the device figures are the CPU backend's";
 
-/// Measures the GPU: the hook for the CUDA backend (see the module docs).
-/// It probes for device 0 (`crate::cuda::probe`, which never panics) and
-/// skips with the probe's reason; a GPU found is not measured yet, and
-/// the line says so.
-pub fn measure_gpu() -> GpuOutcome {
-    let why = match crate::cuda::probe(0) {
-        Err(e) => format!("no GPU: skipped ({e}); {CPU_FIGURES}"),
-        Ok(info) => format!(
-            "GPU {} found, but `fateplan profile` does not measure GPUs yet: skipped; \
-             {CPU_FIGURES}",
-            info.name
-        ),
+/// Describes device 0 and times its pinned copies of `copy_bytes`, or
+/// says why no GPU was measured.
+pub fn measure_gpu(copy_bytes: usize, rounds: u32) -> GpuOutcome {
+    let info = match cuda::probe(0) {
+        Ok(info) => info,
+        Err(e) => return GpuOutcome::Skipped(format!("no GPU: skipped ({e}); {CPU_FIGURES}")),
     };
-    GpuOutcome::Skipped(why)
+    let copies = match cuda::copy_rates(0, copy_bytes, rounds) {
+        Ok(copies) => copies,
+        Err(e) => {
+            return GpuOutcome::Skipped(format!(
+                "GPU {} found, but its copies could not be timed ({e}): skipped; {CPU_FIGURES}",
+                info.name
+            ))
+        }
+    };
+    let copy = |way: &str| {
+        format!(
+            "{way} copies of {} MiB from a pinned host buffer on a stream of their own \
+             (cudarc, cuMemcpy*Async), issue to the end of the stream's wait, median of {} after \
+             one left out",
+            copies.bytes >> 20,
+            copies.rounds
+        )
+    };
+    GpuOutcome::Measured(GpuFigures {
+        model: info.name.clone(),
+        count: info.devices.max(1) as u32,
+        hbm_bytes: info.total_bytes,
+        h2d_bytes_per_s: copies.h2d_bytes_per_s,
+        d2h_bytes_per_s: copies.d2h_bytes_per_s,
+        pcie_latency_s: copies.latency_s,
+        sources: vec![
+            (
+                "device.hbm_bytes",
+                format!(
+                    "the driver's total memory of {} (cuDeviceTotalMem)",
+                    info.name
+                ),
+            ),
+            (
+                "device.count_max",
+                "the devices the CUDA driver lists (cuDeviceGetCount)".into(),
+            ),
+            ("pcie.h2d_bytes_per_s", copy("host-to-device")),
+            ("pcie.d2h_bytes_per_s", copy("device-to-host")),
+            (
+                "pcie.latency_s",
+                format!(
+                    "half the median time of a one-value copy to the device and back (pinned, \
+                     each way waited for), of {}",
+                    copies.rounds
+                ),
+            ),
+        ],
+    })
 }

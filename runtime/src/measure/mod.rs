@@ -37,6 +37,9 @@ use crate::exec::lanes::Lane;
 use crate::{Error, Result};
 
 use gpu::{GpuFigures, GpuOutcome};
+
+use crate::cuda::CudaOptions;
+use crate::train::BackendChoice;
 use host::MemInfo;
 use ssd::{SsdFigures, SsdSizes};
 
@@ -329,25 +332,29 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
     );
 
     next(progress);
-    let gpu = gpu::measure_gpu();
+    let gpu = gpu::measure_gpu(sizes.lane_set_bytes, sizes.rounds.max);
 
     let machine = Host {
         memory,
         cores,
         copy_bytes_per_s: copy_rate,
     };
-    let mut profile = match &gpu {
+    let (mut profile, backend, engine, gemm, bench) = match &gpu {
         GpuOutcome::Measured(figures) => {
-            gpu_profile(&options.name, figures, &machine, &ssd, &mut sources)
+            let profile = gpu_profile(&options.name, figures, &machine, &ssd, &mut sources);
+            let backend = BackendChoice::Cuda(CudaOptions::default());
+            let engine = format!("the CUDA backend on {}", figures.model);
+            // A GPU runs the CPU's graph in a blink: eight times the
+            // nodes, in one partition of the default sizes' scale.
+            let bench = compute::Bench {
+                scale: sizes.rmat_scale + 3,
+                partitions: 1,
+                width: sizes.width,
+            };
+            (profile, backend, engine, "cuBLAS", bench)
         }
         GpuOutcome::Skipped(why) => {
             notes.push(why.clone());
-            next(progress);
-            let bench = compute::Bench {
-                scale: sizes.rmat_scale,
-                partitions: sizes.partitions,
-                width: sizes.width,
-            };
             let mut profile =
                 cpu_profile(&options.name, sizes.label, &cpu, threads, &machine, &ssd);
             profile.pcie = PcieProfile {
@@ -355,173 +362,6 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                 d2h_bytes_per_s: d2h_rate,
                 latency_s: lane_latency,
             };
-            // Planned with placeholder rates: a retain-all plan does not
-            // depend on them.
-            let placeholder = 1e9;
-            profile.device.dense_flops_per_s = placeholder;
-            profile.device.hbm_bytes_per_s = placeholder;
-            profile.device.sparse_bytes_per_s = placeholder;
-            let rates = compute::training_rates(bench, &profile, &sizes.rounds)?;
-            let wide = rates.wide();
-            profile.device.dense_flops_per_s = wide.flops_per_s;
-            profile.device.dense_shapes = rates.dense_shapes();
-            profile.device.hbm_bytes_per_s = rates.elementwise_bytes_per_s;
-            profile.device.sparse_bytes_per_s = rates.gather_bytes_per_s;
-            profile.device.scatter_bytes_per_s = Some(rates.scatter_bytes_per_s);
-            profile.device.softmax_flops_per_s = Some(rates.loss_flops_per_s);
-            next(progress);
-            let attention = compute::attention_rate(bench, &profile, &sizes.rounds)?;
-            profile.device.attention_bytes_per_s = Some(attention.bytes_per_s);
-            profile.device.attention_backward_bytes_per_s = Some(attention.backward_bytes_per_s);
-            profile.device.edge_softmax_bytes_per_s = Some(attention.edge_softmax_bytes_per_s);
-            profile.device.class_rates = rates
-                .class_rates
-                .iter()
-                .chain(&attention.class_rates)
-                .cloned()
-                .collect();
-            next(progress);
-            let overhead = compute::op_overhead(&profile, sizes.overhead_iterations)?;
-            profile.device.op_overhead_s = overhead.op_overhead_s;
-
-            let run = format!(
-                "timed inside training: every operator of {} retain-all iterations (after one \
-                 left out) of a 3-layer GCN of width {} ({} classes, dropout 0.5) on an R-MAT \
-                 graph (Graph500 parameters, scale {}: {} nodes, {} edges) in {} partitions, \
-                 through the executor and the CPU backend at {threads} threads; flops and \
-                 bytes as the workload counts them; the median over iterations",
-                rates.iterations,
-                bench.width,
-                bench.classes(),
-                bench.scale,
-                rates.nodes,
-                rates.edges,
-                bench.partitions
-            );
-            put(
-                &mut sources,
-                "device.dense_flops_per_s",
-                format!(
-                    "f32 GEMM at {} -> {}: the linear layers and their backward (faer), {run}",
-                    wide.d_in, wide.d_out
-                ),
-            );
-            let half_run = format!(
-                "an identical GCN of width {} (features and hidden) on the same graph and \
-                 partitions, {} iterations after one left out",
-                bench.half_width(),
-                rates.half_iterations
-            );
-            let shapes: Vec<String> = rates
-                .dense
-                .iter()
-                .map(|r| {
-                    format!(
-                        "{} -> {} ({:.1} flops per byte)",
-                        r.d_in, r.d_out, r.flops_per_byte
-                    )
-                })
-                .collect();
-            put(
-                &mut sources,
-                "device.dense_shapes",
-                format!(
-                    "the GEMM rate at {} (least intense first): the linear layers and their \
-                     backward (faer) of the GCN of width {}, {run}, and of {half_run} (the \
-                     shapes whose input is {} wide)",
-                    shapes.join(", "),
-                    bench.width,
-                    bench.half_width()
-                ),
-            );
-            put(
-                &mut sources,
-                "device.hbm_bytes_per_s",
-                format!("element-wise: ReLU with dropout and its backward, {run}"),
-            );
-            put(
-                &mut sources,
-                "device.sparse_bytes_per_s",
-                format!(
-                    "SpMM effective gather bandwidth: the forward aggregations over every block \
-                     (the first layer's with input dropout fused), {run}"
-                ),
-            );
-            put(
-                &mut sources,
-                "device.scatter_bytes_per_s",
-                format!(
-                    "transposed SpMM effective scatter bandwidth: the backward aggregations over \
-                     every block, {run}"
-                ),
-            );
-            let gat_run = format!(
-                "timed inside training: every operator of {} retain-all iterations (after one \
-                 left out) of a 2-layer GAT of {} heads, {} hidden, on an R-MAT graph (scale \
-                 {}: {} nodes, {} edges) in {} partitions, at {threads} threads; bytes as the \
-                 workload counts them; the median over iterations",
-                attention.iterations,
-                attention.heads,
-                attention.hidden,
-                attention.scale,
-                attention.nodes,
-                attention.edges,
-                attention.partitions
-            );
-            put(
-                &mut sources,
-                "device.attention_bytes_per_s",
-                format!(
-                    "GAT's attention operators (edge scores and attention-weighted \
-                     aggregation), {gat_run}"
-                ),
-            );
-            put(
-                &mut sources,
-                "device.attention_backward_bytes_per_s",
-                format!("the backward of GAT's attention operators, {gat_run}"),
-            );
-            put(
-                &mut sources,
-                "device.edge_softmax_bytes_per_s",
-                format!("GAT's edge softmaxes, {gat_run}"),
-            );
-            put(
-                &mut sources,
-                "device.class_rates",
-                format!(
-                    "each class fitted seconds = bytes / bytes_per_s + edges × \
-                     seconds_per_edge by least squares over the medians of its layers (a \
-                     bandwidth alone where bytes and edges cannot be told apart, or the fit \
-                     gives a bandwidth that is not positive or a negative time per edge). \
-                     The GCN's aggregations (sparse, scatter): over the layers of the GCN of \
-                     width {} ({run}) and of {half_run}, whose aggregations move about half \
-                     the bytes an edge over the same edges. GAT's \
-                     operator classes (edge scores, aggregation, edge softmax, attention \
-                     backward, node scores, their backward, ELU): over its two layers, \
-                     {gat_run}",
-                    bench.width
-                ),
-            );
-            put(
-                &mut sources,
-                "device.softmax_flops_per_s",
-                format!(
-                    "softmax math: the loss (softmax cross-entropy with the accuracy of \
-                     three masks) and its backward, {run}"
-                ),
-            );
-            put(
-                &mut sources,
-                "device.op_overhead_s",
-                format!(
-                    "training iterations of a GCN whose kernels do next to nothing ({} nodes, \
-                     4 features, 4 hidden, 4 partitions: {} operators) through the executor \
-                     and the CPU backend, retain-all; seconds per iteration over operators, \
-                     mean of {} iterations after a warm-up",
-                    overhead.nodes, overhead.operators, overhead.iterations
-                ),
-            );
             let lane = "on the CPU backend a transfer is a copy between two arenas in RAM, \
                         made on a transfer lane's thread";
             put(
@@ -573,9 +413,183 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                 "device.count_max",
                 "the CPU backend is one device".to_string(),
             );
-            profile
+            let bench = compute::Bench {
+                scale: sizes.rmat_scale,
+                partitions: sizes.partitions,
+                width: sizes.width,
+            };
+            let engine = format!("the CPU backend at {threads} threads");
+            (profile, BackendChoice::Cpu, engine, "faer", bench)
         }
     };
+    next(progress);
+    // Planned with placeholder rates: a retain-all plan does not
+    // depend on them.
+    let placeholder = 1e9;
+    profile.device.dense_flops_per_s = placeholder;
+    profile.device.hbm_bytes_per_s = placeholder;
+    profile.device.sparse_bytes_per_s = placeholder;
+    let rates = compute::training_rates(bench, &profile, &sizes.rounds, &backend)?;
+    let wide = rates.wide();
+    profile.device.dense_flops_per_s = wide.flops_per_s;
+    profile.device.dense_shapes = rates.dense_shapes();
+    profile.device.hbm_bytes_per_s = rates.elementwise_bytes_per_s;
+    profile.device.sparse_bytes_per_s = rates.gather_bytes_per_s;
+    profile.device.scatter_bytes_per_s = Some(rates.scatter_bytes_per_s);
+    profile.device.softmax_flops_per_s = Some(rates.loss_flops_per_s);
+    next(progress);
+    let attention = compute::attention_rate(bench, &profile, &sizes.rounds, &backend)?;
+    profile.device.attention_bytes_per_s = Some(attention.bytes_per_s);
+    profile.device.attention_backward_bytes_per_s = Some(attention.backward_bytes_per_s);
+    profile.device.edge_softmax_bytes_per_s = Some(attention.edge_softmax_bytes_per_s);
+    profile.device.class_rates = rates
+        .class_rates
+        .iter()
+        .chain(&attention.class_rates)
+        .cloned()
+        .collect();
+    next(progress);
+    let overhead = compute::op_overhead(&profile, sizes.overhead_iterations, &backend)?;
+    profile.device.op_overhead_s = overhead.op_overhead_s;
+
+    let run = format!(
+        "timed inside training: every operator of {} retain-all iterations (after one \
+             left out) of a 3-layer GCN of width {} ({} classes, dropout 0.5) on an R-MAT \
+             graph (Graph500 parameters, scale {}: {} nodes, {} edges) in {} partitions, \
+             through the executor and {engine}; flops and \
+             bytes as the workload counts them; the median over iterations",
+        rates.iterations,
+        bench.width,
+        bench.classes(),
+        bench.scale,
+        rates.nodes,
+        rates.edges,
+        bench.partitions
+    );
+    put(
+        &mut sources,
+        "device.dense_flops_per_s",
+        format!(
+            "f32 GEMM at {} -> {}: the linear layers and their backward ({gemm}), {run}",
+            wide.d_in, wide.d_out
+        ),
+    );
+    let half_run = format!(
+        "an identical GCN of width {} (features and hidden) on the same graph and \
+             partitions, {} iterations after one left out",
+        bench.half_width(),
+        rates.half_iterations
+    );
+    let shapes: Vec<String> = rates
+        .dense
+        .iter()
+        .map(|r| {
+            format!(
+                "{} -> {} ({:.1} flops per byte)",
+                r.d_in, r.d_out, r.flops_per_byte
+            )
+        })
+        .collect();
+    put(
+        &mut sources,
+        "device.dense_shapes",
+        format!(
+            "the GEMM rate at {} (least intense first): the linear layers and their \
+                 backward ({gemm}) of the GCN of width {}, {run}, and of {half_run} (the \
+                 shapes whose input is {} wide)",
+            shapes.join(", "),
+            bench.width,
+            bench.half_width()
+        ),
+    );
+    put(
+        &mut sources,
+        "device.hbm_bytes_per_s",
+        format!("element-wise: ReLU with dropout and its backward, {run}"),
+    );
+    put(
+        &mut sources,
+        "device.sparse_bytes_per_s",
+        format!(
+            "SpMM effective gather bandwidth: the forward aggregations over every block \
+                 (the first layer's with input dropout fused), {run}"
+        ),
+    );
+    put(
+        &mut sources,
+        "device.scatter_bytes_per_s",
+        format!(
+            "transposed SpMM effective scatter bandwidth: the backward aggregations over \
+                 every block, {run}"
+        ),
+    );
+    let gat_run = format!(
+        "timed inside training: every operator of {} retain-all iterations (after one \
+             left out) of a 2-layer GAT of {} heads, {} hidden, on an R-MAT graph (scale \
+             {}: {} nodes, {} edges) in {} partitions, through {engine}; bytes as the \
+             workload counts them; the median over iterations",
+        attention.iterations,
+        attention.heads,
+        attention.hidden,
+        attention.scale,
+        attention.nodes,
+        attention.edges,
+        attention.partitions
+    );
+    put(
+        &mut sources,
+        "device.attention_bytes_per_s",
+        format!(
+            "GAT's attention operators (edge scores and attention-weighted \
+                 aggregation), {gat_run}"
+        ),
+    );
+    put(
+        &mut sources,
+        "device.attention_backward_bytes_per_s",
+        format!("the backward of GAT's attention operators, {gat_run}"),
+    );
+    put(
+        &mut sources,
+        "device.edge_softmax_bytes_per_s",
+        format!("GAT's edge softmaxes, {gat_run}"),
+    );
+    put(
+        &mut sources,
+        "device.class_rates",
+        format!(
+            "each class fitted seconds = bytes / bytes_per_s + edges × \
+                 seconds_per_edge by least squares over the medians of its layers (a \
+                 bandwidth alone where bytes and edges cannot be told apart, or the fit \
+                 gives a bandwidth that is not positive or a negative time per edge). \
+                 The GCN's aggregations (sparse, scatter): over the layers of the GCN of \
+                 width {} ({run}) and of {half_run}, whose aggregations move about half \
+                 the bytes an edge over the same edges. GAT's \
+                 operator classes (edge scores, aggregation, edge softmax, attention \
+                 backward, node scores, their backward, ELU): over its two layers, \
+                 {gat_run}",
+            bench.width
+        ),
+    );
+    put(
+        &mut sources,
+        "device.softmax_flops_per_s",
+        format!(
+            "softmax math: the loss (softmax cross-entropy with the accuracy of \
+                 three masks) and its backward, {run}"
+        ),
+    );
+    put(
+        &mut sources,
+        "device.op_overhead_s",
+        format!(
+            "training iterations of a GCN whose kernels do next to nothing ({} nodes, \
+                 4 features, 4 hidden, 4 partitions: {} operators) through the executor \
+                 and {engine}, retain-all; seconds per iteration over operators, \
+                 mean of {} iterations after a warm-up",
+            overhead.nodes, overhead.operators, overhead.iterations
+        ),
+    );
     profile.sources = sources;
     profile.validate()?;
     for (field, _) in profile.figures() {
@@ -706,17 +720,18 @@ fn gpu_profile(
             model: gpu.model.clone(),
             count_max: gpu.count,
             hbm_bytes: gpu.hbm_bytes,
-            hbm_bytes_per_s: gpu.hbm_bytes_per_s,
-            dense_flops_per_s: gpu.dense_flops_per_s,
+            // Measured by training on the GPU, after this.
+            hbm_bytes_per_s: 0.0,
+            dense_flops_per_s: 0.0,
             dense_shapes: Vec::new(),
-            sparse_bytes_per_s: gpu.sparse_bytes_per_s,
+            sparse_bytes_per_s: 0.0,
             scatter_bytes_per_s: None,
             softmax_flops_per_s: None,
             attention_bytes_per_s: None,
             attention_backward_bytes_per_s: None,
             edge_softmax_bytes_per_s: None,
             class_rates: Vec::new(),
-            op_overhead_s: gpu.op_overhead_s,
+            op_overhead_s: 0.0,
         },
         host: HostProfile {
             memory_bytes: memory.total_bytes,
@@ -880,10 +895,6 @@ mod tests {
         let fields = [
             "device.count_max",
             "device.hbm_bytes",
-            "device.hbm_bytes_per_s",
-            "device.dense_flops_per_s",
-            "device.sparse_bytes_per_s",
-            "device.op_overhead_s",
             "pcie.h2d_bytes_per_s",
             "pcie.d2h_bytes_per_s",
             "pcie.latency_s",
@@ -892,10 +903,6 @@ mod tests {
             model: "a GPU".into(),
             count: 2,
             hbm_bytes: 80 << 30,
-            hbm_bytes_per_s: 2e12,
-            dense_flops_per_s: 1e14,
-            sparse_bytes_per_s: 5e11,
-            op_overhead_s: 5e-6,
             h2d_bytes_per_s: 2.5e10,
             d2h_bytes_per_s: 2.4e10,
             pcie_latency_s: 1e-5,
@@ -922,14 +929,20 @@ mod tests {
 
     #[test]
     fn the_gpu_is_skipped_with_the_probe_s_reason() {
-        let GpuOutcome::Skipped(why) = gpu::measure_gpu() else {
-            panic!("a GPU was measured");
-        };
-        assert!(why.ends_with(gpu::CPU_FIGURES), "{why}");
-        match crate::cuda::probe(0) {
+        let outcome = gpu::measure_gpu(1 << 20, 2);
+        match (crate::cuda::probe(0), outcome) {
             // Without a driver (CI): the probe's own words.
-            Err(e) => assert!(why.contains(&e.to_string()), "{why}"),
-            Ok(info) => assert!(why.contains(&info.name), "{why}"),
+            (Err(e), GpuOutcome::Skipped(why)) => {
+                assert!(why.contains(&e.to_string()), "{why}");
+                assert!(why.ends_with(gpu::CPU_FIGURES), "{why}");
+            }
+            (Ok(info), GpuOutcome::Measured(gpu)) => {
+                assert_eq!(gpu.model, info.name);
+                assert_eq!(gpu.hbm_bytes, info.total_bytes);
+                assert!(gpu.h2d_bytes_per_s > 0.0 && gpu.d2h_bytes_per_s > 0.0);
+                assert!(gpu.pcie_latency_s > 0.0);
+            }
+            (probe, outcome) => panic!("probe {probe:?}, but {outcome:?}"),
         }
     }
 

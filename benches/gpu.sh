@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# The GPU checks and benches, in one run on a machine with an NVIDIA GPU
+# (docs/gpu.md records what they printed). Sections, in the order given
+# (default: all):
+#   env       the GPU, driver and CUDA libraries found
+#   tests     the NVRTC and CUDA tests, and train_cli's CUDA test
+#   small     a planted graph trained on the CPU and the GPU, losses side by side
+#   profile   `fateplan profile` on the GPU (PROFILE_ARGS adds flags, --quick say)
+#   products  a 3-layer GCN, 256 hidden, on an ogbn-products-sized R-MAT graph:
+#             retain-all, then dp at 25% of the retain-all peak, each with
+#             --compare-simulated on the measured profile; PyTorch Geometric's
+#             full-graph GCN on the same graph and GPU (benches/pyg_gcn.py)
+#   copies    pinned host-to-device and device-to-host copies: PyTorch's
+#             non_blocking copies (cudaMemcpyAsync) against the profile's
+#
+# BIN (default target/release/fateplan) is the binary; TESTS a folder of
+# prebuilt test binaries named cuda, nvrtc and train_cli (default: built
+# with cargo). OUT (default a temporary folder) gets summary.txt and
+# logs.tgz, every log, report and trace.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-target/release/fateplan}
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/fateplan-gpu.XXXXXX")}
+SCALE=${SCALE:-21}
+EPOCHS=${EPOCHS:-10}
+GRAPH="rmat:scale=$SCALE,edge_factor=30,symmetric=true,features=100,classes=47,seed=1"
+WORK=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/fateplan-gpu-work.XXXXXX")}
+SECTIONS=${*:-env tests small profile products copies}
+LOGS=$WORK/logs
+mkdir -p "$LOGS"
+SUMMARY="$LOGS/summary.txt"
+: >"$SUMMARY"
+note() { echo "$*" | tee -a "$SUMMARY"; }
+
+# NVRTC and cuBLAS: a pip wheel's folder (nvidia/cu13/lib) or the toolkit's.
+if [ -z "${FATEPLAN_NVRTC_DIR:-}" ]; then
+    for d in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+        [ -e "$d/nvidia/cu13/lib/libnvrtc.so.13" ] && FATEPLAN_NVRTC_DIR=$d/nvidia/cu13/lib && break
+    done
+fi
+[ -z "${FATEPLAN_NVRTC_DIR:-}" ] && [ -d /usr/local/cuda/lib64 ] && FATEPLAN_NVRTC_DIR=/usr/local/cuda/lib64
+export FATEPLAN_NVRTC_DIR
+export LD_LIBRARY_PATH=${FATEPLAN_NVRTC_DIR:-}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export FATEPLAN_REQUIRE_GPU=1 FATEPLAN_REQUIRE_NVRTC=1
+
+field() { python3 -c "import json,sys; d=json.load(sys.stdin); print(d$1)"; }
+
+for section in $SECTIONS; do
+    log="$LOGS/$section.log"
+    echo "== $section" | tee -a "$SUMMARY"
+    case $section in
+    env)
+        {
+            nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+            nvcc --version | tail -2
+            echo "FATEPLAN_NVRTC_DIR=$FATEPLAN_NVRTC_DIR"
+            ls "$FATEPLAN_NVRTC_DIR" | grep -E 'nvrtc|cublas' | head
+            nproc; free -g | head -2
+        } >"$log" 2>&1
+        cat "$log" | tee -a "$SUMMARY" >/dev/null
+        head -3 "$log"
+        ;;
+    tests)
+        for t in nvrtc cuda train_cli; do
+            if [ -n "${TESTS:-}" ]; then
+                args=()
+                [ "$t" = train_cli ] && args=(cuda)
+                timeout 150 "$TESTS/$t" "${args[@]}" --nocapture --test-threads 1 >"$LOGS/test_$t.log" 2>&1
+            else
+                pkg=fateplan-runtime
+                [ "$t" = train_cli ] && pkg=fateplan
+                timeout 300 cargo test --release -p $pkg --test $t -- --nocapture --test-threads 1 >"$LOGS/test_$t.log" 2>&1
+            fi
+            note "test $t: exit $? $(grep -E '^test result' "$LOGS/test_$t.log" | tail -1)"
+        done
+        ;;
+    small)
+        g="planted:nodes=20000,classes=8,features=64,degree=10,homophily=0.8,seed=3"
+        for b in cpu cuda; do
+            timeout 200 "$BIN" train --graph "$g" --epochs 30 --backend $b --partitions 2 --json >"$WORK/small_$b.json" 2>"$LOGS/small_$b.err"
+            note "small $b: exit $? $(field "['final_loss'], d['iteration_s'], d.get('test_accuracy')" <"$WORK/small_$b.json" 2>&1 | tail -1)"
+        done
+        ;;
+    profile)
+        timeout 240 "$BIN" profile ${PROFILE_ARGS:-} --ssd-dir "$WORK" --name gpu-measured -o "$LOGS/gpu-profile.json" >"$log" 2>&1
+        note "profile: exit $?"
+        tail -30 "$log" | tee -a "$SUMMARY"
+        ;;
+    diag)
+        # Kernel times: every launch synchronous, so each operator's span is its GPU time.
+        CUDA_LAUNCH_BLOCKING=1 timeout 170 "$BIN" train --graph "$GRAPH" --layers 3 --hidden 256 --epochs 3 \
+            --backend cuda --profile h100-sxm --csr-cache "$WORK/rmat.csr" --compare-simulated --json \
+            --partitions 1 --policy retain-all --trace "$LOGS/diag_retain.trace.json" \
+            >"$LOGS/diag_retain.json" 2>"$LOGS/diag_retain.err"
+        note "diag retain-all (launch blocking): exit $? $(field "['iteration_s']" <"$LOGS/diag_retain.json" 2>&1 | tail -1)"
+        python3 - "$LOGS/diag_retain.json" <<'PY' | tee -a "$SUMMARY"
+import json, sys
+d = json.load(open(sys.argv[1]))["compare_simulated"]
+for o in d["operators"]:
+    print(f'{o["name"]:16} {o["count"]:4} measured {o["seconds"]["measured"]:.4f} s simulated {o["seconds"]["simulated"]:.4f} s')
+PY
+        ;;
+    products)
+        prof=$LOGS/gpu-profile.json
+        [ -s "$prof" ] || prof=h100-sxm
+        common=(--graph "$GRAPH" --layers 3 --hidden 256 --epochs "$EPOCHS" --backend cuda
+            --profile "$prof" --csr-cache "$WORK/rmat.csr" --compare-simulated --json)
+        timeout 170 "$BIN" train "${common[@]}" --partitions 1 --policy retain-all \
+            --trace "$LOGS/products_retain.trace.json" >"$LOGS/products_retain.json" 2>"$LOGS/products_retain.err"
+        note "products retain-all: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/products_retain.json" 2>&1 | tail -1)"
+        timeout 170 "$BIN" train "${common[@]}" --partitions 4 --policy dp --hbm-budget 25% \
+            --spill-dir "$WORK/spill" --trace "$LOGS/products_dp25.trace.json" >"$LOGS/products_dp25.json" 2>"$LOGS/products_dp25.err"
+        note "products dp 25%: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/products_dp25.json" 2>&1 | tail -1)"
+        "$BIN" generate --graph "$GRAPH" --out "$WORK/rmat" >/dev/null 2>>"$log"
+        PYTHONUNBUFFERED=1 timeout 120 python3 benches/pyg_gcn.py --graph "$WORK/rmat" --layers 3 --hidden 256 \
+            --epochs "$EPOCHS" --device cuda >"$LOGS/products_pyg.json" 2>"$LOGS/products_pyg.err"
+        note "products pyg (edge_index): exit $? $(field "['epoch_s']" <"$LOGS/products_pyg.json" 2>&1 | tail -1)"
+        PYTHONUNBUFFERED=1 timeout 120 python3 benches/pyg_gcn.py --graph "$WORK/rmat" --layers 3 --hidden 256 \
+            --epochs "$EPOCHS" --device cuda --sparse >"$LOGS/products_pyg_sparse.json" 2>"$LOGS/products_pyg_sparse.err"
+        note "products pyg (sparse CSR): exit $? $(field "['epoch_s'], d['peak_device_bytes']" <"$LOGS/products_pyg_sparse.json" 2>&1 | tail -1)"
+        ;;
+    copies)
+        PYTHONUNBUFFERED=1 timeout 120 python3 benches/pinned_copy.py >"$log" 2>&1
+        note "copies: exit $?"
+        tail -5 "$log" | tee -a "$SUMMARY"
+        ;;
+    *) note "unknown section $section" ;;
+    esac
+done
+tar -czf "$OUT/logs.tgz" -C "$LOGS" .
+echo "== summary"
+cat "$SUMMARY"

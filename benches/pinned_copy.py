@@ -1,0 +1,50 @@
+"""The best pinned host-to-device and device-to-host copy rates PyTorch
+reaches on this GPU (cudaMemcpyAsync from page-locked memory, timed with
+CUDA events), the reference for `fateplan profile`'s pcie figures.
+
+    python benches/pinned_copy.py [--mib 256 1024] [--repeats 20]
+
+Prints one JSON line per size and direction, then the best of each.
+"""
+import argparse
+import json
+import statistics
+
+import torch
+
+
+def rate(src, dst, repeats):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(3):
+        dst.copy_(src, non_blocking=True)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start.record()
+        dst.copy_(src, non_blocking=True)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return src.numel() * src.element_size() / statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mib", type=int, nargs="+", default=[64, 256, 1024])
+    ap.add_argument("--repeats", type=int, default=20)
+    args = ap.parse_args()
+    best = {"h2d": 0.0, "d2h": 0.0}
+    for mib in args.mib:
+        n = mib << 18  # f32 values
+        host = torch.rand(n).pin_memory()
+        dev = torch.empty(n, device="cuda")
+        for name, src, dst in (("h2d", host, dev), ("d2h", dev, host)):
+            r = rate(src, dst, args.repeats)
+            best[name] = max(best[name], r)
+            print(json.dumps({"direction": name, "mib": mib, "bytes_per_s": r}))
+    print(json.dumps({"best_h2d_bytes_per_s": best["h2d"], "best_d2h_bytes_per_s": best["d2h"],
+                      "device": torch.cuda.get_device_name()}))
+
+
+if __name__ == "__main__":
+    main()
