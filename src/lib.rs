@@ -44,6 +44,10 @@ pub mod profiles {
         ("a100-80g", include_str!("../profiles/a100-80g.json")),
         ("h100-sxm", include_str!("../profiles/h100-sxm.json")),
         ("h200", include_str!("../profiles/h200.json")),
+        (
+            "h100-measured",
+            include_str!("../profiles/h100-measured.json"),
+        ),
         ("cpu-small", include_str!("../profiles/cpu-small.json")),
     ];
 

@@ -6,13 +6,14 @@
 //!   many threads as the rayon pool has.
 //! - SSD tier ([`ssd`]): the spill store in the given directory, driven
 //!   as the executor drives it, and the directory's free space.
-//! - Device: [`gpu::measure_gpu`], the hook for the CUDA backend's
-//!   figures, which probes and skips (a GPU is not measured yet); the
-//!   CPU backend ([`compute`]): GEMM, SpMM, element-wise and
-//!   softmax rates of the operators timed inside training iterations, at
-//!   the rayon pool's thread count, and the per-operator overhead of the
-//!   executor and backend together. Its "PCIe" is the executor's transfer lanes: a
-//!   copy between two arenas on a lane's thread.
+//! - Device: [`gpu::measure_gpu`] finds a GPU (its memory from the
+//!   driver, pinned copies each way timed) or says why it skipped; then
+//!   the GPU's CUDA backend, or else the CPU backend ([`compute`]): GEMM,
+//!   SpMM, element-wise and softmax rates of the operators timed inside
+//!   training iterations (on the CPU at the rayon pool's thread count),
+//!   and the per-operator overhead of the executor and backend together.
+//!   Without a GPU, "PCIe" is the executor's transfer lanes: a copy
+//!   between two arenas on a lane's thread.
 //!
 //! Every figure gets a `sources` entry that starts with `measured:` and
 //! says what ran, at which size, and how many rounds its median has.
@@ -888,8 +889,8 @@ mod tests {
         }
     }
 
-    /// The GPU hook's figures make a valid GPU profile with all of RAM as
-    /// the host tier.
+    /// A GPU's figures, with the compute rates measured after them, make a
+    /// valid GPU profile with all of RAM as the host tier.
     #[test]
     fn measured_gpu_figures_make_a_gpu_profile() {
         let fields = [
@@ -919,8 +920,22 @@ mod tests {
             copy_bytes_per_s: 5e10,
         };
         let mut profile = gpu_profile("g", &gpu, &host, &ssd_figures(), &mut sources);
+        // The compute rates come next, from training on the GPU.
+        let d = &mut profile.device;
+        assert_eq!(
+            (
+                d.hbm_bytes_per_s,
+                d.dense_flops_per_s,
+                d.sparse_bytes_per_s,
+                d.op_overhead_s
+            ),
+            (0.0, 0.0, 0.0, 0.0)
+        );
+        (d.hbm_bytes_per_s, d.dense_flops_per_s) = (2e12, 1e14);
+        (d.sparse_bytes_per_s, d.op_overhead_s) = (5e11, 5e-6);
         profile.sources = sources;
         profile.validate().unwrap();
+        assert_eq!(profile.pcie.h2d_bytes_per_s, 2.5e10);
         assert_eq!(profile.device.kind, DeviceKind::Gpu);
         assert_eq!(profile.host.memory_bytes, 512 << 30);
         assert_eq!(profile.device.count_max, 2);
@@ -928,7 +943,7 @@ mod tests {
     }
 
     #[test]
-    fn the_gpu_is_skipped_with_the_probe_s_reason() {
+    fn the_gpu_is_measured_or_skipped_with_the_probe_s_reason() {
         let outcome = gpu::measure_gpu(1 << 20, 2);
         match (crate::cuda::probe(0), outcome) {
             // Without a driver (CI): the probe's own words.
