@@ -3,7 +3,7 @@
 # (docs/gpu.md records what they printed). Sections, in the order given
 # (default: all):
 #   env       the GPU, driver and CUDA libraries found
-#   tests     the NVRTC and CUDA tests, and train_cli's CUDA test
+#   tests     the NVRTC and CUDA tests, train_cli's CUDA test, and profile_cli
 #   small     a planted graph trained on the CPU and the GPU, losses side by side
 #   profile   `fateplan profile` on the GPU (PROFILE_ARGS adds flags, --quick say)
 #   products  a 3-layer GCN, 256 hidden, on an ogbn-products-sized R-MAT graph:
@@ -12,11 +12,12 @@
 #             full-graph GCN on the same graph and GPU (benches/pyg_gcn.py)
 #   copies    pinned host-to-device and device-to-host copies: PyTorch's
 #             non_blocking copies (cudaMemcpyAsync) against the profile's
+#   diag      retain-all with CUDA_LAUNCH_BLOCKING=1: each operator's GPU time
 #
 # BIN (default target/release/fateplan) is the binary; TESTS a folder of
 # prebuilt test binaries named cuda, nvrtc and train_cli (default: built
-# with cargo). OUT (default a temporary folder) gets summary.txt and
-# logs.tgz, every log, report and trace.
+# with cargo). OUT (default a temporary folder) gets logs.tgz: summary.txt
+# and every log, report and trace.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/fateplan}
@@ -25,7 +26,7 @@ SCALE=${SCALE:-21}
 EPOCHS=${EPOCHS:-10}
 GRAPH="rmat:scale=$SCALE,edge_factor=30,symmetric=true,features=100,classes=47,seed=1"
 WORK=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/fateplan-gpu-work.XXXXXX")}
-SECTIONS=${*:-env tests small profile products copies}
+SECTIONS=${*:-env tests small profile copies products diag}
 LOGS=$WORK/logs
 mkdir -p "$LOGS"
 SUMMARY="$LOGS/summary.txt"
@@ -61,15 +62,18 @@ for section in $SECTIONS; do
         head -3 "$log"
         ;;
     tests)
-        for t in nvrtc cuda train_cli; do
+        for t in nvrtc cuda train_cli profile_cli; do
             if [ -n "${TESTS:-}" ]; then
+                [ -x "$TESTS/$t" ] || { note "test $t: not in $TESTS"; continue; }
                 args=()
                 [ "$t" = train_cli ] && args=(cuda)
                 timeout 150 "$TESTS/$t" "${args[@]}" --nocapture --test-threads 1 >"$LOGS/test_$t.log" 2>&1
             else
                 pkg=fateplan-runtime
-                [ "$t" = train_cli ] && pkg=fateplan
-                timeout 300 cargo test --release -p $pkg --test $t -- --nocapture --test-threads 1 >"$LOGS/test_$t.log" 2>&1
+                case $t in train_cli | profile_cli) pkg=fateplan ;; esac
+                args=()
+                [ "$t" = train_cli ] && args=(cuda)
+                timeout 300 cargo test --release -p $pkg --test $t -- "${args[@]}" --nocapture --test-threads 1 >"$LOGS/test_$t.log" 2>&1
             fi
             note "test $t: exit $? $(grep -E '^test result' "$LOGS/test_$t.log" | tail -1)"
         done
@@ -77,8 +81,8 @@ for section in $SECTIONS; do
     small)
         g="planted:nodes=20000,classes=8,features=64,degree=10,homophily=0.8,seed=3"
         for b in cpu cuda; do
-            timeout 200 "$BIN" train --graph "$g" --epochs 30 --backend $b --partitions 2 --json >"$WORK/small_$b.json" 2>"$LOGS/small_$b.err"
-            note "small $b: exit $? $(field "['final_loss'], d['iteration_s'], d.get('test_accuracy')" <"$WORK/small_$b.json" 2>&1 | tail -1)"
+            timeout 200 "$BIN" train --graph "$g" --epochs 30 --backend $b --partitions 2 --json >"$LOGS/small_$b.json" 2>"$LOGS/small_$b.err"
+            note "small $b: exit $? $(field "['final_loss'], d['iteration_s'], d.get('test_accuracy')" <"$LOGS/small_$b.json" 2>&1 | tail -1)"
         done
         ;;
     profile)
@@ -117,7 +121,7 @@ PY
         note "products pyg (edge_index): exit $? $(field "['epoch_s']" <"$LOGS/products_pyg.json" 2>&1 | tail -1)"
         PYTHONUNBUFFERED=1 timeout 120 python3 benches/pyg_gcn.py --graph "$WORK/rmat" --layers 3 --hidden 256 \
             --epochs "$EPOCHS" --device cuda --sparse >"$LOGS/products_pyg_sparse.json" 2>"$LOGS/products_pyg_sparse.err"
-        note "products pyg (sparse CSR): exit $? $(field "['epoch_s'], d['peak_device_bytes']" <"$LOGS/products_pyg_sparse.json" 2>&1 | tail -1)"
+        note "products pyg (sparse CSR): exit $? $(field "['epoch_s'], d['peak_device_bytes'], d['adjacency_nnz'], d['edges']" <"$LOGS/products_pyg_sparse.json" 2>&1 | tail -1)"
         ;;
     copies)
         PYTHONUNBUFFERED=1 timeout 120 python3 benches/pinned_copy.py >"$log" 2>&1

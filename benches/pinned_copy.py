@@ -2,7 +2,7 @@
 reaches on this GPU (cudaMemcpyAsync from page-locked memory, timed with
 CUDA events), the reference for `fateplan profile`'s pcie figures.
 
-    python benches/pinned_copy.py [--mib 256 1024] [--repeats 20]
+    python benches/pinned_copy.py [--mib 64 256 1024] [--repeats 20]
 
 Prints one JSON line per size and direction, then the best of each.
 """

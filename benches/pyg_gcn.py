@@ -18,6 +18,7 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
+import torch_geometric
 from torch_geometric.nn import GCNConv, SAGEConv
 
 
@@ -56,10 +57,15 @@ def main():
     device = torch.device(args.device)
     x, y, edge_index = x.to(device), y.to(device), edge_index.to(device)
     masks = {k: m.to(device) for k, m in masks.items()}
+    edges = int(edge_index.shape[1])
     if args.sparse:
         from torch_geometric.utils import to_torch_csr_tensor
-        # adj_t[i, j] = 1 for the edge j -> i: PyG's layout for SpMM.
-        edge_index = to_torch_csr_tensor(edge_index.flip(0), size=(x.shape[0], x.shape[0]))
+        # adj_t[i, j] = the number of edges j -> i: PyG's layout for SpMM.
+        # Weights of one per edge, so that duplicate edges add up as they
+        # do in edge_index's message passing (and in fateplan) instead of
+        # being merged into one.
+        ones = torch.ones(edges, device=device)
+        edge_index = to_torch_csr_tensor(edge_index.flip(0), ones, size=(x.shape[0], x.shape[0]))
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     conv = (lambda i, o: GCNConv(i, o, cached=True)) if args.model == "gcn" else SAGEConv
@@ -93,7 +99,9 @@ def main():
     timed = seconds[1:] if len(seconds) > 1 else seconds
     print(json.dumps({
         "system": "pyg", "torch": torch.__version__, "threads": args.threads, "device": args.device,
-        "sparse": args.sparse,
+        "sparse": args.sparse, "edges": edges,
+        "adjacency_nnz": int(edge_index._nnz()) if args.sparse else edges,
+        "torch_geometric": torch_geometric.__version__,
         "peak_device_bytes": torch.cuda.max_memory_allocated() if device.type == "cuda" else None,
         "epoch_s": statistics.mean(timed), "final_loss": float(loss),
         "train_accuracy": acc["train"], "val_accuracy": acc["val"], "test_accuracy": acc["test"],

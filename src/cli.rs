@@ -1314,7 +1314,7 @@ fn run_workloads() -> Result<()> {
         let profile = profiles::builtin(name).expect("listed profiles exist");
         writeln!(
             out,
-            "  {:<10} {} x {}, {} device memory, {} host, {} SSD",
+            "  {:<14} {} x {}, {} device memory, {} host, {} SSD",
             name,
             profile.device.count_max,
             profile.device.model,

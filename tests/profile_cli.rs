@@ -25,12 +25,17 @@ fn a_quick_profile_is_valid_measured_and_plans() {
     ]);
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(stdout(&output).contains("written"), "{}", stdout(&output));
-    assert!(stderr(&output).contains("no GPU: skipped"));
     let text = std::fs::read_to_string(&path).unwrap();
     let profile = Profile::from_json(&text, "machine.json").unwrap();
     assert_eq!(profile.name, "test-machine");
-    assert_eq!(profile.device.kind, DeviceKind::Cpu);
-    assert!(profile.device.model.contains("1 threads"));
+    if fateplan::runtime::cuda::probe(0).is_ok() {
+        // On a GPU machine the profile describes the GPU.
+        assert_eq!(profile.device.kind, DeviceKind::Gpu);
+    } else {
+        assert!(stderr(&output).contains("no GPU: skipped"));
+        assert_eq!(profile.device.kind, DeviceKind::Cpu);
+        assert!(profile.device.model.contains("1 threads"));
+    }
     for (field, value) in profile.figures() {
         let source = &profile.sources[field];
         assert!(source.starts_with("measured: "), "{field}: {source}");

@@ -654,25 +654,77 @@ type PinnedKey = (PinnedKind, [usize; 3]);
 
 /// Pinned host buffers kept for reuse, by kind and lengths. Allocating
 /// and page-locking host memory costs more than the copy into it, and a
-/// training iteration offloads tensors of the sizes the last one did: from
-/// the second iteration on, every host-tier copy reuses a buffer. The pool
-/// holds at most what was in use at once; it is freed with the GPU.
+/// training iteration offloads tensors of the sizes the last one did: once
+/// an iteration has run, a host-tier copy of a size seen before reuses a
+/// buffer. The pinned memory, in use and kept, never exceeds the most that
+/// was in use at once: a new buffer past that frees kept ones first. The
+/// buffers in use are the host tier's copies, which the executor charges
+/// to the host budget; the kept ones are not charged. Freed with the GPU.
 #[derive(Default)]
 pub(crate) struct PinnedPool {
-    free: Mutex<HashMap<PinnedKey, Vec<PinnedTensor>>>,
+    inner: Mutex<PoolInner>,
+}
+
+#[derive(Default)]
+struct PoolInner {
+    free: HashMap<PinnedKey, Vec<PinnedTensor>>,
+    free_bytes: u64,
+    in_use_bytes: u64,
+    peak_in_use_bytes: u64,
+}
+
+/// The bytes a pinned tensor of `kind` and `lengths` holds.
+fn pinned_bytes((kind, lengths): PinnedKey) -> u64 {
+    let [a, b, c] = lengths.map(|n| n.max(1) as u64);
+    match kind {
+        PinnedKind::F32 => a * 4,
+        PinnedKind::I64 => a * 8,
+        PinnedKind::Block => a * 8 + b * 4 + c * 4,
+    }
 }
 
 impl PinnedPool {
-    fn take(&self, kind: PinnedKind, lengths: [usize; 3]) -> Option<PinnedTensor> {
-        self.free.lock().ok()?.get_mut(&(kind, lengths))?.pop()
+    /// A kept buffer of this kind and these lengths, if any.
+    fn take(&self, key: PinnedKey) -> Option<PinnedTensor> {
+        let mut inner = self.inner.lock().ok()?;
+        let tensor = inner.free.get_mut(&key)?.pop()?;
+        inner.free_bytes -= pinned_bytes(key);
+        Some(tensor)
+    }
+
+    /// Counts a buffer of `key` as in use, and frees kept buffers while
+    /// the pinned memory is above the most ever in use at once.
+    fn lend(&self, key: PinnedKey) {
+        let evicted = {
+            let Ok(mut inner) = self.inner.lock() else {
+                return;
+            };
+            inner.in_use_bytes += pinned_bytes(key);
+            inner.peak_in_use_bytes = inner.peak_in_use_bytes.max(inner.in_use_bytes);
+            let mut evicted = Vec::new();
+            while inner.in_use_bytes + inner.free_bytes > inner.peak_in_use_bytes {
+                let Some((&other, kept)) = inner.free.iter_mut().find(|(_, v)| !v.is_empty())
+                else {
+                    break;
+                };
+                if let Some(tensor) = kept.pop() {
+                    evicted.push(tensor);
+                }
+                inner.free_bytes -= pinned_bytes(other);
+            }
+            evicted
+        };
+        drop(evicted);
     }
 
     fn give_back(&self, lengths: [usize; 3], tensor: PinnedTensor) {
+        let key = (tensor.kind(), lengths);
         // A poisoned lock only loses the buffer to reuse; it is freed.
-        if let Ok(mut free) = self.free.lock() {
-            free.entry((tensor.kind(), lengths))
-                .or_default()
-                .push(tensor);
+        if let Ok(mut inner) = self.inner.lock() {
+            let bytes = pinned_bytes(key);
+            inner.in_use_bytes = inner.in_use_bytes.saturating_sub(bytes);
+            inner.free_bytes += bytes;
+            inner.free.entry(key).or_default().push(tensor);
         }
     }
 }
@@ -727,7 +779,7 @@ impl CudaMover {
                 ))
             }
         };
-        let reused = pool.take(kind, lengths);
+        let reused = pool.take((kind, lengths));
         let (f32s, i64s, parts) = match reused {
             Some(PinnedTensor::F32(p)) => (Some(p), None, None),
             Some(PinnedTensor::I64(p)) => (None, Some(p), None),
@@ -769,6 +821,7 @@ impl CudaMover {
         };
         d2h.synchronize()
             .map_err(|e| cuda_error("device-to-host copy", e))?;
+        pool.lend((kind, lengths));
         Ok(PinnedCopy {
             tensor: Some(tensor),
             lengths,

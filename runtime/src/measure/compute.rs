@@ -1,9 +1,11 @@
-//! The CPU backend's compute rates, measured inside training: a few
+//! A backend's compute rates (the CPU's, or with a GPU the CUDA
+//! backend's), measured inside training: a few
 //! retain-all iterations of a 3-layer GCN on a generated R-MAT graph
 //! (every layer `width` wide but the last, whose output is an eighth of
 //! that, as few classes make it), of the same GCN at half the width, and
-//! of a 2-layer GAT, through the executor and the CPU backend as
-//! `fateplan train` runs them, with each operator timed. A
+//! of a 2-layer GAT, through the executor and the backend as
+//! `fateplan train` runs them, with each operator timed (on the GPU, each
+//! operator waits for its kernels). A
 //! rate is the operators' flops or bytes, as the GNN workload builder
 //! counts them ([`fateplan_planner::gnn::build_gnn`]), over their
 //! seconds, so that a rate times an operator's cost is the operator's
@@ -692,8 +694,8 @@ pub struct Overhead {
 
 /// The fixed cost of one operator: training iterations of a GCN so small
 /// that its kernels do next to nothing (a planted graph of 256 nodes, 4
-/// features, 4 hidden, 4 partitions), through the executor and the CPU
-/// backend with a retain-all plan; seconds per iteration (the first left
+/// features, 4 hidden, 4 partitions), through the executor and `backend`
+/// (as training runs it) with a retain-all plan; seconds per iteration (the first left
 /// out) divided by its operators. `profile` is only planned with.
 pub fn op_overhead(
     profile: &Profile,

@@ -53,9 +53,9 @@ pub fn measure_gpu(copy_bytes: usize, rounds: u32) -> GpuOutcome {
             ))
         }
     };
-    let copy = |way: &str| {
+    let copy = |way: &str, buffer: &str| {
         format!(
-            "{way} copies of {} MiB from a pinned host buffer on a stream of their own \
+            "{way} copies of {} MiB {buffer} a pinned host buffer on a stream of their own \
              (cudarc, cuMemcpy*Async), issue to the end of the stream's wait, median of {} after \
              one left out",
             copies.bytes >> 20,
@@ -81,8 +81,8 @@ pub fn measure_gpu(copy_bytes: usize, rounds: u32) -> GpuOutcome {
                 "device.count_max",
                 "the devices the CUDA driver lists (cuDeviceGetCount)".into(),
             ),
-            ("pcie.h2d_bytes_per_s", copy("host-to-device")),
-            ("pcie.d2h_bytes_per_s", copy("device-to-host")),
+            ("pcie.h2d_bytes_per_s", copy("host-to-device", "from")),
+            ("pcie.d2h_bytes_per_s", copy("device-to-host", "into")),
             (
                 "pcie.latency_s",
                 format!(
