@@ -143,8 +143,12 @@ pub fn copy_rates(ordinal: usize, bytes: usize, rounds: u32) -> Result<CopyRates
     let mut device = h2d
         .alloc_zeros::<f32>(n)
         .map_err(|e| cuda_error("device memory", e))?;
+    // SAFETY: its one value is written on the next line.
     let mut one_host = unsafe { ctx.alloc_pinned_with_flags::<f32>(1, 0) }
         .map_err(|e| cuda_error("allocating pinned host memory", e))?;
+    one_host
+        .as_mut_slice()
+        .map_err(|e| cuda_error("pinned host memory", e))?[0] = 1.0;
     let mut one_device = h2d
         .alloc_zeros::<f32>(1)
         .map_err(|e| cuda_error("device memory", e))?;
