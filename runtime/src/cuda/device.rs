@@ -783,21 +783,17 @@ impl CudaMover {
                 ))
             }
         };
-        let reused = pool.take((kind, lengths));
-        let (f32s, i64s, parts) = match reused {
-            Some(PinnedTensor::F32(p)) => (Some(p), None, None),
-            Some(PinnedTensor::I64(p)) => (None, Some(p), None),
+        let (mut f32s, mut i64s, mut rs, mut cs, mut ws) = (None, None, None, None, None);
+        match pool.take((kind, lengths)) {
+            Some(PinnedTensor::F32(p)) => f32s = Some(p),
+            Some(PinnedTensor::I64(p)) => i64s = Some(p),
             Some(PinnedTensor::Block {
                 row_start,
                 columns,
                 weights,
-            }) => (None, None, Some((row_start, columns, weights))),
-            None => (None, None, None),
-        };
-        let (rs, cs, ws) = match parts {
-            Some((a, b, c)) => (Some(a), Some(b), Some(c)),
-            None => (None, None, None),
-        };
+            }) => (rs, cs, ws) = (Some(row_start), Some(columns), Some(weights)),
+            None => {}
+        }
         let tensor = match (data, device) {
             (Data::F32(v), _) => PinnedTensor::F32(pin(ctx, f32s, v)?),
             (Data::I64(v), _) => PinnedTensor::I64(pin(ctx, i64s, v)?),

@@ -179,12 +179,11 @@ pub struct Progress {
 }
 
 /// Stages, in order.
-const STAGES: [&str; 8] = [
+const STAGES: [&str; 7] = [
     "host memory",
     "memory copy",
-    "transfer lanes",
     "ssd",
-    "gpu",
+    "device and its transfers",
     "training iterations",
     "attention iterations",
     "operator overhead",
@@ -252,23 +251,6 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
              std::thread::available_parallelism reads them)"
         ),
     );
-
-    next(progress);
-    let clock = Instant::now();
-    let h2d_lane = Lane::start("measure-h2d", clock).map_err(|e| Error::Internal(e.to_string()))?;
-    let d2h_lane = Lane::start("measure-d2h", clock).map_err(|e| Error::Internal(e.to_string()))?;
-    let lane_copy = |lane: &Lane| {
-        host::lane_copy_bandwidth(
-            lane,
-            sizes.lane_copy_bytes,
-            sizes.lane_set_bytes,
-            &sizes.rounds,
-        )
-    };
-    let (h2d_rate, h2d_rounds) = lane_copy(&h2d_lane)?;
-    let (d2h_rate, d2h_rounds) = lane_copy(&d2h_lane)?;
-    let lane_latency = host::lane_latency(&h2d_lane, sizes.latency_requests)?;
-    drop((h2d_lane, d2h_lane));
 
     next(progress);
     let ssd = ssd::measure_ssd(&options.ssd_dir, &sizes.ssd, &sizes.ssd_rounds)?;
@@ -356,6 +338,24 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         }
         GpuOutcome::Skipped(why) => {
             notes.push(why.clone());
+            // Without a GPU, the transfers are the executor's lanes.
+            let clock = Instant::now();
+            let lane = |name: &'static str| {
+                Lane::start(name, clock).map_err(|e| Error::Internal(e.to_string()))
+            };
+            let (h2d_lane, d2h_lane) = (lane("measure-h2d")?, lane("measure-d2h")?);
+            let lane_copy = |lane: &Lane| {
+                host::lane_copy_bandwidth(
+                    lane,
+                    sizes.lane_copy_bytes,
+                    sizes.lane_set_bytes,
+                    &sizes.rounds,
+                )
+            };
+            let (h2d_rate, h2d_rounds) = lane_copy(&h2d_lane)?;
+            let (d2h_rate, d2h_rounds) = lane_copy(&d2h_lane)?;
+            let lane_latency = host::lane_latency(&h2d_lane, sizes.latency_requests)?;
+            drop((h2d_lane, d2h_lane));
             let mut profile =
                 cpu_profile(&options.name, sizes.label, &cpu, threads, &machine, &ssd);
             profile.pcie = PcieProfile {
