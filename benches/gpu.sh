@@ -3,11 +3,13 @@
 # (docs/gpu.md records what they printed). Sections, in the order given
 # (default: all):
 #   env       the GPU, driver and CUDA libraries found
-#   tests     the NVRTC and CUDA tests, train_cli's CUDA test, and profile_cli
+#   tests     the NVRTC and CUDA tests, train_cli's CUDA test, profile_cli, and
+#             the runtime library's GPU profiler test (runtime_lib)
 #   small     a planted graph trained on the CPU and the GPU, losses side by side
 #   profile   `fateplan profile` on the GPU (PROFILE_ARGS adds flags, --quick say)
 #   products  a 3-layer GCN, 256 hidden, on an ogbn-products-sized R-MAT graph:
-#             retain-all, then dp at 25% of the retain-all peak, each with
+#             retain-all, then dp at 25% of the retain-all peak (of 4
+#             partitions; then of 1 partition, in 8), each with
 #             --compare-simulated on the measured profile; PyTorch Geometric's
 #             full-graph GCN on the same graph and GPU (benches/pyg_gcn.py)
 #   copies    pinned host-to-device and device-to-host copies: PyTorch's
@@ -15,7 +17,8 @@
 #   diag      retain-all with CUDA_LAUNCH_BLOCKING=1: each operator's GPU time
 #
 # BIN (default target/release/fateplan) is the binary; TESTS a folder of
-# prebuilt test binaries named cuda, nvrtc and train_cli (default: built
+# prebuilt test binaries named cuda, nvrtc, train_cli, profile_cli and
+# runtime_lib (the runtime crate's unit tests; default: built
 # with cargo). OUT (default a temporary folder) gets logs.tgz: summary.txt
 # and every log, report and trace.
 set -uo pipefail
@@ -62,18 +65,19 @@ for section in $SECTIONS; do
         head -3 "$log"
         ;;
     tests)
-        for t in nvrtc cuda train_cli profile_cli; do
+        for t in nvrtc cuda train_cli profile_cli runtime_lib; do
+            args=()
+            [ "$t" = train_cli ] && args=(cuda)
+            [ "$t" = runtime_lib ] && args=(the_gpu_is_measured)
             if [ -n "${TESTS:-}" ]; then
                 [ -x "$TESTS/$t" ] || { note "test $t: not in $TESTS"; continue; }
-                args=()
-                [ "$t" = train_cli ] && args=(cuda)
                 timeout 150 "$TESTS/$t" "${args[@]}" --nocapture --test-threads 1 >"$LOGS/test_$t.log" 2>&1
             else
                 pkg=fateplan-runtime
                 case $t in train_cli | profile_cli) pkg=fateplan ;; esac
-                args=()
-                [ "$t" = train_cli ] && args=(cuda)
-                timeout 300 cargo test --release -p $pkg --test $t -- "${args[@]}" --nocapture --test-threads 1 >"$LOGS/test_$t.log" 2>&1
+                target=(--test $t)
+                [ "$t" = runtime_lib ] && target=(--lib)
+                timeout 300 cargo test --release -p $pkg "${target[@]}" -- "${args[@]}" --nocapture --test-threads 1 >"$LOGS/test_$t.log" 2>&1
             fi
             note "test $t: exit $? $(grep -E '^test result' "$LOGS/test_$t.log" | tail -1)"
         done
@@ -115,6 +119,13 @@ PY
         timeout 170 "$BIN" train "${common[@]}" --partitions 4 --policy dp --hbm-budget 25% \
             --spill-dir "$WORK/spill" --trace "$LOGS/products_dp25.trace.json" >"$LOGS/products_dp25.json" 2>"$LOGS/products_dp25.err"
         note "products dp 25%: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/products_dp25.json" 2>&1 | tail -1)"
+        # A quarter of the one-partition retain-all plan's peak (the
+        # unconstrained run's), in 8 partitions.
+        budget=$("$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$prof" --partitions 1 \
+            --policy retain-all --json | field "['predicted']['peak_bytes']['hbm'] // 4")
+        timeout 170 "$BIN" train "${common[@]}" --partitions 8 --policy dp --hbm-budget "$budget" \
+            --spill-dir "$WORK/spill" --trace "$LOGS/products_dp8.trace.json" >"$LOGS/products_dp8.json" 2>"$LOGS/products_dp8.err"
+        note "products dp, 8 partitions, budget $budget: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/products_dp8.json" 2>&1 | tail -1)"
         "$BIN" generate --graph "$GRAPH" --out "$WORK/rmat" >/dev/null 2>>"$log"
         PYTHONUNBUFFERED=1 timeout 120 python3 benches/pyg_gcn.py --graph "$WORK/rmat" --layers 3 --hidden 256 \
             --epochs "$EPOCHS" --device cuda >"$LOGS/products_pyg.json" 2>"$LOGS/products_pyg.err"

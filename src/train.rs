@@ -194,6 +194,7 @@ fn backend_choice(args: &TrainArgs) -> Result<train::BackendChoice> {
                     kernel_cache_dir,
                     workspace_bytes: None,
                     synchronize_operators: false,
+                    rebuild_transposes: false,
                 },
             ))
         }

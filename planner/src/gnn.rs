@@ -451,6 +451,7 @@ impl<'a> Builder<'a> {
                 ),
             );
         }
+        keep_transposes(&mut self.w);
         self.w.validate()?;
         Ok(self.w)
     }
@@ -721,7 +722,8 @@ impl<'a> Builder<'a> {
                 inputs,
                 vec![out],
                 Cost::work(2.0 * (edges * width) as f64, bytes, ComputeClass::Scatter)
-                    .over_edges(edges),
+                    .over_edges(edges)
+                    .transposing(edges),
             );
             partial = Some(out);
         }
@@ -1177,7 +1179,9 @@ impl<'a> Builder<'a> {
                     Phase::Backward,
                     inputs,
                     vec![src_out, dst_out],
-                    Cost::work(flops, bytes, ComputeClass::AttentionBackward).over_edges(edges),
+                    Cost::work(flops, bytes, ComputeClass::AttentionBackward)
+                        .over_edges(edges)
+                        .transposing(edges),
                 );
                 src_partial = Some(src_out);
                 dst_partial[i as usize] = Some(dst_out);
@@ -1241,6 +1245,29 @@ struct Layer {
     output: Vec<TensorId>,
 }
 
+/// Zeroes the transpose of every transposing operator (a positive
+/// [`Cost::transpose_edges`]) whose previous one in the iteration, counted
+/// cyclically since the iterations follow one another, read the same block
+/// (its first input): the backend keeps the last block's transpose.
+fn keep_transposes(w: &mut Workload) {
+    let transposing: Vec<usize> = (0..w.ops.len())
+        .filter(|&k| w.ops[k].cost.transpose_edges > 0)
+        .collect();
+    let block = |k: usize| w.ops[k].inputs.first().copied();
+    let mut kept = transposing.last().and_then(|&k| block(k));
+    let mut repeats = Vec::new();
+    for &k in &transposing {
+        let b = block(k);
+        if b.is_some() && b == kept {
+            repeats.push(k);
+        }
+        kept = b;
+    }
+    for k in repeats {
+        w.ops[k].cost.transpose_edges = 0;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1266,6 +1293,46 @@ mod tests {
             w.validate().unwrap();
             assert!(w.ops.iter().any(|op| op.phase == Phase::Backward));
             assert!(w.ops.last().unwrap().phase == Phase::Update);
+        }
+    }
+
+    /// Every transposed aggregation builds its block's transpose unless
+    /// the previous one, cyclically, read the same block: with one
+    /// partition none does; with several, every one whose block differs
+    /// from its predecessor's.
+    #[test]
+    fn transposes_are_counted_where_the_kept_one_is_another_block_s() {
+        for model in [GnnModel::Gcn, GnnModel::Sage, GnnModel::Gat] {
+            for parts in [1, 3] {
+                let blocks = BlockCounts::skewed(1000, 8000, parts).unwrap();
+                let w = build_gnn(&spec(model), &blocks).unwrap();
+                let transposing: Vec<&crate::workload::Op> = w
+                    .ops
+                    .iter()
+                    .filter(|op| {
+                        op.name.starts_with("agg_bwd[") || op.name.starts_with("attention_bwd[")
+                    })
+                    .collect();
+                assert!(transposing.len() >= parts as usize, "{model:?} {parts}");
+                let mut built = 0;
+                for (k, op) in transposing.iter().enumerate() {
+                    let previous = transposing[(k + transposing.len() - 1) % transposing.len()];
+                    let expected = if previous.inputs[0] == op.inputs[0] {
+                        0
+                    } else {
+                        op.cost.edges
+                    };
+                    assert_eq!(op.cost.transpose_edges, expected, "{model:?} {}", op.name);
+                    built += op.cost.transpose_edges;
+                }
+                assert_eq!(built == 0, parts == 1, "{model:?} {parts}");
+                // Nothing else transposes.
+                assert!(w
+                    .ops
+                    .iter()
+                    .filter(|op| !transposing.iter().any(|t| t.name == op.name))
+                    .all(|op| op.cost.transpose_edges == 0));
+            }
         }
     }
 

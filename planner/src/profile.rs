@@ -47,6 +47,12 @@ pub struct DeviceProfile {
     /// SpMM (an aggregation's backward); `sparse_bytes_per_s` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scatter_bytes_per_s: Option<f64>,
+    /// Seconds per edge to build a block's transpose before a transposed
+    /// aggregation, on a backend that builds one (the CUDA backend's),
+    /// charged on an operator's `cost.transpose_edges`; none (nothing
+    /// charged) where the backend builds none (the CPU's scatter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transpose_seconds_per_edge: Option<f64>,
     /// Rate of the math of softmax operators (a loss's softmax
     /// cross-entropy), whose exponentials run far below a GEMM's rate;
     /// `dense_flops_per_s` when absent.
@@ -166,6 +172,12 @@ impl DeviceProfile {
             }
             _ => bytes as f64 / self.memory_bytes_per_s(class),
         }
+    }
+
+    /// Seconds to build the transposes of `edges` edges
+    /// ([`DeviceProfile::transpose_seconds_per_edge`]).
+    pub fn transpose_seconds(&self, edges: u64) -> f64 {
+        edges as f64 * self.transpose_seconds_per_edge.unwrap_or(0.0)
     }
 
     /// Seconds an operator's work takes, launch overhead left out: the
@@ -308,6 +320,9 @@ impl Profile {
         if let Some(scatter) = d.scatter_bytes_per_s {
             figures.push(("device.scatter_bytes_per_s", scatter));
         }
+        if let Some(transpose) = d.transpose_seconds_per_edge {
+            figures.push(("device.transpose_seconds_per_edge", transpose));
+        }
         if let Some(softmax) = d.softmax_flops_per_s {
             figures.push(("device.softmax_flops_per_s", softmax));
         }
@@ -411,7 +426,9 @@ impl Profile {
             return Err(Error::invalid("profile field name", "is empty"));
         }
         for (field, value) in self.figures() {
-            let may_be_zero = field.ends_with("latency_s") || field.ends_with("overhead_s");
+            let may_be_zero = field.ends_with("latency_s")
+                || field.ends_with("overhead_s")
+                || field.ends_with("seconds_per_edge");
             let ok = value.is_finite()
                 && if may_be_zero {
                     value >= 0.0
@@ -540,6 +557,28 @@ mod tests {
         }
         // A dense operator with no bytes runs at the most intense shape.
         assert!(close(d.work_seconds(3e11, 0, 0, ComputeClass::Dense), 1.0));
+    }
+
+    /// Transposes cost nothing unless the profile times them; then their
+    /// edges are charged at its rate. A negative rate is refused, naming
+    /// the field.
+    #[test]
+    fn transposes_are_charged_where_the_profile_times_them() {
+        let close = |a: f64, b: f64| (a / b - 1.0).abs() < 1e-12;
+        let mut p = profile();
+        assert_eq!(p.device.transpose_seconds(1_000_000), 0.0);
+        p.device.transpose_seconds_per_edge = Some(2e-9);
+        assert!(close(p.device.transpose_seconds(1_000_000), 2e-3));
+        assert_eq!(p.device.transpose_seconds(0), 0.0);
+        p.validate().unwrap();
+        p.device.transpose_seconds_per_edge = Some(0.0);
+        p.validate().unwrap();
+        p.device.transpose_seconds_per_edge = Some(-1e-9);
+        let error = p.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("device.transpose_seconds_per_edge") && error.contains("-0.000000001"),
+            "{error}"
+        );
     }
 
     #[test]

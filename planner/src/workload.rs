@@ -159,6 +159,14 @@ pub struct Cost {
     /// profile's per-edge time (`device.class_rates`) is charged on.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub edges: u64,
+    /// Edges of the block whose transpose the operator builds before it
+    /// runs, on a backend that builds one (the CUDA backend's transposed
+    /// aggregations; the CPU's scatter builds none): a profile's
+    /// `device.transpose_seconds_per_edge` is charged on them. Zero where
+    /// the previous transposing operator of the iteration (cyclically)
+    /// read the same block, whose transpose the backend kept.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub transpose_edges: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<f64>,
 }
@@ -174,6 +182,7 @@ impl Cost {
             bytes,
             class,
             edges: 0,
+            transpose_edges: 0,
             seconds: None,
         }
     }
@@ -181,6 +190,15 @@ impl Cost {
     /// `self` walking `edges` edges.
     pub fn over_edges(self, edges: u64) -> Cost {
         Cost { edges, ..self }
+    }
+
+    /// `self` transposing a block of `edges` edges first (see
+    /// [`Cost::transpose_edges`]).
+    pub fn transposing(self, edges: u64) -> Cost {
+        Cost {
+            transpose_edges: edges,
+            ..self
+        }
     }
 
     pub fn seconds(seconds: f64) -> Cost {

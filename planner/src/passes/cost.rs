@@ -20,6 +20,7 @@ pub fn op_seconds(op: &Op, profile: &Profile) -> f64 {
     let device = &profile.device;
     device.op_overhead_s
         + device.work_seconds(op.cost.flops, op.cost.bytes, op.cost.edges, op.cost.class)
+        + device.transpose_seconds(op.cost.transpose_edges)
 }
 
 /// Seconds a transfer occupies each link it crosses: `(pcie_s, ssd_s)`.

@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig,
-    PinnedHostSlice, ValidAsZeroBits,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, HostSlice,
+    LaunchConfig, PinnedHostSlice, ValidAsZeroBits,
 };
 use cudarc::nvrtc::Ptx;
 
@@ -57,6 +57,10 @@ pub struct CudaOptions {
     /// times (the profiler's rates). Training leaves it off: operators
     /// then queue on the compute stream while the host runs ahead.
     pub synchronize_operators: bool,
+    /// Build every transposed aggregation's transpose afresh instead of
+    /// keeping the last block's for the next one over the same block
+    /// (the profiler times the builds this way).
+    pub rebuild_transposes: bool,
 }
 
 /// What [`probe`] found.
@@ -517,34 +521,53 @@ fn alloc_on<T: DeviceRepr + ValidAsZeroBits>(
     })
 }
 
-fn upload_on<T: DeviceRepr + ValidAsZeroBits>(
-    stream: &Arc<CudaStream>,
+/// The first `len` values of `values` copied into a new device buffer by
+/// the host-to-device stream, the buffer then handed to the compute
+/// stream: its users are the operators, and it is freed in the compute
+/// stream's order. Freed on the copy stream, as a buffer allocated there
+/// would be, it would make that stream wait for the compute stream's
+/// last read before any later copy could start, so that no load would
+/// run ahead of the operators. The caller synchronises the copy stream
+/// before the operators use the buffer (`to_device`). No zeroing: the
+/// copy writes every value (a zero-length buffer holds one value, never
+/// read).
+fn upload_to<T: DeviceRepr, Src: HostSlice<T> + ?Sized>(
+    streams: (&Arc<CudaStream>, &Arc<CudaStream>),
     pool: &Arc<Pool>,
-    values: &[T],
-) -> Result<DeviceBuf<T>, ExecError> {
-    let mut buf = alloc_on::<T>(stream, pool, values.len(), "a host-to-device copy")?;
-    if !values.is_empty() {
-        stream
-            .memcpy_htod(values, &mut buf.slice)
-            .map_err(|e| cuda_error("host-to-device copy", e))?;
-    }
-    Ok(buf)
-}
-
-fn upload_pinned_on<T: DeviceRepr + ValidAsZeroBits>(
-    stream: &Arc<CudaStream>,
-    pool: &Arc<Pool>,
-    values: &PinnedHostSlice<T>,
+    values: &Src,
     len: usize,
 ) -> Result<DeviceBuf<T>, ExecError> {
-    // Both hold `len.max(1)` values.
-    let mut buf = alloc_on::<T>(stream, pool, len, "a host-to-device copy")?;
+    let (copy, compute) = streams;
+    let bytes = (len * std::mem::size_of::<T>()) as u64;
+    pool.charge(bytes, "a host-to-device copy")?;
+    // SAFETY: the copy below overwrites all `len` values before the
+    // buffer is read; the spare value of a zero-length one is never read.
+    let mut slice = match unsafe { copy.alloc::<T>(len.max(1)) } {
+        Ok(slice) => slice,
+        Err(e) => {
+            pool.release(bytes);
+            return Err(cuda_error(
+                &format!("allocating {bytes} bytes for a copy"),
+                e,
+            ));
+        }
+    };
     if len > 0 {
-        stream
-            .memcpy_htod(values, &mut buf.slice)
-            .map_err(|e| cuda_error("host-to-device copy", e))?;
+        if let Err(e) = copy.memcpy_htod(values, &mut slice) {
+            drop(slice);
+            pool.release(bytes);
+            return Err(cuda_error("host-to-device copy", e));
+        }
     }
-    Ok(buf)
+    let ptr = slice.leak();
+    // SAFETY: `ptr` is the allocation of `len.max(1)` values just made,
+    // no longer owned by any slice; the compute stream's slice frees it.
+    let slice = unsafe { compute.upgrade_device_ptr::<T>(ptr, len.max(1)) };
+    Ok(DeviceBuf {
+        slice,
+        len,
+        pool: pool.clone(),
+    })
 }
 
 /// A pinned buffer of `len` values (at least one): `reused` when the pool
@@ -869,14 +892,14 @@ impl Mover for CudaMover {
 
     fn to_device(&self, data: Cow<'_, Data>) -> Result<Data, ExecError> {
         self.bind()?;
-        let (h2d, pool) = (&self.gpu.h2d, &self.gpu.pool);
+        let (h2d, pool) = ((&self.gpu.h2d, &self.gpu.compute), &self.gpu.pool);
         let tensor = match data.as_ref() {
-            Data::F32(v) => GpuTensor::F32(upload_on(h2d, pool, v)?),
-            Data::I64(v) => GpuTensor::I64(upload_on(h2d, pool, v)?),
+            Data::F32(v) => GpuTensor::F32(upload_to(h2d, pool, v, v.len())?),
+            Data::I64(v) => GpuTensor::I64(upload_to(h2d, pool, v, v.len())?),
             Data::Block(b) => GpuTensor::Block(GpuBlock {
-                row_start: upload_on(h2d, pool, &b.row_start)?,
-                columns: upload_on(h2d, pool, &b.columns)?,
-                weights: upload_on(h2d, pool, &b.weights)?,
+                row_start: upload_to(h2d, pool, &b.row_start, b.row_start.len())?,
+                columns: upload_to(h2d, pool, &b.columns, b.columns.len())?,
+                weights: upload_to(h2d, pool, &b.weights, b.weights.len())?,
             }),
             Data::Held(held) => {
                 if Self::device_of(data.as_ref()).is_some() {
@@ -891,21 +914,23 @@ impl Mover for CudaMover {
                 })?;
                 let [a, b, c] = copy.lengths;
                 match copy.tensor()? {
-                    PinnedTensor::F32(p) => GpuTensor::F32(upload_pinned_on(h2d, pool, p, a)?),
-                    PinnedTensor::I64(p) => GpuTensor::I64(upload_pinned_on(h2d, pool, p, a)?),
+                    PinnedTensor::F32(p) => GpuTensor::F32(upload_to(h2d, pool, p, a)?),
+                    PinnedTensor::I64(p) => GpuTensor::I64(upload_to(h2d, pool, p, a)?),
                     PinnedTensor::Block {
                         row_start,
                         columns,
                         weights,
                     } => GpuTensor::Block(GpuBlock {
-                        row_start: upload_pinned_on(h2d, pool, row_start, a)?,
-                        columns: upload_pinned_on(h2d, pool, columns, b)?,
-                        weights: upload_pinned_on(h2d, pool, weights, c)?,
+                        row_start: upload_to(h2d, pool, row_start, a)?,
+                        columns: upload_to(h2d, pool, columns, b)?,
+                        weights: upload_to(h2d, pool, weights, c)?,
                     }),
                 }
             }
         };
-        h2d.synchronize()
+        self.gpu
+            .h2d
+            .synchronize()
             .map_err(|e| cuda_error("host-to-device copy", e))?;
         Ok(device_data(tensor))
     }

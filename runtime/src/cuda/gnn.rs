@@ -6,7 +6,7 @@
 //! plan gives the same bits there; against the CPU the results differ by
 //! rounding (cuBLAS's GEMM order, fused multiply-adds, `expf`).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{Gemm, GemmConfig};
@@ -147,6 +147,13 @@ pub struct CudaGnn {
     masks: [DeviceBuf<u8>; 3],
     /// [`CudaOptions::synchronize_operators`].
     synchronize_operators: bool,
+    /// [`CudaOptions::rebuild_transposes`].
+    rebuild_transposes: bool,
+    /// The last block transposed, by (destination, source) partition, kept
+    /// for the next transposed aggregation over the same block: the
+    /// workspace allows one transpose, and a different block's replaces
+    /// it. With one block (one partition) the transpose is built once.
+    kept_transpose: Mutex<Option<((usize, usize), Arc<Transpose>)>>,
 }
 
 impl CudaGnn {
@@ -199,6 +206,8 @@ impl CudaGnn {
             metrics: Metrics::default(),
             masks,
             synchronize_operators: options.synchronize_operators,
+            rebuild_transposes: options.rebuild_transposes,
+            kept_transpose: Mutex::new(None),
         })
     }
 
@@ -345,6 +354,34 @@ impl CudaGnn {
             [&partials.slice, &chunks_u, &width_u, out, &accumulate]
         );
         Ok(())
+    }
+
+    /// Block (`i`, `j`)'s transpose ([`CudaGnn::transpose`]): the kept one
+    /// if it is this block's, else built (the kept one freed first, so
+    /// that the workspace holds one at a time) and kept, unless
+    /// [`CudaOptions::rebuild_transposes`]. The planner's workloads count
+    /// the builds this makes (`Cost::transpose_edges`).
+    fn transposed(
+        &self,
+        (i, j): (usize, usize),
+        block: &GpuBlock,
+        src_rows: usize,
+    ) -> Result<Arc<Transpose>, ExecError> {
+        let mut kept = self
+            .kept_transpose
+            .lock()
+            .map_err(|_| ExecError::Internal("the kept transpose's lock is poisoned".into()))?;
+        if let Some((key, t)) = kept.as_ref() {
+            if *key == (i, j) && t.perm.len() == block.nnz() && t.start.len() == src_rows + 1 {
+                return Ok(t.clone());
+            }
+        }
+        *kept = None;
+        let t = Arc::new(self.transpose(block, src_rows)?);
+        if !self.rebuild_transposes {
+            *kept = Some(((i, j), t.clone()));
+        }
+        Ok(t)
     }
 
     /// The edges of `block` grouped by source column in edge order (a
@@ -1170,7 +1207,7 @@ impl CudaGnn {
                 &init
             ]
         );
-        let t = self.transpose(b, rows_j)?;
+        let t = self.transposed((i, j), b, rows_j)?;
         let src_u = rows_j as u64;
         {
             let (mut grad_z_src, mut grad_a_src) = grad_src.slice.split_at_mut(rows_j * d);
@@ -1546,7 +1583,7 @@ impl CudaGnn {
                 let b = block(op, inputs[0])?;
                 let grad = f32s(op, inputs[1])?;
                 let init = inputs.get(2).map(|d| f32s(op, d)).transpose()?;
-                let j = name.get('p')?;
+                let (j, i) = (name.get('p')?, name.get('d')?);
                 let rows = self.model.rows(j).len();
                 expect_len(op, "gradient", grad.len(), b.rows() * d)?;
                 let mut dsrc = self.zeros(rows * d, "agg gradient")?;
@@ -1557,7 +1594,7 @@ impl CudaGnn {
                     }
                     None => (INIT_ZERO, &gpu.dummy.slice),
                 };
-                let t = self.transpose(b, rows)?;
+                let t = self.transposed((i, j), b, rows)?;
                 let (src_u, width) = (rows as u64, d as u64);
                 launch!(
                     gpu,

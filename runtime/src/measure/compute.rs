@@ -91,6 +91,12 @@ pub struct TrainingRates {
     /// of the one of half of it.
     pub iterations: u32,
     pub half_iterations: u32,
+    /// Seconds per edge to build a block's transpose on a backend that
+    /// builds them (the CUDA backend's; `None` on the CPU): the GCN of
+    /// half the width timed again with every transpose built afresh
+    /// (`CudaOptions::rebuild_transposes`), its backward aggregations'
+    /// added seconds over the edges it built beyond the first run's.
+    pub transpose_seconds_per_edge: Option<f64>,
 }
 
 impl TrainingRates {
@@ -149,6 +155,9 @@ struct Sums {
     flops: f64,
     bytes: f64,
     edges: f64,
+    /// Edges whose transpose the operators build first, as the workload
+    /// counts them (`cost.transpose_edges`).
+    transposed: f64,
     seconds: f64,
 }
 
@@ -315,7 +324,36 @@ pub fn training_rates(
 ) -> Result<TrainingRates> {
     let wide = time_gcn(bench, bench.width, profile, rounds, backend)?;
     let half = time_gcn(bench, bench.half_width(), profile, rounds, backend)?;
-    rates_of(&wide, &half)
+    let mut rates = rates_of(&wide, &half)?;
+    if let BackendChoice::Cuda(options) = backend {
+        let rebuilding = BackendChoice::Cuda(CudaOptions {
+            rebuild_transposes: true,
+            ..options.clone()
+        });
+        let rebuilt = time_gcn(bench, bench.half_width(), profile, rounds, &rebuilding)?;
+        rates.transpose_seconds_per_edge = Some(transpose_cost(&half, &rebuilt)?);
+    }
+    Ok(rates)
+}
+
+/// Seconds per edge of the transposes `rebuilt` built beyond those of
+/// `kept` (the same GCN): the backward aggregations' added median
+/// seconds over the edges added; zero where it is not slower.
+fn transpose_cost(kept: &GcnRun, rebuilt: &GcnRun) -> Result<f64> {
+    let total = |points: Vec<Sums>| {
+        points.iter().fold((0.0, 0.0, 0.0), |(s, e, t), p| {
+            (s + p.seconds, e + p.edges, t + p.transposed)
+        })
+    };
+    let (kept_s, edges, kept_built) = total(kept.layer_points(Group::Scatter)?);
+    let (rebuilt_s, _, _) = total(rebuilt.layer_points(Group::Scatter)?);
+    let added = edges - kept_built;
+    if added <= 0.0 {
+        return Err(Error::Internal(
+            "the transpose measurement: the GCN's plan builds every transpose already".into(),
+        ));
+    }
+    Ok(((rebuilt_s - kept_s) / added).max(0.0))
 }
 
 /// The points of an aggregation class's fit: the medians of `group(l)`
@@ -358,6 +396,7 @@ fn rates_of(wide: &GcnRun, half: &GcnRun) -> Result<TrainingRates> {
         ],
         iterations: wide.timed.iterations.len() as u32,
         half_iterations: half.timed.iterations.len() as u32,
+        transpose_seconds_per_edge: None,
     })
 }
 
@@ -647,6 +686,7 @@ fn time_iterations<B: GnnBackend>(
             sum.flops += ops[k].cost.flops;
             sum.bytes += ops[k].cost.bytes as f64;
             sum.edges += ops[k].cost.edges as f64;
+            sum.transposed += ops[k].cost.transpose_edges as f64;
             sum.seconds += span.span.end_s - span.span.start_s;
         }
         Ok(sums)
@@ -943,6 +983,7 @@ mod tests {
             flops: 0.0,
             bytes,
             edges,
+            transposed: 0.0,
             seconds,
         }
     }

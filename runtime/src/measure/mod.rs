@@ -437,6 +437,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
     profile.device.hbm_bytes_per_s = rates.elementwise_bytes_per_s;
     profile.device.sparse_bytes_per_s = rates.gather_bytes_per_s;
     profile.device.scatter_bytes_per_s = Some(rates.scatter_bytes_per_s);
+    profile.device.transpose_seconds_per_edge = rates.transpose_seconds_per_edge;
     profile.device.softmax_flops_per_s = Some(rates.loss_flops_per_s);
     next(progress);
     let attention = compute::attention_rate(bench, &profile, &sizes.rounds, &backend)?;
@@ -524,6 +525,20 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                  every block, {run}"
         ),
     );
+    if let Some(transpose) = rates.transpose_seconds_per_edge {
+        put(
+            &mut sources,
+            "device.transpose_seconds_per_edge",
+            format!(
+                "{:.3} ns per edge to build a block's transpose for the transposed \
+                     SpMM: the GCN of width {} timed again with every transpose built afresh \
+                     (the backend otherwise keeps the last block's), its backward \
+                     aggregations' added median seconds over the edges added",
+                transpose * 1e9,
+                bench.half_width()
+            ),
+        );
+    }
     let gat_run = format!(
         "timed inside training: every operator of {} retain-all iterations (after one \
              left out) of a 2-layer GAT of {} heads, {} hidden, on an R-MAT graph (scale \
@@ -653,6 +668,7 @@ fn cpu_profile(
             dense_shapes: Vec::new(),
             sparse_bytes_per_s: 0.0,
             scatter_bytes_per_s: None,
+            transpose_seconds_per_edge: None,
             softmax_flops_per_s: None,
             attention_bytes_per_s: None,
             attention_backward_bytes_per_s: None,
@@ -727,6 +743,7 @@ fn gpu_profile(
             dense_shapes: Vec::new(),
             sparse_bytes_per_s: 0.0,
             scatter_bytes_per_s: None,
+            transpose_seconds_per_edge: None,
             softmax_flops_per_s: None,
             attention_bytes_per_s: None,
             attention_backward_bytes_per_s: None,

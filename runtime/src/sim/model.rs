@@ -50,6 +50,7 @@ pub fn op_seconds(op: &Op, device: &DeviceProfile) -> f64 {
     }
     device.op_overhead_s
         + device.work_seconds(op.cost.flops, op.cost.bytes, op.cost.edges, op.cost.class)
+        + device.transpose_seconds(op.cost.transpose_edges)
 }
 
 /// The speed of each running thread on a CPU backend with `cores` cores,

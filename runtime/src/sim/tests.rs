@@ -27,6 +27,7 @@ fn profile() -> Profile {
             dense_shapes: Vec::new(),
             sparse_bytes_per_s: 1e3,
             scatter_bytes_per_s: None,
+            transpose_seconds_per_edge: None,
             softmax_flops_per_s: None,
             attention_bytes_per_s: None,
             attention_backward_bytes_per_s: None,
