@@ -49,6 +49,12 @@ export FATEPLAN_REQUIRE_GPU=1 FATEPLAN_REQUIRE_NVRTC=1
 
 field() { python3 -c "import json,sys; d=json.load(sys.stdin); print(d$1)"; }
 
+# The profile the runs plan with: the one the profile section measured,
+# else the shipped measurement of an H100.
+profile_arg() {
+    if [ -s "$LOGS/gpu-profile.json" ]; then echo "$LOGS/gpu-profile.json"; else echo h100-measured; fi
+}
+
 for section in $SECTIONS; do
     log="$LOGS/$section.log"
     echo "== $section" | tee -a "$SUMMARY"
@@ -97,7 +103,7 @@ for section in $SECTIONS; do
     diag)
         # Kernel times: every launch synchronous, so each operator's span is its GPU time.
         CUDA_LAUNCH_BLOCKING=1 timeout 170 "$BIN" train --graph "$GRAPH" --layers 3 --hidden 256 --epochs 3 \
-            --backend cuda --profile h100-sxm --csr-cache "$WORK/rmat.csr" --compare-simulated --json \
+            --backend cuda --profile "$(profile_arg)" --csr-cache "$WORK/rmat.csr" --compare-simulated --json \
             --partitions 1 --policy retain-all --trace "$LOGS/diag_retain.trace.json" \
             >"$LOGS/diag_retain.json" 2>"$LOGS/diag_retain.err"
         note "diag retain-all (launch blocking): exit $? $(field "['iteration_s']" <"$LOGS/diag_retain.json" 2>&1 | tail -1)"
@@ -109,8 +115,7 @@ for o in d["operators"]:
 PY
         ;;
     products)
-        prof=$LOGS/gpu-profile.json
-        [ -s "$prof" ] || prof=h100-sxm
+        prof=$(profile_arg)
         common=(--graph "$GRAPH" --layers 3 --hidden 256 --epochs "$EPOCHS" --backend cuda
             --profile "$prof" --csr-cache "$WORK/rmat.csr" --compare-simulated --json)
         timeout 170 "$BIN" train "${common[@]}" --partitions 1 --policy retain-all \

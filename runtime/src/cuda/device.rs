@@ -521,16 +521,16 @@ fn alloc_on<T: DeviceRepr + ValidAsZeroBits>(
     })
 }
 
-/// The first `len` values of `values` copied into a new device buffer by
-/// the host-to-device stream, the buffer then handed to the compute
-/// stream: its users are the operators, and it is freed in the compute
+/// `values` (`len` of them; a zero-length buffer's one spare value is
+/// not copied) copied into a new device buffer by the host-to-device
+/// stream, the buffer then handed to the compute stream, which waits for
+/// the copy: its users are the operators, and it is freed in the compute
 /// stream's order. Freed on the copy stream, as a buffer allocated there
 /// would be, it would make that stream wait for the compute stream's
 /// last read before any later copy could start, so that no load would
-/// run ahead of the operators. The caller synchronises the copy stream
-/// before the operators use the buffer (`to_device`). No zeroing: the
-/// copy writes every value (a zero-length buffer holds one value, never
-/// read).
+/// run ahead of the operators. No zeroing: the copy writes every value.
+/// cudarc's `upgrade_device_ptr` panics only if the driver cannot create
+/// an event.
 fn upload_to<T: DeviceRepr, Src: HostSlice<T> + ?Sized>(
     streams: (&Arc<CudaStream>, &Arc<CudaStream>),
     pool: &Arc<Pool>,
@@ -552,12 +552,22 @@ fn upload_to<T: DeviceRepr, Src: HostSlice<T> + ?Sized>(
             ));
         }
     };
-    if len > 0 {
-        if let Err(e) = copy.memcpy_htod(values, &mut slice) {
-            drop(slice);
-            pool.release(bytes);
-            return Err(cuda_error("host-to-device copy", e));
-        }
+    // The compute stream waits for the copy: the buffer's new events
+    // (below) order nothing, and a buffer dropped on an error path before
+    // the caller's synchronisation is freed in the compute stream's order.
+    let copied = (len > 0)
+        .then(|| copy.memcpy_htod(values, &mut slice))
+        .transpose()
+        .and_then(|_| {
+            copy.record_event(Some(
+                cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
+            ))
+        })
+        .and_then(|done| compute.wait(&done));
+    if let Err(e) = copied {
+        drop(slice);
+        pool.release(bytes);
+        return Err(cuda_error("host-to-device copy", e));
     }
     let ptr = slice.leak();
     // SAFETY: `ptr` is the allocation of `len.max(1)` values just made,
@@ -892,14 +902,14 @@ impl Mover for CudaMover {
 
     fn to_device(&self, data: Cow<'_, Data>) -> Result<Data, ExecError> {
         self.bind()?;
-        let (h2d, pool) = ((&self.gpu.h2d, &self.gpu.compute), &self.gpu.pool);
+        let (streams, pool) = ((&self.gpu.h2d, &self.gpu.compute), &self.gpu.pool);
         let tensor = match data.as_ref() {
-            Data::F32(v) => GpuTensor::F32(upload_to(h2d, pool, v, v.len())?),
-            Data::I64(v) => GpuTensor::I64(upload_to(h2d, pool, v, v.len())?),
+            Data::F32(v) => GpuTensor::F32(upload_to(streams, pool, v, v.len())?),
+            Data::I64(v) => GpuTensor::I64(upload_to(streams, pool, v, v.len())?),
             Data::Block(b) => GpuTensor::Block(GpuBlock {
-                row_start: upload_to(h2d, pool, &b.row_start, b.row_start.len())?,
-                columns: upload_to(h2d, pool, &b.columns, b.columns.len())?,
-                weights: upload_to(h2d, pool, &b.weights, b.weights.len())?,
+                row_start: upload_to(streams, pool, &b.row_start, b.row_start.len())?,
+                columns: upload_to(streams, pool, &b.columns, b.columns.len())?,
+                weights: upload_to(streams, pool, &b.weights, b.weights.len())?,
             }),
             Data::Held(held) => {
                 if Self::device_of(data.as_ref()).is_some() {
@@ -914,16 +924,16 @@ impl Mover for CudaMover {
                 })?;
                 let [a, b, c] = copy.lengths;
                 match copy.tensor()? {
-                    PinnedTensor::F32(p) => GpuTensor::F32(upload_to(h2d, pool, p, a)?),
-                    PinnedTensor::I64(p) => GpuTensor::I64(upload_to(h2d, pool, p, a)?),
+                    PinnedTensor::F32(p) => GpuTensor::F32(upload_to(streams, pool, p, a)?),
+                    PinnedTensor::I64(p) => GpuTensor::I64(upload_to(streams, pool, p, a)?),
                     PinnedTensor::Block {
                         row_start,
                         columns,
                         weights,
                     } => GpuTensor::Block(GpuBlock {
-                        row_start: upload_to(h2d, pool, row_start, a)?,
-                        columns: upload_to(h2d, pool, columns, b)?,
-                        weights: upload_to(h2d, pool, weights, c)?,
+                        row_start: upload_to(streams, pool, row_start, a)?,
+                        columns: upload_to(streams, pool, columns, b)?,
+                        weights: upload_to(streams, pool, weights, c)?,
                     }),
                 }
             }

@@ -136,6 +136,9 @@ struct Transpose {
     perm_row: DeviceBuf<u32>,
 }
 
+/// A block's transpose and the block's (destination, source) partitions.
+type KeptTranspose = ((usize, usize), Arc<Transpose>);
+
 /// The GNN's operators on a GPU.
 pub struct CudaGnn {
     gpu: Arc<Gpu>,
@@ -153,7 +156,7 @@ pub struct CudaGnn {
     /// for the next transposed aggregation over the same block: the
     /// workspace allows one transpose, and a different block's replaces
     /// it. With one block (one partition) the transpose is built once.
-    kept_transpose: Mutex<Option<((usize, usize), Arc<Transpose>)>>,
+    kept_transpose: Mutex<Option<KeptTranspose>>,
 }
 
 impl CudaGnn {
