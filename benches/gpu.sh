@@ -128,6 +128,7 @@ PY
         # unconstrained run's), in 8 partitions.
         budget=$("$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$prof" --partitions 1 \
             --policy retain-all --json | field "['predicted']['peak_bytes']['hbm'] // 4")
+        [ -n "$budget" ] || note "products dp, 8 partitions: planning the retain-all peak failed"
         timeout 170 "$BIN" train "${common[@]}" --partitions 8 --policy dp --hbm-budget "$budget" \
             --spill-dir "$WORK/spill" --trace "$LOGS/products_dp8.trace.json" >"$LOGS/products_dp8.json" 2>"$LOGS/products_dp8.err"
         note "products dp, 8 partitions, budget $budget: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/products_dp8.json" 2>&1 | tail -1)"
