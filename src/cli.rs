@@ -734,7 +734,11 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
     let share = profile.share(args.gpus);
     let forced = match args.exchange.as_str() {
         "auto" => None,
-        text => Some(Strategy::parse(text).context("--exchange")?),
+        text => Some(Strategy::parse(text).map_err(|_| {
+            anyhow::anyhow!(
+                "--exchange: {text:?} is not a strategy; expected auto (the planner chooses per layer), peer or host"
+            )
+        })?),
     };
     let mut options = PlanOptions::new(sized_as.unwrap_or(policy), &profile);
     options.gpus = args.gpus;

@@ -195,6 +195,8 @@ fn backend_choice(args: &TrainArgs) -> Result<train::BackendChoice> {
                     workspace_bytes: None,
                     synchronize_operators: false,
                     rebuild_transposes: false,
+                    // The run's host budget, set when the plan is known.
+                    host_budget_bytes: None,
                 },
             ))
         }

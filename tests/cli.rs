@@ -190,6 +190,14 @@ fn bad_input_names_what_is_wrong() {
             ],
             "applies to gcn only",
         ),
+        (
+            &["plan", "--fates", ""],
+            "--fates: invalid input: fates \"\": no fate given",
+        ),
+        (
+            &["plan", "--gpus", "2", "--exchange", "foo"],
+            "--exchange: \"foo\" is not a strategy; expected auto",
+        ),
     ];
     for (args, expected) in cases {
         let out = fateplan(args);

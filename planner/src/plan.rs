@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::passes::sanity;
+use crate::policy::Policy;
 use crate::profile::Profile;
 use crate::workload::{OpId, TensorId, TensorKind, Workload};
 use crate::{Error, Result, Tier};
@@ -407,6 +408,17 @@ impl Plan {
                 ),
             ));
         }
+        if Policy::parse(&self.policy).is_err() {
+            let known: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
+            return Err(Error::invalid(
+                "plan field policy",
+                format!(
+                    "{:?} is not a policy; known policies: {}",
+                    self.policy,
+                    known.join(", ")
+                ),
+            ));
+        }
         let definition = &self.workload.definition;
         definition.validate()?;
         self.profile.validate()?;
@@ -431,16 +443,37 @@ impl Plan {
             ));
         }
         for (index, (planned, tensor)) in self.tensors.iter().zip(&definition.tensors).enumerate() {
-            if planned.id.index() != index
-                || planned.name != tensor.name
-                || planned.bytes != tensor.bytes
-                || planned.kind != tensor.kind
-            {
+            let field = |name: &str| format!("plan field tensors[{index}].{name}");
+            if planned.id.index() != index {
                 return Err(Error::invalid(
-                    format!("plan field tensors[{index}]"),
+                    field("id"),
+                    format!("{} is not its position, {index}", planned.id.index()),
+                ));
+            }
+            if planned.name != tensor.name {
+                return Err(Error::invalid(
+                    field("name"),
                     format!(
-                        "{:?} does not match workload tensor {:?}",
+                        "{:?} differs from the workload's tensor {index}, {:?}",
                         planned.name, tensor.name
+                    ),
+                ));
+            }
+            if planned.bytes != tensor.bytes {
+                return Err(Error::invalid(
+                    field("bytes"),
+                    format!(
+                        "{} differs from the workload's {} for {:?}",
+                        planned.bytes, tensor.bytes, tensor.name
+                    ),
+                ));
+            }
+            if planned.kind != tensor.kind {
+                return Err(Error::invalid(
+                    field("kind"),
+                    format!(
+                        "{:?} differs from the workload's {:?} for {:?}",
+                        planned.kind, tensor.kind, tensor.name
                     ),
                 ));
             }

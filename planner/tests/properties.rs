@@ -199,6 +199,31 @@ fn a_tampered_plan_is_rejected_on_load() {
         message.contains("hbm") && message.contains("by 1 bytes"),
         "{message}"
     );
+    // An unknown policy is named with its field.
+    let mut unknown = p.clone();
+    unknown.policy = "nope".into();
+    let message = Plan::from_json(&unknown.to_json(), "unknown.json")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("unknown.json")
+            && message.contains("plan field policy")
+            && message.contains("\"nope\"")
+            && message.contains("offload-host-all"),
+        "{message}"
+    );
+    // A tensor's bytes changed: the field and both values.
+    let mut resized = p.clone();
+    resized.tensors[1].bytes += 4;
+    let (planned, actual) = (resized.tensors[1].bytes, p.tensors[1].bytes);
+    let message = Plan::from_json(&resized.to_json(), "resized.json")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("plan field tensors[1].bytes")
+            && message.contains(&format!("{planned} differs from the workload's {actual}")),
+        "{message}"
+    );
 }
 
 #[test]

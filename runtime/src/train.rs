@@ -151,8 +151,14 @@ pub fn train(
             run_epochs(&mut { executor }, &plan, epochs, progress)
         }
         BackendChoice::Cuda(cuda) => {
-            let hbm_bytes = budgets.unwrap_or(plan.budgets).hbm_bytes;
-            let backend = crate::cuda::CudaGnn::new(graph, hyper, hbm_bytes, &cuda)?;
+            let budgets = budgets.unwrap_or(plan.budgets);
+            // The host tier's pinned buffers, kept for reuse, within its
+            // budget.
+            let cuda = crate::cuda::CudaOptions {
+                host_budget_bytes: Some(budgets.host_bytes),
+                ..cuda
+            };
+            let backend = crate::cuda::CudaGnn::new(graph, hyper, budgets.hbm_bytes, &cuda)?;
             let executor = Executor::new(plan.clone(), backend, ssd, options)?;
             run_epochs(&mut { executor }, &plan, epochs, progress)
         }

@@ -167,7 +167,18 @@ impl FateSet {
             offload_ssd: false,
             recompute: false,
         };
-        for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        let words: Vec<&str> = text
+            .split(',')
+            .map(str::trim)
+            .filter(|w| !w.is_empty())
+            .collect();
+        if words.is_empty() {
+            return Err(crate::Error::invalid(
+                format!("fates {text:?}"),
+                "no fate given; name one or more of retain, offload_host, offload_ssd, recompute",
+            ));
+        }
+        for word in words {
             match word.replace('-', "_").as_str() {
                 "retain" => {}
                 "offload_host" | "host" => set.offload_host = true,
@@ -642,5 +653,27 @@ impl Choices {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fate_lists_parse_and_an_empty_or_unknown_one_is_refused() {
+        let set = FateSet::parse("retain, recompute").unwrap();
+        assert!(set.allows(Fate::Recompute) && !set.allows(Fate::OffloadHost));
+        let set = FateSet::parse("offload-host,ssd").unwrap();
+        assert!(set.allows(Fate::OffloadHost) && set.allows(Fate::OffloadSsd));
+        for text in ["", " , ", ","] {
+            let message = FateSet::parse(text).unwrap_err().to_string();
+            assert!(message.contains("no fate given"), "{text:?}: {message}");
+        }
+        let message = FateSet::parse("retain,keep").unwrap_err().to_string();
+        assert!(
+            message.contains("\"keep\"") && message.contains("offload_ssd"),
+            "{message}"
+        );
     }
 }

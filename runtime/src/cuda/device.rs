@@ -29,6 +29,7 @@ use fateplan_kernels::cuda::Source;
 use crate::exec::data::{BlockData, Data, Held};
 use crate::exec::{ExecError, Mover};
 
+use super::keep::Keeper;
 use super::nvrtc;
 
 /// Threads per block of every launch.
@@ -61,6 +62,11 @@ pub struct CudaOptions {
     /// keeping the last block's for the next one over the same block
     /// (the profiler times the builds this way).
     pub rebuild_transposes: bool,
+    /// The host tier's budget: the pinned buffers of its copies, in use
+    /// and kept for reuse, stay within it (or within the most in use at
+    /// once, if more). `None`: every buffer is kept for reuse, at most
+    /// per size the most of that size in use at once.
+    pub host_budget_bytes: Option<u64>,
 }
 
 /// What [`probe`] found.
@@ -357,7 +363,7 @@ impl Gpu {
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
             pool,
-            pinned: Arc::new(PinnedPool::default()),
+            pinned: Arc::new(PinnedPool::new(options.host_budget_bytes)),
             dummy,
         }))
     }
@@ -663,7 +669,8 @@ impl PinnedCopy {
 impl Drop for PinnedCopy {
     fn drop(&mut self) {
         if let Some(tensor) = self.tensor.take() {
-            self.pool.give_back(self.lengths, tensor);
+            let key = (tensor.kind(), self.lengths);
+            self.pool.give_back(key, pinned_bytes(key), tensor);
         }
     }
 }
@@ -689,26 +696,13 @@ impl PinnedTensor {
 /// A pooled buffer's kind and its parts' lengths.
 type PinnedKey = (PinnedKind, [usize; 3]);
 
-/// Pinned host buffers kept for reuse, by kind and lengths. Allocating
-/// and page-locking host memory costs more than the copy into it, and a
-/// training iteration offloads tensors of the sizes the last one did: once
-/// an iteration has run, a host-tier copy of a size seen before reuses a
-/// buffer. The pinned memory, in use and kept, never exceeds the most that
-/// was in use at once: a new buffer past that frees kept ones first. The
-/// buffers in use are the host tier's copies, which the executor charges
-/// to the host budget; the kept ones are not charged. Freed with the GPU.
-#[derive(Default)]
-pub(crate) struct PinnedPool {
-    inner: Mutex<PoolInner>,
-}
-
-#[derive(Default)]
-struct PoolInner {
-    free: HashMap<PinnedKey, Vec<PinnedTensor>>,
-    free_bytes: u64,
-    in_use_bytes: u64,
-    peak_in_use_bytes: u64,
-}
+/// Pinned host buffers kept for reuse, by kind and lengths
+/// ([`super::keep`]): the buffers in use are the host tier's copies, which
+/// the executor charges to the host budget; the kept ones are not
+/// charged, and with [`CudaOptions::host_budget_bytes`] those in use and
+/// kept together stay within it (or within the most ever in use at once,
+/// if more). Freed with the GPU.
+type PinnedPool = Keeper<PinnedKey, PinnedTensor>;
 
 /// The bytes a pinned tensor of `kind` and `lengths` holds.
 fn pinned_bytes((kind, lengths): PinnedKey) -> u64 {
@@ -717,52 +711,6 @@ fn pinned_bytes((kind, lengths): PinnedKey) -> u64 {
         PinnedKind::F32 => a * 4,
         PinnedKind::I64 => a * 8,
         PinnedKind::Block => a * 8 + b * 4 + c * 4,
-    }
-}
-
-impl PinnedPool {
-    /// A kept buffer of this kind and these lengths, if any.
-    fn take(&self, key: PinnedKey) -> Option<PinnedTensor> {
-        let mut inner = self.inner.lock().ok()?;
-        let tensor = inner.free.get_mut(&key)?.pop()?;
-        inner.free_bytes -= pinned_bytes(key);
-        Some(tensor)
-    }
-
-    /// Counts a buffer of `key` as in use, and frees kept buffers while
-    /// the pinned memory is above the most ever in use at once.
-    fn lend(&self, key: PinnedKey) {
-        let evicted = {
-            let Ok(mut inner) = self.inner.lock() else {
-                return;
-            };
-            inner.in_use_bytes += pinned_bytes(key);
-            inner.peak_in_use_bytes = inner.peak_in_use_bytes.max(inner.in_use_bytes);
-            let mut evicted = Vec::new();
-            while inner.in_use_bytes + inner.free_bytes > inner.peak_in_use_bytes {
-                let Some((&other, kept)) = inner.free.iter_mut().find(|(_, v)| !v.is_empty())
-                else {
-                    break;
-                };
-                if let Some(tensor) = kept.pop() {
-                    evicted.push(tensor);
-                }
-                inner.free_bytes -= pinned_bytes(other);
-            }
-            evicted
-        };
-        drop(evicted);
-    }
-
-    fn give_back(&self, lengths: [usize; 3], tensor: PinnedTensor) {
-        let key = (tensor.kind(), lengths);
-        // A poisoned lock only loses the buffer to reuse; it is freed.
-        if let Ok(mut inner) = self.inner.lock() {
-            let bytes = pinned_bytes(key);
-            inner.in_use_bytes = inner.in_use_bytes.saturating_sub(bytes);
-            inner.free_bytes += bytes;
-            inner.free.entry(key).or_default().push(tensor);
-        }
     }
 }
 
@@ -817,7 +765,9 @@ impl CudaMover {
             }
         };
         let (mut f32s, mut i64s, mut rs, mut cs, mut ws) = (None, None, None, None, None);
-        match pool.take((kind, lengths)) {
+        let kept = pool.take((kind, lengths));
+        let allocated = kept.is_none();
+        match kept {
             Some(PinnedTensor::F32(p)) => f32s = Some(p),
             Some(PinnedTensor::I64(p)) => i64s = Some(p),
             Some(PinnedTensor::Block {
@@ -854,7 +804,8 @@ impl CudaMover {
         };
         d2h.synchronize()
             .map_err(|e| cuda_error("device-to-host copy", e))?;
-        pool.lend((kind, lengths));
+        let key = (kind, lengths);
+        drop(pool.lend(key, pinned_bytes(key), allocated));
         Ok(PinnedCopy {
             tensor: Some(tensor),
             lengths,

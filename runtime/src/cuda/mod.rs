@@ -12,11 +12,13 @@
 //!   device-to-host streams, cuBLAS, the device pool under the budget,
 //!   pinned host buffers, and the executor's [`crate::exec::Mover`].
 //! - [`gnn`]: [`CudaGnn`], the backend.
+//! - `keep`: buffers kept for reuse by kind and size (the pinned ones).
 //!
 //! Architecture invariant: nothing outside this module names cudarc.
 
 pub mod device;
 pub mod gnn;
+mod keep;
 pub mod nvrtc;
 
 pub use device::{copy_rates, probe, CopyRates, CudaOptions, DeviceInfo};

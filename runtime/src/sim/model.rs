@@ -120,6 +120,15 @@ impl Usage {
         self.traffic[link as usize] += traffic;
         self
     }
+
+    /// The same flow `factor` times slower: each byte takes that much more
+    /// of each link's capacity, and carries the same bytes.
+    fn stretched(mut self, factor: f64) -> Usage {
+        for cost in &mut self.cost {
+            *cost *= factor;
+        }
+        self
+    }
 }
 
 /// One phase of a transfer.
@@ -147,9 +156,9 @@ pub fn phase(
 ) -> Option<Phase> {
     let pcie = &profile.pcie;
     let ssd = &profile.ssd;
-    let total = bytes as f64 * factor;
+    let total = bytes as f64;
     // The first and last chunk; the middle streams through both legs.
-    let chunk = bytes.min(chunk_bytes.max(1)) as f64 * factor;
+    let chunk = bytes.min(chunk_bytes.max(1)) as f64;
     let middle = (total - chunk).max(0.0);
     let h2d = |u: Usage, host: f64| {
         u.with(Link::PcieH2d, 1.0, 1.0)
@@ -161,7 +170,13 @@ pub fn phase(
     };
     let read = |u: Usage| u.with(Link::Ssd, 1.0 / ssd.read_bytes_per_s, 1.0);
     let write = |u: Usage| u.with(Link::Ssd, 1.0 / ssd.write_bytes_per_s, 1.0);
-    let flow = |bytes: f64, usage: Usage| Some(Phase::Flow { bytes, usage });
+    // The jitter stretches a flow's time, not its bytes.
+    let flow = |bytes: f64, usage: Usage| {
+        Some(Phase::Flow {
+            bytes,
+            usage: usage.stretched(factor),
+        })
+    };
     match (path, k) {
         (Path::HostToDevice, 0) => Some(Phase::Delay(pcie.latency_s * factor)),
         (Path::HostToDevice, 1) => flow(total, h2d(Usage::new(), 1.0)),
@@ -195,10 +210,15 @@ pub fn exchange_phase(
     factor: f64,
 ) -> Option<Phase> {
     let pcie = &profile.pcie;
-    let local = (bytes - network_bytes.min(bytes)) as f64 * factor;
-    let remote = network_bytes.min(bytes) as f64 * factor;
+    let local = (bytes - network_bytes.min(bytes)) as f64;
+    let remote = network_bytes.min(bytes) as f64;
     let net_latency = profile.network.as_ref().map_or(0.0, |n| n.latency_s) * factor;
-    let flow = |bytes: f64, usage: Usage| Some(Phase::Flow { bytes, usage });
+    let flow = |bytes: f64, usage: Usage| {
+        Some(Phase::Flow {
+            bytes,
+            usage: usage.stretched(factor),
+        })
+    };
     let network = Usage::new().with(Link::Network, 1.0, 1.0);
     match (leg, k) {
         (Leg::Peer, 0) => Some(Phase::Delay(
@@ -220,7 +240,7 @@ pub fn exchange_phase(
         (Leg::Peer, 3) => flow(remote, network),
         (Leg::ToHost, 0) => Some(Phase::Delay(pcie.latency_s * factor)),
         (Leg::ToHost, 1) => flow(
-            bytes as f64 * factor,
+            bytes as f64,
             Usage::new()
                 .with(Link::PcieD2h, 1.0, 1.0)
                 .with(Link::HostMemory, 1.0, 1.0),
@@ -229,7 +249,7 @@ pub fn exchange_phase(
         (Leg::FromHost, 1) => flow(remote, network.with(Link::HostMemory, 1.0, 1.0)),
         (Leg::FromHost, 2) => Some(Phase::Delay(pcie.latency_s * factor)),
         (Leg::FromHost, 3) => flow(
-            bytes as f64 * factor,
+            bytes as f64,
             Usage::new()
                 .with(Link::PcieH2d, 1.0, 1.0)
                 .with(Link::HostMemory, 1.0, 1.0),

@@ -257,6 +257,14 @@ fn jitter_is_deterministic_per_seed() {
     assert_ne!(a.iteration_s, c.iteration_s);
     assert!((a.iteration_s - 9.0).abs() <= 9.0 * JITTER);
     assert!(close(run(0).iteration_s, 9.0));
+    // The jitter stretches times, not bytes: every seed moves the same.
+    let bytes = |r: &SimReport| {
+        let l = &r.links;
+        [l.pcie_h2d.bytes, l.pcie_d2h.bytes, l.host_memory.bytes]
+    };
+    assert!(bytes(&a)[0] > 0, "{a:#?}");
+    assert_eq!(bytes(&a), bytes(&c));
+    assert_eq!(bytes(&a), bytes(&run(0)));
 }
 
 #[test]
