@@ -303,6 +303,23 @@ impl PlantedSpec {
         }
     }
 
+    /// The spec with `classes` classes, and Planetoid's split (20 train
+    /// nodes a class, 500 validation, 1000 test) where the graph has room
+    /// for it; otherwise a fifth of each class (at least one) to train, a
+    /// fifth of the nodes to validate and two fifths to test: the
+    /// defaults of a graph under 1,600 nodes (for 5 classes).
+    pub fn split_for(mut self, classes: u32) -> PlantedSpec {
+        self.classes = classes;
+        let smallest_class = self.nodes / u64::from(classes.max(1));
+        let labelled = self.train_per_class * u64::from(classes) + self.val + self.test;
+        if self.train_per_class > smallest_class || labelled > self.nodes {
+            self.train_per_class = self.train_per_class.min((smallest_class / 5).max(1));
+            self.val = self.val.min(self.nodes / 5);
+            self.test = self.test.min(2 * self.nodes / 5);
+        }
+        self
+    }
+
     pub fn name(&self) -> String {
         format!(
             "planted-n{}-c{}-h{}-seed{}",
@@ -585,7 +602,9 @@ impl GeneratorSpec {
             _ => {
                 let nodes = get("nodes")
                     .ok_or_else(|| bad("nodes", "missing; planted needs nodes".into()))?;
-                let d = PlantedSpec::new(0);
+                let nodes_given: u64 = number(text, "nodes", Some(nodes), 0)?;
+                let classes_given: u32 = number(text, "classes", get("classes"), 5)?;
+                let d = PlantedSpec::new(nodes_given).split_for(classes_given);
                 GeneratorSpec::Planted(PlantedSpec {
                     nodes: number(text, "nodes", Some(nodes), 0)?,
                     classes: number(text, "classes", get("classes"), d.classes)?,
@@ -766,6 +785,38 @@ mod tests {
     }
 
     #[test]
+    fn a_small_planted_graph_gets_a_split_that_fits_unless_one_is_given() {
+        let planted = |text: &str| match GeneratorSpec::parse(text).unwrap() {
+            GeneratorSpec::Planted(p) => p,
+            other => panic!("{other}"),
+        };
+        // Planetoid's split where it fits.
+        let big = planted("planted:nodes=1600");
+        assert_eq!((big.train_per_class, big.val, big.test), (20, 500, 1000));
+        // Below that, fifths: 100 nodes of 5 classes.
+        let small = planted("planted:nodes=100");
+        assert_eq!((small.train_per_class, small.val, small.test), (4, 20, 40));
+        let d = small.generate().unwrap();
+        let count = |mask: &[bool]| mask.iter().filter(|&&m| m).count();
+        assert_eq!(
+            (
+                count(&d.train_mask),
+                count(&d.val_mask),
+                count(&d.test_mask)
+            ),
+            (20, 20, 40)
+        );
+        // What is given is kept; the rest scales.
+        let given = planted("planted:nodes=1000,classes=10,val=100");
+        assert_eq!(
+            (given.train_per_class, given.val, given.test),
+            (20, 100, 400)
+        );
+        let tiny = planted("planted:nodes=2,classes=2");
+        assert_eq!((tiny.train_per_class, tiny.val, tiny.test), (1, 0, 0));
+    }
+
+    #[test]
     fn planted_graph_has_its_degree_homophily_and_split() {
         let spec = "planted:nodes=2000,classes=5,features=32,degree=8,homophily=0.8,seed=1";
         let d = GeneratorSpec::parse(spec).unwrap().generate().unwrap();
@@ -869,7 +920,7 @@ mod tests {
             assert_eq!(GeneratorSpec::parse(&spec.to_string()).unwrap(), spec);
         }
         let error = |text: &str| GeneratorSpec::parse(text).unwrap_err().to_string();
-        let cases: [(&str, &[&str]); 9] = [
+        let cases: [(&str, &[&str]); 10] = [
             (
                 "rmat:scale=10,colour=red",
                 &["colour", "red", "unknown key"],
@@ -881,7 +932,11 @@ mod tests {
             ("rmat:scale=4,train=0.9,val=0.2", &["train", "exceeds 1"]),
             ("tree:depth=3", &["kind", "tree"]),
             ("planted:nodes=100,homophily=1.5", &["homophily", "1.5"]),
-            ("planted:nodes=100", &["val", "exceeds nodes"]),
+            ("planted:nodes=100,val=500", &["val", "exceeds nodes"]),
+            (
+                "planted:nodes=100,train_per_class=30",
+                &["train_per_class", "30", "smallest class (20 nodes)"],
+            ),
         ];
         for (text, parts) in cases {
             let message = error(text);
