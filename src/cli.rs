@@ -1045,6 +1045,18 @@ pub(crate) fn signed_percent(value: f64) -> String {
 }
 
 fn run_compare(args: &CompareArgs) -> Result<()> {
+    // `plan`'s flags that write or explain one plan have no meaning here.
+    if let Some(path) = &args.plan.output {
+        bail!(
+            "-o {}: compare prints a row per policy and writes no plan;              run `fateplan plan --policy P -o FILE` for one",
+            path.display()
+        );
+    }
+    if args.plan.explain {
+        bail!(
+            "--explain: compare prints a row per policy; run `fateplan plan --policy P              --explain` for one plan's fates"
+        );
+    }
     let c = compare_policies(&args.plan, &Policy::ALL, args.simulate)?;
     let mut out = std::io::stdout().lock();
     if args.plan.json {

@@ -191,6 +191,14 @@ fn bad_input_names_what_is_wrong() {
             "applies to gcn only",
         ),
         (
+            &["compare", "--dataset", "ogbn-arxiv", "-o", "c.json"],
+            "-o c.json: compare prints a row per policy and writes no plan",
+        ),
+        (
+            &["compare", "--dataset", "ogbn-arxiv", "--explain"],
+            "--explain: compare prints a row per policy",
+        ),
+        (
             &["plan", "--fates", ""],
             "--fates: invalid input: fates \"\": no fate given",
         ),
