@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use fateplan::runtime::graph::GraphData;
 use fateplan::runtime::partition::{
@@ -26,9 +26,10 @@ pub struct PartitionArgs {
     method: Which,
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Most in-edges a GPU may own, as a share over the mean (0.05: 5%).
-    #[arg(long, default_value_t = DEFAULT_TOLERANCE)]
-    tolerance: f64,
+    /// Most in-edges a GPU may own, over the mean: a share from 0 to 1
+    /// (0.05) or a percentage (5%, which may exceed 100%) [default: 5%].
+    #[arg(long, allow_hyphen_values = true)]
+    tolerance: Option<String>,
     /// Replicate on every GPU the vertices with at least this many out-edges.
     #[arg(long)]
     replicate_degree: Option<u64>,
@@ -44,10 +45,37 @@ enum Which {
     Both,
 }
 
+/// `--tolerance`: a share from 0 to 1, or a percentage.
+fn tolerance(text: Option<&str>) -> Result<f64> {
+    let Some(text) = text else {
+        return Ok(DEFAULT_TOLERANCE);
+    };
+    let (number, percent) = match text.trim().strip_suffix('%') {
+        Some(number) => (number, true),
+        None => (text.trim(), false),
+    };
+    let value: f64 = number.trim().parse().map_err(|_| {
+        anyhow::anyhow!("--tolerance {text:?}: expected a share (0.05) or a percentage (5%)")
+    })?;
+    if !value.is_finite() || value < 0.0 {
+        bail!("--tolerance {text}: expected a share or percentage of at least 0");
+    }
+    if percent {
+        return Ok(value / 100.0);
+    }
+    if value > 1.0 {
+        bail!(
+            "--tolerance {text}: a share over the mean is at most 1 (0.05 is 5%); write {text}% for {text} percent"
+        );
+    }
+    Ok(value)
+}
+
 pub fn run(args: &PartitionArgs) -> Result<()> {
+    let tolerance = tolerance(args.tolerance.as_deref())?;
     let graph = GraphData::open(&args.graph)?;
     let options = PartitionOptions {
-        tolerance: args.tolerance,
+        tolerance,
         seed: args.seed,
         replicate_min_out_degree: args.replicate_degree,
     };
@@ -86,7 +114,7 @@ pub fn run(args: &PartitionArgs) -> Result<()> {
             "edges": graph.src.len(),
             "gpus": args.gpus,
             "seed": args.seed,
-            "tolerance": args.tolerance,
+            "tolerance": tolerance,
             "replicate_degree": args.replicate_degree,
             "methods": results.iter().map(|(method, stats, seconds)| json!({
                 "method": method.name(),
@@ -109,7 +137,7 @@ pub fn run(args: &PartitionArgs) -> Result<()> {
         graph.nodes,
         graph.src.len(),
         args.gpus,
-        args.tolerance * 100.0,
+        tolerance * 100.0,
         args.seed
     )?;
     writeln!(

@@ -449,6 +449,48 @@ fn partition_random_against_mincut() {
     let missing = fateplan(&["partition", "--graph", "no-such-graph", "--gpus", "2"]);
     assert_eq!(missing.status.code(), Some(1));
     assert!(stderr(&missing).contains("no-such-graph"));
+
+    // The tolerance: a share, or a percentage; 5 alone is refused.
+    let share = |tolerance: &str| {
+        let out = fateplan(&[
+            "partition",
+            "--graph",
+            graph,
+            "--gpus",
+            "4",
+            "--method",
+            "random",
+            "--json",
+            "--tolerance",
+            tolerance,
+        ]);
+        assert!(out.status.success(), "{tolerance}: {}", stderr(&out));
+        let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        value["tolerance"].as_f64().unwrap()
+    };
+    assert_eq!(share("0.1"), 0.1);
+    assert_eq!(share("10%"), 0.1);
+    assert_eq!(share("150%"), 1.5);
+    for (tolerance, expected) in [
+        (
+            "5",
+            "--tolerance 5: a share over the mean is at most 1 (0.05 is 5%); write 5%",
+        ),
+        ("-1%", "at least 0"),
+        ("five", "expected a share (0.05) or a percentage (5%)"),
+    ] {
+        let out = fateplan(&[
+            "partition",
+            "--graph",
+            graph,
+            "--gpus",
+            "4",
+            "--tolerance",
+            tolerance,
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{tolerance}");
+        assert!(stderr(&out).contains(expected), "{}", stderr(&out));
+    }
 }
 
 #[test]
