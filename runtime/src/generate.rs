@@ -287,6 +287,21 @@ pub struct PlantedSpec {
     pub seed: u64,
 }
 
+/// Whether (train nodes a class, validation, test) fit `nodes` in
+/// `classes` balanced classes.
+fn split_fits(nodes: u64, classes: u32, split: [u64; 3]) -> bool {
+    let smallest_class = nodes / u64::from(classes.max(1));
+    split[0] <= smallest_class && labelled(classes, split) <= nodes
+}
+
+/// Nodes a split labels (saturating).
+fn labelled(classes: u32, [train, val, test]: [u64; 3]) -> u64 {
+    train
+        .saturating_mul(u64::from(classes))
+        .saturating_add(val)
+        .saturating_add(test)
+}
+
 impl PlantedSpec {
     pub fn new(nodes: u64) -> PlantedSpec {
         PlantedSpec {
@@ -303,21 +318,34 @@ impl PlantedSpec {
         }
     }
 
-    /// The spec with `classes` classes, and Planetoid's split (20 train
-    /// nodes a class, 500 validation, 1000 test) where the graph has room
-    /// for it; otherwise a fifth of each class (at least one) to train, a
-    /// fifth of the nodes to validate and two fifths to test: the
-    /// defaults of a graph under 1,600 nodes (for 5 classes).
-    pub fn split_for(mut self, classes: u32) -> PlantedSpec {
-        self.classes = classes;
-        let smallest_class = self.nodes / u64::from(classes.max(1));
-        let labelled = self.train_per_class * u64::from(classes) + self.val + self.test;
-        if self.train_per_class > smallest_class || labelled > self.nodes {
-            self.train_per_class = self.train_per_class.min((smallest_class / 5).max(1));
-            self.val = self.val.min(self.nodes / 5);
-            self.test = self.test.min(2 * self.nodes / 5);
+    /// The split of a planted graph of `nodes` in `classes` classes, as
+    /// (train nodes a class, validation, test): the numbers `given`, and
+    /// for the others Planetoid's (20, 500, 1000) where that fits with the
+    /// given ones, else a fifth of the smallest class (1 to 20), a fifth
+    /// of the nodes (at most 500) and two fifths (at most 1000), the test
+    /// and then the validation set shrunk to the room left where they do
+    /// not fit. A split that still does not fit is refused by the spec's
+    /// validation.
+    pub fn split(nodes: u64, classes: u32, given: [Option<u64>; 3]) -> [u64; 3] {
+        let pick = |defaults: [u64; 3]| [0, 1, 2].map(|i| given[i].unwrap_or(defaults[i]));
+        let smallest_class = nodes / u64::from(classes.max(1));
+        let planetoid = pick([20, 500, 1000]);
+        if split_fits(nodes, classes, planetoid) {
+            return planetoid;
         }
-        self
+        let mut split = pick([
+            (smallest_class / 5).clamp(1, 20),
+            (nodes / 5).min(500),
+            (2 * nodes / 5).min(1000),
+        ]);
+        // What was not given shrinks to the room the rest leave, test first.
+        for i in [2, 1] {
+            if given[i].is_none() && !split_fits(nodes, classes, split) {
+                let others = labelled(classes, split) - split[i];
+                split[i] = split[i].min(nodes.saturating_sub(others));
+            }
+        }
+        split
     }
 
     pub fn name(&self) -> String {
@@ -350,7 +378,7 @@ impl PlantedSpec {
                 ),
             ));
         }
-        let labelled = self.train_per_class * self.classes as u64 + self.val + self.test;
+        let labelled = labelled(self.classes, [self.train_per_class, self.val, self.test]);
         if labelled > self.nodes {
             return Err(Error::invalid(
                 Path::new(spec),
@@ -602,24 +630,26 @@ impl GeneratorSpec {
             _ => {
                 let nodes = get("nodes")
                     .ok_or_else(|| bad("nodes", "missing; planted needs nodes".into()))?;
-                let nodes_given: u64 = number(text, "nodes", Some(nodes), 0)?;
-                let classes_given: u32 = number(text, "classes", get("classes"), 5)?;
-                let d = PlantedSpec::new(nodes_given).split_for(classes_given);
+                let d = PlantedSpec::new(0);
+                let nodes: u64 = number(text, "nodes", Some(nodes), 0)?;
+                let classes: u32 = number(text, "classes", get("classes"), d.classes)?;
+                let mut given = [None; 3];
+                for (slot, key) in given.iter_mut().zip(["train_per_class", "val", "test"]) {
+                    *slot = get(key)
+                        .map(|v| number(text, key, Some(v), 0))
+                        .transpose()?;
+                }
+                let [train_per_class, val, test] = PlantedSpec::split(nodes, classes, given);
                 GeneratorSpec::Planted(PlantedSpec {
-                    nodes: number(text, "nodes", Some(nodes), 0)?,
-                    classes: number(text, "classes", get("classes"), d.classes)?,
+                    nodes,
+                    classes,
                     features: number(text, "features", get("features"), d.features)?,
                     degree: number(text, "degree", get("degree"), d.degree)?,
                     homophily: number(text, "homophily", get("homophily"), d.homophily)?,
                     noise: number(text, "noise", get("noise"), d.noise)?,
-                    train_per_class: number(
-                        text,
-                        "train_per_class",
-                        get("train_per_class"),
-                        d.train_per_class,
-                    )?,
-                    val: number(text, "val", get("val"), d.val)?,
-                    test: number(text, "test", get("test"), d.test)?,
+                    train_per_class,
+                    val,
+                    test,
                     seed: number(text, "seed", get("seed"), d.seed)?,
                 })
             }
@@ -814,6 +844,16 @@ mod tests {
         );
         let tiny = planted("planted:nodes=2,classes=2");
         assert_eq!((tiny.train_per_class, tiny.val, tiny.test), (1, 0, 0));
+        // Numbers given that fit with Planetoid's others keep them.
+        let kept = planted("planted:nodes=300,val=50,test=100");
+        assert_eq!((kept.train_per_class, kept.val, kept.test), (20, 50, 100));
+        let kept = planted("planted:nodes=1000,val=700");
+        assert_eq!((kept.train_per_class, kept.val, kept.test), (20, 700, 200));
+        // A sum past u64 is refused, not wrapped.
+        let message = GeneratorSpec::parse("planted:nodes=100,val=18446744073709551615,test=1")
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("exceeds nodes = 100"), "{message}");
     }
 
     #[test]

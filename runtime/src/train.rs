@@ -12,7 +12,7 @@ use fateplan_planner::blocks::BlockCounts;
 use fateplan_planner::gnn::{build_gnn, GnnSpec};
 use fateplan_planner::plan::{Budgets, LinkBytes, PerTier, Plan};
 use fateplan_planner::workload::TensorKind;
-use fateplan_planner::Workload;
+use fateplan_planner::{Tier, Workload};
 
 use crate::blockcsr::{BlockCsr, Normalization};
 use crate::collective::Collective;
@@ -153,9 +153,14 @@ pub fn train(
         BackendChoice::Cuda(cuda) => {
             let budgets = budgets.unwrap_or(plan.budgets);
             // The host tier's pinned buffers, kept for reuse, within its
-            // budget.
+            // budget less the SSD staging buffers charged to it.
+            let uses_ssd = plan
+                .schedule
+                .iter()
+                .any(|e| e.from == Tier::Ssd || e.to == Tier::Ssd);
+            let staging = if uses_ssd { plan.ssd_staging_bytes } else { 0 };
             let cuda = crate::cuda::CudaOptions {
-                host_budget_bytes: Some(budgets.host_bytes),
+                host_budget_bytes: Some(budgets.host_bytes.saturating_sub(staging)),
                 ..cuda
             };
             let backend = crate::cuda::CudaGnn::new(graph, hyper, budgets.hbm_bytes, &cuda)?;

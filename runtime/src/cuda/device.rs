@@ -62,10 +62,11 @@ pub struct CudaOptions {
     /// keeping the last block's for the next one over the same block
     /// (the profiler times the builds this way).
     pub rebuild_transposes: bool,
-    /// The host tier's budget: the pinned buffers of its copies, in use
-    /// and kept for reuse, stay within it (or within the most in use at
-    /// once, if more). `None`: every buffer is kept for reuse, at most
-    /// per size the most of that size in use at once.
+    /// Host bytes for the host tier's pinned buffers (training sets the
+    /// host budget less the SSD staging buffers charged to it): those in
+    /// use and those kept for reuse stay within it (or within the most in
+    /// use at once, if more). `None`: every buffer is kept for reuse, at
+    /// most per size the most of that size in use at once.
     pub host_budget_bytes: Option<u64>,
 }
 

@@ -121,13 +121,26 @@ impl Usage {
         self
     }
 
-    /// The same flow `factor` times slower: each byte takes that much more
-    /// of each link's capacity, and carries the same bytes.
+    /// The usage of a flow stretched `factor` times ([`stretched_flow`]):
+    /// each of its `factor` times as many bytes carries `1 / factor` of a
+    /// byte.
     fn stretched(mut self, factor: f64) -> Usage {
-        for cost in &mut self.cost {
-            *cost *= factor;
+        for traffic in &mut self.traffic {
+            *traffic /= factor;
         }
         self
+    }
+}
+
+/// A flow of `bytes` with its duration stretched `factor` times (the
+/// jitter): `factor` times the bytes go through the links, so that the flow
+/// takes that much longer alone and its share of a shared link is its own,
+/// each carrying `1 / factor` of a byte, so that the links carry the flow's
+/// own bytes whatever the factor.
+fn stretched_flow(bytes: f64, usage: Usage, factor: f64) -> Phase {
+    Phase::Flow {
+        bytes: bytes * factor,
+        usage: usage.stretched(factor),
     }
 }
 
@@ -170,13 +183,7 @@ pub fn phase(
     };
     let read = |u: Usage| u.with(Link::Ssd, 1.0 / ssd.read_bytes_per_s, 1.0);
     let write = |u: Usage| u.with(Link::Ssd, 1.0 / ssd.write_bytes_per_s, 1.0);
-    // The jitter stretches a flow's time, not its bytes.
-    let flow = |bytes: f64, usage: Usage| {
-        Some(Phase::Flow {
-            bytes,
-            usage: usage.stretched(factor),
-        })
-    };
+    let flow = |bytes: f64, usage: Usage| Some(stretched_flow(bytes, usage, factor));
     match (path, k) {
         (Path::HostToDevice, 0) => Some(Phase::Delay(pcie.latency_s * factor)),
         (Path::HostToDevice, 1) => flow(total, h2d(Usage::new(), 1.0)),
@@ -213,12 +220,7 @@ pub fn exchange_phase(
     let local = (bytes - network_bytes.min(bytes)) as f64;
     let remote = network_bytes.min(bytes) as f64;
     let net_latency = profile.network.as_ref().map_or(0.0, |n| n.latency_s) * factor;
-    let flow = |bytes: f64, usage: Usage| {
-        Some(Phase::Flow {
-            bytes,
-            usage: usage.stretched(factor),
-        })
-    };
+    let flow = |bytes: f64, usage: Usage| Some(stretched_flow(bytes, usage, factor));
     let network = Usage::new().with(Link::Network, 1.0, 1.0);
     match (leg, k) {
         (Leg::Peer, 0) => Some(Phase::Delay(

@@ -268,6 +268,36 @@ fn jitter_is_deterministic_per_seed() {
 }
 
 #[test]
+fn a_jittered_flow_takes_its_factor_longer_and_carries_its_own_bytes() {
+    use model::{phase, Path, Phase as Flow};
+    let profile = profile();
+    let (bytes, chunk) = (3u64 << 20, 1u64 << 20);
+    let near = |a: f64, b: f64| (a - b).abs() <= 1e-12 * a.abs().max(b.abs());
+    for path in [Path::HostToDevice, Path::SsdToDevice, Path::DeviceToSsd] {
+        for k in 0..model::MAX_PHASES {
+            let (Some(plain), Some(slow)) = (
+                phase(path, k, bytes, chunk, &profile, 1.0),
+                phase(path, k, bytes, chunk, &profile, 1.05),
+            ) else {
+                continue;
+            };
+            match (plain, slow) {
+                (Flow::Delay(a), Flow::Delay(b)) => assert!(near(b, 1.05 * a), "{a} {b}"),
+                (Flow::Flow { bytes: a, usage: u }, Flow::Flow { bytes: b, usage: v }) => {
+                    for link in 0..u.cost.len() {
+                        // Alone on a link: capacity used is bytes × cost.
+                        assert!(near(b * v.cost[link], 1.05 * a * u.cost[link]));
+                        // Carried: bytes × traffic.
+                        assert!(near(b * v.traffic[link], a * u.traffic[link]));
+                    }
+                }
+                other => panic!("{path:?} {k}: {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
 fn report_json_round_trips() {
     let mut plan = planned(Policy::OffloadHostAll, 0);
     plan.schedule.retain(|e| e.action != Action::Reload);
