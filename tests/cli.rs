@@ -451,19 +451,14 @@ fn partition_random_against_mincut() {
     assert!(stderr(&missing).contains("no-such-graph"));
 
     // The tolerance: a share, or a percentage; 5 alone is refused.
+    let with_tolerance = |tolerance: &str, more: &[&str]| {
+        let mut args = vec!["partition", "--graph", graph, "--gpus", "4"];
+        args.extend(["--tolerance", tolerance]);
+        args.extend(more);
+        fateplan(&args)
+    };
     let share = |tolerance: &str| {
-        let out = fateplan(&[
-            "partition",
-            "--graph",
-            graph,
-            "--gpus",
-            "4",
-            "--method",
-            "random",
-            "--json",
-            "--tolerance",
-            tolerance,
-        ]);
+        let out = with_tolerance(tolerance, &["--method", "random", "--json"]);
         assert!(out.status.success(), "{tolerance}: {}", stderr(&out));
         let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         value["tolerance"].as_f64().unwrap()
@@ -479,15 +474,7 @@ fn partition_random_against_mincut() {
         ("-1%", "at least 0"),
         ("five", "expected a share (0.05) or a percentage (5%)"),
     ] {
-        let out = fateplan(&[
-            "partition",
-            "--graph",
-            graph,
-            "--gpus",
-            "4",
-            "--tolerance",
-            tolerance,
-        ]);
+        let out = with_tolerance(tolerance, &[]);
         assert_eq!(out.status.code(), Some(1), "{tolerance}");
         assert!(stderr(&out).contains(expected), "{}", stderr(&out));
     }

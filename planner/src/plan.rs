@@ -459,23 +459,24 @@ impl Plan {
                     ),
                 ));
             }
-            if planned.bytes != tensor.bytes {
-                return Err(Error::invalid(
-                    field("bytes"),
+            let differs = |name: &str, planned: String, actual: String| {
+                Err(Error::invalid(
+                    field(name),
                     format!(
-                        "{} differs from the workload's {} for {:?}",
-                        planned.bytes, tensor.bytes, tensor.name
+                        "{planned} differs from the workload's {actual} for {:?}",
+                        tensor.name
                     ),
-                ));
+                ))
+            };
+            if planned.bytes != tensor.bytes {
+                return differs("bytes", planned.bytes.to_string(), tensor.bytes.to_string());
             }
             if planned.kind != tensor.kind {
-                return Err(Error::invalid(
-                    field("kind"),
-                    format!(
-                        "{:?} differs from the workload's {:?} for {:?}",
-                        planned.kind, tensor.kind, tensor.name
-                    ),
-                ));
+                return differs(
+                    "kind",
+                    format!("{:?}", planned.kind),
+                    format!("{:?}", tensor.kind),
+                );
             }
         }
         let checked = sanity::check(self)?;
