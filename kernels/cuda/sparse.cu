@@ -1,12 +1,28 @@
 // Aggregation over one block (a CSR over destination rows whose columns
-// index rows of one source partition, one weight per edge) and its
-// transpose, as kernels/src/sparse.rs computes them.
+// index rows of one source partition, its edges weighted as `weighting`
+// says) and its transpose, as kernels/src/sparse.rs computes them.
+
+// The weight of edge e = (r, c) of a block of `rows` destination rows, as
+// kernels/src/lib.rs's `Weighting` (its `code`) lays out `weights`.
+#define WEIGHT_PER_EDGE 0
+#define WEIGHT_ROW 1
+#define WEIGHT_ROW_COLUMN 2
+
+__device__ __forceinline__ float edge_weight(
+    int weighting, const float* weights, u64 rows, u64 r, u64 c, u64 e)
+{
+    if (weighting == WEIGHT_PER_EDGE) return weights[e];
+    if (weighting == WEIGHT_ROW) return weights[r];
+    // A rounded product, as the CPU's: never fused into the sum.
+    if (weighting == WEIGHT_ROW_COLUMN) return __fmul_rn(weights[r], weights[rows + c]);
+    return 1.0f;
+}
 
 // out[r, f] = init + sum over the edges e of row r, in edge order, of
 // w_e * (src[c_e, f] * mask((src_row0 + c_e) * width + f)).
 // One thread per output element; a warp reads consecutive features.
 extern "C" __global__ void spmm_f32(
-    const u64* row_start, const u32* columns, const float* weights, u64 rows,
+    const u64* row_start, const u32* columns, const float* weights, int weighting, u64 rows,
     const float* src, u64 width, const float* init, int init_mode, float* out,
     u64 key, u32 threshold, float scale, u64 src_row0)
 {
@@ -16,7 +32,7 @@ extern "C" __global__ void spmm_f32(
         for (u64 e = row_start[r]; e < row_start[r + 1]; ++e) {
             u64 c = columns[e];
             float x = masked(src[c * width + f], key, threshold, scale, (src_row0 + c) * width + f);
-            acc = acc + weights[e] * x;
+            acc = acc + edge_weight(weighting, weights, rows, r, c, e) * x;
         }
         out[i] = acc;
     }
@@ -151,13 +167,16 @@ extern "C" __global__ void csc_rows_u32(
 // w_e * grad[r, f]: the transposed aggregation through the permutation.
 extern "C" __global__ void spmm_t_f32(
     const u64* start, const u32* perm, const u32* perm_row, const float* weights,
-    u64 src_rows, const float* grad, u64 width, const float* init, int init_mode, float* out)
+    int weighting, u64 dst_rows, u64 src_rows, const float* grad, u64 width,
+    const float* init, int init_mode, float* out)
 {
     GRID_STRIDE(i, src_rows * width) {
         u64 c = i / width, f = i % width;
         float acc = init_value(init_mode, init, out, i);
         for (u64 p = start[c]; p < start[c + 1]; ++p) {
-            acc = acc + weights[perm[p]] * grad[(u64)perm_row[p] * width + f];
+            u64 r = perm_row[p];
+            float w = edge_weight(weighting, weights, dst_rows, r, c, perm[p]);
+            acc = acc + w * grad[r * width + f];
         }
         out[i] = acc;
     }

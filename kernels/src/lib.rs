@@ -137,17 +137,61 @@ impl Init<'_> {
     }
 }
 
+/// How a block's `weights` give the weight of edge `e = (r, c)`.
+///
+/// The normalisations the models use factor into a scale per destination
+/// row and one per source row, so a block stores those (4 bytes a row)
+/// instead of 4 bytes an edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Weighting {
+    /// `weights[e]`: one weight per edge.
+    #[default]
+    PerEdge,
+    /// `weights[r]`: one scale per destination row (GraphSAGE's mean,
+    /// `1 / in-degree`).
+    Row,
+    /// `weights[r] · weights[rows + c]`: a scale per destination row, then
+    /// one per source row (GCN's `1 / sqrt(d_r · d_c)`).
+    RowColumn,
+    /// 1, with `weights` empty (GAT, whose attention weighs the edges).
+    Unit,
+}
+
+impl Weighting {
+    /// Values `weights` must hold for a block of `rows` destination rows,
+    /// `src_rows` source rows and `nnz` edges.
+    pub fn len(self, rows: usize, src_rows: usize, nnz: usize) -> usize {
+        match self {
+            Weighting::PerEdge => nnz,
+            Weighting::Row => rows,
+            Weighting::RowColumn => rows + src_rows,
+            Weighting::Unit => 0,
+        }
+    }
+
+    /// The code the CUDA kernels take (`weight_of` in `kernels/cuda/common.cuh`).
+    pub fn code(self) -> i32 {
+        match self {
+            Weighting::PerEdge => 0,
+            Weighting::Row => 1,
+            Weighting::RowColumn => 2,
+            Weighting::Unit => 3,
+        }
+    }
+}
+
 /// One block of the adjacency: a CSR over destination rows whose columns
-/// index rows of one source partition, with one weight per edge.
+/// index rows of one source partition, with its edges' weights.
 #[derive(Debug, Clone, Copy)]
 pub struct BlockRef<'a> {
-    /// `row_start[r]..row_start[r + 1]` indexes `columns` and `weights` for
-    /// destination row `r`; `rows + 1` values, starting at 0.
+    /// `row_start[r]..row_start[r + 1]` indexes `columns` (and per-edge
+    /// `weights`) for destination row `r`; `rows + 1` values, starting at 0.
     pub row_start: &'a [u64],
     /// Local row indices into the source partition.
     pub columns: &'a [u32],
-    /// One weight per edge.
+    /// The edges' weights, laid out as `weighting` says.
     pub weights: &'a [f32],
+    pub weighting: Weighting,
 }
 
 impl<'a> BlockRef<'a> {
@@ -166,9 +210,36 @@ impl<'a> BlockRef<'a> {
         self.row_start[r] as usize..self.row_start[r + 1] as usize
     }
 
+    /// The weight of edge `e`, in destination row `r`.
+    #[inline]
+    pub fn weight(&self, r: usize, e: usize) -> f32 {
+        match self.weighting {
+            Weighting::PerEdge => self.weights[e],
+            Weighting::Row => self.weights[r],
+            Weighting::RowColumn => {
+                self.weights[r] * self.weights[self.rows() + self.columns[e] as usize]
+            }
+            Weighting::Unit => 1.0,
+        }
+    }
+
+    /// The weights of row `r`'s edges, in edge order: a slice of `weights`
+    /// when they are stored per edge, else computed into `scratch`.
+    #[inline]
+    pub(crate) fn row_weights<'s>(&'s self, r: usize, scratch: &'s mut Vec<f32>) -> &'s [f32] {
+        let edges = self.edges(r);
+        if self.weighting == Weighting::PerEdge {
+            return &self.weights[edges];
+        }
+        scratch.clear();
+        scratch.extend(edges.map(|e| self.weight(r, e)));
+        scratch
+    }
+
     /// Checks the CSR structure: `row_start` starts at 0, never decreases
-    /// and ends at the edge count, there is one weight per edge (unless
-    /// `weights_needed` is false) and every column is below `src_rows`.
+    /// and ends at the edge count, `weights` holds what its weighting
+    /// needs (unless `weights_needed` is false) and every column is below
+    /// `src_rows`.
     pub fn validate(&self, kernel: &str, src_rows: usize, weights_needed: bool) -> Result<()> {
         ensure(!self.row_start.is_empty(), || {
             format!("{kernel}: block `row_start` is empty, expected rows + 1 values")
@@ -194,7 +265,17 @@ impl<'a> BlockRef<'a> {
             )
         })?;
         if weights_needed {
-            check_len(kernel, "weights", self.weights.len(), self.columns.len())?;
+            let expected = self.weighting.len(self.rows(), src_rows, self.nnz());
+            ensure(self.weights.len() == expected, || {
+                format!(
+                    "{kernel}: block `weights` has {} values, expected {expected} ({:?} weights \
+                     of {} rows, {src_rows} source rows, {} edges)",
+                    self.weights.len(),
+                    self.weighting,
+                    self.rows(),
+                    self.nnz()
+                )
+            })?;
         }
         if let Some(&c) = self.columns.iter().find(|&&c| c as usize >= src_rows) {
             return Err(Error::InvalidInput(format!(
@@ -211,6 +292,7 @@ pub struct Block {
     pub row_start: Vec<u64>,
     pub columns: Vec<u32>,
     pub weights: Vec<f32>,
+    pub weighting: Weighting,
 }
 
 impl Block {
@@ -219,6 +301,7 @@ impl Block {
             row_start: &self.row_start,
             columns: &self.columns,
             weights: &self.weights,
+            weighting: self.weighting,
         }
     }
 

@@ -6,12 +6,24 @@
 use crate::dropout::Dropout;
 use crate::BlockRef;
 
+/// The weight of edge `e` of row `r`, its scales multiplied in `f64`.
+fn edge_weight(block: BlockRef, r: usize, e: usize) -> f64 {
+    use crate::Weighting;
+    let w = |k: usize| block.weights[k] as f64;
+    match block.weighting {
+        Weighting::PerEdge => w(e),
+        Weighting::Row => w(r),
+        Weighting::RowColumn => w(r) * w(block.rows() + block.columns[e] as usize),
+        Weighting::Unit => 1.0,
+    }
+}
+
 /// `Σ_e w_e · src[c_e]` per destination row.
 pub fn spmm(block: BlockRef, src: &[f64], width: usize) -> Vec<f64> {
     let mut out = vec![0.0; block.rows() * width];
     for r in 0..block.rows() {
         for e in block.edges(r) {
-            let (c, w) = (block.columns[e] as usize, block.weights[e] as f64);
+            let (c, w) = (block.columns[e] as usize, edge_weight(block, r, e));
             for f in 0..width {
                 out[r * width + f] += w * src[c * width + f];
             }
@@ -37,7 +49,7 @@ pub fn spmm_t(block: BlockRef, grad: &[f64], width: usize, src_rows: usize) -> V
     let mut out = vec![0.0; src_rows * width];
     for r in 0..block.rows() {
         for e in block.edges(r) {
-            let (c, w) = (block.columns[e] as usize, block.weights[e] as f64);
+            let (c, w) = (block.columns[e] as usize, edge_weight(block, r, e));
             for f in 0..width {
                 out[c * width + f] += w * grad[r * width + f];
             }

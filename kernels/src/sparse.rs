@@ -104,7 +104,7 @@ pub fn spmm_t(
     check_len("spmm_t", "grad_dst", grad_dst.len(), block.rows() * width)?;
     init.check("spmm_t", out.len())?;
     scatter(block, width, init, out, |e, r, out_row| {
-        let w = block.weights[e];
+        let w = block.weight(r, e);
         let g = &grad_dst[r * width..(r + 1) * width];
         for (o, &x) in out_row.iter_mut().zip(g) {
             *o += w * x;
@@ -173,6 +173,7 @@ pub(crate) fn gather(
         .for_each(|(chunk, out_chunk)| {
             let per_edge = matches!(masking, Masking::PerEdge(..));
             let mut factors = vec![0.0f32; if per_edge { width } else { 0 }];
+            let mut scratch = Vec::new();
             let rows_end = ((chunk + 1) * ROW_CHUNK).min(block.rows());
             let chunk_end = block.row_start[rows_end] as usize;
             for (k, out_row) in out_chunk.chunks_exact_mut(width).enumerate() {
@@ -181,7 +182,8 @@ pub(crate) fn gather(
                 let edges = block.edges(r);
                 let ahead = &block.columns[edges.start..chunk_end.max(edges.start)];
                 let columns = &block.columns[edges.clone()];
-                let weights = &block.weights[edges];
+                let weights = block.row_weights(r, &mut scratch);
+                debug_assert_eq!(weights.len(), edges.len());
                 match masking {
                     Masking::None | Masking::Auto(_) => {
                         row_gather(out_row, columns, weights, ahead, src, width)

@@ -29,8 +29,14 @@ use crate::{Error, Result, Tier};
 const F32: u64 = 4;
 /// Bytes of a label (int64).
 const LABEL: u64 = 8;
-/// Bytes per stored edge of a topology block: a u32 column index and an f32 weight.
+/// Bytes an aggregation reads per edge: a u32 column index and an f32
+/// weight (or the source row's scale).
 const EDGE: u64 = 8;
+/// Bytes per stored edge of a topology block: a u32 column index. The
+/// weights are stored as scales per row ([`GnnModel::scale_rows`]).
+const COLUMN: u64 = 4;
+/// Bytes of a stored scale.
+const SCALE: u64 = 4;
 /// Bytes per row pointer of a topology block.
 const ROW_POINTER: u64 = 8;
 
@@ -42,6 +48,18 @@ pub enum GnnModel {
 }
 
 impl GnnModel {
+    /// Scales a block of `rows` destination rows over `src_rows` source
+    /// rows stores in place of per-edge weights: GCN's `1 / sqrt(d)` per
+    /// destination and per source row, GraphSAGE's `1 / d` per
+    /// destination row, none for GAT (attention weighs the edges).
+    pub fn scale_rows(self, rows: u64, src_rows: u64) -> u64 {
+        match self {
+            GnnModel::Gcn => rows + src_rows,
+            GnnModel::Sage => rows,
+            GnnModel::Gat => 0,
+        }
+    }
+
     pub fn parse(text: &str) -> Result<GnnModel> {
         match text.to_ascii_lowercase().as_str() {
             "gcn" => Ok(GnnModel::Gcn),
@@ -333,7 +351,8 @@ impl<'a> Builder<'a> {
             for j in 0..parts {
                 let edges = self.edges(i, j);
                 row.push((edges > 0 || i == j).then(|| {
-                    let bytes = (self.rows(i) + 1) * ROW_POINTER + edges * EDGE;
+                    let scales = self.spec.model.scale_rows(self.rows(i), self.rows(j));
+                    let bytes = (self.rows(i) + 1) * ROW_POINTER + edges * COLUMN + scales * SCALE;
                     self.w.add_tensor(
                         format!("adj[{i},{j}]"),
                         bytes,

@@ -15,7 +15,13 @@
 //! adjacency is the multigraph's: `A[v][u]` is the number of edges `u -> v`.
 //! Within a row entries are sorted by source; an added self loop comes after
 //! any existing one.
+//!
+//! The weights are not stored per edge: every normalisation factors into
+//! a scale per destination row and one per source row
+//! ([`fateplan_kernels::Weighting`]), so a block stores those, 4 bytes a
+//! row, and its edges cost 4 bytes each (the column).
 
+use fateplan_kernels::{BlockRef, Weighting};
 use fateplan_planner::blocks::{partition_of, partition_range, MAX_PARTITIONS};
 use fateplan_planner::gnn::GnnModel;
 use rayon::prelude::*;
@@ -123,6 +129,17 @@ impl Normalization {
     pub fn self_loops(self) -> bool {
         !matches!(self, Normalization::Mean)
     }
+
+    /// How a block stores its weights: GCN's `1 / sqrt(d_u · d_v)` as a
+    /// scale per destination and per source row, the mean's `1 / d_v` per
+    /// destination row, GAT's none.
+    pub fn weighting(self) -> Weighting {
+        match self {
+            Normalization::GcnSym => Weighting::RowColumn,
+            Normalization::Mean => Weighting::Row,
+            Normalization::Unweighted => Weighting::Unit,
+        }
+    }
 }
 
 /// One block: rows of a destination partition, columns local to a source
@@ -131,11 +148,14 @@ impl Normalization {
 pub struct CsrBlock {
     pub dst_partition: u32,
     pub src_partition: u32,
-    /// `rows + 1` offsets into `columns` and `weights`.
+    /// `rows + 1` offsets into `columns`.
     pub row_start: Vec<u64>,
     /// Source node minus the source partition's first node.
     pub columns: Vec<u32>,
+    /// The scales `weighting` names: per destination row (then, for
+    /// GCN, per source row), none for GAT.
     pub weights: Vec<f32>,
+    pub weighting: Weighting,
 }
 
 impl CsrBlock {
@@ -147,8 +167,18 @@ impl CsrBlock {
         self.columns.len() as u64
     }
 
+    /// The kernels' view.
+    pub fn view(&self) -> BlockRef<'_> {
+        BlockRef {
+            row_start: &self.row_start,
+            columns: &self.columns,
+            weights: &self.weights,
+            weighting: self.weighting,
+        }
+    }
+
     /// Bytes of the three arrays: the planner's `adj[i,j]` tensor size,
-    /// `(rows + 1) · 8 + edges · (4 + 4)`.
+    /// `(rows + 1) · 8 + edges · 4 + scales · 4`.
     pub fn byte_size(&self) -> u64 {
         self.row_start.len() as u64 * 8 + self.edges() * 4 + self.weights.len() as u64 * 4
     }
@@ -232,7 +262,8 @@ impl BlockCsr {
                                 src_partition: j,
                                 row_start,
                                 columns: Vec::with_capacity(counts[j as usize] as usize),
-                                weights: Vec::with_capacity(counts[j as usize] as usize),
+                                weights: Vec::new(),
+                                weighting: normalization.weighting(),
                             }
                         })
                     })
@@ -240,21 +271,10 @@ impl BlockCsr {
                 let starts: Vec<u64> = (0..partitions).map(|j| split.range(j).0).collect();
                 let existing: Vec<usize> = (0..p).filter(|&j| blocks[j].is_some()).collect();
                 for v in first..end {
-                    let weight = |u: u64| -> f32 {
-                        match normalization {
-                            Normalization::GcnSym => {
-                                (inverse_sqrt_degree[u as usize] * inverse_sqrt_degree[v as usize])
-                                    as f32
-                            }
-                            Normalization::Mean => (1.0 / csr.in_degree(v) as f64) as f32,
-                            Normalization::Unweighted => 1.0,
-                        }
-                    };
                     let mut push = |u: u64| {
                         let j = split.of(u) as usize;
                         let block = blocks[j].as_mut().expect("counted block exists");
                         block.columns.push((u - starts[j]) as u32);
-                        block.weights.push(weight(u));
                     };
                     let mut looped = !loops;
                     for &u in csr.row(v) {
@@ -272,6 +292,30 @@ impl BlockCsr {
                         let block = blocks[j].as_mut().expect("existing block");
                         block.row_start.push(block.columns.len() as u64);
                     }
+                }
+                // The scales: the destination rows', then (GCN) the source rows'.
+                let scales = |range: (u64, u64)| -> Vec<f32> {
+                    (range.0..range.1)
+                        .map(|v| match normalization {
+                            Normalization::GcnSym => inverse_sqrt_degree[v as usize] as f32,
+                            Normalization::Mean => match csr.in_degree(v) {
+                                0 => 0.0,
+                                d => (1.0 / d as f64) as f32,
+                            },
+                            Normalization::Unweighted => 1.0,
+                        })
+                        .collect()
+                };
+                for block in blocks.iter_mut().flatten() {
+                    block.weights = match block.weighting {
+                        Weighting::Row => scales((first, end)),
+                        Weighting::RowColumn => {
+                            let mut w = scales((first, end));
+                            w.extend(scales(split.range(block.src_partition)));
+                            w
+                        }
+                        Weighting::PerEdge | Weighting::Unit => Vec::new(),
+                    };
                 }
                 blocks
             })
@@ -330,7 +374,7 @@ mod tests {
             for r in 0..block.rows() as usize {
                 for k in block.row_start[r] as usize..block.row_start[r + 1] as usize {
                     dense[row0 as usize + r][column0 as usize + block.columns[k] as usize] +=
-                        block.weights[k] as f64;
+                        block.view().weight(r, k) as f64;
                 }
             }
         }
@@ -379,7 +423,8 @@ mod tests {
         let blocks = build(1, Normalization::GcnSym);
         let block = blocks.block(0, 0).unwrap();
         assert_eq!(&block.columns[block.row_start[4] as usize..], &[4]);
-        assert_eq!(block.weights.last(), Some(&1.0));
+        let last = block.edges() as usize - 1;
+        assert_eq!(block.view().weight(4, last), 1.0);
     }
 
     #[test]
@@ -407,7 +452,8 @@ mod tests {
         // row 0: 0 (loop), 1; row 1: 0, 1 (loop), 2; row 2: 2 (edge), 2 (loop).
         assert_eq!(diagonal.row_start, vec![0, 2, 5, 7]);
         assert_eq!(diagonal.columns, vec![0, 1, 0, 1, 2, 2, 2]);
-        assert!(diagonal.weights.iter().all(|&w| w == 1.0));
+        assert_eq!(diagonal.weighting, Weighting::Unit);
+        assert!(diagonal.weights.is_empty());
         let off = blocks.block(0, 1).unwrap();
         assert_eq!(
             (off.row_start.clone(), off.columns.clone()),
@@ -419,9 +465,10 @@ mod tests {
         for block in blocks.blocks() {
             let (start, end) = blocks.range(block.dst_partition);
             assert_eq!(block.rows(), end - start);
+            // GAT's blocks store no weights: 4 bytes an edge.
             assert_eq!(
                 block.byte_size(),
-                (block.rows() + 1) * 8 + block.edges() * 8
+                (block.rows() + 1) * 8 + block.edges() * 4
             );
         }
     }

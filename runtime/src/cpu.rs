@@ -226,11 +226,7 @@ impl CpuGnn {
 
 /// A block's kernel view.
 fn view(block: &BlockData) -> BlockRef<'_> {
-    BlockRef {
-        row_start: &block.row_start,
-        columns: &block.columns,
-        weights: &block.weights,
-    }
+    block.view()
 }
 
 /// GCN layers that project first ([`crate::gnn::Model::projects_first`]).
@@ -830,11 +826,7 @@ impl Backend for CpuGnn {
                 let src = inputs[1].f32()?;
                 let rows = block.row_start.len().saturating_sub(1);
                 let (mut out, init) = self.chain_output(2, inputs.get(2).copied(), rows * d_in)?;
-                let view = BlockRef {
-                    row_start: &block.row_start,
-                    columns: &block.columns,
-                    weights: &block.weights,
-                };
+                let view = block.view();
                 let input_dropout = || {
                     self.model
                         .dropout(SITE_INPUT, l)
@@ -1019,11 +1011,7 @@ impl Backend for CpuGnn {
                 let j = name.get('p')?;
                 let rows = self.model.rows(j).len();
                 let (mut out, init) = self.chain_output(2, inputs.get(2).copied(), rows * d_in)?;
-                let view = BlockRef {
-                    row_start: &block.row_start,
-                    columns: &block.columns,
-                    weights: &block.weights,
-                };
+                let view = block.view();
                 sparse::spmm_t(view, grad, d_in, init, &mut out).map_err(kernel)?;
                 if let Some(peers) = &mut self.peers {
                     let i = name.get('d')?;

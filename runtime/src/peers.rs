@@ -74,11 +74,7 @@ pub struct Peers {
 }
 
 fn view(block: &BlockData) -> BlockRef<'_> {
-    BlockRef {
-        row_start: &block.row_start,
-        columns: &block.columns,
-        weights: &block.weights,
-    }
+    block.view()
 }
 
 fn bytes(values: &[f32]) -> u64 {

@@ -33,6 +33,7 @@ use crate::dataset::Dataset;
 use crate::exec::data::BlockData;
 use crate::gnn::{GraphInput, Hyper};
 use crate::Error;
+use fateplan_kernels::Weighting;
 use fateplan_planner::blocks::partition_range;
 
 /// One device's halo: what it receives and what it sends.
@@ -61,7 +62,7 @@ impl HaloInput {
         self.blocks
             .iter()
             .flatten()
-            .map(|b| (b.row_start.len() * 8 + b.columns.len() * 8) as u64)
+            .map(|b| (b.row_start.len() * 8 + b.columns.len() * 4 + b.weights.len() * 4) as u64)
             .sum()
     }
 }
@@ -322,11 +323,14 @@ pub fn prepare_shared_keeping(
                         row_start: block.row_start,
                         columns: block.columns,
                         weights: block.weights,
+                        weighting: block.weighting,
                     }),
+                    // No edges: no weights either.
                     None if exists => Some(BlockData {
                         row_start: vec![0; rows + 1],
                         columns: Vec::new(),
                         weights: Vec::new(),
+                        weighting: Weighting::Unit,
                     }),
                     None => None,
                 });
@@ -483,14 +487,16 @@ fn halo_block(
                     .binary_search(&c)
                     .expect("every column of another device's block is in its needed rows");
                 columns.push((offset[e] + at) as u32);
-                weights.push(block.weights[k]);
+                weights.push(block.view().weight(r, k));
             }
         }
         row_start.push(columns.len() as u64);
     }
+    // The rows come from several devices' blocks: weights per edge.
     BlockData {
         row_start,
         columns,
         weights,
+        weighting: Weighting::PerEdge,
     }
 }

@@ -574,6 +574,7 @@ pub fn prepare_cached(
                 row_start: block.row_start,
                 columns: block.columns,
                 weights: block.weights,
+                weighting: block.weighting,
             })
         })
         .collect();

@@ -126,11 +126,7 @@ fn f32s(data: &Data) -> &[f32] {
 
 fn block_of(data: &Data) -> BlockRef<'_> {
     let b = data.block().unwrap();
-    BlockRef {
-        row_start: &b.row_start,
-        columns: &b.columns,
-        weights: &b.weights,
-    }
+    b.view()
 }
 
 /// Input dropout, as the backends key it (iteration 1, layer, site).

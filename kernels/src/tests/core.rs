@@ -215,6 +215,75 @@ fn spmm_t_matches_reference_and_is_the_adjoint() {
     }
 }
 
+/// `block` with its weights replaced by `weighting`'s scales, and the
+/// same block with those weights expanded per edge.
+fn scaled_and_expanded(
+    rng: &mut Rng,
+    block: &Block,
+    src_rows: usize,
+    weighting: crate::Weighting,
+) -> (Block, Block) {
+    let rows = block.as_ref().rows();
+    let mut scaled = block.clone();
+    scaled.weighting = weighting;
+    scaled.weights = (0..weighting.len(rows, src_rows, block.columns.len()))
+        .map(|_| 0.25 + rng.unit() as f32)
+        .collect();
+    let mut expanded = block.clone();
+    expanded.weights = (0..rows)
+        .flat_map(|r| block.as_ref().edges(r))
+        .map(|e| {
+            let r = block.row_start.partition_point(|&s| s as usize <= e) - 1;
+            scaled.as_ref().weight(r, e)
+        })
+        .collect();
+    (scaled, expanded)
+}
+
+#[test]
+fn scaled_weights_equal_their_per_edge_expansion_bit_for_bit() {
+    use crate::Weighting;
+    let mut rng = Rng::new(31);
+    let d = Dropout {
+        p: 0.4,
+        seed: 3,
+        stream: 9,
+    };
+    for (rows, src_rows, width) in [(600, 700, 5), (300, 1, 16), (0, 4, 3), (BIG_ROWS, 40, 3)] {
+        let block = random_block(&mut rng, rows, src_rows, 3);
+        let src = rng.vec(src_rows * width);
+        let grad = rng.vec(rows * width);
+        for weighting in [Weighting::Row, Weighting::RowColumn, Weighting::Unit] {
+            let (scaled, expanded) = scaled_and_expanded(&mut rng, &block, src_rows, weighting);
+            if weighting == Weighting::Unit {
+                assert!(scaled.weights.is_empty() && expanded.weights.iter().all(|&w| w == 1.0));
+            }
+            let what = format!("{weighting:?} {rows}x{src_rows}x{width}");
+            let run = |b: &Block| {
+                let mut out = vec![f32::NAN; rows * width];
+                spmm(b.as_ref(), &src, width, Init::Zero, &mut out).unwrap();
+                let mut dropped = vec![f32::NAN; rows * width];
+                spmm_dropout(b.as_ref(), &src, width, Init::Zero, &mut dropped, &d, 7u64).unwrap();
+                let mut back = vec![f32::NAN; src_rows * width];
+                spmm_t(b.as_ref(), &grad, width, Init::Zero, &mut back).unwrap();
+                (out, dropped, back)
+            };
+            let (a, b) = (run(&scaled), run(&expanded));
+            assert_same_bits(&format!("spmm {what}"), &a.0, &b.0);
+            assert_same_bits(&format!("spmm_dropout {what}"), &a.1, &b.1);
+            assert_same_bits(&format!("spmm_t {what}"), &a.2, &b.2);
+            let expect = reference64::spmm(scaled.as_ref(), &to64(&src), width);
+            assert_close(&format!("spmm reference {what}"), &a.0, &expect, 1e-5);
+            // Each layout checks its length.
+            let mut broken = scaled.clone();
+            broken.weights.push(1.0);
+            let mut out = vec![0.0; rows * width];
+            let e = spmm(broken.as_ref(), &src, width, Init::Zero, &mut out).unwrap_err();
+            assert!(e.to_string().contains("`weights` has"), "{e}");
+        }
+    }
+}
+
 #[test]
 fn block_with_no_edges_gives_init() {
     let block = crate::Block {

@@ -350,6 +350,7 @@ fn edge_softmax_checks_its_inputs() {
         row_start: vec![0, 1],
         columns: vec![0],
         weights: vec![],
+        weighting: crate::Weighting::Unit,
     };
     let b = Block {
         row_start: vec![0, 0, 0],

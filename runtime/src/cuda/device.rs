@@ -25,6 +25,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 
 use fateplan_kernels::cuda::Source;
+use fateplan_kernels::Weighting;
 
 use crate::exec::data::{BlockData, Data, Held};
 use crate::exec::{ExecError, Mover};
@@ -281,6 +282,8 @@ pub(crate) struct GpuBlock {
     pub(crate) row_start: DeviceBuf<u64>,
     pub(crate) columns: DeviceBuf<u32>,
     pub(crate) weights: DeviceBuf<f32>,
+    /// How `weights` weigh the edges.
+    pub(crate) weighting: Weighting,
 }
 
 impl GpuBlock {
@@ -309,6 +312,7 @@ pub(crate) enum PinnedTensor {
         row_start: PinnedHostSlice<u64>,
         columns: PinnedHostSlice<u32>,
         weights: PinnedHostSlice<f32>,
+        weighting: Weighting,
     },
 }
 
@@ -646,8 +650,8 @@ fn pinned_values<T: ValidAsZeroBits + Copy>(
 }
 
 /// The byte length the executor sees: that of the plain contents.
-fn block_bytes(rows_plus_one: usize, nnz: usize) -> u64 {
-    rows_plus_one as u64 * 8 + nnz as u64 * 8
+fn block_bytes(b: &GpuBlock) -> u64 {
+    b.row_start.len as u64 * 8 + b.columns.len as u64 * 4 + b.weights.len as u64 * 4
 }
 
 /// The lengths of a pinned tensor's parts, kept beside it (pinned
@@ -775,6 +779,7 @@ impl CudaMover {
                 row_start,
                 columns,
                 weights,
+                ..
             }) => (rs, cs, ws) = (Some(row_start), Some(columns), Some(weights)),
             None => {}
         }
@@ -785,6 +790,7 @@ impl CudaMover {
                 row_start: pin(ctx, rs, &b.row_start)?,
                 columns: pin(ctx, cs, &b.columns)?,
                 weights: pin(ctx, ws, &b.weights)?,
+                weighting: b.weighting,
             },
             (_, Some(GpuTensor::F32(buf))) => {
                 PinnedTensor::F32(download_pinned(ctx, f32s, d2h, buf)?)
@@ -796,6 +802,7 @@ impl CudaMover {
                 row_start: download_pinned(ctx, rs, d2h, &b.row_start)?,
                 columns: download_pinned(ctx, cs, d2h, &b.columns)?,
                 weights: download_pinned(ctx, ws, d2h, &b.weights)?,
+                weighting: b.weighting,
             },
             (Data::Held(_), None) => {
                 return Err(ExecError::Internal(
@@ -841,10 +848,12 @@ impl Mover for CudaMover {
                     row_start,
                     columns,
                     weights,
+                    weighting,
                 } => Data::Block(BlockData {
                     row_start: pinned_values(row_start, a)?,
                     columns: pinned_values(columns, b)?,
                     weights: pinned_values(weights, c)?,
+                    weighting: *weighting,
                 }),
             });
         }
@@ -862,6 +871,7 @@ impl Mover for CudaMover {
                 row_start: upload_to(streams, pool, &b.row_start, b.row_start.len())?,
                 columns: upload_to(streams, pool, &b.columns, b.columns.len())?,
                 weights: upload_to(streams, pool, &b.weights, b.weights.len())?,
+                weighting: b.weighting,
             }),
             Data::Held(held) => {
                 if Self::device_of(data.as_ref()).is_some() {
@@ -882,10 +892,12 @@ impl Mover for CudaMover {
                         row_start,
                         columns,
                         weights,
+                        weighting,
                     } => GpuTensor::Block(GpuBlock {
                         row_start: upload_to(streams, pool, row_start, a)?,
                         columns: upload_to(streams, pool, columns, b)?,
                         weights: upload_to(streams, pool, weights, c)?,
+                        weighting: *weighting,
                     }),
                 }
             }
@@ -903,7 +915,7 @@ pub(crate) fn device_data(tensor: GpuTensor) -> Data {
     let bytes = match &tensor {
         GpuTensor::F32(b) => b.len as u64 * 4,
         GpuTensor::I64(b) => b.len as u64 * 8,
-        GpuTensor::Block(b) => block_bytes(b.row_start.len, b.columns.len),
+        GpuTensor::Block(b) => block_bytes(b),
     };
     Data::Held(Held::new(bytes, tensor))
 }

@@ -1339,6 +1339,7 @@ impl CudaGnn {
                 };
                 let (key, threshold, scale) = mask_args(mask);
                 let (rows_u, width, src_row0) = (rows as u64, d as u64, self.model.row0(j));
+                let weighting = b.weighting.code();
                 launch!(
                     gpu,
                     "spmm_f32",
@@ -1347,6 +1348,7 @@ impl CudaGnn {
                         &b.row_start.slice,
                         &b.columns.slice,
                         &b.weights.slice,
+                        &weighting,
                         &rows_u,
                         &src.slice,
                         &width,
@@ -1599,6 +1601,7 @@ impl CudaGnn {
                 };
                 let t = self.transposed((i, j), b, rows)?;
                 let (src_u, width) = (rows as u64, d as u64);
+                let (weighting, dst_rows) = (b.weighting.code(), b.rows() as u64);
                 launch!(
                     gpu,
                     "spmm_t_f32",
@@ -1608,6 +1611,8 @@ impl CudaGnn {
                         &t.perm.slice,
                         &t.perm_row.slice,
                         &b.weights.slice,
+                        &weighting,
+                        &dst_rows,
                         &src_u,
                         &grad.slice,
                         &width,

@@ -1,15 +1,30 @@
 //! What a tensor holds while the executor runs, and its byte form for the
 //! SSD tier.
 
+use fateplan_kernels::{BlockRef, Weighting};
+
 use crate::exec::ExecError;
 
-/// A topology block: CSR over destination rows with local source columns
-/// and one weight per edge.
+/// A topology block: CSR over destination rows with local source columns,
+/// and its edges' weights laid out as `weighting` says.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BlockData {
     pub row_start: Vec<u64>,
     pub columns: Vec<u32>,
     pub weights: Vec<f32>,
+    pub weighting: Weighting,
+}
+
+impl BlockData {
+    /// The kernels' view.
+    pub fn view(&self) -> BlockRef<'_> {
+        BlockRef {
+            row_start: &self.row_start,
+            columns: &self.columns,
+            weights: &self.weights,
+            weighting: self.weighting,
+        }
+    }
 }
 
 /// A tensor's contents.
@@ -70,7 +85,13 @@ impl PartialEq for Held {
 
 const TAG_F32: u8 = 1;
 const TAG_I64: u8 = 2;
-const TAG_BLOCK: u8 = 3;
+/// A block, by its weighting: per edge, per row, per row and column, unit.
+const TAG_BLOCKS: [(u8, Weighting); 4] = [
+    (3, Weighting::PerEdge),
+    (4, Weighting::Row),
+    (5, Weighting::RowColumn),
+    (6, Weighting::Unit),
+];
 /// Tag byte plus up to three little-endian u64 lengths.
 const HEADER_BYTES: usize = 1 + 3 * 8;
 
@@ -155,7 +176,13 @@ impl Data {
         out.push(match self {
             Data::F32(_) => TAG_F32,
             Data::I64(_) => TAG_I64,
-            Data::Block(_) => TAG_BLOCK,
+            Data::Block(b) => {
+                TAG_BLOCKS
+                    .iter()
+                    .find(|(_, w)| *w == b.weighting)
+                    .expect("every weighting has a tag")
+                    .0
+            }
             Data::Held(_) => {
                 return Err(ExecError::Internal(
                     "backend-held data has no byte form".into(),
@@ -199,14 +226,18 @@ impl Data {
         };
         let (a, b, c) = (length(0), length(1), length(2));
         let body = &bytes[HEADER_BYTES..];
-        let expected = match bytes[0] {
-            TAG_F32 => a.checked_mul(4),
-            TAG_I64 => a.checked_mul(8),
-            TAG_BLOCK => a
+        let weighting = TAG_BLOCKS
+            .iter()
+            .find(|(tag, _)| *tag == bytes[0])
+            .map(|(_, w)| *w);
+        let expected = match (bytes[0], weighting) {
+            (TAG_F32, _) => a.checked_mul(4),
+            (TAG_I64, _) => a.checked_mul(8),
+            (_, Some(_)) => a
                 .checked_mul(8)
                 .and_then(|x| x.checked_add(b.checked_mul(4)?))
                 .and_then(|x| x.checked_add(c.checked_mul(4)?)),
-            tag => return Err(bad(&format!("unknown tag {tag}"))),
+            (tag, None) => return Err(bad(&format!("unknown tag {tag}"))),
         };
         if expected != Some(body.len()) {
             return Err(bad(&format!(
@@ -219,16 +250,18 @@ impl Data {
                 .chunks_exact(N)
                 .map(|w| w.try_into().expect("exact chunk"))
         }
-        Ok(match bytes[0] {
-            TAG_F32 => Data::F32(words::<4>(body).map(f32::from_le_bytes).collect()),
-            TAG_I64 => Data::I64(words::<8>(body).map(i64::from_le_bytes).collect()),
-            _ => {
+        Ok(match (bytes[0], weighting) {
+            (TAG_F32, _) => Data::F32(words::<4>(body).map(f32::from_le_bytes).collect()),
+            (TAG_I64, _) => Data::I64(words::<8>(body).map(i64::from_le_bytes).collect()),
+            (tag, None) => return Err(bad(&format!("unknown tag {tag}"))),
+            (_, Some(weighting)) => {
                 let (rows, rest) = body.split_at(a * 8);
                 let (columns, weights) = rest.split_at(b * 4);
                 Data::Block(BlockData {
                     row_start: words::<8>(rows).map(u64::from_le_bytes).collect(),
                     columns: words::<4>(columns).map(u32::from_le_bytes).collect(),
                     weights: words::<4>(weights).map(f32::from_le_bytes).collect(),
+                    weighting,
                 })
             }
         })
@@ -248,6 +281,19 @@ mod tests {
                 row_start: vec![0, 1, 3],
                 columns: vec![2, 0, 1],
                 weights: vec![0.5, 0.25, 1.0],
+                weighting: Weighting::PerEdge,
+            }),
+            Data::Block(BlockData {
+                row_start: vec![0, 1, 3],
+                columns: vec![2, 0, 1],
+                weights: vec![0.5, 0.25, 1.0, 2.0, 4.0],
+                weighting: Weighting::RowColumn,
+            }),
+            Data::Block(BlockData {
+                row_start: vec![0, 0],
+                columns: vec![],
+                weights: vec![],
+                weighting: Weighting::Unit,
             }),
             Data::F32(vec![]),
         ];
