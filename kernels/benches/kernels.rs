@@ -22,7 +22,7 @@ use fateplan_kernels::gat::{
 use fateplan_kernels::loss::{accuracy, softmax_cross_entropy, softmax_cross_entropy_bwd};
 
 use fateplan_kernels::sparse::{spmm, spmm_dropout, spmm_dropout_per_edge, spmm_t};
-use fateplan_kernels::{Block, Init, Write};
+use fateplan_kernels::{Block, Init, Weighting, Write};
 
 const ROWS: usize = 200_000;
 const DEGREE: usize = 16;
@@ -70,6 +70,25 @@ fn gathered_bytes() -> BytesCount {
 #[divan::bench(sample_count = 10)]
 fn spmm_200k_w128(bencher: Bencher) {
     let block = block();
+    let src = values(ROWS * WIDTH, 1);
+    let mut out = vec![0.0f32; ROWS * WIDTH];
+    bencher
+        .counter(gathered_bytes())
+        .bench_local(|| spmm(block.as_ref(), &src, WIDTH, Init::Zero, &mut out).unwrap());
+}
+
+/// [`block`] with GCN's layout: a scale per destination and per source
+/// row instead of a weight per edge.
+fn scaled_block() -> Block {
+    let mut block = block();
+    block.weighting = Weighting::RowColumn;
+    block.weights = values(2 * ROWS, 3).iter().map(|w| 0.5 + w.abs()).collect();
+    block
+}
+
+#[divan::bench(sample_count = 10)]
+fn spmm_200k_w128_scaled(bencher: Bencher) {
+    let block = scaled_block();
     let src = values(ROWS * WIDTH, 1);
     let mut out = vec![0.0f32; ROWS * WIDTH];
     bencher

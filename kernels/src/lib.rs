@@ -228,11 +228,17 @@ impl<'a> BlockRef<'a> {
     #[inline]
     pub(crate) fn row_weights<'s>(&'s self, r: usize, scratch: &'s mut Vec<f32>) -> &'s [f32] {
         let edges = self.edges(r);
-        if self.weighting == Weighting::PerEdge {
-            return &self.weights[edges];
-        }
         scratch.clear();
-        scratch.extend(edges.map(|e| self.weight(r, e)));
+        match self.weighting {
+            Weighting::PerEdge => return &self.weights[edges],
+            Weighting::Row => scratch.resize(edges.len(), self.weights[r]),
+            Weighting::RowColumn => {
+                let (scale, sources) = (self.weights[r], &self.weights[self.rows()..]);
+                let columns = &self.columns[edges];
+                scratch.extend(columns.iter().map(|&c| scale * sources[c as usize]));
+            }
+            Weighting::Unit => scratch.resize(edges.len(), 1.0),
+        }
         scratch
     }
 
