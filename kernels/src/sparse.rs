@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use crate::dropout::{factor, factors16, Dropout, Mask, MaskBits, RowKeys};
 use crate::isa::Isa;
-use crate::{check_len, rows_of, BlockRef, Init, Result, ROW_CHUNK, SCATTER_MIN_ROWS};
+use crate::{check_len, rows_of, BlockRef, Init, Result, Weighting, ROW_CHUNK, SCATTER_MIN_ROWS};
 
 /// `out[r] = init[r] + Σ_e w_e · src[c_e]` over the edges `e` of
 /// destination row `r`. `src` is the source partition (`src_rows × width`),
@@ -182,16 +182,16 @@ pub(crate) fn gather(
                 let edges = block.edges(r);
                 let ahead = &block.columns[edges.start..chunk_end.max(edges.start)];
                 let columns = &block.columns[edges.clone()];
-                let weights = block.row_weights(r, &mut scratch);
-                debug_assert_eq!(weights.len(), edges.len());
                 match masking {
                     Masking::None | Masking::Auto(_) => {
-                        row_gather(out_row, columns, weights, ahead, src, width)
+                        row_gather_weighted(block, r, out_row, columns, ahead, src, width)
                     }
                     Masking::Bits(bits, scale, isa) => {
+                        let weights = block.row_weights(r, &mut scratch);
                         row_gather_bits(out_row, columns, weights, ahead, src, bits, scale, isa)
                     }
                     Masking::PerEdge(MaskedSrc { mask, src_keys, .. }) => {
+                        let weights = block.row_weights(r, &mut scratch);
                         for (k, (&c, &w)) in columns.iter().zip(weights).enumerate() {
                             if let Some(&next) = ahead.get(k + PREFETCH_EDGES) {
                                 let next = next as usize;
@@ -231,16 +231,45 @@ pub(crate) fn prefetch_row(row: &[f32]) {
     let _ = row;
 }
 
+/// [`row_gather`] of destination row `r`, each edge's weight computed as
+/// it is gathered (no per-row buffer: at narrow widths that buffer costs
+/// as much as the gather).
+#[inline]
+fn row_gather_weighted(
+    block: BlockRef,
+    r: usize,
+    out_row: &mut [f32],
+    columns: &[u32],
+    ahead: &[u32],
+    src: &[f32],
+    width: usize,
+) {
+    let ws = block.weights;
+    match block.weighting {
+        Weighting::PerEdge => {
+            let ws = &ws[block.edges(r)];
+            row_gather(out_row, columns, |k| ws[k], ahead, src, width)
+        }
+        Weighting::Row => row_gather(out_row, columns, |_| ws[r], ahead, src, width),
+        Weighting::RowColumn => {
+            let (w, sources) = (ws[r], &ws[block.rows()..]);
+            let weight = |k: usize| w * sources[columns[k] as usize];
+            row_gather(out_row, columns, weight, ahead, src, width)
+        }
+        Weighting::Unit => row_gather(out_row, columns, |_| 1.0, ahead, src, width),
+    }
+}
+
 /// `out_row += Σ w_e · src[c_e]`, two edges a pass. The sum is formed as
 /// `(o + w0·s0) + w1·s1`, the same rounding as one edge at a time. The
 /// source rows `PREFETCH_EDGES` edges ahead are prefetched: `ahead` holds
 /// the columns from this row's first edge to the end of the chunk, so the
 /// prefetch runs on into the next rows.
-#[inline]
+#[inline(always)]
 fn row_gather(
     out_row: &mut [f32],
     columns: &[u32],
-    weights: &[f32],
+    weight: impl Fn(usize) -> f32,
     ahead: &[u32],
     src: &[f32],
     width: usize,
@@ -251,7 +280,7 @@ fn row_gather(
         for &c in ahead.iter().skip(e + PREFETCH_EDGES).take(2) {
             prefetch_row(src_row(c));
         }
-        let (w0, w1) = (weights[e], weights[e + 1]);
+        let (w0, w1) = (weight(e), weight(e + 1));
         let (s0, s1) = (src_row(columns[e]), src_row(columns[e + 1]));
         for ((o, &x0), &x1) in out_row.iter_mut().zip(s0).zip(s1) {
             *o = (*o + w0 * x0) + w1 * x1;
@@ -262,7 +291,7 @@ fn row_gather(
         if let Some(&c) = ahead.get(e + PREFETCH_EDGES) {
             prefetch_row(src_row(c));
         }
-        let w = weights[e];
+        let w = weight(e);
         for (o, &x) in out_row.iter_mut().zip(src_row(columns[e])) {
             *o += w * x;
         }

@@ -249,7 +249,15 @@ fn scaled_weights_equal_their_per_edge_expansion_bit_for_bit() {
         seed: 3,
         stream: 9,
     };
-    for (rows, src_rows, width) in [(600, 700, 5), (300, 1, 16), (0, 4, 3), (BIG_ROWS, 40, 3)] {
+    // Masks as keep bits, and per edge (fewer edges than source rows).
+    let shapes = [
+        (600, 700, 5),
+        (300, 1, 16),
+        (0, 4, 3),
+        (BIG_ROWS, 40, 3),
+        (20, 500, 8),
+    ];
+    for (rows, src_rows, width) in shapes {
         let block = random_block(&mut rng, rows, src_rows, 3);
         let src = rng.vec(src_rows * width);
         let grad = rng.vec(rows * width);
