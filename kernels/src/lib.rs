@@ -169,7 +169,7 @@ impl Weighting {
         }
     }
 
-    /// The code the CUDA kernels take (`weight_of` in `kernels/cuda/common.cuh`).
+    /// The code the CUDA kernels take (`edge_weight` in `kernels/cuda/sparse.cu`).
     pub fn code(self) -> i32 {
         match self {
             Weighting::PerEdge => 0,

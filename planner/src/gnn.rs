@@ -29,8 +29,9 @@ use crate::{Error, Result, Tier};
 const F32: u64 = 4;
 /// Bytes of a label (int64).
 const LABEL: u64 = 8;
-/// Bytes an aggregation reads per edge: a u32 column index and an f32
-/// weight (or the source row's scale).
+/// Bytes an aggregation reads per edge, as the costs count them for every
+/// model: a u32 column index and GCN's source-row scale (the mean and GAT
+/// read the column alone).
 const EDGE: u64 = 8;
 /// Bytes per stored edge of a topology block: a u32 column index. The
 /// weights are stored as scales per row ([`GnnModel::scale_rows`]).

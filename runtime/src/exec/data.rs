@@ -230,6 +230,21 @@ impl Data {
             .iter()
             .find(|(tag, _)| *tag == bytes[0])
             .map(|(_, w)| *w);
+        // The weights a layout holds (a source row's scales are at least
+        // none: the source rows are not recorded).
+        let rows = a.saturating_sub(1);
+        let weights_fit = match weighting {
+            Some(Weighting::PerEdge) => c == b,
+            Some(Weighting::Row) => c == rows,
+            Some(Weighting::RowColumn) => c >= rows,
+            Some(Weighting::Unit) => c == 0,
+            None => true,
+        };
+        if !weights_fit {
+            return Err(bad(&format!(
+                "{c} weights do not fit a {weighting:?} block of {rows} rows and {b} edges"
+            )));
+        }
         let expected = match (bytes[0], weighting) {
             (TAG_F32, _) => a.checked_mul(4),
             (TAG_I64, _) => a.checked_mul(8),
@@ -303,6 +318,19 @@ mod tests {
             assert!(Data::from_bytes(&bytes[..bytes.len() - 1]).is_err());
         }
         assert!(Data::from_bytes(&[9; HEADER_BYTES]).is_err());
+        // A per-edge block read as unit or per-row weights has too many.
+        let per_edge = Data::Block(BlockData {
+            row_start: vec![0, 1, 3],
+            columns: vec![2, 0, 1],
+            weights: vec![0.5, 0.25, 1.0],
+            weighting: Weighting::PerEdge,
+        });
+        let mut bytes = per_edge.to_bytes().unwrap();
+        for tag in [4, 6] {
+            bytes[0] = tag;
+            let e = Data::from_bytes(&bytes).unwrap_err().to_string();
+            assert!(e.contains("3 weights do not fit"), "{e}");
+        }
         assert!(Data::Held(Held::new(4, 1u8)).to_bytes().is_err());
     }
 }
