@@ -25,6 +25,27 @@ extern "C" __global__ void gat_node_scores_f32(
     }
 }
 
+// Attention dropout on one block's edges (gat::dropout_edges): head h of
+// the edge from source row c to destination row r takes the mask of element
+// ((dst_first + r) * nodes + src_first + c) * heads + h (wrapping u64), its
+// endpoints' rows in the whole graph. out = alpha * mask (alpha itself when
+// threshold is 0).
+extern "C" __global__ void gat_dropout_edges_f32(
+    const u64* row_start, const u32* columns, u64 rows, u32 heads,
+    const float* alpha, float* out, u64 key, u32 threshold, float scale,
+    u64 dst_first, u64 src_first, u64 nodes)
+{
+    GRID_STRIDE(i, rows * heads) {
+        u64 r = i / heads, h = i % heads;
+        u64 row_key = (dst_first + r) * nodes;
+        for (u64 e = row_start[r]; e < row_start[r + 1]; ++e) {
+            u64 edge = row_key + src_first + columns[e];
+            u64 at = e * heads + h;
+            out[at] = masked(alpha[at], key, threshold, scale, edge * heads + h);
+        }
+    }
+}
+
 // scores[e, h] = LeakyReLU(a_dst[r, h] + a_src[c, h]).
 extern "C" __global__ void gat_edge_scores_f32(
     const u64* row_start, const u32* columns, u64 rows, u32 heads,

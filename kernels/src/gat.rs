@@ -60,6 +60,7 @@
 
 use rayon::prelude::*;
 
+use crate::dropout::{Dropout, RowKeys};
 use crate::isa::Isa;
 use crate::math::exp_on;
 use crate::sparse::{prefetch_row, scatter_pair, ScatterOut, PREFETCH_EDGES};
@@ -228,6 +229,60 @@ fn split_by_rows<'a>(block: BlockRef, width: usize, mut data: &'a mut [f32]) -> 
         r0 = r1;
     }
     pieces
+}
+
+/// Attention dropout on one block's edge values (`values`: `nnz × heads`,
+/// in the block's edge order), in place. The mask of head `h` of the edge
+/// from source row `c` to destination row `r` is that of element
+/// `(dst.key(r) · nodes + src.key(c)) · heads + h` (wrapping), where the
+/// keys are the rows' numbers in the whole graph as given and `nodes` its
+/// vertex count. The mask therefore depends on the edge's endpoints only,
+/// not on how the graph is partitioned or shared out to devices; parallel
+/// edges (the same endpoints twice) share it.
+#[allow(clippy::too_many_arguments)]
+pub fn dropout_edges(
+    block: BlockRef,
+    heads: usize,
+    dst: RowKeys,
+    src: RowKeys,
+    src_rows: usize,
+    nodes: u64,
+    dropout: &Dropout,
+    values: &mut [f32],
+) -> Result<()> {
+    let k = "gat::dropout_edges";
+    ensure(heads > 0, || format!("{k}: `heads` is 0"))?;
+    block.validate(k, src_rows, false)?;
+    check_len(k, "values", values.len(), block.nnz() * heads)?;
+    dst.check(k, block.rows())?;
+    src.check(k, src_rows)?;
+    dropout.validate()?;
+    if dropout.is_identity() {
+        return Ok(());
+    }
+    let mask = dropout.mask();
+    let heads64 = heads as u64;
+    let chunks = split_by_rows(block, heads, values);
+    chunks
+        .into_par_iter()
+        .enumerate()
+        .for_each(|(chunk, part)| {
+            let r0 = chunk * ROW_CHUNK;
+            let e0 = block.row_start[r0] as usize;
+            let mut factors = vec![0.0f32; heads];
+            for r in r0..(r0 + ROW_CHUNK).min(block.rows()) {
+                let row_key = dst.key(r).wrapping_mul(nodes);
+                for e in block.edges(r) {
+                    let edge = row_key.wrapping_add(src.key(block.columns[e] as usize));
+                    mask.fill(edge.wrapping_mul(heads64), &mut factors);
+                    let v = &mut part[(e - e0) * heads..(e - e0 + 1) * heads];
+                    for (v, f) in v.iter_mut().zip(&factors) {
+                        *v *= f;
+                    }
+                }
+            }
+        });
+    Ok(())
 }
 
 /// Softmax over all edges of each destination row and head, where a row's

@@ -20,8 +20,9 @@
 //! layers have `heads` heads of `hidden / heads` features, concatenated,
 //! then ELU; the last layer has one head. Dropout applies to each layer's
 //! input (the features before the first projection, fused into ELU for
-//! the others) and to the attention coefficients (keyed by the edge's
-//! global index in row-partition order). Weights per layer: `W`
+//! the others) and to the attention coefficients (keyed by the edge's two
+//! ends as the whole graph numbers them, so that the masks do not depend
+//! on the partitions or devices: `gat::dropout_edges`). Weights per layer: `W`
 //! (`d_in × d_out`), `att_src`, `att_dst`, bias (`d_out` each); `W` and
 //! the attention vectors are Glorot-uniform as in PyG, the bias zero.
 //! Every GAT operator reads only its inputs, so recomputing one gives the
@@ -29,6 +30,7 @@
 
 use std::sync::Arc;
 
+use fateplan_kernels::dropout::RowKeys;
 use fateplan_kernels::gat::{self, BlockGrads, BlockInputs, Heads, NodeScoreGrads};
 use fateplan_kernels::{activation, dense, loss, sparse, BlockRef, Init, Write, REDUCE_ROWS};
 use fateplan_planner::gnn::GnnModel;
@@ -39,7 +41,7 @@ use crate::exec::data::{BlockData, Data};
 use crate::exec::{Backend, ExecError};
 use crate::gnn::{arity, GnnBackend, Model, Name, SITE_ATTENTION, SITE_HIDDEN, SITE_INPUT};
 pub use crate::gnn::{GraphInput, Hyper, Metrics, Mode};
-use crate::peers::Peers;
+use crate::peers::{Peers, Sent};
 
 pub struct CpuGnn {
     /// Features, labels and blocks until the executor holds them.
@@ -74,20 +76,24 @@ impl CpuGnn {
     /// One device of a multi-device run: `graph` is its share
     /// ([`crate::share`]), `peers` its halo and its group.
     pub fn with_peers(graph: GraphInput, hyper: Hyper, peers: Peers) -> Result<CpuGnn, ExecError> {
-        if hyper.model == GnnModel::Gat {
-            return Err(ExecError::Kernel(
-                "GAT on several devices is not supported (its edge softmax over halo edges is \
-                 not written)"
-                    .into(),
-            ));
-        }
         let mut gnn = CpuGnn::new(graph, hyper)?;
-        if peers.partitions() != gnn.model.partitions() {
+        let p = gnn.model.partitions();
+        if peers.partitions() != p {
             return Err(ExecError::Internal(format!(
-                "a halo of {} partitions for a share of {}",
+                "a halo of {} partitions for a share of {p}",
                 peers.partitions(),
-                gnn.model.partitions()
             )));
+        }
+        for i in 0..p {
+            for j in 0..p {
+                let halo = peers.block(i, j).map_or(0, |b| b.columns.len() as u64);
+                if halo > 0 && !gnn.model.has_block(i, j) {
+                    return Err(ExecError::Internal(format!(
+                        "halo block ({i}, {j}) has {halo} edges but the share has no block ({i}, {j})"
+                    )));
+                }
+                gnn.model.halo_edges[i * p + j] = halo;
+            }
         }
         gnn.peers = Some(peers);
         Ok(gnn)
@@ -314,30 +320,69 @@ impl CpuGnn {
 
 /// GAT's operators (see the module doc and `fateplan_planner::gnn`).
 impl CpuGnn {
-    /// `alpha[i]`'s slice for block `(i, j)`, and with attention dropout
-    /// its dropped copy.
+    /// `alpha[i]`'s slice for block `(i, j)` (`block`), and with attention
+    /// dropout its dropped copy.
     fn block_alpha<'a>(
         &self,
         l: usize,
-        i: usize,
-        j: usize,
+        (i, j): (usize, usize),
+        block: &BlockData,
         alpha: &'a [f32],
         heads: usize,
     ) -> Result<(&'a [f32], Option<Vec<f32>>), ExecError> {
-        let nnz = self.model.block_nnz(i, j)?;
         let start = self.model.edges_before(i, j);
+        let src = (self.model.keys(j), self.model.rows(j).len());
+        self.edge_alpha(l, i, start, view(block), src, alpha, heads)
+    }
+
+    /// `alpha[i]`'s slice for the halo block `(i, j)` (`block`, whose
+    /// columns are the halo rows `ids`), and with attention dropout its
+    /// dropped copy.
+    #[allow(clippy::too_many_arguments)]
+    fn halo_alpha<'a>(
+        &self,
+        l: usize,
+        (i, j): (usize, usize),
+        block: &BlockData,
+        ids: &[u64],
+        alpha: &'a [f32],
+        heads: usize,
+    ) -> Result<(&'a [f32], Option<Vec<f32>>), ExecError> {
+        let start = self.model.edges_before(i, j) + self.model.block_nnz(i, j)?;
+        let src = (RowKeys::Ids(ids), ids.len());
+        self.edge_alpha(l, i, start, view(block), src, alpha, heads)
+    }
+
+    /// The slice of `alpha[i]` from edge `start` for `block`'s edges, and
+    /// with attention dropout its dropped copy (the masks keyed by the
+    /// edges' ends: [`gat::dropout_edges`]); `src`: the keys of the
+    /// block's source rows and their count.
+    #[allow(clippy::too_many_arguments)]
+    fn edge_alpha<'a>(
+        &self,
+        l: usize,
+        i: usize,
+        start: u64,
+        block: BlockRef,
+        (src, src_rows): (RowKeys, usize),
+        alpha: &'a [f32],
+        heads: usize,
+    ) -> Result<(&'a [f32], Option<Vec<f32>>), ExecError> {
+        let nnz = block.nnz() as u64;
         let range = (start * heads as u64) as usize..((start + nnz) * heads as u64) as usize;
         let slice = alpha.get(range.clone()).ok_or_else(|| {
             ExecError::Internal(format!(
-                "alpha of partition {i} has {} values, block ({i}, {j}) needs {range:?}",
+                "alpha of partition {i} has {} values, a block from edge {start} needs {range:?}",
                 alpha.len()
             ))
         })?;
         let dropped = match self.model.dropout(SITE_ATTENTION, l) {
             Some(mask) => {
                 let mut kept = slice.to_vec();
-                let row0 = self.model.edge_base[i] + start;
-                activation::dropout_in_place(&mut kept, heads, row0, &mask).map_err(kernel)?;
+                let dst = self.model.keys(i);
+                let nodes = self.model.nodes;
+                gat::dropout_edges(block, heads, dst, src, src_rows, nodes, &mask, &mut kept)
+                    .map_err(kernel)?;
                 Some(kept)
             }
             None => None,
@@ -492,26 +537,71 @@ impl CpuGnn {
                 let other = if i == j { own } else { inputs[2].f32()? };
                 let a_dst = &own[own.len() / 2..];
                 let a_src = &other[..other.len() / 2];
-                let mut scores = vec![0.0f32; block.columns.len() * h_n];
-                gat::edge_scores(view(block), a_dst, a_src, h_n, &mut scores).map_err(kernel)?;
+                let own_len = block.columns.len() * h_n;
+                let halo_len = self.model.halo_nnz(i, j) as usize * h_n;
+                let mut scores = vec![0.0f32; own_len + halo_len];
+                let (own_scores, halo_scores) = scores.split_at_mut(own_len);
+                gat::edge_scores(view(block), a_dst, a_src, h_n, own_scores).map_err(kernel)?;
+                if let Some(peers) = &mut self.peers {
+                    // Every device exchanges its `a_src` of `j` at the
+                    // layer's first `sddmm` reading `j`.
+                    let keys = self.model.keys(j);
+                    peers.exchange(Sent::Scores, l, j, h_n, a_src, keys, None)?;
+                    if let Some(halo) = peers.block(i, j) {
+                        let halo_src = peers.exchanged(Sent::Scores, l, j)?;
+                        gat::edge_scores(view(halo), a_dst, halo_src, h_n, halo_scores)
+                            .map_err(kernel)?;
+                    }
+                }
                 vec![Data::F32(scores)]
             }
             "edge_softmax" => {
                 let k = inputs.len() / 2;
                 arity(op, inputs, 2 * k)?;
-                let blocks: Vec<BlockRef> = inputs[..k]
-                    .iter()
-                    .map(|d| d.block().map(view))
-                    .collect::<Result<_, _>>()?;
-                let scores: Vec<&[f32]> = inputs[k..]
-                    .iter()
-                    .map(|d| d.f32())
-                    .collect::<Result<_, _>>()?;
+                let i = name.get('p')?;
+                let p = self.model.partitions();
+                let sources: Vec<usize> = (0..p).filter(|&s| self.model.has_block(i, s)).collect();
+                if sources.len() != k {
+                    return Err(ExecError::Internal(format!(
+                        "{}: {k} blocks, but partition {i} has {} source blocks",
+                        op.name,
+                        sources.len()
+                    )));
+                }
+                // Each source's own block, then its halo block: the order
+                // `sddmm` wrote their scores in.
+                let mut blocks: Vec<BlockRef> = Vec::with_capacity(2 * k);
+                let mut lens = Vec::with_capacity(2 * k);
+                let mut scores: Vec<&[f32]> = Vec::with_capacity(k);
+                for (b, &s) in sources.iter().enumerate() {
+                    let own = inputs[b].block()?;
+                    let values = inputs[k + b].f32()?;
+                    let halo = self.peers.as_ref().and_then(|peers| peers.block(i, s));
+                    let (own_len, halo_len) = (
+                        own.columns.len() * h_n,
+                        halo.map_or(0, |h| h.columns.len() * h_n),
+                    );
+                    if values.len() != own_len + halo_len {
+                        return Err(ExecError::Internal(format!(
+                            "{}: the scores of block ({i}, {s}) have {} values, expected {}",
+                            op.name,
+                            values.len(),
+                            own_len + halo_len
+                        )));
+                    }
+                    blocks.push(view(own));
+                    lens.push(own_len);
+                    if let Some(halo) = halo {
+                        blocks.push(view(halo));
+                        lens.push(halo_len);
+                    }
+                    scores.push(values);
+                }
                 let mut alpha = scores.concat();
-                let mut slices: Vec<&mut [f32]> = Vec::with_capacity(k);
+                let mut slices: Vec<&mut [f32]> = Vec::with_capacity(lens.len());
                 let mut rest = alpha.as_mut_slice();
-                for s in &scores {
-                    let (head, tail) = rest.split_at_mut(s.len());
+                for &len in &lens {
+                    let (head, tail) = rest.split_at_mut(len);
                     slices.push(head);
                     rest = tail;
                 }
@@ -524,11 +614,29 @@ impl CpuGnn {
                 arity(op, inputs, if first { 3 } else { 4 })?;
                 let block = inputs[0].block()?;
                 let z_src = inputs[1].f32()?;
-                let (alpha, dropped) = self.block_alpha(l, i, j, inputs[2].f32()?, h_n)?;
+                let alpha_i = inputs[2].f32()?;
+                let (alpha, dropped) = self.block_alpha(l, (i, j), block, alpha_i, h_n)?;
                 let rows = block.row_start.len().saturating_sub(1);
                 let (mut out, init) = self.chain_output(3, inputs.get(3).copied(), rows * d_out)?;
                 let alpha = dropped.as_deref().unwrap_or(alpha);
                 gat::aggregate(view(block), alpha, z_src, heads, init, &mut out).map_err(kernel)?;
+                if let Some(peers) = &mut self.peers {
+                    // Every device exchanges its `z` of `j` at the layer's
+                    // first `agg` reading `j`.
+                    let keys = self.model.keys(j);
+                    peers.exchange(Sent::Rows, l, j, d_out, z_src, keys, None)?;
+                }
+                if let Some(peers) = &self.peers {
+                    if let Some(halo) = peers.block(i, j) {
+                        let z_halo = peers.exchanged(Sent::Rows, l, j)?;
+                        let ids = peers.ids(j);
+                        let (alpha, dropped) =
+                            self.halo_alpha(l, (i, j), halo, ids, alpha_i, h_n)?;
+                        let alpha = dropped.as_deref().unwrap_or(alpha);
+                        gat::aggregate(view(halo), alpha, z_halo, heads, Init::Out, &mut out)
+                            .map_err(kernel)?;
+                    }
+                }
                 vec![Data::F32(out)]
             }
             "elu" => {
@@ -691,13 +799,15 @@ impl CpuGnn {
             self.partial_sum(k, inputs[k], rows_i * h_n)
                 .map_err(|e| ExecError::Internal(format!("{}: grad_dst: {e}", op.name)))?
         };
-        let (alpha, dropped) = self.block_alpha(l, i, j, inputs[1].f32()?, h_n)?;
+        let alpha_i = inputs[1].f32()?;
+        let (alpha, dropped) = self.block_alpha(l, (i, j), block, alpha_i, h_n)?;
         let (grad_z_src, grad_a_src) = grad_src.split_at_mut(rows_j * d);
+        let a_dst = &scores_i[scores_i.len() / 2..];
         let block_inputs = BlockInputs {
             block: view(block),
             alpha,
             alpha_dropped: dropped.as_deref(),
-            a_dst: &scores_i[scores_i.len() / 2..],
+            a_dst,
             a_src: &scores_j[..scores_j.len() / 2],
             z_src,
             grad_out,
@@ -709,7 +819,76 @@ impl CpuGnn {
             grad_a_dst: &mut grad_dst,
         };
         gat::aggregate_bwd(block_inputs, heads, grads, Write::Accumulate).map_err(kernel)?;
+        if self.peers.is_some() {
+            self.attention_bwd_halo(
+                l,
+                (i, j),
+                heads,
+                (alpha_i, a_dst),
+                (grad_out, out),
+                &mut grad_dst,
+            )
+            .map_err(|e| ExecError::Internal(format!("{}: {e}", op.name)))?;
+            // The last destination of `j` returns the halo's gradients to
+            // their owners and adds the others' into its own.
+            let p = self.model.partitions();
+            if (0..p).rev().find(|&q| self.model.has_block(q, j)) == Some(i) {
+                if let Some(peers) = &mut self.peers {
+                    peers.return_halo_grads(l, j, &[d, h_n], &mut grad_src)?;
+                }
+            }
+        }
         Ok(vec![Data::F32(grad_src), Data::F32(grad_dst)])
+    }
+
+    /// The halo block `(i, j)`'s share of `attention_bwd[l,p_j,d_i]`: adds
+    /// to the halo's gradients (its `z` and its `a_src`, to be returned to
+    /// their owners) and to `grad_dst` of `i`. `alpha_i` is `alpha[i]`,
+    /// `a_dst` the destination scores of `i`, `grad_out` and `out` the
+    /// aggregation's gradient and forward output.
+    fn attention_bwd_halo(
+        &mut self,
+        l: usize,
+        (i, j): (usize, usize),
+        heads: Heads,
+        (alpha_i, a_dst): (&[f32], &[f32]),
+        (grad_out, out): (&[f32], &[f32]),
+        grad_dst: &mut [f32],
+    ) -> Result<(), ExecError> {
+        let (h_n, d) = (heads.heads, heads.width());
+        let Some(peers) = &self.peers else {
+            return Ok(());
+        };
+        let Some(halo) = peers.block(i, j) else {
+            return Ok(());
+        };
+        let (alpha, dropped) = self.halo_alpha(l, (i, j), halo, peers.ids(j), alpha_i, h_n)?;
+        let rows = peers.halo_rows(j);
+        let Some(peers) = &mut self.peers else {
+            return Ok(());
+        };
+        peers.add_halo_grads(l, j, i, rows * (d + h_n), |read, acc| {
+            let block = read.block(i, j).ok_or_else(|| {
+                ExecError::Internal(format!("halo block ({i}, {j}) went missing"))
+            })?;
+            let (grad_z_src, grad_a_src) = acc.split_at_mut(rows * d);
+            let inputs = BlockInputs {
+                block: view(block),
+                alpha,
+                alpha_dropped: dropped.as_deref(),
+                a_dst,
+                a_src: read.exchanged(Sent::Scores, l, j)?,
+                z_src: read.exchanged(Sent::Rows, l, j)?,
+                grad_out,
+                out,
+            };
+            let grads = BlockGrads {
+                grad_z_src,
+                grad_a_src,
+                grad_a_dst: grad_dst,
+            };
+            gat::aggregate_bwd(inputs, heads, grads, Write::Accumulate).map_err(kernel)
+        })
     }
 }
 

@@ -42,6 +42,10 @@ pub struct GraphInput {
     /// when this input is one device's share (otherwise those of
     /// `train_mask`).
     pub train_nodes_total: Option<u64>,
+    /// Vertices of the whole graph, when this input is one device's share
+    /// (otherwise its own rows): GAT's attention masks are keyed by both
+    /// ends of an edge ([`fateplan_kernels::gat::dropout_edges`]).
+    pub graph_nodes: Option<u64>,
 }
 
 impl GraphInput {
@@ -188,9 +192,12 @@ pub(crate) struct Model {
     /// Edges of block `(i, j)` at `i * P + j`, when it exists: kept after
     /// the blocks move to the executor, for GAT's edge offsets.
     pub(crate) block_edges: Vec<Option<u64>>,
-    /// Global index of the first edge of each row partition, its blocks
-    /// in source order (GAT's attention-dropout counter).
-    pub(crate) edge_base: Vec<u64>,
+    /// Edges of the halo block `(i, j)` (a device's share of a multi-device
+    /// run; 0 otherwise). GAT's edge-wise tensors of block `(i, j)` hold
+    /// its own edges, then its halo edges.
+    pub(crate) halo_edges: Vec<u64>,
+    /// Vertices of the whole graph ([`GraphInput::graph_nodes`]).
+    pub(crate) nodes: u64,
 }
 
 impl Model {
@@ -226,12 +233,6 @@ impl Model {
             .iter()
             .map(|b| b.as_ref().map(|b| b.columns.len() as u64))
             .collect();
-        let mut edge_base = Vec::with_capacity(p);
-        let mut next = 0;
-        for row in block_edges.chunks(p.max(1)) {
-            edge_base.push(next);
-            next += row.iter().flatten().sum::<u64>();
-        }
         let train_nodes = match graph.train_nodes_total {
             Some(total) => total as usize,
             None => graph.train_mask.iter().filter(|&&m| m).count(),
@@ -250,7 +251,8 @@ impl Model {
             test_mask: std::mem::take(&mut graph.test_mask),
             train_nodes,
             block_edges,
-            edge_base,
+            halo_edges: vec![0; p * p],
+            nodes: graph.graph_nodes.unwrap_or(rows),
         })
     }
 
@@ -400,11 +402,18 @@ impl Model {
         self.block_edges[i * self.partitions() + j].is_some()
     }
 
-    /// Edges of row partition `i` in blocks before source `j`: where block
-    /// `(i, j)` starts in `alpha[i]`.
+    /// Edges of row partition `i` in blocks before source `j`, halo edges
+    /// included: where block `(i, j)` starts in `alpha[i]`. Its halo edges
+    /// follow its own.
     pub(crate) fn edges_before(&self, i: usize, j: usize) -> u64 {
         let p = self.partitions();
-        self.block_edges[i * p..i * p + j].iter().flatten().sum()
+        let own: u64 = self.block_edges[i * p..i * p + j].iter().flatten().sum();
+        own + self.halo_edges[i * p..i * p + j].iter().sum::<u64>()
+    }
+
+    /// Edges of the halo block `(i, j)`.
+    pub(crate) fn halo_nnz(&self, i: usize, j: usize) -> u64 {
+        self.halo_edges[i * self.partitions() + j]
     }
 
     /// Edges of block `(i, j)`, or an error when the graph has none.

@@ -19,6 +19,16 @@
 //!   operators only, but should one run again, its halo part is not added
 //!   twice and the last one adds what it received without exchanging
 //!   again.
+//! - GAT: `sddmm[l,p,s]`, the first reading `s`, exchanges the rows' source
+//!   scores `a_src` of `s`, and `agg[l,p,s]`, the first reading `s`, their
+//!   projected rows `z`; the halo block's edges then follow block
+//!   `(p, s)`'s own in `score` and `alpha` (sized by the workload's
+//!   largest block, own and halo edges together), so `edge_softmax` takes
+//!   a row's halo edges with its own, and `agg` adds the halo block's
+//!   share. `attention_bwd[l,p_j,d_i]` adds the halo block `(i, j)`'s
+//!   share to `grad_dst` of `i` and to the halo's gradients (of `z` and
+//!   `a_src`), which the last of the chain sends back to their owners as
+//!   `agg_bwd` does.
 //! - `grad_accumulate[l]`: the weight gradient is summed over devices.
 //! - the metrics are summed over devices after each iteration.
 //!
@@ -57,8 +67,8 @@ pub struct Peers {
     halo: HaloInput,
     comm: Box<dyn Collective>,
     partitions: usize,
-    /// Halo rows per (layer, source partition index).
-    rows: HashMap<(usize, usize), Vec<f32>>,
+    /// Halo rows per (what, layer, source partition index).
+    rows: HashMap<(Sent, usize, usize), Vec<f32>>,
     /// Halo gradients being summed, per (layer, source partition index).
     grads_out: HashMap<(usize, usize), Vec<f32>>,
     /// The `agg_bwd` operators (layer, j, i) already in `grads_out`.
@@ -71,6 +81,44 @@ pub struct Peers {
     training: bool,
     /// The last finished training iteration's figures.
     trained: ExchangeStats,
+}
+
+/// What a device sends of its rows of a source partition, once per layer
+/// and iteration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Sent {
+    /// The rows an aggregation sums (GAT: the projected rows `z`).
+    Rows,
+    /// GAT's source scores `a_src` (one value per head).
+    Scores,
+}
+
+/// The halo's blocks and this iteration's exchanged rows, to read while
+/// its gradients are being added to ([`Peers::add_halo_grads`]).
+pub(crate) struct HaloRead<'a> {
+    halo: &'a HaloInput,
+    rows: &'a HashMap<(Sent, usize, usize), Vec<f32>>,
+    partitions: usize,
+}
+
+impl<'a> HaloRead<'a> {
+    /// The halo block `(p, s)`, when it has edges.
+    pub(crate) fn block(&self, p: usize, s: usize) -> Option<&'a BlockData> {
+        self.halo.blocks[p * self.partitions + s].as_ref()
+    }
+
+    /// The halo's `what` of layer `l` and source partition `s`, exchanged
+    /// earlier in this iteration.
+    pub(crate) fn exchanged(&self, what: Sent, l: usize, s: usize) -> Result<&'a [f32], ExecError> {
+        self.rows
+            .get(&(what, l, s))
+            .map(Vec::as_slice)
+            .ok_or_else(|| {
+                ExecError::Internal(format!(
+                "layer {l}, partition {s}: the halo's {what:?} were not exchanged in this iteration"
+            ))
+            })
+    }
 }
 
 fn view(block: &BlockData) -> BlockRef<'_> {
@@ -87,7 +135,9 @@ impl Peers {
         let shape_ok = halo.blocks.len() == partitions * partitions
             && halo.send.len() == partitions
             && halo.recv.iter().all(|r| r.len() == comm.size())
-            && halo.send.iter().all(|s| s.len() == comm.size());
+            && halo.send.iter().all(|s| s.len() == comm.size())
+            && halo.ids.len() == partitions
+            && (0..partitions).all(|s| halo.ids[s].len() == halo.rows(s));
         if !shape_ok {
             return Err(ExecError::Internal(format!(
                 "a halo of {partitions} partitions does not fit a group of {}",
@@ -150,24 +200,48 @@ impl Peers {
         result
     }
 
-    /// `out += halo block (p, s) × halo rows of (l, s)`, exchanging those
-    /// rows first when this iteration has not. `src` are this device's
-    /// rows of partition `s` (`keys` their rows of the whole graph, which
-    /// key their masks), `input_dropout` the first layer's mask on them.
+    fn read(&self) -> HaloRead<'_> {
+        HaloRead {
+            halo: &self.halo,
+            rows: &self.rows,
+            partitions: self.partitions,
+        }
+    }
+
+    /// The halo block `(p, s)`, when it has edges.
+    pub(crate) fn block(&self, p: usize, s: usize) -> Option<&BlockData> {
+        self.read().block(p, s)
+    }
+
+    /// The halo rows of source partition index `s` as the whole graph
+    /// numbers them as given.
+    pub(crate) fn ids(&self, s: usize) -> &[u64] {
+        &self.halo.ids[s]
+    }
+
+    /// Halo rows of source partition index `s`.
+    pub(crate) fn halo_rows(&self, s: usize) -> usize {
+        self.halo.rows(s)
+    }
+
+    /// The halo's `what` of layer `l` and source partition `s` (`width`
+    /// values a row), exchanging them first when this iteration has not:
+    /// `src` are this device's rows of `s` (`keys` their rows of the whole
+    /// graph, which key their masks), `input_dropout` the first layer's
+    /// mask on them.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn aggregate(
+    pub(crate) fn exchange(
         &mut self,
+        what: Sent,
         l: usize,
-        p: usize,
         s: usize,
         width: usize,
         src: &[f32],
         keys: RowKeys,
         input_dropout: Option<&Dropout>,
-        out: &mut Vec<f32>,
-    ) -> Result<(), ExecError> {
+    ) -> Result<&[f32], ExecError> {
         let kernel = |e: fateplan_kernels::Error| ExecError::Kernel(e.to_string());
-        if !self.rows.contains_key(&(l, s)) {
+        if !self.rows.contains_key(&(what, l, s)) {
             let mut sends = Vec::with_capacity(self.comm.size());
             for rows in &self.halo.send[s] {
                 let mut values = Vec::with_capacity(rows.len() * width);
@@ -209,20 +283,162 @@ impl Peers {
             }
             self.stats.received_bytes += bytes(&halo);
             self.hold(bytes(&halo), 0);
-            self.rows.insert((l, s), halo);
+            self.rows.insert((what, l, s), halo);
         }
-        if let Some(block) = &self.halo.blocks[p * self.partitions + s] {
-            let halo = &self.rows[&(l, s)];
-            let mut sum = vec![0.0f32; out.len()];
-            sparse::spmm(
-                view(block),
-                halo,
-                width,
-                Some(out.as_slice()).into(),
-                &mut sum,
-            )
-            .map_err(kernel)?;
-            *out = sum;
+        Ok(&self.rows[&(what, l, s)])
+    }
+
+    /// The halo's `what` of layer `l` and source partition `s`, exchanged
+    /// earlier in this iteration.
+    pub(crate) fn exchanged(&self, what: Sent, l: usize, s: usize) -> Result<&[f32], ExecError> {
+        self.read().exchanged(what, l, s)
+    }
+
+    /// `out += halo block (p, s) × halo rows of (l, s)`, exchanging those
+    /// rows first when this iteration has not ([`Peers::exchange`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn aggregate(
+        &mut self,
+        l: usize,
+        p: usize,
+        s: usize,
+        width: usize,
+        src: &[f32],
+        keys: RowKeys,
+        input_dropout: Option<&Dropout>,
+        out: &mut [f32],
+    ) -> Result<(), ExecError> {
+        self.exchange(Sent::Rows, l, s, width, src, keys, input_dropout)?;
+        if let Some(block) = self.block(p, s) {
+            let halo = &self.rows[&(Sent::Rows, l, s)];
+            sparse::spmm(view(block), halo, width, fateplan_kernels::Init::Out, out)
+                .map_err(|e| ExecError::Kernel(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Adds destination `i`'s part to the halo gradients of `(l, j)`, once
+    /// per backward operator: `add` reads the halo and gets the running
+    /// sums (`len` values), or a scratch buffer when the operator ran
+    /// before (its part is in already).
+    pub(crate) fn add_halo_grads(
+        &mut self,
+        l: usize,
+        j: usize,
+        i: usize,
+        len: usize,
+        add: impl FnOnce(HaloRead<'_>, &mut [f32]) -> Result<(), ExecError>,
+    ) -> Result<(), ExecError> {
+        let read = HaloRead {
+            halo: &self.halo,
+            rows: &self.rows,
+            partitions: self.partitions,
+        };
+        if !self.added.insert((l, j, i)) {
+            return add(read, &mut vec![0.0f32; len]);
+        }
+        let fresh = !self.grads_out.contains_key(&(l, j));
+        let acc = self
+            .grads_out
+            .entry((l, j))
+            .or_insert_with(|| vec![0.0f32; len]);
+        if acc.len() != len {
+            return Err(ExecError::Internal(format!(
+                "layer {l}, partition {j}: halo gradients of {} values, expected {len}",
+                acc.len()
+            )));
+        }
+        add(read, acc)?;
+        if fresh {
+            self.hold(len as u64 * 4, 0);
+        }
+        Ok(())
+    }
+
+    /// The last backward operator of source `j`: sends `j`'s halo
+    /// gradients to their owners and adds what the others sent for this
+    /// device's rows of `j` into `out`. The gradients are segments of rows,
+    /// `widths[k]` values a row in segment `k`, one after another, both in
+    /// the halo's sums and in `out`. A device that has no halo block over
+    /// `j` sends zeros.
+    pub(crate) fn return_halo_grads(
+        &mut self,
+        l: usize,
+        j: usize,
+        widths: &[usize],
+        out: &mut [f32],
+    ) -> Result<(), ExecError> {
+        let width: usize = widths.iter().sum();
+        if !self.grads_in.contains_key(&(l, j)) {
+            let halo_rows = self.halo.rows(j);
+            let acc = self.grads_out.remove(&(l, j));
+            let acc_bytes = acc.as_ref().map_or(0, |a| bytes(a));
+            if let Some(acc) = &acc {
+                if acc.len() != halo_rows * width {
+                    return Err(ExecError::Internal(format!(
+                        "layer {l}, partition {j}: halo gradients of {} values, expected {} \
+                         rows of {width}",
+                        acc.len(),
+                        halo_rows
+                    )));
+                }
+            }
+            let mut sends = Vec::with_capacity(self.comm.size());
+            let mut at = 0;
+            for &rows in &self.halo.recv[j] {
+                let mut values = Vec::with_capacity(rows * width);
+                let mut segment = 0;
+                for &w in widths {
+                    let from = segment + at * w;
+                    match &acc {
+                        Some(acc) => values.extend_from_slice(&acc[from..from + rows * w]),
+                        None => values.resize(values.len() + rows * w, 0.0),
+                    }
+                    segment += halo_rows * w;
+                }
+                sends.push(values);
+                at += rows;
+            }
+            self.stats.sent_bytes += sends.iter().map(|v| bytes(v)).sum::<u64>();
+            let received = self.timed(|c| c.all_to_all(sends))?;
+            for (e, values) in received.iter().enumerate() {
+                if values.len() != self.halo.send[j][e].len() * width {
+                    return Err(ExecError::Exchange(format!(
+                        "layer {l}, partition {j}: device {e} sent {} gradient values, expected \
+                         {} rows of {width}",
+                        values.len(),
+                        self.halo.send[j][e].len()
+                    )));
+                }
+            }
+            let got: u64 = received.iter().map(|v| bytes(v)).sum();
+            self.stats.received_bytes += got;
+            self.hold(got, acc_bytes);
+            self.grads_in.insert((l, j), received);
+        }
+        let own_rows = out.len() / width.max(1);
+        for (e, values) in self.grads_in[&(l, j)].iter().enumerate() {
+            let rows = &self.halo.send[j][e];
+            let (mut segment, mut sent) = (0, 0);
+            for &w in widths {
+                for (k, &r) in rows.iter().enumerate() {
+                    let r = r as usize;
+                    let row = out
+                        .get_mut(segment + r * w..segment + (r + 1) * w)
+                        .filter(|_| r < own_rows)
+                        .ok_or_else(|| {
+                            ExecError::Internal(format!(
+                                "halo gradient row {r} of partition {j} is past its {own_rows} rows"
+                            ))
+                        })?;
+                    let from = sent + k * w;
+                    for (o, v) in row.iter_mut().zip(&values[from..from + w]) {
+                        *o += v;
+                    }
+                }
+                segment += own_rows * w;
+                sent += rows.len() * w;
+            }
         }
         Ok(())
     }
@@ -242,75 +458,18 @@ impl Peers {
         last: bool,
         out: &mut [f32],
     ) -> Result<(), ExecError> {
-        let kernel = |e: fateplan_kernels::Error| ExecError::Kernel(e.to_string());
-        if self.added.insert((l, j, i)) {
-            if let Some(block) = &self.halo.blocks[i * self.partitions + j] {
-                let len = self.halo.rows(j) * width;
-                let fresh = !self.grads_out.contains_key(&(l, j));
-                let acc = self
-                    .grads_out
-                    .entry((l, j))
-                    .or_insert_with(|| vec![0.0f32; len]);
-                let mut sum = vec![0.0f32; len];
-                sparse::spmm_t(
-                    view(block),
-                    grad,
-                    width,
-                    Some(acc.as_slice()).into(),
-                    &mut sum,
-                )
-                .map_err(kernel)?;
-                *acc = sum;
-                if fresh {
-                    self.hold(len as u64 * 4, 0);
-                }
-            }
+        if self.block(i, j).is_some() {
+            let len = self.halo.rows(j) * width;
+            self.add_halo_grads(l, j, i, len, |read, acc| {
+                let Some(block) = read.block(i, j) else {
+                    return Ok(());
+                };
+                sparse::spmm_t(view(block), grad, width, fateplan_kernels::Init::Out, acc)
+                    .map_err(|e| ExecError::Kernel(e.to_string()))
+            })?;
         }
-        if !last {
-            return Ok(());
-        }
-        if !self.grads_in.contains_key(&(l, j)) {
-            let acc = self.grads_out.remove(&(l, j));
-            let acc_bytes = acc.as_ref().map_or(0, |a| bytes(a));
-            let mut sends = Vec::with_capacity(self.comm.size());
-            let mut at = 0;
-            for &rows in &self.halo.recv[j] {
-                let n = rows * width;
-                sends.push(match &acc {
-                    Some(acc) => acc[at..at + n].to_vec(),
-                    None => vec![0.0f32; n],
-                });
-                at += n;
-            }
-            self.stats.sent_bytes += sends.iter().map(|v| bytes(v)).sum::<u64>();
-            let received = self.timed(|c| c.all_to_all(sends))?;
-            for (e, values) in received.iter().enumerate() {
-                if values.len() != self.halo.send[j][e].len() * width {
-                    return Err(ExecError::Exchange(format!(
-                        "layer {l}, partition {j}: device {e} sent {} gradient values, expected \
-                         {} rows of {width}",
-                        values.len(),
-                        self.halo.send[j][e].len()
-                    )));
-                }
-            }
-            let got: u64 = received.iter().map(|v| bytes(v)).sum();
-            self.stats.received_bytes += got;
-            self.hold(got, acc_bytes);
-            self.grads_in.insert((l, j), received);
-        }
-        for (e, values) in self.grads_in[&(l, j)].iter().enumerate() {
-            for (k, &r) in self.halo.send[j][e].iter().enumerate() {
-                let r = r as usize;
-                let row = out.get_mut(r * width..(r + 1) * width).ok_or_else(|| {
-                    ExecError::Internal(format!(
-                        "halo gradient row {r} of partition {j} is past the end"
-                    ))
-                })?;
-                for (o, v) in row.iter_mut().zip(&values[k * width..(k + 1) * width]) {
-                    *o += v;
-                }
-            }
+        if last {
+            self.return_halo_grads(l, j, &[width], out)?;
         }
         Ok(())
     }

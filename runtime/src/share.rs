@@ -24,7 +24,6 @@
 //! collectives inside the operators meet ([`crate::collective`]).
 
 use fateplan_planner::blocks::BlockCounts;
-use fateplan_planner::gnn::GnnModel;
 use fateplan_planner::workload::Workload;
 
 use crate::blockcsr::{BlockCsr, CsrBlock, Normalization, Split};
@@ -48,6 +47,10 @@ pub struct HaloInput {
     /// `send[s][e]`: rows of this device's partition `s` (from its first
     /// row) that device `e` reads, ascending (empty for itself).
     pub send: Vec<Vec<Vec<u32>>>,
+    /// `ids[s]`: the halo rows of source partition index `s`, in halo
+    /// order, as the whole graph numbers them as given (they key GAT's
+    /// attention masks).
+    pub ids: Vec<Vec<u64>>,
 }
 
 impl HaloInput {
@@ -183,14 +186,6 @@ pub fn prepare_shared_keeping(
             "0: a run needs at least one device",
         ));
     }
-    if hyper.model == GnnModel::Gat && devices > 1 {
-        return Err(Error::invalid(
-            std::path::Path::new(&dataset.name),
-            "model",
-            "gat: training on several devices supports gcn and sage only (GAT's edge softmax \
-             over halo edges is not written)",
-        ));
-    }
     if let Keep::One(rank) = keep {
         if rank >= devices as usize {
             return Err(Error::invalid(
@@ -274,6 +269,19 @@ pub fn prepare_shared_keeping(
             send: (0..p)
                 .map(|s| (0..k).map(|e| needed[e][d][s].clone()).collect())
                 .collect(),
+            ids: (0..p)
+                .map(|s| {
+                    let mut ids = Vec::with_capacity(reads.iter().map(|r| r[s].len()).sum());
+                    for (e, by_source) in reads.iter().enumerate() {
+                        let first = starts[e * p + s];
+                        ids.extend(by_source[s].iter().map(|&r| {
+                            let w = first + r as u64;
+                            old.as_ref().map_or(w, |old| old[w as usize])
+                        }));
+                    }
+                    ids
+                })
+                .collect(),
         };
         let halo_rows: u64 = (0..p).map(|s| halo.rows(s) as u64).sum();
         stats.halo_rows_max = stats.halo_rows_max.max(halo_rows);
@@ -350,6 +358,7 @@ pub fn prepare_shared_keeping(
                 row_base: base,
                 row_ids: old.as_ref().map(|old| old[lo..hi].to_vec()),
                 train_nodes_total: Some(train_total),
+                graph_nodes: Some(dataset.nodes),
             },
             halo,
         });

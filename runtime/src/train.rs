@@ -592,6 +592,7 @@ pub fn prepare_cached(
         row_base: 0,
         row_ids: None,
         train_nodes_total: None,
+        graph_nodes: None,
     };
     let workload = workload(input.features, input.classes, &counts, hyper, &dataset.name)
         .map_err(|e| crate::Error::invalid(Path::new(&dataset.name), "model", e.to_string()))?;

@@ -363,3 +363,130 @@ fn edge_softmax_checks_its_inputs() {
     edge_softmax(&[a.as_ref()], 2, &mut [&mut s]).unwrap();
     assert_eq!(s, vec![1.0, 1.0]);
 }
+
+#[test]
+fn edge_dropout_is_keyed_by_the_edges_ends() {
+    use crate::dropout::{Dropout, RowKeys};
+    let mut rng = Rng::new(11);
+    let (rows, src_rows, heads, nodes) = (300, 200, 3, 1000u64);
+    let block = random_block(&mut rng, rows, src_rows, 4);
+    let values = rng.vec(block.columns.len() * heads);
+    let dropout = Dropout::new(0.4, 5, 9).unwrap();
+    let dst_ids: Vec<u64> = (0..rows as u64).map(|r| 999 - 2 * r).collect();
+    let src_ids: Vec<u64> = (0..src_rows as u64).map(|c| 3 * c + 1).collect();
+    for (dst, src) in [
+        (RowKeys::Contiguous(40), RowKeys::Contiguous(600)),
+        (RowKeys::Ids(&dst_ids), RowKeys::Ids(&src_ids)),
+    ] {
+        let mut got = values.clone();
+        dropout_edges(
+            block.as_ref(),
+            heads,
+            dst,
+            src,
+            src_rows,
+            nodes,
+            &dropout,
+            &mut got,
+        )
+        .unwrap();
+        let mut dropped = 0;
+        for r in 0..rows {
+            for e in block.row_start[r] as usize..block.row_start[r + 1] as usize {
+                let edge = dst.key(r) * nodes + src.key(block.columns[e] as usize);
+                for h in 0..heads {
+                    let k = e * heads + h;
+                    let expected = values[k] * dropout.value(edge * heads as u64 + h as u64);
+                    assert_eq!(got[k].to_bits(), expected.to_bits(), "edge {e} head {h}");
+                    dropped += usize::from(got[k] == 0.0);
+                }
+            }
+        }
+        // About 40% dropped.
+        let share = dropped as f64 / values.len() as f64;
+        assert!((0.3..0.5).contains(&share), "{share} dropped");
+    }
+    // The same edge in another block order, or in a block of its own,
+    // draws the same mask.
+    let one = Block {
+        row_start: vec![0, 1],
+        columns: vec![7],
+        ..Block::default()
+    };
+    let mut alone = vec![1.0f32; heads];
+    dropout_edges(
+        one.as_ref(),
+        heads,
+        RowKeys::Contiguous(40 + 5),
+        RowKeys::Contiguous(600),
+        8,
+        nodes,
+        &dropout,
+        &mut alone,
+    )
+    .unwrap();
+    let expected: Vec<f32> = (0..heads as u64)
+        .map(|h| dropout.value((45 * nodes + 607) * heads as u64 + h))
+        .collect();
+    assert_eq!(alone, expected);
+}
+
+#[test]
+fn edge_dropout_checks_its_inputs() {
+    use crate::dropout::{Dropout, RowKeys};
+    let block = Block {
+        row_start: vec![0, 2],
+        columns: vec![0, 3],
+        ..Block::default()
+    };
+    let dropout = Dropout::new(0.5, 1, 1).unwrap();
+    let c = RowKeys::Contiguous(0);
+    let mut v = vec![1.0f32; 4];
+    let short = [0u64; 3];
+    let err = |r: crate::Result<()>| r.unwrap_err().to_string();
+    let e = err(dropout_edges(
+        block.as_ref(),
+        2,
+        c,
+        c,
+        4,
+        9,
+        &dropout,
+        &mut v[..3],
+    ));
+    assert!(e.contains("values"), "{e}");
+    let e = err(dropout_edges(
+        block.as_ref(),
+        2,
+        c,
+        c,
+        3,
+        9,
+        &dropout,
+        &mut v,
+    ));
+    assert!(e.contains("column 3"), "{e}");
+    let e = err(dropout_edges(
+        block.as_ref(),
+        2,
+        c,
+        RowKeys::Ids(&short),
+        4,
+        9,
+        &dropout,
+        &mut v,
+    ));
+    assert!(e.contains("row keys"), "{e}");
+    let e = err(dropout_edges(
+        block.as_ref(),
+        0,
+        c,
+        c,
+        4,
+        9,
+        &dropout,
+        &mut v[..0],
+    ));
+    assert!(e.contains("heads"), "{e}");
+    dropout_edges(block.as_ref(), 2, c, c, 4, 9, &dropout, &mut v).unwrap();
+}

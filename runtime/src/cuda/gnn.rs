@@ -627,8 +627,8 @@ impl CudaGnn {
     fn block_alpha(
         &self,
         l: usize,
-        i: usize,
-        j: usize,
+        (i, j): (usize, usize),
+        b: &GpuBlock,
         alpha: &DeviceBuf<f32>,
         heads: usize,
     ) -> Result<(std::ops::Range<usize>, Option<DeviceBuf<f32>>), ExecError> {
@@ -643,16 +643,36 @@ impl CudaGnn {
         }
         let dropped = match self.model.dropout(SITE_ATTENTION, l) {
             Some(mask) => {
+                if b.nnz() != nnz {
+                    return Err(ExecError::Internal(format!(
+                        "block ({i}, {j}) has {} edges, the model counts {nnz}",
+                        b.nnz()
+                    )));
+                }
                 let mut kept = self.zeros(range.len(), "dropped attention")?;
                 let (key, threshold, scale) = mask.device_params();
-                let base = (self.model.edge_base[i] + start as u64) * heads as u64;
-                let n = range.len() as u64;
                 let slice = alpha.slice.slice(range.clone());
+                let (rows, h_u) = (b.rows() as u64, heads as u32);
+                let (dst_first, src_first) = (self.model.row0(i), self.model.row0(j));
+                let nodes = self.model.nodes;
                 launch!(
                     self.gpu,
-                    "dropout_f32",
-                    n,
-                    [&slice, &n, &mut kept.slice, &key, &threshold, &scale, &base]
+                    "gat_dropout_edges_f32",
+                    rows * heads as u64,
+                    [
+                        &b.row_start.slice,
+                        &b.columns.slice,
+                        &rows,
+                        &h_u,
+                        &slice,
+                        &mut kept.slice,
+                        &key,
+                        &threshold,
+                        &scale,
+                        &dst_first,
+                        &src_first,
+                        &nodes
+                    ]
                 );
                 Some(kept)
             }
@@ -931,7 +951,7 @@ impl CudaGnn {
                 let b = block(op, inputs[0])?;
                 let z_src = f32s(op, inputs[1])?;
                 let alpha = f32s(op, inputs[2])?;
-                let (range, dropped) = self.block_alpha(l, i, j, alpha, h_n)?;
+                let (range, dropped) = self.block_alpha(l, (i, j), b, alpha, h_n)?;
                 let init = inputs.get(3).map(|d| f32s(op, d)).transpose()?;
                 let rows = b.rows();
                 let mut agg = self.zeros(rows * d_out, "agg")?;
@@ -1176,7 +1196,7 @@ impl CudaGnn {
         expect_len(op, "grad_src", grad_src.len(), rows_j * (d + h_n))?;
         expect_len(op, "grad_dst", grad_dst.len(), rows_i * h_n)?;
         let alpha = f32s(op, inputs[1])?;
-        let (range, dropped) = self.block_alpha(l, i, j, alpha, h_n)?;
+        let (range, dropped) = self.block_alpha(l, (i, j), b, alpha, h_n)?;
         let alpha_view = alpha.slice.slice(range);
         let (has_dropped, dropped_view) = match &dropped {
             Some(kept) => (1i32, kept.slice.slice(0..kept.len())),
