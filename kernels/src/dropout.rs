@@ -295,6 +295,9 @@ impl Mask {
             group += 1;
         }
         let tail = quads.into_remainder();
+        if tail.is_empty() {
+            return;
+        }
         let bits = self.group_bits(group);
         for (k, v) in tail.iter_mut().enumerate() {
             let u = (bits >> (16 * k)) as u32 & 0xFFFF;

@@ -368,16 +368,18 @@ fn edge_softmax_checks_its_inputs() {
 fn edge_dropout_is_keyed_by_the_edges_ends() {
     use crate::dropout::{Dropout, RowKeys};
     let mut rng = Rng::new(11);
-    let (rows, src_rows, heads, nodes) = (300, 200, 3, 1000u64);
+    let (rows, src_rows, nodes) = (300, 200, 1000u64);
     let block = random_block(&mut rng, rows, src_rows, 4);
-    let values = rng.vec(block.columns.len() * heads);
     let dropout = Dropout::new(0.4, 5, 9).unwrap();
     let dst_ids: Vec<u64> = (0..rows as u64).map(|r| 999 - 2 * r).collect();
     let src_ids: Vec<u64> = (0..src_rows as u64).map(|c| 3 * c + 1).collect();
-    for (dst, src) in [
+    // Heads that split groups (1, 3) and that fill them (4, 8).
+    let keys = [
         (RowKeys::Contiguous(40), RowKeys::Contiguous(600)),
         (RowKeys::Ids(&dst_ids), RowKeys::Ids(&src_ids)),
-    ] {
+    ];
+    for (heads, (dst, src)) in [1, 3, 4, 8].into_iter().flat_map(|h| keys.map(|k| (h, k))) {
+        let values = rng.vec(block.columns.len() * heads);
         let mut got = values.clone();
         dropout_edges(
             block.as_ref(),
@@ -404,8 +406,12 @@ fn edge_dropout_is_keyed_by_the_edges_ends() {
         }
         // About 40% dropped.
         let share = dropped as f64 / values.len() as f64;
-        assert!((0.3..0.5).contains(&share), "{share} dropped");
+        assert!(
+            (0.3..0.5).contains(&share),
+            "{share} dropped with {heads} heads"
+        );
     }
+    let heads = 3;
     // The same edge in another block order, or in a block of its own,
     // draws the same mask.
     let one = Block {
