@@ -482,8 +482,12 @@ fn gat_layer_matches_reference() {
     let att = &w64[d * classes..];
     let (att_src, att_dst) = (&att[..classes], &att[classes..2 * classes]);
     let drop = Dropout::new(h.dropout, h.seed, (1 << 16) | (2 << 2) | 2).unwrap();
-    let factors: Vec<f64> = (0..b.columns.len() as u64)
-        .map(|e| drop.value(e) as f64)
+    // The mask of edge (r, c), one head: element r · N + c (one partition,
+    // so rows are the graph's).
+    let nodes = rows as u64;
+    let factors: Vec<f64> = (0..rows)
+        .flat_map(|r| (b.row_start[r]..b.row_start[r + 1]).map(move |e| (r, e as usize)))
+        .map(|(r, e)| drop.value(r as u64 * nodes + b.columns[e] as u64) as f64)
         .collect();
     let expect = reference::gat(
         &csr,
