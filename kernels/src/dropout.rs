@@ -282,7 +282,7 @@ impl Mask {
         while !index.is_multiple_of(GROUP as u64) && !rest.is_empty() {
             rest[0] = if self.keep(index) { scale } else { 0.0 };
             rest = &mut rest[1..];
-            index += 1;
+            index = index.wrapping_add(1);
         }
         let mut group = index / GROUP as u64;
         let mut quads = rest.chunks_exact_mut(GROUP);

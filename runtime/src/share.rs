@@ -269,7 +269,9 @@ pub fn prepare_shared_keeping(
             send: (0..p)
                 .map(|s| (0..k).map(|e| needed[e][d][s].clone()).collect())
                 .collect(),
+            // Only a share that is built needs its halo's ids.
             ids: (0..p)
+                .filter(|_| keep.keeps(d))
                 .map(|s| {
                     let mut ids = Vec::with_capacity(reads.iter().map(|r| r[s].len()).sum());
                     for (e, by_source) in reads.iter().enumerate() {
