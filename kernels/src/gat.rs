@@ -193,26 +193,37 @@ pub fn edge_scores(
     block.validate(k, src_rows, false)?;
     check_len(k, "a_dst", a_dst.len(), block.rows() * heads)?;
     check_len(k, "scores", scores.len(), block.nnz() * heads)?;
-    let chunks = split_by_rows(block, heads, scores);
-    chunks
+    par_row_chunks(block, heads, scores, |rows, e0, part| {
+        for r in rows {
+            let ad = &a_dst[r * heads..(r + 1) * heads];
+            for e in block.edges(r) {
+                let c = block.columns[e] as usize;
+                let asrc = &a_src[c * heads..(c + 1) * heads];
+                let s = &mut part[(e - e0) * heads..(e - e0 + 1) * heads];
+                for ((s, &d), &a) in s.iter_mut().zip(ad).zip(asrc) {
+                    *s = leaky_relu(d + a);
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// `f(rows, e0, part)` in parallel over the chunks of [`ROW_CHUNK`] rows
+/// of an edge-wise array (`nnz × width`): `part` holds the values of the
+/// edges of `rows`, the first of which is edge `e0`.
+fn par_row_chunks<F>(block: BlockRef, width: usize, data: &mut [f32], f: F)
+where
+    F: Fn(std::ops::Range<usize>, usize, &mut [f32]) + Sync + Send,
+{
+    split_by_rows(block, width, data)
         .into_par_iter()
         .enumerate()
         .for_each(|(chunk, part)| {
             let r0 = chunk * ROW_CHUNK;
-            let e0 = block.row_start[r0] as usize;
-            for r in r0..(r0 + ROW_CHUNK).min(block.rows()) {
-                let ad = &a_dst[r * heads..(r + 1) * heads];
-                for e in block.edges(r) {
-                    let c = block.columns[e] as usize;
-                    let asrc = &a_src[c * heads..(c + 1) * heads];
-                    let s = &mut part[(e - e0) * heads..(e - e0 + 1) * heads];
-                    for ((s, &d), &a) in s.iter_mut().zip(ad).zip(asrc) {
-                        *s = leaky_relu(d + a);
-                    }
-                }
-            }
+            let rows = r0..(r0 + ROW_CHUNK).min(block.rows());
+            f(rows, block.row_start[r0] as usize, part)
         });
-    Ok(())
 }
 
 /// Splits an edge-wise array (`nnz × width`) at the edges of every
@@ -262,26 +273,20 @@ pub fn dropout_edges(
     }
     let mask = dropout.mask();
     let heads64 = heads as u64;
-    let chunks = split_by_rows(block, heads, values);
-    chunks
-        .into_par_iter()
-        .enumerate()
-        .for_each(|(chunk, part)| {
-            let r0 = chunk * ROW_CHUNK;
-            let e0 = block.row_start[r0] as usize;
-            let mut factors = vec![0.0f32; heads];
-            for r in r0..(r0 + ROW_CHUNK).min(block.rows()) {
-                let row_key = dst.key(r).wrapping_mul(nodes);
-                for e in block.edges(r) {
-                    let edge = row_key.wrapping_add(src.key(block.columns[e] as usize));
-                    mask.fill(edge.wrapping_mul(heads64), &mut factors);
-                    let v = &mut part[(e - e0) * heads..(e - e0 + 1) * heads];
-                    for (v, f) in v.iter_mut().zip(&factors) {
-                        *v *= f;
-                    }
+    par_row_chunks(block, heads, values, |rows, e0, part| {
+        let mut factors = vec![0.0f32; heads];
+        for r in rows {
+            let row_key = dst.key(r).wrapping_mul(nodes);
+            for e in block.edges(r) {
+                let edge = row_key.wrapping_add(src.key(block.columns[e] as usize));
+                mask.fill(edge.wrapping_mul(heads64), &mut factors);
+                let v = &mut part[(e - e0) * heads..(e - e0 + 1) * heads];
+                for (v, f) in v.iter_mut().zip(&factors) {
+                    *v *= f;
                 }
             }
-        });
+        }
+    });
     Ok(())
 }
 

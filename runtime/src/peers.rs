@@ -71,7 +71,8 @@ pub struct Peers {
     rows: HashMap<(Sent, usize, usize), Vec<f32>>,
     /// Halo gradients being summed, per (layer, source partition index).
     grads_out: HashMap<(usize, usize), Vec<f32>>,
-    /// The `agg_bwd` operators (layer, j, i) already in `grads_out`.
+    /// The `agg_bwd` and `attention_bwd` operators (layer, j, i) already
+    /// in `grads_out`.
     added: HashSet<(usize, usize, usize)>,
     /// Gradients of own rows from the others, per (layer, j), per device.
     grads_in: HashMap<(usize, usize), Vec<Vec<f32>>>,
