@@ -9,7 +9,7 @@ use fateplan::planner::datasets::{dataset, dataset_names, DATASETS};
 use fateplan::planner::exchange::{Halo, MultiGpu};
 use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec, LayerOrder};
 use fateplan::planner::passes::cost::FateSet;
-use fateplan::planner::plan::{ExchangeKind, Fate, Leg, Predicted, Strategy};
+use fateplan::planner::plan::{ExchangeKind, Fate, Leg, PlanModel, Predicted, Strategy};
 use fateplan::planner::profile::DeviceKind;
 use fateplan::planner::sizing::{per_layer, size_partitions, MadePlan, Sized, Sizing};
 use fateplan::planner::units::{format_bytes, format_seconds, parse_bytes};
@@ -386,12 +386,12 @@ impl GnnSource {
         partitions: &str,
         profile: &Profile,
         options: &PlanOptions,
-    ) -> Result<(Workload, String, Option<MadePlan>)> {
+    ) -> Result<(Workload, u32, String, Option<MadePlan>)> {
         if partitions != "auto" {
             let p: u32 = partitions
                 .parse()
                 .map_err(|_| anyhow!("--partitions {partitions:?}: expected a number or auto"))?;
-            return Ok((self.build(p)?, String::new(), None));
+            return Ok((self.build(p)?, p, String::new(), None));
         }
         let most = (MAX_PARTITIONS as u64).min(self.source.nodes()) as u32;
         let started = std::time::Instant::now();
@@ -399,7 +399,7 @@ impl GnnSource {
         let sized = size_partitions(&build, most, profile, options)?;
         let took = format_seconds(started.elapsed().as_secs_f64());
         let line = sizing_line(&sized, most, options, &took);
-        Ok((sized.workload, line, sized.plan))
+        Ok((sized.workload, sized.partitions, line, sized.plan))
     }
 }
 
@@ -719,6 +719,8 @@ struct Prepared {
     /// The plan of `workload` with `options` and the seconds it took,
     /// where sizing the partitions made it.
     made: Option<MadePlan>,
+    /// The GNN `workload` was built from (none for a DAG).
+    model: Option<PlanModel>,
 }
 
 /// The profile, options and workload a `plan` or `compare` command asks for.
@@ -811,9 +813,16 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
     } else if forced.is_some() {
         bail!("--exchange {}: applies with --gpus above 1", args.exchange);
     }
-    let (workload, sizing_note, mut made) = match source {
-        Source::Dag(workload) => (workload, String::new(), None),
-        Source::Gnn(gnn) => gnn.sized(&args.partitions, &profile, &options)?,
+    let (workload, sizing_note, mut made, model) = match source {
+        Source::Dag(workload) => (workload, String::new(), None, None),
+        Source::Gnn(gnn) => {
+            let (workload, p, note, made) = gnn.sized(&args.partitions, &profile, &options)?;
+            let model = PlanModel {
+                devices: args.gpus,
+                ..PlanModel::new(&gnn.spec, p)
+            };
+            (workload, note, made, Some(model))
+        }
     };
     let mut budget_note = String::new();
     if percents.iter().any(Option::is_some) {
@@ -874,6 +883,7 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
         workload,
         note,
         made,
+        model,
     })
 }
 
@@ -986,6 +996,7 @@ pub(crate) fn compare_policies(
         workload,
         note,
         mut made,
+        model: _,
     } = prepare(args, Some(Policy::Dp))?;
     let mut rows = Vec::with_capacity(policies.len());
     for &policy in policies {
@@ -1148,12 +1159,13 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
         workload,
         note,
         made,
+        model,
     } = prepare(args, None)?;
     let started = std::time::Instant::now();
     // The plan made while sizing, with these options.
     let sizing_planned_s = made.as_ref().map(|m| m.seconds);
     let made = made.map(|m| Ok(m.plan));
-    let plan = made
+    let mut plan = made
         .unwrap_or_else(|| plan(&workload, &profile, &options))
         .map_err(|error| {
             // Say how many partitions `auto` tried: the error is at that count.
@@ -1168,6 +1180,8 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
             }
         })?;
     let planned_s = sizing_planned_s.unwrap_or_else(|| started.elapsed().as_secs_f64());
+    // What `train --plan` trains.
+    plan.workload.model = model;
     // Serialised only where it is written or printed.
     let json = (args.output.is_some() || args.json && !args.explain).then(|| plan.to_json());
     if let (Some(path), Some(json)) = (&args.output, &json) {

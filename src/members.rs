@@ -75,7 +75,7 @@ pub fn launch(
     budgets: Option<Budgets>,
     ssd_bytes: u64,
 ) -> Result<Launched> {
-    let k = args.devices as usize;
+    let k = args.devices() as usize;
     let hub = Hub::bind("127.0.0.1:0", k)?;
     let addr = hub.local_addr()?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -236,7 +236,7 @@ pub fn run_member() -> Result<()> {
     let job: Job = serde_json::from_str(&text)
         .context("the job on standard input (fateplan member is started by train --processes)")?;
     crate::cli::set_threads(Some(job.threads))?;
-    let k = job.args.devices as usize;
+    let k = job.args.devices() as usize;
     let hub = job
         .hub
         .parse()
@@ -265,8 +265,8 @@ fn train_member(job: &Job, member: Arc<TcpMember>) -> Result<Handed> {
     let mut shared = prepare_shared_keeping(
         crate::train::dataset(args)?.0,
         &hyper,
-        args.devices,
-        args.partitions,
+        args.devices(),
+        args.partitions(),
         crate::train::share_method(args)?,
         Keep::One(job.rank),
     )?;

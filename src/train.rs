@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use fateplan::planner::exchange::{Halo, MultiGpu};
 use fateplan::planner::gnn::{GnnModel, LayerOrder};
-use fateplan::planner::plan::{Budgets, Plan};
+use fateplan::planner::plan::{Budgets, Plan, PlanModel};
 use fateplan::planner::units::{format_bytes, format_seconds};
 use fateplan::planner::{plan, PlanOptions, Policy, Profile};
 use fateplan::runtime::compare::{compare, Comparison, MeasuredIteration, Pair};
@@ -43,25 +43,28 @@ pub struct TrainArgs {
     /// `planted:nodes=2000,classes=5,features=32,degree=8,homophily=0.8,seed=1`.
     #[arg(long)]
     graph: String,
-    /// gcn, sage or gat.
-    #[arg(long, default_value = "gcn")]
-    model: String,
-    #[arg(long, default_value_t = 2)]
-    layers: u32,
+    /// gcn, sage or gat [default: gcn, or with --plan the plan's, as for
+    /// each flag of the model's shape: --layers, --hidden, --heads,
+    /// --layer-order and --partitions].
+    #[arg(long)]
+    model: Option<String>,
+    /// [default: 2]
+    #[arg(long)]
+    layers: Option<u32>,
     /// Width of each hidden layer. For GAT, all heads together (as for
     /// `plan`): PyG's `GATConv(hidden_channels=8, heads=8)` is
-    /// `--hidden 64 --heads 8`.
-    #[arg(long, default_value_t = 16)]
-    hidden: u32,
+    /// `--hidden 64 --heads 8` [default: 16].
+    #[arg(long)]
+    hidden: Option<u32>,
     /// Attention heads of GAT's hidden layers (the output layer has one);
-    /// must divide --hidden.
-    #[arg(long, default_value_t = 1)]
-    heads: u32,
+    /// must divide --hidden [default: 1].
+    #[arg(long)]
+    heads: Option<u32>,
     /// Which GCN layers project before they aggregate: `narrower` (those
     /// whose output is narrower than their input) or `aggregate-first`
-    /// (none). The model is the same.
-    #[arg(long, default_value = "narrower")]
-    layer_order: String,
+    /// (none). The model is the same [default: narrower].
+    #[arg(long)]
+    layer_order: Option<String>,
     #[arg(long, default_value_t = 200)]
     pub(crate) epochs: u32,
     #[arg(long, default_value_t = 0.01)]
@@ -83,16 +86,18 @@ pub struct TrainArgs {
     /// out: each device's process gets its part (at least one).
     #[arg(long)]
     pub(crate) threads: Option<usize>,
-    /// Vertex partitions of the workload (per device, with --devices).
-    #[arg(long, default_value_t = 4)]
-    pub(crate) partitions: u32,
+    /// Vertex partitions of the workload (per device, with --devices)
+    /// [default: 4].
+    #[arg(long)]
+    partitions: Option<u32>,
     /// Devices to train on, each owning a share of the vertices and
     /// exchanging its halo with the others (data-parallel full-graph
     /// training). On the CPU backend the devices are threads of this
     /// process, exchanging through shared memory; the plan is made for
-    /// the largest share, with the exchanges of --devices GPUs.
-    #[arg(long, default_value_t = 1)]
-    pub(crate) devices: u32,
+    /// the largest share, with the exchanges of --devices GPUs
+    /// [default: 1, or the plan's].
+    #[arg(long)]
+    devices: Option<u32>,
     /// With --devices, each device is a process of its own instead of a
     /// thread of this one: this process starts them, and their exchanges
     /// go through a hub it serves on the loopback interface (TCP).
@@ -101,7 +106,8 @@ pub struct TrainArgs {
     /// With --devices, how the vertices are shared out: `mincut` (the
     /// min-cut partitioner picks each device's vertices, which are then
     /// renumbered; the dropout masks stay keyed by the vertices as given)
-    /// or `ranges` (equal ranges of vertex numbers).
+    /// or `ranges` (equal ranges of vertex numbers) [default: mincut, or
+    /// the plan's].
     #[arg(long)]
     pub(crate) shares: Option<String>,
 
@@ -110,7 +116,9 @@ pub struct TrainArgs {
     /// they are).
     #[arg(long)]
     raw_features: bool,
-    /// A plan made for this graph and model (`fateplan plan ... -o FILE`).
+    /// A plan made for this graph (`fateplan plan --graph ... -o FILE`, or
+    /// `train --save-plan`). The model it was made for is trained: the
+    /// flags of the model's shape may be left out.
     #[arg(long, conflicts_with = "policy")]
     plan: Option<PathBuf>,
     /// Plan on the spot with this policy (default dp).
@@ -163,6 +171,78 @@ pub struct TrainArgs {
     pub(crate) compare_simulated: bool,
 }
 
+/// The model's shape when a flag leaves it out and no plan gives it.
+const DEFAULT_MODEL: (&str, u32, u32, u32, &str, u32) = ("gcn", 2, 16, 1, "narrower", 4);
+
+impl TrainArgs {
+    pub(crate) fn model(&self) -> &str {
+        self.model.as_deref().unwrap_or(DEFAULT_MODEL.0)
+    }
+    pub(crate) fn layers(&self) -> u32 {
+        self.layers.unwrap_or(DEFAULT_MODEL.1)
+    }
+    pub(crate) fn hidden(&self) -> u32 {
+        self.hidden.unwrap_or(DEFAULT_MODEL.2)
+    }
+    pub(crate) fn heads(&self) -> u32 {
+        self.heads.unwrap_or(DEFAULT_MODEL.3)
+    }
+    pub(crate) fn layer_order(&self) -> &str {
+        self.layer_order.as_deref().unwrap_or(DEFAULT_MODEL.4)
+    }
+    pub(crate) fn partitions(&self) -> u32 {
+        self.partitions.unwrap_or(DEFAULT_MODEL.5)
+    }
+    pub(crate) fn devices(&self) -> u32 {
+        self.devices.unwrap_or(1)
+    }
+
+    /// The arguments with the model's shape `plan` (read from `source`)
+    /// was made for wherever a flag leaves it out. A flag that gives
+    /// another value than the plan's is refused, naming both.
+    fn adopting(&self, plan: &PlanModel, source: &str) -> Result<TrainArgs> {
+        fn take<T: Clone + PartialEq + std::fmt::Display>(
+            flag: &Option<T>,
+            planned: &T,
+            (name, source): (&str, &str),
+        ) -> Result<Option<T>> {
+            match flag {
+                Some(given) if given != planned => bail!(
+                    "--{name} {given}: the plan {source} is for --{name} {planned}; leave \
+                     --{name} out to train as the plan was made, or plan again for this run"
+                ),
+                _ => Ok(Some(planned.clone())),
+            }
+        }
+        let mut args = self.clone();
+        // Model names are taken in any case (`GAT`, `graphsage`): compare
+        // their canonical names.
+        let model = match &self.model {
+            Some(name) => Some(GnnModel::parse(name)?.name().to_string()),
+            None => None,
+        };
+        let order = match &self.layer_order {
+            Some(name) => Some(LayerOrder::parse(name)?.name().to_string()),
+            None => None,
+        };
+        args.model = take(&model, &plan.model, ("model", source))?;
+        args.layers = take(&self.layers, &plan.layers, ("layers", source))?;
+        args.hidden = take(&self.hidden, &plan.hidden, ("hidden", source))?;
+        args.heads = take(&self.heads, &plan.heads, ("heads", source))?;
+        args.layer_order = take(&order, &plan.layer_order, ("layer-order", source))?;
+        args.partitions = take(&self.partitions, &plan.partitions, ("partitions", source))?;
+        args.devices = take(&self.devices, &plan.devices, ("devices", source))?;
+        if let Some(planned) = &plan.shares {
+            let given = match &self.shares {
+                Some(_) => Some(share_method(self)?.name().to_string()),
+                None => None,
+            };
+            args.shares = take(&given, planned, ("shares", source))?;
+        }
+        Ok(args)
+    }
+}
+
 /// The backend a run asked for; for CUDA, checked before the graph is
 /// read, so a machine without a GPU says so at once.
 fn backend_choice(args: &TrainArgs) -> Result<train::BackendChoice> {
@@ -206,18 +286,18 @@ fn backend_choice(args: &TrainArgs) -> Result<train::BackendChoice> {
 
 /// The hyper-parameters the arguments give, checked.
 pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
-    let model = GnnModel::parse(&args.model)?;
+    let model = GnnModel::parse(args.model())?;
     let hyper = Hyper {
         model,
-        layers: args.layers,
-        hidden: args.hidden,
-        heads: args.heads,
+        layers: args.layers(),
+        hidden: args.hidden(),
+        heads: args.heads(),
         dropout: args.dropout,
         lr: args.lr,
         weight_decay: args.weight_decay,
         weight_decay_all_layers: args.weight_decay_all_layers,
         seed: args.seed,
-        order: LayerOrder::parse(&args.layer_order)?,
+        order: LayerOrder::parse(args.layer_order())?,
     };
     if !(0.0..1.0).contains(&args.dropout) {
         bail!(
@@ -225,20 +305,23 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
             args.dropout
         );
     }
-    if model != GnnModel::Gat && args.heads != 1 {
-        bail!("--heads {}: attention heads apply to gat only", args.heads);
+    if model != GnnModel::Gat && args.heads() != 1 {
+        bail!(
+            "--heads {}: attention heads apply to gat only",
+            args.heads()
+        );
     }
     if model != GnnModel::Gcn && hyper.order != LayerOrder::Narrower {
         bail!(
             "--layer-order {}: the layer order applies to gcn only (gat always projects first, sage \
              aggregates first)",
-            args.layer_order
+            args.layer_order()
         );
     }
     if args.epochs == 0 {
         bail!("--epochs 0: expected at least 1");
     }
-    if args.partitions == 0 {
+    if args.partitions() == 0 {
         bail!("--partitions 0: expected at least 1");
     }
     if !(args.lr > 0.0 && args.lr.is_finite()) {
@@ -275,17 +358,48 @@ pub(crate) fn dataset(args: &TrainArgs) -> Result<(fateplan::runtime::dataset::D
 
 pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Result<()> {
     crate::cli::set_threads(args.threads)?;
+    // A plan is read first: the model it was made for is the one trained.
+    let given_plan = match &args.plan {
+        Some(path) => {
+            let source = path.display().to_string();
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("reading {source}"))?;
+            Some((Plan::from_json(&text, &source)?, source))
+        }
+        None => None,
+    };
+    let adopted;
+    let args = match given_plan.as_ref() {
+        Some((plan, source)) => match &plan.workload.model {
+            Some(model) => {
+                if model.devices > 1 && model.shares.is_none() {
+                    bail!(
+                        "--plan {source}: the plan was made by `fateplan plan --gpus {}` for the \
+                         statistics of one min-cut share, which `train` does not build; \
+                         `fateplan train --devices {} --save-plan FILE` writes a plan of the \
+                         shares it trains, which --plan takes",
+                        model.devices,
+                        model.devices
+                    );
+                }
+                adopted = args.adopting(model, source)?;
+                &adopted
+            }
+            None => args,
+        },
+        None => args,
+    };
     let hyper = hyper(args)?;
     let backend = backend_choice(args)?;
-    if args.devices == 0 {
+    if args.devices() == 0 {
         bail!("--devices 0: expected at least 1");
     }
-    let shared = args.devices > 1;
+    let shared = args.devices() > 1;
     if shared && !matches!(backend, train::BackendChoice::Cpu) {
         bail!(
             "--devices {}: training on several devices runs on the CPU backend only (the CUDA \
              backend's exchange through NCCL is not written)",
-            args.devices
+            args.devices()
         );
     }
     if shared && args.csr_cache.is_some() {
@@ -296,13 +410,13 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     if args.shares.is_some() && !shared {
         bail!(
             "--shares: sharing vertices out applies with --devices above 1 (--devices {})",
-            args.devices
+            args.devices()
         );
     }
     if args.processes && !shared {
         bail!(
             "--processes: each device a process applies with --devices above 1 (--devices {})",
-            args.devices
+            args.devices()
         );
     }
     let (dataset, features) = dataset(args)?;
@@ -319,8 +433,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         Prepared::Shared(prepare_shared_keeping(
             dataset,
             &hyper,
-            args.devices,
-            args.partitions,
+            args.devices(),
+            args.partitions(),
             share_method,
             keep,
         )?)
@@ -328,7 +442,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         Prepared::One(train::prepare_cached(
             dataset,
             &hyper,
-            args.partitions,
+            args.partitions(),
             args.csr_cache.as_deref(),
         )?)
     };
@@ -342,11 +456,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     // if it needs more); without, they are the budgets to plan for.
     let mut run_budgets = None;
     let mut unplanned_exchange = None;
-    let plan = match &args.plan {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let plan = Plan::from_json(&text, &path.display().to_string())?;
+    let plan = match given_plan {
+        Some((plan, _)) => {
             if args.hbm_budget.is_some() || args.host_budget.is_some() || args.ssd_budget.is_some()
             {
                 let given = plan.budgets;
@@ -388,7 +499,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             if shared && profile.peer.is_some() {
                 // As `plan --gpus`: one device's share of its node's host
                 // memory and SSD.
-                let share = profile.share(args.devices);
+                let share = profile.share(args.devices());
                 options.budgets.host_bytes = share.host.memory_bytes;
                 options.budgets.ssd_bytes = share.ssd.capacity_bytes;
             }
@@ -398,7 +509,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             let held = crate::cli::Capacity {
                 profile: &profile.name,
                 gpus: if shared && profile.peer.is_some() {
-                    args.devices
+                    args.devices()
                 } else {
                     1
                 },
@@ -428,15 +539,15 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 // The halo measured on the shares, against the estimate
                 // for a random partitioning.
                 let mut halo = Halo::random(nodes, edges);
-                let estimate = halo.rows(args.devices, args.partitions).0;
+                let estimate = halo.rows(args.devices(), args.partitions()).0;
                 halo.scale = s.stats.halo_rows_max as f64 / estimate.max(1.0);
                 halo.source = format!(
                     "measured: {} devices' {} shares, largest halo {} rows",
-                    args.devices,
+                    args.devices(),
                     share_method.name(),
                     s.stats.halo_rows_max
                 );
-                options.gpus = args.devices;
+                options.gpus = args.devices();
                 options.multi = Some(MultiGpu { halo, forced: None });
             }
             if shared && options.multi.is_none() {
@@ -446,7 +557,19 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                     profile.name
                 ));
             }
-            plan(workload, &profile, &options)?
+            let mut plan = plan(workload, &profile, &options)?;
+            // What `train --plan` trains (with --save-plan).
+            plan.workload.model = Some(PlanModel {
+                model: hyper.model.name().to_string(),
+                layers: hyper.layers,
+                hidden: hyper.hidden,
+                heads: hyper.heads,
+                layer_order: hyper.order.name().to_string(),
+                partitions: args.partitions(),
+                devices: args.devices(),
+                shares: shared.then(|| share_method.name().to_string()),
+            });
+            plan
         }
     };
     if let Some(path) = &args.save_plan {
@@ -470,7 +593,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 ));
                 None
             } else if shared {
-                for rank in 0..args.devices {
+                for rank in 0..args.devices() {
                     let sub = dir.join(format!("device{rank}"));
                     std::fs::create_dir_all(&sub)
                         .with_context(|| format!("creating {}", sub.display()))?;
@@ -525,7 +648,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             // The members report at the end, not per epoch.
             bar.println(format!(
                 "training on {} member processes ({} epochs)",
-                args.devices, args.epochs
+                args.devices(),
+                args.epochs
             ));
             bar.finish_and_clear();
             // A plan for another run is refused before K processes

@@ -295,7 +295,112 @@ fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
         ]
         .concat(),
     );
-    assert!(String::from_utf8_lossy(&other.stderr).contains("plan again"));
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        stderr.contains("--hidden 8: the plan") && stderr.contains("is for --hidden 16"),
+        "{stderr}"
+    );
+
+    // A plan of another shape than `train`'s defaults trains that shape
+    // with no flag repeated: the weights of the same model planned on
+    // the spot (the CPU backend's bits do not depend on the plan).
+    let sage = dir.join("sage.json");
+    let shaped = [
+        "--model",
+        "sage",
+        "--layers",
+        "3",
+        "--hidden",
+        "8",
+        "--partitions",
+        "2",
+    ];
+    let planned = fateplan(
+        &[
+            &["plan", "--graph", graph.to_str().unwrap()][..],
+            &shaped[..],
+            &["--profile", "cpu-small", "-o", sage.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert!(
+        planned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&planned.stderr)
+    );
+    let adopted = json(&fateplan(
+        &[
+            &common[..3],
+            &["--plan", sage.to_str().unwrap(), "--epochs", "2", "--json"],
+        ]
+        .concat(),
+    ));
+    let flagged = json(&fateplan(
+        &[
+            &common[..3],
+            &shaped[..],
+            &["--epochs", "2", "--json", "--policy", "retain-all"],
+        ]
+        .concat(),
+    ));
+    assert_eq!(adopted["weights_sha256"], flagged["weights_sha256"]);
+    // The same values given again are taken; another one is refused,
+    // naming the flag, the plan and both values.
+    let repeated = fateplan(
+        &[
+            &common[..3],
+            &["--plan", sage.to_str().unwrap(), "--epochs", "1"],
+            &["--model", "GraphSAGE", "--layers", "3"],
+        ]
+        .concat(),
+    );
+    assert!(
+        repeated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&repeated.stderr)
+    );
+    let conflicting = fateplan(
+        &[
+            &common[..3],
+            &["--plan", sage.to_str().unwrap(), "--layers", "2"],
+        ]
+        .concat(),
+    );
+    let stderr = String::from_utf8_lossy(&conflicting.stderr);
+    assert_eq!(conflicting.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--layers 2: the plan")
+            && stderr.contains("sage.json")
+            && stderr.contains("is for --layers 3"),
+        "{stderr}"
+    );
+
+    // `plan --gpus` plans a min-cut share's statistics, which `train`
+    // does not build: refused, saying which plan it takes.
+    let gpus = dir.join("gpus.json");
+    let planned = fateplan(&[
+        "plan",
+        "--graph",
+        graph.to_str().unwrap(),
+        "--gpus",
+        "2",
+        "--partitions",
+        "2",
+        "-o",
+        gpus.to_str().unwrap(),
+    ]);
+    assert!(
+        planned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&planned.stderr)
+    );
+    let refused = fateplan(&[&common[..3], &["--plan", gpus.to_str().unwrap()]].concat());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("plan --gpus 2") && stderr.contains("--devices 2 --save-plan"),
+        "{stderr}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -523,6 +628,17 @@ fn several_devices_train_the_same_model_and_report_their_exchanges() {
         "the plan has no exchanges"
     );
     assert_eq!(gpu["budgets"]["host_bytes"].as_u64().unwrap(), 512 << 30);
+    // The saved plan trains its devices, shares and partitions again
+    // with none of them given.
+    let again = json(&fateplan(
+        &[
+            &common[..],
+            &["--plan", saved.to_str().unwrap(), "--profile", "a100-80g"],
+        ]
+        .concat(),
+    ));
+    assert_eq!(again["weights_sha256"], gpu["weights_sha256"]);
+    assert_eq!(again["devices"].as_array().map(Vec::len), Some(2));
     let _ = std::fs::remove_file(&saved);
 
     // Min-cut shares (the default) renumber the vertices; the dropout

@@ -340,6 +340,107 @@ pub struct PlanWorkload {
     pub name: String,
     pub digest: String,
     pub definition: Workload,
+    /// The GNN the workload was built from, where it was (`plan --graph`,
+    /// `train --save-plan`): what `train --plan` trains unless its flags
+    /// say otherwise. Plans of a generic DAG have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<PlanModel>,
+}
+
+/// The shape of the GNN a plan was made for: the `train` flags that give
+/// its workload (with the graph, which the workload's name and digest
+/// identify).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanModel {
+    /// `gcn`, `sage` or `gat`.
+    pub model: String,
+    pub layers: u32,
+    pub hidden: u32,
+    /// Attention heads of GAT's hidden layers (1 for the others).
+    pub heads: u32,
+    /// `narrower` or `aggregate-first`.
+    pub layer_order: String,
+    /// Vertex partitions (of one GPU's share, on several).
+    pub partitions: u32,
+    /// Devices sharing the graph.
+    #[serde(default = "one_device", skip_serializing_if = "is_one_device")]
+    pub devices: u32,
+    /// How `train --devices` shared the vertices out (`mincut` or
+    /// `ranges`); none on one device, and for `plan --gpus`, whose
+    /// workload is the statistics of a min-cut share rather than shares
+    /// `train` builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shares: Option<String>,
+}
+
+fn one_device() -> u32 {
+    1
+}
+
+fn is_one_device(devices: &u32) -> bool {
+    *devices == 1
+}
+
+impl PlanModel {
+    /// The model `spec` at `partitions` partitions, on one device.
+    pub fn new(spec: &crate::gnn::GnnSpec, partitions: u32) -> PlanModel {
+        PlanModel {
+            model: spec.model.name().to_string(),
+            layers: spec.layers,
+            hidden: spec.hidden,
+            // (`plan --heads` defaults to 4 whatever the model.)
+            heads: if spec.model == crate::gnn::GnnModel::Gat {
+                spec.heads
+            } else {
+                1
+            },
+            layer_order: spec.order.name().to_string(),
+            partitions,
+            devices: 1,
+            shares: None,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let field = |name: &str| format!("plan field workload.model.{name}");
+        crate::gnn::GnnModel::parse(&self.model).map_err(|_| {
+            Error::invalid(
+                field("model"),
+                format!("{:?}: expected gcn, sage or gat", self.model),
+            )
+        })?;
+        crate::gnn::LayerOrder::parse(&self.layer_order).map_err(|_| {
+            Error::invalid(
+                field("layer_order"),
+                format!(
+                    "{:?}: expected narrower or aggregate-first",
+                    self.layer_order
+                ),
+            )
+        })?;
+        if let Some(shares) = &self.shares {
+            if !["mincut", "ranges"].contains(&shares.as_str()) {
+                return Err(Error::invalid(
+                    field("shares"),
+                    format!("{shares:?}: expected mincut or ranges"),
+                ));
+            }
+        }
+        let counts = [
+            ("layers", self.layers),
+            ("hidden", self.hidden),
+            ("heads", self.heads),
+            ("partitions", self.partitions),
+            ("devices", self.devices),
+        ];
+        for (name, value) in counts {
+            if value == 0 {
+                return Err(Error::invalid(field(name), "0: expected at least 1"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A complete plan.
@@ -418,6 +519,9 @@ impl Plan {
                     known.join(", ")
                 ),
             ));
+        }
+        if let Some(model) = &self.workload.model {
+            model.validate()?;
         }
         let definition = &self.workload.definition;
         definition.validate()?;

@@ -885,6 +885,7 @@ fn finish(
             // Filled in beside the sanity pass, which does not read it.
             digest: String::new(),
             definition: workload.clone(),
+            model: None,
         },
         profile: profile.clone(),
         gpus: options.gpus,

@@ -2,7 +2,7 @@
 
 use fateplan_planner::blocks::BlockCounts;
 use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
-use fateplan_planner::plan::{Action, Budgets, Fate, Plan};
+use fateplan_planner::plan::{Action, Budgets, Fate, Plan, PlanModel};
 use fateplan_planner::{plan, Error, PlanOptions, Policy, Profile, Workload};
 use proptest::prelude::*;
 
@@ -212,6 +212,46 @@ fn a_tampered_plan_is_rejected_on_load() {
             && message.contains("offload-host-all"),
         "{message}"
     );
+    // The model a plan records: read back as written; a bad one is named
+    // with its field and value.
+    let mut modelled = p.clone();
+    modelled.workload.model = Some(PlanModel {
+        model: "gat".into(),
+        layers: 2,
+        hidden: 64,
+        heads: 8,
+        layer_order: "narrower".into(),
+        partitions: 4,
+        devices: 2,
+        shares: Some("ranges".into()),
+    });
+    let back = Plan::from_json(&modelled.to_json(), "modelled.json").unwrap();
+    assert_eq!(back.workload.model, modelled.workload.model);
+    for (field, bad, expected) in [
+        ("model", "mlp", "\"mlp\": expected gcn, sage or gat"),
+        (
+            "layer_order",
+            "last",
+            "\"last\": expected narrower or aggregate-first",
+        ),
+        ("shares", "halves", "\"halves\": expected mincut or ranges"),
+        ("layers", "0", "0: expected at least 1"),
+    ] {
+        let mut json: serde_json::Value = serde_json::from_str(&modelled.to_json()).unwrap();
+        json["workload"]["model"][field] = match bad.parse::<u32>() {
+            Ok(n) => n.into(),
+            Err(_) => bad.into(),
+        };
+        let message = Plan::from_json(&json.to_string(), "modelled.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("modelled.json")
+                && message.contains(&format!("plan field workload.model.{field}"))
+                && message.contains(expected),
+            "{message}"
+        );
+    }
     // A tensor's bytes changed: the field and both values.
     let mut resized = p.clone();
     resized.tensors[1].bytes += 4;
