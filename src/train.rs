@@ -129,11 +129,11 @@ pub struct TrainArgs {
     profile: String,
     /// Device arena budget: bytes (e.g. 64MiB) or a share of the
     /// retain-all plan's peak (e.g. 25%).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     hbm_budget: Option<String>,
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     host_budget: Option<String>,
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     ssd_budget: Option<String>,
     /// Directory for the SSD tier's spill files (needed when the plan uses
     /// the SSD). With --devices, each device has its own folder in it

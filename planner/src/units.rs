@@ -7,6 +7,12 @@ use crate::{Error, Result};
 /// `TiB` in powers of 1024; case-insensitive, optional space).
 pub fn parse_bytes(text: &str) -> Result<u64> {
     let trimmed = text.trim();
+    if trimmed.starts_with('-') {
+        return Err(Error::invalid(
+            format!("byte size {text:?}"),
+            "a size cannot be negative",
+        ));
+    }
     let split = trimmed
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
         .unwrap_or(trimmed.len());
@@ -118,6 +124,11 @@ mod tests {
         assert!(parse_bytes("12 parsecs").is_err());
         assert!(parse_bytes("").is_err());
         assert!(parse_bytes("GiB").is_err());
+        let negative = parse_bytes("-5MiB").unwrap_err().to_string();
+        assert!(
+            negative.contains("\"-5MiB\"") && negative.contains("cannot be negative"),
+            "{negative}"
+        );
         assert!(parse_bytes("99999999999999TiB").is_err());
     }
 

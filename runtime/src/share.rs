@@ -204,7 +204,7 @@ pub fn prepare_shared_keeping(
     })?;
     // `old[w]`: the vertex numbered `w` as the graph was given, when the
     // shares renumber them.
-    let (dataset, split, old) = match method {
+    let (mut dataset, split, old) = match method {
         ShareMethod::Ranges => {
             let nodes = dataset.nodes;
             (
@@ -221,16 +221,46 @@ pub fn prepare_shared_keeping(
             (dataset, split, Some(old))
         }
     };
-    let csr = Csr::from_edges(dataset.nodes, &dataset.src, &dataset.dst)?;
-    let counts = csr.block_counts_split(&split)?;
-    let blocks = BlockCsr::build_split(&csr, split, Normalization::for_model(hyper.model))?;
+    let (k, p, kp) = (devices as usize, partitions as usize, all as usize);
     let starts: Vec<u64> = (0..all)
-        .map(|g| blocks.range(g).0)
+        .map(|g| split.range(g).0)
         .chain([dataset.nodes])
         .collect();
+    // The kept shares' feature rows, gathered from the graph's order (the
+    // features are not renumbered), and the whole dropped before the
+    // adjacency is built: a process keeping one share holds its rows,
+    // not a second copy of every row.
+    let f = dataset.features as usize;
+    let mut own_x: Vec<Vec<f32>> = {
+        let x = std::mem::take(&mut dataset.x);
+        (0..k)
+            .map(|d| {
+                if !keep.keeps(d) {
+                    return Vec::new();
+                }
+                let (lo, hi) = (starts[d * p] as usize, starts[(d + 1) * p] as usize);
+                match &old {
+                    Some(old) => {
+                        let mut rows = Vec::with_capacity((hi - lo) * f);
+                        for &v in &old[lo..hi] {
+                            let v = v as usize;
+                            rows.extend_from_slice(&x[v * f..(v + 1) * f]);
+                        }
+                        rows
+                    }
+                    None => x[lo * f..hi * f].to_vec(),
+                }
+            })
+            .collect()
+    };
+    let csr = Csr::from_edges(dataset.nodes, &dataset.src, &dataset.dst)?;
+    // The edges are in the adjacency now.
+    dataset.src = Vec::new();
+    dataset.dst = Vec::new();
+    let counts = csr.block_counts_split(&split)?;
+    let blocks = BlockCsr::build_split(&csr, split, Normalization::for_model(hyper.model))?;
     drop(csr);
     let mut slots = blocks.into_slots();
-    let (k, p, kp) = (devices as usize, partitions as usize, all as usize);
     let slot = |i: usize, j: usize| i * kp + j;
 
     // needed[d][e][s]: rows of device e's partition s that device d reads.
@@ -351,7 +381,7 @@ pub fn prepare_shared_keeping(
                 offsets: (0..=p).map(|q| starts[d * p + q] - base).collect(),
                 features,
                 classes: dataset.classes as usize,
-                x: dataset.x[lo * features..hi * features].to_vec(),
+                x: std::mem::take(&mut own_x[d]),
                 y: dataset.y[lo..hi].to_vec(),
                 train_mask: dataset.train_mask[lo..hi].to_vec(),
                 val_mask: dataset.val_mask[lo..hi].to_vec(),
@@ -397,7 +427,10 @@ pub fn prepare_shared_keeping(
 /// `dataset` renumbered so that each device's vertices (min-cut
 /// partitioning onto `devices`) are contiguous, in rank order and in
 /// their old order within a device; each device's vertices cut into
-/// `partitions` equal ranges; and the old number of each new one.
+/// `partitions` equal ranges; and the old number of each new one. The
+/// labels, masks and edges are renumbered; the features are left in the
+/// graph's order (`x`'s row `old[w]` is vertex `w`'s) for the shares to
+/// gather.
 fn mincut_order(
     mut dataset: Dataset,
     devices: u32,
@@ -452,13 +485,6 @@ fn mincut_order(
         new[v] = w;
         old[w as usize] = v as u64;
     }
-    let f = dataset.features as usize;
-    let mut x = Vec::with_capacity(dataset.x.len());
-    for &v in &old {
-        let v = v as usize;
-        x.extend_from_slice(&dataset.x[v * f..(v + 1) * f]);
-    }
-    dataset.x = x;
     let permute = |values: &[bool]| old.iter().map(|&v| values[v as usize]).collect::<Vec<_>>();
     dataset.train_mask = permute(&dataset.train_mask);
     dataset.val_mask = permute(&dataset.val_mask);
