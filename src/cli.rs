@@ -151,15 +151,15 @@ pub(crate) struct PlanArgs {
     /// Device memory budget per GPU (e.g. 80GiB, 512GB, 1000000), or a
     /// share of the retain-all plan's device peak (e.g. 25%; needs a
     /// partition count, as auto sizes the partitions to the budgets).
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, allow_negative_numbers = true)]
     hbm_budget: Option<String>,
     /// Host memory budget per GPU (bytes, or a share of the retain-all
     /// plan's device peak).
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, allow_negative_numbers = true)]
     host_budget: Option<String>,
     /// SSD budget per GPU (bytes, or a share of the retain-all plan's
     /// device peak).
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, allow_negative_numbers = true)]
     ssd_budget: Option<String>,
     /// dp (default), milp, or a peer policy: retain-all, recompute-all,
     /// offload-host-all, offload-ssd-all, hongtu, capacity-greedy,

@@ -129,11 +129,11 @@ pub struct TrainArgs {
     profile: String,
     /// Device arena budget: bytes (e.g. 64MiB) or a share of the
     /// retain-all plan's peak (e.g. 25%).
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, allow_negative_numbers = true)]
     hbm_budget: Option<String>,
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, allow_negative_numbers = true)]
     host_budget: Option<String>,
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, allow_negative_numbers = true)]
     ssd_budget: Option<String>,
     /// Directory for the SSD tier's spill files (needed when the plan uses
     /// the SSD). With --devices, each device has its own folder in it
@@ -368,18 +368,31 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         }
         None => None,
     };
+    // How a refusal names the device count: given, or the plan's.
+    let devices_given = args.devices.is_some();
     let adopted;
     let args = match given_plan.as_ref() {
         Some((plan, source)) => match &plan.workload.model {
             Some(model) => {
                 if model.devices > 1 && model.shares.is_none() {
+                    let gat = if model.model == "gat" {
+                        format!(" --heads {}", model.heads)
+                    } else {
+                        String::new()
+                    };
                     bail!(
-                        "--plan {source}: the plan was made by `fateplan plan --gpus {}` for the \
-                         statistics of one min-cut share, which `train` does not build; \
-                         `fateplan train --devices {} --save-plan FILE` writes a plan of the \
-                         shares it trains, which --plan takes",
-                        model.devices,
-                        model.devices
+                        "--plan {source}: the plan was made by `fateplan plan --gpus {k}` for \
+                         the statistics of one GPU's share, which `train` does not build; \
+                         `fateplan train --graph {} --devices {k} --model {} --layers {} \
+                         --hidden {}{gat} --layer-order {} --partitions {} --save-plan FILE` \
+                         writes a plan of the shares it trains, which --plan takes",
+                        args.graph,
+                        model.model,
+                        model.layers,
+                        model.hidden,
+                        model.layer_order,
+                        model.partitions,
+                        k = model.devices,
                     );
                 }
                 adopted = args.adopting(model, source)?;
@@ -395,15 +408,19 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         bail!("--devices 0: expected at least 1");
     }
     let shared = args.devices() > 1;
+    let devices_flag = format!(
+        "--devices {}{}",
+        args.devices(),
+        if devices_given { "" } else { " (the plan's)" }
+    );
     if shared && !matches!(backend, train::BackendChoice::Cpu) {
         bail!(
-            "--devices {}: training on several devices runs on the CPU backend only (the CUDA \
-             backend's exchange through NCCL is not written)",
-            args.devices()
+            "{devices_flag}: training on several devices runs on the CPU backend only (the CUDA \
+             backend's exchange through NCCL is not written)"
         );
     }
     if shared && args.csr_cache.is_some() {
-        bail!("--csr-cache applies to one device; leave it out with --devices above 1");
+        bail!("--csr-cache applies to one device; leave it out with {devices_flag}");
     }
     let share_method = share_method(args)?;
 

@@ -281,6 +281,13 @@ fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
     ];
     let report = json(&fateplan(&[&common[..], &["--json"]].concat()));
     assert_eq!(report["epochs"], 2);
+    let negative = fateplan(&[&common[..], &["--hbm-budget", "-5"]].concat());
+    let stderr = String::from_utf8_lossy(&negative.stderr);
+    assert_eq!(negative.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--hbm-budget") && stderr.contains("\"-5\": a size cannot be negative"),
+        "{stderr}"
+    );
     let refused = fateplan(&[&common[..], &["--hbm-budget", "1KiB"]].concat());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{stderr}");
@@ -398,7 +405,9 @@ fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("plan --gpus 2") && stderr.contains("--devices 2 --save-plan"),
+        stderr.contains("plan --gpus 2")
+            && stderr.contains("--devices 2 --model gcn --layers 3 --hidden 256")
+            && stderr.contains("--partitions 2 --save-plan FILE"),
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(&dir);
