@@ -431,6 +431,20 @@ fn buffers_are_reused_without_copies() {
 #[test]
 fn close_and_drop_delete_the_spill_file_and_created_directory() {
     let dir = scratch();
+    // The spill folder and the parents it lacked go; a parent that
+    // holds another file by then stays.
+    let top = dir.path().join("made");
+    let spill_dir = top.join("by").join("store");
+    let store = SpillStore::open(&spill_dir, options(MIB, false)).unwrap();
+    store.close().unwrap();
+    assert!(!top.exists());
+    let store = SpillStore::open(&spill_dir, options(MIB, false)).unwrap();
+    std::fs::write(top.join("other"), b"not the store's").unwrap();
+    store.close().unwrap();
+    assert!(!top.join("by").exists());
+    assert!(top.join("other").exists());
+    std::fs::remove_dir_all(&top).unwrap();
+
     let spill_dir = dir.path().join("made-by-store");
     let store = SpillStore::open(&spill_dir, options(MIB, false)).unwrap();
     let path = store.path().to_path_buf();

@@ -258,8 +258,9 @@ static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(0);
 /// A directory-backed store of byte blocks: see the module docs.
 pub struct SpillStore {
     id: u64,
-    dir: PathBuf,
-    created_dir: bool,
+    /// The folders opening created (the spill folder and its missing
+    /// parents), deepest first: removed on close where empty.
+    created_dirs: Vec<PathBuf>,
     path: PathBuf,
     mode: IoMode,
     budget_bytes: u64,
@@ -295,7 +296,12 @@ impl SpillStore {
                 ),
             ));
         }
-        let created_dir = !dir.exists();
+        // The spill folder and the parents it lacks, deepest first.
+        let created_dirs: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+            .map(Path::to_path_buf)
+            .collect();
         std::fs::create_dir_all(dir).map_err(|source| Error::SpillIo {
             path: dir.to_path_buf(),
             what: "cannot create the spill directory".into(),
@@ -371,8 +377,7 @@ impl SpillStore {
         let capacity_bytes = options.budget_bytes / ALIGN_BYTES as u64 * ALIGN_BYTES as u64;
         Ok(SpillStore {
             id,
-            dir: dir.to_path_buf(),
-            created_dir,
+            created_dirs,
             path,
             mode,
             budget_bytes: options.budget_bytes,
@@ -657,9 +662,12 @@ impl SpillStore {
             what: "cannot delete the spill file".into(),
             source,
         })?;
-        if self.created_dir {
-            // Only if empty: other files there are not ours.
-            let _ = std::fs::remove_dir(&self.dir);
+        // The folders this store created, each only if empty: other files
+        // there are not ours.
+        for dir in &self.created_dirs {
+            if std::fs::remove_dir(dir).is_err() {
+                break;
+            }
         }
         Ok(())
     }
