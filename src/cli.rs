@@ -21,6 +21,7 @@ use fateplan::profiles;
 use fateplan::runtime::generate::GeneratorSpec;
 use fateplan::runtime::graph::GraphData;
 use fateplan::runtime::partition::{PartitionOptions, Partitioning};
+use fateplan::runtime::share::{share_workload, ShareMethod, ShareStats};
 use fateplan::runtime::sim::{self as simulator, SimOptions};
 
 use crate::partition::{self, PartitionArgs};
@@ -371,6 +372,9 @@ impl GraphSource {
 struct GnnSource {
     spec: GnnSpec,
     source: GraphSource,
+    /// The most partitions `auto` tries: fewer where a real graph's shares
+    /// hold all GPUs' partitions.
+    most: u32,
 }
 
 impl GnnSource {
@@ -393,7 +397,7 @@ impl GnnSource {
                 .map_err(|_| anyhow!("--partitions {partitions:?}: expected a number or auto"))?;
             return Ok((self.build(p)?, p, String::new(), None));
         }
-        let most = (MAX_PARTITIONS as u64).min(self.source.nodes()) as u32;
+        let most = (self.most as u64).min(self.source.nodes()) as u32;
         let started = std::time::Instant::now();
         let build = |p: u32| self.build(p);
         let sized = size_partitions(&build, most, profile, options)?;
@@ -501,12 +505,37 @@ fn walk_note(sized: &Sized) -> String {
     )
 }
 
+/// A real graph to share out to several GPUs once the partition count is
+/// known, as `train --devices` shares it: its topology and its min-cut
+/// partitioning onto the GPUs.
+struct GraphShares {
+    graph: GraphData,
+    owner: Vec<u32>,
+}
+
+/// The halo of `devices` devices' shares of a graph of `nodes` and
+/// `edges` as `stats` measured it: the planner's estimate for random
+/// partitioning, scaled to the largest measured. `plan --gpus` and
+/// `train --devices` plan the same shares with it.
+pub(crate) fn shares_halo(nodes: u64, edges: u64, devices: u32, stats: &ShareStats) -> Halo {
+    let mut halo = Halo::random(nodes, edges);
+    let estimate = halo.rows(devices, 1).0;
+    halo.scale = stats.halo_rows_max as f64 / estimate.max(1.0);
+    halo.source = format!(
+        "measured: {devices} devices' {} shares, largest halo {} rows",
+        stats.method.name(),
+        stats.halo_rows_max
+    );
+    halo
+}
+
 /// One GPU's share of a real graph on `gpus` GPUs, by min-cut
 /// partitioning (the partitioner of `fateplan partition`): the share with
-/// the most in-edges, the slowest, as statistics; and the halo measured on
-/// that partitioning, the largest of the GPUs', as a scale on the
-/// planner's estimate for random partitioning.
-fn graph_share(graph: &GraphData, gpus: u32) -> Result<(GraphSource, Halo)> {
+/// the most in-edges, the slowest, as statistics to size the partitions
+/// by; the halo measured on that partitioning, the largest of the GPUs',
+/// as a scale on the planner's estimate for random partitioning; and the
+/// graph with its partitioning, to build the shares `train` trains.
+fn graph_share(graph: GraphData, gpus: u32) -> Result<(GraphSource, Halo, GraphShares)> {
     let parts = Partitioning::mincut(
         graph.nodes,
         &graph.src,
@@ -536,7 +565,11 @@ fn graph_share(graph: &GraphData, gpus: u32) -> Result<(GraphSource, Halo)> {
         nodes: share.vertices,
         edges: share.in_edges,
     };
-    Ok((source, halo))
+    let shares = GraphShares {
+        graph,
+        owner: parts.owner,
+    };
+    Ok((source, halo, shares))
 }
 
 /// What a plan is made for: a generic DAG, or a GNN to size.
@@ -545,10 +578,21 @@ enum Source {
     Gnn(GnnSource),
 }
 
-/// The workload source, a line describing the graph, and, for a dataset's
-/// statistics, the whole graph's size (from which a multi-GPU plan
-/// estimates its halo).
-fn workload_source(args: &PlanArgs) -> Result<(Source, String, Option<Halo>)> {
+/// What a plan is made for, as the command line gives it.
+struct SourceGiven {
+    source: Source,
+    /// A line describing the graph.
+    note: String,
+    /// On several GPUs, the halo to size the partitions with: estimated
+    /// from the whole graph's size, or measured on a real graph's min-cut.
+    halo: Option<Halo>,
+    /// On several GPUs, a real graph's shares to build once the partition
+    /// count is known.
+    shares: Option<GraphShares>,
+}
+
+/// The workload source the arguments name.
+fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     if let Some(path) = &args.dag {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -564,7 +608,12 @@ fn workload_source(args: &PlanArgs) -> Result<(Source, String, Option<Halo>)> {
                 args.gpus
             );
         }
-        return Ok((Source::Dag(workload), String::new(), None));
+        return Ok(SourceGiven {
+            source: Source::Dag(workload),
+            note: String::new(),
+            halo: None,
+            shares: None,
+        });
     }
     let model = GnnModel::parse(&args.model)?;
     let order = LayerOrder::parse(&args.layer_order)?;
@@ -576,6 +625,7 @@ fn workload_source(args: &PlanArgs) -> Result<(Source, String, Option<Halo>)> {
         );
     }
     let mut halo = None;
+    let mut shares = None;
     let (source, features, classes) = if let Some(path) = &args.graph {
         let graph = GraphData::open(path)?;
         let features = args.features.or(graph.features).ok_or_else(|| {
@@ -585,9 +635,10 @@ fn workload_source(args: &PlanArgs) -> Result<(Source, String, Option<Halo>)> {
             anyhow!("{path}: the graph has no y.npy to give the class count; pass --classes")
         })?;
         if args.gpus > 1 {
-            let (share, measured) = graph_share(&graph, args.gpus)
+            let (share, measured, real) = graph_share(graph, args.gpus)
                 .with_context(|| format!("--gpus {} with {path}", args.gpus))?;
             halo = Some(measured);
+            shares = Some(real);
             (share, features, classes)
         } else {
             (GraphSource::Real(graph), features, classes)
@@ -636,7 +687,22 @@ fn workload_source(args: &PlanArgs) -> Result<(Source, String, Option<Halo>)> {
         GraphSource::Real(graph) => graph.src.len() as u64,
     };
     let note = format!("{} nodes, {} edges", source.nodes(), edges);
-    Ok((Source::Gnn(GnnSource { spec, source }), note, halo))
+    Ok(SourceGiven {
+        source: Source::Gnn(GnnSource {
+            spec,
+            source,
+            // The shares of every GPU are cut into `gpus × partitions`
+            // ranges of one graph.
+            most: if shares.is_some() {
+                MAX_PARTITIONS / args.gpus
+            } else {
+                MAX_PARTITIONS
+            },
+        }),
+        note,
+        halo,
+        shares,
+    })
 }
 
 pub(crate) fn budget(flag: &Option<String>, name: &str, default: u64) -> Result<u64> {
@@ -801,7 +867,12 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
             );
         }
     }
-    let (source, graph_note, halo) = workload_source(args)?;
+    let SourceGiven {
+        source,
+        note: graph_note,
+        halo,
+        shares,
+    } = workload_source(args)?;
     if args.gpus > 1 {
         let halo = halo.ok_or_else(|| {
             anyhow!(
@@ -816,11 +887,45 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
     let (workload, sizing_note, mut made, model) = match source {
         Source::Dag(workload) => (workload, String::new(), None, None),
         Source::Gnn(gnn) => {
-            let (workload, p, note, made) = gnn.sized(&args.partitions, &profile, &options)?;
-            let model = PlanModel {
+            let (mut workload, p, mut note, mut made) =
+                gnn.sized(&args.partitions, &profile, &options)?;
+            let mut model = PlanModel {
                 devices: args.gpus,
                 ..PlanModel::new(&gnn.spec, p)
             };
+            if let Some(GraphShares { graph, owner }) = shares {
+                // The partitions were sized on the largest share's
+                // statistics; the plan is for the shares `train` builds
+                // at that count, so that `train --plan` trains it.
+                let (nodes, edges) = (graph.nodes, graph.src.len() as u64);
+                let (shared, stats) = share_workload(
+                    graph,
+                    &gnn.spec,
+                    args.gpus,
+                    p,
+                    ShareMethod::Mincut,
+                    Some(owner),
+                )
+                .with_context(|| format!("--gpus {} --partitions {p}", args.gpus))?;
+                workload = shared;
+                made = None;
+                model.shares = Some(ShareMethod::Mincut.name().to_string());
+                if let Some(multi) = options.multi.as_mut() {
+                    multi.halo = shares_halo(nodes, edges, args.gpus, &stats);
+                }
+                let line = format!(
+                    "shares    the {} GPUs' min-cut shares at {p} partition{} each, as `train \
+                     --devices {}` builds them",
+                    args.gpus,
+                    if p == 1 { "" } else { "s" },
+                    args.gpus
+                );
+                note = if note.is_empty() {
+                    line
+                } else {
+                    format!("{note}\n{line}")
+                };
+            }
             (workload, note, made, Some(model))
         }
     };

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use fateplan::planner::exchange::{Halo, MultiGpu};
+use fateplan::planner::exchange::MultiGpu;
 use fateplan::planner::gnn::{GnnModel, LayerOrder};
 use fateplan::planner::plan::{Budgets, Plan, PlanModel};
 use fateplan::planner::units::{format_bytes, format_seconds};
@@ -382,10 +382,12 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                     };
                     bail!(
                         "--plan {source}: the plan was made by `fateplan plan --gpus {k}` for \
-                         the statistics of one GPU's share, which `train` does not build; \
+                         the statistics of one GPU's share (of a --dataset, or by a build from \
+                         before plans of real shares), which `train` does not build; \
                          `fateplan train --graph {} --devices {k} --model {} --layers {} \
-                         --hidden {}{gat} --layer-order {} --partitions {} --save-plan FILE` \
-                         writes a plan of the shares it trains, which --plan takes",
+                         --hidden {}{gat} --layer-order {} --partitions {} --save-plan FILE`, \
+                         or `fateplan plan --graph` with the same flags and --gpus {k}, writes a \
+                         plan of the shares it trains, which --plan takes",
                         args.graph,
                         model.model,
                         model.layers,
@@ -555,15 +557,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             if let Some(s) = prepared.shared().filter(|_| profile.peer.is_some()) {
                 // The halo measured on the shares, against the estimate
                 // for a random partitioning.
-                let mut halo = Halo::random(nodes, edges);
-                let estimate = halo.rows(args.devices(), args.partitions()).0;
-                halo.scale = s.stats.halo_rows_max as f64 / estimate.max(1.0);
-                halo.source = format!(
-                    "measured: {} devices' {} shares, largest halo {} rows",
-                    args.devices(),
-                    share_method.name(),
-                    s.stats.halo_rows_max
-                );
+                let halo = crate::cli::shares_halo(nodes, edges, args.devices(), &s.stats);
                 options.gpus = args.devices();
                 options.multi = Some(MultiGpu { halo, forced: None });
             }

@@ -382,8 +382,9 @@ fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
         "{stderr}"
     );
 
-    // `plan --gpus` plans a min-cut share's statistics, which `train`
-    // does not build: refused, saying which plan it takes.
+    // `plan --gpus --graph` plans the min-cut shares `train --devices`
+    // builds: the plan `train --save-plan` writes for the same flags, and
+    // `train --plan` trains it on two devices.
     let gpus = dir.join("gpus.json");
     let planned = fateplan(&[
         "plan",
@@ -396,12 +397,80 @@ fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
         "-o",
         gpus.to_str().unwrap(),
     ]);
+    let stdout = String::from_utf8_lossy(&planned.stdout);
     assert!(
         planned.status.success(),
         "{}",
         String::from_utf8_lossy(&planned.stderr)
     );
-    let refused = fateplan(&[&common[..3], &["--plan", gpus.to_str().unwrap()]].concat());
+    assert!(
+        stdout.contains("min-cut shares at 2 partitions each"),
+        "{stdout}"
+    );
+    let trained = fateplan(&[&common[..3], &["--plan", gpus.to_str().unwrap(), "--json"]].concat());
+    assert!(
+        trained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trained.stderr)
+    );
+    let trained = json(&trained);
+    assert_eq!(trained["devices"].as_array().map(Vec::len), Some(2));
+    assert_eq!(trained["shares"]["method"], "mincut");
+    let saved = dir.join("saved-gpus.json");
+    let again = fateplan(
+        &[
+            &common[..3],
+            &[
+                "--devices",
+                "2",
+                "--model",
+                "gcn",
+                "--layers",
+                "3",
+                "--hidden",
+                "256",
+                "--partitions",
+                "2",
+                "--profile",
+                "a100-80g",
+                "--json",
+                "--save-plan",
+                saved.to_str().unwrap(),
+            ],
+        ]
+        .concat(),
+    );
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(json(&again)["weights_sha256"], trained["weights_sha256"]);
+    let read = |path: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    assert_eq!(read(&gpus), read(&saved));
+
+    // `plan --gpus --dataset` plans a share's statistics, which `train`
+    // does not build: refused, saying which plan it takes.
+    let stats = dir.join("stats.json");
+    let planned = fateplan(&[
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--gpus",
+        "2",
+        "--partitions",
+        "2",
+        "-o",
+        stats.to_str().unwrap(),
+    ]);
+    assert!(
+        planned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&planned.stderr)
+    );
+    let refused = fateplan(&[&common[..3], &["--plan", stats.to_str().unwrap()]].concat());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{stderr}");
     assert!(

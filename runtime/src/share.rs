@@ -24,6 +24,7 @@
 //! collectives inside the operators meet ([`crate::collective`]).
 
 use fateplan_planner::blocks::BlockCounts;
+use fateplan_planner::gnn::GnnSpec;
 use fateplan_planner::workload::Workload;
 
 use crate::blockcsr::{BlockCsr, CsrBlock, Normalization, Split};
@@ -31,9 +32,10 @@ use crate::csr::Csr;
 use crate::dataset::Dataset;
 use crate::exec::data::BlockData;
 use crate::gnn::{GraphInput, Hyper};
+use crate::graph::GraphData;
 use crate::Error;
 use fateplan_kernels::Weighting;
-use fateplan_planner::blocks::partition_range;
+use fateplan_planner::blocks::{partition_range, MAX_PARTITIONS};
 
 /// One device's halo: what it receives and what it sends.
 #[derive(Debug, Clone, Default)]
@@ -179,6 +181,75 @@ pub fn prepare_shared_keeping(
     method: ShareMethod,
     keep: Keep,
 ) -> Result<SharedPrepared, Error> {
+    prepare(dataset, hyper, devices, partitions, method, keep, None)
+}
+
+/// The workload every device of a shared run trains and the shares'
+/// statistics, from the graph's topology alone: what `train --devices`
+/// plans for these `devices`, `partitions` and `method`, for the shape of
+/// `spec` (its graph name aside: the workload is named after `graph`).
+/// `owner`, where given, is the min-cut partitioning of `graph` onto
+/// `devices` ([`crate::partition::Partitioning::mincut`] with the default
+/// options), so that a caller who measured it does not partition twice.
+pub fn share_workload(
+    graph: GraphData,
+    spec: &GnnSpec,
+    devices: u32,
+    partitions: u32,
+    method: ShareMethod,
+    owner: Option<Vec<u32>>,
+) -> Result<(Workload, ShareStats), Error> {
+    // Only the shape reaches the workload; the training settings do not.
+    let hyper = Hyper {
+        model: spec.model,
+        layers: spec.layers,
+        hidden: spec.hidden,
+        heads: spec.heads,
+        order: spec.order,
+        dropout: 0.0,
+        lr: 0.0,
+        weight_decay: 0.0,
+        weight_decay_all_layers: false,
+        seed: 0,
+    };
+    // No features, labels or masks: no share is kept, and the workload
+    // needs their sizes only.
+    let topology = Dataset {
+        name: graph.name,
+        nodes: graph.nodes,
+        features: spec.features,
+        classes: spec.classes,
+        x: Vec::new(),
+        y: Vec::new(),
+        train_mask: Vec::new(),
+        val_mask: Vec::new(),
+        test_mask: Vec::new(),
+        src: graph.src,
+        dst: graph.dst,
+    };
+    let shared = prepare(
+        topology,
+        &hyper,
+        devices,
+        partitions,
+        method,
+        Keep::None,
+        owner,
+    )?;
+    Ok((shared.workload, shared.stats))
+}
+
+/// [`prepare_shared_keeping`], with the min-cut partitioning `owner`
+/// where the caller has it.
+fn prepare(
+    dataset: Dataset,
+    hyper: &Hyper,
+    devices: u32,
+    partitions: u32,
+    method: ShareMethod,
+    keep: Keep,
+    owner: Option<Vec<u32>>,
+) -> Result<SharedPrepared, Error> {
     if devices == 0 {
         return Err(Error::invalid(
             std::path::Path::new(&dataset.name),
@@ -202,6 +273,17 @@ pub fn prepare_shared_keeping(
             format!("{devices} devices × {partitions} partitions overflows"),
         )
     })?;
+    if all > MAX_PARTITIONS {
+        return Err(Error::invalid(
+            std::path::Path::new(&dataset.name),
+            "partitions",
+            format!(
+                "{partitions} per device on {devices} devices is {all} in all; the shares of one \
+                 graph hold at most {MAX_PARTITIONS} ({} per device on {devices})",
+                MAX_PARTITIONS / devices
+            ),
+        ));
+    }
     // `old[w]`: the vertex numbered `w` as the graph was given, when the
     // shares renumber them.
     let (mut dataset, split, old) = match method {
@@ -217,7 +299,7 @@ pub fn prepare_shared_keeping(
             )
         }
         ShareMethod::Mincut => {
-            let (dataset, split, old) = mincut_order(dataset, devices, partitions)?;
+            let (dataset, split, old) = mincut_order(dataset, devices, partitions, owner)?;
             (dataset, split, Some(old))
         }
     };
@@ -430,21 +512,43 @@ pub fn prepare_shared_keeping(
 /// `partitions` equal ranges; and the old number of each new one. The
 /// labels, masks and edges are renumbered; the features are left in the
 /// graph's order (`x`'s row `old[w]` is vertex `w`'s) for the shares to
-/// gather.
+/// gather. `owner`, where given, is that partitioning. A topology alone
+/// (no labels or masks: [`share_workload`]) stays without.
 fn mincut_order(
     mut dataset: Dataset,
     devices: u32,
     partitions: u32,
+    owner: Option<Vec<u32>>,
 ) -> Result<(Dataset, Split, Vec<u64>), Error> {
     let n = dataset.nodes as usize;
-    let owner = crate::partition::Partitioning::mincut(
-        dataset.nodes,
-        &dataset.src,
-        &dataset.dst,
-        devices,
-        &crate::partition::PartitionOptions::default(),
-    )?
-    .owner;
+    let owner = match owner {
+        Some(owner) => {
+            let fits = owner.len() == n && owner.iter().all(|&o| o < devices);
+            if !fits {
+                return Err(Error::invalid(
+                    std::path::Path::new(&dataset.name),
+                    "owner",
+                    format!(
+                        "a partitioning of {} vertices onto {} devices does not fit a graph of \
+                         {n} vertices onto {devices}",
+                        owner.len(),
+                        owner.iter().max().map_or(0, |&o| o + 1)
+                    ),
+                ));
+            }
+            owner
+        }
+        None => {
+            crate::partition::Partitioning::mincut(
+                dataset.nodes,
+                &dataset.src,
+                &dataset.dst,
+                devices,
+                &crate::partition::PartitionOptions::default(),
+            )?
+            .owner
+        }
+    };
     let k = devices as usize;
     let mut count = vec![0u64; k];
     for &o in &owner {
@@ -485,11 +589,16 @@ fn mincut_order(
         new[v] = w;
         old[w as usize] = v as u64;
     }
-    let permute = |values: &[bool]| old.iter().map(|&v| values[v as usize]).collect::<Vec<_>>();
-    dataset.train_mask = permute(&dataset.train_mask);
-    dataset.val_mask = permute(&dataset.val_mask);
-    dataset.test_mask = permute(&dataset.test_mask);
-    dataset.y = old.iter().map(|&v| dataset.y[v as usize]).collect();
+    fn permute<T: Copy>(values: &[T], old: &[u64]) -> Vec<T> {
+        if values.is_empty() {
+            return Vec::new();
+        }
+        old.iter().map(|&v| values[v as usize]).collect()
+    }
+    dataset.train_mask = permute(&dataset.train_mask, &old);
+    dataset.val_mask = permute(&dataset.val_mask, &old);
+    dataset.test_mask = permute(&dataset.test_mask, &old);
+    dataset.y = permute(&dataset.y, &old);
     for v in dataset.src.iter_mut().chain(dataset.dst.iter_mut()) {
         *v = new[*v as usize];
     }

@@ -15,7 +15,7 @@ use fateplan_runtime::cpu::Hyper;
 use fateplan_runtime::dataset::Dataset;
 use fateplan_runtime::exec::SsdTier;
 use fateplan_runtime::share::{
-    prepare_shared, prepare_shared_keeping, DeviceShare, Keep, ShareMethod,
+    prepare_shared, prepare_shared_keeping, share_workload, DeviceShare, Keep, ShareMethod,
 };
 use fateplan_runtime::train::{self, BackendChoice, TrainReport, TrainRun};
 
@@ -399,4 +399,81 @@ fn a_share_built_alone_is_the_one_built_with_the_others() {
         panic!("a fourth share of three");
     };
     assert!(error.to_string().contains("rank below 3"), "{error}");
+}
+
+#[test]
+fn the_topology_alone_gives_the_workload_of_the_shares() {
+    // `plan --gpus --graph` plans from the edges alone what `train
+    // --devices` builds from the whole dataset.
+    use fateplan_planner::gnn::GnnSpec;
+    use fateplan_runtime::graph::GraphData;
+    use fateplan_runtime::partition::{PartitionOptions, Partitioning};
+    let data = planted(600, 3);
+    let h = hyper(GnnModel::Gat, 0.0);
+    let spec = GnnSpec {
+        model: h.model,
+        layers: h.layers,
+        hidden: h.hidden,
+        heads: 2,
+        features: data.features,
+        classes: data.classes,
+        graph_name: "unused".into(),
+        order: h.order,
+    };
+    let topology = || GraphData {
+        name: data.name.clone(),
+        nodes: data.nodes,
+        src: data.src.clone(),
+        dst: data.dst.clone(),
+        features: None,
+        classes: None,
+    };
+    let h = Hyper { heads: 2, ..h };
+    for method in [ShareMethod::Ranges, ShareMethod::Mincut] {
+        let shared = prepare_shared(data.clone(), &h, 3, 2, method).unwrap();
+        let (workload, stats) = share_workload(topology(), &spec, 3, 2, method, None).unwrap();
+        assert_eq!(workload.to_json(), shared.workload.to_json(), "{method:?}");
+        assert_eq!(stats, shared.stats);
+    }
+    // With the partitioning measured already, the same.
+    let owner = Partitioning::mincut(
+        data.nodes,
+        &data.src,
+        &data.dst,
+        3,
+        &PartitionOptions::default(),
+    )
+    .unwrap()
+    .owner;
+    let shared = prepare_shared(data.clone(), &h, 3, 2, ShareMethod::Mincut).unwrap();
+    let (workload, _) = share_workload(
+        topology(),
+        &spec,
+        3,
+        2,
+        ShareMethod::Mincut,
+        Some(owner.clone()),
+    )
+    .unwrap();
+    assert_eq!(workload.to_json(), shared.workload.to_json());
+    // A partitioning of another graph or device count is refused.
+    let Err(error) = share_workload(
+        topology(),
+        &spec,
+        2,
+        2,
+        ShareMethod::Mincut,
+        Some(owner[1..].to_vec()),
+    ) else {
+        panic!("took a partitioning of another graph");
+    };
+    assert!(error.to_string().contains("owner"), "{error}");
+    // Every device's partitions are ranges of one graph: at most 256.
+    let Err(error) = share_workload(topology(), &spec, 4, 65, ShareMethod::Ranges, None) else {
+        panic!("built 260 partitions");
+    };
+    assert!(
+        error.to_string().contains("260 in all") && error.to_string().contains("64 per device"),
+        "{error}"
+    );
 }
