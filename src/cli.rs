@@ -152,15 +152,15 @@ pub(crate) struct PlanArgs {
     /// Device memory budget per GPU (e.g. 80GiB, 512GB, 1000000), or a
     /// share of the retain-all plan's device peak (e.g. 25%; needs a
     /// partition count, as auto sizes the partitions to the budgets).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_hyphen_values = true)]
     hbm_budget: Option<String>,
     /// Host memory budget per GPU (bytes, or a share of the retain-all
     /// plan's device peak).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_hyphen_values = true)]
     host_budget: Option<String>,
     /// SSD budget per GPU (bytes, or a share of the retain-all plan's
     /// device peak).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_hyphen_values = true)]
     ssd_budget: Option<String>,
     /// dp (default), milp, or a peer policy: retain-all, recompute-all,
     /// offload-host-all, offload-ssd-all, hongtu, capacity-greedy,
@@ -705,9 +705,23 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     })
 }
 
+/// The budget flags take values that begin with a hyphen, so that a
+/// negative size is refused by name rather than taken for a flag; a
+/// value that is a flag (`--hbm-budget --json`) means the value is missing.
+fn not_a_flag(text: &str, name: &str) -> Result<()> {
+    let mut chars = text.chars();
+    if chars.next() == Some('-') && !chars.next().is_some_and(|c| c.is_ascii_digit() || c == '.') {
+        bail!("--{name}: a value is missing ({text} is a flag)");
+    }
+    Ok(())
+}
+
 pub(crate) fn budget(flag: &Option<String>, name: &str, default: u64) -> Result<u64> {
     match flag {
-        Some(text) => parse_bytes(text).with_context(|| format!("--{name}")),
+        Some(text) => {
+            not_a_flag(text, name)?;
+            parse_bytes(text).with_context(|| format!("--{name}"))
+        }
         None => Ok(default),
     }
 }
@@ -747,6 +761,9 @@ pub(crate) fn within_capacity(
 /// A budget flag's percentage (`25%`: that share of the retain-all plan's
 /// device peak); `None` for bytes or no flag.
 pub(crate) fn budget_percent(flag: &Option<String>, name: &str) -> Result<Option<f64>> {
+    if let Some(text) = flag {
+        not_a_flag(text, name)?;
+    }
     let Some(percent) = flag.as_deref().and_then(|text| text.strip_suffix('%')) else {
         return Ok(None);
     };

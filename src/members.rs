@@ -277,8 +277,9 @@ fn train_member(job: &Job, member: Arc<TcpMember>) -> Result<Handed> {
     drop(shared);
     let ssd = match &args.spill_dir {
         Some(dir) => {
+            // The store creates (and on close removes) its folder; the
+            // launcher, the spill folder.
             let sub = dir.join(format!("device{}", job.rank));
-            std::fs::create_dir_all(&sub).with_context(|| format!("creating {}", sub.display()))?;
             let store: Arc<dyn SsdTier> =
                 train::open_spill(&sub, job.ssd_bytes, plan.tensors.len(), None)?;
             Some(store)

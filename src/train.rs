@@ -17,6 +17,7 @@ use fateplan::runtime::cpu::Hyper;
 use fateplan::runtime::exec::SsdTier;
 use fateplan::runtime::share::{prepare_shared_keeping, Keep, SharedPrepared};
 use fateplan::runtime::sim::{simulate, SimOptions};
+use fateplan::runtime::spill::CreatedDirs;
 use fateplan::runtime::train::{self, EpochStats};
 
 /// The graph made ready for one device, or shared out to several.
@@ -129,11 +130,11 @@ pub struct TrainArgs {
     profile: String,
     /// Device arena budget: bytes (e.g. 64MiB) or a share of the
     /// retain-all plan's peak (e.g. 25%).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_hyphen_values = true)]
     hbm_budget: Option<String>,
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_hyphen_values = true)]
     host_budget: Option<String>,
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_hyphen_values = true)]
     ssd_budget: Option<String>,
     /// Directory for the SSD tier's spill files (needed when the plan uses
     /// the SSD). With --devices, each device has its own folder in it
@@ -356,6 +357,16 @@ pub(crate) fn dataset(args: &TrainArgs) -> Result<(fateplan::runtime::dataset::D
     Ok((dataset, features))
 }
 
+/// The spill folder of several devices' stores, removed where empty when
+/// dropped.
+struct SpillRoot(CreatedDirs);
+
+impl Drop for SpillRoot {
+    fn drop(&mut self) {
+        self.0.remove_empty();
+    }
+}
+
 pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Result<()> {
     crate::cli::set_threads(args.threads)?;
     // A plan is read first: the model it was made for is the one trained.
@@ -475,8 +486,25 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     // if it needs more); without, they are the budgets to plan for.
     let mut run_budgets = None;
     let mut unplanned_exchange = None;
+    // What `train --plan` trains (with --save-plan).
+    let trained_model = PlanModel {
+        model: hyper.model.name().to_string(),
+        layers: hyper.layers,
+        hidden: hyper.hidden,
+        heads: hyper.heads,
+        layer_order: hyper.order.name().to_string(),
+        partitions: args.partitions(),
+        devices: args.devices(),
+        shares: shared.then(|| share_method.name().to_string()),
+    };
     let plan = match given_plan {
-        Some((plan, _)) => {
+        Some((mut plan, _)) => {
+            // A plan from before plans recorded their model is saved
+            // with this run's, where it is for this run's workload (were
+            // it not, training refuses it).
+            if plan.workload.model.is_none() && plan.workload.digest == workload.digest() {
+                plan.workload.model = Some(trained_model);
+            }
             if args.hbm_budget.is_some() || args.host_budget.is_some() || args.ssd_budget.is_some()
             {
                 let given = plan.budgets;
@@ -569,17 +597,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 ));
             }
             let mut plan = plan(workload, &profile, &options)?;
-            // What `train --plan` trains (with --save-plan).
-            plan.workload.model = Some(PlanModel {
-                model: hyper.model.name().to_string(),
-                layers: hyper.layers,
-                hidden: hyper.hidden,
-                heads: hyper.heads,
-                layer_order: hyper.order.name().to_string(),
-                partitions: args.partitions(),
-                devices: args.devices(),
-                shares: shared.then(|| share_method.name().to_string()),
-            });
+            plan.workload.model = Some(trained_model);
             plan
         }
     };
@@ -591,6 +609,16 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     let mut io_mode = None;
     // One store per device: each device's executor keys its blocks by
     // tensor, so devices cannot share one.
+    // With several devices, each store has its own folder in the spill
+    // folder: the folder and its missing parents are created here, and
+    // removed where empty when the stores have closed (this is dropped
+    // after them).
+    let _spill_root = match &args.spill_dir {
+        Some(dir) if shared => Some(SpillRoot(
+            CreatedDirs::create(dir).with_context(|| format!("creating {}", dir.display()))?,
+        )),
+        _ => None,
+    };
     let mut stores: Vec<Arc<dyn SsdTier>> = Vec::new();
     let ssd: Option<Arc<dyn SsdTier>> = match (&args.spill_dir, uses_ssd) {
         (Some(dir), _) => {
@@ -605,9 +633,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 None
             } else if shared {
                 for rank in 0..args.devices() {
+                    // The store creates (and on close removes) its folder.
                     let sub = dir.join(format!("device{rank}"));
-                    std::fs::create_dir_all(&sub)
-                        .with_context(|| format!("creating {}", sub.display()))?;
                     let store = train::open_spill(&sub, ssd_bytes, tensors, None)?;
                     io_mode = Some(store.mode().to_string());
                     stores.push(store);

@@ -281,13 +281,28 @@ fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
     ];
     let report = json(&fateplan(&[&common[..], &["--json"]].concat()));
     assert_eq!(report["epochs"], 2);
-    let negative = fateplan(&[&common[..], &["--hbm-budget", "-5"]].concat());
-    let stderr = String::from_utf8_lossy(&negative.stderr);
-    assert_eq!(negative.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("--hbm-budget") && stderr.contains("\"-5\": a size cannot be negative"),
-        "{stderr}"
-    );
+    // A negative size is refused by name, with or without a unit; a flag
+    // where the value should be says the value is missing.
+    let cases = [
+        (["--hbm-budget", "-5"], "\"-5\": a size cannot be negative"),
+        (
+            ["--hbm-budget", "-5MiB"],
+            "\"-5MiB\": a size cannot be negative",
+        ),
+        (
+            ["--ssd-budget", "--json"],
+            "--ssd-budget: a value is missing (--json is a flag)",
+        ),
+    ];
+    for (flag, needle) in cases {
+        let negative = fateplan(&[&common[..], &flag[..]].concat());
+        let stderr = String::from_utf8_lossy(&negative.stderr);
+        assert_eq!(negative.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains(flag[0]) && stderr.contains(needle),
+            "{flag:?}: {stderr}"
+        );
+    }
     let refused = fateplan(&[&common[..], &["--hbm-budget", "1KiB"]].concat());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{stderr}");
@@ -351,6 +366,34 @@ fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
         .concat(),
     ));
     assert_eq!(adopted["weights_sha256"], flagged["weights_sha256"]);
+    // A plan from before plans recorded their model, trained with its
+    // flags and saved again, records the model it was trained as.
+    let read = |path: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let mut older = read(&sage);
+    let model = older["workload"]
+        .as_object_mut()
+        .unwrap()
+        .remove("model")
+        .expect("the plan records its model");
+    let (older_path, resaved) = (dir.join("older.json"), dir.join("resaved.json"));
+    std::fs::write(&older_path, older.to_string()).unwrap();
+    let trained = fateplan(
+        &[
+            &common[..3],
+            &shaped[..],
+            &["--plan", older_path.to_str().unwrap(), "--epochs", "1"],
+            &["--save-plan", resaved.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert!(
+        trained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trained.stderr)
+    );
+    assert_eq!(read(&resaved)["workload"]["model"], model);
     // The same values given again are taken; another one is refused,
     // naming the flag, the plan and both values.
     let repeated = fateplan(
@@ -446,9 +489,6 @@ fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
         String::from_utf8_lossy(&again.stderr)
     );
     assert_eq!(json(&again)["weights_sha256"], trained["weights_sha256"]);
-    let read = |path: &std::path::Path| -> serde_json::Value {
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-    };
     assert_eq!(read(&gpus), read(&saved));
 
     // `plan --gpus --dataset` plans a share's statistics, which `train`
@@ -814,13 +854,16 @@ fn each_device_a_process_trains_the_model_of_threads() {
     let threads = json(&fateplan(
         &[&common[..], &["--spill-dir", &threads_spill]].concat(),
     ));
-    let processes_spill = spill("processes");
+    // A spill folder that is missing, with a missing parent: created, and
+    // removed with the devices' folders in it.
+    let processes_spill = dir.join("processes").join("spill");
+    let processes_spill = processes_spill.to_str().unwrap();
     let processes = json(&fateplan(
         &[
             &common[..],
             &[
                 "--spill-dir",
-                &processes_spill,
+                processes_spill,
                 "--processes",
                 "--compare-simulated",
             ],
@@ -831,6 +874,13 @@ fn each_device_a_process_trains_the_model_of_threads() {
     for key in ["weights_sha256", "final_loss", "test_accuracy", "losses"] {
         assert_eq!(threads[key], processes[key], "{key}");
     }
+    // The devices' folders are gone; a spill folder that was there stays.
+    let left: Vec<_> = std::fs::read_dir(&threads_spill)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert!(!dir.join("processes").exists());
     let devices = processes["devices"].as_array().expect("a devices array");
     assert_eq!(devices.len(), 3);
     for (rank, (t, p)) in threads["devices"]

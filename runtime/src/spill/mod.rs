@@ -255,12 +255,42 @@ struct Index {
 
 static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(0);
 
+/// The folders [`CreatedDirs::create`] made for a folder: the folder and
+/// the parents it lacked, deepest first.
+#[derive(Debug, Default)]
+pub struct CreatedDirs(Vec<PathBuf>);
+
+impl CreatedDirs {
+    /// Creates `dir` and its missing parents, and records which were
+    /// missing.
+    pub fn create(dir: &Path) -> std::io::Result<CreatedDirs> {
+        let missing = dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+            .map(Path::to_path_buf)
+            .collect();
+        std::fs::create_dir_all(dir)?;
+        Ok(CreatedDirs(missing))
+    }
+
+    /// Removes the folders created, deepest first, each only if it is
+    /// empty (other files there are not ours), stopping at the first
+    /// that is not.
+    pub fn remove_empty(&self) {
+        for dir in &self.0 {
+            if std::fs::remove_dir(dir).is_err() {
+                break;
+            }
+        }
+    }
+}
+
 /// A directory-backed store of byte blocks: see the module docs.
 pub struct SpillStore {
     id: u64,
     /// The folders opening created (the spill folder and its missing
-    /// parents), deepest first: removed on close where empty.
-    created_dirs: Vec<PathBuf>,
+    /// parents): removed on close where empty.
+    created_dirs: CreatedDirs,
     path: PathBuf,
     mode: IoMode,
     budget_bytes: u64,
@@ -296,13 +326,7 @@ impl SpillStore {
                 ),
             ));
         }
-        // The spill folder and the parents it lacks, deepest first.
-        let created_dirs: Vec<PathBuf> = dir
-            .ancestors()
-            .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
-            .map(Path::to_path_buf)
-            .collect();
-        std::fs::create_dir_all(dir).map_err(|source| Error::SpillIo {
+        let created_dirs = CreatedDirs::create(dir).map_err(|source| Error::SpillIo {
             path: dir.to_path_buf(),
             what: "cannot create the spill directory".into(),
             source,
@@ -662,13 +686,7 @@ impl SpillStore {
             what: "cannot delete the spill file".into(),
             source,
         })?;
-        // The folders this store created, each only if empty: other files
-        // there are not ours.
-        for dir in &self.created_dirs {
-            if std::fs::remove_dir(dir).is_err() {
-                break;
-            }
-        }
+        self.created_dirs.remove_empty();
         Ok(())
     }
 
