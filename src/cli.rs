@@ -522,9 +522,10 @@ pub(crate) fn shares_halo(nodes: u64, edges: u64, devices: u32, stats: &ShareSta
     let estimate = halo.rows(devices, 1).0;
     halo.scale = stats.halo_rows_max as f64 / estimate.max(1.0);
     halo.source = format!(
-        "measured: {devices} devices' {} shares, largest halo {} rows",
+        "measured: {devices} devices' {} shares, largest halo {} row{}",
         stats.method.name(),
-        stats.halo_rows_max
+        stats.halo_rows_max,
+        if stats.halo_rows_max == 1 { "" } else { "s" }
     );
     halo
 }
@@ -570,6 +571,115 @@ fn graph_share(graph: GraphData, gpus: u32) -> Result<(GraphSource, Halo, GraphS
         owner: parts.owner,
     };
     Ok((source, halo, shares))
+}
+
+/// The shares `train --devices` builds, planned.
+struct SharesPlanned {
+    workload: Workload,
+    partitions: u32,
+    /// The plan of `workload`, where one was made here.
+    made: Option<MadePlan>,
+    /// The `shares` line of the summary.
+    line: String,
+}
+
+/// Most counts above the sized one tried on the shares.
+const SHARES_RETRIES: u32 = 8;
+
+/// The workload of `gnn` on the GPUs' shares of `shares` at `partitions`
+/// each, with the halo measured on them set in `options`. Where `auto`
+/// sized the count on the largest share's statistics and a plan fitted
+/// there (`fitted`), the shares are planned too, and where they do not
+/// fit (every partition as large as the largest over the GPUs, every
+/// block as the largest), the next counts up, up to [`SHARES_RETRIES`]
+/// of them.
+fn plan_shares(
+    args: &PlanArgs,
+    gnn: &GnnSource,
+    shares: GraphShares,
+    partitions: u32,
+    fitted: bool,
+    profile: &Profile,
+    options: &mut PlanOptions,
+) -> Result<SharesPlanned> {
+    let gpus = args.gpus;
+    let GraphShares { graph, owner } = shares;
+    let (nodes, edges) = (graph.nodes, graph.src.len() as u64);
+    // Counts past the first read the graph again: the shares take it.
+    let keep_owner = fitted.then(|| owner.clone());
+    let build = |graph: GraphData, owner: Vec<u32>, p: u32| {
+        share_workload(graph, &gnn.spec, gpus, p, ShareMethod::Mincut, Some(owner))
+            .with_context(|| format!("--gpus {gpus} --partitions {p}"))
+    };
+    let (mut workload, stats) = build(graph, owner, partitions)?;
+    if let Some(multi) = options.multi.as_mut() {
+        // The halo rows do not depend on the partition count.
+        multi.halo = shares_halo(nodes, edges, gpus, &stats);
+    }
+    let each = |p: u32| format!("{p} partition{} each", if p == 1 { "" } else { "s" });
+    let line = |p: u32, tried: &str| {
+        format!(
+            "shares    the {gpus} GPUs' min-cut shares at {}{tried}, as `train --devices {gpus}` \
+             builds them",
+            each(p)
+        )
+    };
+    let Some(owner) = keep_owner else {
+        return Ok(SharesPlanned {
+            workload,
+            partitions,
+            made: None,
+            line: line(partitions, ""),
+        });
+    };
+    let most = gnn.most.min(nodes.min(u32::MAX as u64) as u32);
+    let last = partitions.saturating_add(SHARES_RETRIES).min(most);
+    let mut p = partitions;
+    loop {
+        let started = std::time::Instant::now();
+        if let Ok(plan) = plan(&workload, profile, options) {
+            let tried = if p == partitions {
+                String::new()
+            } else {
+                format!(" (at {partitions}, sized on the statistics, the shares do not fit)")
+            };
+            return Ok(SharesPlanned {
+                workload,
+                partitions: p,
+                made: Some(MadePlan {
+                    plan,
+                    seconds: started.elapsed().as_secs_f64(),
+                }),
+                line: line(p, &tried),
+            });
+        }
+        if p >= last {
+            // The caller plans it again and says why it does not fit.
+            let tried = if p == partitions {
+                String::new()
+            } else {
+                format!(
+                    " (the count sized on the statistics was {partitions}; {partitions} to {p} \
+                     tried on the shares: none fits)"
+                )
+            };
+            return Ok(SharesPlanned {
+                workload,
+                partitions: p,
+                made: None,
+                line: line(p, &tried),
+            });
+        }
+        p += 1;
+        workload = build(GraphData::open(graph_path(args)?)?, owner.clone(), p)?.0;
+    }
+}
+
+/// The `--graph` of a command that has one.
+fn graph_path(args: &PlanArgs) -> Result<&str> {
+    args.graph
+        .as_deref()
+        .ok_or_else(|| anyhow!("the shares of a graph need --graph"))
 }
 
 /// What a plan is made for: a generic DAG, or a GNN to size.
@@ -910,37 +1020,20 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
                 devices: args.gpus,
                 ..PlanModel::new(&gnn.spec, p)
             };
-            if let Some(GraphShares { graph, owner }) = shares {
+            if let Some(shares) = shares {
                 // The partitions were sized on the largest share's
-                // statistics; the plan is for the shares `train` builds
-                // at that count, so that `train --plan` trains it.
-                let (nodes, edges) = (graph.nodes, graph.src.len() as u64);
-                let (shared, stats) = share_workload(
-                    graph,
-                    &gnn.spec,
-                    args.gpus,
-                    p,
-                    ShareMethod::Mincut,
-                    Some(owner),
-                )
-                .with_context(|| format!("--gpus {} --partitions {p}", args.gpus))?;
-                workload = shared;
-                made = None;
+                // statistics; the plan is for the shares `train` builds,
+                // so that `train --plan` trains it.
+                let fitted = args.partitions == "auto" && made.is_some();
+                let built = plan_shares(args, &gnn, shares, p, fitted, &profile, &mut options)?;
+                workload = built.workload;
+                made = built.made;
+                model.partitions = built.partitions;
                 model.shares = Some(ShareMethod::Mincut.name().to_string());
-                if let Some(multi) = options.multi.as_mut() {
-                    multi.halo = shares_halo(nodes, edges, args.gpus, &stats);
-                }
-                let line = format!(
-                    "shares    the {} GPUs' min-cut shares at {p} partition{} each, as `train \
-                     --devices {}` builds them",
-                    args.gpus,
-                    if p == 1 { "" } else { "s" },
-                    args.gpus
-                );
                 note = if note.is_empty() {
-                    line
+                    built.line
                 } else {
-                    format!("{note}\n{line}")
+                    format!("{note}\n{}", built.line)
                 };
             }
             (workload, note, made, Some(model))

@@ -504,14 +504,61 @@ fn a_real_graph_on_several_gpus_takes_its_halo_from_min_cut() {
     assert!(out.status.success(), "{}", stderr(&out));
     let summary = stdout(&out);
     assert!(
-        summary
-            .contains("halo      measured: min-cut partitioning onto 2 GPUs, largest halo 1 rows"),
+        summary.contains("halo      measured: 2 devices' mincut shares, largest halo 1 row\n"),
         "{summary}"
     );
-    // One GPU's share: 20 vertices, and the larger in-edge count (380 of
-    // its clique, plus the one edge across).
+    // The partitions are sized on one GPU's share: 20 vertices, and the
+    // larger in-edge count (380 of its clique, plus the one edge across);
+    // the plan is for the shares `train` builds.
     assert!(summary.contains("20 nodes, 381 edges"), "{summary}");
+    assert!(
+        summary.contains("plan      gcn-3x256-two-cliques-2dev-p1 ")
+            && summary.contains("shares    the 2 GPUs' min-cut shares at 1 partition each"),
+        "{summary}"
+    );
     assert!(summary.contains("exchange  "), "{summary}");
+    // Where the count `auto` sizes on the largest share's statistics does
+    // not fit the shares (every partition as large as the largest over
+    // the GPUs), the next count up is planned, and `train` takes it.
+    let planted = "planted:nodes=1000,classes=4,features=64,seed=1";
+    let plan_path = dir.join("shares.json");
+    let out = fateplan(&[
+        "plan",
+        "--graph",
+        planted,
+        "--gpus",
+        "4",
+        "--hbm-budget",
+        "270KiB",
+        "--layers",
+        "2",
+        "--hidden",
+        "64",
+        "-o",
+        plan_path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary = stdout(&out);
+    assert!(
+        summary.contains(
+            "shares at 2 partitions each (at 1, sized on the statistics, the shares do not fit)"
+        ),
+        "{summary}"
+    );
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan_path).unwrap()).unwrap();
+    assert_eq!(plan["workload"]["model"]["partitions"], 2);
+    assert_eq!(plan["workload"]["model"]["shares"], "mincut");
+    let trained = fateplan(&[
+        "train",
+        "--graph",
+        planted,
+        "--plan",
+        plan_path.to_str().unwrap(),
+        "--epochs",
+        "1",
+    ]);
+    assert!(trained.status.success(), "{}", stderr(&trained));
     // More GPUs than vertices: the partitioner names the field.
     let too_many = fateplan(
         &[
