@@ -140,7 +140,8 @@ pub(crate) struct PlanArgs {
     #[arg(long, default_value = "a100-80g")]
     profile: String,
     /// GPUs sharing the graph; the plan is for one GPU's share, with the
-    /// halo exchanges between them. More than one node's GPUs need whole
+    /// halo exchanges between them (of a --graph, the shares `train
+    /// --devices` builds). More than one node's GPUs need whole
     /// nodes and the profile's network section.
     #[arg(long, default_value_t = 1)]
     gpus: u32,
@@ -152,15 +153,15 @@ pub(crate) struct PlanArgs {
     /// Device memory budget per GPU (e.g. 80GiB, 512GB, 1000000), or a
     /// share of the retain-all plan's device peak (e.g. 25%; needs a
     /// partition count, as auto sizes the partitions to the budgets).
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, allow_hyphen_values = true, value_parser = budget_value)]
     hbm_budget: Option<String>,
     /// Host memory budget per GPU (bytes, or a share of the retain-all
     /// plan's device peak).
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, allow_hyphen_values = true, value_parser = budget_value)]
     host_budget: Option<String>,
     /// SSD budget per GPU (bytes, or a share of the retain-all plan's
     /// device peak).
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, allow_hyphen_values = true, value_parser = budget_value)]
     ssd_budget: Option<String>,
     /// dp (default), milp, or a peer policy: retain-all, recompute-all,
     /// offload-host-all, offload-ssd-all, hongtu, capacity-greedy,
@@ -653,7 +654,15 @@ fn plan_shares(
                 line: line(p, &tried),
             });
         }
-        if p >= last {
+        // The next count up, unless the shares cannot be cut that fine
+        // (a device with fewer vertices than partitions): then none fits.
+        let next = if p < last {
+            let graph = GraphData::open(graph_path(args)?)?;
+            build(graph, owner.clone(), p + 1).ok()
+        } else {
+            None
+        };
+        let Some((shared, _)) = next else {
             // The caller plans it again and says why it does not fit.
             let tried = if p == partitions {
                 String::new()
@@ -669,9 +678,9 @@ fn plan_shares(
                 made: None,
                 line: line(p, &tried),
             });
-        }
+        };
         p += 1;
-        workload = build(GraphData::open(graph_path(args)?)?, owner.clone(), p)?.0;
+        workload = shared;
     }
 }
 
@@ -815,23 +824,22 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     })
 }
 
-/// The budget flags take values that begin with a hyphen, so that a
-/// negative size is refused by name rather than taken for a flag; a
-/// value that is a flag (`--hbm-budget --json`) means the value is missing.
-fn not_a_flag(text: &str, name: &str) -> Result<()> {
-    let mut chars = text.chars();
-    if chars.next() == Some('-') && !chars.next().is_some_and(|c| c.is_ascii_digit() || c == '.') {
-        bail!("--{name}: a value is missing ({text} is a flag)");
+/// A budget flag's value, as the command line is parsed. The budget
+/// flags take values that begin with a hyphen, so that a negative size is
+/// refused by name ([`parse_bytes`]) rather than taken for a flag; a flag
+/// (`-o`, `--json`) where the value should be means the value is missing.
+pub(crate) fn budget_value(text: &str) -> std::result::Result<String, String> {
+    let name = text.trim_start_matches('-');
+    let dashes = text.len() - name.len();
+    if (dashes == 1 || dashes == 2) && name.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        return Err(format!("a value is missing ({text} is a flag)"));
     }
-    Ok(())
+    Ok(text.to_string())
 }
 
 pub(crate) fn budget(flag: &Option<String>, name: &str, default: u64) -> Result<u64> {
     match flag {
-        Some(text) => {
-            not_a_flag(text, name)?;
-            parse_bytes(text).with_context(|| format!("--{name}"))
-        }
+        Some(text) => parse_bytes(text).with_context(|| format!("--{name}")),
         None => Ok(default),
     }
 }
@@ -871,9 +879,6 @@ pub(crate) fn within_capacity(
 /// A budget flag's percentage (`25%`: that share of the retain-all plan's
 /// device peak); `None` for bytes or no flag.
 pub(crate) fn budget_percent(flag: &Option<String>, name: &str) -> Result<Option<f64>> {
-    if let Some(text) = flag {
-        not_a_flag(text, name)?;
-    }
     let Some(percent) = flag.as_deref().and_then(|text| text.strip_suffix('%')) else {
         return Ok(None);
     };

@@ -175,15 +175,19 @@ pub fn launch(
             return Err(anyhow!(e).context(said.join("; ")));
         }
     };
-    for (rank, member) in members.iter_mut().enumerate() {
-        let status = member
+    for rank in 0..members.len() {
+        let status = members[rank]
             .child
             .wait()
             .with_context(|| format!("waiting for member {rank}"))?;
         if !status.success() {
+            let said = members[rank].stderr();
+            // The others finish (or are stopped) before the run ends, so
+            // that their spill stores close.
+            stop_all(&mut members[rank + 1..]);
             bail!(
                 "member {rank}'s process exited ({status}) after leaving the group: {}",
-                member.stderr().trim()
+                said.trim()
             );
         }
     }

@@ -130,11 +130,11 @@ pub struct TrainArgs {
     profile: String,
     /// Device arena budget: bytes (e.g. 64MiB) or a share of the
     /// retain-all plan's peak (e.g. 25%).
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::budget_value)]
     hbm_budget: Option<String>,
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::budget_value)]
     host_budget: Option<String>,
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::budget_value)]
     ssd_budget: Option<String>,
     /// Directory for the SSD tier's spill files (needed when the plan uses
     /// the SSD). With --devices, each device has its own folder in it

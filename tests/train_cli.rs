@@ -282,7 +282,8 @@ fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
     let report = json(&fateplan(&[&common[..], &["--json"]].concat()));
     assert_eq!(report["epochs"], 2);
     // A negative size is refused by name, with or without a unit; a flag
-    // where the value should be says the value is missing.
+    // where the value should be says, as the command line is parsed, that
+    // the value is missing.
     let cases = [
         (["--hbm-budget", "-5"], "\"-5\": a size cannot be negative"),
         (
@@ -291,13 +292,14 @@ fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
         ),
         (
             ["--ssd-budget", "--json"],
-            "--ssd-budget: a value is missing (--json is a flag)",
+            "a value is missing (--json is a flag)",
         ),
+        (["--host-budget", "-o"], "a value is missing (-o is a flag)"),
     ];
     for (flag, needle) in cases {
-        let negative = fateplan(&[&common[..], &flag[..]].concat());
-        let stderr = String::from_utf8_lossy(&negative.stderr);
-        assert_eq!(negative.status.code(), Some(1), "{stderr}");
+        let refused = fateplan(&[&common[..], &flag[..]].concat());
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(1), "{flag:?}: {stderr}");
         assert!(
             stderr.contains(flag[0]) && stderr.contains(needle),
             "{flag:?}: {stderr}"
@@ -707,6 +709,9 @@ fn several_devices_train_the_same_model_and_report_their_exchanges() {
         assert!(device["exchange"]["reduced_bytes"].as_u64().unwrap() > 0);
     }
     assert!(two["bytes_moved"]["ssd_write"].as_u64().unwrap() > 0);
+    // The spill folder was missing: the devices' stores and the folder
+    // are removed at the end.
+    assert!(!spill.exists(), "{} was left behind", spill.display());
     let _ = std::fs::remove_dir_all(&spill);
 
     // A profile with a peer link: the plan carries the exchanges, and one

@@ -277,11 +277,19 @@ fn prepare(
         return Err(Error::invalid(
             std::path::Path::new(&dataset.name),
             "partitions",
-            format!(
-                "{partitions} per device on {devices} devices is {all} in all; the shares of one \
-                 graph hold at most {MAX_PARTITIONS} ({} per device on {devices})",
-                MAX_PARTITIONS / devices
-            ),
+            if devices > MAX_PARTITIONS {
+                format!(
+                    "{partitions} per device on {devices} devices is {all} in all; the shares \
+                     of one graph hold at most {MAX_PARTITIONS}, so at most {MAX_PARTITIONS} \
+                     devices"
+                )
+            } else {
+                format!(
+                    "{partitions} per device on {devices} devices is {all} in all; the shares \
+                     of one graph hold at most {MAX_PARTITIONS} ({} per device on {devices})",
+                    MAX_PARTITIONS / devices
+                )
+            },
         ));
     }
     // `old[w]`: the vertex numbered `w` as the graph was given, when the
@@ -568,7 +576,7 @@ fn mincut_order(
             "partitions",
             format!(
                 "{partitions} per device, but the min-cut shares give device {d} {} vertices: \
-                 use fewer partitions, or --shares ranges",
+                 use fewer partitions (or shares by vertex ranges: train --shares ranges)",
                 count[d]
             ),
         ));

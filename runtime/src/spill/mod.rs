@@ -339,10 +339,13 @@ impl SpillStore {
             .create_new(true)
             .custom_flags(libc::O_CLOEXEC)
             .open(&path)
-            .map_err(|source| Error::SpillIo {
-                path: path.clone(),
-                what: "cannot create a spill file in the spill directory".into(),
-                source,
+            .map_err(|source| {
+                created_dirs.remove_empty();
+                Error::SpillIo {
+                    path: path.clone(),
+                    what: "cannot create a spill file in the spill directory".into(),
+                    source,
+                }
             })?;
         let mut notes = Vec::new();
         let direct = if options.faults.reject_direct {
