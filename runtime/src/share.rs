@@ -190,7 +190,8 @@ pub fn prepare_shared_keeping(
 /// `spec` (its graph name aside: the workload is named after `graph`).
 /// `owner`, where given, is the min-cut partitioning of `graph` onto
 /// `devices` ([`crate::partition::Partitioning::mincut`] with the default
-/// options), so that a caller who measured it does not partition twice.
+/// options), so that a caller who measured it does not partition twice
+/// (with [`ShareMethod::Ranges`], which takes none, it is refused).
 pub fn share_workload(
     graph: GraphData,
     spec: &GnnSpec,
@@ -290,6 +291,14 @@ fn prepare(
                     MAX_PARTITIONS / devices
                 )
             },
+        ));
+    }
+    if method == ShareMethod::Ranges && owner.is_some() {
+        // A partitioning is the min-cut shares' input; ranges would drop it.
+        return Err(Error::invalid(
+            std::path::Path::new(&dataset.name),
+            "owner",
+            "a min-cut partitioning was given, but the shares are vertex ranges",
         ));
     }
     // `old[w]`: the vertex numbered `w` as the graph was given, when the

@@ -456,6 +456,18 @@ fn the_topology_alone_gives_the_workload_of_the_shares() {
     )
     .unwrap();
     assert_eq!(workload.to_json(), shared.workload.to_json());
+    // A partitioning is the min-cut shares' input: refused with ranges.
+    let Err(error) = share_workload(
+        topology(),
+        &spec,
+        3,
+        2,
+        ShareMethod::Ranges,
+        Some(owner.clone()),
+    ) else {
+        panic!("dropped the partitioning given");
+    };
+    assert!(error.to_string().contains("vertex ranges"), "{error}");
     // A partitioning of another graph or device count is refused.
     let Err(error) = share_workload(
         topology(),
