@@ -295,7 +295,7 @@ fn train_member(job: &Job, member: Arc<TcpMember>) -> Result<Handed> {
         trace: job.rank == 0 && (args.trace.is_some() || args.compare_simulated),
     };
     // The members report at the end, not per epoch.
-    let outcome = train::train_member(
+    let mut outcome = train::train_member(
         share,
         hyper,
         Arc::new(plan),
@@ -305,5 +305,38 @@ fn train_member(job: &Job, member: Arc<TcpMember>) -> Result<Handed> {
         Box::new(member) as Box<dyn Collective>,
         &mut |_: &EpochStats| {},
     )?;
+    outcome.device.process_peak_bytes = peak_resident_bytes();
     Ok(Handed { outcome })
+}
+
+/// The most resident memory this process has held (`VmHWM` in
+/// `/proc/self/status`), where the system says.
+fn peak_resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    parse_peak_resident(&status)
+}
+
+/// `VmHWM` of a `/proc/PID/status` text, in bytes.
+fn parse_peak_resident(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let mut words = line["VmHWM:".len()..].split_whitespace();
+    let value: u64 = words.next()?.parse().ok()?;
+    match words.next() {
+        Some("kB") => value.checked_mul(1024),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_peak_resident_memory_is_read_in_kilobytes() {
+        let status = "Name:\tfateplan\nVmPeak:\t  2000 kB\nVmHWM:\t    1536 kB\nVmRSS:\t 1000 kB\n";
+        assert_eq!(parse_peak_resident(status), Some(1536 * 1024));
+        assert_eq!(parse_peak_resident("VmRSS:\t1000 kB\n"), None);
+        assert_eq!(parse_peak_resident("VmHWM:\t12 pages\n"), None);
+        assert!(peak_resident_bytes().is_some_and(|b| b > 0));
+    }
 }

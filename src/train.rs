@@ -810,10 +810,14 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     }
     for device in devices.iter().flat_map(|(d, _)| d) {
         let x = &device.exchange;
+        let process = device
+            .process_peak_bytes
+            .map(|b| format!("; its process held at most {} resident", format_bytes(b)))
+            .unwrap_or_default();
         writeln!(
             out,
             "device {:<2} {} per iteration; exchanged {} out, {} in, {} summed, in {}; held {} \
-             of exchanged rows, {} of halo blocks",
+             of exchanged rows, {} of halo blocks{process}",
             device.rank,
             format_seconds(device.iteration_s),
             format_bytes(x.sent_bytes),

@@ -896,6 +896,9 @@ fn each_device_a_process_trains_the_model_of_threads() {
         .enumerate()
     {
         assert_eq!(p["rank"], rank);
+        // Each member says how much memory its process held.
+        assert!(p["process_peak_bytes"].as_u64().unwrap() > 0, "{p}");
+        assert!(t["process_peak_bytes"].is_null(), "{t}");
         for key in ["sent_bytes", "received_bytes", "reduced_bytes"] {
             assert!(p["exchange"][key].as_u64().unwrap() > 0, "{p}");
             assert_eq!(t["exchange"][key], p["exchange"][key], "{key}");

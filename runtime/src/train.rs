@@ -182,6 +182,11 @@ pub struct DeviceReport {
     pub exchange: ExchangeStats,
     /// Bytes of its halo blocks (held by the backend).
     pub halo_block_bytes: u64,
+    /// The most resident memory its process held, where the device ran as
+    /// a process of its own (Linux's `VmHWM`; `None` for devices that
+    /// share a process, or where the system does not say).
+    #[serde(default)]
+    pub process_peak_bytes: Option<u64>,
 }
 
 /// What a multi-device run did: device 0's report (its losses and
@@ -251,6 +256,7 @@ pub fn train_member(
         peak_bytes: report.peak_bytes,
         exchange: peers.last_training_stats(),
         halo_block_bytes,
+        process_peak_bytes: None,
     };
     peers.finish();
     Ok(MemberOutcome {
