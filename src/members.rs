@@ -14,8 +14,9 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use fateplan::planner::plan::{Budgets, Plan};
 use fateplan::runtime::collective::{Collective, Hub, TcpMember};
+use fateplan::runtime::dataset::Dataset;
 use fateplan::runtime::exec::{ExecOptions, SsdTier};
-use fateplan::runtime::share::{prepare_shared_keeping, Keep};
+use fateplan::runtime::share::prepare_share_reading;
 use fateplan::runtime::train::{self, EpochStats, MemberOutcome};
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +40,9 @@ struct Job {
     budgets: Option<Budgets>,
     /// Bytes of this member's SSD tier, when the run gives a spill folder.
     ssd_bytes: u64,
+    /// Whether the member divides each of its feature rows by its sum
+    /// (the launcher found that no feature of the graph is negative).
+    rows_sum_to_one: bool,
 }
 
 /// What a member hands the hub as it leaves.
@@ -74,6 +78,7 @@ pub fn launch(
     plan: &Plan,
     budgets: Option<Budgets>,
     ssd_bytes: u64,
+    rows_sum_to_one: bool,
 ) -> Result<Launched> {
     let k = args.devices() as usize;
     let hub = Hub::bind("127.0.0.1:0", k)?;
@@ -92,6 +97,7 @@ pub fn launch(
             plan: plan_json.clone(),
             budgets,
             ssd_bytes,
+            rows_sum_to_one,
         };
         let spawned = Command::new(&exe)
             .arg("member")
@@ -263,17 +269,25 @@ fn train_member(job: &Job, member: Arc<TcpMember>) -> Result<Handed> {
     let args = &job.args;
     let hyper = crate::train::hyper(args)?;
     let plan = Plan::from_json(&job.plan, "the launcher's plan")?;
-    // This member's share only: K members hold one copy of the graph's
-    // rows between them, beside each one's copy of the whole while it
-    // shares it out.
-    let mut shared = prepare_shared_keeping(
-        crate::train::dataset(args)?.0,
-        &hyper,
-        args.devices(),
-        args.partitions(),
-        crate::train::share_method(args)?,
-        Keep::One(job.rank),
-    )?;
+    // This member's share only, and only its own feature rows are read:
+    // K members hold one copy of the graph's rows between them (each
+    // still reads the whole topology to share it out).
+    let method = crate::train::share_method(args)?;
+    let mut shared = {
+        // The rows' source (a dataset's mapped x.npy) is closed once they
+        // are read.
+        let (dataset, rows) = train::load_graph_without_features(&args.graph)?;
+        let features = dataset.features;
+        let read = |ids: &[u64]| {
+            let mut x = rows.rows(ids)?;
+            if job.rows_sum_to_one {
+                Dataset::normalize_rows(&mut x, features);
+            }
+            Ok(x)
+        };
+        let (k, p) = (args.devices(), args.partitions());
+        prepare_share_reading(dataset, &read, &hyper, k, p, method, job.rank)?
+    };
     train::check_shared_plan(&plan, &shared.workload)?;
     let Some(share) = shared.devices.pop().filter(|_| shared.devices.is_empty()) else {
         bail!("member {}: expected its one share", job.rank);
@@ -311,7 +325,7 @@ fn train_member(job: &Job, member: Arc<TcpMember>) -> Result<Handed> {
 
 /// The most resident memory this process has held (`VmHWM` in
 /// `/proc/self/status`), where the system says.
-fn peak_resident_bytes() -> Option<u64> {
+pub(crate) fn peak_resident_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     parse_peak_resident(&status)
 }

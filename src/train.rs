@@ -14,6 +14,7 @@ use fateplan::planner::units::{format_bytes, format_seconds};
 use fateplan::planner::{plan, PlanOptions, Policy, Profile};
 use fateplan::runtime::compare::{compare, Comparison, MeasuredIteration, Pair};
 use fateplan::runtime::cpu::Hyper;
+use fateplan::runtime::dataset::FeatureScaling;
 use fateplan::runtime::exec::SsdTier;
 use fateplan::runtime::share::{prepare_shared_keeping, Keep, SharedPrepared};
 use fateplan::runtime::sim::{simulate, SimOptions};
@@ -43,7 +44,7 @@ pub struct TrainArgs {
     /// as `rmat:scale=20,features=128,classes=16,seed=1` or
     /// `planted:nodes=2000,classes=5,features=32,degree=8,homophily=0.8,seed=1`.
     #[arg(long)]
-    graph: String,
+    pub(crate) graph: String,
     /// gcn, sage or gat [default: gcn, or with --plan the plan's, as for
     /// each flag of the model's shape: --layers, --hidden, --heads,
     /// --layer-order and --partitions].
@@ -350,11 +351,27 @@ pub(crate) fn share_method(args: &TrainArgs) -> Result<fateplan::runtime::share:
 pub(crate) fn dataset(args: &TrainArgs) -> Result<(fateplan::runtime::dataset::Dataset, String)> {
     let mut dataset = train::load_graph(&args.graph)?;
     let features = if args.raw_features {
-        "kept as they are (--raw-features)".to_string()
+        RAW_FEATURES.to_string()
     } else {
         dataset.row_normalize_features().describe()
     };
     Ok((dataset, features))
+}
+
+const RAW_FEATURES: &str = "kept as they are (--raw-features)";
+
+/// The graph the arguments name without its features (a launcher of
+/// member processes plans from the topology; each member reads its own
+/// rows), whether [`dataset`] would normalise its rows to sum 1 (found by
+/// reading every row in turn, holding none), and the line saying so.
+fn topology(args: &TrainArgs) -> Result<(fateplan::runtime::dataset::Dataset, bool, String)> {
+    let (dataset, rows) = train::load_graph_without_features(&args.graph)?;
+    if args.raw_features {
+        return Ok((dataset, false, RAW_FEATURES.to_string()));
+    }
+    let scaling = rows.scaling()?;
+    let sum_to_one = scaling == FeatureScaling::RowsSumToOne;
+    Ok((dataset, sum_to_one, scaling.describe()))
 }
 
 /// The spill folder of several devices' stores, removed where empty when
@@ -449,7 +466,15 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             args.devices()
         );
     }
-    let (dataset, features) = dataset(args)?;
+    // Member processes read their own rows, normalised as the whole
+    // graph's would be.
+    let (dataset, features, rows_sum_to_one) = if args.processes {
+        let (dataset, sum_to_one, line) = topology(args)?;
+        (dataset, line, sum_to_one)
+    } else {
+        let (dataset, line) = dataset(args)?;
+        (dataset, line, false)
+    };
 
     let (nodes, edges) = (dataset.nodes, dataset.edges());
     let prepared = if shared {
@@ -694,7 +719,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             // prepare the graph to find out.
             train::check_shared_plan(&plan, &shares.workload)?;
             let ssd_bytes = run.budgets.unwrap_or(plan.budgets).ssd_bytes;
-            let launched = crate::members::launch(args, &plan, run.budgets, ssd_bytes)?;
+            let launched =
+                crate::members::launch(args, &plan, run.budgets, ssd_bytes, rows_sum_to_one)?;
             let (shared, spans) = train::gather(launched.outcomes, shares.stats)?;
             (shared.report, spans, Some((shared.devices, shared.shares)))
         }
@@ -801,10 +827,18 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
              device the profile's whole compute"
         )?;
         if args.processes {
+            let launcher = crate::members::peak_resident_bytes()
+                .map(|b| {
+                    format!(
+                        "; the launching process held at most {} resident",
+                        format_bytes(b)
+                    )
+                })
+                .unwrap_or_default();
             writeln!(
                 out,
                 "note      each device ran as a process of its own, exchanging through a hub \
-                 on the loopback interface (TCP)"
+                 on the loopback interface (TCP){launcher}"
             )?;
         }
     }

@@ -830,6 +830,52 @@ fn several_devices_train_the_same_model_and_report_their_exchanges() {
 }
 
 #[test]
+fn processes_read_their_own_rows_of_a_dataset_folder() {
+    // Non-negative features in a folder of .npy files: each member reads
+    // its rows from x.npy and normalises them as the whole graph's.
+    let mut data = fateplan::runtime::generate::GeneratorSpec::parse(
+        "planted:nodes=500,classes=3,features=10,degree=6,val=100,test=200,seed=8",
+    )
+    .unwrap()
+    .generate()
+    .unwrap();
+    for v in &mut data.x {
+        *v = v.abs();
+    }
+    let dir = scratch("positive");
+    let folder = dir.join("positive");
+    data.save(&folder).unwrap();
+    let folder = folder.to_str().unwrap();
+    let common = [
+        "train",
+        "--graph",
+        folder,
+        "--epochs",
+        "3",
+        "--json",
+        "--partitions",
+        "2",
+        "--devices",
+        "2",
+    ];
+    let threads = json(&fateplan(&common));
+    let processes = json(&fateplan(&[&common[..], &["--processes"]].concat()));
+    assert_eq!(threads["features"], "rows normalised to sum 1");
+    for key in ["features", "weights_sha256", "final_loss", "losses"] {
+        assert_eq!(threads[key], processes[key], "{key}");
+    }
+    // Kept as they are: the same again.
+    let raw = [&common[..], &["--raw-features"]].concat();
+    let threads = json(&fateplan(&raw));
+    let processes = json(&fateplan(&[&raw[..], &["--processes"]].concat()));
+    assert_ne!(threads["features"], "rows normalised to sum 1");
+    for key in ["features", "weights_sha256", "final_loss"] {
+        assert_eq!(threads[key], processes[key], "{key}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn each_device_a_process_trains_the_model_of_threads() {
     let graph =
         "planted:nodes=600,classes=4,features=16,degree=6,homophily=0.8,val=100,test=200,seed=5";

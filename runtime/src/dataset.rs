@@ -13,12 +13,13 @@
 //! Edge `k` runs from `edge_index[0, k]` to `edge_index[1, k]`, and row `v`
 //! of an aggregation sums over the edges that end at `v`, as in PyG.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use fateplan_planner::blocks::BlockCounts;
 use rayon::prelude::*;
 
-use crate::npy::Npy;
+use crate::generate::GeneratorSpec;
+use crate::npy::{Dtype, Npy};
 use crate::{Error, Result};
 
 /// Most classes a dataset may have (the planner's limit).
@@ -85,6 +86,24 @@ impl Dataset {
     /// checks that every array agrees on `N`, labels are in range, features
     /// are finite and edges name existing nodes.
     pub fn load(dir: &Path) -> Result<Dataset> {
+        let (mut dataset, path, npy) = Self::load_all_but_x(dir)?;
+        let values = npy.to_f32(&path)?;
+        check_finite(&path, &values, 0, dataset.features)?;
+        dataset.x = values;
+        Ok(dataset)
+    }
+
+    /// [`Dataset::load`] without the features: `x` is empty, and the rows
+    /// are read from the mapped `x.npy` as they are wanted
+    /// ([`FeatureRows::rows`]), checked then.
+    pub fn load_without_features(dir: &Path) -> Result<(Dataset, FeatureRows)> {
+        let (dataset, path, npy) = Self::load_all_but_x(dir)?;
+        Ok((dataset, FeatureRows::Npy { path, npy }))
+    }
+
+    /// Every array checked and read but `x`, whose shape and type are
+    /// checked; its path and map.
+    fn load_all_but_x(dir: &Path) -> Result<(Dataset, PathBuf, Npy)> {
         let name = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -112,13 +131,11 @@ impl Dataset {
                     format!("F = {} is outside 1..={MAX_FEATURES}", x.shape[1]),
                 )
             })?;
-        let x_values = x.to_f32(&x_path)?;
-        if let Some(at) = x_values.iter().position(|v| !v.is_finite()) {
-            let f = features as usize;
+        if !matches!(x.dtype, Dtype::F32 | Dtype::F64) {
             return Err(Error::invalid(
                 &x_path,
-                format!("x[{}, {}]", at / f, at % f),
-                format!("{} is not a finite number", x_values[at]),
+                "descr",
+                format!("{:?} is not a float type; expected <f4 or <f8", x.dtype),
             ));
         }
 
@@ -192,19 +209,33 @@ impl Dataset {
             .map(|(k, &v)| check(1, k, v))
             .collect::<Result<Vec<u64>>>()?;
 
-        Ok(Dataset {
+        let dataset = Dataset {
             name,
             nodes,
             features,
             classes,
-            x: x_values,
+            x: Vec::new(),
             y: labels,
             train_mask,
             val_mask,
             test_mask,
             src,
             dst,
-        })
+        };
+        Ok((dataset, x_path, x))
+    }
+
+    /// Divides each feature row by its sum where the sum is positive (Kipf and
+    /// Welling's GCN preprocessing; [`Dataset::row_normalize_features`]).
+    pub fn normalize_rows(x: &mut [f32], features: u32) {
+        x.par_chunks_mut(features.max(1) as usize).for_each(|row| {
+            let sum: f64 = row.iter().map(|&v| v as f64).sum();
+            if sum > 0.0 {
+                for v in row {
+                    *v = (*v as f64 / sum) as f32;
+                }
+            }
+        });
     }
 
     /// Divides each feature row by its sum where the sum is positive (Kipf and
@@ -223,14 +254,7 @@ impl Dataset {
                 value: self.x[at],
             };
         }
-        self.x.par_chunks_mut(f).for_each(|row| {
-            let sum: f64 = row.iter().map(|&v| v as f64).sum();
-            if sum > 0.0 {
-                for v in row {
-                    *v = (*v as f64 / sum) as f32;
-                }
-            }
-        });
+        Self::normalize_rows(&mut self.x, self.features);
         FeatureScaling::RowsSumToOne
     }
 
@@ -296,6 +320,96 @@ impl Dataset {
 }
 
 /// Opens `dir/file`, saying which file is missing when it is.
+/// Rows read from a file per scan of [`FeatureRows::scaling`].
+const SCAN_ROWS: u64 = 1 << 14;
+
+/// A graph's feature rows, read by the row rather than held whole: a
+/// process that trains one share of a graph reads its own rows only.
+#[derive(Debug)]
+pub enum FeatureRows {
+    /// A dataset folder's `x.npy`, mapped.
+    Npy { path: PathBuf, npy: Npy },
+    /// A generator spec's, drawn as [`GeneratorSpec::generate`] draws them.
+    Generated(GeneratorSpec),
+}
+
+impl FeatureRows {
+    /// Rows `ids`, in that order, row-major. A value that is not finite is
+    /// an error naming it (`x[row, column]`), as [`Dataset::load`] gives.
+    pub fn rows(&self, ids: &[u64]) -> Result<Vec<f32>> {
+        match self {
+            FeatureRows::Npy { path, npy } => {
+                let values = npy.rows_f32(ids, path)?;
+                let features = npy.shape[1] as u32;
+                if let Some(at) = values.par_iter().position_first(|v| !v.is_finite()) {
+                    let f = features as usize;
+                    return Err(not_finite(path, ids[at / f], (at % f) as u32, values[at]));
+                }
+                Ok(values)
+            }
+            FeatureRows::Generated(spec) => spec.rows(ids),
+        }
+    }
+
+    /// What [`Dataset::row_normalize_features`] does to these rows,
+    /// found by reading them in turn without holding them all. A file's
+    /// value that is not finite is an error, as [`Dataset::load`] gives it.
+    pub fn scaling(&self) -> Result<FeatureScaling> {
+        let negative = match self {
+            FeatureRows::Npy { path, npy } => {
+                let mut negative = None;
+                let rows = npy.shape[0];
+                let features = npy.shape[1] as usize;
+                for first in (0..rows).step_by(SCAN_ROWS as usize) {
+                    let ids: Vec<u64> = (first..(first + SCAN_ROWS).min(rows)).collect();
+                    let values = npy.rows_f32(&ids, path)?;
+                    check_finite(path, &values, first, features as u32)?;
+                    if negative.is_none() {
+                        negative = values.par_iter().position_first(|&v| v < 0.0).map(|at| {
+                            (
+                                first + (at / features) as u64,
+                                (at % features) as u32,
+                                values[at],
+                            )
+                        });
+                    }
+                }
+                negative
+            }
+            FeatureRows::Generated(spec) => spec.first_negative(),
+        };
+        Ok(match negative {
+            Some((row, column, value)) => FeatureScaling::KeptSigned { row, column, value },
+            None => FeatureScaling::RowsSumToOne,
+        })
+    }
+}
+
+/// Fails on the first value of `values` (rows of `features` values from
+/// row `first`) that is not finite.
+fn check_finite(path: &Path, values: &[f32], first: u64, features: u32) -> Result<()> {
+    match values.par_iter().position_first(|v| !v.is_finite()) {
+        Some(at) => {
+            let f = features as usize;
+            Err(not_finite(
+                path,
+                first + (at / f) as u64,
+                (at % f) as u32,
+                values[at],
+            ))
+        }
+        None => Ok(()),
+    }
+}
+
+fn not_finite(path: &Path, row: u64, column: u32, value: f32) -> Error {
+    Error::invalid(
+        path,
+        format!("x[{row}, {column}]"),
+        format!("{value} is not a finite number"),
+    )
+}
+
 fn open(dir: &Path, file: &str) -> Result<(std::path::PathBuf, Npy)> {
     let path = dir.join(file);
     if !path.exists() {
@@ -502,6 +616,82 @@ pub(crate) mod tests {
         reset();
         write_npy(&d.join("x.npy"), "<f4", &[12], &[0u8; 48]);
         has_all(&load_error(d), &["x.npy", "shape", "[12]"]);
+    }
+
+    #[test]
+    fn rows_are_read_by_the_row_and_checked_as_they_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        write_tiny(d);
+        let full = Dataset::load(d).unwrap();
+        let (without, rows) = Dataset::load_without_features(d).unwrap();
+        assert!(without.x.is_empty());
+        assert_eq!(
+            Dataset {
+                x: full.x.clone(),
+                ..without
+            },
+            full
+        );
+        assert_eq!(
+            rows.rows(&[3, 0, 3]).unwrap(),
+            [full.row(3), full.row(0), full.row(3)].concat()
+        );
+        assert_eq!(rows.scaling().unwrap(), FeatureScaling::RowsSumToOne);
+        let mut rows_x = rows.rows(&[0, 1, 2, 3]).unwrap();
+        let mut normalised = full.clone();
+        normalised.row_normalize_features();
+        Dataset::normalize_rows(&mut rows_x, 3);
+        assert_eq!(rows_x, normalised.x);
+
+        // Signed features, more rows than one scan reads: the scan finds
+        // the first negative value, as the pass over the whole does.
+        let n = SCAN_ROWS as usize + 5;
+        let mut x = vec![1.0f32; n * 3];
+        x[(SCAN_ROWS as usize + 2) * 3 + 1] = -2.0;
+        x[(SCAN_ROWS as usize + 4) * 3] = -3.0;
+        let write_x = |x: &[f32]| {
+            write_npy(
+                &d.join("x.npy"),
+                "<f4",
+                &[n as u64, 3],
+                &bytes(x, f32::to_le_bytes),
+            );
+            for file in ["train_mask.npy", "val_mask.npy", "test_mask.npy"] {
+                write_npy(&d.join(file), "|u1", &[n as u64], &vec![0; n]);
+            }
+            write_npy(
+                &d.join("y.npy"),
+                "<i8",
+                &[n as u64],
+                &bytes(&vec![0i64; n], i64::to_le_bytes),
+            );
+        };
+        write_x(&x);
+        let mut whole = Dataset::load(d).unwrap();
+        let (_, rows) = Dataset::load_without_features(d).unwrap();
+        let expected = FeatureScaling::KeptSigned {
+            row: SCAN_ROWS + 2,
+            column: 1,
+            value: -2.0,
+        };
+        assert_eq!(rows.scaling().unwrap(), expected);
+        assert_eq!(whole.row_normalize_features(), expected);
+
+        // A value that is not finite, past the first negative one: named by
+        // the scan and by a read of its row, not by reads of other rows.
+        x[(n - 1) * 3 + 2] = f32::INFINITY;
+        write_x(&x);
+        let (_, rows) = Dataset::load_without_features(d).unwrap();
+        let last = (n - 1) as u64;
+        for message in [
+            rows.scaling().unwrap_err().to_string(),
+            rows.rows(&[0, last]).unwrap_err().to_string(),
+            load_error(d),
+        ] {
+            has_all(&message, &["x.npy", &format!("x[{last}, 2]"), "inf"]);
+        }
+        assert_eq!(rows.rows(&[0, 1]).unwrap(), vec![1.0; 6]);
     }
 
     /// The folder holding `cora/`: `FATEPLAN_DATA`, else the repository's

@@ -150,6 +150,13 @@ impl RmatSpec {
     }
 
     pub fn generate(&self) -> Result<Dataset> {
+        self.generate_with(true)
+    }
+
+    /// [`RmatSpec::generate`], with the features only where `features`
+    /// (else `x` is empty: they are drawn and dropped, so that the labels
+    /// and split are the same; [`RmatSpec::rows`] draws the rows wanted).
+    fn generate_with(&self, features: bool) -> Result<Dataset> {
         self.validate(&self.to_string())?;
         let (nodes, scale) = (self.nodes(), self.scale);
         let drawn = self.drawn_edges() as usize;
@@ -203,6 +210,7 @@ impl RmatSpec {
             self.classes,
             [self.train, self.val, self.test],
             self.seed,
+            features,
         );
         Ok(Dataset {
             name: self.name(),
@@ -221,45 +229,183 @@ impl RmatSpec {
 }
 
 /// Standard-normal features, uniform labels and a split drawn per node by
-/// the shares `splits` (train, val, test).
+/// the shares `splits` (train, val, test); the features only where
+/// `keep_x` (else drawn and dropped, and `x` is empty).
 fn random_node_attributes(
     nodes: u64,
     features: u32,
     classes: u32,
     splits: [f64; 3],
     seed: u64,
+    keep_x: bool,
 ) -> (Vec<f32>, Vec<i64>, [Vec<bool>; 3]) {
     let n = nodes as usize;
     let f = features as usize;
-    let mut x = vec![0f32; n * f];
+    let mut x = if keep_x {
+        vec![0f32; n * f]
+    } else {
+        Vec::new()
+    };
     let mut y = vec![0i64; n];
     // 0 train, 1 val, 2 test, 3 none.
     let mut split = vec![3u8; n];
-    x.par_chunks_mut(NODES_PER_CHUNK * f)
-        .zip(y.par_chunks_mut(NODES_PER_CHUNK))
+    let labels = y
+        .par_chunks_mut(NODES_PER_CHUNK)
         .zip(split.par_chunks_mut(NODES_PER_CHUNK))
-        .enumerate()
-        .for_each(|(chunk, ((x, y), split))| {
-            let mut rng = chunk_rng(seed, STREAM_NODES, chunk as u64);
-            for ((row, label), which) in x.chunks_mut(f).zip(y).zip(split) {
-                for value in row.iter_mut() {
-                    *value = rng.sample(StandardNormal);
-                }
-                *label = rng.random_range(0..classes as i64);
-                let r: f64 = rng.random();
-                *which = if r < splits[0] {
-                    0
-                } else if r < splits[0] + splits[1] {
-                    1
-                } else if r < splits[0] + splits[1] + splits[2] {
-                    2
-                } else {
-                    3
-                };
-            }
+        .enumerate();
+    if keep_x {
+        labels
+            .zip(x.par_chunks_mut(NODES_PER_CHUNK * f))
+            .for_each(|((chunk, (y, split)), x)| {
+                draw_node_chunk(
+                    seed,
+                    chunk,
+                    y.len(),
+                    f,
+                    classes,
+                    splits,
+                    |i, row, label, which| {
+                        x[i * f..(i + 1) * f].copy_from_slice(row);
+                        (y[i], split[i]) = (label, which);
+                    },
+                )
+            });
+    } else {
+        labels.for_each(|(chunk, (y, split))| {
+            draw_node_chunk(
+                seed,
+                chunk,
+                y.len(),
+                f,
+                classes,
+                splits,
+                |i, _, label, which| {
+                    (y[i], split[i]) = (label, which);
+                },
+            )
         });
+    }
     let mask = |k: u8| split.iter().map(|&s| s == k).collect();
     (x, y, [mask(0), mask(1), mask(2)])
+}
+
+/// Draws the first `rows` nodes of chunk `chunk` of the R-MAT node
+/// attributes, in order: each node's `features` standard-normal values,
+/// then its label and split (0 train, 1 val, 2 test, 3 none), which
+/// `each` sees with the node's index in the chunk.
+fn draw_node_chunk(
+    seed: u64,
+    chunk: usize,
+    rows: usize,
+    features: usize,
+    classes: u32,
+    splits: [f64; 3],
+    mut each: impl FnMut(usize, &[f32], i64, u8),
+) {
+    let mut rng = chunk_rng(seed, STREAM_NODES, chunk as u64);
+    let mut row = vec![0f32; features];
+    for i in 0..rows {
+        for value in row.iter_mut() {
+            *value = rng.sample(StandardNormal);
+        }
+        let label = rng.random_range(0..classes as i64);
+        let r: f64 = rng.random();
+        let which = if r < splits[0] {
+            0
+        } else if r < splits[0] + splits[1] {
+            1
+        } else if r < splits[0] + splits[1] + splits[2] {
+            2
+        } else {
+            3
+        };
+        each(i, &row, label, which);
+    }
+}
+
+/// A sink for drawn feature rows: called with each node drawn, in
+/// ascending order, and its row, it copies the row to every place that
+/// `wanted` ((node, place) pairs sorted by node) lists for the node, in
+/// `out` (a row per place).
+fn keep_rows<'a>(
+    wanted: &'a [(u64, usize)],
+    features: usize,
+    out: &'a mut [f32],
+) -> impl FnMut(u64, &[f32]) + 'a {
+    let mut next = 0;
+    move |node, row| {
+        while next < wanted.len() && wanted[next].0 < node {
+            next += 1;
+        }
+        let mut at = next;
+        while at < wanted.len() && wanted[at].0 == node {
+            let place = wanted[at].1;
+            out[place * features..(place + 1) * features].copy_from_slice(row);
+            at += 1;
+        }
+    }
+}
+
+/// `ids`' (node, place) pairs, sorted by node.
+fn sorted_places(ids: &[u64]) -> Vec<(u64, usize)> {
+    let mut wanted: Vec<(u64, usize)> = ids.iter().copied().zip(0..).collect();
+    wanted.sort_unstable();
+    wanted
+}
+
+impl RmatSpec {
+    /// The feature rows of nodes `ids` (each below [`RmatSpec::nodes`]),
+    /// in that order: those of [`RmatSpec::generate`], drawing only the
+    /// chunks of nodes that hold them.
+    pub fn rows(&self, ids: &[u64]) -> Vec<f32> {
+        let f = self.features as usize;
+        let wanted = sorted_places(ids);
+        // Per chunk, its slice of `wanted`.
+        let mut groups: Vec<&[(u64, usize)]> = Vec::new();
+        let mut rest = &wanted[..];
+        while let Some(&(node, _)) = rest.first() {
+            let chunk = node as usize / NODES_PER_CHUNK;
+            let len = rest.partition_point(|&(v, _)| (v as usize) / NODES_PER_CHUNK == chunk);
+            let (group, after) = rest.split_at(len);
+            groups.push(group);
+            rest = after;
+        }
+        let drawn: Vec<Vec<f32>> = groups
+            .par_iter()
+            .map(|group| {
+                let chunk = group[0].0 as usize / NODES_PER_CHUNK;
+                let first = chunk * NODES_PER_CHUNK;
+                // Up to the last row wanted; the group's places, renumbered.
+                let last = group[group.len() - 1].0 as usize - first;
+                let local: Vec<(u64, usize)> = group
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &(v, _))| (v - first as u64, k))
+                    .collect();
+                let mut rows = vec![0f32; group.len() * f];
+                let mut keep = keep_rows(&local, f, &mut rows);
+                let splits = [self.train, self.val, self.test];
+                draw_node_chunk(
+                    self.seed,
+                    chunk,
+                    last + 1,
+                    f,
+                    self.classes,
+                    splits,
+                    |i, row, _, _| keep(i as u64, row),
+                );
+                drop(keep);
+                rows
+            })
+            .collect();
+        let mut out = vec![0f32; ids.len() * f];
+        for (group, rows) in groups.iter().zip(&drawn) {
+            for (&(_, place), row) in group.iter().zip(rows.chunks_exact(f.max(1))) {
+                out[place * f..(place + 1) * f].copy_from_slice(row);
+            }
+        }
+        out
+    }
 }
 
 /// A planted-partition graph: `classes` balanced classes, about
@@ -393,30 +539,67 @@ impl PlantedSpec {
     }
 
     pub fn generate(&self) -> Result<Dataset> {
-        self.validate(&self.to_string())?;
+        self.generate_with(true)
+    }
+
+    /// Draws the labels (balanced classes in random order), then each
+    /// node's features (its class centroid plus noise), in node order,
+    /// which `each` sees; returns the labels and the node stream as the
+    /// features leave it (the split is drawn from it next).
+    fn draw_nodes(&self, mut each: impl FnMut(u64, &[f32])) -> (Vec<i64>, Pcg64Mcg) {
         let n = self.nodes as usize;
         let c = self.classes as usize;
         let f = self.features as usize;
         let mut rng = chunk_rng(self.seed, STREAM_NODES, 0);
-
-        // Balanced classes in random order.
         let mut y: Vec<i64> = (0..n).map(|v| (v % c) as i64).collect();
         y.shuffle(&mut rng);
-        let mut members: Vec<Vec<u64>> = vec![Vec::with_capacity(n / c + 1); c];
-        for (v, &label) in y.iter().enumerate() {
-            members[label as usize].push(v as u64);
-        }
-
-        // Features: centroid plus noise.
         let centroids: Vec<f32> = (0..c * f).map(|_| rng.sample(StandardNormal)).collect();
         let noise = self.noise as f32;
-        let mut x = vec![0f32; n * f];
-        for (row, &label) in x.chunks_mut(f).zip(&y) {
+        let mut row = vec![0f32; f];
+        for (v, &label) in y.iter().enumerate() {
             let centroid = &centroids[label as usize * f..(label as usize + 1) * f];
             for (value, &mean) in row.iter_mut().zip(centroid) {
                 let z: f32 = rng.sample(StandardNormal);
                 *value = mean + noise * z;
             }
+            each(v as u64, &row);
+        }
+        (y, rng)
+    }
+
+    /// The feature rows of nodes `ids` (each below `nodes`), in that
+    /// order: those of [`PlantedSpec::generate`], drawing every row in
+    /// turn and keeping those.
+    pub fn rows(&self, ids: &[u64]) -> Vec<f32> {
+        let f = self.features as usize;
+        let wanted = sorted_places(ids);
+        let mut out = vec![0f32; ids.len() * f];
+        self.draw_nodes(keep_rows(&wanted, f, &mut out));
+        out
+    }
+
+    /// [`PlantedSpec::generate`], with the features only where `features`
+    /// (else `x` is empty: drawn and dropped, so that the split is the
+    /// same).
+    fn generate_with(&self, features: bool) -> Result<Dataset> {
+        self.validate(&self.to_string())?;
+        let n = self.nodes as usize;
+        let c = self.classes as usize;
+        let f = self.features as usize;
+        let mut x = if features {
+            vec![0f32; n * f]
+        } else {
+            Vec::new()
+        };
+        let (y, mut rng) = self.draw_nodes(|v, row| {
+            if features {
+                let v = v as usize;
+                x[v * f..(v + 1) * f].copy_from_slice(row);
+            }
+        });
+        let mut members: Vec<Vec<u64>> = vec![Vec::with_capacity(n / c + 1); c];
+        for (v, &label) in y.iter().enumerate() {
+            members[label as usize].push(v as u64);
         }
 
         // Edges: each undirected pair picks a uniform node, then a
@@ -668,6 +851,73 @@ impl GeneratorSpec {
         }
     }
 
+    /// [`GeneratorSpec::generate`] without the features: `x` is empty, and
+    /// [`GeneratorSpec::rows`] draws the rows wanted.
+    pub fn generate_without_features(&self) -> Result<Dataset> {
+        match self {
+            GeneratorSpec::Rmat(s) => s.generate_with(false),
+            GeneratorSpec::Planted(s) => s.generate_with(false),
+        }
+    }
+
+    /// The feature rows of nodes `ids`, in that order, as
+    /// [`GeneratorSpec::generate`] draws them (an id at or past the node
+    /// count is an error).
+    pub fn rows(&self, ids: &[u64]) -> Result<Vec<f32>> {
+        let nodes = match self {
+            GeneratorSpec::Rmat(s) => s.nodes(),
+            GeneratorSpec::Planted(s) => s.nodes,
+        };
+        if let Some(&id) = ids.iter().find(|&&id| id >= nodes) {
+            return Err(Error::invalid(
+                Path::new(&self.to_string()),
+                "nodes",
+                format!("{nodes}: there is no node {id}"),
+            ));
+        }
+        Ok(match self {
+            GeneratorSpec::Rmat(s) => s.rows(ids),
+            GeneratorSpec::Planted(s) => s.rows(ids),
+        })
+    }
+
+    /// The first negative feature value in row-major order, as
+    /// [`crate::dataset::Dataset::row_normalize_features`] finds it,
+    /// drawing the rows in turn without holding them.
+    pub fn first_negative(&self) -> Option<(u64, u32, f32)> {
+        let negative = |v: u64, row: &[f32]| {
+            row.iter()
+                .position(|&x| x < 0.0)
+                .map(|c| (v, c as u32, row[c]))
+        };
+        match self {
+            GeneratorSpec::Rmat(s) => {
+                let f = s.features as usize;
+                let splits = [s.train, s.val, s.test];
+                let nodes = s.nodes() as usize;
+                (0..nodes.div_ceil(NODES_PER_CHUNK)).find_map(|chunk| {
+                    let rows = NODES_PER_CHUNK.min(nodes - chunk * NODES_PER_CHUNK);
+                    let mut found = None;
+                    draw_node_chunk(s.seed, chunk, rows, f, s.classes, splits, |i, row, _, _| {
+                        if found.is_none() {
+                            found = negative((chunk * NODES_PER_CHUNK + i) as u64, row);
+                        }
+                    });
+                    found
+                })
+            }
+            GeneratorSpec::Planted(s) => {
+                let mut found = None;
+                s.draw_nodes(|v, row| {
+                    if found.is_none() {
+                        found = negative(v, row);
+                    }
+                });
+                found
+            }
+        }
+    }
+
     pub fn name(&self) -> String {
         match self {
             GeneratorSpec::Rmat(s) => s.name(),
@@ -757,6 +1007,50 @@ mod tests {
 
     fn rmat(text: &str) -> Dataset {
         GeneratorSpec::parse(text).unwrap().generate().unwrap()
+    }
+
+    #[test]
+    fn rows_drawn_alone_are_the_generated_rows() {
+        for text in [
+            // Three chunks of nodes, the last one short.
+            "rmat:scale=13,edge_factor=2,features=5,classes=3,seed=7",
+            "planted:nodes=700,classes=3,features=4,val=100,test=200,seed=2",
+        ] {
+            let spec = GeneratorSpec::parse(text).unwrap();
+            let whole = spec.generate().unwrap();
+            let without = spec.generate_without_features().unwrap();
+            assert!(without.x.is_empty(), "{text}");
+            assert_eq!(
+                Dataset {
+                    x: whole.x.clone(),
+                    ..without
+                },
+                whole,
+                "{text}"
+            );
+            let n = whole.nodes;
+            // Unordered, across chunks, repeated, and the last node.
+            let ids = [n - 1, 5, 4096 % n, 0, 5, 8191 % n, 4095 % n, n / 2];
+            let rows = spec.rows(&ids).unwrap();
+            let expected: Vec<f32> = ids.iter().flat_map(|&v| whole.row(v).to_vec()).collect();
+            assert_eq!(rows, expected, "{text}");
+            assert!(spec.rows(&[]).unwrap().is_empty());
+            let message = spec.rows(&[0, n]).unwrap_err().to_string();
+            assert!(
+                message.contains(&format!("there is no node {n}")),
+                "{message}"
+            );
+            // The first negative value, as the pass over the whole finds it.
+            let Some((row, column, value)) = spec.first_negative() else {
+                panic!("{text}: standard-normal features have a negative value");
+            };
+            let mut normalised = whole.clone();
+            assert_eq!(
+                normalised.row_normalize_features(),
+                crate::dataset::FeatureScaling::KeptSigned { row, column, value },
+                "{text}"
+            );
+        }
     }
 
     #[test]

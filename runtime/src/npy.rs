@@ -4,6 +4,7 @@ use std::fs::File;
 use std::path::Path;
 
 use memmap2::Mmap;
+use rayon::prelude::*;
 
 use crate::{Error, Result};
 
@@ -144,6 +145,55 @@ impl Npy {
             }
         };
         self.row_major(values, path)
+    }
+
+    /// Rows `ids` of a 2-D `<f4` or `<f8` array, in that order, as f32
+    /// (row-major, f64 values rounded to the nearest f32), read from the
+    /// mapped file without reading the others.
+    pub fn rows_f32(&self, ids: &[u64], path: &Path) -> Result<Vec<f32>> {
+        if self.shape.len() != 2 {
+            return Err(Error::invalid(
+                path,
+                "shape",
+                format!("{:?}; expected [N, F]", self.shape),
+            ));
+        }
+        let (rows, columns) = (self.shape[0], self.shape[1] as usize);
+        if let Some(&row) = ids.iter().find(|&&row| row >= rows) {
+            return Err(Error::invalid(
+                path,
+                "shape",
+                format!("{:?} has no row {row}", self.shape),
+            ));
+        }
+        let data = self.data();
+        let value: fn(&[u8], usize) -> f32 = match self.dtype {
+            Dtype::F32 => {
+                |d, at| f32::from_le_bytes(d[at * 4..at * 4 + 4].try_into().expect("4 bytes"))
+            }
+            Dtype::F64 => |d, at| {
+                f64::from_le_bytes(d[at * 8..at * 8 + 8].try_into().expect("8 bytes")) as f32
+            },
+            other => {
+                return Err(Error::invalid(
+                    path,
+                    "descr",
+                    format!("{other:?} is not a float type; expected <f4 or <f8"),
+                ))
+            }
+        };
+        let mut out = vec![0f32; ids.len() * columns];
+        if columns == 0 {
+            return Ok(out);
+        }
+        out.par_chunks_mut(columns)
+            .zip(ids.par_iter())
+            .for_each(|(row, &id)| {
+                for (column, v) in row.iter_mut().enumerate() {
+                    *v = value(data, self.index2(id, column as u64));
+                }
+            });
+        Ok(out)
     }
 
     /// Every element as i64 in row-major order, from `<i8` or `<i4`.
@@ -401,7 +451,38 @@ pub(crate) mod tests {
         );
     }
 
-    fn write_fortran_npy(path: &Path, descr: &str, shape: &[u64], data: &[u8]) {
+    #[test]
+    fn rows_are_read_in_either_order_and_type() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.npy");
+        // [[1, 2, 3], [4, 5, 6]], columns one after another, as f64.
+        let column_major: Vec<u8> = [1f64, 4.0, 2.0, 5.0, 3.0, 6.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        write_fortran_npy(&path, "<f8", &[2, 3], &column_major);
+        let npy = Npy::open(&path).unwrap();
+        assert_eq!(
+            npy.rows_f32(&[1, 0, 1], &path).unwrap(),
+            [4.0, 5.0, 6.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+        );
+        assert!(npy.rows_f32(&[], &path).unwrap().is_empty());
+        let message = npy.rows_f32(&[0, 2], &path).unwrap_err().to_string();
+        assert!(message.contains("has no row 2"), "{message}");
+        let row_major: Vec<u8> = [1f32, 2.0, 3.0, 4.0, 5.0, 6.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        write_npy(&path, "<f4", &[3, 2], &row_major);
+        let npy = Npy::open(&path).unwrap();
+        assert_eq!(npy.rows_f32(&[2, 0], &path).unwrap(), [5.0, 6.0, 1.0, 2.0]);
+        write_npy(&path, "<i8", &[1, 2], &[0u8; 16]);
+        let npy = Npy::open(&path).unwrap();
+        let message = npy.rows_f32(&[0], &path).unwrap_err().to_string();
+        assert!(message.contains("not a float type"), "{message}");
+    }
+
+    pub fn write_fortran_npy(path: &Path, descr: &str, shape: &[u64], data: &[u8]) {
         write_npy(path, descr, shape, data);
         let bytes = std::fs::read(path).unwrap();
         let mut fixed = bytes.clone();

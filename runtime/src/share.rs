@@ -181,7 +181,38 @@ pub fn prepare_shared_keeping(
     method: ShareMethod,
     keep: Keep,
 ) -> Result<SharedPrepared, Error> {
-    prepare(dataset, hyper, devices, partitions, method, keep, None)
+    prepare(
+        dataset, hyper, devices, partitions, method, keep, None, None,
+    )
+}
+
+/// Reads the feature rows of vertices numbered as the graph gives them, in
+/// the order given ([`crate::dataset::FeatureRows::rows`], normalised as
+/// the run normalises them).
+pub type ReadRows<'a> = &'a (dyn Fn(&[u64]) -> Result<Vec<f32>, Error> + Sync);
+
+/// [`prepare_shared_keeping`] for the one device `rank`, from a dataset
+/// without its features (`x` empty) whose share's rows `read` reads: a
+/// process that trains one device reads its own rows, not the graph's.
+pub fn prepare_share_reading(
+    dataset: Dataset,
+    read: ReadRows<'_>,
+    hyper: &Hyper,
+    devices: u32,
+    partitions: u32,
+    method: ShareMethod,
+    rank: usize,
+) -> Result<SharedPrepared, Error> {
+    prepare(
+        dataset,
+        hyper,
+        devices,
+        partitions,
+        method,
+        Keep::One(rank),
+        None,
+        Some(read),
+    )
 }
 
 /// The workload every device of a shared run trains and the shares'
@@ -236,12 +267,15 @@ pub fn share_workload(
         method,
         Keep::None,
         owner,
+        None,
     )?;
     Ok((shared.workload, shared.stats))
 }
 
 /// [`prepare_shared_keeping`], with the min-cut partitioning `owner`
-/// where the caller has it.
+/// where the caller has it, and the kept shares' feature rows read with
+/// `read` where given (else taken from the dataset's `x`).
+#[allow(clippy::too_many_arguments)]
 fn prepare(
     dataset: Dataset,
     hyper: &Hyper,
@@ -250,6 +284,7 @@ fn prepare(
     method: ShareMethod,
     keep: Keep,
     owner: Option<Vec<u32>>,
+    read: Option<ReadRows<'_>>,
 ) -> Result<SharedPrepared, Error> {
     if devices == 0 {
         return Err(Error::invalid(
@@ -330,15 +365,47 @@ fn prepare(
     // adjacency is built: a process keeping one share holds its rows,
     // not a second copy of every row.
     let f = dataset.features as usize;
+    let kept_any = (0..k).any(|d| keep.keeps(d));
+    let held = dataset.nodes as usize * f;
+    if kept_any && read.is_none() && dataset.x.len() != held {
+        return Err(Error::invalid(
+            std::path::Path::new(&dataset.name),
+            "x",
+            format!(
+                "{} feature values, but {} nodes of {f} features need {held}",
+                dataset.x.len(),
+                dataset.nodes
+            ),
+        ));
+    }
     let mut own_x: Vec<Vec<f32>> = {
         let x = std::mem::take(&mut dataset.x);
         (0..k)
             .map(|d| {
                 if !keep.keeps(d) {
-                    return Vec::new();
+                    return Ok(Vec::new());
                 }
                 let (lo, hi) = (starts[d * p] as usize, starts[(d + 1) * p] as usize);
-                match &old {
+                if let Some(read) = read {
+                    let ids: Vec<u64> = match &old {
+                        Some(old) => old[lo..hi].to_vec(),
+                        None => (lo as u64..hi as u64).collect(),
+                    };
+                    let rows = read(&ids)?;
+                    if rows.len() != ids.len() * f {
+                        return Err(Error::invalid(
+                            std::path::Path::new(&dataset.name),
+                            "x",
+                            format!(
+                                "device {d}'s {} rows of {f} features read as {} values",
+                                ids.len(),
+                                rows.len()
+                            ),
+                        ));
+                    }
+                    return Ok(rows);
+                }
+                Ok(match &old {
                     Some(old) => {
                         let mut rows = Vec::with_capacity((hi - lo) * f);
                         for &v in &old[lo..hi] {
@@ -348,9 +415,9 @@ fn prepare(
                         rows
                     }
                     None => x[lo * f..hi * f].to_vec(),
-                }
+                })
             })
-            .collect()
+            .collect::<Result<_, Error>>()?
     };
     let csr = Csr::from_edges(dataset.nodes, &dataset.src, &dataset.dst)?;
     // The edges are in the adjacency now.

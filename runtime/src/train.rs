@@ -529,14 +529,33 @@ pub fn load_graph(source: &str) -> Result<Dataset, crate::Error> {
     if path.is_dir() {
         return Dataset::load(path);
     }
+    generator(source)?.generate()
+}
+
+/// `source`, which is not a folder, as a generator spec.
+fn generator(source: &str) -> Result<GeneratorSpec, crate::Error> {
     if !source.contains(':') {
         return Err(crate::Error::invalid(
-            path,
+            Path::new(source),
             "graph",
             "is neither a dataset folder nor a generator spec (rmat:... or planted:...)",
         ));
     }
-    GeneratorSpec::parse(source)?.generate()
+    GeneratorSpec::parse(source)
+}
+
+/// [`load_graph`] without the features (`x` empty), and where their rows
+/// are read from as they are wanted.
+pub fn load_graph_without_features(
+    source: &str,
+) -> Result<(Dataset, crate::dataset::FeatureRows), crate::Error> {
+    let path = Path::new(source);
+    if path.is_dir() {
+        return Dataset::load_without_features(path);
+    }
+    let spec = generator(source)?;
+    let dataset = spec.generate_without_features()?;
+    Ok((dataset, crate::dataset::FeatureRows::Generated(spec)))
 }
 
 /// Partitions `dataset` into `partitions` vertex ranges, normalises the

@@ -15,7 +15,8 @@ use fateplan_runtime::cpu::Hyper;
 use fateplan_runtime::dataset::Dataset;
 use fateplan_runtime::exec::SsdTier;
 use fateplan_runtime::share::{
-    prepare_shared, prepare_shared_keeping, share_workload, DeviceShare, Keep, ShareMethod,
+    prepare_share_reading, prepare_shared, prepare_shared_keeping, share_workload, DeviceShare,
+    Keep, ShareMethod,
 };
 use fateplan_runtime::train::{self, BackendChoice, TrainReport, TrainRun};
 
@@ -379,7 +380,57 @@ fn a_share_built_alone_is_the_one_built_with_the_others() {
             assert_eq!(shown(&one.devices[0]), shown(&all.devices[rank]), "{rank}");
             assert_eq!(one.workload.to_json(), all.workload.to_json());
             assert_eq!(one.stats, all.stats);
+            // Reading its own rows from the graph (a process of its own):
+            // the same share, having asked for those rows only.
+            let without = Dataset {
+                x: Vec::new(),
+                ..data.clone()
+            };
+            let asked = std::sync::Mutex::new(Vec::new());
+            let read = |ids: &[u64]| {
+                asked.lock().unwrap().extend_from_slice(ids);
+                Ok(ids.iter().flat_map(|&v| data.row(v).to_vec()).collect())
+            };
+            let read_alone =
+                prepare_share_reading(without.clone(), &read, &h, 3, 2, method, rank).unwrap();
+            assert_eq!(
+                shown(&read_alone.devices[0]),
+                shown(&all.devices[rank]),
+                "{rank}"
+            );
+            assert_eq!(read_alone.workload.to_json(), all.workload.to_json());
+            let mut asked = asked.into_inner().unwrap();
+            asked.sort_unstable();
+            let mut own: Vec<u64> = match &all.devices[rank].input.row_ids {
+                Some(ids) => ids.clone(),
+                None => {
+                    let input = &all.devices[rank].input;
+                    let rows = *input.offsets.last().unwrap();
+                    (input.row_base..input.row_base + rows).collect()
+                }
+            };
+            own.sort_unstable();
+            assert_eq!(asked, own, "{method:?} {rank}");
+            // Rows read short are refused, not trained.
+            let f = data.features as usize;
+            let short = |ids: &[u64]| Ok(vec![0.0; ids.len().saturating_sub(1) * f]);
+            let Err(error) = prepare_share_reading(without, &short, &h, 3, 2, method, rank) else {
+                panic!("a share of rows read short");
+            };
+            assert!(
+                error.to_string().contains("rows of 12 features read as"),
+                "{error}"
+            );
         }
+        // Every share but no features: refused, naming them.
+        let without = Dataset {
+            x: Vec::new(),
+            ..data.clone()
+        };
+        let Err(error) = prepare_shared(without, &h, 3, 2, method) else {
+            panic!("shares without features");
+        };
+        assert!(error.to_string().contains("0 feature values"), "{error}");
         let none = prepare_shared_keeping(data.clone(), &h, 3, 2, method, Keep::None).unwrap();
         assert!(none.devices.is_empty());
         assert_eq!(none.workload.to_json(), all.workload.to_json());
