@@ -16,7 +16,7 @@ use fateplan::planner::plan::{Budgets, Plan};
 use fateplan::runtime::collective::{Collective, Hub, TcpMember};
 use fateplan::runtime::dataset::Dataset;
 use fateplan::runtime::exec::{ExecOptions, SsdTier};
-use fateplan::runtime::share::prepare_share_reading;
+use fateplan::runtime::share::{load_owner, prepare_share_reading, save_owner};
 use fateplan::runtime::train::{self, EpochStats, MemberOutcome};
 use serde::{Deserialize, Serialize};
 
@@ -43,6 +43,9 @@ struct Job {
     /// Whether the member divides each of its feature rows by its sum
     /// (the launcher found that no feature of the graph is negative).
     rows_sum_to_one: bool,
+    /// The launcher's min-cut partitioning of the graph onto the devices
+    /// (`share::save_owner`), for min-cut shares.
+    owner_file: Option<std::path::PathBuf>,
 }
 
 /// What a member hands the hub as it leaves.
@@ -79,8 +82,23 @@ pub fn launch(
     budgets: Option<Budgets>,
     ssd_bytes: u64,
     rows_sum_to_one: bool,
+    owner: Option<&[u32]>,
 ) -> Result<Launched> {
     let k = args.devices() as usize;
+    // The partitioning, in a folder removed when the run ends: the
+    // members share the graph out without partitioning it again.
+    let handed = match owner {
+        Some(owner) => {
+            let dir = tempfile::Builder::new()
+                .prefix("fateplan-shares-")
+                .tempdir()
+                .context("making a folder for the members' partitioning")?;
+            let path = dir.path().join("owner.bin");
+            save_owner(&path, owner, k as u32)?;
+            Some((dir, path))
+        }
+        None => None,
+    };
     let hub = Hub::bind("127.0.0.1:0", k)?;
     let addr = hub.local_addr()?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -98,6 +116,7 @@ pub fn launch(
             budgets,
             ssd_bytes,
             rows_sum_to_one,
+            owner_file: handed.as_ref().map(|(_, path)| path.clone()),
         };
         let spawned = Command::new(&exe)
             .arg("member")
@@ -277,6 +296,10 @@ fn train_member(job: &Job, member: Arc<TcpMember>) -> Result<Handed> {
         // The rows' source (a dataset's mapped x.npy) is closed once they
         // are read.
         let (dataset, rows) = train::load_graph_without_features(&args.graph)?;
+        let owner = match &job.owner_file {
+            Some(path) => Some(load_owner(path, dataset.nodes, args.devices())?),
+            None => None,
+        };
         let features = dataset.features;
         let read = |ids: &[u64]| {
             let mut x = rows.rows(ids)?;
@@ -286,7 +309,7 @@ fn train_member(job: &Job, member: Arc<TcpMember>) -> Result<Handed> {
             Ok(x)
         };
         let (k, p) = (args.devices(), args.partitions());
-        prepare_share_reading(dataset, &read, &hyper, k, p, method, job.rank)?
+        prepare_share_reading(dataset, &read, owner, &hyper, k, p, method, job.rank)?
     };
     train::check_shared_plan(&plan, &shared.workload)?;
     let Some(share) = shared.devices.pop().filter(|_| shared.devices.is_empty()) else {

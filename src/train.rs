@@ -719,8 +719,14 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             // prepare the graph to find out.
             train::check_shared_plan(&plan, &shares.workload)?;
             let ssd_bytes = run.budgets.unwrap_or(plan.budgets).ssd_bytes;
-            let launched =
-                crate::members::launch(args, &plan, run.budgets, ssd_bytes, rows_sum_to_one)?;
+            let launched = crate::members::launch(
+                args,
+                &plan,
+                run.budgets,
+                ssd_bytes,
+                rows_sum_to_one,
+                shares.owner.as_deref(),
+            )?;
             let (shared, spans) = train::gather(launched.outcomes, shares.stats)?;
             (shared.report, spans, Some((shared.devices, shared.shares)))
         }

@@ -859,7 +859,19 @@ fn processes_read_their_own_rows_of_a_dataset_folder() {
         "2",
     ];
     let threads = json(&fateplan(&common));
-    let processes = json(&fateplan(&[&common[..], &["--processes"]].concat()));
+    // The launcher hands the members its partitioning in a temporary
+    // folder, gone when the run ends.
+    let temporary = dir.join("tmp");
+    std::fs::create_dir_all(&temporary).unwrap();
+    let processes = json(
+        &std::process::Command::new(env!("CARGO_BIN_EXE_fateplan"))
+            .args([&common[..], &["--processes"]].concat())
+            .env("TMPDIR", &temporary)
+            .output()
+            .unwrap(),
+    );
+    let left: Vec<_> = std::fs::read_dir(&temporary).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
     assert_eq!(threads["features"], "rows normalised to sum 1");
     for key in ["features", "weights_sha256", "final_loss", "losses"] {
         assert_eq!(threads[key], processes[key], "{key}");

@@ -128,6 +128,10 @@ pub struct ShareStats {
 /// The shares and the one workload every device runs.
 pub struct SharedPrepared {
     pub workload: Workload,
+    /// The min-cut partitioning of the graph onto the devices, for min-cut
+    /// shares: a member process given it ([`prepare_share_reading`]) does
+    /// not partition again.
+    pub owner: Option<Vec<u32>>,
     /// The shares built ([`Keep`]), in rank order.
     pub devices: Vec<DeviceShare>,
     /// Devices in the group, whose shares were built or not.
@@ -194,9 +198,14 @@ pub type ReadRows<'a> = &'a (dyn Fn(&[u64]) -> Result<Vec<f32>, Error> + Sync);
 /// [`prepare_shared_keeping`] for the one device `rank`, from a dataset
 /// without its features (`x` empty) whose share's rows `read` reads: a
 /// process that trains one device reads its own rows, not the graph's.
+/// `owner`, where given, is the min-cut partitioning the group shares
+/// ([`SharedPrepared::owner`]), so that the process does not partition
+/// again.
+#[allow(clippy::too_many_arguments)]
 pub fn prepare_share_reading(
     dataset: Dataset,
     read: ReadRows<'_>,
+    owner: Option<Vec<u32>>,
     hyper: &Hyper,
     devices: u32,
     partitions: u32,
@@ -210,9 +219,75 @@ pub fn prepare_share_reading(
         partitions,
         method,
         Keep::One(rank),
-        None,
+        owner,
         Some(read),
     )
+}
+
+/// First bytes of a file of [`save_owner`].
+const OWNER_MAGIC: &[u8; 8] = b"FPOWNER1";
+
+/// Writes a partitioning of a graph's vertices onto `devices` devices to
+/// `path`: a tag, the vertex and device counts, then each vertex's device
+/// (little-endian u64, u32, u32s).
+pub fn save_owner(path: &std::path::Path, owner: &[u32], devices: u32) -> Result<(), Error> {
+    let mut bytes = Vec::with_capacity(20 + owner.len() * 4);
+    bytes.extend_from_slice(OWNER_MAGIC);
+    bytes.extend_from_slice(&(owner.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(&devices.to_le_bytes());
+    for &o in owner {
+        bytes.extend_from_slice(&o.to_le_bytes());
+    }
+    std::fs::write(path, bytes).map_err(|e| Error::io(path, e))
+}
+
+/// Reads a file of [`save_owner`], which must partition `nodes` vertices
+/// onto `devices` devices.
+pub fn load_owner(path: &std::path::Path, nodes: u64, devices: u32) -> Result<Vec<u32>, Error> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    if bytes.len() < 20 || &bytes[..8] != OWNER_MAGIC {
+        return Err(Error::invalid(
+            path,
+            "tag",
+            "not a partitioning saved by fateplan",
+        ));
+    }
+    let saved_nodes = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+    let saved_devices = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
+    if (saved_nodes, saved_devices) != (nodes, devices) {
+        return Err(Error::invalid(
+            path,
+            "nodes",
+            format!(
+                "{saved_nodes} vertices onto {saved_devices} devices; expected {nodes} onto \
+                 {devices}"
+            ),
+        ));
+    }
+    let body = &bytes[20..];
+    if body.len() as u64 != nodes * 4 {
+        return Err(Error::invalid(
+            path,
+            "size",
+            format!(
+                "{} bytes of devices; {nodes} vertices need {}",
+                body.len(),
+                nodes * 4
+            ),
+        ));
+    }
+    let owner: Vec<u32> = body
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+        .collect();
+    if let Some(v) = owner.iter().position(|&o| o >= devices) {
+        return Err(Error::invalid(
+            path,
+            format!("vertex {v}"),
+            format!("device {} of {devices}", owner[v]),
+        ));
+    }
+    Ok(owner)
 }
 
 /// The workload every device of a shared run trains and the shares'
@@ -582,8 +657,19 @@ fn prepare(
         &name,
     )
     .map_err(|e| Error::invalid(std::path::Path::new(&dataset.name), "model", e.to_string()))?;
+    // Device d owns the vertices it numbers starts[d·P]..starts[(d+1)·P].
+    let owner = old.map(|old| {
+        let mut owner = vec![0u32; old.len()];
+        for d in 0..k {
+            for &v in &old[starts[d * p] as usize..starts[(d + 1) * p] as usize] {
+                owner[v as usize] = d as u32;
+            }
+        }
+        owner
+    });
     Ok(SharedPrepared {
         workload,
+        owner,
         devices: devices_out,
         group: k,
         stats,

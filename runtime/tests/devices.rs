@@ -14,9 +14,10 @@ use fateplan_planner::{plan, PlanOptions, Policy};
 use fateplan_runtime::cpu::Hyper;
 use fateplan_runtime::dataset::Dataset;
 use fateplan_runtime::exec::SsdTier;
+use fateplan_runtime::partition::{PartitionOptions, Partitioning};
 use fateplan_runtime::share::{
-    prepare_share_reading, prepare_shared, prepare_shared_keeping, share_workload, DeviceShare,
-    Keep, ShareMethod,
+    load_owner, prepare_share_reading, prepare_shared, prepare_shared_keeping, save_owner,
+    share_workload, DeviceShare, Keep, ShareMethod,
 };
 use fateplan_runtime::train::{self, BackendChoice, TrainReport, TrainRun};
 
@@ -392,7 +393,8 @@ fn a_share_built_alone_is_the_one_built_with_the_others() {
                 Ok(ids.iter().flat_map(|&v| data.row(v).to_vec()).collect())
             };
             let read_alone =
-                prepare_share_reading(without.clone(), &read, &h, 3, 2, method, rank).unwrap();
+                prepare_share_reading(without.clone(), &read, None, &h, 3, 2, method, rank)
+                    .unwrap();
             assert_eq!(
                 shown(&read_alone.devices[0]),
                 shown(&all.devices[rank]),
@@ -411,10 +413,29 @@ fn a_share_built_alone_is_the_one_built_with_the_others() {
             };
             own.sort_unstable();
             assert_eq!(asked, own, "{method:?} {rank}");
+            // Given the group's partitioning, through a file: the same.
+            if let Some(owner) = &all.owner {
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("owner.bin");
+                save_owner(&path, owner, 3).unwrap();
+                let owner = Some(load_owner(&path, data.nodes, 3).unwrap());
+                let rows =
+                    |ids: &[u64]| Ok(ids.iter().flat_map(|&v| data.row(v).to_vec()).collect());
+                let handed =
+                    prepare_share_reading(without.clone(), &rows, owner, &h, 3, 2, method, rank)
+                        .unwrap();
+                assert_eq!(
+                    shown(&handed.devices[0]),
+                    shown(&all.devices[rank]),
+                    "{rank}"
+                );
+                assert_eq!(handed.stats, all.stats);
+            }
             // Rows read short are refused, not trained.
             let f = data.features as usize;
             let short = |ids: &[u64]| Ok(vec![0.0; ids.len().saturating_sub(1) * f]);
-            let Err(error) = prepare_share_reading(without, &short, &h, 3, 2, method, rank) else {
+            let Err(error) = prepare_share_reading(without, &short, None, &h, 3, 2, method, rank)
+            else {
                 panic!("a share of rows read short");
             };
             assert!(
@@ -433,6 +454,19 @@ fn a_share_built_alone_is_the_one_built_with_the_others() {
         assert!(error.to_string().contains("0 feature values"), "{error}");
         let none = prepare_shared_keeping(data.clone(), &h, 3, 2, method, Keep::None).unwrap();
         assert!(none.devices.is_empty());
+        // The min-cut shares' partitioning, as the partitioner gives it.
+        let expected = (method == ShareMethod::Mincut).then(|| {
+            Partitioning::mincut(
+                data.nodes,
+                &data.src,
+                &data.dst,
+                3,
+                &PartitionOptions::default(),
+            )
+            .unwrap()
+            .owner
+        });
+        assert_eq!(none.owner, expected, "{method:?}");
         assert_eq!(none.workload.to_json(), all.workload.to_json());
         assert_eq!(none.stats, all.stats);
         // Threads need every share.
@@ -453,12 +487,35 @@ fn a_share_built_alone_is_the_one_built_with_the_others() {
 }
 
 #[test]
+fn a_saved_partitioning_is_checked_as_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("owner.bin");
+    save_owner(&path, &[0, 2, 1, 2], 3).unwrap();
+    assert_eq!(load_owner(&path, 4, 3).unwrap(), vec![0, 2, 1, 2]);
+    let error = |nodes, devices| load_owner(&path, nodes, devices).unwrap_err().to_string();
+    assert!(error(5, 3).contains("4 vertices onto 3 devices; expected 5 onto 3"));
+    assert!(error(4, 2).contains("expected 4 onto 2"));
+    save_owner(&path, &[0, 3], 3).unwrap();
+    let message = error(2, 3);
+    assert!(
+        message.contains("vertex 1") && message.contains("device 3 of 3"),
+        "{message}"
+    );
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() - 1]).unwrap();
+    assert!(error(2, 3).contains("7 bytes of devices"));
+    std::fs::write(&path, b"not a partitioning at all").unwrap();
+    assert!(error(2, 3).contains("not a partitioning saved by fateplan"));
+    let missing = load_owner(&dir.path().join("missing"), 2, 3).unwrap_err();
+    assert!(missing.to_string().contains("missing"), "{missing}");
+}
+
+#[test]
 fn the_topology_alone_gives_the_workload_of_the_shares() {
     // `plan --gpus --graph` plans from the edges alone what `train
     // --devices` builds from the whole dataset.
     use fateplan_planner::gnn::GnnSpec;
     use fateplan_runtime::graph::GraphData;
-    use fateplan_runtime::partition::{PartitionOptions, Partitioning};
     let data = planted(600, 3);
     let h = hyper(GnnModel::Gat, 0.0);
     let spec = GnnSpec {
