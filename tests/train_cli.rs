@@ -954,8 +954,11 @@ fn each_device_a_process_trains_the_model_of_threads() {
         .enumerate()
     {
         assert_eq!(p["rank"], rank);
-        // Each member says how much memory its process held.
-        assert!(p["process_peak_bytes"].as_u64().unwrap() > 0, "{p}");
+        // Each member says how much memory its process held (where the
+        // system says: Linux's /proc).
+        if cfg!(target_os = "linux") {
+            assert!(p["process_peak_bytes"].as_u64().unwrap() > 0, "{p}");
+        }
         assert!(t["process_peak_bytes"].is_null(), "{t}");
         for key in ["sent_bytes", "received_bytes", "reduced_bytes"] {
             assert!(p["exchange"][key].as_u64().unwrap() > 0, "{p}");

@@ -86,24 +86,20 @@ impl Dataset {
     /// checks that every array agrees on `N`, labels are in range, features
     /// are finite and edges name existing nodes.
     pub fn load(dir: &Path) -> Result<Dataset> {
-        let (mut dataset, path, npy) = Self::load_all_but_x(dir)?;
-        let values = npy.to_f32(&path)?;
-        check_finite(&path, &values, 0, dataset.features)?;
-        dataset.x = values;
-        Ok(dataset)
+        Self::load_parts(dir, true).map(|(dataset, _, _)| dataset)
     }
 
     /// [`Dataset::load`] without the features: `x` is empty, and the rows
     /// are read from the mapped `x.npy` as they are wanted
     /// ([`FeatureRows::rows`]), checked then.
     pub fn load_without_features(dir: &Path) -> Result<(Dataset, FeatureRows)> {
-        let (dataset, path, npy) = Self::load_all_but_x(dir)?;
+        let (dataset, path, npy) = Self::load_parts(dir, false)?;
         Ok((dataset, FeatureRows::Npy { path, npy }))
     }
 
-    /// Every array checked and read but `x`, whose shape and type are
-    /// checked; its path and map.
-    fn load_all_but_x(dir: &Path) -> Result<(Dataset, PathBuf, Npy)> {
+    /// Every array checked and read, `x` too where `read_x` (else its
+    /// shape and type only); `x.npy`'s path and map.
+    fn load_parts(dir: &Path, read_x: bool) -> Result<(Dataset, PathBuf, Npy)> {
         let name = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -138,6 +134,13 @@ impl Dataset {
                 format!("{:?} is not a float type; expected <f4 or <f8", x.dtype),
             ));
         }
+        let x_values = if read_x {
+            let values = x.to_f32(&x_path)?;
+            check_finite(&x_path, &values, |r| r as u64, features)?;
+            values
+        } else {
+            Vec::new()
+        };
 
         let (y_path, y) = open(dir, "y.npy")?;
         if !(y.shape == [nodes] || y.shape == [nodes, 1]) {
@@ -214,7 +217,7 @@ impl Dataset {
             nodes,
             features,
             classes,
-            x: Vec::new(),
+            x: x_values,
             y: labels,
             train_mask,
             val_mask,
@@ -319,8 +322,7 @@ impl Dataset {
     }
 }
 
-/// Opens `dir/file`, saying which file is missing when it is.
-/// Rows read from a file per scan of [`FeatureRows::scaling`].
+/// Rows read from a file at a time by [`FeatureRows`].
 const SCAN_ROWS: u64 = 1 << 14;
 
 /// A graph's feature rows, read by the row rather than held whole: a
@@ -339,11 +341,14 @@ impl FeatureRows {
     pub fn rows(&self, ids: &[u64]) -> Result<Vec<f32>> {
         match self {
             FeatureRows::Npy { path, npy } => {
-                let values = npy.rows_f32(ids, path)?;
                 let features = npy.shape[1] as u32;
-                if let Some(at) = values.par_iter().position_first(|v| !v.is_finite()) {
-                    let f = features as usize;
-                    return Err(not_finite(path, ids[at / f], (at % f) as u32, values[at]));
+                let mut values = Vec::with_capacity(ids.len() * features as usize);
+                for batch in ids.chunks(SCAN_ROWS as usize) {
+                    let rows = npy.rows_f32(batch, path)?;
+                    // The file's pages read are let go batch by batch.
+                    npy.release();
+                    check_finite(path, &rows, |r| batch[r], features)?;
+                    values.extend_from_slice(&rows);
                 }
                 Ok(values)
             }
@@ -363,7 +368,8 @@ impl FeatureRows {
                 for first in (0..rows).step_by(SCAN_ROWS as usize) {
                     let ids: Vec<u64> = (first..(first + SCAN_ROWS).min(rows)).collect();
                     let values = npy.rows_f32(&ids, path)?;
-                    check_finite(path, &values, first, features as u32)?;
+                    npy.release();
+                    check_finite(path, &values, |r| first + r as u64, features as u32)?;
                     if negative.is_none() {
                         negative = values.par_iter().position_first(|&v| v < 0.0).map(|at| {
                             (
@@ -385,31 +391,26 @@ impl FeatureRows {
     }
 }
 
-/// Fails on the first value of `values` (rows of `features` values from
-/// row `first`) that is not finite.
-fn check_finite(path: &Path, values: &[f32], first: u64, features: u32) -> Result<()> {
+/// Fails on the first value of `values` (rows of `features` values; its
+/// `r`th row is the graph's row `row(r)`) that is not finite.
+fn check_finite(
+    path: &Path,
+    values: &[f32],
+    row: impl Fn(usize) -> u64,
+    features: u32,
+) -> Result<()> {
+    let f = features as usize;
     match values.par_iter().position_first(|v| !v.is_finite()) {
-        Some(at) => {
-            let f = features as usize;
-            Err(not_finite(
-                path,
-                first + (at / f) as u64,
-                (at % f) as u32,
-                values[at],
-            ))
-        }
+        Some(at) => Err(Error::invalid(
+            path,
+            format!("x[{}, {}]", row(at / f), at % f),
+            format!("{} is not a finite number", values[at]),
+        )),
         None => Ok(()),
     }
 }
 
-fn not_finite(path: &Path, row: u64, column: u32, value: f32) -> Error {
-    Error::invalid(
-        path,
-        format!("x[{row}, {column}]"),
-        format!("{value} is not a finite number"),
-    )
-}
-
+/// Opens `dir/file`, saying which file is missing when it is.
 fn open(dir: &Path, file: &str) -> Result<(std::path::PathBuf, Npy)> {
     let path = dir.join(file);
     if !path.exists() {

@@ -354,10 +354,11 @@ fn sorted_places(ids: &[u64]) -> Vec<(u64, usize)> {
 }
 
 impl RmatSpec {
-    /// The feature rows of nodes `ids` (each below [`RmatSpec::nodes`]),
-    /// in that order: those of [`RmatSpec::generate`], drawing only the
-    /// chunks of nodes that hold them.
-    pub fn rows(&self, ids: &[u64]) -> Vec<f32> {
+    /// The feature rows of nodes `ids` (each below [`RmatSpec::nodes`]:
+    /// [`GeneratorSpec::rows`] checks), in that order: those of
+    /// [`RmatSpec::generate`], drawing only the chunks of nodes that hold
+    /// them.
+    fn rows(&self, ids: &[u64]) -> Vec<f32> {
         let f = self.features as usize;
         let wanted = sorted_places(ids);
         // Per chunk, its slice of `wanted`.
@@ -370,38 +371,41 @@ impl RmatSpec {
             groups.push(group);
             rest = after;
         }
-        let drawn: Vec<Vec<f32>> = groups
-            .par_iter()
-            .map(|group| {
-                let chunk = group[0].0 as usize / NODES_PER_CHUNK;
-                let first = chunk * NODES_PER_CHUNK;
-                // Up to the last row wanted; the group's places, renumbered.
-                let last = group[group.len() - 1].0 as usize - first;
-                let local: Vec<(u64, usize)> = group
-                    .iter()
-                    .enumerate()
-                    .map(|(k, &(v, _))| (v - first as u64, k))
-                    .collect();
-                let mut rows = vec![0f32; group.len() * f];
-                let mut keep = keep_rows(&local, f, &mut rows);
-                let splits = [self.train, self.val, self.test];
-                draw_node_chunk(
-                    self.seed,
-                    chunk,
-                    last + 1,
-                    f,
-                    self.classes,
-                    splits,
-                    |i, row, _, _| keep(i as u64, row),
-                );
-                drop(keep);
-                rows
-            })
-            .collect();
+        let draw = |group: &&[(u64, usize)]| {
+            let chunk = group[0].0 as usize / NODES_PER_CHUNK;
+            let first = chunk * NODES_PER_CHUNK;
+            // Up to the last row wanted; the group's places, renumbered.
+            let last = group[group.len() - 1].0 as usize - first;
+            let local: Vec<(u64, usize)> = group
+                .iter()
+                .enumerate()
+                .map(|(k, &(v, _))| (v - first as u64, k))
+                .collect();
+            let mut rows = vec![0f32; group.len() * f];
+            let mut keep = keep_rows(&local, f, &mut rows);
+            let splits = [self.train, self.val, self.test];
+            draw_node_chunk(
+                self.seed,
+                chunk,
+                last + 1,
+                f,
+                self.classes,
+                splits,
+                |i, row, _, _| keep(i as u64, row),
+            );
+            drop(keep);
+            rows
+        };
         let mut out = vec![0f32; ids.len() * f];
-        for (group, rows) in groups.iter().zip(&drawn) {
-            for (&(_, place), row) in group.iter().zip(rows.chunks_exact(f.max(1))) {
-                out[place * f..(place + 1) * f].copy_from_slice(row);
+        // A few chunks per thread at a time: their rows are held twice
+        // (drawn, then placed) only until they are placed.
+        let batch = 4 * rayon::current_num_threads();
+        for groups in groups.chunks(batch) {
+            let drawn: Vec<Vec<f32>> = groups.par_iter().map(draw).collect();
+            for (group, rows) in groups.iter().zip(&drawn) {
+                for (&(_, place), row) in group.iter().zip(rows.chunks_exact(f.max(1))) {
+                    out[place * f..(place + 1) * f].copy_from_slice(row);
+                }
             }
         }
         out
@@ -567,10 +571,11 @@ impl PlantedSpec {
         (y, rng)
     }
 
-    /// The feature rows of nodes `ids` (each below `nodes`), in that
-    /// order: those of [`PlantedSpec::generate`], drawing every row in
-    /// turn and keeping those.
-    pub fn rows(&self, ids: &[u64]) -> Vec<f32> {
+    /// The feature rows of nodes `ids` (each below `nodes`:
+    /// [`GeneratorSpec::rows`] checks), in that order: those of
+    /// [`PlantedSpec::generate`], drawing every row in turn and keeping
+    /// those.
+    fn rows(&self, ids: &[u64]) -> Vec<f32> {
         let f = self.features as usize;
         let wanted = sorted_places(ids);
         let mut out = vec![0f32; ids.len() * f];
@@ -1012,8 +1017,9 @@ mod tests {
     #[test]
     fn rows_drawn_alone_are_the_generated_rows() {
         for text in [
-            // Three chunks of nodes, the last one short.
+            // Two chunks of nodes; one chunk, shorter than the others.
             "rmat:scale=13,edge_factor=2,features=5,classes=3,seed=7",
+            "rmat:scale=11,edge_factor=2,features=5,classes=3,seed=7",
             "planted:nodes=700,classes=3,features=4,val=100,test=200,seed=2",
         ] {
             let spec = GeneratorSpec::parse(text).unwrap();

@@ -196,6 +196,19 @@ impl Npy {
         Ok(out)
     }
 
+    /// Lets go of the file's pages this process has read through the map
+    /// (they stay in the page cache, and are read again if wanted), so
+    /// that they no longer count in its resident memory.
+    pub fn release(&self) {
+        // Safety: the map is shared and read-only, so dropping its pages
+        // loses nothing: a later read faults them in from the file again.
+        // Advice is a hint; a system that refuses it keeps the pages.
+        let _ = unsafe {
+            self.map
+                .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
+        };
+    }
+
     /// Every element as i64 in row-major order, from `<i8` or `<i4`.
     pub fn to_i64(&self, path: &Path) -> Result<Vec<i64>> {
         let bytes = self.elements();

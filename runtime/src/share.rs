@@ -257,7 +257,7 @@ pub fn load_owner(path: &std::path::Path, nodes: u64, devices: u32) -> Result<Ve
     if (saved_nodes, saved_devices) != (nodes, devices) {
         return Err(Error::invalid(
             path,
-            "nodes",
+            "header",
             format!(
                 "{saved_nodes} vertices onto {saved_devices} devices; expected {nodes} onto \
                  {devices}"
