@@ -249,29 +249,17 @@ fn random_node_attributes(
     let mut y = vec![0i64; n];
     // 0 train, 1 val, 2 test, 3 none.
     let mut split = vec![3u8; n];
-    let labels = y
-        .par_chunks_mut(NODES_PER_CHUNK)
-        .zip(split.par_chunks_mut(NODES_PER_CHUNK))
-        .enumerate();
-    if keep_x {
-        labels
-            .zip(x.par_chunks_mut(NODES_PER_CHUNK * f))
-            .for_each(|((chunk, (y, split)), x)| {
-                draw_node_chunk(
-                    seed,
-                    chunk,
-                    y.len(),
-                    f,
-                    classes,
-                    splits,
-                    |i, row, label, which| {
-                        x[i * f..(i + 1) * f].copy_from_slice(row);
-                        (y[i], split[i]) = (label, which);
-                    },
-                )
-            });
+    // Each chunk's feature rows where they are kept.
+    let mut x_chunks: Vec<Option<&mut [f32]>> = if keep_x {
+        x.chunks_mut(NODES_PER_CHUNK * f).map(Some).collect()
     } else {
-        labels.for_each(|(chunk, (y, split))| {
+        (0..n.div_ceil(NODES_PER_CHUNK)).map(|_| None).collect()
+    };
+    y.par_chunks_mut(NODES_PER_CHUNK)
+        .zip(split.par_chunks_mut(NODES_PER_CHUNK))
+        .zip(x_chunks.par_iter_mut())
+        .enumerate()
+        .for_each(|(chunk, ((y, split), x))| {
             draw_node_chunk(
                 seed,
                 chunk,
@@ -279,12 +267,14 @@ fn random_node_attributes(
                 f,
                 classes,
                 splits,
-                |i, _, label, which| {
+                |i, row, label, which| {
+                    if let Some(x) = x {
+                        x[i * f..(i + 1) * f].copy_from_slice(row);
+                    }
                     (y[i], split[i]) = (label, which);
                 },
             )
         });
-    }
     let mask = |k: u8| split.iter().map(|&s| s == k).collect();
     (x, y, [mask(0), mask(1), mask(2)])
 }
