@@ -289,13 +289,13 @@ fn train_member(job: &Job, member: Arc<TcpMember>) -> Result<Handed> {
     let hyper = crate::train::hyper(args)?;
     let plan = Plan::from_json(&job.plan, "the launcher's plan")?;
     // This member's share only, and only its own feature rows are read:
-    // K members hold one copy of the graph's rows between them (each
-    // still reads the whole topology to share it out).
+    // K members hold one copy of the graph's rows between them. Each
+    // reads every edge, a batch at a time, and holds its own rows'.
     let method = crate::train::share_method(args)?;
     let mut shared = {
         // The rows' source (a dataset's mapped x.npy) is closed once they
         // are read.
-        let (dataset, rows) = train::load_graph_without_features(&args.graph)?;
+        let (dataset, rows, edges) = train::open_graph(&args.graph)?;
         let owner = match &job.owner_file {
             Some(path) => Some(load_owner(path, dataset.nodes, args.devices())?),
             None => None,
@@ -309,7 +309,7 @@ fn train_member(job: &Job, member: Arc<TcpMember>) -> Result<Handed> {
             Ok(x)
         };
         let (k, p) = (args.devices(), args.partitions());
-        prepare_share_reading(dataset, &read, owner, &hyper, k, p, method, job.rank)?
+        prepare_share_reading(dataset, edges, &read, owner, &hyper, k, p, method, job.rank)?
     };
     train::check_shared_plan(&plan, &shared.workload)?;
     let Some(share) = shared.devices.pop().filter(|_| shared.devices.is_empty()) else {

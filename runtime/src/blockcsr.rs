@@ -228,98 +228,7 @@ impl BlockCsr {
             ));
         }
         let nodes = csr.nodes;
-        let loops = normalization.self_loops();
-        let degree = |v: u64| csr.in_degree(v) + u64::from(loops);
-        let inverse_sqrt_degree: Vec<f64> = match normalization {
-            Normalization::GcnSym => (0..nodes)
-                .into_par_iter()
-                .map(|v| 1.0 / (degree(v) as f64).sqrt())
-                .collect(),
-            _ => Vec::new(),
-        };
-        let p = partitions as usize;
-        let rows_of: Vec<Vec<Option<CsrBlock>>> = (0..partitions)
-            .into_par_iter()
-            .map(|i| {
-                let (first, end) = split.range(i);
-                // Entries per source partition, to size the blocks.
-                let mut counts = vec![0u64; p];
-                for v in first..end {
-                    for &u in csr.row(v) {
-                        counts[split.of(u as u64) as usize] += 1;
-                    }
-                }
-                if loops {
-                    counts[i as usize] += end - first;
-                }
-                let mut blocks: Vec<Option<CsrBlock>> = (0..partitions)
-                    .map(|j| {
-                        (counts[j as usize] > 0 || j == i).then(|| {
-                            let mut row_start = Vec::with_capacity((end - first + 1) as usize);
-                            row_start.push(0);
-                            CsrBlock {
-                                dst_partition: i,
-                                src_partition: j,
-                                row_start,
-                                columns: Vec::with_capacity(counts[j as usize] as usize),
-                                weights: Vec::new(),
-                                weighting: normalization.weighting(),
-                            }
-                        })
-                    })
-                    .collect();
-                let starts: Vec<u64> = (0..partitions).map(|j| split.range(j).0).collect();
-                let existing: Vec<usize> = (0..p).filter(|&j| blocks[j].is_some()).collect();
-                for v in first..end {
-                    let mut push = |u: u64| {
-                        let j = split.of(u) as usize;
-                        let block = blocks[j].as_mut().expect("counted block exists");
-                        block.columns.push((u - starts[j]) as u32);
-                    };
-                    let mut looped = !loops;
-                    for &u in csr.row(v) {
-                        let u = u as u64;
-                        if !looped && u > v {
-                            push(v);
-                            looped = true;
-                        }
-                        push(u);
-                    }
-                    if !looped {
-                        push(v);
-                    }
-                    for &j in &existing {
-                        let block = blocks[j].as_mut().expect("existing block");
-                        block.row_start.push(block.columns.len() as u64);
-                    }
-                }
-                // The scales: the destination rows', then (GCN) the source rows'.
-                let scales = |range: (u64, u64)| -> Vec<f32> {
-                    (range.0..range.1)
-                        .map(|v| match normalization {
-                            Normalization::GcnSym => inverse_sqrt_degree[v as usize] as f32,
-                            Normalization::Mean => match csr.in_degree(v) {
-                                0 => 0.0,
-                                d => (1.0 / d as f64) as f32,
-                            },
-                            Normalization::Unweighted => 1.0,
-                        })
-                        .collect()
-                };
-                for block in blocks.iter_mut().flatten() {
-                    block.weights = match block.weighting {
-                        Weighting::Row => scales((first, end)),
-                        Weighting::RowColumn => {
-                            let mut w = scales((first, end));
-                            w.extend(scales(split.range(block.src_partition)));
-                            w
-                        }
-                        Weighting::PerEdge | Weighting::Unit => Vec::new(),
-                    };
-                }
-                blocks
-            })
-            .collect();
+        let rows_of = build_destinations(csr, &split, normalization, 0..partitions);
         Ok(BlockCsr {
             nodes,
             partitions,
@@ -358,6 +267,134 @@ impl BlockCsr {
     pub fn byte_size(&self) -> u64 {
         self.blocks().map(CsrBlock::byte_size).sum()
     }
+}
+
+/// The rows of a graph a block build reads: each destination's sources,
+/// ascending, and every vertex's in-degree (which weights the blocks).
+pub trait Adjacency: Sync {
+    /// Sources of the edges ending at `v`, ascending.
+    fn row(&self, v: u64) -> &[u32];
+    /// Edges ending at `v` in the whole graph.
+    fn in_degree(&self, v: u64) -> u64;
+}
+
+impl Adjacency for Csr {
+    fn row(&self, v: u64) -> &[u32] {
+        Csr::row(self, v)
+    }
+
+    fn in_degree(&self, v: u64) -> u64 {
+        Csr::in_degree(self, v)
+    }
+}
+
+/// The blocks of the destination partitions `destinations` of `split`
+/// (each a row of `split.partitions()` slots, by source partition), from
+/// `adjacency`'s rows of those partitions; built in parallel. Where
+/// [`Normalization::GcnSym`] weights them, every vertex's degree is read.
+pub fn build_destinations(
+    adjacency: &impl Adjacency,
+    split: &Split,
+    normalization: Normalization,
+    destinations: std::ops::Range<u32>,
+) -> Vec<Vec<Option<CsrBlock>>> {
+    if destinations.is_empty() {
+        return Vec::new();
+    }
+    let nodes = split.nodes();
+    let loops = normalization.self_loops();
+    let degree = |v: u64| adjacency.in_degree(v) + u64::from(loops);
+    let inverse_sqrt_degree: Vec<f64> = match normalization {
+        Normalization::GcnSym => (0..nodes)
+            .into_par_iter()
+            .map(|v| 1.0 / (degree(v) as f64).sqrt())
+            .collect(),
+        _ => Vec::new(),
+    };
+    let partitions = split.partitions();
+    let p = partitions as usize;
+    destinations
+        .into_par_iter()
+        .map(|i| {
+            let (first, end) = split.range(i);
+            // Entries per source partition, to size the blocks.
+            let mut counts = vec![0u64; p];
+            for v in first..end {
+                for &u in adjacency.row(v) {
+                    counts[split.of(u as u64) as usize] += 1;
+                }
+            }
+            if loops {
+                counts[i as usize] += end - first;
+            }
+            let mut blocks: Vec<Option<CsrBlock>> = (0..partitions)
+                .map(|j| {
+                    (counts[j as usize] > 0 || j == i).then(|| {
+                        let mut row_start = Vec::with_capacity((end - first + 1) as usize);
+                        row_start.push(0);
+                        CsrBlock {
+                            dst_partition: i,
+                            src_partition: j,
+                            row_start,
+                            columns: Vec::with_capacity(counts[j as usize] as usize),
+                            weights: Vec::new(),
+                            weighting: normalization.weighting(),
+                        }
+                    })
+                })
+                .collect();
+            let starts: Vec<u64> = (0..partitions).map(|j| split.range(j).0).collect();
+            let existing: Vec<usize> = (0..p).filter(|&j| blocks[j].is_some()).collect();
+            for v in first..end {
+                let mut push = |u: u64| {
+                    let j = split.of(u) as usize;
+                    let block = blocks[j].as_mut().expect("counted block exists");
+                    block.columns.push((u - starts[j]) as u32);
+                };
+                let mut looped = !loops;
+                for &u in adjacency.row(v) {
+                    let u = u as u64;
+                    if !looped && u > v {
+                        push(v);
+                        looped = true;
+                    }
+                    push(u);
+                }
+                if !looped {
+                    push(v);
+                }
+                for &j in &existing {
+                    let block = blocks[j].as_mut().expect("existing block");
+                    block.row_start.push(block.columns.len() as u64);
+                }
+            }
+            // The scales: the destination rows', then (GCN) the source rows'.
+            let scales = |range: (u64, u64)| -> Vec<f32> {
+                (range.0..range.1)
+                    .map(|v| match normalization {
+                        Normalization::GcnSym => inverse_sqrt_degree[v as usize] as f32,
+                        Normalization::Mean => match adjacency.in_degree(v) {
+                            0 => 0.0,
+                            d => (1.0 / d as f64) as f32,
+                        },
+                        Normalization::Unweighted => 1.0,
+                    })
+                    .collect()
+            };
+            for block in blocks.iter_mut().flatten() {
+                block.weights = match block.weighting {
+                    Weighting::Row => scales((first, end)),
+                    Weighting::RowColumn => {
+                        let mut w = scales((first, end));
+                        w.extend(scales(split.range(block.src_partition)));
+                        w
+                    }
+                    Weighting::PerEdge | Weighting::Unit => Vec::new(),
+                };
+            }
+            blocks
+        })
+        .collect()
 }
 
 #[cfg(test)]

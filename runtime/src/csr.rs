@@ -61,6 +61,23 @@ pub fn edge_digest(src: &[u64], dst: &[u64]) -> u64 {
         .reduce(|| 0, u64::wrapping_add)
 }
 
+/// Sorts each row `columns[row_start[v]..row_start[v + 1]]`, rows in
+/// parallel.
+pub(crate) fn sort_rows(row_start: &[u64], columns: &mut [u32]) {
+    let rows = row_start.len().saturating_sub(1);
+    let mut each: Vec<&mut [u32]> = Vec::with_capacity(rows);
+    let mut rest: &mut [u32] = columns;
+    for v in 0..rows {
+        let length = (row_start[v + 1] - row_start[v]) as usize;
+        let (row, tail) = rest.split_at_mut(length);
+        each.push(row);
+        rest = tail;
+    }
+    each.par_iter_mut()
+        .with_min_len(1 << 10)
+        .for_each(|row| row.sort_unstable());
+}
+
 /// SplitMix64's finaliser over an edge's endpoints.
 fn edge_hash(src: u64, dst: u64) -> u64 {
     let mut z = (src << 32 ^ dst).wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -116,23 +133,8 @@ impl Csr {
             row_start,
             columns,
         };
-        csr.sort_rows();
+        sort_rows(&csr.row_start, &mut csr.columns);
         Ok(csr)
-    }
-
-    /// Sorts every row's sources, rows in parallel.
-    fn sort_rows(&mut self) {
-        let mut rows: Vec<&mut [u32]> = Vec::with_capacity(self.nodes as usize);
-        let mut rest: &mut [u32] = &mut self.columns;
-        for v in 0..self.nodes as usize {
-            let length = (self.row_start[v + 1] - self.row_start[v]) as usize;
-            let (row, tail) = rest.split_at_mut(length);
-            rows.push(row);
-            rest = tail;
-        }
-        rows.par_iter_mut()
-            .with_min_len(1 << 10)
-            .for_each(|row| row.sort_unstable());
     }
 
     pub fn edges(&self) -> u64 {

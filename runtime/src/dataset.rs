@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use fateplan_planner::blocks::BlockCounts;
 use rayon::prelude::*;
 
+use crate::edges::EdgeSource;
 use crate::generate::GeneratorSpec;
 use crate::npy::{Dtype, Npy};
 use crate::{Error, Result};
@@ -86,20 +87,33 @@ impl Dataset {
     /// checks that every array agrees on `N`, labels are in range, features
     /// are finite and edges name existing nodes.
     pub fn load(dir: &Path) -> Result<Dataset> {
-        Self::load_parts(dir, true).map(|(dataset, _, _)| dataset)
+        Self::load_parts(dir, true, true).map(|(dataset, _, _)| dataset)
     }
 
     /// [`Dataset::load`] without the features: `x` is empty, and the rows
     /// are read from the mapped `x.npy` as they are wanted
     /// ([`FeatureRows::rows`]), checked then.
     pub fn load_without_features(dir: &Path) -> Result<(Dataset, FeatureRows)> {
-        let (dataset, path, npy) = Self::load_parts(dir, false)?;
-        Ok((dataset, FeatureRows::Npy { path, npy }))
+        let (dataset, rows, _) = Self::load_parts(dir, false, true)?;
+        Ok((dataset, rows))
     }
 
-    /// Every array checked and read, `x` too where `read_x` (else its
-    /// shape and type only); `x.npy`'s path and map.
-    fn load_parts(dir: &Path, read_x: bool) -> Result<(Dataset, PathBuf, Npy)> {
+    /// [`Dataset::load_without_features`] without the edges either: `src`
+    /// and `dst` are empty, and the edges are read from the mapped
+    /// `edge_index.npy` as they are wanted ([`EdgeSource::for_each_batch`]),
+    /// checked then.
+    pub fn open(dir: &Path) -> Result<(Dataset, FeatureRows, EdgeSource<'static>)> {
+        Self::load_parts(dir, false, false)
+    }
+
+    /// Every array checked and read, `x` too where `read_x` and the edges
+    /// where `read_edges` (else their shape and type only); the sources
+    /// of the features and of the edges.
+    fn load_parts(
+        dir: &Path,
+        read_x: bool,
+        read_edges: bool,
+    ) -> Result<(Dataset, FeatureRows, EdgeSource<'static>)> {
         let name = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -190,27 +204,29 @@ impl Dataset {
                 format!("{:?}; expected [2, E]", edge_index.shape),
             ));
         }
-        let ends = edge_index.to_i64(&edge_path)?;
-        let (sources, destinations) = ends.split_at(ends.len() / 2);
-        let check = |row: usize, k: usize, v: i64| -> Result<u64> {
-            u64::try_from(v).ok().filter(|&v| v < nodes).ok_or_else(|| {
-                Error::invalid(
-                    &edge_path,
-                    format!("edge_index[{row}, {k}]"),
-                    format!("{v} is not a node in 0..{nodes} (N from x.npy)"),
-                )
-            })
+        if !matches!(edge_index.dtype, Dtype::I64 | Dtype::I32) {
+            return Err(Error::invalid(
+                &edge_path,
+                "descr",
+                format!(
+                    "{:?} is not an integer type; expected <i8 or <i4",
+                    edge_index.dtype
+                ),
+            ));
+        }
+        let mut edges = EdgeSource::Npy {
+            path: edge_path,
+            npy: edge_index,
+            nodes,
         };
-        let src = sources
-            .iter()
-            .enumerate()
-            .map(|(k, &v)| check(0, k, v))
-            .collect::<Result<Vec<u64>>>()?;
-        let dst = destinations
-            .iter()
-            .enumerate()
-            .map(|(k, &v)| check(1, k, v))
-            .collect::<Result<Vec<u64>>>()?;
+        let (src, dst) = if read_edges {
+            let lists = edges.lists()?;
+            let lists = (lists.0.into_owned(), lists.1.into_owned());
+            edges = EdgeSource::owned(Vec::new(), Vec::new());
+            lists
+        } else {
+            (Vec::new(), Vec::new())
+        };
 
         let dataset = Dataset {
             name,
@@ -225,7 +241,14 @@ impl Dataset {
             src,
             dst,
         };
-        Ok((dataset, x_path, x))
+        Ok((
+            dataset,
+            FeatureRows::Npy {
+                path: x_path,
+                npy: x,
+            },
+            edges,
+        ))
     }
 
     /// Divides each feature row by its sum where the sum is positive (Kipf and
@@ -614,6 +637,22 @@ pub(crate) mod tests {
         write_npy(&d.join("edge_index.npy"), "<i8", &[3, 2], &[0u8; 48]);
         has_all(&load_error(d), &["edge_index.npy", "shape", "[3, 2]"]);
 
+        // Edges that are not integers: refused when the folder is opened,
+        // before any is read.
+        reset();
+        write_npy(&d.join("edge_index.npy"), "<f8", &[2, 2], &[0u8; 32]);
+        has_all(
+            &load_error(d),
+            &["edge_index.npy", "descr", "not an integer type"],
+        );
+        let Err(error) = Dataset::open(d) else {
+            panic!("float edges opened");
+        };
+        has_all(
+            &error.to_string(),
+            &["edge_index.npy", "descr", "not an integer type"],
+        );
+
         reset();
         write_npy(&d.join("x.npy"), "<f4", &[12], &[0u8; 48]);
         has_all(&load_error(d), &["x.npy", "shape", "[12]"]);
@@ -639,6 +678,20 @@ pub(crate) mod tests {
             [full.row(3), full.row(0), full.row(3)].concat()
         );
         assert_eq!(rows.scaling().unwrap(), FeatureScaling::RowsSumToOne);
+        // Without the edges either: they are read from the file.
+        let (topology, _, edges) = Dataset::open(d).unwrap();
+        assert!(topology.src.is_empty() && topology.dst.is_empty());
+        assert_eq!(
+            Dataset {
+                x: full.x.clone(),
+                src: full.src.clone(),
+                dst: full.dst.clone(),
+                ..topology
+            },
+            full
+        );
+        let (src, dst) = edges.lists().unwrap();
+        assert_eq!((&*src, &*dst), (&full.src[..], &full.dst[..]));
         let mut rows_x = rows.rows(&[0, 1, 2, 3]).unwrap();
         let mut normalised = full.clone();
         normalised.row_normalize_features();

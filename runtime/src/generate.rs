@@ -24,6 +24,7 @@ use rand_pcg::Pcg64Mcg;
 use rayon::prelude::*;
 
 use crate::dataset::{Dataset, MAX_CLASSES, MAX_FEATURES};
+use crate::edges::EdgeSource;
 use crate::{Error, Result};
 
 /// Graph500's R-MAT quadrant probabilities; `D = 1 - A - B - C`.
@@ -150,59 +151,28 @@ impl RmatSpec {
     }
 
     pub fn generate(&self) -> Result<Dataset> {
-        self.generate_with(true)
+        self.generate_with(true, true)
     }
 
     /// [`RmatSpec::generate`], with the features only where `features`
     /// (else `x` is empty: they are drawn and dropped, so that the labels
-    /// and split are the same; [`RmatSpec::rows`] draws the rows wanted).
-    fn generate_with(&self, features: bool) -> Result<Dataset> {
+    /// and split are the same; [`RmatSpec::rows`] draws the rows wanted),
+    /// and the edges only where `edges` (else `src` and `dst` are empty:
+    /// [`RmatSpec::edge_batches`] draws them a batch at a time).
+    fn generate_with(&self, features: bool, edges: bool) -> Result<Dataset> {
         self.validate(&self.to_string())?;
-        let (nodes, scale) = (self.nodes(), self.scale);
-        let drawn = self.drawn_edges() as usize;
-        // Quadrant thresholds on a u32 draw: A, A+B, A+B+C.
-        let threshold = |p: f64| (p * 4_294_967_296.0) as u64;
-        let (t_a, t_ab, t_abc) = (
-            threshold(RMAT_A),
-            threshold(RMAT_A + RMAT_B),
-            threshold(RMAT_A + RMAT_B + RMAT_C),
-        );
-        let mut src = vec![0u64; drawn];
-        let mut dst = vec![0u64; drawn];
-        src.par_chunks_mut(EDGES_PER_CHUNK)
-            .zip(dst.par_chunks_mut(EDGES_PER_CHUNK))
-            .enumerate()
-            .for_each(|(chunk, (sources, destinations))| {
-                let mut rng = chunk_rng(self.seed, STREAM_EDGES, chunk as u64);
-                for (s, d) in sources.iter_mut().zip(destinations) {
-                    let (mut u, mut v) = (0u64, 0u64);
-                    let mut bits = 0u64;
-                    for level in 0..scale {
-                        if level % 2 == 0 {
-                            bits = rng.next_u64();
-                        }
-                        let r = bits & 0xffff_ffff;
-                        bits >>= 32;
-                        // Quadrant A (0, 0), B (0, 1), C (1, 0), D (1, 1), branch-free.
-                        let row = u64::from(r >= t_ab);
-                        let column = u64::from(r >= t_a) ^ row ^ u64::from(r >= t_abc);
-                        u = u << 1 | row;
-                        v = v << 1 | column;
-                    }
-                    (*s, *d) = (u, v);
-                }
-            });
-        if self.scramble {
-            let mut permutation: Vec<u64> = (0..nodes).collect();
-            permutation.shuffle(&mut chunk_rng(self.seed, STREAM_PERMUTATION, 0));
-            src.par_iter_mut()
-                .chain(dst.par_iter_mut())
-                .for_each(|v| *v = permutation[*v as usize]);
-        }
-        if self.symmetric {
-            let (forward_src, forward_dst) = (src.clone(), dst.clone());
-            src.extend_from_slice(&forward_dst);
-            dst.extend_from_slice(&forward_src);
+        let nodes = self.nodes();
+        let (mut src, mut dst) = (Vec::new(), Vec::new());
+        if edges {
+            let drawn = self.drawn_edges() as usize;
+            src = vec![0u64; drawn];
+            dst = vec![0u64; drawn];
+            self.draw_edges(0, &mut src, &mut dst, self.permutation().as_deref());
+            if self.symmetric {
+                let (forward_src, forward_dst) = (src.clone(), dst.clone());
+                src.extend_from_slice(&forward_dst);
+                dst.extend_from_slice(&forward_src);
+            }
         }
         let (x, y, [train_mask, val_mask, test_mask]) = random_node_attributes(
             nodes,
@@ -225,6 +195,88 @@ impl RmatSpec {
             src,
             dst,
         })
+    }
+    /// The scrambling relabelling of the nodes, where `scramble`.
+    fn permutation(&self) -> Option<Vec<u64>> {
+        self.scramble.then(|| {
+            let mut permutation: Vec<u64> = (0..self.nodes()).collect();
+            permutation.shuffle(&mut chunk_rng(self.seed, STREAM_PERMUTATION, 0));
+            permutation
+        })
+    }
+
+    /// Draws the edges of chunks `first_chunk..` into `src` and `dst` (of
+    /// equal length, a whole number of chunks except at the end), in
+    /// parallel, relabelled by `permutation` where given.
+    fn draw_edges(
+        &self,
+        first_chunk: usize,
+        src: &mut [u64],
+        dst: &mut [u64],
+        permutation: Option<&[u64]>,
+    ) {
+        // Quadrant thresholds on a u32 draw: A, A+B, A+B+C.
+        let threshold = |p: f64| (p * 4_294_967_296.0) as u64;
+        let (t_a, t_ab, t_abc) = (
+            threshold(RMAT_A),
+            threshold(RMAT_A + RMAT_B),
+            threshold(RMAT_A + RMAT_B + RMAT_C),
+        );
+        let scale = self.scale;
+        src.par_chunks_mut(EDGES_PER_CHUNK)
+            .zip(dst.par_chunks_mut(EDGES_PER_CHUNK))
+            .enumerate()
+            .for_each(|(chunk, (sources, destinations))| {
+                let chunk = (first_chunk + chunk) as u64;
+                let mut rng = chunk_rng(self.seed, STREAM_EDGES, chunk);
+                for (s, d) in sources.iter_mut().zip(destinations) {
+                    let (mut u, mut v) = (0u64, 0u64);
+                    let mut bits = 0u64;
+                    for level in 0..scale {
+                        if level % 2 == 0 {
+                            bits = rng.next_u64();
+                        }
+                        let r = bits & 0xffff_ffff;
+                        bits >>= 32;
+                        // Quadrant A (0, 0), B (0, 1), C (1, 0), D (1, 1), branch-free.
+                        let row = u64::from(r >= t_ab);
+                        let column = u64::from(r >= t_a) ^ row ^ u64::from(r >= t_abc);
+                        u = u << 1 | row;
+                        v = v << 1 | column;
+                    }
+                    (*s, *d) = match permutation {
+                        Some(p) => (p[u as usize], p[v as usize]),
+                        None => (u, v),
+                    };
+                }
+            });
+    }
+
+    /// Calls `each` with the edges of [`RmatSpec::generate`] a batch of
+    /// `chunks` chunks at a time (`src`, `dst`): the same edges, each once, in another order
+    /// (a symmetric graph's reverse edges follow each batch). Stops at
+    /// the first error `each` returns.
+    pub(crate) fn edge_batches(
+        &self,
+        chunks: usize,
+        each: crate::edges::EachBatch<'_>,
+    ) -> Result<()> {
+        self.validate(&self.to_string())?;
+        let permutation = self.permutation();
+        let drawn = self.drawn_edges() as usize;
+        let batch = EDGES_PER_CHUNK * chunks.max(1);
+        let mut src = vec![0u64; batch.min(drawn)];
+        let mut dst = vec![0u64; batch.min(drawn)];
+        for first in (0..drawn).step_by(batch) {
+            let length = batch.min(drawn - first);
+            let (s, d) = (&mut src[..length], &mut dst[..length]);
+            self.draw_edges(first / EDGES_PER_CHUNK, s, d, permutation.as_deref());
+            each(s, d)?;
+            if self.symmetric {
+                each(d, s)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -850,8 +902,28 @@ impl GeneratorSpec {
     /// [`GeneratorSpec::rows`] draws the rows wanted.
     pub fn generate_without_features(&self) -> Result<Dataset> {
         match self {
-            GeneratorSpec::Rmat(s) => s.generate_with(false),
+            GeneratorSpec::Rmat(s) => s.generate_with(false, true),
             GeneratorSpec::Planted(s) => s.generate_with(false),
+        }
+    }
+
+    /// [`GeneratorSpec::generate_without_features`] without the edges
+    /// either (`src` and `dst` empty), and where they are read from: an
+    /// R-MAT spec draws them a batch at a time; a planted graph's (whose
+    /// pairs are sorted and deduplicated as a whole) are drawn whole.
+    pub fn open(&self) -> Result<(Dataset, EdgeSource<'static>)> {
+        match self {
+            GeneratorSpec::Rmat(s) => {
+                Ok((s.generate_with(false, false)?, EdgeSource::Rmat(s.clone())))
+            }
+            GeneratorSpec::Planted(s) => {
+                let mut dataset = s.generate_with(false)?;
+                let edges = EdgeSource::owned(
+                    std::mem::take(&mut dataset.src),
+                    std::mem::take(&mut dataset.dst),
+                );
+                Ok((dataset, edges))
+            }
         }
     }
 
@@ -1020,6 +1092,35 @@ mod tests {
                 Dataset {
                     x: whole.x.clone(),
                     ..without
+                },
+                whole,
+                "{text}"
+            );
+            // Without the edges either: the same edges, from their source.
+            let (topology, edges) = spec.open().unwrap();
+            assert!(topology.x.is_empty() && topology.src.is_empty(), "{text}");
+            let mut pairs: Vec<(u64, u64)> = Vec::new();
+            edges
+                .for_each_batch(&mut |s, d| {
+                    pairs.extend(s.iter().copied().zip(d.iter().copied()));
+                    Ok(())
+                })
+                .unwrap();
+            let mut expected: Vec<(u64, u64)> = whole
+                .src
+                .iter()
+                .copied()
+                .zip(whole.dst.iter().copied())
+                .collect();
+            pairs.sort_unstable();
+            expected.sort_unstable();
+            assert_eq!(pairs, expected, "{text}");
+            assert_eq!(
+                Dataset {
+                    x: whole.x.clone(),
+                    src: whole.src.clone(),
+                    dst: whole.dst.clone(),
+                    ..topology
                 },
                 whole,
                 "{text}"

@@ -20,6 +20,7 @@ pub mod cpu;
 pub mod csr;
 pub mod cuda;
 pub mod dataset;
+pub mod edges;
 mod error;
 pub mod exec;
 pub mod generate;

@@ -232,6 +232,49 @@ impl Npy {
         self.row_major(values, path)
     }
 
+    /// Elements `(row, c)` for `c` in `columns` of a 2-D integer array
+    /// (`<i8` or `<i4`, either order), as i64.
+    pub fn row_ints(
+        &self,
+        row: u64,
+        columns: std::ops::Range<u64>,
+        path: &Path,
+    ) -> Result<Vec<i64>> {
+        if self.shape.len() != 2 || row >= self.shape[0] || columns.end > self.shape[1] {
+            return Err(Error::invalid(
+                path,
+                "shape",
+                format!(
+                    "{:?} has no elements ({row}, {}..{})",
+                    self.shape, columns.start, columns.end
+                ),
+            ));
+        }
+        let data = self.data();
+        let at = |c: u64| self.index2(row, c);
+        match self.dtype {
+            Dtype::I64 => Ok(columns
+                .map(|c| {
+                    let i = at(c) * 8;
+                    i64::from_le_bytes(data[i..i + 8].try_into().expect("8 bytes"))
+                })
+                .collect()),
+            Dtype::I32 => Ok(columns
+                .map(|c| {
+                    let i = at(c) * 4;
+                    i64::from(i32::from_le_bytes(
+                        data[i..i + 4].try_into().expect("4 bytes"),
+                    ))
+                })
+                .collect()),
+            other => Err(Error::invalid(
+                path,
+                "descr",
+                format!("{other:?} is not an integer type; expected <i8 or <i4"),
+            )),
+        }
+    }
+
     /// Every element as a bool in row-major order, from `|b1` or `|u1`
     /// holding only 0 and 1.
     pub fn to_bool(&self, path: &Path) -> Result<Vec<bool>> {

@@ -27,9 +27,10 @@ use fateplan_planner::blocks::BlockCounts;
 use fateplan_planner::gnn::GnnSpec;
 use fateplan_planner::workload::Workload;
 
-use crate::blockcsr::{BlockCsr, CsrBlock, Normalization, Split};
-use crate::csr::Csr;
+use crate::blockcsr::{build_destinations, Adjacency, CsrBlock, Normalization, Split};
+use crate::csr::{sort_rows, MAX_CSR_NODES};
 use crate::dataset::Dataset;
+use crate::edges::EdgeSource;
 use crate::exec::data::BlockData;
 use crate::gnn::{GraphInput, Hyper};
 use crate::graph::GraphData;
@@ -185,8 +186,13 @@ pub fn prepare_shared_keeping(
     method: ShareMethod,
     keep: Keep,
 ) -> Result<SharedPrepared, Error> {
+    let mut dataset = dataset;
+    let edges = EdgeSource::owned(
+        std::mem::take(&mut dataset.src),
+        std::mem::take(&mut dataset.dst),
+    );
     prepare(
-        dataset, hyper, devices, partitions, method, keep, None, None,
+        dataset, edges, hyper, devices, partitions, method, keep, None, None,
     )
 }
 
@@ -196,14 +202,17 @@ pub fn prepare_shared_keeping(
 pub type ReadRows<'a> = &'a (dyn Fn(&[u64]) -> Result<Vec<f32>, Error> + Sync);
 
 /// [`prepare_shared_keeping`] for the one device `rank`, from a dataset
-/// without its features (`x` empty) whose share's rows `read` reads: a
-/// process that trains one device reads its own rows, not the graph's.
-/// `owner`, where given, is the min-cut partitioning the group shares
-/// ([`SharedPrepared::owner`]), so that the process does not partition
-/// again.
+/// without its features or edges (`x`, `src` and `dst` empty), whose
+/// share's rows `read` reads and whose edges come from `edges`: a process
+/// that trains one device reads its own rows, not the graph's, and holds
+/// its own rows' edges, not the graph's (it reads the others to count
+/// them). `owner`, where given, is the min-cut partitioning the group
+/// shares ([`SharedPrepared::owner`]), so that the process does not
+/// partition again (else it holds every edge to partition them).
 #[allow(clippy::too_many_arguments)]
 pub fn prepare_share_reading(
     dataset: Dataset,
+    edges: EdgeSource<'_>,
     read: ReadRows<'_>,
     owner: Option<Vec<u32>>,
     hyper: &Hyper,
@@ -212,8 +221,20 @@ pub fn prepare_share_reading(
     method: ShareMethod,
     rank: usize,
 ) -> Result<SharedPrepared, Error> {
+    if !dataset.src.is_empty() || !dataset.dst.is_empty() {
+        return Err(Error::invalid(
+            std::path::Path::new(&dataset.name),
+            "edges",
+            format!(
+                "the dataset holds {} edges and a source of {} was given too",
+                dataset.src.len().max(dataset.dst.len()),
+                edges.len()
+            ),
+        ));
+    }
     prepare(
         dataset,
+        edges,
         hyper,
         devices,
         partitions,
@@ -331,11 +352,12 @@ pub fn share_workload(
         train_mask: Vec::new(),
         val_mask: Vec::new(),
         test_mask: Vec::new(),
-        src: graph.src,
-        dst: graph.dst,
+        src: Vec::new(),
+        dst: Vec::new(),
     };
     let shared = prepare(
         topology,
+        EdgeSource::owned(graph.src, graph.dst),
         &hyper,
         devices,
         partitions,
@@ -347,12 +369,19 @@ pub fn share_workload(
     Ok((shared.workload, shared.stats))
 }
 
-/// [`prepare_shared_keeping`], with the min-cut partitioning `owner`
-/// where the caller has it, and the kept shares' feature rows read with
-/// `read` where given (else taken from the dataset's `x`).
+/// [`prepare_shared_keeping`] from the graph's `edges` (the dataset's own
+/// lists are empty), with the min-cut partitioning `owner` where the
+/// caller has it, and the kept shares' feature rows read with `read`
+/// where given (else taken from the dataset's `x`).
+///
+/// The edges are read twice, a batch at a time, and never held whole:
+/// first for every vertex's in-degree, the edges per pair of partitions
+/// and which vertices each device reads from the others; then for the
+/// kept shares' own rows, which are all the blocks they build.
 #[allow(clippy::too_many_arguments)]
 fn prepare(
-    dataset: Dataset,
+    mut dataset: Dataset,
+    edges: EdgeSource<'_>,
     hyper: &Hyper,
     devices: u32,
     partitions: u32,
@@ -361,32 +390,31 @@ fn prepare(
     owner: Option<Vec<u32>>,
     read: Option<ReadRows<'_>>,
 ) -> Result<SharedPrepared, Error> {
+    let name = dataset.name.clone();
+    let invalid =
+        |field: &str, why: String| Error::invalid(std::path::Path::new(&name), field, why);
     if devices == 0 {
-        return Err(Error::invalid(
-            std::path::Path::new(&dataset.name),
+        return Err(invalid(
             "devices",
-            "0: a run needs at least one device",
+            "0: a run needs at least one device".into(),
         ));
     }
     if let Keep::One(rank) = keep {
         if rank >= devices as usize {
-            return Err(Error::invalid(
-                std::path::Path::new(&dataset.name),
+            return Err(invalid(
                 "devices",
                 format!("share {rank} of {devices} devices: expected a rank below {devices}"),
             ));
         }
     }
     let all = devices.checked_mul(partitions).ok_or_else(|| {
-        Error::invalid(
-            std::path::Path::new(&dataset.name),
+        invalid(
             "partitions",
             format!("{devices} devices × {partitions} partitions overflows"),
         )
     })?;
     if all > MAX_PARTITIONS {
-        return Err(Error::invalid(
-            std::path::Path::new(&dataset.name),
+        return Err(invalid(
             "partitions",
             if devices > MAX_PARTITIONS {
                 format!(
@@ -403,53 +431,73 @@ fn prepare(
             },
         ));
     }
-    if method == ShareMethod::Ranges && owner.is_some() {
-        // A partitioning is the min-cut shares' input; ranges would drop it.
-        return Err(Error::invalid(
-            std::path::Path::new(&dataset.name),
-            "owner",
-            "a min-cut partitioning was given, but the shares are vertex ranges",
+    if all == 0 {
+        return Err(invalid(
+            "partitions",
+            "0: expected at least 1 per device".into(),
         ));
     }
-    // `old[w]`: the vertex numbered `w` as the graph was given, when the
-    // shares renumber them.
-    let (mut dataset, split, old) = match method {
-        ShareMethod::Ranges => {
-            let nodes = dataset.nodes;
-            (
-                dataset,
-                Split::Equal {
-                    nodes,
-                    partitions: all,
-                },
-                None,
-            )
-        }
+    if method == ShareMethod::Ranges && owner.is_some() {
+        // A partitioning is the min-cut shares' input; ranges would drop it.
+        return Err(invalid(
+            "owner",
+            "a min-cut partitioning was given, but the shares are vertex ranges".into(),
+        ));
+    }
+    let n = dataset.nodes;
+    if n == 0 || n > MAX_CSR_NODES {
+        return Err(invalid(
+            "nodes",
+            format!("{n} is outside 1..={MAX_CSR_NODES}"),
+        ));
+    }
+    // The shares' vertex ranges; for min-cut shares, `new[v]`: the number
+    // of the vertex numbered `v` as the graph was given, and `old[w]`:
+    // the vertex numbered `w`.
+    let (split, new, old) = match method {
+        ShareMethod::Ranges => (
+            Split::Equal {
+                nodes: n,
+                partitions: all,
+            },
+            None,
+            None,
+        ),
         ShareMethod::Mincut => {
-            let (dataset, split, old) = mincut_order(dataset, devices, partitions, owner)?;
-            (dataset, split, Some(old))
+            let owner = match owner {
+                Some(owner) => owner,
+                None => {
+                    let (src, dst) = edges.lists()?;
+                    crate::partition::Partitioning::mincut(
+                        n,
+                        &src,
+                        &dst,
+                        devices,
+                        &crate::partition::PartitionOptions::default(),
+                    )?
+                    .owner
+                }
+            };
+            let (split, new, old) = mincut_numbering(&name, n, devices, partitions, &owner)?;
+            permute_vertices(&mut dataset, &old);
+            (split, Some(new), Some(old))
         }
     };
     let (k, p, kp) = (devices as usize, partitions as usize, all as usize);
-    let starts: Vec<u64> = (0..all)
-        .map(|g| split.range(g).0)
-        .chain([dataset.nodes])
-        .collect();
+    let starts: Vec<u64> = (0..all).map(|g| split.range(g).0).chain([n]).collect();
     // The kept shares' feature rows, gathered from the graph's order (the
     // features are not renumbered), and the whole dropped before the
     // adjacency is built: a process keeping one share holds its rows,
     // not a second copy of every row.
     let f = dataset.features as usize;
     let kept_any = (0..k).any(|d| keep.keeps(d));
-    let held = dataset.nodes as usize * f;
+    let held = n as usize * f;
     if kept_any && read.is_none() && dataset.x.len() != held {
-        return Err(Error::invalid(
-            std::path::Path::new(&dataset.name),
+        return Err(invalid(
             "x",
             format!(
-                "{} feature values, but {} nodes of {f} features need {held}",
-                dataset.x.len(),
-                dataset.nodes
+                "{} feature values, but {n} nodes of {f} features need {held}",
+                dataset.x.len()
             ),
         ));
     }
@@ -468,8 +516,7 @@ fn prepare(
                     };
                     let rows = read(&ids)?;
                     if rows.len() != ids.len() * f {
-                        return Err(Error::invalid(
-                            std::path::Path::new(&dataset.name),
+                        return Err(invalid(
                             "x",
                             format!(
                                 "device {d}'s {} rows of {f} features read as {} values",
@@ -494,34 +541,100 @@ fn prepare(
             })
             .collect::<Result<_, Error>>()?
     };
-    let csr = Csr::from_edges(dataset.nodes, &dataset.src, &dataset.dst)?;
-    // The edges are in the adjacency now.
-    dataset.src = Vec::new();
-    dataset.dst = Vec::new();
-    let counts = csr.block_counts_split(&split)?;
-    let blocks = BlockCsr::build_split(&csr, split, Normalization::for_model(hyper.model))?;
-    drop(csr);
-    let mut slots = blocks.into_slots();
-    let slot = |i: usize, j: usize| i * kp + j;
+
+    // The kept devices' vertices: one contiguous range (every device's,
+    // one device's, or none).
+    let kept: Vec<usize> = (0..k).filter(|&d| keep.keeps(d)).collect();
+    let (first_kept, end_kept) = match (kept.first(), kept.last()) {
+        (Some(&a), Some(&b)) => (a, b + 1),
+        _ => (0, 0),
+    };
+    let (kept_lo, kept_hi) = (starts[first_kept * p], starts[end_kept * p]);
+    let number = |v: u64| new.as_ref().map_or(v, |new| u64::from(new[v as usize]));
+
+    // First pass: in-degrees, edges per pair of partitions, and reads[d]:
+    // the vertices of other devices that an edge leads from into d.
+    let mut degree = vec![0u64; n as usize];
+    let mut pair_edges = vec![0u64; kp * kp];
+    let mut reads: Vec<Vec<u64>> = vec![vec![0u64; (n as usize).div_ceil(64)]; k];
+    let mut seen = 0u64;
+    edges.for_each_batch(&mut |src, dst| {
+        for (i, (&s, &t)) in src.iter().zip(dst).enumerate() {
+            if s >= n || t >= n {
+                return Err(invalid(
+                    &format!("edge {}", seen + i as u64),
+                    format!("{s} -> {t} names a vertex outside 0..{n}"),
+                ));
+            }
+            let (u, v) = (number(s), number(t));
+            let (gu, gv) = (split.of(u) as usize, split.of(v) as usize);
+            degree[v as usize] += 1;
+            pair_edges[gv * kp + gu] += 1;
+            let (du, dv) = (gu / p, gv / p);
+            if du != dv {
+                reads[dv][u as usize / 64] |= 1 << (u % 64);
+            }
+        }
+        seen += src.len() as u64;
+        Ok(())
+    })?;
+    // Second pass: the kept rows' sources, grouped by destination.
+    let rows = (kept_hi - kept_lo) as usize;
+    let mut row_start = vec![0u64; rows + 1];
+    for r in 0..rows {
+        row_start[r + 1] = row_start[r] + degree[kept_lo as usize + r];
+    }
+    let mut columns = vec![0u32; row_start[rows] as usize];
+    if rows > 0 {
+        let mut next: Vec<u64> = row_start[..rows].to_vec();
+        edges.for_each_batch(&mut |src, dst| {
+            for (&s, &t) in src.iter().zip(dst) {
+                let v = number(t);
+                if (kept_lo..kept_hi).contains(&v) {
+                    let at = &mut next[(v - kept_lo) as usize];
+                    columns[*at as usize] = number(s) as u32;
+                    *at += 1;
+                }
+            }
+            Ok(())
+        })?;
+    }
+    drop(edges);
+    sort_rows(&row_start, &mut columns);
+    let own_rows = KeptRows {
+        first: kept_lo,
+        row_start,
+        columns,
+        degree,
+    };
+    // slots[q][h]: block (kept partition first_kept·P + q, partition h).
+    let mut slots = build_destinations(
+        &own_rows,
+        &split,
+        Normalization::for_model(hyper.model),
+        (first_kept * p) as u32..(end_kept * p) as u32,
+    );
+    drop(own_rows);
+    let counts = BlockCounts {
+        partitions: all,
+        nodes: n,
+        edges: pair_edges,
+    };
 
     // needed[d][e][s]: rows of device e's partition s that device d reads.
     let mut needed: Vec<Vec<Vec<Vec<u32>>>> = vec![vec![vec![Vec::new(); p]; k]; k];
-    for (d, by_owner) in needed.iter_mut().enumerate() {
-        for (e, by_source) in by_owner.iter_mut().enumerate() {
-            if e == d {
-                continue;
-            }
-            for (s, rows) in by_source.iter_mut().enumerate() {
-                for q in 0..p {
-                    if let Some(block) = &slots[slot(d * p + q, e * p + s)] {
-                        rows.extend_from_slice(&block.columns);
-                    }
-                }
-                rows.sort_unstable();
-                rows.dedup();
+    for (d, marks) in reads.iter().enumerate() {
+        for (word, &bits) in marks.iter().enumerate() {
+            let mut bits = bits;
+            while bits != 0 {
+                let w = (word * 64) as u64 + u64::from(bits.trailing_zeros());
+                bits &= bits - 1;
+                let g = split.of(w) as usize;
+                needed[d][g / p][g % p].push((w - starts[g]) as u32);
             }
         }
     }
+    drop(reads);
 
     let mut stats = ShareStats {
         method,
@@ -532,17 +645,20 @@ fn prepare(
     let mut union = vec![0u64; p * p];
     let mut shares = Vec::with_capacity(k);
     for (d, reads) in needed.iter().enumerate() {
+        let kept = keep.keeps(d);
         let mut halo = HaloInput {
             blocks: vec![None; p * p],
             recv: (0..p)
                 .map(|s| reads.iter().map(|by_source| by_source[s].len()).collect())
                 .collect(),
+            // Only a share that is built needs what it sends and its
+            // halo's ids.
             send: (0..p)
+                .filter(|_| kept)
                 .map(|s| (0..k).map(|e| needed[e][d][s].clone()).collect())
                 .collect(),
-            // Only a share that is built needs its halo's ids.
             ids: (0..p)
-                .filter(|_| keep.keeps(d))
+                .filter(|_| kept)
                 .map(|s| {
                     let mut ids = Vec::with_capacity(reads.iter().map(|r| r[s].len()).sum());
                     for (e, by_source) in reads.iter().enumerate() {
@@ -559,31 +675,32 @@ fn prepare(
         let halo_rows: u64 = (0..p).map(|s| halo.rows(s) as u64).sum();
         stats.halo_rows_max = stats.halo_rows_max.max(halo_rows);
         stats.halo_rows_total += halo_rows;
-        let kept = keep.keeps(d);
         for q in 0..p {
             let g = d * p + q;
             let rows = (starts[g + 1] - starts[g]) as usize;
             for s in 0..p {
                 let own = counts.block_edges(g as u32, (d * p + s) as u32);
-                let mut remote = 0;
-                let parts: Vec<(usize, &CsrBlock)> = (0..k)
+                let remote: u64 = (0..k)
                     .filter(|&e| e != d)
-                    .filter_map(|e| slots[slot(g, e * p + s)].as_ref().map(|b| (e, b)))
-                    .collect();
-                for (e, _) in &parts {
-                    remote += counts.block_edges(g as u32, (e * p + s) as u32);
-                }
+                    .map(|e| counts.block_edges(g as u32, (e * p + s) as u32))
+                    .sum();
                 stats.halo_edges += remote;
                 union[q * p + s] = union[q * p + s].max(own + remote);
-                if kept && !parts.is_empty() {
-                    halo.blocks[q * p + s] = Some(halo_block(rows, &parts, reads, s));
+                if !kept || remote == 0 {
+                    continue;
                 }
+                let row = g - first_kept * p;
+                let parts: Vec<(usize, &CsrBlock)> = (0..k)
+                    .filter(|&e| e != d)
+                    .filter_map(|e| slots[row][e * p + s].as_ref().map(|b| (e, b)))
+                    .collect();
+                halo.blocks[q * p + s] = Some(halo_block(rows, &parts, reads, s));
             }
         }
         shares.push(halo);
     }
 
-    let mut devices_out = Vec::with_capacity(k);
+    let mut devices_out = Vec::with_capacity(kept.len());
     let features = dataset.features as usize;
     let train_total = dataset.train_mask.iter().filter(|&&m| m).count() as u64;
     for (d, halo) in shares.into_iter().enumerate() {
@@ -596,8 +713,9 @@ fn prepare(
         let mut table = Vec::with_capacity(p * p);
         for q in 0..p {
             let rows = (starts[d * p + q + 1] - starts[d * p + q]) as usize;
+            let row = d * p + q - first_kept * p;
             for s in 0..p {
-                let own = slots[slot(d * p + q, d * p + s)].take();
+                let own = slots[row][d * p + s].take();
                 let exists = q == s || union[q * p + s] > 0;
                 table.push(match own {
                     Some(block) => Some(BlockData {
@@ -616,6 +734,8 @@ fn prepare(
                     None => None,
                 });
             }
+            // The halo blocks were built from the rest of the row.
+            slots[row].clear();
         }
         devices_out.push(DeviceShare {
             input: GraphInput {
@@ -631,7 +751,7 @@ fn prepare(
                 row_base: base,
                 row_ids: old.as_ref().map(|old| old[lo..hi].to_vec()),
                 train_nodes_total: Some(train_total),
-                graph_nodes: Some(dataset.nodes),
+                graph_nodes: Some(n),
             },
             halo,
         });
@@ -676,52 +796,33 @@ fn prepare(
     })
 }
 
-/// `dataset` renumbered so that each device's vertices (min-cut
-/// partitioning onto `devices`) are contiguous, in rank order and in
-/// their old order within a device; each device's vertices cut into
-/// `partitions` equal ranges; and the old number of each new one. The
-/// labels, masks and edges are renumbered; the features are left in the
-/// graph's order (`x`'s row `old[w]` is vertex `w`'s) for the shares to
-/// gather. `owner`, where given, is that partitioning. A topology alone
-/// (no labels or masks: [`share_workload`]) stays without.
-fn mincut_order(
-    mut dataset: Dataset,
+/// The min-cut shares' numbering: each device's vertices (`owner`, a
+/// partitioning of the `n` vertices onto `devices`) contiguous, in rank
+/// order and in their old order within a device, and each device's cut
+/// into `partitions` equal ranges. Returns those ranges, `new` (each
+/// vertex's new number) and `old` (the old number of each new one).
+fn mincut_numbering(
+    name: &str,
+    n: u64,
     devices: u32,
     partitions: u32,
-    owner: Option<Vec<u32>>,
-) -> Result<(Dataset, Split, Vec<u64>), Error> {
-    let n = dataset.nodes as usize;
-    let owner = match owner {
-        Some(owner) => {
-            let fits = owner.len() == n && owner.iter().all(|&o| o < devices);
-            if !fits {
-                return Err(Error::invalid(
-                    std::path::Path::new(&dataset.name),
-                    "owner",
-                    format!(
-                        "a partitioning of {} vertices onto {} devices does not fit a graph of \
-                         {n} vertices onto {devices}",
-                        owner.len(),
-                        owner.iter().max().map_or(0, |&o| o + 1)
-                    ),
-                ));
-            }
-            owner
-        }
-        None => {
-            crate::partition::Partitioning::mincut(
-                dataset.nodes,
-                &dataset.src,
-                &dataset.dst,
-                devices,
-                &crate::partition::PartitionOptions::default(),
-            )?
-            .owner
-        }
-    };
+    owner: &[u32],
+) -> Result<(Split, Vec<u32>, Vec<u64>), Error> {
+    if owner.len() as u64 != n || owner.iter().any(|&o| o >= devices) {
+        return Err(Error::invalid(
+            std::path::Path::new(name),
+            "owner",
+            format!(
+                "a partitioning of {} vertices onto {} devices does not fit a graph of \
+                 {n} vertices onto {devices}",
+                owner.len(),
+                owner.iter().max().map_or(0, |&o| o + 1)
+            ),
+        ));
+    }
     let k = devices as usize;
     let mut count = vec![0u64; k];
-    for &o in &owner {
+    for &o in owner {
         count[o as usize] += 1;
     }
     let mut next: Vec<u64> = count
@@ -734,7 +835,7 @@ fn mincut_order(
         .collect();
     if let Some(d) = count.iter().position(|&c| c < partitions as u64) {
         return Err(Error::invalid(
-            std::path::Path::new(&dataset.name),
+            std::path::Path::new(name),
             "partitions",
             format!(
                 "{partitions} per device, but the min-cut shares give device {d} {} vertices: \
@@ -749,31 +850,54 @@ fn mincut_order(
             starts.push(next[d] + partition_range(c, partitions, q).0);
         }
     }
-    starts.push(dataset.nodes);
-    // new[v]: vertex v's new number; old[w]: the vertex numbered w.
-    let mut new = vec![0u64; n];
-    let mut old = vec![0u64; n];
+    starts.push(n);
+    let mut new = vec![0u32; n as usize];
+    let mut old = vec![0u64; n as usize];
     for (v, &o) in owner.iter().enumerate() {
         let w = next[o as usize];
         next[o as usize] += 1;
-        new[v] = w;
+        // Below n, which is at most MAX_CSR_NODES = 2^32.
+        new[v] = w as u32;
         old[w as usize] = v as u64;
     }
+    Ok((Split::starts(starts, name)?, new, old))
+}
+
+/// The labels and masks of `dataset` renumbered: vertex `w`'s are those
+/// of the vertex numbered `old[w]` as given. A topology alone (no labels
+/// or masks: [`share_workload`]) stays without; the features stay in the
+/// graph's order for the shares to gather.
+fn permute_vertices(dataset: &mut Dataset, old: &[u64]) {
     fn permute<T: Copy>(values: &[T], old: &[u64]) -> Vec<T> {
         if values.is_empty() {
             return Vec::new();
         }
         old.iter().map(|&v| values[v as usize]).collect()
     }
-    dataset.train_mask = permute(&dataset.train_mask, &old);
-    dataset.val_mask = permute(&dataset.val_mask, &old);
-    dataset.test_mask = permute(&dataset.test_mask, &old);
-    dataset.y = permute(&dataset.y, &old);
-    for v in dataset.src.iter_mut().chain(dataset.dst.iter_mut()) {
-        *v = new[*v as usize];
+    dataset.train_mask = permute(&dataset.train_mask, old);
+    dataset.val_mask = permute(&dataset.val_mask, old);
+    dataset.test_mask = permute(&dataset.test_mask, old);
+    dataset.y = permute(&dataset.y, old);
+}
+
+/// The rows of the kept shares' vertices, `first..first + rows`, and every
+/// vertex's in-degree, as the block build reads them.
+struct KeptRows {
+    first: u64,
+    row_start: Vec<u64>,
+    columns: Vec<u32>,
+    degree: Vec<u64>,
+}
+
+impl Adjacency for KeptRows {
+    fn row(&self, v: u64) -> &[u32] {
+        let r = (v - self.first) as usize;
+        &self.columns[self.row_start[r] as usize..self.row_start[r + 1] as usize]
     }
-    let split = Split::starts(starts, &dataset.name)?;
-    Ok((dataset, split, old))
+
+    fn in_degree(&self, v: u64) -> u64 {
+        self.degree[v as usize]
+    }
 }
 
 /// The halo block of `rows` destination rows from the blocks of the other

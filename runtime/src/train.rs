@@ -558,6 +558,28 @@ pub fn load_graph_without_features(
     Ok((dataset, crate::dataset::FeatureRows::Generated(spec)))
 }
 
+/// [`load_graph_without_features`] without the edges either (`src` and
+/// `dst` empty), and where they are read from
+/// ([`Dataset::open`], [`GeneratorSpec::open`]).
+pub fn open_graph(
+    source: &str,
+) -> Result<
+    (
+        Dataset,
+        crate::dataset::FeatureRows,
+        crate::edges::EdgeSource<'static>,
+    ),
+    crate::Error,
+> {
+    let path = Path::new(source);
+    if path.is_dir() {
+        return Dataset::open(path);
+    }
+    let spec = generator(source)?;
+    let (dataset, edges) = spec.open()?;
+    Ok((dataset, crate::dataset::FeatureRows::Generated(spec), edges))
+}
+
 /// Partitions `dataset` into `partitions` vertex ranges, normalises the
 /// blocks for `hyper.model`, and builds the workload. The dataset's
 /// arrays move into the result; nothing is copied.

@@ -13,6 +13,7 @@ use fateplan_planner::workload::Workload;
 use fateplan_planner::{plan, PlanOptions, Policy};
 use fateplan_runtime::cpu::Hyper;
 use fateplan_runtime::dataset::Dataset;
+use fateplan_runtime::edges::EdgeSource;
 use fateplan_runtime::exec::SsdTier;
 use fateplan_runtime::partition::{PartitionOptions, Partitioning};
 use fateplan_runtime::share::{
@@ -381,26 +382,40 @@ fn a_share_built_alone_is_the_one_built_with_the_others() {
             assert_eq!(shown(&one.devices[0]), shown(&all.devices[rank]), "{rank}");
             assert_eq!(one.workload.to_json(), all.workload.to_json());
             assert_eq!(one.stats, all.stats);
-            // Reading its own rows from the graph (a process of its own):
-            // the same share, having asked for those rows only.
+            // Reading its own rows from the graph and its edges from a
+            // source (a process of its own): the same share, having asked
+            // for those rows only.
             let without = Dataset {
                 x: Vec::new(),
+                src: Vec::new(),
+                dst: Vec::new(),
                 ..data.clone()
             };
+            let edges = || EdgeSource::borrowed(&data.src, &data.dst);
             let asked = std::sync::Mutex::new(Vec::new());
             let read = |ids: &[u64]| {
                 asked.lock().unwrap().extend_from_slice(ids);
                 Ok(ids.iter().flat_map(|&v| data.row(v).to_vec()).collect())
             };
-            let read_alone =
-                prepare_share_reading(without.clone(), &read, None, &h, 3, 2, method, rank)
-                    .unwrap();
+            let read_alone = prepare_share_reading(
+                without.clone(),
+                edges(),
+                &read,
+                None,
+                &h,
+                3,
+                2,
+                method,
+                rank,
+            )
+            .unwrap();
             assert_eq!(
                 shown(&read_alone.devices[0]),
                 shown(&all.devices[rank]),
                 "{rank}"
             );
             assert_eq!(read_alone.workload.to_json(), all.workload.to_json());
+            assert_eq!(read_alone.stats, all.stats);
             let mut asked = asked.into_inner().unwrap();
             asked.sort_unstable();
             let mut own: Vec<u64> = match &all.devices[rank].input.row_ids {
@@ -421,9 +436,18 @@ fn a_share_built_alone_is_the_one_built_with_the_others() {
                 let owner = Some(load_owner(&path, data.nodes, 3).unwrap());
                 let rows =
                     |ids: &[u64]| Ok(ids.iter().flat_map(|&v| data.row(v).to_vec()).collect());
-                let handed =
-                    prepare_share_reading(without.clone(), &rows, owner, &h, 3, 2, method, rank)
-                        .unwrap();
+                let handed = prepare_share_reading(
+                    without.clone(),
+                    edges(),
+                    &rows,
+                    owner,
+                    &h,
+                    3,
+                    2,
+                    method,
+                    rank,
+                )
+                .unwrap();
                 assert_eq!(
                     shown(&handed.devices[0]),
                     shown(&all.devices[rank]),
@@ -434,12 +458,37 @@ fn a_share_built_alone_is_the_one_built_with_the_others() {
             // Rows read short are refused, not trained.
             let f = data.features as usize;
             let short = |ids: &[u64]| Ok(vec![0.0; ids.len().saturating_sub(1) * f]);
-            let Err(error) = prepare_share_reading(without, &short, None, &h, 3, 2, method, rank)
-            else {
+            let Err(error) = prepare_share_reading(
+                without.clone(),
+                edges(),
+                &short,
+                None,
+                &h,
+                3,
+                2,
+                method,
+                rank,
+            ) else {
                 panic!("a share of rows read short");
             };
             assert!(
                 error.to_string().contains("rows of 12 features read as"),
+                "{error}"
+            );
+            // Edges both in the dataset and from a source: refused, as
+            // one of them would be dropped.
+            let twice = Dataset {
+                src: data.src.clone(),
+                dst: data.dst.clone(),
+                ..without
+            };
+            let Err(error) =
+                prepare_share_reading(twice, edges(), &short, None, &h, 3, 2, method, rank)
+            else {
+                panic!("edges given twice");
+            };
+            assert!(
+                error.to_string().contains("a source of") && error.to_string().contains("edges"),
                 "{error}"
             );
         }

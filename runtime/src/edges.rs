@@ -1,0 +1,289 @@
+//! A graph's edge list read a batch at a time: from lists in memory, from
+//! a dataset folder's mapped `edge_index.npy`, or drawn by an R-MAT spec.
+//! A process that keeps some of the edges (a member of a multi-process
+//! run keeps those of its share) reads the rest without holding them.
+
+use std::borrow::Cow;
+#[cfg(test)]
+use std::path::Path;
+use std::path::PathBuf;
+
+use crate::generate::RmatSpec;
+use crate::npy::Npy;
+use crate::{Error, Result};
+
+/// Edges read from a file per batch.
+const FILE_BATCH: u64 = 1 << 20;
+/// Chunks of an R-MAT spec's edges drawn per batch (2^16 edges each).
+const EDGE_BATCH_CHUNKS: usize = 16;
+
+/// What takes a batch of edges: `(src, dst)`, edge `k` running from
+/// `src[k]` to `dst[k]`.
+pub type EachBatch<'a> = &'a mut dyn FnMut(&[u64], &[u64]) -> Result<()>;
+
+/// A source list and a destination list of edges.
+pub type EdgeLists<'a> = (Cow<'a, [u64]>, Cow<'a, [u64]>);
+
+/// Where a graph's edges come from.
+#[derive(Debug)]
+pub enum EdgeSource<'a> {
+    /// Edge `k` runs from `src[k]` to `dst[k]`.
+    Lists {
+        src: Cow<'a, [u64]>,
+        dst: Cow<'a, [u64]>,
+    },
+    /// A mapped `[2, E]` `edge_index.npy` of a graph of `nodes` vertices:
+    /// sources, then destinations, each checked as it is read.
+    Npy { path: PathBuf, npy: Npy, nodes: u64 },
+    /// The edges an R-MAT spec draws, a batch of chunks at a time.
+    Rmat(RmatSpec),
+}
+
+impl<'a> EdgeSource<'a> {
+    /// Lists of edges held elsewhere.
+    pub fn borrowed(src: &'a [u64], dst: &'a [u64]) -> EdgeSource<'a> {
+        EdgeSource::Lists {
+            src: Cow::Borrowed(src),
+            dst: Cow::Borrowed(dst),
+        }
+    }
+
+    /// Lists of edges it holds.
+    pub fn owned(src: Vec<u64>, dst: Vec<u64>) -> EdgeSource<'static> {
+        EdgeSource::Lists {
+            src: Cow::Owned(src),
+            dst: Cow::Owned(dst),
+        }
+    }
+
+    /// Edges in all.
+    pub fn len(&self) -> u64 {
+        match self {
+            EdgeSource::Lists { src, .. } => src.len() as u64,
+            EdgeSource::Npy { npy, .. } => npy.shape[1],
+            EdgeSource::Rmat(spec) => spec.drawn_edges() * (1 + u64::from(spec.symmetric)),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Calls `each` with every edge once, a batch `(src, dst)` at a time:
+    /// lists in one batch (a source and a destination list of different
+    /// lengths are an error), a file's in order (an end that is not a
+    /// vertex is an error naming the element; its pages are let go after
+    /// each batch), an R-MAT spec's as [`RmatSpec::edge_batches`] draws
+    /// them. Stops at the first error `each` returns.
+    pub fn for_each_batch(&self, each: EachBatch<'_>) -> Result<()> {
+        self.for_each_batch_of(FILE_BATCH, EDGE_BATCH_CHUNKS, each)
+    }
+
+    /// [`EdgeSource::for_each_batch`] with batches of `file_batch` edges
+    /// from a file and `chunks` of an R-MAT spec's.
+    fn for_each_batch_of(&self, file_batch: u64, chunks: usize, each: EachBatch<'_>) -> Result<()> {
+        match self {
+            EdgeSource::Lists { src, dst } => {
+                if src.len() != dst.len() {
+                    return Err(Error::invalid(
+                        std::path::Path::new("edge list"),
+                        "dst",
+                        format!("{} sources but {} destinations", src.len(), dst.len()),
+                    ));
+                }
+                each(src, dst)
+            }
+            EdgeSource::Npy { path, npy, nodes } => {
+                let edges = npy.shape[1];
+                let end = |row: u64, first: u64| -> Result<Vec<u64>> {
+                    let last = (first + file_batch).min(edges);
+                    let values = npy.row_ints(row, first..last, path)?;
+                    values
+                        .iter()
+                        .zip(first..)
+                        .map(|(&v, k)| {
+                            u64::try_from(v)
+                                .ok()
+                                .filter(|&v| v < *nodes)
+                                .ok_or_else(|| {
+                                    Error::invalid(
+                                        path,
+                                        format!("edge_index[{row}, {k}]"),
+                                        format!("{v} is not a node in 0..{nodes} (N from x.npy)"),
+                                    )
+                                })
+                        })
+                        .collect()
+                };
+                for first in (0..edges).step_by(file_batch as usize) {
+                    let src = end(0, first)?;
+                    let dst = end(1, first)?;
+                    npy.release();
+                    each(&src, &dst)?;
+                }
+                Ok(())
+            }
+            EdgeSource::Rmat(spec) => spec.edge_batches(chunks, each),
+        }
+    }
+
+    /// Every edge, as lists (borrowed where they are lists already).
+    pub fn lists(&self) -> Result<EdgeLists<'_>> {
+        if let EdgeSource::Lists { src, dst } = self {
+            return Ok((Cow::Borrowed(&**src), Cow::Borrowed(&**dst)));
+        }
+        let length = self.len() as usize;
+        let (mut src, mut dst) = (Vec::with_capacity(length), Vec::with_capacity(length));
+        self.for_each_batch(&mut |s, d| {
+            src.extend_from_slice(s);
+            dst.extend_from_slice(d);
+            Ok(())
+        })?;
+        Ok((Cow::Owned(src), Cow::Owned(dst)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::npy::tests::{write_fortran_npy, write_npy};
+
+    /// Every batch of `edges`, `file_batch` edges or `chunks` chunks at a
+    /// time, and the lists they make together.
+    fn batches(
+        edges: &EdgeSource<'_>,
+        file_batch: u64,
+        chunks: usize,
+    ) -> (Vec<usize>, Vec<u64>, Vec<u64>) {
+        let (mut sizes, mut src, mut dst) = (Vec::new(), Vec::new(), Vec::new());
+        edges
+            .for_each_batch_of(file_batch, chunks, &mut |s, d| {
+                assert_eq!(s.len(), d.len());
+                sizes.push(s.len());
+                src.extend_from_slice(s);
+                dst.extend_from_slice(d);
+                Ok(())
+            })
+            .unwrap();
+        (sizes, src, dst)
+    }
+
+    #[test]
+    fn a_file_is_read_in_batches_in_either_order_and_type_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("edge_index.npy");
+        let (src, dst) = ([0u64, 1, 2, 3, 3], [1u64, 2, 3, 0, 3]);
+        let open = |descr: &str, fortran: bool, values: &[i64]| {
+            let bytes: Vec<u8> = match descr {
+                "<i8" => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                _ => values
+                    .iter()
+                    .flat_map(|&v| (v as i32).to_le_bytes())
+                    .collect(),
+            };
+            if fortran {
+                write_fortran_npy(&path, descr, &[2, 5], &bytes);
+            } else {
+                write_npy(&path, descr, &[2, 5], &bytes);
+            }
+            EdgeSource::Npy {
+                path: path.clone(),
+                npy: Npy::open(&path).unwrap(),
+                nodes: 4,
+            }
+        };
+        let c_order: Vec<i64> = src.iter().chain(&dst).map(|&v| v as i64).collect();
+        // Fortran order holds (src[k], dst[k]) pairs in turn.
+        let f_order: Vec<i64> = src
+            .iter()
+            .zip(&dst)
+            .flat_map(|(&s, &d)| [s as i64, d as i64])
+            .collect();
+        for descr in ["<i8", "<i4"] {
+            for (fortran, values) in [(false, &c_order), (true, &f_order)] {
+                let edges = open(descr, fortran, values);
+                assert_eq!(edges.len(), 5);
+                let (sizes, s, d) = batches(&edges, 2, 1);
+                assert_eq!(sizes, [2, 2, 1], "{descr} {fortran}");
+                assert_eq!((&s[..], &d[..]), (&src[..], &dst[..]), "{descr} {fortran}");
+                let (lists_src, lists_dst) = edges.lists().unwrap();
+                assert_eq!((&*lists_src, &*lists_dst), (&src[..], &dst[..]));
+            }
+        }
+        // A destination that is not a vertex, in the last batch, and a
+        // negative source: each named by its element.
+        for (at, value, name) in [(8, 4, "edge_index[1, 3]"), (1, -1, "edge_index[0, 1]")] {
+            let mut bad = c_order.clone();
+            bad[at] = value;
+            let edges = open("<i8", false, &bad);
+            let error = edges
+                .for_each_batch_of(2, 1, &mut |_, _| Ok(()))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains(name) && error.contains(&format!("{value} is not a node in 0..4")),
+                "{error}"
+            );
+        }
+        // What takes the batches stops the reading with its error.
+        let edges = open("<i8", false, &c_order);
+        let mut calls = 0;
+        let error = edges
+            .for_each_batch_of(2, 1, &mut |_, _| {
+                calls += 1;
+                Err(crate::Error::invalid(Path::new("taker"), "field", "stop"))
+            })
+            .unwrap_err();
+        assert!(error.to_string().contains("stop"));
+        assert_eq!(calls, 1);
+    }
+
+    #[test]
+    fn lists_of_different_lengths_are_refused() {
+        let edges = EdgeSource::owned(vec![0, 1], vec![1]);
+        let error = edges
+            .for_each_batch(&mut |_, _| Ok(()))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("2 sources but 1 destinations"), "{error}");
+        let (sizes, src, dst) = batches(&EdgeSource::borrowed(&[0, 1], &[1, 0]), 1, 1);
+        assert_eq!((sizes, src, dst), (vec![2], vec![0, 1], vec![1, 0]));
+    }
+
+    #[test]
+    fn rmat_edges_drawn_in_batches_are_the_generated_edges() {
+        for text in [
+            // 81 920 edges: a whole chunk and a short one.
+            "rmat:scale=12,edge_factor=20,features=1,classes=2,seed=5",
+            "rmat:scale=12,edge_factor=20,features=1,classes=2,symmetric=true,seed=5",
+            "rmat:scale=12,edge_factor=20,features=1,classes=2,scramble=false,seed=5",
+        ] {
+            let crate::generate::GeneratorSpec::Rmat(spec) =
+                crate::generate::GeneratorSpec::parse(text).unwrap()
+            else {
+                panic!("{text} is an R-MAT spec");
+            };
+            let whole = spec.generate().unwrap();
+            let edges = EdgeSource::Rmat(spec.clone());
+            assert_eq!(edges.len(), whole.edges(), "{text}");
+            let (sizes, src, dst) = batches(&edges, 1, 1);
+            let expected: &[usize] = if spec.symmetric {
+                &[65536, 65536, 16384, 16384]
+            } else {
+                &[65536, 16384]
+            };
+            assert_eq!(sizes, expected, "{text}");
+            let sorted = |src: &[u64], dst: &[u64]| {
+                let mut pairs: Vec<(u64, u64)> =
+                    src.iter().copied().zip(dst.iter().copied()).collect();
+                pairs.sort_unstable();
+                pairs
+            };
+            assert_eq!(sorted(&src, &dst), sorted(&whole.src, &whole.dst), "{text}");
+            // In one batch of many chunks, too.
+            let (sizes, src, dst) = batches(&edges, 1, 16);
+            assert_eq!(sizes.len(), if spec.symmetric { 2 } else { 1 }, "{text}");
+            assert_eq!(sorted(&src, &dst), sorted(&whole.src, &whole.dst), "{text}");
+        }
+    }
+}
