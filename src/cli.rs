@@ -606,13 +606,12 @@ fn plan_shares(
     let gpus = args.gpus;
     let GraphShares { graph, owner } = shares;
     let (nodes, edges) = (graph.nodes, graph.src.len() as u64);
-    // Counts past the first read the graph again: the shares take it.
     let keep_owner = fitted.then(|| owner.clone());
-    let build = |graph: GraphData, owner: Vec<u32>, p: u32| {
-        share_workload(graph, &gnn.spec, gpus, p, ShareMethod::Mincut, Some(owner))
+    let build = |owner: Vec<u32>, p: u32| {
+        share_workload(&graph, &gnn.spec, gpus, p, ShareMethod::Mincut, Some(owner))
             .with_context(|| format!("--gpus {gpus} --partitions {p}"))
     };
-    let (mut workload, stats) = build(graph, owner, partitions)?;
+    let (mut workload, stats) = build(owner, partitions)?;
     if let Some(multi) = options.multi.as_mut() {
         // The halo rows do not depend on the partition count.
         multi.halo = shares_halo(nodes, edges, gpus, &stats);
@@ -657,8 +656,7 @@ fn plan_shares(
         // The next count up, unless the shares cannot be cut that fine
         // (a device with fewer vertices than partitions): then none fits.
         let next = if p < last {
-            let graph = GraphData::open(graph_path(args)?)?;
-            build(graph, owner.clone(), p + 1).ok()
+            build(owner.clone(), p + 1).ok()
         } else {
             None
         };
@@ -682,13 +680,6 @@ fn plan_shares(
         p += 1;
         workload = shared;
     }
-}
-
-/// The `--graph` of a command that has one.
-fn graph_path(args: &PlanArgs) -> Result<&str> {
-    args.graph
-        .as_deref()
-        .ok_or_else(|| anyhow!("the shares of a graph need --graph"))
 }
 
 /// What a plan is made for: a generic DAG, or a GNN to size.

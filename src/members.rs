@@ -290,7 +290,8 @@ fn train_member(job: &Job, member: Arc<TcpMember>) -> Result<Handed> {
     let plan = Plan::from_json(&job.plan, "the launcher's plan")?;
     // This member's share only, and only its own feature rows are read:
     // K members hold one copy of the graph's rows between them. Each
-    // reads every edge, a batch at a time, and holds its own rows'.
+    // reads every edge, a batch at a time, and holds its own rows' (a
+    // planted graph's edges, drawn whole, are held whole while it does).
     let method = crate::train::share_method(args)?;
     let mut shared = {
         // The rows' source (a dataset's mapped x.npy) is closed once they

@@ -271,7 +271,7 @@ impl BlockCsr {
 
 /// The rows of a graph a block build reads: each destination's sources,
 /// ascending, and every vertex's in-degree (which weights the blocks).
-pub trait Adjacency: Sync {
+pub(crate) trait Adjacency: Sync {
     /// Sources of the edges ending at `v`, ascending.
     fn row(&self, v: u64) -> &[u32];
     /// Edges ending at `v` in the whole graph.
@@ -292,7 +292,7 @@ impl Adjacency for Csr {
 /// (each a row of `split.partitions()` slots, by source partition), from
 /// `adjacency`'s rows of those partitions; built in parallel. Where
 /// [`Normalization::GcnSym`] weights them, every vertex's degree is read.
-pub fn build_destinations(
+pub(crate) fn build_destinations(
     adjacency: &impl Adjacency,
     split: &Split,
     normalization: Normalization,
@@ -301,6 +301,7 @@ pub fn build_destinations(
     if destinations.is_empty() {
         return Vec::new();
     }
+    debug_assert!(destinations.end <= split.partitions());
     let nodes = split.nodes();
     let loops = normalization.self_loops();
     let degree = |v: u64| adjacency.in_degree(v) + u64::from(loops);

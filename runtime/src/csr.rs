@@ -61,12 +61,50 @@ pub fn edge_digest(src: &[u64], dst: &[u64]) -> u64 {
         .reduce(|| 0, u64::wrapping_add)
 }
 
-/// Sorts each row `columns[row_start[v]..row_start[v + 1]]`, rows in
-/// parallel.
-pub(crate) fn sort_rows(row_start: &[u64], columns: &mut [u32]) {
+/// Places a source into row `row`.
+pub(crate) type PlaceEdge<'a> = &'a mut dyn FnMut(u32, usize) -> Result<()>;
+
+/// The columns of a CSR whose rows `row_start` sizes: `edges` places
+/// every edge's source in its row (in any order), then each row's sources
+/// are sorted, rows in parallel. Placing more edges in a row than it holds,
+/// or fewer, is an error (the edges read differ from those counted).
+pub(crate) fn fill_rows(
+    row_start: &[u64],
+    edges: &mut dyn FnMut(PlaceEdge<'_>) -> Result<()>,
+) -> Result<Vec<u32>> {
     let rows = row_start.len().saturating_sub(1);
+    let mut columns = vec![0u32; row_start.last().copied().unwrap_or(0) as usize];
+    let mut next: Vec<u64> = row_start[..rows].to_vec();
+    let counted = |row: usize, placed: u64| {
+        edge_error(
+            format!("row {row}"),
+            format!(
+                "{placed} edges placed, but {} were counted: the edges read differ from \
+                 those counted",
+                row_start[row + 1] - row_start[row]
+            ),
+        )
+    };
+    edges(&mut |source, row| {
+        let Some(at) = next.get_mut(row) else {
+            return Err(edge_error(
+                format!("row {row}"),
+                format!("is not a row of the {rows} being filled"),
+            ));
+        };
+        if *at == row_start[row + 1] {
+            return Err(counted(row, *at - row_start[row] + 1));
+        }
+        columns[*at as usize] = source;
+        *at += 1;
+        Ok(())
+    })?;
+    if let Some(row) = (0..rows).find(|&r| next[r] != row_start[r + 1]) {
+        return Err(counted(row, next[row] - row_start[row]));
+    }
+    drop(next);
     let mut each: Vec<&mut [u32]> = Vec::with_capacity(rows);
-    let mut rest: &mut [u32] = columns;
+    let mut rest: &mut [u32] = &mut columns;
     for v in 0..rows {
         let length = (row_start[v + 1] - row_start[v]) as usize;
         let (row, tail) = rest.split_at_mut(length);
@@ -76,6 +114,7 @@ pub(crate) fn sort_rows(row_start: &[u64], columns: &mut [u32]) {
     each.par_iter_mut()
         .with_min_len(1 << 10)
         .for_each(|row| row.sort_unstable());
+    Ok(columns)
 }
 
 /// SplitMix64's finaliser over an edge's endpoints.
@@ -120,21 +159,17 @@ impl Csr {
         for v in 0..n {
             row_start[v + 1] += row_start[v];
         }
-        let mut next: Vec<u64> = row_start[..n].to_vec();
-        let mut columns = vec![0u32; src.len()];
-        for (&s, &d) in src.iter().zip(dst) {
-            let at = &mut next[d as usize];
-            columns[*at as usize] = s as u32;
-            *at += 1;
-        }
-        drop(next);
-        let mut csr = Csr {
+        let columns = fill_rows(&row_start, &mut |place| {
+            for (&s, &d) in src.iter().zip(dst) {
+                place(s as u32, d as usize)?;
+            }
+            Ok(())
+        })?;
+        Ok(Csr {
             nodes,
             row_start,
             columns,
-        };
-        sort_rows(&csr.row_start, &mut csr.columns);
-        Ok(csr)
+        })
     }
 
     pub fn edges(&self) -> u64 {
@@ -460,6 +495,35 @@ impl<W: Write> Write for Checksummed<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_filled_with_other_edges_than_counted_are_an_error() {
+        let row_start = [0u64, 2, 2, 3];
+        let fill = |edges: &[(u32, usize)]| {
+            fill_rows(&row_start, &mut |place| {
+                for &(source, row) in edges {
+                    place(source, row)?;
+                }
+                Ok(())
+            })
+        };
+        assert_eq!(fill(&[(4, 0), (1, 2), (0, 0)]).unwrap(), [0, 4, 1]);
+        let error = fill(&[(4, 0), (1, 0), (0, 0)]).unwrap_err().to_string();
+        assert!(
+            error.contains("row 0") && error.contains("3 edges placed, but 2"),
+            "{error}"
+        );
+        let error = fill(&[(4, 0), (1, 2)]).unwrap_err().to_string();
+        assert!(
+            error.contains("row 0") && error.contains("1 edges placed, but 2"),
+            "{error}"
+        );
+        let error = fill(&[(4, 3)]).unwrap_err().to_string();
+        assert!(
+            error.contains("row 3") && error.contains("of the 3"),
+            "{error}"
+        );
+    }
 
     fn tiny() -> Csr {
         // Edges (src -> dst): 2->0, 1->0, 0->1, 1->1 (self loop), 2->1 twice.

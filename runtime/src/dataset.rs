@@ -197,28 +197,7 @@ impl Dataset {
             masks.try_into().expect("three masks");
 
         let (edge_path, edge_index) = open(dir, "edge_index.npy")?;
-        if edge_index.shape.len() != 2 || edge_index.shape[0] != 2 {
-            return Err(Error::invalid(
-                &edge_path,
-                "shape",
-                format!("{:?}; expected [2, E]", edge_index.shape),
-            ));
-        }
-        if !matches!(edge_index.dtype, Dtype::I64 | Dtype::I32) {
-            return Err(Error::invalid(
-                &edge_path,
-                "descr",
-                format!(
-                    "{:?} is not an integer type; expected <i8 or <i4",
-                    edge_index.dtype
-                ),
-            ));
-        }
-        let mut edges = EdgeSource::Npy {
-            path: edge_path,
-            npy: edge_index,
-            nodes,
-        };
+        let mut edges = EdgeSource::npy(edge_path, edge_index, nodes)?;
         let (src, dst) = if read_edges {
             let lists = edges.lists()?;
             let lists = (lists.0.into_owned(), lists.1.into_owned());

@@ -4,12 +4,10 @@
 //! run keeps those of its share) reads the rest without holding them.
 
 use std::borrow::Cow;
-#[cfg(test)]
-use std::path::Path;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::generate::RmatSpec;
-use crate::npy::Npy;
+use crate::npy::{Dtype, Npy};
 use crate::{Error, Result};
 
 /// Edges read from a file per batch.
@@ -27,16 +25,27 @@ pub type EdgeLists<'a> = (Cow<'a, [u64]>, Cow<'a, [u64]>);
 /// Where a graph's edges come from.
 #[derive(Debug)]
 pub enum EdgeSource<'a> {
-    /// Edge `k` runs from `src[k]` to `dst[k]`.
+    /// Edge `k` runs from `src[k]` to `dst[k]` (lists of different
+    /// lengths are an error when they are read).
     Lists {
         src: Cow<'a, [u64]>,
         dst: Cow<'a, [u64]>,
     },
-    /// A mapped `[2, E]` `edge_index.npy` of a graph of `nodes` vertices:
-    /// sources, then destinations, each checked as it is read.
-    Npy { path: PathBuf, npy: Npy, nodes: u64 },
+    /// A mapped `edge_index.npy` ([`EdgeSource::npy`]).
+    Npy(NpyEdges),
     /// The edges an R-MAT spec draws, a batch of chunks at a time.
     Rmat(RmatSpec),
+}
+
+/// A mapped `[2, E]` integer `edge_index.npy` of a graph of `nodes`
+/// vertices: sources, then destinations, each checked as it is read.
+#[derive(Debug)]
+pub struct NpyEdges {
+    path: PathBuf,
+    npy: Npy,
+    nodes: u64,
+    /// Edges read per batch.
+    batch: u64,
 }
 
 impl<'a> EdgeSource<'a> {
@@ -56,11 +65,49 @@ impl<'a> EdgeSource<'a> {
         }
     }
 
-    /// Edges in all.
+    /// The edges of `npy`, mapped from `path`, for a graph of `nodes`
+    /// vertices: its shape must be `[2, E]` and its type `<i8` or `<i4`.
+    pub fn npy(path: PathBuf, npy: Npy, nodes: u64) -> Result<EdgeSource<'static>> {
+        Self::npy_in_batches(path, npy, nodes, FILE_BATCH)
+    }
+
+    /// [`EdgeSource::npy`], read `batch` edges at a time.
+    pub(crate) fn npy_in_batches(
+        path: PathBuf,
+        npy: Npy,
+        nodes: u64,
+        batch: u64,
+    ) -> Result<EdgeSource<'static>> {
+        if npy.shape.len() != 2 || npy.shape[0] != 2 {
+            return Err(Error::invalid(
+                &path,
+                "shape",
+                format!("{:?}; expected [2, E]", npy.shape),
+            ));
+        }
+        if !matches!(npy.dtype, Dtype::I64 | Dtype::I32) {
+            return Err(Error::invalid(
+                &path,
+                "descr",
+                format!(
+                    "{:?} is not an integer type; expected <i8 or <i4",
+                    npy.dtype
+                ),
+            ));
+        }
+        Ok(EdgeSource::Npy(NpyEdges {
+            path,
+            npy,
+            nodes,
+            batch: batch.max(1),
+        }))
+    }
+
+    /// Edges in all (a list's sources, where the lists differ).
     pub fn len(&self) -> u64 {
         match self {
             EdgeSource::Lists { src, .. } => src.len() as u64,
-            EdgeSource::Npy { npy, .. } => npy.shape[1],
+            EdgeSource::Npy(file) => file.npy.shape[1],
             EdgeSource::Rmat(spec) => spec.drawn_edges() * (1 + u64::from(spec.symmetric)),
         }
     }
@@ -72,74 +119,101 @@ impl<'a> EdgeSource<'a> {
     /// Calls `each` with every edge once, a batch `(src, dst)` at a time:
     /// lists in one batch (a source and a destination list of different
     /// lengths are an error), a file's in order (an end that is not a
-    /// vertex is an error naming the element; its pages are let go after
-    /// each batch), an R-MAT spec's as [`RmatSpec::edge_batches`] draws
-    /// them. Stops at the first error `each` returns.
+    /// vertex is an error naming the element; the pages read are let go
+    /// after each batch), an R-MAT spec's as [`RmatSpec::edge_batches`]
+    /// draws them. Stops at the first error `each` returns.
     pub fn for_each_batch(&self, each: EachBatch<'_>) -> Result<()> {
-        self.for_each_batch_of(FILE_BATCH, EDGE_BATCH_CHUNKS, each)
+        self.for_each_batch_of(EDGE_BATCH_CHUNKS, each)
     }
 
-    /// [`EdgeSource::for_each_batch`] with batches of `file_batch` edges
-    /// from a file and `chunks` of an R-MAT spec's.
-    fn for_each_batch_of(&self, file_batch: u64, chunks: usize, each: EachBatch<'_>) -> Result<()> {
+    /// [`EdgeSource::for_each_batch`] with batches of `chunks` chunks of
+    /// an R-MAT spec's edges.
+    fn for_each_batch_of(&self, chunks: usize, each: EachBatch<'_>) -> Result<()> {
         match self {
             EdgeSource::Lists { src, dst } => {
-                if src.len() != dst.len() {
-                    return Err(Error::invalid(
-                        std::path::Path::new("edge list"),
-                        "dst",
-                        format!("{} sources but {} destinations", src.len(), dst.len()),
-                    ));
-                }
+                check_lengths(src, dst)?;
                 each(src, dst)
             }
-            EdgeSource::Npy { path, npy, nodes } => {
-                let edges = npy.shape[1];
-                let end = |row: u64, first: u64| -> Result<Vec<u64>> {
-                    let last = (first + file_batch).min(edges);
-                    let values = npy.row_ints(row, first..last, path)?;
-                    values
-                        .iter()
-                        .zip(first..)
-                        .map(|(&v, k)| {
-                            u64::try_from(v)
-                                .ok()
-                                .filter(|&v| v < *nodes)
-                                .ok_or_else(|| {
-                                    Error::invalid(
-                                        path,
-                                        format!("edge_index[{row}, {k}]"),
-                                        format!("{v} is not a node in 0..{nodes} (N from x.npy)"),
-                                    )
-                                })
-                        })
-                        .collect()
-                };
-                for first in (0..edges).step_by(file_batch as usize) {
-                    let src = end(0, first)?;
-                    let dst = end(1, first)?;
-                    npy.release();
-                    each(&src, &dst)?;
-                }
-                Ok(())
-            }
+            EdgeSource::Npy(file) => file.for_each_batch(each),
             EdgeSource::Rmat(spec) => spec.edge_batches(chunks, each),
         }
     }
 
-    /// Every edge, as lists (borrowed where they are lists already).
+    /// Every edge, as lists in the graph's order (borrowed where they are
+    /// lists already).
     pub fn lists(&self) -> Result<EdgeLists<'_>> {
-        if let EdgeSource::Lists { src, dst } = self {
-            return Ok((Cow::Borrowed(&**src), Cow::Borrowed(&**dst)));
+        match self {
+            EdgeSource::Lists { src, dst } => {
+                check_lengths(src, dst)?;
+                Ok((Cow::Borrowed(&**src), Cow::Borrowed(&**dst)))
+            }
+            // In the whole graph's order (its batches hand a symmetric
+            // graph's reverse edges out early), which the min-cut
+            // partitioner's result depends on.
+            EdgeSource::Rmat(spec) => {
+                spec.validate(&spec.to_string())?;
+                let (src, dst) = spec.edge_lists();
+                Ok((Cow::Owned(src), Cow::Owned(dst)))
+            }
+            EdgeSource::Npy(_) => {
+                let length = self.len() as usize;
+                let (mut src, mut dst) = (Vec::with_capacity(length), Vec::with_capacity(length));
+                self.for_each_batch(&mut |s, d| {
+                    src.extend_from_slice(s);
+                    dst.extend_from_slice(d);
+                    Ok(())
+                })?;
+                Ok((Cow::Owned(src), Cow::Owned(dst)))
+            }
         }
-        let length = self.len() as usize;
-        let (mut src, mut dst) = (Vec::with_capacity(length), Vec::with_capacity(length));
-        self.for_each_batch(&mut |s, d| {
-            src.extend_from_slice(s);
-            dst.extend_from_slice(d);
-            Ok(())
-        })?;
-        Ok((Cow::Owned(src), Cow::Owned(dst)))
+    }
+}
+
+/// Lists of edges must be as long as each other.
+fn check_lengths(src: &[u64], dst: &[u64]) -> Result<()> {
+    if src.len() == dst.len() {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        Path::new("edge list"),
+        "dst",
+        format!("{} sources but {} destinations", src.len(), dst.len()),
+    ))
+}
+
+impl NpyEdges {
+    /// Row `row` (0: sources, 1: destinations) of the edges `first..`, a
+    /// batch of them, each checked to be a vertex.
+    fn ends(&self, row: u64, first: u64) -> Result<Vec<u64>> {
+        let last = (first + self.batch).min(self.npy.shape[1]);
+        let values = self.npy.row_ints(row, first..last, &self.path)?;
+        let nodes = self.nodes;
+        values
+            .iter()
+            .zip(first..)
+            .map(|(&v, k)| {
+                u64::try_from(v).ok().filter(|&v| v < nodes).ok_or_else(|| {
+                    Error::invalid(
+                        &self.path,
+                        format!("edge_index[{row}, {k}]"),
+                        format!("{v} is not a node in 0..{nodes} (N from x.npy)"),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    fn for_each_batch(&self, each: EachBatch<'_>) -> Result<()> {
+        let edges = self.npy.shape[1];
+        for first in (0..edges).step_by(self.batch as usize) {
+            let last = (first + self.batch).min(edges);
+            let src = self.ends(0, first)?;
+            let dst = self.ends(1, first)?;
+            self.npy.release_row_range(0, first..last);
+            self.npy.release_row_range(1, first..last);
+            each(&src, &dst)?;
+        }
+        Ok(())
     }
 }
 
@@ -148,16 +222,12 @@ mod tests {
     use super::*;
     use crate::npy::tests::{write_fortran_npy, write_npy};
 
-    /// Every batch of `edges`, `file_batch` edges or `chunks` chunks at a
-    /// time, and the lists they make together.
-    fn batches(
-        edges: &EdgeSource<'_>,
-        file_batch: u64,
-        chunks: usize,
-    ) -> (Vec<usize>, Vec<u64>, Vec<u64>) {
+    /// Every batch of `edges`, `chunks` chunks at a time for an R-MAT
+    /// spec's, and the lists they make together.
+    fn batches(edges: &EdgeSource<'_>, chunks: usize) -> (Vec<usize>, Vec<u64>, Vec<u64>) {
         let (mut sizes, mut src, mut dst) = (Vec::new(), Vec::new(), Vec::new());
         edges
-            .for_each_batch_of(file_batch, chunks, &mut |s, d| {
+            .for_each_batch_of(chunks, &mut |s, d| {
                 assert_eq!(s.len(), d.len());
                 sizes.push(s.len());
                 src.extend_from_slice(s);
@@ -186,11 +256,7 @@ mod tests {
             } else {
                 write_npy(&path, descr, &[2, 5], &bytes);
             }
-            EdgeSource::Npy {
-                path: path.clone(),
-                npy: Npy::open(&path).unwrap(),
-                nodes: 4,
-            }
+            EdgeSource::npy_in_batches(path.clone(), Npy::open(&path).unwrap(), 4, 2).unwrap()
         };
         let c_order: Vec<i64> = src.iter().chain(&dst).map(|&v| v as i64).collect();
         // Fortran order holds (src[k], dst[k]) pairs in turn.
@@ -203,7 +269,7 @@ mod tests {
             for (fortran, values) in [(false, &c_order), (true, &f_order)] {
                 let edges = open(descr, fortran, values);
                 assert_eq!(edges.len(), 5);
-                let (sizes, s, d) = batches(&edges, 2, 1);
+                let (sizes, s, d) = batches(&edges, 1);
                 assert_eq!(sizes, [2, 2, 1], "{descr} {fortran}");
                 assert_eq!((&s[..], &d[..]), (&src[..], &dst[..]), "{descr} {fortran}");
                 let (lists_src, lists_dst) = edges.lists().unwrap();
@@ -211,13 +277,13 @@ mod tests {
             }
         }
         // A destination that is not a vertex, in the last batch, and a
-        // negative source: each named by its element.
-        for (at, value, name) in [(8, 4, "edge_index[1, 3]"), (1, -1, "edge_index[0, 1]")] {
+        // negative source in the first: each named by its element.
+        for (at, value, name) in [(9, 4, "edge_index[1, 4]"), (1, -1, "edge_index[0, 1]")] {
             let mut bad = c_order.clone();
             bad[at] = value;
             let edges = open("<i8", false, &bad);
             let error = edges
-                .for_each_batch_of(2, 1, &mut |_, _| Ok(()))
+                .for_each_batch(&mut |_, _| Ok(()))
                 .unwrap_err()
                 .to_string();
             assert!(
@@ -229,7 +295,7 @@ mod tests {
         let edges = open("<i8", false, &c_order);
         let mut calls = 0;
         let error = edges
-            .for_each_batch_of(2, 1, &mut |_, _| {
+            .for_each_batch(&mut |_, _| {
                 calls += 1;
                 Err(crate::Error::invalid(Path::new("taker"), "field", "stop"))
             })
@@ -246,7 +312,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("2 sources but 1 destinations"), "{error}");
-        let (sizes, src, dst) = batches(&EdgeSource::borrowed(&[0, 1], &[1, 0]), 1, 1);
+        let error = edges.lists().unwrap_err().to_string();
+        assert!(error.contains("2 sources but 1 destinations"), "{error}");
+        let (sizes, src, dst) = batches(&EdgeSource::borrowed(&[0, 1], &[1, 0]), 1);
         assert_eq!((sizes, src, dst), (vec![2], vec![0, 1], vec![1, 0]));
     }
 
@@ -266,7 +334,7 @@ mod tests {
             let whole = spec.generate().unwrap();
             let edges = EdgeSource::Rmat(spec.clone());
             assert_eq!(edges.len(), whole.edges(), "{text}");
-            let (sizes, src, dst) = batches(&edges, 1, 1);
+            let (sizes, src, dst) = batches(&edges, 1);
             let expected: &[usize] = if spec.symmetric {
                 &[65536, 65536, 16384, 16384]
             } else {
@@ -280,8 +348,15 @@ mod tests {
                 pairs
             };
             assert_eq!(sorted(&src, &dst), sorted(&whole.src, &whole.dst), "{text}");
+            // As lists, in the whole graph's order.
+            let (lists_src, lists_dst) = edges.lists().unwrap();
+            assert_eq!(
+                (&*lists_src, &*lists_dst),
+                (&whole.src[..], &whole.dst[..]),
+                "{text}"
+            );
             // In one batch of many chunks, too.
-            let (sizes, src, dst) = batches(&edges, 1, 16);
+            let (sizes, src, dst) = batches(&edges, 16);
             assert_eq!(sizes.len(), if spec.symmetric { 2 } else { 1 }, "{text}");
             assert_eq!(sorted(&src, &dst), sorted(&whole.src, &whole.dst), "{text}");
         }

@@ -124,7 +124,7 @@ impl RmatSpec {
         )
     }
 
-    fn validate(&self, spec: &str) -> Result<()> {
+    pub(crate) fn validate(&self, spec: &str) -> Result<()> {
         check_range(spec, "scale", self.scale as f64, 1.0, MAX_RMAT_SCALE as f64)?;
         check_range(
             spec,
@@ -162,18 +162,11 @@ impl RmatSpec {
     fn generate_with(&self, features: bool, edges: bool) -> Result<Dataset> {
         self.validate(&self.to_string())?;
         let nodes = self.nodes();
-        let (mut src, mut dst) = (Vec::new(), Vec::new());
-        if edges {
-            let drawn = self.drawn_edges() as usize;
-            src = vec![0u64; drawn];
-            dst = vec![0u64; drawn];
-            self.draw_edges(0, &mut src, &mut dst, self.permutation().as_deref());
-            if self.symmetric {
-                let (forward_src, forward_dst) = (src.clone(), dst.clone());
-                src.extend_from_slice(&forward_dst);
-                dst.extend_from_slice(&forward_src);
-            }
-        }
+        let (src, dst) = if edges {
+            self.edge_lists()
+        } else {
+            (Vec::new(), Vec::new())
+        };
         let (x, y, [train_mask, val_mask, test_mask]) = random_node_attributes(
             nodes,
             self.features,
@@ -196,6 +189,26 @@ impl RmatSpec {
             dst,
         })
     }
+    /// Every edge, in [`RmatSpec::generate`]'s order: those drawn, then
+    /// (symmetric) the same reversed.
+    pub(crate) fn edge_lists(&self) -> (Vec<u64>, Vec<u64>) {
+        let drawn = self.drawn_edges() as usize;
+        let total = drawn * (1 + usize::from(self.symmetric));
+        let (mut src, mut dst) = (Vec::with_capacity(total), Vec::with_capacity(total));
+        src.resize(drawn, 0);
+        dst.resize(drawn, 0);
+        self.draw_edges(0, &mut src, &mut dst, self.permutation().as_deref());
+        if self.symmetric {
+            src.extend_from_within(..drawn);
+            dst.extend_from_within(..drawn);
+            let (forward_src, reversed_src) = src.split_at_mut(drawn);
+            let (forward_dst, reversed_dst) = dst.split_at_mut(drawn);
+            reversed_src.copy_from_slice(forward_dst);
+            reversed_dst.copy_from_slice(forward_src);
+        }
+        (src, dst)
+    }
+
     /// The scrambling relabelling of the nodes, where `scramble`.
     fn permutation(&self) -> Option<Vec<u64>> {
         self.scramble.then(|| {

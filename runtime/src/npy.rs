@@ -209,6 +209,27 @@ impl Npy {
         };
     }
 
+    /// Lets go of the pages holding elements `(row, c)` for `c` in
+    /// `columns` of a 2-D array (and any pages between them), as
+    /// [`Npy::release`] lets go of all.
+    pub fn release_row_range(&self, row: u64, columns: std::ops::Range<u64>) {
+        if columns.is_empty() || self.shape.len() != 2 {
+            return;
+        }
+        let size = self.dtype.size();
+        let first = self.offset + self.index2(row, columns.start) * size;
+        let end = self.offset + (self.index2(row, columns.end - 1) + 1) * size;
+        // Safety: as for `release`; the range is rounded out to whole
+        // pages, and a range outside the map is refused, not used.
+        let _ = unsafe {
+            self.map.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                first,
+                end.saturating_sub(first),
+            )
+        };
+    }
+
     /// Every element as i64 in row-major order, from `<i8` or `<i4`.
     pub fn to_i64(&self, path: &Path) -> Result<Vec<i64>> {
         let bytes = self.elements();

@@ -28,7 +28,7 @@ use fateplan_planner::gnn::GnnSpec;
 use fateplan_planner::workload::Workload;
 
 use crate::blockcsr::{build_destinations, Adjacency, CsrBlock, Normalization, Split};
-use crate::csr::{sort_rows, MAX_CSR_NODES};
+use crate::csr::{fill_rows, MAX_CSR_NODES};
 use crate::dataset::Dataset;
 use crate::edges::EdgeSource;
 use crate::exec::data::BlockData;
@@ -320,7 +320,7 @@ pub fn load_owner(path: &std::path::Path, nodes: u64, devices: u32) -> Result<Ve
 /// options), so that a caller who measured it does not partition twice
 /// (with [`ShareMethod::Ranges`], which takes none, it is refused).
 pub fn share_workload(
-    graph: GraphData,
+    graph: &GraphData,
     spec: &GnnSpec,
     devices: u32,
     partitions: u32,
@@ -343,7 +343,7 @@ pub fn share_workload(
     // No features, labels or masks: no share is kept, and the workload
     // needs their sizes only.
     let topology = Dataset {
-        name: graph.name,
+        name: graph.name.clone(),
         nodes: graph.nodes,
         features: spec.features,
         classes: spec.classes,
@@ -357,7 +357,7 @@ pub fn share_workload(
     };
     let shared = prepare(
         topology,
-        EdgeSource::owned(graph.src, graph.dst),
+        EdgeSource::borrowed(&graph.src, &graph.dst),
         &hyper,
         devices,
         partitions,
@@ -374,8 +374,9 @@ pub fn share_workload(
 /// caller has it, and the kept shares' feature rows read with `read`
 /// where given (else taken from the dataset's `x`).
 ///
-/// The edges are read twice, a batch at a time, and never held whole:
-/// first for every vertex's in-degree, the edges per pair of partitions
+/// The edges are read twice, a batch at a time (a source of lists holds
+/// them whole, as its caller gave them; a file or an R-MAT spec does
+/// not): first for every vertex's in-degree, the edges per pair of partitions
 /// and which vertices each device reads from the others; then for the
 /// kept shares' own rows, which are all the blocks they build.
 #[allow(clippy::too_many_arguments)]
@@ -449,6 +450,15 @@ fn prepare(
         return Err(invalid(
             "nodes",
             format!("{n} is outside 1..={MAX_CSR_NODES}"),
+        ));
+    }
+    if n < u64::from(all) {
+        return Err(invalid(
+            "partitions",
+            format!(
+                "{partitions} per device on {devices} devices is {all} in all, for a graph of \
+                 {n} nodes: each partition needs one"
+            ),
         ));
     }
     // The shares' vertex ranges; for min-cut shares, `new[v]`: the number
@@ -584,23 +594,28 @@ fn prepare(
     for r in 0..rows {
         row_start[r + 1] = row_start[r] + degree[kept_lo as usize + r];
     }
-    let mut columns = vec![0u32; row_start[rows] as usize];
-    if rows > 0 {
-        let mut next: Vec<u64> = row_start[..rows].to_vec();
-        edges.for_each_batch(&mut |src, dst| {
-            for (&s, &t) in src.iter().zip(dst) {
-                let v = number(t);
-                if (kept_lo..kept_hi).contains(&v) {
-                    let at = &mut next[(v - kept_lo) as usize];
-                    columns[*at as usize] = number(s) as u32;
-                    *at += 1;
+    let columns = if rows == 0 {
+        Vec::new()
+    } else {
+        fill_rows(&row_start, &mut |place| {
+            edges.for_each_batch(&mut |src, dst| {
+                for (&s, &t) in src.iter().zip(dst) {
+                    if s >= n || t >= n {
+                        return Err(invalid(
+                            "edges",
+                            format!("{s} -> {t}, read again, names a vertex outside 0..{n}"),
+                        ));
+                    }
+                    let v = number(t);
+                    if (kept_lo..kept_hi).contains(&v) {
+                        place(number(s) as u32, (v - kept_lo) as usize)?;
+                    }
                 }
-            }
-            Ok(())
-        })?;
-    }
+                Ok(())
+            })
+        })?
+    };
     drop(edges);
-    sort_rows(&row_start, &mut columns);
     let own_rows = KeptRows {
         first: kept_lo,
         row_start,
@@ -621,8 +636,11 @@ fn prepare(
         edges: pair_edges,
     };
 
-    // needed[d][e][s]: rows of device e's partition s that device d reads.
+    // needed[d][e][s]: rows of device e's partition s that device d
+    // reads, listed where d or e is kept (what a kept share receives and
+    // sends), and counted for every pair (the statistics).
     let mut needed: Vec<Vec<Vec<Vec<u32>>>> = vec![vec![vec![Vec::new(); p]; k]; k];
+    let mut read_rows = vec![vec![vec![0usize; p]; k]; k];
     for (d, marks) in reads.iter().enumerate() {
         for (word, &bits) in marks.iter().enumerate() {
             let mut bits = bits;
@@ -630,7 +648,11 @@ fn prepare(
                 let w = (word * 64) as u64 + u64::from(bits.trailing_zeros());
                 bits &= bits - 1;
                 let g = split.of(w) as usize;
-                needed[d][g / p][g % p].push((w - starts[g]) as u32);
+                let (e, s) = (g / p, g % p);
+                read_rows[d][e][s] += 1;
+                if keep.keeps(d) || keep.keeps(e) {
+                    needed[d][e][s].push((w - starts[g]) as u32);
+                }
             }
         }
     }
@@ -649,7 +671,7 @@ fn prepare(
         let mut halo = HaloInput {
             blocks: vec![None; p * p],
             recv: (0..p)
-                .map(|s| reads.iter().map(|by_source| by_source[s].len()).collect())
+                .map(|s| (0..k).map(|e| read_rows[d][e][s]).collect())
                 .collect(),
             // Only a share that is built needs what it sends and its
             // halo's ids.
@@ -938,5 +960,181 @@ fn halo_block(
         columns,
         weights,
         weighting: Weighting::PerEdge,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generate::GeneratorSpec;
+    use crate::npy::Npy;
+    use fateplan_planner::gnn::GnnModel;
+
+    fn hyper(model: GnnModel) -> Hyper {
+        Hyper {
+            model,
+            layers: 2,
+            hidden: 8,
+            heads: 1,
+            dropout: 0.0,
+            lr: 0.01,
+            weight_decay: 0.0,
+            weight_decay_all_layers: false,
+            seed: 3,
+            order: Default::default(),
+        }
+    }
+
+    fn shown(share: &DeviceShare) -> String {
+        format!("{:?} {:?}", share.input, share.halo)
+    }
+
+    #[test]
+    fn a_share_read_from_a_file_in_small_batches_is_the_one_built_from_lists() {
+        let data = GeneratorSpec::parse("planted:nodes=500,classes=3,features=4,degree=6,seed=4")
+            .unwrap()
+            .generate()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        data.save(dir.path()).unwrap();
+        let path = dir.path().join("edge_index.npy");
+        for model in [GnnModel::Gcn, GnnModel::Sage, GnnModel::Gat] {
+            let h = hyper(model);
+            for method in [ShareMethod::Ranges, ShareMethod::Mincut] {
+                let all = prepare_shared(data.clone(), &h, 3, 2, method).unwrap();
+                let topology = Dataset {
+                    x: Vec::new(),
+                    src: Vec::new(),
+                    dst: Vec::new(),
+                    ..data.clone()
+                };
+                let read =
+                    |ids: &[u64]| Ok(ids.iter().flat_map(|&v| data.row(v).to_vec()).collect());
+                for rank in 0..3 {
+                    // 37 edges a batch: the two passes cross many batches.
+                    let edges = EdgeSource::npy_in_batches(
+                        path.clone(),
+                        Npy::open(&path).unwrap(),
+                        data.nodes,
+                        37,
+                    )
+                    .unwrap();
+                    let one = prepare_share_reading(
+                        topology.clone(),
+                        edges,
+                        &read,
+                        all.owner.clone(),
+                        &h,
+                        3,
+                        2,
+                        method,
+                        rank,
+                    )
+                    .unwrap();
+                    let what = format!("{model:?} {method:?} {rank}");
+                    assert_eq!(shown(&one.devices[0]), shown(&all.devices[rank]), "{what}");
+                    assert_eq!(one.workload.to_json(), all.workload.to_json(), "{what}");
+                    assert_eq!(one.stats, all.stats, "{what}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_statistics_are_those_counted_edge_by_edge() {
+        let data = GeneratorSpec::parse("planted:nodes=400,classes=4,features=2,degree=5,seed=9")
+            .unwrap()
+            .generate()
+            .unwrap();
+        let h = hyper(GnnModel::Gcn);
+        for method in [ShareMethod::Ranges, ShareMethod::Mincut] {
+            let k = 3usize;
+            let all = prepare_shared(data.clone(), &h, k as u32, 2, method).unwrap();
+            // Each vertex's device, as the graph numbers it.
+            let mut device = vec![usize::MAX; data.nodes as usize];
+            for (d, share) in all.devices.iter().enumerate() {
+                let rows = *share.input.offsets.last().unwrap();
+                for r in 0..rows {
+                    let v = match &share.input.row_ids {
+                        Some(ids) => ids[r as usize],
+                        None => share.input.row_base + r,
+                    };
+                    device[v as usize] = d;
+                }
+            }
+            assert!(
+                device.iter().all(|&d| d < k),
+                "{method:?}: every vertex owned"
+            );
+            let mut halo_edges = 0;
+            let mut read: Vec<std::collections::BTreeSet<u64>> = vec![Default::default(); k];
+            for (&u, &v) in data.src.iter().zip(&data.dst) {
+                let (du, dv) = (device[u as usize], device[v as usize]);
+                if du != dv {
+                    halo_edges += 1;
+                    read[dv].insert(u);
+                }
+            }
+            let rows: Vec<u64> = read.iter().map(|r| r.len() as u64).collect();
+            let expected = ShareStats {
+                method,
+                halo_rows_max: *rows.iter().max().unwrap(),
+                halo_rows_total: rows.iter().sum(),
+                halo_edges,
+                edges: data.src.len() as u64,
+            };
+            assert!(halo_edges > 0, "{method:?}");
+            assert_eq!(all.stats, expected, "{method:?}");
+            // Each device's halo holds the rows it reads, by their numbers.
+            for (d, share) in all.devices.iter().enumerate() {
+                let mut ids: Vec<u64> = share.halo.ids.concat();
+                ids.sort_unstable();
+                assert_eq!(
+                    ids,
+                    read[d].iter().copied().collect::<Vec<_>>(),
+                    "{method:?} {d}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_graph_with_fewer_vertices_than_partitions_is_refused() {
+        let data = Dataset {
+            name: "tiny".into(),
+            nodes: 3,
+            features: 1,
+            classes: 1,
+            x: vec![1.0; 3],
+            y: vec![0; 3],
+            train_mask: vec![true; 3],
+            val_mask: vec![false; 3],
+            test_mask: vec![false; 3],
+            src: vec![0, 1],
+            dst: vec![1, 2],
+        };
+        let h = hyper(GnnModel::Gcn);
+        let Err(error) = prepare_shared(data.clone(), &h, 2, 2, ShareMethod::Ranges) else {
+            panic!("4 partitions of 3 vertices");
+        };
+        let error = error.to_string();
+        assert!(
+            error.contains("tiny") && error.contains("4 in all, for a graph of 3 nodes"),
+            "{error}"
+        );
+        assert!(prepare_shared(data.clone(), &h, 3, 1, ShareMethod::Ranges).is_ok());
+        // An edge naming no vertex, from lists: named by its number.
+        let broken = Dataset {
+            dst: vec![1, 3],
+            ..data
+        };
+        let Err(error) = prepare_shared(broken, &h, 3, 1, ShareMethod::Ranges) else {
+            panic!("an edge to vertex 3 of 3");
+        };
+        let error = error.to_string();
+        assert!(
+            error.contains("edge 1") && error.contains("1 -> 3 names a vertex outside 0..3"),
+            "{error}"
+        );
     }
 }

@@ -588,7 +588,7 @@ fn the_topology_alone_gives_the_workload_of_the_shares() {
     let h = Hyper { heads: 2, ..h };
     for method in [ShareMethod::Ranges, ShareMethod::Mincut] {
         let shared = prepare_shared(data.clone(), &h, 3, 2, method).unwrap();
-        let (workload, stats) = share_workload(topology(), &spec, 3, 2, method, None).unwrap();
+        let (workload, stats) = share_workload(&topology(), &spec, 3, 2, method, None).unwrap();
         assert_eq!(workload.to_json(), shared.workload.to_json(), "{method:?}");
         assert_eq!(stats, shared.stats);
     }
@@ -604,7 +604,7 @@ fn the_topology_alone_gives_the_workload_of_the_shares() {
     .owner;
     let shared = prepare_shared(data.clone(), &h, 3, 2, ShareMethod::Mincut).unwrap();
     let (workload, _) = share_workload(
-        topology(),
+        &topology(),
         &spec,
         3,
         2,
@@ -615,7 +615,7 @@ fn the_topology_alone_gives_the_workload_of_the_shares() {
     assert_eq!(workload.to_json(), shared.workload.to_json());
     // A partitioning is the min-cut shares' input: refused with ranges.
     let Err(error) = share_workload(
-        topology(),
+        &topology(),
         &spec,
         3,
         2,
@@ -627,7 +627,7 @@ fn the_topology_alone_gives_the_workload_of_the_shares() {
     assert!(error.to_string().contains("vertex ranges"), "{error}");
     // A partitioning of another graph or device count is refused.
     let Err(error) = share_workload(
-        topology(),
+        &topology(),
         &spec,
         2,
         2,
@@ -638,7 +638,7 @@ fn the_topology_alone_gives_the_workload_of_the_shares() {
     };
     assert!(error.to_string().contains("owner"), "{error}");
     // Every device's partitions are ranges of one graph: at most 256.
-    let Err(error) = share_workload(topology(), &spec, 4, 65, ShareMethod::Ranges, None) else {
+    let Err(error) = share_workload(&topology(), &spec, 4, 65, ShareMethod::Ranges, None) else {
         panic!("built 260 partitions");
     };
     assert!(
