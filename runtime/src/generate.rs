@@ -189,6 +189,7 @@ impl RmatSpec {
             dst,
         })
     }
+
     /// Every edge, in [`RmatSpec::generate`]'s order: those drawn, then
     /// (symmetric) the same reversed.
     pub(crate) fn edge_lists(&self) -> (Vec<u64>, Vec<u64>) {
