@@ -220,7 +220,8 @@ impl Npy {
         let first = self.offset + self.index2(row, columns.start) * size;
         let end = self.offset + (self.index2(row, columns.end - 1) + 1) * size;
         // Safety: as for `release`; the range is rounded out to whole
-        // pages, and a range outside the map is refused, not used.
+        // pages (neighbours' too, which are read again if wanted), and it
+        // lies inside the map, whose size `open` checked.
         let _ = unsafe {
             self.map.unchecked_advise_range(
                 memmap2::UncheckedAdvice::DontNeed,

@@ -594,28 +594,59 @@ fn prepare(
     for r in 0..rows {
         row_start[r + 1] = row_start[r] + degree[kept_lo as usize + r];
     }
+    // The kept rows' edges per pair of partitions, read again: they must
+    // be those of the first reading, and every source on another device
+    // one that was marked, or the halo would not hold it.
+    let mut again = vec![0u64; kp * kp];
+    let changed = |what: String| {
+        invalid(
+            "edges",
+            format!("{what}: the edges read again differ from those read first"),
+        )
+    };
     let columns = if rows == 0 {
         Vec::new()
     } else {
         fill_rows(&row_start, &mut |place| {
+            let mut seen = 0u64;
             edges.for_each_batch(&mut |src, dst| {
-                for (&s, &t) in src.iter().zip(dst) {
+                for (i, (&s, &t)) in src.iter().zip(dst).enumerate() {
+                    let edge = seen + i as u64;
                     if s >= n || t >= n {
-                        return Err(invalid(
-                            "edges",
-                            format!("{s} -> {t}, read again, names a vertex outside 0..{n}"),
-                        ));
+                        return Err(changed(format!("edge {edge}, {s} -> {t}")));
                     }
                     let v = number(t);
                     if (kept_lo..kept_hi).contains(&v) {
-                        place(number(s) as u32, (v - kept_lo) as usize)?;
+                        let u = number(s);
+                        let (gu, gv) = (split.of(u) as usize, split.of(v) as usize);
+                        let dv = gv / p;
+                        let marked = reads[dv][u as usize / 64] >> (u % 64) & 1 == 1;
+                        if gu / p != dv && !marked {
+                            return Err(changed(format!("edge {edge}, {s} -> {t}")));
+                        }
+                        again[gv * kp + gu] += 1;
+                        place(u as u32, (v - kept_lo) as usize)?;
                     }
                 }
+                seen += src.len() as u64;
                 Ok(())
             })
         })?
     };
     drop(edges);
+    let kept_pairs = first_kept * p * kp..end_kept * p * kp;
+    if let Some(at) = kept_pairs
+        .into_iter()
+        .find(|&at| again[at] != pair_edges[at])
+    {
+        return Err(changed(format!(
+            "partitions {} <- {}: {} edges, then {}",
+            at / kp,
+            at % kp,
+            pair_edges[at],
+            again[at]
+        )));
+    }
     let own_rows = KeptRows {
         first: kept_lo,
         row_start,
