@@ -15,8 +15,9 @@ use fateplan::planner::{plan, PlanOptions, Policy, Profile};
 use fateplan::runtime::compare::{compare, Comparison, MeasuredIteration, Pair};
 use fateplan::runtime::cpu::Hyper;
 use fateplan::runtime::dataset::FeatureScaling;
+use fateplan::runtime::edges::EdgeSource;
 use fateplan::runtime::exec::SsdTier;
-use fateplan::runtime::share::{prepare_shared_keeping, Keep, SharedPrepared};
+use fateplan::runtime::share::{prepare_shared_from, prepare_shared_keeping, Keep, SharedPrepared};
 use fateplan::runtime::sim::{simulate, SimOptions};
 use fateplan::runtime::spill::CreatedDirs;
 use fateplan::runtime::train::{self, EpochStats};
@@ -360,19 +361,28 @@ pub(crate) fn dataset(args: &TrainArgs) -> Result<(fateplan::runtime::dataset::D
 
 const RAW_FEATURES: &str = "kept as they are (--raw-features)";
 
-/// The graph the arguments name without its features (a launcher of
-/// member processes plans from the topology; each member reads its own
-/// rows), whether [`dataset`] would normalise its rows to sum 1 (found by
-/// reading every row in turn, holding none), and the line saying so.
-fn topology(args: &TrainArgs) -> Result<(fateplan::runtime::dataset::Dataset, bool, String)> {
-    let (dataset, rows) = train::load_graph_without_features(&args.graph)?;
+/// The graph the arguments name without its features or edges (a
+/// launcher of member processes plans from the topology, read a batch of
+/// edges at a time; each member reads its own rows), where its edges are
+/// read from, whether [`dataset`] would normalise its rows to sum 1
+/// (found by reading every row in turn, holding none), and the line
+/// saying so.
+fn topology(args: &TrainArgs) -> Result<Topology> {
+    let (dataset, rows, edges) = train::open_graph(&args.graph)?;
     if args.raw_features {
-        return Ok((dataset, false, RAW_FEATURES.to_string()));
+        return Ok((dataset, edges, false, RAW_FEATURES.to_string()));
     }
     let scaling = rows.scaling()?;
     let sum_to_one = scaling == FeatureScaling::RowsSumToOne;
-    Ok((dataset, sum_to_one, scaling.describe()))
+    Ok((dataset, edges, sum_to_one, scaling.describe()))
 }
+
+type Topology = (
+    fateplan::runtime::dataset::Dataset,
+    EdgeSource<'static>,
+    bool,
+    String,
+);
 
 /// The spill folder of several devices' stores, removed where empty when
 /// dropped.
@@ -468,30 +478,37 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     }
     // Member processes read their own rows, normalised as the whole
     // graph's would be.
-    let (dataset, features, rows_sum_to_one) = if args.processes {
-        let (dataset, sum_to_one, line) = topology(args)?;
-        (dataset, line, sum_to_one)
+    let (dataset, source, features, rows_sum_to_one) = if args.processes {
+        let (dataset, edges, sum_to_one, line) = topology(args)?;
+        (dataset, Some(edges), line, sum_to_one)
     } else {
         let (dataset, line) = dataset(args)?;
-        (dataset, line, false)
+        (dataset, None, line, false)
     };
 
-    let (nodes, edges) = (dataset.nodes, dataset.edges());
-    let prepared = if shared {
+    let nodes = dataset.nodes;
+    let edges = source.as_ref().map_or(dataset.edges(), |s| s.len());
+    let prepared = if let Some(source) = source {
         // With --processes each member builds its own share: the
-        // launcher needs the workload and the statistics only.
-        let keep = if args.processes {
-            Keep::None
-        } else {
-            Keep::All
-        };
+        // launcher needs the workload and the statistics only, which it
+        // counts reading the edges a batch at a time.
+        Prepared::Shared(prepare_shared_from(
+            dataset,
+            source,
+            &hyper,
+            args.devices(),
+            args.partitions(),
+            share_method,
+            Keep::None,
+        )?)
+    } else if shared {
         Prepared::Shared(prepare_shared_keeping(
             dataset,
             &hyper,
             args.devices(),
             args.partitions(),
             share_method,
-            keep,
+            Keep::All,
         )?)
     } else {
         Prepared::One(train::prepare_cached(

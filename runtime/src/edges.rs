@@ -147,9 +147,8 @@ impl<'a> EdgeSource<'a> {
                 check_lengths(src, dst)?;
                 Ok((Cow::Borrowed(&**src), Cow::Borrowed(&**dst)))
             }
-            // In the whole graph's order (its batches hand a symmetric
-            // graph's reverse edges out early), which the min-cut
-            // partitioner's result depends on.
+            // In the order `generate` lists them (its batches hand a
+            // symmetric graph's reverse edges out early).
             EdgeSource::Rmat(spec) => {
                 spec.validate(&spec.to_string())?;
                 let (src, dst) = spec.edge_lists();

@@ -196,6 +196,41 @@ pub fn prepare_shared_keeping(
     )
 }
 
+/// [`prepare_shared_keeping`] for a dataset without its edges (`src` and
+/// `dst` empty), whose edges come from `edges`, read a batch at a time:
+/// a launcher that keeps no share ([`Keep::None`]) partitions the graph
+/// and counts the shares' statistics without holding the edge list.
+pub fn prepare_shared_from(
+    dataset: Dataset,
+    edges: EdgeSource<'_>,
+    hyper: &Hyper,
+    devices: u32,
+    partitions: u32,
+    method: ShareMethod,
+    keep: Keep,
+) -> Result<SharedPrepared, Error> {
+    refuse_held_edges(&dataset, &edges)?;
+    prepare(
+        dataset, edges, hyper, devices, partitions, method, keep, None, None,
+    )
+}
+
+/// A dataset given with a source of its edges must not hold edges too.
+fn refuse_held_edges(dataset: &Dataset, edges: &EdgeSource<'_>) -> Result<(), Error> {
+    if dataset.src.is_empty() && dataset.dst.is_empty() {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        std::path::Path::new(&dataset.name),
+        "edges",
+        format!(
+            "the dataset holds {} edges and a source of {} was given too",
+            dataset.src.len().max(dataset.dst.len()),
+            edges.len()
+        ),
+    ))
+}
+
 /// Reads the feature rows of vertices numbered as the graph gives them, in
 /// the order given ([`crate::dataset::FeatureRows::rows`], normalised as
 /// the run normalises them).
@@ -221,17 +256,7 @@ pub fn prepare_share_reading(
     method: ShareMethod,
     rank: usize,
 ) -> Result<SharedPrepared, Error> {
-    if !dataset.src.is_empty() || !dataset.dst.is_empty() {
-        return Err(Error::invalid(
-            std::path::Path::new(&dataset.name),
-            "edges",
-            format!(
-                "the dataset holds {} edges and a source of {} was given too",
-                dataset.src.len().max(dataset.dst.len()),
-                edges.len()
-            ),
-        ));
-    }
+    refuse_held_edges(&dataset, &edges)?;
     prepare(
         dataset,
         edges,
@@ -477,11 +502,10 @@ fn prepare(
             let owner = match owner {
                 Some(owner) => owner,
                 None => {
-                    let (src, dst) = edges.lists()?;
-                    crate::partition::Partitioning::mincut(
+                    crate::partition::Partitioning::reading(
+                        crate::partition::Method::Mincut,
                         n,
-                        &src,
-                        &dst,
+                        &edges,
                         devices,
                         &crate::partition::PartitionOptions::default(),
                     )?

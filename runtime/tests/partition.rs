@@ -228,3 +228,44 @@ fn bad_requests_name_the_field_and_value() {
     let bad = message(Partitioning::mincut(3, &src, &dst, 2, &tolerance));
     assert!(bad.contains("tolerance") && bad.contains("-0.5"), "{bad}");
 }
+
+/// Partitioning edges read a batch at a time (an R-MAT spec's, drawn in
+/// two batches; a saved folder's `edge_index.npy`) gives what the lists
+/// give, and so does any order of the same edges.
+#[test]
+fn partitioning_read_in_batches_or_reordered_is_the_lists_partitioning() {
+    use fateplan_runtime::dataset::Dataset;
+    let spec = "rmat:scale=16,edge_factor=16,symmetric=true,features=1,classes=2,seed=2";
+    let generator = GeneratorSpec::parse(spec).unwrap();
+    let whole = generator.generate().unwrap();
+    let (nodes, src, dst) = (whole.nodes, &whole.src, &whole.dst);
+    assert!(src.len() > 1 << 20, "two batches of R-MAT edges");
+    let dir = tempfile::tempdir().unwrap();
+    whole.save(dir.path()).unwrap();
+    let (_, drawn) = generator.open().unwrap();
+    let (_, _, file) = Dataset::open(dir.path()).unwrap();
+    // Every other edge first, then the rest backwards.
+    let order: Vec<usize> = (0..src.len())
+        .step_by(2)
+        .chain((1..src.len()).step_by(2).rev())
+        .collect();
+    let moved_src: Vec<u64> = order.iter().map(|&k| src[k]).collect();
+    let moved_dst: Vec<u64> = order.iter().map(|&k| dst[k]).collect();
+    let options = PartitionOptions {
+        replicate_min_out_degree: Some(200),
+        ..PartitionOptions::default()
+    };
+    for method in [Method::Mincut, Method::Random] {
+        let lists = Partitioning::new(method, nodes, src, dst, 4, &options).unwrap();
+        assert!(lists.replicated.iter().any(|&r| r), "{method:?}");
+        for (what, edges) in [("drawn", &drawn), ("file", &file)] {
+            let read = Partitioning::reading(method, nodes, edges, 4, &options).unwrap();
+            assert_eq!(read, lists, "{method:?} {what}");
+        }
+        if method == Method::Mincut {
+            let moved =
+                Partitioning::new(method, nodes, &moved_src, &moved_dst, 4, &options).unwrap();
+            assert_eq!(moved, lists);
+        }
+    }
+}

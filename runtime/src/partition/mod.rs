@@ -13,8 +13,9 @@
 //!   lightest GPU when its turn's GPU would go over the edge budget.
 //! - [`Method::Mincut`]: a multilevel partitioner of our own
 //!   (`multilevel.rs`; the crates found wrap C libraries, or were a
-//!   first 0.1 release): heavy-edge matching on the symmetrised graph,
-//!   greedy graph growing of the coarsest graph into k parts, then greedy
+//!   first 0.1 release): heavy-edge matching on the symmetrised graph
+//!   (label-propagation clusters where pairs would keep most of a level's
+//!   edges), greedy graph growing of the coarsest graph into k parts, then greedy
 //!   boundary refinement (positive-gain moves that respect the edge
 //!   budget, and zero-gain moves that improve balance) on every level on
 //!   the way back up. It minimises the edge cut, which bounds the halo.
@@ -40,6 +41,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::edges::EdgeSource;
 use crate::{Error, Result};
 
 /// Most GPUs a partitioning may have.
@@ -148,7 +150,8 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> Error {
     Error::invalid(Path::new(WHAT), field, message)
 }
 
-/// Checks the request; returns the vertex count as `usize`.
+/// Checks the request and the lists; returns the vertex count as
+/// `usize`.
 fn check(
     nodes: u64,
     src: &[u64],
@@ -156,6 +159,38 @@ fn check(
     parts: u32,
     options: &PartitionOptions,
 ) -> Result<usize> {
+    let n = check_request(nodes, parts, options)?;
+    check_lengths(src, dst)?;
+    check_ends(nodes, src, dst, 0)?;
+    Ok(n)
+}
+
+fn check_lengths(src: &[u64], dst: &[u64]) -> Result<()> {
+    if src.len() != dst.len() {
+        return Err(invalid(
+            "edges",
+            format!("{} sources but {} destinations", src.len(), dst.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Every end of the edges `first..` is a vertex (an error names the first
+/// that is not, by its number among all the edges).
+fn check_ends(nodes: u64, src: &[u64], dst: &[u64], first: u64) -> Result<()> {
+    for (name, ends) in [("src", src), ("dst", dst)] {
+        if let Some((k, &v)) = ends.iter().enumerate().find(|&(_, &v)| v >= nodes) {
+            return Err(invalid(
+                format!("{name}[{}]", first + k as u64),
+                format!("vertex {v} is out of range for {nodes} vertices"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks the request alone; returns the vertex count as `usize`.
+fn check_request(nodes: u64, parts: u32, options: &PartitionOptions) -> Result<usize> {
     if parts == 0 {
         return Err(invalid("parts", "0: expected at least 1 GPU"));
     }
@@ -177,12 +212,6 @@ fn check(
             format!("{nodes} is over the limit of {} vertices", u32::MAX - 1),
         ));
     }
-    if src.len() != dst.len() {
-        return Err(invalid(
-            "edges",
-            format!("{} sources but {} destinations", src.len(), dst.len()),
-        ));
-    }
     if !options.tolerance.is_finite() || options.tolerance < 0.0 {
         return Err(invalid(
             "tolerance",
@@ -192,24 +221,24 @@ fn check(
             ),
         ));
     }
-    for (name, ends) in [("src", src), ("dst", dst)] {
-        if let Some((k, &v)) = ends.iter().enumerate().find(|&(_, &v)| v >= nodes) {
-            return Err(invalid(
-                format!("{name}[{k}]"),
-                format!("vertex {v} is out of range for {nodes} vertices"),
-            ));
-        }
-    }
     Ok(nodes as usize)
 }
 
-/// In-edges per vertex: the weight balance counts.
-fn in_degrees(n: usize, dst: &[u64]) -> Vec<u64> {
-    let mut weight = vec![0u64; n];
-    for &d in dst {
-        weight[d as usize] += 1;
-    }
-    weight
+/// In- and out-edges per vertex of the edges `edges` gives, each end
+/// checked to be one of the `n` vertices.
+fn degrees(n: usize, edges: &EdgeSource<'_>) -> Result<(Vec<u64>, Vec<u64>)> {
+    let (mut ins, mut outs) = (vec![0u64; n], vec![0u64; n]);
+    let mut first = 0u64;
+    edges.for_each_batch(&mut |src, dst| {
+        check_ends(n as u64, src, dst, first)?;
+        first += src.len() as u64;
+        for (&s, &d) in src.iter().zip(dst) {
+            outs[s as usize] += 1;
+            ins[d as usize] += 1;
+        }
+        Ok(())
+    })?;
+    Ok((ins, outs))
 }
 
 /// Most in-edges a GPU may own: `ceil(total / k · (1 + tolerance))`.
@@ -231,15 +260,37 @@ impl Partitioning {
         parts: u32,
         options: &PartitionOptions,
     ) -> Result<Partitioning> {
-        let n = check(nodes, src, dst, parts, options)?;
-        let weight = in_degrees(n, dst);
-        let total: u64 = dst.len() as u64;
+        check_lengths(src, dst)?;
+        Self::reading(
+            method,
+            nodes,
+            &EdgeSource::borrowed(src, dst),
+            parts,
+            options,
+        )
+    }
+
+    /// [`Partitioning::new`] for the edges `edges` gives, read a batch at
+    /// a time (a few times over) rather than held: what it holds is the
+    /// symmetrised graph the min-cut partitioner coarsens, 8 bytes per
+    /// distinct neighbour of each vertex, and its coarser levels. The
+    /// result does not depend on the order of the edges.
+    pub fn reading(
+        method: Method,
+        nodes: u64,
+        edges: &EdgeSource<'_>,
+        parts: u32,
+        options: &PartitionOptions,
+    ) -> Result<Partitioning> {
+        let n = check_request(nodes, parts, options)?;
+        let (weight, out_degree) = degrees(n, edges)?;
+        let total: u64 = weight.iter().sum();
         let max_weight = max_part_weight(total, parts, options.tolerance);
         let mut owner = match method {
             Method::Random => random_owners(&weight, parts, max_weight, options.seed),
-            Method::Mincut => mincut_owners(n, src, dst, &weight, parts, max_weight, options.seed),
+            Method::Mincut => mincut_owners(n, edges, &weight, parts, max_weight, options.seed)?,
         };
-        fill_empty_parts(&mut owner, parts, src, dst);
+        fill_empty_parts(&mut owner, parts, &weight, &out_degree);
         let mut partitioning = Partitioning {
             parts,
             method,
@@ -247,7 +298,7 @@ impl Partitioning {
             replicated: vec![false; n],
         };
         if let Some(min) = options.replicate_min_out_degree {
-            partitioning.replicate_min_out_degree(src, min);
+            partitioning.replicate_by_out_degree(&out_degree, min);
         }
         Ok(partitioning)
     }
@@ -286,8 +337,14 @@ impl Partitioning {
         for &s in src {
             out_degree[s as usize] += 1;
         }
+        self.replicate_by_out_degree(&out_degree, min);
+    }
+
+    /// [`Partitioning::replicate_min_out_degree`] from each vertex's
+    /// out-edge count.
+    fn replicate_by_out_degree(&mut self, out_degree: &[u64], min: u64) {
         let replicate = self.parts > 1;
-        for (flag, &degree) in self.replicated.iter_mut().zip(&out_degree) {
+        for (flag, &degree) in self.replicated.iter_mut().zip(out_degree) {
             *flag = replicate && degree >= min && degree > 0;
         }
     }
@@ -462,14 +519,13 @@ fn lightest(part_weight: &[u64]) -> usize {
 
 fn mincut_owners(
     n: usize,
-    src: &[u64],
-    dst: &[u64],
+    edges: &EdgeSource<'_>,
     weight: &[u64],
     parts: u32,
     max_weight: u64,
     seed: u64,
-) -> Vec<u32> {
-    let (graph, active) = multilevel::Graph::symmetric(n, src, dst, weight);
+) -> Result<Vec<u32>> {
+    let (graph, active) = multilevel::Graph::symmetric(n, edges, weight)?;
     let active_parts = multilevel::partition(graph, parts, max_weight, seed);
     let mut owner = vec![u32::MAX; n];
     let mut part_weight = vec![0u64; parts as usize];
@@ -510,12 +566,13 @@ fn mincut_owners(
         part_vertices[p] += 1;
         fewest.push(Reverse((part_vertices[p], p as u32)));
     }
-    owner
+    Ok(owner)
 }
 
 /// Gives every empty part one vertex: the vertex with the fewest edges
-/// (the lowest index among equals) of the part owning the most vertices.
-fn fill_empty_parts(owner: &mut [u32], parts: u32, src: &[u64], dst: &[u64]) {
+/// (in and out, the lowest index among equals) of the part owning the
+/// most vertices.
+fn fill_empty_parts(owner: &mut [u32], parts: u32, in_degree: &[u64], out_degree: &[u64]) {
     let mut count = vec![0u64; parts as usize];
     for &p in owner.iter() {
         count[p as usize] += 1;
@@ -523,11 +580,7 @@ fn fill_empty_parts(owner: &mut [u32], parts: u32, src: &[u64], dst: &[u64]) {
     if count.iter().all(|&c| c > 0) {
         return;
     }
-    let mut degree = vec![0u64; owner.len()];
-    for (&s, &d) in src.iter().zip(dst) {
-        degree[s as usize] += 1;
-        degree[d as usize] += 1;
-    }
+    let degree = |v: usize| in_degree[v] + out_degree[v];
     for empty in 0..parts as usize {
         if count[empty] > 0 {
             continue;
@@ -543,7 +596,7 @@ fn fill_empty_parts(owner: &mut [u32], parts: u32, src: &[u64], dst: &[u64]) {
         }
         let chosen = (0..owner.len())
             .filter(|&v| owner[v] as usize == most)
-            .min_by_key(|&v| (degree[v], v))
+            .min_by_key(|&v| (degree(v), v))
             .expect("the largest part owns vertices");
         owner[chosen] = empty as u32;
         count[most] -= 1;
