@@ -1,7 +1,10 @@
 //! `fateplan train --devices K --processes`: each device a process of its
 //! own. The launcher (the `train` process) plans, serves a hub on the
 //! loopback interface, and starts K members (`fateplan member`, hidden),
-//! each given its job as JSON on its standard input. A member joins the
+//! each given its job on its standard input: a line of JSON, then the
+//! launcher's min-cut partitioning where the shares are min-cut ones
+//! (nothing is written to disk for them, so nothing is left behind when
+//! the launcher is killed). A member joins the
 //! hub, shares the graph out as the launcher did, takes its own share,
 //! trains it with the launcher's plan, and hands its outcome to the hub as
 //! it leaves. The launcher gathers the outcomes into the run's report.
@@ -16,7 +19,7 @@ use fateplan::planner::plan::{Budgets, Plan};
 use fateplan::runtime::collective::{Collective, Hub, TcpMember};
 use fateplan::runtime::dataset::Dataset;
 use fateplan::runtime::exec::{ExecOptions, SsdTier};
-use fateplan::runtime::share::{load_owner, prepare_share_reading, save_owner};
+use fateplan::runtime::share::{decode_owner, encode_owner, prepare_share_reading};
 use fateplan::runtime::train::{self, EpochStats, MemberOutcome};
 use serde::{Deserialize, Serialize};
 
@@ -43,9 +46,10 @@ struct Job {
     /// Whether the member divides each of its feature rows by its sum
     /// (the launcher found that no feature of the graph is negative).
     rows_sum_to_one: bool,
-    /// The launcher's min-cut partitioning of the graph onto the devices
-    /// (`share::save_owner`), for min-cut shares.
-    owner_file: Option<std::path::PathBuf>,
+    /// Whether the launcher's min-cut partitioning of the graph onto the
+    /// devices follows the job's line (`share::encode_owner`), for min-cut
+    /// shares.
+    owner_follows: bool,
 }
 
 /// What a member hands the hub as it leaves.
@@ -85,20 +89,9 @@ pub fn launch(
     owner: Option<&[u32]>,
 ) -> Result<Launched> {
     let k = args.devices() as usize;
-    // The partitioning, in a folder removed when the run ends: the
-    // members share the graph out without partitioning it again.
-    let handed = match owner {
-        Some(owner) => {
-            let dir = tempfile::Builder::new()
-                .prefix("fateplan-shares-")
-                .tempdir()
-                .context("making a folder for the members' partitioning")?;
-            let path = dir.path().join("owner.bin");
-            save_owner(&path, owner, k as u32)?;
-            Some((dir, path))
-        }
-        None => None,
-    };
+    // The partitioning: the members share the graph out without
+    // partitioning it again.
+    let owner_bytes = owner.map(|owner| encode_owner(owner, k as u32));
     let hub = Hub::bind("127.0.0.1:0", k)?;
     let addr = hub.local_addr()?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -116,7 +109,7 @@ pub fn launch(
             budgets,
             ssd_bytes,
             rows_sum_to_one,
-            owner_file: handed.as_ref().map(|(_, path)| path.clone()),
+            owner_follows: owner_bytes.is_some(),
         };
         let spawned = Command::new(&exe)
             .arg("member")
@@ -149,7 +142,13 @@ pub fn launch(
             .take()
             .ok_or_else(|| anyhow!("member {rank}'s standard input"))
             .and_then(|mut stdin| {
-                stdin.write_all(&serde_json::to_vec(&job)?)?;
+                // Compact JSON holds no line break.
+                let mut line = serde_json::to_vec(&job)?;
+                line.push(b'\n');
+                stdin.write_all(&line)?;
+                if let Some(bytes) = &owner_bytes {
+                    stdin.write_all(bytes)?;
+                }
                 Ok(())
             });
         members.push(started);
@@ -258,12 +257,11 @@ fn stop_all(members: &mut [Started]) -> Vec<usize> {
 
 /// `fateplan member`: one device's process, started by `launch`.
 pub fn run_member() -> Result<()> {
-    let mut text = String::new();
+    let mut input = Vec::new();
     std::io::stdin()
-        .read_to_string(&mut text)
+        .read_to_end(&mut input)
         .context("reading the job on standard input")?;
-    let job: Job = serde_json::from_str(&text)
-        .context("the job on standard input (fateplan member is started by train --processes)")?;
+    let (job, owner) = read_job(&input)?;
     crate::cli::set_threads(Some(job.threads))?;
     let k = job.args.devices() as usize;
     let hub = job
@@ -271,7 +269,7 @@ pub fn run_member() -> Result<()> {
         .parse()
         .with_context(|| format!("the hub's address {:?}", job.hub))?;
     let member = Arc::new(TcpMember::join(hub, job.rank, k, JOIN_TIMEOUT)?);
-    match train_member(&job, member.clone()) {
+    match train_member(&job, owner, member.clone()) {
         Ok(handed) => {
             member.leave_with(&serde_json::to_vec(&handed)?)?;
             Ok(())
@@ -284,7 +282,29 @@ pub fn run_member() -> Result<()> {
     }
 }
 
-fn train_member(job: &Job, member: Arc<TcpMember>) -> Result<Handed> {
+/// The job on a member's standard input (a line of JSON) and the bytes of
+/// the partitioning that follow it where the job says so.
+fn read_job(input: &[u8]) -> Result<(Job, Option<&[u8]>)> {
+    const STARTED: &str = "fateplan member is started by train --processes";
+    let end = input
+        .iter()
+        .position(|&b| b == b'\n')
+        .unwrap_or(input.len());
+    let job: Job = serde_json::from_slice(&input[..end])
+        .with_context(|| format!("the job on standard input ({STARTED})"))?;
+    let rest = input.get(end + 1..).unwrap_or(&[]);
+    match (job.owner_follows, rest.is_empty()) {
+        (true, true) => bail!("standard input: the job's partitioning is missing ({STARTED})"),
+        (false, false) => bail!(
+            "standard input: {} bytes follow a job that has no partitioning ({STARTED})",
+            rest.len()
+        ),
+        (true, false) => Ok((job, Some(rest))),
+        (false, true) => Ok((job, None)),
+    }
+}
+
+fn train_member(job: &Job, owner: Option<&[u8]>, member: Arc<TcpMember>) -> Result<Handed> {
     let args = &job.args;
     let hyper = crate::train::hyper(args)?;
     let plan = Plan::from_json(&job.plan, "the launcher's plan")?;
@@ -297,8 +317,13 @@ fn train_member(job: &Job, member: Arc<TcpMember>) -> Result<Handed> {
         // The rows' source (a dataset's mapped x.npy) is closed once they
         // are read.
         let (dataset, rows, edges) = train::open_graph(&args.graph)?;
-        let owner = match &job.owner_file {
-            Some(path) => Some(load_owner(path, dataset.nodes, args.devices())?),
+        let owner = match owner {
+            Some(bytes) => Some(decode_owner(
+                bytes,
+                std::path::Path::new("the launcher's partitioning on standard input"),
+                dataset.nodes,
+                args.devices(),
+            )?),
             None => None,
         };
         let features = dataset.features;
@@ -368,6 +393,74 @@ fn parse_peak_resident(status: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn job(owner_follows: bool) -> Job {
+        #[derive(clap::Parser)]
+        struct Line {
+            #[command(flatten)]
+            args: TrainArgs,
+        }
+        let line = <Line as clap::Parser>::parse_from([
+            "train",
+            "--graph",
+            "planted:nodes=40,classes=2,features=4,seed=1",
+            "--devices",
+            "2",
+        ]);
+        Job {
+            args: line.args,
+            rank: 1,
+            hub: "127.0.0.1:1".into(),
+            threads: 1,
+            plan: "{}".into(),
+            budgets: None,
+            ssd_bytes: 0,
+            rows_sum_to_one: true,
+            owner_follows,
+        }
+    }
+
+    fn input(job: &Job, after: &[u8]) -> Vec<u8> {
+        let mut bytes = serde_json::to_vec(job).unwrap();
+        bytes.push(b'\n');
+        bytes.extend_from_slice(after);
+        bytes
+    }
+
+    #[test]
+    fn a_job_line_carries_the_partitioning_after_it_where_it_says_so() {
+        let owner = [0u32, 1, 1, 0, 1];
+        let bytes = encode_owner(&owner, 2);
+        // The partitioning's bytes hold line breaks (vertex counts, 10).
+        let with = input(&job(true), &encode_owner(&[1; 10], 2));
+        let (read, after) = read_job(&with).unwrap();
+        assert_eq!((read.rank, read.hub.as_str()), (1, "127.0.0.1:1"));
+        let name = std::path::Path::new("stdin");
+        assert_eq!(decode_owner(after.unwrap(), name, 10, 2).unwrap(), [1; 10]);
+        let with = input(&job(true), &bytes);
+        assert_eq!(
+            decode_owner(read_job(&with).unwrap().1.unwrap(), name, 5, 2).unwrap(),
+            owner
+        );
+        let without = input(&job(false), &[]);
+        assert!(read_job(&without).unwrap().1.is_none());
+        // The job alone, without its line break, is read too.
+        let bare = serde_json::to_vec(&job(false)).unwrap();
+        assert!(read_job(&bare).unwrap().1.is_none());
+        let error = |bytes: &[u8]| format!("{:#}", read_job(bytes).err().unwrap());
+        assert!(
+            error(&input(&job(true), &[])).contains("the job's partitioning is missing"),
+            "{}",
+            error(&input(&job(true), &[]))
+        );
+        let extra = error(&input(&job(false), &bytes));
+        assert!(
+            extra.contains(&format!("{} bytes follow a job", bytes.len())),
+            "{extra}"
+        );
+        let garbled = error(b"{\"rank\": 1}\n");
+        assert!(garbled.contains("started by train --processes"), "{garbled}");
+    }
 
     #[test]
     fn the_peak_resident_memory_is_read_in_kilobytes() {

@@ -274,9 +274,15 @@ pub fn prepare_share_reading(
 const OWNER_MAGIC: &[u8; 8] = b"FPOWNER1";
 
 /// Writes a partitioning of a graph's vertices onto `devices` devices to
-/// `path`: a tag, the vertex and device counts, then each vertex's device
-/// (little-endian u64, u32, u32s).
+/// `path`, as [`encode_owner`] does.
 pub fn save_owner(path: &std::path::Path, owner: &[u32], devices: u32) -> Result<(), Error> {
+    std::fs::write(path, encode_owner(owner, devices)).map_err(|e| Error::io(path, e))
+}
+
+/// A partitioning of a graph's vertices onto `devices` devices as bytes:
+/// a tag, the vertex and device counts, then each vertex's device
+/// (little-endian u64, u32, u32s).
+pub fn encode_owner(owner: &[u32], devices: u32) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(20 + owner.len() * 4);
     bytes.extend_from_slice(OWNER_MAGIC);
     bytes.extend_from_slice(&(owner.len() as u64).to_le_bytes());
@@ -284,13 +290,26 @@ pub fn save_owner(path: &std::path::Path, owner: &[u32], devices: u32) -> Result
     for &o in owner {
         bytes.extend_from_slice(&o.to_le_bytes());
     }
-    std::fs::write(path, bytes).map_err(|e| Error::io(path, e))
+    bytes
 }
 
 /// Reads a file of [`save_owner`], which must partition `nodes` vertices
 /// onto `devices` devices.
 pub fn load_owner(path: &std::path::Path, nodes: u64, devices: u32) -> Result<Vec<u32>, Error> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    decode_owner(&bytes, path, nodes, devices)
+}
+
+/// The partitioning [`encode_owner`] wrote as `bytes` (read from `source`,
+/// which errors name), which must partition `nodes` vertices onto
+/// `devices` devices.
+pub fn decode_owner(
+    bytes: &[u8],
+    source: &std::path::Path,
+    nodes: u64,
+    devices: u32,
+) -> Result<Vec<u32>, Error> {
+    let path = source;
     if bytes.len() < 20 || &bytes[..8] != OWNER_MAGIC {
         return Err(Error::invalid(
             path,
