@@ -459,7 +459,10 @@ mod tests {
             "{extra}"
         );
         let garbled = error(b"{\"rank\": 1}\n");
-        assert!(garbled.contains("started by train --processes"), "{garbled}");
+        assert!(
+            garbled.contains("started by train --processes"),
+            "{garbled}"
+        );
     }
 
     #[test]

@@ -224,10 +224,25 @@ fn check_request(nodes: u64, parts: u32, options: &PartitionOptions) -> Result<u
     Ok(nodes as usize)
 }
 
-/// In- and out-edges per vertex of the edges `edges` gives, each end
-/// checked to be one of the `n` vertices.
-fn degrees(n: usize, edges: &EdgeSource<'_>) -> Result<(Vec<u64>, Vec<u64>)> {
+/// What one reading of the edges counts per vertex.
+struct Degrees {
+    ins: Vec<u64>,
+    outs: Vec<u64>,
+    /// Ends of edges that are not self-loops (the min-cut graph's
+    /// neighbours), where asked for; else empty.
+    symmetric: Vec<usize>,
+}
+
+/// In- and out-edges per vertex of the edges `edges` gives (and, with
+/// `symmetric`, their ends that are not self-loops), each end checked to
+/// be one of the `n` vertices.
+fn degrees(n: usize, edges: &EdgeSource<'_>, symmetric: bool) -> Result<Degrees> {
     let (mut ins, mut outs) = (vec![0u64; n], vec![0u64; n]);
+    let mut both = if symmetric {
+        vec![0usize; n]
+    } else {
+        Vec::new()
+    };
     let mut first = 0u64;
     edges.for_each_batch(&mut |src, dst| {
         check_ends(n as u64, src, dst, first)?;
@@ -236,9 +251,16 @@ fn degrees(n: usize, edges: &EdgeSource<'_>) -> Result<(Vec<u64>, Vec<u64>)> {
             outs[s as usize] += 1;
             ins[d as usize] += 1;
         }
+        if symmetric {
+            multilevel::count_symmetric(&mut both, src, dst);
+        }
         Ok(())
     })?;
-    Ok((ins, outs))
+    Ok(Degrees {
+        ins,
+        outs,
+        symmetric: both,
+    })
 }
 
 /// Most in-edges a GPU may own: `ceil(total / k · (1 + tolerance))`.
@@ -271,10 +293,11 @@ impl Partitioning {
     }
 
     /// [`Partitioning::new`] for the edges `edges` gives, read a batch at
-    /// a time (a few times over) rather than held: what it holds is the
-    /// symmetrised graph the min-cut partitioner coarsens, 8 bytes per
-    /// distinct neighbour of each vertex, and its coarser levels. The
-    /// result does not depend on the order of the edges.
+    /// a time (twice for min-cut, once for random) rather than held: what
+    /// it holds is the symmetrised graph the min-cut partitioner
+    /// coarsens, 8 bytes per distinct neighbour of each vertex, and its
+    /// coarser levels. The result does not depend on the order of the
+    /// edges.
     pub fn reading(
         method: Method,
         nodes: u64,
@@ -283,12 +306,19 @@ impl Partitioning {
         options: &PartitionOptions,
     ) -> Result<Partitioning> {
         let n = check_request(nodes, parts, options)?;
-        let (weight, out_degree) = degrees(n, edges)?;
+        let Degrees {
+            ins: weight,
+            outs: out_degree,
+            symmetric,
+        } = degrees(n, edges, method == Method::Mincut)?;
         let total: u64 = weight.iter().sum();
         let max_weight = max_part_weight(total, parts, options.tolerance);
         let mut owner = match method {
             Method::Random => random_owners(&weight, parts, max_weight, options.seed),
-            Method::Mincut => mincut_owners(n, edges, &weight, parts, max_weight, options.seed)?,
+            Method::Mincut => {
+                let graph = multilevel::Graph::symmetric(n, edges, &weight, symmetric)?;
+                mincut_owners(n, graph, &weight, parts, max_weight, options.seed)
+            }
         };
         fill_empty_parts(&mut owner, parts, &weight, &out_degree);
         let mut partitioning = Partitioning {
@@ -517,15 +547,16 @@ fn lightest(part_weight: &[u64]) -> usize {
     best
 }
 
+/// The min-cut owners of the `n` vertices from their symmetrised graph
+/// and the vertices it holds.
 fn mincut_owners(
     n: usize,
-    edges: &EdgeSource<'_>,
+    (graph, active): (multilevel::Graph, Vec<u32>),
     weight: &[u64],
     parts: u32,
     max_weight: u64,
     seed: u64,
-) -> Result<Vec<u32>> {
-    let (graph, active) = multilevel::Graph::symmetric(n, edges, weight)?;
+) -> Vec<u32> {
     let active_parts = multilevel::partition(graph, parts, max_weight, seed);
     let mut owner = vec![u32::MAX; n];
     let mut part_weight = vec![0u64; parts as usize];
@@ -566,7 +597,7 @@ fn mincut_owners(
         part_vertices[p] += 1;
         fewest.push(Reverse((part_vertices[p], p as u32)));
     }
-    Ok(owner)
+    owner
 }
 
 /// Gives every empty part one vertex: the vertex with the fewest edges

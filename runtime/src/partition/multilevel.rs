@@ -75,24 +75,17 @@ impl Graph {
     /// The symmetrised graph of the edges `edges` gives over the
     /// vertices with an edge to another vertex (self-loops dropped,
     /// duplicates merged, each vertex's neighbours in increasing order),
-    /// and those vertices' ids, in increasing order. The edges are read
-    /// twice, a batch at a time: to count each vertex's neighbours, then
-    /// to place them; the second reading must give what the first did.
+    /// and those vertices' ids, in increasing order. `degree` counts each
+    /// vertex's ends of edges that are not self-loops (as
+    /// [`count_symmetric`] does, in a reading of the edges made for more);
+    /// the edges are read again a batch at a time to place them, and must
+    /// give what was counted.
     pub(super) fn symmetric(
         n: usize,
         edges: &EdgeSource<'_>,
         weight: &[u64],
+        degree: Vec<usize>,
     ) -> Result<(Graph, Vec<u32>)> {
-        let mut degree = vec![0usize; n];
-        edges.for_each_batch(&mut |src, dst| {
-            for (&s, &d) in src.iter().zip(dst) {
-                if s != d {
-                    degree[s as usize] += 1;
-                    degree[d as usize] += 1;
-                }
-            }
-            Ok(())
-        })?;
         let active: Vec<u32> = (0..n as u32).filter(|&v| degree[v as usize] > 0).collect();
         let mut index = vec![NONE; n];
         for (i, &v) in active.iter().enumerate() {
@@ -173,6 +166,17 @@ impl Graph {
             vertex_weight: active.iter().map(|&v| weight[v as usize]).collect(),
         };
         Ok((graph, active))
+    }
+}
+
+/// Adds to `degree` each end of the edges `src -> dst` that are not
+/// self-loops: the neighbours of each vertex in [`Graph::symmetric`].
+pub(super) fn count_symmetric(degree: &mut [usize], src: &[u64], dst: &[u64]) {
+    for (&s, &d) in src.iter().zip(dst) {
+        if s != d {
+            degree[s as usize] += 1;
+            degree[d as usize] += 1;
+        }
     }
 }
 
@@ -789,6 +793,12 @@ mod tests {
     use super::*;
     use crate::generate::GeneratorSpec;
 
+    fn symmetric(n: usize, src: &[u64], dst: &[u64], weight: &[u64]) -> (Graph, Vec<u32>) {
+        let mut degree = vec![0; n];
+        count_symmetric(&mut degree, src, dst);
+        Graph::symmetric(n, &EdgeSource::borrowed(src, dst), weight, degree).unwrap()
+    }
+
     fn rows(g: &Graph) -> Vec<Vec<(usize, u64)>> {
         (0..g.vertices())
             .map(|v| g.neighbours(v).collect())
@@ -800,7 +810,7 @@ mod tests {
         // 5 vertices; 2 has only a self-loop; 0 -> 1 twice and 1 -> 0 once.
         let (src, dst) = ([0u64, 0, 1, 2, 3, 4, 3], [1u64, 1, 0, 2, 0, 3, 4]);
         let weight = [1, 3, 1, 1, 1];
-        let (g, active) = Graph::symmetric(5, &EdgeSource::borrowed(&src, &dst), &weight).unwrap();
+        let (g, active) = symmetric(5, &src, &dst, &weight);
         assert_eq!(active, [0, 1, 3, 4]);
         // Indices among the active vertices: 0, 1, 3 -> 2, 4 -> 3.
         assert_eq!(
@@ -815,7 +825,7 @@ mod tests {
         assert_eq!(g.vertex_weight, [1, 3, 1, 1]);
         // The same edges in another order make the same graph.
         let (rs, rd): (Vec<u64>, Vec<u64>) = src.iter().rev().zip(dst.iter().rev()).unzip();
-        let (h, _) = Graph::symmetric(5, &EdgeSource::borrowed(&rs, &rd), &weight).unwrap();
+        let (h, _) = symmetric(5, &rs, &rd, &weight);
         assert_eq!(rows(&h), rows(&g));
     }
 
@@ -835,8 +845,7 @@ mod tests {
         for &d in &data.dst {
             weight[d as usize] += 1;
         }
-        let edges = EdgeSource::borrowed(&data.src, &data.dst);
-        let (g, _) = Graph::symmetric(n, &edges, &weight).unwrap();
+        let (g, _) = symmetric(n, &data.src, &data.dst, &weight);
         let input = g.adjacency.len();
         let total = g.total_weight();
         let mut rng = SplitMix::new(1, 2);
@@ -869,8 +878,7 @@ mod tests {
         let data = spec.generate().unwrap();
         let n = data.nodes as usize;
         let weight = vec![1u64; n];
-        let (g, _) =
-            Graph::symmetric(n, &EdgeSource::borrowed(&data.src, &data.dst), &weight).unwrap();
+        let (g, _) = symmetric(n, &data.src, &data.dst, &weight);
         for max in [1, 4, 50] {
             let groups = cluster(&g, max, &mut SplitMix::new(7, 2));
             let mut seen = vec![false; g.vertices()];
