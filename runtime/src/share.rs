@@ -422,7 +422,9 @@ pub fn share_workload(
 /// them whole, as its caller gave them; a file or an R-MAT spec does
 /// not): first for every vertex's in-degree, the edges per pair of partitions
 /// and which vertices each device reads from the others; then for the
-/// kept shares' own rows, which are all the blocks they build.
+/// kept shares' own rows, which are all the blocks they build (where a
+/// share is kept). Min-cut shares without `owner` read them twice more
+/// before, to partition them ([`crate::partition::Partitioning::reading`]).
 #[allow(clippy::too_many_arguments)]
 fn prepare(
     mut dataset: Dataset,

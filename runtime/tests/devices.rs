@@ -17,8 +17,8 @@ use fateplan_runtime::edges::EdgeSource;
 use fateplan_runtime::exec::SsdTier;
 use fateplan_runtime::partition::{PartitionOptions, Partitioning};
 use fateplan_runtime::share::{
-    load_owner, prepare_share_reading, prepare_shared, prepare_shared_keeping, save_owner,
-    share_workload, DeviceShare, Keep, ShareMethod,
+    load_owner, prepare_share_reading, prepare_shared, prepare_shared_from, prepare_shared_keeping,
+    save_owner, share_workload, DeviceShare, Keep, ShareMethod,
 };
 use fateplan_runtime::train::{self, BackendChoice, TrainReport, TrainRun};
 
@@ -518,6 +518,28 @@ fn a_share_built_alone_is_the_one_built_with_the_others() {
         assert_eq!(none.owner, expected, "{method:?}");
         assert_eq!(none.workload.to_json(), all.workload.to_json());
         assert_eq!(none.stats, all.stats);
+        // The same from a source of the edges, the dataset holding none
+        // (and refused where it holds them too).
+        let topology = Dataset {
+            x: Vec::new(),
+            src: Vec::new(),
+            dst: Vec::new(),
+            ..data.clone()
+        };
+        let source = || EdgeSource::borrowed(&data.src, &data.dst);
+        let from = prepare_shared_from(topology, source(), &h, 3, 2, method, Keep::None).unwrap();
+        assert!(from.devices.is_empty());
+        assert_eq!(from.owner, expected, "{method:?}");
+        assert_eq!(from.workload.to_json(), all.workload.to_json());
+        assert_eq!(from.stats, all.stats);
+        let Err(error) = prepare_shared_from(data.clone(), source(), &h, 3, 2, method, Keep::None)
+        else {
+            panic!("edges held and given as a source");
+        };
+        assert!(
+            error.to_string().contains("a source of") && error.to_string().contains("edges"),
+            "{error}"
+        );
         // Threads need every share.
         let p = make_plan(&none.workload, Policy::RetainAll, roomy());
         let Err(error) = train::train_shared(none, h, run(p, 1), Vec::new(), &mut |_| {}) else {

@@ -15,7 +15,7 @@
 //!   (`multilevel.rs`; the crates found wrap C libraries, or were a
 //!   first 0.1 release): heavy-edge matching on the symmetrised graph
 //!   (label-propagation clusters where pairs would keep most of a level's
-//!   edges), greedy graph growing of the coarsest graph into k parts, then greedy
+//!   edges or barely shrink it), greedy graph growing of the coarsest graph into k parts, then greedy
 //!   boundary refinement (positive-gain moves that respect the edge
 //!   budget, and zero-gain moves that improve balance) on every level on
 //!   the way back up. It minimises the edge cut, which bounds the halo.
@@ -294,10 +294,11 @@ impl Partitioning {
 
     /// [`Partitioning::new`] for the edges `edges` gives, read a batch at
     /// a time (twice for min-cut, once for random) rather than held: what
-    /// it holds is the symmetrised graph the min-cut partitioner
-    /// coarsens, 8 bytes per distinct neighbour of each vertex, and its
-    /// coarser levels. The result does not depend on the order of the
-    /// edges.
+    /// it holds is 24 bytes per vertex of counts, and for min-cut the
+    /// symmetrised graph it coarsens (4 bytes per end of an edge that is
+    /// not a self-loop while it is built, then 8 per distinct neighbour
+    /// of each vertex) and its coarser levels. The result does not
+    /// depend on the order of the edges.
     pub fn reading(
         method: Method,
         nodes: u64,
