@@ -69,6 +69,17 @@ impl Graph {
             .map(|(&u, &w)| (u as usize, u64::from(w)))
     }
 
+    /// The neighbour of `v` joined by the heaviest edge (the first among
+    /// equals), if any.
+    fn heaviest_neighbour(&self, v: usize) -> Option<usize> {
+        self.neighbours(v)
+            .fold(None, |best: Option<(usize, u64)>, (u, w)| match best {
+                Some((_, bw)) if bw >= w => best,
+                _ => Some((u, w)),
+            })
+            .map(|(u, _)| u)
+    }
+
     fn total_weight(&self) -> u64 {
         self.vertex_weight.iter().sum()
     }
@@ -321,13 +332,7 @@ fn match_vertices(g: &Graph, max_vertex_weight: u64, rng: &mut SplitMix) -> Grou
         if mate[u] != NONE {
             continue;
         }
-        let Some((hub, _)) = g
-            .neighbours(u)
-            .fold(None, |best: Option<(usize, u64)>, (v, w)| match best {
-                Some((_, bw)) if bw >= w => best,
-                _ => Some((v, w)),
-            })
-        else {
+        let Some(hub) = g.heaviest_neighbour(u) else {
             continue;
         };
         let other = waiting[hub];
@@ -472,13 +477,7 @@ fn cluster(g: &Graph, max_weight: u64, rng: &mut SplitMix) -> Groups {
         if size[label[v] as usize] != 1 || label[v] as usize != v {
             continue;
         }
-        let Some((hub, _)) = g
-            .neighbours(v)
-            .fold(None, |best: Option<(usize, u64)>, (u, w)| match best {
-                Some((_, bw)) if bw >= w => best,
-                _ => Some((u, w)),
-            })
-        else {
+        let Some(hub) = g.heaviest_neighbour(v) else {
             continue;
         };
         let favourite = label[hub] as usize;
