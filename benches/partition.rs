@@ -41,11 +41,12 @@ fn cora() -> Option<Graph> {
         return None;
     }
     let graph = GraphData::load(&dir).expect("Cora loads");
+    let (src, dst) = graph.edges.lists().expect("Cora's edges read");
     Some(Graph {
         name: "cora".into(),
         nodes: graph.nodes,
-        src: graph.src,
-        dst: graph.dst,
+        src: src.into_owned(),
+        dst: dst.into_owned(),
     })
 }
 

@@ -1,3 +1,5 @@
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,7 +22,7 @@ use fateplan::planner::{
 use fateplan::profiles;
 use fateplan::runtime::generate::GeneratorSpec;
 use fateplan::runtime::graph::GraphData;
-use fateplan::runtime::partition::{PartitionOptions, Partitioning};
+use fateplan::runtime::partition::{Method, PartitionOptions, Partitioning};
 use fateplan::runtime::share::{share_workload, ShareMethod, ShareStats};
 use fateplan::runtime::sim::{self as simulator, SimOptions};
 
@@ -348,26 +350,55 @@ enum GraphSource {
         nodes: u64,
         edges: u64,
     },
-    Real(GraphData),
+    /// A real graph, and the block counts of each partition count read
+    /// so far (`auto` may ask for one again).
+    Real(GraphData, RefCell<BTreeMap<u32, BlockCounts>>),
 }
 
 impl GraphSource {
-    fn blocks(&self, partitions: u32) -> Result<BlockCounts> {
+    /// The block counts at `partitions`; with `near`, a real graph's
+    /// reading counts the counts near it too, and keeps them.
+    fn blocks(&self, partitions: u32, near: bool) -> Result<BlockCounts> {
         Ok(match self {
             GraphSource::Stats { nodes, edges, .. } => {
                 BlockCounts::skewed(*nodes, *edges, partitions)?
             }
-            GraphSource::Real(graph) => graph.blocks(partitions)?,
+            GraphSource::Real(graph, read) => {
+                if let Some(counts) = read.borrow().get(&partitions) {
+                    return Ok(counts.clone());
+                }
+                if !near {
+                    return Ok(graph.blocks(partitions)?);
+                }
+                // The counts near this one too, in the same reading:
+                // `auto` asks for the neighbours of a count it tried.
+                let most = graph.nodes.min(u64::from(MAX_PARTITIONS)) as u32;
+                let near = partitions.saturating_sub(NEAR_BELOW).max(1)
+                    ..=partitions.saturating_add(NEAR_ABOVE).min(most);
+                let each: Vec<u32> = std::iter::once(partitions)
+                    .chain(near.filter(|&p| p != partitions && !read.borrow().contains_key(&p)))
+                    .collect();
+                let mut read = read.borrow_mut();
+                for (p, counts) in each.iter().zip(graph.blocks_of(&each)?) {
+                    read.insert(*p, counts);
+                }
+                read[&partitions].clone()
+            }
         })
     }
 
     fn nodes(&self) -> u64 {
         match self {
             GraphSource::Stats { nodes, .. } => *nodes,
-            GraphSource::Real(graph) => graph.nodes,
+            GraphSource::Real(graph, _) => graph.nodes,
         }
     }
 }
+
+/// Partition counts below and above the one asked for whose blocks a
+/// real graph's reading counts too.
+const NEAR_BELOW: u32 = 2;
+const NEAR_ABOVE: u32 = 4;
 
 /// A GNN over a graph, built for any partition count.
 struct GnnSource {
@@ -379,8 +410,13 @@ struct GnnSource {
 }
 
 impl GnnSource {
-    fn build(&self, partitions: u32) -> Result<Workload> {
-        Ok(build_gnn(&self.spec, &self.source.blocks(partitions)?)?)
+    /// The workload at `partitions`, as `auto` tries it where `near`
+    /// ([`GraphSource::blocks`]).
+    fn build(&self, partitions: u32, near: bool) -> Result<Workload> {
+        Ok(build_gnn(
+            &self.spec,
+            &self.source.blocks(partitions, near)?,
+        )?)
     }
 
     /// The workload the `--partitions` flag asks for, a line saying how
@@ -396,11 +432,11 @@ impl GnnSource {
             let p: u32 = partitions
                 .parse()
                 .map_err(|_| anyhow!("--partitions {partitions:?}: expected a number or auto"))?;
-            return Ok((self.build(p)?, p, String::new(), None));
+            return Ok((self.build(p, false)?, p, String::new(), None));
         }
         let most = (self.most as u64).min(self.source.nodes()) as u32;
         let started = std::time::Instant::now();
-        let build = |p: u32| self.build(p);
+        let build = |p: u32| self.build(p, true);
         let sized = size_partitions(&build, most, profile, options)?;
         let took = format_seconds(started.elapsed().as_secs_f64());
         let line = sizing_line(&sized, most, options, &took);
@@ -538,15 +574,15 @@ pub(crate) fn shares_halo(nodes: u64, edges: u64, devices: u32, stats: &ShareSta
 /// as a scale on the planner's estimate for random partitioning; and the
 /// graph with its partitioning, to build the shares `train` trains.
 fn graph_share(graph: GraphData, gpus: u32) -> Result<(GraphSource, Halo, GraphShares)> {
-    let parts = Partitioning::mincut(
+    let parts = Partitioning::reading(
+        Method::Mincut,
         graph.nodes,
-        &graph.src,
-        &graph.dst,
+        &graph.edges,
         gpus,
         &PartitionOptions::default(),
     )?;
-    let stats = parts.stats(&graph.src, &graph.dst)?;
-    let edges = graph.src.len() as u64;
+    let stats = parts.stats_reading(&graph.edges)?;
+    let edges = graph.edge_count();
     let estimate = Halo::random(graph.nodes, edges).rows(gpus, 1).0;
     let halo = Halo {
         scale: stats.halo_rows_max as f64 / estimate.max(1.0),
@@ -605,7 +641,7 @@ fn plan_shares(
 ) -> Result<SharesPlanned> {
     let gpus = args.gpus;
     let GraphShares { graph, owner } = shares;
-    let (nodes, edges) = (graph.nodes, graph.src.len() as u64);
+    let (nodes, edges) = (graph.nodes, graph.edge_count());
     let keep_owner = fitted.then(|| owner.clone());
     let build = |owner: Vec<u32>, p: u32| {
         share_workload(&graph, &gnn.spec, gpus, p, ShareMethod::Mincut, Some(owner))
@@ -751,7 +787,11 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
             shares = Some(real);
             (share, features, classes)
         } else {
-            (GraphSource::Real(graph), features, classes)
+            (
+                GraphSource::Real(graph, RefCell::default()),
+                features,
+                classes,
+            )
         }
     } else {
         let name = args.dataset.as_deref().unwrap_or("ogbn-papers100M");
@@ -780,7 +820,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     };
     let graph_name = match &source {
         GraphSource::Stats { name, .. } => name.clone(),
-        GraphSource::Real(graph) => graph.name.clone(),
+        GraphSource::Real(graph, _) => graph.name.clone(),
     };
     let spec = GnnSpec {
         model,
@@ -794,7 +834,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     };
     let edges: u64 = match &source {
         GraphSource::Stats { edges, .. } => *edges,
-        GraphSource::Real(graph) => graph.src.len() as u64,
+        GraphSource::Real(graph, _) => graph.edge_count(),
     };
     let note = format!("{} nodes, {} edges", source.nodes(), edges);
     Ok(SourceGiven {

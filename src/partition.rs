@@ -87,16 +87,10 @@ pub fn run(args: &PartitionArgs) -> Result<()> {
     let mut results: Vec<(Method, PartitionStats, f64)> = Vec::new();
     for &method in methods {
         let started = Instant::now();
-        let partitioning = Partitioning::new(
-            method,
-            graph.nodes,
-            &graph.src,
-            &graph.dst,
-            args.gpus,
-            &options,
-        )?;
+        let partitioning =
+            Partitioning::reading(method, graph.nodes, &graph.edges, args.gpus, &options)?;
         let seconds = started.elapsed().as_secs_f64();
-        let stats = partitioning.stats(&graph.src, &graph.dst)?;
+        let stats = partitioning.stats_reading(&graph.edges)?;
         results.push((method, stats, seconds));
     }
     let ratios = match results.as_slice() {
@@ -111,7 +105,7 @@ pub fn run(args: &PartitionArgs) -> Result<()> {
         let value = json!({
             "graph": graph.name,
             "vertices": graph.nodes,
-            "edges": graph.src.len(),
+            "edges": graph.edge_count(),
             "gpus": args.gpus,
             "seed": args.seed,
             "tolerance": tolerance,
@@ -135,7 +129,7 @@ pub fn run(args: &PartitionArgs) -> Result<()> {
         "{}: {} vertices, {} edges onto {} GPUs (balance by in-edges within {}%, seed {})",
         graph.name,
         graph.nodes,
-        graph.src.len(),
+        graph.edge_count(),
         args.gpus,
         tolerance * 100.0,
         args.seed

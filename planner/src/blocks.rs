@@ -46,33 +46,46 @@ impl BlockCounts {
 
     /// Counts the edges of a real graph per block. `src[k] -> dst[k]` is edge k.
     pub fn from_edges(nodes: u64, src: &[u64], dst: &[u64], partitions: u32) -> Result<Self> {
+        let mut counts = Self::empty(nodes, partitions)?;
+        counts.count(0, src, dst)?;
+        Ok(counts)
+    }
+
+    /// No edges in any block yet: [`BlockCounts::count`] adds them a batch
+    /// at a time, for a graph whose edges are read rather than held.
+    pub fn empty(nodes: u64, partitions: u32) -> Result<Self> {
         Self::check_partitions(nodes, partitions)?;
+        let p = partitions as usize;
+        Ok(BlockCounts {
+            partitions,
+            nodes,
+            edges: vec![0u64; p * p],
+        })
+    }
+
+    /// Adds a batch of edges, `src[k] -> dst[k]` being edge `first + k` of
+    /// the graph (the number an error names). A batch with an edge naming
+    /// a vertex outside the graph adds nothing.
+    pub fn count(&mut self, first: u64, src: &[u64], dst: &[u64]) -> Result<()> {
         if src.len() != dst.len() {
             return Err(Error::invalid(
                 "edge list",
                 format!("{} sources but {} destinations", src.len(), dst.len()),
             ));
         }
-        let p = partitions as usize;
-        let mut edges = vec![0u64; p * p];
-        for (k, (&s, &d)) in src.iter().zip(dst).enumerate() {
-            if s >= nodes || d >= nodes {
-                return Err(Error::invalid(
-                    format!("edge {k}"),
-                    format!("{s} -> {d} names a vertex outside 0..{nodes}"),
-                ));
-            }
-            let (i, j) = (
-                partition_of(nodes, partitions, d),
-                partition_of(nodes, partitions, s),
-            );
-            edges[i as usize * p + j as usize] += 1;
+        let nodes = self.nodes;
+        if let Some(k) = (0..src.len()).find(|&k| src[k] >= nodes || dst[k] >= nodes) {
+            return Err(Error::invalid(
+                format!("edge {}", first + k as u64),
+                format!("{} -> {} names a vertex outside 0..{nodes}", src[k], dst[k]),
+            ));
         }
-        Ok(BlockCounts {
-            partitions,
-            nodes,
-            edges,
-        })
+        let p = self.partitions as usize;
+        let ranges = RangeTable::new(nodes, self.partitions);
+        for (&s, &d) in src.iter().zip(dst) {
+            self.edges[ranges.of(d) * p + ranges.of(s)] += 1;
+        }
+        Ok(())
     }
 
     /// Distributes `edges` over the blocks with the statistics-only model: a
@@ -143,6 +156,43 @@ pub fn partition_of(nodes: u64, partitions: u32, v: u64) -> u32 {
     }
 }
 
+/// [`partition_of`] by table rather than division, for counting many
+/// edges: vertices fall into buckets of `2^shift` ids, no wider than the
+/// smallest partition, so a bucket meets at most two partitions.
+struct RangeTable {
+    /// First vertex of each partition, and the vertex count.
+    starts: Vec<u64>,
+    /// Partition of each bucket's first vertex.
+    first: Vec<u32>,
+    shift: u32,
+}
+
+impl RangeTable {
+    /// For `partitions` ranges of `nodes` vertices, at most `nodes`.
+    fn new(nodes: u64, partitions: u32) -> RangeTable {
+        let smallest = (nodes / u64::from(partitions)).max(1);
+        let shift = smallest.ilog2();
+        let mut starts: Vec<u64> = (0..partitions)
+            .map(|p| partition_range(nodes, partitions, p).0)
+            .collect();
+        starts.push(nodes);
+        let first = (0..nodes.div_ceil(1 << shift))
+            .map(|b| partition_of(nodes, partitions, b << shift))
+            .collect();
+        RangeTable {
+            starts,
+            first,
+            shift,
+        }
+    }
+
+    /// Partition of vertex `v`, one of the `nodes`.
+    fn of(&self, v: u64) -> usize {
+        let p = self.first[(v >> self.shift) as usize] as usize;
+        p + usize::from(v >= self.starts[p + 1])
+    }
+}
+
 /// Splits `total` in proportion to `shares` (which sum to about 1), rounding
 /// by largest remainder; ties go to the lower index.
 fn apportion(total: u64, shares: &[f64]) -> Vec<u64> {
@@ -171,7 +221,15 @@ mod tests {
 
     #[test]
     fn ranges_cover_every_vertex_once() {
-        for (nodes, parts) in [(10u64, 3u32), (7, 7), (1000, 16), (5, 1)] {
+        for (nodes, parts) in [
+            (10u64, 3u32),
+            (7, 7),
+            (1000, 16),
+            (5, 1),
+            (100, 33),
+            (4099, 256),
+            (1_000_003, 7),
+        ] {
             let mut next = 0;
             for p in 0..parts {
                 let (start, end) = partition_range(nodes, parts, p);
@@ -182,6 +240,10 @@ mod tests {
                 next = end;
             }
             assert_eq!(next, nodes);
+            let table = RangeTable::new(nodes, parts);
+            for v in 0..nodes {
+                assert_eq!(table.of(v), partition_of(nodes, parts, v) as usize);
+            }
         }
     }
 
@@ -199,5 +261,29 @@ mod tests {
         assert_eq!(blocks.edges, vec![2, 1, 0, 1]);
         assert!(BlockCounts::from_edges(4, &[9], &[0], 2).is_err());
         assert!(BlockCounts::from_edges(4, &[0], &[0], 0).is_err());
+    }
+
+    #[test]
+    fn edges_counted_in_batches_are_counted_once_and_named_by_their_number() {
+        let (src, dst) = ([0u64, 1, 3, 2, 4, 0], [1u64, 0, 0, 3, 2, 4]);
+        let whole = BlockCounts::from_edges(5, &src, &dst, 2).unwrap();
+        let mut batched = BlockCounts::empty(5, 2).unwrap();
+        for first in (0..6).step_by(4) {
+            let last = (first + 4).min(6);
+            batched
+                .count(first as u64, &src[first..last], &dst[first..last])
+                .unwrap();
+        }
+        assert_eq!(batched, whole);
+        assert_eq!(whole.edges, vec![2, 2, 2, 0]);
+        // The second batch's first edge is edge 4 of the graph; the
+        // batch adds nothing.
+        let error = batched.count(4, &[1, 7], &[0, 0]).unwrap_err().to_string();
+        assert!(
+            error.contains("edge 5") && error.contains("7 -> 0"),
+            "{error}"
+        );
+        assert_eq!(batched, whole);
+        assert!(BlockCounts::empty(1, 2).is_err());
     }
 }

@@ -44,6 +44,8 @@ pub struct NpyEdges {
     path: PathBuf,
     npy: Npy,
     nodes: u64,
+    /// Where `nodes` came from, as an error about an end outside it says.
+    nodes_from: &'static str,
     /// Edges read per batch.
     batch: u64,
 }
@@ -99,8 +101,56 @@ impl<'a> EdgeSource<'a> {
             path,
             npy,
             nodes,
+            nodes_from: "N from x.npy",
             batch: batch.max(1),
         }))
+    }
+
+    /// [`EdgeSource::npy`] for a graph with no other array to give its
+    /// vertex count: the vertices are `0..=` the largest end, found by
+    /// reading the file once, a batch at a time (a negative end is an
+    /// error naming the element). Returns the vertex count too.
+    pub fn npy_counting_nodes(path: PathBuf, npy: Npy) -> Result<(EdgeSource<'static>, u64)> {
+        Self::npy_counting_nodes_in_batches(path, npy, FILE_BATCH)
+    }
+
+    /// [`EdgeSource::npy_counting_nodes`], read `batch` edges at a time.
+    pub(crate) fn npy_counting_nodes_in_batches(
+        path: PathBuf,
+        npy: Npy,
+        batch: u64,
+    ) -> Result<(EdgeSource<'static>, u64)> {
+        let EdgeSource::Npy(mut file) = Self::npy_in_batches(path, npy, u64::MAX, batch)? else {
+            unreachable!("npy_in_batches makes a file's source")
+        };
+        let mut most = None;
+        let edges = file.npy.shape[1];
+        for row in 0..2 {
+            for first in (0..edges).step_by(file.batch as usize) {
+                let last = (first + file.batch).min(edges);
+                let values = file.npy.row_ints(row, first..last, &file.path)?;
+                file.npy.release_row_range(row, first..last);
+                if let Some(at) = values.iter().position(|&v| v < 0) {
+                    return Err(Error::invalid(
+                        &file.path,
+                        format!("edge_index[{row}, {}]", first + at as u64),
+                        format!("{} is negative", values[at]),
+                    ));
+                }
+                most = values.iter().copied().chain(most).max();
+            }
+        }
+        let Some(most) = most else {
+            return Err(Error::invalid(
+                &file.path,
+                "shape",
+                "[2, 0]: no edges, and no x.npy to give the vertex count",
+            ));
+        };
+        let nodes = most as u64 + 1;
+        file.nodes = nodes;
+        file.nodes_from = "N from the largest end, read before";
+        Ok((EdgeSource::Npy(file), nodes))
     }
 
     /// Edges in all (a list's sources, where the lists differ).
@@ -195,7 +245,7 @@ impl NpyEdges {
                     Error::invalid(
                         &self.path,
                         format!("edge_index[{row}, {k}]"),
-                        format!("{v} is not a node in 0..{nodes} (N from x.npy)"),
+                        format!("{v} is not a node in 0..{nodes} ({})", self.nodes_from),
                     )
                 })
             })

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use fateplan_planner::blocks::BlockCounts;
 
+use crate::edges::EdgeSource;
 use crate::generate::GeneratorSpec;
 use crate::npy::Npy;
 use crate::{Error, Result};
@@ -13,12 +14,16 @@ use crate::{Error, Result};
 pub const MAX_TEXT_EDGES: usize = 1 << 32;
 
 /// A graph's topology and, when known, its feature and class counts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// The edges are read from where they are, a batch at a time, each time
+/// they are wanted: a folder's mapped `edge_index.npy` and an R-MAT spec's
+/// draws are never held whole (a text file's edges and a planted spec's
+/// are).
+#[derive(Debug)]
 pub struct GraphData {
     pub name: String,
     pub nodes: u64,
-    pub src: Vec<u64>,
-    pub dst: Vec<u64>,
+    pub edges: EdgeSource<'static>,
     pub features: Option<u32>,
     pub classes: Option<u32>,
 }
@@ -44,12 +49,11 @@ impl GraphData {
         }
         let spec = GeneratorSpec::parse(source)?;
         let (features, classes) = spec.features_and_classes();
-        let graph = spec.with_features(1).generate()?;
+        let (graph, edges) = spec.with_features(1).open()?;
         Ok(GraphData {
             name: graph.name,
             nodes: graph.nodes,
-            src: graph.src,
-            dst: graph.dst,
+            edges,
             features: Some(features),
             classes: Some(classes),
         })
@@ -72,36 +76,10 @@ impl GraphData {
 
     fn load_npy_folder(dir: &Path, name: String) -> Result<GraphData> {
         let edge_path = dir.join("edge_index.npy");
-        let edges = Npy::open(&edge_path)?;
-        if edges.shape.len() != 2 || edges.shape[0] != 2 {
-            return Err(Error::invalid(
-                &edge_path,
-                "shape",
-                format!("{:?}; expected [2, E]", edges.shape),
-            ));
-        }
-        let ends = edges.to_i64(&edge_path)?;
-        let count = edges.shape[1] as usize;
-        let vertex = |row: usize, k: usize| -> Result<u64> {
-            let value = ends[row * count + k];
-            u64::try_from(value).map_err(|_| {
-                Error::invalid(
-                    &edge_path,
-                    format!("edge_index[{row}, {k}]"),
-                    format!("{value} is negative"),
-                )
-            })
-        };
-        let src = (0..count)
-            .map(|k| vertex(0, k))
-            .collect::<Result<Vec<u64>>>()?;
-        let dst = (0..count)
-            .map(|k| vertex(1, k))
-            .collect::<Result<Vec<u64>>>()?;
-        let mut nodes = src.iter().chain(&dst).max().map_or(0, |&m| m + 1);
+        let edge_index = Npy::open(&edge_path)?;
         let mut features = None;
         let x_path = dir.join("x.npy");
-        if x_path.exists() {
+        let (edges, nodes) = if x_path.exists() {
             let x = Npy::open(&x_path)?;
             if x.shape.len() != 2 || x.fortran_order {
                 return Err(Error::invalid(
@@ -113,23 +91,22 @@ impl GraphData {
                     ),
                 ));
             }
-            if x.shape[0] < nodes {
-                return Err(Error::invalid(
-                    &x_path,
-                    "shape",
-                    format!(
-                        "{} rows but edge_index.npy names vertex {}",
-                        x.shape[0],
-                        nodes - 1
-                    ),
-                ));
-            }
-            nodes = x.shape[0];
             features = Some(
                 u32::try_from(x.shape[1])
                     .map_err(|_| Error::invalid(&x_path, "shape", "too many features"))?,
             );
-        }
+            // An end past x's rows is an error when the edges are read.
+            let nodes = x.shape[0];
+            if nodes == 0 {
+                return Err(Error::invalid(&x_path, "shape", "N is 0: no vertices"));
+            }
+            (
+                EdgeSource::npy(edge_path.clone(), edge_index, nodes)?,
+                nodes,
+            )
+        } else {
+            EdgeSource::npy_counting_nodes(edge_path.clone(), edge_index)?
+        };
         let mut classes = None;
         let y_path = dir.join("y.npy");
         if y_path.exists() {
@@ -143,18 +120,10 @@ impl GraphData {
                     .map_err(|_| Error::invalid(&y_path, "values", "too many classes"))?,
             );
         }
-        if nodes == 0 {
-            return Err(Error::invalid(
-                &edge_path,
-                "shape",
-                "the graph has no vertices",
-            ));
-        }
         Ok(GraphData {
             name,
             nodes,
-            src,
-            dst,
+            edges,
             features,
             classes,
         })
@@ -205,18 +174,40 @@ impl GraphData {
         Ok(GraphData {
             name,
             nodes,
-            src,
-            dst,
+            edges: EdgeSource::owned(src, dst),
             features: None,
             classes: None,
         })
     }
 
-    /// Edge counts per block of a `partitions`-way vertex-range partition.
+    /// Edges in all.
+    pub fn edge_count(&self) -> u64 {
+        self.edges.len()
+    }
+
+    /// Edge counts per block of a `partitions`-way vertex-range
+    /// partition, from one reading of the edges.
     pub fn blocks(&self, partitions: u32) -> Result<BlockCounts> {
-        Ok(BlockCounts::from_edges(
-            self.nodes, &self.src, &self.dst, partitions,
-        )?)
+        let mut counts = self.blocks_of(&[partitions])?;
+        Ok(counts.pop().expect("one count asked for"))
+    }
+
+    /// [`GraphData::blocks`] for each of the partition counts `each`, in
+    /// that order, from one reading of the edges.
+    pub fn blocks_of(&self, each: &[u32]) -> Result<Vec<BlockCounts>> {
+        let mut counts = each
+            .iter()
+            .map(|&partitions| BlockCounts::empty(self.nodes, partitions))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let mut first = 0u64;
+        self.edges.for_each_batch(&mut |src, dst| {
+            for counts in &mut counts {
+                counts.count(first, src, dst)?;
+            }
+            first += src.len() as u64;
+            Ok(())
+        })?;
+        Ok(counts)
     }
 }
 
@@ -248,11 +239,41 @@ mod tests {
         write_npy(&dir.join("y.npy"), "<i8", &[4], &labels);
         let g = GraphData::load(&dir).unwrap();
         assert_eq!((g.nodes, g.features, g.classes), (4, Some(5), Some(3)));
-        assert_eq!(
-            (g.src.clone(), g.dst.clone()),
-            (vec![0, 1, 2], vec![1, 2, 0])
-        );
+        let (src, dst) = g.edges.lists().unwrap();
+        assert_eq!((&*src, &*dst), (&[0, 1, 2][..], &[1, 2, 0][..]));
         assert_eq!(g.blocks(2).unwrap().total_edges(), 3);
+        // Fewer rows in x than an end names: the reading says which end.
+        write_npy(&dir.join("x.npy"), "<f4", &[2, 5], &[0u8; 40]);
+        let g = GraphData::load(&dir).unwrap();
+        let error = g.blocks(1).unwrap_err().to_string();
+        assert!(
+            error.contains("edge_index.npy")
+                && error.contains("edge_index[0, 2]")
+                && error.contains("2 is not a node in 0..2 (N from x.npy)"),
+            "{error}"
+        );
+        // No x: the vertices run to the largest end; a negative end is
+        // named.
+        std::fs::remove_file(dir.join("x.npy")).unwrap();
+        std::fs::remove_file(dir.join("y.npy")).unwrap();
+        let ends: Vec<u8> = [0i64, 6, 2, 1, 2, 0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        write_npy(&dir.join("edge_index.npy"), "<i8", &[2, 3], &ends);
+        let g = GraphData::load(&dir).unwrap();
+        assert_eq!((g.nodes, g.features, g.classes), (7, None, None));
+        assert_eq!(g.blocks(7).unwrap().block_edges(2, 6), 1);
+        let negative: Vec<u8> = [0i64, 6, 2, 1, -3, 0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        write_npy(&dir.join("edge_index.npy"), "<i8", &[2, 3], &negative);
+        let error = GraphData::load(&dir).unwrap_err().to_string();
+        assert!(
+            error.contains("edge_index[1, 1]") && error.contains("-3 is negative"),
+            "{error}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -264,7 +285,17 @@ mod tests {
         ] {
             let g = GraphData::open(spec).unwrap();
             let full = GeneratorSpec::parse(spec).unwrap().generate().unwrap();
-            assert_eq!((g.src, g.dst), (full.src, full.dst), "{spec}");
+            let (src, dst) = g.edges.lists().unwrap();
+            assert_eq!((&*src, &*dst), (&full.src[..], &full.dst[..]), "{spec}");
+            let each = g.blocks_of(&[3, 1, 5]).unwrap();
+            for (counts, p) in each.into_iter().zip([3, 1, 5]) {
+                assert_eq!(
+                    counts,
+                    BlockCounts::from_edges(full.nodes, &full.src, &full.dst, p).unwrap(),
+                    "{spec} {p}"
+                );
+            }
+            assert_eq!(g.blocks(3).unwrap().partitions, 3);
             assert_eq!(g.nodes, full.nodes, "{spec}");
             assert_eq!(
                 (g.features, g.classes),
@@ -288,7 +319,7 @@ mod tests {
         let path = dir.join("g.txt");
         std::fs::write(&path, "# comment\n0 1\n1,2\n\n2\t0 # tail\n").unwrap();
         let g = GraphData::load(&path).unwrap();
-        assert_eq!((g.nodes, g.src.len()), (3, 3));
+        assert_eq!((g.nodes, g.edge_count()), (3, 3));
         std::fs::write(&path, "0 1\n1 x\n").unwrap();
         let message = GraphData::load(&path).unwrap_err().to_string();
         assert!(

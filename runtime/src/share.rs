@@ -401,7 +401,7 @@ pub fn share_workload(
     };
     let shared = prepare(
         topology,
-        EdgeSource::borrowed(&graph.src, &graph.dst),
+        &graph.edges,
         &hyper,
         devices,
         partitions,
@@ -426,9 +426,9 @@ pub fn share_workload(
 /// share is kept). Min-cut shares without `owner` read them twice more
 /// before, to partition them ([`crate::partition::Partitioning::reading`]).
 #[allow(clippy::too_many_arguments)]
-fn prepare(
+fn prepare<'e>(
     mut dataset: Dataset,
-    edges: EdgeSource<'_>,
+    edges: impl std::borrow::Borrow<EdgeSource<'e>>,
     hyper: &Hyper,
     devices: u32,
     partitions: u32,
@@ -437,6 +437,8 @@ fn prepare(
     owner: Option<Vec<u32>>,
     read: Option<ReadRows<'_>>,
 ) -> Result<SharedPrepared, Error> {
+    // Edges the caller gave up are let go once read (`drop(edges)` below).
+    let source: &EdgeSource<'e> = edges.borrow();
     let name = dataset.name.clone();
     let invalid =
         |field: &str, why: String| Error::invalid(std::path::Path::new(&name), field, why);
@@ -526,7 +528,7 @@ fn prepare(
                     crate::partition::Partitioning::reading(
                         crate::partition::Method::Mincut,
                         n,
-                        &edges,
+                        source,
                         devices,
                         &crate::partition::PartitionOptions::default(),
                     )?
@@ -613,7 +615,7 @@ fn prepare(
     let mut pair_edges = vec![0u64; kp * kp];
     let mut reads: Vec<Vec<u64>> = vec![vec![0u64; (n as usize).div_ceil(64)]; k];
     let mut seen = 0u64;
-    edges.for_each_batch(&mut |src, dst| {
+    source.for_each_batch(&mut |src, dst| {
         for (i, (&s, &t)) in src.iter().zip(dst).enumerate() {
             if s >= n || t >= n {
                 return Err(invalid(
@@ -654,7 +656,7 @@ fn prepare(
     } else {
         fill_rows(&row_start, &mut |place| {
             let mut seen = 0u64;
-            edges.for_each_batch(&mut |src, dst| {
+            source.for_each_batch(&mut |src, dst| {
                 for (i, (&s, &t)) in src.iter().zip(dst).enumerate() {
                     let edge = seen + i as u64;
                     if s >= n || t >= n {

@@ -602,8 +602,7 @@ fn the_topology_alone_gives_the_workload_of_the_shares() {
     let topology = || GraphData {
         name: data.name.clone(),
         nodes: data.nodes,
-        src: data.src.clone(),
-        dst: data.dst.clone(),
+        edges: fateplan_runtime::edges::EdgeSource::owned(data.src.clone(), data.dst.clone()),
         features: None,
         classes: None,
     };

@@ -151,6 +151,41 @@ fn halos_match_brute_force_with_replicas_self_loops_and_duplicates() {
     }
 }
 
+/// Past 64 GPUs the statistics read the edges once per 64 GPUs: every
+/// halo still matches its definition, replicated sources included.
+#[test]
+fn halos_of_more_than_64_gpus_match_brute_force() {
+    let spec = "rmat:scale=11,edge_factor=8,features=1,classes=2,seed=4";
+    let (_, drawn) = GeneratorSpec::parse(spec).unwrap().open().unwrap();
+    let (nodes, src, dst) = planted(spec);
+    let options = PartitionOptions {
+        replicate_min_out_degree: Some(40),
+        ..PartitionOptions::default()
+    };
+    for k in [64, 65, 130] {
+        let p = Partitioning::new(Method::Random, nodes, &src, &dst, k, &options).unwrap();
+        assert!(p.replicated.iter().any(|&r| r));
+        let stats = p.stats_reading(&drawn).unwrap();
+        let halos: Vec<u64> = stats.per_part.iter().map(|s| s.halo_rows).collect();
+        assert_eq!(halos, brute_force_halos(&p, &src, &dst), "k={k}");
+        assert!(halos[k as usize - 1] > 0, "k={k}");
+        let saved: u64 = (0..nodes as usize)
+            .filter(|&v| p.replicated[v])
+            .map(|v| {
+                let into: BTreeSet<u32> = src
+                    .iter()
+                    .zip(&dst)
+                    .filter(|&(&s, &d)| s as usize == v && p.owner[d as usize] != p.owner[v])
+                    .map(|(_, &d)| p.owner[d as usize])
+                    .collect();
+                into.len() as u64
+            })
+            .sum();
+        assert_eq!(stats.halo_rows_saved, saved, "k={k}");
+        assert_eq!(stats.edges, src.len() as u64);
+    }
+}
+
 #[test]
 fn two_communities_joined_by_one_edge_are_cut_there() {
     // Two 20-cliques joined by one edge: the min cut exchanges 1 row.
@@ -261,6 +296,11 @@ fn partitioning_read_in_batches_or_reordered_is_the_lists_partitioning() {
         for (what, edges) in [("drawn", &drawn), ("file", &file)] {
             let read = Partitioning::reading(method, nodes, edges, 4, &options).unwrap();
             assert_eq!(read, lists, "{method:?} {what}");
+            assert_eq!(
+                read.stats_reading(edges).unwrap(),
+                lists.stats(src, dst).unwrap(),
+                "{method:?} {what}"
+            );
         }
         if method == Method::Mincut {
             let moved =

@@ -150,21 +150,6 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> Error {
     Error::invalid(Path::new(WHAT), field, message)
 }
 
-/// Checks the request and the lists; returns the vertex count as
-/// `usize`.
-fn check(
-    nodes: u64,
-    src: &[u64],
-    dst: &[u64],
-    parts: u32,
-    options: &PartitionOptions,
-) -> Result<usize> {
-    let n = check_request(nodes, parts, options)?;
-    check_lengths(src, dst)?;
-    check_ends(nodes, src, dst, 0)?;
-    Ok(n)
-}
-
 fn check_lengths(src: &[u64], dst: &[u64]) -> Result<()> {
     if src.len() != dst.len() {
         return Err(invalid(
@@ -384,8 +369,17 @@ impl Partitioning {
     /// [`Partitioning::new`] was given. Errors when the graph does not
     /// match the partitioning.
     pub fn stats(&self, src: &[u64], dst: &[u64]) -> Result<PartitionStats> {
+        check_lengths(src, dst)?;
+        self.stats_reading(&EdgeSource::borrowed(src, dst))
+    }
+
+    /// [`Partitioning::stats`] for the edges `edges` gives, read a batch
+    /// at a time rather than held: once for up to 64 GPUs, once more for
+    /// each further 64. What it holds is a word per vertex: which GPUs
+    /// its out-edges lead into.
+    pub fn stats_reading(&self, edges: &EdgeSource<'_>) -> Result<PartitionStats> {
         let nodes = self.nodes();
-        let n = check(nodes, src, dst, self.parts, &PartitionOptions::default())?;
+        let n = check_request(nodes, self.parts, &PartitionOptions::default())?;
         if self.replicated.len() != n {
             return Err(invalid(
                 "replicated",
@@ -416,48 +410,61 @@ impl Partitioning {
         for &p in &self.owner {
             per_part[p as usize].vertices += 1;
         }
-        let mut edge_cut = 0u64;
-        let mut out_count = vec![0usize; n + 1];
-        for (&s, &d) in src.iter().zip(dst) {
-            let (a, b) = (self.owner[s as usize], self.owner[d as usize]);
-            per_part[b as usize].in_edges += 1;
-            if a != b {
-                edge_cut += 1;
-                per_part[b as usize].cut_in_edges += 1;
+        let owner = &self.owner;
+        let (mut edge_cut, mut edges_read) = (0u64, 0u64);
+        // Bit `b` of `leads[v]`: an edge leads from `v` into GPU `low + b`
+        // of another GPU than `v`'s, for the 64 GPUs from `low`.
+        let mut leads = vec![0u64; n];
+        let mut saved = 0u64;
+        for low in (0..k).step_by(64) {
+            let first_reading = low == 0;
+            if !first_reading {
+                leads.fill(0);
             }
-            out_count[s as usize + 1] += 1;
-        }
-        // The owners of each source's destinations, grouped by source.
-        for v in 0..n {
-            out_count[v + 1] += out_count[v];
-        }
-        let offsets = out_count;
-        let mut fill = offsets.clone();
-        let mut targets = vec![0u32; src.len()];
-        for (&s, &d) in src.iter().zip(dst) {
-            targets[fill[s as usize]] = self.owner[d as usize];
-            fill[s as usize] += 1;
-        }
-        drop(fill);
-        let mut seen = vec![usize::MAX; k];
-        let (mut saved, mut replicated_vertices) = (0u64, 0u64);
-        for s in 0..n {
-            let home = self.owner[s];
-            let replicated = self.replicated[s];
-            replicated_vertices += u64::from(replicated);
-            for &p in &targets[offsets[s]..offsets[s + 1]] {
-                if p == home || seen[p as usize] == s {
+            let mut first = 0u64;
+            edges.for_each_batch(&mut |src, dst| {
+                check_ends(nodes, src, dst, first)?;
+                first += src.len() as u64;
+                for (&s, &d) in src.iter().zip(dst) {
+                    let (a, b) = (owner[s as usize] as usize, owner[d as usize] as usize);
+                    if first_reading {
+                        per_part[b].in_edges += 1;
+                        if a != b {
+                            edge_cut += 1;
+                            per_part[b].cut_in_edges += 1;
+                        }
+                    }
+                    if a != b && (low..low + 64).contains(&b) {
+                        leads[s as usize] |= 1 << (b - low);
+                    }
+                }
+                Ok(())
+            })?;
+            if first_reading {
+                edges_read = first;
+            } else if first != edges_read {
+                return Err(invalid(
+                    "edges",
+                    format!(
+                        "{edges_read} edges, then {first}: the edges read again differ from \
+                         those read first"
+                    ),
+                ));
+            }
+            for (s, &word) in leads.iter().enumerate() {
+                if self.replicated[s] {
+                    saved += u64::from(word.count_ones());
                     continue;
                 }
-                seen[p as usize] = s;
-                if replicated {
-                    saved += 1;
-                } else {
-                    per_part[p as usize].halo_rows += 1;
+                let mut bits = word;
+                while bits != 0 {
+                    per_part[low + bits.trailing_zeros() as usize].halo_rows += 1;
+                    bits &= bits - 1;
                 }
             }
         }
-        let edges = src.len() as u64;
+        let replicated_vertices = self.replicated.iter().filter(|&&r| r).count() as u64;
+        let edges = edges_read;
         let in_edges_max = per_part.iter().map(|p| p.in_edges).max().unwrap_or(0);
         let vertices_max = per_part.iter().map(|p| p.vertices).max().unwrap_or(0);
         let over_mean = |max: u64, total: u64| {
