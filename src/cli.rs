@@ -858,12 +858,15 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
 /// A budget flag's value, as the command line is parsed. The budget
 /// flags take values that begin with a hyphen, so that a negative size is
 /// refused by name ([`parse_bytes`]) rather than taken for a flag; a flag
-/// (`-o`, `--json`) where the value should be means the value is missing.
+/// (`-o`, `--json`) where the value should be is refused as a flag, not a
+/// size: the value is missing, or (`--hbm-budget=--json`) is not a size.
 pub(crate) fn budget_value(text: &str) -> std::result::Result<String, String> {
     let name = text.trim_start_matches('-');
     let dashes = text.len() - name.len();
     if (dashes == 1 || dashes == 2) && name.starts_with(|c: char| c.is_ascii_alphabetic()) {
-        return Err(format!("a value is missing ({text} is a flag)"));
+        return Err(format!(
+            "{text} is a flag, not a size or a share: the budget's value is missing"
+        ));
     }
     Ok(text.to_string())
 }

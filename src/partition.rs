@@ -9,6 +9,7 @@ use clap::{Args, ValueEnum};
 use fateplan::runtime::graph::GraphData;
 use fateplan::runtime::partition::{
     Method, PartitionOptions, PartitionStats, Partitioning, DEFAULT_TOLERANCE,
+    VERTEX_TOLERANCE_FACTOR,
 };
 use serde_json::json;
 
@@ -28,6 +29,7 @@ pub struct PartitionArgs {
     seed: u64,
     /// Most in-edges a GPU may own, over the mean: a share from 0 to 1
     /// (0.05) or a percentage (5%, which may exceed 100%) [default: 5%].
+    /// Min-cut holds the vertices a GPU owns to twice it.
     #[arg(long, allow_hyphen_values = true)]
     tolerance: Option<String>,
     /// Replicate on every GPU the vertices with at least this many out-edges.
@@ -126,12 +128,14 @@ pub fn run(args: &PartitionArgs) -> Result<()> {
     }
     writeln!(
         out,
-        "{}: {} vertices, {} edges onto {} GPUs (balance by in-edges within {}%, seed {})",
+        "{}: {} vertices, {} edges onto {} GPUs (balance by in-edges within {}%, min-cut's \
+         vertices within {}%, seed {})",
         graph.name,
         graph.nodes,
         graph.edge_count(),
         args.gpus,
         tolerance * 100.0,
+        tolerance * VERTEX_TOLERANCE_FACTOR * 100.0,
         args.seed
     )?;
     writeln!(

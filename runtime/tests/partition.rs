@@ -4,7 +4,9 @@
 use std::collections::BTreeSet;
 
 use fateplan_runtime::generate::GeneratorSpec;
-use fateplan_runtime::partition::{Method, PartitionOptions, Partitioning};
+use fateplan_runtime::partition::{
+    Method, PartitionOptions, Partitioning, VERTEX_TOLERANCE_FACTOR,
+};
 use fateplan_runtime::Error;
 
 fn planted(spec: &str) -> (u64, Vec<u64>, Vec<u64>) {
@@ -184,6 +186,86 @@ fn halos_of_more_than_64_gpus_match_brute_force() {
         assert_eq!(stats.halo_rows_saved, saved, "k={k}");
         assert_eq!(stats.edges, src.len() as u64);
     }
+}
+
+/// Twenty cliques of 10 vertices (9 in-edges each) and twenty rings of
+/// 90 (one each), in a chain joined by single edges, hold the same
+/// in-edges:
+/// balanced by in-edges alone, two GPUs could own 200 vertices and 1,800.
+/// Min-cut on two GPUs holds both the in-edges and the vertices within
+/// their budgets, and still cuts few edges; on four, its greedy moves
+/// meet the in-edges' budget and not the vertices' (every GPU would need
+/// cliques and rings from both ends of the chain). Where both cannot be
+/// met (one clique of 100 beside one ring of 1,000: only a cut through
+/// the clique balances both), the in-edges' budget is met.
+#[test]
+fn mincut_balances_vertices_as_well_as_in_edges() {
+    let (mut src, mut dst) = (Vec::new(), Vec::new());
+    let mut first = 0u64;
+    // The cliques first, then the rings, each community joined to the
+    // one before: cutting between the cliques and the rings alone would
+    // balance the in-edges only.
+    for community in 0..40 {
+        let (size, clique) = if community < 20 {
+            (10, true)
+        } else {
+            (90, false)
+        };
+        for v in 0..size {
+            if clique {
+                for u in (0..size).filter(|&u| u != v) {
+                    src.push(first + u);
+                    dst.push(first + v);
+                }
+            } else {
+                src.push(first + v);
+                dst.push(first + (v + 1) % size);
+            }
+        }
+        if first > 0 {
+            src.push(first - 1);
+            dst.push(first);
+        }
+        first += size;
+    }
+    let options = PartitionOptions::default();
+    let tolerance = options.tolerance;
+    let vertex_limit = 1.0 + VERTEX_TOLERANCE_FACTOR * tolerance + 0.01;
+    for k in [2, 4] {
+        let p = Partitioning::new(Method::Mincut, first, &src, &dst, k, &options).unwrap();
+        let stats = p.stats(&src, &dst).unwrap();
+        assert!(
+            stats.edge_imbalance <= 1.0 + tolerance + 0.01,
+            "k={k}: {stats:?}"
+        );
+        if k == 2 {
+            assert!(stats.vertex_imbalance <= vertex_limit, "k={k}: {stats:?}");
+        }
+        let random = Partitioning::new(Method::Random, first, &src, &dst, k, &options).unwrap();
+        let random = random.stats(&src, &dst).unwrap();
+        assert!(
+            stats.halo_rows_total * 4 <= random.halo_rows_total,
+            "k={k}: {} against random's {}",
+            stats.halo_rows_total,
+            random.halo_rows_total
+        );
+    }
+    let (mut src, mut dst) = (Vec::new(), Vec::new());
+    for v in 0..100u64 {
+        for step in 1..=10 {
+            src.push((v + step) % 100);
+            dst.push(v);
+        }
+    }
+    for v in 0..1000u64 {
+        src.push(100 + v);
+        dst.push(100 + (v + 1) % 1000);
+    }
+    src.push(0);
+    dst.push(100);
+    let p = Partitioning::new(Method::Mincut, 1100, &src, &dst, 2, &options).unwrap();
+    let stats = p.stats(&src, &dst).unwrap();
+    assert!(stats.edge_imbalance <= 1.0 + tolerance + 0.01, "{stats:?}");
 }
 
 #[test]

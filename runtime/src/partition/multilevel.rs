@@ -3,7 +3,9 @@
 //!
 //! The graph is the symmetrised one (an edge's weight is the number of
 //! directed edges between its ends, either way), over the vertices that
-//! have an edge to another vertex; a vertex weighs its in-edges. The
+//! have an edge to another vertex; a vertex weighs its in-edges and
+//! counts as one vertex ([`Load`]), and a part is held to a limit of
+//! both, so that GPUs get about as many vertices as in-edges. The
 //! edge cut of this graph counts every directed edge crossing GPUs, and
 //! the halo is at most that. It is built from the edges read twice a
 //! batch at a time, each vertex's neighbours sorted, so the result does
@@ -18,6 +20,7 @@
 //! neighbours.
 
 use std::collections::BinaryHeap;
+use std::ops::{Add, AddAssign, Sub, SubAssign};
 
 use super::SplitMix;
 use crate::edges::EdgeSource;
@@ -32,7 +35,8 @@ const COARSEST_MIN: usize = 120;
 const MIN_SHRINK: f64 = 0.95;
 /// ... or after this many levels.
 const MAX_LEVELS: usize = 64;
-/// Greedy-growing attempts on the coarsest graph (the best is kept).
+/// Greedy-growing attempts on the coarsest graph with each of the two
+/// budgets of [`initial`] (the best is kept).
 const INITIAL_TRIES: u64 = 6;
 /// Refinement passes per level (a pass stops early once nothing moves).
 const REFINE_PASSES: usize = 8;
@@ -48,12 +52,64 @@ const MAX_KEPT_ENTRIES: f64 = 0.75;
 /// balance).
 const CLUSTER_WEIGHT_DIVISOR: u64 = 4;
 
+/// What a vertex, a coarse vertex or a part weighs: in-edges and
+/// vertices. One load is within another where both are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Load {
+    pub(super) edges: u64,
+    pub(super) vertices: u64,
+}
+
+impl Load {
+    fn within(self, limit: Load) -> bool {
+        self.edges <= limit.edges && self.vertices <= limit.vertices
+    }
+
+    /// The larger share of `limit` taken, of its edges or its vertices.
+    fn share(self, limit: Load) -> f64 {
+        let of = |a: u64, b: u64| a as f64 / b.max(1) as f64;
+        of(self.edges, limit.edges).max(of(self.vertices, limit.vertices))
+    }
+}
+
+impl Add for Load {
+    type Output = Load;
+    fn add(self, other: Load) -> Load {
+        Load {
+            edges: self.edges + other.edges,
+            vertices: self.vertices + other.vertices,
+        }
+    }
+}
+
+impl Sub for Load {
+    type Output = Load;
+    fn sub(self, other: Load) -> Load {
+        Load {
+            edges: self.edges - other.edges,
+            vertices: self.vertices - other.vertices,
+        }
+    }
+}
+
+impl AddAssign for Load {
+    fn add_assign(&mut self, other: Load) {
+        *self = *self + other;
+    }
+}
+
+impl SubAssign for Load {
+    fn sub_assign(&mut self, other: Load) {
+        *self = *self - other;
+    }
+}
+
 /// An undirected weighted graph in CSR form.
 pub(super) struct Graph {
     offsets: Vec<usize>,
     adjacency: Vec<u32>,
     edge_weight: Vec<u32>,
-    vertex_weight: Vec<u64>,
+    vertex_weight: Vec<Load>,
 }
 
 impl Graph {
@@ -80,8 +136,10 @@ impl Graph {
             .map(|(u, _)| u)
     }
 
-    fn total_weight(&self) -> u64 {
-        self.vertex_weight.iter().sum()
+    fn total_weight(&self) -> Load {
+        self.vertex_weight
+            .iter()
+            .fold(Load::default(), |sum, &w| sum + w)
     }
 
     /// The symmetrised graph of the edges `edges` gives over the
@@ -190,7 +248,13 @@ impl Graph {
             offsets,
             adjacency,
             edge_weight,
-            vertex_weight: active.iter().map(|&v| weight[v as usize]).collect(),
+            vertex_weight: active
+                .iter()
+                .map(|&v| Load {
+                    edges: weight[v as usize],
+                    vertices: 1,
+                })
+                .collect(),
         };
         Ok((graph, active))
     }
@@ -209,7 +273,7 @@ pub(super) fn count_symmetric(degree: &mut [usize], src: &[u64], dst: &[u64]) {
 
 /// Partitions `graph` into `parts` parts of at most `max_weight` each
 /// where it can; returns each vertex's part.
-pub(super) fn partition(graph: Graph, parts: u32, max_weight: u64, seed: u64) -> Vec<u32> {
+pub(super) fn partition(graph: Graph, parts: u32, max_weight: Load, seed: u64) -> Vec<u32> {
     let k = parts as usize;
     if graph.vertices() == 0 {
         return Vec::new();
@@ -222,7 +286,11 @@ pub(super) fn partition(graph: Graph, parts: u32, max_weight: u64, seed: u64) ->
     let total = graph.total_weight();
     // A coarse vertex may weigh at most this much, so that the coarsest
     // graph can still be balanced.
-    let max_vertex_weight = ((1.5 * total as f64 / coarsest_size as f64).ceil() as u64).max(1);
+    let most = |total: u64| ((1.5 * total as f64 / coarsest_size as f64).ceil() as u64).max(1);
+    let max_vertex_weight = Load {
+        edges: most(total.edges),
+        vertices: most(total.vertices),
+    };
     let (levels, maps) = coarsen(graph, coarsest_size, max_vertex_weight, &mut rng);
     let coarsest = levels.last().expect("levels start with the input graph");
     let mut part = initial(coarsest, k, max_weight, &mut rng);
@@ -251,7 +319,7 @@ pub(super) fn partition(graph: Graph, parts: u32, max_weight: u64, seed: u64) ->
 fn coarsen(
     graph: Graph,
     coarsest_size: usize,
-    max_vertex_weight: u64,
+    max_vertex_weight: Load,
     rng: &mut SplitMix,
 ) -> (Vec<Graph>, Vec<Vec<u32>>) {
     let mut levels: Vec<Graph> = vec![graph];
@@ -271,9 +339,13 @@ fn coarsen(
             || contracted_entries(fine, &groups) as f64
                 > MAX_KEPT_ENTRIES * fine.adjacency.len() as f64
         {
+            let limit = |most: u64| (most / CLUSTER_WEIGHT_DIVISOR).max(1);
             let clusters = cluster(
                 fine,
-                (max_vertex_weight / CLUSTER_WEIGHT_DIVISOR).max(1),
+                Load {
+                    edges: limit(max_vertex_weight.edges),
+                    vertices: limit(max_vertex_weight.vertices),
+                },
                 rng,
             );
             if clusters.count() < groups.count() {
@@ -297,7 +369,7 @@ fn coarsen(
 /// power-law graphs, which heavy-edge matching alone cannot shrink).
 /// Returns the coarse vertex of each vertex and the members of each
 /// coarse vertex.
-fn match_vertices(g: &Graph, max_vertex_weight: u64, rng: &mut SplitMix) -> Groups {
+fn match_vertices(g: &Graph, max_vertex_weight: Load, rng: &mut SplitMix) -> Groups {
     let n = g.vertices();
     let mut order: Vec<u32> = (0..n as u32).collect();
     rng.shuffle(&mut order);
@@ -310,7 +382,7 @@ fn match_vertices(g: &Graph, max_vertex_weight: u64, rng: &mut SplitMix) -> Grou
         }
         let mut best: Option<(u64, usize)> = None;
         for (v, w) in g.neighbours(u) {
-            if mate[v] != NONE || v == u || vw[u] + vw[v] > max_vertex_weight {
+            if mate[v] != NONE || v == u || !(vw[u] + vw[v]).within(max_vertex_weight) {
                 continue;
             }
             let better = match best {
@@ -336,7 +408,7 @@ fn match_vertices(g: &Graph, max_vertex_weight: u64, rng: &mut SplitMix) -> Grou
             continue;
         };
         let other = waiting[hub];
-        if other != NONE && vw[u] + vw[other as usize] <= max_vertex_weight {
+        if other != NONE && (vw[u] + vw[other as usize]).within(max_vertex_weight) {
             mate[u] = other;
             mate[other as usize] = u as u32;
             waiting[hub] = NONE;
@@ -419,11 +491,11 @@ impl Groups {
 /// full). Unlike a matching, which at most halves the vertices and keeps
 /// most edges of a graph without communities, clusters merge many edges
 /// at once.
-fn cluster(g: &Graph, max_weight: u64, rng: &mut SplitMix) -> Groups {
+fn cluster(g: &Graph, max_weight: Load, rng: &mut SplitMix) -> Groups {
     let n = g.vertices();
     let vw = &g.vertex_weight;
     let mut label: Vec<u32> = (0..n as u32).collect();
-    let mut weight: Vec<u64> = vw.clone();
+    let mut weight: Vec<Load> = vw.clone();
     let mut size = vec![1u32; n];
     let mut order: Vec<u32> = (0..n as u32).collect();
     rng.shuffle(&mut order);
@@ -444,7 +516,7 @@ fn cluster(g: &Graph, max_weight: u64, rng: &mut SplitMix) -> Groups {
             let mut best = own;
             for &c in &touched {
                 let (rc, rb) = (rating[c as usize], rating[best as usize]);
-                let fits = weight[c as usize] + vw[v] <= max_weight;
+                let fits = (weight[c as usize] + vw[v]).within(max_weight);
                 if c != own
                     && fits
                     && (rc > rb
@@ -482,7 +554,7 @@ fn cluster(g: &Graph, max_weight: u64, rng: &mut SplitMix) -> Groups {
         };
         let favourite = label[hub] as usize;
         let group = waiting[favourite];
-        if group != NONE && weight[group as usize] + vw[v] <= max_weight {
+        if group != NONE && (weight[group as usize] + vw[v]).within(max_weight) {
             weight[group as usize] += vw[v];
             label[v] = group;
         } else {
@@ -527,7 +599,7 @@ fn contract(g: &Graph, groups: &Groups) -> Graph {
     coarse.offsets.push(0);
     for c in 0..nc {
         let start = coarse.adjacency.len();
-        let mut weight = 0;
+        let mut weight = Load::default();
         for &u in groups.of(c) {
             let u = u as usize;
             weight += g.vertex_weight[u];
@@ -553,8 +625,8 @@ fn contract(g: &Graph, groups: &Groups) -> Graph {
     coarse
 }
 
-fn weights(g: &Graph, part: &[u32], k: usize) -> Vec<u64> {
-    let mut part_weight = vec![0u64; k];
+fn weights(g: &Graph, part: &[u32], k: usize) -> Vec<Load> {
+    let mut part_weight = vec![Load::default(); k];
     for (v, &p) in part.iter().enumerate() {
         part_weight[p as usize] += g.vertex_weight[v];
     }
@@ -574,28 +646,44 @@ fn cut(g: &Graph, part: &[u32]) -> u64 {
     cut / 2
 }
 
-/// The coarsest graph's partition: the best of a few greedy growings
-/// (the least weight over the budget, then the smallest cut), each
-/// refined and rebalanced.
-fn initial(g: &Graph, k: usize, max_weight: u64, rng: &mut SplitMix) -> Vec<u32> {
-    let mut best: Option<((u64, u64), Vec<u32>)> = None;
-    for _ in 0..INITIAL_TRIES {
-        let mut part = grow(g, k, max_weight, rng);
+/// The coarsest graph's partition: the best of a few greedy growings,
+/// each refined and rebalanced, half of them held to both budgets and
+/// half to the in-edges' alone (where the two cannot both be met, as
+/// when vertices of few in-edges and vertices of many form separate
+/// communities, greedy moves meet the vertices' and miss the in-edges').
+/// The best has the fewest in-edges over their budget, then the fewest
+/// vertices over theirs, then the smallest cut. The levels above keep
+/// what it meets: their moves only go where both budgets have room.
+fn initial(g: &Graph, k: usize, max_weight: Load, rng: &mut SplitMix) -> Vec<u32> {
+    let mut best: Option<((u64, u64, u64), Vec<u32>)> = None;
+    let edges_only = Load {
+        vertices: u64::MAX,
+        ..max_weight
+    };
+    for attempt in 0..2 * INITIAL_TRIES {
+        let limit = if attempt % 2 == 0 {
+            max_weight
+        } else {
+            edges_only
+        };
+        let mut part = grow(g, k, limit, rng);
         let mut part_weight = weights(g, &part, k);
         refine(
             g,
             &mut part,
             &mut part_weight,
-            max_weight,
+            limit,
             rng,
             2 * REFINE_PASSES,
         );
-        rebalance(g, &mut part, &mut part_weight, max_weight);
-        let over: u64 = part_weight
-            .iter()
-            .map(|&w| w.saturating_sub(max_weight))
-            .sum();
-        let score = (over, cut(g, &part));
+        rebalance(g, &mut part, &mut part_weight, limit);
+        let over = |of: fn(Load) -> u64| -> u64 {
+            part_weight
+                .iter()
+                .map(|&w| of(w).saturating_sub(of(max_weight)))
+                .sum()
+        };
+        let score = (over(|w| w.edges), over(|w| w.vertices), cut(g, &part));
         if best.as_ref().is_none_or(|(b, _)| score < *b) {
             best = Some((score, part));
         }
@@ -605,9 +693,9 @@ fn initial(g: &Graph, k: usize, max_weight: u64, rng: &mut SplitMix) -> Vec<u32>
 
 /// Greedy graph growing: parts `0..k-1` in turn grow from a random seed,
 /// always taking the unassigned vertex most strongly connected to the
-/// part, until they reach their share of the weight left; the last part
-/// takes the rest.
-fn grow(g: &Graph, k: usize, max_weight: u64, rng: &mut SplitMix) -> Vec<u32> {
+/// part, until they reach their share of the edges or of the vertices
+/// left; the last part takes the rest.
+fn grow(g: &Graph, k: usize, max_weight: Load, rng: &mut SplitMix) -> Vec<u32> {
     let n = g.vertices();
     let mut part = vec![NONE; n];
     let mut seeds: Vec<u32> = (0..n as u32).collect();
@@ -617,10 +705,14 @@ fn grow(g: &Graph, k: usize, max_weight: u64, rng: &mut SplitMix) -> Vec<u32> {
     let mut gain = vec![0u64; n];
     let mut touched: Vec<usize> = Vec::new();
     for p in 0..k - 1 {
-        let target = left.div_ceil((k - p) as u64);
-        let mut weight = 0u64;
+        let parts_left = (k - p) as u64;
+        let target = Load {
+            edges: left.edges.div_ceil(parts_left),
+            vertices: left.vertices.div_ceil(parts_left),
+        };
+        let mut weight = Load::default();
         let mut heap: BinaryHeap<(u64, u32)> = BinaryHeap::new();
-        while weight < target {
+        while weight.edges < target.edges && weight.vertices < target.vertices {
             let (v, seeded) = match heap.pop() {
                 Some((g_v, v)) => {
                     if part[v as usize] != NONE || g_v != gain[v as usize] {
@@ -639,7 +731,7 @@ fn grow(g: &Graph, k: usize, max_weight: u64, rng: &mut SplitMix) -> Vec<u32> {
                 }
             };
             let w = g.vertex_weight[v];
-            if weight > 0 && weight + w > max_weight {
+            if weight.vertices > 0 && !(weight + w).within(max_weight) {
                 if seeded {
                     break; // the part is as full as it can get
                 }
@@ -689,8 +781,8 @@ fn connect(g: &Graph, v: usize, part: &[u32], conn: &mut [u64], touched: &mut Ve
 fn refine(
     g: &Graph,
     part: &mut [u32],
-    part_weight: &mut [u64],
-    max_weight: u64,
+    part_weight: &mut [Load],
+    max_weight: Load,
     rng: &mut SplitMix,
     passes: usize,
 ) {
@@ -708,16 +800,16 @@ fn refine(
             let w = g.vertex_weight[v];
             let mut best: Option<u32> = None;
             for &p in &touched {
-                if p == home || part_weight[p as usize] + w > max_weight {
+                if p == home || !(part_weight[p as usize] + w).within(max_weight) {
                     continue;
                 }
                 let better = match best {
                     None => true,
                     Some(b) => {
                         let (cp, cb) = (conn[p as usize], conn[b as usize]);
+                        let share = |p: u32| part_weight[p as usize].share(max_weight);
                         cp > cb
-                            || (cp == cb
-                                && (part_weight[p as usize], p) < (part_weight[b as usize], b))
+                            || (cp == cb && share(p).total_cmp(&share(b)).then(p.cmp(&b)).is_lt())
                     }
                 };
                 if better {
@@ -726,7 +818,8 @@ fn refine(
             }
             if let Some(b) = best {
                 let (to, from) = (conn[b as usize], conn[home as usize]);
-                let balances = part_weight[home as usize] > part_weight[b as usize] + w;
+                let balances = (part_weight[b as usize] + w).share(max_weight)
+                    < part_weight[home as usize].share(max_weight);
                 if to > from || (to == from && balances) {
                     part[v] = b;
                     part_weight[home as usize] -= w;
@@ -747,28 +840,29 @@ fn refine(
 
 /// Moves vertices out of parts over `max_weight`, the least costly first
 /// (to the connected part with room that loses the least cut, else the
-/// lightest part with room), until each fits or nothing can move.
-fn rebalance(g: &Graph, part: &mut [u32], part_weight: &mut [u64], max_weight: u64) {
+/// lightest part with room), until each fits or nothing can move. Only
+/// vertices that lighten what is over move.
+fn rebalance(g: &Graph, part: &mut [u32], part_weight: &mut [Load], max_weight: Load) {
     let k = part_weight.len();
     let mut conn = vec![0u64; k];
     let mut touched: Vec<u32> = Vec::new();
     // The best target of `v` and the cut it adds (negative: it lowers it).
-    let mut target = |v: usize, part: &[u32], part_weight: &[u64]| -> Option<(i64, u32)> {
+    let mut target = |v: usize, part: &[u32], part_weight: &[Load]| -> Option<(i64, u32)> {
         let home = part[v];
         let w = g.vertex_weight[v];
         connect(g, v, part, &mut conn, &mut touched);
         let mut best: Option<(u64, u32)> = None;
         for &p in &touched {
             if p != home
-                && part_weight[p as usize] + w <= max_weight
+                && (part_weight[p as usize] + w).within(max_weight)
                 && best.is_none_or(|(c, _)| conn[p as usize] > c)
             {
                 best = Some((conn[p as usize], p));
             }
         }
         if best.is_none() {
-            let p = super::lightest(part_weight);
-            if p as u32 != home && part_weight[p] + w <= max_weight {
+            let p = lightest(part_weight, max_weight);
+            if p as u32 != home && (part_weight[p] + w).within(max_weight) {
                 best = Some((0, p as u32));
             }
         }
@@ -779,20 +873,30 @@ fn rebalance(g: &Graph, part: &mut [u32], part_weight: &mut [u64], max_weight: u
         touched.clear();
         best.map(|(c, p)| (internal as i64 - c as i64, p))
     };
+    // Whether moving a vertex of `load` out of a part of `from` lightens
+    // what is over there.
+    let lightens = |from: Load, load: Load| {
+        (from.edges > max_weight.edges && load.edges > 0)
+            || (from.vertices > max_weight.vertices && load.vertices > 0)
+    };
     for heavy in 0..k {
-        if part_weight[heavy] <= max_weight {
+        if part_weight[heavy].within(max_weight) {
             continue;
         }
+        let from = part_weight[heavy];
         let mut candidates: Vec<(i64, u32)> = (0..g.vertices())
-            .filter(|&v| part[v] as usize == heavy && g.vertex_weight[v] > 0)
+            .filter(|&v| part[v] as usize == heavy && lightens(from, g.vertex_weight[v]))
             .filter_map(|v| target(v, part, part_weight).map(|(cost, _)| (cost, v as u32)))
             .collect();
         candidates.sort_unstable();
         for (_, v) in candidates {
-            if part_weight[heavy] <= max_weight {
+            if part_weight[heavy].within(max_weight) {
                 break;
             }
             let v = v as usize;
+            if !lightens(part_weight[heavy], g.vertex_weight[v]) {
+                continue;
+            }
             if let Some((_, to)) = target(v, part, part_weight) {
                 let w = g.vertex_weight[v];
                 part[v] = to;
@@ -801,6 +905,18 @@ fn rebalance(g: &Graph, part: &mut [u32], part_weight: &mut [u64], max_weight: u
             }
         }
     }
+}
+
+/// The part with the smallest share of `limit` (the lowest index among
+/// equals).
+fn lightest(part_weight: &[Load], limit: Load) -> usize {
+    let mut best = 0;
+    for (p, &w) in part_weight.iter().enumerate() {
+        if w.share(limit) < part_weight[best].share(limit) {
+            best = p;
+        }
+    }
+    best
 }
 
 #[cfg(test)]
@@ -837,7 +953,12 @@ mod tests {
                 vec![(2, 2)],
             ]
         );
-        assert_eq!(g.vertex_weight, [1, 3, 1, 1]);
+        let loads: Vec<(u64, u64)> = g
+            .vertex_weight
+            .iter()
+            .map(|w| (w.edges, w.vertices))
+            .collect();
+        assert_eq!(loads, [(1, 1), (3, 1), (1, 1), (1, 1)]);
         // The same edges in another order make the same graph.
         let (rs, rd): (Vec<u64>, Vec<u64>) = src.iter().rev().zip(dst.iter().rev()).unzip();
         let (h, _) = symmetric(5, &rs, &rd, &weight);
@@ -865,7 +986,11 @@ mod tests {
         let total = g.total_weight();
         let mut rng = SplitMix::new(1, 2);
         let coarsest = COARSEST_MIN;
-        let max = ((1.5 * total as f64 / coarsest as f64).ceil() as u64).max(1);
+        let most = |total: u64| ((1.5 * total as f64 / coarsest as f64).ceil() as u64).max(1);
+        let max = Load {
+            edges: most(total.edges),
+            vertices: most(total.vertices),
+        };
         let (levels, maps) = coarsen(g, coarsest, max, &mut rng);
         let coarse: usize = levels[1..].iter().map(|l| l.adjacency.len()).sum();
         assert!(levels.len() > 2, "{} levels", levels.len());
@@ -873,16 +998,25 @@ mod tests {
             coarse < 2 * input,
             "the coarse levels hold {coarse} neighbours, the input {input}"
         );
-        // Each map sends a level's vertices onto the next, weights summed.
+        // Each map sends a level's vertices onto the next, weights summed,
+        // each coarse vertex of several within the limit of both.
         for (level, map) in maps.iter().enumerate() {
             let (fine, next) = (&levels[level], &levels[level + 1]);
             assert_eq!(map.len(), fine.vertices());
-            let mut sums = vec![0u64; next.vertices()];
+            let mut sums = vec![Load::default(); next.vertices()];
             for (v, &c) in map.iter().enumerate() {
                 sums[c as usize] += fine.vertex_weight[v];
             }
             assert_eq!(sums, next.vertex_weight, "level {level}");
             assert_eq!(next.total_weight(), total);
+            let mut members = vec![0usize; next.vertices()];
+            for &c in map {
+                members[c as usize] += 1;
+            }
+            for (c, w) in next.vertex_weight.iter().enumerate() {
+                // A hub over the limit alone stays alone.
+                assert!(w.within(max) || members[c] == 1, "level {level}: {w:?}");
+            }
         }
     }
 
@@ -892,10 +1026,25 @@ mod tests {
             .unwrap();
         let data = spec.generate().unwrap();
         let n = data.nodes as usize;
+        // Every vertex weighs one edge and one vertex: a limit on either
+        // holds the members' count.
         let weight = vec![1u64; n];
         let (g, _) = symmetric(n, &data.src, &data.dst, &weight);
-        for max in [1, 4, 50] {
-            let groups = cluster(&g, max, &mut SplitMix::new(7, 2));
+        let limits = [1, 4, 50].into_iter().flat_map(|max| {
+            [
+                Load {
+                    edges: max,
+                    vertices: u64::MAX,
+                },
+                Load {
+                    edges: u64::MAX,
+                    vertices: max,
+                },
+            ]
+        });
+        for limit in limits {
+            let max = limit.edges.min(limit.vertices);
+            let groups = cluster(&g, limit, &mut SplitMix::new(7, 2));
             let mut seen = vec![false; g.vertices()];
             for c in 0..groups.count() {
                 let members = groups.of(c);
