@@ -292,7 +292,7 @@ fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
         ),
         (
             ["--ssd-budget", "--json"],
-            "--json is a flag, not a size or a share: the budget's value is missing",
+            "--json is a flag, not a size or a share: a budget takes a value such as 4GiB or 25%",
         ),
         (["--host-budget", "-o"], "-o is a flag, not a size"),
         (

@@ -354,6 +354,40 @@ mod tests {
     }
 
     #[test]
+    fn a_file_without_a_vertex_count_is_read_for_its_largest_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("edge_index.npy");
+        let write = |values: &[i64]| {
+            let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            write_npy(&path, "<i8", &[2, 5], &bytes);
+            Npy::open(&path).unwrap()
+        };
+        // The largest end is a destination in the last batch of two.
+        let npy = write(&[0, 1, 2, 3, 3, 1, 2, 3, 0, 9]);
+        let (edges, nodes) =
+            EdgeSource::npy_counting_nodes_in_batches(path.clone(), npy, 2).unwrap();
+        assert_eq!(nodes, 10);
+        let (sizes, src, dst) = batches(&edges, 1);
+        assert_eq!(sizes, [2, 2, 1]);
+        assert_eq!((src, dst), (vec![0, 1, 2, 3, 3], vec![1, 2, 3, 0, 9]));
+        // A negative end in the second batch is named by its element.
+        let npy = write(&[0, 1, 2, -4, 3, 1, 2, 3, 0, 9]);
+        let error = EdgeSource::npy_counting_nodes_in_batches(path.clone(), npy, 2)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("edge_index[0, 3]") && error.contains("-4 is negative"),
+            "{error}"
+        );
+        let bytes: Vec<u8> = Vec::new();
+        write_npy(&path, "<i8", &[2, 0], &bytes);
+        let error = EdgeSource::npy_counting_nodes(path.clone(), Npy::open(&path).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("no edges"), "{error}");
+    }
+
+    #[test]
     fn lists_of_different_lengths_are_refused() {
         let edges = EdgeSource::owned(vec![0, 1], vec![1]);
         let error = edges

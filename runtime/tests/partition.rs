@@ -196,8 +196,9 @@ fn halos_of_more_than_64_gpus_match_brute_force() {
 /// their budgets, and still cuts few edges; on four, its greedy moves
 /// meet the in-edges' budget and not the vertices' (every GPU would need
 /// cliques and rings from both ends of the chain). Where both cannot be
-/// met (one clique of 100 beside one ring of 1,000: only a cut through
-/// the clique balances both), the in-edges' budget is met.
+/// met (100 vertices each the destination of the next ten, beside a ring
+/// of 1,000: only a cut through the 100 balances both), the in-edges'
+/// budget is met.
 #[test]
 fn mincut_balances_vertices_as_well_as_in_edges() {
     let (mut src, mut dst) = (Vec::new(), Vec::new());

@@ -654,7 +654,7 @@ fn fill_empty_parts(owner: &mut [u32], parts: u32, in_degree: &[u64], out_degree
             }
         }
         if count[most] < 2 {
-            return; // fewer vertices than parts: refused by `check`
+            return; // fewer vertices than parts: refused by `check_request`
         }
         let chosen = (0..owner.len())
             .filter(|&v| owner[v] as usize == most)

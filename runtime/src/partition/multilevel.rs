@@ -53,7 +53,8 @@ const MAX_KEPT_ENTRIES: f64 = 0.75;
 const CLUSTER_WEIGHT_DIVISOR: u64 = 4;
 
 /// What a vertex, a coarse vertex or a part weighs: in-edges and
-/// vertices. One load is within another where both are.
+/// vertices. One load is within another where both are; the order
+/// (in-edges, then vertices) only breaks ties between candidates.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct Load {
     pub(super) edges: u64,
@@ -646,9 +647,10 @@ fn cut(g: &Graph, part: &[u32]) -> u64 {
     cut / 2
 }
 
-/// The coarsest graph's partition: the best of a few greedy growings,
-/// each refined and rebalanced, half of them held to both budgets and
-/// half to the in-edges' alone (where the two cannot both be met, as
+/// The coarsest graph's partition: the best of a few greedy growings
+/// (each to a share of both), each refined and rebalanced, half of them
+/// held to both budgets and half to the in-edges' alone (where the two
+/// cannot both be met, as
 /// when vertices of few in-edges and vertices of many form separate
 /// communities, greedy moves meet the vertices' and miss the in-edges').
 /// The best has the fewest in-edges over their budget, then the fewest
