@@ -44,6 +44,7 @@ fn workload(model: GnnModel, name: &str, partitions: u32) -> Workload {
         classes: stats.classes,
         graph_name: stats.name.into(),
         order: Default::default(),
+        transposes: Default::default(),
     };
     build_gnn(
         &spec,

@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use fateplan::planner::blocks::{BlockCounts, MAX_PARTITIONS};
 use fateplan::planner::datasets::{dataset, dataset_names, DATASETS};
 use fateplan::planner::exchange::{Halo, MultiGpu};
-use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec, LayerOrder};
+use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec, LayerOrder, Transposes};
 use fateplan::planner::passes::cost::FateSet;
 use fateplan::planner::plan::{ExchangeKind, Fate, Leg, PlanModel, Predicted, Strategy};
 use fateplan::planner::profile::DeviceKind;
@@ -119,6 +119,13 @@ pub(crate) struct PlanArgs {
     /// (none). The model is the same.
     #[arg(long, conflicts_with = "dag", default_value = "narrower")]
     layer_order: String,
+    /// How GCN's and GraphSAGE's transposed aggregations read a block's
+    /// transpose: `stored` (an input of its own, in host memory beside the
+    /// block, moved like it) or `built` (a GPU builds each as it goes,
+    /// keeping the last; `device.transpose_seconds_per_edge` prices it).
+    /// The model is the same.
+    #[arg(long, conflicts_with = "dag", default_value = "stored")]
+    transposes: String,
     /// Input feature size (default: the dataset's or graph's).
     #[arg(long, conflicts_with = "dag")]
     features: Option<u32>,
@@ -832,6 +839,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
         classes,
         graph_name,
         order,
+        transposes: Transposes::parse(&args.transposes)?,
     };
     let edges: u64 = match &source {
         GraphSource::Stats { edges, .. } => *edges,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fateplan::planner::exchange::MultiGpu;
-use fateplan::planner::gnn::{GnnModel, LayerOrder};
+use fateplan::planner::gnn::{GnnModel, LayerOrder, Transposes};
 use fateplan::planner::plan::{Budgets, Plan, PlanModel};
 use fateplan::planner::units::{format_bytes, format_seconds};
 use fateplan::planner::{plan, PlanOptions, Policy, Profile};
@@ -48,7 +48,7 @@ pub struct TrainArgs {
     pub(crate) graph: String,
     /// gcn, sage or gat [default: gcn, or with --plan the plan's, as for
     /// each flag of the model's shape: --layers, --hidden, --heads,
-    /// --layer-order and --partitions].
+    /// --layer-order, --transposes and --partitions].
     #[arg(long)]
     model: Option<String>,
     /// [default: 2]
@@ -68,6 +68,14 @@ pub struct TrainArgs {
     /// (none). The model is the same [default: narrower].
     #[arg(long)]
     layer_order: Option<String>,
+    /// How GCN's and GraphSAGE's transposed aggregations read a block's
+    /// transpose: `stored` (an input of its own, built once when the
+    /// graph is loaded, held in host memory beside the block and moved
+    /// like it) or `built` (scattered over the block; a GPU builds the
+    /// transpose as it goes, keeping the last). The model is the same,
+    /// bit for bit [default: stored].
+    #[arg(long)]
+    transposes: Option<String>,
     #[arg(long, default_value_t = 200)]
     pub(crate) epochs: u32,
     #[arg(long, default_value_t = 0.01)]
@@ -193,6 +201,9 @@ impl TrainArgs {
     pub(crate) fn layer_order(&self) -> &str {
         self.layer_order.as_deref().unwrap_or(DEFAULT_MODEL.4)
     }
+    pub(crate) fn transposes(&self) -> &str {
+        self.transposes.as_deref().unwrap_or("stored")
+    }
     pub(crate) fn partitions(&self) -> u32 {
         self.partitions.unwrap_or(DEFAULT_MODEL.5)
     }
@@ -233,6 +244,11 @@ impl TrainArgs {
         args.hidden = take(&self.hidden, &plan.hidden, ("hidden", source))?;
         args.heads = take(&self.heads, &plan.heads, ("heads", source))?;
         args.layer_order = take(&order, &plan.layer_order, ("layer-order", source))?;
+        let transposes = match &self.transposes {
+            Some(name) => Some(Transposes::parse(name)?.name().to_string()),
+            None => None,
+        };
+        args.transposes = take(&transposes, &plan.transposes, ("transposes", source))?;
         args.partitions = take(&self.partitions, &plan.partitions, ("partitions", source))?;
         args.devices = take(&self.devices, &plan.devices, ("devices", source))?;
         if let Some(planned) = &plan.shares {
@@ -301,6 +317,7 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
         weight_decay_all_layers: args.weight_decay_all_layers,
         seed: args.seed,
         order: LayerOrder::parse(args.layer_order())?,
+        transposes: Transposes::parse(args.transposes())?,
     };
     if !(0.0..1.0).contains(&args.dropout) {
         bail!(
@@ -535,6 +552,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         hidden: hyper.hidden,
         heads: hyper.heads,
         layer_order: hyper.order.name().to_string(),
+        transposes: hyper.transposes.name().to_string(),
         partitions: args.partitions(),
         devices: args.devices(),
         shares: shared.then(|| share_method.name().to_string()),

@@ -4,7 +4,8 @@
 //! node scores, edge softmax and attention backward over the same edges
 //! with 8 heads of 8.
 //! `spmm_dropout_per_edge` is the masked gather that hashes the mask again
-//! per edge (before the mask workspace), to compare with `spmm_dropout`.
+//! per edge (before the mask workspace), to compare with `spmm_dropout`;
+//! `spmm_t_stored` is `spmm_t` as a gather over a stored transpose.
 //!
 //! `cargo bench -p fateplan-kernels --bench kernels`. divan reports time;
 //! the counters give bytes gathered (SpMM: one source row of `width`
@@ -146,6 +147,26 @@ fn spmm_t_200k_w128(bencher: Bencher) {
     bencher
         .counter(gathered_bytes())
         .bench_local(|| spmm_t(block.as_ref(), &grad, WIDTH, Init::Zero, &mut out).unwrap());
+}
+
+/// What `spmm_t_200k_w128` computes, as a gather over the block's
+/// transpose (built once, outside the timing): the stored transposes'
+/// transposed aggregation.
+#[divan::bench(sample_count = 10)]
+fn spmm_t_stored_200k_w128(bencher: Bencher) {
+    let transpose = block().as_ref().transpose(ROWS).unwrap();
+    let grad = values(ROWS * WIDTH, 1);
+    let mut out = vec![0.0f32; ROWS * WIDTH];
+    bencher
+        .counter(gathered_bytes())
+        .bench_local(|| spmm(transpose.as_ref(), &grad, WIDTH, Init::Zero, &mut out).unwrap());
+}
+
+/// Building the transpose of `spmm_t_stored_200k_w128`.
+#[divan::bench(sample_count = 10)]
+fn transpose_200k(bencher: Bencher) {
+    let block = block();
+    bencher.bench_local(|| block.as_ref().transpose(ROWS).unwrap());
 }
 
 fn gemm_flops() -> ItemsCount {

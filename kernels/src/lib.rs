@@ -292,6 +292,82 @@ impl<'a> BlockRef<'a> {
     }
 }
 
+impl BlockRef<'_> {
+    /// The transpose, a block over the `src_rows` source rows whose
+    /// columns are this block's destination rows: [`crate::sparse::spmm`]
+    /// over it computes what [`crate::sparse::spmm_t`] computes over this
+    /// one. A source row's edges keep their order (destination rows
+    /// ascending, so each output element sees its terms in the same
+    /// order), and so do the weights: per edge ones are permuted with
+    /// their edges, scales per row are swapped (`Row` becomes
+    /// `RowColumn` with a scale of 1 per new row, so each weight is
+    /// `1 · w`, the same bits).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] where the block fails
+    /// [`BlockRef::validate`] for `src_rows`, or has 2³² rows or more.
+    pub fn transpose(&self, src_rows: usize) -> Result<Block> {
+        self.validate("transpose", src_rows, true)?;
+        let rows = self.rows();
+        ensure(u32::try_from(rows).is_ok(), || {
+            format!("transpose: {rows} destination rows do not fit the u32 columns")
+        })?;
+        let mut row_start = vec![0u64; src_rows + 1];
+        for &c in self.columns {
+            row_start[c as usize + 1] += 1;
+        }
+        for s in 0..src_rows {
+            row_start[s + 1] += row_start[s];
+        }
+        let mut next: Vec<u64> = row_start[..src_rows].to_vec();
+        let mut columns = vec![0u32; self.nnz()];
+        let mut placed = vec![
+            0usize;
+            if self.weighting == Weighting::PerEdge {
+                self.nnz()
+            } else {
+                0
+            }
+        ];
+        for r in 0..rows {
+            for e in self.edges(r) {
+                let c = self.columns[e] as usize;
+                let at = next[c] as usize;
+                next[c] += 1;
+                columns[at] = r as u32;
+                if let Some(p) = placed.get_mut(at) {
+                    *p = e;
+                }
+            }
+        }
+        let (weights, weighting) = match self.weighting {
+            Weighting::PerEdge => (
+                placed.iter().map(|&e| self.weights[e]).collect(),
+                Weighting::PerEdge,
+            ),
+            Weighting::Row => {
+                let mut w = vec![1.0f32; src_rows];
+                w.extend_from_slice(self.weights);
+                (w, Weighting::RowColumn)
+            }
+            Weighting::RowColumn => {
+                let (dst, src) = self.weights.split_at(rows);
+                (
+                    src.iter().chain(dst).copied().collect(),
+                    Weighting::RowColumn,
+                )
+            }
+            Weighting::Unit => (Vec::new(), Weighting::Unit),
+        };
+        Ok(Block {
+            row_start,
+            columns,
+            weights,
+            weighting,
+        })
+    }
+}
+
 /// An owned block, for tests, benches and callers that build blocks.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Block {

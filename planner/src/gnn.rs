@@ -128,6 +128,44 @@ impl LayerOrder {
     }
 }
 
+/// How GCN's and GraphSAGE's transposed aggregations reach a block's
+/// transpose. GAT's backward builds its blocks' transposes either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transposes {
+    /// Each block's transpose is an input of its own, `adj_t[i,j]`, stored
+    /// in host memory beside the block and streamed like it: the
+    /// transposed aggregation is then a gather like the forward one, and
+    /// no backend builds a transpose (the same bits as the scatter over
+    /// the block, in the same order).
+    #[default]
+    Stored,
+    /// The transposed aggregation reads the block itself: the CPU backend
+    /// scatters over it, and the CUDA backend builds its transpose, keeping
+    /// the last one ([`Cost::transpose_edges`]). The profiler times these
+    /// builds with it.
+    Built,
+}
+
+impl Transposes {
+    pub fn parse(text: &str) -> Result<Transposes> {
+        match text.to_ascii_lowercase().as_str() {
+            "stored" => Ok(Transposes::Stored),
+            "built" => Ok(Transposes::Built),
+            _ => Err(Error::invalid(
+                format!("transposes {text:?}"),
+                "expected stored or built",
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Transposes::Stored => "stored",
+            Transposes::Built => "built",
+        }
+    }
+}
+
 /// What to build.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GnnSpec {
@@ -142,6 +180,8 @@ pub struct GnnSpec {
     pub graph_name: String,
     /// Which GCN layers project before they aggregate.
     pub order: LayerOrder,
+    /// Whether the blocks' transposes are stored or built.
+    pub transposes: Transposes,
 }
 
 impl GnnSpec {
@@ -257,6 +297,9 @@ struct Builder<'a> {
     /// `adjacency[i][j]`: the topology block (dst i, src j), if it has edges
     /// (diagonal blocks always exist so every row has an aggregation).
     adjacency: Vec<Vec<Option<TensorId>>>,
+    /// `transposes[i][j]`: block (i, j)'s stored transpose `adj_t[i,j]`,
+    /// added by the first transposed aggregation that reads it.
+    transposes: Vec<Vec<Option<TensorId>>>,
 }
 
 impl<'a> Builder<'a> {
@@ -267,6 +310,7 @@ impl<'a> Builder<'a> {
             w: Workload::new(name),
             parts: blocks.partitions,
             adjacency: Vec::new(),
+            transposes: Vec::new(),
         }
     }
 
@@ -304,6 +348,36 @@ impl<'a> Builder<'a> {
 
     fn adj(&self, i: u32, j: u32) -> TensorId {
         self.adjacency[i as usize][j as usize].expect("block exists")
+    }
+
+    /// Block (i, j)'s transpose, stored beside it in host memory: a CSR
+    /// over the source partition's rows whose columns are destination
+    /// rows, with the same scales (GraphSAGE's per destination row become
+    /// per column, with a scale of 1 per row), so that the transposed
+    /// aggregation is a gather like the forward one and no backend builds
+    /// a transpose.
+    fn adj_t(&mut self, i: u32, j: u32) -> TensorId {
+        let parts = self.parts as usize;
+        if self.transposes.is_empty() {
+            self.transposes = vec![vec![None; parts]; parts];
+        }
+        if let Some(t) = self.transposes[i as usize][j as usize] {
+            return t;
+        }
+        let (rows, src_rows, edges) = (self.rows(j), self.rows(i), self.edges(i, j));
+        let scales = match self.spec.model.scale_rows(src_rows, rows) {
+            0 => 0,
+            _ => rows + src_rows,
+        };
+        let bytes = (rows + 1) * ROW_POINTER + edges * COLUMN + scales * SCALE;
+        let t = self.w.add_tensor(
+            format!("adj_t[{i},{j}]"),
+            bytes,
+            TensorKind::Input,
+            Some(Tier::Host),
+        );
+        self.transposes[i as usize][j as usize] = Some(t);
+        t
     }
 
     fn tensor(&mut self, name: String, bytes: u64, kind: TensorKind) -> TensorId {
@@ -728,22 +802,32 @@ impl<'a> Builder<'a> {
                 )
             };
             let out = self.tensor(tensor_name, rows * width * F32, kind);
-            let mut inputs = vec![self.adj(i, j), grads[i as usize]];
+            let stored = self.spec.transposes == Transposes::Stored;
+            let block = match stored {
+                true => self.adj_t(i, j),
+                false => self.adj(i, j),
+            };
+            let mut inputs = vec![block, grads[i as usize]];
             if k == 0 {
                 inputs.extend(own);
             }
             inputs.extend(partial);
             let edges = self.edges(i, j);
             let bytes = edges * (EDGE + width * F32) + 2 * rows * width * F32;
+            // A gather over the stored transpose, as the forward, or a
+            // scatter over the block.
+            let cost = match stored {
+                true => Cost::work(2.0 * (edges * width) as f64, bytes, ComputeClass::Sparse),
+                false => Cost::work(2.0 * (edges * width) as f64, bytes, ComputeClass::Scatter)
+                    .transposing(edges),
+            };
             self.op(
                 format!("agg_bwd[l{l},p{j},d{i}]"),
                 OpKind::AggregateBackward,
                 Phase::Backward,
                 inputs,
                 vec![out],
-                Cost::work(2.0 * (edges * width) as f64, bytes, ComputeClass::Scatter)
-                    .over_edges(edges)
-                    .transposing(edges),
+                cost.over_edges(edges),
             );
             partial = Some(out);
         }
@@ -1302,6 +1386,7 @@ mod tests {
             classes: 3,
             graph_name: "toy".into(),
             order: Default::default(),
+            transposes: Default::default(),
         }
     }
 
@@ -1316,16 +1401,21 @@ mod tests {
         }
     }
 
-    /// Every transposed aggregation builds its block's transpose unless
-    /// the previous one, cyclically, read the same block: with one
-    /// partition none does; with several, every one whose block differs
-    /// from its predecessor's.
+    /// Where transposes are built (GAT's, and GCN's and GraphSAGE's with
+    /// [`Transposes::Built`]), every transposed aggregation builds its
+    /// block's transpose unless the previous one, cyclically, read the
+    /// same block: with one partition none does; with several, every one
+    /// whose block differs from its predecessor's.
     #[test]
     fn transposes_are_counted_where_the_kept_one_is_another_block_s() {
         for model in [GnnModel::Gcn, GnnModel::Sage, GnnModel::Gat] {
             for parts in [1, 3] {
                 let blocks = BlockCounts::skewed(1000, 8000, parts).unwrap();
-                let w = build_gnn(&spec(model), &blocks).unwrap();
+                let spec = GnnSpec {
+                    transposes: Transposes::Built,
+                    ..spec(model)
+                };
+                let w = build_gnn(&spec, &blocks).unwrap();
                 let transposing: Vec<&crate::workload::Op> = w
                     .ops
                     .iter()
@@ -1354,6 +1444,83 @@ mod tests {
                     .all(|op| op.cost.transpose_edges == 0));
             }
         }
+    }
+
+    /// With stored transposes (the default), GCN's and GraphSAGE's
+    /// transposed aggregations build none: each reads its block's
+    /// `adj_t[i,j]`, one tensor per block shared by every layer, as big as
+    /// the block with its row pointers over the source partition (and
+    /// GraphSAGE's scales a row of either side). GAT is as with built ones.
+    #[test]
+    fn stored_transposes_are_read_instead_of_built() {
+        for parts in [1, 3] {
+            let blocks = BlockCounts::skewed(1000, 8000, parts).unwrap();
+            for model in [GnnModel::Gcn, GnnModel::Sage, GnnModel::Gat] {
+                let w = build_gnn(&spec(model), &blocks).unwrap();
+                let built = GnnSpec {
+                    transposes: Transposes::Built,
+                    ..spec(model)
+                };
+                let built = build_gnn(&built, &blocks).unwrap();
+                if model == GnnModel::Gat {
+                    assert_eq!(w, built);
+                    continue;
+                }
+                assert!(w.ops.iter().all(|op| op.cost.transpose_edges == 0));
+                let name = |t: TensorId| w.tensors[t.index()].name.as_str();
+                let mut read = std::collections::HashMap::new();
+                for op in w
+                    .ops
+                    .iter()
+                    .filter(|op| op.kind == OpKind::AggregateBackward)
+                {
+                    let (l, j, i) = agg_bwd_ids(&op.name);
+                    assert_eq!(name(op.inputs[0]), format!("adj_t[{i},{j}]"), "{}", op.name);
+                    assert_eq!(op.cost.class, ComputeClass::Sparse, "{}", op.name);
+                    read.entry(op.inputs[0]).or_insert_with(Vec::new).push(l);
+                }
+                for (&t, layers) in &read {
+                    assert_eq!(layers.len(), 2, "{} read by layers {layers:?}", name(t));
+                    let tensor = &w.tensors[t.index()];
+                    let (i, j) = block_ids(&tensor.name);
+                    let (rows_i, rows_j) = (blocks.partition_nodes(i), blocks.partition_nodes(j));
+                    let loops = if i == j && model == GnnModel::Gcn {
+                        rows_i
+                    } else {
+                        0
+                    };
+                    let edges = blocks.block_edges(i, j) + loops;
+                    let expected = (rows_j + 1) * 8 + edges * 4 + (rows_i + rows_j) * 4;
+                    assert_eq!(tensor.bytes, expected, "{}", tensor.name);
+                    assert_eq!(tensor.kind, TensorKind::Input);
+                }
+                // Every block is read transposed.
+                let adj = w
+                    .tensors
+                    .iter()
+                    .filter(|t| t.name.starts_with("adj["))
+                    .count();
+                assert_eq!(read.len(), adj, "{model:?} {parts}");
+                // The same operators otherwise, one more input tensor per
+                // block.
+                assert_eq!(w.ops.len(), built.ops.len());
+                assert_eq!(w.tensors.len(), built.tensors.len() + adj);
+            }
+        }
+    }
+
+    /// `(l, j, i)` of `agg_bwd[l<l>,p<j>,d<i>]`.
+    fn agg_bwd_ids(name: &str) -> (u32, u32, u32) {
+        let inner = name.trim_start_matches("agg_bwd[").trim_end_matches(']');
+        let parts: Vec<u32> = inner.split(',').map(|p| p[1..].parse().unwrap()).collect();
+        (parts[0], parts[1], parts[2])
+    }
+
+    /// `(i, j)` of `adj_t[i,j]`.
+    fn block_ids(name: &str) -> (u32, u32) {
+        let inner = name.trim_start_matches("adj_t[").trim_end_matches(']');
+        let (i, j) = inner.split_once(',').unwrap();
+        (i.parse().unwrap(), j.parse().unwrap())
     }
 
     /// A GCN layer narrower than its input projects, then aggregates the
@@ -1466,13 +1633,18 @@ mod tests {
         }
     }
 
-    /// Transposed aggregations are scatters; the first layer's linear
-    /// backward writes no input gradient, so it streams half the bytes.
+    /// Transposed aggregations are scatters where the transposes are
+    /// built; the first layer's linear backward writes no input gradient,
+    /// so it streams half the bytes.
     #[test]
     fn aggregation_backward_scatters_and_layer_one_writes_no_input_gradient() {
         let blocks = BlockCounts::skewed(1000, 8000, 4).unwrap();
         for model in [GnnModel::Gcn, GnnModel::Sage] {
-            let w = build_gnn(&spec(model), &blocks).unwrap();
+            let spec = GnnSpec {
+                transposes: Transposes::Built,
+                ..spec(model)
+            };
+            let w = build_gnn(&spec, &blocks).unwrap();
             let op = |name: &str| w.ops.iter().find(|op| op.name == name).unwrap();
             for o in &w.ops {
                 let scatter = o.kind == OpKind::AggregateBackward;

@@ -122,6 +122,7 @@ fn small_gnn(rng: &mut Rng) -> Result<Workload> {
         classes: 8,
         graph_name: "small".into(),
         order: Default::default(),
+        transposes: Default::default(),
     };
     let nodes = 200_000 + rng.below(2_000_000);
     let edges = nodes * (2 + rng.below(20));

@@ -361,6 +361,11 @@ pub struct PlanModel {
     pub heads: u32,
     /// `narrower` or `aggregate-first`.
     pub layer_order: String,
+    /// How GCN's and GraphSAGE's transposed aggregations read a block's
+    /// transpose: `stored` or `built` (plans from before stored
+    /// transposes, which lack the field).
+    #[serde(default = "built_transposes")]
+    pub transposes: String,
     /// Vertex partitions (of one GPU's share, on several).
     pub partitions: u32,
     /// Devices sharing the graph.
@@ -372,6 +377,10 @@ pub struct PlanModel {
     /// `train` builds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shares: Option<String>,
+}
+
+fn built_transposes() -> String {
+    crate::gnn::Transposes::Built.name().to_string()
 }
 
 fn one_device() -> u32 {
@@ -396,6 +405,7 @@ impl PlanModel {
                 1
             },
             layer_order: spec.order.name().to_string(),
+            transposes: spec.transposes.name().to_string(),
             partitions,
             devices: 1,
             shares: None,
@@ -417,6 +427,12 @@ impl PlanModel {
                     "{:?}: expected narrower or aggregate-first",
                     self.layer_order
                 ),
+            )
+        })?;
+        crate::gnn::Transposes::parse(&self.transposes).map_err(|_| {
+            Error::invalid(
+                field("transposes"),
+                format!("{:?}: expected stored or built", self.transposes),
             )
         })?;
         if let Some(shares) = &self.shares {

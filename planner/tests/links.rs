@@ -27,6 +27,7 @@ fn arxiv(partitions: u32) -> Workload {
         classes: stats.classes,
         graph_name: stats.name.into(),
         order: LayerOrder::AggregateFirst,
+        transposes: Default::default(),
     };
     let blocks = BlockCounts::skewed(stats.nodes, stats.edges, partitions).unwrap();
     build_gnn(&spec, &blocks).unwrap()

@@ -28,6 +28,7 @@ fn gnn(model: GnnModel, name: &str, parts: u32) -> Workload {
         classes: stats.classes,
         graph_name: name.into(),
         order: Default::default(),
+        transposes: Default::default(),
     };
     build_gnn(
         &spec,

@@ -22,6 +22,7 @@ fn workload(model: u8, layers: u32, hidden: u32, parts: u32, nodes: u64, edges: 
         classes: 5,
         graph_name: "random".into(),
         order: Default::default(),
+        transposes: Default::default(),
     };
     build_gnn(&spec, &BlockCounts::skewed(nodes, edges, parts).unwrap()).unwrap()
 }
@@ -221,12 +222,22 @@ fn a_tampered_plan_is_rejected_on_load() {
         hidden: 64,
         heads: 8,
         layer_order: "narrower".into(),
+        transposes: "stored".into(),
         partitions: 4,
         devices: 2,
         shares: Some("ranges".into()),
     });
     let back = Plan::from_json(&modelled.to_json(), "modelled.json").unwrap();
     assert_eq!(back.workload.model, modelled.workload.model);
+    // A plan from before stored transposes has no `transposes`: its
+    // transposed aggregations read the blocks.
+    let mut older: serde_json::Value = serde_json::from_str(&modelled.to_json()).unwrap();
+    older["workload"]["model"]
+        .as_object_mut()
+        .unwrap()
+        .remove("transposes");
+    let older = Plan::from_json(&older.to_string(), "older.json").unwrap();
+    assert_eq!(older.workload.model.unwrap().transposes, "built");
     for (field, bad, expected) in [
         ("model", "mlp", "\"mlp\": expected gcn, sage or gat"),
         (
@@ -235,6 +246,11 @@ fn a_tampered_plan_is_rejected_on_load() {
             "\"last\": expected narrower or aggregate-first",
         ),
         ("shares", "halves", "\"halves\": expected mincut or ranges"),
+        (
+            "transposes",
+            "cached",
+            "\"cached\": expected stored or built",
+        ),
         ("layers", "0", "0: expected at least 1"),
     ] {
         let mut json: serde_json::Value = serde_json::from_str(&modelled.to_json()).unwrap();

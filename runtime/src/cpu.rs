@@ -907,30 +907,7 @@ impl GnnBackend for CpuGnn {
 
 impl Backend for CpuGnn {
     fn external(&mut self, tensor: &Tensor) -> Result<Data, ExecError> {
-        let name = Name::parse(&tensor.name)?;
-        let g = &self.graph;
-        Ok(match name.base {
-            "x" => {
-                let rows = g.rows(name.get('p')?);
-                Data::F32(g.x[rows.start * g.features..rows.end * g.features].to_vec())
-            }
-            "y" => Data::I64(g.y[g.rows(name.get('p')?)].to_vec()),
-            "adj" => {
-                let (i, j) = (name.number(0)?, name.number(1)?);
-                let block = g.blocks[i * g.partitions() + j].clone().ok_or_else(|| {
-                    ExecError::Internal(format!("the graph has no block {}", tensor.name))
-                })?;
-                Data::Block(block)
-            }
-            "w" => Data::F32(self.model.init_weights(name.get('l')?)),
-            "adam_m" | "adam_v" => Data::F32(vec![0.0; self.model.weight_len(name.get('l')?)]),
-            _ => {
-                return Err(ExecError::Internal(format!(
-                    "unexpected external tensor {}",
-                    tensor.name
-                )))
-            }
-        })
+        self.model.external(&self.graph, tensor)
     }
 
     /// Features, labels and blocks now live in the executor's tiers; the
@@ -1191,7 +1168,13 @@ impl Backend for CpuGnn {
                 let rows = self.model.rows(j).len();
                 let (mut out, init) = self.chain_output(2, inputs.get(2).copied(), rows * d_in)?;
                 let view = block.view();
-                sparse::spmm_t(view, grad, d_in, init, &mut out).map_err(kernel)?;
+                if self.model.stored_transposes() {
+                    // The same sums, in the same order, gathered over the
+                    // stored transpose.
+                    sparse::spmm(view, grad, d_in, init, &mut out).map_err(kernel)?;
+                } else {
+                    sparse::spmm_t(view, grad, d_in, init, &mut out).map_err(kernel)?;
+                }
                 if let Some(peers) = &mut self.peers {
                     let i = name.get('d')?;
                     let p = self.model.partitions();

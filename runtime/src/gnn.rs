@@ -8,7 +8,7 @@
 use fateplan_kernels::dense;
 use fateplan_kernels::dropout::{Dropout, RowKeys};
 use fateplan_kernels::gat::Heads;
-use fateplan_planner::gnn::{GnnModel, LayerOrder};
+use fateplan_planner::gnn::{GnnModel, LayerOrder, Transposes};
 
 use crate::exec::data::BlockData;
 use crate::exec::ExecError;
@@ -73,6 +73,9 @@ pub struct Hyper {
     pub seed: u64,
     /// Which GCN layers project before they aggregate.
     pub order: LayerOrder,
+    /// Whether GCN's and GraphSAGE's blocks' transposes are stored or
+    /// built.
+    pub transposes: Transposes,
 }
 
 /// Whether an iteration trains or only evaluates.
@@ -254,6 +257,76 @@ impl Model {
             halo_edges: vec![0; p * p],
             nodes: graph.graph_nodes.unwrap_or(rows),
         })
+    }
+
+    /// The contents of an input or parameter when the run starts, as
+    /// every backend gives them ([`crate::exec::Backend::external`]): a
+    /// partition's features or labels, a block, a block's transpose
+    /// (built here, and recorded in [`Model::stored_transposes`]), a
+    /// layer's initial weights, or Adam's moments at zero. A transpose
+    /// is refused where the hyper-parameters say transposes are built
+    /// ([`Model::stored_transposes`]).
+    pub(crate) fn external(
+        &mut self,
+        graph: &GraphInput,
+        tensor: &fateplan_planner::workload::Tensor,
+    ) -> Result<crate::exec::data::Data, ExecError> {
+        use crate::exec::data::Data;
+        let name = Name::parse(&tensor.name)?;
+        let block = |name: &Name| {
+            let (i, j) = (name.number(0)?, name.number(1)?);
+            let block = graph
+                .blocks
+                .get(i * graph.partitions() + j)
+                .and_then(Option::as_ref)
+                .ok_or_else(|| {
+                    ExecError::Internal(format!("the graph has no block {}", tensor.name))
+                })?;
+            Ok::<_, ExecError>((j, block))
+        };
+        Ok(match name.base {
+            "x" => {
+                let rows = graph.rows(name.get('p')?);
+                Data::F32(graph.x[rows.start * graph.features..rows.end * graph.features].to_vec())
+            }
+            "y" => Data::I64(graph.y[graph.rows(name.get('p')?)].to_vec()),
+            "adj" => Data::Block(block(&name)?.1.clone()),
+            "adj_t" if !self.stored_transposes() => {
+                return Err(ExecError::Internal(format!(
+                    "{}: a stored transpose, for a run whose transposes are {}",
+                    tensor.name,
+                    self.hyper.transposes.name()
+                )))
+            }
+            "adj_t" => {
+                let (j, b) = block(&name)?;
+                let t = b
+                    .view()
+                    .transpose(graph.rows(j).len())
+                    .map_err(|e| ExecError::Kernel(format!("{}: {e}", tensor.name)))?;
+                Data::Block(BlockData {
+                    row_start: t.row_start,
+                    columns: t.columns,
+                    weights: t.weights,
+                    weighting: t.weighting,
+                })
+            }
+            "w" => Data::F32(self.init_weights(name.get('l')?)),
+            "adam_m" | "adam_v" => Data::F32(vec![0.0; self.weight_len(name.get('l')?)]),
+            _ => {
+                return Err(ExecError::Internal(format!(
+                    "unexpected external tensor {}",
+                    tensor.name
+                )))
+            }
+        })
+    }
+
+    /// Whether GCN's and GraphSAGE's transposed aggregations read stored
+    /// transposes (and gather over them), as the workload of these
+    /// hyper-parameters does, or read the blocks.
+    pub(crate) fn stored_transposes(&self) -> bool {
+        self.hyper.transposes == Transposes::Stored && self.hyper.model != GnnModel::Gat
     }
 
     pub(crate) fn partitions(&self) -> usize {

@@ -378,6 +378,7 @@ pub fn share_workload(
         hidden: spec.hidden,
         heads: spec.heads,
         order: spec.order,
+        transposes: spec.transposes,
         dropout: 0.0,
         lr: 0.0,
         weight_decay: 0.0,
@@ -1060,6 +1061,7 @@ mod tests {
             weight_decay_all_layers: false,
             seed: 3,
             order: Default::default(),
+            transposes: Default::default(),
         }
     }
 

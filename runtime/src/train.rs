@@ -46,6 +46,7 @@ pub fn workload(
         classes: classes as u32,
         graph_name: graph_name.to_string(),
         order: hyper.order,
+        transposes: hyper.transposes,
     };
     build_gnn(&spec, counts).map_err(|e| ExecError::Kernel(e.to_string()))
 }

@@ -41,12 +41,19 @@ fn check(dataset: &Dataset, partitions: u32) {
             classes: dataset.classes,
             graph_name: dataset.name.clone(),
             order: Default::default(),
+            transposes: Default::default(),
         };
         let workload = build_gnn(&spec, &counts).unwrap();
         let planned: HashMap<&str, u64> = workload
             .tensors
             .iter()
             .filter(|t| t.name.starts_with("adj["))
+            .map(|t| (t.name.as_str(), t.bytes))
+            .collect();
+        let transposes: HashMap<&str, u64> = workload
+            .tensors
+            .iter()
+            .filter(|t| t.name.starts_with("adj_t["))
             .map(|t| (t.name.as_str(), t.bytes))
             .collect();
         let normalization = Normalization::for_model(model);
@@ -84,6 +91,21 @@ fn check(dataset: &Dataset, partitions: u32) {
                     planned[name.as_str()],
                     "{context} {name}"
                 );
+                // Its stored transpose, where the model reads one, as
+                // `Model::external` builds it: the bytes the planner gives
+                // `adj_t[i,j]`.
+                let t_name = format!("adj_t[{i},{j}]");
+                let transpose = block
+                    .view()
+                    .transpose(counts.partition_nodes(j) as usize)
+                    .unwrap();
+                let t_bytes = transpose.row_start.len() * 8
+                    + transpose.columns.len() * 4
+                    + transpose.weights.len() * 4;
+                match transposes.get(t_name.as_str()) {
+                    Some(&bytes) => assert_eq!(t_bytes as u64, bytes, "{context} {t_name}"),
+                    None => assert_eq!(model, GnnModel::Gat, "{context} {t_name}"),
+                }
             }
         }
     }

@@ -34,6 +34,7 @@ fn hyper(model: GnnModel, dropout: f32) -> Hyper {
         weight_decay_all_layers: false,
         seed: 7,
         order: Default::default(),
+        transposes: Default::default(),
     }
 }
 
@@ -598,6 +599,7 @@ fn the_topology_alone_gives_the_workload_of_the_shares() {
         classes: data.classes,
         graph_name: "unused".into(),
         order: h.order,
+        transposes: h.transposes,
     };
     let topology = || GraphData {
         name: data.name.clone(),

@@ -118,6 +118,7 @@ fn setup(layers: u32, heads: u32, head_width: u32, partitions: u32) -> Setup {
         weight_decay_all_layers: false,
         seed: 3,
         order: Default::default(),
+        transposes: Default::default(),
     };
     let prepared = train::prepare(dataset, &hyper, partitions).unwrap();
     let profile = Profile::from_json(

@@ -62,6 +62,7 @@ fn chained_aggregations_add_in_place_with_the_same_bits() {
             weight_decay_all_layers: false,
             seed: 7,
             order: Default::default(),
+            transposes: Default::default(),
         };
         let prepared = train::prepare(planted(300, 3), &hyper, 3).unwrap();
         let workload = prepared.workload;

@@ -8,7 +8,7 @@ use common::{planted, profile, roomy};
 use std::path::Path;
 use std::sync::Arc;
 
-use fateplan_planner::gnn::{GnnModel, LayerOrder};
+use fateplan_planner::gnn::{GnnModel, LayerOrder, Transposes};
 use fateplan_planner::plan::{Budgets, Plan};
 use fateplan_planner::{plan, PlanOptions, Policy};
 use fateplan_runtime::cpu::Hyper;
@@ -30,6 +30,7 @@ fn hyper(model: GnnModel, layers: u32, hidden: u32, seed: u64) -> Hyper {
         weight_decay_all_layers: false,
         seed,
         order: Default::default(),
+        transposes: Default::default(),
     }
 }
 
@@ -188,6 +189,58 @@ fn projecting_first_trains_the_same_model() {
             );
         }
         assert_eq!(projected.test_accuracy, aggregated.test_accuracy);
+    }
+}
+
+/// Stored transposes (the default) and built ones train the same model
+/// bit for bit: the gather over a block's stored transpose adds what the
+/// scatter over the block adds, in the same order. The plan offloads
+/// every tensor to the SSD, so the stored transposes go through the spill
+/// store and back.
+#[test]
+fn stored_and_built_transposes_train_the_same_model() {
+    let dataset = planted(300, 5);
+    for model in [GnnModel::Gcn, GnnModel::Sage] {
+        for partitions in [1, 3] {
+            let stored = hyper(model, 3, 8, 5);
+            let built = Hyper {
+                transposes: Transposes::Built,
+                ..stored
+            };
+            let mut reports = Vec::new();
+            for h in [stored, built] {
+                let prepared = train::prepare(dataset.clone(), &h, partitions).unwrap();
+                let transposes = prepared
+                    .workload
+                    .tensors
+                    .iter()
+                    .filter(|t| t.name.starts_with("adj_t["))
+                    .count();
+                let blocks = prepared
+                    .workload
+                    .tensors
+                    .iter()
+                    .filter(|t| t.name.starts_with("adj["))
+                    .count();
+                let expected = if h.transposes == Transposes::Stored {
+                    blocks
+                } else {
+                    0
+                };
+                assert_eq!(transposes, expected, "{model:?} {partitions}");
+                let p = make_plan(&prepared, Policy::OffloadSsdAll, roomy()).unwrap();
+                let dir = tempfile::tempdir().unwrap();
+                let store: Arc<dyn SsdTier> = spill(dir.path(), SpillOptions::with_budget(0));
+                reports.push(run(&dataset, h, partitions, p, 4, Some(store)).unwrap());
+            }
+            let (stored, built) = (&reports[0], &reports[1]);
+            assert!(stored.final_loss.is_finite());
+            assert_eq!(stored.losses, built.losses, "{model:?} {partitions}");
+            assert_eq!(
+                stored.weights_sha256, built.weights_sha256,
+                "{model:?} {partitions}"
+            );
+        }
     }
 }
 

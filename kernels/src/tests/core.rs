@@ -292,6 +292,63 @@ fn scaled_weights_equal_their_per_edge_expansion_bit_for_bit() {
     }
 }
 
+/// The gather over a block's transpose is the scatter over the block,
+/// bit for bit, with every weighting and with an initial sum.
+#[test]
+fn the_gather_over_a_transpose_is_the_transposed_scatter() {
+    use crate::Weighting;
+    let mut rng = Rng::new(41);
+    for (rows, src_rows, width) in [
+        (600, 700, 5),
+        (300, 1, 16),
+        (0, 4, 3),
+        (20, 500, 8),
+        (3, 0, 2),
+    ] {
+        let block = random_block(&mut rng, rows, src_rows, 3);
+        let grad = rng.vec(rows * width);
+        let init = rng.vec(src_rows * width);
+        for weighting in [
+            Weighting::PerEdge,
+            Weighting::Row,
+            Weighting::RowColumn,
+            Weighting::Unit,
+        ] {
+            let scaled = match weighting {
+                Weighting::PerEdge => block.clone(),
+                w => scaled_and_expanded(&mut rng, &block, src_rows, w).0,
+            };
+            let what = format!("{weighting:?} {rows}x{src_rows}x{width}");
+            let t = scaled.as_ref().transpose(src_rows).unwrap();
+            assert_eq!(t.as_ref().rows(), src_rows, "{what}");
+            t.as_ref().validate("test", rows, true).unwrap();
+            // Transposing twice gives the block back with each row's
+            // columns in ascending order.
+            let back = t.as_ref().transpose(rows).unwrap();
+            let mut sorted = scaled.clone();
+            for r in 0..rows {
+                let edges = sorted.row_start[r] as usize..sorted.row_start[r + 1] as usize;
+                sorted.columns[edges].sort_unstable();
+            }
+            assert!(
+                back.row_start == sorted.row_start && back.columns == sorted.columns,
+                "{what}"
+            );
+            for init in [Init::Zero, Init::From(&init)] {
+                let mut scattered = vec![f32::NAN; src_rows * width];
+                spmm_t(scaled.as_ref(), &grad, width, init, &mut scattered).unwrap();
+                let mut gathered = vec![f32::NAN; src_rows * width];
+                spmm(t.as_ref(), &grad, width, init, &mut gathered).unwrap();
+                assert_same_bits(&what, &gathered, &scattered);
+            }
+        }
+    }
+    // A block that does not fit its source rows is refused, not cut.
+    let block = random_block(&mut rng, 10, 8, 3);
+    let e = block.as_ref().transpose(4).unwrap_err();
+    assert!(e.to_string().contains("transpose"), "{e}");
+}
+
 #[test]
 fn block_with_no_edges_gives_init() {
     let block = crate::Block {

@@ -24,6 +24,7 @@ pub fn gnn_spec(model: GnnModel) -> GnnSpec {
         classes: 16,
         graph_name: "test".into(),
         order: Default::default(),
+        transposes: Default::default(),
     }
 }
 

@@ -495,6 +495,55 @@ impl CudaGnn {
         Ok(())
     }
 
+    /// `init + b · src` over a block `b` (or a stored transpose) of rows
+    /// `d` wide, `src` dropped by `mask` keyed from `src_row0` (the
+    /// source's first row in the whole graph): the forward aggregation's
+    /// gather, and the transposed one's over a stored transpose.
+    fn gather(
+        &self,
+        op: &Op,
+        b: &GpuBlock,
+        src: &DeviceBuf<f32>,
+        d: usize,
+        init: Option<&DeviceBuf<f32>>,
+        (mask, src_row0): (Option<Dropout>, u64),
+    ) -> Result<DeviceBuf<f32>, ExecError> {
+        let rows = b.rows();
+        let mut out = self.zeros(rows * d, "agg")?;
+        let (mode, init_buf) = match init {
+            Some(init) => {
+                expect_len(op, "init", init.len(), rows * d)?;
+                (INIT_FROM, &init.slice)
+            }
+            None => (INIT_ZERO, &self.gpu.dummy.slice),
+        };
+        let (key, threshold, scale) = mask_args(mask);
+        let (rows_u, width) = (rows as u64, d as u64);
+        let weighting = b.weighting.code();
+        launch!(
+            self.gpu,
+            "spmm_f32",
+            rows_u * width,
+            [
+                &b.row_start.slice,
+                &b.columns.slice,
+                &b.weights.slice,
+                &weighting,
+                &rows_u,
+                &src.slice,
+                &width,
+                init_buf,
+                &mode,
+                &mut out.slice,
+                &key,
+                &threshold,
+                &scale,
+                &src_row0
+            ]
+        );
+        Ok(out)
+    }
+
     /// `agg + bias` (the bias is the last `d_out` values of `w`).
     fn plus_bias(
         &self,
@@ -1300,7 +1349,11 @@ fn workspace_bytes(model: &Model) -> u64 {
     let heads = model.hyper.heads.max(1) as u64;
     let nodes = model.offsets.last().copied().unwrap_or(0);
     let masks = 3 * nodes;
-    let transpose = (max_rows + 1) * 8 + 2 * max_rows * 4 + 2 * max_nnz * 4;
+    // Built transposes only (GAT's, or with `Transposes::Built`).
+    let transpose = match model.stored_transposes() {
+        true => 0,
+        false => (max_rows + 1) * 8 + 2 * max_rows * 4 + 2 * max_nnz * 4,
+    };
     let attention = 2 * max_nnz * heads * 4 + 2 * max_rows * heads * 4;
     let dense = max_rows * width * 4;
     let loss = max_rows * 9 + max_rows.div_ceil(REDUCE_ROWS as u64) * 7 * 8;
@@ -1348,39 +1401,7 @@ impl CudaGnn {
                 let src = f32s(op, inputs[1])?;
                 expect_len(op, "input", src.len(), self.model.rows(j).len() * d)?;
                 let init = inputs.get(2).map(|d| f32s(op, d)).transpose()?;
-                let rows = b.rows();
-                let mut agg = self.zeros(rows * d, "agg")?;
-                let (mode, init_buf) = match init {
-                    Some(init) => {
-                        expect_len(op, "init", init.len(), rows * d)?;
-                        (INIT_FROM, &init.slice)
-                    }
-                    None => (INIT_ZERO, &gpu.dummy.slice),
-                };
-                let (key, threshold, scale) = mask_args(mask);
-                let (rows_u, width, src_row0) = (rows as u64, d as u64, self.model.row0(j));
-                let weighting = b.weighting.code();
-                launch!(
-                    gpu,
-                    "spmm_f32",
-                    rows_u * width,
-                    [
-                        &b.row_start.slice,
-                        &b.columns.slice,
-                        &b.weights.slice,
-                        &weighting,
-                        &rows_u,
-                        &src.slice,
-                        &width,
-                        init_buf,
-                        &mode,
-                        &mut agg.slice,
-                        &key,
-                        &threshold,
-                        &scale,
-                        &src_row0
-                    ]
-                );
+                let agg = self.gather(op, b, src, d, init, (mask, self.model.row0(j)))?;
                 Ok(vec![out(agg)])
             }
             "linear" if self.model.projects_first(name.get('l')?) => {
@@ -1610,6 +1631,15 @@ impl CudaGnn {
                 let init = inputs.get(2).map(|d| f32s(op, d)).transpose()?;
                 let (j, i) = (name.get('p')?, name.get('d')?);
                 let rows = self.model.rows(j).len();
+                if self.model.stored_transposes() {
+                    // A gather over the stored transpose: its rows are
+                    // partition j's, its columns partition i's.
+                    expect_len(op, "stored transpose's rows", b.rows(), rows)?;
+                    let dst_rows = self.model.rows(i).len();
+                    expect_len(op, "gradient", grad.len(), dst_rows * d)?;
+                    let dsrc = self.gather(op, b, grad, d, init, (None, 0))?;
+                    return Ok(vec![out(dsrc)]);
+                }
                 expect_len(op, "gradient", grad.len(), b.rows() * d)?;
                 let mut dsrc = self.zeros(rows * d, "agg gradient")?;
                 let (mode, init_buf) = match init {
@@ -1659,30 +1689,7 @@ impl Backend for CudaGnn {
     }
 
     fn external(&mut self, tensor: &Tensor) -> Result<Data, ExecError> {
-        let name = Name::parse(&tensor.name)?;
-        let g = &self.graph;
-        Ok(match name.base {
-            "x" => {
-                let rows = g.rows(name.get('p')?);
-                Data::F32(g.x[rows.start * g.features..rows.end * g.features].to_vec())
-            }
-            "y" => Data::I64(g.y[g.rows(name.get('p')?)].to_vec()),
-            "adj" => {
-                let (i, j) = (name.number(0)?, name.number(1)?);
-                let block = g.blocks[i * g.partitions() + j].clone().ok_or_else(|| {
-                    ExecError::Internal(format!("the graph has no block {}", tensor.name))
-                })?;
-                Data::Block(block)
-            }
-            "w" => Data::F32(self.model.init_weights(name.get('l')?)),
-            "adam_m" | "adam_v" => Data::F32(vec![0.0; self.model.weight_len(name.get('l')?)]),
-            _ => {
-                return Err(ExecError::Internal(format!(
-                    "unexpected external tensor {}",
-                    tensor.name
-                )))
-            }
-        })
+        self.model.external(&self.graph, tensor)
     }
 
     fn externals_placed(&mut self) {

@@ -155,6 +155,7 @@ fn workload(model: GnnModel, parts: u32) -> Workload {
         classes: 3,
         graph_name: "toy".into(),
         order: Default::default(),
+        transposes: Default::default(),
     };
     build_gnn(&spec, &BlockCounts::skewed(300, 2400, parts).unwrap()).unwrap()
 }

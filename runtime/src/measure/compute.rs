@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use fateplan_planner::gnn::{GnnModel, LayerOrder};
+use fateplan_planner::gnn::{GnnModel, LayerOrder, Transposes};
 use fateplan_planner::plan::{Budgets, Plan, Stream};
 use fateplan_planner::profile::{ClassRate, DenseShape};
 use fateplan_planner::workload::{ComputeClass, Op, OpKind};
@@ -697,7 +697,10 @@ fn time_iterations<B: GnnBackend>(
 /// The measured GCN: `layers` layers of `hidden`, dropout 0.5, every
 /// layer aggregating first, so that each layer's aggregation and linear
 /// have the widths the rate fits assume (a narrower last layer would
-/// otherwise project first).
+/// otherwise project first), and its transposed aggregations scattering
+/// over the blocks (on a GPU, building their transposes), so that the
+/// scatter's rate and the builds' price are measured (GAT's backward
+/// builds them).
 fn gcn(layers: u32, hidden: u32) -> Hyper {
     Hyper {
         model: GnnModel::Gcn,
@@ -710,6 +713,7 @@ fn gcn(layers: u32, hidden: u32) -> Hyper {
         weight_decay_all_layers: false,
         seed: 1,
         order: LayerOrder::AggregateFirst,
+        transposes: Transposes::Built,
     }
 }
 
