@@ -771,6 +771,14 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     }
     let model = GnnModel::parse(&args.model)?;
     let order = LayerOrder::parse(&args.layer_order)?;
+    let transposes = Transposes::parse(&args.transposes)?;
+    if model == GnnModel::Gat && transposes != Transposes::Stored {
+        bail!(
+            "--transposes {}: stored transposes apply to gcn and sage (gat's backward builds its \
+             transposes either way)",
+            args.transposes
+        );
+    }
     if model != GnnModel::Gcn && order != LayerOrder::Narrower {
         bail!(
             "--layer-order {}: the layer order applies to gcn only (gat always projects first, sage \
@@ -839,7 +847,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
         classes,
         graph_name,
         order,
-        transposes: Transposes::parse(&args.transposes)?,
+        transposes,
     };
     let edges: u64 = match &source {
         GraphSource::Stats { edges, .. } => *edges,

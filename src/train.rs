@@ -331,6 +331,13 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
             args.heads()
         );
     }
+    if model == GnnModel::Gat && hyper.transposes != Transposes::Stored {
+        bail!(
+            "--transposes {}: stored transposes apply to gcn and sage (gat's backward builds its \
+             transposes either way)",
+            args.transposes()
+        );
+    }
     if model != GnnModel::Gcn && hyper.order != LayerOrder::Narrower {
         bail!(
             "--layer-order {}: the layer order applies to gcn only (gat always projects first, sage \

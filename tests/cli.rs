@@ -181,6 +181,14 @@ fn bad_input_names_what_is_wrong() {
         ),
         (&["plan", "--layer-order", "sideways"], "known orders"),
         (
+            &["plan", "--transposes", "cached"],
+            "transposes \"cached\": expected stored or built",
+        ),
+        (
+            &["plan", "--model", "gat", "--transposes", "built"],
+            "--transposes built: stored transposes apply to gcn and sage",
+        ),
+        (
             &[
                 "plan",
                 "--model",

@@ -138,7 +138,7 @@ fn a_generated_graph_trains_under_a_quarter_budget_with_the_same_weights() {
 
 #[test]
 fn bad_training_input_names_what_is_wrong() {
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 7] = [
         (&["train", "--graph", "no-such-folder"], "no-such-folder"),
         (
             &["train", "--graph", "planted:nodes=600,colour=3"],
@@ -189,6 +189,18 @@ fn bad_training_input_names_what_is_wrong() {
                 "aggregate-first",
             ],
             "applies to gcn only",
+        ),
+        (
+            &[
+                "train",
+                "--graph",
+                "planted:nodes=600,val=100,test=200",
+                "--model",
+                "gat",
+                "--transposes",
+                "built",
+            ],
+            "--transposes built: stored transposes apply to gcn and sage",
         ),
     ];
     for (args, needle) in cases {

@@ -364,12 +364,11 @@ impl<'a> Builder<'a> {
         if let Some(t) = self.transposes[i as usize][j as usize] {
             return t;
         }
+        // Its rows are partition j's and its columns partition i's; GCN's
+        // scales and GraphSAGE's (with a 1 per row) are a scale a row of
+        // each (GAT builds its transposes).
         let (rows, src_rows, edges) = (self.rows(j), self.rows(i), self.edges(i, j));
-        let scales = match self.spec.model.scale_rows(src_rows, rows) {
-            0 => 0,
-            _ => rows + src_rows,
-        };
-        let bytes = (rows + 1) * ROW_POINTER + edges * COLUMN + scales * SCALE;
+        let bytes = (rows + 1) * ROW_POINTER + edges * COLUMN + (rows + src_rows) * SCALE;
         let t = self.w.add_tensor(
             format!("adj_t[{i},{j}]"),
             bytes,

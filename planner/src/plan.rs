@@ -509,9 +509,17 @@ impl Plan {
     /// its tensors match the workload, the sanity pass, and that the
     /// recorded peaks are the ones the sanity pass finds.
     pub fn from_json(text: &str, source: &str) -> Result<Plan> {
-        let plan: Plan = crate::json::parse(text, source)?;
+        let mut plan: Plan = crate::json::parse(text, source)?;
         plan.validate()
             .map_err(|error| crate::json::within(source, error))?;
+        // GAT's workload is the same with either setting (its backward
+        // builds its transposes): a GAT plan from before the field, read
+        // as `built`, says `stored` as GAT plans do.
+        if let Some(model) = &mut plan.workload.model {
+            if crate::gnn::GnnModel::parse(&model.model).ok() == Some(crate::gnn::GnnModel::Gat) {
+                model.transposes = crate::gnn::Transposes::Stored.name().to_string();
+            }
+        }
         Ok(plan)
     }
 

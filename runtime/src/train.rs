@@ -139,8 +139,17 @@ pub fn train(
     } = prepared;
     let digest = expected.digest();
     if plan.workload.digest != digest {
+        // A plan whose transposed aggregations read the blocks (one from
+        // before stored transposes) against this run's stored ones, or the
+        // other way round: the flag that trains it.
+        let stored = |w: &Workload| w.tensors.iter().any(|t| t.name.starts_with("adj_t["));
+        let hint = match (stored(&plan.workload.definition), stored(&expected)) {
+            (false, true) => " (the plan's transposed aggregations read the blocks: --transposes built may train it)",
+            (true, false) => " (the plan reads stored transposes: --transposes stored may train it)",
+            _ => "",
+        };
         return Err(ExecError::Kernel(format!(
-            "the plan is for workload {} ({}), but this graph and model give {} ({}): plan again for this run",
+            "the plan is for workload {} ({}), but this graph and model give {} ({}): plan again for this run{hint}",
             plan.workload.name, plan.workload.digest, expected.name, digest
         )));
     }
