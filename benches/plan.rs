@@ -45,6 +45,7 @@ fn workload(model: GnnModel, name: &str, partitions: u32) -> Workload {
         graph_name: stats.name.into(),
         order: Default::default(),
         transposes: Default::default(),
+        sweeps: Default::default(),
     };
     build_gnn(
         &spec,

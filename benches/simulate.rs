@@ -56,6 +56,7 @@ fn planned(name: &str, partitions: u32) -> Plan {
         graph_name: stats.name.into(),
         order: Default::default(),
         transposes: Default::default(),
+        sweeps: Default::default(),
     };
     let blocks = BlockCounts::skewed(stats.nodes, stats.edges, partitions).unwrap();
     let workload = build_gnn(&spec, &blocks).unwrap();

@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use fateplan::planner::blocks::{BlockCounts, MAX_PARTITIONS};
 use fateplan::planner::datasets::{dataset, dataset_names, DATASETS};
 use fateplan::planner::exchange::{Halo, MultiGpu};
-use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec, LayerOrder, Transposes};
+use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec, LayerOrder, Sweeps, Transposes};
 use fateplan::planner::passes::cost::FateSet;
 use fateplan::planner::plan::{ExchangeKind, Fate, Leg, PlanModel, Predicted, Strategy};
 use fateplan::planner::profile::DeviceKind;
@@ -126,6 +126,13 @@ pub(crate) struct PlanArgs {
     /// The model is the same.
     #[arg(long, conflicts_with = "dag", default_value = "stored")]
     transposes: String,
+    /// Which aggregations run input partition after input partition
+    /// (each input read once, every output's partial sum live meanwhile)
+    /// rather than output after output: `outputs` (none), `inputs` (all
+    /// that can), or a list such as `f1,b2` (layer 1's aggregation, layer
+    /// 2's transposed one). GCN and GraphSAGE; the model is the same.
+    #[arg(long, conflicts_with = "dag", default_value = "outputs")]
+    sweep: String,
     /// Input feature size (default: the dataset's or graph's).
     #[arg(long, conflicts_with = "dag")]
     features: Option<u32>,
@@ -772,6 +779,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     let model = GnnModel::parse(&args.model)?;
     let order = LayerOrder::parse(&args.layer_order)?;
     let transposes = Transposes::parse(&args.transposes)?;
+    let sweeps = Sweeps::parse(&args.sweep)?;
     if model == GnnModel::Gat && transposes != Transposes::Stored {
         bail!(
             "--transposes {}: stored transposes apply to gcn and sage (gat's backward builds its \
@@ -848,6 +856,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
         graph_name,
         order,
         transposes,
+        sweeps,
     };
     let edges: u64 = match &source {
         GraphSource::Stats { edges, .. } => *edges,

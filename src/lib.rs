@@ -15,7 +15,7 @@
 //! let spec = GnnSpec {
 //!     model: GnnModel::Gcn, layers: 3, hidden: 256, heads: 1,
 //!     features: stats.features, classes: stats.classes, graph_name: stats.name.into(),
-//!     order: LayerOrder::default(), transposes: Default::default(),
+//!     order: LayerOrder::default(), transposes: Default::default(), sweeps: Default::default(),
 //! };
 //! let blocks = BlockCounts::skewed(stats.nodes, stats.edges, 16)?;
 //! let workload = build_gnn(&spec, &blocks)?;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fateplan::planner::exchange::MultiGpu;
-use fateplan::planner::gnn::{GnnModel, LayerOrder, Transposes};
+use fateplan::planner::gnn::{GnnModel, LayerOrder, Sweeps, Transposes};
 use fateplan::planner::plan::{Budgets, Plan, PlanModel};
 use fateplan::planner::units::{format_bytes, format_seconds};
 use fateplan::planner::{plan, PlanOptions, Policy, Profile};
@@ -76,6 +76,12 @@ pub struct TrainArgs {
     /// bit for bit [default: stored].
     #[arg(long)]
     transposes: Option<String>,
+    /// Which aggregations run input partition after input partition
+    /// rather than output after output: `outputs`, `inputs` or a list
+    /// such as `f1,b2` (as `plan --sweep`). The model is the same, bit
+    /// for bit [default: outputs].
+    #[arg(long)]
+    sweep: Option<String>,
     #[arg(long, default_value_t = 200)]
     pub(crate) epochs: u32,
     #[arg(long, default_value_t = 0.01)]
@@ -204,6 +210,9 @@ impl TrainArgs {
     pub(crate) fn transposes(&self) -> &str {
         self.transposes.as_deref().unwrap_or("stored")
     }
+    pub(crate) fn sweep(&self) -> &str {
+        self.sweep.as_deref().unwrap_or("outputs")
+    }
     pub(crate) fn partitions(&self) -> u32 {
         self.partitions.unwrap_or(DEFAULT_MODEL.5)
     }
@@ -249,6 +258,11 @@ impl TrainArgs {
             None => None,
         };
         args.transposes = take(&transposes, &plan.transposes, ("transposes", source))?;
+        let sweep = match &self.sweep {
+            Some(name) => Some(Sweeps::parse(name)?.name()),
+            None => None,
+        };
+        args.sweep = take(&sweep, &plan.sweep, ("sweep", source))?;
         args.partitions = take(&self.partitions, &plan.partitions, ("partitions", source))?;
         args.devices = take(&self.devices, &plan.devices, ("devices", source))?;
         if let Some(planned) = &plan.shares {
@@ -318,6 +332,7 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
         seed: args.seed,
         order: LayerOrder::parse(args.layer_order())?,
         transposes: Transposes::parse(args.transposes())?,
+        sweeps: Sweeps::parse(args.sweep())?,
     };
     if !(0.0..1.0).contains(&args.dropout) {
         bail!(
@@ -560,6 +575,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         heads: hyper.heads,
         layer_order: hyper.order.name().to_string(),
         transposes: hyper.transposes.name().to_string(),
+        sweep: hyper.sweeps.name(),
         partitions: args.partitions(),
         devices: args.devices(),
         shares: shared.then(|| share_method.name().to_string()),

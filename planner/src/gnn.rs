@@ -166,6 +166,113 @@ impl Transposes {
     }
 }
 
+/// The order of one aggregation's block products. Each output partition
+/// sums its terms in ascending order of their input partition either way,
+/// so both orders train the same model, bit for bit; they differ in what
+/// is live at once, so in what a budget makes the plan move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Sweep {
+    /// Output partition after output partition: each output's sum is
+    /// finished before the next starts, and an input is read once per
+    /// output that reads it.
+    #[default]
+    Outputs,
+    /// Input partition after input partition: each input is read once,
+    /// into every output's partial sum, so every output's partial sum is
+    /// live until the last input.
+    Inputs,
+}
+
+/// Which aggregations run by inputs ([`Sweep::Inputs`]): bit `l - 1` of
+/// `forward` for layer `l`'s aggregation, of `backward` for its
+/// transposed aggregation (the backward's). The others run by outputs.
+/// GAT's run by outputs (a row's edge softmax reads all its blocks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sweeps {
+    pub forward: u64,
+    pub backward: u64,
+}
+
+impl Sweeps {
+    /// Every aggregation by inputs.
+    pub const INPUTS: Sweeps = Sweeps {
+        forward: u64::MAX,
+        backward: u64::MAX,
+    };
+
+    /// `outputs`, `inputs`, or a comma-separated list of the
+    /// aggregations that run by inputs: `f<l>` for layer `l`'s forward
+    /// aggregation, `b<l>` for its transposed one (`f1,b2`).
+    pub fn parse(text: &str) -> Result<Sweeps> {
+        let bad = |why: String| Error::invalid(format!("sweep {text:?}"), why);
+        match text.trim().to_ascii_lowercase().as_str() {
+            "outputs" => return Ok(Sweeps::default()),
+            "inputs" => return Ok(Sweeps::INPUTS),
+            _ => {}
+        }
+        let mut sweeps = Sweeps::default();
+        for entry in text.split(',').map(str::trim) {
+            let (field, layer) = match entry.split_at_checked(1) {
+                Some(("f" | "F", layer)) => (&mut sweeps.forward, layer),
+                Some(("b" | "B", layer)) => (&mut sweeps.backward, layer),
+                _ => {
+                    return Err(bad(format!(
+                        "{entry:?} is not an aggregation; expected outputs, inputs, or a list                          such as f1,b2 (f<layer>: that layer's aggregation, b<layer>: its                          transposed aggregation)"
+                    )))
+                }
+            };
+            let l: u32 = match layer.parse() {
+                Ok(l) if (1..=64).contains(&l) => l,
+                _ => return Err(bad(format!("{entry:?}: expected a layer from 1 to 64"))),
+            };
+            *field |= 1 << (l - 1);
+        }
+        Ok(sweeps)
+    }
+
+    /// The text [`Sweeps::parse`] reads back as these.
+    pub fn name(self) -> String {
+        match self {
+            Sweeps::INPUTS => return "inputs".into(),
+            s if s == Sweeps::default() => return "outputs".into(),
+            _ => {}
+        }
+        let mut names = Vec::new();
+        for (letter, bits) in [("f", self.forward), ("b", self.backward)] {
+            names.extend(
+                (1..=64u32)
+                    .filter(|l| bits & (1 << (l - 1)) != 0)
+                    .map(|l| format!("{letter}{l}")),
+            );
+        }
+        names.join(",")
+    }
+
+    /// How layer `l`'s aggregation runs.
+    pub fn forward(self, l: u32) -> Sweep {
+        Self::of(self.forward, l)
+    }
+
+    /// How layer `l`'s transposed aggregation runs.
+    pub fn backward(self, l: u32) -> Sweep {
+        Self::of(self.backward, l)
+    }
+
+    fn of(bits: u64, l: u32) -> Sweep {
+        match (1..=64).contains(&l) && bits & (1 << (l - 1)) != 0 {
+            true => Sweep::Inputs,
+            false => Sweep::Outputs,
+        }
+    }
+
+    fn masked(self, other: Sweeps) -> Sweeps {
+        Sweeps {
+            forward: self.forward & other.forward,
+            backward: self.backward & other.backward,
+        }
+    }
+}
+
 /// What to build.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GnnSpec {
@@ -182,6 +289,9 @@ pub struct GnnSpec {
     pub order: LayerOrder,
     /// Whether the blocks' transposes are stored or built.
     pub transposes: Transposes,
+    /// Which aggregations run by inputs ([`Sweeps::INPUTS`]: all that
+    /// can).
+    pub sweeps: Sweeps,
 }
 
 impl GnnSpec {
@@ -200,6 +310,36 @@ impl GnnSpec {
                     format!("{value} is outside {low}..={high}"),
                 ));
             }
+        }
+        if self.sweeps != Sweeps::INPUTS {
+            let can = self.sweepable();
+            let stray = self.sweeps.masked(Sweeps {
+                forward: !can.forward,
+                backward: !can.backward,
+            });
+            if stray != Sweeps::default() {
+                let (letter, bits) = match stray.forward {
+                    0 => ("b", stray.backward),
+                    bits => ("f", bits),
+                };
+                let l = bits.trailing_zeros() + 1;
+                let why = if self.model == GnnModel::Gat {
+                    "GAT's aggregations run by outputs (a row's edge softmax reads all its \
+                     blocks)"
+                        .to_string()
+                } else if l > self.layers {
+                    format!("the model has {} layers", self.layers)
+                } else {
+                    format!("layer {l} has no transposed aggregation (it aggregates the input features first)")
+                };
+                return Err(Error::invalid(format!("sweep {letter}{l}"), why));
+            }
+        }
+        if self.model == GnnModel::Gat && self.sweeps == Sweeps::INPUTS {
+            return Err(Error::invalid(
+                "sweep inputs",
+                "GAT's aggregations run by outputs (a row's edge softmax reads all its blocks)",
+            ));
         }
         if self.model == GnnModel::Gat && !self.hidden.is_multiple_of(self.heads) {
             return Err(Error::invalid(
@@ -225,6 +365,50 @@ impl GnnSpec {
             self.hidden
         };
         (d_in as u64, d_out as u64)
+    }
+
+    /// The aggregations that can run by inputs: GCN's and GraphSAGE's, the
+    /// transposed ones of the layers that have one (above the first, or
+    /// projecting first).
+    pub fn sweepable(&self) -> Sweeps {
+        if self.model == GnnModel::Gat {
+            return Sweeps::default();
+        }
+        let mut can = Sweeps::default();
+        for l in 1..=self.layers {
+            can.forward |= 1 << (l - 1);
+            if l > 1 || self.projects_first(l) {
+                can.backward |= 1 << (l - 1);
+            }
+        }
+        can
+    }
+
+    /// The aggregations that run by inputs.
+    pub fn swept(&self) -> Sweeps {
+        self.sweeps.masked(self.sweepable())
+    }
+
+    /// [`GnnSpec::swept`] as [`Sweeps::parse`] reads it: `outputs`,
+    /// `inputs` where every aggregation that can runs by inputs, or the
+    /// list.
+    pub fn sweep_name(&self) -> String {
+        let swept = self.swept();
+        if swept == Sweeps::default() {
+            return "outputs".into();
+        }
+        if swept == self.sweepable() {
+            return "inputs".into();
+        }
+        let mut names = Vec::new();
+        for (letter, bits) in [("f", swept.forward), ("b", swept.backward)] {
+            names.extend(
+                (1..=self.layers)
+                    .filter(|l| bits & (1 << (l - 1)) != 0)
+                    .map(|l| format!("{letter}{l}")),
+            );
+        }
+        names.join(",")
     }
 
     /// Whether `layer` projects its input before it aggregates
@@ -286,6 +470,11 @@ pub fn build_gnn(spec: &GnnSpec, blocks: &BlockCounts) -> Result<Workload> {
         LayerOrder::AggregateFirst if narrowing => format!("{name}-aggfirst"),
         _ => name,
     };
+    let name = match spec.sweep_name().as_str() {
+        "outputs" => name,
+        "inputs" => format!("{name}-by-inputs"),
+        sweep => format!("{name}-by-inputs-{}", sweep.replace(',', "")),
+    };
     Builder::new(spec, blocks, name).build()
 }
 
@@ -300,6 +489,62 @@ struct Builder<'a> {
     /// `transposes[i][j]`: block (i, j)'s stored transpose `adj_t[i,j]`,
     /// added by the first transposed aggregation that reads it.
     transposes: Vec<Vec<Option<TensorId>>>,
+}
+
+/// What one aggregation's block products are: the operators' label, layer,
+/// width, phase and kind, the final sum's kind, and GAT's edge weights
+/// ([`Builder::aggregate_row`]).
+#[derive(Clone, Copy)]
+struct Aggregation<'s> {
+    label: &'s str,
+    l: u32,
+    width: u64,
+    phase: Phase,
+    kind: OpKind,
+    final_kind: TensorKind,
+    edge_weights: Option<(TensorId, u64)>,
+}
+
+impl Aggregation<'static> {
+    /// GCN's and GraphSAGE's forward aggregation of layer `l`.
+    fn forward(l: u32, width: u64) -> Self {
+        Aggregation {
+            label: "agg",
+            l,
+            width,
+            phase: Phase::Forward,
+            kind: OpKind::Aggregate,
+            final_kind: TensorKind::Activation,
+            edge_weights: None,
+        }
+    }
+}
+
+/// The order of chains of block products: `terms[r]` are chain `r`'s
+/// partitions, ascending, each chain summing them in that order. By
+/// outputs, chain after chain; by inputs, partition after partition
+/// (`0..parts`), each chain's term of it. Yields (chain, term index).
+fn sweep_order(terms: &[Vec<u32>], parts: u32, sweep: Sweep) -> Vec<(usize, usize)> {
+    let mut order = Vec::with_capacity(terms.iter().map(Vec::len).sum());
+    match sweep {
+        Sweep::Outputs => {
+            for (r, chain) in terms.iter().enumerate() {
+                order.extend((0..chain.len()).map(|k| (r, k)));
+            }
+        }
+        Sweep::Inputs => {
+            let mut next = vec![0usize; terms.len()];
+            for s in 0..parts {
+                for (r, chain) in terms.iter().enumerate() {
+                    if chain.get(next[r]) == Some(&s) {
+                        order.push((r, next[r]));
+                        next[r] += 1;
+                    }
+                }
+            }
+        }
+    }
+    order
 }
 
 impl<'a> Builder<'a> {
@@ -566,11 +811,45 @@ impl<'a> Builder<'a> {
         edge_weights: Option<(TensorId, u64)>,
         source: &dyn Fn(u32) -> TensorId,
     ) -> TensorId {
-        let sources = self.sources(i);
-        let rows = self.rows(i);
-        let mut partial: Option<TensorId> = None;
-        for (k, &j) in sources.iter().enumerate() {
-            let last = k + 1 == sources.len();
+        let row = Aggregation {
+            label,
+            l,
+            width,
+            phase,
+            kind,
+            final_kind,
+            edge_weights,
+        };
+        self.aggregate_rows(&row, &[i], Sweep::Outputs, source)[0]
+    }
+
+    /// [`Builder::aggregate_row`] for each row partition of `rows`, the
+    /// operators in `sweep` order: row by row, or source by source (each
+    /// source's rows read once, every row's partial sum live meanwhile).
+    /// Each row sums its sources in ascending order either way.
+    fn aggregate_rows(
+        &mut self,
+        row: &Aggregation<'_>,
+        rows_of: &[u32],
+        sweep: Sweep,
+        source: &dyn Fn(u32) -> TensorId,
+    ) -> Vec<TensorId> {
+        let Aggregation {
+            label,
+            l,
+            width,
+            phase,
+            kind,
+            final_kind,
+            edge_weights,
+        } = *row;
+        let sources: Vec<Vec<u32>> = rows_of.iter().map(|&i| self.sources(i)).collect();
+        let mut partials: Vec<Option<TensorId>> = vec![None; rows_of.len()];
+        for (r, k) in sweep_order(&sources, self.parts, sweep) {
+            let (i, j) = (rows_of[r], sources[r][k]);
+            let rows = self.rows(i);
+            let partial = partials[r];
+            let last = k + 1 == sources[r].len();
             let (name, kind_out) = if last {
                 (format!("{label}[l{l},p{i}]"), final_kind)
             } else {
@@ -600,9 +879,12 @@ impl<'a> Builder<'a> {
                 vec![out],
                 Cost::work(2.0 * (edges * width) as f64, bytes, class).over_edges(edges),
             );
-            partial = Some(out);
+            partials[r] = Some(out);
         }
-        partial.expect("every row has its diagonal block")
+        partials
+            .into_iter()
+            .map(|p| p.expect("every row has its diagonal block"))
+            .collect()
     }
 
     fn forward_conv(&mut self, l: u32, h: &[TensorId], w: TensorId) -> Layer {
@@ -610,20 +892,20 @@ impl<'a> Builder<'a> {
         let (d_in, d_out) = spec.layer_dims(l);
         let last = l == spec.layers;
         let mut layer = Layer::default();
+        let row = Aggregation::forward(l, d_in);
+        let hs = h.to_vec();
+        // By inputs, every row's aggregation runs before the projections.
+        let all: Vec<u32> = (0..self.parts).collect();
+        let swept = match spec.swept().forward(l) {
+            Sweep::Inputs => self.aggregate_rows(&row, &all, Sweep::Inputs, &|j| hs[j as usize]),
+            Sweep::Outputs => Vec::new(),
+        };
         for i in 0..self.parts {
             let rows = self.rows(i);
-            let hs = h.to_vec();
-            let agg = self.aggregate_row(
-                "agg",
-                l,
-                i,
-                d_in,
-                Phase::Forward,
-                OpKind::Aggregate,
-                TensorKind::Activation,
-                None,
-                &|j| hs[j as usize],
-            );
+            let agg = match swept.get(i as usize) {
+                Some(&agg) => agg,
+                None => self.aggregate_rows(&row, &[i], Sweep::Outputs, &|j| hs[j as usize])[0],
+            };
             let z = self.tensor(
                 format!("z[l{l},p{i}]"),
                 rows * d_out * F32,
@@ -765,12 +1047,9 @@ impl<'a> Builder<'a> {
         }
         // Gradient to the previous layer's output: transpose aggregation,
         // accumulated over destination rows for each source partition j.
-        let dh = (0..self.parts)
-            .map(|j| {
-                let own = sage.then(|| dself[j as usize]);
-                self.transposed_chain(l, j, d_in, &dagg, ("grad_h", l - 1), own)
-            })
-            .collect();
+        let own = |j: u32| sage.then(|| dself[j as usize]);
+        let sweep = self.spec.swept().backward(l);
+        let dh = self.transposed_chains(l, d_in, &dagg, ("grad_h", l - 1), &own, sweep);
         (dh, dw)
     }
 
@@ -779,20 +1058,27 @@ impl<'a> Builder<'a> {
     /// `Âᵀ grads[i]` into a partial sum named `name[l<tag>,p_j]` at the end
     /// (`name_partial[l<tag>,p_j,d_i]` before); `own` (GraphSAGE's self
     /// term) starts the sum.
-    fn transposed_chain(
+    ///
+    /// Every source partition's chain, the operators in `sweep` order:
+    /// source by source, or destination by destination (each gradient
+    /// read once, every source's partial sum live meanwhile). Each source
+    /// sums its destinations in ascending order either way.
+    fn transposed_chains(
         &mut self,
         l: u32,
-        j: u32,
         width: u64,
         grads: &[TensorId],
         (name, tag): (&str, u32),
-        own: Option<TensorId>,
-    ) -> TensorId {
-        let rows = self.rows(j);
-        let destinations = self.destinations(j);
-        let mut partial: Option<TensorId> = None;
-        for (k, &i) in destinations.iter().enumerate() {
-            let (tensor_name, kind) = if k + 1 == destinations.len() {
+        own: &dyn Fn(u32) -> Option<TensorId>,
+        sweep: Sweep,
+    ) -> Vec<TensorId> {
+        let destinations: Vec<Vec<u32>> = (0..self.parts).map(|j| self.destinations(j)).collect();
+        let mut partials: Vec<Option<TensorId>> = vec![None; self.parts as usize];
+        for (r, k) in sweep_order(&destinations, self.parts, sweep) {
+            let (j, i) = (r as u32, destinations[r][k]);
+            let rows = self.rows(j);
+            let partial = partials[r];
+            let (tensor_name, kind) = if k + 1 == destinations[r].len() {
                 (format!("{name}[l{tag},p{j}]"), TensorKind::Gradient)
             } else {
                 (
@@ -808,7 +1094,7 @@ impl<'a> Builder<'a> {
             };
             let mut inputs = vec![block, grads[i as usize]];
             if k == 0 {
-                inputs.extend(own);
+                inputs.extend(own(j));
             }
             inputs.extend(partial);
             let edges = self.edges(i, j);
@@ -828,9 +1114,12 @@ impl<'a> Builder<'a> {
                 vec![out],
                 cost.over_edges(edges),
             );
-            partial = Some(out);
+            partials[r] = Some(out);
         }
-        partial.expect("every partition has its diagonal block")
+        partials
+            .into_iter()
+            .map(|p| p.expect("every partition has its diagonal block"))
+            .collect()
     }
 
     /// Partition `i`'s projection `z = h W`, without the bias: GAT's and a
@@ -916,20 +1205,19 @@ impl<'a> Builder<'a> {
             let z = self.projection(l, i, h[i as usize], w);
             layer.z.push(z);
         }
+        let row = Aggregation::forward(l, d_out);
+        let zs = layer.z.clone();
+        let all: Vec<u32> = (0..self.parts).collect();
+        let swept = match spec.swept().forward(l) {
+            Sweep::Inputs => self.aggregate_rows(&row, &all, Sweep::Inputs, &|j| zs[j as usize]),
+            Sweep::Outputs => Vec::new(),
+        };
         for i in 0..self.parts {
             let rows = self.rows(i);
-            let zs = layer.z.clone();
-            let agg = self.aggregate_row(
-                "agg",
-                l,
-                i,
-                d_out,
-                Phase::Forward,
-                OpKind::Aggregate,
-                TensorKind::Activation,
-                None,
-                &|j| zs[j as usize],
-            );
+            let agg = match swept.get(i as usize) {
+                Some(&agg) => agg,
+                None => self.aggregate_rows(&row, &[i], Sweep::Outputs, &|j| zs[j as usize])[0],
+            };
             let (name, op_name, flops) = if last {
                 (format!("out[l{l},p{i}]"), format!("bias[l{l},p{i}]"), 1.0)
             } else {
@@ -999,9 +1287,8 @@ impl<'a> Builder<'a> {
             );
             dout.push(g);
         }
-        let dz: Vec<TensorId> = (0..self.parts)
-            .map(|j| self.transposed_chain(l, j, d_out, &dout, ("grad_z", l), None))
-            .collect();
+        let sweep = self.spec.swept().backward(l);
+        let dz = self.transposed_chains(l, d_out, &dout, ("grad_z", l), &|_| None, sweep);
         let mut dh = Vec::new();
         let mut dw_parts = Vec::new();
         for p in 0..self.parts {
@@ -1386,6 +1673,7 @@ mod tests {
             graph_name: "toy".into(),
             order: Default::default(),
             transposes: Default::default(),
+            sweeps: Default::default(),
         }
     }
 
@@ -1412,6 +1700,7 @@ mod tests {
                 let blocks = BlockCounts::skewed(1000, 8000, parts).unwrap();
                 let spec = GnnSpec {
                     transposes: Transposes::Built,
+                    sweeps: Default::default(),
                     ..spec(model)
                 };
                 let w = build_gnn(&spec, &blocks).unwrap();
@@ -1458,6 +1747,7 @@ mod tests {
                 let w = build_gnn(&spec(model), &blocks).unwrap();
                 let built = GnnSpec {
                     transposes: Transposes::Built,
+                    sweeps: Default::default(),
                     ..spec(model)
                 };
                 let built = build_gnn(&built, &blocks).unwrap();
@@ -1641,6 +1931,7 @@ mod tests {
         for model in [GnnModel::Gcn, GnnModel::Sage] {
             let spec = GnnSpec {
                 transposes: Transposes::Built,
+                sweeps: Default::default(),
                 ..spec(model)
             };
             let w = build_gnn(&spec, &blocks).unwrap();

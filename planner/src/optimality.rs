@@ -123,6 +123,7 @@ fn small_gnn(rng: &mut Rng) -> Result<Workload> {
         graph_name: "small".into(),
         order: Default::default(),
         transposes: Default::default(),
+        sweeps: Default::default(),
     };
     let nodes = 200_000 + rng.below(2_000_000);
     let edges = nodes * (2 + rng.below(20));

@@ -366,6 +366,11 @@ pub struct PlanModel {
     /// transposes, which lack the field).
     #[serde(default = "built_transposes")]
     pub transposes: String,
+    /// Which aggregations run by inputs: `outputs` (none; plans from
+    /// before the field), `inputs` (all that can), or a list such as
+    /// `f1,b2` ([`crate::gnn::Sweeps::parse`]).
+    #[serde(default = "by_outputs")]
+    pub sweep: String,
     /// Vertex partitions (of one GPU's share, on several).
     pub partitions: u32,
     /// Devices sharing the graph.
@@ -381,6 +386,10 @@ pub struct PlanModel {
 
 fn built_transposes() -> String {
     crate::gnn::Transposes::Built.name().to_string()
+}
+
+fn by_outputs() -> String {
+    "outputs".to_string()
 }
 
 fn one_device() -> u32 {
@@ -406,6 +415,7 @@ impl PlanModel {
             },
             layer_order: spec.order.name().to_string(),
             transposes: spec.transposes.name().to_string(),
+            sweep: spec.sweeps.name(),
             partitions,
             devices: 1,
             shares: None,
@@ -435,6 +445,8 @@ impl PlanModel {
                 format!("{:?}: expected stored or built", self.transposes),
             )
         })?;
+        crate::gnn::Sweeps::parse(&self.sweep)
+            .map_err(|e| Error::invalid(field("sweep"), format!("{:?}: {e}", self.sweep)))?;
         if let Some(shares) = &self.shares {
             if !["mincut", "ranges"].contains(&shares.as_str()) {
                 return Err(Error::invalid(

@@ -28,6 +28,7 @@ fn arxiv(partitions: u32) -> Workload {
         graph_name: stats.name.into(),
         order: LayerOrder::AggregateFirst,
         transposes: Default::default(),
+        sweeps: Default::default(),
     };
     let blocks = BlockCounts::skewed(stats.nodes, stats.edges, partitions).unwrap();
     build_gnn(&spec, &blocks).unwrap()

@@ -29,6 +29,7 @@ fn gnn(model: GnnModel, name: &str, parts: u32) -> Workload {
         graph_name: name.into(),
         order: Default::default(),
         transposes: Default::default(),
+        sweeps: Default::default(),
     };
     build_gnn(
         &spec,

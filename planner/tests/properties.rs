@@ -23,6 +23,7 @@ fn workload(model: u8, layers: u32, hidden: u32, parts: u32, nodes: u64, edges: 
         graph_name: "random".into(),
         order: Default::default(),
         transposes: Default::default(),
+        sweeps: Default::default(),
     };
     build_gnn(&spec, &BlockCounts::skewed(nodes, edges, parts).unwrap()).unwrap()
 }
@@ -223,6 +224,7 @@ fn a_tampered_plan_is_rejected_on_load() {
         heads: 8,
         layer_order: "narrower".into(),
         transposes: "stored".into(),
+        sweep: "f1,b2".into(),
         partitions: 4,
         devices: 2,
         shares: Some("ranges".into()),
@@ -236,13 +238,13 @@ fn a_tampered_plan_is_rejected_on_load() {
         let mut older: serde_json::Value = serde_json::from_str(&modelled.to_json()).unwrap();
         let fields = older["workload"]["model"].as_object_mut().unwrap();
         fields.remove("transposes");
+        fields.remove("sweep");
         fields.insert("model".into(), model.into());
         let older = Plan::from_json(&older.to_string(), "older.json").unwrap();
-        assert_eq!(
-            older.workload.model.unwrap().transposes,
-            expected,
-            "{model}"
-        );
+        let older = older.workload.model.unwrap();
+        assert_eq!(older.transposes, expected, "{model}");
+        // Nor a `sweep`: every aggregation ran by outputs.
+        assert_eq!(older.sweep, "outputs", "{model}");
     }
     for (field, bad, expected) in [
         ("model", "mlp", "\"mlp\": expected gcn, sage or gat"),
@@ -257,6 +259,8 @@ fn a_tampered_plan_is_rejected_on_load() {
             "cached",
             "\"cached\": expected stored or built",
         ),
+        ("sweep", "f0", "\"f0\": expected a layer from 1 to 64"),
+        ("sweep", "rows", "\"rows\" is not an aggregation"),
         ("layers", "0", "0: expected at least 1"),
     ] {
         let mut json: serde_json::Value = serde_json::from_str(&modelled.to_json()).unwrap();

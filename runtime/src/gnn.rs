@@ -8,7 +8,7 @@
 use fateplan_kernels::dense;
 use fateplan_kernels::dropout::{Dropout, RowKeys};
 use fateplan_kernels::gat::Heads;
-use fateplan_planner::gnn::{GnnModel, LayerOrder, Transposes};
+use fateplan_planner::gnn::{GnnModel, LayerOrder, Sweeps, Transposes};
 
 use crate::exec::data::BlockData;
 use crate::exec::ExecError;
@@ -76,6 +76,9 @@ pub struct Hyper {
     /// Whether GCN's and GraphSAGE's blocks' transposes are stored or
     /// built.
     pub transposes: Transposes,
+    /// Which aggregations run by inputs (the operators' order only: the
+    /// same model, bit for bit).
+    pub sweeps: Sweeps,
 }
 
 /// Whether an iteration trains or only evaluates.

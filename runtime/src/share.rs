@@ -379,6 +379,7 @@ pub fn share_workload(
         heads: spec.heads,
         order: spec.order,
         transposes: spec.transposes,
+        sweeps: spec.sweeps,
         dropout: 0.0,
         lr: 0.0,
         weight_decay: 0.0,
@@ -1062,6 +1063,7 @@ mod tests {
             seed: 3,
             order: Default::default(),
             transposes: Default::default(),
+            sweeps: Default::default(),
         }
     }
 

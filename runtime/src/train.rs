@@ -47,6 +47,7 @@ pub fn workload(
         graph_name: graph_name.to_string(),
         order: hyper.order,
         transposes: hyper.transposes,
+        sweeps: hyper.sweeps,
     };
     build_gnn(&spec, counts).map_err(|e| ExecError::Kernel(e.to_string()))
 }

@@ -42,6 +42,7 @@ fn check(dataset: &Dataset, partitions: u32) {
             graph_name: dataset.name.clone(),
             order: Default::default(),
             transposes: Default::default(),
+            sweeps: Default::default(),
         };
         let workload = build_gnn(&spec, &counts).unwrap();
         let planned: HashMap<&str, u64> = workload

@@ -86,6 +86,7 @@ fn hyper(model: GnnModel, heads: u32) -> Hyper {
         seed: 7,
         order: Default::default(),
         transposes: Default::default(),
+        sweeps: Default::default(),
     }
 }
 
@@ -561,6 +562,7 @@ fn hub_columns_are_transposed_in_edge_order() {
     );
     let built = Hyper {
         transposes: Transposes::Built,
+        sweeps: Default::default(),
         ..hyper(GnnModel::Gcn, 1)
     };
     for h in [hyper(GnnModel::Gcn, 1), built, hyper(GnnModel::Gat, 2)] {

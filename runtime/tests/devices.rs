@@ -35,6 +35,7 @@ fn hyper(model: GnnModel, dropout: f32) -> Hyper {
         seed: 7,
         order: Default::default(),
         transposes: Default::default(),
+        sweeps: Default::default(),
     }
 }
 
@@ -600,6 +601,7 @@ fn the_topology_alone_gives_the_workload_of_the_shares() {
         graph_name: "unused".into(),
         order: h.order,
         transposes: h.transposes,
+        sweeps: h.sweeps,
     };
     let topology = || GraphData {
         name: data.name.clone(),

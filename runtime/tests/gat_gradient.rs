@@ -119,6 +119,7 @@ fn setup(layers: u32, heads: u32, head_width: u32, partitions: u32) -> Setup {
         seed: 3,
         order: Default::default(),
         transposes: Default::default(),
+        sweeps: Default::default(),
     };
     let prepared = train::prepare(dataset, &hyper, partitions).unwrap();
     let profile = Profile::from_json(

@@ -63,6 +63,7 @@ fn chained_aggregations_add_in_place_with_the_same_bits() {
             seed: 7,
             order: Default::default(),
             transposes: Default::default(),
+            sweeps: Default::default(),
         };
         let prepared = train::prepare(planted(300, 3), &hyper, 3).unwrap();
         let workload = prepared.workload;

@@ -31,6 +31,7 @@ fn hyper(model: GnnModel, layers: u32, hidden: u32, seed: u64) -> Hyper {
         seed,
         order: Default::default(),
         transposes: Default::default(),
+        sweeps: Default::default(),
     }
 }
 
@@ -205,6 +206,7 @@ fn stored_and_built_transposes_train_the_same_model() {
             let stored = hyper(model, 3, 8, 5);
             let built = Hyper {
                 transposes: Transposes::Built,
+                sweeps: Default::default(),
                 ..stored
             };
             let mut reports = Vec::new();

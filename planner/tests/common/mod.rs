@@ -25,6 +25,7 @@ pub fn gnn_spec(model: GnnModel) -> GnnSpec {
         graph_name: "test".into(),
         order: Default::default(),
         transposes: Default::default(),
+        sweeps: Default::default(),
     }
 }
 

@@ -156,6 +156,7 @@ fn workload(model: GnnModel, parts: u32) -> Workload {
         graph_name: "toy".into(),
         order: Default::default(),
         transposes: Default::default(),
+        sweeps: Default::default(),
     };
     build_gnn(&spec, &BlockCounts::skewed(300, 2400, parts).unwrap()).unwrap()
 }

@@ -714,6 +714,7 @@ fn gcn(layers: u32, hidden: u32) -> Hyper {
         seed: 1,
         order: LayerOrder::AggregateFirst,
         transposes: Transposes::Built,
+        sweeps: Default::default(),
     }
 }
 

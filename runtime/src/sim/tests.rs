@@ -420,6 +420,7 @@ fn planner_plans_replay_without_violations() {
             graph_name: stats.name.into(),
             order: Default::default(),
             transposes: Default::default(),
+            sweeps: Default::default(),
         };
         let blocks = BlockCounts::skewed(stats.nodes, stats.edges, 8).unwrap();
         let workload = build_gnn(&spec, &blocks).unwrap();
