@@ -13,7 +13,9 @@ use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec, LayerOrder, Sweeps, T
 use fateplan::planner::passes::cost::FateSet;
 use fateplan::planner::plan::{ExchangeKind, Fate, Leg, PlanModel, Predicted, Strategy};
 use fateplan::planner::profile::DeviceKind;
-use fateplan::planner::sizing::{per_layer, size_partitions, MadePlan, Sized, Sizing};
+use fateplan::planner::sizing::{
+    choose_sweeps, per_layer, size_partitions, MadePlan, Sized, Sizing,
+};
 use fateplan::planner::units::{format_bytes, format_seconds, parse_bytes};
 use fateplan::planner::{
     dag, explain, plan, Budgets, Error as PlanError, Plan, PlanOptions, Policy, Profile, Tier,
@@ -130,7 +132,10 @@ pub(crate) struct PlanArgs {
     /// (each input read once, every output's partial sum live meanwhile)
     /// rather than output after output: `outputs` (none), `inputs` (all
     /// that can), or a list such as `f1,b2` (layer 1's aggregation, layer
-    /// 2's transposed one). GCN and GraphSAGE; the model is the same.
+    /// 2's transposed one), or `auto`: the planner walks from outputs,
+    /// flipping one aggregation at a time while its prediction falls (on
+    /// one GPU; a plan per sweep tried). GCN and GraphSAGE; the model is
+    /// the same.
     #[arg(long, conflicts_with = "dag", default_value = "outputs")]
     sweep: String,
     /// Input feature size (default: the dataset's or graph's).
@@ -383,7 +388,10 @@ impl GraphSource {
                     return Ok(counts.clone());
                 }
                 if !near {
-                    return Ok(graph.blocks(partitions)?);
+                    // Kept: `--sweep auto` builds this count again.
+                    let counts = graph.blocks(partitions)?;
+                    read.borrow_mut().insert(partitions, counts.clone());
+                    return Ok(counts);
                 }
                 // The counts near this one too, in the same reading:
                 // `auto` asks for the neighbours of a count it tried.
@@ -779,7 +787,11 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     let model = GnnModel::parse(&args.model)?;
     let order = LayerOrder::parse(&args.layer_order)?;
     let transposes = Transposes::parse(&args.transposes)?;
-    let sweeps = Sweeps::parse(&args.sweep)?;
+    // `auto` chooses once the budgets are known (`prepare`).
+    let sweeps = match args.sweep.as_str() {
+        "auto" => Sweeps::default(),
+        text => Sweeps::parse(text)?,
+    };
     if model == GnnModel::Gat && transposes != Transposes::Stored {
         bail!(
             "--transposes {}: stored transposes apply to gcn and sage (gat's backward builds its \
@@ -975,8 +987,10 @@ struct Prepared {
     /// Lines on the workload, its partitions, halo and budgets.
     note: String,
     /// The plan of `workload` with `options` and the seconds it took,
-    /// where sizing the partitions made it.
+    /// where sizing the partitions or choosing the sweeps made it.
     made: Option<MadePlan>,
+    /// Which of the two made it.
+    made_while: &'static str,
     /// The GNN `workload` was built from (none for a DAG).
     model: Option<PlanModel>,
 }
@@ -1076,8 +1090,8 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
     } else if forced.is_some() {
         bail!("--exchange {}: applies with --gpus above 1", args.exchange);
     }
-    let (workload, sizing_note, mut made, model) = match source {
-        Source::Dag(workload) => (workload, String::new(), None, None),
+    let (mut workload, sizing_note, mut made, mut model, gnn) = match source {
+        Source::Dag(workload) => (workload, String::new(), None, None, None),
         Source::Gnn(gnn) => {
             let (mut workload, p, mut note, mut made) =
                 gnn.sized(&args.partitions, &profile, &options)?;
@@ -1101,7 +1115,7 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
                     format!("{note}\n{}", built.line)
                 };
             }
-            (workload, note, made, Some(model))
+            (workload, note, made, Some(model), Some(gnn))
         }
     };
     let mut budget_note = String::new();
@@ -1140,6 +1154,51 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
             format_bytes(peak)
         );
     }
+    let mut sweep_note = String::new();
+    let mut made_while = "sizing the partitions";
+    if let (Some(gnn), Some(model), "auto") = (&gnn, &mut model, args.sweep.as_str()) {
+        if args.gpus > 1 {
+            sweep_note = "sweep     outputs (auto chooses on one GPU)".to_string();
+        } else {
+            let started = std::time::Instant::now();
+            let blocks = gnn.source.blocks(model.partitions, false)?;
+            let build = |sweeps: Sweeps| -> Result<Workload> {
+                let spec = GnnSpec {
+                    sweeps,
+                    ..gnn.spec.clone()
+                };
+                Ok(build_gnn(&spec, &blocks)?)
+            };
+            let outputs = Some((workload, made.take()));
+            made_while = "choosing the sweeps";
+            let swept = choose_sweeps(&build, gnn.spec.sweepable(), &profile, &options, outputs)?;
+            let took = format_seconds(started.elapsed().as_secs_f64());
+            let against = match (swept.predicted_s, swept.outputs_s) {
+                (_, _) if swept.sweeps == Sweeps::default() => String::new(),
+                (Some(s), Some(o)) => format!(
+                    ": {} predicted against {} by outputs",
+                    format_seconds(s),
+                    format_seconds(o)
+                ),
+                (Some(s), None) => {
+                    format!(": {} predicted; by outputs nothing fits", format_seconds(s))
+                }
+                _ => String::new(),
+            };
+            let spec = GnnSpec {
+                sweeps: swept.sweeps,
+                ..gnn.spec.clone()
+            };
+            sweep_note = format!(
+                "sweep     {} (auto{against}; {} sweeps planned in {took})",
+                spec.sweep_name(),
+                swept.tried
+            );
+            model.sweep = spec.sweep_name();
+            workload = swept.workload;
+            made = swept.plan;
+        }
+    }
     let mut note = format!(
         "{} tensors, {} operators",
         workload.tensors.len(),
@@ -1157,12 +1216,16 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
     if !budget_note.is_empty() {
         note = format!("{note}\n{budget_note}");
     }
+    if !sweep_note.is_empty() {
+        note = format!("{note}\n{sweep_note}");
+    }
     Ok(Prepared {
         profile,
         options,
         workload,
         note,
         made,
+        made_while,
         model,
     })
 }
@@ -1276,6 +1339,7 @@ pub(crate) fn compare_policies(
         workload,
         note,
         mut made,
+        made_while: _,
         model: _,
     } = prepare(args, Some(Policy::Dp))?;
     let mut rows = Vec::with_capacity(policies.len());
@@ -1439,6 +1503,7 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
         workload,
         note,
         made,
+        made_while,
         model,
     } = prepare(args, None)?;
     let started = std::time::Instant::now();
@@ -1482,10 +1547,9 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
         out.write_all(json.as_bytes())?;
     } else {
         write_summary(&mut out, &plan, &note, args.output.as_ref())?;
-        let when = if sizing_planned_s.is_some() {
-            " (while sizing the partitions)"
-        } else {
-            ""
+        let when = match sizing_planned_s {
+            Some(_) => format!(" (while {made_while})"),
+            None => String::new(),
         };
         writeln!(out, "planned   in {}{when}", format_seconds(planned_s))?;
         if args.explain {

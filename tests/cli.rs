@@ -189,6 +189,14 @@ fn bad_input_names_what_is_wrong() {
             "--transposes built: stored transposes apply to gcn and sage",
         ),
         (
+            &["plan", "--sweep", "f0"],
+            "sweep \"f0\": \"f0\": expected a layer",
+        ),
+        (
+            &["plan", "--layers", "2", "--sweep", "f1,f3"],
+            "sweep f3: the model has 2 layers",
+        ),
+        (
             &[
                 "plan",
                 "--model",

@@ -138,7 +138,7 @@ fn a_generated_graph_trains_under_a_quarter_budget_with_the_same_weights() {
 
 #[test]
 fn bad_training_input_names_what_is_wrong() {
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["train", "--graph", "no-such-folder"], "no-such-folder"),
         (
             &["train", "--graph", "planted:nodes=600,colour=3"],
@@ -201,6 +201,28 @@ fn bad_training_input_names_what_is_wrong() {
                 "built",
             ],
             "--transposes built: stored transposes apply to gcn and sage",
+        ),
+        (
+            &[
+                "train",
+                "--graph",
+                "planted:nodes=600,val=100,test=200",
+                "--model",
+                "gat",
+                "--sweep",
+                "inputs",
+            ],
+            "sweep inputs: GAT's aggregations run by outputs",
+        ),
+        (
+            &[
+                "train",
+                "--graph",
+                "planted:nodes=600,val=100,test=200",
+                "--sweep",
+                "columns",
+            ],
+            "sweep \"columns\": \"columns\" is not an aggregation",
         ),
     ];
     for (args, needle) in cases {
@@ -538,6 +560,77 @@ fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `plan --sweep` records which aggregations run by inputs; `train
+/// --plan` trains that order without the flag (the model is the same, bit
+/// for bit), and refuses another order given with it. `--sweep auto`
+/// says what it chose and records it.
+#[test]
+fn a_plan_s_sweep_is_trained_and_auto_says_what_it_chose() {
+    let dir = std::env::temp_dir().join(format!("fateplan-sweep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let graph = "planted:nodes=600,classes=4,features=16,val=100,test=200,seed=2";
+    let shape = ["--layers", "3", "--hidden", "16", "--partitions", "3"];
+    let plan = |sweep: &str, path: &std::path::Path| {
+        let args = [
+            &["plan", "--graph", graph, "--profile", "cpu-small"][..],
+            &shape[..],
+            &["--hbm-budget", "40%", "--sweep", sweep],
+            &["-o", path.to_str().unwrap()],
+        ]
+        .concat();
+        let out = fateplan(&args);
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let written: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        (stdout, written["workload"]["model"]["sweep"].clone())
+    };
+    let listed = dir.join("listed.json");
+    let (_, recorded) = plan("b3,f1", &listed);
+    assert_eq!(recorded, "f1,b3");
+    let train = |extra: &[&str]| {
+        let args = [&["train", "--graph", graph, "--epochs", "2"][..], extra].concat();
+        fateplan(&args)
+    };
+    let adopted = json(&train(&["--plan", listed.to_str().unwrap(), "--json"]));
+    let outputs = json(&train(
+        &[&shape[..], &["--sweep", "outputs", "--json"]].concat(),
+    ));
+    assert_eq!(adopted["weights_sha256"], outputs["weights_sha256"]);
+    assert_eq!(adopted["losses"], outputs["losses"]);
+    let refused = train(&["--plan", listed.to_str().unwrap(), "--sweep", "inputs"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--sweep inputs: the plan") && stderr.contains("is for --sweep f1,b3"),
+        "{stderr}"
+    );
+    // `auto` names the sweep it took, which the plan records.
+    let chosen = dir.join("auto.json");
+    let (stdout, recorded) = plan("auto", &chosen);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("sweep "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(
+        line.contains("(auto") && line.contains("sweeps planned"),
+        "{line}"
+    );
+    let taken = line.split_whitespace().nth(1).unwrap();
+    assert_eq!(taken, recorded.as_str().unwrap(), "{line}");
+    let trained = train(&["--plan", chosen.to_str().unwrap()]);
+    assert!(
+        trained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trained.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

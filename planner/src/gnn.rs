@@ -187,7 +187,7 @@ pub enum Sweep {
 /// `forward` for layer `l`'s aggregation, of `backward` for its
 /// transposed aggregation (the backward's). The others run by outputs.
 /// GAT's run by outputs (a row's edge softmax reads all its blocks).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Sweeps {
     pub forward: u64,
     pub backward: u64,
@@ -1674,6 +1674,130 @@ mod tests {
             order: Default::default(),
             transposes: Default::default(),
             sweeps: Default::default(),
+        }
+    }
+
+    /// By inputs, an aggregation's operators run input partition after
+    /// input partition; they are the same operators, reading and writing
+    /// the same tensors, as by outputs, so each output sums its inputs in
+    /// the same order.
+    #[test]
+    fn by_inputs_the_same_operators_run_input_after_input() {
+        use std::collections::BTreeMap;
+        let blocks = BlockCounts::skewed(1000, 8000, 4).unwrap();
+        // The partition a name gives after `key` (`agg[l1,p2,s3]`, 's').
+        let index = |name: &str, key: char| -> u32 {
+            let inner = &name[name.find('[').unwrap() + 1..name.len() - 1];
+            let field = inner.split(',').find(|f| f.starts_with(key)).unwrap();
+            field[1..].parse().unwrap()
+        };
+        for model in [GnnModel::Gcn, GnnModel::Sage] {
+            let outputs = spec(model);
+            let inputs = GnnSpec {
+                sweeps: Sweeps::INPUTS,
+                ..outputs.clone()
+            };
+            let (a, b) = (
+                build_gnn(&outputs, &blocks).unwrap(),
+                build_gnn(&inputs, &blocks).unwrap(),
+            );
+            assert!(b.name.ends_with("-by-inputs"), "{}", b.name);
+            // Every operator with the same tensors (by name) either way.
+            let named = |w: &Workload| -> BTreeMap<String, (Vec<String>, Vec<String>)> {
+                let names = |ids: &[TensorId]| {
+                    ids.iter()
+                        .map(|t| w.tensors[t.index()].name.clone())
+                        .collect()
+                };
+                w.ops
+                    .iter()
+                    .map(|op| (op.name.clone(), (names(&op.inputs), names(&op.outputs))))
+                    .collect()
+            };
+            assert_eq!(named(&a), named(&b), "{model:?}");
+            assert_ne!(
+                a.ops.iter().map(|op| &op.name).collect::<Vec<_>>(),
+                b.ops.iter().map(|op| &op.name).collect::<Vec<_>>()
+            );
+            // Per layer: by outputs the output partition never goes back,
+            // by inputs the input partition never does.
+            for l in 1..=3 {
+                for (prefix, output, input) in [("agg[", 'p', 's'), ("agg_bwd[", 'p', 'd')] {
+                    let of = |w: &Workload, key: char| -> Vec<u32> {
+                        w.ops
+                            .iter()
+                            .filter(|op| op.name.starts_with(&format!("{prefix}l{l},")))
+                            .map(|op| index(&op.name, key))
+                            .collect()
+                    };
+                    let ascending = |v: &[u32]| v.windows(2).all(|w| w[0] <= w[1]);
+                    let (by_out, by_in) = (of(&a, output), of(&b, input));
+                    assert!(ascending(&by_out), "{model:?} {prefix}l{l}: {by_out:?}");
+                    assert!(ascending(&by_in), "{model:?} {prefix}l{l}: {by_in:?}");
+                    // (Layer 1 aggregates the features first: no transposed
+                    // aggregation.)
+                    let expected = !(prefix == "agg_bwd[" && l == 1);
+                    assert_eq!(!by_in.is_empty(), expected, "{model:?} {prefix}l{l}");
+                    if expected {
+                        assert!(!ascending(&of(&b, output)), "{model:?} {prefix}l{l}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sweeps_are_read_back_and_checked_against_the_model() {
+        for (text, name) in [
+            ("outputs", "outputs"),
+            ("INPUTS", "inputs"),
+            ("f1,b2", "f1,b2"),
+            (" b2 , F3 ", "f3,b2"),
+            ("f64", "f64"),
+        ] {
+            let sweeps = Sweeps::parse(text).unwrap();
+            assert_eq!(sweeps.name(), name, "{text}");
+            assert_eq!(Sweeps::parse(name).unwrap(), sweeps);
+        }
+        for bad in ["", "rows", "f0", "f65", "b", "x1", "f1,,b2"] {
+            let message = Sweeps::parse(bad).unwrap_err().to_string();
+            assert!(message.contains(&format!("sweep {bad:?}")), "{message}");
+        }
+        let blocks = BlockCounts::skewed(100, 800, 2).unwrap();
+        let with = |model: GnnModel, sweep: &str| {
+            let s = GnnSpec {
+                sweeps: Sweeps::parse(sweep).unwrap(),
+                ..spec(model)
+            };
+            build_gnn(&s, &blocks).map(|w| (s.sweep_name(), w.name))
+        };
+        // The spec's three layers aggregate their input first (8 features
+        // into 16): layer 1 has no transposed aggregation.
+        let (name, workload) = with(GnnModel::Gcn, "b3,f1").unwrap();
+        assert_eq!(name, "f1,b3");
+        assert!(workload.ends_with("-by-inputs-f1b3"), "{workload}");
+        assert_eq!(with(GnnModel::Sage, "f1,f2,f3,b2,b3").unwrap().0, "inputs");
+        assert_eq!(with(GnnModel::Gat, "outputs").unwrap().0, "outputs");
+        for (model, sweep, expected) in [
+            (GnnModel::Gcn, "f4", "sweep f4: the model has 3 layers"),
+            (
+                GnnModel::Gcn,
+                "b1",
+                "sweep b1: layer 1 has no transposed aggregation",
+            ),
+            (
+                GnnModel::Gat,
+                "f2",
+                "sweep f2: GAT's aggregations run by outputs",
+            ),
+            (
+                GnnModel::Gat,
+                "inputs",
+                "sweep inputs: GAT's aggregations run by outputs",
+            ),
+        ] {
+            let message = with(model, sweep).unwrap_err().to_string();
+            assert!(message.contains(expected), "{model:?} {sweep}: {message}");
         }
     }
 

@@ -59,6 +59,7 @@
 use std::time::Instant;
 
 use crate::exchange::MultiGpu;
+use crate::gnn::Sweeps;
 use crate::plan::{Plan, Strategy};
 use crate::planner::{fits, plan_or_infeasible, PlanOptions};
 use crate::policy::Policy;
@@ -402,6 +403,120 @@ fn fewest<E: From<Error>>(
     }
     sized.peer = Some(found);
     Ok(sized)
+}
+
+/// How [`choose_sweeps`] chose.
+#[derive(Debug)]
+pub struct Swept {
+    pub sweeps: Sweeps,
+    pub workload: Workload,
+    /// The plan of `workload` with the options as given, where one fits
+    /// (none under milp: dp's plans compare the sweeps).
+    pub plan: Option<MadePlan>,
+    /// The predicted iteration of the sweeps taken and of every
+    /// aggregation by outputs, where each has a plan.
+    pub predicted_s: Option<f64>,
+    pub outputs_s: Option<f64>,
+    /// Sweeps planned.
+    pub tried: u32,
+}
+
+/// The most passes of [`choose_sweeps`]' walk.
+const SWEEP_PASSES: u32 = 4;
+
+/// The sweeps ([`Sweeps`]) under which the policy's plan (dp's under
+/// milp) of the workloads `build` makes is predicted fastest, among those
+/// `can` allows: from every aggregation by outputs, each aggregation is
+/// flipped in turn and kept flipped where the prediction falls (or where
+/// only the flipped one fits), pass after pass until a pass keeps none (at
+/// most [`SWEEP_PASSES`]). A walk, not each flip alone: sweeps interact
+/// (by inputs, a layer's partial sums are live where the next layer's
+/// inputs would be kept). `outputs`: the workload by outputs and its plan,
+/// where the caller has them. Where nothing fits, the workload by
+/// outputs, without a plan. Errors from `build` pass through; a plan that
+/// fails counts as no plan.
+pub fn choose_sweeps<E: From<Error>>(
+    build: &dyn Fn(Sweeps) -> Result<Workload, E>,
+    can: Sweeps,
+    profile: &Profile,
+    options: &PlanOptions,
+    outputs: Option<(Workload, Option<MadePlan>)>,
+) -> Result<Swept, E> {
+    let comparing = PlanOptions {
+        policy: match options.policy {
+            Policy::Milp => Policy::Dp,
+            other => other,
+        },
+        ..options.clone()
+    };
+    let seconds = |made: &Option<MadePlan>| made.as_ref().map(|m| m.plan.predicted.iteration_s);
+    let (workload, made) = match outputs {
+        Some((workload, Some(made))) if options.policy != Policy::Milp => (workload, Some(made)),
+        Some((workload, _)) => {
+            let made = plan_if_fits(&workload, profile, &comparing);
+            (workload, made)
+        }
+        None => {
+            let workload = build(Sweeps::default())?;
+            let made = plan_if_fits(&workload, profile, &comparing);
+            (workload, made)
+        }
+    };
+    let outputs_s = seconds(&made);
+    let mut best = Swept {
+        sweeps: Sweeps::default(),
+        workload,
+        plan: made,
+        predicted_s: outputs_s,
+        outputs_s,
+        tried: 1,
+    };
+    let flips: Vec<Sweeps> = (0..64)
+        .map(|b| Sweeps {
+            forward: can.forward & (1 << b),
+            backward: 0,
+        })
+        .chain((0..64).map(|b| Sweeps {
+            forward: 0,
+            backward: can.backward & (1 << b),
+        }))
+        .filter(|f| *f != Sweeps::default())
+        .collect();
+    let mut tried = std::collections::HashSet::from([Sweeps::default()]);
+    for _ in 0..SWEEP_PASSES {
+        let mut kept = false;
+        for flip in &flips {
+            let sweeps = Sweeps {
+                forward: best.sweeps.forward ^ flip.forward,
+                backward: best.sweeps.backward ^ flip.backward,
+            };
+            if !tried.insert(sweeps) {
+                continue;
+            }
+            let workload = build(sweeps)?;
+            let made = plan_if_fits(&workload, profile, &comparing);
+            best.tried += 1;
+            let faster = match (seconds(&made), best.predicted_s) {
+                (Some(s), Some(b)) => s < b,
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            if faster {
+                best.predicted_s = seconds(&made);
+                best.sweeps = sweeps;
+                best.workload = workload;
+                best.plan = made;
+                kept = true;
+            }
+        }
+        if !kept {
+            break;
+        }
+    }
+    if options.policy == Policy::Milp {
+        best.plan = None;
+    }
+    Ok(best)
 }
 
 /// The policy's plan of `workload`, made without the infeasible plan's

@@ -402,3 +402,55 @@ fn the_walk_takes_the_fastest_count_near_the_fewest_with_its_plan() {
     assert_eq!(sized.partitions, 3);
     assert!(sized.walked.is_empty() && sized.plan.is_none());
 }
+
+/// `--sweep auto`: the walk from every aggregation by outputs keeps a
+/// flip only where the prediction falls, so what it takes is never
+/// slower than by outputs, and it hands back the workload of the sweeps
+/// it took with that workload's plan.
+#[test]
+fn the_sweeps_chosen_are_never_slower_than_by_outputs() {
+    use fateplan_planner::gnn::Sweeps;
+    use fateplan_planner::sizing::choose_sweeps;
+    let blocks = BlockCounts::skewed(NODES, EDGES, 8).unwrap();
+    let spec = gnn_spec(GnnModel::Gcn);
+    let build = |sweeps: Sweeps| {
+        let spec = GnnSpec {
+            sweeps,
+            ..spec.clone()
+        };
+        build_gnn(&spec, &blocks)
+    };
+    let peak = {
+        let (profile, mut options) = options(80 << 30);
+        options.policy = Policy::RetainAll;
+        plan(&build(Sweeps::default()).unwrap(), &profile, &options)
+            .unwrap()
+            .predicted
+            .peak_bytes
+            .hbm
+    };
+    let mut moved = false;
+    for share in [2, 4, 8] {
+        let (profile, options) = options(peak / share);
+        let outputs = plan(&build(Sweeps::default()).unwrap(), &profile, &options)
+            .ok()
+            .map(|p| p.predicted.iteration_s);
+        let swept = choose_sweeps(&build, spec.sweepable(), &profile, &options, None).unwrap();
+        assert_eq!(swept.outputs_s, outputs, "1/{share}");
+        let made = swept.plan.as_ref().expect("a plan fits");
+        assert_eq!(made.plan.workload.name, swept.workload.name);
+        assert_eq!(Some(made.plan.predicted.iteration_s), swept.predicted_s);
+        if let (Some(s), Some(o)) = (swept.predicted_s, outputs) {
+            assert!(s <= o, "1/{share}: {s} against {o} by outputs");
+            moved |= s < o;
+        }
+        assert!(swept.tried > 1);
+        // Only what can run by inputs does.
+        let stray = Sweeps {
+            forward: swept.sweeps.forward & !spec.sweepable().forward,
+            backward: swept.sweeps.backward & !spec.sweepable().backward,
+        };
+        assert_eq!(stray, Sweeps::default());
+    }
+    assert!(moved, "no budget made another sweep faster");
+}

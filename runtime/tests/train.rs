@@ -8,7 +8,7 @@ use common::{planted, profile, roomy};
 use std::path::Path;
 use std::sync::Arc;
 
-use fateplan_planner::gnn::{GnnModel, LayerOrder, Transposes};
+use fateplan_planner::gnn::{GnnModel, LayerOrder, Sweeps, Transposes};
 use fateplan_planner::plan::{Budgets, Plan};
 use fateplan_planner::{plan, PlanOptions, Policy};
 use fateplan_runtime::cpu::Hyper;
@@ -241,6 +241,63 @@ fn stored_and_built_transposes_train_the_same_model() {
             assert_eq!(
                 stored.weights_sha256, built.weights_sha256,
                 "{model:?} {partitions}"
+            );
+        }
+    }
+}
+
+/// An aggregation run input partition after input partition trains the
+/// same model, bit for bit, as one run output after output: each output
+/// sums its inputs in the same order. The plans are dp's at a third of
+/// retain-all's peak, so the two orders' tensors move differently.
+#[test]
+fn aggregations_by_inputs_train_the_same_model() {
+    let dataset = planted(300, 9);
+    for model in [GnnModel::Gcn, GnnModel::Sage] {
+        let outputs = hyper(model, 3, 8, 9);
+        let mut reports = Vec::new();
+        for sweep in ["outputs", "inputs", "f1,b3", "f2,b2"] {
+            let h = Hyper {
+                sweeps: Sweeps::parse(sweep).unwrap(),
+                ..outputs
+            };
+            let prepared = train::prepare(dataset.clone(), &h, 3).unwrap();
+            // By inputs, the first layer's aggregation reads the first
+            // partition's features in three operators in a row.
+            let readers: Vec<String> = prepared
+                .workload
+                .ops
+                .iter()
+                .filter(|op| op.name.starts_with("agg[l1,"))
+                .map(|op| op.name.clone())
+                .collect();
+            let by_inputs = readers[..3].iter().all(|n| n.ends_with(",s0]"));
+            assert_eq!(
+                by_inputs,
+                sweep == "inputs" || sweep.contains("f1"),
+                "{readers:?}"
+            );
+            let peak = make_plan(&prepared, Policy::RetainAll, roomy())
+                .unwrap()
+                .predicted
+                .peak_bytes
+                .hbm;
+            let budgets = Budgets {
+                hbm_bytes: peak / 3,
+                ..roomy()
+            };
+            let p = make_plan(&prepared, Policy::Dp, budgets).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let store: Arc<dyn SsdTier> = spill(dir.path(), SpillOptions::with_budget(0));
+            reports.push((sweep, run(&dataset, h, 3, p, 4, Some(store)).unwrap()));
+        }
+        let (_, first) = &reports[0];
+        assert!(first.final_loss.is_finite());
+        for (sweep, report) in &reports[1..] {
+            assert_eq!(first.losses, report.losses, "{model:?} {sweep}");
+            assert_eq!(
+                first.weights_sha256, report.weights_sha256,
+                "{model:?} {sweep}"
             );
         }
     }
