@@ -332,7 +332,13 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
         seed: args.seed,
         order: LayerOrder::parse(args.layer_order())?,
         transposes: Transposes::parse(args.transposes())?,
-        sweeps: Sweeps::parse(args.sweep())?,
+        sweeps: match args.sweep() {
+            "auto" => bail!(
+                "--sweep auto: train runs the sweep it is given; plan with --sweep auto and \
+                 train with --plan, or give outputs, inputs or a list such as f1,b2"
+            ),
+            text => Sweeps::parse(text)?,
+        },
     };
     if !(0.0..1.0).contains(&args.dropout) {
         bail!(

@@ -138,7 +138,7 @@ fn a_generated_graph_trains_under_a_quarter_budget_with_the_same_weights() {
 
 #[test]
 fn bad_training_input_names_what_is_wrong() {
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 10] = [
         (&["train", "--graph", "no-such-folder"], "no-such-folder"),
         (
             &["train", "--graph", "planted:nodes=600,colour=3"],
@@ -223,6 +223,16 @@ fn bad_training_input_names_what_is_wrong() {
                 "columns",
             ],
             "sweep \"columns\": \"columns\" is not an aggregation",
+        ),
+        (
+            &[
+                "train",
+                "--graph",
+                "planted:nodes=600,val=100,test=200",
+                "--sweep",
+                "auto",
+            ],
+            "--sweep auto: train runs the sweep it is given; plan with --sweep auto",
         ),
     ];
     for (args, needle) in cases {
