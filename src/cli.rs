@@ -789,7 +789,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     let transposes = Transposes::parse(&args.transposes)?;
     // `auto` chooses once the budgets are known (`prepare`).
     let sweeps = match args.sweep.as_str() {
-        "auto" => Sweeps::default(),
+        text if text.eq_ignore_ascii_case("auto") => Sweeps::default(),
         text => Sweeps::parse(text)?,
     };
     if model == GnnModel::Gat && transposes != Transposes::Stored {
@@ -1156,7 +1156,8 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
     }
     let mut sweep_note = String::new();
     let mut made_while = "sizing the partitions";
-    if let (Some(gnn), Some(model), "auto") = (&gnn, &mut model, args.sweep.as_str()) {
+    let auto = args.sweep.eq_ignore_ascii_case("auto");
+    if let (Some(gnn), Some(model), true) = (&gnn, &mut model, auto) {
         if args.gpus > 1 {
             sweep_note = "sweep     outputs (auto chooses on one GPU)".to_string();
         } else {
@@ -1169,19 +1170,30 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
                 };
                 Ok(build_gnn(&spec, &blocks)?)
             };
+            let reused = made.is_some();
             let outputs = Some((workload, made.take()));
-            made_while = "choosing the sweeps";
             let swept = choose_sweeps(&build, gnn.spec.sweepable(), &profile, &options, outputs)?;
             let took = format_seconds(started.elapsed().as_secs_f64());
+            if !(reused && swept.sweeps == Sweeps::default()) {
+                made_while = "choosing the sweeps";
+            }
+            // Milp's sweeps are compared by dp's plans.
+            let dp = match options.policy {
+                Policy::Milp => " by dp",
+                _ => "",
+            };
             let against = match (swept.predicted_s, swept.outputs_s) {
                 (_, _) if swept.sweeps == Sweeps::default() => String::new(),
                 (Some(s), Some(o)) => format!(
-                    ": {} predicted against {} by outputs",
+                    ": {} predicted{dp} against {} by outputs",
                     format_seconds(s),
                     format_seconds(o)
                 ),
                 (Some(s), None) => {
-                    format!(": {} predicted; by outputs nothing fits", format_seconds(s))
+                    format!(
+                        ": {} predicted{dp}; by outputs nothing fits",
+                        format_seconds(s)
+                    )
                 }
                 _ => String::new(),
             };

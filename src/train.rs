@@ -258,11 +258,18 @@ impl TrainArgs {
             None => None,
         };
         args.transposes = take(&transposes, &plan.transposes, ("transposes", source))?;
-        let sweep = match &self.sweep {
+        let sweep = match self.sweep.as_deref() {
+            Some(name) if name.eq_ignore_ascii_case("auto") => bail!(
+                "--sweep auto: the plan {source} is for --sweep {}; leave --sweep out to train \
+                 as the plan was made",
+                plan.sweep
+            ),
             Some(name) => Some(Sweeps::parse(name)?.name()),
             None => None,
         };
-        args.sweep = take(&sweep, &plan.sweep, ("sweep", source))?;
+        // (Validated with the plan; a plan's list is compared as read.)
+        let planned = Sweeps::parse(&plan.sweep)?.name();
+        args.sweep = take(&sweep, &planned, ("sweep", source))?;
         args.partitions = take(&self.partitions, &plan.partitions, ("partitions", source))?;
         args.devices = take(&self.devices, &plan.devices, ("devices", source))?;
         if let Some(planned) = &plan.shares {
@@ -333,7 +340,7 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
         order: LayerOrder::parse(args.layer_order())?,
         transposes: Transposes::parse(args.transposes())?,
         sweeps: match args.sweep() {
-            "auto" => bail!(
+            text if text.eq_ignore_ascii_case("auto") => bail!(
                 "--sweep auto: train runs the sweep it is given; plan with --sweep auto and \
                  train with --plan, or give outputs, inputs or a list such as f1,b2"
             ),
@@ -468,7 +475,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                          the statistics of one GPU's share (of a --dataset, or by a build from \
                          before plans of real shares), which `train` does not build; \
                          `fateplan train --graph {} --devices {k} --model {} --layers {} \
-                         --hidden {}{gat} --layer-order {} --partitions {} --save-plan FILE`, \
+                         --hidden {}{gat} --layer-order {} --transposes {} --sweep {} \
+                         --partitions {} --save-plan FILE`, \
                          or `fateplan plan --graph` with the same flags and --gpus {k}, writes a \
                          plan of the shares it trains, which --plan takes",
                         args.graph,
@@ -476,6 +484,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                         model.layers,
                         model.hidden,
                         model.layer_order,
+                        model.transposes,
+                        model.sweep,
                         model.partitions,
                         k = model.devices,
                     );
@@ -532,6 +542,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     };
 
     let nodes = dataset.nodes;
+    let dataset_dims = (dataset.features as usize, dataset.classes as usize);
     let edges = source.as_ref().map_or(dataset.edges(), |s| s.len());
     let prepared = if let Some(source) = source {
         // With --processes each member builds its own share: the
@@ -581,7 +592,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         heads: hyper.heads,
         layer_order: hyper.order.name().to_string(),
         transposes: hyper.transposes.name().to_string(),
-        sweep: hyper.sweeps.name(),
+        sweep: train::spec(dataset_dims.0, dataset_dims.1, &hyper, "").sweep_name(),
         partitions: args.partitions(),
         devices: args.devices(),
         shares: shared.then(|| share_method.name().to_string()),

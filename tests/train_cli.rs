@@ -599,11 +599,18 @@ fn a_plan_s_sweep_is_trained_and_auto_says_what_it_chose() {
         );
         let written: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        (stdout, written["workload"]["model"]["sweep"].clone())
+        // (Written only when not `outputs`.)
+        let sweep = written["workload"]["model"]["sweep"]
+            .as_str()
+            .unwrap_or("outputs");
+        (stdout, sweep.to_string())
     };
     let listed = dir.join("listed.json");
     let (_, recorded) = plan("b3,f1", &listed);
     assert_eq!(recorded, "f1,b3");
+    // Every aggregation that can, listed, is recorded as `inputs`.
+    let (_, recorded) = plan("f1,f2,f3,b2,b3", &dir.join("all.json"));
+    assert_eq!(recorded, "inputs");
     let train = |extra: &[&str]| {
         let args = [&["train", "--graph", graph, "--epochs", "2"][..], extra].concat();
         fateplan(&args)
@@ -621,6 +628,12 @@ fn a_plan_s_sweep_is_trained_and_auto_says_what_it_chose() {
         stderr.contains("--sweep inputs: the plan") && stderr.contains("is for --sweep f1,b3"),
         "{stderr}"
     );
+    let refused = train(&["--plan", listed.to_str().unwrap(), "--sweep", "auto"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("--sweep auto: the plan") && stderr.contains("is for --sweep f1,b3"),
+        "{stderr}"
+    );
     // `auto` names the sweep it took, which the plan records.
     let chosen = dir.join("auto.json");
     let (stdout, recorded) = plan("auto", &chosen);
@@ -633,7 +646,7 @@ fn a_plan_s_sweep_is_trained_and_auto_says_what_it_chose() {
         "{line}"
     );
     let taken = line.split_whitespace().nth(1).unwrap();
-    assert_eq!(taken, recorded.as_str().unwrap(), "{line}");
+    assert_eq!(taken, recorded, "{line}");
     let trained = train(&["--plan", chosen.to_str().unwrap()]);
     assert!(
         trained.status.success(),

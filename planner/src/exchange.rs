@@ -365,14 +365,23 @@ pub fn exchanges(
         };
         // Each part (a block's share of the halo, or a source partition's
         // part of the backward), fetched from the host one part ahead:
-        // issued once the previous part's first step has run (the first
-        // part, just before it is needed).
-        let ahead = |ranges: &[(u32, u32)], i: usize| -> i64 {
-            if i == 0 {
-                ranges[0].0 as i64 - 1
-            } else {
-                ranges[i - 1].0 as i64
+        // issued once the part needed before it (by first step) has
+        // started (the first part, just before it is needed). Aggregations
+        // by inputs interleave the destinations' blocks and the sources'
+        // chains, so the parts are ordered by their first steps, not by
+        // partition.
+        let ahead = |ranges: &[(u32, u32)]| -> Vec<i64> {
+            let mut order: Vec<usize> = (0..ranges.len()).collect();
+            order.sort_by_key(|&i| ranges[i]);
+            let mut issues = vec![0i64; ranges.len()];
+            for (k, &i) in order.iter().enumerate() {
+                let start = ranges[i].0 as i64;
+                issues[i] = match k {
+                    0 => start - 1,
+                    _ => (ranges[order[k - 1]].0 as i64).min(start - 1),
+                };
             }
+            issues
         };
         let partitions = site.forward.len() as u32;
         let (halo, halo_per_dst) = multi.halo.rows(gpus, partitions);
@@ -449,8 +458,9 @@ pub fn exchanges(
                 })
                 .collect();
             let ranges: Vec<(u32, u32)> = blocks.iter().map(|b| b.0).collect();
+            let issues = ahead(&ranges);
             for (i, &((start, end), bytes)) in blocks.iter().enumerate() {
-                let issue = ahead(&ranges, i);
+                let issue = issues[i];
                 push(
                     Draft {
                         kind: ExchangeKind::Halo,
@@ -490,8 +500,9 @@ pub fn exchanges(
                     bwd_last,
                 ),
                 Strategy::Host => {
+                    let issues = ahead(&site.backward);
                     for (j, &(start, end)) in site.backward.iter().enumerate() {
-                        let issue = ahead(&site.backward, j);
+                        let issue = issues[j];
                         push(
                             Draft {
                                 kind: ExchangeKind::Halo,

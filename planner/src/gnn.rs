@@ -217,7 +217,9 @@ impl Sweeps {
                 Some(("b" | "B", layer)) => (&mut sweeps.backward, layer),
                 _ => {
                     return Err(bad(format!(
-                        "{entry:?} is not an aggregation; expected outputs, inputs, or a list                          such as f1,b2 (f<layer>: that layer's aggregation, b<layer>: its                          transposed aggregation)"
+                        "{entry:?} is not an aggregation; expected outputs, inputs, or a list \
+                         such as f1,b2 (f<layer>: that layer's aggregation, b<layer>: its \
+                         transposed aggregation)"
                     )))
                 }
             };
@@ -823,7 +825,7 @@ impl<'a> Builder<'a> {
         self.aggregate_rows(&row, &[i], Sweep::Outputs, source)[0]
     }
 
-    /// [`Builder::aggregate_row`] for each row partition of `rows`, the
+    /// [`Builder::aggregate_row`] for each row partition of `rows_of`, the
     /// operators in `sweep` order: row by row, or source by source (each
     /// source's rows read once, every row's partial sum live meanwhile).
     /// Each row sums its sources in ascending order either way.
@@ -1053,7 +1055,7 @@ impl<'a> Builder<'a> {
         (dh, dw)
     }
 
-    /// Source partition `j`'s transposed aggregation in layer `l`: one
+    /// Each source partition `j`'s transposed aggregation in layer `l`: one
     /// `agg_bwd[l,p_j,d_i]` per destination block, `width` wide, adding
     /// `Âᵀ grads[i]` into a partial sum named `name[l<tag>,p_j]` at the end
     /// (`name_partial[l<tag>,p_j,d_i]` before); `own` (GraphSAGE's self
@@ -1824,7 +1826,6 @@ mod tests {
                 let blocks = BlockCounts::skewed(1000, 8000, parts).unwrap();
                 let spec = GnnSpec {
                     transposes: Transposes::Built,
-                    sweeps: Default::default(),
                     ..spec(model)
                 };
                 let w = build_gnn(&spec, &blocks).unwrap();
@@ -1871,7 +1872,6 @@ mod tests {
                 let w = build_gnn(&spec(model), &blocks).unwrap();
                 let built = GnnSpec {
                     transposes: Transposes::Built,
-                    sweeps: Default::default(),
                     ..spec(model)
                 };
                 let built = build_gnn(&built, &blocks).unwrap();
@@ -2055,7 +2055,6 @@ mod tests {
         for model in [GnnModel::Gcn, GnnModel::Sage] {
             let spec = GnnSpec {
                 transposes: Transposes::Built,
-                sweeps: Default::default(),
                 ..spec(model)
             };
             let w = build_gnn(&spec, &blocks).unwrap();

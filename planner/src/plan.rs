@@ -369,7 +369,7 @@ pub struct PlanModel {
     /// Which aggregations run by inputs: `outputs` (none; plans from
     /// before the field), `inputs` (all that can), or a list such as
     /// `f1,b2` ([`crate::gnn::Sweeps::parse`]).
-    #[serde(default = "by_outputs")]
+    #[serde(default = "by_outputs", skip_serializing_if = "is_by_outputs")]
     pub sweep: String,
     /// Vertex partitions (of one GPU's share, on several).
     pub partitions: u32,
@@ -390,6 +390,10 @@ fn built_transposes() -> String {
 
 fn by_outputs() -> String {
     "outputs".to_string()
+}
+
+fn is_by_outputs(sweep: &String) -> bool {
+    sweep == "outputs"
 }
 
 fn one_device() -> u32 {
@@ -415,7 +419,7 @@ impl PlanModel {
             },
             layer_order: spec.order.name().to_string(),
             transposes: spec.transposes.name().to_string(),
-            sweep: spec.sweeps.name(),
+            sweep: spec.sweep_name(),
             partitions,
             devices: 1,
             shares: None,
@@ -445,8 +449,15 @@ impl PlanModel {
                 format!("{:?}: expected stored or built", self.transposes),
             )
         })?;
-        crate::gnn::Sweeps::parse(&self.sweep)
-            .map_err(|e| Error::invalid(field("sweep"), format!("{:?}: {e}", self.sweep)))?;
+        crate::gnn::Sweeps::parse(&self.sweep).map_err(|_| {
+            Error::invalid(
+                field("sweep"),
+                format!(
+                    "{:?}: expected outputs, inputs or a list such as f1,b2",
+                    self.sweep
+                ),
+            )
+        })?;
         if let Some(shares) = &self.shares {
             if !["mincut", "ranges"].contains(&shares.as_str()) {
                 return Err(Error::invalid(

@@ -417,7 +417,7 @@ pub struct Swept {
     /// aggregation by outputs, where each has a plan.
     pub predicted_s: Option<f64>,
     pub outputs_s: Option<f64>,
-    /// Sweeps planned.
+    /// Sweeps planned here (the plan by outputs handed in not counted).
     pub tried: u32,
 }
 
@@ -450,16 +450,16 @@ pub fn choose_sweeps<E: From<Error>>(
         ..options.clone()
     };
     let seconds = |made: &Option<MadePlan>| made.as_ref().map(|m| m.plan.predicted.iteration_s);
-    let (workload, made) = match outputs {
-        Some((workload, Some(made))) if options.policy != Policy::Milp => (workload, Some(made)),
+    let (workload, made, tried) = match outputs {
+        Some((workload, Some(made))) if options.policy != Policy::Milp => (workload, Some(made), 0),
         Some((workload, _)) => {
             let made = plan_if_fits(&workload, profile, &comparing);
-            (workload, made)
+            (workload, made, 1)
         }
         None => {
             let workload = build(Sweeps::default())?;
             let made = plan_if_fits(&workload, profile, &comparing);
-            (workload, made)
+            (workload, made, 1)
         }
     };
     let outputs_s = seconds(&made);
@@ -469,7 +469,7 @@ pub fn choose_sweeps<E: From<Error>>(
         plan: made,
         predicted_s: outputs_s,
         outputs_s,
-        tried: 1,
+        tried,
     };
     let flips: Vec<Sweeps> = (0..64)
         .map(|b| Sweeps {

@@ -224,3 +224,34 @@ fn across_nodes_part_of_every_exchange_crosses_the_network() {
         assert!((share - 8.0 / 15.0).abs() < 0.01, "{share}");
     }
 }
+
+/// Aggregations by inputs interleave the destinations' blocks and the
+/// sources' transposed chains: through host memory, every halo share is
+/// still issued before the step that reads it, and the plan passes the
+/// sanity pass with each strategy.
+#[test]
+fn aggregations_by_inputs_exchange_in_step_order() {
+    use fateplan_planner::gnn::{GnnSpec, Sweeps};
+    let blocks = BlockCounts::skewed(NODES.div_ceil(4), EDGES.div_ceil(4), 4).unwrap();
+    for model in [GnnModel::Gcn, GnnModel::Sage] {
+        for sweep in ["inputs", "f1,b2", "f2,b3"] {
+            let spec = GnnSpec {
+                sweeps: Sweeps::parse(sweep).unwrap(),
+                ..gnn_spec(model)
+            };
+            let w = build_gnn(&spec, &blocks).unwrap();
+            for forced in [Some(Strategy::Host), Some(Strategy::Peer), None] {
+                let p = plan_with(&w, 4, 80 << 30, forced)
+                    .unwrap_or_else(|e| panic!("{model:?} {sweep} {forced:?}: {e}"));
+                assert!(!p.exchanges.is_empty());
+                for (k, e) in p.exchanges.iter().enumerate() {
+                    assert!(
+                        e.issue_after_step < e.done_before_step as i64,
+                        "{model:?} {sweep} {forced:?}: exchanges[{k}] {e:?}"
+                    );
+                }
+                Plan::from_json(&p.to_json(), "swept.json").unwrap();
+            }
+        }
+    }
+}

@@ -259,8 +259,11 @@ fn a_tampered_plan_is_rejected_on_load() {
             "cached",
             "\"cached\": expected stored or built",
         ),
-        ("sweep", "f0", "\"f0\": expected a layer from 1 to 64"),
-        ("sweep", "rows", "\"rows\" is not an aggregation"),
+        (
+            "sweep",
+            "f0",
+            "\"f0\": expected outputs, inputs or a list such as f1,b2",
+        ),
         ("layers", "0", "0: expected at least 1"),
     ] {
         let mut json: serde_json::Value = serde_json::from_str(&modelled.to_json()).unwrap();

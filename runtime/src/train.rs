@@ -37,7 +37,14 @@ pub fn workload(
     hyper: &Hyper,
     graph_name: &str,
 ) -> Result<Workload, ExecError> {
-    let spec = GnnSpec {
+    let spec = spec(features, classes, hyper, graph_name);
+    build_gnn(&spec, counts).map_err(|e| ExecError::Kernel(e.to_string()))
+}
+
+/// The model of `hyper` for a graph of `features` input features and
+/// `classes` classes, as the planner builds it ([`workload`]).
+pub fn spec(features: usize, classes: usize, hyper: &Hyper, graph_name: &str) -> GnnSpec {
+    GnnSpec {
         model: hyper.model,
         layers: hyper.layers,
         hidden: hyper.hidden,
@@ -48,8 +55,7 @@ pub fn workload(
         order: hyper.order,
         transposes: hyper.transposes,
         sweeps: hyper.sweeps,
-    };
-    build_gnn(&spec, counts).map_err(|e| ExecError::Kernel(e.to_string()))
+    }
 }
 
 /// One epoch as the progress display and the report see it.

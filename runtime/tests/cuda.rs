@@ -562,7 +562,6 @@ fn hub_columns_are_transposed_in_edge_order() {
     );
     let built = Hyper {
         transposes: Transposes::Built,
-        sweeps: Default::default(),
         ..hyper(GnnModel::Gcn, 1)
     };
     for h in [hyper(GnnModel::Gcn, 1), built, hyper(GnnModel::Gat, 2)] {

@@ -206,7 +206,6 @@ fn stored_and_built_transposes_train_the_same_model() {
             let stored = hyper(model, 3, 8, 5);
             let built = Hyper {
                 transposes: Transposes::Built,
-                sweeps: Default::default(),
                 ..stored
             };
             let mut reports = Vec::new();
