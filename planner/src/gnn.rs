@@ -402,15 +402,8 @@ impl GnnSpec {
         if swept == self.sweepable() {
             return "inputs".into();
         }
-        let mut names = Vec::new();
-        for (letter, bits) in [("f", swept.forward), ("b", swept.backward)] {
-            names.extend(
-                (1..=self.layers)
-                    .filter(|l| bits & (1 << (l - 1)) != 0)
-                    .map(|l| format!("{letter}{l}")),
-            );
-        }
-        names.join(",")
+        // (Masked, never every bit: the list.)
+        swept.name()
     }
 
     /// Whether `layer` projects its input before it aggregates
@@ -491,35 +484,6 @@ struct Builder<'a> {
     /// `transposes[i][j]`: block (i, j)'s stored transpose `adj_t[i,j]`,
     /// added by the first transposed aggregation that reads it.
     transposes: Vec<Vec<Option<TensorId>>>,
-}
-
-/// What one aggregation's block products are: the operators' label, layer,
-/// width, phase and kind, the final sum's kind, and GAT's edge weights
-/// ([`Builder::aggregate_row`]).
-#[derive(Clone, Copy)]
-struct Aggregation<'s> {
-    label: &'s str,
-    l: u32,
-    width: u64,
-    phase: Phase,
-    kind: OpKind,
-    final_kind: TensorKind,
-    edge_weights: Option<(TensorId, u64)>,
-}
-
-impl Aggregation<'static> {
-    /// GCN's and GraphSAGE's forward aggregation of layer `l`.
-    fn forward(l: u32, width: u64) -> Self {
-        Aggregation {
-            label: "agg",
-            l,
-            width,
-            phase: Phase::Forward,
-            kind: OpKind::Aggregate,
-            final_kind: TensorKind::Activation,
-            edge_weights: None,
-        }
-    }
 }
 
 /// The order of chains of block products: `terms[r]` are chain `r`'s
@@ -796,55 +760,23 @@ impl<'a> Builder<'a> {
         Ok(self.w)
     }
 
-    /// Accumulates block products into row `i`: one operator per source block,
-    /// each reading the previous partial sum. Returns the final sum.
-    /// `edge_weights`: a tensor every block also reads, with the bytes it
-    /// holds per edge (GAT's `alpha`).
-    #[allow(clippy::too_many_arguments)]
-    fn aggregate_row(
-        &mut self,
-        label: &str,
-        l: u32,
-        i: u32,
-        width: u64,
-        phase: Phase,
-        kind: OpKind,
-        final_kind: TensorKind,
-        edge_weights: Option<(TensorId, u64)>,
-        source: &dyn Fn(u32) -> TensorId,
-    ) -> TensorId {
-        let row = Aggregation {
-            label,
-            l,
-            width,
-            phase,
-            kind,
-            final_kind,
-            edge_weights,
-        };
-        self.aggregate_rows(&row, &[i], Sweep::Outputs, source)[0]
-    }
-
-    /// [`Builder::aggregate_row`] for each row partition of `rows_of`, the
-    /// operators in `sweep` order: row by row, or source by source (each
-    /// source's rows read once, every row's partial sum live meanwhile).
-    /// Each row sums its sources in ascending order either way.
+    /// Layer `l`'s forward aggregation of the row partitions `rows_of`
+    /// (`width` wide): per row, one operator per source block, each
+    /// reading the previous partial sum; returns each row's final sum.
+    /// The operators run in `sweep` order: row by row, or source by
+    /// source (each source's rows read once, every row's partial sum live
+    /// meanwhile); each row sums its sources in ascending order either
+    /// way. `edge_weights`: a tensor every block also reads, with the
+    /// bytes it holds per edge (GAT's `alpha`).
     fn aggregate_rows(
         &mut self,
-        row: &Aggregation<'_>,
+        l: u32,
+        width: u64,
+        edge_weights: Option<(TensorId, u64)>,
         rows_of: &[u32],
         sweep: Sweep,
         source: &dyn Fn(u32) -> TensorId,
     ) -> Vec<TensorId> {
-        let Aggregation {
-            label,
-            l,
-            width,
-            phase,
-            kind,
-            final_kind,
-            edge_weights,
-        } = *row;
         let sources: Vec<Vec<u32>> = rows_of.iter().map(|&i| self.sources(i)).collect();
         let mut partials: Vec<Option<TensorId>> = vec![None; rows_of.len()];
         for (r, k) in sweep_order(&sources, self.parts, sweep) {
@@ -853,10 +785,10 @@ impl<'a> Builder<'a> {
             let partial = partials[r];
             let last = k + 1 == sources[r].len();
             let (name, kind_out) = if last {
-                (format!("{label}[l{l},p{i}]"), final_kind)
+                (format!("agg[l{l},p{i}]"), TensorKind::Activation)
             } else {
                 (
-                    format!("{label}_partial[l{l},p{i},s{j}]"),
+                    format!("agg_partial[l{l},p{i},s{j}]"),
                     TensorKind::Workspace,
                 )
             };
@@ -874,9 +806,9 @@ impl<'a> Builder<'a> {
                 ComputeClass::Sparse
             };
             self.op(
-                format!("{label}[l{l},p{i},s{j}]"),
-                kind,
-                phase,
+                format!("agg[l{l},p{i},s{j}]"),
+                OpKind::Aggregate,
+                Phase::Forward,
                 inputs,
                 vec![out],
                 Cost::work(2.0 * (edges * width) as f64, bytes, class).over_edges(edges),
@@ -894,19 +826,22 @@ impl<'a> Builder<'a> {
         let (d_in, d_out) = spec.layer_dims(l);
         let last = l == spec.layers;
         let mut layer = Layer::default();
-        let row = Aggregation::forward(l, d_in);
         let hs = h.to_vec();
         // By inputs, every row's aggregation runs before the projections.
         let all: Vec<u32> = (0..self.parts).collect();
         let swept = match spec.swept().forward(l) {
-            Sweep::Inputs => self.aggregate_rows(&row, &all, Sweep::Inputs, &|j| hs[j as usize]),
+            Sweep::Inputs => {
+                self.aggregate_rows(l, d_in, None, &all, Sweep::Inputs, &|j| hs[j as usize])
+            }
             Sweep::Outputs => Vec::new(),
         };
         for i in 0..self.parts {
             let rows = self.rows(i);
             let agg = match swept.get(i as usize) {
                 Some(&agg) => agg,
-                None => self.aggregate_rows(&row, &[i], Sweep::Outputs, &|j| hs[j as usize])[0],
+                None => {
+                    self.aggregate_rows(l, d_in, None, &[i], Sweep::Outputs, &|j| hs[j as usize])[0]
+                }
             };
             let z = self.tensor(
                 format!("z[l{l},p{i}]"),
@@ -1207,18 +1142,20 @@ impl<'a> Builder<'a> {
             let z = self.projection(l, i, h[i as usize], w);
             layer.z.push(z);
         }
-        let row = Aggregation::forward(l, d_out);
         let zs = layer.z.clone();
         let all: Vec<u32> = (0..self.parts).collect();
         let swept = match spec.swept().forward(l) {
-            Sweep::Inputs => self.aggregate_rows(&row, &all, Sweep::Inputs, &|j| zs[j as usize]),
+            Sweep::Inputs => {
+                self.aggregate_rows(l, d_out, None, &all, Sweep::Inputs, &|j| zs[j as usize])
+            }
             Sweep::Outputs => Vec::new(),
         };
         for i in 0..self.parts {
             let rows = self.rows(i);
             let agg = match swept.get(i as usize) {
                 Some(&agg) => agg,
-                None => self.aggregate_rows(&row, &[i], Sweep::Outputs, &|j| zs[j as usize])[0],
+                None => self
+                    .aggregate_rows(l, d_out, None, &[i], Sweep::Outputs, &|j| zs[j as usize])[0],
             };
             let (name, op_name, flops) = if last {
                 (format!("out[l{l},p{i}]"), format!("bias[l{l},p{i}]"), 1.0)
@@ -1411,17 +1348,9 @@ impl<'a> Builder<'a> {
                 .over_edges(row_edges),
             );
             let zs = layer.z.clone();
-            let agg = self.aggregate_row(
-                "agg",
-                l,
-                i,
-                d_out,
-                Phase::Forward,
-                OpKind::Aggregate,
-                TensorKind::Activation,
-                Some((alpha, heads * F32)),
-                &|j| zs[j as usize],
-            );
+            let weights = Some((alpha, heads * F32));
+            let agg = self
+                .aggregate_rows(l, d_out, weights, &[i], Sweep::Outputs, &|j| zs[j as usize])[0];
             let (name, op_name, flops, class) = if last {
                 (
                     format!("out[l{l},p{i}]"),
