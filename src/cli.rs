@@ -9,12 +9,14 @@ use clap::{Args, Parser, Subcommand};
 use fateplan::planner::blocks::{BlockCounts, MAX_PARTITIONS};
 use fateplan::planner::datasets::{dataset, dataset_names, DATASETS};
 use fateplan::planner::exchange::{Halo, MultiGpu};
-use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec, LayerOrder, Sweeps, Transposes};
+use fateplan::planner::gnn::{
+    build_gnn, GnnModel, GnnShape, GnnSpec, LayerOrder, Sweeps, Transposes,
+};
 use fateplan::planner::passes::cost::FateSet;
 use fateplan::planner::plan::{ExchangeKind, Fate, Leg, PlanModel, Predicted, Strategy};
 use fateplan::planner::profile::DeviceKind;
 use fateplan::planner::sizing::{
-    choose_sweeps, per_layer, size_partitions, MadePlan, Sized, Sizing,
+    choose_sweeps, per_layer, size_partitions, MadePlan, Sized, Sizing, Swept,
 };
 use fateplan::planner::units::{format_bytes, format_seconds, parse_bytes};
 use fateplan::planner::{
@@ -25,7 +27,7 @@ use fateplan::profiles;
 use fateplan::runtime::generate::GeneratorSpec;
 use fateplan::runtime::graph::GraphData;
 use fateplan::runtime::partition::{Method, PartitionOptions, Partitioning};
-use fateplan::runtime::share::{share_workload, ShareMethod, ShareStats};
+use fateplan::runtime::share::{share_workload, ShareMethod, ShareStats, ShareWorkload};
 use fateplan::runtime::sim::{self as simulator, SimOptions};
 
 use crate::partition::{self, PartitionArgs};
@@ -133,9 +135,9 @@ pub(crate) struct PlanArgs {
     /// rather than output after output: `outputs` (none), `inputs` (all
     /// that can), or a list such as `f1,b2` (layer 1's aggregation, layer
     /// 2's transposed one), or `auto`: the planner walks from outputs,
-    /// flipping one aggregation at a time while its prediction falls (on
-    /// one GPU; a plan per sweep tried). GCN and GraphSAGE; the model is
-    /// the same.
+    /// flipping one aggregation at a time while its prediction falls (a
+    /// plan per sweep tried; with --gpus, each plan has the exchanges).
+    /// GCN and GraphSAGE; the model is the same.
     #[arg(long, conflicts_with = "dag", default_value = "outputs")]
     sweep: String,
     /// Input feature size (default: the dataset's or graph's).
@@ -636,6 +638,8 @@ fn graph_share(graph: GraphData, gpus: u32) -> Result<(GraphSource, Halo, GraphS
 /// The shares `train --devices` builds, planned.
 struct SharesPlanned {
     workload: Workload,
+    /// What `workload` was built from.
+    shape: GnnShape,
     partitions: u32,
     /// The plan of `workload`, where one was made here.
     made: Option<MadePlan>,
@@ -670,7 +674,11 @@ fn plan_shares(
         share_workload(&graph, &gnn.spec, gpus, p, ShareMethod::Mincut, Some(owner))
             .with_context(|| format!("--gpus {gpus} --partitions {p}"))
     };
-    let (mut workload, stats) = build(owner, partitions)?;
+    let ShareWorkload {
+        mut workload,
+        stats,
+        mut shape,
+    } = build(owner, partitions)?;
     if let Some(multi) = options.multi.as_mut() {
         // The halo rows do not depend on the partition count.
         multi.halo = shares_halo(nodes, edges, gpus, &stats);
@@ -686,6 +694,7 @@ fn plan_shares(
     let Some(owner) = keep_owner else {
         return Ok(SharesPlanned {
             workload,
+            shape,
             partitions,
             made: None,
             line: line(partitions, ""),
@@ -704,6 +713,7 @@ fn plan_shares(
             };
             return Ok(SharesPlanned {
                 workload,
+                shape,
                 partitions: p,
                 made: Some(MadePlan {
                     plan,
@@ -719,7 +729,7 @@ fn plan_shares(
         } else {
             None
         };
-        let Some((shared, _)) = next else {
+        let Some(next) = next else {
             // The caller plans it again and says why it does not fit.
             let tried = if p == partitions {
                 String::new()
@@ -731,14 +741,62 @@ fn plan_shares(
             };
             return Ok(SharesPlanned {
                 workload,
+                shape,
                 partitions: p,
                 made: None,
                 line: line(p, &tried),
             });
         };
         p += 1;
-        workload = shared;
+        (workload, shape) = (next.workload, next.shape);
     }
+}
+
+/// `--sweep auto`: the sweeps [`choose_sweeps`] takes for `shape` under
+/// `options` (on one GPU or several), with the `sweep` line of the
+/// summary saying what it took, against what, and how many plans it
+/// made. `outputs`: the workload by outputs, and its plan where one was
+/// made with these options.
+pub(crate) fn auto_sweeps(
+    shape: &GnnShape,
+    profile: &Profile,
+    options: &PlanOptions,
+    outputs: Option<(Workload, Option<MadePlan>)>,
+) -> Result<(Swept, String)> {
+    let started = std::time::Instant::now();
+    let build = |sweeps: Sweeps| -> Result<Workload> { Ok(shape.workload(sweeps)?) };
+    let swept = choose_sweeps(&build, shape.spec.sweepable(), profile, options, outputs)?;
+    let took = format_seconds(started.elapsed().as_secs_f64());
+    // Milp's sweeps are compared by dp's plans.
+    let dp = match options.policy {
+        Policy::Milp => " by dp",
+        _ => "",
+    };
+    let against = match (swept.predicted_s, swept.outputs_s) {
+        (_, _) if swept.sweeps == Sweeps::default() => String::new(),
+        (Some(s), Some(o)) => format!(
+            ": {} predicted{dp} against {} by outputs",
+            format_seconds(s),
+            format_seconds(o)
+        ),
+        (Some(s), None) => {
+            format!(
+                ": {} predicted{dp}; by outputs nothing fits",
+                format_seconds(s)
+            )
+        }
+        _ => String::new(),
+    };
+    let name = GnnSpec {
+        sweeps: swept.sweeps,
+        ..shape.spec.clone()
+    }
+    .sweep_name();
+    let line = format!(
+        "sweep     {name} (auto{against}; {} sweeps planned in {took})",
+        swept.tried
+    );
+    Ok((swept, line))
 }
 
 /// What a plan is made for: a generic DAG, or a GNN to size.
@@ -1090,6 +1148,8 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
     } else if forced.is_some() {
         bail!("--exchange {}: applies with --gpus above 1", args.exchange);
     }
+    // What the workload of real shares was built from.
+    let mut shares_shape = None;
     let (mut workload, sizing_note, mut made, mut model, gnn) = match source {
         Source::Dag(workload) => (workload, String::new(), None, None, None),
         Source::Gnn(gnn) => {
@@ -1106,6 +1166,7 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
                 let fitted = args.partitions == "auto" && made.is_some();
                 let built = plan_shares(args, &gnn, shares, p, fitted, &profile, &mut options)?;
                 workload = built.workload;
+                shares_shape = Some(built.shape);
                 made = built.made;
                 model.partitions = built.partitions;
                 model.shares = Some(ShareMethod::Mincut.name().to_string());
@@ -1158,58 +1219,27 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
     let mut made_while = "sizing the partitions";
     let auto = args.sweep.eq_ignore_ascii_case("auto");
     if let (Some(gnn), Some(model), true) = (&gnn, &mut model, auto) {
-        if args.gpus > 1 {
-            sweep_note = "sweep     outputs (auto chooses on one GPU)".to_string();
-        } else {
-            let started = std::time::Instant::now();
-            let blocks = gnn.source.blocks(model.partitions, false)?;
-            let build = |sweeps: Sweeps| -> Result<Workload> {
-                let spec = GnnSpec {
-                    sweeps,
-                    ..gnn.spec.clone()
-                };
-                Ok(build_gnn(&spec, &blocks)?)
-            };
-            let reused = made.is_some();
-            let outputs = Some((workload, made.take()));
-            let swept = choose_sweeps(&build, gnn.spec.sweepable(), &profile, &options, outputs)?;
-            let took = format_seconds(started.elapsed().as_secs_f64());
-            if !(reused && swept.sweeps == Sweeps::default()) {
-                made_while = "choosing the sweeps";
-            }
-            // Milp's sweeps are compared by dp's plans.
-            let dp = match options.policy {
-                Policy::Milp => " by dp",
-                _ => "",
-            };
-            let against = match (swept.predicted_s, swept.outputs_s) {
-                (_, _) if swept.sweeps == Sweeps::default() => String::new(),
-                (Some(s), Some(o)) => format!(
-                    ": {} predicted{dp} against {} by outputs",
-                    format_seconds(s),
-                    format_seconds(o)
-                ),
-                (Some(s), None) => {
-                    format!(
-                        ": {} predicted{dp}; by outputs nothing fits",
-                        format_seconds(s)
-                    )
-                }
-                _ => String::new(),
-            };
-            let spec = GnnSpec {
-                sweeps: swept.sweeps,
-                ..gnn.spec.clone()
-            };
-            sweep_note = format!(
-                "sweep     {} (auto{against}; {} sweeps planned in {took})",
-                spec.sweep_name(),
-                swept.tried
-            );
-            model.sweep = spec.sweep_name();
-            workload = swept.workload;
-            made = swept.plan;
+        let shape = match shares_shape {
+            Some(shape) => shape,
+            None => GnnShape {
+                spec: gnn.spec.clone(),
+                counts: gnn.source.blocks(model.partitions, false)?,
+            },
+        };
+        let reused = made.is_some();
+        let outputs = Some((workload, made.take()));
+        let (swept, line) = auto_sweeps(&shape, &profile, &options, outputs)?;
+        if !(reused && swept.sweeps == Sweeps::default()) {
+            made_while = "choosing the sweeps";
         }
+        sweep_note = line;
+        model.sweep = GnnSpec {
+            sweeps: swept.sweeps,
+            ..gnn.spec.clone()
+        }
+        .sweep_name();
+        workload = swept.workload;
+        made = swept.plan;
     }
     let mut note = format!(
         "{} tensors, {} operators",

@@ -77,9 +77,10 @@ pub struct TrainArgs {
     #[arg(long)]
     transposes: Option<String>,
     /// Which aggregations run input partition after input partition
-    /// rather than output after output: `outputs`, `inputs` or a list
-    /// such as `f1,b2` (as `plan --sweep`). The model is the same, bit
-    /// for bit [default: outputs].
+    /// rather than output after output: `outputs`, `inputs`, a list such
+    /// as `f1,b2`, or `auto` (the planner chooses, as `plan --sweep
+    /// auto`: when planning here, not with --plan). The model is the
+    /// same, bit for bit [default: outputs, or with --plan the plan's].
     #[arg(long)]
     sweep: Option<String>,
     #[arg(long, default_value_t = 200)]
@@ -213,6 +214,10 @@ impl TrainArgs {
     pub(crate) fn sweep(&self) -> &str {
         self.sweep.as_deref().unwrap_or("outputs")
     }
+    /// Whether `--sweep auto` asks the planner to choose.
+    fn sweep_auto(&self) -> bool {
+        self.sweep().eq_ignore_ascii_case("auto")
+    }
     pub(crate) fn partitions(&self) -> u32 {
         self.partitions.unwrap_or(DEFAULT_MODEL.5)
     }
@@ -339,12 +344,10 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
         seed: args.seed,
         order: LayerOrder::parse(args.layer_order())?,
         transposes: Transposes::parse(args.transposes())?,
-        sweeps: match args.sweep() {
-            text if text.eq_ignore_ascii_case("auto") => bail!(
-                "--sweep auto: train runs the sweep it is given; plan with --sweep auto and \
-                 train with --plan, or give outputs, inputs or a list such as f1,b2"
-            ),
-            text => Sweeps::parse(text)?,
+        // `auto` starts by outputs: planning chooses ([`run`]).
+        sweeps: match args.sweep_auto() {
+            true => Sweeps::default(),
+            false => Sweeps::parse(args.sweep())?,
         },
     };
     if !(0.0..1.0).contains(&args.dropout) {
@@ -497,7 +500,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         },
         None => args,
     };
-    let hyper = hyper(args)?;
+    let mut hyper = hyper(args)?;
     let backend = backend_choice(args)?;
     if args.devices() == 0 {
         bail!("--devices 0: expected at least 1");
@@ -544,7 +547,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     let nodes = dataset.nodes;
     let dataset_dims = (dataset.features as usize, dataset.classes as usize);
     let edges = source.as_ref().map_or(dataset.edges(), |s| s.len());
-    let prepared = if let Some(source) = source {
+    let mut prepared = if let Some(source) = source {
         // With --processes each member builds its own share: the
         // launcher needs the workload and the statistics only, which it
         // counts reading the edges a batch at a time.
@@ -584,8 +587,10 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     // if it needs more); without, they are the budgets to plan for.
     let mut run_budgets = None;
     let mut unplanned_exchange = None;
+    // `--sweep auto`'s workload and the summary's line on it.
+    let mut chosen = None;
     // What `train --plan` trains (with --save-plan).
-    let trained_model = PlanModel {
+    let mut trained_model = PlanModel {
         model: hyper.model.name().to_string(),
         layers: hyper.layers,
         hidden: hyper.hidden,
@@ -696,10 +701,60 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                     profile.name
                 ));
             }
-            let mut plan = plan(workload, &profile, &options)?;
+            let mut plan = match args.sweep_auto() {
+                true => {
+                    let shape = match &prepared {
+                        Prepared::One(p) => &p.shape,
+                        Prepared::Shared(s) => &s.shape,
+                    };
+                    let outputs = Some((workload.clone(), None));
+                    let (swept, line) =
+                        crate::cli::auto_sweeps(shape, &profile, &options, outputs)?;
+                    hyper.sweeps = swept.sweeps;
+                    let name = train::spec(0, 0, &hyper, "").sweep_name();
+                    trained_model.sweep = name.clone();
+                    let plan = match swept.plan {
+                        Some(made) => made.plan,
+                        // Planned again to say why nothing fits.
+                        None => plan(&swept.workload, &profile, &options)?,
+                    };
+                    let json = serde_json::json!({
+                        "sweep": name,
+                        "predicted_s": swept.predicted_s,
+                        "outputs_s": swept.outputs_s,
+                        "plans": swept.tried,
+                    });
+                    chosen = Some((swept.workload, name, line, json));
+                    plan
+                }
+                false => plan(workload, &profile, &options)?,
+            };
             plan.workload.model = Some(trained_model);
             plan
         }
+    };
+    // `--sweep auto`: the workload of the sweeps taken is trained, and
+    // member processes are told them.
+    let chosen_args;
+    let mut sweep_auto = None;
+    let args = match chosen {
+        Some((workload, name, line, json)) => {
+            match &mut prepared {
+                Prepared::One(p) => p.workload = workload,
+                Prepared::Shared(s) => s.workload = workload,
+            }
+            sweep_auto = Some((line, json));
+            chosen_args = TrainArgs {
+                sweep: Some(name),
+                ..args.clone()
+            };
+            &chosen_args
+        }
+        None => args,
+    };
+    let workload = match &prepared {
+        Prepared::One(p) => &p.workload,
+        Prepared::Shared(s) => &s.workload,
     };
     if let Some(path) = &args.save_plan {
         std::fs::write(path, plan.to_json())
@@ -840,6 +895,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             json["devices"] = serde_json::to_value(devices)?;
             json["shares"] = serde_json::to_value(shares)?;
         }
+        if let Some((_, auto)) = &sweep_auto {
+            json["sweep_auto"] = auto.clone();
+        }
         writeln!(out, "{}", serde_json::to_string_pretty(&json)?)?;
         return Ok(());
     }
@@ -848,6 +906,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         "trained   {} with plan {}, {} epochs",
         workload_name, report.policy, report.epochs
     )?;
+    if let Some((line, _)) = &sweep_auto {
+        writeln!(out, "{line}")?;
+    }
     writeln!(
         out,
         "accuracy  train {:.4}  val {:.4}  test {:.4}  (final loss {:.4})",

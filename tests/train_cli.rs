@@ -653,6 +653,79 @@ fn a_plan_s_sweep_is_trained_and_auto_says_what_it_chose() {
         "{}",
         String::from_utf8_lossy(&trained.stderr)
     );
+    // `train --sweep auto` plans on the spot and chooses as `plan` does:
+    // the plan it saves records what it took, and the model is the same.
+    let saved = dir.join("trained-auto.json");
+    let budget = ["--hbm-budget", "40%"];
+    let auto = json(&train(
+        &[
+            &shape[..],
+            &budget,
+            &["--sweep", "AUTO", "--json"],
+            &["--save-plan", saved.to_str().unwrap()],
+        ]
+        .concat(),
+    ));
+    assert_eq!(auto["sweep_auto"]["sweep"], recorded.as_str(), "{auto}");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    assert_eq!(written["workload"]["model"]["sweep"], recorded.as_str());
+    assert_eq!(auto["weights_sha256"], outputs["weights_sha256"]);
+    // On two devices, each a process: the members build the workload of
+    // the sweeps the launcher took (another one's plan is refused).
+    let two = ["--devices", "2", "--processes"];
+    let out = train(&[&shape[..], &budget, &two, &["--sweep", "auto"]].concat());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("sweep "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let taken = line.split_whitespace().nth(1).unwrap();
+    assert_ne!(taken, "outputs", "{line}");
+    assert!(stdout.contains("-by-inputs"), "{stdout}");
+    // `plan --gpus 2 --sweep auto` chooses with the exchanges planned,
+    // and `train --plan` trains the shares by the sweeps it took.
+    let two_gpus = dir.join("two-gpus.json");
+    let out = fateplan(
+        &[
+            &[
+                "plan",
+                "--graph",
+                graph,
+                "--profile",
+                "a100-80g",
+                "--gpus",
+                "2",
+            ][..],
+            &shape[..],
+            &["--hbm-budget", "25%", "--sweep", "auto"],
+            &["-o", two_gpus.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("sweep "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(line.contains("predicted against"), "{line}");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&two_gpus).unwrap()).unwrap();
+    let taken = line.split_whitespace().nth(1).unwrap();
+    assert_eq!(written["workload"]["model"]["sweep"], taken, "{line}");
+    assert_eq!(written["gpus"], 2);
+    let trained = json(&train(&["--plan", two_gpus.to_str().unwrap(), "--json"]));
+    assert_eq!(trained["devices"].as_array().map(Vec::len), Some(2));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -432,6 +432,26 @@ impl GnnSpec {
     }
 }
 
+/// What a GNN workload is built from: the model and the block counts of
+/// its graph, kept so that the workload can be built again by other
+/// sweeps ([`crate::sizing::choose_sweeps`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GnnShape {
+    pub spec: GnnSpec,
+    pub counts: BlockCounts,
+}
+
+impl GnnShape {
+    /// The workload with `sweeps` in place of the spec's.
+    pub fn workload(&self, sweeps: Sweeps) -> Result<Workload> {
+        let spec = GnnSpec {
+            sweeps,
+            ..self.spec.clone()
+        };
+        build_gnn(&spec, &self.counts)
+    }
+}
+
 /// Builds one training iteration of `spec` over the partitioned graph `blocks`.
 pub fn build_gnn(spec: &GnnSpec, blocks: &BlockCounts) -> Result<Workload> {
     spec.validate()?;

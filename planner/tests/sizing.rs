@@ -409,39 +409,64 @@ fn the_walk_takes_the_fastest_count_near_the_fewest_with_its_plan() {
 /// it took with that workload's plan.
 #[test]
 fn the_sweeps_chosen_are_never_slower_than_by_outputs() {
+    use fateplan_planner::gnn::{GnnShape, Sweeps};
+    let shape = GnnShape {
+        spec: gnn_spec(GnnModel::Gcn),
+        counts: BlockCounts::skewed(NODES, EDGES, 8).unwrap(),
+    };
+    let build = |sweeps: Sweeps| shape.workload(sweeps);
+    let spec = shape.spec.clone();
+    // On one GPU, and on four with the exchanges chosen per layer.
+    let on = |gpus: u32, hbm: u64| {
+        let (profile, mut options) = options(hbm);
+        if gpus > 1 {
+            options.gpus = gpus;
+            options.budgets.host_bytes = profile.share(gpus).host.memory_bytes;
+            options.budgets.ssd_bytes = profile.share(gpus).ssd.capacity_bytes;
+            options.multi = Some(MultiGpu {
+                halo: Halo::random(NODES, EDGES),
+                forced: None,
+            });
+        }
+        (profile, options)
+    };
+    for gpus in [1, 4] {
+        let peak = {
+            let (profile, mut options) = on(gpus, 80 << 30);
+            options.policy = Policy::RetainAll;
+            plan(&build(Sweeps::default()).unwrap(), &profile, &options)
+                .unwrap()
+                .predicted
+                .peak_bytes
+                .hbm
+        };
+        sweeps_never_slower(&build, &spec, gpus, &|share| on(gpus, peak / share));
+    }
+}
+
+/// [`choose_sweeps`] at a half, a quarter and an eighth of retain-all's
+/// peak (`at(share)`): never slower than by outputs, faster once.
+fn sweeps_never_slower(
+    build: &dyn Fn(fateplan_planner::gnn::Sweeps) -> fateplan_planner::Result<Workload>,
+    spec: &GnnSpec,
+    gpus: u32,
+    at: &dyn Fn(u64) -> (Profile, PlanOptions),
+) {
     use fateplan_planner::gnn::Sweeps;
     use fateplan_planner::sizing::choose_sweeps;
-    let blocks = BlockCounts::skewed(NODES, EDGES, 8).unwrap();
-    let spec = gnn_spec(GnnModel::Gcn);
-    let build = |sweeps: Sweeps| {
-        let spec = GnnSpec {
-            sweeps,
-            ..spec.clone()
-        };
-        build_gnn(&spec, &blocks)
-    };
-    let peak = {
-        let (profile, mut options) = options(80 << 30);
-        options.policy = Policy::RetainAll;
-        plan(&build(Sweeps::default()).unwrap(), &profile, &options)
-            .unwrap()
-            .predicted
-            .peak_bytes
-            .hbm
-    };
     let mut moved = false;
     for share in [2, 4, 8] {
-        let (profile, options) = options(peak / share);
+        let (profile, options) = at(share);
         let outputs = plan(&build(Sweeps::default()).unwrap(), &profile, &options)
             .ok()
             .map(|p| p.predicted.iteration_s);
-        let swept = choose_sweeps(&build, spec.sweepable(), &profile, &options, None).unwrap();
-        assert_eq!(swept.outputs_s, outputs, "1/{share}");
+        let swept = choose_sweeps(build, spec.sweepable(), &profile, &options, None).unwrap();
+        assert_eq!(swept.outputs_s, outputs, "{gpus} GPUs, 1/{share}");
         let made = swept.plan.as_ref().expect("a plan fits");
         assert_eq!(made.plan.workload.name, swept.workload.name);
         assert_eq!(Some(made.plan.predicted.iteration_s), swept.predicted_s);
         if let (Some(s), Some(o)) = (swept.predicted_s, outputs) {
-            assert!(s <= o, "1/{share}: {s} against {o} by outputs");
+            assert!(s <= o, "{gpus} GPUs, 1/{share}: {s} against {o} by outputs");
             moved |= s < o;
         }
         assert!(swept.tried > 1);
@@ -452,5 +477,5 @@ fn the_sweeps_chosen_are_never_slower_than_by_outputs() {
         };
         assert_eq!(stray, Sweeps::default());
     }
-    assert!(moved, "no budget made another sweep faster");
+    assert!(moved, "{gpus} GPUs: no budget made another sweep faster");
 }

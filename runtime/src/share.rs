@@ -24,7 +24,7 @@
 //! collectives inside the operators meet ([`crate::collective`]).
 
 use fateplan_planner::blocks::BlockCounts;
-use fateplan_planner::gnn::GnnSpec;
+use fateplan_planner::gnn::{GnnShape, GnnSpec};
 use fateplan_planner::workload::Workload;
 
 use crate::blockcsr::{build_destinations, Adjacency, CsrBlock, Normalization, Split};
@@ -129,6 +129,8 @@ pub struct ShareStats {
 /// The shares and the one workload every device runs.
 pub struct SharedPrepared {
     pub workload: Workload,
+    /// What the workload was built from.
+    pub shape: GnnShape,
     /// The min-cut partitioning of the graph onto the devices, for min-cut
     /// shares: a member process given it ([`prepare_share_reading`]) does
     /// not partition again.
@@ -355,6 +357,15 @@ pub fn decode_owner(
     Ok(owner)
 }
 
+/// What [`share_workload`] gives: the workload, the shares' statistics,
+/// and what the workload was built from.
+#[derive(Debug, Clone)]
+pub struct ShareWorkload {
+    pub workload: Workload,
+    pub stats: ShareStats,
+    pub shape: GnnShape,
+}
+
 /// The workload every device of a shared run trains and the shares'
 /// statistics, from the graph's topology alone: what `train --devices`
 /// plans for these `devices`, `partitions` and `method`, for the shape of
@@ -370,7 +381,7 @@ pub fn share_workload(
     partitions: u32,
     method: ShareMethod,
     owner: Option<Vec<u32>>,
-) -> Result<(Workload, ShareStats), Error> {
+) -> Result<ShareWorkload, Error> {
     // Only the shape reaches the workload; the training settings do not.
     let hyper = Hyper {
         model: spec.model,
@@ -412,7 +423,11 @@ pub fn share_workload(
         owner,
         None,
     )?;
-    Ok((shared.workload, shared.stats))
+    Ok(ShareWorkload {
+        workload: shared.workload,
+        stats: shared.stats,
+        shape: shared.shape,
+    })
 }
 
 /// [`prepare_shared_keeping`] from the graph's `edges` (the dataset's own
@@ -879,6 +894,13 @@ fn prepare<'e>(
         &name,
     )
     .map_err(|e| Error::invalid(std::path::Path::new(&dataset.name), "model", e.to_string()))?;
+    let shape = crate::train::shape(
+        features,
+        dataset.classes as usize,
+        &union_counts,
+        hyper,
+        &name,
+    );
     // Device d owns the vertices it numbers starts[d·P]..starts[(d+1)·P].
     let owner = old.map(|old| {
         let mut owner = vec![0u32; old.len()];
@@ -891,6 +913,7 @@ fn prepare<'e>(
     });
     Ok(SharedPrepared {
         workload,
+        shape,
         owner,
         devices: devices_out,
         group: k,

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use fateplan_planner::blocks::BlockCounts;
-use fateplan_planner::gnn::{build_gnn, GnnSpec};
+use fateplan_planner::gnn::{build_gnn, GnnShape, GnnSpec};
 use fateplan_planner::plan::{Budgets, LinkBytes, PerTier, Plan};
 use fateplan_planner::workload::TensorKind;
 use fateplan_planner::{Tier, Workload};
@@ -39,6 +39,20 @@ pub fn workload(
 ) -> Result<Workload, ExecError> {
     let spec = spec(features, classes, hyper, graph_name);
     build_gnn(&spec, counts).map_err(|e| ExecError::Kernel(e.to_string()))
+}
+
+/// What [`workload`] builds from, kept to build it again by other sweeps.
+pub fn shape(
+    features: usize,
+    classes: usize,
+    counts: &BlockCounts,
+    hyper: &Hyper,
+    graph_name: &str,
+) -> GnnShape {
+    GnnShape {
+        spec: spec(features, classes, hyper, graph_name),
+        counts: counts.clone(),
+    }
 }
 
 /// The model of `hyper` for a graph of `features` input features and
@@ -143,6 +157,7 @@ pub fn train(
     let Prepared {
         workload: expected,
         input: graph,
+        ..
     } = prepared;
     let digest = expected.digest();
     if plan.workload.digest != digest {
@@ -537,6 +552,8 @@ fn run_epochs<B: GnnBackend>(
 pub struct Prepared {
     pub workload: Workload,
     pub input: GraphInput,
+    /// What the workload was built from.
+    pub shape: GnnShape,
 }
 
 /// Reads a dataset folder, or generates a graph from a spec such as
@@ -660,7 +677,12 @@ pub fn prepare_cached(
     };
     let workload = workload(input.features, input.classes, &counts, hyper, &dataset.name)
         .map_err(|e| crate::Error::invalid(Path::new(&dataset.name), "model", e.to_string()))?;
-    Ok(Prepared { workload, input })
+    let shape = shape(input.features, input.classes, &counts, hyper, &dataset.name);
+    Ok(Prepared {
+        workload,
+        input,
+        shape,
+    })
 }
 
 /// Spill-file space a block may take beyond its bytes: the byte form's

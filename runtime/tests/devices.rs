@@ -7,7 +7,7 @@ use common::{planted, profile, roomy};
 
 use std::sync::Arc;
 
-use fateplan_planner::gnn::{GnnModel, LayerOrder};
+use fateplan_planner::gnn::{GnnModel, LayerOrder, Sweeps};
 use fateplan_planner::plan::{Budgets, Plan};
 use fateplan_planner::workload::Workload;
 use fateplan_planner::{plan, PlanOptions, Policy};
@@ -613,9 +613,45 @@ fn the_topology_alone_gives_the_workload_of_the_shares() {
     let h = Hyper { heads: 2, ..h };
     for method in [ShareMethod::Ranges, ShareMethod::Mincut] {
         let shared = prepare_shared(data.clone(), &h, 3, 2, method).unwrap();
-        let (workload, stats) = share_workload(&topology(), &spec, 3, 2, method, None).unwrap();
-        assert_eq!(workload.to_json(), shared.workload.to_json(), "{method:?}");
-        assert_eq!(stats, shared.stats);
+        let got = share_workload(&topology(), &spec, 3, 2, method, None).unwrap();
+        assert_eq!(
+            got.workload.to_json(),
+            shared.workload.to_json(),
+            "{method:?}"
+        );
+        assert_eq!(got.stats, shared.stats);
+        // Built again by other sweeps, the workload of shares prepared
+        // with them (GAT's run by outputs: GCN's shape here).
+        let gcn = Hyper {
+            model: GnnModel::Gcn,
+            heads: 1,
+            ..h
+        };
+        let shape = share_workload(
+            &topology(),
+            &train::spec(
+                data.features as usize,
+                data.classes as usize,
+                &gcn,
+                "unused",
+            ),
+            3,
+            2,
+            method,
+            None,
+        )
+        .unwrap()
+        .shape;
+        for sweeps in ["outputs", "inputs", "f1,b2"] {
+            let sweeps = Sweeps::parse(sweeps).unwrap();
+            let prepared = prepare_shared(data.clone(), &Hyper { sweeps, ..gcn }, 3, 2, method);
+            assert_eq!(
+                shape.workload(sweeps).unwrap().to_json(),
+                prepared.unwrap().workload.to_json(),
+                "{method:?} {}",
+                sweeps.name()
+            );
+        }
     }
     // With the partitioning measured already, the same.
     let owner = Partitioning::mincut(
@@ -628,7 +664,7 @@ fn the_topology_alone_gives_the_workload_of_the_shares() {
     .unwrap()
     .owner;
     let shared = prepare_shared(data.clone(), &h, 3, 2, ShareMethod::Mincut).unwrap();
-    let (workload, _) = share_workload(
+    let workload = share_workload(
         &topology(),
         &spec,
         3,
@@ -636,7 +672,8 @@ fn the_topology_alone_gives_the_workload_of_the_shares() {
         ShareMethod::Mincut,
         Some(owner.clone()),
     )
-    .unwrap();
+    .unwrap()
+    .workload;
     assert_eq!(workload.to_json(), shared.workload.to_json());
     // A partitioning is the min-cut shares' input: refused with ranges.
     let Err(error) = share_workload(
