@@ -752,25 +752,35 @@ fn plan_shares(
     }
 }
 
+/// What `--sweep auto` took ([`auto_sweeps`]).
+pub(crate) struct AutoSweeps {
+    pub(crate) swept: Swept,
+    /// The sweeps' name as plans record it.
+    pub(crate) name: String,
+    /// The summary's `sweep` line: what was taken, against what, and how
+    /// many plans were made.
+    pub(crate) line: String,
+    /// The policy whose predictions were compared (dp's under milp).
+    pub(crate) compared_by: Policy,
+}
+
 /// `--sweep auto`: the sweeps [`choose_sweeps`] takes for `shape` under
-/// `options` (on one GPU or several), with the `sweep` line of the
-/// summary saying what it took, against what, and how many plans it
-/// made. `outputs`: the workload by outputs, and its plan where one was
-/// made with these options.
+/// `options` (on one GPU or several). `outputs`: the workload by
+/// outputs, and its plan where one was made with these options.
 pub(crate) fn auto_sweeps(
     shape: &GnnShape,
     profile: &Profile,
     options: &PlanOptions,
     outputs: Option<(Workload, Option<MadePlan>)>,
-) -> Result<(Swept, String)> {
+) -> Result<AutoSweeps> {
     let started = std::time::Instant::now();
     let build = |sweeps: Sweeps| -> Result<Workload> { Ok(shape.workload(sweeps)?) };
     let swept = choose_sweeps(&build, shape.spec.sweepable(), profile, options, outputs)?;
     let took = format_seconds(started.elapsed().as_secs_f64());
     // Milp's sweeps are compared by dp's plans.
-    let dp = match options.policy {
-        Policy::Milp => " by dp",
-        _ => "",
+    let (dp, compared_by) = match options.policy {
+        Policy::Milp => (" by dp", Policy::Dp),
+        other => ("", other),
     };
     let against = match (swept.predicted_s, swept.outputs_s) {
         (_, _) if swept.sweeps == Sweeps::default() => String::new(),
@@ -796,7 +806,12 @@ pub(crate) fn auto_sweeps(
         "sweep     {name} (auto{against}; {} sweeps planned in {took})",
         swept.tried
     );
-    Ok((swept, line))
+    Ok(AutoSweeps {
+        swept,
+        name,
+        line,
+        compared_by,
+    })
 }
 
 /// What a plan is made for: a generic DAG, or a GNN to size.
@@ -1228,16 +1243,14 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
         };
         let reused = made.is_some();
         let outputs = Some((workload, made.take()));
-        let (swept, line) = auto_sweeps(&shape, &profile, &options, outputs)?;
+        let AutoSweeps {
+            swept, name, line, ..
+        } = auto_sweeps(&shape, &profile, &options, outputs)?;
         if !(reused && swept.sweeps == Sweeps::default()) {
             made_while = "choosing the sweeps";
         }
         sweep_note = line;
-        model.sweep = GnnSpec {
-            sweeps: swept.sweeps,
-            ..gnn.spec.clone()
-        }
-        .sweep_name();
+        model.sweep = name;
         workload = swept.workload;
         made = swept.plan;
     }

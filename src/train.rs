@@ -8,10 +8,10 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fateplan::planner::exchange::MultiGpu;
-use fateplan::planner::gnn::{GnnModel, LayerOrder, Sweeps, Transposes};
+use fateplan::planner::gnn::{GnnModel, GnnShape, LayerOrder, Sweeps, Transposes};
 use fateplan::planner::plan::{Budgets, Plan, PlanModel};
 use fateplan::planner::units::{format_bytes, format_seconds};
-use fateplan::planner::{plan, PlanOptions, Policy, Profile};
+use fateplan::planner::{plan, PlanOptions, Policy, Profile, Workload};
 use fateplan::runtime::compare::{compare, Comparison, MeasuredIteration, Pair};
 use fateplan::runtime::cpu::Hyper;
 use fateplan::runtime::dataset::FeatureScaling;
@@ -34,6 +34,30 @@ impl Prepared {
             Prepared::Shared(s) => Some(s),
             Prepared::One(_) => None,
         }
+    }
+
+    fn workload(&self) -> &Workload {
+        match self {
+            Prepared::One(p) => &p.workload,
+            Prepared::Shared(s) => &s.workload,
+        }
+    }
+
+    fn shape(&self) -> &GnnShape {
+        match self {
+            Prepared::One(p) => &p.shape,
+            Prepared::Shared(s) => &s.shape,
+        }
+    }
+
+    /// Trains `workload`, built from this shape by `sweeps` instead.
+    fn swept(&mut self, workload: Workload, sweeps: Sweeps) {
+        let (held, shape) = match self {
+            Prepared::One(p) => (&mut p.workload, &mut p.shape),
+            Prepared::Shared(s) => (&mut s.workload, &mut s.shape),
+        };
+        *held = workload;
+        shape.spec.sweeps = sweeps;
     }
 }
 
@@ -496,6 +520,10 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 adopted = args.adopting(model, source)?;
                 &adopted
             }
+            None if args.sweep_auto() => bail!(
+                "--sweep auto: the plan {source} is trained as it was made (it records no \
+                 model, so no sweep); leave --sweep out, or plan again with --sweep auto"
+            ),
             None => args,
         },
         None => args,
@@ -577,10 +605,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             args.csr_cache.as_deref(),
         )?)
     };
-    let workload = match &prepared {
-        Prepared::One(p) => &p.workload,
-        Prepared::Shared(s) => &s.workload,
-    };
+    let workload = prepared.workload();
     let profile = load_profile(&args.profile)?;
     let retain_peak = || crate::cli::retain_all_peak(workload, &profile);
     // With --plan, budget flags set the run's arenas (the plan is refused
@@ -703,28 +728,28 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             }
             let mut plan = match args.sweep_auto() {
                 true => {
-                    let shape = match &prepared {
-                        Prepared::One(p) => &p.shape,
-                        Prepared::Shared(s) => &s.shape,
-                    };
                     let outputs = Some((workload.clone(), None));
-                    let (swept, line) =
-                        crate::cli::auto_sweeps(shape, &profile, &options, outputs)?;
+                    let auto =
+                        crate::cli::auto_sweeps(prepared.shape(), &profile, &options, outputs)?;
+                    let swept = auto.swept;
                     hyper.sweeps = swept.sweeps;
-                    let name = train::spec(0, 0, &hyper, "").sweep_name();
-                    trained_model.sweep = name.clone();
+                    trained_model.sweep = auto.name.clone();
                     let plan = match swept.plan {
                         Some(made) => made.plan,
-                        // Planned again to say why nothing fits.
-                        None => plan(&swept.workload, &profile, &options)?,
+                        // Milp's plan (the walk compares dp's), or none
+                        // fits: planned here, saying why.
+                        None => plan(&swept.workload, &profile, &options).with_context(|| {
+                            format!("--sweep auto ({} sweeps planned)", swept.tried)
+                        })?,
                     };
                     let json = serde_json::json!({
-                        "sweep": name,
+                        "sweep": auto.name,
                         "predicted_s": swept.predicted_s,
                         "outputs_s": swept.outputs_s,
+                        "compared_by": auto.compared_by.name(),
                         "plans": swept.tried,
                     });
-                    chosen = Some((swept.workload, name, line, json));
+                    chosen = Some((swept.workload, swept.sweeps, auto.name, auto.line, json));
                     plan
                 }
                 false => plan(workload, &profile, &options)?,
@@ -738,11 +763,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     let chosen_args;
     let mut sweep_auto = None;
     let args = match chosen {
-        Some((workload, name, line, json)) => {
-            match &mut prepared {
-                Prepared::One(p) => p.workload = workload,
-                Prepared::Shared(s) => s.workload = workload,
-            }
+        Some((workload, sweeps, name, line, json)) => {
+            prepared.swept(workload, sweeps);
             sweep_auto = Some((line, json));
             chosen_args = TrainArgs {
                 sweep: Some(name),
@@ -752,10 +774,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         }
         None => args,
     };
-    let workload = match &prepared {
-        Prepared::One(p) => &p.workload,
-        Prepared::Shared(s) => &s.workload,
-    };
+    let workload = prepared.workload();
     if let Some(path) = &args.save_plan {
         std::fs::write(path, plan.to_json())
             .with_context(|| format!("writing the plan to {}", path.display()))?;

@@ -886,21 +886,16 @@ fn prepare<'e>(
         edges: union,
     };
     let name = format!("{}-{devices}dev", dataset.name);
-    let workload = crate::train::workload(
-        features,
-        dataset.classes as usize,
-        &union_counts,
-        hyper,
-        &name,
-    )
-    .map_err(|e| Error::invalid(std::path::Path::new(&dataset.name), "model", e.to_string()))?;
     let shape = crate::train::shape(
         features,
         dataset.classes as usize,
-        &union_counts,
+        union_counts,
         hyper,
         &name,
     );
+    let workload = shape
+        .workload(hyper.sweeps)
+        .map_err(|e| Error::invalid(std::path::Path::new(&dataset.name), "model", e.to_string()))?;
     // Device d owns the vertices it numbers starts[d·P]..starts[(d+1)·P].
     let owner = old.map(|old| {
         let mut owner = vec![0u32; old.len()];

@@ -45,13 +45,13 @@ pub fn workload(
 pub fn shape(
     features: usize,
     classes: usize,
-    counts: &BlockCounts,
+    counts: BlockCounts,
     hyper: &Hyper,
     graph_name: &str,
 ) -> GnnShape {
     GnnShape {
         spec: spec(features, classes, hyper, graph_name),
-        counts: counts.clone(),
+        counts,
     }
 }
 
@@ -675,9 +675,10 @@ pub fn prepare_cached(
         train_nodes_total: None,
         graph_nodes: None,
     };
-    let workload = workload(input.features, input.classes, &counts, hyper, &dataset.name)
+    let shape = shape(input.features, input.classes, counts, hyper, &dataset.name);
+    let workload = shape
+        .workload(hyper.sweeps)
         .map_err(|e| crate::Error::invalid(Path::new(&dataset.name), "model", e.to_string()))?;
-    let shape = shape(input.features, input.classes, &counts, hyper, &dataset.name);
     Ok(Prepared {
         workload,
         input,
