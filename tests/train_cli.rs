@@ -14,6 +14,21 @@ fn json(output: &Output) -> serde_json::Value {
     serde_json::from_slice(&output.stdout).expect("--json prints JSON")
 }
 
+/// The `sweep` line of a run that must have succeeded.
+fn sweep_line(output: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "fateplan failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+        .lines()
+        .find(|l| l.starts_with("sweep "))
+        .unwrap_or_else(|| panic!("no sweep line: {stdout}"))
+        .to_string()
+}
+
 /// Kipf and Welling's GCN on Cora: 2 layers, 16 hidden, dropout 0.5,
 /// lr 0.01, weight decay 5e-4 on the first layer, 200 epochs. The
 /// published test accuracy is 0.815.
@@ -682,17 +697,9 @@ fn a_plan_s_sweep_is_trained_and_auto_says_what_it_chose() {
     // On two devices, each a process: the members build the workload of
     // the sweeps the launcher took (another one's plan is refused).
     let two = ["--devices", "2", "--processes"];
-    let out = train(&[&shape[..], &budget, &two, &["--sweep", "auto"]].concat());
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("sweep "))
-        .unwrap_or_else(|| panic!("{stdout}"));
+    let line = sweep_line(&train(
+        &[&shape[..], &budget, &two, &["--sweep", "auto"]].concat(),
+    ));
     let taken = line.split_whitespace().nth(1).unwrap();
     assert_ne!(taken, "outputs", "{line}");
     // With more features than hidden units, layer 1 projects first and
@@ -750,16 +757,7 @@ fn a_plan_s_sweep_is_trained_and_auto_says_what_it_chose() {
         ]
         .concat(),
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("sweep "))
-        .unwrap_or_else(|| panic!("{stdout}"));
+    let line = sweep_line(&out);
     assert!(line.contains("predicted against"), "{line}");
     let written: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&two_gpus).unwrap()).unwrap();
