@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use fateplan_planner::blocks::BlockCounts;
-use fateplan_planner::gnn::{build_gnn, GnnShape, GnnSpec};
+use fateplan_planner::gnn::{GnnShape, GnnSpec};
 use fateplan_planner::plan::{Budgets, LinkBytes, PerTier, Plan};
 use fateplan_planner::workload::TensorKind;
 use fateplan_planner::{Tier, Workload};
@@ -27,21 +27,11 @@ use crate::peers::{ExchangeStats, Peers};
 use crate::share::{DeviceShare, ShareStats, SharedPrepared};
 use crate::spill::{SpillOptions, SpillStore};
 
-/// Builds the workload of `hyper` over partitions with `counts` edges per
-/// block, for a graph of `features` input features and `classes`
-/// classes: the one a plan for this run must be made for.
-pub fn workload(
-    features: usize,
-    classes: usize,
-    counts: &BlockCounts,
-    hyper: &Hyper,
-    graph_name: &str,
-) -> Result<Workload, ExecError> {
-    let spec = spec(features, classes, hyper, graph_name);
-    build_gnn(&spec, counts).map_err(|e| ExecError::Kernel(e.to_string()))
-}
-
-/// What [`workload`] builds from, kept to build it again by other sweeps.
+/// What the workload of `hyper` is built from, over partitions with
+/// `counts` edges per block, for a graph of `features` input features and
+/// `classes` classes: [`GnnShape::workload`] by `hyper.sweeps` builds
+/// the one a plan for this run must be made for, and by other sweeps
+/// their workloads.
 pub fn shape(
     features: usize,
     classes: usize,
@@ -56,7 +46,7 @@ pub fn shape(
 }
 
 /// The model of `hyper` for a graph of `features` input features and
-/// `classes` classes, as the planner builds it ([`workload`]).
+/// `classes` classes, as the planner builds it ([`shape`]).
 pub fn spec(features: usize, classes: usize, hyper: &Hyper, graph_name: &str) -> GnnSpec {
     GnnSpec {
         model: hyper.model,
