@@ -945,6 +945,22 @@ mod tests {
         Graph::symmetric(n, &EdgeSource::borrowed(src, dst), weight, degree).unwrap()
     }
 
+    /// A symmetric R-MAT graph without communities, each vertex weighing
+    /// its in-edges.
+    fn rmat_by_in_edges() -> Graph {
+        let spec = GeneratorSpec::parse(
+            "rmat:scale=13,edge_factor=16,symmetric=true,features=1,classes=2,seed=3",
+        )
+        .unwrap();
+        let data = spec.generate().unwrap();
+        let n = data.nodes as usize;
+        let mut weight = vec![0u64; n];
+        for &d in &data.dst {
+            weight[d as usize] += 1;
+        }
+        symmetric(n, &data.src, &data.dst, &weight).0
+    }
+
     fn rows(g: &Graph) -> Vec<Vec<(usize, u64)>> {
         (0..g.vertices())
             .map(|v| g.neighbours(v).collect())
@@ -984,17 +1000,7 @@ mod tests {
     /// refining until none moves, and nearly the same cut.
     #[test]
     fn refinement_stops_once_few_vertices_move() {
-        let spec = GeneratorSpec::parse(
-            "rmat:scale=13,edge_factor=16,symmetric=true,features=1,classes=2,seed=3",
-        )
-        .unwrap();
-        let data = spec.generate().unwrap();
-        let n = data.nodes as usize;
-        let mut weight = vec![0u64; n];
-        for &d in &data.dst {
-            weight[d as usize] += 1;
-        }
-        let (g, _) = symmetric(n, &data.src, &data.dst, &weight);
+        let g = rmat_by_in_edges();
         let k = 4;
         let mut rng = SplitMix::new(5, 1);
         let start: Vec<u32> = (0..g.vertices()).map(|_| rng.below(k) as u32).collect();
@@ -1037,17 +1043,7 @@ mod tests {
     /// (clusters: 1.7; at scale 20, 6.4 against 1.05).
     #[test]
     fn levels_of_a_graph_without_communities_hold_less_than_the_input_again() {
-        let spec = GeneratorSpec::parse(
-            "rmat:scale=13,edge_factor=16,symmetric=true,features=1,classes=2,seed=3",
-        )
-        .unwrap();
-        let data = spec.generate().unwrap();
-        let n = data.nodes as usize;
-        let mut weight = vec![0u64; n];
-        for &d in &data.dst {
-            weight[d as usize] += 1;
-        }
-        let (g, _) = symmetric(n, &data.src, &data.dst, &weight);
+        let g = rmat_by_in_edges();
         let input = g.adjacency.len();
         let total = g.total_weight();
         let mut rng = SplitMix::new(1, 2);
