@@ -181,6 +181,52 @@ pub fn dropout_in_place<'k>(
     Ok(())
 }
 
+/// `out = x * mask`: [`dropout_in_place`] on a copy of `x`, each task's
+/// elements copied and masked while they are in cache, the tasks in
+/// parallel. The same bits as copying `x` and masking the copy.
+pub fn dropout_into<'k>(
+    x: &[f32],
+    out: &mut [f32],
+    width: usize,
+    keys: impl Into<RowKeys<'k>>,
+    dropout: &Dropout,
+) -> Result<()> {
+    let rows = rows_of("dropout_into", "x", x.len(), width)?;
+    check_len("dropout_into", "out", out.len(), x.len())?;
+    let keys = keys.into();
+    keys.check("dropout_into", rows)?;
+    dropout.validate()?;
+    let (mask, isa) = (dropout.mask(), Isa::detect());
+    match keys {
+        RowKeys::Contiguous(row0) => {
+            let start = row0 * width as u64;
+            out.par_chunks_mut(FLAT_CHUNK)
+                .zip(x.par_chunks(FLAT_CHUNK))
+                .enumerate()
+                .for_each(|(chunk, (part, from))| {
+                    part.copy_from_slice(from);
+                    if !dropout.is_identity() {
+                        let mut scratch = vec![0u64; part.len().div_ceil(64)];
+                        let first = start + (chunk * FLAT_CHUNK) as u64;
+                        mask.apply_on(isa, first, part, &mut scratch);
+                    }
+                });
+        }
+        RowKeys::Ids(_) => {
+            out.par_chunks_mut(ROW_CHUNK * width)
+                .zip(x.par_chunks(ROW_CHUNK * width))
+                .enumerate()
+                .for_each(|(chunk, (part, from))| {
+                    part.copy_from_slice(from);
+                    if !dropout.is_identity() {
+                        mask_rows(&mask, isa, keys.skip(chunk * ROW_CHUNK), part, width);
+                    }
+                });
+        }
+    }
+    Ok(())
+}
+
 /// `out[i] = f(z[i], g[i])` (`g` is 0 when absent).
 #[inline(always)]
 fn map<F: Fn(f32, f32) -> f32>(z: &[f32], g: Option<&[f32]>, out: &mut [f32], f: &F) {

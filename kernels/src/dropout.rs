@@ -19,6 +19,10 @@ use crate::{ensure, Result, ROW_CHUNK};
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 /// Elements that share one 64-bit hash.
 pub const GROUP: usize = 4;
+/// The shortest run whose keep bits [`Mask::fill_bits`] hashes as whole
+/// words shifted into place when it does not start on a word: at most a
+/// word more than the run, a quarter more hashes at this length.
+const SHIFTED_WORDS_FROM: usize = 256;
 
 /// Inverted dropout with drop probability `p`; `p == 0` is the identity.
 /// The executor picks `stream` per (epoch, layer, site) so that every mask
@@ -235,6 +239,43 @@ impl Mask {
     #[inline(always)]
     pub(crate) fn fill_bits(&self, start: u64, len: usize, out: &mut [u64]) {
         debug_assert_eq!(out.len(), len.div_ceil(64));
+        let shift = (start % 64) as usize;
+        if shift == 0 || len < SHIFTED_WORDS_FROM {
+            return self.fill_bits_by_groups(start, len, out);
+        }
+        // Whole words of the mask's bits from a multiple of 64 on, each
+        // shifted into place: the hashes of a word vectorise, one group's
+        // bits at an odd offset do not.
+        let first = start / 64;
+        let mut next = self.word_keep_bits(first);
+        for (i, word) in out.iter_mut().enumerate() {
+            let low = next;
+            next = self.word_keep_bits(first + i as u64 + 1);
+            *word = (low >> shift) | (next << (64 - shift));
+        }
+        if !len.is_multiple_of(64) {
+            if let Some(last) = out.last_mut() {
+                *last &= (1u64 << (len % 64)) - 1;
+            }
+        }
+    }
+
+    /// The keep bits of elements `64 * word ..`: bit `k` for element
+    /// `64 * word + k`.
+    #[inline(always)]
+    fn word_keep_bits(&self, word: u64) -> u64 {
+        let group = word.wrapping_mul((64 / GROUP) as u64);
+        let mut bits = 0;
+        for k in 0..64 / GROUP {
+            bits |= self.group_keep_bits(group.wrapping_add(k as u64)) << (GROUP * k);
+        }
+        bits
+    }
+
+    /// [`Mask::fill_bits`] group by group (a short run, or one that starts
+    /// on a word).
+    #[inline(always)]
+    fn fill_bits_by_groups(&self, start: u64, len: usize, out: &mut [u64]) {
         out.fill(0);
         let mut f = 0;
         // Leading elements up to a group boundary.
@@ -429,8 +470,10 @@ mod tests {
         let m = d.mask();
         let specials = [-0.0, 0.0, f32::INFINITY, f32::NAN, -1.5];
         for isa in Isa::available() {
-            for start in 0..9u64 {
-                for len in (0..140usize).chain([191, 192, 193]) {
+            // Long runs off a word's start are hashed a word at a time.
+            for start in (0..9u64).chain([63, 65, 127, 970_141, u64::MAX / 2 + 3]) {
+                let long = [191, 192, 193, 255, 256, 257, 320, 1433];
+                for len in (0..140usize).chain(long) {
                     let mut out = vec![u64::MAX; len.div_ceil(64)];
                     m.fill_bits_on(isa, start, len, &mut out);
                     for f in 0..len.div_ceil(64) * 64 {

@@ -419,8 +419,9 @@ impl CpuGnn {
             .map(|slab| {
                 let r0 = slab * REDUCE_ROWS;
                 let n = REDUCE_ROWS.min(rows - r0);
-                let mut dropped = x[r0 * d_in..(r0 + n) * d_in].to_vec();
-                activation::dropout_in_place(&mut dropped, d_in, keys.skip(r0), &mask)
+                let mut dropped = vec![0.0f32; n * d_in];
+                let rows = &x[r0 * d_in..(r0 + n) * d_in];
+                activation::dropout_into(rows, &mut dropped, d_in, keys.skip(r0), &mask)
                     .map_err(kernel)?;
                 f(r0, n, &dropped)
             })

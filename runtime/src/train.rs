@@ -167,11 +167,11 @@ pub fn train(
     }
     let options = ExecOptions { budgets, trace };
     match backend {
-        BackendChoice::Cpu => {
+        BackendChoice::Cpu => on_a_worker(progress, move |progress| {
             let backend = CpuGnn::new(graph, hyper)?;
             let executor = Executor::new(plan.clone(), backend, ssd, options)?;
             run_epochs(&mut { executor }, &plan, epochs, progress)
-        }
+        }),
         BackendChoice::Cuda(cuda) => {
             let budgets = budgets.unwrap_or(plan.budgets);
             // The host tier's pinned buffers, kept for reuse, within its
@@ -190,6 +190,44 @@ pub fn train(
             run_epochs(&mut { executor }, &plan, epochs, progress)
         }
     }
+}
+
+/// Runs `job` on a thread of rayon's pool, so that the CPU kernels'
+/// parallel loops start on the thread that calls them: a loop called from
+/// outside the pool hands its work to the pool and sleeps until it is
+/// done, 20-60 µs an operator on two cores, which is most of a small
+/// graph's iteration. `progress` still runs on the calling thread: the job
+/// sends it each epoch. Where the caller is already on a pool thread, the
+/// job runs there.
+///
+/// The job may block its thread (waiting for a transfer lane) as long as
+/// nothing it waits for needs the pool: the lanes' copies do not.
+fn on_a_worker<T: Send>(
+    progress: &mut dyn FnMut(&EpochStats),
+    job: impl FnOnce(&mut dyn FnMut(&EpochStats)) -> Result<T, ExecError> + Send,
+) -> Result<T, ExecError> {
+    if rayon::current_thread_index().is_some() {
+        return job(progress);
+    }
+    let (sender, epochs) = std::sync::mpsc::channel();
+    let mut result = None;
+    rayon::in_place_scope(|scope| {
+        let result = &mut result;
+        scope.spawn(move |_| {
+            // The receiver outlives the job: it reads until this sender drops.
+            *result = Some(job(&mut |stats: &EpochStats| {
+                let _ = sender.send(*stats);
+            }));
+        });
+        for stats in epochs {
+            progress(&stats);
+        }
+    });
+    result.unwrap_or_else(|| {
+        Err(ExecError::Internal(
+            "training ended without a result".into(),
+        ))
+    })
 }
 
 /// One device of a multi-device run, as [`train_shared`] reports it.
@@ -721,4 +759,55 @@ pub fn open_spill(
             ..options
         },
     )?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn epoch(epoch: u32) -> EpochStats {
+        EpochStats {
+            epoch,
+            loss: 1.0 / epoch as f64,
+            train_accuracy: 0.5,
+            iteration_s: 0.1,
+            compute_s: 0.1,
+            recompute_s: 0.0,
+            wait_s: 0.0,
+        }
+    }
+
+    /// The job runs on a pool thread; the caller's thread sees every epoch
+    /// in order; the job's error comes back; from a pool thread the job
+    /// runs where it is called.
+    #[test]
+    fn training_runs_on_a_pool_thread_and_reports_on_the_callers() {
+        let caller = std::thread::current().id();
+        let mut seen = Vec::new();
+        let ran_on = on_a_worker(
+            &mut |stats| {
+                assert_eq!(std::thread::current().id(), caller);
+                seen.push(stats.epoch);
+            },
+            |progress| {
+                (1..=3).for_each(|e| progress(&epoch(e)));
+                Ok((rayon::current_thread_index(), std::thread::current().id()))
+            },
+        )
+        .unwrap();
+        assert_eq!(seen, [1, 2, 3]);
+        assert!(ran_on.0.is_some() && ran_on.1 != caller, "{ran_on:?}");
+
+        let err = on_a_worker(&mut |_| {}, |_| -> Result<(), ExecError> {
+            Err(ExecError::Kernel("boom".into()))
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("boom"), "{err}");
+
+        let inside = rayon::scope(|_| {
+            let worker = std::thread::current().id();
+            on_a_worker(&mut |_| {}, |_| Ok(std::thread::current().id() == worker))
+        });
+        assert!(inside.unwrap());
+    }
 }

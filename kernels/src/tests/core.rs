@@ -681,6 +681,39 @@ fn dropout_in_place_masks_narrow_rows_by_their_global_index() {
     }
 }
 
+/// The dropped copy of rows keyed contiguously or by ids, wide (the
+/// tasks end inside a row and rows start off a mask word) and narrow: the
+/// bits of copying and masking in place; no dropout copies; a short
+/// output is refused.
+#[test]
+fn dropout_into_is_a_masked_copy() {
+    let d = Dropout::new(0.4, 3, 9).unwrap();
+    let ids: Vec<u64> = (0..700u64).map(|r| (r * 7919) % 5003).collect();
+    for (rows, width) in [(700, 1433), (700, 3)] {
+        let x: Vec<f32> = (0..rows * width).map(|i| 0.5 + i as f32).collect();
+        let keys = [RowKeys::Contiguous(677), RowKeys::Ids(&ids)];
+        for (keys, p) in keys
+            .into_iter()
+            .flat_map(|k| [(k, d), (k, Dropout { p: 0.0, ..d })])
+        {
+            let mut expect = x.clone();
+            dropout_in_place(&mut expect, width, keys, &p).unwrap();
+            let mut got = vec![f32::NAN; x.len()];
+            dropout_into(&x, &mut got, width, keys, &p).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&got),
+                bits(&expect),
+                "{rows}x{width} {keys:?} p {}",
+                p.p
+            );
+        }
+    }
+    let mut short = vec![0.0; 5];
+    let err = dropout_into(&[1.0; 6], &mut short, 3, 0, &d).unwrap_err();
+    assert!(err.to_string().contains("`out` has 5 values"), "{err}");
+}
+
 #[test]
 fn loss_matches_reference_and_finite_differences() {
     // 6 classes: the lanes' remainder alone; 19: eight lanes twice, then
