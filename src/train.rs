@@ -1025,6 +1025,15 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     }
     if let Some(comparison) = &comparison {
         write_comparison(&mut out, comparison, report.epochs)?;
+        // A shipped profile describes some machine, not this one.
+        if fateplan::profiles::builtin(&plan.profile.name).as_ref() == Some(&plan.profile) {
+            writeln!(
+                out,
+                "note      profile {} is one shipped with fateplan, not this machine: `fateplan \
+                 profile -o P` measures this one, and `--profile P` compares against it",
+                plan.profile.name
+            )?;
+        }
     }
     Ok(())
 }

@@ -226,8 +226,24 @@ fn train_compares_with_the_simulator() {
         "ratio",
         "operators",
         "linear_bwd",
+        "note      profile cpu-small is one shipped with fateplan, not this machine",
     ] {
         assert!(text.contains(part), "{part}: {text}");
     }
+    // A profile of its own (here the shipped one renamed) gets no note.
+    let own = spill.join("own.json");
+    let shipped = include_str!("../profiles/cpu-small.json");
+    let renamed = shipped.replacen("\"name\": \"cpu-small\"", "\"name\": \"own\"", 1);
+    assert_ne!(renamed, shipped);
+    std::fs::write(&own, renamed).unwrap();
+    let own = own.to_str().unwrap();
+    let args = ["train", "--graph", graph, "--epochs", "2", "--profile", own];
+    let text = fateplan(&[&args[..], &["--compare-simulated"]].concat());
+    assert!(text.status.success(), "{}", stderr(&text));
+    let text = stdout(&text);
+    assert!(
+        text.contains("on profile own") && !text.contains("note "),
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(&spill);
 }
