@@ -1027,10 +1027,15 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         write_comparison(&mut out, comparison, report.epochs)?;
         // A shipped profile describes some machine, not this one.
         if fateplan::profiles::builtin(&plan.profile.name).as_ref() == Some(&plan.profile) {
+            // A plan from a file keeps its profile: plan again on P.
+            let again = match args.plan {
+                Some(_) => "a plan made with `--profile P`",
+                None => "`--profile P`",
+            };
             writeln!(
                 out,
                 "note      profile {} is one shipped with fateplan, not this machine: `fateplan \
-                 profile -o P` measures this one, and `--profile P` compares against it",
+                 profile -o P` measures this one, and {again} compares against it",
                 plan.profile.name
             )?;
         }

@@ -420,8 +420,8 @@ impl CpuGnn {
                 let r0 = slab * REDUCE_ROWS;
                 let n = REDUCE_ROWS.min(rows - r0);
                 let mut dropped = vec![0.0f32; n * d_in];
-                let rows = &x[r0 * d_in..(r0 + n) * d_in];
-                activation::dropout_into(rows, &mut dropped, d_in, keys.skip(r0), &mask)
+                let slab = &x[r0 * d_in..(r0 + n) * d_in];
+                activation::dropout_into(slab, &mut dropped, d_in, keys.skip(r0), &mask)
                     .map_err(kernel)?;
                 f(r0, n, &dropped)
             })

@@ -201,11 +201,13 @@ pub fn train(
 /// job runs there.
 ///
 /// The job may block its thread (waiting for a transfer lane) as long as
-/// nothing it waits for needs the pool: the lanes' copies do not.
-fn on_a_worker<T: Send>(
+/// nothing it waits for needs the pool: the lanes' copies do not. The
+/// profile's compute measurement times its operators here too.
+/// A panic in the job reaches the caller once the job has ended.
+pub(crate) fn on_a_worker<T: Send>(
     progress: &mut dyn FnMut(&EpochStats),
-    job: impl FnOnce(&mut dyn FnMut(&EpochStats)) -> Result<T, ExecError> + Send,
-) -> Result<T, ExecError> {
+    job: impl FnOnce(&mut dyn FnMut(&EpochStats)) -> T + Send,
+) -> T {
     if rayon::current_thread_index().is_some() {
         return job(progress);
     }
@@ -223,11 +225,9 @@ fn on_a_worker<T: Send>(
             progress(&stats);
         }
     });
-    result.unwrap_or_else(|| {
-        Err(ExecError::Internal(
-            "training ended without a result".into(),
-        ))
-    })
+    // The scope returns once its job has: had the job panicked, the scope
+    // would have passed the panic on instead.
+    result.expect("a scope's job has run when the scope returns")
 }
 
 /// One device of a multi-device run, as [`train_shared`] reports it.
@@ -778,7 +778,7 @@ mod tests {
     }
 
     /// The job runs on a pool thread; the caller's thread sees every epoch
-    /// in order; the job's error comes back; from a pool thread the job
+    /// in order; the job's panic comes back; from a pool thread the job
     /// runs where it is called.
     #[test]
     fn training_runs_on_a_pool_thread_and_reports_on_the_callers() {
@@ -791,23 +791,25 @@ mod tests {
             },
             |progress| {
                 (1..=3).for_each(|e| progress(&epoch(e)));
-                Ok((rayon::current_thread_index(), std::thread::current().id()))
+                (rayon::current_thread_index(), std::thread::current().id())
             },
-        )
-        .unwrap();
+        );
         assert_eq!(seen, [1, 2, 3]);
         assert!(ran_on.0.is_some() && ran_on.1 != caller, "{ran_on:?}");
 
-        let err = on_a_worker(&mut |_| {}, |_| -> Result<(), ExecError> {
-            Err(ExecError::Kernel("boom".into()))
-        })
-        .unwrap_err();
-        assert!(err.to_string().contains("boom"), "{err}");
+        // A panic in the job reaches the caller.
+        let panicked = std::panic::catch_unwind(|| {
+            on_a_worker(&mut |_| {}, |progress| {
+                progress(&epoch(1));
+                panic!("boom")
+            })
+        });
+        assert!(panicked.is_err());
 
         let inside = rayon::scope(|_| {
             let worker = std::thread::current().id();
-            on_a_worker(&mut |_| {}, |_| Ok(std::thread::current().id() == worker))
+            on_a_worker(&mut |_| {}, |_| std::thread::current().id() == worker)
         });
-        assert!(inside.unwrap());
+        assert!(inside);
     }
 }

@@ -635,10 +635,11 @@ fn time_training(
         Error::Internal(format!("the compute measurement's {what}: {e}"))
     };
     let iterations = match backend {
-        BackendChoice::Cpu => {
+        // On a thread of the pool, as training runs.
+        BackendChoice::Cpu => train::on_a_worker(&mut |_| {}, |_| {
             let gnn = CpuGnn::new(prepared.input, hyper).map_err(|e| failed("backend", e))?;
-            time_iterations(&plan, gnn, &groups, rounds)?
-        }
+            time_iterations(&plan, gnn, &groups, rounds)
+        })?,
         BackendChoice::Cuda(options) => {
             // Each operator waits for its kernels, so that its span is
             // the GPU's time.
