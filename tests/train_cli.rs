@@ -626,18 +626,24 @@ fn a_plan_s_sweep_is_trained_and_auto_says_what_it_chose() {
     ));
     assert_eq!(adopted["weights_sha256"], outputs["weights_sha256"]);
     assert_eq!(adopted["losses"], outputs["losses"]);
-    let refused = train(&["--plan", listed.to_str().unwrap(), "--sweep", "inputs"]);
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("--sweep inputs: the plan") && stderr.contains("is for --sweep f1,b3"),
-        "{stderr}"
+    // A refused run exits 1 and its error says each of `says`.
+    let refused = |args: &[&str], says: &[&str]| {
+        let output = train(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        for part in says {
+            assert!(stderr.contains(part), "{part}: {stderr}");
+        }
+    };
+    let listed_path = listed.to_str().unwrap();
+    let mismatch = "is for --sweep f1,b3";
+    refused(
+        &["--plan", listed_path, "--sweep", "inputs"],
+        &["--sweep inputs: the plan", mismatch],
     );
-    let refused = train(&["--plan", listed.to_str().unwrap(), "--sweep", "auto"]);
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        stderr.contains("--sweep auto: the plan") && stderr.contains("is for --sweep f1,b3"),
-        "{stderr}"
+    refused(
+        &["--plan", listed_path, "--sweep", "auto"],
+        &["--sweep auto: the plan", mismatch],
     );
     // `auto` names the sweep it took, which the plan records.
     let chosen = dir.join("auto.json");
@@ -669,12 +675,9 @@ fn a_plan_s_sweep_is_trained_and_auto_says_what_it_chose() {
         .unwrap();
     let bare_path = dir.join("bare.json");
     std::fs::write(&bare_path, bare.to_string()).unwrap();
-    let refused = train(&["--plan", bare_path.to_str().unwrap(), "--sweep", "auto"]);
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("--sweep auto: the plan") && stderr.contains("records no model"),
-        "{stderr}"
+    refused(
+        &["--plan", bare_path.to_str().unwrap(), "--sweep", "auto"],
+        &["--sweep auto: the plan", "records no model"],
     );
     // `train --sweep auto` plans on the spot and chooses as `plan` does:
     // the plan it saves records what it took, and the model is the same.

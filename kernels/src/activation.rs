@@ -151,34 +151,7 @@ pub fn dropout_in_place<'k>(
     keys: impl Into<RowKeys<'k>>,
     dropout: &Dropout,
 ) -> Result<()> {
-    let rows = rows_of("dropout_in_place", "x", x.len(), width)?;
-    let keys = keys.into();
-    keys.check("dropout_in_place", rows)?;
-    dropout.validate()?;
-    if dropout.is_identity() {
-        return Ok(());
-    }
-    let (mask, isa) = (dropout.mask(), Isa::detect());
-    let row0 = match keys {
-        RowKeys::Contiguous(row0) => row0,
-        RowKeys::Ids(_) => {
-            x.par_chunks_mut(ROW_CHUNK * width)
-                .enumerate()
-                .for_each(|(chunk, part)| {
-                    mask_rows(&mask, isa, keys.skip(chunk * ROW_CHUNK), part, width)
-                });
-            return Ok(());
-        }
-    };
-    let start = row0 * width as u64;
-    x.par_chunks_mut(FLAT_CHUNK)
-        .enumerate()
-        .for_each(|(chunk, part)| {
-            let mut scratch = vec![0u64; part.len().div_ceil(64)];
-            let first = start + (chunk * FLAT_CHUNK) as u64;
-            mask.apply_on(isa, first, part, &mut scratch);
-        });
-    Ok(())
+    masked_copy("dropout_in_place", None, x, width, keys.into(), dropout)
 }
 
 /// `out = x * mask`: [`dropout_in_place`] on a copy of `x`, each task's
@@ -191,39 +164,53 @@ pub fn dropout_into<'k>(
     keys: impl Into<RowKeys<'k>>,
     dropout: &Dropout,
 ) -> Result<()> {
-    let rows = rows_of("dropout_into", "x", x.len(), width)?;
     check_len("dropout_into", "out", out.len(), x.len())?;
-    let keys = keys.into();
-    keys.check("dropout_into", rows)?;
+    masked_copy("dropout_into", Some(x), out, width, keys.into(), dropout)
+}
+
+/// `out = from * mask` (`out *= mask` without `from`), in tasks of
+/// [`FLAT_CHUNK`] elements for contiguous rows and [`ROW_CHUNK`] rows for
+/// renumbered ones (masked row by row); `from`, where given, has
+/// `out`'s length.
+fn masked_copy(
+    kernel: &str,
+    from: Option<&[f32]>,
+    out: &mut [f32],
+    width: usize,
+    keys: RowKeys,
+    dropout: &Dropout,
+) -> Result<()> {
+    let rows = rows_of(kernel, "x", out.len(), width)?;
+    keys.check(kernel, rows)?;
     dropout.validate()?;
-    let (mask, isa) = (dropout.mask(), Isa::detect());
-    match keys {
-        RowKeys::Contiguous(row0) => {
-            let start = row0 * width as u64;
-            out.par_chunks_mut(FLAT_CHUNK)
-                .zip(x.par_chunks(FLAT_CHUNK))
-                .enumerate()
-                .for_each(|(chunk, (part, from))| {
-                    part.copy_from_slice(from);
-                    if !dropout.is_identity() {
-                        let mut scratch = vec![0u64; part.len().div_ceil(64)];
-                        let first = start + (chunk * FLAT_CHUNK) as u64;
-                        mask.apply_on(isa, first, part, &mut scratch);
-                    }
-                });
-        }
-        RowKeys::Ids(_) => {
-            out.par_chunks_mut(ROW_CHUNK * width)
-                .zip(x.par_chunks(ROW_CHUNK * width))
-                .enumerate()
-                .for_each(|(chunk, (part, from))| {
-                    part.copy_from_slice(from);
-                    if !dropout.is_identity() {
-                        mask_rows(&mask, isa, keys.skip(chunk * ROW_CHUNK), part, width);
-                    }
-                });
-        }
+    let identity = dropout.is_identity();
+    if identity && from.is_none() {
+        return Ok(());
     }
+    let (mask, isa) = (dropout.mask(), Isa::detect());
+    // Elements a task takes, and the first's mask index for contiguous rows.
+    let (task, start) = match keys {
+        RowKeys::Contiguous(row0) => (FLAT_CHUNK, row0 * width as u64),
+        RowKeys::Ids(_) => (ROW_CHUNK * width, 0),
+    };
+    out.par_chunks_mut(task)
+        .enumerate()
+        .for_each(|(chunk, part)| {
+            if let Some(from) = from {
+                part.copy_from_slice(&from[chunk * task..][..part.len()]);
+            }
+            if identity {
+                return;
+            }
+            match keys {
+                RowKeys::Contiguous(_) => {
+                    let mut scratch = vec![0u64; part.len().div_ceil(64)];
+                    let first = start + (chunk * task) as u64;
+                    mask.apply_on(isa, first, part, &mut scratch);
+                }
+                RowKeys::Ids(_) => mask_rows(&mask, isa, keys.skip(chunk * ROW_CHUNK), part, width),
+            }
+        });
     Ok(())
 }
 

@@ -698,6 +698,11 @@ fn dropout_into_is_a_masked_copy() {
         {
             let mut expect = x.clone();
             dropout_in_place(&mut expect, width, keys, &p).unwrap();
+            // Both share their tasks: each element against its own mask value.
+            for (k, (&e, &v)) in expect.iter().zip(&x).enumerate() {
+                let index = keys.key(k / width) * width as u64 + (k % width) as u64;
+                assert_eq!(e.to_bits(), (v * p.value(index)).to_bits(), "element {k}");
+            }
             let mut got = vec![f32::NAN; x.len()];
             dropout_into(&x, &mut got, width, keys, &p).unwrap();
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
