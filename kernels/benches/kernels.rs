@@ -14,9 +14,13 @@
 
 use divan::counter::{BytesCount, ItemsCount};
 use divan::Bencher;
-use fateplan_kernels::activation::{elu_dropout, elu_dropout_bwd, relu_dropout, relu_dropout_bwd};
-use fateplan_kernels::dense::{linear, linear_bwd};
-use fateplan_kernels::dropout::Dropout;
+use fateplan_kernels::activation::{
+    dropout_into, elu_dropout, elu_dropout_bwd, relu_dropout, relu_dropout_bwd,
+};
+use fateplan_kernels::dense::{
+    linear, linear_bwd, matmul_rows, matmul_rows_bwd, matmul_rows_dropped, matmul_rows_dropped_bwd,
+};
+use fateplan_kernels::dropout::{Dropout, RowKeys};
 use fateplan_kernels::gat::{
     aggregate, aggregate_bwd, edge_softmax, node_scores, BlockGrads, BlockInputs, Heads,
 };
@@ -217,6 +221,122 @@ fn linear_bwd_200k_128(bencher: Bencher, d_out: usize) {
                 Write::Overwrite,
             )
             .unwrap()
+        });
+}
+
+/// A first layer over few rows of many features, as a partition of a
+/// small citation graph has (Cora: 2,708 nodes in 4 partitions, 1,433
+/// features, 16 hidden): the projection and its weight gradient.
+const FEW_ROWS: usize = 677;
+const MANY_FEATURES: usize = 1433;
+
+fn few_rows_flops() -> ItemsCount {
+    ItemsCount::new(2 * FEW_ROWS * MANY_FEATURES * CLASSES)
+}
+
+#[divan::bench(sample_count = 50)]
+fn matmul_677_1433x16(bencher: Bencher) {
+    let x = values(FEW_ROWS * MANY_FEATURES, 1);
+    let w = values(MANY_FEATURES * CLASSES, 2);
+    let mut z = vec![0.0f32; FEW_ROWS * CLASSES];
+    bencher
+        .counter(few_rows_flops())
+        .bench_local(|| matmul_rows(&x, FEW_ROWS, MANY_FEATURES, &w, CLASSES, &mut z).unwrap());
+}
+
+/// The weight gradient alone (a first layer has no input gradient).
+#[divan::bench(sample_count = 50)]
+fn matmul_bwd_677_1433x16(bencher: Bencher) {
+    let x = values(FEW_ROWS * MANY_FEATURES, 1);
+    let w = values(MANY_FEATURES * CLASSES, 2);
+    let dz = values(FEW_ROWS * CLASSES, 3);
+    let mut dw = vec![0.0f32; w.len()];
+    bencher.counter(few_rows_flops()).bench_local(|| {
+        matmul_rows_bwd(
+            &dz,
+            &x,
+            FEW_ROWS,
+            MANY_FEATURES,
+            &w,
+            CLASSES,
+            &mut dw,
+            None,
+            Write::Overwrite,
+        )
+        .unwrap()
+    });
+}
+
+/// The projection of that first layer's input through dropout, each
+/// task masking its own rows, and its weight gradient, each task its own
+/// features (rows keyed by scattered ids, as a min-cut partition's).
+#[divan::bench(sample_count = 50)]
+fn matmul_dropped_677_1433x16(bencher: Bencher) {
+    let x = values(FEW_ROWS * MANY_FEATURES, 1);
+    let w = values(MANY_FEATURES * CLASSES, 2);
+    let mut z = vec![0.0f32; FEW_ROWS * CLASSES];
+    let ids = scattered_ids();
+    let dropout = Dropout::new(0.5, 1, 2).unwrap();
+    bencher.counter(few_rows_flops()).bench_local(|| {
+        let keys = RowKeys::Ids(&ids);
+        matmul_rows_dropped(
+            &x,
+            FEW_ROWS,
+            MANY_FEATURES,
+            &w,
+            CLASSES,
+            &mut z,
+            keys,
+            &dropout,
+        )
+        .unwrap()
+    });
+}
+
+#[divan::bench(sample_count = 50)]
+fn matmul_dropped_bwd_677_1433x16(bencher: Bencher) {
+    let x = values(FEW_ROWS * MANY_FEATURES, 1);
+    let dz = values(FEW_ROWS * CLASSES, 3);
+    let mut dw = vec![0.0f32; MANY_FEATURES * CLASSES];
+    let ids = scattered_ids();
+    let dropout = Dropout::new(0.5, 1, 2).unwrap();
+    bencher.counter(few_rows_flops()).bench_local(|| {
+        let keys = RowKeys::Ids(&ids);
+        matmul_rows_dropped_bwd(
+            &dz,
+            &x,
+            FEW_ROWS,
+            MANY_FEATURES,
+            CLASSES,
+            &mut dw,
+            keys,
+            &dropout,
+            Write::Overwrite,
+        )
+        .unwrap()
+    });
+}
+
+fn scattered_ids() -> Vec<u64> {
+    (0..FEW_ROWS as u64).map(|r| r * 4 + 1).collect()
+}
+
+/// The dropped copy of that first layer's input, its rows keyed in
+/// order (one device, a range partition) or by scattered ids (a min-cut
+/// partition).
+#[divan::bench(sample_count = 50, args = [false, true])]
+fn dropout_into_677_1433(bencher: Bencher, renumbered: bool) {
+    let x = values(FEW_ROWS * MANY_FEATURES, 1);
+    let mut out = vec![0.0f32; x.len()];
+    let ids = scattered_ids();
+    let dropout = Dropout::new(0.5, 1, 2).unwrap();
+    bencher
+        .counter(ItemsCount::new(x.len()))
+        .bench_local(|| match renumbered {
+            false => dropout_into(&x, &mut out, MANY_FEATURES, 0, &dropout).unwrap(),
+            true => {
+                dropout_into(&x, &mut out, MANY_FEATURES, RowKeys::Ids(&ids), &dropout).unwrap()
+            }
         });
 }
 

@@ -196,19 +196,23 @@ fn masked_copy(
     out.par_chunks_mut(task)
         .enumerate()
         .for_each(|(chunk, part)| {
-            if let Some(from) = from {
-                part.copy_from_slice(&from[chunk * task..][..part.len()]);
-            }
+            let from = from.map(|from| &from[chunk * task..][..part.len()]);
             if identity {
+                if let Some(from) = from {
+                    part.copy_from_slice(from);
+                }
                 return;
             }
             match keys {
                 RowKeys::Contiguous(_) => {
                     let mut scratch = vec![0u64; part.len().div_ceil(64)];
                     let first = start + (chunk * task) as u64;
-                    mask.apply_on(isa, first, part, &mut scratch);
+                    mask.apply_on(isa, first, from, part, &mut scratch);
                 }
-                RowKeys::Ids(_) => mask_rows(&mask, isa, keys.skip(chunk * ROW_CHUNK), part, width),
+                RowKeys::Ids(_) => {
+                    let keys = keys.skip(chunk * ROW_CHUNK);
+                    mask_rows(&mask, isa, keys, from, part, width)
+                }
             }
         });
     Ok(())
@@ -308,17 +312,26 @@ where
             map_on(isa, zs, gs, part, &f);
 
             if let Some(mask) = &mask {
-                mask_rows(mask, isa, keys.skip(chunk * ROW_CHUNK), part, width);
+                mask_rows(mask, isa, keys.skip(chunk * ROW_CHUNK), None, part, width);
             }
         });
     Ok(())
 }
 
-/// `rows *= mask` row by row, row `r` keyed by `keys.key(r)`.
-fn mask_rows(mask: &Mask, isa: Isa, keys: RowKeys, rows: &mut [f32], width: usize) {
+/// `rows = from * mask` (`rows *= mask` without `from`) row by row, row
+/// `r` keyed by `keys.key(r)`.
+fn mask_rows(
+    mask: &Mask,
+    isa: Isa,
+    keys: RowKeys,
+    from: Option<&[f32]>,
+    rows: &mut [f32],
+    width: usize,
+) {
     let mut scratch = vec![0u64; width.div_ceil(64)];
     for (r, row) in rows.chunks_exact_mut(width).enumerate() {
-        mask.apply_on(isa, keys.key(r) * width as u64, row, &mut scratch);
+        let from = from.map(|from| &from[r * width..][..width]);
+        mask.apply_on(isa, keys.key(r) * width as u64, from, row, &mut scratch);
     }
 }
 

@@ -9,13 +9,49 @@
 //!
 //! Reductions over rows (weight and bias gradients) compute one partial
 //! per [`REDUCE_ROWS`] rows in parallel and add the partials in chunk
-//! order, so the result does not depend on the thread count.
+//! order, so the result does not depend on the thread count. Within a
+//! partial, each [`GRAD_ROWS`] rows of a weight gradient (input features)
+//! are a task of their own: a partition of few rows and many features
+//! (a citation graph's first layer) is one partial, which would otherwise
+//! run on one thread.
+//!
+//! Row-wise products take [`ROW_CHUNK`] rows a task, fewer where the
+//! input is wider than [`WIDE_INPUT`] features, so that a few hundred
+//! rows of a thousand features still spread over the threads.
+//!
+//! [`matmul_rows_dropped`] and its backward take the input through
+//! dropout: each task masks a slab of its rows into a buffer of its own
+//! and multiplies it while it is in cache, so that no dropped copy of
+//! the whole input is written and read back. The weight gradient's tasks
+//! are [`DROPPED_LANES`] runs of rows per partial, each adding its slabs'
+//! products in row order, the lanes then added in order: rows streamed
+//! in order, a fixed sum whatever the thread count.
 
 use faer::linalg::matmul::matmul;
 use faer::{Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
+use crate::dropout::{Dropout, Mask, RowKeys};
+use crate::isa::Isa;
 use crate::{check_len, ensure, Result, Write, REDUCE_ROWS, ROW_CHUNK};
+
+/// Rows of a weight gradient (its input features) a task computes.
+pub const GRAD_ROWS: usize = 128;
+/// Lanes of a dropped input's weight gradient ([`matmul_rows_dropped_bwd`])
+/// per [`REDUCE_ROWS`] rows: each sums the products of its own run of
+/// rows, slab after slab, into a partial of its own.
+pub const DROPPED_LANES: usize = 8;
+/// Input width above which a row-wise product takes fewer than
+/// [`ROW_CHUNK`] rows a task: about `ROW_CHUNK · WIDE_INPUT` input values
+/// a task, at least [`MIN_ROWS`] rows.
+pub const WIDE_INPUT: usize = 128;
+/// The fewest rows a task of a row-wise product takes.
+pub const MIN_ROWS: usize = 16;
+
+/// Rows a task of a row-wise product over inputs `d_in` wide takes.
+pub fn rows_per_task(d_in: usize) -> usize {
+    (ROW_CHUNK * WIDE_INPUT / d_in.max(1)).clamp(MIN_ROWS, ROW_CHUNK)
+}
 
 /// Values in a linear layer's weights with `inputs` input matrices:
 /// `inputs * d_in * d_out + d_out`.
@@ -43,7 +79,81 @@ pub fn matmul_rows(
     check_len("matmul_rows", "x", x.len(), rows * d_in)?;
     check_len("matmul_rows", "w", w.len(), d_in * d_out)?;
     check_len("matmul_rows", "out", out.len(), rows * d_out)?;
-    forward(&[x], d_in, w, d_out, None, out);
+    forward(&[x], d_in, w, d_out, None, None, out);
+    Ok(())
+}
+
+/// The input of a product through dropout: element `f` of row `r` is
+/// masked as element `key(r) * d_in + f` ([`crate::activation`]).
+struct Dropped<'k> {
+    keys: RowKeys<'k>,
+    mask: Mask,
+    isa: Isa,
+}
+
+impl<'k> Dropped<'k> {
+    /// `None` for a dropout that keeps everything.
+    fn new(
+        kernel: &str,
+        keys: RowKeys<'k>,
+        dropout: &Dropout,
+        rows: usize,
+    ) -> Result<Option<Self>> {
+        dropout.validate()?;
+        keys.check(kernel, rows)?;
+        Ok((!dropout.is_identity()).then(|| Dropped {
+            keys,
+            mask: dropout.mask(),
+            isa: Isa::detect(),
+        }))
+    }
+
+    /// Rows `r0..r0 + n` of `x` (`d_in` wide), masked, into `buf`
+    /// (`n × d_in`, row-major).
+    fn copy<'b>(
+        &self,
+        x: &[f32],
+        d_in: usize,
+        (r0, n): (usize, usize),
+        buf: &'b mut Vec<f32>,
+        scratch: &mut Vec<u64>,
+    ) -> &'b [f32] {
+        // Every value is written below: a buffer of this length already
+        // is not cleared.
+        buf.resize(n * d_in, 0.0);
+        scratch.resize(d_in.div_ceil(64), 0);
+        for (i, out) in buf.chunks_exact_mut(d_in).enumerate() {
+            let r = r0 + i;
+            let from = Some(&x[r * d_in..][..d_in]);
+            let start = self.keys.key(r) * d_in as u64;
+            self.mask.apply_on(self.isa, start, from, out, scratch);
+        }
+        buf
+    }
+}
+
+/// `out = dropout(x) · w` (`rows × d_in` times `d_in × d_out`), with
+/// `x`'s rows keyed by `keys` as [`crate::activation::dropout_into`]
+/// keys them: the same products as [`matmul_rows`] on that dropped copy,
+/// without it.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_rows_dropped<'k>(
+    x: &[f32],
+    rows: usize,
+    d_in: usize,
+    w: &[f32],
+    d_out: usize,
+    out: &mut [f32],
+    keys: impl Into<RowKeys<'k>>,
+    dropout: &Dropout,
+) -> Result<()> {
+    let kernel = "matmul_rows_dropped";
+    check_dims(kernel, d_in, d_out)?;
+    check_len(kernel, "x", x.len(), rows * d_in)?;
+    check_len(kernel, "w", w.len(), d_in * d_out)?;
+    check_len(kernel, "out", out.len(), rows * d_out)?;
+    let dropped = Dropped::new(kernel, keys.into(), dropout, rows)?;
+    forward(&[x], d_in, w, d_out, None, dropped.as_ref(), out);
     Ok(())
 }
 
@@ -71,7 +181,7 @@ pub fn linear(
     )?;
     check_len("linear", "out", out.len(), rows * d_out)?;
     let bias = &w[inputs.len() * d_in * d_out..];
-    forward(inputs, d_in, w, d_out, Some(bias), out);
+    forward(inputs, d_in, w, d_out, Some(bias), None, out);
     Ok(())
 }
 
@@ -81,16 +191,22 @@ fn forward(
     w: &[f32],
     d_out: usize,
     bias: Option<&[f32]>,
+    dropped: Option<&Dropped>,
     out: &mut [f32],
 ) {
-    out.par_chunks_mut(ROW_CHUNK * d_out)
-        .enumerate()
-        .for_each(|(chunk, out_chunk)| {
+    let task = rows_per_task(d_in);
+    out.par_chunks_mut(task * d_out).enumerate().for_each_init(
+        || (Vec::new(), Vec::new()),
+        |(buf, scratch), (chunk, out_chunk)| {
             let n = out_chunk.len() / d_out;
-            let r0 = chunk * ROW_CHUNK;
+            let r0 = chunk * task;
             let mut o = MatMut::from_row_major_slice_mut(out_chunk, n, d_out);
             for (k, x) in inputs.iter().enumerate() {
-                let x = MatRef::from_row_major_slice(&x[r0 * d_in..(r0 + n) * d_in], n, d_in);
+                let x = match dropped {
+                    Some(d) => d.copy(x, d_in, (r0, n), buf, scratch),
+                    None => &x[r0 * d_in..(r0 + n) * d_in],
+                };
+                let x = MatRef::from_row_major_slice(x, n, d_in);
                 let wk = MatRef::from_row_major_slice(
                     &w[k * d_in * d_out..(k + 1) * d_in * d_out],
                     d_in,
@@ -106,7 +222,8 @@ fn forward(
                     }
                 }
             }
-        });
+        },
+    );
 }
 
 /// Backward of [`linear`]. Writes `dw` (the layout of `w`: `dW_k =
@@ -179,6 +296,78 @@ pub fn matmul_rows_bwd(
     )
 }
 
+/// Backward of [`matmul_rows_dropped`] for an input that has no
+/// gradient (a first layer's features): `dw = dropout(x)ᵀ · dz`, written
+/// as `write` says, the mask regenerated as the forward drew it.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_rows_dropped_bwd<'k>(
+    dz: &[f32],
+    x: &[f32],
+    rows: usize,
+    d_in: usize,
+    d_out: usize,
+    dw: &mut [f32],
+    keys: impl Into<RowKeys<'k>>,
+    dropout: &Dropout,
+    write: Write,
+) -> Result<()> {
+    let kernel = "matmul_rows_dropped_bwd";
+    check_dims(kernel, d_in, d_out)?;
+    check_len(kernel, "dz", dz.len(), rows * d_out)?;
+    check_len(kernel, "x", x.len(), rows * d_in)?;
+    check_len(kernel, "dw", dw.len(), d_in * d_out)?;
+    let Some(dropped) = Dropped::new(kernel, keys.into(), dropout, rows)? else {
+        return backward(
+            kernel,
+            dz,
+            &[x],
+            rows,
+            d_in,
+            &[],
+            d_out,
+            false,
+            dw,
+            &mut [],
+            write,
+        );
+    };
+    let slab = rows_per_task(d_in);
+    let partials: Vec<Vec<f32>> = (0..rows.div_ceil(REDUCE_ROWS))
+        .into_par_iter()
+        .map(|chunk| {
+            let r0 = chunk * REDUCE_ROWS;
+            let n = REDUCE_ROWS.min(rows - r0);
+            let per_lane = n.div_ceil(DROPPED_LANES);
+            let lanes: Vec<Vec<f32>> = (0..n.div_ceil(per_lane))
+                .into_par_iter()
+                .map(|lane| {
+                    let l0 = r0 + lane * per_lane;
+                    let l1 = (l0 + per_lane).min(r0 + n);
+                    let mut part = vec![0.0f32; d_in * d_out];
+                    let (mut buf, mut scratch) = (Vec::new(), Vec::new());
+                    for s0 in (l0..l1).step_by(slab) {
+                        let sn = slab.min(l1 - s0);
+                        let xs = dropped.copy(x, d_in, (s0, sn), &mut buf, &mut scratch);
+                        let xs = MatRef::from_row_major_slice(xs, sn, d_in);
+                        let g = &dz[s0 * d_out..(s0 + sn) * d_out];
+                        let g = MatRef::from_row_major_slice(g, sn, d_out);
+                        let o = MatMut::from_row_major_slice_mut(&mut part, d_in, d_out);
+                        matmul(o, Accum::Add, xs.transpose(), g, 1.0f32, Par::Seq);
+                    }
+                    part
+                })
+                .collect();
+            let lanes: Vec<&[f32]> = lanes.iter().map(Vec::as_slice).collect();
+            let mut sum = vec![0.0f32; d_in * d_out];
+            sum_parts(&lanes, &mut sum, Write::Overwrite);
+            sum
+        })
+        .collect();
+    let parts: Vec<&[f32]> = partials.iter().map(Vec::as_slice).collect();
+    sum_parts(&parts, dw, write);
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
 fn backward(
     kernel: &str,
@@ -209,11 +398,12 @@ fn backward(
         let Some(dxk) = dxk else { continue };
         let wk =
             MatRef::from_row_major_slice(&w[k * d_in * d_out..(k + 1) * d_in * d_out], d_in, d_out);
-        dxk.par_chunks_mut(ROW_CHUNK * d_in)
+        let task = rows_per_task(d_in);
+        dxk.par_chunks_mut(task * d_in)
             .enumerate()
             .for_each(|(chunk, dx_chunk)| {
                 let n = dx_chunk.len() / d_in;
-                let r0 = chunk * ROW_CHUNK;
+                let r0 = chunk * task;
                 let g = MatRef::from_row_major_slice(&dz[r0 * d_out..(r0 + n) * d_out], n, d_out);
                 let accum = match write {
                     Write::Overwrite => Accum::Replace,
@@ -224,7 +414,8 @@ fn backward(
             });
     }
 
-    // Weight gradients: one partial per REDUCE_ROWS rows, summed in order.
+    // Weight gradients: one partial per REDUCE_ROWS rows, summed in order;
+    // within one, a task per GRAD_ROWS of its rows (`x[:, c0..]ᵀ · dz`).
     let len = dw.len();
     let partials: Vec<Vec<f32>> = (0..rows.div_ceil(REDUCE_ROWS))
         .into_par_iter()
@@ -232,22 +423,25 @@ fn backward(
             let r0 = chunk * REDUCE_ROWS;
             let n = REDUCE_ROWS.min(rows - r0);
             let mut part = vec![0.0f32; len];
-            let g = MatRef::from_row_major_slice(&dz[r0 * d_out..(r0 + n) * d_out], n, d_out);
-            for (k, x) in inputs.iter().enumerate() {
-                let x = MatRef::from_row_major_slice(&x[r0 * d_in..(r0 + n) * d_in], n, d_in);
-                let o = MatMut::from_row_major_slice_mut(
-                    &mut part[k * d_in * d_out..(k + 1) * d_in * d_out],
-                    d_in,
-                    d_out,
-                );
-                matmul(o, Accum::Replace, x.transpose(), g, 1.0f32, Par::Seq);
-            }
+            let dz = &dz[r0 * d_out..(r0 + n) * d_out];
+            let g = MatRef::from_row_major_slice(dz, n, d_out);
+            let (grads, bias) = part.split_at_mut(inputs.len() * d_in * d_out);
+            grads
+                .par_chunks_mut(d_in * d_out)
+                .zip(inputs.par_iter())
+                .for_each(|(dwk, x)| {
+                    dwk.par_chunks_mut(GRAD_ROWS * d_out)
+                        .enumerate()
+                        .for_each(|(task, out)| {
+                            let (c0, m) = (task * GRAD_ROWS, out.len() / d_out);
+                            let x = &x[r0 * d_in..(r0 + n) * d_in];
+                            let x = MatRef::from_row_major_slice(x, n, d_in).subcols(c0, m);
+                            let o = MatMut::from_row_major_slice_mut(out, m, d_out);
+                            matmul(o, Accum::Replace, x.transpose(), g, 1.0f32, Par::Seq);
+                        });
+                });
             if has_bias {
-                column_sums_seq(
-                    &dz[r0 * d_out..(r0 + n) * d_out],
-                    d_out,
-                    &mut part[inputs.len() * d_in * d_out..],
-                );
+                column_sums_seq(dz, d_out, bias);
             }
             part
         })

@@ -200,36 +200,64 @@ impl Mask {
         }
     }
 
-    /// `row[f] *= factor(start + f)`: dropout on one row, through its keep
-    /// bits (`scratch` holds at least `ceil(row.len() / 64)` words). The
-    /// same products as multiplying by [`Mask::fill`]'s factors.
-    pub(crate) fn apply_on(&self, isa: Isa, start: u64, row: &mut [f32], scratch: &mut [u64]) {
+    /// `row[f] = from[f] * factor(start + f)` (`row[f] *= factor(start +
+    /// f)` without `from`, which has `row`'s length where given): dropout
+    /// on one row, through its keep bits (`scratch` holds at least
+    /// `ceil(row.len() / 64)` words). The same products as multiplying by
+    /// [`Mask::fill`]'s factors.
+    pub(crate) fn apply_on(
+        &self,
+        isa: Isa,
+        start: u64,
+        from: Option<&[f32]>,
+        row: &mut [f32],
+        scratch: &mut [u64],
+    ) {
         match isa {
-            Isa::Generic => self.apply(start, row, scratch),
+            Isa::Generic => self.apply(start, from, row, scratch),
             // SAFETY: `Isa::Avx512` names an instruction set the CPU has.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => unsafe { x86::apply_avx512(self, start, row, scratch) },
+            Isa::Avx512 => unsafe { x86::apply_avx512(self, start, from, row, scratch) },
             // SAFETY: as above, for AVX2.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe { x86::apply_avx2(self, start, row, scratch) },
+            Isa::Avx2 => unsafe { x86::apply_avx2(self, start, from, row, scratch) },
         }
     }
 
     #[inline(always)]
-    fn apply(&self, start: u64, row: &mut [f32], scratch: &mut [u64]) {
-        const LANES: usize = 16;
+    fn apply(&self, start: u64, from: Option<&[f32]>, row: &mut [f32], scratch: &mut [u64]) {
         let bits = &mut scratch[..row.len().div_ceil(64)];
         self.fill_bits(start, row.len(), bits);
+        self.apply_bits(from, row, bits);
+    }
+
+    #[inline(always)]
+    fn apply_bits(&self, from: Option<&[f32]>, row: &mut [f32], bits: &[u64]) {
+        const LANES: usize = 16;
+        if let Some(from) = from {
+            assert_eq!(from.len(), row.len(), "a masked copy's lengths");
+        }
         let blocked = row.len() / LANES * LANES;
-        let (head, tail) = row.split_at_mut(blocked);
-        for (j, v) in head.chunks_exact_mut(LANES).enumerate() {
+        for j in 0..blocked / LANES {
             let m = factors16((bits[j / 4] >> (LANES * (j % 4))) as u32, self.scale);
-            for k in 0..LANES {
-                v[k] *= m[k];
+            let v = &mut row[j * LANES..][..LANES];
+            match from {
+                Some(from) => {
+                    let x = &from[j * LANES..][..LANES];
+                    for k in 0..LANES {
+                        v[k] = x[k] * m[k];
+                    }
+                }
+                None => {
+                    for k in 0..LANES {
+                        v[k] *= m[k];
+                    }
+                }
             }
         }
-        for (k, v) in tail.iter_mut().enumerate() {
-            *v *= factor(bits, blocked + k, self.scale);
+        for f in blocked..row.len() {
+            let x = from.map_or(row[f], |from| from[f]);
+            row[f] = x * factor(bits, f, self.scale);
         }
     }
 
@@ -391,14 +419,86 @@ impl MaskBits {
 }
 
 /// The builds of the mask loops for wider instruction sets: the same code,
-/// compiled with more target features.
+/// compiled with more target features, and on AVX-512 the keep bits of a
+/// word in vector instructions.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::Mask;
+    use std::arch::x86_64::*;
 
+    use super::{Mask, GOLDEN, GROUP};
+
+    /// Groups a word's keep bits come from.
+    const WORD_GROUPS: u64 = (64 / GROUP) as u64;
+
+    /// SplitMix64's output function on 8 lanes.
+    #[inline]
     #[target_feature(enable = "avx512f,avx512dq")]
-    pub(super) unsafe fn fill_bits_avx512(mask: &Mask, start: u64, len: usize, out: &mut [u64]) {
-        mask.fill_bits(start, len, out)
+    fn mix64x8(z: __m512i) -> __m512i {
+        let z = _mm512_xor_si512(z, _mm512_srli_epi64::<30>(z));
+        let z = _mm512_mullo_epi64(z, _mm512_set1_epi64(0xBF58_476D_1CE4_E5B9u64 as i64));
+        let z = _mm512_xor_si512(z, _mm512_srli_epi64::<27>(z));
+        let z = _mm512_mullo_epi64(z, _mm512_set1_epi64(0x94D0_49BB_1331_11EBu64 as i64));
+        _mm512_xor_si512(z, _mm512_srli_epi64::<31>(z))
+    }
+
+    /// [`Mask::word_keep_bits`]: the 16 groups' hashes in two vectors,
+    /// each hash four 16-bit lanes, element `4g + k` the `k`-th lane of
+    /// group `g`; one unsigned compare of the 32 lanes of each vector
+    /// against the threshold gives 32 keep bits in element order.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw")]
+    fn word_keep_bits(mask: &Mask, word: u64) -> u64 {
+        let step = |k: u64| k.wrapping_mul(GOLDEN) as i64;
+        let base = mask
+            .key
+            .wrapping_add(word.wrapping_mul(WORD_GROUPS).wrapping_mul(GOLDEN));
+        let low = _mm512_add_epi64(
+            _mm512_set1_epi64(base as i64),
+            _mm512_setr_epi64(
+                step(0),
+                step(1),
+                step(2),
+                step(3),
+                step(4),
+                step(5),
+                step(6),
+                step(7),
+            ),
+        );
+        let high = _mm512_add_epi64(low, _mm512_set1_epi64(step(8)));
+        let threshold = _mm512_set1_epi16(mask.threshold as u16 as i16);
+        let low = _mm512_cmpge_epu16_mask(mix64x8(low), threshold);
+        let high = _mm512_cmpge_epu16_mask(mix64x8(high), threshold);
+        low as u64 | (high as u64) << 32
+    }
+
+    /// [`Mask::fill_bits`] with the words' bits from [`word_keep_bits`],
+    /// shifted into place where the run does not start on a word; a run
+    /// shorter than a word group by group.
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw")]
+    pub(super) fn fill_bits_avx512(mask: &Mask, start: u64, len: usize, out: &mut [u64]) {
+        debug_assert_eq!(out.len(), len.div_ceil(64));
+        if len < 64 {
+            return mask.fill_bits_by_groups(start, len, out);
+        }
+        let (first, shift) = (start / 64, (start % 64) as u32);
+        if shift == 0 {
+            for (i, word) in out.iter_mut().enumerate() {
+                *word = word_keep_bits(mask, first + i as u64);
+            }
+        } else {
+            let mut next = word_keep_bits(mask, first);
+            for (i, word) in out.iter_mut().enumerate() {
+                let low = next;
+                next = word_keep_bits(mask, first + i as u64 + 1);
+                *word = (low >> shift) | (next << (64 - shift));
+            }
+        }
+        if !len.is_multiple_of(64) {
+            if let Some(last) = out.last_mut() {
+                *last &= (1u64 << (len % 64)) - 1;
+            }
+        }
     }
 
     #[target_feature(enable = "avx2")]
@@ -406,19 +506,28 @@ mod x86 {
         mask.fill_bits(start, len, out)
     }
 
-    #[target_feature(enable = "avx512f,avx512dq")]
-    pub(super) unsafe fn apply_avx512(
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw")]
+    pub(super) fn apply_avx512(
         mask: &Mask,
         start: u64,
+        from: Option<&[f32]>,
         row: &mut [f32],
         scratch: &mut [u64],
     ) {
-        mask.apply(start, row, scratch)
+        let bits = &mut scratch[..row.len().div_ceil(64)];
+        fill_bits_avx512(mask, start, row.len(), bits);
+        mask.apply_bits(from, row, bits)
     }
 
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn apply_avx2(mask: &Mask, start: u64, row: &mut [f32], scratch: &mut [u64]) {
-        mask.apply(start, row, scratch)
+    pub(super) fn apply_avx2(
+        mask: &Mask,
+        start: u64,
+        from: Option<&[f32]>,
+        row: &mut [f32],
+        scratch: &mut [u64],
+    ) {
+        mask.apply(start, from, row, scratch)
     }
 }
 
@@ -494,7 +603,7 @@ mod tests {
                         .map(|(x, m)| (x * m).to_bits())
                         .collect();
                     let mut got = row.clone();
-                    m.apply_on(isa, start, &mut got, &mut vec![0; len.div_ceil(64)]);
+                    m.apply_on(isa, start, None, &mut got, &mut vec![0; len.div_ceil(64)]);
                     let got: Vec<u32> = got.iter().map(|x| x.to_bits()).collect();
                     assert_eq!(got, expect, "{isa:?} start {start} len {len}");
                 }

@@ -14,7 +14,8 @@ pub(crate) enum Isa {
     /// AVX2.
     #[cfg(target_arch = "x86_64")]
     Avx2,
-    /// AVX-512 F and DQ (64-bit lane multiplies, for the hash).
+    /// AVX-512 F, DQ and BW (64-bit lane multiplies for the hash, 16-bit
+    /// lane compares for its keep bits).
     #[cfg(target_arch = "x86_64")]
     Avx512,
 }
@@ -36,6 +37,7 @@ impl Isa {
             }
             if std::arch::is_x86_feature_detected!("avx512f")
                 && std::arch::is_x86_feature_detected!("avx512dq")
+                && std::arch::is_x86_feature_detected!("avx512bw")
             {
                 all.push(Isa::Avx512);
             }

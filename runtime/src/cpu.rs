@@ -30,12 +30,11 @@
 
 use std::sync::Arc;
 
-use fateplan_kernels::dropout::RowKeys;
+use fateplan_kernels::dropout::{Dropout, RowKeys};
 use fateplan_kernels::gat::{self, BlockGrads, BlockInputs, Heads, NodeScoreGrads};
-use fateplan_kernels::{activation, dense, loss, sparse, BlockRef, Init, Write, REDUCE_ROWS};
+use fateplan_kernels::{activation, dense, loss, sparse, BlockRef, Init, Write};
 use fateplan_planner::gnn::GnnModel;
 use fateplan_planner::workload::{Op, Tensor};
-use rayon::prelude::*;
 
 use crate::exec::data::{BlockData, Data};
 use crate::exec::{Backend, ExecError};
@@ -318,6 +317,17 @@ impl CpuGnn {
     }
 }
 
+/// The rows of layer `l`'s input `x` of partition `part`, `d_in` wide.
+fn input_rows(l: usize, part: usize, x: &[f32], d_in: usize) -> Result<usize, ExecError> {
+    if !x.len().is_multiple_of(d_in) {
+        return Err(ExecError::Internal(format!(
+            "layer {l}, partition {part}: {} input values are not rows of {d_in}",
+            x.len()
+        )));
+    }
+    Ok(x.len() / d_in)
+}
+
 /// GAT's operators (see the module doc and `fateplan_planner::gnn`).
 impl CpuGnn {
     /// `alpha[i]`'s slice for block `(i, j)` (`block`), and with attention
@@ -390,64 +400,33 @@ impl CpuGnn {
         Ok((slice, dropped))
     }
 
-    /// `f(first row, rows, slab)` over the layer's input rows `x` of
-    /// partition `part`. With input dropout (first layer only) the rows
-    /// are dropped in slabs of [`REDUCE_ROWS`] rows, in parallel, so that
-    /// no dropped copy of the whole partition exists; the results come
-    /// back in row order.
-    fn input_slabs<T: Send>(
-        &self,
-        l: usize,
-        part: usize,
-        x: &[f32],
-        d_in: usize,
-        f: impl Fn(usize, usize, &[f32]) -> Result<T, ExecError> + Sync,
-    ) -> Result<Vec<T>, ExecError> {
-        if !x.len().is_multiple_of(d_in) {
-            return Err(ExecError::Internal(format!(
-                "layer {l}, partition {part}: {} input values are not rows of {d_in}",
-                x.len()
-            )));
-        }
-        let rows = x.len() / d_in;
-        let Some(mask) = self.model.dropout(SITE_INPUT, l).filter(|_| l == 1) else {
-            return Ok(vec![f(0, rows, x)?]);
-        };
-        let keys = self.model.keys(part);
-        (0..rows.div_ceil(REDUCE_ROWS))
-            .into_par_iter()
-            .map(|slab| {
-                let r0 = slab * REDUCE_ROWS;
-                let n = REDUCE_ROWS.min(rows - r0);
-                let mut dropped = vec![0.0f32; n * d_in];
-                let slab = &x[r0 * d_in..(r0 + n) * d_in];
-                activation::dropout_into(slab, &mut dropped, d_in, keys.skip(r0), &mask)
-                    .map_err(kernel)?;
-                f(r0, n, &dropped)
-            })
-            .collect()
+    /// The input dropout of layer `l` (the first layer's alone), or
+    /// `None`.
+    fn input_dropout(&self, l: usize) -> Option<Dropout> {
+        self.model.dropout(SITE_INPUT, l).filter(|_| l == 1)
     }
 
     /// `dropout(x) · W` for the layer's input rows `x` of partition `part`
     /// (`w` the `d_in × d_out` matrix alone): GAT's projection and a
-    /// projecting-first GCN layer's.
+    /// projecting-first GCN layer's. With input dropout each task of the
+    /// product masks its own rows ([`dense::matmul_rows_dropped`]).
     fn project(&self, l: usize, part: usize, x: &[f32], w: &[f32]) -> Result<Vec<f32>, ExecError> {
         let (d_in, d_out) = self.model.dims(l);
-        let mut slabs = self.input_slabs(l, part, x, d_in, |_, n, slab| {
-            let mut z = vec![0.0f32; n * d_out];
-            dense::matmul_rows(slab, n, d_in, w, d_out, &mut z).map_err(kernel)?;
-            Ok(z)
-        })?;
-        Ok(match slabs.len() {
-            1 => slabs.pop().expect("one slab"),
-            _ => slabs.concat(),
-        })
+        let rows = input_rows(l, part, x, d_in)?;
+        let mut z = vec![0.0f32; rows * d_out];
+        match self.input_dropout(l) {
+            Some(mask) => {
+                let keys = self.model.keys(part);
+                dense::matmul_rows_dropped(x, rows, d_in, w, d_out, &mut z, keys, &mask)
+            }
+            None => dense::matmul_rows(x, rows, d_in, w, d_out, &mut z),
+        }
+        .map_err(kernel)?;
+        Ok(z)
     }
 
     /// The backward of [`CpuGnn::project`]: `dw = dropout(x)ᵀ · dz` and,
-    /// above the first layer, `dx = dz · Wᵀ`. Each slab's weight gradient
-    /// is one partial, added in row order: the sum [`dense::matmul_rows_bwd`]
-    /// forms over the undropped rows.
+    /// above the first layer, `dx = dz · Wᵀ`.
     #[allow(clippy::too_many_arguments)]
     fn project_bwd(
         &self,
@@ -460,27 +439,37 @@ impl CpuGnn {
         dx: Option<&mut [f32]>,
     ) -> Result<(), ExecError> {
         let (d_in, d_out) = self.model.dims(l);
-        let rows = dz.len() / d_out;
-        if x.len() != rows * d_in {
+        let rows = input_rows(l, part, x, d_in)?;
+        if dz.len() != rows * d_out {
             return Err(ExecError::Internal(format!(
-                "layer {l}, partition {part}: the input has {} values, the gradient {rows} rows \
-                 of {d_in}",
-                x.len()
+                "layer {l}, partition {part}: the input has {rows} rows of {d_in}, the gradient {} \
+                 values of rows of {d_out}",
+                dz.len()
             )));
         }
-        if l > 1 {
-            return dense::matmul_rows_bwd(dz, x, rows, d_in, w, d_out, dw, dx, Write::Overwrite)
-                .map_err(kernel);
+        match self.input_dropout(l) {
+            Some(mask) if dx.is_none() => {
+                let keys = self.model.keys(part);
+                dense::matmul_rows_dropped_bwd(
+                    dz,
+                    x,
+                    rows,
+                    d_in,
+                    d_out,
+                    dw,
+                    keys,
+                    &mask,
+                    Write::Overwrite,
+                )
+            }
+            Some(_) => {
+                return Err(ExecError::Internal(format!(
+                    "layer {l}, partition {part}: an input gradient through input dropout"
+                )))
+            }
+            None => dense::matmul_rows_bwd(dz, x, rows, d_in, w, d_out, dw, dx, Write::Overwrite),
         }
-        let parts = self.input_slabs(l, part, x, d_in, |r0, n, slab| {
-            let mut dw = vec![0.0f32; d_in * d_out];
-            let dz = &dz[r0 * d_out..(r0 + n) * d_out];
-            dense::matmul_rows_bwd(dz, slab, n, d_in, w, d_out, &mut dw, None, Write::Overwrite)
-                .map_err(kernel)?;
-            Ok(dw)
-        })?;
-        let parts: Vec<&[f32]> = parts.iter().map(Vec::as_slice).collect();
-        dense::sum_into(&parts, dw).map_err(kernel)
+        .map_err(kernel)
     }
 
     /// `agg + bias` for the rows of `agg`.

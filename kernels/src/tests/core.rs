@@ -413,8 +413,17 @@ fn bad_shapes_are_errors() {
 #[test]
 fn linear_matches_reference() {
     let mut rng = Rng::new(5);
-    for (inputs, rows, d_in, d_out) in [(1, 300, 7, 5), (2, 257, 4, 3), (1, 0, 3, 2), (2, 1, 1, 1)]
-    {
+    // Wide inputs take fewer rows a task and split the weight gradient's
+    // features over tasks; many rows sum several partials.
+    let shapes = [
+        (1, 300, 7, 5),
+        (2, 257, 4, 3),
+        (1, 0, 3, 2),
+        (2, 1, 1, 1),
+        (2, 300, 300, 5),
+        (1, BIG_ROWS, 3, 2),
+    ];
+    for (inputs, rows, d_in, d_out) in shapes {
         let xs: Vec<Vec<f32>> = (0..inputs).map(|_| rng.vec(rows * d_in)).collect();
         let x_refs: Vec<&[f32]> = xs.iter().map(Vec::as_slice).collect();
         let w = rng.vec(linear_weight_len(inputs, d_in, d_out));
@@ -470,6 +479,94 @@ fn linear_matches_reference() {
         let twice: Vec<f64> = dw64.iter().map(|v| 2.0 * v).collect();
         assert_close("linear_bwd accumulate", &dw2, &twice, 1e-5);
     }
+}
+
+#[test]
+fn matmul_rows_dropped_is_matmul_rows_on_the_dropped_input() {
+    let mut rng = Rng::new(61);
+    let ids: Vec<u64> = (0..BIG_ROWS as u64).map(|r| r * 3 + 7).collect();
+    let shapes = [
+        (677, 300, 5, false),
+        (BIG_ROWS, 70, 3, true),
+        (5, 1, 1, true),
+        (0, 4, 2, false),
+    ];
+    let d = Dropout::new(0.4, 99, 3).unwrap();
+    for (rows, d_in, d_out, renumbered) in shapes {
+        let keys = match renumbered {
+            false => RowKeys::Contiguous(1234),
+            true => RowKeys::Ids(&ids[..rows]),
+        };
+        let what = format!("{rows} x {d_in} -> {d_out}, renumbered {renumbered}");
+        let x = rng.vec(rows * d_in);
+        let w = rng.vec(d_in * d_out);
+        let dz = rng.vec(rows * d_out);
+        let dropped64: Vec<f64> = x
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let (r, f) = (i / d_in, (i % d_in) as u64);
+                v as f64 * d.value(keys.key(r) * d_in as u64 + f) as f64
+            })
+            .collect();
+
+        let mut z = vec![f32::NAN; rows * d_out];
+        matmul_rows_dropped(&x, rows, d_in, &w, d_out, &mut z, keys, &d).unwrap();
+        let expect = reference64::linear(&[&dropped64], rows, d_in, &to64(&w), d_out, false);
+        assert_close(&what, &z, &expect, 1e-5);
+        // The products of the dropped copy's, bit for bit.
+        let mut dropped = vec![0.0; x.len()];
+        dropout_into(&x, &mut dropped, d_in, keys, &d).unwrap();
+        let mut plain = vec![0.0; rows * d_out];
+        matmul_rows(&dropped, rows, d_in, &w, d_out, &mut plain).unwrap();
+        assert_same_bits(&what, &z, &plain);
+
+        let mut dw = vec![f32::NAN; d_in * d_out];
+        let dropped_bwd = |dw: &mut [f32], d: &Dropout, write| {
+            matmul_rows_dropped_bwd(&dz, &x, rows, d_in, d_out, dw, keys, d, write).unwrap()
+        };
+        dropped_bwd(&mut dw, &d, Write::Overwrite);
+        let (dw64, _) = reference64::linear_bwd(
+            &to64(&dz),
+            &[&dropped64],
+            rows,
+            d_in,
+            &to64(&w),
+            d_out,
+            false,
+        );
+        // A weight of 9,000 rows sums 9,000 products in f32.
+        let tol = if rows > 1000 { 1e-4 } else { 1e-5 };
+        assert_close(&what, &dw, &dw64, tol);
+        dropped_bwd(&mut dw, &d, Write::Accumulate);
+        let twice: Vec<f64> = dw64.iter().map(|v| 2.0 * v).collect();
+        assert_close(&what, &dw, &twice, tol);
+        same_bits_across_threads(&what, || {
+            let mut dw = vec![0.0; d_in * d_out];
+            dropped_bwd(&mut dw, &d, Write::Overwrite);
+            dw
+        });
+
+        // Without dropout: the plain products.
+        let none = Dropout::new(0.0, 99, 3).unwrap();
+        matmul_rows_dropped(&x, rows, d_in, &w, d_out, &mut z, keys, &none).unwrap();
+        matmul_rows(&x, rows, d_in, &w, d_out, &mut plain).unwrap();
+        assert_same_bits(&what, &z, &plain);
+        dropped_bwd(&mut dw, &none, Write::Overwrite);
+        let mut plain_dw = vec![0.0; dw.len()];
+        let write = Write::Overwrite;
+        matmul_rows_bwd(&dz, &x, rows, d_in, &w, d_out, &mut plain_dw, None, write).unwrap();
+        assert_same_bits(&what, &dw, &plain_dw);
+    }
+    // Too few row keys.
+    let (x, w) = (rng.vec(4 * 2), rng.vec(2 * 2));
+    let short = RowKeys::Ids(&ids[..3]);
+    let mut z = vec![0.0; 4 * 2];
+    assert!(matmul_rows_dropped(&x, 4, 2, &w, 2, &mut z, short, &d).is_err());
+    let mut dw = vec![0.0; 4];
+    let dz = rng.vec(4 * 2);
+    let write = Write::Overwrite;
+    assert!(matmul_rows_dropped_bwd(&dz, &x, 4, 2, 2, &mut dw, short, &d, write).is_err());
 }
 
 #[test]
