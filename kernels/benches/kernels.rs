@@ -268,8 +268,9 @@ fn matmul_bwd_677_1433x16(bencher: Bencher) {
 }
 
 /// The projection of that first layer's input through dropout, each
-/// task masking its own rows, and its weight gradient, each task its own
-/// features (rows keyed by scattered ids, as a min-cut partition's).
+/// task masking its own slab of rows, and its weight gradient, each of 8
+/// lanes of rows masking its slabs in turn (rows keyed by scattered ids,
+/// as a min-cut partition's).
 #[divan::bench(sample_count = 50)]
 fn matmul_dropped_677_1433x16(bencher: Bencher) {
     let x = values(FEW_ROWS * MANY_FEATURES, 1);

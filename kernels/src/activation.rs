@@ -211,7 +211,7 @@ fn masked_copy(
                 }
                 RowKeys::Ids(_) => {
                     let keys = keys.skip(chunk * ROW_CHUNK);
-                    mask_rows(&mask, isa, keys, from, part, width)
+                    mask.apply_rows(isa, keys, from, part, width)
                 }
             }
         });
@@ -312,27 +312,10 @@ where
             map_on(isa, zs, gs, part, &f);
 
             if let Some(mask) = &mask {
-                mask_rows(mask, isa, keys.skip(chunk * ROW_CHUNK), None, part, width);
+                mask.apply_rows(isa, keys.skip(chunk * ROW_CHUNK), None, part, width);
             }
         });
     Ok(())
-}
-
-/// `rows = from * mask` (`rows *= mask` without `from`) row by row, row
-/// `r` keyed by `keys.key(r)`.
-fn mask_rows(
-    mask: &Mask,
-    isa: Isa,
-    keys: RowKeys,
-    from: Option<&[f32]>,
-    rows: &mut [f32],
-    width: usize,
-) {
-    let mut scratch = vec![0u64; width.div_ceil(64)];
-    for (r, row) in rows.chunks_exact_mut(width).enumerate() {
-        let from = from.map(|from| &from[r * width..][..width]);
-        mask.apply_on(isa, keys.key(r) * width as u64, from, row, &mut scratch);
-    }
 }
 
 #[cfg(test)]

@@ -10,20 +10,20 @@
 //! Reductions over rows (weight and bias gradients) compute one partial
 //! per [`REDUCE_ROWS`] rows in parallel and add the partials in chunk
 //! order, so the result does not depend on the thread count. Within a
-//! partial, each [`GRAD_ROWS`] rows of a weight gradient (input features)
+//! partial, each `GRAD_ROWS` rows of a weight gradient (input features)
 //! are a task of their own: a partition of few rows and many features
 //! (a citation graph's first layer) is one partial, which would otherwise
 //! run on one thread.
 //!
 //! Row-wise products take [`ROW_CHUNK`] rows a task, fewer where the
-//! input is wider than [`WIDE_INPUT`] features, so that a few hundred
+//! input is wider than `WIDE_INPUT` features, so that a few hundred
 //! rows of a thousand features still spread over the threads.
 //!
 //! [`matmul_rows_dropped`] and its backward take the input through
 //! dropout: each task masks a slab of its rows into a buffer of its own
 //! and multiplies it while it is in cache, so that no dropped copy of
 //! the whole input is written and read back. The weight gradient's tasks
-//! are [`DROPPED_LANES`] runs of rows per partial, each adding its slabs'
+//! are `DROPPED_LANES` runs of rows per partial, each adding its slabs'
 //! products in row order, the lanes then added in order: rows streamed
 //! in order, a fixed sum whatever the thread count.
 
@@ -36,21 +36,21 @@ use crate::isa::Isa;
 use crate::{check_len, ensure, Result, Write, REDUCE_ROWS, ROW_CHUNK};
 
 /// Rows of a weight gradient (its input features) a task computes.
-pub const GRAD_ROWS: usize = 128;
+pub(crate) const GRAD_ROWS: usize = 128;
 /// Lanes of a dropped input's weight gradient ([`matmul_rows_dropped_bwd`])
 /// per [`REDUCE_ROWS`] rows: each sums the products of its own run of
 /// rows, slab after slab, into a partial of its own.
-pub const DROPPED_LANES: usize = 8;
+pub(crate) const DROPPED_LANES: usize = 8;
 /// Input width above which a row-wise product takes fewer than
 /// [`ROW_CHUNK`] rows a task: about `ROW_CHUNK · WIDE_INPUT` input values
-/// a task, at least [`MIN_ROWS`] rows.
-pub const WIDE_INPUT: usize = 128;
+/// a task, at least [`MIN_TASK_ROWS`] rows.
+pub(crate) const WIDE_INPUT: usize = 128;
 /// The fewest rows a task of a row-wise product takes.
-pub const MIN_ROWS: usize = 16;
+pub(crate) const MIN_TASK_ROWS: usize = 16;
 
 /// Rows a task of a row-wise product over inputs `d_in` wide takes.
-pub fn rows_per_task(d_in: usize) -> usize {
-    (ROW_CHUNK * WIDE_INPUT / d_in.max(1)).clamp(MIN_ROWS, ROW_CHUNK)
+pub(crate) fn rows_per_task(d_in: usize) -> usize {
+    (ROW_CHUNK * WIDE_INPUT / d_in.max(1)).clamp(MIN_TASK_ROWS, ROW_CHUNK)
 }
 
 /// Values in a linear layer's weights with `inputs` input matrices:
@@ -116,18 +116,13 @@ impl<'k> Dropped<'k> {
         d_in: usize,
         (r0, n): (usize, usize),
         buf: &'b mut Vec<f32>,
-        scratch: &mut Vec<u64>,
     ) -> &'b [f32] {
-        // Every value is written below: a buffer of this length already
-        // is not cleared.
+        // Every value is written: a buffer of this length already is not
+        // cleared.
         buf.resize(n * d_in, 0.0);
-        scratch.resize(d_in.div_ceil(64), 0);
-        for (i, out) in buf.chunks_exact_mut(d_in).enumerate() {
-            let r = r0 + i;
-            let from = Some(&x[r * d_in..][..d_in]);
-            let start = self.keys.key(r) * d_in as u64;
-            self.mask.apply_on(self.isa, start, from, out, scratch);
-        }
+        let from = Some(&x[r0 * d_in..(r0 + n) * d_in]);
+        self.mask
+            .apply_rows(self.isa, self.keys.skip(r0), from, buf, d_in);
         buf
     }
 }
@@ -196,14 +191,14 @@ fn forward(
 ) {
     let task = rows_per_task(d_in);
     out.par_chunks_mut(task * d_out).enumerate().for_each_init(
-        || (Vec::new(), Vec::new()),
-        |(buf, scratch), (chunk, out_chunk)| {
+        Vec::new,
+        |buf, (chunk, out_chunk)| {
             let n = out_chunk.len() / d_out;
             let r0 = chunk * task;
             let mut o = MatMut::from_row_major_slice_mut(out_chunk, n, d_out);
             for (k, x) in inputs.iter().enumerate() {
                 let x = match dropped {
-                    Some(d) => d.copy(x, d_in, (r0, n), buf, scratch),
+                    Some(d) => d.copy(x, d_in, (r0, n), buf),
                     None => &x[r0 * d_in..(r0 + n) * d_in],
                 };
                 let x = MatRef::from_row_major_slice(x, n, d_in);
@@ -298,7 +293,10 @@ pub fn matmul_rows_bwd(
 
 /// Backward of [`matmul_rows_dropped`] for an input that has no
 /// gradient (a first layer's features): `dw = dropout(x)ᵀ · dz`, written
-/// as `write` says, the mask regenerated as the forward drew it.
+/// as `write` says, the mask regenerated as the forward drew it. Its sum
+/// runs in lanes of rows (the module doc), so its bits differ from
+/// [`matmul_rows_bwd`]'s on a dropped copy; they do not depend on the
+/// thread count.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_rows_dropped_bwd<'k>(
     dz: &[f32],
@@ -344,10 +342,10 @@ pub fn matmul_rows_dropped_bwd<'k>(
                     let l0 = r0 + lane * per_lane;
                     let l1 = (l0 + per_lane).min(r0 + n);
                     let mut part = vec![0.0f32; d_in * d_out];
-                    let (mut buf, mut scratch) = (Vec::new(), Vec::new());
+                    let mut buf = Vec::new();
                     for s0 in (l0..l1).step_by(slab) {
                         let sn = slab.min(l1 - s0);
-                        let xs = dropped.copy(x, d_in, (s0, sn), &mut buf, &mut scratch);
+                        let xs = dropped.copy(x, d_in, (s0, sn), &mut buf);
                         let xs = MatRef::from_row_major_slice(xs, sn, d_in);
                         let g = &dz[s0 * d_out..(s0 + sn) * d_out];
                         let g = MatRef::from_row_major_slice(g, sn, d_out);
@@ -357,9 +355,12 @@ pub fn matmul_rows_dropped_bwd<'k>(
                     part
                 })
                 .collect();
-            let lanes: Vec<&[f32]> = lanes.iter().map(Vec::as_slice).collect();
-            let mut sum = vec![0.0f32; d_in * d_out];
-            sum_parts(&lanes, &mut sum, Write::Overwrite);
+            // The lanes added in order onto the first.
+            let mut lanes = lanes.into_iter();
+            let mut sum = lanes.next().unwrap_or_else(|| vec![0.0f32; d_in * d_out]);
+            let rest: Vec<Vec<f32>> = lanes.collect();
+            let rest: Vec<&[f32]> = rest.iter().map(Vec::as_slice).collect();
+            sum_parts(&rest, &mut sum, Write::Accumulate);
             sum
         })
         .collect();

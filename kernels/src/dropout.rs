@@ -19,9 +19,11 @@ use crate::{ensure, Result, ROW_CHUNK};
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 /// Elements that share one 64-bit hash.
 pub const GROUP: usize = 4;
-/// The shortest run whose keep bits [`Mask::fill_bits`] hashes as whole
-/// words shifted into place when it does not start on a word: at most a
-/// word more than the run, a quarter more hashes at this length.
+/// The shortest run whose keep bits [`Mask::fill_bits`] (the generic and
+/// AVX2 builds) hashes as whole words shifted into place when it does not
+/// start on a word: at most a word more than the run, a quarter more
+/// hashes at this length. On AVX-512 a word's bits cost a few vector
+/// instructions, so runs of a word or more are all taken by words.
 const SHIFTED_WORDS_FROM: usize = 256;
 
 /// Inverted dropout with drop probability `p`; `p == 0` is the identity.
@@ -187,7 +189,8 @@ impl Mask {
     }
 
     /// [`Mask::fill_bits`] on `isa`: the hash is 64-bit multiplies, which
-    /// only AVX-512 DQ has as vector instructions.
+    /// only AVX-512 DQ has as vector instructions, and on AVX-512 a word's
+    /// 64 threshold compares are one BW compare of 16-bit lanes.
     pub(crate) fn fill_bits_on(&self, isa: Isa, start: u64, len: usize, out: &mut [u64]) {
         match isa {
             Isa::Generic => self.fill_bits(start, len, out),
@@ -274,17 +277,23 @@ impl Mask {
         // Whole words of the mask's bits from a multiple of 64 on, each
         // shifted into place: the hashes of a word vectorise, one group's
         // bits at an odd offset do not.
-        let first = start / 64;
-        let mut next = self.word_keep_bits(first);
-        for (i, word) in out.iter_mut().enumerate() {
-            let low = next;
-            next = self.word_keep_bits(first + i as u64 + 1);
-            *word = (low >> shift) | (next << (64 - shift));
-        }
-        if !len.is_multiple_of(64) {
-            if let Some(last) = out.last_mut() {
-                *last &= (1u64 << (len % 64)) - 1;
-            }
+        fill_words(start, len, out, |w| self.word_keep_bits(w))
+    }
+
+    /// `row = from * mask` (`row *= mask` without `from`) for each row of
+    /// `rows` (`width` wide), row `r` keyed by `keys.key(r)`.
+    pub(crate) fn apply_rows(
+        &self,
+        isa: Isa,
+        keys: RowKeys,
+        from: Option<&[f32]>,
+        rows: &mut [f32],
+        width: usize,
+    ) {
+        let mut scratch = vec![0u64; width.div_ceil(64)];
+        for (r, row) in rows.chunks_exact_mut(width).enumerate() {
+            let from = from.map(|from| &from[r * width..][..width]);
+            self.apply_on(isa, keys.key(r) * width as u64, from, row, &mut scratch);
         }
     }
 
@@ -418,6 +427,31 @@ impl MaskBits {
     }
 }
 
+/// The keep bits of elements `start..start + len` into `out` from whole
+/// words' bits (`word(w)`: elements `64 w ..`), shifted into place where
+/// the run does not start on a word; bits past `len` are 0.
+#[inline(always)]
+fn fill_words(start: u64, len: usize, out: &mut [u64], word: impl Fn(u64) -> u64) {
+    let (first, shift) = (start / 64, (start % 64) as u32);
+    if shift == 0 {
+        for (i, out) in out.iter_mut().enumerate() {
+            *out = word(first + i as u64);
+        }
+    } else {
+        let mut next = word(first);
+        for (i, out) in out.iter_mut().enumerate() {
+            let low = next;
+            next = word(first + i as u64 + 1);
+            *out = (low >> shift) | (next << (64 - shift));
+        }
+    }
+    if !len.is_multiple_of(64) {
+        if let Some(last) = out.last_mut() {
+            *last &= (1u64 << (len % 64)) - 1;
+        }
+    }
+}
+
 /// The builds of the mask loops for wider instruction sets: the same code,
 /// compiled with more target features, and on AVX-512 the keep bits of a
 /// word in vector instructions.
@@ -481,28 +515,11 @@ mod x86 {
         if len < 64 {
             return mask.fill_bits_by_groups(start, len, out);
         }
-        let (first, shift) = (start / 64, (start % 64) as u32);
-        if shift == 0 {
-            for (i, word) in out.iter_mut().enumerate() {
-                *word = word_keep_bits(mask, first + i as u64);
-            }
-        } else {
-            let mut next = word_keep_bits(mask, first);
-            for (i, word) in out.iter_mut().enumerate() {
-                let low = next;
-                next = word_keep_bits(mask, first + i as u64 + 1);
-                *word = (low >> shift) | (next << (64 - shift));
-            }
-        }
-        if !len.is_multiple_of(64) {
-            if let Some(last) = out.last_mut() {
-                *last &= (1u64 << (len % 64)) - 1;
-            }
-        }
+        super::fill_words(start, len, out, |w| word_keep_bits(mask, w))
     }
 
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn fill_bits_avx2(mask: &Mask, start: u64, len: usize, out: &mut [u64]) {
+    pub(super) fn fill_bits_avx2(mask: &Mask, start: u64, len: usize, out: &mut [u64]) {
         mask.fill_bits(start, len, out)
     }
 
@@ -571,6 +588,38 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn thresholds_are_kept_when_reached() {
+        // Element `i` keeps when its 16 bits are at least the threshold:
+        // with the threshold set to an element's own bits (the upper half
+        // of the range too), it keeps, and one above, it drops.
+        let d = Dropout::new(0.5, 3, 5).unwrap();
+        let base = d.mask();
+        let u = |i: u64| (base.group_bits(i / 4) >> (16 * (i % 4))) as u32 & 0xFFFF;
+        let start = 1_000_003u64;
+        let len = 300usize;
+        let mut seen_high = false;
+        for f in (0..len as u64).step_by(7) {
+            let i = start + f;
+            let bits = u(i);
+            seen_high |= bits >= 32768;
+            for (threshold, kept) in [(bits, true), (bits + 1, false)] {
+                if threshold == 0 || threshold > 65535 {
+                    continue;
+                }
+                let m = Mask { threshold, ..base };
+                assert_eq!(m.keep(i), kept, "element {i}, threshold {threshold}");
+                for isa in Isa::available() {
+                    let mut out = vec![0u64; len.div_ceil(64)];
+                    m.fill_bits_on(isa, start, len, &mut out);
+                    let bit = out[f as usize / 64] >> (f % 64) & 1 == 1;
+                    assert_eq!(bit, kept, "{isa:?} element {i}, threshold {threshold}");
+                }
+            }
+        }
+        assert!(seen_high, "no element's bits in the upper half");
     }
 
     #[test]

@@ -52,7 +52,8 @@ pub mod sparse;
 #[cfg(test)]
 mod tests;
 
-/// Rows per parallel task for row-wise kernels (SpMM, GEMM, activations).
+/// Rows per parallel task for row-wise kernels (SpMM, GEMM, activations);
+/// fewer for GEMMs over inputs wider than 128 (`dense::rows_per_task`).
 pub const ROW_CHUNK: usize = 256;
 /// Rows per partial sum in reductions over rows (weight and bias
 /// gradients, the loss). Partials are added in chunk order.

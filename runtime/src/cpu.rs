@@ -14,7 +14,9 @@
 //! layer's aggregation when that layer aggregates first (the dropped
 //! features never exist in memory; for GraphSAGE it applies to the
 //! neighbour term only); a layer that projects first drops its input in
-//! slabs of [`REDUCE_ROWS`] rows before projecting them, as GAT does.
+//! each task of the projection, a slab of rows at a time into the task's
+//! own buffer ([`dense::matmul_rows_dropped`] and its backward), as GAT
+//! does.
 //!
 //! GAT (as PyTorch Geometric's `GATConv` in its Cora example): hidden
 //! layers have `heads` heads of `hidden / heads` features, concatenated,
@@ -319,7 +321,7 @@ impl CpuGnn {
 
 /// The rows of layer `l`'s input `x` of partition `part`, `d_in` wide.
 fn input_rows(l: usize, part: usize, x: &[f32], d_in: usize) -> Result<usize, ExecError> {
-    if !x.len().is_multiple_of(d_in) {
+    if d_in == 0 || !x.len().is_multiple_of(d_in) {
         return Err(ExecError::Internal(format!(
             "layer {l}, partition {part}: {} input values are not rows of {d_in}",
             x.len()

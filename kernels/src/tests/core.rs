@@ -984,6 +984,34 @@ fn kernels_are_bit_identical_across_thread_counts() {
         dw.extend(dx);
         dw
     });
+    // A wide input: fewer rows a task, the weight gradient's features
+    // split over tasks.
+    let (rows, wide) = (700, 300);
+    let x = rng.vec(rows * wide);
+    let w_wide = rng.vec(linear_weight_len(1, wide, d_out));
+    same_bits_across_threads("linear, wide", || {
+        let mut z = vec![0.0; rows * d_out];
+        linear(&[&x], rows, wide, &w_wide, d_out, &mut z).unwrap();
+        let mut dw = vec![0.0; w_wide.len()];
+        let mut dx = vec![0.0; x.len()];
+        let dz = &dz[..rows * d_out];
+        let write = Write::Overwrite;
+        linear_bwd(
+            dz,
+            &[&x],
+            rows,
+            wide,
+            &w_wide,
+            d_out,
+            &mut dw,
+            &mut [Some(&mut dx)],
+            write,
+        )
+        .unwrap();
+        z.extend(dw);
+        z.extend(dx);
+        z
+    });
     same_bits_across_threads("column_sums", || {
         let mut s = vec![0.0; d_out];
         column_sums(&dz, d_out, &mut s, Write::Overwrite).unwrap();

@@ -734,7 +734,7 @@ impl CudaGnn {
     /// partition `part`: the whole of `x` in one call, or, with the first
     /// layer's input dropout, slabs of [`project_slab_rows`] rows dropped in
     /// turn into one workspace buffer (reused: the compute stream orders each
-    /// slab's kernels after the last's), as the CPU backend drops its slabs.
+    /// slab's kernels after the last's).
     fn input_slabs(
         &self,
         l: usize,
