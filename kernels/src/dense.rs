@@ -75,12 +75,23 @@ pub fn matmul_rows(
     d_out: usize,
     out: &mut [f32],
 ) -> Result<()> {
-    check_dims("matmul_rows", d_in, d_out)?;
-    check_len("matmul_rows", "x", x.len(), rows * d_in)?;
-    check_len("matmul_rows", "w", w.len(), d_in * d_out)?;
-    check_len("matmul_rows", "out", out.len(), rows * d_out)?;
+    check_product("matmul_rows", (x, rows, d_in), w, d_out, out)?;
     forward(&[x], d_in, w, d_out, None, None, out);
     Ok(())
+}
+
+/// The lengths of `out = x · w` (`x`: `rows × d_in`).
+fn check_product(
+    kernel: &str,
+    (x, rows, d_in): (&[f32], usize, usize),
+    w: &[f32],
+    d_out: usize,
+    out: &[f32],
+) -> Result<()> {
+    check_dims(kernel, d_in, d_out)?;
+    check_len(kernel, "x", x.len(), rows * d_in)?;
+    check_len(kernel, "w", w.len(), d_in * d_out)?;
+    check_len(kernel, "out", out.len(), rows * d_out)
 }
 
 /// The input of a product through dropout: element `f` of row `r` is
@@ -143,10 +154,7 @@ pub fn matmul_rows_dropped<'k>(
     dropout: &Dropout,
 ) -> Result<()> {
     let kernel = "matmul_rows_dropped";
-    check_dims(kernel, d_in, d_out)?;
-    check_len(kernel, "x", x.len(), rows * d_in)?;
-    check_len(kernel, "w", w.len(), d_in * d_out)?;
-    check_len(kernel, "out", out.len(), rows * d_out)?;
+    check_product(kernel, (x, rows, d_in), w, d_out, out)?;
     let dropped = Dropped::new(kernel, keys.into(), dropout, rows)?;
     forward(&[x], d_in, w, d_out, None, dropped.as_ref(), out);
     Ok(())
