@@ -46,6 +46,7 @@ fn workload(model: GnnModel, name: &str, partitions: u32) -> Workload {
         order: Default::default(),
         transposes: Default::default(),
         sweeps: Default::default(),
+        dropout: 0.0,
     };
     build_gnn(
         &spec,

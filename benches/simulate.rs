@@ -57,6 +57,7 @@ fn planned(name: &str, partitions: u32) -> Plan {
         order: Default::default(),
         transposes: Default::default(),
         sweeps: Default::default(),
+        dropout: 0.0,
     };
     let blocks = BlockCounts::skewed(stats.nodes, stats.edges, partitions).unwrap();
     let workload = build_gnn(&spec, &blocks).unwrap();

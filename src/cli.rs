@@ -118,6 +118,11 @@ pub(crate) struct PlanArgs {
     /// GAT attention heads of hidden layers.
     #[arg(long, conflicts_with = "dag", default_value_t = 4)]
     heads: u32,
+    /// The dropout probability the model trains with (as `train
+    /// --dropout`): the masks it draws are priced by the profile
+    /// (`device.mask_seconds_per_element`); 0 draws none.
+    #[arg(long, conflicts_with = "dag", default_value_t = 0.5)]
+    dropout: f32,
     /// Which GCN layers project before they aggregate: `narrower` (those
     /// whose output is narrower than their input) or `aggregate-first`
     /// (none). The model is the same.
@@ -942,6 +947,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
         order,
         transposes,
         sweeps,
+        dropout: args.dropout,
     };
     let edges: u64 = match &source {
         GraphSource::Stats { edges, .. } => *edges,

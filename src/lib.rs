@@ -16,6 +16,7 @@
 //!     model: GnnModel::Gcn, layers: 3, hidden: 256, heads: 1,
 //!     features: stats.features, classes: stats.classes, graph_name: stats.name.into(),
 //!     order: LayerOrder::default(), transposes: Default::default(), sweeps: Default::default(),
+//!     dropout: 0.5,
 //! };
 //! let blocks = BlockCounts::skewed(stats.nodes, stats.edges, 16)?;
 //! let workload = build_gnn(&spec, &blocks)?;

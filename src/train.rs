@@ -113,8 +113,9 @@ pub struct TrainArgs {
     lr: f32,
     /// Dropout probability on each layer's input features; for GAT also
     /// on the attention coefficients (as PyG's `GATConv(dropout=p)`).
-    #[arg(long, default_value_t = 0.5)]
-    dropout: f32,
+    /// [default: 0.5, or with --plan the plan's]
+    #[arg(long)]
+    dropout: Option<f32>,
     /// Adam weight decay (L2), on the first layer only unless
     /// --weight-decay-all-layers (Kipf and Welling's GCN decays the first).
     #[arg(long, default_value_t = 5e-4)]
@@ -249,6 +250,11 @@ impl TrainArgs {
         self.devices.unwrap_or(1)
     }
 
+    /// `--dropout`, 0.5 where not given.
+    pub(crate) fn dropout(&self) -> f32 {
+        self.dropout.unwrap_or(0.5)
+    }
+
     /// The arguments with the model's shape `plan` (read from `source`)
     /// was made for wherever a flag leaves it out. A flag that gives
     /// another value than the plan's is refused, naming both.
@@ -301,6 +307,9 @@ impl TrainArgs {
         args.sweep = take(&sweep, &planned, ("sweep", source))?;
         args.partitions = take(&self.partitions, &plan.partitions, ("partitions", source))?;
         args.devices = take(&self.devices, &plan.devices, ("devices", source))?;
+        if let Some(planned) = &plan.dropout {
+            args.dropout = take(&self.dropout, planned, ("dropout", source))?;
+        }
         if let Some(planned) = &plan.shares {
             let given = match &self.shares {
                 Some(_) => Some(share_method(self)?.name().to_string()),
@@ -361,7 +370,7 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
         layers: args.layers(),
         hidden: args.hidden(),
         heads: args.heads(),
-        dropout: args.dropout,
+        dropout: args.dropout(),
         lr: args.lr,
         weight_decay: args.weight_decay,
         weight_decay_all_layers: args.weight_decay_all_layers,
@@ -374,10 +383,10 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
             false => Sweeps::parse(args.sweep())?,
         },
     };
-    if !(0.0..1.0).contains(&args.dropout) {
+    if !(0.0..1.0).contains(&args.dropout()) {
         bail!(
             "--dropout {}: expected a probability in [0, 1)",
-            args.dropout
+            args.dropout()
         );
     }
     if model != GnnModel::Gat && args.heads() != 1 {
@@ -497,13 +506,16 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                     } else {
                         String::new()
                     };
+                    let dropout = model
+                        .dropout
+                        .map_or(String::new(), |p| format!(" --dropout {p}"));
                     bail!(
                         "--plan {source}: the plan was made by `fateplan plan --gpus {k}` for \
                          the statistics of one GPU's share (of a --dataset, or by a build from \
                          before plans of real shares), which `train` does not build; \
                          `fateplan train --graph {} --devices {k} --model {} --layers {} \
                          --hidden {}{gat} --layer-order {} --transposes {} --sweep {} \
-                         --partitions {} --save-plan FILE`, \
+                         --partitions {}{dropout} --save-plan FILE`, \
                          or `fateplan plan --graph` with the same flags and --gpus {k}, writes a \
                          plan of the shares it trains, which --plan takes",
                         args.graph,
@@ -626,6 +638,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         partitions: args.partitions(),
         devices: args.devices(),
         shares: shared.then(|| share_method.name().to_string()),
+        dropout: Some(hyper.dropout),
     };
     let plan = match given_plan {
         Some((mut plan, _)) => {

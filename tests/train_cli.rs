@@ -571,7 +571,7 @@ fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
     assert!(
         stderr.contains("plan --gpus 2")
             && stderr.contains("--devices 2 --model gcn --layers 3 --hidden 256")
-            && stderr.contains("--partitions 2 --save-plan FILE"),
+            && stderr.contains("--partitions 2 --dropout 0.5 --save-plan FILE"),
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(&dir);

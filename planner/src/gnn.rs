@@ -294,6 +294,17 @@ pub struct GnnSpec {
     /// Which aggregations run by inputs ([`Sweeps::INPUTS`]: all that
     /// can).
     pub sweeps: Sweeps,
+    /// The dropout probability the model trains with, in `[0, 1)`. Above
+    /// 0, the first layer's projection and its backward, where it
+    /// projects first (GAT, a narrower GCN layer), count the input
+    /// elements they mask ([`Cost::masked`], priced by the profile's
+    /// `mask_seconds_per_element`): each masks its rows into a buffer
+    /// before the product (`fateplan_kernels::dense::matmul_rows_dropped`),
+    /// the largest mask of a citation graph's model. The other masks
+    /// (fused into the first layer's gather, the hidden activations and
+    /// GAT's attention) are priced inside their classes' rates, which
+    /// the profile measures with dropout.
+    pub dropout: f32,
 }
 
 impl GnnSpec {
@@ -312,6 +323,12 @@ impl GnnSpec {
                     format!("{value} is outside {low}..={high}"),
                 ));
             }
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return Err(Error::invalid(
+                "dropout",
+                format!("{} is not a probability in [0, 1)", self.dropout),
+            ));
         }
         if self.sweeps != Sweeps::INPUTS {
             let can = self.sweepable();
@@ -411,6 +428,17 @@ impl GnnSpec {
     pub fn projects_first(&self, layer: u32) -> bool {
         let (d_in, d_out) = self.layer_dims(layer);
         self.order.projects_first(self.model, d_in, d_out)
+    }
+
+    /// `elements` where the model trains with dropout, else 0: what an
+    /// operator that draws a dropout mask over `elements` counts
+    /// ([`Cost::masked`]).
+    fn masks(&self, elements: u64) -> u64 {
+        if self.dropout > 0.0 {
+            elements
+        } else {
+            0
+        }
     }
 
     fn layer_heads(&self, layer: u32) -> u64 {
@@ -1099,9 +1127,17 @@ impl<'a> Builder<'a> {
                 2.0 * (rows * d_in * d_out) as f64,
                 rows * (d_in + d_out) * F32,
                 ComputeClass::Dense,
-            ),
+            )
+            .masking(self.input_masks(l, rows)),
         );
         z
+    }
+
+    /// What a projection of partition rows `rows` of layer `l`, or its
+    /// backward, masks: the first layer's input features.
+    fn input_masks(&self, l: u32, rows: u64) -> u64 {
+        let (d_in, _) = self.spec.layer_dims(l);
+        self.spec.masks(if l == 1 { rows * d_in } else { 0 })
     }
 
     /// The projection's backward for partition `p` (`inputs`: its
@@ -1143,7 +1179,8 @@ impl<'a> Builder<'a> {
                 passes * (rows * d_in * d_out) as f64,
                 streams * rows * (d_in + d_out) * F32 + more_bytes,
                 ComputeClass::Dense,
-            ),
+            )
+            .masking(self.input_masks(l, rows)),
         );
         (dw, dh)
     }
@@ -1625,6 +1662,76 @@ mod tests {
             order: Default::default(),
             transposes: Default::default(),
             sweeps: Default::default(),
+            dropout: 0.0,
+        }
+    }
+
+    /// With dropout, the first layer's projection and its backward count
+    /// the input elements they mask where the layer projects first (GAT,
+    /// a narrower GCN layer); nothing else counts any (their masks are in
+    /// their classes' measured rates), and nothing does without dropout.
+    #[test]
+    fn dropout_masks_are_counted_in_the_first_projection() {
+        let blocks = BlockCounts::skewed(1000, 1500, 4).unwrap();
+        let field = |name: &str, key: char| -> u32 {
+            let inner = &name[name.find('[').unwrap() + 1..name.len() - 1];
+            let field = inner.split(',').find(|f| f.starts_with(key)).unwrap();
+            field[1..].parse().unwrap()
+        };
+        for (model, order) in [
+            (GnnModel::Gcn, LayerOrder::Narrower),
+            (GnnModel::Gcn, LayerOrder::AggregateFirst),
+            (GnnModel::Sage, LayerOrder::Narrower),
+            (GnnModel::Gat, LayerOrder::Narrower),
+        ] {
+            let spec = GnnSpec {
+                features: 40,
+                order,
+                dropout: 0.5,
+                ..spec(model)
+            };
+            // GAT projects first always, with operators of its own.
+            let projects = spec.projects_first(1) || model == GnnModel::Gat;
+            assert_eq!(
+                projects,
+                model != GnnModel::Sage && order == LayerOrder::Narrower
+            );
+            let w = build_gnn(&spec, &blocks).unwrap();
+            let mut masking = 0;
+            for op in &w.ops {
+                let first =
+                    op.name.starts_with("linear[l1,") || op.name.starts_with("linear_bwd[l1,");
+                let expected = if first && projects {
+                    blocks.partition_nodes(field(&op.name, 'p')) * 40
+                } else {
+                    0
+                };
+                assert_eq!(op.cost.masked, expected, "{model:?} {order:?} {}", op.name);
+                masking += (expected > 0) as u32;
+            }
+            assert_eq!(masking, if projects { 8 } else { 0 }, "{model:?} {order:?}");
+            // Without dropout, the same workload with no masks.
+            let none = build_gnn(
+                &GnnSpec {
+                    dropout: 0.0,
+                    ..spec.clone()
+                },
+                &blocks,
+            )
+            .unwrap();
+            let mut unmasked = w.clone();
+            for op in &mut unmasked.ops {
+                op.cost.masked = 0;
+            }
+            assert_eq!(none.to_json(), unmasked.to_json(), "{model:?} {order:?}");
+        }
+        for dropout in [-0.1, 1.0, f32::NAN] {
+            let bad = GnnSpec {
+                dropout,
+                ..spec(GnnModel::Gcn)
+            };
+            let error = build_gnn(&bad, &blocks).unwrap_err().to_string();
+            assert!(error.contains("dropout"), "{error}");
         }
     }
 

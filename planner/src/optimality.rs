@@ -124,6 +124,7 @@ fn small_gnn(rng: &mut Rng) -> Result<Workload> {
         order: Default::default(),
         transposes: Default::default(),
         sweeps: Default::default(),
+        dropout: 0.0,
     };
     let nodes = 200_000 + rng.below(2_000_000);
     let edges = nodes * (2 + rng.below(20));

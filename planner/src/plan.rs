@@ -350,7 +350,7 @@ pub struct PlanWorkload {
 /// The shape of the GNN a plan was made for: the `train` flags that give
 /// its workload (with the graph, which the workload's name and digest
 /// identify).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlanModel {
     /// `gcn`, `sage` or `gat`.
@@ -382,6 +382,11 @@ pub struct PlanModel {
     /// `train` builds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shares: Option<String>,
+    /// The dropout probability, which decides the masks the workload
+    /// prices (`cost.masked`); none in plans from before the field,
+    /// which priced none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropout: Option<f32>,
 }
 
 fn built_transposes() -> String {
@@ -423,6 +428,7 @@ impl PlanModel {
             partitions,
             devices: 1,
             shares: None,
+            dropout: Some(spec.dropout),
         }
     }
 
@@ -458,6 +464,14 @@ impl PlanModel {
                 ),
             )
         })?;
+        if let Some(p) = self.dropout {
+            if !(0.0..1.0).contains(&p) {
+                return Err(Error::invalid(
+                    field("dropout"),
+                    format!("{p}: expected a probability in [0, 1)"),
+                ));
+            }
+        }
         if let Some(shares) = &self.shares {
             if !["mincut", "ranges"].contains(&shares.as_str()) {
                 return Err(Error::invalid(

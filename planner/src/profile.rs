@@ -53,6 +53,12 @@ pub struct DeviceProfile {
     /// charged) where the backend builds none (the CPU's scatter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transpose_seconds_per_edge: Option<f64>,
+    /// Seconds an operator takes per element it masks with dropout
+    /// (`cost.masked`: its keep bit hashed and applied), beyond its time
+    /// without dropout; none (nothing charged) in profiles that do not
+    /// measure it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mask_seconds_per_element: Option<f64>,
     /// Rate of the math of softmax operators (a loss's softmax
     /// cross-entropy), whose exponentials run far below a GEMM's rate;
     /// `dense_flops_per_s` when absent.
@@ -178,6 +184,12 @@ impl DeviceProfile {
     /// ([`DeviceProfile::transpose_seconds_per_edge`]).
     pub fn transpose_seconds(&self, edges: u64) -> f64 {
         edges as f64 * self.transpose_seconds_per_edge.unwrap_or(0.0)
+    }
+
+    /// Seconds to mask `elements` elements with dropout
+    /// ([`DeviceProfile::mask_seconds_per_element`]).
+    pub fn mask_seconds(&self, elements: u64) -> f64 {
+        elements as f64 * self.mask_seconds_per_element.unwrap_or(0.0)
     }
 
     /// Seconds an operator's work takes, launch overhead left out: the
@@ -323,6 +335,9 @@ impl Profile {
         if let Some(transpose) = d.transpose_seconds_per_edge {
             figures.push(("device.transpose_seconds_per_edge", transpose));
         }
+        if let Some(mask) = d.mask_seconds_per_element {
+            figures.push(("device.mask_seconds_per_element", mask));
+        }
         if let Some(softmax) = d.softmax_flops_per_s {
             figures.push(("device.softmax_flops_per_s", softmax));
         }
@@ -428,7 +443,8 @@ impl Profile {
         for (field, value) in self.figures() {
             let may_be_zero = field.ends_with("latency_s")
                 || field.ends_with("overhead_s")
-                || field.ends_with("seconds_per_edge");
+                || field.ends_with("seconds_per_edge")
+                || field.ends_with("seconds_per_element");
             let ok = value.is_finite()
                 && if may_be_zero {
                     value >= 0.0
@@ -510,6 +526,44 @@ mod tests {
             "cpu-small.json",
         )
         .unwrap()
+    }
+
+    /// Masked elements are charged at the profile's time per element,
+    /// in the planner's cost model and in the simulator's alike; none
+    /// where the profile has no figure. A negative or infinite one is
+    /// refused, naming the field.
+    #[test]
+    fn masked_elements_are_charged_at_the_profile_s_price() {
+        use crate::workload::{Cost, Op, OpId, OpKind, Phase};
+        let mut p = profile();
+        let op = |masked| Op {
+            id: OpId(0),
+            name: "relu[l1,p0]".into(),
+            kind: OpKind::Activation,
+            phase: Phase::Forward,
+            inputs: vec![],
+            outputs: vec![],
+            cost: Cost::work(1e3, 4096, ComputeClass::Elementwise).masking(masked),
+        };
+        assert_eq!(p.device.mask_seconds_per_element, None);
+        let plain = crate::passes::cost::op_seconds(&op(0), &p);
+        assert_eq!(crate::passes::cost::op_seconds(&op(1000), &p), plain);
+        p.device.mask_seconds_per_element = Some(2e-9);
+        p.validate().unwrap();
+        let masked = crate::passes::cost::op_seconds(&op(1000), &p);
+        assert!((masked - plain - 2e-6).abs() < 1e-15, "{masked} {plain}");
+        assert_eq!(crate::passes::cost::op_seconds(&op(0), &p), plain);
+        let json = p.to_json_pretty();
+        assert!(
+            json.contains("\"mask_seconds_per_element\": 2e-9"),
+            "{json}"
+        );
+        assert_eq!(Profile::from_json(&json, "p.json").unwrap(), p);
+        for bad in [-1e-9, f64::INFINITY] {
+            p.device.mask_seconds_per_element = Some(bad);
+            let error = p.validate().unwrap_err().to_string();
+            assert!(error.contains("device.mask_seconds_per_element"), "{error}");
+        }
     }
 
     fn class_rate(class: ComputeClass, bytes_per_s: f64, seconds_per_edge: f64) -> ClassRate {

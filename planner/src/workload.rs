@@ -167,6 +167,13 @@ pub struct Cost {
     /// read the same block, whose transpose the backend kept.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub transpose_edges: u64,
+    /// Elements whose dropout mask the operator draws (hashes each
+    /// element's keep bit and applies it), on top of its work: a
+    /// profile's `device.mask_seconds_per_element` is charged on them.
+    /// Zero without dropout. The GNN builder counts them on a first
+    /// layer's projection and its backward ([`crate::gnn::GnnSpec::dropout`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub masked: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<f64>,
 }
@@ -183,6 +190,7 @@ impl Cost {
             class,
             edges: 0,
             transpose_edges: 0,
+            masked: 0,
             seconds: None,
         }
     }
@@ -197,6 +205,15 @@ impl Cost {
     pub fn transposing(self, edges: u64) -> Cost {
         Cost {
             transpose_edges: edges,
+            ..self
+        }
+    }
+
+    /// `self` masking `elements` elements with dropout (see
+    /// [`Cost::masked`]).
+    pub fn masking(self, elements: u64) -> Cost {
+        Cost {
+            masked: elements,
             ..self
         }
     }

@@ -29,6 +29,7 @@ fn arxiv(partitions: u32) -> Workload {
         order: LayerOrder::AggregateFirst,
         transposes: Default::default(),
         sweeps: Default::default(),
+        dropout: 0.0,
     };
     let blocks = BlockCounts::skewed(stats.nodes, stats.edges, partitions).unwrap();
     build_gnn(&spec, &blocks).unwrap()

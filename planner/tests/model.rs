@@ -30,6 +30,7 @@ fn gnn(model: GnnModel, name: &str, parts: u32) -> Workload {
         order: Default::default(),
         transposes: Default::default(),
         sweeps: Default::default(),
+        dropout: 0.0,
     };
     build_gnn(
         &spec,

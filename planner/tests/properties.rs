@@ -24,6 +24,7 @@ fn workload(model: u8, layers: u32, hidden: u32, parts: u32, nodes: u64, edges: 
         order: Default::default(),
         transposes: Default::default(),
         sweeps: Default::default(),
+        dropout: 0.0,
     };
     build_gnn(&spec, &BlockCounts::skewed(nodes, edges, parts).unwrap()).unwrap()
 }
@@ -228,9 +229,20 @@ fn a_tampered_plan_is_rejected_on_load() {
         partitions: 4,
         devices: 2,
         shares: Some("ranges".into()),
+        dropout: Some(0.6),
     });
     let back = Plan::from_json(&modelled.to_json(), "modelled.json").unwrap();
     assert_eq!(back.workload.model, modelled.workload.model);
+    // A dropout that is not a probability is refused, naming the field.
+    let mut wrong = modelled.clone();
+    wrong.workload.model.as_mut().unwrap().dropout = Some(1.5);
+    let error = Plan::from_json(&wrong.to_json(), "wrong.json")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("workload.model.dropout") && error.contains("1.5"),
+        "{error}"
+    );
     // A plan from before stored transposes has no `transposes`: a GCN's
     // transposed aggregations read the blocks; GAT's workload is the
     // same either way, and its plans say `stored`.

@@ -382,7 +382,8 @@ pub fn share_workload(
     method: ShareMethod,
     owner: Option<Vec<u32>>,
 ) -> Result<ShareWorkload, Error> {
-    // Only the shape reaches the workload; the training settings do not.
+    // Only the shape and the dropout (whose masks it prices) reach the
+    // workload; the other training settings do not.
     let hyper = Hyper {
         model: spec.model,
         layers: spec.layers,
@@ -391,7 +392,7 @@ pub fn share_workload(
         order: spec.order,
         transposes: spec.transposes,
         sweeps: spec.sweeps,
-        dropout: 0.0,
+        dropout: spec.dropout,
         lr: 0.0,
         weight_decay: 0.0,
         weight_decay_all_layers: false,

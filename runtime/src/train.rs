@@ -59,6 +59,7 @@ pub fn spec(features: usize, classes: usize, hyper: &Hyper, graph_name: &str) ->
         order: hyper.order,
         transposes: hyper.transposes,
         sweeps: hyper.sweeps,
+        dropout: hyper.dropout,
     }
 }
 
@@ -155,10 +156,17 @@ pub fn train(
         // before stored transposes) against this run's stored ones, or the
         // other way round: the flag that trains it.
         let stored = |w: &Workload| w.tensors.iter().any(|t| t.name.starts_with("adj_t["));
+        // A plan made without dropout against a run with it, or the
+        // other way round (the masks are priced).
+        let masks = |w: &Workload| w.ops.iter().any(|op| op.cost.masked > 0);
         let hint = match (stored(&plan.workload.definition), stored(&expected)) {
             (false, true) => " (the plan's transposed aggregations read the blocks: --transposes built may train it)",
             (true, false) => " (the plan reads stored transposes: --transposes stored may train it)",
-            _ => "",
+            _ => match (masks(&plan.workload.definition), masks(&expected)) {
+                (false, true) => " (the plan prices no dropout masks: --dropout 0 may train it)",
+                (true, false) => " (the plan prices dropout masks: train it with its --dropout)",
+                _ => "",
+            },
         };
         return Err(ExecError::Kernel(format!(
             "the plan is for workload {} ({}), but this graph and model give {} ({}): plan again for this run{hint}",

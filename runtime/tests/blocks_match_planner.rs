@@ -43,6 +43,7 @@ fn check(dataset: &Dataset, partitions: u32) {
             order: Default::default(),
             transposes: Default::default(),
             sweeps: Default::default(),
+            dropout: 0.0,
         };
         let workload = build_gnn(&spec, &counts).unwrap();
         let planned: HashMap<&str, u64> = workload

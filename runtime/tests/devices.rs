@@ -590,7 +590,8 @@ fn the_topology_alone_gives_the_workload_of_the_shares() {
     use fateplan_planner::gnn::GnnSpec;
     use fateplan_runtime::graph::GraphData;
     let data = planted(600, 3);
-    let h = hyper(GnnModel::Gat, 0.0);
+    // With dropout, whose masks the workload prices.
+    let h = hyper(GnnModel::Gat, 0.5);
     let spec = GnnSpec {
         model: h.model,
         layers: h.layers,
@@ -602,6 +603,7 @@ fn the_topology_alone_gives_the_workload_of_the_shares() {
         order: h.order,
         transposes: h.transposes,
         sweeps: h.sweeps,
+        dropout: h.dropout,
     };
     let topology = || GraphData {
         name: data.name.clone(),

@@ -21,6 +21,7 @@ pub fn op_seconds(op: &Op, profile: &Profile) -> f64 {
     device.op_overhead_s
         + device.work_seconds(op.cost.flops, op.cost.bytes, op.cost.edges, op.cost.class)
         + device.transpose_seconds(op.cost.transpose_edges)
+        + device.mask_seconds(op.cost.masked)
 }
 
 /// Seconds a transfer occupies each link it crosses: `(pcie_s, ssd_s)`.

@@ -26,6 +26,7 @@ pub fn gnn_spec(model: GnnModel) -> GnnSpec {
         order: Default::default(),
         transposes: Default::default(),
         sweeps: Default::default(),
+        dropout: 0.0,
     }
 }
 

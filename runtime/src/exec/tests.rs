@@ -157,6 +157,7 @@ fn workload(model: GnnModel, parts: u32) -> Workload {
         order: Default::default(),
         transposes: Default::default(),
         sweeps: Default::default(),
+        dropout: 0.0,
     };
     build_gnn(&spec, &BlockCounts::skewed(300, 2400, parts).unwrap()).unwrap()
 }

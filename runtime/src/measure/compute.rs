@@ -135,6 +135,8 @@ enum Group {
     Loss,
     /// A class of GAT's operators in one layer.
     Gat(ComputeClass, u32),
+    /// The operators that draw dropout masks.
+    Masked,
 }
 
 /// The classes of GAT's operators the GAT run times, each fitted its own
@@ -158,6 +160,8 @@ struct Sums {
     /// Edges whose transpose the operators build first, as the workload
     /// counts them (`cost.transpose_edges`).
     transposed: f64,
+    /// Elements the operators mask with dropout (`cost.masked`).
+    masked: f64,
     seconds: f64,
 }
 
@@ -688,6 +692,7 @@ fn time_iterations<B: GnnBackend>(
             sum.bytes += ops[k].cost.bytes as f64;
             sum.edges += ops[k].cost.edges as f64;
             sum.transposed += ops[k].cost.transpose_edges as f64;
+            sum.masked += ops[k].cost.masked as f64;
             sum.seconds += span.span.end_s - span.span.start_s;
         }
         Ok(sums)
@@ -695,7 +700,104 @@ fn time_iterations<B: GnnBackend>(
     run_rounds(rounds, iteration)
 }
 
-/// The measured GCN: `layers` layers of `hidden`, dropout 0.5, every
+/// What [`mask_rate`] measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MaskRate {
+    /// Seconds per masked element (`cost.masked`): the masking
+    /// operators' added median seconds over the elements they mask; zero
+    /// where they were not slower.
+    pub seconds_per_element: f64,
+    /// Elements masked per iteration, and the masking operators' median
+    /// seconds per iteration with dropout and without.
+    pub masked: u64,
+    pub with_s: f64,
+    pub without_s: f64,
+    pub scale: u32,
+    pub nodes: u64,
+    pub features: u32,
+    pub hidden: u32,
+    pub partitions: u32,
+    pub iterations: u32,
+}
+
+/// Dropout's price per element masked by a projection (`cost.masked`):
+/// a 2-layer GCN of `8 · width - 1`
+/// input features and `width / 8` hidden (at least 2; the first layer
+/// projects first, its input dropped in the projection and its
+/// backward, as a citation graph's is) on an R-MAT graph a sixty-fourth
+/// of `bench`'s size in half its partitions, trained with dropout 0.5
+/// and without; the operators that mask in the first (`cost.masked`)
+/// timed in both ([`time_training`]), their added median seconds over
+/// the elements they mask.
+pub fn mask_rate(
+    bench: Bench,
+    profile: &Profile,
+    rounds: &Rounds,
+    backend: &BackendChoice,
+) -> Result<MaskRate> {
+    let scale = bench.scale.saturating_sub(6).max(6);
+    let partitions = (bench.partitions / 2).max(1);
+    // One short of a multiple of 64, as most datasets' widths are: each
+    // row's mask then starts at another bit of a word, the general case
+    // (a row starting on a word is cheaper).
+    let features = 8 * bench.width - 1;
+    let hidden = (bench.width / 8).max(2);
+    let graph = RmatSpec {
+        features,
+        classes: bench.classes(),
+        ..RmatSpec::new(scale)
+    }
+    .generate()?;
+    let nodes = graph.nodes;
+    let hyper = |dropout| Hyper {
+        dropout,
+        order: LayerOrder::Narrower,
+        transposes: Transposes::Stored,
+        ..gcn(2, hidden)
+    };
+    let dropped = train::prepare(graph.clone(), &hyper(0.5), partitions)?;
+    let kept = train::prepare(graph, &hyper(0.0), partitions)?;
+    let ops = &dropped.workload.ops;
+    let masking: std::collections::HashSet<String> = ops
+        .iter()
+        .filter(|op| op.cost.masked > 0)
+        .map(|op| op.name.clone())
+        .collect();
+    let masked: u64 = ops.iter().map(|op| op.cost.masked).sum();
+    if masked == 0 {
+        return Err(Error::Internal(
+            "the dropout measurement's GCN masks no elements".into(),
+        ));
+    }
+    let classify = |op: &Op| Ok(masking.contains(&op.name).then_some(Group::Masked));
+    let masking_seconds = |prepared: train::Prepared, dropout| -> Result<(f64, u32)> {
+        let timed = time_training(prepared, hyper(dropout), profile, rounds, backend, classify)?;
+        let mut seconds: Vec<f64> = timed
+            .iterations
+            .iter()
+            .map(|sums| sums.get(&Group::Masked).map_or(0.0, |s| s.seconds))
+            .collect();
+        Ok((median(&mut seconds), timed.iterations.len() as u32))
+    };
+    let (with_s, iterations) = masking_seconds(dropped, 0.5)?;
+    let (without_s, _) = masking_seconds(kept, 0.0)?;
+    Ok(MaskRate {
+        seconds_per_element: ((with_s - without_s) / masked as f64).max(0.0),
+        masked,
+        with_s,
+        without_s,
+        scale,
+        nodes,
+        features,
+        hidden,
+        partitions,
+        iterations,
+    })
+}
+
+/// The measured GCN: `layers` layers of `hidden`, dropout 0.5 (its masks
+/// are in the rates of the operators that draw them; a projection's, which
+/// this GCN has none of, are priced on their own: [`mask_rate`]), every
 /// layer aggregating first, so that each layer's aggregation and linear
 /// have the widths the rate fits assume (a narrower last layer would
 /// otherwise project first), and its transposed aggregations scattering
@@ -990,6 +1092,7 @@ mod tests {
             bytes,
             edges,
             transposed: 0.0,
+            masked: 0.0,
             seconds,
         }
     }

@@ -18,6 +18,9 @@
 //!   once, the last chunk crosses the second leg alone, as a two-stage
 //!   pipeline of chunks does. Every byte of an SSD transfer crosses host
 //!   memory twice (DMA into the staging buffer and out of it).
+//!   Dropout's masks add their elements at the profile's time per
+//!   element (`cost.masked`, `device.mask_seconds_per_element`), as
+//!   building transposes adds their edges.
 //! - On a CPU-backend profile (`device.kind = cpu`) there is no DMA engine:
 //!   operators run on every one of the host's `cores`, and each transfer
 //!   that crosses a "PCIe" link or the SSD runs on a transfer lane's own
@@ -51,6 +54,7 @@ pub fn op_seconds(op: &Op, device: &DeviceProfile) -> f64 {
     device.op_overhead_s
         + device.work_seconds(op.cost.flops, op.cost.bytes, op.cost.edges, op.cost.class)
         + device.transpose_seconds(op.cost.transpose_edges)
+        + device.mask_seconds(op.cost.masked)
 }
 
 /// The speed of each running thread on a CPU backend with `cores` cores,

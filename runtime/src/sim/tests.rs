@@ -28,6 +28,7 @@ fn profile() -> Profile {
             sparse_bytes_per_s: 1e3,
             scatter_bytes_per_s: None,
             transpose_seconds_per_edge: None,
+            mask_seconds_per_element: None,
             softmax_flops_per_s: None,
             attention_bytes_per_s: None,
             attention_backward_bytes_per_s: None,
@@ -421,6 +422,7 @@ fn planner_plans_replay_without_violations() {
             order: Default::default(),
             transposes: Default::default(),
             sweeps: Default::default(),
+            dropout: 0.0,
         };
         let blocks = BlockCounts::skewed(stats.nodes, stats.edges, 8).unwrap();
         let workload = build_gnn(&spec, &blocks).unwrap();
@@ -525,4 +527,40 @@ fn on_the_cpu_backend_ssd_transfers_share_the_cores_too() {
     let report = simulate(&plan, &cpu, &SimOptions::default()).unwrap();
     assert!(close(report.iteration_s, 14.6), "{report:#?}");
     assert!(close(report.compute_s, 8.0));
+}
+
+/// The simulator charges an operator's masked elements at the profile's
+/// time per element (none without the figure), as the planner does.
+#[test]
+fn masked_elements_add_the_profile_s_time_per_element() {
+    let mut w = Workload::new("masks");
+    let x = w.add_tensor("x", 100, TensorKind::Input, Some(Tier::Host));
+    let y = w.add_tensor("y", 100, TensorKind::Activation, None);
+    // 200 bytes at 1,000 B/s: 0.2 s; 500 masked elements.
+    let cost = Cost::work(
+        0.0,
+        200,
+        fateplan_planner::workload::ComputeClass::Elementwise,
+    );
+    w.add_op(
+        "f",
+        OpKind::Activation,
+        Phase::Forward,
+        vec![x],
+        vec![y],
+        cost.masking(500),
+    );
+    let mut profile = profile();
+    let mut options = PlanOptions::new(Policy::RetainAll, &profile);
+    options.prefetch = false;
+    let compute = |profile: &Profile| {
+        let plan = plan(&w, profile, &options).unwrap();
+        let report = simulate(&plan, profile, &SimOptions::default()).unwrap();
+        (report.compute_s, plan.predicted.compute_s)
+    };
+    let (sim, planned) = compute(&profile);
+    assert!(close(sim, 0.2) && close(planned, 0.2), "{sim} {planned}");
+    profile.device.mask_seconds_per_element = Some(1e-3);
+    let (sim, planned) = compute(&profile);
+    assert!(close(sim, 0.7) && close(planned, 0.7), "{sim} {planned}");
 }
