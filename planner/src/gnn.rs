@@ -430,17 +430,6 @@ impl GnnSpec {
         self.order.projects_first(self.model, d_in, d_out)
     }
 
-    /// `elements` where the model trains with dropout, else 0: what an
-    /// operator that draws a dropout mask over `elements` counts
-    /// ([`Cost::masked`]).
-    fn masks(&self, elements: u64) -> u64 {
-        if self.dropout > 0.0 {
-            elements
-        } else {
-            0
-        }
-    }
-
     fn layer_heads(&self, layer: u32) -> u64 {
         if self.model == GnnModel::Gat && layer < self.layers {
             self.heads as u64
@@ -1134,10 +1123,15 @@ impl<'a> Builder<'a> {
     }
 
     /// What a projection of partition rows `rows` of layer `l`, or its
-    /// backward, masks: the first layer's input features.
+    /// backward, masks ([`Cost::masked`]): with dropout, the first
+    /// layer's input features.
     fn input_masks(&self, l: u32, rows: u64) -> u64 {
         let (d_in, _) = self.spec.layer_dims(l);
-        self.spec.masks(if l == 1 { rows * d_in } else { 0 })
+        if l == 1 && self.spec.dropout > 0.0 {
+            rows * d_in
+        } else {
+            0
+        }
     }
 
     /// The projection's backward for partition `p` (`inputs`: its

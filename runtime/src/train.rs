@@ -152,22 +152,7 @@ pub fn train(
     } = prepared;
     let digest = expected.digest();
     if plan.workload.digest != digest {
-        // A plan whose transposed aggregations read the blocks (one from
-        // before stored transposes) against this run's stored ones, or the
-        // other way round: the flag that trains it.
-        let stored = |w: &Workload| w.tensors.iter().any(|t| t.name.starts_with("adj_t["));
-        // A plan made without dropout against a run with it, or the
-        // other way round (the masks are priced).
-        let masks = |w: &Workload| w.ops.iter().any(|op| op.cost.masked > 0);
-        let hint = match (stored(&plan.workload.definition), stored(&expected)) {
-            (false, true) => " (the plan's transposed aggregations read the blocks: --transposes built may train it)",
-            (true, false) => " (the plan reads stored transposes: --transposes stored may train it)",
-            _ => match (masks(&plan.workload.definition), masks(&expected)) {
-                (false, true) => " (the plan prices no dropout masks: --dropout 0 may train it)",
-                (true, false) => " (the plan prices dropout masks: train it with its --dropout)",
-                _ => "",
-            },
-        };
+        let hint = digest_hint(&plan.workload.definition, &expected);
         return Err(ExecError::Kernel(format!(
             "the plan is for workload {} ({}), but this graph and model give {} ({}): plan again for this run{hint}",
             plan.workload.name, plan.workload.digest, expected.name, digest
@@ -282,13 +267,34 @@ pub struct MemberOutcome {
 pub fn check_shared_plan(plan: &Plan, workload: &Workload) -> Result<(), ExecError> {
     let digest = workload.digest();
     if plan.workload.digest != digest {
+        let hint = digest_hint(&plan.workload.definition, workload);
         return Err(ExecError::Kernel(format!(
             "the plan is for workload {} ({}), but these shares and model give {} ({}): plan \
-             again for this run",
+             again for this run{hint}",
             plan.workload.name, plan.workload.digest, workload.name, digest
         )));
     }
     Ok(())
+}
+
+/// What may train a plan whose workload `planned` is not the run's
+/// `expected`, where a flag tells them apart: a plan whose transposed
+/// aggregations read the blocks (one from before stored transposes)
+/// against a run's stored ones, or the other way round; a plan that
+/// prices no dropout masks (made with `--dropout 0`, or before masks were
+/// priced) against a run that draws them, or the other way round.
+fn digest_hint(planned: &Workload, expected: &Workload) -> &'static str {
+    let stored = |w: &Workload| w.tensors.iter().any(|t| t.name.starts_with("adj_t["));
+    let masks = |w: &Workload| w.ops.iter().any(|op| op.cost.masked > 0);
+    match (stored(planned), stored(expected)) {
+        (false, true) => " (the plan's transposed aggregations read the blocks: --transposes built may train it)",
+        (true, false) => " (the plan reads stored transposes: --transposes stored may train it)",
+        _ => match (masks(planned), masks(expected)) {
+            (false, true) => " (the plan prices no dropout masks: made with --dropout 0, which trains it, or by a build from before masks were priced, whose model to train at another dropout needs planning again)",
+            (true, false) => " (the plan prices dropout masks: train it with its --dropout)",
+            _ => "",
+        },
+    }
 }
 
 /// Trains one device's `share` with `plan` on the CPU backend, its own
@@ -772,6 +778,40 @@ pub fn open_spill(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A refused plan's hint names what tells the workloads apart: the
+    /// transposes, else the dropout masks; none where neither does.
+    #[test]
+    fn a_refused_plan_is_told_what_differs() {
+        use fateplan_planner::blocks::BlockCounts;
+        use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec, LayerOrder, Transposes};
+        let blocks = BlockCounts::skewed(400, 2000, 2).unwrap();
+        let built = |dropout, transposes| {
+            let spec = GnnSpec {
+                model: GnnModel::Gcn,
+                layers: 2,
+                hidden: 8,
+                heads: 1,
+                features: 32,
+                classes: 3,
+                graph_name: "toy".into(),
+                order: LayerOrder::Narrower,
+                transposes,
+                sweeps: Default::default(),
+                dropout,
+            };
+            build_gnn(&spec, &blocks).unwrap()
+        };
+        let (stored, kept) = (Transposes::Stored, Transposes::Built);
+        let hint = |a: &Workload, b: &Workload| digest_hint(a, b);
+        let masked = built(0.5, stored);
+        let unmasked = built(0.0, stored);
+        assert!(hint(&unmasked, &masked).contains("prices no dropout masks"));
+        assert!(hint(&masked, &unmasked).contains("train it with its --dropout"));
+        assert!(hint(&built(0.5, kept), &masked).contains("--transposes built"));
+        assert!(hint(&masked, &built(0.0, kept)).contains("--transposes stored"));
+        assert_eq!(hint(&masked, &built(0.3, stored)), "");
+    }
 
     fn epoch(epoch: u32) -> EpochStats {
         EpochStats {
