@@ -41,6 +41,13 @@ pub(crate) const GRAD_ROWS: usize = 128;
 /// per [`REDUCE_ROWS`] rows: each sums the products of its own run of
 /// rows, slab after slab, into a partial of its own.
 pub(crate) const DROPPED_LANES: usize = 8;
+/// The fewest rows a slab of [`matmul_rows_dropped_bwd`] takes (a
+/// wide input's [`rows_per_task`] is fewer): each slab adds its product
+/// onto the lane's `d_in × d_out` partial, and on 677 rows of 1,023 or
+/// 1,433 features into 16 outputs, slabs of 32 rows took 1.3-1.5 times
+/// as long as slabs of 64 (`cargo bench -p fateplan-kernels --bench
+/// kernels -- matmul_dropped_bwd`).
+pub(crate) const DROPPED_SLAB_ROWS: usize = 64;
 /// Input width above which a row-wise product takes fewer than
 /// [`ROW_CHUNK`] rows a task: about `ROW_CHUNK · WIDE_INPUT` input values
 /// a task, at least [`MIN_TASK_ROWS`] rows.
@@ -337,7 +344,7 @@ pub fn matmul_rows_dropped_bwd<'k>(
             write,
         );
     };
-    let slab = rows_per_task(d_in);
+    let slab = rows_per_task(d_in).max(DROPPED_SLAB_ROWS);
     let partials: Vec<Vec<f32>> = (0..rows.div_ceil(REDUCE_ROWS))
         .into_par_iter()
         .map(|chunk| {

@@ -487,6 +487,8 @@ fn matmul_rows_dropped_is_matmul_rows_on_the_dropped_input() {
     let ids: Vec<u64> = (0..BIG_ROWS as u64).map(|r| r * 3 + 7).collect();
     let shapes = [
         (677, 300, 5, false),
+        // Wide rows: slabs of `DROPPED_SLAB_ROWS`, several a lane.
+        (1200, 600, 3, true),
         (BIG_ROWS, 70, 3, true),
         (5, 1, 1, true),
         (0, 4, 2, false),
