@@ -6,6 +6,9 @@
 //! `spmm_dropout_per_edge` is the masked gather that hashes the mask again
 //! per edge (before the mask workspace), to compare with `spmm_dropout`;
 //! `spmm_t_stored` is `spmm_t` as a gather over a stored transpose.
+//! `projection_677x16` is a first layer's projection and weight
+//! gradient, plain and through dropout, at 1,023 and 1,024 features (its
+//! counter: input elements).
 //!
 //! `cargo bench -p fateplan-kernels --bench kernels`. divan reports time;
 //! the counters give bytes gathered (SpMM: one source row of `width`
@@ -316,6 +319,39 @@ fn matmul_dropped_bwd_677_1433x16(bencher: Bencher) {
         )
         .unwrap()
     });
+}
+
+/// What masking the input adds to a first layer's projection and its
+/// weight gradient, by the input's width: one short of a multiple of 64
+/// (each row's mask starting inside a 64-bit word) and a multiple of 64.
+/// `DROPPED` false is the plain product and gradient, true the dropped.
+#[divan::bench(sample_count = 50, consts = [false, true], args = [1023, 1024])]
+fn projection_677x16<const DROPPED: bool>(bencher: Bencher, d_in: usize) {
+    let x = values(FEW_ROWS * d_in, 1);
+    let w = values(d_in * CLASSES, 2);
+    let dz = values(FEW_ROWS * CLASSES, 3);
+    let mut z = vec![0.0f32; FEW_ROWS * CLASSES];
+    let mut dw = vec![0.0f32; w.len()];
+    let ids = scattered_ids();
+    let dropout = Dropout::new(0.5, 1, 2).unwrap();
+    let write = Write::Overwrite;
+    bencher
+        .counter(ItemsCount::new(FEW_ROWS * d_in))
+        .bench_local(|| {
+            let keys = RowKeys::Ids(&ids);
+            if DROPPED {
+                matmul_rows_dropped(&x, FEW_ROWS, d_in, &w, CLASSES, &mut z, keys, &dropout)
+                    .unwrap();
+                matmul_rows_dropped_bwd(
+                    &dz, &x, FEW_ROWS, d_in, CLASSES, &mut dw, keys, &dropout, write,
+                )
+                .unwrap();
+            } else {
+                matmul_rows(&x, FEW_ROWS, d_in, &w, CLASSES, &mut z).unwrap();
+                matmul_rows_bwd(&dz, &x, FEW_ROWS, d_in, &w, CLASSES, &mut dw, None, write)
+                    .unwrap();
+            }
+        });
 }
 
 fn scattered_ids() -> Vec<u64> {
