@@ -6,6 +6,8 @@
 //! `spmm_dropout_per_edge` is the masked gather that hashes the mask again
 //! per edge (before the mask workspace), to compare with `spmm_dropout`;
 //! `spmm_t_stored` is `spmm_t` as a gather over a stored transpose.
+//! `matmul_bwd_4096` is a weight gradient whose rows are 4 KiB apart
+//! (1,024 features) or not (1,023).
 //! `projection_677x16` is a first layer's projection and weight
 //! gradient, plain and through dropout, at 1,023 and 1,024 features (its
 //! counter: input elements).
@@ -351,6 +353,34 @@ fn projection_677x16<const DROPPED: bool>(bencher: Bencher, d_in: usize) {
                 matmul_rows_bwd(&dz, &x, FEW_ROWS, d_in, &w, CLASSES, &mut dw, None, write)
                     .unwrap();
             }
+        });
+}
+
+/// A weight gradient of 4,096 rows of about a thousand features, in
+/// place and with its rows 4 KiB apart (1,024 features, whose tasks pack
+/// their columns first), into 16 and 128 outputs.
+#[divan::bench(sample_count = 30, consts = [16, 128], args = [1023, 1024])]
+fn matmul_bwd_4096<const OUT: usize>(bencher: Bencher, d_in: usize) {
+    let rows = 4096;
+    let x = values(rows * d_in, 1);
+    let w = values(d_in * OUT, 2);
+    let dz = values(rows * OUT, 3);
+    let mut dw = vec![0.0f32; w.len()];
+    bencher
+        .counter(ItemsCount::new(2 * rows * d_in * OUT))
+        .bench_local(|| {
+            matmul_rows_bwd(
+                &dz,
+                &x,
+                rows,
+                d_in,
+                &w,
+                OUT,
+                &mut dw,
+                None,
+                Write::Overwrite,
+            )
+            .unwrap()
         });
 }
 

@@ -422,8 +422,13 @@ fn linear_matches_reference() {
         (2, 1, 1, 1),
         (2, 300, 300, 5),
         (1, BIG_ROWS, 3, 2),
+        // Rows 4 KiB apart: the weight gradient packs its columns, in
+        // blocks of 256 rows and a short one.
+        (2, 600, 1024, 3),
     ];
     for (inputs, rows, d_in, d_out) in shapes {
+        // A value of 1,024 products summed in f32.
+        let tol = if d_in >= 1024 { 1e-4 } else { 1e-5 };
         let xs: Vec<Vec<f32>> = (0..inputs).map(|_| rng.vec(rows * d_in)).collect();
         let x_refs: Vec<&[f32]> = xs.iter().map(Vec::as_slice).collect();
         let w = rng.vec(linear_weight_len(inputs, d_in, d_out));
@@ -432,7 +437,7 @@ fn linear_matches_reference() {
         let xs64: Vec<Vec<f64>> = xs.iter().map(|x| to64(x)).collect();
         let x64_refs: Vec<&[f64]> = xs64.iter().map(Vec::as_slice).collect();
         let expect = reference64::linear(&x64_refs, rows, d_in, &to64(&w), d_out, true);
-        assert_close("linear", &z, &expect, 1e-5);
+        assert_close("linear", &z, &expect, tol);
 
         let dz = rng.vec(rows * d_out);
         let mut dw = vec![f32::NAN; w.len()];
@@ -456,9 +461,9 @@ fn linear_matches_reference() {
         .unwrap();
         let (dw64, dx64) =
             reference64::linear_bwd(&to64(&dz), &x64_refs, rows, d_in, &to64(&w), d_out, true);
-        assert_close("linear_bwd dw", &dw, &dw64, 1e-5);
+        assert_close("linear_bwd dw", &dw, &dw64, tol);
         for k in 0..inputs {
-            assert_close("linear_bwd dx", &dx_store[k], &dx64[k], 1e-5);
+            assert_close("linear_bwd dx", &dx_store[k], &dx64[k], tol);
         }
 
         // Accumulate adds to what is there; a missing dx is skipped.
@@ -477,7 +482,7 @@ fn linear_matches_reference() {
         )
         .unwrap();
         let twice: Vec<f64> = dw64.iter().map(|v| 2.0 * v).collect();
-        assert_close("linear_bwd accumulate", &dw2, &twice, 1e-5);
+        assert_close("linear_bwd accumulate", &dw2, &twice, tol);
     }
 }
 
