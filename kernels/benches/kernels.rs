@@ -325,7 +325,8 @@ fn matmul_dropped_bwd_677_1433x16(bencher: Bencher) {
 
 /// What masking the input adds to a first layer's projection and its
 /// weight gradient, by the input's width: one short of a multiple of 64
-/// (each row's mask starting inside a 64-bit word) and a multiple of 64.
+/// (each row's mask starting inside a 64-bit word) and a multiple of 64
+/// (rows 4 KiB apart, which the plain products read in place).
 /// `DROPPED` false is the plain product and gradient, true the dropped.
 #[divan::bench(sample_count = 50, consts = [false, true], args = [1023, 1024])]
 fn projection_677x16<const DROPPED: bool>(bencher: Bencher, d_in: usize) {

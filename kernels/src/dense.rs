@@ -15,8 +15,8 @@
 //! (a citation graph's first layer) is one partial, which would otherwise
 //! run on one thread.
 //!
-//! Where the input's rows lie a multiple of 4 KiB apart, each weight
-//! gradient task copies its columns into a packed buffer, 256 rows at a
+//! Where the input's rows lie a multiple of 4 KiB apart, each task of
+//! the plain weight gradient copies its columns into a packed buffer, 256 rows at a
 //! time, before multiplying (`packs_columns`).
 //!
 //! Row-wise products take [`ROW_CHUNK`] rows a task, fewer where the
@@ -47,10 +47,10 @@ pub(crate) const GRAD_ROWS: usize = 128;
 pub(crate) const DROPPED_LANES: usize = 8;
 /// The fewest rows a slab of [`matmul_rows_dropped_bwd`] takes (a
 /// wide input's [`rows_per_task`] is fewer): each slab adds its product
-/// onto the lane's `d_in × d_out` partial, and on 677 rows of 1,023 or
-/// 1,433 features into 16 outputs, slabs of 32 rows took 1.3-1.5 times
-/// as long as slabs of 64 (`cargo bench -p fateplan-kernels --bench
-/// kernels -- matmul_dropped_bwd`).
+/// onto the lane's `d_in × d_out` partial. On 677 rows of 1,433
+/// features into 16 outputs, slabs of 22 rows took 624-709 µs and slabs
+/// of at least 64 took 414-451 µs (`cargo bench -p fateplan-kernels
+/// --bench kernels -- matmul_dropped_bwd`, the builds run in turn).
 pub(crate) const DROPPED_SLAB_ROWS: usize = 64;
 /// Rows of a packed weight-gradient block ([`packs_columns`]).
 const PACKED_ROWS: usize = 256;
@@ -486,7 +486,8 @@ fn backward(
 /// 6.94-7.22 and 6.09-6.63 ms into 128 (at 1,023 features, in place
 /// either way, 1.03-1.19 and 5.56-5.87 ms). At other widths, tried on
 /// every task, packing was as fast or slower (1,433 features: 2.4-3.0
-/// ms packed, 2.0 in place).
+/// ms packed, 2.0 in place, into 16 outputs on 4,096 rows: a variant
+/// of that bench not kept).
 fn packs_columns(d_in: usize) -> bool {
     (d_in * std::mem::size_of::<f32>()).is_multiple_of(4096)
 }

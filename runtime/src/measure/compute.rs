@@ -737,9 +737,10 @@ pub fn mask_rate(
 ) -> Result<MaskRate> {
     let scale = bench.scale.saturating_sub(6).max(6);
     let partitions = (bench.partitions / 2).max(1);
-    // One short of a multiple of 64, as most datasets' widths are: each
-    // row's mask then starts at another bit of a word, the general case
-    // (a row starting on a word is cheaper).
+    // One short of a multiple of 64, as most datasets' widths are: rows
+    // of 1,024 floats lie 4 KiB apart, which slowed the run without
+    // dropout and shrank the difference (docs/profile.md, "Dropout
+    // priced").
     let features = 8 * bench.width - 1;
     let hidden = (bench.width / 8).max(2);
     let graph = RmatSpec {
