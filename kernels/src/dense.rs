@@ -16,8 +16,8 @@
 //! run on one thread.
 //!
 //! Where the input's rows lie a multiple of 4 KiB apart, each task of
-//! the plain weight gradient copies its columns into a packed buffer, 256 rows at a
-//! time, before multiplying (`packs_columns`).
+//! the plain weight gradient copies its columns into a packed buffer,
+//! 256 rows at a time, before multiplying (`packs_columns`).
 //!
 //! Row-wise products take [`ROW_CHUNK`] rows a task, fewer where the
 //! input is wider than `WIDE_INPUT` features, so that a few hundred
