@@ -303,8 +303,30 @@ fn digest_hint(planned: &Workload, expected: &Workload) -> &'static str {
 /// [`check_shared_plan`]) on theirs. `progress` sees its epochs. The
 /// member has made its last call when this returns
 /// ([`Collective::finish`]).
+///
+/// It trains on a thread of the rayon pool it is called in ([`on_a_worker`]),
+/// whose threads its kernels use: each member needs a pool of its own
+/// (a process's, or one [`train_shared`] gives it), since a member waits
+/// in the exchanges for the others while holding its thread.
 #[allow(clippy::too_many_arguments)]
 pub fn train_member(
+    share: DeviceShare,
+    hyper: Hyper,
+    plan: Arc<Plan>,
+    epochs: u32,
+    options: ExecOptions,
+    ssd: Option<Arc<dyn SsdTier>>,
+    comm: Box<dyn Collective>,
+    progress: &mut dyn FnMut(&EpochStats),
+) -> Result<MemberOutcome, ExecError> {
+    on_a_worker(progress, move |progress| {
+        member_on_a_worker(share, hyper, plan, epochs, options, ssd, comm, progress)
+    })
+}
+
+/// [`train_member`] on its pool's thread.
+#[allow(clippy::too_many_arguments)]
+fn member_on_a_worker(
     share: DeviceShare,
     hyper: Hyper,
     plan: Arc<Plan>,
@@ -440,14 +462,16 @@ pub fn train_shared(
         )));
     }
     let group = crate::collective::LocalGroup::new(k);
+    let pools = member_pools(rayon::current_num_threads(), k)?;
     let progress = std::sync::Mutex::new(progress);
     let results: Vec<Result<MemberOutcome, ExecError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = prepared
             .devices
             .into_iter()
             .zip(group)
+            .zip(&pools)
             .enumerate()
-            .map(|(rank, (share, member))| {
+            .map(|(rank, ((share, member), pool))| {
                 let plan = plan.clone();
                 let ssd = ssd.get(rank).cloned();
                 let progress = &progress;
@@ -456,24 +480,26 @@ pub fn train_shared(
                         budgets,
                         trace: trace && rank == 0,
                     };
-                    let mut quiet = |_: &EpochStats| {};
-                    let mut shown = |stats: &EpochStats| {
-                        if let Ok(mut f) = progress.lock() {
-                            (*f)(stats)
-                        }
-                    };
-                    let shown: &mut dyn FnMut(&EpochStats) =
-                        if rank == 0 { &mut shown } else { &mut quiet };
-                    train_member(
-                        share,
-                        hyper,
-                        plan,
-                        epochs,
-                        options,
-                        ssd,
-                        Box::new(member),
-                        shown,
-                    )
+                    pool.install(|| {
+                        let mut quiet = |_: &EpochStats| {};
+                        let mut shown = |stats: &EpochStats| {
+                            if let Ok(mut f) = progress.lock() {
+                                (*f)(stats)
+                            }
+                        };
+                        let shown: &mut dyn FnMut(&EpochStats) =
+                            if rank == 0 { &mut shown } else { &mut quiet };
+                        train_member(
+                            share,
+                            hyper,
+                            plan,
+                            epochs,
+                            options,
+                            ssd,
+                            Box::new(member),
+                            shown,
+                        )
+                    })
                 })
             })
             .collect();
@@ -498,6 +524,26 @@ pub fn train_shared(
         return Err(e);
     }
     gather(outcomes, prepared.stats)
+}
+
+/// A rayon pool for each of `members` devices trained as threads of one
+/// process, sharing `threads` between them (the first ones get one more
+/// where they do not divide evenly; at least one each). Each member's
+/// kernels then start their loops on its own pool's thread, and a member
+/// waiting in an exchange holds a thread no other member needs.
+fn member_pools(threads: usize, members: usize) -> Result<Vec<rayon::ThreadPool>, ExecError> {
+    (0..members)
+        .map(|rank| {
+            let size = (threads / members + usize::from(rank < threads % members)).max(1);
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(size)
+                .thread_name(move |i| format!("device{rank}-{i}"))
+                .build()
+                .map_err(|e| {
+                    ExecError::Internal(format!("device {rank}'s pool of {size} threads: {e}"))
+                })
+        })
+        .collect()
 }
 
 /// The epochs, the evaluation pass and the report.
@@ -859,5 +905,52 @@ mod tests {
             on_a_worker(&mut |_| {}, |_| std::thread::current().id() == worker)
         });
         assert!(inside);
+    }
+
+    /// The threads are shared out, the first members taking the remainder,
+    /// one at least each; a member's loops run on its own pool's threads;
+    /// members waiting for each other on pools of one thread each all get
+    /// there (on one shared pool of one thread, the first to wait would
+    /// hold the thread the others need).
+    #[test]
+    fn each_member_gets_a_pool_of_its_own() {
+        use rayon::prelude::*;
+        let sizes = |threads, members| -> Vec<usize> {
+            member_pools(threads, members)
+                .unwrap()
+                .iter()
+                .map(rayon::ThreadPool::current_num_threads)
+                .collect()
+        };
+        assert_eq!(sizes(2, 2), [1, 1]);
+        assert_eq!(sizes(5, 2), [3, 2]);
+        assert_eq!(sizes(7, 3), [3, 2, 2]);
+        assert_eq!(sizes(1, 3), [1, 1, 1]);
+
+        let pools = member_pools(3, 3).unwrap();
+        let barrier = std::sync::Barrier::new(pools.len());
+        let names: Vec<Vec<String>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = pools
+                .iter()
+                .map(|pool| {
+                    let barrier = &barrier;
+                    scope.spawn(move || {
+                        pool.install(|| {
+                            barrier.wait();
+                            let mut names: Vec<String> = (0..64)
+                                .into_par_iter()
+                                .map(|_| std::thread::current().name().unwrap_or("").to_string())
+                                .collect();
+                            names.dedup();
+                            names
+                        })
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (rank, names) in names.iter().enumerate() {
+            assert_eq!(names, &[format!("device{rank}-0")], "member {rank}");
+        }
     }
 }
