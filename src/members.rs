@@ -95,7 +95,7 @@ pub fn launch(
     let hub = Hub::bind("127.0.0.1:0", k)?;
     let addr = hub.local_addr()?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = (args.threads.unwrap_or(cores) / k).max(1);
+    let threads = args.threads.unwrap_or(cores);
     let exe = std::env::current_exe().context("finding this program to start the members")?;
     let plan_json = plan.to_json();
     let mut members: Vec<Started> = Vec::with_capacity(k);
@@ -104,7 +104,7 @@ pub fn launch(
             args: args.clone(),
             rank,
             hub: addr.to_string(),
-            threads,
+            threads: train::member_threads(threads, k, rank),
             plan: plan_json.clone(),
             budgets,
             ssd_bytes,

@@ -125,8 +125,9 @@ pub struct TrainArgs {
     /// Seed of the weights and the dropout masks.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Compute threads (default: every core). With --processes, shared
-    /// out: each device's process gets its part (at least one).
+    /// Compute threads (default: every core). With --devices, shared
+    /// out: each device gets its part (at least one), as a pool of its
+    /// own, or with --processes as its process's.
     #[arg(long)]
     pub(crate) threads: Option<usize>,
     /// Vertex partitions of the workload (per device, with --devices)
@@ -995,10 +996,19 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             s.halo_rows_max,
             s.method.name()
         )?;
+        let k = args.devices() as usize;
+        let threads = rayon::current_num_threads();
+        let most = train::member_threads(threads, k, 0);
         writeln!(
             out,
-            "note      the CPU devices share this machine's cores: the prediction gives each \
-             device the profile's whole compute"
+            "note      the CPU devices share this machine's cores: each trains on {} of the {threads} \
+             threads, and the prediction prices each at the profile's compute (one taken with \
+             `fateplan profile --threads {most}` measures a device's)",
+            if most == train::member_threads(threads, k, k - 1) {
+                most.to_string()
+            } else {
+                format!("{}-{most}", train::member_threads(threads, k, k - 1))
+            }
         )?;
         if args.processes {
             let launcher = crate::members::peak_resident_bytes()

@@ -1253,3 +1253,36 @@ fn each_device_a_process_trains_the_model_of_threads() {
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("the job on standard input"));
 }
+
+/// Devices trained as threads share the run's threads out, and the run
+/// says how many each has and which profile prices one device.
+#[test]
+fn devices_are_told_their_share_of_the_threads() {
+    let graph = "planted:nodes=300,classes=3,features=8,degree=4,seed=2";
+    let out = fateplan(&[
+        "train",
+        "--graph",
+        graph,
+        "--epochs",
+        "1",
+        "--partitions",
+        "1",
+        "--devices",
+        "3",
+        "--threads",
+        "4",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "fateplan failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(
+            "each trains on 1-2 of the 4 threads, and the prediction prices each at the \
+             profile's compute (one taken with `fateplan profile --threads 2` measures a device's)"
+        ),
+        "{stdout}"
+    );
+}

@@ -526,15 +526,22 @@ pub fn train_shared(
     gather(outcomes, prepared.stats)
 }
 
+/// Member `rank`'s part of `threads` shared out between `members` devices
+/// (threads of one process, or processes): the first ones get one more
+/// where they do not divide evenly; one at least each.
+pub fn member_threads(threads: usize, members: usize, rank: usize) -> usize {
+    let members = members.max(1);
+    (threads / members + usize::from(rank < threads % members)).max(1)
+}
+
 /// A rayon pool for each of `members` devices trained as threads of one
-/// process, sharing `threads` between them (the first ones get one more
-/// where they do not divide evenly; at least one each). Each member's
+/// process, sharing `threads` between them ([`member_threads`]). Each member's
 /// kernels then start their loops on its own pool's thread, and a member
 /// waiting in an exchange holds a thread no other member needs.
 fn member_pools(threads: usize, members: usize) -> Result<Vec<rayon::ThreadPool>, ExecError> {
     (0..members)
         .map(|rank| {
-            let size = (threads / members + usize::from(rank < threads % members)).max(1);
+            let size = member_threads(threads, members, rank);
             rayon::ThreadPoolBuilder::new()
                 .num_threads(size)
                 .thread_name(move |i| format!("device{rank}-{i}"))
