@@ -94,8 +94,9 @@ pub fn launch(
     let owner_bytes = owner.map(|owner| encode_owner(owner, k as u32));
     let hub = Hub::bind("127.0.0.1:0", k)?;
     let addr = hub.local_addr()?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = args.threads.unwrap_or(cores);
+    // This process's pool: --threads, or rayon's default (every core, or
+    // RAYON_NUM_THREADS), as the note on the threads says.
+    let threads = rayon::current_num_threads();
     let exe = std::env::current_exe().context("finding this program to start the members")?;
     let plan_json = plan.to_json();
     let mut members: Vec<Started> = Vec::with_capacity(k);

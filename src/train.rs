@@ -999,16 +999,18 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         let k = args.devices() as usize;
         let threads = rayon::current_num_threads();
         let most = train::member_threads(threads, k, 0);
+        let fewest = train::member_threads(threads, k, k - 1);
+        let share = match (fewest == most, most == 1) {
+            (true, true) => "1 thread".to_string(),
+            (true, false) => format!("{most} threads"),
+            (false, _) => format!("{fewest}-{most} threads"),
+        };
         writeln!(
             out,
-            "note      the CPU devices share this machine's cores: each trains on {} of the {threads} \
-             threads, and the prediction prices each at the profile's compute (one taken with \
-             `fateplan profile --threads {most}` measures a device's)",
-            if most == train::member_threads(threads, k, k - 1) {
-                most.to_string()
-            } else {
-                format!("{}-{most}", train::member_threads(threads, k, k - 1))
-            }
+            "note      the CPU devices share this machine's cores: each trains on a pool of \
+             {share} of the {threads} (one at least), and the prediction prices each at the \
+             profile's compute (one taken with `fateplan profile --threads {fewest}` measures \
+             the slowest device's)"
         )?;
         if args.processes {
             let launcher = crate::members::peak_resident_bytes()

@@ -193,8 +193,10 @@ pub fn train(
 /// sends it each epoch. Where the caller is already on a pool thread, the
 /// job runs there.
 ///
-/// The job may block its thread (waiting for a transfer lane) as long as
-/// nothing it waits for needs the pool: the lanes' copies do not. The
+/// The job may block its thread (waiting for a transfer lane, or in a
+/// device's exchanges) as long as nothing it waits for needs the pool:
+/// the lanes' copies do not, and every device of a multi-device run has
+/// a pool of its own ([`train_member`]). The
 /// profile's compute measurement times its operators here too.
 /// A panic in the job reaches the caller once the job has ended.
 pub(crate) fn on_a_worker<T: Send>(
@@ -934,28 +936,34 @@ mod tests {
         assert_eq!(sizes(7, 3), [3, 2, 2]);
         assert_eq!(sizes(1, 3), [1, 1, 1]);
 
+        // Each member waits for the others on its pool's one thread, then
+        // names the threads its loop ran on. Threads of their own, so that
+        // a hang fails the test after the wait instead of hanging it.
         let pools = member_pools(3, 3).unwrap();
-        let barrier = std::sync::Barrier::new(pools.len());
-        let names: Vec<Vec<String>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = pools
-                .iter()
-                .map(|pool| {
-                    let barrier = &barrier;
-                    scope.spawn(move || {
-                        pool.install(|| {
-                            barrier.wait();
-                            let mut names: Vec<String> = (0..64)
-                                .into_par_iter()
-                                .map(|_| std::thread::current().name().unwrap_or("").to_string())
-                                .collect();
-                            names.dedup();
-                            names
-                        })
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
+        let barrier = Arc::new(std::sync::Barrier::new(pools.len()));
+        let (sender, done) = std::sync::mpsc::channel();
+        for (rank, pool) in pools.into_iter().enumerate() {
+            let (barrier, sender) = (barrier.clone(), sender.clone());
+            std::thread::spawn(move || {
+                let names = pool.install(|| {
+                    barrier.wait();
+                    let mut names: Vec<String> = (0..64)
+                        .into_par_iter()
+                        .map(|_| std::thread::current().name().unwrap_or("").to_string())
+                        .collect();
+                    names.dedup();
+                    names
+                });
+                let _ = sender.send((rank, names));
+            });
+        }
+        let mut names = vec![Vec::new(); 3];
+        for _ in 0..3 {
+            let (rank, got) = done
+                .recv_timeout(std::time::Duration::from_secs(20))
+                .expect("the members waiting for each other all got there");
+            names[rank] = got;
+        }
         for (rank, names) in names.iter().enumerate() {
             assert_eq!(names, &[format!("device{rank}-0")], "member {rank}");
         }

@@ -80,9 +80,16 @@ fn shared(
     let prepared =
         prepare_shared(data.clone(), &h, devices, partitions, ShareMethod::Ranges).unwrap();
     let p = make_plan(&prepared.workload, policy, roomy());
-    train::train_shared(prepared, h, run(p, epochs), ssd, &mut |_| {})
-        .unwrap()
-        .0
+    // Device 0's epochs come from a thread of its own pool.
+    let mut seen: Vec<String> = Vec::new();
+    let report = train::train_shared(prepared, h, run(p, epochs), ssd, &mut |_| {
+        seen.push(std::thread::current().name().unwrap_or("").to_string());
+    })
+    .unwrap()
+    .0;
+    assert_eq!(seen.len(), epochs as usize);
+    assert!(seen.iter().all(|n| n.starts_with("device0-")), "{seen:?}");
+    report
 }
 
 fn assert_close(what: &str, a: &[f64], b: &[f64]) {
