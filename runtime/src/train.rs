@@ -322,45 +322,30 @@ pub fn train_member(
     progress: &mut dyn FnMut(&EpochStats),
 ) -> Result<MemberOutcome, ExecError> {
     on_a_worker(progress, move |progress| {
-        member_on_a_worker(share, hyper, plan, epochs, options, ssd, comm, progress)
-    })
-}
-
-/// [`train_member`] on its pool's thread.
-#[allow(clippy::too_many_arguments)]
-fn member_on_a_worker(
-    share: DeviceShare,
-    hyper: Hyper,
-    plan: Arc<Plan>,
-    epochs: u32,
-    options: ExecOptions,
-    ssd: Option<Arc<dyn SsdTier>>,
-    comm: Box<dyn Collective>,
-    progress: &mut dyn FnMut(&EpochStats),
-) -> Result<MemberOutcome, ExecError> {
-    let rank = comm.rank();
-    let halo_block_bytes = share.halo.block_bytes();
-    let peers = Peers::new(share.halo, comm)?;
-    let backend = CpuGnn::with_peers(share.input, hyper, peers)?;
-    let mut executor = Executor::new(plan.clone(), backend, ssd, options)?;
-    let (report, spans) = run_epochs(&mut executor, &plan, epochs, progress)?;
-    let peers = executor
-        .backend()
-        .peers()
-        .ok_or_else(|| ExecError::Internal("a device's backend lost its peers".into()))?;
-    let device = DeviceReport {
-        rank,
-        iteration_s: report.iteration_s,
-        peak_bytes: report.peak_bytes,
-        exchange: peers.last_training_stats(),
-        halo_block_bytes,
-        process_peak_bytes: None,
-    };
-    peers.finish();
-    Ok(MemberOutcome {
-        report,
-        device,
-        spans,
+        let rank = comm.rank();
+        let halo_block_bytes = share.halo.block_bytes();
+        let peers = Peers::new(share.halo, comm)?;
+        let backend = CpuGnn::with_peers(share.input, hyper, peers)?;
+        let mut executor = Executor::new(plan.clone(), backend, ssd, options)?;
+        let (report, spans) = run_epochs(&mut executor, &plan, epochs, progress)?;
+        let peers = executor
+            .backend()
+            .peers()
+            .ok_or_else(|| ExecError::Internal("a device's backend lost its peers".into()))?;
+        let device = DeviceReport {
+            rank,
+            iteration_s: report.iteration_s,
+            peak_bytes: report.peak_bytes,
+            exchange: peers.last_training_stats(),
+            halo_block_bytes,
+            process_peak_bytes: None,
+        };
+        peers.finish();
+        Ok(MemberOutcome {
+            report,
+            device,
+            spans,
+        })
     })
 }
 
