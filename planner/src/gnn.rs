@@ -510,6 +510,18 @@ pub fn build_gnn(spec: &GnnSpec, blocks: &BlockCounts) -> Result<Workload> {
     Builder::new(spec, blocks, name).build()
 }
 
+/// What a chain of block products reads, and what follows each of its
+/// sums ([`Builder::aggregate_rows`], [`Builder::transposed_chains`]).
+struct Around<'f, 'a> {
+    /// Input partition `j`'s rows.
+    input: &'f dyn Fn(u32) -> TensorId,
+    /// Runs as soon as partition `i`'s sum is final, with the sum, so that
+    /// what reads the sum follows it at once: by inputs, while the other
+    /// partitions' sums are still partial, instead of after the last of
+    /// them, when every sum is held (or has been sent away to make room).
+    done: &'f mut dyn FnMut(&mut Builder<'a>, u32, TensorId),
+}
+
 struct Builder<'a> {
     spec: &'a GnnSpec,
     blocks: &'a BlockCounts,
@@ -805,6 +817,8 @@ impl<'a> Builder<'a> {
     /// meanwhile); each row sums its sources in ascending order either
     /// way. `edge_weights`: a tensor every block also reads, with the
     /// bytes it holds per edge (GAT's `alpha`).
+    ///
+    /// `around.done(i, sum)` runs as soon as row `i`'s sum is final.
     fn aggregate_rows(
         &mut self,
         l: u32,
@@ -812,7 +826,7 @@ impl<'a> Builder<'a> {
         edge_weights: Option<(TensorId, u64)>,
         rows_of: &[u32],
         sweep: Sweep,
-        source: &dyn Fn(u32) -> TensorId,
+        around: Around<'_, 'a>,
     ) -> Vec<TensorId> {
         let sources: Vec<Vec<u32>> = rows_of.iter().map(|&i| self.sources(i)).collect();
         let mut partials: Vec<Option<TensorId>> = vec![None; rows_of.len()];
@@ -830,7 +844,7 @@ impl<'a> Builder<'a> {
                 )
             };
             let out = self.tensor(name, rows * width * F32, kind_out);
-            let mut inputs = vec![self.adj(i, j), source(j)];
+            let mut inputs = vec![self.adj(i, j), (around.input)(j)];
             inputs.extend(edge_weights.map(|(t, _)| t));
             inputs.extend(partial);
             let edges = self.edges(i, j);
@@ -851,6 +865,9 @@ impl<'a> Builder<'a> {
                 Cost::work(2.0 * (edges * width) as f64, bytes, class).over_edges(edges),
             );
             partials[r] = Some(out);
+            if last {
+                (around.done)(self, i, out);
+            }
         }
         partials
             .into_iter()
@@ -860,75 +877,94 @@ impl<'a> Builder<'a> {
 
     fn forward_conv(&mut self, l: u32, h: &[TensorId], w: TensorId) -> Layer {
         let spec = self.spec;
-        let (d_in, d_out) = spec.layer_dims(l);
-        let last = l == spec.layers;
-        let mut layer = Layer::default();
-        let hs = h.to_vec();
-        // By inputs, every row's aggregation runs before the projections.
+        let (d_in, _) = spec.layer_dims(l);
+        // Each row is projected as soon as its sum is final: by outputs
+        // before the next row sums, by inputs while the rows after it
+        // still do.
+        let mut projected = vec![None; self.parts as usize];
         let all: Vec<u32> = (0..self.parts).collect();
-        let swept = match spec.swept().forward(l) {
-            Sweep::Inputs => {
-                self.aggregate_rows(l, d_in, None, &all, Sweep::Inputs, &|j| hs[j as usize])
-            }
-            Sweep::Outputs => Vec::new(),
-        };
-        for i in 0..self.parts {
-            let rows = self.rows(i);
-            let agg = match swept.get(i as usize) {
-                Some(&agg) => agg,
-                None => {
-                    self.aggregate_rows(l, d_in, None, &[i], Sweep::Outputs, &|j| hs[j as usize])[0]
-                }
-            };
-            let z = self.tensor(
-                format!("z[l{l},p{i}]"),
-                rows * d_out * F32,
-                TensorKind::Activation,
-            );
-            let (inputs, k) = match spec.model {
-                GnnModel::Sage => (vec![h[i as usize], agg, w], 2 * d_in),
-                _ => (vec![agg, w], d_in),
-            };
-            self.op(
-                format!("linear[l{l},p{i}]"),
-                OpKind::Linear,
-                Phase::Forward,
-                inputs,
-                vec![z],
-                Cost::work(
-                    2.0 * (rows * k * d_out) as f64,
-                    rows * (k + d_out) * F32,
-                    ComputeClass::Dense,
-                ),
-            );
-            let out = if last {
-                z
-            } else {
-                let out = self.tensor(
-                    format!("h[l{l},p{i}]"),
-                    rows * d_out * F32,
-                    TensorKind::Activation,
-                );
-                self.w.tensors[out.index()].checkpoint = true;
-                self.op(
-                    format!("relu[l{l},p{i}]"),
-                    OpKind::Activation,
-                    Phase::Forward,
-                    vec![z],
-                    vec![out],
-                    Cost::work(
-                        (rows * d_out) as f64,
-                        2 * rows * d_out * F32,
-                        ComputeClass::Elementwise,
-                    ),
-                );
-                out
-            };
+        self.aggregate_rows(
+            l,
+            d_in,
+            None,
+            &all,
+            spec.swept().forward(l),
+            Around {
+                input: &|j| h[j as usize],
+                done: &mut |b, i, agg| {
+                    projected[i as usize] = Some(b.project_sum(l, i, h[i as usize], agg, w));
+                },
+            },
+        );
+        let mut layer = Layer::default();
+        for (agg, z, out) in projected.into_iter().map(|p| p.expect("every row sums")) {
             layer.agg.push(agg);
             layer.z.push(z);
             layer.output.push(out);
         }
         layer
+    }
+
+    /// Row partition `i`'s projection of its sum `agg` in an
+    /// aggregate-first layer `l` (GraphSAGE's of its own rows `h` too),
+    /// then the ReLU below the last layer: `(agg, z, output)`.
+    fn project_sum(
+        &mut self,
+        l: u32,
+        i: u32,
+        h: TensorId,
+        agg: TensorId,
+        w: TensorId,
+    ) -> (TensorId, TensorId, TensorId) {
+        let spec = self.spec;
+        let (d_in, d_out) = spec.layer_dims(l);
+        let last = l == spec.layers;
+        let rows = self.rows(i);
+        let z = self.tensor(
+            format!("z[l{l},p{i}]"),
+            rows * d_out * F32,
+            TensorKind::Activation,
+        );
+        let (inputs, k) = match spec.model {
+            GnnModel::Sage => (vec![h, agg, w], 2 * d_in),
+            _ => (vec![agg, w], d_in),
+        };
+        self.op(
+            format!("linear[l{l},p{i}]"),
+            OpKind::Linear,
+            Phase::Forward,
+            inputs,
+            vec![z],
+            Cost::work(
+                2.0 * (rows * k * d_out) as f64,
+                rows * (k + d_out) * F32,
+                ComputeClass::Dense,
+            ),
+        );
+        let out = if last {
+            z
+        } else {
+            let out = self.tensor(
+                format!("h[l{l},p{i}]"),
+                rows * d_out * F32,
+                TensorKind::Activation,
+            );
+            self.w.tensors[out.index()].checkpoint = true;
+            self.op(
+                format!("relu[l{l},p{i}]"),
+                OpKind::Activation,
+                Phase::Forward,
+                vec![z],
+                vec![out],
+                Cost::work(
+                    (rows * d_out) as f64,
+                    2 * rows * d_out * F32,
+                    ComputeClass::Elementwise,
+                ),
+            );
+            out
+        };
+        (agg, z, out)
     }
 
     fn backward_conv(
@@ -1023,7 +1059,17 @@ impl<'a> Builder<'a> {
         // accumulated over destination rows for each source partition j.
         let own = |j: u32| sage.then(|| dself[j as usize]);
         let sweep = self.spec.swept().backward(l);
-        let dh = self.transposed_chains(l, d_in, &dagg, ("grad_h", l - 1), &own, sweep);
+        let dh = self.transposed_chains(
+            l,
+            d_in,
+            ("grad_h", l - 1),
+            &own,
+            sweep,
+            Around {
+                input: &|i| dagg[i as usize],
+                done: &mut |_, _, _| {},
+            },
+        );
         (dh, dw)
     }
 
@@ -1041,10 +1087,10 @@ impl<'a> Builder<'a> {
         &mut self,
         l: u32,
         width: u64,
-        grads: &[TensorId],
         (name, tag): (&str, u32),
         own: &dyn Fn(u32) -> Option<TensorId>,
         sweep: Sweep,
+        around: Around<'_, 'a>,
     ) -> Vec<TensorId> {
         let destinations: Vec<Vec<u32>> = (0..self.parts).map(|j| self.destinations(j)).collect();
         let mut partials: Vec<Option<TensorId>> = vec![None; self.parts as usize];
@@ -1052,7 +1098,8 @@ impl<'a> Builder<'a> {
             let (j, i) = (r as u32, destinations[r][k]);
             let rows = self.rows(j);
             let partial = partials[r];
-            let (tensor_name, kind) = if k + 1 == destinations[r].len() {
+            let last = k + 1 == destinations[r].len();
+            let (tensor_name, kind) = if last {
                 (format!("{name}[l{tag},p{j}]"), TensorKind::Gradient)
             } else {
                 (
@@ -1066,7 +1113,7 @@ impl<'a> Builder<'a> {
                 true => self.adj_t(i, j),
                 false => self.adj(i, j),
             };
-            let mut inputs = vec![block, grads[i as usize]];
+            let mut inputs = vec![block, (around.input)(i)];
             if k == 0 {
                 inputs.extend(own(j));
             }
@@ -1089,6 +1136,9 @@ impl<'a> Builder<'a> {
                 cost.over_edges(edges),
             );
             partials[r] = Some(out);
+            if last {
+                (around.done)(self, j, out);
+            }
         }
         partials
             .into_iter()
@@ -1184,62 +1234,75 @@ impl<'a> Builder<'a> {
     /// aggregation of the projected rows (a chain of block products, `d_out`
     /// wide) and the bias with the ReLU (hidden layers) or alone (the last
     /// layer), as GAT's layer without the attention.
+    ///
+    /// Every partition is projected first: with several devices, each
+    /// source's rows go out to the others before the aggregation starts.
+    /// Each row's bias follows its sum at once.
     fn forward_projected(&mut self, l: u32, h: &[TensorId], w: TensorId) -> Layer {
         let spec = self.spec;
         let (_, d_out) = spec.layer_dims(l);
-        let last = l == spec.layers;
-        let mut layer = Layer::default();
-        for i in 0..self.parts {
-            let z = self.projection(l, i, h[i as usize], w);
-            layer.z.push(z);
-        }
-        let zs = layer.z.clone();
+        let z: Vec<TensorId> = (0..self.parts)
+            .map(|i| self.projection(l, i, h[i as usize], w))
+            .collect();
+        let mut finished = vec![None; self.parts as usize];
         let all: Vec<u32> = (0..self.parts).collect();
-        let swept = match spec.swept().forward(l) {
-            Sweep::Inputs => {
-                self.aggregate_rows(l, d_out, None, &all, Sweep::Inputs, &|j| zs[j as usize])
-            }
-            Sweep::Outputs => Vec::new(),
-        };
-        for i in 0..self.parts {
-            let rows = self.rows(i);
-            let agg = match swept.get(i as usize) {
-                Some(&agg) => agg,
-                None => self
-                    .aggregate_rows(l, d_out, None, &[i], Sweep::Outputs, &|j| zs[j as usize])[0],
-            };
-            let (name, op_name, flops) = if last {
-                (format!("out[l{l},p{i}]"), format!("bias[l{l},p{i}]"), 1.0)
-            } else {
-                (format!("h[l{l},p{i}]"), format!("relu[l{l},p{i}]"), 2.0)
-            };
-            let out = self.tensor(name, rows * d_out * F32, TensorKind::Activation);
-            if !last {
-                self.w.tensors[out.index()].checkpoint = true;
-            }
-            self.op(
-                op_name,
-                OpKind::Activation,
-                Phase::Forward,
-                vec![agg, w],
-                vec![out],
-                Cost::work(
-                    flops * (rows * d_out) as f64,
-                    (2 * rows * d_out + d_out) * F32,
-                    ComputeClass::Elementwise,
-                ),
-            );
+        self.aggregate_rows(
+            l,
+            d_out,
+            None,
+            &all,
+            spec.swept().forward(l),
+            Around {
+                input: &|j| z[j as usize],
+                done: &mut |b, i, agg| finished[i as usize] = Some((agg, b.bias(l, i, agg, w))),
+            },
+        );
+        let mut layer = Layer::default();
+        for (z, finished) in z.into_iter().zip(finished) {
+            let (agg, out) = finished.expect("every row sums");
+            layer.z.push(z);
             layer.agg.push(agg);
             layer.output.push(out);
         }
         layer
     }
 
+    /// Row partition `i`'s bias on its sum `agg` in a layer `l` that
+    /// projects first, with the ReLU below the last layer: the output.
+    fn bias(&mut self, l: u32, i: u32, agg: TensorId, w: TensorId) -> TensorId {
+        let spec = self.spec;
+        let (_, d_out) = spec.layer_dims(l);
+        let last = l == spec.layers;
+        let rows = self.rows(i);
+        let (name, op_name, flops) = if last {
+            (format!("out[l{l},p{i}]"), format!("bias[l{l},p{i}]"), 1.0)
+        } else {
+            (format!("h[l{l},p{i}]"), format!("relu[l{l},p{i}]"), 2.0)
+        };
+        let out = self.tensor(name, rows * d_out * F32, TensorKind::Activation);
+        if !last {
+            self.w.tensors[out.index()].checkpoint = true;
+        }
+        self.op(
+            op_name,
+            OpKind::Activation,
+            Phase::Forward,
+            vec![agg, w],
+            vec![out],
+            Cost::work(
+                flops * (rows * d_out) as f64,
+                (2 * rows * d_out + d_out) * F32,
+                ComputeClass::Elementwise,
+            ),
+        );
+        out
+    }
+
     /// The backward of [`Builder::forward_projected`]: per partition the
     /// ReLU's backward at `agg + bias` (hidden layers), per source
     /// partition the transposed aggregation into the projection's
-    /// gradient, then per partition the projection's backward (the bias's
-    /// gradient from the aggregation's).
+    /// gradient, each followed at once by that partition's projection's
+    /// backward (the bias's gradient from the aggregation's).
     fn backward_projected(
         &mut self,
         l: u32,
@@ -1277,20 +1340,29 @@ impl<'a> Builder<'a> {
             );
             dout.push(g);
         }
-        let sweep = self.spec.swept().backward(l);
-        let dz = self.transposed_chains(l, d_out, &dout, ("grad_z", l), &|_| None, sweep);
-        let mut dh = Vec::new();
-        let mut dw_parts = Vec::new();
-        for p in 0..self.parts {
-            let inputs = vec![dz[p as usize], layer_in[p as usize], w, dout[p as usize]];
-            // The aggregation's gradient too, for the bias's.
-            let more_bytes = self.rows(p) * d_out * F32;
-            let (dw, g) = self.projection_bwd(l, p, inputs, more_bytes);
-            dh.extend(g);
-            dw_parts.push(dw);
-        }
+        let mut projected = vec![None; self.parts as usize];
+        self.transposed_chains(
+            l,
+            d_out,
+            ("grad_z", l),
+            &|_| None,
+            spec.swept().backward(l),
+            Around {
+                input: &|i| dout[i as usize],
+                done: &mut |b, p, dz| {
+                    let inputs = vec![dz, layer_in[p as usize], w, dout[p as usize]];
+                    // The aggregation's gradient too, for the bias's.
+                    let more_bytes = b.rows(p) * d_out * F32;
+                    projected[p as usize] = Some(b.projection_bwd(l, p, inputs, more_bytes));
+                },
+            },
+        );
+        let (dw_parts, dh): (Vec<TensorId>, Vec<Option<TensorId>>) = projected
+            .into_iter()
+            .map(|p| p.expect("every partition's chain ends"))
+            .unzip();
         let dw = self.accumulate_weight_grad(l, dw_parts);
-        (dh, dw)
+        (dh.into_iter().flatten().collect(), dw)
     }
 
     fn accumulate_weight_grad(&mut self, l: u32, parts: Vec<TensorId>) -> TensorId {
@@ -1400,8 +1472,17 @@ impl<'a> Builder<'a> {
             );
             let zs = layer.z.clone();
             let weights = Some((alpha, heads * F32));
-            let agg = self
-                .aggregate_rows(l, d_out, weights, &[i], Sweep::Outputs, &|j| zs[j as usize])[0];
+            let agg = self.aggregate_rows(
+                l,
+                d_out,
+                weights,
+                &[i],
+                Sweep::Outputs,
+                Around {
+                    input: &|j| zs[j as usize],
+                    done: &mut |_, _, _| {},
+                },
+            )[0];
             let (name, op_name, flops, class) = if last {
                 (
                     format!("out[l{l},p{i}]"),
@@ -1726,6 +1807,53 @@ mod tests {
             };
             let error = build_gnn(&bad, &blocks).unwrap_err().to_string();
             assert!(error.contains("dropout"), "{error}");
+        }
+    }
+
+    /// A layer's sums are read as soon as they are final, by inputs as by
+    /// outputs: each row's projection (or bias) follows the last block
+    /// product of its sum, and in a layer that projects first, each
+    /// partition's projection backward follows the last transposed block
+    /// product of its gradient. Only the sums the next layer down reads
+    /// (`grad_h`, GAT's row by row) wait.
+    #[test]
+    fn sums_are_read_as_soon_as_they_are_final() {
+        let blocks = BlockCounts::skewed(1000, 8000, 4).unwrap();
+        for model in [GnnModel::Gcn, GnnModel::Sage] {
+            for sweeps in [Sweeps::default(), Sweeps::INPUTS] {
+                let spec = GnnSpec {
+                    sweeps,
+                    ..spec(model)
+                };
+                // GCN's last layer projects first, GraphSAGE's none.
+                let projecting = model == GnnModel::Gcn;
+                assert_eq!(spec.projects_first(3), projecting);
+                assert!(!spec.projects_first(2));
+                let w = build_gnn(&spec, &blocks).unwrap();
+                let mut checked = 0;
+                for (k, op) in w.ops.iter().enumerate() {
+                    let summing = matches!(op.kind, OpKind::Aggregate | OpKind::AggregateBackward);
+                    let Some(&sum) = op.outputs.first().filter(|_| summing) else {
+                        continue;
+                    };
+                    let name = &w.tensors[sum.index()].name;
+                    if !(name.starts_with("agg[") || name.starts_with("grad_z[")) {
+                        continue;
+                    }
+                    let next = &w.ops[k + 1];
+                    assert!(
+                        next.inputs.contains(&sum),
+                        "{model:?} {}: {name} is followed by {}",
+                        sweeps.name(),
+                        next.name
+                    );
+                    checked += 1;
+                }
+                // Three layers' sums of 4 partitions, and those of the
+                // projecting layer's gradients.
+                let expected = if projecting { 16 } else { 12 };
+                assert_eq!(checked, expected, "{model:?} {}", sweeps.name());
+            }
         }
     }
 

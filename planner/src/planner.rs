@@ -325,13 +325,21 @@ fn plan_dp(
     // Stable: dp's best in its model, its other rounds' bests, then
     // peers in the order of `Policy::PEERS`.
     candidates.sort_by(|a, b| a.timing.iteration_s.total_cmp(&b.timing.iteration_s));
+    let mut finish_error = None;
     for evaluated in candidates {
-        if let Ok(mut plan) = finish(workload, profile, options, evaluated) {
-            plan.policy = Policy::Dp.name().to_string();
-            return Ok(plan);
+        match finish(workload, profile, options, evaluated) {
+            Ok(mut plan) => {
+                plan.policy = Policy::Dp.name().to_string();
+                return Ok(plan);
+            }
+            Err(e) => {
+                finish_error.get_or_insert(e);
+            }
         }
     }
-    Err(last_error.unwrap_or_else(|| Error::Internal("dp found no plan and no error".into())))
+    Err(last_error
+        .or(finish_error)
+        .unwrap_or_else(|| Error::Internal("dp found no plan and no error".into())))
 }
 
 /// dp's search, planned again with the device bytes the memory pass
