@@ -510,14 +510,14 @@ pub fn build_gnn(spec: &GnnSpec, blocks: &BlockCounts) -> Result<Workload> {
     Builder::new(spec, blocks, name).build()
 }
 
-/// What a chain of block products reads, and what follows each of its
-/// sums ([`Builder::aggregate_rows`], [`Builder::transposed_chains`]).
+/// What a forward aggregation reads, and what follows each of its sums
+/// ([`Builder::aggregate_rows`]).
 struct Around<'f, 'a> {
-    /// Input partition `j`'s rows.
+    /// Source partition `j`'s rows.
     input: &'f dyn Fn(u32) -> TensorId,
-    /// Runs as soon as partition `i`'s sum is final, with the sum, so that
-    /// what reads the sum follows it at once: by inputs, while the other
-    /// partitions' sums are still partial, instead of after the last of
+    /// Runs as soon as row partition `i`'s sum is final, with the sum, so
+    /// that what reads the sum follows it at once: by inputs, while the
+    /// other rows' sums are still partial, instead of after the last of
     /// them, when every sum is held (or has been sent away to make room).
     done: &'f mut dyn FnMut(&mut Builder<'a>, u32, TensorId),
 }
@@ -892,7 +892,8 @@ impl<'a> Builder<'a> {
             Around {
                 input: &|j| h[j as usize],
                 done: &mut |b, i, agg| {
-                    projected[i as usize] = Some(b.project_sum(l, i, h[i as usize], agg, w));
+                    let (z, out) = b.project_sum(l, i, h[i as usize], agg, w);
+                    projected[i as usize] = Some((agg, z, out));
                 },
             },
         );
@@ -907,7 +908,7 @@ impl<'a> Builder<'a> {
 
     /// Row partition `i`'s projection of its sum `agg` in an
     /// aggregate-first layer `l` (GraphSAGE's of its own rows `h` too),
-    /// then the ReLU below the last layer: `(agg, z, output)`.
+    /// then the ReLU below the last layer: `(z, output)`.
     fn project_sum(
         &mut self,
         l: u32,
@@ -915,7 +916,7 @@ impl<'a> Builder<'a> {
         h: TensorId,
         agg: TensorId,
         w: TensorId,
-    ) -> (TensorId, TensorId, TensorId) {
+    ) -> (TensorId, TensorId) {
         let spec = self.spec;
         let (d_in, d_out) = spec.layer_dims(l);
         let last = l == spec.layers;
@@ -964,7 +965,7 @@ impl<'a> Builder<'a> {
             );
             out
         };
-        (agg, z, out)
+        (z, out)
     }
 
     fn backward_conv(
@@ -1059,17 +1060,7 @@ impl<'a> Builder<'a> {
         // accumulated over destination rows for each source partition j.
         let own = |j: u32| sage.then(|| dself[j as usize]);
         let sweep = self.spec.swept().backward(l);
-        let dh = self.transposed_chains(
-            l,
-            d_in,
-            ("grad_h", l - 1),
-            &own,
-            sweep,
-            Around {
-                input: &|i| dagg[i as usize],
-                done: &mut |_, _, _| {},
-            },
-        );
+        let dh = self.transposed_chains(l, d_in, &dagg, ("grad_h", l - 1), &own, sweep);
         (dh, dw)
     }
 
@@ -1087,10 +1078,10 @@ impl<'a> Builder<'a> {
         &mut self,
         l: u32,
         width: u64,
+        grads: &[TensorId],
         (name, tag): (&str, u32),
         own: &dyn Fn(u32) -> Option<TensorId>,
         sweep: Sweep,
-        around: Around<'_, 'a>,
     ) -> Vec<TensorId> {
         let destinations: Vec<Vec<u32>> = (0..self.parts).map(|j| self.destinations(j)).collect();
         let mut partials: Vec<Option<TensorId>> = vec![None; self.parts as usize];
@@ -1098,8 +1089,7 @@ impl<'a> Builder<'a> {
             let (j, i) = (r as u32, destinations[r][k]);
             let rows = self.rows(j);
             let partial = partials[r];
-            let last = k + 1 == destinations[r].len();
-            let (tensor_name, kind) = if last {
+            let (tensor_name, kind) = if k + 1 == destinations[r].len() {
                 (format!("{name}[l{tag},p{j}]"), TensorKind::Gradient)
             } else {
                 (
@@ -1113,7 +1103,7 @@ impl<'a> Builder<'a> {
                 true => self.adj_t(i, j),
                 false => self.adj(i, j),
             };
-            let mut inputs = vec![block, (around.input)(i)];
+            let mut inputs = vec![block, grads[i as usize]];
             if k == 0 {
                 inputs.extend(own(j));
             }
@@ -1136,9 +1126,6 @@ impl<'a> Builder<'a> {
                 cost.over_edges(edges),
             );
             partials[r] = Some(out);
-            if last {
-                (around.done)(self, j, out);
-            }
         }
         partials
             .into_iter()
@@ -1301,8 +1288,8 @@ impl<'a> Builder<'a> {
     /// The backward of [`Builder::forward_projected`]: per partition the
     /// ReLU's backward at `agg + bias` (hidden layers), per source
     /// partition the transposed aggregation into the projection's
-    /// gradient, each followed at once by that partition's projection's
-    /// backward (the bias's gradient from the aggregation's).
+    /// gradient, then per partition the projection's backward (the bias's
+    /// gradient from the aggregation's).
     fn backward_projected(
         &mut self,
         l: u32,
@@ -1340,29 +1327,20 @@ impl<'a> Builder<'a> {
             );
             dout.push(g);
         }
-        let mut projected = vec![None; self.parts as usize];
-        self.transposed_chains(
-            l,
-            d_out,
-            ("grad_z", l),
-            &|_| None,
-            spec.swept().backward(l),
-            Around {
-                input: &|i| dout[i as usize],
-                done: &mut |b, p, dz| {
-                    let inputs = vec![dz, layer_in[p as usize], w, dout[p as usize]];
-                    // The aggregation's gradient too, for the bias's.
-                    let more_bytes = b.rows(p) * d_out * F32;
-                    projected[p as usize] = Some(b.projection_bwd(l, p, inputs, more_bytes));
-                },
-            },
-        );
-        let (dw_parts, dh): (Vec<TensorId>, Vec<Option<TensorId>>) = projected
-            .into_iter()
-            .map(|p| p.expect("every partition's chain ends"))
-            .unzip();
+        let sweep = self.spec.swept().backward(l);
+        let dz = self.transposed_chains(l, d_out, &dout, ("grad_z", l), &|_| None, sweep);
+        let mut dh = Vec::new();
+        let mut dw_parts = Vec::new();
+        for p in 0..self.parts {
+            let inputs = vec![dz[p as usize], layer_in[p as usize], w, dout[p as usize]];
+            // The aggregation's gradient too, for the bias's.
+            let more_bytes = self.rows(p) * d_out * F32;
+            let (dw, g) = self.projection_bwd(l, p, inputs, more_bytes);
+            dh.extend(g);
+            dw_parts.push(dw);
+        }
         let dw = self.accumulate_weight_grad(l, dw_parts);
-        (dh.into_iter().flatten().collect(), dw)
+        (dh, dw)
     }
 
     fn accumulate_weight_grad(&mut self, l: u32, parts: Vec<TensorId>) -> TensorId {
@@ -1810,12 +1788,9 @@ mod tests {
         }
     }
 
-    /// A layer's sums are read as soon as they are final, by inputs as by
-    /// outputs: each row's projection (or bias) follows the last block
-    /// product of its sum, and in a layer that projects first, each
-    /// partition's projection backward follows the last transposed block
-    /// product of its gradient. Only the sums the next layer down reads
-    /// (`grad_h`, GAT's row by row) wait.
+    /// A layer's forward sums are read as soon as they are final, by
+    /// inputs as by outputs: each row's projection (or, projecting first,
+    /// its bias) follows the last block product of its sum.
     #[test]
     fn sums_are_read_as_soon_as_they_are_final() {
         let blocks = BlockCounts::skewed(1000, 8000, 4).unwrap();
@@ -1832,12 +1807,12 @@ mod tests {
                 let w = build_gnn(&spec, &blocks).unwrap();
                 let mut checked = 0;
                 for (k, op) in w.ops.iter().enumerate() {
-                    let summing = matches!(op.kind, OpKind::Aggregate | OpKind::AggregateBackward);
+                    let summing = op.kind == OpKind::Aggregate;
                     let Some(&sum) = op.outputs.first().filter(|_| summing) else {
                         continue;
                     };
                     let name = &w.tensors[sum.index()].name;
-                    if !(name.starts_with("agg[") || name.starts_with("grad_z[")) {
+                    if !name.starts_with("agg[") {
                         continue;
                     }
                     let next = &w.ops[k + 1];
@@ -1849,10 +1824,8 @@ mod tests {
                     );
                     checked += 1;
                 }
-                // Three layers' sums of 4 partitions, and those of the
-                // projecting layer's gradients.
-                let expected = if projecting { 16 } else { 12 };
-                assert_eq!(checked, expected, "{model:?} {}", sweeps.name());
+                // Three layers' sums of 4 partitions.
+                assert_eq!(checked, 12, "{model:?} {}", sweeps.name());
             }
         }
     }

@@ -337,8 +337,9 @@ fn plan_dp(
             }
         }
     }
-    Err(last_error
-        .or(finish_error)
+    // Where candidates were found, why they failed; else why none was.
+    Err(finish_error
+        .or(last_error)
         .unwrap_or_else(|| Error::Internal("dp found no plan and no error".into())))
 }
 

@@ -134,23 +134,23 @@ fn papers_share(
 
 #[test]
 fn on_several_gpus_the_faster_of_host_and_peer_sizing_is_taken_with_its_plan() {
-    // On 8 GPUs, through host memory it fits in one partition; GPU to GPU
-    // in 2, which dp predicts faster.
-    let (build, options) = papers_share(8, 2);
+    // Through host memory it fits at 2 partitions; GPU to GPU at 4, which
+    // dp predicts faster.
+    let (build, options) = papers_share(4, 2);
     let profile = a100();
     let sized = size_partitions(&build, 256, &profile, &options).unwrap();
     let peer = sized.peer.as_ref().expect("the search GPU to GPU ran");
-    assert_eq!(sized.sizing.partitions, 1, "{:?}", sized.sizing);
-    assert_eq!(peer.sizing.partitions, 2, "{:?}", peer.sizing);
+    assert_eq!(sized.sizing.partitions, 2, "{:?}", sized.sizing);
+    assert_eq!(peer.sizing.partitions, 4, "{:?}", peer.sizing);
     // The search GPU to GPU starts from the first search's count.
-    assert_eq!(peer.sizing.tried[0], (1, false), "{:?}", peer.sizing);
-    assert_eq!(peer.most, PEER_SEARCH_FACTOR);
+    assert_eq!(peer.sizing.tried[0], (2, false), "{:?}", peer.sizing);
+    assert_eq!(peer.most, 2 * PEER_SEARCH_FACTOR);
     assert!(peer.compared && peer.taken, "{peer:?}");
     let (peer_s, host_s) = (peer.predicted_s.unwrap(), peer.host_predicted_s.unwrap());
     assert!(peer_s < host_s, "{peer:?}");
-    assert_eq!(sized.partitions, 2);
+    assert_eq!(sized.partitions, 4);
     assert!(
-        sized.workload.name.ends_with("-p2"),
+        sized.workload.name.ends_with("-p4"),
         "{}",
         sized.workload.name
     );
@@ -168,7 +168,7 @@ fn on_several_gpus_the_faster_of_host_and_peer_sizing_is_taken_with_its_plan() {
         ..options.clone()
     };
     let sized = size_partitions(&build, 256, &profile, &milp).unwrap();
-    assert_eq!(sized.partitions, 2);
+    assert_eq!(sized.partitions, 4);
     assert!(sized.plan.is_none());
 }
 
