@@ -883,7 +883,7 @@ impl<'a> Builder<'a> {
         // still do.
         let mut projected = vec![None; self.parts as usize];
         let all: Vec<u32> = (0..self.parts).collect();
-        self.aggregate_rows(
+        let sums = self.aggregate_rows(
             l,
             d_in,
             None,
@@ -892,13 +892,13 @@ impl<'a> Builder<'a> {
             Around {
                 input: &|j| h[j as usize],
                 done: &mut |b, i, agg| {
-                    let (z, out) = b.project_sum(l, i, h[i as usize], agg, w);
-                    projected[i as usize] = Some((agg, z, out));
+                    projected[i as usize] = Some(b.project_sum(l, i, h[i as usize], agg, w));
                 },
             },
         );
         let mut layer = Layer::default();
-        for (agg, z, out) in projected.into_iter().map(|p| p.expect("every row sums")) {
+        for (agg, projected) in sums.into_iter().zip(projected) {
+            let (z, out) = projected.expect("each sum is projected as it ends");
             layer.agg.push(agg);
             layer.z.push(z);
             layer.output.push(out);
@@ -1233,7 +1233,7 @@ impl<'a> Builder<'a> {
             .collect();
         let mut finished = vec![None; self.parts as usize];
         let all: Vec<u32> = (0..self.parts).collect();
-        self.aggregate_rows(
+        let sums = self.aggregate_rows(
             l,
             d_out,
             None,
@@ -1241,15 +1241,16 @@ impl<'a> Builder<'a> {
             spec.swept().forward(l),
             Around {
                 input: &|j| z[j as usize],
-                done: &mut |b, i, agg| finished[i as usize] = Some((agg, b.bias(l, i, agg, w))),
+                done: &mut |b, i, agg| finished[i as usize] = Some(b.bias(l, i, agg, w)),
             },
         );
         let mut layer = Layer::default();
-        for (z, finished) in z.into_iter().zip(finished) {
-            let (agg, out) = finished.expect("every row sums");
+        for ((z, agg), out) in z.into_iter().zip(sums).zip(finished) {
             layer.z.push(z);
             layer.agg.push(agg);
-            layer.output.push(out);
+            layer
+                .output
+                .push(out.expect("each sum is biased as it ends"));
         }
         layer
     }
@@ -1807,10 +1808,10 @@ mod tests {
                 let w = build_gnn(&spec, &blocks).unwrap();
                 let mut checked = 0;
                 for (k, op) in w.ops.iter().enumerate() {
-                    let summing = op.kind == OpKind::Aggregate;
-                    let Some(&sum) = op.outputs.first().filter(|_| summing) else {
+                    if op.kind != OpKind::Aggregate {
                         continue;
-                    };
+                    }
+                    let sum = op.outputs[0];
                     let name = &w.tensors[sum.index()].name;
                     if !name.starts_with("agg[") {
                         continue;
