@@ -9,9 +9,11 @@
 #   profile   `fateplan profile` on the GPU (PROFILE_ARGS adds flags, --quick say)
 #   products  a 3-layer GCN, 256 hidden, on an ogbn-products-sized R-MAT graph:
 #             retain-all, then dp at 25% of the retain-all peak (of 4
-#             partitions; then of 1 partition, in 8), each with
-#             --compare-simulated on the measured profile; PyTorch Geometric's
-#             full-graph GCN on the same graph and GPU (benches/pyg_gcn.py)
+#             partitions; then of 1 partition, in 8), each with --sweep
+#             $SWEEP (default auto) and --compare-simulated on the measured
+#             profile; PyTorch Geometric's full-graph GCN on the same graph
+#             and GPU (benches/pyg_gcn.py: its sparse CSR adjacency, and its
+#             edge_index too when PYG_EDGE_INDEX=1)
 #   copies    pinned host-to-device and device-to-host copies: PyTorch's
 #             non_blocking copies (cudaMemcpyAsync) against the profile's
 #   diag      retain-all with CUDA_LAUNCH_BLOCKING=1: each operator's GPU time
@@ -27,6 +29,7 @@ BIN=${BIN:-target/release/fateplan}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/fateplan-gpu.XXXXXX")}
 SCALE=${SCALE:-21}
 EPOCHS=${EPOCHS:-10}
+SWEEP=${SWEEP:-auto}
 GRAPH="rmat:scale=$SCALE,edge_factor=30,symmetric=true,features=100,classes=47,seed=1"
 WORK=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/fateplan-gpu-work.XXXXXX")}
 SECTIONS=${*:-env tests small profile copies products diag}
@@ -121,7 +124,7 @@ PY
         timeout 170 "$BIN" train "${common[@]}" --partitions 1 --policy retain-all \
             --trace "$LOGS/products_retain.trace.json" >"$LOGS/products_retain.json" 2>"$LOGS/products_retain.err"
         note "products retain-all: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/products_retain.json" 2>&1 | tail -1)"
-        timeout 170 "$BIN" train "${common[@]}" --partitions 4 --policy dp --hbm-budget 25% \
+        timeout 170 "$BIN" train "${common[@]}" --partitions 4 --policy dp --hbm-budget 25% --sweep "$SWEEP" \
             --spill-dir "$WORK/spill" --trace "$LOGS/products_dp25.trace.json" >"$LOGS/products_dp25.json" 2>"$LOGS/products_dp25.err"
         note "products dp 25%: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/products_dp25.json" 2>&1 | tail -1)"
         # A quarter of the one-partition retain-all plan's peak (the
@@ -129,13 +132,15 @@ PY
         budget=$("$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$prof" --partitions 1 \
             --policy retain-all --json | field "['predicted']['peak_bytes']['hbm'] // 4")
         [ -n "$budget" ] || note "products dp, 8 partitions: planning the retain-all peak failed"
-        timeout 170 "$BIN" train "${common[@]}" --partitions 8 --policy dp --hbm-budget "$budget" \
+        timeout 170 "$BIN" train "${common[@]}" --partitions 8 --policy dp --hbm-budget "$budget" --sweep "$SWEEP" \
             --spill-dir "$WORK/spill" --trace "$LOGS/products_dp8.trace.json" >"$LOGS/products_dp8.json" 2>"$LOGS/products_dp8.err"
         note "products dp, 8 partitions, budget $budget: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/products_dp8.json" 2>&1 | tail -1)"
         "$BIN" generate --graph "$GRAPH" --out "$WORK/rmat" >/dev/null 2>>"$log"
-        PYTHONUNBUFFERED=1 timeout 120 python3 benches/pyg_gcn.py --graph "$WORK/rmat" --layers 3 --hidden 256 \
-            --epochs "$EPOCHS" --device cuda >"$LOGS/products_pyg.json" 2>"$LOGS/products_pyg.err"
-        note "products pyg (edge_index): exit $? $(field "['epoch_s']" <"$LOGS/products_pyg.json" 2>&1 | tail -1)"
+        if [ -n "${PYG_EDGE_INDEX:-}" ]; then
+            PYTHONUNBUFFERED=1 timeout 120 python3 benches/pyg_gcn.py --graph "$WORK/rmat" --layers 3 --hidden 256 \
+                --epochs "$EPOCHS" --device cuda >"$LOGS/products_pyg.json" 2>"$LOGS/products_pyg.err"
+            note "products pyg (edge_index): exit $? $(field "['epoch_s']" <"$LOGS/products_pyg.json" 2>&1 | tail -1)"
+        fi
         PYTHONUNBUFFERED=1 timeout 120 python3 benches/pyg_gcn.py --graph "$WORK/rmat" --layers 3 --hidden 256 \
             --epochs "$EPOCHS" --device cuda --sparse >"$LOGS/products_pyg_sparse.json" 2>"$LOGS/products_pyg_sparse.err"
         note "products pyg (sparse CSR): exit $? $(field "['epoch_s'], d['peak_device_bytes'], d['adjacency_nnz'], d['edges']" <"$LOGS/products_pyg_sparse.json" 2>&1 | tail -1)"
@@ -143,7 +148,7 @@ PY
     copies)
         PYTHONUNBUFFERED=1 timeout 120 python3 benches/pinned_copy.py >"$log" 2>&1
         note "copies: exit $?"
-        tail -5 "$log" | tee -a "$SUMMARY"
+        tail -10 "$log" | tee -a "$SUMMARY"
         ;;
     *) note "unknown section $section" ;;
     esac

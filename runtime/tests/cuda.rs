@@ -26,7 +26,7 @@ use std::sync::Arc;
 use fateplan_kernels::dropout::Dropout;
 use fateplan_kernels::optim::Adam;
 use fateplan_kernels::{reference, BlockRef, Csr};
-use fateplan_planner::gnn::{GnnModel, LayerOrder, Transposes};
+use fateplan_planner::gnn::{GnnModel, LayerOrder, Sweeps, Transposes};
 use fateplan_planner::plan::Budgets;
 use fateplan_planner::workload::{TensorKind, Workload};
 use fateplan_planner::{plan, PlanOptions, Policy, Profile};
@@ -535,6 +535,15 @@ fn every_operator_matches_the_cpu_and_the_reference() {
         );
         operators_agree(h, 3);
     }
+    // By inputs, each output's sum is built a block product at a time
+    // (the first product writes it, the later ones add to it).
+    for model in [GnnModel::Gcn, GnnModel::Sage] {
+        let by_inputs = Hyper {
+            sweeps: Sweeps::INPUTS,
+            ..hyper(model, 1)
+        };
+        operators_agree(by_inputs, 3);
+    }
     gat_layer_matches_reference();
 }
 
@@ -630,8 +639,17 @@ fn every_plan_trains_the_same_model_on_the_gpu() {
     }
     let dataset = planted(500, 11);
     let cuda = || BackendChoice::Cuda(CudaOptions::default());
-    for (model, heads) in [(GnnModel::Gcn, 1), (GnnModel::Sage, 1), (GnnModel::Gat, 2)] {
-        let h = hyper(model, heads);
+    let by_inputs = Hyper {
+        sweeps: Sweeps::INPUTS,
+        ..hyper(GnnModel::Gcn, 1)
+    };
+    for h in [
+        hyper(GnnModel::Gcn, 1),
+        hyper(GnnModel::Sage, 1),
+        hyper(GnnModel::Gat, 2),
+        by_inputs,
+    ] {
+        let model = format!("{:?} by {}", h.model, h.sweeps.name());
         let reference =
             train_losses(&dataset, h, 4, Policy::RetainAll, roomy(), cuda(), None).unwrap();
         let cpu = train_losses(
@@ -648,7 +666,7 @@ fn every_plan_trains_the_same_model_on_the_gpu() {
         for (g, c) in reference.iter().zip(&cpu) {
             assert!(
                 (g - c).abs() <= 1e-3 * c.abs().max(1.0),
-                "{model:?}: cuda {g}, cpu {c}"
+                "{model}: cuda {g}, cpu {c}"
             );
         }
         let prepared = train::prepare(dataset.clone(), &h, 4).unwrap();
@@ -686,11 +704,11 @@ fn every_plan_trains_the_same_model_on_the_gpu() {
             };
             assert_eq!(losses.len(), reference.len());
             let exact = losses == reference;
-            eprintln!("{model:?} {policy:?}: losses bit-identical to retain-all: {exact}");
+            eprintln!("{model} {policy:?}: losses bit-identical to retain-all: {exact}");
             for (a, b) in losses.iter().zip(&reference) {
                 assert!(
                     (a - b).abs() <= 1e-6 * b.abs().max(1.0),
-                    "{model:?} {policy:?}: {a} vs {b}"
+                    "{model} {policy:?}: {a} vs {b}"
                 );
             }
         }
