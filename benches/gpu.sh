@@ -52,10 +52,12 @@ export FATEPLAN_REQUIRE_GPU=1 FATEPLAN_REQUIRE_NVRTC=1
 
 field() { python3 -c "import json,sys; d=json.load(sys.stdin); print(d$1)"; }
 
-# The profile the runs plan with: the one the profile section measured,
-# else the shipped measurement of an H100.
+# The profile the runs plan with: PROFILE, else the one the profile
+# section measured, else the shipped measurement of an H100.
 profile_arg() {
-    if [ -s "$LOGS/gpu-profile.json" ]; then echo "$LOGS/gpu-profile.json"; else echo h100-measured; fi
+    if [ -n "${PROFILE:-}" ]; then echo "$PROFILE"
+    elif [ -s "$LOGS/gpu-profile.json" ]; then echo "$LOGS/gpu-profile.json"
+    else echo h100-measured; fi
 }
 
 for section in $SECTIONS; do
