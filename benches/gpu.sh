@@ -9,9 +9,9 @@
 #   profile   `fateplan profile` on the GPU (PROFILE_ARGS adds flags, --quick say)
 #   products  a 3-layer GCN, 256 hidden, on an ogbn-products-sized R-MAT graph:
 #             retain-all, then dp at 25% of the retain-all peak (of 4
-#             partitions; then of 1 partition, in 8), each with --sweep
-#             $SWEEP (default auto) and --compare-simulated on the measured
-#             profile; PyTorch Geometric's full-graph GCN on the same graph
+#             partitions; then of 1 partition, in 8), the dp runs with
+#             --sweep $SWEEP (default auto), each with --compare-simulated
+#             on the measured profile (or PROFILE); PyTorch Geometric's full-graph GCN on the same graph
 #             and GPU (benches/pyg_gcn.py: its sparse CSR adjacency, and its
 #             edge_index too when PYG_EDGE_INDEX=1)
 #   copies    pinned host-to-device and device-to-host copies: PyTorch's
@@ -138,7 +138,7 @@ PY
             --spill-dir "$WORK/spill" --trace "$LOGS/products_dp8.trace.json" >"$LOGS/products_dp8.json" 2>"$LOGS/products_dp8.err"
         note "products dp, 8 partitions, budget $budget: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/products_dp8.json" 2>&1 | tail -1)"
         "$BIN" generate --graph "$GRAPH" --out "$WORK/rmat" >/dev/null 2>>"$log"
-        if [ -n "${PYG_EDGE_INDEX:-}" ]; then
+        if [ "${PYG_EDGE_INDEX:-}" = 1 ]; then
             PYTHONUNBUFFERED=1 timeout 120 python3 benches/pyg_gcn.py --graph "$WORK/rmat" --layers 3 --hidden 256 \
                 --epochs "$EPOCHS" --device cuda >"$LOGS/products_pyg.json" 2>"$LOGS/products_pyg.err"
             note "products pyg (edge_index): exit $? $(field "['epoch_s']" <"$LOGS/products_pyg.json" 2>&1 | tail -1)"

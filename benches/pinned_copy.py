@@ -4,10 +4,11 @@ CUDA events), the reference for `fateplan profile`'s pcie figures.
 
     python benches/pinned_copy.py [--mib 64 256 1024] [--repeats 20]
 
-Prints one JSON line per size and direction, then the best of each. Then
-both directions at once (a host-to-device and a device-to-host copy of the
-same size, each on a stream of its own, timed from before both to after
-both): how much the two lanes move together, which host memory may cap.
+Prints one JSON line per size and direction; then one per size for both
+directions at once (a host-to-device and a device-to-host copy of the same
+size, each on a stream of its own, timed from before both to after both:
+how much the two lanes move together, which host memory may cap); then
+the best of each.
 """
 import argparse
 import json

@@ -20,26 +20,28 @@ __device__ __forceinline__ float edge_weight(const float* weights, u64 rows, flo
     return 1.0f;
 }
 
-// weights[r] where the weighting W has row scales, else 0 (unread).
+// weights[r] where the weighting W has row scales and row r has edges,
+// else 0 (unread: a row without edges reads no weight, as before).
 template <int W>
-__device__ __forceinline__ float row_scale(const float* weights, u64 r)
+__device__ __forceinline__ float row_scale(const float* weights, u64 r, bool has_edges)
 {
-    return (W == WEIGHT_ROW || W == WEIGHT_ROW_COLUMN) ? weights[r] : 0.0f;
+    return ((W == WEIGHT_ROW || W == WEIGHT_ROW_COLUMN) && has_edges) ? weights[r] : 0.0f;
 }
 
 // Row r's sum for one feature f, its weighting W and whether a mask
 // applies fixed at compile time: the loop then holds no branch and
 // unrolls, keeping several gathers in flight (with the weighting read
-// in the loop, the row-scaled blocks took 2.4 times as long).
+// in the loop, the row-scaled blocks' aggregations took 1.9 times as
+// long on an H100: docs/gpu.md, "This build, measured again").
 template <int W, bool MASKED>
 __device__ __forceinline__ float gather_row(
     const u64* row_start, const u32* columns, const float* weights, u64 rows, u64 r, u64 f,
     const float* src, u64 width, float acc, u64 key, u32 threshold, float scale, u64 src_row0)
 {
-    float row = row_scale<W>(weights, r);
-    u64 end = row_start[r + 1];
+    u64 begin = row_start[r], end = row_start[r + 1];
+    float row = row_scale<W>(weights, r, begin < end);
 #pragma unroll 4
-    for (u64 e = row_start[r]; e < end; ++e) {
+    for (u64 e = begin; e < end; ++e) {
         u64 c = columns[e];
         float x = src[c * width + f];
         if (MASKED) x = masked(x, key, threshold, scale, (src_row0 + c) * width + f);
@@ -218,18 +220,19 @@ extern "C" __global__ void csc_rows_u32(
     }
 }
 
-// out[c, f] = init + sum over the edges e = (r, c), in edge order, of
-// w_e * grad[r, f]: the transposed aggregation through the permutation.
+// Column c's sum for one feature f, its weighting W fixed at compile
+// time, as gather_row.
 template <int W>
 __device__ __forceinline__ float gather_column(
     const u64* start, const u32* perm, const u32* perm_row, const float* weights, u64 dst_rows,
     u64 c, u64 f, const float* grad, u64 width, float acc)
 {
-    // The column's scale where W has one: weights[dst_rows + c].
-    float column = W == WEIGHT_ROW_COLUMN ? weights[dst_rows + c] : 0.0f;
-    u64 end = start[c + 1];
+    // The column's scale where W has one and the column has edges:
+    // weights[dst_rows + c].
+    u64 begin = start[c], end = start[c + 1];
+    float column = (W == WEIGHT_ROW_COLUMN && begin < end) ? weights[dst_rows + c] : 0.0f;
 #pragma unroll 4
-    for (u64 p = start[c]; p < end; ++p) {
+    for (u64 p = begin; p < end; ++p) {
         u64 r = perm_row[p];
         float w = W == WEIGHT_PER_EDGE ? weights[perm[p]]
                   : W == WEIGHT_ROW ? weights[r]
@@ -240,6 +243,8 @@ __device__ __forceinline__ float gather_column(
     return acc;
 }
 
+// out[c, f] = init + sum over the edges e = (r, c), in edge order, of
+// w_e * grad[r, f]: the transposed aggregation through the permutation.
 extern "C" __global__ void spmm_t_f32(
     const u64* start, const u32* perm, const u32* perm_row, const float* weights,
     int weighting, u64 dst_rows, u64 src_rows, const float* grad, u64 width,

@@ -170,7 +170,8 @@ impl Weighting {
         }
     }
 
-    /// The code the CUDA kernels take (`edge_weight` in `kernels/cuda/sparse.cu`).
+    /// The code the CUDA kernels take (`weighting` of `spmm_f32` and
+    /// `spmm_t_f32` in `kernels/cuda/sparse.cu`, which switch on it).
     pub fn code(self) -> i32 {
         match self {
             Weighting::PerEdge => 0,
