@@ -28,18 +28,60 @@ __device__ __forceinline__ float row_scale(const float* weights, u64 r, bool has
     return ((W == WEIGHT_ROW || W == WEIGHT_ROW_COLUMN) && has_edges) ? weights[r] : 0.0f;
 }
 
-// Row r's sum for one feature f, its weighting W and whether a mask
-// applies fixed at compile time: the loop then holds no branch and
-// unrolls, keeping several gathers in flight (with the weighting read
-// in the loop, the row-scaled blocks' aggregations took 1.9 times as
-// long on an H100: docs/gpu.md, "This build, measured again").
+// Segments. Every multiple of `seg` in a block's edge order is a
+// segment boundary. A row's sum in the one-thread-per-output-element
+// kernels stops at the first boundary after the row's first edge, so that
+// no thread walks more than `seg` edges: a hub's row of a hundred thousand
+// edges would otherwise keep one thread, and so the whole kernel, busy
+// that long (on an H100, most of the products-sized GCN's aggregation
+// time: docs/gpu.md). The row's edges past that boundary are summed one
+// segment at a time, each from zero (`spmm_carry_f32`, `spmm_t_carry_f32`),
+// and added to the row's sum in segment order (`segment_fixup_f32`). A row
+// that crosses no boundary is summed as the CPU sums it: init, then every
+// edge in edge order. The order of every sum is fixed by `seg` alone,
+// never by the launch.
+
+// The end of the part of [begin, end) a row's own thread sums: the first
+// boundary after `begin`, or `end`.
+__device__ __forceinline__ u64 first_cut(u64 begin, u64 end, u64 seg)
+{
+    u64 boundary = (begin / seg + 1) * seg;
+    return end < boundary ? end : boundary;
+}
+
+// The row holding position e of `start` (ascending, start[0] <= e <
+// start[rows]): the last r with start[r] <= e.
+__device__ __forceinline__ u64 row_holding(const u64* start, u64 rows, u64 e)
+{
+    u64 lo = 0, hi = rows;  // start[lo] <= e < start[hi]
+    while (hi - lo > 1) {
+        u64 mid = lo + (hi - lo) / 2;
+        if (start[mid] <= e) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
+// The row that segment s (s > 0, its first position s * seg < nnz)
+// carries: the row holding its first position when that row started
+// before it, else `rows` (none).
+__device__ __forceinline__ u64 carried_row(const u64* start, u64 rows, u64 s, u64 seg)
+{
+    u64 lo = s * seg;
+    u64 r = row_holding(start, rows, lo);
+    return start[r] < lo ? r : rows;
+}
+
+// Row r's edges [begin, end) summed onto `acc` for one feature f, its
+// weighting W and whether a mask applies fixed at compile time: the loop
+// then holds no branch and unrolls, keeping several gathers in flight
+// (with the weighting read in the loop, the row-scaled blocks'
+// aggregations took 1.9 times as long on an H100: docs/gpu.md, "This
+// build, measured again"). `row` is the row's scale where W has one.
 template <int W, bool MASKED>
-__device__ __forceinline__ float gather_row(
-    const u64* row_start, const u32* columns, const float* weights, u64 rows, u64 r, u64 f,
+__device__ __forceinline__ float gather_edges(
+    const u32* columns, const float* weights, u64 rows, u64 begin, u64 end, float row, u64 f,
     const float* src, u64 width, float acc, u64 key, u32 threshold, float scale, u64 src_row0)
 {
-    u64 begin = row_start[r], end = row_start[r + 1];
-    float row = row_scale<W>(weights, r, begin < end);
 #pragma unroll 4
     for (u64 e = begin; e < end; ++e) {
         u64 c = columns[e];
@@ -51,47 +93,97 @@ __device__ __forceinline__ float gather_row(
 }
 
 template <int W>
-__device__ __forceinline__ float gather_row_weighted(
-    const u64* row_start, const u32* columns, const float* weights, u64 rows, u64 r, u64 f,
+__device__ __forceinline__ float gather_edges_weighted(
+    const u32* columns, const float* weights, u64 rows, u64 r, u64 begin, u64 end, u64 f,
     const float* src, u64 width, float acc, u64 key, u32 threshold, float scale, u64 src_row0)
 {
+    float row = row_scale<W>(weights, r, begin < end);
     if (threshold == 0)
-        return gather_row<W, false>(row_start, columns, weights, rows, r, f, src, width, acc,
-                                    key, threshold, scale, src_row0);
-    return gather_row<W, true>(row_start, columns, weights, rows, r, f, src, width, acc, key,
-                               threshold, scale, src_row0);
+        return gather_edges<W, false>(columns, weights, rows, begin, end, row, f, src, width, acc,
+                                      key, threshold, scale, src_row0);
+    return gather_edges<W, true>(columns, weights, rows, begin, end, row, f, src, width, acc, key,
+                                 threshold, scale, src_row0);
 }
 
-// out[r, f] = init + sum over the edges e of row r, in edge order, of
-// w_e * (src[c_e, f] * mask((src_row0 + c_e) * width + f)).
+// Edges [begin, end) of row r onto `acc`, the weighting dispatched once.
+__device__ __forceinline__ float gather_span(
+    const u32* columns, const float* weights, int weighting, u64 rows, u64 r, u64 begin,
+    u64 end, u64 f, const float* src, u64 width, float acc, u64 key, u32 threshold,
+    float scale, u64 src_row0)
+{
+    switch (weighting) {
+    case WEIGHT_PER_EDGE:
+        return gather_edges_weighted<WEIGHT_PER_EDGE>(columns, weights, rows, r, begin, end, f,
+                                                      src, width, acc, key, threshold, scale,
+                                                      src_row0);
+    case WEIGHT_ROW:
+        return gather_edges_weighted<WEIGHT_ROW>(columns, weights, rows, r, begin, end, f, src,
+                                                 width, acc, key, threshold, scale, src_row0);
+    case WEIGHT_ROW_COLUMN:
+        return gather_edges_weighted<WEIGHT_ROW_COLUMN>(columns, weights, rows, r, begin, end, f,
+                                                        src, width, acc, key, threshold, scale,
+                                                        src_row0);
+    default:
+        return gather_edges_weighted<-1>(columns, weights, rows, r, begin, end, f, src, width,
+                                         acc, key, threshold, scale, src_row0);
+    }
+}
+
+// out[r, f] = init + the sum over the edges e of row r, in edge order up
+// to the row's first segment boundary, of w_e * (src[c_e, f] *
+// mask((src_row0 + c_e) * width + f)); `segment_fixup_f32` adds the rest.
 // One thread per output element; a warp reads consecutive features.
 extern "C" __global__ void spmm_f32(
     const u64* row_start, const u32* columns, const float* weights, int weighting, u64 rows,
-    const float* src, u64 width, const float* init, int init_mode, float* out,
+    u64 seg, const float* src, u64 width, const float* init, int init_mode, float* out,
     u64 key, u32 threshold, float scale, u64 src_row0)
 {
     GRID_STRIDE(i, rows * width) {
         u64 r = i / width, f = i % width;
         float acc = init_value(init_mode, init, out, i);
-        switch (weighting) {
-        case WEIGHT_PER_EDGE:
-            acc = gather_row_weighted<WEIGHT_PER_EDGE>(row_start, columns, weights, rows, r, f,
-                                                       src, width, acc, key, threshold, scale, src_row0);
-            break;
-        case WEIGHT_ROW:
-            acc = gather_row_weighted<WEIGHT_ROW>(row_start, columns, weights, rows, r, f, src,
-                                                  width, acc, key, threshold, scale, src_row0);
-            break;
-        case WEIGHT_ROW_COLUMN:
-            acc = gather_row_weighted<WEIGHT_ROW_COLUMN>(row_start, columns, weights, rows, r, f,
-                                                         src, width, acc, key, threshold, scale,
-                                                         src_row0);
-            break;
-        default:
-            acc = gather_row_weighted<-1>(row_start, columns, weights, rows, r, f, src, width, acc,
-                                          key, threshold, scale, src_row0);
-        }
-        out[i] = acc;
+        u64 begin = row_start[r], end = first_cut(begin, row_start[r + 1], seg);
+        out[i] = gather_span(columns, weights, weighting, rows, r, begin, end, f, src, width, acc,
+                             key, threshold, scale, src_row0);
+    }
+}
+
+// carry[s, f] = the sum from zero, in edge order, of the terms of
+// spmm_f32 over the edges of segment s (s of `segments`) that belong to a
+// row started before it; unwritten where no row is carried.
+extern "C" __global__ void spmm_carry_f32(
+    const u64* row_start, const u32* columns, const float* weights, int weighting, u64 rows,
+    u64 seg, u64 segments, const float* src, u64 width, float* carry, u64 key, u32 threshold,
+    float scale, u64 src_row0)
+{
+    GRID_STRIDE(i, segments * width) {
+        u64 s = i / width, f = i % width;
+        if (s == 0) continue;
+        u64 r = carried_row(row_start, rows, s, seg);
+        if (r == rows) continue;
+        u64 begin = s * seg, end = row_start[r + 1] < begin + seg ? row_start[r + 1] : begin + seg;
+        carry[i] = gather_span(columns, weights, weighting, rows, r, begin, end, f, src, width,
+                               0.0f, key, threshold, scale, src_row0);
+    }
+}
+
+// For each row that crosses a segment boundary: out[r, f] += carry[t, f]
+// for every segment t the row reaches past its first, in order. One
+// thread per (segment, feature): the segment that starts at the row's
+// first boundary adds them all. `start` is the rows' (or, transposed,
+// the columns') start positions, `rows` their count.
+extern "C" __global__ void segment_fixup_f32(
+    const u64* start, u64 rows, u64 seg, u64 segments, const float* carry, u64 width, float* out)
+{
+    GRID_STRIDE(i, segments * width) {
+        u64 s = i / width, f = i % width;
+        if (s == 0) continue;
+        u64 r = carried_row(start, rows, s, seg);
+        // Carried, and from its first segment: the row starts in s - 1.
+        if (r == rows || start[r] < (s - 1) * seg) continue;
+        u64 end = start[r + 1];
+        float acc = out[r * width + f];
+        for (u64 t = s; t * seg < end; ++t) acc = acc + carry[t * width + f];
+        out[r * width + f] = acc;
     }
 }
 
@@ -209,27 +301,19 @@ extern "C" __global__ void csc_order_wide_u32(const u64* start, u64 src_rows, u3
 extern "C" __global__ void csc_rows_u32(
     const u64* row_start, u64 rows, const u32* perm, u64 nnz, u32* perm_row)
 {
-    GRID_STRIDE(p, nnz) {
-        u64 e = perm[p];
-        u64 lo = 0, hi = rows;  // row_start[lo] <= e < row_start[hi]
-        while (hi - lo > 1) {
-            u64 mid = lo + (hi - lo) / 2;
-            if (row_start[mid] <= e) lo = mid; else hi = mid;
-        }
-        perm_row[p] = (u32)lo;
-    }
+    GRID_STRIDE(p, nnz) { perm_row[p] = (u32)row_holding(row_start, rows, perm[p]); }
 }
 
-// Column c's sum for one feature f, its weighting W fixed at compile
-// time, as gather_row.
+// Column c's positions [begin, end) of the permutation summed onto `acc`
+// for one feature f, its weighting W fixed at compile time, as
+// gather_edges.
 template <int W>
 __device__ __forceinline__ float gather_column(
-    const u64* start, const u32* perm, const u32* perm_row, const float* weights, u64 dst_rows,
-    u64 c, u64 f, const float* grad, u64 width, float acc)
+    const u32* perm, const u32* perm_row, const float* weights, u64 dst_rows, u64 c,
+    u64 begin, u64 end, u64 f, const float* grad, u64 width, float acc)
 {
-    // The column's scale where W has one and the column has edges:
+    // The column's scale where W has one and the column has edges here:
     // weights[dst_rows + c].
-    u64 begin = start[c], end = start[c + 1];
     float column = (W == WEIGHT_ROW_COLUMN && begin < end) ? weights[dst_rows + c] : 0.0f;
 #pragma unroll 4
     for (u64 p = begin; p < end; ++p) {
@@ -243,32 +327,61 @@ __device__ __forceinline__ float gather_column(
     return acc;
 }
 
-// out[c, f] = init + sum over the edges e = (r, c), in edge order, of
-// w_e * grad[r, f]: the transposed aggregation through the permutation.
+// Positions [begin, end) of column c onto `acc`, the weighting
+// dispatched once.
+__device__ __forceinline__ float gather_column_span(
+    const u32* perm, const u32* perm_row, const float* weights, int weighting, u64 dst_rows,
+    u64 c, u64 begin, u64 end, u64 f, const float* grad, u64 width, float acc)
+{
+    switch (weighting) {
+    case WEIGHT_PER_EDGE:
+        return gather_column<WEIGHT_PER_EDGE>(perm, perm_row, weights, dst_rows, c, begin, end,
+                                              f, grad, width, acc);
+    case WEIGHT_ROW:
+        return gather_column<WEIGHT_ROW>(perm, perm_row, weights, dst_rows, c, begin, end, f,
+                                         grad, width, acc);
+    case WEIGHT_ROW_COLUMN:
+        return gather_column<WEIGHT_ROW_COLUMN>(perm, perm_row, weights, dst_rows, c, begin, end,
+                                                f, grad, width, acc);
+    default:
+        return gather_column<-1>(perm, perm_row, weights, dst_rows, c, begin, end, f, grad,
+                                 width, acc);
+    }
+}
+
+// out[c, f] = init + the sum over the edges e = (r, c), in edge order up
+// to the column's first segment boundary (in permutation positions), of
+// w_e * grad[r, f]: the transposed aggregation through the permutation;
+// `segment_fixup_f32` adds the rest.
 extern "C" __global__ void spmm_t_f32(
     const u64* start, const u32* perm, const u32* perm_row, const float* weights,
-    int weighting, u64 dst_rows, u64 src_rows, const float* grad, u64 width,
+    int weighting, u64 dst_rows, u64 src_rows, u64 seg, const float* grad, u64 width,
     const float* init, int init_mode, float* out)
 {
     GRID_STRIDE(i, src_rows * width) {
         u64 c = i / width, f = i % width;
         float acc = init_value(init_mode, init, out, i);
-        switch (weighting) {
-        case WEIGHT_PER_EDGE:
-            acc = gather_column<WEIGHT_PER_EDGE>(start, perm, perm_row, weights, dst_rows, c, f,
-                                                 grad, width, acc);
-            break;
-        case WEIGHT_ROW:
-            acc = gather_column<WEIGHT_ROW>(start, perm, perm_row, weights, dst_rows, c, f, grad,
-                                            width, acc);
-            break;
-        case WEIGHT_ROW_COLUMN:
-            acc = gather_column<WEIGHT_ROW_COLUMN>(start, perm, perm_row, weights, dst_rows, c, f,
-                                                   grad, width, acc);
-            break;
-        default:
-            acc = gather_column<-1>(start, perm, perm_row, weights, dst_rows, c, f, grad, width, acc);
-        }
-        out[i] = acc;
+        u64 begin = start[c], end = first_cut(begin, start[c + 1], seg);
+        out[i] = gather_column_span(perm, perm_row, weights, weighting, dst_rows, c, begin, end,
+                                    f, grad, width, acc);
+    }
+}
+
+// carry[s, f] = the sum from zero, in edge order, of the terms of
+// spmm_t_f32 over the positions of segment s that belong to a column
+// started before it, as spmm_carry_f32.
+extern "C" __global__ void spmm_t_carry_f32(
+    const u64* start, const u32* perm, const u32* perm_row, const float* weights,
+    int weighting, u64 dst_rows, u64 src_rows, u64 seg, u64 segments, const float* grad,
+    u64 width, float* carry)
+{
+    GRID_STRIDE(i, segments * width) {
+        u64 s = i / width, f = i % width;
+        if (s == 0) continue;
+        u64 c = carried_row(start, src_rows, s, seg);
+        if (c == src_rows) continue;
+        u64 begin = s * seg, end = start[c + 1] < begin + seg ? start[c + 1] : begin + seg;
+        carry[i] = gather_column_span(perm, perm_row, weights, weighting, dst_rows, c, begin,
+                                      end, f, grad, width, 0.0f);
     }
 }

@@ -36,6 +36,22 @@ const INIT_OUT: i32 = 2;
 /// over the columns.
 const WIDE_SORT_BLOCKS: usize = 4096;
 
+/// Fewest edges of an aggregation's segment (`kernels/cuda/sparse.cu`):
+/// no thread sums more of a row's edges than a segment holds.
+const SEGMENT_EDGES: u64 = 256;
+/// Most bytes of an aggregation's segment sums (`carry`): a block of more
+/// edges gets longer segments.
+const CARRY_BYTES: u64 = 64 << 20;
+
+/// How many edges a segment of an aggregation over `nnz` edges of rows
+/// `width` wide holds, and how many segments there are: segments of
+/// [`SEGMENT_EDGES`], or longer where their sums would pass
+/// [`CARRY_BYTES`].
+fn segments(nnz: u64, width: u64) -> (u64, u64) {
+    let seg = SEGMENT_EDGES.max((nnz * width * 4).div_ceil(CARRY_BYTES));
+    (seg, nnz.div_ceil(seg))
+}
+
 /// Launches kernel `$name` over `$n` elements on the compute stream.
 /// Every argument must outlive the statement (bind scalars and views to
 /// variables first): the launch reads them through pointers.
@@ -520,6 +536,7 @@ impl CudaGnn {
         let (key, threshold, scale) = mask_args(mask);
         let (rows_u, width) = (rows as u64, d as u64);
         let weighting = b.weighting.code();
+        let (seg, count) = segments(b.nnz() as u64, width);
         launch!(
             self.gpu,
             "spmm_f32",
@@ -530,6 +547,7 @@ impl CudaGnn {
                 &b.weights.slice,
                 &weighting,
                 &rows_u,
+                &seg,
                 &src.slice,
                 &width,
                 init_buf,
@@ -541,7 +559,61 @@ impl CudaGnn {
                 &src_row0
             ]
         );
+        if count > 1 {
+            let mut carry = self.zeros((count * width) as usize, "agg segment sums")?;
+            launch!(
+                self.gpu,
+                "spmm_carry_f32",
+                count * width,
+                [
+                    &b.row_start.slice,
+                    &b.columns.slice,
+                    &b.weights.slice,
+                    &weighting,
+                    &rows_u,
+                    &seg,
+                    &count,
+                    &src.slice,
+                    &width,
+                    &mut carry.slice,
+                    &key,
+                    &threshold,
+                    &scale,
+                    &src_row0
+                ]
+            );
+            self.fix_segments(&b.row_start, rows_u, (seg, count), &carry, width, &mut out)?;
+        }
         Ok(out)
+    }
+
+    /// Adds the segment sums `carry` of an aggregation into `out`, rows
+    /// `width` wide, whose rows (or columns) start at `start`
+    /// (`segment_fixup_f32`).
+    fn fix_segments(
+        &self,
+        start: &DeviceBuf<u64>,
+        rows: u64,
+        (seg, count): (u64, u64),
+        carry: &DeviceBuf<f32>,
+        width: u64,
+        out: &mut DeviceBuf<f32>,
+    ) -> Result<(), ExecError> {
+        launch!(
+            self.gpu,
+            "segment_fixup_f32",
+            count * width,
+            [
+                &start.slice,
+                &rows,
+                &seg,
+                &count,
+                &carry.slice,
+                &width,
+                &mut out.slice
+            ]
+        );
+        Ok(())
     }
 
     /// `agg + bias` (the bias is the last `d_out` values of `w`).
@@ -1359,7 +1431,15 @@ fn workspace_bytes(model: &Model) -> u64 {
     let loss = max_rows * 9 + max_rows.div_ceil(REDUCE_ROWS as u64) * 7 * 8;
     let partials = max_rows.div_ceil(REDUCE_ROWS as u64) * 2 * width * 4 + 3 * width * 4;
     let dropped_slab = dense.min(PROJECT_SLAB_BYTES as u64);
-    masks + transpose + attention + dense + dropped_slab + loss + partials + (1 << 20)
+    // One aggregation's segment sums at a time.
+    let carry = model
+        .block_edges
+        .iter()
+        .flatten()
+        .map(|&nnz| segments(nnz, width).1 * width * 4)
+        .max()
+        .unwrap_or(0);
+    masks + transpose + attention + dense + dropped_slab + loss + partials + carry + (1 << 20)
 }
 
 impl GnnBackend for CudaGnn {
@@ -1652,6 +1732,7 @@ impl CudaGnn {
                 let t = self.transposed((i, j), b, rows)?;
                 let (src_u, width) = (rows as u64, d as u64);
                 let (weighting, dst_rows) = (b.weighting.code(), b.rows() as u64);
+                let (seg, count) = segments(b.nnz() as u64, width);
                 launch!(
                     gpu,
                     "spmm_t_f32",
@@ -1664,6 +1745,7 @@ impl CudaGnn {
                         &weighting,
                         &dst_rows,
                         &src_u,
+                        &seg,
                         &grad.slice,
                         &width,
                         init_buf,
@@ -1671,6 +1753,29 @@ impl CudaGnn {
                         &mut dsrc.slice
                     ]
                 );
+                if count > 1 {
+                    let mut carry = self.zeros((count * width) as usize, "agg_bwd segment sums")?;
+                    launch!(
+                        gpu,
+                        "spmm_t_carry_f32",
+                        count * width,
+                        [
+                            &t.start.slice,
+                            &t.perm.slice,
+                            &t.perm_row.slice,
+                            &b.weights.slice,
+                            &weighting,
+                            &dst_rows,
+                            &src_u,
+                            &seg,
+                            &count,
+                            &grad.slice,
+                            &width,
+                            &mut carry.slice
+                        ]
+                    );
+                    self.fix_segments(&t.start, src_u, (seg, count), &carry, width, &mut dsrc)?;
+                }
                 Ok(vec![out(dsrc)])
             }
             _ => Err(ExecError::Kernel(format!(
@@ -1779,5 +1884,35 @@ impl Backend for CudaGnn {
             ]
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_hold_256_edges_unless_their_sums_would_pass_the_carry_bytes() {
+        assert_eq!(segments(0, 64), (256, 0));
+        assert_eq!(segments(256, 64), (256, 1));
+        assert_eq!(segments(257, 64), (256, 2));
+        // 126 million edges of rows 256 wide: segments of 1,920 edges,
+        // whose sums take at most the carry bytes.
+        let (seg, count) = segments(125_829_120, 256);
+        assert_eq!(seg, 1920);
+        assert!(count * 256 * 4 <= CARRY_BYTES, "{count} segments");
+        for (nnz, width) in [
+            (1u64, 1u64),
+            (10_000_000, 47),
+            (1 << 30, 1024),
+            (3, 1 << 20),
+        ] {
+            let (seg, count) = segments(nnz, width);
+            assert!(seg >= SEGMENT_EDGES && count * seg >= nnz && (count - 1) * seg < nnz);
+            assert!(
+                count * width * 4 <= CARRY_BYTES + width * 4,
+                "{nnz} x {width}"
+            );
+        }
     }
 }
