@@ -1,0 +1,68 @@
+"""How long the longest rows of a graph's blocks are, partition count by
+partition count: the critical path of a gather that gives each output
+element one thread, which then walks its row's edges one after another.
+
+    fateplan generate --graph SPEC --out DIR
+    python benches/hub_tails.py DIR [--partitions 1 2 4 8]
+
+For each partition count P it splits the vertices into P equal ranges as
+`fateplan train --partitions P` does, and prints, as one JSON line, the
+sum over the P x P blocks of each block's longest destination row (in
+edges, self-loops left out): a forward aggregation's kernels one after
+another last at least that many dependent gathers per thread. Also the
+graph's largest in-degree and the edges per block row on average.
+Needs numpy.
+"""
+import argparse
+import json
+import os
+
+import numpy as np
+
+
+def ranges(nodes, partitions):
+    """Partition p's first vertex for every p, then `nodes` (the split of
+    planner/src/blocks.rs, `partition_range`)."""
+    q, r = divmod(nodes, partitions)
+    return np.array([p * q + min(p, r) for p in range(partitions)] + [nodes])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("graph", help="a folder of PyG-named .npy files")
+    parser.add_argument("--partitions", type=int, nargs="+", default=[1, 2, 4, 8])
+    args = parser.parse_args()
+    edge_index = np.load(os.path.join(args.graph, "edge_index.npy"), mmap_mode="r")
+    src = np.asarray(edge_index[0], dtype=np.int64)
+    dst = np.asarray(edge_index[1], dtype=np.int64)
+    nodes = len(np.load(os.path.join(args.graph, "y.npy"), mmap_mode="r"))
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    degree = np.bincount(dst, minlength=nodes)
+    for partitions in args.partitions:
+        starts = ranges(nodes, partitions)
+        src_part = np.searchsorted(starts, src, side="right") - 1
+        # Each destination row's edges from each source partition.
+        counts = np.bincount(dst * partitions + src_part, minlength=nodes * partitions)
+        counts = counts.reshape(nodes, partitions)
+        longest = 0
+        for p in range(partitions):
+            rows = counts[starts[p] : starts[p + 1]]
+            if len(rows):
+                longest += int(rows.max(axis=0).sum())
+        print(
+            json.dumps(
+                {
+                    "partitions": partitions,
+                    "blocks": partitions * partitions,
+                    "longest_rows_summed": longest,
+                    "largest_in_degree": int(degree.max()),
+                    "edges_per_block_row": round(len(src) / (nodes * partitions), 2),
+                }
+            ),
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
