@@ -1,6 +1,7 @@
 // Aggregation over one block (a CSR over destination rows whose columns
 // index rows of one source partition, its edges weighted as `weighting`
-// says) and its transpose, as kernels/src/sparse.rs computes them.
+// says) and its transpose, as kernels/src/sparse.rs computes them, but
+// for the rows that cross a segment boundary (below).
 
 // The weight of edge e = (r, c) of a block of `rows` destination rows, as
 // kernels/src/lib.rs's `Weighting` (its `code`) lays out `weights`.
@@ -37,7 +38,7 @@ __device__ __forceinline__ float row_scale(const float* weights, u64 r, bool has
 // time: docs/gpu.md). The row's edges past that boundary are summed one
 // segment at a time, each from zero (`spmm_carry_f32`, `spmm_t_carry_f32`),
 // and added to the row's sum in segment order (`segment_fixup_f32`). A row
-// that crosses no boundary is summed as the CPU sums it: init, then every
+// that crosses no boundary is summed in the CPU's order: init, then every
 // edge in edge order. The order of every sum is fixed by `seg` alone,
 // never by the launch.
 

@@ -170,8 +170,9 @@ impl Weighting {
         }
     }
 
-    /// The code the CUDA kernels take (`weighting` of `spmm_f32` and
-    /// `spmm_t_f32` in `kernels/cuda/sparse.cu`, which switch on it).
+    /// The code the CUDA kernels take (`weighting` of `spmm_f32`,
+    /// `spmm_carry_f32`, `spmm_t_f32` and `spmm_t_carry_f32` in
+    /// `kernels/cuda/sparse.cu`, which switch on it).
     pub fn code(self) -> i32 {
         match self {
             Weighting::PerEdge => 0,

@@ -3,15 +3,18 @@
 //! another: a check of their index arithmetic (segments, carried rows,
 //! the fix-up) that needs no GPU. The kernels these tests launch share no
 //! memory between threads and use no barriers, so running the threads in
-//! turn computes what the GPU computes. Each case is checked two ways:
-//! bit for bit against the CPU backend's kernel where no row crosses a
-//! segment boundary (the order of each sum is then the same), and bit for
-//! bit against the order `sparse.cu` documents (a row's terms up to its
-//! first boundary onto `init`, then each later segment's terms summed from
-//! zero and added in order) for every segment length.
+//! turn computes what the GPU computes, but for rounding: built without
+//! fused multiply-adds, where NVRTC may fuse them. So this checks which
+//! terms each sum takes and in what order, not the GPU's bits. Each case
+//! is checked two ways: bit for bit against the CPU backend's kernel where
+//! no row crosses a segment boundary (the order of each sum is then the
+//! same), and bit for bit against the order `sparse.cu` documents (a row's
+//! terms up to its first boundary onto `init`, then each later segment's
+//! terms summed from zero and added in order) for every segment length.
 //!
-//! Needs a C++ compiler (`$CXX`, else `c++`); without one the tests say
-//! that they skipped.
+//! Needs a C++ compiler (`$CXX`, else `c++`); without one each test says
+//! that it skipped, and with `FATEPLAN_REQUIRE_CXX=1` (as `.ci/run` sets)
+//! fails instead.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -68,9 +71,11 @@ int main(int argc, char** argv) {
     auto src = array<float>(); auto init = array<float>(); auto perm = array<u32>();
     auto perm_row = array<u32>();
     u64 out_rows = mode == 0 ? rows : src_rows;
-    std::vector<float> out(out_rows * width + 1, 0.0f);
+    // NaN where nothing was written: a read of an unwritten output or
+    // segment sum shows.
+    std::vector<float> out(out_rows * width + 1, __int_as_float(0x7fc00000));
     u64 segments = (nnz + seg - 1) / seg;
-    std::vector<float> carry(segments * width + 1, 0.0f);
+    std::vector<float> carry(segments * width + 1, __int_as_float(0x7fc00000));
     if (mode == 0) {
         launch(grid, block, [&] { spmm_f32(start.data(), columns.data(), weights.data(), weighting,
             rows, seg, src.data(), width, init.data(), init_mode, out.data(), key, threshold, scale,
@@ -94,39 +99,45 @@ int main(int argc, char** argv) {
 }
 "#;
 
-/// The compiled harness, built once; `None` (with the reason printed)
-/// where no C++ compiler is found.
-fn harness() -> Option<&'static Path> {
-    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let dir =
-                std::env::temp_dir().join(format!("fateplan-emulated-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).expect("a temporary folder");
-            let source = dir.join("sparse.cpp");
-            let code = format!("{SHIM}\n{}\n{HARNESS}", Source::Sparse.code());
-            // The `#line` directive names the .cu file: keep it.
-            std::fs::write(&source, code).expect("the harness source");
-            let binary = dir.join("sparse");
-            let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-            let built = Command::new(&compiler)
-                .args(["-std=c++17", "-O1", "-ffp-contract=off", "-w", "-o"])
-                .arg(&binary)
-                .arg(&source)
-                .output();
-            match built {
-                Ok(out) if out.status.success() => Some(binary),
-                Ok(out) => panic!(
-                    "sparse.cu does not compile as C++ with {compiler}:\n{}",
-                    String::from_utf8_lossy(&out.stderr)
-                ),
-                Err(e) => {
-                    eprintln!("skipped: no C++ compiler ({compiler}: {e}); set CXX to one");
-                    None
-                }
-            }
-        })
-        .as_deref()
+/// The compiled harness, built once; `None` where no C++ compiler is
+/// found (`test` then says that it skipped, or with
+/// `FATEPLAN_REQUIRE_CXX=1` fails).
+fn harness(test: &str) -> Option<&'static Path> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("fateplan-emulated-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary folder");
+        let source = dir.join("sparse.cpp");
+        // The `#line` directive of `code` names the .cu file in errors.
+        let code = format!("{SHIM}\n{}\n{HARNESS}", Source::Sparse.code());
+        std::fs::write(&source, code).expect("the harness source");
+        let binary = dir.join("sparse");
+        let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+        let built = Command::new(&compiler)
+            .args(["-std=c++17", "-O1", "-ffp-contract=off", "-w", "-o"])
+            .arg(&binary)
+            .arg(&source)
+            .output();
+        match built {
+            Ok(out) if out.status.success() => Ok(binary),
+            Ok(out) => panic!(
+                "sparse.cu does not compile as C++ with {compiler}:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => Err(format!("no C++ compiler ({compiler}: {e}); set CXX to one")),
+        }
+    });
+    match built {
+        Ok(binary) => Some(binary),
+        Err(why) => {
+            assert!(
+                std::env::var("FATEPLAN_REQUIRE_CXX").as_deref() != Ok("1"),
+                "{test}: FATEPLAN_REQUIRE_CXX=1 but {why}"
+            );
+            eprintln!("skipped {test}: {why}");
+            None
+        }
+    }
 }
 
 /// A block, its transpose by stable counting sort, and its weights.
@@ -253,17 +264,17 @@ struct Launch {
 }
 
 /// The kernels' output for `case` (`transposed`: the transposed
-/// aggregation of `src`, the destination rows' gradient), `None` where
-/// the harness could not be built.
+/// aggregation of `src`, the destination rows' gradient), computed by
+/// the harness `binary`.
 fn run(
+    binary: &Path,
     case: &Case,
     transposed: bool,
     src: &[f32],
     init: Option<&[f32]>,
     width: usize,
     how: Launch,
-) -> Option<Vec<f32>> {
-    let binary = harness()?;
+) -> Vec<f32> {
     let (key, threshold, scale) = how.dropout.map_or((0, 0, 1.0), |d| d.device_params());
     let out_rows = if transposed { case.src_rows } else { case.rows };
     let (start, perm, perm_row) = case.transpose();
@@ -323,12 +334,13 @@ fn run(
         .expect("the harness runs");
     assert!(status.success(), "the harness failed: {status}");
     let out = std::fs::read(&output).expect("the harness's output");
+    for file in [&input, &output] {
+        std::fs::remove_file(file).expect("the case's files");
+    }
     assert_eq!(out.len(), out_rows * width * 4, "output length");
-    Some(
-        out.chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
-            .collect(),
-    )
+    out.chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+        .collect()
 }
 
 /// The order `sparse.cu` documents, forward: row r's terms up to its
@@ -418,7 +430,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 /// Runs one case forward and transposed at several segment lengths and
 /// grids, checking each against the documented order and, where no row
 /// (or column) crosses a boundary, against the CPU backend.
-fn check(what: &str, case: &Case, width: usize, rng: &mut Rng) {
+fn check(binary: &Path, what: &str, case: &Case, width: usize, rng: &mut Rng) {
     let src = rng.values(case.src_rows * width);
     let init = rng.values(case.rows * width);
     let grad = rng.values(case.rows * width);
@@ -444,9 +456,7 @@ fn check(what: &str, case: &Case, width: usize, rng: &mut Rng) {
                         src_row0: 11,
                     };
                     let init = with_init.then_some(init.as_slice());
-                    let Some(got) = run(case, false, &src, init, width, how) else {
-                        return;
-                    };
+                    let got = run(binary, case, false, &src, init, width, how);
                     let at = format!("{what}: forward, seg {seg}, grid {grid}x{block}, dropout {}, init {with_init}", dropout.is_some());
                     assert_eq!(
                         bits(&got),
@@ -484,9 +494,7 @@ fn check(what: &str, case: &Case, width: usize, rng: &mut Rng) {
                     src_row0: 0,
                 };
                 let init = with_init.then_some(init_t.as_slice());
-                let Some(got) = run(case, true, &grad, init, width, how) else {
-                    return;
-                };
+                let got = run(binary, case, true, &grad, init, width, how);
                 let at =
                     format!("{what}: transposed, seg {seg}, grid {grid}x{block}, init {with_init}");
                 assert_eq!(
@@ -519,6 +527,9 @@ const WEIGHTINGS: [Weighting; 4] = [
 
 #[test]
 fn hubs_empty_rows_and_boundaries_match_the_documented_order() {
+    let Some(binary) = harness("hubs_empty_rows_and_boundaries_match_the_documented_order") else {
+        return;
+    };
     let mut rng = Rng(1);
     // A hub among short rows, runs of empty rows (inside, at the start
     // and at the end), rows that start on a boundary.
@@ -542,6 +553,7 @@ fn hubs_empty_rows_and_boundaries_match_the_documented_order() {
             let case = Case::new(&lengths, src_rows, weighting, &mut rng);
             for width in [1, 3] {
                 check(
+                    binary,
                     &format!("{what}, {weighting:?}, width {width}"),
                     &case,
                     width,
@@ -554,6 +566,9 @@ fn hubs_empty_rows_and_boundaries_match_the_documented_order() {
 
 #[test]
 fn random_blocks_match_the_documented_order() {
+    let Some(binary) = harness("random_blocks_match_the_documented_order") else {
+        return;
+    };
     let mut rng = Rng(2);
     for round in 0..12 {
         let rows = 1 + rng.below(12) as usize;
@@ -569,6 +584,7 @@ fn random_blocks_match_the_documented_order() {
         let weighting = WEIGHTINGS[round % WEIGHTINGS.len()];
         let case = Case::new(&lengths, src_rows, weighting, &mut rng);
         check(
+            binary,
             &format!("random block {round} ({lengths:?}, {weighting:?})"),
             &case,
             2,

@@ -1403,7 +1403,8 @@ fn project_slab_rows(d_in: usize) -> usize {
 /// Device bytes the operators allocate beyond the plan's tensors, at most
 /// (an upper bound: the largest of each kind of workspace, added): the
 /// masks, a block's transpose, attention temporaries, a slab of the first
-/// layer's dropped input, the loss's per-row values, a bias-added copy.
+/// layer's dropped input, the loss's per-row values, a bias-added copy,
+/// an aggregation's segment sums.
 fn workspace_bytes(model: &Model) -> u64 {
     let p = model.partitions();
     let max_rows = (0..p)
@@ -1431,14 +1432,14 @@ fn workspace_bytes(model: &Model) -> u64 {
     let loss = max_rows * 9 + max_rows.div_ceil(REDUCE_ROWS as u64) * 7 * 8;
     let partials = max_rows.div_ceil(REDUCE_ROWS as u64) * 2 * width * 4 + 3 * width * 4;
     let dropped_slab = dense.min(PROJECT_SLAB_BYTES as u64);
-    // One aggregation's segment sums at a time.
-    let carry = model
-        .block_edges
-        .iter()
-        .flatten()
-        .map(|&nnz| segments(nnz, width).1 * width * 4)
-        .max()
-        .unwrap_or(0);
+    // One aggregation's segment sums at a time (GCN's and GraphSAGE's:
+    // GAT's aggregations have kernels of their own). At a width w of at
+    // most `width`, ceil(nnz / seg) · w · 4 bytes is at most the smaller
+    // of nnz · w · 4 / 256 and CARRY_BYTES, plus one segment's w · 4.
+    let carry = match (model.hyper.model, max_nnz > SEGMENT_EDGES) {
+        (GnnModel::Gat, _) | (_, false) => 0,
+        _ => (max_nnz * width * 4 / SEGMENT_EDGES).min(CARRY_BYTES) + width * 4,
+    };
     masks + transpose + attention + dense + dropped_slab + loss + partials + carry + (1 << 20)
 }
 
