@@ -4,6 +4,7 @@ element one thread, which then walks its row's edges one after another.
 
     fateplan generate --graph SPEC --out DIR
     python benches/hub_tails.py DIR [--partitions 1 2 4 8]
+        [--times T1 T2 ... --kernels K]
 
 For each partition count P it splits the vertices into P equal ranges as
 `fateplan train --partitions P` does, and prints, as one JSON line, the
@@ -11,7 +12,10 @@ sum over the P x P blocks of each block's longest destination row (in
 edges, self-loops left out): a forward aggregation's kernels one after
 another last at least that many dependent gathers per thread. Also the
 graph's largest in-degree and the edges per block row on average.
-Needs numpy.
+With `--times` (a measured time per partition count, in seconds, of `K`
+aggregations an iteration), it fits time = other + K x seconds per edge
+x the longest rows summed by least squares and prints the fit and its
+largest residual. Needs numpy.
 """
 import argparse
 import json
@@ -31,7 +35,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("graph", help="a folder of PyG-named .npy files")
     parser.add_argument("--partitions", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--times", type=float, nargs="+", help="seconds per partition count")
+    parser.add_argument("--kernels", type=int, default=1, help="aggregations an iteration")
     args = parser.parse_args()
+    if args.times and len(args.times) != len(args.partitions):
+        parser.error(
+            f"--times gives {len(args.times)} values for {len(args.partitions)} partition counts"
+        )
+    sums = []
     edge_index = np.load(os.path.join(args.graph, "edge_index.npy"), mmap_mode="r")
     src = np.asarray(edge_index[0], dtype=np.int64)
     dst = np.asarray(edge_index[1], dtype=np.int64)
@@ -50,6 +61,7 @@ def main():
             rows = counts[starts[p] : starts[p + 1]]
             if len(rows):
                 longest += int(rows.max(axis=0).sum())
+        sums.append(longest)
         print(
             json.dumps(
                 {
@@ -61,6 +73,19 @@ def main():
                 }
             ),
             flush=True,
+        )
+    if args.times:
+        a = np.vstack([np.ones(len(sums)), args.kernels * np.array(sums, dtype=float)]).T
+        (other, per_edge), *_ = np.linalg.lstsq(a, np.array(args.times), rcond=None)
+        residual = float(np.abs(a @ [other, per_edge] - args.times).max())
+        print(
+            json.dumps(
+                {
+                    "other_s": round(float(other), 4),
+                    "ns_per_edge": round(float(per_edge) * 1e9, 1),
+                    "largest_residual_s": round(residual, 4),
+                }
+            )
         )
 
 

@@ -72,6 +72,20 @@ __device__ __forceinline__ u64 carried_row(const u64* start, u64 rows, u64 s, u6
     return start[r] < lo ? r : rows;
 }
 
+// The edges [*begin, *end) of segment s (of `segments`) that belong to a
+// row `*r` started before it, the part `spmm_carry_f32` and
+// `spmm_t_carry_f32` sum; false where the segment carries no row.
+__device__ __forceinline__ bool carried_span(
+    const u64* start, u64 rows, u64 s, u64 seg, u64* r, u64* begin, u64* end)
+{
+    if (s == 0) return false;
+    *r = carried_row(start, rows, s, seg);
+    if (*r == rows) return false;
+    *begin = s * seg;
+    *end = start[*r + 1] < *begin + seg ? start[*r + 1] : *begin + seg;
+    return true;
+}
+
 // Row r's edges [begin, end) summed onto `acc` for one feature f, its
 // weighting W and whether a mask applies fixed at compile time: the loop
 // then holds no branch and unrolls, keeping several gathers in flight
@@ -157,11 +171,8 @@ extern "C" __global__ void spmm_carry_f32(
     float scale, u64 src_row0)
 {
     GRID_STRIDE(i, segments * width) {
-        u64 s = i / width, f = i % width;
-        if (s == 0) continue;
-        u64 r = carried_row(row_start, rows, s, seg);
-        if (r == rows) continue;
-        u64 begin = s * seg, end = row_start[r + 1] < begin + seg ? row_start[r + 1] : begin + seg;
+        u64 s = i / width, f = i % width, r, begin, end;
+        if (!carried_span(row_start, rows, s, seg, &r, &begin, &end)) continue;
         carry[i] = gather_span(columns, weights, weighting, rows, r, begin, end, f, src, width,
                                0.0f, key, threshold, scale, src_row0);
     }
@@ -377,11 +388,8 @@ extern "C" __global__ void spmm_t_carry_f32(
     u64 width, float* carry)
 {
     GRID_STRIDE(i, segments * width) {
-        u64 s = i / width, f = i % width;
-        if (s == 0) continue;
-        u64 c = carried_row(start, src_rows, s, seg);
-        if (c == src_rows) continue;
-        u64 begin = s * seg, end = start[c + 1] < begin + seg ? start[c + 1] : begin + seg;
+        u64 s = i / width, f = i % width, c, begin, end;
+        if (!carried_span(start, src_rows, s, seg, &c, &begin, &end)) continue;
         carry[i] = gather_column_span(perm, perm_row, weights, weighting, dst_rows, c, begin,
                                       end, f, grad, width, 0.0f);
     }

@@ -343,9 +343,26 @@ fn run(
         .collect()
 }
 
-/// The order `sparse.cu` documents, forward: row r's terms up to its
-/// first segment boundary onto `init`, then each later segment's terms
-/// summed from zero, added in segment order.
+/// One sum in the order `sparse.cu` documents: the terms of `positions`
+/// up to the first multiple of `seg` after its start onto `init`, then
+/// each later segment's terms summed from zero, added in segment order.
+fn segmented(
+    positions: std::ops::Range<usize>,
+    seg: usize,
+    init: f32,
+    term: impl Fn(usize) -> f32,
+) -> f32 {
+    let (begin, end) = (positions.start, positions.end);
+    let cut = end.min((begin / seg + 1) * seg);
+    let mut acc = (begin..cut).fold(init, |acc, e| acc + term(e));
+    for at in (cut..end).step_by(seg) {
+        acc += (at..end.min(at + seg)).fold(0.0f32, |part, e| part + term(e));
+    }
+    acc
+}
+
+/// The forward aggregation, each row's sum in the order `sparse.cu`
+/// documents ([`segmented`]).
 fn documented(
     case: &Case,
     src: &[f32],
@@ -366,21 +383,8 @@ fn documented(
                 }
                 case.weight(e) * x
             };
-            let mut acc = init.map_or(0.0, |i| i[r * width + f]);
-            let cut = end.min((begin / seg + 1) * seg);
-            for e in begin..cut {
-                acc += term(e);
-            }
-            let mut at = cut;
-            while at < end {
-                let mut part = 0.0f32;
-                for e in at..end.min(at + seg) {
-                    part += term(e);
-                }
-                acc += part;
-                at += seg;
-            }
-            out[r * width + f] = acc;
+            let init = init.map_or(0.0, |i| i[r * width + f]);
+            out[r * width + f] = segmented(begin..end, seg, init, term);
         }
     }
     out
@@ -403,21 +407,8 @@ fn documented_t(
         for f in 0..width {
             let term =
                 |p: usize| case.weight(perm[p] as usize) * grad[perm_row[p] as usize * width + f];
-            let mut acc = init.map_or(0.0, |i| i[c * width + f]);
-            let cut = end.min((begin / seg + 1) * seg);
-            for p in begin..cut {
-                acc += term(p);
-            }
-            let mut at = cut;
-            while at < end {
-                let mut part = 0.0f32;
-                for p in at..end.min(at + seg) {
-                    part += term(p);
-                }
-                acc += part;
-                at += seg;
-            }
-            out[c * width + f] = acc;
+            let init = init.map_or(0.0, |i| i[c * width + f]);
+            out[c * width + f] = segmented(begin..end, seg, init, term);
         }
     }
     out
