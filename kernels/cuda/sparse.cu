@@ -29,62 +29,10 @@ __device__ __forceinline__ float row_scale(const float* weights, u64 r, bool has
     return ((W == WEIGHT_ROW || W == WEIGHT_ROW_COLUMN) && has_edges) ? weights[r] : 0.0f;
 }
 
-// Segments. Every multiple of `seg` in a block's edge order is a
-// segment boundary. A row's sum in the one-thread-per-output-element
-// kernels stops at the first boundary after the row's first edge, so that
-// no thread walks more than `seg` edges: a hub's row of a hundred thousand
-// edges would otherwise keep one thread, and so the whole kernel, busy
-// that long (on an H100, most of the products-sized GCN's aggregation
-// time: docs/gpu.md). The row's edges past that boundary are summed one
-// segment at a time, each from zero (`spmm_carry_f32`, `spmm_t_carry_f32`),
-// and added to the row's sum in segment order (`segment_fixup_f32`). A row
-// that crosses no boundary is summed in the CPU's order: init, then every
-// edge in edge order. The order of every sum is fixed by `seg` alone,
-// never by the launch.
-
-// The end of the part of [begin, end) a row's own thread sums: the first
-// boundary after `begin`, or `end`.
-__device__ __forceinline__ u64 first_cut(u64 begin, u64 end, u64 seg)
-{
-    u64 boundary = (begin / seg + 1) * seg;
-    return end < boundary ? end : boundary;
-}
-
-// The row holding position e of `start` (ascending, start[0] <= e <
-// start[rows]): the last r with start[r] <= e.
-__device__ __forceinline__ u64 row_holding(const u64* start, u64 rows, u64 e)
-{
-    u64 lo = 0, hi = rows;  // start[lo] <= e < start[hi]
-    while (hi - lo > 1) {
-        u64 mid = lo + (hi - lo) / 2;
-        if (start[mid] <= e) lo = mid; else hi = mid;
-    }
-    return lo;
-}
-
-// The row that segment s (s > 0, its first position s * seg < nnz)
-// carries: the row holding its first position when that row started
-// before it, else `rows` (none).
-__device__ __forceinline__ u64 carried_row(const u64* start, u64 rows, u64 s, u64 seg)
-{
-    u64 lo = s * seg;
-    u64 r = row_holding(start, rows, lo);
-    return start[r] < lo ? r : rows;
-}
-
-// The edges [*begin, *end) of segment s (of `segments`) that belong to a
-// row `*r` started before it, the part `spmm_carry_f32` and
-// `spmm_t_carry_f32` sum; false where the segment carries no row.
-__device__ __forceinline__ bool carried_span(
-    const u64* start, u64 rows, u64 s, u64 seg, u64* r, u64* begin, u64* end)
-{
-    if (s == 0) return false;
-    *r = carried_row(start, rows, s, seg);
-    if (*r == rows) return false;
-    *begin = s * seg;
-    *end = start[*r + 1] < *begin + seg ? start[*r + 1] : *begin + seg;
-    return true;
-}
+// Segments (prelude.cuh): a row's sum in the one-thread-per-output-element
+// kernels stops at its first segment boundary; `spmm_carry_f32` and
+// `spmm_t_carry_f32` sum the rest one segment at a time, from zero, and
+// `segment_fixup_f32` adds those sums to the row's in segment order.
 
 // Row r's edges [begin, end) summed onto `acc` for one feature f, its
 // weighting W and whether a mask applies fixed at compile time: the loop
@@ -188,10 +136,8 @@ extern "C" __global__ void segment_fixup_f32(
 {
     GRID_STRIDE(i, segments * width) {
         u64 s = i / width, f = i % width;
-        if (s == 0) continue;
-        u64 r = carried_row(start, rows, s, seg);
-        // Carried, and from its first segment: the row starts in s - 1.
-        if (r == rows || start[r] < (s - 1) * seg) continue;
+        u64 r;
+        if (!fixes_row(start, rows, s, seg, &r)) continue;
         u64 end = start[r + 1];
         float acc = out[r * width + f];
         for (u64 t = s; t * seg < end; ++t) acc = acc + carry[t * width + f];

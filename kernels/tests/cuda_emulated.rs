@@ -1,65 +1,28 @@
 //! The aggregation kernels of `kernels/cuda/sparse.cu`, compiled as C++
-//! for the CPU with a shim for CUDA's built-ins and run one thread after
-//! another: a check of their index arithmetic (segments, carried rows,
-//! the fix-up) that needs no GPU. The kernels these tests launch share no
-//! memory between threads and use no barriers, so running the threads in
-//! turn computes what the GPU computes, but for rounding: built without
-//! fused multiply-adds, where NVRTC may fuse them. So this checks which
-//! terms each sum takes and in what order, not the GPU's bits. Each case
-//! is checked two ways: bit for bit against the CPU backend's kernel where
-//! no row crosses a segment boundary (the order of each sum is then the
-//! same), and bit for bit against the order `sparse.cu` documents (a row's
-//! terms up to its first boundary onto `init`, then each later segment's
-//! terms summed from zero and added in order) for every segment length.
-//!
-//! Needs a C++ compiler (`$CXX`, else `c++`); without one each test says
-//! that it skipped, and with `FATEPLAN_REQUIRE_CXX=1` (as `.ci/run` sets)
-//! fails instead.
+//! for the CPU and run one thread after another (`emulated`): a check of
+//! their index arithmetic (segments, carried rows, the fix-up) that needs
+//! no GPU. Each case is checked two ways: bit for bit against the CPU
+//! backend's kernel where no row crosses a segment boundary (the order of
+//! each sum is then the same), and bit for bit against the order
+//! `sparse.cu` documents (a row's terms up to its first boundary onto
+//! `init`, then each later segment's terms summed from zero and added in
+//! order) for every segment length.
+
+mod emulated;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
+use emulated::{bits, segmented, Case, Input, Rng};
 use fateplan_kernels::cuda::Source;
 use fateplan_kernels::dropout::Dropout;
 use fateplan_kernels::sparse::{spmm, spmm_dropout, spmm_t};
-use fateplan_kernels::{BlockRef, Init, Weighting};
-
-/// CUDA's built-ins for a serial run (`launch` sets the indices).
-const SHIM: &str = r#"
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <vector>
-struct Dim { unsigned x; };
-static Dim blockIdx, blockDim, gridDim, threadIdx;
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __shared__ static
-static inline void __syncthreads() {}
-static inline float __fmul_rn(float a, float b) { return a * b; }
-static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
-static inline unsigned atomicAdd(unsigned* p, unsigned v) { unsigned o = *p; *p += v; return o; }
-"#;
+use fateplan_kernels::{Init, Weighting};
 
 /// Reads a case, runs the three kernels of a forward (`mode` 0) or
 /// transposed (1) aggregation on a grid of `grid` blocks of `block`
 /// threads, writes the output.
 const HARNESS: &str = r#"
-template <class F> static void launch(unsigned grid, unsigned block, F f) {
-    gridDim.x = grid; blockDim.x = block;
-    for (unsigned b = 0; b < grid; ++b)
-        for (unsigned t = 0; t < block; ++t) { blockIdx.x = b; threadIdx.x = t; f(); }
-}
-static FILE* in;
-static u64 word() { u64 v; if (fread(&v, 8, 1, in) != 1) exit(2); return v; }
-template <class T> static std::vector<T> array() {
-    u64 n = word(); std::vector<T> v(n + 1);
-    if (n && fread(v.data(), sizeof(T), n, in) != n) exit(2);
-    return v;
-}
 int main(int argc, char** argv) {
     in = fopen(argv[1], "rb"); if (!in) return 2;
     u64 mode = word(), rows = word(), src_rows = word(), nnz = word(), width = word();
@@ -73,9 +36,9 @@ int main(int argc, char** argv) {
     u64 out_rows = mode == 0 ? rows : src_rows;
     // NaN where nothing was written: a read of an unwritten output or
     // segment sum shows.
-    std::vector<float> out(out_rows * width + 1, __int_as_float(0x7fc00000));
+    std::vector<float> out(out_rows * width + 1, NOT_WRITTEN);
     u64 segments = (nnz + seg - 1) / seg;
-    std::vector<float> carry(segments * width + 1, __int_as_float(0x7fc00000));
+    std::vector<float> carry(segments * width + 1, NOT_WRITTEN);
     if (mode == 0) {
         launch(grid, block, [&] { spmm_f32(start.data(), columns.data(), weights.data(), weighting,
             rows, seg, src.data(), width, init.data(), init_mode, out.data(), key, threshold, scale,
@@ -99,148 +62,13 @@ int main(int argc, char** argv) {
 }
 "#;
 
-/// The compiled harness, built once; `None` where no C++ compiler is
-/// found (`test` then says that it skipped, or with
-/// `FATEPLAN_REQUIRE_CXX=1` fails).
+/// The compiled harness, built once (`emulated::harness`).
 fn harness(test: &str) -> Option<&'static Path> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let built = BUILT.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("fateplan-emulated-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a temporary folder");
-        let source = dir.join("sparse.cpp");
-        // The `#line` directive of `code` names the .cu file in errors.
-        let code = format!("{SHIM}\n{}\n{HARNESS}", Source::Sparse.code());
-        std::fs::write(&source, code).expect("the harness source");
-        let binary = dir.join("sparse");
-        let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-        let built = Command::new(&compiler)
-            .args(["-std=c++17", "-O1", "-ffp-contract=off", "-w", "-o"])
-            .arg(&binary)
-            .arg(&source)
-            .output();
-        match built {
-            Ok(out) if out.status.success() => Ok(binary),
-            Ok(out) => panic!(
-                "sparse.cu does not compile as C++ with {compiler}:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            ),
-            Err(e) => Err(format!("no C++ compiler ({compiler}: {e}); set CXX to one")),
-        }
-    });
-    match built {
-        Ok(binary) => Some(binary),
-        Err(why) => {
-            assert!(
-                std::env::var("FATEPLAN_REQUIRE_CXX").as_deref() != Ok("1"),
-                "{test}: FATEPLAN_REQUIRE_CXX=1 but {why}"
-            );
-            eprintln!("skipped {test}: {why}");
-            None
-        }
-    }
-}
-
-/// A block, its transpose by stable counting sort, and its weights.
-struct Case {
-    rows: usize,
-    src_rows: usize,
-    row_start: Vec<u64>,
-    columns: Vec<u32>,
-    weights: Vec<f32>,
-    weighting: Weighting,
-}
-
-/// A small deterministic generator (SplitMix64).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn value(&mut self) -> f32 {
-        (self.below(2001) as f32 - 1000.0) / 37.0
-    }
-
-    fn values(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.value()).collect()
-    }
+    emulated::harness(&BUILT, "sparse", &Source::Sparse.code(), HARNESS, test)
 }
 
 impl Case {
-    /// Rows of the given lengths over `src_rows` source rows.
-    fn new(lengths: &[usize], src_rows: usize, weighting: Weighting, rng: &mut Rng) -> Case {
-        let mut row_start = vec![0u64];
-        let mut columns = Vec::new();
-        for &len in lengths {
-            columns.extend((0..len).map(|_| rng.below(src_rows as u64) as u32));
-            row_start.push(columns.len() as u64);
-        }
-        let rows = lengths.len();
-        let weights = match weighting {
-            Weighting::PerEdge => rng.values(columns.len()),
-            Weighting::Row => rng.values(rows),
-            Weighting::RowColumn => rng.values(rows + src_rows),
-            Weighting::Unit => Vec::new(),
-        };
-        Case {
-            rows,
-            src_rows,
-            row_start,
-            columns,
-            weights,
-            weighting,
-        }
-    }
-
-    fn block(&self) -> BlockRef<'_> {
-        BlockRef {
-            row_start: &self.row_start,
-            columns: &self.columns,
-            weights: &self.weights,
-            weighting: self.weighting,
-        }
-    }
-
-    fn nnz(&self) -> usize {
-        self.columns.len()
-    }
-
-    fn row_of(&self, e: usize) -> usize {
-        self.row_start.partition_point(|&s| s as usize <= e) - 1
-    }
-
-    /// The transpose: each source row's edges in edge order (`start`,
-    /// `perm`), and each placed edge's destination row.
-    fn transpose(&self) -> (Vec<u64>, Vec<u32>, Vec<u32>) {
-        let mut start = vec![0u64; self.src_rows + 1];
-        for &c in &self.columns {
-            start[c as usize + 1] += 1;
-        }
-        for k in 0..self.src_rows {
-            start[k + 1] += start[k];
-        }
-        let mut cursor = start.clone();
-        let mut perm = vec![0u32; self.nnz()];
-        for (e, &c) in self.columns.iter().enumerate() {
-            perm[cursor[c as usize] as usize] = e as u32;
-            cursor[c as usize] += 1;
-        }
-        let perm_row = perm
-            .iter()
-            .map(|&e| self.row_of(e as usize) as u32)
-            .collect();
-        (start, perm, perm_row)
-    }
-
     /// Edge e's weight, as `Weighting` lays it out.
     fn weight(&self, e: usize) -> f32 {
         let (r, c) = (self.row_of(e), self.columns[e] as usize);
@@ -278,87 +106,33 @@ fn run(
     let (key, threshold, scale) = how.dropout.map_or((0, 0, 1.0), |d| d.device_params());
     let out_rows = if transposed { case.src_rows } else { case.rows };
     let (start, perm, perm_row) = case.transpose();
-    let mut bytes = Vec::new();
-    let mut word = |v: u64| bytes.extend_from_slice(&v.to_le_bytes());
-    for v in [
-        u64::from(transposed),
-        case.rows as u64,
-        case.src_rows as u64,
-        case.nnz() as u64,
-        width as u64,
-        how.seg,
-        case.weighting.code() as u64,
-        u64::from(init.is_some()),
-        key,
-        u64::from(threshold),
-        u64::from(scale.to_bits()),
-        how.src_row0,
-        how.grid,
-        how.block,
-    ] {
-        word(v);
-    }
-    fn array<T: Copy>(bytes: &mut Vec<u8>, values: &[T], to: impl Fn(T) -> Vec<u8>) {
-        bytes.extend_from_slice(&(values.len() as u64).to_le_bytes());
-        for &v in values {
-            bytes.extend(to(v));
-        }
-    }
-    let u64s = |v: u64| v.to_le_bytes().to_vec();
-    let u32s = |v: u32| v.to_le_bytes().to_vec();
-    let f32s = |v: f32| v.to_le_bytes().to_vec();
     let zeros = vec![0.0f32; out_rows * width];
-    array(
-        &mut bytes,
-        if transposed { &start } else { &case.row_start },
-        u64s,
-    );
-    array(&mut bytes, &case.columns, u32s);
-    array(&mut bytes, &case.weights, f32s);
-    array(&mut bytes, src, f32s);
-    array(&mut bytes, init.unwrap_or(&zeros), f32s);
-    array(&mut bytes, &perm, u32s);
-    array(&mut bytes, &perm_row, u32s);
-    let dir = binary.parent().expect("the harness's folder");
-    let name =
-        format!("{:?}", std::thread::current().id()).replace(|c: char| !c.is_alphanumeric(), "");
-    let (input, output) = (
-        dir.join(format!("in-{name}")),
-        dir.join(format!("out-{name}")),
-    );
-    std::fs::write(&input, bytes).expect("the case's file");
-    let status = Command::new(binary)
-        .arg(&input)
-        .arg(&output)
-        .status()
-        .expect("the harness runs");
-    assert!(status.success(), "the harness failed: {status}");
-    let out = std::fs::read(&output).expect("the harness's output");
-    for file in [&input, &output] {
-        std::fs::remove_file(file).expect("the case's files");
-    }
-    assert_eq!(out.len(), out_rows * width * 4, "output length");
-    out.chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
-        .collect()
-}
-
-/// One sum in the order `sparse.cu` documents: the terms of `positions`
-/// up to the first multiple of `seg` after its start onto `init`, then
-/// each later segment's terms summed from zero, added in segment order.
-fn segmented(
-    positions: std::ops::Range<usize>,
-    seg: usize,
-    init: f32,
-    term: impl Fn(usize) -> f32,
-) -> f32 {
-    let (begin, end) = (positions.start, positions.end);
-    let cut = end.min((begin / seg + 1) * seg);
-    let mut acc = (begin..cut).fold(init, |acc, e| acc + term(e));
-    for at in (cut..end).step_by(seg) {
-        acc += (at..end.min(at + seg)).fold(0.0f32, |part, e| part + term(e));
-    }
-    acc
+    let mut input = Input::default();
+    input
+        .words(&[
+            u64::from(transposed),
+            case.rows as u64,
+            case.src_rows as u64,
+            case.nnz() as u64,
+            width as u64,
+            how.seg,
+            case.weighting.code() as u64,
+            u64::from(init.is_some()),
+            key,
+            u64::from(threshold),
+            u64::from(scale.to_bits()),
+            how.src_row0,
+            how.grid,
+            how.block,
+        ])
+        .u64s(if transposed { &start } else { &case.row_start })
+        .u32s(&case.columns)
+        .f32s(&case.weights)
+        .f32s(src)
+        .f32s(init.unwrap_or(&zeros))
+        .u32s(&perm)
+        .u32s(&perm_row);
+    input.run(binary, out_rows * width)
 }
 
 /// The forward aggregation, each row's sum in the order `sparse.cu`
@@ -414,10 +188,6 @@ fn documented_t(
     out
 }
 
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
-
 /// Runs one case forward and transposed at several segment lengths and
 /// grids, checking each against the documented order and, where no row
 /// (or column) crosses a boundary, against the CPU backend.
@@ -426,8 +196,6 @@ fn check(binary: &Path, what: &str, case: &Case, width: usize, rng: &mut Rng) {
     let init = rng.values(case.rows * width);
     let grad = rng.values(case.rows * width);
     let init_t = rng.values(case.src_rows * width);
-    let longest = |start: &[u64]| start.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-    let (start_t, _, _) = case.transpose();
     for seg in [1u64, 2, 3, 7, 16, (case.nnz() as u64).max(1)] {
         for (grid, block) in [(1, 1), (3, 5)] {
             for dropout in [
@@ -504,7 +272,7 @@ fn check(binary: &Path, what: &str, case: &Case, width: usize, rng: &mut Rng) {
     }
     // The cases must cross boundaries, or the segments go untested.
     assert!(
-        longest(&case.row_start) > 1 || longest(&start_t) > 1 || case.nnz() <= 1,
+        case.longest().0 > 1 || case.longest().1 > 1 || case.nnz() <= 1,
         "{what}"
     );
 }

@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, HostSlice,
-    LaunchConfig, PinnedHostSlice, ValidAsZeroBits,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaViewMut, DeviceRepr,
+    HostSlice, LaunchConfig, PinnedHostSlice, ValidAsZeroBits,
 };
 use cudarc::nvrtc::Ptx;
 
@@ -263,6 +263,11 @@ pub(crate) struct DeviceBuf<T> {
 impl<T> DeviceBuf<T> {
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// The buffer's `len` values, writable.
+    pub(crate) fn view_mut(&mut self) -> CudaViewMut<'_, T> {
+        self.slice.slice_mut(0..self.len)
     }
 
     fn bytes(&self) -> u64 {

@@ -582,9 +582,23 @@ impl CudaGnn {
                     &src_row0
                 ]
             );
-            self.fix_segments(&b.row_start, rows_u, (seg, count), &carry, width, &mut out)?;
+            self.fix_segments(
+                &b.row_start,
+                rows_u,
+                (seg, count),
+                &carry,
+                width,
+                &mut out.view_mut(),
+            )?;
         }
         Ok(out)
+    }
+
+    /// The segments of GAT's kernels over a block of `nnz` edges at layer
+    /// `l`: one length for every kernel of the block, from the widest of
+    /// their segment sums (the aggregation's, `heads × head_width`).
+    fn gat_segments(&self, l: usize, nnz: usize) -> (u64, u64) {
+        segments(nnz as u64, self.model.heads(l).width() as u64)
     }
 
     /// Adds the segment sums `carry` of an aggregation into `out`, rows
@@ -597,21 +611,13 @@ impl CudaGnn {
         (seg, count): (u64, u64),
         carry: &DeviceBuf<f32>,
         width: u64,
-        out: &mut DeviceBuf<f32>,
+        out: &mut CudaViewMut<'_, f32>,
     ) -> Result<(), ExecError> {
         launch!(
             self.gpu,
             "segment_fixup_f32",
             count * width,
-            [
-                &start.slice,
-                &rows,
-                &seg,
-                &count,
-                &carry.slice,
-                &width,
-                &mut out.slice
-            ]
+            [&start.slice, &rows, &seg, &count, &carry.slice, &width, out]
         );
         Ok(())
     }
@@ -776,6 +782,7 @@ impl CudaGnn {
                 let (rows, h_u) = (b.rows() as u64, heads as u32);
                 let (dst_first, src_first) = (self.model.row0(i), self.model.row0(j));
                 let nodes = self.model.nodes;
+                let (seg, count) = self.gat_segments(l, nnz);
                 launch!(
                     self.gpu,
                     "gat_dropout_edges_f32",
@@ -784,6 +791,7 @@ impl CudaGnn {
                         &b.row_start.slice,
                         &b.columns.slice,
                         &rows,
+                        &seg,
                         &h_u,
                         &slice,
                         &mut kept.slice,
@@ -795,6 +803,29 @@ impl CudaGnn {
                         &nodes
                     ]
                 );
+                if count > 1 {
+                    launch!(
+                        self.gpu,
+                        "gat_dropout_edges_rest_f32",
+                        count * heads as u64,
+                        [
+                            &b.row_start.slice,
+                            &b.columns.slice,
+                            &rows,
+                            &seg,
+                            &count,
+                            &h_u,
+                            &slice,
+                            &mut kept.slice,
+                            &key,
+                            &threshold,
+                            &scale,
+                            &dst_first,
+                            &src_first,
+                            &nodes
+                        ]
+                    );
+                }
                 Some(kept)
             }
             None => None,
@@ -959,6 +990,7 @@ impl CudaGnn {
                 let a_src = other.slice.slice(0..other.len() / 2);
                 let mut scores = self.zeros(b.nnz() * h_n, "edge scores")?;
                 let rows_u = b.rows() as u64;
+                let (seg, count) = self.gat_segments(l, b.nnz());
                 launch!(
                     gpu,
                     "gat_edge_scores_f32",
@@ -967,12 +999,31 @@ impl CudaGnn {
                         &b.row_start.slice,
                         &b.columns.slice,
                         &rows_u,
+                        &seg,
                         &h_u,
                         &a_dst,
                         &a_src,
                         &mut scores.slice
                     ]
                 );
+                if count > 1 {
+                    launch!(
+                        gpu,
+                        "gat_edge_scores_rest_f32",
+                        count * h_n as u64,
+                        [
+                            &b.row_start.slice,
+                            &b.columns.slice,
+                            &rows_u,
+                            &seg,
+                            &count,
+                            &h_u,
+                            &a_dst,
+                            &a_src,
+                            &mut scores.slice
+                        ]
+                    );
+                }
                 vec![out(scores)]
             }
             "edge_softmax" => {
@@ -1020,23 +1071,65 @@ impl CudaGnn {
                     n,
                     [&mut row_max.slice, &n, &minus_infinity]
                 );
+                let heads_u = h_n as u64;
                 for (b, range) in blocks.iter().zip(&ranges) {
                     if range.is_empty() {
                         continue;
                     }
                     let a = alpha.slice.slice(range.clone());
+                    let (seg, count) = self.gat_segments(l, b.nnz());
                     launch!(
                         gpu,
                         "gat_softmax_max_f32",
                         n,
-                        [&b.row_start.slice, &rows_u, &h_u, &a, &mut row_max.slice]
+                        [
+                            &b.row_start.slice,
+                            &rows_u,
+                            &seg,
+                            &h_u,
+                            &a,
+                            &mut row_max.slice
+                        ]
                     );
+                    if count > 1 {
+                        let mut carry =
+                            self.zeros((count * heads_u) as usize, "softmax segment maxima")?;
+                        launch!(
+                            gpu,
+                            "gat_softmax_max_carry_f32",
+                            count * heads_u,
+                            [
+                                &b.row_start.slice,
+                                &rows_u,
+                                &seg,
+                                &count,
+                                &h_u,
+                                &a,
+                                &mut carry.slice
+                            ]
+                        );
+                        launch!(
+                            gpu,
+                            "gat_segment_max_f32",
+                            count * heads_u,
+                            [
+                                &b.row_start.slice,
+                                &rows_u,
+                                &seg,
+                                &count,
+                                &carry.slice,
+                                &h_u,
+                                &mut row_max.slice
+                            ]
+                        );
+                    }
                 }
                 for (b, range) in blocks.iter().zip(&ranges) {
                     if range.is_empty() {
                         continue;
                     }
                     let mut a = alpha.slice.slice_mut(range.clone());
+                    let (seg, count) = self.gat_segments(l, b.nnz());
                     launch!(
                         gpu,
                         "gat_softmax_exp_f32",
@@ -1044,24 +1137,76 @@ impl CudaGnn {
                         [
                             &b.row_start.slice,
                             &rows_u,
+                            &seg,
                             &h_u,
                             &mut a,
                             &row_max.slice,
                             &mut row_sum.slice
                         ]
                     );
+                    if count > 1 {
+                        let mut carry =
+                            self.zeros((count * heads_u) as usize, "softmax segment sums")?;
+                        launch!(
+                            gpu,
+                            "gat_softmax_exp_carry_f32",
+                            count * heads_u,
+                            [
+                                &b.row_start.slice,
+                                &rows_u,
+                                &seg,
+                                &count,
+                                &h_u,
+                                &mut a,
+                                &row_max.slice,
+                                &mut carry.slice
+                            ]
+                        );
+                        self.fix_segments(
+                            &b.row_start,
+                            rows_u,
+                            (seg, count),
+                            &carry,
+                            heads_u,
+                            &mut row_sum.view_mut(),
+                        )?;
+                    }
                 }
                 for (b, range) in blocks.iter().zip(&ranges) {
                     if range.is_empty() {
                         continue;
                     }
                     let mut a = alpha.slice.slice_mut(range.clone());
+                    let (seg, count) = self.gat_segments(l, b.nnz());
                     launch!(
                         gpu,
                         "gat_softmax_div_f32",
                         n,
-                        [&b.row_start.slice, &rows_u, &h_u, &mut a, &row_sum.slice]
+                        [
+                            &b.row_start.slice,
+                            &rows_u,
+                            &seg,
+                            &h_u,
+                            &mut a,
+                            &row_sum.slice
+                        ]
                     );
+                    if count > 1 {
+                        launch!(
+                            gpu,
+                            "gat_softmax_div_rest_f32",
+                            count * heads_u,
+                            [
+                                &b.row_start.slice,
+                                &rows_u,
+                                &seg,
+                                &count,
+                                &h_u,
+                                &mut a,
+                                &row_sum.slice
+                            ]
+                        );
+                    }
                 }
                 vec![out(alpha)]
             }
@@ -1088,6 +1233,7 @@ impl CudaGnn {
                     None => (INIT_ZERO, &gpu.dummy.slice),
                 };
                 let rows_u = rows as u64;
+                let (seg, count) = self.gat_segments(l, b.nnz());
                 launch!(
                     gpu,
                     "gat_aggregate_f32",
@@ -1096,6 +1242,7 @@ impl CudaGnn {
                         &b.row_start.slice,
                         &b.columns.slice,
                         &rows_u,
+                        &seg,
                         &alpha_view,
                         &z_src.slice,
                         &h_u,
@@ -1105,6 +1252,35 @@ impl CudaGnn {
                         &mut agg.slice
                     ]
                 );
+                if count > 1 {
+                    let width = d_out as u64;
+                    let mut carry = self.zeros((count * width) as usize, "agg segment sums")?;
+                    launch!(
+                        gpu,
+                        "gat_aggregate_carry_f32",
+                        count * width,
+                        [
+                            &b.row_start.slice,
+                            &b.columns.slice,
+                            &rows_u,
+                            &seg,
+                            &count,
+                            &alpha_view,
+                            &z_src.slice,
+                            &h_u,
+                            &c_u,
+                            &mut carry.slice
+                        ]
+                    );
+                    self.fix_segments(
+                        &b.row_start,
+                        rows_u,
+                        (seg, count),
+                        &carry,
+                        width,
+                        &mut agg.view_mut(),
+                    )?;
+                }
                 vec![out(agg)]
             }
             "elu" => {
@@ -1327,15 +1503,18 @@ impl CudaGnn {
         let a_src = scores_j.slice.slice(0..scores_j.len() / 2);
         let mut du = self.zeros(b.nnz() * h_n, "attention du")?;
         let (rows_u, init) = (b.rows() as u64, INIT_OUT);
+        let (heads_u, width) = (h_n as u64, d as u64);
+        let (seg, count) = self.gat_segments(l, b.nnz());
         let gpu = &self.gpu;
         launch!(
             gpu,
             "gat_attention_bwd_dst_f32",
-            rows_u * h_n as u64,
+            rows_u * heads_u,
             [
                 &b.row_start.slice,
                 &b.columns.slice,
                 &rows_u,
+                &seg,
                 &h_u,
                 &c_u,
                 &alpha_view,
@@ -1351,6 +1530,42 @@ impl CudaGnn {
                 &init
             ]
         );
+        if count > 1 {
+            let mut carry = self.zeros((count * heads_u) as usize, "attention segment sums")?;
+            launch!(
+                gpu,
+                "gat_attention_bwd_dst_carry_f32",
+                count * heads_u,
+                [
+                    &b.row_start.slice,
+                    &b.columns.slice,
+                    &rows_u,
+                    &seg,
+                    &count,
+                    &h_u,
+                    &c_u,
+                    &alpha_view,
+                    &dropped_view,
+                    &has_dropped,
+                    &a_dst,
+                    &a_src,
+                    &z_src.slice,
+                    &grad_out.slice,
+                    &agg_out.slice,
+                    &mut du.slice,
+                    &mut carry.slice
+                ]
+            );
+            let sums = (seg, count);
+            self.fix_segments(
+                &b.row_start,
+                rows_u,
+                sums,
+                &carry,
+                heads_u,
+                &mut grad_dst.view_mut(),
+            )?;
+        }
         let t = self.transposed((i, j), b, rows_j)?;
         let src_u = rows_j as u64;
         {
@@ -1358,12 +1573,13 @@ impl CudaGnn {
             launch!(
                 gpu,
                 "gat_scatter_value_f32",
-                src_u * d as u64,
+                src_u * width,
                 [
                     &t.start.slice,
                     &t.perm.slice,
                     &t.perm_row.slice,
                     &src_u,
+                    &seg,
                     &h_u,
                     &c_u,
                     &dropped_view,
@@ -1375,17 +1591,68 @@ impl CudaGnn {
             launch!(
                 gpu,
                 "gat_scatter_score_f32",
-                src_u * h_n as u64,
+                src_u * heads_u,
                 [
                     &t.start.slice,
                     &t.perm.slice,
                     &src_u,
+                    &seg,
                     &h_u,
                     &du.slice,
                     &mut grad_a_src,
                     &init
                 ]
             );
+            if count > 1 {
+                // The value path's sums, then the score path's, one
+                // workspace at a time.
+                let mut carry = self.zeros((count * width) as usize, "attention segment sums")?;
+                launch!(
+                    gpu,
+                    "gat_scatter_value_carry_f32",
+                    count * width,
+                    [
+                        &t.start.slice,
+                        &t.perm.slice,
+                        &t.perm_row.slice,
+                        &src_u,
+                        &seg,
+                        &count,
+                        &h_u,
+                        &c_u,
+                        &dropped_view,
+                        &grad_out.slice,
+                        &mut carry.slice
+                    ]
+                );
+                self.fix_segments(
+                    &t.start,
+                    src_u,
+                    (seg, count),
+                    &carry,
+                    width,
+                    &mut grad_z_src,
+                )?;
+                drop(carry);
+                let mut carry = self.zeros((count * heads_u) as usize, "attention segment sums")?;
+                launch!(
+                    gpu,
+                    "gat_scatter_score_carry_f32",
+                    count * heads_u,
+                    [
+                        &t.start.slice,
+                        &t.perm.slice,
+                        &src_u,
+                        &seg,
+                        &count,
+                        &h_u,
+                        &du.slice,
+                        &mut carry.slice
+                    ]
+                );
+                let sums = (seg, count);
+                self.fix_segments(&t.start, src_u, sums, &carry, heads_u, &mut grad_a_src)?;
+            }
         }
         Ok(vec![out(grad_src), out(grad_dst)])
     }
@@ -1432,13 +1699,14 @@ fn workspace_bytes(model: &Model) -> u64 {
     let loss = max_rows * 9 + max_rows.div_ceil(REDUCE_ROWS as u64) * 7 * 8;
     let partials = max_rows.div_ceil(REDUCE_ROWS as u64) * 2 * width * 4 + 3 * width * 4;
     let dropped_slab = dense.min(PROJECT_SLAB_BYTES as u64);
-    // One aggregation's segment sums at a time (GCN's and GraphSAGE's:
-    // GAT's aggregations have kernels of their own). At a width w of at
-    // most `width`, ceil(nnz / seg) · w · 4 bytes is at most the smaller
-    // of nnz · w · 4 / 256 and CARRY_BYTES, plus one segment's w · 4.
-    let carry = match (model.hyper.model, max_nnz > SEGMENT_EDGES) {
-        (GnnModel::Gat, _) | (_, false) => 0,
-        _ => (max_nnz * width * 4 / SEGMENT_EDGES).min(CARRY_BYTES) + width * 4,
+    // One kernel's segment sums at a time (an aggregation's, or one of
+    // GAT's: its widest are `heads × head_width`, a layer's output). At a
+    // width w of at most `width`, ceil(nnz / seg) · w · 4 bytes is at most
+    // the smaller of nnz · w · 4 / 256 and CARRY_BYTES, plus one
+    // segment's w · 4.
+    let carry = match max_nnz > SEGMENT_EDGES {
+        false => 0,
+        true => (max_nnz * width * 4 / SEGMENT_EDGES).min(CARRY_BYTES) + width * 4,
     };
     masks + transpose + attention + dense + dropped_slab + loss + partials + carry + (1 << 20)
 }
@@ -1775,7 +2043,14 @@ impl CudaGnn {
                             &mut carry.slice
                         ]
                     );
-                    self.fix_segments(&t.start, src_u, (seg, count), &carry, width, &mut dsrc)?;
+                    self.fix_segments(
+                        &t.start,
+                        src_u,
+                        (seg, count),
+                        &carry,
+                        width,
+                        &mut dsrc.view_mut(),
+                    )?;
                 }
                 Ok(vec![out(dsrc)])
             }
