@@ -6,9 +6,9 @@
 //!
 //! Every kernel mirrors a CPU kernel of this crate operation for
 //! operation (the same terms added in the same order, the same dropout
-//! mask bit for bit), but for the aggregations' rows longer than a
-//! segment of a block's edges, whose sums `sparse.cu` splits in a fixed
-//! order of its own; kernel names are `op_dtype`.
+//! mask bit for bit), but for the rows longer than a segment of a block's
+//! edges, whose sums `sparse.cu` and `gat.cu` split in a fixed order of
+//! their own (`prelude.cuh`); kernel names are `op_dtype`.
 
 /// One CUDA source file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

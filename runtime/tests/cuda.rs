@@ -568,7 +568,8 @@ fn hub_columns_are_transposed_in_edge_order() {
     // destination hubs' rows, and its source hubs' columns, are longer
     // than a segment (256 edges or more, `segments` in
     // runtime/src/cuda/gnn.rs): their sums are split over segments and
-    // fixed up (`segment_fixup_f32`).
+    // fixed up (`segment_fixup_f32`), GAT's edge-wise kernels, edge
+    // softmax and attention backward included (`gat_segments`).
     let dataset =
         train::load_graph("rmat:scale=12,edge_factor=16,features=12,classes=4,seed=2").unwrap();
     for (end, ids) in [("sources", &dataset.src), ("destinations", &dataset.dst)] {
