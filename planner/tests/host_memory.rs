@@ -1,5 +1,7 @@
 //! A GPU's copies also cross host memory: where its bandwidth is the
-//! narrowest (a node's GPUs share it), the prediction waits for it.
+//! narrowest (a node's GPUs share it), the prediction waits for it. A
+//! GPU's DMA touches each byte once, so host memory serves it at twice
+//! its copy rate (`host.memory_bytes_per_s`).
 
 use fateplan_planner::profile::DeviceKind;
 mod common;
@@ -15,7 +17,9 @@ fn copies_wait_for_host_memory_where_it_is_the_narrowest() {
     let pcie = wide.pcie.h2d_bytes_per_s.min(wide.pcie.d2h_bytes_per_s);
     wide.host.memory_bytes_per_s = 100.0 * pcie;
     let mut narrow = wide.clone();
-    narrow.host.memory_bytes_per_s = pcie / 4.0;
+    // Copies at an eighth of PCIe: DMA at a quarter.
+    narrow.host.memory_bytes_per_s = pcie / 8.0;
+    assert_eq!(narrow.host_transfer_bytes_per_s(), pcie / 4.0);
     let run = |profile: &Profile| {
         let options = PlanOptions::new(Policy::OffloadHostAll, profile);
         plan(&w, profile, &options).unwrap().predicted
@@ -26,7 +30,7 @@ fn copies_wait_for_host_memory_where_it_is_the_narrowest() {
     assert!(moved > 0.0);
     // Host memory at a quarter of PCIe: every byte takes at least four
     // times its PCIe time, and PCIe's two directions no longer overlap.
-    let floor = moved / narrow.host.memory_bytes_per_s;
+    let floor = moved / narrow.host_transfer_bytes_per_s();
     assert!(slow.iteration_s >= floor, "{} < {floor}", slow.iteration_s);
     assert!(fast.iteration_s < floor / 2.0, "{}", fast.iteration_s);
 }

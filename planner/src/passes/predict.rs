@@ -186,7 +186,7 @@ pub fn predict(
     let (mut h2d, mut d2h, mut drive) = (Calendar::new(), Calendar::new(), Calendar::new());
     let mut host_memory = Calendar::new();
     let (pcie, ssd) = (&profile.pcie, &profile.ssd);
-    let host_s = |bytes: f64| bytes / profile.host.memory_bytes_per_s;
+    let host_s = |bytes: f64| bytes / profile.host_transfer_bytes_per_s();
     let cores_copy = copies_use_compute(profile);
     let mut clock = 0.0f64;
     let (mut compute_s, mut recompute_s) = (0.0f64, 0.0f64);
@@ -322,7 +322,7 @@ pub fn predict(
 /// (`[h2d, d2h, peer, network, host memory]`).
 fn exchange_end(e: &Exchange, start: f64, profile: &Profile, links: [&mut Calendar; 5]) -> f64 {
     let [h2d, d2h, peer_link, network, host_memory] = links;
-    let host_s = |bytes: f64| bytes / profile.host.memory_bytes_per_s;
+    let host_s = |bytes: f64| bytes / profile.host_transfer_bytes_per_s();
     let local = (e.bytes - e.network_bytes) as f64;
     let remote = e.network_bytes as f64;
     let (net_rate, net_latency) = profile

@@ -427,7 +427,7 @@ pub fn run(
         profile.pcie.h2d_bytes_per_s,
         profile.pcie.d2h_bytes_per_s,
         1.0,
-        profile.host.memory_bytes_per_s,
+        profile.host_transfer_bytes_per_s(),
         peer,
         profile.network.as_ref().map_or(0.0, |n| n.bytes_per_s),
     ];

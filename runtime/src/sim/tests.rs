@@ -149,6 +149,25 @@ fn offload_to_host_by_hand() {
 }
 
 #[test]
+fn a_gpu_s_transfers_take_host_memory_at_twice_its_copy_rate() {
+    // Host memory copies 25 B/s. A GPU's DMA touches each byte once, so
+    // host memory serves its transfers at 50 B/s, under PCIe's 100: each
+    // 100 B transfer takes 2 s. Load x 0..2, f0 and f1 to 4, the offload
+    // of a 4..6 (g0 waits), g0..g2 to 9, the reload 9..11, bw to 12.
+    let mut gpu = profile();
+    gpu.host.memory_bytes_per_s = 25.0;
+    let mut options = PlanOptions::new(Policy::OffloadHostAll, &gpu);
+    options.prefetch = false;
+    let plan = plan(&workload(), &gpu, &options).unwrap();
+    let report = simulate(&plan, &gpu, &SimOptions::default()).unwrap();
+    assert!(close(report.iteration_s, 12.0), "{report:#?}");
+    assert!(close(report.links.host_memory.busy_s, 6.0));
+    assert!(close(report.links.pcie_h2d.busy_s, 4.0));
+    // The planner charges host memory the same.
+    assert!(report.difference_percent().abs() < 1e-6, "{report:#?}");
+}
+
+#[test]
 fn offload_to_ssd_goes_through_staging_in_chunks() {
     // Staging of 80 B: chunks of 20 B. x streams from the SSD: 20 B at the
     // read rate (0.4 s), 80 B at min(50, 100) (1.6 s), 20 B over PCIe
