@@ -290,24 +290,7 @@ fn hubs_empty_rows_and_boundaries_match_the_documented_order() {
         return;
     };
     let mut rng = Rng(1);
-    // A hub among short rows, runs of empty rows (inside, at the start
-    // and at the end), rows that start on a boundary.
-    let shapes: [(&str, Vec<usize>, usize); 5] = [
-        (
-            "a hub among short rows",
-            vec![1, 2, 0, 40, 3, 0, 0, 5, 1],
-            9,
-        ),
-        (
-            "empty rows around",
-            vec![0, 0, 0, 7, 0, 0, 0, 0, 9, 0, 0],
-            5,
-        ),
-        ("every row one edge", vec![1; 12], 4),
-        ("one long row", vec![33], 6),
-        ("no edges", vec![0, 0, 0], 3),
-    ];
-    for (what, lengths, src_rows) in shapes {
+    for (what, lengths, src_rows) in emulated::shapes() {
         for weighting in WEIGHTINGS {
             let case = Case::new(&lengths, src_rows, weighting, &mut rng);
             for width in [1, 3] {
@@ -330,16 +313,7 @@ fn random_blocks_match_the_documented_order() {
     };
     let mut rng = Rng(2);
     for round in 0..12 {
-        let rows = 1 + rng.below(12) as usize;
-        let src_rows = 1 + rng.below(10) as usize;
-        // Mostly short rows, some empty, now and then a long one.
-        let lengths: Vec<usize> = (0..rows)
-            .map(|_| match rng.below(8) {
-                0 => 20 + rng.below(30) as usize,
-                1 | 2 => 0,
-                _ => rng.below(5) as usize,
-            })
-            .collect();
+        let (lengths, src_rows) = emulated::random_shape(&mut rng);
         let weighting = WEIGHTINGS[round % WEIGHTINGS.len()];
         let case = Case::new(&lengths, src_rows, weighting, &mut rng);
         check(

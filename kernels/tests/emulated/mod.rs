@@ -270,6 +270,42 @@ impl Case {
     }
 }
 
+/// Blocks' row lengths and source rows: a hub among short rows, runs of
+/// empty rows (inside, at the start and at the end), rows that start on
+/// a boundary, one long row, no edges.
+pub fn shapes() -> [(&'static str, Vec<usize>, usize); 5] {
+    [
+        (
+            "a hub among short rows",
+            vec![1, 2, 0, 40, 3, 0, 0, 5, 1],
+            9,
+        ),
+        (
+            "empty rows around",
+            vec![0, 0, 0, 7, 0, 0, 0, 0, 9, 0, 0],
+            5,
+        ),
+        ("every row one edge", vec![1; 12], 4),
+        ("one long row", vec![33], 6),
+        ("no edges", vec![0, 0, 0], 3),
+    ]
+}
+
+/// A random block's row lengths and source rows: mostly short rows, some
+/// empty, now and then a long one.
+pub fn random_shape(rng: &mut Rng) -> (Vec<usize>, usize) {
+    let rows = 1 + rng.below(12) as usize;
+    let src_rows = 1 + rng.below(10) as usize;
+    let lengths = (0..rows)
+        .map(|_| match rng.below(8) {
+            0 => 20 + rng.below(30) as usize,
+            1 | 2 => 0,
+            _ => rng.below(5) as usize,
+        })
+        .collect();
+    (lengths, src_rows)
+}
+
 /// One sum in the order the kernels document: the terms of `positions`
 /// up to the first multiple of `seg` after its start onto `init`, then
 /// each later segment's terms summed from zero, added in segment order.
