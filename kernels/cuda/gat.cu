@@ -146,7 +146,7 @@ extern "C" __global__ void gat_softmax_max_carry_f32(
 // row_max[r, h] = max(row_max[r, h], carry[t, h]) over the segments t the
 // row reaches past its first, as segment_fixup_f32 adds.
 extern "C" __global__ void gat_segment_max_f32(
-    const u64* start, u64 rows, u64 seg, u64 segments, const float* carry, u32 heads,
+    const u64* start, u64 rows, u64 seg, u64 segments, const float* carry, u64 heads,
     float* row_max)
 {
     GRID_STRIDE(i, segments * heads) {

@@ -294,13 +294,14 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// Bytes per second host memory serves to transfers (both PCIe
-    /// directions, the SSD and the network, together).
+    /// Bytes per second host memory serves to a device's DMA (both PCIe
+    /// directions and the network, together; the SSD tier's bytes, which
+    /// the runtime copies on the cores, are charged at the copy rate).
     /// `host.memory_bytes_per_s` is a copy rate: a copy reads and writes
-    /// each byte. A GPU's (or a drive's, or a NIC's) DMA reads or writes
-    /// each byte of host memory once, half a copy, so host memory serves
-    /// it at twice the copy rate: on an H100 host, 91 GB/s of DMA with
-    /// both PCIe directions busy against a copy rate of 42.7-44.6 GB/s
+    /// each byte. A GPU's (or a NIC's) DMA reads or writes each byte of
+    /// host memory once, half a copy, so host memory serves it at twice
+    /// the copy rate: on an H100 host, 91 GB/s of DMA with both PCIe
+    /// directions busy against a copy rate of 42.7-44.6 GB/s
     /// (docs/gpu.md). The CPU backend's transfers are copies on the cores:
     /// the copy rate.
     pub fn host_transfer_bytes_per_s(&self) -> f64 {
@@ -629,9 +630,6 @@ mod tests {
         assert!(close(d.work_seconds(3e11, 0, 0, ComputeClass::Dense), 1.0));
     }
 
-    /// Transposes cost nothing unless the profile times them; then their
-    /// edges are charged at its rate. A negative rate is refused, naming
-    /// the field.
     /// A GPU's transfers are DMA, one pass over host memory per byte;
     /// the CPU backend's are copies, two.
     #[test]
@@ -642,6 +640,10 @@ mod tests {
         p.device.kind = DeviceKind::Gpu;
         assert_eq!(p.host_transfer_bytes_per_s(), 2e10);
     }
+
+    /// Transposes cost nothing unless the profile times them; then their
+    /// edges are charged at its rate. A negative rate is refused, naming
+    /// the field.
 
     #[test]
     fn transposes_are_charged_where_the_profile_times_them() {

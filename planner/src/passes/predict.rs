@@ -187,6 +187,9 @@ pub fn predict(
     let mut host_memory = Calendar::new();
     let (pcie, ssd) = (&profile.pcie, &profile.ssd);
     let host_s = |bytes: f64| bytes / profile.host_transfer_bytes_per_s();
+    // The SSD tier's bytes cross host memory by copies, at the copy rate
+    // (as the simulator's `phase`).
+    let host_copy_s = |bytes: f64| bytes / profile.host.memory_bytes_per_s;
     let cores_copy = copies_use_compute(profile);
     let mut clock = 0.0f64;
     let (mut compute_s, mut recompute_s) = (0.0f64, 0.0f64);
@@ -238,7 +241,7 @@ pub fn predict(
                 let chunk = entry.bytes.min(ssd_chunk_bytes.max(1)) as f64;
                 let begin = start + pcie.latency_s + ssd_latency;
                 let (pcie_s, ssd_s) = (bytes / pcie_rate, bytes / ssd_rate);
-                let host_end = host_memory.book(begin, host_s(2.0 * bytes));
+                let host_end = host_memory.book(begin, host_copy_s(2.0 * bytes));
                 let end = if outward {
                     let pcie_end = link.book(begin, pcie_s);
                     let ssd_end = drive.book(begin + chunk / pcie_rate, ssd_s);

@@ -1118,7 +1118,7 @@ impl CudaGnn {
                                 &seg,
                                 &count,
                                 &carry.slice,
-                                &h_u,
+                                &heads_u,
                                 &mut row_max.slice
                             ]
                         );
@@ -1253,7 +1253,7 @@ impl CudaGnn {
                     ]
                 );
                 if count > 1 {
-                    let width = d_out as u64;
+                    let width = heads.width() as u64;
                     let mut carry = self.zeros((count * width) as usize, "agg segment sums")?;
                     launch!(
                         gpu,

@@ -177,34 +177,37 @@ pub fn phase(
     // The first and last chunk; the middle streams through both legs.
     let chunk = bytes.min(chunk_bytes.max(1)) as f64;
     let middle = (total - chunk).max(0.0);
-    let h2d = |u: Usage, host: f64| {
-        u.with(Link::PcieH2d, 1.0, 1.0)
-            .with(Link::HostMemory, host, host)
-    };
-    let d2h = |u: Usage, host: f64| {
-        u.with(Link::PcieD2h, 1.0, 1.0)
-            .with(Link::HostMemory, host, host)
-    };
+    // Host memory's capacity is `Profile::host_transfer_bytes_per_s`:
+    // on a GPU, DMA at twice the copy rate. The SSD tier's bytes cross
+    // host memory by copies (the runtime copies them between its pinned
+    // buffers, its own and the store's), at the copy rate: each of their
+    // passes costs `copy` times a DMA's.
+    let copy = profile.host_transfer_bytes_per_s() / profile.host.memory_bytes_per_s;
+    let host = |u: Usage, passes: f64, cost: f64| u.with(Link::HostMemory, passes * cost, passes);
+    let h2d =
+        |u: Usage, passes: f64, cost: f64| host(u.with(Link::PcieH2d, 1.0, 1.0), passes, cost);
+    let d2h =
+        |u: Usage, passes: f64, cost: f64| host(u.with(Link::PcieD2h, 1.0, 1.0), passes, cost);
     let read = |u: Usage| u.with(Link::Ssd, 1.0 / ssd.read_bytes_per_s, 1.0);
     let write = |u: Usage| u.with(Link::Ssd, 1.0 / ssd.write_bytes_per_s, 1.0);
     let flow = |bytes: f64, usage: Usage| Some(stretched_flow(bytes, usage, factor));
     match (path, k) {
         (Path::HostToDevice, 0) => Some(Phase::Delay(pcie.latency_s * factor)),
-        (Path::HostToDevice, 1) => flow(total, h2d(Usage::new(), 1.0)),
+        (Path::HostToDevice, 1) => flow(total, h2d(Usage::new(), 1.0, 1.0)),
         (Path::DeviceToHost, 0) => Some(Phase::Delay(pcie.latency_s * factor)),
-        (Path::DeviceToHost, 1) => flow(total, d2h(Usage::new(), 1.0)),
+        (Path::DeviceToHost, 1) => flow(total, d2h(Usage::new(), 1.0, 1.0)),
         (Path::SsdToDevice, 0) => {
             Some(Phase::Delay((ssd.read_latency_s + pcie.latency_s) * factor))
         }
-        (Path::SsdToDevice, 1) => flow(chunk, read(Usage::new()).with(Link::HostMemory, 1.0, 1.0)),
-        (Path::SsdToDevice, 2) => flow(middle, h2d(read(Usage::new()), 2.0)),
-        (Path::SsdToDevice, 3) => flow(chunk, h2d(Usage::new(), 1.0)),
+        (Path::SsdToDevice, 1) => flow(chunk, host(read(Usage::new()), 1.0, copy)),
+        (Path::SsdToDevice, 2) => flow(middle, h2d(read(Usage::new()), 2.0, copy)),
+        (Path::SsdToDevice, 3) => flow(chunk, h2d(Usage::new(), 1.0, copy)),
         (Path::DeviceToSsd, 0) => Some(Phase::Delay(
             (pcie.latency_s + ssd.write_latency_s) * factor,
         )),
-        (Path::DeviceToSsd, 1) => flow(chunk, d2h(Usage::new(), 1.0)),
-        (Path::DeviceToSsd, 2) => flow(middle, d2h(write(Usage::new()), 2.0)),
-        (Path::DeviceToSsd, 3) => flow(chunk, write(Usage::new()).with(Link::HostMemory, 1.0, 1.0)),
+        (Path::DeviceToSsd, 1) => flow(chunk, d2h(Usage::new(), 1.0, copy)),
+        (Path::DeviceToSsd, 2) => flow(middle, d2h(write(Usage::new()), 2.0, copy)),
+        (Path::DeviceToSsd, 3) => flow(chunk, host(write(Usage::new()), 1.0, copy)),
         _ => None,
     }
 }

@@ -158,12 +158,25 @@ fn a_gpu_s_transfers_take_host_memory_at_twice_its_copy_rate() {
     gpu.host.memory_bytes_per_s = 25.0;
     let mut options = PlanOptions::new(Policy::OffloadHostAll, &gpu);
     options.prefetch = false;
-    let plan = plan(&workload(), &gpu, &options).unwrap();
-    let report = simulate(&plan, &gpu, &SimOptions::default()).unwrap();
+    let host = plan(&workload(), &gpu, &options).unwrap();
+    let report = simulate(&host, &gpu, &SimOptions::default()).unwrap();
     assert!(close(report.iteration_s, 12.0), "{report:#?}");
     assert!(close(report.links.host_memory.busy_s, 6.0));
     assert!(close(report.links.pcie_h2d.busy_s, 4.0));
     // The planner charges host memory the same.
+    assert!(report.difference_percent().abs() < 1e-6, "{report:#?}");
+
+    // The SSD tier's bytes cross host memory by copies, at 25 B/s: with
+    // chunks of 20 B, a transfer's first chunk (one pass) takes 0.8 s,
+    // its middle 80 B (two passes) 6.4 s and its last chunk 0.8 s: 8 s.
+    // Load x 0..8, f0 and f1 to 10, the offload of a 10..18, g0..g2 to
+    // 21, the reload 21..29, bw to 30.
+    let mut options = PlanOptions::new(Policy::OffloadSsdAll, &gpu);
+    options.ssd_staging_bytes = 80;
+    options.prefetch = false;
+    let ssd = plan(&workload(), &gpu, &options).unwrap();
+    let report = simulate(&ssd, &gpu, &SimOptions::default()).unwrap();
+    assert!(close(report.iteration_s, 30.0), "{report:#?}");
     assert!(report.difference_percent().abs() < 1e-6, "{report:#?}");
 }
 
