@@ -153,7 +153,9 @@ fn harness(test: &str) -> Option<&'static Path> {
     emulated::harness(&BUILT, "gat", &code, MAIN, test)
 }
 
-const DROPPED: usize = 8;
+/// Float arrays the harness reads (its `f[8]`): an operation's inputs,
+/// the rest empty.
+const ARRAYS: usize = 8;
 const INIT_ZERO: u64 = 0;
 const INIT_FROM: u64 = 1;
 const INIT_OUT: u64 = 2;
@@ -219,7 +221,7 @@ impl Block<'_> {
             .u64s(&start)
             .u32s(&perm)
             .u32s(&perm_row);
-        for k in 0..DROPPED {
+        for k in 0..ARRAYS {
             input.f32s(arrays.get(k).copied().unwrap_or(&[]));
         }
         input.run(self.binary, values)
