@@ -16,7 +16,8 @@ use fateplan::planner::passes::cost::FateSet;
 use fateplan::planner::plan::{ExchangeKind, Fate, Leg, PlanModel, Predicted, Strategy};
 use fateplan::planner::profile::DeviceKind;
 use fateplan::planner::sizing::{
-    choose_sweeps, per_layer, size_partitions, MadePlan, Sized, Sizing, Swept,
+    choose_sweeps, per_layer, size_partitions, size_partitions_choosing, AtCount, MadePlan, Sized,
+    Sizing, Swept,
 };
 use fateplan::planner::units::{format_bytes, format_seconds, parse_bytes};
 use fateplan::planner::{
@@ -139,9 +140,11 @@ pub(crate) struct PlanArgs {
     /// (each input read once, every output's partial sum live meanwhile)
     /// rather than output after output: `outputs` (none), `inputs` (all
     /// that can), or a list such as `f1,b2` (layer 1's aggregation, layer
-    /// 2's transposed one), or `auto`: the planner walks from outputs,
-    /// flipping one aggregation at a time while its prediction falls (a
-    /// plan per sweep tried; with --gpus, each plan has the exchanges).
+    /// 2's transposed one), or `auto`: the planner plans every
+    /// combination (up to six aggregations; beyond, it walks from
+    /// outputs flipping one, then two, at a time while its prediction
+    /// falls) and takes the fastest (a plan per sweep tried; with --gpus,
+    /// each plan has the exchanges).
     /// GCN and GraphSAGE; the model is the same.
     #[arg(long, conflicts_with = "dag", default_value = "outputs")]
     sweep: String,
@@ -451,12 +454,15 @@ impl GnnSource {
 
     /// The workload the `--partitions` flag asks for, a line saying how
     /// `auto` chose, and the plan of it with `options` where choosing made
-    /// one.
+    /// one. `at`: what `auto` makes of each count it plans
+    /// ([`size_partitions_choosing`]), where it chooses more than the
+    /// count.
     fn sized(
         &self,
         partitions: &str,
         profile: &Profile,
         options: &PlanOptions,
+        at: Option<&AtCount<'_, anyhow::Error>>,
     ) -> Result<(Workload, u32, String, Option<MadePlan>)> {
         if partitions != "auto" {
             let p: u32 = partitions
@@ -467,15 +473,19 @@ impl GnnSource {
         let most = (self.most as u64).min(self.source.nodes()) as u32;
         let started = std::time::Instant::now();
         let build = |p: u32| self.build(p, true);
-        let sized = size_partitions(&build, most, profile, options)?;
+        let sized = match at {
+            Some(at) => size_partitions_choosing(&build, most, profile, options, at)?,
+            None => size_partitions(&build, most, profile, options)?,
+        };
         let took = format_seconds(started.elapsed().as_secs_f64());
-        let line = sizing_line(&sized, most, options, &took);
+        let line = sizing_line(&sized, most, options, &took, at.is_some());
         Ok((sized.workload, sized.partitions, line, sized.plan))
     }
 }
 
-/// The `partitions` line: how `auto` chose.
-fn sizing_line(sized: &Sized, most: u32, options: &PlanOptions, took: &str) -> String {
+/// The `partitions` line: how `auto` chose (`swept`: with the sweeps
+/// chosen at each count it walked to).
+fn sizing_line(sized: &Sized, most: u32, options: &PlanOptions, took: &str, swept: bool) -> String {
     let shown = |sizing: &Sizing| -> String {
         let tried: Vec<String> = sizing
             .tried
@@ -517,7 +527,7 @@ fn sizing_line(sized: &Sized, most: u32, options: &PlanOptions, took: &str) -> S
             shown(&peer.sizing)
         ),
     };
-    let walked = walk_note(sized);
+    let walked = walk_note(sized, swept);
     // The legend, where some count did not fit.
     let failed = sizing.tried.iter().any(|&(_, ok)| !ok)
         || sized
@@ -553,7 +563,7 @@ fn sizing_line(sized: &Sized, most: u32, options: &PlanOptions, took: &str) -> S
 
 /// The walk from the fewest that fit, for the `partitions` line: each
 /// count planned and its predicted iteration (`x`: no plan fits).
-fn walk_note(sized: &Sized) -> String {
+fn walk_note(sized: &Sized, swept: bool) -> String {
     if sized.walked.len() < 2 {
         return String::new();
     }
@@ -565,8 +575,13 @@ fn walk_note(sized: &Sized) -> String {
             None => format!("{p}x"),
         })
         .collect();
+    let each = if swept {
+        ", the sweeps chosen at each count"
+    } else {
+        ""
+    };
     format!(
-        "; the fastest near it by the prediction ({}): {}",
+        "; the fastest near it by the prediction{each} ({}): {}",
         counts.join(", "),
         sized.partitions
     )
@@ -1171,11 +1186,34 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
     }
     // What the workload of real shares was built from.
     let mut shares_shape = None;
+    let auto = args.sweep.eq_ignore_ascii_case("auto");
+    // `--partitions auto --sweep auto`: the sweeps chosen at each count
+    // the sizing walks to (their name and the summary's line, by count),
+    // so that the counts are compared with their sweeps. Real shares are
+    // built again once the count is known, and choose theirs then.
+    let chosen_at: RefCell<BTreeMap<u32, (String, String)>> = RefCell::new(BTreeMap::new());
     let (mut workload, sizing_note, mut made, mut model, gnn) = match source {
         Source::Dag(workload) => (workload, String::new(), None, None, None),
         Source::Gnn(gnn) => {
-            let (mut workload, p, mut note, mut made) =
-                gnn.sized(&args.partitions, &profile, &options)?;
+            let at = |p: u32, workload: Workload, made: Option<MadePlan>| {
+                let shape = GnnShape {
+                    spec: gnn.spec.clone(),
+                    counts: gnn.source.blocks(p, true)?,
+                };
+                let chose = auto_sweeps(&shape, &profile, &options, Some((workload, made)))?;
+                chosen_at.borrow_mut().insert(p, (chose.name, chose.line));
+                Ok((chose.swept.workload, chose.swept.plan))
+            };
+            let joint = auto
+                && args.partitions == "auto"
+                && shares.is_none()
+                && gnn.spec.sweepable() != Sweeps::default();
+            let (mut workload, p, mut note, mut made) = gnn.sized(
+                &args.partitions,
+                &profile,
+                &options,
+                joint.then_some(&at as &AtCount<'_, anyhow::Error>),
+            )?;
             let mut model = PlanModel {
                 devices: args.gpus,
                 ..PlanModel::new(&gnn.spec, p)
@@ -1238,8 +1276,16 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
     }
     let mut sweep_note = String::new();
     let mut made_while = "sizing the partitions";
-    let auto = args.sweep.eq_ignore_ascii_case("auto");
-    if let (Some(gnn), Some(model), true) = (&gnn, &mut model, auto) {
+    let chosen = model
+        .as_ref()
+        .and_then(|model| chosen_at.borrow_mut().remove(&model.partitions));
+    if let (Some(model), Some((name, line))) = (&mut model, chosen) {
+        // The sizing chose them with the count: `workload` and `made` are
+        // theirs.
+        made_while = "choosing the sweeps";
+        sweep_note = line;
+        model.sweep = name;
+    } else if let (Some(gnn), Some(model), true) = (&gnn, &mut model, auto) {
         let shape = match shares_shape {
             Some(shape) => shape,
             None => GnnShape {

@@ -687,3 +687,67 @@ fn auto_partitions_under_a_peer_policy_fit_that_policy() {
         stdout(&compare)
     );
 }
+
+/// `--partitions auto --sweep auto` chooses the sweeps at every count the
+/// sizing walks to and compares the counts with them: here it takes 7
+/// partitions, while by outputs the sizing takes 6, where the best sweeps
+/// are predicted slower.
+#[test]
+fn partitions_and_sweeps_auto_are_chosen_together() {
+    let dir = scratch("sweeps-with-counts");
+    let shape = [
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--layers",
+        "2",
+        "--hidden",
+        "256",
+        "--hbm-budget",
+        "100MiB",
+    ];
+    // The summary, the count taken and the predicted iteration.
+    let run = |name: &str, extra: &[&str]| {
+        let path = dir.join(format!("{name}.json"));
+        let out = fateplan(&[&shape[..], extra, &["-o", path.to_str().unwrap()]].concat());
+        assert!(out.status.success(), "{}", stderr(&out));
+        let plan: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let partitions = plan["workload"]["model"]["partitions"].as_u64().unwrap();
+        let seconds = plan["predicted"]["iteration_s"].as_f64().unwrap();
+        (stdout(&out), partitions, seconds)
+    };
+    let (summary, joint_p, joint_s) = run("joint", &["--sweep", "auto"]);
+    let line = |prefix: &str| {
+        summary
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} line: {summary}"))
+            .to_string()
+    };
+    assert!(
+        line("partitions ").contains("the sweeps chosen at each count"),
+        "{summary}"
+    );
+    assert!(line("sweep ").contains("(auto"), "{summary}");
+    // The same sweeps at that count, asked for.
+    let (again, _, again_s) = run(
+        "at",
+        &["--sweep", "auto", "--partitions", &joint_p.to_string()],
+    );
+    assert_eq!(joint_s, again_s, "{summary}\n{again}");
+    // By outputs the sizing takes another count, and the sweeps chosen
+    // there are predicted slower.
+    let (outputs, outputs_p, _) = run("outputs", &[]);
+    assert!(!outputs.contains("sweeps chosen"), "{outputs}");
+    let (_, _, later_s) = run(
+        "later",
+        &["--sweep", "auto", "--partitions", &outputs_p.to_string()],
+    );
+    assert!(
+        joint_s < later_s && joint_p != outputs_p,
+        "this case no longer tells choosing together from choosing in turn: {joint_p} \
+         partitions at {joint_s} s, {outputs_p} then sweeps at {later_s} s"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -273,6 +273,32 @@ impl Sweeps {
             backward: self.backward & other.backward,
         }
     }
+
+    /// These with the aggregations of `other` flipped (by inputs to by
+    /// outputs and back).
+    pub fn flipped(self, other: Sweeps) -> Sweeps {
+        Sweeps {
+            forward: self.forward ^ other.forward,
+            backward: self.backward ^ other.backward,
+        }
+    }
+
+    /// Each aggregation by inputs on its own, forward ones first, by layer.
+    pub fn bits(self) -> Vec<Sweeps> {
+        let one = |b: u32, bits: u64| bits & (1 << b);
+        let forward = (0..64).map(|b| Sweeps {
+            forward: one(b, self.forward),
+            backward: 0,
+        });
+        let backward = (0..64).map(|b| Sweeps {
+            forward: 0,
+            backward: one(b, self.backward),
+        });
+        forward
+            .chain(backward)
+            .filter(|s| *s != Sweeps::default())
+            .collect()
+    }
 }
 
 /// What to build.

@@ -45,15 +45,18 @@
 //!
 //! Then [`size_partitions`] walks from the count found (not under milp,
 //! whose plan of a larger count may have more choices than it accepts): it
-//! plans the next count up with the policy, and the next, while each is
-//! predicted faster than the best so far (at most [`WALK_STEPS`]);
-//! where the first count up is not faster, it walks down the same way.
+//! plans the next count up with the policy, and the next, until
+//! [`WALK_PATIENCE`] counts in a row are not predicted faster than the
+//! best so far (at most [`WALK_STEPS`]); where no count up is faster, it
+//! walks down the same way. [`size_partitions_choosing`] makes a choice at
+//! each count it plans (`--sweep auto`: the sweeps) and compares the
+//! counts by the plans of those choices.
 //! Under dp the counts below can fit: dp's memory model, which the search
 //! asks, does not weigh the fates of the blocks beside a step as its plan
 //! does (ogbn-products' GAT under 8 GiB: the model fits 3 partitions at the
 //! fewest, the plan 2). Under a peer policy the search planned them
 //! already, and the walk down stops at one found not to fit. The fastest
-//! planned is taken, with its plan. The walk usually plans two or three
+//! planned is taken, with its plan. The walk usually plans three or four
 //! counts (docs/planner.md has its times).
 
 use std::time::Instant;
@@ -76,6 +79,13 @@ pub const PEER_SEARCH_FACTOR: u32 = 4;
 /// walk stops at the first count not faster, well before it on the
 /// datasets' workloads (six counts at most, docs/planner.md).
 pub const WALK_STEPS: u32 = 32;
+
+/// How many counts in a row not faster than the best so far end the walk
+/// in one direction ([`size_partitions`]): one count slower does not, as
+/// the prediction is not unimodal in the count (the products-sized GCN
+/// by outputs under 3.13 GiB on the `h100-measured` profile: 639 ms at 4
+/// partitions, 715 at 5, 633 at 6; docs/planner.md).
+pub const WALK_PATIENCE: u32 = 2;
 
 /// Whether `options` leave the exchange strategy to the planner, per
 /// layer, on several GPUs: where [`size_partitions`] searches twice.
@@ -308,9 +318,33 @@ pub fn size_partitions<E: From<Error>>(
     profile: &Profile,
     options: &PlanOptions,
 ) -> Result<Sized, E> {
+    size_partitions_choosing(build, most, profile, options, &|_, workload, made| {
+        Ok((workload, made))
+    })
+}
+
+/// What the walk of [`size_partitions_choosing`] makes of each count it
+/// plans: from the count, the workload `build` made and the policy's plan
+/// of it (where one fits), another workload of that count and its plan
+/// (`--sweep auto`: the sweeps chosen there, [`choose_sweeps`]).
+pub type AtCount<'a, E> =
+    dyn Fn(u32, Workload, Option<MadePlan>) -> Result<(Workload, Option<MadePlan>), E> + 'a;
+
+/// [`size_partitions`], with each count the walk plans (the searches'
+/// count included) handed to `at` and compared by the plan it hands back:
+/// so that a choice made per count, such as the sweeps, is made at every
+/// count rather than only at the count taken by outputs. Under milp there
+/// is no walk and `at` is not called.
+pub fn size_partitions_choosing<E: From<Error>>(
+    build: &dyn Fn(u32) -> Result<Workload, E>,
+    most: u32,
+    profile: &Profile,
+    options: &PlanOptions,
+    at: &AtCount<'_, E>,
+) -> Result<Sized, E> {
     let most = most.max(1);
     let mut sized = fewest(build, most, profile, options)?;
-    walk(build, most, profile, options, &mut sized)?;
+    walk(build, at, most, profile, options, &mut sized)?;
     Ok(sized)
 }
 
@@ -421,20 +455,36 @@ pub struct Swept {
     pub tried: u32,
 }
 
-/// The most passes of [`choose_sweeps`]' walk.
+/// The most passes of [`choose_sweeps`]' walk, where it walks.
 const SWEEP_PASSES: u32 = 4;
+
+/// The most aggregations [`choose_sweeps`] tries every combination of
+/// (2⁶ = 64 plans; a 3-layer GCN has 5 or 6): beyond it, it walks.
+pub const EVERY_SWEEP_BITS: u32 = 6;
+
+/// How much faster, as a share of the best so far, sweeps must be
+/// predicted for [`choose_sweeps`] to take them: plans that differ by
+/// rounding alone (a few nanoseconds an iteration) are not another
+/// choice.
+const SWEEP_GAIN: f64 = 1e-6;
 
 /// The sweeps ([`Sweeps`]) under which the policy's plan (dp's under
 /// milp) of the workloads `build` makes is predicted fastest, among those
-/// `can` allows: from every aggregation by outputs, each aggregation is
-/// flipped in turn and kept flipped where the prediction falls (or where
-/// only the flipped one fits), pass after pass until a pass keeps none (at
-/// most [`SWEEP_PASSES`]). A walk, not each flip alone: sweeps interact
-/// (by inputs, a layer's partial sums are live where the next layer's
-/// inputs would be kept). `outputs`: the workload by outputs and its plan,
-/// where the caller has them. Where nothing fits, the workload by
-/// outputs, without a plan. Errors from `build` pass through; a plan that
-/// fails counts as no plan.
+/// `can` allows. Where `can` holds at most [`EVERY_SWEEP_BITS`]
+/// aggregations, every combination is planned, fewest by inputs first,
+/// and of predictions within [`SWEEP_GAIN`] of each other the first is
+/// kept. A walk from each single
+/// flip misses the best: the products-sized GCN in 8 partitions on the
+/// `h100-measured` profile is predicted 589.8 ms by `f1`, slower by
+/// every flip from there, and 540.9 ms by `f1,f2,f3,b2`
+/// (docs/planner.md). Beyond that bound it walks: from every aggregation
+/// by outputs, each aggregation is flipped in turn and kept flipped where
+/// the prediction falls (or where only the flipped one fits); where a
+/// pass keeps none, every pair is flipped the same way; pass after pass
+/// until neither keeps one (at most [`SWEEP_PASSES`]). `outputs`: the
+/// workload by outputs and its plan, where the caller has them. Where
+/// nothing fits, the workload by outputs, without a plan. Errors from
+/// `build` pass through; a plan that fails counts as no plan.
 pub fn choose_sweeps<E: From<Error>>(
     build: &dyn Fn(Sweeps) -> Result<Workload, E>,
     can: Sweeps,
@@ -449,7 +499,6 @@ pub fn choose_sweeps<E: From<Error>>(
         },
         ..options.clone()
     };
-    let seconds = |made: &Option<MadePlan>| made.as_ref().map(|m| m.plan.predicted.iteration_s);
     let (workload, made, tried) = match outputs {
         Some((workload, Some(made))) if options.policy != Policy::Milp => (workload, Some(made), 0),
         Some((workload, _)) => {
@@ -462,61 +511,95 @@ pub fn choose_sweeps<E: From<Error>>(
             (workload, made, 1)
         }
     };
-    let outputs_s = seconds(&made);
-    let mut best = Swept {
-        sweeps: Sweeps::default(),
-        workload,
-        plan: made,
-        predicted_s: outputs_s,
-        outputs_s,
-        tried,
+    let outputs_s = made.as_ref().map(|m| m.plan.predicted.iteration_s);
+    let mut search = SweepSearch {
+        build,
+        profile,
+        options: &comparing,
+        tried: std::collections::HashSet::from([Sweeps::default()]),
+        best: Swept {
+            sweeps: Sweeps::default(),
+            workload,
+            plan: made,
+            predicted_s: outputs_s,
+            outputs_s,
+            tried,
+        },
     };
-    let flips: Vec<Sweeps> = (0..64)
-        .map(|b| Sweeps {
-            forward: can.forward & (1 << b),
-            backward: 0,
-        })
-        .chain((0..64).map(|b| Sweeps {
-            forward: 0,
-            backward: can.backward & (1 << b),
-        }))
-        .filter(|f| *f != Sweeps::default())
-        .collect();
-    let mut tried = std::collections::HashSet::from([Sweeps::default()]);
-    for _ in 0..SWEEP_PASSES {
-        let mut kept = false;
-        for flip in &flips {
-            let sweeps = Sweeps {
-                forward: best.sweeps.forward ^ flip.forward,
-                backward: best.sweeps.backward ^ flip.backward,
-            };
-            if !tried.insert(sweeps) {
-                continue;
-            }
-            let workload = build(sweeps)?;
-            let made = plan_if_fits(&workload, profile, &comparing);
-            best.tried += 1;
-            let faster = match (seconds(&made), best.predicted_s) {
-                (Some(s), Some(b)) => s < b,
-                (Some(_), None) => true,
-                (None, _) => false,
-            };
-            if faster {
-                best.predicted_s = seconds(&made);
-                best.sweeps = sweeps;
-                best.workload = workload;
-                best.plan = made;
-                kept = true;
-            }
+    let flips = can.bits();
+    if flips.len() <= EVERY_SWEEP_BITS as usize {
+        let mut subsets: Vec<u64> = (1..1u64 << flips.len()).collect();
+        subsets.sort_by_key(|m| (m.count_ones(), *m));
+        for subset in subsets {
+            let sweeps = flips
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| subset & (1 << k) != 0)
+                .fold(Sweeps::default(), |all, (_, flip)| all.flipped(*flip));
+            search.try_sweeps(sweeps)?;
         }
-        if !kept {
-            break;
+    } else {
+        let pairs: Vec<Sweeps> = flips
+            .iter()
+            .enumerate()
+            .flat_map(|(k, a)| flips[k + 1..].iter().map(|b| a.flipped(*b)))
+            .collect();
+        for _ in 0..SWEEP_PASSES {
+            let mut kept = false;
+            for group in [&flips, &pairs] {
+                for flip in group.iter() {
+                    kept |= search.try_sweeps(search.best.sweeps.flipped(*flip))?;
+                }
+                if kept {
+                    break;
+                }
+            }
+            if !kept {
+                break;
+            }
         }
     }
+    let mut best = search.best;
     if options.policy == Policy::Milp {
         best.plan = None;
     }
     Ok(best)
+}
+
+/// [`choose_sweeps`]' state: the sweeps planned so far and the fastest.
+struct SweepSearch<'a, E> {
+    build: &'a dyn Fn(Sweeps) -> Result<Workload, E>,
+    profile: &'a Profile,
+    options: &'a PlanOptions,
+    tried: std::collections::HashSet<Sweeps>,
+    best: Swept,
+}
+
+impl<E: From<Error>> SweepSearch<'_, E> {
+    /// Plans `sweeps` unless they were planned before, and keeps them
+    /// where they are predicted faster than the best so far (or where only
+    /// they fit); whether they were kept.
+    fn try_sweeps(&mut self, sweeps: Sweeps) -> Result<bool, E> {
+        if !self.tried.insert(sweeps) {
+            return Ok(false);
+        }
+        let workload = (self.build)(sweeps)?;
+        let made = plan_if_fits(&workload, self.profile, self.options);
+        self.best.tried += 1;
+        let seconds = made.as_ref().map(|m| m.plan.predicted.iteration_s);
+        let faster = match (seconds, self.best.predicted_s) {
+            (Some(s), Some(b)) => s < b * (1.0 - SWEEP_GAIN),
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if faster {
+            self.best.predicted_s = seconds;
+            self.best.sweeps = sweeps;
+            self.best.workload = workload;
+            self.best.plan = made;
+        }
+        Ok(faster)
+    }
 }
 
 /// The policy's plan of `workload`, made without the infeasible plan's
@@ -535,13 +618,16 @@ fn plan_if_fits(workload: &Workload, profile: &Profile, options: &PlanOptions) -
 
 /// The walk from the count the searches found (the module documentation
 /// says why): the policy's plans of the counts above it, one at a time
-/// while each is faster than the best so far; where the first above is
-/// not, those below it the same way, unless the policy's own plan already
-/// failed there. At most [`WALK_STEPS`] each way. The fastest is taken,
-/// with its plan. Not under milp: its plan of a larger count has more
-/// choices than it may accept, and dp's prediction is not its own.
+/// until [`WALK_PATIENCE`] in a row are not faster than the best so far;
+/// where none above is, those below it the same way, unless the policy's
+/// own plan already failed there or the largest step does not fit. At
+/// most [`WALK_STEPS`] each way. Each count's workload and plan go
+/// through `at` first. The fastest is taken, with its plan. Not under
+/// milp: its plan of a larger count has more choices than it may accept,
+/// and dp's prediction is not its own.
 fn walk<E: From<Error>>(
     build: &dyn Fn(u32) -> Result<Workload, E>,
+    at: &AtCount<'_, E>,
     most: u32,
     profile: &Profile,
     options: &PlanOptions,
@@ -555,9 +641,16 @@ fn walk<E: From<Error>>(
         Some(made) => Some(made),
         None => plan_if_fits(&sized.workload, profile, options),
     };
-    let Some(made) = made else {
+    if made.is_none() {
         // dp's memory model fit where its plan does not: nothing to walk
         // from.
+        sized.walked.push((found, None));
+        return Ok(());
+    }
+    let workload = std::mem::replace(&mut sized.workload, Workload::new(""));
+    let (workload, made) = at(found, workload, made)?;
+    sized.workload = workload;
+    let Some(made) = made else {
         sized.walked.push((found, None));
         return Ok(());
     };
@@ -567,37 +660,56 @@ fn walk<E: From<Error>>(
     // The fastest so far: its count, workload and plan. At most two plans
     // are held at once (a large workload's plan takes gigabytes).
     let mut best = (found, None::<Workload>, made);
-    let mut step = |p: u32, best: &mut (u32, Option<Workload>, MadePlan)| -> Result<bool, E> {
+    // Whether `p` is planned faster than the best so far; `None` where its
+    // largest step does not fit.
+    let mut step = |p: u32,
+                    best: &mut (u32, Option<Workload>, MadePlan)|
+     -> Result<Option<bool>, E> {
         let workload = build(p)?;
         if largest_step_bytes(&workload) > options.budgets.hbm_bytes {
             sized.walked.push((p, None));
-            return Ok(false);
+            return Ok(None);
         }
         let made = plan_if_fits(&workload, profile, options);
+        let (workload, made) = at(p, workload, made)?;
         let predicted = made.as_ref().map(|m| m.plan.predicted.iteration_s);
         sized.walked.push((p, predicted));
         match made {
             Some(made) if made.plan.predicted.iteration_s < best.2.plan.predicted.iteration_s => {
                 *best = (p, Some(workload), made);
-                Ok(true)
+                Ok(Some(true))
             }
-            _ => Ok(false),
+            _ => Ok(Some(false)),
         }
     };
     let top = most.min(found.saturating_add(WALK_STEPS));
+    let mut slower = 0;
     for p in found + 1..=top {
-        if !step(p, &mut best)? {
+        match step(p, &mut best)? {
+            Some(true) => slower = 0,
+            _ => slower += 1,
+        }
+        if slower == WALK_PATIENCE {
             break;
         }
     }
     if best.0 == found {
         // A peer policy's search planned the counts below with these
         // options; dp's searched its memory model, which does not weigh
-        // the fates of the blocks beside a step as its plan does.
+        // the fates of the blocks beside a step as its plan does. Fewer
+        // partitions have larger steps: one that does not fit ends it.
         let bottom = found.saturating_sub(WALK_STEPS).max(1);
+        let mut slower = 0;
         for p in (bottom..found).rev() {
-            let known = options.policy.is_peer() && sized.sizing.tried.contains(&(p, false));
-            if known || !step(p, &mut best)? {
+            if options.policy.is_peer() && sized.sizing.tried.contains(&(p, false)) {
+                break;
+            }
+            match step(p, &mut best)? {
+                None => break,
+                Some(true) => slower = 0,
+                Some(false) => slower += 1,
+            }
+            if slower == WALK_PATIENCE {
                 break;
             }
         }

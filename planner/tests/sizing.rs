@@ -148,9 +148,15 @@ fn on_several_gpus_the_faster_of_host_and_peer_sizing_is_taken_with_its_plan() {
     assert!(peer.compared && peer.taken, "{peer:?}");
     let (peer_s, host_s) = (peer.predicted_s.unwrap(), peer.host_predicted_s.unwrap());
     assert!(peer_s < host_s, "{peer:?}");
-    assert_eq!(sized.partitions, 4);
+    // The walk starts there: 5 is slower, 6 faster, 7 and 8 slower.
+    let counts: Vec<u32> = sized.walked.iter().map(|&(p, _)| p).collect();
+    assert_eq!(counts, vec![4, 5, 6, 7, 8], "{:?}", sized.walked);
+    assert_eq!(sized.walked[0].1, Some(peer_s));
+    assert!(sized.walked[1].1.unwrap() >= peer_s, "{:?}", sized.walked);
+    assert_walk_took_the_fastest(&sized);
+    assert_eq!(sized.partitions, 6);
     assert!(
-        sized.workload.name.ends_with("-p4"),
+        sized.workload.name.ends_with("-p6"),
         "{}",
         sized.workload.name
     );
@@ -158,7 +164,6 @@ fn on_several_gpus_the_faster_of_host_and_peer_sizing_is_taken_with_its_plan() {
     let made = sized.plan.as_ref().expect("the comparison made a plan");
     assert!(made.seconds > 0.0);
     let made = &made.plan;
-    assert_eq!(made.predicted.iteration_s, peer_s);
     let again = plan(&sized.workload, &profile, &options).unwrap();
     assert_eq!(made.to_json(), again.to_json());
     // Under milp the counts are compared by dp's plans, which are not
@@ -344,16 +349,19 @@ fn products_gat(
 #[test]
 fn the_walk_takes_the_fastest_count_near_the_fewest_with_its_plan() {
     // Under 7.5 GiB dp's memory model fits 2 partitions at the fewest; 3
-    // and 4 are predicted faster in turn, 5 slower than 4: the walk up
-    // stops there.
+    // and 4 are predicted faster in turn, 5 and 6 slower than 4: the walk
+    // up stops there, two counts in a row not faster.
     let (build, profile, options) = products_gat(15 << 29);
     let sized = size_partitions(&build, 256, &profile, &options).unwrap();
     assert_eq!(sized.sizing.partitions, 2, "{:?}", sized.sizing);
     let counts: Vec<u32> = sized.walked.iter().map(|&(p, _)| p).collect();
-    assert_eq!(counts, vec![2, 3, 4, 5], "{:?}", sized.walked);
+    assert_eq!(counts, vec![2, 3, 4, 5, 6], "{:?}", sized.walked);
     let predicted: Vec<f64> = sized.walked.iter().map(|&(_, s)| s.unwrap()).collect();
     assert!(
-        predicted[1] < predicted[0] && predicted[2] < predicted[1] && predicted[3] >= predicted[2],
+        predicted[1] < predicted[0]
+            && predicted[2] < predicted[1]
+            && predicted[3] >= predicted[2]
+            && predicted[4] >= predicted[2],
         "{predicted:?}"
     );
     assert_eq!(sized.partitions, 4);
@@ -364,24 +372,27 @@ fn the_walk_takes_the_fastest_count_near_the_fewest_with_its_plan() {
     );
     assert_walk_took_the_fastest(&sized);
 
-    // Under 8 GiB the model fits 3 partitions at the fewest, and 4 is
-    // predicted slower: the walk goes down, where dp's plan fits 2 (the
-    // model does not weigh the blocks beside a step as the plan does),
-    // slower than 3.
+    // Under 8 GiB the model fits 3 partitions at the fewest, and 4 and 5
+    // are predicted slower: the walk goes down, where dp's plan fits 2
+    // (the model does not weigh the blocks beside a step as the plan
+    // does), slower than 3; at 1 the largest step does not fit, which
+    // ends it.
     let (build, profile, options) = products_gat(8 << 30);
     let sized = size_partitions(&build, 256, &profile, &options).unwrap();
     assert_eq!(sized.sizing.partitions, 3, "{:?}", sized.sizing);
     let counts: Vec<u32> = sized.walked.iter().map(|&(p, _)| p).collect();
-    assert_eq!(counts, vec![3, 4, 2], "{:?}", sized.walked);
-    let predicted: Vec<f64> = sized.walked.iter().map(|&(_, s)| s.unwrap()).collect();
+    assert_eq!(counts, vec![3, 4, 5, 2, 1], "{:?}", sized.walked);
+    let predicted: Vec<f64> = sized.walked[..4].iter().map(|&(_, s)| s.unwrap()).collect();
     assert!(
-        predicted[1] >= predicted[0] && predicted[2] >= predicted[0],
+        predicted[1..].iter().all(|&s| s >= predicted[0]),
         "{predicted:?}"
     );
+    assert_eq!(sized.walked[4].1, None);
+    assert!(largest_step_bytes(&build(1).unwrap()) > options.budgets.hbm_bytes);
     assert_eq!(sized.partitions, 3);
     // Each prediction is dp's plan of that count, and the plan handed
     // back is the one of the count taken.
-    for &(p, s) in &sized.walked {
+    for &(p, s) in &sized.walked[..4] {
         let made = plan(&build(p).unwrap(), &profile, &options).unwrap();
         assert_eq!(Some(made.predicted.iteration_s), s, "{p} partitions");
     }
@@ -403,10 +414,9 @@ fn the_walk_takes_the_fastest_count_near_the_fewest_with_its_plan() {
     assert!(sized.walked.is_empty() && sized.plan.is_none());
 }
 
-/// `--sweep auto`: the walk from every aggregation by outputs keeps a
-/// flip only where the prediction falls, so what it takes is never
-/// slower than by outputs, and it hands back the workload of the sweeps
-/// it took with that workload's plan.
+/// `--sweep auto` keeps sweeps only where the prediction falls, so what
+/// it takes is never slower than by outputs, and it hands back the
+/// workload of the sweeps it took with that workload's plan.
 #[test]
 fn the_sweeps_chosen_are_never_slower_than_by_outputs() {
     use fateplan_planner::gnn::{GnnShape, Sweeps};
@@ -478,4 +488,194 @@ fn sweeps_never_slower(
         assert_eq!(stray, Sweeps::default());
     }
     assert!(moved, "{gpus} GPUs: no budget made another sweep faster");
+}
+
+/// A 3-layer GCN has five aggregations that can run by inputs: `--sweep
+/// auto` plans all 32 combinations and takes the fastest (of those within
+/// a millionth of it, the fewest by inputs). On this graph at a quarter of
+/// retain-all's peak a walk of single flips from by outputs (the search
+/// before) stops at a slower one, so a search that walked would fail here.
+#[test]
+fn the_sweeps_taken_are_the_fastest_of_every_combination() {
+    use fateplan_planner::gnn::{GnnShape, Sweeps};
+    use fateplan_planner::sizing::choose_sweeps;
+    let shape = GnnShape {
+        spec: gnn_spec(GnnModel::Gcn),
+        counts: BlockCounts::skewed(2_000_000, 120_000_000, 8).unwrap(),
+    };
+    let (profile, mut options) = options(80 << 30);
+    options.policy = Policy::RetainAll;
+    let peak = plan(
+        &shape.workload(Sweeps::default()).unwrap(),
+        &profile,
+        &options,
+    )
+    .unwrap()
+    .predicted
+    .peak_bytes
+    .hbm;
+    let (profile, options) = self::options(peak / 4);
+    let flips = shape.spec.sweepable().bits();
+    assert_eq!(flips.len(), 5, "{flips:?}");
+    // Every combination's prediction, by the mask of `flips` it flips.
+    let of = |mask: usize| {
+        flips
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| mask & (1 << k) != 0)
+            .fold(Sweeps::default(), |all, (_, flip)| all.flipped(*flip))
+    };
+    let predicted: Vec<Option<f64>> = (0..1 << flips.len())
+        .map(|mask| {
+            plan(&shape.workload(of(mask)).unwrap(), &profile, &options)
+                .ok()
+                .map(|p| p.predicted.iteration_s)
+        })
+        .collect();
+    let build = |sweeps: Sweeps| shape.workload(sweeps);
+    let swept = choose_sweeps(&build, shape.spec.sweepable(), &profile, &options, None).unwrap();
+    assert_eq!(swept.tried, 32);
+    let taken = swept.predicted_s.expect("a plan fits");
+    let mask = (0..predicted.len())
+        .find(|&m| of(m) == swept.sweeps)
+        .unwrap();
+    assert_eq!(predicted[mask], Some(taken), "{}", swept.sweeps.name());
+    for (m, s) in predicted.iter().enumerate() {
+        let Some(s) = *s else { continue };
+        assert!(
+            s >= taken * (1.0 - 1e-6),
+            "{} predicted {s} s, faster than {} taken at {taken} s",
+            of(m).name(),
+            swept.sweeps.name()
+        );
+        let fewer = (m as u32).count_ones() < (mask as u32).count_ones();
+        assert!(
+            !(fewer && s <= taken * (1.0 + 1e-6)),
+            "{} as fast with fewer by inputs",
+            of(m).name()
+        );
+    }
+    // The walk of single flips, first gain taken, pass after pass.
+    let (mut at, mut walked) = (0, predicted[0].unwrap());
+    loop {
+        let before = at;
+        for k in 0..flips.len() {
+            if let Some(s) = predicted[at ^ (1 << k)].filter(|&s| s < walked) {
+                (at, walked) = (at ^ (1 << k), s);
+            }
+        }
+        if at == before {
+            break;
+        }
+    }
+    assert!(
+        walked > taken * (1.0 + 1e-6),
+        "this case no longer tells the searches apart: the walk reaches {} at {walked} s, \
+         every combination {} at {taken} s",
+        of(at).name(),
+        swept.sweeps.name()
+    );
+}
+
+/// A 4-layer GCN has seven aggregations that can run by inputs, too many
+/// to plan every combination: `--sweep auto` walks, and where a pass of
+/// single flips keeps none it tries every pair (21 here) before it stops.
+#[test]
+fn beyond_six_aggregations_the_sweeps_are_walked_with_pairs() {
+    use fateplan_planner::gnn::{GnnShape, Sweeps};
+    use fateplan_planner::sizing::{choose_sweeps, EVERY_SWEEP_BITS};
+    let shape = GnnShape {
+        spec: GnnSpec {
+            layers: 4,
+            ..gnn_spec(GnnModel::Gcn)
+        },
+        counts: BlockCounts::skewed(NODES, EDGES, 4).unwrap(),
+    };
+    let flips = shape.spec.sweepable().bits().len();
+    assert!(flips > EVERY_SWEEP_BITS as usize, "{flips} aggregations");
+    let (profile, mut options) = options(80 << 30);
+    options.policy = Policy::RetainAll;
+    let peak = plan(
+        &shape.workload(Sweeps::default()).unwrap(),
+        &profile,
+        &options,
+    )
+    .unwrap()
+    .predicted
+    .peak_bytes
+    .hbm;
+    let (profile, options) = self::options(peak / 4);
+    let outputs = plan(
+        &shape.workload(Sweeps::default()).unwrap(),
+        &profile,
+        &options,
+    )
+    .unwrap()
+    .predicted
+    .iteration_s;
+    let build = |sweeps: Sweeps| shape.workload(sweeps);
+    let swept = choose_sweeps(&build, shape.spec.sweepable(), &profile, &options, None).unwrap();
+    let taken = swept.predicted_s.expect("a plan fits");
+    assert!(taken < outputs, "{taken} against {outputs} by outputs");
+    // By outputs, every single flip and every pair, at the least.
+    let pairs = flips * (flips - 1) / 2;
+    assert!(
+        swept.tried as usize >= 1 + flips + pairs,
+        "{} planned",
+        swept.tried
+    );
+    assert!(swept.tried < 1 << flips, "{} planned", swept.tried);
+}
+
+/// `size_partitions_choosing` hands each count it plans to `at` (the
+/// searches' count first) and compares the counts by the plans `at` hands
+/// back: here every aggregation by inputs instead of by outputs.
+#[test]
+fn the_walk_compares_the_counts_by_what_at_makes_of_them() {
+    use fateplan_planner::gnn::Sweeps;
+    use fateplan_planner::sizing::{size_partitions_choosing, MadePlan};
+    let (profile, options) = options(8 << 30);
+    let by_inputs = |p: u32| {
+        let spec = GnnSpec {
+            sweeps: Sweeps::INPUTS,
+            ..gnn_spec(GnnModel::Gcn)
+        };
+        build_gnn(&spec, &BlockCounts::skewed(NODES, EDGES, p)?)
+    };
+    let asked = std::cell::RefCell::new(Vec::new());
+    let at = |p: u32, workload: Workload, made: Option<MadePlan>| {
+        assert!(
+            workload.name.ends_with(&format!("-p{p}")),
+            "{}",
+            workload.name
+        );
+        if let Some(made) = made {
+            assert_eq!(made.plan.workload.name, workload.name);
+        }
+        asked.borrow_mut().push(p);
+        let workload = by_inputs(p)?;
+        let made = plan(&workload, &profile, &options)
+            .ok()
+            .map(|plan| MadePlan { plan, seconds: 0.0 });
+        Ok((workload, made))
+    };
+    let sized = size_partitions_choosing(&build, 256, &profile, &options, &at).unwrap();
+    let planned: Vec<u32> = sized
+        .walked
+        .iter()
+        .filter(|&&(p, _)| largest_step_bytes(&build(p).unwrap()) <= options.budgets.hbm_bytes)
+        .map(|&(p, _)| p)
+        .collect();
+    assert!(planned.len() > 2, "{:?}", sized.walked);
+    assert_eq!(*asked.borrow(), planned);
+    for &(p, s) in sized.walked.iter().filter(|(_, s)| s.is_some()) {
+        let made = plan(&by_inputs(p).unwrap(), &profile, &options).unwrap();
+        assert_eq!(Some(made.predicted.iteration_s), s, "{p} partitions");
+    }
+    assert_walk_took_the_fastest(&sized);
+    assert!(
+        sized.workload.name.contains("by-inputs"),
+        "{}",
+        sized.workload.name
+    );
 }
