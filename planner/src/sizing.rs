@@ -61,6 +61,8 @@
 
 use std::time::Instant;
 
+use rayon::prelude::*;
+
 use crate::exchange::MultiGpu;
 use crate::gnn::Sweeps;
 use crate::plan::{Plan, Strategy};
@@ -485,8 +487,8 @@ const SWEEP_GAIN: f64 = 1e-6;
 /// workload by outputs and its plan, where the caller has them. Where
 /// nothing fits, the workload by outputs, without a plan. Errors from
 /// `build` pass through; a plan that fails counts as no plan.
-pub fn choose_sweeps<E: From<Error>>(
-    build: &dyn Fn(Sweeps) -> Result<Workload, E>,
+pub fn choose_sweeps<E: From<Error> + Send>(
+    build: &(dyn Fn(Sweeps) -> Result<Workload, E> + Sync),
     can: Sweeps,
     profile: &Profile,
     options: &PlanOptions,
@@ -530,13 +532,43 @@ pub fn choose_sweeps<E: From<Error>>(
     if flips.len() <= EVERY_SWEEP_BITS as usize {
         let mut subsets: Vec<u64> = (1..1u64 << flips.len()).collect();
         subsets.sort_by_key(|m| (m.count_ones(), *m));
-        for subset in subsets {
-            let sweeps = flips
-                .iter()
-                .enumerate()
-                .filter(|(k, _)| subset & (1 << k) != 0)
-                .fold(Sweeps::default(), |all, (_, flip)| all.flipped(*flip));
-            search.try_sweeps(sweeps)?;
+        let every: Vec<Sweeps> = subsets
+            .iter()
+            .map(|subset| {
+                flips
+                    .iter()
+                    .enumerate()
+                    .filter(|(k, _)| subset & (1 << k) != 0)
+                    .fold(Sweeps::default(), |all, (_, flip)| all.flipped(*flip))
+            })
+            .collect();
+        // Planned side by side (dp's own search is mostly one thread),
+        // keeping only the predictions: a large workload's plan takes
+        // gigabytes. The one taken is planned again, in order, below.
+        let predicted: Vec<Option<f64>> = every
+            .par_iter()
+            .map(|&sweeps| -> Result<Option<f64>, E> {
+                let workload = build(sweeps)?;
+                let made = plan_if_fits(&workload, profile, &comparing);
+                Ok(made.map(|m| m.plan.predicted.iteration_s))
+            })
+            .collect::<Result<_, E>>()?;
+        search.best.tried += every.len() as u32;
+        let mut taken = None;
+        let mut best_s = search.best.predicted_s;
+        for (k, s) in predicted.iter().enumerate() {
+            if SweepSearch::<E>::faster(*s, best_s) {
+                (taken, best_s) = (Some(k), *s);
+            }
+        }
+        if let Some(k) = taken {
+            // The same plan again (dp is deterministic), kept this time.
+            let workload = build(every[k])?;
+            let made = plan_if_fits(&workload, profile, &comparing);
+            search.best.predicted_s = made.as_ref().map(|m| m.plan.predicted.iteration_s);
+            search.best.sweeps = every[k];
+            search.best.workload = workload;
+            search.best.plan = made;
         }
     } else {
         let pairs: Vec<Sweeps> = flips
@@ -568,7 +600,7 @@ pub fn choose_sweeps<E: From<Error>>(
 
 /// [`choose_sweeps`]' state: the sweeps planned so far and the fastest.
 struct SweepSearch<'a, E> {
-    build: &'a dyn Fn(Sweeps) -> Result<Workload, E>,
+    build: &'a (dyn Fn(Sweeps) -> Result<Workload, E> + Sync),
     profile: &'a Profile,
     options: &'a PlanOptions,
     tried: std::collections::HashSet<Sweeps>,
@@ -576,6 +608,16 @@ struct SweepSearch<'a, E> {
 }
 
 impl<E: From<Error>> SweepSearch<'_, E> {
+    /// Whether a plan predicted at `seconds` (`None`: none fits) is
+    /// taken over the best so far, at `best`.
+    fn faster(seconds: Option<f64>, best: Option<f64>) -> bool {
+        match (seconds, best) {
+            (Some(s), Some(b)) => s < b * (1.0 - SWEEP_GAIN),
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    }
+
     /// Plans `sweeps` unless they were planned before, and keeps them
     /// where they are predicted faster than the best so far (or where only
     /// they fit); whether they were kept.
@@ -587,11 +629,7 @@ impl<E: From<Error>> SweepSearch<'_, E> {
         let made = plan_if_fits(&workload, self.profile, self.options);
         self.best.tried += 1;
         let seconds = made.as_ref().map(|m| m.plan.predicted.iteration_s);
-        let faster = match (seconds, self.best.predicted_s) {
-            (Some(s), Some(b)) => s < b * (1.0 - SWEEP_GAIN),
-            (Some(_), None) => true,
-            (None, _) => false,
-        };
+        let faster = Self::faster(seconds, self.best.predicted_s);
         if faster {
             self.best.predicted_s = seconds;
             self.best.sweeps = sweeps;

@@ -457,7 +457,7 @@ fn the_sweeps_chosen_are_never_slower_than_by_outputs() {
 /// [`choose_sweeps`] at a half, a quarter and an eighth of retain-all's
 /// peak (`at(share)`): never slower than by outputs, faster once.
 fn sweeps_never_slower(
-    build: &dyn Fn(fateplan_planner::gnn::Sweeps) -> fateplan_planner::Result<Workload>,
+    build: &(dyn Fn(fateplan_planner::gnn::Sweeps) -> fateplan_planner::Result<Workload> + Sync),
     spec: &GnnSpec,
     gpus: u32,
     at: &dyn Fn(u64) -> (Profile, PlanOptions),
