@@ -86,6 +86,12 @@ struct Prepared {
     item_touches: Vec<(u32, u32)>,
     /// The touch of each transfer's issue (`u32::MAX` for recomputations).
     transfer_touch: Vec<u32>,
+    /// Per transfer, for an offload: the last read of the device copy it
+    /// moves after its issue and before it is due (a recomputation reading
+    /// it while it is being moved), or `u32::MAX` where none is. The plan
+    /// holds the copy until the offload is due, so the offload's end does
+    /// not free it before that read.
+    reads_after_offload: Vec<u32>,
     paths: Vec<Option<Path>>,
     persistent: Vec<bool>,
     uses_ssd: bool,
@@ -244,7 +250,10 @@ fn prepare(plan: &Plan) -> Result<Prepared> {
     let mut touches = Vec::new();
     let mut item_touches = vec![(0u32, 0u32); items.len()];
     let mut transfer_touch = vec![u32::MAX; plan.schedule.len()];
+    // The first touch of each boundary.
+    let mut boundary_touch = vec![0u32; ops + 1];
     for b in 0..=ops {
+        boundary_touch[b] = touches.len() as u32;
         for &index in &issues[issue_start[b] as usize..issue_start[b + 1] as usize] {
             let entry = &plan.schedule[index as usize];
             transfer_touch[index as usize] = touches.len() as u32;
@@ -306,6 +315,30 @@ fn prepare(plan: &Plan) -> Result<Prepared> {
             && !matches!(next[t], Some(TouchKind::Read | TouchKind::OffloadIssue));
         next[t] = Some(touch.kind);
     }
+    // Each tensor's touches, in order, for the reads after an offload.
+    let mut of_tensor: Vec<Vec<u32>> = vec![Vec::new(); n];
+    for (index, touch) in touches.iter().enumerate() {
+        of_tensor[touch.tensor as usize].push(index as u32);
+    }
+    let reads_after_offload = plan
+        .schedule
+        .iter()
+        .zip(&transfer_touch)
+        .map(|(entry, &issue)| {
+            if entry.action != Action::Offload {
+                return u32::MAX;
+            }
+            let due = boundary_touch[entry.done_before_step as usize];
+            let mine = &of_tensor[entry.tensor.index()];
+            let after = mine.partition_point(|&k| k <= issue);
+            mine[after..]
+                .iter()
+                .take_while(|&&k| k < due && touches[k as usize].kind == TouchKind::Read)
+                .last()
+                .copied()
+                .unwrap_or(u32::MAX)
+        })
+        .collect();
     Ok(Prepared {
         items,
         step_first_item,
@@ -315,6 +348,7 @@ fn prepare(plan: &Plan) -> Result<Prepared> {
         touches,
         item_touches,
         transfer_touch,
+        reads_after_offload,
         paths,
         persistent,
         uses_ssd,
@@ -340,6 +374,9 @@ struct TensorState {
     away: Option<Tier>,
     /// The away copy is complete (its offload has finished).
     away_ready: bool,
+    /// The touch (a read before the offload is due) after which the device
+    /// copy is freed, where its offload ended before it.
+    free_after: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -402,6 +439,8 @@ struct Engine<'a> {
     copying: [bool; STREAMS],
     tiers: Tiers,
     compute: Compute,
+    /// Touches before this one belong to items that have ended.
+    touched: u32,
     jitter: Jitter,
     pending_due: Vec<u32>,
     compute_s: f64,
@@ -458,6 +497,7 @@ pub fn run(
             since: 0.0,
             mark: 0.0,
         },
+        touched: 0,
         jitter: Jitter::new(options.seed),
         pending_due,
         compute_s: 0.0,
@@ -707,6 +747,7 @@ impl<'a> Engine<'a> {
                         arrived: false,
                         leaving: false,
                         readable_from: 0,
+                        free_after: None,
                         ..state
                     };
                 }
@@ -798,6 +839,7 @@ impl<'a> Engine<'a> {
             });
         }
         let (first, last) = self.prepared.item_touches[k as usize];
+        self.touched = last;
         let range = first as usize..last as usize;
         for index in range.clone() {
             let touch = self.prepared.touches[index];
@@ -807,7 +849,12 @@ impl<'a> Engine<'a> {
         }
         for index in range {
             let touch = self.prepared.touches[index];
-            if touch.frees {
+            let state = &mut self.tensors[touch.tensor as usize];
+            let last_before_due = state.free_after == Some(index as u32);
+            if last_before_due {
+                state.free_after = None;
+            }
+            if touch.frees || last_before_due {
                 self.free_device(touch.tensor, t);
             }
         }
@@ -1032,10 +1079,19 @@ impl<'a> Engine<'a> {
         let tensor = entry.tensor.0;
         match entry.action {
             Action::Offload => {
+                // A read of the device copy before the offload is due,
+                // still to come (or running), frees it when it ends: the
+                // plan holds the copy till then.
+                let read = self.prepared.reads_after_offload[index];
+                let read_to_come = read != u32::MAX && read >= self.touched;
                 let state = &mut self.tensors[tensor as usize];
                 if state.leaving {
                     state.leaving = false;
-                    self.free_device(tensor, t);
+                    if read_to_come {
+                        state.free_after = Some(read);
+                    } else {
+                        self.free_device(tensor, t);
+                    }
                 }
                 let state = &mut self.tensors[tensor as usize];
                 if state.away == Some(entry.to) {

@@ -596,3 +596,68 @@ fn masked_elements_add_the_profile_s_time_per_element() {
     let (sim, planned) = compute(&profile);
     assert!(close(sim, 0.7) && close(planned, 0.7), "{sim} {planned}");
 }
+
+/// x → f0 → a → f1 → b → g0; g1 reads x; g2 reads b; g3 reads x; bw
+/// reads a and g2's e. Every operator takes 1 s; a and b are 100 B.
+fn read_while_away_workload() -> Workload {
+    let mut w = Workload::new("read-while-away");
+    let x = w.add_tensor("x", 100, TensorKind::Input, Some(Tier::Host));
+    let a = w.add_tensor("a", 100, TensorKind::Activation, None);
+    let b = w.add_tensor("b", 100, TensorKind::Activation, None);
+    let e = w.add_tensor("e", 10, TensorKind::Activation, None);
+    let second = Cost::seconds(1.0);
+    let mut op = |name: &str, phase, inputs: Vec<_>, outputs: Vec<_>| {
+        w.add_op(name, OpKind::Generic, phase, inputs, outputs, second)
+    };
+    op("f0", Phase::Forward, vec![x], vec![a]);
+    op("f1", Phase::Forward, vec![a], vec![b]);
+    op("g0", Phase::Forward, vec![b], vec![]);
+    op("g1", Phase::Forward, vec![x], vec![]);
+    op("g2", Phase::Forward, vec![b], vec![e]);
+    op("g3", Phase::Forward, vec![x], vec![]);
+    op("bw", Phase::Backward, vec![a, e], vec![]);
+    w
+}
+
+/// A recomputation may read a device copy whose offload is under way:
+/// the plan holds the copy until the offload is due (the sanity pass and
+/// the executor free it then). Here `a` goes to host memory once f1 has
+/// run (1 s at 100 B/s) and is due before g3 (step 5), and `b` is
+/// recomputed from it before g2 (step 4), seconds after the offload has
+/// ended. That end must not free the copy the recomputation still reads;
+/// the read frees it. (Freed at the offload's end, the recomputation at
+/// 6 s found `a` gone.)
+#[test]
+fn a_recomputation_reads_a_copy_whose_offload_has_ended() {
+    use fateplan_planner::plan::{Fate, ScheduleEntry, Stream};
+    use fateplan_planner::workload::{OpId, TensorId};
+    let profile = profile();
+    let mut options = PlanOptions::new(Policy::OffloadHostAll, &profile);
+    options.prefetch = false;
+    let mut plan = plan(&read_while_away_workload(), &profile, &options).unwrap();
+    let (a, b) = (TensorId(1), TensorId(2));
+    plan.schedule.retain(|e| e.tensor != b);
+    for entry in &mut plan.schedule {
+        if (entry.tensor, entry.action) == (a, Action::Offload) {
+            entry.done_before_step = 5;
+        }
+    }
+    plan.schedule.push(ScheduleEntry {
+        action: Action::Recompute,
+        tensor: b,
+        bytes: 100,
+        from: Tier::Hbm,
+        to: Tier::Hbm,
+        stream: Stream::Compute,
+        issue_after_step: 3,
+        done_before_step: 4,
+        op: Some(OpId(1)),
+    });
+    plan.tensors[b.index()].fate = Fate::Recompute;
+    // The planner's own check holds it valid.
+    fateplan_planner::passes::sanity::check(&plan).unwrap();
+    let report = simulate(&plan, &profile, &SimOptions::default()).unwrap();
+    assert_eq!(report.violations_total, 0, "{:?}", report.violations);
+    assert!(close(report.recompute_s, 1.0), "{report:#?}");
+    assert!(report.peak_bytes.hbm <= report.budgets.hbm_bytes);
+}
