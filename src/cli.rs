@@ -161,8 +161,9 @@ pub(crate) struct PlanArgs {
     /// with some exchange strategy per layer (every halo through host
     /// memory tried first), or the fewest with every halo GPU to GPU where
     /// the policy (dp under milp) predicts that faster. Then, except under
-    /// milp, the next counts up (or down) are planned while each is
-    /// predicted faster (at most 32 each way), and the fastest is taken.
+    /// milp, the next counts up (or down) are planned until two in a row
+    /// are not predicted faster (at most 32 each way), and the fastest is
+    /// taken; with --sweep auto, each with the sweeps chosen at it.
     /// The search and the
     /// counts planned are in the summary. `compare` sizes as dp does.
     #[arg(long, conflicts_with = "dag", default_value = "auto")]

@@ -49,8 +49,10 @@
 //! [`WALK_PATIENCE`] counts in a row are not predicted faster than the
 //! best so far (at most [`WALK_STEPS`]); where no count up is faster, it
 //! walks down the same way. [`size_partitions_choosing`] makes a choice at
-//! each count it plans (`--sweep auto`: the sweeps) and compares the
-//! counts by the plans of those choices.
+//! each count it walks to (`--sweep auto`: the sweeps) and compares those
+//! counts by the plans of those choices; on several GPUs the two
+//! searches' counts, where the walk starts, are still compared by their
+//! plans as built.
 //! Under dp the counts below can fit: dp's memory model, which the search
 //! asks, does not weigh the fates of the blocks beside a step as its plan
 //! does (ogbn-products' GAT under 8 GiB: the model fits 3 partitions at the
@@ -78,8 +80,9 @@ pub const PEER_SEARCH_FACTOR: u32 = 4;
 
 /// The most counts the walk from the fewest that fit goes in either
 /// direction ([`size_partitions`]): a bound on the planning time. The
-/// walk stops at the first count not faster, well before it on the
-/// datasets' workloads (six counts at most, docs/planner.md).
+/// walk stops after [`WALK_PATIENCE`] counts in a row not faster, well
+/// before it on the datasets' workloads (nine counts at most,
+/// docs/planner.md and docs/scaling.md).
 pub const WALK_STEPS: u32 = 32;
 
 /// How many counts in a row not faster than the best so far end the walk
@@ -464,6 +467,10 @@ const SWEEP_PASSES: u32 = 4;
 /// (2⁶ = 64 plans; a 3-layer GCN has 5 or 6): beyond it, it walks.
 pub const EVERY_SWEEP_BITS: u32 = 6;
 
+/// How many sweeps [`choose_sweeps`] plans at once: each holds its
+/// workload and plan while it is made.
+const SWEEPS_AT_ONCE: usize = 4;
+
 /// How much faster, as a share of the best so far, sweeps must be
 /// predicted for [`choose_sweeps`] to take them: plans that differ by
 /// rounding alone (a few nanoseconds an iteration) are not another
@@ -474,8 +481,8 @@ const SWEEP_GAIN: f64 = 1e-6;
 /// milp) of the workloads `build` makes is predicted fastest, among those
 /// `can` allows. Where `can` holds at most [`EVERY_SWEEP_BITS`]
 /// aggregations, every combination is planned, fewest by inputs first,
-/// and of predictions within [`SWEEP_GAIN`] of each other the first is
-/// kept. A walk from each single
+/// and of those within [`SWEEP_GAIN`] of the fastest the first is taken
+/// (where it is that much faster than by outputs). A walk from each single
 /// flip misses the best: the products-sized GCN in 8 partitions on the
 /// `h100-measured` profile is predicted 589.8 ms by `f1`, slower by
 /// every flip from there, and 540.9 ms by `f1,f2,f3,b2`
@@ -542,25 +549,35 @@ pub fn choose_sweeps<E: From<Error> + Send>(
                     .fold(Sweeps::default(), |all, (_, flip)| all.flipped(*flip))
             })
             .collect();
-        // Planned side by side (dp's own search is mostly one thread),
-        // keeping only the predictions: a large workload's plan takes
-        // gigabytes. The one taken is planned again, in order, below.
-        let predicted: Vec<Option<f64>> = every
-            .par_iter()
-            .map(|&sweeps| -> Result<Option<f64>, E> {
-                let workload = build(sweeps)?;
-                let made = plan_if_fits(&workload, profile, &comparing);
-                Ok(made.map(|m| m.plan.predicted.iteration_s))
-            })
-            .collect::<Result<_, E>>()?;
-        search.best.tried += every.len() as u32;
-        let mut taken = None;
-        let mut best_s = search.best.predicted_s;
-        for (k, s) in predicted.iter().enumerate() {
-            if SweepSearch::<E>::faster(*s, best_s) {
-                (taken, best_s) = (Some(k), *s);
+        // Planned [`SWEEPS_AT_ONCE`] at a time side by side (dp's own
+        // search is mostly one thread), keeping only the predictions: a
+        // large workload's plan takes gigabytes. The one taken is planned
+        // again, below. The first error in order is returned, whichever
+        // thread met it first.
+        let mut predicted = Vec::with_capacity(every.len());
+        for chunk in every.chunks(SWEEPS_AT_ONCE) {
+            let results: Vec<Result<Option<f64>, E>> = chunk
+                .par_iter()
+                .map(|&sweeps| {
+                    let workload = build(sweeps)?;
+                    let made = plan_if_fits(&workload, profile, &comparing);
+                    Ok(made.map(|m| m.plan.predicted.iteration_s))
+                })
+                .collect();
+            for result in results {
+                predicted.push(result?);
             }
         }
+        search.best.tried += every.len() as u32;
+        // The fastest, then the first (fewest by inputs) within
+        // [`SWEEP_GAIN`] of it, where that is faster than by outputs.
+        let fastest = predicted.iter().flatten().copied().reduce(f64::min);
+        let taken = fastest.and_then(|fastest| {
+            predicted.iter().position(|s| {
+                s.is_some_and(|s| s <= fastest * (1.0 + SWEEP_GAIN))
+                    && SweepSearch::<E>::faster(*s, search.best.predicted_s)
+            })
+        });
         if let Some(k) = taken {
             // The same plan again (dp is deterministic), kept this time.
             let workload = build(every[k])?;
@@ -696,7 +713,8 @@ fn walk<E: From<Error>>(
         .walked
         .push((found, Some(made.plan.predicted.iteration_s)));
     // The fastest so far: its count, workload and plan. At most two plans
-    // are held at once (a large workload's plan takes gigabytes).
+    // are held at once here (a large workload's plan takes gigabytes),
+    // and those `at` makes (`choose_sweeps`: up to `SWEEPS_AT_ONCE` more).
     let mut best = (found, None::<Workload>, made);
     // Whether `p` is planned faster than the best so far; `None` where its
     // largest step does not fit.

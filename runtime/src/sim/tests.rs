@@ -659,5 +659,15 @@ fn a_recomputation_reads_a_copy_whose_offload_has_ended() {
     let report = simulate(&plan, &profile, &SimOptions::default()).unwrap();
     assert_eq!(report.violations_total, 0, "{:?}", report.violations);
     assert!(close(report.recompute_s, 1.0), "{report:#?}");
-    assert!(report.peak_bytes.hbm <= report.budgets.hbm_bytes);
+    // Without a's reload, bw reads it after the offload was due: the copy
+    // went after the recomputation's read (the last before the due step,
+    // freed though another read follows), and bw finds it gone.
+    plan.schedule
+        .retain(|e| (e.tensor, e.action) != (a, Action::Reload));
+    assert!(fateplan_planner::passes::sanity::check(&plan).is_err());
+    let report = simulate(&plan, &profile, &SimOptions::default()).unwrap();
+    assert_eq!(report.violations_total, 1, "{:?}", report.violations);
+    let v = &report.violations[0];
+    assert_eq!(v.kind, ViolationKind::MissingInput);
+    assert_eq!((v.tensor.as_str(), v.op.as_str()), ("a", "bw"), "{v:?}");
 }
