@@ -503,18 +503,7 @@ fn the_sweeps_taken_are_the_fastest_of_every_combination() {
         spec: gnn_spec(GnnModel::Gcn),
         counts: BlockCounts::skewed(2_000_000, 120_000_000, 8).unwrap(),
     };
-    let (profile, mut options) = options(80 << 30);
-    options.policy = Policy::RetainAll;
-    let peak = plan(
-        &shape.workload(Sweeps::default()).unwrap(),
-        &profile,
-        &options,
-    )
-    .unwrap()
-    .predicted
-    .peak_bytes
-    .hbm;
-    let (profile, options) = self::options(peak / 4);
+    let (profile, options) = quarter_of_retain_all(&shape);
     let flips = shape.spec.sweepable().bits();
     assert_eq!(flips.len(), 5, "{flips:?}");
     // Every combination's prediction, by the mask of `flips` it flips.
@@ -596,18 +585,7 @@ fn beyond_six_aggregations_the_sweeps_are_walked_with_pairs() {
     };
     let flips = shape.spec.sweepable().bits().len();
     assert!(flips > EVERY_SWEEP_BITS as usize, "{flips} aggregations");
-    let (profile, mut options) = options(80 << 30);
-    options.policy = Policy::RetainAll;
-    let peak = plan(
-        &shape.workload(Sweeps::default()).unwrap(),
-        &profile,
-        &options,
-    )
-    .unwrap()
-    .predicted
-    .peak_bytes
-    .hbm;
-    let (profile, options) = self::options(peak / 4);
+    let (profile, options) = quarter_of_retain_all(&shape);
     let outputs = plan(
         &shape.workload(Sweeps::default()).unwrap(),
         &profile,
@@ -693,4 +671,18 @@ fn the_walk_compares_the_counts_by_what_at_makes_of_them() {
         "{}",
         sized.workload.name
     );
+}
+
+/// dp's options with a device budget of a quarter of the retain-all plan's
+/// peak of `shape` by outputs.
+fn quarter_of_retain_all(shape: &fateplan_planner::gnn::GnnShape) -> (Profile, PlanOptions) {
+    let (profile, mut roomy) = options(80 << 30);
+    roomy.policy = Policy::RetainAll;
+    let workload = shape.workload(Default::default()).unwrap();
+    let peak = plan(&workload, &profile, &roomy)
+        .unwrap()
+        .predicted
+        .peak_bytes
+        .hbm;
+    options(peak / 4)
 }
