@@ -482,8 +482,8 @@ const SWEEP_GAIN: f64 = 1e-6;
 /// `can` allows. Where `can` holds at most [`EVERY_SWEEP_BITS`]
 /// aggregations, every combination is planned, fewest by inputs first,
 /// and of those within [`SWEEP_GAIN`] of the fastest the first is taken
-/// (where it is that much faster than by outputs). A walk from each single
-/// flip misses the best: the products-sized GCN in 8 partitions on the
+/// (where it is that much faster than by outputs). A walk of single flips
+/// misses the best: the products-sized GCN in 8 partitions on the
 /// `h100-measured` profile is predicted 589.8 ms by `f1`, slower by
 /// every flip from there, and 540.9 ms by `f1,f2,f3,b2`
 /// (docs/planner.md). Beyond that bound it walks: from every aggregation
