@@ -1282,8 +1282,10 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
         .and_then(|model| chosen_at.borrow_mut().remove(&model.partitions));
     if let (Some(model), Some((name, line))) = (&mut model, chosen) {
         // The sizing chose them with the count: `workload` and `made` are
-        // theirs.
-        made_while = "choosing the sweeps";
+        // theirs (by outputs, the sizing's own plan).
+        if name != "outputs" {
+            made_while = "choosing the sweeps";
+        }
         sweep_note = line;
         model.sweep = name;
     } else if let (Some(gnn), Some(model), true) = (&gnn, &mut model, auto) {
