@@ -823,8 +823,14 @@ pub(crate) fn auto_sweeps(
         ..shape.spec.clone()
     }
     .sweep_name();
+    // On several GPUs the combinations are screened with one exchange
+    // vector first (`sizing::SWEEP_FINALISTS`).
+    let screened = match swept.screened {
+        0 => String::new(),
+        n => format!(", of {n} first planned with the exchanges by outputs"),
+    };
     let line = format!(
-        "sweep     {name} (auto{against}; {} sweeps planned in {took})",
+        "sweep     {name} (auto{against}; {} sweeps planned{screened} in {took})",
         swept.tried
     );
     Ok(AutoSweeps {

@@ -458,6 +458,9 @@ pub struct Swept {
     pub outputs_s: Option<f64>,
     /// Sweeps planned here (the plan by outputs handed in not counted).
     pub tried: u32,
+    /// Sweeps first planned with the exchanges of the plan by outputs
+    /// only, on several GPUs ([`SWEEP_FINALISTS`]); 0 elsewhere.
+    pub screened: u32,
 }
 
 /// The most passes of [`choose_sweeps`]' walk, where it walks.
@@ -533,6 +536,7 @@ pub fn choose_sweeps<E: From<Error> + Send>(
             predicted_s: outputs_s,
             outputs_s,
             tried,
+            screened: 0,
         },
     };
     let flips = can.bits();
@@ -554,21 +558,29 @@ pub fn choose_sweeps<E: From<Error> + Send>(
         // large workload's plan takes gigabytes. The one taken is planned
         // again, below. The first error in order is returned, whichever
         // thread met it first.
-        let mut predicted = Vec::with_capacity(every.len());
-        for chunk in every.chunks(SWEEPS_AT_ONCE) {
-            let results: Vec<Result<Option<f64>, E>> = chunk
-                .par_iter()
-                .map(|&sweeps| {
-                    let workload = build(sweeps)?;
-                    let made = plan_if_fits(&workload, profile, &comparing);
-                    Ok(made.map(|m| m.plan.predicted.iteration_s))
-                })
-                .collect();
-            for result in results {
-                predicted.push(result?);
+        //
+        // On several GPUs with the exchanges chosen per layer, each plan
+        // tries every strategy vector (8 for 3 layers). There the
+        // combinations are first planned with the exchanges of the plan
+        // by outputs (`screen`), and only the [`SWEEP_FINALISTS`] fastest
+        // of those are planned with every vector.
+        let screen = per_layer(options)
+            .then(|| search.best.plan.as_ref().map(|m| m.plan.layer_strategies()))
+            .flatten()
+            .filter(|strategies| !strategies.is_empty());
+        let predicted = match &screen {
+            None => predict_each(build, &every, profile, &comparing, |_| true)?,
+            Some(strategies) => {
+                let screened = screen_each(build, &every, profile, &comparing, strategies)?;
+                search.best.screened = every.len() as u32;
+                let finalists = finalists(&screened);
+                predict_each(build, &every, profile, &comparing, |k| {
+                    finalists.contains(&k)
+                })?
             }
-        }
-        search.best.tried += every.len() as u32;
+        };
+        search.best.tried += predicted.iter().filter(|p| p.is_some()).count() as u32;
+        let predicted: Vec<Option<f64>> = predicted.into_iter().map(Option::flatten).collect();
         // The fastest, then the first (fewest by inputs) within
         // [`SWEEP_GAIN`] of it, where that is faster than by outputs.
         let fastest = predicted.iter().flatten().copied().reduce(f64::min);
@@ -613,6 +625,136 @@ pub fn choose_sweeps<E: From<Error> + Send>(
         best.plan = None;
     }
     Ok(best)
+}
+
+/// How many combinations [`choose_sweeps`] plans with every strategy
+/// vector after screening them with one (several GPUs, exchanges chosen
+/// per layer).
+pub const SWEEP_FINALISTS: usize = 4;
+
+/// The predicted iteration of the plan of each of `every` for which
+/// `planned(k)` holds (`Some(None)`: none fits), `None` for the others;
+/// planned [`SWEEPS_AT_ONCE`] at a time, the first error in order
+/// returned.
+fn predict_each<E: From<Error> + Send>(
+    build: &(dyn Fn(Sweeps) -> Result<Workload, E> + Sync),
+    every: &[Sweeps],
+    profile: &Profile,
+    options: &PlanOptions,
+    planned: impl Fn(usize) -> bool + Sync,
+) -> Result<Vec<Option<Option<f64>>>, E> {
+    let chosen: Vec<usize> = (0..every.len()).filter(|&k| planned(k)).collect();
+    let mut predicted = vec![None; every.len()];
+    for chunk in chosen.chunks(SWEEPS_AT_ONCE) {
+        let results: Vec<Result<Option<f64>, E>> = chunk
+            .par_iter()
+            .map(|&k| {
+                let workload = build(every[k])?;
+                let made = plan_if_fits(&workload, profile, options);
+                Ok(made.map(|m| m.plan.predicted.iteration_s))
+            })
+            .collect();
+        for (&k, result) in chunk.iter().zip(results) {
+            predicted[k] = Some(result?);
+        }
+    }
+    Ok(predicted)
+}
+
+/// How a combination fared with the exchanges of the plan by outputs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Screened {
+    /// Its workload has an exchange in a layer that plan has none in.
+    Unscreened,
+    /// The predicted iteration; `None` where nothing fits.
+    Predicted(Option<f64>),
+}
+
+/// Each of `every` planned with every layer's exchange strategy taken
+/// from `strategies` (by layer) rather than chosen: one strategy vector
+/// a plan where [`choose_sweeps`] would try them all. Side by side as in
+/// [`predict_each`].
+fn screen_each<E: From<Error> + Send>(
+    build: &(dyn Fn(Sweeps) -> Result<Workload, E> + Sync),
+    every: &[Sweeps],
+    profile: &Profile,
+    options: &PlanOptions,
+    strategies: &[(u32, Strategy)],
+) -> Result<Vec<Screened>, E> {
+    let (Some(multi), true) = (options.multi.as_ref(), options.gpus > 1) else {
+        return Ok(vec![Screened::Unscreened; every.len()]);
+    };
+    let share = profile.share(options.gpus);
+    let mut screened = Vec::with_capacity(every.len());
+    for chunk in every.chunks(SWEEPS_AT_ONCE) {
+        let results: Vec<Result<Screened, E>> = chunk
+            .par_iter()
+            .map(|&sweeps| {
+                let workload = build(sweeps)?;
+                let sites = crate::exchange::sites(&workload)?;
+                let vector: Option<Vec<Strategy>> = sites
+                    .iter()
+                    .map(|site| {
+                        strategies
+                            .iter()
+                            .find(|(layer, _)| *layer == site.layer)
+                            .map(|&(_, s)| s)
+                    })
+                    .collect();
+                let Some(vector) = vector else {
+                    return Ok(Screened::Unscreened);
+                };
+                let fixed = PlanOptions {
+                    exchanges: crate::exchange::exchanges(
+                        &sites,
+                        multi,
+                        &share,
+                        options.gpus,
+                        &vector,
+                    ),
+                    multi: None,
+                    ..options.clone()
+                };
+                let made = plan_if_fits(&workload, profile, &fixed);
+                Ok(Screened::Predicted(
+                    made.map(|m| m.plan.predicted.iteration_s),
+                ))
+            })
+            .collect();
+        for result in results {
+            screened.push(result?);
+        }
+    }
+    Ok(screened)
+}
+
+/// The combinations to plan with every strategy vector: the
+/// [`SWEEP_FINALISTS`] fastest screened (the first among equals), and
+/// every one that could not be screened.
+fn finalists(screened: &[Screened]) -> Vec<usize> {
+    let mut fitted: Vec<(usize, f64)> = screened
+        .iter()
+        .enumerate()
+        .filter_map(|(k, s)| match s {
+            Screened::Predicted(Some(seconds)) => Some((k, *seconds)),
+            _ => None,
+        })
+        .collect();
+    fitted.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let mut out: Vec<usize> = fitted
+        .iter()
+        .take(SWEEP_FINALISTS)
+        .map(|&(k, _)| k)
+        .collect();
+    out.extend(
+        screened
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| **s == Screened::Unscreened)
+            .map(|(k, _)| k),
+    );
+    out.sort_unstable();
+    out
 }
 
 /// [`choose_sweeps`]' state: the sweeps planned so far and the fastest.

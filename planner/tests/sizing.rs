@@ -110,7 +110,16 @@ fn papers_share(
     impl Fn(u32) -> fateplan_planner::Result<Workload>,
     PlanOptions,
 ) {
-    let stats = dataset("ogbn-papers100M").unwrap();
+    let (spec, (nodes, edges), options) = dataset_share("ogbn-papers100M", gpus, layers);
+    let build = move |p: u32| build_gnn(&spec, &BlockCounts::skewed(nodes, edges, p)?);
+    (build, options)
+}
+
+/// A built-in dataset's GCN (256 hidden) on `gpus` GPUs: the spec, one
+/// device's nodes and edges, and dp's options for its share, with the
+/// exchange chosen per layer.
+fn dataset_share(name: &str, gpus: u32, layers: u32) -> (GnnSpec, (u64, u64), PlanOptions) {
+    let stats = dataset(name).unwrap();
     let spec = GnnSpec {
         layers,
         features: stats.features,
@@ -118,8 +127,6 @@ fn papers_share(
         ..gnn_spec(GnnModel::Gcn)
     };
     let g = gpus as u64;
-    let (nodes, edges) = (stats.nodes.div_ceil(g), stats.edges.div_ceil(g));
-    let build = move |p: u32| build_gnn(&spec, &BlockCounts::skewed(nodes, edges, p)?);
     let profile = a100();
     let mut options = PlanOptions::new(Policy::Dp, &profile);
     options.gpus = gpus;
@@ -129,7 +136,11 @@ fn papers_share(
         halo: Halo::random(stats.nodes, stats.edges),
         forced: None,
     });
-    (build, options)
+    (
+        spec,
+        (stats.nodes.div_ceil(g), stats.edges.div_ceil(g)),
+        options,
+    )
 }
 
 #[test]
@@ -685,4 +696,64 @@ fn quarter_of_retain_all(shape: &fateplan_planner::gnn::GnnShape) -> (Profile, P
         .peak_bytes
         .hbm;
     options(peak / 4)
+}
+
+/// On several GPUs with the exchange chosen per layer, every plan tries
+/// every strategy vector, so `--sweep auto` first plans each combination
+/// with the vector of the plan by outputs, and plans only the fastest
+/// `SWEEP_FINALISTS` with every vector. IGB-full's share of 8 GPUs in 10
+/// partitions (2-layer GCN) is a case where the fastest combination's
+/// own vector is not the one by outputs: the screened search still takes
+/// the fastest of every combination planned in full.
+#[test]
+fn on_several_gpus_the_sweeps_are_screened_with_one_exchange_vector() {
+    use fateplan_planner::gnn::{GnnShape, Sweeps};
+    use fateplan_planner::sizing::{choose_sweeps, SWEEP_FINALISTS};
+    use rayon::prelude::*;
+    let (spec, (nodes, edges), options) = dataset_share("igb-full", 8, 2);
+    let shape = GnnShape {
+        spec,
+        counts: BlockCounts::skewed(nodes, edges, 10).unwrap(),
+    };
+    let profile = a100();
+    let flips = shape.spec.sweepable().bits();
+    assert_eq!(flips.len(), 4, "{flips:?}");
+    let of = |mask: usize| {
+        flips
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| mask & (1 << k) != 0)
+            .fold(Sweeps::default(), |all, (_, flip)| all.flipped(*flip))
+    };
+    let planned: Vec<Option<fateplan_planner::Plan>> = (0..1usize << flips.len())
+        .into_par_iter()
+        .map(|mask| plan(&shape.workload(of(mask)).unwrap(), &profile, &options).ok())
+        .collect();
+    let build = |sweeps: Sweeps| shape.workload(sweeps);
+    let swept = choose_sweeps(&build, shape.spec.sweepable(), &profile, &options, None).unwrap();
+    assert_eq!(swept.screened, 15);
+    // The plan by outputs, and the finalists only, planned in full.
+    assert_eq!(swept.tried as usize, 1 + SWEEP_FINALISTS);
+    let taken = swept.predicted_s.expect("a plan fits");
+    let mask = (0..planned.len()).find(|&m| of(m) == swept.sweeps).unwrap();
+    let taken_plan = planned[mask].as_ref().expect("the sweeps taken fit");
+    assert_eq!(taken_plan.predicted.iteration_s, taken);
+    for (m, made) in planned.iter().enumerate() {
+        let Some(s) = made.as_ref().map(|p| p.predicted.iteration_s) else {
+            continue;
+        };
+        assert!(
+            s >= taken * (1.0 - 1e-6),
+            "{} predicted {s} s, faster than {} taken at {taken} s",
+            of(m).name(),
+            swept.sweeps.name()
+        );
+    }
+    let outputs = planned[0].as_ref().expect("by outputs fits");
+    assert_ne!(
+        outputs.layer_strategies(),
+        taken_plan.layer_strategies(),
+        "this case no longer screens with a vector other than the fastest's ({})",
+        swept.sweeps.name()
+    );
 }
