@@ -825,14 +825,14 @@ pub(crate) fn auto_sweeps(
     .sweep_name();
     // On several GPUs the combinations are screened with one exchange
     // vector first (`sizing::SWEEP_FINALISTS`).
-    let screened = match swept.screened {
-        0 => String::new(),
-        n => format!(", of {n} first planned with the exchanges by outputs"),
+    let planned = match swept.screened {
+        0 => format!("{} sweeps planned", swept.tried),
+        n => format!(
+            "{n} sweeps planned with the exchanges by outputs, then {} with every exchange vector,",
+            swept.tried
+        ),
     };
-    let line = format!(
-        "sweep     {name} (auto{against}; {} sweeps planned{screened} in {took})",
-        swept.tried
-    );
+    let line = format!("sweep     {name} (auto{against}; {planned} in {took})");
     Ok(AutoSweeps {
         swept,
         name,

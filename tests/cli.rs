@@ -768,3 +768,44 @@ fn partitions_and_sweeps_auto_are_chosen_together() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// On several GPUs `--sweep auto` plans each combination with the
+/// exchanges of the plan by outputs, then the fastest few with every
+/// exchange vector, and its `sweep` line says so; on one GPU every
+/// combination is planned once.
+#[test]
+fn on_several_gpus_the_sweep_line_says_the_combinations_were_screened() {
+    let run = |gpus: &str| {
+        let out = fateplan(&[
+            "plan",
+            "--dataset",
+            "ogbn-papers100M",
+            "--layers",
+            "2",
+            "--gpus",
+            gpus,
+            "--partitions",
+            "8",
+            "--sweep",
+            "auto",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let summary = stdout(&out);
+        summary
+            .lines()
+            .find(|l| l.starts_with("sweep "))
+            .unwrap_or_else(|| panic!("no sweep line: {summary}"))
+            .to_string()
+    };
+    let several = run("8");
+    assert!(
+        several.contains("sweeps planned with the exchanges by outputs, then ")
+            && several.contains(" with every exchange vector, in "),
+        "{several}"
+    );
+    let one = run("1");
+    assert!(
+        !one.contains("exchange") && one.contains(" sweeps planned in "),
+        "{one}"
+    );
+}

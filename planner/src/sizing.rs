@@ -489,7 +489,15 @@ const SWEEP_GAIN: f64 = 1e-6;
 /// misses the best: the products-sized GCN in 8 partitions on the
 /// `h100-measured` profile is predicted 589.8 ms by `f1`, slower by
 /// every flip from there, and 540.9 ms by `f1,f2,f3,b2`
-/// (docs/planner.md). Beyond that bound it walks: from every aggregation
+/// (docs/planner.md). On several GPUs with the exchanges chosen per
+/// layer, where each plan tries every strategy vector, the combinations
+/// are screened first: each planned with the vector of the plan by
+/// outputs only, and the [`SWEEP_FINALISTS`] fastest of those (with any
+/// whose exchanges that plan does not cover) planned with every vector;
+/// the fastest is taken from those. Screening is not exact, the vector
+/// can change with the sweeps; on the datasets' workloads it took what
+/// planning every combination in full takes (docs/planner.md, "Sweeps
+/// screened on several GPUs"). Beyond that bound it walks: from every aggregation
 /// by outputs, each aggregation is flipped in turn and kept flipped where
 /// the prediction falls (or where only the flipped one fits); where a
 /// pass keeps none, every pair is flipped the same way; pass after pass
