@@ -16,8 +16,8 @@ use fateplan::planner::passes::cost::FateSet;
 use fateplan::planner::plan::{ExchangeKind, Fate, Leg, PlanModel, Predicted, Strategy};
 use fateplan::planner::profile::DeviceKind;
 use fateplan::planner::sizing::{
-    choose_sweeps, per_layer, size_partitions, size_partitions_choosing, AtCount, MadePlan, Sized,
-    Sizing, Swept,
+    choose_sweeps, per_layer, size_partitions, size_partitions_choosing, AtCount, ByOutputs,
+    MadePlan, Sized, Sizing, Swept,
 };
 use fateplan::planner::units::{format_bytes, format_seconds, parse_bytes};
 use fateplan::planner::{
@@ -792,7 +792,7 @@ pub(crate) fn auto_sweeps(
     shape: &GnnShape,
     profile: &Profile,
     options: &PlanOptions,
-    outputs: Option<(Workload, Option<MadePlan>)>,
+    outputs: Option<(Workload, ByOutputs)>,
 ) -> Result<AutoSweeps> {
     let started = std::time::Instant::now();
     let build = |sweeps: Sweeps| -> Result<Workload> { Ok(shape.workload(sweeps)?) };
@@ -1207,7 +1207,10 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
                     spec: gnn.spec.clone(),
                     counts: gnn.source.blocks(p, true)?,
                 };
-                let chose = auto_sweeps(&shape, &profile, &options, Some((workload, made)))?;
+                // The walk planned this count by outputs with these
+                // options: `None` is no fit, not planned again.
+                let outputs = Some((workload, ByOutputs::Planned(made)));
+                let chose = auto_sweeps(&shape, &profile, &options, outputs)?;
                 chosen_at.borrow_mut().insert(p, (chose.name, chose.line));
                 Ok((chose.swept.workload, chose.swept.plan))
             };
@@ -1303,7 +1306,13 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
             },
         };
         let reused = made.is_some();
-        let outputs = Some((workload, made.take()));
+        let outputs = Some((
+            workload,
+            match made.take() {
+                Some(made) => ByOutputs::Planned(Some(made)),
+                None => ByOutputs::Unplanned,
+            },
+        ));
         let AutoSweeps {
             swept, name, line, ..
         } = auto_sweeps(&shape, &profile, &options, outputs)?;

@@ -742,7 +742,10 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             }
             let mut plan = match args.sweep_auto() {
                 true => {
-                    let outputs = Some((workload.clone(), None));
+                    let outputs = Some((
+                        workload.clone(),
+                        fateplan::planner::sizing::ByOutputs::Unplanned,
+                    ));
                     let auto =
                         crate::cli::auto_sweeps(prepared.shape(), &profile, &options, outputs)?;
                     let swept = auto.swept;

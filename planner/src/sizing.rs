@@ -463,6 +463,20 @@ pub struct Swept {
     pub screened: u32,
 }
 
+/// What the caller of [`choose_sweeps`] knows of the plan of the workload
+/// by outputs it hands in.
+/// (Handed in once, by value: the plan is not boxed.)
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum ByOutputs {
+    /// Not planned yet: [`choose_sweeps`] plans it.
+    Unplanned,
+    /// Planned with the options given: its plan, or `None` where none
+    /// fits (the walk over counts plans each count by outputs first). Not
+    /// planned again, except under milp.
+    Planned(Option<MadePlan>),
+}
+
 /// The most passes of [`choose_sweeps`]' walk, where it walks.
 const SWEEP_PASSES: u32 = 4;
 
@@ -502,15 +516,16 @@ const SWEEP_GAIN: f64 = 1e-6;
 /// the prediction falls (or where only the flipped one fits); where a
 /// pass keeps none, every pair is flipped the same way; pass after pass
 /// until neither keeps one (at most [`SWEEP_PASSES`]). `outputs`: the
-/// workload by outputs and its plan, where the caller has them. Where
-/// nothing fits, the workload by outputs, without a plan. Errors from
-/// `build` pass through; a plan that fails counts as no plan.
+/// workload by outputs and what the caller knows of its plan, where it
+/// has them ([`ByOutputs`]). Where nothing fits, the workload by outputs,
+/// without a plan. Errors from `build` pass through; a plan that fails
+/// counts as no plan.
 pub fn choose_sweeps<E: From<Error> + Send>(
     build: &(dyn Fn(Sweeps) -> Result<Workload, E> + Sync),
     can: Sweeps,
     profile: &Profile,
     options: &PlanOptions,
-    outputs: Option<(Workload, Option<MadePlan>)>,
+    outputs: Option<(Workload, ByOutputs)>,
 ) -> Result<Swept, E> {
     let comparing = PlanOptions {
         policy: match options.policy {
@@ -520,7 +535,11 @@ pub fn choose_sweeps<E: From<Error> + Send>(
         ..options.clone()
     };
     let (workload, made, tried) = match outputs {
-        Some((workload, Some(made))) if options.policy != Policy::Milp => (workload, Some(made), 0),
+        // Under milp the sweeps are compared by dp's plans, not the
+        // caller's.
+        Some((workload, ByOutputs::Planned(made))) if options.policy != Policy::Milp => {
+            (workload, made, 0)
+        }
         Some((workload, _)) => {
             let made = plan_if_fits(&workload, profile, &comparing);
             (workload, made, 1)

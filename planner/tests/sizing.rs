@@ -757,3 +757,56 @@ fn on_several_gpus_the_sweeps_are_screened_with_one_exchange_vector() {
         swept.sweeps.name()
     );
 }
+
+/// The walk over counts plans each count by outputs before it chooses
+/// the sweeps there: a plan handed in as made (`ByOutputs::Planned`),
+/// even where none fit, is not made again, and the sweeps taken are
+/// those taken when `choose_sweeps` plans it itself.
+#[test]
+fn a_plan_by_outputs_handed_in_is_not_made_again() {
+    use fateplan_planner::gnn::{GnnShape, Sweeps};
+    use fateplan_planner::sizing::{choose_sweeps, ByOutputs};
+    let shape = GnnShape {
+        spec: GnnSpec {
+            layers: 2,
+            ..gnn_spec(GnnModel::Gcn)
+        },
+        counts: BlockCounts::skewed(1_000_000, 30_000_000, 4).unwrap(),
+    };
+    let (profile, options) = quarter_of_retain_all(&shape);
+    let build = |sweeps: Sweeps| shape.workload(sweeps);
+    let combinations = (1u32 << shape.spec.sweepable().bits().len()) - 1;
+    let outputs = || shape.workload(Sweeps::default()).unwrap();
+    let itself = choose_sweeps(&build, shape.spec.sweepable(), &profile, &options, None).unwrap();
+    let unplanned = choose_sweeps(
+        &build,
+        shape.spec.sweepable(),
+        &profile,
+        &options,
+        Some((outputs(), ByOutputs::Unplanned)),
+    )
+    .unwrap();
+    for swept in [&itself, &unplanned] {
+        assert_eq!(swept.tried, 1 + combinations);
+    }
+    assert_eq!(unplanned.sweeps, itself.sweeps);
+    assert_ne!(
+        itself.sweeps,
+        Sweeps::default(),
+        "a case where a sweep is taken"
+    );
+    // Handed in as planned with no fit: by outputs is not planned again,
+    // and counts as nothing fitting.
+    let no_fit = choose_sweeps(
+        &build,
+        shape.spec.sweepable(),
+        &profile,
+        &options,
+        Some((outputs(), ByOutputs::Planned(None))),
+    )
+    .unwrap();
+    assert_eq!(no_fit.tried, combinations);
+    assert_eq!(no_fit.outputs_s, None);
+    assert_eq!(no_fit.sweeps, itself.sweeps);
+    assert_eq!(no_fit.predicted_s, itself.predicted_s);
+}
