@@ -9,7 +9,8 @@
 #   profile   `fateplan profile` on the GPU (PROFILE_ARGS adds flags, --quick say)
 #   products  a 3-layer GCN, 256 hidden, on an ogbn-products-sized R-MAT graph:
 #             retain-all, then dp at 25% of the retain-all peak (of 4
-#             partitions; then of 1 partition, in 8), the dp runs with
+#             partitions; then of 1 partition, in 8, and in the count
+#             --partitions auto chooses with its sweeps), the dp runs with
 #             --sweep $SWEEP (default auto), each with --compare-simulated
 #             on the measured profile (or PROFILE); PyTorch Geometric's full-graph GCN on the same graph
 #             and GPU (benches/pyg_gcn.py: its sparse CSR adjacency, and its
@@ -137,6 +138,14 @@ PY
         timeout 170 "$BIN" train "${common[@]}" --partitions 8 --policy dp --hbm-budget "$budget" --sweep "$SWEEP" \
             --spill-dir "$WORK/spill" --trace "$LOGS/products_dp8.trace.json" >"$LOGS/products_dp8.json" 2>"$LOGS/products_dp8.err"
         note "products dp, 8 partitions, budget $budget: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/products_dp8.json" 2>&1 | tail -1)"
+        # The same budget with the count chosen with its sweeps
+        # (--partitions auto --sweep auto), planned first, then trained.
+        "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$prof" --partitions auto --policy dp \
+            --hbm-budget "$budget" --sweep "$SWEEP" -o "$WORK/products_auto.plan.json" >"$LOGS/products_auto_plan.txt" 2>&1
+        note "products dp, partitions auto, budget $budget: planned: exit $? $(grep -E '^(partitions|sweep|predicted)' "$LOGS/products_auto_plan.txt" | cut -c1-160 | tr '\n' ' ')"
+        timeout 170 "$BIN" train "${common[@]}" --plan "$WORK/products_auto.plan.json" --spill-dir "$WORK/spill" \
+            --trace "$LOGS/products_dpauto.trace.json" >"$LOGS/products_dpauto.json" 2>"$LOGS/products_dpauto.err"
+        note "products dp, partitions auto, budget $budget: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/products_dpauto.json" 2>&1 | tail -1)"
         "$BIN" generate --graph "$GRAPH" --out "$WORK/rmat" >/dev/null 2>>"$log"
         if [ "${PYG_EDGE_INDEX:-}" = 1 ]; then
             PYTHONUNBUFFERED=1 timeout 120 python3 benches/pyg_gcn.py --graph "$WORK/rmat" --layers 3 --hidden 256 \
