@@ -508,23 +508,14 @@ fn sweeps_never_slower(
 /// before) stops at a slower one, so a search that walked would fail here.
 #[test]
 fn the_sweeps_taken_are_the_fastest_of_every_combination() {
-    use fateplan_planner::gnn::{GnnShape, Sweeps};
+    use fateplan_planner::gnn::Sweeps;
     use fateplan_planner::sizing::choose_sweeps;
-    let shape = GnnShape {
-        spec: gnn_spec(GnnModel::Gcn),
-        counts: BlockCounts::skewed(2_000_000, 120_000_000, 8).unwrap(),
-    };
+    let shape = gcn_shape(3, 2_000_000, 120_000_000, 8);
     let (profile, options) = quarter_of_retain_all(&shape);
     let flips = shape.spec.sweepable().bits();
     assert_eq!(flips.len(), 5, "{flips:?}");
     // Every combination's prediction, by the mask of `flips` it flips.
-    let of = |mask: usize| {
-        flips
-            .iter()
-            .enumerate()
-            .filter(|(k, _)| mask & (1 << k) != 0)
-            .fold(Sweeps::default(), |all, (_, flip)| all.flipped(*flip))
-    };
+    let of = |mask: usize| combination(&flips, mask);
     let predicted: Vec<Option<f64>> = (0..1 << flips.len())
         .map(|mask| {
             plan(&shape.workload(of(mask)).unwrap(), &profile, &options)
@@ -585,15 +576,9 @@ fn the_sweeps_taken_are_the_fastest_of_every_combination() {
 /// stop where a pair is 0.4% faster.
 #[test]
 fn beyond_six_aggregations_the_sweeps_are_walked_with_pairs() {
-    use fateplan_planner::gnn::{GnnShape, Sweeps};
+    use fateplan_planner::gnn::Sweeps;
     use fateplan_planner::sizing::{choose_sweeps, EVERY_SWEEP_BITS};
-    let shape = GnnShape {
-        spec: GnnSpec {
-            layers: 4,
-            ..gnn_spec(GnnModel::Gcn)
-        },
-        counts: BlockCounts::skewed(2_000_000, 120_000_000, 4).unwrap(),
-    };
+    let shape = gcn_shape(4, 2_000_000, 120_000_000, 4);
     let flips = shape.spec.sweepable().bits().len();
     assert!(flips > EVERY_SWEEP_BITS as usize, "{flips} aggregations");
     let (profile, options) = quarter_of_retain_all(&shape);
@@ -718,13 +703,7 @@ fn on_several_gpus_the_sweeps_are_screened_with_one_exchange_vector() {
     let profile = a100();
     let flips = shape.spec.sweepable().bits();
     assert_eq!(flips.len(), 4, "{flips:?}");
-    let of = |mask: usize| {
-        flips
-            .iter()
-            .enumerate()
-            .filter(|(k, _)| mask & (1 << k) != 0)
-            .fold(Sweeps::default(), |all, (_, flip)| all.flipped(*flip))
-    };
+    let of = |mask: usize| combination(&flips, mask);
     let planned: Vec<Option<fateplan_planner::Plan>> = (0..1usize << flips.len())
         .into_par_iter()
         .map(|mask| plan(&shape.workload(of(mask)).unwrap(), &profile, &options).ok())
@@ -764,15 +743,9 @@ fn on_several_gpus_the_sweeps_are_screened_with_one_exchange_vector() {
 /// those taken when `choose_sweeps` plans it itself.
 #[test]
 fn a_plan_by_outputs_handed_in_is_not_made_again() {
-    use fateplan_planner::gnn::{GnnShape, Sweeps};
+    use fateplan_planner::gnn::Sweeps;
     use fateplan_planner::sizing::{choose_sweeps, ByOutputs};
-    let shape = GnnShape {
-        spec: GnnSpec {
-            layers: 2,
-            ..gnn_spec(GnnModel::Gcn)
-        },
-        counts: BlockCounts::skewed(1_000_000, 30_000_000, 4).unwrap(),
-    };
+    let shape = gcn_shape(2, 1_000_000, 30_000_000, 4);
     let (profile, options) = quarter_of_retain_all(&shape);
     let build = |sweeps: Sweeps| shape.workload(sweeps);
     let combinations = (1u32 << shape.spec.sweepable().bits().len()) - 1;
@@ -809,4 +782,34 @@ fn a_plan_by_outputs_handed_in_is_not_made_again() {
     assert_eq!(no_fit.outputs_s, None);
     assert_eq!(no_fit.sweeps, itself.sweeps);
     assert_eq!(no_fit.predicted_s, itself.predicted_s);
+}
+
+/// A GCN of `layers` (256 hidden) on the statistics-only blocks of
+/// `nodes` and `edges` in `partitions`.
+fn gcn_shape(
+    layers: u32,
+    nodes: u64,
+    edges: u64,
+    partitions: u32,
+) -> fateplan_planner::gnn::GnnShape {
+    fateplan_planner::gnn::GnnShape {
+        spec: GnnSpec {
+            layers,
+            ..gnn_spec(GnnModel::Gcn)
+        },
+        counts: BlockCounts::skewed(nodes, edges, partitions).unwrap(),
+    }
+}
+
+/// The sweeps that flip the aggregations of `flips` whose bits `mask`
+/// sets, the others by outputs.
+fn combination(
+    flips: &[fateplan_planner::gnn::Sweeps],
+    mask: usize,
+) -> fateplan_planner::gnn::Sweeps {
+    flips
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| mask & (1 << k) != 0)
+        .fold(Default::default(), |all, (_, flip)| all.flipped(*flip))
 }
