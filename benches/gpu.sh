@@ -139,11 +139,12 @@ PY
             --spill-dir "$WORK/spill" --trace "$LOGS/products_dp8.trace.json" >"$LOGS/products_dp8.json" 2>"$LOGS/products_dp8.err"
         note "products dp, 8 partitions, budget $budget: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/products_dp8.json" 2>&1 | tail -1)"
         # The same budget with the count chosen with its sweeps
-        # (--partitions auto --sweep auto), planned first, then trained.
-        "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$prof" --partitions auto --policy dp \
-            --hbm-budget "$budget" --sweep "$SWEEP" -o "$WORK/products_auto.plan.json" >"$LOGS/products_auto_plan.txt" 2>&1
+        # (--partitions auto --sweep $SWEEP), planned first, then trained.
+        timeout 170 "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$prof" --partitions auto \
+            --policy dp --hbm-budget "$budget" --sweep "$SWEEP" -o "$LOGS/products_auto.plan.json" \
+            >"$LOGS/products_auto_plan.txt" 2>&1
         note "products dp, partitions auto, budget $budget: planned: exit $? $(grep -E '^(partitions|sweep|predicted)' "$LOGS/products_auto_plan.txt" | cut -c1-160 | tr '\n' ' ')"
-        timeout 170 "$BIN" train "${common[@]}" --plan "$WORK/products_auto.plan.json" --spill-dir "$WORK/spill" \
+        timeout 170 "$BIN" train "${common[@]}" --plan "$LOGS/products_auto.plan.json" --spill-dir "$WORK/spill" \
             --trace "$LOGS/products_dpauto.trace.json" >"$LOGS/products_dpauto.json" 2>"$LOGS/products_dpauto.err"
         note "products dp, partitions auto, budget $budget: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/products_dpauto.json" 2>&1 | tail -1)"
         "$BIN" generate --graph "$GRAPH" --out "$WORK/rmat" >/dev/null 2>>"$log"

@@ -825,10 +825,10 @@ pub(crate) fn auto_sweeps(
     .sweep_name();
     // On several GPUs the combinations are screened with one exchange
     // vector first (`sizing::SWEEP_FINALISTS`).
-    let planned = match swept.screened {
+    let planned = match swept.screened.len() {
         0 => format!("{} sweeps planned", swept.tried),
         n => format!(
-            "{n} sweeps planned with the exchanges by outputs, then {} with every exchange vector,",
+            "{n} sweeps planned with the exchanges by outputs, {} with every exchange vector",
             swept.tried
         ),
     };

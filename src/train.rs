@@ -765,6 +765,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                         "outputs_s": swept.outputs_s,
                         "compared_by": auto.compared_by.name(),
                         "plans": swept.tried,
+                        "screened": swept.screened.len(),
                     });
                     chosen = Some((swept.workload, swept.sweeps, auto.name, auto.line, json));
                     plan

@@ -456,11 +456,14 @@ pub struct Swept {
     /// aggregation by outputs, where each has a plan.
     pub predicted_s: Option<f64>,
     pub outputs_s: Option<f64>,
-    /// Sweeps planned here (the plan by outputs handed in not counted).
+    /// Sweeps planned here in full (the plan by outputs counted where it
+    /// was made here; the screening plans not counted).
     pub tried: u32,
-    /// Sweeps first planned with the exchanges of the plan by outputs
-    /// only, on several GPUs ([`SWEEP_FINALISTS`]); 0 elsewhere.
-    pub screened: u32,
+    /// On several GPUs ([`SWEEP_FINALISTS`]), each combination's
+    /// predicted iteration with the exchanges of the plan by outputs only
+    /// (`None`: nothing fits, or it could not be screened); empty
+    /// elsewhere.
+    pub screened: Vec<(Sweeps, Option<f64>)>,
 }
 
 /// What the caller of [`choose_sweeps`] knows of the plan of the workload
@@ -506,12 +509,13 @@ const SWEEP_GAIN: f64 = 1e-6;
 /// (docs/planner.md). On several GPUs with the exchanges chosen per
 /// layer, where each plan tries every strategy vector, the combinations
 /// are screened first: each planned with the vector of the plan by
-/// outputs only, and the [`SWEEP_FINALISTS`] fastest of those (with any
-/// whose exchanges that plan does not cover) planned with every vector;
-/// the fastest is taken from those. Screening is not exact, the vector
-/// can change with the sweeps; on the datasets' workloads it took what
-/// planning every combination in full takes (docs/planner.md, "Sweeps
-/// screened on several GPUs"). Beyond that bound it walks: from every aggregation
+/// outputs only, and the [`SWEEP_FINALISTS`] fastest of those planned
+/// with every vector (where fewer fit, as many of those that did not; and
+/// any whose exchanges that plan does not cover); the fastest is taken
+/// from those. Screening is not exact, the vector can change with the
+/// sweeps; on the datasets' workloads it took what planning every
+/// combination in full takes (docs/planner.md, "Sweeps screened on
+/// several GPUs"). Beyond that bound it walks: from every aggregation
 /// by outputs, each aggregation is flipped in turn and kept flipped where
 /// the prediction falls (or where only the flipped one fits); where a
 /// pass keeps none, every pair is flipped the same way; pass after pass
@@ -563,7 +567,7 @@ pub fn choose_sweeps<E: From<Error> + Send>(
             predicted_s: outputs_s,
             outputs_s,
             tried,
-            screened: 0,
+            screened: Vec::new(),
         },
     };
     let flips = can.bits();
@@ -599,8 +603,15 @@ pub fn choose_sweeps<E: From<Error> + Send>(
             None => predict_each(build, &every, profile, &comparing, |_| true)?,
             Some(strategies) => {
                 let screened = screen_each(build, &every, profile, &comparing, strategies)?;
-                search.best.screened = every.len() as u32;
                 let finalists = finalists(&screened);
+                search.best.screened = every
+                    .iter()
+                    .zip(&screened)
+                    .map(|(&sweeps, s)| match s {
+                        Screened::Predicted(seconds) => (sweeps, *seconds),
+                        Screened::Unscreened => (sweeps, None),
+                    })
+                    .collect();
                 predict_each(build, &every, profile, &comparing, |k| {
                     finalists.contains(&k)
                 })?
@@ -718,7 +729,11 @@ fn screen_each<E: From<Error> + Send>(
             .par_iter()
             .map(|&sweeps| {
                 let workload = build(sweeps)?;
-                let sites = crate::exchange::sites(&workload)?;
+                // Sites that cannot be found are left to the full plan,
+                // where a failure counts as no plan.
+                let Ok(sites) = crate::exchange::sites(&workload) else {
+                    return Ok(Screened::Unscreened);
+                };
                 let vector: Option<Vec<Strategy>> = sites
                     .iter()
                     .map(|site| {
@@ -756,8 +771,9 @@ fn screen_each<E: From<Error> + Send>(
 }
 
 /// The combinations to plan with every strategy vector: the
-/// [`SWEEP_FINALISTS`] fastest screened (the first among equals), and
-/// every one that could not be screened.
+/// [`SWEEP_FINALISTS`] fastest screened (the first among equals); where
+/// fewer fit, the first that did not, up to that many (another vector
+/// may fit them); and every one that could not be screened.
 fn finalists(screened: &[Screened]) -> Vec<usize> {
     let mut fitted: Vec<(usize, f64)> = screened
         .iter()
@@ -773,6 +789,15 @@ fn finalists(screened: &[Screened]) -> Vec<usize> {
         .take(SWEEP_FINALISTS)
         .map(|&(k, _)| k)
         .collect();
+    let short = SWEEP_FINALISTS.saturating_sub(out.len());
+    out.extend(
+        screened
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| **s == Screened::Predicted(None))
+            .map(|(k, _)| k)
+            .take(short),
+    );
     out.extend(
         screened
             .iter()
@@ -946,4 +971,40 @@ fn walk<E: From<Error>>(
     }
     sized.plan = Some(made);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fastest screened go on (the first among equals); where fewer
+    /// than [`SWEEP_FINALISTS`] fit, those that did not fill the rest;
+    /// those not screened always go on.
+    #[test]
+    fn finalists_are_the_fastest_screened_then_those_that_did_not_fit() {
+        use Screened::{Predicted, Unscreened};
+        assert_eq!(SWEEP_FINALISTS, 4);
+        let few = [
+            Predicted(Some(3.0)),
+            Predicted(None),
+            Unscreened,
+            Predicted(Some(1.0)),
+            Predicted(None),
+            Predicted(None),
+            Predicted(None),
+        ];
+        assert_eq!(finalists(&few), vec![0, 1, 2, 3, 4]);
+        let many = [
+            Predicted(Some(5.0)),
+            Predicted(Some(2.0)),
+            Predicted(None),
+            Predicted(Some(2.0)),
+            Predicted(Some(9.0)),
+            Predicted(Some(1.0)),
+            Predicted(Some(2.0)),
+            Unscreened,
+        ];
+        assert_eq!(finalists(&many), vec![1, 3, 5, 6, 7]);
+        assert_eq!(finalists(&[Predicted(None); 2]), vec![0, 1]);
+    }
 }

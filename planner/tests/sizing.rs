@@ -710,7 +710,7 @@ fn on_several_gpus_the_sweeps_are_screened_with_one_exchange_vector() {
         .collect();
     let build = |sweeps: Sweeps| shape.workload(sweeps);
     let swept = choose_sweeps(&build, shape.spec.sweepable(), &profile, &options, None).unwrap();
-    assert_eq!(swept.screened, 15);
+    assert_eq!(swept.screened.len(), 15);
     // The plan by outputs, and the finalists only, planned in full.
     assert_eq!(swept.tried as usize, 1 + SWEEP_FINALISTS);
     let taken = swept.predicted_s.expect("a plan fits");
@@ -728,6 +728,25 @@ fn on_several_gpus_the_sweeps_are_screened_with_one_exchange_vector() {
             swept.sweeps.name()
         );
     }
+    // Screened with one vector, a combination is never predicted faster
+    // than with every vector, and here some are predicted slower.
+    let mut slower = 0;
+    for &(sweeps, one) in &swept.screened {
+        let m = (1..planned.len()).find(|&m| of(m) == sweeps).unwrap();
+        let full = planned[m].as_ref().map(|p| p.predicted.iteration_s);
+        if let (Some(full), Some(one)) = (full, one) {
+            assert!(
+                one >= full * (1.0 - 1e-9),
+                "{}: {one} s with one vector, {full} s with every one",
+                sweeps.name()
+            );
+            slower += usize::from(one > full * (1.0 + 1e-6));
+        }
+    }
+    assert!(
+        slower > 0,
+        "no combination screened slower than planned in full"
+    );
     let outputs = planned[0].as_ref().expect("by outputs fits");
     assert_ne!(
         outputs.layer_strategies(),
