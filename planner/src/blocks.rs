@@ -4,6 +4,8 @@
 //! the edges whose destination is in partition `i` and source in partition
 //! `j`, as 2-D partitioned full-graph systems store them.
 
+use rayon::prelude::*;
+
 use crate::{Error, Result};
 
 /// Largest partition count: the workload has P² aggregation blocks per layer.
@@ -17,6 +19,35 @@ pub const SKEW_EXPONENT: f64 = 0.5;
 pub const DIAGONAL_FRACTION: f64 = 0.3;
 
 const _: () = assert!(DIAGONAL_FRACTION >= 0.0 && DIAGONAL_FRACTION <= 1.0);
+
+/// Edges of a batch each of [`BlockCounts::count`]'s side-by-side tasks
+/// takes: batches under twice this are counted on the calling thread.
+const COUNT_CHUNK: usize = 1 << 18;
+
+/// Whether a batch's lists are as long as each other and name only the
+/// graph's `nodes` vertices; the error names the first edge that does
+/// not, `first` being the batch's first edge's number.
+fn check_batch(nodes: u64, first: u64, src: &[u64], dst: &[u64]) -> Result<()> {
+    if src.len() != dst.len() {
+        return Err(Error::invalid(
+            "edge list",
+            format!("{} sources but {} destinations", src.len(), dst.len()),
+        ));
+    }
+    // The largest vertex first (a loop the compiler vectorises), and the
+    // edge to name only where it is out of range.
+    let largest = src.iter().chain(dst).fold(0u64, |a, &b| a.max(b));
+    if largest < nodes {
+        return Ok(());
+    }
+    match (0..src.len()).find(|&k| src[k] >= nodes || dst[k] >= nodes) {
+        Some(k) => Err(Error::invalid(
+            format!("edge {}", first + k as u64),
+            format!("{} -> {} names a vertex outside 0..{nodes}", src[k], dst[k]),
+        )),
+        None => Ok(()),
+    }
+}
 
 /// Vertex and edge counts of every partition and block.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,25 +98,68 @@ impl BlockCounts {
     /// the graph (the number an error names). A batch with an edge naming
     /// a vertex outside the graph adds nothing.
     pub fn count(&mut self, first: u64, src: &[u64], dst: &[u64]) -> Result<()> {
-        if src.len() != dst.len() {
-            return Err(Error::invalid(
-                "edge list",
-                format!("{} sources but {} destinations", src.len(), dst.len()),
-            ));
-        }
-        let nodes = self.nodes;
-        if let Some(k) = (0..src.len()).find(|&k| src[k] >= nodes || dst[k] >= nodes) {
-            return Err(Error::invalid(
-                format!("edge {}", first + k as u64),
-                format!("{} -> {} names a vertex outside 0..{nodes}", src[k], dst[k]),
-            ));
-        }
-        let p = self.partitions as usize;
-        let ranges = RangeTable::new(nodes, self.partitions);
-        for (&s, &d) in src.iter().zip(dst) {
-            self.edges[ranges.of(d) * p + ranges.of(s)] += 1;
-        }
+        check_batch(self.nodes, first, src, dst)?;
+        self.count_checked(src, dst);
         Ok(())
+    }
+
+    /// [`BlockCounts::count`] into each of `counts`, counts of one graph
+    /// at several partition counts: the batch checked once, the counts
+    /// made side by side on rayon's threads. A batch with an edge naming
+    /// a vertex outside the graph adds nothing to any of them.
+    pub fn count_each(
+        counts: &mut [BlockCounts],
+        first: u64,
+        src: &[u64],
+        dst: &[u64],
+    ) -> Result<()> {
+        let Some(nodes) = counts.first().map(|c| c.nodes) else {
+            return Ok(());
+        };
+        if let Some(other) = counts.iter().find(|c| c.nodes != nodes) {
+            return Err(Error::invalid(
+                "block counts",
+                format!(
+                    "counted together for graphs of {nodes} and {} nodes",
+                    other.nodes
+                ),
+            ));
+        }
+        check_batch(nodes, first, src, dst)?;
+        counts
+            .par_iter_mut()
+            .for_each(|c| c.count_checked(src, dst));
+        Ok(())
+    }
+
+    /// Adds a batch whose every vertex is one of the graph's; a large one
+    /// in chunks side by side, each into a table of its own.
+    fn count_checked(&mut self, src: &[u64], dst: &[u64]) {
+        let p = self.partitions as usize;
+        let ranges = RangeTable::new(self.nodes, self.partitions);
+        let count_into = |table: &mut [u64], src: &[u64], dst: &[u64]| {
+            for (&s, &d) in src.iter().zip(dst) {
+                table[ranges.of(d) * p + ranges.of(s)] += 1;
+            }
+        };
+        if src.len() < 2 * COUNT_CHUNK {
+            count_into(&mut self.edges, src, dst);
+            return;
+        }
+        let tables: Vec<Vec<u64>> = src
+            .par_chunks(COUNT_CHUNK)
+            .zip(dst.par_chunks(COUNT_CHUNK))
+            .map(|(s, d)| {
+                let mut table = vec![0u64; p * p];
+                count_into(&mut table, s, d);
+                table
+            })
+            .collect();
+        for table in tables {
+            for (total, n) in self.edges.iter_mut().zip(table) {
+                *total += n;
+            }
+        }
     }
 
     /// Distributes `edges` over the blocks with the statistics-only model: a

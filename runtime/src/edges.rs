@@ -237,19 +237,22 @@ impl NpyEdges {
         let last = (first + self.batch).min(self.npy.shape[1]);
         let values = self.npy.row_ints(row, first..last, &self.path)?;
         let nodes = self.nodes;
-        values
+        // Checked as a whole first (loops the compiler vectorises); the
+        // first end out of range is looked for only where there is one.
+        let (least, most) = values
             .iter()
-            .zip(first..)
-            .map(|(&v, k)| {
-                u64::try_from(v).ok().filter(|&v| v < nodes).ok_or_else(|| {
-                    Error::invalid(
-                        &self.path,
-                        format!("edge_index[{row}, {k}]"),
-                        format!("{v} is not a node in 0..{nodes} ({})", self.nodes_from),
-                    )
-                })
-            })
-            .collect()
+            .fold((i64::MAX, i64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+        let in_range = |v: i64| u64::try_from(v).is_ok_and(|v| v < nodes);
+        if !values.is_empty() && !(in_range(least) && in_range(most)) {
+            if let Some((v, k)) = values.iter().zip(first..).find(|(&v, _)| !in_range(v)) {
+                return Err(Error::invalid(
+                    &self.path,
+                    format!("edge_index[{row}, {k}]"),
+                    format!("{v} is not a node in 0..{nodes} ({})", self.nodes_from),
+                ));
+            }
+        }
+        Ok(values.into_iter().map(|v| v as u64).collect())
     }
 
     fn for_each_batch(&self, each: EachBatch<'_>) -> Result<()> {

@@ -201,9 +201,7 @@ impl GraphData {
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let mut first = 0u64;
         self.edges.for_each_batch(&mut |src, dst| {
-            for counts in &mut counts {
-                counts.count(first, src, dst)?;
-            }
+            BlockCounts::count_each(&mut counts, first, src, dst)?;
             first += src.len() as u64;
             Ok(())
         })?;
