@@ -243,7 +243,8 @@ impl NpyEdges {
             .iter()
             .fold((i64::MAX, i64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
         let in_range = |v: i64| u64::try_from(v).is_ok_and(|v| v < nodes);
-        if !values.is_empty() && !(in_range(least) && in_range(most)) {
+        let every_one_in = values.is_empty() || (in_range(least) && in_range(most));
+        if !every_one_in {
             if let Some((v, k)) = values.iter().zip(first..).find(|(&v, _)| !in_range(v)) {
                 return Err(Error::invalid(
                     &self.path,
