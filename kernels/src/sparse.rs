@@ -30,11 +30,12 @@ pub fn spmm(block: BlockRef, src: &[f32], width: usize, init: Init, out: &mut [f
 /// stored. The backward is [`spmm_t`] followed by the same mask on its
 /// output ([`crate::activation::dropout_in_place`]).
 ///
-/// When the block has at least as many edges as `src` has rows, the keep
-/// bits of all of `src` are computed once per call into a workspace of
-/// `src_rows * ceil(width / 64) * 8` bytes (16 MiB for 1M source rows of
-/// width 128), instead of hashing each gathered row again per edge; with
-/// fewer edges the mask is generated per edge. Both give the same bits.
+/// When the block has at least one edge per [`MASK_WORKSPACE_ROWS_PER_EDGE`]
+/// rows of `src`, the keep bits of all of `src` are computed once per
+/// call into a workspace of `src_rows * ceil(width / 64) * 8` bytes
+/// (16 MiB for 1M source rows of width 128), instead of hashing each
+/// gathered row again per edge; with fewer edges the mask is generated
+/// per edge. Both give the same bits.
 pub fn spmm_dropout<'k>(
     block: BlockRef,
     src: &[f32],
@@ -128,6 +129,16 @@ fn check_spmm(
     Ok(())
 }
 
+/// How many rows of `src` one edge of a block may stand for and the
+/// dropout mask still be made for all of `src` at once ([`spmm_dropout`]):
+/// a row's bits made in the workspace (vectorised, a row at a time) cost
+/// a fraction of a row's made per edge. At 1 (the mask made per edge
+/// wherever a block had fewer edges than source rows), a 2-layer GCN of
+/// 128 on R-MAT scale 18 in 32 partitions, whose blocks have about half
+/// an edge per source row, spent 736-757 ms an iteration in its forward
+/// aggregations; at 8, 394-590 ms (docs/runtime.md).
+pub const MASK_WORKSPACE_ROWS_PER_EDGE: usize = 8;
+
 /// A dropout mask on `src`, whose rows are global rows `src_keys`.
 #[derive(Clone, Copy)]
 pub(crate) struct MaskedSrc<'a> {
@@ -161,7 +172,7 @@ pub(crate) fn gather(
 ) {
     if let Masking::Auto(m) = masking {
         let src_rows = src.len() / width;
-        if block.nnz() >= src_rows {
+        if block.nnz() * MASK_WORKSPACE_ROWS_PER_EDGE >= src_rows {
             let bits = MaskBits::new(&m.mask, m.src_keys, src_rows, width, m.isa);
             let masking = Masking::Bits(&bits, m.mask.scale, m.isa);
             return gather(block, src, width, init, out, masking);

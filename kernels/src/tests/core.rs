@@ -110,8 +110,9 @@ fn spmm_dropout_old(
 #[test]
 fn spmm_dropout_equals_the_per_edge_formulation_bit_for_bit() {
     let mut rng = Rng::new(21);
-    // Widths around the 8-lane blocks and 64-bit words; degrees above and
-    // below one edge per source row (mask workspace or per-edge masks);
+    // Widths around the 8-lane blocks and 64-bit words; edges above and
+    // below one per `MASK_WORKSPACE_ROWS_PER_EDGE` source rows (mask
+    // workspace or per-edge masks), and between that and one a row;
     // signed zeros, infinities and NaN in `src` (a dropped NaN stays NaN).
     for (rows, src_rows, width, degree) in [
         (600, 700, 128, 4),
@@ -119,6 +120,7 @@ fn spmm_dropout_equals_the_per_edge_formulation_bit_for_bit() {
         (300, 40, 64, 2),
         (257, 30, 72, 5),
         (20, 500, 130, 2),
+        (50, 500, 130, 2),
         (9, 5, 1, 3),
         (700, 3, 17, 1),
     ] {
