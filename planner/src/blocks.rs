@@ -360,4 +360,50 @@ mod tests {
         assert_eq!(batched, whole);
         assert!(BlockCounts::empty(1, 2).is_err());
     }
+
+    /// A batch large enough to be counted in chunks side by side gives the
+    /// counts of one edge at a time; several counts made together give
+    /// each one's own; a bad edge in a batch counted together is named
+    /// and adds nothing to any.
+    #[test]
+    fn counts_made_side_by_side_are_the_counts_of_one_edge_at_a_time() {
+        let (nodes, edges) = (100_003u64, 2 * COUNT_CHUNK + 12_345);
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % nodes
+        };
+        let src: Vec<u64> = (0..edges).map(|_| next()).collect();
+        let dst: Vec<u64> = (0..edges).map(|_| next()).collect();
+        let by_one = |partitions: u32| {
+            let mut counts = BlockCounts::empty(nodes, partitions).unwrap();
+            let p = partitions as usize;
+            for (&s, &d) in src.iter().zip(&dst) {
+                let of = |v: u64| partition_of(nodes, partitions, v) as usize;
+                counts.edges[of(d) * p + of(s)] += 1;
+            }
+            counts
+        };
+        let chunked = BlockCounts::from_edges(nodes, &src, &dst, 7).unwrap();
+        assert_eq!(chunked, by_one(7));
+        assert_eq!(chunked.edges.iter().sum::<u64>(), edges as u64);
+        let mut together: Vec<BlockCounts> = [3, 7, 16]
+            .iter()
+            .map(|&p| BlockCounts::empty(nodes, p).unwrap())
+            .collect();
+        BlockCounts::count_each(&mut together, 0, &src, &dst).unwrap();
+        for counts in &together {
+            assert_eq!(*counts, by_one(counts.partitions));
+        }
+        let before = together.clone();
+        let error = BlockCounts::count_each(&mut together, 10, &[1, 2, nodes], &[0, 0, 0])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("edge 12"), "{error}");
+        assert_eq!(together, before);
+        together.push(BlockCounts::empty(nodes + 1, 2).unwrap());
+        assert!(BlockCounts::count_each(&mut together, 0, &[0], &[0]).is_err());
+    }
 }

@@ -702,7 +702,8 @@ fn predict_each<E: From<Error> + Send>(
 /// How a combination fared with the exchanges of the plan by outputs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Screened {
-    /// Its workload has an exchange in a layer that plan has none in.
+    /// Not planned with one vector: its workload has an exchange in a
+    /// layer that plan has none in, or its exchange sites were not found.
     Unscreened,
     /// The predicted iteration; `None` where nothing fits.
     Predicted(Option<f64>),
