@@ -135,8 +135,9 @@ fn check_spmm(
 /// a fraction of a row's made per edge. At 1 (the mask made per edge
 /// wherever a block had fewer edges than source rows), a 2-layer GCN of
 /// 128 on R-MAT scale 18 in 32 partitions, whose blocks have about half
-/// an edge per source row, spent 736-757 ms an iteration in its forward
-/// aggregations; at 8, 394-590 ms (docs/runtime.md).
+/// an edge per source row, spent 646-1250 ms an iteration in its forward
+/// aggregations over five rounds; at 8, 449-783 ms (docs/runtime.md,
+/// "Input dropout in many partitions").
 pub const MASK_WORKSPACE_ROWS_PER_EDGE: usize = 8;
 
 /// A dropout mask on `src`, whose rows are global rows `src_keys`.

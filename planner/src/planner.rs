@@ -203,11 +203,7 @@ fn plan_multi(
     let mut best: Option<Plan> = None;
     let mut first_error = None;
     for strategies in exchange::candidates(sites.len(), multi.forced) {
-        let trial = PlanOptions {
-            exchanges: exchange::exchanges(&sites, multi, profile, options.gpus, &strategies),
-            multi: None,
-            ..options.clone()
-        };
+        let trial = with_strategies(options, multi, &sites, profile, &strategies);
         match plan_unhinted(workload, profile, &trial, lives) {
             Ok(plan) => {
                 if best
@@ -228,6 +224,24 @@ fn plan_multi(
             Err(hint_if(hinted, error, workload, profile, &trial, lives))
         }
         (None, None) => Err(Error::Internal("no exchange strategy was tried".into())),
+    }
+}
+
+/// `options` planned around one strategy vector: the exchanges of
+/// `sites`, each layer's by `strategies` (in the sites' order), taken as
+/// they are (`multi` none). `share` is one device's share of the profile,
+/// as [`plan_multi`] plans on.
+pub fn with_strategies(
+    options: &PlanOptions,
+    multi: &MultiGpu,
+    sites: &[exchange::LayerSites],
+    share: &Profile,
+    strategies: &[Strategy],
+) -> PlanOptions {
+    PlanOptions {
+        exchanges: exchange::exchanges(sites, multi, share, options.gpus, strategies),
+        multi: None,
+        ..options.clone()
     }
 }
 

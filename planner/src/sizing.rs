@@ -68,7 +68,7 @@ use rayon::prelude::*;
 use crate::exchange::MultiGpu;
 use crate::gnn::Sweeps;
 use crate::plan::{Plan, Strategy};
-use crate::planner::{fits, plan_or_infeasible, PlanOptions};
+use crate::planner::{fits, plan_or_infeasible, with_strategies, PlanOptions};
 use crate::policy::Policy;
 use crate::profile::Profile;
 use crate::workload::{TensorKind, Workload};
@@ -747,17 +747,7 @@ fn screen_each<E: From<Error> + Send>(
                 let Some(vector) = vector else {
                     return Ok(Screened::Unscreened);
                 };
-                let fixed = PlanOptions {
-                    exchanges: crate::exchange::exchanges(
-                        &sites,
-                        multi,
-                        &share,
-                        options.gpus,
-                        &vector,
-                    ),
-                    multi: None,
-                    ..options.clone()
-                };
+                let fixed = with_strategies(options, multi, &sites, &share, &vector);
                 let made = plan_if_fits(&workload, profile, &fixed);
                 Ok(Screened::Predicted(
                     made.map(|m| m.plan.predicted.iteration_s),
