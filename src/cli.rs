@@ -13,7 +13,9 @@ use fateplan::planner::gnn::{
     build_gnn, GnnModel, GnnShape, GnnSpec, LayerOrder, Sweeps, Transposes,
 };
 use fateplan::planner::passes::cost::FateSet;
-use fateplan::planner::plan::{ExchangeKind, Fate, Leg, PlanModel, Predicted, Strategy};
+use fateplan::planner::plan::{
+    ExchangeKind, Fate, Leg, MilpSearch, PlanModel, Predicted, Strategy,
+};
 use fateplan::planner::profile::DeviceKind;
 use fateplan::planner::sizing::{
     choose_sweeps, per_layer, size_partitions, size_partitions_choosing, AtCount, ByOutputs,
@@ -1367,6 +1369,8 @@ pub(crate) enum Outcome {
     Fits {
         predicted: Box<Predicted>,
         simulated: Option<Simulated>,
+        /// How the MILP's search ended (milp's plan only).
+        milp: Option<MilpSearch>,
     },
     /// The policy was not run on this workload (milp on a large one).
     Skipped(String),
@@ -1406,6 +1410,7 @@ impl PolicyRow {
             Outcome::Fits {
                 predicted: p,
                 simulated,
+                milp,
             } => {
                 let mut row = serde_json::json!({
                     "policy": name,
@@ -1425,6 +1430,10 @@ impl PolicyRow {
                     row["disagreement_percent"] = s.disagreement_percent.into();
                     row["simulated_violations"] = s.violations_total.into();
                     row["first_violation"] = s.first_violation.clone().into();
+                }
+                if let Some(m) = milp {
+                    row["proven_optimal"] = m.proven_optimal.into();
+                    row["milp_time_limit_s"] = m.time_limit_s.into();
                 }
                 row
             }
@@ -1499,6 +1508,7 @@ pub(crate) fn compare_policies(
                 Outcome::Fits {
                     predicted: Box::new(p.predicted),
                     simulated,
+                    milp: p.milp,
                 }
             }
             Err(PlanError::InvalidInput { message, .. }) if policy == Policy::Milp => {
@@ -1554,6 +1564,11 @@ fn run_compare(args: &CompareArgs) -> Result<()> {
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
         return Ok(());
     }
+    write_comparison(&mut out, &c, args.simulate)
+}
+
+/// `compare`'s table: a row per policy, then the marks' explanations.
+fn write_comparison(out: &mut dyn Write, c: &Comparison, simulate: bool) -> Result<()> {
     writeln!(out, "compare   {} on {}", c.workload, c.profile)?;
     writeln!(out, "workload  {}", c.note)?;
     writeln!(
@@ -1563,7 +1578,7 @@ fn run_compare(args: &CompareArgs) -> Result<()> {
         format_bytes(c.budgets.host_bytes),
         format_bytes(c.budgets.ssd_bytes)
     )?;
-    if args.simulate {
+    if simulate {
         writeln!(out, "simulated seed 0 (no jitter); sim-pred is the simulated time against the prediction; ! marks a plan the simulator found violations in")?;
     }
     let dp_time = c.rows.iter().find(|r| r.policy == Policy::Dp);
@@ -1575,7 +1590,7 @@ fn run_compare(args: &CompareArgs) -> Result<()> {
         "{:<18} {:>14} {:>8} {:>11} {:>11} {:>11}",
         "policy", "iteration", "vs dp", "hbm peak", "host peak", "ssd peak"
     )?;
-    if args.simulate {
+    if simulate {
         write!(out, " {:>14} {:>9}", "simulated", "sim-pred")?;
     }
     writeln!(out)?;
@@ -1585,6 +1600,7 @@ fn run_compare(args: &CompareArgs) -> Result<()> {
             Outcome::Fits {
                 predicted: p,
                 simulated,
+                milp,
             } => {
                 let t = p.iteration_s;
                 let ratio = dp_time.map_or("-".to_string(), |d| format!("{:.2}x", t / d));
@@ -1607,6 +1623,9 @@ fn run_compare(args: &CompareArgs) -> Result<()> {
                         write!(out, "  ! {} violation(s)", s.violations_total)?;
                     }
                 }
+                if milp.is_some_and(|m| !m.proven_optimal) {
+                    write!(out, "  ~ not proven optimal")?;
+                }
                 writeln!(out)?;
             }
             Outcome::Skipped(why) => writeln!(out, "{name:<18} skipped: {why}")?,
@@ -1616,6 +1635,21 @@ fn run_compare(args: &CompareArgs) -> Result<()> {
     for row in &c.rows {
         if let Some(first) = row.simulated().and_then(|s| s.first_violation.as_ref()) {
             writeln!(out, "! {}: first violation: {first}", row.policy.name())?;
+        }
+    }
+    for row in &c.rows {
+        if let Outcome::Fits {
+            milp:
+                Some(
+                    m @ MilpSearch {
+                        proven_optimal: false,
+                        ..
+                    },
+                ),
+            ..
+        } = &row.outcome
+        {
+            writeln!(out, "~ {}: {}", row.policy.name(), m.describe())?;
         }
     }
     Ok(())
@@ -1676,7 +1710,13 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
             Some(_) => format!(" (while {made_while})"),
             None => String::new(),
         };
-        writeln!(out, "planned   in {}{when}", format_seconds(planned_s))?;
+        let search = plan.milp.map(|m| format!("; {}", m.describe()));
+        writeln!(
+            out,
+            "planned   in {}{when}{}",
+            format_seconds(planned_s),
+            search.unwrap_or_default()
+        )?;
         if args.explain {
             writeln!(out)?;
             for line in explain(&plan) {
@@ -1823,4 +1863,78 @@ fn run_workloads() -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fitting row predicted at `iteration_s`, with `milp`.
+    fn fits(policy: Policy, iteration_s: f64, milp: Option<MilpSearch>) -> PolicyRow {
+        PolicyRow {
+            policy,
+            outcome: Outcome::Fits {
+                predicted: Box::new(Predicted {
+                    iteration_s,
+                    compute_s: iteration_s,
+                    recompute_s: 0.0,
+                    exposed_transfer_s: 0.0,
+                    peak_bytes: Default::default(),
+                    peak_step: Default::default(),
+                    bytes_moved: Default::default(),
+                }),
+                simulated: None,
+                milp,
+            },
+        }
+    }
+
+    fn table(milp: MilpSearch) -> String {
+        let c = Comparison {
+            workload: "w".into(),
+            note: String::new(),
+            profile: "p".into(),
+            budgets: Budgets::UNLIMITED,
+            rows: vec![
+                fits(Policy::Dp, 0.1, None),
+                fits(Policy::Milp, 0.12, Some(milp)),
+            ],
+        };
+        let mut out = Vec::new();
+        write_comparison(&mut out, &c, false).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn compare_marks_a_milp_plan_its_time_limit_cut_short() {
+        let unproven = MilpSearch {
+            proven_optimal: false,
+            time_limit_s: 5.0,
+        };
+        let text = table(unproven);
+        let line = text.lines().find(|l| l.starts_with("milp ")).unwrap();
+        assert!(line.ends_with("~ not proven optimal"), "{text}");
+        assert!(
+            text.contains("~ milp: the MILP's time limit of 5 s ran out first"),
+            "{text}"
+        );
+        let row = fits(Policy::Milp, 0.12, Some(unproven)).to_json();
+        assert_eq!(row["proven_optimal"], false);
+        assert_eq!(row["milp_time_limit_s"], 5.0);
+        // A proven plan is not marked; other policies have no such fields.
+        let proven = MilpSearch {
+            proven_optimal: true,
+            ..unproven
+        };
+        let text = table(proven);
+        assert!(!text.contains('~'), "{text}");
+        assert_eq!(
+            fits(Policy::Milp, 0.12, Some(proven)).to_json()["proven_optimal"],
+            true
+        );
+        assert!(fits(Policy::Dp, 0.1, None)
+            .to_json()
+            .get("proven_optimal")
+            .is_none());
+    }
 }

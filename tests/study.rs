@@ -15,10 +15,37 @@ fn compare_simulate_json_has_simulated_fields_for_fitting_policies() {
         "200MiB",
         "--simulate",
         "--json",
+        // The MILP would search its default minute on this workload.
+        "--milp-time-limit",
+        "2",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["simulated"], true);
+    // The MILP's plan, where it found one in 2 s, says whether it was
+    // proven; where it found none in time, the row says the limit ran
+    // out (which of the two depends on the machine's speed).
+    let milp = doc["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["policy"] == "milp");
+    let milp = milp.unwrap();
+    match &milp["fits"] {
+        serde_json::Value::Bool(true) => {
+            assert!(milp["proven_optimal"].is_boolean(), "{milp}");
+            assert_eq!(milp["milp_time_limit_s"], 2.0, "{milp}");
+        }
+        serde_json::Value::Null => {
+            let skipped = milp["skipped"].as_str().unwrap_or_default();
+            assert!(skipped.contains("time limit of 2 s"), "{milp}");
+        }
+        // No fates fit once the bytes the memory pass found are charged.
+        _ => assert!(
+            milp["error"].as_str().unwrap().contains("infeasible"),
+            "{milp}"
+        ),
+    }
     let rows = doc["policies"].as_array().unwrap();
     let fitting: Vec<&serde_json::Value> = rows.iter().filter(|r| r["fits"] == true).collect();
     assert!(fitting.iter().any(|r| r["policy"] == "dp"), "{doc}");
@@ -53,6 +80,8 @@ fn compare_simulate_table_marks_violations() {
         "--hbm-budget",
         "200MiB",
         "--simulate",
+        "--milp-time-limit",
+        "2",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
@@ -68,6 +97,8 @@ fn compare_simulate_table_marks_violations() {
         "200MiB",
         "--simulate",
         "--json",
+        "--milp-time-limit",
+        "2",
     ]);
     let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     for row in doc["policies"].as_array().unwrap() {

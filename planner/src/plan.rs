@@ -515,6 +515,36 @@ pub struct Plan {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exchanges: Vec<Exchange>,
     pub predicted: Predicted,
+    /// How the exact MILP's search ended, on plans of policy `milp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub milp: Option<MilpSearch>,
+}
+
+/// How the MILP's search for a plan ended.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MilpSearch {
+    /// Whether the solver proved the plan optimal (within the model the
+    /// MILP and dp share). False: its time limit ran out first, and the
+    /// plan is the best it had found by then.
+    pub proven_optimal: bool,
+    /// The seconds the solver was allowed (`PlanOptions::milp_time_limit_s`).
+    pub time_limit_s: f64,
+}
+
+impl MilpSearch {
+    /// What a summary says of the search: proven, or the limit ran out.
+    pub fn describe(&self) -> String {
+        if self.proven_optimal {
+            "the MILP proved it optimal".to_string()
+        } else {
+            format!(
+                "the MILP's time limit of {} s ran out first: the best plan it had found, not \
+                 proven optimal (--milp-time-limit)",
+                self.time_limit_s
+            )
+        }
+    }
 }
 
 impl Plan {
@@ -583,6 +613,26 @@ impl Plan {
         }
         if let Some(model) = &self.workload.model {
             model.validate()?;
+        }
+        if let Some(milp) = &self.milp {
+            if self.policy != Policy::Milp.name() {
+                return Err(Error::invalid(
+                    "plan field milp",
+                    format!(
+                        "present on a plan of policy {:?}; only milp plans have it",
+                        self.policy
+                    ),
+                ));
+            }
+            if !(milp.time_limit_s > 0.0 && milp.time_limit_s.is_finite()) {
+                return Err(Error::invalid(
+                    "plan field milp.time_limit_s",
+                    format!(
+                        "{}: expected a positive number of seconds",
+                        milp.time_limit_s
+                    ),
+                ));
+            }
         }
         let definition = &self.workload.definition;
         definition.validate()?;

@@ -10,8 +10,8 @@ use crate::passes::schedule::{Schedule, Shift};
 use crate::passes::timeline::Timeline;
 use crate::passes::{dp, milp, predict, sanity, schedule};
 use crate::plan::{
-    Action, Budgets, Exchange, Fate, PerTier, Plan, PlanWorkload, PlannedTensor, Predicted,
-    ScheduleEntry, Strategy, PLAN_FORMAT_VERSION,
+    Action, Budgets, Exchange, Fate, MilpSearch, PerTier, Plan, PlanWorkload, PlannedTensor,
+    Predicted, ScheduleEntry, Strategy, PLAN_FORMAT_VERSION,
 };
 use crate::policy::{self, Policy};
 use crate::profile::Profile;
@@ -72,9 +72,9 @@ impl PlanOptions {
     }
 }
 
-/// Most times `dp` plans again with a tighter device budget when the
-/// memory pass finds an overrun its model did not (transient copies of a
-/// recomputation's inputs).
+/// Most times `dp` (and `milp`) plans again with a tighter device budget
+/// when the memory pass finds an overrun its model did not (transient
+/// copies of a recomputation's inputs, or at a boundary).
 const DP_ATTEMPTS: usize = 8;
 
 /// Plans `workload` on `profile`. The result has passed the sanity pass.
@@ -543,32 +543,103 @@ fn plan_milp(
 ) -> Result<Plan> {
     let choices = Choices::build(workload, lives, profile, options.fates);
     let bytes: Vec<u64> = workload.tensors.iter().map(|t| t.bytes).collect();
-    let outcome = milp::solve(
-        &choices,
-        &bytes,
-        &options.budgets,
-        options.ssd_staging_bytes,
-        options.milp_time_limit_s,
-    )?;
-    let Some(outcome) = outcome else {
-        // Name the tier and step where it cannot fit, as dp sees them.
-        return Err(
-            match dp::solve(
-                workload,
+    // As dp is, the MILP is solved again with the device bytes the memory
+    // pass finds its model missed, within one time limit for all rounds.
+    let started = std::time::Instant::now();
+    let out_of_time = |overrun: &Error| {
+        Error::invalid(
+            "policy milp",
+            format!(
+                "no plan that fits found within its time limit of {} s (--milp-time-limit): the \
+                 last it found did not fit the memory pass ({overrun})",
+                options.milp_time_limit_s
+            ),
+        )
+    };
+    let mut held: Vec<u64> = Vec::new();
+    let mut missed: Option<Error> = None;
+    for _ in 0..DP_ATTEMPTS {
+        let left_s = options.milp_time_limit_s - started.elapsed().as_secs_f64();
+        let outcome = match missed.take() {
+            Some(overrun) if left_s <= 0.0 => return Err(out_of_time(&overrun)),
+            Some(overrun) => match milp::solve_held(
                 &choices,
+                &bytes,
                 &options.budgets,
                 options.ssd_staging_bytes,
-                &dp::Held::default(),
+                &held,
+                left_s,
             ) {
-                Err(overrun) => overrun_error(workload, &options.budgets, overrun),
-                Ok(_) => {
-                    Error::Internal("the MILP reports no plan where the dp search finds one".into())
+                Ok(Some(outcome)) => outcome,
+                // No fates fit once the missed bytes are charged.
+                Ok(None) => return Err(overrun),
+                Err(_) if started.elapsed().as_secs_f64() >= options.milp_time_limit_s => {
+                    return Err(out_of_time(&overrun))
                 }
+                Err(error) => return Err(error),
             },
-        );
-    };
-    let (fates, shifts) = outcome.assignment.fates_and_shifts(&choices);
-    assemble(workload, profile, options, lives, fates, &shifts)
+            None => milp::solve(
+                &choices,
+                &bytes,
+                &options.budgets,
+                options.ssd_staging_bytes,
+                options.milp_time_limit_s,
+            )?
+            .ok_or_else(|| milp_infeasible(workload, options, &choices))?,
+        };
+        let (fates, shifts) = outcome.assignment.fates_and_shifts(&choices);
+        match assemble(workload, profile, options, lives, fates.clone(), &shifts) {
+            Ok(mut plan) => {
+                plan.milp = Some(MilpSearch {
+                    proven_optimal: outcome.optimal,
+                    time_limit_s: options.milp_time_limit_s,
+                });
+                return Ok(plan);
+            }
+            Err(
+                error @ Error::Infeasible {
+                    tier: Tier::Hbm, ..
+                },
+            ) => {
+                let over = device_overruns(
+                    workload,
+                    lives,
+                    fates,
+                    &shifts,
+                    &options.budgets,
+                    &options.exchanges,
+                )?;
+                if over.is_empty() {
+                    return Err(error);
+                }
+                if held.is_empty() {
+                    held = vec![0; workload.ops.len()];
+                }
+                for (step, bytes) in over {
+                    held[step] += bytes;
+                }
+                missed = Some(error);
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    // As many rounds as dp's, each plan over the device somewhere.
+    Err(missed.unwrap_or_else(|| Error::Internal("the MILP ran no round".into())))
+}
+
+/// Why the MILP finds no fates that fit: the tier and step where dp's
+/// search cannot fit, named as dp names them.
+fn milp_infeasible(workload: &Workload, options: &PlanOptions, choices: &Choices) -> Error {
+    match dp::solve(
+        workload,
+        choices,
+        &options.budgets,
+        options.ssd_staging_bytes,
+        &dp::Held::default(),
+    ) {
+        Err(overrun) => overrun_error(workload, &options.budgets, overrun),
+        Ok(_) => Error::Internal("the MILP reports no plan where the dp search finds one".into()),
+    }
 }
 
 /// Device bytes over budget at each step under the given fates.
@@ -939,6 +1010,7 @@ fn finish(
             peak_step,
             bytes_moved: timing.bytes_moved,
         },
+        milp: None,
     };
     let (digest, checked) = rayon::join(|| workload.digest(), || sanity::check(&plan));
     plan.workload.digest = digest;

@@ -59,6 +59,27 @@ pub fn solve(
     ssd_staging_bytes: u64,
     time_limit_s: f64,
 ) -> Result<Option<MilpOutcome>> {
+    solve_held(
+        choices,
+        bytes,
+        budgets,
+        ssd_staging_bytes,
+        &[],
+        time_limit_s,
+    )
+}
+
+/// [`solve`] with `held_hbm[step]` more device bytes at each step than
+/// the choices count: what the memory pass found the model missed in a
+/// plan before ([`crate::passes::dp::Held`], as dp is planned again).
+pub fn solve_held(
+    choices: &Choices,
+    bytes: &[u64],
+    budgets: &Budgets,
+    ssd_staging_bytes: u64,
+    held_hbm: &[u64],
+    time_limit_s: f64,
+) -> Result<Option<MilpOutcome>> {
     let mut vars = ProblemVariables::new();
     let mut x: Vec<Vec<Variable>> = Vec::with_capacity(choices.options.len());
     let mut count = 0usize;
@@ -141,9 +162,9 @@ pub fn solve(
         })
         .collect();
     for (start, end) in segments(&mut points, choices.slots) {
-        let worst = choices.base_hbm[start as usize..end as usize]
-            .iter()
-            .copied()
+        // `held_hbm` is per step: both of a step's slots carry it.
+        let worst = (start as usize..end as usize)
+            .map(|slot| choices.base_hbm[slot] + held_hbm.get(slot / 2).copied().unwrap_or(0))
             .max()
             .unwrap_or(0);
         let mut freed = Expression::default();
@@ -209,13 +230,25 @@ pub fn solve(
             constraints += 1;
         }
     }
+    let started = std::time::Instant::now();
     let solution = match problem.solve() {
         Ok(solution) => solution,
         Err(good_lp::ResolutionError::Infeasible) => return Ok(None),
+        Err(_) if started.elapsed().as_secs_f64() >= time_limit_s => {
+            return Err(Error::invalid(
+                "policy milp",
+                format!(
+                    "no plan found within its time limit of {time_limit_s} s (--milp-time-limit)"
+                ),
+            ))
+        }
         Err(other) => {
             return Err(Error::invalid(
                 "policy milp",
-                format!("the solver stopped without a plan: {other}"),
+                format!(
+                    "the solver (microlp) stopped without a plan: {other}; a numerical failure of \
+                     the solver, not a sign that no plan fits (--policy dp plans it)"
+                ),
             ))
         }
     };
