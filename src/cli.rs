@@ -18,8 +18,8 @@ use fateplan::planner::plan::{
 };
 use fateplan::planner::profile::DeviceKind;
 use fateplan::planner::sizing::{
-    choose_sweeps, per_layer, size_partitions, size_partitions_choosing, AtCount, ByOutputs,
-    MadePlan, Sized, Sizing, Swept,
+    choose_groups, choose_sweeps, per_layer, size_partitions, size_partitions_choosing, AtCount,
+    ByOutputs, MadePlan, Sized, Sizing, Swept,
 };
 use fateplan::planner::units::{format_bytes, format_seconds, parse_bytes};
 use fateplan::planner::{
@@ -142,11 +142,15 @@ pub(crate) struct PlanArgs {
     /// (each input read once, every output's partial sum live meanwhile)
     /// rather than output after output: `outputs` (none), `inputs` (all
     /// that can), or a list such as `f1,b2` (layer 1's aggregation, layer
-    /// 2's transposed one), or `auto`: the planner plans every
-    /// combination (up to six aggregations; beyond, it walks from
-    /// outputs flipping one, then two, at a time while its prediction
-    /// falls) and takes the fastest (a plan per sweep tried; with --gpus,
-    /// each plan has the exchanges).
+    /// 2's transposed one); `inputs` or a list may end in `/N`: the
+    /// outputs in N groups, group after group, each by inputs (each input
+    /// read once per group, a group's partial sums live at once); or
+    /// `auto`: the planner plans every combination (up to six
+    /// aggregations; beyond, it walks from outputs flipping one, then
+    /// two, at a time while its prediction falls), then every aggregation
+    /// and the combination taken in 2, 3 and 4 groups, and takes the
+    /// fastest (a plan per sweep tried; with --gpus, each plan has the
+    /// exchanges).
     /// GCN and GraphSAGE; the model is the same.
     #[arg(long, conflicts_with = "dag", default_value = "outputs")]
     sweep: String,
@@ -798,7 +802,9 @@ pub(crate) fn auto_sweeps(
 ) -> Result<AutoSweeps> {
     let started = std::time::Instant::now();
     let build = |sweeps: Sweeps| -> Result<Workload> { Ok(shape.workload(sweeps)?) };
-    let swept = choose_sweeps(&build, shape.spec.sweepable(), profile, options, outputs)?;
+    let can = shape.spec.sweepable();
+    let swept = choose_sweeps(&build, can, profile, options, outputs)?;
+    let swept = choose_groups(&build, can, profile, options, swept)?;
     let took = format_seconds(started.elapsed().as_secs_f64());
     // Milp's sweeps are compared by dp's plans.
     let (dp, compared_by) = match options.policy {
@@ -826,11 +832,22 @@ pub(crate) fn auto_sweeps(
     }
     .sweep_name();
     // On several GPUs the combinations are screened with one exchange
-    // vector first (`sizing::SWEEP_FINALISTS`).
-    let planned = match swept.screened.len() {
-        0 => format!("{} sweeps planned", swept.tried),
-        n => format!(
+    // vector first (`sizing::SWEEP_FINALISTS`), and the groups of outputs
+    // with the sweeps chosen's (`sizing::choose_groups`).
+    let grouped = swept.grouped.len();
+    let planned = match (swept.screened.len(), grouped) {
+        (0, 0) => format!("{} sweeps planned", swept.tried),
+        (0, g) => format!(
+            "{} sweeps planned, {g} of them in groups of outputs",
+            swept.tried
+        ),
+        (n, 0) => format!(
             "{n} sweeps planned with the exchanges by outputs, {} with every exchange vector",
+            swept.tried
+        ),
+        (n, g) => format!(
+            "{n} sweeps planned with the exchanges by outputs, {g} in groups of outputs with \
+             those of the sweeps chosen, {} with every exchange vector",
             swept.tried
         ),
     };

@@ -102,7 +102,8 @@ pub struct TrainArgs {
     transposes: Option<String>,
     /// Which aggregations run input partition after input partition
     /// rather than output after output: `outputs`, `inputs`, a list such
-    /// as `f1,b2`, or `auto` (the planner chooses, as `plan --sweep
+    /// as `f1,b2`, either of the last two in groups of outputs (`inputs/2`,
+    /// `f1,b2/3`), or `auto` (the planner chooses, as `plan --sweep
     /// auto`: when planning here, not with --plan). The model is the
     /// same, bit for bit [default: outputs, or with --plan the plan's].
     #[arg(long)]

@@ -181,16 +181,24 @@ pub enum Sweep {
     /// into every output's partial sum, so every output's partial sum is
     /// live until the last input.
     Inputs,
+    /// The outputs in this many groups of consecutive partitions (2 or
+    /// more), group after group, each by inputs: an input is read once
+    /// per group, and a group's partial sums are live at once.
+    Groups(u32),
 }
 
 /// Which aggregations run by inputs ([`Sweep::Inputs`]): bit `l - 1` of
 /// `forward` for layer `l`'s aggregation, of `backward` for its
 /// transposed aggregation (the backward's). The others run by outputs.
 /// GAT's run by outputs (a row's edge softmax reads all its blocks).
+/// With `groups` of 2 or more, those by inputs run in that many groups
+/// of outputs ([`Sweep::Groups`]); 0 is one group (written `/1` or not
+/// at all), and no aggregation by inputs has none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Sweeps {
     pub forward: u64,
     pub backward: u64,
+    pub groups: u32,
 }
 
 impl Sweeps {
@@ -198,20 +206,51 @@ impl Sweeps {
     pub const INPUTS: Sweeps = Sweeps {
         forward: u64::MAX,
         backward: u64::MAX,
+        groups: 0,
     };
+
+    /// Most groups of outputs a sweep may have.
+    pub const MAX_GROUPS: u32 = 1 << 16;
 
     /// `outputs`, `inputs`, or a comma-separated list of the
     /// aggregations that run by inputs: `f<l>` for layer `l`'s forward
-    /// aggregation, `b<l>` for its transposed one (`f1,b2`).
+    /// aggregation, `b<l>` for its transposed one (`f1,b2`); `inputs`
+    /// or a list may end in `/N`, the groups of outputs they run in
+    /// (`inputs/2`, `f1,b2/3`).
     pub fn parse(text: &str) -> Result<Sweeps> {
         let bad = |why: String| Error::invalid(format!("sweep {text:?}"), why);
-        match text.trim().to_ascii_lowercase().as_str() {
+        let (list, groups) = match text.split_once('/') {
+            None => (text, 0),
+            Some((list, groups)) => match groups.trim().parse::<u32>() {
+                Ok(n) if (1..=Self::MAX_GROUPS).contains(&n) => (list, if n == 1 { 0 } else { n }),
+                _ => {
+                    return Err(bad(format!(
+                        "{groups:?} after '/': expected the groups of outputs, from 1 to {}",
+                        Self::MAX_GROUPS
+                    )))
+                }
+            },
+        };
+        match list.trim().to_ascii_lowercase().as_str() {
+            "outputs" if groups > 0 || text.contains('/') => {
+                return Err(bad(
+                    "groups of outputs are for aggregations by inputs; outputs has none".into(),
+                ))
+            }
             "outputs" => return Ok(Sweeps::default()),
-            "inputs" => return Ok(Sweeps::INPUTS),
+            "inputs" => {
+                return Ok(Sweeps {
+                    groups,
+                    ..Sweeps::INPUTS
+                })
+            }
             _ => {}
         }
-        let mut sweeps = Sweeps::default();
-        for entry in text.split(',').map(str::trim) {
+        let mut sweeps = Sweeps {
+            groups,
+            ..Sweeps::default()
+        };
+        for entry in list.split(',').map(str::trim) {
             let (field, layer) = match entry.split_at_checked(1) {
                 Some(("f" | "F", layer)) => (&mut sweeps.forward, layer),
                 Some(("b" | "B", layer)) => (&mut sweeps.backward, layer),
@@ -234,9 +273,15 @@ impl Sweeps {
 
     /// The text [`Sweeps::parse`] reads back as these.
     pub fn name(self) -> String {
+        let groups = match self.groups {
+            0 | 1 => String::new(),
+            n => format!("/{n}"),
+        };
         match self {
-            Sweeps::INPUTS => return "inputs".into(),
-            s if s == Sweeps::default() => return "outputs".into(),
+            s if s.forward == u64::MAX && s.backward == u64::MAX => {
+                return format!("inputs{groups}")
+            }
+            s if s.forward == 0 && s.backward == 0 => return "outputs".into(),
             _ => {}
         }
         let mut names = Vec::new();
@@ -247,39 +292,62 @@ impl Sweeps {
                     .map(|l| format!("{letter}{l}")),
             );
         }
-        names.join(",")
+        names.join(",") + &groups
     }
 
     /// How layer `l`'s aggregation runs.
     pub fn forward(self, l: u32) -> Sweep {
-        Self::of(self.forward, l)
+        self.of(self.forward, l)
     }
 
     /// How layer `l`'s transposed aggregation runs.
     pub fn backward(self, l: u32) -> Sweep {
-        Self::of(self.backward, l)
+        self.of(self.backward, l)
     }
 
-    fn of(bits: u64, l: u32) -> Sweep {
+    fn of(self, bits: u64, l: u32) -> Sweep {
         match (1..=64).contains(&l) && bits & (1 << (l - 1)) != 0 {
+            true if self.groups >= 2 => Sweep::Groups(self.groups),
             true => Sweep::Inputs,
             false => Sweep::Outputs,
         }
     }
 
-    fn masked(self, other: Sweeps) -> Sweeps {
+    /// These, in `groups` groups of outputs.
+    pub fn in_groups(self, groups: u32) -> Sweeps {
         Sweeps {
-            forward: self.forward & other.forward,
-            backward: self.backward & other.backward,
+            groups: if groups == 1 { 0 } else { groups },
+            ..self
+        }
+    }
+
+    /// Those of these aggregations that `other` has too, in these groups
+    /// (none where none is left by inputs).
+    fn masked(self, other: Sweeps) -> Sweeps {
+        let (forward, backward) = (self.forward & other.forward, self.backward & other.backward);
+        Sweeps {
+            forward,
+            backward,
+            groups: if forward | backward == 0 {
+                0
+            } else {
+                self.groups
+            },
         }
     }
 
     /// These with the aggregations of `other` flipped (by inputs to by
-    /// outputs and back).
+    /// outputs and back), in these groups.
     pub fn flipped(self, other: Sweeps) -> Sweeps {
+        let (forward, backward) = (self.forward ^ other.forward, self.backward ^ other.backward);
         Sweeps {
-            forward: self.forward ^ other.forward,
-            backward: self.backward ^ other.backward,
+            forward,
+            backward,
+            groups: if forward | backward == 0 {
+                0
+            } else {
+                self.groups
+            },
         }
     }
 
@@ -288,11 +356,11 @@ impl Sweeps {
         let one = |b: u32, bits: u64| bits & (1 << b);
         let forward = (0..64).map(|b| Sweeps {
             forward: one(b, self.forward),
-            backward: 0,
+            ..Sweeps::default()
         });
         let backward = (0..64).map(|b| Sweeps {
-            forward: 0,
             backward: one(b, self.backward),
+            ..Sweeps::default()
         });
         forward
             .chain(backward)
@@ -356,11 +424,12 @@ impl GnnSpec {
                 format!("{} is not a probability in [0, 1)", self.dropout),
             ));
         }
-        if self.sweeps != Sweeps::INPUTS {
+        if self.sweeps.in_groups(0) != Sweeps::INPUTS {
             let can = self.sweepable();
             let stray = self.sweeps.masked(Sweeps {
                 forward: !can.forward,
                 backward: !can.backward,
+                groups: 0,
             });
             if stray != Sweeps::default() {
                 let (letter, bits) = match stray.forward {
@@ -380,7 +449,7 @@ impl GnnSpec {
                 return Err(Error::invalid(format!("sweep {letter}{l}"), why));
             }
         }
-        if self.model == GnnModel::Gat && self.sweeps == Sweeps::INPUTS {
+        if self.model == GnnModel::Gat && self.sweeps.in_groups(0) == Sweeps::INPUTS {
             return Err(Error::invalid(
                 "sweep inputs",
                 "GAT's aggregations run by outputs (a row's edge softmax reads all its blocks)",
@@ -442,8 +511,12 @@ impl GnnSpec {
         if swept == Sweeps::default() {
             return "outputs".into();
         }
-        if swept == self.sweepable() {
-            return "inputs".into();
+        if swept.in_groups(0) == self.sweepable() {
+            return Sweeps {
+                groups: swept.groups,
+                ..Sweeps::INPUTS
+            }
+            .name();
         }
         // (Masked, never every bit: the list.)
         swept.name()
@@ -528,10 +601,15 @@ pub fn build_gnn(spec: &GnnSpec, blocks: &BlockCounts) -> Result<Workload> {
         LayerOrder::AggregateFirst if narrowing => format!("{name}-aggfirst"),
         _ => name,
     };
-    let name = match spec.sweep_name().as_str() {
+    let sweep = spec.sweep_name();
+    let (list, groups) = match sweep.split_once('/') {
+        Some((list, groups)) => (list, format!("-in-{groups}")),
+        None => (sweep.as_str(), String::new()),
+    };
+    let name = match list {
         "outputs" => name,
-        "inputs" => format!("{name}-by-inputs"),
-        sweep => format!("{name}-by-inputs-{}", sweep.replace(',', "")),
+        "inputs" => format!("{name}-by-inputs{groups}"),
+        list => format!("{name}-by-inputs-{}{groups}", list.replace(',', "")),
     };
     Builder::new(spec, blocks, name).build()
 }
@@ -564,7 +642,9 @@ struct Builder<'a> {
 /// The order of chains of block products: `terms[r]` are chain `r`'s
 /// partitions, ascending, each chain summing them in that order. By
 /// outputs, chain after chain; by inputs, partition after partition
-/// (`0..parts`), each chain's term of it. Yields (chain, term index).
+/// (`0..parts`), each chain's term of it; in groups, the chains split
+/// into that many runs of consecutive chains, each run by inputs.
+/// Yields (chain, term index).
 fn sweep_order(terms: &[Vec<u32>], parts: u32, sweep: Sweep) -> Vec<(usize, usize)> {
     let mut order = Vec::with_capacity(terms.iter().map(Vec::len).sum());
     match sweep {
@@ -573,13 +653,22 @@ fn sweep_order(terms: &[Vec<u32>], parts: u32, sweep: Sweep) -> Vec<(usize, usiz
                 order.extend((0..chain.len()).map(|k| (r, k)));
             }
         }
-        Sweep::Inputs => {
-            let mut next = vec![0usize; terms.len()];
-            for s in 0..parts {
-                for (r, chain) in terms.iter().enumerate() {
-                    if chain.get(next[r]) == Some(&s) {
-                        order.push((r, next[r]));
-                        next[r] += 1;
+        Sweep::Inputs | Sweep::Groups(_) => {
+            let groups = match sweep {
+                Sweep::Groups(n) => (n as usize).clamp(1, terms.len().max(1)),
+                _ => 1,
+            };
+            // Group `g` is chains `g * n / groups .. (g + 1) * n / groups`.
+            let n = terms.len();
+            let mut next = vec![0usize; n];
+            for g in 0..groups {
+                let chains = g * n / groups..(g + 1) * n / groups;
+                for s in 0..parts {
+                    for r in chains.clone() {
+                        if terms[r].get(next[r]) == Some(&s) {
+                            order.push((r, next[r]));
+                            next[r] += 1;
+                        }
                     }
                 }
             }
@@ -1979,6 +2068,110 @@ mod tests {
             let message = with(model, sweep).unwrap_err().to_string();
             assert!(message.contains(expected), "{model:?} {sweep}: {message}");
         }
+    }
+
+    /// In groups of outputs, each group's outputs run by inputs, group
+    /// after group, with the same operators and tensors as by outputs.
+    #[test]
+    fn in_groups_each_group_of_outputs_runs_by_inputs() {
+        let blocks = BlockCounts::skewed(1000, 8000, 5).unwrap();
+        let index = |name: &str, key: char| -> u32 {
+            let inner = &name[name.find('[').unwrap() + 1..name.len() - 1];
+            let field = inner.split(',').find(|f| f.starts_with(key)).unwrap();
+            field[1..].parse().unwrap()
+        };
+        let named = |w: &Workload| -> std::collections::BTreeSet<String> {
+            w.ops.iter().map(|op| op.name.clone()).collect()
+        };
+        let by_outputs = build_gnn(&spec(GnnModel::Gcn), &blocks).unwrap();
+        for (groups, expected) in [(2, vec![0..2, 2..5]), (3, vec![0..1, 1..3, 3..5])] {
+            let s = GnnSpec {
+                sweeps: Sweeps::parse("f2,b3").unwrap().in_groups(groups),
+                ..spec(GnnModel::Gcn)
+            };
+            let w = build_gnn(&s, &blocks).unwrap();
+            assert!(
+                w.name.ends_with(&format!("-by-inputs-f2b3-in-{groups}")),
+                "{}",
+                w.name
+            );
+            assert_eq!(named(&w), named(&by_outputs));
+            for prefix in ["agg[l2,", "agg_bwd[l3,"] {
+                let input = if prefix.starts_with("agg[") { 's' } else { 'd' };
+                let ops: Vec<(u32, u32)> = w
+                    .ops
+                    .iter()
+                    .filter(|op| op.name.starts_with(prefix))
+                    .map(|op| (index(&op.name, 'p'), index(&op.name, input)))
+                    .collect();
+                // Group after group; within one, inputs ascending.
+                let mut at = 0;
+                for outputs in &expected {
+                    let group: Vec<(u32, u32)> = ops[at..]
+                        .iter()
+                        .take_while(|(p, _)| outputs.contains(&(*p as usize)))
+                        .copied()
+                        .collect();
+                    at += group.len();
+                    let inputs: Vec<u32> = group.iter().map(|&(_, j)| j).collect();
+                    assert!(
+                        inputs.windows(2).all(|w| w[0] <= w[1]),
+                        "{prefix} {inputs:?}"
+                    );
+                    let rows: std::collections::BTreeSet<u32> =
+                        group.iter().map(|&(p, _)| p).collect();
+                    assert_eq!(rows.len(), outputs.len(), "{prefix} {groups}: {ops:?}");
+                }
+                assert_eq!(at, ops.len(), "{prefix} {groups}: {ops:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn sweeps_in_groups_are_read_back_and_checked() {
+        for (text, name) in [
+            ("inputs/2", "inputs/2"),
+            ("f1,b2/3", "f1,b2/3"),
+            ("f1/1", "f1"),
+            ("inputs / 4", "inputs/4"),
+        ] {
+            let sweeps = Sweeps::parse(text).unwrap();
+            assert_eq!(sweeps.name(), name, "{text}");
+            assert_eq!(Sweeps::parse(name).unwrap(), sweeps);
+        }
+        assert_eq!(Sweeps::parse("f1,b2/3").unwrap().groups, 3);
+        assert_eq!(Sweeps::parse("inputs/1").unwrap(), Sweeps::INPUTS);
+        for (bad, expected) in [
+            ("outputs/2", "outputs has none"),
+            ("inputs/0", "expected the groups of outputs"),
+            ("f1/x", "expected the groups of outputs"),
+            ("f1/65537", "expected the groups of outputs"),
+        ] {
+            let message = Sweeps::parse(bad).unwrap_err().to_string();
+            assert!(
+                message.contains(expected) && message.contains(bad),
+                "{message}"
+            );
+        }
+        // The spec names every aggregation that can in groups `inputs/N`,
+        // and none by inputs has no groups.
+        let s = GnnSpec {
+            sweeps: Sweeps::INPUTS.in_groups(2),
+            ..spec(GnnModel::Gcn)
+        };
+        assert_eq!(s.sweep_name(), "inputs/2");
+        s.validate().unwrap();
+        let gat = GnnSpec {
+            sweeps: Sweeps::INPUTS.in_groups(2),
+            ..spec(GnnModel::Gat)
+        };
+        assert!(gat.validate().unwrap_err().to_string().contains("GAT"));
+        assert_eq!(
+            Sweeps::parse("f1/2")
+                .unwrap()
+                .flipped(Sweeps::parse("f1").unwrap()),
+            Sweeps::default()
+        );
     }
 
     #[test]

@@ -464,6 +464,11 @@ pub struct Swept {
     /// (`None`: nothing fits, or it could not be screened); empty
     /// elsewhere.
     pub screened: Vec<(Sweeps, Option<f64>)>,
+    /// The sweeps in groups of outputs [`choose_groups`] tried and their
+    /// predicted iteration (on several GPUs with the exchanges chosen per
+    /// layer, with those of the sweeps chosen before it); `None`: nothing
+    /// fits, or it could not be screened. Empty before it.
+    pub grouped: Vec<(Sweeps, Option<f64>)>,
 }
 
 /// What the caller of [`choose_sweeps`] knows of the plan of the workload
@@ -568,6 +573,7 @@ pub fn choose_sweeps<E: From<Error> + Send>(
             outputs_s,
             tried,
             screened: Vec::new(),
+            grouped: Vec::new(),
         },
     };
     let flips = can.bits();
@@ -674,6 +680,103 @@ pub const SWEEP_FINALISTS: usize = 4;
 /// `planned(k)` holds (`Some(None)`: none fits), `None` for the others;
 /// planned [`SWEEPS_AT_ONCE`] at a time, the first error in order
 /// returned.
+/// The groups of outputs [`choose_groups`] tries.
+pub const SWEEP_GROUPS: [u32; 3] = [2, 3, 4];
+
+/// `swept` ([`choose_sweeps`]' choice among `can`), or where one is
+/// predicted faster, the aggregations by inputs in groups of outputs
+/// ([`Sweeps::groups`]): [`SWEEP_GROUPS`] tried on every aggregation in
+/// `can` by inputs and on those `swept` runs by inputs. By inputs, every
+/// output's partial sum is live until the last input; by outputs, each
+/// input is read once per output. In groups, an input is read once per
+/// group and only a group's partial sums are live: papers100M's GCN in
+/// 12 partitions on an A100, every aggregation by inputs in 2 groups, is
+/// predicted 113.4 s, where the best of the combinations (`f1`, in 6
+/// partitions) is 146.0 s (docs/planner.md). Each is planned side by
+/// side as the combinations are (on several GPUs with the exchanges
+/// chosen per layer, with the exchanges of `swept`'s plan only), and the
+/// fastest, where faster than `swept`, is planned again in full and
+/// taken if it is still faster.
+pub fn choose_groups<E: From<Error> + Send>(
+    build: &(dyn Fn(Sweeps) -> Result<Workload, E> + Sync),
+    can: Sweeps,
+    profile: &Profile,
+    options: &PlanOptions,
+    mut swept: Swept,
+) -> Result<Swept, E> {
+    let comparing = PlanOptions {
+        policy: match options.policy {
+            Policy::Milp => Policy::Dp,
+            other => other,
+        },
+        ..options.clone()
+    };
+    let mut candidates: Vec<Sweeps> = Vec::new();
+    for base in [can, swept.sweeps] {
+        if base.forward | base.backward == 0 {
+            continue;
+        }
+        for groups in SWEEP_GROUPS {
+            let grouped = base.in_groups(groups);
+            if !candidates.contains(&grouped) && grouped != swept.sweeps {
+                candidates.push(grouped);
+            }
+        }
+    }
+    if candidates.is_empty() {
+        return Ok(swept);
+    }
+    // Under milp, `swept` holds no plan: dp's prediction compares them.
+    let strategies = per_layer(options)
+        .then(|| swept.plan.as_ref().map(|m| m.plan.layer_strategies()))
+        .flatten()
+        .filter(|strategies| !strategies.is_empty());
+    let predicted: Vec<Option<f64>> = match &strategies {
+        Some(strategies) => screen_each(build, &candidates, profile, &comparing, strategies)?
+            .into_iter()
+            .map(|screened| match screened {
+                Screened::Predicted(seconds) => seconds,
+                Screened::Unscreened => None,
+            })
+            .collect(),
+        None => {
+            let predicted = predict_each(build, &candidates, profile, &comparing, |_| true)?;
+            swept.tried += candidates.len() as u32;
+            predicted.into_iter().map(Option::flatten).collect()
+        }
+    };
+    swept.grouped = candidates
+        .iter()
+        .copied()
+        .zip(predicted.iter().copied())
+        .collect();
+    let fastest = predicted
+        .iter()
+        .enumerate()
+        .filter_map(|(k, s)| s.map(|s| (k, s)))
+        .min_by(|a, b| a.1.total_cmp(&b.1));
+    let Some((k, seconds)) = fastest else {
+        return Ok(swept);
+    };
+    if !SweepSearch::<E>::faster(Some(seconds), swept.predicted_s) {
+        return Ok(swept);
+    }
+    // Planned again in full (with every exchange vector, where screened).
+    let workload = build(candidates[k])?;
+    let made = plan_if_fits(&workload, profile, &comparing);
+    if strategies.is_some() {
+        swept.tried += 1;
+    }
+    let full = made.as_ref().map(|m| m.plan.predicted.iteration_s);
+    if SweepSearch::<E>::faster(full, swept.predicted_s) {
+        swept.sweeps = candidates[k];
+        swept.workload = workload;
+        swept.predicted_s = full;
+        swept.plan = made.filter(|_| options.policy != Policy::Milp);
+    }
+    Ok(swept)
+}
+
 fn predict_each<E: From<Error> + Send>(
     build: &(dyn Fn(Sweeps) -> Result<Workload, E> + Sync),
     every: &[Sweeps],

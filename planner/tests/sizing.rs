@@ -495,6 +495,7 @@ fn sweeps_never_slower(
         let stray = Sweeps {
             forward: swept.sweeps.forward & !spec.sweepable().forward,
             backward: swept.sweeps.backward & !spec.sweepable().backward,
+            groups: 0,
         };
         assert_eq!(stray, Sweeps::default());
     }
@@ -831,4 +832,61 @@ fn combination(
         .enumerate()
         .filter(|(k, _)| mask & (1 << k) != 0)
         .fold(Default::default(), |all, (_, flip)| all.flipped(*flip))
+}
+
+/// papers100M's GCN in 12 partitions on an A100: by inputs in 2 groups of
+/// outputs each aggregation reads its inputs twice where by outputs it
+/// reads them 12 times, and only half the partial sums are live where by
+/// inputs all are. `choose_groups` takes the fastest of the grouped
+/// candidates, each checked against its own plan; where no group is
+/// faster, the sweeps chosen stay.
+#[test]
+fn groups_of_outputs_are_taken_where_they_are_faster() {
+    use fateplan_planner::gnn::{GnnShape, Sweeps};
+    use fateplan_planner::sizing::{choose_groups, choose_sweeps, SWEEP_GROUPS};
+    let stats = dataset("ogbn-papers100M").unwrap();
+    let shape = GnnShape {
+        spec: GnnSpec {
+            features: stats.features,
+            classes: stats.classes,
+            ..gnn_spec(GnnModel::Gcn)
+        },
+        counts: BlockCounts::skewed(stats.nodes, stats.edges, 12).unwrap(),
+    };
+    let profile = a100();
+    let options = PlanOptions::new(Policy::Dp, &profile);
+    let build = |sweeps: Sweeps| shape.workload(sweeps);
+    let can = shape.spec.sweepable();
+    let swept = choose_sweeps(&build, can, &profile, &options, None).unwrap();
+    let (before, tried) = (swept.predicted_s.unwrap(), swept.tried);
+    let grouped = choose_groups(&build, can, &profile, &options, swept).unwrap();
+    // Every aggregation that can, in 2 groups.
+    assert_eq!(
+        grouped.sweeps,
+        can.in_groups(2),
+        "{}",
+        grouped.sweeps.name()
+    );
+    let taken = grouped.predicted_s.unwrap();
+    assert!(taken < 0.9 * before, "{taken} s against {before} s");
+    assert_eq!(
+        grouped.plan.as_ref().unwrap().plan.predicted.iteration_s,
+        taken
+    );
+    assert_eq!(grouped.tried, tried + grouped.grouped.len() as u32);
+    // Each candidate's prediction is its own plan's, and the one taken
+    // is the fastest.
+    assert!(grouped.grouped.len() >= SWEEP_GROUPS.len());
+    for &(sweeps, predicted) in &grouped.grouped {
+        assert!(sweeps.groups >= 2, "{}", sweeps.name());
+        let own = plan(&shape.workload(sweeps).unwrap(), &profile, &options)
+            .ok()
+            .map(|p| p.predicted.iteration_s);
+        assert_eq!(predicted, own, "{}", sweeps.name());
+        assert!(own.is_none_or(|s| s >= taken), "{}: {own:?}", sweeps.name());
+    }
+    // Handed the grouped choice again, nothing is faster: it stays.
+    let again = choose_groups(&build, can, &profile, &options, grouped).unwrap();
+    assert_eq!(again.sweeps, can.in_groups(2));
+    assert_eq!(again.predicted_s, Some(taken));
 }

@@ -255,7 +255,7 @@ fn aggregations_by_inputs_train_the_same_model() {
     for model in [GnnModel::Gcn, GnnModel::Sage] {
         let outputs = hyper(model, 3, 8, 9);
         let mut reports = Vec::new();
-        for sweep in ["outputs", "inputs", "f1,b3", "f2,b2"] {
+        for sweep in ["outputs", "inputs", "f1,b3", "f2,b2", "inputs/2", "f1,b2/2"] {
             let h = Hyper {
                 sweeps: Sweeps::parse(sweep).unwrap(),
                 ..outputs
@@ -271,11 +271,16 @@ fn aggregations_by_inputs_train_the_same_model() {
                 .map(|op| op.name.clone())
                 .collect();
             let by_inputs = readers[..3].iter().all(|n| n.ends_with(",s0]"));
+            let grouped = sweep.contains('/');
             assert_eq!(
                 by_inputs,
-                sweep == "inputs" || sweep.contains("f1"),
+                !grouped && (sweep == "inputs" || sweep.contains("f1")),
                 "{readers:?}"
             );
+            // In 2 groups of outputs (partition 0, then 1 and 2), the
+            // second group reads the first partition's features first.
+            let second_by_inputs = readers[3..5].iter().all(|n| n.ends_with(",s0]"));
+            assert_eq!(second_by_inputs, grouped, "{sweep}: {readers:?}");
             let peak = make_plan(&prepared, Policy::RetainAll, roomy())
                 .unwrap()
                 .predicted
