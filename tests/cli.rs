@@ -805,7 +805,9 @@ fn on_several_gpus_the_sweep_line_says_the_combinations_were_screened() {
     );
     let one = run("1");
     assert!(
-        !one.contains("exchange") && one.contains(" sweeps planned in "),
+        !one.contains("exchange") && one.contains(" sweeps planned"),
         "{one}"
     );
+    // On one GPU the groups of outputs are counted among the plans.
+    assert!(one.contains(" of them in groups of outputs in "), "{one}");
 }

@@ -525,8 +525,9 @@ pub struct Plan {
 #[serde(deny_unknown_fields)]
 pub struct MilpSearch {
     /// Whether the solver proved the plan optimal (within the model the
-    /// MILP and dp share). False: its time limit ran out first, and the
-    /// plan is the best it had found by then.
+    /// MILP and dp share, with the device bytes charged that the memory
+    /// pass found an earlier round's plan over). False: its time limit
+    /// ran out first, and the plan is the best it had found by then.
     pub proven_optimal: bool,
     /// The seconds the solver was allowed (`PlanOptions::milp_time_limit_s`).
     pub time_limit_s: f64,

@@ -676,10 +676,6 @@ pub fn choose_sweeps<E: From<Error> + Send>(
 /// per layer).
 pub const SWEEP_FINALISTS: usize = 4;
 
-/// The predicted iteration of the plan of each of `every` for which
-/// `planned(k)` holds (`Some(None)`: none fits), `None` for the others;
-/// planned [`SWEEPS_AT_ONCE`] at a time, the first error in order
-/// returned.
 /// The groups of outputs [`choose_groups`] tries.
 pub const SWEEP_GROUPS: [u32; 3] = [2, 3, 4];
 
@@ -777,6 +773,10 @@ pub fn choose_groups<E: From<Error> + Send>(
     Ok(swept)
 }
 
+/// The predicted iteration of the plan of each of `every` for which
+/// `planned(k)` holds (`Some(None)`: none fits), `None` for the others;
+/// planned [`SWEEPS_AT_ONCE`] at a time, the first error in order
+/// returned.
 fn predict_each<E: From<Error> + Send>(
     build: &(dyn Fn(Sweeps) -> Result<Workload, E> + Sync),
     every: &[Sweeps],
