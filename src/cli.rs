@@ -791,7 +791,8 @@ pub(crate) struct AutoSweeps {
     pub(crate) compared_by: Policy,
 }
 
-/// `--sweep auto`: the sweeps [`choose_sweeps`] takes for `shape` under
+/// `--sweep auto`: the sweeps [`choose_sweeps`] takes for `shape`, or
+/// those in groups of outputs [`choose_groups`] takes over them, under
 /// `options` (on one GPU or several). `outputs`: the workload by
 /// outputs, and its plan where one was made with these options.
 pub(crate) fn auto_sweeps(

@@ -767,6 +767,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                         "compared_by": auto.compared_by.name(),
                         "plans": swept.tried,
                         "screened": swept.screened.len(),
+                        "grouped": swept.grouped.len(),
                     });
                     chosen = Some((swept.workload, swept.sweeps, auto.name, auto.line, json));
                     plan
