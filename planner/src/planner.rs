@@ -417,20 +417,15 @@ fn dp_attempts(
                 // The model missed device bytes (copies a recomputation
                 // keeps alive or brings back): charge them to their steps
                 // and search again.
-                let over = device_overruns(
+                charge_overruns(
+                    &mut held.hbm,
                     workload,
                     lives,
                     fates,
                     &shifts,
                     &budgets,
-                    &options.exchanges,
+                    options,
                 )?;
-                if held.hbm.is_empty() {
-                    held.hbm = vec![0; workload.ops.len()];
-                }
-                for (step, bytes) in over {
-                    held.hbm[step] += bytes;
-                }
                 last_error = Some(error);
             }
             Err(error) => return Ok((found, Some(error))),
@@ -601,22 +596,11 @@ fn plan_milp(
                     tier: Tier::Hbm, ..
                 },
             ) => {
-                let over = device_overruns(
-                    workload,
-                    lives,
-                    fates,
-                    &shifts,
-                    &options.budgets,
-                    &options.exchanges,
-                )?;
-                if over.is_empty() {
+                let budgets = options.budgets;
+                if !charge_overruns(
+                    &mut held, workload, lives, fates, &shifts, &budgets, options,
+                )? {
                     return Err(error);
-                }
-                if held.is_empty() {
-                    held = vec![0; workload.ops.len()];
-                }
-                for (step, bytes) in over {
-                    held[step] += bytes;
                 }
                 missed = Some(error);
             }
@@ -640,6 +624,29 @@ fn milp_infeasible(workload: &Workload, options: &PlanOptions, choices: &Choices
         Err(overrun) => overrun_error(workload, &options.budgets, overrun),
         Ok(_) => Error::Internal("the MILP reports no plan where the dp search finds one".into()),
     }
+}
+
+/// Adds to `held` (per step; sized to the workload's steps when empty)
+/// the device bytes over `budgets` the memory pass finds at each step
+/// under `fates`, which the search's model missed; whether it found any.
+fn charge_overruns(
+    held: &mut Vec<u64>,
+    workload: &Workload,
+    lives: &Lifetimes,
+    fates: Vec<Fate>,
+    shifts: &[Shift],
+    budgets: &Budgets,
+    options: &PlanOptions,
+) -> Result<bool> {
+    let over = device_overruns(workload, lives, fates, shifts, budgets, &options.exchanges)?;
+    if held.is_empty() {
+        held.resize(workload.ops.len(), 0);
+    }
+    let found = !over.is_empty();
+    for (step, bytes) in over {
+        held[step] += bytes;
+    }
+    Ok(found)
 }
 
 /// Device bytes over budget at each step under the given fates.

@@ -536,13 +536,7 @@ pub fn choose_sweeps<E: From<Error> + Send>(
     options: &PlanOptions,
     outputs: Option<(Workload, ByOutputs)>,
 ) -> Result<Swept, E> {
-    let comparing = PlanOptions {
-        policy: match options.policy {
-            Policy::Milp => Policy::Dp,
-            other => other,
-        },
-        ..options.clone()
-    };
+    let comparing = compared_by_dp_under_milp(options);
     let (workload, made, tried) = match outputs {
         // Under milp the sweeps are compared by dp's plans, not the
         // caller's.
@@ -676,6 +670,18 @@ pub fn choose_sweeps<E: From<Error> + Send>(
 /// per layer).
 pub const SWEEP_FINALISTS: usize = 4;
 
+/// `options` with dp for milp: the sweeps are compared by dp's plans
+/// under milp, by the policy's own otherwise.
+fn compared_by_dp_under_milp(options: &PlanOptions) -> PlanOptions {
+    PlanOptions {
+        policy: match options.policy {
+            Policy::Milp => Policy::Dp,
+            other => other,
+        },
+        ..options.clone()
+    }
+}
+
 /// The groups of outputs [`choose_groups`] tries.
 pub const SWEEP_GROUPS: [u32; 3] = [2, 3, 4];
 
@@ -700,13 +706,7 @@ pub fn choose_groups<E: From<Error> + Send>(
     options: &PlanOptions,
     mut swept: Swept,
 ) -> Result<Swept, E> {
-    let comparing = PlanOptions {
-        policy: match options.policy {
-            Policy::Milp => Policy::Dp,
-            other => other,
-        },
-        ..options.clone()
-    };
+    let comparing = compared_by_dp_under_milp(options);
     let mut candidates: Vec<Sweeps> = Vec::new();
     for base in [can, swept.sweeps] {
         if base.forward | base.backward == 0 {
