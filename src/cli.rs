@@ -835,20 +835,18 @@ pub(crate) fn auto_sweeps(
     // On several GPUs the combinations are screened with one exchange
     // vector first (`sizing::SWEEP_FINALISTS`), and the groups of outputs
     // with the sweeps chosen's (`sizing::choose_groups`).
-    let grouped = swept.grouped.len();
-    let planned = match (swept.screened.len(), grouped) {
-        (0, 0) => format!("{} sweeps planned", swept.tried),
-        (0, g) => format!(
-            "{} sweeps planned, {g} of them in groups of outputs",
-            swept.tried
-        ),
-        (n, 0) => format!(
-            "{n} sweeps planned with the exchanges by outputs, {} with every exchange vector",
-            swept.tried
-        ),
-        (n, g) => format!(
-            "{n} sweeps planned with the exchanges by outputs, {g} in groups of outputs with \
-             those of the sweeps chosen, {} with every exchange vector",
+    let grouped = match (swept.grouped.len(), swept.grouped_screened) {
+        (0, _) => String::new(),
+        (g, false) => format!(", {g} of them in groups of outputs"),
+        (g, true) => {
+            format!(", and {g} in groups of outputs with the exchanges of the sweeps chosen first")
+        }
+    };
+    let planned = match swept.screened.len() {
+        0 => format!("{} sweeps planned{grouped}", swept.tried),
+        n => format!(
+            "{n} sweeps planned with the exchanges by outputs, {} with every exchange \
+             vector{grouped}",
             swept.tried
         ),
     };
@@ -1146,9 +1144,10 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
         }
         options.fates = FateSet::parse(fates).context("--fates")?;
     }
-    if !(args.milp_time_limit > 0.0 && args.milp_time_limit.is_finite()) {
+    let most = fateplan::planner::planner::MAX_MILP_TIME_LIMIT_S;
+    if !(args.milp_time_limit > 0.0 && args.milp_time_limit <= most) {
         bail!(
-            "--milp-time-limit {}: expected a positive number of seconds",
+            "--milp-time-limit {}: expected a positive number of seconds, at most {most} (a week)",
             args.milp_time_limit
         );
     }
@@ -1390,7 +1389,8 @@ pub(crate) enum Outcome {
         /// How the MILP's search ended (milp's plan only).
         milp: Option<MilpSearch>,
     },
-    /// The policy was not run on this workload (milp on a large one).
+    /// The policy gave no plan for another reason than the budgets: milp
+    /// on a large workload, out of time, or stopped by its solver.
     Skipped(String),
     /// No plan of this policy fits the budgets.
     DoesNotFit(String),

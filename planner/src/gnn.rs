@@ -258,7 +258,8 @@ impl Sweeps {
                     return Err(bad(format!(
                         "{entry:?} is not an aggregation; expected outputs, inputs, or a list \
                          such as f1,b2 (f<layer>: that layer's aggregation, b<layer>: its \
-                         transposed aggregation)"
+                         transposed aggregation), either of the last two maybe in groups of \
+                         outputs (inputs/2)"
                     )))
                 }
             };
@@ -313,10 +314,12 @@ impl Sweeps {
         }
     }
 
-    /// These, in `groups` groups of outputs.
+    /// These, in `groups` groups of outputs (none where none runs by
+    /// inputs; 1 is 0, one group).
     pub fn in_groups(self, groups: u32) -> Sweeps {
+        let none = self.forward | self.backward == 0;
         Sweeps {
-            groups: if groups == 1 { 0 } else { groups },
+            groups: if groups == 1 || none { 0 } else { groups },
             ..self
         }
     }
@@ -424,6 +427,16 @@ impl GnnSpec {
                 format!("{} is not a probability in [0, 1)", self.dropout),
             ));
         }
+        if self.sweeps.groups > Sweeps::MAX_GROUPS {
+            return Err(Error::invalid(
+                "sweep",
+                format!(
+                    "{} groups of outputs: at most {}",
+                    self.sweeps.groups,
+                    Sweeps::MAX_GROUPS
+                ),
+            ));
+        }
         if self.sweeps.in_groups(0) != Sweeps::INPUTS {
             let can = self.sweepable();
             let stray = self.sweeps.masked(Sweeps {
@@ -505,7 +518,7 @@ impl GnnSpec {
 
     /// [`GnnSpec::swept`] as [`Sweeps::parse`] reads it: `outputs`,
     /// `inputs` where every aggregation that can runs by inputs, or the
-    /// list.
+    /// list; either of the last two with its groups (`/N`).
     pub fn sweep_name(&self) -> String {
         let swept = self.swept();
         if swept == Sweeps::default() {
@@ -2172,6 +2185,17 @@ mod tests {
                 .flipped(Sweeps::parse("f1").unwrap()),
             Sweeps::default()
         );
+        // By outputs there is nothing to group.
+        assert_eq!(Sweeps::default().in_groups(2), Sweeps::default());
+        let many = GnnSpec {
+            sweeps: Sweeps {
+                groups: Sweeps::MAX_GROUPS + 1,
+                ..Sweeps::INPUTS
+            },
+            ..spec(GnnModel::Gcn)
+        };
+        let message = many.validate().unwrap_err().to_string();
+        assert!(message.contains("groups of outputs"), "{message}");
     }
 
     #[test]

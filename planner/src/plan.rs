@@ -368,7 +368,8 @@ pub struct PlanModel {
     pub transposes: String,
     /// Which aggregations run by inputs: `outputs` (none; plans from
     /// before the field), `inputs` (all that can), or a list such as
-    /// `f1,b2` ([`crate::gnn::Sweeps::parse`]).
+    /// `f1,b2`, either of the last two in groups of outputs (`inputs/2`)
+    /// ([`crate::gnn::Sweeps::parse`]).
     #[serde(default = "by_outputs", skip_serializing_if = "is_by_outputs")]
     pub sweep: String,
     /// Vertex partitions (of one GPU's share, on several).
@@ -455,11 +456,12 @@ impl PlanModel {
                 format!("{:?}: expected stored or built", self.transposes),
             )
         })?;
-        crate::gnn::Sweeps::parse(&self.sweep).map_err(|_| {
+        crate::gnn::Sweeps::parse(&self.sweep).map_err(|error| {
             Error::invalid(
                 field("sweep"),
                 format!(
-                    "{:?}: expected outputs, inputs or a list such as f1,b2",
+                    "{:?}: expected outputs, inputs or a list such as f1,b2, either of the \
+                     last two maybe in groups (inputs/2) ({error})",
                     self.sweep
                 ),
             )
@@ -529,7 +531,9 @@ pub struct MilpSearch {
     /// pass found an earlier round's plan over). False: its time limit
     /// ran out first, and the plan is the best it had found by then.
     pub proven_optimal: bool,
-    /// The seconds the solver was allowed (`PlanOptions::milp_time_limit_s`).
+    /// The seconds the search was allowed in all
+    /// (`PlanOptions::milp_time_limit_s`; a round after the first has
+    /// what the rounds before it left).
     pub time_limit_s: f64,
 }
 
@@ -625,11 +629,12 @@ impl Plan {
                     ),
                 ));
             }
-            if !(milp.time_limit_s > 0.0 && milp.time_limit_s.is_finite()) {
+            let most = crate::planner::MAX_MILP_TIME_LIMIT_S;
+            if !(milp.time_limit_s > 0.0 && milp.time_limit_s <= most) {
                 return Err(Error::invalid(
                     "plan field milp.time_limit_s",
                     format!(
-                        "{}: expected a positive number of seconds",
+                        "{}: expected a positive number of seconds, at most {most}",
                         milp.time_limit_s
                     ),
                 ));

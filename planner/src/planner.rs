@@ -72,6 +72,10 @@ impl PlanOptions {
     }
 }
 
+/// Most seconds a MILP search may be given (a week): the solver's timer
+/// takes no more.
+pub const MAX_MILP_TIME_LIMIT_S: f64 = 7.0 * 24.0 * 3600.0;
+
 /// Most times `dp` (and `milp`) plans again with a tighter device budget
 /// when the memory pass finds an overrun its model did not (transient
 /// copies of a recomputation's inputs, or at a boundary).
@@ -416,16 +420,20 @@ fn dp_attempts(
             ) => {
                 // The model missed device bytes (copies a recomputation
                 // keeps alive or brings back): charge them to their steps
-                // and search again.
-                charge_overruns(
+                // and search again. (None found: the same search would
+                // give the same plan.)
+                let budgets = &budgets;
+                if !charge_overruns(
                     &mut held.hbm,
                     workload,
                     lives,
                     fates,
                     &shifts,
-                    &budgets,
+                    budgets,
                     options,
-                )?;
+                )? {
+                    return Ok((found, Some(error)));
+                }
                 last_error = Some(error);
             }
             Err(error) => return Ok((found, Some(error))),
@@ -536,10 +544,20 @@ fn plan_milp(
     options: &PlanOptions,
     lives: &Lifetimes,
 ) -> Result<Plan> {
+    let limit = options.milp_time_limit_s;
+    if !(limit > 0.0 && limit <= MAX_MILP_TIME_LIMIT_S) {
+        return Err(Error::invalid(
+            "milp_time_limit_s",
+            format!(
+                "{limit}: expected a positive number of seconds, at most {MAX_MILP_TIME_LIMIT_S}"
+            ),
+        ));
+    }
     let choices = Choices::build(workload, lives, profile, options.fates);
     let bytes: Vec<u64> = workload.tensors.iter().map(|t| t.bytes).collect();
     // As dp is, the MILP is solved again with the device bytes the memory
-    // pass finds its model missed, within one time limit for all rounds.
+    // pass finds its model missed, within one time limit for all rounds:
+    // the first may use it all, and a later one has what is left.
     let started = std::time::Instant::now();
     let out_of_time = |overrun: &Error| {
         Error::invalid(
@@ -568,7 +586,10 @@ fn plan_milp(
                 Ok(Some(outcome)) => outcome,
                 // No fates fit once the missed bytes are charged.
                 Ok(None) => return Err(overrun),
-                Err(_) if started.elapsed().as_secs_f64() >= options.milp_time_limit_s => {
+                Err(error)
+                    if error.to_string().contains("time limit")
+                        || started.elapsed().as_secs_f64() >= options.milp_time_limit_s =>
+                {
                     return Err(out_of_time(&overrun))
                 }
                 Err(error) => return Err(error),

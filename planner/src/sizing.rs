@@ -71,7 +71,7 @@ use crate::plan::{Plan, Strategy};
 use crate::planner::{fits, plan_or_infeasible, with_strategies, PlanOptions};
 use crate::policy::Policy;
 use crate::profile::Profile;
-use crate::workload::{TensorKind, Workload};
+use crate::workload::{OpKind, TensorKind, Workload};
 use crate::Error;
 
 /// How far beyond the first count the search with every halo GPU to GPU
@@ -444,7 +444,7 @@ fn fewest<E: From<Error>>(
     Ok(sized)
 }
 
-/// How [`choose_sweeps`] chose.
+/// How [`choose_sweeps`] (then [`choose_groups`]) chose.
 #[derive(Debug)]
 pub struct Swept {
     pub sweeps: Sweeps,
@@ -465,10 +465,13 @@ pub struct Swept {
     /// elsewhere.
     pub screened: Vec<(Sweeps, Option<f64>)>,
     /// The sweeps in groups of outputs [`choose_groups`] tried and their
-    /// predicted iteration (on several GPUs with the exchanges chosen per
-    /// layer, with those of the sweeps chosen before it); `None`: nothing
-    /// fits, or it could not be screened. Empty before it.
+    /// predicted iteration (`None`: nothing fits). Empty before it.
     pub grouped: Vec<(Sweeps, Option<f64>)>,
+    /// Whether [`choose_groups`] screened them: planned with the
+    /// exchanges of the sweeps chosen before it only (on several GPUs
+    /// with the exchange chosen per layer, where those had a plan), those
+    /// it could not screen planned in full.
+    pub grouped_screened: bool,
 }
 
 /// What the caller of [`choose_sweeps`] knows of the plan of the workload
@@ -568,6 +571,7 @@ pub fn choose_sweeps<E: From<Error> + Send>(
             tried,
             screened: Vec::new(),
             grouped: Vec::new(),
+            grouped_screened: false,
         },
     };
     let flips = can.bits();
@@ -707,12 +711,20 @@ pub fn choose_groups<E: From<Error> + Send>(
     mut swept: Swept,
 ) -> Result<Swept, E> {
     let comparing = compared_by_dp_under_milp(options);
+    // As many groups as output partitions (one loss each) or more is by
+    // outputs.
+    let outputs = swept
+        .workload
+        .ops
+        .iter()
+        .filter(|op| op.kind == OpKind::Loss)
+        .count();
     let mut candidates: Vec<Sweeps> = Vec::new();
     for base in [can, swept.sweeps] {
         if base.forward | base.backward == 0 {
             continue;
         }
-        for groups in SWEEP_GROUPS {
+        for groups in SWEEP_GROUPS.into_iter().filter(|&g| (g as usize) < outputs) {
             let grouped = base.in_groups(groups);
             if !candidates.contains(&grouped) && grouped != swept.sweeps {
                 candidates.push(grouped);
@@ -727,20 +739,24 @@ pub fn choose_groups<E: From<Error> + Send>(
         .then(|| swept.plan.as_ref().map(|m| m.plan.layer_strategies()))
         .flatten()
         .filter(|strategies| !strategies.is_empty());
-    let predicted: Vec<Option<f64>> = match &strategies {
-        Some(strategies) => screen_each(build, &candidates, profile, &comparing, strategies)?
-            .into_iter()
-            .map(|screened| match screened {
-                Screened::Predicted(seconds) => seconds,
-                Screened::Unscreened => None,
-            })
-            .collect(),
-        None => {
-            let predicted = predict_each(build, &candidates, profile, &comparing, |_| true)?;
-            swept.tried += candidates.len() as u32;
-            predicted.into_iter().map(Option::flatten).collect()
-        }
+    let screened = match &strategies {
+        Some(strategies) => screen_each(build, &candidates, profile, &comparing, strategies)?,
+        None => vec![Screened::Unscreened; candidates.len()],
     };
+    // Those not screened are planned in full.
+    let full = predict_each(build, &candidates, profile, &comparing, |k| {
+        screened[k] == Screened::Unscreened
+    })?;
+    swept.tried += full.iter().filter(|p| p.is_some()).count() as u32;
+    swept.grouped_screened = strategies.is_some();
+    let predicted: Vec<Option<f64>> = screened
+        .iter()
+        .zip(full)
+        .map(|(screened, full)| match screened {
+            Screened::Predicted(seconds) => *seconds,
+            Screened::Unscreened => full.flatten(),
+        })
+        .collect();
     swept.grouped = candidates
         .iter()
         .copied()
@@ -757,10 +773,10 @@ pub fn choose_groups<E: From<Error> + Send>(
     if !SweepSearch::<E>::faster(Some(seconds), swept.predicted_s) {
         return Ok(swept);
     }
-    // Planned again in full (with every exchange vector, where screened).
+    // Planned again (with every exchange vector, where screened).
     let workload = build(candidates[k])?;
     let made = plan_if_fits(&workload, profile, &comparing);
-    if strategies.is_some() {
+    if screened[k] != Screened::Unscreened {
         swept.tried += 1;
     }
     let full = made.as_ref().map(|m| m.plan.predicted.iteration_s);
