@@ -800,7 +800,13 @@ fn on_several_gpus_the_sweep_line_says_the_combinations_were_screened() {
     let several = run("8");
     assert!(
         several.contains("sweeps planned with the exchanges by outputs, ")
-            && several.contains(" with every exchange vector in "),
+            && several.contains(" with every exchange vector"),
+        "{several}"
+    );
+    // The groups of outputs screened with the exchanges of the sweeps
+    // chosen.
+    assert!(
+        several.contains(" in groups of outputs with the exchanges of the sweeps chosen first in "),
         "{several}"
     );
     let one = run("1");
