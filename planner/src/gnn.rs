@@ -193,7 +193,7 @@ pub enum Sweep {
 /// GAT's run by outputs (a row's edge softmax reads all its blocks).
 /// With `groups` of 2 or more, those by inputs run in that many groups
 /// of outputs ([`Sweep::Groups`]); 0 is one group (written `/1` or not
-/// at all), and no aggregation by inputs has none.
+/// at all), and sweeps with no aggregation by inputs have 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Sweeps {
     pub forward: u64,
