@@ -144,7 +144,8 @@ pub(crate) struct PlanArgs {
     /// that can), or a list such as `f1,b2` (layer 1's aggregation, layer
     /// 2's transposed one); `inputs` or a list may end in `/N`: the
     /// outputs in N groups, group after group, each by inputs (each input
-    /// read once per group, a group's partial sums live at once); or
+    /// read once per group, a group's partial sums live at once; as many
+    /// groups as partitions or more is the order by outputs); or
     /// `auto`: the planner plans every combination (up to six
     /// aggregations; beyond, it walks from outputs flipping one, then
     /// two, at a time while its prediction falls), then every aggregation

@@ -583,15 +583,10 @@ fn plan_milp(
                 &held,
                 left_s,
             ) {
-                Ok(Some(outcome)) => outcome,
+                Ok(milp::Solved::Plan(outcome)) => outcome,
                 // No fates fit once the missed bytes are charged.
-                Ok(None) => return Err(overrun),
-                Err(error)
-                    if error.to_string().contains("time limit")
-                        || started.elapsed().as_secs_f64() >= options.milp_time_limit_s =>
-                {
-                    return Err(out_of_time(&overrun))
-                }
+                Ok(milp::Solved::NoFit) => return Err(overrun),
+                Ok(milp::Solved::OutOfTime) => return Err(out_of_time(&overrun)),
                 Err(error) => return Err(error),
             },
             None => milp::solve(

@@ -92,7 +92,7 @@ fn a_plan_file_s_milp_field_is_checked() {
 fn bytes_held_at_each_step_shrink_the_device_the_milp_fills() {
     use fateplan_planner::passes::cost::{Choices, FateSet};
     use fateplan_planner::passes::lifetimes::Lifetimes;
-    use fateplan_planner::passes::milp::{solve, solve_held};
+    use fateplan_planner::passes::milp::{solve, solve_held, Solved};
 
     let profile = a100();
     let w = chain(6, MIB, 1e-3);
@@ -121,7 +121,11 @@ fn bytes_held_at_each_step_shrink_the_device_the_milp_fills() {
             &vec![held; steps],
             30.0,
         );
-        let (smaller, held) = (objective(smaller), objective(held.unwrap()));
+        let held = match held.unwrap() {
+            Solved::Plan(outcome) => Some(outcome),
+            other => panic!("{other:?}"),
+        };
+        let (smaller, held) = (objective(smaller), objective(held));
         assert!(
             (held - smaller).abs() <= 1e-9 * smaller,
             "{held} s vs {smaller} s"
@@ -138,5 +142,5 @@ fn bytes_held_at_each_step_shrink_the_device_the_milp_fills() {
         &vec![6 * MIB; steps],
         30.0,
     );
-    assert!(none.unwrap().is_none());
+    assert!(matches!(none.unwrap(), Solved::NoFit));
 }

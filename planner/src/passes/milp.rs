@@ -51,6 +51,16 @@ fn segments(points: &mut Vec<u32>, steps: u32) -> Vec<(u32, u32)> {
         .collect()
 }
 
+/// How a search of [`solve_held`] ended.
+#[derive(Debug)]
+pub enum Solved {
+    Plan(MilpOutcome),
+    /// No choice of fates fits the budgets.
+    NoFit,
+    /// The time limit ran out before any plan was found.
+    OutOfTime,
+}
+
 /// Solves the MILP; `Ok(None)` when no choice of fates fits the budgets.
 pub fn solve(
     choices: &Choices,
@@ -59,14 +69,21 @@ pub fn solve(
     ssd_staging_bytes: u64,
     time_limit_s: f64,
 ) -> Result<Option<MilpOutcome>> {
-    solve_held(
+    match solve_held(
         choices,
         bytes,
         budgets,
         ssd_staging_bytes,
         &[],
         time_limit_s,
-    )
+    )? {
+        Solved::Plan(outcome) => Ok(Some(outcome)),
+        Solved::NoFit => Ok(None),
+        Solved::OutOfTime => Err(Error::invalid(
+            "policy milp",
+            format!("no plan found within its time limit of {time_limit_s} s (--milp-time-limit)"),
+        )),
+    }
 }
 
 /// [`solve`] with `held_hbm[step]` more device bytes at each step than
@@ -79,7 +96,7 @@ pub fn solve_held(
     ssd_staging_bytes: u64,
     held_hbm: &[u64],
     time_limit_s: f64,
-) -> Result<Option<MilpOutcome>> {
+) -> Result<Solved> {
     let mut vars = ProblemVariables::new();
     let mut x: Vec<Vec<Variable>> = Vec::with_capacity(choices.options.len());
     let mut count = 0usize;
@@ -233,14 +250,14 @@ pub fn solve_held(
     let started = std::time::Instant::now();
     let solution = match problem.solve() {
         Ok(solution) => solution,
-        Err(good_lp::ResolutionError::Infeasible) => return Ok(None),
-        Err(_) if started.elapsed().as_secs_f64() >= time_limit_s => {
-            return Err(Error::invalid(
-                "policy milp",
-                format!(
-                    "no plan found within its time limit of {time_limit_s} s (--milp-time-limit)"
-                ),
-            ))
+        Err(good_lp::ResolutionError::Infeasible) => return Ok(Solved::NoFit),
+        // microlp says "Time limit reached before finding a feasible
+        // solution"; the clock where it words it otherwise.
+        Err(other)
+            if other.to_string().contains("Time limit")
+                || started.elapsed().as_secs_f64() >= time_limit_s =>
+        {
+            return Ok(Solved::OutOfTime)
         }
         Err(other) => {
             return Err(Error::invalid(
@@ -262,7 +279,7 @@ pub fn solve_held(
         }
     }
     let objective_s = assignment.objective_s(choices);
-    Ok(Some(MilpOutcome {
+    Ok(Solved::Plan(MilpOutcome {
         assignment,
         objective_s,
         optimal,
