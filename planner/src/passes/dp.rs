@@ -59,6 +59,7 @@
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
+use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
@@ -212,6 +213,13 @@ impl Usage {
         }
     }
 
+    /// Whether `refusal` still holds: the most bytes its tier holds over
+    /// its slots are no fewer than when it was made.
+    fn still_refuses(&self, refusal: &Refusal) -> bool {
+        let tree = [&self.hbm, &self.host, &self.ssd][refusal.tier as usize];
+        tree.max(refusal.start as usize, refusal.end as usize) >= refusal.max
+    }
+
     fn apply(&mut self, choice: &Choice, bytes: i64, sign: i64) {
         for &(start, end) in &choice.hbm_free {
             self.hbm.add(start as usize, end as usize, -sign * bytes);
@@ -266,6 +274,9 @@ struct Delta {
     frees: [Vec<(u32, i64)>; 2],
     /// Per tier (device, host, SSD): `(start, end, bytes)`.
     segments: [Vec<(u32, u32, i64)>; 3],
+    /// Where the last check refused the change: the tier's index, the
+    /// segment's `[start, end)`, and the most bytes the tier held there.
+    refused: (u8, u32, u32, i64),
 }
 
 impl Delta {
@@ -303,6 +314,7 @@ impl Delta {
             events,
             frees,
             segments,
+            refused,
         } = self;
         events.clear();
         for (k, (choice, sign)) in [(old, -1i64), (new, 1i64)].into_iter().enumerate() {
@@ -357,8 +369,12 @@ impl Delta {
             let end = next(&at_run);
             if end != u32::MAX && running != 0 {
                 if let Some((tree, limit)) = check {
-                    if running > 0 && tree.max(at as usize, end as usize) + running > limit {
-                        return false;
+                    if running > 0 {
+                        let max = tree.max(at as usize, end as usize);
+                        if max + running > limit {
+                            *refused = (index as u8, at, end, max);
+                            return false;
+                        }
                     }
                 }
                 segments.push((at, end, running));
@@ -377,6 +393,244 @@ impl Delta {
                 tree.add(s as usize, e as usize, bytes);
             }
         }
+    }
+}
+
+/// A change [`Search::try_set`] refused: from which pick, and the tier,
+/// `[start, end)` slots and the most bytes held there where the change's
+/// bytes did not fit. A change from the same pick adds the same bytes
+/// there, so while the most held there is no less, it is refused again
+/// without being computed again.
+#[derive(Debug, Clone, Copy)]
+struct Refusal {
+    from: Option<u16>,
+    tier: u8,
+    start: u32,
+    end: u32,
+    max: i64,
+}
+
+/// What a search's settings (its link weights, whether it may use the
+/// SSD, how it scores) fix about each choice, computed once per search
+/// rather than at every sweep and every stage 2.
+struct Tables {
+    /// The settings: the link weights, whether SSD choices are allowed,
+    /// and whether the sweep scores a fate by the timing it applies.
+    weights: LinkSeconds,
+    ssd: bool,
+    as_applied: bool,
+    /// Per tensor, where its entries start in the flat lists below: the
+    /// baseline's, then one per choice.
+    at: Vec<usize>,
+    /// Each entry's price ([`price`]); the baseline's is 0.
+    price: Vec<f64>,
+    /// Per tensor, its allowed choices by price, then bytes moved, then
+    /// index: `ranked[ranked_at[t]..ranked_at[t + 1]]`.
+    ranked: Vec<u16>,
+    ranked_at: Vec<usize>,
+    /// The sweep's candidates: each allowed choice that is the first of
+    /// its fate (it frees the most steps), once per freed interval, as
+    /// `(start, end, tensor, choice, score)`, by start. The score is the
+    /// cheapest price of the fate per byte: of any of its timings (which
+    /// stage 2 may reach if memory allows), or, scored as applied, of
+    /// the timing the sweep applies.
+    intervals: Vec<(u32, u32, usize, u16, f64)>,
+    /// Which allowed choices free each slot, built on first use (by
+    /// stage 3's re-timing).
+    freed_at: OnceLock<FreedAt>,
+}
+
+/// Which choices free each slot: a stabbing index over the choices'
+/// freed intervals. A segment tree over the slots whose every node lists
+/// the intervals that cover it whole and no ancestor; a slot's choices
+/// are on the nodes from its leaf to the root.
+struct FreedAt {
+    leaves: usize,
+    /// Node `k`'s entries: `entries[start[k]..start[k + 1]]`.
+    start: Vec<usize>,
+    /// `(tensor, choice)`.
+    entries: Vec<(u32, u16)>,
+}
+
+impl FreedAt {
+    fn new(choices: &Choices, ssd: bool) -> FreedAt {
+        let leaves = (choices.slots as usize).max(1).next_power_of_two();
+        // The nodes that cover `[a, b)` whole, no two on one path.
+        let cover = |a: usize, b: usize, f: &mut dyn FnMut(usize)| {
+            let (mut l, mut r) = (a.min(leaves) + leaves, b.min(leaves) + leaves);
+            while l < r {
+                if l & 1 == 1 {
+                    f(l);
+                    l += 1;
+                }
+                if r & 1 == 1 {
+                    r -= 1;
+                    f(r);
+                }
+                l >>= 1;
+                r >>= 1;
+            }
+        };
+        let each = |f: &mut dyn FnMut(usize, u16, usize, usize)| {
+            for (t, options) in choices.options.iter().enumerate() {
+                for (i, choice) in options.iter().enumerate() {
+                    if ssd || !choice.uses_ssd() {
+                        for &(a, b) in &choice.hbm_free {
+                            f(t, i as u16, a as usize, b as usize);
+                        }
+                    }
+                }
+            }
+        };
+        let mut start = vec![0usize; 2 * leaves + 1];
+        each(&mut |_, _, a, b| cover(a, b, &mut |node| start[node + 1] += 1));
+        for k in 1..start.len() {
+            start[k] += start[k - 1];
+        }
+        let mut filled = start.clone();
+        let mut entries = vec![(0u32, 0u16); start[2 * leaves]];
+        each(&mut |t, i, a, b| {
+            cover(a, b, &mut |node| {
+                entries[filled[node]] = (t as u32, i);
+                filled[node] += 1;
+            })
+        });
+        FreedAt {
+            leaves,
+            start,
+            entries,
+        }
+    }
+
+    /// Calls `f` with each `(tensor, choice)` that frees `slot`.
+    fn at(&self, slot: usize, mut f: impl FnMut(usize, u16)) {
+        let mut node = slot + self.leaves;
+        while node >= 1 {
+            for &(t, i) in &self.entries[self.start[node]..self.start[node + 1]] {
+                f(t as usize, i);
+            }
+            node >>= 1;
+        }
+    }
+}
+
+/// A choice's price: its added seconds plus its link time weighted by
+/// `weights`.
+fn price(choice: &Choice, weights: &LinkSeconds) -> f64 {
+    choice.cost_s
+        + choice
+            .link_s
+            .iter()
+            .zip(weights)
+            .map(|(s, w)| s * w)
+            .sum::<f64>()
+}
+
+impl Tables {
+    /// The tables under those settings; the sweep's candidates only
+    /// `with_sweep` (stage 2 alone needs none).
+    fn new(
+        choices: &Choices,
+        bytes: &[i64],
+        weights: &LinkSeconds,
+        ssd: bool,
+        as_applied: bool,
+        with_sweep: bool,
+    ) -> Tables {
+        let allowed = |choice: &Choice| ssd || !choice.uses_ssd();
+        let (mut at, mut price_list) = (Vec::new(), Vec::new());
+        let (mut ranked, mut ranked_at) = (Vec::new(), vec![0]);
+        let mut intervals = Vec::new();
+        for (t, options) in choices.options.iter().enumerate() {
+            at.push(price_list.len());
+            price_list.push(0.0);
+            price_list.extend(options.iter().map(|c| price(c, weights)));
+            let prices = &price_list[price_list.len() - options.len()..];
+            let first = ranked.len();
+            ranked.extend((0..options.len() as u16).filter(|&i| allowed(&options[i as usize])));
+            ranked[first..].sort_by(|&a, &b| {
+                let (a, b) = (a as usize, b as usize);
+                prices[a]
+                    .total_cmp(&prices[b])
+                    .then(options[a].moved_bytes.cmp(&options[b].moved_bytes))
+                    .then(a.cmp(&b))
+            });
+            ranked_at.push(ranked.len());
+            if !with_sweep {
+                continue;
+            }
+            let mut fate_cost = [f64::INFINITY; 7];
+            for (i, choice) in options.iter().enumerate() {
+                // Scored as applied: only the first (most-freeing) choice
+                // of each fate counts.
+                if !allowed(choice) || as_applied && i > 0 && options[i - 1].fate == choice.fate {
+                    continue;
+                }
+                let f = choice.fate as usize;
+                fate_cost[f] = fate_cost[f].min(prices[i]);
+            }
+            for (i, choice) in options.iter().enumerate() {
+                // The first choice of each fate frees the most steps.
+                if !allowed(choice) || (i > 0 && options[i - 1].fate == choice.fate) {
+                    continue;
+                }
+                let score = fate_cost[choice.fate as usize] / bytes[t] as f64;
+                for &(s, e) in &choice.hbm_free {
+                    intervals.push((s, e, t, i as u16, score));
+                }
+            }
+        }
+        // The heap the sweep pushes them into orders them fully: ties
+        // need no order.
+        intervals.sort_unstable_by_key(|&(start, ..)| start);
+        Tables {
+            weights: *weights,
+            ssd,
+            as_applied,
+            at,
+            price: price_list,
+            ranked,
+            ranked_at,
+            intervals,
+            freed_at: OnceLock::new(),
+        }
+    }
+
+    fn index(&self, tensor: usize, pick: Option<u16>) -> usize {
+        self.at[tensor] + pick.map_or(0, |i| i as usize + 1)
+    }
+
+    fn freed_at(&self, choices: &Choices) -> &FreedAt {
+        self.freed_at
+            .get_or_init(|| FreedAt::new(choices, self.ssd))
+    }
+
+    /// The tables of each distinct setting among `runs`, built side by
+    /// side.
+    fn for_runs(choices: &Choices, bytes: &[i64], runs: &[(Sweep, LinkSeconds)]) -> Vec<Tables> {
+        let mut settings: Vec<(LinkSeconds, bool, bool)> = Vec::new();
+        for (sweep, weights) in runs {
+            let setting = (*weights, sweep.ssd, sweep.as_applied);
+            if !settings.contains(&setting) {
+                settings.push(setting);
+            }
+        }
+        settings
+            .par_iter()
+            .map(|(weights, ssd, as_applied)| {
+                Tables::new(choices, bytes, weights, *ssd, *as_applied, true)
+            })
+            .collect()
+    }
+
+    /// The tables among `tables` for a run of `sweep` with `weights`.
+    fn find(tables: &[Tables], sweep: Sweep, weights: LinkSeconds) -> &Tables {
+        tables
+            .iter()
+            .find(|t| {
+                t.weights == weights && t.ssd == sweep.ssd && t.as_applied == sweep.as_applied
+            })
+            .expect("tables are built for every run")
     }
 }
 
@@ -434,18 +688,17 @@ struct Search<'a> {
     keep_fates: bool,
     /// Whether a choice was refused for lack of room on an away tier.
     away_refused: bool,
-    /// Seconds charged per second of each link's busy time: zero in
-    /// round 1, more on one link in a later round (see the module
-    /// documentation).
-    weights: LinkSeconds,
     /// Whether the sweep covers an overrun by the knapsack (else in score
     /// order alone).
     knapsack: bool,
-    /// Whether the sweep scores a fate by the timing it applies (else by
-    /// the cheapest timing, which stage 2 may reach if memory allows).
-    as_applied: bool,
     /// Scratch space for changes.
     delta: Delta,
+    /// Prices (with the round's link weights: zero in round 1, more on
+    /// one link in a later round, see the module documentation),
+    /// rankings and the sweep's candidates.
+    tables: &'a Tables,
+    /// The last change `try_set` refused, per entry of `tables`.
+    refusals: Vec<Option<Refusal>>,
     /// Stage 3's moves tried so far, and the most it may try.
     tries: usize,
     max_tries: usize,
@@ -456,21 +709,21 @@ impl<'a> Search<'a> {
         self.assignment.choice(self.choices, tensor)
     }
 
-    /// A choice's price: its added seconds plus its weighted link time.
-    fn price(&self, choice: &Choice) -> f64 {
-        choice.cost_s
-            + choice
-                .link_s
-                .iter()
-                .zip(self.weights)
-                .map(|(s, w)| s * w)
-                .sum::<f64>()
+    /// The price of `tensor` at `pick` ([`price`] with the search's
+    /// weights; 0 at the baseline).
+    fn price_of(&self, tensor: usize, pick: Option<u16>) -> f64 {
+        self.tables.price[self.tables.index(tensor, pick)]
+    }
+
+    /// The price of `tensor`'s pick.
+    fn price_now(&self, tensor: usize) -> f64 {
+        self.price_of(tensor, self.assignment.picks[tensor])
     }
 
     fn total_price(&self) -> f64 {
         (0..self.assignment.picks.len())
-            .filter_map(|t| self.pick(t))
-            .map(|c| self.price(c))
+            .filter(|&t| self.assignment.picks[t].is_some())
+            .map(|t| self.price_now(t))
             .sum()
     }
 
@@ -514,8 +767,17 @@ impl<'a> Search<'a> {
     /// wherever the change adds bytes; returns whether it did. Only the
     /// steps where the two choices differ are touched.
     fn try_set(&mut self, tensor: usize, pick: Option<u16>) -> bool {
-        if self.assignment.picks[tensor] == pick {
+        let from = self.assignment.picks[tensor];
+        if from == pick {
             return true;
+        }
+        // Refused before, from the same choice, and the tier holds no
+        // fewer bytes where it was: it is refused again.
+        let at = self.tables.index(tensor, pick);
+        if let Some(refusal) = &self.refusals[at] {
+            if refusal.from == from && self.usage.still_refuses(refusal) {
+                return false;
+            }
         }
         let mut delta = std::mem::take(&mut self.delta);
         let fits = delta.compute_fits(
@@ -527,6 +789,16 @@ impl<'a> Search<'a> {
         if fits {
             self.assignment.picks[tensor] = pick;
             delta.apply(&mut self.usage);
+            self.refusals[at] = None;
+        } else {
+            let (tier, start, end, max) = delta.refused;
+            self.refusals[at] = Some(Refusal {
+                from,
+                tier,
+                start,
+                end,
+                max,
+            });
         }
         self.delta = delta;
         fits
@@ -537,41 +809,19 @@ impl<'a> Search<'a> {
     /// within budget.
     fn sweep(&mut self, from: usize, to: usize, frozen: Option<usize>) -> Result<(), usize> {
         let choices = self.choices;
-        // Per step, the candidate (tensor, choice index) intervals that start there.
-        // (start, tensor, choice, end), sorted by start below; the heap
-        // orders candidates fully, so ties need no order.
-        let mut starts: Vec<(u32, usize, u16, u32)> = Vec::new();
-        let mut fate_cost = vec![[f64::INFINITY; 7]; choices.options.len()];
-        for (t, options) in choices.options.iter().enumerate() {
-            if self.assignment.picks[t].is_some() || Some(t) == frozen {
-                continue;
-            }
-            for (i, choice) in options.iter().enumerate() {
-                if !self.allowed(choice) {
-                    continue;
-                }
-                let f = choice.fate as usize;
-                // Scored as applied: only the first (most-freeing) choice
-                // of each fate counts.
-                if self.as_applied && i > 0 && options[i - 1].fate == choice.fate {
-                    continue;
-                }
-                fate_cost[t][f] = fate_cost[t][f].min(self.price(choice));
-            }
-            for (i, choice) in options.iter().enumerate() {
-                // The first choice of each fate frees the most steps.
-                if !self.allowed(choice) || (i > 0 && options[i - 1].fate == choice.fate) {
-                    continue;
-                }
-                for &(s, e) in &choice.hbm_free {
-                    let (s, e) = (s as usize, e as usize);
-                    if e > from && s < to {
-                        starts.push((s.max(from) as u32, t, i as u16, e as u32));
-                    }
-                }
-            }
-        }
-        starts.sort_unstable_by_key(|&(start, ..)| start);
+        // Per step, the candidate (tensor, choice index) intervals that
+        // start there (from `from` on), by start: those of undecided
+        // tensors among the search's candidates.
+        let starts: Vec<(u32, usize, u16, u32, f64)> = self
+            .tables
+            .intervals
+            .iter()
+            .take_while(|&&(s, ..)| (s as usize) < to)
+            .filter(|&&(_, e, t, ..)| {
+                e as usize > from && self.assignment.picks[t].is_none() && Some(t) != frozen
+            })
+            .map(|&(s, e, t, i, score)| ((s as usize).max(from) as u32, t, i, e, score))
+            .collect();
         let mut next_start = 0;
         let mut active: BinaryHeap<Candidate> = BinaryHeap::new();
         // Candidates whose host or SSD copy did not fit: those tiers only
@@ -588,10 +838,8 @@ impl<'a> Search<'a> {
                 _ => break,
             }
             while next_start < starts.len() && starts[next_start].0 as usize <= step {
-                let (_, t, i, end) = starts[next_start];
+                let (_, t, i, end, score) = starts[next_start];
                 next_start += 1;
-                let choice = &choices.options[t][i as usize];
-                let score = fate_cost[t][choice.fate as usize] / self.bytes[t] as f64;
                 active.push(Candidate {
                     score,
                     end,
@@ -732,7 +980,7 @@ impl<'a> Search<'a> {
                         && (c.frees(s) || !old_frees)
                         && !c.hbm_add.iter().any(|&(a, b, _)| a <= s && s < b)
                 })
-                .map(|(i, c)| (self.price(c), Some(i as u16)))
+                .map(|(i, _)| (self.price_of(t, Some(i as u16)), Some(i as u16)))
                 .collect();
             if !old_frees && !self.keep_fates {
                 // The baseline adds nothing anywhere.
@@ -781,7 +1029,7 @@ impl<'a> Search<'a> {
             .filter_map(|t| {
                 let c = self.pick(t)?;
                 let traffic = c.moved_bytes as f64 / self.bytes[t].max(1) as f64;
-                Some((self.price(c), traffic, t))
+                Some((self.price_now(t), traffic, t))
             })
             .collect();
         order.sort_by(|a, b| {
@@ -790,9 +1038,7 @@ impl<'a> Search<'a> {
                 .then(a.2.cmp(&b.2))
         });
         let mut changed = false;
-        let mut better: Vec<(f64, u64, Option<u16>)> = Vec::new();
-        for (_, _, t) in order {
-            let current = self.pick(t).map_or(0.0, |c| self.price(c));
+        for (current, _, t) in order {
             let current_moved = self.pick(t).map_or(0, |c| c.moved_bytes);
             // Cheaper, or as cheap and moving fewer bytes: when transfers
             // hide behind compute, keeping more on the device is free in
@@ -803,25 +1049,39 @@ impl<'a> Search<'a> {
                     || (price <= current + PRICE_TIE_S && moved < current_moved)
             };
             let fate = self.pick(t).map(|c| c.fate);
-            better.clear();
-            better.extend(
-                choices.options[t]
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, c)| self.allowed(c) && (!self.keep_fates || Some(c.fate) == fate))
-                    .map(|(i, c)| (self.price(c), c.moved_bytes, Some(i as u16)))
-                    .filter(|&(price, moved, _)| improves(price, moved)),
-            );
-            if !self.keep_fates {
-                better.push((0.0, 0, None));
-            }
-            better.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            for &(_, _, pick) in &better {
-                if self.try_set(t, pick) {
-                    changed = true;
+            // The choices that improve, cheapest first (then fewest bytes
+            // moved, then by index), with the baseline (price 0, nothing
+            // moved) after those that rank no higher; the first that fits
+            // is taken. Past the current price plus the tie, none improves.
+            let mut baseline_due = !self.keep_fates;
+            let tables = self.tables;
+            let mut taken = false;
+            for &i in &tables.ranked[tables.ranked_at[t]..tables.ranked_at[t + 1]] {
+                let c = &choices.options[t][i as usize];
+                let price = self.price_of(t, Some(i));
+                if price > current + PRICE_TIE_S {
+                    break;
+                }
+                let above_baseline = price.total_cmp(&0.0).then(c.moved_bytes.cmp(&0)).is_gt();
+                if baseline_due && above_baseline {
+                    baseline_due = false;
+                    if self.try_set(t, None) {
+                        taken = true;
+                        break;
+                    }
+                }
+                if (self.keep_fates && Some(c.fate) != fate) || !improves(price, c.moved_bytes) {
+                    continue;
+                }
+                if self.try_set(t, Some(i)) {
+                    taken = true;
                     break;
                 }
             }
+            if !taken && baseline_due {
+                taken = self.try_set(t, None);
+            }
+            changed |= taken;
         }
         changed
     }
@@ -831,19 +1091,21 @@ impl<'a> Search<'a> {
         let choices = self.choices;
         let mut improved = false;
         let decided: Vec<usize> = (0..choices.options.len())
-            .filter(|&t| self.pick(t).is_some_and(|c| self.price(c) > 0.0))
+            .filter(|&t| self.assignment.picks[t].is_some() && self.price_now(t) > 0.0)
             .collect();
         for t in decided {
             let Some(current) = self.pick(t) else {
                 continue;
             };
-            let current_cost = self.price(current);
+            let current_cost = self.price_now(t);
             let mut cheaper: Vec<Option<u16>> = vec![None];
             cheaper.extend(
                 choices.options[t]
                     .iter()
                     .enumerate()
-                    .filter(|(_, c)| self.allowed(c) && self.price(c) < current_cost)
+                    .filter(|&(i, c)| {
+                        self.allowed(c) && self.price_of(t, Some(i as u16)) < current_cost
+                    })
                     .map(|(i, _)| Some(i as u16)),
             );
             for pick in cheaper {
@@ -920,12 +1182,12 @@ impl<'a> Search<'a> {
             })
             .collect();
         for t in tried {
-            let current = self.pick(t).map_or(0.0, |c| self.price(c));
+            let current = self.price_now(t);
             let fate = self.pick(t).map(|c| c.fate);
             let costlier: Vec<u16> = choices.options[t]
                 .iter()
                 .enumerate()
-                .filter(|(_, c)| self.allowed(c) && self.price(c) > current)
+                .filter(|&(i, c)| self.allowed(c) && self.price_of(t, Some(i as u16)) > current)
                 .filter(|(_, c)| Some(c.fate) != fate)
                 .map(|(i, _)| i as u16)
                 .collect();
@@ -969,26 +1231,24 @@ impl<'a> Search<'a> {
                 return true;
             };
             let s = slot as u32;
+            // The allowed choices that free `slot`, of decided tensors
+            // other than `tensor` whose pick does not, of the pick's fate,
+            // adding nothing there.
             let mut moves: Vec<(f64, usize, u16)> = Vec::new();
-            for u in 0..choices.options.len() {
+            self.tables.freed_at(choices).at(slot, |u, i| {
                 let Some(current) = self.pick(u) else {
-                    continue;
+                    return;
                 };
-                if u == tensor || current.frees(s) {
-                    continue;
+                let c = &choices.options[u][i as usize];
+                if u != tensor
+                    && !current.frees(s)
+                    && c.fate == current.fate
+                    && !c.hbm_add.iter().any(|&(a, b, _)| a <= s && s < b)
+                {
+                    moves.push((self.price_of(u, Some(i)) - self.price_now(u), u, i));
                 }
-                let price = self.price(current);
-                for (i, c) in choices.options[u].iter().enumerate() {
-                    if c.fate == current.fate
-                        && self.allowed(c)
-                        && c.frees(s)
-                        && !c.hbm_add.iter().any(|&(a, b, _)| a <= s && s < b)
-                    {
-                        moves.push((self.price(c) - price, u, i as u16));
-                    }
-                }
-            }
-            moves.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            });
+            moves.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
             if !moves.iter().any(|&(_, u, i)| self.try_set(u, Some(i))) {
                 return false;
             }
@@ -1019,12 +1279,12 @@ impl<'a> Search<'a> {
             if u == tensor || b as usize <= start || a as usize >= end {
                 continue;
             }
-            let price = self.price(current);
+            let price = self.price_now(u);
             let best = choices.options[u]
                 .iter()
                 .enumerate()
                 .filter(|(_, c)| self.allowed(c) && c.uses_ssd())
-                .map(|(i, c)| (self.price(c) - price, i as u16))
+                .map(|(i, _)| (self.price_of(u, Some(i as u16)) - price, i as u16))
                 .min_by(|x, y| x.0.total_cmp(&y.0));
             if let Some((extra, i)) = best {
                 movers.push((extra / self.bytes[u].max(1) as f64, u, i));
@@ -1218,6 +1478,59 @@ fn knapsack(items: &[Candidate], need: i64) -> Option<Vec<usize>> {
     Some(picked)
 }
 
+/// What [`search`] runs each sweep with.
+struct Runner<'a> {
+    choices: &'a Choices,
+    bytes: &'a [i64],
+    limit: [i64; 3],
+    held: &'a Held,
+    ssd_staging_bytes: u64,
+    first_fit: bool,
+}
+
+impl<'a> Runner<'a> {
+    /// One sweep and stage 2 (not for a first fit) with the given
+    /// settings and the tables of those settings.
+    fn run<'t>(&self, sweep: Sweep, tables: &'t Tables) -> (Sweep, Search<'t>, Result<(), usize>)
+    where
+        'a: 't,
+    {
+        let choices = self.choices;
+        let reserved = if sweep.ssd {
+            self.ssd_staging_bytes as i64
+        } else {
+            0
+        };
+        let mut search = Search {
+            choices,
+            bytes: self.bytes.to_vec(),
+            assignment: Assignment::baseline(choices),
+            usage: Usage {
+                strict_adds: sweep.strict_adds,
+                ..Usage::new(choices, self.limit, reserved, self.held)
+            },
+            ssd: sweep.ssd,
+            keep_fates: false,
+            away_refused: false,
+            knapsack: sweep.knapsack,
+            delta: Delta::default(),
+            refusals: vec![None; tables.price.len()],
+            tables,
+            tries: 0,
+            max_tries: 0,
+        };
+        let swept = search.sweep(0, choices.slots as usize, None);
+        if swept.is_ok() && !self.first_fit {
+            for _ in 0..4 {
+                if !search.improve() {
+                    break;
+                }
+            }
+        }
+        (sweep, search, swept)
+    }
+}
+
 /// What the search found.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -1293,40 +1606,13 @@ fn search(
         });
     }
     let any_ssd = choices.options.iter().flatten().any(Choice::uses_ssd);
-    // One sweep and stage 2 (not for a first fit) with the given settings.
-    let run = |sweep: Sweep, weights: LinkSeconds| -> (Sweep, Search, Result<(), usize>) {
-        let reserved = if sweep.ssd {
-            ssd_staging_bytes as i64
-        } else {
-            0
-        };
-        let mut search = Search {
-            choices,
-            bytes: bytes.clone(),
-            assignment: Assignment::baseline(choices),
-            usage: Usage {
-                strict_adds: sweep.strict_adds,
-                ..Usage::new(choices, limit, reserved, held)
-            },
-            ssd: sweep.ssd,
-            keep_fates: false,
-            away_refused: false,
-            weights,
-            knapsack: sweep.knapsack,
-            as_applied: sweep.as_applied,
-            delta: Delta::default(),
-            tries: 0,
-            max_tries: 0,
-        };
-        let swept = search.sweep(0, choices.slots as usize, None);
-        if swept.is_ok() && !first_fit {
-            for _ in 0..4 {
-                if !search.improve() {
-                    break;
-                }
-            }
-        }
-        (sweep, search, swept)
+    let runner = Runner {
+        choices,
+        bytes: &bytes,
+        limit,
+        held,
+        ssd_staging_bytes,
+        first_fit,
     };
     // The first sweep says whether host memory ran short, which the fourth
     // and those with the SSD depend on.
@@ -1338,13 +1624,24 @@ fn search(
     let no_weights: LinkSeconds = [0.0; 4];
     if first_fit {
         // Sequential: the first sweep that fits ends the search.
-        let first = run(SWEEPS[0], no_weights);
-        let host_short = first.2.is_err() || first.1.away_refused;
+        let mut host_short = false;
         let mut first_failure = None;
-        let rest = SWEEPS[1..].iter().filter(|s| allowed(s, host_short));
-        for (sweep, search, swept) in
-            std::iter::once(first).chain(rest.map(|s| run(*s, no_weights)))
-        {
+        for (k, &sweep) in SWEEPS.iter().enumerate() {
+            if k > 0 && !allowed(&sweep, host_short) {
+                continue;
+            }
+            let tables = Tables::new(
+                choices,
+                &bytes,
+                &no_weights,
+                sweep.ssd,
+                sweep.as_applied,
+                true,
+            );
+            let (sweep, search, swept) = runner.run(sweep, &tables);
+            if k == 0 {
+                host_short = swept.is_err() || search.away_refused;
+            }
             match swept {
                 Ok(()) => {
                     return Ok(Outcome {
@@ -1414,17 +1711,24 @@ fn search(
     };
     // Round 1 prices added seconds only. Its sweeps run side by side: the
     // first three, then those the first allows.
+    // Each setting's tables are built once, for all the runs that share it.
+    let runs = |sweeps: &[Sweep]| sweeps.iter().map(|&s| (s, no_weights)).collect::<Vec<_>>();
+    let first_tables = Tables::for_runs(choices, &bytes, &runs(&SWEEPS[..3]));
     let mut results: Vec<_> = SWEEPS[..3]
         .par_iter()
-        .map(|&sweep| run(sweep, no_weights))
+        .map(|&sweep| runner.run(sweep, Tables::find(&first_tables, sweep, no_weights)))
         .collect();
     let host_short = results[0].2.is_err() || results[0].1.away_refused;
-    let rest: Vec<_> = SWEEPS[3..]
-        .par_iter()
+    let rest: Vec<Sweep> = SWEEPS[3..]
+        .iter()
+        .copied()
         .filter(|s| allowed(s, host_short))
-        .map(|&sweep| run(sweep, no_weights))
         .collect();
-    results.extend(rest);
+    let rest_tables = Tables::for_runs(choices, &bytes, &runs(&rest));
+    results.par_extend(
+        rest.par_iter()
+            .map(|&sweep| runner.run(sweep, Tables::find(&rest_tables, sweep, no_weights))),
+    );
     let mut first_failure: Option<Overrun> = None;
     // Later rounds: every sweep again, with the seconds of each link
     // that bounds one of round 1's results (stage 2 done) priced in full.
@@ -1480,10 +1784,15 @@ fn search(
     let rounds: Vec<(f64, Assignment)> = weightings
         .par_iter()
         .filter_map(|weights| {
-            let results: Vec<_> = later
-                .par_iter()
+            let round: Vec<(Sweep, LinkSeconds)> = later
+                .iter()
                 .filter(|(_, w)| w == weights)
-                .map(|&(sweep, w)| run(sweep, w))
+                .copied()
+                .collect();
+            let tables = Tables::for_runs(choices, &bytes, &round);
+            let results: Vec<_> = round
+                .par_iter()
+                .map(|&(sweep, w)| runner.run(sweep, Tables::find(&tables, sweep, w)))
                 .collect();
             finish(results, later_moves).0.map(|(o, _, a)| (o, a))
         })
@@ -1599,18 +1908,20 @@ pub fn time_fates(
     }
     let ssd = assignment.uses_ssd(choices);
     let reserved = if ssd { ssd_staging_bytes as i64 } else { 0 };
+    let bytes: Vec<i64> = workload.tensors.iter().map(|t| t.bytes as i64).collect();
+    let tables = Tables::new(choices, &bytes, &[0.0; 4], ssd, false, false);
     let mut search = Search {
         choices,
-        bytes: workload.tensors.iter().map(|t| t.bytes as i64).collect(),
+        bytes,
         assignment: Assignment::baseline(choices),
         usage: Usage::new(choices, limit, reserved, &Held::default()),
         ssd,
         keep_fates: true,
         away_refused: false,
-        weights: [0.0; 4],
         knapsack: true,
-        as_applied: false,
         delta: Delta::default(),
+        refusals: vec![None; tables.price.len()],
+        tables: &tables,
         tries: 0,
         max_tries: 0,
     };
@@ -1631,4 +1942,160 @@ pub fn time_fates(
     }
     let (_, shifts) = search.assignment.fates_and_shifts(choices);
     (shifts, fits || unmatched)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::blocks::BlockCounts;
+    use crate::dag::{from_node_link, random_node_link};
+    use crate::datasets::dataset;
+    use crate::gnn::{build_gnn, GnnModel, GnnSpec};
+    use crate::passes::cost::FateSet;
+    use crate::passes::lifetimes::Lifetimes;
+    use crate::Profile;
+
+    fn profile() -> Profile {
+        let text = include_str!("../../../profiles/a100-80g.json");
+        Profile::from_json(text, "a100-80g.json").unwrap()
+    }
+
+    fn workloads() -> Vec<Workload> {
+        let stats = dataset("ogbn-arxiv").unwrap();
+        let spec = GnnSpec {
+            model: GnnModel::Gat,
+            layers: 2,
+            hidden: 64,
+            heads: 2,
+            features: stats.features,
+            classes: stats.classes,
+            graph_name: stats.name.into(),
+            order: Default::default(),
+            transposes: Default::default(),
+            sweeps: Default::default(),
+            dropout: 0.5,
+        };
+        let counts = BlockCounts::skewed(stats.nodes, stats.edges, 4).unwrap();
+        vec![
+            build_gnn(&spec, &counts).unwrap(),
+            from_node_link(&random_node_link(150, 7), "random.json").unwrap(),
+        ]
+    }
+
+    #[test]
+    fn freed_at_lists_every_choice_that_frees_a_slot() {
+        for workload in workloads() {
+            let lives = Lifetimes::compute(&workload);
+            let choices = Choices::build(&workload, &lives, &profile(), FateSet::ALL);
+            assert!(choices.options.iter().flatten().any(Choice::uses_ssd));
+            for ssd in [false, true] {
+                let index = FreedAt::new(&choices, ssd);
+                for slot in 0..choices.slots {
+                    let mut found = Vec::new();
+                    index.at(slot as usize, |t, i| found.push((t, i)));
+                    found.sort_unstable();
+                    let mut expected = Vec::new();
+                    for (t, options) in choices.options.iter().enumerate() {
+                        for (i, c) in options.iter().enumerate() {
+                            if (ssd || !c.uses_ssd()) && c.frees(slot) {
+                                expected.push((t, i as u16));
+                            }
+                        }
+                    }
+                    assert_eq!(found, expected, "{} slot {slot} ssd {ssd}", workload.name);
+                }
+            }
+        }
+    }
+
+    /// `try_set` answers as a fresh check would, refusals remembered or
+    /// not, along a random walk of changes over a searched assignment.
+    #[test]
+    fn a_remembered_refusal_answers_as_a_fresh_check() {
+        for workload in workloads() {
+            let lives = Lifetimes::compute(&workload);
+            let choices = Choices::build(&workload, &lives, &profile(), FateSet::ALL);
+            let bytes: Vec<i64> = workload.tensors.iter().map(|t| t.bytes as i64).collect();
+            let peak = *choices.base_hbm.iter().max().unwrap() as i64;
+            let host: i64 = bytes.iter().sum::<i64>() / 3;
+            let sweep = SWEEPS[4];
+            let tables = Tables::new(&choices, &bytes, &[0.0; 4], sweep.ssd, false, true);
+            // The tightest device budget, in tenths of the peak, that the
+            // sweep fits.
+            let held = Held::default();
+            let mut search = (1..10)
+                .find_map(|tenths| {
+                    let runner = Runner {
+                        choices: &choices,
+                        bytes: &bytes,
+                        limit: [peak * tenths / 10, host, i64::MAX / 4],
+                        held: &held,
+                        ssd_staging_bytes: 0,
+                        first_fit: false,
+                    };
+                    let (_, search, swept) = runner.run(sweep, &tables);
+                    swept.is_ok().then_some(search)
+                })
+                .unwrap();
+            let with_choices: Vec<usize> = (0..choices.options.len())
+                .filter(|&t| !choices.options[t].is_empty())
+                .collect();
+            let mut state = 0x9e37_79b9_7f4a_7c15u64;
+            let mut next = |n: usize| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state % n as u64) as usize
+            };
+            let (mut refused, mut remembered) = (0, 0);
+            let mut fresh = Delta::default();
+            // Half the changes tried again from those refused lately.
+            let mut lately: Vec<(usize, Option<u16>)> = Vec::new();
+            for _ in 0..20_000 {
+                let (t, pick) = if !lately.is_empty() && next(2) == 0 {
+                    lately[next(lately.len())]
+                } else {
+                    let t = with_choices[next(with_choices.len())];
+                    let pick = match next(choices.options[t].len() + 1) {
+                        0 => None,
+                        k => Some(k as u16 - 1),
+                    };
+                    (t, pick)
+                };
+                if search.assignment.picks[t] == pick {
+                    continue;
+                }
+                let expected = fresh.compute_fits(
+                    search.pick(t),
+                    search.choice_of(t, pick),
+                    bytes[t],
+                    &search.usage,
+                );
+                let at = search.tables.index(t, pick);
+                let known = search.refusals[at].is_some_and(|r| {
+                    r.from == search.assignment.picks[t] && search.usage.still_refuses(&r)
+                });
+                assert_eq!(
+                    search.try_set(t, pick),
+                    expected,
+                    "{} tensor {t}",
+                    workload.name
+                );
+                refused += usize::from(!expected);
+                remembered += usize::from(known);
+                if !expected {
+                    if lately.len() == 16 {
+                        lately.remove(0);
+                    }
+                    lately.push((t, pick));
+                }
+            }
+            // The walk both refused changes and answered some from memory.
+            assert!(
+                refused > 100 && remembered > 10,
+                "{}: {refused} refused, {remembered} remembered",
+                workload.name
+            );
+        }
+    }
 }
