@@ -410,9 +410,9 @@ struct Refusal {
     max: i64,
 }
 
-/// What a search's settings (its link weights, whether it may use the
-/// SSD, how it scores) fix about each choice, computed once per search
-/// rather than at every sweep and every stage 2.
+/// What a run's settings (its link weights, whether it may use the SSD,
+/// how it scores) fix about each choice, computed once per setting for
+/// the runs that share it, rather than at every sweep and stage 2.
 struct Tables {
     /// The settings: the link weights, whether SSD choices are allowed,
     /// and whether the sweep scores a fate by the timing it applies.
@@ -424,10 +424,6 @@ struct Tables {
     at: Vec<usize>,
     /// Each entry's price ([`price`]); the baseline's is 0.
     price: Vec<f64>,
-    /// Per tensor, its allowed choices by price, then bytes moved, then
-    /// index: `ranked[ranked_at[t]..ranked_at[t + 1]]`.
-    ranked: Vec<u16>,
-    ranked_at: Vec<usize>,
     /// The sweep's candidates: each allowed choice that is the first of
     /// its fate (it frees the most steps), once per freed interval, as
     /// `(start, end, tensor, choice, score)`, by start. The score is the
@@ -539,23 +535,12 @@ impl Tables {
     ) -> Tables {
         let allowed = |choice: &Choice| ssd || !choice.uses_ssd();
         let (mut at, mut price_list) = (Vec::new(), Vec::new());
-        let (mut ranked, mut ranked_at) = (Vec::new(), vec![0]);
         let mut intervals = Vec::new();
         for (t, options) in choices.options.iter().enumerate() {
             at.push(price_list.len());
             price_list.push(0.0);
             price_list.extend(options.iter().map(|c| price(c, weights)));
             let prices = &price_list[price_list.len() - options.len()..];
-            let first = ranked.len();
-            ranked.extend((0..options.len() as u16).filter(|&i| allowed(&options[i as usize])));
-            ranked[first..].sort_by(|&a, &b| {
-                let (a, b) = (a as usize, b as usize);
-                prices[a]
-                    .total_cmp(&prices[b])
-                    .then(options[a].moved_bytes.cmp(&options[b].moved_bytes))
-                    .then(a.cmp(&b))
-            });
-            ranked_at.push(ranked.len());
             if !with_sweep {
                 continue;
             }
@@ -589,8 +574,6 @@ impl Tables {
             as_applied,
             at,
             price: price_list,
-            ranked,
-            ranked_at,
             intervals,
             freed_at: OnceLock::new(),
         }
@@ -699,6 +682,9 @@ struct Search<'a> {
     tables: &'a Tables,
     /// The last change `try_set` refused, per entry of `tables`.
     refusals: Vec<Option<Refusal>>,
+    /// Per tensor, its allowed choices by price, then bytes moved, then
+    /// index: ranked by stage 2 on first use.
+    ranked: Vec<Option<Box<[u16]>>>,
     /// Stage 3's moves tried so far, and the most it may try.
     tries: usize,
     max_tries: usize,
@@ -713,6 +699,25 @@ impl<'a> Search<'a> {
     /// weights; 0 at the baseline).
     fn price_of(&self, tensor: usize, pick: Option<u16>) -> f64 {
         self.tables.price[self.tables.index(tensor, pick)]
+    }
+
+    /// `tensor`'s allowed choices by price, then bytes moved, then index.
+    fn rank(&self, tensor: usize) -> Box<[u16]> {
+        let options = &self.choices.options[tensor];
+        let mut ranked: Vec<u16> = (0..options.len() as u16)
+            .filter(|&i| self.allowed(&options[i as usize]))
+            .collect();
+        ranked.sort_by(|&a, &b| {
+            self.price_of(tensor, Some(a))
+                .total_cmp(&self.price_of(tensor, Some(b)))
+                .then(
+                    options[a as usize]
+                        .moved_bytes
+                        .cmp(&options[b as usize].moved_bytes),
+                )
+                .then(a.cmp(&b))
+        });
+        ranked.into_boxed_slice()
     }
 
     /// The price of `tensor`'s pick.
@@ -1054,9 +1059,9 @@ impl<'a> Search<'a> {
             // moved) after those that rank no higher; the first that fits
             // is taken. Past the current price plus the tie, none improves.
             let mut baseline_due = !self.keep_fates;
-            let tables = self.tables;
+            let ranked = self.ranked[t].take().unwrap_or_else(|| self.rank(t));
             let mut taken = false;
-            for &i in &tables.ranked[tables.ranked_at[t]..tables.ranked_at[t + 1]] {
+            for &i in ranked.iter() {
                 let c = &choices.options[t][i as usize];
                 let price = self.price_of(t, Some(i));
                 if price > current + PRICE_TIE_S {
@@ -1078,6 +1083,7 @@ impl<'a> Search<'a> {
                     break;
                 }
             }
+            self.ranked[t] = Some(ranked);
             if !taken && baseline_due {
                 taken = self.try_set(t, None);
             }
@@ -1515,6 +1521,7 @@ impl<'a> Runner<'a> {
             knapsack: sweep.knapsack,
             delta: Delta::default(),
             refusals: vec![None; tables.price.len()],
+            ranked: vec![None; choices.options.len()],
             tables,
             tries: 0,
             max_tries: 0,
@@ -1921,6 +1928,7 @@ pub fn time_fates(
         knapsack: true,
         delta: Delta::default(),
         refusals: vec![None; tables.price.len()],
+        ranked: vec![None; choices.options.len()],
         tables: &tables,
         tries: 0,
         max_tries: 0,
