@@ -410,6 +410,43 @@ struct Refusal {
     max: i64,
 }
 
+/// The last refusal of each entry of a run's tables (a tensor's baseline
+/// or one of its choices), kept sparse: few entries ever have one, and
+/// every run starts its own.
+struct Refusals {
+    /// Per entry, 1 + its place in `kept`, or 0 for none yet. Zeroed
+    /// memory: a run pays only for the pages it touches.
+    at: Vec<u32>,
+    kept: Vec<Option<Refusal>>,
+}
+
+impl Refusals {
+    fn new(entries: usize) -> Refusals {
+        Refusals {
+            at: vec![0; entries],
+            kept: Vec::new(),
+        }
+    }
+
+    fn get(&self, entry: usize) -> Option<&Refusal> {
+        match self.at[entry] {
+            0 => None,
+            k => self.kept[k as usize - 1].as_ref(),
+        }
+    }
+
+    fn set(&mut self, entry: usize, refusal: Option<Refusal>) {
+        match self.at[entry] {
+            0 if refusal.is_none() => {}
+            0 => {
+                self.kept.push(refusal);
+                self.at[entry] = self.kept.len() as u32;
+            }
+            k => self.kept[k as usize - 1] = refusal,
+        }
+    }
+}
+
 /// What a run's settings (its link weights, whether it may use the SSD,
 /// how it scores) fix about each choice, computed once per setting for
 /// the runs that share it, rather than at every sweep and stage 2.
@@ -681,7 +718,7 @@ struct Search<'a> {
     /// rankings and the sweep's candidates.
     tables: &'a Tables,
     /// The last change `try_set` refused, per entry of `tables`.
-    refusals: Vec<Option<Refusal>>,
+    refusals: Refusals,
     /// Per tensor, its allowed choices by price, then bytes moved, then
     /// index: ranked by stage 2 on first use.
     ranked: Vec<Option<Box<[u16]>>>,
@@ -779,7 +816,7 @@ impl<'a> Search<'a> {
         // Refused before, from the same choice, and the tier holds no
         // fewer bytes where it was: it is refused again.
         let at = self.tables.index(tensor, pick);
-        if let Some(refusal) = &self.refusals[at] {
+        if let Some(refusal) = self.refusals.get(at) {
             if refusal.from == from && self.usage.still_refuses(refusal) {
                 return false;
             }
@@ -794,16 +831,19 @@ impl<'a> Search<'a> {
         if fits {
             self.assignment.picks[tensor] = pick;
             delta.apply(&mut self.usage);
-            self.refusals[at] = None;
+            self.refusals.set(at, None);
         } else {
             let (tier, start, end, max) = delta.refused;
-            self.refusals[at] = Some(Refusal {
-                from,
-                tier,
-                start,
-                end,
-                max,
-            });
+            self.refusals.set(
+                at,
+                Some(Refusal {
+                    from,
+                    tier,
+                    start,
+                    end,
+                    max,
+                }),
+            );
         }
         self.delta = delta;
         fits
@@ -1520,7 +1560,7 @@ impl<'a> Runner<'a> {
             away_refused: false,
             knapsack: sweep.knapsack,
             delta: Delta::default(),
-            refusals: vec![None; tables.price.len()],
+            refusals: Refusals::new(tables.price.len()),
             ranked: vec![None; choices.options.len()],
             tables,
             tries: 0,
@@ -1916,40 +1956,45 @@ pub fn time_fates(
     let ssd = assignment.uses_ssd(choices);
     let reserved = if ssd { ssd_staging_bytes as i64 } else { 0 };
     let bytes: Vec<i64> = workload.tensors.iter().map(|t| t.bytes as i64).collect();
+    let mut usage = Usage::new(choices, limit, reserved, &Held::default());
+    for (t, &b) in bytes.iter().enumerate() {
+        if let Some(choice) = assignment.choice(choices, t) {
+            usage.apply(choice, b, 1);
+        }
+    }
+    let slots = choices.slots as usize;
+    let fits = usage.hbm.max(0, slots) <= limit[0]
+        && usage.host.max(0, slots) <= limit[1]
+        && usage.ssd.max(0, slots) <= limit[2];
+    if !fits {
+        let (_, shifts) = assignment.fates_and_shifts(choices);
+        return (shifts, unmatched);
+    }
+    // Stage 2 within the fates.
     let tables = Tables::new(choices, &bytes, &[0.0; 4], ssd, false, false);
     let mut search = Search {
         choices,
         bytes,
-        assignment: Assignment::baseline(choices),
-        usage: Usage::new(choices, limit, reserved, &Held::default()),
+        assignment,
+        usage,
         ssd,
         keep_fates: true,
         away_refused: false,
         knapsack: true,
         delta: Delta::default(),
-        refusals: vec![None; tables.price.len()],
+        refusals: Refusals::new(tables.price.len()),
         ranked: vec![None; choices.options.len()],
         tables: &tables,
         tries: 0,
         max_tries: 0,
     };
-    for (t, &pick) in assignment.picks.iter().enumerate() {
-        if pick.is_some() {
-            search.set(t, pick);
-        }
-    }
-    let fits = search.usage.hbm.max(0, choices.slots as usize) <= limit[0]
-        && search.usage.host.max(0, choices.slots as usize) <= limit[1]
-        && search.usage.ssd.max(0, choices.slots as usize) <= limit[2];
-    if fits {
-        for _ in 0..4 {
-            if !search.improve() {
-                break;
-            }
+    for _ in 0..4 {
+        if !search.improve() {
+            break;
         }
     }
     let (_, shifts) = search.assignment.fates_and_shifts(choices);
-    (shifts, fits || unmatched)
+    (shifts, true)
 }
 
 #[cfg(test)]
@@ -2080,8 +2125,8 @@ mod tests {
                     &search.usage,
                 );
                 let at = search.tables.index(t, pick);
-                let known = search.refusals[at].is_some_and(|r| {
-                    r.from == search.assignment.picks[t] && search.usage.still_refuses(&r)
+                let known = search.refusals.get(at).is_some_and(|r| {
+                    r.from == search.assignment.picks[t] && search.usage.still_refuses(r)
                 });
                 assert_eq!(
                     search.try_set(t, pick),
