@@ -817,3 +817,44 @@ fn on_several_gpus_the_sweep_line_says_the_combinations_were_screened() {
     // On one GPU the groups of outputs are counted among the plans.
     assert!(one.contains(" of them in groups of outputs in "), "{one}");
 }
+
+/// On several GPUs the MILP counts the exchanges' device buffers from its
+/// first round, as dp does. Before, its first plan left them out, the
+/// memory pass refused it, and these ended in an error (the first within
+/// a second, the second when its 5 s ran out).
+#[test]
+fn milp_on_several_gpus_counts_the_exchange_buffers_from_its_first_round() {
+    for (partitions, budget) in [("2", "65%"), ("3", "45%")] {
+        let out = fateplan(&[
+            "plan",
+            "--dataset",
+            "ogbn-arxiv",
+            "--gpus",
+            "2",
+            "--partitions",
+            partitions,
+            "--layers",
+            "2",
+            "--hidden",
+            "64",
+            "--hbm-budget",
+            budget,
+            "--policy",
+            "milp",
+            "--exchange",
+            "host",
+            "--milp-time-limit",
+            "5",
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{partitions} {budget}: {}",
+            stderr(&out)
+        );
+        let plan = fateplan::planner::Plan::from_json(&stdout(&out), "plan.json").unwrap();
+        assert_eq!(plan.policy, "milp");
+        assert!(plan.predicted.peak_bytes.hbm <= plan.budgets.hbm_bytes);
+        assert!(plan.predicted.peak_bytes.host <= plan.budgets.host_bytes);
+    }
+}

@@ -569,7 +569,11 @@ fn plan_milp(
             ),
         )
     };
-    let mut held: Vec<u64> = Vec::new();
+    // The exchanges' buffers from the first round, as dp counts them:
+    // device bytes per step, and the host's peak set aside (the MILP
+    // counts host bytes without steps held beside them).
+    let mut held: Vec<u64> = exchange_extra(workload, options);
+    let milp_budgets = exchange_host_free(workload, options);
     let mut missed: Option<Error> = None;
     for _ in 0..DP_ATTEMPTS {
         let left_s = options.milp_time_limit_s - started.elapsed().as_secs_f64();
@@ -578,7 +582,7 @@ fn plan_milp(
             Some(overrun) => match milp::solve_held(
                 &choices,
                 &bytes,
-                &options.budgets,
+                &milp_budgets,
                 options.ssd_staging_bytes,
                 &held,
                 left_s,
@@ -589,14 +593,20 @@ fn plan_milp(
                 Ok(milp::Solved::OutOfTime) => return Err(out_of_time(&overrun)),
                 Err(error) => return Err(error),
             },
-            None => milp::solve(
+            None => match milp::solve_held(
                 &choices,
                 &bytes,
-                &options.budgets,
+                &milp_budgets,
                 options.ssd_staging_bytes,
+                &held,
                 options.milp_time_limit_s,
-            )?
-            .ok_or_else(|| milp_infeasible(workload, options, &choices))?,
+            )? {
+                milp::Solved::Plan(outcome) => outcome,
+                milp::Solved::NoFit => return Err(milp_infeasible(workload, options, &choices)),
+                milp::Solved::OutOfTime => {
+                    return Err(milp::no_plan_in_time(options.milp_time_limit_s))
+                }
+            },
         };
         let (fates, shifts) = outcome.assignment.fates_and_shifts(&choices);
         match assemble(workload, profile, options, lives, fates.clone(), &shifts) {
@@ -635,7 +645,7 @@ fn milp_infeasible(workload: &Workload, options: &PlanOptions, choices: &Choices
         choices,
         &options.budgets,
         options.ssd_staging_bytes,
-        &dp::Held::default(),
+        &exchange_held(workload, options),
     ) {
         Err(overrun) => overrun_error(workload, &options.budgets, overrun),
         Ok(_) => Error::Internal("the MILP reports no plan where the dp search finds one".into()),

@@ -79,11 +79,16 @@ pub fn solve(
     )? {
         Solved::Plan(outcome) => Ok(Some(outcome)),
         Solved::NoFit => Ok(None),
-        Solved::OutOfTime => Err(Error::invalid(
-            "policy milp",
-            format!("no plan found within its time limit of {time_limit_s} s (--milp-time-limit)"),
-        )),
+        Solved::OutOfTime => Err(no_plan_in_time(time_limit_s)),
     }
+}
+
+/// The error when the time limit ran out before the MILP found any plan.
+pub fn no_plan_in_time(time_limit_s: f64) -> Error {
+    Error::invalid(
+        "policy milp",
+        format!("no plan found within its time limit of {time_limit_s} s (--milp-time-limit)"),
+    )
 }
 
 /// [`solve`] with `held_hbm[step]` more device bytes at each step than
