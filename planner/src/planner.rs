@@ -648,6 +648,14 @@ fn milp_infeasible(workload: &Workload, options: &PlanOptions, choices: &Choices
         &exchange_held(workload, options),
     ) {
         Err(overrun) => overrun_error(workload, &options.budgets, overrun),
+        // The MILP sets the exchanges' host buffers aside at their peak,
+        // where dp counts them step by step.
+        Ok(_) if !options.exchanges.is_empty() => Error::invalid(
+            "policy milp",
+            "no fates fit the MILP's model, which sets the exchanges' host buffers aside at \
+             their peak; dp's, which counts them step by step, finds some (--policy dp)"
+                .to_string(),
+        ),
         Ok(_) => Error::Internal("the MILP reports no plan where the dp search finds one".into()),
     }
 }
