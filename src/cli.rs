@@ -212,7 +212,9 @@ pub(crate) struct PlanArgs {
     /// rematerialisation setting). Default: all.
     #[arg(long)]
     fates: Option<String>,
-    /// Seconds the MILP may search before it returns its best plan unproven.
+    /// Seconds the MILP may search before it returns its best plan unproven:
+    /// per plan, so with --gpus and --exchange auto, per exchange vector
+    /// planned (2^layers of them up to 4 layers, 2 × (layers + 1) beyond).
     #[arg(long, default_value_t = 60.0)]
     milp_time_limit: f64,
     /// Write the plan JSON to this file.
