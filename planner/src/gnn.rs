@@ -1832,6 +1832,14 @@ fn keep_transposes(w: &mut Workload) {
 mod tests {
     use super::*;
 
+    /// The number a name gives after `key`: the partition `s` of
+    /// `agg[l1,p2,s3]` is 3.
+    fn name_field(name: &str, key: char) -> u32 {
+        let inner = &name[name.find('[').unwrap() + 1..name.len() - 1];
+        let field = inner.split(',').find(|f| f.starts_with(key)).unwrap();
+        field[1..].parse().unwrap()
+    }
+
     fn spec(model: GnnModel) -> GnnSpec {
         GnnSpec {
             model,
@@ -1855,11 +1863,6 @@ mod tests {
     #[test]
     fn dropout_masks_are_counted_in_the_first_projection() {
         let blocks = BlockCounts::skewed(1000, 1500, 4).unwrap();
-        let field = |name: &str, key: char| -> u32 {
-            let inner = &name[name.find('[').unwrap() + 1..name.len() - 1];
-            let field = inner.split(',').find(|f| f.starts_with(key)).unwrap();
-            field[1..].parse().unwrap()
-        };
         for (model, order) in [
             (GnnModel::Gcn, LayerOrder::Narrower),
             (GnnModel::Gcn, LayerOrder::AggregateFirst),
@@ -1884,7 +1887,7 @@ mod tests {
                 let first =
                     op.name.starts_with("linear[l1,") || op.name.starts_with("linear_bwd[l1,");
                 let expected = if first && projects {
-                    blocks.partition_nodes(field(&op.name, 'p')) * 40
+                    blocks.partition_nodes(name_field(&op.name, 'p')) * 40
                 } else {
                     0
                 };
@@ -1967,12 +1970,6 @@ mod tests {
     fn by_inputs_the_same_operators_run_input_after_input() {
         use std::collections::BTreeMap;
         let blocks = BlockCounts::skewed(1000, 8000, 4).unwrap();
-        // The partition a name gives after `key` (`agg[l1,p2,s3]`, 's').
-        let index = |name: &str, key: char| -> u32 {
-            let inner = &name[name.find('[').unwrap() + 1..name.len() - 1];
-            let field = inner.split(',').find(|f| f.starts_with(key)).unwrap();
-            field[1..].parse().unwrap()
-        };
         for model in [GnnModel::Gcn, GnnModel::Sage] {
             let outputs = spec(model);
             let inputs = GnnSpec {
@@ -2009,7 +2006,7 @@ mod tests {
                         w.ops
                             .iter()
                             .filter(|op| op.name.starts_with(&format!("{prefix}l{l},")))
-                            .map(|op| index(&op.name, key))
+                            .map(|op| name_field(&op.name, key))
                             .collect()
                     };
                     let ascending = |v: &[u32]| v.windows(2).all(|w| w[0] <= w[1]);
@@ -2088,11 +2085,6 @@ mod tests {
     #[test]
     fn in_groups_each_group_of_outputs_runs_by_inputs() {
         let blocks = BlockCounts::skewed(1000, 8000, 5).unwrap();
-        let index = |name: &str, key: char| -> u32 {
-            let inner = &name[name.find('[').unwrap() + 1..name.len() - 1];
-            let field = inner.split(',').find(|f| f.starts_with(key)).unwrap();
-            field[1..].parse().unwrap()
-        };
         let named = |w: &Workload| -> std::collections::BTreeSet<String> {
             w.ops.iter().map(|op| op.name.clone()).collect()
         };
@@ -2115,7 +2107,7 @@ mod tests {
                     .ops
                     .iter()
                     .filter(|op| op.name.starts_with(prefix))
-                    .map(|op| (index(&op.name, 'p'), index(&op.name, input)))
+                    .map(|op| (name_field(&op.name, 'p'), name_field(&op.name, input)))
                     .collect();
                 // Group after group; within one, inputs ascending.
                 let mut at = 0;

@@ -451,11 +451,8 @@ impl Refusals {
 /// how it scores) fix about each choice, computed once per setting for
 /// the runs that share it, rather than at every sweep and stage 2.
 struct Tables {
-    /// The settings: the link weights, whether SSD choices are allowed,
-    /// and whether the sweep scores a fate by the timing it applies.
-    weights: LinkSeconds,
+    /// Whether SSD choices are allowed.
     ssd: bool,
-    as_applied: bool,
     /// Per tensor, where its entries start in the flat lists below: the
     /// baseline's, then one per choice.
     at: Vec<usize>,
@@ -606,9 +603,7 @@ impl Tables {
         // need no order.
         intervals.sort_unstable_by_key(|&(start, ..)| start);
         Tables {
-            weights: *weights,
             ssd,
-            as_applied,
             at,
             price: price_list,
             intervals,
@@ -626,31 +621,33 @@ impl Tables {
     }
 
     /// The tables of each distinct setting among `runs`, built side by
-    /// side.
-    fn for_runs(choices: &Choices, bytes: &[i64], runs: &[(Sweep, LinkSeconds)]) -> Vec<Tables> {
+    /// side, and for each run the index of its own.
+    fn for_runs(
+        choices: &Choices,
+        bytes: &[i64],
+        runs: &[(Sweep, LinkSeconds)],
+    ) -> (Vec<Tables>, Vec<usize>) {
         let mut settings: Vec<(LinkSeconds, bool, bool)> = Vec::new();
-        for (sweep, weights) in runs {
-            let setting = (*weights, sweep.ssd, sweep.as_applied);
-            if !settings.contains(&setting) {
-                settings.push(setting);
-            }
-        }
-        settings
+        let which = runs
+            .iter()
+            .map(|(sweep, weights)| {
+                let setting = (*weights, sweep.ssd, sweep.as_applied);
+                settings
+                    .iter()
+                    .position(|s| *s == setting)
+                    .unwrap_or_else(|| {
+                        settings.push(setting);
+                        settings.len() - 1
+                    })
+            })
+            .collect();
+        let tables = settings
             .par_iter()
             .map(|(weights, ssd, as_applied)| {
                 Tables::new(choices, bytes, weights, *ssd, *as_applied, true)
             })
-            .collect()
-    }
-
-    /// The tables among `tables` for a run of `sweep` with `weights`.
-    fn find(tables: &[Tables], sweep: Sweep, weights: LinkSeconds) -> &Tables {
-        tables
-            .iter()
-            .find(|t| {
-                t.weights == weights && t.ssd == sweep.ssd && t.as_applied == sweep.as_applied
-            })
-            .expect("tables are built for every run")
+            .collect();
+        (tables, which)
     }
 }
 
@@ -702,8 +699,6 @@ struct Search<'a> {
     bytes: Vec<i64>,
     assignment: Assignment,
     usage: Usage,
-    /// Choices the search may use: without or with the SSD.
-    ssd: bool,
     /// Stage 2 may change timings only, not fates (peer policies).
     keep_fates: bool,
     /// Whether a choice was refused for lack of room on an away tier.
@@ -770,7 +765,7 @@ impl<'a> Search<'a> {
     }
 
     fn allowed(&self, choice: &Choice) -> bool {
-        self.ssd || !choice.uses_ssd()
+        self.tables.ssd || !choice.uses_ssd()
     }
 
     fn set(&mut self, tensor: usize, pick: Option<u16>) {
@@ -1178,7 +1173,7 @@ impl<'a> Search<'a> {
                 });
                 // No room on the host for the cheaper choice: make it by
                 // moving other host copies to the SSD.
-                let away_ok = away_ok || (self.ssd && self.make_host_room(t));
+                let away_ok = away_ok || (self.tables.ssd && self.make_host_room(t));
                 let slots = choices.slots as usize;
                 let ok = away_ok && self.sweep(start, end, Some(t)).is_ok() && {
                     self.improve();
@@ -1555,7 +1550,6 @@ impl<'a> Runner<'a> {
                 strict_adds: sweep.strict_adds,
                 ..Usage::new(choices, self.limit, reserved, self.held)
             },
-            ssd: sweep.ssd,
             keep_fates: false,
             away_refused: false,
             knapsack: sweep.knapsack,
@@ -1760,10 +1754,11 @@ fn search(
     // first three, then those the first allows.
     // Each setting's tables are built once, for all the runs that share it.
     let runs = |sweeps: &[Sweep]| sweeps.iter().map(|&s| (s, no_weights)).collect::<Vec<_>>();
-    let first_tables = Tables::for_runs(choices, &bytes, &runs(&SWEEPS[..3]));
+    let (first_tables, which) = Tables::for_runs(choices, &bytes, &runs(&SWEEPS[..3]));
     let mut results: Vec<_> = SWEEPS[..3]
         .par_iter()
-        .map(|&sweep| runner.run(sweep, Tables::find(&first_tables, sweep, no_weights)))
+        .zip(&which)
+        .map(|(&sweep, &k)| runner.run(sweep, &first_tables[k]))
         .collect();
     let host_short = results[0].2.is_err() || results[0].1.away_refused;
     let rest: Vec<Sweep> = SWEEPS[3..]
@@ -1771,10 +1766,11 @@ fn search(
         .copied()
         .filter(|s| allowed(s, host_short))
         .collect();
-    let rest_tables = Tables::for_runs(choices, &bytes, &runs(&rest));
+    let (rest_tables, which) = Tables::for_runs(choices, &bytes, &runs(&rest));
     results.par_extend(
         rest.par_iter()
-            .map(|&sweep| runner.run(sweep, Tables::find(&rest_tables, sweep, no_weights))),
+            .zip(&which)
+            .map(|(&sweep, &k)| runner.run(sweep, &rest_tables[k])),
     );
     let mut first_failure: Option<Overrun> = None;
     // Later rounds: every sweep again, with the seconds of each link
@@ -1836,10 +1832,11 @@ fn search(
                 .filter(|(_, w)| w == weights)
                 .copied()
                 .collect();
-            let tables = Tables::for_runs(choices, &bytes, &round);
+            let (tables, which) = Tables::for_runs(choices, &bytes, &round);
             let results: Vec<_> = round
                 .par_iter()
-                .map(|&(sweep, w)| runner.run(sweep, Tables::find(&tables, sweep, w)))
+                .zip(&which)
+                .map(|(&(sweep, _), &k)| runner.run(sweep, &tables[k]))
                 .collect();
             finish(results, later_moves).0.map(|(o, _, a)| (o, a))
         })
@@ -1977,7 +1974,6 @@ pub fn time_fates(
         bytes,
         assignment,
         usage,
-        ssd,
         keep_fates: true,
         away_refused: false,
         knapsack: true,
