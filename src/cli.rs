@@ -212,9 +212,11 @@ pub(crate) struct PlanArgs {
     /// rematerialisation setting). Default: all.
     #[arg(long)]
     fates: Option<String>,
-    /// Seconds the MILP may search before it returns its best plan unproven:
-    /// per plan, so with --gpus and --exchange auto, per exchange vector
-    /// planned (2^layers of them up to 4 layers, 2 × (layers + 1) beyond).
+    /// Seconds the MILP may search before it returns its best plan unproven.
+    /// With --gpus and --exchange auto, the exchange vectors share it
+    /// (2^layers of them up to 4 layers, 2 × (layers + 1) beyond): each
+    /// has what is left divided among those not yet solved, the one dp
+    /// predicts fastest last.
     #[arg(long, default_value_t = 60.0)]
     milp_time_limit: f64,
     /// Write the plan JSON to this file.
@@ -1731,7 +1733,17 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
             Some(_) => format!(" (while {made_while})"),
             None => String::new(),
         };
-        let search = plan.milp.map(|m| format!("; {}", m.describe()));
+        let search = plan.milp.map(|m| {
+            // Its exchange vector's share of the limit they all shared.
+            let shared =
+                (!m.proven_optimal && args.gpus > 1 && args.exchange == "auto").then(|| {
+                    format!(
+                        "; that was this exchange vector's share of the {} s the vectors shared",
+                        args.milp_time_limit
+                    )
+                });
+            format!("; {}{}", m.describe(), shared.unwrap_or_default())
+        });
         writeln!(
             out,
             "planned   in {}{when}{}",

@@ -822,6 +822,40 @@ fn on_several_gpus_the_sweep_line_says_the_combinations_were_screened() {
 /// first round, as dp does. Before, its first plan left them out, the
 /// memory pass refused it, and these ended in an error (the first within
 /// a second, the second when its 5 s ran out).
+/// With the exchange chosen per layer, the MILP's exchange vectors share
+/// its one time limit: the plan's vector had a share of it, not all of it.
+#[test]
+fn milp_exchange_vectors_share_one_time_limit() {
+    let out = fateplan(&[
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--gpus",
+        "2",
+        "--partitions",
+        "3",
+        "--layers",
+        "2",
+        "--hidden",
+        "64",
+        "--hbm-budget",
+        "55%",
+        "--policy",
+        "milp",
+        "--milp-time-limit",
+        "3",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan = fateplan::planner::Plan::from_json(&stdout(&out), "plan.json").unwrap();
+    let search = plan.milp.unwrap();
+    assert!(
+        search.time_limit_s > 0.0 && search.time_limit_s < 3.0,
+        "{search:?}"
+    );
+    assert!(plan.predicted.peak_bytes.hbm <= plan.budgets.hbm_bytes);
+}
+
 #[test]
 fn milp_on_several_gpus_counts_the_exchange_buffers_from_its_first_round() {
     for (partitions, budget) in [("2", "65%"), ("3", "45%")] {

@@ -533,7 +533,9 @@ pub struct MilpSearch {
     pub proven_optimal: bool,
     /// The seconds the search was allowed in all
     /// (`PlanOptions::milp_time_limit_s`; a round after the first has
-    /// what the rounds before it left).
+    /// what the rounds before it left). On several GPUs with the exchange
+    /// chosen per layer, the plan's exchange vector's share of the limit
+    /// the vectors share.
     pub time_limit_s: f64,
 }
 

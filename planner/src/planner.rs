@@ -194,7 +194,14 @@ fn step_floor(workload: &Workload, extra: &[u64], hbm_budget: u64) -> Option<dp:
 /// A plan for each device of several: every strategy vector
 /// ([`exchange::candidates`]) is planned, fates and exchanges together,
 /// and the fastest prediction wins (the first among equals: peer before
-/// host). Where none fits, the error is the all-peer one's.
+/// host). Where none fits, the error is the first vector's (all peer)
+/// among those planned.
+///
+/// Under milp the vectors share its one time limit: dp plans each first,
+/// and the MILP solves them in the order [`dp_order`] gives (the one dp
+/// predicts fastest last), each with what is left of the limit divided
+/// among the vectors not yet solved. A vector proved (or refused)
+/// quickly leaves its time to those after it.
 fn plan_multi(
     workload: &Workload,
     profile: &Profile,
@@ -203,31 +210,128 @@ fn plan_multi(
     lives: &Lifetimes,
     hinted: bool,
 ) -> Result<Plan> {
+    let started = std::time::Instant::now();
     let sites = exchange::sites(workload)?;
-    let mut best: Option<Plan> = None;
-    let mut first_error = None;
-    for strategies in exchange::candidates(sites.len(), multi.forced) {
-        let trial = with_strategies(options, multi, &sites, profile, &strategies);
+    let vectors = exchange::candidates(sites.len(), multi.forced);
+    let milp_limit = match options.policy {
+        Policy::Milp => Some(check_milp_time_limit(options.milp_time_limit_s)?),
+        _ => None,
+    };
+    let order: Vec<usize> = match milp_limit {
+        Some(_) if vectors.len() > 1 => {
+            dp_order(workload, profile, options, multi, &sites, &vectors, lives)
+        }
+        _ => (0..vectors.len()).collect(),
+    };
+    // The fastest plan and its vector's index (the first among equals).
+    let mut best: Option<(usize, Plan)> = None;
+    // The error of the first vector (in the candidates' order) planned.
+    let mut first_error: Option<(usize, Error, PlanOptions)> = None;
+    for (k, &index) in order.iter().enumerate() {
+        let mut trial = with_strategies(options, multi, &sites, profile, &vectors[index]);
+        if let Some(limit) = milp_limit {
+            let left_s = limit - started.elapsed().as_secs_f64();
+            match milp_share(left_s, order.len() - k) {
+                Some(share_s) => trial.milp_time_limit_s = share_s,
+                None => break,
+            }
+        }
         match plan_unhinted(workload, profile, &trial, lives) {
             Ok(plan) => {
-                if best
-                    .as_ref()
-                    .is_none_or(|b| plan.predicted.iteration_s < b.predicted.iteration_s)
-                {
-                    best = Some(plan);
+                if best.as_ref().is_none_or(|(i, b)| {
+                    (plan.predicted.iteration_s, index) < (b.predicted.iteration_s, *i)
+                }) {
+                    best = Some((index, plan));
                 }
             }
             Err(error) => {
-                first_error.get_or_insert((error, trial));
+                if first_error.as_ref().is_none_or(|(i, _, _)| index < *i) {
+                    first_error = Some((index, error, trial));
+                }
             }
         }
     }
     match (best, first_error) {
-        (Some(plan), _) => Ok(plan),
-        (None, Some((error, trial))) => {
+        (Some((_, plan)), _) => Ok(plan),
+        // The MILP's own errors name the time it had: say it was a share.
+        (None, Some((_, Error::InvalidInput { context, message }, _)))
+            if milp_limit.is_some() && vectors.len() > 1 && context == "policy milp" =>
+        {
+            Err(Error::InvalidInput {
+                context,
+                message: format!(
+                    "{message} (of the first exchange vector planned, in the order peer before \
+                     host; the {} vectors shared --milp-time-limit {} s)",
+                    vectors.len(),
+                    options.milp_time_limit_s
+                ),
+            })
+        }
+        (None, Some((_, error, trial))) => {
             Err(hint_if(hinted, error, workload, profile, &trial, lives))
         }
-        (None, None) => Err(Error::Internal("no exchange strategy was tried".into())),
+        (None, None) => match milp_limit {
+            Some(limit) => Err(milp::no_plan_in_time(limit)),
+            None => Err(Error::Internal("no exchange strategy was tried".into())),
+        },
+    }
+}
+/// The order the MILP solves the strategy vectors in ([`plan_multi`]),
+/// the one dp predicts fastest last, so that it has the time every
+/// vector before it left: first those whose exchange buffers alone leave
+/// some step no room for its operator's tensors (refused with no search),
+/// then those dp finds no fit for, then the others by dp's predicted
+/// iteration, the slowest first; equals in the candidates' order.
+fn dp_order(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    multi: &MultiGpu,
+    sites: &[exchange::LayerSites],
+    vectors: &[Vec<Strategy>],
+    lives: &Lifetimes,
+) -> Vec<usize> {
+    let dp = PlanOptions {
+        policy: Policy::Dp,
+        ..options.clone()
+    };
+    let predicted: Vec<f64> = vectors
+        .par_iter()
+        .map(|strategies| {
+            let trial = with_strategies(&dp, multi, sites, profile, strategies);
+            let extra = exchange_extra(workload, &trial);
+            if step_floor(workload, &extra, trial.budgets.hbm_bytes).is_some() {
+                return f64::INFINITY;
+            }
+            plan_unhinted(workload, profile, &trial, lives)
+                .map_or(f64::MAX, |plan| plan.predicted.iteration_s)
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..vectors.len()).collect();
+    order.sort_by(|&a, &b| predicted[b].total_cmp(&predicted[a]).then(a.cmp(&b)));
+    order
+}
+
+/// One vector's share of what is left of the MILP's time limit (`left_s`)
+/// among `vectors` not yet solved, in whole milliseconds; `None` when
+/// less than a millisecond is left for it.
+fn milp_share(left_s: f64, vectors: usize) -> Option<f64> {
+    let share_ms = (left_s * 1000.0 / vectors.max(1) as f64).floor();
+    (share_ms >= 1.0).then_some(share_ms / 1000.0)
+}
+
+/// `limit` if it is a time limit the MILP takes: positive seconds, at
+/// most [`MAX_MILP_TIME_LIMIT_S`].
+fn check_milp_time_limit(limit: f64) -> Result<f64> {
+    if limit > 0.0 && limit <= MAX_MILP_TIME_LIMIT_S {
+        Ok(limit)
+    } else {
+        Err(Error::invalid(
+            "milp_time_limit_s",
+            format!(
+                "{limit}: expected a positive number of seconds, at most {MAX_MILP_TIME_LIMIT_S}"
+            ),
+        ))
     }
 }
 
@@ -544,15 +648,7 @@ fn plan_milp(
     options: &PlanOptions,
     lives: &Lifetimes,
 ) -> Result<Plan> {
-    let limit = options.milp_time_limit_s;
-    if !(limit > 0.0 && limit <= MAX_MILP_TIME_LIMIT_S) {
-        return Err(Error::invalid(
-            "milp_time_limit_s",
-            format!(
-                "{limit}: expected a positive number of seconds, at most {MAX_MILP_TIME_LIMIT_S}"
-            ),
-        ));
-    }
+    check_milp_time_limit(options.milp_time_limit_s)?;
     let choices = Choices::build(workload, lives, profile, options.fates);
     let bytes: Vec<u64> = workload.tensors.iter().map(|t| t.bytes).collect();
     // As dp is, the MILP is solved again with the device bytes the memory
@@ -1178,6 +1274,21 @@ mod tests {
     use super::*;
 
     const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn each_exchange_vector_has_its_share_of_what_is_left_in_whole_milliseconds() {
+        assert_eq!(milp_share(5.0, 4), Some(1.25));
+        assert_eq!(milp_share(1.0, 3), Some(0.333));
+        assert_eq!(milp_share(0.75, 1), Some(0.75));
+        // Less than a millisecond each, or none left: not solved.
+        assert_eq!(milp_share(0.0035, 4), None);
+        assert_eq!(milp_share(0.0, 1), None);
+        assert_eq!(milp_share(-0.2, 2), None);
+        assert!(check_milp_time_limit(0.0).is_err());
+        assert!(check_milp_time_limit(f64::NAN).is_err());
+        assert!(check_milp_time_limit(MAX_MILP_TIME_LIMIT_S * 2.0).is_err());
+        assert_eq!(check_milp_time_limit(2.5).unwrap(), 2.5);
+    }
 
     /// The hinted host budget, in GiB, and the budgets asked about, when
     /// a host budget fits from `needed` bytes on.
