@@ -149,6 +149,7 @@ pub fn fits(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Re
         trial.multi = None;
     }
     let choices = Choices::build(workload, &lives, &share, trial.fates);
+    let fit_tables = dp::FitTables::new(workload, &choices);
     let tries = vectors.len().max(1);
     for k in 0..tries {
         if let (Some(multi), Some(vector)) = (multi, vectors.get(k)) {
@@ -156,13 +157,7 @@ pub fn fits(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Re
         }
         let held = exchange_held(workload, &trial);
         if step_floor(workload, &held.hbm, trial.budgets.hbm_bytes).is_none()
-            && dp::fits(
-                workload,
-                &choices,
-                &trial.budgets,
-                trial.ssd_staging_bytes,
-                &held,
-            )
+            && fit_tables.fits(&trial.budgets, trial.ssd_staging_bytes, &held)
         {
             return Ok(true);
         }
@@ -856,6 +851,8 @@ fn with_hint(
         options.fates
     };
     let choices = Choices::build(workload, lives, profile, fates);
+    // The sweeps' tables, computed once for every budget asked about.
+    let fit_tables = dp::FitTables::new(workload, &choices);
     let held = exchange_held(workload, options);
     let extra = &held.hbm;
     let fits = |budgets: &Budgets| -> bool {
@@ -864,13 +861,7 @@ fn with_hint(
         }
         match options.policy {
             // The model's answer: fast, and what the search itself sees.
-            Policy::Dp | Policy::Milp => dp::fits(
-                workload,
-                &choices,
-                budgets,
-                options.ssd_staging_bytes,
-                &held,
-            ),
+            Policy::Dp | Policy::Milp => fit_tables.fits(budgets, options.ssd_staging_bytes, &held),
             // The peer's fates and timings under the memory pass: what
             // planning it checks before the plan is made.
             peer => {

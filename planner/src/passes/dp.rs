@@ -467,14 +467,18 @@ struct Tables {
     intervals: Vec<(u32, u32, usize, u16, f64)>,
     /// Which allowed choices free each slot, built on first use (by
     /// stage 3's re-timing).
-    freed_at: OnceLock<FreedAt>,
+    freed_at: OnceLock<Stabbing>,
+    /// Which choices add device bytes at each slot, built on first use
+    /// (by the sweep's repair).
+    added_at: OnceLock<Stabbing>,
 }
 
-/// Which choices free each slot: a stabbing index over the choices'
-/// freed intervals. A segment tree over the slots whose every node lists
-/// the intervals that cover it whole and no ancestor; a slot's choices
-/// are on the nodes from its leaf to the root.
-struct FreedAt {
+/// Which choices have an interval over each slot: a stabbing index over
+/// intervals of the choices (those each frees, or adds bytes over). A
+/// segment tree over the slots whose every node lists the intervals that
+/// cover it whole and no ancestor; a slot's choices are on the nodes from
+/// its leaf to the root.
+struct Stabbing {
     leaves: usize,
     /// Node `k`'s entries: `entries[start[k]..start[k + 1]]`.
     start: Vec<usize>,
@@ -482,9 +486,41 @@ struct FreedAt {
     entries: Vec<(u32, u16)>,
 }
 
-impl FreedAt {
-    fn new(choices: &Choices, ssd: bool) -> FreedAt {
-        let leaves = (choices.slots as usize).max(1).next_power_of_two();
+/// Calls its argument with each `(tensor, choice, start, end)` interval
+/// a [`Stabbing`] indexes.
+type EachInterval<'a> = &'a dyn Fn(&mut dyn FnMut(usize, u16, usize, usize));
+
+impl Stabbing {
+    /// The choices' freed intervals (SSD choices only with `ssd`).
+    fn freed(choices: &Choices, ssd: bool) -> Stabbing {
+        Stabbing::new(choices.slots as usize, &|f| {
+            for (t, options) in choices.options.iter().enumerate() {
+                for (i, choice) in options.iter().enumerate() {
+                    if ssd || !choice.uses_ssd() {
+                        for &(a, b) in &choice.hbm_free {
+                            f(t, i as u16, a as usize, b as usize);
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    /// The intervals over which the choices add device bytes.
+    fn added(choices: &Choices) -> Stabbing {
+        Stabbing::new(choices.slots as usize, &|f| {
+            for (t, options) in choices.options.iter().enumerate() {
+                for (i, choice) in options.iter().enumerate() {
+                    for &(a, b, _) in &choice.hbm_add {
+                        f(t, i as u16, a as usize, b as usize);
+                    }
+                }
+            }
+        })
+    }
+
+    fn new(slots: usize, each: EachInterval) -> Stabbing {
+        let leaves = slots.max(1).next_power_of_two();
         // The nodes that cover `[a, b)` whole, no two on one path.
         let cover = |a: usize, b: usize, f: &mut dyn FnMut(usize)| {
             let (mut l, mut r) = (a.min(leaves) + leaves, b.min(leaves) + leaves);
@@ -501,17 +537,6 @@ impl FreedAt {
                 r >>= 1;
             }
         };
-        let each = |f: &mut dyn FnMut(usize, u16, usize, usize)| {
-            for (t, options) in choices.options.iter().enumerate() {
-                for (i, choice) in options.iter().enumerate() {
-                    if ssd || !choice.uses_ssd() {
-                        for &(a, b) in &choice.hbm_free {
-                            f(t, i as u16, a as usize, b as usize);
-                        }
-                    }
-                }
-            }
-        };
         let mut start = vec![0usize; 2 * leaves + 1];
         each(&mut |_, _, a, b| cover(a, b, &mut |node| start[node + 1] += 1));
         for k in 1..start.len() {
@@ -525,14 +550,15 @@ impl FreedAt {
                 filled[node] += 1;
             })
         });
-        FreedAt {
+        Stabbing {
             leaves,
             start,
             entries,
         }
     }
 
-    /// Calls `f` with each `(tensor, choice)` that frees `slot`.
+    /// Calls `f` with each `(tensor, choice)` with an interval over
+    /// `slot` (once per such interval).
     fn at(&self, slot: usize, mut f: impl FnMut(usize, u16)) {
         let mut node = slot + self.leaves;
         while node >= 1 {
@@ -608,6 +634,7 @@ impl Tables {
             price: price_list,
             intervals,
             freed_at: OnceLock::new(),
+            added_at: OnceLock::new(),
         }
     }
 
@@ -615,9 +642,13 @@ impl Tables {
         self.at[tensor] + pick.map_or(0, |i| i as usize + 1)
     }
 
-    fn freed_at(&self, choices: &Choices) -> &FreedAt {
+    fn freed_at(&self, choices: &Choices) -> &Stabbing {
         self.freed_at
-            .get_or_init(|| FreedAt::new(choices, self.ssd))
+            .get_or_init(|| Stabbing::freed(choices, self.ssd))
+    }
+
+    fn added_at(&self, choices: &Choices) -> &Stabbing {
+        self.added_at.get_or_init(|| Stabbing::added(choices))
     }
 
     /// The tables of each distinct setting among `runs`, built side by
@@ -991,7 +1022,17 @@ impl<'a> Search<'a> {
     fn repair(&mut self, step: usize) -> bool {
         let choices = self.choices;
         let s = step as u32;
-        let mut adders: Vec<(u64, usize)> = (0..choices.options.len())
+        // The tensors whose pick adds bytes at `step`, each once.
+        let mut picked: Vec<usize> = Vec::new();
+        self.tables.added_at(choices).at(step, |t, i| {
+            if self.assignment.picks[t] == Some(i) {
+                picked.push(t);
+            }
+        });
+        picked.sort_unstable();
+        picked.dedup();
+        let mut adders: Vec<(u64, usize)> = picked
+            .into_iter()
             .filter_map(|t| {
                 let added: u64 = self
                     .pick(t)?
@@ -1601,7 +1642,7 @@ pub fn solve(
     ssd_staging_bytes: u64,
     held: &Held,
 ) -> Result<Outcome, Overrun> {
-    search(workload, choices, budgets, ssd_staging_bytes, held, false)
+    search(workload, choices, budgets, ssd_staging_bytes, held, None)
 }
 
 /// Whether [`solve`] finds a plan, answered by the first sweep that
@@ -1614,16 +1655,65 @@ pub fn fits(
     ssd_staging_bytes: u64,
     held: &Held,
 ) -> bool {
-    search(workload, choices, budgets, ssd_staging_bytes, held, true).is_ok()
+    FitTables::new(workload, choices).fits(budgets, ssd_staging_bytes, held)
 }
 
+/// What [`fits`] computes from the choices alone (the sweeps' prices and
+/// candidates, per setting, each on first use), kept for the many
+/// questions asked of the same choices under other budgets, as the
+/// smallest-budget search asks.
+pub struct FitTables<'c> {
+    workload: &'c Workload,
+    choices: &'c Choices,
+    /// By `[ssd as usize * 2 + as_applied as usize]`.
+    tables: [OnceLock<Tables>; 4],
+}
+
+impl<'c> FitTables<'c> {
+    pub fn new(workload: &'c Workload, choices: &'c Choices) -> FitTables<'c> {
+        FitTables {
+            workload,
+            choices,
+            tables: Default::default(),
+        }
+    }
+
+    /// [`fits`] for the workload and choices these tables are of.
+    pub fn fits(&self, budgets: &Budgets, ssd_staging_bytes: u64, held: &Held) -> bool {
+        search(
+            self.workload,
+            self.choices,
+            budgets,
+            ssd_staging_bytes,
+            held,
+            Some(self),
+        )
+        .is_ok()
+    }
+
+    fn get(&self, bytes: &[i64], sweep: &Sweep) -> &Tables {
+        self.tables[sweep.ssd as usize * 2 + sweep.as_applied as usize].get_or_init(|| {
+            Tables::new(
+                self.choices,
+                bytes,
+                &[0.0; 4],
+                sweep.ssd,
+                sweep.as_applied,
+                true,
+            )
+        })
+    }
+}
+
+/// The search: a whole one, or with `first_fit`'s tables, only whether
+/// some sweep fits (the first that does ends it).
 fn search(
     workload: &Workload,
     choices: &Choices,
     budgets: &Budgets,
     ssd_staging_bytes: u64,
     held: &Held,
-    first_fit: bool,
+    first_fit: Option<&FitTables>,
 ) -> Result<Outcome, Overrun> {
     let bytes: Vec<i64> = workload.tensors.iter().map(|t| t.bytes as i64).collect();
     let clamp = |b: u64| b.min(i64::MAX as u64 / 4) as i64;
@@ -1653,7 +1743,7 @@ fn search(
         limit,
         held,
         ssd_staging_bytes,
-        first_fit,
+        first_fit: first_fit.is_some(),
     };
     // The first sweep says whether host memory ran short, which the fourth
     // and those with the SSD depend on.
@@ -1663,7 +1753,7 @@ fn search(
             && (!s.ssd || ssd_staging_bytes as i64 <= limit[1])
     };
     let no_weights: LinkSeconds = [0.0; 4];
-    if first_fit {
+    if let Some(fit_tables) = first_fit {
         // Sequential: the first sweep that fits ends the search.
         let mut host_short = false;
         let mut first_failure = None;
@@ -1671,15 +1761,8 @@ fn search(
             if k > 0 && !allowed(&sweep, host_short) {
                 continue;
             }
-            let tables = Tables::new(
-                choices,
-                &bytes,
-                &no_weights,
-                sweep.ssd,
-                sweep.as_applied,
-                true,
-            );
-            let (sweep, search, swept) = runner.run(sweep, &tables);
+            let tables = fit_tables.get(&bytes, &sweep);
+            let (sweep, search, swept) = runner.run(sweep, tables);
             if k == 0 {
                 host_short = swept.is_err() || search.away_refused;
             }
@@ -2038,7 +2121,7 @@ mod tests {
             let choices = Choices::build(&workload, &lives, &profile(), FateSet::ALL);
             assert!(choices.options.iter().flatten().any(Choice::uses_ssd));
             for ssd in [false, true] {
-                let index = FreedAt::new(&choices, ssd);
+                let index = Stabbing::freed(&choices, ssd);
                 for slot in 0..choices.slots {
                     let mut found = Vec::new();
                     index.at(slot as usize, |t, i| found.push((t, i)));
@@ -2054,6 +2137,33 @@ mod tests {
                     assert_eq!(found, expected, "{} slot {slot} ssd {ssd}", workload.name);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn added_at_lists_every_choice_that_adds_bytes_at_a_slot() {
+        for workload in workloads() {
+            let lives = Lifetimes::compute(&workload);
+            let choices = Choices::build(&workload, &lives, &profile(), FateSet::ALL);
+            let index = Stabbing::added(&choices);
+            let mut listed = 0;
+            for slot in 0..choices.slots {
+                let mut found = Vec::new();
+                index.at(slot as usize, |t, i| found.push((t, i)));
+                found.sort_unstable();
+                found.dedup();
+                let mut expected = Vec::new();
+                for (t, options) in choices.options.iter().enumerate() {
+                    for (i, c) in options.iter().enumerate() {
+                        if c.hbm_add.iter().any(|&(a, b, _)| a <= slot && slot < b) {
+                            expected.push((t, i as u16));
+                        }
+                    }
+                }
+                assert_eq!(found, expected, "{} slot {slot}", workload.name);
+                listed += found.len();
+            }
+            assert!(listed > 0, "{}: no choice adds bytes", workload.name);
         }
     }
 
