@@ -1317,16 +1317,25 @@ impl<'a> Search<'a> {
             // other than `tensor` whose pick does not, of the pick's fate,
             // adding nothing there.
             let mut moves: Vec<(f64, usize, u16)> = Vec::new();
+            // A tensor's choices are listed together on each node: whether
+            // it may move at all is asked once per run of them.
+            let mut movable: Option<(usize, Option<&Choice>)> = None;
             self.tables.freed_at(choices).at(slot, |u, i| {
-                let Some(current) = self.pick(u) else {
+                let current = match movable {
+                    Some((v, current)) if v == u => current,
+                    _ => {
+                        let current = self
+                            .pick(u)
+                            .filter(|current| u != tensor && !current.frees(s));
+                        movable = Some((u, current));
+                        current
+                    }
+                };
+                let Some(current) = current else {
                     return;
                 };
                 let c = &choices.options[u][i as usize];
-                if u != tensor
-                    && !current.frees(s)
-                    && c.fate == current.fate
-                    && !c.hbm_add.iter().any(|&(a, b, _)| a <= s && s < b)
-                {
+                if c.fate == current.fate && !c.hbm_add.iter().any(|&(a, b, _)| a <= s && s < b) {
                     moves.push((self.price_of(u, Some(i)) - self.price_now(u), u, i));
                 }
             });
