@@ -269,8 +269,17 @@ impl PlanArgs {
     }
 }
 
+/// Every subcommand takes `-1` as a flag's value, so that a negative
+/// count is refused by the flag's own parser, which names the flag,
+/// rather than read as an unknown option.
+fn parse_cli() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let command = Cli::command().mut_subcommands(|sub| sub.allow_negative_numbers(true));
+    Cli::from_arg_matches(&command.try_get_matches()?)
+}
+
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match parse_cli() {
         Ok(cli) => cli,
         Err(error) => {
             // --help and --version print and succeed; usage errors are bad
@@ -716,10 +725,17 @@ fn plan_shares(
         multi.halo = shares_halo(nodes, edges, gpus, &stats);
     }
     let each = |p: u32| format!("{p} partition{} each", if p == 1 { "" } else { "s" });
+    // The counts `auto` tried were sized and timed on the statistics.
+    let sized = if args.partitions == "auto" {
+        " (the counts above were sized and timed on the largest share's statistics; this plan \
+         is of the shares)"
+    } else {
+        ""
+    };
     let line = |p: u32, tried: &str| {
         format!(
             "shares    the {gpus} GPUs' min-cut shares at {}{tried}, as `train --devices {gpus}` \
-             builds them",
+             builds them{sized}",
             each(p)
         )
     };
@@ -934,10 +950,16 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     let (source, features, classes) = if let Some(path) = &args.graph {
         let graph = GraphData::open(path)?;
         let features = args.features.or(graph.features).ok_or_else(|| {
-            anyhow!("{path}: the graph has no x.npy to give the feature size; pass --features")
+            anyhow!(
+                "{path}: the graph has no features to give the feature size (x.npy in a \
+                 folder; an edge list has none); pass --features"
+            )
         })?;
         let classes = args.classes.or(graph.classes).ok_or_else(|| {
-            anyhow!("{path}: the graph has no y.npy to give the class count; pass --classes")
+            anyhow!(
+                "{path}: the graph has no labels to give the class count (y.npy in a folder; an \
+                 edge list has none); pass --classes"
+            )
         })?;
         if args.gpus > 1 {
             let (share, measured, real) = graph_share(graph, args.gpus)
@@ -1561,13 +1583,13 @@ fn run_compare(args: &CompareArgs) -> Result<()> {
     // `plan`'s flags that write or explain one plan have no meaning here.
     if let Some(path) = &args.plan.output {
         bail!(
-            "-o {}: compare prints a row per policy and writes no plan;              run `fateplan plan --policy P -o FILE` for one",
+            "-o {}: compare prints a row per policy and writes no plan; run `fateplan plan --policy P -o FILE` for one",
             path.display()
         );
     }
     if args.plan.explain {
         bail!(
-            "--explain: compare prints a row per policy; run `fateplan plan --policy P              --explain` for one plan's fates"
+            "--explain: compare prints a row per policy; run `fateplan plan --policy P --explain` for one plan's fates"
         );
     }
     let c = compare_policies(&args.plan, &Policy::ALL, args.simulate)?;

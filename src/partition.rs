@@ -74,6 +74,9 @@ fn tolerance(text: Option<&str>) -> Result<f64> {
 }
 
 pub fn run(args: &PartitionArgs) -> Result<()> {
+    if args.gpus == 0 {
+        bail!("--gpus 0: expected at least 1 GPU to share the vertices out to");
+    }
     let tolerance = tolerance(args.tolerance.as_deref())?;
     let graph = GraphData::open(&args.graph)?;
     let options = PartitionOptions {

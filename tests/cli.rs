@@ -174,6 +174,13 @@ fn bad_input_names_what_is_wrong() {
             "more than one of 4 GPUs' share of profile \"a100-80g\" has (256 GiB)",
         ),
         (&["plan", "--partitions", "lots"], "--partitions"),
+        // A negative count is refused by its flag, not read as an option.
+        (&["plan", "--layers", "-1"], "'--layers <LAYERS>'"),
+        (&["plan", "--partitions", "-1"], "--partitions \"-1\""),
+        (
+            &["compare", "--dataset", "ogbn-arxiv", "-o", "x.json"],
+            "writes no plan; run `fateplan plan",
+        ),
         (&["plan", "--gpus", "9"], "whole nodes of 8"),
         (
             &["plan", "--model", "gat", "--hidden", "10", "--heads", "3"],
@@ -461,7 +468,11 @@ fn partition_random_against_mincut() {
 
     let zero = fateplan(&["partition", "--graph", graph, "--gpus", "0"]);
     assert_eq!(zero.status.code(), Some(1));
-    assert!(stderr(&zero).contains("parts: 0"), "{}", stderr(&zero));
+    assert!(
+        stderr(&zero).contains("--gpus 0: expected at least 1 GPU"),
+        "{}",
+        stderr(&zero)
+    );
     let missing = fateplan(&["partition", "--graph", "no-such-graph", "--gpus", "2"]);
     assert_eq!(missing.status.code(), Some(1));
     assert!(stderr(&missing).contains("no-such-graph"));
@@ -822,6 +833,31 @@ fn on_several_gpus_the_sweep_line_says_the_combinations_were_screened() {
 /// first round, as dp does. Before, its first plan left them out, the
 /// memory pass refused it, and these ended in an error (the first within
 /// a second, the second when its 5 s ran out).
+/// A peer policy on several GPUs that does not fit reports the budget
+/// given, not what is left of it beside the exchanges' buffers.
+#[test]
+fn a_peer_policy_on_several_gpus_reports_the_budget_given() {
+    let out = fateplan(&[
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--gpus",
+        "2",
+        "--partitions",
+        "4",
+        "--hbm-budget",
+        "150MiB",
+        "--policy",
+        "remat-only",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("but its budget is 157286400 bytes"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// With the exchange chosen per layer, the MILP's exchange vectors share
 /// its one time limit: the plan's vector had a share of it, not all of it.
 #[test]

@@ -145,5 +145,34 @@ fn bad_plans_name_the_file() {
         "{}",
         stderr(&out)
     );
+    // Fields a plan file cannot hold, each named with the file.
+    type Edit = fn(&mut serde_json::Value);
+    let edits: [(&str, Edit, &str); 3] = [
+        (
+            "gpus0.json",
+            |p| p["gpus"] = 0.into(),
+            "gpus0.json: plan field gpus: gpus 0",
+        ),
+        (
+            "negative.json",
+            |p| p["predicted"]["iteration_s"] = (-1.0).into(),
+            "negative.json: plan field predicted.iteration_s: -1",
+        ),
+        (
+            "tiny.json",
+            |p| p["budgets"]["hbm_bytes"] = 1000.into(),
+            "tiny.json: plan rejected at step 0",
+        ),
+    ];
+    let text = std::fs::read_to_string(&plan).unwrap();
+    for (name, edit, expected) in edits {
+        let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        edit(&mut value);
+        let file = dir.join(name);
+        std::fs::write(&file, value.to_string()).unwrap();
+        let out = fateplan(&["simulate", path(&file)]);
+        assert_eq!(out.status.code(), Some(1), "{name}");
+        assert!(stderr(&out).contains(expected), "{}", stderr(&out));
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -121,14 +121,14 @@ pub fn from_node_link(text: &str, source: &str) -> Result<Workload> {
         }
     }
     let order = topological_order(&preds, &succs).map_err(|stuck| {
-        let names: Vec<String> = stuck
+        let names: Vec<String> = one_cycle(&stuck, &preds)
             .iter()
             .take(8)
             .map(|&i| key(&graph.nodes[i].id).unwrap_or_default())
             .collect();
         Error::invalid(
             format!("{source}: links"),
-            format!("the graph has a cycle through nodes {}", names.join(", ")),
+            format!("the graph has a cycle: {}", names.join(" -> ")),
         )
     })?;
 
@@ -239,6 +239,36 @@ pub fn random_node_link(forward: usize, seed: u64) -> String {
     )
 }
 
+/// One cycle among `stuck`, the nodes a topological order could not
+/// reach (each has a predecessor among them), in link order, its first
+/// node again at the end.
+fn one_cycle(stuck: &[usize], preds: &[Vec<usize>]) -> Vec<usize> {
+    let Some(&first) = stuck.first() else {
+        return Vec::new();
+    };
+    let mut marked = vec![false; preds.len()];
+    for &v in stuck {
+        marked[v] = true;
+    }
+    let is_stuck = |v: usize| marked[v];
+    // Walk back along stuck predecessors until a node comes again.
+    let mut path = vec![first];
+    let mut at = first;
+    loop {
+        let Some(&back) = preds[at].iter().find(|&&p| is_stuck(p)) else {
+            return stuck.to_vec();
+        };
+        if let Some(k) = path.iter().position(|&v| v == back) {
+            let mut cycle: Vec<usize> = path[k..].to_vec();
+            cycle.reverse();
+            cycle.push(cycle[0]);
+            return cycle;
+        }
+        path.push(back);
+        at = back;
+    }
+}
+
 /// Kahn's algorithm, taking the lowest file position among ready nodes, so
 /// a file already in topological order keeps its order. On a cycle, returns
 /// the nodes that could not be ordered.
@@ -303,6 +333,15 @@ mod tests {
         );
         let message = from_node_link(&cyclic, "c.json").unwrap_err().to_string();
         assert!(message.contains("cycle"), "{message}");
+    }
+
+    #[test]
+    fn a_cycle_is_named_without_the_nodes_it_only_feeds() {
+        // 0 -> 1 -> 2, and 0 -> 3 -> 0: the cycle is 0, 3; 1 and 2 are
+        // only stuck behind it.
+        let preds = vec![vec![3], vec![0], vec![1], vec![0]];
+        assert_eq!(one_cycle(&[2, 1, 0, 3], &preds), [3, 0, 3]);
+        assert_eq!(one_cycle(&[0, 1, 2, 3], &preds), [3, 0, 3]);
     }
 
     #[test]

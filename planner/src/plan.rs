@@ -584,8 +584,11 @@ impl Plan {
     /// recorded peaks are the ones the sanity pass finds.
     pub fn from_json(text: &str, source: &str) -> Result<Plan> {
         let mut plan: Plan = crate::json::parse(text, source)?;
-        plan.validate()
-            .map_err(|error| crate::json::within(source, error))?;
+        plan.validate().map_err(|error| match error {
+            // A plan that breaks its own budgets is bad input here.
+            rejected @ Error::PlanRejected { .. } => Error::invalid(source, rejected.to_string()),
+            other => crate::json::within(source, other),
+        })?;
         // GAT's workload is the same with either setting (its backward
         // builds its transposes): a GAT plan from before the field, read
         // as `built`, says `stored` as GAT plans do.
@@ -645,6 +648,28 @@ impl Plan {
         let definition = &self.workload.definition;
         definition.validate()?;
         self.profile.validate()?;
+        self.profile
+            .check_gpus(self.gpus)
+            .map_err(|error| match error {
+                Error::InvalidInput { context, message } => {
+                    Error::invalid("plan field gpus", format!("{context}: {message}"))
+                }
+                other => other,
+            })?;
+        let predicted = &self.predicted;
+        for (name, seconds) in [
+            ("iteration_s", predicted.iteration_s),
+            ("compute_s", predicted.compute_s),
+            ("recompute_s", predicted.recompute_s),
+            ("exposed_transfer_s", predicted.exposed_transfer_s),
+        ] {
+            if !(seconds.is_finite() && seconds >= 0.0) {
+                return Err(Error::invalid(
+                    format!("plan field predicted.{name}"),
+                    format!("{seconds}: expected seconds, finite and not negative"),
+                ));
+            }
+        }
         let digest = definition.digest();
         if digest != self.workload.digest {
             return Err(Error::invalid(

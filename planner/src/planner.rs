@@ -410,7 +410,33 @@ fn peer_fates(
         choices,
         &budgets,
         options.ssd_staging_bytes,
-    )?;
+    )
+    .map_err(|error| match error {
+        // Said against the budget given: what the exchanges' buffers
+        // took from it is part of what the step needs.
+        Error::Infeasible {
+            tier,
+            step,
+            op,
+            needed_bytes,
+            budget_bytes,
+            bytes_over,
+            hint,
+        } => {
+            let given = options.budgets.of(tier);
+            let aside = given.saturating_sub(budgets.of(tier));
+            Error::Infeasible {
+                tier,
+                step,
+                op,
+                needed_bytes: needed_bytes.saturating_add(aside),
+                budget_bytes: budget_bytes.saturating_add(aside).min(given),
+                bytes_over,
+                hint,
+            }
+        }
+        other => other,
+    })?;
     let (shifts, model_fits) = if options.prefetch {
         dp::time_fates(
             workload,
