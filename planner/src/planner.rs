@@ -196,7 +196,8 @@ fn step_floor(workload: &Workload, extra: &[u64], hbm_budget: u64) -> Option<dp:
 /// and the MILP solves them in the order [`dp_order`] gives (the one dp
 /// predicts fastest last), each with what is left of the limit divided
 /// among the vectors not yet solved. A vector proved (or refused)
-/// quickly leaves its time to those after it.
+/// quickly leaves its time to those after it; where less than a
+/// millisecond is left for one, it and those after it are not solved.
 fn plan_multi(
     workload: &Workload,
     profile: &Profile,
@@ -271,6 +272,7 @@ fn plan_multi(
         },
     }
 }
+
 /// The order the MILP solves the strategy vectors in ([`plan_multi`]),
 /// the one dp predicts fastest last, so that it has the time every
 /// vector before it left: first those whose exchange buffers alone leave
@@ -411,31 +413,22 @@ fn peer_fates(
         &budgets,
         options.ssd_staging_bytes,
     )
-    .map_err(|error| match error {
+    .map_err(|mut error| {
         // Said against the budget given: what the exchanges' buffers
         // took from it is part of what the step needs.
-        Error::Infeasible {
+        if let Error::Infeasible {
             tier,
-            step,
-            op,
             needed_bytes,
             budget_bytes,
-            bytes_over,
-            hint,
-        } => {
-            let given = options.budgets.of(tier);
-            let aside = given.saturating_sub(budgets.of(tier));
-            Error::Infeasible {
-                tier,
-                step,
-                op,
-                needed_bytes: needed_bytes.saturating_add(aside),
-                budget_bytes: budget_bytes.saturating_add(aside).min(given),
-                bytes_over,
-                hint,
-            }
+            ..
+        } = &mut error
+        {
+            let given = options.budgets.of(*tier);
+            let aside = given.saturating_sub(budgets.of(*tier));
+            *needed_bytes = needed_bytes.saturating_add(aside);
+            *budget_bytes = budget_bytes.saturating_add(aside).min(given);
         }
-        other => other,
+        error
     })?;
     let (shifts, model_fits) = if options.prefetch {
         dp::time_fates(
