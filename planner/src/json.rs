@@ -11,11 +11,9 @@ pub(crate) fn parse<T: DeserializeOwned>(text: &str, source: &str) -> Result<T> 
     let at = |error: &serde_json::Error| format!("{source}:{}:{}", error.line(), error.column());
     let mut deserializer = serde_json::Deserializer::from_str(text);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
-        let path = error.path().to_string();
+        let path = known_path(&error.path().to_string()).to_string();
         let inner = error.into_inner();
-        // "." is the whole document: a syntax error, or a missing field
-        // serde names itself.
-        let context = if path == "." {
+        let context = if path.is_empty() {
             at(&inner)
         } else {
             format!("{}: field {path}", at(&inner))
@@ -29,6 +27,22 @@ pub(crate) fn parse<T: DeserializeOwned>(text: &str, source: &str) -> Result<T> 
     Ok(value)
 }
 
+/// The part of a field path that names fields: without the segments
+/// `serde_path_to_error` writes `?` for (a key the text ended before) and
+/// without its `.` for the whole document, which a syntax error or a
+/// missing field (serde names it) has.
+fn known_path(path: &str) -> &str {
+    let mut path = path;
+    while let Some(rest) = path.strip_suffix(".?") {
+        path = rest;
+    }
+    if path == "." || path == "?" {
+        ""
+    } else {
+        path
+    }
+}
+
 /// Prefixes a validation error with the source it came from.
 pub(crate) fn within(source: &str, error: Error) -> Error {
     match error {
@@ -37,5 +51,49 @@ pub(crate) fn within(source: &str, error: Error) -> Error {
             message,
         },
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Outer {
+        #[allow(dead_code)]
+        inner: Vec<Inner>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Inner {
+        #[allow(dead_code)]
+        bytes: u64,
+    }
+
+    fn error(text: &str) -> String {
+        parse::<Outer>(text, "f.json").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn an_error_names_the_field_s_path_where_one_is_known() {
+        let wrong = error(r#"{"inner": [{"bytes": 1}, {"bytes": "lots"}]}"#);
+        assert!(
+            wrong.contains("f.json:1:41: field inner[1].bytes: invalid type"),
+            "{wrong}"
+        );
+        // Cut short inside an object: the path stops at what was read.
+        let cut = error(r#"{"inner": [{"bytes": 1}, {"#);
+        assert!(cut.contains("f.json:1:26: field inner[1]: EOF"), "{cut}");
+        // A syntax error before any field: no path.
+        let syntax = error("{,}");
+        assert!(
+            syntax.contains("f.json:1:2: key must be a string"),
+            "{syntax}"
+        );
+        let trailing = error(r#"{"inner": []} x"#);
+        assert!(
+            trailing.contains("f.json:1:15: trailing characters"),
+            "{trailing}"
+        );
     }
 }
