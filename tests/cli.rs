@@ -858,6 +858,53 @@ fn a_peer_policy_on_several_gpus_reports_the_budget_given() {
     );
 }
 
+/// A peer policy's failure is said of the fates it gave at that budget
+/// (its bytes rise with the budget as it gives fewer away and fails at a
+/// later step); a step whose operands alone are over is not a peer's.
+#[test]
+fn a_peer_policy_s_failure_is_said_of_its_fates_at_that_budget() {
+    let plan = |budget: &str| {
+        fateplan(&[
+            "plan",
+            "--dataset",
+            "ogbn-arxiv",
+            "--partitions",
+            "2",
+            "--hbm-budget",
+            budget,
+            "--policy",
+            "remat-only",
+        ])
+    };
+    let needs = |text: &str| -> u64 {
+        let after = text.split("hbm needs ").nth(1).expect(text);
+        after.split(' ').next().unwrap().parse().expect(text)
+    };
+    let (low, high) = (plan("30%"), plan("60%"));
+    for out in [&low, &high] {
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(out));
+        assert!(
+            stderr(out).contains("with the fates remat-only gave at this budget"),
+            "{}",
+            stderr(out)
+        );
+        assert!(stderr(out).contains("it fits with"), "{}", stderr(out));
+    }
+    assert!(
+        needs(&stderr(&high)) > needs(&stderr(&low)),
+        "{}\n{}",
+        stderr(&low),
+        stderr(&high)
+    );
+    let floor = plan("1MiB");
+    assert_eq!(floor.status.code(), Some(2), "{}", stderr(&floor));
+    assert!(
+        !stderr(&floor).contains("gave at this budget"),
+        "{}",
+        stderr(&floor)
+    );
+}
+
 /// With the exchange chosen per layer, the MILP's exchange vectors share
 /// its one time limit: the plan's vector had a share of it, not all of it.
 #[test]

@@ -874,6 +874,20 @@ fn with_hint(
     let fit_tables = dp::FitTables::new(workload, &choices);
     let held = exchange_held(workload, options);
     let extra = &held.hbm;
+    // A peer's bytes are those of the fates it gave at this budget: at a
+    // larger one it gives fewer of them away and fails at a later step,
+    // needing more there. (A step's own operands are what any plan needs.)
+    let found_at = if options.policy.is_peer()
+        && step_floor(workload, extra, options.budgets.hbm_bytes).is_none()
+    {
+        format!(
+            " with the fates {} gave at this budget (at another it gives others, and may \
+             fail at another step){found_at}",
+            options.policy.name()
+        )
+    } else {
+        found_at
+    };
     let fits = |budgets: &Budgets| -> bool {
         if step_floor(workload, extra, budgets.hbm_bytes).is_some() {
             return false;
