@@ -1965,6 +1965,7 @@ mod tests {
         let unproven = MilpSearch {
             proven_optimal: false,
             time_limit_s: 5.0,
+            rounds: 1,
         };
         let text = table(unproven);
         let line = text.lines().find(|l| l.starts_with("milp ")).unwrap();

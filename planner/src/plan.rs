@@ -537,12 +537,26 @@ pub struct MilpSearch {
     /// chosen per layer, the plan's exchange vector's share of the limit
     /// the vectors share.
     pub time_limit_s: f64,
+    /// The MILP was solved this many times: each plan the memory pass
+    /// found over the device somewhere had those bytes charged to their
+    /// steps and was solved again. Written only above 1.
+    #[serde(default = "first_round", skip_serializing_if = "is_first_round")]
+    pub rounds: u32,
+}
+
+fn first_round() -> u32 {
+    1
+}
+
+fn is_first_round(rounds: &u32) -> bool {
+    *rounds == 1
 }
 
 impl MilpSearch {
-    /// What a summary says of the search: proven, or the limit ran out.
+    /// What a summary says of the search: proven, or the limit ran out,
+    /// and in which round.
     pub fn describe(&self) -> String {
-        if self.proven_optimal {
+        let text = if self.proven_optimal {
             "the MILP proved it optimal".to_string()
         } else {
             format!(
@@ -550,6 +564,14 @@ impl MilpSearch {
                  proven optimal (--milp-time-limit)",
                 self.time_limit_s
             )
+        };
+        match self.rounds {
+            0 | 1 => text,
+            n => format!(
+                "{text}, in round {n}: each round's plan before it was over the device budget \
+                 where the memory pass counts bytes the MILP's model does not, and those bytes \
+                 were charged to their steps"
+            ),
         }
     }
 }
@@ -642,6 +664,13 @@ impl Plan {
                         "{}: expected a positive number of seconds, at most {most}",
                         milp.time_limit_s
                     ),
+                ));
+            }
+            let rounds = crate::planner::DP_ATTEMPTS;
+            if !(1..=rounds as u32).contains(&milp.rounds) {
+                return Err(Error::invalid(
+                    "plan field milp.rounds",
+                    format!("{}: expected 1 to {rounds}", milp.rounds),
                 ));
             }
         }

@@ -1,7 +1,7 @@
 //! Runs the passes in order and assembles the plan.
 
 use crate::exchange::{self, MultiGpu};
-use crate::passes::cost::{op_seconds, transfer_seconds};
+use crate::passes::cost::{boundary, item, op_seconds, transfer_seconds};
 use crate::passes::cost::{Choices, FateSet};
 use crate::passes::lifetimes::{use_runs, Lifetimes};
 use crate::passes::memory::{boundary_slot, Occupancy};
@@ -79,7 +79,7 @@ pub const MAX_MILP_TIME_LIMIT_S: f64 = 7.0 * 24.0 * 3600.0;
 /// Most times `dp` (and `milp`) plans again with a tighter device budget
 /// when the memory pass finds an overrun its model did not (transient
 /// copies of a recomputation's inputs, or at a boundary).
-const DP_ATTEMPTS: usize = 8;
+pub(crate) const DP_ATTEMPTS: usize = 8;
 
 /// Plans `workload` on `profile`. The result has passed the sanity pass.
 pub fn plan(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Result<Plan> {
@@ -543,6 +543,7 @@ fn dp_attempts(
                 let budgets = &budgets;
                 if !charge_overruns(
                     &mut held.hbm,
+                    None,
                     workload,
                     lives,
                     fates,
@@ -685,7 +686,7 @@ fn plan_milp(
     let mut held: Vec<u64> = exchange_extra(workload, options);
     let milp_budgets = exchange_host_free(workload, options);
     let mut missed: Option<Error> = None;
-    for _ in 0..DP_ATTEMPTS {
+    for round in 1..=DP_ATTEMPTS {
         let left_s = options.milp_time_limit_s - started.elapsed().as_secs_f64();
         let outcome = match missed.take() {
             Some(overrun) if left_s <= 0.0 => return Err(out_of_time(&overrun)),
@@ -724,6 +725,7 @@ fn plan_milp(
                 plan.milp = Some(MilpSearch {
                     proven_optimal: outcome.optimal,
                     time_limit_s: options.milp_time_limit_s,
+                    rounds: round as u32,
                 });
                 return Ok(plan);
             }
@@ -733,8 +735,19 @@ fn plan_milp(
                 },
             ) => {
                 let budgets = options.budgets;
+                // What the MILP's model counted for these fates: it may
+                // leave room at the step, so the overrun alone can be
+                // charged again and again without changing its answer.
+                let modelled = outcome.assignment.device_bytes(&choices, &bytes, &held);
                 if !charge_overruns(
-                    &mut held, workload, lives, fates, &shifts, &budgets, options,
+                    &mut held,
+                    Some(&modelled),
+                    workload,
+                    lives,
+                    fates,
+                    &shifts,
+                    &budgets,
+                    options,
                 )? {
                     return Err(error);
                 }
@@ -773,8 +786,14 @@ fn milp_infeasible(workload: &Workload, options: &PlanOptions, choices: &Choices
 /// Adds to `held` (per step; sized to the workload's steps when empty)
 /// the device bytes over `budgets` the memory pass finds at each step
 /// under `fates`, which the search's model missed; whether it found any.
+/// Given the model's own device bytes per slot for those fates
+/// (`modelled`, [`dp::Assignment::device_bytes`]), what it missed at such
+/// a step is charged whole: the memory pass's bytes less the model's,
+/// not only the part over the budget.
+#[allow(clippy::too_many_arguments)]
 fn charge_overruns(
     held: &mut Vec<u64>,
+    modelled: Option<&[i64]>,
     workload: &Workload,
     lives: &Lifetimes,
     fates: Vec<Fate>,
@@ -788,7 +807,13 @@ fn charge_overruns(
     }
     let found = !over.is_empty();
     for (step, bytes) in over {
-        held[step] += bytes;
+        let missed = modelled.map_or(0, |model| {
+            let counted =
+                model[boundary(step as u32) as usize].max(model[item(step as u32) as usize]);
+            let real = budgets.hbm_bytes.saturating_add(bytes);
+            real.saturating_sub(counted.max(0) as u64)
+        });
+        held[step] += bytes.max(missed);
     }
     Ok(found)
 }
@@ -1298,6 +1323,90 @@ mod tests {
     use super::*;
 
     const GIB: u64 = 1 << 30;
+
+    /// A recomputation that reads an offloaded tensor at the step its
+    /// offload finishes before keeps the copy there one step longer: a
+    /// load issued at that boundary would find the copy still on the
+    /// device (the sanity pass refused such plans).
+    #[test]
+    fn a_recomputation_reads_a_copy_whose_offload_finishes_at_its_step() {
+        use crate::workload::{Cost, OpKind, Phase};
+        const MIB: u64 = 1 << 20;
+        let mut w = Workload::new("linger");
+        let x = w.add_tensor("x", MIB, TensorKind::Input, Some(Tier::Host));
+        let names = ["a", "b", "c", "d", "e", "f", "g", "h"];
+        let t: Vec<TensorId> = names
+            .iter()
+            .map(|n| w.add_tensor(*n, 16 * MIB, TensorKind::Activation, None))
+            .collect();
+        let [a, b, c, d, e, f, g, h] = t[..] else {
+            unreachable!()
+        };
+        // `a` is read at steps 1 and 7; `b` at 2 and 4, recomputed from
+        // `a` for step 4.
+        let ops: [(&[TensorId], TensorId); 8] = [
+            (&[x], a),
+            (&[a], b),
+            (&[b], c),
+            (&[c], d),
+            (&[d, b], e),
+            (&[e], f),
+            (&[f], g),
+            (&[g, a], h),
+        ];
+        for (i, (inputs, output)) in ops.into_iter().enumerate() {
+            w.add_op(
+                format!("op{i}"),
+                OpKind::Generic,
+                Phase::Forward,
+                inputs.to_vec(),
+                vec![output],
+                Cost::seconds(1e-3),
+            );
+        }
+        let profile = Profile::from_json(
+            include_str!("../../profiles/a100-80g.json"),
+            "a100-80g.json",
+        )
+        .unwrap();
+        let options = PlanOptions::new(Policy::Dp, &profile);
+        let lives = Lifetimes::compute(&w);
+        let mut fates: Vec<Fate> = w
+            .tensors
+            .iter()
+            .map(|t| match t.kind {
+                TensorKind::Input => Fate::Resident,
+                _ => Fate::Retain,
+            })
+            .collect();
+        fates[a.index()] = Fate::OffloadHost;
+        fates[b.index()] = Fate::Recompute;
+        let mut shifts = vec![Shift::default(); w.tensors.len()];
+        // Offloaded after step 1, done before step 1 + 1 + 2 = 4.
+        shifts[a.index()] = Shift {
+            lag: 2,
+            leads: vec![0],
+        };
+        let plan = assemble(&w, &profile, &options, &lives, fates, &shifts).unwrap();
+        let of_a: Vec<(Action, i64, u32)> = plan
+            .schedule
+            .iter()
+            .filter(|e| e.tensor == a)
+            .map(|e| (e.action, e.issue_after_step, e.done_before_step))
+            .collect();
+        // The offload runs past step 4, whose recomputation of `b` reads
+        // the copy in place; the one copy back is for step 7.
+        assert_eq!(
+            of_a,
+            vec![(Action::Offload, 1, 5), (Action::Reload, 6, 7)],
+            "{:?}",
+            plan.schedule
+        );
+        assert!(plan
+            .schedule
+            .iter()
+            .any(|e| e.action == Action::Recompute && e.tensor == b && e.done_before_step == 4));
+    }
 
     #[test]
     fn each_exchange_vector_has_its_share_of_what_is_left_in_whole_milliseconds() {

@@ -32,7 +32,8 @@ fn a_milp_plan_says_it_was_proven_and_other_plans_say_nothing() {
         milp.milp,
         Some(MilpSearch {
             proven_optimal: true,
-            time_limit_s: 30.0
+            time_limit_s: 30.0,
+            rounds: 1,
         })
     );
     assert!(!milp.to_json().is_empty());
@@ -45,6 +46,7 @@ fn a_milp_plan_says_it_was_proven_and_other_plans_say_nothing() {
     let unproven = MilpSearch {
         proven_optimal: false,
         time_limit_s: 2.5,
+        rounds: 1,
     };
     let text = unproven.describe();
     assert!(
@@ -72,6 +74,7 @@ fn a_plan_file_s_milp_field_is_checked() {
         plan.milp = Some(MilpSearch {
             proven_optimal: false,
             time_limit_s: bad,
+            rounds: 1,
         });
         let error = Plan::from_json(&plan.to_json(), "milp.json")
             .unwrap_err()
@@ -84,6 +87,31 @@ fn a_plan_file_s_milp_field_is_checked() {
         .replace("\"proven_optimal\"", "\"proven\": true, \"proven_optimal\"");
     let error = Plan::from_json(&text, "milp.json").unwrap_err().to_string();
     assert!(error.contains("proven"), "{error}");
+    // Rounds: at least one, at most as many as the planner runs.
+    for bad in [0, 9] {
+        let mut plan = milp.clone();
+        plan.milp = Some(MilpSearch {
+            rounds: bad,
+            ..milp.milp.unwrap()
+        });
+        let error = Plan::from_json(&plan.to_json(), "milp.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("plan field milp.rounds") && error.contains(&format!("{bad}:")),
+            "{error}"
+        );
+    }
+    // A first round is not written, and read back as one.
+    assert!(!milp.to_json().contains("\"rounds\""));
+    assert_eq!(
+        Plan::from_json(&milp.to_json(), "milp.json")
+            .unwrap()
+            .milp
+            .unwrap()
+            .rounds,
+        1
+    );
 }
 
 /// Device bytes held at every step are the same to the MILP as a device

@@ -39,27 +39,6 @@ fn gnn(model: GnnModel, name: &str, parts: u32) -> Workload {
     .unwrap()
 }
 
-/// Device bytes per slot (a boundary and an item per step) under an
-/// assignment, as the model counts them.
-fn model_hbm(workload: &Workload, choices: &Choices, assignment: &Assignment) -> Vec<i128> {
-    let mut usage: Vec<i128> = choices.base_hbm.iter().map(|&b| b as i128).collect();
-    for t in 0..workload.tensors.len() {
-        if let Some(c) = assignment.choice(choices, t) {
-            for &(s, e) in &c.hbm_free {
-                for u in &mut usage[s as usize..e as usize] {
-                    *u -= workload.tensors[t].bytes as i128;
-                }
-            }
-            for &(s, e, b) in &c.hbm_add {
-                for u in &mut usage[s as usize..e as usize] {
-                    *u += b as i128;
-                }
-            }
-        }
-    }
-    usage
-}
-
 fn check(workload: &Workload, fates: FateSet, hbm_share: f64) {
     let profile = profile();
     let lives = Lifetimes::compute(workload);
@@ -77,7 +56,13 @@ fn check(workload: &Workload, fates: FateSet, hbm_share: f64) {
     let sched = schedule::build(workload, &lives, fates.clone(), &shifts).unwrap();
     let timeline = Timeline::new(workload.ops.len(), &sched.entries);
     let occupancy = Occupancy::compute(workload, &sched.fates, &sched.entries, &timeline, 0);
-    let model = model_hbm(workload, &choices, &outcome.assignment);
+    let bytes: Vec<u64> = workload.tensors.iter().map(|t| t.bytes).collect();
+    let model: Vec<i128> = outcome
+        .assignment
+        .device_bytes(&choices, &bytes, &[])
+        .into_iter()
+        .map(i128::from)
+        .collect();
     if timeline.len() == workload.ops.len() {
         // No recomputation: positions are steps, and the two count the
         // same slots; the model may only count more.

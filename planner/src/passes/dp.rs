@@ -160,6 +160,37 @@ impl Assignment {
     pub fn uses_ssd(&self, choices: &Choices) -> bool {
         (0..self.picks.len()).any(|t| self.choice(choices, t).is_some_and(Choice::uses_ssd))
     }
+
+    /// Device bytes at each of a step's two slots (a boundary, then the
+    /// step) as the model counts them under this assignment, with
+    /// `held_hbm` more at each step (per step; empty: none).
+    pub fn device_bytes(&self, choices: &Choices, bytes: &[u64], held_hbm: &[u64]) -> Vec<i64> {
+        let slots = choices.slots as usize;
+        // Differences, summed in order at the end.
+        let mut change = vec![0i64; slots + 1];
+        let mut add = |start: u32, end: u32, by: i64| {
+            change[start as usize] += by;
+            change[end as usize] -= by;
+        };
+        for (t, &b) in bytes.iter().enumerate() {
+            if let Some(c) = self.choice(choices, t) {
+                for &(s, e) in &c.hbm_free {
+                    add(s, e, -(b as i64));
+                }
+                for &(s, e, added) in &c.hbm_add {
+                    add(s, e, added as i64);
+                }
+            }
+        }
+        let mut running = 0i64;
+        (0..slots)
+            .map(|slot| {
+                running += change[slot];
+                let held = held_hbm.get(slot / 2).copied().unwrap_or(0);
+                choices.base_hbm[slot] as i64 + held as i64 + running
+            })
+            .collect()
+    }
 }
 
 /// Bytes per step, per tier, that the choices do not account for: the

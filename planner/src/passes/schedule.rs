@@ -49,17 +49,30 @@ pub fn build(
     // retaining a tensor only makes others easier to recompute, so this
     // settles within as many rounds as there are tensors.
     for _round in 0..=workload.tensors.len() {
-        let (recomputes, hurry, failed) = recomputations(workload, lives, &fates, shifts);
+        let (recomputes, retimed, failed) = recomputations(workload, lives, &fates, shifts);
         if failed.is_empty() {
             let mut entries = transfers(workload, lives, &fates, shifts);
-            // A recomputation that reads a prefetched copy needs it sooner.
-            for (tensor, due, step) in hurry {
-                if let Some(entry) = entries.iter_mut().find(|e| {
-                    e.tensor == tensor
-                        && e.done_before_step == due
-                        && matches!(e.action, Action::Load | Action::Reload)
-                }) {
-                    entry.done_before_step = entry.done_before_step.min(step);
+            for (tensor, retime, step) in retimed {
+                match retime {
+                    // A recomputation that reads a prefetched copy needs it sooner.
+                    Retime::Hurry { due } => {
+                        if let Some(entry) = entries.iter_mut().find(|e| {
+                            e.tensor == tensor
+                                && e.done_before_step == due
+                                && matches!(e.action, Action::Load | Action::Reload)
+                        }) {
+                            entry.done_before_step = entry.done_before_step.min(step);
+                        }
+                    }
+                    // One that reads a copy being offloaded keeps it there.
+                    Retime::Linger { .. } => {
+                        if let Some(entry) = entries
+                            .iter_mut()
+                            .find(|e| e.tensor == tensor && e.action == Action::Offload)
+                        {
+                            entry.done_before_step = entry.done_before_step.max(step + 1);
+                        }
+                    }
                 }
             }
             entries.extend(recomputes);
@@ -158,6 +171,10 @@ enum Status {
     },
     NeedLoad(Tier),
     NeedRecompute,
+    /// Its offload finishes at the boundary before this step, where a
+    /// copy back for it would be issued while the device still holds it:
+    /// the offload finishes after this step instead, the copy read in place.
+    Linger,
 }
 
 fn status(
@@ -165,6 +182,7 @@ fn status(
     lives: &Lifetimes,
     fates: &[Fate],
     shifts: &[Shift],
+    lingered: &[u32],
     tensor: TensorId,
     step: u32,
 ) -> Status {
@@ -212,22 +230,30 @@ fn status(
         }
         Fate::OffloadHost | Fate::OffloadSsd => {
             let lag = shifts.get(tensor.index()).map_or(0, |s| s.lag);
+            let lead = |k: usize| {
+                shifts
+                    .get(tensor.index())
+                    .and_then(|s| s.leads.get(k))
+                    .copied()
+                    .unwrap_or(0)
+            };
+            // The copy back for gap `k` is on its way by this step.
+            let arriving = |k: usize| step + lead(k) >= life.gaps[k].before;
+            // The boundary the offload finishes at (later where an earlier
+            // read kept the copy).
+            let done = (life.gaps[0].after + 1 + lag).max(lingered[tensor.index()]);
             match life.gaps.iter().position(|g| g.contains(step)) {
                 // Still on the device while the offload runs.
-                Some(0) if step <= life.gaps[0].after + lag => Status::Present,
-                Some(k)
-                    if step
-                        + shifts
-                            .get(tensor.index())
-                            .and_then(|s| s.leads.get(k))
-                            .copied()
-                            .unwrap_or(0)
-                        >= life.gaps[k].before =>
-                {
-                    Status::Arriving {
-                        due: life.gaps[k].before,
-                    }
+                Some(0) if step < done => Status::Present,
+                // A load issued here would find the copy still there: the
+                // offload finishes after this step instead, where that is
+                // before the copy back for the gap is issued.
+                Some(0) if step == done && step + 1 + lead(0) < life.gaps[0].before => {
+                    Status::Linger
                 }
+                Some(k) if arriving(k) => Status::Arriving {
+                    due: life.gaps[k].before,
+                },
                 // The away copy is there: copy it in (again) for this step.
                 Some(_) => Status::NeedLoad(
                     fates[tensor.index()]
@@ -244,30 +270,43 @@ fn status(
     }
 }
 
-/// A recomputation's read of a prefetched copy: the tensor, the step its
-/// copy is due before, and the step the recomputation needs it before.
-type Hurry = (TensorId, u32, u32);
+/// How a recomputation's read moves a transfer of the tensor it reads.
+#[derive(Debug, Clone, Copy)]
+enum Retime {
+    /// The copy back due before step `due` must arrive before the read.
+    Hurry { due: u32 },
+    /// The offload finishing at the read's step finishes after it
+    /// (`before`: where an earlier read had it finish, 0 if none).
+    Linger { before: u32 },
+}
 
-/// All recomputation entries, slot by slot, and the recompute-fated tensors
-/// whose recomputation could not be built.
+/// A recomputation's read that moves a transfer: the tensor, how, and the
+/// step of the read.
+type Retimed = (TensorId, Retime, u32);
+
+/// All recomputation entries, slot by slot, the transfers their reads
+/// move, and the recompute-fated tensors whose recomputation could not be
+/// built.
 fn recomputations(
     workload: &Workload,
     lives: &Lifetimes,
     fates: &[Fate],
     shifts: &[Shift],
-) -> (Vec<ScheduleEntry>, Vec<Hurry>, Vec<TensorId>) {
+) -> (Vec<ScheduleEntry>, Vec<Retimed>, Vec<TensorId>) {
     let mut entries = Vec::new();
-    let mut hurry = Vec::new();
+    let mut retimed = Vec::new();
     let mut failed = Vec::new();
     let mut marks = vec![0u32; workload.tensors.len()];
+    let mut lingered = vec![0u32; workload.tensors.len()];
     for (step, op) in workload.ops.iter().enumerate() {
         let step = step as u32;
         let mut slot = Slot {
             step,
             done: Vec::new(),
             marks: std::mem::take(&mut marks),
+            lingered: std::mem::take(&mut lingered),
             entries: Vec::new(),
-            hurry: Vec::new(),
+            retimed: Vec::new(),
         };
         for &input in &op.inputs {
             let wanted = fates[input.index()] == Fate::Recompute
@@ -277,11 +316,15 @@ fn recomputations(
             if !wanted {
                 continue;
             }
-            let mark = (slot.entries.len(), slot.hurry.len(), slot.done.len());
+            let mark = (slot.entries.len(), slot.retimed.len(), slot.done.len());
             let mut ops_left = MAX_CASCADE_OPS;
             if !slot.materialize(workload, lives, fates, shifts, input, &mut ops_left) {
                 slot.entries.truncate(mark.0);
-                slot.hurry.truncate(mark.1);
+                for (t, how) in slot.retimed.drain(mark.1..).rev() {
+                    if let Retime::Linger { before } = how {
+                        slot.lingered[t.index()] = before;
+                    }
+                }
                 for t in slot.done.drain(mark.2..) {
                     slot.marks[t.index()] = 0;
                 }
@@ -289,10 +332,11 @@ fn recomputations(
             }
         }
         marks = slot.marks;
+        lingered = slot.lingered;
         entries.extend(slot.entries);
-        hurry.extend(slot.hurry.into_iter().map(|(t, due)| (t, due, step)));
+        retimed.extend(slot.retimed.into_iter().map(|(t, how)| (t, how, step)));
     }
-    (entries, hurry, failed)
+    (entries, retimed, failed)
 }
 
 struct Slot {
@@ -301,9 +345,12 @@ struct Slot {
     /// step (plus one) that last did.
     done: Vec<TensorId>,
     marks: Vec<u32>,
+    /// Per offloaded tensor, the boundary its offload now finishes at
+    /// where reads kept its copy longer (0: none did).
+    lingered: Vec<u32>,
     entries: Vec<ScheduleEntry>,
-    /// Prefetches that must arrive before this step: (tensor, their due step).
-    hurry: Vec<(TensorId, u32)>,
+    /// Transfers this step's reads move.
+    retimed: Vec<(TensorId, Retime)>,
 }
 
 impl Slot {
@@ -320,10 +367,24 @@ impl Slot {
             return true;
         }
         let bytes = workload.tensor(tensor).bytes;
-        match status(workload, lives, fates, shifts, tensor, self.step) {
+        match status(
+            workload,
+            lives,
+            fates,
+            shifts,
+            &self.lingered,
+            tensor,
+            self.step,
+        ) {
             Status::Present => return true,
             Status::Arriving { due } => {
-                self.hurry.push((tensor, due));
+                self.retimed.push((tensor, Retime::Hurry { due }));
+                return true;
+            }
+            Status::Linger => {
+                let before = self.lingered[tensor.index()];
+                self.lingered[tensor.index()] = self.step + 1;
+                self.retimed.push((tensor, Retime::Linger { before }));
                 return true;
             }
             Status::NeedLoad(tier) => self.entries.push(load(tensor, bytes, tier, self.step)),
