@@ -36,6 +36,15 @@ pub struct ProfileArgs {
 }
 
 pub fn run(args: &ProfileArgs) -> Result<()> {
+    // Each thread measures with buffers of its own: more threads than
+    // cores measure nothing more and can run the host out of memory.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if let Some(threads) = args.threads.filter(|&t| t > cores) {
+        bail!(
+            "--threads {threads}: this machine has {cores} cores; the profile measures with at \
+             most that many threads"
+        );
+    }
     crate::cli::set_threads(args.threads)?;
 
     if args.name.trim().is_empty() {

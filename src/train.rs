@@ -169,9 +169,10 @@ pub struct TrainArgs {
     /// Plan on the spot with this policy (default dp).
     #[arg(long)]
     policy: Option<String>,
-    /// Profile to plan with.
-    #[arg(long, default_value = "cpu-small")]
-    profile: String,
+    /// Profile to plan with [default: cpu-small; with --plan the plan's,
+    /// and another is refused].
+    #[arg(long)]
+    profile: Option<String>,
     /// Device arena budget: bytes (e.g. 64MiB) or a share of the
     /// retain-all plan's peak (e.g. 25%).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::budget_value)]
@@ -441,6 +442,7 @@ pub(crate) fn share_method(args: &TrainArgs) -> Result<fateplan::runtime::share:
 /// what was done to the features.
 pub(crate) fn dataset(args: &TrainArgs) -> Result<(fateplan::runtime::dataset::Dataset, String)> {
     let mut dataset = train::load_graph(&args.graph)?;
+    has_training_nodes(&dataset, &args.graph)?;
     let features = if args.raw_features {
         RAW_FEATURES.to_string()
     } else {
@@ -451,6 +453,24 @@ pub(crate) fn dataset(args: &TrainArgs) -> Result<(fateplan::runtime::dataset::D
 
 const RAW_FEATURES: &str = "kept as they are (--raw-features)";
 
+/// Training learns from the nodes of the training mask alone: a graph
+/// whose mask selects none has nothing to train on.
+fn has_training_nodes(dataset: &fateplan::runtime::dataset::Dataset, graph: &str) -> Result<()> {
+    if !dataset.train_mask.contains(&true) {
+        let file = if std::path::Path::new(graph).is_dir() {
+            " (train_mask.npy)"
+        } else {
+            ""
+        };
+        bail!(
+            "--graph {graph}: its training mask{file} selects none of its {} nodes; training \
+             needs at least one",
+            dataset.nodes
+        );
+    }
+    Ok(())
+}
+
 /// The graph the arguments name without its features or edges (a
 /// launcher of member processes plans from the topology, read a batch of
 /// edges at a time; each member reads its own rows), where its edges are
@@ -459,6 +479,7 @@ const RAW_FEATURES: &str = "kept as they are (--raw-features)";
 /// saying so.
 fn topology(args: &TrainArgs) -> Result<Topology> {
     let (dataset, rows, edges) = train::open_graph(&args.graph)?;
+    has_training_nodes(&dataset, &args.graph)?;
     if args.raw_features {
         return Ok((dataset, edges, false, RAW_FEATURES.to_string()));
     }
@@ -492,7 +513,17 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             let source = path.display().to_string();
             let text =
                 std::fs::read_to_string(path).with_context(|| format!("reading {source}"))?;
-            Some((Plan::from_json(&text, &source)?, source))
+            let plan = Plan::from_json(&text, &source)?;
+            if let Some(name) = &args.profile {
+                if load_profile(name)? != plan.profile {
+                    bail!(
+                        "--profile {name}: the plan {source} was made on profile {}; leave \
+                         --profile out to train it as it was made, or plan again for this profile",
+                        plan.profile.name
+                    );
+                }
+            }
+            Some((plan, source))
         }
         None => None,
     };
@@ -620,7 +651,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         )?)
     };
     let workload = prepared.workload();
-    let profile = load_profile(&args.profile)?;
+    let profile = load_profile(args.profile.as_deref().unwrap_or("cpu-small"))?;
     let retain_peak = || crate::cli::retain_all_peak(workload, &profile);
     // With --plan, budget flags set the run's arenas (the plan is refused
     // if it needs more); without, they are the budgets to plan for.

@@ -117,6 +117,10 @@ fn bad_profile_input_names_what_is_wrong() {
             vec!["--ssd-dir", dir_arg, "--threads", "0"],
             &["--threads 0"],
         ),
+        (
+            vec!["--ssd-dir", dir_arg, "--threads", "100000"],
+            &["--threads 100000", "cores"],
+        ),
     ];
     for (args, expected) in cases {
         let output = fateplan(&[&["profile", "--quick"][..], &args].concat());

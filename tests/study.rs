@@ -233,6 +233,11 @@ fn study_names_the_bad_flag_and_value() {
         (&["study", "--gpus", "0"][..], "--gpus 0"),
         (&["study", "--gpus", "9"][..], "--gpus 9"),
         (&["study", "--layers", "0"][..], "--layers 0"),
+        (
+            &["study", "--out", "no-such-folder/study.md"][..],
+            "--out no-such-folder/study.md: no such directory no-such-folder",
+        ),
+        (&["study", "--out", "."][..], "--out .: is a directory"),
     ] {
         let out = fateplan(args);
         assert_eq!(out.status.code(), Some(1), "{args:?}");

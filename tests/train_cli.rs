@@ -1010,6 +1010,21 @@ fn several_devices_train_the_same_model_and_report_their_exchanges() {
     ));
     assert_eq!(again["weights_sha256"], gpu["weights_sha256"]);
     assert_eq!(again["devices"].as_array().map(Vec::len), Some(2));
+    // Another profile than the plan's is refused, naming both.
+    let other = fateplan(
+        &[
+            &common[..],
+            &["--plan", saved.to_str().unwrap(), "--profile", "h200"],
+        ]
+        .concat(),
+    );
+    assert_eq!(other.status.code(), Some(1), "{}", stderr(&other));
+    assert!(
+        stderr(&other).contains("--profile h200: the plan")
+            && stderr(&other).contains("was made on profile a100-80g"),
+        "{}",
+        stderr(&other)
+    );
     let _ = std::fs::remove_file(&saved);
 
     // Min-cut shares (the default) renumber the vertices; the dropout
@@ -1286,4 +1301,47 @@ fn devices_are_told_their_share_of_the_threads() {
         ),
         "{stdout}"
     );
+}
+
+/// A dataset folder whose training mask selects no node is refused by
+/// name, not trained to a loss of zero.
+#[test]
+fn a_training_mask_that_selects_no_node_is_refused() {
+    let dir = scratch("empty-train-mask");
+    let graph = dir.join("planted");
+    let generated = fateplan(&[
+        "generate",
+        "--graph",
+        "planted:nodes=200,classes=4,features=8,val=40,test=40,seed=3",
+        "--out",
+        graph.to_str().unwrap(),
+    ]);
+    assert!(generated.status.success(), "{}", stderr(&generated));
+    // train_mask.npy rewritten as 200 falses (npy 1.0, `|b1`).
+    let mut header = "{'descr': '|b1', 'fortran_order': False, 'shape': (200,), }".to_string();
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    bytes.extend([0u8; 200]);
+    std::fs::write(graph.join("train_mask.npy"), bytes).unwrap();
+    for devices in [&[][..], &["--devices", "2", "--processes"][..]] {
+        let out = fateplan(
+            &[
+                &["train", "--graph", graph.to_str().unwrap(), "--epochs", "1"][..],
+                devices,
+            ]
+            .concat(),
+        );
+        assert_eq!(out.status.code(), Some(1), "{devices:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("train_mask.npy) selects none of its 200 nodes"),
+            "{devices:?}: {}",
+            stderr(&out)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -13,7 +13,9 @@ use std::collections::{BTreeMap, BinaryHeap};
 
 use serde::Deserialize;
 
-use crate::workload::{Cost, OpKind, Phase, TensorId, TensorKind, Workload, MAX_ITEMS};
+use crate::workload::{
+    Cost, OpKind, Phase, TensorId, TensorKind, Workload, MAX_ITEMS, MAX_OP_SECONDS,
+};
 use crate::{Error, Result};
 
 #[derive(Deserialize)]
@@ -46,15 +48,31 @@ fn key(value: &serde_json::Value) -> Option<String> {
     }
 }
 
-/// Tells the two DAG formats apart: node-link JSON has `nodes` and `links`.
+/// Keys only node-link JSON has, and keys only a workload file has.
+const NODE_LINK_KEYS: [&str; 4] = ["nodes", "links", "directed", "multigraph"];
+const WORKLOAD_KEYS: [&str; 3] = ["ops", "tensors", "format_version"];
+
+/// Tells the two DAG formats apart by their keys: node-link JSON has
+/// `nodes`, `links`, `directed` or `multigraph` and no key of a workload
+/// file; text that is not JSON (a file cut short) by whichever kind of key
+/// it names first, so that its error is said in its own format's terms.
 pub fn is_node_link(text: &str) -> bool {
-    serde_json::from_str::<serde_json::Value>(text)
-        .ok()
-        .and_then(|v| {
-            v.as_object()
-                .map(|o| o.contains_key("nodes") && o.contains_key("links"))
-        })
-        .unwrap_or(false)
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(value) => value.as_object().is_some_and(|o| {
+            NODE_LINK_KEYS.iter().any(|k| o.contains_key(*k))
+                && !WORKLOAD_KEYS.iter().any(|k| o.contains_key(*k))
+        }),
+        Err(_) => {
+            let first = |keys: &[&str]| {
+                keys.iter()
+                    .filter_map(|k| text.find(&format!("\"{k}\"")))
+                    .min()
+                    .unwrap_or(usize::MAX)
+            };
+            let (node_link, workload) = (first(&NODE_LINK_KEYS), first(&WORKLOAD_KEYS));
+            node_link < workload
+        }
+    }
 }
 
 /// Reads a node-link DAG; `source` names the file in errors.
@@ -76,10 +94,14 @@ pub fn from_node_link(text: &str, source: &str) -> Result<Workload> {
                 format!("id {} is not a number or string", node.id),
             )
         })?;
-        if !(node.cost_cpu.is_finite() && node.cost_cpu >= 0.0) {
+        if !(0.0..=MAX_OP_SECONDS).contains(&node.cost_cpu) {
             return Err(Error::invalid(
                 context(),
-                format!("cost_cpu {} must be finite and not negative", node.cost_cpu),
+                format!(
+                    "cost_cpu {} must be finite, not negative and at most {MAX_OP_SECONDS:e} \
+                     seconds",
+                    node.cost_cpu
+                ),
             ));
         }
         if !(node.cost_ram.is_finite() && node.cost_ram > 0.0 && node.cost_ram < 1.8e19) {
@@ -361,6 +383,31 @@ mod tests {
             .filter(|o| o.phase == Phase::Backward && o.inputs.iter().any(is_forward))
             .count();
         assert_eq!(mirrored, 49);
+    }
+
+    #[test]
+    fn a_node_link_file_with_a_fault_is_read_as_node_link() {
+        // No links, a file cut short, and the costs that would add up to
+        // more seconds than can be counted.
+        let no_links = CHAIN[..CHAIN.find(",\n        \"links\"").unwrap()].to_string() + "}";
+        assert!(is_node_link(&no_links), "{no_links}");
+        let message = from_node_link(&no_links, "n.json").unwrap_err().to_string();
+        assert!(message.contains("missing field `links`"), "{message}");
+        let cut = &CHAIN[..100];
+        assert!(is_node_link(cut));
+        let message = from_node_link(cut, "cut.json").unwrap_err().to_string();
+        assert!(message.contains("cut.json"), "{message}");
+        let huge = CHAIN.replace("\"cost_cpu\": 2.0", "\"cost_cpu\": 1.5e308");
+        let message = from_node_link(&huge, "h.json").unwrap_err().to_string();
+        assert!(
+            message.contains("nodes[1]") && message.contains("at most 1e9 seconds"),
+            "{message}"
+        );
+        // A workload file is not node-link, whole or cut short.
+        assert!(!is_node_link(
+            r#"{"format_version": 1, "name": "w", "nodes": 3"#
+        ));
+        assert!(!is_node_link(r#"{"name": "w", "tensors": [], "ops": []}"#));
     }
 
     #[test]

@@ -143,6 +143,14 @@ impl std::fmt::Display for ComputeClass {
     }
 }
 
+/// The most seconds one operator may be given (about 32 years): the
+/// iteration's sums stay finite however many operators there are.
+pub const MAX_OP_SECONDS: f64 = 1e9;
+
+/// The most floating-point operations one operator may be given (1e9
+/// seconds at 1e15 per second).
+pub const MAX_OP_FLOPS: f64 = 1e24;
+
 /// What an operator costs: either work (`flops`, `bytes` touched, the
 /// `edges` it walks, `class`) or explicit `seconds`, which take precedence
 /// when given.
@@ -397,13 +405,19 @@ impl Workload {
             if op.name.is_empty() {
                 return Err(Error::invalid(context(), "name is empty"));
             }
-            let cost_ok = op.cost.flops.is_finite()
-                && op.cost.flops >= 0.0
-                && op.cost.seconds.is_none_or(|s| s.is_finite() && s >= 0.0);
+            let cost_ok = (0.0..=MAX_OP_FLOPS).contains(&op.cost.flops)
+                && op
+                    .cost
+                    .seconds
+                    .is_none_or(|s| (0.0..=MAX_OP_SECONDS).contains(&s));
             if !cost_ok {
                 return Err(Error::invalid(
                     context(),
-                    format!("cost {:?} must be finite and not negative", op.cost),
+                    format!(
+                        "cost {:?} must be finite and not negative, with at most \
+                         {MAX_OP_FLOPS:e} flops and {MAX_OP_SECONDS:e} seconds",
+                        op.cost
+                    ),
                 ));
             }
             for &input in &op.inputs {
