@@ -4,7 +4,7 @@ use fateplan_planner::blocks::BlockCounts;
 use fateplan_planner::datasets::dataset;
 use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
 use fateplan_planner::passes::cost::{boundary, item, Choices, FateSet};
-use fateplan_planner::passes::dp::{self, Assignment};
+use fateplan_planner::passes::dp;
 use fateplan_planner::passes::lifetimes::Lifetimes;
 use fateplan_planner::passes::memory::{boundary_slot, Occupancy};
 use fateplan_planner::passes::schedule;
