@@ -89,6 +89,11 @@ enum Command {
 }
 
 #[derive(Args)]
+#[command(
+    mut_arg("output", |a| a.hide(true)),
+    mut_arg("explain", |a| a.hide(true)),
+    mut_arg("json", |a| a.help("Print a row per policy as JSON instead of the table"))
+)]
 struct CompareArgs {
     #[command(flatten)]
     plan: PlanArgs,

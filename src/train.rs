@@ -1015,7 +1015,12 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         format_bytes(m.ssd_write)
     )?;
     if let Some(mode) = io_mode {
-        writeln!(out, "ssd tier  {mode}")?;
+        let unused = if m.ssd_read == 0 && m.ssd_write == 0 {
+            " (opened, unused: the plan moves nothing through the SSD)"
+        } else {
+            ""
+        };
+        writeln!(out, "ssd tier  {mode}{unused}")?;
     }
     writeln!(out, "weights   sha256 {}", report.weights_sha256)?;
     writeln!(out, "features  {features}")?;

@@ -1015,3 +1015,22 @@ fn milp_on_several_gpus_counts_the_exchange_buffers_from_its_first_round() {
         assert!(plan.predicted.peak_bytes.host <= plan.budgets.host_bytes);
     }
 }
+
+/// `compare --help` lists no flag that compare refuses (it writes and
+/// explains no single plan), and says what its --json prints.
+#[test]
+fn compare_help_lists_what_compare_takes() {
+    let out = fateplan(&["compare", "--help"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let help = stdout(&out);
+    assert!(
+        !help.contains("--output") && !help.contains("--explain"),
+        "{help}"
+    );
+    assert!(help.contains("Print a row per policy as JSON"), "{help}");
+    let plan = stdout(&fateplan(&["plan", "--help"]));
+    assert!(
+        plan.contains("--output") && plan.contains("--explain"),
+        "{plan}"
+    );
+}

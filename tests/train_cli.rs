@@ -1319,7 +1319,7 @@ fn a_training_mask_that_selects_no_node_is_refused() {
     assert!(generated.status.success(), "{}", stderr(&generated));
     // train_mask.npy rewritten as 200 falses (npy 1.0, `|b1`).
     let mut header = "{'descr': '|b1', 'fortran_order': False, 'shape': (200,), }".to_string();
-    while (10 + header.len() + 1) % 64 != 0 {
+    while !(10 + header.len() + 1).is_multiple_of(64) {
         header.push(' ');
     }
     header.push('\n');

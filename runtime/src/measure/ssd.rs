@@ -78,12 +78,18 @@ pub fn measure_ssd(dir: &Path, sizes: &SsdSizes, rounds: &Rounds) -> Result<SsdF
     // the latency blocks and the file's growth steps.
     let needed = round_bytes + crate::spill::GROW_STEP_BYTES + ALIGN_BYTES as u64;
     if capacity_bytes < needed {
+        // `--quick` writes less, unless these are its sizes already.
+        let quicker = sizes.round_bytes > super::Sizes::quick().ssd.round_bytes;
         return Err(Error::invalid(
             dir,
             "free space",
             format!(
-                "{capacity_bytes} bytes free; the measurement writes {needed} bytes \
-                 (use --quick to write less)"
+                "{capacity_bytes} bytes free; the measurement writes {needed} bytes{}",
+                if quicker {
+                    " (use --quick to write less)"
+                } else {
+                    ""
+                }
             ),
         ));
     }
