@@ -147,11 +147,21 @@ fn bad_plans_name_the_file() {
     );
     // Fields a plan file cannot hold, each named with the file.
     type Edit = fn(&mut serde_json::Value);
-    let edits: [(&str, Edit, &str); 3] = [
+    let edits: [(&str, Edit, &str); 5] = [
         (
             "gpus0.json",
             |p| p["gpus"] = 0.into(),
             "gpus0.json: plan field gpus: gpus 0",
+        ),
+        (
+            "host.json",
+            |p| p["budgets"]["host_bytes"] = 1_000_000_000_000_000u64.into(),
+            "host.json: plan field budgets.host_bytes: 1000000000000000 bytes, above the",
+        ),
+        (
+            "small-hbm.json",
+            |p| p["profile"]["device"]["hbm_bytes"] = 1000.into(),
+            "small-hbm.json: plan field budgets.hbm_bytes",
         ),
         (
             "negative.json",

@@ -606,11 +606,15 @@ impl Plan {
     /// recorded peaks are the ones the sanity pass finds.
     pub fn from_json(text: &str, source: &str) -> Result<Plan> {
         let mut plan: Plan = crate::json::parse(text, source)?;
-        plan.validate().map_err(|error| match error {
-            // A plan that breaks its own budgets is bad input here.
-            rejected @ Error::PlanRejected { .. } => Error::invalid(source, rejected.to_string()),
-            other => crate::json::within(source, other),
-        })?;
+        plan.validate()
+            .and_then(|()| plan.within_capacity())
+            .map_err(|error| match error {
+                // A plan that breaks its own budgets is bad input here.
+                rejected @ Error::PlanRejected { .. } => {
+                    Error::invalid(source, rejected.to_string())
+                }
+                other => crate::json::within(source, other),
+            })?;
         // GAT's workload is the same with either setting (its backward
         // builds its transposes): a GAT plan from before the field, read
         // as `built`, says `stored` as GAT plans do.
@@ -620,6 +624,36 @@ impl Plan {
             }
         }
         Ok(plan)
+    }
+
+    /// Whether every budget is within what the plan's profile has (one
+    /// device's share of it on several). `plan` refuses a budget above
+    /// it, so a file holding one was not made by it; plans made in the
+    /// library may set any budget (a measurement's unbounded ones).
+    fn within_capacity(&self) -> Result<()> {
+        let capacity = Budgets::from_profile(&self.profile.share(self.gpus));
+        for (field, tier) in [
+            ("hbm_bytes", Tier::Hbm),
+            ("host_bytes", Tier::Host),
+            ("ssd_bytes", Tier::Ssd),
+        ] {
+            let (budget, most) = (self.budgets.of(tier), capacity.of(tier));
+            if budget > most {
+                let whose = if self.gpus > 1 {
+                    format!("one of {} GPUs' share of ", self.gpus)
+                } else {
+                    String::new()
+                };
+                return Err(Error::invalid(
+                    format!("plan field budgets.{field}"),
+                    format!(
+                        "{budget} bytes, above the {most} bytes of {whose}the plan's profile {:?}",
+                        self.profile.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     pub fn validate(&self) -> Result<()> {
