@@ -486,6 +486,12 @@ fn plan_dp(
 /// which does not queue transfers on their links; the prediction does);
 /// every one that fits the memory pass is a candidate, and the search is
 /// repeated while its best does not.
+///
+/// Where the first search's best does not fit, the later rounds run
+/// twice, side by side: charging each step the bytes over the budget the
+/// memory pass found there, and charging it the whole of what the model
+/// missed there ([`Charge`]). Neither always plans faster; the candidates
+/// of both are kept.
 fn dp_attempts(
     workload: &Workload,
     profile: &Profile,
@@ -494,71 +500,216 @@ fn dp_attempts(
     choices: &Choices,
 ) -> Result<(Vec<Evaluated>, Option<Error>)> {
     // Exchange buffers: device and host bytes per step.
-    let budgets = options.budgets;
-    let mut held = exchange_held(workload, options);
-    let mut found: Vec<Evaluated> = Vec::new();
-    let mut last_error: Option<Error> = None;
-    for _ in 0..DP_ATTEMPTS {
-        let outcome = match dp::solve(
+    let held = exchange_held(workload, options);
+    let (mut found, first) = dp_round(workload, profile, options, lives, choices, &held)?;
+    let missed = match first {
+        Round::Fits(evaluated) => {
+            found.insert(0, evaluated);
+            return Ok((found, None));
+        }
+        Round::Stop(error) => return Ok((found, Some(error))),
+        Round::Missed(missed) => missed,
+    };
+    let (over, whole) = rayon::join(
+        || {
+            dp_rounds(
+                workload,
+                profile,
+                options,
+                lives,
+                choices,
+                &held,
+                &missed,
+                Charge::Over,
+            )
+        },
+        || {
+            dp_rounds(
+                workload,
+                profile,
+                options,
+                lives,
+                choices,
+                &held,
+                &missed,
+                Charge::Missed,
+            )
+        },
+    );
+    let (over, whole) = (over?, whole?);
+    // Charged the overrun, in the order one search gave them (its best
+    // first, then the other rounds' bests), then what charging the whole
+    // miss added: the first among equals is the overrun's.
+    let mut candidates: Vec<Evaluated> = over.best.into_iter().collect();
+    candidates.append(&mut found);
+    candidates.extend(over.others);
+    candidates.extend(whole.best);
+    candidates.extend(whole.others);
+    Ok((candidates, over.error.or(whole.error)))
+}
+
+/// What a later round charges a step where the memory pass found the
+/// device over budget.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Charge {
+    /// The bytes over the budget.
+    Over,
+    /// The whole of what the model missed there: the memory pass's bytes
+    /// less the model's own count for those fates.
+    Missed,
+}
+
+/// One dp search and its evaluation.
+enum Round {
+    /// Its best fits the memory pass.
+    Fits(Evaluated),
+    /// Its best is over the device budget where the model counted less.
+    Missed(Box<Miss>),
+    /// No plan, and no reason to search again.
+    Stop(Error),
+}
+
+/// A best assignment over the device budget: the error, its fates and
+/// timings, and the device bytes the model counted for them per slot.
+struct Miss {
+    error: Error,
+    fates: Vec<Fate>,
+    shifts: Vec<Shift>,
+    modelled: Vec<i64>,
+}
+
+/// A dp search with `held` charged: how its best fared, and its other
+/// rounds' bests that fit (the best among them only where it fits).
+fn dp_round(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    lives: &Lifetimes,
+    choices: &Choices,
+    held: &dp::Held,
+) -> Result<(Vec<Evaluated>, Round)> {
+    let outcome = match dp::solve(
+        workload,
+        choices,
+        &options.budgets,
+        options.ssd_staging_bytes,
+        held,
+    ) {
+        Ok(outcome) => outcome,
+        Err(overrun) => {
+            let error = overrun_error(workload, &options.budgets, overrun);
+            return Ok((Vec::new(), Round::Stop(error)));
+        }
+    };
+    let mut evaluated: Vec<(Vec<Fate>, Vec<Shift>, Result<Evaluated>)> =
+        std::iter::once(&outcome.assignment)
+            .chain(&outcome.others)
+            .collect::<Vec<_>>()
+            .par_iter()
+            .map(|assignment| {
+                let (fates, shifts) = assignment.fates_and_shifts(choices);
+                let result = evaluate(workload, profile, options, lives, fates.clone(), &shifts);
+                (fates, shifts, result)
+            })
+            .collect();
+    let (fates, shifts, best) = evaluated.remove(0);
+    let found = evaluated
+        .into_iter()
+        .filter_map(|(_, _, e)| e.ok())
+        .collect();
+    let round = match best {
+        Ok(evaluated) => Round::Fits(evaluated),
+        // The model missed device bytes (copies a recomputation keeps
+        // alive or brings back).
+        Err(
+            error @ Error::Infeasible {
+                tier: Tier::Hbm, ..
+            },
+        ) => {
+            let bytes: Vec<u64> = workload.tensors.iter().map(|t| t.bytes).collect();
+            let modelled = outcome.assignment.device_bytes(choices, &bytes, &held.hbm);
+            Round::Missed(Box::new(Miss {
+                error,
+                fates,
+                shifts,
+                modelled,
+            }))
+        }
+        Err(error) => Round::Stop(error),
+    };
+    Ok((found, round))
+}
+
+/// What dp's later rounds found.
+struct Later {
+    /// The best of the round whose best fitted, if one did.
+    best: Option<Evaluated>,
+    /// The other rounds' bests that fit, round by round.
+    others: Vec<Evaluated>,
+    /// Why the last round's best did not fit (`None` where one did).
+    error: Option<Error>,
+}
+
+/// dp's later rounds after the first `missed`, each charging the steps
+/// its plan was over by `charge`.
+#[allow(clippy::too_many_arguments)]
+fn dp_rounds(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    lives: &Lifetimes,
+    choices: &Choices,
+    held: &dp::Held,
+    missed: &Miss,
+    charge: Charge,
+) -> Result<Later> {
+    let mut held = held.clone();
+    let mut others = Vec::new();
+    let mut later: Option<Box<Miss>> = None;
+    for _ in 1..DP_ATTEMPTS {
+        let last = later.as_deref().unwrap_or(missed);
+        // Charge the steps and search again. (None found: the same search
+        // would give the same plan.)
+        let modelled = (charge == Charge::Missed).then_some(&last.modelled[..]);
+        if !charge_overruns(
+            &mut held.hbm,
+            modelled,
             workload,
-            choices,
-            &budgets,
-            options.ssd_staging_bytes,
-            &held,
-        ) {
-            Ok(outcome) => outcome,
-            Err(overrun) => {
-                let error = overrun_error(workload, &options.budgets, overrun);
-                return Ok((found, Some(error)));
+            lives,
+            last.fates.clone(),
+            &last.shifts,
+            &options.budgets,
+            options,
+        )? {
+            let error = Some(last.error.clone());
+            return Ok(Later {
+                best: None,
+                others,
+                error,
+            });
+        }
+        let (more, round) = dp_round(workload, profile, options, lives, choices, &held)?;
+        others.extend(more);
+        let (best, error) = match round {
+            Round::Fits(evaluated) => (Some(evaluated), None),
+            Round::Stop(error) => (None, Some(error)),
+            Round::Missed(next) => {
+                later = Some(next);
+                continue;
             }
         };
-        let mut evaluated: Vec<(Vec<Fate>, Vec<Shift>, Result<Evaluated>)> =
-            std::iter::once(&outcome.assignment)
-                .chain(&outcome.others)
-                .collect::<Vec<_>>()
-                .par_iter()
-                .map(|assignment| {
-                    let (fates, shifts) = assignment.fates_and_shifts(choices);
-                    let result =
-                        evaluate(workload, profile, options, lives, fates.clone(), &shifts);
-                    (fates, shifts, result)
-                })
-                .collect();
-        let (fates, shifts, best) = evaluated.remove(0);
-        found.extend(evaluated.into_iter().filter_map(|(_, _, e)| e.ok()));
-        match best {
-            Ok(evaluated) => {
-                found.insert(0, evaluated);
-                return Ok((found, last_error));
-            }
-            Err(
-                error @ Error::Infeasible {
-                    tier: Tier::Hbm, ..
-                },
-            ) => {
-                // The model missed device bytes (copies a recomputation
-                // keeps alive or brings back): charge them to their steps
-                // and search again. (None found: the same search would
-                // give the same plan.)
-                let budgets = &budgets;
-                if !charge_overruns(
-                    &mut held.hbm,
-                    None,
-                    workload,
-                    lives,
-                    fates,
-                    &shifts,
-                    budgets,
-                    options,
-                )? {
-                    return Ok((found, Some(error)));
-                }
-                last_error = Some(error);
-            }
-            Err(error) => return Ok((found, Some(error))),
-        }
+        return Ok(Later {
+            best,
+            others,
+            error,
+        });
     }
-    Ok((found, last_error))
+    let last = later.as_deref().unwrap_or(missed);
+    Ok(Later {
+        best: None,
+        others,
+        error: Some(last.error.clone()),
+    })
 }
 
 /// Peer policies' fates, timed by the same schedule construction, are

@@ -383,12 +383,12 @@ fn the_walk_takes_the_fastest_count_near_the_fewest_with_its_plan() {
     );
     assert_walk_took_the_fastest(&sized);
 
-    // Under 8 GiB the model fits 3 partitions at the fewest, and 4 and 5
+    // Under 7.75 GiB the model fits 3 partitions at the fewest, and 4 and 5
     // are predicted slower: the walk goes down, where dp's plan fits 2
     // (the model does not weigh the blocks beside a step as the plan
     // does), slower than 3; at 1 the largest step does not fit, which
     // ends it.
-    let (build, profile, options) = products_gat(8 << 30);
+    let (build, profile, options) = products_gat(31 << 28);
     let sized = size_partitions(&build, 256, &profile, &options).unwrap();
     assert_eq!(sized.sizing.partitions, 3, "{:?}", sized.sizing);
     let counts: Vec<u32> = sized.walked.iter().map(|&(p, _)| p).collect();
