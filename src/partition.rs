@@ -131,8 +131,9 @@ pub fn run(args: &PartitionArgs) -> Result<()> {
     }
     writeln!(
         out,
-        "{}: {} vertices, {} edges onto {} GPUs (balance by in-edges within {}%, min-cut's \
-         vertices within {}%, seed {})",
+        "{}: {} vertices, {} edges onto {} GPUs (in-edges held within {}% of the mean, min-cut's \
+         vertices within {}%, where the moves can: the imbalance columns say what was reached; \
+         seed {})",
         graph.name,
         graph.nodes,
         graph.edge_count(),

@@ -118,6 +118,11 @@ pub struct PerTier<T> {
     pub ssd: T,
 }
 
+/// Bytes per tier as a plan file names them: `hbm 5, host 0, ssd 0`.
+fn tiers(bytes: &PerTier<u64>) -> String {
+    format!("hbm {}, host {}, ssd {}", bytes.hbm, bytes.host, bytes.ssd)
+}
+
 impl<T: Copy> PerTier<T> {
     pub fn get(&self, tier: Tier) -> T {
         *self.get_ref(tier)
@@ -167,6 +172,31 @@ pub enum Stream {
     D2h,
     SsdRead,
     SsdWrite,
+}
+
+impl Action {
+    /// As a plan file spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Offload => "offload",
+            Action::Reload => "reload",
+            Action::Load => "load",
+            Action::Recompute => "recompute",
+        }
+    }
+}
+
+impl Stream {
+    /// As a plan file spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stream::Compute => "compute",
+            Stream::H2d => "h2d",
+            Stream::D2h => "d2h",
+            Stream::SsdRead => "ssd_read",
+            Stream::SsdWrite => "ssd_write",
+        }
+    }
 }
 
 /// One transfer or recomputation.
@@ -795,8 +825,9 @@ impl Plan {
             return Err(Error::invalid(
                 "plan field predicted.peak_bytes",
                 format!(
-                    "{:?} differs from the peaks the sanity pass finds ({:?})",
-                    self.predicted.peak_bytes, checked.peak_bytes
+                    "{} differs from the peaks the sanity pass finds ({})",
+                    tiers(&self.predicted.peak_bytes),
+                    tiers(&checked.peak_bytes)
                 ),
             ));
         }

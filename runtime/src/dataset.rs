@@ -589,7 +589,7 @@ pub(crate) mod tests {
 
         reset();
         write_npy(&d.join("y.npy"), "<f4", &[4], &[0u8; 16]);
-        has_all(&load_error(d), &["y.npy", "descr", "not an integer"]);
+        has_all(&load_error(d), &["y.npy", "descr", "<f4 is not an integer"]);
 
         reset();
         write_npy(&d.join("test_mask.npy"), "|b1", &[5], &[0u8; 5]);

@@ -92,8 +92,8 @@ impl<'a> EdgeSource<'a> {
                 &path,
                 "descr",
                 format!(
-                    "{:?} is not an integer type; expected <i8 or <i4",
-                    npy.dtype
+                    "{} is not an integer type; expected <i8 or <i4",
+                    npy.dtype.descr()
                 ),
             ));
         }

@@ -20,6 +20,18 @@ pub enum Dtype {
 }
 
 impl Dtype {
+    /// As the file's `descr` spells it.
+    pub fn descr(self) -> &'static str {
+        match self {
+            Dtype::I64 => "<i8",
+            Dtype::I32 => "<i4",
+            Dtype::F64 => "<f8",
+            Dtype::F32 => "<f4",
+            Dtype::Bool => "|b1",
+            Dtype::U8 => "|u1",
+        }
+    }
+
     pub fn size(self) -> usize {
         match self {
             Dtype::I64 | Dtype::F64 => 8,
@@ -140,7 +152,7 @@ impl Npy {
                 return Err(Error::invalid(
                     path,
                     "descr",
-                    format!("{other:?} is not a float type; expected <f4 or <f8"),
+                    format!("{} is not a float type; expected <f4 or <f8", other.descr()),
                 ))
             }
         };
@@ -178,7 +190,7 @@ impl Npy {
                 return Err(Error::invalid(
                     path,
                     "descr",
-                    format!("{other:?} is not a float type; expected <f4 or <f8"),
+                    format!("{} is not a float type; expected <f4 or <f8", other.descr()),
                 ))
             }
         };
@@ -247,7 +259,10 @@ impl Npy {
                 return Err(Error::invalid(
                     path,
                     "descr",
-                    format!("{other:?} is not an integer type; expected <i8 or <i4"),
+                    format!(
+                        "{} is not an integer type; expected <i8 or <i4",
+                        other.descr()
+                    ),
                 ))
             }
         };
@@ -314,7 +329,10 @@ impl Npy {
             other => Err(Error::invalid(
                 path,
                 "descr",
-                format!("{other:?} is not an integer type; expected <i8 or <i4"),
+                format!(
+                    "{} is not an integer type; expected <i8 or <i4",
+                    other.descr()
+                ),
             )),
         }
     }
@@ -327,8 +345,8 @@ impl Npy {
                 path,
                 "descr",
                 format!(
-                    "{:?} is not a boolean type; expected |b1 or |u1",
-                    self.dtype
+                    "{} is not a boolean type; expected |b1 or |u1",
+                    self.dtype.descr()
                 ),
             ));
         }
@@ -358,7 +376,7 @@ impl Npy {
                 return Err(Error::invalid(
                     path,
                     "descr",
-                    format!("{other:?} is not an integer type"),
+                    format!("{} is not an integer type", other.descr()),
                 ))
             }
         };

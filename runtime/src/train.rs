@@ -286,11 +286,21 @@ pub fn check_shared_plan(plan: &Plan, workload: &Workload) -> Result<(), ExecErr
 /// prices no dropout masks (made with `--dropout 0`, or before masks were
 /// priced) against a run that draws them, or the other way round.
 fn digest_hint(planned: &Workload, expected: &Workload) -> &'static str {
+    let same_tensors = |a: &Workload, b: &Workload| {
+        a.tensors.len() == b.tensors.len()
+            && a.tensors
+                .iter()
+                .zip(&b.tensors)
+                .all(|(x, y)| x.bytes == y.bytes)
+    };
     let stored = |w: &Workload| w.tensors.iter().any(|t| t.name.starts_with("adj_t["));
     let masks = |w: &Workload| w.ops.iter().any(|op| op.cost.masked > 0);
     match (stored(planned), stored(expected)) {
         (false, true) => " (the plan's transposed aggregations read the blocks: --transposes built may train it)",
         (true, false) => " (the plan reads stored transposes: --transposes stored may train it)",
+        // Masks change no tensor: where the tensors differ, so does the
+        // graph or the model's shape, and dropout is not why.
+        _ if !same_tensors(planned, expected) => "",
         _ => match (masks(planned), masks(expected)) {
             (false, true) => " (the plan prices no dropout masks: made with --dropout 0, which trains it, or by a build from before masks were priced, whose model to train at another dropout needs planning again)",
             (true, false) => " (the plan prices dropout masks: train it with its --dropout)",
@@ -826,7 +836,7 @@ mod tests {
         use fateplan_planner::blocks::BlockCounts;
         use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec, LayerOrder, Transposes};
         let blocks = BlockCounts::skewed(400, 2000, 2).unwrap();
-        let built = |dropout, transposes| {
+        let built_on = |blocks: &BlockCounts, dropout, transposes| {
             let spec = GnnSpec {
                 model: GnnModel::Gcn,
                 layers: 2,
@@ -840,8 +850,9 @@ mod tests {
                 sweeps: Default::default(),
                 dropout,
             };
-            build_gnn(&spec, &blocks).unwrap()
+            build_gnn(&spec, blocks).unwrap()
         };
+        let built = |dropout, transposes| built_on(&blocks, dropout, transposes);
         let (stored, kept) = (Transposes::Stored, Transposes::Built);
         let hint = |a: &Workload, b: &Workload| digest_hint(a, b);
         let masked = built(0.5, stored);
@@ -851,6 +862,9 @@ mod tests {
         assert!(hint(&built(0.5, kept), &masked).contains("--transposes built"));
         assert!(hint(&masked, &built(0.0, kept)).contains("--transposes stored"));
         assert_eq!(hint(&masked, &built(0.3, stored)), "");
+        // Another graph: no word on dropout.
+        let other = built_on(&BlockCounts::skewed(800, 4000, 2).unwrap(), 0.0, stored);
+        assert_eq!(hint(&other, &masked), "");
     }
 
     fn epoch(epoch: u32) -> EpochStats {

@@ -214,8 +214,11 @@ fn check_entry(
     }
     if entry.stream != expected.1 {
         return Err(bad(format!(
-            "{:?} runs on {:?}, expected {:?}",
-            entry.action, entry.stream, expected.1
+            "{} of {:?} runs on stream {}, expected {}",
+            entry.action.name(),
+            tensor.name,
+            entry.stream.name(),
+            expected.1.name()
         )));
     }
     Ok(())
