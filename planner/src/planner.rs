@@ -510,32 +510,12 @@ fn dp_attempts(
         Round::Stop(error) => return Ok((found, Some(error))),
         Round::Missed(missed) => missed,
     };
-    let (over, whole) = rayon::join(
-        || {
-            dp_rounds(
-                workload,
-                profile,
-                options,
-                lives,
-                choices,
-                &held,
-                &missed,
-                Charge::Over,
-            )
-        },
-        || {
-            dp_rounds(
-                workload,
-                profile,
-                options,
-                lives,
-                choices,
-                &held,
-                &missed,
-                Charge::Missed,
-            )
-        },
-    );
+    let rounds = |charge| {
+        dp_rounds(
+            workload, profile, options, lives, choices, &held, &missed, charge,
+        )
+    };
+    let (over, whole) = rayon::join(|| rounds(Charge::Over), || rounds(Charge::Missed));
     let (over, whole) = (over?, whole?);
     // Charged the overrun, in the order one search gave them (its best
     // first, then the other rounds' bests), then what charging the whole

@@ -187,6 +187,14 @@ fn status(
     step: u32,
 ) -> Status {
     let life = &lives.tensors[tensor.index()];
+    // How many steps early the copy back for gap or run `k` is issued.
+    let lead = |k: usize| {
+        shifts
+            .get(tensor.index())
+            .and_then(|s| s.leads.get(k))
+            .copied()
+            .unwrap_or(0)
+    };
     match fates[tensor.index()] {
         Fate::Resident => Status::Present,
         Fate::StreamHost | Fate::StreamSsd => {
@@ -195,13 +203,6 @@ fn status(
                 .iter()
                 .any(|&(first, last)| first <= step && step <= last);
             let next = runs.iter().position(|&(first, _)| step < first);
-            let lead = |k: usize| {
-                shifts
-                    .get(tensor.index())
-                    .and_then(|s| s.leads.get(k))
-                    .copied()
-                    .unwrap_or(0)
-            };
             if in_run {
                 Status::Present
             } else if let Some(k) = next.filter(|&k| step + lead(k) >= runs[k].0) {
@@ -230,13 +231,6 @@ fn status(
         }
         Fate::OffloadHost | Fate::OffloadSsd => {
             let lag = shifts.get(tensor.index()).map_or(0, |s| s.lag);
-            let lead = |k: usize| {
-                shifts
-                    .get(tensor.index())
-                    .and_then(|s| s.leads.get(k))
-                    .copied()
-                    .unwrap_or(0)
-            };
             // The copy back for gap `k` is on its way by this step.
             let arriving = |k: usize| step + lead(k) >= life.gaps[k].before;
             // The boundary the offload finishes at (later where an earlier
