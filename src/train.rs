@@ -453,6 +453,29 @@ pub(crate) fn dataset(args: &TrainArgs) -> Result<(fateplan::runtime::dataset::D
 
 const RAW_FEATURES: &str = "kept as they are (--raw-features)";
 
+/// Where some classes no node has: the class count is one more than the
+/// largest label, so one stray label makes a wide output layer.
+fn unused_classes(dataset: &fateplan::runtime::dataset::Dataset) -> Option<String> {
+    let classes = dataset.classes as usize;
+    if dataset.y.is_empty() {
+        return None;
+    }
+    let mut seen = vec![false; classes];
+    for &label in &dataset.y {
+        if let Some(slot) = usize::try_from(label).ok().and_then(|l| seen.get_mut(l)) {
+            *slot = true;
+        }
+    }
+    let occur = seen.iter().filter(|&&s| s).count();
+    (occur < classes).then(|| {
+        format!(
+            "{classes} classes (one more than the largest label, {}), of which {occur} occur: \
+             the output layer is {classes} wide",
+            classes - 1
+        )
+    })
+}
+
 /// Training learns from the nodes of the training mask alone: a graph
 /// whose mask selects none has nothing to train on.
 fn has_training_nodes(dataset: &fateplan::runtime::dataset::Dataset, graph: &str) -> Result<()> {
@@ -617,6 +640,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         (dataset, None, line, false)
     };
 
+    let labels = unused_classes(&dataset);
     let nodes = dataset.nodes;
     let dataset_dims = (dataset.features as usize, dataset.classes as usize);
     let edges = source.as_ref().map_or(dataset.edges(), |s| s.len());
@@ -958,6 +982,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     if args.json {
         let mut json = serde_json::to_value(&report)?;
         json["features"] = serde_json::to_value(&features)?;
+        if let Some(note) = &labels {
+            json["labels"] = serde_json::to_value(note)?;
+        }
         if let Some(comparison) = &comparison {
             json["compare_simulated"] = serde_json::to_value(comparison)?;
         }
@@ -1024,6 +1051,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     }
     writeln!(out, "weights   sha256 {}", report.weights_sha256)?;
     writeln!(out, "features  {features}")?;
+    if let Some(note) = &labels {
+        writeln!(out, "labels    {note}")?;
+    }
     if let Some(note) = &unplanned_exchange {
         writeln!(out, "note      {note}")?;
     }

@@ -1317,17 +1317,8 @@ fn a_training_mask_that_selects_no_node_is_refused() {
         graph.to_str().unwrap(),
     ]);
     assert!(generated.status.success(), "{}", stderr(&generated));
-    // train_mask.npy rewritten as 200 falses (npy 1.0, `|b1`).
-    let mut header = "{'descr': '|b1', 'fortran_order': False, 'shape': (200,), }".to_string();
-    while !(10 + header.len() + 1).is_multiple_of(64) {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend((header.len() as u16).to_le_bytes());
-    bytes.extend(header.as_bytes());
-    bytes.extend([0u8; 200]);
-    std::fs::write(graph.join("train_mask.npy"), bytes).unwrap();
+    // train_mask.npy rewritten as 200 falses.
+    write_vector(&graph.join("train_mask.npy"), "|b1", 200, &[0u8; 200]);
     for devices in [&[][..], &["--devices", "2", "--processes"][..]] {
         let out = fateplan(
             &[
@@ -1343,5 +1334,56 @@ fn a_training_mask_that_selects_no_node_is_refused() {
             stderr(&out)
         );
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Writes a one-dimensional `.npy` file (version 1.0) of `n` elements.
+fn write_vector(path: &std::path::Path, descr: &str, n: usize, data: &[u8]) {
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({n},), }}");
+    while !(10 + header.len() + 1).is_multiple_of(64) {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    bytes.extend(data);
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// A label far above the others makes as many classes, most of which no
+/// node has: training says so.
+#[test]
+fn classes_no_node_has_are_noted() {
+    let dir = scratch("stray-label");
+    let graph = dir.join("planted");
+    let spec = "planted:nodes=200,classes=4,features=8,val=40,test=40,seed=3";
+    let generated = fateplan(&[
+        "generate",
+        "--graph",
+        spec,
+        "--out",
+        graph.to_str().unwrap(),
+    ]);
+    assert!(generated.status.success(), "{}", stderr(&generated));
+    // Labels 0..4 in turn, the first one 50.
+    let labels: Vec<u8> = (0..200i64)
+        .map(|i| if i == 0 { 50 } else { i % 4 })
+        .flat_map(i64::to_le_bytes)
+        .collect();
+    write_vector(&graph.join("y.npy"), "<i8", 200, &labels);
+    let out = fateplan(&["train", "--graph", graph.to_str().unwrap(), "--epochs", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(
+            "labels    51 classes (one more than the largest label, 50), of which 5 occur"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    // Where every class occurs, nothing is said.
+    let every = fateplan(&["train", "--graph", spec, "--epochs", "1"]);
+    assert!(every.status.success(), "{}", stderr(&every));
+    assert!(!stdout(&every).contains("labels "), "{}", stdout(&every));
     let _ = std::fs::remove_dir_all(&dir);
 }
