@@ -113,6 +113,19 @@ impl StudyArgs {
                 bail!("--gpus {gpus}: profile {PROFILE} has 1..={devices} devices");
             }
         }
+        // A value given twice would study its rows twice.
+        fn once<T: PartialEq + std::fmt::Display>(flag: &str, values: &[T]) -> Result<()> {
+            for (i, value) in values.iter().enumerate() {
+                if values[..i].contains(value) {
+                    bail!("--{flag}: {value} is given twice");
+                }
+            }
+            Ok(())
+        }
+        once("models", &self.models)?;
+        once("layers", &self.layers)?;
+        once("datasets", &self.datasets)?;
+        once("gpus", &self.gpus)?;
         let mut points = Vec::new();
         for model in &self.models {
             for &layers in &self.layers {

@@ -238,6 +238,7 @@ fn study_names_the_bad_flag_and_value() {
             "--out no-such-folder/study.md: no such directory no-such-folder",
         ),
         (&["study", "--out", "."][..], "--out .: is a directory"),
+        (&["study", "--gpus", "1,1"][..], "--gpus: 1 is given twice"),
     ] {
         let out = fateplan(args);
         assert_eq!(out.status.code(), Some(1), "{args:?}");

@@ -4,7 +4,8 @@ use crate::{Error, Result};
 
 /// Parses a byte count: a plain integer, or a number followed by a unit
 /// (`B`, `KB`, `MB`, `GB`, `TB` in powers of 1000; `KiB`, `MiB`, `GiB`,
-/// `TiB` in powers of 1024; case-insensitive, optional space).
+/// `TiB` in powers of 1024; case-insensitive, optional space). A unit of
+/// one letter (`80G`) is refused as ambiguous.
 pub fn parse_bytes(text: &str) -> Result<u64> {
     let trimmed = text.trim();
     if trimmed.starts_with('-') {
@@ -21,14 +22,23 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
     let unit = unit.trim().to_ascii_lowercase();
     let scale: u64 = match unit.as_str() {
         "" | "b" => 1,
-        "kb" | "k" => 1_000,
-        "mb" | "m" => 1_000_000,
-        "gb" | "g" => 1_000_000_000,
-        "tb" | "t" => 1_000_000_000_000,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
         "kib" => 1 << 10,
         "mib" => 1 << 20,
         "gib" => 1 << 30,
         "tib" => 1 << 40,
+        // One letter is read one way by some tools and the other way by
+        // others: which is asked for.
+        "k" | "m" | "g" | "t" => {
+            let letter = unit.to_ascii_uppercase();
+            return Err(Error::invalid(
+                format!("byte size {text:?}"),
+                format!("{letter} is ambiguous; write {letter}B (powers of 1000) or {letter}iB (powers of 1024)"),
+            ));
+        }
         _ => {
             return Err(Error::invalid(
                 format!("byte size {text:?}"),
@@ -124,6 +134,11 @@ mod tests {
         assert!(parse_bytes("12 parsecs").is_err());
         assert!(parse_bytes("").is_err());
         assert!(parse_bytes("GiB").is_err());
+        let one_letter = parse_bytes("80G").unwrap_err().to_string();
+        assert!(
+            one_letter.contains("G is ambiguous; write GB"),
+            "{one_letter}"
+        );
         let negative = parse_bytes("-5MiB").unwrap_err().to_string();
         assert!(
             negative.contains("\"-5MiB\"") && negative.contains("cannot be negative"),
