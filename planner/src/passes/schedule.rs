@@ -235,7 +235,9 @@ fn status(
             let arriving = |k: usize| step + lead(k) >= life.gaps[k].before;
             // The boundary the offload finishes at (later where an earlier
             // read kept the copy).
-            let done = (life.gaps[0].after + 1 + lag).max(lingered[tensor.index()]);
+            let done = life.gaps.first().map_or(0, |first| {
+                (first.after + 1 + lag).max(lingered[tensor.index()])
+            });
             match life.gaps.iter().position(|g| g.contains(step)) {
                 // Still on the device while the offload runs.
                 Some(0) if step < done => Status::Present,
