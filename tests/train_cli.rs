@@ -1318,7 +1318,8 @@ fn a_training_mask_that_selects_no_node_is_refused() {
     ]);
     assert!(generated.status.success(), "{}", stderr(&generated));
     // train_mask.npy rewritten as 200 falses.
-    write_vector(&graph.join("train_mask.npy"), "|b1", 200, &[0u8; 200]);
+    fateplan::runtime::npy::write(&graph.join("train_mask.npy"), "|b1", &[200], &[0u8; 200])
+        .unwrap();
     for devices in [&[][..], &["--devices", "2", "--processes"][..]] {
         let out = fateplan(
             &[
@@ -1335,20 +1336,6 @@ fn a_training_mask_that_selects_no_node_is_refused() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Writes a one-dimensional `.npy` file (version 1.0) of `n` elements.
-fn write_vector(path: &std::path::Path, descr: &str, n: usize, data: &[u8]) {
-    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({n},), }}");
-    while !(10 + header.len() + 1).is_multiple_of(64) {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend((header.len() as u16).to_le_bytes());
-    bytes.extend(header.as_bytes());
-    bytes.extend(data);
-    std::fs::write(path, bytes).unwrap();
 }
 
 /// A label far above the others makes as many classes, most of which no
@@ -1371,7 +1358,7 @@ fn classes_no_node_has_are_noted() {
         .map(|i| if i == 0 { 50 } else { i % 4 })
         .flat_map(i64::to_le_bytes)
         .collect();
-    write_vector(&graph.join("y.npy"), "<i8", 200, &labels);
+    fateplan::runtime::npy::write(&graph.join("y.npy"), "<i8", &[200], &labels).unwrap();
     let out = fateplan(&["train", "--graph", graph.to_str().unwrap(), "--epochs", "1"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
