@@ -383,12 +383,12 @@ fn the_walk_takes_the_fastest_count_near_the_fewest_with_its_plan() {
     );
     assert_walk_took_the_fastest(&sized);
 
-    // Under 7.75 GiB the model fits 3 partitions at the fewest, and 4 and 5
+    // Under 8000 MiB the model fits 3 partitions at the fewest, and 4 and 5
     // are predicted slower: the walk goes down, where dp's plan fits 2
     // (the model does not weigh the blocks beside a step as the plan
     // does), slower than 3; at 1 the largest step does not fit, which
     // ends it.
-    let (build, profile, options) = products_gat(31 << 28);
+    let (build, profile, options) = products_gat(8000 << 20);
     let sized = size_partitions(&build, 256, &profile, &options).unwrap();
     assert_eq!(sized.sizing.partitions, 3, "{:?}", sized.sizing);
     let counts: Vec<u32> = sized.walked.iter().map(|&(p, _)| p).collect();
@@ -511,7 +511,7 @@ fn sweeps_never_slower(
 fn the_sweeps_taken_are_the_fastest_of_every_combination() {
     use fateplan_planner::gnn::Sweeps;
     use fateplan_planner::sizing::choose_sweeps;
-    let shape = gcn_shape(3, 2_000_000, 120_000_000, 8);
+    let shape = gcn_shape(3, 2_000_000, 120_000_000, 10);
     let (profile, options) = quarter_of_retain_all(&shape);
     let flips = shape.spec.sweepable().bits();
     assert_eq!(flips.len(), 5, "{flips:?}");

@@ -79,6 +79,10 @@ pub fn link_seconds(bytes: u64, inward: bool, ssd: bool, profile: &Profile) -> (
 /// `[start, end)` steps and the device bytes a choice adds over them.
 pub type HbmAdd = (u32, u32, u64);
 
+/// A tensor's index and the slot at which a recomputation reads it
+/// ([`Choice::copies_in`]).
+pub type CopyIn = (u32, u32);
+
 /// Busy seconds per link: h2d, d2h, SSD read, SSD write.
 pub type LinkSeconds = [f64; 4];
 
@@ -132,6 +136,12 @@ pub struct Choice {
     pub hbm_add: Vec<(u32, u32, u64)>,
     /// The tier and `[start, end)` slots holding the away copy.
     pub away: Option<(Tier, u32, u32)>,
+    /// Tensors a recomputation reads that its baseline keeps on the
+    /// device but other choices may not, with the slot at which it reads
+    /// them: where a tensor's own choice is away at that slot, it is
+    /// copied in for the recomputation, on links this choice's `link_s`
+    /// does not count (see `dp::copies_charged`).
+    pub copies_in: Vec<CopyIn>,
 }
 
 impl Choice {
@@ -244,6 +254,9 @@ pub struct Choices {
     /// Whether copies between the device and host are made by the cores
     /// that compute (a CPU device, [`copies_use_compute`]).
     pub cores_copy: bool,
+    /// Per tensor, the link seconds of one copy to the device from host
+    /// memory: PCIe, then the SSD's read where it comes from there.
+    pub load_s: Vec<(f64, f64)>,
 }
 
 /// Whether the profile's device copies with the cores that compute: on a
@@ -344,6 +357,15 @@ impl Choices {
             options: Vec::with_capacity(workload.tensors.len()),
             base_hbm: Vec::new(),
             cores_copy: copies_use_compute(profile),
+            load_s: workload
+                .tensors
+                .iter()
+                .map(|t| {
+                    let (pcie_s, _) = link_seconds(t.bytes, true, false, profile);
+                    let (_, ssd_s) = link_seconds(t.bytes, true, true, profile);
+                    (pcie_s, ssd_s)
+                })
+                .collect(),
         };
         let mut delta = vec![0i128; slots as usize + 1];
         for tensor in &workload.tensors {
@@ -457,6 +479,7 @@ impl Choices {
                     hbm_free,
                     hbm_add: Vec::new(),
                     away: Some((if ssd { Tier::Ssd } else { Tier::Host }, 0, self.slots)),
+                    copies_in: Vec::new(),
                 });
             }
         }
@@ -468,17 +491,20 @@ impl Choices {
     /// re-run (inputs that died after their last use are re-run too, as
     /// the schedule does), and the device bytes it adds: the re-created
     /// inputs during that step, and inputs that cannot be re-run kept alive
-    /// until it. `None` past [`MAX_CASCADE_OPS`] operators.
+    /// until it; and the tensors it reads that are on the device there at
+    /// their baseline but need a copy in if their own choice is away then
+    /// ([`Choice::copies_in`]). `None` past [`MAX_CASCADE_OPS`] operators.
     fn recomputation(
         &self,
         workload: &Workload,
         lives: &Lifetimes,
         tensor: TensorId,
         step: u32,
-    ) -> Option<(f64, Vec<HbmAdd>)> {
+    ) -> Option<(f64, Vec<HbmAdd>, Vec<CopyIn>)> {
         let mut seconds = 0.0;
         let mut transient = 0u64;
         let mut adds = Vec::new();
+        let mut copies_in = Vec::new();
         let mut done: Vec<TensorId> = vec![tensor];
         let mut stack = vec![tensor];
         let mut ops = 0usize;
@@ -505,6 +531,7 @@ impl Choices {
                     // already there: count the copy.
                     if !life.uses.contains(&step) {
                         transient += bytes;
+                        copies_in.push((input.0, item(step)));
                     }
                     continue;
                 }
@@ -515,6 +542,7 @@ impl Choices {
                     // in for this step: count the copy.
                     if life.gaps.iter().any(|g| g.contains(step)) {
                         transient += bytes;
+                        copies_in.push((input.0, item(step)));
                     }
                     continue;
                 }
@@ -529,7 +557,7 @@ impl Choices {
         if transient > 0 {
             adds.push((item(step), boundary(step + 1), transient));
         }
-        Some((seconds, adds))
+        Some((seconds, adds, copies_in))
     }
 
     fn intermediate_choices(
@@ -628,13 +656,14 @@ impl Choices {
                             boundary(first.after + 1),
                             item(last.before),
                         )),
+                        copies_in: Vec::new(),
                     });
                 }
             }
         }
         if allowed.recompute && life.recomputable {
             if let Some(gap) = life.gap {
-                if let Some((cost_s, hbm_add)) =
+                if let Some((cost_s, hbm_add, copies_in)) =
                     self.recomputation(workload, lives, tensor.id, gap.before)
                 {
                     out.push(Choice {
@@ -649,6 +678,7 @@ impl Choices {
                         hbm_free: vec![(boundary(gap.after + 1), item(gap.before))],
                         hbm_add,
                         away: None,
+                        copies_in,
                     });
                 }
             }

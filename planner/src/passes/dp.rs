@@ -41,9 +41,17 @@
 //! round 1 ran); and, since the model does not see transfers queue on
 //! their link, the sweep of round 1's best result with its busiest link
 //! charged at [`LINK_WEIGHT`] where that link is busy for more than
-//! [`LINK_BOUND`] of compute plus added seconds. Stage 3 has a round's
-//! budget of moves for round 1; the later rounds, which run side by
-//! side, share what round 1 left plus half a round's budget. The best result
+//! [`LINK_BOUND`] of compute plus added seconds. A recomputation's own
+//! link seconds are none, but it reads tensors its baseline keeps on the
+//! device; where another choice keeps one away at that step, the schedule
+//! copies it in ([`Choice::copies_in`]). So where round 1's best makes
+//! such copies, one more round runs every sweep with each recomputation
+//! charged the copies it would need under that best, and each link that
+//! the copies make bound the iteration priced in full (else the busiest at
+//! [`LINK_WEIGHT`]). Stage 3 has a round's budget of moves for round 1;
+//! the later rounds, which run side by side, share what round 1 left plus
+//! half a round's budget, and the round charged the copies has a share of
+//! the same size beside theirs. The best result
 //! in the model is returned with each other round's best beside it, for
 //! the prediction (which queues the transfers) to choose among.
 //!
@@ -63,7 +71,7 @@ use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
-use super::cost::{Choice, Choices, LinkSeconds};
+use super::cost::{Choice, Choices, CopyIn, LinkSeconds};
 use super::schedule::Shift;
 use super::segtree::MaxTree;
 use crate::plan::{Budgets, Fate};
@@ -94,6 +102,14 @@ const LINK_BOUND: f64 = 0.1;
 /// as well, tried on 14 workloads, improved none of the predictions
 /// further and took longer.)
 const LINK_WEIGHT: f64 = 0.5;
+
+/// The share of a link's busy seconds above which the copies in that
+/// recomputations need over it call for a round of their own where the
+/// link does not bound the iteration. On the plans of `docs/planner.md`
+/// ("A recomputation's copies in") such copies were 3% to 40% of their
+/// link's seconds where that round planned faster; 0.6% on IGB-full's
+/// GCN, where it planned the same and took a quarter longer.
+const COPIES_SHARE: f64 = 0.01;
 
 /// Largest knapsack front kept per overflowing step; beyond it the
 /// sweep takes candidates in score order.
@@ -191,6 +207,65 @@ impl Assignment {
             })
             .collect()
     }
+}
+
+impl Assignment {
+    /// Whether tensor `t`'s choice here keeps it off the device at `slot`:
+    /// `Some(true)` where its copy is on the SSD.
+    fn away_at(&self, choices: &Choices, t: usize, slot: u32) -> Option<bool> {
+        self.choice(choices, t)
+            .filter(|c| c.frees(slot))
+            .map(Choice::uses_ssd)
+    }
+
+    /// Link seconds of the copies in that the recomputations here need of
+    /// tensors whose choices here keep them away at that step
+    /// ([`Choice::copies_in`]), each copy once: what [`Self::link_s`]
+    /// does not count.
+    pub fn copies_link_s(&self, choices: &Choices) -> LinkSeconds {
+        let mut total = [0.0; 4];
+        let mut counted: Vec<CopyIn> = Vec::new();
+        for t in 0..self.picks.len() {
+            let Some(choice) = self.choice(choices, t) else {
+                continue;
+            };
+            for &(u, slot) in &choice.copies_in {
+                if counted.contains(&(u, slot)) {
+                    continue;
+                }
+                if let Some(ssd) = self.away_at(choices, u as usize, slot) {
+                    counted.push((u, slot));
+                    add_copy_in(&mut total, choices.load_s[u as usize], ssd);
+                }
+            }
+        }
+        total
+    }
+}
+
+/// Adds one copy in, `(pcie_s, ssd_s)`, to `link`: the SSD's read only
+/// where the copy comes from there.
+fn add_copy_in(link: &mut LinkSeconds, (pcie_s, ssd_s): (f64, f64), ssd: bool) {
+    link[0] += pcie_s;
+    if ssd {
+        link[2] += ssd_s;
+    }
+}
+
+/// `choices` with every recomputation's link seconds charged the copies
+/// in it needs of tensors that `assignment` keeps away at its step.
+fn copies_charged(choices: &Choices, assignment: &Assignment) -> Choices {
+    let mut charged = choices.clone();
+    for options in &mut charged.options {
+        for choice in options.iter_mut() {
+            for &(u, slot) in &choice.copies_in {
+                if let Some(ssd) = assignment.away_at(choices, u as usize, slot) {
+                    add_copy_in(&mut choice.link_s, choices.load_s[u as usize], ssd);
+                }
+            }
+        }
+    }
+    charged
 }
 
 /// Bytes per step, per tier, that the choices do not account for: the
@@ -1832,7 +1907,7 @@ fn search(
             if swept.is_err() {
                 continue;
             }
-            let objective_s = search.assignment.objective_s(choices);
+            let objective_s = search.assignment.objective_s(search.choices);
             let decisions = search
                 .assignment
                 .picks
@@ -1858,7 +1933,7 @@ fn search(
                 }
                 moves_left -= search.tries;
                 used += search.tries;
-                search.assignment.objective_s(choices)
+                search.assignment.objective_s(search.choices)
             } else {
                 objective_s
             };
@@ -1915,6 +1990,11 @@ fn search(
         weights[l] = 1.0;
         later.extend(results.iter().map(|(sweep, _, _)| (*sweep, weights)));
     }
+    let first_sweeps: Vec<Sweep> = results
+        .iter()
+        .filter(|(_, _, swept)| swept.is_ok())
+        .map(|(sweep, _, _)| *sweep)
+        .collect();
     let (best, used) = finish(results, round_moves);
     let Some((objective_s, sweep, assignment)) = best else {
         return Err(or_staging(first_failure, ssd_staging_bytes));
@@ -1938,24 +2018,52 @@ fn search(
     }
     // Each weighting is a round of its own (stage 3 included); all run
     // side by side.
-    let mut weightings: Vec<LinkSeconds> = Vec::new();
-    for (_, weights) in &later {
-        if !weightings.contains(weights) {
-            weightings.push(*weights);
+    let mut weightings: Vec<(LinkSeconds, Vec<Sweep>, bool)> = Vec::new();
+    for (sweep, weights) in &later {
+        match weightings.iter_mut().find(|(w, _, _)| w == weights) {
+            Some((_, sweeps, _)) => sweeps.push(*sweep),
+            None => weightings.push((*weights, vec![*sweep], false)),
         }
     }
+    // And where round 1's best recomputes tensors that its own choices
+    // keep off the device at that step, the copies in they need, which no
+    // choice's link seconds count: a round with every recomputation
+    // charged the copies it would need under round 1's best, each link
+    // with copies that bounds the iteration with them priced in full, and
+    // one whose copies are more than `COPIES_SHARE` of its busy seconds at
+    // `LINK_WEIGHT`.
+    let copies = assignment.copies_link_s(choices);
+    let mut weights = no_weights;
+    for (l, (&busy, more)) in link.iter().zip(copies).enumerate() {
+        if more > 0.0 && busy + more > compute {
+            weights[l] = 1.0;
+        } else if more > COPIES_SHARE * busy {
+            weights[l] = LINK_WEIGHT;
+        }
+    }
+    let charged = (weights != no_weights).then(|| copies_charged(choices, &assignment));
+    if charged.is_some() {
+        weightings.push((weights, first_sweeps, true));
+    }
+    let charged_runner = charged.as_ref().map(|charged| Runner {
+        choices: charged,
+        ..runner
+    });
     // Stage 3's moves: round 1 has a round's budget; the later rounds
     // share what it left and half a round's budget more.
-    let later_moves = (round_moves - used + round_moves / 2) / weightings.len().max(1);
+    // The round charged the copies has a share beside theirs.
+    let shares = weightings.iter().filter(|(_, _, charged)| !charged).count();
+    let later_moves = (round_moves - used + round_moves / 2) / shares.max(1);
     let rounds: Vec<(f64, Assignment)> = weightings
         .par_iter()
-        .filter_map(|weights| {
-            let round: Vec<(Sweep, LinkSeconds)> = later
-                .iter()
-                .filter(|(_, w)| w == weights)
-                .copied()
-                .collect();
-            let (tables, which) = Tables::for_runs(choices, &bytes, &round);
+        .filter_map(|(weights, sweeps, charged)| {
+            let runner = match (&charged_runner, charged) {
+                (Some(charged), true) => charged,
+                _ => &runner,
+            };
+            let round: Vec<(Sweep, LinkSeconds)> =
+                sweeps.iter().map(|&sweep| (sweep, *weights)).collect();
+            let (tables, which) = Tables::for_runs(runner.choices, &bytes, &round);
             let results: Vec<_> = round
                 .par_iter()
                 .zip(&which)
@@ -2152,6 +2260,50 @@ mod tests {
             build_gnn(&spec, &counts).unwrap(),
             from_node_link(&random_node_link(150, 7), "random.json").unwrap(),
         ]
+    }
+
+    #[test]
+    fn a_recomputation_is_charged_the_copies_in_of_what_the_assignment_keeps_away() {
+        let workload = &workloads()[0];
+        let lives = Lifetimes::compute(workload);
+        let choices = Choices::build(workload, &lives, &profile(), FateSet::ALL);
+        // A recomputation that reads a tensor its baseline keeps on the
+        // device, and a choice of that tensor's that keeps it away there,
+        // on the host or on the SSD.
+        let mut found = 0;
+        for (t, options) in choices.options.iter().enumerate() {
+            for (i, recompute) in options.iter().enumerate() {
+                for &(u, slot) in &recompute.copies_in {
+                    let (u, i) = (u as usize, i as u16);
+                    for (j, away) in choices.options[u].iter().enumerate() {
+                        if !away.frees(slot) {
+                            continue;
+                        }
+                        found += 1;
+                        let mut assignment = Assignment::baseline(&choices);
+                        assignment.picks[t] = Some(i);
+                        // With the tensor at its baseline there is no copy.
+                        assert_eq!(assignment.copies_link_s(&choices), [0.0; 4]);
+                        assignment.picks[u] = Some(j as u16);
+                        let (pcie_s, ssd_s) = choices.load_s[u];
+                        let ssd_read = if away.uses_ssd() { ssd_s } else { 0.0 };
+                        let copies = assignment.copies_link_s(&choices);
+                        assert_eq!(copies, [pcie_s, 0.0, ssd_read, 0.0], "{t} reads {u}");
+                        let charged = copies_charged(&choices, &assignment);
+                        let (before, after) =
+                            (&recompute.link_s, &charged.options[t][i as usize].link_s);
+                        assert_eq!(after[0] - before[0], pcie_s);
+                        assert_eq!(after[2] - before[2], ssd_read);
+                        // What the tensor's own choice moves is not charged again.
+                        assert_eq!(charged.options[u][j].link_s, away.link_s);
+                    }
+                }
+            }
+        }
+        assert!(
+            found > 0,
+            "no recomputation reads a tensor another choice keeps away"
+        );
     }
 
     #[test]
