@@ -1527,7 +1527,22 @@ pub(crate) fn compare_policies(
         model: _,
     } = prepare(args, Some(Policy::Dp))?;
     let mut rows = Vec::with_capacity(policies.len());
+    // The MILP may search for its whole time limit: say what is planning
+    // (on a terminal only).
+    let bar = indicatif::ProgressBar::new(policies.len() as u64)
+        .with_finish(indicatif::ProgressFinish::AndClear);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} planning {msg} {elapsed}")
+            .expect("a fixed template parses"),
+    );
     for &policy in policies {
+        bar.set_message(match policy {
+            Policy::Milp => format!(
+                "milp (up to {} s: --milp-time-limit)",
+                options.milp_time_limit_s
+            ),
+            _ => policy.name().to_string(),
+        });
         let trial = PlanOptions {
             policy,
             fates: if policy.is_peer() {
@@ -1568,7 +1583,9 @@ pub(crate) fn compare_policies(
             Err(other) => return Err(other.into()),
         };
         rows.push(PolicyRow { policy, outcome });
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     Ok(Comparison {
         workload: workload.name,
         note,
