@@ -354,6 +354,7 @@ fn error_chain(error: &anyhow::Error) -> String {
 
 fn run_generate(spec: &str, out: &std::path::Path) -> Result<()> {
     let spec = GeneratorSpec::parse(spec)?;
+    spec.check_fits()?;
     let graph = spec.generate()?;
     graph.save(out)?;
     println!(

@@ -1374,3 +1374,53 @@ fn classes_no_node_has_are_noted() {
     assert!(!stdout(&every).contains("labels "), "{}", stdout(&every));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A generated graph larger than the memory available is refused before
+/// it is drawn, by `generate` and by `train`, rather than ending with the
+/// process killed for memory.
+#[test]
+fn a_generated_graph_larger_than_memory_is_refused_before_it_is_drawn() {
+    // 2^30 nodes of 15 features and 2^34 edges: over 300 GiB.
+    let spec = "rmat:scale=30,features=15";
+    let available = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map(|kib| kib << 10);
+    match available {
+        Some(bytes) if bytes < 300 << 30 => {}
+        other => {
+            eprintln!(
+                "skipped: memory available {other:?} bytes (needs /proc/meminfo and under 300 GiB)"
+            );
+            return;
+        }
+    }
+    let dir = scratch("too-large");
+    let out_dir = dir.join("graph");
+    let commands: [&[&str]; 2] = [
+        &[
+            "generate",
+            "--graph",
+            spec,
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+        &["train", "--graph", spec, "--epochs", "1"],
+    ];
+    for args in commands {
+        let out = fateplan(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("more than the")
+                && stderr(&out).contains("GiB available (MemAvailable in /proc/meminfo)")
+                && stderr(&out).contains("a smaller scale"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    assert!(!out_dir.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

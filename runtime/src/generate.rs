@@ -912,6 +912,76 @@ impl GeneratorSpec {
         }
     }
 
+    /// Nodes, features per node and edges of the graph this spec draws
+    /// (a planted graph's edges before duplicates are dropped).
+    pub fn sizes(&self) -> (u64, u64, u64) {
+        match self {
+            GeneratorSpec::Rmat(s) => (
+                s.nodes(),
+                s.features as u64,
+                s.drawn_edges() * (1 + u64::from(s.symmetric)),
+            ),
+            GeneratorSpec::Planted(s) => (
+                s.nodes,
+                s.features as u64,
+                2 * (s.nodes as f64 * s.degree / 2.0).round() as u64,
+            ),
+        }
+    }
+
+    /// Bytes the dataset [`GeneratorSpec::generate`] returns holds: the
+    /// features (4 bytes each), a label (8) and three masks (1 each) per
+    /// node, and two node ids (8 each) per edge. Drawing it holds more
+    /// for a while; this is the least it needs.
+    pub fn dataset_bytes(&self) -> u64 {
+        let (nodes, features, edges) = self.sizes();
+        nodes
+            .saturating_mul(features.saturating_mul(4).saturating_add(11))
+            .saturating_add(edges.saturating_mul(16))
+    }
+
+    /// Refuses a spec whose dataset ([`GeneratorSpec::dataset_bytes`])
+    /// is larger than `available_bytes` of memory (`source` says where
+    /// that figure comes from), where drawing it would end with the
+    /// process killed for memory.
+    pub fn check_fits_in(&self, available_bytes: u64, source: &str) -> Result<()> {
+        let needed = self.dataset_bytes();
+        if needed <= available_bytes {
+            return Ok(());
+        }
+        let (nodes, features, edges) = self.sizes();
+        let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
+        Err(Error::invalid(
+            Path::new(&self.to_string()),
+            "size",
+            format!(
+                "the graph takes at least {:.1} GiB in memory ({nodes} nodes × {features} \
+                 features, {edges} edges), more than the {:.1} GiB available ({source}); \
+                 {} fits",
+                gib(needed),
+                gib(available_bytes),
+                match self {
+                    GeneratorSpec::Rmat(_) =>
+                        "a smaller scale, fewer features or a smaller edge_factor",
+                    GeneratorSpec::Planted(_) => "fewer nodes or features, or a smaller degree",
+                },
+            ),
+        ))
+    }
+
+    /// [`GeneratorSpec::check_fits_in`] the memory `/proc/meminfo` says
+    /// is available; no check where it cannot be read.
+    pub fn check_fits(&self) -> Result<()> {
+        let path = Path::new("/proc/meminfo");
+        let Ok(text) = std::fs::read_to_string(path) else {
+            return Ok(());
+        };
+        match crate::measure::host::parse_meminfo(&text, path) {
+            Ok(info) => self.check_fits_in(info.available_bytes, "MemAvailable in /proc/meminfo"),
+            Err(_) => Ok(()),
+        }
+    }
+
     /// [`GeneratorSpec::generate`] without the features: `x` is empty, and
     /// [`GeneratorSpec::rows`] draws the rows wanted.
     pub fn generate_without_features(&self) -> Result<Dataset> {
@@ -1353,6 +1423,52 @@ mod tests {
             with_structure > alone + 0.1,
             "{with_structure} with structure vs {alone}"
         );
+    }
+
+    #[test]
+    fn a_spec_s_dataset_bytes_are_what_its_dataset_holds_and_more_is_refused() {
+        let held = |d: &Dataset| {
+            (d.x.len() * 4 + d.y.len() * 8 + d.nodes as usize * 3 + (d.src.len() + d.dst.len()) * 8)
+                as u64
+        };
+        for text in [
+            "rmat:scale=10,features=12,seed=3",
+            "rmat:scale=9,edge_factor=5,features=3,symmetric=true",
+            "planted:nodes=500,features=7,degree=6",
+        ] {
+            let spec = GeneratorSpec::parse(text).unwrap();
+            let (bytes, dataset) = (spec.dataset_bytes(), spec.generate().unwrap());
+            match spec {
+                // R-MAT keeps every edge drawn; a planted graph drops
+                // duplicate pairs.
+                GeneratorSpec::Rmat(_) => assert_eq!(bytes, held(&dataset), "{text}"),
+                GeneratorSpec::Planted(_) => {
+                    assert!(
+                        bytes >= held(&dataset) && bytes < held(&dataset) * 11 / 10,
+                        "{text}"
+                    )
+                }
+            }
+            assert!(spec.check_fits_in(bytes, "test").is_ok());
+            let message = spec
+                .check_fits_in(bytes - 1, "a test's figure")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                message.contains("size")
+                    && message.contains("a test's figure")
+                    && message.contains(&format!("{} nodes", dataset.nodes)),
+                "{message}"
+            );
+        }
+        // A graph no machine here holds is refused before it is drawn.
+        let huge = GeneratorSpec::parse("rmat:scale=30,features=15").unwrap();
+        assert!(huge.dataset_bytes() > 300 << 30);
+        let message = huge
+            .check_fits_in(64 << 30, "64 GiB")
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("a smaller scale"), "{message}");
     }
 
     #[test]

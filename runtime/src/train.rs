@@ -655,7 +655,9 @@ pub fn load_graph(source: &str) -> Result<Dataset, crate::Error> {
     if path.is_dir() {
         return Dataset::load(path);
     }
-    generator(source)?.generate()
+    let spec = generator(source)?;
+    spec.check_fits()?;
+    spec.generate()
 }
 
 /// `source`, which is not a folder, as a generator spec.
