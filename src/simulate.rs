@@ -170,9 +170,12 @@ fn write_table(out: &mut dyn Write, r: &SimReport, wall_s: f64) -> Result<()> {
         format_seconds(e.ssd_write),
         format_seconds(e.exchange)
     )?;
+    // Two measures of a link: the time anything moved on it, and how much
+    // of its bandwidth (for the SSD, of the device's time) was used over
+    // the iteration. Host memory is busy for long at a small share.
     writeln!(
         out,
-        "link      {:>12}  {:>12}  {:>6}",
+        "link      {:>12}  {:>12}  {:>6}  (busy: time with a transfer on it; use: of its capacity over the iteration)",
         "bytes", "busy", "use"
     )?;
     let l = &r.links;
