@@ -173,16 +173,20 @@ pub fn run(args: &PartitionArgs) -> Result<()> {
             )?;
         }
     }
-    if let Some((total, max)) = ratios {
-        writeln!(
+    match ratios {
+        Some((Some(total), Some(max))) => writeln!(
             out,
             "random/mincut: {total:.2}x halo rows, {max:.2}x the largest halo"
-        )?;
+        )?,
+        // Every vertex a GPU reads is its own or replicated.
+        Some(_) => writeln!(out, "random/mincut: no halo rows with either")?,
+        None => {}
     }
     Ok(())
 }
 
-/// `a / b`, with an empty `b` counted as one row.
-fn ratio(a: u64, b: u64) -> f64 {
-    a as f64 / b.max(1) as f64
+/// `a / b`, with an empty `b` counted as one row; `None` where both are
+/// empty (no ratio to give: JSON null).
+fn ratio(a: u64, b: u64) -> Option<f64> {
+    (a > 0 || b > 0).then(|| a as f64 / b.max(1) as f64)
 }

@@ -456,6 +456,26 @@ fn partition_random_against_mincut() {
         "{text}"
     );
 
+    // Every vertex with an out-edge replicated: no halo either way, and
+    // no ratio of nothing to nothing (it read 0.00x).
+    let all = [
+        "partition",
+        "--graph",
+        graph,
+        "--gpus",
+        "4",
+        "--replicate-degree",
+        "1",
+    ];
+    let text = stdout(&fateplan(&all));
+    assert!(
+        text.contains("random/mincut: no halo rows with either") && !text.contains("0.00x"),
+        "{text}"
+    );
+    let value: serde_json::Value =
+        serde_json::from_slice(&fateplan(&[&all[..], &["--json"]].concat()).stdout).unwrap();
+    assert!(value["random_over_mincut"]["halo_rows_total"].is_null());
+
     let zero = fateplan(&["partition", "--graph", graph, "--gpus", "0"]);
     assert_eq!(zero.status.code(), Some(1));
     assert!(
