@@ -1084,3 +1084,82 @@ fn predicted_s(extra: &[&str]) -> f64 {
         .as_f64()
         .unwrap()
 }
+
+/// Plan files edited by hand: a schedule cut from a plan whose fates move
+/// tensors, and exchanges with sizes, legs, layers or a GPU count they
+/// cannot have, are refused by field (simulate ran each, exit 0).
+#[test]
+fn a_plan_s_fates_and_exchanges_must_be_what_its_schedule_and_gpus_can_be() {
+    let dir = scratch("edited-plans");
+    let graph = "rmat:scale=10,features=8,classes=4,seed=1";
+    let made = |name: &str, extra: &[&str]| -> serde_json::Value {
+        let path = dir.join(name);
+        let base = [
+            "plan",
+            "--graph",
+            graph,
+            "--layers",
+            "2",
+            "--hidden",
+            "16",
+            "--partitions",
+            "2",
+        ];
+        let out = fateplan(&[&base[..], extra, &["-o", path.to_str().unwrap()]].concat());
+        assert!(out.status.success(), "{extra:?}: {}", stderr(&out));
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    };
+    let refused = |name: &str, plan: &serde_json::Value, expect: &[&str]| {
+        let path = dir.join(name);
+        std::fs::write(&path, plan.to_string()).unwrap();
+        let out = fateplan(&["simulate", path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1), "{name}: {}", stdout(&out));
+        for e in expect {
+            assert!(stderr(&out).contains(e), "{name}: {}", stderr(&out));
+        }
+    };
+    let recompute = made("recompute.json", &["--policy", "recompute-all"]);
+    let mut cut = recompute.clone();
+    cut["schedule"] = serde_json::json!([]);
+    refused(
+        "cut.json",
+        &cut,
+        &[
+            "tensors[",
+            "].fate",
+            "recompute for",
+            "the schedule has no recompute of it",
+        ],
+    );
+
+    let shared = made("shared.json", &["--gpus", "2"]);
+    assert!(!shared["exchanges"].as_array().unwrap().is_empty());
+    let edit = |key: &str, value: serde_json::Value| {
+        let mut plan = shared.clone();
+        plan["exchanges"][0][key] = value;
+        plan
+    };
+    refused(
+        "bytes.json",
+        &edit("bytes", (1u64 << 60).into()),
+        &["exchanges[0].bytes", "1 PiB"],
+    );
+    refused(
+        "leg.json",
+        &edit("leg", "to_host".into()),
+        &["exchanges[0].leg", "to_host with strategy peer"],
+    );
+    refused(
+        "layer.json",
+        &edit("layer", 9.into()),
+        &["exchanges[0].layer", "9: the model has layers 1 to 2"],
+    );
+    let mut one = shared.clone();
+    one["gpus"] = 1.into();
+    refused(
+        "one.json",
+        &one,
+        &["plan field exchanges", "exchanges are between GPUs"],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

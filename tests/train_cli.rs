@@ -1424,3 +1424,34 @@ fn a_generated_graph_larger_than_memory_is_refused_before_it_is_drawn() {
     assert!(!out_dir.exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--trace` into a folder that does not exist was found only once
+/// training had ended; it is refused before.
+#[test]
+fn a_trace_that_cannot_be_written_is_refused_before_training() {
+    let dir = scratch("trace-target");
+    let missing = dir.join("no-such-folder").join("t.json");
+    let graph = "planted:nodes=200,classes=4,features=8,val=40,test=40,seed=3";
+    for (path, expect) in [
+        (missing.as_path(), "no such directory"),
+        (dir.as_path(), "is a directory"),
+    ] {
+        let out = fateplan(&[
+            "train",
+            "--graph",
+            graph,
+            "--epochs",
+            "1",
+            "--trace",
+            path.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("--trace {}: {expect}", path.display())),
+            "{}",
+            stderr(&out)
+        );
+        assert!(stdout(&out).is_empty(), "trained first: {}", stdout(&out));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use crate::workload::{
     Cost, OpKind, Phase, TensorId, TensorKind, Workload, MAX_ITEMS, MAX_OP_SECONDS,
+    MAX_TENSOR_BYTES,
 };
 use crate::{Error, Result};
 
@@ -98,16 +99,22 @@ pub fn from_node_link(text: &str, source: &str) -> Result<Workload> {
             return Err(Error::invalid(
                 context(),
                 format!(
-                    "cost_cpu {} must be finite, not negative and at most {MAX_OP_SECONDS:e} \
+                    "cost_cpu {:e} must be finite, not negative and at most {MAX_OP_SECONDS:e} \
                      seconds",
                     node.cost_cpu
                 ),
             ));
         }
-        if !(node.cost_ram.is_finite() && node.cost_ram > 0.0 && node.cost_ram < 1.8e19) {
+        if !(node.cost_ram.is_finite()
+            && node.cost_ram > 0.0
+            && node.cost_ram <= MAX_TENSOR_BYTES as f64)
+        {
             return Err(Error::invalid(
                 context(),
-                format!("cost_ram {} must be a positive byte count", node.cost_ram),
+                format!(
+                    "cost_ram {:e} must be a byte count above 0 and at most {MAX_TENSOR_BYTES} (1 PiB)",
+                    node.cost_ram
+                ),
             ));
         }
         if index.insert(id.clone(), position).is_some() {

@@ -270,6 +270,17 @@ pub enum ExchangeKind {
     AllReduce,
 }
 
+impl ExchangeKind {
+    /// As a plan file spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExchangeKind::Halo => "halo",
+            ExchangeKind::HaloGrad => "halo_grad",
+            ExchangeKind::AllReduce => "all_reduce",
+        }
+    }
+}
+
 /// The way one exchange entry's bytes travel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -280,6 +291,17 @@ pub enum Leg {
     ToHost,
     /// Host memory to the device (the network part first, between nodes).
     FromHost,
+}
+
+impl Leg {
+    /// As a plan file spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Leg::Peer => "peer",
+            Leg::ToHost => "to_host",
+            Leg::FromHost => "from_host",
+        }
+    }
 }
 
 /// One transfer between devices, as one device sees it (every device runs
@@ -813,11 +835,7 @@ impl Plan {
                 return differs("bytes", planned.bytes.to_string(), tensor.bytes.to_string());
             }
             if planned.kind != tensor.kind {
-                return differs(
-                    "kind",
-                    format!("{:?}", planned.kind),
-                    format!("{:?}", tensor.kind),
-                );
+                return differs("kind", planned.kind.to_string(), tensor.kind.to_string());
             }
         }
         let checked = sanity::check(self)?;

@@ -293,6 +293,13 @@ pub struct Profile {
     pub sources: BTreeMap<String, String>,
 }
 
+/// The least a profile's rate (`..._per_s`) may be: with operators of at
+/// most `MAX_OP_FLOPS`, an iteration's sums stay finite.
+pub const MIN_FIGURE_RATE: f64 = 1e-3;
+
+/// The most a profile's latency, overhead or per-item seconds may be.
+pub const MAX_FIGURE_SECONDS: f64 = 1e6;
+
 impl Profile {
     /// Bytes per second host memory serves to a device's DMA (both PCIe
     /// directions and the network, together; the SSD tier's bytes, which
@@ -441,8 +448,10 @@ impl Profile {
         out
     }
 
-    /// Rates and counts must be positive and finite; latencies and overheads
-    /// finite and not negative.
+    /// Checks every figure: counts positive, rates at least [`MIN_FIGURE_RATE`] per second,
+    /// latencies and per-item seconds at most [`MAX_FIGURE_SECONDS`], so
+    /// that no operator or transfer of a valid workload takes infinite
+    /// time.
     pub fn validate(&self) -> Result<()> {
         let context = || format!("profile {:?}", self.name);
         if self.format_version != PROFILE_FORMAT_VERSION {
@@ -462,21 +471,26 @@ impl Profile {
                 || field.ends_with("overhead_s")
                 || field.ends_with("seconds_per_edge")
                 || field.ends_with("seconds_per_element");
+            let rate = field.ends_with("_per_s");
             let ok = value.is_finite()
                 && if may_be_zero {
-                    value >= 0.0
+                    (0.0..=MAX_FIGURE_SECONDS).contains(&value)
+                } else if rate {
+                    value >= MIN_FIGURE_RATE
                 } else {
                     value > 0.0
                 };
             if !ok {
                 let rule = if may_be_zero {
-                    "finite and not negative"
+                    format!("finite, not negative and at most {MAX_FIGURE_SECONDS:e} seconds")
+                } else if rate {
+                    format!("finite and at least {MIN_FIGURE_RATE:e} per second")
                 } else {
-                    "positive"
+                    "positive".to_string()
                 };
                 return Err(Error::invalid(
                     format!("{} field {field}", context()),
-                    format!("{value} must be {rule}"),
+                    format!("{value:e} must be {rule}"),
                 ));
             }
         }
@@ -628,6 +642,32 @@ mod tests {
         }
         // A dense operator with no bytes runs at the most intense shape.
         assert!(close(d.work_seconds(3e11, 0, 0, ComputeClass::Dense), 1.0));
+    }
+
+    /// A rate near zero or a latency near f64's largest gave iterations
+    /// of infinite seconds, written as null in a plan no reader took back.
+    #[test]
+    fn figures_that_make_infinite_seconds_are_refused_by_field() {
+        let mut p = profile();
+        p.device.dense_flops_per_s = 1e-300;
+        let message = p.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("device.dense_flops_per_s: 1e-300 must be finite and at least 1e-3"),
+            "{message}"
+        );
+        let mut p = profile();
+        p.device.op_overhead_s = 1e308;
+        let message = p.validate().unwrap_err().to_string();
+        assert!(
+            message.contains(
+                "device.op_overhead_s: 1e308 must be finite, not negative and at most 1e6"
+            ),
+            "{message}"
+        );
+        let mut p = profile();
+        p.device.dense_flops_per_s = MIN_FIGURE_RATE;
+        p.device.op_overhead_s = MAX_FIGURE_SECONDS;
+        p.validate().unwrap();
     }
 
     /// A GPU's transfers are DMA, one pass over host memory per byte;

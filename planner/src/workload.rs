@@ -60,6 +60,16 @@ impl TensorKind {
     }
 }
 
+impl std::fmt::Display for TensorKind {
+    /// The kind as workloads spell it (`activation`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::String(name)) => f.write_str(&name),
+            _ => write!(f, "{self:?}"),
+        }
+    }
+}
+
 /// Which part of the iteration an operator belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -142,6 +152,13 @@ impl std::fmt::Display for ComputeClass {
         }
     }
 }
+
+/// The most bytes one tensor may have (1 PiB): with at most
+/// [`MAX_WORKLOAD_BYTES`] in all, no sum of them wraps.
+pub const MAX_TENSOR_BYTES: u64 = 1 << 50;
+
+/// The most bytes a workload's tensors may add up to (1 EiB).
+pub const MAX_WORKLOAD_BYTES: u64 = 1 << 60;
 
 /// The most seconds one operator may be given (about 32 years): the
 /// iteration's sums stay finite however many operators there are.
@@ -380,6 +397,15 @@ impl Workload {
                     "bytes is 0; every tensor must have a size",
                 ));
             }
+            if tensor.bytes > MAX_TENSOR_BYTES {
+                return Err(Error::invalid(
+                    context(),
+                    format!(
+                        "bytes {} is over the most a tensor may have, {MAX_TENSOR_BYTES} (1 PiB)",
+                        tensor.bytes
+                    ),
+                ));
+            }
             match (tensor.kind, tensor.home) {
                 (TensorKind::Input, None) => {
                     return Err(Error::invalid(context(), "an input needs a home tier"))
@@ -393,6 +419,16 @@ impl Workload {
                 _ => {}
             }
         }
+        let total: u128 = self.tensors.iter().map(|t| t.bytes as u128).sum();
+        if total > MAX_WORKLOAD_BYTES as u128 {
+            return Err(Error::invalid(
+                format!("workload {:?}", self.name),
+                format!(
+                    "its tensors add up to {total} bytes, over the most a workload may \
+                     have, {MAX_WORKLOAD_BYTES} (1 EiB)"
+                ),
+            ));
+        }
         let mut producer: Vec<Option<u32>> = vec![None; self.tensors.len()];
         for (step, op) in self.ops.iter().enumerate() {
             let context = || format!("operator {step} ({:?})", op.name);
@@ -405,18 +441,25 @@ impl Workload {
             if op.name.is_empty() {
                 return Err(Error::invalid(context(), "name is empty"));
             }
-            let cost_ok = (0.0..=MAX_OP_FLOPS).contains(&op.cost.flops)
-                && op
-                    .cost
-                    .seconds
-                    .is_none_or(|s| (0.0..=MAX_OP_SECONDS).contains(&s));
-            if !cost_ok {
+            if !(0.0..=MAX_OP_FLOPS).contains(&op.cost.flops) {
                 return Err(Error::invalid(
                     context(),
                     format!(
-                        "cost {:?} must be finite and not negative, with at most \
-                         {MAX_OP_FLOPS:e} flops and {MAX_OP_SECONDS:e} seconds",
-                        op.cost
+                        "cost.flops {:e} must be finite, not negative and at most {MAX_OP_FLOPS:e}",
+                        op.cost.flops
+                    ),
+                ));
+            }
+            if let Some(seconds) = op
+                .cost
+                .seconds
+                .filter(|s| !(0.0..=MAX_OP_SECONDS).contains(s))
+            {
+                return Err(Error::invalid(
+                    context(),
+                    format!(
+                        "cost.seconds {seconds:e} must be finite, not negative and at most \
+                         {MAX_OP_SECONDS:e}"
                     ),
                 ));
             }
@@ -449,7 +492,7 @@ impl Workload {
                     return Err(Error::invalid(
                         context(),
                         format!(
-                            "writes {:?}, which is an {:?} tensor; inputs and parameters are \
+                            "writes {:?}, an {} tensor; inputs and parameters are \
                              not produced by operators",
                             tensor.name, tensor.kind
                         ),
@@ -548,6 +591,29 @@ mod tests {
         let message = w.validate().unwrap_err().to_string();
         assert!(
             message.contains("\"h\"") && message.contains("bytes is 0"),
+            "{message}"
+        );
+        // A size near 2^64 wrapped the memory pass's sums: it planned a
+        // peak of a few MiB.
+        let mut w = tiny();
+        w.tensors[1].bytes = u64::MAX;
+        let message = w.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("\"h\"") && message.contains("bytes 18446744073709551615 is over"),
+            "{message}"
+        );
+        let mut w = tiny();
+        for _ in 0..1100 {
+            w.add_tensor("big", MAX_TENSOR_BYTES, TensorKind::Activation, None);
+        }
+        let message = w.validate().unwrap_err().to_string();
+        assert!(message.contains("add up to"), "{message}");
+        // Costs are named by field, not printed as a structure.
+        let mut w = tiny();
+        w.ops[0].cost = Cost::seconds(-0.5);
+        let message = w.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("cost.seconds -5e-1 must be finite") && !message.contains("Cost {"),
             "{message}"
         );
 

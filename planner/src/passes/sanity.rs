@@ -7,8 +7,10 @@
 //! of copies per tier, so a bug in the memory pass cannot hide behind
 //! itself. Every plan is checked when made and again when loaded.
 
-use crate::plan::{Action, Exchange, Fate, PerTier, Plan, ScheduleEntry, Stream};
-use crate::workload::{TensorKind, Workload};
+use crate::plan::{
+    Action, Exchange, ExchangeKind, Fate, Leg, PerTier, Plan, ScheduleEntry, Strategy, Stream,
+};
+use crate::workload::{TensorKind, Workload, MAX_TENSOR_BYTES};
 use crate::{Error, Result, Tier};
 
 /// What the replay found.
@@ -60,15 +62,72 @@ pub fn check(plan: &Plan) -> Result<SanityReport> {
     for (index, entry) in plan.schedule.iter().enumerate() {
         check_entry(workload, &fates, entry, index)?;
     }
+    check_fates_scheduled(workload, &fates, &plan.schedule)?;
+    if plan.gpus <= 1 && !plan.exchanges.is_empty() {
+        return Err(Error::invalid(
+            "plan field exchanges",
+            format!(
+                "{} exchanges on a plan of {} GPU: exchanges are between GPUs",
+                plan.exchanges.len(),
+                plan.gpus
+            ),
+        ));
+    }
+    let layers = plan.workload.model.as_ref().map(|m| m.layers);
     for (index, exchange) in plan.exchanges.iter().enumerate() {
-        check_exchange(workload, exchange, index)?;
+        check_exchange(workload, exchange, index, layers)?;
     }
     let script = script(workload.ops.len(), &plan.schedule, &plan.exchanges);
     Replay::new(plan, &fates, &script).run(&script)
 }
 
-/// An exchange's steps lie in the iteration, in order.
-fn check_exchange(workload: &Workload, e: &Exchange, index: usize) -> Result<()> {
+/// An exchange's steps lie in the iteration, in order; its sizes are
+/// sizes; its leg is one of its strategy's; its layer is one of the
+/// model's (`layers`, where the plan records its model).
+fn check_exchange(
+    workload: &Workload,
+    e: &Exchange,
+    index: usize,
+    layers: Option<u32>,
+) -> Result<()> {
+    let field = |name: &str| format!("plan field exchanges[{index}].{name}");
+    for (name, bytes) in [
+        ("bytes", e.bytes),
+        ("network_bytes", e.network_bytes),
+        ("device_bytes", e.device_bytes),
+        ("host_bytes", e.host_bytes),
+    ] {
+        if bytes > MAX_TENSOR_BYTES {
+            return Err(Error::invalid(
+                field(name),
+                format!(
+                    "{bytes} is over the most one exchange may hold, {MAX_TENSOR_BYTES} (1 PiB)"
+                ),
+            ));
+        }
+    }
+    let leg_fits = match e.strategy {
+        Strategy::Peer => e.leg == Leg::Peer,
+        Strategy::Host => matches!(e.leg, Leg::ToHost | Leg::FromHost),
+    };
+    if !leg_fits || e.kind == ExchangeKind::AllReduce && e.strategy != Strategy::Peer {
+        return Err(Error::invalid(
+            field("leg"),
+            format!(
+                "{} with strategy {} on a {} exchange: peer moves on the peer leg, host on \
+                 to_host and from_host, and the all-reduce is peer",
+                e.leg.name(),
+                e.strategy.name(),
+                e.kind.name()
+            ),
+        ));
+    }
+    if let Some(layers) = layers.filter(|&l| !(1..=l).contains(&e.layer)) {
+        return Err(Error::invalid(
+            field("layer"),
+            format!("{}: the model has layers 1 to {layers}", e.layer),
+        ));
+    }
     let steps = workload.ops.len();
     if e.in_order(steps) {
         Ok(())
@@ -114,11 +173,49 @@ fn check_fates(workload: &Workload, fates: &[Fate]) -> Result<()> {
             return Err(Error::invalid(
                 format!("plan field tensors[{}].fate", tensor.id.0),
                 format!(
-                    "{fate} is not a fate for {:?} tensor {:?}",
+                    "{fate} is not a fate for {} tensor {:?}",
                     tensor.kind, tensor.name
                 ),
             ));
         }
+    }
+    Ok(())
+}
+
+/// Every fate that moves or re-runs its tensor has the entries that do
+/// it: a recomputation, an offload, a load. (Without them the replay
+/// keeps the tensor where it was, and a plan whose schedule was cut
+/// would pass for one that follows its fates.)
+fn check_fates_scheduled(
+    workload: &Workload,
+    fates: &[Fate],
+    schedule: &[ScheduleEntry],
+) -> Result<()> {
+    let mut done = vec![[false; 3]; fates.len()];
+    for entry in schedule {
+        let slot = match entry.action {
+            Action::Recompute => 0,
+            Action::Offload => 1,
+            Action::Load | Action::Reload => 2,
+        };
+        done[entry.tensor.index()][slot] = true;
+    }
+    for (tensor, (&fate, [recomputed, offloaded, loaded])) in
+        workload.tensors.iter().zip(fates.iter().zip(&done))
+    {
+        let missing = match fate {
+            Fate::Recompute if !recomputed => "recompute",
+            Fate::OffloadHost | Fate::OffloadSsd if !offloaded => "offload",
+            Fate::StreamHost | Fate::StreamSsd if !loaded => "load",
+            _ => continue,
+        };
+        return Err(Error::invalid(
+            format!("plan field tensors[{}].fate", tensor.id.0),
+            format!(
+                "{fate} for {:?}, but the schedule has no {missing} of it",
+                tensor.name
+            ),
+        ));
     }
     Ok(())
 }
@@ -208,8 +305,11 @@ fn check_entry(
     };
     if !expected.0 {
         return Err(bad(format!(
-            "{:?} of {:?} (fate {fate}) from {} to {} is not consistent with its fate or operator",
-            entry.action, tensor.name, entry.from, entry.to
+            "{} of {:?} (fate {fate}) from {} to {} is not consistent with its fate or operator",
+            entry.action.name(),
+            tensor.name,
+            entry.from,
+            entry.to
         )));
     }
     if entry.stream != expected.1 {
@@ -372,8 +472,8 @@ impl<'a> Replay<'a> {
                     // transfers due there still hold theirs.
                     let entry = &self.plan.schedule[index];
                     let what = format!(
-                        "at the boundary before step {step}, once the {:?} of {:?} is issued",
-                        entry.action,
+                        "at the boundary before step {step}, once the {} of {:?} is issued",
+                        entry.action.name(),
                         self.name(entry.tensor.index())
                     );
                     self.account(step, &what)?;
@@ -502,8 +602,8 @@ impl<'a> Replay<'a> {
                         self.workload,
                         step,
                         format!(
-                            "{:?} of {name:?} issued while the device already holds it",
-                            entry.action
+                            "{} of {name:?} issued while the device already holds it",
+                            entry.action.name()
                         ),
                     ));
                 }
@@ -533,7 +633,7 @@ impl<'a> Replay<'a> {
                     return Err(reject(
                         self.workload,
                         step,
-                        format!("{:?} of {name:?} is never read", entry.action),
+                        format!("{} of {name:?} is never read", entry.action.name()),
                     ));
                 }
             }
