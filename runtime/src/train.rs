@@ -285,26 +285,41 @@ pub fn check_shared_plan(plan: &Plan, workload: &Workload) -> Result<(), ExecErr
 /// against a run's stored ones, or the other way round; a plan that
 /// prices no dropout masks (made with `--dropout 0`, or before masks were
 /// priced) against a run that draws them, or the other way round.
-fn digest_hint(planned: &Workload, expected: &Workload) -> &'static str {
-    let same_tensors = |a: &Workload, b: &Workload| {
-        a.tensors.len() == b.tensors.len()
-            && a.tensors
-                .iter()
-                .zip(&b.tensors)
-                .all(|(x, y)| x.bytes == y.bytes)
-    };
+fn digest_hint(planned: &Workload, expected: &Workload) -> String {
     let stored = |w: &Workload| w.tensors.iter().any(|t| t.name.starts_with("adj_t["));
     let masks = |w: &Workload| w.ops.iter().any(|op| op.cost.masked > 0);
+    // The first tensor that differs (names leave out some of what makes
+    // a workload, such as a graph's features or degree).
+    let differs = if planned.tensors.len() != expected.tensors.len() {
+        Some(format!(
+            " (the plan's workload has {} tensors, this run's {})",
+            planned.tensors.len(),
+            expected.tensors.len()
+        ))
+    } else {
+        planned
+            .tensors
+            .iter()
+            .zip(&expected.tensors)
+            .find(|(a, b)| a.bytes != b.bytes || a.name != b.name)
+            .map(|(a, b)| {
+                format!(
+                    " (the first tensor that differs: {:?} of {} bytes in the plan, {:?} of {} \
+                     bytes in this run)",
+                    a.name, a.bytes, b.name, b.bytes
+                )
+            })
+    };
     match (stored(planned), stored(expected)) {
-        (false, true) => " (the plan's transposed aggregations read the blocks: --transposes built may train it)",
-        (true, false) => " (the plan reads stored transposes: --transposes stored may train it)",
+        (false, true) => " (the plan's transposed aggregations read the blocks: --transposes built may train it)".into(),
+        (true, false) => " (the plan reads stored transposes: --transposes stored may train it)".into(),
         // Masks change no tensor: where the tensors differ, so does the
         // graph or the model's shape, and dropout is not why.
-        _ if !same_tensors(planned, expected) => "",
+        _ if differs.is_some() => differs.unwrap_or_default(),
         _ => match (masks(planned), masks(expected)) {
-            (false, true) => " (the plan prices no dropout masks: made with --dropout 0, which trains it, or by a build from before masks were priced, whose model to train at another dropout needs planning again)",
-            (true, false) => " (the plan prices dropout masks: train it with its --dropout)",
-            _ => "",
+            (false, true) => " (the plan prices no dropout masks: made with --dropout 0, which trains it, or by a build from before masks were priced, whose model to train at another dropout needs planning again)".into(),
+            (true, false) => " (the plan prices dropout masks: train it with its --dropout)".into(),
+            _ => String::new(),
         },
     }
 }
@@ -864,9 +879,29 @@ mod tests {
         assert!(hint(&built(0.5, kept), &masked).contains("--transposes built"));
         assert!(hint(&masked, &built(0.0, kept)).contains("--transposes stored"));
         assert_eq!(hint(&masked, &built(0.3, stored)), "");
-        // Another graph: no word on dropout.
+        // Another graph: no word on dropout, but the first tensor that
+        // differs (workload names leave out a graph's features).
         let other = built_on(&BlockCounts::skewed(800, 4000, 2).unwrap(), 0.0, stored);
-        assert_eq!(hint(&other, &masked), "");
+        let said = hint(&other, &masked);
+        assert!(!said.contains("dropout"), "{said}");
+        assert!(
+            said.contains("the first tensor that differs: \"x[p0]\"")
+                || said.contains("tensors, this run's"),
+            "{said}"
+        );
+        let mut wider = masked.clone();
+        wider.tensors[0].bytes *= 2;
+        let said = hint(&wider, &masked);
+        assert!(
+            said.contains(&format!(
+                "{:?} of {} bytes in the plan, {:?} of {} bytes in this run",
+                masked.tensors[0].name,
+                masked.tensors[0].bytes * 2,
+                masked.tensors[0].name,
+                masked.tensors[0].bytes
+            )),
+            "{said}"
+        );
     }
 
     fn epoch(epoch: u32) -> EpochStats {
