@@ -699,7 +699,7 @@ mod tests {
         p.device.transpose_seconds_per_edge = Some(-1e-9);
         let error = p.validate().unwrap_err().to_string();
         assert!(
-            error.contains("device.transpose_seconds_per_edge") && error.contains("-0.000000001"),
+            error.contains("device.transpose_seconds_per_edge") && error.contains("-1e-9"),
             "{error}"
         );
     }
