@@ -1086,8 +1086,9 @@ fn predicted_s(extra: &[&str]) -> f64 {
 }
 
 /// Plan files edited by hand: a schedule cut from a plan whose fates move
-/// tensors, and exchanges with sizes, legs, layers or a GPU count they
-/// cannot have, are refused by field (simulate ran each, exit 0).
+/// tensors, a model that is not its definition's, SSD transfers with no
+/// staging buffers, and exchanges with sizes, legs, layers or a GPU count
+/// they cannot have, are refused by field (simulate ran each, exit 0).
 #[test]
 fn a_plan_s_fates_and_exchanges_must_be_what_its_schedule_and_gpus_can_be() {
     let dir = scratch("edited-plans");
@@ -1129,6 +1130,29 @@ fn a_plan_s_fates_and_exchanges_must_be_what_its_schedule_and_gpus_can_be() {
             "].fate",
             "recompute for",
             "the schedule has no recompute of it",
+        ],
+    );
+    // A model edited apart from its definition (train then built another
+    // workload and blamed the transposes).
+    let mut deeper = recompute.clone();
+    deeper["workload"]["model"]["layers"] = 3.into();
+    refused(
+        "deeper.json",
+        &deeper,
+        &[
+            "plan field workload.model",
+            "gcn of 3 layers of 16 in 2 partitions, but the workload definition is",
+        ],
+    );
+    // SSD transfers with no staging buffers.
+    let mut unstaged = made("ssd.json", &["--policy", "offload-ssd-all"]);
+    unstaged["ssd_staging_bytes"] = 0.into();
+    refused(
+        "unstaged.json",
+        &unstaged,
+        &[
+            "plan field ssd_staging_bytes",
+            "0: the plan moves tensors to or from the SSD",
         ],
     );
 

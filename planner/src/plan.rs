@@ -485,6 +485,41 @@ impl PlanModel {
         }
     }
 
+    /// Whether `definition` (its name, as [`crate::gnn::build_gnn`]
+    /// writes it) is a workload of this model: its model, layers, width,
+    /// heads and partitions. A model edited apart from its definition
+    /// would train another workload than the plan's.
+    fn check_definition(&self, definition: &crate::workload::Workload) -> Result<()> {
+        let gat = crate::gnn::GnnModel::parse(&self.model).ok() == Some(crate::gnn::GnnModel::Gat);
+        let heads = if gat {
+            format!("h{}", self.heads)
+        } else {
+            String::new()
+        };
+        let prefix = format!("{}-{}x{}{heads}-", self.model, self.layers, self.hidden);
+        let suffix = format!("-p{}", self.partitions);
+        let name = &definition.name;
+        if name.starts_with(&prefix) && name.ends_with(&suffix) {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            "plan field workload.model",
+            format!(
+                "{} of {} layers of {}{} in {} partitions, but the workload definition is {name:?} \
+                 (names begin with {prefix:?} and end with {suffix:?})",
+                self.model,
+                self.layers,
+                self.hidden,
+                if gat {
+                    format!(", {} heads,", self.heads)
+                } else {
+                    String::new()
+                },
+                self.partitions,
+            ),
+        ))
+    }
+
     fn validate(&self) -> Result<()> {
         let field = |name: &str| format!("plan field workload.model.{name}");
         crate::gnn::GnnModel::parse(&self.model).map_err(|_| {
@@ -762,6 +797,27 @@ impl Plan {
         }
         let definition = &self.workload.definition;
         definition.validate()?;
+        if let Some(model) = &self.workload.model {
+            model.check_definition(definition)?;
+        }
+        // SSD transfers pass through staging buffers in host memory, a
+        // chunk at a time: none would stage nothing, and the host tier
+        // would not count the buffers the run uses.
+        let buffers = crate::planner::SSD_STAGING_BUFFERS;
+        let uses_ssd = self
+            .schedule
+            .iter()
+            .any(|e| e.from == Tier::Ssd || e.to == Tier::Ssd);
+        if uses_ssd && self.ssd_staging_bytes < buffers {
+            return Err(Error::invalid(
+                "plan field ssd_staging_bytes",
+                format!(
+                    "{}: the plan moves tensors to or from the SSD, through {buffers} staging \
+                     buffers in host memory of at least a byte each",
+                    self.ssd_staging_bytes
+                ),
+            ));
+        }
         self.profile.validate()?;
         self.profile
             .check_gpus(self.gpus)
