@@ -497,16 +497,20 @@ impl PlanModel {
             String::new()
         };
         let prefix = format!("{}-{}x{}{heads}-", self.model, self.layers, self.hidden);
-        let suffix = format!("-p{}", self.partitions);
+        // The count ends the name, or comes before the layer order's or
+        // the sweep's part (`-aggfirst`, `-by-inputs...`).
+        let count = format!("-p{}", self.partitions);
         let name = &definition.name;
-        if name.starts_with(&prefix) && name.ends_with(&suffix) {
+        if name.starts_with(&prefix)
+            && (name.ends_with(&count) || name.contains(&format!("{count}-")))
+        {
             return Ok(());
         }
         Err(Error::invalid(
             "plan field workload.model",
             format!(
                 "{} of {} layers of {}{} in {} partitions, but the workload definition is {name:?} \
-                 (names begin with {prefix:?} and end with {suffix:?})",
+                 (names begin with {prefix:?} and give the count as {count:?})",
                 self.model,
                 self.layers,
                 self.hidden,
