@@ -10,7 +10,7 @@ use clap::Args;
 use fateplan::planner::exchange::MultiGpu;
 use fateplan::planner::gnn::{GnnModel, GnnShape, LayerOrder, Sweeps, Transposes};
 use fateplan::planner::plan::{Budgets, Plan, PlanModel};
-use fateplan::planner::units::{format_bytes, format_seconds};
+use fateplan::planner::units::{count, format_bytes, format_seconds};
 use fateplan::planner::{plan, PlanOptions, Policy, Profile, Workload};
 use fateplan::runtime::compare::{compare, Comparison, MeasuredIteration, Pair};
 use fateplan::runtime::cpu::Hyper;
@@ -960,9 +960,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         Prepared::Shared(shares) if args.processes => {
             // The members report at the end, not per epoch.
             bar.println(format!(
-                "training on {} member processes ({} epochs)",
+                "training on {} member processes ({})",
                 args.devices(),
-                args.epochs
+                count(args.epochs as u64, "epoch")
             ));
             bar.finish_and_clear();
             // A plan for another run is refused before K processes
@@ -1026,8 +1026,10 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     }
     writeln!(
         out,
-        "trained   {} with plan {}, {} epochs",
-        workload_name, report.policy, report.epochs
+        "trained   {} with plan {}, {}",
+        workload_name,
+        report.policy,
+        count(report.epochs as u64, "epoch")
     )?;
     if let Some((line, _)) = &sweep_auto {
         writeln!(out, "{line}")?;
@@ -1199,10 +1201,10 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, epochs: u32) -> Result<
     writeln!(
         out,
         "compared  with the simulator: this plan on profile {} (seed {}, no jitter); measured \
-         times are means over {} epoch(s), copies from the last one",
+         times are means over {}, copies from the last one",
         c.profile,
         c.seed,
-        epochs.saturating_sub(1).max(1)
+        count(epochs.saturating_sub(1).max(1) as u64, "epoch")
     )?;
     writeln!(
         out,

@@ -15,7 +15,7 @@ use crate::plan::{
 };
 use crate::policy::{self, Policy};
 use crate::profile::Profile;
-use crate::units::{format_bytes, format_bytes_up, format_seconds};
+use crate::units::{count, format_bytes, format_bytes_up, format_seconds};
 use crate::workload::{TensorId, TensorKind, Workload};
 use crate::{Error, Result, Tier};
 
@@ -1404,8 +1404,8 @@ pub fn explain(plan: &Plan) -> Vec<Explanation> {
                 Fate::Retain => match life.gap {
                     None => format!("{size}: no idle stretch between its uses"),
                     Some(gap) => format!(
-                        "{size}: idle for {} steps ({} of compute) but kept on the device",
-                        gap.idle_steps(),
+                        "{size}: idle for {} ({} of compute) but kept on the device",
+                        count(gap.idle_steps() as u64, "step"),
                         format_seconds(before[gap.before as usize] - before[gap.after as usize + 1])
                     ),
                 },

@@ -109,6 +109,16 @@ fn format_rounded(bytes: u64, up: bool) -> String {
     format!("{value:.*} {}", decimals as usize, UNITS[unit])
 }
 
+/// `n` and `noun`, the noun plural unless `n` is 1 ("1 epoch", "3
+/// epochs"); `noun` is a singular that takes an "s".
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// Formats seconds with a unit that keeps three significant digits.
 pub fn format_seconds(seconds: f64) -> String {
     if seconds >= 1.0 {
@@ -123,6 +133,13 @@ pub fn format_seconds(seconds: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_of_a_thing_is_singular() {
+        assert_eq!(count(1, "epoch"), "1 epoch");
+        assert_eq!(count(0, "step"), "0 steps");
+        assert_eq!(count(3, "epoch"), "3 epochs");
+    }
 
     #[test]
     fn parses_units() {

@@ -231,8 +231,37 @@ fn a_tampered_plan_is_rejected_on_load() {
         shares: Some("ranges".into()),
         dropout: Some(0.6),
     });
+    // The definition named as `build_gnn` names that model's workloads
+    // (a plan's model must be its definition's).
+    let named = |plan: &mut Plan, model: &str| {
+        let m = plan.workload.model.as_mut().unwrap();
+        m.model = model.into();
+        let heads = if model == "gat" {
+            format!("h{}", m.heads)
+        } else {
+            String::new()
+        };
+        let name = format!(
+            "{model}-{}x{}{heads}-random-p{}",
+            m.layers, m.hidden, m.partitions
+        );
+        plan.workload.definition.name = name.clone();
+        plan.workload.name = name;
+        plan.workload.digest = plan.workload.definition.digest();
+    };
+    named(&mut modelled, "gat");
     let back = Plan::from_json(&modelled.to_json(), "modelled.json").unwrap();
     assert_eq!(back.workload.model, modelled.workload.model);
+    // A model apart from its definition is refused, naming both.
+    let mut apart = modelled.clone();
+    apart.workload.model.as_mut().unwrap().layers = 3;
+    let message = Plan::from_json(&apart.to_json(), "apart.json")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("plan field workload.model") && message.contains("gat-2x64h8-random-p4"),
+        "{message}"
+    );
     // A dropout that is not a probability is refused, naming the field.
     let mut wrong = modelled.clone();
     wrong.workload.model.as_mut().unwrap().dropout = Some(1.5);
@@ -247,11 +276,12 @@ fn a_tampered_plan_is_rejected_on_load() {
     // transposed aggregations read the blocks; GAT's workload is the
     // same either way, and its plans say `stored`.
     for (model, expected) in [("gcn", "built"), ("gat", "stored")] {
-        let mut older: serde_json::Value = serde_json::from_str(&modelled.to_json()).unwrap();
+        let mut renamed = modelled.clone();
+        named(&mut renamed, model);
+        let mut older: serde_json::Value = serde_json::from_str(&renamed.to_json()).unwrap();
         let fields = older["workload"]["model"].as_object_mut().unwrap();
         fields.remove("transposes");
         fields.remove("sweep");
-        fields.insert("model".into(), model.into());
         let older = Plan::from_json(&older.to_string(), "older.json").unwrap();
         let older = older.workload.model.unwrap();
         assert_eq!(older.transposes, expected, "{model}");

@@ -959,9 +959,13 @@ fn mincut_numbering(
             std::path::Path::new(name),
             "partitions",
             format!(
-                "{partitions} per device, but the min-cut shares give device {d} {} vertices: \
+                "{partitions} per device, but the min-cut shares give device {d} {}: \
                  use fewer partitions (or shares by vertex ranges: train --shares ranges)",
-                count[d]
+                if count[d] == 1 {
+                    "1 vertex".to_string()
+                } else {
+                    format!("{} vertices", count[d])
+                }
             ),
         ));
     }
