@@ -46,9 +46,11 @@
 //! device; where another choice keeps one away at that step, the schedule
 //! copies it in ([`Choice::copies_in`]). So where round 1's best makes
 //! such copies, one more round runs every sweep with each recomputation
-//! charged the copies it would need under that best, and each link that
-//! the copies make bound the iteration priced in full (else the busiest at
-//! [`LINK_WEIGHT`]). Stage 3 has a round's budget of moves for round 1;
+//! charged the copies it would need under that best: each link with
+//! copies that bounds the iteration with them priced in full, and one
+//! whose copies are over [`COPIES_SHARE`] of its seconds at
+//! [`LINK_WEIGHT`] (no round where neither holds). Stage 3 has a round's
+//! budget of moves for round 1;
 //! the later rounds, which run side by side, share what round 1 left plus
 //! half a round's budget, and the round charged the copies has a share of
 //! the same size beside theirs. The best result
@@ -103,9 +105,9 @@ const LINK_BOUND: f64 = 0.1;
 /// further and took longer.)
 const LINK_WEIGHT: f64 = 0.5;
 
-/// The share of a link's busy seconds above which the copies in that
-/// recomputations need over it call for a round of their own where the
-/// link does not bound the iteration. On the plans of `docs/planner.md`
+/// The share of a link's busy seconds above which the copies that
+/// recomputations bring in over it call for a round of their own where
+/// the link does not bound the iteration. On the plans of `docs/planner.md`
 /// ("A recomputation's copies in") such copies were 3% to 40% of their
 /// link's seconds where that round planned faster; 0.6% on IGB-full's
 /// GCN, where it planned the same and took a quarter longer.
@@ -2025,9 +2027,9 @@ fn search(
             None => weightings.push((*weights, vec![*sweep], false)),
         }
     }
-    // And where round 1's best recomputes tensors that its own choices
-    // keep off the device at that step, the copies in they need, which no
-    // choice's link seconds count: a round with every recomputation
+    // And where round 1's best recomputes from tensors that its own
+    // choices keep off the device at that step, the copies brought in for
+    // them, which no choice's link seconds count: a round with every recomputation
     // charged the copies it would need under round 1's best, each link
     // with copies that bounds the iteration with them priced in full, and
     // one whose copies are more than `COPIES_SHARE` of its busy seconds at
