@@ -419,6 +419,16 @@ impl Workload {
                 _ => {}
             }
         }
+        // Plans, explanations and the schedule's messages name tensors.
+        let mut names = std::collections::HashMap::with_capacity(self.tensors.len());
+        for (index, tensor) in self.tensors.iter().enumerate() {
+            if let Some(first) = names.insert(tensor.name.as_str(), index) {
+                return Err(Error::invalid(
+                    format!("tensor {index} ({:?})", tensor.name),
+                    format!("name is tensor {first}'s too; every tensor needs a name of its own"),
+                ));
+            }
+        }
         let total: u128 = self.tensors.iter().map(|t| t.bytes as u128).sum();
         if total > MAX_WORKLOAD_BYTES as u128 {
             return Err(Error::invalid(
@@ -603,11 +613,21 @@ mod tests {
             "{message}"
         );
         let mut w = tiny();
-        for _ in 0..1100 {
-            w.add_tensor("big", MAX_TENSOR_BYTES, TensorKind::Activation, None);
+        for k in 0..1100 {
+            w.add_tensor(
+                format!("big{k}"),
+                MAX_TENSOR_BYTES,
+                TensorKind::Activation,
+                None,
+            );
         }
         let message = w.validate().unwrap_err().to_string();
         assert!(message.contains("add up to"), "{message}");
+        // Two tensors of one name.
+        let mut w = tiny();
+        w.tensors[1].name = w.tensors[0].name.clone();
+        let message = w.validate().unwrap_err().to_string();
+        assert!(message.contains("name is tensor 0's too"), "{message}");
         // Costs are named by field, not printed as a structure.
         let mut w = tiny();
         w.ops[0].cost = Cost::seconds(-0.5);
