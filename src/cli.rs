@@ -369,6 +369,28 @@ fn run_generate(spec: &str, out: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// Whether `path` can be written once a long run ends (`flag` names it):
+/// not a folder, in a folder that exists, and, where it exists, open for
+/// writing. Nothing is created or truncated here.
+pub(crate) fn check_writable(path: &std::path::Path, flag: &str) -> Result<()> {
+    let shown = path.display();
+    if path.is_dir() {
+        bail!("{flag} {shown}: is a directory");
+    }
+    if let Some(folder) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if !folder.is_dir() {
+            bail!("{flag} {shown}: no such directory {}", folder.display());
+        }
+    }
+    if path.exists() {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .with_context(|| format!("{flag} {shown}: cannot be written"))?;
+    }
+    Ok(())
+}
+
 /// `--threads N`: the global rayon pool's size (every core when absent).
 pub fn set_threads(threads: Option<usize>) -> Result<()> {
     if let Some(threads) = threads {

@@ -536,17 +536,7 @@ pub fn run(args: &StudyArgs) -> Result<()> {
     let grid = args.grid()?;
     // A path the report cannot be written to is said before the grid runs.
     if let Some(path) = &args.out {
-        if path.is_dir() {
-            bail!("--out {}: is a directory", path.display());
-        }
-        let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
-        if let Some(folder) = folder.filter(|f| !f.is_dir()) {
-            bail!(
-                "--out {}: no such directory {}",
-                path.display(),
-                folder.display()
-            );
-        }
+        crate::cli::check_writable(path, "--out")?;
     }
     let policies = studied();
     let start = Instant::now();

@@ -528,33 +528,11 @@ impl Drop for SpillRoot {
     }
 }
 
-/// Whether `path` can be written once training ends (`flag` names it):
-/// not a folder, in a folder that exists, and, where it exists, open for
-/// writing. Nothing is created or truncated here.
-fn check_writable(path: &std::path::Path, flag: &str) -> Result<()> {
-    let shown = path.display();
-    if path.is_dir() {
-        bail!("{flag} {shown}: is a directory");
-    }
-    if let Some(folder) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        if !folder.is_dir() {
-            bail!("{flag} {shown}: no such directory {}", folder.display());
-        }
-    }
-    if path.exists() {
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(path)
-            .with_context(|| format!("{flag} {shown}: cannot be written"))?;
-    }
-    Ok(())
-}
-
 pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Result<()> {
     crate::cli::set_threads(args.threads)?;
     // What is written after training is checked before it.
     if let Some(path) = &args.trace {
-        check_writable(path, "--trace")?;
+        crate::cli::check_writable(path, "--trace")?;
     }
     // A plan is read first: the model it was made for is the one trained.
     let given_plan = match &args.plan {

@@ -490,13 +490,18 @@ impl PlanModel {
     /// heads and partitions. A model edited apart from its definition
     /// would train another workload than the plan's.
     fn check_definition(&self, definition: &crate::workload::Workload) -> Result<()> {
-        let gat = crate::gnn::GnnModel::parse(&self.model).ok() == Some(crate::gnn::GnnModel::Gat);
+        // As `build_gnn` names it (`model` may be spelled `GCN` or
+        // `graphsage`; `validate` has parsed it).
+        let Ok(model) = crate::gnn::GnnModel::parse(&self.model) else {
+            return self.validate();
+        };
+        let gat = model == crate::gnn::GnnModel::Gat;
         let heads = if gat {
             format!("h{}", self.heads)
         } else {
             String::new()
         };
-        let prefix = format!("{}-{}x{}{heads}-", self.model, self.layers, self.hidden);
+        let prefix = format!("{}-{}x{}{heads}-", model.name(), self.layers, self.hidden);
         // The count ends the name, or comes before the layer order's or
         // the sweep's part (`-aggfirst`, `-by-inputs...`).
         let count = format!("-p{}", self.partitions);

@@ -60,13 +60,21 @@ impl TensorKind {
     }
 }
 
+/// Writes a unit variant as the files spell it (its serde name).
+fn write_serde_name<T: Serialize + std::fmt::Debug>(
+    value: &T,
+    f: &mut std::fmt::Formatter<'_>,
+) -> std::fmt::Result {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => f.write_str(&name),
+        _ => write!(f, "{value:?}"),
+    }
+}
+
 impl std::fmt::Display for TensorKind {
     /// The kind as workloads spell it (`activation`).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match serde_json::to_value(self) {
-            Ok(serde_json::Value::String(name)) => f.write_str(&name),
-            _ => write!(f, "{self:?}"),
-        }
+        write_serde_name(self, f)
     }
 }
 
@@ -146,10 +154,7 @@ pub enum ComputeClass {
 impl std::fmt::Display for ComputeClass {
     /// The class as workloads and profiles spell it (`edge_scores`).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match serde_json::to_value(self) {
-            Ok(serde_json::Value::String(name)) => f.write_str(&name),
-            _ => write!(f, "{self:?}"),
-        }
+        write_serde_name(self, f)
     }
 }
 

@@ -262,6 +262,11 @@ fn a_tampered_plan_is_rejected_on_load() {
         message.contains("plan field workload.model") && message.contains("gat-2x64h8-random-p4"),
         "{message}"
     );
+    // A model spelled otherwise than `build_gnn` names it is still its
+    // definition's.
+    let mut spelled = modelled.clone();
+    spelled.workload.model.as_mut().unwrap().model = "GAT".into();
+    Plan::from_json(&spelled.to_json(), "spelled.json").unwrap();
     // A dropout that is not a probability is refused, naming the field.
     let mut wrong = modelled.clone();
     wrong.workload.model.as_mut().unwrap().dropout = Some(1.5);

@@ -315,7 +315,7 @@ fn digest_hint(planned: &Workload, expected: &Workload) -> String {
         (true, false) => " (the plan reads stored transposes: --transposes stored may train it)".into(),
         // Masks change no tensor: where the tensors differ, so does the
         // graph or the model's shape, and dropout is not why.
-        _ if differs.is_some() => differs.unwrap_or_default(),
+        _ if let Some(differs) = differs => differs,
         _ => match (masks(planned), masks(expected)) {
             (false, true) => " (the plan prices no dropout masks: made with --dropout 0, which trains it, or by a build from before masks were priced, whose model to train at another dropout needs planning again)".into(),
             (true, false) => " (the plan prices dropout masks: train it with its --dropout)".into(),
