@@ -21,6 +21,9 @@ use crate::{Error, Result};
 
 #[derive(Deserialize)]
 struct NodeLink {
+    /// networkx writes it; an undirected graph gives no order to train in.
+    #[serde(default)]
+    directed: Option<bool>,
     nodes: Vec<Node>,
     #[serde(alias = "edges")]
     links: Vec<Link>,
@@ -79,6 +82,13 @@ pub fn is_node_link(text: &str) -> bool {
 /// Reads a node-link DAG; `source` names the file in errors.
 pub fn from_node_link(text: &str, source: &str) -> Result<Workload> {
     let graph: NodeLink = crate::json::parse(text, source)?;
+    if graph.directed == Some(false) {
+        return Err(Error::invalid(
+            format!("{source}: field directed"),
+            "false: an undirected graph does not say which node reads which; a training \
+             DAG's links run from the node that writes a tensor to the one that reads it",
+        ));
+    }
     let n = graph.nodes.len();
     if n == 0 || n > MAX_ITEMS {
         return Err(Error::invalid(
@@ -116,6 +126,15 @@ pub fn from_node_link(text: &str, source: &str) -> Result<Workload> {
                     node.cost_ram
                 ),
             ));
+        }
+        if node.cost_ram.fract() != 0.0 {
+            return Err(Error::invalid(
+                context(),
+                format!("cost_ram {} is not a whole number of bytes", node.cost_ram),
+            ));
+        }
+        if id.is_empty() {
+            return Err(Error::invalid(context(), "id is an empty string"));
         }
         if index.insert(id.clone(), position).is_some() {
             return Err(Error::invalid(context(), format!("id {id} appears twice")));
@@ -176,8 +195,7 @@ pub fn from_node_link(text: &str, source: &str) -> Result<Workload> {
             TensorKind::Activation
         };
         let label = key(&spec.id).unwrap_or_default();
-        tensor_of[node] =
-            w.add_tensor(format!("n{label}"), spec.cost_ram.ceil() as u64, kind, None);
+        tensor_of[node] = w.add_tensor(label, spec.cost_ram as u64, kind, None);
     }
     for &node in &order {
         let spec = &graph.nodes[node];
@@ -190,7 +208,7 @@ pub fn from_node_link(text: &str, source: &str) -> Result<Workload> {
         };
         let label = key(&spec.id).unwrap_or_default();
         w.add_op(
-            format!("n{label}"),
+            label,
             OpKind::Generic,
             phase,
             inputs,
@@ -354,7 +372,7 @@ mod tests {
         let w = from_node_link(&reversed, "r.json").unwrap();
         assert_eq!(
             w.ops.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(),
-            ["n0", "n2", "n1"]
+            ["0", "2", "1"]
         );
         let cyclic = CHAIN.replace(
             "\"source\": 0, \"target\": 2",
@@ -423,6 +441,34 @@ mod tests {
         let message = from_node_link(&bad, "b.json").unwrap_err().to_string();
         assert!(
             message.contains("nodes[1]") && message.contains("cost_ram"),
+            "{message}"
+        );
+        let fractional = CHAIN.replace("\"cost_ram\": 20", "\"cost_ram\": 20.5");
+        let message = from_node_link(&fractional, "f.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("nodes[1]") && message.contains("cost_ram 20.5 is not a whole"),
+            "{message}"
+        );
+        // A whole number written as a float is bytes all the same.
+        let float = CHAIN.replace("\"cost_ram\": 20", "\"cost_ram\": 2.0e1");
+        assert_eq!(
+            from_node_link(&float, "f.json").unwrap().tensors[1].bytes,
+            20
+        );
+        let undirected = CHAIN.replace("\"directed\": true", "\"directed\": false");
+        let message = from_node_link(&undirected, "u.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("u.json: field directed") && message.contains("false"),
+            "{message}"
+        );
+        let empty = CHAIN.replace("\"id\": 1,", "\"id\": \"\",");
+        let message = from_node_link(&empty, "e.json").unwrap_err().to_string();
+        assert!(
+            message.contains("nodes[1]") && message.contains("empty"),
             "{message}"
         );
         let missing = CHAIN.replace("\"cost_cpu\": 2.0, ", "");

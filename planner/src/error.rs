@@ -2,14 +2,21 @@
 
 use crate::Tier;
 
+/// `n bytes`, or `1 byte`.
+fn bytes(n: &u64) -> String {
+    crate::units::count(*n, "byte")
+}
+
 /// Everything that can go wrong while building a workload, reading a profile
 /// or plan, or planning.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Error {
     /// No plan fits: `tier` is over its budget at `step` by `bytes_over`.
     #[error(
-        "infeasible: {tier} needs {needed_bytes} bytes at step {step} ({op}) but its budget is \
-         {budget_bytes} bytes: {bytes_over} bytes over{hint}"
+        "infeasible: {tier} needs {} at step {step} ({op}) but its budget is {}: {} over{hint}",
+        bytes(.needed_bytes),
+        bytes(.budget_bytes),
+        bytes(.bytes_over)
     )]
     Infeasible {
         tier: Tier,

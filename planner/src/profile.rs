@@ -405,7 +405,9 @@ impl Profile {
         if gpus > 1 && self.peer.is_none() {
             return Err(Error::invalid(
                 field(),
-                "the profile has no peer section (device-to-device link)",
+                "the profile has no peer section (device-to-device link) to price the exchanges \
+                 by: plan on a profile with one (such as h100-sxm); `train --devices` on the CPU \
+                 backend plans the largest share alone, with no exchange",
             ));
         }
         if gpus > per_node {

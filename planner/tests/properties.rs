@@ -199,7 +199,7 @@ fn a_tampered_plan_is_rejected_on_load() {
         .unwrap_err()
         .to_string();
     assert!(
-        message.contains("hbm") && message.contains("by 1 bytes"),
+        message.contains("hbm") && message.contains("by 1 byte"),
         "{message}"
     );
     // An unknown policy is named with its field.

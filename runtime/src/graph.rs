@@ -61,7 +61,8 @@ impl GraphData {
 
     /// Reads a folder with `edge_index.npy` (shape `[2, E]`: sources then
     /// destinations) and optionally `x.npy` (`[N, F]`) and `y.npy` (`[N]`), or
-    /// an edge-list text file (`src dst` per line, `#` comments).
+    /// an edge-list text file (`src dst` per line, `#` comments; a line with
+    /// more fields, such as a weight, is refused).
     pub fn load(path: &Path) -> Result<GraphData> {
         let name = path
             .file_name()
@@ -159,6 +160,16 @@ impl GraphData {
             };
             src.push(vertex("source")?);
             dst.push(vertex("destination")?);
+            if let Some(extra) = fields.next() {
+                return Err(Error::invalid(
+                    path,
+                    format!("line {}", number + 1),
+                    format!(
+                        "{line:?} has a third field {extra:?}: a line is one edge, `source \
+                         destination` (edge weights are not read; keep the first two columns)"
+                    ),
+                ));
+            }
             if src.len() > MAX_TEXT_EDGES {
                 return Err(Error::invalid(
                     path,
@@ -322,6 +333,13 @@ mod tests {
         let message = GraphData::load(&path).unwrap_err().to_string();
         assert!(
             message.contains("line 2") && message.contains("\"x\""),
+            "{message}"
+        );
+        // A weighted edge list: the weight is not dropped unsaid.
+        std::fs::write(&path, "0 1\n1 2 0.5\n").unwrap();
+        let message = GraphData::load(&path).unwrap_err().to_string();
+        assert!(
+            message.contains("line 2") && message.contains("third field \"0.5\""),
             "{message}"
         );
         std::fs::remove_dir_all(&dir).unwrap();

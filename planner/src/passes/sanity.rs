@@ -11,7 +11,7 @@ use crate::plan::{
     Action, Exchange, ExchangeKind, Fate, Leg, PerTier, Plan, ScheduleEntry, Strategy, Stream,
 };
 use crate::workload::{TensorKind, Workload, MAX_TENSOR_BYTES};
-use crate::{Error, Result, Tier};
+use crate::{units, Error, Result, Tier};
 
 /// What the replay found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -735,8 +735,10 @@ impl Replay<'_> {
                     self.workload,
                     step,
                     format!(
-                        "{tier} holds {used} bytes {when}, over its budget of {budget} by {} bytes",
-                        used - budget
+                        "{tier} holds {} {when}, over its budget of {} by {}",
+                        units::count(used, "byte"),
+                        units::count(budget, "byte"),
+                        units::count(used - budget, "byte")
                     ),
                 ));
             }

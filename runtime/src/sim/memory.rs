@@ -6,6 +6,7 @@
 //! the tier has come back within its budget.
 
 use fateplan_planner::plan::{Budgets, PerTier};
+use fateplan_planner::units::count;
 use fateplan_planner::Tier;
 
 use super::{Violation, ViolationKind, MAX_VIOLATIONS};
@@ -74,9 +75,12 @@ impl Tiers {
                 step: at.step,
                 op: at.op.to_string(),
                 message: format!(
-                    "at {t:.6} s {tier} holds {used} bytes once {tensor:?} ({bytes} bytes) is \
-                     allocated, over its budget of {budget} bytes by {} bytes",
-                    used - budget
+                    "at {t:.6} s {tier} holds {} once {tensor:?} ({}) is allocated, over its \
+                     budget of {} by {}",
+                    count(used, "byte"),
+                    count(bytes, "byte"),
+                    count(budget, "byte"),
+                    count(used - budget, "byte")
                 ),
             });
         }
