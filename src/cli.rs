@@ -2038,4 +2038,17 @@ mod tests {
             .get("proven_optimal")
             .is_none());
     }
+
+    #[test]
+    fn the_library_s_default_model_is_the_command_line_s() {
+        for model in ["gcn", "gat"] {
+            let argv = ["plan", "--dataset", "ogbn-arxiv", "--model", model];
+            let args = PlanArgsOnly::try_parse_from(argv).unwrap().args;
+            let Source::Gnn(given) = workload_source(&args).unwrap().source else {
+                panic!("a dataset is a GNN's workload");
+            };
+            let model = GnnModel::parse(model).unwrap();
+            assert_eq!(given.spec, GnnSpec::new(model, 128, 40, "ogbn-arxiv"));
+        }
+    }
 }

@@ -7,16 +7,15 @@
 //! ```
 //! use fateplan::planner::blocks::BlockCounts;
 //! use fateplan::planner::datasets::dataset;
-//! use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec, LayerOrder};
+//! use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec};
 //! use fateplan::planner::{plan, PlanOptions, Policy};
 //!
-//! // A 3-layer GCN over ogbn-arxiv's statistics, in 16 partitions.
+//! // ogbn-arxiv's statistics, in 16 partitions.
 //! let stats = dataset("ogbn-arxiv").unwrap();
+//! // `fateplan plan`'s default model (a 3-layer GCN of 256 hidden), here of 2 layers.
 //! let spec = GnnSpec {
-//!     model: GnnModel::Gcn, layers: 3, hidden: 256, heads: 1,
-//!     features: stats.features, classes: stats.classes, graph_name: stats.name.into(),
-//!     order: LayerOrder::default(), transposes: Default::default(), sweeps: Default::default(),
-//!     dropout: 0.5,
+//!     layers: 2,
+//!     ..GnnSpec::new(GnnModel::Gcn, stats.features, stats.classes, stats.name)
 //! };
 //! let blocks = BlockCounts::skewed(stats.nodes, stats.edges, 16)?;
 //! let workload = build_gnn(&spec, &blocks)?;

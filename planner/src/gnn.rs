@@ -405,6 +405,32 @@ pub struct GnnSpec {
 }
 
 impl GnnSpec {
+    /// `model` of `fateplan plan`'s default shape (3 layers of 256, 4
+    /// heads in GAT's hidden layers, dropout 0.5, the default layer
+    /// order, transposes and sweeps) over a graph of `features` and `classes`,
+    /// named `graph_name`; change a field with struct update syntax,
+    /// `GnnSpec { layers: 2, ..GnnSpec::new(...) }`.
+    pub fn new(
+        model: GnnModel,
+        features: u32,
+        classes: u32,
+        graph_name: impl Into<String>,
+    ) -> GnnSpec {
+        GnnSpec {
+            model,
+            layers: 3,
+            hidden: 256,
+            heads: 4,
+            features,
+            classes,
+            graph_name: graph_name.into(),
+            order: LayerOrder::default(),
+            transposes: Transposes::default(),
+            sweeps: Sweeps::default(),
+            dropout: 0.5,
+        }
+    }
+
     fn validate(&self) -> Result<()> {
         let checks = [
             ("layers", self.layers, 1, 64),
