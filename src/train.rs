@@ -1264,3 +1264,25 @@ fn budget(
     };
     crate::cli::within_capacity((name, given), bytes, (capacity, shared), of)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct TrainArgsOnly {
+        #[command(flatten)]
+        args: TrainArgs,
+    }
+
+    #[test]
+    fn the_library_s_default_hyper_parameters_are_the_command_line_s() {
+        for model in ["gcn", "sage", "gat"] {
+            let argv = ["train", "--graph", "planted:nodes=100", "--model", model];
+            let args = TrainArgsOnly::try_parse_from(argv).unwrap().args;
+            let model = GnnModel::parse(model).unwrap();
+            assert_eq!(hyper(&args).unwrap(), Hyper::new(model));
+        }
+    }
+}

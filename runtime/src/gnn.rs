@@ -81,6 +81,59 @@ pub struct Hyper {
     pub sweeps: Sweeps,
 }
 
+impl Hyper {
+    /// `model` as `fateplan train` trains it by default: 2 layers of 16
+    /// hidden, 1 head, dropout 0.5, Adam at 0.01 with weight decay 5e-4
+    /// on the first layer, seed 1, the default layer order, transposes
+    /// and sweeps. Change a field with struct update syntax,
+    /// `Hyper { hidden: 64, ..Hyper::new(GnnModel::Gcn) }`.
+    pub fn new(model: GnnModel) -> Hyper {
+        Hyper {
+            model,
+            layers: 2,
+            hidden: 16,
+            heads: 1,
+            dropout: 0.5,
+            lr: 0.01,
+            weight_decay: 5e-4,
+            weight_decay_all_layers: false,
+            seed: 1,
+            order: LayerOrder::default(),
+            transposes: Transposes::default(),
+            sweeps: Sweeps::default(),
+        }
+    }
+
+    /// Checks the numbers training steps with, which the model's shape
+    /// (checked as its workload is built) does not hold: a positive
+    /// learning rate, a weight decay of 0 or more, a dropout probability
+    /// in `[0, 1)`.
+    pub fn check(&self) -> Result<(), fateplan_planner::Error> {
+        let invalid = |field: &str, message: String| {
+            Err(fateplan_planner::Error::InvalidInput {
+                context: format!("hyper-parameter {field}"),
+                message,
+            })
+        };
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return invalid("lr", format!("{} is not a positive number", self.lr));
+        }
+        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
+            return invalid(
+                "weight_decay",
+                format!("{} is not a number of 0 or more", self.weight_decay),
+            );
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return invalid(
+                "dropout",
+                format!("{} is not a probability in [0, 1)", self.dropout),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Whether an iteration trains or only evaluates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -531,5 +584,44 @@ pub(crate) fn arity<T>(
             op.name,
             inputs.len()
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hyper_parameters_that_cannot_train_are_refused_by_name() {
+        let good = Hyper::new(GnnModel::Gcn);
+        assert!(good.check().is_ok());
+        let cases = [
+            (
+                Hyper {
+                    lr: f32::NAN,
+                    ..good
+                },
+                "hyper-parameter lr: NaN",
+            ),
+            (Hyper { lr: 0.0, ..good }, "hyper-parameter lr: 0"),
+            (
+                Hyper {
+                    weight_decay: -1.0,
+                    ..good
+                },
+                "hyper-parameter weight_decay: -1",
+            ),
+            (
+                Hyper {
+                    dropout: 1.0,
+                    ..good
+                },
+                "hyper-parameter dropout: 1",
+            ),
+        ];
+        for (hyper, expected) in cases {
+            let message = hyper.check().unwrap_err().to_string();
+            assert!(message.contains(expected), "{message}");
+        }
     }
 }

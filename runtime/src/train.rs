@@ -145,6 +145,9 @@ pub fn train(
         trace,
         backend,
     } = run;
+    hyper
+        .check()
+        .map_err(|e| ExecError::Kernel(e.to_string()))?;
     let Prepared {
         workload: expected,
         input: graph,
@@ -346,6 +349,9 @@ pub fn train_member(
     comm: Box<dyn Collective>,
     progress: &mut dyn FnMut(&EpochStats),
 ) -> Result<MemberOutcome, ExecError> {
+    hyper
+        .check()
+        .map_err(|e| ExecError::Kernel(e.to_string()))?;
     on_a_worker(progress, move |progress| {
         let rank = comm.rank();
         let halo_block_bytes = share.halo.block_bytes();
@@ -458,6 +464,9 @@ pub fn train_shared(
                 .into(),
         ));
     }
+    hyper
+        .check()
+        .map_err(|e| ExecError::Kernel(e.to_string()))?;
     check_shared_plan(&plan, &prepared.workload)?;
     let k = prepared.devices.len();
     if k != prepared.group {
@@ -739,6 +748,7 @@ pub fn prepare_cached(
     partitions: u32,
     csr_cache: Option<&Path>,
 ) -> Result<Prepared, crate::Error> {
+    hyper.check()?;
     let build = || Csr::from_edges(dataset.nodes, &dataset.src, &dataset.dst);
     let csr = match csr_cache {
         Some(path) => {
