@@ -119,6 +119,77 @@ pub struct TrainRun {
     pub backend: BackendChoice,
 }
 
+/// Checks what a run is asked to do before it starts: hyper-parameters
+/// that can train ([`Hyper::check`]), at least one epoch, and, where the
+/// model was `built` from a spec ([`prepare`]), `hyper`'s shape the same
+/// as the one built (the plan is checked against the workload later, but
+/// a model of another shape would fail there on a weight's size).
+fn check_run(hyper: &Hyper, epochs: u32, built: Option<&GnnSpec>) -> Result<(), ExecError> {
+    hyper
+        .check()
+        .map_err(|e| ExecError::Kernel(e.to_string()))?;
+    if epochs == 0 {
+        return Err(ExecError::Kernel(
+            "epochs: 0; a run trains at least 1".into(),
+        ));
+    }
+    let Some(built) = built else {
+        return Ok(());
+    };
+    let wanted = spec(
+        built.features as usize,
+        built.classes as usize,
+        hyper,
+        &built.graph_name,
+    );
+    let differ: Vec<String> = [
+        (
+            "model",
+            wanted.model.name().into(),
+            built.model.name().into(),
+        ),
+        (
+            "layers",
+            wanted.layers.to_string(),
+            built.layers.to_string(),
+        ),
+        (
+            "hidden",
+            wanted.hidden.to_string(),
+            built.hidden.to_string(),
+        ),
+        ("heads", wanted.heads.to_string(), built.heads.to_string()),
+        (
+            "dropout",
+            wanted.dropout.to_string(),
+            built.dropout.to_string(),
+        ),
+        (
+            "order",
+            wanted.order.name().into(),
+            built.order.name().into(),
+        ),
+        (
+            "transposes",
+            wanted.transposes.name().into(),
+            built.transposes.name().into(),
+        ),
+        ("sweeps", wanted.sweeps.name(), built.sweeps.name()),
+    ]
+    .into_iter()
+    .filter(|(_, a, b)| a != b)
+    .map(|(field, a, b)| format!("{field} {a} (prepared with {b})"))
+    .collect();
+    if differ.is_empty() {
+        return Ok(());
+    }
+    Err(ExecError::Kernel(format!(
+        "the hyper-parameters are not those the model was prepared with: {}; prepare it with \
+         these",
+        differ.join(", ")
+    )))
+}
+
 /// The backend a training runs on.
 #[derive(Debug, Clone, Default)]
 pub enum BackendChoice {
@@ -145,9 +216,7 @@ pub fn train(
         trace,
         backend,
     } = run;
-    hyper
-        .check()
-        .map_err(|e| ExecError::Kernel(e.to_string()))?;
+    check_run(&hyper, epochs, Some(&prepared.shape.spec))?;
     let Prepared {
         workload: expected,
         input: graph,
@@ -349,9 +418,7 @@ pub fn train_member(
     comm: Box<dyn Collective>,
     progress: &mut dyn FnMut(&EpochStats),
 ) -> Result<MemberOutcome, ExecError> {
-    hyper
-        .check()
-        .map_err(|e| ExecError::Kernel(e.to_string()))?;
+    check_run(&hyper, epochs, None)?;
     on_a_worker(progress, move |progress| {
         let rank = comm.rank();
         let halo_block_bytes = share.halo.block_bytes();
@@ -464,9 +531,7 @@ pub fn train_shared(
                 .into(),
         ));
     }
-    hyper
-        .check()
-        .map_err(|e| ExecError::Kernel(e.to_string()))?;
+    check_run(&hyper, epochs, Some(&prepared.shape.spec))?;
     check_shared_plan(&plan, &prepared.workload)?;
     let k = prepared.devices.len();
     if k != prepared.group {

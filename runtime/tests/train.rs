@@ -20,18 +20,10 @@ use proptest::prelude::*;
 
 fn hyper(model: GnnModel, layers: u32, hidden: u32, seed: u64) -> Hyper {
     Hyper {
-        model,
         layers,
         hidden,
-        heads: 1,
-        dropout: 0.5,
-        lr: 0.01,
-        weight_decay: 5e-4,
-        weight_decay_all_layers: false,
         seed,
-        order: Default::default(),
-        transposes: Default::default(),
-        sweeps: Default::default(),
+        ..Hyper::new(model)
     }
 }
 
@@ -514,4 +506,60 @@ fn a_plan_for_another_workload_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(error.contains("plan again"), "{error}");
+}
+
+#[test]
+fn a_run_that_cannot_train_is_refused_before_it_starts_naming_why() {
+    let dataset = planted(300, 3);
+    let hyper = Hyper::new(GnnModel::Gcn);
+    let prepared = || train::prepare(dataset.clone(), &hyper, 2).unwrap();
+    let planned = make_plan(&prepared(), Policy::RetainAll, roomy()).unwrap();
+    let attempt = |hyper: Hyper, epochs: u32| {
+        let run = TrainRun {
+            plan: Arc::new(planned.clone()),
+            epochs,
+            budgets: None,
+            ssd: None,
+            trace: false,
+            backend: Default::default(),
+        };
+        let mut ran = 0;
+        let result = train::train(prepared(), hyper, run, &mut |_| ran += 1);
+        assert_eq!(ran, 0, "no epoch may run");
+        result.unwrap_err().to_string()
+    };
+    let cases = [
+        (hyper, 0, "epochs: 0"),
+        (Hyper { lr: -1.0, ..hyper }, 1, "hyper-parameter lr: -1"),
+        (
+            Hyper {
+                hidden: 32,
+                ..hyper
+            },
+            1,
+            "hidden 32 (prepared with 16)",
+        ),
+        (
+            Hyper {
+                model: GnnModel::Sage,
+                ..hyper
+            },
+            1,
+            "model sage (prepared with gcn)",
+        ),
+    ];
+    for (hyper, epochs, expected) in cases {
+        let message = attempt(hyper, epochs);
+        assert!(message.contains(expected), "{message}");
+    }
+    // And in preparing: a learning rate that cannot train.
+    let nan = Hyper {
+        lr: f32::NAN,
+        ..hyper
+    };
+    let message = match train::prepare(dataset.clone(), &nan, 2) {
+        Ok(_) => panic!("a NaN learning rate was prepared"),
+        Err(e) => e.to_string(),
+    };
+    assert!(message.contains("hyper-parameter lr: NaN"), "{message}");
 }
