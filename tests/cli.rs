@@ -119,7 +119,7 @@ fn too_small_a_budget_is_infeasible_with_the_shortfall() {
     assert_eq!(out.status.code(), Some(2));
     let message = stderr(&out);
     assert!(
-        message.contains("infeasible: hbm") && message.contains("bytes over"),
+        message.contains("infeasible: hbm") && message.contains("bytes) over"),
         "{message}"
     );
     // `--partitions auto` says which count the error is at.
@@ -862,7 +862,7 @@ fn a_peer_policy_on_several_gpus_reports_the_budget_given() {
     ]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("but its budget is 157286400 bytes"),
+        stderr(&out).contains("but its budget is 150 MiB (157286400 bytes)"),
         "{}",
         stderr(&out)
     );

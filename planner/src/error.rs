@@ -2,9 +2,14 @@
 
 use crate::Tier;
 
-/// `n bytes`, or `1 byte`.
+/// `n bytes` (`1 byte`), and from 1 KiB on in a binary unit first:
+/// `953 MiB (999643848 bytes)`.
 fn bytes(n: &u64) -> String {
-    crate::units::count(*n, "byte")
+    let exact = crate::units::count(*n, "byte");
+    match *n < 1024 {
+        true => exact,
+        false => format!("{} ({exact})", crate::units::format_bytes(*n)),
+    }
 }
 
 /// Everything that can go wrong while building a workload, reading a profile
