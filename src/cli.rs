@@ -33,6 +33,8 @@ use fateplan::runtime::partition::{Method, PartitionOptions, Partitioning};
 use fateplan::runtime::share::{share_workload, ShareMethod, ShareStats, ShareWorkload};
 use fateplan::runtime::sim::{self as simulator, SimOptions};
 
+mod curve;
+
 use crate::partition::{self, PartitionArgs};
 use crate::profile::{self as measure_profile, ProfileArgs};
 use crate::simulate::{self, SimulateArgs, ViolationsFound};
@@ -62,6 +64,11 @@ enum Command {
     /// time, peak per tier, and which cannot fit (`--simulate`: and the
     /// simulator's time for each plan).
     Compare(CompareArgs),
+    /// Plan one workload at each of several device budgets and print the
+    /// predicted iteration against the budget: how much device memory a
+    /// run needs to be how fast (each row the fastest plan of its budget
+    /// and the smaller ones).
+    Curve(curve::CurveArgs),
     /// Run every policy on the grid of models, depths, datasets and GPU
     /// counts, simulate each plan that fits, and print (or write) the
     /// speedup of dp over each peer.
@@ -103,7 +110,7 @@ struct CompareArgs {
     simulate: bool,
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub(crate) struct PlanArgs {
     /// GNN model: gcn, sage or gat.
     #[arg(long, conflicts_with = "dag", default_value = "gcn")]
@@ -302,6 +309,7 @@ pub fn main() -> ExitCode {
         Command::Workloads => run_workloads(),
         Command::Simulate(args) => simulate::run(&args, load_profile),
         Command::Compare(args) => run_compare(&args),
+        Command::Curve(args) => curve::run(&args),
         Command::Study(args) => study::run(&args),
         Command::Train(args) => train::run(&args, load_profile),
         Command::Profile(args) => measure_profile::run(&args),
@@ -1745,7 +1753,22 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, simulate: bool) -> Resu
     Ok(())
 }
 
-fn run_plan(args: &PlanArgs) -> Result<()> {
+/// The plan `fateplan plan` makes of `args`, with what its summary says
+/// beside it.
+struct Planned {
+    plan: Plan,
+    /// Lines on the workload, its partitions, halo and budgets.
+    note: String,
+    /// Seconds planning took (the plan's own, where sizing the partitions
+    /// or choosing the sweeps made it).
+    planned_s: f64,
+    /// Where sizing or choosing the sweeps made it, which of the two.
+    made_while: Option<&'static str>,
+}
+
+/// Plans `args` as `fateplan plan` does: the workload, its partitions and
+/// sweeps, then the plan, which records the model it was made for.
+fn planned(args: &PlanArgs) -> Result<Planned> {
     let Prepared {
         profile,
         options,
@@ -1776,6 +1799,21 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
     let planned_s = sizing_planned_s.unwrap_or_else(|| started.elapsed().as_secs_f64());
     // What `train --plan` trains.
     plan.workload.model = model;
+    Ok(Planned {
+        plan,
+        note,
+        planned_s,
+        made_while: sizing_planned_s.map(|_| made_while),
+    })
+}
+
+fn run_plan(args: &PlanArgs) -> Result<()> {
+    let Planned {
+        plan,
+        note,
+        planned_s,
+        made_while,
+    } = planned(args)?;
     // Serialised only where it is written or printed.
     let json = (args.output.is_some() || args.json && !args.explain).then(|| plan.to_json());
     if let (Some(path), Some(json)) = (&args.output, &json) {
@@ -1796,8 +1834,8 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
         out.write_all(json.as_bytes())?;
     } else {
         write_summary(&mut out, &plan, &note, args.output.as_ref())?;
-        let when = match sizing_planned_s {
-            Some(_) => format!(" (while {made_while})"),
+        let when = match made_while {
+            Some(made_while) => format!(" (while {made_while})"),
             None => String::new(),
         };
         let search = plan.milp.map(|m| {

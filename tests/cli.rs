@@ -1187,3 +1187,113 @@ fn a_plan_s_fates_and_exchanges_must_be_what_its_schedule_and_gpus_can_be() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `fateplan curve --json` on ogbn-arxiv's GCN in 4 partitions.
+fn curve(budgets: &str) -> serde_json::Value {
+    let out = fateplan(&[
+        "curve",
+        "--dataset",
+        "ogbn-arxiv",
+        "--partitions",
+        "4",
+        "--budgets",
+        budgets,
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
+#[test]
+fn a_curve_never_rises_and_each_row_is_a_plan_of_its_budget_or_a_smaller_one() {
+    // In any order; one too small to fit.
+    let curve = curve("400MiB,100MiB,25%,290MiB,275MiB,50%,355MiB,360MiB");
+    let rows = curve["rows"].as_array().unwrap();
+    let bytes: Vec<u64> = rows
+        .iter()
+        .map(|r| r["hbm_budget_bytes"].as_u64().unwrap())
+        .collect();
+    assert!(bytes.windows(2).all(|w| w[0] < w[1]), "{bytes:?}");
+    assert_eq!(rows[0]["budget"], "100MiB");
+    assert_eq!(rows[0]["fits"], false);
+    assert!(
+        rows[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("infeasible: hbm"),
+        "{}",
+        rows[0]
+    );
+    // Shares are of the retain-all plan's device peak.
+    let retain = fateplan(&[
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--partitions",
+        "4",
+        "--policy",
+        "retain-all",
+        "--json",
+    ]);
+    let retain: serde_json::Value = serde_json::from_str(&stdout(&retain)).unwrap();
+    let peak = retain["predicted"]["peak_bytes"]["hbm"].as_u64().unwrap();
+    assert_eq!(curve["reference_peak_bytes"].as_u64(), Some(peak));
+    let quarter = rows.iter().find(|r| r["budget"] == "25%").unwrap();
+    assert_eq!(
+        quarter["hbm_budget_bytes"].as_u64(),
+        Some((peak as f64 * 0.25) as u64)
+    );
+    let mut last = f64::INFINITY;
+    for row in rows.iter().filter(|r| r["fits"] == true) {
+        let (taken, own) = (
+            row["iteration_s"].as_f64().unwrap(),
+            row["own_iteration_s"].as_f64().unwrap(),
+        );
+        assert!(taken <= last && taken <= own, "{row}");
+        assert!(
+            row["hbm_peak_bytes"].as_u64() <= row["hbm_budget_bytes"].as_u64(),
+            "{row}"
+        );
+        // A smaller budget's plan is taken only where it is the faster.
+        let of = row["plan_of"].as_str().unwrap();
+        assert_eq!(of == row["budget"], taken == own, "{row}");
+        // Its own plan is `fateplan plan`'s at that budget.
+        let budget = row["hbm_budget_bytes"].to_string();
+        let out = fateplan(&[
+            "plan",
+            "--dataset",
+            "ogbn-arxiv",
+            "--partitions",
+            "4",
+            "--hbm-budget",
+            &budget,
+            "--json",
+        ]);
+        let plan: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(
+            plan["predicted"]["iteration_s"].as_f64(),
+            Some(own),
+            "{row}"
+        );
+        last = taken;
+    }
+}
+
+#[test]
+fn a_curve_refuses_budgets_it_cannot_plan_naming_them() {
+    let refused = |args: &[&str], expected: &str| {
+        let mut argv = vec!["curve", "--dataset", "ogbn-arxiv", "--partitions", "4"];
+        argv.extend_from_slice(args);
+        let out = fateplan(&argv);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(stderr(&out).contains(expected), "{}", stderr(&out));
+    };
+    refused(&["--budgets", "1GiB,1024MiB"], "1GiB and 1024MiB are both");
+    refused(&["--budgets", "1GiB,x"], "--budgets x");
+    refused(&["--budgets", "-5%"], "--budgets -5%");
+    refused(
+        &["--budgets", "200GiB"],
+        "200 GiB is more than profile \"a100-80g\"",
+    );
+    refused(&["--hbm-budget", "1GiB"], "plans at each of --budgets");
+}

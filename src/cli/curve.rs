@@ -1,0 +1,385 @@
+//! `fateplan curve`: one workload planned at each of several device
+//! budgets, the predicted iteration against the budget. A plan that fits a
+//! budget fits every larger one, so each row is the fastest plan of its
+//! budget and the smaller ones: the curve never rises as the budget grows,
+//! and a row says where a smaller budget's plan was the faster.
+
+use std::io::Write;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use fateplan::planner::units::{count, format_bytes, format_seconds, parse_bytes};
+use fateplan::planner::{Error as PlanError, Plan, Policy};
+
+use super::{budget_percent, load_profile, planned, share_of, PlanArgs, Planned};
+
+/// The budgets planned when none are given: shares of the retain-all
+/// plan's device peak.
+const DEFAULT_BUDGETS: &str = "10%,15%,20%,25%,30%,40%,50%,75%,100%";
+
+/// At most this many budgets in one curve.
+const MAX_BUDGETS: usize = 64;
+
+#[derive(Args)]
+#[command(
+    mut_arg("output", |a| a.hide(true)),
+    mut_arg("explain", |a| a.hide(true)),
+    mut_arg("hbm_budget", |a| a.hide(true)),
+    mut_arg("json", |a| a.help("Print the curve as JSON instead of the table"))
+)]
+pub(crate) struct CurveArgs {
+    #[command(flatten)]
+    plan: PlanArgs,
+    /// Device budgets, comma-separated, in any order: sizes (`256MiB`,
+    /// `2GiB`, bytes) or shares (`25%`) of the device peak of the plan
+    /// `--policy retain-all` makes with the other flags as given, at the
+    /// profile's capacity (with `--partitions auto`, each budget then sizes
+    /// its own partitions) [default: 10%,15%,20%,25%,30%,40%,50%,75%,100%]
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
+    budgets: Option<Vec<String>>,
+}
+
+/// One budget as given.
+#[derive(Debug, Clone, PartialEq)]
+enum Given {
+    Bytes(u64),
+    Percent(f64),
+}
+
+/// One row of the curve.
+struct Row {
+    /// The budget as given (`25%`, `256MiB`).
+    label: String,
+    bytes: u64,
+    outcome: Outcome,
+}
+
+enum Outcome {
+    Fits {
+        /// This budget's own plan.
+        own: Box<Plan>,
+        /// The row of the smaller budget whose plan is faster, if one is.
+        faster_from: Option<usize>,
+    },
+    /// No plan fits: the planner's message, first line.
+    Infeasible(String),
+}
+
+fn parse_budgets(texts: &[String]) -> Result<Vec<(String, Given)>> {
+    if texts.is_empty() || texts.len() > MAX_BUDGETS {
+        bail!(
+            "--budgets: {} budgets given; a curve needs 1 to {MAX_BUDGETS}",
+            texts.len()
+        );
+    }
+    let mut budgets = Vec::with_capacity(texts.len());
+    for text in texts {
+        let text = text.trim();
+        let given = match budget_percent(&Some(text.to_string()), "budgets")? {
+            Some(percent) => Given::Percent(percent),
+            None => {
+                let bytes = parse_bytes(text).with_context(|| format!("--budgets {text}"))?;
+                if bytes == 0 {
+                    bail!("--budgets {text}: a budget of 0 bytes holds nothing");
+                }
+                Given::Bytes(bytes)
+            }
+        };
+        budgets.push((text.to_string(), given));
+    }
+    Ok(budgets)
+}
+
+/// `args` with the device budget `hbm`.
+fn at(args: &PlanArgs, hbm: String) -> PlanArgs {
+    PlanArgs {
+        hbm_budget: Some(hbm),
+        ..args.clone()
+    }
+}
+
+/// Where no plan fits (the planner's infeasible error, whatever context
+/// it was given), its message.
+fn infeasible(error: &anyhow::Error) -> Option<String> {
+    error
+        .chain()
+        .find_map(|e| match e.downcast_ref::<PlanError>() {
+            Some(infeasible @ PlanError::Infeasible { .. }) => Some(infeasible.to_string()),
+            _ => None,
+        })
+}
+
+pub(crate) fn run(args: &CurveArgs) -> Result<()> {
+    if let Some(hbm) = &args.plan.hbm_budget {
+        bail!("--hbm-budget {hbm}: `curve` plans at each of --budgets instead");
+    }
+    if args.plan.output.is_some() || args.plan.explain {
+        bail!("-o and --explain are `plan`'s: plan one budget of the curve with `fateplan plan`");
+    }
+    let texts: Vec<String> = match &args.budgets {
+        Some(texts) => texts.clone(),
+        None => DEFAULT_BUDGETS.split(',').map(str::to_string).collect(),
+    };
+    let budgets = parse_budgets(&texts)?;
+    // Shares are of the retain-all plan's peak at the profile's capacity.
+    let mut reference = None;
+    if budgets.iter().any(|(_, g)| matches!(g, Given::Percent(_))) {
+        let retain = PlanArgs {
+            policy: Policy::RetainAll.name().to_string(),
+            ..args.plan.clone()
+        };
+        let made = planned(&retain).context(
+            "--budgets as shares of the device peak of the retain-all plan at the profile's \
+             capacity, which does not fit it (give the budgets as sizes)",
+        )?;
+        let peak = made.plan.predicted.peak_bytes.hbm;
+        let partitions = made.plan.workload.model.as_ref().map(|m| m.partitions);
+        reference = Some((peak, partitions));
+    }
+    let mut budgets: Vec<(String, u64)> = budgets
+        .into_iter()
+        .map(|(label, given)| {
+            let bytes = match (given, reference) {
+                (Given::Bytes(bytes), _) => bytes,
+                (Given::Percent(percent), Some((peak, _))) => share_of(peak, percent).max(1),
+                (Given::Percent(_), None) => unreachable!("a share is of the reference peak"),
+            };
+            (label, bytes)
+        })
+        .collect();
+    budgets.sort_by_key(|&(_, bytes)| bytes);
+    let profile = load_profile(&args.plan.profile)?;
+    let capacity = profile.device.hbm_bytes;
+    if let Some((label, bytes)) = budgets.iter().find(|(_, bytes)| *bytes > capacity) {
+        bail!(
+            "--budgets {label}: {} is more than profile {:?} has ({}); to plan for a larger \
+             machine, give its profile",
+            format_bytes(*bytes),
+            profile.name,
+            format_bytes(capacity)
+        );
+    }
+    if let Some(twice) = budgets.windows(2).find(|w| w[0].1 == w[1].1) {
+        bail!(
+            "--budgets: {} and {} are both {} bytes",
+            twice[0].0,
+            twice[1].0,
+            twice[0].1
+        );
+    }
+    // Planning a large graph at a budget can take seconds: say which (on
+    // a terminal only).
+    let bar = indicatif::ProgressBar::new(budgets.len() as u64)
+        .with_finish(indicatif::ProgressFinish::AndClear);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} planning at {msg} {elapsed}")
+            .expect("a fixed template parses"),
+    );
+    let mut rows: Vec<Row> = Vec::with_capacity(budgets.len());
+    let mut workload = None;
+    for (label, bytes) in &budgets {
+        bar.set_message(label.clone());
+        let row = match planned(&at(&args.plan, bytes.to_string())) {
+            Ok(Planned { plan, note, .. }) => {
+                workload.get_or_insert_with(|| (plan.workload.name.clone(), note));
+                Row {
+                    label: label.clone(),
+                    bytes: plan.budgets.hbm_bytes,
+                    outcome: Outcome::Fits {
+                        own: Box::new(plan),
+                        faster_from: None,
+                    },
+                }
+            }
+            Err(error) => match infeasible(&error) {
+                Some(message) => Row {
+                    label: label.clone(),
+                    bytes: *bytes,
+                    outcome: Outcome::Infeasible(message),
+                },
+                None => return Err(error.context(format!("--budgets {label}"))),
+            },
+        };
+        rows.push(row);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    // In the order of the bytes, each row carries the fastest plan of the
+    // budgets up to it.
+    let mut best: Option<(usize, f64)> = None;
+    for (i, row) in rows.iter_mut().enumerate() {
+        if let Outcome::Fits { own, faster_from } = &mut row.outcome {
+            let mine = own.predicted.iteration_s;
+            match best {
+                Some((j, seconds)) if seconds < mine => *faster_from = Some(j),
+                _ => best = Some((i, mine)),
+            }
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    if args.plan.json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&json(&rows, reference))?
+        )?;
+    } else {
+        table(&mut out, &rows, reference, workload.as_ref(), &args.plan)?;
+    }
+    Ok(())
+}
+
+/// The plan a row predicts with: its own, or the faster one of a smaller
+/// budget.
+fn taken<'a>(rows: &'a [Row], row: &'a Row) -> Option<&'a Plan> {
+    match &row.outcome {
+        Outcome::Fits {
+            faster_from: Some(j),
+            ..
+        } => match &rows[*j].outcome {
+            Outcome::Fits { own, .. } => Some(own),
+            Outcome::Infeasible(_) => None,
+        },
+        Outcome::Fits { own, .. } => Some(own),
+        Outcome::Infeasible(_) => None,
+    }
+}
+
+fn partitions(plan: &Plan) -> String {
+    plan.workload
+        .model
+        .as_ref()
+        .map_or("-".to_string(), |m| m.partitions.to_string())
+}
+
+fn table(
+    out: &mut dyn Write,
+    rows: &[Row],
+    reference: Option<(u64, Option<u32>)>,
+    workload: Option<&(String, String)>,
+    args: &PlanArgs,
+) -> Result<()> {
+    if let Some((name, note)) = workload {
+        // With a GNN's partitions sized per budget, the workload differs
+        // by row.
+        let partitions = rows.iter().find_map(|r| match &r.outcome {
+            Outcome::Fits { own, .. } => own.workload.model.as_ref().map(|m| m.partitions),
+            Outcome::Infeasible(_) => None,
+        });
+        let auto = args.partitions == "auto" && partitions.is_some();
+        let (name, sized) = match partitions.filter(|_| auto) {
+            Some(p) => (
+                name.strip_suffix(&format!("-p{p}")).unwrap_or(name),
+                "; the partitions sized per budget",
+            ),
+            None => (name.as_str(), ""),
+        };
+        writeln!(
+            out,
+            "curve     {name} on {}, policy {}{sized}",
+            args.profile, args.policy
+        )?;
+        if let Some(line) = note.lines().next().filter(|_| !auto) {
+            writeln!(out, "workload  {line}")?;
+        }
+    }
+    if let Some((peak, partitions)) = reference {
+        let at = partitions.map_or(String::new(), |p| {
+            format!(" ({})", count(p.into(), "partition"))
+        });
+        writeln!(
+            out,
+            "shares    of {}, the device peak of the retain-all plan at the profile's \
+             capacity{at}",
+            format_bytes(peak)
+        )?;
+    }
+    let fastest = rows
+        .iter()
+        .filter_map(|r| taken(rows, r))
+        .map(|p| p.predicted.iteration_s)
+        .fold(f64::INFINITY, f64::min);
+    writeln!(
+        out,
+        "{:<10} {:>11} {:>12} {:>8} {:>11} {:>11} {:>10}",
+        "budget", "bytes", "iteration", "vs best", "hbm peak", "h2d moved", "partitions"
+    )?;
+    for row in rows {
+        let Some(plan) = taken(rows, row) else {
+            let Outcome::Infeasible(message) = &row.outcome else {
+                unreachable!("a row with no plan taken has none that fits");
+            };
+            writeln!(
+                out,
+                "{:<10} {:>11} does not fit: {message}",
+                row.label,
+                format_bytes(row.bytes)
+            )?;
+            continue;
+        };
+        let p = &plan.predicted;
+        let from = match &row.outcome {
+            Outcome::Fits {
+                own,
+                faster_from: Some(j),
+            } => format!(
+                "  the {} plan (this budget's own: {})",
+                rows[*j].label,
+                format_seconds(own.predicted.iteration_s)
+            ),
+            _ => String::new(),
+        };
+        writeln!(
+            out,
+            "{:<10} {:>11} {:>12} {:>7.2}x {:>11} {:>11} {:>10}{from}",
+            row.label,
+            format_bytes(row.bytes),
+            format_seconds(p.iteration_s),
+            p.iteration_s / fastest,
+            format_bytes(p.peak_bytes.hbm),
+            format_bytes(p.bytes_moved.h2d),
+            partitions(plan),
+        )?;
+    }
+    Ok(())
+}
+
+fn json(rows: &[Row], reference: Option<(u64, Option<u32>)>) -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|row| {
+            let mut value = serde_json::json!({
+                "budget": row.label,
+                "hbm_budget_bytes": row.bytes,
+            });
+            match (&row.outcome, taken(rows, row)) {
+                (Outcome::Fits { own, faster_from }, Some(plan)) => {
+                    let p = &plan.predicted;
+                    value["fits"] = true.into();
+                    value["iteration_s"] = p.iteration_s.into();
+                    value["own_iteration_s"] = own.predicted.iteration_s.into();
+                    value["plan_of"] = faster_from
+                        .map_or(row.label.clone(), |j| rows[j].label.clone())
+                        .into();
+                    value["hbm_peak_bytes"] = p.peak_bytes.hbm.into();
+                    value["host_peak_bytes"] = p.peak_bytes.host.into();
+                    value["ssd_peak_bytes"] = p.peak_bytes.ssd.into();
+                    value["bytes_moved"] =
+                        serde_json::to_value(p.bytes_moved).unwrap_or(serde_json::Value::Null);
+                    value["partitions"] = plan.workload.model.as_ref().map(|m| m.partitions).into();
+                }
+                (Outcome::Infeasible(message), _) => {
+                    value["fits"] = false.into();
+                    value["error"] = message.clone().into();
+                }
+                (Outcome::Fits { .. }, None) => {}
+            }
+            value
+        })
+        .collect();
+    serde_json::json!({
+        "reference_peak_bytes": reference.map(|(peak, _)| peak),
+        "reference_partitions": reference.and_then(|(_, p)| p),
+        "rows": rows,
+    })
+}
