@@ -1237,7 +1237,8 @@ fn a_curve_never_rises_and_each_row_is_a_plan_of_its_budget_or_a_smaller_one() {
     ]);
     let retain: serde_json::Value = serde_json::from_str(&stdout(&retain)).unwrap();
     let peak = retain["predicted"]["peak_bytes"]["hbm"].as_u64().unwrap();
-    assert_eq!(curve["reference_peak_bytes"].as_u64(), Some(peak));
+    assert_eq!(curve["shares_of"], "retain_all");
+    assert_eq!(curve["shares_of_bytes"].as_u64(), Some(peak));
     let quarter = rows.iter().find(|r| r["budget"] == "25%").unwrap();
     assert_eq!(
         quarter["hbm_budget_bytes"].as_u64(),
@@ -1277,6 +1278,45 @@ fn a_curve_never_rises_and_each_row_is_a_plan_of_its_budget_or_a_smaller_one() {
         );
         last = taken;
     }
+}
+
+#[test]
+fn a_curve_s_shares_are_of_the_device_where_retain_all_does_not_fit_it() {
+    // An A100 of 512 MiB: arxiv's retain-all plan (953 MiB) does not fit.
+    let dir = scratch("curve-small-device");
+    let profile = dir.join("a100-512m.json");
+    let text = include_str!("../profiles/a100-80g.json")
+        .replacen("\"hbm_bytes\": 85899345920", "\"hbm_bytes\": 536870912", 1)
+        .replacen("\"name\": \"a100-80g\"", "\"name\": \"a100-512m\"", 1);
+    std::fs::write(&profile, text).unwrap();
+    let out = fateplan(&[
+        "curve",
+        "--dataset",
+        "ogbn-arxiv",
+        "--partitions",
+        "4",
+        "--profile",
+        profile.to_str().unwrap(),
+        "--budgets",
+        "50%,100%",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(
+        table.contains("shares    of 512 MiB, the device memory of profile")
+            && table.contains("(the retain-all plan does not fit it)"),
+        "{table}"
+    );
+    let row = |label: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no row {label}: {table}"))
+            .to_string()
+    };
+    assert!(row("50% ").contains("256 MiB"), "{table}");
+    assert!(row("100% ").contains("512 MiB"), "{table}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -33,10 +33,22 @@ pub(crate) struct CurveArgs {
     /// Device budgets, comma-separated, in any order: sizes (`256MiB`,
     /// `2GiB`, bytes) or shares (`25%`) of the device peak of the plan
     /// `--policy retain-all` makes with the other flags as given, at the
-    /// profile's capacity (with `--partitions auto`, each budget then sizes
-    /// its own partitions) [default: 10%,15%,20%,25%,30%,40%,50%,75%,100%]
+    /// profile's capacity, or where it does not fit, of the device's
+    /// memory. With `--partitions auto`, each budget sizes its own
+    /// partitions [default: 10%,15%,20%,25%,30%,40%,50%,75%,100%]
     #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
     budgets: Option<Vec<String>>,
+}
+
+/// What shares of `--budgets` are of.
+#[derive(Debug, Clone, Copy)]
+struct Reference {
+    bytes: u64,
+    /// The retain-all plan's partitions, where it fits and has them.
+    partitions: Option<u32>,
+    /// The retain-all plan's device peak; or, where that plan does not fit
+    /// the device, the device's memory.
+    retain_all: bool,
 }
 
 /// One budget as given.
@@ -121,35 +133,46 @@ pub(crate) fn run(args: &CurveArgs) -> Result<()> {
         None => DEFAULT_BUDGETS.split(',').map(str::to_string).collect(),
     };
     let budgets = parse_budgets(&texts)?;
-    // Shares are of the retain-all plan's peak at the profile's capacity.
+    let profile = load_profile(&args.plan.profile)?;
+    let capacity = profile.device.hbm_bytes;
+    // Shares are of the retain-all plan's peak at the profile's capacity,
+    // or of the capacity where that plan does not fit it.
     let mut reference = None;
     if budgets.iter().any(|(_, g)| matches!(g, Given::Percent(_))) {
         let retain = PlanArgs {
             policy: Policy::RetainAll.name().to_string(),
             ..args.plan.clone()
         };
-        let made = planned(&retain).context(
-            "--budgets as shares of the device peak of the retain-all plan at the profile's \
-             capacity, which does not fit it (give the budgets as sizes)",
-        )?;
-        let peak = made.plan.predicted.peak_bytes.hbm;
-        let partitions = made.plan.workload.model.as_ref().map(|m| m.partitions);
-        reference = Some((peak, partitions));
+        reference = Some(match planned(&retain) {
+            Ok(made) => Reference {
+                bytes: made.plan.predicted.peak_bytes.hbm,
+                partitions: made.plan.workload.model.as_ref().map(|m| m.partitions),
+                retain_all: true,
+            },
+            Err(error) if infeasible(&error).is_some() => Reference {
+                bytes: capacity,
+                partitions: None,
+                retain_all: false,
+            },
+            Err(error) => {
+                return Err(error.context(
+                    "--budgets as shares: the retain-all plan, whose device peak they are of",
+                ))
+            }
+        });
     }
     let mut budgets: Vec<(String, u64)> = budgets
         .into_iter()
         .map(|(label, given)| {
             let bytes = match (given, reference) {
                 (Given::Bytes(bytes), _) => bytes,
-                (Given::Percent(percent), Some((peak, _))) => share_of(peak, percent).max(1),
-                (Given::Percent(_), None) => unreachable!("a share is of the reference peak"),
+                (Given::Percent(percent), Some(of)) => share_of(of.bytes, percent).max(1),
+                (Given::Percent(_), None) => unreachable!("a share is of the reference"),
             };
             (label, bytes)
         })
         .collect();
     budgets.sort_by_key(|&(_, bytes)| bytes);
-    let profile = load_profile(&args.plan.profile)?;
-    let capacity = profile.device.hbm_bytes;
     if let Some((label, bytes)) = budgets.iter().find(|(_, bytes)| *bytes > capacity) {
         bail!(
             "--budgets {label}: {} is more than profile {:?} has ({}); to plan for a larger \
@@ -255,7 +278,7 @@ fn partitions(plan: &Plan) -> String {
 fn table(
     out: &mut dyn Write,
     rows: &[Row],
-    reference: Option<(u64, Option<u32>)>,
+    reference: Option<Reference>,
     workload: Option<&(String, String)>,
     args: &PlanArgs,
 ) -> Result<()> {
@@ -283,16 +306,20 @@ fn table(
             writeln!(out, "workload  {line}")?;
         }
     }
-    if let Some((peak, partitions)) = reference {
-        let at = partitions.map_or(String::new(), |p| {
-            format!(" ({})", count(p.into(), "partition"))
-        });
-        writeln!(
-            out,
-            "shares    of {}, the device peak of the retain-all plan at the profile's \
-             capacity{at}",
-            format_bytes(peak)
-        )?;
+    if let Some(of) = reference {
+        let what = match of.retain_all {
+            true => {
+                let at = of.partitions.map_or(String::new(), |p| {
+                    format!(" ({})", count(p.into(), "partition"))
+                });
+                format!("the device peak of the retain-all plan at the profile's capacity{at}")
+            }
+            false => format!(
+                "the device memory of profile {} (the retain-all plan does not fit it)",
+                args.profile
+            ),
+        };
+        writeln!(out, "shares    of {}, {what}", format_bytes(of.bytes))?;
     }
     let fastest = rows
         .iter()
@@ -344,7 +371,7 @@ fn table(
     Ok(())
 }
 
-fn json(rows: &[Row], reference: Option<(u64, Option<u32>)>) -> serde_json::Value {
+fn json(rows: &[Row], reference: Option<Reference>) -> serde_json::Value {
     let rows: Vec<serde_json::Value> = rows
         .iter()
         .map(|row| {
@@ -378,8 +405,14 @@ fn json(rows: &[Row], reference: Option<(u64, Option<u32>)>) -> serde_json::Valu
         })
         .collect();
     serde_json::json!({
-        "reference_peak_bytes": reference.map(|(peak, _)| peak),
-        "reference_partitions": reference.and_then(|(_, p)| p),
+        // What shares are of: `retain_all` (its device peak) or
+        // `device_memory`.
+        "shares_of": reference.map(|of| match of.retain_all {
+            true => "retain_all",
+            false => "device_memory",
+        }),
+        "shares_of_bytes": reference.map(|of| of.bytes),
+        "retain_all_partitions": reference.and_then(|of| of.partitions),
         "rows": rows,
     })
 }
