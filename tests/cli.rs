@@ -1188,7 +1188,7 @@ fn a_plan_s_fates_and_exchanges_must_be_what_its_schedule_and_gpus_can_be() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `fateplan curve --json` on ogbn-arxiv's GCN in 4 partitions.
+/// `fateplan curve --simulate --json` on ogbn-arxiv's GCN in 4 partitions.
 fn curve(budgets: &str) -> serde_json::Value {
     let out = fateplan(&[
         "curve",
@@ -1198,6 +1198,7 @@ fn curve(budgets: &str) -> serde_json::Value {
         "4",
         "--budgets",
         budgets,
+        "--simulate",
         "--json",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -1255,6 +1256,9 @@ fn a_curve_never_rises_and_each_row_is_a_plan_of_its_budget_or_a_smaller_one() {
             row["hbm_peak_bytes"].as_u64() <= row["hbm_budget_bytes"].as_u64(),
             "{row}"
         );
+        // Replayed with no violation.
+        assert_eq!(row["violations"].as_u64(), Some(0), "{row}");
+        assert!(row["simulated_s"].as_f64().unwrap() > 0.0, "{row}");
         // A smaller budget's plan is taken only where it is the faster.
         let of = row["plan_of"].as_str().unwrap();
         assert_eq!(of == row["budget"], taken == own, "{row}");

@@ -12,6 +12,7 @@ use fateplan::planner::units::{count, format_bytes, format_seconds, parse_bytes}
 use fateplan::planner::{Error as PlanError, Plan, Policy};
 
 use super::{budget_percent, load_profile, planned, share_of, PlanArgs, Planned};
+use fateplan::runtime::sim::{simulate, SimOptions};
 
 /// The budgets planned when none are given: shares of the retain-all
 /// plan's device peak.
@@ -38,6 +39,18 @@ pub(crate) struct CurveArgs {
     /// partitions [default: 10%,15%,20%,25%,30%,40%,50%,75%,100%]
     #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
     budgets: Option<Vec<String>>,
+    /// Replay the plans on the discrete-event simulator (seed 0, no
+    /// jitter) and print beside each row its plan's simulated time and
+    /// violations (JSON: `simulated_s`, `violations`).
+    #[arg(long)]
+    simulate: bool,
+}
+
+/// A plan replayed on the simulator.
+#[derive(Debug, Clone, Copy)]
+struct Simulated {
+    iteration_s: f64,
+    violations: u64,
 }
 
 /// What shares of `--budgets` are of.
@@ -72,6 +85,8 @@ enum Outcome {
         own: Box<Plan>,
         /// The row of the smaller budget whose plan is faster, if one is.
         faster_from: Option<usize>,
+        /// `own` on the simulator, with `--simulate`.
+        simulated: Option<Simulated>,
     },
     /// No plan fits: the planner's message, first line.
     Infeasible(String),
@@ -205,12 +220,24 @@ pub(crate) fn run(args: &CurveArgs) -> Result<()> {
         let row = match planned(&at(&args.plan, bytes.to_string())) {
             Ok(Planned { plan, note, .. }) => {
                 workload.get_or_insert_with(|| (plan.workload.name.clone(), note));
+                let simulated = match args.simulate {
+                    true => {
+                        let report = simulate(&plan, &profile, &SimOptions { seed: 0 })
+                            .with_context(|| format!("simulating the plan at {label}"))?;
+                        Some(Simulated {
+                            iteration_s: report.iteration_s,
+                            violations: report.violations_total,
+                        })
+                    }
+                    false => None,
+                };
                 Row {
                     label: label.clone(),
                     bytes: plan.budgets.hbm_bytes,
                     outcome: Outcome::Fits {
                         own: Box::new(plan),
                         faster_from: None,
+                        simulated,
                     },
                 }
             }
@@ -231,7 +258,10 @@ pub(crate) fn run(args: &CurveArgs) -> Result<()> {
     // budgets up to it.
     let mut best: Option<(usize, f64)> = None;
     for (i, row) in rows.iter_mut().enumerate() {
-        if let Outcome::Fits { own, faster_from } = &mut row.outcome {
+        if let Outcome::Fits {
+            own, faster_from, ..
+        } = &mut row.outcome
+        {
             let mine = own.predicted.iteration_s;
             match best {
                 Some((j, seconds)) if seconds < mine => *faster_from = Some(j),
@@ -252,18 +282,19 @@ pub(crate) fn run(args: &CurveArgs) -> Result<()> {
     Ok(())
 }
 
-/// The plan a row predicts with: its own, or the faster one of a smaller
-/// budget.
-fn taken<'a>(rows: &'a [Row], row: &'a Row) -> Option<&'a Plan> {
+/// The row whose plan a row predicts with: its own, or the smaller
+/// budget's whose plan is faster; none where no plan fits.
+fn taken(rows: &[Row], row: usize) -> Option<usize> {
+    match &rows[row].outcome {
+        Outcome::Fits { faster_from, .. } => Some(faster_from.unwrap_or(row)),
+        Outcome::Infeasible(_) => None,
+    }
+}
+
+/// A row's own plan, and its replay; none where no plan fits.
+fn own(row: &Row) -> Option<(&Plan, Option<Simulated>)> {
     match &row.outcome {
-        Outcome::Fits {
-            faster_from: Some(j),
-            ..
-        } => match &rows[*j].outcome {
-            Outcome::Fits { own, .. } => Some(own),
-            Outcome::Infeasible(_) => None,
-        },
-        Outcome::Fits { own, .. } => Some(own),
+        Outcome::Fits { own, simulated, .. } => Some((own, *simulated)),
         Outcome::Infeasible(_) => None,
     }
 }
@@ -321,18 +352,24 @@ fn table(
         };
         writeln!(out, "shares    of {}, {what}", format_bytes(of.bytes))?;
     }
-    let fastest = rows
-        .iter()
-        .filter_map(|r| taken(rows, r))
-        .map(|p| p.predicted.iteration_s)
+    let fastest = (0..rows.len())
+        .filter_map(|i| taken(rows, i))
+        .filter_map(|j| own(&rows[j]))
+        .map(|(plan, _)| plan.predicted.iteration_s)
         .fold(f64::INFINITY, f64::min);
+    let simulated_header = match args_simulate(rows) {
+        true => format!(" {:>12} {:>10}", "simulated", "violations"),
+        false => String::new(),
+    };
     writeln!(
         out,
-        "{:<10} {:>11} {:>12} {:>8} {:>11} {:>11} {:>10}",
+        "{:<10} {:>11} {:>12} {:>8} {:>11} {:>11} {:>10}{simulated_header}",
         "budget", "bytes", "iteration", "vs best", "hbm peak", "h2d moved", "partitions"
     )?;
-    for row in rows {
-        let Some(plan) = taken(rows, row) else {
+    for (i, row) in rows.iter().enumerate() {
+        let Some((j, (plan, simulated))) =
+            taken(rows, i).and_then(|j| own(&rows[j]).map(|o| (j, o)))
+        else {
             let Outcome::Infeasible(message) = &row.outcome else {
                 unreachable!("a row with no plan taken has none that fits");
             };
@@ -345,20 +382,24 @@ fn table(
             continue;
         };
         let p = &plan.predicted;
-        let from = match &row.outcome {
-            Outcome::Fits {
-                own,
-                faster_from: Some(j),
-            } => format!(
+        let replayed = simulated.map_or(String::new(), |s| {
+            format!(
+                " {:>12} {:>10}",
+                format_seconds(s.iteration_s),
+                s.violations
+            )
+        });
+        let from = match own(row).filter(|_| j != i) {
+            Some((mine, _)) => format!(
                 "  the {} plan (this budget's own: {})",
-                rows[*j].label,
-                format_seconds(own.predicted.iteration_s)
+                rows[j].label,
+                format_seconds(mine.predicted.iteration_s)
             ),
-            _ => String::new(),
+            None => String::new(),
         };
         writeln!(
             out,
-            "{:<10} {:>11} {:>12} {:>7.2}x {:>11} {:>11} {:>10}{from}",
+            "{:<10} {:>11} {:>12} {:>7.2}x {:>11} {:>11} {:>10}{replayed}{from}",
             row.label,
             format_bytes(row.bytes),
             format_seconds(p.iteration_s),
@@ -371,35 +412,45 @@ fn table(
     Ok(())
 }
 
+/// Whether the rows were replayed on the simulator (`--simulate`).
+fn args_simulate(rows: &[Row]) -> bool {
+    rows.iter()
+        .any(|r| own(r).is_some_and(|(_, simulated)| simulated.is_some()))
+}
+
 fn json(rows: &[Row], reference: Option<Reference>) -> serde_json::Value {
     let rows: Vec<serde_json::Value> = rows
         .iter()
-        .map(|row| {
+        .enumerate()
+        .map(|(i, row)| {
             let mut value = serde_json::json!({
                 "budget": row.label,
                 "hbm_budget_bytes": row.bytes,
             });
-            match (&row.outcome, taken(rows, row)) {
-                (Outcome::Fits { own, faster_from }, Some(plan)) => {
+            let taken = taken(rows, i).and_then(|j| own(&rows[j]).map(|o| (j, o)));
+            match (own(row), taken, &row.outcome) {
+                (Some((mine, _)), Some((j, (plan, simulated))), _) => {
                     let p = &plan.predicted;
                     value["fits"] = true.into();
                     value["iteration_s"] = p.iteration_s.into();
-                    value["own_iteration_s"] = own.predicted.iteration_s.into();
-                    value["plan_of"] = faster_from
-                        .map_or(row.label.clone(), |j| rows[j].label.clone())
-                        .into();
+                    value["own_iteration_s"] = mine.predicted.iteration_s.into();
+                    value["plan_of"] = rows[j].label.clone().into();
                     value["hbm_peak_bytes"] = p.peak_bytes.hbm.into();
                     value["host_peak_bytes"] = p.peak_bytes.host.into();
                     value["ssd_peak_bytes"] = p.peak_bytes.ssd.into();
                     value["bytes_moved"] =
                         serde_json::to_value(p.bytes_moved).unwrap_or(serde_json::Value::Null);
                     value["partitions"] = plan.workload.model.as_ref().map(|m| m.partitions).into();
+                    if let Some(s) = simulated {
+                        value["simulated_s"] = s.iteration_s.into();
+                        value["violations"] = s.violations.into();
+                    }
                 }
-                (Outcome::Infeasible(message), _) => {
+                (_, _, Outcome::Infeasible(message)) => {
                     value["fits"] = false.into();
                     value["error"] = message.clone().into();
                 }
-                (Outcome::Fits { .. }, None) => {}
+                _ => {}
             }
             value
         })
