@@ -1308,7 +1308,7 @@ fn a_curve_s_shares_are_of_the_device_where_retain_all_does_not_fit_it() {
     let table = stdout(&out);
     assert!(
         table.contains("shares    of 512 MiB, the device memory of profile")
-            && table.contains("(the retain-all plan does not fit it)"),
+            && table.contains("(the retain-all plan's device peak is over it)"),
         "{table}"
     );
     let row = |label: &str| {
@@ -1340,4 +1340,73 @@ fn a_curve_refuses_budgets_it_cannot_plan_naming_them() {
         "200 GiB is more than profile \"a100-80g\"",
     );
     refused(&["--hbm-budget", "1GiB"], "plans at each of --budgets");
+    refused(&["--budgets", "10%,,20%"], "entry 2 of 3 is empty");
+    // A workload's own fault is said as `plan` says it, not put on the budgets.
+    let out = fateplan(&["curve", "--dataset", "nope"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with("error: unknown dataset \"nope\""),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_curve_s_shares_are_plan_s_and_a_row_that_fits_no_budget_says_which_tier() {
+    // On 2 GPUs, 25% is the bytes `plan --hbm-budget 25%` gives.
+    let args = [
+        "--dataset",
+        "ogbn-arxiv",
+        "--gpus",
+        "2",
+        "--partitions",
+        "4",
+    ];
+    let mut argv = vec!["plan", "--hbm-budget", "25%", "--json"];
+    argv.extend_from_slice(&args);
+    let out = fateplan(&argv);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let mut argv = vec!["curve", "--budgets", "25%", "--json"];
+    argv.extend_from_slice(&args);
+    let out = fateplan(&argv);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let curve: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(
+        curve["rows"][0]["hbm_budget_bytes"], plan["budgets"]["hbm_bytes"],
+        "{curve}"
+    );
+    assert_eq!(curve["workload"], "gcn-3x256-ogbn-arxiv-share1of2-p4");
+    // Host memory that fits nothing: each row says so, and the shares are
+    // still of the retain-all plan's device peak.
+    let mut argv = vec![
+        "curve",
+        "--exchange",
+        "host",
+        "--host-budget",
+        "1MiB",
+        "--budgets",
+        "50%,100%",
+    ];
+    argv.extend_from_slice(&args);
+    let out = fateplan(&argv);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(
+        table.starts_with("curve     gcn-3x256-ogbn-arxiv-share1of2-p4"),
+        "{table}"
+    );
+    assert!(
+        table.contains("the retain-all plan's device peak"),
+        "{table}"
+    );
+    let rows: Vec<&str> = table
+        .lines()
+        .filter(|l| l.contains("does not fit"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{table}");
+    assert!(
+        rows.iter().all(|r| r.contains("infeasible: host")),
+        "{table}"
+    );
 }

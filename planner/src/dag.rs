@@ -133,8 +133,11 @@ pub fn from_node_link(text: &str, source: &str) -> Result<Workload> {
                 format!("cost_ram {} is not a whole number of bytes", node.cost_ram),
             ));
         }
-        if id.is_empty() {
-            return Err(Error::invalid(context(), "id is an empty string"));
+        if id.trim().is_empty() || id.chars().any(char::is_control) {
+            return Err(Error::invalid(
+                context(),
+                format!("id {id:?} names no node: it is blank or holds a control character"),
+            ));
         }
         if index.insert(id.clone(), position).is_some() {
             return Err(Error::invalid(context(), format!("id {id} appears twice")));
@@ -465,12 +468,14 @@ mod tests {
             message.contains("u.json: field directed") && message.contains("false"),
             "{message}"
         );
-        let empty = CHAIN.replace("\"id\": 1,", "\"id\": \"\",");
-        let message = from_node_link(&empty, "e.json").unwrap_err().to_string();
-        assert!(
-            message.contains("nodes[1]") && message.contains("empty"),
-            "{message}"
-        );
+        for blank in ["", "  ", "a\\nb"] {
+            let named = CHAIN.replace("\"id\": 1,", &format!("\"id\": \"{blank}\","));
+            let message = from_node_link(&named, "e.json").unwrap_err().to_string();
+            assert!(
+                message.contains("nodes[1]") && message.contains("names no node"),
+                "{message}"
+            );
+        }
         let missing = CHAIN.replace("\"cost_cpu\": 2.0, ", "");
         let message = from_node_link(&missing, "m.json").unwrap_err().to_string();
         assert!(

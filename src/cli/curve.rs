@@ -9,9 +9,11 @@ use std::io::Write;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fateplan::planner::units::{count, format_bytes, format_seconds, parse_bytes};
-use fateplan::planner::{Error as PlanError, Plan, Policy};
+use fateplan::planner::{Error as PlanError, Plan, Policy, Tier};
 
-use super::{budget_percent, load_profile, planned, share_of, PlanArgs, Planned};
+use super::{
+    budget_percent, load_profile, planned, prepare, retain_all_peak, share_of, PlanArgs, Planned,
+};
 use fateplan::runtime::sim::{simulate, SimOptions};
 
 /// The budgets planned when none are given: shares of the retain-all
@@ -32,10 +34,11 @@ pub(crate) struct CurveArgs {
     #[command(flatten)]
     plan: PlanArgs,
     /// Device budgets, comma-separated, in any order: sizes (`256MiB`,
-    /// `2GiB`, bytes) or shares (`25%`) of the device peak of the plan
-    /// `--policy retain-all` makes with the other flags as given, at the
-    /// profile's capacity, or where it does not fit, of the device's
-    /// memory. With `--partitions auto`, each budget sizes its own
+    /// `2GiB`, bytes) or shares (`25%`) of the retain-all plan's device
+    /// peak as `plan --hbm-budget 25%` takes it, at --partitions N or,
+    /// with `auto`, at the count the retain-all plan is sized to on the
+    /// profile; where that peak is over the device's memory, shares of
+    /// the memory. With `--partitions auto`, each budget sizes its own
     /// partitions [default: 10%,15%,20%,25%,30%,40%,50%,75%,100%]
     #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
     budgets: Option<Vec<String>>,
@@ -100,8 +103,15 @@ fn parse_budgets(texts: &[String]) -> Result<Vec<(String, Given)>> {
         );
     }
     let mut budgets = Vec::with_capacity(texts.len());
-    for text in texts {
+    for (k, text) in texts.iter().enumerate() {
         let text = text.trim();
+        if text.is_empty() {
+            bail!(
+                "--budgets: entry {} of {} is empty; give sizes or shares, comma-separated",
+                k + 1,
+                texts.len()
+            );
+        }
         let given = match budget_percent(&Some(text.to_string()), "budgets")? {
             Some(percent) => Given::Percent(percent),
             None => {
@@ -126,14 +136,73 @@ fn at(args: &PlanArgs, hbm: String) -> PlanArgs {
 }
 
 /// Where no plan fits (the planner's infeasible error, whatever context
-/// it was given), its message.
+/// it was given), the message, its lines joined (the partitions `auto`
+/// tried, where it says).
 fn infeasible(error: &anyhow::Error) -> Option<String> {
-    error
-        .chain()
-        .find_map(|e| match e.downcast_ref::<PlanError>() {
-            Some(infeasible @ PlanError::Infeasible { .. }) => Some(infeasible.to_string()),
-            _ => None,
-        })
+    let found = error.chain().any(|e| {
+        matches!(
+            e.downcast_ref::<PlanError>(),
+            Some(PlanError::Infeasible { .. })
+        )
+    });
+    found.then(|| error.to_string().lines().collect::<Vec<_>>().join("; "))
+}
+
+/// Whether no plan fits because of the device's memory.
+fn device_infeasible(error: &anyhow::Error) -> bool {
+    error.chain().any(|e| {
+        matches!(
+            e.downcast_ref::<PlanError>(),
+            Some(PlanError::Infeasible {
+                tier: Tier::Hbm,
+                ..
+            })
+        )
+    })
+}
+
+/// What shares are of: the device peak of the retain-all plan of one GPU
+/// with no budgets, as `plan --hbm-budget 25%` takes it (`retain_all_peak`),
+/// at `--partitions N` or, with `auto`, at the count the retain-all plan is
+/// sized to on the profile; where that peak is over the device's
+/// `capacity` (or no count fits retain-all), the capacity.
+fn reference(base: &PlanArgs, capacity: u64) -> Result<Reference> {
+    let device = Reference {
+        bytes: capacity,
+        partitions: None,
+        retain_all: false,
+    };
+    let partitions = match base.partitions == "auto" && base.dag.is_none() {
+        true => {
+            let retain = PlanArgs {
+                policy: Policy::RetainAll.name().to_string(),
+                ..base.clone()
+            };
+            match planned(&retain) {
+                Ok(made) => match made.plan.workload.model {
+                    Some(model) => model.partitions.to_string(),
+                    None => base.partitions.clone(),
+                },
+                Err(error) if device_infeasible(&error) => return Ok(device),
+                Err(error) => return Err(error),
+            }
+        }
+        false => base.partitions.clone(),
+    };
+    let at = PlanArgs {
+        partitions,
+        ..base.clone()
+    };
+    let prepared = prepare(&at, None)?;
+    let peak = retain_all_peak(&prepared.workload, &prepared.profile)?;
+    Ok(match peak <= capacity {
+        true => Reference {
+            bytes: peak,
+            partitions: prepared.model.map(|m| m.partitions),
+            retain_all: true,
+        },
+        false => device,
+    })
 }
 
 pub(crate) fn run(args: &CurveArgs) -> Result<()> {
@@ -150,32 +219,14 @@ pub(crate) fn run(args: &CurveArgs) -> Result<()> {
     let budgets = parse_budgets(&texts)?;
     let profile = load_profile(&args.plan.profile)?;
     let capacity = profile.device.hbm_bytes;
-    // Shares are of the retain-all plan's peak at the profile's capacity,
-    // or of the capacity where that plan does not fit it.
-    let mut reference = None;
-    if budgets.iter().any(|(_, g)| matches!(g, Given::Percent(_))) {
-        let retain = PlanArgs {
-            policy: Policy::RetainAll.name().to_string(),
-            ..args.plan.clone()
-        };
-        reference = Some(match planned(&retain) {
-            Ok(made) => Reference {
-                bytes: made.plan.predicted.peak_bytes.hbm,
-                partitions: made.plan.workload.model.as_ref().map(|m| m.partitions),
-                retain_all: true,
-            },
-            Err(error) if infeasible(&error).is_some() => Reference {
-                bytes: capacity,
-                partitions: None,
-                retain_all: false,
-            },
-            Err(error) => {
-                return Err(error.context(
-                    "--budgets as shares: the retain-all plan, whose device peak they are of",
-                ))
-            }
-        });
-    }
+    let base = PlanArgs {
+        hbm_budget: None,
+        ..args.plan.clone()
+    };
+    let reference = match budgets.iter().any(|(_, g)| matches!(g, Given::Percent(_))) {
+        true => Some(reference(&base, capacity)?),
+        false => None,
+    };
     let mut budgets: Vec<(String, u64)> = budgets
         .into_iter()
         .map(|(label, given)| {
@@ -214,12 +265,12 @@ pub(crate) fn run(args: &CurveArgs) -> Result<()> {
             .expect("a fixed template parses"),
     );
     let mut rows: Vec<Row> = Vec::with_capacity(budgets.len());
-    let mut workload = None;
+    let mut header = None;
     for (label, bytes) in &budgets {
         bar.set_message(label.clone());
         let row = match planned(&at(&args.plan, bytes.to_string())) {
             Ok(Planned { plan, note, .. }) => {
-                workload.get_or_insert_with(|| (plan.workload.name.clone(), note));
+                header.get_or_insert_with(|| Header::of(&plan, note, &args.plan));
                 let simulated = match args.simulate {
                     true => {
                         let report = simulate(&plan, &profile, &SimOptions { seed: 0 })
@@ -247,7 +298,7 @@ pub(crate) fn run(args: &CurveArgs) -> Result<()> {
                     bytes: *bytes,
                     outcome: Outcome::Infeasible(message),
                 },
-                None => return Err(error.context(format!("--budgets {label}"))),
+                None => return Err(error),
             },
         };
         rows.push(row);
@@ -269,17 +320,63 @@ pub(crate) fn run(args: &CurveArgs) -> Result<()> {
             }
         }
     }
+    // Where no budget fits, the workload as planned at the profile's
+    // capacity names it.
+    let header = match header {
+        Some(header) => header,
+        None => {
+            let prepared = prepare(&base, None)?;
+            Header {
+                name: prepared.workload.name.clone(),
+                note: prepared.note,
+                sized: false,
+                profile: prepared.profile.name,
+                policy: args.plan.policy.clone(),
+            }
+        }
+    };
     let mut out = std::io::stdout().lock();
     if args.plan.json {
         writeln!(
             out,
             "{}",
-            serde_json::to_string_pretty(&json(&rows, reference))?
+            serde_json::to_string_pretty(&json(&rows, reference, &header))?
         )?;
     } else {
-        table(&mut out, &rows, reference, workload.as_ref(), &args.plan)?;
+        table(&mut out, &rows, reference, &header)?;
     }
     Ok(())
+}
+
+/// What the curve is of.
+struct Header {
+    /// The workload's name (with `--partitions auto`, without the count).
+    name: String,
+    /// Lines on the workload, from `fateplan plan`'s summary.
+    note: String,
+    /// Whether each budget sized its own partitions.
+    sized: bool,
+    profile: String,
+    policy: String,
+}
+
+impl Header {
+    fn of(plan: &Plan, note: String, args: &PlanArgs) -> Header {
+        let partitions = plan.workload.model.as_ref().map(|m| m.partitions);
+        let sized = args.partitions == "auto" && partitions.is_some();
+        let name = &plan.workload.name;
+        let name = match partitions.filter(|_| sized) {
+            Some(p) => name.strip_suffix(&format!("-p{p}")).unwrap_or(name),
+            None => name,
+        };
+        Header {
+            name: name.to_string(),
+            note,
+            sized,
+            profile: plan.profile.name.clone(),
+            policy: plan.policy.clone(),
+        }
+    }
 }
 
 /// The row whose plan a row predicts with: its own, or the smaller
@@ -310,44 +407,35 @@ fn table(
     out: &mut dyn Write,
     rows: &[Row],
     reference: Option<Reference>,
-    workload: Option<&(String, String)>,
-    args: &PlanArgs,
+    header: &Header,
 ) -> Result<()> {
-    if let Some((name, note)) = workload {
-        // With a GNN's partitions sized per budget, the workload differs
-        // by row.
-        let partitions = rows.iter().find_map(|r| match &r.outcome {
-            Outcome::Fits { own, .. } => own.workload.model.as_ref().map(|m| m.partitions),
-            Outcome::Infeasible(_) => None,
-        });
-        let auto = args.partitions == "auto" && partitions.is_some();
-        let (name, sized) = match partitions.filter(|_| auto) {
-            Some(p) => (
-                name.strip_suffix(&format!("-p{p}")).unwrap_or(name),
-                "; the partitions sized per budget",
-            ),
-            None => (name.as_str(), ""),
-        };
-        writeln!(
-            out,
-            "curve     {name} on {}, policy {}{sized}",
-            args.profile, args.policy
-        )?;
-        if let Some(line) = note.lines().next().filter(|_| !auto) {
-            writeln!(out, "workload  {line}")?;
-        }
+    let sized = match header.sized {
+        true => "; the partitions sized per budget",
+        false => "",
+    };
+    writeln!(
+        out,
+        "curve     {} on {}, policy {}{sized}",
+        header.name, header.profile, header.policy
+    )?;
+    if let Some(line) = header.note.lines().next().filter(|_| !header.sized) {
+        writeln!(out, "workload  {line}")?;
     }
     if let Some(of) = reference {
         let what = match of.retain_all {
             true => {
-                let at = of.partitions.map_or(String::new(), |p| {
-                    format!(" ({})", count(p.into(), "partition"))
-                });
-                format!("the device peak of the retain-all plan at the profile's capacity{at}")
+                let (at, flag) = match of.partitions {
+                    Some(p) => (
+                        format!(" at {}", count(p.into(), "partition")),
+                        format!("--partitions {p} "),
+                    ),
+                    None => (String::new(), String::new()),
+                };
+                format!("the retain-all plan's device peak{at} (`plan {flag}--hbm-budget 100%`)")
             }
             false => format!(
-                "the device memory of profile {} (the retain-all plan does not fit it)",
-                args.profile
+                "the device memory of profile {} (the retain-all plan's device peak is over it)",
+                header.profile
             ),
         };
         writeln!(out, "shares    of {}, {what}", format_bytes(of.bytes))?;
@@ -418,7 +506,7 @@ fn args_simulate(rows: &[Row]) -> bool {
         .any(|r| own(r).is_some_and(|(_, simulated)| simulated.is_some()))
 }
 
-fn json(rows: &[Row], reference: Option<Reference>) -> serde_json::Value {
+fn json(rows: &[Row], reference: Option<Reference>, header: &Header) -> serde_json::Value {
     let rows: Vec<serde_json::Value> = rows
         .iter()
         .enumerate()
@@ -456,6 +544,10 @@ fn json(rows: &[Row], reference: Option<Reference>) -> serde_json::Value {
         })
         .collect();
     serde_json::json!({
+        "workload": header.name,
+        "profile": header.profile,
+        "policy": header.policy,
+        "partitions_sized_per_budget": header.sized,
         // What shares are of: `retain_all` (its device peak) or
         // `device_memory`.
         "shares_of": reference.map(|of| match of.retain_all {
