@@ -2,14 +2,9 @@
 
 use crate::Tier;
 
-/// `n bytes` (`1 byte`), and from 1 KiB on in a binary unit first:
-/// `953 MiB (999643848 bytes)`.
+/// [`crate::units::bytes_exact`], for the error's fields.
 fn bytes(n: &u64) -> String {
-    let exact = crate::units::count(*n, "byte");
-    match *n < 1024 {
-        true => exact,
-        false => format!("{} ({exact})", crate::units::format_bytes(*n)),
-    }
+    crate::units::bytes_exact(*n)
 }
 
 /// Everything that can go wrong while building a workload, reading a profile

@@ -109,6 +109,16 @@ fn format_rounded(bytes: u64, up: bool) -> String {
     format!("{value:.*} {}", decimals as usize, UNITS[unit])
 }
 
+/// A byte count for a message: `n bytes` (`1 byte`), and from 1 KiB on in
+/// a binary unit first, `953 MiB (999643848 bytes)`.
+pub fn bytes_exact(n: u64) -> String {
+    let exact = count(n, "byte");
+    match n < 1024 {
+        true => exact,
+        false => format!("{} ({exact})", format_bytes(n)),
+    }
+}
+
 /// `n` and `noun`, the noun plural unless `n` is 1 ("1 epoch", "3
 /// epochs"); `noun` is a singular that takes an "s".
 pub fn count(n: u64, noun: &str) -> String {
@@ -139,6 +149,9 @@ mod tests {
         assert_eq!(count(1, "epoch"), "1 epoch");
         assert_eq!(count(0, "step"), "0 steps");
         assert_eq!(count(3, "epoch"), "3 epochs");
+        assert_eq!(bytes_exact(1), "1 byte");
+        assert_eq!(bytes_exact(1023), "1023 bytes");
+        assert_eq!(bytes_exact(131031396), "125 MiB (131031396 bytes)");
     }
 
     #[test]

@@ -22,8 +22,10 @@ pub enum Error {
     Planner(#[from] fateplan_planner::Error),
     /// A tier's byte budget would be exceeded (checked before any I/O).
     #[error(
-        "tier {tier}: {what} needs {needed_bytes} bytes but {used_bytes} of the \
-         {budget_bytes}-byte budget are in use"
+        "tier {tier}: {what} needs {} but {} of the budget of {} are in use",
+        fateplan_planner::units::bytes_exact(*.needed_bytes),
+        fateplan_planner::units::bytes_exact(*.used_bytes),
+        fateplan_planner::units::bytes_exact(*.budget_bytes)
     )]
     ResourcesExhausted {
         tier: &'static str,

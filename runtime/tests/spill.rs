@@ -203,8 +203,10 @@ fn budget_is_checked_before_any_io() {
         assert!(
             message.contains("tier ssd")
                 && message.contains("key 2")
-                && message.contains("needs 8192 bytes")
-                && message.contains(&format!("8192 of the {budget}-byte budget")),
+                && message.contains("needs 8.00 KiB (8192 bytes)")
+                && message.contains(&format!(
+                    "but 8.00 KiB (8192 bytes) of the budget of 12.1 KiB ({budget} bytes) are in use"
+                )),
             "{message}"
         );
         assert!(!store.contains(2));

@@ -40,6 +40,7 @@ use std::time::Instant;
 use fateplan_planner::passes::memory::{boundary_slot, copy_lives, item_slot, slot_count};
 use fateplan_planner::passes::timeline::{Item, Timeline};
 use fateplan_planner::plan::{Action, Budgets, Fate, LinkBytes, PerTier, Plan, Stream};
+use fateplan_planner::units::bytes_exact;
 use fateplan_planner::workload::{Op, Tensor, TensorKind, Workload};
 use fateplan_planner::Tier;
 
@@ -51,7 +52,9 @@ use lanes::{Lane, Pending, Span};
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ExecError {
     #[error(
-        "{tier} arena over budget: {what} would need {needed_bytes} bytes, budget {budget_bytes}"
+        "{tier} arena over budget: {what} would need {}, budget {}",
+        bytes_exact(*.needed_bytes),
+        bytes_exact(*.budget_bytes)
     )]
     OverBudget {
         tier: Tier,
@@ -60,7 +63,9 @@ pub enum ExecError {
         budget_bytes: u64,
     },
     #[error(
-        "the plan needs {needed_bytes} bytes of {tier} at its peak; the budget is {budget_bytes}"
+        "the plan needs {} of {tier} at its peak; the budget is {}",
+        bytes_exact(*.needed_bytes),
+        bytes_exact(*.budget_bytes)
     )]
     PlanTooBig {
         tier: Tier,
