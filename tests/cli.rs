@@ -1410,3 +1410,29 @@ fn a_curve_s_shares_are_plan_s_and_a_row_that_fits_no_budget_says_which_tier() {
         "{table}"
     );
 }
+
+#[test]
+fn partitions_auto_finds_a_count_between_the_doubling_s() {
+    // At 16 MiB ogbn-arxiv's GCN fits in 40 partitions but in neither 32
+    // (its steps are too large) nor 64 (more partial weight gradients at
+    // once): the doubling alone said no count fits.
+    let at = |partitions: &str| {
+        fateplan(&[
+            "plan",
+            "--dataset",
+            "ogbn-arxiv",
+            "--hbm-budget",
+            "16MiB",
+            "--partitions",
+            partitions,
+        ])
+    };
+    for p in ["32", "64"] {
+        assert_eq!(at(p).status.code(), Some(2), "{p}: {}", stdout(&at(p)));
+    }
+    assert!(at("40").status.success(), "{}", stderr(&at("40")));
+    let out = at("auto");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary = stdout(&out);
+    assert!(summary.contains("tried 32x 64x 128x 256x 40)"), "{summary}");
+}

@@ -217,9 +217,38 @@ fn search<E: From<Error>>(
         Ok((ok, workload, made))
     };
     let mut low = high - 1; // cannot fit, or 0
+    let start = high;
     let (mut ok, mut found, mut made) = fit(high)?;
     while !ok {
         if high == most {
+            // Whether a count fits is not monotone in the count: more
+            // partitions make each step smaller but hold more partial
+            // weight gradients and blocks at once, so a count between
+            // two the doubling tried can fit where neither does. Before
+            // saying none fits, counts a quarter apart are tried.
+            let mut p = start;
+            loop {
+                p = (p + 1).max(p.saturating_add(p / 4));
+                if p >= most {
+                    break;
+                }
+                // The doubling's counts are known not to fit.
+                if p.is_multiple_of(start) && (p / start).is_power_of_two() {
+                    continue;
+                }
+                let (ok, workload, plan) = fit(p)?;
+                if ok {
+                    return Ok((
+                        workload,
+                        Sizing {
+                            partitions: p,
+                            tried,
+                            none_fit: false,
+                        },
+                        plan,
+                    ));
+                }
+            }
             return Ok((
                 found,
                 Sizing {
