@@ -362,7 +362,7 @@ fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("hbm") && stderr.contains("budget is 1024"),
+        stderr.contains("hbm") && stderr.contains("budget is 1.00 KiB (1024 bytes)"),
         "{stderr}"
     );
     let other = fateplan(
