@@ -62,13 +62,13 @@ struct Reference {
     bytes: u64,
     /// The retain-all plan's partitions, where it fits and has them.
     partitions: Option<u32>,
-    /// The retain-all plan's device peak; or, where that plan does not fit
-    /// the device, the device's memory.
+    /// Whether `bytes` is the retain-all plan's device peak; or, where
+    /// that peak is over the device's memory, the memory.
     retain_all: bool,
 }
 
 /// One budget as given.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy)]
 enum Given {
     Bytes(u64),
     Percent(f64),
@@ -91,7 +91,7 @@ enum Outcome {
         /// `own` on the simulator, with `--simulate`.
         simulated: Option<Simulated>,
     },
-    /// No plan fits: the planner's message, first line.
+    /// No plan fits: the planner's message, its lines joined.
     Infeasible(String),
 }
 
@@ -162,15 +162,23 @@ fn device_infeasible(error: &anyhow::Error) -> bool {
 }
 
 /// What shares are of: the device peak of the retain-all plan of one GPU
-/// with no budgets, as `plan --hbm-budget 25%` takes it (`retain_all_peak`),
-/// at `--partitions N` or, with `auto`, at the count the retain-all plan is
-/// sized to on the profile; where that peak is over the device's
-/// `capacity` (or no count fits retain-all), the capacity.
+/// with no budgets, as `plan --hbm-budget 25%` takes it (`retain_all_peak`;
+/// under `--sweep auto`, by outputs), at `--partitions N` or, with `auto`,
+/// at the count the retain-all plan is sized to on the profile; where that
+/// peak is over the device's `capacity` (or no count fits retain-all), the
+/// capacity.
 fn reference(base: &PlanArgs, capacity: u64) -> Result<Reference> {
     let device = Reference {
         bytes: capacity,
         partitions: None,
         retain_all: false,
+    };
+    let base = &PlanArgs {
+        sweep: match base.sweep.eq_ignore_ascii_case("auto") {
+            true => "outputs".to_string(),
+            false => base.sweep.clone(),
+        },
+        ..base.clone()
     };
     let partitions = match base.partitions == "auto" && base.dag.is_none() {
         true => {
