@@ -807,18 +807,11 @@ pub fn mask_rate(
 /// builds them).
 fn gcn(layers: u32, hidden: u32) -> Hyper {
     Hyper {
-        model: GnnModel::Gcn,
         layers,
         hidden,
-        heads: 1,
-        dropout: 0.5,
-        lr: 0.01,
-        weight_decay: 5e-4,
-        weight_decay_all_layers: false,
-        seed: 1,
         order: LayerOrder::AggregateFirst,
         transposes: Transposes::Built,
-        sweeps: Default::default(),
+        ..Hyper::new(GnnModel::Gcn)
     }
 }
 
