@@ -136,7 +136,7 @@ pub fn elu_dropout_bwd<'k>(
 }
 
 /// Elements of one task of [`dropout_in_place`].
-const FLAT_CHUNK: usize = 1 << 14;
+pub const FLAT_CHUNK: usize = 1 << 14;
 
 /// `x *= mask` in place: plain dropout, or the backward of a dropout.
 /// `x` is rows of `width` elements whose global indices are `keys`. Rows

@@ -15,7 +15,7 @@
 //! - [`optim`]: Adam with PyTorch's semantics.
 //! - [`gat`]: graph attention, split so that it runs block by block.
 //! - [`dropout`]: the counter-based mask every kernel regenerates.
-//! - [`reference`]: `f64` loops, the oracle the tests compare against.
+//! - [`mod@reference`]: `f64` loops, the oracle the tests compare against.
 //! - [`cuda`]: the CUDA sources of the same kernels (`kernels/cuda/*.cu`),
 //!   compiled at run time by the runtime's CUDA backend.
 //!

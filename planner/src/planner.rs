@@ -335,7 +335,7 @@ fn check_milp_time_limit(limit: f64) -> Result<f64> {
 /// `options` planned around one strategy vector: the exchanges of
 /// `sites`, each layer's by `strategies` (in the sites' order), taken as
 /// they are (`multi` none). `share` is one device's share of the profile,
-/// as [`plan_multi`] plans on.
+/// as `plan_multi` plans on.
 pub fn with_strategies(
     options: &PlanOptions,
     multi: &MultiGpu,

@@ -518,7 +518,7 @@ pub enum ByOutputs {
 }
 
 /// The most passes of [`choose_sweeps`]' walk, where it walks.
-const SWEEP_PASSES: u32 = 4;
+pub const SWEEP_PASSES: u32 = 4;
 
 /// The most aggregations [`choose_sweeps`] tries every combination of
 /// (2⁶ = 64 plans; a 3-layer GCN has 5 or 6): beyond it, it walks.
@@ -532,7 +532,7 @@ const SWEEPS_AT_ONCE: usize = 4;
 /// predicted for [`choose_sweeps`] to take them: plans that differ by
 /// rounding alone (a few nanoseconds an iteration) are not another
 /// choice.
-const SWEEP_GAIN: f64 = 1e-6;
+pub const SWEEP_GAIN: f64 = 1e-6;
 
 /// The sweeps ([`Sweeps`]) under which the policy's plan (dp's under
 /// milp) of the workloads `build` makes is predicted fastest, among those

@@ -170,7 +170,7 @@ impl<'a> EdgeSource<'a> {
     /// lists in one batch (a source and a destination list of different
     /// lengths are an error), a file's in order (an end that is not a
     /// vertex is an error naming the element; the pages read are let go
-    /// after each batch), an R-MAT spec's as [`RmatSpec::edge_batches`]
+    /// after each batch), an R-MAT spec's as `RmatSpec::edge_batches`
     /// draws them. Stops at the first error `each` returns.
     pub fn for_each_batch(&self, each: EachBatch<'_>) -> Result<()> {
         self.for_each_batch_of(EDGE_BATCH_CHUNKS, each)

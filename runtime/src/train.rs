@@ -403,7 +403,7 @@ fn digest_hint(planned: &Workload, expected: &Workload) -> String {
 /// member has made its last call when this returns
 /// ([`Collective::finish`]).
 ///
-/// It trains on a thread of the rayon pool it is called in ([`on_a_worker`]),
+/// It trains on a thread of the rayon pool it is called in (`on_a_worker`),
 /// whose threads its kernels use: each member needs a pool of its own
 /// (a process's, or one [`train_shared`] gives it), since a member waits
 /// in the exchanges for the others while holding its thread.

@@ -98,12 +98,12 @@ pub const EXCHANGE_WORK: usize = 1_000_000;
 /// compute time can stall it where the transfers bunch up. (On
 /// `ogbn-arxiv` in 8 partitions at 60% of the retain-all peak, a share
 /// of 0.5 left the plan at 62.5 ms and 0.1 found 41.3 ms.)
-const LINK_BOUND: f64 = 0.1;
+pub const LINK_BOUND: f64 = 0.1;
 
 /// Seconds that round charges per second of that link's busy time. (1.0
 /// as well, tried on 14 workloads, improved none of the predictions
 /// further and took longer.)
-const LINK_WEIGHT: f64 = 0.5;
+pub const LINK_WEIGHT: f64 = 0.5;
 
 /// The share of a link's busy seconds above which the copies that
 /// recomputations bring in over it call for a round of their own where
@@ -111,7 +111,7 @@ const LINK_WEIGHT: f64 = 0.5;
 /// ("A recomputation's copies in") such copies were 3% to 40% of their
 /// link's seconds where that round planned faster; 0.6% on IGB-full's
 /// GCN, where it planned the same and took a quarter longer.
-const COPIES_SHARE: f64 = 0.01;
+pub const COPIES_SHARE: f64 = 0.01;
 
 /// Largest knapsack front kept per overflowing step; beyond it the
 /// sweep takes candidates in score order.

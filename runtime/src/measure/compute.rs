@@ -414,7 +414,7 @@ pub struct AttentionRate {
     pub backward_bytes_per_s: f64,
     /// The edge softmaxes.
     pub edge_softmax_bytes_per_s: f64,
-    /// Every class of [`GAT_CLASSES`], fitted (`fit_class`).
+    /// Every class of `GAT_CLASSES`, fitted (`fit_class`).
     pub class_rates: Vec<ClassRate>,
     pub scale: u32,
     pub nodes: u64,
@@ -425,7 +425,7 @@ pub struct AttentionRate {
     pub iterations: u32,
 }
 
-/// GAT's operators of their own classes ([`GAT_CLASSES`]: edge scores,
+/// GAT's operators of their own classes (`GAT_CLASSES`: edge scores,
 /// attention-weighted aggregation, edge softmaxes, the attention's
 /// backward, node scores and their backward, ELU), timed as
 /// [`training_rates`] times the GCN's, in a 2-layer GAT of 8 heads of
@@ -727,7 +727,7 @@ pub struct MaskRate {
 /// backward, as a citation graph's is) on an R-MAT graph a sixty-fourth
 /// of `bench`'s size in half its partitions, trained with dropout 0.5
 /// and without; the operators that mask in the first (`cost.masked`)
-/// timed in both ([`time_training`]), their added median seconds over
+/// timed in both (`time_training`), their added median seconds over
 /// the elements they mask.
 pub fn mask_rate(
     bench: Bench,

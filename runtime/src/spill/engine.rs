@@ -22,7 +22,7 @@ use super::Faults;
 
 /// Retries of one request that made no progress (EINTR, EAGAIN, a
 /// zero-byte write) before its block fails.
-pub(crate) const MAX_RETRIES: u32 = 8;
+pub const MAX_RETRIES: u32 = 8;
 /// Block requests waiting in the channel before `write`/`read` block.
 pub(crate) const CHANNEL_CAPACITY: usize = 256;
 /// Requests taken from the channel per pass of the loop.

@@ -7,7 +7,7 @@
 //!   reused); the file grows by `fallocate` in steps of
 //!   [`GROW_STEP_BYTES`] up to the budget, so it never holds more than the
 //!   budget.
-//! - **I/O.** A dedicated thread ([`engine`]) runs io_uring, or
+//! - **I/O.** A dedicated thread (`engine`) runs io_uring, or
 //!   pread/pwrite when io_uring cannot be set up or
 //!   [`SpillOptions::force_fallback`] asks. The file is opened with
 //!   O_DIRECT; a file system that refuses it gets buffered I/O. Both facts
@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use aligned::{AlignedBuf, ALIGN_BYTES};
-pub use engine::OpKind;
+pub use engine::{OpKind, MAX_RETRIES};
 
 use crate::{Error, Result};
 use engine::{lock, Backend, Engine, EngineConfig, IoFailure, OpState, Request, Segment, Stats};
@@ -109,7 +109,7 @@ pub struct Faults {
     /// resubmitted).
     pub short_transfers: bool,
     /// Every n-th request fails with EINTR or EAGAIN (alternately); it is
-    /// retried, at most [`MAX_RETRIES`](engine::MAX_RETRIES) times in a row.
+    /// retried, at most [`MAX_RETRIES`] times in a row.
     pub transient_error_every: Option<u32>,
 }
 
