@@ -576,6 +576,15 @@ pub fn sum_into(parts: &[&[f32]], out: &mut [f32]) -> Result<()> {
     Ok(())
 }
 
+/// `out += x`, element by element: a partition's weight gradient added
+/// into the running sum over those before it. Since addition commutes,
+/// the running sum of `parts` is [`sum_into`]'s, bit for bit.
+pub fn add_into(x: &[f32], out: &mut [f32]) -> Result<()> {
+    check_len("add_into", "x", x.len(), out.len())?;
+    sum_parts(&[x], out, Write::Accumulate);
+    Ok(())
+}
+
 /// `out (= or +=) parts[0] + parts[1] + …` in order; parallel over
 /// element ranges, which does not change any element's order of addition.
 fn sum_parts(parts: &[&[f32]], out: &mut [f32], write: Write) {

@@ -10,8 +10,9 @@
 //! node scores, the edge scores (per-block SDDMM) and their edge softmax.
 //! A GCN layer narrower than its input projects before it aggregates
 //! ([`LayerOrder`]); GAT always does.
-//! The backward pass mirrors it; weight gradients are computed per
-//! partition and summed by a gradient-accumulation step; an Adam update
+//! The backward pass mirrors it; each partition's weight gradient is added
+//! into a running sum over the partitions before it, which a
+//! gradient-accumulation step takes (summing it over devices); an Adam update
 //! ends the iteration. GAT's backward through attention is one operator
 //! per block whose inputs are what `fateplan_kernels::gat::aggregate_bwd`
 //! needs, accumulating into its source partition's and its destination
@@ -1172,6 +1173,7 @@ impl<'a> Builder<'a> {
             if sage {
                 inputs.insert(1, layer_in[i as usize]);
             }
+            self.running_sum(&mut inputs, &dw_parts);
             if l > 1 {
                 let g = self.tensor(
                     format!("grad_agg[l{l},p{i}]"),
@@ -1334,11 +1336,13 @@ impl<'a> Builder<'a> {
         &mut self,
         l: u32,
         p: u32,
-        inputs: Vec<TensorId>,
+        mut inputs: Vec<TensorId>,
         more_bytes: u64,
+        dw_parts: &[TensorId],
     ) -> (TensorId, Option<TensorId>) {
         let (d_in, d_out) = self.spec.layer_dims(l);
         let rows = self.rows(p);
+        self.running_sum(&mut inputs, dw_parts);
         let dw = self.tensor(
             format!("grad_w[l{l},p{p}]"),
             self.spec.weight_bytes(l),
@@ -1490,7 +1494,7 @@ impl<'a> Builder<'a> {
             let inputs = vec![dz[p as usize], layer_in[p as usize], w, dout[p as usize]];
             // The aggregation's gradient too, for the bias's.
             let more_bytes = self.rows(p) * d_out * F32;
-            let (dw, g) = self.projection_bwd(l, p, inputs, more_bytes);
+            let (dw, g) = self.projection_bwd(l, p, inputs, more_bytes, &dw_parts);
             dh.extend(g);
             dw_parts.push(dw);
         }
@@ -1498,6 +1502,20 @@ impl<'a> Builder<'a> {
         (dh, dw)
     }
 
+    /// Chains a partition's `linear_bwd` to those of the partitions before
+    /// it (`parts`, their weight gradients so far): the last of them is
+    /// added as an input, into which this one adds its own, so that each
+    /// `grad_w[l,p]` is the running sum through partition `p` and one at
+    /// a time is live, whatever the partition count.
+    fn running_sum(&self, inputs: &mut Vec<TensorId>, parts: &[TensorId]) {
+        inputs.extend(parts.last());
+    }
+
+    /// The weight gradient `grad_w[l]` from the running sum through the
+    /// last partition (`parts`' last, see [`Self::running_sum`]): where
+    /// several devices train, the sum over them. It is charged the
+    /// additions too, which the `linear_bwd` operators make: their costs
+    /// stay their products', the dense class the profile measures.
     fn accumulate_weight_grad(&mut self, l: u32, parts: Vec<TensorId>) -> TensorId {
         let bytes = self.spec.weight_bytes(l);
         let dw = self.tensor(format!("grad_w[l{l}]"), bytes, TensorKind::Gradient);
@@ -1506,7 +1524,7 @@ impl<'a> Builder<'a> {
             format!("grad_accumulate[l{l}]"),
             OpKind::GradAccumulate,
             Phase::Backward,
-            parts,
+            parts.last().copied().into_iter().collect(),
             vec![dw],
             Cost::work(
                 (count * bytes / F32) as f64,
@@ -1811,7 +1829,7 @@ impl<'a> Builder<'a> {
                 ),
             );
             let inputs = vec![dz, layer_in[p as usize], w, datt];
-            let (dw, g) = self.projection_bwd(l, p, inputs, spec.weight_bytes(l));
+            let (dw, g) = self.projection_bwd(l, p, inputs, spec.weight_bytes(l), &dw_parts);
             dh.extend(g);
             dw_parts.push(dw);
         }

@@ -40,7 +40,9 @@ use fateplan_planner::workload::{Op, Tensor};
 
 use crate::exec::data::{BlockData, Data};
 use crate::exec::{Backend, ExecError};
-use crate::gnn::{arity, GnnBackend, Model, Name, SITE_ATTENTION, SITE_HIDDEN, SITE_INPUT};
+use crate::gnn::{
+    arity, running_sum, GnnBackend, Model, Name, SITE_ATTENTION, SITE_HIDDEN, SITE_INPUT,
+};
 pub use crate::gnn::{GraphInput, Hyper, Metrics, Mode};
 use crate::peers::{Peers, Sent};
 
@@ -956,6 +958,29 @@ impl Backend for CpuGnn {
 
     fn run(&mut self, op: &Op, inputs: &[&Data]) -> Result<Vec<Data>, ExecError> {
         let name = Name::parse(&op.name)?;
+        if name.base == "linear_bwd" {
+            // After the first partition, the weight gradient is added into
+            // the running sum over the partitions before it.
+            let l = name.get('l')?;
+            let own = if self.model.hyper.model == GnnModel::Gat || self.model.projects_first(l) {
+                4
+            } else {
+                self.model.terms() + 2
+            };
+            if let (own, Some(before)) = running_sum(op, inputs, own)? {
+                let mut outputs = self.run(op, own)?;
+                match outputs.first_mut() {
+                    Some(Data::F32(dw)) => dense::add_into(before.f32()?, dw).map_err(kernel)?,
+                    _ => {
+                        return Err(ExecError::Internal(format!(
+                            "{}: its first output is not a weight gradient",
+                            op.name
+                        )))
+                    }
+                }
+                return Ok(outputs);
+            }
+        }
         if self.model.hyper.model == GnnModel::Gat {
             if let Some(outputs) = self.run_gat(op, &name, inputs)? {
                 return Ok(outputs);

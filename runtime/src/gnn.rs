@@ -587,6 +587,26 @@ pub(crate) fn arity<T>(
     }
 }
 
+/// `linear_bwd[l,p]`'s own inputs (`own` of them) and, after them, the
+/// running sum of layer `l`'s weight gradients through the partitions
+/// before `p`, which it adds its own into (none for the first partition:
+/// `fateplan_planner::gnn`). Another count is a bug, as for [`arity`].
+pub(crate) fn running_sum<'a, T>(
+    op: &fateplan_planner::workload::Op,
+    inputs: &'a [T],
+    own: usize,
+) -> Result<(&'a [T], Option<&'a T>), ExecError> {
+    match inputs.len() {
+        n if n == own => Ok((inputs, None)),
+        n if n == own + 1 => Ok((&inputs[..own], inputs.last())),
+        n => Err(ExecError::Internal(format!(
+            "{} has {n} inputs, expected {own}, or {} with the weight gradients' running sum",
+            op.name,
+            own + 1
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -631,6 +631,13 @@ fn matmul_rows_and_bias_helpers() {
     for i in 0..5 {
         assert_eq!(out[i], (parts[0][i] + parts[1][i]) + parts[2][i]);
     }
+    // The running sum, each part added in turn into the sum before it,
+    // is the same bits (the weight gradients' chain over partitions).
+    let mut running = parts[0].clone();
+    add_into(&parts[1], &mut running).unwrap();
+    add_into(&parts[2], &mut running).unwrap();
+    assert_eq!(running, out);
+    assert!(add_into(&parts[0][..4], &mut running).is_err());
     sum_into(&[], &mut out).unwrap();
     assert_eq!(out, vec![0.0; 5]);
 }

@@ -21,8 +21,8 @@ use fateplan_planner::workload::{Op, Tensor};
 use crate::exec::data::Data;
 use crate::exec::{Backend, ExecError, Mover};
 use crate::gnn::{
-    arity, GnnBackend, GraphInput, Hyper, Metrics, Mode, Model, Name, SITE_ATTENTION, SITE_HIDDEN,
-    SITE_INPUT,
+    arity, running_sum, GnnBackend, GraphInput, Hyper, Metrics, Mode, Model, Name, SITE_ATTENTION,
+    SITE_HIDDEN, SITE_INPUT,
 };
 
 use super::device::{
@@ -126,6 +126,14 @@ fn f32s_mut<'a>(op: &Op, data: &'a mut Data) -> Result<&'a mut DeviceBuf<f32>, E
 
 fn out(buf: DeviceBuf<f32>) -> Data {
     device_data(GpuTensor::F32(buf))
+}
+
+/// `op`'s first output is not the weight gradient a running sum needs.
+fn not_a_gradient(op: &Op) -> ExecError {
+    ExecError::Internal(format!(
+        "{}: its first output is not an f32 weight gradient on the device",
+        op.name
+    ))
 }
 
 /// Checks that a device buffer holds `len` values.
@@ -1725,7 +1733,38 @@ impl CudaGnn {
     /// One operator, queued on the compute stream.
     fn run_op(&mut self, op: &Op, inputs: &[&Data]) -> Result<Vec<Data>, ExecError> {
         let name = Name::parse(&op.name)?;
-
+        if name.base == "linear_bwd" {
+            // After the first partition, the weight gradient is added into
+            // the running sum over the partitions before it (as the CPU
+            // backend's, the same bits as summing them in order).
+            let l = name.get('l')?;
+            let own = if self.model.hyper.model == GnnModel::Gat || self.model.projects_first(l) {
+                4
+            } else {
+                self.model.terms() + 2
+            };
+            if let (own, Some(before)) = running_sum(op, inputs, own)? {
+                let mut outputs = self.run_op(op, own)?;
+                let before = f32s(op, before)?;
+                let gpu = self.gpu.clone();
+                let dw = match outputs.first_mut() {
+                    Some(Data::Held(held)) => held.get_mut::<GpuTensor>(),
+                    _ => None,
+                };
+                let Some(GpuTensor::F32(dw)) = dw else {
+                    return Err(not_a_gradient(op));
+                };
+                expect_len(op, "the running sum", before.len(), dw.len())?;
+                let (n, accumulate) = (dw.len() as u64, 1i32);
+                launch!(
+                    gpu,
+                    "sum_into_f32",
+                    n,
+                    [&before.slice, &n, &mut dw.slice, &accumulate]
+                );
+                return Ok(outputs);
+            }
+        }
         if self.model.hyper.model == GnnModel::Gat {
             if let Some(outputs) = self.run_gat(op, &name, inputs)? {
                 return Ok(outputs);
