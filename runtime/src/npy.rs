@@ -52,6 +52,8 @@ pub struct Npy {
 }
 
 impl Npy {
+    /// Maps `path` and reads its header; the file must hold exactly the
+    /// elements its shape declares, no fewer and no more.
     pub fn open(path: &Path) -> Result<Npy> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         // Safety: the map is read-only and the file is not expected to change
@@ -64,13 +66,24 @@ impl Npy {
             .checked_mul(dtype.size() as u64)
             .and_then(|b| b.checked_add(offset as u64))
             .ok_or_else(|| Error::invalid(path, "shape", format!("{shape:?} is too large")))?;
-        if (map.len() as u64) < needed {
+        let file_bytes = map.len() as u64;
+        if file_bytes < needed {
+            return Err(Error::invalid(
+                path,
+                "data",
+                format!("shape {shape:?} needs {needed} bytes but the file has {file_bytes}"),
+            ));
+        }
+        // Bytes past the declared elements would be dropped unsaid: the
+        // shape or the data is not what was meant.
+        if file_bytes > needed {
             return Err(Error::invalid(
                 path,
                 "data",
                 format!(
-                    "shape {shape:?} needs {needed} bytes but the file has {}",
-                    map.len()
+                    "shape {shape:?} needs {needed} bytes but the file has {file_bytes}: {} \
+                     bytes more than the shape declares",
+                    file_bytes - needed
                 ),
             ));
         }
@@ -598,6 +611,32 @@ pub(crate) mod tests {
         let npy = Npy::open(&path).unwrap();
         let message = npy.rows_f32(&[0], &path).unwrap_err().to_string();
         assert!(message.contains("not a float type"), "{message}");
+    }
+
+    #[test]
+    fn more_data_than_the_shape_declares_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        // x.npy declaring (10, 4) and holding 44 floats; edge_index.npy
+        // declaring (2, 2) and holding 6 ints.
+        let cases = [
+            ("x.npy", "<f4", 4, vec![10, 4], vec![0u8; 44 * 4]),
+            ("edge_index.npy", "<i8", 8, vec![2, 2], vec![0u8; 6 * 8]),
+        ];
+        for (name, descr, size, shape, data) in cases {
+            let path = dir.path().join(name);
+            write_npy(&path, descr, &shape, &data);
+            let file_bytes = std::fs::metadata(&path).unwrap().len();
+            let declared: u64 = shape.iter().product::<u64>() * size;
+            let needed = file_bytes - data.len() as u64 + declared;
+            let message = Npy::open(&path).unwrap_err().to_string();
+            assert!(
+                message.contains(name)
+                    && message.contains(&format!("{shape:?}"))
+                    && message.contains(&format!("needs {needed} bytes"))
+                    && message.contains(&format!("has {file_bytes}")),
+                "{message}"
+            );
+        }
     }
 
     pub fn write_fortran_npy(path: &Path, descr: &str, shape: &[u64], data: &[u8]) {
