@@ -29,7 +29,7 @@ use fateplan::planner::{
 use fateplan::profiles;
 use fateplan::runtime::generate::GeneratorSpec;
 use fateplan::runtime::graph::GraphData;
-use fateplan::runtime::partition::{Method, PartitionOptions, Partitioning};
+use fateplan::runtime::partition::{Method, PartitionOptions, Partitioning, BYTES_PER_VERTEX};
 use fateplan::runtime::share::{share_workload, ShareMethod, ShareStats, ShareWorkload};
 use fateplan::runtime::sim::{self as simulator, SimOptions};
 
@@ -984,7 +984,17 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     let mut halo = None;
     let mut shares = None;
     let (source, features, classes) = if let Some(path) = &args.graph {
-        let graph = GraphData::open(path)?;
+        // On several GPUs the graph's vertices are partitioned (min-cut):
+        // checked to fit in memory before they are counted in.
+        let graph = if args.gpus > 1 {
+            GraphData::open_holding(
+                path,
+                BYTES_PER_VERTEX,
+                &format!("min-cut partitioning onto {} GPUs", args.gpus),
+            )?
+        } else {
+            GraphData::open(path)?
+        };
         let features = args.features.or(graph.features).ok_or_else(|| {
             anyhow!(
                 "{path}: the graph has no features to give the feature size (x.npy in a \

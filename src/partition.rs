@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use fateplan::runtime::graph::GraphData;
 use fateplan::runtime::partition::{
-    Method, PartitionOptions, PartitionStats, Partitioning, DEFAULT_TOLERANCE,
+    Method, PartitionOptions, PartitionStats, Partitioning, BYTES_PER_VERTEX, DEFAULT_TOLERANCE,
     VERTEX_TOLERANCE_FACTOR,
 };
 use serde_json::json;
@@ -78,7 +78,11 @@ pub fn run(args: &PartitionArgs) -> Result<()> {
         bail!("--gpus 0: expected at least 1 GPU to share the vertices out to");
     }
     let tolerance = tolerance(args.tolerance.as_deref())?;
-    let graph = GraphData::open(&args.graph)?;
+    let graph = GraphData::open_holding(
+        &args.graph,
+        BYTES_PER_VERTEX,
+        &format!("partitioning onto {} GPUs", args.gpus),
+    )?;
     let options = PartitionOptions {
         tolerance,
         seed: args.seed,

@@ -517,6 +517,93 @@ fn partition_random_against_mincut() {
     }
 }
 
+/// An edge list naming one vertex id far past the others: the vertices
+/// it makes are more than the memory available (here under `ulimit -v`)
+/// holds for partitioning, and the command says so, naming the file, the
+/// line and the id, rather than ending with `memory allocation of N
+/// bytes failed`. Planning on one GPU holds no vertex and plans it.
+#[test]
+fn an_edge_list_with_a_vertex_id_too_large_to_partition_is_refused_naming_its_line() {
+    let dir = scratch("huge-id");
+    let path = dir.join("e.txt");
+    std::fs::write(&path, "0 1\n4000000000 1\n").unwrap();
+    let file = path.to_str().unwrap();
+    let under_limit = |args: &[&str]| {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg("ulimit -v 4000000 && exec \"$0\" \"$@\"")
+            .arg(env!("CARGO_BIN_EXE_fateplan"))
+            .args(args)
+            .output()
+            .expect("sh runs")
+    };
+    let plan = [
+        "plan",
+        "--graph",
+        file,
+        "--features",
+        "16",
+        "--classes",
+        "4",
+    ];
+    let commands: [(&[&str], &str); 3] = [
+        (
+            &[
+                "partition",
+                "--graph",
+                file,
+                "--gpus",
+                "2",
+                "--method",
+                "mincut",
+            ],
+            "partitioning onto 2 GPUs takes at least 89.4 GiB in memory (24 bytes a vertex)",
+        ),
+        (
+            &[
+                "partition",
+                "--graph",
+                file,
+                "--gpus",
+                "2",
+                "--method",
+                "random",
+            ],
+            "partitioning onto 2 GPUs takes at least 89.4 GiB",
+        ),
+        (
+            &[&plan[..], &["--gpus", "2"]].concat(),
+            "min-cut partitioning onto 2 GPUs takes at least 89.4 GiB",
+        ),
+    ];
+    for (args, expected) in commands {
+        let out = under_limit(args);
+        let message = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {message}");
+        assert!(
+            message.contains(&format!(
+                "{file}: line 2: vertex id 4000000000 makes 4000000001 vertices: "
+            )) && message.contains(expected)
+                && message.contains("GiB available (")
+                && message.contains("number the vertices from 0 without gaps"),
+            "{args:?}: {message}"
+        );
+    }
+    let one = under_limit(&plan);
+    assert!(
+        !stderr(&one).contains("memory allocation") && one.status.code() != Some(134),
+        "{}",
+        stderr(&one)
+    );
+    assert!(
+        stdout(&one).contains("4000000001") || stderr(&one).contains("infeasible"),
+        "{}{}",
+        stdout(&one),
+        stderr(&one)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn a_real_graph_on_several_gpus_takes_its_halo_from_min_cut() {
     // Two 20-vertex cliques (both directions) and one edge 0 -> 20

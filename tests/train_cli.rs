@@ -1415,11 +1415,68 @@ fn a_generated_graph_larger_than_memory_is_refused_before_it_is_drawn() {
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
         assert!(
             stderr(&out).contains("more than the")
-                && stderr(&out).contains("GiB available (MemAvailable in /proc/meminfo)")
+                && stderr(&out).contains("GiB available (")
                 && stderr(&out).contains("a smaller scale"),
             "{args:?}: {}",
             stderr(&out)
         );
+    }
+    assert!(!out_dir.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The memory available is the least of `MemAvailable`, the address-space
+/// limit (`ulimit -v`) less what the process maps, and the cgroup's: a
+/// graph that fits in `MemAvailable` but not under the limit is refused
+/// before it is drawn, rather than ending with `memory allocation of N
+/// bytes failed`.
+#[test]
+fn a_generated_graph_over_the_address_space_limit_is_refused_before_it_is_drawn() {
+    // 2·10^7 nodes of 16 features and 1.6·10^8 edges: 3.8 GiB, over a
+    // limit of 2.9 GiB.
+    let spec = "planted:nodes=20000000,features=16";
+    let limit_kib = 3_000_000;
+    let dir = scratch("over-ulimit");
+    let out_dir = dir.join("graph");
+    let commands: [&[&str]; 2] = [
+        &[
+            "generate",
+            "--graph",
+            spec,
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+        &["train", "--graph", spec, "--epochs", "1"],
+    ];
+    for args in commands {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("ulimit -v {limit_kib} && exec \"$0\" \"$@\""))
+            .arg(env!("CARGO_BIN_EXE_fateplan"))
+            .args(args)
+            .output()
+            .expect("sh runs");
+        let message = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {message}");
+        assert!(
+            message.contains("the graph takes at least 3.8 GiB in memory")
+                && message.contains("GiB available (")
+                && message.contains("fewer nodes or features"),
+            "{args:?}: {message}"
+        );
+        // Where MemAvailable is the larger, the limit is the one named.
+        let available = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|text| {
+                let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+                line.split_whitespace().nth(1)?.parse::<u64>().ok()
+            });
+        if available.is_some_and(|kib| kib > limit_kib) {
+            assert!(
+                message.contains("the address-space limit (ulimit -v) of 2.9 GiB less the"),
+                "{args:?}: {message}"
+            );
+        }
     }
     assert!(!out_dir.exists());
     let _ = std::fs::remove_dir_all(&dir);

@@ -109,8 +109,12 @@ impl<'a> EdgeSource<'a> {
     /// [`EdgeSource::npy`] for a graph with no other array to give its
     /// vertex count: the vertices are `0..=` the largest end, found by
     /// reading the file once, a batch at a time (a negative end is an
-    /// error naming the element). Returns the vertex count too.
-    pub fn npy_counting_nodes(path: PathBuf, npy: Npy) -> Result<(EdgeSource<'static>, u64)> {
+    /// error naming the element). Returns the vertex count too, and the
+    /// element `[row, column]` that gives it (the first largest end).
+    pub fn npy_counting_nodes(
+        path: PathBuf,
+        npy: Npy,
+    ) -> Result<(EdgeSource<'static>, u64, [u64; 2])> {
         Self::npy_counting_nodes_in_batches(path, npy, FILE_BATCH)
     }
 
@@ -119,7 +123,7 @@ impl<'a> EdgeSource<'a> {
         path: PathBuf,
         npy: Npy,
         batch: u64,
-    ) -> Result<(EdgeSource<'static>, u64)> {
+    ) -> Result<(EdgeSource<'static>, u64, [u64; 2])> {
         let EdgeSource::Npy(mut file) = Self::npy_in_batches(path, npy, u64::MAX, batch)? else {
             unreachable!("npy_in_batches makes a file's source")
         };
@@ -137,10 +141,16 @@ impl<'a> EdgeSource<'a> {
                         format!("{} is negative", values[at]),
                     ));
                 }
-                most = values.iter().copied().chain(most).max();
+                let Some(&largest) = values.iter().max() else {
+                    continue;
+                };
+                if most.is_none_or(|(before, _)| largest > before) {
+                    let at = values.iter().position(|&v| v == largest).unwrap_or(0);
+                    most = Some((largest, [row, first + at as u64]));
+                }
             }
         }
-        let Some(most) = most else {
+        let Some((most, element)) = most else {
             return Err(Error::invalid(
                 &file.path,
                 "shape",
@@ -150,7 +160,7 @@ impl<'a> EdgeSource<'a> {
         let nodes = most as u64 + 1;
         file.nodes = nodes;
         file.nodes_from = "N from the largest end, read before";
-        Ok((EdgeSource::Npy(file), nodes))
+        Ok((EdgeSource::Npy(file), nodes, element))
     }
 
     /// Edges in all (a list's sources, where the lists differ).
@@ -368,9 +378,9 @@ mod tests {
         };
         // The largest end is a destination in the last batch of two.
         let npy = write(&[0, 1, 2, 3, 3, 1, 2, 3, 0, 9]);
-        let (edges, nodes) =
+        let (edges, nodes, element) =
             EdgeSource::npy_counting_nodes_in_batches(path.clone(), npy, 2).unwrap();
-        assert_eq!(nodes, 10);
+        assert_eq!((nodes, element), (10, [1, 4]));
         let (sizes, src, dst) = batches(&edges, 1);
         assert_eq!(sizes, [2, 2, 1]);
         assert_eq!((src, dst), (vec![0, 1, 2, 3, 3], vec![1, 2, 3, 0, 9]));

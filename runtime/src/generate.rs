@@ -25,6 +25,7 @@ use rayon::prelude::*;
 
 use crate::dataset::{Dataset, MAX_CLASSES, MAX_FEATURES};
 use crate::edges::EdgeSource;
+use crate::memory::Available;
 use crate::{Error, Result};
 
 /// Graph500's R-MAT quadrant probabilities; `D = 1 - A - B - C`.
@@ -941,25 +942,19 @@ impl GeneratorSpec {
     }
 
     /// Refuses a spec whose dataset ([`GeneratorSpec::dataset_bytes`])
-    /// is larger than `available_bytes` of memory (`source` says where
-    /// that figure comes from), where drawing it would end with the
-    /// process killed for memory.
-    pub fn check_fits_in(&self, available_bytes: u64, source: &str) -> Result<()> {
-        let needed = self.dataset_bytes();
-        if needed <= available_bytes {
-            return Ok(());
-        }
+    /// is larger than the memory `available`, where drawing it would end
+    /// with the process killed for memory.
+    pub fn check_fits_in(&self, available: &Available) -> Result<()> {
         let (nodes, features, edges) = self.sizes();
-        let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
+        let what = format!("{nodes} nodes × {features} features, {edges} edges");
+        let Some(shortfall) = available.shortfall(self.dataset_bytes(), &what) else {
+            return Ok(());
+        };
         Err(Error::invalid(
             Path::new(&self.to_string()),
             "size",
             format!(
-                "the graph takes at least {:.1} GiB in memory ({nodes} nodes × {features} \
-                 features, {edges} edges), more than the {:.1} GiB available ({source}); \
-                 {} fits",
-                gib(needed),
-                gib(available_bytes),
+                "the graph takes {shortfall}; {} fits",
                 match self {
                     GeneratorSpec::Rmat(_) =>
                         "a smaller scale, fewer features or a smaller edge_factor",
@@ -969,17 +964,12 @@ impl GeneratorSpec {
         ))
     }
 
-    /// [`GeneratorSpec::check_fits_in`] the memory `/proc/meminfo` says
-    /// is available; no check where it cannot be read.
+    /// [`GeneratorSpec::check_fits_in`] the memory this process can still
+    /// take ([`crate::memory::available`]: the least of `MemAvailable`,
+    /// the address-space limit and the cgroup's); no check where none of
+    /// them can be read.
     pub fn check_fits(&self) -> Result<()> {
-        let path = Path::new("/proc/meminfo");
-        let Ok(text) = std::fs::read_to_string(path) else {
-            return Ok(());
-        };
-        match crate::measure::host::parse_meminfo(&text, path) {
-            Ok(info) => self.check_fits_in(info.available_bytes, "MemAvailable in /proc/meminfo"),
-            Err(_) => Ok(()),
-        }
+        crate::memory::available().map_or(Ok(()), |available| self.check_fits_in(&available))
     }
 
     /// [`GeneratorSpec::generate`] without the features: `x` is empty, and
@@ -1449,9 +1439,13 @@ mod tests {
                     )
                 }
             }
-            assert!(spec.check_fits_in(bytes, "test").is_ok());
+            let figure = |bytes: u64, source: &str| Available {
+                bytes,
+                source: source.into(),
+            };
+            assert!(spec.check_fits_in(&figure(bytes, "test")).is_ok());
             let message = spec
-                .check_fits_in(bytes - 1, "a test's figure")
+                .check_fits_in(&figure(bytes - 1, "a test's figure"))
                 .unwrap_err()
                 .to_string();
             assert!(
@@ -1465,7 +1459,10 @@ mod tests {
         let huge = GeneratorSpec::parse("rmat:scale=30,features=15").unwrap();
         assert!(huge.dataset_bytes() > 300 << 30);
         let message = huge
-            .check_fits_in(64 << 30, "64 GiB")
+            .check_fits_in(&Available {
+                bytes: 64 << 30,
+                source: "64 GiB".into(),
+            })
             .unwrap_err()
             .to_string();
         assert!(message.contains("a smaller scale"), "{message}");

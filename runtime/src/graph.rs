@@ -1,12 +1,13 @@
 //! Graphs for planning: a folder of PyG-named `.npy` files, an edge-list
 //! text file, or the edges of a generator spec.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use fateplan_planner::blocks::BlockCounts;
 
 use crate::edges::EdgeSource;
 use crate::generate::GeneratorSpec;
+use crate::memory::Available;
 use crate::npy::Npy;
 use crate::{Error, Result};
 
@@ -28,6 +29,16 @@ pub struct GraphData {
     pub classes: Option<u32>,
 }
 
+/// Where a graph's vertex count comes from, as a refusal of the count
+/// names it: the file (or spec), the line, element or field there, and
+/// what it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NodesFrom {
+    path: PathBuf,
+    field: String,
+    value: String,
+}
+
 impl GraphData {
     /// `source` as the `--graph` of `plan`, `compare` and `partition` reads
     /// it (`train`, which needs the features, reads it with
@@ -36,9 +47,37 @@ impl GraphData {
     /// ones `fateplan train --graph SPEC` trains on, with the spec's
     /// feature and class counts (the features themselves are not drawn).
     pub fn open(source: &str) -> Result<GraphData> {
+        Self::open_holding(source, 0, "")
+    }
+
+    /// [`GraphData::open`] for a command that then holds
+    /// `bytes_per_vertex` bytes for each vertex (`what` says what holds
+    /// them, as in "min-cut partitioning onto 2 GPUs"): a graph whose
+    /// vertices take more than the memory available
+    /// ([`crate::memory::available`]) is refused before they are taken,
+    /// naming where its vertex count comes from: a text file's line and
+    /// the vertex id on it, an `edge_index.npy` element, `x.npy`'s shape
+    /// or a spec's size (a spec is checked before its edges are drawn).
+    pub fn open_holding(source: &str, bytes_per_vertex: u64, what: &str) -> Result<GraphData> {
+        Self::open_within(source, bytes_per_vertex, what, crate::memory::available)
+    }
+
+    /// [`GraphData::open_holding`] within the memory `available` says.
+    fn open_within(
+        source: &str,
+        bytes_per_vertex: u64,
+        what: &str,
+        available: impl FnOnce() -> Option<Available>,
+    ) -> Result<GraphData> {
+        let holding = Holding {
+            bytes_per_vertex,
+            what,
+        };
         let path = Path::new(source);
         if path.exists() {
-            return Self::load(path);
+            let (graph, from) = Self::load_counted(path)?;
+            holding.check(graph.nodes, graph.edge_count(), &from, available)?;
+            return Ok(graph);
         }
         if !source.contains(':') {
             return Err(Error::invalid(
@@ -48,6 +87,17 @@ impl GraphData {
             ));
         }
         let spec = GeneratorSpec::parse(source)?;
+        let (nodes, _, edges) = spec.sizes();
+        let (field, value) = match &spec {
+            GeneratorSpec::Rmat(s) => ("scale", format!("scale={}", s.scale)),
+            GeneratorSpec::Planted(s) => ("nodes", format!("nodes={}", s.nodes)),
+        };
+        let from = NodesFrom {
+            path: PathBuf::from(spec.to_string()),
+            field: field.into(),
+            value,
+        };
+        holding.check(nodes, edges, &from, available)?;
         let (features, classes) = spec.features_and_classes();
         let (graph, edges) = spec.with_features(1).open()?;
         Ok(GraphData {
@@ -64,6 +114,11 @@ impl GraphData {
     /// an edge-list text file (`src dst` per line, `#` comments; a line with
     /// more fields, such as a weight, is refused).
     pub fn load(path: &Path) -> Result<GraphData> {
+        Ok(Self::load_counted(path)?.0)
+    }
+
+    /// [`GraphData::load`], and where its vertex count comes from.
+    fn load_counted(path: &Path) -> Result<(GraphData, NodesFrom)> {
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().trim_end_matches(".txt").to_string())
@@ -75,12 +130,12 @@ impl GraphData {
         }
     }
 
-    fn load_npy_folder(dir: &Path, name: String) -> Result<GraphData> {
+    fn load_npy_folder(dir: &Path, name: String) -> Result<(GraphData, NodesFrom)> {
         let edge_path = dir.join("edge_index.npy");
         let edge_index = Npy::open(&edge_path)?;
         let mut features = None;
         let x_path = dir.join("x.npy");
-        let (edges, nodes) = if x_path.exists() {
+        let (edges, nodes, from) = if x_path.exists() {
             let x = Npy::open(&x_path)?;
             if x.shape.len() != 2 || x.fortran_order {
                 return Err(Error::invalid(
@@ -101,12 +156,25 @@ impl GraphData {
             if nodes == 0 {
                 return Err(Error::invalid(&x_path, "shape", "N is 0: no vertices"));
             }
+            let from = NodesFrom {
+                path: x_path.clone(),
+                field: "shape".into(),
+                value: format!("{:?}", x.shape),
+            };
             (
                 EdgeSource::npy(edge_path.clone(), edge_index, nodes)?,
                 nodes,
+                from,
             )
         } else {
-            EdgeSource::npy_counting_nodes(edge_path.clone(), edge_index)?
+            let (edges, nodes, [row, column]) =
+                EdgeSource::npy_counting_nodes(edge_path.clone(), edge_index)?;
+            let from = NodesFrom {
+                path: edge_path.clone(),
+                field: format!("edge_index[{row}, {column}]"),
+                value: format!("vertex id {}", nodes - 1),
+            };
+            (edges, nodes, from)
         };
         let mut classes = None;
         let y_path = dir.join("y.npy");
@@ -121,19 +189,22 @@ impl GraphData {
                     .map_err(|_| Error::invalid(&y_path, "values", "too many classes"))?,
             );
         }
-        Ok(GraphData {
+        let graph = GraphData {
             name,
             nodes,
             edges,
             features,
             classes,
-        })
+        };
+        Ok((graph, from))
     }
 
-    fn load_edge_list(path: &Path, name: String) -> Result<GraphData> {
+    fn load_edge_list(path: &Path, name: String) -> Result<(GraphData, NodesFrom)> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         let mut src = Vec::new();
         let mut dst = Vec::new();
+        // The largest id, and the line that first names it.
+        let mut largest: Option<(u64, usize)> = None;
         for (number, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
@@ -158,8 +229,13 @@ impl GraphData {
                     )
                 })
             };
-            src.push(vertex("source")?);
-            dst.push(vertex("destination")?);
+            let (source, destination) = (vertex("source")?, vertex("destination")?);
+            let most = source.max(destination);
+            if largest.is_none_or(|(before, _)| most > before) {
+                largest = Some((most, number + 1));
+            }
+            src.push(source);
+            dst.push(destination);
             if let Some(extra) = fields.next() {
                 return Err(Error::invalid(
                     path,
@@ -178,17 +254,29 @@ impl GraphData {
                 ));
             }
         }
-        let nodes = src.iter().chain(&dst).max().map_or(0, |&m| m + 1);
-        if nodes == 0 {
+        let Some((most, line)) = largest else {
             return Err(Error::invalid(path, "edges", "the file has no edges"));
-        }
-        Ok(GraphData {
+        };
+        let nodes = most.checked_add(1).ok_or_else(|| {
+            Error::invalid(
+                path,
+                format!("line {line}"),
+                format!("vertex id {most} is past the last vertex fateplan counts"),
+            )
+        })?;
+        let graph = GraphData {
             name,
             nodes,
             edges: EdgeSource::owned(src, dst),
             features: None,
             classes: None,
-        })
+        };
+        let from = NodesFrom {
+            path: path.to_path_buf(),
+            field: format!("line {line}"),
+            value: format!("vertex id {most}"),
+        };
+        Ok((graph, from))
     }
 
     /// Edges in all.
@@ -217,6 +305,57 @@ impl GraphData {
             Ok(())
         })?;
         Ok(counts)
+    }
+}
+
+/// What a command holds for each vertex of the graph it reads.
+struct Holding<'a> {
+    bytes_per_vertex: u64,
+    /// What holds them, as an error says it.
+    what: &'a str,
+}
+
+impl Holding<'_> {
+    /// Refuses a graph of `nodes` vertices and `edges` edges whose bytes
+    /// held are more than the memory `available` says (read only where
+    /// anything is held; no check where it says nothing), naming where
+    /// the count comes from; where most of the vertices have no edge,
+    /// says so (ids with gaps: numbered from 10^9, or hashes).
+    fn check(
+        &self,
+        nodes: u64,
+        edges: u64,
+        from: &NodesFrom,
+        available: impl FnOnce() -> Option<Available>,
+    ) -> Result<()> {
+        if self.bytes_per_vertex == 0 {
+            return Ok(());
+        }
+        let Some(available) = available() else {
+            return Ok(());
+        };
+        let needed = nodes.saturating_mul(self.bytes_per_vertex);
+        let each = format!("{} bytes a vertex", self.bytes_per_vertex);
+        let Some(shortfall) = available.shortfall(needed, &each) else {
+            return Ok(());
+        };
+        let without_edges = nodes.saturating_sub(edges.saturating_mul(2));
+        let gaps = if without_edges > nodes / 2 {
+            format!(
+                "; at least {without_edges} of them have no edge (the graph has {edges}): \
+                 number the vertices from 0 without gaps"
+            )
+        } else {
+            String::new()
+        };
+        Err(Error::invalid(
+            &from.path,
+            &from.field,
+            format!(
+                "{} makes {nodes} vertices: {} takes {shortfall}{gaps}",
+                from.value, self.what
+            ),
+        ))
     }
 }
 
@@ -320,6 +459,83 @@ mod tests {
         );
         let bad = GraphData::open("rmat:scale=0").unwrap_err().to_string();
         assert!(bad.contains("scale"), "{bad}");
+    }
+
+    /// A vertex count that takes more memory than is available, for what
+    /// holds its vertices, is refused naming where it comes from.
+    #[test]
+    fn a_vertex_count_over_the_memory_available_is_refused_naming_its_source() {
+        let dir = scratch("count");
+        let figure = |bytes: u64| {
+            move || {
+                Some(Available {
+                    bytes,
+                    source: "a test's figure".into(),
+                })
+            }
+        };
+        let open = |source: &std::path::Path, bytes: u64| {
+            GraphData::open_within(source.to_str().unwrap(), 24, "partitioning", figure(bytes))
+        };
+        // One large id in a text file: its line (the first naming it).
+        let text = dir.join("e.txt");
+        std::fs::write(&text, "0 1\n# ids\n4000000000 1\n2 4000000000\n").unwrap();
+        let message = open(&text, 1 << 30).unwrap_err().to_string();
+        assert_eq!(
+            message,
+            format!(
+                "{}: line 3: vertex id 4000000000 makes 4000000001 vertices: partitioning takes \
+                 at least 89.4 GiB in memory (24 bytes a vertex), more than the 1.0 GiB \
+                 available (a test's figure); at least 3999999995 of them have no edge (the \
+                 graph has 3): number the vertices from 0 without gaps",
+                text.display()
+            )
+        );
+        // Read without holding its vertices, the graph is as given.
+        let g = GraphData::open(text.to_str().unwrap()).unwrap();
+        assert_eq!((g.nodes, g.edge_count()), (4_000_000_001, 3));
+        // Where the vertices fit, nothing is said.
+        std::fs::write(&text, "0 1\n1 2\n").unwrap();
+        assert_eq!(open(&text, 72).unwrap().nodes, 3);
+        let message = open(&text, 71).unwrap_err().to_string();
+        assert!(
+            message.contains("line 2: vertex id 2 makes 3 vertices") && !message.contains("gaps"),
+            "{message}"
+        );
+        // A folder without x.npy: the element of the largest end.
+        let folder = dir.join("pyg");
+        std::fs::create_dir_all(&folder).unwrap();
+        let ends: Vec<u8> = [0i64, 1, 2, 1, 2, 4_000_000_000]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        write_npy(&folder.join("edge_index.npy"), "<i8", &[2, 3], &ends);
+        let message = open(&folder, 1 << 30).unwrap_err().to_string();
+        assert!(
+            message.contains(
+                "edge_index.npy: edge_index[1, 2]: vertex id 4000000000 makes \
+                 4000000001 vertices: partitioning takes at least 89.4 GiB"
+            ),
+            "{message}"
+        );
+        // With x.npy: its shape.
+        write_npy(&folder.join("x.npy"), "<f4", &[4_000_000_001, 0], &[]);
+        let message = open(&folder, 1 << 30).unwrap_err().to_string();
+        assert!(
+            message.contains("x.npy: shape: [4000000001, 0] makes 4000000001 vertices"),
+            "{message}"
+        );
+        // A spec, before its edges are drawn.
+        let spec = "planted:nodes=300,features=4,degree=4,val=50,test=100";
+        let message = GraphData::open_within(spec, 24, "partitioning", figure(7199))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("nodes: nodes=300 makes 300 vertices: partitioning"),
+            "{message}"
+        );
+        assert!(GraphData::open_within(spec, 24, "partitioning", figure(7200)).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! - The discrete-event simulator ([`sim`]) that replays a plan on a
 //!   modelled machine, and the comparison of a measured iteration with
 //!   its replay ([`compare`]).
-//! - The measurement of this machine as a hardware profile ([`measure`]).
+//! - The measurement of this machine as a hardware profile ([`measure`]),
+//!   and the memory this process can still take ([`memory`]).
 
 pub mod blockcsr;
 pub mod collective;
@@ -27,6 +28,7 @@ pub mod generate;
 pub mod gnn;
 pub mod graph;
 pub mod measure;
+pub mod memory;
 pub mod npy;
 pub mod partition;
 pub mod peers;

@@ -52,6 +52,8 @@ pub struct Npy {
 }
 
 impl Npy {
+    /// Maps `path` and reads its header; the file must hold exactly the
+    /// elements its shape declares, no fewer and no more.
     pub fn open(path: &Path) -> Result<Npy> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         // Safety: the map is read-only and the file is not expected to change
@@ -64,13 +66,24 @@ impl Npy {
             .checked_mul(dtype.size() as u64)
             .and_then(|b| b.checked_add(offset as u64))
             .ok_or_else(|| Error::invalid(path, "shape", format!("{shape:?} is too large")))?;
-        if (map.len() as u64) < needed {
+        let file_bytes = map.len() as u64;
+        if file_bytes < needed {
+            return Err(Error::invalid(
+                path,
+                "data",
+                format!("shape {shape:?} needs {needed} bytes but the file has {file_bytes}"),
+            ));
+        }
+        // Bytes past the declared elements would be dropped unsaid: the
+        // shape or the data is not what was meant.
+        if file_bytes > needed {
             return Err(Error::invalid(
                 path,
                 "data",
                 format!(
-                    "shape {shape:?} needs {needed} bytes but the file has {}",
-                    map.len()
+                    "shape {shape:?} needs {needed} bytes but the file has {file_bytes}: {} \
+                     bytes more than the shape declares",
+                    file_bytes - needed
                 ),
             ));
         }
@@ -419,15 +432,58 @@ fn parse_header(bytes: &[u8], path: &Path) -> Result<(usize, Dtype, Vec<u64>, bo
     };
     let header = std::str::from_utf8(&bytes[start..end])
         .map_err(|_| Error::invalid(path, "header", "is not text"))?;
+    // A Python dict literal: numpy writes `'key': value`, and reads
+    // double quotes too.
     let field = |name: &str| -> Result<&str> {
-        let key = format!("'{name}':");
-        let at = header
-            .find(&key)
-            .ok_or_else(|| Error::invalid(path, name, "missing from the header"))?;
-        Ok(header[at + key.len()..].trim_start())
+        ['\'', '"']
+            .iter()
+            .find_map(|quote| {
+                let key = format!("{quote}{name}{quote}");
+                header
+                    .match_indices(key.as_str())
+                    .find_map(|(at, _)| header[at + key.len()..].trim_start().strip_prefix(':'))
+            })
+            .map(str::trim_start)
+            .ok_or_else(|| Error::invalid(path, name, "missing from the header"))
     };
     let descr = field("descr")?;
-    let descr = descr.split('\'').nth(1).unwrap_or("");
+    let descr = match descr.chars().next() {
+        Some(quote @ ('\'' | '"')) => descr[1..].split(quote).next().unwrap_or(""),
+        Some('[') => {
+            // A list of (name, type) fields: quoted whole, to its bracket.
+            let mut depth = 0usize;
+            let end = descr
+                .char_indices()
+                .find_map(|(at, c)| {
+                    match c {
+                        '[' => depth += 1,
+                        ']' => depth -= 1,
+                        _ => {}
+                    }
+                    (depth == 0).then_some(at + 1)
+                })
+                .unwrap_or(descr.len());
+            return Err(Error::invalid(
+                path,
+                "descr",
+                format!(
+                    "{}: a structured dtype (named fields), which fateplan does not read; it \
+                     reads arrays of one type: <i8, <i4, <f8, <f4, |b1 or |u1",
+                    &descr[..end]
+                ),
+            ));
+        }
+        _ => {
+            return Err(Error::invalid(
+                path,
+                "descr",
+                format!(
+                    "{:?} is not a type string such as '<f4'",
+                    descr.chars().take(40).collect::<String>()
+                ),
+            ))
+        }
+    };
     let dtype = match descr {
         "<i8" => Dtype::I64,
         "<i4" => Dtype::I32,
@@ -479,8 +535,14 @@ pub fn write(path: &Path, descr: &str, shape: &[u64], data: &[u8]) -> Result<()>
     } else {
         format!("({})", dims.join(", "))
     };
-    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple}, }}");
-    while (10 + header.len() + 1) % 64 != 0 {
+    let header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple}, }}");
+    write_with_header(path, header, data)
+}
+
+/// Writes a v1 `.npy` file whose header is the dict literal `header`,
+/// padded as numpy pads it, and then `data`.
+fn write_with_header(path: &Path, mut header: String, data: &[u8]) -> Result<()> {
+    while !(10 + header.len() + 1).is_multiple_of(64) {
         header.push(' ');
     }
     header.push('\n');
@@ -598,6 +660,92 @@ pub(crate) mod tests {
         let npy = Npy::open(&path).unwrap();
         let message = npy.rows_f32(&[0], &path).unwrap_err().to_string();
         assert!(message.contains("not a float type"), "{message}");
+    }
+
+    /// Writes a v1 `.npy` file whose header is the dict literal `dict`,
+    /// as written.
+    fn write_npy_header(path: &Path, dict: &str, data: &[u8]) {
+        super::write_with_header(path, dict.to_string(), data).unwrap();
+    }
+
+    #[test]
+    fn more_data_than_the_shape_declares_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        // x.npy declaring (10, 4) and holding 44 floats; edge_index.npy
+        // declaring (2, 2) and holding 6 ints.
+        let cases = [
+            ("x.npy", "<f4", 4, vec![10, 4], vec![0u8; 44 * 4]),
+            ("edge_index.npy", "<i8", 8, vec![2, 2], vec![0u8; 6 * 8]),
+        ];
+        for (name, descr, size, shape, data) in cases {
+            let path = dir.path().join(name);
+            write_npy(&path, descr, &shape, &data);
+            let file_bytes = std::fs::metadata(&path).unwrap().len();
+            let declared: u64 = shape.iter().product::<u64>() * size;
+            let needed = file_bytes - data.len() as u64 + declared;
+            let message = Npy::open(&path).unwrap_err().to_string();
+            assert!(
+                message.contains(name)
+                    && message.contains(&format!("{shape:?}"))
+                    && message.contains(&format!("needs {needed} bytes"))
+                    && message.contains(&format!("has {file_bytes}")),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn headers_in_either_quote_style_are_read_and_structured_types_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.npy");
+        let values: Vec<u8> = [3i64, 1, 4, 1]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        for dict in [
+            r#"{"descr": "<i8", "fortran_order": False, "shape": (2, 2), }"#,
+            r#"{'descr': "<i8", "fortran_order" : False, 'shape': (2, 2)}"#,
+        ] {
+            write_npy_header(&path, dict, &values);
+            let npy = Npy::open(&path).unwrap_or_else(|e| panic!("{dict}: {e}"));
+            assert_eq!(
+                (npy.dtype, &npy.shape[..]),
+                (Dtype::I64, &[2, 2][..]),
+                "{dict}"
+            );
+            assert_eq!(npy.to_i64(&path).unwrap(), [3, 1, 4, 1], "{dict}");
+        }
+        // A structured type is named as such, its descr quoted whole.
+        for (dict, descr) in [
+            (
+                "{'descr': [('a','<i8')], 'fortran_order': False, 'shape': (4,), }",
+                "[('a','<i8')]",
+            ),
+            (
+                r#"{"descr": [("a", "<i4"), ("b", "<i4")], "fortran_order": False, "shape": (4,), }"#,
+                r#"[("a", "<i4"), ("b", "<i4")]"#,
+            ),
+        ] {
+            write_npy_header(&path, dict, &values);
+            let message = Npy::open(&path).unwrap_err().to_string();
+            assert!(
+                message.contains("a.npy: descr: ")
+                    && message.contains(descr)
+                    && message.contains("structured"),
+                "{message}"
+            );
+        }
+        // A type fateplan does not read is quoted, either style.
+        write_npy_header(
+            &path,
+            r#"{"descr": ">i8", "fortran_order": False, "shape": (4,), }"#,
+            &values,
+        );
+        let message = Npy::open(&path).unwrap_err().to_string();
+        assert!(
+            message.contains("descr: \">i8\"; fateplan reads"),
+            "{message}"
+        );
     }
 
     pub fn write_fortran_npy(path: &Path, descr: &str, shape: &[u64], data: &[u8]) {

@@ -23,38 +23,42 @@ pub struct MemInfo {
 
 /// Parses the text of `/proc/meminfo` (`source` names it in errors).
 pub fn parse_meminfo(text: &str, source: &Path) -> Result<MemInfo> {
-    let field = |name: &str| -> Result<u64> {
-        let line = text
-            .lines()
-            .find(|line| line.split(':').next() == Some(name))
-            .ok_or_else(|| Error::invalid(source, name, "is missing"))?;
-        let value = line[name.len() + 1..].trim();
-        let (number, unit) = value.split_once(' ').unwrap_or((value, ""));
-        let multiplier = match unit.trim() {
-            "kB" => 1024,
-            "" => 1,
-            other => {
-                return Err(Error::invalid(
-                    source,
-                    name,
-                    format!("{value:?}: unknown unit {other:?} (expected kB)"),
-                ))
-            }
-        };
-        let number: u64 = number.parse().map_err(|_| {
-            Error::invalid(source, name, format!("{value:?} is not a whole number"))
-        })?;
-        number
-            .checked_mul(multiplier)
-            .filter(|&bytes| bytes > 0)
-            .ok_or_else(|| Error::invalid(source, name, format!("{value:?} is not a size")))
-    };
-    let total_bytes = field("MemTotal")?;
-    let available_bytes = field("MemAvailable")?;
+    let total_bytes = size_field(text, "MemTotal", source)?;
+    let available_bytes = size_field(text, "MemAvailable", source)?;
     Ok(MemInfo {
         total_bytes,
         available_bytes,
     })
+}
+
+/// The size on the line `name: N kB` of a `/proc` file's text (such as
+/// `/proc/meminfo` or `/proc/self/status`), in bytes; `source` names the
+/// file in errors.
+pub fn size_field(text: &str, name: &str, source: &Path) -> Result<u64> {
+    let line = text
+        .lines()
+        .find(|line| line.split(':').next() == Some(name))
+        .ok_or_else(|| Error::invalid(source, name, "is missing"))?;
+    let value = line[name.len() + 1..].trim();
+    let (number, unit) = value.split_once(' ').unwrap_or((value, ""));
+    let multiplier = match unit.trim() {
+        "kB" => 1024,
+        "" => 1,
+        other => {
+            return Err(Error::invalid(
+                source,
+                name,
+                format!("{value:?}: unknown unit {other:?} (expected kB)"),
+            ))
+        }
+    };
+    let number: u64 = number
+        .parse()
+        .map_err(|_| Error::invalid(source, name, format!("{value:?} is not a whole number")))?;
+    number
+        .checked_mul(multiplier)
+        .filter(|&bytes| bytes > 0)
+        .ok_or_else(|| Error::invalid(source, name, format!("{value:?} is not a size")))
 }
 
 /// The CPU's model name from the text of `/proc/cpuinfo`, if it has one.

@@ -50,6 +50,13 @@ use crate::{Error, Result};
 /// Most GPUs a partitioning may have.
 pub const MAX_PARTS: u32 = 4096;
 
+/// The least a partitioning holds for each vertex, whichever the method:
+/// two counts of 8 bytes (its in- and out-edges) and, at once, for random
+/// an order and an owner of 4 bytes each, for min-cut a third count of 8.
+/// A graph whose vertices take more than the memory available is refused
+/// before they are counted in (`GraphData::open_holding`).
+pub const BYTES_PER_VERTEX: u64 = 24;
+
 /// The default balance tolerance: 5% over the mean in-edges per GPU.
 pub const DEFAULT_TOLERANCE: f64 = 0.05;
 

@@ -1,0 +1,248 @@
+//! The memory this process can still take, read where the kernel keeps
+//! it, for the checks that refuse a graph before the allocation that
+//! would end the process (`memory allocation of N bytes failed`).
+//!
+//! Three limits apply, and the least of them is the figure: the memory
+//! the kernel says is available (`MemAvailable`), the address-space limit
+//! (`ulimit -v`, `RLIMIT_AS`) less what the process maps already, and the
+//! limit of its cgroup v2 and those above it (`memory.max` less
+//! `memory.current`). Each check asks [`available`], so that all of them
+//! see the same limits.
+
+use std::path::{Component, Path};
+
+use crate::measure::host::{parse_meminfo, size_field};
+
+/// Where the cgroup v2 hierarchy is mounted.
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// Bytes of memory this process can still take, and the limit that
+/// gives the figure, as an error says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Available {
+    pub bytes: u64,
+    pub source: String,
+}
+
+impl Available {
+    /// Where `needed_bytes` is more than this: "at least X GiB in memory
+    /// (`what`), more than the Y GiB available (the source)", for an
+    /// error that says too what takes it and what would fit.
+    pub fn shortfall(&self, needed_bytes: u64, what: &str) -> Option<String> {
+        (needed_bytes > self.bytes).then(|| {
+            format!(
+                "at least {:.1} GiB in memory ({what}), more than the {:.1} GiB available ({})",
+                gib(needed_bytes),
+                gib(self.bytes),
+                self.source
+            )
+        })
+    }
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 30) as f64
+}
+
+/// The memory this process can still take: the least of the limits the
+/// module names that can be read; `None` where none can.
+pub fn available() -> Option<Available> {
+    least([meminfo(), address_space(), cgroup()])
+}
+
+/// The least of `limits` that are known.
+fn least(limits: impl IntoIterator<Item = Option<Available>>) -> Option<Available> {
+    limits.into_iter().flatten().min_by_key(|limit| limit.bytes)
+}
+
+/// `MemAvailable` in `/proc/meminfo`.
+fn meminfo() -> Option<Available> {
+    let path = Path::new("/proc/meminfo");
+    let info = parse_meminfo(&std::fs::read_to_string(path).ok()?, path).ok()?;
+    Some(Available {
+        bytes: info.available_bytes,
+        source: "MemAvailable in /proc/meminfo".into(),
+    })
+}
+
+/// The address-space limit, where there is one, less the process's
+/// `VmSize` in `/proc/self/status`.
+fn address_space() -> Option<Available> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // Safety: getrlimit writes the struct it is given, and nothing else.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } != 0 {
+        return None;
+    }
+    if limit.rlim_cur == libc::RLIM_INFINITY {
+        return None;
+    }
+    let status = std::fs::read_to_string("/proc/self/status").ok();
+    Some(address_space_left(limit.rlim_cur, status.as_deref()))
+}
+
+/// What an address-space limit of `limit_bytes` leaves a process whose
+/// `/proc/self/status` reads `status` (the limit whole where its
+/// `VmSize` cannot be read).
+fn address_space_left(limit_bytes: u64, status: Option<&str>) -> Available {
+    let mapped =
+        status.and_then(|text| size_field(text, "VmSize", Path::new("/proc/self/status")).ok());
+    let limit = format!(
+        "the address-space limit (ulimit -v) of {:.1} GiB",
+        gib(limit_bytes)
+    );
+    match mapped {
+        Some(mapped) => Available {
+            bytes: limit_bytes.saturating_sub(mapped),
+            source: format!("{limit} less the {:.1} GiB this process maps", gib(mapped)),
+        },
+        None => Available {
+            bytes: limit_bytes,
+            source: limit,
+        },
+    }
+}
+
+/// The process's cgroup v2 limit (its `0::` line in `/proc/self/cgroup`).
+fn cgroup() -> Option<Available> {
+    let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let relative = membership
+        .lines()
+        .find_map(|line| line.strip_prefix("0::"))?;
+    cgroup_left(Path::new(CGROUP_ROOT), relative.trim())
+}
+
+/// The least `memory.max` less `memory.current` of the cgroup `relative`
+/// under `root` and of those above it up to `root` (a `max` limit is
+/// none; a folder without the files is passed over). A path that climbs
+/// out of `root` is read as `root` itself.
+fn cgroup_left(root: &Path, relative: &str) -> Option<Available> {
+    let relative = Path::new(relative.trim_start_matches('/'));
+    let inside = relative
+        .components()
+        .all(|part| matches!(part, Component::Normal(_)));
+    let mut folder = if inside {
+        root.join(relative)
+    } else {
+        root.to_path_buf()
+    };
+    let mut found = Vec::new();
+    // Bounded by the path's depth: each turn climbs one folder.
+    loop {
+        found.push(cgroup_headroom(&folder));
+        if folder == root || !folder.pop() {
+            break;
+        }
+    }
+    least(found)
+}
+
+/// `memory.max` less `memory.current` in the cgroup folder `folder`;
+/// `None` where its limit is `max` or either file cannot be read.
+fn cgroup_headroom(folder: &Path) -> Option<Available> {
+    let read = |name: &str| std::fs::read_to_string(folder.join(name)).ok();
+    let max = read("memory.max")?;
+    let max = max.trim();
+    if max == "max" {
+        return None;
+    }
+    let max: u64 = max.parse().ok()?;
+    let current: u64 = read("memory.current")?.trim().parse().ok()?;
+    Some(Available {
+        bytes: max.saturating_sub(current),
+        source: format!(
+            "the cgroup limit of {:.1} GiB less the {:.1} GiB in use: memory.max less \
+             memory.current in {}",
+            gib(max),
+            gib(current),
+            folder.display()
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit(bytes: u64, source: &str) -> Option<Available> {
+        Some(Available {
+            bytes,
+            source: source.into(),
+        })
+    }
+
+    #[test]
+    fn the_least_known_limit_is_the_figure() {
+        assert_eq!(least([None, None]), None);
+        let figure = least([limit(8 << 30, "meminfo"), None, limit(3 << 30, "ulimit")]);
+        assert_eq!(figure, limit(3 << 30, "ulimit"));
+        let short = figure.unwrap().shortfall(6 << 30, "a graph").unwrap();
+        assert_eq!(
+            short,
+            "at least 6.0 GiB in memory (a graph), more than the 3.0 GiB available (ulimit)"
+        );
+        assert_eq!(limit(3 << 30, "x").unwrap().shortfall(3 << 30, "y"), None);
+    }
+
+    #[test]
+    fn an_address_space_limit_leaves_what_the_process_does_not_map() {
+        let status = "Name:\tfateplan\nVmPeak:\t  400000 kB\nVmSize:\t  307200 kB\n";
+        let left = address_space_left(3 << 30, Some(status));
+        assert_eq!(left.bytes, (3 << 30) - (300 << 20));
+        assert_eq!(
+            left.source,
+            "the address-space limit (ulimit -v) of 3.0 GiB less the 0.3 GiB this process maps"
+        );
+        // A process that maps more than its limit has nothing left.
+        assert_eq!(address_space_left(1 << 20, Some(status)).bytes, 0);
+        let unread = address_space_left(3 << 30, None);
+        assert_eq!(unread.bytes, 3 << 30);
+        assert!(!unread.source.contains("maps"), "{}", unread.source);
+    }
+
+    #[test]
+    fn a_cgroup_s_limit_is_the_least_headroom_up_to_the_root() {
+        let root = tempfile::tempdir().unwrap();
+        let write = |folder: &str, max: &str, current: &str| {
+            let dir = root.path().join(folder);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("memory.max"), format!("{max}\n")).unwrap();
+            std::fs::write(dir.join("memory.current"), format!("{current}\n")).unwrap();
+        };
+        // No files, or no limit: nothing known.
+        assert_eq!(cgroup_left(root.path(), "/"), None);
+        write("", "max", "100");
+        write("a", "max", "5000");
+        assert_eq!(cgroup_left(root.path(), "/a"), None);
+        // The process's own cgroup (a/b) leaves 6 GiB, its parent's 2:
+        // the parent's is the figure.
+        std::fs::create_dir_all(root.path().join("a/b/c")).unwrap();
+        write("a", &(10u64 << 30).to_string(), &(8u64 << 30).to_string());
+        write("a/b", &(7u64 << 30).to_string(), &(1u64 << 30).to_string());
+        let figure = cgroup_left(root.path(), "/a/b/c").unwrap();
+        assert_eq!(figure.bytes, 2 << 30);
+        assert!(
+            figure.source.contains("memory.max less memory.current in")
+                && figure.source.ends_with("/a"),
+            "{}",
+            figure.source
+        );
+        assert_eq!(cgroup_left(root.path(), "/a/b").unwrap().bytes, 2 << 30);
+        // A path out of the root is read as the root.
+        write("", &(1u64 << 30).to_string(), "0");
+        assert_eq!(cgroup_left(root.path(), "/../..").unwrap().bytes, 1 << 30);
+    }
+
+    #[test]
+    fn this_process_has_a_figure_no_larger_than_mem_available() {
+        let Some(figure) = available() else {
+            eprintln!("skipped: no memory limit can be read here");
+            return;
+        };
+        if let Some(meminfo) = meminfo() {
+            assert!(figure.bytes <= meminfo.bytes, "{figure:?} {meminfo:?}");
+        }
+    }
+}
