@@ -62,12 +62,12 @@ enum Command {
     Simulate(SimulateArgs),
     /// Plan one workload with every policy and print the table: predicted
     /// time, peak per tier, and which cannot fit (`--simulate`: and the
-    /// simulator's time for each plan).
+    /// simulator's time for each plan; exit 2 where no policy fits).
     Compare(CompareArgs),
     /// Plan one workload at each of several device budgets and print the
     /// predicted iteration against the budget: how much device memory a
     /// run needs to be how fast (each row the fastest plan of its budget
-    /// and the smaller ones).
+    /// and the smaller ones; exit 2 where no budget fits).
     Curve(curve::CurveArgs),
     /// Run every policy on the grid of models, depths, datasets and GPU
     /// counts, simulate each plan that fits, and print (or write) the
@@ -333,6 +333,7 @@ pub fn main() -> ExitCode {
                 Some(PlanError::Infeasible { .. })
             );
             let violations = error.is::<ViolationsFound>();
+            let infeasible = infeasible || error.is::<NothingFits>();
             ExitCode::from(if infeasible {
                 2
             } else if violations {
@@ -1636,6 +1637,20 @@ pub(crate) fn compare_policies(
     })
 }
 
+/// A command that plans several ways (`compare`'s policies, `curve`'s
+/// budgets) printed its table, and none of its plans fits: exit 2, as
+/// `plan` does where its plan does not.
+#[derive(Debug)]
+pub(crate) struct NothingFits(pub &'static str);
+
+impl std::fmt::Display for NothingFits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl std::error::Error for NothingFits {}
+
 /// A percentage with a sign, without "-0.00%" for rounding noise.
 pub(crate) fn signed_percent(value: f64) -> String {
     let value = if value.abs() < 0.005 { 0.0 } else { value };
@@ -1656,6 +1671,19 @@ fn run_compare(args: &CompareArgs) -> Result<()> {
         );
     }
     let c = compare_policies(&args.plan, &Policy::ALL, args.simulate)?;
+    let fits = c
+        .rows
+        .iter()
+        .any(|row| matches!(row.outcome, Outcome::Fits { .. }));
+    write_compare(args, &c)?;
+    if !fits {
+        return Err(NothingFits("no policy's plan fits the budgets (each row says why)").into());
+    }
+    Ok(())
+}
+
+/// `compare`'s table, or its JSON under `--json`.
+fn write_compare(args: &CompareArgs, c: &Comparison) -> Result<()> {
     let mut out = std::io::stdout().lock();
     if args.plan.json {
         let doc = serde_json::json!({
@@ -1672,7 +1700,7 @@ fn run_compare(args: &CompareArgs) -> Result<()> {
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
         return Ok(());
     }
-    write_comparison(&mut out, &c, args.simulate)
+    write_comparison(&mut out, c, args.simulate)
 }
 
 /// `compare`'s table: a row per policy, then the marks' explanations.

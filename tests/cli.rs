@@ -1477,7 +1477,13 @@ fn a_curve_s_shares_are_plan_s_and_a_row_that_fits_no_budget_says_which_tier() {
     ];
     argv.extend_from_slice(&args);
     let out = fateplan(&argv);
-    assert!(out.status.success(), "{}", stderr(&out));
+    // The table, then exit 2 as `plan` does where nothing fits.
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no budget's plan fits (each row says why)"),
+        "{}",
+        stderr(&out)
+    );
     let table = stdout(&out);
     assert!(
         table.starts_with("curve     gcn-3x256-ogbn-arxiv-share1of2-p4"),
@@ -1536,4 +1542,32 @@ fn many_partitions_fit_a_small_budget_as_weight_gradients_are_summed_in_turn() {
         .unwrap_or_else(|| panic!("{line}"));
     assert!((33..40).contains(&taken), "{line}");
     assert!(line.contains(&format!("{}x", taken - 1)), "{line}");
+}
+
+#[test]
+fn compare_where_no_policy_fits_prints_its_table_and_exits_2() {
+    let out = fateplan(&[
+        "compare",
+        "--dataset",
+        "ogbn-arxiv",
+        "--layers",
+        "2",
+        "--partitions",
+        "4",
+        "--hbm-budget",
+        "1MiB",
+        "--milp-time-limit",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(
+        table.lines().any(|l| l.starts_with("dp ") && l.contains("does not fit")),
+        "{table}"
+    );
+    assert!(
+        stderr(&out).contains("no policy's plan fits the budgets (each row says why)"),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -12,7 +12,8 @@ use fateplan::planner::units::{count, format_bytes, format_seconds, parse_bytes}
 use fateplan::planner::{Error as PlanError, Plan, Policy, Tier};
 
 use super::{
-    budget_percent, load_profile, planned, prepare, retain_all_peak, share_of, PlanArgs, Planned,
+    budget_percent, load_profile, planned, prepare, retain_all_peak, share_of, NothingFits, PlanArgs,
+    Planned,
 };
 use fateplan::runtime::sim::{simulate, SimOptions};
 
@@ -352,6 +353,9 @@ pub(crate) fn run(args: &CurveArgs) -> Result<()> {
         )?;
     } else {
         table(&mut out, &rows, reference, &header)?;
+    }
+    if best.is_none() {
+        return Err(NothingFits("no budget's plan fits (each row says why)").into());
     }
     Ok(())
 }
