@@ -400,6 +400,40 @@ pub(crate) fn check_writable(path: &std::path::Path, flag: &str) -> Result<()> {
     Ok(())
 }
 
+/// Refuses two output flags that name one file, where the second would
+/// overwrite the first: `outputs` pairs each flag with its path, if given.
+/// Paths are the same file where they are equal, or where their folders
+/// are one folder and their names the same.
+pub(crate) fn distinct_outputs(outputs: &[(&str, Option<&std::path::Path>)]) -> Result<()> {
+    let given: Vec<(&str, &std::path::Path)> = outputs
+        .iter()
+        .filter_map(|&(flag, path)| path.map(|p| (flag, p)))
+        .collect();
+    // Where a path's folder exists, its canonical form with the name.
+    let resolved = |path: &std::path::Path| {
+        let folder = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(folder) => folder.to_path_buf(),
+            None => std::path::PathBuf::from("."),
+        };
+        let name = path.file_name()?;
+        Some(folder.canonicalize().ok()?.join(name))
+    };
+    for (i, &(flag, path)) in given.iter().enumerate() {
+        for &(other_flag, other) in &given[..i] {
+            let same = path == other || resolved(path).is_some_and(|p| Some(p) == resolved(other));
+            if same {
+                bail!(
+                    "{other_flag} {} and {flag} {} are the same file: the second would overwrite \
+                     the first; give each its own",
+                    other.display(),
+                    path.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `--threads N`: the global rayon pool's size (every core when absent).
 pub fn set_threads(threads: Option<usize>) -> Result<()> {
     if let Some(threads) = threads {

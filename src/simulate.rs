@@ -60,6 +60,10 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
         None => plan.profile.clone(),
     };
     let options = SimOptions { seed: args.seed };
+    crate::cli::distinct_outputs(&[
+        ("--trace", args.trace.as_deref()),
+        ("--memory-svg", args.memory_svg.as_deref()),
+    ])?;
     let record = args.trace.is_some() || args.memory_svg.is_some();
     let start = Instant::now();
     let (report, recording) = if record {
@@ -69,18 +73,33 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
         (sim::simulate(&plan, &profile, &options)?, None)
     };
     let wall_s = start.elapsed().as_secs_f64();
+    // Files that cannot be written fail the run after its report, which
+    // lists those written.
+    let mut written = Vec::new();
+    let mut unwritten = None;
     if let Some(recording) = &recording {
         if let Some(path) = &args.trace {
-            let file = std::fs::File::create(path)
-                .with_context(|| format!("writing {}", path.display()))?;
-            let mut out = std::io::BufWriter::new(file);
-            sim::trace::write_trace(&mut out, &plan, &report, recording)
-                .and_then(|()| out.flush())
-                .with_context(|| format!("writing {}", path.display()))?;
+            let result = std::fs::File::create(path)
+                .and_then(|file| {
+                    let mut out = std::io::BufWriter::new(file);
+                    sim::trace::write_trace(&mut out, &plan, &report, recording)
+                        .and_then(|()| out.flush())
+                })
+                .with_context(|| format!("writing {}", path.display()));
+            match result {
+                Ok(()) => written.push(("trace", path)),
+                Err(error) => unwritten = Some(error),
+            }
         }
         if let Some(path) = &args.memory_svg {
-            std::fs::write(path, sim::svg::memory_svg(&report, recording))
-                .with_context(|| format!("writing {}", path.display()))?;
+            match std::fs::write(path, sim::svg::memory_svg(&report, recording))
+                .with_context(|| format!("writing {}", path.display()))
+            {
+                Ok(()) => written.push(("memory", path)),
+                Err(error) => {
+                    unwritten.get_or_insert(error);
+                }
+            }
         }
     }
     let mut out = std::io::stdout().lock();
@@ -88,13 +107,14 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
         out.write_all(report.to_json().as_bytes())?;
     } else {
         write_table(&mut out, &report, wall_s)?;
-        for (flag, path) in [("trace", &args.trace), ("memory", &args.memory_svg)] {
-            if let Some(path) = path {
-                writeln!(out, "{flag:<10}{}", path.display())?;
-            }
+        for (flag, path) in written {
+            writeln!(out, "{flag:<10}{}", path.display())?;
         }
     }
     out.flush()?;
+    if let Some(error) = unwritten {
+        return Err(error);
+    }
     if report.violations_total > 0 {
         return Err(ViolationsFound(report.violations_total).into());
     }

@@ -12,7 +12,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fateplan::planner::datasets::{dataset, dataset_names};
-use fateplan::planner::gnn::GnnModel;
+use fateplan::planner::gnn::{GnnModel, GnnSpec};
 use fateplan::planner::passes::milp::MAX_VARIABLES;
 use fateplan::planner::units::{format_bytes, format_seconds};
 use fateplan::planner::Policy;
@@ -99,9 +99,24 @@ impl StudyArgs {
                 );
             }
         }
-        for &layers in &self.layers {
-            if layers == 0 {
-                bail!("--layers {layers}: a model needs at least one layer");
+        // Every model's shape is checked before the first row runs.
+        for model in &self.models {
+            let model = GnnModel::parse(model)?;
+            for name in &self.datasets {
+                let stats = dataset(name).expect("checked above");
+                for &layers in &self.layers {
+                    if layers == 0 {
+                        bail!("--layers {layers}: a model needs at least one layer");
+                    }
+                    let spec = GnnSpec {
+                        layers,
+                        hidden: HIDDEN,
+                        ..GnnSpec::new(model, stats.features, stats.classes, stats.name)
+                    };
+                    spec.validate().with_context(|| {
+                        format!("--layers {layers} ({} on {name})", model.name())
+                    })?;
+                }
             }
         }
         let devices = profiles::builtin(PROFILE)

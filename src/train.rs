@@ -530,6 +530,11 @@ impl Drop for SpillRoot {
 
 pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Result<()> {
     crate::cli::set_threads(args.threads)?;
+    crate::cli::distinct_outputs(&[
+        ("--save-plan", args.save_plan.as_deref()),
+        ("--trace", args.trace.as_deref()),
+        ("--csr-cache", args.csr_cache.as_deref()),
+    ])?;
     // What is written after training is checked before it.
     if let Some(path) = &args.trace {
         crate::cli::check_writable(path, "--trace")?;
@@ -969,19 +974,11 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     } else {
         None
     };
-    if let Some(path) = &args.trace {
-        let mut file = std::io::BufWriter::new(
-            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
-        );
-        fateplan::runtime::exec::trace::write_trace(
-            &mut file,
-            &workload_name,
-            &report.policy,
-            &spans,
-        )
-        .and_then(|()| file.flush())
-        .with_context(|| format!("writing {}", path.display()))?;
-    }
+    // A trace that cannot be written fails the run after its report.
+    let trace_written = match &args.trace {
+        Some(path) => write_trace(path, &workload_name, &report.policy, &spans),
+        None => Ok(()),
+    };
     let mut out = std::io::stdout().lock();
     if args.json {
         let mut json = serde_json::to_value(&report)?;
@@ -1000,7 +997,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             json["sweep_auto"] = auto.clone();
         }
         writeln!(out, "{}", serde_json::to_string_pretty(&json)?)?;
-        return Ok(());
+        return trace_written;
     }
     writeln!(
         out,
@@ -1143,7 +1140,22 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             )?;
         }
     }
-    Ok(())
+    trace_written
+}
+
+/// Writes the last iteration's measured trace to `path`.
+fn write_trace(
+    path: &std::path::Path,
+    workload: &str,
+    policy: &str,
+    spans: &[fateplan::runtime::exec::TraceSpan],
+) -> Result<()> {
+    let file =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut file = std::io::BufWriter::new(file);
+    fateplan::runtime::exec::trace::write_trace(&mut file, workload, policy, spans)
+        .and_then(|()| file.flush())
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// The measured iteration (the report's means over the epochs after the

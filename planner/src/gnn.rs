@@ -432,7 +432,10 @@ impl GnnSpec {
         }
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Checks the model's shape (each field within its range, the dropout
+    /// a probability, the sweeps' groups): the error names the field and
+    /// its value. Building a workload checks it too.
+    pub fn validate(&self) -> Result<()> {
         let checks = [
             ("layers", self.layers, 1, 64),
             ("hidden", self.hidden, 1, 1 << 16),

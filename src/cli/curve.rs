@@ -12,8 +12,8 @@ use fateplan::planner::units::{count, format_bytes, format_seconds, parse_bytes}
 use fateplan::planner::{Error as PlanError, Plan, Policy, Tier};
 
 use super::{
-    budget_percent, load_profile, planned, prepare, retain_all_peak, share_of, NothingFits, PlanArgs,
-    Planned,
+    budget_percent, load_profile, planned, prepare, retain_all_peak, share_of, NothingFits,
+    PlanArgs, Planned,
 };
 use fateplan::runtime::sim::{simulate, SimOptions};
 
