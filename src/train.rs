@@ -919,9 +919,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     let mut on_epoch = |stats: &EpochStats| {
         bar.set_position(stats.epoch as u64);
         bar.set_message(format!(
-            "loss {:.4}  train acc {:.3}  {:.1} it/s",
+            "loss {:.4}  train acc {}  {:.1} it/s",
             stats.loss,
-            stats.train_accuracy,
+            accuracy(stats.train_accuracy, 3),
             1.0 / stats.iteration_s.max(1e-9)
         ));
     };
@@ -1011,8 +1011,11 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     }
     writeln!(
         out,
-        "accuracy  train {:.4}  val {:.4}  test {:.4}  (final loss {:.4})",
-        report.train_accuracy, report.val_accuracy, report.test_accuracy, report.final_loss
+        "accuracy  train {}  val {}  test {}  (final loss {:.4})",
+        accuracy(report.train_accuracy, 4),
+        accuracy(report.val_accuracy, 4),
+        accuracy(report.test_accuracy, 4),
+        report.final_loss
     )?;
     writeln!(
         out,
@@ -1275,6 +1278,14 @@ fn budget(
         None => crate::cli::budget(flag, name, default)?,
     };
     crate::cli::within_capacity((name, given), bytes, (capacity, shared), of)
+}
+
+/// An accuracy to `digits` places, or `n/a` where its mask holds no node.
+fn accuracy(value: Option<f64>, digits: usize) -> String {
+    match value {
+        Some(value) => format!("{value:.digits$}"),
+        None => "n/a (no node in its mask)".into(),
+    }
 }
 
 #[cfg(test)]

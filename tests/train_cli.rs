@@ -1338,6 +1338,44 @@ fn a_training_mask_that_selects_no_node_is_refused() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Validation and test masks that select no node train, and their
+/// accuracies are not figures: `n/a` in the report, `null` in JSON.
+#[test]
+fn masks_that_select_no_node_have_no_accuracy() {
+    let dir = scratch("empty-eval-masks");
+    let graph = dir.join("planted");
+    let generated = fateplan(&[
+        "generate",
+        "--graph",
+        "planted:nodes=200,classes=4,features=8,val=40,test=40,seed=3",
+        "--out",
+        graph.to_str().unwrap(),
+    ]);
+    assert!(generated.status.success(), "{}", stderr(&generated));
+    for mask in ["val_mask.npy", "test_mask.npy"] {
+        fateplan::runtime::npy::write(&graph.join(mask), "|b1", &[200], &[0u8; 200]).unwrap();
+    }
+    let train = |json: bool| {
+        let mut argv = vec!["train", "--graph", graph.to_str().unwrap(), "--epochs", "2"];
+        if json {
+            argv.push("--json");
+        }
+        let out = fateplan(&argv);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let report: serde_json::Value = serde_json::from_str(&train(true)).unwrap();
+    assert!(report["train_accuracy"].as_f64().is_some(), "{report}");
+    assert!(report["val_accuracy"].is_null(), "{report}");
+    assert!(report["test_accuracy"].is_null(), "{report}");
+    let text = train(false);
+    assert!(
+        text.contains("val n/a (no node in its mask)  test n/a (no node in its mask)"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A label far above the others makes as many classes, most of which no
 /// node has: training says so.
 #[test]

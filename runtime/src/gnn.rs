@@ -156,20 +156,17 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    fn ratio(correct: u64, total: u64) -> f64 {
-        if total == 0 {
-            0.0
-        } else {
-            correct as f64 / total as f64
-        }
+    /// The share correct; none where the mask holds no node.
+    fn ratio(correct: u64, total: u64) -> Option<f64> {
+        (total > 0).then(|| correct as f64 / total as f64)
     }
-    pub fn train_accuracy(&self) -> f64 {
+    pub fn train_accuracy(&self) -> Option<f64> {
         Self::ratio(self.train_correct, self.train_total)
     }
-    pub fn val_accuracy(&self) -> f64 {
+    pub fn val_accuracy(&self) -> Option<f64> {
         Self::ratio(self.val_correct, self.val_total)
     }
-    pub fn test_accuracy(&self) -> f64 {
+    pub fn test_accuracy(&self) -> Option<f64> {
         Self::ratio(self.test_correct, self.test_total)
     }
 }

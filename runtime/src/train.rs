@@ -68,7 +68,8 @@ pub fn spec(features: usize, classes: usize, hyper: &Hyper, graph_name: &str) ->
 pub struct EpochStats {
     pub epoch: u32,
     pub loss: f64,
-    pub train_accuracy: f64,
+    /// None where the training mask holds no node.
+    pub train_accuracy: Option<f64>,
     pub iteration_s: f64,
     /// Seconds of the iteration in operators (recomputations included).
     pub compute_s: f64,
@@ -82,9 +83,11 @@ pub struct EpochStats {
 pub struct TrainReport {
     pub policy: String,
     pub epochs: u32,
-    pub train_accuracy: f64,
-    pub val_accuracy: f64,
-    pub test_accuracy: f64,
+    /// Accuracy on each mask's nodes after training: none (`null` in
+    /// JSON) where the mask holds no node.
+    pub train_accuracy: Option<f64>,
+    pub val_accuracy: Option<f64>,
+    pub test_accuracy: Option<f64>,
     /// Training loss of the last epoch.
     pub final_loss: f64,
     /// SHA-256 of the final weights' little-endian bytes, layer by layer.
@@ -983,7 +986,7 @@ mod tests {
         EpochStats {
             epoch,
             loss: 1.0 / epoch as f64,
-            train_accuracy: 0.5,
+            train_accuracy: Some(0.5),
             iteration_s: 0.1,
             compute_s: 0.1,
             recompute_s: 0.0,
