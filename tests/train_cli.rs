@@ -1303,11 +1303,9 @@ fn devices_are_told_their_share_of_the_threads() {
     );
 }
 
-/// A dataset folder whose training mask selects no node is refused by
-/// name, not trained to a loss of zero.
-#[test]
-fn a_training_mask_that_selects_no_node_is_refused() {
-    let dir = scratch("empty-train-mask");
+/// A planted-partition graph of 200 nodes generated into `dir`, each of
+/// `masks` rewritten to select no node.
+fn planted_without(dir: &std::path::Path, masks: &[&str]) -> std::path::PathBuf {
     let graph = dir.join("planted");
     let generated = fateplan(&[
         "generate",
@@ -1317,9 +1315,18 @@ fn a_training_mask_that_selects_no_node_is_refused() {
         graph.to_str().unwrap(),
     ]);
     assert!(generated.status.success(), "{}", stderr(&generated));
-    // train_mask.npy rewritten as 200 falses.
-    fateplan::runtime::npy::write(&graph.join("train_mask.npy"), "|b1", &[200], &[0u8; 200])
-        .unwrap();
+    for mask in masks {
+        fateplan::runtime::npy::write(&graph.join(mask), "|b1", &[200], &[0u8; 200]).unwrap();
+    }
+    graph
+}
+
+/// A dataset folder whose training mask selects no node is refused by
+/// name, not trained to a loss of zero.
+#[test]
+fn a_training_mask_that_selects_no_node_is_refused() {
+    let dir = scratch("empty-train-mask");
+    let graph = planted_without(&dir, &["train_mask.npy"]);
     for devices in [&[][..], &["--devices", "2", "--processes"][..]] {
         let out = fateplan(
             &[
@@ -1343,18 +1350,7 @@ fn a_training_mask_that_selects_no_node_is_refused() {
 #[test]
 fn masks_that_select_no_node_have_no_accuracy() {
     let dir = scratch("empty-eval-masks");
-    let graph = dir.join("planted");
-    let generated = fateplan(&[
-        "generate",
-        "--graph",
-        "planted:nodes=200,classes=4,features=8,val=40,test=40,seed=3",
-        "--out",
-        graph.to_str().unwrap(),
-    ]);
-    assert!(generated.status.success(), "{}", stderr(&generated));
-    for mask in ["val_mask.npy", "test_mask.npy"] {
-        fateplan::runtime::npy::write(&graph.join(mask), "|b1", &[200], &[0u8; 200]).unwrap();
-    }
+    let graph = planted_without(&dir, &["val_mask.npy", "test_mask.npy"]);
     let train = |json: bool| {
         let mut argv = vec!["train", "--graph", graph.to_str().unwrap(), "--epochs", "2"];
         if json {

@@ -961,12 +961,7 @@ impl Backend for CpuGnn {
         if name.base == "linear_bwd" {
             // After the first partition, the weight gradient is added into
             // the running sum over the partitions before it.
-            let l = name.get('l')?;
-            let own = if self.model.hyper.model == GnnModel::Gat || self.model.projects_first(l) {
-                4
-            } else {
-                self.model.terms() + 2
-            };
+            let own = self.model.linear_bwd_inputs(name.get('l')?);
             if let (own, Some(before)) = running_sum(op, inputs, own)? {
                 let mut outputs = self.run(op, own)?;
                 match outputs.first_mut() {

@@ -457,6 +457,19 @@ impl Model {
         }
     }
 
+    /// `linear_bwd`'s own inputs in `layer`, before the weight gradients'
+    /// running sum ([`running_sum`]): four for GAT and a layer that
+    /// projects first (the projection's gradient, the input, the weights,
+    /// and the gradient the bias's comes from), else the gradient, each
+    /// term's input and the weights.
+    pub(crate) fn linear_bwd_inputs(&self, layer: usize) -> usize {
+        if self.hyper.model == GnnModel::Gat || self.projects_first(layer) {
+            4
+        } else {
+            self.terms() + 2
+        }
+    }
+
     /// The mask of a dropout site of a layer in this iteration, or `None`
     /// when evaluating or without dropout.
     pub(crate) fn dropout(&self, site: u64, layer: usize) -> Option<Dropout> {

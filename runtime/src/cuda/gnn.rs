@@ -1737,12 +1737,7 @@ impl CudaGnn {
             // After the first partition, the weight gradient is added into
             // the running sum over the partitions before it (as the CPU
             // backend's, the same bits as summing them in order).
-            let l = name.get('l')?;
-            let own = if self.model.hyper.model == GnnModel::Gat || self.model.projects_first(l) {
-                4
-            } else {
-                self.model.terms() + 2
-            };
+            let own = self.model.linear_bwd_inputs(name.get('l')?);
             if let (own, Some(before)) = running_sum(op, inputs, own)? {
                 let mut outputs = self.run_op(op, own)?;
                 let before = f32s(op, before)?;
