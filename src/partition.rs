@@ -81,7 +81,10 @@ pub fn run(args: &PartitionArgs) -> Result<()> {
     let graph = GraphData::open_holding(
         &args.graph,
         BYTES_PER_VERTEX,
-        &format!("partitioning onto {} GPUs", args.gpus),
+        &format!(
+            "partitioning onto {}",
+            fateplan::planner::units::count(args.gpus as u64, "GPU")
+        ),
     )?;
     let options = PartitionOptions {
         tolerance,
@@ -135,13 +138,13 @@ pub fn run(args: &PartitionArgs) -> Result<()> {
     }
     writeln!(
         out,
-        "{}: {} vertices, {} edges onto {} GPUs (in-edges held within {}% of the mean, min-cut's \
+        "{}: {} vertices, {} edges onto {} (in-edges held within {}% of the mean, min-cut's \
          vertices within {}%, where the moves can: the imbalance columns say what was reached; \
          seed {})",
         graph.name,
         graph.nodes,
         graph.edge_count(),
-        args.gpus,
+        fateplan::planner::units::count(args.gpus as u64, "GPU"),
         tolerance * 100.0,
         tolerance * VERTEX_TOLERANCE_FACTOR * 100.0,
         args.seed

@@ -14,7 +14,7 @@ use clap::Args;
 use fateplan::planner::datasets::{dataset, dataset_names};
 use fateplan::planner::gnn::{GnnModel, GnnSpec};
 use fateplan::planner::passes::milp::MAX_VARIABLES;
-use fateplan::planner::units::{format_bytes, format_seconds};
+use fateplan::planner::units::{count, format_bytes, format_seconds};
 use fateplan::planner::Policy;
 use fateplan::profiles;
 
@@ -574,12 +574,12 @@ pub fn run(args: &StudyArgs) -> Result<()> {
         )?;
         let comparison = compare_policies(&plan_args, &policies, true).with_context(|| {
             format!(
-                "study row {} ({} {}x{HIDDEN} {} on {} GPUs)",
+                "study row {} ({} {}x{HIDDEN} {} on {})",
                 i + 1,
                 point.model,
                 point.layers,
                 point.dataset,
-                point.gpus
+                count(point.gpus as u64, "GPU")
             )
         })?;
         let row = Row {
