@@ -88,26 +88,30 @@ impl StudyArgs {
     /// The grid points, models outermost, GPU counts innermost; every
     /// value checked before anything is planned.
     fn grid(&self) -> Result<Vec<Point>> {
-        for model in &self.models {
-            GnnModel::parse(model).with_context(|| format!("--models {model}"))?;
-        }
+        let models = self
+            .models
+            .iter()
+            .map(|model| GnnModel::parse(model).with_context(|| format!("--models {model}")))
+            .collect::<Result<Vec<_>>>()?;
+        let mut stats = Vec::with_capacity(self.datasets.len());
         for name in &self.datasets {
-            if dataset(name).is_none() {
-                bail!(
+            match dataset(name) {
+                Some(found) => stats.push(found),
+                None => bail!(
                     "--datasets {name}: unknown dataset; known datasets: {}",
                     dataset_names()
-                );
+                ),
+            }
+        }
+        for &layers in &self.layers {
+            if layers == 0 {
+                bail!("--layers {layers}: a model needs at least one layer");
             }
         }
         // Every model's shape is checked before the first row runs.
-        for model in &self.models {
-            let model = GnnModel::parse(model)?;
-            for name in &self.datasets {
-                let stats = dataset(name).expect("checked above");
+        for &model in &models {
+            for (stats, name) in stats.iter().zip(&self.datasets) {
                 for &layers in &self.layers {
-                    if layers == 0 {
-                        bail!("--layers {layers}: a model needs at least one layer");
-                    }
                     let spec = GnnSpec {
                         layers,
                         hidden: HIDDEN,
