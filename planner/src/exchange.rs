@@ -26,13 +26,17 @@
 //! (`agg[l1,p0,s2]`, `agg_bwd[l2,p1,d0]`, `grad_accumulate[l1]`, ...): a
 //! workload without them (a generic DAG) has nothing to exchange.
 
+use serde::{Deserialize, Serialize};
+
 use crate::plan::{Exchange, ExchangeKind, Leg, Strategy};
 use crate::profile::Profile;
 use crate::workload::{TensorKind, Workload};
 use crate::{Error, Result, Tier};
 
-/// Where the halo estimate comes from.
-#[derive(Debug, Clone, PartialEq)]
+/// Where the halo estimate comes from. Plans for several GPUs record it,
+/// so that reading one can derive its exchanges again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Halo {
     /// Vertices of the whole graph.
     pub nodes: u64,

@@ -13,6 +13,11 @@ use crate::{Error, Result, Tier};
 /// Version of the plan JSON format.
 pub const PLAN_FORMAT_VERSION: u32 = 1;
 
+/// How far, relative, a plan's recorded predicted seconds may be from
+/// what its schedule gives when it is read again (the same arithmetic
+/// gives the same figures; this allows only for rounding).
+pub const PREDICTED_TOLERANCE: f64 = 1e-9;
+
 /// What happens to a tensor between its uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -612,6 +617,11 @@ pub struct Plan {
     /// have none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exchanges: Vec<Exchange>,
+    /// The halo the exchanges were sized from, on plans the planner made
+    /// for several GPUs: reading the plan derives its exchanges again
+    /// from it and the workload, and refuses any that differ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub halo: Option<crate::exchange::Halo>,
     pub predicted: Predicted,
     /// How the exact MILP's search ended, on plans of policy `milp`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -911,6 +921,164 @@ impl Plan {
                     "{} differs from the peaks the sanity pass finds ({})",
                     tiers(&self.predicted.peak_bytes),
                     tiers(&checked.peak_bytes)
+                ),
+            ));
+        }
+        self.check_exchanges()?;
+        self.check_predicted()
+    }
+
+    /// That the exchanges are the ones the workload and the recorded halo
+    /// give for each layer's strategy: none deleted, added or resized.
+    fn check_exchanges(&self) -> Result<()> {
+        let Some(halo) = &self.halo else {
+            if self.gpus > 1 && !self.exchanges.is_empty() {
+                return Err(Error::invalid(
+                    "plan field halo",
+                    format!(
+                        "missing on a plan for {} GPUs with {} exchanges: the exchanges are \
+                         derived from it again when a plan is read (make the plan again with \
+                         this build)",
+                        self.gpus,
+                        self.exchanges.len()
+                    ),
+                ));
+            }
+            return Ok(());
+        };
+        if self.gpus <= 1 {
+            return Err(Error::invalid(
+                "plan field halo",
+                format!(
+                    "present on a plan for {} GPU: a halo is between GPUs",
+                    self.gpus
+                ),
+            ));
+        }
+        if !(halo.scale.is_finite() && halo.scale >= 0.0) {
+            return Err(Error::invalid(
+                "plan field halo.scale",
+                format!("{}: expected a finite number, not negative", halo.scale),
+            ));
+        }
+        let definition = &self.workload.definition;
+        let sites = crate::exchange::sites(definition)?;
+        let mut strategies = Vec::with_capacity(sites.len());
+        for site in &sites {
+            let mut seen = self
+                .exchanges
+                .iter()
+                .filter(|e| e.layer == site.layer && e.kind != ExchangeKind::AllReduce)
+                .map(|e| e.strategy);
+            let Some(first) = seen.next() else {
+                return Err(Error::invalid(
+                    "plan field exchanges",
+                    format!(
+                        "none for layer {}, whose aggregation reads rows of the other GPUs",
+                        site.layer
+                    ),
+                ));
+            };
+            if let Some(other) = seen.find(|&s| s != first) {
+                return Err(Error::invalid(
+                    "plan field exchanges",
+                    format!(
+                        "layer {} exchanges both by {} and by {}: one strategy per layer",
+                        site.layer,
+                        first.name(),
+                        other.name()
+                    ),
+                ));
+            }
+            strategies.push(first);
+        }
+        let multi = crate::exchange::MultiGpu {
+            halo: halo.clone(),
+            forced: None,
+        };
+        let share = self.profile.share(self.gpus);
+        let expected = crate::exchange::exchanges(&sites, &multi, &share, self.gpus, &strategies);
+        if self.exchanges.len() != expected.len() {
+            return Err(Error::invalid(
+                "plan field exchanges",
+                format!(
+                    "{} entries, where the workload and the halo give {} for the layers' \
+                     strategies",
+                    self.exchanges.len(),
+                    expected.len()
+                ),
+            ));
+        }
+        for (index, (found, wanted)) in self.exchanges.iter().zip(&expected).enumerate() {
+            if found == wanted {
+                continue;
+            }
+            // Name the first field that differs, as the file spells it.
+            let (found_json, wanted_json) = (
+                serde_json::to_value(found).expect("an exchange always serializes"),
+                serde_json::to_value(wanted).expect("an exchange always serializes"),
+            );
+            let (name, value, expected_value) = match (&found_json, &wanted_json) {
+                (serde_json::Value::Object(f), serde_json::Value::Object(w)) => w
+                    .iter()
+                    .find(|(k, v)| f.get(*k) != Some(*v))
+                    .map(|(k, v)| (format!(".{k}"), f.get(k).cloned(), v.clone()))
+                    .unwrap_or_default(),
+                _ => Default::default(),
+            };
+            let value = value.map_or_else(|| "missing".to_string(), |v| v.to_string());
+            return Err(Error::invalid(
+                format!("plan field exchanges[{index}]{name}"),
+                format!(
+                    "{value} differs from the {expected_value} that the workload and the halo \
+                     give there (layer {}, {} strategy): exchanges deleted, added or resized",
+                    wanted.layer,
+                    wanted.strategy.name()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// That the predicted times and bytes moved are the ones the schedule
+    /// gives on the plan's profile (one device's share of it on several).
+    fn check_predicted(&self) -> Result<()> {
+        let definition = &self.workload.definition;
+        let timeline = crate::passes::timeline::Timeline::new(definition.ops.len(), &self.schedule);
+        let timing = crate::passes::predict::predict(
+            definition,
+            &self.profile.share(self.gpus),
+            &self.schedule,
+            &timeline,
+            self.ssd_staging_bytes / crate::planner::SSD_STAGING_BUFFERS,
+            &self.exchanges,
+        );
+        let p = &self.predicted;
+        for (name, recorded, derived) in [
+            ("iteration_s", p.iteration_s, timing.iteration_s),
+            ("compute_s", p.compute_s, timing.compute_s),
+            ("recompute_s", p.recompute_s, timing.recompute_s),
+            (
+                "exposed_transfer_s",
+                p.exposed_transfer_s,
+                timing.exposed_transfer_s,
+            ),
+        ] {
+            if (recorded - derived).abs() > PREDICTED_TOLERANCE * derived.abs().max(1e-12) {
+                return Err(Error::invalid(
+                    format!("plan field predicted.{name}"),
+                    format!(
+                        "{recorded} differs from the {derived} s its schedule gives on its profile"
+                    ),
+                ));
+            }
+        }
+        if p.bytes_moved != timing.bytes_moved {
+            return Err(Error::invalid(
+                "plan field predicted.bytes_moved",
+                format!(
+                    "{:?} differs from the {:?} its schedule moves",
+                    p.bytes_moved, timing.bytes_moved
                 ),
             ));
         }

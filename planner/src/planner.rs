@@ -248,7 +248,10 @@ fn plan_multi(
         }
     }
     match (best, first_error) {
-        (Some((_, plan)), _) => Ok(plan),
+        (Some((_, mut plan)), _) => {
+            plan.halo = Some(multi.halo.clone());
+            Ok(plan)
+        }
         // The MILP's own errors name the time it had: say it was a share.
         (None, Some((_, Error::InvalidInput { context, message }, _)))
             if milp_limit.is_some() && vectors.len() > 1 && context == "policy milp" =>
@@ -1318,6 +1321,7 @@ fn finish(
             .collect(),
         schedule: schedule.entries,
         exchanges: options.exchanges.clone(),
+        halo: None,
         predicted: Predicted {
             iteration_s: timing.iteration_s,
             compute_s: timing.compute_s,

@@ -183,6 +183,67 @@ fn exchange_buffers_count_in_the_peaks_and_survive_a_json_round_trip() {
 }
 
 #[test]
+fn a_read_plan_has_the_exchanges_and_predictions_its_workload_and_halo_give() {
+    let w = workload(GnnModel::Gcn, 4, 4);
+    let good = plan_with(&w, 4, 80 << 30, None).unwrap();
+    assert_eq!(good.halo, Some(Halo::random(NODES, EDGES)));
+    let refused = |broken: &Plan| {
+        Plan::from_json(&broken.to_json(), "edited.json")
+            .unwrap_err()
+            .to_string()
+    };
+    // One halo share shrunk, and its buffer with it: within every budget,
+    // in order, but not the halo the plan was made for.
+    let at = good
+        .exchanges
+        .iter()
+        .position(|e| e.kind == ExchangeKind::Halo)
+        .unwrap();
+    let mut shrunk = good.clone();
+    shrunk.exchanges[at].bytes /= 2;
+    shrunk.exchanges[at].network_bytes /= 2;
+    let error = refused(&shrunk);
+    assert!(
+        error.contains(&format!("plan field exchanges[{at}].bytes")),
+        "{error}"
+    );
+    // One deleted, or all of them doubled.
+    let mut deleted = good.clone();
+    deleted.exchanges.pop();
+    let error = refused(&deleted);
+    assert!(error.contains("plan field exchanges:"), "{error}");
+    let mut doubled = good.clone();
+    doubled.exchanges.extend(good.exchanges.clone());
+    assert!(refused(&doubled).contains("edited.json"));
+    // The halo itself, changed or taken away.
+    let mut wider = good.clone();
+    wider.halo.as_mut().unwrap().scale = 2.0;
+    assert!(refused(&wider).contains("plan field exchanges["));
+    let mut none = good.clone();
+    none.halo = None;
+    assert!(refused(&none).contains("plan field halo"));
+    // A prediction edited, with no exchange touched.
+    let mut faster = good.clone();
+    faster.predicted.iteration_s /= 2.0;
+    let error = refused(&faster);
+    assert!(
+        error.contains("plan field predicted.iteration_s"),
+        "{error}"
+    );
+    let mut moved = good.clone();
+    moved.predicted.bytes_moved.h2d += 1;
+    assert!(refused(&moved).contains("plan field predicted.bytes_moved"));
+    // A plan for one GPU has neither halo nor exchanges.
+    let mut single = plan_with(&w, 1, 80 << 30, None).unwrap();
+    assert_eq!(single.halo, None);
+    single.halo = Some(Halo::random(NODES, EDGES));
+    assert!(Plan::from_json(&single.to_json(), "one.json")
+        .unwrap_err()
+        .to_string()
+        .contains("plan field halo"));
+}
+
+#[test]
 fn gpu_counts_beyond_a_node_need_whole_nodes_and_a_network() {
     let profile = a100();
     assert!(profile.check_gpus(8).is_ok());
