@@ -10,7 +10,7 @@ use fateplan::planner::blocks::{BlockCounts, MAX_PARTITIONS};
 use fateplan::planner::datasets::{dataset, dataset_names, DATASETS};
 use fateplan::planner::exchange::{Halo, MultiGpu};
 use fateplan::planner::gnn::{
-    build_gnn, GnnModel, GnnShape, GnnSpec, LayerOrder, Sweeps, Transposes,
+    build_gnn, GnnModel, GnnShape, GnnSpec, LayerOrder, Sweeps, Transposes, DEFAULT_HEADS,
 };
 use fateplan::planner::passes::cost::FateSet;
 use fateplan::planner::plan::{
@@ -130,9 +130,10 @@ pub(crate) struct PlanArgs {
     layers: u32,
     #[arg(long, conflicts_with = "dag", default_value_t = 256)]
     hidden: u32,
-    /// GAT attention heads of hidden layers.
-    #[arg(long, conflicts_with = "dag", default_value_t = 4)]
-    heads: u32,
+    /// GAT attention heads of hidden layers [default: 4]; other models
+    /// have none, and refuse a count other than 1.
+    #[arg(long, conflicts_with = "dag")]
+    heads: Option<u32>,
     /// The dropout probability the model trains with (as `train
     /// --dropout`): the masks it draws are priced by the profile
     /// (`device.mask_seconds_per_element`); 0 draws none.
@@ -995,6 +996,15 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
         });
     }
     let model = GnnModel::parse(&args.model)?;
+    let heads = match (model, args.heads) {
+        (GnnModel::Gat, heads) => heads.unwrap_or(DEFAULT_HEADS),
+        (_, Some(heads)) if heads != 1 => bail!(
+            "--heads {heads}: attention heads apply to gat only, not to --model {}",
+            model.name()
+        ),
+        // Not read outside GAT; the default keeps the library's spec.
+        _ => DEFAULT_HEADS,
+    };
     let order = LayerOrder::parse(&args.layer_order)?;
     let transposes = Transposes::parse(&args.transposes)?;
     // `auto` chooses once the budgets are known (`prepare`).
@@ -1088,7 +1098,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
         model,
         layers: args.layers,
         hidden: args.hidden,
-        heads: args.heads,
+        heads,
         features,
         classes,
         graph_name,

@@ -171,6 +171,15 @@ fn bad_input_names_what_is_wrong() {
         ),
         (&["plan", "--policy", "magic"], "known policies"),
         (&["plan", "--model", "mlp"], "known models"),
+        // Heads belong to GAT: another model refuses a count it would ignore.
+        (
+            &["plan", "--dataset", "ogbn-arxiv", "--heads", "8"],
+            "--heads 8: attention heads apply to gat only, not to --model gcn",
+        ),
+        (
+            &["compare", "--model", "sage", "--heads", "2"],
+            "--heads 2: attention heads apply to gat only, not to --model sage",
+        ),
         (&["plan", "--hbm-budget", "12 parsecs"], "unknown unit"),
         (
             &["plan", "--hbm-budget", "1.5TiB"],

@@ -405,6 +405,10 @@ pub struct GnnSpec {
     pub dropout: f32,
 }
 
+/// Attention heads of GAT's hidden layers in `fateplan plan`'s default
+/// shape ([`GnnSpec::new`]).
+pub const DEFAULT_HEADS: u32 = 4;
+
 impl GnnSpec {
     /// `model` of `fateplan plan`'s default shape (3 layers of 256, 4
     /// heads in GAT's hidden layers, dropout 0.5, the default layer
@@ -421,7 +425,7 @@ impl GnnSpec {
             model,
             layers: 3,
             hidden: 256,
-            heads: 4,
+            heads: DEFAULT_HEADS,
             features,
             classes,
             graph_name: graph_name.into(),
