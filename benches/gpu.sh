@@ -147,7 +147,7 @@ PY
         timeout 170 "$BIN" train "${common[@]}" --plan "$LOGS/products_auto.plan.json" --spill-dir "$WORK/spill" \
             --trace "$LOGS/products_dpauto.trace.json" >"$LOGS/products_dpauto.json" 2>"$LOGS/products_dpauto.err"
         note "products dp, partitions auto, budget $budget: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/products_dpauto.json" 2>&1 | tail -1)"
-        "$BIN" generate --graph "$GRAPH" --out "$WORK/rmat" >/dev/null 2>>"$log"
+        "$BIN" generate --graph "$GRAPH" --out "$WORK/rmat" --force >/dev/null 2>>"$log"
         if [ "${PYG_EDGE_INDEX:-}" = 1 ]; then
             PYTHONUNBUFFERED=1 timeout 120 python3 benches/pyg_gcn.py --graph "$WORK/rmat" --layers 3 --hidden 256 \
                 --epochs "$EPOCHS" --device cuda >"$LOGS/products_pyg.json" 2>"$LOGS/products_pyg.err"

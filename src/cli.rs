@@ -89,9 +89,13 @@ enum Command {
         /// A generator spec, e.g. `rmat:scale=20,features=128,classes=16,seed=1`.
         #[arg(long)]
         graph: String,
-        /// The folder to write.
+        /// The folder to write (made if missing). One that already
+        /// holds a dataset file is refused, unless --force.
         #[arg(long)]
         out: PathBuf,
+        /// Overwrite the dataset files a folder already holds.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -316,7 +320,7 @@ pub fn main() -> ExitCode {
         Command::Profile(args) => measure_profile::run(&args),
         Command::Partition(args) => partition::run(&args),
         Command::Member => crate::members::run_member(),
-        Command::Generate { graph, out } => run_generate(&graph, &out),
+        Command::Generate { graph, out, force } => run_generate(&graph, &out, force),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -362,8 +366,24 @@ fn error_chain(error: &anyhow::Error) -> String {
     text
 }
 
-fn run_generate(spec: &str, out: &std::path::Path) -> Result<()> {
+fn run_generate(spec: &str, out: &std::path::Path, force: bool) -> Result<()> {
     let spec = GeneratorSpec::parse(spec)?;
+    // Checked before the graph is drawn, which can take minutes.
+    let shown = out.display();
+    if out.exists() && !out.is_dir() {
+        bail!("--out {shown}: is not a directory");
+    }
+    let present: Vec<&str> = fateplan::runtime::dataset::DATASET_FILES
+        .into_iter()
+        .filter(|file| out.join(file).exists())
+        .collect();
+    if !present.is_empty() && !force {
+        bail!(
+            "--out {shown}: already holds {}; pass --force to overwrite {}",
+            present.join(", "),
+            if present.len() == 1 { "it" } else { "them" }
+        );
+    }
     spec.check_fits()?;
     let graph = spec.generate()?;
     graph.save(out)?;

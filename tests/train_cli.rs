@@ -280,7 +280,7 @@ fn the_thread_count_does_not_change_the_model() {
 
 #[test]
 fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
-    let dir = std::env::temp_dir().join(format!("fateplan-train-plan-{}", std::process::id()));
+    let dir = scratch("train-plan");
     let graph = dir.join("planted");
     let plan = dir.join("plan.json");
     let generated = fateplan(&[
@@ -1369,6 +1369,79 @@ fn masks_that_select_no_node_have_no_accuracy() {
         text.contains("val n/a (no node in its mask)  test n/a (no node in its mask)"),
         "{text}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `generate` keeps a folder's dataset files unless told to overwrite
+/// them, and says which it found before drawing anything.
+#[test]
+fn generate_refuses_a_folder_holding_a_dataset_without_force() {
+    let dir = scratch("generate-over");
+    let graph = dir.join("planted");
+    let write = |spec: &str, force: bool| {
+        let mut args = vec![
+            "generate",
+            "--graph",
+            spec,
+            "--out",
+            graph.to_str().unwrap(),
+        ];
+        if force {
+            args.push("--force");
+        }
+        fateplan(&args)
+    };
+    let first = "planted:nodes=200,classes=4,features=8,val=40,test=40,seed=3";
+    let wider = "planted:nodes=200,classes=4,features=16,val=40,test=40,seed=3";
+    let made = write(first, false);
+    assert!(made.status.success(), "{}", stderr(&made));
+    let x = std::fs::read(graph.join("x.npy")).unwrap();
+    let again = write(wider, false);
+    assert!(!again.status.success());
+    let message = stderr(&again);
+    assert!(
+        message.contains(&format!(
+            "--out {}: already holds x.npy, y.npy, edge_index.npy, train_mask.npy, val_mask.npy, \
+             test_mask.npy; pass --force to overwrite them",
+            graph.display()
+        )),
+        "{message}"
+    );
+    assert_eq!(std::fs::read(graph.join("x.npy")).unwrap(), x);
+    // One file left is named alone.
+    for file in [
+        "y.npy",
+        "edge_index.npy",
+        "train_mask.npy",
+        "val_mask.npy",
+        "test_mask.npy",
+    ] {
+        std::fs::remove_file(graph.join(file)).unwrap();
+    }
+    let message = stderr(&write(wider, false));
+    assert!(
+        message.contains("already holds x.npy; pass --force to overwrite it"),
+        "{message}"
+    );
+    let forced = write(wider, true);
+    assert!(forced.status.success(), "{}", stderr(&forced));
+    assert!(std::fs::read(graph.join("x.npy")).unwrap().len() > x.len());
+    // A file where the folder should be.
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"kept").unwrap();
+    let refused = fateplan(&[
+        "generate",
+        "--graph",
+        first,
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    assert!(
+        stderr(&refused).contains("is not a directory"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), b"kept");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -25,6 +25,8 @@ pub fn stderr(output: &Output) -> String {
 /// A fresh folder named after the test (and this process).
 pub fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("fateplan-test-{name}-{}", std::process::id()));
+    // A process id can come round again: what an earlier run left goes.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
