@@ -181,33 +181,35 @@ fn reference(base: &PlanArgs, capacity: u64) -> Result<Reference> {
         },
         ..base.clone()
     };
-    let partitions = match base.partitions == "auto" && base.dag.is_none() {
+    // The workload at the count, and the profile: with `auto`, those the
+    // sized retain-all plan carries (the workload is not prepared again).
+    let (workload, profile, partitions) = match base.partitions == "auto" && base.dag.is_none() {
         true => {
             let retain = PlanArgs {
                 policy: Policy::RetainAll.name().to_string(),
                 ..base.clone()
             };
             match planned(&retain) {
-                Ok(made) => match made.plan.workload.model {
-                    Some(model) => model.partitions.to_string(),
-                    None => base.partitions.clone(),
-                },
+                Ok(made) => {
+                    let plan = made.plan;
+                    let partitions = plan.workload.model.as_ref().map(|m| m.partitions);
+                    (plan.workload.definition, plan.profile, partitions)
+                }
                 Err(error) if device_infeasible(&error) => return Ok(device),
                 Err(error) => return Err(error),
             }
         }
-        false => base.partitions.clone(),
+        false => {
+            let prepared = prepare(base, None)?;
+            let partitions = prepared.model.map(|m| m.partitions);
+            (prepared.workload, prepared.profile, partitions)
+        }
     };
-    let at = PlanArgs {
-        partitions,
-        ..base.clone()
-    };
-    let prepared = prepare(&at, None)?;
-    let peak = retain_all_peak(&prepared.workload, &prepared.profile)?;
+    let peak = retain_all_peak(&workload, &profile)?;
     Ok(match peak <= capacity {
         true => Reference {
             bytes: peak,
-            partitions: prepared.model.map(|m| m.partitions),
+            partitions,
             retain_all: true,
         },
         false => device,
