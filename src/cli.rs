@@ -233,9 +233,10 @@ pub(crate) struct PlanArgs {
     /// With --gpus and --exchange auto, the exchange vectors share it
     /// (2^layers of them up to 4 layers, 2 × (layers + 1) beyond): each
     /// has what is left divided among those not yet solved, the one dp
-    /// predicts fastest last.
-    #[arg(long, default_value_t = 60.0)]
-    milp_time_limit: f64,
+    /// predicts fastest last [default: 60]. Only `milp` plans read it
+    /// (under `compare`, its row): another `--policy` refuses it.
+    #[arg(long)]
+    milp_time_limit: Option<f64>,
     /// Write the plan JSON to this file.
     #[arg(short = 'o', long)]
     output: Option<PathBuf>,
@@ -245,6 +246,30 @@ pub(crate) struct PlanArgs {
     /// Print every tensor's fate and the reason for it.
     #[arg(long)]
     explain: bool,
+}
+
+/// The MILP's time limit when no `--milp-time-limit` is given.
+const DEFAULT_MILP_TIME_LIMIT_S: f64 = 60.0;
+
+impl PlanArgs {
+    /// `--milp-time-limit`, or its default.
+    pub(crate) fn milp_time_limit(&self) -> f64 {
+        self.milp_time_limit.unwrap_or(DEFAULT_MILP_TIME_LIMIT_S)
+    }
+
+    /// Refuses `--milp-time-limit` beside a `--policy` that never reads it
+    /// (`plan` and `curve`; `compare` plans the MILP's row with it).
+    pub(crate) fn check_milp_time_limit(&self) -> Result<()> {
+        if let Some(limit) = self.milp_time_limit {
+            if !self.policy.eq_ignore_ascii_case(Policy::Milp.name()) {
+                bail!(
+                    "--milp-time-limit {limit}: applies to --policy milp only, not to {}",
+                    self.policy
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `PlanArgs` parsed on their own, for commands that make them up.
@@ -1283,13 +1308,11 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
         options.fates = FateSet::parse(fates).context("--fates")?;
     }
     let most = fateplan::planner::planner::MAX_MILP_TIME_LIMIT_S;
-    if !(args.milp_time_limit > 0.0 && args.milp_time_limit <= most) {
-        bail!(
-            "--milp-time-limit {}: expected a positive number of seconds, at most {most} (a week)",
-            args.milp_time_limit
-        );
+    let limit = args.milp_time_limit();
+    if !(limit > 0.0 && limit <= most) {
+        bail!("--milp-time-limit {limit}: expected a positive number of seconds, at most {most} (a week)");
     }
-    options.milp_time_limit_s = args.milp_time_limit;
+    options.milp_time_limit_s = limit;
     // Percentages wait for the workload: they are shares of its
     // retain-all peak.
     let flags = [
@@ -1910,6 +1933,7 @@ fn planned(args: &PlanArgs) -> Result<Planned> {
 }
 
 fn run_plan(args: &PlanArgs) -> Result<()> {
+    args.check_milp_time_limit()?;
     let Planned {
         plan,
         note,
@@ -1946,7 +1970,7 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
                 (!m.proven_optimal && args.gpus > 1 && args.exchange == "auto").then(|| {
                     format!(
                         "; that was this exchange vector's share of the {} s the vectors shared",
-                        args.milp_time_limit
+                        args.milp_time_limit()
                     )
                 });
             format!("; {}{}", m.describe(), shared.unwrap_or_default())
@@ -2028,11 +2052,18 @@ fn write_summary(
         } else {
             100.0 * peak as f64 / budget as f64
         };
-        let step = p.peak_step.get(tier);
-        let op = &plan.workload.definition.ops[step as usize].name;
+        // A tier the plan never uses has no peak to place.
+        let at = match peak {
+            0 => "unused".to_string(),
+            _ => {
+                let step = p.peak_step.get(tier);
+                let op = &plan.workload.definition.ops[step as usize].name;
+                format!("step {step} ({op})")
+            }
+        };
         writeln!(
             out,
-            "{:<9} {:>12}  {:>12}  {share:>5.1}%  step {step} ({op})",
+            "{:<9} {:>12}  {:>12}  {share:>5.1}%  {at}",
             tier.name(),
             format_bytes(peak),
             format_bytes(budget)

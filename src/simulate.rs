@@ -64,6 +64,13 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
         ("--trace", args.trace.as_deref()),
         ("--memory-svg", args.memory_svg.as_deref()),
     ])?;
+    // A folder that is missing, or a path that is one, is refused before
+    // the replay, as `train` refuses it.
+    for (flag, path) in [("--trace", &args.trace), ("--memory-svg", &args.memory_svg)] {
+        if let Some(path) = path {
+            crate::cli::check_writable(path, flag)?;
+        }
+    }
     let record = args.trace.is_some() || args.memory_svg.is_some();
     let start = Instant::now();
     let (report, recording) = if record {

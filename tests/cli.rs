@@ -79,6 +79,54 @@ fn json_and_explain() {
             .any(|l| l.starts_with("resident") && l.contains("w[l1]")),
         "{text}"
     );
+    // A streamed input's loads are the schedule's: two partitions at half
+    // the budget load x[p1] four times over two runs of uses.
+    let dir = scratch("explain-loads");
+    let file = dir.join("plan.json");
+    let args = [
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--partitions",
+        "2",
+        "--hbm-budget",
+        "50%",
+        "--explain",
+        "-o",
+        file.to_str().unwrap(),
+    ];
+    let explained = fateplan(&args);
+    assert!(explained.status.success(), "{}", stderr(&explained));
+    let plan: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let text = stdout(&explained);
+    let mut streamed = 0;
+    for tensor in plan["tensors"].as_array().unwrap() {
+        if tensor["fate"] != "stream_host" {
+            continue;
+        }
+        streamed += 1;
+        let loads = plan["schedule"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["tensor"] == tensor["id"] && e["action"] == "load")
+            .count();
+        let name = tensor["name"].as_str().unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("stream_host") && l.contains(&format!(" {name}:")))
+            .unwrap_or_else(|| panic!("no line for {name}: {text}"));
+        assert!(
+            line.contains(&format!("; {loads} load")),
+            "{loads} loads: {line}"
+        );
+    }
+    assert!(streamed > 0, "{text}");
+    // The SSD, unused here, has no peak step to name.
+    assert_eq!(plan["predicted"]["peak_bytes"]["ssd"], 0);
+    let ssd = text.lines().find(|l| l.starts_with("ssd ")).unwrap();
+    assert!(ssd.ends_with("  unused"), "{ssd}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -171,6 +219,15 @@ fn bad_input_names_what_is_wrong() {
         ),
         (&["plan", "--policy", "magic"], "known policies"),
         (&["plan", "--model", "mlp"], "known models"),
+        // So does the MILP's time limit under another policy.
+        (
+            &["plan", "--dataset", "ogbn-arxiv", "--milp-time-limit", "5"],
+            "--milp-time-limit 5: applies to --policy milp only, not to dp",
+        ),
+        (
+            &["curve", "--policy", "greedy", "--milp-time-limit", "5"],
+            "--milp-time-limit 5: applies to --policy milp only, not to greedy",
+        ),
         // Heads belong to GAT: another model refuses a count it would ignore.
         (
             &["plan", "--dataset", "ogbn-arxiv", "--heads", "8"],
@@ -1646,6 +1703,22 @@ fn two_outputs_naming_one_file_are_refused_and_a_failed_write_keeps_the_report()
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("--save-plan") && stderr(&out).contains("are the same file"),
+        "{}",
+        stderr(&out)
+    );
+    // An output in a folder that does not exist is refused before the
+    // replay, with no report.
+    let missing = dir.join("no-such-folder").join("t.json");
+    let out = fateplan(&[
+        "simulate",
+        plan.to_str().unwrap(),
+        "--trace",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains(&format!("--trace {}: no such directory", missing.display())),
         "{}",
         stderr(&out)
     );

@@ -924,6 +924,24 @@ impl Plan {
                 ),
             ));
         }
+        if checked.peak_step != self.predicted.peak_step {
+            return Err(Error::invalid(
+                "plan field predicted.peak_step",
+                format!(
+                    "{:?} differs from the steps the sanity pass finds the peaks at ({:?})",
+                    self.predicted.peak_step, checked.peak_step
+                ),
+            ));
+        }
+        if self.workload.name != definition.name {
+            return Err(Error::invalid(
+                "plan field workload.name",
+                format!(
+                    "{:?} differs from the workload definition's name {:?}",
+                    self.workload.name, definition.name
+                ),
+            ));
+        }
         self.check_exchanges()?;
         self.check_predicted()
     }
@@ -1068,7 +1086,11 @@ impl Plan {
                 return Err(Error::invalid(
                     format!("plan field predicted.{name}"),
                     format!(
-                        "{recorded} differs from the {derived} s its schedule gives on its profile"
+                        "{recorded} differs from the {derived} s its schedule gives on {}",
+                        match self.gpus {
+                            1 => "its profile".to_string(),
+                            n => format!("one of {n} GPUs' share of its profile (field gpus)"),
+                        }
                     ),
                 ));
             }

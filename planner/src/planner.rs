@@ -3,7 +3,7 @@
 use crate::exchange::{self, MultiGpu};
 use crate::passes::cost::{boundary, item, op_seconds, transfer_seconds};
 use crate::passes::cost::{Choices, FateSet};
-use crate::passes::lifetimes::{use_runs, Lifetimes};
+use crate::passes::lifetimes::Lifetimes;
 use crate::passes::memory::{boundary_slot, Occupancy};
 use crate::passes::predict::Timing;
 use crate::passes::schedule::{Schedule, Shift};
@@ -1400,8 +1400,10 @@ pub fn explain(plan: &Plan) -> Vec<Explanation> {
                 Fate::StreamHost | Fate::StreamSsd => {
                     let seconds: f64 = entries.iter().map(|e| link_seconds(e, profile)).sum();
                     format!(
-                        "{size}: frees the device between uses; {} loads, {} of transfers",
-                        use_runs(&life.uses).len(),
+                        "{size}: frees the device between uses; {}, {} of transfers",
+                        // The schedule's loads: a run of uses can need
+                        // more than one where the device is short between.
+                        count(entries.len() as u64, "load"),
                         format_seconds(seconds)
                     )
                 }

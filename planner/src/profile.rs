@@ -492,7 +492,7 @@ impl Profile {
                 };
                 return Err(Error::invalid(
                     format!("{} field {field}", context()),
-                    format!("{value:e} must be {rule}"),
+                    format!("{} must be {rule}", figure(value)),
                 ));
             }
         }
@@ -523,16 +523,25 @@ impl Profile {
         }
         for (k, fit) in self.device.class_rates.iter().enumerate() {
             let field = |name: &str| format!("{} field device.class_rates[{k}].{name}", context());
-            if !(fit.bytes_per_s.is_finite() && fit.bytes_per_s > 0.0) {
+            // The same bounds as the device's own rates and seconds.
+            if !(fit.bytes_per_s.is_finite() && fit.bytes_per_s >= MIN_FIGURE_RATE) {
                 return Err(Error::invalid(
                     field("bytes_per_s"),
-                    format!("{} must be positive", fit.bytes_per_s),
+                    format!(
+                        "{} must be finite and at least {MIN_FIGURE_RATE:e} per second",
+                        figure(fit.bytes_per_s)
+                    ),
                 ));
             }
-            if !(fit.seconds_per_edge.is_finite() && fit.seconds_per_edge >= 0.0) {
+            if !(fit.seconds_per_edge.is_finite()
+                && (0.0..=MAX_FIGURE_SECONDS).contains(&fit.seconds_per_edge))
+            {
                 return Err(Error::invalid(
                     field("seconds_per_edge"),
-                    format!("{} must be finite and not negative", fit.seconds_per_edge),
+                    format!(
+                        "{} must be finite, not negative and at most {MAX_FIGURE_SECONDS:e} seconds",
+                        figure(fit.seconds_per_edge)
+                    ),
                 ));
             }
             if self.device.class_rates[..k]
@@ -546,6 +555,16 @@ impl Profile {
             }
         }
         Ok(())
+    }
+}
+
+/// A figure as an error shows it: whole numbers as they are written
+/// (`0`, `-1`, `80000000000`), others in exponent form (`1e-9`, `1e308`).
+fn figure(value: f64) -> String {
+    if value.is_finite() && value.fract() == 0.0 && value.abs() < 1e16 {
+        format!("{value}")
+    } else {
+        format!("{value:e}")
     }
 }
 
@@ -648,6 +667,16 @@ mod tests {
 
     /// A rate near zero or a latency near f64's largest gave iterations
     /// of infinite seconds, written as null in a plan no reader took back.
+    /// The profile's first class fit (one added where it has none).
+    fn fit(p: &mut Profile) -> &mut ClassRate {
+        if p.device.class_rates.is_empty() {
+            p.device
+                .class_rates
+                .push(class_rate(ComputeClass::EdgeSoftmax, 1e10, 0.0));
+        }
+        &mut p.device.class_rates[0]
+    }
+
     #[test]
     fn figures_that_make_infinite_seconds_are_refused_by_field() {
         let mut p = profile();
@@ -670,6 +699,37 @@ mod tests {
         p.device.dense_flops_per_s = MIN_FIGURE_RATE;
         p.device.op_overhead_s = MAX_FIGURE_SECONDS;
         p.validate().unwrap();
+        // A class's fit is bounded as the device's own figures are.
+        let mut p = profile();
+        fit(&mut p).seconds_per_edge = 1.7e308;
+        let message = p.validate().unwrap_err().to_string();
+        assert!(
+            message.contains(
+                "device.class_rates[0].seconds_per_edge: 1.7e308 must be finite, not negative \
+                 and at most 1e6 seconds"
+            ),
+            "{message}"
+        );
+        let mut p = profile();
+        fit(&mut p).bytes_per_s = 1e-300;
+        let message = p.validate().unwrap_err().to_string();
+        assert!(
+            message
+                .contains("device.class_rates[0].bytes_per_s: 1e-300 must be finite and at least"),
+            "{message}"
+        );
+        let mut p = profile();
+        let at_bounds = fit(&mut p);
+        (at_bounds.bytes_per_s, at_bounds.seconds_per_edge) = (MIN_FIGURE_RATE, MAX_FIGURE_SECONDS);
+        p.validate().unwrap();
+        // Whole numbers read as written, not as 0e0.
+        let mut p = profile();
+        p.host.cores = 0;
+        let message = p.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("host.cores: 0 must be positive"),
+            "{message}"
+        );
     }
 
     /// A GPU's transfers are DMA, one pass over host memory per byte;

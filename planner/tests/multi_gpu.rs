@@ -233,6 +233,17 @@ fn a_read_plan_has_the_exchanges_and_predictions_its_workload_and_halo_give() {
     let mut moved = good.clone();
     moved.predicted.bytes_moved.h2d += 1;
     assert!(refused(&moved).contains("plan field predicted.bytes_moved"));
+    let mut elsewhere = good.clone();
+    elsewhere.predicted.peak_step.hbm += 1;
+    assert!(refused(&elsewhere).contains("plan field predicted.peak_step"));
+    let mut renamed = good.clone();
+    renamed.workload.name = "foo".into();
+    assert!(refused(&renamed).contains("plan field workload.name: \"foo\" differs"));
+    // A plan for one GPU edited to say four: the share its times are of.
+    let mut one = plan_with(&w, 1, 80 << 30, None).unwrap();
+    one.gpus = 4;
+    let error = refused(&one);
+    assert!(error.contains("one of 4 GPUs' share of"), "{error}");
     // A plan for one GPU has neither halo nor exchanges.
     let mut single = plan_with(&w, 1, 80 << 30, None).unwrap();
     assert_eq!(single.halo, None);

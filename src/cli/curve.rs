@@ -217,6 +217,7 @@ fn reference(base: &PlanArgs, capacity: u64) -> Result<Reference> {
 }
 
 pub(crate) fn run(args: &CurveArgs) -> Result<()> {
+    args.plan.check_milp_time_limit()?;
     if let Some(hbm) = &args.plan.hbm_budget {
         bail!("--hbm-budget {hbm}: `curve` plans at each of --budgets instead");
     }
@@ -499,9 +500,15 @@ fn table(
             ),
             None => String::new(),
         };
+        // The MILP's plan where its time limit ran out first, as `compare`
+        // marks it.
+        let unproven = match plan.milp {
+            Some(m) if !m.proven_optimal => "  ~ not proven optimal",
+            _ => "",
+        };
         writeln!(
             out,
-            "{:<10} {:>11} {:>12} {:>7.2}x {:>11} {:>11} {:>10}{replayed}{from}",
+            "{:<10} {:>11} {:>12} {:>7.2}x {:>11} {:>11} {:>10}{replayed}{from}{unproven}",
             row.label,
             format_bytes(row.bytes),
             format_seconds(p.iteration_s),
@@ -543,6 +550,10 @@ fn json(rows: &[Row], reference: Option<Reference>, header: &Header) -> serde_js
                     value["bytes_moved"] =
                         serde_json::to_value(p.bytes_moved).unwrap_or(serde_json::Value::Null);
                     value["partitions"] = plan.workload.model.as_ref().map(|m| m.partitions).into();
+                    if let Some(m) = plan.milp {
+                        value["proven_optimal"] = m.proven_optimal.into();
+                        value["milp_time_limit_s"] = m.time_limit_s.into();
+                    }
                     if let Some(s) = simulated {
                         value["simulated_s"] = s.iteration_s.into();
                         value["violations"] = s.violations.into();
@@ -572,4 +583,60 @@ fn json(rows: &[Row], reference: Option<Reference>, header: &Header) -> serde_js
         "retain_all_partitions": reference.and_then(|of| of.partitions),
         "rows": rows,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec};
+    use fateplan::planner::plan::MilpSearch;
+    use fateplan::planner::{blocks::BlockCounts, plan, PlanOptions};
+
+    /// A row of a plan the MILP's time limit cut short is marked `~`, as
+    /// `compare` marks it, and its JSON says so; a proven one is not.
+    #[test]
+    fn a_milp_plan_its_time_limit_cut_short_is_marked() {
+        let spec = GnnSpec::new(GnnModel::Gcn, 16, 4, "g");
+        let workload = build_gnn(&spec, &BlockCounts::skewed(1000, 8000, 2).unwrap()).unwrap();
+        let profile = fateplan::profiles::builtin("a100-80g").unwrap();
+        let mut made = plan(&workload, &profile, &PlanOptions::new(Policy::Dp, &profile)).unwrap();
+        let header = Header {
+            name: "w".into(),
+            note: String::new(),
+            sized: false,
+            profile: "p".into(),
+            policy: "milp".into(),
+        };
+        for proven_optimal in [false, true] {
+            made.milp = Some(MilpSearch {
+                proven_optimal,
+                time_limit_s: 3.0,
+                rounds: 1,
+            });
+            let rows = [Row {
+                label: "50%".into(),
+                bytes: made.budgets.hbm_bytes,
+                outcome: Outcome::Fits {
+                    own: Box::new(made.clone()),
+                    faster_from: None,
+                    simulated: None,
+                },
+            }];
+            let mut out = Vec::new();
+            table(&mut out, &rows, None, &header).unwrap();
+            let text = String::from_utf8(out).unwrap();
+            let line = text.lines().find(|l| l.starts_with("50%")).unwrap();
+            assert_eq!(
+                line.ends_with("~ not proven optimal"),
+                !proven_optimal,
+                "{text}"
+            );
+            let value = json(&rows, None, &header);
+            assert_eq!(
+                value["rows"][0]["proven_optimal"], proven_optimal,
+                "{value}"
+            );
+            assert_eq!(value["rows"][0]["milp_time_limit_s"], 3.0, "{value}");
+        }
+    }
 }
