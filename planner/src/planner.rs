@@ -170,19 +170,31 @@ pub fn fits(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Re
 /// (`extra`). The first step where that alone is over the device budget,
 /// if any: no fates fit the workload, and none need be searched for.
 fn step_floor(workload: &Workload, extra: &[u64], hbm_budget: u64) -> Option<dp::Overrun> {
-    let mut seen: Vec<TensorId> = Vec::new();
-    workload.ops.iter().enumerate().find_map(|(s, op)| {
-        seen.clear();
-        seen.extend(op.inputs.iter().chain(&op.outputs));
-        seen.sort_unstable();
-        seen.dedup();
-        let needed = seen.iter().map(|&t| workload.tensor(t).bytes).sum::<u64>()
-            + extra.get(s).copied().unwrap_or(0);
-        (needed > hbm_budget).then_some(dp::Overrun {
+    step_needs(workload, extra)
+        .enumerate()
+        .find(|&(_, needed)| needed > hbm_budget)
+        .map(|(s, needed)| dp::Overrun {
             tier: Tier::Hbm,
             step: s as u32,
             needed_bytes: needed,
         })
+}
+
+/// The most any step needs on the device ([`step_floor`]'s bytes).
+fn step_need_max(workload: &Workload, extra: &[u64]) -> u64 {
+    step_needs(workload, extra).max().unwrap_or(0)
+}
+
+/// Per step, its operator's inputs and outputs (each once) and `extra`.
+fn step_needs<'a>(workload: &'a Workload, extra: &'a [u64]) -> impl Iterator<Item = u64> + 'a {
+    let mut seen: Vec<TensorId> = Vec::new();
+    workload.ops.iter().enumerate().map(move |(s, op)| {
+        seen.clear();
+        seen.extend(op.inputs.iter().chain(&op.outputs));
+        seen.sort_unstable();
+        seen.dedup();
+        seen.iter().map(|&t| workload.tensor(t).bytes).sum::<u64>()
+            + extra.get(s).copied().unwrap_or(0)
     })
 }
 
@@ -1086,7 +1098,11 @@ fn with_hint(
     let mut found: Vec<(Tier, Option<String>)> = [Tier::Ssd, Tier::Host, Tier::Hbm]
         .par_iter()
         .map(|&each| {
-            let bounds = Bounds { live, total };
+            let floor = match each {
+                Tier::Hbm => step_need_max(workload, extra),
+                _ => 0,
+            };
+            let bounds = Bounds { live, total, floor };
             (each, smallest_budget(each, bounds, options.budgets, &fits))
         })
         .collect();
@@ -1121,6 +1137,9 @@ struct Bounds {
     live: u64,
     /// Every tensor's bytes, and what is held beside them.
     total: u64,
+    /// Bytes of the tier below which nothing fits (for the device, the
+    /// most any step's operator needs at once; 0 for the others).
+    floor: u64,
 }
 
 /// The most bytes of tensors live at one step: from their producer (the
@@ -1174,8 +1193,9 @@ fn smallest_budget(
     };
     // The live peak first, where it is between the two: it fits, and is
     // the upper end, or it does not, and is the lower end.
-    let mut lo = given;
-    if bounds.live > given && bounds.live < total {
+    // Below the floor no budget fits, and none need be tried.
+    let mut lo = given.max(bounds.floor.saturating_sub(1));
+    if bounds.live > lo && bounds.live < total {
         if trial(bounds.live) {
             return Some(bisect(each, lo, bounds.live, &mut trial));
         }
@@ -1197,7 +1217,15 @@ fn bisect(each: Tier, mut lo: u64, mut hi: u64, trial: &mut dyn FnMut(u64) -> bo
         if hi - lo <= (hi >> 6).max(1) {
             break;
         }
-        let mid = lo + (hi - lo) / 2;
+        // Far apart, the geometric mean: a hint is often orders of
+        // magnitude below the live peak the search starts from, and
+        // every trial that fits on the way down costs a search.
+        let mid = if hi / 4 > lo.max(1) {
+            let mean = ((lo.max(1) as f64) * (hi as f64)).sqrt() as u64;
+            mean.clamp(lo + 1, hi - 1)
+        } else {
+            lo + (hi - lo) / 2
+        };
         if trial(mid) {
             hi = mid;
         } else {
@@ -1563,6 +1591,17 @@ mod tests {
     /// The hinted host budget, in GiB, and the budgets asked about, when
     /// a host budget fits from `needed` bytes on.
     fn hinted(given: u64, live: u64, total: u64, needed: u64) -> (Option<f64>, Vec<u64>) {
+        hinted_above(given, live, total, needed, 0)
+    }
+
+    /// [`hinted`] where nothing below `floor` bytes can fit.
+    fn hinted_above(
+        given: u64,
+        live: u64,
+        total: u64,
+        needed: u64,
+        floor: u64,
+    ) -> (Option<f64>, Vec<u64>) {
         let asked = std::sync::Mutex::new(Vec::new());
         let fits = |b: &Budgets| {
             asked.lock().unwrap().push(b.host_bytes);
@@ -1572,7 +1611,8 @@ mod tests {
             host_bytes: given,
             ..Budgets::UNLIMITED
         };
-        let found = smallest_budget(Tier::Host, Bounds { live, total }, budgets, &fits);
+        let bounds = Bounds { live, total, floor };
+        let found = smallest_budget(Tier::Host, bounds, budgets, &fits);
         let gib = found.map(|text| {
             let bytes = crate::units::parse_bytes(text.strip_prefix("host ").unwrap()).unwrap();
             bytes as f64 / GIB as f64
@@ -1602,6 +1642,29 @@ mod tests {
         // Nothing up to the total fits, or the given budget is the total.
         assert_eq!(hinted(GIB, 100 * GIB, 1_000 * GIB, 2_000 * GIB).0, None);
         assert_eq!(hinted(1_000 * GIB, 10 * GIB, 1_000 * GIB, 0).0, None);
+    }
+
+    #[test]
+    fn a_hint_far_below_the_live_peak_takes_few_trials_none_below_the_floor() {
+        // 4 MiB needed of a live peak of 100 GiB: halving down from the
+        // peak took 22 trials, the geometric mean takes 12.
+        let (mib, gib) = (1u64 << 20, GIB);
+        let (found, asked) = hinted(1024, 100 * gib, 1000 * gib, 4 * mib);
+        let bytes = found.unwrap() * GIB as f64;
+        assert!(
+            (4.0 * mib as f64..4.0 * 1.02 * mib as f64).contains(&bytes),
+            "{bytes}"
+        );
+        assert!(asked.len() <= 14, "{} trials: {asked:?}", asked.len());
+        // A floor of 3 MiB: no trial below it, and no more of them.
+        let (found, above) = hinted_above(1024, 100 * gib, 1000 * gib, 4 * mib, 3 * mib);
+        let bytes = found.unwrap() * GIB as f64;
+        assert!(
+            (4.0 * mib as f64..4.0 * 1.02 * mib as f64).contains(&bytes),
+            "{bytes}"
+        );
+        assert!(above.iter().all(|&b| b >= 3 * mib), "{above:?}");
+        assert!(above.len() <= asked.len(), "{above:?}");
     }
 
     #[test]

@@ -14,9 +14,22 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
             "a size cannot be negative",
         ));
     }
-    let split = trimmed
+    let mut split = trimmed
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
         .unwrap_or(trimmed.len());
+    // An exponent (`1e9`, `2.5E+3`) belongs to the number, as percentages
+    // take it (`1e2%`): no unit starts with `e`.
+    let rest = &trimmed[split..];
+    if split > 0 && rest.starts_with(['e', 'E']) {
+        let signed = rest[1..].strip_prefix(['+', '-']).unwrap_or(&rest[1..]);
+        let digits = signed.len()
+            - signed
+                .trim_start_matches(|c: char| c.is_ascii_digit())
+                .len();
+        if digits > 0 {
+            split += rest.len() - signed.len() + digits;
+        }
+    }
     let (number, unit) = trimmed.split_at(split);
     let number = number.replace('_', "");
     let unit = unit.trim().to_ascii_lowercase();
@@ -159,6 +172,13 @@ mod tests {
         assert_eq!(parse_bytes("80GiB").unwrap(), 80 << 30);
         assert_eq!(parse_bytes("512GB").unwrap(), 512_000_000_000);
         assert_eq!(parse_bytes("4096").unwrap(), 4096);
+        assert_eq!(parse_bytes("1e3").unwrap(), 1000);
+        assert_eq!(parse_bytes("2.5E+3 KiB").unwrap(), 2_560_000);
+        assert_eq!(parse_bytes("4e1MB").unwrap(), 40_000_000);
+        assert!(parse_bytes("1e")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown unit \"e\""));
         assert_eq!(parse_bytes("1.5 KiB").unwrap(), 1536);
         assert_eq!(parse_bytes("2tib").unwrap(), 2 << 40);
         assert!(parse_bytes("12 parsecs").is_err());

@@ -572,6 +572,19 @@ impl PlantedSpec {
         )?;
         check_node_attributes(spec, self.nodes, self.features, self.classes)?;
         check_range(spec, "degree", self.degree, 0.0, MAX_DEGREE)?;
+        // Repeated pairs are kept once: a degree a simple graph cannot
+        // have would be cut short without a word.
+        let neighbours = self.nodes - 1;
+        if self.degree > neighbours as f64 {
+            return Err(Error::invalid(
+                Path::new(spec),
+                "degree",
+                format!(
+                    "{} is more than the {neighbours} other nodes each of {} nodes can link to",
+                    self.degree, self.nodes
+                ),
+            ));
+        }
         check_range(spec, "homophily", self.homophily, 0.0, 1.0)?;
         check_range(spec, "noise", self.noise, 0.0, 1e6)?;
         let smallest_class = self.nodes / self.classes as u64;
@@ -1478,7 +1491,7 @@ mod tests {
             assert_eq!(GeneratorSpec::parse(&spec.to_string()).unwrap(), spec);
         }
         let error = |text: &str| GeneratorSpec::parse(text).unwrap_err().to_string();
-        let cases: [(&str, &[&str]); 10] = [
+        let cases: [(&str, &[&str]); 11] = [
             (
                 "rmat:scale=10,colour=red",
                 &["colour", "red", "unknown key"],
@@ -1494,6 +1507,10 @@ mod tests {
             (
                 "planted:nodes=100,train_per_class=30",
                 &["train_per_class", "30", "smallest class (20 nodes)"],
+            ),
+            (
+                "planted:nodes=200,degree=1000",
+                &["degree", "1000 is more than the 199 other nodes"],
             ),
         ];
         for (text, parts) in cases {
