@@ -902,7 +902,14 @@ impl GeneratorSpec {
                     nodes,
                     classes,
                     features: number(text, "features", get("features"), d.features)?,
-                    degree: number(text, "degree", get("degree"), d.degree)?,
+                    // The default, on a graph too small for it, is
+                    // every other node; a degree given is checked.
+                    degree: number(
+                        text,
+                        "degree",
+                        get("degree"),
+                        d.degree.min(nodes.saturating_sub(1) as f64),
+                    )?,
                     homophily: number(text, "homophily", get("homophily"), d.homophily)?,
                     noise: number(text, "noise", get("noise"), d.noise)?,
                     train_per_class,
