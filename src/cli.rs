@@ -11,6 +11,7 @@ use fateplan::planner::datasets::{dataset, dataset_names, DATASETS};
 use fateplan::planner::exchange::{Halo, MultiGpu};
 use fateplan::planner::gnn::{
     build_gnn, GnnModel, GnnShape, GnnSpec, LayerOrder, Sweeps, Transposes, DEFAULT_HEADS,
+    MAX_HEADS, MAX_HIDDEN, MAX_LAYERS,
 };
 use fateplan::planner::passes::cost::FateSet;
 use fateplan::planner::plan::{
@@ -130,13 +131,16 @@ pub(crate) struct PlanArgs {
     /// A generic DAG: fateplan's workload JSON, or networkx node-link JSON.
     #[arg(long)]
     dag: Option<PathBuf>,
-    #[arg(long, conflicts_with = "dag", default_value_t = 3)]
+    #[arg(long, conflicts_with = "dag", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..=MAX_LAYERS as i64))]
     layers: u32,
-    #[arg(long, conflicts_with = "dag", default_value_t = 256)]
+    #[arg(long, conflicts_with = "dag", default_value_t = 256,
+          value_parser = clap::value_parser!(u32).range(1..=MAX_HIDDEN as i64))]
     hidden: u32,
     /// GAT attention heads of hidden layers [default: 4]; other models
     /// have none, and refuse a count other than 1.
-    #[arg(long, conflicts_with = "dag")]
+    #[arg(long, conflicts_with = "dag",
+          value_parser = clap::value_parser!(u32).range(1..=MAX_HEADS as i64))]
     heads: Option<u32>,
     /// The dropout probability the model trains with (as `train
     /// --dropout`): the masks it draws are priced by the profile

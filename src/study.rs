@@ -123,14 +123,13 @@ impl StudyArgs {
                 }
             }
         }
-        let devices = profiles::builtin(PROFILE)
-            .expect("the study's profile is built in")
-            .device
-            .count_max;
+        // The counts `plan --gpus` takes on the profile: whole nodes beyond
+        // one, where it has a network.
+        let profile = profiles::builtin(PROFILE).expect("the study's profile is built in");
         for &gpus in &self.gpus {
-            if gpus == 0 || gpus > devices {
-                bail!("--gpus {gpus}: profile {PROFILE} has 1..={devices} devices");
-            }
+            profile
+                .check_gpus(gpus)
+                .with_context(|| format!("--gpus {gpus}"))?;
         }
         // A value given twice would study its rows twice.
         fn once<T: PartialEq + std::fmt::Display>(flag: &str, values: &[T]) -> Result<()> {

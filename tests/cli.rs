@@ -257,6 +257,8 @@ fn bad_input_names_what_is_wrong() {
         (&["plan", "--partitions", "lots"], "--partitions"),
         // A negative count is refused by its flag, not read as an option.
         (&["plan", "--layers", "-1"], "'--layers <LAYERS>'"),
+        (&["plan", "--layers", "-1"], "-1 is not in 1..=64"),
+        (&["plan", "--hidden", "0"], "0 is not in 1..=65536"),
         (&["plan", "--partitions", "-1"], "--partitions \"-1\""),
         (
             &["compare", "--dataset", "ogbn-arxiv", "-o", "x.json"],
@@ -1749,6 +1751,82 @@ fn two_outputs_naming_one_file_are_refused_and_a_failed_write_keeps_the_report()
         assert!(svg.exists());
     } else {
         eprintln!("skipped the failed-write case: no /dev/full here");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A plan's model fields edited by hand are refused where its workload
+/// definition says otherwise, naming the field: the sweeps, the layer
+/// order, dropout.
+#[test]
+fn edited_model_fields_are_refused_naming_the_field() {
+    let dir = scratch("edited-model");
+    let plan_of = |name: &str, extra: &[&str]| {
+        let file = dir.join(name);
+        let mut args = vec![
+            "plan",
+            "--graph",
+            "planted:nodes=400,classes=4,features=16,seed=1",
+            "--profile",
+            "cpu-small",
+            "--layers",
+            "2",
+            "--hidden",
+            "64",
+            "--partitions",
+            "2",
+            "-o",
+            file.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let out = fateplan(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let text = std::fs::read_to_string(&file).unwrap();
+        serde_json::from_str::<serde_json::Value>(&text).unwrap()
+    };
+    let gat = plan_of("gat.json", &["--model", "gat", "--heads", "8"]);
+    let by_inputs = plan_of("inputs.json", &["--sweep", "inputs"]);
+    let cases: [(&serde_json::Value, &str, serde_json::Value, &str); 4] = [
+        (
+            &gat,
+            "layer_order",
+            "aggregate-first".into(),
+            "plan field workload.model.layer_order: \"aggregate-first\" under model \"gat\": the \
+             layer order applies to gcn only",
+        ),
+        (
+            &gat,
+            "sweep",
+            "inputs".into(),
+            "plan field workload.model.sweep: \"inputs\", but the workload definition",
+        ),
+        (
+            &gat,
+            "dropout",
+            0.0.into(),
+            "plan field workload.model.dropout: 0, but the workload definition prices dropout \
+             masks",
+        ),
+        (
+            &by_inputs,
+            "sweep",
+            "outputs".into(),
+            "plan field workload.model.sweep: \"outputs\", but the workload definition",
+        ),
+    ];
+    for (plan, field, value, message) in cases {
+        // Unedited, each reads back.
+        let file = dir.join("as-made.json");
+        std::fs::write(&file, plan.to_string()).unwrap();
+        let out = fateplan(&["simulate", file.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let mut edited = plan.clone();
+        edited["workload"]["model"][field] = value;
+        let file = dir.join("edited.json");
+        std::fs::write(&file, edited.to_string()).unwrap();
+        let out = fateplan(&["simulate", file.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1), "{field}");
+        assert!(stderr(&out).contains(message), "{field}: {}", stderr(&out));
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -405,6 +405,13 @@ pub struct GnnSpec {
     pub dropout: f32,
 }
 
+/// Most layers a model may have.
+pub const MAX_LAYERS: u32 = 64;
+/// Widest hidden layer.
+pub const MAX_HIDDEN: u32 = 1 << 16;
+/// Most attention heads of a GAT layer.
+pub const MAX_HEADS: u32 = 64;
+
 /// Attention heads of GAT's hidden layers in `fateplan plan`'s default
 /// shape ([`GnnSpec::new`]).
 pub const DEFAULT_HEADS: u32 = 4;
@@ -441,9 +448,9 @@ impl GnnSpec {
     /// its value. Building a workload checks it too.
     pub fn validate(&self) -> Result<()> {
         let checks = [
-            ("layers", self.layers, 1, 64),
-            ("hidden", self.hidden, 1, 1 << 16),
-            ("heads", self.heads, 1, 64),
+            ("layers", self.layers, 1, MAX_LAYERS),
+            ("hidden", self.hidden, 1, MAX_HIDDEN),
+            ("heads", self.heads, 1, MAX_HEADS),
             ("features", self.features, 1, 1 << 20),
             ("classes", self.classes, 1, 1 << 20),
         ];
@@ -648,17 +655,23 @@ pub fn build_gnn(spec: &GnnSpec, blocks: &BlockCounts) -> Result<Workload> {
         LayerOrder::AggregateFirst if narrowing => format!("{name}-aggfirst"),
         _ => name,
     };
-    let sweep = spec.sweep_name();
+    let name = format!("{name}{}", sweep_suffix(&spec.sweep_name()));
+    Builder::new(spec, blocks, name).build()
+}
+
+/// What a workload's name ends with for the sweeps named `sweep` (as
+/// [`GnnSpec::sweep_name`] gives it): nothing by outputs, `-by-inputs`,
+/// or the list (`-by-inputs-f1b2`), then the groups (`-in-2`).
+pub fn sweep_suffix(sweep: &str) -> String {
     let (list, groups) = match sweep.split_once('/') {
         Some((list, groups)) => (list, format!("-in-{groups}")),
-        None => (sweep.as_str(), String::new()),
+        None => (sweep, String::new()),
     };
-    let name = match list {
-        "outputs" => name,
-        "inputs" => format!("{name}-by-inputs{groups}"),
-        list => format!("{name}-by-inputs-{}{groups}", list.replace(',', "")),
-    };
-    Builder::new(spec, blocks, name).build()
+    match list {
+        "outputs" => String::new(),
+        "inputs" => format!("-by-inputs{groups}"),
+        list => format!("-by-inputs-{}{groups}", list.replace(',', "")),
+    }
 }
 
 /// What a forward aggregation reads, and what follows each of its sums

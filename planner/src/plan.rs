@@ -514,7 +514,7 @@ impl PlanModel {
         if name.starts_with(&prefix)
             && (name.ends_with(&count) || name.contains(&format!("{count}-")))
         {
-            return Ok(());
+            return self.check_build(definition);
         }
         Err(Error::invalid(
             "plan field workload.model",
@@ -534,6 +534,49 @@ impl PlanModel {
         ))
     }
 
+    /// What the definition's name and operators say of the fields the
+    /// name's prefix leaves out: the sweeps (the name's end), the layer
+    /// order (`-aggfirst` is aggregate-first's) and dropout (masks priced).
+    fn check_build(&self, definition: &crate::workload::Workload) -> Result<()> {
+        let field = |name: &str| format!("plan field workload.model.{name}");
+        let name = &definition.name;
+        let suffix = crate::gnn::sweep_suffix(&self.sweep);
+        let ends = match suffix.is_empty() {
+            true => !name.contains("-by-inputs"),
+            false => name.ends_with(&suffix),
+        };
+        if !ends {
+            return Err(Error::invalid(
+                field("sweep"),
+                format!(
+                    "{:?}, but the workload definition {name:?} was built with other sweeps",
+                    self.sweep
+                ),
+            ));
+        }
+        let aggregate_first = crate::gnn::LayerOrder::parse(&self.layer_order)
+            .is_ok_and(|o| o == crate::gnn::LayerOrder::AggregateFirst);
+        if (name.contains("-aggfirst-") || name.ends_with("-aggfirst")) && !aggregate_first {
+            return Err(Error::invalid(
+                field("layer_order"),
+                format!(
+                    "{:?}, but the workload definition {name:?} aggregates first",
+                    self.layer_order
+                ),
+            ));
+        }
+        // (Dropout draws no mask where the first layer aggregates its
+        // input first: a model with dropout may price none.)
+        let masked = definition.ops.iter().any(|op| op.cost.masked > 0);
+        if self.dropout == Some(0.0) && masked {
+            return Err(Error::invalid(
+                field("dropout"),
+                "0, but the workload definition prices dropout masks",
+            ));
+        }
+        Ok(())
+    }
+
     fn validate(&self) -> Result<()> {
         let field = |name: &str| format!("plan field workload.model.{name}");
         crate::gnn::GnnModel::parse(&self.model).map_err(|_| {
@@ -551,6 +594,18 @@ impl PlanModel {
                 ),
             )
         })?;
+        let gcn = crate::gnn::GnnModel::parse(&self.model).ok() == Some(crate::gnn::GnnModel::Gcn);
+        let aggregate_first = crate::gnn::LayerOrder::parse(&self.layer_order)
+            .is_ok_and(|o| o == crate::gnn::LayerOrder::AggregateFirst);
+        if !gcn && aggregate_first {
+            return Err(Error::invalid(
+                field("layer_order"),
+                format!(
+                    "{:?} under model {:?}: the layer order applies to gcn only",
+                    self.layer_order, self.model
+                ),
+            ));
+        }
         crate::gnn::Transposes::parse(&self.transposes).map_err(|_| {
             Error::invalid(
                 field("transposes"),

@@ -145,7 +145,10 @@ impl Dataset {
             return Err(Error::invalid(
                 &x_path,
                 "descr",
-                format!("{:?} is not a float type; expected <f4 or <f8", x.dtype),
+                format!(
+                    "{} is not a float type; expected <f4 or <f8",
+                    x.dtype.descr()
+                ),
             ));
         }
         let x_values = if read_x {
@@ -567,7 +570,10 @@ pub(crate) mod tests {
 
         reset();
         write_npy(&d.join("x.npy"), "<i8", &[4, 3], &[0u8; 96]);
-        has_all(&load_error(d), &["x.npy", "descr", "I64"]);
+        has_all(
+            &load_error(d),
+            &["x.npy", "descr", "<i8 is not a float type"],
+        );
 
         reset();
         write_npy(

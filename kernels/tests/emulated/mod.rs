@@ -11,6 +11,7 @@
 //! that it skipped, and with `FATEPLAN_REQUIRE_CXX=1` (as `.ci/run` sets)
 //! fails instead.
 
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -55,6 +56,9 @@ template <class T> static std::vector<T> array() {
 static const float NOT_WRITTEN = __int_as_float(0x7fc00000);
 "#;
 
+/// How the harness is compiled.
+const FLAGS: [&str; 4] = ["-std=c++17", "-O1", "-ffp-contract=off", "-w"];
+
 /// Builds `code` (CUDA sources, after the shim) followed by `main` once
 /// per `cell`; `None` where no C++ compiler is found (`test` then says
 /// that it skipped, or with `FATEPLAN_REQUIRE_CXX=1` fails).
@@ -66,22 +70,37 @@ pub fn harness(
     test: &str,
 ) -> Option<&'static Path> {
     let built = cell.get_or_init(|| {
-        let dir =
-            std::env::temp_dir().join(format!("fateplan-emulated-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a temporary folder");
-        let source = dir.join(format!("{name}.cpp"));
-        // The `#line` directives of the code name the .cu files in errors.
-        std::fs::write(&source, format!("{SHIM}\n{code}\n{READ}\n{main}"))
-            .expect("the harness source");
-        let binary = dir.join(name);
+        // The build's own temporary folder (cargo's, for tests), one binary
+        // per source and compiler: a run reuses what an earlier one built,
+        // and the system's temporary folder gathers nothing.
+        let text = format!("{SHIM}\n{code}\n{READ}\n{main}");
         let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (&text, &compiler, FLAGS).hash(&mut hasher);
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("emulated");
+        std::fs::create_dir_all(&dir).expect("a temporary folder");
+        let binary = dir.join(format!("{name}-{:016x}", hasher.finish()));
+        if binary.exists() {
+            return Ok(binary);
+        }
+        // Built under this process's name, then renamed: another run
+        // never sees half a binary.
+        let mine = binary.with_extension(std::process::id().to_string());
+        let source = mine.with_extension(format!("{}.cpp", std::process::id()));
+        // The `#line` directives of the code name the .cu files in errors.
+        std::fs::write(&source, text).expect("the harness source");
         let built = Command::new(&compiler)
-            .args(["-std=c++17", "-O1", "-ffp-contract=off", "-w", "-o"])
-            .arg(&binary)
+            .args(FLAGS)
+            .arg("-o")
+            .arg(&mine)
             .arg(&source)
             .output();
+        let _ = std::fs::remove_file(&source);
         match built {
-            Ok(out) if out.status.success() => Ok(binary),
+            Ok(out) if out.status.success() => {
+                std::fs::rename(&mine, &binary).expect("the harness binary");
+                Ok(binary)
+            }
             Ok(out) => panic!(
                 "{name}: the CUDA code does not compile as C++ with {compiler}:\n{}",
                 String::from_utf8_lossy(&out.stderr)
