@@ -136,17 +136,23 @@ pub fn run(args: &PartitionArgs) -> Result<()> {
         writeln!(out)?;
         return Ok(());
     }
+    // Min-cut's vertex tolerance, where it runs.
+    let vertices = match results.iter().any(|(m, _, _)| *m == Method::Mincut) {
+        true => format!(
+            ", min-cut's vertices within {}%",
+            tolerance * VERTEX_TOLERANCE_FACTOR * 100.0
+        ),
+        false => String::new(),
+    };
     writeln!(
         out,
-        "{}: {} vertices, {} edges onto {} (in-edges held within {}% of the mean, min-cut's \
-         vertices within {}%, where the moves can: the imbalance columns say what was reached; \
-         seed {})",
+        "{}: {} vertices, {} edges onto {} (in-edges held within {}% of the mean{vertices}, \
+         where the moves can: the imbalance columns say what was reached; seed {})",
         graph.name,
         graph.nodes,
         graph.edge_count(),
         fateplan::planner::units::count(args.gpus as u64, "GPU"),
         tolerance * 100.0,
-        tolerance * VERTEX_TOLERANCE_FACTOR * 100.0,
         args.seed
     )?;
     writeln!(

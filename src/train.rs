@@ -539,6 +539,30 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     if let Some(path) = &args.trace {
         crate::cli::check_writable(path, "--trace")?;
     }
+    // A cache is a file (read where it exists, so maybe read-only), in a
+    // folder that exists; spill files go in a folder.
+    if let Some(path) = &args.csr_cache {
+        if path.is_dir() {
+            bail!(
+                "--csr-cache {}: is a directory; give a file",
+                path.display()
+            );
+        }
+        if let Some(folder) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            if !folder.is_dir() {
+                bail!(
+                    "--csr-cache {}: no such directory {}",
+                    path.display(),
+                    folder.display()
+                );
+            }
+        }
+    }
+    if let Some(dir) = &args.spill_dir {
+        if dir.exists() && !dir.is_dir() {
+            bail!("--spill-dir {}: is not a directory", dir.display());
+        }
+    }
     // A plan is read first: the model it was made for is the one trained.
     let given_plan = match &args.plan {
         Some(path) => {

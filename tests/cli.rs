@@ -538,6 +538,23 @@ fn partition_random_against_mincut() {
         text.contains("random/mincut") && text.contains(&halo(1).to_string()),
         "{text}"
     );
+    assert!(text.contains("min-cut's vertices within 10%"), "{text}");
+    // Random alone: no min-cut tolerance to speak of.
+    let random = fateplan(&[
+        "partition",
+        "--graph",
+        graph,
+        "--gpus",
+        "4",
+        "--method",
+        "random",
+    ]);
+    let random = stdout(&random);
+    assert!(
+        random.contains("in-edges held within 5% of the mean, where")
+            && !random.contains("min-cut"),
+        "{random}"
+    );
 
     // Every vertex with an out-edge replicated: no halo either way, and
     // no ratio of nothing to nothing (it read 0.00x).

@@ -1619,3 +1619,37 @@ fn a_trace_that_cannot_be_written_is_refused_before_training() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A cache path that is a folder, or a spill folder that is a file, is
+/// refused by flag before anything trains.
+#[test]
+fn a_cache_that_is_a_folder_or_a_spill_folder_that_is_a_file_is_refused() {
+    let dir = scratch("paths");
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"kept").unwrap();
+    let graph = "planted:nodes=200,classes=4,features=8,val=40,test=40,seed=3";
+    let nowhere = dir.join("none").join("c.bin");
+    let cases = [
+        (
+            ["--csr-cache", dir.to_str().unwrap()],
+            format!("--csr-cache {}: is a directory; give a file", dir.display()),
+        ),
+        (
+            ["--csr-cache", nowhere.to_str().unwrap()],
+            format!("no such directory {}", dir.join("none").display()),
+        ),
+        (
+            ["--spill-dir", file.to_str().unwrap()],
+            format!("--spill-dir {}: is not a directory", file.display()),
+        ),
+    ];
+    for (flag, message) in &cases {
+        let mut args = vec!["train", "--graph", graph, "--epochs", "1"];
+        args.extend_from_slice(flag);
+        let out = fateplan(&args);
+        assert_eq!(out.status.code(), Some(1), "{flag:?}");
+        assert!(stderr(&out).contains(message.as_str()), "{}", stderr(&out));
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), b"kept");
+    let _ = std::fs::remove_dir_all(&dir);
+}

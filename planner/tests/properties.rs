@@ -242,8 +242,11 @@ fn a_tampered_plan_is_rejected_on_load() {
             String::new()
         };
         let name = format!(
-            "{model}-{}x{}{heads}-random-p{}",
-            m.layers, m.hidden, m.partitions
+            "{model}-{}x{}{heads}-random-p{}{}",
+            m.layers,
+            m.hidden,
+            m.partitions,
+            fateplan_planner::gnn::sweep_suffix(&m.sweep)
         );
         plan.workload.definition.name = name.clone();
         plan.workload.name = name;
@@ -282,6 +285,8 @@ fn a_tampered_plan_is_rejected_on_load() {
     // same either way, and its plans say `stored`.
     for (model, expected) in [("gcn", "built"), ("gat", "stored")] {
         let mut renamed = modelled.clone();
+        // Older plans ran every aggregation by outputs (no name suffix).
+        renamed.workload.model.as_mut().unwrap().sweep = "outputs".into();
         named(&mut renamed, model);
         let mut older: serde_json::Value = serde_json::from_str(&renamed.to_json()).unwrap();
         let fields = older["workload"]["model"].as_object_mut().unwrap();
