@@ -1009,9 +1009,10 @@ impl Plan {
                 return Err(Error::invalid(
                     "plan field halo",
                     format!(
-                        "missing on a plan for {} GPUs with {} exchanges: the exchanges are \
-                         derived from it again when a plan is read (make the plan again with \
-                         this build)",
+                        "missing on a plan for {} GPUs with {} exchanges: reading a plan \
+                         derives its exchanges again from it; the planner records it on plans \
+                         for several GPUs (`PlanOptions::multi`), and builds before it did not \
+                         (plan again)",
                         self.gpus,
                         self.exchanges.len()
                     ),
