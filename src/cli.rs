@@ -432,6 +432,20 @@ fn run_generate(spec: &str, out: &std::path::Path, force: bool) -> Result<()> {
 /// not a folder, in a folder that exists, and, where it exists, open for
 /// writing. Nothing is created or truncated here.
 pub(crate) fn check_writable(path: &std::path::Path, flag: &str) -> Result<()> {
+    check_file_path(path, flag)?;
+    let shown = path.display();
+    if path.exists() {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .with_context(|| format!("{flag} {shown}: cannot be written"))?;
+    }
+    Ok(())
+}
+
+/// Whether `path` can name a file (`flag` names it): not a folder, in a
+/// folder that exists.
+pub(crate) fn check_file_path(path: &std::path::Path, flag: &str) -> Result<()> {
     let shown = path.display();
     if path.is_dir() {
         bail!("{flag} {shown}: is a directory");
@@ -440,12 +454,6 @@ pub(crate) fn check_writable(path: &std::path::Path, flag: &str) -> Result<()> {
         if !folder.is_dir() {
             bail!("{flag} {shown}: no such directory {}", folder.display());
         }
-    }
-    if path.exists() {
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(path)
-            .with_context(|| format!("{flag} {shown}: cannot be written"))?;
     }
     Ok(())
 }

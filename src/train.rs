@@ -542,21 +542,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     // A cache is a file (read where it exists, so maybe read-only), in a
     // folder that exists; spill files go in a folder.
     if let Some(path) = &args.csr_cache {
-        if path.is_dir() {
-            bail!(
-                "--csr-cache {}: is a directory; give a file",
-                path.display()
-            );
-        }
-        if let Some(folder) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            if !folder.is_dir() {
-                bail!(
-                    "--csr-cache {}: no such directory {}",
-                    path.display(),
-                    folder.display()
-                );
-            }
-        }
+        crate::cli::check_file_path(path, "--csr-cache")?;
     }
     if let Some(dir) = &args.spill_dir {
         if dir.exists() && !dir.is_dir() {

@@ -1632,7 +1632,7 @@ fn a_cache_that_is_a_folder_or_a_spill_folder_that_is_a_file_is_refused() {
     let cases = [
         (
             ["--csr-cache", dir.to_str().unwrap()],
-            format!("--csr-cache {}: is a directory; give a file", dir.display()),
+            format!("--csr-cache {}: is a directory", dir.display()),
         ),
         (
             ["--csr-cache", nowhere.to_str().unwrap()],

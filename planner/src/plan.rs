@@ -764,10 +764,12 @@ impl Plan {
 
     /// Reads a plan and validates it again: format, workload digest, that
     /// its tensors match the workload, the sanity pass, and that the
-    /// recorded peaks are the ones the sanity pass finds.
+    /// recorded peaks are the ones the sanity pass finds. A file's
+    /// exchanges must come with the halo they are derived from again.
     pub fn from_json(text: &str, source: &str) -> Result<Plan> {
         let mut plan: Plan = crate::json::parse(text, source)?;
-        plan.validate()
+        plan.halo_recorded()
+            .and_then(|()| plan.validate())
             .and_then(|()| plan.within_capacity())
             .map_err(|error| match error {
                 // A plan that breaks its own budgets is bad input here.
@@ -785,6 +787,25 @@ impl Plan {
             }
         }
         Ok(plan)
+    }
+
+    /// That a plan read from a file with exchanges between GPUs records
+    /// the halo they were sized from: without it, an exchange edited in
+    /// the file could not be told from the planner's.
+    fn halo_recorded(&self) -> Result<()> {
+        if self.halo.is_none() && self.gpus > 1 && !self.exchanges.is_empty() {
+            return Err(Error::invalid(
+                "plan field halo",
+                format!(
+                    "missing on a plan for {} GPUs with {} exchanges: reading a plan derives its \
+                     exchanges again from it; the planner records it on plans for several GPUs \
+                     (`PlanOptions::multi`), and builds before it did not (plan again)",
+                    self.gpus,
+                    self.exchanges.len()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Whether every budget is within what the plan's profile has (one
@@ -1004,20 +1025,10 @@ impl Plan {
     /// That the exchanges are the ones the workload and the recorded halo
     /// give for each layer's strategy: none deleted, added or resized.
     fn check_exchanges(&self) -> Result<()> {
+        // Exchanges made without a halo (set in the options by hand) are
+        // checked by the sanity pass alone; a file must carry the halo
+        // (`from_json`).
         let Some(halo) = &self.halo else {
-            if self.gpus > 1 && !self.exchanges.is_empty() {
-                return Err(Error::invalid(
-                    "plan field halo",
-                    format!(
-                        "missing on a plan for {} GPUs with {} exchanges: reading a plan \
-                         derives its exchanges again from it; the planner records it on plans \
-                         for several GPUs (`PlanOptions::multi`), and builds before it did not \
-                         (plan again)",
-                        self.gpus,
-                        self.exchanges.len()
-                    ),
-                ));
-            }
             return Ok(());
         };
         if self.gpus <= 1 {

@@ -1646,8 +1646,8 @@ mod tests {
 
     #[test]
     fn a_hint_far_below_the_live_peak_takes_few_trials_none_below_the_floor() {
-        // 4 MiB needed of a live peak of 100 GiB: halving down from the
-        // peak took 22 trials, the geometric mean takes 12.
+        // 4 MiB needed of a live peak of 100 GiB: the halving loop before
+        // asked 22 times (replayed in a script), the geometric mean 12.
         let (mib, gib) = (1u64 << 20, GIB);
         let (found, asked) = hinted(1024, 100 * gib, 1000 * gib, 4 * mib);
         let bytes = found.unwrap() * GIB as f64;

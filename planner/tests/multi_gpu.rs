@@ -219,8 +219,11 @@ fn a_read_plan_has_the_exchanges_and_predictions_its_workload_and_halo_give() {
     let mut wider = good.clone();
     wider.halo.as_mut().unwrap().scale = 2.0;
     assert!(refused(&wider).contains("plan field exchanges["));
+    // Without a halo, exchanges in memory are the caller's (set in the
+    // options by hand); a file must carry it.
     let mut none = good.clone();
     none.halo = None;
+    none.validate().unwrap();
     assert!(refused(&none).contains("plan field halo"));
     // A prediction edited, with no exchange touched.
     let mut faster = good.clone();

@@ -1891,17 +1891,15 @@ fn search(
         };
         let mut first_failure = None;
         let (sweep, search, swept) = runner.run(SWEEPS[0], fit_tables.get(&bytes, &SWEEPS[0]));
-        let host_short = match swept {
+        match swept {
             Ok(()) => return Ok(outcome(search)),
-            Err(step) => {
-                note_failure(&mut first_failure, sweep, &search, step, choices);
-                true
-            }
-        };
+            Err(step) => note_failure(&mut first_failure, sweep, &search, step, choices),
+        }
+        // A first sweep that does not fit counts as host memory short.
         let rest: Vec<Sweep> = SWEEPS[1..]
             .iter()
             .copied()
-            .filter(|s| allowed(s, host_short))
+            .filter(|s| allowed(s, true))
             .collect();
         for round in rest.chunks(rayon::current_num_threads().max(1)) {
             let results: Vec<_> = round
