@@ -245,6 +245,10 @@ pub struct Choices {
     /// before step `s`).
     pub op_s: Vec<f64>,
     pub before: Vec<f64>,
+    /// Prefix sums of the compute seconds each direction's transfers may
+    /// hide behind (copies to the device, then away from it): `before`,
+    /// unless built [`Choices::build_hiding`] with a [`Hiding`].
+    pub hide: [Vec<f64>; 2],
     /// Retain for intermediates, resident for inputs and parameters.
     pub baseline: Vec<Fate>,
     /// Per tensor, choices other than the baseline (empty: no choice).
@@ -259,6 +263,46 @@ pub struct Choices {
     pub load_s: Vec<(f64, f64)>,
 }
 
+/// Compute seconds of each step that transfers may hide behind, per
+/// direction (copies to the device, copies away from it). Each choice's
+/// price counts the compute of its transfers' windows as if no other
+/// transfer used it; where a plan's transfers together need more than a
+/// step's compute to hide, a step with `k` times its compute's worth of
+/// hidden transfer seconds over it gives each of them `1/k` of it
+/// ([`Choices::congestion`]), so that the choices priced again with it
+/// ([`Choices::build_hiding`]) see that transfers there queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hiding {
+    pub(crate) inward: Vec<f64>,
+    pub(crate) outward: Vec<f64>,
+}
+
+impl Hiding {
+    /// Each step's lesser share in each direction: what neither leaves.
+    pub fn least(&mut self, other: &Hiding) {
+        for (mine, theirs) in [
+            (&mut self.inward, &other.inward),
+            (&mut self.outward, &other.outward),
+        ] {
+            for (a, &b) in mine.iter_mut().zip(theirs) {
+                *a = a.min(b);
+            }
+        }
+    }
+}
+
+/// Least share of the iteration's compute that a plan's transfers must
+/// over-subscribe before [`Choices::congestion`] reports it.
+pub const CONGESTION_SHARE: f64 = 0.01;
+
+/// Most times compute and recomputation together a link's busy seconds
+/// may be for [`Choices::congestion`] to report where its transfers queue.
+/// (On `ogbn-products`' GAT in 8 partitions, plans with PCIe busy for up
+/// to about 1.5 times compute planned faster with the shares; on
+/// IGB-full's GCN and GAT, with PCIe busy for 7-9 times compute, no plan
+/// priced on them was faster.)
+pub const CONGESTION_LINK_RATIO: f64 = 2.0;
+
 /// Whether the profile's device copies with the cores that compute: on a
 /// CPU device there is no copy engine, and with every core computing, a
 /// copy's seconds are taken from compute rather than hidden behind it.
@@ -271,9 +315,80 @@ impl Choices {
         *self.before.last().unwrap_or(&0.0)
     }
 
-    /// Compute seconds of steps `[start, end)`.
-    fn window(&self, start: u32, end: u32) -> f64 {
-        self.before[end as usize] - self.before[start as usize]
+    /// Compute seconds of steps `[start, end)` that transfers to the
+    /// device (`inward`) or away from it may hide behind.
+    fn window(&self, inward: bool, start: u32, end: u32) -> f64 {
+        let hide = &self.hide[usize::from(!inward)];
+        hide[end as usize] - hide[start as usize]
+    }
+
+    /// Where `entries`' transfers over-subscribe the compute they are
+    /// timed to hide behind, by more than [`CONGESTION_SHARE`] of the
+    /// iteration's compute in all: each step's share of compute for its
+    /// transfers in each direction. A transfer issued after step `a` and
+    /// due before step `b` hides what it can (at most its hideable
+    /// seconds: the slower leg, or the SSD's where the cores copy) behind steps `(a, b)`, spread over
+    /// them by their compute; where those hidden seconds add up to `k`
+    /// times a step's compute, `k > 1`, the step's compute counts `1/k`.
+    ///
+    /// `None` where no direction is over-subscribed by that much, or
+    /// where a link is busy for more than [`CONGESTION_LINK_RATIO`] times
+    /// compute and recomputation together: the link then bounds the
+    /// iteration by far however its transfers are timed against compute,
+    /// and dp's later rounds price its seconds in full.
+    pub fn congestion(&self, entries: &[ScheduleEntry], profile: &Profile) -> Option<Hiding> {
+        let steps = self.steps as usize;
+        // Per direction, a difference array of the hidden seconds per
+        // compute second of the transfers over each step.
+        let mut rate = [vec![0.0f64; steps + 1], vec![0.0f64; steps + 1]];
+        let mut link: LinkSeconds = [0.0; 4];
+        let mut recompute_s = 0.0;
+        for entry in entries {
+            let inward = match entry.action {
+                Action::Load | Action::Reload => true,
+                Action::Offload => false,
+                Action::Recompute => {
+                    recompute_s += entry.op.map_or(0.0, |op| self.op_s[op.index()]);
+                    continue;
+                }
+            };
+            let (pcie_s, ssd_s) = transfer_seconds(entry, profile);
+            let way = usize::from(!inward);
+            link[way] += pcie_s;
+            link[2 + way] += ssd_s;
+            let start = (entry.issue_after_step + 1).clamp(0, steps as i64) as usize;
+            let end = (entry.done_before_step as usize).min(steps);
+            if start >= end {
+                continue;
+            }
+            let window = self.before[end] - self.before[start];
+            let hidden = self.hideable_s(pcie_s, ssd_s).min(window);
+            if hidden <= 0.0 {
+                continue;
+            }
+            rate[way][start] += hidden / window;
+            rate[way][end] -= hidden / window;
+        }
+        let busiest = link.iter().copied().fold(0.0, f64::max);
+        if busiest > CONGESTION_LINK_RATIO * (self.compute_s() + recompute_s) {
+            return None;
+        }
+        let mut excess = 0.0;
+        let mut shares = [Vec::with_capacity(steps), Vec::with_capacity(steps)];
+        for (share, rate) in shares.iter_mut().zip(&rate) {
+            let mut running = 0.0;
+            for (&op_s, &change) in self.op_s.iter().zip(rate) {
+                running += change;
+                if running > 1.0 {
+                    excess += op_s * (running - 1.0);
+                    share.push(op_s / running);
+                } else {
+                    share.push(op_s);
+                }
+            }
+        }
+        let [inward, outward] = shares;
+        (excess > CONGESTION_SHARE * self.compute_s()).then_some(Hiding { inward, outward })
     }
 
     /// The part of a transfer that compute can hide: the slower leg, or
@@ -295,15 +410,15 @@ impl Choices {
     }
 
     /// The fewest steps before `end` (no further back than `limit` steps)
-    /// whose compute covers `seconds`; `limit` if none does.
+    /// whose compute covers a copy in of `seconds`; `limit` if none does.
     fn hiding_lead(&self, end: u32, seconds: f64, limit: u32) -> u32 {
         let (mut lo, mut hi) = (0u32, limit);
-        if self.window(end - limit, end) < seconds {
+        if self.window(true, end - limit, end) < seconds {
             return limit;
         }
         while lo < hi {
             let mid = (lo + hi) / 2;
-            if self.window(end - mid, end) >= seconds {
+            if self.window(true, end - mid, end) >= seconds {
                 hi = mid;
             } else {
                 lo = mid + 1;
@@ -312,15 +427,16 @@ impl Choices {
         lo
     }
 
-    /// The fewest steps from `start` (at most `limit`) whose compute covers `seconds`.
+    /// The fewest steps from `start` (at most `limit`) whose compute
+    /// covers an offload of `seconds`.
     fn hiding_lag(&self, start: u32, seconds: f64, limit: u32) -> u32 {
         let (mut lo, mut hi) = (0u32, limit);
-        if self.window(start, start + limit) < seconds {
+        if self.window(false, start, start + limit) < seconds {
             return limit;
         }
         while lo < hi {
             let mid = (lo + hi) / 2;
-            if self.window(start, start + mid) >= seconds {
+            if self.window(false, start, start + mid) >= seconds {
                 hi = mid;
             } else {
                 lo = mid + 1;
@@ -336,23 +452,56 @@ impl Choices {
         profile: &Profile,
         allowed: FateSet,
     ) -> Choices {
+        Self::build_hiding(workload, lives, profile, allowed, None)
+    }
+
+    /// [`Self::build`], with each transfer's hiding priced on `hiding`'s
+    /// compute where given (see [`Hiding`]); the iteration's compute is
+    /// the operators' either way.
+    ///
+    /// # Panics
+    ///
+    /// Where `hiding` is not of this workload's steps ([`Self::congestion`]
+    /// of choices of another workload).
+    pub fn build_hiding(
+        workload: &Workload,
+        lives: &Lifetimes,
+        profile: &Profile,
+        allowed: FateSet,
+        hiding: Option<&Hiding>,
+    ) -> Choices {
         let steps = workload.ops.len() as u32;
         let op_s: Vec<f64> = workload
             .ops
             .iter()
             .map(|op| op_seconds(op, profile))
             .collect();
-        let mut before = Vec::with_capacity(op_s.len() + 1);
-        before.push(0.0);
-        for &s in &op_s {
-            before.push(before.last().unwrap() + s);
-        }
+        let prefix = |seconds: &[f64]| {
+            let mut sums = Vec::with_capacity(seconds.len() + 1);
+            sums.push(0.0);
+            for &s in seconds {
+                sums.push(sums.last().unwrap() + s);
+            }
+            sums
+        };
+        let before = prefix(&op_s);
         let slots = slot_count(steps);
+        let hide = match hiding {
+            Some(h) => {
+                assert!(
+                    h.inward.len() == op_s.len() && h.outward.len() == op_s.len(),
+                    "a hiding has a step's seconds per operator"
+                );
+                [prefix(&h.inward), prefix(&h.outward)]
+            }
+            None => [before.clone(), before.clone()],
+        };
         let mut choices = Choices {
             steps,
             slots,
             op_s,
             before,
+            hide,
             baseline: Vec::with_capacity(workload.tensors.len()),
             options: Vec::with_capacity(workload.tensors.len()),
             base_hbm: Vec::new(),
@@ -458,7 +607,7 @@ impl Choices {
                     // Loaded from the boundary `lead` steps before the
                     // run; freed after the run's last read.
                     let start = first - lead;
-                    cost_s += self.transfer_cost_s(pcie_s, ssd_s, self.window(start, first));
+                    cost_s += self.transfer_cost_s(pcie_s, ssd_s, self.window(true, start, first));
                     if next < start {
                         hbm_free.push((boundary(next), boundary(start)));
                     }
@@ -616,14 +765,14 @@ impl Choices {
                     let mut cost_s = self.transfer_cost_s(
                         out_pcie,
                         out_ssd,
-                        self.window(first.after + 1, first.after + 1 + lag),
+                        self.window(false, first.after + 1, first.after + 1 + lag),
                     );
                     let mut hbm_free = Vec::with_capacity(life.gaps.len());
                     for (k, (gap, &lead)) in life.gaps.iter().zip(&leads).enumerate() {
                         cost_s += self.transfer_cost_s(
                             in_pcie,
                             in_ssd,
-                            self.window(gap.before - lead, gap.before),
+                            self.window(true, gap.before - lead, gap.before),
                         );
                         // The first gap's copy leaves with the offload, due
                         // `lag` steps after the last forward read: it holds
@@ -690,6 +839,118 @@ impl Choices {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::Stream;
+    use crate::workload::{Cost, OpKind, Phase};
+
+    /// Four steps of 1 ms; inputs `x0..x{inputs}` of `bytes` each, all
+    /// read by step 2.
+    fn four_steps(inputs: usize, bytes: u64) -> (Workload, Lifetimes, Profile) {
+        let mut w = Workload::new("congested");
+        let xs: Vec<TensorId> = (0..inputs)
+            .map(|i| w.add_tensor(format!("x{i}"), bytes, TensorKind::Input, Some(Tier::Host)))
+            .collect();
+        let mut last = w.add_tensor("a0", 1 << 20, TensorKind::Activation, None);
+        w.add_op(
+            "op0",
+            OpKind::Generic,
+            Phase::Forward,
+            vec![],
+            vec![last],
+            Cost::seconds(1e-3),
+        );
+        for step in 1..4 {
+            let next = w.add_tensor(format!("a{step}"), 1 << 20, TensorKind::Activation, None);
+            let mut inputs = vec![last];
+            if step == 2 {
+                inputs.extend(&xs);
+            }
+            w.add_op(
+                format!("op{step}"),
+                OpKind::Generic,
+                Phase::Forward,
+                inputs,
+                vec![next],
+                Cost::seconds(1e-3),
+            );
+            last = next;
+        }
+        let profile = Profile::from_json(
+            include_str!("../../../profiles/a100-80g.json"),
+            "a100-80g.json",
+        )
+        .unwrap();
+        let lives = Lifetimes::compute(&w);
+        (w, lives, profile)
+    }
+
+    /// A load of `tensor` issued after step 0 and due before step 2: it
+    /// hides behind step 1 alone.
+    fn load(workload: &Workload, tensor: usize) -> ScheduleEntry {
+        ScheduleEntry {
+            action: Action::Load,
+            tensor: TensorId(tensor as u32),
+            bytes: workload.tensors[tensor].bytes,
+            from: Tier::Host,
+            to: Tier::Hbm,
+            stream: Stream::H2d,
+            issue_after_step: 0,
+            done_before_step: 2,
+            op: None,
+        }
+    }
+
+    #[test]
+    fn transfers_timed_over_the_same_compute_share_it() {
+        // Each load takes a little over 1 ms on PCIe (25 GB/s): alone,
+        // step 1 hides all but its latency.
+        let (w, lives, profile) = four_steps(2, 25_000_000);
+        let choices = Choices::build(&w, &lives, &profile, FateSet::ALL);
+        let entries = [load(&w, 0), load(&w, 1)];
+        let hiding = choices
+            .congestion(&entries, &profile)
+            .expect("step 1 is over-subscribed");
+        // Two transfers hide 1 ms each behind step 1's 1 ms: each has half.
+        assert_eq!(hiding.inward, [1e-3, 0.5e-3, 1e-3, 1e-3]);
+        assert_eq!(hiding.outward, [1e-3; 4]);
+        // One load alone over-subscribes nothing.
+        assert_eq!(choices.congestion(&entries[..1], &profile), None);
+        // Priced on the shares, streaming `x0` one step ahead leaves half
+        // a millisecond more exposed; the iteration's compute is the same.
+        let congested = Choices::build_hiding(&w, &lives, &profile, FateSet::ALL, Some(&hiding));
+        assert_eq!(congested.compute_s(), choices.compute_s());
+        let one_ahead = |c: &Choices| {
+            c.options[0]
+                .iter()
+                .find(|o| o.fate == Fate::StreamHost && o.leads == [1])
+                .map(|o| o.cost_s)
+                .expect("a stream one step ahead")
+        };
+        let (pcie_s, _) = link_seconds(25_000_000, true, false, &profile);
+        assert!((one_ahead(&choices) - (pcie_s - 1e-3)).abs() < 1e-12);
+        assert!((one_ahead(&congested) - (pcie_s - 0.5e-3)).abs() < 1e-12);
+        // Streamed two steps ahead, it hides whole on the shares too.
+        let whole = congested.options[0]
+            .iter()
+            .filter(|o| o.fate == Fate::StreamHost)
+            .map(|o| o.cost_s)
+            .fold(f64::INFINITY, f64::min);
+        assert_eq!(whole, 0.0);
+    }
+
+    #[test]
+    fn a_link_busy_for_far_longer_than_compute_reports_no_congestion() {
+        // Ten loads of 3 ms each over 4 ms of compute: PCIe bounds the
+        // iteration whatever the timing.
+        let (w, lives, profile) = four_steps(10, 75_000_000);
+        let choices = Choices::build(&w, &lives, &profile, FateSet::ALL);
+        let entries: Vec<ScheduleEntry> = (0..10).map(|t| load(&w, t)).collect();
+        assert_eq!(choices.congestion(&entries, &profile), None);
+        // Two of them, 6 ms over 4 ms of compute, are within the ratio.
+        let hiding = choices
+            .congestion(&entries[..2], &profile)
+            .expect("within the ratio");
+        assert_eq!(hiding.inward[1], 0.5e-3);
+    }
 
     #[test]
     fn fate_lists_parse_and_an_empty_or_unknown_one_is_refused() {
