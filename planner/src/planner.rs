@@ -495,7 +495,7 @@ fn plan_dp(
         .unwrap_or_else(|| Error::Internal("dp found no plan and no error".into())))
 }
 
-/// Most times dp plans again with its transfers priced on the compute the
+/// Most searches dp makes with its transfers priced on the compute the
 /// fastest candidate's transfers leave them (see `congested_candidates`
 /// in this module's source, and `docs/planner.md`, "Transfers that share
 /// compute").
@@ -511,12 +511,11 @@ pub const CONGESTION_ROUNDS: usize = 3;
 /// the memory pass join the candidates (one search: where its best does
 /// not fit, its other rounds' bests still may, and searching again with
 /// the missed bytes charged, as [`dp_attempts`] does, found no faster
-/// plan on the workloads of `docs/planner.md` at twice the time). While
-/// that brings a faster one, at most
-/// [`CONGESTION_ROUNDS`] times, dp plans again with the shares that
-/// one's transfers leave, each step's the least of every round's so far
-/// (a round that forgot the earlier rounds' shares could plan their
-/// congestion back).
+/// plan on the workloads of `docs/planner.md` at twice the time). After
+/// a search that brings a faster plan, dp searches again with the shares
+/// that plan's transfers leave, each step's the least of every round's
+/// so far (a round that forgot the earlier rounds' shares could plan
+/// their congestion back): at most [`CONGESTION_ROUNDS`] searches in all.
 fn congested_candidates(
     workload: &Workload,
     profile: &Profile,
@@ -537,7 +536,7 @@ fn congested_candidates(
     let held = exchange_held(workload, options);
     let mut shares: Option<Hiding> = None;
     for _ in 0..CONGESTION_ROUNDS {
-        let Some(mut hiding) = choices.congestion(&entries, profile) else {
+        let Some(mut hiding) = choices.congestion(&entries, &options.exchanges, profile) else {
             return;
         };
         if let Some(earlier) = &shares {
@@ -1603,7 +1602,7 @@ mod tests {
             .find(|e| e.timing.iteration_s == before)
             .unwrap();
         assert!(choices
-            .congestion(&best.schedule.entries, &profile)
+            .congestion(&best.schedule.entries, &[], &profile)
             .is_some());
         let count = candidates.len();
         congested_candidates(

@@ -7,8 +7,8 @@
 use super::lifetimes::{use_runs, Lifetimes, TensorLife};
 use super::memory::SLOTS_PER_POSITION;
 use super::schedule::MAX_CASCADE_OPS;
-use crate::plan::{Action, Fate, ScheduleEntry};
-use crate::profile::{DeviceKind, Profile};
+use crate::plan::{Action, Exchange, Fate, Leg, ScheduleEntry};
+use crate::profile::{DeviceKind, PeerVia, Profile};
 use crate::workload::{Op, Tensor, TensorId, TensorKind, Workload};
 use crate::{Result, Tier};
 
@@ -291,6 +291,11 @@ impl Hiding {
     }
 }
 
+/// How far past 1 the hidden seconds per compute second over a step must
+/// sum for the step to count as over-subscribed (the difference array
+/// leaves rounding behind).
+const OVER_TOLERANCE: f64 = 1e-9;
+
 /// Least share of the iteration's compute that a plan's transfers must
 /// over-subscribe before [`Choices::congestion`] reports it.
 pub const CONGESTION_SHARE: f64 = 0.01;
@@ -327,22 +332,70 @@ impl Choices {
     /// iteration's compute in all: each step's share of compute for its
     /// transfers in each direction. A transfer issued after step `a` and
     /// due before step `b` hides what it can (at most its hideable
-    /// seconds: the slower leg, or the SSD's where the cores copy) behind steps `(a, b)`, spread over
-    /// them by their compute; where those hidden seconds add up to `k`
-    /// times a step's compute, `k > 1`, the step's compute counts `1/k`.
+    /// seconds: the slower leg, or the SSD's where the cores copy) behind
+    /// steps `(a, b)`, spread over them by their compute; where those
+    /// hidden seconds add up to `k` times a step's compute, `k > 1`, the
+    /// step's compute counts `1/k`. The `exchanges`' legs over PCIe
+    /// (a multi-GPU plan's halos through host memory, and peer copies
+    /// that cross PCIe) count the same way.
+    ///
+    /// Transfers from the SSD count against the PCIe direction they
+    /// cross, though the drive may be what limits them; recomputations
+    /// count in the link's bound below but not as compute to hide
+    /// behind: both make the shares err on the side of less hiding.
     ///
     /// `None` where no direction is over-subscribed by that much, or
     /// where a link is busy for more than [`CONGESTION_LINK_RATIO`] times
     /// compute and recomputation together: the link then bounds the
     /// iteration by far however its transfers are timed against compute,
     /// and dp's later rounds price its seconds in full.
-    pub fn congestion(&self, entries: &[ScheduleEntry], profile: &Profile) -> Option<Hiding> {
+    pub fn congestion(
+        &self,
+        entries: &[ScheduleEntry],
+        exchanges: &[Exchange],
+        profile: &Profile,
+    ) -> Option<Hiding> {
         let steps = self.steps as usize;
         // Per direction, a difference array of the hidden seconds per
         // compute second of the transfers over each step.
         let mut rate = [vec![0.0f64; steps + 1], vec![0.0f64; steps + 1]];
         let mut link: LinkSeconds = [0.0; 4];
         let mut recompute_s = 0.0;
+        let mut spread =
+            |way: usize, seconds: f64, issue_after_step: i64, done_before_step: u32| {
+                let start = (issue_after_step + 1).clamp(0, steps as i64) as usize;
+                let end = (done_before_step as usize).min(steps);
+                if start >= end {
+                    return;
+                }
+                let window = self.before[end] - self.before[start];
+                let hidden = seconds.min(window);
+                if hidden > 0.0 {
+                    rate[way][start] += hidden / window;
+                    rate[way][end] -= hidden / window;
+                }
+            };
+        for e in exchanges {
+            // PCIe seconds each way.
+            let pcie = &profile.pcie;
+            let local = (e.bytes - e.network_bytes.min(e.bytes)) as f64;
+            let ways = match e.leg {
+                Leg::ToHost => [0.0, pcie.latency_s + e.bytes as f64 / pcie.d2h_bytes_per_s],
+                Leg::FromHost => [pcie.latency_s + e.bytes as f64 / pcie.h2d_bytes_per_s, 0.0],
+                Leg::Peer => match &profile.peer {
+                    Some(peer) if peer.via == PeerVia::Pcie => {
+                        [local / pcie.h2d_bytes_per_s, local / pcie.d2h_bytes_per_s]
+                    }
+                    _ => [0.0; 2],
+                },
+            };
+            for (way, seconds) in ways.into_iter().enumerate() {
+                if seconds > 0.0 {
+                    link[way] += seconds;
+                    spread(way, seconds, e.issue_after_step, e.done_before_step);
+                }
+            }
+        }
         for entry in entries {
             let inward = match entry.action {
                 Action::Load | Action::Reload => true,
@@ -356,18 +409,12 @@ impl Choices {
             let way = usize::from(!inward);
             link[way] += pcie_s;
             link[2 + way] += ssd_s;
-            let start = (entry.issue_after_step + 1).clamp(0, steps as i64) as usize;
-            let end = (entry.done_before_step as usize).min(steps);
-            if start >= end {
-                continue;
-            }
-            let window = self.before[end] - self.before[start];
-            let hidden = self.hideable_s(pcie_s, ssd_s).min(window);
-            if hidden <= 0.0 {
-                continue;
-            }
-            rate[way][start] += hidden / window;
-            rate[way][end] -= hidden / window;
+            spread(
+                way,
+                self.hideable_s(pcie_s, ssd_s),
+                entry.issue_after_step,
+                entry.done_before_step,
+            );
         }
         let busiest = link.iter().copied().fold(0.0, f64::max);
         if busiest > CONGESTION_LINK_RATIO * (self.compute_s() + recompute_s) {
@@ -379,7 +426,9 @@ impl Choices {
             let mut running = 0.0;
             for (&op_s, &change) in self.op_s.iter().zip(rate) {
                 running += change;
-                if running > 1.0 {
+                // Past rounding: a transfer that fills its window exactly,
+                // beside the remainders of others, sums to 1 within an ulp.
+                if running > 1.0 + OVER_TOLERANCE {
                     excess += op_s * (running - 1.0);
                     share.push(op_s / running);
                 } else {
@@ -907,13 +956,13 @@ mod tests {
         let choices = Choices::build(&w, &lives, &profile, FateSet::ALL);
         let entries = [load(&w, 0), load(&w, 1)];
         let hiding = choices
-            .congestion(&entries, &profile)
+            .congestion(&entries, &[], &profile)
             .expect("step 1 is over-subscribed");
         // Two transfers hide 1 ms each behind step 1's 1 ms: each has half.
         assert_eq!(hiding.inward, [1e-3, 0.5e-3, 1e-3, 1e-3]);
         assert_eq!(hiding.outward, [1e-3; 4]);
         // One load alone over-subscribes nothing.
-        assert_eq!(choices.congestion(&entries[..1], &profile), None);
+        assert_eq!(choices.congestion(&entries[..1], &[], &profile), None);
         // Priced on the shares, streaming `x0` one step ahead leaves half
         // a millisecond more exposed; the iteration's compute is the same.
         let congested = Choices::build_hiding(&w, &lives, &profile, FateSet::ALL, Some(&hiding));
@@ -938,18 +987,121 @@ mod tests {
     }
 
     #[test]
+    fn offloads_timed_over_the_same_compute_share_it() {
+        // `a` (25 MB, a little over 1 ms each way on PCIe) is made by step
+        // 0 and read by steps 1 and 5: its offload may hide behind steps
+        // 2 and 3.
+        let mut w = Workload::new("offloads");
+        let a = w.add_tensor("a", 25_000_000, TensorKind::Activation, None);
+        w.add_op(
+            "op0",
+            OpKind::Generic,
+            Phase::Forward,
+            vec![],
+            vec![a],
+            Cost::seconds(1e-3),
+        );
+        let mut last = a;
+        for step in 1..6 {
+            let next = w.add_tensor(format!("b{step}"), 1 << 20, TensorKind::Activation, None);
+            let mut inputs = vec![last];
+            if step == 5 {
+                inputs.push(a);
+            }
+            w.add_op(
+                format!("op{step}"),
+                OpKind::Generic,
+                Phase::Forward,
+                inputs,
+                vec![next],
+                Cost::seconds(1e-3),
+            );
+            last = next;
+        }
+        let profile = Profile::from_json(
+            include_str!("../../../profiles/a100-80g.json"),
+            "a100-80g.json",
+        )
+        .unwrap();
+        let lives = Lifetimes::compute(&w);
+        let choices = Choices::build(&w, &lives, &profile, FateSet::ALL);
+        // Two offloads issued after step 1, due before step 3: both hide
+        // behind step 2 alone.
+        let offload = ScheduleEntry {
+            action: Action::Offload,
+            tensor: a,
+            bytes: 25_000_000,
+            from: Tier::Hbm,
+            to: Tier::Host,
+            stream: Stream::D2h,
+            issue_after_step: 1,
+            done_before_step: 3,
+            op: None,
+        };
+        let hiding = choices
+            .congestion(&[offload.clone(), offload], &[], &profile)
+            .expect("step 2 is over-subscribed");
+        assert_eq!(hiding.outward, [1e-3, 1e-3, 0.5e-3, 1e-3, 1e-3, 1e-3]);
+        assert_eq!(hiding.inward, [1e-3; 6]);
+        // Offloading `a` over step 2 (a lag of one step) and copying it
+        // back right before step 5 leaves half a millisecond more exposed
+        // on the shares; the copy back is priced as before.
+        let congested = Choices::build_hiding(&w, &lives, &profile, FateSet::ALL, Some(&hiding));
+        let lag_one = |c: &Choices| {
+            c.options[a.index()]
+                .iter()
+                .find(|o| o.fate == Fate::OffloadHost && o.lag == 1 && o.leads == [0])
+                .map(|o| o.cost_s)
+                .expect("an offload over one step")
+        };
+        assert!((lag_one(&congested) - lag_one(&choices) - 0.5e-3).abs() < 1e-12);
+    }
+
+    #[test]
+    fn each_round_keeps_the_least_share_of_a_step() {
+        let mut shares = Hiding {
+            inward: vec![1.0, 2.0],
+            outward: vec![3.0, 1.0],
+        };
+        shares.least(&Hiding {
+            inward: vec![2.0, 1.0],
+            outward: vec![1.0, 1.0],
+        });
+        assert_eq!(shares.inward, [1.0, 1.0]);
+        assert_eq!(shares.outward, [1.0, 1.0]);
+    }
+
+    #[test]
     fn a_link_busy_for_far_longer_than_compute_reports_no_congestion() {
         // Ten loads of 3 ms each over 4 ms of compute: PCIe bounds the
         // iteration whatever the timing.
         let (w, lives, profile) = four_steps(10, 75_000_000);
         let choices = Choices::build(&w, &lives, &profile, FateSet::ALL);
         let entries: Vec<ScheduleEntry> = (0..10).map(|t| load(&w, t)).collect();
-        assert_eq!(choices.congestion(&entries, &profile), None);
+        assert_eq!(choices.congestion(&entries, &[], &profile), None);
         // Two of them, 6 ms over 4 ms of compute, are within the ratio.
         let hiding = choices
-            .congestion(&entries[..2], &profile)
+            .congestion(&entries[..2], &[], &profile)
             .expect("within the ratio");
         assert_eq!(hiding.inward[1], 0.5e-3);
+        // With a halo of 3 ms more coming through host memory beside
+        // them, 9 ms, PCIe is past twice compute.
+        let halo = Exchange {
+            kind: crate::plan::ExchangeKind::Halo,
+            layer: 1,
+            strategy: crate::plan::Strategy::Host,
+            leg: Leg::FromHost,
+            bytes: 75_000_000,
+            network_bytes: 0,
+            issue_after_step: 0,
+            done_before_step: 3,
+            device_bytes: 0,
+            host_bytes: 0,
+            held_from_step: 1,
+            held_until_step: 2,
+            host_held_until_step: 2,
+        };
+        assert_eq!(choices.congestion(&entries[..2], &[halo], &profile), None);
     }
 
     #[test]
