@@ -1667,7 +1667,6 @@ pub(crate) fn compare_policies(
         made_while: _,
         model: _,
     } = prepare(args, Some(Policy::Dp))?;
-    let mut rows = Vec::with_capacity(policies.len());
     // The MILP may search for its whole time limit: say what is planning
     // (on a terminal only).
     let bar = indicatif::ProgressBar::new(policies.len() as u64)
@@ -1676,28 +1675,26 @@ pub(crate) fn compare_policies(
         indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} planning {msg} {elapsed}")
             .expect("a fixed template parses"),
     );
-    for &policy in policies {
-        bar.set_message(match policy {
-            Policy::Milp => format!(
-                "milp (up to {} s: --milp-time-limit)",
-                options.milp_time_limit_s
-            ),
-            _ => policy.name().to_string(),
-        });
-        let trial = PlanOptions {
-            policy,
-            fates: if policy.is_peer() {
-                FateSet::ALL
-            } else {
-                options.fates
-            },
-            ..options.clone()
+    let trial_of = |policy: Policy| PlanOptions {
+        policy,
+        fates: if policy.is_peer() {
+            FateSet::ALL
+        } else {
+            options.fates
+        },
+        ..options.clone()
+    };
+    // The plan made while sizing goes to the first row with its options.
+    let sized_row = policies.iter().position(|&policy| {
+        made.is_some() && policy == options.policy && trial_of(policy).fates == options.fates
+    });
+    let row = |policy: Policy, sized: Option<Plan>| -> Result<PolicyRow> {
+        let trial = trial_of(policy);
+        let planned = match sized {
+            Some(plan) => Ok(plan),
+            None => plan(&workload, &profile, &trial),
         };
-        // The plan made while sizing, where these are its options.
-        let sized = made
-            .take_if(|_| policy == options.policy && trial.fates == options.fates)
-            .map(|made| Ok(made.plan));
-        let outcome = match sized.unwrap_or_else(|| plan(&workload, &profile, &trial)) {
+        let outcome = match planned {
             Ok(p) => {
                 let simulated = if simulate {
                     let report = simulator::simulate(&p, &profile, &SimOptions { seed: 0 })
@@ -1723,9 +1720,53 @@ pub(crate) fn compare_policies(
             Err(error @ PlanError::Infeasible { .. }) => Outcome::DoesNotFit(error.to_string()),
             Err(other) => return Err(other.into()),
         };
-        rows.push(PolicyRow { policy, outcome });
         bar.inc(1);
+        Ok(PolicyRow { policy, outcome })
+    };
+    // The MILP's rows alone, first: its time limit is of a search with
+    // the cores to itself. The others two at a time, side by side: most
+    // rows are a single thread's work (a peer's plan, or at a budget
+    // nothing fits, the search for one that does), and a plan is the
+    // same whatever runs beside it. Two at a time, not one per core: a
+    // large workload's plan takes gigabytes.
+    let mut rows: Vec<Option<PolicyRow>> = (0..policies.len()).map(|_| None).collect();
+    let mut sized = made.take().map(|made| made.plan);
+    let mut sized_for = |i: usize| {
+        if sized_row == Some(i) {
+            sized.take()
+        } else {
+            None
+        }
+    };
+    let (milp, others): (Vec<usize>, Vec<usize>) =
+        (0..policies.len()).partition(|&i| policies[i] == Policy::Milp);
+    for i in milp {
+        bar.set_message(format!(
+            "milp (up to {} s: --milp-time-limit)",
+            options.milp_time_limit_s
+        ));
+        rows[i] = Some(row(policies[i], sized_for(i))?);
     }
+    for pair in others.chunks(2) {
+        let names: Vec<&str> = pair.iter().map(|&i| policies[i].name()).collect();
+        bar.set_message(names.join(", "));
+        let planned: Vec<Result<PolicyRow>> = match *pair {
+            [a, b] => {
+                let (given_a, given_b) = (sized_for(a), sized_for(b));
+                let (ra, rb) =
+                    rayon::join(|| row(policies[a], given_a), || row(policies[b], given_b));
+                vec![ra, rb]
+            }
+            _ => pair
+                .iter()
+                .map(|&i| row(policies[i], sized_for(i)))
+                .collect(),
+        };
+        for (&i, result) in pair.iter().zip(planned) {
+            rows[i] = Some(result?);
+        }
+    }
+    let rows: Vec<PolicyRow> = rows.into_iter().flatten().collect();
     bar.finish_and_clear();
     Ok(Comparison {
         workload: workload.name,

@@ -1644,6 +1644,58 @@ fn many_partitions_fit_a_small_budget_as_weight_gradients_are_summed_in_turn() {
     assert!(line.contains(&format!("{}x", taken - 1)), "{line}");
 }
 
+/// compare plans its rows two at a time side by side (the MILP's alone):
+/// each row is still its own policy's, in the order of the policies, and
+/// the same as `plan --policy P` gives.
+#[test]
+fn compare_rows_planned_side_by_side_are_each_their_policy_s_in_order() {
+    let common = [
+        "--dataset",
+        "ogbn-arxiv",
+        "--layers",
+        "2",
+        "--partitions",
+        "4",
+        "--hbm-budget",
+        "40%",
+    ];
+    let args: Vec<&str> = ["compare", "--json", "--milp-time-limit", "1"]
+        .into_iter()
+        .chain(common)
+        .collect();
+    let out = fateplan(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let rows = json["policies"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["policy"].as_str().unwrap()).collect();
+    let all: Vec<&str> = fateplan_planner::Policy::ALL
+        .iter()
+        .map(|p| p.name())
+        .collect();
+    assert_eq!(names, all);
+    for row in rows {
+        let policy = row["policy"].as_str().unwrap();
+        if policy == "milp" {
+            continue;
+        }
+        let args: Vec<&str> = ["plan", "--json", "--policy", policy]
+            .into_iter()
+            .chain(common)
+            .collect();
+        let out = fateplan(&args);
+        if row["fits"] == true {
+            assert!(out.status.success(), "{policy}: {}", stderr(&out));
+            let plan: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+            assert_eq!(
+                row["iteration_s"], plan["predicted"]["iteration_s"],
+                "{policy}"
+            );
+        } else {
+            assert_eq!(out.status.code(), Some(2), "{policy}: {}", stderr(&out));
+        }
+    }
+}
+
 #[test]
 fn compare_where_no_policy_fits_prints_its_table_and_exits_2() {
     let out = fateplan(&[
