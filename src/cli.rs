@@ -1652,7 +1652,9 @@ pub(crate) struct Comparison {
 /// every fate, dp and milp with `--fates`; `--partitions auto` sized under
 /// dp, whatever `--policy` says), and replays each plan that fits
 /// on the simulator when `simulate` is set. Plans are dropped as soon as
-/// they are measured: a large workload's plan takes gigabytes.
+/// they are measured: a large workload's plan takes gigabytes, so at most
+/// two rows are planned at once (one with `simulate`, whose replay holds
+/// its report beside the plan).
 pub(crate) fn compare_policies(
     args: &PlanArgs,
     policies: &[Policy],
@@ -1728,8 +1730,10 @@ pub(crate) fn compare_policies(
     // rows are a single thread's work (a peer's plan, or at a budget
     // nothing fits, the search for one that does), and a plan is the
     // same whatever runs beside it. Two at a time, not one per core: a
-    // large workload's plan takes gigabytes.
-    let mut rows: Vec<Option<PolicyRow>> = (0..policies.len()).map(|_| None).collect();
+    // large workload's plan takes gigabytes; one at a time where each is
+    // replayed too. Every row is planned; the first error in the
+    // policies' order is the one returned.
+    let mut rows: Vec<Option<Result<PolicyRow>>> = (0..policies.len()).map(|_| None).collect();
     let mut sized = made.take().map(|made| made.plan);
     let mut sized_for = |i: usize| {
         if sized_row == Some(i) {
@@ -1745,9 +1749,10 @@ pub(crate) fn compare_policies(
             "milp (up to {} s: --milp-time-limit)",
             options.milp_time_limit_s
         ));
-        rows[i] = Some(row(policies[i], sized_for(i))?);
+        rows[i] = Some(row(policies[i], sized_for(i)));
     }
-    for pair in others.chunks(2) {
+    let width = if simulate { 1 } else { 2 };
+    for pair in others.chunks(width) {
         let names: Vec<&str> = pair.iter().map(|&i| policies[i].name()).collect();
         bar.set_message(names.join(", "));
         let planned: Vec<Result<PolicyRow>> = match *pair {
@@ -1763,10 +1768,13 @@ pub(crate) fn compare_policies(
                 .collect(),
         };
         for (&i, result) in pair.iter().zip(planned) {
-            rows[i] = Some(result?);
+            rows[i] = Some(result);
         }
     }
-    let rows: Vec<PolicyRow> = rows.into_iter().flatten().collect();
+    let rows = rows
+        .into_iter()
+        .flatten()
+        .collect::<Result<Vec<PolicyRow>>>()?;
     bar.finish_and_clear();
     Ok(Comparison {
         workload: workload.name,
