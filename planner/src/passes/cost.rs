@@ -891,36 +891,35 @@ mod tests {
     use crate::plan::Stream;
     use crate::workload::{Cost, OpKind, Phase};
 
-    /// Four steps of 1 ms; inputs `x0..x{inputs}` of `bytes` each, all
-    /// read by step 2.
-    fn four_steps(inputs: usize, bytes: u64) -> (Workload, Lifetimes, Profile) {
-        let mut w = Workload::new("congested");
-        let xs: Vec<TensorId> = (0..inputs)
-            .map(|i| w.add_tensor(format!("x{i}"), bytes, TensorKind::Input, Some(Tier::Host)))
-            .collect();
-        let mut last = w.add_tensor("a0", 1 << 20, TensorKind::Activation, None);
-        w.add_op(
-            "op0",
-            OpKind::Generic,
-            Phase::Forward,
-            vec![],
-            vec![last],
-            Cost::seconds(1e-3),
-        );
-        for step in 1..4 {
-            let next = w.add_tensor(format!("a{step}"), 1 << 20, TensorKind::Activation, None);
-            let mut inputs = vec![last];
-            if step == 2 {
-                inputs.extend(&xs);
-            }
+    /// `steps` steps of 1 ms in a chain: step 0 makes `first`, each later
+    /// step reads the one before it, and step `at` reads `reads` too. With
+    /// the workload's lifetimes and the a100-80g profile.
+    fn chain(
+        mut w: Workload,
+        first: TensorId,
+        steps: u32,
+        at: u32,
+        reads: &[TensorId],
+    ) -> (Workload, Lifetimes, Profile) {
+        let op = |w: &mut Workload, step: u32, inputs: Vec<TensorId>, output: TensorId| {
             w.add_op(
                 format!("op{step}"),
                 OpKind::Generic,
                 Phase::Forward,
                 inputs,
-                vec![next],
+                vec![output],
                 Cost::seconds(1e-3),
             );
+        };
+        op(&mut w, 0, Vec::new(), first);
+        let mut last = first;
+        for step in 1..steps {
+            let next = w.add_tensor(format!("c{step}"), 1 << 20, TensorKind::Activation, None);
+            let mut inputs = vec![last];
+            if step == at {
+                inputs.extend(reads);
+            }
+            op(&mut w, step, inputs, next);
             last = next;
         }
         let profile = Profile::from_json(
@@ -930,6 +929,17 @@ mod tests {
         .unwrap();
         let lives = Lifetimes::compute(&w);
         (w, lives, profile)
+    }
+
+    /// Four steps of 1 ms; inputs `x0..x{inputs}` of `bytes` each, all
+    /// read by step 2.
+    fn four_steps(inputs: usize, bytes: u64) -> (Workload, Lifetimes, Profile) {
+        let mut w = Workload::new("congested");
+        let xs: Vec<TensorId> = (0..inputs)
+            .map(|i| w.add_tensor(format!("x{i}"), bytes, TensorKind::Input, Some(Tier::Host)))
+            .collect();
+        let first = w.add_tensor("c0", 1 << 20, TensorKind::Activation, None);
+        chain(w, first, 4, 2, &xs)
     }
 
     /// A load of `tensor` issued after step 0 and due before step 2: it
@@ -993,37 +1003,7 @@ mod tests {
         // 2 and 3.
         let mut w = Workload::new("offloads");
         let a = w.add_tensor("a", 25_000_000, TensorKind::Activation, None);
-        w.add_op(
-            "op0",
-            OpKind::Generic,
-            Phase::Forward,
-            vec![],
-            vec![a],
-            Cost::seconds(1e-3),
-        );
-        let mut last = a;
-        for step in 1..6 {
-            let next = w.add_tensor(format!("b{step}"), 1 << 20, TensorKind::Activation, None);
-            let mut inputs = vec![last];
-            if step == 5 {
-                inputs.push(a);
-            }
-            w.add_op(
-                format!("op{step}"),
-                OpKind::Generic,
-                Phase::Forward,
-                inputs,
-                vec![next],
-                Cost::seconds(1e-3),
-            );
-            last = next;
-        }
-        let profile = Profile::from_json(
-            include_str!("../../../profiles/a100-80g.json"),
-            "a100-80g.json",
-        )
-        .unwrap();
-        let lives = Lifetimes::compute(&w);
+        let (w, lives, profile) = chain(w, a, 6, 5, &[a]);
         let choices = Choices::build(&w, &lives, &profile, FateSet::ALL);
         // Two offloads issued after step 1, due before step 3: both hide
         // behind step 2 alone.
