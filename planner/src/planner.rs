@@ -475,7 +475,8 @@ fn plan_dp(
     candidates.extend(peers);
     congested_candidates(workload, profile, options, lives, &choices, &mut candidates);
     // Stable: dp's best in its model, its other rounds' bests, then
-    // peers in the order of `Policy::PEERS`.
+    // peers in the order of `Policy::PEERS`, then the plans on shared
+    // compute.
     candidates.sort_by(|a, b| a.timing.iteration_s.total_cmp(&b.timing.iteration_s));
     let mut finish_error = None;
     for evaluated in candidates {
@@ -505,17 +506,18 @@ pub const CONGESTION_ROUNDS: usize = 3;
 /// window, so where many are timed over the same steps it expects them
 /// hidden where the prediction, which queues them on their link, finds
 /// them exposed. Where the fastest candidate's transfers over-subscribe
-/// the compute they are timed over and no link bounds the iteration
-/// ([`Choices::congestion`]), dp searches again with each step's compute
-/// shared out among them ([`Choices::build_hiding`]); its plans that fit
-/// the memory pass join the candidates (one search: where its best does
-/// not fit, its other rounds' bests still may, and searching again with
-/// the missed bytes charged, as [`dp_attempts`] does, found no faster
-/// plan on the workloads of `docs/planner.md` at twice the time). After
-/// a search that brings a faster plan, dp searches again with the shares
-/// that plan's transfers leave, each step's the least of every round's
-/// so far (a round that forgot the earlier rounds' shares could plan
-/// their congestion back): at most [`CONGESTION_ROUNDS`] searches in all.
+/// the compute they are timed over and no link is busy for far longer
+/// than compute ([`Choices::congestion`]), dp searches again with each
+/// step's compute shared out among them ([`Choices::build_hiding`]); its
+/// plans that fit the memory pass join the candidates (one search: where
+/// its best does not fit, its other rounds' bests still may, and
+/// searching again with the missed bytes charged, as [`dp_attempts`]
+/// does, predicted the same iterations on the workloads of
+/// `docs/planner.md` at twice the time). After a search that brings a
+/// faster plan, dp searches again with the shares that plan's transfers
+/// leave, each step's the least of every round's so far (a round that
+/// forgot the earlier rounds' shares could plan their congestion back):
+/// at most [`CONGESTION_ROUNDS`] searches in all.
 fn congested_candidates(
     workload: &Workload,
     profile: &Profile,
