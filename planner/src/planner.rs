@@ -512,8 +512,8 @@ pub const CONGESTION_ROUNDS: usize = 3;
 /// plans that fit the memory pass join the candidates (one search: where
 /// its best does not fit, its other rounds' bests still may, and
 /// searching again with the missed bytes charged, as [`dp_attempts`]
-/// does, predicted the same iterations on the workloads of
-/// `docs/planner.md` at twice the time). After a search that brings a
+/// does, predicted the same iterations on the 21 plans compared in
+/// `docs/planner.md` at up to twice the time). After a search that brings a
 /// faster plan, dp searches again with the shares that plan's transfers
 /// leave, each step's the least of every round's so far (a round that
 /// forgot the earlier rounds' shares could plan their congestion back):
@@ -526,19 +526,22 @@ fn congested_candidates(
     choices: &Choices,
     candidates: &mut Vec<Evaluated>,
 ) {
-    let fastest = |candidates: &[Evaluated]| {
+    fn fastest(candidates: &[Evaluated]) -> Option<&Evaluated> {
         candidates
             .iter()
             .min_by(|a, b| a.timing.iteration_s.total_cmp(&b.timing.iteration_s))
-            .map(|e| (e.timing.iteration_s, e.schedule.entries.clone()))
-    };
-    let Some((mut best_s, mut entries)) = fastest(candidates) else {
+    }
+    let congestion =
+        |e: &Evaluated| choices.congestion(&e.schedule.entries, &options.exchanges, profile);
+    let Some(first) = fastest(candidates) else {
         return;
     };
+    let mut best_s = first.timing.iteration_s;
+    let mut next = congestion(first);
     let held = exchange_held(workload, options);
     let mut shares: Option<Hiding> = None;
-    for _ in 0..CONGESTION_ROUNDS {
-        let Some(mut hiding) = choices.congestion(&entries, &options.exchanges, profile) else {
+    for round in 1..=CONGESTION_ROUNDS {
+        let Some(mut hiding) = next.take() else {
             return;
         };
         if let Some(earlier) = &shares {
@@ -547,21 +550,23 @@ fn congested_candidates(
         let congested =
             Choices::build_hiding(workload, lives, profile, options.fates, Some(&hiding));
         shares = Some(hiding);
-        let Ok((mut more, round)) = dp_round(workload, profile, options, lives, &congested, &held)
+        let Ok((mut more, found)) = dp_round(workload, profile, options, lives, &congested, &held)
         else {
             return;
         };
-        if let Round::Fits(evaluated) = round {
+        if let Round::Fits(evaluated) = found {
             more.insert(0, evaluated);
         }
-        let Some((more_s, more_entries)) = fastest(&more) else {
-            return;
-        };
-        candidates.extend(more);
-        if more_s >= best_s {
-            return;
+        // The next round's shares, from this one's fastest where it is
+        // faster than every candidate so far.
+        let faster = fastest(&more).filter(|e| e.timing.iteration_s < best_s);
+        if let Some(e) = faster {
+            best_s = e.timing.iteration_s;
+            if round < CONGESTION_ROUNDS {
+                next = congestion(e);
+            }
         }
-        (best_s, entries) = (more_s, more_entries);
+        candidates.extend(more);
     }
 }
 

@@ -303,9 +303,9 @@ pub const CONGESTION_SHARE: f64 = 0.01;
 /// Most times compute and recomputation together a link's busy seconds
 /// may be for [`Choices::congestion`] to report where its transfers queue.
 /// (On `ogbn-products`' GAT in 8 partitions, plans with PCIe busy for up
-/// to about 1.5 times compute planned faster with the shares; on
-/// IGB-full's GCN and GAT, with PCIe busy for 7-9 times compute, no plan
-/// priced on them was faster.)
+/// to about 1.7 times compute planned faster with the shares; on
+/// IGB-full's GCN and GAT, with PCIe busy for about 9 times compute, no
+/// plan priced on them was faster.)
 pub const CONGESTION_LINK_RATIO: f64 = 2.0;
 
 /// Whether the profile's device copies with the cores that compute: on a
@@ -526,12 +526,13 @@ impl Choices {
             .map(|op| op_seconds(op, profile))
             .collect();
         let prefix = |seconds: &[f64]| {
-            let mut sums = Vec::with_capacity(seconds.len() + 1);
-            sums.push(0.0);
-            for &s in seconds {
-                sums.push(sums.last().unwrap() + s);
-            }
-            sums
+            let mut sum = 0.0;
+            std::iter::once(0.0)
+                .chain(seconds.iter().map(|&s| {
+                    sum += s;
+                    sum
+                }))
+                .collect::<Vec<f64>>()
         };
         let before = prefix(&op_s);
         let slots = slot_count(steps);
