@@ -554,8 +554,7 @@ impl PlanModel {
                 ),
             ));
         }
-        let aggregate_first = crate::gnn::LayerOrder::parse(&self.layer_order)
-            .is_ok_and(|o| o == crate::gnn::LayerOrder::AggregateFirst);
+        let aggregate_first = self.aggregates_first();
         if (name.contains("-aggfirst-") || name.ends_with("-aggfirst")) && !aggregate_first {
             return Err(Error::invalid(
                 field("layer_order"),
@@ -577,6 +576,13 @@ impl PlanModel {
         Ok(())
     }
 
+    /// Whether the layer order is aggregate-first (`false` where it does
+    /// not parse: [`Self::validate`] names that).
+    fn aggregates_first(&self) -> bool {
+        crate::gnn::LayerOrder::parse(&self.layer_order)
+            .is_ok_and(|o| o == crate::gnn::LayerOrder::AggregateFirst)
+    }
+
     fn validate(&self) -> Result<()> {
         let field = |name: &str| format!("plan field workload.model.{name}");
         crate::gnn::GnnModel::parse(&self.model).map_err(|_| {
@@ -595,8 +601,7 @@ impl PlanModel {
             )
         })?;
         let gcn = crate::gnn::GnnModel::parse(&self.model).ok() == Some(crate::gnn::GnnModel::Gcn);
-        let aggregate_first = crate::gnn::LayerOrder::parse(&self.layer_order)
-            .is_ok_and(|o| o == crate::gnn::LayerOrder::AggregateFirst);
+        let aggregate_first = self.aggregates_first();
         if !gcn && aggregate_first {
             return Err(Error::invalid(
                 field("layer_order"),
