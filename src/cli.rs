@@ -1,8 +1,9 @@
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Mutex, OnceLock};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -17,6 +18,7 @@ use fateplan::planner::passes::cost::FateSet;
 use fateplan::planner::plan::{
     ExchangeKind, Fate, Leg, MilpSearch, PlanModel, Predicted, Strategy,
 };
+use fateplan::planner::planner;
 use fateplan::planner::profile::DeviceKind;
 use fateplan::planner::sizing::{
     choose_groups, choose_sweeps, per_layer, size_partitions, size_partitions_choosing, AtCount,
@@ -1690,12 +1692,35 @@ pub(crate) fn compare_policies(
     let sized_row = policies.iter().position(|&policy| {
         made.is_some() && policy == options.policy && trial_of(policy).fates == options.fates
     });
-    let row = |policy: Policy, sized: Option<Plan>| -> Result<PolicyRow> {
+    // dp's and milp's hints at a budget nothing fits are the same
+    // questions to dp's memory model (`planner::model_hint`): asked once,
+    // by whichever row needs them first, and added to both.
+    let model_hint: OnceLock<Result<Option<String>, PlanError>> = OnceLock::new();
+    let hint_shared = |policy: Policy| !policy.is_peer() && options.gpus <= 1;
+    let hinted = |policy: Policy, error: PlanError| -> PlanError {
+        if !matches!(error, PlanError::Infeasible { .. }) {
+            return error;
+        }
+        let hint =
+            model_hint.get_or_init(|| planner::model_hint(&workload, &profile, &trial_of(policy)));
+        match hint {
+            Ok(Some(hint)) => planner::add_hint(error, hint),
+            Ok(None) => error,
+            // The hint's own error (the workload or profile refused).
+            Err(other) => other.clone(),
+        }
+    };
+    // Planned with the hint, or without it where it is shared (added by
+    // the caller).
+    let plan_row = |policy: Policy| -> Result<Plan, PlanError> {
         let trial = trial_of(policy);
-        let planned = match sized {
-            Some(plan) => Ok(plan),
-            None => plan(&workload, &profile, &trial),
-        };
+        if hint_shared(policy) {
+            planner::plan_or_infeasible(&workload, &profile, &trial)
+        } else {
+            plan(&workload, &profile, &trial)
+        }
+    };
+    let row = |policy: Policy, planned: Result<Plan, PlanError>| -> Result<PolicyRow> {
         let outcome = match planned {
             Ok(p) => {
                 let simulated = if simulate {
@@ -1726,7 +1751,9 @@ pub(crate) fn compare_policies(
         Ok(PolicyRow { policy, outcome })
     };
     // The MILP's rows alone, first: its time limit is of a search with
-    // the cores to itself. The others two at a time, side by side: most
+    // the cores to itself. Where it does not fit, its row waits for the
+    // hint it shares with dp's. The others two at a time, side by side,
+    // each of two threads taking the next row as it finishes one: most
     // rows are a single thread's work (a peer's plan, or at a budget
     // nothing fits, the search for one that does), and a plan is the
     // same whatever runs beside it. Two at a time, not one per core: a
@@ -1744,32 +1771,67 @@ pub(crate) fn compare_policies(
     };
     let (milp, others): (Vec<usize>, Vec<usize>) =
         (0..policies.len()).partition(|&i| policies[i] == Policy::Milp);
+    let mut waiting: Vec<(usize, PlanError)> = Vec::new();
     for i in milp {
         bar.set_message(format!(
             "milp (up to {} s: --milp-time-limit)",
             options.milp_time_limit_s
         ));
-        rows[i] = Some(row(policies[i], sized_for(i)));
-    }
-    let width = if simulate { 1 } else { 2 };
-    for pair in others.chunks(width) {
-        let names: Vec<&str> = pair.iter().map(|&i| policies[i].name()).collect();
-        bar.set_message(names.join(", "));
-        let planned: Vec<Result<PolicyRow>> = match *pair {
-            [a, b] => {
-                let (given_a, given_b) = (sized_for(a), sized_for(b));
-                let (ra, rb) =
-                    rayon::join(|| row(policies[a], given_a), || row(policies[b], given_b));
-                vec![ra, rb]
-            }
-            _ => pair
-                .iter()
-                .map(|&i| row(policies[i], sized_for(i)))
-                .collect(),
+        let planned = match sized_for(i) {
+            Some(plan) => Ok(plan),
+            None => plan_row(policies[i]),
         };
-        for (&i, result) in pair.iter().zip(planned) {
-            rows[i] = Some(result);
+        match planned {
+            Err(error @ PlanError::Infeasible { .. }) if hint_shared(policies[i]) => {
+                waiting.push((i, error));
+            }
+            planned => rows[i] = Some(row(policies[i], planned)),
         }
+    }
+    // Each row with the plan sizing made for it, if any.
+    let queue: Mutex<VecDeque<(usize, Option<Plan>)>> =
+        Mutex::new(others.iter().map(|&i| (i, sized_for(i))).collect());
+    let planning: Mutex<Vec<&str>> = Mutex::new(Vec::new());
+    let finished: Mutex<Vec<(usize, Result<PolicyRow>)>> = Mutex::new(Vec::new());
+    let work = || loop {
+        let Some((i, given)) = queue.lock().expect("no row panicked").pop_front() else {
+            break;
+        };
+        let policy = policies[i];
+        let mut names = planning.lock().expect("no row panicked");
+        names.push(policy.name());
+        bar.set_message(names.join(", "));
+        drop(names);
+        let planned = match given {
+            Some(plan) => Ok(plan),
+            None => plan_row(policy).map_err(|error| {
+                if hint_shared(policy) {
+                    hinted(policy, error)
+                } else {
+                    error
+                }
+            }),
+        };
+        let result = row(policy, planned);
+        planning
+            .lock()
+            .expect("no row panicked")
+            .retain(|&name| name != policy.name());
+        finished.lock().expect("no row panicked").push((i, result));
+    };
+    if simulate {
+        work();
+    } else {
+        std::thread::scope(|scope| {
+            scope.spawn(work);
+            work();
+        });
+    }
+    for (i, result) in finished.into_inner().expect("no row panicked") {
+        rows[i] = Some(result);
+    }
+    for (i, error) in waiting {
+        rows[i] = Some(row(policies[i], Err(hinted(policies[i], error))));
     }
     let rows = rows
         .into_iter()

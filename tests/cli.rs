@@ -1724,6 +1724,32 @@ fn compare_where_no_policy_fits_prints_its_table_and_exits_2() {
         "{}",
         stderr(&out)
     );
+    // dp's and milp's rows ask for their hint once, and say what `plan`
+    // says under either policy.
+    let why = |policy: &str| {
+        let start = format!("{policy:<18} does not fit: ");
+        table
+            .lines()
+            .find_map(|l| l.strip_prefix(start.as_str()))
+            .unwrap_or_else(|| panic!("no {policy} row: {table}"))
+            .to_string()
+    };
+    let dp = why("dp");
+    assert!(dp.contains("it fits with any one of these budgets"), "{dp}");
+    assert_eq!(why("milp"), dp);
+    let out = fateplan(&[
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--layers",
+        "2",
+        "--partitions",
+        "4",
+        "--hbm-budget",
+        "1MiB",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&dp), "{}\n{dp}", stderr(&out));
 }
 
 #[test]

@@ -1093,24 +1093,72 @@ fn overrun_error(workload: &Workload, budgets: &Budgets, overrun: dp::Overrun) -
 /// Adds to an infeasibility error, per tier, the smallest budget with
 /// which the same policy finds a plan, the other budgets as given.
 fn with_hint(
-    error: Error,
+    mut error: Error,
     workload: &Workload,
     profile: &Profile,
     options: &PlanOptions,
     lives: &Lifetimes,
 ) -> Error {
-    let Error::Infeasible {
-        tier,
-        step,
-        op,
-        needed_bytes,
-        budget_bytes,
-        bytes_over,
-        hint: found_at,
-    } = error
-    else {
+    let Error::Infeasible { hint, .. } = &mut error else {
         return error;
     };
+    // A peer's bytes are those of the fates it gave at this budget: at a
+    // larger one it gives fewer of them away and fails at a later step,
+    // needing more there. (A step's own operands are what any plan needs.)
+    let extra = exchange_held(workload, options).hbm;
+    if options.policy.is_peer() && step_floor(workload, &extra, options.budgets.hbm_bytes).is_none()
+    {
+        *hint = format!(
+            " with the fates {} gave at this budget (at another it gives others, and may \
+             fail at another step){hint}",
+            options.policy.name()
+        );
+    }
+    hint.push_str(&budgets_hint(workload, profile, options, lives));
+    error
+}
+
+/// The hint [`plan`] adds to an infeasible error of `dp` or `milp` on one
+/// GPU (`options.gpus` 1): per tier, the smallest budget with which dp's
+/// memory model finds fates that fit, the other budgets as given. Both
+/// policies ask the same questions (whichever `options.policy` names), so
+/// a caller that plans both with [`plan_or_infeasible`] asks them once
+/// and adds the answer to each error with [`add_hint`]. `None` for a peer
+/// policy or several GPUs, whose hints depend on the plan tried.
+pub fn model_hint(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+) -> Result<Option<String>> {
+    if options.policy.is_peer() || options.gpus > 1 {
+        return Ok(None);
+    }
+    workload.validate()?;
+    profile.validate()?;
+    let lives = Lifetimes::compute(workload);
+    let share = profile.share(options.gpus);
+    Ok(Some(budgets_hint(workload, &share, options, &lives)))
+}
+
+/// An infeasible `error` with a [`model_hint`] added; any other error as
+/// it is.
+pub fn add_hint(mut error: Error, more: &str) -> Error {
+    if let Error::Infeasible { hint, .. } = &mut error {
+        hint.push_str(more);
+    }
+    error
+}
+
+/// The part of an infeasible error's hint that names, per tier, the
+/// smallest budget with which `options.policy` finds a plan, the other
+/// budgets as given ("; it fits with any one of these budgets ...", or
+/// "; no single budget increase makes it fit").
+fn budgets_hint(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    lives: &Lifetimes,
+) -> String {
     let fates = if options.policy.is_peer() {
         FateSet::ALL
     } else {
@@ -1121,20 +1169,6 @@ fn with_hint(
     let fit_tables = dp::FitTables::new(workload, &choices);
     let held = exchange_held(workload, options);
     let extra = &held.hbm;
-    // A peer's bytes are those of the fates it gave at this budget: at a
-    // larger one it gives fewer of them away and fails at a later step,
-    // needing more there. (A step's own operands are what any plan needs.)
-    let found_at = if options.policy.is_peer()
-        && step_floor(workload, extra, options.budgets.hbm_bytes).is_none()
-    {
-        format!(
-            " with the fates {} gave at this budget (at another it gives others, and may \
-             fail at another step){found_at}",
-            options.policy.name()
-        )
-    } else {
-        found_at
-    };
     let fits = |budgets: &Budgets| -> bool {
         if step_floor(workload, extra, budgets.hbm_bytes).is_some() {
             return false;
@@ -1185,23 +1219,13 @@ fn with_hint(
     found.sort_by_key(|(tier, _)| *tier);
     let found = found.into_iter().map(|(_, f)| f);
     let parts: Vec<String> = found.flatten().collect();
-    let hint = if parts.is_empty() {
-        format!("{found_at}; no single budget increase makes it fit")
+    if parts.is_empty() {
+        "; no single budget increase makes it fit".to_string()
     } else {
         format!(
-            "{found_at}; it fits with any one of these budgets (the others as given, within about \
-             2%): {}",
+            "; it fits with any one of these budgets (the others as given, within about 2%): {}",
             parts.join(", ")
         )
-    };
-    Error::Infeasible {
-        tier,
-        step,
-        op,
-        needed_bytes,
-        budget_bytes,
-        bytes_over,
-        hint,
     }
 }
 

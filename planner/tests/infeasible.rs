@@ -6,7 +6,7 @@ mod common;
 
 use fateplan_planner::blocks::BlockCounts;
 use fateplan_planner::gnn::{build_gnn, GnnModel};
-use fateplan_planner::planner::fits;
+use fateplan_planner::planner::{add_hint, fits, model_hint, plan_or_infeasible};
 use fateplan_planner::units::parse_bytes;
 use fateplan_planner::workload::{Cost, OpKind, Phase, TensorKind};
 use fateplan_planner::{plan, Error, PlanOptions, Policy, Tier, Workload};
@@ -124,4 +124,49 @@ fn the_hint_gives_budgets_that_fit_and_about_three_percent_less_does_not() {
         assert!(!with(less), "{name} fits with {less} bytes: {hint}");
     }
     assert!(found >= 2, "{hint}");
+}
+
+#[test]
+fn dp_and_milp_share_one_hint_which_model_hint_gives() {
+    let profile = common::a100();
+    let blocks = BlockCounts::skewed(2_000_000, 30_000_000, 8).unwrap();
+    let gcn = build_gnn(&common::gnn_spec(GnnModel::Gcn), &blocks).unwrap();
+    // The big step for both policies (the MILP refuses it at once); the
+    // GCN, short of every tier, for dp alone (the MILP would search it).
+    let cases = [
+        (
+            workload(),
+            12 * MIB,
+            [1u64 << 40; 2],
+            vec![Policy::Dp, Policy::Milp],
+        ),
+        (gcn, 4 << 30, [1 << 30; 2], vec![Policy::Dp]),
+    ];
+    for (w, hbm, [host, ssd], policies) in cases {
+        let mut hints = Vec::new();
+        for policy in policies {
+            let mut options = PlanOptions::new(policy, &profile);
+            options.budgets.hbm_bytes = hbm;
+            options.budgets.host_bytes = host;
+            options.budgets.ssd_bytes = ssd;
+            let hinted = plan(&w, &profile, &options).unwrap_err();
+            let bare = plan_or_infeasible(&w, &profile, &options).unwrap_err();
+            let Error::Infeasible { hint, .. } = &bare else {
+                panic!("{policy:?}: {bare:?}");
+            };
+            assert!(!hint.contains("it fits with"), "{policy:?}: {hint}");
+            let hint = model_hint(&w, &profile, &options).unwrap().unwrap();
+            assert!(hint.contains("hbm"), "{policy:?}: {hint}");
+            assert_eq!(add_hint(bare, &hint), hinted, "{policy:?}");
+            hints.push(hint);
+        }
+        assert!(hints.windows(2).all(|h| h[0] == h[1]), "{hints:?}");
+    }
+    // A peer's hint, and one on several GPUs, depend on the plan tried.
+    let mut options = PlanOptions::new(Policy::Greedy, &profile);
+    options.budgets.hbm_bytes = 12 * MIB;
+    assert_eq!(model_hint(&workload(), &profile, &options).unwrap(), None);
+    options.policy = Policy::Dp;
+    options.gpus = 2;
+    assert_eq!(model_hint(&workload(), &profile, &options).unwrap(), None);
 }
