@@ -494,11 +494,24 @@ pub(crate) fn distinct_outputs(outputs: &[(&str, Option<&std::path::Path>)]) -> 
     Ok(())
 }
 
+/// Most `--threads` per core this process may use.
+pub const MAX_THREADS_PER_CORE: usize = 16;
+
 /// `--threads N`: the global rayon pool's size (every core when absent).
 pub fn set_threads(threads: Option<usize>) -> Result<()> {
     if let Some(threads) = threads {
         if threads == 0 {
             bail!("--threads 0: expected at least 1");
+        }
+        // More threads than cores only queue on them; far more would take
+        // minutes to start (a thread's stack each) before any work.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let most = MAX_THREADS_PER_CORE * cores;
+        if threads > most {
+            bail!(
+                "--threads {threads}: more than {most} ({MAX_THREADS_PER_CORE} for each of the \
+                 {cores} cores this process may use)"
+            );
         }
         rayon::ThreadPoolBuilder::new()
             .num_threads(threads)

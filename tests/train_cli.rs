@@ -879,6 +879,23 @@ fn the_cuda_backend_trains_or_says_in_one_line_why_it_cannot() {
 }
 
 #[test]
+fn more_threads_than_sixteen_a_core_are_refused_before_any_start() {
+    let output = fateplan(&[
+        "train",
+        "--graph",
+        "planted:nodes=100",
+        "--threads",
+        "100000",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let message = stderr(&output);
+    assert!(
+        message.contains("--threads 100000: more than") && message.contains("cores"),
+        "{message}"
+    );
+}
+
+#[test]
 fn an_unknown_backend_is_refused() {
     let output = fateplan(&["train", "--graph", "planted:nodes=100", "--backend", "tpu"]);
     assert_eq!(output.status.code(), Some(1));
@@ -1587,6 +1604,55 @@ fn a_generated_graph_over_the_address_space_limit_is_refused_before_it_is_drawn(
     }
     assert!(!out_dir.exists());
     let _ = std::fs::remove_dir_all(&dir);
+    // Planned, an R-MAT spec too large to draw under the limit is refused
+    // too (2^29 nodes: 10 GiB of labels and relabelling), not ended by a
+    // failed allocation.
+    let spec = "rmat:scale=29,features=1";
+    let plans: [&[&str]; 3] = [
+        &[
+            "plan",
+            "--graph",
+            spec,
+            "--layers",
+            "2",
+            "--partitions",
+            "1",
+        ],
+        &[
+            "compare",
+            "--graph",
+            spec,
+            "--layers",
+            "2",
+            "--partitions",
+            "1",
+        ],
+        &[
+            "curve",
+            "--graph",
+            spec,
+            "--layers",
+            "2",
+            "--partitions",
+            "1",
+        ],
+    ];
+    for args in plans {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("ulimit -v {limit_kib} && exec \"$0\" \"$@\""))
+            .arg(env!("CARGO_BIN_EXE_fateplan"))
+            .args(args)
+            .output()
+            .expect("sh runs");
+        let message = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {message}");
+        assert!(
+            message.contains("size: the graph takes at least 10.0 GiB in memory (536870912 nodes")
+                && message.contains("a smaller scale"),
+            "{args:?}: {message}"
+        );
+    }
 }
 
 /// `--trace` into a folder that does not exist was found only once

@@ -77,6 +77,21 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
             "larger than 2^64 bytes",
         ));
     }
+    // A fraction of a larger unit rounds to the nearest byte (0.3KiB is
+    // 307 bytes); a fraction of a byte, or a size that would round to
+    // none, is not what was meant.
+    if scale == 1 && bytes.fract() != 0.0 {
+        return Err(Error::invalid(
+            format!("byte size {text:?}"),
+            format!("{value} is not a whole number of bytes"),
+        ));
+    }
+    if bytes > 0.0 && bytes.round() == 0.0 {
+        return Err(Error::invalid(
+            format!("byte size {text:?}"),
+            format!("{bytes} bytes, less than one"),
+        ));
+    }
     Ok(bytes.round() as u64)
 }
 
@@ -195,6 +210,22 @@ mod tests {
             "{negative}"
         );
         assert!(parse_bytes("99999999999999TiB").is_err());
+        // A fraction of a byte, or of a unit below one byte, is refused;
+        // of a larger unit, rounded to the nearest byte.
+        assert_eq!(parse_bytes("0.3KiB").unwrap(), 307);
+        assert_eq!(parse_bytes("0").unwrap(), 0);
+        for (text, says) in [
+            ("0.5", "0.5 is not a whole number of bytes"),
+            ("1.7B", "1.7 is not a whole number of bytes"),
+            ("1e-3", "0.001 is not a whole number of bytes"),
+            ("0.0001KiB", "0.1024 bytes, less than one"),
+        ] {
+            let message = parse_bytes(text).unwrap_err().to_string();
+            assert!(
+                message.contains(&format!("{text:?}")) && message.contains(says),
+                "{text}: {message}"
+            );
+        }
     }
 
     #[test]

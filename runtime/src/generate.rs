@@ -961,26 +961,64 @@ impl GeneratorSpec {
             .saturating_add(edges.saturating_mul(16))
     }
 
+    /// Bytes [`GeneratorSpec::open`] holds at least: per node a label
+    /// (8), a split (1) and three masks (1 each), the features not drawn;
+    /// an R-MAT spec's relabelling (8 per node, where it scrambles) while
+    /// its edges are drawn; a planted graph's class lists (8 per node) and
+    /// its edges (two node ids, 8 each).
+    pub fn opened_bytes(&self) -> u64 {
+        let (nodes, _, edges) = self.sizes();
+        match self {
+            GeneratorSpec::Rmat(s) => nodes.saturating_mul(if s.scramble { 20 } else { 12 }),
+            GeneratorSpec::Planted(_) => nodes
+                .saturating_mul(20)
+                .saturating_add(edges.saturating_mul(16)),
+        }
+    }
+
     /// Refuses a spec whose dataset ([`GeneratorSpec::dataset_bytes`])
     /// is larger than the memory `available`, where drawing it would end
     /// with the process killed for memory.
     pub fn check_fits_in(&self, available: &Available) -> Result<()> {
         let (nodes, features, edges) = self.sizes();
         let what = format!("{nodes} nodes × {features} features, {edges} edges");
-        let Some(shortfall) = available.shortfall(self.dataset_bytes(), &what) else {
+        self.check_bytes_in(available, self.dataset_bytes(), &what, true)
+    }
+
+    /// [`GeneratorSpec::check_fits_in`] for [`GeneratorSpec::open`]'s
+    /// bytes ([`GeneratorSpec::opened_bytes`]): what `plan`, `compare`
+    /// and `curve` hold to count a spec's edges.
+    pub fn check_opens_in(&self, available: &Available) -> Result<()> {
+        let (nodes, _, edges) = self.sizes();
+        let what = format!("{nodes} nodes and {edges} edges, without the features");
+        self.check_bytes_in(available, self.opened_bytes(), &what, false)
+    }
+
+    /// Refuses a spec whose drawing holds more than `bytes` (`what` says
+    /// of what) where `available` is less; `features`: whether they are
+    /// drawn, and fewer would fit.
+    fn check_bytes_in(
+        &self,
+        available: &Available,
+        bytes: u64,
+        what: &str,
+        features: bool,
+    ) -> Result<()> {
+        let Some(shortfall) = available.shortfall(bytes, what) else {
             return Ok(());
+        };
+        let remedy = match (self, features) {
+            (GeneratorSpec::Rmat(_), true) => {
+                "a smaller scale, fewer features or a smaller edge_factor"
+            }
+            (GeneratorSpec::Rmat(_), false) => "a smaller scale",
+            (GeneratorSpec::Planted(_), true) => "fewer nodes or features, or a smaller degree",
+            (GeneratorSpec::Planted(_), false) => "fewer nodes or a smaller degree",
         };
         Err(Error::invalid(
             Path::new(&self.to_string()),
             "size",
-            format!(
-                "the graph takes {shortfall}; {} fits",
-                match self {
-                    GeneratorSpec::Rmat(_) =>
-                        "a smaller scale, fewer features or a smaller edge_factor",
-                    GeneratorSpec::Planted(_) => "fewer nodes or features, or a smaller degree",
-                },
-            ),
+            format!("the graph takes {shortfall}; {remedy} fits"),
         ))
     }
 

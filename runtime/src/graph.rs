@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 
 use fateplan_planner::blocks::BlockCounts;
 
+use crate::dataset::{MAX_CLASSES, MAX_FEATURES};
 use crate::edges::EdgeSource;
 use crate::generate::GeneratorSpec;
 use crate::memory::Available;
-use crate::npy::Npy;
+use crate::npy::{Dtype, Npy};
 use crate::{Error, Result};
 
 /// Most edges an edge-list text file may hold.
@@ -97,7 +98,13 @@ impl GraphData {
             field: field.into(),
             value,
         };
-        holding.check(nodes, edges, &from, available)?;
+        // Drawing the edges holds bytes of its own (labels, and a planted
+        // graph's edges) before the command holds anything.
+        let available = available();
+        holding.check(nodes, edges, &from, || available.clone())?;
+        if let Some(available) = &available {
+            spec.check_opens_in(available)?;
+        }
         let (features, classes) = spec.features_and_classes();
         let (graph, edges) = spec.with_features(1).open()?;
         Ok(GraphData {
@@ -136,20 +143,37 @@ impl GraphData {
         let mut features = None;
         let x_path = dir.join("x.npy");
         let (edges, nodes, from) = if x_path.exists() {
+            // Only x's shape and type are read (in either order): the
+            // sizes are what planning needs.
             let x = Npy::open(&x_path)?;
-            if x.shape.len() != 2 || x.fortran_order {
+            if x.shape.len() != 2 {
                 return Err(Error::invalid(
                     &x_path,
                     "shape",
+                    format!("{:?}; expected [N, F]", x.shape),
+                ));
+            }
+            if !matches!(x.dtype, Dtype::F32 | Dtype::F64) {
+                return Err(Error::invalid(
+                    &x_path,
+                    "descr",
                     format!(
-                        "{:?} (fortran order: {}); expected [N, F] in C order",
-                        x.shape, x.fortran_order
+                        "{} is not a float type; expected <f4 or <f8",
+                        x.dtype.descr()
                     ),
                 ));
             }
             features = Some(
                 u32::try_from(x.shape[1])
-                    .map_err(|_| Error::invalid(&x_path, "shape", "too many features"))?,
+                    .ok()
+                    .filter(|&f| (1..=MAX_FEATURES).contains(&f))
+                    .ok_or_else(|| {
+                        Error::invalid(
+                            &x_path,
+                            "shape",
+                            format!("F = {} is outside 1..={MAX_FEATURES}", x.shape[1]),
+                        )
+                    })?,
             );
             // An end past x's rows is an error when the edges are read.
             let nodes = x.shape[0];
@@ -180,14 +204,35 @@ impl GraphData {
         let y_path = dir.join("y.npy");
         if y_path.exists() {
             let y = Npy::open(&y_path)?;
+            // A label per vertex, as `train` reads them.
+            if !(y.shape == [nodes] || y.shape == [nodes, 1]) {
+                let n_from = if features.is_some() {
+                    "x.npy"
+                } else {
+                    "edge_index.npy's largest vertex id"
+                };
+                return Err(Error::invalid(
+                    &y_path,
+                    "shape",
+                    format!(
+                        "{:?}; expected [{nodes}] or [{nodes}, 1] (N from {n_from})",
+                        y.shape
+                    ),
+                ));
+            }
             let mut most = 0u64;
             for k in 0..y.len() as usize {
-                most = most.max(y.int(k, &y_path)?);
+                let label = y.int(k, &y_path)?;
+                if label >= MAX_CLASSES as u64 {
+                    return Err(Error::invalid(
+                        &y_path,
+                        format!("y[{k}]"),
+                        format!("{label} is outside 0..{MAX_CLASSES}"),
+                    ));
+                }
+                most = most.max(label);
             }
-            classes = Some(
-                u32::try_from(most + 1)
-                    .map_err(|_| Error::invalid(&y_path, "values", "too many classes"))?,
-            );
+            classes = Some(most as u32 + 1);
         }
         let graph = GraphData {
             name,
@@ -372,6 +417,55 @@ mod tests {
     }
 
     #[test]
+    fn x_and_y_are_checked_as_train_checks_them() {
+        use crate::npy::tests::write_fortran_npy;
+        let dir = scratch("xy");
+        let ints =
+            |values: &[i64]| -> Vec<u8> { values.iter().flat_map(|v| v.to_le_bytes()).collect() };
+        write_npy(
+            &dir.join("edge_index.npy"),
+            "<i8",
+            &[2, 3],
+            &ints(&[0, 1, 2, 1, 2, 3]),
+        );
+        let (x, y) = (dir.join("x.npy"), dir.join("y.npy"));
+        let refused = |expected: &str| {
+            let message = GraphData::load(&dir).unwrap_err().to_string();
+            assert!(
+                message.contains(expected),
+                "{message}\nexpected: {expected}"
+            );
+        };
+        // Fortran order is read (only the shape is), as `train` reads it.
+        write_fortran_npy(&x, "<f4", &[4, 5], &[0u8; 80]);
+        write_npy(&y, "<i8", &[4, 1], &ints(&[0, 2, 1, 0]));
+        let g = GraphData::load(&dir).unwrap();
+        assert_eq!((g.nodes, g.features, g.classes), (4, Some(5), Some(3)));
+        write_npy(&x, "<i8", &[4, 5], &[0u8; 160]);
+        refused(&format!("{}: descr: <i8 is not a float type", x.display()));
+        write_npy(&x, "<f4", &[4, 0], &[]);
+        refused(&format!("{}: shape: F = 0 is outside 1..=", x.display()));
+        write_npy(&x, "<f4", &[4, 5], &[0u8; 80]);
+        // A label per vertex, no more and no fewer.
+        for (shape, labels) in [(vec![3], vec![0, 1, 2]), (vec![2, 2], vec![0, 1, 2, 3])] {
+            write_npy(&y, "<i8", &shape, &ints(&labels));
+            refused(&format!(
+                "{}: shape: {shape:?}; expected [4] or [4, 1] (N from x.npy)",
+                y.display()
+            ));
+        }
+        write_npy(&y, "<i8", &[], &ints(&[1]));
+        refused("shape: []; expected [4] or [4, 1]");
+        write_npy(&y, "<i8", &[4], &ints(&[0, 1 << 21, 1, 0]));
+        refused(&format!("{}: y[1]: 2097152 is outside 0..", y.display()));
+        // Without x, N is the largest end's.
+        std::fs::remove_file(&x).unwrap();
+        write_npy(&y, "<i8", &[3], &ints(&[0, 1, 2]));
+        refused("expected [4] or [4, 1] (N from edge_index.npy's largest vertex id)");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn reads_a_pyg_folder() {
         let dir = scratch("pyg");
         let edges: Vec<u8> = [0i64, 1, 2, 1, 2, 0]
@@ -392,6 +486,7 @@ mod tests {
         assert_eq!(g.blocks(2).unwrap().total_edges(), 3);
         // Fewer rows in x than an end names: the reading says which end.
         write_npy(&dir.join("x.npy"), "<f4", &[2, 5], &[0u8; 40]);
+        write_npy(&dir.join("y.npy"), "<i8", &[2], &labels[..16]);
         let g = GraphData::load(&dir).unwrap();
         let error = g.blocks(1).unwrap_err().to_string();
         assert!(
@@ -518,11 +613,15 @@ mod tests {
             ),
             "{message}"
         );
-        // With x.npy: its shape.
-        write_npy(&folder.join("x.npy"), "<f4", &[4_000_000_001, 0], &[]);
+        // With x.npy: its shape (a sparse file: only its header is written).
+        let x = folder.join("x.npy");
+        write_npy(&x, "<f4", &[4_000_000_001, 1], &[]);
+        let file = std::fs::OpenOptions::new().write(true).open(&x).unwrap();
+        let header = file.metadata().unwrap().len();
+        file.set_len(header + 4_000_000_001 * 4).unwrap();
         let message = open(&folder, 1 << 30).unwrap_err().to_string();
         assert!(
-            message.contains("x.npy: shape: [4000000001, 0] makes 4000000001 vertices"),
+            message.contains("x.npy: shape: [4000000001, 1] makes 4000000001 vertices"),
             "{message}"
         );
         // A spec, before its edges are drawn.
@@ -534,7 +633,27 @@ mod tests {
             message.contains("nodes: nodes=300 makes 300 vertices: partitioning"),
             "{message}"
         );
-        assert!(GraphData::open_within(spec, 24, "partitioning", figure(7200)).is_ok());
+        // Drawn, its 300 nodes and 1,200 edges take 25,200 bytes more.
+        let message = GraphData::open_within(spec, 24, "partitioning", figure(25_199))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.starts_with("planted:nodes=300,")
+                && message.contains(": size: the graph takes at least")
+                && message.contains("300 nodes and 1200 edges, without the features"),
+            "{message}"
+        );
+        assert!(GraphData::open_within(spec, 24, "partitioning", figure(25_200)).is_ok());
+        // Planned (nothing held per vertex after), an R-MAT spec too large
+        // to draw is refused, not ended by a failed allocation.
+        let message = GraphData::open_within("rmat:scale=29,features=1", 0, "", figure(3 << 30))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("rmat:")
+                && message.contains("size: the graph takes at least 10.0 GiB"),
+            "{message}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

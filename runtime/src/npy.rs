@@ -61,9 +61,12 @@ impl Npy {
         // which every reader bounds-checks.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
         let (offset, dtype, shape, fortran_order) = parse_header(&map, path)?;
-        let count: u64 = shape.iter().product();
-        let needed = count
-            .checked_mul(dtype.size() as u64)
+        // Checked: a shape whose product wraps would pass the size check
+        // below with a count far smaller than it declares.
+        let needed = shape
+            .iter()
+            .try_fold(1u64, |count, &dim| count.checked_mul(dim))
+            .and_then(|count| count.checked_mul(dtype.size() as u64))
             .and_then(|b| b.checked_add(offset as u64))
             .ok_or_else(|| Error::invalid(path, "shape", format!("{shape:?} is too large")))?;
         let file_bytes = map.len() as u64;
@@ -666,6 +669,28 @@ pub(crate) mod tests {
     /// as written.
     fn write_npy_header(path: &Path, dict: &str, data: &[u8]) {
         super::write_with_header(path, dict.to_string(), data).unwrap();
+    }
+
+    #[test]
+    fn a_shape_whose_element_count_overflows_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("edge_index.npy");
+        // (2, 2^63) wraps to 0 elements; (2^54 + 4, 1024) to 4,096, which
+        // 16 KiB of floats would hold.
+        let cases: [(&str, Vec<u64>, Vec<u8>); 2] = [
+            ("<i8", vec![2, 1 << 63], Vec::new()),
+            ("<f4", vec![(1 << 54) + 4, 1024], vec![0u8; 4096 * 4]),
+        ];
+        for (descr, shape, data) in cases {
+            write_npy(&path, descr, &shape, &data);
+            let message = Npy::open(&path).unwrap_err().to_string();
+            assert!(
+                message.contains("edge_index.npy")
+                    && message.contains("shape")
+                    && message.contains(&format!("{shape:?} is too large")),
+                "{message}"
+            );
+        }
     }
 
     #[test]
