@@ -122,7 +122,8 @@ pub(crate) struct PlanArgs {
     /// GNN model: gcn, sage or gat.
     #[arg(long, conflicts_with = "dag", default_value = "gcn")]
     model: String,
-    /// A built-in dataset's statistics (see `fateplan workloads`).
+    /// A built-in dataset's statistics (see `fateplan workloads`); with no
+    /// --dataset, --graph or --dag, ogbn-papers100M.
     #[arg(long, conflicts_with_all = ["graph", "dag"])]
     dataset: Option<String>,
     /// A real graph: a folder of PyG-named .npy files, an edge-list text

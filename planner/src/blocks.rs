@@ -69,7 +69,11 @@ impl BlockCounts {
         if nodes < partitions as u64 {
             return Err(Error::invalid(
                 "partitions",
-                format!("{partitions} partitions for a graph of {nodes} nodes"),
+                format!(
+                    "{} for a graph of {}: each partition needs a vertex",
+                    crate::units::count(partitions as u64, "partition"),
+                    crate::units::count(nodes, "node")
+                ),
             ));
         }
         Ok(())
