@@ -1827,10 +1827,10 @@ pub(crate) fn compare_policies(
             }),
         };
         let result = row(policy, planned);
-        planning
-            .lock()
-            .expect("no row panicked")
-            .retain(|&name| name != policy.name());
+        let mut names = planning.lock().expect("no row panicked");
+        names.retain(|&name| name != policy.name());
+        bar.set_message(names.join(", "));
+        drop(names);
         finished.lock().expect("no row panicked").push((i, result));
     };
     if simulate {
@@ -1845,6 +1845,7 @@ pub(crate) fn compare_policies(
         rows[i] = Some(result);
     }
     for (i, error) in waiting {
+        bar.set_message("milp (the budgets that would fit)");
         rows[i] = Some(row(policies[i], Err(hinted(policies[i], error))));
     }
     let rows = rows

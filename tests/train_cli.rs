@@ -1605,8 +1605,8 @@ fn a_generated_graph_over_the_address_space_limit_is_refused_before_it_is_drawn(
     assert!(!out_dir.exists());
     let _ = std::fs::remove_dir_all(&dir);
     // Planned, an R-MAT spec too large to draw under the limit is refused
-    // too (2^29 nodes: 10 GiB of labels and relabelling), not ended by a
-    // failed allocation.
+    // too (2^29 nodes: 6 GiB of labels and masks), not ended by a failed
+    // allocation.
     let spec = "rmat:scale=29,features=1";
     let plans: [&[&str]; 3] = [
         &[
@@ -1648,7 +1648,7 @@ fn a_generated_graph_over_the_address_space_limit_is_refused_before_it_is_drawn(
         let message = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {message}");
         assert!(
-            message.contains("size: the graph takes at least 10.0 GiB in memory (536870912 nodes")
+            message.contains("size: the graph takes at least 6.0 GiB in memory (536870912 nodes")
                 && message.contains("a smaller scale"),
             "{args:?}: {message}"
         );

@@ -468,19 +468,6 @@ impl Profile {
         if self.name.is_empty() {
             return Err(Error::invalid("profile field name", "is empty"));
         }
-        // A source for a field the profile does not have is a typo or
-        // left behind by an edit: the figure it meant to explain is not
-        // explained.
-        let fields = serde_json::to_value(self).unwrap_or_default();
-        if let Some(key) = self.sources.keys().find(|key| !has_field(&fields, key)) {
-            return Err(Error::invalid(
-                format!("{} field sources", context()),
-                format!(
-                    "{key:?} names no field of this profile (a dotted path such as \
-                     \"pcie.h2d_bytes_per_s\")"
-                ),
-            ));
-        }
         for (field, value) in self.figures() {
             let may_be_zero = field.ends_with("latency_s")
                 || field.ends_with("overhead_s")
@@ -579,21 +566,6 @@ fn figure(value: f64) -> String {
     } else {
         format!("{value:e}")
     }
-}
-
-/// Whether `path` (dotted, as `sources` names fields: `pcie.latency_s`,
-/// `device.class_rates`) is a field of the profile whose JSON is
-/// `profile`, outside `sources`.
-fn has_field(profile: &serde_json::Value, path: &str) -> bool {
-    let mut parts = path.split('.');
-    let Some(first) = parts.next().filter(|&p| p != "sources") else {
-        return false;
-    };
-    let mut at = profile.get(first);
-    for part in parts {
-        at = at.and_then(|value| value.get(part));
-    }
-    at.is_some_and(|value| !value.is_null())
 }
 
 #[cfg(test)]
@@ -884,32 +856,6 @@ mod tests {
         // The math bound still holds above the fit.
         let s = d.work_seconds(10.0 * d.dense_flops_per_s, 1, 1, ComputeClass::EdgeSoftmax);
         assert!(close(s, 10.0), "{s}");
-    }
-
-    #[test]
-    fn a_source_for_a_field_the_profile_lacks_is_refused_by_name() {
-        let mut p = profile();
-        p.sources.clear();
-        p.sources
-            .insert("pcie.latency_s".into(), "a datasheet".into());
-        p.sources.insert("device".into(), "a section".into());
-        p.validate().unwrap();
-        for key in [
-            "pcie.latnecy_s",
-            "device.scatter_bytes_per_s",
-            "sources",
-            "network.x",
-        ] {
-            let mut spoiled = p.clone();
-            spoiled.device.scatter_bytes_per_s = None;
-            spoiled.sources.insert(key.into(), "a note".into());
-            let message = spoiled.validate().unwrap_err().to_string();
-            assert!(
-                message.contains("field sources")
-                    && message.contains(&format!("{key:?} names no field of this profile")),
-                "{key}: {message}"
-            );
-        }
     }
 
     #[test]

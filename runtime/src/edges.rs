@@ -163,6 +163,18 @@ impl<'a> EdgeSource<'a> {
         Ok((EdgeSource::Npy(file), nodes, element))
     }
 
+    /// A file's vertex count raised to `nodes` (where larger), `from`
+    /// saying where it comes from: vertices past the largest end that a
+    /// folder's `y.npy` labels. Other sources are as they are.
+    pub(crate) fn widen_nodes(&mut self, nodes: u64, from: &'static str) {
+        if let EdgeSource::Npy(file) = self {
+            if nodes > file.nodes {
+                file.nodes = nodes;
+                file.nodes_from = from;
+            }
+        }
+    }
+
     /// Edges in all (a list's sources, where the lists differ).
     pub fn len(&self) -> u64 {
         match self {

@@ -961,18 +961,27 @@ impl GeneratorSpec {
             .saturating_add(edges.saturating_mul(16))
     }
 
-    /// Bytes [`GeneratorSpec::open`] holds at least: per node a label
-    /// (8), a split (1) and three masks (1 each), the features not drawn;
-    /// an R-MAT spec's relabelling (8 per node, where it scrambles) while
-    /// its edges are drawn; a planted graph's class lists (8 per node) and
-    /// its edges (two node ids, 8 each).
+    /// The most bytes [`GeneratorSpec::open`] and counting the graph's
+    /// blocks hold at once (the features not drawn): for an R-MAT spec a
+    /// label (8), a split (1) and three masks (1 each) per node, which
+    /// outweigh the relabelling (8 per node) its edges are later drawn
+    /// with; for a planted graph, the larger of its edges drawn (labels
+    /// and class lists, 16 per node; the drawn pairs and the lists they
+    /// become, 32 per edge) and its split (35 per node beside the lists,
+    /// 16 per edge).
     pub fn opened_bytes(&self) -> u64 {
         let (nodes, _, edges) = self.sizes();
         match self {
-            GeneratorSpec::Rmat(s) => nodes.saturating_mul(if s.scramble { 20 } else { 12 }),
-            GeneratorSpec::Planted(_) => nodes
-                .saturating_mul(20)
-                .saturating_add(edges.saturating_mul(16)),
+            GeneratorSpec::Rmat(_) => nodes.saturating_mul(12),
+            GeneratorSpec::Planted(_) => {
+                let drawn = nodes
+                    .saturating_mul(16)
+                    .saturating_add(edges.saturating_mul(32));
+                let split = nodes
+                    .saturating_mul(35)
+                    .saturating_add(edges.saturating_mul(16));
+                drawn.max(split)
+            }
         }
     }
 

@@ -191,48 +191,85 @@ impl GraphData {
                 from,
             )
         } else {
-            let (edges, nodes, [row, column]) =
+            let (mut edges, mut nodes, [row, column]) =
                 EdgeSource::npy_counting_nodes(edge_path.clone(), edge_index)?;
-            let from = NodesFrom {
+            let mut from = NodesFrom {
                 path: edge_path.clone(),
                 field: format!("edge_index[{row}, {column}]"),
                 value: format!("vertex id {}", nodes - 1),
             };
+            // Labelled vertices past the largest end have no edges, but
+            // are vertices: y's rows, where more, are N.
+            let y_path = dir.join("y.npy");
+            if y_path.exists() {
+                let y = Npy::open(&y_path)?;
+                if let [rows, ..] = y.shape[..] {
+                    if y.shape.len() <= 2 && rows > nodes {
+                        nodes = rows;
+                        edges.widen_nodes(rows, "N from y.npy");
+                        from = NodesFrom {
+                            path: y_path,
+                            field: "shape".into(),
+                            value: format!("{:?}", y.shape),
+                        };
+                    }
+                }
+            }
             (edges, nodes, from)
         };
         let mut classes = None;
         let y_path = dir.join("y.npy");
         if y_path.exists() {
             let y = Npy::open(&y_path)?;
-            // A label per vertex, as `train` reads them.
-            if !(y.shape == [nodes] || y.shape == [nodes, 1]) {
-                let n_from = if features.is_some() {
-                    "x.npy"
-                } else {
-                    "edge_index.npy's largest vertex id"
-                };
-                return Err(Error::invalid(
-                    &y_path,
-                    "shape",
-                    format!(
-                        "{:?}; expected [{nodes}] or [{nodes}, 1] (N from {n_from})",
-                        y.shape
-                    ),
-                ));
-            }
-            let mut most = 0u64;
-            for k in 0..y.len() as usize {
-                let label = y.int(k, &y_path)?;
-                if label >= MAX_CLASSES as u64 {
+            // A label per vertex, as `train` reads them, or a target per
+            // vertex and task ([N, C]: C outputs, as ogbn-proteins' 112).
+            let n_from = if features.is_some() {
+                "x.npy"
+            } else {
+                "edge_index.npy's largest vertex id, or y's rows"
+            };
+            let tasks = match y.shape[..] {
+                [n] | [n, 1] if n == nodes => None,
+                [n, c] if n == nodes && c > 1 => Some(c),
+                _ => {
                     return Err(Error::invalid(
                         &y_path,
-                        format!("y[{k}]"),
-                        format!("{label} is outside 0..{MAX_CLASSES}"),
-                    ));
+                        "shape",
+                        format!(
+                            "{:?}; expected [{nodes}] or [{nodes}, 1], or [{nodes}, C] for C \
+                             targets a vertex (N from {n_from})",
+                            y.shape
+                        ),
+                    ))
                 }
-                most = most.max(label);
-            }
-            classes = Some(most as u32 + 1);
+            };
+            classes = Some(match tasks {
+                Some(tasks) => u32::try_from(tasks)
+                    .ok()
+                    .filter(|&c| c <= MAX_CLASSES)
+                    .ok_or_else(|| {
+                        Error::invalid(
+                            &y_path,
+                            "shape",
+                            format!("C = {tasks} targets is over {MAX_CLASSES}"),
+                        )
+                    })?,
+                None => {
+                    let mut most = 0u64;
+                    for k in 0..y.len() as usize {
+                        let label = y.int(k, &y_path)?;
+                        if label >= MAX_CLASSES as u64 {
+                            return Err(Error::invalid(
+                                &y_path,
+                                format!("y[{k}]"),
+                                format!("{label} is outside 0..{MAX_CLASSES}"),
+                            ));
+                        }
+                        most = most.max(label);
+                    }
+                    most as u32 + 1
+                }
+            });
         }
         let graph = GraphData {
             name,
@@ -450,7 +487,8 @@ mod tests {
         for (shape, labels) in [(vec![3], vec![0, 1, 2]), (vec![2, 2], vec![0, 1, 2, 3])] {
             write_npy(&y, "<i8", &shape, &ints(&labels));
             refused(&format!(
-                "{}: shape: {shape:?}; expected [4] or [4, 1] (N from x.npy)",
+                "{}: shape: {shape:?}; expected [4] or [4, 1], or [4, C] for C targets a vertex \
+                 (N from x.npy)",
                 y.display()
             ));
         }
@@ -458,10 +496,18 @@ mod tests {
         refused("shape: []; expected [4] or [4, 1]");
         write_npy(&y, "<i8", &[4], &ints(&[0, 1 << 21, 1, 0]));
         refused(&format!("{}: y[1]: 2097152 is outside 0..", y.display()));
-        // Without x, N is the largest end's.
+        // A target per vertex and task: as many outputs as tasks.
+        write_npy(&y, "<i8", &[4, 3], &ints(&[0; 12]));
+        assert_eq!(GraphData::load(&dir).unwrap().classes, Some(3));
+        // Without x, N is the largest end's, or y's rows where more (the
+        // last vertices have no edge).
         std::fs::remove_file(&x).unwrap();
         write_npy(&y, "<i8", &[3], &ints(&[0, 1, 2]));
-        refused("expected [4] or [4, 1] (N from edge_index.npy's largest vertex id)");
+        refused("expected [4] or [4, 1], or [4, C] for C targets a vertex (N from edge_index.npy's largest vertex id, or y's rows)");
+        write_npy(&y, "<i8", &[6], &ints(&[0, 1, 2, 0, 1, 4]));
+        let g = GraphData::load(&dir).unwrap();
+        assert_eq!((g.nodes, g.classes), (6, Some(5)));
+        assert_eq!(g.blocks(3).unwrap().total_edges(), 3);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -633,8 +679,8 @@ mod tests {
             message.contains("nodes: nodes=300 makes 300 vertices: partitioning"),
             "{message}"
         );
-        // Drawn, its 300 nodes and 1,200 edges take 25,200 bytes more.
-        let message = GraphData::open_within(spec, 24, "partitioning", figure(25_199))
+        // Drawn, its 300 nodes and 1,200 edges take 43,200 bytes at most.
+        let message = GraphData::open_within(spec, 24, "partitioning", figure(43_199))
             .unwrap_err()
             .to_string();
         assert!(
@@ -643,15 +689,14 @@ mod tests {
                 && message.contains("300 nodes and 1200 edges, without the features"),
             "{message}"
         );
-        assert!(GraphData::open_within(spec, 24, "partitioning", figure(25_200)).is_ok());
+        assert!(GraphData::open_within(spec, 24, "partitioning", figure(43_200)).is_ok());
         // Planned (nothing held per vertex after), an R-MAT spec too large
         // to draw is refused, not ended by a failed allocation.
         let message = GraphData::open_within("rmat:scale=29,features=1", 0, "", figure(3 << 30))
             .unwrap_err()
             .to_string();
         assert!(
-            message.contains("rmat:")
-                && message.contains("size: the graph takes at least 10.0 GiB"),
+            message.contains("rmat:") && message.contains("size: the graph takes at least 6.0 GiB"),
             "{message}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
