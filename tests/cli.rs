@@ -1698,8 +1698,7 @@ fn compare_rows_planned_side_by_side_are_each_their_policy_s_in_order() {
 
 #[test]
 fn compare_where_no_policy_fits_prints_its_table_and_exits_2() {
-    let out = fateplan(&[
-        "compare",
+    let workload = [
         "--dataset",
         "ogbn-arxiv",
         "--layers",
@@ -1708,9 +1707,8 @@ fn compare_where_no_policy_fits_prints_its_table_and_exits_2() {
         "4",
         "--hbm-budget",
         "1MiB",
-        "--milp-time-limit",
-        "1",
-    ]);
+    ];
+    let out = fateplan(&[&["compare"][..], &workload, &["--milp-time-limit", "1"]].concat());
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let table = stdout(&out);
     assert!(
@@ -1737,17 +1735,7 @@ fn compare_where_no_policy_fits_prints_its_table_and_exits_2() {
     let dp = why("dp");
     assert!(dp.contains("it fits with any one of these budgets"), "{dp}");
     assert_eq!(why("milp"), dp);
-    let out = fateplan(&[
-        "plan",
-        "--dataset",
-        "ogbn-arxiv",
-        "--layers",
-        "2",
-        "--partitions",
-        "4",
-        "--hbm-budget",
-        "1MiB",
-    ]);
+    let out = fateplan(&[&["plan"][..], &workload].concat());
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains(&dp), "{}\n{dp}", stderr(&out));
 }

@@ -1554,6 +1554,18 @@ fn a_generated_graph_larger_than_memory_is_refused_before_it_is_drawn() {
 /// graph that fits in `MemAvailable` but not under the limit is refused
 /// before it is drawn, rather than ending with `memory allocation of N
 /// bytes failed`.
+/// `fateplan ARGS` under an address-space limit (`ulimit -v`) of
+/// `limit_kib` KiB.
+fn under_address_limit(limit_kib: u64, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -v {limit_kib} && exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_fateplan"))
+        .args(args)
+        .output()
+        .expect("sh runs")
+}
+
 #[test]
 fn a_generated_graph_over_the_address_space_limit_is_refused_before_it_is_drawn() {
     // 2·10^7 nodes of 16 features and 1.6·10^8 edges: 3.8 GiB, over a
@@ -1573,13 +1585,7 @@ fn a_generated_graph_over_the_address_space_limit_is_refused_before_it_is_drawn(
         &["train", "--graph", spec, "--epochs", "1"],
     ];
     for args in commands {
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!("ulimit -v {limit_kib} && exec \"$0\" \"$@\""))
-            .arg(env!("CARGO_BIN_EXE_fateplan"))
-            .args(args)
-            .output()
-            .expect("sh runs");
+        let out = under_address_limit(limit_kib, args);
         let message = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {message}");
         assert!(
@@ -1608,43 +1614,10 @@ fn a_generated_graph_over_the_address_space_limit_is_refused_before_it_is_drawn(
     // too (2^29 nodes: 6 GiB of labels and masks), not ended by a failed
     // allocation.
     let spec = "rmat:scale=29,features=1";
-    let plans: [&[&str]; 3] = [
-        &[
-            "plan",
-            "--graph",
-            spec,
-            "--layers",
-            "2",
-            "--partitions",
-            "1",
-        ],
-        &[
-            "compare",
-            "--graph",
-            spec,
-            "--layers",
-            "2",
-            "--partitions",
-            "1",
-        ],
-        &[
-            "curve",
-            "--graph",
-            spec,
-            "--layers",
-            "2",
-            "--partitions",
-            "1",
-        ],
-    ];
-    for args in plans {
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!("ulimit -v {limit_kib} && exec \"$0\" \"$@\""))
-            .arg(env!("CARGO_BIN_EXE_fateplan"))
-            .args(args)
-            .output()
-            .expect("sh runs");
+    let workload = ["--graph", spec, "--layers", "2", "--partitions", "1"];
+    for command in ["plan", "compare", "curve"] {
+        let args = &[&[command][..], &workload].concat();
+        let out = under_address_limit(limit_kib, args);
         let message = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {message}");
         assert!(

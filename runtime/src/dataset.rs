@@ -28,6 +28,44 @@ pub const MAX_CLASSES: u32 = 1 << 20;
 /// Most features per node (the planner's limit).
 pub const MAX_FEATURES: u32 = 1 << 20;
 
+/// The vertices and features of a folder's `x.npy` (`[N, F]`, `<f4` or
+/// `<f8`, in either order), checked as every reader of a folder checks
+/// them; the values are not read.
+pub(crate) fn x_sizes(x: &Npy, x_path: &Path) -> Result<(u64, u32)> {
+    if x.shape.len() != 2 {
+        return Err(Error::invalid(
+            x_path,
+            "shape",
+            format!("{:?}; expected [N, F]", x.shape),
+        ));
+    }
+    let nodes = x.shape[0];
+    if nodes == 0 {
+        return Err(Error::invalid(x_path, "shape", "N is 0: no nodes"));
+    }
+    let features = u32::try_from(x.shape[1])
+        .ok()
+        .filter(|&f| (1..=MAX_FEATURES).contains(&f))
+        .ok_or_else(|| {
+            Error::invalid(
+                x_path,
+                "shape",
+                format!("F = {} is outside 1..={MAX_FEATURES}", x.shape[1]),
+            )
+        })?;
+    if !matches!(x.dtype, Dtype::F32 | Dtype::F64) {
+        return Err(Error::invalid(
+            x_path,
+            "descr",
+            format!(
+                "{} is not a float type; expected <f4 or <f8",
+                x.dtype.descr()
+            ),
+        ));
+    }
+    Ok((nodes, features))
+}
+
 /// The files a dataset folder must hold.
 pub const DATASET_FILES: [&str; 6] = [
     "x.npy",
@@ -120,37 +158,7 @@ impl Dataset {
             .unwrap_or_else(|| "dataset".into());
 
         let (x_path, x) = open(dir, "x.npy")?;
-        if x.shape.len() != 2 {
-            return Err(Error::invalid(
-                &x_path,
-                "shape",
-                format!("{:?}; expected [N, F]", x.shape),
-            ));
-        }
-        let nodes = x.shape[0];
-        if nodes == 0 {
-            return Err(Error::invalid(&x_path, "shape", "N is 0: no nodes"));
-        }
-        let features = u32::try_from(x.shape[1])
-            .ok()
-            .filter(|&f| (1..=MAX_FEATURES).contains(&f))
-            .ok_or_else(|| {
-                Error::invalid(
-                    &x_path,
-                    "shape",
-                    format!("F = {} is outside 1..={MAX_FEATURES}", x.shape[1]),
-                )
-            })?;
-        if !matches!(x.dtype, Dtype::F32 | Dtype::F64) {
-            return Err(Error::invalid(
-                &x_path,
-                "descr",
-                format!(
-                    "{} is not a float type; expected <f4 or <f8",
-                    x.dtype.descr()
-                ),
-            ));
-        }
+        let (nodes, features) = x_sizes(&x, &x_path)?;
         let x_values = if read_x {
             let values = x.to_f32(&x_path)?;
             check_finite(&x_path, &values, |r| r as u64, features)?;

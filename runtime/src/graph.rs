@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 
 use fateplan_planner::blocks::BlockCounts;
 
-use crate::dataset::{MAX_CLASSES, MAX_FEATURES};
+use crate::dataset::{x_sizes, MAX_CLASSES};
 use crate::edges::EdgeSource;
 use crate::generate::GeneratorSpec;
 use crate::memory::Available;
-use crate::npy::{Dtype, Npy};
+use crate::npy::Npy;
 use crate::{Error, Result};
 
 /// Most edges an edge-list text file may hold.
@@ -146,40 +146,9 @@ impl GraphData {
             // Only x's shape and type are read (in either order): the
             // sizes are what planning needs.
             let x = Npy::open(&x_path)?;
-            if x.shape.len() != 2 {
-                return Err(Error::invalid(
-                    &x_path,
-                    "shape",
-                    format!("{:?}; expected [N, F]", x.shape),
-                ));
-            }
-            if !matches!(x.dtype, Dtype::F32 | Dtype::F64) {
-                return Err(Error::invalid(
-                    &x_path,
-                    "descr",
-                    format!(
-                        "{} is not a float type; expected <f4 or <f8",
-                        x.dtype.descr()
-                    ),
-                ));
-            }
-            features = Some(
-                u32::try_from(x.shape[1])
-                    .ok()
-                    .filter(|&f| (1..=MAX_FEATURES).contains(&f))
-                    .ok_or_else(|| {
-                        Error::invalid(
-                            &x_path,
-                            "shape",
-                            format!("F = {} is outside 1..={MAX_FEATURES}", x.shape[1]),
-                        )
-                    })?,
-            );
+            let (nodes, f) = x_sizes(&x, &x_path)?;
+            features = Some(f);
             // An end past x's rows is an error when the edges are read.
-            let nodes = x.shape[0];
-            if nodes == 0 {
-                return Err(Error::invalid(&x_path, "shape", "N is 0: no vertices"));
-            }
             let from = NodesFrom {
                 path: x_path.clone(),
                 field: "shape".into(),
