@@ -141,6 +141,12 @@ impl GraphData {
         let edge_path = dir.join("edge_index.npy");
         let edge_index = Npy::open(&edge_path)?;
         let mut features = None;
+        let y_path = dir.join("y.npy");
+        let y = if y_path.exists() {
+            Some(Npy::open(&y_path)?)
+        } else {
+            None
+        };
         let x_path = dir.join("x.npy");
         let (edges, nodes, from) = if x_path.exists() {
             // Only x's shape and type are read (in either order): the
@@ -169,15 +175,13 @@ impl GraphData {
             };
             // Labelled vertices past the largest end have no edges, but
             // are vertices: y's rows, where more, are N.
-            let y_path = dir.join("y.npy");
-            if y_path.exists() {
-                let y = Npy::open(&y_path)?;
+            if let Some(y) = &y {
                 if let [rows, ..] = y.shape[..] {
                     if y.shape.len() <= 2 && rows > nodes {
                         nodes = rows;
                         edges.widen_nodes(rows, "N from y.npy");
                         from = NodesFrom {
-                            path: y_path,
+                            path: y_path.clone(),
                             field: "shape".into(),
                             value: format!("{:?}", y.shape),
                         };
@@ -187,9 +191,7 @@ impl GraphData {
             (edges, nodes, from)
         };
         let mut classes = None;
-        let y_path = dir.join("y.npy");
-        if y_path.exists() {
-            let y = Npy::open(&y_path)?;
+        if let Some(y) = y {
             // A label per vertex, as `train` reads them, or a target per
             // vertex and task ([N, C]: C outputs, as ogbn-proteins' 112).
             let n_from = if features.is_some() {
