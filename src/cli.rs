@@ -244,6 +244,15 @@ pub(crate) struct PlanArgs {
     /// (under `compare`, its row): another `--policy` refuses it.
     #[arg(long)]
     milp_time_limit: Option<f64>,
+    /// Work dp's polish may do on its fastest plan (moving one tensor at a
+    /// time to another of its choices, kept where the prediction is
+    /// faster), in evaluations of the workload counted by its tensors
+    /// plus operators [default: 500000, about 2,200 evaluations of a
+    /// 2-layer GCN in 4 partitions]; 0: none. More work tries more moves
+    /// and plans for longer. Only dp plans read it (under `compare`, its
+    /// row): another `--policy` refuses it
+    #[arg(long)]
+    polish_work: Option<usize>,
     /// Write the plan JSON to this file.
     #[arg(short = 'o', long)]
     output: Option<PathBuf>,
@@ -264,13 +273,22 @@ impl PlanArgs {
         self.milp_time_limit.unwrap_or(DEFAULT_MILP_TIME_LIMIT_S)
     }
 
-    /// Refuses `--milp-time-limit` beside a `--policy` that never reads it
-    /// (`plan` and `curve`; `compare` plans the MILP's row with it).
-    pub(crate) fn check_milp_time_limit(&self) -> Result<()> {
+    /// Refuses `--milp-time-limit` and `--polish-work` beside a `--policy`
+    /// that never reads them (`plan` and `curve`; `compare` plans the
+    /// MILP's row with the one and dp's with the other).
+    pub(crate) fn check_policy_flags(&self) -> Result<()> {
         if let Some(limit) = self.milp_time_limit {
             if !self.policy.eq_ignore_ascii_case(Policy::Milp.name()) {
                 bail!(
                     "--milp-time-limit {limit}: applies to --policy milp only, not to {}",
+                    self.policy
+                );
+            }
+        }
+        if let Some(work) = self.polish_work {
+            if !self.policy.eq_ignore_ascii_case(Policy::Dp.name()) {
+                bail!(
+                    "--polish-work {work}: applies to --policy dp only, not to {}",
                     self.policy
                 );
             }
@@ -1341,6 +1359,9 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
         bail!("--milp-time-limit {limit}: expected a positive number of seconds, at most {most} (a week)");
     }
     options.milp_time_limit_s = limit;
+    if let Some(work) = args.polish_work {
+        options.polish_work = work;
+    }
     // Percentages wait for the workload: they are shares of its
     // retain-all peak.
     let flags = [
@@ -2071,7 +2092,7 @@ fn planned(args: &PlanArgs) -> Result<Planned> {
 }
 
 fn run_plan(args: &PlanArgs) -> Result<()> {
-    args.check_milp_time_limit()?;
+    args.check_policy_flags()?;
     let Planned {
         plan,
         note,

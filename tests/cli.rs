@@ -228,6 +228,19 @@ fn bad_input_names_what_is_wrong() {
             &["curve", "--policy", "greedy", "--milp-time-limit", "5"],
             "--milp-time-limit 5: applies to --policy milp only, not to greedy",
         ),
+        // And dp's polish under another.
+        (
+            &["plan", "--policy", "milp", "--polish-work", "9"],
+            "--polish-work 9: applies to --policy dp only, not to milp",
+        ),
+        (
+            &["curve", "--policy", "greedy", "--polish-work", "0"],
+            "--polish-work 0: applies to --policy dp only, not to greedy",
+        ),
+        (
+            &["plan", "--polish-work", "-1"],
+            "'--polish-work <POLISH_WORK>'",
+        ),
         // Heads belong to GAT: another model refuses a count it would ignore.
         (
             &["plan", "--dataset", "ogbn-arxiv", "--heads", "8"],
@@ -805,7 +818,7 @@ fn a_real_graph_on_several_gpus_takes_its_halo_from_min_cut() {
 fn auto_partitions_on_several_gpus_take_the_faster_of_host_and_peer_sizing() {
     // papers100M's 2-layer GCN on 4 GPUs fits at 2 partitions with every
     // halo through host memory, and GPU to GPU from 4 on, predicted faster;
-    // the walk from 4 finds 5 slower and 6 faster still.
+    // the walk from 4 finds 5 and 6 slower, then 3 and 2.
     let out = fateplan(&[
         "plan",
         "--dataset",
@@ -822,14 +835,14 @@ fn auto_partitions_on_several_gpus_take_the_faster_of_host_and_peer_sizing() {
         .find_map(|l| l.strip_prefix("partitions "))
         .unwrap_or_else(|| panic!("no partitions line: {summary}"));
     assert!(
-        line.starts_with("6 ")
+        line.starts_with("4 ")
             && line.contains("the fewest with the exchange chosen per layer 2 ")
             && line.contains("the fewest with every halo GPU to GPU 4 ")
             && line.contains(", 4 taken")
             && line.contains("the fastest near it by the prediction (4 "),
         "{line}"
     );
-    assert!(summary.contains("-share1of4-p6 "), "{summary}");
+    assert!(summary.contains("-share1of4-p4 "), "{summary}");
     // The faster of the two searches' counts is where the walk starts,
     // and the plan is the walk's fastest.
     let seconds = |text: &str| -> f64 { text.split(' ').next().unwrap().parse().unwrap() };
@@ -842,7 +855,6 @@ fn auto_partitions_on_several_gpus_take_the_faster_of_host_and_peer_sizing() {
         .find_map(|l| l.strip_prefix("predicted "))
         .unwrap()
         .trim_start();
-    assert!(seconds(planned) < peer, "{summary}");
     let (_, walked) = line.split_once("by the prediction (").unwrap();
     let (walked, _) = walked.split_once(')').unwrap();
     let walked: Vec<(u32, f64)> = walked
@@ -853,9 +865,12 @@ fn auto_partitions_on_several_gpus_take_the_faster_of_host_and_peer_sizing() {
         })
         .collect();
     assert_eq!(walked[0], (4, peer), "{line}");
-    assert!(walked[1].1 >= peer, "{line}");
+    assert!(
+        walked.len() >= 3 && walked[1..].iter().all(|w| w.1 > peer),
+        "{line}"
+    );
     let fastest = walked.iter().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
-    assert_eq!(*fastest, (6, seconds(planned)), "{line}");
+    assert_eq!(*fastest, (4, seconds(planned)), "{line}");
     // That plan was made while sizing, and not made again.
     assert!(
         summary.contains("(while sizing the partitions)"),
@@ -1912,4 +1927,37 @@ fn edited_model_fields_are_refused_naming_the_field() {
         assert!(stderr(&out).contains(message), "{field}: {}", stderr(&out));
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn polish_work_zero_plans_as_dp_alone_and_the_default_polishes() {
+    // ogbn-arxiv's 2-layer GCN in 4 partitions at 40%: 27.972 ms an
+    // iteration from dp's search alone, 24.017 ms polished.
+    let predicted = |extra: &[&str]| -> f64 {
+        let args = [
+            &[
+                "plan",
+                "--dataset",
+                "ogbn-arxiv",
+                "--layers",
+                "2",
+                "--partitions",
+                "4",
+                "--hbm-budget",
+                "40%",
+                "--json",
+            ][..],
+            extra,
+        ]
+        .concat();
+        let out = fateplan(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let plan: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        plan["predicted"]["iteration_s"].as_f64().unwrap()
+    };
+    let (alone, polished) = (predicted(&["--polish-work", "0"]), predicted(&[]));
+    assert!(polished < alone * 0.95, "{polished} s against {alone} s");
+    // A little work polishes less, or as much.
+    let little = predicted(&["--polish-work", "20000"]);
+    assert!(polished <= little && little <= alone, "{little} s");
 }
