@@ -248,9 +248,11 @@ pub(crate) struct PlanArgs {
     /// time to another of its choices, kept where the prediction is
     /// faster), in evaluations of the workload counted by its tensors
     /// plus operators [default: 500000, about 2,200 evaluations of a
-    /// 2-layer GCN in 4 partitions]; 0: none. More work tries more moves
-    /// and plans for longer. Only dp plans read it (under `compare`, its
-    /// row): another `--policy` refuses it
+    /// 2-layer GCN in 4 partitions]; 0, or less than 32 evaluations'
+    /// worth: none. More work tries more moves and plans for longer. Only
+    /// dp's plans read it (under `compare`, its row; the dp plans that
+    /// size partitions or order the MILP's exchanges polish with the
+    /// default): another `--policy` refuses it
     #[arg(long)]
     polish_work: Option<usize>,
     /// Write the plan JSON to this file.

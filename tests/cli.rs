@@ -1957,7 +1957,7 @@ fn polish_work_zero_plans_as_dp_alone_and_the_default_polishes() {
     };
     let (alone, polished) = (predicted(&["--polish-work", "0"]), predicted(&[]));
     assert!(polished < alone * 0.95, "{polished} s against {alone} s");
-    // A little work polishes less, or as much.
+    // A little work (89 evaluations) polishes less.
     let little = predicted(&["--polish-work", "20000"]);
-    assert!(polished <= little && little <= alone, "{little} s");
+    assert!(polished < little && little < alone, "{little} s");
 }

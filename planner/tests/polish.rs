@@ -70,7 +70,7 @@ fn the_polish_plans_faster_within_the_budget_and_alike_on_any_thread_count() {
     };
     let before = plan(&workload, &profile, &unpolished).unwrap();
     let after = in_threads(2, || plan(&workload, &profile, &options).unwrap());
-    // 27.972 ms before, 25.335 ms polished; the MILP's plan is 25.761 ms.
+    // 27.972 ms before, 24.017 ms polished; the MILP's plan is 25.761 ms.
     let (before_s, after_s) = (before.predicted.iteration_s, after.predicted.iteration_s);
     assert!(
         after_s < before_s * 0.95,
@@ -102,6 +102,10 @@ fn the_polish_gains_where_transfers_queue_and_never_slows_a_plan() {
         let before = plan(&workload, &profile, &unpolished).unwrap();
         let after = plan(&workload, &profile, &options).unwrap();
         let (before_s, after_s) = (before.predicted.iteration_s, after.predicted.iteration_s);
+        if gain == 1.0 {
+            // Nothing faster: the plan is dp's alone.
+            assert_eq!(after.to_json(), before.to_json(), "{percent}%");
+        }
         assert!(
             after_s <= before_s * gain,
             "{percent}%: polished {:.3} ms against {:.3} ms",
