@@ -6,13 +6,9 @@
 use fateplan_planner::blocks::BlockCounts;
 use fateplan_planner::datasets::dataset;
 use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec, LayerOrder};
-use fateplan_planner::plan::Budgets;
-use fateplan_planner::{plan, PlanOptions, Policy, Profile, Workload};
+use fateplan_planner::{plan, Profile, Workload};
 
-fn profile() -> Profile {
-    let text = include_str!("../../profiles/a100-80g.json");
-    Profile::from_json(text, "a100-80g.json").unwrap()
-}
+mod common;
 
 /// 3-layer GCN, 256 hidden, over ogbn-arxiv's statistics, every layer
 /// aggregating first: the workload the MILP's figure below is for.
@@ -38,17 +34,7 @@ fn arxiv(partitions: u32) -> Workload {
 /// dp's predicted iteration with the device budget at `percent` of the
 /// retain-all plan's device peak (as `--hbm-budget 30%` sets it).
 fn dp_at(workload: &Workload, profile: &Profile, percent: f64) -> f64 {
-    let roomy = PlanOptions {
-        budgets: Budgets::UNLIMITED,
-        ..PlanOptions::new(Policy::RetainAll, profile)
-    };
-    let peak = plan(workload, profile, &roomy)
-        .unwrap()
-        .predicted
-        .peak_bytes
-        .hbm;
-    let mut options = PlanOptions::new(Policy::Dp, profile);
-    options.budgets.hbm_bytes = (peak as f64 * percent / 100.0) as u64;
+    let options = common::dp_options_at(workload, profile, percent);
     let plan = plan(workload, profile, &options).unwrap();
     assert!(plan.predicted.peak_bytes.hbm <= options.budgets.hbm_bytes);
     plan.predicted.iteration_s
@@ -56,7 +42,7 @@ fn dp_at(workload: &Workload, profile: &Profile, percent: f64) -> f64 {
 
 #[test]
 fn dp_prices_the_link_where_transfers_queue() {
-    let profile = profile();
+    let profile = common::a100();
     let workload = arxiv(8);
     // `fateplan plan --dataset ogbn-arxiv --partitions 8 --layer-order
     // aggregate-first --dropout 0 --hbm-budget 30% --policy milp

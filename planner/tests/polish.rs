@@ -5,13 +5,10 @@
 use fateplan_planner::blocks::BlockCounts;
 use fateplan_planner::datasets::dataset;
 use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
-use fateplan_planner::plan::{Budgets, Plan};
-use fateplan_planner::{plan, PlanOptions, Policy, Profile, Workload};
+use fateplan_planner::plan::Plan;
+use fateplan_planner::{plan, PlanOptions, Workload};
 
-fn profile() -> Profile {
-    let text = include_str!("../../profiles/a100-80g.json");
-    Profile::from_json(text, "a100-80g.json").unwrap()
-}
+mod common;
 
 /// `fateplan plan --dataset ogbn-arxiv --layers 2 --partitions 4`'s
 /// workload: 2-layer GCN, 256 hidden, dropout 0.5.
@@ -34,23 +31,6 @@ fn arxiv() -> Workload {
     build_gnn(&spec, &blocks).unwrap()
 }
 
-/// dp's options with the device budget at `percent` of the retain-all
-/// plan's device peak (as `--hbm-budget 40%` sets it).
-fn options_at(workload: &Workload, profile: &Profile, percent: f64) -> PlanOptions {
-    let roomy = PlanOptions {
-        budgets: Budgets::UNLIMITED,
-        ..PlanOptions::new(Policy::RetainAll, profile)
-    };
-    let peak = plan(workload, profile, &roomy)
-        .unwrap()
-        .predicted
-        .peak_bytes
-        .hbm;
-    let mut options = PlanOptions::new(Policy::Dp, profile);
-    options.budgets.hbm_bytes = (peak as f64 * percent / 100.0) as u64;
-    options
-}
-
 fn in_threads(threads: usize, run: impl FnOnce() -> Plan + Send) -> Plan {
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
@@ -61,9 +41,9 @@ fn in_threads(threads: usize, run: impl FnOnce() -> Plan + Send) -> Plan {
 
 #[test]
 fn the_polish_plans_faster_within_the_budget_and_alike_on_any_thread_count() {
-    let profile = profile();
+    let profile = common::a100();
     let workload = arxiv();
-    let options = options_at(&workload, &profile, 40.0);
+    let options = common::dp_options_at(&workload, &profile, 40.0);
     let unpolished = PlanOptions {
         polish_work: 0,
         ..options.clone()
@@ -89,12 +69,12 @@ fn the_polish_plans_faster_within_the_budget_and_alike_on_any_thread_count() {
 
 #[test]
 fn the_polish_gains_where_transfers_queue_and_never_slows_a_plan() {
-    let profile = profile();
+    let profile = common::a100();
     let workload = arxiv();
     // Before and polished: 48.400 → 44.635 ms at 24%, 13.159 → 11.722 ms
     // at 56%; at 80% the transfers hide and nothing is faster.
     for (percent, gain) in [(24.0, 0.95), (56.0, 0.95), (80.0, 1.0)] {
-        let options = options_at(&workload, &profile, percent);
+        let options = common::dp_options_at(&workload, &profile, percent);
         let unpolished = PlanOptions {
             polish_work: 0,
             ..options.clone()

@@ -3,13 +3,32 @@
 #![allow(dead_code)]
 
 use fateplan_planner::gnn::{GnnModel, GnnSpec};
+use fateplan_planner::plan::Budgets;
 use fateplan_planner::workload::{Cost, OpKind, Phase, TensorKind};
+use fateplan_planner::{plan, PlanOptions, Policy};
 use fateplan_planner::{Profile, Tier, Workload};
 
 /// The built-in `a100-80g` profile.
 pub fn a100() -> Profile {
     let text = include_str!("../../../profiles/a100-80g.json");
     Profile::from_json(text, "a100-80g.json").expect("the built-in profile parses")
+}
+
+/// dp's options with the device budget at `percent` of the retain-all
+/// plan's device peak (as `--hbm-budget 40%` sets it).
+pub fn dp_options_at(workload: &Workload, profile: &Profile, percent: f64) -> PlanOptions {
+    let roomy = PlanOptions {
+        budgets: Budgets::UNLIMITED,
+        ..PlanOptions::new(Policy::RetainAll, profile)
+    };
+    let peak = plan(workload, profile, &roomy)
+        .expect("retain-all plans with no budgets")
+        .predicted
+        .peak_bytes
+        .hbm;
+    let mut options = PlanOptions::new(Policy::Dp, profile);
+    options.budgets.hbm_bytes = (peak as f64 * percent / 100.0) as u64;
+    options
 }
 
 /// A 3-layer `model`, 256 hidden (4 heads for GAT), 128 features, 16
