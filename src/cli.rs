@@ -1,6 +1,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Mutex, OnceLock};
@@ -24,7 +25,7 @@ use fateplan::planner::sizing::{
     choose_groups, choose_sweeps, per_layer, size_partitions, size_partitions_choosing, AtCount,
     ByOutputs, MadePlan, Sized, Sizing, Swept,
 };
-use fateplan::planner::units::{format_bytes, format_seconds, parse_bytes};
+use fateplan::planner::units::{bytes_exact, format_bytes, format_seconds, parse_bytes};
 use fateplan::planner::{
     dag, explain, plan, Budgets, Error as PlanError, Plan, PlanOptions, Policy, Profile, Tier,
     Workload,
@@ -135,15 +136,15 @@ pub(crate) struct PlanArgs {
     #[arg(long)]
     dag: Option<PathBuf>,
     #[arg(long, conflicts_with = "dag", default_value_t = 3,
-          value_parser = clap::value_parser!(u32).range(1..=MAX_LAYERS as i64))]
+          value_parser = whole_in::<u32>(1..=MAX_LAYERS as u128))]
     layers: u32,
     #[arg(long, conflicts_with = "dag", default_value_t = 256,
-          value_parser = clap::value_parser!(u32).range(1..=MAX_HIDDEN as i64))]
+          value_parser = whole_in::<u32>(1..=MAX_HIDDEN as u128))]
     hidden: u32,
     /// GAT attention heads of hidden layers [default: 4]; other models
     /// have none, and refuse a count other than 1.
     #[arg(long, conflicts_with = "dag",
-          value_parser = clap::value_parser!(u32).range(1..=MAX_HEADS as i64))]
+          value_parser = whole_in::<u32>(1..=MAX_HEADS as u128))]
     heads: Option<u32>,
     /// The dropout probability the model trains with (as `train
     /// --dropout`): the masks it draws are priced by the profile
@@ -180,10 +181,10 @@ pub(crate) struct PlanArgs {
     #[arg(long, conflicts_with = "dag", default_value = "outputs")]
     sweep: String,
     /// Input feature size (default: the dataset's or graph's).
-    #[arg(long, conflicts_with = "dag")]
+    #[arg(long, conflicts_with = "dag", value_parser = whole::<u32>)]
     features: Option<u32>,
     /// Number of classes (default: the dataset's or graph's).
-    #[arg(long, conflicts_with = "dag")]
+    #[arg(long, conflicts_with = "dag", value_parser = whole::<u32>)]
     classes: Option<u32>,
     /// Vertex partitions: a number, or `auto` (from the fewest at which
     /// dp's memory model fits the plan under the budgets, or under a peer
@@ -206,7 +207,7 @@ pub(crate) struct PlanArgs {
     /// halo exchanges between them (of a --graph, the shares `train
     /// --devices` builds). More than one node's GPUs need whole
     /// nodes and the profile's network section.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = whole::<u32>)]
     gpus: u32,
     /// How each layer's halo moves between GPUs: auto (the planner chooses
     /// per layer), peer (GPU to GPU everywhere) or host (through host
@@ -253,7 +254,7 @@ pub(crate) struct PlanArgs {
     /// dp's plans read it (under `compare`, its row; the dp plans that
     /// size partitions or order the MILP's exchanges polish with the
     /// default): another `--policy` refuses it
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<usize>)]
     polish_work: Option<usize>,
     /// Write the plan JSON to this file.
     #[arg(short = 'o', long)]
@@ -1223,6 +1224,71 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     })
 }
 
+/// A whole number a count flag (`--epochs`, `--seed`, `--polish-work`)
+/// may hold: [`whole`] and [`whole_in`] parse it.
+pub(crate) trait Count: TryFrom<u128> + Clone + Send + Sync + 'static {
+    /// The largest the flag's type holds.
+    const MOST: u128;
+}
+
+impl Count for u32 {
+    const MOST: u128 = u32::MAX as u128;
+}
+
+impl Count for u64 {
+    const MOST: u128 = u64::MAX as u128;
+}
+
+impl Count for usize {
+    const MOST: u128 = usize::MAX as u128;
+}
+
+/// A count flag's value, as the command line is parsed: a whole number
+/// from `range`, what is wrong said in words. (clap's own integer
+/// parser says "invalid digit found in string" of `-3` and of `2.5`.)
+fn parse_count<T: Count>(
+    text: &str,
+    range: &RangeInclusive<u128>,
+) -> std::result::Result<T, String> {
+    let (least, most) = (*range.start(), *range.end().min(&T::MOST));
+    // A flag with bounds of its own names them; any other, what is wrong.
+    let bounded = least > 0 || most < T::MOST;
+    let outside = |wrong: String| match bounded {
+        true => format!("{} is not in {least}..={most}", text.trim()),
+        false => wrong,
+    };
+    let trimmed = text.trim();
+    let digits = !trimmed.is_empty() && trimmed.chars().all(|c| c.is_ascii_digit());
+    let Ok(value) = trimmed.parse::<u128>() else {
+        return Err(match trimmed.parse::<f64>() {
+            Ok(number) if number < 0.0 => outside(format!(
+                "{trimmed} is negative: expected a whole number, 0 or more"
+            )),
+            Ok(number) if number.is_finite() && number.fract() != 0.0 => {
+                format!("{trimmed} is not a whole number")
+            }
+            _ if digits => outside(format!("{trimmed} is larger than {most}")),
+            _ => format!("{text:?} is not a whole number (digits only, such as 200)"),
+        });
+    };
+    if value < least || value > most {
+        return Err(outside(format!("{value} is larger than {most}")));
+    }
+    T::try_from(value).map_err(|_| outside(format!("{value} is larger than {most}")))
+}
+
+/// [`parse_count`] of any whole number the type holds.
+pub(crate) fn whole<T: Count>(text: &str) -> std::result::Result<T, String> {
+    parse_count(text, &(0..=T::MOST))
+}
+
+/// [`parse_count`] of a whole number in `range`.
+pub(crate) fn whole_in<T: Count>(
+    range: RangeInclusive<u128>,
+) -> impl Fn(&str) -> std::result::Result<T, String> + Clone + Send + Sync + 'static {
+    move |text| parse_count(text, &range)
+}
+
 /// A budget flag's value, as the command line is parsed. The budget
 /// flags take values that begin with a hyphen, so that a negative size is
 /// refused by name ([`parse_bytes`]) rather than taken for a flag; a flag
@@ -1293,9 +1359,19 @@ pub(crate) fn budget_percent(flag: &Option<String>, name: &str) -> Result<Option
     Ok(Some(share))
 }
 
-/// `percent` of `peak` bytes.
-pub(crate) fn share_of(peak: u64, percent: f64) -> u64 {
-    (peak as f64 * percent / 100.0) as u64
+/// `percent` of `peak` bytes, the budget `given` (`--hbm-budget 25%`).
+/// A positive share that comes to less than one byte is refused, as
+/// [`parse_bytes`] refuses a size that rounds to none: not what was meant.
+pub(crate) fn share_of(peak: u64, percent: f64, given: &str) -> Result<u64> {
+    let bytes = (peak as f64 * percent / 100.0) as u64;
+    if bytes == 0 {
+        bail!(
+            "{given}: {:.2e} bytes, less than one; the retain-all plan's device peak is {}",
+            peak as f64 * percent / 100.0,
+            bytes_exact(peak)
+        );
+    }
+    Ok(bytes)
 }
 
 /// The device peak of the retain-all plan of `workload` without budgets
@@ -1502,7 +1578,11 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
             if let Some(percent) = percent {
                 *slot = within_capacity(
                     (name, flag.as_deref().unwrap_or_default()),
-                    share_of(peak, percent),
+                    share_of(
+                        peak,
+                        percent,
+                        &format!("--{name} {}", flag.as_deref().unwrap_or_default()),
+                    )?,
                     (capacity, k > 0),
                     &held,
                 )?;
@@ -2300,6 +2380,38 @@ fn run_workloads() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_are_whole_numbers_in_their_range_and_say_what_is_wrong() {
+        assert_eq!(whole::<u32>("200"), Ok(200));
+        assert_eq!(whole::<u64>(" 0 "), Ok(0));
+        assert_eq!(whole::<u32>("4294967295"), Ok(u32::MAX));
+        let wrong = |text: &str| whole::<u32>(text).unwrap_err();
+        assert_eq!(
+            wrong("-3"),
+            "-3 is negative: expected a whole number, 0 or more"
+        );
+        assert_eq!(wrong("2.5"), "2.5 is not a whole number");
+        assert_eq!(wrong("4294967296"), "4294967296 is larger than 4294967295");
+        assert_eq!(
+            wrong("1".repeat(50).as_str()),
+            format!("{} is larger than 4294967295", "1".repeat(50))
+        );
+        assert_eq!(
+            wrong("x"),
+            "\"x\" is not a whole number (digits only, such as 200)"
+        );
+        assert!(wrong("").contains("not a whole number"));
+        let layers = whole_in::<u32>(1..=64);
+        assert_eq!(layers("64"), Ok(64));
+        for outside in ["0", "65", "-1", "99999999999999999999999"] {
+            assert_eq!(
+                layers(outside).unwrap_err(),
+                format!("{outside} is not in 1..=64")
+            );
+        }
+        assert_eq!(layers("1.5").unwrap_err(), "1.5 is not a whole number");
+    }
 
     /// A fitting row predicted at `iteration_s`, with `milp`.
     fn fits(policy: Policy, iteration_s: f64, milp: Option<MilpSearch>) -> PolicyRow {

@@ -20,12 +20,12 @@ pub struct PartitionArgs {
     #[arg(long)]
     graph: String,
     /// GPUs to partition onto.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::whole::<u32>)]
     gpus: u32,
     /// `random`, `mincut`, or `both` (side by side, with their ratio).
     #[arg(long, value_enum, default_value_t = Which::Both)]
     method: Which,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::cli::whole::<u64>)]
     seed: u64,
     /// Most in-edges a GPU may own, over the mean: a share from 0 to 1
     /// (0.05) or a percentage (5%, which may exceed 100%) [default: 5%].
@@ -33,7 +33,7 @@ pub struct PartitionArgs {
     #[arg(long, allow_hyphen_values = true)]
     tolerance: Option<String>,
     /// Replicate on every GPU the vertices with at least this many out-edges.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::whole::<u64>)]
     replicate_degree: Option<u64>,
     /// Print the result as JSON (with every GPU's figures).
     #[arg(long)]

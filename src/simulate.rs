@@ -26,7 +26,7 @@ pub struct SimulateArgs {
     #[arg(long)]
     memory_svg: Option<PathBuf>,
     /// Seed of the duration jitter (±5%); 0 means none.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = crate::cli::whole::<u64>)]
     seed: u64,
     /// Print the report as JSON.
     #[arg(long)]

@@ -46,13 +46,13 @@ pub struct StudyArgs {
     #[arg(long, value_delimiter = ',', default_value = DEFAULT_MODELS)]
     models: Vec<String>,
     /// Layer counts of the grid, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = DEFAULT_LAYERS)]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_LAYERS, value_parser = crate::cli::whole::<u32>)]
     layers: Vec<u32>,
     /// Built-in datasets of the grid, comma-separated (`fateplan workloads`).
     #[arg(long, value_delimiter = ',', default_value = DEFAULT_DATASETS)]
     datasets: Vec<String>,
     /// GPU counts of the grid, comma-separated; each plan is one GPU's share.
-    #[arg(long, value_delimiter = ',', default_value = DEFAULT_GPUS)]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_GPUS, value_parser = crate::cli::whole::<u32>)]
     gpus: Vec<u32>,
 }
 

@@ -76,16 +76,16 @@ pub struct TrainArgs {
     #[arg(long)]
     model: Option<String>,
     /// [default: 2]
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::whole::<u32>)]
     layers: Option<u32>,
     /// Width of each hidden layer. For GAT, all heads together (as for
     /// `plan`): PyG's `GATConv(hidden_channels=8, heads=8)` is
     /// `--hidden 64 --heads 8` [default: 16].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::whole::<u32>)]
     hidden: Option<u32>,
     /// Attention heads of GAT's hidden layers (the output layer has one);
     /// must divide --hidden [default: 1].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::whole::<u32>)]
     heads: Option<u32>,
     /// Which GCN layers project before they aggregate: `narrower` (those
     /// whose output is narrower than their input) or `aggregate-first`
@@ -108,7 +108,7 @@ pub struct TrainArgs {
     /// same, bit for bit [default: outputs, or with --plan the plan's].
     #[arg(long)]
     sweep: Option<String>,
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = crate::cli::whole::<u32>)]
     pub(crate) epochs: u32,
     #[arg(long, default_value_t = 0.01)]
     lr: f32,
@@ -124,16 +124,16 @@ pub struct TrainArgs {
     #[arg(long)]
     weight_decay_all_layers: bool,
     /// Seed of the weights and the dropout masks.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::cli::whole::<u64>)]
     seed: u64,
     /// Compute threads (default: every core). With --devices, shared
     /// out: each device gets its part (at least one), as a pool of its
     /// own, or with --processes as its process's.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::whole::<usize>)]
     pub(crate) threads: Option<usize>,
     /// Vertex partitions of the workload (per device, with --devices)
     /// [default: 4].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::whole::<u32>)]
     partitions: Option<u32>,
     /// Devices to train on, each owning a share of the vertices and
     /// exchanging its halo with the others (data-parallel full-graph
@@ -141,7 +141,7 @@ pub struct TrainArgs {
     /// process, exchanging through shared memory; the plan is made for
     /// the largest share, with the exchanges of --devices GPUs
     /// [default: 1, or the plan's].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::whole::<u32>)]
     devices: Option<u32>,
     /// With --devices, each device is a process of its own instead of a
     /// thread of this one: this process starts them, and their exchanges
@@ -204,7 +204,7 @@ pub struct TrainArgs {
     #[arg(long, default_value = "cpu")]
     backend: String,
     /// The CUDA device's ordinal (with --backend cuda; default 0).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::whole::<usize>)]
     cuda_device: Option<usize>,
     /// Folder for the compiled CUDA kernels (default: fateplan/kernels in
     /// the user's cache folder, $XDG_CACHE_HOME or ~/.cache).
@@ -476,6 +476,43 @@ fn unused_classes(dataset: &fateplan::runtime::dataset::Dataset) -> Option<Strin
     })
 }
 
+/// Where the split masks share nodes: an accuracy over nodes the model
+/// trained on is not a held-out score, so the report says so. (Nothing
+/// else depends on the splits being apart: training goes on.)
+fn overlapping_splits(dataset: &fateplan::runtime::dataset::Dataset) -> Option<String> {
+    let masks = [
+        ("train_mask", &dataset.train_mask),
+        ("val_mask", &dataset.val_mask),
+        ("test_mask", &dataset.test_mask),
+    ];
+    let mut said = Vec::new();
+    for (a, b) in [(0, 1), (0, 2), (1, 2)] {
+        let ((first_name, first), (second_name, second)) = (masks[a], masks[b]);
+        let mut shared = first
+            .iter()
+            .zip(second.iter())
+            .enumerate()
+            .filter(|(_, (x, y))| **x && **y)
+            .map(|(v, _)| v);
+        let Some(node) = shared.next() else {
+            continue;
+        };
+        let nodes = fateplan::planner::units::count(1 + shared.count() as u64, "node");
+        let score = match second_name {
+            "val_mask" => "validation",
+            _ => "test",
+        };
+        let consequence = match a {
+            0 => format!(": the {score} accuracy counts nodes trained on"),
+            _ => String::new(),
+        };
+        said.push(format!(
+            "{first_name} and {second_name} share {nodes} (the first: node {node}){consequence}"
+        ));
+    }
+    (!said.is_empty()).then(|| said.join("; "))
+}
+
 /// Training learns from the nodes of the training mask alone: a graph
 /// whose mask selects none has nothing to train on.
 fn has_training_nodes(dataset: &fateplan::runtime::dataset::Dataset, graph: &str) -> Result<()> {
@@ -660,6 +697,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     };
 
     let labels = unused_classes(&dataset);
+    let splits = overlapping_splits(&dataset);
     let nodes = dataset.nodes;
     let dataset_dims = (dataset.features as usize, dataset.classes as usize);
     let edges = source.as_ref().map_or(dataset.edges(), |s| s.len());
@@ -996,6 +1034,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         if let Some(note) = &labels {
             json["labels"] = serde_json::to_value(note)?;
         }
+        if let Some(note) = &splits {
+            json["splits"] = serde_json::to_value(note)?;
+        }
         if let Some(comparison) = &comparison {
             json["compare_simulated"] = serde_json::to_value(comparison)?;
         }
@@ -1069,6 +1110,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     writeln!(out, "features  {features}")?;
     if let Some(note) = &labels {
         writeln!(out, "labels    {note}")?;
+    }
+    if let Some(note) = &splits {
+        writeln!(out, "splits    {note}")?;
     }
     if let Some(note) = &unplanned_exchange {
         writeln!(out, "note      {note}")?;
@@ -1284,7 +1328,9 @@ fn budget(
         return Ok(default);
     };
     let bytes = match crate::cli::budget_percent(flag, name)? {
-        Some(percent) => crate::cli::share_of(retain_peak()?, percent),
+        Some(percent) => {
+            crate::cli::share_of(retain_peak()?, percent, &format!("--{name} {given}"))?
+        }
         None => crate::cli::budget(flag, name, default)?,
     };
     crate::cli::within_capacity((name, given), bytes, (capacity, shared), of)

@@ -239,8 +239,30 @@ fn bad_input_names_what_is_wrong() {
         ),
         (
             &["plan", "--polish-work", "-1"],
-            "'--polish-work <POLISH_WORK>'",
+            "'--polish-work <POLISH_WORK>': -1 is negative: expected a whole number, 0 or more",
         ),
+        // Every count says what is wrong with it in words.
+        (
+            &["train", "--graph", "planted:nodes=100", "--epochs", "2.5"],
+            "'--epochs <EPOCHS>': 2.5 is not a whole number",
+        ),
+        (
+            &["train", "--graph", "planted:nodes=100", "--seed", "-7"],
+            "'--seed <SEED>': -7 is negative",
+        ),
+        (
+            &["simulate", "--seed", "ten", "plan.json"],
+            "'--seed <SEED>': \"ten\" is not a whole number (digits only, such as 200)",
+        ),
+        (
+            &["plan", "--gpus", "4294967296"],
+            "'--gpus <GPUS>': 4294967296 is larger than 4294967295",
+        ),
+        (
+            &["study", "--layers", "2,-1"],
+            "'--layers <LAYERS>': -1 is negative",
+        ),
+        (&["plan", "--heads", "2.5"], "2.5 is not a whole number"),
         // Heads belong to GAT: another model refuses a count it would ignore.
         (
             &["plan", "--dataset", "ogbn-arxiv", "--heads", "8"],
@@ -266,6 +288,32 @@ fn bad_input_names_what_is_wrong() {
         (
             &["plan", "--gpus", "4", "--host-budget", "300GiB"],
             "more than one of 4 GPUs' share of profile \"a100-80g\" has (256 GiB)",
+        ),
+        // A share that comes to less than a byte is refused, as a size is.
+        (
+            &[
+                "plan",
+                "--dataset",
+                "ogbn-arxiv",
+                "--partitions",
+                "4",
+                "--hbm-budget",
+                "1e-12%",
+            ],
+            "--hbm-budget 1e-12%: 1.00e-5 bytes, less than one; the retain-all plan's \
+             device peak is 953 MiB (999643848 bytes)",
+        ),
+        (
+            &[
+                "curve",
+                "--dataset",
+                "ogbn-arxiv",
+                "--partitions",
+                "4",
+                "--budgets",
+                "50%,1e-9%",
+            ],
+            "--budgets 1e-9%: 1.00e-2 bytes, less than one",
         ),
         (&["plan", "--partitions", "lots"], "--partitions"),
         // A negative count is refused by its flag, not read as an option.

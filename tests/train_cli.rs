@@ -1499,6 +1499,59 @@ fn classes_no_node_has_are_noted() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Split masks that share nodes train as given, and the report says
+/// which share how many, and what that does to the accuracies.
+#[test]
+fn overlapping_split_masks_are_noted() {
+    let dir = scratch("overlapping-splits");
+    let graph = dir.join("planted");
+    let spec = "planted:nodes=200,classes=4,features=8,val=40,test=40,seed=3";
+    let generated = fateplan(&[
+        "generate",
+        "--graph",
+        spec,
+        "--out",
+        graph.to_str().unwrap(),
+    ]);
+    assert!(generated.status.success(), "{}", stderr(&generated));
+    let dataset = fateplan::runtime::dataset::Dataset::load(&graph).unwrap();
+    let (train, val) = (dataset.train_mask, dataset.val_mask);
+    // The test mask: every training node and every validation node.
+    let test: Vec<u8> = train
+        .iter()
+        .zip(&val)
+        .map(|(t, v)| (*t || *v) as u8)
+        .collect();
+    fateplan::runtime::npy::write(&graph.join("test_mask.npy"), "|b1", &[200], &test).unwrap();
+    let first = |mask: &[bool]| mask.iter().position(|&m| m).unwrap();
+    let count = |mask: &[bool]| mask.iter().filter(|&&m| m).count();
+    let expected = format!(
+        "train_mask and test_mask share {} nodes (the first: node {}): the test accuracy \
+         counts nodes trained on; val_mask and test_mask share {} nodes (the first: node {})",
+        count(&train),
+        first(&train),
+        count(&val),
+        first(&val)
+    );
+    let path = graph.to_str().unwrap();
+    let out = fateplan(&["train", "--graph", path, "--epochs", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!("splits    {expected}\n")),
+        "{}",
+        stdout(&out)
+    );
+    let out = fateplan(&["train", "--graph", path, "--epochs", "1", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(json["splits"], serde_json::json!(expected));
+    // Apart, as generated, nothing is said.
+    let apart = fateplan(&["train", "--graph", spec, "--epochs", "1"]);
+    assert!(apart.status.success(), "{}", stderr(&apart));
+    assert!(!stdout(&apart).contains("splits "), "{}", stdout(&apart));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A generated graph larger than the memory available is refused before
 /// it is drawn, by `generate` and by `train`, rather than ending with the
 /// process killed for memory.

@@ -293,6 +293,10 @@ pub struct Profile {
     pub sources: BTreeMap<String, String>,
 }
 
+/// The lists of figures a `sources` key may name besides
+/// [`Profile::figures`]' own paths.
+pub const SOURCED_LISTS: [&str; 2] = ["device.dense_shapes", "device.class_rates"];
+
 /// The least a profile's rate (`..._per_s`) may be: with operators of at
 /// most `MAX_OP_FLOPS`, an iteration's sums stay finite.
 pub const MIN_FIGURE_RATE: f64 = 1e-3;
@@ -493,6 +497,20 @@ impl Profile {
                 return Err(Error::invalid(
                     format!("{} field {field}", context()),
                     format!("{} must be {rule}", figure(value)),
+                ));
+            }
+        }
+        // A source is of a figure the profile has: a key that names none
+        // (a misspelt path, or a section the profile lacks) sources nothing.
+        let figures = self.figures();
+        for key in self.sources.keys() {
+            let named = figures.iter().any(|(field, _)| field == key)
+                || SOURCED_LISTS.contains(&key.as_str());
+            if !named {
+                return Err(Error::invalid(
+                    format!("{} field sources.{key:?}", context()),
+                    "names no figure of the profile; a key is a figure's dotted path, such \
+                     as device.hbm_bytes (profiles/README.md lists them)",
                 ));
             }
         }
@@ -730,6 +748,38 @@ mod tests {
             message.contains("host.cores: 0 must be positive"),
             "{message}"
         );
+    }
+
+    /// A source is of a figure the profile has: a misspelt path, or one
+    /// in a section the profile lacks, is refused by name.
+    #[test]
+    fn every_source_names_a_figure_of_the_profile() {
+        let mut p = profile();
+        for key in ["device.dense_shapes", "device.class_rates", "host.cores"] {
+            p.sources.insert(key.into(), "measured".into());
+        }
+        p.validate().unwrap();
+        for key in ["device.hbm_byte", "peer.bytes_per_s", "name", ""] {
+            let mut p = profile();
+            p.sources.insert(key.into(), "assumption: a guess".into());
+            let message = p.validate().unwrap_err().to_string();
+            assert!(
+                message.contains(&format!(
+                    "profile \"cpu-small\" field sources.{key:?}: names no figure of the profile"
+                )),
+                "{message}"
+            );
+        }
+        // With a peer section, its figures take sources.
+        let mut p = profile();
+        p.peer = Some(PeerProfile {
+            bytes_per_s: 1e11,
+            latency_s: 1e-5,
+            via: PeerVia::default(),
+        });
+        p.sources
+            .insert("peer.bytes_per_s".into(), "datasheet".into());
+        p.validate().unwrap();
     }
 
     /// A GPU's transfers are DMA, one pass over host memory per byte;

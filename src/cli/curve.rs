@@ -244,12 +244,14 @@ pub(crate) fn run(args: &CurveArgs) -> Result<()> {
         .map(|(label, given)| {
             let bytes = match (given, reference) {
                 (Given::Bytes(bytes), _) => bytes,
-                (Given::Percent(percent), Some(of)) => share_of(of.bytes, percent).max(1),
+                (Given::Percent(percent), Some(of)) => {
+                    share_of(of.bytes, percent, &format!("--budgets {label}"))?
+                }
                 (Given::Percent(_), None) => unreachable!("a share is of the reference"),
             };
-            (label, bytes)
+            Ok((label, bytes))
         })
-        .collect();
+        .collect::<Result<_>>()?;
     budgets.sort_by_key(|&(_, bytes)| bytes);
     if let Some((label, bytes)) = budgets.iter().find(|(_, bytes)| *bytes > capacity) {
         bail!(
