@@ -529,9 +529,11 @@ const POLISH_BATCH: usize = 32;
 /// [`POLISH_BATCH`] moves evaluated at a time (only whole batches: work
 /// under a batch's worth does nothing). The fastest of a batch,
 /// where it fits the memory pass and is predicted faster, is taken, and
-/// the walk starts again from the new plan; it ends when a whole walk
-/// finds none, or when `options.polish_work` over the workload's tensors
-/// plus operators evaluations are spent. `None` where nothing was faster.
+/// the pass goes on from the move after it; a pass that took a move is
+/// followed by another, in the order of the new plan's fates. The polish
+/// ends after a pass that takes none, or when `options.polish_work` over
+/// the workload's tensors plus operators evaluations are spent. `None`
+/// where nothing was faster.
 fn polish(
     workload: &Workload,
     profile: &Profile,
@@ -549,23 +551,28 @@ fn polish(
     let mut best_s = start.timing.iteration_s;
     let mut evaluations = 0;
     let mut improved = false;
-    // The SSD as dp's search uses it: where the plan has it already (its
-    // staging buffers held, and a spill directory to train with).
-    let ssd = fates
-        .iter()
-        .any(|f| matches!(f, Fate::OffloadSsd | Fate::StreamSsd));
     // The index of `t`'s choice with this fate and timing.
     let current = |t: usize, fate: Fate, shift: &Shift| {
         choices.options[t]
             .iter()
             .position(|c| c.fate == fate && c.lag == shift.lag && c.leads == shift.leads)
     };
-    'walk: loop {
+    'pass: loop {
+        // The SSD as dp's search uses it: where the plan has it already
+        // (its staging buffers held, and a spill directory to train with).
+        let ssd = fates
+            .iter()
+            .any(|f| matches!(f, Fate::OffloadSsd | Fate::StreamSsd));
+        // The bytes a tensor moves follow from its fate alone: a start
+        // planned from other choices (on shared compute, or a peer's
+        // timings) is ordered by its fates all the same.
         let mut order: Vec<(u64, usize)> = (0..workload.tensors.len())
             .filter(|&t| !choices.options[t].is_empty() || fates[t] != choices.baseline[t])
             .map(|t| {
-                let moved = current(t, fates[t], &shifts[t])
-                    .map_or(0, |i| choices.options[t][i].moved_bytes);
+                let moved = choices.options[t]
+                    .iter()
+                    .find(|c| c.fate == fates[t])
+                    .map_or(0, |c| c.moved_bytes);
                 (moved, t)
             })
             .collect();
@@ -586,9 +593,14 @@ fn polish(
                 }
             }
         }
-        for batch in moves.chunks(POLISH_BATCH) {
+        // The pass goes on from the move after the one taken: a move
+        // taken does not send it back to the first tensors, whose moves
+        // were just found no faster.
+        let (mut from, mut taken) = (0, false);
+        while from < moves.len() {
+            let batch = &moves[from..(from + POLISH_BATCH).min(moves.len())];
             if evaluations + batch.len() > budget {
-                break 'walk;
+                break 'pass;
             }
             evaluations += batch.len();
             let fastest = batch
@@ -604,16 +616,21 @@ fn polish(
                     Some((evaluated.timing.iteration_s, k))
                 })
                 .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            if let Some((seconds, k)) = fastest.filter(|&(s, _)| s < best_s) {
-                let (t, fate, shift) = batch[k].clone();
-                fates[t] = fate;
-                shifts[t] = shift;
-                best_s = seconds;
-                improved = true;
-                continue 'walk;
+            match fastest.filter(|&(s, _)| s < best_s) {
+                Some((seconds, k)) => {
+                    let (t, fate, shift) = batch[k].clone();
+                    fates[t] = fate;
+                    shifts[t] = shift;
+                    best_s = seconds;
+                    (improved, taken) = (true, true);
+                    from += k + 1;
+                }
+                None => from += batch.len(),
             }
         }
-        break;
+        if !taken {
+            break;
+        }
     }
     if !improved {
         return None;
