@@ -31,6 +31,7 @@ use fateplan::planner::{
     Workload,
 };
 use fateplan::profiles;
+use fateplan::runtime::dataset::{MAX_CLASSES, MAX_FEATURES};
 use fateplan::runtime::generate::GeneratorSpec;
 use fateplan::runtime::graph::GraphData;
 use fateplan::runtime::partition::{Method, PartitionOptions, Partitioning, BYTES_PER_VERTEX};
@@ -181,10 +182,10 @@ pub(crate) struct PlanArgs {
     #[arg(long, conflicts_with = "dag", default_value = "outputs")]
     sweep: String,
     /// Input feature size (default: the dataset's or graph's).
-    #[arg(long, conflicts_with = "dag", value_parser = whole::<u32>)]
+    #[arg(long, conflicts_with = "dag", value_parser = whole_in::<u32>(1..=MAX_FEATURES as u128))]
     features: Option<u32>,
     /// Number of classes (default: the dataset's or graph's).
-    #[arg(long, conflicts_with = "dag", value_parser = whole::<u32>)]
+    #[arg(long, conflicts_with = "dag", value_parser = whole_in::<u32>(1..=MAX_CLASSES as u128))]
     classes: Option<u32>,
     /// Vertex partitions: a number, or `auto` (from the fewest at which
     /// dp's memory model fits the plan under the budgets, or under a peer
@@ -207,7 +208,7 @@ pub(crate) struct PlanArgs {
     /// halo exchanges between them (of a --graph, the shares `train
     /// --devices` builds). More than one node's GPUs need whole
     /// nodes and the profile's network section.
-    #[arg(long, default_value_t = 1, value_parser = whole::<u32>)]
+    #[arg(long, default_value_t = 1, value_parser = positive::<u32>)]
     gpus: u32,
     /// How each layer's halo moves between GPUs: auto (the planner chooses
     /// per layer), peer (GPU to GPU everywhere) or host (through host
@@ -249,8 +250,9 @@ pub(crate) struct PlanArgs {
     /// time to another of its choices, kept where the prediction is
     /// faster), in evaluations of the workload counted by its tensors
     /// plus operators [default: 500000, about 2,200 evaluations of a
-    /// 2-layer GCN in 4 partitions]; 0, or less than 32 evaluations'
-    /// worth: none. More work tries more moves and plans for longer. Only
+    /// 2-layer GCN in 4 partitions], 32 at a time, each batch only where
+    /// the evaluations left cover all of it; 0: none. More work tries more
+    /// moves and plans for longer. Only
     /// dp's plans read it (under `compare`, its row; the dp plans that
     /// size partitions or order the MILP's exchanges polish with the
     /// default): another `--policy` refuses it
@@ -652,9 +654,9 @@ impl GnnSource {
         at: Option<&AtCount<'_, anyhow::Error>>,
     ) -> Result<(Workload, u32, String, Option<MadePlan>)> {
         if partitions != "auto" {
-            let p: u32 = partitions
-                .parse()
-                .map_err(|_| anyhow!("--partitions {partitions:?}: expected a number or auto"))?;
+            let p: u32 = parse_count(partitions, &(1..=MAX_PARTITIONS as u128)).map_err(|why| {
+                anyhow!("--partitions {partitions:?}: {why}; expected a count or auto")
+            })?;
             return Ok((self.build(p, false)?, p, String::new(), None));
         }
         let most = (self.most as u64).min(self.source.nodes()) as u32;
@@ -1251,35 +1253,53 @@ fn parse_count<T: Count>(
     range: &RangeInclusive<u128>,
 ) -> std::result::Result<T, String> {
     let (least, most) = (*range.start(), *range.end().min(&T::MOST));
-    // A flag with bounds of its own names them; any other, what is wrong.
-    let bounded = least > 0 || most < T::MOST;
-    let outside = |wrong: String| match bounded {
-        true => format!("{} is not in {least}..={most}", text.trim()),
-        false => wrong,
+    let text = text.trim();
+    // A flag bounded above names its range; one bounded below alone, its
+    // least.
+    let bounded = most < T::MOST;
+    let outside = || format!("{text} is not in {least}..={most}");
+    let below = |what: String| match bounded {
+        true => outside(),
+        false => format!("{text} is {what}: expected a whole number, {least} or more"),
     };
-    let trimmed = text.trim();
-    let digits = !trimmed.is_empty() && trimmed.chars().all(|c| c.is_ascii_digit());
-    let Ok(value) = trimmed.parse::<u128>() else {
-        return Err(match trimmed.parse::<f64>() {
-            Ok(number) if number < 0.0 => outside(format!(
-                "{trimmed} is negative: expected a whole number, 0 or more"
-            )),
-            Ok(number) if number.is_finite() && number.fract() != 0.0 => {
-                format!("{trimmed} is not a whole number")
-            }
-            _ if digits => outside(format!("{trimmed} is larger than {most}")),
-            _ => format!("{text:?} is not a whole number (digits only, such as 200)"),
-        });
+    let above = || match bounded {
+        true => outside(),
+        false => format!("{text} is larger than {most}"),
     };
-    if value < least || value > most {
-        return Err(outside(format!("{value} is larger than {most}")));
+    let digits = text.strip_prefix('+').unwrap_or(text);
+    if !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()) {
+        // Past u128, or past the flag's most: too large either way.
+        return match digits.parse::<u128>().ok().filter(|&v| v <= most) {
+            None => Err(above()),
+            Some(value) if value < least => Err(below(format!("less than {least}"))),
+            Some(value) => T::try_from(value).map_err(|_| above()),
+        };
     }
-    T::try_from(value).map_err(|_| outside(format!("{value} is larger than {most}")))
+    Err(match text.parse::<f64>() {
+        Ok(number) if number < 0.0 => below("negative".into()),
+        Ok(number) if number.is_finite() && number.fract() != 0.0 => {
+            format!("{text} is not a whole number")
+        }
+        Ok(number) if number > most as f64 => above(),
+        Ok(number) if number < least as f64 => below(format!("less than {least}")),
+        Ok(number) if number.is_finite() => {
+            format!(
+                "{text}: write the count in digits, such as {}",
+                number as u128
+            )
+        }
+        _ => format!("{text:?} is not a whole number (digits only, such as 200)"),
+    })
 }
 
 /// [`parse_count`] of any whole number the type holds.
 pub(crate) fn whole<T: Count>(text: &str) -> std::result::Result<T, String> {
     parse_count(text, &(0..=T::MOST))
+}
+
+/// [`parse_count`] of a whole number from 1 up.
+pub(crate) fn positive<T: Count>(text: &str) -> std::result::Result<T, String> {
+    parse_count(text, &(1..=T::MOST))
 }
 
 /// [`parse_count`] of a whole number in `range`.
@@ -1359,20 +1379,24 @@ pub(crate) fn budget_percent(flag: &Option<String>, name: &str) -> Result<Option
     Ok(Some(share))
 }
 
-/// `percent` of `peak` bytes, the budget `given` (`--hbm-budget 25%`).
-/// A positive share that comes to less than one byte is refused, as
+/// `percent` of `of` bytes, the budget `given` (`--hbm-budget 25%`), `of`
+/// being what `whose` names (the retain-all plan's device peak). A
+/// positive share that comes to less than one byte is refused, as
 /// [`parse_bytes`] refuses a size that rounds to none: not what was meant.
-pub(crate) fn share_of(peak: u64, percent: f64, given: &str) -> Result<u64> {
-    let bytes = (peak as f64 * percent / 100.0) as u64;
+pub(crate) fn share_of(of: u64, percent: f64, (given, whose): (&str, &str)) -> Result<u64> {
+    let bytes = (of as f64 * percent / 100.0) as u64;
     if bytes == 0 {
         bail!(
-            "{given}: {:.2e} bytes, less than one; the retain-all plan's device peak is {}",
-            peak as f64 * percent / 100.0,
-            bytes_exact(peak)
+            "{given}: less than one byte of {whose}, {}",
+            bytes_exact(of)
         );
     }
     Ok(bytes)
 }
+
+/// What a budget's percentage is a share of, in `plan`, `compare` and
+/// `train`.
+pub(crate) const RETAIN_ALL_PEAK: &str = "the retain-all plan's device peak";
 
 /// The device peak of the retain-all plan of `workload` without budgets
 /// (one GPU's plan, no exchanges): what budget percentages are shares of,
@@ -1581,7 +1605,10 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
                     share_of(
                         peak,
                         percent,
-                        &format!("--{name} {}", flag.as_deref().unwrap_or_default()),
+                        (
+                            &format!("--{name} {}", flag.as_deref().unwrap_or_default()),
+                            RETAIN_ALL_PEAK,
+                        ),
                     )?,
                     (capacity, k > 0),
                     &held,
@@ -2411,6 +2438,30 @@ mod tests {
             );
         }
         assert_eq!(layers("1.5").unwrap_err(), "1.5 is not a whole number");
+        // A sign, and whole numbers written otherwise than in digits.
+        assert_eq!(whole::<u32>("+5"), Ok(5));
+        assert_eq!(wrong("5.0"), "5.0: write the count in digits, such as 5");
+        assert_eq!(wrong("1e10"), "1e10 is larger than 4294967295");
+        assert_eq!(
+            wrong(&format!("+{}", "9".repeat(45))),
+            format!("+{} is larger than 4294967295", "9".repeat(45))
+        );
+        // From 1 up: what is below says the least.
+        let epochs = |text: &str| positive::<u32>(text).unwrap_err();
+        assert_eq!(positive::<u32>("1"), Ok(1));
+        assert_eq!(
+            epochs("0"),
+            "0 is less than 1: expected a whole number, 1 or more"
+        );
+        assert_eq!(
+            epochs("-0"),
+            "-0 is less than 1: expected a whole number, 1 or more"
+        );
+        assert_eq!(
+            epochs("-3"),
+            "-3 is negative: expected a whole number, 1 or more"
+        );
+        assert_eq!(epochs("4294967296"), "4294967296 is larger than 4294967295");
     }
 
     /// A fitting row predicted at `iteration_s`, with `milp`.

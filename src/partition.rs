@@ -20,7 +20,7 @@ pub struct PartitionArgs {
     #[arg(long)]
     graph: String,
     /// GPUs to partition onto.
-    #[arg(long, value_parser = crate::cli::whole::<u32>)]
+    #[arg(long, value_parser = crate::cli::positive::<u32>)]
     gpus: u32,
     /// `random`, `mincut`, or `both` (side by side, with their ratio).
     #[arg(long, value_enum, default_value_t = Which::Both)]
@@ -74,9 +74,6 @@ fn tolerance(text: Option<&str>) -> Result<f64> {
 }
 
 pub fn run(args: &PartitionArgs) -> Result<()> {
-    if args.gpus == 0 {
-        bail!("--gpus 0: expected at least 1 GPU to share the vertices out to");
-    }
     let tolerance = tolerance(args.tolerance.as_deref())?;
     let graph = GraphData::open_holding(
         &args.graph,

@@ -31,7 +31,7 @@ pub struct ProfileArgs {
     name: String,
     /// Compute threads of the CPU backend's figures (default: every core);
     /// train with the same --threads.
-    #[arg(long, value_parser = crate::cli::whole::<usize>)]
+    #[arg(long, value_parser = crate::cli::positive::<usize>)]
     threads: Option<usize>,
 }
 

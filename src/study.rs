@@ -46,13 +46,13 @@ pub struct StudyArgs {
     #[arg(long, value_delimiter = ',', default_value = DEFAULT_MODELS)]
     models: Vec<String>,
     /// Layer counts of the grid, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = DEFAULT_LAYERS, value_parser = crate::cli::whole::<u32>)]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_LAYERS, value_parser = crate::cli::positive::<u32>)]
     layers: Vec<u32>,
     /// Built-in datasets of the grid, comma-separated (`fateplan workloads`).
     #[arg(long, value_delimiter = ',', default_value = DEFAULT_DATASETS)]
     datasets: Vec<String>,
     /// GPU counts of the grid, comma-separated; each plan is one GPU's share.
-    #[arg(long, value_delimiter = ',', default_value = DEFAULT_GPUS, value_parser = crate::cli::whole::<u32>)]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_GPUS, value_parser = crate::cli::positive::<u32>)]
     gpus: Vec<u32>,
 }
 
@@ -101,11 +101,6 @@ impl StudyArgs {
                     "--datasets {name}: unknown dataset; known datasets: {}",
                     dataset_names()
                 ),
-            }
-        }
-        for &layers in &self.layers {
-            if layers == 0 {
-                bail!("--layers {layers}: a model needs at least one layer");
             }
         }
         // Every model's shape is checked before the first row runs.

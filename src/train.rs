@@ -8,7 +8,9 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fateplan::planner::exchange::MultiGpu;
-use fateplan::planner::gnn::{GnnModel, GnnShape, LayerOrder, Sweeps, Transposes};
+use fateplan::planner::gnn::{
+    GnnModel, GnnShape, LayerOrder, Sweeps, Transposes, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS,
+};
 use fateplan::planner::plan::{Budgets, Plan, PlanModel};
 use fateplan::planner::units::{count, format_bytes, format_seconds};
 use fateplan::planner::{plan, PlanOptions, Policy, Profile, Workload};
@@ -76,16 +78,16 @@ pub struct TrainArgs {
     #[arg(long)]
     model: Option<String>,
     /// [default: 2]
-    #[arg(long, value_parser = crate::cli::whole::<u32>)]
+    #[arg(long, value_parser = crate::cli::whole_in::<u32>(1..=MAX_LAYERS as u128))]
     layers: Option<u32>,
     /// Width of each hidden layer. For GAT, all heads together (as for
     /// `plan`): PyG's `GATConv(hidden_channels=8, heads=8)` is
     /// `--hidden 64 --heads 8` [default: 16].
-    #[arg(long, value_parser = crate::cli::whole::<u32>)]
+    #[arg(long, value_parser = crate::cli::whole_in::<u32>(1..=MAX_HIDDEN as u128))]
     hidden: Option<u32>,
     /// Attention heads of GAT's hidden layers (the output layer has one);
     /// must divide --hidden [default: 1].
-    #[arg(long, value_parser = crate::cli::whole::<u32>)]
+    #[arg(long, value_parser = crate::cli::whole_in::<u32>(1..=MAX_HEADS as u128))]
     heads: Option<u32>,
     /// Which GCN layers project before they aggregate: `narrower` (those
     /// whose output is narrower than their input) or `aggregate-first`
@@ -108,7 +110,7 @@ pub struct TrainArgs {
     /// same, bit for bit [default: outputs, or with --plan the plan's].
     #[arg(long)]
     sweep: Option<String>,
-    #[arg(long, default_value_t = 200, value_parser = crate::cli::whole::<u32>)]
+    #[arg(long, default_value_t = 200, value_parser = crate::cli::positive::<u32>)]
     pub(crate) epochs: u32,
     #[arg(long, default_value_t = 0.01)]
     lr: f32,
@@ -129,11 +131,11 @@ pub struct TrainArgs {
     /// Compute threads (default: every core). With --devices, shared
     /// out: each device gets its part (at least one), as a pool of its
     /// own, or with --processes as its process's.
-    #[arg(long, value_parser = crate::cli::whole::<usize>)]
+    #[arg(long, value_parser = crate::cli::positive::<usize>)]
     pub(crate) threads: Option<usize>,
     /// Vertex partitions of the workload (per device, with --devices)
     /// [default: 4].
-    #[arg(long, value_parser = crate::cli::whole::<u32>)]
+    #[arg(long, value_parser = crate::cli::positive::<u32>)]
     partitions: Option<u32>,
     /// Devices to train on, each owning a share of the vertices and
     /// exchanging its halo with the others (data-parallel full-graph
@@ -141,7 +143,7 @@ pub struct TrainArgs {
     /// process, exchanging through shared memory; the plan is made for
     /// the largest share, with the exchanges of --devices GPUs
     /// [default: 1, or the plan's].
-    #[arg(long, value_parser = crate::cli::whole::<u32>)]
+    #[arg(long, value_parser = crate::cli::positive::<u32>)]
     devices: Option<u32>,
     /// With --devices, each device is a process of its own instead of a
     /// thread of this one: this process starts them, and their exchanges
@@ -1329,7 +1331,12 @@ fn budget(
     };
     let bytes = match crate::cli::budget_percent(flag, name)? {
         Some(percent) => {
-            crate::cli::share_of(retain_peak()?, percent, &format!("--{name} {given}"))?
+            let given = format!("--{name} {given}");
+            crate::cli::share_of(
+                retain_peak()?,
+                percent,
+                (&given, crate::cli::RETAIN_ALL_PEAK),
+            )?
         }
         None => crate::cli::budget(flag, name, default)?,
     };

@@ -300,8 +300,8 @@ fn bad_input_names_what_is_wrong() {
                 "--hbm-budget",
                 "1e-12%",
             ],
-            "--hbm-budget 1e-12%: 1.00e-5 bytes, less than one; the retain-all plan's \
-             device peak is 953 MiB (999643848 bytes)",
+            "--hbm-budget 1e-12%: less than one byte of the retain-all plan's device peak, \
+             953 MiB (999643848 bytes)",
         ),
         (
             &[
@@ -313,14 +313,31 @@ fn bad_input_names_what_is_wrong() {
                 "--budgets",
                 "50%,1e-9%",
             ],
-            "--budgets 1e-9%: 1.00e-2 bytes, less than one",
+            "--budgets 1e-9%: less than one byte of the retain-all plan's device peak",
         ),
         (&["plan", "--partitions", "lots"], "--partitions"),
         // A negative count is refused by its flag, not read as an option.
-        (&["plan", "--layers", "-1"], "'--layers <LAYERS>'"),
-        (&["plan", "--layers", "-1"], "-1 is not in 1..=64"),
+        (
+            &["plan", "--layers", "-1"],
+            "'--layers <LAYERS>': -1 is not in 1..=64",
+        ),
         (&["plan", "--hidden", "0"], "0 is not in 1..=65536"),
-        (&["plan", "--partitions", "-1"], "--partitions \"-1\""),
+        (
+            &["plan", "--partitions", "-1"],
+            "--partitions \"-1\": -1 is not in 1..=256; expected a count or auto",
+        ),
+        (
+            &["plan", "--partitions", "2.5"],
+            "--partitions \"2.5\": 2.5 is not a whole number",
+        ),
+        (
+            &["train", "--graph", "planted:nodes=100", "--epochs", "0"],
+            "'--epochs <EPOCHS>': 0 is less than 1: expected a whole number, 1 or more",
+        ),
+        (
+            &["train", "--graph", "planted:nodes=100", "--layers", "-2"],
+            "'--layers <LAYERS>': -2 is not in 1..=64",
+        ),
         (
             &["compare", "--dataset", "ogbn-arxiv", "-o", "x.json"],
             "writes no plan; run `fateplan plan",
@@ -640,7 +657,8 @@ fn partition_random_against_mincut() {
     let zero = fateplan(&["partition", "--graph", graph, "--gpus", "0"]);
     assert_eq!(zero.status.code(), Some(1));
     assert!(
-        stderr(&zero).contains("--gpus 0: expected at least 1 GPU"),
+        stderr(&zero)
+            .contains("'--gpus <GPUS>': 0 is less than 1: expected a whole number, 1 or more"),
         "{}",
         stderr(&zero)
     );

@@ -115,7 +115,7 @@ fn bad_profile_input_names_what_is_wrong() {
         ),
         (
             vec!["--ssd-dir", dir_arg, "--threads", "0"],
-            &["--threads 0"],
+            &["'--threads <THREADS>': 0 is less than 1"],
         ),
         (
             vec!["--ssd-dir", dir_arg, "--threads", "100000"],

@@ -230,9 +230,15 @@ fn study_names_the_bad_flag_and_value() {
     for (args, expected) in [
         (&["study", "--datasets", "nope"][..], "--datasets nope"),
         (&["study", "--models", "mlp"][..], "--models mlp"),
-        (&["study", "--gpus", "0"][..], "--gpus 0"),
+        (
+            &["study", "--gpus", "0"][..],
+            "'--gpus <GPUS>': 0 is less than 1",
+        ),
         (&["study", "--gpus", "9"][..], "--gpus 9"),
-        (&["study", "--layers", "0"][..], "--layers 0"),
+        (
+            &["study", "--layers", "0"][..],
+            "'--layers <LAYERS>': 0 is less than 1",
+        ),
         (
             &["study", "--out", "no-such-folder/study.md"][..],
             "--out no-such-folder/study.md: no such directory no-such-folder",

@@ -1096,7 +1096,10 @@ fn several_devices_train_the_same_model_and_report_their_exchanges() {
     assert!(two["shares"]["halo_edges"].as_u64().unwrap() > 0, "{two}");
 
     let cases: [(&[&str], &str); 4] = [
-        (&["--devices", "0"], "--devices 0"),
+        (
+            &["--devices", "0"],
+            "'--devices <DEVICES>': 0 is less than 1",
+        ),
         (&["--devices", "2", "--shares", "metis"], "--shares metis"),
         (&["--shares", "ranges"], "--devices above 1 (--devices 1)"),
         (&["--devices", "2", "--csr-cache", "c.bin"], "--csr-cache"),

@@ -524,10 +524,11 @@ const POLISH_BATCH: usize = 32;
 /// needed sooner behind it. The polish searches on the prediction itself.
 /// From `start` (the fastest candidate), it tries moving one tensor to
 /// another of its choices (its baseline included; those on the SSD only
-/// where the plan uses it already): the tensors whose current choice
-/// moves the most bytes first, each tensor's moves together,
-/// [`POLISH_BATCH`] moves evaluated at a time (only whole batches: work
-/// under a batch's worth does nothing). The fastest of a batch,
+/// where the plan uses it at the pass's start): the tensors whose current
+/// fate moves the most bytes first, each tensor's moves together,
+/// [`POLISH_BATCH`] moves evaluated at a time (a batch, or a pass's last
+/// and shorter one, only where the evaluations left cover all of it: with
+/// fewer left than a batch holds, the polish ends). The fastest of a batch,
 /// where it fits the memory pass and is predicted faster, is taken, and
 /// the pass goes on from the move after it; a pass that took a move is
 /// followed by another, in the order of the new plan's fates. The polish

@@ -501,18 +501,28 @@ impl Profile {
             }
         }
         // A source is of a figure the profile has: a key that names none
-        // (a misspelt path, or a section the profile lacks) sources nothing.
-        let figures = self.figures();
-        for key in self.sources.keys() {
-            let named = figures.iter().any(|(field, _)| field == key)
-                || SOURCED_LISTS.contains(&key.as_str());
-            if !named {
-                return Err(Error::invalid(
-                    format!("{} field sources.{key:?}", context()),
-                    "names no figure of the profile; a key is a figure's dotted path, such \
-                     as device.hbm_bytes (profiles/README.md lists them)",
-                ));
-            }
+        // (a misspelt path, or a section or list the profile lacks)
+        // sources nothing.
+        let mut figures: Vec<&str> = self.figures().into_iter().map(|(f, _)| f).collect();
+        let lists = [
+            !self.device.dense_shapes.is_empty(),
+            !self.device.class_rates.is_empty(),
+        ];
+        figures.extend(
+            SOURCED_LISTS
+                .iter()
+                .zip(lists)
+                .filter(|(_, has)| *has)
+                .map(|(l, _)| *l),
+        );
+        if let Some(key) = self.sources.keys().find(|k| !figures.contains(&k.as_str())) {
+            return Err(Error::invalid(
+                format!("{} field sources.{key:?}", context()),
+                format!(
+                    "names no figure of the profile; its figures are {}",
+                    figures.join(", ")
+                ),
+            ));
         }
         let mut previous = 0.0;
         for (k, shape) in self.device.dense_shapes.iter().enumerate() {
@@ -755,20 +765,25 @@ mod tests {
     #[test]
     fn every_source_names_a_figure_of_the_profile() {
         let mut p = profile();
+        p.device.dense_shapes = vec![shape(8.0, 100e9)];
+        fit(&mut p);
         for key in ["device.dense_shapes", "device.class_rates", "host.cores"] {
             p.sources.insert(key.into(), "measured".into());
         }
         p.validate().unwrap();
-        for key in ["device.hbm_byte", "peer.bytes_per_s", "name", ""] {
+        let lists = "device.dense_shapes";
+        for key in ["device.hbm_byte", "peer.bytes_per_s", "name", "", lists] {
             let mut p = profile();
             p.sources.insert(key.into(), "assumption: a guess".into());
             let message = p.validate().unwrap_err().to_string();
             assert!(
                 message.contains(&format!(
-                    "profile \"cpu-small\" field sources.{key:?}: names no figure of the profile"
+                    "profile \"cpu-small\" field sources.{key:?}: names no figure of the \
+                     profile; its figures are device.count_max, device.hbm_bytes, "
                 )),
                 "{message}"
             );
+            assert!(message.ends_with("ssd.write_latency_s"), "{message}");
         }
         // With a peer section, its figures take sources.
         let mut p = profile();

@@ -13,7 +13,7 @@ use fateplan::planner::{Error as PlanError, Plan, Policy, Tier};
 
 use super::{
     budget_percent, load_profile, planned, prepare, retain_all_peak, share_of, NothingFits,
-    PlanArgs, Planned,
+    PlanArgs, Planned, RETAIN_ALL_PEAK,
 };
 use fateplan::runtime::sim::{simulate, SimOptions};
 
@@ -245,7 +245,11 @@ pub(crate) fn run(args: &CurveArgs) -> Result<()> {
             let bytes = match (given, reference) {
                 (Given::Bytes(bytes), _) => bytes,
                 (Given::Percent(percent), Some(of)) => {
-                    share_of(of.bytes, percent, &format!("--budgets {label}"))?
+                    let whose = match of.retain_all {
+                        true => RETAIN_ALL_PEAK.to_string(),
+                        false => format!("the device memory of profile {}", profile.name),
+                    };
+                    share_of(of.bytes, percent, (&format!("--budgets {label}"), &whose))?
                 }
                 (Given::Percent(_), None) => unreachable!("a share is of the reference"),
             };
