@@ -1323,14 +1323,17 @@ fn devices_are_told_their_share_of_the_threads() {
     );
 }
 
-/// A planted-partition graph of 200 nodes generated into `dir`, each of
-/// `masks` rewritten to select no node.
+/// The planted-partition graph [`planted_without`] generates.
+const PLANTED: &str = "planted:nodes=200,classes=4,features=8,val=40,test=40,seed=3";
+
+/// The planted-partition graph of 200 nodes [`PLANTED`] generated into
+/// `dir`, each of `masks` rewritten to select no node.
 fn planted_without(dir: &std::path::Path, masks: &[&str]) -> std::path::PathBuf {
     let graph = dir.join("planted");
     let generated = fateplan(&[
         "generate",
         "--graph",
-        "planted:nodes=200,classes=4,features=8,val=40,test=40,seed=3",
+        PLANTED,
         "--out",
         graph.to_str().unwrap(),
     ]);
@@ -1470,16 +1473,7 @@ fn generate_refuses_a_folder_holding_a_dataset_without_force() {
 #[test]
 fn classes_no_node_has_are_noted() {
     let dir = scratch("stray-label");
-    let graph = dir.join("planted");
-    let spec = "planted:nodes=200,classes=4,features=8,val=40,test=40,seed=3";
-    let generated = fateplan(&[
-        "generate",
-        "--graph",
-        spec,
-        "--out",
-        graph.to_str().unwrap(),
-    ]);
-    assert!(generated.status.success(), "{}", stderr(&generated));
+    let (graph, spec) = (planted_without(&dir, &[]), PLANTED);
     // Labels 0..4 in turn, the first one 50.
     let labels: Vec<u8> = (0..200i64)
         .map(|i| if i == 0 { 50 } else { i % 4 })
@@ -1507,16 +1501,7 @@ fn classes_no_node_has_are_noted() {
 #[test]
 fn overlapping_split_masks_are_noted() {
     let dir = scratch("overlapping-splits");
-    let graph = dir.join("planted");
-    let spec = "planted:nodes=200,classes=4,features=8,val=40,test=40,seed=3";
-    let generated = fateplan(&[
-        "generate",
-        "--graph",
-        spec,
-        "--out",
-        graph.to_str().unwrap(),
-    ]);
-    assert!(generated.status.success(), "{}", stderr(&generated));
+    let (graph, spec) = (planted_without(&dir, &[]), PLANTED);
     let dataset = fateplan::runtime::dataset::Dataset::load(&graph).unwrap();
     let (train, val) = (dataset.train_mask, dataset.val_mask);
     // The test mask: every training node and every validation node.
