@@ -499,7 +499,7 @@ fn overlapping_splits(dataset: &fateplan::runtime::dataset::Dataset) -> Option<S
         let Some(node) = shared.next() else {
             continue;
         };
-        let nodes = fateplan::planner::units::count(1 + shared.count() as u64, "node");
+        let nodes = count(1 + shared.count() as u64, "node");
         let score = match second_name {
             "val_mask" => "validation",
             _ => "test",
