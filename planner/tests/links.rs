@@ -3,9 +3,7 @@
 //! the one the MILP found in 300 s (its optimum unproven), where pricing
 //! added seconds alone left it 23% over.
 
-use fateplan_planner::blocks::BlockCounts;
-use fateplan_planner::datasets::dataset;
-use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec, LayerOrder};
+use fateplan_planner::gnn::{GnnModel, GnnSpec, LayerOrder};
 use fateplan_planner::{plan, Profile, Workload};
 
 mod common;
@@ -13,22 +11,12 @@ mod common;
 /// 3-layer GCN, 256 hidden, over ogbn-arxiv's statistics, every layer
 /// aggregating first: the workload the MILP's figure below is for.
 fn arxiv(partitions: u32) -> Workload {
-    let stats = dataset("ogbn-arxiv").unwrap();
     let spec = GnnSpec {
-        model: GnnModel::Gcn,
-        layers: 3,
-        hidden: 256,
         heads: 1,
-        features: stats.features,
-        classes: stats.classes,
-        graph_name: stats.name.into(),
         order: LayerOrder::AggregateFirst,
-        transposes: Default::default(),
-        sweeps: Default::default(),
-        dropout: 0.0,
+        ..common::gnn_spec(GnnModel::Gcn)
     };
-    let blocks = BlockCounts::skewed(stats.nodes, stats.edges, partitions).unwrap();
-    build_gnn(&spec, &blocks).unwrap()
+    common::on_arxiv(spec, partitions)
 }
 
 /// dp's predicted iteration with the device budget at `percent` of the

@@ -2,9 +2,7 @@
 //! model found (`polish` in `planner/src/planner.rs`; `docs/planner.md`,
 //! "Polishing on the prediction").
 
-use fateplan_planner::blocks::BlockCounts;
-use fateplan_planner::datasets::dataset;
-use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
+use fateplan_planner::gnn::{GnnModel, GnnSpec};
 use fateplan_planner::plan::Plan;
 use fateplan_planner::{plan, PlanOptions, Workload};
 
@@ -13,22 +11,13 @@ mod common;
 /// `fateplan plan --dataset ogbn-arxiv --layers 2 --partitions 4`'s
 /// workload: 2-layer GCN, 256 hidden, dropout 0.5.
 fn arxiv() -> Workload {
-    let stats = dataset("ogbn-arxiv").unwrap();
     let spec = GnnSpec {
-        model: GnnModel::Gcn,
         layers: 2,
-        hidden: 256,
         heads: 1,
-        features: stats.features,
-        classes: stats.classes,
-        graph_name: stats.name.into(),
-        order: Default::default(),
-        transposes: Default::default(),
-        sweeps: Default::default(),
         dropout: 0.5,
+        ..common::gnn_spec(GnnModel::Gcn)
     };
-    let blocks = BlockCounts::skewed(stats.nodes, stats.edges, 4).unwrap();
-    build_gnn(&spec, &blocks).unwrap()
+    common::on_arxiv(spec, 4)
 }
 
 fn in_threads(threads: usize, run: impl FnOnce() -> Plan + Send) -> Plan {

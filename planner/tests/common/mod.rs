@@ -2,7 +2,9 @@
 //! is its own crate and uses some of them.
 #![allow(dead_code)]
 
-use fateplan_planner::gnn::{GnnModel, GnnSpec};
+use fateplan_planner::blocks::BlockCounts;
+use fateplan_planner::datasets::dataset;
+use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
 use fateplan_planner::plan::Budgets;
 use fateplan_planner::workload::{Cost, OpKind, Phase, TensorKind};
 use fateplan_planner::{plan, PlanOptions, Policy};
@@ -47,6 +49,21 @@ pub fn gnn_spec(model: GnnModel) -> GnnSpec {
         sweeps: Default::default(),
         dropout: 0.0,
     }
+}
+
+/// `spec`'s model over ogbn-arxiv's statistics (its features, classes and
+/// name), in `partitions` skewed partitions.
+pub fn on_arxiv(spec: GnnSpec, partitions: u32) -> Workload {
+    let stats = dataset("ogbn-arxiv").expect("ogbn-arxiv is built in");
+    let spec = GnnSpec {
+        features: stats.features,
+        classes: stats.classes,
+        graph_name: stats.name.into(),
+        ..spec
+    };
+    let blocks = BlockCounts::skewed(stats.nodes, stats.edges, partitions)
+        .expect("ogbn-arxiv takes the partitions");
+    build_gnn(&spec, &blocks).expect("the model builds")
 }
 
 /// A forward chain of `n` operators whose activations (`bytes` each) the
