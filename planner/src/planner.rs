@@ -480,17 +480,31 @@ fn plan_dp(
     let (mut candidates, last_error) = own?;
     candidates.extend(peers);
     congested_candidates(workload, profile, options, lives, &choices, &mut candidates);
+    let mut cascaded = cascade_candidates(workload, profile, options, lives, &choices, &candidates);
     // Stable: dp's best in its model, its other rounds' bests, then
     // peers in the order of `Policy::PEERS`, then the plans on shared
     // compute.
-    candidates.sort_by(|a, b| a.timing.iteration_s.total_cmp(&b.timing.iteration_s));
-    // The fastest, polished on the prediction itself, first.
-    let polished = candidates
-        .first()
-        .and_then(|first| polish(workload, profile, options, lives, &choices, first));
-    if let Some(polished) = polished {
-        candidates.insert(0, polished);
-    }
+    let by_time =
+        |a: &Evaluated, b: &Evaluated| a.timing.iteration_s.total_cmp(&b.timing.iteration_s);
+    candidates.sort_by(by_time);
+    cascaded.sort_by(by_time);
+    // The fastest, polished on the prediction itself. Where a plan
+    // charged its cascades is the fastest, the fastest of the others is
+    // polished too: a walk from another start can end slower.
+    let starts: Vec<&Evaluated> = match (cascaded.first(), candidates.first()) {
+        (Some(c), Some(first)) if by_time(c, first).is_lt() => vec![c, first],
+        (c, first) => first.or(c).into_iter().collect(),
+    };
+    let mut polished: Vec<Evaluated> = starts
+        .into_iter()
+        .filter_map(|start| polish(workload, profile, options, lives, &choices, start))
+        .collect();
+    polished.sort_by(by_time);
+    // The polished first, then every candidate, fastest first (the
+    // others before those charged their cascades among equals).
+    candidates.extend(cascaded);
+    candidates.sort_by(by_time);
+    candidates.splice(0..0, polished);
     let mut finish_error = None;
     for evaluated in candidates {
         match finish(workload, profile, options, evaluated) {
@@ -710,6 +724,43 @@ fn congested_candidates(
             }
         }
         candidates.extend(more);
+    }
+}
+
+/// The share of the fastest candidate's iteration that the cascades of
+/// its recomputations must take for dp to search again with them charged
+/// (see `cascade_candidates` in this module's source).
+pub const CASCADE_SHARE: f64 = 0.01;
+
+/// dp's model prices each recomputation with the tensors it reads at
+/// their baseline: where one of them is itself recomputed there, the
+/// schedule re-runs it too, and its inputs in turn, which the choice
+/// alone does not count. Where those cascades add more than
+/// [`CASCADE_SHARE`] of the fastest candidate's iteration to its
+/// recomputations, dp searches again with every recomputation charged
+/// the cascades those fates would make of it
+/// ([`Choices::cascades_charged`]): its plans that fit the memory pass.
+fn cascade_candidates(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    lives: &Lifetimes,
+    choices: &Choices,
+    candidates: &[Evaluated],
+) -> Vec<Evaluated> {
+    let Some(fastest) = candidates
+        .iter()
+        .min_by(|a, b| a.timing.iteration_s.total_cmp(&b.timing.iteration_s))
+    else {
+        return Vec::new();
+    };
+    match choices.cascades_charged(workload, lives, &fastest.schedule.fates) {
+        Some((charged, chosen_s)) if chosen_s > CASCADE_SHARE * fastest.timing.iteration_s => {
+            dp_attempts(workload, profile, options, lives, &charged)
+                .map(|(found, _)| found)
+                .unwrap_or_default()
+        }
+        _ => Vec::new(),
     }
 }
 
@@ -1740,6 +1791,75 @@ mod tests {
     /// retain-all peak: dp's plans, and the peers', leave transfers timed
     /// over the same compute; planned again on its shares, dp finds a
     /// faster plan, and `plan` returns it.
+    #[test]
+    fn plans_charged_their_cascades_join_the_candidates_and_win_where_faster() {
+        use crate::blocks::BlockCounts;
+        use crate::datasets::dataset;
+        use crate::gnn::{build_gnn, GnnModel, GnnSpec};
+        let stats = dataset("ogbn-arxiv").unwrap();
+        let spec = GnnSpec::new(GnnModel::Gat, stats.features, stats.classes, stats.name);
+        let counts = BlockCounts::skewed(stats.nodes, stats.edges, 4).unwrap();
+        let workload = build_gnn(&spec, &counts).unwrap();
+        let profile = Profile::from_json(
+            include_str!("../../profiles/a100-80g.json"),
+            "a100-80g.json",
+        )
+        .unwrap();
+        let retain_all = plan(
+            &workload,
+            &profile,
+            &PlanOptions::new(Policy::RetainAll, &profile),
+        )
+        .unwrap();
+        let mut options = PlanOptions::new(Policy::Dp, &profile);
+        options.budgets.hbm_bytes = retain_all.predicted.peak_bytes.hbm * 4 / 10;
+        let lives = Lifetimes::compute(&workload);
+        let choices = Choices::build(&workload, &lives, &profile, options.fates);
+        let (mut candidates, _) =
+            dp_attempts(&workload, &profile, &options, &lives, &choices).unwrap();
+        candidates.extend(peer_candidates(
+            &workload, &profile, &options, &lives, &choices,
+        ));
+        congested_candidates(
+            &workload,
+            &profile,
+            &options,
+            &lives,
+            &choices,
+            &mut candidates,
+        );
+        fn fastest(c: &[Evaluated]) -> &Evaluated {
+            c.iter()
+                .min_by(|a, b| a.timing.iteration_s.total_cmp(&b.timing.iteration_s))
+                .unwrap()
+        }
+        // At 40% of the retain-all peak, the fastest candidate's
+        // recomputations re-run tensors they read that it recomputes.
+        let best = fastest(&candidates);
+        let (_, chosen_s) = choices
+            .cascades_charged(&workload, &lives, &best.schedule.fates)
+            .expect("cascades");
+        let before = best.timing.iteration_s;
+        assert!(
+            chosen_s > CASCADE_SHARE * before,
+            "{chosen_s} s of {before} s"
+        );
+        let cascaded =
+            cascade_candidates(&workload, &profile, &options, &lives, &choices, &candidates);
+        let after = fastest(&cascaded).timing.iteration_s;
+        assert!(after < before * 0.95, "{after} s against {before} s");
+        // The plan is the fastest candidate (before the polish), and the
+        // polish goes on from it.
+        let unpolished = PlanOptions {
+            polish_work: 0,
+            ..options.clone()
+        };
+        let planned = plan(&workload, &profile, &unpolished).unwrap();
+        assert_eq!(planned.predicted.iteration_s, after);
+        let polished = plan(&workload, &profile, &options).unwrap();
+        assert!(polished.predicted.iteration_s < after);
+    }
+
     #[test]
     fn plans_priced_on_shared_compute_join_the_candidates_and_win_where_faster() {
         use crate::blocks::BlockCounts;

@@ -607,6 +607,78 @@ impl Choices {
         choices
     }
 
+    /// These choices with every recomputation charged what `fates` add
+    /// to it: where a tensor it reads ([`Choice::copies_in`]) is one that
+    /// `fates` recompute there, the schedule re-runs that tensor's producer
+    /// for it too, and in turn those of its inputs that `fates` recompute
+    /// there (a cascade). The seconds of those operators and the device
+    /// bytes of their inputs, which the choice alone does not count, are
+    /// added to it. With them, the seconds added to the recomputations
+    /// `fates` choose, each cascade as often as one reads it. `None` where
+    /// `fates` make no cascade.
+    pub fn cascades_charged(
+        &self,
+        workload: &Workload,
+        lives: &Lifetimes,
+        fates: &[Fate],
+    ) -> Option<(Choices, f64)> {
+        let rerun = |(u, slot): CopyIn| {
+            fates[u as usize] == Fate::Recompute
+                && self.options[u as usize]
+                    .iter()
+                    .any(|c| c.fate == Fate::Recompute && c.frees(slot))
+        };
+        let mut charged: Option<Choices> = None;
+        let mut chosen_s = 0.0;
+        for (t, options) in self.options.iter().enumerate() {
+            for (i, choice) in options.iter().enumerate() {
+                if choice.fate != Fate::Recompute || !choice.copies_in.iter().any(|&c| rerun(c)) {
+                    continue;
+                }
+                let tensor = TensorId(t as u32);
+                let Some(step) = lives.tensors[t].gap.map(|g| g.before) else {
+                    continue;
+                };
+                // The recomputation as the choice counts it, then the
+                // cascades, each tensor once, as the schedule makes each
+                // present once a step, within its bound on operators.
+                let mut ops_left = MAX_CASCADE_OPS;
+                let mut done = vec![tensor];
+                let Some((_, _, first)) =
+                    self.recomputation(workload, lives, tensor, step, &mut done, &mut ops_left)
+                else {
+                    continue;
+                };
+                let (mut seconds, mut adds) = (0.0, Vec::new());
+                let mut reads = first;
+                let mut rerun_done: Vec<u32> = Vec::new();
+                while let Some((u, slot)) = reads.pop() {
+                    if rerun_done.contains(&u) || !rerun((u, slot)) {
+                        continue;
+                    }
+                    rerun_done.push(u);
+                    // Past the bound the schedule cannot build it either.
+                    let id = TensorId(u);
+                    if let Some((more_s, more_adds, more_reads)) =
+                        self.recomputation(workload, lives, id, step, &mut done, &mut ops_left)
+                    {
+                        seconds += more_s;
+                        adds.extend(more_adds);
+                        reads.extend(more_reads);
+                    }
+                }
+                let charged = charged.get_or_insert_with(|| self.clone());
+                let choice = &mut charged.options[t][i];
+                choice.cost_s += seconds;
+                choice.hbm_add.extend(adds);
+                if fates[t] == Fate::Recompute {
+                    chosen_s += seconds;
+                }
+            }
+        }
+        charged.map(|charged| (charged, chosen_s))
+    }
+
     fn stream_choices(
         &self,
         bytes: u64,
@@ -694,27 +766,27 @@ impl Choices {
     /// inputs during that step, and inputs that cannot be re-run kept alive
     /// until it; and the tensors it reads that are on the device there at
     /// their baseline but need a copy in if their own choice is away then
-    /// ([`Choice::copies_in`]). `None` past [`MAX_CASCADE_OPS`] operators.
+    /// ([`Choice::copies_in`]). `done` are the tensors already counted
+    /// (`tensor` among them), to which it adds those it counts; `None`
+    /// where it takes more than `ops_left` operators (the schedule's bound
+    /// is [`MAX_CASCADE_OPS`]).
     fn recomputation(
         &self,
         workload: &Workload,
         lives: &Lifetimes,
         tensor: TensorId,
         step: u32,
+        done: &mut Vec<TensorId>,
+        ops_left: &mut usize,
     ) -> Option<(f64, Vec<HbmAdd>, Vec<CopyIn>)> {
         let mut seconds = 0.0;
         let mut transient = 0u64;
         let mut adds = Vec::new();
         let mut copies_in = Vec::new();
-        let mut done: Vec<TensorId> = vec![tensor];
         let mut stack = vec![tensor];
-        let mut ops = 0usize;
         while let Some(t) = stack.pop() {
             let producer = lives.tensors[t.index()].producer? as usize;
-            ops += 1;
-            if ops > MAX_CASCADE_OPS {
-                return None;
-            }
+            *ops_left = ops_left.checked_sub(1)?;
             seconds += self.op_s[producer];
             for &input in &workload.ops[producer].inputs {
                 if done.contains(&input) {
@@ -864,9 +936,16 @@ impl Choices {
         }
         if allowed.recompute && life.recomputable {
             if let Some(gap) = life.gap {
-                if let Some((cost_s, hbm_add, copies_in)) =
-                    self.recomputation(workload, lives, tensor.id, gap.before)
-                {
+                let mut ops_left = MAX_CASCADE_OPS;
+                let mut done = vec![tensor.id];
+                if let Some((cost_s, hbm_add, copies_in)) = self.recomputation(
+                    workload,
+                    lives,
+                    tensor.id,
+                    gap.before,
+                    &mut done,
+                    &mut ops_left,
+                ) {
                     out.push(Choice {
                         fate: Fate::Recompute,
                         lag: 0,
@@ -1091,6 +1170,110 @@ mod tests {
             choices.congestion(&entries[..2], &[halo(225_000_000)], &profile),
             None
         );
+    }
+
+    /// Step 0 makes `a` from the input `x`, step 1 `b` from `a`, steps
+    /// 2-5 a chain from `b`; step 6 reads `b` again and step 7 `a`. So a
+    /// recomputation of `b` before step 6 reads `a` there, in its gap.
+    fn cascading() -> (Workload, Lifetimes, Profile, [TensorId; 2]) {
+        let mut w = Workload::new("cascading");
+        let x = w.add_tensor("x", 1 << 20, TensorKind::Input, Some(Tier::Host));
+        let a = w.add_tensor("a", 2 << 20, TensorKind::Activation, None);
+        let b = w.add_tensor("b", 4 << 20, TensorKind::Activation, None);
+        // An operator of 1 ms reading `inputs` into `output`, or into a
+        // new 1 MiB tensor.
+        let op = |w: &mut Workload, inputs: Vec<TensorId>, output: Option<TensorId>| {
+            let step = w.ops.len();
+            let output = output.unwrap_or_else(|| {
+                w.add_tensor(format!("c{step}"), 1 << 20, TensorKind::Activation, None)
+            });
+            w.add_op(
+                format!("op{step}"),
+                OpKind::Generic,
+                Phase::Forward,
+                inputs,
+                vec![output],
+                Cost::seconds(1e-3),
+            );
+            output
+        };
+        op(&mut w, vec![x], Some(a));
+        let mut last = op(&mut w, vec![a], Some(b));
+        for _ in 2..6 {
+            last = op(&mut w, vec![last], None);
+        }
+        last = op(&mut w, vec![last, b], None);
+        op(&mut w, vec![last, a], None);
+        let profile = Profile::from_json(
+            include_str!("../../../profiles/a100-80g.json"),
+            "a100-80g.json",
+        )
+        .unwrap();
+        let lives = Lifetimes::compute(&w);
+        (w, lives, profile, [a, b])
+    }
+
+    #[test]
+    fn a_recomputation_is_charged_the_cascade_of_an_input_recomputed_there() {
+        let (workload, lives, profile, [a, b]) = cascading();
+        let choices = Choices::build(&workload, &lives, &profile, FateSet::ALL);
+        let recompute = |choices: &Choices, t: TensorId| {
+            choices.options[t.index()]
+                .iter()
+                .find(|c| c.fate == Fate::Recompute)
+                .cloned()
+                .expect("a recompute choice")
+        };
+        let alone = recompute(&choices, b);
+        // `b` re-run before step 6 reads `a`, which its baseline keeps:
+        // copied in where away, re-run (from `x`) where recomputed.
+        assert_eq!(alone.copies_in, vec![(a.0, item(6))]);
+        let mut fates = choices.baseline.clone();
+        fates[b.index()] = Fate::Recompute;
+        assert!(
+            choices
+                .cascades_charged(&workload, &lives, &fates)
+                .is_none(),
+            "`a` is kept"
+        );
+        fates[a.index()] = Fate::OffloadHost;
+        assert!(
+            choices
+                .cascades_charged(&workload, &lives, &fates)
+                .is_none(),
+            "`a` is copied in"
+        );
+        fates[a.index()] = Fate::Recompute;
+        let (charged, chosen_s) = choices
+            .cascades_charged(&workload, &lives, &fates)
+            .expect("`a` is re-run for `b`");
+        // `a`'s producer, step 0, re-run for `b`.
+        assert_eq!(chosen_s, choices.op_s[0]);
+        let with = recompute(&charged, b);
+        assert_eq!(with.cost_s, alone.cost_s + chosen_s);
+        // What the schedule re-runs before step 6 is what is charged.
+        let shifts = vec![super::super::schedule::Shift::default(); fates.len()];
+        let schedule = super::super::schedule::build(&workload, &lives, fates, &shifts).unwrap();
+        let rerun: f64 = schedule
+            .entries
+            .iter()
+            .filter(|e| e.action == Action::Recompute && e.done_before_step == 6)
+            .map(|e| choices.op_s[e.op.unwrap().index()])
+            .sum();
+        assert_eq!(rerun, with.cost_s);
+        // And the device holds what the charged choice adds there: `b`'s
+        // re-run reads `a`, whose re-run reads `x`.
+        let added = |c: &Choice| -> u64 {
+            c.hbm_add
+                .iter()
+                .filter(|&&(s, e, _)| s <= item(6) && item(6) < e)
+                .map(|&(_, _, bytes)| bytes)
+                .sum()
+        };
+        assert_eq!(added(&alone), workload.tensor(a).bytes);
+        assert_eq!(added(&with), added(&alone) + (1 << 20));
+        // `a`'s own recomputation, before step 7, is its own choice's.
+        assert_eq!(recompute(&charged, a), recompute(&choices, a));
     }
 
     #[test]
