@@ -613,7 +613,10 @@ impl Choices {
     /// for it too, and in turn those of its inputs that `fates` recompute
     /// there (a cascade). The seconds of those operators and the device
     /// bytes of their inputs, which the choice alone does not count, are
-    /// added to it. With them, the seconds added to the recomputations
+    /// added to it (each tensor once per recomputation; the schedule makes
+    /// one present once a step for all of that step's recomputations, and
+    /// the copies in a cascade reads are counted in bytes, not in link
+    /// seconds). With them, the seconds added to the recomputations
     /// `fates` choose, each cascade as often as one reads it. `None` where
     /// `fates` make no cascade.
     pub fn cascades_charged(
@@ -635,29 +638,30 @@ impl Choices {
                 if choice.fate != Fate::Recompute || !choice.copies_in.iter().any(|&c| rerun(c)) {
                     continue;
                 }
+                // (A recompute choice has a gap and a recomputation within
+                // the bound: both are there.)
                 let tensor = TensorId(t as u32);
                 let Some(step) = lives.tensors[t].gap.map(|g| g.before) else {
                     continue;
                 };
-                // The recomputation as the choice counts it, then the
-                // cascades, each tensor once, as the schedule makes each
-                // present once a step, within its bound on operators.
+                // The recomputation again, as the choice counts it, for
+                // the tensors it counted and the operators it took; then
+                // the cascades within the same bound. `done` is shared,
+                // so each tensor is counted once for this recomputation.
                 let mut ops_left = MAX_CASCADE_OPS;
                 let mut done = vec![tensor];
-                let Some((_, _, first)) =
+                let Some((_, _, mut reads)) =
                     self.recomputation(workload, lives, tensor, step, &mut done, &mut ops_left)
                 else {
                     continue;
                 };
                 let (mut seconds, mut adds) = (0.0, Vec::new());
-                let mut reads = first;
-                let mut rerun_done: Vec<u32> = Vec::new();
                 while let Some((u, slot)) = reads.pop() {
-                    if rerun_done.contains(&u) || !rerun((u, slot)) {
+                    if !rerun((u, slot)) {
                         continue;
                     }
-                    rerun_done.push(u);
-                    // Past the bound the schedule cannot build it either.
+                    // Past the bound the schedule cannot build it and
+                    // keeps the tensor instead: left uncharged.
                     let id = TensorId(u);
                     if let Some((more_s, more_adds, more_reads)) =
                         self.recomputation(workload, lives, id, step, &mut done, &mut ops_left)
@@ -973,6 +977,20 @@ mod tests {
     use crate::plan::Stream;
     use crate::workload::{Cost, OpKind, Phase};
 
+    /// Adds an operator of 1 ms, named by its step, reading `inputs` into
+    /// `output`.
+    fn op_1ms(w: &mut Workload, inputs: Vec<TensorId>, output: TensorId) {
+        let step = w.ops.len();
+        w.add_op(
+            format!("op{step}"),
+            OpKind::Generic,
+            Phase::Forward,
+            inputs,
+            vec![output],
+            Cost::seconds(1e-3),
+        );
+    }
+
     /// `steps` steps of 1 ms in a chain: step 0 makes `first`, each later
     /// step reads the one before it, and step `at` reads `reads` too. With
     /// the workload's lifetimes and the a100-80g profile.
@@ -983,17 +1001,7 @@ mod tests {
         at: u32,
         reads: &[TensorId],
     ) -> (Workload, Lifetimes, Profile) {
-        let op = |w: &mut Workload, step: u32, inputs: Vec<TensorId>, output: TensorId| {
-            w.add_op(
-                format!("op{step}"),
-                OpKind::Generic,
-                Phase::Forward,
-                inputs,
-                vec![output],
-                Cost::seconds(1e-3),
-            );
-        };
-        op(&mut w, 0, Vec::new(), first);
+        op_1ms(&mut w, Vec::new(), first);
         let mut last = first;
         for step in 1..steps {
             let next = w.add_tensor(format!("c{step}"), 1 << 20, TensorKind::Activation, None);
@@ -1001,7 +1009,7 @@ mod tests {
             if step == at {
                 inputs.extend(reads);
             }
-            op(&mut w, step, inputs, next);
+            op_1ms(&mut w, inputs, next);
             last = next;
         }
         let profile = Profile::from_json(
@@ -1187,14 +1195,7 @@ mod tests {
             let output = output.unwrap_or_else(|| {
                 w.add_tensor(format!("c{step}"), 1 << 20, TensorKind::Activation, None)
             });
-            w.add_op(
-                format!("op{step}"),
-                OpKind::Generic,
-                Phase::Forward,
-                inputs,
-                vec![output],
-                Cost::seconds(1e-3),
-            );
+            op_1ms(w, inputs, output);
             output
         };
         op(&mut w, vec![x], Some(a));
@@ -1230,19 +1231,11 @@ mod tests {
         assert_eq!(alone.copies_in, vec![(a.0, item(6))]);
         let mut fates = choices.baseline.clone();
         fates[b.index()] = Fate::Recompute;
-        assert!(
-            choices
-                .cascades_charged(&workload, &lives, &fates)
-                .is_none(),
-            "`a` is kept"
-        );
-        fates[a.index()] = Fate::OffloadHost;
-        assert!(
-            choices
-                .cascades_charged(&workload, &lives, &fates)
-                .is_none(),
-            "`a` is copied in"
-        );
+        for (fate, why) in [(Fate::Retain, "kept"), (Fate::OffloadHost, "copied in")] {
+            fates[a.index()] = fate;
+            let charged = choices.cascades_charged(&workload, &lives, &fates);
+            assert!(charged.is_none(), "`a` is {why}");
+        }
         fates[a.index()] = Fate::Recompute;
         let (charged, chosen_s) = choices
             .cascades_charged(&workload, &lives, &fates)
