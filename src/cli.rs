@@ -2337,6 +2337,18 @@ fn write_summary(
             format_bytes(budget)
         )?;
     }
+    // What the hbm peak holds beside the tensors.
+    let definition = &plan.workload.definition;
+    let scratch = definition.ops.iter().max_by_key(|op| op.scratch_bytes);
+    if let Some(op) = scratch.filter(|op| op.scratch_bytes > 0 || definition.resident_bytes > 0) {
+        writeln!(
+            out,
+            "scratch   in hbm beside the tensors: {} resident, and up to {} while an operator runs ({})",
+            format_bytes(definition.resident_bytes),
+            format_bytes(op.scratch_bytes),
+            op.name
+        )?;
+    }
     let counts: Vec<String> = plan
         .fate_counts()
         .into_iter()

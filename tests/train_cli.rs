@@ -709,7 +709,7 @@ fn a_plan_s_sweep_is_trained_and_auto_says_what_it_chose() {
     // has a transposed aggregation to sweep (`b1`): at these budgets the
     // sweeps taken include it, and the plans saved, recording them, train.
     let wide = "planted:nodes=600,classes=4,features=64,val=100,test=200,seed=2";
-    for (budget, devices) in [("25%", "1"), ("30%", "2")] {
+    for (budget, devices) in [("45%", "1"), ("50%", "2")] {
         let saved = dir.join(format!("wide-{devices}.json"));
         let args = [
             &["train", "--graph", wide, "--epochs", "1", "--json"][..],

@@ -24,7 +24,7 @@
 
 use crate::blocks::{BlockCounts, MAX_PARTITIONS};
 use crate::workload::{ComputeClass, Cost, OpKind, Phase, TensorId, TensorKind, Workload};
-use crate::{Error, Result, Tier};
+use crate::{scratch, Error, Result, Tier};
 
 /// Bytes of an f32 element.
 const F32: u64 = 4;
@@ -979,9 +979,78 @@ impl<'a> Builder<'a> {
                 ),
             );
         }
+        let largest_transpose = (0..self.w.ops.len())
+            .filter(|&k| self.w.ops[k].cost.transpose_edges > 0)
+            .filter_map(|k| self.op_shape(k))
+            .map(|(_, shape)| scratch::transpose(shape.src_rows, shape.edges) + 8 * shape.src_rows)
+            .max()
+            .unwrap_or(0);
         keep_transposes(&mut self.w);
+        self.count_scratch(largest_transpose);
         self.w.validate()?;
         Ok(self.w)
+    }
+
+    /// Sets each operator's [`crate::workload::Op::scratch_bytes`] and the
+    /// workload's resident bytes ([`scratch`]): `largest_transpose` is the
+    /// largest transpose any operator builds, with its build's counts.
+    fn count_scratch(&mut self, largest_transpose: u64) {
+        for k in 0..self.w.ops.len() {
+            let Some((base, shape)) = self.op_shape(k) else {
+                continue;
+            };
+            let gat = self.spec.model == GnnModel::Gat;
+            let layer = name_tag(&self.w.ops[k].name, 'l').unwrap_or(self.spec.layers);
+            let projects_first = !gat && self.spec.projects_first(layer);
+            self.w.ops[k].scratch_bytes = scratch::op_bytes(&base, gat, projects_first, &shape);
+        }
+        self.w.resident_bytes = scratch::resident_bytes(self.blocks.nodes, largest_transpose);
+    }
+
+    /// Operator `k`'s name before `[` and what its temporaries depend on
+    /// (`None`: a name the builder does not give).
+    fn op_shape(&self, k: usize) -> Option<(String, scratch::OpShape)> {
+        let op = &self.w.ops[k];
+        let base = op.name.split('[').next()?.to_string();
+        let tag = |key| name_tag(&op.name, key);
+        let layer = tag('l').unwrap_or(self.spec.layers);
+        let p = tag('p')?;
+        // The block (i, j): destination i, source j.
+        let (i, j) = match (tag('s'), tag('d')) {
+            (Some(s), _) => (p, s),
+            (None, Some(d)) => (d, p),
+            (None, None) => (p, p),
+        };
+        let (d_in, d_out) = self.spec.layer_dims(layer);
+        let rows = self.rows(p);
+        let out_bytes = op.outputs.first().map_or(0, |&t| self.w.tensor(t).bytes);
+        let width = match base.as_str() {
+            "agg" | "agg_bwd" => out_bytes / (rows.max(1) * F32),
+            "loss" => self.spec.classes as u64,
+            _ => d_out,
+        };
+        let edges = match base.as_str() {
+            "edge_softmax" => (0..self.parts).map(|s| self.edges(p, s)).max().unwrap_or(0),
+            _ => self.edges(i, j),
+        };
+        let dropout = self.spec.dropout > 0.0;
+        Some((
+            base,
+            scratch::OpShape {
+                rows,
+                src_rows: self.rows(j),
+                edges,
+                width,
+                d_in,
+                d_out,
+                heads: self.spec.layer_heads(layer),
+                weight_bytes: self.spec.weight_bytes(layer),
+                drops_input: dropout && layer == 1,
+                drops_attention: dropout && self.spec.model == GnnModel::Gat,
+                builds_transpose: op.cost.transpose_edges > 0,
+                halo: i != j,
+            },
+        ))
     }
 
     /// Layer `l`'s forward aggregation of the row partitions `rows_of`
@@ -1869,6 +1938,15 @@ struct Layer {
     output: Vec<TensorId>,
 }
 
+/// The number after `key` in an operator's name: the `s` of
+/// `agg[l1,p2,s3]` is 3.
+fn name_tag(name: &str, key: char) -> Option<u32> {
+    let inner = name.split_once('[')?.1.strip_suffix(']')?;
+    inner
+        .split(',')
+        .find_map(|field| field.strip_prefix(key)?.parse().ok())
+}
+
 /// Zeroes the transpose of every transposing operator (a positive
 /// [`Cost::transpose_edges`]) whose previous one in the iteration, counted
 /// cyclically since the iterations follow one another, read the same block
@@ -1899,9 +1977,7 @@ mod tests {
     /// The number a name gives after `key`: the partition `s` of
     /// `agg[l1,p2,s3]` is 3.
     fn name_field(name: &str, key: char) -> u32 {
-        let inner = &name[name.find('[').unwrap() + 1..name.len() - 1];
-        let field = inner.split(',').find(|f| f.starts_with(key)).unwrap();
-        field[1..].parse().unwrap()
+        name_tag(name, key).unwrap()
     }
 
     fn spec(model: GnnModel) -> GnnSpec {
@@ -1968,9 +2044,13 @@ mod tests {
                 &blocks,
             )
             .unwrap();
+            // Dropout's scratch (a dropped slab, dropped attention
+            // weights) comes on top of the same operators' without it.
             let mut unmasked = w.clone();
-            for op in &mut unmasked.ops {
+            for (op, plain) in unmasked.ops.iter_mut().zip(&none.ops) {
                 op.cost.masked = 0;
+                assert!(op.scratch_bytes >= plain.scratch_bytes, "{}", op.name);
+                op.scratch_bytes = plain.scratch_bytes;
             }
             assert_eq!(none.to_json(), unmasked.to_json(), "{model:?} {order:?}");
         }

@@ -18,6 +18,7 @@ pub mod plan;
 pub mod planner;
 pub mod policy;
 pub mod profile;
+pub mod scratch;
 pub mod sizing;
 pub mod units;
 pub mod workload;

@@ -536,6 +536,9 @@ fn greedy(
     for (tensor, &fate) in fates.iter().enumerate() {
         tiers.apply(workload, lives, tensor, fate, 1);
     }
+    for (start, end, bytes) in cost::held_beside_tensors(workload) {
+        tiers.hbm.add(start, end, bytes as i128);
+    }
     sweep(
         workload,
         lives,

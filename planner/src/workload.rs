@@ -284,6 +284,13 @@ pub struct Op {
     pub inputs: Vec<TensorId>,
     pub outputs: Vec<TensorId>,
     pub cost: Cost,
+    /// Device bytes the operator's kernels allocate while it runs, beyond
+    /// its inputs and outputs (masks, slabs, segment sums, a transpose
+    /// being built): held at its step, and at each recomputation of it,
+    /// beside the tensors. The GNN builder counts the most either
+    /// backend allocates ([`crate::gnn`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub scratch_bytes: u64,
 }
 
 /// One training iteration: tensors and operators in execution order.
@@ -294,6 +301,11 @@ pub struct Workload {
     pub name: String,
     pub tensors: Vec<Tensor>,
     pub ops: Vec<Op>,
+    /// Device bytes the runtime holds for the whole iteration beside the
+    /// tensors (the GNN's label masks, a kept transpose): held at every
+    /// step.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub resident_bytes: u64,
 }
 
 impl Workload {
@@ -304,6 +316,7 @@ impl Workload {
             name: name.into(),
             tensors: Vec::new(),
             ops: Vec::new(),
+            resident_bytes: 0,
         }
     }
 
@@ -346,6 +359,7 @@ impl Workload {
             inputs,
             outputs,
             cost,
+            scratch_bytes: 0,
         });
         id
     }
@@ -444,6 +458,15 @@ impl Workload {
                 ),
             ));
         }
+        if self.resident_bytes > MAX_TENSOR_BYTES {
+            return Err(Error::invalid(
+                format!("workload {:?} field resident_bytes", self.name),
+                format!(
+                    "{} is over the most it may hold, {MAX_TENSOR_BYTES} (1 PiB)",
+                    self.resident_bytes
+                ),
+            ));
+        }
         let mut producer: Vec<Option<u32>> = vec![None; self.tensors.len()];
         for (step, op) in self.ops.iter().enumerate() {
             let context = || format!("operator {step} ({:?})", op.name);
@@ -462,6 +485,16 @@ impl Workload {
                     format!(
                         "cost.flops {:e} must be finite, not negative and at most {MAX_OP_FLOPS:e}",
                         op.cost.flops
+                    ),
+                ));
+            }
+            if op.scratch_bytes > MAX_TENSOR_BYTES {
+                return Err(Error::invalid(
+                    context(),
+                    format!(
+                        "scratch_bytes {} is over the most an operator may hold, \
+                         {MAX_TENSOR_BYTES} (1 PiB)",
+                        op.scratch_bytes
                     ),
                 ));
             }

@@ -282,6 +282,7 @@ mod tests {
             inputs: vec![],
             outputs: vec![],
             cost: Cost::work(0.0, bytes, ComputeClass::Sparse),
+            scratch_bytes: 0,
         };
         let ops = [
             op(0, "agg[l1,p0]", 1 << 30),

@@ -72,13 +72,16 @@ fn run(
     Ok(report)
 }
 
-/// Trains `dataset` with every forced fate and a mixed plan at a quarter of
-/// the retain-all peak; every run must match retain-all bit for bit.
+/// Trains `dataset` with every forced fate and a mixed plan at two fifths
+/// of the retain-all peak (a quarter, until the operators' scratch was
+/// counted: on Cora the first layer's dropped input takes a slab as large
+/// as a partition's features); every run must match retain-all bit for
+/// bit.
 fn same_model_whatever_the_plan(dataset: &Dataset, hyper: Hyper, partitions: u32, epochs: u32) {
     let prepared = train::prepare(dataset.clone(), &hyper, partitions).unwrap();
     let retain = make_plan(&prepared, Policy::RetainAll, roomy()).unwrap();
-    let quarter = Budgets {
-        hbm_bytes: retain.predicted.peak_bytes.hbm / 4,
+    let tight = Budgets {
+        hbm_bytes: retain.predicted.peak_bytes.hbm / 5 * 2,
         ..roomy()
     };
     let reference = run(dataset, hyper, partitions, retain, epochs, None).unwrap();
@@ -90,9 +93,9 @@ fn same_model_whatever_the_plan(dataset: &Dataset, hyper: Hyper, partitions: u32
         make_plan(&prepared, Policy::OffloadSsdAll, roomy()).unwrap(),
         make_plan(&prepared, Policy::RecomputeAll, roomy()).unwrap(),
     ];
-    match make_plan(&prepared, Policy::Dp, quarter) {
+    match make_plan(&prepared, Policy::Dp, tight) {
         Ok(mixed) => plans.push(mixed),
-        Err(error) => panic!("no plan at a quarter of the retain-all peak: {error}"),
+        Err(error) => panic!("no plan at two fifths of the retain-all peak: {error}"),
     }
     for p in plans {
         let policy = p.policy.clone();

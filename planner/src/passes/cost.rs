@@ -107,6 +107,18 @@ pub fn slot_count(steps: u32) -> u32 {
     boundary(steps) + 1
 }
 
+/// What the runtime holds on the device beside the tensors, as `[start,
+/// end)` slots and bytes: the workload's resident bytes throughout, and
+/// each operator's scratch at its item.
+pub fn held_beside_tensors(workload: &Workload) -> impl Iterator<Item = (usize, usize, u64)> + '_ {
+    let slots = slot_count(workload.ops.len() as u32) as usize;
+    let scratch = workload.ops.iter().enumerate().map(|(step, op)| {
+        let at = item(step as u32) as usize;
+        (at, at + 1, op.scratch_bytes)
+    });
+    std::iter::once((0, slots, workload.resident_bytes)).chain(scratch)
+}
+
 /// One way to treat a tensor, with what it costs and what it frees.
 ///
 /// Steps are the workload's operator indices; memory intervals are in
@@ -253,7 +265,8 @@ pub struct Choices {
     pub baseline: Vec<Fate>,
     /// Per tensor, choices other than the baseline (empty: no choice).
     pub options: Vec<Vec<Choice>>,
-    /// Device bytes per slot with every tensor at its baseline.
+    /// Device bytes per slot with every tensor at its baseline, with the
+    /// workload's resident bytes and each operator's scratch at its item.
     pub base_hbm: Vec<u64>,
     /// Whether copies between the device and host are made by the cores
     /// that compute (a CPU device, [`copies_use_compute`]).
@@ -596,6 +609,10 @@ impl Choices {
             };
             choices.options.push(options);
         }
+        for (start, end, bytes) in held_beside_tensors(workload) {
+            delta[start] += bytes as i128;
+            delta[end] -= bytes as i128;
+        }
         let mut running = 0i128;
         choices.base_hbm = delta[..slots as usize]
             .iter()
@@ -785,6 +802,8 @@ impl Choices {
     ) -> Option<(f64, Vec<HbmAdd>, Vec<CopyIn>)> {
         let mut seconds = 0.0;
         let mut transient = 0u64;
+        // The re-run operators' scratch, one at a time.
+        let mut scratch = 0u64;
         let mut adds = Vec::new();
         let mut copies_in = Vec::new();
         let mut stack = vec![tensor];
@@ -792,6 +811,7 @@ impl Choices {
             let producer = lives.tensors[t.index()].producer? as usize;
             *ops_left = ops_left.checked_sub(1)?;
             seconds += self.op_s[producer];
+            scratch = scratch.max(workload.ops[producer].scratch_bytes);
             for &input in &workload.ops[producer].inputs {
                 if done.contains(&input) {
                     continue;
@@ -831,8 +851,8 @@ impl Choices {
                 }
             }
         }
-        if transient > 0 {
-            adds.push((item(step), boundary(step + 1), transient));
+        if transient + scratch > 0 {
+            adds.push((item(step), boundary(step + 1), transient + scratch));
         }
         Some((seconds, adds, copies_in))
     }

@@ -244,6 +244,35 @@ impl Occupancy {
         }
     }
 
+    /// Adds what the runtime holds on the device beside the tensors: the
+    /// workload's resident bytes at every slot, and each operator's scratch
+    /// at its item, a recomputation's included.
+    pub fn add_scratch(
+        &mut self,
+        workload: &Workload,
+        schedule: &[ScheduleEntry],
+        timeline: &Timeline,
+    ) {
+        let device = &mut self.bytes.hbm;
+        if workload.resident_bytes > 0 {
+            for value in device.iter_mut() {
+                *value += workload.resident_bytes;
+            }
+        }
+        for (position, item) in timeline.items.iter().enumerate() {
+            let op = match *item {
+                Item::Op(step) => &workload.ops[step as usize],
+                Item::Recompute(index) => match schedule[index].op {
+                    Some(op) => workload.op(op),
+                    None => continue,
+                },
+            };
+            if let Some(value) = device.get_mut(item_slot(position)) {
+                *value += op.scratch_bytes;
+            }
+        }
+    }
+
     /// Highest bytes per tier over every slot (boundaries included) of
     /// `slots`.
     pub fn max_over(&self, tier: Tier, slots: std::ops::Range<usize>) -> u64 {

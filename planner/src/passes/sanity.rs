@@ -380,6 +380,8 @@ impl<'a> Replay<'a> {
         let workload = &plan.workload.definition;
         let n = workload.tensors.len();
         let mut used = PerTier::<u64>::default();
+        // What the runtime holds for the whole run beside the tensors.
+        used.hbm += workload.resident_bytes;
         let mut persistent = vec![false; n];
         for (tensor, &fate) in workload.tensors.iter().zip(fates) {
             if fate == Fate::Resident {
@@ -483,8 +485,7 @@ impl<'a> Replay<'a> {
                     let op = self.workload.op(entry.op.expect("checked"));
                     self.execute(
                         step,
-                        &op.inputs,
-                        &op.outputs,
+                        op,
                         &format!("recomputation of {:?}", self.name(entry.tensor.index())),
                     )?;
                 }
@@ -506,12 +507,7 @@ impl<'a> Replay<'a> {
                 }
                 Event::Op(s) => {
                     let op = &self.workload.ops[s as usize];
-                    self.execute(
-                        step,
-                        &op.inputs,
-                        &op.outputs,
-                        &format!("operator {:?}", op.name),
-                    )?;
+                    self.execute(step, op, &format!("operator {:?}", op.name))?;
                 }
             }
         }
@@ -642,14 +638,10 @@ impl<'a> Replay<'a> {
         Ok(())
     }
 
-    fn execute(
-        &mut self,
-        step: u32,
-        inputs: &[crate::TensorId],
-        outputs: &[crate::TensorId],
-        what: &str,
-    ) -> Result<()> {
-        let inputs = distinct(inputs);
+    /// Runs `op` at `step`: its inputs must be on the device and ready;
+    /// its outputs and its scratch are counted while it runs.
+    fn execute(&mut self, step: u32, op: &crate::workload::Op, what: &str) -> Result<()> {
+        let (inputs, outputs) = (distinct(&op.inputs), &op.outputs);
         for &input in &inputs {
             let t = input.index();
             if self.persistent[t] {
@@ -698,7 +690,16 @@ impl<'a> Replay<'a> {
             });
             self.used.hbm += self.bytes(t);
         }
-        self.account(step, &format!("during {what}"))?;
+        self.used.hbm += op.scratch_bytes;
+        let during = match op.scratch_bytes {
+            0 => format!("during {what}"),
+            bytes => format!(
+                "during {what}, with its {} of scratch",
+                units::count(bytes, "byte")
+            ),
+        };
+        self.account(step, &during)?;
+        self.used.hbm -= op.scratch_bytes;
 
         for &input in &inputs {
             let t = input.index();

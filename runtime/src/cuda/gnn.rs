@@ -2201,6 +2201,17 @@ impl Backend for CudaGnn {
 mod tests {
     use super::*;
 
+    /// The planner counts each operator's scratch with these constants
+    /// (`fateplan_planner::scratch`): they must be the kernels' own.
+    #[test]
+    fn the_planner_counts_scratch_with_the_kernels_constants() {
+        use fateplan_planner::scratch;
+        assert_eq!(SEGMENT_EDGES, scratch::SEGMENT_EDGES);
+        assert_eq!(CARRY_BYTES, scratch::CARRY_BYTES);
+        assert_eq!(PROJECT_SLAB_BYTES as u64, scratch::PROJECT_SLAB_BYTES);
+        assert_eq!(fateplan_kernels::REDUCE_ROWS as u64, scratch::REDUCE_ROWS);
+    }
+
     #[test]
     fn segments_hold_256_edges_unless_their_sums_would_pass_the_carry_bytes() {
         assert_eq!(segments(0, 64), (256, 0));

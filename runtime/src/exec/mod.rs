@@ -409,6 +409,13 @@ impl<B: Backend> Executor<B> {
 
     fn place_externals(&mut self) -> Result<(), ExecError> {
         let plan = self.plan.clone();
+        // What the backend holds for the whole run beside the tensors.
+        let resident = plan.workload.definition.resident_bytes;
+        if resident > 0 {
+            self.arenas
+                .hbm
+                .charge(resident, "the backend's resident bytes")?;
+        }
         for &(tier, tensor, bytes, _) in &self.persistent {
             self.arenas
                 .get_mut(tier)
@@ -569,7 +576,15 @@ impl<B: Backend> Executor<B> {
             };
             let step = self.timeline.step_of[position];
             let start_s = self.clock.elapsed().as_secs_f64();
-            self.compute(step, position, op, keep, &mut report.wait_s)?;
+            // The operator's kernels take their scratch while it runs.
+            if op.scratch_bytes > 0 {
+                let what = format!("scratch of {}", op.name);
+                self.arenas.hbm.charge(op.scratch_bytes, &what)?;
+                self.compute(step, position, op, keep, &mut report.wait_s)?;
+                self.arenas.hbm.release(op.scratch_bytes, &what)?;
+            } else {
+                self.compute(step, position, op, keep, &mut report.wait_s)?;
+            }
             let span = Span {
                 start_s,
                 end_s: self.clock.elapsed().as_secs_f64(),

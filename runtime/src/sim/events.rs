@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 
 use fateplan_planner::plan::{Action, Budgets, Fate, Plan, Stream};
 use fateplan_planner::profile::{DeviceKind, Profile};
-use fateplan_planner::workload::{TensorKind, Workload};
+use fateplan_planner::workload::{Op, TensorKind, Workload};
 use fateplan_planner::{Error as PlanError, Tier};
 
 use super::flows::{Fluid, Link, LINKS};
@@ -567,6 +567,12 @@ impl<'a> Engine<'a> {
     /// on the device, streamed inputs on their tier, SSD staging buffers.
     fn start(&mut self) {
         let at = self.context(0);
+        // What the runtime holds for the whole run beside the tensors.
+        let resident = self.workload.resident_bytes;
+        if resident > 0 {
+            self.tiers
+                .alloc(0.0, Tier::Hbm, resident, "the backend's resident bytes", at);
+        }
         for (index, tensor) in self.workload.tensors.iter().enumerate() {
             let fate = self.plan.tensors[index].fate;
             if self.prepared.persistent[index] {
@@ -754,13 +760,12 @@ impl<'a> Engine<'a> {
                 TouchKind::OffloadIssue => unreachable!("items do not issue offloads"),
             }
         }
-        let op = match item {
-            Item::Op(s) => &self.workload.ops[s as usize],
-            Item::Recompute(index) => {
-                let op = self.plan.schedule[index as usize].op.expect("checked");
-                self.workload.op(op)
-            }
-        };
+        let op = self.item_op(item);
+        if op.scratch_bytes > 0 {
+            let at = self.context(step);
+            let what = format!("scratch of {}", op.name);
+            self.tiers.alloc(t, Tier::Hbm, op.scratch_bytes, &what, at);
+        }
         let seconds = model::op_seconds(op, &self.profile.device) * self.jitter.factor();
         // Full speed; `share_cores` slows it if copies share the cores.
         self.compute = Compute::Running {
@@ -817,11 +822,25 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// The operator an item runs (a recomputation's, its producer).
+    fn item_op(&self, item: Item) -> &'a Op {
+        let workload: &'a Workload = self.workload;
+        match item {
+            Item::Op(s) => &workload.ops[s as usize],
+            Item::Recompute(index) => {
+                let op = self.plan.schedule[index as usize].op.expect("checked");
+                workload.op(op)
+            }
+        }
+    }
+
     fn end_item(&mut self, t: f64) {
         let Compute::Running { item: k, start, .. } = self.compute else {
             unreachable!("only a running item ends");
         };
         let item = self.prepared.items[k as usize];
+        let scratch = self.item_op(item).scratch_bytes;
+        self.tiers.free(t, Tier::Hbm, scratch);
         match item {
             Item::Op(_) => self.compute_s += t - start,
             Item::Recompute(_) => self.recompute_s += t - start,
