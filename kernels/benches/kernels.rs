@@ -6,6 +6,8 @@
 //! `spmm_dropout_per_edge` is the masked gather that hashes the mask again
 //! per edge (before the mask workspace), to compare with `spmm_dropout`;
 //! `spmm_t_stored` is `spmm_t` as a gather over a stored transpose.
+//! `weight_grad_1m_128` is a weight gradient over 1,048,576 rows, more
+//! chunks than a reduction holds at once (`REDUCE_GROUP`).
 //! `matmul_bwd_4096` is a weight gradient whose rows are 4 KiB apart
 //! (1,024 features) or not (1,023).
 //! `projection_677x16` is a first layer's projection and weight
@@ -224,6 +226,31 @@ fn linear_bwd_200k_128(bencher: Bencher, d_out: usize) {
                 &mut dw,
                 &mut [Some(&mut dx)],
                 Write::Overwrite,
+            )
+            .unwrap()
+        });
+}
+
+/// Rows of a weight gradient over more chunks than a reduction holds at
+/// once: 4 groups of `REDUCE_GROUP` chunks.
+const MANY_ROWS: usize = 4 * fateplan_kernels::REDUCE_GROUP * fateplan_kernels::REDUCE_ROWS;
+
+/// The weight gradient alone over [`MANY_ROWS`] rows, 128 -> 128, plain
+/// and through dropout (a first layer's input).
+#[divan::bench(sample_count = 10, args = [false, true])]
+fn weight_grad_1m_128(bencher: Bencher, dropped: bool) {
+    let x = values(MANY_ROWS * WIDTH, 1);
+    let w = values(WIDTH * WIDTH, 2);
+    let dz = values(MANY_ROWS * WIDTH, 3);
+    let mut dw = vec![0.0f32; w.len()];
+    let dropout = Dropout::new(if dropped { 0.5 } else { 0.0 }, 7, 1).unwrap();
+    bencher
+        .counter(ItemsCount::new(2 * MANY_ROWS * WIDTH * WIDTH))
+        .bench_local(|| {
+            let keys = RowKeys::Contiguous(0);
+            let write = Write::Overwrite;
+            matmul_rows_dropped_bwd(
+                &dz, &x, MANY_ROWS, WIDTH, WIDTH, &mut dw, keys, &dropout, write,
             )
             .unwrap()
         });

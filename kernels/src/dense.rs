@@ -9,7 +9,10 @@
 //!
 //! Reductions over rows (weight and bias gradients) compute one partial
 //! per [`REDUCE_ROWS`] rows in parallel and add the partials in chunk
-//! order, so the result does not depend on the thread count. Within a
+//! order, so the result does not depend on the thread count; they take
+//! [`REDUCE_GROUP`] chunks at a time (`reduce_in_groups`), so that a
+//! weight gradient over millions of rows holds at most that many
+//! partials, not one per chunk. Within a
 //! partial, each `GRAD_ROWS` rows of a weight gradient (input features)
 //! are a task of their own: a partition of few rows and many features
 //! (a citation graph's first layer) is one partial, which would otherwise
@@ -37,14 +40,14 @@ use rayon::prelude::*;
 
 use crate::dropout::{Dropout, Mask, RowKeys};
 use crate::isa::Isa;
-use crate::{check_len, ensure, Result, Write, REDUCE_ROWS, ROW_CHUNK};
+use crate::{check_len, ensure, Result, Write, REDUCE_GROUP, REDUCE_ROWS, ROW_CHUNK};
 
 /// Rows of a weight gradient (its input features) a task computes.
 pub(crate) const GRAD_ROWS: usize = 128;
 /// Lanes of a dropped input's weight gradient ([`matmul_rows_dropped_bwd`])
 /// per [`REDUCE_ROWS`] rows: each sums the products of its own run of
 /// rows, slab after slab, into a partial of its own.
-pub(crate) const DROPPED_LANES: usize = 8;
+pub const DROPPED_LANES: usize = 8;
 /// The fewest rows a slab of [`matmul_rows_dropped_bwd`] takes (a
 /// wide input's [`rows_per_task`] is fewer): each slab adds its product
 /// onto the lane's `d_in × d_out` partial. On 677 rows of 1,433
@@ -351,42 +354,33 @@ pub fn matmul_rows_dropped_bwd<'k>(
         );
     };
     let slab = rows_per_task(d_in).max(DROPPED_SLAB_ROWS);
-    let partials: Vec<Vec<f32>> = (0..rows.div_ceil(REDUCE_ROWS))
-        .into_par_iter()
-        .map(|chunk| {
-            let r0 = chunk * REDUCE_ROWS;
-            let n = REDUCE_ROWS.min(rows - r0);
-            let per_lane = n.div_ceil(DROPPED_LANES);
-            let lanes: Vec<Vec<f32>> = (0..n.div_ceil(per_lane))
-                .into_par_iter()
-                .map(|lane| {
-                    let l0 = r0 + lane * per_lane;
-                    let l1 = (l0 + per_lane).min(r0 + n);
-                    let mut part = vec![0.0f32; d_in * d_out];
-                    let mut buf = Vec::new();
-                    for s0 in (l0..l1).step_by(slab) {
-                        let sn = slab.min(l1 - s0);
-                        let xs = dropped.copy(x, d_in, (s0, sn), &mut buf);
-                        let xs = MatRef::from_row_major_slice(xs, sn, d_in);
-                        let g = &dz[s0 * d_out..(s0 + sn) * d_out];
-                        let g = MatRef::from_row_major_slice(g, sn, d_out);
-                        let o = MatMut::from_row_major_slice_mut(&mut part, d_in, d_out);
-                        matmul(o, Accum::Add, xs.transpose(), g, 1.0f32, Par::Seq);
-                    }
-                    part
-                })
-                .collect();
-            // The lanes added in order onto the first.
-            let mut lanes = lanes.into_iter();
-            let mut sum = lanes.next().unwrap_or_else(|| vec![0.0f32; d_in * d_out]);
-            let rest: Vec<Vec<f32>> = lanes.collect();
-            let rest: Vec<&[f32]> = rest.iter().map(Vec::as_slice).collect();
-            sum_parts(&rest, &mut sum, Write::Accumulate);
-            sum
-        })
-        .collect();
-    let parts: Vec<&[f32]> = partials.iter().map(Vec::as_slice).collect();
-    sum_parts(&parts, dw, write);
+    // A chunk's lanes: (first row, rows), none past the chunk's rows.
+    let lane_rows = |chunk: usize, lane: usize| {
+        let r0 = chunk * REDUCE_ROWS;
+        let n = REDUCE_ROWS.min(rows - r0);
+        let per_lane = n.div_ceil(DROPPED_LANES);
+        let l0 = lane * per_lane;
+        (l0 < n).then(|| (r0 + l0, per_lane.min(n - l0)))
+    };
+    let chunks = rows.div_ceil(REDUCE_ROWS);
+    // Each lane's partial is held until its group is added: fewer chunks
+    // a group, so that a group holds `REDUCE_GROUP` partials.
+    let group = REDUCE_GROUP / DROPPED_LANES;
+    reduce_in_groups(chunks, group, DROPPED_LANES, dw, write, |chunk, lane| {
+        let (l0, ln) = lane_rows(chunk, lane)?;
+        let mut part = vec![0.0f32; d_in * d_out];
+        let mut buf = Vec::new();
+        for s0 in (l0..l0 + ln).step_by(slab) {
+            let sn = slab.min(l0 + ln - s0);
+            let xs = dropped.copy(x, d_in, (s0, sn), &mut buf);
+            let xs = MatRef::from_row_major_slice(xs, sn, d_in);
+            let g = &dz[s0 * d_out..(s0 + sn) * d_out];
+            let g = MatRef::from_row_major_slice(g, sn, d_out);
+            let o = MatMut::from_row_major_slice_mut(&mut part, d_in, d_out);
+            matmul(o, Accum::Add, xs.transpose(), g, 1.0f32, Par::Seq);
+        }
+        Some(part)
+    });
     Ok(())
 }
 
@@ -439,9 +433,13 @@ fn backward(
     // Weight gradients: one partial per REDUCE_ROWS rows, summed in order;
     // within one, a task per GRAD_ROWS of its rows (`x[:, c0..]ᵀ · dz`).
     let len = dw.len();
-    let partials: Vec<Vec<f32>> = (0..rows.div_ceil(REDUCE_ROWS))
-        .into_par_iter()
-        .map(|chunk| {
+    reduce_in_groups(
+        rows.div_ceil(REDUCE_ROWS),
+        REDUCE_GROUP,
+        1,
+        dw,
+        write,
+        |chunk, _| {
             let r0 = chunk * REDUCE_ROWS;
             let n = REDUCE_ROWS.min(rows - r0);
             let mut part = vec![0.0f32; len];
@@ -468,11 +466,9 @@ fn backward(
             if has_bias {
                 column_sums_seq(dz, d_out, bias);
             }
-            part
-        })
-        .collect();
-    let parts: Vec<&[f32]> = partials.iter().map(Vec::as_slice).collect();
-    sum_parts(&parts, dw, write);
+            Some(part)
+        },
+    );
     Ok(())
 }
 
@@ -537,18 +533,20 @@ fn column_sums_seq(x: &[f32], width: usize, out: &mut [f32]) {
 pub fn column_sums(x: &[f32], width: usize, out: &mut [f32], write: Write) -> Result<()> {
     let rows = crate::rows_of("column_sums", "x", x.len(), width)?;
     check_len("column_sums", "out", out.len(), width)?;
-    let partials: Vec<Vec<f32>> = (0..rows.div_ceil(REDUCE_ROWS))
-        .into_par_iter()
-        .map(|chunk| {
+    reduce_in_groups(
+        rows.div_ceil(REDUCE_ROWS),
+        REDUCE_GROUP,
+        1,
+        out,
+        write,
+        |chunk, _| {
             let r0 = chunk * REDUCE_ROWS;
             let n = REDUCE_ROWS.min(rows - r0);
             let mut part = vec![0.0f32; width];
             column_sums_seq(&x[r0 * width..(r0 + n) * width], width, &mut part);
-            part
-        })
-        .collect();
-    let parts: Vec<&[f32]> = partials.iter().map(Vec::as_slice).collect();
-    sum_parts(&parts, out, write);
+            Some(part)
+        },
+    );
     Ok(())
 }
 
@@ -583,6 +581,52 @@ pub fn add_into(x: &[f32], out: &mut [f32]) -> Result<()> {
     check_len("add_into", "x", x.len(), out.len())?;
     sum_parts(&[x], out, Write::Accumulate);
     Ok(())
+}
+
+/// `out (= or +=) sum(0) + sum(1) + … + sum(chunks - 1)`, in order, where
+/// `sum(c)` is chunk `c`'s lanes `part(c, 0) + part(c, 1) + …` added in
+/// order (`None`: no such lane; a chunk has at least its first). The
+/// lanes of `group` chunks are computed in parallel, one task each, and
+/// added onto `out` before the next group's start. Since [`sum_parts`]
+/// adds each element's terms left to right, adding group after group
+/// gives the same bits as adding every chunk at once, with at most
+/// `group · lanes` partials held.
+fn reduce_in_groups(
+    chunks: usize,
+    group: usize,
+    lanes: usize,
+    out: &mut [f32],
+    mut write: Write,
+    part: impl Fn(usize, usize) -> Option<Vec<f32>> + Sync + Send,
+) {
+    if chunks == 0 {
+        return sum_parts(&[], out, write);
+    }
+    let (group, lanes) = (group.max(1), lanes.max(1));
+    for g0 in (0..chunks).step_by(group) {
+        let g1 = (g0 + group).min(chunks);
+        let mut partials: Vec<Option<Vec<f32>>> = (g0 * lanes..g1 * lanes)
+            .into_par_iter()
+            .map(|task| part(task / lanes, task % lanes))
+            .collect();
+        // Each chunk's lanes added in order onto its first.
+        let sums: Vec<Vec<f32>> = partials
+            .chunks_mut(lanes)
+            .filter_map(|chunk| {
+                let mut chunk = chunk.iter_mut().filter_map(Option::take);
+                let mut sum = chunk.next()?;
+                let rest: Vec<Vec<f32>> = chunk.collect();
+                if !rest.is_empty() {
+                    let rest: Vec<&[f32]> = rest.iter().map(Vec::as_slice).collect();
+                    sum_parts(&rest, &mut sum, Write::Accumulate);
+                }
+                Some(sum)
+            })
+            .collect();
+        let parts: Vec<&[f32]> = sums.iter().map(Vec::as_slice).collect();
+        sum_parts(&parts, out, write);
+        write = Write::Accumulate;
+    }
 }
 
 /// `out (= or +=) parts[0] + parts[1] + …` in order; parallel over

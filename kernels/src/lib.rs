@@ -22,7 +22,8 @@
 //! Architecture invariant: results are bit-identical whatever the rayon
 //! thread count. Reductions over rows are split into chunks of a fixed
 //! number of rows ([`REDUCE_ROWS`]), never into as many pieces as there are
-//! threads, and add their per-chunk partials in chunk order. Scatters
+//! threads, and add their per-chunk partials in chunk order, at most
+//! [`REDUCE_GROUP`] partials held at once. Scatters
 //! (transposed SpMM) give each task a range of output rows and walk every
 //! edge in CSR order, so each output element sees its terms in edge order
 //! however the rows are split.
@@ -58,12 +59,20 @@ pub const ROW_CHUNK: usize = 256;
 /// Rows per partial sum in reductions over rows (weight and bias
 /// gradients, the loss). Partials are added in chunk order.
 pub const REDUCE_ROWS: usize = 4096;
+/// Chunks of [`REDUCE_ROWS`] rows whose `f32` partials a reduction holds
+/// at once: it computes a group's partials in parallel and adds them onto
+/// its result, in chunk order, before it starts the next group. The sum
+/// is the one over all partials at once, bit for bit, and the partials
+/// take at most this many times the result's bytes however many rows
+/// there are (the planner counts them so: `scratch::REDUCE_GROUP`).
+pub const REDUCE_GROUP: usize = 64;
 /// Fewest output rows per task in transposed SpMM, where every task walks
 /// all edges and keeps those whose source lies in its rows.
 pub const SCATTER_MIN_ROWS: usize = 4096;
 
 const _: () = assert!(REDUCE_ROWS.is_multiple_of(ROW_CHUNK));
 const _: () = assert!(SCATTER_MIN_ROWS > 0 && ROW_CHUNK > 0);
+const _: () = assert!(REDUCE_GROUP.is_multiple_of(dense::DROPPED_LANES));
 
 /// What can go wrong in a kernel: only bad input.
 #[derive(Debug, thiserror::Error, PartialEq)]

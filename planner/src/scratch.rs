@@ -23,6 +23,9 @@ pub const CARRY_BYTES: u64 = 64 << 20;
 pub const PROJECT_SLAB_BYTES: u64 = 64 << 20;
 /// Rows per partial sum of a column reduction (`kernels::REDUCE_ROWS`).
 pub const REDUCE_ROWS: u64 = 4096;
+/// Chunks of [`REDUCE_ROWS`] rows whose partials a CPU reduction holds at
+/// once (`kernels::REDUCE_GROUP`).
+pub const REDUCE_GROUP: u64 = 64;
 /// Rows of a task of the CPU's row-wise products: `ROW_TASK_ELEMENTS / d_in`
 /// within `ROW_TASK_MIN..=ROW_TASK_MAX` (`kernels::dense::rows_per_task`).
 pub const ROW_TASK_ELEMENTS: u64 = 32768;
@@ -100,6 +103,11 @@ fn dropped_slabs(rows: u64, d_in: u64) -> u64 {
     rows.min(cuda_rows.max(cpu_rows)) * d_in * F32
 }
 
+/// Partials a CPU reduction over `rows` rows holds at once.
+fn held_chunks(rows: u64) -> u64 {
+    chunks(rows).min(REDUCE_GROUP)
+}
+
 /// CPU tasks at once over `rows` rows: no more than the rows.
 fn tasks(rows: u64) -> u64 {
     TASKS.min(rows.max(1))
@@ -157,10 +165,15 @@ pub fn op_bytes(base: &str, gat: bool, projects_first: bool, s: &OpShape) -> u64
         }
         "node_scores_bwd" => 3 * chunks(s.rows) * s.d_out * F32,
         "linear_bwd" => {
-            let partials = chunks(s.rows) * s.weight_bytes;
+            // The CPU's weight-gradient partials: a group of chunks at a
+            // time, each chunk's lanes where the input is dropped.
+            let partials = held_chunks(s.rows) * s.weight_bytes;
             let cpu = match (gat || projects_first, s.drops_input) {
-                (true, true) => DROPPED_LANES * partials + dropped_slabs(s.rows, s.d_in),
-                (true, false) => partials + chunks(s.rows) * s.d_out * F32 + packing,
+                (true, true) => {
+                    let held = chunks(s.rows).min(REDUCE_GROUP / DROPPED_LANES);
+                    DROPPED_LANES * held * s.weight_bytes + dropped_slabs(s.rows, s.d_in)
+                }
+                (true, false) => partials + held_chunks(s.rows) * s.d_out * F32 + packing,
                 (false, _) => partials + packing,
             };
             let cuda = match (gat || projects_first, s.drops_input) {
@@ -251,6 +264,40 @@ mod tests {
             ..dropped
         };
         assert_eq!(op_bytes("linear", true, false, &wide), PROJECT_SLAB_BYTES);
+    }
+
+    /// A weight gradient's partials stop growing with the rows past a
+    /// group of chunks, dropped input or not.
+    #[test]
+    fn weight_gradient_partials_are_bounded_by_a_group() {
+        let w = (64 * 64 + 64) * 4;
+        let at = |rows: u64, drops_input: bool| {
+            let s = OpShape {
+                rows,
+                drops_input,
+                ..shape()
+            };
+            op_bytes("linear_bwd", false, false, &s)
+        };
+        // 10,000 rows: three chunks, each a partial.
+        assert_eq!(at(10_000, false), 3 * w);
+        // A hundred million rows: a group's partials, or the CUDA
+        // backend's bias partials, whichever is more.
+        let big = 100_000_000u64;
+        let cuda = big.div_ceil(REDUCE_ROWS) * 64 * 4;
+        assert_eq!(at(big, false), (REDUCE_GROUP * w).max(cuda));
+        // A projected, dropped input: eight chunks of eight lanes each,
+        // beside the slabs.
+        let s = OpShape {
+            rows: big,
+            drops_input: true,
+            ..shape()
+        };
+        let lanes = DROPPED_LANES * (REDUCE_GROUP / DROPPED_LANES) * w;
+        assert_eq!(
+            op_bytes("linear_bwd", true, false, &s),
+            (lanes + dropped_slabs(big, 64)).max(dropped_slabs(big, 64).max(cuda))
+        );
     }
 
     /// Operators that allocate nothing beyond their tensors count nothing.

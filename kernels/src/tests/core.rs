@@ -9,7 +9,7 @@ use crate::loss::*;
 use crate::optim::Adam;
 use crate::sparse::*;
 use crate::sparse::{gather, scatter_pair, Masking, ScatterOut};
-use crate::{reference as reference64, Error, Init, Write};
+use crate::{reference as reference64, Error, Init, Write, REDUCE_GROUP, REDUCE_ROWS};
 
 /// Sizes that cross the chunk boundaries: rows over `ROW_CHUNK`, source
 /// rows over `SCATTER_MIN_ROWS`, reductions over `REDUCE_ROWS`.
@@ -498,6 +498,8 @@ fn matmul_rows_dropped_is_matmul_rows_on_the_dropped_input() {
         // Wide rows: slabs of `DROPPED_SLAB_ROWS`, several a lane.
         (1200, 600, 3, true),
         (BIG_ROWS, 70, 3, true),
+        // More chunks than a group holds (`REDUCE_GROUP / DROPPED_LANES`).
+        (9 * REDUCE_ROWS + 100, 3, 2, false),
         (5, 1, 1, true),
         (0, 4, 2, false),
     ];
@@ -577,6 +579,77 @@ fn matmul_rows_dropped_is_matmul_rows_on_the_dropped_input() {
     let dz = rng.vec(4 * 2);
     let write = Write::Overwrite;
     assert!(matmul_rows_dropped_bwd(&dz, &x, 4, 2, 2, &mut dw, short, &d, write).is_err());
+}
+
+/// A reduction over more chunks than [`REDUCE_GROUP`] adds them group
+/// after group: the bits of adding every chunk's partial, in order, at
+/// once.
+#[test]
+fn reductions_past_a_group_add_every_partial_in_chunk_order() {
+    let mut rng = Rng::new(62);
+    let width = 3;
+    let rows = (REDUCE_GROUP + 2) * REDUCE_ROWS + 5;
+    let x = rng.vec(rows * width);
+    let partial = |chunk: usize| {
+        let mut p = vec![0.0f32; width];
+        let end = ((chunk + 1) * REDUCE_ROWS).min(rows);
+        for row in x[chunk * REDUCE_ROWS * width..end * width].chunks_exact(width) {
+            for (o, &v) in p.iter_mut().zip(row) {
+                *o += v;
+            }
+        }
+        p
+    };
+    let chunks = rows.div_ceil(REDUCE_ROWS);
+    // `acc` plus the partials of `range`, each added in order.
+    let add = |mut acc: Vec<f32>, range: std::ops::Range<usize>| {
+        for chunk in range {
+            for (e, v) in acc.iter_mut().zip(partial(chunk)) {
+                *e += v;
+            }
+        }
+        acc
+    };
+    let expect = add(partial(0), 1..chunks);
+    let sums = same_bits_across_threads("column_sums past a group", || {
+        let mut s = vec![f32::NAN; width];
+        column_sums(&x, width, &mut s, Write::Overwrite).unwrap();
+        s
+    });
+    assert_same_bits("column_sums past a group", &sums, &expect);
+    // Accumulating starts from what is there.
+    let start = [1.0f32, -2.0, 0.5];
+    let mut s = start.to_vec();
+    column_sums(&x, width, &mut s, Write::Accumulate).unwrap();
+    let expect = add(start.to_vec(), 0..chunks);
+    assert_same_bits("column_sums accumulated past a group", &s, &expect);
+    // The weight gradient of the same rows, within f32 of the reference.
+    let (d_in, d_out) = (width, 2);
+    let dz = rng.vec(rows * d_out);
+    let w = rng.vec(d_in * d_out);
+    let mut dw = vec![f32::NAN; d_in * d_out];
+    matmul_rows_bwd(
+        &dz,
+        &x,
+        rows,
+        d_in,
+        &w,
+        d_out,
+        &mut dw,
+        None,
+        Write::Overwrite,
+    )
+    .unwrap();
+    let (dw64, _) = reference64::linear_bwd(
+        &to64(&dz),
+        &[&to64(&x)],
+        rows,
+        d_in,
+        &to64(&w),
+        d_out,
+        false,
+    );
+    assert_close("matmul_rows_bwd past a group", &dw, &dw64, 1e-3);
 }
 
 #[test]

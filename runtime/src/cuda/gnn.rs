@@ -2210,6 +2210,11 @@ mod tests {
         assert_eq!(CARRY_BYTES, scratch::CARRY_BYTES);
         assert_eq!(PROJECT_SLAB_BYTES as u64, scratch::PROJECT_SLAB_BYTES);
         assert_eq!(fateplan_kernels::REDUCE_ROWS as u64, scratch::REDUCE_ROWS);
+        assert_eq!(fateplan_kernels::REDUCE_GROUP as u64, scratch::REDUCE_GROUP);
+        assert_eq!(
+            fateplan_kernels::dense::DROPPED_LANES as u64,
+            scratch::DROPPED_LANES
+        );
     }
 
     #[test]
