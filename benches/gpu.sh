@@ -14,7 +14,8 @@
 #             --sweep $SWEEP (default auto), each with --compare-simulated
 #             on the measured profile (or PROFILE); PyTorch Geometric's full-graph GCN on the same graph
 #             and GPU (benches/pyg_gcn.py: its sparse CSR adjacency, and its
-#             edge_index too when PYG_EDGE_INDEX=1)
+#             edge_index too when PYG_EDGE_INDEX=1); each run's note gives the
+#             device pool's peak beside the plan's count of it
 #   copies    pinned host-to-device and device-to-host copies: PyTorch's
 #             non_blocking copies (cudaMemcpyAsync) against the profile's
 #   diag      retain-all with CUDA_LAUNCH_BLOCKING=1: each operator's GPU time
@@ -126,10 +127,10 @@ PY
             --profile "$prof" --csr-cache "$WORK/rmat.csr" --compare-simulated --json)
         timeout 170 "$BIN" train "${common[@]}" --partitions 1 --policy retain-all \
             --trace "$LOGS/products_retain.trace.json" >"$LOGS/products_retain.json" 2>"$LOGS/products_retain.err"
-        note "products retain-all: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/products_retain.json" 2>&1 | tail -1)"
+        note "products retain-all: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s'], 'pool peak', d.get('device_peak_bytes'), 'counted', d['peak_bytes']['hbm']" <"$LOGS/products_retain.json" 2>&1 | tail -1)"
         timeout 170 "$BIN" train "${common[@]}" --partitions 4 --policy dp --hbm-budget 25% --sweep "$SWEEP" \
             --spill-dir "$WORK/spill" --trace "$LOGS/products_dp25.trace.json" >"$LOGS/products_dp25.json" 2>"$LOGS/products_dp25.err"
-        note "products dp 25%: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/products_dp25.json" 2>&1 | tail -1)"
+        note "products dp 25%: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s'], 'pool peak', d.get('device_peak_bytes'), 'counted', d['peak_bytes']['hbm']" <"$LOGS/products_dp25.json" 2>&1 | tail -1)"
         # A quarter of the one-partition retain-all plan's peak (the
         # unconstrained run's), in 8 partitions.
         budget=$("$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$prof" --partitions 1 \
@@ -137,7 +138,7 @@ PY
         [ -n "$budget" ] || note "products dp, 8 partitions: planning the retain-all peak failed"
         timeout 170 "$BIN" train "${common[@]}" --partitions 8 --policy dp --hbm-budget "$budget" --sweep "$SWEEP" \
             --spill-dir "$WORK/spill" --trace "$LOGS/products_dp8.trace.json" >"$LOGS/products_dp8.json" 2>"$LOGS/products_dp8.err"
-        note "products dp, 8 partitions, budget $budget: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/products_dp8.json" 2>&1 | tail -1)"
+        note "products dp, 8 partitions, budget $budget: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s'], 'pool peak', d.get('device_peak_bytes'), 'counted', d['peak_bytes']['hbm']" <"$LOGS/products_dp8.json" 2>&1 | tail -1)"
         # The same budget with the count chosen with its sweeps
         # (--partitions auto --sweep $SWEEP), planned first, then trained.
         timeout 170 "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$prof" --partitions auto \
@@ -146,7 +147,7 @@ PY
         note "products dp, partitions auto, budget $budget: planned: exit $? $(grep -E '^(partitions|sweep|predicted)' "$LOGS/products_auto_plan.txt" | cut -c1-160 | tr '\n' ' ')"
         timeout 170 "$BIN" train "${common[@]}" --plan "$LOGS/products_auto.plan.json" --spill-dir "$WORK/spill" \
             --trace "$LOGS/products_dpauto.trace.json" >"$LOGS/products_dpauto.json" 2>"$LOGS/products_dpauto.err"
-        note "products dp, partitions auto, budget $budget: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/products_dpauto.json" 2>&1 | tail -1)"
+        note "products dp, partitions auto, budget $budget: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s'], 'pool peak', d.get('device_peak_bytes'), 'counted', d['peak_bytes']['hbm']" <"$LOGS/products_dpauto.json" 2>&1 | tail -1)"
         "$BIN" generate --graph "$GRAPH" --out "$WORK/rmat" --force >/dev/null 2>>"$log"
         if [ "${PYG_EDGE_INDEX:-}" = 1 ]; then
             PYTHONUNBUFFERED=1 timeout 120 python3 benches/pyg_gcn.py --graph "$WORK/rmat" --layers 3 --hidden 256 \

@@ -1091,6 +1091,14 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             format_bytes(limit)
         )?;
     }
+    if let Some(device) = report.device_peak_bytes {
+        writeln!(
+            out,
+            "device    {} at most in the device pool (every buffer), {} by the plan's count",
+            format_bytes(device),
+            format_bytes(report.peak_bytes.hbm)
+        )?;
+    }
     let m = report.bytes_moved;
     writeln!(
         out,

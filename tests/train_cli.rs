@@ -876,6 +876,15 @@ fn the_cuda_backend_trains_or_says_in_one_line_why_it_cannot() {
         g > 0.5 && (g - c).abs() <= 0.02,
         "test accuracy: cuda {g}, cpu {c}"
     );
+    // The device pool's peak is reported on the GPU, and only there; the
+    // plan counts every buffer the pool holds.
+    assert!(cpu.get("device_peak_bytes").is_none(), "{cpu}");
+    let pool = gpu["device_peak_bytes"].as_u64().expect("the pool's peak");
+    let counted = gpu["peak_bytes"]["hbm"].as_u64().unwrap();
+    assert!(
+        pool > 0 && pool <= counted,
+        "pool {pool}, counted {counted}"
+    );
 }
 
 #[test]

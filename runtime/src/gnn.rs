@@ -177,6 +177,13 @@ pub trait GnnBackend: crate::exec::Backend {
     fn set_mode(&mut self, mode: Mode);
     /// What the loss operators saw in the last iteration.
     fn metrics(&self) -> Result<Metrics, ExecError>;
+    /// The most bytes the backend's own device allocator held at once so
+    /// far (every device buffer: the plan's tensors, the kernels'
+    /// scratch, what it keeps for the run), where it has one apart from
+    /// the executor's arena; `None` where the device is host memory.
+    fn device_peak_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Kinds of dropout site, part of the mask's key (two bits).

@@ -103,6 +103,12 @@ pub struct TrainReport {
     pub wait_s: f64,
     pub peak_bytes: PerTier<u64>,
     pub budgets: Budgets,
+    /// The most bytes the backend's device allocator held at once, every
+    /// device buffer counted (the CUDA backend's pool); none where the
+    /// device is host memory. `peak_bytes.hbm` is the executor's count of
+    /// the same by the plan's figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_peak_bytes: Option<u64>,
     /// Bytes over each link per training iteration.
     pub bytes_moved: LinkBytes,
     pub losses: Vec<f64>,
@@ -724,6 +730,7 @@ fn run_epochs<B: GnnBackend>(
             wait_s: mean(|p| p.2),
             peak_bytes: executor.peak_bytes(),
             budgets: executor.budgets(),
+            device_peak_bytes: executor.backend().device_peak_bytes(),
             bytes_moved: moved,
             losses,
         },

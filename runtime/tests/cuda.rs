@@ -741,3 +741,97 @@ fn every_plan_trains_the_same_model_on_the_gpu() {
         }
     }
 }
+
+/// The device pool (every buffer the CUDA backend allocates: the plan's
+/// tensors, the kernels' scratch, the masks and the kept transpose) never
+/// holds more than the plan's predicted device peak, which counts the
+/// tensors by their bytes, each operator's `scratch_bytes` and the
+/// workload's `resident_bytes`: the CUDA backend's side of
+/// `runtime/tests/scratch_heap.rs`. (cuBLAS's own workspace is outside
+/// the pool.)
+#[test]
+fn the_device_pool_holds_no_more_than_the_plan_counts() {
+    if !gpu_ready("the_device_pool_holds_no_more_than_the_plan_counts") {
+        return;
+    }
+    // 12,000 rows in 2 partitions: several reduction chunks, halo blocks;
+    // 1,024 features: the first layer's dropped input in a slab.
+    let wide = planted_wide(12_000, 1024, 5);
+    let narrow = planted_wide(12_000, 48, 5);
+    let cases = [
+        ("gcn", &wide, hyper(GnnModel::Gcn, 1)),
+        (
+            "gcn, aggregating first, transposes built",
+            &narrow,
+            Hyper {
+                hidden: 64,
+                order: LayerOrder::AggregateFirst,
+                transposes: Transposes::Built,
+                ..hyper(GnnModel::Gcn, 1)
+            },
+        ),
+        ("sage", &narrow, hyper(GnnModel::Sage, 1)),
+        ("gat, 4 heads", &narrow, hyper(GnnModel::Gat, 4)),
+    ];
+    let mut over = Vec::new();
+    for (name, dataset, h) in cases {
+        let prepared = train::prepare(dataset.clone(), &h, 2).unwrap();
+        let profile = profile();
+        let retain = plan(
+            &prepared.workload,
+            &profile,
+            &PlanOptions {
+                budgets: roomy(),
+                ..PlanOptions::new(Policy::RetainAll, &profile)
+            },
+        )
+        .unwrap();
+        let quarter = Budgets {
+            hbm_bytes: retain.predicted.peak_bytes.hbm / 4,
+            ..roomy()
+        };
+        for (policy, budgets) in [
+            (Policy::RetainAll, roomy()),
+            (Policy::RecomputeAll, roomy()),
+            (Policy::Dp, quarter),
+        ] {
+            let options = PlanOptions {
+                budgets,
+                ..PlanOptions::new(policy, &profile)
+            };
+            let made = match plan(&prepared.workload, &profile, &options) {
+                Ok(made) => made,
+                Err(e) => {
+                    eprintln!("{name} {policy:?}: does not fit ({e}), not run");
+                    continue;
+                }
+            };
+            let counted = made.predicted.peak_bytes.hbm;
+            let run = TrainRun {
+                plan: Arc::new(made),
+                epochs: 2,
+                budgets: None,
+                ssd: None,
+                trace: false,
+                backend: BackendChoice::Cuda(CudaOptions::default()),
+            };
+            let prepared = train::prepare(dataset.clone(), &h, 2).unwrap();
+            let (report, _) = train::train(prepared, h, run, &mut |_| {}).unwrap();
+            let held = report.device_peak_bytes.expect("the CUDA backend's pool");
+            eprintln!(
+                "{name} {policy:?}: the pool held {held} B at most, the plan counts {counted} B ({:.3})",
+                held as f64 / counted as f64
+            );
+            if held > counted {
+                over.push(format!(
+                    "{name} {policy:?}: held {held} B, counted {counted} B"
+                ));
+            }
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "the pool held more than the plan counts:\n{}",
+        over.join("\n")
+    );
+}

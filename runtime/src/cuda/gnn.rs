@@ -1727,6 +1727,10 @@ impl GnnBackend for CudaGnn {
     fn metrics(&self) -> Result<Metrics, ExecError> {
         Ok(self.metrics)
     }
+
+    fn device_peak_bytes(&self) -> Option<u64> {
+        Some(CudaGnn::device_peak_bytes(self))
+    }
 }
 
 impl CudaGnn {
