@@ -1094,7 +1094,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     if let Some(device) = report.device_peak_bytes {
         writeln!(
             out,
-            "device    {} at most in the device pool (every buffer), {} by the plan's count",
+            "device    {} at most in the device pool (every buffer), {} by the executor's count",
             format_bytes(device),
             format_bytes(report.peak_bytes.hbm)
         )?;

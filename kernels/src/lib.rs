@@ -22,8 +22,9 @@
 //! Architecture invariant: results are bit-identical whatever the rayon
 //! thread count. Reductions over rows are split into chunks of a fixed
 //! number of rows ([`REDUCE_ROWS`]), never into as many pieces as there are
-//! threads, and add their per-chunk partials in chunk order, at most
-//! [`REDUCE_GROUP`] partials held at once. Scatters
+//! threads, and add their per-chunk partials in chunk order; the weight
+//! and bias gradients hold at most [`REDUCE_GROUP`] partials at once.
+//! Scatters
 //! (transposed SpMM) give each task a range of output rows and walk every
 //! edge in CSR order, so each output element sees its terms in edge order
 //! however the rows are split.
@@ -59,9 +60,11 @@ pub const ROW_CHUNK: usize = 256;
 /// Rows per partial sum in reductions over rows (weight and bias
 /// gradients, the loss). Partials are added in chunk order.
 pub const REDUCE_ROWS: usize = 4096;
-/// Chunks of [`REDUCE_ROWS`] rows whose `f32` partials a reduction holds
-/// at once: it computes a group's partials in parallel and adds them onto
-/// its result, in chunk order, before it starts the next group. The sum
+/// Partials a weight or bias gradient's reduction (`dense`) holds at
+/// once: it computes a group of chunks' partials in parallel (fewer chunks
+/// where each has lanes) and adds them onto its result, in chunk order,
+/// before it starts the next group. (GAT's `node_scores_bwd` and the loss
+/// still hold a partial per chunk, each a row or a number.) The sum
 /// is the one over all partials at once, bit for bit, and the partials
 /// take at most this many times the result's bytes however many rows
 /// there are (the planner counts them so: `scratch::REDUCE_GROUP`).

@@ -650,6 +650,63 @@ fn reductions_past_a_group_add_every_partial_in_chunk_order() {
         false,
     );
     assert_close("matmul_rows_bwd past a group", &dw, &dw64, 1e-3);
+    // Bit for bit: each chunk's partial is the kernel over that chunk
+    // alone, the partials added in chunk order.
+    let chunk_partial = |c: usize| {
+        let (r0, n) = (c * REDUCE_ROWS, REDUCE_ROWS.min(rows - c * REDUCE_ROWS));
+        let mut p = vec![0.0f32; d_in * d_out];
+        let (dz, x) = (
+            &dz[r0 * d_out..(r0 + n) * d_out],
+            &x[r0 * d_in..(r0 + n) * d_in],
+        );
+        matmul_rows_bwd(dz, x, n, d_in, &w, d_out, &mut p, None, Write::Overwrite).unwrap();
+        p
+    };
+    let expect = (1..chunks).fold(chunk_partial(0), |mut acc, c| {
+        acc.iter_mut()
+            .zip(chunk_partial(c))
+            .for_each(|(a, v)| *a += v);
+        acc
+    });
+    assert_same_bits("matmul_rows_bwd past a group", &dw, &expect);
+
+    // The same through dropout, past its group of 8 chunks of 8 lanes.
+    let rows = 9 * REDUCE_ROWS + 100;
+    let (x, dz) = (&x[..rows * d_in], &dz[..rows * d_out]);
+    let d = Dropout::new(0.4, 99, 3).unwrap();
+    let first = 1234u64;
+    let mut dw = vec![f32::NAN; d_in * d_out];
+    let keys = RowKeys::Contiguous(first);
+    matmul_rows_dropped_bwd(
+        dz,
+        x,
+        rows,
+        d_in,
+        d_out,
+        &mut dw,
+        keys,
+        &d,
+        Write::Overwrite,
+    )
+    .unwrap();
+    let chunk_partial = |c: usize| {
+        let (r0, n) = (c * REDUCE_ROWS, REDUCE_ROWS.min(rows - c * REDUCE_ROWS));
+        let mut p = vec![0.0f32; d_in * d_out];
+        let (dz, x) = (
+            &dz[r0 * d_out..(r0 + n) * d_out],
+            &x[r0 * d_in..(r0 + n) * d_in],
+        );
+        let keys = RowKeys::Contiguous(first + r0 as u64);
+        matmul_rows_dropped_bwd(dz, x, n, d_in, d_out, &mut p, keys, &d, Write::Overwrite).unwrap();
+        p
+    };
+    let expect = (1..rows.div_ceil(REDUCE_ROWS)).fold(chunk_partial(0), |mut acc, c| {
+        acc.iter_mut()
+            .zip(chunk_partial(c))
+            .for_each(|(a, v)| *a += v);
+        acc
+    });
+    assert_same_bits("matmul_rows_dropped_bwd past a group", &dw, &expect);
 }
 
 #[test]
