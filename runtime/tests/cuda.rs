@@ -27,7 +27,7 @@ use fateplan_kernels::dropout::Dropout;
 use fateplan_kernels::optim::Adam;
 use fateplan_kernels::{reference, BlockRef, Csr};
 use fateplan_planner::gnn::{GnnModel, LayerOrder, Sweeps, Transposes};
-use fateplan_planner::plan::Budgets;
+use fateplan_planner::plan::{Budgets, Plan};
 use fateplan_planner::workload::{TensorKind, Workload};
 use fateplan_planner::{plan, PlanOptions, Policy, Profile};
 use fateplan_runtime::cpu::{CpuGnn, Hyper};
@@ -104,6 +104,16 @@ fn roomy() -> Budgets {
         host_bytes: 1 << 40,
         ssd_bytes: 1 << 40,
     }
+}
+
+/// `policy`'s plan of `workload` under roomy budgets.
+fn roomy_plan(workload: &Workload, policy: Policy) -> Plan {
+    let profile = profile();
+    let options = PlanOptions {
+        budgets: roomy(),
+        ..PlanOptions::new(policy, &profile)
+    };
+    plan(workload, &profile, &options).unwrap()
 }
 
 fn to64(x: &[f32]) -> Vec<f64> {
@@ -697,16 +707,7 @@ fn every_plan_trains_the_same_model_on_the_gpu() {
             );
         }
         let prepared = train::prepare(dataset.clone(), &h, 4).unwrap();
-        let profile = profile();
-        let retain = plan(
-            &prepared.workload,
-            &profile,
-            &PlanOptions {
-                budgets: roomy(),
-                ..PlanOptions::new(Policy::RetainAll, &profile)
-            },
-        )
-        .unwrap();
+        let retain = roomy_plan(&prepared.workload, Policy::RetainAll);
         let quarter = Budgets {
             hbm_bytes: retain.predicted.peak_bytes.hbm / 4,
             ..roomy()
@@ -778,15 +779,7 @@ fn the_device_pool_holds_no_more_than_the_plan_counts() {
     for (name, dataset, h) in cases {
         let prepared = train::prepare(dataset.clone(), &h, 2).unwrap();
         let profile = profile();
-        let retain = plan(
-            &prepared.workload,
-            &profile,
-            &PlanOptions {
-                budgets: roomy(),
-                ..PlanOptions::new(Policy::RetainAll, &profile)
-            },
-        )
-        .unwrap();
+        let retain = roomy_plan(&prepared.workload, Policy::RetainAll);
         // dp at the least of a quarter, a half and three quarters of the
         // retain-all peak that fits (at 2 partitions the wide GCN's first
         // projection alone needs about two thirds): one of them must.
@@ -807,13 +800,7 @@ fn the_device_pool_holds_no_more_than_the_plan_counts() {
         for policy in [Policy::RetainAll, Policy::RecomputeAll, Policy::Dp] {
             let made = match policy {
                 Policy::Dp => dp.clone(),
-                _ => {
-                    let options = PlanOptions {
-                        budgets: roomy(),
-                        ..PlanOptions::new(policy, &profile)
-                    };
-                    plan(&prepared.workload, &profile, &options).unwrap()
-                }
+                _ => roomy_plan(&prepared.workload, policy),
             };
             let counted = made.predicted.peak_bytes.hbm;
             let run = TrainRun {

@@ -581,6 +581,23 @@ fn matmul_rows_dropped_is_matmul_rows_on_the_dropped_input() {
     assert!(matmul_rows_dropped_bwd(&dz, &x, 4, 2, 2, &mut dw, short, &d, write).is_err());
 }
 
+/// `acc` plus `partial(c)` for each chunk `c` of `chunks`, added in order.
+fn add_in_chunk_order(
+    mut acc: Vec<f32>,
+    chunks: std::ops::Range<usize>,
+    partial: impl Fn(usize) -> Vec<f32>,
+) -> Vec<f32> {
+    for c in chunks {
+        acc.iter_mut().zip(partial(c)).for_each(|(a, v)| *a += v);
+    }
+    acc
+}
+
+/// Chunk `c`'s first row and rows, of `rows`.
+fn chunk_rows(c: usize, rows: usize) -> (usize, usize) {
+    (c * REDUCE_ROWS, REDUCE_ROWS.min(rows - c * REDUCE_ROWS))
+}
+
 /// A reduction over more chunks than [`REDUCE_GROUP`] adds them group
 /// after group: the bits of adding every chunk's partial, in order, at
 /// once.
@@ -589,28 +606,19 @@ fn reductions_past_a_group_add_every_partial_in_chunk_order() {
     let mut rng = Rng::new(62);
     let width = 3;
     let rows = (REDUCE_GROUP + 2) * REDUCE_ROWS + 5;
+    let chunks = rows.div_ceil(REDUCE_ROWS);
     let x = rng.vec(rows * width);
-    let partial = |chunk: usize| {
+    let partial = |c: usize| {
+        let (r0, n) = chunk_rows(c, rows);
         let mut p = vec![0.0f32; width];
-        let end = ((chunk + 1) * REDUCE_ROWS).min(rows);
-        for row in x[chunk * REDUCE_ROWS * width..end * width].chunks_exact(width) {
+        for row in x[r0 * width..(r0 + n) * width].chunks_exact(width) {
             for (o, &v) in p.iter_mut().zip(row) {
                 *o += v;
             }
         }
         p
     };
-    let chunks = rows.div_ceil(REDUCE_ROWS);
-    // `acc` plus the partials of `range`, each added in order.
-    let add = |mut acc: Vec<f32>, range: std::ops::Range<usize>| {
-        for chunk in range {
-            for (e, v) in acc.iter_mut().zip(partial(chunk)) {
-                *e += v;
-            }
-        }
-        acc
-    };
-    let expect = add(partial(0), 1..chunks);
+    let expect = add_in_chunk_order(partial(0), 1..chunks, partial);
     let sums = same_bits_across_threads("column_sums past a group", || {
         let mut s = vec![f32::NAN; width];
         column_sums(&x, width, &mut s, Write::Overwrite).unwrap();
@@ -621,53 +629,29 @@ fn reductions_past_a_group_add_every_partial_in_chunk_order() {
     let start = [1.0f32, -2.0, 0.5];
     let mut s = start.to_vec();
     column_sums(&x, width, &mut s, Write::Accumulate).unwrap();
-    let expect = add(start.to_vec(), 0..chunks);
+    let expect = add_in_chunk_order(start.to_vec(), 0..chunks, partial);
     assert_same_bits("column_sums accumulated past a group", &s, &expect);
-    // The weight gradient of the same rows, within f32 of the reference.
+
+    // The weight gradient of the same rows: within f32 of the reference,
+    // and bit for bit each chunk's partial (the kernel over that chunk
+    // alone) added in chunk order.
     let (d_in, d_out) = (width, 2);
     let dz = rng.vec(rows * d_out);
     let w = rng.vec(d_in * d_out);
+    let write = Write::Overwrite;
     let mut dw = vec![f32::NAN; d_in * d_out];
-    matmul_rows_bwd(
-        &dz,
-        &x,
-        rows,
-        d_in,
-        &w,
-        d_out,
-        &mut dw,
-        None,
-        Write::Overwrite,
-    )
-    .unwrap();
-    let (dw64, _) = reference64::linear_bwd(
-        &to64(&dz),
-        &[&to64(&x)],
-        rows,
-        d_in,
-        &to64(&w),
-        d_out,
-        false,
-    );
+    matmul_rows_bwd(&dz, &x, rows, d_in, &w, d_out, &mut dw, None, write).unwrap();
+    let (dz64, x64, w64) = (to64(&dz), to64(&x), to64(&w));
+    let (dw64, _) = reference64::linear_bwd(&dz64, &[&x64], rows, d_in, &w64, d_out, false);
     assert_close("matmul_rows_bwd past a group", &dw, &dw64, 1e-3);
-    // Bit for bit: each chunk's partial is the kernel over that chunk
-    // alone, the partials added in chunk order.
-    let chunk_partial = |c: usize| {
-        let (r0, n) = (c * REDUCE_ROWS, REDUCE_ROWS.min(rows - c * REDUCE_ROWS));
+    let partial = |c: usize| {
+        let (r0, n) = chunk_rows(c, rows);
+        let (dz, x) = (&dz[r0 * d_out..][..n * d_out], &x[r0 * d_in..][..n * d_in]);
         let mut p = vec![0.0f32; d_in * d_out];
-        let (dz, x) = (
-            &dz[r0 * d_out..(r0 + n) * d_out],
-            &x[r0 * d_in..(r0 + n) * d_in],
-        );
-        matmul_rows_bwd(dz, x, n, d_in, &w, d_out, &mut p, None, Write::Overwrite).unwrap();
+        matmul_rows_bwd(dz, x, n, d_in, &w, d_out, &mut p, None, write).unwrap();
         p
     };
-    let expect = (1..chunks).fold(chunk_partial(0), |mut acc, c| {
-        acc.iter_mut()
-            .zip(chunk_partial(c))
-            .for_each(|(a, v)| *a += v);
-        acc
-    });
+    let expect = add_in_chunk_order(partial(0), 1..chunks, partial);
     assert_same_bits("matmul_rows_bwd past a group", &dw, &expect);
 
     // The same through dropout, past its group of 8 chunks of 8 lanes.
@@ -677,35 +661,16 @@ fn reductions_past_a_group_add_every_partial_in_chunk_order() {
     let first = 1234u64;
     let mut dw = vec![f32::NAN; d_in * d_out];
     let keys = RowKeys::Contiguous(first);
-    matmul_rows_dropped_bwd(
-        dz,
-        x,
-        rows,
-        d_in,
-        d_out,
-        &mut dw,
-        keys,
-        &d,
-        Write::Overwrite,
-    )
-    .unwrap();
-    let chunk_partial = |c: usize| {
-        let (r0, n) = (c * REDUCE_ROWS, REDUCE_ROWS.min(rows - c * REDUCE_ROWS));
-        let mut p = vec![0.0f32; d_in * d_out];
-        let (dz, x) = (
-            &dz[r0 * d_out..(r0 + n) * d_out],
-            &x[r0 * d_in..(r0 + n) * d_in],
-        );
+    matmul_rows_dropped_bwd(dz, x, rows, d_in, d_out, &mut dw, keys, &d, write).unwrap();
+    let partial = |c: usize| {
+        let (r0, n) = chunk_rows(c, rows);
+        let (dz, x) = (&dz[r0 * d_out..][..n * d_out], &x[r0 * d_in..][..n * d_in]);
         let keys = RowKeys::Contiguous(first + r0 as u64);
-        matmul_rows_dropped_bwd(dz, x, n, d_in, d_out, &mut p, keys, &d, Write::Overwrite).unwrap();
+        let mut p = vec![0.0f32; d_in * d_out];
+        matmul_rows_dropped_bwd(dz, x, n, d_in, d_out, &mut p, keys, &d, write).unwrap();
         p
     };
-    let expect = (1..rows.div_ceil(REDUCE_ROWS)).fold(chunk_partial(0), |mut acc, c| {
-        acc.iter_mut()
-            .zip(chunk_partial(c))
-            .for_each(|(a, v)| *a += v);
-        acc
-    });
+    let expect = add_in_chunk_order(partial(0), 1..rows.div_ceil(REDUCE_ROWS), partial);
     assert_same_bits("matmul_rows_dropped_bwd past a group", &dw, &expect);
 }
 
