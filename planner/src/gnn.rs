@@ -662,6 +662,18 @@ pub fn build_gnn(spec: &GnnSpec, blocks: &BlockCounts) -> Result<Workload> {
 /// What a workload's name ends with for the sweeps named `sweep` (as
 /// [`GnnSpec::sweep_name`] gives it): nothing by outputs, `-by-inputs`,
 /// or the list (`-by-inputs-f1b2`), then the groups (`-in-2`).
+/// Whether GAT's backward runs source partition `j`'s blocks from its
+/// last destination down (odd `j`) rather than up (even `j`). Turning at
+/// each source, the destination a source ends on is the one the next
+/// starts on: its aggregation, gradient, attention and scores (the four
+/// largest of a block's inputs but `z[j]`) are read by two operators in a
+/// row instead of one partition sweep apart. Each `grad_src[j]` sums its
+/// destinations in this order; each `grad_dst[i]` its sources upward.
+/// The backends read it to know which block starts and ends a chain.
+pub fn gat_destinations_descend(j: u32) -> bool {
+    j % 2 == 1
+}
+
 pub fn sweep_suffix(sweep: &str) -> String {
     let (list, groups) = match sweep.split_once('/') {
         Some((list, groups)) => (list, format!("-in-{groups}")),
@@ -1761,7 +1773,8 @@ impl<'a> Builder<'a> {
         layer
     }
 
-    /// GAT's backward. Per block `(i, j)`, source-major, one
+    /// GAT's backward. Per block `(i, j)`, source-major (each source's
+    /// destinations up or down in turn: [`gat_destinations_descend`]), one
     /// `attention_bwd` takes exactly what the block's backward needs (the
     /// block, `alpha[i]`, the node scores of `i` and `j`, `z[j]`, the
     /// gradient and the forward output of the aggregation of `i`) and
@@ -1824,7 +1837,10 @@ impl<'a> Builder<'a> {
         let mut grad_src = Vec::new();
         for j in 0..self.parts {
             let rows_j = self.rows(j);
-            let destinations = self.destinations(j);
+            let mut destinations = self.destinations(j);
+            if gat_destinations_descend(j) {
+                destinations.reverse();
+            }
             let mut src_partial: Option<TensorId> = None;
             for (k, &i) in destinations.iter().enumerate() {
                 let rows_i = self.rows(i);
@@ -2691,6 +2707,76 @@ mod tests {
         // Every forward operator has one output, so a plan may recompute it.
         for op in w.ops.iter().filter(|o| o.phase == Phase::Forward) {
             assert_eq!(op.outputs.len(), 1, "{}", op.name);
+        }
+    }
+
+    /// GAT's backward turns at each source: even sources run their
+    /// destinations up, odd ones down, so the destination one source
+    /// ends on is the one the next starts on. Each `grad_src` chain
+    /// starts without a partial, reads the one before, and ends in
+    /// `grad_src[l,pj]`; each `grad_dst` chain still runs its sources up.
+    #[test]
+    fn gat_backward_turns_at_each_source() {
+        let blocks = BlockCounts::skewed(1000, 8000, 4).unwrap();
+        let w = build_gnn(&spec(GnnModel::Gat), &blocks).unwrap();
+        let name = |t: TensorId| w.tensors[t.index()].name.clone();
+        for l in 1..=3 {
+            let prefix = format!("attention_bwd[l{l},");
+            let ops: Vec<&crate::workload::Op> = w
+                .ops
+                .iter()
+                .filter(|o| o.name.starts_with(&prefix))
+                .collect();
+            let mut runs: Vec<(u32, Vec<u32>)> = Vec::new();
+            for op in &ops {
+                let (j, i) = (name_field(&op.name, 'p'), name_field(&op.name, 'd'));
+                match runs.last_mut() {
+                    Some((s, dests)) if *s == j => dests.push(i),
+                    _ => runs.push((j, vec![i])),
+                }
+            }
+            let sources: Vec<u32> = runs.iter().map(|(j, _)| *j).collect();
+            assert_eq!(
+                sources,
+                vec![0, 1, 2, 3],
+                "layer {l}: each source in one run, in order"
+            );
+            for (j, dests) in &runs {
+                assert_eq!(dests.len(), 4, "layer {l}: the test wants every block");
+                let mut ordered = dests.clone();
+                ordered.sort_unstable();
+                if gat_destinations_descend(*j) {
+                    ordered.reverse();
+                }
+                assert_eq!(dests, &ordered, "layer {l}, source {j}");
+            }
+            for pair in runs.windows(2) {
+                assert_eq!(pair[0].1.last(), pair[1].1.first(), "layer {l}: no turn");
+            }
+            let mut src_partial: Option<TensorId> = None;
+            let mut dst_sources: Vec<Vec<u32>> = vec![Vec::new(); 4];
+            for (k, op) in ops.iter().enumerate() {
+                let (j, i) = (name_field(&op.name, 'p'), name_field(&op.name, 'd'));
+                let first = k % 4 == 0;
+                let read_partial = op.inputs.iter().any(|&t| Some(t) == src_partial);
+                assert_eq!(read_partial, !first, "{}", op.name);
+                let partials = op
+                    .inputs
+                    .iter()
+                    .filter(|&&t| name(t).starts_with("grad_src_partial"))
+                    .count();
+                assert_eq!(partials, usize::from(!first), "{}", op.name);
+                let out = name(op.outputs[0]);
+                match k % 4 == 3 {
+                    true => assert_eq!(out, format!("grad_src[l{l},p{j}]")),
+                    false => assert_eq!(out, format!("grad_src_partial[l{l},p{j},d{i}]")),
+                }
+                src_partial = Some(op.outputs[0]);
+                dst_sources[i as usize].push(j);
+            }
+            for sources in dst_sources {
+                assert_eq!(sources, vec![0, 1, 2, 3], "layer {l}: grad_dst sums upward");
+            }
         }
     }
 

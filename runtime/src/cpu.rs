@@ -749,8 +749,10 @@ impl CpuGnn {
     /// backward. Inputs: the block, `alpha[i]`, the node scores of `i` (and
     /// of `j` when `j != i`), `z[j]`, the aggregation's gradient and
     /// forward output for `i`, then the partial `grad_src[j]` unless `i` is
-    /// `j`'s first destination and the partial `grad_dst[i]` unless `j` is
-    /// `i`'s first source. Outputs: both partials with this block added.
+    /// `j`'s first destination (in the order the backward runs them, up or
+    /// down: `gat_destination_ends`) and the partial `grad_dst[i]` unless
+    /// `j` is `i`'s first source. Outputs: both partials with this block
+    /// added.
     fn attention_bwd(
         &mut self,
         op: &Op,
@@ -761,7 +763,10 @@ impl CpuGnn {
     ) -> Result<Vec<Data>, ExecError> {
         let (j, i) = (name.get('p')?, name.get('d')?);
         let (h_n, d) = (heads.heads, heads.width());
-        let first_destination = (0..i).all(|t| !self.model.has_block(t, j));
+        let (first, last) = self.model.gat_destination_ends(j).ok_or_else(|| {
+            ExecError::Internal(format!("{}: source {j} has no destination", op.name))
+        })?;
+        let first_destination = i == first;
         let first_source = (0..j).all(|s| !self.model.has_block(i, s));
         let expected =
             6 + usize::from(i != j) + usize::from(!first_destination) + usize::from(!first_source);
@@ -825,8 +830,7 @@ impl CpuGnn {
             .map_err(|e| ExecError::Internal(format!("{}: {e}", op.name)))?;
             // The last destination of `j` returns the halo's gradients to
             // their owners and adds the others' into its own.
-            let p = self.model.partitions();
-            if (0..p).rev().find(|&q| self.model.has_block(q, j)) == Some(i) {
+            if i == last {
                 if let Some(peers) = &mut self.peers {
                     peers.return_halo_grads(l, j, &[d, h_n], &mut grad_src)?;
                 }

@@ -8,7 +8,7 @@
 use fateplan_kernels::dense;
 use fateplan_kernels::dropout::{Dropout, RowKeys};
 use fateplan_kernels::gat::Heads;
-use fateplan_planner::gnn::{GnnModel, LayerOrder, Sweeps, Transposes};
+use fateplan_planner::gnn::{gat_destinations_descend, GnnModel, LayerOrder, Sweeps, Transposes};
 
 use crate::exec::data::BlockData;
 use crate::exec::ExecError;
@@ -546,6 +546,20 @@ impl Model {
 
     pub(crate) fn has_block(&self, i: usize, j: usize) -> bool {
         self.block_edges[i * self.partitions() + j].is_some()
+    }
+
+    /// Source partition `j`'s first and last destination in the order
+    /// GAT's backward runs them (up or down by
+    /// [`gat_destinations_descend`]): the block whose `attention_bwd`
+    /// starts `grad_src[j]` and the one that finishes it.
+    pub(crate) fn gat_destination_ends(&self, j: usize) -> Option<(usize, usize)> {
+        let mut up = (0..self.partitions()).filter(|&i| self.has_block(i, j));
+        let lowest = up.next()?;
+        let highest = up.next_back().unwrap_or(lowest);
+        Some(match gat_destinations_descend(j as u32) {
+            true => (highest, lowest),
+            false => (lowest, highest),
+        })
     }
 
     /// Edges of row partition `i` in blocks before source `j`, halo edges

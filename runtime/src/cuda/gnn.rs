@@ -1465,7 +1465,8 @@ impl CudaGnn {
         let (j, i) = (name.get('p')?, name.get('d')?);
         let (h_n, d) = (heads.heads, heads.width());
         let (h_u, c_u) = (h_n as u32, heads.head_width as u32);
-        let first_destination = (0..i).all(|t| !self.model.has_block(t, j));
+        let first_destination =
+            self.model.gat_destination_ends(j).map(|(first, _)| first) == Some(i);
         let first_source = (0..j).all(|s| !self.model.has_block(i, s));
         let expected =
             6 + usize::from(i != j) + usize::from(!first_destination) + usize::from(!first_source);
