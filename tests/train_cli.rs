@@ -225,9 +225,9 @@ fn bad_training_input_names_what_is_wrong() {
                 "--model",
                 "gat",
                 "--sweep",
-                "inputs",
+                "b2",
             ],
-            "sweep inputs: GAT's aggregations run by outputs",
+            "sweep b2: GAT has no transposed aggregation",
         ),
         (
             &[

@@ -191,7 +191,7 @@ pub enum Sweep {
 /// Which aggregations run by inputs ([`Sweep::Inputs`]): bit `l - 1` of
 /// `forward` for layer `l`'s aggregation, of `backward` for its
 /// transposed aggregation (the backward's). The others run by outputs.
-/// GAT's run by outputs (a row's edge softmax reads all its blocks).
+/// GAT has forward ones alone, each run after every row's edge softmax.
 /// With `groups` of 2 or more, those by inputs run in that many groups
 /// of outputs ([`Sweep::Groups`]); 0 is one group (written `/1` or not
 /// at all), and sweeps with no aggregation by inputs have 0.
@@ -491,23 +491,17 @@ impl GnnSpec {
                     bits => ("f", bits),
                 };
                 let l = bits.trailing_zeros() + 1;
-                let why = if self.model == GnnModel::Gat {
-                    "GAT's aggregations run by outputs (a row's edge softmax reads all its \
-                     blocks)"
-                        .to_string()
-                } else if l > self.layers {
+                let why = if l > self.layers {
                     format!("the model has {} layers", self.layers)
+                } else if self.model == GnnModel::Gat {
+                    "GAT has no transposed aggregation (its attention backward runs source by \
+                     source)"
+                        .to_string()
                 } else {
                     format!("layer {l} has no transposed aggregation (it aggregates the input features first)")
                 };
                 return Err(Error::invalid(format!("sweep {letter}{l}"), why));
             }
-        }
-        if self.model == GnnModel::Gat && self.sweeps.in_groups(0) == Sweeps::INPUTS {
-            return Err(Error::invalid(
-                "sweep inputs",
-                "GAT's aggregations run by outputs (a row's edge softmax reads all its blocks)",
-            ));
         }
         if self.model == GnnModel::Gat && !self.hidden.is_multiple_of(self.heads) {
             return Err(Error::invalid(
@@ -535,14 +529,19 @@ impl GnnSpec {
         (d_in as u64, d_out as u64)
     }
 
-    /// The aggregations that can run by inputs: GCN's and GraphSAGE's, the
+    /// The aggregations that can run by inputs: every forward one (GAT's
+    /// after every row's edge softmax), and GCN's and GraphSAGE's
     /// transposed ones of the layers that have one (above the first, or
-    /// projecting first).
+    /// projecting first). GAT's backward has none: its attention backward
+    /// runs source by source already.
     pub fn sweepable(&self) -> Sweeps {
-        if self.model == GnnModel::Gat {
-            return Sweeps::default();
-        }
         let mut can = Sweeps::default();
+        if self.model == GnnModel::Gat {
+            for l in 1..=self.layers {
+                can.forward |= 1 << (l - 1);
+            }
+            return can;
+        }
         for l in 1..=self.layers {
             can.forward |= 1 << (l - 1);
             if l > 1 || self.projects_first(l) {
@@ -697,6 +696,11 @@ struct Around<'f, 'a> {
     /// them, when every sum is held (or has been sent away to make room).
     done: &'f mut dyn FnMut(&mut Builder<'a>, u32, TensorId),
 }
+
+/// A hidden layer's activation after its bias: name, flops per element,
+/// class ([`Builder::bias`]).
+const RELU: (&str, f64, ComputeClass) = ("relu", 2.0, ComputeClass::Elementwise);
+const ELU: (&str, f64, ComputeClass) = ("elu", 4.0, ComputeClass::Elu);
 
 struct Builder<'a> {
     spec: &'a GnnSpec,
@@ -1071,15 +1075,15 @@ impl<'a> Builder<'a> {
     /// The operators run in `sweep` order: row by row, or source by
     /// source (each source's rows read once, every row's partial sum live
     /// meanwhile); each row sums its sources in ascending order either
-    /// way. `edge_weights`: a tensor every block also reads, with the
-    /// bytes it holds per edge (GAT's `alpha`).
+    /// way. `edge_weights`: per row partition, a tensor each of its blocks
+    /// also reads, with the bytes it holds per edge (GAT's `alpha`).
     ///
     /// `around.done(i, sum)` runs as soon as row `i`'s sum is final.
     fn aggregate_rows(
         &mut self,
         l: u32,
         width: u64,
-        edge_weights: Option<(TensorId, u64)>,
+        edge_weights: Option<(&[TensorId], u64)>,
         rows_of: &[u32],
         sweep: Sweep,
         around: Around<'_, 'a>,
@@ -1101,7 +1105,7 @@ impl<'a> Builder<'a> {
             };
             let out = self.tensor(name, rows * width * F32, kind_out);
             let mut inputs = vec![self.adj(i, j), (around.input)(j)];
-            inputs.extend(edge_weights.map(|(t, _)| t));
+            inputs.extend(edge_weights.map(|(t, _)| t[i as usize]));
             inputs.extend(partial);
             let edges = self.edges(i, j);
             let edge_bytes = EDGE + width * F32 + edge_weights.map_or(0, |(_, b)| b);
@@ -1500,7 +1504,7 @@ impl<'a> Builder<'a> {
             spec.swept().forward(l),
             Around {
                 input: &|j| z[j as usize],
-                done: &mut |b, i, agg| finished[i as usize] = Some(b.bias(l, i, agg, w)),
+                done: &mut |b, i, agg| finished[i as usize] = Some(b.bias((l, i), agg, w, RELU)),
             },
         );
         let mut layer = Layer::default();
@@ -1515,16 +1519,36 @@ impl<'a> Builder<'a> {
     }
 
     /// Row partition `i`'s bias on its sum `agg` in a layer `l` that
-    /// projects first, with the ReLU below the last layer: the output.
-    fn bias(&mut self, l: u32, i: u32, agg: TensorId, w: TensorId) -> TensorId {
+    /// projects first (GAT's layers all do), with the activation below
+    /// the last layer, `hidden` (its name, flops per element and class):
+    /// the output.
+    fn bias(
+        &mut self,
+        (l, i): (u32, u32),
+        agg: TensorId,
+        w: TensorId,
+        hidden: (&str, f64, ComputeClass),
+    ) -> TensorId {
         let spec = self.spec;
         let (_, d_out) = spec.layer_dims(l);
         let last = l == spec.layers;
         let rows = self.rows(i);
-        let (name, op_name, flops) = if last {
-            (format!("out[l{l},p{i}]"), format!("bias[l{l},p{i}]"), 1.0)
+        let (name, op_name, flops, class) = if last {
+            let name = format!("out[l{l},p{i}]");
+            (
+                name,
+                format!("bias[l{l},p{i}]"),
+                1.0,
+                ComputeClass::Elementwise,
+            )
         } else {
-            (format!("h[l{l},p{i}]"), format!("relu[l{l},p{i}]"), 2.0)
+            let (act, flops, class) = hidden;
+            (
+                format!("h[l{l},p{i}]"),
+                format!("{act}[l{l},p{i}]"),
+                flops,
+                class,
+            )
         };
         let out = self.tensor(name, rows * d_out * F32, TensorKind::Activation);
         if !last {
@@ -1539,7 +1563,7 @@ impl<'a> Builder<'a> {
             Cost::work(
                 flops * (rows * d_out) as f64,
                 (2 * rows * d_out + d_out) * F32,
-                ComputeClass::Elementwise,
+                class,
             ),
         );
         out
@@ -1645,7 +1669,6 @@ impl<'a> Builder<'a> {
         let spec = self.spec;
         let (_, d_out) = spec.layer_dims(l);
         let heads = spec.layer_heads(l);
-        let last = l == spec.layers;
         let mut layer = Layer::default();
         for i in 0..self.parts {
             let rows = self.rows(i);
@@ -1670,107 +1693,118 @@ impl<'a> Builder<'a> {
             layer.z.push(z);
             layer.node_score.push(scores);
         }
+        let zs = layer.z.clone();
+        let weights = heads * F32;
+        let sweep = spec.swept().forward(l);
+        if sweep == Sweep::Outputs {
+            // Row by row: each row's attention, then its sum and its
+            // activation.
+            for i in 0..self.parts {
+                let alpha = self.attention(l, i, &layer.node_score);
+                layer.alpha.push(alpha);
+                let agg = self.aggregate_rows(
+                    l,
+                    d_out,
+                    Some((&layer.alpha, weights)),
+                    &[i],
+                    sweep,
+                    Around {
+                        input: &|j| zs[j as usize],
+                        done: &mut |_, _, _| {},
+                    },
+                )[0];
+                let out = self.bias((l, i), agg, w, ELU);
+                layer.agg.push(agg);
+                layer.output.push(out);
+            }
+            return layer;
+        }
+        // By inputs: every row's attention first (an edge softmax reads
+        // all of its row's blocks), then the sums source by source, each
+        // row's activation as soon as its sum is final.
         for i in 0..self.parts {
-            let rows = self.rows(i);
-            let sources = self.sources(i);
-            let mut scores = Vec::new();
-            for &j in &sources {
-                let edges = self.edges(i, j);
-                let s = self.tensor(
-                    format!("score[l{l},p{i},s{j}]"),
-                    edges * heads * F32,
-                    TensorKind::Activation,
-                );
-                let mut inputs = vec![self.adj(i, j), layer.node_score[i as usize]];
-                if j != i {
-                    inputs.push(layer.node_score[j as usize]);
-                }
-                self.op(
-                    format!("sddmm[l{l},p{i},s{j}]"),
-                    OpKind::AttentionScore,
-                    Phase::Forward,
-                    inputs,
-                    vec![s],
-                    Cost::work(
-                        2.0 * (edges * heads) as f64,
-                        edges * (EDGE + heads * F32) + (rows + self.rows(j)) * 2 * heads * F32,
-                        ComputeClass::EdgeScores,
-                    )
-                    .over_edges(edges),
-                );
-                scores.push(s);
-            }
-            let row_edges = self.row_edges(i);
-            let alpha = self.tensor(
-                format!("alpha[l{l},p{i}]"),
-                row_edges * heads * F32,
-                TensorKind::Activation,
-            );
-            // The blocks give the rows' edge ranges.
-            let mut inputs: Vec<TensorId> = sources.iter().map(|&j| self.adj(i, j)).collect();
-            inputs.extend(&scores);
-            self.op(
-                format!("edge_softmax[l{l},p{i}]"),
-                OpKind::EdgeSoftmax,
-                Phase::Forward,
-                inputs,
-                vec![alpha],
-                Cost::work(
-                    5.0 * (row_edges * heads) as f64,
-                    3 * row_edges * heads * F32 + sources.len() as u64 * (rows + 1) * ROW_POINTER,
-                    ComputeClass::EdgeSoftmax,
-                )
-                .over_edges(row_edges),
-            );
-            let zs = layer.z.clone();
-            let weights = Some((alpha, heads * F32));
-            let agg = self.aggregate_rows(
-                l,
-                d_out,
-                weights,
-                &[i],
-                Sweep::Outputs,
-                Around {
-                    input: &|j| zs[j as usize],
-                    done: &mut |_, _, _| {},
-                },
-            )[0];
-            let (name, op_name, flops, class) = if last {
-                (
-                    format!("out[l{l},p{i}]"),
-                    format!("bias[l{l},p{i}]"),
-                    1.0,
-                    ComputeClass::Elementwise,
-                )
-            } else {
-                (
-                    format!("h[l{l},p{i}]"),
-                    format!("elu[l{l},p{i}]"),
-                    4.0,
-                    ComputeClass::Elu,
-                )
-            };
-            let out = self.tensor(name, rows * d_out * F32, TensorKind::Activation);
-            if !last {
-                self.w.tensors[out.index()].checkpoint = true;
-            }
-            self.op(
-                op_name,
-                OpKind::Activation,
-                Phase::Forward,
-                vec![agg, w],
-                vec![out],
-                Cost::work(
-                    flops * (rows * d_out) as f64,
-                    (2 * rows * d_out + d_out) * F32,
-                    class,
-                ),
-            );
+            let alpha = self.attention(l, i, &layer.node_score);
             layer.alpha.push(alpha);
+        }
+        let all: Vec<u32> = (0..self.parts).collect();
+        let mut outputs = vec![None; self.parts as usize];
+        let sums = self.aggregate_rows(
+            l,
+            d_out,
+            Some((&layer.alpha, weights)),
+            &all,
+            sweep,
+            Around {
+                input: &|j| zs[j as usize],
+                done: &mut |b, i, agg| outputs[i as usize] = Some(b.bias((l, i), agg, w, ELU)),
+            },
+        );
+        for (agg, out) in sums.into_iter().zip(outputs) {
             layer.agg.push(agg);
-            layer.output.push(out);
+            layer
+                .output
+                .push(out.expect("each sum is activated as it ends"));
         }
         layer
+    }
+
+    /// Row partition `i`'s attention in GAT layer `l`: one `sddmm` per
+    /// source block (its edge scores from both ends' node scores), then
+    /// the row's `edge_softmax` over all of them: `alpha[l,pi]`.
+    fn attention(&mut self, l: u32, i: u32, node_score: &[TensorId]) -> TensorId {
+        let heads = self.spec.layer_heads(l);
+        let rows = self.rows(i);
+        let sources = self.sources(i);
+        let mut scores = Vec::new();
+        for &j in &sources {
+            let edges = self.edges(i, j);
+            let s = self.tensor(
+                format!("score[l{l},p{i},s{j}]"),
+                edges * heads * F32,
+                TensorKind::Activation,
+            );
+            let mut inputs = vec![self.adj(i, j), node_score[i as usize]];
+            if j != i {
+                inputs.push(node_score[j as usize]);
+            }
+            self.op(
+                format!("sddmm[l{l},p{i},s{j}]"),
+                OpKind::AttentionScore,
+                Phase::Forward,
+                inputs,
+                vec![s],
+                Cost::work(
+                    2.0 * (edges * heads) as f64,
+                    edges * (EDGE + heads * F32) + (rows + self.rows(j)) * 2 * heads * F32,
+                    ComputeClass::EdgeScores,
+                )
+                .over_edges(edges),
+            );
+            scores.push(s);
+        }
+        let row_edges = self.row_edges(i);
+        let alpha = self.tensor(
+            format!("alpha[l{l},p{i}]"),
+            row_edges * heads * F32,
+            TensorKind::Activation,
+        );
+        // The blocks give the rows' edge ranges.
+        let mut inputs: Vec<TensorId> = sources.iter().map(|&j| self.adj(i, j)).collect();
+        inputs.extend(&scores);
+        self.op(
+            format!("edge_softmax[l{l},p{i}]"),
+            OpKind::EdgeSoftmax,
+            Phase::Forward,
+            inputs,
+            vec![alpha],
+            Cost::work(
+                5.0 * (row_edges * heads) as f64,
+                3 * row_edges * heads * F32 + sources.len() as u64 * (rows + 1) * ROW_POINTER,
+                ComputeClass::EdgeSoftmax,
+            )
+            .over_edges(row_edges),
+        );
+        alpha
     }
 
     /// GAT's backward. Per block `(i, j)`, source-major (each source's
@@ -2217,6 +2251,11 @@ mod tests {
         assert!(workload.ends_with("-by-inputs-f1b3"), "{workload}");
         assert_eq!(with(GnnModel::Sage, "f1,f2,f3,b2,b3").unwrap().0, "inputs");
         assert_eq!(with(GnnModel::Gat, "outputs").unwrap().0, "outputs");
+        assert_eq!(with(GnnModel::Gat, "inputs/2").unwrap().0, "inputs/2");
+        assert_eq!(with(GnnModel::Gat, "f1,f2,f3").unwrap().0, "inputs");
+        let (name, workload) = with(GnnModel::Gat, "f2").unwrap();
+        assert_eq!(name, "f2");
+        assert!(workload.ends_with("-by-inputs-f2"), "{workload}");
         for (model, sweep, expected) in [
             (GnnModel::Gcn, "f4", "sweep f4: the model has 3 layers"),
             (
@@ -2226,14 +2265,10 @@ mod tests {
             ),
             (
                 GnnModel::Gat,
-                "f2",
-                "sweep f2: GAT's aggregations run by outputs",
+                "f1,b2",
+                "sweep b2: GAT has no transposed aggregation",
             ),
-            (
-                GnnModel::Gat,
-                "inputs",
-                "sweep inputs: GAT's aggregations run by outputs",
-            ),
+            (GnnModel::Gat, "f4", "sweep f4: the model has 3 layers"),
         ] {
             let message = with(model, sweep).unwrap_err().to_string();
             assert!(message.contains(expected), "{model:?} {sweep}: {message}");
@@ -2330,7 +2365,8 @@ mod tests {
             sweeps: Sweeps::INPUTS.in_groups(2),
             ..spec(GnnModel::Gat)
         };
-        assert!(gat.validate().unwrap_err().to_string().contains("GAT"));
+        gat.validate().unwrap();
+        assert_eq!(gat.sweep_name(), "inputs/2");
         assert_eq!(
             Sweeps::parse("f1/2")
                 .unwrap()
@@ -2776,6 +2812,68 @@ mod tests {
             }
             for sources in dst_sources {
                 assert_eq!(sources, vec![0, 1, 2, 3], "layer {l}: grad_dst sums upward");
+            }
+        }
+    }
+
+    /// GAT's forward aggregations by inputs, or in groups: every row's
+    /// edge softmax first, then the sums source by source, each row's
+    /// activation right after its last block; the same operators reading
+    /// the same tensors as by outputs, and each row's blocks in ascending
+    /// order.
+    #[test]
+    fn gat_by_inputs_runs_every_softmax_first_then_the_same_operators() {
+        let blocks = BlockCounts::skewed(1000, 8000, 4).unwrap();
+        let by_outputs = build_gnn(&spec(GnnModel::Gat), &blocks).unwrap();
+        let reads = |w: &Workload| -> std::collections::BTreeMap<String, Vec<String>> {
+            let name = |t: &TensorId| w.tensors[t.index()].name.clone();
+            w.ops
+                .iter()
+                .map(|op| (op.name.clone(), op.inputs.iter().map(name).collect()))
+                .collect()
+        };
+        for sweep in ["inputs", "f2", "inputs/2"] {
+            let s = GnnSpec {
+                sweeps: Sweeps::parse(sweep).unwrap(),
+                ..spec(GnnModel::Gat)
+            };
+            let w = build_gnn(&s, &blocks).unwrap();
+            assert_eq!(reads(&w), reads(&by_outputs), "{sweep}");
+            for l in 1..=3 {
+                let at = |prefix: &str| -> Vec<usize> {
+                    let prefix = format!("{prefix}[l{l},");
+                    w.ops
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, o)| o.name.starts_with(&prefix))
+                        .map(|(k, _)| k)
+                        .collect()
+                };
+                let (softmax, aggs) = (at("edge_softmax"), at("agg"));
+                let swept = s.swept().forward(l) != Sweep::Outputs;
+                let all_first = softmax.iter().max() < aggs.iter().min();
+                assert_eq!(all_first, swept, "{sweep}, layer {l}");
+                let mut seen = vec![Vec::new(); 4];
+                for &k in &aggs {
+                    let name = &w.ops[k].name;
+                    let (i, j) = (name_field(name, 'p'), name_field(name, 's'));
+                    seen[i as usize].push(j);
+                    if seen[i as usize].len() == 4 {
+                        let next = &w.ops[k + 1].name;
+                        let act = if l == 3 { "bias" } else { "elu" };
+                        assert_eq!(next, &format!("{act}[l{l},p{i}]"), "{sweep}");
+                    }
+                }
+                for (i, sources) in seen.iter().enumerate() {
+                    assert_eq!(sources, &vec![0, 1, 2, 3], "{sweep}, layer {l}, row {i}");
+                }
+                if swept && sweep == "inputs" {
+                    let first: Vec<u32> = aggs[..4]
+                        .iter()
+                        .map(|&k| name_field(&w.ops[k].name, 's'))
+                        .collect();
+                    assert_eq!(first, vec![0; 4], "{sweep}: source 0 into every row first");
+                }
             }
         }
     }

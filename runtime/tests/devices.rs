@@ -298,6 +298,21 @@ fn gat_on_several_devices_trains_the_one_device_model() {
             "{what}"
         );
     }
+    // GAT's aggregations by inputs and in groups of outputs on several
+    // devices: each source's rows exchanged at its first reader, which
+    // is no longer the first row's.
+    for sweep in ["inputs", "f1,f2/2"] {
+        let swept = Hyper {
+            sweeps: Sweeps::parse(sweep).unwrap(),
+            ..h
+        };
+        let prepared = prepare_shared(data.clone(), &swept, 2, 2, ShareMethod::Ranges).unwrap();
+        let p = make_plan(&prepared.workload, Policy::RetainAll, roomy());
+        let many = train::train_shared(prepared, swept, run(p, 4), Vec::new(), &mut |_| {})
+            .unwrap()
+            .0;
+        assert_same_model(&format!("gat by {sweep} on 2 devices"), &one, &many.report);
+    }
 }
 
 #[test]
@@ -630,7 +645,7 @@ fn the_topology_alone_gives_the_workload_of_the_shares() {
         );
         assert_eq!(got.stats, shared.stats);
         // Built again by other sweeps, the workload of shares prepared
-        // with them (GAT's run by outputs: GCN's shape here).
+        // with them (GCN's shape here).
         let gcn = Hyper {
             model: GnnModel::Gcn,
             heads: 1,
