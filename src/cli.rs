@@ -178,7 +178,8 @@ pub(crate) struct PlanArgs {
     /// and the combination taken in 2, 3 and 4 groups, and takes the
     /// fastest (a plan per sweep tried; with --gpus, each plan has the
     /// exchanges).
-    /// GCN and GraphSAGE; the model is the same.
+    /// The model is the same. GAT has forward aggregations alone (by
+    /// inputs, every row's edge softmax runs before its layer's sums).
     #[arg(long, conflicts_with = "dag", default_value = "outputs")]
     sweep: String,
     /// Input feature size (default: the dataset's or graph's).

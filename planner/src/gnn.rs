@@ -658,21 +658,23 @@ pub fn build_gnn(spec: &GnnSpec, blocks: &BlockCounts) -> Result<Workload> {
     Builder::new(spec, blocks, name).build()
 }
 
-/// What a workload's name ends with for the sweeps named `sweep` (as
-/// [`GnnSpec::sweep_name`] gives it): nothing by outputs, `-by-inputs`,
-/// or the list (`-by-inputs-f1b2`), then the groups (`-in-2`).
 /// Whether GAT's backward runs source partition `j`'s blocks from its
 /// last destination down (odd `j`) rather than up (even `j`). Turning at
 /// each source, the destination a source ends on is the one the next
-/// starts on: its aggregation, gradient, attention and scores (the four
-/// largest of a block's inputs but `z[j]`) are read by two operators in a
-/// row instead of one partition sweep apart. Each `grad_src[j]` sums its
-/// destinations in this order; each `grad_dst[i]` its sources upward.
-/// The backends read it to know which block starts and ends a chain.
+/// starts on wherever both have a block there (every block of a dense
+/// grid): its aggregation, the aggregation's gradient and its attention
+/// (with `z[j]`, the largest of a block's inputs) are read by two
+/// operators in a row instead of one partition sweep apart. Each
+/// `grad_src[j]` sums its destinations in this order; each `grad_dst[i]`
+/// its sources upward. The backends read it to know which block starts
+/// a chain (and, on several devices, which ends it).
 pub fn gat_destinations_descend(j: u32) -> bool {
     j % 2 == 1
 }
 
+/// What a workload's name ends with for the sweeps named `sweep` (as
+/// [`GnnSpec::sweep_name`] gives it): nothing by outputs, `-by-inputs`,
+/// or the list (`-by-inputs-f1b2`), then the groups (`-in-2`).
 pub fn sweep_suffix(sweep: &str) -> String {
     let (list, groups) = match sweep.split_once('/') {
         Some((list, groups)) => (list, format!("-in-{groups}")),
@@ -1695,7 +1697,12 @@ impl<'a> Builder<'a> {
         }
         let zs = layer.z.clone();
         let weights = heads * F32;
-        let sweep = spec.swept().forward(l);
+        // As many groups as rows or more is the order by outputs, as in
+        // the other models.
+        let sweep = match spec.swept().forward(l) {
+            Sweep::Groups(n) if n >= self.parts => Sweep::Outputs,
+            sweep => sweep,
+        };
         if sweep == Sweep::Outputs {
             // Row by row: each row's attention, then its sum and its
             // activation.
@@ -2832,6 +2839,16 @@ mod tests {
                 .map(|op| (op.name.clone(), op.inputs.iter().map(name).collect()))
                 .collect()
         };
+        // In as many groups as rows, or more, the order by outputs.
+        let order = |w: &Workload| w.ops.iter().map(|op| op.name.clone()).collect::<Vec<_>>();
+        for sweep in ["inputs/4", "f1,f3/9"] {
+            let s = GnnSpec {
+                sweeps: Sweeps::parse(sweep).unwrap(),
+                ..spec(GnnModel::Gat)
+            };
+            let w = build_gnn(&s, &blocks).unwrap();
+            assert_eq!(order(&w), order(&by_outputs), "{sweep}");
+        }
         for sweep in ["inputs", "f2", "inputs/2"] {
             let s = GnnSpec {
                 sweeps: Sweeps::parse(sweep).unwrap(),
