@@ -369,9 +369,26 @@ pub fn check_shared_plan(plan: &Plan, workload: &Workload) -> Result<(), ExecErr
 fn digest_hint(planned: &Workload, expected: &Workload) -> String {
     let stored = |w: &Workload| w.tensors.iter().any(|t| t.name.starts_with("adj_t["));
     let masks = |w: &Workload| w.ops.iter().any(|op| op.cost.masked > 0);
+    // The same operators, in another order: what differs is when they
+    // run (and so which partial sums their chains name).
+    let order = |w: &Workload| -> Vec<String> { w.ops.iter().map(|op| op.name.clone()).collect() };
+    let (planned_ops, expected_ops) = (order(planned), order(expected));
+    let reordered = planned_ops != expected_ops && {
+        let (mut a, mut b) = (planned_ops, expected_ops);
+        a.sort_unstable();
+        b.sort_unstable();
+        a == b
+    };
     // The first tensor that differs (names leave out some of what makes
     // a workload, such as a graph's features or degree).
-    let differs = if planned.tensors.len() != expected.tensors.len() {
+    let differs = if reordered {
+        Some(
+            " (the same operators, run in another order: a plan made with other sweeps, or by \
+             a build that orders them otherwise, such as GAT's backward before it turned at each \
+             source)"
+                .to_string(),
+        )
+    } else if planned.tensors.len() != expected.tensors.len() {
         Some(format!(
             " (the plan's workload has {} tensors, this run's {})",
             planned.tensors.len(),
@@ -974,6 +991,26 @@ mod tests {
                 || said.contains("tensors, this run's"),
             "{said}"
         );
+        // GAT by inputs: the same operators, run in another order.
+        let gat = |sweep: &str| {
+            let spec = GnnSpec {
+                model: GnnModel::Gat,
+                layers: 2,
+                hidden: 8,
+                heads: 2,
+                features: 32,
+                classes: 3,
+                graph_name: "toy".into(),
+                order: LayerOrder::Narrower,
+                transposes: Transposes::Stored,
+                sweeps: fateplan_planner::gnn::Sweeps::parse(sweep).unwrap(),
+                dropout: 0.5,
+            };
+            build_gnn(&spec, &blocks).unwrap()
+        };
+        let said = hint(&gat("outputs"), &gat("inputs"));
+        assert!(said.contains("run in another order"), "{said}");
+        assert!(hint(&masked, &built(0.3, stored)).is_empty());
         let mut wider = masked.clone();
         wider.tensors[0].bytes *= 2;
         let said = hint(&wider, &masked);
