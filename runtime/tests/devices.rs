@@ -299,14 +299,14 @@ fn gat_on_several_devices_trains_the_one_device_model() {
         );
     }
     // GAT's aggregations by inputs and in groups of outputs on several
-    // devices: each source's rows exchanged at its first reader, which
-    // is no longer the first row's.
+    // devices, 3 partitions each: every edge softmax (with its halo
+    // edges) before the layer's sums, which interleave the rows.
     for sweep in ["inputs", "f1,f2/2"] {
         let swept = Hyper {
             sweeps: Sweeps::parse(sweep).unwrap(),
             ..h
         };
-        let prepared = prepare_shared(data.clone(), &swept, 2, 2, ShareMethod::Ranges).unwrap();
+        let prepared = prepare_shared(data.clone(), &swept, 2, 3, ShareMethod::Ranges).unwrap();
         let p = make_plan(&prepared.workload, Policy::RetainAll, roomy());
         let many = train::train_shared(prepared, swept, run(p, 4), Vec::new(), &mut |_| {})
             .unwrap()
