@@ -718,12 +718,13 @@ fn sizing_line(sized: &Sized, most: u32, options: &PlanOptions, took: &str, swep
         ),
     };
     let walked = walk_note(sized, swept);
-    // The legend, where some count did not fit.
+    // The legend, where some count shown did not fit (the search GPU to
+    // GPU that fits none shows no counts).
     let failed = sizing.tried.iter().any(|&(_, ok)| !ok)
         || sized
             .peer
             .as_ref()
-            .is_some_and(|p| p.sizing.tried.iter().any(|&(_, ok)| !ok))
+            .is_some_and(|p| !p.sizing.none_fit && p.sizing.tried.iter().any(|&(_, ok)| !ok))
         || (!walked.is_empty() && sized.walked.iter().any(|&(_, s)| s.is_none()));
     let legend = if failed { ", x: no fit" } else { "" };
     match (sizing.none_fit, sizing.tried.is_empty()) {
@@ -1107,7 +1108,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     // `auto` chooses once the budgets are known (`prepare`).
     let sweeps = match args.sweep.as_str() {
         text if text.eq_ignore_ascii_case("auto") => Sweeps::default(),
-        text => Sweeps::parse(text)?,
+        text => Sweeps::parse(text).map_err(|e| anyhow!("{e}; --sweep also takes auto"))?,
     };
     if model == GnnModel::Gat && transposes != Transposes::Stored {
         bail!(
@@ -2366,9 +2367,16 @@ fn write_summary(
         format_seconds(p.exposed_transfer_s)
     )?;
     let m = &p.bytes_moved;
+    // The exchanges' bytes are on their own line: say so where they cross
+    // the same links.
+    let apart = if plan.exchanges.is_empty() {
+        ""
+    } else {
+        " (the tensors'; the exchanges' are on the exchange line)"
+    };
     writeln!(
         out,
-        "moved     h2d {}, d2h {}, ssd read {}, ssd write {}",
+        "moved     h2d {}, d2h {}, ssd read {}, ssd write {}{apart}",
         format_bytes(m.h2d),
         format_bytes(m.d2h),
         format_bytes(m.ssd_read),

@@ -385,7 +385,8 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
         // `auto` starts by outputs: planning chooses ([`run`]).
         sweeps: match args.sweep_auto() {
             true => Sweeps::default(),
-            false => Sweeps::parse(args.sweep())?,
+            false => Sweeps::parse(args.sweep())
+                .map_err(|e| anyhow::anyhow!("{e}; --sweep also takes auto"))?,
         },
     };
     if !(0.0..1.0).contains(&args.dropout()) {
@@ -1049,6 +1050,10 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         if let Some((_, auto)) = &sweep_auto {
             json["sweep_auto"] = auto.clone();
         }
+        // The text's "the rest": neither computing nor waiting.
+        json["other_s"] = (report.iteration_s - report.compute_s - report.wait_s)
+            .max(0.0)
+            .into();
         writeln!(out, "{}", serde_json::to_string_pretty(&json)?)?;
         return trace_written;
     }
@@ -1070,14 +1075,19 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         accuracy(report.test_accuracy, 4),
         report.final_loss
     )?;
+    // What neither computes nor waits: issuing transfers, the executor's
+    // bookkeeping (and on several devices, the slowest member's spread).
+    let rest = (report.iteration_s - report.compute_s - report.wait_s).max(0.0);
     writeln!(
         out,
-        "time      {} per iteration measured, {} predicted; compute {}, recompute {}, waiting {}",
+        "time      {} per iteration measured, {} predicted; compute {} (recomputation {} of it), \
+         waiting {}, the rest {} (issuing transfers, bookkeeping)",
         format_seconds(report.iteration_s),
         format_seconds(report.iteration_s_predicted),
         format_seconds(report.compute_s),
         format_seconds(report.recompute_s),
-        format_seconds(report.wait_s)
+        format_seconds(report.wait_s),
+        format_seconds(rest)
     )?;
     for (tier, peak, limit) in [
         ("hbm", report.peak_bytes.hbm, report.budgets.hbm_bytes),

@@ -884,7 +884,7 @@ fn a_real_graph_on_several_gpus_takes_its_halo_from_min_cut() {
 fn auto_partitions_on_several_gpus_take_the_faster_of_host_and_peer_sizing() {
     // papers100M's 2-layer GCN on 4 GPUs fits at 2 partitions with every
     // halo through host memory, and GPU to GPU from 4 on, predicted faster;
-    // the walk from 4 finds 5 and 6 slower, then 3 and 2.
+    // the walk starts from 4 and takes the fastest count it meets.
     let out = fateplan(&[
         "plan",
         "--dataset",
@@ -901,14 +901,12 @@ fn auto_partitions_on_several_gpus_take_the_faster_of_host_and_peer_sizing() {
         .find_map(|l| l.strip_prefix("partitions "))
         .unwrap_or_else(|| panic!("no partitions line: {summary}"));
     assert!(
-        line.starts_with("4 ")
-            && line.contains("the fewest with the exchange chosen per layer 2 ")
+        line.contains("the fewest with the exchange chosen per layer 2 ")
             && line.contains("the fewest with every halo GPU to GPU 4 ")
             && line.contains(", 4 taken")
             && line.contains("the fastest near it by the prediction (4 "),
         "{line}"
     );
-    assert!(summary.contains("-share1of4-p4 "), "{summary}");
     // The faster of the two searches' counts is where the walk starts,
     // and the plan is the walk's fastest.
     let seconds = |text: &str| -> f64 { text.split(' ').next().unwrap().parse().unwrap() };
@@ -931,12 +929,14 @@ fn auto_partitions_on_several_gpus_take_the_faster_of_host_and_peer_sizing() {
         })
         .collect();
     assert_eq!(walked[0], (4, peer), "{line}");
-    assert!(
-        walked.len() >= 3 && walked[1..].iter().all(|w| w.1 > peer),
-        "{line}"
-    );
+    assert!(walked.len() >= 3, "{line}");
     let fastest = walked.iter().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
-    assert_eq!(*fastest, (4, seconds(planned)), "{line}");
+    assert_eq!(fastest.1, seconds(planned), "{line}");
+    assert!(line.starts_with(&format!("{} ", fastest.0)), "{line}");
+    assert!(
+        summary.contains(&format!("-share1of4-p{} ", fastest.0)),
+        "{summary}"
+    );
     // That plan was made while sizing, and not made again.
     assert!(
         summary.contains("(while sizing the partitions)"),

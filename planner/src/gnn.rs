@@ -252,22 +252,30 @@ impl Sweeps {
             ..Sweeps::default()
         };
         for entry in list.split(',').map(str::trim) {
+            let not_one = || {
+                bad(format!(
+                    "{entry:?} is not an aggregation; expected outputs, inputs, or a list \
+                     such as f1,b2 (f<layer>: that layer's aggregation, b<layer>: its \
+                     transposed aggregation), either of the last two maybe in groups of \
+                     outputs (inputs/2)"
+                ))
+            };
             let (field, layer) = match entry.split_at_checked(1) {
                 Some(("f" | "F", layer)) => (&mut sweeps.forward, layer),
                 Some(("b" | "B", layer)) => (&mut sweeps.backward, layer),
-                _ => {
-                    return Err(bad(format!(
-                        "{entry:?} is not an aggregation; expected outputs, inputs, or a list \
-                         such as f1,b2 (f<layer>: that layer's aggregation, b<layer>: its \
-                         transposed aggregation), either of the last two maybe in groups of \
-                         outputs (inputs/2)"
-                    )))
-                }
+                _ => return Err(not_one()),
             };
+            // A word that only starts with f or b is not a layer's name.
+            if layer.is_empty() || !layer.bytes().all(|c| c.is_ascii_digit()) {
+                return Err(not_one());
+            }
             let l: u32 = match layer.parse() {
                 Ok(l) if (1..=64).contains(&l) => l,
                 _ => return Err(bad(format!("{entry:?}: expected a layer from 1 to 64"))),
             };
+            if *field & (1 << (l - 1)) != 0 {
+                return Err(bad(format!("{entry:?} is listed twice")));
+            }
             *field |= 1 << (l - 1);
         }
         Ok(sweeps)
@@ -2242,6 +2250,18 @@ mod tests {
         for bad in ["", "rows", "f0", "f65", "b", "x1", "f1,,b2"] {
             let message = Sweeps::parse(bad).unwrap_err().to_string();
             assert!(message.contains(&format!("sweep {bad:?}")), "{message}");
+        }
+        // Words that start as a layer's name does are named as words, and
+        // an aggregation is listed once.
+        for (bad, says) in [
+            ("fast", "\"fast\" is not an aggregation"),
+            ("both", "\"both\" is not an aggregation"),
+            ("f+1", "\"f+1\" is not an aggregation"),
+            ("f1,F1", "\"F1\" is listed twice"),
+            ("b2,b2,b2", "\"b2\" is listed twice"),
+        ] {
+            let message = Sweeps::parse(bad).unwrap_err().to_string();
+            assert!(message.contains(says), "{bad}: {message}");
         }
         let blocks = BlockCounts::skewed(100, 800, 2).unwrap();
         let with = |model: GnnModel, sweep: &str| {

@@ -950,6 +950,16 @@ impl GeneratorSpec {
         }
     }
 
+    /// Bytes per vertex that drawing the edges holds beside whatever reads
+    /// them: a scrambled R-MAT spec's relabelling of its vertices (8); none
+    /// for a planted graph, whose edges are drawn once, when it opens.
+    pub fn relabelling_bytes_per_vertex(&self) -> u64 {
+        match self {
+            GeneratorSpec::Rmat(s) if s.scramble => 8,
+            _ => 0,
+        }
+    }
+
     /// Bytes the dataset [`GeneratorSpec::generate`] returns holds: the
     /// features (4 bytes each), a label (8) and three masks (1 each) per
     /// node, and two node ids (8 each) per edge. Drawing it holds more

@@ -99,8 +99,19 @@ impl GraphData {
             value,
         };
         // Drawing the edges holds bytes of its own (labels, and a planted
-        // graph's edges) before the command holds anything.
+        // graph's edges) before the command holds anything, and an R-MAT
+        // spec's relabelling while the command reads them.
         let available = available();
+        let relabelling = spec.relabelling_bytes_per_vertex();
+        let what = format!("{what} (with the spec's relabelling of its vertices)");
+        let holding = match bytes_per_vertex {
+            0 => holding,
+            _ if relabelling > 0 => Holding {
+                bytes_per_vertex: bytes_per_vertex + relabelling,
+                what: &what,
+            },
+            _ => holding,
+        };
         holding.check(nodes, edges, &from, || available.clone())?;
         if let Some(available) = &available {
             spec.check_opens_in(available)?;
@@ -253,7 +264,27 @@ impl GraphData {
     }
 
     fn load_edge_list(path: &Path, name: String) -> Result<(GraphData, NodesFrom)> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        if bytes.starts_with(b"\x93NUMPY") {
+            return Err(Error::invalid(
+                path,
+                "graph",
+                "a .npy file; --graph takes the folder holding edge_index.npy (and x.npy, \
+                 y.npy and the masks), or an edge-list text file",
+            ));
+        }
+        let text = String::from_utf8(bytes).map_err(|e| {
+            let at = e.utf8_error().valid_up_to();
+            let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+            Error::invalid(
+                path,
+                "graph",
+                format!(
+                    "line {line}: not text (byte {at} is not UTF-8); an edge list is text, \
+                     `src dst` per line"
+                ),
+            )
+        })?;
         let mut src = Vec::new();
         let mut dst = Vec::new();
         // The largest id, and the line that first names it.
@@ -670,6 +701,23 @@ mod tests {
             message.contains("rmat:") && message.contains("size: the graph takes at least 6.0 GiB"),
             "{message}"
         );
+        // Held per vertex while its edges are drawn, a scrambled R-MAT
+        // spec's relabelling (8 bytes a vertex) counts too: 1,024 vertices
+        // at 24 + 8 bytes.
+        let rmat = "rmat:scale=10,features=1";
+        let message = GraphData::open_within(rmat, 24, "partitioning", figure(32_767))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains(
+                "makes 1024 vertices: partitioning (with the spec's relabelling of its vertices) \
+                 takes"
+            ) && message.contains("(32 bytes a vertex)"),
+            "{message}"
+        );
+        assert!(GraphData::open_within(rmat, 24, "partitioning", figure(32_768)).is_ok());
+        let unscrambled = "rmat:scale=10,features=1,scramble=false";
+        assert!(GraphData::open_within(unscrambled, 24, "partitioning", figure(24_576)).is_ok());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -677,6 +725,16 @@ mod tests {
     fn reads_an_edge_list_and_names_bad_lines() {
         let dir = scratch("text");
         let path = dir.join("g.txt");
+        // Binary files: a .npy is pointed to its folder, others named.
+        write_npy(&path, "<i8", &[2, 1], &[0u8; 16]);
+        let message = GraphData::load(&path).unwrap_err().to_string();
+        assert!(
+            message.contains("a .npy file; --graph takes the folder"),
+            "{message}"
+        );
+        std::fs::write(&path, b"0 1\n1 2\n\xff\xfe\n").unwrap();
+        let message = GraphData::load(&path).unwrap_err().to_string();
+        assert!(message.contains("line 3: not text (byte 8"), "{message}");
         std::fs::write(&path, "# comment\n0 1\n1,2\n\n2\t0 # tail\n").unwrap();
         let g = GraphData::load(&path).unwrap();
         assert_eq!((g.nodes, g.edge_count()), (3, 3));

@@ -435,23 +435,22 @@ fn parse_header(bytes: &[u8], path: &Path) -> Result<(usize, Dtype, Vec<u64>, bo
     };
     let header = std::str::from_utf8(&bytes[start..end])
         .map_err(|_| Error::invalid(path, "header", "is not text"))?;
-    // A Python dict literal: numpy writes `'key': value`, and reads
-    // double quotes too.
+    // A Python dict literal of exactly `descr`, `fortran_order` and
+    // `shape`: numpy writes `'key': value`, and reads double quotes too.
+    let entries = header_entries(header, path)?;
     let field = |name: &str| -> Result<&str> {
-        ['\'', '"']
+        entries
             .iter()
-            .find_map(|quote| {
-                let key = format!("{quote}{name}{quote}");
-                header
-                    .match_indices(key.as_str())
-                    .find_map(|(at, _)| header[at + key.len()..].trim_start().strip_prefix(':'))
-            })
-            .map(str::trim_start)
+            .find(|(key, _)| *key == name)
+            .map(|&(_, value)| value)
             .ok_or_else(|| Error::invalid(path, name, "missing from the header"))
     };
     let descr = field("descr")?;
     let descr = match descr.chars().next() {
-        Some(quote @ ('\'' | '"')) => descr[1..].split(quote).next().unwrap_or(""),
+        Some(quote @ ('\'' | '"')) => descr[1..]
+            .strip_suffix(quote)
+            .filter(|inner| !inner.contains(quote))
+            .unwrap_or(descr),
         Some('[') => {
             // A list of (name, type) fields: quoted whole, to its bracket.
             let mut depth = 0usize;
@@ -502,11 +501,21 @@ fn parse_header(bytes: &[u8], path: &Path) -> Result<(usize, Dtype, Vec<u64>, bo
             ))
         }
     };
-    let fortran_order = field("fortran_order")?.starts_with("True");
+    let fortran_order = match field("fortran_order")? {
+        "True" => true,
+        "False" => false,
+        other => {
+            return Err(Error::invalid(
+                path,
+                "fortran_order",
+                format!("{other:?} is neither True nor False"),
+            ))
+        }
+    };
     let shape = field("shape")?;
     let inside = shape
         .strip_prefix('(')
-        .and_then(|s| s.split(')').next())
+        .and_then(|s| s.strip_suffix(')'))
         .ok_or_else(|| {
             Error::invalid(
                 path,
@@ -517,16 +526,97 @@ fn parse_header(bytes: &[u8], path: &Path) -> Result<(usize, Dtype, Vec<u64>, bo
                 ),
             )
         })?;
+    // numpy's tuples: `()`, `(5,)`, `(2, 3)`; one comma may end them.
+    let inside = inside.trim();
+    let inside = inside.strip_suffix(',').unwrap_or(inside);
     let shape = inside
         .split(',')
         .map(str::trim)
-        .filter(|s| !s.is_empty())
+        .filter(|_| !inside.is_empty())
         .map(|s| {
             s.parse::<u64>()
                 .map_err(|_| Error::invalid(path, "shape", format!("{s:?} is not a dimension")))
         })
         .collect::<Result<Vec<u64>>>()?;
     Ok((end, dtype, shape, fortran_order))
+}
+
+/// The header's dict, `{'key': value, ...}`, as (key, value text) pairs:
+/// each key quoted and given once, one of `descr`, `fortran_order` and
+/// `shape`; a value runs to the comma or brace that closes it outside
+/// quotes and brackets. Anything else is refused, naming what.
+fn header_entries<'h>(header: &'h str, path: &Path) -> Result<Vec<(&'h str, &'h str)>> {
+    const KEYS: [&str; 3] = ["descr", "fortran_order", "shape"];
+    let bad = |what: String| Error::invalid(path, "header", what);
+    let text = header.trim();
+    let inner = text
+        .strip_prefix('{')
+        .and_then(|t| t.strip_suffix('}'))
+        .ok_or_else(|| {
+            bad(format!(
+                "{:?} is not a dict in braces",
+                text.chars().take(60).collect::<String>()
+            ))
+        })?;
+    let mut entries: Vec<(&str, &str)> = Vec::new();
+    let mut rest = inner.trim_start();
+    while !rest.is_empty() {
+        let quote = rest.chars().next().filter(|c| matches!(c, '\'' | '"'));
+        let Some(quote) = quote else {
+            return Err(bad(format!(
+                "{:?}: a key is not quoted",
+                rest.chars().take(40).collect::<String>()
+            )));
+        };
+        let close = rest[1..]
+            .find(quote)
+            .ok_or_else(|| bad("a key's quote is not closed".into()))?;
+        let key = &rest[1..1 + close];
+        if !KEYS.contains(&key) {
+            return Err(bad(format!(
+                "{key:?} is not a key of a .npy header (descr, fortran_order, shape)"
+            )));
+        }
+        if entries.iter().any(|(k, _)| *k == key) {
+            return Err(bad(format!("{key:?} is given twice")));
+        }
+        rest = rest[close + 2..].trim_start();
+        rest = rest
+            .strip_prefix(':')
+            .ok_or_else(|| bad(format!("{key:?} is not followed by ':'")))?
+            .trim_start();
+        // The value: to the first comma outside quotes and brackets.
+        let (mut depth, mut quoted) = (0usize, None::<char>);
+        let mut end = rest.len();
+        for (at, c) in rest.char_indices() {
+            match (quoted, c) {
+                (Some(q), c) if c == q => quoted = None,
+                (Some(_), _) => {}
+                (None, '\'' | '"') => quoted = Some(c),
+                (None, '(' | '[' | '{') => depth += 1,
+                (None, ')' | ']' | '}') => {
+                    depth = depth
+                        .checked_sub(1)
+                        .ok_or_else(|| bad(format!("{key:?}: an unmatched {c:?}")))?;
+                }
+                (None, ',') if depth == 0 => {
+                    end = at;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        if quoted.is_some() || depth > 0 {
+            return Err(bad(format!("{key:?}: a quote or bracket is not closed")));
+        }
+        let value = rest[..end].trim();
+        if value.is_empty() {
+            return Err(bad(format!("{key:?} has no value")));
+        }
+        entries.push((key, value));
+        rest = rest[end..].strip_prefix(',').unwrap_or("").trim_start();
+    }
+    Ok(entries)
 }
 
 /// Writes a v1 `.npy` file: `descr` is numpy's type string (`<f4`, `<i8`,
@@ -719,14 +809,70 @@ pub(crate) mod tests {
         }
     }
 
-    #[test]
-    fn headers_in_either_quote_style_are_read_and_structured_types_named() {
+    /// A scratch folder, `a.npy` in it, and four i64 values' bytes.
+    fn four_longs() -> (tempfile::TempDir, std::path::PathBuf, Vec<u8>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.npy");
-        let values: Vec<u8> = [3i64, 1, 4, 1]
+        let values = [3i64, 1, 4, 1]
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .collect();
+        (dir, path, values)
+    }
+
+    #[test]
+    fn a_header_that_is_not_a_dict_of_its_three_keys_is_refused() {
+        let (_dir, path, values) = four_longs();
+        for (dict, says) in [
+            (
+                "{'descr': '<i8', 'fortran_order': True, 'fortran_order': False, 'shape': (2, 2), }",
+                "\"fortran_order\" is given twice",
+            ),
+            (
+                "garbage 'descr': '<i8', 'fortran_order': False, 'shape': (2, 2), }",
+                "is not a dict in braces",
+            ),
+            (
+                "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2), ",
+                "is not a dict in braces",
+            ),
+            (
+                "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2), 'extra': 1, }",
+                "\"extra\" is not a key",
+            ),
+            (
+                "{'descr': '<i8', 'fortran_order': Maybe, 'shape': (2, 2), }",
+                "fortran_order: \"Maybe\" is neither True nor False",
+            ),
+            (
+                "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2) junk, }",
+                "is not a tuple",
+            ),
+            (
+                "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2, }",
+                "not closed",
+            ),
+            (
+                "{'descr': '<i8', 'fortran_order': False, 'shape': (2,,2), }",
+                "shape: \"\" is not a dimension",
+            ),
+            (
+                "{'descr': '<i8', 'fortran_order': False, }",
+                "shape: missing from the header",
+            ),
+        ] {
+            write_npy_header(&path, dict, &values);
+            let message = Npy::open(&path).unwrap_err().to_string();
+            assert!(
+                message.contains("a.npy") && message.contains(says),
+                "{dict}: {message}"
+            );
+        }
+    }
+
+    #[test]
+    fn headers_in_either_quote_style_are_read_and_structured_types_named() {
+        let (_dir, path, values) = four_longs();
         for dict in [
             r#"{"descr": "<i8", "fortran_order": False, "shape": (2, 2), }"#,
             r#"{'descr': "<i8", "fortran_order" : False, 'shape': (2, 2)}"#,

@@ -367,6 +367,20 @@ pub fn check_shared_plan(plan: &Plan, workload: &Workload) -> Result<(), ExecErr
 /// prices no dropout masks (made with `--dropout 0`, or before masks were
 /// priced) against a run that draws them, or the other way round.
 fn digest_hint(planned: &Workload, expected: &Workload) -> String {
+    // A plan of a DAG given as such (`plan --dag`, a workload file): its
+    // operators are none of a GNN's, and no flag makes this run its.
+    let generic = |w: &Workload| {
+        !w.ops.is_empty()
+            && w.ops
+                .iter()
+                .all(|op| op.kind == fateplan_planner::workload::OpKind::Generic)
+    };
+    if generic(planned) && !generic(expected) {
+        return " (the plan is of a DAG given to `plan --dag` or as a workload file, whose \
+                 operators train cannot run: it trains the GNNs `plan --graph` and `plan \
+                 --dataset` build)"
+            .into();
+    }
     let stored = |w: &Workload| w.tensors.iter().any(|t| t.name.starts_with("adj_t["));
     let masks = |w: &Workload| w.ops.iter().any(|op| op.cost.masked > 0);
     // The same operators, in another order: what differs is when they
@@ -1010,6 +1024,27 @@ mod tests {
         };
         let said = hint(&gat("outputs"), &gat("inputs"));
         assert!(said.contains("run in another order"), "{said}");
+        // A plan of a generic DAG: no flag trains it.
+        let mut dag = Workload::new("nx");
+        let a = dag.add_tensor(
+            "a",
+            8,
+            fateplan_planner::workload::TensorKind::Activation,
+            None,
+        );
+        dag.add_op(
+            "f0",
+            fateplan_planner::workload::OpKind::Generic,
+            fateplan_planner::workload::Phase::Forward,
+            vec![],
+            vec![a],
+            fateplan_planner::workload::Cost::seconds(1.0),
+        );
+        let said = hint(&dag, &masked);
+        assert!(
+            said.contains("a DAG given to `plan --dag`") && !said.contains("--transposes"),
+            "{said}"
+        );
         assert!(hint(&masked, &built(0.3, stored)).is_empty());
         let mut wider = masked.clone();
         wider.tensors[0].bytes *= 2;

@@ -194,13 +194,19 @@ impl Occupancy {
         timeline: &Timeline,
         ssd_staging_bytes: u64,
     ) -> Occupancy {
+        let lives = copy_lives(workload, fates, schedule, timeline, ssd_staging_bytes);
+        Occupancy::from_lives(&lives, timeline)
+    }
+
+    /// The bytes per tier per slot of `lives` (see [`copy_lives`]).
+    pub fn from_lives(lives: &[CopyLife], timeline: &Timeline) -> Occupancy {
         let slots = slot_count(timeline);
         let mut delta: PerTier<Vec<i128>> = PerTier {
             hbm: vec![0; slots + 1],
             host: vec![0; slots + 1],
             ssd: vec![0; slots + 1],
         };
-        for life in copy_lives(workload, fates, schedule, timeline, ssd_staging_bytes) {
+        for life in lives {
             let d = delta.get_mut(life.tier);
             d[life.start] += life.bytes as i128;
             d[life.end] -= life.bytes as i128;

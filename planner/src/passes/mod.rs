@@ -7,7 +7,9 @@
 //! 4. [`dp`]: the default planner's search over those choices; the peer
 //!    policies in [`crate::policy`] choose fates their own way instead.
 //! 5. [`schedule`]: fates and timings become transfers and recomputations.
-//! 6. [`memory`]: bytes per tier at every position; over-budget plans stop here.
+//! 6. [`memory`]: bytes per tier at every position; over-budget plans stop
+//!    here. For `dp` and the MILP, [`keep`] then keeps a copy on the device
+//!    instead of bringing it again, where the budget has room.
 //! 7. [`predict`]: the iteration time.
 //! 8. [`sanity`]: an independent replay that only checks and rejects.
 //!
@@ -16,6 +18,7 @@
 
 pub mod cost;
 pub mod dp;
+pub mod keep;
 pub mod lifetimes;
 pub mod memory;
 pub mod milp;

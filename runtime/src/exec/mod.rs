@@ -242,10 +242,12 @@ pub struct TraceSpan {
 #[derive(Debug, Clone, PartialEq)]
 pub struct IterationReport {
     pub iteration_s: f64,
-    /// Seconds the compute thread spent in operators (recomputations included).
+    /// Seconds the compute thread spent in operators (recomputations
+    /// included), less the waits for inputs inside them.
     pub compute_s: f64,
     pub recompute_s: f64,
-    /// Seconds the compute thread waited for transfers.
+    /// Seconds the compute thread waited for transfers. The rest of
+    /// `iteration_s` is issuing transfers and the executor's bookkeeping.
     pub wait_s: f64,
     pub bytes_moved: LinkBytes,
 }
@@ -576,6 +578,8 @@ impl<B: Backend> Executor<B> {
             };
             let step = self.timeline.step_of[position];
             let start_s = self.clock.elapsed().as_secs_f64();
+            // Waits for an input inside the operator count as waiting.
+            let waited_before = report.wait_s;
             // The operator's kernels take their scratch while it runs.
             if op.scratch_bytes > 0 {
                 let what = format!("scratch of {}", op.name);
@@ -589,7 +593,7 @@ impl<B: Backend> Executor<B> {
                 start_s,
                 end_s: self.clock.elapsed().as_secs_f64(),
             };
-            let seconds = span.end_s - span.start_s;
+            let seconds = (span.end_s - span.start_s - (report.wait_s - waited_before)).max(0.0);
             report.compute_s += seconds;
             if keep.is_some() {
                 report.recompute_s += seconds;
