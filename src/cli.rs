@@ -1006,7 +1006,7 @@ pub(crate) fn auto_sweeps(
     let against = match (swept.predicted_s, swept.outputs_s) {
         (_, _) if swept.sweeps == Sweeps::default() => String::new(),
         (Some(s), Some(o)) => format!(
-            ": {} predicted{dp} against {} by outputs",
+            ": {} predicted{dp} against {} by outputs in as many partitions",
             format_seconds(s),
             format_seconds(o)
         ),

@@ -1078,10 +1078,20 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     // What neither computes nor waits: issuing transfers, the executor's
     // bookkeeping (and on several devices, the slowest member's spread).
     let rest = (report.iteration_s - report.compute_s - report.wait_s).max(0.0);
+    // A shipped profile describes some machine, not this one: its
+    // prediction is not this machine's.
+    let shipped = fateplan::profiles::builtin(&plan.profile.name).as_ref() == Some(&plan.profile);
+    let on = match shipped {
+        true => format!(
+            " on {} (shipped with fateplan, not this machine)",
+            plan.profile.name
+        ),
+        false => format!(" on {}", plan.profile.name),
+    };
     writeln!(
         out,
-        "time      {} per iteration measured, {} predicted; compute {} (recomputation {} of it), \
-         waiting {}, the rest {} (issuing transfers, bookkeeping)",
+        "time      {} per iteration measured, {} predicted{on}; compute {} (recomputation {} \
+         of it), waiting {}, the rest {} (issuing transfers, bookkeeping)",
         format_seconds(report.iteration_s),
         format_seconds(report.iteration_s_predicted),
         format_seconds(report.compute_s),
@@ -1202,8 +1212,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     }
     if let Some(comparison) = &comparison {
         write_comparison(&mut out, comparison, report.epochs)?;
-        // A shipped profile describes some machine, not this one.
-        if fateplan::profiles::builtin(&plan.profile.name).as_ref() == Some(&plan.profile) {
+        if shipped {
             // A plan from a file keeps its profile: plan again on P.
             let again = match args.plan {
                 Some(_) => "a plan made with `--profile P`",

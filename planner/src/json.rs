@@ -9,6 +9,17 @@ use crate::{Error, Result};
 /// value is at fault, and serde's description of the value.
 pub(crate) fn parse<T: DeserializeOwned>(text: &str, source: &str) -> Result<T> {
     let at = |error: &serde_json::Error| format!("{source}:{}:{}", error.line(), error.column());
+    // serde's message without the line and column it ends with: `at` says them.
+    let said = |error: &serde_json::Error| {
+        let message = error.to_string();
+        let place = format!(" at line {} column {}", error.line(), error.column());
+        message
+            .strip_suffix(&place)
+            .map_or(message.clone(), str::to_string)
+    };
+    // A byte-order mark (editors on Windows write one) is not JSON's; the
+    // text after it is read.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut deserializer = serde_json::Deserializer::from_str(text);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = known_path(&error.path().to_string()).to_string();
@@ -18,12 +29,12 @@ pub(crate) fn parse<T: DeserializeOwned>(text: &str, source: &str) -> Result<T> 
         } else {
             format!("{}: field {path}", at(&inner))
         };
-        Error::invalid(context, inner.to_string())
+        Error::invalid(context, said(&inner))
     })?;
     // Nothing but white space after the value.
     deserializer
         .end()
-        .map_err(|error| Error::invalid(at(&error), error.to_string()))?;
+        .map_err(|error| Error::invalid(at(&error), said(&error)))?;
     Ok(value)
 }
 
@@ -60,13 +71,11 @@ mod tests {
 
     #[derive(Debug, serde::Deserialize)]
     struct Outer {
-        #[allow(dead_code)]
         inner: Vec<Inner>,
     }
 
     #[derive(Debug, serde::Deserialize)]
     struct Inner {
-        #[allow(dead_code)]
         bytes: u64,
     }
 
@@ -95,5 +104,13 @@ mod tests {
             trailing.contains("f.json:1:15: trailing characters"),
             "{trailing}"
         );
+        // The place is said once, before the message.
+        assert!(!wrong.contains(" at line "), "{wrong}");
+    }
+
+    #[test]
+    fn a_byte_order_mark_before_the_text_is_passed_over() {
+        let read = parse::<Outer>("\u{feff}{\"inner\": [{\"bytes\": 7}]}", "f.json").unwrap();
+        assert_eq!(read.inner[0].bytes, 7);
     }
 }
