@@ -732,11 +732,18 @@ fn sizing_line(sized: &Sized, most: u32, options: &PlanOptions, took: &str, swep
             "partitions {partitions} (auto: no count up to {most} has a largest step that fits \
              the device; {took})"
         ),
-        (true, _) => format!(
-            "partitions {partitions} (auto: none up to {most} fits{each_layer}; tried \
-             {}{peer_note} in {took}{legend})",
-            shown(sizing),
-        ),
+        (true, _) => {
+            // A peer's closest count is the one reported.
+            let closest = match sizing.partitions == most {
+                true => String::new(),
+                false => format!("; {partitions}, whose plan needed the least, is reported"),
+            };
+            format!(
+                "partitions {partitions} (auto: none up to {most} fits{each_layer}; tried \
+                 {}{peer_note}{closest} in {took}{legend})",
+                shown(sizing),
+            )
+        }
         (false, _) if chosen => format!(
             "partitions {partitions} (auto: the fewest{each_layer} {} (tried {}){peer_note}\
              {walked}; in {took}{legend})",

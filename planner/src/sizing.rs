@@ -72,7 +72,7 @@ use crate::planner::{fits, plan_or_infeasible, with_strategies, PlanOptions};
 use crate::policy::Policy;
 use crate::profile::Profile;
 use crate::workload::{OpKind, TensorKind, Workload};
-use crate::Error;
+use crate::{Error, Tier};
 
 /// How far beyond the first count the search with every halo GPU to GPU
 /// goes: up to this many times that count.
@@ -106,7 +106,9 @@ pub struct Sizing {
     /// plan), in order, and whether it fit.
     pub tried: Vec<(u32, bool)>,
     /// Whether no count up to the most allowed fits: `partitions` is then
-    /// the most allowed, for the planner to report why it does not fit.
+    /// the count tried whose plan needed the fewest device bytes (a peer
+    /// policy), or the most allowed, for the planner to report why it
+    /// does not fit.
     pub none_fit: bool,
 }
 
@@ -143,14 +145,15 @@ pub fn fewest_partitions<E: From<Error>>(
 }
 
 /// Whether `options`' policy fits `workload`: dp's memory model under dp
-/// and milp; a peer policy's own plan, handed back where it fits.
+/// and milp; a peer policy's own plan, handed back where it fits, and
+/// where it does not, the device bytes it needed (`Err`'s `needed_bytes`).
 fn policy_fits(
     workload: &Workload,
     profile: &Profile,
     options: &PlanOptions,
-) -> Result<(bool, Option<MadePlan>), Error> {
+) -> Result<(bool, Option<MadePlan>, Option<u64>), Error> {
     if !options.policy.is_peer() {
-        return Ok((fits(workload, profile, options)?, None));
+        return Ok((fits(workload, profile, options)?, None, None));
     }
     let started = Instant::now();
     match plan_or_infeasible(workload, profile, options) {
@@ -160,8 +163,11 @@ fn policy_fits(
                 plan,
                 seconds: started.elapsed().as_secs_f64(),
             }),
+            None,
         )),
-        Err(Error::Infeasible { .. }) => Ok((false, None)),
+        Err(Error::Infeasible {
+            tier, needed_bytes, ..
+        }) => Ok((false, None, (tier == Tier::Hbm).then_some(needed_bytes))),
         Err(other) => Err(other),
     }
 }
@@ -210,10 +216,15 @@ fn search<E: From<Error>>(
     }
     // The policy's fit from the lower bound on: doubling, then bisection.
     let mut tried = Vec::new();
+    // A peer's count whose plan needed the fewest device bytes, and them.
+    let mut closest: Option<(u64, u32)> = None;
     let mut fit = |p: u32| -> Result<(bool, Workload, Option<MadePlan>), E> {
         let workload = build(p)?;
-        let (ok, made) = policy_fits(&workload, profile, options)?;
+        let (ok, made, needed) = policy_fits(&workload, profile, options)?;
         tried.push((p, ok));
+        if let Some(needed) = needed.filter(|&n| closest.is_none_or(|(c, _)| n < c)) {
+            closest = Some((needed, p));
+        }
         Ok((ok, workload, made))
     };
     let mut low = high - 1; // cannot fit, or 0
@@ -249,10 +260,17 @@ fn search<E: From<Error>>(
                     ));
                 }
             }
+            // The count to report: the one a peer's plan came closest
+            // at, where it said (its hint's budgets are then that
+            // count's), else the most.
+            let (partitions, found) = match closest {
+                Some((_, p)) if p != most => (p, build(p)?),
+                _ => (most, found),
+            };
             return Ok((
                 found,
                 Sizing {
-                    partitions: most,
+                    partitions,
                     tried,
                     none_fit: true,
                 },

@@ -327,8 +327,22 @@ fn a_peer_policy_that_fits_no_count_says_so() {
     };
     let sized = size_partitions(&build, 16, &profile, &options).unwrap();
     assert!(sized.sizing.none_fit, "{:?}", sized.sizing);
-    assert_eq!(sized.partitions, 16);
     assert!(sized.plan.is_none());
+    // The count reported is the one whose plan needed the fewest device
+    // bytes: its refusal's hint is that count's.
+    let needed = |p: u32| match plan(&build(p).unwrap(), &profile, &options) {
+        Err(Error::Infeasible { needed_bytes, .. }) => needed_bytes,
+        other => panic!("{p}: {other:?}"),
+    };
+    let reported = needed(sized.partitions);
+    for &(p, _) in &sized.sizing.tried {
+        assert!(
+            reported <= needed(p),
+            "{p} needs less than {}",
+            sized.partitions
+        );
+    }
+    assert!(reported < needed(16), "{:?}", sized.sizing);
     // Its plans were asked, from the step's lower bound doubling up to
     // 16, then counts a quarter apart between (fitting is not monotone in
     // the count).
