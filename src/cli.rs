@@ -1133,6 +1133,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     }
     let mut halo = None;
     let mut shares = None;
+    let mut targets = false;
     let (source, features, classes) = if let Some(path) = &args.graph {
         // On several GPUs the graph's vertices are partitioned (min-cut):
         // checked to fit in memory before they are counted in.
@@ -1145,6 +1146,22 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
         } else {
             GraphData::open(path)?
         };
+        // A graph's own sizes are the model's: a plan for others would
+        // not run on it (a named --dataset plans other sizes).
+        for (flag, given, own, what) in [
+            ("--features", args.features, graph.features, "features"),
+            ("--classes", args.classes, graph.classes, "classes"),
+        ] {
+            if let (Some(given), Some(own)) = (given, own) {
+                if given != own {
+                    bail!(
+                        "{flag} {given}: {path} has {own} {what}; a plan for {given} would not \
+                         run on this graph. Leave {flag} out, or plan a named --dataset to try \
+                         other sizes"
+                    );
+                }
+            }
+        }
         let features = args.features.or(graph.features).ok_or_else(|| {
             anyhow!(
                 "{path}: the graph has no features to give the feature size (x.npy in a \
@@ -1157,6 +1174,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
                  edge list has none); pass --classes"
             )
         })?;
+        targets = graph.targets;
         if args.gpus > 1 {
             let (share, measured, real) = graph_share(graph, args.gpus)
                 .with_context(|| format!("--gpus {} with {path}", args.gpus))?;
@@ -1216,7 +1234,13 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
         GraphSource::Stats { edges, .. } => *edges,
         GraphSource::Real(graph, _) => graph.edge_count(),
     };
-    let note = format!("{} nodes, {} edges", source.nodes(), edges);
+    let mut note = format!("{} nodes, {} edges", source.nodes(), edges);
+    if targets {
+        note.push_str(&format!(
+            "; y.npy's {classes} columns are {classes} targets a vertex, the output layer's \
+             width (train reads one label a vertex)"
+        ));
+    }
     Ok(SourceGiven {
         source: Source::Gnn(GnnSource {
             spec,

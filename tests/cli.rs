@@ -528,6 +528,27 @@ fn plans_a_generated_graph_from_its_spec() {
         dims.stdout, out.stdout,
         "the spec's features and classes size the tensors"
     );
+    // The graph's sizes are the model's: others are refused, and the
+    // sizes it has are accepted.
+    for (flag, given, said) in [
+        (
+            "--features",
+            "17",
+            "--features 17: rmat:scale=10,features=16,classes=4,seed=2 has 16 features",
+        ),
+        (
+            "--classes",
+            "3",
+            "--classes 3: rmat:scale=10,features=16,classes=4,seed=2 has 4 classes",
+        ),
+        ("--classes", "4", ""),
+    ] {
+        let out = fateplan(&[&["plan", "--graph", graph, flag, given][..], &flags[..]].concat());
+        match said {
+            "" => assert!(out.status.success(), "{}", stderr(&out)),
+            _ => assert!(stderr(&out).contains(said), "{}", stderr(&out)),
+        }
+    }
     let bad = fateplan(&["plan", "--graph", "rmat:scale=0"]);
     assert_eq!(bad.status.code(), Some(1));
     assert!(stderr(&bad).contains("scale: 0"), "{}", stderr(&bad));
@@ -2026,4 +2047,45 @@ fn polish_work_zero_plans_as_dp_alone_and_the_default_polishes() {
     // A little work (89 evaluations) polishes less.
     let little = predicted(&["--polish-work", "20000"]);
     assert!(polished < little && little < alone, "{little} s");
+}
+
+/// `y.npy` of shape `[N, C]` is C targets a vertex: `plan` sizes the
+/// output layer by them and says so, and `train`, which reads one label a
+/// vertex, refuses them saying why.
+#[test]
+fn targets_a_vertex_are_planned_and_said_to_be_plan_s_alone() {
+    let dir = scratch("targets");
+    let graph = dir.join("planted");
+    let folder = graph.to_str().unwrap();
+    let generated = fateplan(&[
+        "generate",
+        "--graph",
+        "planted:nodes=60,classes=2,features=4,val=10,test=10,seed=1",
+        "--out",
+        folder,
+    ]);
+    assert!(generated.status.success(), "{}", stderr(&generated));
+    fateplan::runtime::npy::write(&graph.join("y.npy"), "<i8", &[60, 3], &[0u8; 60 * 3 * 8])
+        .unwrap();
+    let planned = fateplan(&["plan", "--graph", folder, "--layers", "2", "--hidden", "8"]);
+    assert!(planned.status.success(), "{}", stderr(&planned));
+    assert!(
+        stdout(&planned).contains(
+            "y.npy's 3 columns are 3 targets a vertex, the output layer's width (train reads \
+             one label a vertex)"
+        ),
+        "{}",
+        stdout(&planned)
+    );
+    let trained = fateplan(&["train", "--graph", folder, "--epochs", "1"]);
+    assert!(!trained.status.success());
+    assert!(
+        stderr(&trained).contains(
+            "y.npy: shape: [60, 3]; expected [60] or [60, 1] (N from x.npy): training reads one \
+             label a vertex"
+        ),
+        "{}",
+        stderr(&trained)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -251,7 +251,15 @@ impl Sweeps {
             groups,
             ..Sweeps::default()
         };
-        for entry in list.split(',').map(str::trim) {
+        let entries: Vec<&str> = list.split(',').map(str::trim).collect();
+        if let Some(at) = entries.iter().position(|entry| entry.is_empty()) {
+            return Err(bad(format!(
+                "entry {} of {} is empty; give aggregations such as f1,b2, comma-separated",
+                at + 1,
+                entries.len()
+            )));
+        }
+        for entry in entries {
             let not_one = || {
                 bad(format!(
                     "{entry:?} is not an aggregation; expected outputs, inputs, or a list \
@@ -2259,6 +2267,8 @@ mod tests {
             ("f+1", "\"f+1\" is not an aggregation"),
             ("f1,F1", "\"F1\" is listed twice"),
             ("b2,b2,b2", "\"b2\" is listed twice"),
+            ("outputs,", "entry 2 of 2 is empty"),
+            ("f1,,b2", "entry 2 of 3 is empty"),
         ] {
             let message = Sweeps::parse(bad).unwrap_err().to_string();
             assert!(message.contains(says), "{bad}: {message}");

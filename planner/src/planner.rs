@@ -173,12 +173,15 @@ pub fn fits(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Re
 
 /// What every plan needs: each operator's inputs and outputs (each once)
 /// on the device while it runs, with its scratch and the workload's
-/// resident bytes, beside the exchange buffers of its step (`extra`). The first step where that alone is over the device budget,
-/// if any: no fates fit the workload, and none need be searched for.
+/// resident bytes, beside the exchange buffers of its step (`extra`).
+/// Where that alone is over the device budget, no fates fit the workload,
+/// and none need be searched for: the step that needs the most (the first
+/// of those), whose shortfall is the one to make up.
 fn step_floor(workload: &Workload, extra: &[u64], hbm_budget: u64) -> Option<dp::Overrun> {
     step_needs(workload, extra)
         .enumerate()
-        .find(|&(_, needed)| needed > hbm_budget)
+        .filter(|&(_, needed)| needed > hbm_budget)
+        .min_by_key(|&(s, needed)| (std::cmp::Reverse(needed), s))
         .map(|(s, needed)| dp::Overrun {
             tier: Tier::Hbm,
             step: s as u32,
@@ -1941,6 +1944,44 @@ mod tests {
             .unwrap()
             .predicted
             .iteration_s
+    }
+
+    /// A budget below several steps' own needs is refused at the step
+    /// that needs the most, with its shortfall: the bytes to add.
+    #[test]
+    fn a_budget_under_the_step_floor_is_refused_at_the_step_needing_most() {
+        use crate::blocks::BlockCounts;
+        use crate::datasets::dataset;
+        use crate::gnn::{build_gnn, GnnModel, GnnSpec};
+        let stats = dataset("ogbn-arxiv").unwrap();
+        let spec = GnnSpec::new(GnnModel::Gcn, stats.features, stats.classes, stats.name);
+        let counts = BlockCounts::skewed(stats.nodes, stats.edges, 4).unwrap();
+        let workload = build_gnn(&spec, &counts).unwrap();
+        let needs: Vec<u64> = step_needs(&workload, &[]).collect();
+        let most = *needs.iter().max().unwrap();
+        let first = needs.iter().position(|&n| n == most).unwrap();
+        // Over budget at several steps, the first of them needing less.
+        let budget = needs[0] - 1;
+        assert!(needs[0] < most);
+        let profile = Profile::from_json(
+            include_str!("../../profiles/a100-80g.json"),
+            "a100-80g.json",
+        )
+        .unwrap();
+        let mut options = PlanOptions::new(Policy::Dp, &profile);
+        options.budgets.hbm_bytes = budget;
+        match plan(&workload, &profile, &options) {
+            Err(Error::Infeasible {
+                step,
+                needed_bytes,
+                bytes_over,
+                ..
+            }) => assert_eq!(
+                (step as usize, needed_bytes, bytes_over),
+                (first, most, most - budget)
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     /// ogbn-arxiv's GraphSAGE in 4 partitions at 34% of its retain-all peak:

@@ -28,6 +28,33 @@ pub const MAX_CLASSES: u32 = 1 << 20;
 /// Most features per node (the planner's limit).
 pub const MAX_FEATURES: u32 = 1 << 20;
 
+/// The refusal of a folder's `y.npy`, whose `shape` is not `expected`
+/// (`x.npy`'s `x_shape` gives N): where `y.npy`'s rows are
+/// `train_mask.npy`'s, it is `x.npy` that has too few or too many rows,
+/// and the refusal names it.
+pub(crate) fn y_shape_refused(
+    dir: &Path,
+    (x_path, x_shape): (&Path, &[u64]),
+    (y_path, y_shape): (&Path, &[u64]),
+    expected: String,
+) -> Error {
+    let mask = Npy::open(&dir.join("train_mask.npy")).ok();
+    match (y_shape.first(), mask) {
+        (Some(&rows), Some(mask)) if mask.shape == [rows] && x_shape.first() != Some(&rows) => {
+            Error::invalid(
+                x_path,
+                "shape",
+                format!(
+                    "{x_shape:?}: {} rows, but y.npy and train_mask.npy have {rows} (a row \
+                     for each vertex)",
+                    x_shape[0]
+                ),
+            )
+        }
+        _ => Error::invalid(y_path, "shape", expected),
+    }
+}
+
 /// The vertices and features of a folder's `x.npy` (`[N, F]`, `<f4` or
 /// `<f8`, in either order), checked as every reader of a folder checks
 /// them; the values are not read.
@@ -169,13 +196,24 @@ impl Dataset {
 
         let (y_path, y) = open(dir, "y.npy")?;
         if !(y.shape == [nodes] || y.shape == [nodes, 1]) {
-            return Err(Error::invalid(
-                &y_path,
-                "shape",
-                format!(
-                    "{:?}; expected [{nodes}] or [{nodes}, 1] (N from x.npy)",
-                    y.shape
-                ),
+            // [N, C] is C targets a vertex, which `plan` sizes the output
+            // layer by; training reads one label a vertex.
+            let targets = match y.shape[..] {
+                [n, c] if n == nodes && c > 1 => {
+                    ": training reads one label a vertex, not C targets (plan sizes the output \
+                     layer by them)"
+                }
+                _ => "",
+            };
+            let expected = format!(
+                "{:?}; expected [{nodes}] or [{nodes}, 1] (N from x.npy){targets}",
+                y.shape
+            );
+            return Err(y_shape_refused(
+                dir,
+                (&x_path, &x.shape),
+                (&y_path, &y.shape),
+                expected,
             ));
         }
         let labels = y.to_i64(&y_path)?;
@@ -591,6 +629,22 @@ pub(crate) mod tests {
             &bytes(&[0i64, 1, 1], i64::to_le_bytes),
         );
         has_all(&load_error(d), &["y.npy", "shape", "[3]", "[4]"]);
+
+        // Where y's rows are the masks', x.npy is the one refused.
+        reset();
+        write_npy(&d.join("x.npy"), "<f4", &[3, 3], &[0u8; 36]);
+        has_all(
+            &load_error(d),
+            &["x.npy: shape: [3, 3]: 3 rows, but y.npy and train_mask.npy have 4"],
+        );
+
+        // C targets a vertex are plan's, not training's.
+        reset();
+        write_npy(&d.join("y.npy"), "<i8", &[4, 2], &[0u8; 64]);
+        has_all(
+            &load_error(d),
+            &["y.npy", "[4, 2]", "training reads one label a vertex"],
+        );
 
         reset();
         write_npy(

@@ -829,7 +829,17 @@ impl GeneratorSpec {
             }
         };
         let mut pairs: Vec<(&str, &str)> = Vec::new();
-        for item in rest.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let items: Vec<&str> = match rest.trim() {
+            "" => Vec::new(),
+            rest => rest.split(',').map(str::trim).collect(),
+        };
+        if let Some(at) = items.iter().position(|item| item.is_empty()) {
+            return Err(bad(
+                &format!("item {} of {}", at + 1, items.len()),
+                "empty; give KEY=VALUE items, comma-separated".into(),
+            ));
+        }
+        for item in items {
             let (key, value) = item
                 .split_once('=')
                 .ok_or_else(|| bad(item, "expected KEY=VALUE".into()))?;
@@ -1555,7 +1565,9 @@ mod tests {
             assert_eq!(GeneratorSpec::parse(&spec.to_string()).unwrap(), spec);
         }
         let error = |text: &str| GeneratorSpec::parse(text).unwrap_err().to_string();
-        let cases: [(&str, &[&str]); 11] = [
+        let cases: [(&str, &[&str]); 13] = [
+            ("rmat:scale=10,,features=8", &["item 2 of 3: empty"]),
+            ("planted:nodes=100,", &["item 2 of 2: empty"]),
             (
                 "rmat:scale=10,colour=red",
                 &["colour", "red", "unknown key"],

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use fateplan_planner::blocks::BlockCounts;
 
-use crate::dataset::{x_sizes, MAX_CLASSES};
+use crate::dataset::{x_sizes, y_shape_refused, MAX_CLASSES};
 use crate::edges::EdgeSource;
 use crate::generate::GeneratorSpec;
 use crate::memory::Available;
@@ -28,6 +28,11 @@ pub struct GraphData {
     pub edges: EdgeSource<'static>,
     pub features: Option<u32>,
     pub classes: Option<u32>,
+    /// Whether `classes` counts `y.npy`'s columns (shape `[N, C]`: C
+    /// targets a vertex, as ogbn-proteins' 112) rather than one more than
+    /// its largest label. `plan` sizes the output layer by them; `train`
+    /// reads one label a vertex.
+    pub targets: bool,
 }
 
 /// Where a graph's vertex count comes from, as a refusal of the count
@@ -124,6 +129,7 @@ impl GraphData {
             edges,
             features: Some(features),
             classes: Some(classes),
+            targets: false,
         })
     }
 
@@ -152,6 +158,7 @@ impl GraphData {
         let edge_path = dir.join("edge_index.npy");
         let edge_index = Npy::open(&edge_path)?;
         let mut features = None;
+        let mut x_shape = None;
         let y_path = dir.join("y.npy");
         let y = if y_path.exists() {
             Some(Npy::open(&y_path)?)
@@ -165,6 +172,7 @@ impl GraphData {
             let x = Npy::open(&x_path)?;
             let (nodes, f) = x_sizes(&x, &x_path)?;
             features = Some(f);
+            x_shape = Some(x.shape.clone());
             // An end past x's rows is an error when the edges are read.
             let from = NodesFrom {
                 path: x_path.clone(),
@@ -202,6 +210,7 @@ impl GraphData {
             (edges, nodes, from)
         };
         let mut classes = None;
+        let mut targets = false;
         if let Some(y) = y {
             // A label per vertex, as `train` reads them, or a target per
             // vertex and task ([N, C]: C outputs, as ogbn-proteins' 112).
@@ -214,17 +223,20 @@ impl GraphData {
                 [n] | [n, 1] if n == nodes => None,
                 [n, c] if n == nodes && c > 1 => Some(c),
                 _ => {
-                    return Err(Error::invalid(
-                        &y_path,
-                        "shape",
-                        format!(
-                            "{:?}; expected [{nodes}] or [{nodes}, 1], or [{nodes}, C] for C \
-                             targets a vertex (N from {n_from})",
-                            y.shape
-                        ),
-                    ))
+                    let expected = format!(
+                        "{:?}; expected [{nodes}] or [{nodes}, 1], or [{nodes}, C] for C targets \
+                         a vertex (N from {n_from})",
+                        y.shape
+                    );
+                    return Err(match &x_shape {
+                        Some(x_shape) => {
+                            y_shape_refused(dir, (&x_path, x_shape), (&y_path, &y.shape), expected)
+                        }
+                        None => Error::invalid(&y_path, "shape", expected),
+                    });
                 }
             };
+            targets = tasks.is_some();
             classes = Some(match tasks {
                 Some(tasks) => u32::try_from(tasks)
                     .ok()
@@ -259,6 +271,7 @@ impl GraphData {
             edges,
             features,
             classes,
+            targets,
         };
         Ok((graph, from))
     }
@@ -354,6 +367,7 @@ impl GraphData {
             edges: EdgeSource::owned(src, dst),
             features: None,
             classes: None,
+            targets: false,
         };
         let from = NodesFrom {
             path: path.to_path_buf(),
@@ -500,7 +514,20 @@ mod tests {
         refused(&format!("{}: y[1]: 2097152 is outside 0..", y.display()));
         // A target per vertex and task: as many outputs as tasks.
         write_npy(&y, "<i8", &[4, 3], &ints(&[0; 12]));
-        assert_eq!(GraphData::load(&dir).unwrap().classes, Some(3));
+        let g = GraphData::load(&dir).unwrap();
+        assert_eq!((g.classes, g.targets), (Some(3), true));
+        // Where y's rows are the masks', x.npy is the one refused.
+        write_npy(&y, "<i8", &[4], &ints(&[0, 1, 1, 0]));
+        assert!(!GraphData::load(&dir).unwrap().targets);
+        write_npy(&dir.join("train_mask.npy"), "|b1", &[4], &[1, 1, 0, 0]);
+        write_npy(&x, "<f4", &[3, 5], &[0u8; 60]);
+        refused(&format!(
+            "{}: shape: [3, 5]: 3 rows, but y.npy and train_mask.npy have 4",
+            x.display()
+        ));
+        std::fs::remove_file(dir.join("train_mask.npy")).unwrap();
+        refused(&format!("{}: shape: [4]; expected [3]", y.display()));
+        write_npy(&x, "<f4", &[4, 5], &[0u8; 80]);
         // Without x, N is the largest end's, or y's rows where more (the
         // last vertices have no edge).
         std::fs::remove_file(&x).unwrap();

@@ -633,6 +633,7 @@ fn the_topology_alone_gives_the_workload_of_the_shares() {
         edges: fateplan_runtime::edges::EdgeSource::owned(data.src.clone(), data.dst.clone()),
         features: None,
         classes: None,
+        targets: false,
     };
     let h = Hyper { heads: 2, ..h };
     for method in [ShareMethod::Ranges, ShareMethod::Mincut] {
