@@ -389,9 +389,10 @@ pub fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             eprintln!("error: {}", error_chain(&error));
+            // No plan fits, or none was found in the MILP's time.
             let infeasible = matches!(
                 error.downcast_ref::<PlanError>(),
-                Some(PlanError::Infeasible { .. })
+                Some(PlanError::Infeasible { .. } | PlanError::MilpOutOfTime { .. })
             );
             let violations = error.is::<ViolationsFound>();
             let infeasible = infeasible || error.is::<NothingFits>();
@@ -1417,7 +1418,14 @@ pub(crate) fn budget_percent(flag: &Option<String>, name: &str) -> Result<Option
 /// positive share that comes to less than one byte is refused, as
 /// [`parse_bytes`] refuses a size that rounds to none: not what was meant.
 pub(crate) fn share_of(of: u64, percent: f64, (given, whose): (&str, &str)) -> Result<u64> {
-    let bytes = (of as f64 * percent / 100.0) as u64;
+    let exact = of as f64 * percent / 100.0;
+    if exact >= u64::MAX as f64 {
+        bail!(
+            "{given}: larger than 2^64 bytes (a share of {whose}, {})",
+            bytes_exact(of)
+        );
+    }
+    let bytes = exact as u64;
     if bytes == 0 {
         bail!(
             "{given}: less than one byte of {whose}, {}",
@@ -1918,9 +1926,7 @@ pub(crate) fn compare_policies(
                     milp: p.milp,
                 }
             }
-            Err(PlanError::InvalidInput { message, .. }) if policy == Policy::Milp => {
-                Outcome::Skipped(message)
-            }
+            Err(error @ PlanError::MilpOutOfTime { .. }) => Outcome::Skipped(error.to_string()),
             Err(error @ PlanError::Infeasible { .. }) => Outcome::DoesNotFit(error.to_string()),
             Err(other) => return Err(other.into()),
         };

@@ -114,6 +114,22 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
         out.write_all(report.to_json().as_bytes())?;
     } else {
         write_table(&mut out, &report, wall_s)?;
+        // A profile named as a shipped one, with other figures (a plan
+        // edited, or made with a profile file of that name): the report's
+        // figures are the plan's own.
+        let replayed = args.profile.is_none().then_some(&plan.profile);
+        if let Some(profile) = replayed {
+            if fateplan::profiles::builtin(&profile.name).is_some_and(|shipped| shipped != *profile)
+            {
+                writeln!(
+                    out,
+                    "note      the plan's profile {:?} is not the one shipped with fateplan under \
+                     that name: replayed on the plan's figures (--profile {} replays on the \
+                     shipped one)",
+                    profile.name, profile.name
+                )?;
+            }
+        }
         for (flag, path) in written {
             writeln!(out, "{flag:<10}{}", path.display())?;
         }

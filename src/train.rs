@@ -457,11 +457,19 @@ pub(crate) fn dataset(args: &TrainArgs) -> Result<(fateplan::runtime::dataset::D
 const RAW_FEATURES: &str = "kept as they are (--raw-features)";
 
 /// Where some classes no node has: the class count is one more than the
-/// largest label, so one stray label makes a wide output layer.
-fn unused_classes(dataset: &fateplan::runtime::dataset::Dataset) -> Option<String> {
+/// largest label, so one stray label makes a wide output layer. Where the
+/// layer would be over [`SPARSE_LABELS_WIDTH`] wide and more than
+/// [`SPARSE_LABELS_FACTOR`] times the labels that occur, a refusal naming
+/// the largest label: a stray label, not classes, most likely (a label of
+/// a million in Cora's seven made a layer of a million outputs, 14 s an
+/// iteration where Cora's takes 6 ms).
+fn unused_classes(
+    dataset: &fateplan::runtime::dataset::Dataset,
+    graph: &str,
+) -> Result<Option<String>> {
     let classes = dataset.classes as usize;
     if dataset.y.is_empty() {
-        return None;
+        return Ok(None);
     }
     let mut seen = vec![false; classes];
     for &label in &dataset.y {
@@ -470,14 +478,35 @@ fn unused_classes(dataset: &fateplan::runtime::dataset::Dataset) -> Option<Strin
         }
     }
     let occur = seen.iter().filter(|&&s| s).count();
-    (occur < classes).then(|| {
+    if classes > SPARSE_LABELS_WIDTH && classes > SPARSE_LABELS_FACTOR * occur {
+        let largest = classes as i64 - 1;
+        let at = dataset.y.iter().position(|&l| l == largest).unwrap_or(0);
+        let file = std::path::Path::new(graph);
+        let place = match file.is_dir() {
+            true => file.join("y.npy").display().to_string(),
+            false => graph.to_string(),
+        };
+        bail!(
+            "{place}: y[{at}] = {largest}, the largest label, would make the output layer \
+             {classes} wide, while {occur} labels occur: relabel the classes 0 to C-1 (a stray \
+             label is likely)"
+        );
+    }
+    Ok((occur < classes).then(|| {
         format!(
             "{classes} classes (one more than the largest label, {}), of which {occur} occur: \
              the output layer is {classes} wide",
             classes - 1
         )
-    })
+    }))
 }
+
+/// The output width over which labels that leave most classes empty are
+/// refused ([`unused_classes`]).
+const SPARSE_LABELS_WIDTH: usize = 1024;
+/// How many times the labels that occur the output width may be, over
+/// [`SPARSE_LABELS_WIDTH`].
+const SPARSE_LABELS_FACTOR: usize = 16;
 
 /// Where the split masks share nodes: an accuracy over nodes the model
 /// trained on is not a held-out score, so the report says so. (Nothing
@@ -547,7 +576,7 @@ fn topology(args: &TrainArgs) -> Result<Topology> {
         return Ok((dataset, edges, false, RAW_FEATURES.to_string()));
     }
     let scaling = rows.scaling()?;
-    let sum_to_one = scaling == FeatureScaling::RowsSumToOne;
+    let sum_to_one = matches!(scaling, FeatureScaling::RowsSumToOne { .. });
     Ok((dataset, edges, sum_to_one, scaling.describe()))
 }
 
@@ -699,7 +728,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         (dataset, None, line, false)
     };
 
-    let labels = unused_classes(&dataset);
+    let labels = unused_classes(&dataset, &args.graph)?;
     let splits = overlapping_splits(&dataset);
     let nodes = dataset.nodes;
     let dataset_dims = (dataset.features as usize, dataset.classes as usize);

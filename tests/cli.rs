@@ -170,6 +170,27 @@ fn too_small_a_budget_is_infeasible_with_the_shortfall() {
         message.contains("infeasible: hbm") && message.contains("bytes) over"),
         "{message}"
     );
+    // A budget the hint names over what the profile has is said to be.
+    let out = fateplan(&[
+        "plan",
+        "--dataset",
+        "ogbn-products",
+        "--partitions",
+        "1",
+        "--profile",
+        "cpu-small",
+        "--policy",
+        "retain-all",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains(
+            "(more than profile \"cpu-small\" has, 8.00 GiB); no budget this profile allows \
+             fits at this partition count"
+        ),
+        "{}",
+        stderr(&out)
+    );
     // `--partitions auto` says which count the error is at.
     assert!(
         message.contains("partitions 256 (auto: no count up to 256"),
@@ -314,6 +335,19 @@ fn bad_input_names_what_is_wrong() {
                 "50%,1e-9%",
             ],
             "--budgets 1e-9%: less than one byte of the retain-all plan's device peak",
+        ),
+        (
+            &[
+                "curve",
+                "--dataset",
+                "ogbn-arxiv",
+                "--partitions",
+                "4",
+                "--budgets",
+                "50%,1e100%",
+            ],
+            "--budgets 1e100%: larger than 2^64 bytes (a share of the retain-all plan's device \
+             peak, 954 MiB",
         ),
         (&["plan", "--partitions", "lots"], "--partitions"),
         // A negative count is refused by its flag, not read as an option.
@@ -1269,7 +1303,7 @@ fn the_milp_plans_again_with_what_its_model_missed() {
     let out = fateplan(&args);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
-        stdout(&out).contains("the MILP proved it optimal, in round 2: "),
+        stdout(&out).contains("may find another policy's plan faster), in round 2: "),
         "{}",
         stdout(&out)
     );
@@ -2088,4 +2122,26 @@ fn targets_a_vertex_are_planned_and_said_to_be_plan_s_alone() {
         stderr(&trained)
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Where no budget fits, the curve's header is the one it has where some
+/// do: with `--partitions auto`, each budget sized its own partitions.
+#[test]
+fn a_curve_no_budget_fits_names_its_workload_as_one_that_fits_does() {
+    let graph = "rmat:scale=10,features=16,classes=4,seed=2";
+    let args = ["curve", "--graph", graph, "--budgets", "1KB"];
+    let out = fateplan(&args);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stdout(&out).starts_with(
+            "curve     gcn-3x256-rmat-s10-e16-seed2 on a100-80g, policy dp; the partitions sized \
+             per budget\n"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    let out = fateplan(&[&args[..], &["--json"]].concat());
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["partitions_sized_per_budget"], true);
+    assert_eq!(json["workload"], "gcn-3x256-rmat-s10-e16-seed2");
 }

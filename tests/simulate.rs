@@ -147,7 +147,17 @@ fn bad_plans_name_the_file() {
     );
     // Fields a plan file cannot hold, each named with the file.
     type Edit = fn(&mut serde_json::Value);
-    let edits: [(&str, Edit, &str); 5] = [
+    let edits: [(&str, Edit, &str); 7] = [
+        (
+            "moved.json",
+            |p| p["predicted"]["bytes_moved"]["d2h"] = 1.into(),
+            "moved.json: plan field predicted.bytes_moved.d2h: 1 differs from the ",
+        ),
+        (
+            "peak-step.json",
+            |p| p["predicted"]["peak_step"]["hbm"] = 99_999.into(),
+            "peak-step.json: plan field predicted.peak_step.hbm: 99999 differs from the step ",
+        ),
         (
             "gpus0.json",
             |p| p["gpus"] = 0.into(),
@@ -175,6 +185,19 @@ fn bad_plans_name_the_file() {
         ),
     ];
     let text = std::fs::read_to_string(&plan).unwrap();
+    // A profile named as another shipped one is replayed on its own
+    // figures, and said to be.
+    let mut renamed: serde_json::Value = serde_json::from_str(&text).unwrap();
+    renamed["profile"]["name"] = "h200".into();
+    let file = dir.join("renamed.json");
+    std::fs::write(&file, renamed.to_string()).unwrap();
+    let out = fateplan(&["simulate", path(&file)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("note      the plan's profile \"h200\" is not the one shipped"),
+        "{}",
+        stdout(&out)
+    );
     for (name, edit, expected) in edits {
         let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
         edit(&mut value);

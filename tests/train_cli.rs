@@ -1504,6 +1504,23 @@ fn classes_no_node_has_are_noted() {
         "{}",
         stdout(&out)
     );
+    // A label making the layer over 1024 wide and 16 times the labels
+    // that occur is refused before training, named.
+    let labels: Vec<u8> = (0..200i64)
+        .map(|i| if i == 7 { 100_000 } else { i % 4 })
+        .flat_map(i64::to_le_bytes)
+        .collect();
+    fateplan::runtime::npy::write(&graph.join("y.npy"), "<i8", &[200], &labels).unwrap();
+    let out = fateplan(&["train", "--graph", graph.to_str().unwrap(), "--epochs", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains(
+            "y.npy: y[7] = 100000, the largest label, would make the output layer 100001 wide, \
+             while 5 labels occur"
+        ),
+        "{}",
+        stderr(&out)
+    );
     // Where every class occurs, nothing is said.
     let every = fateplan(&["train", "--graph", spec, "--epochs", "1"]);
     assert!(every.status.success(), "{}", stderr(&every));

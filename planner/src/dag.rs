@@ -109,9 +109,9 @@ pub fn from_node_link(text: &str, source: &str) -> Result<Workload> {
             return Err(Error::invalid(
                 context(),
                 format!(
-                    "cost_cpu {:e} must be finite, not negative and at most {MAX_OP_SECONDS:e} \
+                    "cost_cpu {} must be finite, not negative and at most {MAX_OP_SECONDS:e} \
                      seconds",
-                    node.cost_cpu
+                    as_written(node.cost_cpu)
                 ),
             ));
         }
@@ -122,15 +122,18 @@ pub fn from_node_link(text: &str, source: &str) -> Result<Workload> {
             return Err(Error::invalid(
                 context(),
                 format!(
-                    "cost_ram {:e} must be a byte count above 0 and at most {MAX_TENSOR_BYTES} (1 PiB)",
-                    node.cost_ram
+                    "cost_ram {} must be a byte count above 0 and at most {MAX_TENSOR_BYTES} (1 PiB)",
+                    as_written(node.cost_ram)
                 ),
             ));
         }
         if node.cost_ram.fract() != 0.0 {
             return Err(Error::invalid(
                 context(),
-                format!("cost_ram {} is not a whole number of bytes", node.cost_ram),
+                format!(
+                    "cost_ram {} is not a whole number of bytes",
+                    as_written(node.cost_ram)
+                ),
             ));
         }
         if id.trim().is_empty() || id.chars().any(char::is_control) {
@@ -345,6 +348,17 @@ fn topological_order(preds: &[Vec<usize>], succs: &[Vec<usize>]) -> Result<Vec<u
     }
 }
 
+/// A number of the file as it was likely written: whole numbers below
+/// 2^53 as integers (`-1`, `0`), others in Rust's shortest form (`0.5`,
+/// `1e300`).
+fn as_written(value: f64) -> String {
+    if value.fract() == 0.0 && value.abs() < (1u64 << 53) as f64 {
+        format!("{}", value as i64)
+    } else {
+        format!("{value:?}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -443,9 +457,29 @@ mod tests {
         let bad = CHAIN.replace("\"cost_ram\": 20", "\"cost_ram\": -1");
         let message = from_node_link(&bad, "b.json").unwrap_err().to_string();
         assert!(
-            message.contains("nodes[1]") && message.contains("cost_ram"),
+            message.contains("nodes[1]") && message.contains("cost_ram -1 must be"),
             "{message}"
         );
+        // Numbers are said as they were likely written.
+        for (from, to, says) in [
+            ("\"cost_cpu\": 2.0", "\"cost_cpu\": -1", "cost_cpu -1 must"),
+            (
+                "\"cost_cpu\": 2.0",
+                "\"cost_cpu\": -0.5",
+                "cost_cpu -0.5 must",
+            ),
+            ("\"cost_ram\": 20", "\"cost_ram\": 0", "cost_ram 0 must"),
+            (
+                "\"cost_ram\": 20",
+                "\"cost_ram\": 1e300",
+                "cost_ram 1e300 must",
+            ),
+        ] {
+            let message = from_node_link(&CHAIN.replace(from, to), "n.json")
+                .unwrap_err()
+                .to_string();
+            assert!(message.contains(says), "{message}");
+        }
         let fractional = CHAIN.replace("\"cost_ram\": 20", "\"cost_ram\": 20.5");
         let message = from_node_link(&fractional, "f.json")
             .unwrap_err()

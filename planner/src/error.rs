@@ -39,6 +39,10 @@ pub enum Error {
         op: String,
         message: String,
     },
+    /// The MILP's time limit ran out before it found any plan (`note`:
+    /// how the limit was shared, or empty).
+    #[error("policy milp: no plan found within its time limit of {time_limit_s} s (--milp-time-limit){note}")]
+    MilpOutOfTime { time_limit_s: f64, note: String },
     /// A bound that keeps planning finite was reached.
     #[error("resources exhausted: {0}")]
     ResourcesExhausted(String),

@@ -723,7 +723,9 @@ impl MilpSearch {
     /// and in which round.
     pub fn describe(&self) -> String {
         let text = if self.proven_optimal {
-            "the MILP proved it optimal".to_string()
+            "the MILP proved it optimal in its model, dp's (the prediction times more than that \
+             model, and may find another policy's plan faster)"
+                .to_string()
         } else {
             format!(
                 "the MILP's time limit of {} s ran out first: the best plan it had found, not \
@@ -1006,12 +1008,11 @@ impl Plan {
             ));
         }
         if checked.peak_step != self.predicted.peak_step {
+            let (name, value, step) =
+                first_difference(&self.predicted.peak_step, &checked.peak_step);
             return Err(Error::invalid(
-                "plan field predicted.peak_step",
-                format!(
-                    "{:?} differs from the steps the sanity pass finds the peaks at ({:?})",
-                    self.predicted.peak_step, checked.peak_step
-                ),
+                format!("plan field predicted.peak_step{name}"),
+                format!("{value} differs from the step {step} the sanity pass finds the peak at"),
             ));
         }
         if self.workload.name != definition.name {
@@ -1103,20 +1104,7 @@ impl Plan {
             if found == wanted {
                 continue;
             }
-            // Name the first field that differs, as the file spells it.
-            let (found_json, wanted_json) = (
-                serde_json::to_value(found).expect("an exchange always serializes"),
-                serde_json::to_value(wanted).expect("an exchange always serializes"),
-            );
-            let (name, value, expected_value) = match (&found_json, &wanted_json) {
-                (serde_json::Value::Object(f), serde_json::Value::Object(w)) => w
-                    .iter()
-                    .find(|(k, v)| f.get(*k) != Some(*v))
-                    .map(|(k, v)| (format!(".{k}"), f.get(k).cloned(), v.clone()))
-                    .unwrap_or_default(),
-                _ => Default::default(),
-            };
-            let value = value.map_or_else(|| "missing".to_string(), |v| v.to_string());
+            let (name, value, expected_value) = first_difference(found, wanted);
             return Err(Error::invalid(
                 format!("plan field exchanges[{index}]{name}"),
                 format!(
@@ -1168,12 +1156,10 @@ impl Plan {
             }
         }
         if p.bytes_moved != timing.bytes_moved {
+            let (name, value, moved) = first_difference(&p.bytes_moved, &timing.bytes_moved);
             return Err(Error::invalid(
-                "plan field predicted.bytes_moved",
-                format!(
-                    "{:?} differs from the {:?} its schedule moves",
-                    p.bytes_moved, timing.bytes_moved
-                ),
+                format!("plan field predicted.bytes_moved{name}"),
+                format!("{value} differs from the {moved} bytes its schedule moves"),
             ));
         }
         Ok(())
@@ -1185,5 +1171,26 @@ impl Plan {
             .iter()
             .map(|&fate| (fate, self.tensors.iter().filter(|t| t.fate == fate).count()))
             .collect()
+    }
+}
+
+/// The first field in which `found` differs from `wanted`, as the plan
+/// file spells it: `.name` (empty where they are not objects), the value
+/// found (`missing` where it has none) and the one wanted.
+fn first_difference<T: Serialize>(found: &T, wanted: &T) -> (String, String, String) {
+    let (found, wanted) = (
+        serde_json::to_value(found).expect("plan fields always serialize"),
+        serde_json::to_value(wanted).expect("plan fields always serialize"),
+    );
+    match (&found, &wanted) {
+        (serde_json::Value::Object(f), serde_json::Value::Object(w)) => w
+            .iter()
+            .find(|(k, v)| f.get(*k) != Some(*v))
+            .map(|(k, v)| {
+                let value = f.get(k).map_or_else(|| "missing".into(), |v| v.to_string());
+                (format!(".{k}"), value, v.to_string())
+            })
+            .unwrap_or_default(),
+        _ => (String::new(), found.to_string(), wanted.to_string()),
     }
 }

@@ -276,14 +276,14 @@ fn plan_multi(
             Ok(plan)
         }
         // The MILP's own errors name the time it had: say it was a share.
-        (None, Some((_, Error::InvalidInput { context, message }, _)))
-            if milp_limit.is_some() && vectors.len() > 1 && context == "policy milp" =>
+        (None, Some((_, Error::MilpOutOfTime { time_limit_s, .. }, _)))
+            if milp_limit.is_some() && vectors.len() > 1 =>
         {
-            Err(Error::InvalidInput {
-                context,
-                message: format!(
-                    "{message} (of the first exchange vector planned, in the order peer before \
-                     host; the {} vectors shared --milp-time-limit {} s)",
+            Err(Error::MilpOutOfTime {
+                time_limit_s,
+                note: format!(
+                    " (of the first exchange vector planned, in the order peer before host; the \
+                     {} vectors shared --milp-time-limit {} s)",
                     vectors.len(),
                     options.milp_time_limit_s
                 ),
@@ -1453,13 +1453,43 @@ fn budgets_hint(
         })
         .collect();
     found.sort_by_key(|(tier, _)| *tier);
-    let found = found.into_iter().map(|(_, f)| f);
-    let parts: Vec<String> = found.flatten().collect();
+    // A budget over what the profile has could not be given: said so.
+    let capacity = |tier: Tier| match tier {
+        Tier::Hbm => profile.device.hbm_bytes,
+        Tier::Host => profile.host.memory_bytes,
+        Tier::Ssd => profile.ssd.capacity_bytes,
+    };
+    let mut over = 0;
+    let parts: Vec<String> = found
+        .into_iter()
+        .filter_map(|(tier, text)| {
+            let text = text?;
+            let bytes = text
+                .split_once(' ')
+                .and_then(|(_, size)| crate::units::parse_bytes(size).ok());
+            match bytes {
+                Some(bytes) if bytes > capacity(tier) => {
+                    over += 1;
+                    Some(format!(
+                        "{text} (more than profile {:?} has, {})",
+                        profile.name,
+                        format_bytes(capacity(tier))
+                    ))
+                }
+                _ => Some(text),
+            }
+        })
+        .collect();
     if parts.is_empty() {
         "; no single budget increase makes it fit".to_string()
     } else {
+        let note = match over == parts.len() {
+            true => "; no budget this profile allows fits at this partition count",
+            false => "",
+        };
         format!(
-            "; it fits with any one of these budgets (the others as given, within about 2%): {}",
+            "; it fits with any one of these budgets (the others as given, within about 2%): \
+             {}{note}",
             parts.join(", ")
         )
     }

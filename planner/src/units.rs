@@ -4,10 +4,13 @@ use crate::{Error, Result};
 
 /// Parses a byte count: a plain integer, or a number followed by a unit
 /// (`B`, `KB`, `MB`, `GB`, `TB` in powers of 1000; `KiB`, `MiB`, `GiB`,
-/// `TiB` in powers of 1024; case-insensitive, optional space). A unit of
-/// one letter (`80G`) is refused as ambiguous.
+/// `TiB` in powers of 1024; case-insensitive, optional space, an optional
+/// `+`). A unit of one letter (`80G`) is refused as ambiguous, and one
+/// with a capital prefix and a small `b` (`64Mb`) as bits.
 pub fn parse_bytes(text: &str) -> Result<u64> {
+    // A plus sign says nothing: `+64MiB` is 64 MiB.
     let trimmed = text.trim();
+    let trimmed = trimmed.strip_prefix('+').unwrap_or(trimmed);
     if trimmed.starts_with('-') {
         return Err(Error::invalid(
             format!("byte size {text:?}"),
@@ -32,7 +35,19 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
     }
     let (number, unit) = trimmed.split_at(split);
     let number = number.replace('_', "");
-    let unit = unit.trim().to_ascii_lowercase();
+    // `Mb`, `Gib`: a capital prefix with a small `b` is written for bits.
+    let written = unit.trim();
+    if written.len() > 1
+        && written.ends_with('b')
+        && written.chars().any(|c| c.is_ascii_uppercase())
+    {
+        let bytes = written[..written.len() - 1].to_string() + "B";
+        return Err(Error::invalid(
+            format!("byte size {text:?}"),
+            format!("{written} reads as bits; write {bytes} for bytes"),
+        ));
+    }
+    let unit = written.to_ascii_lowercase();
     let scale: u64 = match unit.as_str() {
         "" | "b" => 1,
         "kb" => 1_000,
@@ -210,6 +225,16 @@ mod tests {
             "{negative}"
         );
         assert!(parse_bytes("99999999999999TiB").is_err());
+        // A capital prefix with a small b is bits; a plus sign is allowed.
+        for (text, says) in [
+            ("64Mb", "Mb reads as bits; write MB for bytes"),
+            ("2 Gib", "Gib reads as bits; write GiB for bytes"),
+        ] {
+            let message = parse_bytes(text).unwrap_err().to_string();
+            assert!(message.contains(says), "{message}");
+        }
+        assert_eq!(parse_bytes("64mb").unwrap(), 64_000_000);
+        assert_eq!(parse_bytes("+64MiB").unwrap(), 64 << 20);
         // A fraction of a byte, or of a unit below one byte, is refused;
         // of a larger unit, rounded to the nearest byte.
         assert_eq!(parse_bytes("0.3KiB").unwrap(), 307);

@@ -540,9 +540,18 @@ impl Workload {
                     return Err(Error::invalid(
                         context(),
                         format!(
-                            "writes {:?}, an {} tensor; inputs and parameters are \
+                            "writes {:?}, {} {} tensor; inputs and parameters are \
                              not produced by operators",
-                            tensor.name, tensor.kind
+                            tensor.name,
+                            match tensor
+                                .kind
+                                .to_string()
+                                .starts_with(['a', 'e', 'i', 'o', 'u'])
+                            {
+                                true => "an",
+                                false => "a",
+                            },
+                            tensor.kind
                         ),
                     ));
                 }
@@ -634,6 +643,18 @@ mod tests {
 
     #[test]
     fn errors_name_the_culprit() {
+        // An operator writing an input or a parameter, named with its
+        // article.
+        for (kind, says) in [
+            (TensorKind::Input, "\"h\", an input tensor"),
+            (TensorKind::Parameter, "\"h\", a parameter tensor"),
+        ] {
+            let mut w = tiny();
+            w.tensors[1].kind = kind;
+            w.tensors[1].home = Some(Tier::Host);
+            let message = w.validate().unwrap_err().to_string();
+            assert!(message.contains(says), "{message}");
+        }
         let mut w = tiny();
         w.tensors[1].bytes = 0;
         let message = w.validate().unwrap_err().to_string();

@@ -106,8 +106,10 @@ pub const DATASET_FILES: [&str; 6] = [
 /// What [`Dataset::row_normalize_features`] did.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FeatureScaling {
-    /// Every row with a positive sum now sums to 1.
-    RowsSumToOne,
+    /// Every row with a positive sum now sums to 1; `zero_rows` of the
+    /// `rows` are all zero, and stay so (a generated graph's are not
+    /// counted: 0).
+    RowsSumToOne { zero_rows: u64, rows: u64 },
     /// Kept as they were: `x[row, column] = value` is negative.
     KeptSigned { row: u64, column: u32, value: f32 },
 }
@@ -116,7 +118,17 @@ impl FeatureScaling {
     /// One line for a report.
     pub fn describe(&self) -> String {
         match self {
-            FeatureScaling::RowsSumToOne => "rows normalised to sum 1".to_string(),
+            FeatureScaling::RowsSumToOne { zero_rows: 0, .. } => {
+                "rows normalised to sum 1".to_string()
+            }
+            FeatureScaling::RowsSumToOne { zero_rows, rows } if zero_rows == rows => format!(
+                "every one of the {rows} rows is all zero: the model sees no features (is x.npy \
+                 the file meant?)"
+            ),
+            FeatureScaling::RowsSumToOne { zero_rows, rows } => format!(
+                "rows normalised to sum 1, but for {zero_rows} of the {rows}, all zero, kept \
+                 as they are"
+            ),
             FeatureScaling::KeptSigned { row, column, value } => format!(
                 "kept as they are: x[{row}, {column}] = {value} is negative, and rows are \
                  normalised to sum 1 only when no feature of any row is (a signed row can \
@@ -309,7 +321,10 @@ impl Dataset {
             };
         }
         Self::normalize_rows(&mut self.x, self.features);
-        FeatureScaling::RowsSumToOne
+        FeatureScaling::RowsSumToOne {
+            zero_rows: zero_rows(&self.x, self.features),
+            rows: self.nodes,
+        }
     }
 
     pub fn edges(&self) -> u64 {
@@ -411,16 +426,23 @@ impl FeatureRows {
     /// found by reading them in turn without holding them all. A file's
     /// value that is not finite is an error, as [`Dataset::load`] gives it.
     pub fn scaling(&self) -> Result<FeatureScaling> {
+        // Rows all zero, of the rows: a file's (a generated graph's are
+        // not counted).
+        let mut zeros: Option<(u64, u64)> = None;
         let negative = match self {
             FeatureRows::Npy { path, npy } => {
                 let mut negative = None;
                 let rows = npy.shape[0];
+                zeros = Some((0, rows));
                 let features = npy.shape[1] as usize;
                 for first in (0..rows).step_by(SCAN_ROWS as usize) {
                     let ids: Vec<u64> = (first..(first + SCAN_ROWS).min(rows)).collect();
                     let values = npy.rows_f32(&ids, path)?;
                     npy.release();
                     check_finite(path, &values, |r| first + r as u64, features as u32)?;
+                    if let Some((zero, _)) = &mut zeros {
+                        *zero += zero_rows(&values, features as u32);
+                    }
                     if negative.is_none() {
                         negative = values.par_iter().position_first(|&v| v < 0.0).map(|at| {
                             (
@@ -437,9 +459,20 @@ impl FeatureRows {
         };
         Ok(match negative {
             Some((row, column, value)) => FeatureScaling::KeptSigned { row, column, value },
-            None => FeatureScaling::RowsSumToOne,
+            None => {
+                let (zero_rows, rows) = zeros.unwrap_or((0, 0));
+                FeatureScaling::RowsSumToOne { zero_rows, rows }
+            }
         })
     }
+}
+
+/// How many of `values`' rows (of `features` each) are all zero.
+fn zero_rows(values: &[f32], features: u32) -> u64 {
+    values
+        .par_chunks(features.max(1) as usize)
+        .filter(|row| row.iter().all(|&v| v == 0.0))
+        .count() as u64
 }
 
 /// Fails on the first value of `values` (rows of `features` values; its
@@ -455,7 +488,13 @@ fn check_finite(
         Some(at) => Err(Error::invalid(
             path,
             format!("x[{}, {}]", row(at / f), at % f),
-            format!("{} is not a finite number", values[at]),
+            match values[at] {
+                v if v.is_nan() => "NaN is not a finite number".to_string(),
+                v => format!(
+                    "{v} is not a finite number as float32, which features are trained in (an \
+                     infinity in the file, or a <f8 value beyond ±3.4e38)"
+                ),
+            },
         )),
         None => Ok(()),
     }
@@ -549,6 +588,43 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn rows_all_zero_are_counted_and_said() {
+        let dir = tempfile::tempdir().unwrap();
+        write_tiny(dir.path());
+        let mut d = Dataset::load(dir.path()).unwrap();
+        // Row 1 is all zero, and now row 2.
+        d.x[6..9].fill(0.0);
+        let scaling = d.row_normalize_features();
+        assert_eq!(
+            scaling,
+            FeatureScaling::RowsSumToOne {
+                zero_rows: 2,
+                rows: 4
+            }
+        );
+        assert!(scaling.describe().contains("but for 2 of the 4, all zero"));
+        d.x.fill(0.0);
+        let scaling = d.row_normalize_features();
+        assert!(
+            scaling
+                .describe()
+                .contains("every one of the 4 rows is all zero"),
+            "{}",
+            scaling.describe()
+        );
+        // The scan of a file's rows counts them too.
+        write_npy(&dir.path().join("x.npy"), "<f4", &[4, 3], &[0u8; 48]);
+        let (_, rows, _) = Dataset::open(dir.path()).unwrap();
+        assert_eq!(
+            rows.scaling().unwrap(),
+            FeatureScaling::RowsSumToOne {
+                zero_rows: 4,
+                rows: 4
+            }
+        );
+    }
+
+    #[test]
     fn loads_a_tiny_folder_and_row_normalises() {
         let dir = tempfile::tempdir().unwrap();
         write_tiny(dir.path());
@@ -557,7 +633,13 @@ pub(crate) mod tests {
         assert_eq!(d.src, vec![0, 1, 2, 3, 3]);
         assert_eq!(d.dst, vec![1, 0, 3, 2, 0]);
         assert_eq!(d.split_sizes(), (2, 1, 1));
-        assert_eq!(d.row_normalize_features(), FeatureScaling::RowsSumToOne);
+        assert_eq!(
+            d.row_normalize_features(),
+            FeatureScaling::RowsSumToOne {
+                zero_rows: 1,
+                rows: 4
+            }
+        );
         assert_eq!(d.row(0), &[0.25, 0.25, 0.5]);
         assert_eq!(d.row(1), &[0.0, 0.0, 0.0]);
         assert_eq!(d.row(2), &[0.75, 0.0, 0.25]);
@@ -614,6 +696,26 @@ pub(crate) mod tests {
         );
         has_all(&load_error(d), &["x.npy", "x[2, 1]", "NaN"]);
 
+        // A float64 beyond float32's range is said to be.
+        reset();
+        let mut x = vec![0.0f64; 12];
+        x[4] = 1e300;
+        write_npy(
+            &d.join("x.npy"),
+            "<f8",
+            &[4, 3],
+            &bytes(&x, f64::to_le_bytes),
+        );
+        has_all(
+            &load_error(d),
+            &[
+                "x.npy",
+                "x[1, 1]",
+                "inf is not a finite number as float32",
+                "±3.4e38",
+            ],
+        );
+
         reset();
         write_npy(&d.join("x.npy"), "<i8", &[4, 3], &[0u8; 96]);
         has_all(
@@ -657,7 +759,10 @@ pub(crate) mod tests {
 
         reset();
         write_npy(&d.join("y.npy"), "<f4", &[4], &[0u8; 16]);
-        has_all(&load_error(d), &["y.npy", "descr", "<f4 is not an integer"]);
+        has_all(
+            &load_error(d),
+            &["y.npy", "descr", "<f4 is not a type labels are read from"],
+        );
 
         reset();
         write_npy(&d.join("test_mask.npy"), "|b1", &[5], &[0u8; 5]);
@@ -724,7 +829,13 @@ pub(crate) mod tests {
             rows.rows(&[3, 0, 3]).unwrap(),
             [full.row(3), full.row(0), full.row(3)].concat()
         );
-        assert_eq!(rows.scaling().unwrap(), FeatureScaling::RowsSumToOne);
+        assert_eq!(
+            rows.scaling().unwrap(),
+            FeatureScaling::RowsSumToOne {
+                zero_rows: 1,
+                rows: 4
+            }
+        );
         // Without the edges either: they are read from the file.
         let (topology, _, edges) = Dataset::open(d).unwrap();
         assert!(topology.src.is_empty() && topology.dst.is_empty());

@@ -259,7 +259,8 @@ impl Npy {
         };
     }
 
-    /// Every element as i64 in row-major order, from `<i8` or `<i4`.
+    /// Every element as i64 in row-major order, from `<i8`, `<i4` or
+    /// `|u1` (labels of up to 256 classes are often saved as bytes).
     pub fn to_i64(&self, path: &Path) -> Result<Vec<i64>> {
         let bytes = self.elements();
         let values = match self.dtype {
@@ -271,12 +272,13 @@ impl Npy {
                 .chunks_exact(4)
                 .map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes")) as i64)
                 .collect(),
+            Dtype::U8 => bytes.iter().map(|&b| i64::from(b)).collect(),
             other => {
                 return Err(Error::invalid(
                     path,
                     "descr",
                     format!(
-                        "{} is not an integer type; expected <i8 or <i4",
+                        "{} is not a type labels are read from; expected <i8, <i4 or |u1",
                         other.descr()
                     ),
                 ))
@@ -388,11 +390,15 @@ impl Npy {
                 i32::from_le_bytes(data[index * 4..index * 4 + 4].try_into().expect("4 bytes"))
                     as i64
             }
+            Dtype::U8 => i64::from(data[index]),
             other => {
                 return Err(Error::invalid(
                     path,
                     "descr",
-                    format!("{} is not an integer type", other.descr()),
+                    format!(
+                        "{} is not a type labels are read from; expected <i8, <i4 or |u1",
+                        other.descr()
+                    ),
                 ))
             }
         };
@@ -692,7 +698,15 @@ pub(crate) mod tests {
             Npy::open(&path).unwrap().to_f32(&path).unwrap(),
             vec![1.5, -2.0, 3.25]
         );
-        assert!(Npy::open(&path).unwrap().to_i64(&path).is_err());
+        let message = Npy::open(&path)
+            .unwrap()
+            .to_i64(&path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("<f8 is not a type labels are read from; expected <i8, <i4 or |u1"),
+            "{message}"
+        );
         let i32s: Vec<u8> = [7i32, -1].iter().flat_map(|v| v.to_le_bytes()).collect();
         write_npy(&path, "<i4", &[2, 1], &i32s);
         assert_eq!(
@@ -702,6 +716,9 @@ pub(crate) mod tests {
         write_npy(&path, "|u1", &[3], &[1, 0, 1]);
         let npy = Npy::open(&path).unwrap();
         assert_eq!(npy.to_bool(&path).unwrap(), vec![true, false, true]);
+        // Bytes read as labels too.
+        assert_eq!(npy.to_i64(&path).unwrap(), vec![1, 0, 1]);
+        assert_eq!(npy.int(2, &path).unwrap(), 1);
         write_npy(&path, "|u1", &[3], &[1, 0, 2]);
         let message = Npy::open(&path)
             .unwrap()

@@ -381,6 +381,20 @@ fn digest_hint(planned: &Workload, expected: &Workload) -> String {
                  --dataset` build)"
             .into();
     }
+    // The same workload under another name: the graph's, which is its
+    // folder's or file's name.
+    if planned.name != expected.name {
+        let renamed = Workload {
+            name: expected.name.clone(),
+            ..planned.clone()
+        };
+        if renamed.digest() == expected.digest() {
+            return " (the same tensors and operators: only the name differs, which holds the \
+                    graph's folder or file name; the graph in a folder named as the plan's \
+                    was trains it)"
+                .into();
+        }
+    }
     let stored = |w: &Workload| w.tensors.iter().any(|t| t.name.starts_with("adj_t["));
     let masks = |w: &Workload| w.ops.iter().any(|op| op.cost.masked > 0);
     // The same operators, in another order: what differs is when they
@@ -994,6 +1008,12 @@ mod tests {
         assert!(hint(&masked, &unmasked).contains("train it with its --dropout"));
         assert!(hint(&built(0.5, kept), &masked).contains("--transposes built"));
         assert!(hint(&masked, &built(0.0, kept)).contains("--transposes stored"));
+        // Another name alone: a graph's folder renamed.
+        let renamed = Workload {
+            name: "gcn-elsewhere".into(),
+            ..masked.clone()
+        };
+        assert!(hint(&masked, &renamed).contains("only the name differs"));
         assert_eq!(hint(&masked, &built(0.3, stored)), "");
         // Another graph: no word on dropout, but the first tensor that
         // differs (workload names leave out a graph's features).

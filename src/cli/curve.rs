@@ -344,10 +344,19 @@ pub(crate) fn run(args: &CurveArgs) -> Result<()> {
         Some(header) => header,
         None => {
             let prepared = prepare(&base, None)?;
+            // As where some budget fits: with `--partitions auto`, a
+            // GNN's budgets each sized their own, and the name has no
+            // count.
+            let name = &prepared.workload.name;
+            let count = name
+                .rsplit_once("-p")
+                .filter(|(_, p)| p.parse::<u32>().is_ok())
+                .map(|(stem, _)| stem.to_string());
+            let sized = args.plan.partitions == "auto" && args.plan.dag.is_none();
             Header {
-                name: prepared.workload.name.clone(),
+                name: count.filter(|_| sized).unwrap_or_else(|| name.clone()),
                 note: prepared.note,
-                sized: false,
+                sized,
                 profile: prepared.profile.name,
                 policy: args.plan.policy.clone(),
             }

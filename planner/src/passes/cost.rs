@@ -190,15 +190,22 @@ impl FateSet {
             offload_ssd: false,
             recompute: false,
         };
-        let words: Vec<&str> = text
-            .split(',')
-            .map(str::trim)
-            .filter(|w| !w.is_empty())
-            .collect();
-        if words.is_empty() {
+        let words: Vec<&str> = text.split(',').map(str::trim).collect();
+        if words == [""] {
             return Err(crate::Error::invalid(
                 format!("fates {text:?}"),
                 "no fate given; name one or more of retain, offload_host, offload_ssd, recompute",
+            ));
+        }
+        if let Some(at) = words.iter().position(|w| w.is_empty()) {
+            return Err(crate::Error::invalid(
+                format!("fates {text:?}"),
+                format!(
+                    "entry {} of {} is empty; name fates such as retain,recompute, \
+                     comma-separated",
+                    at + 1,
+                    words.len()
+                ),
             ));
         }
         for word in words {
@@ -1295,9 +1302,15 @@ mod tests {
         assert!(set.allows(Fate::Recompute) && !set.allows(Fate::OffloadHost));
         let set = FateSet::parse("offload-host,ssd").unwrap();
         assert!(set.allows(Fate::OffloadHost) && set.allows(Fate::OffloadSsd));
-        for text in ["", " , ", ","] {
+        for (text, says) in [
+            ("", "no fate given"),
+            ("  ", "no fate given"),
+            (" , ", "entry 1 of 2 is empty"),
+            (",retain", "entry 1 of 2 is empty"),
+            ("retain,,recompute", "entry 2 of 3 is empty"),
+        ] {
             let message = FateSet::parse(text).unwrap_err().to_string();
-            assert!(message.contains("no fate given"), "{text:?}: {message}");
+            assert!(message.contains(says), "{text:?}: {message}");
         }
         let message = FateSet::parse("retain,keep").unwrap_err().to_string();
         assert!(

@@ -85,10 +85,10 @@ pub fn solve(
 
 /// The error when the time limit ran out before the MILP found any plan.
 pub fn no_plan_in_time(time_limit_s: f64) -> Error {
-    Error::invalid(
-        "policy milp",
-        format!("no plan found within its time limit of {time_limit_s} s (--milp-time-limit)"),
-    )
+    Error::MilpOutOfTime {
+        time_limit_s,
+        note: String::new(),
+    }
 }
 
 /// [`solve`] with `held_hbm[step]` more device bytes at each step than
