@@ -78,6 +78,30 @@ impl PlanOptions {
     }
 }
 
+/// What each SSD staging buffer is rounded up to: the spill store's
+/// O_DIRECT alignment.
+pub const SSD_STAGING_ALIGN: u64 = 4096;
+
+impl PlanOptions {
+    /// These options with the SSD's staging no larger than `workload`
+    /// needs: a transfer moves one tensor a buffer-sized chunk at a time,
+    /// so a buffer larger than the largest tensor (rounded up to
+    /// [`SSD_STAGING_ALIGN`]) holds nothing more. The same chunks, so the
+    /// same prediction; host memory the staging held is left to the
+    /// tensors (four 64 MiB buffers kept a small graph's SSD plan out of a
+    /// host budget of 10 MiB).
+    pub fn staged_for(&self, workload: &Workload) -> PlanOptions {
+        let largest = workload.tensors.iter().map(|t| t.bytes).max().unwrap_or(0);
+        let buffer = largest.div_ceil(SSD_STAGING_ALIGN).max(1) * SSD_STAGING_ALIGN;
+        PlanOptions {
+            ssd_staging_bytes: self
+                .ssd_staging_bytes
+                .min(buffer.saturating_mul(SSD_STAGING_BUFFERS)),
+            ..self.clone()
+        }
+    }
+}
+
 /// Most seconds a MILP search may be given (a week): the solver's timer
 /// takes no more.
 pub const MAX_MILP_TIME_LIMIT_S: f64 = 7.0 * 24.0 * 3600.0;
@@ -112,6 +136,7 @@ fn plan_hinted(
 ) -> Result<Plan> {
     workload.validate()?;
     profile.validate()?;
+    let options = &options.staged_for(workload);
     let lives = Lifetimes::compute(workload);
     profile.check_gpus(options.gpus)?;
     // Planned on one device's share of its node; the plan records the
@@ -136,6 +161,7 @@ fn plan_hinted(
 pub fn fits(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Result<bool> {
     workload.validate()?;
     profile.validate()?;
+    let options = &options.staged_for(workload);
     profile.check_gpus(options.gpus)?;
     let share = profile.share(options.gpus);
     let lives = Lifetimes::compute(workload);
@@ -1371,6 +1397,7 @@ pub fn model_hint(
     }
     workload.validate()?;
     profile.validate()?;
+    let options = &options.staged_for(workload);
     let lives = Lifetimes::compute(workload);
     let share = profile.share(options.gpus);
     Ok(Some(budgets_hint(workload, &share, options, &lives)))
