@@ -1439,12 +1439,21 @@ pub(crate) fn share_of(of: u64, percent: f64, (given, whose): (&str, &str)) -> R
 /// `train`.
 pub(crate) const RETAIN_ALL_PEAK: &str = "the retain-all plan's device peak";
 
-/// The device peak of the retain-all plan of `workload` without budgets
-/// (one GPU's plan, no exchanges): what budget percentages are shares of,
-/// in `plan`, `compare` and `train` alike.
-pub(crate) fn retain_all_peak(workload: &Workload, profile: &Profile) -> Result<u64> {
+/// The device peak of the retain-all plan of `workload` without budgets,
+/// on the GPUs and with the exchanges of `like` (its `gpus`, `multi` and
+/// `exchanges`), their buffers included: what budget percentages are
+/// shares of, in `plan`, `compare`, `curve` and `train` alike, so that
+/// 100% fits the retain-all plan.
+pub(crate) fn retain_all_peak(
+    workload: &Workload,
+    profile: &Profile,
+    like: &PlanOptions,
+) -> Result<u64> {
     let roomy = PlanOptions {
         budgets: Budgets::UNLIMITED,
+        gpus: like.gpus,
+        multi: like.multi.clone(),
+        exchanges: like.exchanges.clone(),
         ..PlanOptions::new(Policy::RetainAll, profile)
     };
     Ok(plan(workload, profile, &roomy)?.predicted.peak_bytes.hbm)
@@ -1625,7 +1634,7 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
         // (Sizing made no plan: percentages need a partition count. Were
         // one made, it would be under other budgets.)
         made = None;
-        let peak = retain_all_peak(&workload, &profile)
+        let peak = retain_all_peak(&workload, &profile, &options)
             .context("planning retain-all for the budgets' percentages")?;
         let budgets = &mut options.budgets;
         let slots = [

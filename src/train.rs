@@ -765,7 +765,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     };
     let workload = prepared.workload();
     let profile = load_profile(args.profile.as_deref().unwrap_or("cpu-small"))?;
-    let retain_peak = || crate::cli::retain_all_peak(workload, &profile);
+    // The retain-all plan's peak on these GPUs with these exchanges.
+    let retain_peak = |like: &PlanOptions| crate::cli::retain_all_peak(workload, &profile, like);
     // With --plan, budget flags set the run's arenas (the plan is refused
     // if it needs more); without, they are the budgets to plan for.
     let mut run_budgets = None;
@@ -803,6 +804,13 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                     profile: &plan.profile.name,
                     gpus: plan.gpus,
                 };
+                // The plan's GPUs and exchanges, taken as they are.
+                let like = PlanOptions {
+                    gpus: plan.gpus,
+                    exchanges: plan.exchanges.clone(),
+                    ..PlanOptions::new(Policy::RetainAll, &profile)
+                };
+                let retain_peak = || retain_peak(&like);
                 run_budgets = Some(Budgets {
                     hbm_bytes: budget(
                         &args.hbm_budget,
@@ -839,6 +847,16 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 options.budgets.host_bytes = share.host.memory_bytes;
                 options.budgets.ssd_bytes = share.ssd.capacity_bytes;
             }
+            if let Some(s) = prepared.shared().filter(|_| profile.peer.is_some()) {
+                // The halo measured on the shares, against the estimate
+                // for a random partitioning.
+                let halo = crate::cli::shares_halo(nodes, edges, args.devices(), &s.stats);
+                options.gpus = args.devices();
+                options.multi = Some(MultiGpu { halo, forced: None });
+            }
+            // Percentages are of the retain-all plan on these GPUs.
+            let like = options.clone();
+            let retain_peak = || retain_peak(&like);
             // The defaults are the profile's capacities (one device's
             // share of its node's host memory and SSD).
             let given = options.budgets;
@@ -871,13 +889,6 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 &held,
                 &retain_peak,
             )?;
-            if let Some(s) = prepared.shared().filter(|_| profile.peer.is_some()) {
-                // The halo measured on the shares, against the estimate
-                // for a random partitioning.
-                let halo = crate::cli::shares_halo(nodes, edges, args.devices(), &s.stats);
-                options.gpus = args.devices();
-                options.multi = Some(MultiGpu { halo, forced: None });
-            }
             if shared && options.multi.is_none() {
                 unplanned_exchange = Some(format!(
                     "the plan leaves the exchange out: profile {} has no peer section (no \

@@ -631,6 +631,24 @@ fn budgets_as_a_share_of_the_retain_all_peak() {
         assert_eq!(out.status.code(), Some(1), "{flags:?}");
         assert!(stderr(&out).contains(expect), "{}", stderr(&out));
     }
+    // On several GPUs the peak is the retain-all plan's there, its
+    // exchange buffers included: 100% fits retain-all.
+    let gpus = [&ARXIV_P4[..], &["--gpus", "2", "--layers", "2"]].concat();
+    let roomy = fateplan(&[&gpus[..], &["--policy", "retain-all", "--json"]].concat());
+    assert!(roomy.status.success(), "{}", stderr(&roomy));
+    let peak = serde_json::from_slice::<serde_json::Value>(&roomy.stdout).unwrap()["predicted"]
+        ["peak_bytes"]["hbm"]
+        .as_u64()
+        .unwrap();
+    let full = [
+        &gpus[..],
+        &["--policy", "retain-all", "--hbm-budget", "100%", "--json"],
+    ]
+    .concat();
+    let out = fateplan(&full);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["budgets"]["hbm_bytes"].as_u64(), Some(peak));
 }
 
 #[test]

@@ -66,6 +66,18 @@ fn simulates_a_plan_with_json_trace_and_picture() {
     assert!(report["peak_bytes"]["hbm"].as_u64().unwrap() <= 200 << 20);
     let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
     assert!(trace["traceEvents"].as_array().unwrap().len() > 100);
+    slices_nest_or_follow(&trace);
+    // A plan whose slices met end to start where each was rounded apart.
+    let met = dir.join("met");
+    std::fs::create_dir_all(&met).unwrap();
+    let tight = plan_arxiv(
+        &met,
+        &["--layers", "2", "--partitions", "4", "--hbm-budget", "25%"],
+    );
+    let tight_trace = met.join("trace.json");
+    let out = fateplan(&["simulate", path(&tight), "--trace", path(&tight_trace)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    slices_nest_or_follow(&serde_json::from_slice(&std::fs::read(&tight_trace).unwrap()).unwrap());
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert_eq!(svg.matches("class=\"budget\"").count(), 3);
 
@@ -208,4 +220,37 @@ fn bad_plans_name_the_file() {
         assert!(stderr(&out).contains(expected), "{}", stderr(&out));
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// On each track of a trace, a slice starts at or after the end of the
+/// one before it, or lies within it, as trace viewers assume.
+fn slices_nest_or_follow(trace: &serde_json::Value) {
+    let nanos = |v: &serde_json::Value| (v.as_f64().unwrap() * 1000.0).round() as i64;
+    // Per (pid, tid): each slice's start and end in nanoseconds, and name.
+    type Slices = Vec<(i64, i64, String)>;
+    let mut tracks: std::collections::BTreeMap<(i64, i64), Slices> = Default::default();
+    for event in trace["traceEvents"].as_array().unwrap() {
+        if event["ph"] == "X" {
+            let start = nanos(&event["ts"]);
+            let key = (
+                event["pid"].as_i64().unwrap(),
+                event["tid"].as_i64().unwrap(),
+            );
+            let name = event["name"].as_str().unwrap_or_default().to_string();
+            tracks
+                .entry(key)
+                .or_default()
+                .push((start, start + nanos(&event["dur"]), name));
+        }
+    }
+    for (track, mut slices) in tracks {
+        slices.sort();
+        for pair in slices.windows(2) {
+            let ((_, end, a), (start, last, b)) = (&pair[0], &pair[1]);
+            assert!(
+                start >= end || last <= end,
+                "track {track:?}: {b} starts at {start} ns, before {a} ends at {end}"
+            );
+        }
+    }
 }

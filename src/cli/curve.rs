@@ -9,7 +9,7 @@ use std::io::Write;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fateplan::planner::units::{count, format_bytes, format_seconds, parse_bytes};
-use fateplan::planner::{Error as PlanError, Plan, Policy, Tier};
+use fateplan::planner::{Error as PlanError, Plan, PlanOptions, Policy, Tier};
 
 use super::{
     budget_percent, load_profile, planned, prepare, retain_all_peak, share_of, NothingFits,
@@ -183,29 +183,41 @@ fn reference(base: &PlanArgs, capacity: u64) -> Result<Reference> {
     };
     // The workload at the count, and the profile: with `auto`, those the
     // sized retain-all plan carries (the workload is not prepared again).
-    let (workload, profile, partitions) = match base.partitions == "auto" && base.dag.is_none() {
-        true => {
-            let retain = PlanArgs {
-                policy: Policy::RetainAll.name().to_string(),
-                ..base.clone()
-            };
-            match planned(&retain) {
-                Ok(made) => {
-                    let plan = made.plan;
-                    let partitions = plan.workload.model.as_ref().map(|m| m.partitions);
-                    (plan.workload.definition, plan.profile, partitions)
+    let (workload, profile, partitions, like) =
+        match base.partitions == "auto" && base.dag.is_none() {
+            true => {
+                let retain = PlanArgs {
+                    policy: Policy::RetainAll.name().to_string(),
+                    ..base.clone()
+                };
+                match planned(&retain) {
+                    Ok(made) => {
+                        let plan = made.plan;
+                        let partitions = plan.workload.model.as_ref().map(|m| m.partitions);
+                        // Its GPUs and exchanges, taken as they are.
+                        let like = PlanOptions {
+                            gpus: plan.gpus,
+                            exchanges: plan.exchanges,
+                            ..PlanOptions::new(Policy::RetainAll, &plan.profile)
+                        };
+                        (plan.workload.definition, plan.profile, partitions, like)
+                    }
+                    Err(error) if device_infeasible(&error) => return Ok(device),
+                    Err(error) => return Err(error),
                 }
-                Err(error) if device_infeasible(&error) => return Ok(device),
-                Err(error) => return Err(error),
             }
-        }
-        false => {
-            let prepared = prepare(base, None)?;
-            let partitions = prepared.model.map(|m| m.partitions);
-            (prepared.workload, prepared.profile, partitions)
-        }
-    };
-    let peak = retain_all_peak(&workload, &profile)?;
+            false => {
+                let prepared = prepare(base, None)?;
+                let partitions = prepared.model.map(|m| m.partitions);
+                (
+                    prepared.workload,
+                    prepared.profile,
+                    partitions,
+                    prepared.options,
+                )
+            }
+        };
+    let peak = retain_all_peak(&workload, &profile, &like)?;
     Ok(match peak <= capacity {
         true => Reference {
             bytes: peak,

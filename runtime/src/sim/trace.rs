@@ -48,6 +48,16 @@ fn micros(seconds: f64) -> f64 {
     seconds * 1e6
 }
 
+/// `seconds` in whole nanoseconds, rounded to the nearest.
+fn nanos(seconds: f64) -> u64 {
+    (seconds * 1e9).round().max(0.0) as u64
+}
+
+/// Whole nanoseconds as microseconds with three decimals, exactly.
+fn as_micros(nanos: u64) -> String {
+    format!("{}.{:03}", nanos / 1000, nanos % 1000)
+}
+
 fn metadata(
     out: &mut dyn Write,
     pid: u32,
@@ -149,11 +159,14 @@ pub fn write_trace(
             Track::Compute => COMPUTE_TID,
             Track::Stream(s) => s as u32 + 2,
         };
+        // Whole nanoseconds, the end rounded as the start is: a slice
+        // that ends where the next starts does not overlap it.
+        let (start, end) = (nanos(slice.start), nanos(slice.end));
         write!(
             out,
-            "{{\"ph\":\"X\",\"pid\":{DEVICE_PID},\"tid\":{tid},\"ts\":{:.3},\"dur\":{:.3},",
-            micros(slice.start),
-            micros(slice.end - slice.start)
+            "{{\"ph\":\"X\",\"pid\":{DEVICE_PID},\"tid\":{tid},\"ts\":{},\"dur\":{},",
+            as_micros(start),
+            as_micros(end.saturating_sub(start))
         )?;
         match slice.what {
             What::Op(step) => {
