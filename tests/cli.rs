@@ -2163,3 +2163,37 @@ fn a_curve_no_budget_fits_names_its_workload_as_one_that_fits_does() {
     assert_eq!(json["partitions_sized_per_budget"], true);
     assert_eq!(json["workload"], "gcn-3x256-rmat-s10-e16-seed2");
 }
+
+/// On several GPUs a real graph's halo is priced at the rows measured,
+/// each row the width of the layer's input: the share is its own size
+/// (min-cut's shares are not equal), not the graph's over the devices.
+#[test]
+fn a_measured_halo_is_priced_at_its_rows() {
+    let graph = "planted:nodes=1000,classes=4,features=64,seed=1";
+    let out = fateplan(&["plan", "--graph", graph, "--gpus", "2", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let source = plan["halo"]["source"].as_str().unwrap();
+    let rows: u64 = source
+        .rsplit_once("largest halo ")
+        .and_then(|(_, rest)| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{source}"));
+    // Layer 1 gathers the 64 features, layer 2 the 256 hidden, layer 3
+    // its projection to the 4 classes (a layer narrower than its input
+    // projects first).
+    for (layer, width) in [(1, 64), (2, 256), (3, 4)] {
+        let bytes: Vec<u64> = plan["exchanges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "halo" && e["layer"] == layer)
+            .map(|e| e["bytes"].as_u64().unwrap())
+            .collect();
+        assert!(!bytes.is_empty(), "layer {layer}");
+        assert!(
+            bytes.iter().all(|&b| b == rows * width * 4),
+            "layer {layer}: {bytes:?} for {rows} rows of {width}"
+        );
+    }
+}

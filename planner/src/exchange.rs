@@ -108,6 +108,11 @@ pub struct LayerSites {
     /// Bytes of the exchanged source rows, over all of the device's own
     /// rows (the sum of the source partitions' tensors).
     pub source_bytes: u64,
+    /// The device's own rows, from its label tensors (`y[p*]`), where the
+    /// workload has them: a row's bytes are `source_bytes` over these.
+    /// (A share of a real graph is its own size, not the graph's over the
+    /// devices.)
+    pub own_rows: Option<u64>,
     /// Per source partition: the step that produces its rows (-1: an input).
     pub produced_after: Vec<i64>,
     /// Per destination partition: the first and last forward step reading
@@ -173,6 +178,15 @@ pub fn sites(workload: &Workload) -> Result<Vec<LayerSites>> {
             readers[t.index()].push(op.id.0);
         }
     }
+    // The device's own rows: its partitions' label tensors, a label (of
+    // `gnn::LABEL` bytes) a row (an empty partition's tensor is 1 byte).
+    let labels: Vec<u64> = workload
+        .tensors
+        .iter()
+        .filter(|t| t.kind == TensorKind::Input && t.name.starts_with("y[p"))
+        .map(|t| t.bytes / crate::gnn::LABEL)
+        .collect();
+    let own_rows = (!labels.is_empty()).then(|| labels.iter().sum());
     // The first step after `step` reading what `step` produces.
     let first_use = |step: u32| -> u32 {
         workload.ops[step as usize]
@@ -289,6 +303,7 @@ pub fn sites(workload: &Workload) -> Result<Vec<LayerSites>> {
         out.push(LayerSites {
             layer: l,
             source_bytes: sources.iter().map(|&t| workload.tensors[t].bytes).sum(),
+            own_rows,
             produced_after: sources
                 .iter()
                 .map(|&t| {
@@ -338,7 +353,6 @@ pub fn exchanges(
     if gpus <= 1 {
         return Vec::new();
     }
-    let local_rows = multi.halo.nodes.div_ceil(gpus as u64);
     let per_node = profile.gpus_per_node(gpus);
     // Of the other devices, the share on other nodes.
     let network_share = (gpus - per_node) as f64 / (gpus - 1) as f64;
@@ -389,6 +403,9 @@ pub fn exchanges(
         };
         let partitions = site.forward.len() as u32;
         let (halo, halo_per_dst) = multi.halo.rows(gpus, partitions);
+        let local_rows = site
+            .own_rows
+            .unwrap_or_else(|| multi.halo.nodes.div_ceil(gpus as u64));
         let per_row = site.source_bytes as f64 / local_rows.max(1) as f64;
         let halo_bytes = (halo * per_row).round() as u64;
         let dst_bytes = (halo_per_dst * per_row).round() as u64;

@@ -29,7 +29,7 @@ use crate::{scratch, Error, Result, Tier};
 /// Bytes of an f32 element.
 const F32: u64 = 4;
 /// Bytes of a label (int64).
-const LABEL: u64 = 8;
+pub(crate) const LABEL: u64 = 8;
 /// Bytes an aggregation reads per edge, as the costs count them for every
 /// model: a u32 column index and GCN's source-row scale (the mean and GAT
 /// read the column alone).
