@@ -108,6 +108,7 @@ enum Command {
 #[command(
     mut_arg("output", |a| a.hide(true)),
     mut_arg("explain", |a| a.hide(true)),
+    mut_arg("policy", |a| a.hide(true)),
     mut_arg("json", |a| a.help("Print a row per policy as JSON instead of the table"))
 )]
 struct CompareArgs {
@@ -1935,7 +1936,12 @@ pub(crate) fn compare_policies(
                     milp: p.milp,
                 }
             }
+            // No plan in its time, or a workload too large for it: the
+            // MILP's row says why, and the others are compared.
             Err(error @ PlanError::MilpOutOfTime { .. }) => Outcome::Skipped(error.to_string()),
+            Err(PlanError::InvalidInput { message, .. }) if policy == Policy::Milp => {
+                Outcome::Skipped(message)
+            }
             Err(error @ PlanError::Infeasible { .. }) => Outcome::DoesNotFit(error.to_string()),
             Err(other) => return Err(other.into()),
         };
@@ -2071,6 +2077,15 @@ fn run_compare(args: &CompareArgs) -> Result<()> {
     if args.plan.explain {
         bail!(
             "--explain: compare prints a row per policy; run `fateplan plan --policy P --explain` for one plan's fates"
+        );
+    }
+    // Every policy is planned, at dp's partition count.
+    if args.plan.policy != Policy::Dp.name() {
+        bail!(
+            "--policy {}: compare plans every policy, at the partition count dp takes; run \
+             `fateplan plan --policy {}` for that policy's own plan",
+            args.plan.policy,
+            args.plan.policy
         );
     }
     let c = compare_policies(&args.plan, &Policy::ALL, args.simulate)?;

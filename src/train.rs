@@ -804,13 +804,16 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                     profile: &plan.profile.name,
                     gpus: plan.gpus,
                 };
-                // The plan's GPUs and exchanges, taken as they are.
+                // The plan's GPUs and exchanges, taken as they are, on
+                // its profile (the run's may have no peer link to price
+                // them by).
                 let like = PlanOptions {
                     gpus: plan.gpus,
                     exchanges: plan.exchanges.clone(),
-                    ..PlanOptions::new(Policy::RetainAll, &profile)
+                    ..PlanOptions::new(Policy::RetainAll, &plan.profile)
                 };
-                let retain_peak = || retain_peak(&like);
+                let planned_on = plan.profile.clone();
+                let retain_peak = || crate::cli::retain_all_peak(workload, &planned_on, &like);
                 run_budgets = Some(Budgets {
                     hbm_bytes: budget(
                         &args.hbm_budget,

@@ -417,6 +417,10 @@ fn bad_input_names_what_is_wrong() {
             "--explain: compare prints a row per policy",
         ),
         (
+            &["compare", "--dataset", "ogbn-arxiv", "--policy", "greedy"],
+            "--policy greedy: compare plans every policy",
+        ),
+        (
             &["plan", "--fates", ""],
             "--fates: invalid input: fates \"\": no fate given",
         ),
@@ -1049,16 +1053,23 @@ fn auto_partitions_under_a_peer_policy_fit_that_policy() {
         "{}",
         stdout(&dp)
     );
-    // compare sizes under dp, whatever --policy says.
-    let compare = fateplan(&[
+    // compare sizes under dp, and refuses a --policy, which it would
+    // not plan alone.
+    let args = [
         "compare",
         "--dataset",
         "ogbn-products",
         "--hbm-budget",
         "8GiB",
-        "--policy",
-        "recompute-all",
-    ]);
+    ];
+    let refused = fateplan(&[&args[..], &["--policy", "recompute-all"]].concat());
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr(&refused).contains("--policy recompute-all: compare plans every policy"),
+        "{}",
+        stderr(&refused)
+    );
+    let compare = fateplan(&args);
     assert!(compare.status.success(), "{}", stderr(&compare));
     assert!(
         stdout(&compare).contains("(auto: the fewest that fit 1 (tried 1);"),
@@ -1375,7 +1386,7 @@ fn compare_help_lists_what_compare_takes() {
     assert!(out.status.success(), "{}", stderr(&out));
     let help = stdout(&out);
     assert!(
-        !help.contains("--output") && !help.contains("--explain"),
+        !help.contains("--output") && !help.contains("--explain") && !help.contains("--policy <"),
         "{help}"
     );
     assert!(help.contains("Print a row per policy as JSON"), "{help}");
@@ -2196,4 +2207,27 @@ fn a_measured_halo_is_priced_at_its_rows() {
             "layer {layer}: {bytes:?} for {rows} rows of {width}"
         );
     }
+}
+
+/// A workload too large for the exact MILP leaves its row skipped, saying
+/// why, and the other policies are compared.
+#[test]
+fn compare_skips_the_milp_where_the_workload_is_too_large_for_it() {
+    let out = fateplan(&[
+        "compare",
+        "--dataset",
+        "ogbn-arxiv",
+        "--layers",
+        "2",
+        "--partitions",
+        "16",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(
+        table.contains("milp               skipped: the workload has ")
+            && table.contains("the exact MILP is for small instances (at most 6000)"),
+        "{table}"
+    );
+    assert!(table.contains("\ngreedy "), "{table}");
 }

@@ -1765,3 +1765,45 @@ fn a_cache_that_is_a_folder_or_a_spill_folder_that_is_a_file_is_refused() {
     assert_eq!(std::fs::read(&file).unwrap(), b"kept");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A plan for several GPUs trained at a share of the retain-all peak:
+/// the share is of the retain-all plan on those GPUs, on the plan's
+/// profile, exchange buffers included, so 100% holds the plan.
+#[test]
+fn a_plan_for_several_gpus_trains_at_all_of_its_retain_all_peak() {
+    let dir = scratch("gpus-share");
+    let plan = dir.join("two.json");
+    let graph = "planted:nodes=600,classes=4,features=16,val=100,test=200,seed=2";
+    let shape = ["--layers", "2", "--hidden", "16", "--partitions", "2"];
+    let planned = fateplan(
+        &[
+            &[
+                "plan",
+                "--graph",
+                graph,
+                "--gpus",
+                "2",
+                "-o",
+                plan.to_str().unwrap(),
+            ][..],
+            &shape[..],
+        ]
+        .concat(),
+    );
+    assert!(planned.status.success(), "{}", stderr(&planned));
+    let trained = fateplan(&[
+        "train",
+        "--graph",
+        graph,
+        "--plan",
+        plan.to_str().unwrap(),
+        "--devices",
+        "2",
+        "--hbm-budget",
+        "100%",
+        "--epochs",
+        "1",
+    ]);
+    assert!(trained.status.success(), "{}", stderr(&trained));
+    let _ = std::fs::remove_dir_all(&dir);
+}
