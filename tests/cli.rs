@@ -170,6 +170,30 @@ fn too_small_a_budget_is_infeasible_with_the_shortfall() {
         message.contains("infeasible: hbm") && message.contains("bytes) over"),
         "{message}"
     );
+    // Where dp's search found no fates, the step and shortfall are said
+    // to be where it first failed, not the iteration's.
+    let out = fateplan(&[
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--partitions",
+        "4",
+        "--hbm-budget",
+        "150MiB",
+        "--host-budget",
+        "100MiB",
+        "--ssd-budget",
+        "100MiB",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains(
+            "over where the search first found no fates that fit (the steps after it may need \
+             more); it fits with"
+        ),
+        "{}",
+        stderr(&out)
+    );
     // A budget the hint names over what the profile has is said to be.
     let out = fateplan(&[
         "plan",

@@ -426,7 +426,7 @@ fn plan_unhinted(
 ) -> Result<Plan> {
     let extra = exchange_extra(workload, options);
     if let Some(overrun) = step_floor(workload, &extra, options.budgets.hbm_bytes) {
-        return Err(overrun_error(workload, &options.budgets, overrun));
+        return Err(overrun_error(workload, &options.budgets, overrun, false));
     }
     match options.policy {
         Policy::Dp => plan_dp(workload, profile, options, lives),
@@ -929,7 +929,7 @@ fn dp_round(
     ) {
         Ok(outcome) => outcome,
         Err(overrun) => {
-            let error = overrun_error(workload, &options.budgets, overrun);
+            let error = overrun_error(workload, &options.budgets, overrun, true);
             return Ok((Vec::new(), Round::Stop(error)));
         }
     };
@@ -1253,7 +1253,7 @@ fn milp_infeasible(workload: &Workload, options: &PlanOptions, choices: &Choices
         options.ssd_staging_bytes,
         &exchange_held(workload, options),
     ) {
-        Err(overrun) => overrun_error(workload, &options.budgets, overrun),
+        Err(overrun) => overrun_error(workload, &options.budgets, overrun, true),
         // The MILP sets the exchanges' host buffers aside at their peak,
         // where dp counts them step by step.
         Ok(_) if !options.exchanges.is_empty() => Error::invalid(
@@ -1335,7 +1335,16 @@ fn budget_mut(budgets: &mut Budgets, tier: Tier) -> &mut u64 {
     }
 }
 
-fn overrun_error(workload: &Workload, budgets: &Budgets, overrun: dp::Overrun) -> Error {
+/// The infeasible error of `overrun`. `searched`: it is where a search
+/// first found no fates that fit, not a step's own floor, and the steps
+/// after it may need more: said, so that its shortfall is not read as
+/// the iteration's (the hint's budgets are).
+fn overrun_error(
+    workload: &Workload,
+    budgets: &Budgets,
+    overrun: dp::Overrun,
+    searched: bool,
+) -> Error {
     let budget = budgets.of(overrun.tier);
     Error::Infeasible {
         tier: overrun.tier,
@@ -1348,7 +1357,12 @@ fn overrun_error(workload: &Workload, budgets: &Budgets, overrun: dp::Overrun) -
         needed_bytes: overrun.needed_bytes,
         budget_bytes: budget,
         bytes_over: overrun.needed_bytes.saturating_sub(budget),
-        hint: String::new(),
+        hint: match searched {
+            true => " where the search first found no fates that fit (the steps after it may \
+                     need more)"
+                .to_string(),
+            false => String::new(),
+        },
     }
 }
 
