@@ -29,6 +29,10 @@ pub const SSD_STAGING_BYTES: u64 = 4 * (64 << 20);
 /// an SSD transfer moves through them a buffer-sized chunk at a time.
 pub const SSD_STAGING_BUFFERS: u64 = 4;
 
+/// What each SSD staging buffer is rounded up to: the spill store's
+/// O_DIRECT alignment.
+pub const SSD_STAGING_ALIGN: u64 = 4096;
+
 /// How to plan.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanOptions {
@@ -76,13 +80,7 @@ impl PlanOptions {
             polish_work: POLISH_WORK,
         }
     }
-}
 
-/// What each SSD staging buffer is rounded up to: the spill store's
-/// O_DIRECT alignment.
-pub const SSD_STAGING_ALIGN: u64 = 4096;
-
-impl PlanOptions {
     /// These options with the SSD's staging no larger than `workload`
     /// needs: a transfer moves one tensor a buffer-sized chunk at a time,
     /// so a buffer larger than the largest tensor (rounded up to
@@ -1482,7 +1480,7 @@ fn budgets_hint(
     let live = live_peak(workload, lives).saturating_add(beside);
     // The three searches are independent: side by side, the costliest
     // (the SSD's, whose trials plan with and without it) first.
-    let mut found: Vec<(Tier, Option<String>)> = [Tier::Ssd, Tier::Host, Tier::Hbm]
+    let mut found: Vec<(Tier, Option<u64>)> = [Tier::Ssd, Tier::Host, Tier::Hbm]
         .par_iter()
         .map(|&each| {
             let floor = match each {
@@ -1503,22 +1501,18 @@ fn budgets_hint(
     let mut over = 0;
     let parts: Vec<String> = found
         .into_iter()
-        .filter_map(|(tier, text)| {
-            let text = text?;
-            let bytes = text
-                .split_once(' ')
-                .and_then(|(_, size)| crate::units::parse_bytes(size).ok());
-            match bytes {
-                Some(bytes) if bytes > capacity(tier) => {
-                    over += 1;
-                    Some(format!(
-                        "{text} (more than profile {:?} has, {})",
-                        profile.name,
-                        format_bytes(capacity(tier))
-                    ))
-                }
-                _ => Some(text),
+        .filter_map(|(tier, bytes)| {
+            // Rounded up: the printed budget, given back, fits.
+            let text = format!("{tier} {}", format_bytes_up(bytes?));
+            if bytes? <= capacity(tier) {
+                return Some(text);
             }
+            over += 1;
+            Some(format!(
+                "{text} (more than profile {:?} has, {})",
+                profile.name,
+                format_bytes(capacity(tier))
+            ))
         })
         .collect();
     if parts.is_empty() {
@@ -1588,7 +1582,7 @@ fn smallest_budget(
     bounds: Bounds,
     mut budgets: Budgets,
     fits: &(dyn Fn(&Budgets) -> bool + Sync),
-) -> Option<String> {
+) -> Option<u64> {
     let given = budgets.of(each);
     let total = bounds.total;
     if given >= total {
@@ -1604,19 +1598,19 @@ fn smallest_budget(
     let mut lo = given.max(bounds.floor.saturating_sub(1));
     if bounds.live > lo && bounds.live < total {
         if trial(bounds.live) {
-            return Some(bisect(each, lo, bounds.live, &mut trial));
+            return Some(bisect(lo, bounds.live, &mut trial));
         }
         lo = bounds.live;
     }
     if !trial(total) {
         return None;
     }
-    Some(bisect(each, lo, total, &mut trial))
+    Some(bisect(lo, total, &mut trial))
 }
 
 /// Bisection between `lo`, which does not fit, and `hi`, which does, to
-/// within about 2%: the budget printed.
-fn bisect(each: Tier, mut lo: u64, mut hi: u64, trial: &mut dyn FnMut(u64) -> bool) -> String {
+/// within about 2%: the budget found (printed rounded up).
+fn bisect(mut lo: u64, mut hi: u64, trial: &mut dyn FnMut(u64) -> bool) -> u64 {
     for _ in 0..40 {
         // Within about 2%: each trial plans the whole workload again
         // (and at any size: a floor in bytes gave a small workload's
@@ -1640,7 +1634,7 @@ fn bisect(each: Tier, mut lo: u64, mut hi: u64, trial: &mut dyn FnMut(u64) -> bo
         }
     }
     // Rounded up: the printed budget, given back, is at least one that fits.
-    format!("{each} {}", format_bytes_up(hi))
+    hi
 }
 
 /// A schedule that fits every budget, with its peaks and predicted time:
@@ -2250,9 +2244,10 @@ mod tests {
         };
         let bounds = Bounds { live, total, floor };
         let found = smallest_budget(Tier::Host, bounds, budgets, &fits);
-        let gib = found.map(|text| {
-            let bytes = crate::units::parse_bytes(text.strip_prefix("host ").unwrap()).unwrap();
-            bytes as f64 / GIB as f64
+        // As the hint prints it, rounded up.
+        let gib = found.map(|bytes| {
+            let printed = crate::units::parse_bytes(&format_bytes_up(bytes)).unwrap();
+            printed as f64 / GIB as f64
         });
         (gib, asked.into_inner().unwrap())
     }
