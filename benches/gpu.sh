@@ -19,6 +19,10 @@
 #   copies    pinned host-to-device and device-to-host copies: PyTorch's
 #             non_blocking copies (cudaMemcpyAsync) against the profile's
 #   diag      retain-all with CUDA_LAUNCH_BLOCKING=1: each operator's GPU time
+#   aggs      the same, each operator's span in a trace, for what the sparse
+#             model misses: the products GCN at 1 and 8 partitions, and
+#             at 1 without dropout; the profile's own GCN (R-MAT scale 21,
+#             128 wide, aggregating first, transposes built)
 #
 # BIN (default target/release/fateplan) is the binary; TESTS a folder of
 # prebuilt test binaries named cuda, nvrtc, train_cli, profile_cli and
@@ -34,7 +38,7 @@ EPOCHS=${EPOCHS:-10}
 SWEEP=${SWEEP:-auto}
 GRAPH="rmat:scale=$SCALE,edge_factor=30,symmetric=true,features=100,classes=47,seed=1"
 WORK=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/fateplan-gpu-work.XXXXXX")}
-SECTIONS=${*:-env tests small profile copies products diag}
+SECTIONS=${*:-env tests small profile copies products diag aggs}
 LOGS=$WORK/logs
 mkdir -p "$LOGS"
 SUMMARY="$LOGS/summary.txt"
@@ -120,6 +124,39 @@ d = json.load(open(sys.argv[1]))["compare_simulated"]
 for o in d["operators"]:
     print(f'{o["name"]:16} {o["count"]:4} measured {o["seconds"]["measured"]:.4f} s simulated {o["seconds"]["simulated"]:.4f} s')
 PY
+        ;;
+    aggs)
+        # Every launch blocking: each operator's span in the trace is its
+        # GPU time. Each run's aggregations and linear layers, summed by
+        # layer, go to the summary.
+        blocking() {
+            local name=$1
+            shift
+            CUDA_LAUNCH_BLOCKING=1 timeout 120 "$BIN" train --backend cuda --profile "$(profile_arg)" \
+                --epochs 3 --policy retain-all --compare-simulated --json "$@" \
+                --trace "$LOGS/aggs_$name.trace.json" >"$LOGS/aggs_$name.json" 2>"$LOGS/aggs_$name.err"
+            note "aggs $name: exit $? $(field "['iteration_s'], 'simulated', d['compare_simulated']['iteration_s']['simulated']" <"$LOGS/aggs_$name.json" 2>&1 | tail -1)"
+            python3 - "$LOGS/aggs_$name.trace.json" <<'PY' | tee -a "$SUMMARY"
+import json, sys
+# The last iteration's spans, summed by operator and layer over blocks and
+# partitions: agg[l1] is every agg[l1,...].
+sums = {}
+for e in json.load(open(sys.argv[1]))["traceEvents"]:
+    if e.get("ph") == "X" and e.get("tid") == 1 and e["name"].startswith(("agg", "linear")):
+        base, rest = e["name"].split("[", 1)
+        key = f"{base}[{rest.split(',')[0].rstrip(']')}]"
+        count, ms = sums.get(key, (0, 0.0))
+        sums[key] = (count + 1, ms + e["dur"] / 1e3)
+for key, (count, ms) in sums.items():
+    print(f"  {key:20} {count:4} spans {ms:9.3f} ms")
+PY
+        }
+        products=(--graph "$GRAPH" --layers 3 --hidden 256 --csr-cache "$WORK/rmat.csr")
+        blocking products1 "${products[@]}" --partitions 1
+        blocking products1_nodrop "${products[@]}" --partitions 1 --dropout 0
+        blocking products8 "${products[@]}" --partitions 8
+        blocking profile_gcn --graph rmat:scale=21,features=128,classes=16 --layers 3 --hidden 128 \
+            --layer-order aggregate-first --transposes built --partitions 1
         ;;
     products)
         prof=$(profile_arg)

@@ -48,6 +48,10 @@ pub mod profiles {
             "h100-measured",
             include_str!("../profiles/h100-measured.json"),
         ),
+        (
+            "h200-measured",
+            include_str!("../profiles/h200-measured.json"),
+        ),
         ("cpu-small", include_str!("../profiles/cpu-small.json")),
     ];
 

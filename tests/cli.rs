@@ -1103,8 +1103,8 @@ fn auto_partitions_under_a_peer_policy_fit_that_policy() {
 }
 
 /// `--partitions auto --sweep auto` chooses the sweeps at every count the
-/// sizing walks to and compares the counts with them: here it takes 7
-/// partitions, while by outputs the sizing takes 6, where the best sweeps
+/// sizing walks to and compares the counts with them: here it takes 9
+/// partitions, while by outputs the sizing takes 7, where the best sweeps
 /// are predicted slower.
 #[test]
 fn partitions_and_sweeps_auto_are_chosen_together() {
@@ -1118,7 +1118,7 @@ fn partitions_and_sweeps_auto_are_chosen_together() {
         "--hidden",
         "256",
         "--hbm-budget",
-        "100MiB",
+        "104MiB",
     ];
     // The summary, the count taken and the predicted iteration.
     let run = |name: &str, extra: &[&str]| {

@@ -34,79 +34,113 @@ __device__ __forceinline__ float row_scale(const float* weights, u64 r, bool has
 // `spmm_t_carry_f32` sum the rest one segment at a time, from zero, and
 // `segment_fixup_f32` adds those sums to the row's in segment order.
 
+// Input dropout's keep bits of a source partition's elements, laid out
+// as kernels/src/dropout.rs's `fill_bits` lays out a row: element f of
+// source row c is bit f % 64 of keep[c * words + f / 64], words =
+// ceil(width / 64), and its mask is that of its index in the whole graph,
+// (src_row0 + c) * width + f (`mask_keep`). The aggregation then reads a
+// bit per gathered value where it hashed each one: the first layer's
+// aggregation of products' 100 features took 38.9 ms on an H200 hashing
+// per edge, against 35.6 ms for the second layer's 256 (docs/gpu.md).
+// One thread per word; a group of 4 elements shares one hash.
+extern "C" __global__ void dropout_bits_u64(
+    u64 rows, u64 width, u64 words, u64 key, u32 threshold, u64 src_row0, u64* keep)
+{
+    GRID_STRIDE(i, rows * words) {
+        u64 c = i / words, f0 = (i % words) * 64;
+        u64 end = width < f0 + 64 ? width : f0 + 64;
+        u64 base = (src_row0 + c) * width;
+        u64 word = 0, group = ~0ULL, bits = 0;
+        for (u64 f = f0; f < end; ++f) {
+            u64 index = base + f;
+            if ((index >> 2) != group) {
+                group = index >> 2;
+                bits = mix64(key + group * GOLDEN);
+            }
+            u32 u = (u32)(bits >> (16 * (index & 3))) & 0xFFFFu;
+            if (u >= threshold) word |= 1ULL << (f - f0);
+        }
+        keep[i] = word;
+    }
+}
+
 // Row r's edges [begin, end) summed onto `acc` for one feature f, its
 // weighting W and whether a mask applies fixed at compile time: the loop
 // then holds no branch and unrolls, keeping several gathers in flight
 // (with the weighting read in the loop, the row-scaled blocks'
 // aggregations took 1.9 times as long on an H100: docs/gpu.md, "This
 // build, measured again"). `row` is the row's scale where W has one.
+// Masked, a gathered value is multiplied by `scale` or 0 as its keep bit
+// (`dropout_bits_u64`, `words` a source row) says: `masked` of
+// prelude.cuh, the bits hashed once per element instead of once per edge.
 template <int W, bool MASKED>
 __device__ __forceinline__ float gather_edges(
     const u32* columns, const float* weights, u64 rows, u64 begin, u64 end, float row, u64 f,
-    const float* src, u64 width, float acc, u64 key, u32 threshold, float scale, u64 src_row0)
+    const float* src, u64 width, float acc, const u64* keep, u64 words, float scale)
 {
+    u64 word = f >> 6, bit = f & 63;
 #pragma unroll 4
     for (u64 e = begin; e < end; ++e) {
         u64 c = columns[e];
         float x = src[c * width + f];
-        if (MASKED) x = masked(x, key, threshold, scale, (src_row0 + c) * width + f);
+        if (MASKED) x = x * (((keep[c * words + word] >> bit) & 1) ? scale : 0.0f);
         acc = acc + edge_weight<W>(weights, rows, row, c, e) * x;
     }
     return acc;
 }
 
+// `words == 0`: no mask.
 template <int W>
 __device__ __forceinline__ float gather_edges_weighted(
     const u32* columns, const float* weights, u64 rows, u64 r, u64 begin, u64 end, u64 f,
-    const float* src, u64 width, float acc, u64 key, u32 threshold, float scale, u64 src_row0)
+    const float* src, u64 width, float acc, const u64* keep, u64 words, float scale)
 {
     float row = row_scale<W>(weights, r, begin < end);
-    if (threshold == 0)
+    if (words == 0)
         return gather_edges<W, false>(columns, weights, rows, begin, end, row, f, src, width, acc,
-                                      key, threshold, scale, src_row0);
-    return gather_edges<W, true>(columns, weights, rows, begin, end, row, f, src, width, acc, key,
-                                 threshold, scale, src_row0);
+                                      keep, words, scale);
+    return gather_edges<W, true>(columns, weights, rows, begin, end, row, f, src, width, acc, keep,
+                                 words, scale);
 }
 
 // Edges [begin, end) of row r onto `acc`, the weighting dispatched once.
 __device__ __forceinline__ float gather_span(
     const u32* columns, const float* weights, int weighting, u64 rows, u64 r, u64 begin,
-    u64 end, u64 f, const float* src, u64 width, float acc, u64 key, u32 threshold,
-    float scale, u64 src_row0)
+    u64 end, u64 f, const float* src, u64 width, float acc, const u64* keep, u64 words,
+    float scale)
 {
     switch (weighting) {
     case WEIGHT_PER_EDGE:
         return gather_edges_weighted<WEIGHT_PER_EDGE>(columns, weights, rows, r, begin, end, f,
-                                                      src, width, acc, key, threshold, scale,
-                                                      src_row0);
+                                                      src, width, acc, keep, words, scale);
     case WEIGHT_ROW:
         return gather_edges_weighted<WEIGHT_ROW>(columns, weights, rows, r, begin, end, f, src,
-                                                 width, acc, key, threshold, scale, src_row0);
+                                                 width, acc, keep, words, scale);
     case WEIGHT_ROW_COLUMN:
         return gather_edges_weighted<WEIGHT_ROW_COLUMN>(columns, weights, rows, r, begin, end, f,
-                                                        src, width, acc, key, threshold, scale,
-                                                        src_row0);
+                                                        src, width, acc, keep, words, scale);
     default:
         return gather_edges_weighted<-1>(columns, weights, rows, r, begin, end, f, src, width,
-                                         acc, key, threshold, scale, src_row0);
+                                         acc, keep, words, scale);
     }
 }
 
 // out[r, f] = init + the sum over the edges e of row r, in edge order up
 // to the row's first segment boundary, of w_e * (src[c_e, f] *
-// mask((src_row0 + c_e) * width + f)); `segment_fixup_f32` adds the rest.
+// mask(c_e, f)); `segment_fixup_f32` adds the rest. The mask, where
+// `words` is not 0, is `keep`'s bits (`dropout_bits_u64`) times `scale`.
 // One thread per output element; a warp reads consecutive features.
 extern "C" __global__ void spmm_f32(
     const u64* row_start, const u32* columns, const float* weights, int weighting, u64 rows,
     u64 seg, const float* src, u64 width, const float* init, int init_mode, float* out,
-    u64 key, u32 threshold, float scale, u64 src_row0)
+    const u64* keep, u64 words, float scale)
 {
     GRID_STRIDE(i, rows * width) {
         u64 r = i / width, f = i % width;
         float acc = init_value(init_mode, init, out, i);
         u64 begin = row_start[r], end = first_cut(begin, row_start[r + 1], seg);
         out[i] = gather_span(columns, weights, weighting, rows, r, begin, end, f, src, width, acc,
-                             key, threshold, scale, src_row0);
+                             keep, words, scale);
     }
 }
 
@@ -115,14 +149,14 @@ extern "C" __global__ void spmm_f32(
 // row started before it; unwritten where no row is carried.
 extern "C" __global__ void spmm_carry_f32(
     const u64* row_start, const u32* columns, const float* weights, int weighting, u64 rows,
-    u64 seg, u64 segments, const float* src, u64 width, float* carry, u64 key, u32 threshold,
-    float scale, u64 src_row0)
+    u64 seg, u64 segments, const float* src, u64 width, float* carry, const u64* keep, u64 words,
+    float scale)
 {
     GRID_STRIDE(i, segments * width) {
         u64 s = i / width, f = i % width, r, begin, end;
         if (!carried_span(row_start, rows, s, seg, &r, &begin, &end)) continue;
         carry[i] = gather_span(columns, weights, weighting, rows, r, begin, end, f, src, width,
-                               0.0f, key, threshold, scale, src_row0);
+                               0.0f, keep, words, scale);
     }
 }
 

@@ -40,12 +40,17 @@ int main(int argc, char** argv) {
     u64 segments = (nnz + seg - 1) / seg;
     std::vector<float> carry(segments * width + 1, NOT_WRITTEN);
     if (mode == 0) {
+        // The source's keep bits first, as the CUDA backend computes them.
+        u64 words = threshold == 0 ? 0 : (width + 63) / 64;
+        std::vector<u64> keep(src_rows * words + 1, 0);
+        launch(grid, block, [&] { dropout_bits_u64(src_rows, width, words, key, threshold,
+            src_row0, keep.data()); });
         launch(grid, block, [&] { spmm_f32(start.data(), columns.data(), weights.data(), weighting,
-            rows, seg, src.data(), width, init.data(), init_mode, out.data(), key, threshold, scale,
-            src_row0); });
+            rows, seg, src.data(), width, init.data(), init_mode, out.data(), keep.data(), words,
+            scale); });
         launch(grid, block, [&] { spmm_carry_f32(start.data(), columns.data(), weights.data(),
-            weighting, rows, seg, segments, src.data(), width, carry.data(), key, threshold, scale,
-            src_row0); });
+            weighting, rows, seg, segments, src.data(), width, carry.data(), keep.data(), words,
+            scale); });
     } else {
         launch(grid, block, [&] { spmm_t_f32(start.data(), perm.data(), perm_row.data(),
             weights.data(), weighting, rows, src_rows, seg, src.data(), width, init.data(),
@@ -321,6 +326,30 @@ fn random_blocks_match_the_documented_order() {
             &format!("random block {round} ({lengths:?}, {weighting:?})"),
             &case,
             2,
+            &mut rng,
+        );
+    }
+}
+
+/// Rows of more than one word of keep bits (`dropout_bits_u64`: 64 an
+/// element's word), 67 wide so that groups of 4 hashed elements straddle
+/// rows: the dropped forward, bit for bit the documented order and the
+/// CPU's `spmm_dropout`.
+#[test]
+fn rows_wider_than_a_word_of_keep_bits_match() {
+    let Some(binary) = harness("rows_wider_than_a_word_of_keep_bits_match") else {
+        return;
+    };
+    let mut rng = Rng(3);
+    for round in 0..2 {
+        let (lengths, src_rows) = emulated::random_shape(&mut rng);
+        let weighting = WEIGHTINGS[round % WEIGHTINGS.len()];
+        let case = Case::new(&lengths, src_rows, weighting, &mut rng);
+        check(
+            binary,
+            &format!("random block {round} ({lengths:?}, {weighting:?}), width 67"),
+            &case,
+            67,
             &mut rng,
         );
     }

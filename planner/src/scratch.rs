@@ -130,15 +130,22 @@ pub fn op_bytes(base: &str, gat: bool, projects_first: bool, s: &OpShape) -> u64
     match base {
         "agg" if gat => dropped_alpha + carry(s.edges, s.width).max(tasks(s.rows) * s.heads * F32),
         "agg" => {
-            // The CPU's first aggregation of a dropped input: a bitset over
-            // the source rows, or per-task buffers where the block has
-            // fewer edges than a byte per source row.
-            let cpu = match s.drops_input && !projects_first {
+            // The first aggregation of a dropped input: the keep bits of
+            // the source rows, which the CUDA backend always computes and
+            // holds beside its segment sums, and the CPU's where the block
+            // has at least an edge per 8 source rows (else per-task
+            // buffers).
+            let dropped = s.drops_input && !projects_first;
+            let bits = match dropped {
+                true => s.src_rows * s.d_in.div_ceil(64) * 8,
                 false => 0,
-                true if s.edges * 8 >= s.src_rows => s.src_rows * s.d_in.div_ceil(64) * 8,
+            };
+            let cpu = match dropped {
+                false => 0,
+                true if s.edges * 8 >= s.src_rows => bits,
                 true => tasks(s.rows) * (s.d_in + s.edges.min(s.src_rows)) * F32,
             };
-            carry(s.edges, s.width).max(cpu)
+            (carry(s.edges, s.width) + bits).max(cpu)
         }
         "linear" if (gat || projects_first) && s.drops_input => dropped_slabs(s.rows, s.d_in),
         // A bias-added copy of the rows.
@@ -245,6 +252,34 @@ mod tests {
         );
         assert_eq!(kept, carry(100_000, 64));
         assert_eq!(built, transpose(10_000, 100_000) + kept.max(80_000));
+    }
+
+    /// An aggregation of the dropped input holds its source rows' keep
+    /// bits beside its segment sums (the CUDA backend's), or the CPU's
+    /// per-task buffers where the block has fewer edges than a byte per
+    /// source row and those are more; a projecting-first layer's
+    /// aggregation reads rows dropped already.
+    #[test]
+    fn a_dropped_aggregation_holds_its_keep_bits_beside_its_segment_sums() {
+        let plain = op_bytes("agg", false, false, &shape());
+        assert_eq!(plain, carry(100_000, 64));
+        let dropped = OpShape {
+            drops_input: true,
+            ..shape()
+        };
+        let bits = 10_000 * 8;
+        assert_eq!(op_bytes("agg", false, false, &dropped), plain + bits);
+        assert_eq!(op_bytes("agg", false, true, &dropped), plain);
+        let sparse = OpShape {
+            edges: 100,
+            src_rows: 1_000_000,
+            ..dropped
+        };
+        let cpu = TASKS.min(sparse.rows) * (64 + 100) * 4;
+        assert_eq!(
+            op_bytes("agg", false, false, &sparse),
+            (1_000_000 * 8u64).max(cpu)
+        );
     }
 
     /// The first layer's dropped input takes slabs; without dropout, none.

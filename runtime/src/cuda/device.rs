@@ -338,6 +338,9 @@ pub(crate) struct Gpu {
     /// A one-element buffer passed where a kernel takes a pointer it does
     /// not read (an `init` without `INIT_FROM`).
     pub(crate) dummy: DeviceBuf<f32>,
+    /// The same for a `u64` pointer (an aggregation's keep bits without
+    /// dropout).
+    pub(crate) dummy_bits: DeviceBuf<u64>,
 }
 
 impl Gpu {
@@ -362,6 +365,7 @@ impl Gpu {
             peak_bytes: AtomicU64::new(0),
         });
         let dummy = alloc_on::<f32>(&compute, &pool, 1, "a placeholder")?;
+        let dummy_bits = alloc_on::<u64>(&compute, &pool, 1, "a placeholder")?;
         Ok(Arc::new(Gpu {
             ctx,
             compute,
@@ -375,6 +379,7 @@ impl Gpu {
             pool,
             pinned: Arc::new(PinnedPool::new(options.host_budget_bytes)),
             dummy,
+            dummy_bits,
         }))
     }
 

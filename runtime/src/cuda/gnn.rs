@@ -545,6 +545,38 @@ impl CudaGnn {
         let (rows_u, width) = (rows as u64, d as u64);
         let weighting = b.weighting.code();
         let (seg, count) = segments(b.nnz() as u64, width);
+        // Input dropout: the source's keep bits, hashed once an element
+        // rather than once a gathered value.
+        let words = match threshold {
+            0 => 0,
+            _ => width.div_ceil(64),
+        };
+        let keep = match words {
+            0 => None,
+            _ => {
+                let src_rows = (src.len() / d.max(1)) as u64;
+                let n = src_rows * words;
+                let mut keep = self.gpu.zeros::<u64>(n as usize, "agg keep bits")?;
+                launch!(
+                    self.gpu,
+                    "dropout_bits_u64",
+                    n,
+                    [
+                        &src_rows,
+                        &width,
+                        &words,
+                        &key,
+                        &threshold,
+                        &src_row0,
+                        &mut keep.slice
+                    ]
+                );
+                Some(keep)
+            }
+        };
+        let keep_buf = keep
+            .as_ref()
+            .map_or(&self.gpu.dummy_bits.slice, |k| &k.slice);
         launch!(
             self.gpu,
             "spmm_f32",
@@ -561,10 +593,9 @@ impl CudaGnn {
                 init_buf,
                 &mode,
                 &mut out.slice,
-                &key,
-                &threshold,
-                &scale,
-                &src_row0
+                keep_buf,
+                &words,
+                &scale
             ]
         );
         if count > 1 {
@@ -584,10 +615,9 @@ impl CudaGnn {
                     &src.slice,
                     &width,
                     &mut carry.slice,
-                    &key,
-                    &threshold,
-                    &scale,
-                    &src_row0
+                    keep_buf,
+                    &words,
+                    &scale
                 ]
             );
             self.fix_segments(
@@ -1679,8 +1709,8 @@ fn project_slab_rows(d_in: usize) -> usize {
 /// Device bytes the operators allocate beyond the plan's tensors, at most
 /// (an upper bound: the largest of each kind of workspace, added): the
 /// masks, a block's transpose, attention temporaries, a slab of the first
-/// layer's dropped input, the loss's per-row values, a bias-added copy,
-/// an aggregation's segment sums.
+/// layer's dropped input, the first aggregation's keep bits, the loss's
+/// per-row values, a bias-added copy, an aggregation's segment sums.
 fn workspace_bytes(model: &Model) -> u64 {
     let p = model.partitions();
     let max_rows = (0..p)
@@ -1708,6 +1738,8 @@ fn workspace_bytes(model: &Model) -> u64 {
     let loss = max_rows * 9 + max_rows.div_ceil(REDUCE_ROWS as u64) * 7 * 8;
     let partials = max_rows.div_ceil(REDUCE_ROWS as u64) * 2 * width * 4 + 3 * width * 4;
     let dropped_slab = dense.min(PROJECT_SLAB_BYTES as u64);
+    // The first aggregation's keep bits of its dropped source rows.
+    let keep_bits = max_rows * (model.features as u64).div_ceil(64) * 8;
     // One kernel's segment sums at a time (an aggregation's, or one of
     // GAT's: its widest are `heads × head_width`, a layer's output). At a
     // width w of at most `width`, ceil(nnz / seg) · w · 4 bytes is at most
@@ -1717,7 +1749,16 @@ fn workspace_bytes(model: &Model) -> u64 {
         false => 0,
         true => (max_nnz * width * 4 / SEGMENT_EDGES).min(CARRY_BYTES) + width * 4,
     };
-    masks + transpose + attention + dense + dropped_slab + loss + partials + carry + (1 << 20)
+    masks
+        + transpose
+        + attention
+        + dense
+        + dropped_slab
+        + keep_bits
+        + loss
+        + partials
+        + carry
+        + (1 << 20)
 }
 
 impl GnnBackend for CudaGnn {
