@@ -19,6 +19,9 @@
 #   copies    pinned host-to-device and device-to-host copies: PyTorch's
 #             non_blocking copies (cudaMemcpyAsync) against the profile's
 #   diag      retain-all with CUDA_LAUNCH_BLOCKING=1: each operator's GPU time
+#   ongraph   `fateplan profile --graph` on the products-sized graph, then
+#             its retain-all and dp runs (3.58 GB, --partitions auto) planned
+#             on that profile, each with --compare-simulated
 #   aggs      the same, each operator's span in a trace, for what the sparse
 #             model misses: the products GCN at 1 and 8 partitions, and
 #             at 1 without dropout; the profile's own GCN (R-MAT scale 21,
@@ -38,7 +41,7 @@ EPOCHS=${EPOCHS:-10}
 SWEEP=${SWEEP:-auto}
 GRAPH="rmat:scale=$SCALE,edge_factor=30,symmetric=true,features=100,classes=47,seed=1"
 WORK=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/fateplan-gpu-work.XXXXXX")}
-SECTIONS=${*:-env tests small profile copies products diag aggs}
+SECTIONS=${*:-env tests small profile copies products diag ongraph aggs}
 LOGS=$WORK/logs
 mkdir -p "$LOGS"
 SUMMARY="$LOGS/summary.txt"
@@ -124,6 +127,29 @@ d = json.load(open(sys.argv[1]))["compare_simulated"]
 for o in d["operators"]:
     print(f'{o["name"]:16} {o["count"]:4} measured {o["seconds"]["measured"]:.4f} s simulated {o["seconds"]["simulated"]:.4f} s')
 PY
+        ;;
+    ongraph)
+        # The compute rates timed on the graph trained, against the
+        # profile's own R-MAT: does the prediction come closer?
+        ongraph=$LOGS/gpu-profile-graph.json
+        timeout 240 "$BIN" profile --graph "$GRAPH" --ssd-dir "$WORK" --name gpu-measured-on-graph \
+            -o "$ongraph" >"$log" 2>&1
+        note "profile on the graph: exit $?"
+        grep -E '^(device|fitted)' "$log" | tee -a "$SUMMARY"
+        common=(--graph "$GRAPH" --layers 3 --hidden 256 --epochs "$EPOCHS" --backend cuda
+            --profile "$ongraph" --csr-cache "$WORK/rmat.csr" --compare-simulated --json)
+        timeout 170 "$BIN" train "${common[@]}" --partitions 1 --policy retain-all \
+            >"$LOGS/ongraph_retain.json" 2>"$LOGS/ongraph_retain.err"
+        note "on-graph profile, retain-all: exit $? $(field "['iteration_s'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/ongraph_retain.json" 2>&1 | tail -1)"
+        budget=$("$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$ongraph" --partitions 1 \
+            --policy retain-all --json | field "['predicted']['peak_bytes']['hbm'] // 4")
+        timeout 170 "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$ongraph" \
+            --partitions auto --policy dp --hbm-budget "$budget" --sweep "$SWEEP" \
+            -o "$LOGS/ongraph_auto.plan.json" >"$LOGS/ongraph_auto_plan.txt" 2>&1
+        note "on-graph profile, dp, partitions auto, budget $budget: planned: exit $? $(grep -E '^(partitions|predicted)' "$LOGS/ongraph_auto_plan.txt" | cut -c1-120 | tr '\n' ' ')"
+        timeout 170 "$BIN" train "${common[@]}" --plan "$LOGS/ongraph_auto.plan.json" \
+            --spill-dir "$WORK/spill" >"$LOGS/ongraph_dpauto.json" 2>"$LOGS/ongraph_dpauto.err"
+        note "on-graph profile, dp, partitions auto, budget $budget: exit $? $(field "['iteration_s'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/ongraph_dpauto.json" 2>&1 | tail -1)"
         ;;
     aggs)
         # Every launch blocking: each operator's span in the trace is its

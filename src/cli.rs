@@ -343,12 +343,20 @@ impl PlanArgs {
     }
 }
 
+/// What every command's exit status means (`main`), in every `--help`.
+const EXIT_STATUS: &str = "Exit status: 0 done; 1 bad input or a failure (named on stderr); 2 no \
+                           plan fits the budgets (plan, compare, curve, and train when it plans) \
+                           or the MILP found none in its time; 3 simulate found a plan breaking \
+                           a budget";
+
 /// Every subcommand takes `-1` as a flag's value, so that a negative
 /// count is refused by the flag's own parser, which names the flag,
 /// rather than read as an unknown option.
 fn parse_cli() -> Result<Cli, clap::Error> {
     use clap::{CommandFactory, FromArgMatches};
-    let command = Cli::command().mut_subcommands(|sub| sub.allow_negative_numbers(true));
+    let command = Cli::command()
+        .after_help(EXIT_STATUS)
+        .mut_subcommands(|sub| sub.allow_negative_numbers(true).after_help(EXIT_STATUS));
     Cli::from_arg_matches(&command.try_get_matches()?)
 }
 
@@ -457,21 +465,6 @@ fn run_generate(spec: &str, out: &std::path::Path, force: bool) -> Result<()> {
     Ok(())
 }
 
-/// Whether `path` can be written once a long run ends (`flag` names it):
-/// not a folder, in a folder that exists, and, where it exists, open for
-/// writing. Nothing is created or truncated here.
-pub(crate) fn check_writable(path: &std::path::Path, flag: &str) -> Result<()> {
-    check_file_path(path, flag)?;
-    let shown = path.display();
-    if path.exists() {
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(path)
-            .with_context(|| format!("{flag} {shown}: cannot be written"))?;
-    }
-    Ok(())
-}
-
 /// Whether `path` can name a file (`flag` names it): not a folder, in a
 /// folder that exists.
 pub(crate) fn check_file_path(path: &std::path::Path, flag: &str) -> Result<()> {
@@ -481,10 +474,33 @@ pub(crate) fn check_file_path(path: &std::path::Path, flag: &str) -> Result<()> 
     }
     if let Some(folder) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         if !folder.is_dir() {
-            bail!("{flag} {shown}: no such directory {}", folder.display());
+            bail!(
+                "{flag} {shown}: {} {}",
+                if folder.exists() {
+                    "not a directory:"
+                } else {
+                    "no such directory"
+                },
+                folder.display()
+            );
         }
     }
     Ok(())
+}
+
+/// Where a path's folder exists, its canonical form with the name (the
+/// file's own canonical form where it exists, so a link names what it
+/// points to).
+fn resolved(path: &std::path::Path) -> Option<PathBuf> {
+    if let Ok(whole) = path.canonicalize() {
+        return Some(whole);
+    }
+    let folder = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(folder) => folder.to_path_buf(),
+        None => PathBuf::from("."),
+    };
+    let name = path.file_name()?;
+    Some(folder.canonicalize().ok()?.join(name))
 }
 
 /// Refuses two output flags that name one file, where the second would
@@ -496,15 +512,6 @@ pub(crate) fn distinct_outputs(outputs: &[(&str, Option<&std::path::Path>)]) -> 
         .iter()
         .filter_map(|&(flag, path)| path.map(|p| (flag, p)))
         .collect();
-    // Where a path's folder exists, its canonical form with the name.
-    let resolved = |path: &std::path::Path| {
-        let folder = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            Some(folder) => folder.to_path_buf(),
-            None => std::path::PathBuf::from("."),
-        };
-        let name = path.file_name()?;
-        Some(folder.canonicalize().ok()?.join(name))
-    };
     for (i, &(flag, path)) in given.iter().enumerate() {
         for &(other_flag, other) in &given[..i] {
             let same = path == other || resolved(path).is_some_and(|p| Some(p) == resolved(other));
@@ -519,6 +526,211 @@ pub(crate) fn distinct_outputs(outputs: &[(&str, Option<&std::path::Path>)]) -> 
         }
     }
     Ok(())
+}
+
+/// Refuses an output that would overwrite one of the run's inputs:
+/// `outputs` and `inputs` pair each flag with its path, if given (an
+/// input that names no file or folder, such as a generator spec or a
+/// built-in profile, is passed as `None` or is skipped). An output that is
+/// an input file, or one of an input folder's arrays (a graph folder's
+/// `x.npy`, ...), is refused; another file in that folder is not.
+pub(crate) fn spare_inputs(
+    outputs: &[(&str, Option<&std::path::Path>)],
+    inputs: &[(&str, Option<&std::path::Path>)],
+) -> Result<()> {
+    for &(flag, path) in outputs {
+        let Some(out) = path.and_then(resolved) else {
+            continue;
+        };
+        let path = path.expect("resolved from a path");
+        for &(input_flag, input) in inputs {
+            let Some((input, canonical)) = input.and_then(|i| Some((i, i.canonicalize().ok()?)))
+            else {
+                continue;
+            };
+            if canonical.is_dir() {
+                // A graph folder: its arrays are what the run reads.
+                let array = out
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| fateplan::runtime::dataset::DATASET_FILES.contains(&n));
+                if out.parent() == Some(canonical.as_path()) && array {
+                    bail!(
+                        "{flag} {}: is an array of the {input_flag} folder {}, which the run \
+                         reads; writing it would overwrite that input: give the output a path of \
+                         its own",
+                        path.display(),
+                        input.display()
+                    );
+                }
+            } else if out == canonical {
+                bail!(
+                    "{flag} {} is the {input_flag} file {}, which the run reads; writing it would \
+                     overwrite that input: give the output a path of its own",
+                    path.display(),
+                    input.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Says on standard error which `.npy` files of a `--graph` folder no
+/// one reads (edge attributes, say), so that none is dropped unseen.
+pub(crate) fn note_unread_arrays(graph: &str) {
+    let dir = std::path::Path::new(graph);
+    if !dir.is_dir() {
+        return;
+    }
+    let unread = fateplan::runtime::dataset::unread_arrays(dir);
+    if !unread.is_empty() {
+        eprintln!(
+            "note: --graph {graph}: {} not read (a dataset folder's arrays are {})",
+            unread.join(", "),
+            fateplan::runtime::dataset::DATASET_FILES.join(", ")
+        );
+    }
+}
+
+/// A flag's text as an input path where it names a file or folder that
+/// exists (a `--graph` or `--profile` may name a generator spec or a
+/// built-in profile instead).
+pub(crate) fn existing(text: &str) -> Option<&std::path::Path> {
+    let path = std::path::Path::new(text);
+    path.exists().then_some(path)
+}
+
+/// An output file written whole or not at all. Where the destination is
+/// a regular file or new, the output goes to a temporary file beside it,
+/// renamed over it once written (with the replaced file's permissions),
+/// so that a failed write (a full disk) leaves whatever was there and no
+/// part of the new file; a link is followed, and its target replaced.
+/// A destination that is not a regular file (a device, a pipe) is
+/// written in place. [`Staged::create`] checks that the destination can
+/// be written before a long run (a missing folder, a read-only file
+/// system), leaving nothing behind; the temporary file exists only while
+/// [`Staged::write_with`] writes it.
+pub(crate) struct Staged {
+    /// As given, for messages.
+    path: PathBuf,
+    /// Where the bytes go: `path`, or the file a link at `path` names.
+    target: PathBuf,
+    /// Written in place (not a regular file).
+    in_place: bool,
+    flag: String,
+}
+
+/// The temporary file of [`Staged`], removed on drop unless renamed.
+struct Temporary(PathBuf, bool);
+
+impl Drop for Temporary {
+    fn drop(&mut self) {
+        if !self.1 {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+impl Staged {
+    /// Stages `path`, given by `flag`.
+    pub(crate) fn create(path: &std::path::Path, flag: &str) -> Result<Staged> {
+        check_file_path(path, flag)?;
+        let shown = path.display();
+        // `/dev/stdout`, `/proc/self/fd/1` and the like are written
+        // through, whatever they lead to (a file the shell redirected to
+        // holds the command's other output too).
+        let pseudo = path.starts_with("/dev") || path.starts_with("/proc");
+        let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+        let target = match path.canonicalize() {
+            _ if pseudo => path.to_path_buf(),
+            Ok(real) => real,
+            // A link to a file not made yet.
+            Err(_) if is_link => {
+                let to = std::fs::read_link(path)
+                    .with_context(|| format!("{flag} {shown}: reading the link"))?;
+                let to = match path.parent() {
+                    Some(folder) if to.is_relative() => folder.join(to),
+                    _ => to,
+                };
+                check_file_path(&to, flag)?;
+                to
+            }
+            Err(_) => path.to_path_buf(),
+        };
+        let in_place = pseudo || std::fs::metadata(&target).is_ok_and(|m| !m.is_file());
+        let staged = Staged {
+            path: path.to_path_buf(),
+            target,
+            in_place,
+            flag: flag.to_string(),
+        };
+        if in_place {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&staged.target)
+                .with_context(|| format!("{flag} {shown}: cannot be written"))?;
+        } else {
+            // Created and removed: the folder takes new files.
+            let probe = Temporary(staged.temporary(), false);
+            std::fs::File::create(&probe.0)
+                .with_context(|| format!("{flag} {shown}: cannot create a file there"))?;
+        }
+        Ok(staged)
+    }
+
+    /// The temporary file beside the target: hidden, named by the process.
+    fn temporary(&self) -> PathBuf {
+        let mut name = std::ffi::OsString::from(".");
+        name.push(self.target.file_name().unwrap_or_default());
+        name.push(format!(".tmp{}", std::process::id()));
+        self.target.with_file_name(name)
+    }
+
+    /// The path as given.
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Writes `bytes` into place.
+    pub(crate) fn write(self, bytes: &[u8]) -> Result<()> {
+        self.write_with(|out| out.write_all(bytes))
+    }
+
+    /// Writes what `fill` writes, through a buffer, into place.
+    pub(crate) fn write_with(
+        self,
+        fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    ) -> Result<()> {
+        let shown = format!("{} {}", self.flag, self.path.display());
+        if self.in_place {
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(&self.target)
+                .with_context(|| format!("{shown}: cannot be written"))?;
+            let mut out = std::io::BufWriter::new(file);
+            return fill(&mut out)
+                .and_then(|()| out.flush())
+                .with_context(|| format!("{shown}: writing it"));
+        }
+        let mut temporary = Temporary(self.temporary(), false);
+        let writing = || format!("{shown}: writing {}", temporary.0.display());
+        let file = std::fs::File::create(&temporary.0).with_context(writing)?;
+        if let Ok(existing) = std::fs::metadata(&self.target) {
+            file.set_permissions(existing.permissions())
+                .with_context(writing)?;
+        }
+        let mut out = std::io::BufWriter::new(file);
+        fill(&mut out)
+            .and_then(|()| out.flush())
+            .with_context(writing)?;
+        drop(out);
+        std::fs::rename(&temporary.0, &self.target)
+            .with_context(|| format!("{shown}: renaming {} into place", temporary.0.display()))?;
+        temporary.1 = true;
+        Ok(())
+    }
 }
 
 /// Most `--threads` per core this process may use.
@@ -1148,6 +1360,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
         } else {
             GraphData::open(path)?
         };
+        note_unread_arrays(path);
         // A graph's own sizes are the model's: a plan for others would
         // not run on it (a named --dataset plans other sizes).
         for (flag, given, own, what) in [
@@ -2265,6 +2478,20 @@ fn planned(args: &PlanArgs) -> Result<Planned> {
 
 fn run_plan(args: &PlanArgs) -> Result<()> {
     args.check_policy_flags()?;
+    spare_inputs(
+        &[("-o", args.output.as_deref())],
+        &[
+            ("--graph", args.graph.as_deref().and_then(existing)),
+            ("--dag", args.dag.as_deref()),
+            ("--profile", existing(&args.profile)),
+        ],
+    )?;
+    // Checked before planning, which may take a while.
+    let plan_out = args
+        .output
+        .as_deref()
+        .map(|path| Staged::create(path, "-o"))
+        .transpose()?;
     let Planned {
         plan,
         note,
@@ -2273,8 +2500,8 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
     } = planned(args)?;
     // Serialised only where it is written or printed.
     let json = (args.output.is_some() || args.json && !args.explain).then(|| plan.to_json());
-    if let (Some(path), Some(json)) = (&args.output, &json) {
-        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+    if let (Some(plan_out), Some(json)) = (plan_out, &json) {
+        plan_out.write(json.as_bytes())?;
     }
     let mut out = std::io::stdout().lock();
     if args.json && args.explain {

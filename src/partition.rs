@@ -102,10 +102,12 @@ pub fn run(args: &PartitionArgs) -> Result<()> {
         let stats = partitioning.stats_reading(&graph.edges)?;
         results.push((method, stats, seconds));
     }
+    // Random's halo over min-cut's, and random's total (of both methods).
     let ratios = match results.as_slice() {
         [(_, random, _), (_, mincut, _)] => Some((
             ratio(random.halo_rows_total, mincut.halo_rows_total),
             ratio(random.halo_rows_max, mincut.halo_rows_max),
+            random.halo_rows_total,
         )),
         _ => None,
     };
@@ -124,7 +126,7 @@ pub fn run(args: &PartitionArgs) -> Result<()> {
                 "seconds": seconds,
                 "stats": stats,
             })).collect::<Vec<_>>(),
-            "random_over_mincut": ratios.map(|(total, max)| json!({
+            "random_over_mincut": ratios.map(|(total, max, _)| json!({
                 "halo_rows_total": total,
                 "halo_rows_max": max,
             })),
@@ -184,19 +186,22 @@ pub fn run(args: &PartitionArgs) -> Result<()> {
         }
     }
     match ratios {
-        Some((Some(total), Some(max))) => writeln!(
+        Some((Some(total), Some(max), _)) => writeln!(
             out,
             "random/mincut: {total:.2}x halo rows, {max:.2}x the largest halo"
         )?,
         // Every vertex a GPU reads is its own or replicated.
-        Some(_) => writeln!(out, "random/mincut: no halo rows with either")?,
+        Some((_, _, 0)) => writeln!(out, "random/mincut: no halo rows with either")?,
+        Some((_, _, random)) => writeln!(
+            out,
+            "random/mincut: no ratio: min-cut has no halo rows, random {random}"
+        )?,
         None => {}
     }
     Ok(())
 }
 
-/// `a / b`, with an empty `b` counted as one row; `None` where both are
-/// empty (no ratio to give: JSON null).
+/// `a / b`; `None` where `b` is empty (no ratio to give: JSON null).
 fn ratio(a: u64, b: u64) -> Option<f64> {
-    (a > 0 || b > 0).then(|| a as f64 / b.max(1) as f64)
+    (b > 0).then(|| a as f64 / b as f64)
 }

@@ -2,7 +2,7 @@
 //! that `--profile path.json` accepts.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -33,6 +33,14 @@ pub struct ProfileArgs {
     /// train with the same --threads.
     #[arg(long, value_parser = crate::cli::positive::<usize>)]
     threads: Option<usize>,
+    /// Time the GCN's operators (the aggregations, GEMMs, element-wise
+    /// and loss rates) on this graph instead of the generated R-MAT: a
+    /// folder of PyG-named .npy files or a generator spec, as `train
+    /// --graph` takes. An aggregation's rate depends on the graph (how
+    /// often its rows come from cache), so a profile measured on the
+    /// graph to train predicts it best.
+    #[arg(long)]
+    graph: Option<String>,
 }
 
 pub fn run(args: &ProfileArgs) -> Result<()> {
@@ -64,7 +72,16 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
     // Fail before measuring if the profile cannot be written: measure
     // into a temporary file beside it, renamed over it at the end.
     let staging = match &args.output {
-        Some(path) => Some(Staging::create(path)?),
+        Some(path) => Some(crate::cli::Staged::create(path, "-o")?),
+        None => None,
+    };
+    let graph = match &args.graph {
+        Some(source) => {
+            crate::cli::note_unread_arrays(source);
+            let dataset = fateplan::runtime::train::load_graph(source)
+                .with_context(|| format!("--graph {source}"))?;
+            Some((source.clone(), dataset))
+        }
         None => None,
     };
     let meminfo = std::fs::read_to_string(MEMINFO).with_context(|| format!("reading {MEMINFO}"))?;
@@ -80,6 +97,7 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
         meminfo,
         meminfo_path: PathBuf::from(MEMINFO),
         cpuinfo,
+        graph,
     };
     let bar = indicatif::ProgressBar::new(1);
     bar.set_style(
@@ -102,8 +120,8 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
     match staging {
         None => std::io::stdout().lock().write_all(json.as_bytes())?,
         Some(staging) => {
-            let path = staging.path.clone();
-            staging.finish(&json)?;
+            let path = staging.path().to_path_buf();
+            staging.write(json.as_bytes())?;
             let mut out = std::io::stdout().lock();
             summary(&mut out, &measured.profile)?;
             writeln!(
@@ -115,54 +133,6 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// A temporary file beside the profile to write, created up front so that
-/// an unwritable destination is known before measuring; removed unless
-/// it is renamed over the destination.
-struct Staging {
-    path: PathBuf,
-    temporary: PathBuf,
-    done: bool,
-}
-
-impl Staging {
-    fn create(path: &Path) -> Result<Staging> {
-        if path.is_dir() {
-            bail!("-o {}: is a directory", path.display());
-        }
-        let name = path
-            .file_name()
-            .with_context(|| format!("-o {}: names no file", path.display()))?;
-        let mut temporary_name = std::ffi::OsString::from(".");
-        temporary_name.push(name);
-        temporary_name.push(format!(".tmp{}", std::process::id()));
-        let temporary = path.with_file_name(temporary_name);
-        std::fs::File::create(&temporary)
-            .with_context(|| format!("-o {}: cannot create a file there", path.display()))?;
-        Ok(Staging {
-            path: path.to_path_buf(),
-            temporary,
-            done: false,
-        })
-    }
-
-    fn finish(mut self, text: &str) -> Result<()> {
-        std::fs::write(&self.temporary, text)
-            .with_context(|| format!("writing {}", self.temporary.display()))?;
-        std::fs::rename(&self.temporary, &self.path)
-            .with_context(|| format!("writing {}", self.path.display()))?;
-        self.done = true;
-        Ok(())
-    }
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = std::fs::remove_file(&self.temporary);
-        }
-    }
 }
 
 fn rate(bytes_per_s: f64) -> String {

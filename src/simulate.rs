@@ -64,13 +64,30 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
         ("--trace", args.trace.as_deref()),
         ("--memory-svg", args.memory_svg.as_deref()),
     ])?;
+    crate::cli::spare_inputs(
+        &[
+            ("--trace", args.trace.as_deref()),
+            ("--memory-svg", args.memory_svg.as_deref()),
+        ],
+        &[
+            ("PLAN", Some(args.plan.as_path())),
+            (
+                "--profile",
+                args.profile.as_deref().and_then(crate::cli::existing),
+            ),
+        ],
+    )?;
     // A folder that is missing, or a path that is one, is refused before
     // the replay, as `train` refuses it.
-    for (flag, path) in [("--trace", &args.trace), ("--memory-svg", &args.memory_svg)] {
-        if let Some(path) = path {
-            crate::cli::check_writable(path, flag)?;
-        }
-    }
+    let stage = |path: &Option<std::path::PathBuf>, flag| {
+        path.as_deref()
+            .map(|path| crate::cli::Staged::create(path, flag))
+            .transpose()
+    };
+    let (trace_out, svg_out) = (
+        stage(&args.trace, "--trace")?,
+        stage(&args.memory_svg, "--memory-svg")?,
+    );
     let record = args.trace.is_some() || args.memory_svg.is_some();
     let start = Instant::now();
     let (report, recording) = if record {
@@ -85,23 +102,14 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
     let mut written = Vec::new();
     let mut unwritten = None;
     if let Some(recording) = &recording {
-        if let Some(path) = &args.trace {
-            let result = std::fs::File::create(path)
-                .and_then(|file| {
-                    let mut out = std::io::BufWriter::new(file);
-                    sim::trace::write_trace(&mut out, &plan, &report, recording)
-                        .and_then(|()| out.flush())
-                })
-                .with_context(|| format!("writing {}", path.display()));
-            match result {
+        if let (Some(out), Some(path)) = (trace_out, &args.trace) {
+            match out.write_with(|out| sim::trace::write_trace(out, &plan, &report, recording)) {
                 Ok(()) => written.push(("trace", path)),
                 Err(error) => unwritten = Some(error),
             }
         }
-        if let Some(path) = &args.memory_svg {
-            match std::fs::write(path, sim::svg::memory_svg(&report, recording))
-                .with_context(|| format!("writing {}", path.display()))
-            {
+        if let (Some(out), Some(path)) = (svg_out, &args.memory_svg) {
+            match out.write(sim::svg::memory_svg(&report, recording).as_bytes()) {
                 Ok(()) => written.push(("memory", path)),
                 Err(error) => {
                     unwritten.get_or_insert(error);

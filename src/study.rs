@@ -135,19 +135,23 @@ impl StudyArgs {
             }
             Ok(())
         }
-        once("models", &self.models)?;
+        // Compared, and the rows labelled, by their own names: `GCN` and
+        // `gcn` are one model.
+        let model_names: Vec<&str> = models.iter().map(|m| m.name()).collect();
+        let dataset_names: Vec<&str> = stats.iter().map(|s| s.name).collect();
+        once("models", &model_names)?;
         once("layers", &self.layers)?;
-        once("datasets", &self.datasets)?;
+        once("datasets", &dataset_names)?;
         once("gpus", &self.gpus)?;
         let mut points = Vec::new();
-        for model in &self.models {
+        for model in model_names {
             for &layers in &self.layers {
-                for name in &self.datasets {
+                for &name in &dataset_names {
                     for &gpus in &self.gpus {
                         points.push(Point {
-                            model: model.clone(),
+                            model: model.to_string(),
                             layers,
-                            dataset: name.clone(),
+                            dataset: name.to_string(),
                             gpus,
                         });
                     }
@@ -548,9 +552,11 @@ fn to_json(args: &StudyArgs, rows: &[Row], wall_s: f64) -> serde_json::Value {
 pub fn run(args: &StudyArgs) -> Result<()> {
     let grid = args.grid()?;
     // A path the report cannot be written to is said before the grid runs.
-    if let Some(path) = &args.out {
-        crate::cli::check_writable(path, "--out")?;
-    }
+    let report_out = args
+        .out
+        .as_deref()
+        .map(|path| crate::cli::Staged::create(path, "--out"))
+        .transpose()?;
     let policies = studied();
     let start = Instant::now();
     let mut out = std::io::stdout().lock();
@@ -612,7 +618,7 @@ pub fn run(args: &StudyArgs) -> Result<()> {
         rows.len(),
         format_seconds(wall_s)
     );
-    if let Some(path) = &args.out {
+    if let (Some(report_out), Some(path)) = (report_out, &args.out) {
         let mut text = "# The study: dp against the peer policies, simulated\n\n".to_string();
         text.push_str(&intro(args));
         text.push('\n');
@@ -624,7 +630,7 @@ pub fn run(args: &StudyArgs) -> Result<()> {
         }
         text.push_str("\n## Summary\n\n");
         text.push_str(&summary);
-        std::fs::write(path, text).with_context(|| format!("--out {}", path.display()))?;
+        report_out.write(text.as_bytes())?;
         if !args.json {
             writeln!(out, "written   {}", path.display())?;
         }

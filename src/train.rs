@@ -604,14 +604,44 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         ("--trace", args.trace.as_deref()),
         ("--csr-cache", args.csr_cache.as_deref()),
     ])?;
+    crate::cli::spare_inputs(
+        &[
+            ("--save-plan", args.save_plan.as_deref()),
+            ("--trace", args.trace.as_deref()),
+            ("--csr-cache", args.csr_cache.as_deref()),
+        ],
+        &[
+            ("--graph", crate::cli::existing(&args.graph)),
+            ("--plan", args.plan.as_deref()),
+            (
+                "--profile",
+                args.profile.as_deref().and_then(crate::cli::existing),
+            ),
+        ],
+    )?;
     // What is written after training is checked before it.
-    if let Some(path) = &args.trace {
-        crate::cli::check_writable(path, "--trace")?;
-    }
+    let trace_out = args
+        .trace
+        .as_deref()
+        .map(|path| crate::cli::Staged::create(path, "--trace"))
+        .transpose()?;
+    let plan_out = args
+        .save_plan
+        .as_deref()
+        .map(|path| crate::cli::Staged::create(path, "--save-plan"))
+        .transpose()?;
     // A cache is a file (read where it exists, so maybe read-only), in a
     // folder that exists; spill files go in a folder.
     if let Some(path) = &args.csr_cache {
         crate::cli::check_file_path(path, "--csr-cache")?;
+        // Read and renamed over: a device or a pipe cannot be either.
+        if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+            bail!(
+                "--csr-cache {}: is not a regular file (the cache is a file fateplan reads \
+                 where it exists, else writes)",
+                path.display()
+            );
+        }
     }
     if let Some(dir) = &args.spill_dir {
         if dir.exists() && !dir.is_dir() {
@@ -728,6 +758,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         (dataset, None, line, false)
     };
 
+    crate::cli::note_unread_arrays(&args.graph);
     let labels = unused_classes(&dataset, &args.graph)?;
     let splits = overlapping_splits(&dataset);
     let nodes = dataset.nodes;
@@ -794,6 +825,12 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             // it not, training refuses it).
             if plan.workload.model.is_none() && plan.workload.digest == workload.digest() {
                 plan.workload.model = Some(trained_model);
+            }
+            // Likewise a model that records no dropout: saved with the
+            // dropout it trains at, so that the saved plan trains the
+            // same model again.
+            if let Some(model) = plan.workload.model.as_mut() {
+                model.dropout.get_or_insert(hyper.dropout);
             }
             if args.hbm_budget.is_some() || args.host_budget.is_some() || args.ssd_budget.is_some()
             {
@@ -953,9 +990,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         None => args,
     };
     let workload = prepared.workload();
-    if let Some(path) = &args.save_plan {
-        std::fs::write(path, plan.to_json())
-            .with_context(|| format!("writing the plan to {}", path.display()))?;
+    if let Some(out) = plan_out {
+        out.write(plan.to_json().as_bytes())?;
     }
     let uses_ssd = plan.predicted.peak_bytes.ssd > 0;
     let mut io_mode = None;
@@ -1069,8 +1105,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         None
     };
     // A trace that cannot be written fails the run after its report.
-    let trace_written = match &args.trace {
-        Some(path) => write_trace(path, &workload_name, &report.policy, &spans),
+    let trace_written = match trace_out {
+        Some(out) => write_trace(out, &workload_name, &report.policy, &spans),
         None => Ok(()),
     };
     let mut out = std::io::stdout().lock();
@@ -1272,19 +1308,16 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     trace_written
 }
 
-/// Writes the last iteration's measured trace to `path`.
+/// Writes the last iteration's measured trace to `out`.
 fn write_trace(
-    path: &std::path::Path,
+    out: crate::cli::Staged,
     workload: &str,
     policy: &str,
     spans: &[fateplan::runtime::exec::TraceSpan],
 ) -> Result<()> {
-    let file =
-        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let mut file = std::io::BufWriter::new(file);
-    fateplan::runtime::exec::trace::write_trace(&mut file, workload, policy, spans)
-        .and_then(|()| file.flush())
-        .with_context(|| format!("writing {}", path.display()))
+    out.write_with(|file| {
+        fateplan::runtime::exec::trace::write_trace(file, workload, policy, spans)
+    })
 }
 
 /// The measured iteration (the report's means over the epochs after the

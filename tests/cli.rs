@@ -755,6 +755,35 @@ fn partition_random_against_mincut() {
         serde_json::from_slice(&fateplan(&[&all[..], &["--json"]].concat()).stdout).unwrap();
     assert!(value["random_over_mincut"]["halo_rows_total"].is_null());
 
+    // Two components, one a GPU: min-cut needs no halo, random does, and
+    // there is no ratio to give (it read random's count over one row).
+    let dir = scratch("partition-components");
+    let list = dir.join("two.txt");
+    let mut edges = String::new();
+    for base in [0, 50] {
+        for i in 0..50 {
+            edges.push_str(&format!("{} {}\n", base + i, base + (i + 1) % 50));
+        }
+    }
+    std::fs::write(&list, edges).unwrap();
+    let two = [
+        "partition",
+        "--graph",
+        list.to_str().unwrap(),
+        "--gpus",
+        "2",
+    ];
+    let text = stdout(&fateplan(&two));
+    assert!(
+        text.contains("random/mincut: no ratio: min-cut has no halo rows, random")
+            && !text.contains("x halo rows"),
+        "{text}"
+    );
+    let value: serde_json::Value =
+        serde_json::from_slice(&fateplan(&[&two[..], &["--json"]].concat()).stdout).unwrap();
+    assert!(value["random_over_mincut"]["halo_rows_total"].is_null());
+    std::fs::remove_dir_all(&dir).unwrap();
+
     let zero = fateplan(&["partition", "--graph", graph, "--gpus", "0"]);
     assert_eq!(zero.status.code(), Some(1));
     assert!(
@@ -2016,7 +2045,7 @@ fn two_outputs_naming_one_file_are_refused_and_a_failed_write_keeps_the_report()
             "{report}"
         );
         assert!(
-            stderr(&out).contains("writing /dev/full"),
+            stderr(&out).contains("--trace /dev/full: writing it: No space left"),
             "{}",
             stderr(&out)
         );

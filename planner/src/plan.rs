@@ -920,7 +920,17 @@ impl Plan {
                 ),
             ));
         }
-        self.profile.validate()?;
+        // Named by the plan's field: `profile.device.…`.
+        self.profile.validate().map_err(|error| match error {
+            Error::InvalidInput { context, message } => {
+                let context = match context.split_once(" field ") {
+                    Some((profile, field)) => format!("plan field profile.{field} ({profile})"),
+                    None => format!("plan field profile ({context})"),
+                };
+                Error::InvalidInput { context, message }
+            }
+            other => other,
+        })?;
         self.profile
             .check_gpus(self.gpus)
             .map_err(|error| match error {

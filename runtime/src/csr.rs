@@ -296,17 +296,28 @@ impl Csr {
     }
 
     /// Writes the cache file (see the module docs), through a temporary
-    /// file renamed into place so that a reader never sees half a file.
+    /// file of this process's own, renamed into place so that a reader
+    /// never sees half a file (two runs writing one cache at once each
+    /// rename a whole file; the last stays). A write that fails removes
+    /// its temporary file.
     pub fn write_cache(&self, path: &Path) -> Result<()> {
         let mut partial = path.as_os_str().to_owned();
-        partial.push(".partial");
+        partial.push(format!(".partial{}", std::process::id()));
         let partial = std::path::PathBuf::from(partial);
-        let file = std::fs::File::create(&partial).map_err(|e| Error::io(&partial, e))?;
+        let written = self.write_cache_via(&partial, path);
+        if written.is_err() {
+            let _ = std::fs::remove_file(&partial);
+        }
+        written
+    }
+
+    fn write_cache_via(&self, partial: &Path, path: &Path) -> Result<()> {
+        let file = std::fs::File::create(partial).map_err(|e| Error::io(partial, e))?;
         let mut out = Checksummed {
             inner: std::io::BufWriter::with_capacity(1 << 20, file),
             crc: 0,
         };
-        let io = |e| Error::io(&partial, e);
+        let io = |e| Error::io(partial, e);
         let mut header = Vec::with_capacity(HEADER_BYTES);
         header.extend(CACHE_MAGIC);
         header.extend(CACHE_VERSION.to_le_bytes());
@@ -330,7 +341,7 @@ impl Csr {
         file.write_all(&checksum.to_le_bytes()).map_err(io)?;
         file.sync_all().map_err(io)?;
         drop(file);
-        std::fs::rename(&partial, path).map_err(|e| Error::io(path, e))
+        std::fs::rename(partial, path).map_err(|e| Error::io(path, e))
     }
 
     /// The CSR cached at `path` if that file exists, else `build()`'s, which

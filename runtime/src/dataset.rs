@@ -103,6 +103,21 @@ pub const DATASET_FILES: [&str; 6] = [
     "test_mask.npy",
 ];
 
+/// The `.npy` files in dataset folder `dir` that are not among
+/// [`DATASET_FILES`] (an `edge_attr.npy`, say), which nothing reads:
+/// sorted by name; none where the folder cannot be listed.
+pub fn unread_arrays(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut unread: Vec<String> = entries
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".npy") && !DATASET_FILES.contains(&name.as_str()))
+        .collect();
+    unread.sort();
+    unread
+}
+
 /// What [`Dataset::row_normalize_features`] did.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FeatureScaling {

@@ -649,7 +649,19 @@ fn write_with_header(path: &Path, mut header: String, data: &[u8]) -> Result<()>
     bytes.extend((header.len() as u16).to_le_bytes());
     bytes.extend(header.as_bytes());
     bytes.extend(data);
-    std::fs::write(path, bytes).map_err(|e| Error::io(path, e))
+    // Whole or not at all: a temporary file renamed into place, removed
+    // where the write fails (a full disk leaves no truncated array).
+    let mut name = std::ffi::OsString::from(".");
+    name.push(path.file_name().unwrap_or_default());
+    name.push(format!(".tmp{}", std::process::id()));
+    let temporary = path.with_file_name(name);
+    let written = std::fs::write(&temporary, bytes)
+        .map_err(|e| Error::io(path, e))
+        .and_then(|()| std::fs::rename(&temporary, path).map_err(|e| Error::io(path, e)));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    written
 }
 
 #[cfg(test)]

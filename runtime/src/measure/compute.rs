@@ -24,6 +24,7 @@ use fateplan_planner::{plan, PlanOptions, Policy, Profile};
 
 use crate::cpu::{CpuGnn, Hyper};
 use crate::cuda::{CudaGnn, CudaOptions};
+use crate::dataset::Dataset;
 use crate::exec::{ExecError, ExecOptions, Executor};
 use crate::generate::{PlantedSpec, RmatSpec};
 use crate::gnn::{GnnBackend, Mode};
@@ -248,25 +249,30 @@ struct GcnRun {
     timed: Timed,
 }
 
-/// Trains a 3-layer GCN of `width` features and hidden width and
-/// `bench`'s classes on `bench`'s R-MAT graph and partitions, timed by
-/// [`time_training`].
+/// Trains a 3-layer GCN of `width` hidden width in `bench`'s partitions,
+/// timed by [`time_training`]: on `graph` (its own features and classes)
+/// where given, else on `bench`'s R-MAT graph of `width` features and
+/// `bench`'s classes.
 fn time_gcn(
     bench: Bench,
     width: u32,
+    graph: Option<&Dataset>,
     profile: &Profile,
     rounds: &Rounds,
     backend: &BackendChoice,
 ) -> Result<GcnRun> {
-    let graph = RmatSpec {
-        features: width,
-        classes: bench.classes(),
-        ..RmatSpec::new(bench.scale)
-    }
-    .generate()?;
+    let graph = match graph {
+        Some(graph) => graph.clone(),
+        None => RmatSpec {
+            features: width,
+            classes: bench.classes(),
+            ..RmatSpec::new(bench.scale)
+        }
+        .generate()?,
+    };
     let (nodes, edges) = (graph.nodes, graph.edges());
     let hyper = gcn(3, width);
-    let shapes = Shapes::gcn(hyper.layers, width, width, bench.classes());
+    let shapes = Shapes::gcn(hyper.layers, graph.features, width, graph.classes);
     let prepared = train::prepare(graph, &hyper, bench.partitions)?;
     let timed = time_training(prepared, hyper, profile, rounds, backend, |op| {
         group_of(op, &shapes)
@@ -312,8 +318,10 @@ impl GcnRun {
     }
 }
 
-/// Trains two 3-layer GCNs on `bench`'s R-MAT graph and partitions, one
-/// of `bench.width` features and hidden width and one of half of it,
+/// Trains two 3-layer GCNs in `bench`'s partitions, on `graph` where
+/// given (with its own features) and else on `bench`'s R-MAT graph (as
+/// many features as the hidden width), one of `bench.width` hidden width
+/// and one of half of it,
 /// each with a retain-all plan (made with `profile`, whose figures a
 /// retain-all plan does not depend on), and times every operator of one
 /// warm-up iteration and then of `rounds` iterations (at least `min`,
@@ -322,19 +330,27 @@ impl GcnRun {
 /// (the two widths move different bytes over the same edges).
 pub fn training_rates(
     bench: Bench,
+    graph: Option<&Dataset>,
     profile: &Profile,
     rounds: &Rounds,
     backend: &BackendChoice,
 ) -> Result<TrainingRates> {
-    let wide = time_gcn(bench, bench.width, profile, rounds, backend)?;
-    let half = time_gcn(bench, bench.half_width(), profile, rounds, backend)?;
+    let wide = time_gcn(bench, bench.width, graph, profile, rounds, backend)?;
+    let half = time_gcn(bench, bench.half_width(), graph, profile, rounds, backend)?;
     let mut rates = rates_of(&wide, &half)?;
     if let BackendChoice::Cuda(options) = backend {
         let rebuilding = BackendChoice::Cuda(CudaOptions {
             rebuild_transposes: true,
             ..options.clone()
         });
-        let rebuilt = time_gcn(bench, bench.half_width(), profile, rounds, &rebuilding)?;
+        let rebuilt = time_gcn(
+            bench,
+            bench.half_width(),
+            graph,
+            profile,
+            rounds,
+            &rebuilding,
+        )?;
         rates.transpose_seconds_per_edge = Some(transpose_cost(&half, &rebuilt)?);
     }
     Ok(rates)
@@ -896,8 +912,14 @@ mod tests {
             partitions: 2,
             width: 16,
         };
-        let rates =
-            training_rates(bench, &profile(), &Rounds::tiny(), &BackendChoice::Cpu).unwrap();
+        let rates = training_rates(
+            bench,
+            None,
+            &profile(),
+            &Rounds::tiny(),
+            &BackendChoice::Cpu,
+        )
+        .unwrap();
         assert_eq!((rates.nodes, rates.iterations), (1024, 1));
         for rate in [
             rates.elementwise_bytes_per_s,
@@ -951,8 +973,24 @@ mod tests {
             width: 16,
         };
         let profile = profile();
-        let wide = time_gcn(bench, 16, &profile, &Rounds::tiny(), &BackendChoice::Cpu).unwrap();
-        let half = time_gcn(bench, 8, &profile, &Rounds::tiny(), &BackendChoice::Cpu).unwrap();
+        let wide = time_gcn(
+            bench,
+            16,
+            None,
+            &profile,
+            &Rounds::tiny(),
+            &BackendChoice::Cpu,
+        )
+        .unwrap();
+        let half = time_gcn(
+            bench,
+            8,
+            None,
+            &profile,
+            &Rounds::tiny(),
+            &BackendChoice::Cpu,
+        )
+        .unwrap();
         let rates = rates_of(&wide, &half).unwrap();
         for (k, class, group, layers) in [
             (

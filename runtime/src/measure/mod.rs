@@ -34,6 +34,7 @@ use fateplan_planner::profile::{
     PROFILE_FORMAT_VERSION,
 };
 
+use crate::dataset::Dataset;
 use crate::exec::lanes::Lane;
 use crate::{Error, Result};
 
@@ -166,6 +167,12 @@ pub struct MeasureOptions {
     pub meminfo_path: PathBuf,
     /// The text of `/proc/cpuinfo` (for the CPU's model name; may be empty).
     pub cpuinfo: String,
+    /// A graph to time the GCN's operators on (the aggregations' fits,
+    /// the GEMM shapes, the element-wise and loss rates, the transposes'
+    /// price), by its name, instead of the generated R-MAT graph: an
+    /// aggregation's rate depends on how often its rows come from cache,
+    /// which depends on the graph.
+    pub graph: Option<(String, Dataset)>,
 }
 
 /// Where the measurement is, for a progress display.
@@ -431,7 +438,14 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
     profile.device.dense_flops_per_s = placeholder;
     profile.device.hbm_bytes_per_s = placeholder;
     profile.device.sparse_bytes_per_s = placeholder;
-    let rates = compute::training_rates(bench, &profile, &sizes.rounds, &backend)?;
+    let graph = options.graph.as_ref();
+    let rates = compute::training_rates(
+        bench,
+        graph.map(|(_, dataset)| dataset),
+        &profile,
+        &sizes.rounds,
+        &backend,
+    )?;
     let wide = rates.wide();
     profile.device.dense_flops_per_s = wide.flops_per_s;
     profile.device.dense_shapes = rates.dense_shapes();
@@ -458,19 +472,27 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
     let overhead = compute::op_overhead(&profile, sizes.overhead_iterations, &backend)?;
     profile.device.op_overhead_s = overhead.op_overhead_s;
 
+    let on_graph = match graph {
+        Some((name, dataset)) => format!(
+            "a 3-layer GCN of hidden width {} (dropout 0.5) on the graph {name} ({} nodes, {} \
+             edges, {} features, {} classes, given by --graph)",
+            bench.width, rates.nodes, rates.edges, dataset.features, dataset.classes
+        ),
+        None => format!(
+            "a 3-layer GCN of width {} ({} classes, dropout 0.5) on an R-MAT graph (Graph500 \
+             parameters, scale {}: {} nodes, {} edges)",
+            bench.width,
+            bench.classes(),
+            bench.scale,
+            rates.nodes,
+            rates.edges
+        ),
+    };
     let run = format!(
         "timed inside training: every operator of {} retain-all iterations (after one \
-             left out) of a 3-layer GCN of width {} ({} classes, dropout 0.5) on an R-MAT \
-             graph (Graph500 parameters, scale {}: {} nodes, {} edges) in {} partitions, \
-             through the executor and {engine}; flops and \
-             bytes as the workload counts them; the median over iterations",
-        rates.iterations,
-        bench.width,
-        bench.classes(),
-        bench.scale,
-        rates.nodes,
-        rates.edges,
-        bench.partitions
+             left out) of {on_graph} in {} partitions, through the executor and {engine}; \
+             flops and bytes as the workload counts them; the median over iterations",
+        rates.iterations, bench.partitions
     );
     put(
         &mut sources,
@@ -481,9 +503,13 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         ),
     );
     let half_run = format!(
-        "an identical GCN of width {} (features and hidden) on the same graph and \
-             partitions, {} iterations after one left out",
+        "an identical GCN of width {} ({}) on the same graph and partitions, {} iterations \
+             after one left out",
         bench.half_width(),
+        match graph {
+            Some(_) => "hidden; the graph's own features",
+            None => "features and hidden",
+        },
         rates.half_iterations
     );
     let shapes: Vec<String> = rates
@@ -1035,6 +1061,7 @@ mod tests {
             meminfo: "MemTotal: 1000 kB\nMemAvailable: 900 kB\n".into(),
             meminfo_path: PathBuf::from("meminfo"),
             cpuinfo: String::new(),
+            graph: None,
         };
         let mut stages = Vec::new();
         let measured = measure(&options, &mut |p| stages.push(p.stage)).unwrap();
