@@ -160,9 +160,10 @@ pub(crate) struct PlanArgs {
     layer_order: String,
     /// How GCN's and GraphSAGE's transposed aggregations read a block's
     /// transpose: `stored` (an input of its own, in host memory beside the
-    /// block, moved like it) or `built` (a GPU builds each as it goes,
-    /// keeping the last; `device.transpose_seconds_per_edge` prices it).
-    /// The model is the same.
+    /// block, moved like it), `built` (a GPU builds each as it goes,
+    /// keeping the last; `device.transpose_seconds_per_edge` prices it) or,
+    /// for GCN on a symmetric graph, `mirrored` (block (j, i) is block (i,
+    /// j)'s transpose: nothing stored or built). The model is the same.
     #[arg(long, conflicts_with = "dag", default_value = "stored")]
     transposes: String,
     /// Which aggregations run input partition after input partition
@@ -1333,8 +1334,8 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     };
     if model == GnnModel::Gat && transposes != Transposes::Stored {
         bail!(
-            "--transposes {}: stored transposes apply to gcn and sage (gat's backward builds its \
-             transposes either way)",
+            "--transposes {}: applies to gcn and sage (gat's backward builds its transposes \
+             either way)",
             args.transposes
         );
     }

@@ -97,9 +97,11 @@ pub struct TrainArgs {
     /// How GCN's and GraphSAGE's transposed aggregations read a block's
     /// transpose: `stored` (an input of its own, built once when the
     /// graph is loaded, held in host memory beside the block and moved
-    /// like it) or `built` (scattered over the block; a GPU builds the
-    /// transpose as it goes, keeping the last). The model is the same,
-    /// bit for bit [default: stored].
+    /// like it), `built` (scattered over the block; a GPU builds the
+    /// transpose as it goes, keeping the last) or, for GCN on a symmetric
+    /// graph, `mirrored` (gathered over block (j, i), which is block (i,
+    /// j)'s transpose: nothing held or built; checked when the graph is
+    /// loaded). The model is the same, bit for bit [default: stored].
     #[arg(long)]
     transposes: Option<String>,
     /// Which aggregations run input partition after input partition
@@ -403,8 +405,8 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
     }
     if model == GnnModel::Gat && hyper.transposes != Transposes::Stored {
         bail!(
-            "--transposes {}: stored transposes apply to gcn and sage (gat's backward builds its \
-             transposes either way)",
+            "--transposes {}: applies to gcn and sage (gat's backward builds its transposes \
+             either way)",
             args.transposes()
         );
     }

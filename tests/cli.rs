@@ -408,11 +408,11 @@ fn bad_input_names_what_is_wrong() {
         (&["plan", "--layer-order", "sideways"], "known orders"),
         (
             &["plan", "--transposes", "cached"],
-            "transposes \"cached\": expected stored or built",
+            "transposes \"cached\": expected stored, built or mirrored",
         ),
         (
             &["plan", "--model", "gat", "--transposes", "built"],
-            "--transposes built: stored transposes apply to gcn and sage",
+            "--transposes built: applies to gcn and sage",
         ),
         (
             &["plan", "--sweep", "f0"],

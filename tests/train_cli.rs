@@ -215,7 +215,7 @@ fn bad_training_input_names_what_is_wrong() {
                 "--transposes",
                 "built",
             ],
-            "--transposes built: stored transposes apply to gcn and sage",
+            "--transposes built: applies to gcn and sage",
         ),
         (
             &[
@@ -276,6 +276,54 @@ fn the_thread_count_does_not_change_the_model() {
         assert_eq!(one["weights_sha256"], three["weights_sha256"], "{model}");
         assert_eq!(one["final_loss"], three["final_loss"], "{model}");
     }
+}
+
+/// `--transposes mirrored` on a symmetric graph trains the same weights
+/// as stored and built transposes, holding less; a graph that is not
+/// symmetric, or a model other than GCN, is refused before training.
+#[test]
+fn mirrored_transposes_train_the_same_weights_where_the_graph_is_symmetric() {
+    let graph = "rmat:scale=11,edge_factor=8,symmetric=true,features=8,classes=4,seed=3";
+    let run = |graph: &str, transposes: &str, model: &str| {
+        fateplan(&[
+            "train",
+            "--graph",
+            graph,
+            "--model",
+            model,
+            "--epochs",
+            "3",
+            "--partitions",
+            "3",
+            "--transposes",
+            transposes,
+            "--json",
+        ])
+    };
+    let weights: Vec<serde_json::Value> = ["stored", "built", "mirrored"]
+        .iter()
+        .map(|t| json(&run(graph, t, "gcn"))["weights_sha256"].clone())
+        .collect();
+    assert_eq!(weights[0], weights[1]);
+    assert_eq!(weights[0], weights[2]);
+    let directed = run(
+        "rmat:scale=11,edge_factor=8,features=8,classes=4,seed=3",
+        "mirrored",
+        "gcn",
+    );
+    assert_eq!(directed.status.code(), Some(1));
+    assert!(
+        stderr(&directed).contains("--transposes mirrored: the graph: not symmetric: block"),
+        "{}",
+        stderr(&directed)
+    );
+    let sage = run(graph, "mirrored", "sage");
+    assert_eq!(sage.status.code(), Some(1));
+    assert!(
+        stderr(&sage).contains("--transposes mirrored: --model: applies to gcn"),
+        "{}",
+        stderr(&sage)
+    );
 }
 
 #[test]

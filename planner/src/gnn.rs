@@ -145,6 +145,14 @@ pub enum Transposes {
     /// the last one ([`Cost::transpose_edges`]). The profiler times these
     /// builds with it.
     Built,
+    /// GCN on a symmetric graph: block (i, j)'s transpose is block
+    /// (j, i) itself (its columns in the same order, and GCN's scales,
+    /// a vertex's the same as a row and as a column, in the same places),
+    /// so the transposed aggregation gathers over `adj[j,i]` and nothing
+    /// is stored or built for it: the same bits as `Stored`, with no
+    /// `adj_t` to hold or move. Refused where a block and its mirror
+    /// differ.
+    Mirrored,
 }
 
 impl Transposes {
@@ -152,9 +160,10 @@ impl Transposes {
         match text.to_ascii_lowercase().as_str() {
             "stored" => Ok(Transposes::Stored),
             "built" => Ok(Transposes::Built),
+            "mirrored" => Ok(Transposes::Mirrored),
             _ => Err(Error::invalid(
                 format!("transposes {text:?}"),
-                "expected stored or built",
+                "expected stored, built or mirrored",
             )),
         }
     }
@@ -163,6 +172,7 @@ impl Transposes {
         match self {
             Transposes::Stored => "stored",
             Transposes::Built => "built",
+            Transposes::Mirrored => "mirrored",
         }
     }
 }
@@ -671,7 +681,42 @@ pub fn build_gnn(spec: &GnnSpec, blocks: &BlockCounts) -> Result<Workload> {
         _ => name,
     };
     let name = format!("{name}{}", sweep_suffix(&spec.sweep_name()));
+    if spec.transposes == Transposes::Mirrored {
+        check_mirrored(spec, blocks)?;
+    }
     Builder::new(spec, blocks, name).build()
+}
+
+/// Whether `Transposes::Mirrored` can hold: GCN (whose scales are a
+/// vertex's own, the same as a row and as a column), every block as
+/// many edges as its mirror. (The runtime checks the blocks' contents.)
+fn check_mirrored(spec: &GnnSpec, blocks: &BlockCounts) -> Result<()> {
+    if spec.model != GnnModel::Gcn {
+        return Err(Error::invalid(
+            "transposes mirrored",
+            format!(
+                "applies to gcn, whose symmetric normalisation gives a block's mirror its \
+                 transpose's weights; {}'s are not",
+                spec.model.name()
+            ),
+        ));
+    }
+    let p = blocks.partitions;
+    for i in 0..p {
+        for j in i + 1..p {
+            let (there, back) = (blocks.block_edges(i, j), blocks.block_edges(j, i));
+            if there != back {
+                return Err(Error::invalid(
+                    "transposes mirrored",
+                    format!(
+                        "the graph is not symmetric: block ({i}, {j}) holds {there} edges and \
+                         block ({j}, {i}) {back}; use stored or built"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether GAT's backward runs source partition `j`'s blocks from its
@@ -1377,10 +1422,11 @@ impl<'a> Builder<'a> {
                 )
             };
             let out = self.tensor(tensor_name, rows * width * F32, kind);
-            let stored = self.spec.transposes == Transposes::Stored;
-            let block = match stored {
-                true => self.adj_t(i, j),
-                false => self.adj(i, j),
+            let (block, stored) = match self.spec.transposes {
+                Transposes::Stored => (self.adj_t(i, j), true),
+                // The same gather, over the mirrored block.
+                Transposes::Mirrored => (self.adj(j, i), true),
+                Transposes::Built => (self.adj(i, j), false),
             };
             let mut inputs = vec![block, grads[i as usize]];
             if k == 0 {
@@ -2540,6 +2586,64 @@ mod tests {
                 assert_eq!(w.tensors.len(), built.tensors.len() + adj);
             }
         }
+    }
+
+    /// Mirrored transposes (GCN on a symmetric graph): each transposed
+    /// aggregation gathers over the mirrored block, so the workload has
+    /// the built one's tensors (no `adj_t`) and the stored one's costs.
+    /// Refused for the other models, and where a block's edges are not
+    /// its mirror's.
+    #[test]
+    fn mirrored_transposes_read_the_mirrored_block() {
+        let edges = vec![500, 40, 7, 40, 600, 0, 7, 0, 300];
+        let blocks = BlockCounts {
+            partitions: 3,
+            nodes: 900,
+            edges,
+        };
+        let mirrored = GnnSpec {
+            transposes: Transposes::Mirrored,
+            ..spec(GnnModel::Gcn)
+        };
+        let w = build_gnn(&mirrored, &blocks).unwrap();
+        let stored = build_gnn(&spec(GnnModel::Gcn), &blocks).unwrap();
+        let built = build_gnn(
+            &GnnSpec {
+                transposes: Transposes::Built,
+                ..spec(GnnModel::Gcn)
+            },
+            &blocks,
+        )
+        .unwrap();
+        assert!(w.tensors.iter().all(|t| !t.name.starts_with("adj_t[")));
+        assert_eq!(w.tensors.len(), built.tensors.len());
+        let name = |t: TensorId| w.tensors[t.index()].name.as_str();
+        let mut read = 0;
+        for (op, was) in w.ops.iter().zip(&stored.ops) {
+            assert_eq!(op.name, was.name);
+            assert_eq!(op.cost, was.cost, "{}", op.name);
+            if op.kind == OpKind::AggregateBackward {
+                let (_, j, i) = agg_bwd_ids(&op.name);
+                assert_eq!(name(op.inputs[0]), format!("adj[{j},{i}]"), "{}", op.name);
+                read += 1;
+            }
+        }
+        assert!(read > 0);
+        let sage = GnnSpec {
+            transposes: Transposes::Mirrored,
+            ..spec(GnnModel::Sage)
+        };
+        let error = build_gnn(&sage, &blocks).unwrap_err().to_string();
+        assert!(error.contains("applies to gcn"), "{error}");
+        let lopsided = BlockCounts {
+            edges: vec![500, 40, 7, 41, 600, 0, 7, 0, 300],
+            ..blocks
+        };
+        let error = build_gnn(&mirrored, &lopsided).unwrap_err().to_string();
+        assert!(
+            error.contains("not symmetric: block (0, 1) holds 40 edges and block (1, 0) 41"),
+            "{error}"
+        );
     }
 
     /// `(l, j, i)` of `agg_bwd[l<l>,p<j>,d<i>]`.

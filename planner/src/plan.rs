@@ -614,7 +614,7 @@ impl PlanModel {
         crate::gnn::Transposes::parse(&self.transposes).map_err(|_| {
             Error::invalid(
                 field("transposes"),
-                format!("{:?}: expected stored or built", self.transposes),
+                format!("{:?}: expected stored, built or mirrored", self.transposes),
             )
         })?;
         crate::gnn::Sweeps::parse(&self.sweep).map_err(|error| {

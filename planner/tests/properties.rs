@@ -309,7 +309,7 @@ fn a_tampered_plan_is_rejected_on_load() {
         (
             "transposes",
             "cached",
-            "\"cached\": expected stored or built",
+            "\"cached\": expected stored, built or mirrored",
         ),
         (
             "sweep",

@@ -382,11 +382,14 @@ impl Model {
         })
     }
 
-    /// Whether GCN's and GraphSAGE's transposed aggregations read stored
-    /// transposes (and gather over them), as the workload of these
-    /// hyper-parameters does, or read the blocks.
+    /// Whether GCN's and GraphSAGE's transposed aggregations gather over
+    /// a transpose handed in (a stored one, or the mirrored block), as
+    /// the workload of these hyper-parameters does, or read the blocks.
     pub(crate) fn stored_transposes(&self) -> bool {
-        self.hyper.transposes == Transposes::Stored && self.hyper.model != GnnModel::Gat
+        matches!(
+            self.hyper.transposes,
+            Transposes::Stored | Transposes::Mirrored
+        ) && self.hyper.model != GnnModel::Gat
     }
 
     pub(crate) fn partitions(&self) -> usize {

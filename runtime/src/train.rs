@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use fateplan_planner::blocks::BlockCounts;
-use fateplan_planner::gnn::{GnnShape, GnnSpec};
+use fateplan_planner::gnn::{GnnModel, GnnShape, GnnSpec};
 use fateplan_planner::plan::{Budgets, LinkBytes, PerTier, Plan};
 use fateplan_planner::workload::TensorKind;
 use fateplan_planner::{Tier, Workload};
@@ -862,6 +862,77 @@ pub fn prepare(dataset: Dataset, hyper: &Hyper, partitions: u32) -> Result<Prepa
 /// [`prepare`], with the adjacency read from the CSR cache file
 /// `csr_cache` when it exists (it must match the graph's node and edge
 /// counts), else built from the edge list and written there.
+/// Whether every block's transpose is its mirror, bit for bit (rows,
+/// columns in order, weights), as [`fateplan_planner::gnn::Transposes::Mirrored`] reads them: the
+/// graph is symmetric and GCN's scales are a vertex's own.
+fn check_mirrored(
+    model: GnnModel,
+    table: &[Option<BlockData>],
+    offsets: &[u64],
+) -> Result<(), crate::Error> {
+    let p = offsets.len() - 1;
+    let refused = |message: String| crate::Error::InvalidInput {
+        path: "--transposes mirrored".into(),
+        field: "the graph".into(),
+        message: format!("{message}; use stored or built"),
+    };
+    if model != GnnModel::Gcn {
+        return Err(crate::Error::InvalidInput {
+            path: "--transposes mirrored".into(),
+            field: "--model".into(),
+            message: format!(
+                "applies to gcn, whose symmetric normalisation gives a block's mirror its \
+                 transpose's weights; {}'s are not",
+                model.name()
+            ),
+        });
+    }
+    for i in 0..p {
+        for j in 0..p {
+            let (block, mirror) = (&table[i * p + j], &table[j * p + i]);
+            let (block, mirror) = match (block, mirror) {
+                (None, None) => continue,
+                (Some(block), Some(mirror)) => (block, mirror),
+                _ => {
+                    return Err(refused(format!(
+                        "not symmetric: block ({i}, {j}) has edges and block ({j}, {i}) {}",
+                        if block.is_some() { "none" } else { "some" }
+                    )))
+                }
+            };
+            let src_rows = (offsets[j + 1] - offsets[j]) as usize;
+            let t = block
+                .view()
+                .transpose(src_rows)
+                .map_err(|e| refused(format!("block ({i}, {j}): {e}")))?;
+            let bits = |w: &[f32]| w.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            let same = t.row_start == mirror.row_start
+                && t.columns == mirror.columns
+                && t.weighting == mirror.weighting
+                && bits(&t.weights) == bits(&mirror.weights);
+            if !same {
+                let which = match i == j {
+                    true => format!("block ({i}, {i}) is not its own transpose"),
+                    false => format!("block ({j}, {i}) is not block ({i}, {j})'s transpose"),
+                };
+                return Err(refused(format!(
+                    "not symmetric: {which}{}",
+                    if t.columns.len() != mirror.columns.len() {
+                        format!(
+                            " ({} edges against {})",
+                            mirror.columns.len(),
+                            t.columns.len()
+                        )
+                    } else {
+                        String::new()
+                    }
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 pub fn prepare_cached(
     dataset: Dataset,
     hyper: &Hyper,
@@ -899,6 +970,9 @@ pub fn prepare_cached(
         })
         .collect();
     debug_assert_eq!(table.len(), p * p);
+    if hyper.transposes == fateplan_planner::gnn::Transposes::Mirrored {
+        check_mirrored(hyper.model, &table, &offsets)?;
+    }
     let input = GraphInput {
         offsets,
         features: dataset.features as usize,
