@@ -473,6 +473,9 @@ pub(crate) fn check_file_path(path: &std::path::Path, flag: &str) -> Result<()> 
     if path.is_dir() {
         bail!("{flag} {shown}: is a directory");
     }
+    if path.as_os_str().as_encoded_bytes().ends_with(b"/") {
+        bail!("{flag} {shown}: names a folder (it ends in /), not a file");
+    }
     if let Some(folder) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         if !folder.is_dir() {
             bail!(
@@ -509,9 +512,12 @@ fn resolved(path: &std::path::Path) -> Option<PathBuf> {
 /// Paths are the same file where they are equal, or where their folders
 /// are one folder and their names the same.
 pub(crate) fn distinct_outputs(outputs: &[(&str, Option<&std::path::Path>)]) -> Result<()> {
+    // A device or a pipe is written in place: two outputs there do not
+    // overwrite each other (`/dev/null` twice).
     let given: Vec<(&str, &std::path::Path)> = outputs
         .iter()
         .filter_map(|&(flag, path)| path.map(|p| (flag, p)))
+        .filter(|(_, path)| !std::fs::metadata(path).is_ok_and(|m| !m.is_file()))
         .collect();
     for (i, &(flag, path)) in given.iter().enumerate() {
         for &(other_flag, other) in &given[..i] {
@@ -550,12 +556,17 @@ pub(crate) fn spare_inputs(
                 continue;
             };
             if canonical.is_dir() {
-                // A graph folder: its arrays are what the run reads.
+                // A graph folder: its arrays are what the run reads. The
+                // folder is compared as a file (device and inode), so that
+                // another path to it (a bind mount) is the folder too.
                 let array = out
                     .file_name()
                     .and_then(|n| n.to_str())
                     .is_some_and(|n| fateplan::runtime::dataset::DATASET_FILES.contains(&n));
-                if out.parent() == Some(canonical.as_path()) && array {
+                let in_folder = out
+                    .parent()
+                    .is_some_and(|folder| same_file(folder, &canonical));
+                if in_folder && array {
                     bail!(
                         "{flag} {}: is an array of the {input_flag} folder {}, which the run \
                          reads; writing it would overwrite that input: give the output a path of \
@@ -564,7 +575,7 @@ pub(crate) fn spare_inputs(
                         input.display()
                     );
                 }
-            } else if out == canonical {
+            } else if out == canonical || same_file(&out, &canonical) {
                 bail!(
                     "{flag} {} is the {input_flag} file {}, which the run reads; writing it would \
                      overwrite that input: give the output a path of its own",
@@ -575,6 +586,15 @@ pub(crate) fn spare_inputs(
         }
     }
     Ok(())
+}
+
+/// Whether two paths that exist are one file (device and inode).
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
 }
 
 /// Says on standard error which `.npy` files of a `--graph` folder no
@@ -622,7 +642,8 @@ pub(crate) struct Staged {
     flag: String,
 }
 
-/// The temporary file of [`Staged`], removed on drop unless renamed.
+/// The temporary file of [`Staged`] (`cleanup::create`'s), removed on
+/// drop unless renamed, and on an interruption until then.
 struct Temporary(PathBuf, bool);
 
 impl Drop for Temporary {
@@ -630,6 +651,7 @@ impl Drop for Temporary {
         if !self.1 {
             let _ = std::fs::remove_file(&self.0);
         }
+        fateplan::runtime::cleanup::unregister(&self.0);
     }
 }
 
@@ -638,10 +660,12 @@ impl Staged {
     pub(crate) fn create(path: &std::path::Path, flag: &str) -> Result<Staged> {
         check_file_path(path, flag)?;
         let shown = path.display();
-        // `/dev/stdout`, `/proc/self/fd/1` and the like are written
+        // Standard output and the process's descriptors are written
         // through, whatever they lead to (a file the shell redirected to
         // holds the command's other output too).
-        let pseudo = path.starts_with("/dev") || path.starts_with("/proc");
+        let pseudo = ["/dev/stdout", "/dev/stderr", "/dev/fd", "/proc/self/fd"]
+            .iter()
+            .any(|p| path.starts_with(p));
         let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
         let target = match path.canonicalize() {
             _ if pseudo => path.to_path_buf(),
@@ -659,33 +683,48 @@ impl Staged {
             }
             Err(_) => path.to_path_buf(),
         };
-        let in_place = pseudo || std::fs::metadata(&target).is_ok_and(|m| !m.is_file());
-        let staged = Staged {
+        let mut in_place = pseudo || std::fs::metadata(&target).is_ok_and(|m| !m.is_file());
+        use std::os::unix::fs::FileTypeExt;
+        let fifo = std::fs::metadata(&target).is_ok_and(|m| m.file_type().is_fifo());
+        let writable = |target: &std::path::Path| {
+            std::fs::OpenOptions::new()
+                .append(!in_place)
+                .write(true)
+                .open(target)
+                .map(drop)
+        };
+        if in_place && !fifo {
+            writable(&target).with_context(|| format!("{flag} {shown}: cannot be written"))?;
+        } else if !in_place {
+            // A file there must be one this user may write (it is
+            // replaced, so its own permissions would not otherwise be
+            // asked), and the folder must take new files: created and
+            // removed. A file this user may write in a folder that takes
+            // none (read-only to them) is written in place.
+            let exists = target.exists();
+            if exists {
+                writable(&target).with_context(|| format!("{flag} {shown}: cannot be written"))?;
+            }
+            match fateplan::runtime::cleanup::create(&target) {
+                Ok((probe, file)) => {
+                    drop(file);
+                    drop(Temporary(probe, false));
+                }
+                Err(error) if exists && error.kind() == std::io::ErrorKind::PermissionDenied => {
+                    in_place = true;
+                }
+                Err(error) => {
+                    return Err(error)
+                        .with_context(|| format!("{flag} {shown}: cannot create a file there"))
+                }
+            }
+        }
+        Ok(Staged {
             path: path.to_path_buf(),
             target,
             in_place,
             flag: flag.to_string(),
-        };
-        if in_place {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(&staged.target)
-                .with_context(|| format!("{flag} {shown}: cannot be written"))?;
-        } else {
-            // Created and removed: the folder takes new files.
-            let probe = Temporary(staged.temporary(), false);
-            std::fs::File::create(&probe.0)
-                .with_context(|| format!("{flag} {shown}: cannot create a file there"))?;
-        }
-        Ok(staged)
-    }
-
-    /// The temporary file beside the target: hidden, named by the process.
-    fn temporary(&self) -> PathBuf {
-        let mut name = std::ffi::OsString::from(".");
-        name.push(self.target.file_name().unwrap_or_default());
-        name.push(format!(".tmp{}", std::process::id()));
-        self.target.with_file_name(name)
+        })
     }
 
     /// The path as given.
@@ -715,21 +754,44 @@ impl Staged {
                 .and_then(|()| out.flush())
                 .with_context(|| format!("{shown}: writing it"));
         }
-        let mut temporary = Temporary(self.temporary(), false);
+        let (path, file) = fateplan::runtime::cleanup::create(&self.target)
+            .with_context(|| format!("{shown}: cannot create a file there"))?;
+        let mut temporary = Temporary(path, false);
         let writing = || format!("{shown}: writing {}", temporary.0.display());
-        let file = std::fs::File::create(&temporary.0).with_context(writing)?;
         if let Ok(existing) = std::fs::metadata(&self.target) {
+            use std::os::unix::fs::MetadataExt;
             file.set_permissions(existing.permissions())
                 .with_context(writing)?;
+            // The replaced file's owner, where this user may give it
+            // (root may; others keep their own).
+            let _ = std::os::unix::fs::fchown(&file, Some(existing.uid()), Some(existing.gid()));
         }
         let mut out = std::io::BufWriter::new(file);
         fill(&mut out)
             .and_then(|()| out.flush())
             .with_context(writing)?;
         drop(out);
-        std::fs::rename(&temporary.0, &self.target)
-            .with_context(|| format!("{shown}: renaming {} into place", temporary.0.display()))?;
-        temporary.1 = true;
+        match std::fs::rename(&temporary.0, &self.target) {
+            Ok(()) => temporary.1 = true,
+            // A folder that lets this user write the file but not replace
+            // it (a sticky /tmp, the file another's): the bytes are
+            // copied over it instead.
+            Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
+                let copied = std::fs::File::open(&temporary.0).and_then(|mut from| {
+                    let mut to = std::fs::OpenOptions::new()
+                        .write(true)
+                        .truncate(true)
+                        .open(&self.target)?;
+                    std::io::copy(&mut from, &mut to).map(|_| ())
+                });
+                copied.with_context(|| format!("{shown}: writing it"))?;
+            }
+            Err(error) => {
+                return Err(error).with_context(|| {
+                    format!("{shown}: renaming {} into place", temporary.0.display())
+                })
+            }
+        }
         Ok(())
     }
 }
@@ -1332,6 +1394,13 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
         text if text.eq_ignore_ascii_case("auto") => Sweeps::default(),
         text => Sweeps::parse(text).map_err(|e| anyhow!("{e}; --sweep also takes auto"))?,
     };
+    if transposes == Transposes::Mirrored && args.gpus > 1 {
+        bail!(
+            "--transposes mirrored: one GPU only (with --gpus {}, a GPU's blocks are its \
+             share's, not mirrored); use stored or built",
+            args.gpus
+        );
+    }
     if model == GnnModel::Gat && transposes != Transposes::Stored {
         bail!(
             "--transposes {}: applies to gcn and sage (gat's backward builds its transposes \

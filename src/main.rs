@@ -37,5 +37,8 @@ mod train;
 
 fn main() -> std::process::ExitCode {
     keep_freed_memory();
+    // Before any other thread starts: an interruption then removes the
+    // run's temporary and spill files.
+    fateplan::runtime::cleanup::install();
     cli::main()
 }

@@ -69,6 +69,13 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
             }
         );
     }
+    crate::cli::spare_inputs(
+        &[("-o", args.output.as_deref())],
+        &[(
+            "--graph",
+            args.graph.as_deref().and_then(crate::cli::existing),
+        )],
+    )?;
     // Fail before measuring if the profile cannot be written: measure
     // into a temporary file beside it, renamed over it at the end.
     let staging = match &args.output {
@@ -80,6 +87,8 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
             crate::cli::note_unread_arrays(source);
             let dataset = fateplan::runtime::train::load_graph(source)
                 .with_context(|| format!("--graph {source}"))?;
+            // Its loss is timed on its training nodes, as `train` trains.
+            crate::train::has_training_nodes(&dataset, source)?;
             Some((source.clone(), dataset))
         }
         None => None,
@@ -109,7 +118,7 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
         bar.set_position(p.done as u64);
         bar.set_message(p.stage);
     })
-    .with_context(|| format!("measuring with --ssd-dir {}", args.ssd_dir.display()));
+    .context("measuring the machine");
     bar.finish_and_clear();
     let measured = measured?;
     let mut json = measured.profile.to_json_pretty();

@@ -403,6 +403,13 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
             args.heads()
         );
     }
+    if hyper.transposes == Transposes::Mirrored && args.devices() > 1 {
+        bail!(
+            "--transposes mirrored: one device only (with --devices {}, a device's blocks are \
+             its share's, whose mirrors are not checked); use stored or built",
+            args.devices()
+        );
+    }
     if model == GnnModel::Gat && hyper.transposes != Transposes::Stored {
         bail!(
             "--transposes {}: applies to gcn and sage (gat's backward builds its transposes \
@@ -549,7 +556,10 @@ fn overlapping_splits(dataset: &fateplan::runtime::dataset::Dataset) -> Option<S
 
 /// Training learns from the nodes of the training mask alone: a graph
 /// whose mask selects none has nothing to train on.
-fn has_training_nodes(dataset: &fateplan::runtime::dataset::Dataset, graph: &str) -> Result<()> {
+pub(crate) fn has_training_nodes(
+    dataset: &fateplan::runtime::dataset::Dataset,
+    graph: &str,
+) -> Result<()> {
     if !dataset.train_mask.contains(&true) {
         let file = if std::path::Path::new(graph).is_dir() {
             " (train_mask.npy)"
@@ -643,6 +653,11 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                  where it exists, else writes)",
                 path.display()
             );
+        }
+        // One to write: its folder must take it, known before the graph
+        // is read.
+        if !path.exists() {
+            drop(crate::cli::Staged::create(path, "--csr-cache")?);
         }
     }
     if let Some(dir) = &args.spill_dir {

@@ -1974,6 +1974,28 @@ fn two_outputs_naming_one_file_are_refused_and_a_failed_write_keeps_the_report()
         plan.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // A device is written in place: two outputs there overwrite nothing.
+    if std::path::Path::new("/dev/null").exists() {
+        let out = fateplan(&[
+            "simulate",
+            plan.to_str().unwrap(),
+            "--trace",
+            "/dev/null",
+            "--memory-svg",
+            "/dev/null",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    // A path that ends in / names a folder: refused before the work.
+    let slash = format!("{}/", dir.join("new.json").display());
+    let out = fateplan(&["simulate", plan.to_str().unwrap(), "--trace", &slash]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("names a folder (it ends in /), not a file")
+            && stdout(&out).is_empty(),
+        "{}",
+        stderr(&out)
+    );
     // The same file by two spellings: refused before anything is written.
     let trace = dir.join("t.json");
     let again = dir.join(".").join("t.json");

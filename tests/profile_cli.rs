@@ -111,6 +111,35 @@ fn a_profile_times_the_gcn_on_the_graph_given() {
         "{}",
         profile.sources["device.mask_seconds_per_element"]
     );
+    // The graph's own arrays are not an output's to overwrite.
+    let folder = dir.join("graph");
+    let generated = fateplan(&[
+        "generate",
+        "--graph",
+        spec,
+        "--out",
+        folder.to_str().unwrap(),
+    ]);
+    assert!(generated.status.success(), "{}", stderr(&generated));
+    let onto = folder.join("y.npy");
+    let before = std::fs::read(&onto).unwrap();
+    let refused = fateplan(&[
+        "profile",
+        "--quick",
+        "--ssd-dir",
+        dir.to_str().unwrap(),
+        "--graph",
+        folder.to_str().unwrap(),
+        "-o",
+        onto.to_str().unwrap(),
+    ]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr(&refused).contains("is an array of the --graph folder"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(std::fs::read(&onto).unwrap(), before);
     let bad = fateplan(&[
         "profile",
         "--quick",

@@ -317,6 +317,26 @@ fn mirrored_transposes_train_the_same_weights_where_the_graph_is_symmetric() {
         "{}",
         stderr(&directed)
     );
+    // Several devices' blocks are their shares': refused.
+    let devices = fateplan(&[
+        "train",
+        "--graph",
+        graph,
+        "--epochs",
+        "1",
+        "--devices",
+        "2",
+        "--partitions",
+        "1",
+        "--transposes",
+        "mirrored",
+    ]);
+    assert_eq!(devices.status.code(), Some(1));
+    assert!(
+        stderr(&devices).contains("--transposes mirrored: one device only"),
+        "{}",
+        stderr(&devices)
+    );
     let sage = run(graph, "mirrored", "sage");
     assert_eq!(sage.status.code(), Some(1));
     assert!(

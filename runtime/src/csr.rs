@@ -296,23 +296,21 @@ impl Csr {
     }
 
     /// Writes the cache file (see the module docs), through a temporary
-    /// file of this process's own, renamed into place so that a reader
-    /// never sees half a file (two runs writing one cache at once each
-    /// rename a whole file; the last stays). A write that fails removes
-    /// its temporary file.
+    /// file of its own ([`crate::cleanup::create`]), renamed into place
+    /// so that a reader never sees half a file (two runs writing one cache
+    /// at once each rename a whole file; the last stays). A write that
+    /// fails removes its temporary file.
     pub fn write_cache(&self, path: &Path) -> Result<()> {
-        let mut partial = path.as_os_str().to_owned();
-        partial.push(format!(".partial{}", std::process::id()));
-        let partial = std::path::PathBuf::from(partial);
-        let written = self.write_cache_via(&partial, path);
+        let (partial, file) = crate::cleanup::create(path).map_err(|e| Error::io(path, e))?;
+        let written = self.write_cache_via(file, &partial, path);
         if written.is_err() {
             let _ = std::fs::remove_file(&partial);
         }
+        crate::cleanup::unregister(&partial);
         written
     }
 
-    fn write_cache_via(&self, partial: &Path, path: &Path) -> Result<()> {
-        let file = std::fs::File::create(partial).map_err(|e| Error::io(partial, e))?;
+    fn write_cache_via(&self, file: std::fs::File, partial: &Path, path: &Path) -> Result<()> {
         let mut out = Checksummed {
             inner: std::io::BufWriter::with_capacity(1 << 20, file),
             crc: 0,

@@ -366,30 +366,59 @@ impl Dataset {
     /// [`Dataset::load`] (and numpy) read back.
     pub fn save(&self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        // Every file is written under a temporary name first, and only
+        // then are they renamed into place: a write that fails (a full
+        // disk) leaves the folder's dataset as it was, not half replaced.
+        let mut staged: Vec<(std::path::PathBuf, std::path::PathBuf)> = Vec::new();
+        let written = self.stage_files(dir, &mut staged);
+        let renamed = written.and_then(|()| {
+            staged.iter().try_for_each(|(temporary, path)| {
+                std::fs::rename(temporary, path).map_err(|e| Error::io(path, e))
+            })
+        });
+        for (temporary, _) in &staged {
+            if renamed.is_err() {
+                let _ = std::fs::remove_file(temporary);
+            }
+            crate::cleanup::unregister(temporary);
+        }
+        renamed
+    }
+
+    /// [`Dataset::save`]'s files under temporary names, each pushed onto
+    /// `staged` with its own name as it is written.
+    fn stage_files(
+        &self,
+        dir: &Path,
+        staged: &mut Vec<(std::path::PathBuf, std::path::PathBuf)>,
+    ) -> Result<()> {
+        let mut stage = |name: &str, descr: &str, shape: &[u64], data: &[u8]| -> Result<()> {
+            let path = dir.join(name);
+            let temporary = crate::npy::write_temporary(&path, descr, shape, data)?;
+            staged.push((temporary, path));
+            Ok(())
+        };
         let n = self.nodes;
         let f32s: Vec<u8> = self.x.iter().flat_map(|v| v.to_le_bytes()).collect();
-        crate::npy::write(&dir.join("x.npy"), "<f4", &[n, self.features as u64], &f32s)?;
+        stage("x.npy", "<f4", &[n, self.features as u64], &f32s)?;
+        drop(f32s);
         let labels: Vec<u8> = self.y.iter().flat_map(|v| v.to_le_bytes()).collect();
-        crate::npy::write(&dir.join("y.npy"), "<i8", &[n], &labels)?;
+        stage("y.npy", "<i8", &[n], &labels)?;
         let edges: Vec<u8> = self
             .src
             .iter()
             .chain(&self.dst)
             .flat_map(|&v| (v as i64).to_le_bytes())
             .collect();
-        crate::npy::write(
-            &dir.join("edge_index.npy"),
-            "<i8",
-            &[2, self.edges()],
-            &edges,
-        )?;
+        stage("edge_index.npy", "<i8", &[2, self.edges()], &edges)?;
+        drop(edges);
         for (name, mask) in [
             ("train_mask.npy", &self.train_mask),
             ("val_mask.npy", &self.val_mask),
             ("test_mask.npy", &self.test_mask),
         ] {
             let bytes: Vec<u8> = mask.iter().map(|&m| m as u8).collect();
-            crate::npy::write(&dir.join(name), "|b1", &[n], &bytes)?;
+            stage(name, "|b1", &[n], &bytes)?;
         }
         Ok(())
     }

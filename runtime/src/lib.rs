@@ -14,6 +14,7 @@
 //!   and the memory this process can still take ([`memory`]).
 
 pub mod blockcsr;
+pub mod cleanup;
 pub mod collective;
 
 pub mod compare;

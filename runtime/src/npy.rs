@@ -1,7 +1,7 @@
 //! Reading NumPy `.npy` arrays through a memory map.
 
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 use rayon::prelude::*;
@@ -628,6 +628,21 @@ fn header_entries<'h>(header: &'h str, path: &Path) -> Result<Vec<(&'h str, &'h 
 /// Writes a v1 `.npy` file: `descr` is numpy's type string (`<f4`, `<i8`,
 /// `|b1`), `data` the little-endian elements in row-major order.
 pub fn write(path: &Path, descr: &str, shape: &[u64], data: &[u8]) -> Result<()> {
+    let temporary = write_temporary(path, descr, shape, data)?;
+    let renamed = std::fs::rename(&temporary, path).map_err(|e| {
+        let _ = std::fs::remove_file(&temporary);
+        Error::io(path, e)
+    });
+    crate::cleanup::unregister(&temporary);
+    renamed
+}
+
+/// [`write()`]'s file, written whole beside `path` under a temporary name
+/// (returned) for the caller to rename into place and then
+/// [`crate::cleanup::unregister`]: a write that fails (a full disk)
+/// removes it, so that no truncated array is left, and an interruption
+/// removes it until then.
+pub fn write_temporary(path: &Path, descr: &str, shape: &[u64], data: &[u8]) -> Result<PathBuf> {
     let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
     let tuple = if dims.len() == 1 {
         format!("({},)", dims[0])
@@ -639,8 +654,9 @@ pub fn write(path: &Path, descr: &str, shape: &[u64], data: &[u8]) -> Result<()>
 }
 
 /// Writes a v1 `.npy` file whose header is the dict literal `header`,
-/// padded as numpy pads it, and then `data`.
-fn write_with_header(path: &Path, mut header: String, data: &[u8]) -> Result<()> {
+/// padded as numpy pads it, and then `data`, to a temporary file beside
+/// `path`, returned.
+fn write_with_header(path: &Path, mut header: String, data: &[u8]) -> Result<PathBuf> {
     while !(10 + header.len() + 1).is_multiple_of(64) {
         header.push(' ');
     }
@@ -649,19 +665,14 @@ fn write_with_header(path: &Path, mut header: String, data: &[u8]) -> Result<()>
     bytes.extend((header.len() as u16).to_le_bytes());
     bytes.extend(header.as_bytes());
     bytes.extend(data);
-    // Whole or not at all: a temporary file renamed into place, removed
-    // where the write fails (a full disk leaves no truncated array).
-    let mut name = std::ffi::OsString::from(".");
-    name.push(path.file_name().unwrap_or_default());
-    name.push(format!(".tmp{}", std::process::id()));
-    let temporary = path.with_file_name(name);
-    let written = std::fs::write(&temporary, bytes)
-        .map_err(|e| Error::io(path, e))
-        .and_then(|()| std::fs::rename(&temporary, path).map_err(|e| Error::io(path, e)));
-    if written.is_err() {
+    let (temporary, mut file) = crate::cleanup::create(path).map_err(|e| Error::io(path, e))?;
+    use std::io::Write as _;
+    file.write_all(&bytes).map_err(|e| {
         let _ = std::fs::remove_file(&temporary);
-    }
-    written
+        crate::cleanup::unregister(&temporary);
+        Error::io(path, e)
+    })?;
+    Ok(temporary)
 }
 
 #[cfg(test)]
@@ -787,7 +798,9 @@ pub(crate) mod tests {
     /// Writes a v1 `.npy` file whose header is the dict literal `dict`,
     /// as written.
     fn write_npy_header(path: &Path, dict: &str, data: &[u8]) {
-        super::write_with_header(path, dict.to_string(), data).unwrap();
+        let temporary = super::write_with_header(path, dict.to_string(), data).unwrap();
+        std::fs::rename(&temporary, path).unwrap();
+        crate::cleanup::unregister(&temporary);
     }
 
     #[test]

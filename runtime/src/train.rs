@@ -859,12 +859,10 @@ pub fn prepare(dataset: Dataset, hyper: &Hyper, partitions: u32) -> Result<Prepa
     prepare_cached(dataset, hyper, partitions, None)
 }
 
-/// [`prepare`], with the adjacency read from the CSR cache file
-/// `csr_cache` when it exists (it must match the graph's node and edge
-/// counts), else built from the edge list and written there.
 /// Whether every block's transpose is its mirror, bit for bit (rows,
-/// columns in order, weights), as [`fateplan_planner::gnn::Transposes::Mirrored`] reads them: the
-/// graph is symmetric and GCN's scales are a vertex's own.
+/// columns in order, weights), as
+/// [`fateplan_planner::gnn::Transposes::Mirrored`] reads them: the graph
+/// is symmetric and GCN's scales are a vertex's own.
 fn check_mirrored(
     model: GnnModel,
     table: &[Option<BlockData>],
@@ -933,6 +931,9 @@ fn check_mirrored(
     Ok(())
 }
 
+/// [`prepare`], with the adjacency read from the CSR cache file
+/// `csr_cache` when it exists (it must match the graph's node and edge
+/// counts), else built from the edge list and written there.
 pub fn prepare_cached(
     dataset: Dataset,
     hyper: &Hyper,

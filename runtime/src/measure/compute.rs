@@ -241,6 +241,49 @@ fn group_of(op: &Op, shapes: &Shapes) -> Result<Option<Group>> {
     }))
 }
 
+/// Refuses a graph on which the GCN `hyper` in `partitions` would not fit
+/// the device (on the CPU backend, its arena's share of RAM) with every
+/// tensor kept, as the retain-all plan counts it from the graph's block
+/// counts: before the blocks are built, so that a graph given to profile
+/// on that is too large fails at once instead of running out of memory.
+fn fits_the_device(
+    graph: &Dataset,
+    hyper: &Hyper,
+    partitions: u32,
+    profile: &Profile,
+) -> Result<()> {
+    let spec = train::spec(
+        graph.features as usize,
+        graph.classes as usize,
+        hyper,
+        &graph.name,
+    );
+    let workload = fateplan_planner::gnn::build_gnn(&spec, &graph.blocks(partitions)?)?;
+    let options = PlanOptions {
+        budgets: Budgets::UNLIMITED,
+        ..PlanOptions::new(Policy::RetainAll, profile)
+    };
+    let peak = plan(&workload, profile, &options)?.predicted.peak_bytes.hbm;
+    let capacity = profile.device.hbm_bytes;
+    if peak > capacity {
+        return Err(Error::InvalidInput {
+            path: "--graph".into(),
+            field: format!("{} ({} nodes)", graph.name, graph.nodes),
+            message: format!(
+                "the {}-layer {} of hidden width {} the profile times on it needs {} on the \
+                 device at its peak (every tensor kept), more than the {} it has: profile on \
+                 a smaller graph",
+                hyper.layers,
+                hyper.model.name(),
+                hyper.hidden,
+                fateplan_planner::units::format_bytes(peak),
+                fateplan_planner::units::format_bytes(capacity)
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// One measured GCN: its layers and their timings.
 struct GcnRun {
     shapes: Shapes,
@@ -273,6 +316,7 @@ fn time_gcn(
     let (nodes, edges) = (graph.nodes, graph.edges());
     let hyper = gcn(3, width);
     let shapes = Shapes::gcn(hyper.layers, graph.features, width, graph.classes);
+    fits_the_device(&graph, &hyper, bench.partitions, profile)?;
     let prepared = train::prepare(graph, &hyper, bench.partitions)?;
     let timed = time_training(prepared, hyper, profile, rounds, backend, |op| {
         group_of(op, &shapes)
@@ -903,6 +947,32 @@ mod tests {
             "cpu-small.json",
         )
         .unwrap()
+    }
+
+    /// A graph whose GCN would not fit the device with every tensor kept
+    /// is refused before its blocks are built, naming the graph and what
+    /// it needs; one that fits passes.
+    #[test]
+    fn a_graph_too_large_for_the_device_is_refused_up_front() {
+        let graph = RmatSpec {
+            features: 16,
+            classes: 4,
+            ..RmatSpec::new(10)
+        }
+        .generate()
+        .unwrap();
+        let mut small = profile();
+        assert!(fits_the_device(&graph, &gcn(3, 16), 2, &small).is_ok());
+        small.device.hbm_bytes = 64 << 10;
+        let error = fits_the_device(&graph, &gcn(3, 16), 2, &small)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("--graph: rmat-s10")
+                && error.contains("(1024 nodes)")
+                && error.contains("more than the 64.0 KiB it has"),
+            "{error}"
+        );
     }
 
     #[test]

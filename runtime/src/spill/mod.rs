@@ -347,6 +347,7 @@ impl SpillStore {
                     source,
                 }
             })?;
+        crate::cleanup::register(&path);
         let mut notes = Vec::new();
         let direct = if options.faults.reject_direct {
             notes.push("O_DIRECT refused (injected fault): buffered I/O".to_string());
@@ -394,6 +395,7 @@ impl SpillStore {
             Err(source) => {
                 drop(file);
                 let _ = std::fs::remove_file(&path);
+                crate::cleanup::unregister(&path);
                 return Err(Error::SpillIo {
                     path,
                     what: "cannot start the spill I/O thread".into(),
@@ -684,7 +686,9 @@ impl SpillStore {
         };
         drop(engine);
         drop(self.file.take());
-        std::fs::remove_file(&self.path).map_err(|source| Error::SpillIo {
+        let removed = std::fs::remove_file(&self.path);
+        crate::cleanup::unregister(&self.path);
+        removed.map_err(|source| Error::SpillIo {
             path: self.path.clone(),
             what: "cannot delete the spill file".into(),
             source,
