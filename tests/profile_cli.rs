@@ -99,6 +99,13 @@ fn a_profile_times_the_gcn_on_the_graph_given() {
             "{field}: {source}"
         );
     }
+    assert!(
+        profile.description.ends_with(&format!(
+            "; the GCN's operators timed on the graph {spec} (--graph)"
+        )),
+        "{}",
+        profile.description
+    );
     // Its GEMM shapes start from the graph's 24 features.
     assert!(
         profile.sources["device.dense_shapes"].contains("24 -> "),

@@ -400,9 +400,10 @@ impl Csr {
                 path,
                 "header",
                 format!(
-                    "the file has {} bytes, fewer than a header ({})",
+                    "the file has {} bytes, fewer than a header and its checksum ({} and {})",
                     bytes.len(),
-                    HEADER_BYTES + CHECKSUM_BYTES
+                    HEADER_BYTES,
+                    CHECKSUM_BYTES
                 ),
             ));
         }

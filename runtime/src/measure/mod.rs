@@ -439,6 +439,11 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
     profile.device.hbm_bytes_per_s = placeholder;
     profile.device.sparse_bytes_per_s = placeholder;
     let graph = options.graph.as_ref();
+    if let Some((name, _)) = graph {
+        profile.description.push_str(&format!(
+            "; the GCN's operators timed on the graph {name} (--graph)"
+        ));
+    }
     let rates = compute::training_rates(
         bench,
         graph.map(|(_, dataset)| dataset),
