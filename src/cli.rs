@@ -348,7 +348,8 @@ impl PlanArgs {
 const EXIT_STATUS: &str = "Exit status: 0 done; 1 bad input or a failure (named on stderr); 2 no \
                            plan fits the budgets (plan, compare, curve, and train when it plans) \
                            or the MILP found none in its time; 3 simulate found a plan breaking \
-                           a budget";
+                           a budget. Interrupted (SIGINT, SIGTERM, SIGHUP), it removes its \
+                           temporary and spill files and ends by that signal";
 
 /// Every subcommand takes `-1` as a flag's value, so that a negative
 /// count is refused by the flag's own parser, which names the flag,
