@@ -687,10 +687,10 @@ impl Staged {
         let mut in_place = pseudo || std::fs::metadata(&target).is_ok_and(|m| !m.is_file());
         use std::os::unix::fs::FileTypeExt;
         let fifo = std::fs::metadata(&target).is_ok_and(|m| m.file_type().is_fifo());
+        // Opened to append: nothing there is truncated by the check.
         let writable = |target: &std::path::Path| {
             std::fs::OpenOptions::new()
-                .append(!in_place)
-                .write(true)
+                .append(true)
                 .open(target)
                 .map(drop)
         };

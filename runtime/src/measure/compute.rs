@@ -19,7 +19,7 @@ use std::sync::Arc;
 use fateplan_planner::gnn::{GnnModel, LayerOrder, Transposes};
 use fateplan_planner::plan::{Budgets, Plan, Stream};
 use fateplan_planner::profile::{ClassRate, DenseShape};
-use fateplan_planner::workload::{ComputeClass, Op, OpKind};
+use fateplan_planner::workload::{ComputeClass, Op, OpKind, Workload};
 use fateplan_planner::{plan, PlanOptions, Policy, Profile};
 
 use crate::cpu::{CpuGnn, Hyper};
@@ -259,11 +259,7 @@ fn fits_the_device(
         &graph.name,
     );
     let workload = fateplan_planner::gnn::build_gnn(&spec, &graph.blocks(partitions)?)?;
-    let options = PlanOptions {
-        budgets: Budgets::UNLIMITED,
-        ..PlanOptions::new(Policy::RetainAll, profile)
-    };
-    let peak = plan(&workload, profile, &options)?.predicted.peak_bytes.hbm;
+    let peak = retain_all(&workload, profile)?.predicted.peak_bytes.hbm;
     let capacity = profile.device.hbm_bytes;
     if peak > capacity {
         return Err(Error::InvalidInput {
@@ -687,7 +683,7 @@ fn time_training(
     backend: &BackendChoice,
     classify: impl Fn(&Op) -> Result<Option<Group>>,
 ) -> Result<Timed> {
-    let plan = Arc::new(retain_all(&prepared, profile)?);
+    let plan = Arc::new(retain_all(&prepared.workload, profile)?);
     let ops = &plan.workload.definition.ops;
     let mut groups: HashMap<&str, (Group, usize)> = HashMap::new();
     for (k, op) in ops.iter().enumerate() {
@@ -877,12 +873,12 @@ fn gcn(layers: u32, hidden: u32) -> Hyper {
 
 /// A retain-all plan without budgets; `profile` is only planned with (a
 /// retain-all plan does not depend on its figures).
-fn retain_all(prepared: &train::Prepared, profile: &Profile) -> Result<Plan> {
+fn retain_all(workload: &Workload, profile: &Profile) -> Result<Plan> {
     let options = PlanOptions {
         budgets: Budgets::UNLIMITED,
         ..PlanOptions::new(Policy::RetainAll, profile)
     };
-    Ok(plan(&prepared.workload, profile, &options)?)
+    Ok(plan(workload, profile, &options)?)
 }
 
 /// What the per-operator overhead was measured on.
@@ -916,7 +912,7 @@ pub fn op_overhead(
     .generate()?;
     let hyper = gcn(2, 4);
     let prepared = train::prepare(graph, &hyper, 4)?;
-    let plan = retain_all(&prepared, profile)?;
+    let plan = retain_all(&prepared.workload, profile)?;
     let operators = plan.workload.definition.ops.len();
     let iterations = iterations.max(2);
     let run = TrainRun {
