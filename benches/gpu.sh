@@ -26,6 +26,15 @@
 #             model misses: the products GCN at 1 and 8 partitions, and
 #             at 1 without dropout; the profile's own GCN (R-MAT scale 21,
 #             128 wide, aggregating first, transposes built)
+#   kernels   each kernel's GPU time (FATEPLAN_KERNEL_TIMES: timing events
+#             around every launch) for the products GCN's retain-all plan
+#             at 1 and 8 partitions, 3 epochs
+#   versus    an earlier build (OLD_BIN) and this one on the same GPU in one
+#             run: the products GCN at 1 and 8 partitions with every launch
+#             blocking (aggregation spans by layer), then epochs of
+#             retain-all and of dp at a quarter of its peak (8 partitions,
+#             and the count --partitions auto chooses), the two builds
+#             alternating (VERSUS_BLOCKING=0: the epochs alone)
 #
 # BIN (default target/release/fateplan) is the binary; TESTS a folder of
 # prebuilt test binaries named cuda, nvrtc, train_cli, profile_cli and
@@ -41,7 +50,7 @@ EPOCHS=${EPOCHS:-10}
 SWEEP=${SWEEP:-auto}
 GRAPH="rmat:scale=$SCALE,edge_factor=30,symmetric=true,features=100,classes=47,seed=1"
 WORK=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/fateplan-gpu-work.XXXXXX")}
-SECTIONS=${*:-env tests small profile copies products diag ongraph aggs}
+SECTIONS=${*:-env tests small profile copies products diag ongraph aggs kernels versus}
 LOGS=$WORK/logs
 mkdir -p "$LOGS"
 SUMMARY="$LOGS/summary.txt"
@@ -60,6 +69,24 @@ export LD_LIBRARY_PATH=${FATEPLAN_NVRTC_DIR:-}:/usr/local/cuda/lib64:${LD_LIBRAR
 export FATEPLAN_REQUIRE_GPU=1 FATEPLAN_REQUIRE_NVRTC=1
 
 field() { python3 -c "import json,sys; d=json.load(sys.stdin); print(d$1)"; }
+
+# A trace's last iteration's aggregation and linear spans, summed by
+# operator and layer over blocks and partitions: agg[l1] is every
+# agg[l1,...].
+span_sums() {
+    python3 - "$1" <<'PY'
+import json, sys
+sums = {}
+for e in json.load(open(sys.argv[1]))["traceEvents"]:
+    if e.get("ph") == "X" and e.get("tid") == 1 and e["name"].startswith(("agg", "linear")):
+        base, rest = e["name"].split("[", 1)
+        key = f"{base}[{rest.split(',')[0].rstrip(']')}]"
+        count, ms = sums.get(key, (0, 0.0))
+        sums[key] = (count + 1, ms + e["dur"] / 1e3)
+for key, (count, ms) in sums.items():
+    print(f"  {key:20} {count:4} spans {ms:9.3f} ms")
+PY
+}
 
 # The profile the runs plan with: PROFILE, else the one the profile
 # section measured, else the shipped measurement of an H100.
@@ -162,20 +189,7 @@ PY
                 --epochs 3 --policy retain-all --compare-simulated --json "$@" \
                 --trace "$LOGS/aggs_$name.trace.json" >"$LOGS/aggs_$name.json" 2>"$LOGS/aggs_$name.err"
             note "aggs $name: exit $? $(field "['iteration_s'], 'simulated', d['compare_simulated']['iteration_s']['simulated']" <"$LOGS/aggs_$name.json" 2>&1 | tail -1)"
-            python3 - "$LOGS/aggs_$name.trace.json" <<'PY' | tee -a "$SUMMARY"
-import json, sys
-# The last iteration's spans, summed by operator and layer over blocks and
-# partitions: agg[l1] is every agg[l1,...].
-sums = {}
-for e in json.load(open(sys.argv[1]))["traceEvents"]:
-    if e.get("ph") == "X" and e.get("tid") == 1 and e["name"].startswith(("agg", "linear")):
-        base, rest = e["name"].split("[", 1)
-        key = f"{base}[{rest.split(',')[0].rstrip(']')}]"
-        count, ms = sums.get(key, (0, 0.0))
-        sums[key] = (count + 1, ms + e["dur"] / 1e3)
-for key, (count, ms) in sums.items():
-    print(f"  {key:20} {count:4} spans {ms:9.3f} ms")
-PY
+            span_sums "$LOGS/aggs_$name.trace.json" | tee -a "$SUMMARY"
         }
         products=(--graph "$GRAPH" --layers 3 --hidden 256 --csr-cache "$WORK/rmat.csr")
         blocking products1 "${products[@]}" --partitions 1
@@ -220,6 +234,58 @@ PY
         PYTHONUNBUFFERED=1 timeout 120 python3 benches/pyg_gcn.py --graph "$WORK/rmat" --layers 3 --hidden 256 \
             --epochs "$EPOCHS" --device cuda --sparse >"$LOGS/products_pyg_sparse.json" 2>"$LOGS/products_pyg_sparse.err"
         note "products pyg (sparse CSR): exit $? $(field "['epoch_s'], d['peak_device_bytes'], d['adjacency_nnz'], d['edges']" <"$LOGS/products_pyg_sparse.json" 2>&1 | tail -1)"
+        ;;
+    kernels)
+        for parts in 1 8; do
+            FATEPLAN_KERNEL_TIMES=1 timeout 120 "$BIN" train --graph "$GRAPH" --layers 3 --hidden 256 \
+                --csr-cache "$WORK/rmat.csr" --backend cuda --profile "$(profile_arg)" --json --epochs 3 \
+                --policy retain-all --partitions "$parts" >"$LOGS/kernels_$parts.json" 2>"$LOGS/kernels_$parts.err"
+            note "kernels, $parts partitions: exit $? $(field "['iteration_s']" <"$LOGS/kernels_$parts.json" 2>&1 | tail -1)"
+            sed -n '/^kernel times/,$p' "$LOGS/kernels_$parts.err" | head -16 | tee -a "$SUMMARY"
+        done
+        ;;
+    versus)
+        if [ ! -x "${OLD_BIN:-}" ]; then
+            note "versus: skipped (OLD_BIN is not an executable)"
+            continue
+        fi
+        products=(--graph "$GRAPH" --layers 3 --hidden 256 --csr-cache "$WORK/rmat.csr" --backend cuda
+            --profile "$(profile_arg)" --json)
+        # VERSUS_BLOCKING=0 leaves out the blocking runs.
+        for parts in $([ "${VERSUS_BLOCKING:-1}" = 0 ] || echo 1 8); do
+            for which in old new; do
+                b=$BIN
+                [ "$which" = old ] && b=$OLD_BIN
+                t="$LOGS/versus_${which}_$parts.trace.json"
+                CUDA_LAUNCH_BLOCKING=1 timeout 120 "$b" train "${products[@]}" --epochs 3 --policy retain-all \
+                    --partitions "$parts" --trace "$t" >"$LOGS/versus_${which}_$parts.json" 2>"$LOGS/versus_${which}_$parts.err"
+                note "versus $which, $parts partitions, every launch blocking: exit $? $(field "['iteration_s']" <"$LOGS/versus_${which}_$parts.json" 2>&1 | tail -1)"
+                span_sums "$t" | tee -a "$SUMMARY"
+            done
+        done
+        budget=$("$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$(profile_arg)" --partitions 1 \
+            --policy retain-all --json | field "['predicted']['peak_bytes']['hbm'] // 4")
+        "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$(profile_arg)" --partitions auto \
+            --policy dp --hbm-budget "$budget" --sweep "$SWEEP" -o "$LOGS/versus_auto.plan.json" \
+            >"$LOGS/versus_auto_plan.txt" 2>&1
+        note "versus: dp, partitions auto, budget $budget: planned: exit $? $(grep -E '^(partitions|predicted)' "$LOGS/versus_auto_plan.txt" | cut -c1-120 | tr '\n' ' ')"
+        "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$(profile_arg)" --partitions 8 \
+            --policy dp --hbm-budget "$budget" --sweep "$SWEEP" -o "$LOGS/versus_8.plan.json" \
+            >"$LOGS/versus_8_plan.txt" 2>&1
+        note "versus: dp, 8 partitions, budget $budget: planned: exit $?"
+        for run in retain auto 8; do
+            case $run in
+            retain) how=(--partitions 1 --policy retain-all) ;;
+            *) how=(--plan "$LOGS/versus_$run.plan.json" --spill-dir "$WORK/spill") ;;
+            esac
+            for which in old new; do
+                b=$BIN
+                [ "$which" = old ] && b=$OLD_BIN
+                timeout 170 "$b" train "${products[@]}" --epochs "$EPOCHS" --compare-simulated "${how[@]}" \
+                    >"$LOGS/versus_${run}_$which.json" 2>"$LOGS/versus_${run}_$which.err"
+                note "versus $run, $which: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s']['simulated'], 'pool peak', d.get('device_peak_bytes')" <"$LOGS/versus_${run}_$which.json" 2>&1 | tail -1)"
+            done
+        done
         ;;
     copies)
         PYTHONUNBUFFERED=1 timeout 120 python3 benches/pinned_copy.py >"$log" 2>&1

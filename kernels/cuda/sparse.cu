@@ -137,8 +137,10 @@ extern "C" __global__ void spmm_f32(
 {
     GRID_STRIDE(i, rows * width) {
         u64 r = i / width, f = i % width;
-        float acc = init_value(init_mode, init, out, i);
         u64 begin = row_start[r], end = first_cut(begin, row_start[r + 1], seg);
+        // Accumulating, a row without edges here keeps its sum untouched.
+        if (init_mode == INIT_OUT && begin == end) continue;
+        float acc = init_value(init_mode, init, out, i);
         out[i] = gather_span(columns, weights, weighting, rows, r, begin, end, f, src, width, acc,
                              keep, words, scale);
     }
@@ -352,8 +354,10 @@ extern "C" __global__ void spmm_t_f32(
 {
     GRID_STRIDE(i, src_rows * width) {
         u64 c = i / width, f = i % width;
-        float acc = init_value(init_mode, init, out, i);
         u64 begin = start[c], end = first_cut(begin, start[c + 1], seg);
+        // Accumulating, a column without edges keeps its sum untouched.
+        if (init_mode == INIT_OUT && begin == end) continue;
+        float acc = init_value(init_mode, init, out, i);
         out[i] = gather_column_span(perm, perm_row, weights, weighting, dst_rows, c, begin, end,
                                     f, grad, width, acc);
     }

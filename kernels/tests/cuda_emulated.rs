@@ -37,6 +37,9 @@ int main(int argc, char** argv) {
     // NaN where nothing was written: a read of an unwritten output or
     // segment sum shows.
     std::vector<float> out(out_rows * width + 1, NOT_WRITTEN);
+    // Accumulating (INIT_OUT): the output holds the partial sum already,
+    // as a buffer the executor handed over.
+    if (init_mode == 2) std::memcpy(out.data(), init.data(), out_rows * width * sizeof(float));
     u64 segments = (nnz + seg - 1) / seg;
     std::vector<float> carry(segments * width + 1, NOT_WRITTEN);
     if (mode == 0) {
@@ -94,6 +97,9 @@ struct Launch {
     block: u64,
     dropout: Option<Dropout>,
     src_row0: u64,
+    /// With an init: the output holds it already and the kernels add
+    /// into it (`INIT_OUT`), rather than reading it (`INIT_FROM`).
+    into: bool,
 }
 
 /// The kernels' output for `case` (`transposed`: the transposed
@@ -122,7 +128,11 @@ fn run(
             width as u64,
             how.seg,
             case.weighting.code() as u64,
-            u64::from(init.is_some()),
+            match (init.is_some(), how.into) {
+                (false, _) => 0,
+                (true, false) => 1,
+                (true, true) => 2,
+            },
             key,
             u64::from(threshold),
             u64::from(scale.to_bits()),
@@ -211,17 +221,18 @@ fn check(binary: &Path, what: &str, case: &Case, width: usize, rng: &mut Rng) {
                     stream: 3,
                 }),
             ] {
-                for with_init in [false, true] {
+                for (with_init, into) in [(false, false), (true, false), (true, true)] {
                     let how = Launch {
                         seg,
                         grid,
                         block,
                         dropout,
                         src_row0: 11,
+                        into,
                     };
                     let init = with_init.then_some(init.as_slice());
                     let got = run(binary, case, false, &src, init, width, how);
-                    let at = format!("{what}: forward, seg {seg}, grid {grid}x{block}, dropout {}, init {with_init}", dropout.is_some());
+                    let at = format!("{what}: forward, seg {seg}, grid {grid}x{block}, dropout {}, init {with_init}, into {into}", dropout.is_some());
                     assert_eq!(
                         bits(&got),
                         bits(&documented(case, &src, init, width, how)),
@@ -249,18 +260,20 @@ fn check(binary: &Path, what: &str, case: &Case, width: usize, rng: &mut Rng) {
                     }
                 }
             }
-            for with_init in [false, true] {
+            for (with_init, into) in [(false, false), (true, false), (true, true)] {
                 let how = Launch {
                     seg,
                     grid,
                     block,
                     dropout: None,
                     src_row0: 0,
+                    into,
                 };
                 let init = with_init.then_some(init_t.as_slice());
                 let got = run(binary, case, true, &grad, init, width, how);
-                let at =
-                    format!("{what}: transposed, seg {seg}, grid {grid}x{block}, init {with_init}");
+                let at = format!(
+                    "{what}: transposed, seg {seg}, grid {grid}x{block}, init {with_init}, into {into}"
+                );
                 assert_eq!(
                     bits(&got),
                     bits(&documented_t(case, &grad, init, width, seg)),

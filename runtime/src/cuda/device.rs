@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaViewMut, DeviceRepr,
-    HostSlice, LaunchConfig, PinnedHostSlice, ValidAsZeroBits,
+    sys, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaViewMut,
+    DeviceRepr, HostSlice, LaunchConfig, PinnedHostSlice, ValidAsZeroBits,
 };
 use cudarc::nvrtc::Ptx;
 
@@ -321,6 +321,51 @@ pub(crate) enum PinnedTensor {
     },
 }
 
+/// Each kernel's time on the GPU, summed by name, where the environment
+/// sets `FATEPLAN_KERNEL_TIMES`: a pair of timing events around every
+/// launch on the compute stream (and cuBLAS call), read back in batches
+/// and printed when the GPU is closed. A diagnosis, not for training
+/// runs to be timed: the events cost the host a little at each launch.
+#[derive(Default)]
+struct KernelTimes {
+    pending: Vec<(&'static str, CudaEvent, CudaEvent)>,
+    /// Launches and milliseconds by kernel.
+    sums: HashMap<&'static str, (u64, f64)>,
+}
+
+/// Events awaiting their elapsed time before they are read back.
+const KERNEL_TIMES_BATCH: usize = 4096;
+
+impl KernelTimes {
+    /// Adds the elapsed time of every pending pair, waiting for the last.
+    fn fold(&mut self) -> Result<(), ExecError> {
+        if let Some((_, _, end)) = self.pending.last() {
+            end.synchronize()
+                .map_err(|e| cuda_error("waiting for a timing event", e))?;
+        }
+        for (name, start, end) in self.pending.drain(..) {
+            let ms = start
+                .elapsed_ms(&end)
+                .map_err(|e| cuda_error("a kernel's elapsed time", e))?;
+            let sum = self.sums.entry(name).or_default();
+            *sum = (sum.0 + 1, sum.1 + f64::from(ms));
+        }
+        Ok(())
+    }
+
+    /// The sums as lines, the longest total first.
+    fn report(&self) -> String {
+        let mut rows: Vec<_> = self.sums.iter().collect();
+        rows.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1).then(a.0.cmp(b.0)));
+        let total: f64 = rows.iter().map(|(_, (_, ms))| ms).sum();
+        let mut out = format!("kernel times (FATEPLAN_KERNEL_TIMES): {total:.3} ms in all\n");
+        for (name, (count, ms)) in rows {
+            out.push_str(&format!("  {name:28} {count:8} launches {ms:12.3} ms\n"));
+        }
+        out
+    }
+}
+
 /// The GPU: context, streams, cuBLAS, kernels and pool.
 pub(crate) struct Gpu {
     pub(crate) ctx: Arc<CudaContext>,
@@ -341,6 +386,22 @@ pub(crate) struct Gpu {
     /// The same for a `u64` pointer (an aggregation's keep bits without
     /// dropout).
     pub(crate) dummy_bits: DeviceBuf<u64>,
+    /// Kernel times, where `FATEPLAN_KERNEL_TIMES` asks for them.
+    kernel_times: Option<Mutex<KernelTimes>>,
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        if let Some(times) = self.kernel_times.take() {
+            let Ok(mut times) = times.into_inner() else {
+                return;
+            };
+            match times.fold() {
+                Ok(()) => eprint!("{}", times.report()),
+                Err(e) => eprintln!("kernel times (FATEPLAN_KERNEL_TIMES): not read: {e}"),
+            }
+        }
+    }
 }
 
 impl Gpu {
@@ -364,8 +425,8 @@ impl Gpu {
             used_bytes: AtomicU64::new(0),
             peak_bytes: AtomicU64::new(0),
         });
-        let dummy = alloc_on::<f32>(&compute, &pool, 1, "a placeholder")?;
-        let dummy_bits = alloc_on::<u64>(&compute, &pool, 1, "a placeholder")?;
+        let dummy = alloc_on::<f32>(&compute, &pool, 1, "a placeholder", Fill::Zeros)?;
+        let dummy_bits = alloc_on::<u64>(&compute, &pool, 1, "a placeholder", Fill::Zeros)?;
         Ok(Arc::new(Gpu {
             ctx,
             compute,
@@ -380,7 +441,38 @@ impl Gpu {
             pinned: Arc::new(PinnedPool::new(options.host_budget_bytes)),
             dummy,
             dummy_bits,
+            kernel_times: std::env::var_os("FATEPLAN_KERNEL_TIMES")
+                .filter(|v| !v.is_empty() && v != "0")
+                .map(|_| Mutex::new(KernelTimes::default())),
         }))
+    }
+
+    /// Runs `launch` (kernels queued on the compute stream), timing it as
+    /// kernel `name` where kernel times are on.
+    pub(crate) fn timed<T>(
+        &self,
+        name: &'static str,
+        launch: impl FnOnce() -> Result<T, ExecError>,
+    ) -> Result<T, ExecError> {
+        let Some(times) = &self.kernel_times else {
+            return launch();
+        };
+        let event = || {
+            self.compute
+                .record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|e| cuda_error("recording a timing event", e))
+        };
+        let start = event()?;
+        let out = launch()?;
+        let end = event()?;
+        let mut times = times
+            .lock()
+            .map_err(|_| ExecError::Internal("the kernel times' lock is poisoned".into()))?;
+        times.pending.push((name, start, end));
+        if times.pending.len() >= KERNEL_TIMES_BATCH {
+            times.fold()?;
+        }
+        Ok(out)
     }
 
     pub(crate) fn peak_bytes(&self) -> u64 {
@@ -439,7 +531,19 @@ impl Gpu {
         len: usize,
         what: &str,
     ) -> Result<DeviceBuf<T>, ExecError> {
-        alloc_on(&self.compute, &self.pool, len, what)
+        alloc_on(&self.compute, &self.pool, len, what, Fill::Zeros)
+    }
+
+    /// A buffer on the compute stream whose values are left as the pool
+    /// had them: for an output whose every value the next kernel on the
+    /// stream writes before anything reads it (an aggregation's), which
+    /// then costs no pass to zero it.
+    pub(crate) fn unset<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        len: usize,
+        what: &str,
+    ) -> Result<DeviceBuf<T>, ExecError> {
+        alloc_on(&self.compute, &self.pool, len, what, Fill::Unset)
     }
 
     /// A copy of host values on the compute stream (small arguments).
@@ -448,7 +552,7 @@ impl Gpu {
         values: &[T],
         what: &str,
     ) -> Result<DeviceBuf<T>, ExecError> {
-        let mut buf = alloc_on::<T>(&self.compute, &self.pool, values.len(), what)?;
+        let mut buf = alloc_on::<T>(&self.compute, &self.pool, values.len(), what, Fill::Zeros)?;
         if !values.is_empty() {
             self.compute
                 .memcpy_htod(values, &mut buf.slice)
@@ -515,17 +619,35 @@ fn keep_freed_memory(ctx: &Arc<CudaContext>) -> Result<(), ExecError> {
     Ok(())
 }
 
-/// A zeroed device buffer of `len` values on `stream`, charged to `pool`
-/// (zero-length buffers hold one value: the driver allocates no zero).
+/// What a new device buffer holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fill {
+    /// Zeros, set on the stream.
+    Zeros,
+    /// Whatever the pool's memory held: its user writes every value first.
+    Unset,
+}
+
+/// A device buffer of `len` values on `stream`, zeroed or not as `fill`
+/// says, charged to `pool` (zero-length buffers hold one value: the
+/// driver allocates no zero).
 fn alloc_on<T: DeviceRepr + ValidAsZeroBits>(
     stream: &Arc<CudaStream>,
     pool: &Arc<Pool>,
     len: usize,
     what: &str,
+    fill: Fill,
 ) -> Result<DeviceBuf<T>, ExecError> {
     let bytes = (len * std::mem::size_of::<T>()) as u64;
     pool.charge(bytes, what)?;
-    let slice = match stream.alloc_zeros::<T>(len.max(1)) {
+    let allocated = match fill {
+        Fill::Zeros => stream.alloc_zeros::<T>(len.max(1)),
+        // SAFETY: T is plain data valid for any bits (`ValidAsZeroBits`
+        // types here are integers and floats), and the device memory is
+        // only read through kernels, after the one that writes it.
+        Fill::Unset => unsafe { stream.alloc::<T>(len.max(1)) },
+    };
+    let slice = match allocated {
         Ok(slice) => slice,
         Err(e) => {
             pool.release(bytes);

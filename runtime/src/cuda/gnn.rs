@@ -62,10 +62,12 @@ macro_rules! launch {
             let function = $gpu.function($name)?;
             let mut builder = $gpu.compute.launch_builder(&function);
             $( builder.arg($arg); )*
-            // SAFETY: the arguments match the kernel's parameters in
-            // kernels/cuda (count, order and types), and every buffer
-            // holds the elements the kernel indexes for `n`.
-            unsafe { builder.launch(Gpu::grid(n)) }.map_err(|e| cuda_error($name, e))?;
+            $gpu.timed($name, || {
+                // SAFETY: the arguments match the kernel's parameters in
+                // kernels/cuda (count, order and types), and every buffer
+                // holds the elements the kernel indexes for `n`.
+                unsafe { builder.launch(Gpu::grid(n)) }.map_err(|e| cuda_error($name, e))
+            })?;
         }
     }};
 }
@@ -181,7 +183,27 @@ pub struct CudaGnn {
     /// workspace allows one transpose, and a different block's replaces
     /// it. With one block (one partition) the transpose is built once.
     kept_transpose: Mutex<Option<KeptTranspose>>,
+    /// The partial sum a GCN or SAGE aggregation (forward or transposed)
+    /// starts from, when the executor handed its buffer over
+    /// ([`Backend::run_owned`]): the operator adds its block into it
+    /// (`INIT_OUT`), and rows without edges in the block cost nothing,
+    /// instead of every row's sum being copied into a fresh output.
+    handed: Option<DeviceBuf<f32>>,
 }
+
+/// Where an aggregation's sums start.
+enum Start<'a> {
+    /// From zero, into a fresh output.
+    Zero,
+    /// From a partial sum, into a fresh output.
+    From(&'a DeviceBuf<f32>),
+    /// From the partial sum already in this buffer, the output.
+    Into(DeviceBuf<f32>),
+}
+
+/// An aggregation's output, its kernels' `init_mode`, and the partial sum
+/// they read for `INIT_FROM` ([`CudaGnn::start_sums`]).
+type Started<'a> = (DeviceBuf<f32>, i32, Option<&'a DeviceBuf<f32>>);
 
 impl CudaGnn {
     /// Opens the GPU with a device pool capped at `hbm_budget_bytes` (the
@@ -235,6 +257,7 @@ impl CudaGnn {
             synchronize_operators: options.synchronize_operators,
             rebuild_transposes: options.rebuild_transposes,
             kept_transpose: Mutex::new(None),
+            handed: None,
         })
     }
 
@@ -349,9 +372,11 @@ impl CudaGnn {
             beta: if accumulate { 1.0 } else { 0.0 },
             ldc: int(ldc.max(1))?,
         };
-        // SAFETY: the shapes above match the buffers' lengths (checked by
-        // the callers' `expect_len`), so cuBLAS stays inside them.
-        unsafe { self.gpu.blas.gemm(cfg, a, b, c) }.map_err(|e| cuda_error("cuBLAS sgemm", e))
+        self.gpu.timed("cublas_sgemm", || {
+            // SAFETY: the shapes above match the buffers' lengths (checked
+            // by the callers' `expect_len`), so cuBLAS stays inside them.
+            unsafe { self.gpu.blas.gemm(cfg, a, b, c) }.map_err(|e| cuda_error("cuBLAS sgemm", e))
+        })
     }
 
     /// Column sums of `x` (`rows × width`) into `out`, one partial per
@@ -436,10 +461,12 @@ impl CudaGnn {
                 block_dim: (1024, 1, 1),
                 shared_mem_bytes: 0,
             };
-            // SAFETY: (counts, n, start) as scan_u64 takes them; `start`
-            // holds n + 1 values; one block of 1024 threads, the size of
-            // its shared array.
-            unsafe { builder.launch(one_block) }.map_err(|e| cuda_error("scan_u64", e))?;
+            gpu.timed("scan_u64", || {
+                // SAFETY: (counts, n, start) as scan_u64 takes them;
+                // `start` holds n + 1 values; one block of 1024 threads,
+                // the size of its shared array.
+                unsafe { builder.launch(one_block) }.map_err(|e| cuda_error("scan_u64", e))
+            })?;
         }
         let mut cursor = gpu.zeros::<u32>(src_rows, "transpose cursors")?;
         launch!(
@@ -470,9 +497,12 @@ impl CudaGnn {
                 block_dim: (1024, 1, 1),
                 shared_mem_bytes: 0,
             };
-            // SAFETY: (start, src_rows, perm) as csc_order_wide_u32 takes
-            // them: `start` holds src_rows + 1 offsets into `perm`.
-            unsafe { builder.launch(blocks) }.map_err(|e| cuda_error("csc_order_wide_u32", e))?;
+            gpu.timed("csc_order_wide_u32", || {
+                // SAFETY: (start, src_rows, perm) as csc_order_wide_u32
+                // takes them: `start` holds src_rows + 1 offsets into
+                // `perm`.
+                unsafe { builder.launch(blocks) }.map_err(|e| cuda_error("csc_order_wide_u32", e))
+            })?;
         }
         launch!(
             gpu,
@@ -529,18 +559,12 @@ impl CudaGnn {
         b: &GpuBlock,
         src: &DeviceBuf<f32>,
         d: usize,
-        init: Option<&DeviceBuf<f32>>,
+        start: Start<'_>,
         (mask, src_row0): (Option<Dropout>, u64),
     ) -> Result<DeviceBuf<f32>, ExecError> {
         let rows = b.rows();
-        let mut out = self.zeros(rows * d, "agg")?;
-        let (mode, init_buf) = match init {
-            Some(init) => {
-                expect_len(op, "init", init.len(), rows * d)?;
-                (INIT_FROM, &init.slice)
-            }
-            None => (INIT_ZERO, &self.gpu.dummy.slice),
-        };
+        let (mut out, mode, init_buf) = self.start_sums(op, start, rows * d, "agg")?;
+        let init_buf = init_buf.unwrap_or(&self.gpu.dummy);
         let (key, threshold, scale) = mask_args(mask);
         let (rows_u, width) = (rows as u64, d as u64);
         let weighting = b.weighting.code();
@@ -556,7 +580,8 @@ impl CudaGnn {
             _ => {
                 let src_rows = (src.len() / d.max(1)) as u64;
                 let n = src_rows * words;
-                let mut keep = self.gpu.zeros::<u64>(n as usize, "agg keep bits")?;
+                // dropout_bits_u64 writes every word.
+                let mut keep = self.gpu.unset::<u64>(n as usize, "agg keep bits")?;
                 launch!(
                     self.gpu,
                     "dropout_bits_u64",
@@ -590,7 +615,7 @@ impl CudaGnn {
                 &seg,
                 &src.slice,
                 &width,
-                init_buf,
+                &init_buf.slice,
                 &mode,
                 &mut out.slice,
                 keep_buf,
@@ -630,6 +655,47 @@ impl CudaGnn {
             )?;
         }
         Ok(out)
+    }
+
+    /// An aggregation's output of `len` values and how its kernels start
+    /// each sum (`init_mode`, and the partial sum to read for
+    /// `INIT_FROM`): a handed-over partial sum is the output itself.
+    fn start_sums<'a>(
+        &self,
+        op: &Op,
+        start: Start<'a>,
+        len: usize,
+        what: &str,
+    ) -> Result<Started<'a>, ExecError> {
+        Ok(match start {
+            // The gather writes every value.
+            Start::Zero => (self.gpu.unset::<f32>(len, what)?, INIT_ZERO, None),
+            Start::From(init) => {
+                expect_len(op, "init", init.len(), len)?;
+                (self.gpu.unset::<f32>(len, what)?, INIT_FROM, Some(init))
+            }
+            Start::Into(sums) => {
+                expect_len(op, "init", sums.len(), len)?;
+                (sums, INIT_OUT, None)
+            }
+        })
+    }
+
+    /// Where the aggregation `op` starts its sums: the partial sum handed
+    /// over, else its input `position` when it has one, else zero.
+    fn start<'a>(
+        &mut self,
+        op: &Op,
+        inputs: &[&'a Data],
+        position: usize,
+    ) -> Result<Start<'a>, ExecError> {
+        if let Some(sums) = self.handed.take() {
+            return Ok(Start::Into(sums));
+        }
+        Ok(match inputs.get(position) {
+            Some(init) => Start::From(f32s(op, init)?),
+            None => Start::Zero,
+        })
     }
 
     /// The segments of GAT's kernels over a block of `nnz` edges at layer
@@ -1829,8 +1895,8 @@ impl CudaGnn {
                 let b = block(op, inputs[0])?;
                 let src = f32s(op, inputs[1])?;
                 expect_len(op, "input", src.len(), self.model.rows(j).len() * d)?;
-                let init = inputs.get(2).map(|d| f32s(op, d)).transpose()?;
-                let agg = self.gather(op, b, src, d, init, (mask, self.model.row0(j)))?;
+                let start = self.start(op, inputs, 2)?;
+                let agg = self.gather(op, b, src, d, start, (mask, self.model.row0(j)))?;
                 Ok(vec![out(agg)])
             }
             "linear" if self.model.projects_first(name.get('l')?) => {
@@ -2057,7 +2123,7 @@ impl CudaGnn {
                 let d = self.model.width_aggregated(l);
                 let b = block(op, inputs[0])?;
                 let grad = f32s(op, inputs[1])?;
-                let init = inputs.get(2).map(|d| f32s(op, d)).transpose()?;
+                let start = self.start(op, inputs, 2)?;
                 let (j, i) = (name.get('p')?, name.get('d')?);
                 let rows = self.model.rows(j).len();
                 if self.model.stored_transposes() {
@@ -2066,18 +2132,13 @@ impl CudaGnn {
                     expect_len(op, "stored transpose's rows", b.rows(), rows)?;
                     let dst_rows = self.model.rows(i).len();
                     expect_len(op, "gradient", grad.len(), dst_rows * d)?;
-                    let dsrc = self.gather(op, b, grad, d, init, (None, 0))?;
+                    let dsrc = self.gather(op, b, grad, d, start, (None, 0))?;
                     return Ok(vec![out(dsrc)]);
                 }
                 expect_len(op, "gradient", grad.len(), b.rows() * d)?;
-                let mut dsrc = self.zeros(rows * d, "agg gradient")?;
-                let (mode, init_buf) = match init {
-                    Some(init) => {
-                        expect_len(op, "init", init.len(), rows * d)?;
-                        (INIT_FROM, &init.slice)
-                    }
-                    None => (INIT_ZERO, &gpu.dummy.slice),
-                };
+                let (mut dsrc, mode, init_buf) =
+                    self.start_sums(op, start, rows * d, "agg gradient")?;
+                let init_buf = &init_buf.unwrap_or(&gpu.dummy).slice;
                 let t = self.transposed((i, j), b, rows)?;
                 let (src_u, width) = (rows as u64, d as u64);
                 let (weighting, dst_rows) = (b.weighting.code(), b.rows() as u64);
@@ -2166,6 +2227,38 @@ impl Backend for CudaGnn {
             .ctx
             .bind_to_thread()
             .map_err(|e| cuda_error("binding the context", e))
+    }
+
+    /// A GCN or SAGE aggregation (forward or transposed) whose partial
+    /// sum, its third input, is handed over adds its block into that
+    /// buffer (`INIT_OUT`); any other operator runs as `run`.
+    fn run_owned(&mut self, op: &Op, mut inputs: Vec<Arc<Data>>) -> Result<Vec<Data>, ExecError> {
+        let name = Name::parse(&op.name)?;
+        let accumulates = self.model.hyper.model != GnnModel::Gat
+            && matches!(name.base, "agg" | "agg_bwd")
+            && inputs.len() == 3;
+        self.handed = None;
+        if accumulates {
+            let placeholder = Arc::new(Data::F32(Vec::new()));
+            match Arc::try_unwrap(std::mem::replace(&mut inputs[2], placeholder)) {
+                Ok(Data::Held(held)) => match held.take::<GpuTensor>() {
+                    Ok(GpuTensor::F32(sums)) => self.handed = Some(sums),
+                    Ok(other) => inputs[2] = Arc::new(device_data(other)),
+                    Err(held) => inputs[2] = Arc::new(Data::Held(held)),
+                },
+                Ok(other) => inputs[2] = Arc::new(other),
+                Err(shared) => inputs[2] = shared,
+            }
+        }
+        let refs: Vec<&Data> = inputs.iter().map(|d| d.as_ref()).collect();
+        let result = self.run(op, &refs);
+        if self.handed.take().is_some() && result.is_ok() {
+            return Err(ExecError::Internal(format!(
+                "{} left a partial sum it was handed unused",
+                op.name
+            )));
+        }
+        result
     }
 
     fn run(&mut self, op: &Op, inputs: &[&Data]) -> Result<Vec<Data>, ExecError> {

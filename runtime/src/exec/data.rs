@@ -68,6 +68,16 @@ impl Held {
     pub fn get_mut<T: std::any::Any>(&mut self) -> Option<&mut T> {
         std::sync::Arc::get_mut(&mut self.value)?.downcast_mut()
     }
+
+    /// The value itself, if it is a `T` and no clone shares it; else the
+    /// holder back, unchanged.
+    pub fn take<T: std::any::Any + Send + Sync>(self) -> Result<T, Held> {
+        let bytes = self.bytes;
+        match self.value.downcast::<T>() {
+            Ok(value) => std::sync::Arc::try_unwrap(value).map_err(|value| Held { bytes, value }),
+            Err(value) => Err(Held { bytes, value }),
+        }
+    }
 }
 
 impl std::fmt::Debug for Held {
@@ -286,6 +296,17 @@ impl Data {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_held_value_is_taken_only_as_its_type_and_when_unshared() {
+        let held = Held::new(8, vec![1u32, 2]);
+        let held = held.take::<String>().expect_err("not a String");
+        assert_eq!(held.byte_len(), 8);
+        let shared = held.value.clone();
+        let held = held.take::<Vec<u32>>().expect_err("a clone shares it");
+        drop(shared);
+        assert_eq!(held.take::<Vec<u32>>().expect("unshared"), vec![1, 2]);
+    }
 
     #[test]
     fn byte_form_round_trips_and_rejects_damage() {
