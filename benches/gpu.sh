@@ -263,13 +263,17 @@ PY
                 span_sums "$t" | tee -a "$SUMMARY"
             done
         done
-        budget=$("$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$(profile_arg)" --partitions 1 \
-            --policy retain-all --json | field "['predicted']['peak_bytes']['hbm'] // 4")
-        "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$(profile_arg)" --partitions auto \
+        budget=$(timeout 170 "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$(profile_arg)" \
+            --partitions 1 --policy retain-all --json | field "['predicted']['peak_bytes']['hbm'] // 4")
+        if [ -z "$budget" ]; then
+            note "versus: planning the retain-all peak failed; no dp runs"
+            continue
+        fi
+        timeout 170 "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$(profile_arg)" --partitions auto \
             --policy dp --hbm-budget "$budget" --sweep "$SWEEP" -o "$LOGS/versus_auto.plan.json" \
             >"$LOGS/versus_auto_plan.txt" 2>&1
         note "versus: dp, partitions auto, budget $budget: planned: exit $? $(grep -E '^(partitions|predicted)' "$LOGS/versus_auto_plan.txt" | cut -c1-120 | tr '\n' ' ')"
-        "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$(profile_arg)" --partitions 8 \
+        timeout 170 "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$(profile_arg)" --partitions 8 \
             --policy dp --hbm-budget "$budget" --sweep "$SWEEP" -o "$LOGS/versus_8.plan.json" \
             >"$LOGS/versus_8_plan.txt" 2>&1
         note "versus: dp, 8 partitions, budget $budget: planned: exit $?"

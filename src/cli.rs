@@ -389,6 +389,9 @@ pub fn main() -> ExitCode {
         Command::Member => crate::members::run_member(),
         Command::Generate { graph, out, force } => run_generate(&graph, &out, force),
     };
+    // What is left in standard output's buffer (a last line without a
+    // newline) is written here, where its failure can still be reported.
+    let result = result.and_then(|()| Ok(stdout().flush()?));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -415,6 +418,30 @@ pub fn main() -> ExitCode {
                 1
             })
         }
+    }
+}
+
+/// Standard output for a command's report: a write that fails (a full
+/// disk, a closed pipe) says it was standard output it could not write,
+/// keeping the error's kind (so a closed pipe still ends quietly).
+pub(crate) struct Stdout(std::io::StdoutLock<'static>);
+
+pub(crate) fn stdout() -> Stdout {
+    Stdout(std::io::stdout().lock())
+}
+
+/// `error` as failing to write standard output.
+fn writing_stdout(error: std::io::Error) -> std::io::Error {
+    std::io::Error::new(error.kind(), format!("writing to standard output: {error}"))
+}
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf).map_err(writing_stdout)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush().map_err(writing_stdout)
     }
 }
 
@@ -455,7 +482,8 @@ fn run_generate(spec: &str, out: &std::path::Path, force: bool) -> Result<()> {
     spec.check_fits()?;
     let graph = spec.generate()?;
     graph.save(out)?;
-    println!(
+    writeln!(
+        stdout(),
         "wrote {} ({} nodes, {} edges, {} features, {} classes) to {}",
         graph.name,
         graph.nodes,
@@ -463,7 +491,7 @@ fn run_generate(spec: &str, out: &std::path::Path, force: bool) -> Result<()> {
         graph.features,
         graph.classes,
         out.display()
-    );
+    )?;
     Ok(())
 }
 
@@ -2386,7 +2414,7 @@ fn run_compare(args: &CompareArgs) -> Result<()> {
 
 /// `compare`'s table, or its JSON under `--json`.
 fn write_compare(args: &CompareArgs, c: &Comparison) -> Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = stdout();
     if args.plan.json {
         let doc = serde_json::json!({
             "workload": c.workload,
@@ -2574,7 +2602,7 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
     if let (Some(plan_out), Some(json)) = (plan_out, &json) {
         plan_out.write(json.as_bytes())?;
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = stdout();
     if args.json && args.explain {
         let lines: Vec<serde_json::Value> = explain(&plan)
             .into_iter()
@@ -2748,7 +2776,7 @@ fn write_summary(
 }
 
 fn run_workloads() -> Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = stdout();
     writeln!(out, "datasets (statistics; --dataset NAME)")?;
     writeln!(
         out,

@@ -111,7 +111,7 @@ pub fn run(args: &PartitionArgs) -> Result<()> {
         )),
         _ => None,
     };
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::cli::stdout();
     if args.json {
         let value = json!({
             "graph": graph.name,

@@ -127,11 +127,11 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
         eprintln!("note: {note}");
     }
     match staging {
-        None => std::io::stdout().lock().write_all(json.as_bytes())?,
+        None => crate::cli::stdout().write_all(json.as_bytes())?,
         Some(staging) => {
             let path = staging.path().to_path_buf();
             staging.write(json.as_bytes())?;
-            let mut out = std::io::stdout().lock();
+            let mut out = crate::cli::stdout();
             summary(&mut out, &measured.profile)?;
             writeln!(
                 out,

@@ -117,7 +117,7 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
             }
         }
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::cli::stdout();
     if args.json {
         out.write_all(report.to_json().as_bytes())?;
     } else {

@@ -559,7 +559,7 @@ pub fn run(args: &StudyArgs) -> Result<()> {
         .transpose()?;
     let policies = studied();
     let start = Instant::now();
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::cli::stdout();
     if !args.json {
         writeln!(out, "{}", table_header())?;
         out.flush()?;

@@ -599,16 +599,6 @@ type Topology = (
     String,
 );
 
-/// The spill folder of several devices' stores, removed where empty when
-/// dropped.
-struct SpillRoot(CreatedDirs);
-
-impl Drop for SpillRoot {
-    fn drop(&mut self) {
-        self.0.remove_empty();
-    }
-}
-
 pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Result<()> {
     crate::cli::set_threads(args.threads)?;
     crate::cli::distinct_outputs(&[
@@ -1019,9 +1009,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     // removed where empty when the stores have closed (this is dropped
     // after them).
     let _spill_root = match &args.spill_dir {
-        Some(dir) if shared => Some(SpillRoot(
-            CreatedDirs::create(dir).with_context(|| format!("creating {}", dir.display()))?,
-        )),
+        Some(dir) if shared => {
+            Some(CreatedDirs::create(dir).with_context(|| format!("creating {}", dir.display()))?)
+        }
         _ => None,
     };
     let mut stores: Vec<Arc<dyn SsdTier>> = Vec::new();
@@ -1126,7 +1116,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         Some(out) => write_trace(out, &workload_name, &report.policy, &spans),
         None => Ok(()),
     };
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::cli::stdout();
     if args.json {
         let mut json = serde_json::to_value(&report)?;
         json["features"] = serde_json::to_value(&features)?;

@@ -39,13 +39,19 @@ int main(int argc, char** argv) {
     std::vector<float> out(out_rows * width + 1, NOT_WRITTEN);
     // Accumulating (INIT_OUT): the output holds the partial sum already,
     // as a buffer the executor handed over.
-    if (init_mode == 2) std::memcpy(out.data(), init.data(), out_rows * width * sizeof(float));
+    // The init is then not read: NaN shows if it is.
+    if (init_mode == 2) {
+        std::memcpy(out.data(), init.data(), out_rows * width * sizeof(float));
+        for (auto& v : init) v = NOT_WRITTEN;
+    }
     u64 segments = (nnz + seg - 1) / seg;
     std::vector<float> carry(segments * width + 1, NOT_WRITTEN);
     if (mode == 0) {
         // The source's keep bits first, as the CUDA backend computes them.
         u64 words = threshold == 0 ? 0 : (width + 63) / 64;
-        std::vector<u64> keep(src_rows * words + 1, 0);
+        // Every bit set where dropout_bits_u64 writes no word: a read
+        // of one keeps a value the mask drops.
+        std::vector<u64> keep(src_rows * words + 1, ~0ULL);
         launch(grid, block, [&] { dropout_bits_u64(src_rows, width, words, key, threshold,
             src_row0, keep.data()); });
         launch(grid, block, [&] { spmm_f32(start.data(), columns.data(), weights.data(), weighting,

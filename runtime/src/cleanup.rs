@@ -15,6 +15,10 @@
 //!
 //! [`create`] makes such a file: a name of its own beside its destination,
 //! created new (never a file or link already there), registered.
+//! [`CreatedDirs`] makes a folder and its missing parents, registered
+//! too: an interruption removes them where they are empty (it never
+//! removes what is in a folder but the registered files). [`hold`] defers
+//! the cleanup across a sequence that must finish whole.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -60,6 +64,77 @@ pub fn create(destination: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
     }
 }
 
+/// The folders [`CreatedDirs::create`] made for a folder: the folder and
+/// the parents it lacked, deepest first. Each is [`register`]ed from its
+/// creation until [`CreatedDirs::remove_empty`] or [`CreatedDirs::keep`];
+/// dropped without `keep`, they are removed where empty.
+#[derive(Debug, Default)]
+pub struct CreatedDirs(Vec<PathBuf>);
+
+impl CreatedDirs {
+    /// Creates `dir` and its missing parents one level at a time, and
+    /// records the levels this call created: a folder that was already
+    /// there (or that another process made meanwhile), or one that a
+    /// `..` or `.` in the path names, is not recorded, so never removed.
+    pub fn create(dir: &Path) -> std::io::Result<CreatedDirs> {
+        let mut created = CreatedDirs::default();
+        let mut level = PathBuf::new();
+        for component in dir.components() {
+            level.push(component);
+            if !matches!(component, std::path::Component::Normal(_)) {
+                continue;
+            }
+            match std::fs::create_dir(&level) {
+                Ok(()) => {
+                    register(&level);
+                    created.0.insert(0, level.clone());
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+                // `created` is dropped: what it made goes again.
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(created)
+    }
+
+    /// Removes the folders created, deepest first, each only if it is
+    /// empty (other files there are not ours), stopping at the first
+    /// that is not.
+    pub fn remove_empty(&mut self) {
+        let mut removing = true;
+        for dir in std::mem::take(&mut self.0) {
+            removing = removing && std::fs::remove_dir(&dir).is_ok();
+            unregister(&dir);
+        }
+    }
+
+    /// Keeps the folders created: an interruption no longer removes them.
+    pub fn keep(mut self) {
+        for dir in std::mem::take(&mut self.0) {
+            unregister(&dir);
+        }
+    }
+}
+
+impl Drop for CreatedDirs {
+    fn drop(&mut self) {
+        self.remove_empty();
+    }
+}
+
+/// Holds off an interruption's cleanup while it lives ([`hold`]).
+pub struct Hold(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
+
+static HELD: Mutex<()> = Mutex::new(());
+
+/// Defers an interruption's cleanup (and so the process's end by the
+/// signal) until the returned guard drops: for a short sequence that
+/// must finish whole, as renaming a dataset's files into place, which
+/// stopped half way would leave old and new arrays side by side.
+pub fn hold() -> Hold {
+    Hold(HELD.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+}
+
 /// Marks `path` for removal if the process is interrupted.
 pub fn register(path: &Path) {
     files().push(path.to_path_buf());
@@ -70,7 +145,8 @@ pub fn register(path: &Path) {
 pub fn unregister(path: &Path) {
     let mut files = files();
     if let Some(at) = files.iter().rposition(|p| p == path) {
-        files.swap_remove(at);
+        // In order: the cleanup walks them latest first.
+        files.remove(at);
     }
 }
 
@@ -112,10 +188,18 @@ pub fn install() {
             if unsafe { libc::sigwait(&set, &mut signal) } != 0 {
                 continue;
             }
-            // Held until the process ends: nothing registered after.
+            // After any sequence that must finish whole (`hold`), and
+            // held until the process ends: nothing registered after.
+            let _held = HELD.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             let files = files();
-            for path in files.iter() {
+            // The files, then the folders, latest first (a folder is
+            // registered before the folders it holds): each folder is
+            // removed only where that left it empty.
+            for path in files.iter().rev() {
                 let _ = std::fs::remove_file(path);
+            }
+            for path in files.iter().rev() {
+                let _ = std::fs::remove_dir(path);
             }
             // The default action, unblocked in this thread, then the
             // signal again: the process ends killed by it.
@@ -153,5 +237,40 @@ mod tests {
         assert!(files().iter().any(|p| p == b));
         unregister(b);
         assert!(!files().iter().any(|p| p == b));
+    }
+
+    #[test]
+    fn created_folders_are_registered_until_removed_or_kept() {
+        let root = tempfile::tempdir().unwrap();
+        let registered = |p: &Path| files().iter().any(|q| q == p);
+        let (outer, inner) = (root.path().join("a"), root.path().join("a/b"));
+        let mut created = CreatedDirs::create(&inner).unwrap();
+        assert!(inner.is_dir() && registered(&outer) && registered(&inner));
+        // Outermost first: an interruption removes the deepest first.
+        let at = |p: &Path| files().iter().rposition(|q| q == p);
+        assert!(at(&outer) < at(&inner));
+        created.remove_empty();
+        assert!(!outer.exists() && !registered(&outer) && !registered(&inner));
+
+        // A folder holding a file of someone else's stays; dropped, the
+        // record removes what it made.
+        let created = CreatedDirs::create(&inner).unwrap();
+        std::fs::write(outer.join("theirs"), b"x").unwrap();
+        drop(created);
+        assert!(!inner.exists() && outer.join("theirs").exists());
+        assert!(!registered(&outer));
+
+        // Kept: `outer` was there already, so only `inner` was made.
+        let created = CreatedDirs::create(&inner).unwrap();
+        assert!(!registered(&outer) && registered(&inner));
+        created.keep();
+        assert!(inner.is_dir() && !registered(&inner));
+
+        // A folder that a `..` names, or that was there, is not ours.
+        let existing = root.path().join("existing");
+        std::fs::create_dir(&existing).unwrap();
+        let through = root.path().join("new/../existing");
+        drop(CreatedDirs::create(&through).unwrap());
+        assert!(existing.is_dir() && !root.path().join("new").exists());
     }
 }

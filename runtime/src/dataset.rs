@@ -365,13 +365,17 @@ impl Dataset {
     /// Writes the dataset as a folder of PyG-named `.npy` files that
     /// [`Dataset::load`] (and numpy) read back.
     pub fn save(&self, dir: &Path) -> Result<()> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        // Removed again (where empty) if the save fails or is
+        // interrupted: a failed `generate` leaves no empty folder.
+        let created = crate::cleanup::CreatedDirs::create(dir).map_err(|e| Error::io(dir, e))?;
         // Every file is written under a temporary name first, and only
         // then are they renamed into place: a write that fails (a full
         // disk) leaves the folder's dataset as it was, not half replaced.
         let mut staged: Vec<(std::path::PathBuf, std::path::PathBuf)> = Vec::new();
         let written = self.stage_files(dir, &mut staged);
         let renamed = written.and_then(|()| {
+            // Whole or not at all: an interruption waits for the renames.
+            let _hold = crate::cleanup::hold();
             staged.iter().try_for_each(|(temporary, path)| {
                 std::fs::rename(temporary, path).map_err(|e| Error::io(path, e))
             })
@@ -381,6 +385,10 @@ impl Dataset {
                 let _ = std::fs::remove_file(temporary);
             }
             crate::cleanup::unregister(temporary);
+        }
+        // Failed, the folders made for it go again (`created` dropped).
+        if renamed.is_ok() {
+            created.keep();
         }
         renamed
     }

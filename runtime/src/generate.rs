@@ -769,6 +769,7 @@ fn check_node_attributes(spec: &str, nodes: u64, features: u32, classes: u32) ->
 
 fn check_range(spec: &str, key: &str, value: f64, low: f64, high: f64) -> Result<()> {
     if !(low..=high).contains(&value) {
+        let [value, low, high] = [value, low, high].map(readable);
         return Err(Error::invalid(
             Path::new(spec),
             key,
@@ -776,6 +777,18 @@ fn check_range(spec: &str, key: &str, value: f64, low: f64, high: f64) -> Result
         ));
     }
     Ok(())
+}
+
+/// `value` as written in a spec: plainly (`0.25`, `1000000`), or with an
+/// exponent where plainly would take more than 16 digits (`1e300`,
+/// `1e-12`) rather than hundreds.
+fn readable(value: f64) -> String {
+    let magnitude = value.abs();
+    if value == 0.0 || !value.is_finite() || (1e-4..1e16).contains(&magnitude) {
+        format!("{value}")
+    } else {
+        format!("{value:e}")
+    }
 }
 
 /// A synthetic dataset named by a spec string `KIND:KEY=VALUE,...`.
@@ -1565,7 +1578,7 @@ mod tests {
             assert_eq!(GeneratorSpec::parse(&spec.to_string()).unwrap(), spec);
         }
         let error = |text: &str| GeneratorSpec::parse(text).unwrap_err().to_string();
-        let cases: [(&str, &[&str]); 13] = [
+        let cases: [(&str, &[&str]); 15] = [
             ("rmat:scale=10,,features=8", &["item 2 of 3: empty"]),
             ("planted:nodes=100,", &["item 2 of 2: empty"]),
             (
@@ -1578,7 +1591,19 @@ mod tests {
             ("rmat:scale=4,seed=1,seed=2", &["seed", "twice"]),
             ("rmat:scale=4,train=0.9,val=0.2", &["train", "exceeds 1"]),
             ("tree:depth=3", &["kind", "tree"]),
-            ("planted:nodes=100,homophily=1.5", &["homophily", "1.5"]),
+            (
+                "planted:nodes=100,homophily=1.5",
+                &["homophily", "1.5 is outside 0..=1"],
+            ),
+            // Written with an exponent, not 301 digits.
+            (
+                "planted:nodes=100,noise=1e300",
+                &["noise", "1e300 is outside 0..=1000000"],
+            ),
+            (
+                "planted:nodes=100,noise=-1e-300",
+                &["noise", "-1e-300 is outside"],
+            ),
             ("planted:nodes=100,val=500", &["val", "exceeds nodes"]),
             (
                 "planted:nodes=100,train_per_class=30",

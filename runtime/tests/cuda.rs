@@ -438,6 +438,37 @@ fn operators_agree_on(dataset: Dataset, h: Hyper, partitions: u32) -> usize {
             .iter()
             .map(&down)
             .collect();
+        // GCN's and SAGE's aggregations' third input is their partial sum
+        // (GAT's are its edge weights).
+        if h.model != GnnModel::Gat && op.name.starts_with("agg") && op.inputs.len() == 3 {
+            // The aggregation adding into its partial sum, handed over as
+            // the executor hands it (`run_owned`): the same bits as into
+            // a fresh output.
+            let owned: Vec<Arc<Data>> = inputs.iter().map(|d| Arc::new(up(d))).collect();
+            let before = gpu.sums_added_in_place();
+            let into: Vec<Data> = gpu
+                .run_owned(op, owned)
+                .unwrap_or_else(|e| panic!("{case}: {} handed its sum: {e}", op.name))
+                .iter()
+                .map(&down)
+                .collect();
+            assert_eq!(
+                gpu.sums_added_in_place(),
+                before + 1,
+                "{case}: {} added into the sum it was handed",
+                op.name
+            );
+            assert_eq!(into.len(), cuda_out.len(), "{case}: {}", op.name);
+            for (fresh, into) in cuda_out.iter().zip(&into) {
+                let bits = |d: &Data| f32s(d).iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(fresh),
+                    bits(into),
+                    "{case}: {} handed its sum",
+                    op.name
+                );
+            }
+        }
         let cpu_out = cpu.run(op, &inputs).unwrap();
         assert_eq!(cuda_out.len(), cpu_out.len(), "{case}: {}", op.name);
         for (k, (g, c)) in cuda_out.iter().zip(&cpu_out).enumerate() {

@@ -374,7 +374,7 @@ pub(crate) fn run(args: &CurveArgs) -> Result<()> {
             }
         }
     };
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::cli::stdout();
     if args.plan.json {
         writeln!(
             out,

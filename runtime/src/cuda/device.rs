@@ -323,27 +323,42 @@ pub(crate) enum PinnedTensor {
 
 /// Each kernel's time on the GPU, summed by name, where the environment
 /// sets `FATEPLAN_KERNEL_TIMES`: a pair of timing events around every
-/// launch on the compute stream (and cuBLAS call), read back in batches
-/// and printed when the GPU is closed. A diagnosis, not for training
-/// runs to be timed: the events cost the host a little at each launch.
+/// launch on the compute stream (recorded by cudarc after the launch's
+/// waits for other streams, so a wait for a copy is not counted) and
+/// around every cuBLAS call (whose waits, made inside the call, are),
+/// read back as they complete and printed when the GPU is closed. A
+/// diagnosis, not for runs to be timed: the events cost the host a
+/// little at each launch, and where more than [`KERNEL_TIMES_PENDING`]
+/// pairs await the GPU the host waits for the oldest.
 #[derive(Default)]
 struct KernelTimes {
-    pending: Vec<(&'static str, CudaEvent, CudaEvent)>,
+    pending: std::collections::VecDeque<(&'static str, CudaEvent, CudaEvent)>,
     /// Launches and milliseconds by kernel.
     sums: HashMap<&'static str, (u64, f64)>,
 }
 
-/// Events awaiting their elapsed time before they are read back.
-const KERNEL_TIMES_BATCH: usize = 4096;
+/// The most pairs of timing events held before the host waits for the
+/// oldest to complete.
+const KERNEL_TIMES_PENDING: usize = 16_384;
 
 impl KernelTimes {
-    /// Adds the elapsed time of every pending pair, waiting for the last.
-    fn fold(&mut self) -> Result<(), ExecError> {
-        if let Some((_, _, end)) = self.pending.last() {
-            end.synchronize()
-                .map_err(|e| cuda_error("waiting for a timing event", e))?;
-        }
-        for (name, start, end) in self.pending.drain(..) {
+    /// Adds the elapsed times of the oldest pairs: those complete, then,
+    /// while more than `keep` are left, the next after waiting for it.
+    fn fold(&mut self, keep: usize) -> Result<(), ExecError> {
+        while let Some((_, _, end)) = self.pending.front() {
+            let complete = end
+                .try_is_complete()
+                .map_err(|e| cuda_error("querying a timing event", e))?;
+            if !complete {
+                if self.pending.len() <= keep {
+                    break;
+                }
+                end.synchronize()
+                    .map_err(|e| cuda_error("waiting for a timing event", e))?;
+            }
+            let Some((name, start, end)) = self.pending.pop_front() else {
+                break;
+            };
             let ms = start
                 .elapsed_ms(&end)
                 .map_err(|e| cuda_error("a kernel's elapsed time", e))?;
@@ -396,7 +411,7 @@ impl Drop for Gpu {
             let Ok(mut times) = times.into_inner() else {
                 return;
             };
-            match times.fold() {
+            match times.fold(0) {
                 Ok(()) => eprint!("{}", times.report()),
                 Err(e) => eprintln!("kernel times (FATEPLAN_KERNEL_TIMES): not read: {e}"),
             }
@@ -425,8 +440,8 @@ impl Gpu {
             used_bytes: AtomicU64::new(0),
             peak_bytes: AtomicU64::new(0),
         });
-        let dummy = alloc_on::<f32>(&compute, &pool, 1, "a placeholder", Fill::Zeros)?;
-        let dummy_bits = alloc_on::<u64>(&compute, &pool, 1, "a placeholder", Fill::Zeros)?;
+        let dummy = alloc_on::<f32>(&compute, &pool, 1, "a placeholder")?;
+        let dummy_bits = alloc_on::<u64>(&compute, &pool, 1, "a placeholder")?;
         Ok(Arc::new(Gpu {
             ctx,
             compute,
@@ -447,33 +462,52 @@ impl Gpu {
         }))
     }
 
-    /// Runs `launch` (kernels queued on the compute stream), timing it as
-    /// kernel `name` where kernel times are on.
+    /// Whether kernel times are kept ([`KernelTimes`]).
+    pub(crate) fn timing(&self) -> bool {
+        self.kernel_times.is_some()
+    }
+
+    /// Adds a launch's timing events (as `LaunchArgs::launch` returns them
+    /// after `record_kernel_launch`) to kernel `name`'s time.
+    pub(crate) fn kernel_time(
+        &self,
+        name: &'static str,
+        events: Option<(CudaEvent, CudaEvent)>,
+    ) -> Result<(), ExecError> {
+        let (Some(times), Some((start, end))) = (&self.kernel_times, events) else {
+            return Ok(());
+        };
+        let mut times = times
+            .lock()
+            .map_err(|_| ExecError::Internal("the kernel times' lock is poisoned".into()))?;
+        times.pending.push_back((name, start, end));
+        times.fold(KERNEL_TIMES_PENDING)
+    }
+
+    /// Runs `call` (work queued on the compute stream by a library, as
+    /// cuBLAS), timing it as `name` where kernel times are kept.
     pub(crate) fn timed<T>(
         &self,
         name: &'static str,
-        launch: impl FnOnce() -> Result<T, ExecError>,
+        call: impl FnOnce() -> Result<T, ExecError>,
     ) -> Result<T, ExecError> {
-        let Some(times) = &self.kernel_times else {
-            return launch();
-        };
+        if !self.timing() {
+            return call();
+        }
         let event = || {
             self.compute
                 .record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
                 .map_err(|e| cuda_error("recording a timing event", e))
         };
         let start = event()?;
-        let out = launch()?;
+        let out = call()?;
         let end = event()?;
-        let mut times = times
-            .lock()
-            .map_err(|_| ExecError::Internal("the kernel times' lock is poisoned".into()))?;
-        times.pending.push((name, start, end));
-        if times.pending.len() >= KERNEL_TIMES_BATCH {
-            times.fold()?;
-        }
+        self.kernel_time(name, Some((start, end)))?;
         Ok(out)
     }
+
+    /// The flags `record_kernel_launch` takes for kernel times.
+    pub(crate) const TIMING_EVENTS: sys::CUevent_flags = sys::CUevent_flags::CU_EVENT_DEFAULT;
 
     pub(crate) fn peak_bytes(&self) -> u64 {
         self.pool.peak_bytes.load(Ordering::Relaxed)
@@ -531,19 +565,19 @@ impl Gpu {
         len: usize,
         what: &str,
     ) -> Result<DeviceBuf<T>, ExecError> {
-        alloc_on(&self.compute, &self.pool, len, what, Fill::Zeros)
+        alloc_on(&self.compute, &self.pool, len, what)
     }
 
     /// A buffer on the compute stream whose values are left as the pool
     /// had them: for an output whose every value the next kernel on the
     /// stream writes before anything reads it (an aggregation's), which
     /// then costs no pass to zero it.
-    pub(crate) fn unset<T: DeviceRepr + ValidAsZeroBits>(
+    pub(crate) fn unset<T: AnyBits>(
         &self,
         len: usize,
         what: &str,
     ) -> Result<DeviceBuf<T>, ExecError> {
-        alloc_on(&self.compute, &self.pool, len, what, Fill::Unset)
+        alloc_unset_on(&self.compute, &self.pool, len, what)
     }
 
     /// A copy of host values on the compute stream (small arguments).
@@ -552,7 +586,7 @@ impl Gpu {
         values: &[T],
         what: &str,
     ) -> Result<DeviceBuf<T>, ExecError> {
-        let mut buf = alloc_on::<T>(&self.compute, &self.pool, values.len(), what, Fill::Zeros)?;
+        let mut buf = alloc_on::<T>(&self.compute, &self.pool, values.len(), what)?;
         if !values.is_empty() {
             self.compute
                 .memcpy_htod(values, &mut buf.slice)
@@ -619,35 +653,46 @@ fn keep_freed_memory(ctx: &Arc<CudaContext>) -> Result<(), ExecError> {
     Ok(())
 }
 
-/// What a new device buffer holds.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Fill {
-    /// Zeros, set on the stream.
-    Zeros,
-    /// Whatever the pool's memory held: its user writes every value first.
-    Unset,
-}
+/// Plain numbers, valid for any bits: what [`Gpu::unset`] may leave as
+/// the pool's memory held it.
+pub(crate) trait AnyBits: DeviceRepr + ValidAsZeroBits {}
 
-/// A device buffer of `len` values on `stream`, zeroed or not as `fill`
-/// says, charged to `pool` (zero-length buffers hold one value: the
-/// driver allocates no zero).
+impl AnyBits for f32 {}
+impl AnyBits for u64 {}
+
+/// A zeroed device buffer of `len` values on `stream`, charged to `pool`
+/// (zero-length buffers hold one value: the driver allocates no zero).
 fn alloc_on<T: DeviceRepr + ValidAsZeroBits>(
     stream: &Arc<CudaStream>,
     pool: &Arc<Pool>,
     len: usize,
     what: &str,
-    fill: Fill,
+) -> Result<DeviceBuf<T>, ExecError> {
+    charged(pool, len, what, || stream.alloc_zeros::<T>(len.max(1)))
+}
+
+/// [`alloc_on`] without the zeros.
+fn alloc_unset_on<T: AnyBits>(
+    stream: &Arc<CudaStream>,
+    pool: &Arc<Pool>,
+    len: usize,
+    what: &str,
+) -> Result<DeviceBuf<T>, ExecError> {
+    // SAFETY: any bits are a valid T (`AnyBits`), and the memory is read
+    // only on the device.
+    charged(pool, len, what, || unsafe { stream.alloc::<T>(len.max(1)) })
+}
+
+/// The buffer of `len` values `alloc` makes, charged to `pool` first.
+fn charged<T: DeviceRepr>(
+    pool: &Arc<Pool>,
+    len: usize,
+    what: &str,
+    alloc: impl FnOnce() -> Result<CudaSlice<T>, cudarc::driver::DriverError>,
 ) -> Result<DeviceBuf<T>, ExecError> {
     let bytes = (len * std::mem::size_of::<T>()) as u64;
     pool.charge(bytes, what)?;
-    let allocated = match fill {
-        Fill::Zeros => stream.alloc_zeros::<T>(len.max(1)),
-        // SAFETY: T is plain data valid for any bits (`ValidAsZeroBits`
-        // types here are integers and floats), and the device memory is
-        // only read through kernels, after the one that writes it.
-        Fill::Unset => unsafe { stream.alloc::<T>(len.max(1)) },
-    };
-    let slice = match allocated {
+    let slice = match alloc() {
         Ok(slice) => slice,
         Err(e) => {
             pool.release(bytes);

@@ -62,12 +62,15 @@ macro_rules! launch {
             let function = $gpu.function($name)?;
             let mut builder = $gpu.compute.launch_builder(&function);
             $( builder.arg($arg); )*
-            $gpu.timed($name, || {
-                // SAFETY: the arguments match the kernel's parameters in
-                // kernels/cuda (count, order and types), and every buffer
-                // holds the elements the kernel indexes for `n`.
-                unsafe { builder.launch(Gpu::grid(n)) }.map_err(|e| cuda_error($name, e))
-            })?;
+            if $gpu.timing() {
+                builder.record_kernel_launch(Gpu::TIMING_EVENTS);
+            }
+            // SAFETY: the arguments match the kernel's parameters in
+            // kernels/cuda (count, order and types), and every buffer
+            // holds the elements the kernel indexes for `n`.
+            let events =
+                unsafe { builder.launch(Gpu::grid(n)) }.map_err(|e| cuda_error($name, e))?;
+            $gpu.kernel_time($name, events)?;
         }
     }};
 }
@@ -189,6 +192,8 @@ pub struct CudaGnn {
     /// (`INIT_OUT`), and rows without edges in the block cost nothing,
     /// instead of every row's sum being copied into a fresh output.
     handed: Option<DeviceBuf<f32>>,
+    /// How many aggregations added into a handed-over partial sum.
+    added_in_place: u64,
 }
 
 /// Where an aggregation's sums start.
@@ -258,7 +263,14 @@ impl CudaGnn {
             rebuild_transposes: options.rebuild_transposes,
             kept_transpose: Mutex::new(None),
             handed: None,
+            added_in_place: 0,
         })
+    }
+
+    /// How many aggregations so far added their block into the partial
+    /// sum the executor handed over, rather than into a fresh output.
+    pub fn sums_added_in_place(&self) -> u64 {
+        self.added_in_place
     }
 
     /// The most device bytes the pool held so far (plan tensors and
@@ -461,12 +473,15 @@ impl CudaGnn {
                 block_dim: (1024, 1, 1),
                 shared_mem_bytes: 0,
             };
-            gpu.timed("scan_u64", || {
-                // SAFETY: (counts, n, start) as scan_u64 takes them;
-                // `start` holds n + 1 values; one block of 1024 threads,
-                // the size of its shared array.
-                unsafe { builder.launch(one_block) }.map_err(|e| cuda_error("scan_u64", e))
-            })?;
+            if gpu.timing() {
+                builder.record_kernel_launch(Gpu::TIMING_EVENTS);
+            }
+            // SAFETY: (counts, n, start) as scan_u64 takes them; `start`
+            // holds n + 1 values; one block of 1024 threads, the size of
+            // its shared array.
+            let events =
+                unsafe { builder.launch(one_block) }.map_err(|e| cuda_error("scan_u64", e))?;
+            gpu.kernel_time("scan_u64", events)?;
         }
         let mut cursor = gpu.zeros::<u32>(src_rows, "transpose cursors")?;
         launch!(
@@ -497,12 +512,14 @@ impl CudaGnn {
                 block_dim: (1024, 1, 1),
                 shared_mem_bytes: 0,
             };
-            gpu.timed("csc_order_wide_u32", || {
-                // SAFETY: (start, src_rows, perm) as csc_order_wide_u32
-                // takes them: `start` holds src_rows + 1 offsets into
-                // `perm`.
-                unsafe { builder.launch(blocks) }.map_err(|e| cuda_error("csc_order_wide_u32", e))
-            })?;
+            if gpu.timing() {
+                builder.record_kernel_launch(Gpu::TIMING_EVENTS);
+            }
+            // SAFETY: (start, src_rows, perm) as csc_order_wide_u32 takes
+            // them: `start` holds src_rows + 1 offsets into `perm`.
+            let events = unsafe { builder.launch(blocks) }
+                .map_err(|e| cuda_error("csc_order_wide_u32", e))?;
+            gpu.kernel_time("csc_order_wide_u32", events)?;
         }
         launch!(
             gpu,
@@ -690,6 +707,7 @@ impl CudaGnn {
         position: usize,
     ) -> Result<Start<'a>, ExecError> {
         if let Some(sums) = self.handed.take() {
+            self.added_in_place += 1;
             return Ok(Start::Into(sums));
         }
         Ok(match inputs.get(position) {

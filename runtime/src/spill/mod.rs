@@ -255,35 +255,7 @@ struct Index {
 
 static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(0);
 
-/// The folders [`CreatedDirs::create`] made for a folder: the folder and
-/// the parents it lacked, deepest first.
-#[derive(Debug, Default)]
-pub struct CreatedDirs(Vec<PathBuf>);
-
-impl CreatedDirs {
-    /// Creates `dir` and its missing parents, and records which were
-    /// missing.
-    pub fn create(dir: &Path) -> std::io::Result<CreatedDirs> {
-        let missing = dir
-            .ancestors()
-            .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
-            .map(Path::to_path_buf)
-            .collect();
-        std::fs::create_dir_all(dir)?;
-        Ok(CreatedDirs(missing))
-    }
-
-    /// Removes the folders created, deepest first, each only if it is
-    /// empty (other files there are not ours), stopping at the first
-    /// that is not.
-    pub fn remove_empty(&self) {
-        for dir in &self.0 {
-            if std::fs::remove_dir(dir).is_err() {
-                break;
-            }
-        }
-    }
-}
+pub use crate::cleanup::CreatedDirs;
 
 /// A directory-backed store of byte blocks: see the module docs.
 pub struct SpillStore {
@@ -339,13 +311,12 @@ impl SpillStore {
             .create_new(true)
             .custom_flags(libc::O_CLOEXEC)
             .open(&path)
-            .map_err(|source| {
-                created_dirs.remove_empty();
-                Error::SpillIo {
-                    path: path.clone(),
-                    what: "cannot create a spill file in the spill directory".into(),
-                    source,
-                }
+            // Failed, the folders made for it go again (`created_dirs`
+            // dropped).
+            .map_err(|source| Error::SpillIo {
+                path: path.clone(),
+                what: "cannot create a spill file in the spill directory".into(),
+                source,
             })?;
         crate::cleanup::register(&path);
         let mut notes = Vec::new();
