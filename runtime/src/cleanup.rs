@@ -94,6 +94,13 @@ impl CreatedDirs {
                 Err(error) => return Err(error),
             }
         }
+        // A file (not a folder) already there at `dir` itself.
+        if !dir.is_dir() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotADirectory,
+                "exists and is not a directory",
+            ));
+        }
         Ok(created)
     }
 
@@ -272,5 +279,12 @@ mod tests {
         let through = root.path().join("new/../existing");
         drop(CreatedDirs::create(&through).unwrap());
         assert!(existing.is_dir() && !root.path().join("new").exists());
+
+        // A file where the folder should be is refused, as before.
+        let file = root.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        let refused = CreatedDirs::create(&file).unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::NotADirectory);
+        assert!(file.is_file());
     }
 }
