@@ -29,6 +29,11 @@
 #   kernels   each kernel's GPU time (FATEPLAN_KERNEL_TIMES: timing events
 #             around every launch) for the products GCN's retain-all plan
 #             at 1 and 8 partitions, 3 epochs
+#   counts    dp at a quarter of the products GCN's retain-all peak in each
+#             partition count of COUNTS (default 2 3 4 5 6 8), planned
+#             with --sweep $SWEEP and trained, beside retain-all: which
+#             count the GPU runs fastest, against the one the simulator
+#             picks (--partitions auto)
 #   versus    an earlier build (OLD_BIN) and this one on the same GPU in one
 #             run: the products GCN at 1 and 8 partitions with every launch
 #             blocking (aggregation spans by layer), then epochs of
@@ -50,7 +55,7 @@ EPOCHS=${EPOCHS:-10}
 SWEEP=${SWEEP:-auto}
 GRAPH="rmat:scale=$SCALE,edge_factor=30,symmetric=true,features=100,classes=47,seed=1"
 WORK=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/fateplan-gpu-work.XXXXXX")}
-SECTIONS=${*:-env tests small profile copies products diag ongraph aggs kernels versus}
+SECTIONS=${*:-env tests small profile copies products diag ongraph aggs kernels counts versus}
 LOGS=$WORK/logs
 mkdir -p "$LOGS"
 SUMMARY="$LOGS/summary.txt"
@@ -242,6 +247,30 @@ PY
                 --policy retain-all --partitions "$parts" >"$LOGS/kernels_$parts.json" 2>"$LOGS/kernels_$parts.err"
             note "kernels, $parts partitions: exit $? $(field "['iteration_s']" <"$LOGS/kernels_$parts.json" 2>&1 | tail -1)"
             sed -n '/^kernel times/,$p' "$LOGS/kernels_$parts.err" | head -16 | tee -a "$SUMMARY"
+        done
+        ;;
+    counts)
+        products=(--graph "$GRAPH" --layers 3 --hidden 256 --csr-cache "$WORK/rmat.csr" --backend cuda
+            --profile "$(profile_arg)" --json --epochs "$EPOCHS" --compare-simulated)
+        budget=$(timeout 170 "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$(profile_arg)" \
+            --partitions 1 --policy retain-all --json | field "['predicted']['peak_bytes']['hbm'] // 4")
+        if [ -z "$budget" ]; then
+            note "counts: planning the retain-all peak failed"
+            continue
+        fi
+        timeout 170 "$BIN" train "${products[@]}" --partitions 1 --policy retain-all \
+            >"$LOGS/counts_retain.json" 2>"$LOGS/counts_retain.err"
+        note "counts: retain-all: exit $? $(field "['iteration_s'], 'simulated', d['compare_simulated']['iteration_s']['simulated']" <"$LOGS/counts_retain.json" 2>&1 | tail -1)"
+        for parts in auto ${COUNTS:-2 3 4 5 6 8}; do
+            timeout 170 "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$(profile_arg)" \
+                --partitions "$parts" --policy dp --hbm-budget "$budget" --sweep "$SWEEP" \
+                -o "$LOGS/counts_$parts.plan.json" >"$LOGS/counts_${parts}_plan.txt" 2>&1 || {
+                note "counts: $parts partitions: planning failed: $(tail -1 "$LOGS/counts_${parts}_plan.txt")"
+                continue
+            }
+            timeout 170 "$BIN" train "${products[@]}" --plan "$LOGS/counts_$parts.plan.json" \
+                --spill-dir "$WORK/spill" >"$LOGS/counts_$parts.json" 2>"$LOGS/counts_$parts.err"
+            note "counts: dp, $parts partitions, budget $budget: exit $? $(field "['iteration_s'], 'simulated', d['compare_simulated']['iteration_s']['simulated'], 'pool peak', d.get('device_peak_bytes')" <"$LOGS/counts_$parts.json" 2>&1 | tail -1) $(grep -E '^partitions' "$LOGS/counts_${parts}_plan.txt" | cut -c1-60)"
         done
         ;;
     versus)
