@@ -11,7 +11,11 @@ For each partition count P it splits the vertices into P equal ranges as
 sum over the P x P blocks of each block's longest destination row (in
 edges, self-loops left out): a forward aggregation's kernels one after
 another last at least that many dependent gathers per thread. Also the
-graph's largest in-degree and the edges per block row on average.
+graph's largest in-degree, the edges per block row on average, the share
+of rows without edges, and the share of (row, block) pairs that hold
+edges, without self-loops and with one on every row (as GCN's and GAT's
+blocks hold them): a kernel that starts a thread for every row of a
+block idles on the rest.
 With `--times` (a measured time per partition count, in seconds, of `K`
 aggregations an iteration), it fits time = other + K x seconds per edge
 x the longest rows summed by least squares and prints the fit and its
@@ -56,6 +60,9 @@ def main():
         # Each destination row's edges from each source partition.
         counts = np.bincount(dst * partitions + src_part, minlength=nodes * partitions)
         counts = counts.reshape(nodes, partitions)
+        # Each row's self-loop lands in its own partition's block.
+        own = np.zeros_like(counts, dtype=bool)
+        own[np.arange(nodes), np.searchsorted(starts, np.arange(nodes), side="right") - 1] = True
         longest = 0
         for p in range(partitions):
             rows = counts[starts[p] : starts[p + 1]]
@@ -70,6 +77,11 @@ def main():
                     "longest_rows_summed": longest,
                     "largest_in_degree": int(degree.max()),
                     "edges_per_block_row": round(len(src) / (nodes * partitions), 2),
+                    "rows_without_edges": round(float((degree == 0).mean()), 3),
+                    "pairs_with_edges": round(float((counts > 0).mean()), 3),
+                    "pairs_with_edges_and_self_loops": round(
+                        float(((counts > 0) | own).mean()), 3
+                    ),
                 }
             ),
             flush=True,
