@@ -93,6 +93,13 @@ for key, (count, ms) in sums.items():
 PY
 }
 
+# A quarter of the products GCN's one-partition retain-all peak on
+# profile $1, in bytes: the quarter budget's device budget.
+quarter_budget() {
+    timeout 170 "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$1" --partitions 1 \
+        --policy retain-all --json | field "['predicted']['peak_bytes']['hbm'] // 4"
+}
+
 # The profile the runs plan with: PROFILE, else the one the profile
 # section measured, else the shipped measurement of an H100.
 profile_arg() {
@@ -173,8 +180,7 @@ PY
         timeout 170 "$BIN" train "${common[@]}" --partitions 1 --policy retain-all \
             >"$LOGS/ongraph_retain.json" 2>"$LOGS/ongraph_retain.err"
         note "on-graph profile, retain-all: exit $? $(field "['iteration_s'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/ongraph_retain.json" 2>&1 | tail -1)"
-        budget=$("$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$ongraph" --partitions 1 \
-            --policy retain-all --json | field "['predicted']['peak_bytes']['hbm'] // 4")
+        budget=$(quarter_budget "$ongraph")
         timeout 170 "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$ongraph" \
             --partitions auto --policy dp --hbm-budget "$budget" --sweep "$SWEEP" \
             -o "$LOGS/ongraph_auto.plan.json" >"$LOGS/ongraph_auto_plan.txt" 2>&1
@@ -215,8 +221,7 @@ PY
         note "products dp 25%: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s'], 'pool peak', d.get('device_peak_bytes'), 'counted', d['peak_bytes']['hbm']" <"$LOGS/products_dp25.json" 2>&1 | tail -1)"
         # A quarter of the one-partition retain-all plan's peak (the
         # unconstrained run's), in 8 partitions.
-        budget=$("$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$prof" --partitions 1 \
-            --policy retain-all --json | field "['predicted']['peak_bytes']['hbm'] // 4")
+        budget=$(quarter_budget "$prof")
         [ -n "$budget" ] || note "products dp, 8 partitions: planning the retain-all peak failed"
         timeout 170 "$BIN" train "${common[@]}" --partitions 8 --policy dp --hbm-budget "$budget" --sweep "$SWEEP" \
             --spill-dir "$WORK/spill" --trace "$LOGS/products_dp8.trace.json" >"$LOGS/products_dp8.json" 2>"$LOGS/products_dp8.err"
@@ -252,8 +257,7 @@ PY
     counts)
         products=(--graph "$GRAPH" --layers 3 --hidden 256 --csr-cache "$WORK/rmat.csr" --backend cuda
             --profile "$(profile_arg)" --json --epochs "$EPOCHS" --compare-simulated)
-        budget=$(timeout 170 "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$(profile_arg)" \
-            --partitions 1 --policy retain-all --json | field "['predicted']['peak_bytes']['hbm'] // 4")
+        budget=$(quarter_budget "$(profile_arg)")
         if [ -z "$budget" ]; then
             note "counts: planning the retain-all peak failed"
             continue
@@ -292,8 +296,7 @@ PY
                 span_sums "$t" | tee -a "$SUMMARY"
             done
         done
-        budget=$(timeout 170 "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$(profile_arg)" \
-            --partitions 1 --policy retain-all --json | field "['predicted']['peak_bytes']['hbm'] // 4")
+        budget=$(quarter_budget "$(profile_arg)")
         if [ -z "$budget" ]; then
             note "versus: planning the retain-all peak failed; no dp runs"
             continue
