@@ -14,6 +14,11 @@
 //! gradient, plain and through dropout, at 1,023 and 1,024 features (its
 //! counter: input elements).
 //!
+//! `spmm_chain_rmat_w128` is a GCN layer's forward aggregation over an
+//! R-MAT graph of 262,144 vertices in 1, 4 and 16 partitions (every
+//! block's product added into its destination's partial sum), plain and
+//! with dropout on its input: what many partitions cost the gather.
+//!
 //! `cargo bench -p fateplan-kernels --bench kernels`. divan reports time;
 //! the counters give bytes gathered (SpMM: one source row of `width`
 //! floats per edge) and FLOPs (`2 · rows · d_in · d_out` per GEMM) per
@@ -34,7 +39,7 @@ use fateplan_kernels::gat::{
 use fateplan_kernels::loss::{accuracy, softmax_cross_entropy, softmax_cross_entropy_bwd};
 
 use fateplan_kernels::sparse::{spmm, spmm_dropout, spmm_dropout_per_edge, spmm_t};
-use fateplan_kernels::{Block, Init, Weighting, Write};
+use fateplan_kernels::{Block, Csr, Init, Weighting, Write};
 
 const ROWS: usize = 200_000;
 const DEGREE: usize = 16;
@@ -610,4 +615,104 @@ fn accuracy_200k_c16(bencher: Bencher) {
     bencher
         .counter(ItemsCount::new(ROWS * CLASSES))
         .bench_local(|| accuracy(&z, ROWS, CLASSES, &labels, &[&mask]).unwrap());
+}
+
+/// R-MAT's scale in [`partitioned`]: 262,144 vertices.
+const RMAT_SCALE: u32 = 18;
+
+/// An R-MAT graph (probabilities 0.57, 0.19, 0.19, 0.05; 16 edges a
+/// vertex; `RMAT_SCALE`) cut into `parts` ranges of vertices, its blocks
+/// by destination range then source range, each with GCN's layout (a
+/// scale per destination and per source row).
+fn partitioned(parts: usize) -> Vec<Vec<Block>> {
+    let nodes = 1usize << RMAT_SCALE;
+    let mut state = 11u64;
+    let mut next = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 40) as f64 / (1u64 << 24) as f64
+    };
+    let (mut src, mut dst) = (Vec::new(), Vec::new());
+    for _ in 0..nodes * DEGREE {
+        let (mut s, mut d) = (0u64, 0u64);
+        for _ in 0..RMAT_SCALE {
+            let u = next();
+            let (down, right) = match u {
+                u if u < 0.57 => (0, 0),
+                u if u < 0.76 => (0, 1),
+                u if u < 0.95 => (1, 0),
+                _ => (1, 1),
+            };
+            s = 2 * s + down;
+            d = 2 * d + right;
+        }
+        src.push(s);
+        dst.push(d);
+    }
+    let csr = Csr::from_edges(nodes, &src, &dst);
+    let ones = vec![1.0f32; csr.columns.len()];
+    let rows = nodes / parts;
+    let scales = values(2 * nodes, 3);
+    let scale = |v: usize| 0.5 + scales[v].abs();
+    (0..parts)
+        .map(|i| {
+            (0..parts)
+                .map(|j| {
+                    let (d, s) = (i * rows..(i + 1) * rows, j * rows..(j + 1) * rows);
+                    let mut block = Block::from_csr(&csr, &ones, d.clone(), s.clone());
+                    block.weighting = Weighting::RowColumn;
+                    block.weights = d.map(scale).chain(s.map(|v| scale(nodes + v))).collect();
+                    block
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The forward aggregation of a GCN layer over every block of an R-MAT
+/// graph in `parts` partitions (`partitioned`): each destination
+/// partition's chain of block products adds into its partial sum, as the
+/// CPU backend runs it. `masked`: the first layer's, with dropout on its
+/// input. Its counter is the bytes gathered, the same at every count, so
+/// the rates show what many partitions cost.
+#[divan::bench(sample_count = 10, args = [1, 4, 16], consts = [false, true])]
+fn spmm_chain_rmat_w128<const MASKED: bool>(bencher: Bencher, parts: usize) {
+    spmm_chain::<MASKED>(bencher, parts, WIDTH);
+}
+
+/// [`spmm_chain_rmat_w128`] at the width of a 16-class output layer that
+/// projects first (its aggregation and the transposed one), plain.
+#[divan::bench(sample_count = 10, args = [1, 4, 16])]
+fn spmm_chain_rmat_w16(bencher: Bencher, parts: usize) {
+    spmm_chain::<false>(bencher, parts, CLASSES);
+}
+
+/// The chains of [`spmm_chain_rmat_w128`] at `width`.
+fn spmm_chain<const MASKED: bool>(bencher: Bencher, parts: usize, width: usize) {
+    let blocks = partitioned(parts);
+    let rows = (1usize << RMAT_SCALE) / parts;
+    let src: Vec<Vec<f32>> = (0..parts)
+        .map(|j| values(rows * width, j as u64 + 1))
+        .collect();
+    let mut sums: Vec<Vec<f32>> = vec![vec![0.0f32; rows * width]; parts];
+    let dropout = Dropout::new(0.5, 1, 2).unwrap();
+    let edges: usize = blocks.iter().flatten().map(|b| b.columns.len()).sum();
+    bencher
+        .counter(BytesCount::new(edges * width * 4))
+        .bench_local(|| {
+            for (i, sum) in sums.iter_mut().enumerate() {
+                for (j, block) in blocks[i].iter().enumerate() {
+                    let init = if j == 0 { Init::Zero } else { Init::Out };
+                    let row0 = (j * rows) as u64;
+                    match MASKED {
+                        true => {
+                            spmm_dropout(block.as_ref(), &src[j], width, init, sum, &dropout, row0)
+                        }
+                        false => spmm(block.as_ref(), &src[j], width, init, sum),
+                    }
+                    .unwrap();
+                }
+            }
+        });
 }

@@ -271,7 +271,19 @@ impl<'a> BlockRef<'a> {
                 self.row_start[0]
             )
         })?;
-        if let Some(r) = self.row_start.windows(2).position(|w| w[1] < w[0]) {
+        // Checked without an early exit first, so that the check
+        // vectorises (a block is checked on every call of a kernel); the
+        // place of a fault is found only when there is one.
+        let (starts, ends) = (self.row_start, &self.row_start[1..]);
+        let falls = starts
+            .iter()
+            .zip(ends)
+            .fold(0u64, |falls, (&a, &b)| falls | u64::from(b < a));
+        let rising = falls == 0;
+        if let Some(r) = (!rising)
+            .then(|| self.row_start.windows(2).position(|w| w[1] < w[0]))
+            .flatten()
+        {
             return Err(Error::InvalidInput(format!(
                 "{kernel}: block `row_start` decreases at row {r} ({} > {})",
                 self.row_start[r],
@@ -298,7 +310,12 @@ impl<'a> BlockRef<'a> {
                 )
             })?;
         }
-        if let Some(&c) = self.columns.iter().find(|&&c| c as usize >= src_rows) {
+        let past = self.columns.iter().fold(0u32, |most, &c| most.max(c));
+        let in_range = self.columns.is_empty() || (past as usize) < src_rows;
+        if let Some(&c) = (!in_range)
+            .then(|| self.columns.iter().find(|&&c| c as usize >= src_rows))
+            .flatten()
+        {
             return Err(Error::InvalidInput(format!(
                 "{kernel}: block column {c} is out of range for {src_rows} source rows"
             )));

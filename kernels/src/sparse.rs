@@ -192,6 +192,10 @@ pub(crate) fn gather(
                 let r = chunk * ROW_CHUNK + k;
                 init.apply(out_row, r * width);
                 let edges = block.edges(r);
+                if edges.is_empty() {
+                    // Most rows of a block of many partitions have none.
+                    continue;
+                }
                 let ahead = &block.columns[edges.start..chunk_end.max(edges.start)];
                 let columns = &block.columns[edges.clone()];
                 match masking {

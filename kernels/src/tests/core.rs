@@ -413,6 +413,33 @@ fn bad_shapes_are_errors() {
 }
 
 #[test]
+fn a_broken_block_is_named_where_it_breaks() {
+    let mut rng = Rng::new(4);
+    let block = random_block(&mut rng, 10, 5, 3);
+    let src = vec![0.0; 5 * 3];
+    let mut out = vec![0.0; 10 * 3];
+    let mut message =
+        |block: &crate::Block| match spmm(block.as_ref(), &src, 3, Init::Zero, &mut out) {
+            Err(Error::InvalidInput(m)) => m,
+            other => panic!("expected an error, got {other:?}"),
+        };
+    let mut broken = block.clone();
+    broken.row_start[3] = broken.row_start[4] + 1;
+    let (at, next) = (broken.row_start[3], broken.row_start[4]);
+    assert_eq!(
+        message(&broken),
+        format!("spmm: block `row_start` decreases at row 3 ({at} > {next})")
+    );
+    broken = block.clone();
+    let last = broken.columns.len() - 1;
+    broken.columns[last] = 7;
+    assert_eq!(
+        message(&broken),
+        "spmm: block column 7 is out of range for 5 source rows"
+    );
+}
+
+#[test]
 fn linear_matches_reference() {
     let mut rng = Rng::new(5);
     // Wide inputs take fewer rows a task and split the weight gradient's
