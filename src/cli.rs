@@ -655,7 +655,10 @@ pub(crate) fn existing(text: &str) -> Option<&std::path::Path> {
 /// a regular file or new, the output goes to a temporary file beside it,
 /// renamed over it once written (with the replaced file's permissions),
 /// so that a failed write (a full disk) leaves whatever was there and no
-/// part of the new file; a link is followed, and its target replaced.
+/// part of the new file; a link is followed, and its target replaced. A
+/// file with other names (hard links) or extended attributes the new
+/// file would lack is kept: the whole output is copied into it, and
+/// where that copy fails the temporary file is left, named by the error.
 /// A destination that is not a regular file (a device, a pipe) is
 /// written in place. [`Staged::create`] checks that the destination can
 /// be written before a long run (a missing folder, a read-only file
@@ -672,7 +675,8 @@ pub(crate) struct Staged {
 }
 
 /// The temporary file of [`Staged`] (`cleanup::create`'s), removed on
-/// drop unless renamed, and on an interruption until then.
+/// drop unless renamed or kept (`.1`: a copy into the file there
+/// failed), and on an interruption until then.
 struct Temporary(PathBuf, bool);
 
 impl Drop for Temporary {
@@ -787,7 +791,8 @@ impl Staged {
             .with_context(|| format!("{shown}: cannot create a file there"))?;
         let mut temporary = Temporary(path, false);
         let writing = || format!("{shown}: writing {}", temporary.0.display());
-        if let Ok(existing) = std::fs::metadata(&self.target) {
+        let existing = std::fs::metadata(&self.target).ok();
+        if let Some(existing) = &existing {
             use std::os::unix::fs::MetadataExt;
             file.set_permissions(existing.permissions())
                 .with_context(writing)?;
@@ -799,21 +804,52 @@ impl Staged {
         fill(&mut out)
             .and_then(|()| out.flush())
             .with_context(writing)?;
-        drop(out);
+        let mut whole = out
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .with_context(writing)?;
+        // The whole output is in the temporary file: copied into the file
+        // there, which keeps what a new file would lose, or renamed over it.
+        let copy_over = |temporary: &mut Temporary, whole: &mut std::fs::File| {
+            use std::io::Seek;
+            // An interruption waits: stopped half way, the file there
+            // would be cut short and the whole output removed.
+            let _hold = fateplan::runtime::cleanup::hold();
+            let mut to = std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(&self.target)
+                .with_context(|| format!("{shown}: cannot be written"))?;
+            let copied = whole
+                .rewind()
+                .and_then(|()| std::io::copy(whole, &mut to))
+                .and_then(|_| to.flush());
+            if copied.is_err() {
+                // The file there is cut short: the output stays whole in
+                // the temporary file, which the message names.
+                fateplan::runtime::cleanup::unregister(&temporary.0);
+                temporary.1 = true;
+            }
+            copied.with_context(|| {
+                format!(
+                    "{shown}: writing it (the whole output is in {})",
+                    temporary.0.display()
+                )
+            })
+        };
+        if existing
+            .as_ref()
+            .is_some_and(|m| kept_by_the_file(&self.target, m, &temporary.0))
+        {
+            return copy_over(&mut temporary, &mut whole);
+        }
         match std::fs::rename(&temporary.0, &self.target) {
             Ok(()) => temporary.1 = true,
             // A folder that lets this user write the file but not replace
             // it (a sticky /tmp, the file another's): the bytes are
             // copied over it instead.
             Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
-                let copied = std::fs::File::open(&temporary.0).and_then(|mut from| {
-                    let mut to = std::fs::OpenOptions::new()
-                        .write(true)
-                        .truncate(true)
-                        .open(&self.target)?;
-                    std::io::copy(&mut from, &mut to).map(|_| ())
-                });
-                copied.with_context(|| format!("{shown}: writing it"))?;
+                copy_over(&mut temporary, &mut whole)?
             }
             Err(error) => {
                 return Err(error).with_context(|| {
@@ -823,6 +859,73 @@ impl Staged {
         }
         Ok(())
     }
+}
+
+/// Whether the file `target` (`existing` its metadata) replaced by the
+/// new one `temporary` would lose something: other names (hard links,
+/// which would go on naming the old bytes), or an extended attribute the
+/// new file lacks or holds with another value (an access control list
+/// set on the file, say; one the folder gives every new file, or a label
+/// the system does, is on both). Such a file is written into instead.
+fn kept_by_the_file(
+    target: &std::path::Path,
+    existing: &std::fs::Metadata,
+    temporary: &std::path::Path,
+) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if existing.nlink() > 1 {
+        return true;
+    }
+    let Some(old) = attributes(target) else {
+        return false;
+    };
+    let new = attributes(temporary).unwrap_or_default();
+    old.iter().any(|attribute| !new.contains(attribute))
+}
+
+/// An extended attribute's name and value (`None` where it cannot be
+/// read).
+type Attribute = (Vec<u8>, Option<Vec<u8>>);
+
+/// A file's extended attributes; `None` where the list cannot be read (a
+/// file system without them).
+fn attributes(path: &std::path::Path) -> Option<Vec<Attribute>> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `path` is NUL-terminated, and `sized` passes a buffer of
+    // `len` writable bytes (or null and 0, which asks for the size).
+    let names = sized(|buf, len| unsafe { libc::listxattr(path.as_ptr(), buf.cast(), len) })?;
+    let read = |name: &[u8]| {
+        let name = std::ffi::CString::new(name).ok()?;
+        // SAFETY: as above, `name` NUL-terminated too.
+        sized(|buf, len| unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buf.cast(), len) })
+    };
+    Some(
+        names
+            .split(|&b| b == 0)
+            .filter(|name| !name.is_empty())
+            .map(|name| (name.to_vec(), read(name)))
+            .collect(),
+    )
+}
+
+/// What a call that reports its size when given no buffer writes: asked
+/// for the size, then filled, asked again where it grew in between
+/// (`ERANGE`); `None` where the call fails.
+fn sized(call: impl Fn(*mut u8, usize) -> isize) -> Option<Vec<u8>> {
+    for _ in 0..8 {
+        let size = usize::try_from(call(std::ptr::null_mut(), 0)).ok()?;
+        let mut bytes = vec![0u8; size];
+        match usize::try_from(call(bytes.as_mut_ptr(), bytes.len())) {
+            Ok(written) => {
+                bytes.truncate(written);
+                return Some(bytes);
+            }
+            Err(_) if std::io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE) => {}
+            Err(_) => return None,
+        }
+    }
+    None
 }
 
 /// Most `--threads` per core this process may use.

@@ -1958,6 +1958,98 @@ fn compare_where_no_policy_fits_prints_its_table_and_exits_2() {
     assert!(stderr(&out).contains(&dp), "{}\n{dp}", stderr(&out));
 }
 
+/// An output over a file with other names (hard links) or extended
+/// attributes is written into that file, so every name reads the new
+/// bytes and the attributes stay; a plain file is replaced whole.
+#[test]
+fn an_output_over_a_linked_or_attributed_file_keeps_the_file() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = scratch("kept-outputs");
+    let plan = |out: &std::path::Path, layers: &str| {
+        let out = fateplan(&[
+            "plan",
+            "--dataset",
+            "ogbn-arxiv",
+            "--layers",
+            layers,
+            "--partitions",
+            "2",
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    let layers = |path: &std::path::Path| {
+        let text = std::fs::read_to_string(path).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        json["workload"]["name"].as_str().unwrap().to_string()
+    };
+    let three = "gcn-3x256-ogbn-arxiv-p2";
+    // No temporary file is left beside the outputs.
+    let leftovers = |dir: &std::path::Path| {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with('.'))
+            .collect::<Vec<_>>()
+    };
+    // Hard links: both names read the new plan, one file still.
+    let (a, b) = (dir.join("a.json"), dir.join("b.json"));
+    plan(&a, "2");
+    std::fs::hard_link(&a, &b).unwrap();
+    let inode = std::fs::metadata(&a).unwrap().ino();
+    plan(&a, "3");
+    assert_eq!(std::fs::metadata(&a).unwrap().ino(), inode);
+    assert_eq!(std::fs::metadata(&b).unwrap().nlink(), 2);
+    assert_eq!(layers(&b), layers(&a));
+    assert_eq!(layers(&a), three, "{}", a.display());
+    // A plain file is replaced by a new one (a new inode).
+    let c = dir.join("c.json");
+    plan(&c, "2");
+    let inode = std::fs::metadata(&c).unwrap().ino();
+    plan(&c, "3");
+    assert_ne!(std::fs::metadata(&c).unwrap().ino(), inode);
+    assert_eq!(layers(&c), three);
+    // An extended attribute stays, where the file system takes them.
+    let d = dir.join("d.json");
+    plan(&d, "2");
+    let path = std::ffi::CString::new(d.to_str().unwrap()).unwrap();
+    let (name, value) = (c"user.fateplan-test", b"kept");
+    // SAFETY: NUL-terminated strings and a buffer of the length given.
+    let set = unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if set == 0 {
+        plan(&d, "3");
+        let mut read = [0u8; 16];
+        // SAFETY: as above; `read` holds 16 writable bytes.
+        let got = unsafe {
+            libc::getxattr(
+                path.as_ptr(),
+                name.as_ptr(),
+                read.as_mut_ptr().cast(),
+                read.len(),
+            )
+        };
+        assert_eq!(got, value.len() as isize, "the attribute was lost");
+        assert_eq!(&read[..value.len()], value);
+        assert_eq!(layers(&d), three);
+    } else {
+        eprintln!(
+            "skipped the extended attribute case: this file system refused one ({})",
+            std::io::Error::last_os_error()
+        );
+    }
+    assert!(leftovers(&dir).is_empty(), "{:?}", leftovers(&dir));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn two_outputs_naming_one_file_are_refused_and_a_failed_write_keeps_the_report() {
     let dir = scratch("outputs");

@@ -1,8 +1,8 @@
 //! The instruction set a kernel's hot loop runs on, chosen at run time:
 //! the crate is built for the baseline target, and the loops that gain
-//! from wide vectors (the masked gather, the dropout hash, the loss, the
-//! activations, the exponentials of `math`) also have AVX2 and AVX-512
-//! builds of the same code; on AVX-512 the dropout's keep bits are also
+//! from wide vectors (the gathers, plain and masked, the dropout hash,
+//! the loss, the activations, the exponentials of `math`) also have AVX2
+//! and AVX-512 builds of the same code; on AVX-512 the dropout's keep bits are also
 //! written in vector instructions (`dropout::x86::word_keep_bits`). Every
 //! build does the same arithmetic in the same order, so the bits never
 //! depend on the choice.

@@ -162,8 +162,35 @@ pub(crate) enum Masking<'a> {
     Bits(&'a MaskBits, f32, Isa),
 }
 
-/// The forward gather, with an optional mask on `src`.
+/// The forward gather, with an optional mask on `src`, on the
+/// instruction set `masking` names where it names one ([`spmm_dropout`]'s
+/// widest, its mask per edge included; the generic build for
+/// [`spmm_dropout_per_edge`]), else on the widest this CPU has.
 pub(crate) fn gather(
+    block: BlockRef,
+    src: &[f32],
+    width: usize,
+    init: Init,
+    out: &mut [f32],
+    masking: Masking,
+) {
+    let isa = match masking {
+        Masking::None => Isa::detect(),
+        Masking::Auto(m) | Masking::PerEdge(m) => m.isa,
+        Masking::Bits(_, _, isa) => isa,
+    };
+    gather_on(isa, block, src, width, init, out, masking)
+}
+
+/// [`gather`] with its rows run by the build for `isa`: every build does
+/// the same arithmetic in the same order (no fused multiply-adds: Rust
+/// does not contract them), so the bits do not depend on it. The
+/// baseline build's SSE2 takes four instructions for what AVX-512 does
+/// in one: at width 128 the plain gather takes about a fifth less time
+/// on AVX-512 (docs/runtime.md, "The plain gather on the CPU's widest
+/// vectors").
+pub(crate) fn gather_on(
+    isa: Isa,
     block: BlockRef,
     src: &[f32],
     width: usize,
@@ -176,54 +203,113 @@ pub(crate) fn gather(
         if block.nnz() * MASK_WORKSPACE_ROWS_PER_EDGE >= src_rows {
             let bits = MaskBits::new(&m.mask, m.src_keys, src_rows, width, m.isa);
             let masking = Masking::Bits(&bits, m.mask.scale, m.isa);
-            return gather(block, src, width, init, out, masking);
+            return gather_on(isa, block, src, width, init, out, masking);
         }
-        return gather(block, src, width, init, out, Masking::PerEdge(m));
+        return gather_on(isa, block, src, width, init, out, Masking::PerEdge(m));
     }
     out.par_chunks_mut(ROW_CHUNK * width)
         .enumerate()
         .for_each(|(chunk, out_chunk)| {
-            let per_edge = matches!(masking, Masking::PerEdge(..));
-            let mut factors = vec![0.0f32; if per_edge { width } else { 0 }];
-            let mut scratch = Vec::new();
-            let rows_end = ((chunk + 1) * ROW_CHUNK).min(block.rows());
-            let chunk_end = block.row_start[rows_end] as usize;
-            for (k, out_row) in out_chunk.chunks_exact_mut(width).enumerate() {
-                let r = chunk * ROW_CHUNK + k;
-                init.apply(out_row, r * width);
-                let edges = block.edges(r);
-                if edges.is_empty() {
-                    // Most rows of a block of many partitions have none.
-                    continue;
+            let rows = Chunk {
+                block,
+                src,
+                width,
+                init,
+                chunk,
+                masking,
+            };
+            match isa {
+                Isa::Generic => rows.gather(out_chunk),
+                // SAFETY: `Isa::Avx512` is only made when the CPU has
+                // AVX-512F, the function's only requirement beyond its
+                // safe body.
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => unsafe { rows.gather_avx512(out_chunk) },
+                // SAFETY: as above, for AVX2.
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => unsafe { rows.gather_avx2(out_chunk) },
+            }
+        });
+}
+
+/// One parallel task of [`gather_on`]: the rows of chunk `chunk`.
+#[derive(Clone, Copy)]
+struct Chunk<'a> {
+    block: BlockRef<'a>,
+    src: &'a [f32],
+    width: usize,
+    init: Init<'a>,
+    chunk: usize,
+    masking: Masking<'a>,
+}
+
+impl Chunk<'_> {
+    /// [`Chunk::gather`] compiled for AVX-512F.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn gather_avx512(self, out_chunk: &mut [f32]) {
+        self.gather(out_chunk)
+    }
+
+    /// [`Chunk::gather`] compiled for AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn gather_avx2(self, out_chunk: &mut [f32]) {
+        self.gather(out_chunk)
+    }
+
+    /// Sums the chunk's rows into `out_chunk`, for any instruction set.
+    #[inline(always)]
+    fn gather(self, out_chunk: &mut [f32]) {
+        let Chunk {
+            block,
+            src,
+            width,
+            init,
+            chunk,
+            masking,
+        } = self;
+        let per_edge = matches!(masking, Masking::PerEdge(..));
+        let mut factors = vec![0.0f32; if per_edge { width } else { 0 }];
+        let mut scratch = Vec::new();
+        let rows_end = ((chunk + 1) * ROW_CHUNK).min(block.rows());
+        let chunk_end = block.row_start[rows_end] as usize;
+        for (k, out_row) in out_chunk.chunks_exact_mut(width).enumerate() {
+            let r = chunk * ROW_CHUNK + k;
+            init.apply(out_row, r * width);
+            let edges = block.edges(r);
+            if edges.is_empty() {
+                // Most rows of a block of many partitions have none.
+                continue;
+            }
+            let ahead = &block.columns[edges.start..chunk_end.max(edges.start)];
+            let columns = &block.columns[edges.clone()];
+            match masking {
+                Masking::None | Masking::Auto(_) => {
+                    row_gather_weighted(block, r, out_row, columns, ahead, src, width)
                 }
-                let ahead = &block.columns[edges.start..chunk_end.max(edges.start)];
-                let columns = &block.columns[edges.clone()];
-                match masking {
-                    Masking::None | Masking::Auto(_) => {
-                        row_gather_weighted(block, r, out_row, columns, ahead, src, width)
-                    }
-                    Masking::Bits(bits, scale, isa) => {
-                        let weights = block.row_weights(r, &mut scratch);
-                        row_gather_bits(out_row, columns, weights, ahead, src, bits, scale, isa)
-                    }
-                    Masking::PerEdge(MaskedSrc { mask, src_keys, .. }) => {
-                        let weights = block.row_weights(r, &mut scratch);
-                        for (k, (&c, &w)) in columns.iter().zip(weights).enumerate() {
-                            if let Some(&next) = ahead.get(k + PREFETCH_EDGES) {
-                                let next = next as usize;
-                                prefetch_row(&src[next * width..(next + 1) * width]);
-                            }
-                            let c = c as usize;
-                            mask.fill(src_keys.key(c) * width as u64, &mut factors);
-                            let s = &src[c * width..(c + 1) * width];
-                            for ((o, &x), &m) in out_row.iter_mut().zip(s).zip(&factors) {
-                                *o += w * (x * m);
-                            }
+                Masking::Bits(bits, scale, isa) => {
+                    let weights = block.row_weights(r, &mut scratch);
+                    row_gather_bits(out_row, columns, weights, ahead, src, bits, scale, isa)
+                }
+                Masking::PerEdge(MaskedSrc { mask, src_keys, .. }) => {
+                    let weights = block.row_weights(r, &mut scratch);
+                    for (k, (&c, &w)) in columns.iter().zip(weights).enumerate() {
+                        if let Some(&next) = ahead.get(k + PREFETCH_EDGES) {
+                            let next = next as usize;
+                            prefetch_row(&src[next * width..(next + 1) * width]);
+                        }
+                        let c = c as usize;
+                        mask.fill(src_keys.key(c) * width as u64, &mut factors);
+                        let s = &src[c * width..(c + 1) * width];
+                        for ((o, &x), &m) in out_row.iter_mut().zip(s).zip(&factors) {
+                            *o += w * (x * m);
                         }
                     }
                 }
             }
-        });
+        }
+    }
 }
 
 /// Edges ahead whose source rows are prefetched in the gather.
@@ -237,10 +323,13 @@ pub(crate) fn prefetch_row(row: &[f32]) {
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         const LINE_F32: usize = 16;
-        for k in (0..row.len()).step_by(LINE_F32) {
+        // A counted loop, not `step_by`, whose bookkeeping showed in
+        // the gather's profile.
+        for line in 0..row.len().div_ceil(LINE_F32) {
             // SAFETY: a prefetch is only a hint; it never faults and has no
-            // effect on program state, and `k` is in bounds of `row`.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().add(k).cast()) };
+            // effect on program state, and `line * LINE_F32` is in bounds
+            // of `row`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().add(line * LINE_F32).cast()) };
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -249,8 +338,9 @@ pub(crate) fn prefetch_row(row: &[f32]) {
 
 /// [`row_gather`] of destination row `r`, each edge's weight computed as
 /// it is gathered (no per-row buffer: at narrow widths that buffer costs
-/// as much as the gather).
-#[inline]
+/// as much as the gather). Always inlined, so that [`Chunk::gather`]'s
+/// builds for AVX2 and AVX-512 compile it for their instruction set.
+#[inline(always)]
 fn row_gather_weighted(
     block: BlockRef,
     r: usize,

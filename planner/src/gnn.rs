@@ -425,9 +425,11 @@ pub struct GnnSpec {
     /// `mask_seconds_per_element`): each masks its rows into a buffer
     /// before the product (`fateplan_kernels::dense::matmul_rows_dropped`),
     /// the largest mask of a citation graph's model. The other masks
-    /// (fused into the first layer's gather, the hidden activations and
-    /// GAT's attention) are priced inside their classes' rates, which
-    /// the profile measures with dropout.
+    /// are priced inside their classes' rates, which the profile
+    /// measures with dropout: the hidden activations', GAT's attention's,
+    /// and the first layer's where it is fused into the gather, whose
+    /// operators are a class of their own
+    /// ([`ComputeClass::SparseMasked`]).
     pub dropout: f32,
 }
 
@@ -1132,6 +1134,18 @@ impl<'a> Builder<'a> {
         ))
     }
 
+    /// Whether layer `l`'s forward gather (GCN's, GraphSAGE's) masks its
+    /// input as it gathers: the first layer's input dropout, where that
+    /// layer aggregates before it projects (the backends fuse the mask
+    /// into the gather; a layer that projects first masks in its
+    /// projection, [`Builder::input_masks`]).
+    fn gathers_masked_input(&self, l: u32) -> bool {
+        l == 1
+            && self.spec.dropout > 0.0
+            && self.spec.model != GnnModel::Gat
+            && !self.spec.projects_first(l)
+    }
+
     /// Layer `l`'s forward aggregation of the row partitions `rows_of`
     /// (`width` wide): per row, one operator per source block, each
     /// reading the previous partial sum; returns each row's final sum.
@@ -1173,9 +1187,13 @@ impl<'a> Builder<'a> {
             let edges = self.edges(i, j);
             let edge_bytes = EDGE + width * F32 + edge_weights.map_or(0, |(_, b)| b);
             let bytes = edges * edge_bytes + 2 * rows * width * F32;
-            // Weighted by attention (GAT) or by the graph alone.
+            // Weighted by attention (GAT) or by the graph alone, the
+            // first layer's input masked as it is gathered where it
+            // aggregates first.
             let class = if edge_weights.is_some() {
                 ComputeClass::Attention
+            } else if self.gathers_masked_input(l) {
+                ComputeClass::SparseMasked
             } else {
                 ComputeClass::Sparse
             };
@@ -2154,6 +2172,17 @@ mod tests {
                 masking += (expected > 0) as u32;
             }
             assert_eq!(masking, if projects { 8 } else { 0 }, "{model:?} {order:?}");
+            // Where the first layer aggregates first, its gathers mask
+            // their input (a class of their own); no other operator does.
+            for op in &w.ops {
+                let gathers_first = op.name.starts_with("agg[l1,");
+                assert_eq!(
+                    op.cost.class == ComputeClass::SparseMasked,
+                    gathers_first && !projects,
+                    "{model:?} {order:?} {}",
+                    op.name
+                );
+            }
             // Without dropout, the same workload with no masks.
             let none = build_gnn(
                 &GnnSpec {
@@ -2168,6 +2197,9 @@ mod tests {
             let mut unmasked = w.clone();
             for (op, plain) in unmasked.ops.iter_mut().zip(&none.ops) {
                 op.cost.masked = 0;
+                if op.cost.class == ComputeClass::SparseMasked {
+                    op.cost.class = ComputeClass::Sparse;
+                }
                 assert!(op.scratch_bytes >= plain.scratch_bytes, "{}", op.name);
                 op.scratch_bytes = plain.scratch_bytes;
             }

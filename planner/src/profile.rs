@@ -115,7 +115,7 @@ impl DeviceProfile {
     /// [`DeviceProfile::memory_seconds`] does).
     pub fn memory_bytes_per_s(&self, class: ComputeClass) -> f64 {
         match class {
-            ComputeClass::Sparse => self.sparse_bytes_per_s,
+            ComputeClass::Sparse | ComputeClass::SparseMasked => self.sparse_bytes_per_s,
             ComputeClass::Scatter => self.scatter_bytes_per_s.unwrap_or(self.sparse_bytes_per_s),
             ComputeClass::Attention => self
                 .attention_bytes_per_s
@@ -170,9 +170,15 @@ impl DeviceProfile {
     /// has one, otherwise bytes at [`DeviceProfile::memory_bytes_per_s`].
     /// A fit with a time per edge prices only operators that record the
     /// edges they walk: one that records none (a workload written before
-    /// `cost.edges`) is priced by the class's field, as it was then.
+    /// `cost.edges`) is priced by the class's field, as it was then. A
+    /// masked gather without a fit of its own takes the sparse class's.
     pub fn memory_seconds(&self, bytes: u64, edges: u64, class: ComputeClass) -> f64 {
-        match self.class_rates.iter().find(|r| r.class == class) {
+        let fit_of = |class| self.class_rates.iter().find(|r| r.class == class);
+        let fit = match class {
+            ComputeClass::SparseMasked => fit_of(class).or_else(|| fit_of(ComputeClass::Sparse)),
+            _ => fit_of(class),
+        };
+        match fit {
             Some(fit) if edges > 0 || fit.seconds_per_edge == 0.0 => {
                 bytes as f64 / fit.bytes_per_s + edges as f64 * fit.seconds_per_edge
             }
@@ -887,6 +893,36 @@ mod tests {
             "node_scores_backward"
         );
         assert_eq!(ComputeClass::EdgeScores.to_string(), "edge_scores");
+    }
+
+    /// A masked gather is priced by its own fit where the profile has
+    /// one, else by the sparse class's fit, else by the sparse rate.
+    #[test]
+    fn a_masked_gather_falls_back_to_the_sparse_class() {
+        let mut d = profile().device;
+        let (bytes, edges) = (1_000_000u64, 1000u64);
+        let plain = d.memory_seconds(bytes, edges, ComputeClass::Sparse);
+        assert_eq!(plain, bytes as f64 / d.sparse_bytes_per_s);
+        assert_eq!(
+            d.memory_seconds(bytes, edges, ComputeClass::SparseMasked),
+            plain
+        );
+        d.class_rates = vec![class_rate(ComputeClass::Sparse, 2e9, 1e-9)];
+        let fitted = bytes as f64 / 2e9 + edges as f64 * 1e-9;
+        assert_eq!(d.memory_seconds(bytes, edges, ComputeClass::Sparse), fitted);
+        assert_eq!(
+            d.memory_seconds(bytes, edges, ComputeClass::SparseMasked),
+            fitted
+        );
+        d.class_rates
+            .push(class_rate(ComputeClass::SparseMasked, 1e9, 2e-9));
+        let own = bytes as f64 / 1e9 + edges as f64 * 2e-9;
+        assert_eq!(
+            d.memory_seconds(bytes, edges, ComputeClass::SparseMasked),
+            own
+        );
+        assert_eq!(d.memory_seconds(bytes, edges, ComputeClass::Sparse), fitted);
+        assert_eq!(ComputeClass::SparseMasked.to_string(), "sparse_masked");
     }
 
     /// A class's fit prices its bytes and its edges; the classes without

@@ -119,6 +119,11 @@ pub enum ComputeClass {
     /// Irregular scatters (the transposed SpMM of an aggregation's
     /// backward): bounded by `scatter_bytes_per_s`.
     Scatter,
+    /// A gather with dropout on its input fused in (GCN's and
+    /// GraphSAGE's first layer, where it aggregates first): each gathered
+    /// value masked by its keep bit. Its own fit in `device.class_rates`
+    /// where the profile has one, else priced as [`ComputeClass::Sparse`].
+    SparseMasked,
 
     /// Streaming element-wise work: bounded by memory bandwidth.
     #[default]

@@ -35,7 +35,8 @@ fn files() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
 /// hidden, named by the destination, the process and a count (by the
 /// process and the count alone where that name would be too long),
 /// created with `O_EXCL` so that nothing already there (a file, a link)
-/// is opened, and [`register`]ed. The caller renames or removes it, then
+/// is opened, and [`register`]ed; open to read too, so that what was
+/// written can be copied from it. The caller renames or removes it, then
 /// [`unregister`]s it.
 pub fn create(destination: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -50,6 +51,7 @@ pub fn create(destination: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
         }
         let path = destination.with_file_name(name);
         match std::fs::OpenOptions::new()
+            .read(true)
             .write(true)
             .create_new(true)
             .open(&path)

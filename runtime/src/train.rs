@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use fateplan_planner::blocks::BlockCounts;
 use fateplan_planner::gnn::{GnnModel, GnnShape, GnnSpec};
 use fateplan_planner::plan::{Budgets, LinkBytes, PerTier, Plan};
-use fateplan_planner::workload::TensorKind;
+use fateplan_planner::workload::{ComputeClass, TensorKind};
 use fateplan_planner::{Tier, Workload};
 
 use crate::blockcsr::{BlockCsr, Normalization};
@@ -232,7 +232,7 @@ pub fn train(
         ..
     } = prepared;
     let digest = expected.digest();
-    if plan.workload.digest != digest {
+    if !planned_for(&plan.workload.digest, &expected) {
         let hint = digest_hint(&plan.workload.definition, &expected);
         return Err(ExecError::Kernel(format!(
             "the plan is for workload {} ({}), but this graph and model give {} ({}): plan again for this run{hint}",
@@ -349,7 +349,7 @@ pub struct MemberOutcome {
 /// Refuses a plan made for another workload than the shares'.
 pub fn check_shared_plan(plan: &Plan, workload: &Workload) -> Result<(), ExecError> {
     let digest = workload.digest();
-    if plan.workload.digest != digest {
+    if !planned_for(&plan.workload.digest, workload) {
         let hint = digest_hint(&plan.workload.definition, workload);
         return Err(ExecError::Kernel(format!(
             "the plan is for workload {} ({}), but these shares and model give {} ({}): plan \
@@ -358,6 +358,27 @@ pub fn check_shared_plan(plan: &Plan, workload: &Workload) -> Result<(), ExecErr
         )));
     }
     Ok(())
+}
+
+/// Whether a plan whose workload has digest `planned` trains the run's
+/// workload `expected`: the same digest, or the digest `expected` had as
+/// workloads were written before the first layer's masked gathers were a
+/// class of their own ([`ComputeClass::SparseMasked`], `sparse` then).
+/// The executor does not read an operator's class, so such a plan runs
+/// the same operators; only its prices were the sparse class's.
+fn planned_for(planned: &str, expected: &Workload) -> bool {
+    if planned == expected.digest() {
+        return true;
+    }
+    let mut older = expected.clone();
+    let mut renamed = false;
+    for op in &mut older.ops {
+        if op.cost.class == ComputeClass::SparseMasked {
+            op.cost.class = ComputeClass::Sparse;
+            renamed = true;
+        }
+    }
+    renamed && planned == older.digest()
 }
 
 /// What may train a plan whose workload `planned` is not the run's
@@ -934,21 +955,76 @@ fn check_mirrored(
 /// [`prepare`], with the adjacency read from the CSR cache file
 /// `csr_cache` when it exists (it must match the graph's node and edge
 /// counts), else built from the edge list and written there.
+///
+/// The edge lists are dropped as soon as the adjacency is built, before
+/// the blocks are: they are no longer needed, and a large graph's take 16
+/// bytes an edge.
 pub fn prepare_cached(
+    mut dataset: Dataset,
+    hyper: &Hyper,
+    partitions: u32,
+    csr_cache: Option<&Path>,
+) -> Result<Prepared, crate::Error> {
+    let src = std::mem::take(&mut dataset.src);
+    let dst = std::mem::take(&mut dataset.dst);
+    prepare_with_edges(
+        dataset,
+        (src.into(), dst.into()),
+        hyper,
+        partitions,
+        csr_cache,
+    )
+}
+
+/// [`prepare`] of a graph that stays the caller's: its edge lists are
+/// read where they are, and only its features, labels and masks are
+/// copied (the prepared input holds its own). The profiler's GCN runs on
+/// a graph given to it this way, run after run.
+pub fn prepare_borrowed(
+    dataset: &Dataset,
+    hyper: &Hyper,
+    partitions: u32,
+) -> Result<Prepared, crate::Error> {
+    let rest = Dataset {
+        name: dataset.name.clone(),
+        nodes: dataset.nodes,
+        features: dataset.features,
+        classes: dataset.classes,
+        x: dataset.x.clone(),
+        y: dataset.y.clone(),
+        train_mask: dataset.train_mask.clone(),
+        val_mask: dataset.val_mask.clone(),
+        test_mask: dataset.test_mask.clone(),
+        src: Vec::new(),
+        dst: Vec::new(),
+    };
+    let edges = (dataset.src.as_slice().into(), dataset.dst.as_slice().into());
+    prepare_with_edges(rest, edges, hyper, partitions, None)
+}
+
+/// Edge `k` of a graph runs from `.0[k]` to `.1[k]`: the lists owned
+/// (dropped once the adjacency is built) or borrowed.
+type EdgeLists<'a> = (std::borrow::Cow<'a, [u64]>, std::borrow::Cow<'a, [u64]>);
+
+/// [`prepare_cached`] of `dataset` with its edges given apart (its own
+/// `src` and `dst` are not read).
+fn prepare_with_edges(
     dataset: Dataset,
+    (src, dst): EdgeLists<'_>,
     hyper: &Hyper,
     partitions: u32,
     csr_cache: Option<&Path>,
 ) -> Result<Prepared, crate::Error> {
     hyper.check()?;
-    let build = || Csr::from_edges(dataset.nodes, &dataset.src, &dataset.dst);
+    let build = || Csr::from_edges(dataset.nodes, &src, &dst);
     let csr = match csr_cache {
         Some(path) => {
-            let digest = edge_digest(&dataset.src, &dataset.dst);
-            Csr::cached(path, Some((dataset.nodes, dataset.edges(), digest)), build)?
+            let digest = edge_digest(&src, &dst);
+            Csr::cached(path, Some((dataset.nodes, src.len() as u64, digest)), build)?
         }
         None => build()?,
     };
+    drop((src, dst));
     let counts = csr.block_counts(partitions)?;
     let blocks = BlockCsr::build(&csr, partitions, Normalization::for_model(hyper.model))?;
     let p = partitions as usize;
@@ -1051,6 +1127,91 @@ pub fn open_spill(
 mod tests {
     use super::*;
 
+    /// A graph prepared where it lies gives what the graph moved in gives
+    /// (blocks, features, labels, masks, workload).
+    #[test]
+    fn a_borrowed_graph_prepares_as_a_moved_one() {
+        let graph = crate::generate::RmatSpec {
+            features: 6,
+            classes: 3,
+            ..crate::generate::RmatSpec::new(9)
+        }
+        .generate()
+        .unwrap();
+        let hyper = Hyper {
+            hidden: 8,
+            ..Hyper::new(GnnModel::Gcn)
+        };
+        for partitions in [1, 3] {
+            let moved = prepare(graph.clone(), &hyper, partitions).unwrap();
+            let borrowed = prepare_borrowed(&graph, &hyper, partitions).unwrap();
+            let (a, b) = (&moved.input, &borrowed.input);
+            assert_eq!(a.blocks, b.blocks, "{partitions} partitions");
+            assert_eq!(a.offsets, b.offsets);
+            assert!(a.x == b.x && a.y == b.y && a.train_mask == b.train_mask);
+            assert!(a.val_mask == b.val_mask && a.test_mask == b.test_mask);
+            let json = |p: &Prepared| serde_json::to_string(&p.workload).unwrap();
+            assert_eq!(json(&moved), json(&borrowed));
+            assert!(!b.blocks.iter().flatten().next().unwrap().columns.is_empty());
+        }
+    }
+
+    /// A 2-layer GCN of 8 hidden on 32 features and 3 classes, its first
+    /// layer projecting first.
+    fn toy_gcn(
+        dropout: f32,
+        transposes: fateplan_planner::gnn::Transposes,
+    ) -> fateplan_planner::gnn::GnnSpec {
+        fateplan_planner::gnn::GnnSpec {
+            model: GnnModel::Gcn,
+            layers: 2,
+            hidden: 8,
+            heads: 1,
+            features: 32,
+            classes: 3,
+            graph_name: "toy".into(),
+            order: fateplan_planner::gnn::LayerOrder::Narrower,
+            transposes,
+            sweeps: Default::default(),
+            dropout,
+        }
+    }
+
+    /// A plan made before the masked gathers had a class of their own
+    /// (theirs `sparse`) trains the same workload; another does not.
+    #[test]
+    fn a_plan_from_before_the_masked_class_still_trains() {
+        use fateplan_planner::blocks::BlockCounts;
+        use fateplan_planner::gnn::{build_gnn, GnnSpec, LayerOrder, Transposes};
+        let blocks = BlockCounts::skewed(400, 2000, 2).unwrap();
+        let built = |dropout| {
+            let spec = GnnSpec {
+                order: LayerOrder::AggregateFirst,
+                ..toy_gcn(dropout, Transposes::Stored)
+            };
+            build_gnn(&spec, &blocks).unwrap()
+        };
+        let now = built(0.5);
+        assert!(now
+            .ops
+            .iter()
+            .any(|op| op.cost.class == ComputeClass::SparseMasked));
+        let mut before = now.clone();
+        for op in &mut before.ops {
+            if op.cost.class == ComputeClass::SparseMasked {
+                op.cost.class = ComputeClass::Sparse;
+            }
+        }
+        assert_ne!(before.digest(), now.digest());
+        assert!(planned_for(&now.digest(), &now));
+        assert!(planned_for(&before.digest(), &now));
+        // Without dropout there is no masked gather to tell apart.
+        let plain = built(0.0);
+        assert!(planned_for(&plain.digest(), &plain));
+        assert!(!planned_for(&before.digest(), &plain));
+        assert!(!planned_for(&plain.digest(), &now));
+    }
+
     /// A refused plan's hint names what tells the workloads apart: the
     /// transposes, else the dropout masks; none where neither does.
     #[test]
@@ -1059,20 +1220,7 @@ mod tests {
         use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec, LayerOrder, Transposes};
         let blocks = BlockCounts::skewed(400, 2000, 2).unwrap();
         let built_on = |blocks: &BlockCounts, dropout, transposes| {
-            let spec = GnnSpec {
-                model: GnnModel::Gcn,
-                layers: 2,
-                hidden: 8,
-                heads: 1,
-                features: 32,
-                classes: 3,
-                graph_name: "toy".into(),
-                order: LayerOrder::Narrower,
-                transposes,
-                sweeps: Default::default(),
-                dropout,
-            };
-            build_gnn(&spec, blocks).unwrap()
+            build_gnn(&toy_gcn(dropout, transposes), blocks).unwrap()
         };
         let built = |dropout, transposes| built_on(&blocks, dropout, transposes);
         let (stored, kept) = (Transposes::Stored, Transposes::Built);

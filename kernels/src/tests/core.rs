@@ -294,6 +294,103 @@ fn scaled_weights_equal_their_per_edge_expansion_bit_for_bit() {
     }
 }
 
+/// The plain gather gives the same bits on every instruction set this
+/// CPU has: each weighting, each start (zero, a copy, the output as it
+/// is), widths around the vector lanes, and special values in `src`.
+#[test]
+fn the_gather_gives_the_same_bits_on_every_instruction_set() {
+    use crate::sparse::gather_on;
+    use crate::Weighting;
+    let mut rng = Rng::new(43);
+    for (rows, src_rows, width, degree) in [
+        (600, 700, 128, 4),
+        (300, 257, 16, 3),
+        (257, 30, 17, 5),
+        (70, 90, 1, 2),
+        (20, 500, 130, 2),
+        (513, 64, 7, 1),
+    ] {
+        let block = random_block(&mut rng, rows, src_rows, degree);
+        let mut src = rng.vec(src_rows * width);
+        for (i, special) in [-0.0, f32::INFINITY, f32::NAN, 1e-40]
+            .into_iter()
+            .enumerate()
+        {
+            if let Some(x) = src.get_mut(i * 13) {
+                *x = special;
+            }
+        }
+        let init = rng.vec(rows * width);
+        for weighting in [
+            Weighting::PerEdge,
+            Weighting::Row,
+            Weighting::RowColumn,
+            Weighting::Unit,
+        ] {
+            let scaled = match weighting {
+                Weighting::PerEdge => block.clone(),
+                w => scaled_and_expanded(&mut rng, &block, src_rows, w).0,
+            };
+            let run = |isa: Isa, start: u8| {
+                let mut out = match start {
+                    2 => init.clone(),
+                    _ => vec![f32::NAN; rows * width],
+                };
+                let init = match start {
+                    0 => Init::Zero,
+                    1 => Init::From(&init),
+                    _ => Init::Out,
+                };
+                let b = scaled.as_ref();
+                gather_on(isa, b, &src, width, init, &mut out, Masking::None);
+                out
+            };
+            for start in 0..3 {
+                let expect = run(Isa::Generic, start);
+                if start == 0 {
+                    let reference = reference64::spmm(scaled.as_ref(), &to64(&src), width);
+                    let finite: Vec<usize> = (0..expect.len())
+                        .filter(|&k| reference[k].is_finite())
+                        .collect();
+                    let got: Vec<f32> = finite.iter().map(|&k| expect[k]).collect();
+                    let want: Vec<f64> = finite.iter().map(|&k| reference[k]).collect();
+                    assert_close(&format!("{weighting:?} {width}"), &got, &want, 1e-5);
+                }
+                for isa in Isa::available() {
+                    let what = format!("{isa:?} {weighting:?} {rows}x{src_rows}x{width} {start}");
+                    assert_same_bits(&what, &run(isa, start), &expect);
+                }
+            }
+            // The mask made per edge, on every build, as the generic one.
+            let d = Dropout::new(0.4, 5, 7).unwrap();
+            let masked = |isa: Isa| {
+                let mut out = vec![f32::NAN; rows * width];
+                let m = crate::sparse::MaskedSrc {
+                    mask: d.mask(),
+                    src_keys: RowKeys::Contiguous(11),
+                    isa,
+                };
+                let b = scaled.as_ref();
+                gather_on(
+                    isa,
+                    b,
+                    &src,
+                    width,
+                    Init::Zero,
+                    &mut out,
+                    Masking::PerEdge(m),
+                );
+                out
+            };
+            let expect = masked(Isa::Generic);
+            for isa in Isa::available() {
+                let what = format!("per edge {isa:?} {weighting:?} {rows}x{src_rows}x{width}");
+                assert_same_bits(&what, &masked(isa), &expect);
+            }
+        }
+    }
+}
+
 /// The gather over a block's transpose is the scatter over the block,
 /// bit for bit, with every weighting and with an initial sum.
 #[test]

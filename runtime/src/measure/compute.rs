@@ -18,8 +18,9 @@ use std::sync::Arc;
 
 use fateplan_planner::gnn::{GnnModel, LayerOrder, Transposes};
 use fateplan_planner::plan::{Budgets, Plan, Stream};
+use fateplan_planner::profile::DeviceKind;
 use fateplan_planner::profile::{ClassRate, DenseShape};
-use fateplan_planner::workload::{ComputeClass, Op, OpKind, Workload};
+use fateplan_planner::workload::{ComputeClass, Op, OpKind, TensorKind, Workload};
 use fateplan_planner::{plan, PlanOptions, Policy, Profile};
 
 use crate::cpu::{CpuGnn, Hyper};
@@ -130,6 +131,9 @@ enum Group {
     Elementwise,
     /// The forward aggregations of one layer.
     Gather(u32),
+    /// The forward aggregations of one layer that mask their input as
+    /// they gather (the first layer's, with dropout).
+    MaskedGather(u32),
     /// The backward aggregations of one layer.
     Scatter(u32),
     /// The loss (with the accuracy) and its backward.
@@ -232,6 +236,9 @@ fn group_of(op: &Op, shapes: &Shapes) -> Result<Option<Group>> {
         }
         OpKind::Activation | OpKind::ActivationBackward => Group::Elementwise,
         OpKind::Aggregate if op.cost.class == ComputeClass::Sparse => Group::Gather(layer()?),
+        OpKind::Aggregate if op.cost.class == ComputeClass::SparseMasked => {
+            Group::MaskedGather(layer()?)
+        }
         OpKind::AggregateBackward if op.cost.class == ComputeClass::Scatter => {
             Group::Scatter(layer()?)
         }
@@ -241,16 +248,33 @@ fn group_of(op: &Op, shapes: &Shapes) -> Result<Option<Group>> {
     }))
 }
 
+/// A graph given to time the GCN on (`--graph`), and the host memory
+/// free once it was loaded ([`crate::memory::available`]), in which its
+/// runs must fit.
+#[derive(Debug, Clone)]
+pub struct GivenGraph<'a> {
+    pub dataset: &'a Dataset,
+    pub host_free: crate::memory::Available,
+}
+
 /// Refuses a graph on which the GCN `hyper` in `partitions` would not fit
 /// the device (on the CPU backend, its arena's share of RAM) with every
 /// tensor kept, as the retain-all plan counts it from the graph's block
 /// counts: before the blocks are built, so that a graph given to profile
 /// on that is too large fails at once instead of running out of memory.
+/// With `host_free`, the host must hold what the run adds to the graph
+/// already loaded: its prepared inputs (features, labels, blocks: the
+/// workload's input tensors) and, while they are built, the adjacency
+/// (`8 (N + 1) + 4 E` bytes) with the degree scales and masks beside it
+/// (`11 N`); on the CPU backend, whose device is the host, also the
+/// inputs again while the executor takes its copies, or every tensor
+/// kept, where either is more.
 fn fits_the_device(
     graph: &Dataset,
     hyper: &Hyper,
     partitions: u32,
     profile: &Profile,
+    host_free: Option<&crate::memory::Available>,
 ) -> Result<()> {
     let spec = train::spec(
         graph.features as usize,
@@ -261,21 +285,55 @@ fn fits_the_device(
     let workload = fateplan_planner::gnn::build_gnn(&spec, &graph.blocks(partitions)?)?;
     let peak = retain_all(&workload, profile)?.predicted.peak_bytes.hbm;
     let capacity = profile.device.hbm_bytes;
+    let refused = |message: String| Error::InvalidInput {
+        path: "--graph".into(),
+        field: format!("{} ({} nodes)", graph.name, graph.nodes),
+        message: format!(
+            "the {}-layer {} of hidden width {} the profile times on it needs {message}: profile \
+             on a smaller graph",
+            hyper.layers,
+            hyper.model.name(),
+            hyper.hidden,
+        ),
+    };
+    let bytes = fateplan_planner::units::format_bytes;
     if peak > capacity {
-        return Err(Error::InvalidInput {
-            path: "--graph".into(),
-            field: format!("{} ({} nodes)", graph.name, graph.nodes),
-            message: format!(
-                "the {}-layer {} of hidden width {} the profile times on it needs {} on the \
-                 device at its peak (every tensor kept), more than the {} it has: profile on \
-                 a smaller graph",
-                hyper.layers,
-                hyper.model.name(),
-                hyper.hidden,
-                fateplan_planner::units::format_bytes(peak),
-                fateplan_planner::units::format_bytes(capacity)
-            ),
-        });
+        return Err(refused(format!(
+            "{} on the device at its peak (every tensor kept), more than the {} it has",
+            bytes(peak),
+            bytes(capacity)
+        )));
+    }
+    let Some(free) = host_free else {
+        return Ok(());
+    };
+    let inputs = workload.bytes_of_kind(TensorKind::Input);
+    let adjacency = 8 * (graph.nodes + 1) + 4 * graph.edges() + 11 * graph.nodes;
+    let prepared = inputs.saturating_add(adjacency);
+    let host = match profile.device.kind {
+        DeviceKind::Cpu => prepared.max(inputs.saturating_mul(2)).max(peak),
+        _ => prepared,
+    };
+    if host > free.bytes {
+        return Err(refused(format!(
+            "about {} of host memory beside the graph (its prepared inputs {}, the adjacency \
+             built from its edges {}{}), more than the {} free once the graph was loaded \
+             ({})",
+            bytes(host),
+            bytes(inputs),
+            bytes(adjacency),
+            match profile.device.kind {
+                DeviceKind::Cpu => format!(
+                    ", the inputs twice {} while the executor copies them, or every tensor \
+                     kept {}",
+                    bytes(inputs.saturating_mul(2)),
+                    bytes(peak)
+                ),
+                _ => String::new(),
+            },
+            bytes(free.bytes),
+            free.source
+        )));
     }
     Ok(())
 }
@@ -295,25 +353,37 @@ struct GcnRun {
 fn time_gcn(
     bench: Bench,
     width: u32,
-    graph: Option<&Dataset>,
+    graph: Option<&GivenGraph<'_>>,
     profile: &Profile,
     rounds: &Rounds,
     backend: &BackendChoice,
 ) -> Result<GcnRun> {
-    let graph = match graph {
-        Some(graph) => graph.clone(),
-        None => RmatSpec {
-            features: width,
-            classes: bench.classes(),
-            ..RmatSpec::new(bench.scale)
-        }
-        .generate()?,
-    };
-    let (nodes, edges) = (graph.nodes, graph.edges());
     let hyper = gcn(3, width);
-    let shapes = Shapes::gcn(hyper.layers, graph.features, width, graph.classes);
-    fits_the_device(&graph, &hyper, bench.partitions, profile)?;
-    let prepared = train::prepare(graph, &hyper, bench.partitions)?;
+    let fits = |graph: &Dataset, host_free: Option<&crate::memory::Available>| {
+        let shapes = Shapes::gcn(hyper.layers, graph.features, width, graph.classes);
+        fits_the_device(graph, &hyper, bench.partitions, profile, host_free)?;
+        Ok::<_, Error>((graph.nodes, graph.edges(), shapes))
+    };
+    // A given graph stays the caller's, for the next run: only its
+    // features, labels and masks are copied.
+    let ((nodes, edges, shapes), prepared) = match graph {
+        Some(given) => (
+            fits(given.dataset, Some(&given.host_free))?,
+            train::prepare_borrowed(given.dataset, &hyper, bench.partitions)?,
+        ),
+        None => {
+            let graph = RmatSpec {
+                features: width,
+                classes: bench.classes(),
+                ..RmatSpec::new(bench.scale)
+            }
+            .generate()?;
+            (
+                fits(&graph, None)?,
+                train::prepare(graph, &hyper, bench.partitions)?,
+            )
+        }
+    };
     let timed = time_training(prepared, hyper, profile, rounds, backend, |op| {
         group_of(op, &shapes)
     })?;
@@ -370,11 +440,12 @@ impl GcnRun {
 /// (the two widths move different bytes over the same edges).
 pub fn training_rates(
     bench: Bench,
-    graph: Option<&Dataset>,
+    graph: Option<GivenGraph<'_>>,
     profile: &Profile,
     rounds: &Rounds,
     backend: &BackendChoice,
 ) -> Result<TrainingRates> {
+    let graph = graph.as_ref();
     let wide = time_gcn(bench, bench.width, graph, profile, rounds, backend)?;
     let half = time_gcn(bench, bench.half_width(), graph, profile, rounds, backend)?;
     let mut rates = rates_of(&wide, &half)?;
@@ -434,6 +505,10 @@ fn rates_of(wide: &GcnRun, half: &GcnRun) -> Result<TrainingRates> {
     let fit = |class, group: fn(u32) -> Group| -> Result<ClassRate> {
         Ok(fit_class(class, &aggregation_points(wide, half, group)?))
     };
+    // The first layers' gathers, masked, fitted apart from the others
+    // (where the runs have them: the profile's GCN drops its input).
+    let masked = aggregation_points(wide, half, Group::MaskedGather)?;
+    let masked = (!masked.is_empty()).then(|| fit_class(ComputeClass::SparseMasked, &masked));
     Ok(TrainingRates {
         nodes: wide.nodes,
         edges: wide.edges,
@@ -441,7 +516,7 @@ fn rates_of(wide: &GcnRun, half: &GcnRun) -> Result<TrainingRates> {
         elementwise_bytes_per_s: wide.rate(Group::Elementwise, |s| s.bytes)?,
         gather_bytes_per_s: wide.timed.rate(
             "Gather",
-            |g| matches!(g, Group::Gather(_)),
+            |g| matches!(g, Group::Gather(_) | Group::MaskedGather(_)),
             |s| s.bytes,
         )?,
         scatter_bytes_per_s: wide.timed.rate(
@@ -450,10 +525,14 @@ fn rates_of(wide: &GcnRun, half: &GcnRun) -> Result<TrainingRates> {
             |s| s.bytes,
         )?,
         loss_flops_per_s: wide.rate(Group::Loss, |s| s.flops)?,
-        class_rates: vec![
-            fit(ComputeClass::Sparse, Group::Gather)?,
-            fit(ComputeClass::Scatter, Group::Scatter)?,
-        ],
+        class_rates: [
+            Some(fit(ComputeClass::Sparse, Group::Gather)?),
+            masked,
+            Some(fit(ComputeClass::Scatter, Group::Scatter)?),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
         iterations: wide.timed.iterations.len() as u32,
         half_iterations: half.timed.iterations.len() as u32,
         transpose_seconds_per_edge: None,
@@ -945,22 +1024,27 @@ mod tests {
         .unwrap()
     }
 
-    /// A graph whose GCN would not fit the device with every tensor kept
-    /// is refused before its blocks are built, naming the graph and what
-    /// it needs; one that fits passes.
-    #[test]
-    fn a_graph_too_large_for_the_device_is_refused_up_front() {
-        let graph = RmatSpec {
+    /// An R-MAT graph of 1,024 nodes, 16 features and 4 classes.
+    fn small_graph() -> Dataset {
+        RmatSpec {
             features: 16,
             classes: 4,
             ..RmatSpec::new(10)
         }
         .generate()
-        .unwrap();
+        .unwrap()
+    }
+
+    /// A graph whose GCN would not fit the device with every tensor kept
+    /// is refused before its blocks are built, naming the graph and what
+    /// it needs; one that fits passes.
+    #[test]
+    fn a_graph_too_large_for_the_device_is_refused_up_front() {
+        let graph = small_graph();
         let mut small = profile();
-        assert!(fits_the_device(&graph, &gcn(3, 16), 2, &small).is_ok());
+        assert!(fits_the_device(&graph, &gcn(3, 16), 2, &small, None).is_ok());
         small.device.hbm_bytes = 64 << 10;
-        let error = fits_the_device(&graph, &gcn(3, 16), 2, &small)
+        let error = fits_the_device(&graph, &gcn(3, 16), 2, &small, None)
             .unwrap_err()
             .to_string();
         assert!(
@@ -969,6 +1053,57 @@ mod tests {
                 && error.contains("more than the 64.0 KiB it has"),
             "{error}"
         );
+    }
+
+    /// A given graph whose run would not fit the host memory free beside
+    /// it is refused up front, naming what it needs; with room, it passes.
+    /// On the CPU backend the device's tensors count as host memory.
+    #[test]
+    fn a_graph_too_large_for_the_host_is_refused_up_front() {
+        let graph = small_graph();
+        let cpu = profile();
+        assert_eq!(cpu.device.kind, DeviceKind::Cpu);
+        let free = |bytes| crate::memory::Available {
+            bytes,
+            source: "a test's limit".into(),
+        };
+        let fits = |profile: &Profile, bytes: u64| {
+            fits_the_device(&graph, &gcn(3, 16), 2, profile, Some(&free(bytes)))
+        };
+        assert!(fits(&cpu, 1 << 40).is_ok());
+        // The adjacency alone: 8 bytes a node and 4 an edge, with the
+        // degree scales and masks beside it (11 a node).
+        let adjacency = 8 * (graph.nodes + 1) + 4 * graph.edges() + 11 * graph.nodes;
+        let error = fits(&cpu, adjacency).unwrap_err().to_string();
+        assert!(
+            error.starts_with("--graph: rmat-s10")
+                && error.contains("(1024 nodes): ")
+                && error.contains("of host memory beside the graph")
+                && error.contains("or every tensor kept")
+                && error.contains("free once the graph was loaded (a test's limit)"),
+            "{error}"
+        );
+        // What a GPU's run holds on the host: inputs and adjacency only,
+        // less than the device's tensors here.
+        let mut gpu = cpu.clone();
+        gpu.device.kind = DeviceKind::Gpu;
+        let spec = train::spec(16, 4, &gcn(3, 16), &graph.name);
+        let workload = fateplan_planner::gnn::build_gnn(&spec, &graph.blocks(2).unwrap()).unwrap();
+        let inputs = workload.bytes_of_kind(TensorKind::Input);
+        let peak = retain_all(&workload, &cpu)
+            .unwrap()
+            .predicted
+            .peak_bytes
+            .hbm;
+        assert!(
+            (inputs + adjacency).max(2 * inputs) < peak,
+            "{inputs} + {adjacency} against {peak}"
+        );
+        assert!(fits(&gpu, inputs + adjacency).is_ok());
+        let error = fits(&gpu, inputs + adjacency - 1).unwrap_err().to_string();
+        assert!(!error.contains("every tensor kept"), "{error}");
+        assert!(fits(&cpu, peak).is_ok());
+        assert!(fits(&cpu, peak - 1).is_err());
     }
 
     #[test]
@@ -1015,7 +1150,14 @@ mod tests {
         assert_eq!(rates.dense_shapes().len(), 4);
         // Both aggregations fitted over both GCNs' layers.
         let classes: Vec<ComputeClass> = rates.class_rates.iter().map(|r| r.class).collect();
-        assert_eq!(classes, [ComputeClass::Sparse, ComputeClass::Scatter]);
+        assert_eq!(
+            classes,
+            [
+                ComputeClass::Sparse,
+                ComputeClass::SparseMasked,
+                ComputeClass::Scatter
+            ]
+        );
         for fit in &rates.class_rates {
             assert!(
                 fit.bytes_per_s > 0.0 && fit.bytes_per_s.is_finite(),
@@ -1028,9 +1170,9 @@ mod tests {
         }
     }
 
-    /// The aggregations' fits take every layer of both GCNs: three
-    /// forward and two backward a GCN, the half-width GCN's with fewer
-    /// bytes over the same edges.
+    /// The aggregations' fits take every layer of both GCNs: the first
+    /// layer's masked gathers, the two plain forward ones and two backward
+    /// a GCN, the half-width GCN's with fewer bytes over the same edges.
     #[test]
     fn aggregations_are_fitted_over_both_gcns() {
         let bench = Bench {
@@ -1063,10 +1205,16 @@ mod tests {
                 0,
                 ComputeClass::Sparse,
                 Group::Gather as fn(u32) -> Group,
-                3,
+                2,
             ),
             (
                 1,
+                ComputeClass::SparseMasked,
+                Group::MaskedGather as fn(u32) -> Group,
+                1,
+            ),
+            (
+                2,
                 ComputeClass::Scatter,
                 Group::Scatter as fn(u32) -> Group,
                 2,
@@ -1101,8 +1249,9 @@ mod tests {
     /// Every operator of the measured GCN is placed: in P partitions,
     /// layers 1 and 2's linear layers and backward (4P) are the wide
     /// shape, layer 3's (2P) the narrow one; ReLU and its backward for
-    /// two layers (4P); P² aggregations in each layer and P² backward in
-    /// layers 2 and 3; the loss and its backward (2P).
+    /// two layers (4P); P² aggregations in each layer (layer 1's masking
+    /// its input) and P² backward in layers 2 and 3; the loss and its
+    /// backward (2P).
     #[test]
     fn every_operator_of_the_measured_gcn_is_placed() {
         let graph = RmatSpec {
@@ -1125,7 +1274,7 @@ mod tests {
             (Group::Dense(16, 16), 4 * p),
             (Group::Dense(16, 2), 2 * p),
             (Group::Elementwise, 4 * p),
-            (Group::Gather(1), p * p),
+            (Group::MaskedGather(1), p * p),
             (Group::Gather(2), p * p),
             (Group::Gather(3), p * p),
             (Group::Scatter(2), p * p),

@@ -446,7 +446,15 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
     }
     let rates = compute::training_rates(
         bench,
-        graph.map(|(_, dataset)| dataset),
+        graph.map(|(_, dataset)| compute::GivenGraph {
+            dataset,
+            // What is free now, the graph loaded: the least of
+            // MemAvailable, the address-space limit and the cgroup's.
+            host_free: crate::memory::available().unwrap_or_else(|| crate::memory::Available {
+                bytes: memory.available_bytes,
+                source: format!("MemAvailable in {}", options.meminfo_path.display()),
+            }),
+        }),
         &profile,
         &sizes.rounds,
         &backend,
@@ -638,7 +646,10 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                  gives a bandwidth that is not positive or a negative time per edge). \
                  The GCN's aggregations (sparse, scatter): over the layers of the GCN of \
                  width {} ({run}) and of {half_run}, whose aggregations move about half \
-                 the bytes an edge over the same edges. GAT's \
+                 the bytes an edge over the same edges; the first layer's gathers, which \
+                 mask their input as they gather, apart (sparse_masked: that layer of \
+                 each run; a bandwidth alone where both give it the same width, as on a \
+                 graph given by --graph). GAT's \
                  operator classes (edge scores, aggregation, edge softmax, attention \
                  backward, node scores, their backward, ELU): over its two layers, \
                  {gat_run}",
@@ -1087,7 +1098,11 @@ mod tests {
         // The GCN's aggregations and GAT's classes, each fitted once.
         let classes: Vec<ComputeClass> =
             profile.device.class_rates.iter().map(|r| r.class).collect();
-        let mut expected = vec![ComputeClass::Sparse, ComputeClass::Scatter];
+        let mut expected = vec![
+            ComputeClass::Sparse,
+            ComputeClass::SparseMasked,
+            ComputeClass::Scatter,
+        ];
         expected.extend(compute::GAT_CLASSES);
         assert_eq!(classes, expected);
         let again = Profile::from_json(&profile.to_json_pretty(), "measured.json").unwrap();
