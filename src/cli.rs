@@ -151,7 +151,7 @@ pub(crate) struct PlanArgs {
     /// The dropout probability the model trains with (as `train
     /// --dropout`): the masks it draws are priced by the profile
     /// (`device.mask_seconds_per_element`); 0 draws none.
-    #[arg(long, conflicts_with = "dag", default_value_t = 0.5)]
+    #[arg(long, conflicts_with = "dag", default_value_t = 0.5, value_parser = real_f32)]
     dropout: f32,
     /// Which GCN layers project before they aggregate: `narrower` (those
     /// whose output is narrower than their input) or `aggregate-first`
@@ -366,13 +366,21 @@ pub fn main() -> ExitCode {
     let cli = match parse_cli() {
         Ok(cli) => cli,
         Err(error) => {
-            // --help and --version print and succeed; usage errors are bad
-            // input (exit 1), keeping exit 2 for "no plan fits".
-            let _ = error.print();
-            return if error.use_stderr() {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
+            // Usage errors are bad input (exit 1), keeping exit 2 for "no
+            // plan fits".
+            if error.use_stderr() {
+                let _ = error.print();
+                return ExitCode::from(1);
+            }
+            // --help and --version print and succeed where their text
+            // is written; a full disk fails as any report's would.
+            return match print_help(&error) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("error: {error}");
+                    ExitCode::from(1)
+                }
             };
         }
     };
@@ -419,6 +427,22 @@ pub fn main() -> ExitCode {
             })
         }
     }
+}
+
+/// The text of `--help` or `--version` (clap's "error" that is not one)
+/// on standard output, styled where that is a terminal, its write's
+/// failure returned (clap's own printing ignores it).
+fn print_help(shown: &clap::Error) -> std::io::Result<()> {
+    let text = shown.render();
+    // As clap chooses: a terminal, unless NO_COLOR, CLICOLOR=0 or
+    // TERM=dumb say otherwise, or CLICOLOR_FORCE anywhere.
+    let styled = anstream::AutoStream::choice(&std::io::stdout()) != anstream::ColorChoice::Never;
+    let mut out = stdout();
+    match styled {
+        true => write!(out, "{}", text.ansi())?,
+        false => write!(out, "{text}")?,
+    }
+    out.flush()
 }
 
 /// Standard output for a command's report: a write that fails (a full
@@ -1747,6 +1771,36 @@ pub(crate) fn whole<T: Count>(text: &str) -> std::result::Result<T, String> {
     parse_count(text, &(0..=T::MOST))
 }
 
+/// A number flag kept as an `f32` (a probability, a rate), parsed so
+/// that its rounding to 32 bits changes nothing a user meant: a finite
+/// value too large for an `f32` (it would be kept as infinity) or a
+/// nonzero one too small (kept as 0, so that `--dropout 1e-50` would
+/// mask nothing) is refused, quoting the value as given. Ranges are the
+/// flag's own checks.
+pub(crate) fn real_f32(text: &str) -> std::result::Result<f32, String> {
+    let given = text.trim();
+    // The value kept is the text rounded once to 32 bits; the 64-bit
+    // reading only tells whether that rounding lost what was meant.
+    let (Ok(kept), Ok(wide)) = (given.parse::<f32>(), given.parse::<f64>()) else {
+        return Err(format!("{text:?} is not a number"));
+    };
+    if wide.is_finite() && kept.is_infinite() {
+        return Err(format!(
+            "{given} is too large in magnitude: it is kept as a 32-bit float, which holds \
+             at most ±{:e}",
+            f32::MAX
+        ));
+    }
+    if wide != 0.0 && kept == 0.0 {
+        return Err(format!(
+            "{given} is too close to 0: it is kept as a 32-bit float, and would be 0 (the \
+             nearest to 0 it holds are ±{:e})",
+            f32::from_bits(1)
+        ));
+    }
+    Ok(kept)
+}
+
 /// [`parse_count`] of a whole number from 1 up.
 pub(crate) fn positive<T: Count>(text: &str) -> std::result::Result<T, String> {
     parse_count(text, &(1..=T::MOST))
@@ -2918,6 +2972,41 @@ fn run_workloads() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A 32-bit number flag keeps what was meant or says why it cannot:
+    /// never infinity from a finite value, never 0 from a nonzero one.
+    #[test]
+    fn a_32_bit_number_flag_refuses_what_rounding_would_change() {
+        assert_eq!(real_f32("0.5"), Ok(0.5));
+        assert_eq!(real_f32(" 5e-4 "), Ok(5e-4));
+        assert_eq!(real_f32("0"), Ok(0.0));
+        assert_eq!(real_f32("-0.1"), Ok(-0.1));
+        assert_eq!(real_f32("1e-40"), Ok(1e-40));
+        // Not finite as given: the flag's own check says what it takes.
+        assert!(real_f32("inf").unwrap().is_infinite());
+        assert!(real_f32("NaN").unwrap().is_nan());
+        // Rounded once, as clap's own parser rounds: just above the
+        // midpoint of 1 and the next 32-bit float, which a 64-bit reading
+        // would round to the midpoint itself, and then to 1 (even).
+        let above_midpoint = "1.00000005960464477539062500001";
+        assert_eq!(real_f32(above_midpoint), Ok(f32::from_bits(0x3f80_0001)));
+        for text in ["1e39", " -1e39"] {
+            let large = real_f32(text).unwrap_err();
+            assert!(
+                large.starts_with(&format!("{} is too large in magnitude", text.trim())),
+                "{large}"
+            );
+        }
+        for text in ["1e-50", "-1e-50"] {
+            let small = real_f32(text).unwrap_err();
+            assert!(
+                small.starts_with(&format!("{text} is too close to 0"))
+                    && small.contains("would be 0"),
+                "{small}"
+            );
+        }
+        assert_eq!(real_f32("abc").unwrap_err(), "\"abc\" is not a number");
+    }
 
     #[test]
     fn counts_are_whole_numbers_in_their_range_and_say_what_is_wrong() {

@@ -114,16 +114,16 @@ pub struct TrainArgs {
     sweep: Option<String>,
     #[arg(long, default_value_t = 200, value_parser = crate::cli::positive::<u32>)]
     pub(crate) epochs: u32,
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.01, value_parser = crate::cli::real_f32)]
     lr: f32,
     /// Dropout probability on each layer's input features; for GAT also
     /// on the attention coefficients (as PyG's `GATConv(dropout=p)`).
     /// [default: 0.5, or with --plan the plan's]
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::real_f32)]
     dropout: Option<f32>,
     /// Adam weight decay (L2), on the first layer only unless
     /// --weight-decay-all-layers (Kipf and Welling's GCN decays the first).
-    #[arg(long, default_value_t = 5e-4)]
+    #[arg(long, default_value_t = 5e-4, value_parser = crate::cli::real_f32)]
     weight_decay: f32,
     #[arg(long)]
     weight_decay_all_layers: bool,

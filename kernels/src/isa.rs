@@ -23,12 +23,25 @@ pub(crate) enum Isa {
 }
 
 impl Isa {
-    /// The widest instruction set this CPU has.
+    /// The widest instruction set this CPU has. Called on every kernel
+    /// call: no allocation, and `is_x86_feature_detected!` reads a cached
+    /// word after its first use.
     pub(crate) fn detect() -> Isa {
-        *Isa::available().last().unwrap_or(&Isa::Generic)
+        #[cfg(target_arch = "x86_64")]
+        {
+            if Isa::has_avx512() {
+                return Isa::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Generic
     }
 
-    /// Every instruction set this CPU has, narrowest first.
+    /// Every instruction set this CPU has, narrowest first (the tests run
+    /// each build).
+    #[cfg(test)]
     pub(crate) fn available() -> Vec<Isa> {
         #[allow(unused_mut)]
         let mut all = vec![Isa::Generic];
@@ -37,13 +50,30 @@ impl Isa {
             if std::arch::is_x86_feature_detected!("avx2") {
                 all.push(Isa::Avx2);
             }
-            if std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512dq")
-                && std::arch::is_x86_feature_detected!("avx512bw")
-            {
+            if Isa::has_avx512() {
                 all.push(Isa::Avx512);
             }
         }
         all
+    }
+
+    /// AVX-512 as [`Isa::Avx512`] needs it.
+    #[cfg(target_arch = "x86_64")]
+    fn has_avx512() -> bool {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Isa;
+
+    #[test]
+    fn the_widest_is_the_last_available() {
+        let all = Isa::available();
+        assert_eq!(all[0], Isa::Generic);
+        assert_eq!(Some(&Isa::detect()), all.last());
     }
 }

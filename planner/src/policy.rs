@@ -103,6 +103,16 @@ impl Policy {
     pub fn is_peer(self) -> bool {
         !matches!(self, Policy::Dp | Policy::Milp)
     }
+
+    /// Whether this peer's fates depend on the budgets (it gives tensors
+    /// away until its count of each step fits): planned again below a
+    /// budget its fates miss ([`crate::planner::plan`]).
+    pub fn sizes_to_budgets(self) -> bool {
+        matches!(
+            self,
+            Policy::Greedy | Policy::RematOnly | Policy::CapacityGreedy
+        )
+    }
 }
 
 /// Chooses a fate for every tensor under a peer policy. `dp` and `milp`

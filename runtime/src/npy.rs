@@ -55,6 +55,22 @@ impl Npy {
     /// Maps `path` and reads its header; the file must hold exactly the
     /// elements its shape declares, no fewer and no more.
     pub fn open(path: &Path) -> Result<Npy> {
+        // Mapping a folder fails with "No such device", and opening a pipe
+        // waits for a writer: said plainly instead, before opening.
+        let kind = std::fs::metadata(path)
+            .map_err(|e| Error::io(path, e))?
+            .file_type();
+        if !kind.is_file() {
+            let what = match kind.is_dir() {
+                true => "a folder",
+                false => "not a regular file",
+            };
+            return Err(Error::invalid(
+                path,
+                "file",
+                format!("is {what}, where a .npy file was expected"),
+            ));
+        }
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         // Safety: the map is read-only and the file is not expected to change
         // while it is read; a concurrent writer could only corrupt values,
@@ -705,6 +721,24 @@ pub(crate) mod tests {
             .unwrap_err()
             .to_string()
             .contains("not a .npy"));
+        // A folder by that name is said to be one, and a named pipe is
+        // refused before it is opened (which would wait for a writer).
+        let folder = dir.join("x.npy");
+        std::fs::create_dir(&folder).unwrap();
+        let error = Npy::open(&folder).unwrap_err().to_string();
+        assert!(
+            error.contains("x.npy")
+                && error.contains("is a folder, where a .npy file was expected"),
+            "{error}"
+        );
+        let pipe = dir.join("y.npy");
+        let made = std::process::Command::new("mkfifo").arg(&pipe).status();
+        if made.is_ok_and(|s| s.success()) {
+            let error = Npy::open(&pipe).unwrap_err().to_string();
+            assert!(error.contains("is not a regular file"), "{error}");
+        } else {
+            eprintln!("skipped the named pipe: mkfifo did not run here");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -92,8 +92,13 @@ enum Outcome {
         /// `own` on the simulator, with `--simulate`.
         simulated: Option<Simulated>,
     },
-    /// No plan fits: the planner's message, its lines joined.
-    Infeasible(String),
+    /// This budget's own plan does not fit: the planner's message, its
+    /// lines joined, and the row of the smaller budget whose plan is the
+    /// fastest that fits, if one does (it fits this budget too).
+    Infeasible {
+        message: String,
+        smaller: Option<usize>,
+    },
 }
 
 fn parse_budgets(texts: &[String]) -> Result<Vec<(String, Given)>> {
@@ -326,7 +331,10 @@ pub(crate) fn run(args: &CurveArgs) -> Result<()> {
                 Some(message) => Row {
                     label: label.clone(),
                     bytes: *bytes,
-                    outcome: Outcome::Infeasible(message),
+                    outcome: Outcome::Infeasible {
+                        message,
+                        smaller: None,
+                    },
                 },
                 None => return Err(error),
             },
@@ -335,21 +343,7 @@ pub(crate) fn run(args: &CurveArgs) -> Result<()> {
         bar.inc(1);
     }
     bar.finish_and_clear();
-    // In the order of the bytes, each row carries the fastest plan of the
-    // budgets up to it.
-    let mut best: Option<(usize, f64)> = None;
-    for (i, row) in rows.iter_mut().enumerate() {
-        if let Outcome::Fits {
-            own, faster_from, ..
-        } = &mut row.outcome
-        {
-            let mine = own.predicted.iteration_s;
-            match best {
-                Some((j, seconds)) if seconds < mine => *faster_from = Some(j),
-                _ => best = Some((i, mine)),
-            }
-        }
-    }
+    let any_fits = carry_fastest(&mut rows);
     // Where no budget fits, the workload as planned at the profile's
     // capacity names it.
     let header = match header {
@@ -384,10 +378,33 @@ pub(crate) fn run(args: &CurveArgs) -> Result<()> {
     } else {
         table(&mut out, &rows, reference, &header)?;
     }
-    if best.is_none() {
+    if !any_fits {
         return Err(NothingFits("no budget's plan fits (each row says why)").into());
     }
     Ok(())
+}
+
+/// In the order of the bytes, each row carries the fastest plan of the
+/// budgets up to it, a row whose own plan does not fit too (a plan that
+/// fits a budget fits every larger one, though a peer policy's own fates
+/// at the larger one need not). Whether any plan fits.
+fn carry_fastest(rows: &mut [Row]) -> bool {
+    let mut best: Option<(usize, f64)> = None;
+    for (i, row) in rows.iter_mut().enumerate() {
+        match &mut row.outcome {
+            Outcome::Fits {
+                own, faster_from, ..
+            } => {
+                let mine = own.predicted.iteration_s;
+                match best {
+                    Some((j, seconds)) if seconds < mine => *faster_from = Some(j),
+                    _ => best = Some((i, mine)),
+                }
+            }
+            Outcome::Infeasible { smaller, .. } => *smaller = best.map(|(j, _)| j),
+        }
+    }
+    best.is_some()
 }
 
 /// What the curve is of.
@@ -422,11 +439,12 @@ impl Header {
 }
 
 /// The row whose plan a row predicts with: its own, or the smaller
-/// budget's whose plan is faster; none where no plan fits.
+/// budget's whose plan is faster or, where its own does not fit, fits;
+/// none where no plan fits.
 fn taken(rows: &[Row], row: usize) -> Option<usize> {
     match &rows[row].outcome {
         Outcome::Fits { faster_from, .. } => Some(faster_from.unwrap_or(row)),
-        Outcome::Infeasible(_) => None,
+        Outcome::Infeasible { smaller, .. } => *smaller,
     }
 }
 
@@ -434,7 +452,7 @@ fn taken(rows: &[Row], row: usize) -> Option<usize> {
 fn own(row: &Row) -> Option<(&Plan, Option<Simulated>)> {
     match &row.outcome {
         Outcome::Fits { own, simulated, .. } => Some((own, *simulated)),
-        Outcome::Infeasible(_) => None,
+        Outcome::Infeasible { .. } => None,
     }
 }
 
@@ -500,7 +518,7 @@ fn table(
         let Some((j, (plan, simulated))) =
             taken(rows, i).and_then(|j| own(&rows[j]).map(|o| (j, o)))
         else {
-            let Outcome::Infeasible(message) = &row.outcome else {
+            let Outcome::Infeasible { message, .. } = &row.outcome else {
                 unreachable!("a row with no plan taken has none that fits");
             };
             writeln!(
@@ -519,13 +537,17 @@ fn table(
                 s.violations
             )
         });
-        let from = match own(row).filter(|_| j != i) {
-            Some((mine, _)) => format!(
+        let from = match (&row.outcome, own(row)) {
+            (_, Some((mine, _))) if j != i => format!(
                 "  the {} plan (this budget's own: {})",
                 rows[j].label,
                 format_seconds(mine.predicted.iteration_s)
             ),
-            None => String::new(),
+            (Outcome::Infeasible { message, .. }, _) => format!(
+                "  the {} plan (this budget's own does not fit: {message})",
+                rows[j].label
+            ),
+            _ => String::new(),
         };
         // The MILP's plan where its time limit ran out first, as `compare`
         // marks it.
@@ -564,12 +586,23 @@ fn json(rows: &[Row], reference: Option<Reference>, header: &Header) -> serde_js
                 "hbm_budget_bytes": row.bytes,
             });
             let taken = taken(rows, i).and_then(|j| own(&rows[j]).map(|o| (j, o)));
-            match (own(row), taken, &row.outcome) {
-                (Some((mine, _)), Some((j, (plan, simulated))), _) => {
+            match (taken, &row.outcome) {
+                (Some((j, (plan, simulated))), outcome) => {
                     let p = &plan.predicted;
                     value["fits"] = true.into();
                     value["iteration_s"] = p.iteration_s.into();
-                    value["own_iteration_s"] = mine.predicted.iteration_s.into();
+                    // This budget's own plan's time, or why it has none
+                    // that fits (the row takes a smaller budget's).
+                    match (own(row), outcome) {
+                        (Some((mine, _)), _) => {
+                            value["own_iteration_s"] = mine.predicted.iteration_s.into();
+                        }
+                        (None, Outcome::Infeasible { message, .. }) => {
+                            value["own_iteration_s"] = serde_json::Value::Null;
+                            value["own_error"] = message.clone().into();
+                        }
+                        (None, Outcome::Fits { .. }) => {}
+                    }
                     value["plan_of"] = rows[j].label.clone().into();
                     value["hbm_peak_bytes"] = p.peak_bytes.hbm.into();
                     value["host_peak_bytes"] = p.peak_bytes.host.into();
@@ -586,11 +619,11 @@ fn json(rows: &[Row], reference: Option<Reference>, header: &Header) -> serde_js
                         value["violations"] = s.violations.into();
                     }
                 }
-                (_, _, Outcome::Infeasible(message)) => {
+                (None, Outcome::Infeasible { message, .. }) => {
                     value["fits"] = false.into();
                     value["error"] = message.clone().into();
                 }
-                _ => {}
+                (None, Outcome::Fits { .. }) => {}
             }
             value
         })
@@ -618,6 +651,73 @@ mod tests {
     use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec};
     use fateplan::planner::plan::MilpSearch;
     use fateplan::planner::{blocks::BlockCounts, plan, PlanOptions};
+
+    /// A budget whose own plan does not fit takes the fastest smaller
+    /// budget's plan that fits, and says why, in the table and the JSON;
+    /// below every plan that fits, a row still does not fit.
+    #[test]
+    fn a_budget_whose_own_plan_misses_takes_a_smaller_budgets_plan() {
+        let spec = GnnSpec::new(GnnModel::Gcn, 16, 4, "g");
+        let workload = build_gnn(&spec, &BlockCounts::skewed(1000, 8000, 2).unwrap()).unwrap();
+        let profile = fateplan::profiles::builtin("a100-80g").unwrap();
+        let made = plan(&workload, &profile, &PlanOptions::new(Policy::Dp, &profile)).unwrap();
+        let header = Header {
+            name: "w".into(),
+            note: String::new(),
+            sized: false,
+            profile: "p".into(),
+            policy: "remat-only".into(),
+        };
+        let missed = |label: &str, bytes: u64| Row {
+            label: label.into(),
+            bytes,
+            outcome: Outcome::Infeasible {
+                message: format!("over at {label}"),
+                smaller: None,
+            },
+        };
+        let mut rows = [
+            missed("1MiB", 1 << 20),
+            Row {
+                label: "2MiB".into(),
+                bytes: 2 << 20,
+                outcome: Outcome::Fits {
+                    own: Box::new(made.clone()),
+                    faster_from: None,
+                    simulated: None,
+                },
+            },
+            missed("3MiB", 3 << 20),
+        ];
+        assert!(carry_fastest(&mut rows));
+        assert_eq!(
+            (taken(&rows, 0), taken(&rows, 1), taken(&rows, 2)),
+            (None, Some(1), Some(1))
+        );
+        let mut out = Vec::new();
+        table(&mut out, &rows, None, &header).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let line = |label: &str| text.lines().find(|l| l.starts_with(label)).unwrap();
+        assert!(
+            line("1MiB").contains("does not fit: over at 1MiB"),
+            "{text}"
+        );
+        let seconds = format_seconds(made.predicted.iteration_s);
+        assert!(line("3MiB").contains(&seconds), "{text}");
+        assert!(
+            line("3MiB").ends_with("the 2MiB plan (this budget's own does not fit: over at 3MiB)"),
+            "{text}"
+        );
+        let value = json(&rows, None, &header);
+        let row = &value["rows"][2];
+        assert_eq!(row["fits"], true, "{value}");
+        assert_eq!(row["plan_of"], "2MiB", "{value}");
+        assert_eq!(row["iteration_s"], made.predicted.iteration_s, "{value}");
+        assert!(row["own_iteration_s"].is_null(), "{value}");
+        assert_eq!(row["own_error"], "over at 3MiB", "{value}");
+        assert_eq!(value["rows"][0]["fits"], false, "{value}");
+        assert_eq!(value["rows"][0]["error"], "over at 1MiB", "{value}");
+    }
 
     /// A row of a plan the MILP's time limit cut short is marked `~`, as
     /// `compare` marks it, and its JSON says so; a proven one is not.
