@@ -172,6 +172,14 @@ impl BlockCounts {
     /// largest remainder so that they sum to `edges` exactly.
     pub fn skewed(nodes: u64, edges: u64, partitions: u32) -> Result<Self> {
         Self::check_partitions(nodes, partitions)?;
+        // Shared out in 64-bit floats, which count whole numbers exactly
+        // up to 2^53 (no graph comes near it).
+        if edges > MOST_SKEWED_EDGES {
+            return Err(Error::invalid(
+                "edges",
+                format!("{edges} is above {MOST_SKEWED_EDGES} (2^53), the most shared out exactly"),
+            ));
+        }
         let p = partitions as usize;
         let weights: Vec<f64> = (0..p)
             .map(|i| ((i + 1) as f64).powf(-SKEW_EXPONENT))
@@ -196,6 +204,7 @@ impl BlockCounts {
     }
 
     /// Vertex range `[start, end)` of partition `p`; sizes differ by at most one.
+    /// Panics where `p` is not a partition (as a slice's index does).
     pub fn range(&self, p: u32) -> (u64, u64) {
         partition_range(self.nodes, self.partitions, p)
     }
@@ -205,8 +214,15 @@ impl BlockCounts {
         end - start
     }
 
+    /// Edges of block `(dst, src)`. Panics where either is not a
+    /// partition (as a slice's index does).
     pub fn block_edges(&self, dst: u32, src: u32) -> u64 {
-        self.edges[dst as usize * self.partitions as usize + src as usize]
+        let p = self.partitions;
+        assert!(
+            dst < p && src < p,
+            "block ({dst}, {src}) of {p} partitions: both must be below {p}"
+        );
+        self.edges[dst as usize * p as usize + src as usize]
     }
 
     pub fn total_edges(&self) -> u64 {
@@ -215,7 +231,12 @@ impl BlockCounts {
 }
 
 /// Vertex range of partition `p` of `partitions` equal ranges over `nodes`.
+/// Panics where `p` is not below `partitions` (as a slice's index does).
 pub fn partition_range(nodes: u64, partitions: u32, p: u32) -> (u64, u64) {
+    assert!(
+        p < partitions,
+        "partition {p} of {partitions}: it must be below {partitions}"
+    );
     let (q, r) = (nodes / partitions as u64, nodes % partitions as u64);
     let p = p as u64;
     let start = p * q + p.min(r);
@@ -223,8 +244,14 @@ pub fn partition_range(nodes: u64, partitions: u32, p: u32) -> (u64, u64) {
     (start, start + len)
 }
 
-/// Partition holding vertex `v`.
+/// Partition holding vertex `v`. Panics where `v` is not below `nodes`
+/// or there are no partitions (as a slice's index does).
 pub fn partition_of(nodes: u64, partitions: u32, v: u64) -> u32 {
+    assert!(
+        v < nodes && partitions > 0,
+        "vertex {v} of {nodes} in {partitions} partitions: it must be below {nodes}, and \
+         there must be a partition"
+    );
     let (q, r) = (nodes / partitions as u64, nodes % partitions as u64);
     let big = r * (q + 1);
     if v < big {
@@ -270,6 +297,9 @@ impl RangeTable {
         p + usize::from(v >= self.starts[p + 1])
     }
 }
+
+/// The most edges [`BlockCounts::skewed`] shares out.
+pub const MOST_SKEWED_EDGES: u64 = 1 << 53;
 
 /// Splits `total` in proportion to `shares` (which sum to about 1), rounding
 /// by largest remainder; ties go to the lower index.

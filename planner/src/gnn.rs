@@ -649,6 +649,42 @@ impl GnnShape {
     }
 }
 
+/// Refuses a graph and model whose byte and operation counts would pass
+/// what a workload counts in (64-bit integers): the builder multiplies
+/// rows by both widths of a layer, and edges by a width and the heads.
+/// Every such product is bounded here, with room for the sums of a few.
+fn check_counts_fit(spec: &GnnSpec, blocks: &BlockCounts) -> Result<()> {
+    let nodes = u128::from(blocks.nodes);
+    let edges = blocks.edges.iter().map(|&e| u128::from(e)).sum::<u128>() + nodes;
+    let width = u128::from(spec.features.max(spec.hidden).max(spec.classes));
+    // Heads are GAT's alone (a GCN's spec may carry the default).
+    let heads = match spec.model {
+        GnnModel::Gat => u128::from(spec.heads),
+        _ => 1,
+    };
+    let most = u128::from(u64::MAX >> 4);
+    let largest = [
+        nodes * width * width * 2,
+        edges * (width + heads) * heads * 8,
+        nodes * width * heads * 8,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0);
+    if largest > most {
+        return Err(Error::invalid(
+            "graph",
+            format!(
+                "{} nodes and {} edges at width {width} ({heads} heads): the workload's byte \
+                 and operation counts would pass 2^60",
+                blocks.nodes,
+                edges - nodes,
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Builds one training iteration of `spec` over the partitioned graph `blocks`.
 pub fn build_gnn(spec: &GnnSpec, blocks: &BlockCounts) -> Result<Workload> {
     spec.validate()?;
@@ -659,6 +695,7 @@ pub fn build_gnn(spec: &GnnSpec, blocks: &BlockCounts) -> Result<Workload> {
             format!("{p} is outside 1..={MAX_PARTITIONS}"),
         ));
     }
+    check_counts_fit(spec, blocks)?;
     let name = format!(
         "{}-{}x{}{}-{}-p{}",
         spec.model.name(),
@@ -2110,6 +2147,34 @@ fn keep_transposes(w: &mut Workload) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sizes whose counts would pass 64 bits are refused, naming them,
+    /// where the builder's products overflowed (a panic in a debug
+    /// build, wrong counts in a release one); the largest real graphs
+    /// still build.
+    #[test]
+    fn counts_past_64_bits_are_refused() {
+        let spec = GnnSpec {
+            features: 1 << 20,
+            hidden: 1 << 16,
+            ..GnnSpec::new(GnnModel::Gcn, 1 << 20, 16, "huge")
+        };
+        let counts = BlockCounts::skewed(1 << 36, 10 << 36, 16).unwrap();
+        let error = build_gnn(&spec, &counts).unwrap_err().to_string();
+        assert!(error.contains("would pass 2^60"), "{error}");
+        let error = BlockCounts::skewed(1000, u64::MAX, 4)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("above 9007199254740992"), "{error}");
+        // papers100M's 3-layer GAT of 8 heads builds.
+        let stats = crate::datasets::dataset("ogbn-papers100M").unwrap();
+        let gat = GnnSpec {
+            heads: 8,
+            ..GnnSpec::new(GnnModel::Gat, stats.features, stats.classes, stats.name)
+        };
+        let counts = BlockCounts::skewed(stats.nodes, stats.edges, 8).unwrap();
+        assert!(build_gnn(&gat, &counts).is_ok());
+    }
 
     /// The number a name gives after `key`: the partition `s` of
     /// `agg[l1,p2,s3]` is 3.

@@ -540,10 +540,18 @@ impl PlanModel {
     fn check_build(&self, definition: &crate::workload::Workload) -> Result<()> {
         let field = |name: &str| format!("plan field workload.model.{name}");
         let name = &definition.name;
+        // What follows the count: the graph's name before it is the
+        // user's, and may hold `-aggfirst` or `-by-inputs` itself.
+        let count = format!("-p{}", self.partitions);
+        let tail = name
+            .rmatch_indices(&count)
+            .map(|(at, _)| &name[at + count.len()..])
+            .find(|rest| rest.is_empty() || rest.starts_with('-'))
+            .unwrap_or(name);
         let suffix = crate::gnn::sweep_suffix(&self.sweep);
         let ends = match suffix.is_empty() {
-            true => !name.contains("-by-inputs"),
-            false => name.ends_with(&suffix),
+            true => !tail.contains("-by-inputs"),
+            false => tail.ends_with(&suffix),
         };
         if !ends {
             return Err(Error::invalid(
@@ -555,7 +563,7 @@ impl PlanModel {
             ));
         }
         let aggregate_first = self.aggregates_first();
-        if (name.contains("-aggfirst-") || name.ends_with("-aggfirst")) && !aggregate_first {
+        if (tail == "-aggfirst" || tail.starts_with("-aggfirst-")) && !aggregate_first {
             return Err(Error::invalid(
                 field("layer_order"),
                 format!(
@@ -963,16 +971,7 @@ impl Plan {
                 ),
             ));
         }
-        if self.tensors.len() != definition.tensors.len() {
-            return Err(Error::invalid(
-                "plan field tensors",
-                format!(
-                    "{} entries for a workload of {} tensors",
-                    self.tensors.len(),
-                    definition.tensors.len()
-                ),
-            ));
-        }
+        sanity::check_tensor_count(self)?;
         for (index, (planned, tensor)) in self.tensors.iter().zip(&definition.tensors).enumerate() {
             let field = |name: &str| format!("plan field tensors[{index}].{name}");
             if planned.id.index() != index {

@@ -175,6 +175,62 @@ pub struct Dataset {
 }
 
 impl Dataset {
+    /// Checks that the arrays agree with the counts, as [`Dataset::load`]
+    /// does for a folder: `x` is `nodes × features` of finite values, `y`
+    /// and the masks have a value a node, every label is below `classes`,
+    /// and the edge lists are as long as each other. A dataset built in code is
+    /// checked this way before it is trained ([`crate::train::prepare`]),
+    /// naming the field and its length.
+    pub fn check(&self) -> Result<()> {
+        let at = Path::new(&self.name);
+        let nodes = self.nodes;
+        let wrong = |field: &str, len: usize, expected: String| {
+            Error::invalid(at, field, format!("{len} values, expected {expected}"))
+        };
+        let cells = nodes.checked_mul(u64::from(self.features));
+        if cells != Some(self.x.len() as u64) {
+            return Err(wrong(
+                "x",
+                self.x.len(),
+                format!("nodes × features = {nodes} × {}", self.features),
+            ));
+        }
+        check_finite(at, &self.x, |r| r as u64, self.features)?;
+        for (field, len) in [
+            ("y", self.y.len()),
+            ("train_mask", self.train_mask.len()),
+            ("val_mask", self.val_mask.len()),
+            ("test_mask", self.test_mask.len()),
+        ] {
+            if len as u64 != nodes {
+                return Err(wrong(field, len, format!("one a node ({nodes})")));
+            }
+        }
+        if let Some((v, &label)) = self
+            .y
+            .iter()
+            .enumerate()
+            .find(|(_, &l)| l < 0 || l >= i64::from(self.classes))
+        {
+            return Err(Error::invalid(
+                at,
+                format!("y[{v}]"),
+                format!(
+                    "{label} is outside 0..{} (classes {})",
+                    self.classes, self.classes
+                ),
+            ));
+        }
+        if self.src.len() != self.dst.len() {
+            return Err(wrong(
+                "dst",
+                self.dst.len(),
+                format!("as many as src ({})", self.src.len()),
+            ));
+        }
+        Ok(())
+    }
+
     /// Reads a folder of PyG-named `.npy` files (see the module docs) and
     /// checks that every array agrees on `N`, labels are in range, features
     /// are finite and edges name existing nodes.

@@ -136,9 +136,9 @@ pub struct TrainRun {
 fn check_run(hyper: &Hyper, epochs: u32, built: Option<&GnnSpec>) -> Result<(), ExecError> {
     hyper
         .check()
-        .map_err(|e| ExecError::Kernel(e.to_string()))?;
+        .map_err(|e| ExecError::InvalidInput(e.to_string()))?;
     if epochs == 0 {
-        return Err(ExecError::Kernel(
+        return Err(ExecError::InvalidInput(
             "epochs: 0; a run trains at least 1".into(),
         ));
     }
@@ -192,7 +192,7 @@ fn check_run(hyper: &Hyper, epochs: u32, built: Option<&GnnSpec>) -> Result<(), 
     if differ.is_empty() {
         return Ok(());
     }
-    Err(ExecError::Kernel(format!(
+    Err(ExecError::InvalidInput(format!(
         "the hyper-parameters are not those the model was prepared with: {}; prepare it with \
          these",
         differ.join(", ")
@@ -234,7 +234,7 @@ pub fn train(
     let digest = expected.digest();
     if !planned_for(&plan.workload.digest, &expected) {
         let hint = digest_hint(&plan.workload.definition, &expected);
-        return Err(ExecError::Kernel(format!(
+        return Err(ExecError::InvalidInput(format!(
             "the plan is for workload {} ({}), but this graph and model give {} ({}): plan again for this run{hint}",
             plan.workload.name, plan.workload.digest, expected.name, digest
         )));
@@ -351,7 +351,7 @@ pub fn check_shared_plan(plan: &Plan, workload: &Workload) -> Result<(), ExecErr
     let digest = workload.digest();
     if !planned_for(&plan.workload.digest, workload) {
         let hint = digest_hint(&plan.workload.definition, workload);
-        return Err(ExecError::Kernel(format!(
+        return Err(ExecError::InvalidInput(format!(
             "the plan is for workload {} ({}), but these shares and model give {} ({}): plan \
              again for this run{hint}",
             plan.workload.name, plan.workload.digest, workload.name, digest
@@ -600,7 +600,7 @@ pub fn train_shared(
         ));
     }
     if !matches!(backend, BackendChoice::Cpu) {
-        return Err(ExecError::Kernel(
+        return Err(ExecError::InvalidInput(
             "training on several devices runs on the CPU backend only (the CUDA backend's \
              exchange through NCCL is not written)"
                 .into(),
@@ -1016,6 +1016,9 @@ fn prepare_with_edges(
     csr_cache: Option<&Path>,
 ) -> Result<Prepared, crate::Error> {
     hyper.check()?;
+    // The edges (given apart: its own lists are empty) are checked as the
+    // adjacency is built; the rest here, before any of it is read.
+    dataset.check()?;
     let build = || Csr::from_edges(dataset.nodes, &src, &dst);
     let csr = match csr_cache {
         Some(path) => {
@@ -1127,14 +1130,32 @@ pub fn open_spill(
 mod tests {
     use super::*;
 
-    /// A graph prepared where it lies gives what the graph moved in gives
-    /// (blocks, features, labels, masks, workload).
+    /// What a run is given that does not hold together is an
+    /// `InvalidInput`, which a caller can match, not a kernel's failure.
     #[test]
-    fn a_borrowed_graph_prepares_as_a_moved_one() {
+    fn a_run_given_what_cannot_run_is_invalid_input() {
+        let hyper = Hyper {
+            hidden: 8,
+            ..Hyper::new(GnnModel::Gcn)
+        };
+        assert!(check_run(&hyper, 1, None).is_ok());
+        let zero = check_run(&hyper, 0, None).unwrap_err();
+        assert!(
+            matches!(&zero, ExecError::InvalidInput(m) if m.contains("epochs: 0")),
+            "{zero}"
+        );
+        let bad = Hyper { lr: -1.0, ..hyper };
+        let error = check_run(&bad, 1, None).unwrap_err();
+        assert!(matches!(error, ExecError::InvalidInput(_)), "{error}");
+    }
+
+    /// An R-MAT graph of `2^scale` vertices, 6 features and 3 classes,
+    /// and a GCN of 8 hidden for it.
+    fn small_gcn(scale: u32) -> (Dataset, Hyper) {
         let graph = crate::generate::RmatSpec {
             features: 6,
             classes: 3,
-            ..crate::generate::RmatSpec::new(9)
+            ..crate::generate::RmatSpec::new(scale)
         }
         .generate()
         .unwrap();
@@ -1142,6 +1163,49 @@ mod tests {
             hidden: 8,
             ..Hyper::new(GnnModel::Gcn)
         };
+        (graph, hyper)
+    }
+
+    /// A dataset built in code whose arrays disagree with its counts is
+    /// refused when prepared, naming the field, where training used to
+    /// panic on the first slice past the end.
+    #[test]
+    fn a_dataset_whose_arrays_disagree_is_refused_when_prepared() {
+        let (graph, hyper) = small_gcn(7);
+        assert!(prepare(graph.clone(), &hyper, 2).is_ok());
+        type Break = fn(&mut Dataset);
+        let cases: [(&str, Break); 7] = [
+            ("x: ", |d| d.x.truncate(5)),
+            ("x[0, 2]: NaN", |d| d.x[2] = f32::NAN),
+            ("x: ", |d| d.features = 7),
+            ("y: ", |d| d.y.pop().map(drop).unwrap_or(())),
+            ("test_mask: ", |d| d.test_mask.push(true)),
+            ("y[3]: ", |d| d.y[3] = 3),
+            ("dst: ", |d| d.dst.truncate(1)),
+        ];
+        for (field, break_it) in cases {
+            let mut broken = graph.clone();
+            break_it(&mut broken);
+            let error = prepare(broken.clone(), &hyper, 2)
+                .err()
+                .unwrap()
+                .to_string();
+            let checked = broken.check().err().map(|e| e.to_string());
+            assert!(
+                error.contains(field) || error.contains("sources but"),
+                "{field} {error}"
+            );
+            if field != "dst: " {
+                assert_eq!(checked.as_deref(), Some(error.as_str()), "{field}");
+            }
+        }
+    }
+
+    /// A graph prepared where it lies gives what the graph moved in gives
+    /// (blocks, features, labels, masks, workload).
+    #[test]
+    fn a_borrowed_graph_prepares_as_a_moved_one() {
+        let (graph, hyper) = small_gcn(9);
         for partitions in [1, 3] {
             let moved = prepare(graph.clone(), &hyper, partitions).unwrap();
             let borrowed = prepare_borrowed(&graph, &hyper, partitions).unwrap();

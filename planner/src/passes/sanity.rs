@@ -55,14 +55,38 @@ struct AwayCopy {
     ready_step: u32,
 }
 
-pub fn check(plan: &Plan) -> Result<SanityReport> {
+/// A fate for every tensor of the workload, no more.
+pub(crate) fn check_tensor_count(plan: &Plan) -> Result<()> {
+    let (planned, tensors) = (plan.tensors.len(), plan.workload.definition.tensors.len());
+    if planned != tensors {
+        return Err(Error::invalid(
+            "plan field tensors",
+            format!("{planned} entries for a workload of {tensors} tensors"),
+        ));
+    }
+    Ok(())
+}
+
+/// The plan's fates against its workload and its schedule: each fate one
+/// its tensor may take, each schedule entry well formed for its tensor's
+/// fate, and every fate that moves or re-runs its tensor scheduled to.
+/// The part of [`check`] that does not count memory: a replay
+/// (`runtime::sim`) checks it before it runs, and reports budgets itself.
+pub fn check_structure(plan: &Plan) -> Result<()> {
     let workload = &plan.workload.definition;
+    check_tensor_count(plan)?;
     let fates: Vec<Fate> = plan.tensors.iter().map(|t| t.fate).collect();
     check_fates(workload, &fates)?;
     for (index, entry) in plan.schedule.iter().enumerate() {
         check_entry(workload, &fates, entry, index)?;
     }
-    check_fates_scheduled(workload, &fates, &plan.schedule)?;
+    check_fates_scheduled(workload, &fates, &plan.schedule)
+}
+
+pub fn check(plan: &Plan) -> Result<SanityReport> {
+    let workload = &plan.workload.definition;
+    check_structure(plan)?;
+    let fates: Vec<Fate> = plan.tensors.iter().map(|t| t.fate).collect();
     if plan.gpus <= 1 && !plan.exchanges.is_empty() {
         return Err(Error::invalid(
             "plan field exchanges",

@@ -92,6 +92,12 @@ pub enum ExecError {
     Ssd(String),
     #[error("{0}")]
     Kernel(String),
+    /// What the run was given does not hold together: the hyper-parameters
+    /// (against themselves or those the model was prepared with), the
+    /// epochs, a plan made for another workload, a backend that cannot
+    /// run it. Nothing ran.
+    #[error("{0}")]
+    InvalidInput(String),
     /// A collective between the devices of a multi-device run.
     #[error("exchange between devices: {0}")]
     Exchange(String),

@@ -281,6 +281,10 @@ fn run(
     // A plan of several devices needs their link (a CPU profile has none).
     profile.check_gpus(plan.gpus)?;
     plan.workload.definition.validate()?;
+    // Fates the schedule does not carry out (a tensor said recomputed with
+    // no recomputation) are refused, as training refuses them: replayed,
+    // the tensor would stay where it was and the plan pass for another.
+    fateplan_planner::passes::sanity::check_structure(plan)?;
     let budgets = budgets_for(plan, profile);
     // One device of the plan's: its share of the node's host memory, SSD
     // and their bandwidth, which the node's devices use at once.

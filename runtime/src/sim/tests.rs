@@ -213,6 +213,39 @@ fn recomputation_runs_on_the_compute_stream_before_its_step() {
     assert!(report.violations.is_empty(), "{:?}", report.violations);
 }
 
+/// A fate its schedule does not carry out is refused, as training
+/// refuses it: replayed, the tensor would stay on the device, and the
+/// plan would be timed as another.
+#[test]
+fn a_fate_the_schedule_does_not_carry_out_is_refused() {
+    let mut plan = planned(Policy::RetainAll, 0);
+    let report = simulate(&plan, &profile(), &SimOptions::default()).unwrap();
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    let a = plan.tensors.iter().position(|t| t.name == "a").unwrap();
+    plan.tensors[a].fate = fateplan_planner::Fate::Recompute;
+    let error = simulate(&plan, &profile(), &SimOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("recompute for \"a\", but the schedule has no recompute of it"),
+        "{error}"
+    );
+    // Fewer fates than tensors, the schedule naming one left out: an
+    // error, not an index past the end.
+    let mut short = planned(Policy::OffloadHostAll, 0);
+    let last = short
+        .schedule
+        .iter()
+        .map(|e| e.tensor.index())
+        .max()
+        .unwrap();
+    short.tensors.truncate(last);
+    let error = simulate(&short, &profile(), &SimOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("entries for a workload of"), "{error}");
+}
+
 #[test]
 fn a_missing_reload_is_a_violation_naming_time_tensor_and_bytes() {
     let mut plan = planned(Policy::OffloadHostAll, 0);
