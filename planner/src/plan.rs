@@ -548,18 +548,19 @@ impl PlanModel {
             .map(|(at, _)| &name[at + count.len()..])
             .find(|rest| rest.is_empty() || rest.starts_with('-'))
             .unwrap_or(name);
+        // After the count, the layer order's part where it has one, then
+        // the sweeps' and nothing else: anything more is a count the
+        // graph's name holds, not the workload's.
         let suffix = crate::gnn::sweep_suffix(&self.sweep);
-        let ends = match suffix.is_empty() {
-            true => !tail.contains("-by-inputs"),
-            false => tail.ends_with(&suffix),
-        };
-        if !ends {
+        let rest = tail.strip_prefix("-aggfirst").unwrap_or(tail);
+        if rest != suffix {
+            let (which, given, built) = match rest.starts_with("-by-inputs") || !suffix.is_empty() {
+                true => ("sweep", format!("{:?}", self.sweep), "other sweeps"),
+                false => ("partitions", self.partitions.to_string(), "another count"),
+            };
             return Err(Error::invalid(
-                field("sweep"),
-                format!(
-                    "{:?}, but the workload definition {name:?} was built with other sweeps",
-                    self.sweep
-                ),
+                field(which),
+                format!("{given}, but the workload definition {name:?} was built with {built}"),
             ));
         }
         let aggregate_first = self.aggregates_first();

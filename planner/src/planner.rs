@@ -2204,6 +2204,25 @@ mod tests {
                 .to_string();
             assert!(error.contains("layer_order"), "{graph}: {error}");
         }
+        // A count the graph's name holds is not the workload's: built in
+        // 8 partitions, a model saying 4 is refused, naming the count.
+        let spec = GnnSpec {
+            layers: 2,
+            ..GnnSpec::new(GnnModel::Gcn, 100, 10, "g-p4-x")
+        };
+        let eight = BlockCounts::skewed(10_000, 100_000, 8).unwrap();
+        let workload = build_gnn(&spec, &eight).unwrap();
+        let mut made = plan(&workload, &profile, &PlanOptions::new(Policy::Dp, &profile)).unwrap();
+        made.workload.model = Some(PlanModel::new(&spec, 8));
+        assert!(Plan::from_json(&made.to_json(), "made.json").is_ok());
+        made.workload.model = Some(PlanModel::new(&spec, 4));
+        let error = Plan::from_json(&made.to_json(), "made.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("workload.model.partitions") && error.contains("another count"),
+            "{error}"
+        );
     }
 
     /// The peers that size their fates to the budget fit every budget
