@@ -2359,7 +2359,7 @@ pub(crate) fn compare_policies(
     // dp's and milp's hints at a budget nothing fits are the same
     // questions to dp's memory model (`planner::model_hint`): asked once,
     // by whichever row needs them first, and added to both.
-    let model_hint: OnceLock<Result<Option<String>, PlanError>> = OnceLock::new();
+    let model_hint: OnceLock<Result<Option<planner::Hint>, PlanError>> = OnceLock::new();
     let hint_shared = |policy: Policy| !policy.is_peer() && options.gpus <= 1;
     let hinted = |policy: Policy, error: PlanError| -> PlanError {
         if !matches!(error, PlanError::Infeasible { .. }) {

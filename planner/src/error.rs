@@ -7,6 +7,18 @@ fn bytes(n: &u64) -> String {
     crate::units::bytes_exact(*n)
 }
 
+/// One tier's budget with which a plan fits, the other budgets as given,
+/// as an infeasible error's hint names it ([`Error::Infeasible`]'s
+/// `fits_with`): a caller may plan again with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FitsWith {
+    pub tier: Tier,
+    /// The budget found: it fits, and one about 2% smaller does not.
+    pub bytes: u64,
+    /// Whether it is more than the profile has (it could not be given).
+    pub over_capacity: bool,
+}
+
 /// Everything that can go wrong while building a workload, reading a profile
 /// or plan, or planning.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -27,6 +39,10 @@ pub enum Error {
         bytes_over: u64,
         /// What would fit, when the planner could work it out ("; ..."), or empty.
         hint: String,
+        /// The budgets the hint names, as numbers: per tier, the smallest
+        /// found (within about 2%) with which a plan fits, the others as
+        /// given. Empty where none was worked out or none fits.
+        fits_with: Vec<FitsWith>,
     },
     /// Input that cannot be used, with where it came from (a file, a field,
     /// an operator or tensor name) and the offending value.

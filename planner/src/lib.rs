@@ -23,7 +23,7 @@ pub mod sizing;
 pub mod units;
 pub mod workload;
 
-pub use error::{Error, Result};
+pub use error::{Error, FitsWith, Result};
 pub use plan::{Budgets, Fate, Plan};
 pub use planner::{explain, plan, Explanation, PlanOptions};
 pub use policy::Policy;

@@ -17,7 +17,7 @@ use crate::policy::{self, Policy};
 use crate::profile::Profile;
 use crate::units::{count, format_bytes, format_bytes_up, format_seconds};
 use crate::workload::{TensorId, TensorKind, Workload};
-use crate::{Error, Result, Tier};
+use crate::{Error, FitsWith, Result, Tier};
 
 use rayon::prelude::*;
 
@@ -1474,6 +1474,7 @@ fn overrun_error(
                 .to_string(),
             false => String::new(),
         },
+        fits_with: Vec::new(),
     }
 }
 
@@ -1501,8 +1502,15 @@ fn with_hint(
             options.policy.name()
         );
     }
-    hint.push_str(&budgets_hint(workload, profile, options, lives));
-    error
+    add_hint(error, &budgets_hint(workload, profile, options, lives))
+}
+
+/// What [`model_hint`] answers: the text an infeasible error's hint ends
+/// with, and the budgets it names as numbers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hint {
+    pub text: String,
+    pub fits_with: Vec<FitsWith>,
 }
 
 /// The hint [`plan`] adds to an infeasible error of `dp` or `milp` on one
@@ -1516,7 +1524,7 @@ pub fn model_hint(
     workload: &Workload,
     profile: &Profile,
     options: &PlanOptions,
-) -> Result<Option<String>> {
+) -> Result<Option<Hint>> {
     if options.policy.is_peer() || options.gpus > 1 {
         return Ok(None);
     }
@@ -1530,9 +1538,13 @@ pub fn model_hint(
 
 /// An infeasible `error` with a [`model_hint`] added; any other error as
 /// it is.
-pub fn add_hint(mut error: Error, more: &str) -> Error {
-    if let Error::Infeasible { hint, .. } = &mut error {
-        hint.push_str(more);
+pub fn add_hint(mut error: Error, more: &Hint) -> Error {
+    if let Error::Infeasible {
+        hint, fits_with, ..
+    } = &mut error
+    {
+        hint.push_str(&more.text);
+        fits_with.clone_from(&more.fits_with);
     }
     error
 }
@@ -1546,7 +1558,7 @@ fn budgets_hint(
     profile: &Profile,
     options: &PlanOptions,
     lives: &Lifetimes,
-) -> String {
+) -> Hint {
     let fates = if options.policy.is_peer() {
         FateSet::ALL
     } else {
@@ -1607,27 +1619,36 @@ fn budgets_hint(
         Tier::Host => profile.host.memory_bytes,
         Tier::Ssd => profile.ssd.capacity_bytes,
     };
-    let mut over = 0;
-    let parts: Vec<String> = found
+    let fits_with: Vec<FitsWith> = found
         .into_iter()
         .filter_map(|(tier, bytes)| {
-            // Rounded up: the printed budget, given back, fits.
-            let text = format!("{tier} {}", format_bytes_up(bytes?));
-            if bytes? <= capacity(tier) {
-                return Some(text);
-            }
-            over += 1;
-            Some(format!(
-                "{text} (more than profile {:?} has, {})",
-                profile.name,
-                format_bytes(capacity(tier))
-            ))
+            let bytes = bytes?;
+            Some(FitsWith {
+                tier,
+                bytes,
+                over_capacity: bytes > capacity(tier),
+            })
         })
         .collect();
-    if parts.is_empty() {
+    let parts: Vec<String> = fits_with
+        .iter()
+        .map(|fit| {
+            // Rounded up: the printed budget, given back, fits.
+            let text = format!("{} {}", fit.tier, format_bytes_up(fit.bytes));
+            match fit.over_capacity {
+                false => text,
+                true => format!(
+                    "{text} (more than profile {:?} has, {})",
+                    profile.name,
+                    format_bytes(capacity(fit.tier))
+                ),
+            }
+        })
+        .collect();
+    let text = if parts.is_empty() {
         "; no single budget increase makes it fit".to_string()
     } else {
-        let note = match over == parts.len() {
+        let note = match fits_with.iter().all(|fit| fit.over_capacity) {
             true => "; no budget this profile allows fits at this partition count",
             false => "",
         };
@@ -1636,7 +1657,8 @@ fn budgets_hint(
              {}{note}",
             parts.join(", ")
         )
-    }
+    };
+    Hint { text, fits_with }
 }
 
 /// Where [`smallest_budget`] looks: bytes a tier could be asked to hold.

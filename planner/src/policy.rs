@@ -503,6 +503,7 @@ fn sweep(
                     budget_bytes: budget,
                     bytes_over: used - budget,
                     hint: String::new(),
+                    fits_with: Vec::new(),
                 });
             };
             let Some(demoted) = eligible(tensor, fates[tensor]) else {

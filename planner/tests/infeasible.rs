@@ -56,6 +56,7 @@ fn a_step_bigger_than_the_device_is_reported_with_its_bytes() {
                 op,
                 needed_bytes,
                 hint,
+                fits_with,
                 ..
             }) => {
                 assert_eq!(
@@ -65,6 +66,18 @@ fn a_step_bigger_than_the_device_is_reported_with_its_bytes() {
                 );
                 assert_eq!(needed_bytes, 16 * MIB, "{policy:?}");
                 assert!(hint.contains("hbm"), "{policy:?}: {hint}");
+                // The hint's device budget as a number: it fits, and is
+                // what the text says, rounded up.
+                let fit = fits_with.iter().find(|f| f.tier == Tier::Hbm).unwrap();
+                assert!(!fit.over_capacity, "{policy:?}");
+                let text = hinted(&hint, "hbm").unwrap();
+                assert!(
+                    fit.bytes <= text && text - fit.bytes <= text / 100,
+                    "{policy:?}"
+                );
+                let mut retry = options.clone();
+                retry.budgets.hbm_bytes = fit.bytes;
+                assert!(plan(&w, &profile, &retry).is_ok(), "{policy:?}: {fit:?}");
             }
             other => panic!("{policy:?}: {other:?}"),
         }
@@ -156,7 +169,11 @@ fn dp_and_milp_share_one_hint_which_model_hint_gives() {
             };
             assert!(!hint.contains("it fits with"), "{policy:?}: {hint}");
             let hint = model_hint(&w, &profile, &options).unwrap().unwrap();
-            assert!(hint.contains("hbm"), "{policy:?}: {hint}");
+            assert!(hint.text.contains("hbm"), "{policy:?}: {hint:?}");
+            assert!(
+                hint.fits_with.iter().any(|f| f.tier == Tier::Hbm),
+                "{policy:?}: {hint:?}"
+            );
             assert_eq!(add_hint(bare, &hint), hinted, "{policy:?}");
             hints.push(hint);
         }

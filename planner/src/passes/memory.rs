@@ -336,6 +336,7 @@ impl Occupancy {
                     } else {
                         String::new()
                     },
+                    fits_with: Vec::new(),
                 });
             }
         }
