@@ -84,8 +84,10 @@ pub enum ExecError {
         actual_bytes: u64,
         planned_bytes: u64,
     },
+    /// The plan fails its own checks (`Plan::validate`): the planner's
+    /// error, whole, so that a caller can match it.
     #[error("the plan does not check out: {0}")]
-    InvalidPlan(String),
+    InvalidPlan(fateplan_planner::Error),
     #[error("the plan uses the SSD tier but no spill directory was given")]
     NoSsd,
     #[error("ssd tier: {0}")]
@@ -320,8 +322,7 @@ impl<B: Backend> Executor<B> {
     ) -> Result<Executor<B>, ExecError> {
         // A plan built in memory has not been through `Plan::from_json`'s
         // checks; the executor indexes by its steps and tensors, so check.
-        plan.validate()
-            .map_err(|e| ExecError::InvalidPlan(e.to_string()))?;
+        plan.validate().map_err(ExecError::InvalidPlan)?;
         let budgets = options.budgets.unwrap_or(plan.budgets);
         for tier in [Tier::Hbm, Tier::Host, Tier::Ssd] {
             let needed_bytes = plan.predicted.peak_bytes.get(tier);

@@ -311,7 +311,15 @@ fn a_tampered_plan_is_refused() {
     )
     .err()
     .unwrap();
-    assert!(matches!(error, ExecError::InvalidPlan(_)), "{error}");
+    // The planner's error itself, naming the entry.
+    assert!(
+        matches!(
+            &error,
+            ExecError::InvalidPlan(fateplan_planner::Error::InvalidInput { context, .. })
+                if context.contains("schedule[")
+        ),
+        "{error}"
+    );
 }
 
 /// Inputs read for the last time are handed over alone, under every
