@@ -2069,6 +2069,16 @@ fn link_seconds(entry: &ScheduleEntry, profile: &Profile) -> f64 {
 mod tests {
     use super::*;
 
+    /// A profile shipped in `profiles/`, by name.
+    fn shipped(name: &str) -> Profile {
+        let text = match name {
+            "a100-80g" => include_str!("../../profiles/a100-80g.json"),
+            "cpu-small" => include_str!("../../profiles/cpu-small.json"),
+            other => panic!("no test profile {other}"),
+        };
+        Profile::from_json(text, &format!("{name}.json")).unwrap()
+    }
+
     const GIB: u64 = 1 << 30;
 
     /// ogbn-arxiv's 3-layer `model` of 256 in 4 partitions at `percent`
@@ -2093,11 +2103,7 @@ mod tests {
         let spec = GnnSpec::new(model, stats.features, stats.classes, stats.name);
         let counts = BlockCounts::skewed(stats.nodes, stats.edges, 4).unwrap();
         let workload = build_gnn(&spec, &counts).unwrap();
-        let profile = Profile::from_json(
-            include_str!("../../profiles/a100-80g.json"),
-            "a100-80g.json",
-        )
-        .unwrap();
+        let profile = shipped("a100-80g");
         let retain_all = plan(
             &workload,
             &profile,
@@ -2153,11 +2159,7 @@ mod tests {
         let spec = GnnSpec::new(GnnModel::Gcn, 100, 10, "g");
         let workload =
             build_gnn(&spec, &BlockCounts::skewed(100_000, 1_000_000, 4).unwrap()).unwrap();
-        let profile = crate::profile::Profile::from_json(
-            include_str!("../../profiles/a100-80g.json"),
-            "a100-80g.json",
-        )
-        .unwrap();
+        let profile = shipped("a100-80g");
         for (gpus, budgets) in [(4, None), (1, Some(Budgets::UNLIMITED))] {
             let mut options = PlanOptions::new(Policy::Dp, &profile);
             options.gpus = gpus;
@@ -2194,11 +2196,7 @@ mod tests {
         use crate::blocks::BlockCounts;
         use crate::gnn::{build_gnn, GnnModel, GnnSpec, LayerOrder};
         use crate::plan::PlanModel;
-        let profile = crate::profile::Profile::from_json(
-            include_str!("../../profiles/a100-80g.json"),
-            "a100-80g.json",
-        )
-        .unwrap();
+        let profile = shipped("a100-80g");
         let counts = BlockCounts::skewed(10_000, 100_000, 4).unwrap();
         for graph in ["my-aggfirst", "g-by-inputs", "x-p4-aggfirst-by-inputs-f1"] {
             let spec = GnnSpec {
@@ -2263,11 +2261,7 @@ mod tests {
         (spec.layers, spec.hidden) = (2, 16);
         let counts = BlockCounts::skewed(2000, 15942, 4).unwrap();
         let workload = build_gnn(&spec, &counts).unwrap();
-        let profile = Profile::from_json(
-            include_str!("../../profiles/cpu-small.json"),
-            "cpu-small.json",
-        )
-        .unwrap();
+        let profile = shipped("cpu-small");
         for policy in [Policy::RematOnly, Policy::Greedy, Policy::CapacityGreedy] {
             let mut options = PlanOptions::new(policy, &profile);
             let mut first_fit = None;
@@ -2306,11 +2300,7 @@ mod tests {
         // Over budget at several steps, the first of them needing less.
         let budget = needs[0] - 1;
         assert!(needs[0] < most);
-        let profile = Profile::from_json(
-            include_str!("../../profiles/a100-80g.json"),
-            "a100-80g.json",
-        )
-        .unwrap();
+        let profile = shipped("a100-80g");
         let mut options = PlanOptions::new(Policy::Dp, &profile);
         options.budgets.hbm_bytes = budget;
         match plan(&workload, &profile, &options) {
@@ -2436,11 +2426,7 @@ mod tests {
                 Cost::seconds(1e-3),
             );
         }
-        let profile = Profile::from_json(
-            include_str!("../../profiles/a100-80g.json"),
-            "a100-80g.json",
-        )
-        .unwrap();
+        let profile = shipped("a100-80g");
         // A peer's options: under dp the keep pass would retain `a`, the
         // device having room for it; this is the schedule as built.
         let options = PlanOptions::new(Policy::Greedy, &profile);
