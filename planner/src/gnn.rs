@@ -1171,6 +1171,16 @@ impl<'a> Builder<'a> {
         ))
     }
 
+    /// The input a GCN's or GraphSAGE's block aggregation (forward or
+    /// transposed) adds into in place ([`crate::workload::Op::adds_into`]):
+    /// its third, the running sum of the blocks before it (or
+    /// GraphSAGE's own-row term that starts it), where it has one. Both
+    /// backends take that buffer over when the executor hands it to them;
+    /// GAT's aggregations are not marked.
+    fn adds_into(&self, inputs: &[TensorId]) -> Option<u32> {
+        (self.spec.model != GnnModel::Gat && inputs.len() == 3).then_some(2)
+    }
+
     /// Whether layer `l`'s forward gather (GCN's, GraphSAGE's) masks its
     /// input as it gathers: the first layer's input dropout, where that
     /// layer aggregates before it projects (the backends fuse the mask
@@ -1234,7 +1244,8 @@ impl<'a> Builder<'a> {
             } else {
                 ComputeClass::Sparse
             };
-            self.op(
+            let adds = self.adds_into(&inputs);
+            let id = self.w.add_op(
                 format!("agg[l{l},p{i},s{j}]"),
                 OpKind::Aggregate,
                 Phase::Forward,
@@ -1242,6 +1253,7 @@ impl<'a> Builder<'a> {
                 vec![out],
                 Cost::work(2.0 * (edges * width) as f64, bytes, class).over_edges(edges),
             );
+            self.w.ops[id.index()].adds_into = adds;
             partials[r] = Some(out);
             if last {
                 (around.done)(self, i, out);
@@ -1497,7 +1509,8 @@ impl<'a> Builder<'a> {
                 false => Cost::work(2.0 * (edges * width) as f64, bytes, ComputeClass::Scatter)
                     .transposing(edges),
             };
-            self.op(
+            let adds = self.adds_into(&inputs);
+            let id = self.w.add_op(
                 format!("agg_bwd[l{l},p{j},d{i}]"),
                 OpKind::AggregateBackward,
                 Phase::Backward,
@@ -1505,6 +1518,7 @@ impl<'a> Builder<'a> {
                 vec![out],
                 cost.over_edges(edges),
             );
+            self.w.ops[id.index()].adds_into = adds;
             partials[r] = Some(out);
         }
         partials

@@ -246,12 +246,17 @@ fn step_need_max(workload: &Workload, extra: &[u64]) -> u64 {
     step_needs(workload, extra).max().unwrap_or(0)
 }
 
-/// Per step, its operator's inputs and outputs (each once) and `extra`.
+/// Per step, its operator's inputs and outputs (each once) and `extra`;
+/// an input the operator adds into in place ([`crate::workload::Op::adds_into`]) and its
+/// output, which takes that buffer over, once.
 fn step_needs<'a>(workload: &'a Workload, extra: &'a [u64]) -> impl Iterator<Item = u64> + 'a {
     let mut seen: Vec<TensorId> = Vec::new();
     workload.ops.iter().enumerate().map(move |(s, op)| {
         seen.clear();
         seen.extend(op.inputs.iter().chain(&op.outputs));
+        if let Some(&taken) = op.adds_into.and_then(|k| op.inputs.get(k as usize)) {
+            seen.retain(|&t| t != taken);
+        }
         seen.sort_unstable();
         seen.dedup();
         seen.iter().map(|&t| workload.tensor(t).bytes).sum::<u64>()

@@ -288,17 +288,26 @@ impl Fenwick {
 /// Device intervals `[start, end)` of a tensor's copies under `fate`, in
 /// memory slots ([`boundary`], [`item`]), for the fates greedy uses: an
 /// offload is due before the step after the last forward read, and a copy
-/// back is issued at the boundary before the next read.
+/// back is issued at the boundary before the next read. `handed`: the
+/// last read adds into the tensor in place, so its last copy ends at that
+/// read's item ([`cost::handed_at_last_use`]).
 fn device_intervals(
     workload: &Workload,
     lives: &Lifetimes,
     tensor: usize,
     fate: Fate,
+    handed: bool,
 ) -> Vec<(usize, usize)> {
     let slots = slot_count(workload);
     let life = &lives.tensors[tensor];
     let produced = || item(life.producer.expect("intermediates have producers"));
-    let last_read = || boundary(life.last_use().expect("produced") + 1);
+    let last_read = || {
+        let last = life.last_use().expect("produced");
+        match handed {
+            true => item(last),
+            false => boundary(last + 1),
+        }
+    };
     let spans: Vec<(u32, u32)> = match fate {
         Fate::Resident => return vec![(0, slots)],
         Fate::StreamHost | Fate::StreamSsd => use_runs(&life.uses)
@@ -368,6 +377,8 @@ struct Tiers {
     hbm: Fenwick,
     host: Fenwick,
     ssd: Fenwick,
+    /// Per tensor, whether its last read adds into it in place.
+    handed: Vec<bool>,
 }
 
 impl Tiers {
@@ -388,7 +399,8 @@ impl Tiers {
         sign: i128,
     ) {
         let bytes = workload.tensors[tensor].bytes as i128 * sign;
-        for (start, end) in device_intervals(workload, lives, tensor, fate) {
+        let handed = self.handed[tensor];
+        for (start, end) in device_intervals(workload, lives, tensor, fate, handed) {
             self.hbm.add(start, end, bytes);
         }
         if let Some((tier, start, end)) = away_interval(workload, lives, tensor, fate) {
@@ -543,6 +555,7 @@ fn greedy(
         hbm: Fenwick::new(slots),
         host: Fenwick::new(slots),
         ssd: Fenwick::new(slots),
+        handed: cost::handed_at_last_use(workload, lives),
     };
     for (tensor, &fate) in fates.iter().enumerate() {
         tiers.apply(workload, lives, tensor, fate, 1);

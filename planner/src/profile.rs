@@ -631,6 +631,7 @@ mod tests {
             outputs: vec![],
             cost: Cost::work(1e3, 4096, ComputeClass::Elementwise).masking(masked),
             scratch_bytes: 0,
+            adds_into: None,
         };
         assert_eq!(p.device.mask_seconds_per_element, None);
         let plain = crate::passes::cost::op_seconds(&op(0), &p);

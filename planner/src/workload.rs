@@ -296,6 +296,15 @@ pub struct Op {
     /// backend allocates ([`crate::gnn`]).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub scratch_bytes: u64,
+    /// The input (its index in `inputs`) that the operator adds its result
+    /// into, in place: where that input's device copy ends at this
+    /// operator, the operator's one output (of the same bytes) takes over
+    /// its buffer, so the two are never held at once
+    /// ([`crate::passes::memory::copy_lives`]). The GNN builder marks the
+    /// running sums its aggregations add blocks into, as both backends
+    /// run them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adds_into: Option<u32>,
 }
 
 /// One training iteration: tensors and operators in execution order.
@@ -365,6 +374,7 @@ impl Workload {
             outputs,
             cost,
             scratch_bytes: 0,
+            adds_into: None,
         });
         id
     }
@@ -571,6 +581,10 @@ impl Workload {
                 }
                 producer[output.index()] = Some(step as u32);
             }
+            if let Some(k) = op.adds_into {
+                self.check_adds_into(op, k)
+                    .map_err(|m| Error::invalid(context(), format!("adds_into {k}: {m}")))?;
+            }
         }
         for (index, tensor) in self.tensors.iter().enumerate() {
             if !tensor.kind.is_external() && producer[index].is_none() {
@@ -579,6 +593,38 @@ impl Workload {
                     "no operator produces it",
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// Why operator `op` cannot add into its input `k` in place, if it
+    /// cannot ([`Op::adds_into`]): that input must be an intermediate it
+    /// reads once, and the operator's one output as large.
+    fn check_adds_into(&self, op: &Op, k: u32) -> std::result::Result<(), String> {
+        let Some(&input) = op.inputs.get(k as usize) else {
+            return Err(format!("the operator has {} inputs", op.inputs.len()));
+        };
+        let [output] = op.outputs[..] else {
+            return Err(format!(
+                "an operator that adds into an input has one output, not {}",
+                op.outputs.len()
+            ));
+        };
+        let (input, output) = (self.tensor(input), self.tensor(output));
+        if input.kind.is_external() {
+            return Err(format!(
+                "{:?} is {}, which no operator may take over",
+                input.name, input.kind
+            ));
+        }
+        if op.inputs.iter().filter(|&&t| t == input.id).count() > 1 {
+            return Err(format!("{:?} is read more than once", input.name));
+        }
+        if input.bytes != output.bytes {
+            return Err(format!(
+                "{:?} holds {} bytes and the output {:?} {}; one takes over the other's buffer",
+                input.name, input.bytes, output.name, output.bytes
+            ));
         }
         Ok(())
     }
@@ -644,6 +690,50 @@ mod tests {
         let back = Workload::from_json(&w.to_json(), "tiny.json").unwrap();
         assert_eq!(back, w);
         assert_eq!(back.digest(), w.digest());
+    }
+
+    #[test]
+    fn an_operator_adds_into_an_intermediate_it_reads_once_and_as_large() {
+        // `f` makes `h`; `g` reads `x` and `h` and makes `s`, as large as `h`.
+        let sums = |s_bytes| {
+            let mut w = tiny();
+            let s = w.add_tensor("s", s_bytes, TensorKind::Workspace, None);
+            let op = w.add_op(
+                "g",
+                OpKind::Generic,
+                Phase::Forward,
+                vec![TensorId(0), TensorId(1)],
+                vec![s],
+                Cost::seconds(1.0),
+            );
+            (w, op.index())
+        };
+        let (mut w, g) = sums(64);
+        w.ops[g].adds_into = Some(1);
+        w.validate().unwrap();
+        let back = Workload::from_json(&w.to_json(), "w.json").unwrap();
+        assert_eq!(back.ops[g].adds_into, Some(1));
+        for (adds_into, s_bytes, says) in [
+            (5, 64, "adds_into 5: the operator has 2 inputs"),
+            (0, 64, "\"x\" is input, which no operator may take over"),
+            (1, 32, "\"h\" holds 64 bytes and the output \"s\" 32"),
+        ] {
+            let (mut w, g) = sums(s_bytes);
+            w.ops[g].adds_into = Some(adds_into);
+            let message = w.validate().unwrap_err().to_string();
+            assert!(
+                message.contains("operator 1") || message.contains("\"g\""),
+                "{message}"
+            );
+            assert!(message.contains(says), "{message}");
+        }
+        // Two outputs: which would take the buffer over is not said.
+        let (mut w, g) = sums(64);
+        let t = w.add_tensor("t", 64, TensorKind::Workspace, None);
+        w.ops[g].outputs.push(t);
+        w.ops[g].adds_into = Some(1);
+        let message = w.validate().unwrap_err().to_string();
+        assert!(message.contains("one output, not 2"), "{message}");
     }
 
     #[test]

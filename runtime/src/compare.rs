@@ -283,6 +283,7 @@ mod tests {
             outputs: vec![],
             cost: Cost::work(0.0, bytes, ComputeClass::Sparse),
             scratch_bytes: 0,
+            adds_into: None,
         };
         let ops = [
             op(0, "agg[l1,p0]", 1 << 30),

@@ -48,23 +48,21 @@ fn partial_sums(model: GnnModel, name: &str, inputs: usize) -> Vec<usize> {
     Vec::new()
 }
 
+/// A 3-layer `model` of 16 hidden (GAT's of two heads), dropout 0.5.
+fn three_layers(model: GnnModel) -> Hyper {
+    Hyper {
+        layers: 3,
+        hidden: 16,
+        heads: if model == GnnModel::Gat { 2 } else { 1 },
+        seed: 7,
+        ..Hyper::new(model)
+    }
+}
+
 #[test]
 fn chained_aggregations_add_in_place_with_the_same_bits() {
     for model in [GnnModel::Gcn, GnnModel::Sage, GnnModel::Gat] {
-        let hyper = Hyper {
-            model,
-            layers: 3,
-            hidden: 16,
-            heads: if model == GnnModel::Gat { 2 } else { 1 },
-            dropout: 0.5,
-            lr: 0.01,
-            weight_decay: 5e-4,
-            weight_decay_all_layers: false,
-            seed: 7,
-            order: Default::default(),
-            transposes: Default::default(),
-            sweeps: Default::default(),
-        };
+        let hyper = three_layers(model);
         let prepared = train::prepare(planted(300, 3), &hyper, 3).unwrap();
         let workload = prepared.workload;
         let mut backend = CpuGnn::new(prepared.input, hyper).unwrap();
@@ -119,6 +117,31 @@ fn chained_aggregations_add_in_place_with_the_same_bits() {
         );
         if model == GnnModel::Gat {
             assert!(two > 0, "no attention backward with both running gradients");
+        }
+    }
+}
+
+/// The plan counts an aggregation's output in its running sum's buffer
+/// (`Op::adds_into`) only where both backends take that buffer over: a
+/// GCN's or GraphSAGE's third input. GAT's, which only the CPU backend
+/// takes, are counted apart.
+#[test]
+fn the_plan_counts_in_place_only_the_sums_both_backends_take() {
+    for model in [GnnModel::Gcn, GnnModel::Sage, GnnModel::Gat] {
+        let hyper = three_layers(model);
+        let workload = train::prepare(planted(300, 3), &hyper, 3).unwrap().workload;
+        let mut marked = 0;
+        for op in &workload.ops {
+            let taken = partial_sums(model, &op.name, op.inputs.len());
+            let expected = match model {
+                GnnModel::Gat => None,
+                _ => taken.first().map(|&k| k as u32),
+            };
+            assert_eq!(op.adds_into, expected, "{model:?} {}", op.name);
+            marked += usize::from(op.adds_into.is_some());
+        }
+        if model != GnnModel::Gat {
+            assert!(marked >= 6, "{model:?}: only {marked} marked");
         }
     }
 }

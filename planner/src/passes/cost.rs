@@ -119,6 +119,24 @@ pub fn held_beside_tensors(workload: &Workload) -> impl Iterator<Item = (usize, 
     std::iter::once((0, slots, workload.resident_bytes)).chain(scratch)
 }
 
+/// Per tensor, whether its last reader adds into it in place
+/// ([`crate::workload::Op::adds_into`]): retained, its buffer becomes that
+/// operator's output there ([`super::memory::copy_lives`]).
+pub fn handed_at_last_use(workload: &Workload, lives: &Lifetimes) -> Vec<bool> {
+    let mut handed = vec![false; workload.tensors.len()];
+    for (step, op) in workload.ops.iter().enumerate() {
+        if let Some(&input) = op.adds_into.and_then(|k| op.inputs.get(k as usize)) {
+            let life = &lives.tensors[input.index()];
+            if life.producer.is_some_and(|p| p < step as u32)
+                && life.last_use() == Some(step as u32)
+            {
+                handed[input.index()] = true;
+            }
+        }
+    }
+    handed
+}
+
 /// One way to treat a tensor, with what it costs and what it frees.
 ///
 /// Steps are the workload's operator indices; memory intervals are in
@@ -275,6 +293,10 @@ pub struct Choices {
     /// Device bytes per slot with every tensor at its baseline, with the
     /// workload's resident bytes and each operator's scratch at its item.
     pub base_hbm: Vec<u64>,
+    /// Per tensor, whether its last read adds into it in place, so that
+    /// at its baseline it ends at that read's item
+    /// ([`handed_at_last_use`]).
+    pub handed: Vec<bool>,
     /// Whether copies between the device and host are made by the cores
     /// that compute (a CPU device, [`copies_use_compute`]).
     pub cores_copy: bool,
@@ -577,6 +599,7 @@ impl Choices {
             baseline: Vec::with_capacity(workload.tensors.len()),
             options: Vec::with_capacity(workload.tensors.len()),
             base_hbm: Vec::new(),
+            handed: handed_at_last_use(workload, lives),
             cores_copy: copies_use_compute(profile),
             load_s: workload
                 .tensors
@@ -591,16 +614,20 @@ impl Choices {
         let mut delta = vec![0i128; slots as usize + 1];
         for tensor in &workload.tensors {
             let life = &lives.tensors[tensor.id.index()];
-            // A retained tensor lives from its operator to its last read.
+            // A retained tensor lives from its operator to its last read;
+            // through that read's item unless the item takes its buffer
+            // over for its output.
             let (baseline, interval) = match tensor.kind {
                 TensorKind::Input | TensorKind::Parameter => (Fate::Resident, Some((0, slots))),
                 _ => (
                     Fate::Retain,
                     life.producer.map(|p| {
-                        (
-                            item(p),
-                            boundary(life.last_use().expect("produced").max(p) + 1),
-                        )
+                        let last = life.last_use().expect("produced").max(p);
+                        let end = match choices.handed[tensor.id.index()] {
+                            true => item(last),
+                            false => boundary(last + 1),
+                        };
+                        (item(p), end)
                     }),
                 ),
             };
@@ -854,7 +881,12 @@ impl Choices {
                     transient += bytes;
                     stack.push(input);
                 } else if let Some(last) = life.last_use() {
-                    adds.push((boundary(last + 1), boundary(step + 1), bytes));
+                    // From where its baseline ends.
+                    let end = match self.handed[input.index()] {
+                        true => item(last),
+                        false => boundary(last + 1),
+                    };
+                    adds.push((end, boundary(step + 1), bytes));
                 }
             }
         }

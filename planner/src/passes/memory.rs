@@ -59,6 +59,10 @@ pub struct CopyLife {
     pub start: usize,
     pub end: usize,
     pub bytes: u64,
+    /// A device copy whose buffer the item at `end` takes over for its
+    /// output ([`crate::workload::Op::adds_into`]): it ends as that
+    /// item's output begins, and the item still reads it.
+    pub handed: bool,
 }
 
 /// Every copy's lifetime: the one definition of when memory is held, shared
@@ -73,7 +77,11 @@ pub fn copy_lives(
 ) -> Vec<CopyLife> {
     let slots = slot_count(timeline);
     let mut lives = Vec::new();
-    let mut add = |tensor: Option<TensorId>, tier: Tier, start: usize, end: usize, bytes: u64| {
+    let mut add = |tensor: Option<TensorId>,
+                   tier: Tier,
+                   (start, end): (usize, usize),
+                   bytes: u64,
+                   handed: bool| {
         let end = end.min(slots);
         if start < end {
             lives.push(CopyLife {
@@ -82,12 +90,14 @@ pub fn copy_lives(
                 start,
                 end,
                 bytes,
+                handed,
             });
         }
     };
     // Per tensor, in slots: device-copy creations, reads, and offloads
     // (issue, and the slot at which the device copy is gone).
     let n = workload.tensors.len();
+    let added = added_into(workload, schedule, timeline);
     let mut creations: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut reads: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut offloads: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
@@ -133,7 +143,13 @@ pub fn copy_lives(
                     .filter(|&end| end > issued)
                     .min()
                     .unwrap_or(slots);
-                add(Some(entry.tensor), entry.to, issued, back, entry.bytes);
+                add(
+                    Some(entry.tensor),
+                    entry.to,
+                    (issued, back),
+                    entry.bytes,
+                    false,
+                );
             }
             Action::Reload | Action::Load => creations[t].push(issued),
             Action::Recompute => {}
@@ -141,20 +157,20 @@ pub fn copy_lives(
         uses_ssd |= entry.from == Tier::Ssd || entry.to == Tier::Ssd;
     }
     if uses_ssd {
-        add(None, Tier::Host, 0, slots, ssd_staging_bytes);
+        add(None, Tier::Host, (0, slots), ssd_staging_bytes, false);
     }
     for (tensor, &fate) in workload.tensors.iter().zip(fates) {
         let t = tensor.id.index();
         let persistent = tensor.kind == TensorKind::Parameter || fate == Fate::Resident;
         if persistent {
-            add(Some(tensor.id), Tier::Hbm, 0, slots, tensor.bytes);
+            add(Some(tensor.id), Tier::Hbm, (0, slots), tensor.bytes, false);
             continue;
         }
         if let Some(tier) = fate
             .away_tier()
             .filter(|_| tensor.kind == TensorKind::Input)
         {
-            add(Some(tensor.id), tier, 0, slots, tensor.bytes);
+            add(Some(tensor.id), tier, (0, slots), tensor.bytes, false);
         }
         let created = &mut creations[t];
         created.sort_unstable();
@@ -170,20 +186,67 @@ pub fn copy_lives(
             while r < tensor_reads.len() && tensor_reads[r] < next {
                 r += 1;
             }
+            let mut handed = false;
             let end = match tensor_offloads.get(o) {
                 // The first offload issued while this copy lives ends it.
                 Some(&(issued, done)) if issued < next => done,
                 // Else its last read before the next creation: freed when
-                // that item ends, before the next boundary.
+                // that item ends, before the next boundary; or, where that
+                // item adds into it in place, as the item's output takes
+                // its buffer over.
                 _ => match r.checked_sub(1).map(|i| tensor_reads[i]) {
+                    Some(last) if last > start && added.get(last / 2) == Some(&Some(tensor.id)) => {
+                        handed = true;
+                        last
+                    }
                     Some(last) if last >= start => last + 1,
                     _ => start + 1,
                 },
             };
-            add(Some(tensor.id), Tier::Hbm, start, end, tensor.bytes);
+            add(
+                Some(tensor.id),
+                Tier::Hbm,
+                (start, end),
+                tensor.bytes,
+                handed,
+            );
         }
     }
     lives
+}
+
+/// Per position, the tensor the item there adds into in place
+/// ([`crate::workload::Op::adds_into`]); empty where no operator does. A
+/// recomputation adds into it only where the output it keeps is the
+/// operator's one output, as it always is.
+fn added_into(
+    workload: &Workload,
+    schedule: &[ScheduleEntry],
+    timeline: &Timeline,
+) -> Vec<Option<TensorId>> {
+    if workload.ops.iter().all(|op| op.adds_into.is_none()) {
+        return Vec::new();
+    }
+    timeline
+        .items
+        .iter()
+        .map(|item| {
+            let op = match *item {
+                Item::Op(step) => &workload.ops[step as usize],
+                Item::Recompute(index) => {
+                    let entry = &schedule[index];
+                    let op = &workload.ops[entry.op.expect("recompute names its op").index()];
+                    if op.outputs != [entry.tensor] {
+                        return None;
+                    }
+                    op
+                }
+            };
+            op.adds_into
+                .and_then(|k| op.inputs.get(k as usize))
+                .copied()
+        })
+        .collect()
 }
 
 impl Occupancy {
@@ -457,6 +520,81 @@ mod tests {
         assert_eq!(host[item_slot(3)], 40);
         let (peak, step) = occupancy.peaks(&timeline);
         assert_eq!((peak.hbm, step.hbm), (141, 2));
+    }
+
+    /// `s0` (100 B) is made at step 0; step 1 adds into it making `s1`,
+    /// step 2 adds into `s1` making `s2`, but `s1` is read again at step
+    /// 3; `o` (1 B) keeps step 3 busy.
+    fn running_sums() -> (Workload, Vec<Fate>) {
+        let mut w = Workload::new("sums");
+        let s: Vec<TensorId> = (0..3)
+            .map(|k| w.add_tensor(format!("s{k}"), 100, TensorKind::Workspace, None))
+            .collect();
+        let o = w.add_tensor("o", 1, TensorKind::Activation, None);
+        let second = Cost::seconds(1.0);
+        let (f, g) = (Phase::Forward, OpKind::Generic);
+        w.add_op("f0", g, f, vec![], vec![s[0]], second);
+        let add1 = w.add_op("f1", g, f, vec![s[0]], vec![s[1]], second);
+        let add2 = w.add_op("f2", g, f, vec![s[1]], vec![s[2]], second);
+        w.add_op("f3", g, f, vec![s[1], s[2]], vec![o], second);
+        for op in [add1, add2] {
+            w.ops[op.index()].adds_into = Some(0);
+        }
+        w.validate().unwrap();
+        (w, vec![Fate::Retain; 4])
+    }
+
+    #[test]
+    fn an_output_takes_over_the_buffer_of_an_input_read_there_last() {
+        let (w, fates) = running_sums();
+        let timeline = Timeline::new(w.ops.len(), &[]);
+        let lives = copy_lives(&w, &fates, &[], &timeline, 0);
+        let life = |t: usize| {
+            lives
+                .iter()
+                .find(|l| l.tensor == Some(TensorId(t as u32)))
+                .unwrap()
+        };
+        // `s0` is read last at step 1, which adds into it: handed over.
+        assert!(life(0).handed);
+        assert_eq!(life(0).end, item_slot(1));
+        // `s1` is read again at step 3: step 2 must not take it over.
+        assert!(!life(1).handed);
+        assert_eq!(life(1).end, boundary_slot(4));
+        let hbm = Occupancy::compute(&w, &fates, &[], &timeline, 0).bytes.hbm;
+        assert_eq!(hbm[item_slot(1)], 100);
+        assert_eq!(hbm[item_slot(2)], 200);
+
+        // The same operators without the marks count both at step 1.
+        let mut plain = w.clone();
+        plain.ops.iter_mut().for_each(|op| op.adds_into = None);
+        let hbm = Occupancy::compute(&plain, &fates, &[], &timeline, 0)
+            .bytes
+            .hbm;
+        assert_eq!(hbm[item_slot(1)], 200);
+    }
+
+    #[test]
+    fn a_copy_an_offload_holds_is_not_taken_over() {
+        let (w, fates) = running_sums();
+        // `s0` leaves after step 0, its offload due only after step 1
+        // reads it: the copy is the offload's until then.
+        let schedule = vec![ScheduleEntry {
+            action: Action::Offload,
+            tensor: TensorId(0),
+            bytes: 100,
+            from: Tier::Hbm,
+            to: Tier::Host,
+            stream: Stream::D2h,
+            issue_after_step: 0,
+            done_before_step: 2,
+            op: None,
+        }];
+        let timeline = Timeline::new(w.ops.len(), &schedule);
+        let lives = copy_lives(&w, &fates, &schedule, &timeline, 0);
+        assert!(lives
+            .iter()
+            .all(|l| !l.handed || l.tensor != Some(TensorId(0))));
     }
 
     #[test]

@@ -696,6 +696,23 @@ impl<'a> Replay<'a> {
                 }
             }
         }
+        // An input the operator adds into in place, read here for the
+        // last time and held by no offload: its output takes the buffer.
+        let handed = op
+            .adds_into
+            .and_then(|k| op.inputs.get(k as usize))
+            .map(|t| t.index())
+            .filter(|&t| {
+                !self.persistent[t]
+                    && self.device[t].is_some_and(|c| !c.offloading)
+                    && !matches!(
+                        self.touches[t].get(self.cursor[t] + 1),
+                        Some(Touch::Read | Touch::OffloadIssue)
+                    )
+            });
+        if let Some(t) = handed {
+            self.used.hbm -= self.bytes(t);
+        }
         for &output in outputs {
             let t = output.index();
             if self.device[t].is_some() {
@@ -731,6 +748,11 @@ impl<'a> Replay<'a> {
                 continue;
             }
             let next = self.advance(t);
+            if handed == Some(t) {
+                // Counted as the output's already.
+                self.device[t] = None;
+                continue;
+            }
             let leaving = self.device[t].is_some_and(|c| c.offloading);
             if !leaving && !matches!(next, Some(Touch::Read) | Some(Touch::OffloadIssue)) {
                 self.free_device(t);

@@ -279,6 +279,11 @@ pub struct Executor<B: Backend> {
     /// and ending there.
     starts: Vec<Vec<Life>>,
     ends: Vec<Vec<Life>>,
+    /// Per slot: device lives that end there by handing their buffer to
+    /// the output of the item at that slot (`CopyLife::handed`). Their
+    /// bytes are released before the output is charged; the data stays
+    /// for the item, which takes it over.
+    hands: Vec<Vec<Life>>,
     /// Lives of the whole run: charged once, at the start.
     persistent: Vec<Life>,
     /// Per position: schedule entries issued / due there.
@@ -355,6 +360,7 @@ impl<B: Backend> Executor<B> {
         );
         let mut starts = vec![Vec::new(); slots + 1];
         let mut ends = vec![Vec::new(); slots + 1];
+        let mut hands = vec![Vec::new(); slots + 1];
         let mut persistent = Vec::new();
         for life in lives {
             let tensor = life.tensor.map(|t| t.index());
@@ -362,6 +368,9 @@ impl<B: Backend> Executor<B> {
             let entry = (life.tier, tensor, life.bytes, life.start);
             if external && life.start == 0 && life.end == slots {
                 persistent.push(entry);
+            } else if life.handed {
+                starts[life.start].push(entry);
+                hands[life.end].push(entry);
             } else {
                 starts[life.start].push(entry);
                 ends[life.end].push(entry);
@@ -401,6 +410,7 @@ impl<B: Backend> Executor<B> {
             timeline,
             starts,
             ends,
+            hands,
             persistent,
             issued_at,
             due_at,
@@ -634,6 +644,13 @@ impl<B: Backend> Executor<B> {
             let (tier, tensor, bytes, start) = self.ends[slot][k];
             self.release(tier, tensor, bytes, start)?;
         }
+        // The item here takes these buffers over: their bytes become its
+        // output's, charged next; `compute` hands the data to the backend.
+        for &(tier, tensor, bytes, _) in &self.hands[slot] {
+            self.arenas
+                .get_mut(tier)
+                .release(bytes, life_name(&self.plan.workload.definition, tensor))?;
+        }
         Ok(())
     }
 
@@ -710,10 +727,11 @@ impl<B: Backend> Executor<B> {
             }
             return result;
         }
-        // An input whose device copy ends right after this operator leaves
-        // its slot now (the release that follows finds it empty), so that
-        // the backend holds the only handle on it.
-        let end = boundary_slot(position + 1);
+        // An input whose device copy ends right after this operator, or
+        // is handed to its output here, leaves its slot now (the release
+        // that follows finds it empty), so that the backend holds the only
+        // handle on it.
+        let (end, here) = (boundary_slot(position + 1), item_slot(position));
         let inputs: Vec<Arc<Data>> = op
             .inputs
             .iter()
@@ -721,9 +739,10 @@ impl<B: Backend> Executor<B> {
                 let once = op.inputs.iter().filter(|&&u| u == t).count() == 1;
                 let t = t.index();
                 let start = self.device[t].1;
-                let ends_here = self.ends[end]
-                    .iter()
-                    .any(|&(tier, u, _, s)| tier == Tier::Hbm && u == Some(t) && s == start);
+                let this =
+                    |&(tier, u, _, s): &Life| tier == Tier::Hbm && u == Some(t) && s == start;
+                let ends_here =
+                    self.ends[end].iter().any(this) || self.hands[here].iter().any(this);
                 if once && ends_here && matches!(self.device[t].0, Slot::Ready(_)) {
                     if let Slot::Ready(data) = std::mem::replace(&mut self.device[t].0, Slot::Empty)
                     {

@@ -92,6 +92,10 @@ struct Prepared {
     /// holds the copy until the offload is due, so the offload's end does
     /// not free it before that read.
     reads_after_offload: Vec<u32>,
+    /// Per item, the input whose buffer its output takes over
+    /// ([`fateplan_planner::workload::Op::adds_into`]) where the item is
+    /// that copy's last read: freed as the output is made.
+    handed: Vec<Option<u32>>,
     paths: Vec<Option<Path>>,
     persistent: Vec<bool>,
     uses_ssd: bool,
@@ -315,6 +319,28 @@ fn prepare(plan: &Plan) -> Result<Prepared> {
             && !matches!(next[t], Some(TouchKind::Read | TouchKind::OffloadIssue));
         next[t] = Some(touch.kind);
     }
+    let handed = items
+        .iter()
+        .zip(&item_touches)
+        .map(|(&item, &(first, last))| {
+            let op = match item {
+                Item::Op(s) => &workload.ops[s as usize],
+                Item::Recompute(index) => {
+                    let entry = &plan.schedule[index as usize];
+                    let op = workload.op(entry.op.expect("checked above"));
+                    if op.outputs != [entry.tensor] {
+                        return None;
+                    }
+                    op
+                }
+            };
+            let input = op.inputs.get(op.adds_into? as usize)?.0;
+            touches[first as usize..last as usize]
+                .iter()
+                .any(|t| t.tensor == input && t.kind == TouchKind::Read && t.frees)
+                .then_some(input)
+        })
+        .collect();
     // Each tensor's touches, in order, for the reads after an offload.
     let mut of_tensor: Vec<Vec<u32>> = vec![Vec::new(); n];
     for (index, touch) in touches.iter().enumerate() {
@@ -349,6 +375,7 @@ fn prepare(plan: &Plan) -> Result<Prepared> {
         item_touches,
         transfer_touch,
         reads_after_offload,
+        handed,
         paths,
         persistent,
         uses_ssd,
@@ -743,6 +770,14 @@ impl<'a> Engine<'a> {
                     }
                 }
                 TouchKind::Create => {
+                    if let Some(input) = self.prepared.handed[k as usize] {
+                        // The output takes over the input's buffer, unless
+                        // an offload still holds that copy.
+                        let copy = self.tensors[input as usize];
+                        if copy.held && !copy.leaving && copy.free_after.is_none() {
+                            self.free_device(input, t);
+                        }
+                    }
                     if !state.held {
                         let at = self.context(step);
                         self.tiers
