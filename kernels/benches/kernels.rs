@@ -530,6 +530,47 @@ fn edge_softmax_200k_h8(bencher: Bencher) {
         });
 }
 
+/// `block()`'s edges dealt over `n` blocks of the same rows, each row
+/// `DEGREE / n` of its edges in each: one row partition's blocks when
+/// the graph is cut into `n` partitions.
+fn dealt(n: usize) -> Vec<Block> {
+    let whole = block();
+    let per = DEGREE / n;
+    (0..n)
+        .map(|k| {
+            let mut part = Block {
+                row_start: (0..=ROWS).map(|r| (r * per) as u64).collect(),
+                ..Block::default()
+            };
+            for r in 0..ROWS {
+                let edges = r * DEGREE + k * per..r * DEGREE + (k + 1) * per;
+                part.columns.extend(&whole.columns[edges.clone()]);
+                part.weights.extend(&whole.weights[edges]);
+            }
+            part
+        })
+        .collect()
+}
+
+/// The same softmax at one head, each row's 16 edges dealt over `n`
+/// blocks (the edges the same, `n` times the rows walked).
+#[divan::bench(sample_count = 10, args = [1, 4, 16])]
+fn edge_softmax_200k_h1_blocks(bencher: Bencher, n: usize) {
+    let blocks = dealt(n);
+    let refs: Vec<_> = blocks.iter().map(Block::as_ref).collect();
+    let scores: Vec<Vec<f32>> = (0..n)
+        .map(|k| values(ROWS * DEGREE / n, 5 + k as u64))
+        .collect();
+    bencher
+        .counter(ItemsCount::new(ROWS * DEGREE))
+        .with_inputs(|| scores.clone())
+        .bench_local_values(|mut s| {
+            let mut slices: Vec<&mut [f32]> = s.iter_mut().map(Vec::as_mut_slice).collect();
+            edge_softmax(&refs, 1, &mut slices).unwrap();
+            s
+        });
+}
+
 /// GAT's heads in the benches: 8 of 8 (width 64).
 const GAT: Heads = Heads {
     heads: 8,

@@ -334,38 +334,39 @@ pub fn edge_softmax(blocks: &[BlockRef], heads: usize, scores: &mut [&mut [f32]]
         .enumerate()
         .for_each(|(chunk, mut parts)| {
             let r0 = chunk * ROW_CHUNK;
-            let chunk_rows = r0..(r0 + ROW_CHUNK).min(rows);
-            let local = |b: &BlockRef, r: usize| {
-                let e0 = b.row_start[r0] as usize;
-                (b.row_start[r] as usize - e0) * heads..(b.row_start[r + 1] as usize - e0) * heads
-            };
+            let n = ROW_CHUNK.min(rows - r0);
+            // Each block is walked row after row, its piece in order, so a
+            // row's blocks are visited in block order and its edges in
+            // edge order: the same maximum and the same sums, in the same
+            // order, as walking each row across its blocks.
+            let span = r0..=r0 + n;
             // Each row's scores less their maximum per head, ...
-            let mut max = vec![0.0f32; heads];
-            for r in chunk_rows.clone() {
-                if heads == 1 {
-                    // One head: the row's scores are plain runs.
-                    let m = blocks
-                        .iter()
-                        .zip(parts.iter())
-                        .fold(f32::NEG_INFINITY, |m, (b, part)| {
-                            part[local(b, r)].iter().fold(m, |m, &x| m.max(x))
-                        });
-                    for (b, part) in blocks.iter().zip(parts.iter_mut()) {
-                        part[local(b, r)].iter_mut().for_each(|x| *x -= m);
+            let mut per_row = vec![f32::NEG_INFINITY; n * heads];
+            for (b, part) in blocks.iter().zip(parts.iter()) {
+                for (run, m) in
+                    row_runs(&b.row_start[span.clone()], heads).zip(per_row.chunks_exact_mut(heads))
+                {
+                    if heads == 1 {
+                        m[0] = part[run].iter().fold(m[0], |m, &x| m.max(x));
+                        continue;
                     }
-                    continue;
-                }
-                max.fill(f32::NEG_INFINITY);
-                for (b, part) in blocks.iter().zip(parts.iter()) {
-                    for s in part[local(b, r)].chunks_exact(heads) {
-                        for (m, &x) in max.iter_mut().zip(s) {
+                    for s in part[run].chunks_exact(heads) {
+                        for (m, &x) in m.iter_mut().zip(s) {
                             *m = m.max(x);
                         }
                     }
                 }
-                for (b, part) in blocks.iter().zip(parts.iter_mut()) {
-                    for s in part[local(b, r)].chunks_exact_mut(heads) {
-                        for (x, &m) in s.iter_mut().zip(&max) {
+            }
+            for (b, part) in blocks.iter().zip(parts.iter_mut()) {
+                for (run, m) in
+                    row_runs(&b.row_start[span.clone()], heads).zip(per_row.chunks_exact(heads))
+                {
+                    if heads == 1 {
+                        part[run].iter_mut().for_each(|x| *x -= m[0]);
+                        continue;
+                    }
+                    for s in part[run].chunks_exact_mut(heads) {
+                        for (x, &m) in s.iter_mut().zip(m) {
                             *x -= m;
                         }
                     }
@@ -379,31 +380,32 @@ pub fn edge_softmax(blocks: &[BlockRef], heads: usize, scores: &mut [&mut [f32]]
             }
             // ... and each row divided by its sums, added in block and
             // edge order.
-            let mut sum = vec![0.0f32; heads];
-            for r in chunk_rows {
-                if heads == 1 {
-                    let t = blocks
-                        .iter()
-                        .zip(parts.iter())
-                        .fold(0.0f32, |t, (b, part)| {
-                            part[local(b, r)].iter().fold(t, |t, &x| t + x)
-                        });
-                    for (b, part) in blocks.iter().zip(parts.iter_mut()) {
-                        part[local(b, r)].iter_mut().for_each(|x| *x /= t);
+            per_row.fill(0.0);
+            for (b, part) in blocks.iter().zip(parts.iter()) {
+                for (run, t) in
+                    row_runs(&b.row_start[span.clone()], heads).zip(per_row.chunks_exact_mut(heads))
+                {
+                    if heads == 1 {
+                        t[0] = part[run].iter().fold(t[0], |t, &x| t + x);
+                        continue;
                     }
-                    continue;
-                }
-                sum.fill(0.0);
-                for (b, part) in blocks.iter().zip(parts.iter()) {
-                    for s in part[local(b, r)].chunks_exact(heads) {
-                        for (t, &x) in sum.iter_mut().zip(s) {
+                    for s in part[run].chunks_exact(heads) {
+                        for (t, &x) in t.iter_mut().zip(s) {
                             *t += x;
                         }
                     }
                 }
-                for (b, part) in blocks.iter().zip(parts.iter_mut()) {
-                    for s in part[local(b, r)].chunks_exact_mut(heads) {
-                        for (x, &t) in s.iter_mut().zip(&sum) {
+            }
+            for (b, part) in blocks.iter().zip(parts.iter_mut()) {
+                for (run, t) in
+                    row_runs(&b.row_start[span.clone()], heads).zip(per_row.chunks_exact(heads))
+                {
+                    if heads == 1 {
+                        part[run].iter_mut().for_each(|x| *x /= t[0]);
+                        continue;
+                    }
+                    for s in part[run].chunks_exact_mut(heads) {
+                        for (x, &t) in s.iter_mut().zip(t) {
                             *x /= t;
                         }
                     }
@@ -411,6 +413,16 @@ pub fn edge_softmax(blocks: &[BlockRef], heads: usize, scores: &mut [&mut [f32]]
             }
         });
     Ok(())
+}
+
+/// Per row of `starts` (a block's row starts over a run of rows, one
+/// more than the rows), its scores' range in that run's piece of the
+/// block's scores, `heads` to an edge.
+fn row_runs(starts: &[u64], heads: usize) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+    let e0 = starts[0] as usize;
+    starts
+        .windows(2)
+        .map(move |w| (w[0] as usize - e0) * heads..(w[1] as usize - e0) * heads)
 }
 
 /// `out[r]_h = init + Σ_e alpha[e,h] · z_src[c]_h` over the edges of one

@@ -247,14 +247,16 @@ fn step_need_max(workload: &Workload, extra: &[u64]) -> u64 {
 }
 
 /// Per step, its operator's inputs and outputs (each once) and `extra`;
-/// an input the operator adds into in place ([`crate::workload::Op::adds_into`]) and its
-/// output, which takes that buffer over, once.
+/// an input the operator adds into in place and reads for the last time
+/// ([`Workload::inputs_taken_over`]) and its output, which takes that
+/// buffer over, once.
 fn step_needs<'a>(workload: &'a Workload, extra: &'a [u64]) -> impl Iterator<Item = u64> + 'a {
     let mut seen: Vec<TensorId> = Vec::new();
+    let taken = workload.inputs_taken_over();
     workload.ops.iter().enumerate().map(move |(s, op)| {
         seen.clear();
         seen.extend(op.inputs.iter().chain(&op.outputs));
-        if let Some(&taken) = op.adds_into.and_then(|k| op.inputs.get(k as usize)) {
+        if let Some(taken) = taken[s] {
             seen.retain(|&t| t != taken);
         }
         seen.sort_unstable();

@@ -112,14 +112,19 @@ pub struct Sizing {
     pub none_fit: bool,
 }
 
-/// Bytes a step needs at once: its inputs and outputs, parameters excluded.
+/// Bytes a step needs at once: its inputs and outputs, parameters
+/// excluded, and an input its output takes over
+/// ([`Workload::inputs_taken_over`]) counted once, as the output.
 pub fn largest_step_bytes(workload: &Workload) -> u64 {
+    let taken = workload.inputs_taken_over();
     workload
         .ops
         .iter()
-        .map(|op| {
+        .zip(taken)
+        .map(|(op, taken)| {
             op.inputs
                 .iter()
+                .filter(|&&t| Some(t) != taken)
                 .chain(&op.outputs)
                 .map(|&t| workload.tensor(t))
                 .filter(|t| t.kind != TensorKind::Parameter)

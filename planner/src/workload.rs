@@ -597,6 +597,28 @@ impl Workload {
         Ok(())
     }
 
+    /// Per operator, the input whose buffer its output takes over where
+    /// the operator is that input's last reader ([`Op::adds_into`]): the
+    /// least a step needs holds the two once.
+    pub fn inputs_taken_over(&self) -> Vec<Option<TensorId>> {
+        let mut last = vec![None; self.tensors.len()];
+        for (step, op) in self.ops.iter().enumerate() {
+            for &t in &op.inputs {
+                last[t.index()] = Some(step);
+            }
+        }
+        self.ops
+            .iter()
+            .enumerate()
+            .map(|(step, op)| {
+                op.adds_into
+                    .and_then(|k| op.inputs.get(k as usize))
+                    .copied()
+                    .filter(|t| last[t.index()] == Some(step))
+            })
+            .collect()
+    }
+
     /// Why operator `op` cannot add into its input `k` in place, if it
     /// cannot ([`Op::adds_into`]): that input must be an intermediate it
     /// reads once, and the operator's one output as large.
@@ -613,7 +635,7 @@ impl Workload {
         let (input, output) = (self.tensor(input), self.tensor(output));
         if input.kind.is_external() {
             return Err(format!(
-                "{:?} is {}, which no operator may take over",
+                "{:?} is an {} tensor, whose buffer no operator may take over",
                 input.name, input.kind
             ));
         }
@@ -715,7 +737,11 @@ mod tests {
         assert_eq!(back.ops[g].adds_into, Some(1));
         for (adds_into, s_bytes, says) in [
             (5, 64, "adds_into 5: the operator has 2 inputs"),
-            (0, 64, "\"x\" is input, which no operator may take over"),
+            (
+                0,
+                64,
+                "\"x\" is an input tensor, whose buffer no operator may take over",
+            ),
             (1, 32, "\"h\" holds 64 bytes and the output \"s\" 32"),
         ] {
             let (mut w, g) = sums(s_bytes);
@@ -727,6 +753,15 @@ mod tests {
             );
             assert!(message.contains(says), "{message}");
         }
+        // An input read twice by the operator.
+        let (mut w, g) = sums(64);
+        w.ops[g].inputs.push(TensorId(1));
+        w.ops[g].adds_into = Some(1);
+        let message = w.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("\"h\" is read more than once"),
+            "{message}"
+        );
         // Two outputs: which would take the buffer over is not said.
         let (mut w, g) = sums(64);
         let t = w.add_tensor("t", 64, TensorKind::Workspace, None);

@@ -171,6 +171,14 @@ pub trait Backend {
     /// it) is handed over as the only handle on its buffer, so the
     /// backend may take it (`Arc::try_unwrap`) and write an output into
     /// it instead of a fresh one. By default the inputs are lent to `run`.
+    ///
+    /// An input the operator adds into in place
+    /// ([`Op::adds_into`](fateplan_planner::workload::Op::adds_into))
+    /// that is handed over is counted as the output already: the arenas
+    /// released its bytes before charging the output. A backend that runs
+    /// such operators on a device with a budget should take it, or it
+    /// holds both for the operator's time while the arena counts one
+    /// (the shipped backends take every input the GNN builder marks).
     fn run_owned(&mut self, op: &Op, inputs: Vec<Arc<Data>>) -> Result<Vec<Data>, ExecError> {
         let refs: Vec<&Data> = inputs.iter().map(|d| d.as_ref()).collect();
         self.run(op, &refs)
