@@ -342,36 +342,8 @@ pub fn edge_softmax(blocks: &[BlockRef], heads: usize, scores: &mut [&mut [f32]]
             let span = r0..=r0 + n;
             // Each row's scores less their maximum per head, ...
             let mut per_row = vec![f32::NEG_INFINITY; n * heads];
-            for (b, part) in blocks.iter().zip(parts.iter()) {
-                for (run, m) in
-                    row_runs(&b.row_start[span.clone()], heads).zip(per_row.chunks_exact_mut(heads))
-                {
-                    if heads == 1 {
-                        m[0] = part[run].iter().fold(m[0], |m, &x| m.max(x));
-                        continue;
-                    }
-                    for s in part[run].chunks_exact(heads) {
-                        for (m, &x) in m.iter_mut().zip(s) {
-                            *m = m.max(x);
-                        }
-                    }
-                }
-            }
-            for (b, part) in blocks.iter().zip(parts.iter_mut()) {
-                for (run, m) in
-                    row_runs(&b.row_start[span.clone()], heads).zip(per_row.chunks_exact(heads))
-                {
-                    if heads == 1 {
-                        part[run].iter_mut().for_each(|x| *x -= m[0]);
-                        continue;
-                    }
-                    for s in part[run].chunks_exact_mut(heads) {
-                        for (x, &m) in s.iter_mut().zip(m) {
-                            *x -= m;
-                        }
-                    }
-                }
-            }
+            fold_rows(blocks, &parts, &span, heads, &mut per_row, f32::max);
+            apply_rows(blocks, &mut parts, &span, heads, &per_row, |x, m| *x -= m);
             // ... the exponentials of the chunk's rows in one pass a block
             // (a row of a block holds a few edges: per row, the call would
             // cost more than its exponentials), ...
@@ -381,38 +353,63 @@ pub fn edge_softmax(blocks: &[BlockRef], heads: usize, scores: &mut [&mut [f32]]
             // ... and each row divided by its sums, added in block and
             // edge order.
             per_row.fill(0.0);
-            for (b, part) in blocks.iter().zip(parts.iter()) {
-                for (run, t) in
-                    row_runs(&b.row_start[span.clone()], heads).zip(per_row.chunks_exact_mut(heads))
-                {
-                    if heads == 1 {
-                        t[0] = part[run].iter().fold(t[0], |t, &x| t + x);
-                        continue;
-                    }
-                    for s in part[run].chunks_exact(heads) {
-                        for (t, &x) in t.iter_mut().zip(s) {
-                            *t += x;
-                        }
-                    }
-                }
-            }
-            for (b, part) in blocks.iter().zip(parts.iter_mut()) {
-                for (run, t) in
-                    row_runs(&b.row_start[span.clone()], heads).zip(per_row.chunks_exact(heads))
-                {
-                    if heads == 1 {
-                        part[run].iter_mut().for_each(|x| *x /= t[0]);
-                        continue;
-                    }
-                    for s in part[run].chunks_exact_mut(heads) {
-                        for (x, &t) in s.iter_mut().zip(t) {
-                            *x /= t;
-                        }
-                    }
-                }
-            }
+            fold_rows(blocks, &parts, &span, heads, &mut per_row, |t, x| t + x);
+            apply_rows(blocks, &mut parts, &span, heads, &per_row, |x, t| *x /= t);
         });
     Ok(())
+}
+
+/// Folds each row of `span` into its `heads` values of `per_row` with
+/// `fold`, block after block, each row's scores in edge order (`parts`:
+/// each block's scores of those rows).
+fn fold_rows(
+    blocks: &[BlockRef],
+    parts: &[&mut [f32]],
+    span: &std::ops::RangeInclusive<usize>,
+    heads: usize,
+    per_row: &mut [f32],
+    fold: impl Fn(f32, f32) -> f32,
+) {
+    for (b, part) in blocks.iter().zip(parts) {
+        let runs = row_runs(&b.row_start[span.clone()], heads);
+        for (run, acc) in runs.zip(per_row.chunks_exact_mut(heads)) {
+            if heads == 1 {
+                acc[0] = part[run].iter().fold(acc[0], |a, &x| fold(a, x));
+                continue;
+            }
+            for s in part[run].chunks_exact(heads) {
+                for (a, &x) in acc.iter_mut().zip(s) {
+                    *a = fold(*a, x);
+                }
+            }
+        }
+    }
+}
+
+/// Applies `apply(score, its row's value for its head)` to every score of
+/// the rows of `span`, block after block (as [`fold_rows`]).
+fn apply_rows(
+    blocks: &[BlockRef],
+    parts: &mut [&mut [f32]],
+    span: &std::ops::RangeInclusive<usize>,
+    heads: usize,
+    per_row: &[f32],
+    apply: impl Fn(&mut f32, f32),
+) {
+    for (b, part) in blocks.iter().zip(parts.iter_mut()) {
+        let runs = row_runs(&b.row_start[span.clone()], heads);
+        for (run, value) in runs.zip(per_row.chunks_exact(heads)) {
+            if heads == 1 {
+                part[run].iter_mut().for_each(|x| apply(x, value[0]));
+                continue;
+            }
+            for s in part[run].chunks_exact_mut(heads) {
+                for (x, &v) in s.iter_mut().zip(value) {
+                    apply(x, v);
+                }
+            }
+        }
+    }
 }
 
 /// Per row of `starts` (a block's row starts over a run of rows, one

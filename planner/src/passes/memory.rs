@@ -195,7 +195,10 @@ pub fn copy_lives(
                 // item adds into it in place, as the item's output takes
                 // its buffer over.
                 _ => match r.checked_sub(1).map(|i| tensor_reads[i]) {
-                    Some(last) if last > start && added.get(last / 2) == Some(&Some(tensor.id)) => {
+                    Some(last)
+                        if last > start
+                            && added.get(last / SLOTS_PER_POSITION) == Some(&Some(tensor.id)) =>
+                    {
                         handed = true;
                         last
                     }
