@@ -188,8 +188,8 @@ fn too_small_a_budget_is_infeasible_with_the_shortfall() {
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains(
-            "over where the search first found no fates that fit (the steps after it may need \
-             more); it fits with"
+            "over where the search first found no fates that fit (what its fates held there: \
+             other fates may hold less, and the steps after it may need more); it fits with"
         ),
         "{}",
         stderr(&out)

@@ -1476,8 +1476,8 @@ fn overrun_error(
         budget_bytes: budget,
         bytes_over: overrun.needed_bytes.saturating_sub(budget),
         hint: match searched {
-            true => " where the search first found no fates that fit (the steps after it may \
-                     need more)"
+            true => " where the search first found no fates that fit (what its fates held \
+                     there: other fates may hold less, and the steps after it may need more)"
                 .to_string(),
             false => String::new(),
         },

@@ -634,9 +634,14 @@ impl Workload {
         };
         let (input, output) = (self.tensor(input), self.tensor(output));
         if input.kind.is_external() {
+            let kind = input.kind.to_string();
+            let article = match kind.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                true => "an",
+                false => "a",
+            };
             return Err(format!(
-                "{:?} is an {} tensor, whose buffer no operator may take over",
-                input.name, input.kind
+                "{:?} is {article} {kind} tensor, whose buffer no operator may take over",
+                input.name
             ));
         }
         if op.inputs.iter().filter(|&&t| t == input.id).count() > 1 {
@@ -753,6 +758,16 @@ mod tests {
             );
             assert!(message.contains(says), "{message}");
         }
+        // A parameter, named with its article.
+        let (mut w, g) = sums(64);
+        let weights = w.add_tensor("w", 64, TensorKind::Parameter, Some(Tier::Hbm));
+        w.ops[g].inputs.push(weights);
+        w.ops[g].adds_into = Some(2);
+        let message = w.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("\"w\" is a parameter tensor, whose buffer"),
+            "{message}"
+        );
         // An input read twice by the operator.
         let (mut w, g) = sums(64);
         w.ops[g].inputs.push(TensorId(1));
