@@ -555,7 +555,7 @@ fn greedy(
         hbm: Fenwick::new(slots),
         host: Fenwick::new(slots),
         ssd: Fenwick::new(slots),
-        handed: cost::handed_at_last_use(workload, lives),
+        handed: cost::handed_at_last_use(workload),
     };
     for (tensor, &fate) in fates.iter().enumerate() {
         tiers.apply(workload, lives, tensor, fate, 1);

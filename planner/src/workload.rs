@@ -555,18 +555,10 @@ impl Workload {
                     return Err(Error::invalid(
                         context(),
                         format!(
-                            "writes {:?}, {} {} tensor; inputs and parameters are \
+                            "writes {:?}, {} tensor; inputs and parameters are \
                              not produced by operators",
                             tensor.name,
-                            match tensor
-                                .kind
-                                .to_string()
-                                .starts_with(['a', 'e', 'i', 'o', 'u'])
-                            {
-                                true => "an",
-                                false => "a",
-                            },
-                            tensor.kind
+                            with_article(tensor.kind)
                         ),
                     ));
                 }
@@ -634,14 +626,10 @@ impl Workload {
         };
         let (input, output) = (self.tensor(input), self.tensor(output));
         if input.kind.is_external() {
-            let kind = input.kind.to_string();
-            let article = match kind.starts_with(['a', 'e', 'i', 'o', 'u']) {
-                true => "an",
-                false => "a",
-            };
             return Err(format!(
-                "{:?} is {article} {kind} tensor, whose buffer no operator may take over",
-                input.name
+                "{:?} is {} tensor, whose buffer no operator may take over",
+                input.name,
+                with_article(input.kind)
             ));
         }
         if op.inputs.iter().filter(|&&t| t == input.id).count() > 1 {
@@ -683,6 +671,15 @@ impl Workload {
             .filter(|t| t.kind == kind)
             .map(|t| t.bytes)
             .sum()
+    }
+}
+
+/// A tensor kind with its article: "an input", "a parameter".
+fn with_article(kind: TensorKind) -> String {
+    let kind = kind.to_string();
+    match kind.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        true => format!("an {kind}"),
+        false => format!("a {kind}"),
     }
 }
 

@@ -122,17 +122,10 @@ pub fn held_beside_tensors(workload: &Workload) -> impl Iterator<Item = (usize, 
 /// Per tensor, whether its last reader adds into it in place
 /// ([`crate::workload::Op::adds_into`]): retained, its buffer becomes that
 /// operator's output there ([`super::memory::copy_lives`]).
-pub fn handed_at_last_use(workload: &Workload, lives: &Lifetimes) -> Vec<bool> {
+pub fn handed_at_last_use(workload: &Workload) -> Vec<bool> {
     let mut handed = vec![false; workload.tensors.len()];
-    for (step, op) in workload.ops.iter().enumerate() {
-        if let Some(&input) = op.adds_into.and_then(|k| op.inputs.get(k as usize)) {
-            let life = &lives.tensors[input.index()];
-            if life.producer.is_some_and(|p| p < step as u32)
-                && life.last_use() == Some(step as u32)
-            {
-                handed[input.index()] = true;
-            }
-        }
+    for input in workload.inputs_taken_over().into_iter().flatten() {
+        handed[input.index()] = true;
     }
     handed
 }
@@ -599,7 +592,7 @@ impl Choices {
             baseline: Vec::with_capacity(workload.tensors.len()),
             options: Vec::with_capacity(workload.tensors.len()),
             base_hbm: Vec::new(),
-            handed: handed_at_last_use(workload, lives),
+            handed: handed_at_last_use(workload),
             cores_copy: copies_use_compute(profile),
             load_s: workload
                 .tensors
