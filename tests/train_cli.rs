@@ -151,6 +151,48 @@ fn a_generated_graph_trains_under_a_quarter_budget_with_the_same_weights() {
     let _ = std::fs::remove_dir_all(&spill);
 }
 
+/// A plan saved by a build from before the ReLU's backward read its mask
+/// (`tests/fixtures/plan-before-relu-masks.json`: `fateplan plan --graph
+/// rmat:scale=7,features=32,classes=4,seed=3 --layers 3 --hidden 16
+/// --partitions 2 --hbm-budget 60%`, its first layer projecting first,
+/// its second aggregating first, some tensors offloaded) still trains,
+/// its `relu_bwd` reading the pre-activation, to the weights a plan of
+/// this build trains.
+#[test]
+fn a_plan_from_before_the_relu_masks_trains_the_same_model() {
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/plan-before-relu-masks.json"
+    );
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    let ops = saved["workload"]["definition"]["ops"].as_array().unwrap();
+    assert!(ops
+        .iter()
+        .all(|op| !op["name"].as_str().unwrap().starts_with("relu_mask")));
+    let common = [
+        "train",
+        "--graph",
+        "rmat:scale=7,features=32,classes=4,seed=3",
+        "--layers",
+        "3",
+        "--hidden",
+        "16",
+        "--partitions",
+        "2",
+        "--epochs",
+        "2",
+        "--json",
+    ];
+    let old = json(&fateplan(&[&common[..], &["--plan", fixture]].concat()));
+    let now = json(&fateplan(&[&common[..], &["--hbm-budget", "60%"]].concat()));
+    assert_eq!(old["weights_sha256"], now["weights_sha256"]);
+    assert_eq!(old["final_loss"], now["final_loss"]);
+    // Its own budget held: the executor charged what that plan counted.
+    let budget = old["budgets"]["hbm_bytes"].as_u64().unwrap();
+    assert!(old["peak_bytes"]["hbm"].as_u64().unwrap() <= budget);
+}
+
 #[test]
 fn bad_training_input_names_what_is_wrong() {
     let cases: [(&[&str], &str); 9] = [

@@ -99,6 +99,158 @@ pub fn relu_dropout_bwd<'k>(
     )
 }
 
+/// Words of 64 mask bits a parallel task sets.
+const MASK_WORDS_PER_TASK: usize = 1024;
+
+/// ReLU's mask: bit `i % 64` of `bits[i / 64]` is set where `z[i] > 0`,
+/// the bits past `z`'s end clear; `bits` holds `z.len().div_ceil(64)`
+/// words. [`relu_dropout_bwd_bits`] reads it in place of `z`.
+pub fn positive_bits(z: &[f32], bits: &mut [u64]) -> Result<()> {
+    check_len("positive_bits", "bits", bits.len(), z.len().div_ceil(64))?;
+    let isa = Isa::detect();
+    bits.par_chunks_mut(MASK_WORDS_PER_TASK)
+        .enumerate()
+        .for_each(|(task, words)| {
+            let first = task * MASK_WORDS_PER_TASK * 64;
+            let values = &z[first..(first + words.len() * 64).min(z.len())];
+            pack_on(isa, values, words);
+        });
+    Ok(())
+}
+
+/// Backward of [`relu_dropout`] from its mask ([`positive_bits`] of `z`):
+/// `grad_z = grad_out · mask · bit`, the same bits as
+/// [`relu_dropout_bwd`] of `z`; other arguments as there.
+pub fn relu_dropout_bwd_bits<'k>(
+    grad_out: &[f32],
+    bits: &[u64],
+    width: usize,
+    keys: impl Into<RowKeys<'k>>,
+    dropout: Option<&Dropout>,
+    grad_z: &mut [f32],
+) -> Result<()> {
+    const KERNEL: &str = "relu_dropout_bwd_bits";
+    let keys = keys.into();
+    let rows = rows_of(KERNEL, "grad_out", grad_out.len(), width)?;
+    keys.check(KERNEL, rows)?;
+    check_len(KERNEL, "grad_z", grad_z.len(), grad_out.len())?;
+    check_len(KERNEL, "bits", bits.len(), grad_out.len().div_ceil(64))?;
+    by_row_chunks(grad_z, width, keys, dropout, |isa, base, part| {
+        gate_on(isa, bits, base, &grad_out[base..base + part.len()], part)
+    })
+}
+
+/// Fills `out` (`rows × width`) a row chunk at a time in parallel,
+/// `fill(isa, first element, chunk)`, then multiplies each chunk by the
+/// dropout mask of its rows (`keys`); `None` or `p == 0` means none.
+fn by_row_chunks<F>(
+    out: &mut [f32],
+    width: usize,
+    keys: RowKeys,
+    dropout: Option<&Dropout>,
+    fill: F,
+) -> Result<()>
+where
+    F: Fn(Isa, usize, &mut [f32]) + Sync,
+{
+    let mask: Option<Mask> = match dropout {
+        Some(d) => {
+            d.validate()?;
+            (!d.is_identity()).then(|| d.mask())
+        }
+        None => None,
+    };
+    let isa = Isa::detect();
+    let span = ROW_CHUNK * width;
+    out.par_chunks_mut(span)
+        .enumerate()
+        .for_each(|(chunk, part)| {
+            fill(isa, chunk * span, part);
+            if let Some(mask) = &mask {
+                mask.apply_rows(isa, keys.skip(chunk * ROW_CHUNK), None, part, width);
+            }
+        });
+    Ok(())
+}
+
+/// `words[k]`'s bit `b` is `values[64k + b] > 0`; the bits past `values`'
+/// end are clear.
+#[inline(always)]
+fn pack(values: &[f32], words: &mut [u64]) {
+    let mut groups = values.chunks_exact(64);
+    for (word, group) in words.iter_mut().zip(&mut groups) {
+        let mut w = 0u64;
+        for (b, &v) in group.iter().enumerate() {
+            w |= u64::from(v > 0.0) << b;
+        }
+        *word = w;
+    }
+    let rest = groups.remainder();
+    if let Some(word) = words.get_mut(values.len() / 64) {
+        *word = rest
+            .iter()
+            .enumerate()
+            .fold(0u64, |w, (b, &v)| w | (u64::from(v > 0.0) << b));
+    }
+}
+
+/// `out[j] = g[j] · bit(first + j)` of the mask `bits`, as
+/// `g · relu_grad(z)`: the same product, so the same bits.
+#[inline(always)]
+fn gate(bits: &[u64], first: usize, g: &[f32], out: &mut [f32]) {
+    let one = |i: usize| -> f32 {
+        if (bits[i / 64] >> (i % 64)) & 1 == 1 {
+            1.0
+        } else {
+            0.0
+        }
+    };
+    // Up to the first whole word, then word by word, then the rest.
+    let lead = ((64 - first % 64) % 64).min(out.len());
+    for j in 0..lead {
+        out[j] = g[j] * one(first + j);
+    }
+    let (out, g) = (&mut out[lead..], &g[lead..]);
+    let word0 = (first + lead) / 64;
+    let done = out.len() / 64 * 64;
+    let mut outs = out.chunks_exact_mut(64);
+    for (k, (o, gs)) in (&mut outs).zip(g.chunks_exact(64)).enumerate() {
+        let w = bits[word0 + k];
+        for (b, (o, &g)) in o.iter_mut().zip(gs).enumerate() {
+            *o = g * if (w >> b) & 1 == 1 { 1.0 } else { 0.0 };
+        }
+    }
+    for (j, o) in outs.into_remainder().iter_mut().enumerate() {
+        *o = g[done + j] * one(first + lead + done + j);
+    }
+}
+
+/// [`pack`] on `isa`.
+fn pack_on(isa: Isa, values: &[f32], words: &mut [u64]) {
+    match isa {
+        Isa::Generic => pack(values, words),
+        // SAFETY: `Isa::Avx512` names an instruction set the CPU has.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::pack_avx512(values, words) },
+        // SAFETY: `Isa::Avx2` names an instruction set the CPU has.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::pack_avx2(values, words) },
+    }
+}
+
+/// [`gate`] on `isa`.
+fn gate_on(isa: Isa, bits: &[u64], first: usize, g: &[f32], out: &mut [f32]) {
+    match isa {
+        Isa::Generic => gate(bits, first, g, out),
+        // SAFETY: `Isa::Avx512` names an instruction set the CPU has.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::gate_avx512(bits, first, g, out) },
+        // SAFETY: `Isa::Avx2` names an instruction set the CPU has.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::gate_avx2(bits, first, g, out) },
+    }
+}
+
 /// `out = dropout(elu(z))` with `alpha = 1`; arguments as [`relu_dropout`].
 pub fn elu_dropout<'k>(
     z: &[f32],
@@ -240,6 +392,26 @@ fn map<F: Fn(f32, f32) -> f32>(z: &[f32], g: Option<&[f32]>, out: &mut [f32], f:
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     #[target_feature(enable = "avx512f,avx512dq")]
+    pub(super) unsafe fn pack_avx512(values: &[f32], words: &mut [u64]) {
+        super::pack(values, words)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn pack_avx2(values: &[f32], words: &mut [u64]) {
+        super::pack(values, words)
+    }
+
+    #[target_feature(enable = "avx512f,avx512dq")]
+    pub(super) unsafe fn gate_avx512(bits: &[u64], first: usize, g: &[f32], out: &mut [f32]) {
+        super::gate(bits, first, g, out)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn gate_avx2(bits: &[u64], first: usize, g: &[f32], out: &mut [f32]) {
+        super::gate(bits, first, g, out)
+    }
+
+    #[target_feature(enable = "avx512f,avx512dq")]
     pub(super) unsafe fn map_avx512<F: Fn(f32, f32) -> f32>(
         z: &[f32],
         g: Option<&[f32]>,
@@ -294,33 +466,68 @@ where
     if let Some(g) = g {
         check_len(kernel, "grad_out", g.len(), z.len())?;
     }
-    let mask: Option<Mask> = match dropout {
-        Some(d) => {
-            d.validate()?;
-            (!d.is_identity()).then(|| d.mask())
-        }
-        None => None,
-    };
-    let isa = Isa::detect();
-    let span = ROW_CHUNK * width;
-    out.par_chunks_mut(span)
-        .enumerate()
-        .for_each(|(chunk, part)| {
-            let base = chunk * span;
-            let zs = &z[base..base + part.len()];
-            let gs = g.map(|g| &g[base..base + part.len()]);
-            map_on(isa, zs, gs, part, &f);
-
-            if let Some(mask) = &mask {
-                mask.apply_rows(isa, keys.skip(chunk * ROW_CHUNK), None, part, width);
-            }
-        });
-    Ok(())
+    by_row_chunks(out, width, keys, dropout, |isa, base, part| {
+        let zs = &z[base..base + part.len()];
+        let gs = g.map(|g| &g[base..base + part.len()]);
+        map_on(isa, zs, gs, part, &f);
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mask_gives_the_backward_of_z() {
+        // 600 rows of 50 over three row chunks; the last word part-filled.
+        let (rows, width) = (600, 50);
+        let n = rows * width;
+        let specials = [0.0, -0.0, f32::NAN, 1e-38, -1e-38, f32::INFINITY];
+        let z: Vec<f32> = (0..n)
+            .map(|i| match i % 97 {
+                k @ 0..=5 => specials[k],
+                _ => ((i * 7919 % 301) as f32 - 150.0) / 7.0,
+            })
+            .collect();
+        let g: Vec<f32> = (0..n).map(|i| (i % 13) as f32 - 6.5).collect();
+        let mut bits = vec![u64::MAX; n.div_ceil(64)];
+        positive_bits(&z, &mut bits).unwrap();
+        for (i, &v) in z.iter().enumerate() {
+            assert_eq!((bits[i / 64] >> (i % 64)) & 1 == 1, v > 0.0, "element {i}");
+        }
+        assert_eq!(bits[n / 64] >> (n % 64), 0, "bits past the end are clear");
+        for isa in Isa::available() {
+            let mut words = vec![u64::MAX; bits.len()];
+            pack_on(isa, &z, &mut words);
+            assert_eq!(words, bits, "pack on {isa:?}");
+        }
+        let bits_of = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for dropout in [None, Some(Dropout::new(0.5, 7, 1).unwrap())] {
+            let (mut from_z, mut from_bits) = (vec![0.0f32; n], vec![1.0f32; n]);
+            relu_dropout_bwd(&g, &z, width, 3u64, dropout.as_ref(), &mut from_z).unwrap();
+            relu_dropout_bwd_bits(&g, &bits, width, 3u64, dropout.as_ref(), &mut from_bits)
+                .unwrap();
+            assert_eq!(bits_of(&from_bits), bits_of(&from_z), "dropout {dropout:?}");
+        }
+        // A stretch starting anywhere in a word, on every instruction set.
+        for first in [0, 1, 5, 63, 64, 65, 130] {
+            for len in [0, 1, 63, 64, 200] {
+                let want: Vec<f32> = (first..first + len)
+                    .map(|i| g[i] * relu_grad(z[i]))
+                    .collect();
+                for isa in Isa::available() {
+                    let mut got = vec![f32::NAN; len];
+                    gate_on(isa, &bits, first, &g[first..first + len], &mut got);
+                    assert_eq!(bits_of(&got), bits_of(&want), "{isa:?} from {first}, {len}");
+                }
+            }
+        }
+        let err = positive_bits(&z, &mut bits[1..]).unwrap_err();
+        assert!(err.to_string().contains("bits"), "{err}");
+        let err = relu_dropout_bwd_bits(&g, &bits[1..], width, 3u64, None, &mut vec![0.0; n])
+            .unwrap_err();
+        assert!(err.to_string().contains("bits"), "{err}");
+    }
 
     #[test]
     fn every_instruction_set_gives_the_same_bits() {

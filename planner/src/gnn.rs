@@ -1288,17 +1288,19 @@ impl<'a> Builder<'a> {
         );
         let mut layer = Layer::default();
         for (agg, projected) in sums.into_iter().zip(projected) {
-            let (z, out) = projected.expect("each sum is projected as it ends");
+            let (z, out, mask) = projected.expect("each sum is projected as it ends");
             layer.agg.push(agg);
             layer.z.push(z);
             layer.output.push(out);
+            layer.mask.extend(mask);
         }
         layer
     }
 
     /// Row partition `i`'s projection of its sum `agg` in an
     /// aggregate-first layer `l` (GraphSAGE's of its own rows `h` too),
-    /// then the ReLU below the last layer: `(z, output)`.
+    /// then the ReLU below the last layer, with its mask
+    /// ([`Builder::relu_mask`]): `(z, output, mask)`.
     fn project_sum(
         &mut self,
         l: u32,
@@ -1306,7 +1308,7 @@ impl<'a> Builder<'a> {
         h: TensorId,
         agg: TensorId,
         w: TensorId,
-    ) -> (TensorId, TensorId) {
+    ) -> (TensorId, TensorId, Option<TensorId>) {
         let spec = self.spec;
         let (d_in, d_out) = spec.layer_dims(l);
         let last = l == spec.layers;
@@ -1332,30 +1334,71 @@ impl<'a> Builder<'a> {
                 ComputeClass::Dense,
             ),
         );
-        let out = if last {
-            z
-        } else {
-            let out = self.tensor(
-                format!("h[l{l},p{i}]"),
-                rows * d_out * F32,
-                TensorKind::Activation,
-            );
-            self.w.tensors[out.index()].checkpoint = true;
-            self.op(
-                format!("relu[l{l},p{i}]"),
-                OpKind::Activation,
-                Phase::Forward,
-                vec![z],
-                vec![out],
-                Cost::work(
-                    (rows * d_out) as f64,
-                    2 * rows * d_out * F32,
-                    ComputeClass::Elementwise,
-                ),
-            );
-            out
+        if last {
+            return (z, z, None);
+        }
+        let out = self.tensor(
+            format!("h[l{l},p{i}]"),
+            rows * d_out * F32,
+            TensorKind::Activation,
+        );
+        self.w.tensors[out.index()].checkpoint = true;
+        self.op(
+            format!("relu[l{l},p{i}]"),
+            OpKind::Activation,
+            Phase::Forward,
+            vec![z],
+            vec![out],
+            Cost::work(
+                (rows * d_out) as f64,
+                2 * rows * d_out * F32,
+                ComputeClass::Elementwise,
+            ),
+        );
+        let mask = self.relu_mask((l, i), vec![z]);
+        (z, out, Some(mask))
+    }
+
+    /// Row partition `i`'s ReLU mask in hidden layer `l`: one bit an
+    /// element, set where the pre-activation is positive (`inputs`: `z`,
+    /// or in a layer that projects first the aggregation and the weights,
+    /// whose bias it adds first), in 64-bit words ([`mask_bytes`]). The
+    /// ReLU's backward reads it in place of the pre-activation, a 32nd of
+    /// its bytes: the pre-activation dies at the ReLU, and what the
+    /// backward keeps, moves or recomputes is the mask. An operator of its
+    /// own, apart from the ReLU, so that recomputing it re-creates the
+    /// mask alone.
+    fn relu_mask(&mut self, (l, i): (u32, u32), inputs: Vec<TensorId>) -> TensorId {
+        let (_, d_out) = self.spec.layer_dims(l);
+        let elements = self.rows(i) * d_out;
+        // The bias read and added, as the ReLU's own.
+        let biased = inputs.len() == 2;
+        let (per_element, bias_bytes) = match biased {
+            true => (2.0, d_out * F32),
+            false => (1.0, 0),
         };
-        (z, out)
+        let mask = self.tensor(
+            format!("relu_bits[l{l},p{i}]"),
+            mask_bytes(elements),
+            TensorKind::Activation,
+        );
+        // Kept, as the layer outputs are, by the peers that recompute what
+        // lies between checkpoints: a 32nd of a layer's bytes, whose
+        // recomputation would re-run the layer.
+        self.w.tensors[mask.index()].checkpoint = true;
+        self.op(
+            format!("relu_mask[l{l},p{i}]"),
+            OpKind::Activation,
+            Phase::Forward,
+            inputs,
+            vec![mask],
+            Cost::work(
+                per_element * elements as f64,
+                elements * F32 + bias_bytes + mask_bytes(elements),
+                ComputeClass::Elementwise,
+            ),
+        );
+        mask
     }
 
     fn backward_conv(
@@ -1387,11 +1430,11 @@ impl<'a> Builder<'a> {
                     format!("relu_bwd[l{l},p{i}]"),
                     OpKind::ActivationBackward,
                     Phase::Backward,
-                    vec![grad_out[i as usize], layer.z[i as usize]],
+                    vec![grad_out[i as usize], layer.mask[i as usize]],
                     vec![dz],
                     Cost::work(
                         (rows * d_out) as f64,
-                        3 * rows * d_out * F32,
+                        2 * rows * d_out * F32 + mask_bytes(rows * d_out),
                         ComputeClass::Elementwise,
                     ),
                 );
@@ -1641,12 +1684,12 @@ impl<'a> Builder<'a> {
             },
         );
         let mut layer = Layer::default();
-        for ((z, agg), out) in z.into_iter().zip(sums).zip(finished) {
+        for ((z, agg), finished) in z.into_iter().zip(sums).zip(finished) {
+            let (out, mask) = finished.expect("each sum is biased as it ends");
             layer.z.push(z);
             layer.agg.push(agg);
-            layer
-                .output
-                .push(out.expect("each sum is biased as it ends"));
+            layer.output.push(out);
+            layer.mask.extend(mask);
         }
         layer
     }
@@ -1654,14 +1697,14 @@ impl<'a> Builder<'a> {
     /// Row partition `i`'s bias on its sum `agg` in a layer `l` that
     /// projects first (GAT's layers all do), with the activation below
     /// the last layer, `hidden` (its name, flops per element and class):
-    /// the output.
+    /// the output, and a ReLU's mask ([`Builder::relu_mask`]).
     fn bias(
         &mut self,
         (l, i): (u32, u32),
         agg: TensorId,
         w: TensorId,
         hidden: (&str, f64, ComputeClass),
-    ) -> TensorId {
+    ) -> (TensorId, Option<TensorId>) {
         let spec = self.spec;
         let (_, d_out) = spec.layer_dims(l);
         let last = l == spec.layers;
@@ -1699,11 +1742,12 @@ impl<'a> Builder<'a> {
                 class,
             ),
         );
-        out
+        let mask = (!last && hidden.0 == RELU.0).then(|| self.relu_mask((l, i), vec![agg, w]));
+        (out, mask)
     }
 
     /// The backward of [`Builder::forward_projected`]: per partition the
-    /// ReLU's backward at `agg + bias` (hidden layers), per source
+    /// ReLU's backward through its mask (hidden layers), per source
     /// partition the transposed aggregation into the projection's
     /// gradient, then per partition the projection's backward (the bias's
     /// gradient from the aggregation's).
@@ -1734,11 +1778,11 @@ impl<'a> Builder<'a> {
                 format!("relu_bwd[l{l},p{i}]"),
                 OpKind::ActivationBackward,
                 Phase::Backward,
-                vec![grad_out[i as usize], layer.agg[i as usize], w],
+                vec![grad_out[i as usize], layer.mask[i as usize]],
                 vec![g],
                 Cost::work(
-                    2.0 * (rows * d_out) as f64,
-                    (3 * rows * d_out + d_out) * F32,
+                    (rows * d_out) as f64,
+                    2 * rows * d_out * F32 + mask_bytes(rows * d_out),
                     ComputeClass::Elementwise,
                 ),
             );
@@ -1851,7 +1895,7 @@ impl<'a> Builder<'a> {
                         done: &mut |_, _, _| {},
                     },
                 )[0];
-                let out = self.bias((l, i), agg, w, ELU);
+                let (out, _) = self.bias((l, i), agg, w, ELU);
                 layer.agg.push(agg);
                 layer.output.push(out);
             }
@@ -1874,7 +1918,7 @@ impl<'a> Builder<'a> {
             sweep,
             Around {
                 input: &|j| zs[j as usize],
-                done: &mut |b, i, agg| outputs[i as usize] = Some(b.bias((l, i), agg, w, ELU)),
+                done: &mut |b, i, agg| outputs[i as usize] = Some(b.bias((l, i), agg, w, ELU).0),
             },
         );
         for (agg, out) in sums.into_iter().zip(outputs) {
@@ -2120,10 +2164,18 @@ impl<'a> Builder<'a> {
 struct Layer {
     agg: Vec<TensorId>,
     z: Vec<TensorId>,
+    /// Hidden ReLU layers: per partition, the ReLU's mask.
+    mask: Vec<TensorId>,
     /// GAT: per partition, `[a_src | a_dst]` (`rows × 2H`).
     node_score: Vec<TensorId>,
     alpha: Vec<TensorId>,
     output: Vec<TensorId>,
+}
+
+/// Bytes of a ReLU mask over `elements`: one bit each, in whole 64-bit
+/// words.
+pub fn mask_bytes(elements: u64) -> u64 {
+    elements.div_ceil(64) * 8
 }
 
 /// The number after `key` in an operator's name: the `s` of

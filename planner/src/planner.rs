@@ -2324,16 +2324,18 @@ mod tests {
         }
     }
 
-    /// ogbn-arxiv's GraphSAGE in 4 partitions at 34% of its retain-all peak:
+    /// ogbn-arxiv's GAT in 4 partitions at 55% of its retain-all peak:
     /// the fastest candidate's recomputations re-run tensors they read
     /// that it recomputes too; searched again with those cascades
-    /// charged, dp finds a plan more than 3% faster, faster than those
-    /// planned on shared compute too, and `plan` returns it or a faster
-    /// one.
+    /// charged, dp finds a plan more than 2% faster (2.9%), faster than
+    /// those planned on shared compute too, and `plan` returns it or a
+    /// faster one. (Since the ReLU's backward reads its mask, GCN's and
+    /// GraphSAGE's plans recompute little and cascade less: GraphSAGE at
+    /// 34%, this test's case before, no longer charges its cascades.)
     #[test]
     fn plans_charged_their_cascades_join_the_candidates_and_win_where_faster() {
         let (workload, profile, options, lives, choices, mut candidates) =
-            on_arxiv(crate::gnn::GnnModel::Sage, 34);
+            on_arxiv(crate::gnn::GnnModel::Gat, 55);
         let on_shares = congested_candidates(
             &workload,
             &profile,
@@ -2354,7 +2356,7 @@ mod tests {
         let cascaded =
             cascade_candidates(&workload, &profile, &options, &lives, &choices, &candidates);
         let after = fastest(&cascaded).timing.iteration_s;
-        assert!(after < before * 0.97, "{after} s against {before} s");
+        assert!(after < before * 0.98, "{after} s against {before} s");
         let shared = fastest(&on_shares).timing.iteration_s;
         assert!(after < shared, "{after} s against {shared} s");
         // The plan is at least as fast (before the polish), and the

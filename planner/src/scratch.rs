@@ -149,7 +149,7 @@ pub fn op_bytes(base: &str, gat: bool, projects_first: bool, s: &OpShape) -> u64
         }
         "linear" if (gat || projects_first) && s.drops_input => dropped_slabs(s.rows, s.d_in),
         // A bias-added copy of the rows.
-        "relu" | "relu_bwd" if projects_first => s.rows * s.d_out * F32,
+        "relu" | "relu_mask" if projects_first => s.rows * s.d_out * F32,
         "elu" | "elu_bwd" => s.rows * s.d_out * F32,
         "node_scores" => 2 * s.d_out * F32,
         // Each row's maximum and sum, and one block's segment sums at a

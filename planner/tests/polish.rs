@@ -39,7 +39,7 @@ fn the_polish_plans_faster_within_the_budget_and_alike_on_any_thread_count() {
     };
     let before = plan(&workload, &profile, &unpolished).unwrap();
     let after = in_threads(2, || plan(&workload, &profile, &options).unwrap());
-    // 19.327 ms before, 17.488 ms polished.
+    // 32.775 ms before, 29.507 ms polished.
     let (before_s, after_s) = (before.predicted.iteration_s, after.predicted.iteration_s);
     assert!(
         after_s < before_s * 0.95,
@@ -60,9 +60,11 @@ fn the_polish_plans_faster_within_the_budget_and_alike_on_any_thread_count() {
 fn the_polish_gains_where_transfers_queue_and_never_slows_a_plan() {
     let profile = common::a100();
     let workload = arxiv();
-    // Before and polished: 19.327 → 17.488 ms at 40%, 9.932 → 8.966 ms
-    // at 60%; at 80% the transfers hide and nothing is faster.
-    for (percent, gain) in [(40.0, 0.95), (60.0, 0.95), (80.0, 1.0)] {
+    // Before and polished: 19.867 → 17.431 ms at 50%, 13.653 → 10.260 ms
+    // at 65%; at 90% the transfers hide and nothing is faster. (Shares of
+    // the retain-all peak since the ReLU masks lowered it: at 60% the
+    // polish gains 1.2% there, 15.179 → 14.995 ms.)
+    for (percent, gain) in [(50.0, 0.95), (65.0, 0.95), (90.0, 1.0)] {
         let options = common::dp_options_at(&workload, &profile, percent);
         let unpolished = PlanOptions {
             polish_work: 0,

@@ -1062,22 +1062,37 @@ impl Backend for CpuGnn {
                     .map_err(kernel)?;
                 Ok(vec![Data::F32(out)])
             }
+            "relu_mask" => {
+                let with_bias = self.pre_activation(op, name.get('l')?, inputs)?;
+                let z = with_bias.as_deref().map_or_else(|| inputs[0].f32(), Ok)?;
+                let mut words = vec![0i64; z.len().div_ceil(64)];
+                activation::positive_bits(z, bytemuck::cast_slice_mut(&mut words))
+                    .map_err(kernel)?;
+                Ok(vec![Data::I64(words)])
+            }
+            // From the ReLU's mask (`relu_mask`), or in a plan made before
+            // the masks from the pre-activation.
             "relu_bwd" => {
                 let (l, i) = (name.get('l')?, name.get('p')?);
                 let (_, d_out) = self.model.dims(l);
-                let with_bias = self.pre_activation(op, l, &inputs[1..])?;
-                let z = with_bias.as_deref().map_or_else(|| inputs[1].f32(), Ok)?;
                 let grad = inputs[0].f32()?;
-                let mut out = vec![0.0f32; z.len()];
-                let mask = self.model.dropout(SITE_HIDDEN, l);
-                activation::relu_dropout_bwd(
-                    grad,
-                    z,
-                    d_out,
-                    self.model.keys(i),
-                    mask.as_ref(),
-                    &mut out,
-                )
+                let mut out = vec![0.0f32; grad.len()];
+                let (mask, keys) = (self.model.dropout(SITE_HIDDEN, l), self.model.keys(i));
+                match inputs {
+                    [_, Data::I64(bits)] => activation::relu_dropout_bwd_bits(
+                        grad,
+                        bytemuck::cast_slice(bits),
+                        d_out,
+                        keys,
+                        mask.as_ref(),
+                        &mut out,
+                    ),
+                    _ => {
+                        let with_bias = self.pre_activation(op, l, &inputs[1..])?;
+                        let z = with_bias.as_deref().map_or_else(|| inputs[1].f32(), Ok)?;
+                        activation::relu_dropout_bwd(grad, z, d_out, keys, mask.as_ref(), &mut out)
+                    }
+                }
                 .map_err(kernel)?;
                 Ok(vec![Data::F32(out)])
             }

@@ -364,6 +364,9 @@ pub fn check_shared_plan(plan: &Plan, workload: &Workload) -> Result<(), ExecErr
 /// workload `expected`: the same digest, or a digest `expected` had as
 /// workloads were written before
 ///
+/// - the ReLU's backward read its mask ([`before_relu_masks`]): such a
+///   plan's `relu_bwd` reads the pre-activation, which both backends
+///   still take;
 /// - the aggregations' running sums were marked as added into in place
 ///   ([`Op::adds_into`](fateplan_planner::workload::Op::adds_into)): such
 ///   a plan counts each sum beside the output that takes its buffer
@@ -374,25 +377,106 @@ pub fn check_shared_plan(plan: &Plan, workload: &Workload) -> Result<(), ExecErr
 ///   executor does not read an operator's class, so such a plan runs the
 ///   same operators; only its prices were the sparse class's.
 fn planned_for(planned: &str, expected: &Workload) -> bool {
-    if planned == expected.digest() {
-        return true;
-    }
-    let mut older = expected.clone();
-    let mut unmarked = false;
-    for op in &mut older.ops {
-        unmarked |= op.adds_into.take().is_some();
-    }
-    if unmarked && planned == older.digest() {
-        return true;
-    }
-    let mut renamed = false;
-    for op in &mut older.ops {
-        if op.cost.class == ComputeClass::SparseMasked {
-            op.cost.class = ComputeClass::Sparse;
-            renamed = true;
+    let forms = std::iter::once(expected.clone()).chain(before_relu_masks(expected));
+    for form in forms {
+        if planned == form.digest() {
+            return true;
+        }
+        let mut older = form;
+        let mut unmarked = false;
+        for op in &mut older.ops {
+            unmarked |= op.adds_into.take().is_some();
+        }
+        if unmarked && planned == older.digest() {
+            return true;
+        }
+        let mut renamed = false;
+        for op in &mut older.ops {
+            if op.cost.class == ComputeClass::SparseMasked {
+                op.cost.class = ComputeClass::Sparse;
+                renamed = true;
+            }
+        }
+        if renamed && planned == older.digest() {
+            return true;
         }
     }
-    renamed && planned == older.digest()
+    false
+}
+
+/// The workload a build from before the ReLU masks made where this one
+/// makes `now`: no `relu_bits[..]` tensors or `relu_mask` operators, and each
+/// `relu_bwd` reading the gradient and what its mask's operator reads
+/// (the pre-activation `z`, or in a layer that projects first the
+/// aggregation and the weights), priced and given scratch as then; the
+/// tensors and operators after a removed one numbered down. `None` where
+/// `now` has no masks.
+fn before_relu_masks(now: &Workload) -> Option<Workload> {
+    use fateplan_planner::workload::{Cost, OpId, TensorId};
+    use std::collections::HashMap;
+    let masks: HashMap<TensorId, &fateplan_planner::workload::Op> = now
+        .ops
+        .iter()
+        .filter(|op| op.name.starts_with("relu_mask["))
+        .filter_map(|op| Some((*op.outputs.first()?, op)))
+        .collect();
+    if masks.is_empty() {
+        return None;
+    }
+    let mut renumbered = vec![None; now.tensors.len()];
+    let mut tensors = Vec::with_capacity(now.tensors.len() - masks.len());
+    for tensor in now.tensors.iter().filter(|t| !masks.contains_key(&t.id)) {
+        let id = TensorId(tensors.len() as u32);
+        renumbered[tensor.id.index()] = Some(id);
+        tensors.push(fateplan_planner::workload::Tensor {
+            id,
+            ..tensor.clone()
+        });
+    }
+    let renumber = |ids: &[TensorId]| -> Option<Vec<TensorId>> {
+        ids.iter().map(|t| renumbered[t.index()]).collect()
+    };
+    let mut ops = Vec::with_capacity(now.ops.len() - masks.len());
+    for op in now
+        .ops
+        .iter()
+        .filter(|op| !op.name.starts_with("relu_mask["))
+    {
+        let mut op = op.clone();
+        op.id = OpId(ops.len() as u32);
+        if let [grad, mask] = op.inputs[..] {
+            if let Some(made) = masks.get(&mask) {
+                let elements = now.tensor(grad).bytes / 4;
+                let projects_first = made.inputs.len() == 2;
+                // What the mask's operator read beside the pre-activation
+                // (the bias).
+                let extra = made.cost.bytes - 4 * elements - now.tensor(mask).bytes;
+                op.inputs = std::iter::once(grad)
+                    .chain(made.inputs.iter().copied())
+                    .collect();
+                op.cost = match projects_first {
+                    true => Cost::work(
+                        2.0 * elements as f64,
+                        3 * elements * 4 + extra,
+                        op.cost.class,
+                    ),
+                    false => Cost::work(elements as f64, 3 * elements * 4, op.cost.class),
+                };
+                if projects_first {
+                    // A bias-added copy of the rows.
+                    op.scratch_bytes = 4 * elements;
+                }
+            }
+        }
+        op.inputs = renumber(&op.inputs)?;
+        op.outputs = renumber(&op.outputs)?;
+        ops.push(op);
+    }
+    Some(Workload {
+        tensors,
+        ops,
+        ..now.clone()
+    })
 }
 
 /// What may train a plan whose workload `planned` is not the run's
@@ -402,6 +486,24 @@ fn planned_for(planned: &str, expected: &Workload) -> bool {
 /// prices no dropout masks (made with `--dropout 0`, or before masks were
 /// priced) against a run that draws them, or the other way round.
 fn digest_hint(planned: &Workload, expected: &Workload) -> String {
+    // A plan from before the ReLU masks is told apart from the workload a
+    // build of then made of this run, not from this build's.
+    let masked = |w: &Workload| w.ops.iter().any(|op| op.name.starts_with("relu_mask["));
+    if !masked(planned) {
+        if let Some(then) = before_relu_masks(expected) {
+            return format!(
+                "{} (the plan is from a build before the ReLU masks: such a plan trains the run \
+                 it was made for)",
+                differences(planned, &then)
+            );
+        }
+    }
+    differences(planned, expected)
+}
+
+/// [`digest_hint`] of a plan's workload against the run's, told apart as
+/// the same build made them.
+fn differences(planned: &Workload, expected: &Workload) -> String {
     // A plan of a DAG given as such (`plan --dag`, a workload file): its
     // operators are none of a GNN's, and no flag makes this run its.
     let generic = |w: &Workload| {
@@ -1275,6 +1377,34 @@ mod tests {
             .ops
             .iter()
             .any(|op| op.cost.class == ComputeClass::SparseMasked));
+        // Before the ReLU masks (`tests/train_cli.rs` trains a plan a
+        // build of then saved): each relu_bwd reads its z again, and
+        // every id is dense.
+        let unmasked = before_relu_masks(&now).expect("a hidden ReLU");
+        assert!(unmasked
+            .tensors
+            .iter()
+            .all(|t| !t.name.starts_with("relu_bits[")));
+        assert!(unmasked
+            .tensors
+            .iter()
+            .enumerate()
+            .all(|(i, t)| t.id.index() == i));
+        assert!(unmasked
+            .ops
+            .iter()
+            .enumerate()
+            .all(|(i, op)| op.id.index() == i));
+        for op in unmasked
+            .ops
+            .iter()
+            .filter(|op| op.name.starts_with("relu_bwd["))
+        {
+            let read = unmasked.tensor(op.inputs[1]).name.clone();
+            assert!(read.starts_with("z["), "{}: {read}", op.name);
+        }
+        assert_eq!(unmasked.ops.len() + 2, now.ops.len());
+        assert!(planned_for(&unmasked.digest(), &now));
         // Before the running sums were marked as added into in place.
         let mut unmarked = now.clone();
         for op in &mut unmarked.ops {

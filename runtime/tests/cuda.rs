@@ -293,6 +293,45 @@ fn check_reference(
             assert_close(name, f32s(&cuda[0]), &expect, 1e-5);
             true
         }
+        "relu_mask" => {
+            // The same f32 sum as the backends', then its sign.
+            let z: Vec<f32> = if first {
+                let (agg, w) = (f32s(inputs[0]), f32s(inputs[1]));
+                let bias = &w[w.len() - d_out..];
+                agg.iter()
+                    .enumerate()
+                    .map(|(i, v)| v + bias[i % d_out])
+                    .collect()
+            } else {
+                f32s(inputs[0]).to_vec()
+            };
+            let words = cuda[0].i64().unwrap();
+            assert_eq!(words.len(), z.len().div_ceil(64), "{name}: words");
+            for (i, v) in z.iter().enumerate() {
+                let bit = (words[i / 64] as u64 >> (i % 64)) & 1 == 1;
+                assert_eq!(bit, *v > 0.0, "{name}: bit {i} of {v}");
+            }
+            let past = z.len() % 64;
+            if past > 0 {
+                assert_eq!(
+                    *words.last().unwrap() as u64 >> past,
+                    0,
+                    "{name}: bits past the end"
+                );
+            }
+            true
+        }
+        // From the mask: its bits stand in for the pre-activation.
+        "relu_bwd" if matches!(inputs[1], Data::I64(_)) => {
+            let g = to64(f32s(inputs[0]));
+            let words = inputs[1].i64().unwrap();
+            let z: Vec<f64> = (0..g.len())
+                .map(|i| ((words[i / 64] as u64 >> (i % 64)) & 1) as f64)
+                .collect();
+            let expect = reference::relu_dropout_bwd(&g, &z, d_out, 0, Some(&mask(h, layer, 1)));
+            assert_close(name, f32s(&cuda[0]), &expect, 1e-5);
+            true
+        }
         "relu_bwd" => {
             let (g, z) = (to64(f32s(inputs[0])), to64(f32s(inputs[1])));
             let z = if first {
@@ -473,7 +512,11 @@ fn operators_agree_on(dataset: Dataset, h: Hyper, partitions: u32) -> usize {
         assert_eq!(cuda_out.len(), cpu_out.len(), "{case}: {}", op.name);
         for (k, (g, c)) in cuda_out.iter().zip(&cpu_out).enumerate() {
             let what = format!("{case}: {} output {k}", op.name);
-            assert_close(&what, f32s(g), &to64(f32s(c)), 1e-4);
+            match (g, c) {
+                // A ReLU's mask: the same bits.
+                (Data::I64(g), Data::I64(c)) => assert_eq!(g, c, "{what}"),
+                _ => assert_close(&what, f32s(g), &to64(f32s(c)), 1e-4),
+            }
         }
         if partitions == 1
             && check_reference(&op.name, &inputs, &cuda_out, &h, &prepared, &workload)

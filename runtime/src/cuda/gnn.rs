@@ -1954,15 +1954,16 @@ impl CudaGnn {
                 );
                 Ok(vec![out(z)])
             }
-            "relu" | "relu_bwd" => {
+            "relu" | "relu_bwd" | "relu_mask" => {
                 let (l, i) = (name.get('l')?, name.get('p')?);
                 let (_, d_out) = self.model.dims(l);
                 let (key, threshold, scale) = mask_args(self.model.dropout(SITE_HIDDEN, l));
                 let base = self.model.row0(i) * d_out as u64;
-                // A projecting-first layer's relu (and its backward) reads
-                // the aggregation and the weights and evaluates at
-                // `agg + bias` (the projection had no bias); otherwise it
-                // reads the linear layer's output `z`.
+                // A projecting-first layer's relu and relu_mask read the
+                // aggregation and the weights and evaluate at `agg + bias`
+                // (the projection had no bias); otherwise they read the
+                // linear layer's output `z`. The backward reads the mask,
+                // or in a plan from before the masks what relu read.
                 let projects_first = self.model.projects_first(l);
                 let rows = self.model.rows(i).len();
                 // The pre-activation: `inputs[at]`, or for a layer that
@@ -1997,7 +1998,48 @@ impl CudaGnn {
                         [&z.slice, &n, &mut h.slice, &key, &threshold, &scale, &base]
                     );
                     Ok(vec![out(h)])
+                } else if name.base == "relu_mask" {
+                    // One bit an element, in 64-bit words.
+                    arity(op, inputs, if projects_first { 2 } else { 1 })?;
+                    let biased = pre_activation(0)?;
+                    let z = match &biased {
+                        Some(b) => b,
+                        None => f32s(op, inputs[0])?,
+                    };
+                    let mut bits = self.gpu.zeros::<i64>(z.len().div_ceil(64), "relu mask")?;
+                    let n = z.len() as u64;
+                    launch!(
+                        gpu,
+                        "positive_bits_f32",
+                        n.div_ceil(64) * 64,
+                        [&z.slice, &n, &mut bits.slice]
+                    );
+                    Ok(vec![device_data(GpuTensor::I64(bits))])
+                } else if inputs.len() == 2 && matches!(tensor(op, inputs[1])?, GpuTensor::I64(_)) {
+                    // From the mask (`relu_mask`).
+                    let grad = f32s(op, inputs[0])?;
+                    let bits = i64s(op, inputs[1])?;
+                    expect_len(op, "mask words", bits.len(), grad.len().div_ceil(64))?;
+                    let mut dz = self.zeros(grad.len(), "relu gradient")?;
+                    let n = grad.len() as u64;
+                    launch!(
+                        gpu,
+                        "relu_dropout_bwd_bits_f32",
+                        n,
+                        [
+                            &grad.slice,
+                            &bits.slice,
+                            &n,
+                            &mut dz.slice,
+                            &key,
+                            &threshold,
+                            &scale,
+                            &base
+                        ]
+                    );
+                    Ok(vec![out(dz)])
                 } else {
+                    // From the pre-activation: a plan made before the masks.
                     arity(op, inputs, if projects_first { 3 } else { 2 })?;
                     let grad = f32s(op, inputs[0])?;
                     let biased = pre_activation(1)?;

@@ -75,7 +75,7 @@ pub struct TrainingRates {
     /// The GEMM rate of each layer shape of both GCNs, least intense
     /// first (of two shapes as intense, the first measured).
     pub dense: Vec<DenseRate>,
-    /// ReLU with dropout and its backward: bytes per second.
+    /// ReLU with dropout, its mask and its backward: bytes per second.
     pub elementwise_bytes_per_s: f64,
     /// Forward aggregations (SpMM, the first with input dropout fused)
     /// of the GCN of `width`.
@@ -1248,8 +1248,8 @@ mod tests {
 
     /// Every operator of the measured GCN is placed: in P partitions,
     /// layers 1 and 2's linear layers and backward (4P) are the wide
-    /// shape, layer 3's (2P) the narrow one; ReLU and its backward for
-    /// two layers (4P); P² aggregations in each layer (layer 1's masking
+    /// shape, layer 3's (2P) the narrow one; ReLU, its mask and its
+    /// backward for two layers (6P); P² aggregations in each layer (layer 1's masking
     /// its input) and P² backward in layers 2 and 3; the loss and its
     /// backward (2P).
     #[test]
@@ -1273,7 +1273,8 @@ mod tests {
         let expected = [
             (Group::Dense(16, 16), 4 * p),
             (Group::Dense(16, 2), 2 * p),
-            (Group::Elementwise, 4 * p),
+            // Per hidden layer and partition: relu, relu_mask, relu_bwd.
+            (Group::Elementwise, 6 * p),
             (Group::MaskedGather(1), p * p),
             (Group::Gather(2), p * p),
             (Group::Gather(3), p * p),

@@ -550,7 +550,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
     put(
         &mut sources,
         "device.hbm_bytes_per_s",
-        format!("element-wise: ReLU with dropout and its backward, {run}"),
+        format!("element-wise: ReLU with dropout, its mask and its backward, {run}"),
     );
     put(
         &mut sources,
