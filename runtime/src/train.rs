@@ -1201,24 +1201,19 @@ pub const SPILL_SLACK_BYTES: u64 = crate::spill::ALIGN_BYTES as u64 + 64;
 
 impl SsdTier for SpillStore {
     fn put(&self, key: u64, bytes: &[u8]) -> Result<(), ExecError> {
-        let ticket = self
-            .write(key, bytes)
-            .map_err(|e| ExecError::Ssd(e.to_string()))?;
-        self.wait(ticket)
-            .map_err(|e| ExecError::Ssd(e.to_string()))?;
+        let ticket = self.write(key, bytes).map_err(ExecError::ssd)?;
+        self.wait(ticket).map_err(ExecError::ssd)?;
         Ok(())
     }
 
     fn get(&self, key: u64) -> Result<Vec<u8>, ExecError> {
-        let ticket = self.read(key).map_err(|e| ExecError::Ssd(e.to_string()))?;
-        let done = self
-            .wait(ticket)
-            .map_err(|e| ExecError::Ssd(e.to_string()))?;
+        let ticket = self.read(key).map_err(ExecError::ssd)?;
+        let done = self.wait(ticket).map_err(ExecError::ssd)?;
         Ok(done.buf.as_slice().to_vec())
     }
 
     fn remove(&self, key: u64) -> Result<(), ExecError> {
-        SpillStore::remove(self, key).map_err(|e| ExecError::Ssd(e.to_string()))
+        SpillStore::remove(self, key).map_err(ExecError::ssd)
     }
 }
 

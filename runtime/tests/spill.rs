@@ -5,6 +5,7 @@
 
 use std::os::unix::fs::FileExt;
 
+use fateplan_runtime::exec::{ExecError, SsdTier};
 use fateplan_runtime::spill::{Faults, OpKind, SpillOptions, SpillStore, ALIGN_BYTES};
 use fateplan_runtime::Error;
 
@@ -332,6 +333,26 @@ fn corrupted_block_is_a_checksum_error_not_wrong_bytes() {
         );
         // Other blocks still read back.
         store.wait(store.read(1).unwrap()).unwrap();
+        // Through the executor's SSD tier the error stays whole: the
+        // store's own, to match on.
+        let through = SsdTier::get(&store, 7).unwrap_err();
+        assert!(
+            through.to_string().starts_with("ssd tier: ")
+                && through.to_string().contains("checksum mismatch"),
+            "{through}"
+        );
+        let ExecError::Ssd(inner) = &through else {
+            panic!("{through:?}");
+        };
+        assert!(
+            matches!(
+                inner.downcast_ref::<Error>(),
+                Some(Error::SpillChecksum { key: 7, .. })
+            ),
+            "{inner:?}"
+        );
+        let source = std::error::Error::source(&through).expect("a source");
+        assert_eq!(source.to_string(), inner.to_string());
     }
 }
 

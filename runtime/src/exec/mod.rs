@@ -90,8 +90,13 @@ pub enum ExecError {
     InvalidPlan(fateplan_planner::Error),
     #[error("the plan uses the SSD tier but no spill directory was given")]
     NoSsd,
+    /// The SSD tier failed: its store's error, whole (the spill store's
+    /// is a [`crate::Error`]: `SpillBlockIo`, `SpillChecksum`,
+    /// `ResourcesExhausted`, ...), to downcast and match
+    /// (`inner.downcast_ref::<fateplan_runtime::Error>()`); it is the
+    /// [`std::error::Error::source`] too. [`ExecError::ssd`] makes one.
     #[error("ssd tier: {0}")]
-    Ssd(String),
+    Ssd(#[source] Arc<dyn std::error::Error + Send + Sync>),
     #[error("{0}")]
     Kernel(String),
     /// What the run was given does not hold together: the hyper-parameters
@@ -108,6 +113,13 @@ pub enum ExecError {
     Cuda(String),
     #[error("internal error (a bug in fateplan): {0}")]
     Internal(String),
+}
+
+impl ExecError {
+    /// [`ExecError::Ssd`] of an SSD tier's own error.
+    pub fn ssd(error: impl std::error::Error + Send + Sync + 'static) -> ExecError {
+        ExecError::Ssd(Arc::new(error))
+    }
 }
 
 /// Moves a tensor's contents between the device and the host. The

@@ -125,7 +125,7 @@ impl SsdTier for MemorySsd {
             .unwrap()
             .get(&key)
             .cloned()
-            .ok_or_else(|| ExecError::Ssd(format!("no block {key}")))
+            .ok_or_else(|| ExecError::ssd(std::io::Error::other(format!("no block {key}"))))
     }
     fn remove(&self, key: u64) -> Result<(), ExecError> {
         self.blocks
@@ -133,7 +133,7 @@ impl SsdTier for MemorySsd {
             .unwrap()
             .remove(&key)
             .map(|_| ())
-            .ok_or_else(|| ExecError::Ssd(format!("no block {key}")))
+            .ok_or_else(|| ExecError::ssd(std::io::Error::other(format!("no block {key}"))))
     }
 }
 
