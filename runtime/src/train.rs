@@ -582,9 +582,72 @@ fn differences(planned: &Workload, expected: &Workload) -> String {
         _ => match (masks(planned), masks(expected)) {
             (false, true) => " (the plan prices no dropout masks: made with --dropout 0, which trains it, or by a build from before masks were priced, whose model to train at another dropout needs planning again)".into(),
             (true, false) => " (the plan prices dropout masks: train it with its --dropout)".into(),
-            _ => String::new(),
+            _ => operator_difference(planned, expected),
         },
     }
+}
+
+/// The first operator of `planned` that differs from `expected`'s, and
+/// the first of its fields that does (tensors by name), where the
+/// tensors are the same: `""` where none does.
+fn operator_difference(planned: &Workload, expected: &Workload) -> String {
+    if planned.ops.len() != expected.ops.len() {
+        return format!(
+            " (the plan's workload has {} operators, this run's {})",
+            planned.ops.len(),
+            expected.ops.len()
+        );
+    }
+    // Each field as JSON, its tensors by name.
+    let fields = |w: &Workload, op: &fateplan_planner::workload::Op| -> Vec<(String, String)> {
+        let named = |ids: &[fateplan_planner::workload::TensorId]| -> String {
+            let names: Vec<&str> = ids
+                .iter()
+                .map(|t| w.tensors.get(t.index()).map_or("?", |t| t.name.as_str()))
+                .collect();
+            format!("[{}]", names.join(", "))
+        };
+        let value = serde_json::to_value(op).unwrap_or_default();
+        let mut fields: Vec<(String, String)> = value
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(key, _)| !matches!(key.as_str(), "id" | "inputs" | "outputs"))
+            .map(|(key, v)| (key.clone(), v.to_string()))
+            .collect();
+        fields.push(("inputs".into(), named(&op.inputs)));
+        fields.push(("outputs".into(), named(&op.outputs)));
+        fields.sort();
+        fields
+    };
+    for (a, b) in planned.ops.iter().zip(&expected.ops) {
+        let (of_a, of_b) = (fields(planned, a), fields(expected, b));
+        if of_a == of_b {
+            continue;
+        }
+        let value = |fields: &[(String, String)], key: &str| -> String {
+            fields
+                .iter()
+                .find(|(k, _)| k == key)
+                .map_or("none".into(), |(_, v)| v.clone())
+        };
+        let mut keys: Vec<&str> = of_a.iter().chain(&of_b).map(|(k, _)| k.as_str()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        if let Some(key) = keys
+            .into_iter()
+            .find(|k| value(&of_a, k) != value(&of_b, k))
+        {
+            return format!(
+                " (the first operator that differs: {:?}, its {key}: {} in the plan, {} in this \
+                 run)",
+                a.name,
+                value(&of_a, key),
+                value(&of_b, key)
+            );
+        }
+    }
+    String::new()
 }
 
 /// Trains one device's `share` with `plan` on the CPU backend, its own
@@ -1450,6 +1513,32 @@ mod tests {
         };
         assert!(hint(&masked, &renamed).contains("only the name differs"));
         assert_eq!(hint(&masked, &built(0.3, stored)), "");
+        // The same tensors, an operator edited: that operator and field,
+        // its tensors by name.
+        let mut edited = masked.clone();
+        let at = edited
+            .ops
+            .iter()
+            .position(|op| op.name.starts_with("relu_bwd["))
+            .unwrap();
+        let h = edited
+            .tensors
+            .iter()
+            .find(|t| t.name == "h[l1,p0]")
+            .unwrap()
+            .id;
+        edited.ops[at].inputs[1] = h;
+        let said = hint(&edited, &masked);
+        assert!(
+            said.contains("the first operator that differs: \"relu_bwd[l1,p0]\", its inputs: [")
+                && said.contains("h[l1,p0]]")
+                && said.contains("relu_bits[l1,p0]]"),
+            "{said}"
+        );
+        let mut priced = masked.clone();
+        priced.ops[at].cost.flops += 1.0;
+        let said = hint(&priced, &masked);
+        assert!(said.contains("its cost: {"), "{said}");
         // Another graph: no word on dropout, but the first tensor that
         // differs (workload names leave out a graph's features).
         let other = built_on(&BlockCounts::skewed(800, 4000, 2).unwrap(), 0.0, stored);
