@@ -377,31 +377,31 @@ pub fn check_shared_plan(plan: &Plan, workload: &Workload) -> Result<(), ExecErr
 ///   executor does not read an operator's class, so such a plan runs the
 ///   same operators; only its prices were the sparse class's.
 fn planned_for(planned: &str, expected: &Workload) -> bool {
-    let forms = std::iter::once(expected.clone()).chain(before_relu_masks(expected));
-    for form in forms {
-        if planned == form.digest() {
-            return true;
-        }
-        let mut older = form;
-        let mut unmarked = false;
-        for op in &mut older.ops {
-            unmarked |= op.adds_into.take().is_some();
-        }
-        if unmarked && planned == older.digest() {
-            return true;
-        }
-        let mut renamed = false;
-        for op in &mut older.ops {
-            if op.cost.class == ComputeClass::SparseMasked {
-                op.cost.class = ComputeClass::Sparse;
-                renamed = true;
-            }
-        }
-        if renamed && planned == older.digest() {
-            return true;
+    planned == expected.digest()
+        || older_marks(planned, expected.clone())
+        || before_relu_masks(expected)
+            .is_some_and(|then| planned == then.digest() || older_marks(planned, then))
+}
+
+/// Whether `planned` is the digest of `form` as written before its
+/// running sums were marked, or before that, before its masked gathers
+/// had a class of their own ([`planned_for`]).
+fn older_marks(planned: &str, mut form: Workload) -> bool {
+    let mut unmarked = false;
+    for op in &mut form.ops {
+        unmarked |= op.adds_into.take().is_some();
+    }
+    if unmarked && planned == form.digest() {
+        return true;
+    }
+    let mut renamed = false;
+    for op in &mut form.ops {
+        if op.cost.class == ComputeClass::SparseMasked {
+            op.cost.class = ComputeClass::Sparse;
+            renamed = true;
         }
     }
-    false
+    renamed && planned == form.digest()
 }
 
 /// The workload a build from before the ReLU masks made where this one
@@ -450,7 +450,10 @@ fn before_relu_masks(now: &Workload) -> Option<Workload> {
                 let projects_first = made.inputs.len() == 2;
                 // What the mask's operator read beside the pre-activation
                 // (the bias).
-                let extra = made.cost.bytes - 4 * elements - now.tensor(mask).bytes;
+                let extra = made
+                    .cost
+                    .bytes
+                    .saturating_sub(4 * elements + now.tensor(mask).bytes);
                 op.inputs = std::iter::once(grad)
                     .chain(made.inputs.iter().copied())
                     .collect();
