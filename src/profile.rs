@@ -200,12 +200,16 @@ fn summary(out: &mut dyn Write, p: &Profile) -> Result<()> {
             .class_rates
             .iter()
             .map(|r| {
-                let per_edge = if r.seconds_per_edge > 0.0 {
-                    format!(" + {:.2} ns/edge", r.seconds_per_edge * 1e9)
-                } else {
-                    String::new()
-                };
-                format!("{} {}{per_edge}", r.class, rate(r.bytes_per_s))
+                let terms: String = [
+                    (r.seconds_per_edge, "edge"),
+                    (r.seconds_per_edge_head, "edge head"),
+                    (r.seconds_per_row, "row"),
+                ]
+                .iter()
+                .filter(|(seconds, _)| *seconds > 0.0)
+                .map(|(seconds, per)| format!(" + {:.2} ns/{per}", seconds * 1e9))
+                .collect();
+                format!("{} {}{terms}", r.class, rate(r.bytes_per_s))
             })
             .collect();
         writeln!(out, "fitted    {}", fits.join(", "))?;

@@ -1327,18 +1327,19 @@ fn write_trace(
     })
 }
 
-/// The measured iteration (the report's means over the epochs after the
-/// first; copies from the last training iteration)
-/// beside the simulator's replay of the plan on the plan's profile.
+/// The measured iteration (the report's median iteration of the epochs
+/// after the first, a steady one, with its parts; copies and operators
+/// from the last training iteration) beside the simulator's replay of the
+/// plan on the plan's profile, which is of a steady iteration.
 fn compare_simulated(
     plan: &Plan,
     report: &train::TrainReport,
     spans: &[fateplan::runtime::exec::TraceSpan],
 ) -> Result<Comparison> {
     let measured = MeasuredIteration {
-        iteration_s: report.iteration_s,
-        compute_s: report.compute_s,
-        wait_s: report.wait_s,
+        iteration_s: report.median.iteration_s,
+        compute_s: report.median.compute_s,
+        wait_s: report.median.wait_s,
         bytes_moved: report.bytes_moved,
         spans,
     };
@@ -1360,7 +1361,8 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, epochs: u32) -> Result<
     writeln!(
         out,
         "compared  with the simulator: this plan on profile {} (seed {}, no jitter); measured \
-         times are means over {}, copies from the last one",
+         times are the median iteration of {} (the faster middle one of an even count), \
+         copies from the last one",
         c.profile,
         c.seed,
         count(epochs.saturating_sub(1).max(1) as u64, "epoch")

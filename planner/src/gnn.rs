@@ -1251,7 +1251,10 @@ impl<'a> Builder<'a> {
                 Phase::Forward,
                 inputs,
                 vec![out],
-                Cost::work(2.0 * (edges * width) as f64, bytes, class).over_edges(edges),
+                Cost::work(2.0 * (edges * width) as f64, bytes, class)
+                    .over_edges(edges)
+                    .over_edge_heads(edge_weights.map_or(0, |_| edges * self.spec.layer_heads(l)))
+                    .over_rows(if edge_weights.is_some() { rows } else { 0 }),
             );
             self.w.ops[id.index()].adds_into = adds;
             partials[r] = Some(out);
@@ -1960,7 +1963,9 @@ impl<'a> Builder<'a> {
                     edges * (EDGE + heads * F32) + (rows + self.rows(j)) * 2 * heads * F32,
                     ComputeClass::EdgeScores,
                 )
-                .over_edges(edges),
+                .over_edges(edges)
+                .over_edge_heads(edges * heads)
+                .over_rows(rows),
             );
             scores.push(s);
         }
@@ -1984,7 +1989,9 @@ impl<'a> Builder<'a> {
                 3 * row_edges * heads * F32 + sources.len() as u64 * (rows + 1) * ROW_POINTER,
                 ComputeClass::EdgeSoftmax,
             )
-            .over_edges(row_edges),
+            .over_edges(row_edges)
+            .over_edge_heads(row_edges * heads)
+            .over_rows(sources.len() as u64 * rows),
         );
         alpha
     }
@@ -2106,6 +2113,8 @@ impl<'a> Builder<'a> {
                     vec![src_out, dst_out],
                     Cost::work(flops, bytes, ComputeClass::AttentionBackward)
                         .over_edges(edges)
+                        .over_edge_heads(edges * heads)
+                        .over_rows(rows_i)
                         .transposing(edges),
                 );
                 src_partial = Some(src_out);
@@ -2931,6 +2940,41 @@ mod tests {
             assert!(walkers.contains(kind), "{kind}");
             assert_eq!(*n, stored, "{kind}");
         }
+        // Each edge is scored by every head of its layer, and every
+        // walker walks a destination row once for each block it has.
+        let walked = |w: &Workload| {
+            let mut sums: HashMap<(String, String), (u64, u64)> = HashMap::new();
+            for o in w.ops.iter().filter(|o| o.cost.edges > 0) {
+                let (kind, rest) = o.name.split_once('[').unwrap();
+                let layer = rest.split(',').next().unwrap().to_string();
+                let sum = sums.entry((kind.into(), layer)).or_default();
+                sum.0 += o.cost.edge_heads;
+                sum.1 += o.cost.rows;
+            }
+            sums
+        };
+        let sums = walked(&w);
+        for l in 1..=s.layers {
+            let layer = format!("l{l}");
+            let rows = sums[&("sddmm".to_string(), layer.clone())].1;
+            assert!((1000..=4 * 1000).contains(&rows), "{rows}");
+            for kind in walkers {
+                let (heads, r) = sums[&(kind.to_string(), layer.clone())];
+                assert_eq!(heads, stored * s.layer_heads(l), "{kind} {layer}");
+                assert_eq!(r, rows, "{kind} {layer}");
+            }
+        }
+        // In one partition each row is walked once a layer.
+        let whole = build_gnn(&s, &BlockCounts::skewed(1000, 8000, 1).unwrap()).unwrap();
+        for ((kind, layer), (_, rows)) in walked(&whole) {
+            assert_eq!(rows, 1000, "{kind} {layer}");
+        }
+        // A GCN records neither.
+        let gcn = build_gnn(&spec(GnnModel::Gcn), &blocks).unwrap();
+        assert!(gcn
+            .ops
+            .iter()
+            .all(|o| o.cost.edge_heads == 0 && o.cost.rows == 0));
     }
 
     /// Transposed aggregations are scatters where the transposes are

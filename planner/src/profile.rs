@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::workload::ComputeClass;
+use crate::workload::{ComputeClass, Cost};
 use crate::{Error, Result};
 
 /// Version of the profile JSON format.
@@ -80,16 +80,23 @@ pub struct DeviceProfile {
     pub edge_softmax_bytes_per_s: Option<f64>,
     /// Rates fitted to classes of operators in training: where a class
     /// has one, its memory time is `bytes / bytes_per_s + edges ×
-    /// seconds_per_edge` instead of bytes at the class's field above.
+    /// seconds_per_edge + edge_heads × seconds_per_edge_head + rows ×
+    /// seconds_per_row` instead of bytes at the class's field above.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub class_rates: Vec<ClassRate>,
     /// Fixed cost of launching one operator.
     pub op_overhead_s: f64,
 }
 
-/// A class's memory time fitted to its operators: a bandwidth and a time
+/// A class's memory time fitted to its operators: a bandwidth, a time
 /// per edge walked (an edge's index, its row's cache lines and the
-/// work per edge that does not grow with the row's width).
+/// work per edge that does not grow with the row's width), a time per
+/// head of an edge (an attention score's arithmetic: [`Cost::edge_heads`])
+/// and a time per row walked in a block (the row's bounds, its loop and
+/// what is read and written for it whatever its edges: [`Cost::rows`]).
+///
+/// [`Cost::edge_heads`]: crate::workload::Cost::edge_heads
+/// [`Cost::rows`]: crate::workload::Cost::rows
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClassRate {
@@ -97,6 +104,16 @@ pub struct ClassRate {
     pub bytes_per_s: f64,
     #[serde(default)]
     pub seconds_per_edge: f64,
+    /// Zero (and not written) where the profile did not tell heads apart.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub seconds_per_edge_head: f64,
+    /// Zero (and not written) where the profile did not tell rows apart.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub seconds_per_row: f64,
+}
+
+fn is_zero_f64(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// A GEMM rate at one arithmetic intensity.
@@ -165,24 +182,37 @@ impl DeviceProfile {
         (a.flops_per_s.ln() + t * (b.flops_per_s / a.flops_per_s).ln()).exp()
     }
 
-    /// Seconds of memory traffic of an operator of `class` moving `bytes`
-    /// and walking `edges`: by the class's fit in `class_rates` where it
-    /// has one, otherwise bytes at [`DeviceProfile::memory_bytes_per_s`].
-    /// A fit with a time per edge prices only operators that record the
-    /// edges they walk: one that records none (a workload written before
-    /// `cost.edges`) is priced by the class's field, as it was then. A
-    /// masked gather without a fit of its own takes the sparse class's.
-    pub fn memory_seconds(&self, bytes: u64, edges: u64, class: ComputeClass) -> f64 {
+    /// Seconds of the memory traffic of an operator of `cost.class`
+    /// moving `cost.bytes` and walking `cost.edges` edges, of
+    /// `cost.edge_heads` heads in all, and `cost.rows` rows: by the
+    /// class's fit in `class_rates` where it has one, otherwise bytes at
+    /// [`DeviceProfile::memory_bytes_per_s`]. A fit with a time per edge
+    /// prices only operators that record the edges they walk: one that
+    /// records none (a workload written before `cost.edges`) is priced by
+    /// the class's field, as it was then; so is one that records no heads
+    /// or rows where the fit has a time for them (a GAT workload written
+    /// before `cost.edge_heads` and `cost.rows`), since the fit's other
+    /// terms were fitted beside those. A masked gather without a fit of
+    /// its own takes the sparse class's.
+    pub fn memory_seconds(&self, cost: &Cost) -> f64 {
+        let class = cost.class;
         let fit_of = |class| self.class_rates.iter().find(|r| r.class == class);
         let fit = match class {
             ComputeClass::SparseMasked => fit_of(class).or_else(|| fit_of(ComputeClass::Sparse)),
             _ => fit_of(class),
         };
         match fit {
-            Some(fit) if edges > 0 || fit.seconds_per_edge == 0.0 => {
-                bytes as f64 / fit.bytes_per_s + edges as f64 * fit.seconds_per_edge
+            Some(fit)
+                if (cost.edges > 0 || fit.seconds_per_edge == 0.0)
+                    && (cost.edge_heads > 0 || fit.seconds_per_edge_head == 0.0)
+                    && (cost.rows > 0 || fit.seconds_per_row == 0.0) =>
+            {
+                cost.bytes as f64 / fit.bytes_per_s
+                    + cost.edges as f64 * fit.seconds_per_edge
+                    + cost.edge_heads as f64 * fit.seconds_per_edge_head
+                    + cost.rows as f64 * fit.seconds_per_row
             }
-            _ => bytes as f64 / self.memory_bytes_per_s(class),
+            _ => cost.bytes as f64 / self.memory_bytes_per_s(class),
         }
     }
 
@@ -203,7 +233,8 @@ impl DeviceProfile {
     /// [`DeviceProfile::memory_seconds`]). Dense math runs at
     /// [`DeviceProfile::dense_rate`] for its intensity, softmax math at
     /// `softmax_flops_per_s`, other math at `dense_flops_per_s`.
-    pub fn work_seconds(&self, flops: f64, bytes: u64, edges: u64, class: ComputeClass) -> f64 {
+    pub fn work_seconds(&self, cost: &Cost) -> f64 {
+        let (flops, bytes, class) = (cost.flops, cost.bytes, cost.class);
         let rate = match class {
             // No bytes: an infinite intensity, the most intense shape.
             ComputeClass::Dense => self.dense_rate(flops / bytes as f64),
@@ -211,7 +242,7 @@ impl DeviceProfile {
             _ => self.dense_flops_per_s,
         };
         let math_s = flops / rate;
-        math_s.max(self.memory_seconds(bytes, edges, class))
+        math_s.max(self.memory_seconds(cost))
     }
 }
 
@@ -567,16 +598,20 @@ impl Profile {
                     ),
                 ));
             }
-            if !(fit.seconds_per_edge.is_finite()
-                && (0.0..=MAX_FIGURE_SECONDS).contains(&fit.seconds_per_edge))
-            {
-                return Err(Error::invalid(
-                    field("seconds_per_edge"),
-                    format!(
-                        "{} must be finite, not negative and at most {MAX_FIGURE_SECONDS:e} seconds",
-                        figure(fit.seconds_per_edge)
-                    ),
-                ));
+            for (name, value) in [
+                ("seconds_per_edge", fit.seconds_per_edge),
+                ("seconds_per_edge_head", fit.seconds_per_edge_head),
+                ("seconds_per_row", fit.seconds_per_row),
+            ] {
+                if !(value.is_finite() && (0.0..=MAX_FIGURE_SECONDS).contains(&value)) {
+                    return Err(Error::invalid(
+                        field(name),
+                        format!(
+                            "{} must be finite, not negative and at most {MAX_FIGURE_SECONDS:e} seconds",
+                            figure(value)
+                        ),
+                    ));
+                }
             }
             if self.device.class_rates[..k]
                 .iter()
@@ -659,7 +694,19 @@ mod tests {
             class,
             bytes_per_s,
             seconds_per_edge,
+            seconds_per_edge_head: 0.0,
+            seconds_per_row: 0.0,
         }
+    }
+
+    /// [`DeviceProfile::work_seconds`] of work walking `edges` edges.
+    fn work(d: &DeviceProfile, flops: f64, bytes: u64, edges: u64, class: ComputeClass) -> f64 {
+        d.work_seconds(&Cost::work(flops, bytes, class).over_edges(edges))
+    }
+
+    /// [`DeviceProfile::memory_seconds`] of `bytes` walking `edges` edges.
+    fn memory(d: &DeviceProfile, bytes: u64, edges: u64, class: ComputeClass) -> f64 {
+        d.memory_seconds(&Cost::work(0.0, bytes, class).over_edges(edges))
     }
 
     fn shape(flops_per_byte: f64, flops_per_s: f64) -> DenseShape {
@@ -686,19 +733,19 @@ mod tests {
         );
         assert!(close(d.dense_rate(f64::NAN), 300e9));
         // A dense operator's time uses it; others keep the one rate.
-        let s = d.work_seconds(8e9, 1_000_000_000, 0, ComputeClass::Dense);
+        let s = work(&d, 8e9, 1_000_000_000, 0, ComputeClass::Dense);
         assert!(close(s, 0.08_f64.max(1e9 / d.hbm_bytes_per_s)), "{s}");
-        let s = d.work_seconds(8e9, 1, 0, ComputeClass::Elementwise);
+        let s = work(&d, 8e9, 1, 0, ComputeClass::Elementwise);
         assert!(close(s, 8e9 / 300e9), "{s}");
         d.softmax_flops_per_s = Some(4e9);
-        let s = d.work_seconds(8e9, 1, 0, ComputeClass::Softmax);
+        let s = work(&d, 8e9, 1, 0, ComputeClass::Softmax);
         assert!(close(s, 2.0), "softmax math at its own rate: {s}");
         for class in [ComputeClass::Elementwise, ComputeClass::Sparse] {
-            let s = d.work_seconds(8e9, 1, 0, class);
+            let s = work(&d, 8e9, 1, 0, class);
             assert!(close(s, 8e9 / 300e9), "{class:?}: {s}");
         }
         // A dense operator with no bytes runs at the most intense shape.
-        assert!(close(d.work_seconds(3e11, 0, 0, ComputeClass::Dense), 1.0));
+        assert!(close(work(&d, 3e11, 0, 0, ComputeClass::Dense), 1.0));
     }
 
     /// A rate near zero or a latency near f64's largest gave iterations
@@ -746,6 +793,21 @@ mod tests {
             ),
             "{message}"
         );
+        for (field, spoil) in [
+            (
+                "seconds_per_edge_head",
+                (|f| f.seconds_per_edge_head = -1e-9) as fn(&mut ClassRate),
+            ),
+            ("seconds_per_row", |f| f.seconds_per_row = f64::NAN),
+        ] {
+            let mut p = profile();
+            spoil(fit(&mut p));
+            let message = p.validate().unwrap_err().to_string();
+            assert!(
+                message.contains(&format!("device.class_rates[0].{field}: ")),
+                "{message}"
+            );
+        }
         let mut p = profile();
         fit(&mut p).bytes_per_s = 1e-300;
         let message = p.validate().unwrap_err().to_string();
@@ -902,27 +964,18 @@ mod tests {
     fn a_masked_gather_falls_back_to_the_sparse_class() {
         let mut d = profile().device;
         let (bytes, edges) = (1_000_000u64, 1000u64);
-        let plain = d.memory_seconds(bytes, edges, ComputeClass::Sparse);
+        let plain = memory(&d, bytes, edges, ComputeClass::Sparse);
         assert_eq!(plain, bytes as f64 / d.sparse_bytes_per_s);
-        assert_eq!(
-            d.memory_seconds(bytes, edges, ComputeClass::SparseMasked),
-            plain
-        );
+        assert_eq!(memory(&d, bytes, edges, ComputeClass::SparseMasked), plain);
         d.class_rates = vec![class_rate(ComputeClass::Sparse, 2e9, 1e-9)];
         let fitted = bytes as f64 / 2e9 + edges as f64 * 1e-9;
-        assert_eq!(d.memory_seconds(bytes, edges, ComputeClass::Sparse), fitted);
-        assert_eq!(
-            d.memory_seconds(bytes, edges, ComputeClass::SparseMasked),
-            fitted
-        );
+        assert_eq!(memory(&d, bytes, edges, ComputeClass::Sparse), fitted);
+        assert_eq!(memory(&d, bytes, edges, ComputeClass::SparseMasked), fitted);
         d.class_rates
             .push(class_rate(ComputeClass::SparseMasked, 1e9, 2e-9));
         let own = bytes as f64 / 1e9 + edges as f64 * 2e-9;
-        assert_eq!(
-            d.memory_seconds(bytes, edges, ComputeClass::SparseMasked),
-            own
-        );
-        assert_eq!(d.memory_seconds(bytes, edges, ComputeClass::Sparse), fitted);
+        assert_eq!(memory(&d, bytes, edges, ComputeClass::SparseMasked), own);
+        assert_eq!(memory(&d, bytes, edges, ComputeClass::Sparse), fitted);
         assert_eq!(ComputeClass::SparseMasked.to_string(), "sparse_masked");
     }
 
@@ -933,32 +986,77 @@ mod tests {
     fn a_fitted_class_is_charged_its_bytes_and_its_edges() {
         let mut d = profile().device;
         d.attention_bytes_per_s = Some(1e9);
-        d.class_rates = vec![ClassRate {
-            class: ComputeClass::EdgeSoftmax,
-            bytes_per_s: 2e9,
-            seconds_per_edge: 1e-9,
-        }];
+        d.class_rates = vec![class_rate(ComputeClass::EdgeSoftmax, 2e9, 1e-9)];
         let close = |a: f64, b: f64| (a / b - 1.0).abs() < 1e-12;
-        let s = d.memory_seconds(4_000_000_000, 500_000_000, ComputeClass::EdgeSoftmax);
+        let s = memory(&d, 4_000_000_000, 500_000_000, ComputeClass::EdgeSoftmax);
         assert!(close(s, 2.0 + 0.5), "{s}");
-        let s = d.memory_seconds(4_000_000_000, 500_000_000, ComputeClass::Attention);
+        let s = memory(&d, 4_000_000_000, 500_000_000, ComputeClass::Attention);
         assert!(
             close(s, 4.0),
             "no fit: bytes at the field's rate, edges free: {s}"
         );
         // An operator that records no edges (an older workload) is priced
         // as before fits; a fit without a time per edge still applies.
-        let s = d.memory_seconds(4_000_000_000, 0, ComputeClass::EdgeSoftmax);
+        let s = memory(&d, 4_000_000_000, 0, ComputeClass::EdgeSoftmax);
         assert!(close(s, 4.0), "{s}");
         d.class_rates[0].seconds_per_edge = 0.0;
-        let s = d.memory_seconds(4_000_000_000, 0, ComputeClass::EdgeSoftmax);
+        let s = memory(&d, 4_000_000_000, 0, ComputeClass::EdgeSoftmax);
         assert!(close(s, 2.0), "{s}");
         d.class_rates[0].seconds_per_edge = 1e-9;
-        let s = d.work_seconds(1.0, 4_000_000_000, 500_000_000, ComputeClass::EdgeSoftmax);
+        let s = work(
+            &d,
+            1.0,
+            4_000_000_000,
+            500_000_000,
+            ComputeClass::EdgeSoftmax,
+        );
         assert!(close(s, 2.5), "{s}");
         // The math bound still holds above the fit.
-        let s = d.work_seconds(10.0 * d.dense_flops_per_s, 1, 1, ComputeClass::EdgeSoftmax);
+        let s = work(
+            &d,
+            10.0 * d.dense_flops_per_s,
+            1,
+            1,
+            ComputeClass::EdgeSoftmax,
+        );
         assert!(close(s, 10.0), "{s}");
+        // Heads and rows at their times, where the operator records them
+        // and the fit has them; an operator recording none is charged
+        // none.
+        d.class_rates[0].seconds_per_edge_head = 2e-10;
+        d.class_rates[0].seconds_per_row = 3e-8;
+        let walked = Cost::work(0.0, 4_000_000_000, ComputeClass::EdgeSoftmax)
+            .over_edges(500_000_000)
+            .over_edge_heads(4_000_000_000)
+            .over_rows(10_000_000);
+        let s = d.memory_seconds(&walked);
+        assert!(close(s, 2.0 + 0.5 + 0.8 + 0.3), "{s}");
+        // One that records no heads or rows (written before they were)
+        // is priced by the class's field, as then: the fit's bandwidth
+        // and time per edge were fitted beside its heads and rows.
+        let s = memory(&d, 4_000_000_000, 500_000_000, ComputeClass::EdgeSoftmax);
+        assert!(close(s, 4.0), "{s}");
+        for unwalked in [
+            Cost { rows: 0, ..walked },
+            Cost {
+                edge_heads: 0,
+                ..walked
+            },
+        ] {
+            assert!(close(d.memory_seconds(&unwalked), 4.0));
+        }
+        d.class_rates[0].seconds_per_edge_head = 0.0;
+        let s = d.memory_seconds(&Cost {
+            edge_heads: 0,
+            ..walked
+        });
+        assert!(close(s, 2.0 + 0.5 + 0.3), "{s}");
+        // A class without the fit prices its bytes alone, as before.
+        let other = Cost {
+            class: ComputeClass::Attention,
+            ..walked
+        };
+        assert!(close(d.memory_seconds(&other), 4.0));
     }
 
     #[test]

@@ -194,6 +194,20 @@ pub struct Cost {
     /// profile's per-edge time (`device.class_rates`) is charged on.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub edges: u64,
+    /// Edges an attention operator walks times the heads of each: a
+    /// score, a weight or their gradients per edge and head. What a
+    /// profile's per-head time (`device.class_rates`) is charged on. The
+    /// GNN builder records them on GAT's edge operators; zero elsewhere.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub edge_heads: u64,
+    /// Rows an edge operator walks, each once per block it walks them in
+    /// (a block's destination rows; an edge softmax's rows once for each
+    /// block of their partition), whether the row holds edges there or
+    /// not: what a profile's per-row time (`device.class_rates`) is
+    /// charged on. The GNN builder records them on GAT's edge operators;
+    /// zero elsewhere.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rows: u64,
     /// Edges of the block whose transpose the operator builds before it
     /// runs, on a backend that builds one (the CUDA backend's transposed
     /// aggregations; the CPU's scatter builds none): a profile's
@@ -224,6 +238,8 @@ impl Cost {
             bytes,
             class,
             edges: 0,
+            edge_heads: 0,
+            rows: 0,
             transpose_edges: 0,
             masked: 0,
             seconds: None,
@@ -233,6 +249,17 @@ impl Cost {
     /// `self` walking `edges` edges.
     pub fn over_edges(self, edges: u64) -> Cost {
         Cost { edges, ..self }
+    }
+
+    /// `self` walking edges of `edge_heads` heads in all (see
+    /// [`Cost::edge_heads`]).
+    pub fn over_edge_heads(self, edge_heads: u64) -> Cost {
+        Cost { edge_heads, ..self }
+    }
+
+    /// `self` walking `rows` rows (see [`Cost::rows`]).
+    pub fn over_rows(self, rows: u64) -> Cost {
+        Cost { rows, ..self }
     }
 
     /// `self` transposing a block of `edges` edges first (see

@@ -21,11 +21,12 @@ use crate::sim::SimReport;
 /// What the executor measured.
 #[derive(Debug, Clone)]
 pub struct MeasuredIteration<'a> {
-    /// Mean seconds per iteration.
+    /// Seconds of the iteration (`fateplan train --compare-simulated`
+    /// gives the median iteration's, `TrainReport::median`).
     pub iteration_s: f64,
-    /// Mean seconds per iteration in operators (recomputations included).
+    /// Its seconds in operators (recomputations included).
     pub compute_s: f64,
-    /// Mean seconds per iteration the compute thread waited for copies.
+    /// Its seconds the compute thread waited for copies.
     pub wait_s: f64,
     /// Bytes per iteration (every iteration moves the same).
     pub bytes_moved: LinkBytes,

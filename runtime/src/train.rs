@@ -78,6 +78,17 @@ pub struct EpochStats {
     pub wait_s: f64,
 }
 
+/// One training iteration's seconds and their parts.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct IterationTimes {
+    pub iteration_s: f64,
+    /// In operators, recomputations included.
+    pub compute_s: f64,
+    pub recompute_s: f64,
+    /// Waiting for transfers.
+    pub wait_s: f64,
+}
+
 /// What a run did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainReport {
@@ -101,6 +112,13 @@ pub struct TrainReport {
     pub recompute_s: f64,
     /// Seconds per iteration the compute thread waited for transfers.
     pub wait_s: f64,
+    /// The median of the same iterations by their seconds (the lower of
+    /// the middle two where they are even), with its own parts: a steady
+    /// iteration, which a warm-up longer than the first iteration (an
+    /// allocator still growing its pools) or a slow moment of a shared
+    /// machine does not move, as it moves the means.
+    #[serde(default)]
+    pub median: IterationTimes,
     pub peak_bytes: PerTier<u64>,
     pub budgets: Budgets,
     /// The most bytes the backend's device allocator held at once, every
@@ -364,6 +382,8 @@ pub fn check_shared_plan(plan: &Plan, workload: &Workload) -> Result<(), ExecErr
 /// workload `expected`: the same digest, or a digest `expected` had as
 /// workloads were written before
 ///
+/// - GAT's edge operators recorded the heads and rows they walk
+///   (`cost.edge_heads`, `cost.rows`), which only price them;
 /// - the ReLU's backward read its mask ([`before_relu_masks`]): such a
 ///   plan's `relu_bwd` reads the pre-activation, which both backends
 ///   still take;
@@ -383,10 +403,19 @@ fn planned_for(planned: &str, expected: &Workload) -> bool {
             .is_some_and(|then| planned == then.digest() || older_marks(planned, then))
 }
 
-/// Whether `planned` is the digest of `form` as written before its
-/// running sums were marked, or before that, before its masked gathers
-/// had a class of their own ([`planned_for`]).
+/// Whether `planned` is the digest of `form` as written before GAT's
+/// edge operators recorded the heads and rows they walk, before that
+/// before its running sums were marked, or before that, before its masked
+/// gathers had a class of their own ([`planned_for`]).
 fn older_marks(planned: &str, mut form: Workload) -> bool {
+    let mut unwalked = false;
+    for op in &mut form.ops {
+        unwalked |= op.cost.edge_heads > 0 || op.cost.rows > 0;
+        (op.cost.edge_heads, op.cost.rows) = (0, 0);
+    }
+    if unwalked && planned == form.digest() {
+        return true;
+    }
     let mut unmarked = false;
     for op in &mut form.ops {
         unmarked |= op.adds_into.take().is_some();
@@ -743,6 +772,9 @@ pub fn gather(
             )));
         }
         report.iteration_s = report.iteration_s.max(other.report.iteration_s);
+        if other.report.median.iteration_s > report.median.iteration_s {
+            report.median = other.report.median;
+        }
         devices.push(other.device);
     }
     Ok((
@@ -962,6 +994,7 @@ fn run_epochs<B: GnnBackend>(
     let (timed, parts) = (&seconds[skip..], &parts[skip..]);
     let runs = timed.len().max(1) as f64;
     let mean = |part: fn(&(f64, f64, f64)) -> f64| parts.iter().map(part).sum::<f64>() / runs;
+    let median = median_iteration(timed, parts);
     Ok((
         TrainReport {
             policy: plan.policy.clone(),
@@ -976,6 +1009,7 @@ fn run_epochs<B: GnnBackend>(
             compute_s: mean(|p| p.0),
             recompute_s: mean(|p| p.1),
             wait_s: mean(|p| p.2),
+            median,
             peak_bytes: executor.peak_bytes(),
             budgets: executor.budgets(),
             device_peak_bytes: executor.backend().device_peak_bytes(),
@@ -984,6 +1018,22 @@ fn run_epochs<B: GnnBackend>(
         },
         spans,
     ))
+}
+
+/// The median of iterations of `seconds` (the lower of the middle two
+/// where they are even) with its own `parts` (compute, recompute and wait
+/// seconds); zeros where there are none.
+fn median_iteration(seconds: &[f64], parts: &[(f64, f64, f64)]) -> IterationTimes {
+    let mut order: Vec<usize> = (0..seconds.len().min(parts.len())).collect();
+    order.sort_by(|&a, &b| seconds[a].total_cmp(&seconds[b]));
+    order
+        .get(order.len().saturating_sub(1) / 2)
+        .map_or_else(IterationTimes::default, |&k| IterationTimes {
+            iteration_s: seconds[k],
+            compute_s: parts[k].0,
+            recompute_s: parts[k].1,
+            wait_s: parts[k].2,
+        })
 }
 
 /// A graph and model made ready to train: the workload a plan must be
@@ -1488,6 +1538,59 @@ mod tests {
         assert!(planned_for(&plain.digest(), &plain));
         assert!(!planned_for(&before.digest(), &plain));
         assert!(!planned_for(&plain.digest(), &now));
+    }
+
+    /// A GAT plan made before its edge operators recorded the heads and
+    /// rows they walk trains the same workload.
+    #[test]
+    fn a_gat_plan_from_before_heads_and_rows_still_trains() {
+        use fateplan_planner::blocks::BlockCounts;
+        use fateplan_planner::gnn::{build_gnn, GnnSpec, Transposes};
+        let blocks = BlockCounts::skewed(400, 2000, 2).unwrap();
+        let spec = GnnSpec {
+            model: GnnModel::Gat,
+            heads: 2,
+            ..toy_gcn(0.5, Transposes::Stored)
+        };
+        let now = build_gnn(&spec, &blocks).unwrap();
+        let walked = now
+            .ops
+            .iter()
+            .filter(|op| op.cost.edge_heads > 0 && op.cost.rows > 0)
+            .count();
+        assert!(walked > 0);
+        let mut before = now.clone();
+        for op in &mut before.ops {
+            (op.cost.edge_heads, op.cost.rows) = (0, 0);
+        }
+        assert_ne!(before.digest(), now.digest());
+        assert!(planned_for(&before.digest(), &now));
+        // Another GAT's plan is still refused.
+        let other = build_gnn(&GnnSpec { heads: 1, ..spec }, &blocks).unwrap();
+        assert!(!planned_for(&before.digest(), &other));
+    }
+
+    /// The median iteration is one of those timed, with its own parts:
+    /// a slow warm-up or a slow moment does not move it.
+    #[test]
+    fn the_median_iteration_is_a_steady_one_with_its_parts() {
+        let part = |s: f64| (s * 0.9, 0.0, s * 0.05);
+        let seconds = [0.34, 0.24, 0.25, 0.23, 0.60];
+        let parts: Vec<_> = seconds.iter().map(|&s| part(s)).collect();
+        let median = median_iteration(&seconds, &parts);
+        assert_eq!(
+            median,
+            IterationTimes {
+                iteration_s: 0.25,
+                compute_s: 0.25 * 0.9,
+                recompute_s: 0.0,
+                wait_s: 0.25 * 0.05,
+            }
+        );
+        // Even: the lower of the middle two.
+        let median = median_iteration(&seconds[..4], &parts[..4]);
+        assert_eq!(median.iteration_s, 0.24);
+        assert_eq!(median_iteration(&[], &[]), IterationTimes::default());
     }
 
     /// A refused plan's hint names what tells the workloads apart: the

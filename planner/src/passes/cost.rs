@@ -19,7 +19,7 @@ pub fn op_seconds(op: &Op, profile: &Profile) -> f64 {
     }
     let device = &profile.device;
     device.op_overhead_s
-        + device.work_seconds(op.cost.flops, op.cost.bytes, op.cost.edges, op.cost.class)
+        + device.work_seconds(&op.cost)
         + device.transpose_seconds(op.cost.transpose_edges)
         + device.mask_seconds(op.cost.masked)
 }

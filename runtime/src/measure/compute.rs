@@ -167,6 +167,10 @@ struct Sums {
     transposed: f64,
     /// Elements the operators mask with dropout (`cost.masked`).
     masked: f64,
+    /// Heads of the edges the operators walk (`cost.edge_heads`).
+    edge_heads: f64,
+    /// Rows the operators walk, once a block (`cost.rows`).
+    rows: f64,
     seconds: f64,
 }
 
@@ -558,7 +562,35 @@ pub struct AttentionRate {
     pub hidden: u32,
     pub heads: u32,
     pub iterations: u32,
+    /// Every GAT timed ([`GAT_RUNS`]), the one above first: the class
+    /// fits take the layers of all of them.
+    pub runs: Vec<GatRun>,
 }
+
+/// One GAT [`attention_rate`] timed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GatRun {
+    pub heads: u32,
+    pub partitions: u32,
+    pub iterations: u32,
+}
+
+/// The GATs [`attention_rate`] times, as (heads, partitions): `heads` in
+/// `partitions`, then in one, then one head in each; the one-partition
+/// runs left out where `partitions` is one.
+fn gat_runs(heads: u32, partitions: u32) -> impl Iterator<Item = (u32, u32)> {
+    let counts = if partitions > 1 {
+        vec![partitions, 1]
+    } else {
+        vec![1]
+    };
+    [heads, 1]
+        .into_iter()
+        .flat_map(move |h| counts.clone().into_iter().map(move |p| (h, p)))
+}
+
+/// How many GATs [`attention_rate`] times where it has several partitions.
+pub const GAT_RUNS: usize = 4;
 
 /// GAT's operators of their own classes (`GAT_CLASSES`: edge scores,
 /// attention-weighted aggregation, edge softmaxes, the attention's
@@ -566,8 +598,13 @@ pub struct AttentionRate {
 /// [`training_rates`] times the GCN's, in a 2-layer GAT of 8 heads of
 /// `width / 16` (at least one) on an R-MAT graph a quarter of `bench`'s
 /// size in half its partitions (GAT's per-edge tensors are 8 times a
-/// GCN's). Rates in bytes per second are the medians over iterations;
-/// each class is fitted a rate from its two layers (`fit_class`).
+/// GCN's). Rates in bytes per second are the medians over iterations of
+/// that run. The same GAT is then timed in one partition, and both again
+/// with one head of the same width ([`GAT_RUNS`]); each class is fitted a
+/// rate over the two layers of every run (`fit_class`): one partition
+/// walks each row once where several walk it once a block, which tells a
+/// time per row apart, and one head scores each edge once where eight
+/// score it eight times, which tells a time per head apart.
 pub fn attention_rate(
     bench: Bench,
     profile: &Profile,
@@ -585,13 +622,12 @@ pub fn attention_rate(
     }
     .generate()?;
     let (nodes, edges) = (graph.nodes, graph.edges());
-    let hyper = Hyper {
+    let hyper = |heads: u32| Hyper {
         model: GnnModel::Gat,
         heads,
         ..gcn(2, hidden)
     };
-    let prepared = train::prepare(graph, &hyper, partitions)?;
-    let timed = time_training(prepared, hyper, profile, rounds, backend, |op| {
+    let classify = |op: &Op| {
         if !GAT_CLASSES.contains(&op.cost.class) {
             return Ok(None);
         }
@@ -602,7 +638,20 @@ pub fn attention_rate(
             ))
         })?;
         Ok(Some(Group::Gat(op.cost.class, layer)))
-    })?;
+    };
+    let mut runs = Vec::new();
+    for (heads, parts) in gat_runs(heads, partitions) {
+        let prepared = train::prepare(graph.clone(), &hyper(heads), parts)?;
+        runs.push(time_training(
+            prepared,
+            hyper(heads),
+            profile,
+            rounds,
+            backend,
+            classify,
+        )?);
+    }
+    let timed = &runs[0];
     let rate = |classes: &[ComputeClass]| {
         timed.rate(
             &format!("{classes:?}"),
@@ -610,10 +659,14 @@ pub fn attention_rate(
             |s| s.bytes,
         )
     };
+    let layers = hyper(heads).layers;
     let class_rates = GAT_CLASSES
         .iter()
         .map(|&class| {
-            let points = timed.layer_points(hyper.layers, |l| Group::Gat(class, l))?;
+            let mut points = Vec::new();
+            for run in &runs {
+                points.extend(run.layer_points(layers, |l| Group::Gat(class, l))?);
+            }
             if points.is_empty() {
                 return Err(Error::Internal(format!(
                     "the compute measurement timed no {class:?} operators"
@@ -634,6 +687,14 @@ pub fn attention_rate(
         hidden,
         heads,
         iterations: timed.iterations.len() as u32,
+        runs: gat_runs(heads, partitions)
+            .zip(&runs)
+            .map(|((heads, partitions), run)| GatRun {
+                heads,
+                partitions,
+                iterations: run.iterations.len() as u32,
+            })
+            .collect(),
     })
 }
 
@@ -642,42 +703,121 @@ struct Timed {
     iterations: Vec<HashMap<Group, Sums>>,
 }
 
-/// A class's rate fitted to its operators' sums (one point a layer):
-/// seconds = bytes / `bytes_per_s` + edges × `seconds_per_edge`, by least
-/// squares. Where the points cannot tell the two apart (one point, no
-/// edges, or bytes and edges in one proportion) or the fit gives a
-/// bandwidth that is not positive or a negative time per edge, the bytes
-/// over the seconds of all points and no time per edge.
+/// A class's rate fitted to its operators' sums (one point a layer, of
+/// each run) by least squares: seconds = bytes / `bytes_per_s` + edges ×
+/// `seconds_per_edge` + edge heads × `seconds_per_edge_head` + rows ×
+/// `seconds_per_row`. Where the points cannot tell the four apart (no heads
+/// or rows recorded, or one in proportion to the others) or the fit gives
+/// a bandwidth that is not positive or a negative time, the same without
+/// the heads; then without the rows instead; then without either; then,
+/// where bytes and edges cannot be told apart either (one point, no
+/// edges, or bytes and edges in one proportion) or fit the same, the bytes
+/// over the seconds of all points.
 fn fit_class(class: ComputeClass, points: &[Sums]) -> ClassRate {
     let sum = |f: &dyn Fn(&Sums) -> f64| points.iter().map(f).sum::<f64>();
     let bytes_only = ClassRate {
         class,
         bytes_per_s: sum(&|p| p.bytes) / sum(&|p| p.seconds),
         seconds_per_edge: 0.0,
+        seconds_per_edge_head: 0.0,
+        seconds_per_row: 0.0,
     };
-    // The normal equations of [bytes edges] [x y]' = seconds.
-    let (bb, be, ee) = (
-        sum(&|p| p.bytes * p.bytes),
-        sum(&|p| p.bytes * p.edges),
-        sum(&|p| p.edges * p.edges),
-    );
-    let (bt, et) = (sum(&|p| p.bytes * p.seconds), sum(&|p| p.edges * p.seconds));
-    let det = bb * ee - be * be;
-    // Not singular to within rounding.
-    if det.is_nan() || det <= 1e-9 * bb * ee {
-        return bytes_only;
-    }
-    let x = (bt * ee - et * be) / det;
-    let y = (bb * et - be * bt) / det;
-    if x > 0.0 && y >= 0.0 && x.is_finite() && y.is_finite() {
-        ClassRate {
-            class,
-            bytes_per_s: 1.0 / x,
-            seconds_per_edge: y,
+    let valid = |x: &[f64]| {
+        x[0] > 0.0 && (1.0 / x[0]).is_finite() && x.iter().all(|v| v.is_finite() && *v >= 0.0)
+    };
+    let models: [&[Term]; 4] = [
+        &[Term::Bytes, Term::Edges, Term::EdgeHeads, Term::Rows],
+        &[Term::Bytes, Term::Edges, Term::Rows],
+        &[Term::Bytes, Term::Edges, Term::EdgeHeads],
+        &[Term::Bytes, Term::Edges],
+    ];
+    for terms in models {
+        let Some(x) = least_squares(points, terms) else {
+            continue;
+        };
+        if !valid(&x) {
+            continue;
         }
-    } else {
-        bytes_only
+        let of = |term: Term| terms.iter().position(|t| *t == term).map_or(0.0, |k| x[k]);
+        return ClassRate {
+            class,
+            bytes_per_s: 1.0 / x[0],
+            seconds_per_edge: of(Term::Edges),
+            seconds_per_edge_head: of(Term::EdgeHeads),
+            seconds_per_row: of(Term::Rows),
+        };
     }
+    bytes_only
+}
+
+/// What a class's time is fitted on (see [`fit_class`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Term {
+    Bytes,
+    Edges,
+    EdgeHeads,
+    Rows,
+}
+
+impl Term {
+    fn of(self, p: &Sums) -> f64 {
+        match self {
+            Term::Bytes => p.bytes,
+            Term::Edges => p.edges,
+            Term::EdgeHeads => p.edge_heads,
+            Term::Rows => p.rows,
+        }
+    }
+}
+
+/// The coefficients `x` minimising `Σ (Σ_k x_k terms[k](p) - p.seconds)²`
+/// over `points`, from the normal equations of the terms scaled to unit
+/// length; `None` where a term is zero on every point or the terms are
+/// dependent to within rounding (the scaled equations' determinant under
+/// 1e-9).
+fn least_squares(points: &[Sums], terms: &[Term]) -> Option<Vec<f64>> {
+    let n = terms.len();
+    let norms: Vec<f64> = terms
+        .iter()
+        .map(|t| points.iter().map(|p| t.of(p).powi(2)).sum::<f64>().sqrt())
+        .collect();
+    if norms.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
+        return None;
+    }
+    let scaled = |k: usize, p: &Sums| terms[k].of(p) / norms[k];
+    // [A'A | A'y], then Gaussian elimination with partial pivoting.
+    let mut m: Vec<Vec<f64>> = (0..n)
+        .map(|i| {
+            let mut row: Vec<f64> = (0..n)
+                .map(|j| points.iter().map(|p| scaled(i, p) * scaled(j, p)).sum())
+                .collect();
+            row.push(points.iter().map(|p| scaled(i, p) * p.seconds).sum());
+            row
+        })
+        .collect();
+    let mut det = 1.0;
+    for c in 0..n {
+        let pivot = (c..n).max_by(|&a, &b| m[a][c].abs().total_cmp(&m[b][c].abs()))?;
+        m.swap(c, pivot);
+        det *= m[c][c];
+        if det.is_nan() || det.abs() <= 1e-9 {
+            return None;
+        }
+        let (top, below) = m.split_at_mut(c + 1);
+        let pivot_row = &top[c];
+        for row in below {
+            let f = row[c] / pivot_row[c];
+            for (x, p) in row[c..].iter_mut().zip(&pivot_row[c..]) {
+                *x -= f * p;
+            }
+        }
+    }
+    let mut x = vec![0.0; n];
+    for c in (0..n).rev() {
+        let known: f64 = (c + 1..n).map(|k| m[c][k] * x[k]).sum();
+        x[c] = (m[c][n] - known) / m[c][c];
+    }
+    Some(x.iter().zip(&norms).map(|(v, norm)| v / norm).collect())
 }
 
 impl Timed {
@@ -828,6 +968,8 @@ fn time_iterations<B: GnnBackend>(
             sum.edges += ops[k].cost.edges as f64;
             sum.transposed += ops[k].cost.transpose_edges as f64;
             sum.masked += ops[k].cost.masked as f64;
+            sum.edge_heads += ops[k].cost.edge_heads as f64;
+            sum.rows += ops[k].cost.rows as f64;
             sum.seconds += span.span.end_s - span.span.start_s;
         }
         Ok(sums)
@@ -1336,13 +1478,77 @@ mod tests {
 
     fn point(bytes: f64, edges: f64, seconds: f64) -> Sums {
         Sums {
-            flops: 0.0,
             bytes,
             edges,
-            transposed: 0.0,
-            masked: 0.0,
             seconds,
+            ..Sums::default()
         }
+    }
+
+    /// Points of a class priced by all four terms, as [`attention_rate`]
+    /// times them: two layers (eight heads of 8, one of 16) of four runs
+    /// (in 4 partitions and in one, then with one head in the first
+    /// layer) recover the bandwidth and the times per edge, per head and
+    /// per row that made them; without the runs that tell heads or rows
+    /// apart, the fit leaves that term out.
+    #[test]
+    fn a_class_is_fitted_its_times_per_head_and_per_row() {
+        let class = ComputeClass::AttentionBackward;
+        let (edges, nodes) = (1.1e6, 65536.0);
+        let truth =
+            |p: &Sums| p.bytes / 4e10 + p.edges * 1.9e-8 + p.edge_heads * 2.6e-9 + p.rows * 2.9e-8;
+        let mut runs = Vec::new();
+        for (heads, partitions) in [(8.0, 4.0), (8.0, 1.0), (1.0, 4.0), (1.0, 1.0)] {
+            for (layer_heads, width) in [(heads, 64.0), (1.0, 16.0)] {
+                let rows = nodes * partitions;
+                let mut p = Sums {
+                    bytes: edges * (8.0 + 12.0 * layer_heads + 8.0 * width)
+                        + rows * (2.0 * width + 4.0 * layer_heads) * 4.0,
+                    edges,
+                    edge_heads: edges * layer_heads,
+                    rows,
+                    ..Sums::default()
+                };
+                p.seconds = truth(&p);
+                runs.push(p);
+            }
+        }
+        let fit = fit_class(class, &runs);
+        let close = |a: f64, b: f64| (a / b - 1.0).abs() < 1e-6;
+        assert!(close(fit.bytes_per_s, 4e10), "{fit:?}");
+        assert!(close(fit.seconds_per_edge, 1.9e-8), "{fit:?}");
+        assert!(close(fit.seconds_per_edge_head, 2.6e-9), "{fit:?}");
+        assert!(close(fit.seconds_per_row, 2.9e-8), "{fit:?}");
+        // One partition count cannot tell rows from edges (as a profile
+        // whose GAT runs in one partition): the heads are still fitted,
+        // the rows' time is in the edges'.
+        let four: Vec<Sums> = [0, 1, 4, 5].iter().map(|&k| runs[k]).collect();
+        let fit = fit_class(class, &four);
+        assert_eq!(fit.seconds_per_row, 0.0, "{fit:?}");
+        assert!(close(fit.seconds_per_edge_head, 2.6e-9), "{fit:?}");
+        assert!(close(fit.bytes_per_s, 4e10), "{fit:?}");
+        // One run's two layers: a bandwidth and a time per edge.
+        let fit = fit_class(class, &runs[..2]);
+        assert_eq!(
+            (fit.seconds_per_edge_head, fit.seconds_per_row),
+            (0.0, 0.0),
+            "{fit:?}"
+        );
+        // A negative time per row from noise falls back to the terms
+        // without it, never to a negative price.
+        let mut noisy = runs.clone();
+        for p in noisy.iter_mut().filter(|p| p.rows == nodes) {
+            p.seconds *= 1.6;
+        }
+        let fit = fit_class(class, &noisy);
+        for v in [
+            fit.seconds_per_edge,
+            fit.seconds_per_edge_head,
+            fit.seconds_per_row,
+        ] {
+            assert!(v >= 0.0 && v.is_finite(), "{fit:?}");
+        }
+        assert!(fit.bytes_per_s > 0.0, "{fit:?}");
     }
 
     /// Two layers of one class recover the bandwidth and the time per
@@ -1389,6 +1595,8 @@ mod tests {
                 class,
                 bytes_per_s: b / t,
                 seconds_per_edge: 0.0,
+                seconds_per_edge_head: 0.0,
+                seconds_per_row: 0.0,
             }
         };
         let cases: [&[Sums]; 5] = [

@@ -618,6 +618,26 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         attention.edges,
         attention.partitions
     );
+    let others: Vec<String> = attention.runs[1..]
+        .iter()
+        .map(|run| {
+            format!(
+                "{} in {} ({} iterations after one left out)",
+                fateplan_planner::units::count(run.heads as u64, "head"),
+                fateplan_planner::units::count(run.partitions as u64, "partition"),
+                run.iterations
+            )
+        })
+        .collect();
+    let gat_layers = match others.is_empty() {
+        true => format!("over its two layers, {gat_run}"),
+        false => format!(
+            "over its two layers, {gat_run}, and over the two layers of the same GAT of {} \
+             (one partition walks each row in one block where several walk it once a block; \
+             one head scores each edge once where eight score it eight times)",
+            others.join(", ")
+        ),
+    };
     put(
         &mut sources,
         "device.attention_bytes_per_s",
@@ -641,9 +661,14 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         "device.class_rates",
         format!(
             "each class fitted seconds = bytes / bytes_per_s + edges × \
-                 seconds_per_edge by least squares over the medians of its layers (a \
-                 bandwidth alone where bytes and edges cannot be told apart, or the fit \
-                 gives a bandwidth that is not positive or a negative time per edge). \
+                 seconds_per_edge + edge_heads × seconds_per_edge_head + rows × \
+                 seconds_per_row by least squares over the medians of its layers \
+                 (edge_heads: edges times their heads, and rows: those walked once a \
+                 block, both recorded on GAT's edge operators; without the heads where \
+                 they cannot be told apart, then without the rows instead, then without \
+                 either, then a bandwidth alone where bytes and edges cannot be told apart \
+                 either, or where a fit gives a bandwidth that is not positive or a \
+                 negative time). \
                  The GCN's aggregations (sparse, scatter): over the layers of the GCN of \
                  width {} ({run}) and of {half_run}, whose aggregations move about half \
                  the bytes an edge over the same edges; the first layer's gathers, which \
@@ -651,8 +676,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                  each run; a bandwidth alone where both give it the same width, as on a \
                  graph given by --graph). GAT's \
                  operator classes (edge scores, aggregation, edge softmax, attention \
-                 backward, node scores, their backward, ELU): over its two layers, \
-                 {gat_run}",
+                 backward, node scores, their backward, ELU): {gat_layers}",
             bench.width
         ),
     );
