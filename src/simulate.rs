@@ -138,6 +138,21 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
                 )?;
             }
         }
+        // A plan saved before GAT's operators counted their edge heads and
+        // rows, replayed on a profile with times for them.
+        if let Some(op) = profile
+            .device
+            .priced_by_field(&plan.workload.definition.ops)
+        {
+            writeln!(
+                out,
+                "note      operator {} records no edge heads or rows (the plan is from a build \
+                 before they were counted), and profile {:?} has a time for them: its class is \
+                 priced by the profile's field, not its fit; `fateplan plan` again prices it by \
+                 the fit",
+                op.name, profile.name
+            )?;
+        }
         for (flag, path) in written {
             writeln!(out, "{flag:<10}{}", path.display())?;
         }

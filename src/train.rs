@@ -1128,6 +1128,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         }
         if let Some(comparison) = &comparison {
             json["compare_simulated"] = serde_json::to_value(comparison)?;
+            // What "measured" is: the median iteration (`median`).
+            json["compare_simulated"]["measured_epochs"] = measured_epochs(report.epochs).into();
         }
         if let Some((devices, shares)) = &devices {
             json["devices"] = serde_json::to_value(devices)?;
@@ -1327,6 +1329,21 @@ fn write_trace(
     })
 }
 
+/// Which epoch's times `--compare-simulated` measures, as its text says:
+/// the median of those after the first (`TrainReport::median`).
+fn measured_epochs(epochs: u32) -> String {
+    match epochs.saturating_sub(1) {
+        0 => "the first epoch's, the only one, which warms caches and allocators up and is \
+              slower than a steady one (train 3 or more epochs to compare a steady one)"
+            .to_string(),
+        1 => "the second epoch's (the first warms up)".to_string(),
+        n if n % 2 == 0 => {
+            format!("the median of the {n} epochs after the first (the faster middle one)")
+        }
+        n => format!("the median of the {n} epochs after the first"),
+    }
+}
+
 /// The measured iteration (the report's median iteration of the epochs
 /// after the first, a steady one, with its parts; copies and operators
 /// from the last training iteration) beside the simulator's replay of the
@@ -1361,11 +1378,10 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, epochs: u32) -> Result<
     writeln!(
         out,
         "compared  with the simulator: this plan on profile {} (seed {}, no jitter); measured \
-         times are the median iteration of {} (the faster middle one of an even count), \
-         copies from the last one",
+         times are {}, copies from the last one",
         c.profile,
         c.seed,
-        count(epochs.saturating_sub(1).max(1) as u64, "epoch")
+        measured_epochs(epochs)
     )?;
     writeln!(
         out,

@@ -263,6 +263,10 @@ fn train_compares_with_the_simulator() {
     // with its own parts; the report's `iteration_s` is their mean.
     assert_eq!(iteration["measured"], report["median"]["iteration_s"]);
     assert_eq!(c["compute_s"]["measured"], report["median"]["compute_s"]);
+    assert_eq!(
+        c["measured_epochs"],
+        "the median of the 2 epochs after the first (the faster middle one)"
+    );
     // Of two timed epochs the median is the lower: never above the mean.
     let mean = report["iteration_s"].as_f64().unwrap();
     assert!(iteration["measured"].as_f64().unwrap() <= mean, "{report}");

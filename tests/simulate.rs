@@ -254,3 +254,65 @@ fn slices_nest_or_follow(trace: &serde_json::Value) {
         }
     }
 }
+
+/// A GAT plan saved before its edge operators counted their edge heads
+/// and rows, replayed on a profile with times for them, is replayed, and
+/// the report says those operators are priced by their class's field; a
+/// plan of this build is not told so.
+#[test]
+fn an_older_gat_plan_on_a_profile_with_head_and_row_times_is_told_so() {
+    use fateplan::planner::plan::Plan;
+    use fateplan::planner::profile::ClassRate;
+    use fateplan::planner::workload::ComputeClass;
+    let dir = scratch("older-gat");
+    let plan = dir.join("plan.json");
+    let out = fateplan(&[
+        "plan",
+        "--graph",
+        "rmat:scale=10,features=16,classes=4,seed=1",
+        "--model",
+        "gat",
+        "--layers",
+        "2",
+        "--hidden",
+        "16",
+        "--heads",
+        "2",
+        "--partitions",
+        "2",
+        "--profile",
+        "a100-80g",
+        "-o",
+        path(&plan),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let profile = profile_file(&dir, "timed", |p| {
+        p.device.class_rates = vec![ClassRate {
+            class: ComputeClass::AttentionBackward,
+            bytes_per_s: 1e12,
+            seconds_per_edge: 1e-10,
+            seconds_per_edge_head: 1e-11,
+            seconds_per_row: 1e-10,
+        }];
+    });
+    let note = "records no edge heads or rows";
+    let out = fateplan(&["simulate", path(&plan), "--profile", path(&profile)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stdout(&out).contains(note), "{}", stdout(&out));
+    // The same plan as a build before the counts wrote it.
+    let text = std::fs::read_to_string(&plan).unwrap();
+    let mut older = Plan::from_json(&text, "plan.json").unwrap();
+    for op in &mut older.workload.definition.ops {
+        (op.cost.edge_heads, op.cost.rows) = (0, 0);
+    }
+    older.workload.digest = older.workload.definition.digest();
+    let older_file = dir.join("older.json");
+    std::fs::write(&older_file, older.to_json()).unwrap();
+    let out = fateplan(&["simulate", path(&older_file), "--profile", path(&profile)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(note) && text.contains("attention_bwd[l") && text.contains("\"timed\""),
+        "{text}"
+    );
+}

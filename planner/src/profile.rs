@@ -216,6 +216,27 @@ impl DeviceProfile {
         }
     }
 
+    /// The first of `ops` that walks edges of a class whose fit has a time
+    /// per edge head or per row but records none of them (a GAT workload
+    /// written before `cost.edge_heads` and `cost.rows`): such operators
+    /// are priced by their class's field, not its fit
+    /// ([`DeviceProfile::memory_seconds`]).
+    pub fn priced_by_field<'o>(
+        &self,
+        ops: &'o [crate::workload::Op],
+    ) -> Option<&'o crate::workload::Op> {
+        ops.iter().find(|op| {
+            let c = &op.cost;
+            c.seconds.is_none()
+                && c.edges > 0
+                && self.class_rates.iter().any(|r| {
+                    r.class == c.class
+                        && (c.edge_heads == 0 && r.seconds_per_edge_head > 0.0
+                            || c.rows == 0 && r.seconds_per_row > 0.0)
+                })
+        })
+    }
+
     /// Seconds to build the transposes of `edges` edges
     /// ([`DeviceProfile::transpose_seconds_per_edge`]).
     pub fn transpose_seconds(&self, edges: u64) -> f64 {
@@ -613,6 +634,28 @@ impl Profile {
                     ));
                 }
             }
+            // Only GAT's edge operators record heads and rows: a time for
+            // them on another class would price nothing, or (as the
+            // operators record none) price the class by its field.
+            for (name, value) in [
+                ("seconds_per_edge_head", fit.seconds_per_edge_head),
+                ("seconds_per_row", fit.seconds_per_row),
+            ] {
+                if value != 0.0 && !ComputeClass::WALKS_HEADS_AND_ROWS.contains(&fit.class) {
+                    return Err(Error::invalid(
+                        field(name),
+                        format!(
+                            "{} on class {}, whose operators record no edge heads or rows (only \
+                             {} do): give 0, or leave it out",
+                            figure(value),
+                            fit.class,
+                            ComputeClass::WALKS_HEADS_AND_ROWS
+                                .map(|c| c.to_string())
+                                .join(", ")
+                        ),
+                    ));
+                }
+            }
             if self.device.class_rates[..k]
                 .iter()
                 .any(|r| r.class == fit.class)
@@ -793,6 +836,26 @@ mod tests {
             ),
             "{message}"
         );
+        // A time per head or row on a class whose operators record none
+        // is refused, naming the classes that do.
+        let mut p = profile();
+        p.device
+            .class_rates
+            .push(class_rate(ComputeClass::Elu, 1e10, 0.0));
+        p.device
+            .class_rates
+            .last_mut()
+            .unwrap()
+            .seconds_per_edge_head = 1e-3;
+        let message = p.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("device.class_rates[0].seconds_per_edge_head: 1e-3 on class elu")
+                && message.contains("edge_scores, attention, edge_softmax, attention_backward"),
+            "{message}"
+        );
+        let mut p = profile();
+        fit(&mut p).seconds_per_row = 2e-8;
+        p.validate().unwrap();
         for (field, spoil) in [
             (
                 "seconds_per_edge_head",
@@ -1057,6 +1120,36 @@ mod tests {
             ..walked
         };
         assert!(close(d.memory_seconds(&other), 4.0));
+        // `priced_by_field` names the first operator priced so.
+        let op = |name: &str, cost: Cost| crate::workload::Op {
+            id: crate::workload::OpId(0),
+            name: name.into(),
+            kind: crate::workload::OpKind::Generic,
+            phase: crate::workload::Phase::Forward,
+            inputs: vec![],
+            outputs: vec![],
+            cost,
+            scratch_bytes: 0,
+            adds_into: None,
+        };
+        d.class_rates[0].seconds_per_edge_head = 2e-10;
+        let ops = [
+            op("walked", walked),
+            op("no_edges", Cost::work(1.0, 8, ComputeClass::EdgeSoftmax)),
+            op(
+                "older",
+                Cost {
+                    edge_heads: 0,
+                    rows: 0,
+                    ..walked
+                },
+            ),
+        ];
+        assert_eq!(
+            d.priced_by_field(&ops).map(|o| o.name.as_str()),
+            Some("older")
+        );
+        assert!(d.priced_by_field(&ops[..2]).is_none());
     }
 
     #[test]

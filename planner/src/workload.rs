@@ -156,6 +156,19 @@ pub enum ComputeClass {
     Elu,
 }
 
+impl ComputeClass {
+    /// The classes whose operators record the heads of the edges they
+    /// walk and the rows they walk (GAT's edge operators:
+    /// [`Cost::edge_heads`], [`Cost::rows`]), and so the only ones a
+    /// profile may give a time per edge head or per row.
+    pub const WALKS_HEADS_AND_ROWS: [ComputeClass; 4] = [
+        ComputeClass::EdgeScores,
+        ComputeClass::Attention,
+        ComputeClass::EdgeSoftmax,
+        ComputeClass::AttentionBackward,
+    ];
+}
+
 impl std::fmt::Display for ComputeClass {
     /// The class as workloads and profiles spell it (`edge_scores`).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
