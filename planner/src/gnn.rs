@@ -1254,7 +1254,12 @@ impl<'a> Builder<'a> {
                 Cost::work(2.0 * (edges * width) as f64, bytes, class)
                     .over_edges(edges)
                     .over_edge_heads(edge_weights.map_or(0, |_| edges * self.spec.layer_heads(l)))
-                    .over_rows(if edge_weights.is_some() { rows } else { 0 }),
+                    .over_rows(rows)
+                    .with_row_bytes(match edge_weights {
+                        // GAT's classes are fitted with their row bytes.
+                        Some(_) => 0,
+                        None => 2 * rows * width * F32,
+                    }),
             );
             self.w.ops[id.index()].adds_into = adds;
             partials[r] = Some(out);
@@ -1548,6 +1553,9 @@ impl<'a> Builder<'a> {
             inputs.extend(partial);
             let edges = self.edges(i, j);
             let bytes = edges * (EDGE + width * F32) + 2 * rows * width * F32;
+            // The rows walked: the transpose's (the source partition's),
+            // or the block's (the destination's), each scattered from.
+            let walked = if stored { rows } else { self.rows(i) };
             // A gather over the stored transpose, as the forward, or a
             // scatter over the block.
             let cost = match stored {
@@ -1562,7 +1570,9 @@ impl<'a> Builder<'a> {
                 Phase::Backward,
                 inputs,
                 vec![out],
-                cost.over_edges(edges),
+                cost.over_edges(edges)
+                    .over_rows(walked)
+                    .with_row_bytes(2 * rows * width * F32),
             );
             self.w.ops[id.index()].adds_into = adds;
             partials[r] = Some(out);
@@ -2969,12 +2979,29 @@ mod tests {
         for ((kind, layer), (_, rows)) in walked(&whole) {
             assert_eq!(rows, 1000, "{kind} {layer}");
         }
-        // A GCN records neither.
+        // A GCN's aggregations record their rows, as GAT's (over a layer
+        // a row is walked once a block in the forward and the backward
+        // alike), and the bytes of their running sums; no heads.
         let gcn = build_gnn(&spec(GnnModel::Gcn), &blocks).unwrap();
-        assert!(gcn
-            .ops
-            .iter()
-            .all(|o| o.cost.edge_heads == 0 && o.cost.rows == 0));
+        assert!(gcn.ops.iter().all(|o| o.cost.edge_heads == 0));
+        let mut rows: HashMap<(OpKind, String), u64> = HashMap::new();
+        for o in &gcn.ops {
+            assert_eq!(o.cost.rows > 0, o.cost.edges > 0, "{}", o.name);
+            assert!(
+                o.cost.row_bytes < o.cost.bytes || o.cost.edges == 0,
+                "{}",
+                o.name
+            );
+            let layer = o.name.split_once('[').unwrap().1.split(',').next().unwrap();
+            *rows.entry((o.kind, layer.to_string())).or_default() += o.cost.rows;
+        }
+        let forward = rows[&(OpKind::Aggregate, "l2".to_string())];
+        assert!((1000..=4 * 1000).contains(&forward), "{forward}");
+        assert_eq!(
+            rows[&(OpKind::AggregateBackward, "l2".to_string())],
+            forward
+        );
+        assert!(w.ops.iter().all(|o| o.cost.row_bytes == 0));
     }
 
     /// Transposed aggregations are scatters where the transposes are

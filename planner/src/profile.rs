@@ -207,7 +207,12 @@ impl DeviceProfile {
                     && (cost.edge_heads > 0 || fit.seconds_per_edge_head == 0.0)
                     && (cost.rows > 0 || fit.seconds_per_row == 0.0) =>
             {
-                cost.bytes as f64 / fit.bytes_per_s
+                // A time per row stands for the bytes moved once a row.
+                let bytes = match fit.seconds_per_row > 0.0 {
+                    true => cost.bytes.saturating_sub(cost.row_bytes),
+                    false => cost.bytes,
+                };
+                bytes as f64 / fit.bytes_per_s
                     + cost.edges as f64 * fit.seconds_per_edge
                     + cost.edge_heads as f64 * fit.seconds_per_edge_head
                     + cost.rows as f64 * fit.seconds_per_row
@@ -634,24 +639,34 @@ impl Profile {
                     ));
                 }
             }
-            // Only GAT's edge operators record heads and rows: a time for
-            // them on another class would price nothing, or (as the
-            // operators record none) price the class by its field.
-            for (name, value) in [
-                ("seconds_per_edge_head", fit.seconds_per_edge_head),
-                ("seconds_per_row", fit.seconds_per_row),
+            // Only GAT's edge operators record heads, and only they and
+            // the aggregations rows: a time for them on another class
+            // would price nothing, or (as the operators record none) price
+            // the class by its field.
+            for (name, value, what, classes) in [
+                (
+                    "seconds_per_edge_head",
+                    fit.seconds_per_edge_head,
+                    "edge heads",
+                    &ComputeClass::WALKS_HEADS[..],
+                ),
+                (
+                    "seconds_per_row",
+                    fit.seconds_per_row,
+                    "rows",
+                    &ComputeClass::WALKS_ROWS[..],
+                ),
             ] {
-                if value != 0.0 && !ComputeClass::WALKS_HEADS_AND_ROWS.contains(&fit.class) {
+                if value != 0.0 && !classes.contains(&fit.class) {
+                    let named: Vec<String> = classes.iter().map(|c| c.to_string()).collect();
                     return Err(Error::invalid(
                         field(name),
                         format!(
-                            "{} on class {}, whose operators record no edge heads or rows (only \
-                             {} do): give 0, or leave it out",
+                            "{} on class {}, whose operators record no {what} (only {} do): \
+                             give 0, or leave it out",
                             figure(value),
                             fit.class,
-                            ComputeClass::WALKS_HEADS_AND_ROWS
-                                .map(|c| c.to_string())
-                                .join(", ")
+                            named.join(", ")
                         ),
                     ));
                 }
@@ -1150,6 +1165,21 @@ mod tests {
             Some("older")
         );
         assert!(d.priced_by_field(&ops[..2]).is_none());
+        // An aggregation's fit with a time per row leaves it the bytes its
+        // rows move; without one those bytes are charged as the others.
+        let mut fit = class_rate(ComputeClass::Sparse, 1e9, 1e-9);
+        d.class_rates = vec![fit];
+        let gather = Cost::work(0.0, 3_000_000_000, ComputeClass::Sparse)
+            .over_edges(100_000_000)
+            .over_rows(20_000_000)
+            .with_row_bytes(1_000_000_000);
+        assert!(close(d.memory_seconds(&gather), 3.0 + 0.1));
+        fit.seconds_per_row = 1e-8;
+        d.class_rates = vec![fit];
+        assert!(close(d.memory_seconds(&gather), 2.0 + 0.1 + 0.2));
+        let mut p = profile();
+        p.device.class_rates = vec![fit];
+        p.validate().unwrap();
     }
 
     #[test]

@@ -158,14 +158,26 @@ pub enum ComputeClass {
 
 impl ComputeClass {
     /// The classes whose operators record the heads of the edges they
-    /// walk and the rows they walk (GAT's edge operators:
-    /// [`Cost::edge_heads`], [`Cost::rows`]), and so the only ones a
-    /// profile may give a time per edge head or per row.
-    pub const WALKS_HEADS_AND_ROWS: [ComputeClass; 4] = [
+    /// walk (GAT's edge operators: [`Cost::edge_heads`]), and so the only
+    /// ones a profile may give a time per edge head.
+    pub const WALKS_HEADS: [ComputeClass; 4] = [
         ComputeClass::EdgeScores,
         ComputeClass::Attention,
         ComputeClass::EdgeSoftmax,
         ComputeClass::AttentionBackward,
+    ];
+
+    /// The classes whose operators record the rows they walk
+    /// ([`Cost::rows`]: GAT's edge operators and every aggregation), and
+    /// so the only ones a profile may give a time per row.
+    pub const WALKS_ROWS: [ComputeClass; 7] = [
+        ComputeClass::EdgeScores,
+        ComputeClass::Attention,
+        ComputeClass::EdgeSoftmax,
+        ComputeClass::AttentionBackward,
+        ComputeClass::Sparse,
+        ComputeClass::SparseMasked,
+        ComputeClass::Scatter,
     ];
 }
 
@@ -217,10 +229,17 @@ pub struct Cost {
     /// (a block's destination rows; an edge softmax's rows once for each
     /// block of their partition), whether the row holds edges there or
     /// not: what a profile's per-row time (`device.class_rates`) is
-    /// charged on. The GNN builder records them on GAT's edge operators;
-    /// zero elsewhere.
+    /// charged on. The GNN builder records them on GAT's edge operators
+    /// and on every aggregation and its backward; zero elsewhere.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub rows: u64,
+    /// Of `bytes`, those moved once for each row walked (an aggregation's
+    /// running sum of the row, read and written): a class fit with a time
+    /// per row charges that time instead of these bytes. Recorded on the
+    /// GCN's and GraphSAGE's aggregations and their backward; zero
+    /// elsewhere.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub row_bytes: u64,
     /// Edges of the block whose transpose the operator builds before it
     /// runs, on a backend that builds one (the CUDA backend's transposed
     /// aggregations; the CPU's scatter builds none): a profile's
@@ -253,6 +272,7 @@ impl Cost {
             edges: 0,
             edge_heads: 0,
             rows: 0,
+            row_bytes: 0,
             transpose_edges: 0,
             masked: 0,
             seconds: None,
@@ -273,6 +293,12 @@ impl Cost {
     /// `self` walking `rows` rows (see [`Cost::rows`]).
     pub fn over_rows(self, rows: u64) -> Cost {
         Cost { rows, ..self }
+    }
+
+    /// `self` with `row_bytes` of its bytes moved once a row walked (see
+    /// [`Cost::row_bytes`]).
+    pub fn with_row_bytes(self, row_bytes: u64) -> Cost {
+        Cost { row_bytes, ..self }
     }
 
     /// `self` transposing a block of `edges` edges first (see

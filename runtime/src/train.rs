@@ -410,8 +410,9 @@ fn planned_for(planned: &str, expected: &Workload) -> bool {
 fn older_marks(planned: &str, mut form: Workload) -> bool {
     let mut unwalked = false;
     for op in &mut form.ops {
-        unwalked |= op.cost.edge_heads > 0 || op.cost.rows > 0;
-        (op.cost.edge_heads, op.cost.rows) = (0, 0);
+        let c = &mut op.cost;
+        unwalked |= c.edge_heads > 0 || c.rows > 0 || c.row_bytes > 0;
+        (c.edge_heads, c.rows, c.row_bytes) = (0, 0, 0);
     }
     if unwalked && planned == form.digest() {
         return true;
@@ -1516,8 +1517,16 @@ mod tests {
         }
         assert_eq!(unmasked.ops.len() + 2, now.ops.len());
         assert!(planned_for(&unmasked.digest(), &now));
-        // Before the running sums were marked as added into in place.
-        let mut unmarked = now.clone();
+        // Before the aggregations counted their rows walked.
+        let mut uncounted = now.clone();
+        for op in &mut uncounted.ops {
+            (op.cost.rows, op.cost.row_bytes) = (0, 0);
+        }
+        assert_ne!(uncounted.digest(), now.digest());
+        assert!(planned_for(&uncounted.digest(), &now));
+        // And before that, before the running sums were marked as added
+        // into in place.
+        let mut unmarked = uncounted.clone();
         for op in &mut unmarked.ops {
             op.adds_into = None;
         }

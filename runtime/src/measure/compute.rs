@@ -55,6 +55,12 @@ impl Bench {
     pub fn half_width(&self) -> u32 {
         (self.width / 2).max(1)
     }
+
+    /// A narrow GCN's features and hidden width: an eighth of `width` (at
+    /// least 1), whose rows' bytes are few beside their walks.
+    pub fn narrow_width(&self) -> u32 {
+        (self.width / 8).max(1)
+    }
 }
 
 /// One GEMM shape's rate: the linear layers (forward and backward) of
@@ -93,6 +99,11 @@ pub struct TrainingRates {
     /// of the one of half of it.
     pub iterations: u32,
     pub half_iterations: u32,
+    /// Iterations of the runs that tell the aggregations' rows apart (the
+    /// GCN of `width` in one partition, then one of an eighth of it), none
+    /// where they did not run (one partition, or a graph given that does
+    /// not fit the device in one).
+    pub row_runs_iterations: Vec<u32>,
     /// Seconds per edge to build a block's transpose on a backend that
     /// builds them (the CUDA backend's; `None` on the CPU): the GCN of
     /// half the width timed again with every transpose built afresh
@@ -171,6 +182,8 @@ struct Sums {
     edge_heads: f64,
     /// Rows the operators walk, once a block (`cost.rows`).
     rows: f64,
+    /// Of `bytes`, those moved once a row walked (`cost.row_bytes`).
+    row_bytes: f64,
     seconds: f64,
 }
 
@@ -350,13 +363,15 @@ struct GcnRun {
     timed: Timed,
 }
 
-/// Trains a 3-layer GCN of `width` hidden width in `bench`'s partitions,
-/// timed by [`time_training`]: on `graph` (its own features and classes)
-/// where given, else on `bench`'s R-MAT graph of `width` features and
-/// `bench`'s classes.
+/// Trains a 3-layer GCN of `width` hidden width in `partitions`
+/// partitions, timed by [`time_training`]: on `graph` (its own features
+/// and classes) where given, else on `bench`'s R-MAT graph of `width`
+/// features and `bench`'s classes.
+#[allow(clippy::too_many_arguments)]
 fn time_gcn(
     bench: Bench,
     width: u32,
+    partitions: u32,
     graph: Option<&GivenGraph<'_>>,
     profile: &Profile,
     rounds: &Rounds,
@@ -365,7 +380,7 @@ fn time_gcn(
     let hyper = gcn(3, width);
     let fits = |graph: &Dataset, host_free: Option<&crate::memory::Available>| {
         let shapes = Shapes::gcn(hyper.layers, graph.features, width, graph.classes);
-        fits_the_device(graph, &hyper, bench.partitions, profile, host_free)?;
+        fits_the_device(graph, &hyper, partitions, profile, host_free)?;
         Ok::<_, Error>((graph.nodes, graph.edges(), shapes))
     };
     // A given graph stays the caller's, for the next run: only its
@@ -373,7 +388,7 @@ fn time_gcn(
     let ((nodes, edges, shapes), prepared) = match graph {
         Some(given) => (
             fits(given.dataset, Some(&given.host_free))?,
-            train::prepare_borrowed(given.dataset, &hyper, bench.partitions)?,
+            train::prepare_borrowed(given.dataset, &hyper, partitions)?,
         ),
         None => {
             let graph = RmatSpec {
@@ -384,7 +399,7 @@ fn time_gcn(
             .generate()?;
             (
                 fits(&graph, None)?,
-                train::prepare(graph, &hyper, bench.partitions)?,
+                train::prepare(graph, &hyper, partitions)?,
             )
         }
     };
@@ -450,9 +465,31 @@ pub fn training_rates(
     backend: &BackendChoice,
 ) -> Result<TrainingRates> {
     let graph = graph.as_ref();
-    let wide = time_gcn(bench, bench.width, graph, profile, rounds, backend)?;
-    let half = time_gcn(bench, bench.half_width(), graph, profile, rounds, backend)?;
-    let mut rates = rates_of(&wide, &half)?;
+    let parts = bench.partitions;
+    let run =
+        |width, partitions| time_gcn(bench, width, partitions, graph, profile, rounds, backend);
+    let wide = run(bench.width, parts)?;
+    let half = run(bench.half_width(), parts)?;
+    // The aggregations' times per row: the wide GCN again in one
+    // partition, where a row is walked once a layer instead of once a
+    // block, and a narrow one (an eighth of the width) in the profile's
+    // partitions, whose rows' bytes are few beside their walks. Left out
+    // where the profile has one partition, or where the graph given does
+    // not fit the device in one.
+    let whole = match parts > 1 {
+        true => match run(bench.width, 1) {
+            Ok(run) => Some(run),
+            Err(Error::InvalidInput { .. }) => None,
+            Err(e) => return Err(e),
+        },
+        false => None,
+    };
+    let narrow = match whole {
+        Some(_) => Some(run(bench.narrow_width(), parts)?),
+        None => None,
+    };
+    let extra: Vec<&GcnRun> = whole.iter().chain(&narrow).collect();
+    let mut rates = rates_of(&wide, &half, &extra)?;
     if let BackendChoice::Cuda(options) = backend {
         let rebuilding = BackendChoice::Cuda(CudaOptions {
             rebuild_transposes: true,
@@ -461,6 +498,7 @@ pub fn training_rates(
         let rebuilt = time_gcn(
             bench,
             bench.half_width(),
+            parts,
             graph,
             profile,
             rounds,
@@ -492,26 +530,40 @@ fn transpose_cost(kept: &GcnRun, rebuilt: &GcnRun) -> Result<f64> {
 }
 
 /// The points of an aggregation class's fit: the medians of `group(l)`
-/// for each layer `l` of `wide` that has it, then of `half`.
-fn aggregation_points(wide: &GcnRun, half: &GcnRun, group: fn(u32) -> Group) -> Result<Vec<Sums>> {
+/// for each layer `l` of `wide` that has it, then of `half`, then of
+/// each of `extra`.
+fn aggregation_points(
+    wide: &GcnRun,
+    half: &GcnRun,
+    extra: &[&GcnRun],
+    group: fn(u32) -> Group,
+) -> Result<Vec<Sums>> {
     let mut points = wide.layer_points(group)?;
     points.extend(half.layer_points(group)?);
+    for run in extra {
+        points.extend(run.layer_points(group)?);
+    }
     Ok(points)
 }
 
-/// [`training_rates`] from its two GCNs.
-fn rates_of(wide: &GcnRun, half: &GcnRun) -> Result<TrainingRates> {
+/// [`training_rates`] from its GCNs: `wide` and `half` in the profile's
+/// partitions, and the runs that tell the aggregations' rows apart
+/// (`extra`: the wide GCN in one partition, a narrow one), where they ran.
+fn rates_of(wide: &GcnRun, half: &GcnRun, extra: &[&GcnRun]) -> Result<TrainingRates> {
     let mut dense = wide.dense()?;
     dense.extend(half.dense()?);
     // Stable: of two shapes as intense, the wide GCN's stays.
     dense.sort_by(|a, b| a.flops_per_byte.total_cmp(&b.flops_per_byte));
     dense.dedup_by(|later, kept| later.flops_per_byte == kept.flops_per_byte);
     let fit = |class, group: fn(u32) -> Group| -> Result<ClassRate> {
-        Ok(fit_class(class, &aggregation_points(wide, half, group)?))
+        Ok(fit_class(
+            class,
+            &aggregation_points(wide, half, extra, group)?,
+        ))
     };
     // The first layers' gathers, masked, fitted apart from the others
     // (where the runs have them: the profile's GCN drops its input).
-    let masked = aggregation_points(wide, half, Group::MaskedGather)?;
+    let masked = aggregation_points(wide, half, extra, Group::MaskedGather)?;
     let masked = (!masked.is_empty()).then(|| fit_class(ComputeClass::SparseMasked, &masked));
     Ok(TrainingRates {
         nodes: wide.nodes,
@@ -538,6 +590,10 @@ fn rates_of(wide: &GcnRun, half: &GcnRun) -> Result<TrainingRates> {
         .flatten()
         .collect(),
         iterations: wide.timed.iterations.len() as u32,
+        row_runs_iterations: extra
+            .iter()
+            .map(|r| r.timed.iterations.len() as u32)
+            .collect(),
         half_iterations: half.timed.iterations.len() as u32,
         transpose_seconds_per_edge: None,
     })
@@ -706,7 +762,8 @@ struct Timed {
 /// A class's rate fitted to its operators' sums (one point a layer, of
 /// each run) by least squares: seconds = bytes / `bytes_per_s` + edges ×
 /// `seconds_per_edge` + edge heads × `seconds_per_edge_head` + rows ×
-/// `seconds_per_row`. Where the points cannot tell the four apart (no heads
+/// `seconds_per_row`, where with a time per row the bytes moved once a
+/// row (`cost.row_bytes`) are left out of the bytes. Where the points cannot tell the four apart (no heads
 /// or rows recorded, or one in proportion to the others) or the fit gives
 /// a bandwidth that is not positive or a negative time, the same without
 /// the heads; then without the rows instead; then without either; then,
@@ -725,9 +782,10 @@ fn fit_class(class: ComputeClass, points: &[Sums]) -> ClassRate {
     let valid = |x: &[f64]| {
         x[0] > 0.0 && (1.0 / x[0]).is_finite() && x.iter().all(|v| v.is_finite() && *v >= 0.0)
     };
+    // With a time per row, the bytes moved once a row are left to it.
     let models: [&[Term]; 4] = [
-        &[Term::Bytes, Term::Edges, Term::EdgeHeads, Term::Rows],
-        &[Term::Bytes, Term::Edges, Term::Rows],
+        &[Term::EdgeBytes, Term::Edges, Term::EdgeHeads, Term::Rows],
+        &[Term::EdgeBytes, Term::Edges, Term::Rows],
         &[Term::Bytes, Term::Edges, Term::EdgeHeads],
         &[Term::Bytes, Term::Edges],
     ];
@@ -754,6 +812,8 @@ fn fit_class(class: ComputeClass, points: &[Sums]) -> ClassRate {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Term {
     Bytes,
+    /// The bytes less those moved once a row (`cost.row_bytes`).
+    EdgeBytes,
     Edges,
     EdgeHeads,
     Rows,
@@ -763,6 +823,7 @@ impl Term {
     fn of(self, p: &Sums) -> f64 {
         match self {
             Term::Bytes => p.bytes,
+            Term::EdgeBytes => p.bytes - p.row_bytes,
             Term::Edges => p.edges,
             Term::EdgeHeads => p.edge_heads,
             Term::Rows => p.rows,
@@ -970,6 +1031,7 @@ fn time_iterations<B: GnnBackend>(
             sum.masked += ops[k].cost.masked as f64;
             sum.edge_heads += ops[k].cost.edge_heads as f64;
             sum.rows += ops[k].cost.rows as f64;
+            sum.row_bytes += ops[k].cost.row_bytes as f64;
             sum.seconds += span.span.end_s - span.span.start_s;
         }
         Ok(sums)
@@ -1312,36 +1374,35 @@ mod tests {
         }
     }
 
-    /// The aggregations' fits take every layer of both GCNs: the first
+    /// The aggregations' fits take every layer of the GCNs: the first
     /// layer's masked gathers, the two plain forward ones and two backward
-    /// a GCN, the half-width GCN's with fewer bytes over the same edges.
+    /// of a GCN, the half-width GCN's with fewer bytes over the same
+    /// edges, then the wide GCN's in one partition, whose rows are walked
+    /// once a layer where the others walk them once a block, and a narrow
+    /// GCN's.
     #[test]
-    fn aggregations_are_fitted_over_both_gcns() {
+    fn aggregations_are_fitted_over_the_gcns() {
         let bench = Bench {
             scale: 10,
             partitions: 2,
             width: 16,
         };
         let profile = profile();
-        let wide = time_gcn(
-            bench,
-            16,
-            None,
-            &profile,
-            &Rounds::tiny(),
-            &BackendChoice::Cpu,
-        )
-        .unwrap();
-        let half = time_gcn(
-            bench,
-            8,
-            None,
-            &profile,
-            &Rounds::tiny(),
-            &BackendChoice::Cpu,
-        )
-        .unwrap();
-        let rates = rates_of(&wide, &half).unwrap();
+        let run = |width, partitions| {
+            time_gcn(
+                bench,
+                width,
+                partitions,
+                None,
+                &profile,
+                &Rounds::tiny(),
+                &BackendChoice::Cpu,
+            )
+            .unwrap()
+        };
+        let (wide, half, whole, narrow) = (run(16, 2), run(8, 2), run(16, 1), run(2, 2));
+        let extra = [&whole, &narrow];
+        let rates = rates_of(&wide, &half, &extra).unwrap();
         for (k, class, group, layers) in [
             (
                 0,
@@ -1362,18 +1423,61 @@ mod tests {
                 2,
             ),
         ] {
-            let points = aggregation_points(&wide, &half, group).unwrap();
-            assert_eq!(points.len(), 2 * layers, "{class:?}");
+            let points = aggregation_points(&wide, &half, &extra, group).unwrap();
+            assert_eq!(points.len(), 4 * layers, "{class:?}");
             let per_edge: Vec<f64> = points.iter().map(|p| p.bytes / p.edges).collect();
-            let (w, h) = per_edge.split_at(layers);
+            let (w, rest) = per_edge.split_at(layers);
+            let h = &rest[..layers];
             // Every layer of one GCN moves as many bytes over as many
             // edges; the half-width GCN fewer over the same edges.
             assert!(w.iter().all(|b| *b == w[0]) && h.iter().all(|b| *b == h[0]));
             assert!(h[0] < w[0], "{per_edge:?}");
             assert_eq!(points[0].edges, points[layers].edges);
+            // One partition walks half the rows of two; each row's bytes
+            // are its running sum's, read and written.
+            let (two, one) = (&points[0], &points[2 * layers]);
+            assert_eq!(two.rows, 2.0 * one.rows, "{class:?}");
+            assert_eq!(one.rows, 1024.0, "{class:?}");
+            assert!(points
+                .iter()
+                .all(|p| p.row_bytes > 0.0 && p.row_bytes < p.bytes));
             assert_eq!(rates.class_rates[k], fit_class(class, &points));
         }
         assert_eq!((rates.iterations, rates.half_iterations), (1, 1));
+        assert_eq!(rates.row_runs_iterations, [1, 1]);
+        // Without the runs that tell rows apart none is fitted.
+        let rates = rates_of(&wide, &half, &[]).unwrap();
+        assert!(rates.class_rates.iter().all(|r| r.seconds_per_row == 0.0));
+        assert!(rates.row_runs_iterations.is_empty());
+    }
+
+    /// With a time per row, the bytes moved once a row are left to it:
+    /// points made by bytes of edges, a time per edge and a time per row
+    /// (their rows' bytes free) recover all three.
+    #[test]
+    fn a_time_per_row_takes_the_place_of_the_rows_bytes() {
+        let truth =
+            |edge_bytes: f64, edges: f64, rows: f64| edge_bytes / 3e10 + edges * 4e-9 + rows * 1e-8;
+        let mut points = Vec::new();
+        for (width, rows) in [(128.0, 8.0), (64.0, 8.0), (128.0, 1.0), (16.0, 8.0)] {
+            let (edges, rows) = (4e6, rows * 262144.0);
+            let edge_bytes = edges * (4.0 + 4.0 * width);
+            let row_bytes = 2.0 * rows * 4.0 * width;
+            points.push(Sums {
+                bytes: edge_bytes + row_bytes,
+                row_bytes,
+                edges,
+                rows,
+                seconds: truth(edge_bytes, edges, rows),
+                ..Sums::default()
+            });
+        }
+        let fit = fit_class(ComputeClass::Sparse, &points);
+        let close = |a: f64, b: f64| (a / b - 1.0).abs() < 1e-6;
+        assert!(close(fit.bytes_per_s, 3e10), "{fit:?}");
+        assert!(close(fit.seconds_per_edge, 4e-9), "{fit:?}");
+        assert!(close(fit.seconds_per_row, 1e-8), "{fit:?}");
+        assert_eq!(fit.seconds_per_edge_head, 0.0);
     }
 
     #[test]

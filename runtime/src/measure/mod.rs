@@ -629,6 +629,22 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             )
         })
         .collect();
+    let row_runs = match &rates.row_runs_iterations[..] {
+        [whole, narrow] => format!(
+            ", and, for a time per row (their bytes moved once a row left to it), of the GCN \
+             of width {} in one partition ({whole} iterations after one left out), which walks \
+             each row once a layer where the others walk it once a block, and of one of width \
+             {} in {} partitions ({narrow} iterations), whose rows' bytes are few beside their \
+             walks",
+            bench.width,
+            bench.narrow_width(),
+            bench.partitions
+        ),
+        _ if bench.partitions > 1 => ", without a time per row: the graph given does not fit \
+             the device in one partition"
+            .to_string(),
+        _ => String::new(),
+    };
     let gat_layers = match others.is_empty() {
         true => format!("over its two layers, {gat_run}"),
         false => format!(
@@ -663,15 +679,16 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             "each class fitted seconds = bytes / bytes_per_s + edges × \
                  seconds_per_edge + edge_heads × seconds_per_edge_head + rows × \
                  seconds_per_row by least squares over the medians of its layers \
-                 (edge_heads: edges times their heads, and rows: those walked once a \
-                 block, both recorded on GAT's edge operators; without the heads where \
+                 (edge_heads: edges times their heads, recorded on GAT's edge operators; \
+                 rows: those walked once a block, recorded on them and on every \
+                 aggregation and its backward; without the heads where \
                  they cannot be told apart, then without the rows instead, then without \
                  either, then a bandwidth alone where bytes and edges cannot be told apart \
                  either, or where a fit gives a bandwidth that is not positive or a \
                  negative time). \
                  The GCN's aggregations (sparse, scatter): over the layers of the GCN of \
                  width {} ({run}) and of {half_run}, whose aggregations move about half \
-                 the bytes an edge over the same edges; the first layer's gathers, which \
+                 the bytes an edge over the same edges{row_runs}; the first layer's gathers, which \
                  mask their input as they gather, apart (sparse_masked: that layer of \
                  each run; a bandwidth alone where both give it the same width, as on a \
                  graph given by --graph). GAT's \
