@@ -138,7 +138,7 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
                 )?;
             }
         }
-        // A plan saved before GAT's operators counted their edge heads and
+        // A plan saved before its operators counted their edge heads and
         // rows, replayed on a profile with times for them.
         if let Some(op) = profile
             .device

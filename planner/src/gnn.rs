@@ -1554,7 +1554,10 @@ impl<'a> Builder<'a> {
             let edges = self.edges(i, j);
             let bytes = edges * (EDGE + width * F32) + 2 * rows * width * F32;
             // The rows walked: the transpose's (the source partition's),
-            // or the block's (the destination's), each scattered from.
+            // or the block's (the destination's), each scattered from by
+            // the CPU's scatter. (The CUDA backend gathers over the
+            // transpose it builds, the source's rows; its profile runs in
+            // one partition and fits no time per row.)
             let walked = if stored { rows } else { self.rows(i) };
             // A gather over the stored transpose, as the forward, or a
             // scatter over the block.

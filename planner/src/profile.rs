@@ -81,7 +81,8 @@ pub struct DeviceProfile {
     /// Rates fitted to classes of operators in training: where a class
     /// has one, its memory time is `bytes / bytes_per_s + edges ×
     /// seconds_per_edge + edge_heads × seconds_per_edge_head + rows ×
-    /// seconds_per_row` instead of bytes at the class's field above.
+    /// seconds_per_row` (with a time per row, `bytes` less `row_bytes`)
+    /// instead of bytes at the class's field above.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub class_rates: Vec<ClassRate>,
     /// Fixed cost of launching one operator.
@@ -190,18 +191,14 @@ impl DeviceProfile {
     /// prices only operators that record the edges they walk: one that
     /// records none (a workload written before `cost.edges`) is priced by
     /// the class's field, as it was then; so is one that records no heads
-    /// or rows where the fit has a time for them (a GAT workload written
+    /// or rows where the fit has a time for them (a workload written
     /// before `cost.edge_heads` and `cost.rows`), since the fit's other
-    /// terms were fitted beside those. A masked gather without a fit of
-    /// its own takes the sparse class's.
+    /// terms were fitted beside those. With a time per row, the bytes
+    /// moved once a row (`cost.row_bytes`) are charged that time instead.
+    /// A masked gather without a fit of its own takes the sparse class's.
     pub fn memory_seconds(&self, cost: &Cost) -> f64 {
         let class = cost.class;
-        let fit_of = |class| self.class_rates.iter().find(|r| r.class == class);
-        let fit = match class {
-            ComputeClass::SparseMasked => fit_of(class).or_else(|| fit_of(ComputeClass::Sparse)),
-            _ => fit_of(class),
-        };
-        match fit {
+        match self.fit_for(class) {
             Some(fit)
                 if (cost.edges > 0 || fit.seconds_per_edge == 0.0)
                     && (cost.edge_heads > 0 || fit.seconds_per_edge_head == 0.0)
@@ -222,10 +219,10 @@ impl DeviceProfile {
     }
 
     /// The first of `ops` that walks edges of a class whose fit has a time
-    /// per edge head or per row but records none of them (a GAT workload
+    /// per edge head or per row but records none of them (a workload
     /// written before `cost.edge_heads` and `cost.rows`): such operators
     /// are priced by their class's field, not its fit
-    /// ([`DeviceProfile::memory_seconds`]).
+    /// ([`DeviceProfile::memory_seconds`]), the fit found as there.
     pub fn priced_by_field<'o>(
         &self,
         ops: &'o [crate::workload::Op],
@@ -234,12 +231,21 @@ impl DeviceProfile {
             let c = &op.cost;
             c.seconds.is_none()
                 && c.edges > 0
-                && self.class_rates.iter().any(|r| {
-                    r.class == c.class
-                        && (c.edge_heads == 0 && r.seconds_per_edge_head > 0.0
-                            || c.rows == 0 && r.seconds_per_row > 0.0)
+                && self.fit_for(c.class).is_some_and(|r| {
+                    c.edge_heads == 0 && r.seconds_per_edge_head > 0.0
+                        || c.rows == 0 && r.seconds_per_row > 0.0
                 })
         })
+    }
+
+    /// The fit in `class_rates` that prices `class`: its own, or for a
+    /// masked gather without one, the sparse class's.
+    fn fit_for(&self, class: ComputeClass) -> Option<&ClassRate> {
+        let fit_of = |class| self.class_rates.iter().find(|r| r.class == class);
+        match class {
+            ComputeClass::SparseMasked => fit_of(class).or_else(|| fit_of(ComputeClass::Sparse)),
+            _ => fit_of(class),
+        }
     }
 
     /// Seconds to build the transposes of `edges` edges
@@ -1180,6 +1186,20 @@ mod tests {
         let mut p = profile();
         p.device.class_rates = vec![fit];
         p.validate().unwrap();
+        // A masked gather from before the rows, priced by the sparse fit
+        // (it has none of its own), is named as priced by the field.
+        let older = Cost {
+            class: ComputeClass::SparseMasked,
+            rows: 0,
+            row_bytes: 0,
+            ..gather
+        };
+        assert!(close(d.memory_seconds(&older), 3e9 / d.sparse_bytes_per_s));
+        let masked = [op("masked", older)];
+        assert_eq!(
+            d.priced_by_field(&masked).map(|o| o.name.as_str()),
+            Some("masked")
+        );
     }
 
     #[test]

@@ -569,6 +569,16 @@ impl Workload {
                     ),
                 ));
             }
+            if op.cost.row_bytes > op.cost.bytes {
+                return Err(Error::invalid(
+                    context(),
+                    format!(
+                        "cost.row_bytes {} must be at most cost.bytes {}: they are the bytes \
+                         of those moved once a row",
+                        op.cost.row_bytes, op.cost.bytes
+                    ),
+                ));
+            }
             if op.scratch_bytes > MAX_TENSOR_BYTES {
                 return Err(Error::invalid(
                     context(),
@@ -863,6 +873,15 @@ mod tests {
             let message = w.validate().unwrap_err().to_string();
             assert!(message.contains(says), "{message}");
         }
+        // More row bytes than bytes (a hand-edited workload) would be
+        // priced as none.
+        let mut w = tiny();
+        w.ops[0].cost.row_bytes = w.ops[0].cost.bytes + 1;
+        let message = w.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("cost.row_bytes") && message.contains("at most cost.bytes"),
+            "{message}"
+        );
         let mut w = tiny();
         w.tensors[1].bytes = 0;
         let message = w.validate().unwrap_err().to_string();

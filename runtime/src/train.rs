@@ -382,8 +382,9 @@ pub fn check_shared_plan(plan: &Plan, workload: &Workload) -> Result<(), ExecErr
 /// workload `expected`: the same digest, or a digest `expected` had as
 /// workloads were written before
 ///
-/// - GAT's edge operators recorded the heads and rows they walk
-///   (`cost.edge_heads`, `cost.rows`), which only price them;
+/// - the aggregations and GAT's edge operators recorded the rows they
+///   walk and GAT's the heads of their edges (`cost.rows`,
+///   `cost.row_bytes`, `cost.edge_heads`), which only price them;
 /// - the ReLU's backward read its mask ([`before_relu_masks`]): such a
 ///   plan's `relu_bwd` reads the pre-activation, which both backends
 ///   still take;
@@ -403,10 +404,12 @@ fn planned_for(planned: &str, expected: &Workload) -> bool {
             .is_some_and(|then| planned == then.digest() || older_marks(planned, then))
 }
 
-/// Whether `planned` is the digest of `form` as written before GAT's
-/// edge operators recorded the heads and rows they walk, before that
-/// before its running sums were marked, or before that, before its masked
-/// gathers had a class of their own ([`planned_for`]).
+/// Whether `planned` is the digest of `form` as written before its
+/// operators recorded the heads and rows they walk (GAT's edge operators
+/// a build before the aggregations, whose GAT plans are this build's),
+/// before that before its running sums were
+/// marked, or before that, before its masked gathers had a class of their
+/// own ([`planned_for`]).
 fn older_marks(planned: &str, mut form: Workload) -> bool {
     let mut unwalked = false;
     for op in &mut form.ops {

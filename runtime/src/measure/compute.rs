@@ -78,8 +78,8 @@ pub struct DenseRate {
 pub struct TrainingRates {
     pub nodes: u64,
     pub edges: u64,
-    /// The GEMM rate of each layer shape of both GCNs, least intense
-    /// first (of two shapes as intense, the first measured).
+    /// The GEMM rate of each layer shape of the first two GCNs, least
+    /// intense first (of two shapes as intense, the first measured).
     pub dense: Vec<DenseRate>,
     /// ReLU with dropout, its mask and its backward: bytes per second.
     pub elementwise_bytes_per_s: f64,
@@ -88,9 +88,10 @@ pub struct TrainingRates {
     pub gather_bytes_per_s: f64,
     /// Backward aggregations (transposed SpMM) of the GCN of `width`.
     pub scatter_bytes_per_s: f64,
-    /// The forward and backward aggregations (`sparse`, `scatter`),
-    /// each fitted a bandwidth and a time per edge over the layers of
-    /// both GCNs (`fit_class`).
+    /// The forward and backward aggregations (`sparse`, `sparse_masked`,
+    /// `scatter`), each fitted a bandwidth, a time per edge and, where
+    /// the runs that tell rows apart ran, a time per row over the layers
+    /// of every GCN timed (`fit_class`).
     pub class_rates: Vec<ClassRate>,
     /// The loss (softmax cross-entropy, with the accuracy of three masks)
     /// and its backward: flops per second.
@@ -447,16 +448,19 @@ impl GcnRun {
     }
 }
 
-/// Trains two 3-layer GCNs in `bench`'s partitions, on `graph` where
+/// Trains 3-layer GCNs in `bench`'s partitions, on `graph` where
 /// given (with its own features) and else on `bench`'s R-MAT graph (as
 /// many features as the hidden width), one of `bench.width` hidden width
-/// and one of half of it,
+/// and one of half of it (and, where `bench` has several partitions and
+/// the first fits the device in one, the first again in one partition and
+/// one of an eighth of the width, for the aggregations' time per row),
 /// each with a retain-all plan (made with `profile`, whose figures a
 /// retain-all plan does not depend on), and times every operator of one
 /// warm-up iteration and then of `rounds` iterations (at least `min`,
 /// until `budget_s` has passed, at most `max`). The single rates are the
-/// first GCN's; the GEMM shapes and the aggregations' fits take both
-/// (the two widths move different bytes over the same edges).
+/// first GCN's; the GEMM shapes take the first two (the two widths
+/// move different bytes over the same edges), the aggregations' fits
+/// every GCN timed.
 pub fn training_rates(
     bench: Bench,
     graph: Option<GivenGraph<'_>>,

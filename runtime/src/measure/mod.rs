@@ -633,15 +633,15 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         [whole, narrow] => format!(
             ", and, for a time per row (their bytes moved once a row left to it), of the GCN \
              of width {} in one partition ({whole} iterations after one left out), which walks \
-             each row once a layer where the others walk it once a block, and of one of width \
-             {} in {} partitions ({narrow} iterations), whose rows' bytes are few beside their \
-             walks",
+             each row once a layer where the others walk it once a block, and of one of hidden \
+             width {} in {} partitions ({narrow} iterations), whose rows' bytes are few beside \
+             their walks",
             bench.width,
             bench.narrow_width(),
             bench.partitions
         ),
-        _ if bench.partitions > 1 => ", without a time per row: the graph given does not fit \
-             the device in one partition"
+        _ if bench.partitions > 1 => ", without a time per row: the GCN does not fit the \
+             device in one partition"
             .to_string(),
         _ => String::new(),
     };
@@ -690,8 +690,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                  width {} ({run}) and of {half_run}, whose aggregations move about half \
                  the bytes an edge over the same edges{row_runs}; the first layer's gathers, which \
                  mask their input as they gather, apart (sparse_masked: that layer of \
-                 each run; a bandwidth alone where both give it the same width, as on a \
-                 graph given by --graph). GAT's \
+                 each run). GAT's \
                  operator classes (edge scores, aggregation, edge softmax, attention \
                  backward, node scores, their backward, ELU): {gat_layers}",
             bench.width
