@@ -767,13 +767,14 @@ struct Timed {
 /// each run) by least squares: seconds = bytes / `bytes_per_s` + edges ×
 /// `seconds_per_edge` + edge heads × `seconds_per_edge_head` + rows ×
 /// `seconds_per_row`, where with a time per row the bytes moved once a
-/// row (`cost.row_bytes`) are left out of the bytes. Where the points cannot tell the four apart (no heads
-/// or rows recorded, or one in proportion to the others) or the fit gives
-/// a bandwidth that is not positive or a negative time, the same without
-/// the heads; then without the rows instead; then without either; then,
-/// where bytes and edges cannot be told apart either (one point, no
-/// edges, or bytes and edges in one proportion) or fit the same, the bytes
-/// over the seconds of all points.
+/// row (`cost.row_bytes`) are left out of the bytes. Where the points
+/// cannot tell the four apart (no heads or rows recorded, or one in
+/// proportion to the others) or the fit gives a bandwidth that is not
+/// positive or a negative time, the same without the heads; then without
+/// the rows instead; then without either; then, where bytes and edges
+/// cannot be told apart either (one point, no edges, or bytes and edges
+/// in one proportion) or fit the same, the bytes over the seconds of all
+/// points.
 fn fit_class(class: ComputeClass, points: &[Sums]) -> ClassRate {
     let sum = |f: &dyn Fn(&Sums) -> f64| points.iter().map(f).sum::<f64>();
     let bytes_only = ClassRate {
