@@ -118,8 +118,22 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
         }
     }
     let mut out = crate::cli::stdout();
+    // A plan saved before its operators counted their edge heads and
+    // rows, replayed on a profile with times for them.
+    let by_field = profile
+        .device
+        .priced_by_field(&plan.workload.definition.ops);
     if args.json {
-        out.write_all(report.to_json().as_bytes())?;
+        match by_field {
+            // Said in the JSON as in the text: the first such operator.
+            Some(op) => {
+                let mut json = serde_json::to_value(&report)?;
+                json["priced_by_field"] = op.name.clone().into();
+                out.write_all(serde_json::to_string_pretty(&json)?.as_bytes())?;
+                out.write_all(b"\n")?;
+            }
+            None => out.write_all(report.to_json().as_bytes())?,
+        }
     } else {
         write_table(&mut out, &report, wall_s)?;
         // A profile named as a shipped one, with other figures (a plan
@@ -138,12 +152,7 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
                 )?;
             }
         }
-        // A plan saved before its operators counted their edge heads and
-        // rows, replayed on a profile with times for them.
-        if let Some(op) = profile
-            .device
-            .priced_by_field(&plan.workload.definition.ops)
-        {
+        if let Some(op) = by_field {
             writeln!(
                 out,
                 "note      operator {} records no edge heads or rows (the plan is from a build \

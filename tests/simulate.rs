@@ -315,4 +315,24 @@ fn an_older_gat_plan_on_a_profile_with_head_and_row_times_is_told_so() {
         text.contains(note) && text.contains("attention_bwd[l") && text.contains("\"timed\""),
         "{text}"
     );
+    // The JSON names the operator too; a plan of this build's has none.
+    let json = |plan: &Path| {
+        let out = fateplan(&[
+            "simulate",
+            path(plan),
+            "--profile",
+            path(&profile),
+            "--json",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let older_json = json(&older_file);
+    assert!(
+        older_json["priced_by_field"]
+            .as_str()
+            .is_some_and(|op| op.starts_with("attention_bwd[l")),
+        "{older_json}"
+    );
+    assert!(json(&plan).get("priced_by_field").is_none());
 }

@@ -622,7 +622,7 @@ pub struct AttentionRate {
     pub hidden: u32,
     pub heads: u32,
     pub iterations: u32,
-    /// Every GAT timed ([`GAT_RUNS`]), the one above first: the class
+    /// Every GAT timed (`gat_runs`), the one above first: the class
     /// fits take the layers of all of them.
     pub runs: Vec<GatRun>,
 }
@@ -649,9 +649,6 @@ fn gat_runs(heads: u32, partitions: u32) -> impl Iterator<Item = (u32, u32)> {
         .flat_map(move |h| counts.clone().into_iter().map(move |p| (h, p)))
 }
 
-/// How many GATs [`attention_rate`] times where it has several partitions.
-pub const GAT_RUNS: usize = 4;
-
 /// GAT's operators of their own classes (`GAT_CLASSES`: edge scores,
 /// attention-weighted aggregation, edge softmaxes, the attention's
 /// backward, node scores and their backward, ELU), timed as
@@ -660,7 +657,7 @@ pub const GAT_RUNS: usize = 4;
 /// size in half its partitions (GAT's per-edge tensors are 8 times a
 /// GCN's). Rates in bytes per second are the medians over iterations of
 /// that run. The same GAT is then timed in one partition, and both again
-/// with one head of the same width ([`GAT_RUNS`]); each class is fitted a
+/// with one head of the same width (`gat_runs`); each class is fitted a
 /// rate over the two layers of every run (`fit_class`): one partition
 /// walks each row once where several walk it once a block, which tells a
 /// time per row apart, and one head scores each edge once where eight
