@@ -14,6 +14,10 @@
 //! gradient, plain and through dropout, at 1,023 and 1,024 features (its
 //! counter: input elements).
 //!
+//! `relu_dropout_1600k_w16` and `relu_dropout_bwd_bits_25m` at 16 are
+//! the same elements in rows of 16: the dropout mask of contiguous rows
+//! is drawn as one flat run, so a narrow layer costs no more an element.
+//!
 //! `spmm_chain_rmat_w128` is a GCN layer's forward aggregation over an
 //! R-MAT graph of 262,144 vertices in 1, 4 and 16 partitions (every
 //! block's product added into its destination's partial sum), plain and
@@ -27,7 +31,8 @@
 use divan::counter::{BytesCount, ItemsCount};
 use divan::Bencher;
 use fateplan_kernels::activation::{
-    dropout_into, elu_dropout, elu_dropout_bwd, relu_dropout, relu_dropout_bwd,
+    dropout_into, elu_dropout, elu_dropout_bwd, positive_bits, relu_dropout, relu_dropout_bwd,
+    relu_dropout_bwd_bits,
 };
 use fateplan_kernels::dense::{
     linear, linear_bwd, matmul_rows, matmul_rows_bwd, matmul_rows_dropped, matmul_rows_dropped_bwd,
@@ -45,6 +50,8 @@ const ROWS: usize = 200_000;
 const DEGREE: usize = 16;
 const WIDTH: usize = 128;
 const CLASSES: usize = 16;
+/// A narrow layer's width (a GCN of 16 hidden).
+const NARROW: usize = 16;
 
 fn main() {
     divan::main();
@@ -480,6 +487,32 @@ fn relu_dropout_200k_w128(bencher: Bencher) {
     bencher
         .counter(elements())
         .bench_local(|| relu_dropout(&z, &mut h, WIDTH, 0, Some(&dropout)).unwrap());
+}
+
+/// The same elements in rows of 16 (8 times the rows): what a narrow
+/// layer's row count costs the mask, to compare with `relu_dropout_200k_w128`.
+#[divan::bench(sample_count = 10)]
+fn relu_dropout_1600k_w16(bencher: Bencher) {
+    let z = values(ROWS * WIDTH, 1);
+    let mut h = vec![0.0f32; ROWS * WIDTH];
+    let dropout = Dropout::new(0.5, 1, 2).unwrap();
+    bencher
+        .counter(elements())
+        .bench_local(|| relu_dropout(&z, &mut h, NARROW, 0, Some(&dropout)).unwrap());
+}
+
+/// The backward from the mask bits, in rows of 128 and of 16.
+#[divan::bench(sample_count = 10, args = [WIDTH, NARROW])]
+fn relu_dropout_bwd_bits_25m(bencher: Bencher, width: usize) {
+    let z = values(ROWS * WIDTH, 1);
+    let g = values(ROWS * WIDTH, 3);
+    let mut bits = vec![0u64; z.len().div_ceil(64)];
+    positive_bits(&z, &mut bits).unwrap();
+    let mut dz = vec![0.0f32; ROWS * WIDTH];
+    let dropout = Dropout::new(0.5, 1, 2).unwrap();
+    bencher.counter(elements()).bench_local(|| {
+        relu_dropout_bwd_bits(&g, &bits, width, 0, Some(&dropout), &mut dz).unwrap()
+    });
 }
 
 #[divan::bench(sample_count = 10)]

@@ -140,9 +140,12 @@ pub fn relu_dropout_bwd_bits<'k>(
     })
 }
 
-/// Fills `out` (`rows × width`) a row chunk at a time in parallel,
-/// `fill(isa, first element, chunk)`, then multiplies each chunk by the
-/// dropout mask of its rows (`keys`); `None` or `p == 0` means none.
+/// Fills `out` (`rows × width`) a task at a time in parallel,
+/// `fill(isa, first element, task's elements)`, then multiplies each
+/// task's elements by the dropout mask of their rows (`keys`); `None` or
+/// `p == 0` means none. Tasks are as [`masked_copy`]'s: contiguous rows
+/// are masked as one flat run, so narrow rows cost no more an element
+/// than wide ones.
 fn by_row_chunks<F>(
     out: &mut [f32],
     width: usize,
@@ -161,16 +164,48 @@ where
         None => None,
     };
     let isa = Isa::detect();
-    let span = ROW_CHUNK * width;
-    out.par_chunks_mut(span)
+    let task = task_elements(keys, width);
+    out.par_chunks_mut(task)
         .enumerate()
         .for_each(|(chunk, part)| {
-            fill(isa, chunk * span, part);
+            fill(isa, chunk * task, part);
             if let Some(mask) = &mask {
-                mask.apply_rows(isa, keys.skip(chunk * ROW_CHUNK), None, part, width);
+                mask_task(mask, isa, keys, width, chunk * task, None, part);
             }
         });
     Ok(())
+}
+
+/// Elements of one masking task: [`FLAT_CHUNK`] for contiguous rows,
+/// [`ROW_CHUNK`] whole rows for renumbered ones (masked row by row).
+fn task_elements(keys: RowKeys, width: usize) -> usize {
+    match keys {
+        RowKeys::Contiguous(_) => FLAT_CHUNK,
+        RowKeys::Ids(_) => ROW_CHUNK * width,
+    }
+}
+
+/// `part = from * mask` (`part *= mask` without `from`), `part` being
+/// `out`'s elements from `first`, a task of [`task_elements`]: for
+/// contiguous rows one flat run of mask indices from `row0 · width +
+/// first`, for renumbered ones row by row.
+fn mask_task(
+    mask: &Mask,
+    isa: Isa,
+    keys: RowKeys,
+    width: usize,
+    first: usize,
+    from: Option<&[f32]>,
+    part: &mut [f32],
+) {
+    match keys {
+        RowKeys::Contiguous(row0) => {
+            let mut scratch = vec![0u64; part.len().div_ceil(64)];
+            let start = row0 * width as u64 + first as u64;
+            mask.apply_on(isa, start, from, part, &mut scratch);
+        }
+        RowKeys::Ids(_) => mask.apply_rows(isa, keys.skip(first / width), from, part, width),
+    }
 }
 
 /// `words[k]`'s bit `b` is `values[64k + b] > 0`; the bits past `values`'
@@ -340,11 +375,7 @@ fn masked_copy(
         return Ok(());
     }
     let (mask, isa) = (dropout.mask(), Isa::detect());
-    // Elements a task takes, and the first's mask index for contiguous rows.
-    let (task, start) = match keys {
-        RowKeys::Contiguous(row0) => (FLAT_CHUNK, row0 * width as u64),
-        RowKeys::Ids(_) => (ROW_CHUNK * width, 0),
-    };
+    let task = task_elements(keys, width);
     out.par_chunks_mut(task)
         .enumerate()
         .for_each(|(chunk, part)| {
@@ -355,17 +386,7 @@ fn masked_copy(
                 }
                 return;
             }
-            match keys {
-                RowKeys::Contiguous(_) => {
-                    let mut scratch = vec![0u64; part.len().div_ceil(64)];
-                    let first = start + (chunk * task) as u64;
-                    mask.apply_on(isa, first, from, part, &mut scratch);
-                }
-                RowKeys::Ids(_) => {
-                    let keys = keys.skip(chunk * ROW_CHUNK);
-                    mask.apply_rows(isa, keys, from, part, width)
-                }
-            }
+            mask_task(&mask, isa, keys, width, chunk * task, from, part);
         });
     Ok(())
 }
