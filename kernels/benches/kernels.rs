@@ -18,6 +18,10 @@
 //! the same elements in rows of 16: the dropout mask of contiguous rows
 //! is drawn as one flat run, so a narrow layer costs no more an element.
 //!
+//! `small_output` is a small graph's output layer (32,768 rows of 8
+//! classes): the loss, its gradient and the accuracy over three masks,
+//! where a cost per row counts more than at 16 classes.
+//!
 //! `spmm_chain_rmat_w128` is a GCN layer's forward aggregation over an
 //! R-MAT graph of 262,144 vertices in 1, 4 and 16 partitions (every
 //! block's product added into its destination's partial sum), plain and
@@ -789,4 +793,50 @@ fn spmm_chain<const MASKED: bool>(bencher: Bencher, parts: usize, width: usize) 
                 }
             }
         });
+}
+
+/// A small graph's output layer: 32,768 rows of 8 classes, a third of
+/// them in each of the train, validation and test masks (the counter is
+/// logits): the loss over the train rows, its gradient, and the accuracy
+/// over the three masks, as a training loss operator runs them.
+mod small_output {
+    use super::*;
+
+    const R: usize = 32_768;
+    const C: usize = 8;
+
+    fn inputs() -> (Vec<f32>, Vec<i64>, Vec<Vec<bool>>) {
+        let z = values(R * C, 1).iter().map(|v| 8.0 * v).collect();
+        let labels = (0..R).map(|r| (r * 7 % C) as i64).collect();
+        let masks = (0..3)
+            .map(|k| (0..R).map(|r| r % 3 == k).collect())
+            .collect();
+        (z, labels, masks)
+    }
+
+    #[divan::bench(sample_count = 30)]
+    fn loss_32k_c8(bencher: Bencher) {
+        let (z, labels, masks) = inputs();
+        bencher
+            .counter(ItemsCount::new(R * C))
+            .bench_local(|| softmax_cross_entropy(&z, R, C, &labels, &masks[0], R).unwrap());
+    }
+
+    #[divan::bench(sample_count = 30)]
+    fn loss_bwd_32k_c8(bencher: Bencher) {
+        let (z, labels, masks) = inputs();
+        let mut g = vec![0.0f32; R * C];
+        bencher.counter(ItemsCount::new(R * C)).bench_local(|| {
+            softmax_cross_entropy_bwd(&z, R, C, &labels, &masks[0], R, &mut g).unwrap()
+        });
+    }
+
+    #[divan::bench(sample_count = 30)]
+    fn accuracy_32k_c8(bencher: Bencher) {
+        let (z, labels, masks) = inputs();
+        let views: Vec<&[bool]> = masks.iter().map(Vec::as_slice).collect();
+        bencher
+            .counter(ItemsCount::new(R * C))
+            .bench_local(|| accuracy(&z, R, C, &labels, &views).unwrap());
+    }
 }

@@ -64,6 +64,25 @@ fn row_max(row: &[f32]) -> f32 {
     lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max)
 }
 
+/// The first index of `row`'s largest value (0 for an empty row or one
+/// of NaNs). The max first, then a word of which values equal it, 64
+/// values at a time: a compare of each value with the best so far, or a
+/// search that stops at the max, mispredicts a branch about once a row.
+#[inline(always)]
+fn first_max(row: &[f32]) -> usize {
+    let max = row_max(row);
+    for (k, word) in row.chunks(64).enumerate() {
+        let equal = word
+            .iter()
+            .enumerate()
+            .fold(0u64, |bits, (b, &x)| bits | (u64::from(x == max) << b));
+        if equal != 0 {
+            return 64 * k + equal.trailing_zeros() as usize;
+        }
+    }
+    0
+}
+
 /// Row max, and `e^(x − max)` of each value into `exps`; returns their sum
 /// in `f64`, added in eight lanes combined in a fixed order.
 #[inline(always)]
@@ -342,16 +361,13 @@ pub fn accuracy(
                     continue;
                 }
                 let row = &logits[r * classes..(r + 1) * classes];
-                // The max first, then its first index: a compare of each
-                // logit with the best so far mispredicts often.
-                let max = row_max(row);
-                let best = row.iter().position(|&x| x == max).unwrap_or(0);
-                let correct = u64::from(best as i64 == labels[r]);
+                let correct = u64::from(first_max(row) as i64 == labels[r]);
+                // Counted without a branch: which masks hold a row is as
+                // unpredictable as its prediction.
                 for (count, mask) in counts.iter_mut().zip(masks) {
-                    if mask[r] {
-                        count.0 += correct;
-                        count.1 += 1;
-                    }
+                    let held = u64::from(mask[r]);
+                    count.0 += correct & held;
+                    count.1 += held;
                 }
             }
             counts
