@@ -322,7 +322,8 @@ pub fn elu_dropout_bwd<'k>(
     )
 }
 
-/// Elements of one task of [`dropout_in_place`].
+/// Elements of one task of [`dropout_in_place`] and of the activations
+/// with dropout, for contiguous rows.
 pub const FLAT_CHUNK: usize = 1 << 14;
 
 /// `x *= mask` in place: plain dropout, or the backward of a dropout.
