@@ -37,8 +37,10 @@ pub struct ProfileArgs {
     /// and loss rates) on this graph instead of the generated R-MAT: a
     /// folder of PyG-named .npy files or a generator spec, as `train
     /// --graph` takes. An aggregation's rate depends on the graph (how
-    /// often its rows come from cache), so a profile measured on the
-    /// graph to train predicts it best.
+    /// often its rows come from cache): on a large graph the graph to
+    /// train predicts it better; on one whose rows fit the caches it
+    /// can predict worse (the runs are timed at the profile's own
+    /// widths and partition counts).
     #[arg(long)]
     graph: Option<String>,
 }
