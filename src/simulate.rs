@@ -40,11 +40,17 @@ pub struct ViolationsFound(pub u64);
 
 impl std::fmt::Display for ViolationsFound {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the simulation found {} violation(s) of the plan (listed in the report)",
-            self.0
-        )
+        match self.0 {
+            0 => write!(
+                f,
+                "the planner's own check rejected the plan (in the report); the simulation \
+                 found no violation"
+            ),
+            n => write!(
+                f,
+                "the simulation found {n} violation(s) of the plan (listed in the report)"
+            ),
+        }
     }
 }
 
@@ -53,7 +59,10 @@ impl std::error::Error for ViolationsFound {}
 pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Result<()> {
     let source = args.plan.display().to_string();
     let text = std::fs::read_to_string(&args.plan).with_context(|| format!("reading {source}"))?;
-    let plan = Plan::from_json(&text, &source)?;
+    // A plan that breaks its own budgets, or reads a tensor that is not
+    // on the device, is replayed rather than refused: the report says
+    // where, when and by how much, and the exit status is 3.
+    let (plan, rejected) = Plan::from_json_to_replay(&text, &source)?;
     drop(text);
     let profile = match &args.profile {
         Some(name) => load_profile(name)?,
@@ -124,15 +133,20 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
         .device
         .priced_by_field(&plan.workload.definition.ops);
     if args.json {
-        match by_field {
-            // Said in the JSON as in the text: the first such operator.
-            Some(op) => {
-                let mut json = serde_json::to_value(&report)?;
+        if by_field.is_none() && rejected.is_none() {
+            out.write_all(report.to_json().as_bytes())?;
+        } else {
+            // Said in the JSON as in the text: the first operator priced
+            // by its class's field, and the plan's own check.
+            let mut json = serde_json::to_value(&report)?;
+            if let Some(op) = by_field {
                 json["priced_by_field"] = op.name.clone().into();
-                out.write_all(serde_json::to_string_pretty(&json)?.as_bytes())?;
-                out.write_all(b"\n")?;
             }
-            None => out.write_all(report.to_json().as_bytes())?,
+            if let Some(rejected) = &rejected {
+                json["rejected_by_sanity_pass"] = rejected.to_string().into();
+            }
+            out.write_all(serde_json::to_string_pretty(&json)?.as_bytes())?;
+            out.write_all(b"\n")?;
         }
     } else {
         write_table(&mut out, &report, wall_s)?;
@@ -162,6 +176,13 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
                 op.name, profile.name
             )?;
         }
+        if let Some(rejected) = &rejected {
+            writeln!(
+                out,
+                "rejected  by the planner's own check (the sanity pass), which `plan` and \
+                 `train --plan` apply: {rejected}"
+            )?;
+        }
         for (flag, path) in written {
             writeln!(out, "{flag:<10}{}", path.display())?;
         }
@@ -170,7 +191,9 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
     if let Some(error) = unwritten {
         return Err(error);
     }
-    if report.violations_total > 0 {
+    // The replay and the sanity pass model the same promises; where only
+    // the pass finds one broken, the plan is still marked.
+    if report.violations_total > 0 || rejected.is_some() {
         return Err(ViolationsFound(report.violations_total).into());
     }
     Ok(())

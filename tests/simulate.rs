@@ -159,7 +159,7 @@ fn bad_plans_name_the_file() {
     );
     // Fields a plan file cannot hold, each named with the file.
     type Edit = fn(&mut serde_json::Value);
-    let edits: [(&str, Edit, &str); 7] = [
+    let edits: [(&str, Edit, &str); 6] = [
         (
             "moved.json",
             |p| p["predicted"]["bytes_moved"]["d2h"] = 1.into(),
@@ -190,11 +190,6 @@ fn bad_plans_name_the_file() {
             |p| p["predicted"]["iteration_s"] = (-1.0).into(),
             "negative.json: plan field predicted.iteration_s: -1",
         ),
-        (
-            "tiny.json",
-            |p| p["budgets"]["hbm_bytes"] = 1000.into(),
-            "tiny.json: plan rejected at step 0",
-        ),
     ];
     let text = std::fs::read_to_string(&plan).unwrap();
     // A profile named as another shipped one is replayed on its own
@@ -219,6 +214,66 @@ fn bad_plans_name_the_file() {
         assert_eq!(out.status.code(), Some(1), "{name}");
         assert!(stderr(&out).contains(expected), "{}", stderr(&out));
     }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A plan edited to break its own budget, or to leave out the load an
+/// operator needs, is replayed rather than refused: the report names the
+/// tier, bytes and tensor, says what the planner's own check found, and
+/// the exit status is 3 (`train --plan` still refuses it as bad input).
+#[test]
+fn a_plan_breaking_its_promises_is_replayed_and_marked() {
+    let dir = scratch("broken-promises");
+    let plan = plan_arxiv(&dir, &[]);
+    let text = std::fs::read_to_string(&plan).unwrap();
+    let original: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let out = fateplan(&["simulate", path(&plan)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("rejected"), "{}", stdout(&out));
+
+    // Budget: a tenth of the device peak the plan records.
+    let mut tight = original.clone();
+    let peak = tight["predicted"]["peak_bytes"]["hbm"].as_u64().unwrap();
+    tight["budgets"]["hbm_bytes"] = (peak / 10).into();
+    let file = dir.join("tight.json");
+    std::fs::write(&file, tight.to_string()).unwrap();
+    let out = fateplan(&["simulate", path(&file), "--json"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let first = &report["violations"][0];
+    assert_eq!(first["kind"], "over_budget");
+    assert_eq!(first["tier"], "hbm");
+    assert_eq!(first["budget_bytes"], peak / 10);
+    assert!(first["bytes"].as_u64().unwrap() > peak / 10);
+    let rejected = report["rejected_by_sanity_pass"].as_str().unwrap();
+    assert!(rejected.contains("over its budget"), "{rejected}");
+    let out = fateplan(&["simulate", path(&file)]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stdout(&out).contains("rejected  by the planner's own check"));
+    assert!(
+        stderr(&out).contains("violation(s) of the plan"),
+        "{}",
+        stderr(&out)
+    );
+
+    // The reload an operator waits for, left out of the schedule of a
+    // plan at a quarter of the device peak (which moves tensors).
+    let moving = plan_arxiv(&dir, &["--partitions", "4", "--hbm-budget", "25%"]);
+    let text = std::fs::read_to_string(&moving).unwrap();
+    let mut missing: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let schedule = missing["schedule"].as_array_mut().unwrap();
+    let load = schedule
+        .iter()
+        .rposition(|e| e["action"] == "reload")
+        .expect("the plan at a quarter of its peak reloads a tensor");
+    schedule.remove(load);
+    let file = dir.join("missing-reload.json");
+    std::fs::write(&file, missing.to_string()).unwrap();
+    let out = fateplan(&["simulate", path(&file), "--json"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["violations"][0]["kind"], "missing_input", "{report}");
+    assert!(report["rejected_by_sanity_pass"].is_string(), "{report}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

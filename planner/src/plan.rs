@@ -783,7 +783,7 @@ impl Plan {
     /// recorded peaks are the ones the sanity pass finds. A file's
     /// exchanges must come with the halo they are derived from again.
     pub fn from_json(text: &str, source: &str) -> Result<Plan> {
-        let mut plan: Plan = crate::json::parse(text, source)?;
+        let plan: Plan = crate::json::parse(text, source)?;
         plan.halo_recorded()
             .and_then(|()| plan.validate())
             .and_then(|()| plan.within_capacity())
@@ -794,15 +794,44 @@ impl Plan {
                 }
                 other => crate::json::within(source, other),
             })?;
-        // GAT's workload is the same with either setting (its backward
-        // builds its transposes): a GAT plan from before the field, read
-        // as `built`, says `stored` as GAT plans do.
+        Ok(Self::as_read(plan))
+    }
+
+    /// A plan read from a file as this build records it: GAT's workload
+    /// is the same with either setting of the transposes (its backward
+    /// builds them), so a GAT plan from before the field, read as
+    /// `built`, says `stored` as GAT plans do.
+    fn as_read(mut plan: Plan) -> Plan {
         if let Some(model) = &mut plan.workload.model {
             if crate::gnn::GnnModel::parse(&model.model).ok() == Some(crate::gnn::GnnModel::Gat) {
                 model.transposes = crate::gnn::Transposes::Stored.name().to_string();
             }
         }
-        Ok(plan)
+        plan
+    }
+
+    /// Reads a plan to replay it: as [`Plan::from_json`], except that a
+    /// plan the sanity pass rejects (it breaks its own budgets, or an
+    /// operator reads a tensor that is not on the device) is returned
+    /// with that rejection instead of refused, so that a replay can say
+    /// where, when and by how much. Its recorded peaks and predicted
+    /// figures, which the pass's own are checked against, are not
+    /// checked then.
+    pub fn from_json_to_replay(text: &str, source: &str) -> Result<(Plan, Option<Error>)> {
+        let plan: Plan = crate::json::parse(text, source)?;
+        let within = |error| crate::json::within(source, error);
+        plan.halo_recorded().map_err(within)?;
+        plan.check_fields().map_err(within)?;
+        let rejected = match sanity::check(&plan) {
+            Ok(checked) => {
+                plan.check_against(&checked).map_err(within)?;
+                None
+            }
+            Err(rejected @ Error::PlanRejected { .. }) => Some(rejected),
+            Err(other) => return Err(within(other)),
+        };
+        plan.within_capacity().map_err(within)?;
+        Ok((Self::as_read(plan), rejected))
     }
 
     /// That a plan read from a file with exchanges between GPUs records
@@ -855,6 +884,14 @@ impl Plan {
     }
 
     pub fn validate(&self) -> Result<()> {
+        self.check_fields()?;
+        let checked = sanity::check(self)?;
+        self.check_against(&checked)
+    }
+
+    /// [`Plan::validate`] up to the sanity pass: the format, policy,
+    /// model, budgets, recorded figures, digest and tensors.
+    fn check_fields(&self) -> Result<()> {
         if self.format_version != PLAN_FORMAT_VERSION {
             return Err(Error::invalid(
                 "plan field format_version",
@@ -1006,7 +1043,14 @@ impl Plan {
                 return differs("kind", planned.kind.to_string(), tensor.kind.to_string());
             }
         }
-        let checked = sanity::check(self)?;
+        Ok(())
+    }
+
+    /// [`Plan::validate`] after the sanity pass: the recorded peaks are
+    /// the ones it found (`checked`), and the name, exchanges and
+    /// predicted figures are the workload's.
+    fn check_against(&self, checked: &sanity::SanityReport) -> Result<()> {
+        let definition = &self.workload.definition;
         if checked.peak_bytes != self.predicted.peak_bytes {
             return Err(Error::invalid(
                 "plan field predicted.peak_bytes",

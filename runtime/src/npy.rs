@@ -516,11 +516,24 @@ fn parse_header(bytes: &[u8], path: &Path) -> Result<(usize, Dtype, Vec<u64>, bo
         "|b1" => Dtype::Bool,
         "|u1" => Dtype::U8,
         other => {
+            // A big-endian array of a type read little-endian: say how
+            // to save it so.
+            let swapped = other
+                .strip_prefix('>')
+                .map(|rest| format!("<{rest}"))
+                .filter(|little| ["<i8", "<i4", "<f8", "<f4"].contains(&little.as_str()));
+            let hint = match swapped {
+                Some(little) => format!(
+                    "; it is {little} stored big-endian: save it little-endian (numpy: \
+                     a.astype('{little}'))"
+                ),
+                None => String::new(),
+            };
             return Err(Error::invalid(
                 path,
                 "descr",
-                format!("{other:?}; fateplan reads <i8, <i4, <f8, <f4, |b1 and |u1"),
-            ))
+                format!("{other:?}; fateplan reads <i8, <i4, <f8, <f4, |b1 and |u1{hint}"),
+            ));
         }
     };
     let fortran_order = match field("fortran_order")? {
@@ -721,6 +734,20 @@ pub(crate) mod tests {
             .unwrap_err()
             .to_string()
             .contains("not a .npy"));
+        // A big-endian array of a type read little-endian says how to
+        // save it; another type only lists the ones read.
+        write_npy(&path, ">f4", &[2], &[0; 8]);
+        let error = Npy::open(&path).unwrap_err().to_string();
+        assert!(
+            error.contains("a.npy") && error.contains("it is <f4 stored big-endian"),
+            "{error}"
+        );
+        write_npy(&path, "<f2", &[2], &[0; 4]);
+        let error = Npy::open(&path).unwrap_err().to_string();
+        assert!(
+            error.contains("|u1") && !error.contains("big-endian"),
+            "{error}"
+        );
         // A folder by that name is said to be one, and a named pipe is
         // refused before it is opened (which would wait for a writer).
         let folder = dir.join("x.npy");

@@ -145,22 +145,41 @@ pub fn lane_copy_bandwidth(
     })
 }
 
-/// The fixed cost of one lane copy: issue a copy of one value and wait
-/// for it; the median over `requests` of them.
+/// The fixed cost of one lane copy as training meets it, where copies
+/// queue on their lane behind each other: `requests` copies of one value
+/// issued back to back and waited for together, the time over their
+/// count (the lane's wake-up for the first shared among them); the
+/// median over rounds of up to [`LATENCY_BATCH`] copies. Timed one at a
+/// time instead, each copy waits for the lane's thread to wake, which on
+/// an idle virtual machine took 60-80 µs against about 2 µs queued
+/// (`docs/profile.md`).
 pub fn lane_latency(lane: &Lane, requests: u32) -> Result<f64> {
     let source = Arc::new(Data::F32(vec![1.0]));
-    let mut seconds = Vec::with_capacity(requests as usize);
-    for _ in 0..requests.max(1) {
-        let source = source.clone();
+    let requests = requests.max(1) as usize;
+    let batch = requests.min(LATENCY_BATCH);
+    let mut seconds = Vec::new();
+    for _ in 0..requests.div_ceil(batch).max(MIN_LATENCY_ROUNDS) {
         let start = Instant::now();
-        let pending = lane
-            .issue(move || Ok(Some(source.as_ref().clone())))
-            .map_err(|e| Error::Internal(e.to_string()))?;
-        pending.wait().map_err(|e| Error::Internal(e.to_string()))?;
-        seconds.push(start.elapsed().as_secs_f64());
+        let pending = (0..batch)
+            .map(|_| {
+                let source = source.clone();
+                lane.issue(move || Ok(Some(source.as_ref().clone())))
+                    .map_err(|e| Error::Internal(e.to_string()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for copy in pending {
+            copy.wait().map_err(|e| Error::Internal(e.to_string()))?;
+        }
+        seconds.push(start.elapsed().as_secs_f64() / batch as f64);
     }
     Ok(super::median(&mut seconds))
 }
+
+/// Copies a round of [`lane_latency`] queues at once.
+pub const LATENCY_BATCH: usize = 50;
+
+/// The fewest rounds [`lane_latency`] takes its median over.
+const MIN_LATENCY_ROUNDS: usize = 3;
 
 #[cfg(test)]
 mod tests {

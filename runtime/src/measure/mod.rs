@@ -392,8 +392,11 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                 &mut sources,
                 "pcie.latency_s",
                 format!(
-                    "{lane}: median time from issue to the end of the wait of a one-value copy, \
-                     {} copies",
+                    "{lane}: one-value copies queued back to back, as training queues them, \
+                     in rounds of up to {} waited for together, the time over their count \
+                     (the lane's wake-up for a round's first shared among them), median over \
+                     the rounds of {} copies",
+                    host::LATENCY_BATCH,
                     sizes.latency_requests
                 ),
             );
