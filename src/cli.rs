@@ -264,7 +264,9 @@ pub(crate) struct PlanArgs {
     /// Write the plan JSON to this file.
     #[arg(short = 'o', long)]
     output: Option<PathBuf>,
-    /// Print the plan JSON on stdout instead of the summary.
+    /// Print the plan JSON on stdout instead of the summary (where no plan
+    /// fits, a JSON document saying so: `fits` false, the error, the
+    /// budgets that would fit).
     #[arg(long)]
     json: bool,
     /// Print every tensor's fate and the reason for it.
@@ -385,13 +387,15 @@ pub fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Plan(args) => run_plan(&args),
+        Command::Plan(args) => run_plan(&args).inspect_err(|e| no_plan_json(args.json, e)),
         Command::Workloads => run_workloads(),
         Command::Simulate(args) => simulate::run(&args, load_profile),
         Command::Compare(args) => run_compare(&args),
         Command::Curve(args) => curve::run(&args),
         Command::Study(args) => study::run(&args),
-        Command::Train(args) => train::run(&args, load_profile),
+        Command::Train(args) => {
+            train::run(&args, load_profile).inspect_err(|e| no_plan_json(args.json(), e))
+        }
         Command::Profile(args) => measure_profile::run(&args),
         Command::Partition(args) => partition::run(&args),
         Command::Member => crate::members::run_member(),
@@ -427,6 +431,60 @@ pub fn main() -> ExitCode {
             })
         }
     }
+}
+
+/// With `--json`, where no plan fits (exit status 2) a JSON document on
+/// standard output says so, as `compare --json` and `curve --json` give
+/// their rows, so that a script reading it gets more than an empty
+/// document: `fits` false (null where the MILP ran out of time), the
+/// error, and for a budget over its tier the tier, step, operator and
+/// bytes, and `fits_with`, the budgets with which a plan fits (the
+/// others as given), each with whether the profile has that much.
+fn no_plan_json(json: bool, error: &anyhow::Error) {
+    if !json {
+        return;
+    }
+    let message = error_chain(error);
+    let document = match error.downcast_ref::<PlanError>() {
+        Some(PlanError::Infeasible {
+            tier,
+            step,
+            op,
+            needed_bytes,
+            budget_bytes,
+            fits_with,
+            ..
+        }) => {
+            let fits_with: Vec<serde_json::Value> = fits_with
+                .iter()
+                .map(|f| {
+                    serde_json::json!({
+                        "tier": f.tier.name(),
+                        "bytes": f.bytes,
+                        "over_capacity": f.over_capacity,
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "fits": false,
+                "error": message,
+                "tier": tier.name(),
+                "step": step,
+                "op": op,
+                "needed_bytes": needed_bytes,
+                "budget_bytes": budget_bytes,
+                "fits_with": fits_with,
+            })
+        }
+        Some(PlanError::MilpOutOfTime { .. }) => {
+            serde_json::json!({"fits": null, "error": message})
+        }
+        _ if error.is::<NothingFits>() => serde_json::json!({"fits": false, "error": message}),
+        _ => return,
+    };
+    // Standard output may be closed (the exit status still says it).
+    let mut out = stdout();
+    let _ = writeln!(out, "{document:#}").and_then(|()| out.flush());
 }
 
 /// The text of `--help` or `--version` (clap's "error" that is not one)

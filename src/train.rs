@@ -200,7 +200,8 @@ pub struct TrainArgs {
     /// Write the plan that is executed (planned on the spot or given) to this file.
     #[arg(long)]
     save_plan: Option<PathBuf>,
-    /// Print the report as JSON.
+    /// Print the report as JSON (where no plan fits, a JSON document
+    /// saying so, as `plan --json` prints).
     #[arg(long)]
     json: bool,
     /// What computes the operators: cpu, or cuda (an NVIDIA GPU, with the
@@ -598,6 +599,13 @@ type Topology = (
     bool,
     String,
 );
+
+impl TrainArgs {
+    /// Whether the report is printed as JSON (`--json`).
+    pub(crate) fn json(&self) -> bool {
+        self.json
+    }
+}
 
 pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Result<()> {
     crate::cli::set_threads(args.threads)?;

@@ -161,6 +161,58 @@ fn every_model_and_policy_plans_or_says_why() {
     }
 }
 
+/// With `--json`, a plan or a training that no plan fits prints a JSON
+/// document saying so (exit 2), with the budget that would fit, where the
+/// text goes to standard error alone.
+#[test]
+fn no_fit_with_json_is_a_json_document() {
+    let plan = fateplan(&[
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--partitions",
+        "2",
+        "--hbm-budget",
+        "1MiB",
+        "--json",
+    ]);
+    let train = fateplan(&[
+        "train",
+        "--graph",
+        "rmat:scale=10,features=8,classes=4,seed=1",
+        "--epochs",
+        "1",
+        "--hbm-budget",
+        "1KiB",
+        "--json",
+    ]);
+    for out in [&plan, &train] {
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(out));
+        let document: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {:?}", stdout(out)));
+        assert_eq!(document["fits"], false, "{document}");
+        assert_eq!(document["tier"], "hbm");
+        assert!(document["error"].as_str().unwrap().contains("infeasible"));
+        let needed = document["needed_bytes"].as_u64().unwrap();
+        assert!(needed > document["budget_bytes"].as_u64().unwrap());
+        let fits = &document["fits_with"][0];
+        assert_eq!(fits["tier"], "hbm");
+        assert!(fits["bytes"].as_u64().unwrap() >= needed, "{document}");
+    }
+    // Without --json nothing is printed on standard output.
+    let out = fateplan(&[
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--partitions",
+        "2",
+        "--hbm-budget",
+        "1MiB",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "{}", stdout(&out));
+}
+
 #[test]
 fn too_small_a_budget_is_infeasible_with_the_shortfall() {
     let out = fateplan(&["plan", "--dataset", "ogbn-arxiv", "--hbm-budget", "1MiB"]);
