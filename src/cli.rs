@@ -140,7 +140,7 @@ pub(crate) struct PlanArgs {
     #[arg(long, conflicts_with = "dag", default_value_t = 3,
           value_parser = whole_in::<u32>(1..=MAX_LAYERS as u128))]
     layers: u32,
-    #[arg(long, conflicts_with = "dag", default_value_t = 256,
+    #[arg(long, conflicts_with = "dag", default_value_t = DEFAULT_HIDDEN,
           value_parser = whole_in::<u32>(1..=MAX_HIDDEN as u128))]
     hidden: u32,
     /// GAT attention heads of hidden layers [default: 4]; other models
@@ -430,6 +430,39 @@ pub fn main() -> ExitCode {
                 1
             })
         }
+    }
+}
+
+/// The hidden width a `plan` without `--hidden` takes.
+const DEFAULT_HIDDEN: u32 = 256;
+
+/// A one-layer model maps the features to the classes: it has no hidden
+/// layer, so a hidden width (`hidden`, other than `default`) or heads
+/// other than 1 change nothing; said on standard error rather than
+/// refused, so that one command line serves several depths.
+pub(crate) fn one_layer_warning(
+    layers: u32,
+    hidden: Option<u32>,
+    default: u32,
+    heads: Option<u32>,
+) {
+    if layers != 1 {
+        return;
+    }
+    let mut given = Vec::new();
+    if let Some(hidden) = hidden.filter(|&h| h != default) {
+        given.push(format!("--hidden {hidden}"));
+    }
+    if let Some(heads) = heads.filter(|&h| h != 1) {
+        given.push(format!("--heads {heads}"));
+    }
+    if !given.is_empty() {
+        let verb = if given.len() > 1 { "change" } else { "changes" };
+        eprintln!(
+            "warning: {} {verb} nothing with --layers 1: the one layer maps the features to \
+             the classes, with no hidden layer",
+            given.join(" and ")
+        );
     }
 }
 
@@ -1601,6 +1634,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
         // Not read outside GAT; the default keeps the library's spec.
         _ => DEFAULT_HEADS,
     };
+    one_layer_warning(args.layers, Some(args.hidden), DEFAULT_HIDDEN, args.heads);
     let order = LayerOrder::parse(&args.layer_order)?;
     let transposes = Transposes::parse(&args.transposes)?;
     // `auto` chooses once the budgets are known (`prepare`).

@@ -404,6 +404,7 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
             args.heads()
         );
     }
+    crate::cli::one_layer_warning(args.layers(), args.hidden, 0, args.heads);
     if hyper.transposes == Transposes::Mirrored && args.devices() > 1 {
         bail!(
             "--transposes mirrored: one device only (with --devices {}, a device's blocks are \

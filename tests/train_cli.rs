@@ -1917,3 +1917,48 @@ fn a_plan_for_several_gpus_trains_at_all_of_its_retain_all_peak() {
     assert!(trained.status.success(), "{}", stderr(&trained));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A one-layer model has no hidden layer: `--hidden` and GAT's `--heads`
+/// change nothing, which a warning says (a head count that does not
+/// divide the hidden width is not refused), and the weights are those of
+/// the defaults; `plan` warns the same.
+#[test]
+fn a_one_layer_model_warns_that_hidden_and_heads_change_nothing() {
+    let graph = "rmat:scale=9,features=8,classes=4,seed=1";
+    let train = |extra: &[&str]| {
+        let mut args = vec![
+            "train", "--graph", graph, "--model", "gat", "--layers", "1", "--epochs", "2", "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = fateplan(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (report["weights_sha256"].clone(), stderr(&out))
+    };
+    let (plain, quiet) = train(&[]);
+    assert!(!quiet.contains("warning"), "{quiet}");
+    let (odd, warned) = train(&["--heads", "3", "--hidden", "20"]);
+    assert_eq!(plain, odd);
+    assert!(
+        warned.contains("warning: --hidden 20 and --heads 3 change nothing with --layers 1"),
+        "{warned}"
+    );
+    let out = fateplan(&["plan", "--graph", graph, "--layers", "1", "--hidden", "64"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--hidden 64 changes nothing"),
+        "{}",
+        stderr(&out)
+    );
+    // Two layers: the heads split the hidden width, and must divide it.
+    let out = fateplan(&[
+        "train", "--graph", graph, "--model", "gat", "--layers", "2", "--heads", "3", "--epochs",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not divisible by 3 heads"),
+        "{}",
+        stderr(&out)
+    );
+}

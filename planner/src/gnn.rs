@@ -531,7 +531,9 @@ impl GnnSpec {
                 return Err(Error::invalid(format!("sweep {letter}{l}"), why));
             }
         }
-        if self.model == GnnModel::Gat && !self.hidden.is_multiple_of(self.heads) {
+        // Heads split the hidden layers; a one-layer GAT has none.
+        if self.model == GnnModel::Gat && self.layers > 1 && !self.hidden.is_multiple_of(self.heads)
+        {
             return Err(Error::invalid(
                 "heads",
                 format!(

@@ -267,8 +267,10 @@ impl Model {
     /// Checks the hyper-parameters against the graph and takes the masks
     /// out of `graph` (the loss needs them; the executor does not).
     pub(crate) fn new(graph: &mut GraphInput, hyper: Hyper) -> Result<Model, ExecError> {
+        // Heads split the hidden layers (the last has one); a one-layer
+        // GAT has none to split.
         if hyper.model == GnnModel::Gat
-            && (hyper.heads == 0 || !hyper.hidden.is_multiple_of(hyper.heads))
+            && (hyper.heads == 0 || hyper.layers > 1 && !hyper.hidden.is_multiple_of(hyper.heads))
         {
             return Err(ExecError::Kernel(format!(
                 "heads {}: GAT needs a positive number of heads that divides hidden ({})",
