@@ -607,6 +607,14 @@ fn run_generate(spec: &str, out: &std::path::Path, force: bool) -> Result<()> {
         graph.classes,
         out.display()
     )?;
+    // Written as asked, but `train` needs a training row: said now.
+    if !graph.train_mask.contains(&true) {
+        eprintln!(
+            "warning: train_mask selects none of its {} nodes (the spec asked for no training \
+             rows): `fateplan train` refuses the graph",
+            graph.nodes
+        );
+    }
     Ok(())
 }
 

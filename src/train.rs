@@ -2,7 +2,7 @@
 //! under the plan's budgets.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
@@ -643,6 +643,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         .transpose()?;
     // A cache is a file (read where it exists, so maybe read-only), in a
     // folder that exists; spill files go in a folder.
+    // Whether the cache is read (it exists) or written, for the report.
+    let csr_cache_read = args.csr_cache.as_deref().is_some_and(Path::exists);
     if let Some(path) = &args.csr_cache {
         crate::cli::check_file_path(path, "--csr-cache")?;
         // Read and renamed over: a device or a pipe cannot be either.
@@ -1306,6 +1308,25 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             format_bytes(x.held_peak_bytes),
             format_bytes(device.halo_block_bytes)
         )?;
+    }
+    // The files this run read or wrote, as `simulate` lists its own.
+    let csr = match csr_cache_read {
+        true => " (read)",
+        false => " (written)",
+    };
+    let files = [
+        ("saved", args.save_plan.as_deref(), ""),
+        ("csr cache", args.csr_cache.as_deref(), csr),
+        (
+            "trace",
+            args.trace.as_deref().filter(|_| trace_written.is_ok()),
+            "",
+        ),
+    ];
+    for (what, path, how) in files {
+        if let Some(path) = path {
+            writeln!(out, "{what:<10}{}{how}", path.display())?;
+        }
     }
     if let Some(comparison) = &comparison {
         write_comparison(&mut out, comparison, report.epochs)?;

@@ -924,6 +924,39 @@ fn the_csr_cache_gives_the_same_model_and_refuses_another_graph() {
     assert_eq!(plain["weights_sha256"], built["weights_sha256"]);
     assert_eq!(plain["weights_sha256"], read["weights_sha256"]);
     assert!(plan.exists());
+    // The text report lists the files read and written.
+    let trace = dir.join("trace.json");
+    let graph = "planted:nodes=600,classes=4,features=16,val=100,test=200,seed=2";
+    let (cache_arg, trace_arg) = (cache.to_str().unwrap(), trace.to_str().unwrap());
+    let again = |cache_arg: &str| {
+        fateplan(&[
+            "train",
+            "--graph",
+            graph,
+            "--epochs",
+            "1",
+            "--partitions",
+            "4",
+            "--csr-cache",
+            cache_arg,
+            "--trace",
+            trace_arg,
+        ])
+    };
+    let out = again(cache_arg);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!("csr cache {cache_arg} (read)"))
+            && text.contains(&format!("trace     {trace_arg}")),
+        "{text}"
+    );
+    let fresh = dir.join("fresh.csr");
+    let text = stdout(&again(fresh.to_str().unwrap()));
+    assert!(
+        text.contains(&format!("csr cache {} (written)", fresh.display())),
+        "{text}"
+    );
     // Another graph of the same size: the cache is not its adjacency.
     let other = run("3", &with_cache);
     let stderr = String::from_utf8_lossy(&other.stderr);
@@ -1543,7 +1576,19 @@ fn generate_refuses_a_folder_holding_a_dataset_without_force() {
     let wider = "planted:nodes=200,classes=4,features=16,val=40,test=40,seed=3";
     let made = write(first, false);
     assert!(made.status.success(), "{}", stderr(&made));
+    assert!(!stderr(&made).contains("warning"), "{}", stderr(&made));
     let x = std::fs::read(graph.join("x.npy")).unwrap();
+    // A graph with no training rows is written, with a warning that
+    // `train` refuses it.
+    let none = dir.join("untrained");
+    let spec = "planted:nodes=200,classes=4,features=8,train_per_class=0,seed=3";
+    let out = fateplan(&["generate", "--graph", spec, "--out", none.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("warning: train_mask selects none of its 200 nodes"),
+        "{}",
+        stderr(&out)
+    );
     let again = write(wider, false);
     assert!(!again.status.success());
     let message = stderr(&again);
