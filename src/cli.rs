@@ -438,19 +438,20 @@ const DEFAULT_HIDDEN: u32 = 256;
 
 /// A one-layer model maps the features to the classes: it has no hidden
 /// layer, so a hidden width (`hidden`, other than `default`) or heads
-/// other than 1 change nothing; said on standard error rather than
-/// refused, so that one command line serves several depths.
+/// other than 1 change no weight or operator; said on standard error
+/// rather than refused, so that one command line serves several depths.
+/// Called once per command, from the flags as given.
 pub(crate) fn one_layer_warning(
     layers: u32,
     hidden: Option<u32>,
-    default: u32,
+    default: Option<u32>,
     heads: Option<u32>,
 ) {
     if layers != 1 {
         return;
     }
     let mut given = Vec::new();
-    if let Some(hidden) = hidden.filter(|&h| h != default) {
+    if let Some(hidden) = hidden.filter(|&h| Some(h) != default) {
         given.push(format!("--hidden {hidden}"));
     }
     if let Some(heads) = heads.filter(|&h| h != 1) {
@@ -459,10 +460,21 @@ pub(crate) fn one_layer_warning(
     if !given.is_empty() {
         let verb = if given.len() > 1 { "change" } else { "changes" };
         eprintln!(
-            "warning: {} {verb} nothing with --layers 1: the one layer maps the features to \
-             the classes, with no hidden layer",
+            "warning: {} {verb} no weight or operator with --layers 1: the one layer maps the \
+             features to the classes, with no hidden layer (the workload's name still records \
+             them)",
             given.join(" and ")
         );
+    }
+}
+
+impl PlanArgs {
+    /// [`one_layer_warning`] for this command line's model (GAT's heads
+    /// alone: another model refuses them).
+    pub(crate) fn warn_one_layer(&self) {
+        let gat = GnnModel::parse(&self.model).ok() == Some(GnnModel::Gat);
+        let heads = self.heads.filter(|_| gat);
+        one_layer_warning(self.layers, Some(self.hidden), Some(DEFAULT_HIDDEN), heads);
     }
 }
 
@@ -610,8 +622,8 @@ fn run_generate(spec: &str, out: &std::path::Path, force: bool) -> Result<()> {
     // Written as asked, but `train` needs a training row: said now.
     if !graph.train_mask.contains(&true) {
         eprintln!(
-            "warning: train_mask selects none of its {} nodes (the spec asked for no training \
-             rows): `fateplan train` refuses the graph",
+            "warning: train_mask selects none of its {} nodes (none was asked for or drawn): \
+             `fateplan train` refuses the graph",
             graph.nodes
         );
     }
@@ -1642,7 +1654,6 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
         // Not read outside GAT; the default keeps the library's spec.
         _ => DEFAULT_HEADS,
     };
-    one_layer_warning(args.layers, Some(args.hidden), DEFAULT_HIDDEN, args.heads);
     let order = LayerOrder::parse(&args.layer_order)?;
     let transposes = Transposes::parse(&args.transposes)?;
     // `auto` chooses once the budgets are known (`prepare`).
@@ -2636,6 +2647,7 @@ pub(crate) fn signed_percent(value: f64) -> String {
 }
 
 fn run_compare(args: &CompareArgs) -> Result<()> {
+    args.plan.warn_one_layer();
     // `plan`'s flags that write or explain one plan have no meaning here.
     if let Some(path) = &args.plan.output {
         bail!(
@@ -2834,6 +2846,7 @@ fn planned(args: &PlanArgs) -> Result<Planned> {
 
 fn run_plan(args: &PlanArgs) -> Result<()> {
     args.check_policy_flags()?;
+    args.warn_one_layer();
     spare_inputs(
         &[("-o", args.output.as_deref())],
         &[

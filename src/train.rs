@@ -404,7 +404,6 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
             args.heads()
         );
     }
-    crate::cli::one_layer_warning(args.layers(), args.hidden, 0, args.heads);
     if hyper.transposes == Transposes::Mirrored && args.devices() > 1 {
         bail!(
             "--transposes mirrored: one device only (with --devices {}, a device's blocks are \
@@ -610,6 +609,12 @@ impl TrainArgs {
 
 pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Result<()> {
     crate::cli::set_threads(args.threads)?;
+    // From the flags as given: a plan's own shape (`--plan`) is not the
+    // user's to be told about, and GCN refuses heads anyway.
+    if args.plan.is_none() {
+        let gat = GnnModel::parse(args.model()).ok() == Some(GnnModel::Gat);
+        crate::cli::one_layer_warning(args.layers(), args.hidden, None, args.heads.filter(|_| gat));
+    }
     crate::cli::distinct_outputs(&[
         ("--save-plan", args.save_plan.as_deref()),
         ("--trace", args.trace.as_deref()),

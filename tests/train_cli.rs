@@ -1985,16 +1985,56 @@ fn a_one_layer_model_warns_that_hidden_and_heads_change_nothing() {
     let (odd, warned) = train(&["--heads", "3", "--hidden", "20"]);
     assert_eq!(plain, odd);
     assert!(
-        warned.contains("warning: --hidden 20 and --heads 3 change nothing with --layers 1"),
+        warned.contains(
+            "warning: --hidden 20 and --heads 3 change no weight or operator with --layers 1"
+        ),
         "{warned}"
     );
-    let out = fateplan(&["plan", "--graph", graph, "--layers", "1", "--hidden", "64"]);
+    let dir = scratch("one-layer");
+    let plan = dir.join("plan.json");
+    let out = fateplan(&[
+        "plan",
+        "--graph",
+        graph,
+        "--layers",
+        "1",
+        "--hidden",
+        "64",
+        "-o",
+        plan.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("--hidden 64 changes nothing"),
-        "{}",
-        stderr(&out)
-    );
+    let warning = "--hidden 64 changes no weight or operator";
+    assert_eq!(stderr(&out).matches(warning).count(), 1, "{}", stderr(&out));
+    // Said once by a curve, which plans the workload at each budget.
+    let out = fateplan(&[
+        "curve",
+        "--graph",
+        graph,
+        "--layers",
+        "1",
+        "--hidden",
+        "64",
+        "--partitions",
+        "1",
+        "--budgets",
+        "50%,100%",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stderr(&out).matches(warning).count(), 1, "{}", stderr(&out));
+    // A plan's own shape, trained with --plan, is not the user's flags.
+    let out = fateplan(&[
+        "train",
+        "--graph",
+        graph,
+        "--plan",
+        plan.to_str().unwrap(),
+        "--epochs",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(&dir);
     // Two layers: the heads split the hidden width, and must divide it.
     let out = fateplan(&[
         "train", "--graph", graph, "--model", "gat", "--layers", "2", "--heads", "3", "--epochs",

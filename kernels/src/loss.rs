@@ -390,6 +390,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_first_largest_value_is_found_in_any_word() {
+        // 150 values: words of 64, 64 and 22.
+        for at in [0, 1, 63, 64, 100, 127, 128, 149] {
+            let mut row: Vec<f32> = (0..150).map(|i| (i % 7) as f32).collect();
+            row[at] = 50.0;
+            assert_eq!(first_max(&row), at, "largest at {at}");
+            // A tie later on goes to the first.
+            if at + 70 < row.len() {
+                row[at + 70] = 50.0;
+                assert_eq!(first_max(&row), at, "tied at {at} and {}", at + 70);
+            }
+        }
+        let mut row = vec![f32::NAN; 150];
+        assert_eq!(first_max(&row), 0, "a row of NaNs");
+        row[130] = -1.0;
+        assert_eq!(first_max(&row), 130, "NaNs are passed over");
+    }
+
+    #[test]
     fn a_confident_row_keeps_its_label_gradient() {
         // p at the label is 1 − 3·e^-20 (about 6e-9 from 1): `p − 1` in
         // f32 would be 0 or off by a large factor.

@@ -814,9 +814,9 @@ impl Plan {
     /// plan the sanity pass rejects (it breaks its own budgets, or an
     /// operator reads a tensor that is not on the device) is returned
     /// with that rejection instead of refused, so that a replay can say
-    /// where, when and by how much. Its recorded peaks and predicted
-    /// figures, which the pass's own are checked against, are not
-    /// checked then.
+    /// where, when and by how much. Its structure, workload name and
+    /// exchanges are checked as ever; its recorded peaks and predicted
+    /// figures, which need a plan the pass accepts, are not.
     pub fn from_json_to_replay(text: &str, source: &str) -> Result<(Plan, Option<Error>)> {
         let plan: Plan = crate::json::parse(text, source)?;
         let within = |error| crate::json::within(source, error);
@@ -827,7 +827,10 @@ impl Plan {
                 plan.check_against(&checked).map_err(within)?;
                 None
             }
-            Err(rejected @ Error::PlanRejected { .. }) => Some(rejected),
+            Err(rejected @ Error::PlanRejected { .. }) => {
+                plan.check_workload().map_err(within)?;
+                Some(rejected)
+            }
             Err(other) => return Err(within(other)),
         };
         plan.within_capacity().map_err(within)?;
@@ -1047,10 +1050,9 @@ impl Plan {
     }
 
     /// [`Plan::validate`] after the sanity pass: the recorded peaks are
-    /// the ones it found (`checked`), and the name, exchanges and
-    /// predicted figures are the workload's.
+    /// the ones it found (`checked`), then [`Plan::check_workload`] and
+    /// the predicted figures.
     fn check_against(&self, checked: &sanity::SanityReport) -> Result<()> {
-        let definition = &self.workload.definition;
         if checked.peak_bytes != self.predicted.peak_bytes {
             return Err(Error::invalid(
                 "plan field predicted.peak_bytes",
@@ -1069,6 +1071,15 @@ impl Plan {
                 format!("{value} differs from the step {step} the sanity pass finds the peak at"),
             ));
         }
+        self.check_workload()?;
+        self.check_predicted()
+    }
+
+    /// That the plan's workload name is its definition's and its
+    /// exchanges are the ones its halo gives: checked whether or not the
+    /// sanity pass accepts the plan.
+    fn check_workload(&self) -> Result<()> {
+        let definition = &self.workload.definition;
         if self.workload.name != definition.name {
             return Err(Error::invalid(
                 "plan field workload.name",
@@ -1078,8 +1089,7 @@ impl Plan {
                 ),
             ));
         }
-        self.check_exchanges()?;
-        self.check_predicted()
+        self.check_exchanges()
     }
 
     /// That the exchanges are the ones the workload and the recorded halo

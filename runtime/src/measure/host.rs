@@ -146,19 +146,18 @@ pub fn lane_copy_bandwidth(
 }
 
 /// The fixed cost of one lane copy as training meets it, where copies
-/// queue on their lane behind each other: `requests` copies of one value
-/// issued back to back and waited for together, the time over their
-/// count (the lane's wake-up for the first shared among them); the
-/// median over rounds of up to [`LATENCY_BATCH`] copies. Timed one at a
-/// time instead, each copy waits for the lane's thread to wake, which on
-/// an idle virtual machine took 60-80 µs against about 2 µs queued
-/// (`docs/profile.md`).
+/// queue on their lane behind each other: one-value copies issued back
+/// to back, each round's time per copy from the lane's own clock, from
+/// the end of its first copy to the end of its last (so without the
+/// lane's wake-up for the first); the median over the rounds of
+/// [`latency_rounds`]. Timed one at a time instead, each copy waits for
+/// the lane's thread to wake, which on an idle virtual machine took
+/// 60-80 µs against about 2 µs queued (`docs/profile.md`).
 pub fn lane_latency(lane: &Lane, requests: u32) -> Result<f64> {
     let source = Arc::new(Data::F32(vec![1.0]));
-    let requests = requests.max(1) as usize;
-    let batch = requests.min(LATENCY_BATCH);
-    let mut seconds = Vec::new();
-    for _ in 0..requests.div_ceil(batch).max(MIN_LATENCY_ROUNDS) {
+    let (rounds, batch) = latency_rounds(requests);
+    let mut seconds = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
         let start = Instant::now();
         let pending = (0..batch)
             .map(|_| {
@@ -167,19 +166,36 @@ pub fn lane_latency(lane: &Lane, requests: u32) -> Result<f64> {
                     .map_err(|e| Error::Internal(e.to_string()))
             })
             .collect::<Result<Vec<_>>>()?;
+        let mut ends = Vec::with_capacity(batch);
         for copy in pending {
-            copy.wait().map_err(|e| Error::Internal(e.to_string()))?;
+            let (_, span) = copy.wait().map_err(|e| Error::Internal(e.to_string()))?;
+            ends.push(span.end_s);
         }
-        seconds.push(start.elapsed().as_secs_f64() / batch as f64);
+        seconds.push(match ends.as_slice() {
+            [first, .., last] => (last - first) / (batch - 1) as f64,
+            // One copy a round: its whole round trip.
+            _ => start.elapsed().as_secs_f64(),
+        });
     }
     Ok(super::median(&mut seconds))
 }
 
-/// Copies a round of [`lane_latency`] queues at once.
+/// The rounds [`lane_latency`] times for `requests` copies, and the
+/// copies of each: at least [`MIN_LATENCY_ROUNDS`] rounds where there
+/// are copies enough, at most [`LATENCY_BATCH`] copies a round, and
+/// `requests` rounded up to whole rounds.
+pub fn latency_rounds(requests: u32) -> (usize, usize) {
+    let requests = requests.max(1) as usize;
+    let batch = (requests / MIN_LATENCY_ROUNDS).clamp(1, LATENCY_BATCH);
+    (requests.div_ceil(batch), batch)
+}
+
+/// The most copies a round of [`lane_latency`] queues at once.
 pub const LATENCY_BATCH: usize = 50;
 
-/// The fewest rounds [`lane_latency`] takes its median over.
-const MIN_LATENCY_ROUNDS: usize = 3;
+/// The fewest rounds [`lane_latency`] takes its median over, where it
+/// has copies enough.
+pub const MIN_LATENCY_ROUNDS: usize = 3;
 
 #[cfg(test)]
 mod tests {
@@ -217,6 +233,21 @@ mod tests {
         assert_eq!(cpu_model(text).as_deref(), Some("AMD EPYC 7B13"));
         assert_eq!(cpu_model("processor : 0\n"), None);
         assert_eq!(cpu_model("model name :   \n"), None);
+    }
+
+    #[test]
+    fn latency_rounds_cover_the_requests() {
+        assert_eq!(latency_rounds(200), (4, 50));
+        assert_eq!(latency_rounds(50), (4, 16));
+        assert_eq!(latency_rounds(2), (2, 1));
+        assert_eq!(latency_rounds(0), (1, 1));
+        for requests in 1..500 {
+            let (rounds, batch) = latency_rounds(requests);
+            assert!(
+                rounds * batch >= requests as usize && (rounds - 1) * batch < requests as usize
+            );
+            assert!(batch <= LATENCY_BATCH);
+        }
     }
 
     #[test]

@@ -388,18 +388,15 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                 "pcie.d2h_bytes_per_s",
                 format!("{lane}: the same copy on a second lane, median of {d2h_rounds} rounds"),
             );
-            put(
-                &mut sources,
-                "pcie.latency_s",
+            put(&mut sources, "pcie.latency_s", {
+                let (rounds, batch) = host::latency_rounds(sizes.latency_requests);
                 format!(
-                    "{lane}: one-value copies queued back to back, as training queues them, \
-                     in rounds of up to {} waited for together, the time over their count \
-                     (the lane's wake-up for a round's first shared among them), median over \
-                     the rounds of {} copies",
-                    host::LATENCY_BATCH,
-                    sizes.latency_requests
-                ),
-            );
+                    "{lane}: one-value copies queued back to back, as training queues \
+                         them, {batch} a round, each round's time per copy on the lane's clock \
+                         from the end of its first to the end of its last (the lane's wake-up \
+                         for the first left out), median of {rounds} rounds"
+                )
+            });
             put(
                 &mut sources,
                 "device.hbm_bytes",
