@@ -783,18 +783,11 @@ impl Plan {
     /// recorded peaks are the ones the sanity pass finds. A file's
     /// exchanges must come with the halo they are derived from again.
     pub fn from_json(text: &str, source: &str) -> Result<Plan> {
-        let plan: Plan = crate::json::parse(text, source)?;
-        plan.halo_recorded()
-            .and_then(|()| plan.validate())
-            .and_then(|()| plan.within_capacity())
-            .map_err(|error| match error {
-                // A plan that breaks its own budgets is bad input here.
-                rejected @ Error::PlanRejected { .. } => {
-                    Error::invalid(source, rejected.to_string())
-                }
-                other => crate::json::within(source, other),
-            })?;
-        Ok(Self::as_read(plan))
+        match Self::from_json_to_replay(text, source)? {
+            (plan, None) => Ok(plan),
+            // A plan that breaks its own budgets is bad input here.
+            (_, Some(rejected)) => Err(Error::invalid(source, rejected.to_string())),
+        }
     }
 
     /// A plan read from a file as this build records it: GAT's workload
