@@ -211,10 +211,36 @@ fn summary(out: &mut dyn Write, p: &Profile) -> Result<()> {
                 .filter(|(seconds, _)| *seconds > 0.0)
                 .map(|(seconds, per)| format!(" + {:.2} ns/{per}", seconds * 1e9))
                 .collect();
-                format!("{} {}{terms}", r.class, rate(r.bytes_per_s))
+                let curve = if r.on_curve {
+                    " (at the curve's top)"
+                } else {
+                    ""
+                };
+                format!("{} {}{terms}{curve}", r.class, rate(r.bytes_per_s))
             })
             .collect();
         writeln!(out, "fitted    {}", fits.join(", "))?;
+    }
+    if !d.gather_curve.is_empty() {
+        // Each width's smallest and largest working set.
+        let mut widths: Vec<u32> = d.gather_curve.iter().map(|g| g.width).collect();
+        widths.sort_unstable();
+        widths.dedup();
+        let ends: Vec<String> = widths
+            .iter()
+            .map(|&w| {
+                let of_width: Vec<_> = d.gather_curve.iter().filter(|g| g.width == w).collect();
+                let (first, last) = (of_width[0], of_width[of_width.len() - 1]);
+                format!(
+                    "{:.2} ns/edge at {} to {:.2} at {} ({w} wide)",
+                    first.seconds_per_edge * 1e9,
+                    format_bytes(first.set_bytes),
+                    last.seconds_per_edge * 1e9,
+                    format_bytes(last.set_bytes)
+                )
+            })
+            .collect();
+        writeln!(out, "gathers   {}", ends.join(", "))?;
     }
     writeln!(
         out,

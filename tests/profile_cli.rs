@@ -5,6 +5,7 @@ mod common;
 use common::*;
 
 use fateplan::planner::profile::DeviceKind;
+use fateplan::planner::workload::ComputeClass;
 use fateplan::planner::Profile;
 
 #[test]
@@ -35,6 +36,25 @@ fn a_quick_profile_is_valid_measured_and_plans() {
         assert!(stderr(&output).contains("no GPU: skipped"));
         assert_eq!(profile.device.kind, DeviceKind::Cpu);
         assert!(profile.device.model.contains("1 threads"));
+        // The gathers alone at three widths on the quick profile's three
+        // graphs (scales 12, 14 and 16), and the gathers' fits made on
+        // them.
+        let curve = &profile.device.gather_curve;
+        assert_eq!(curve.len(), 9, "{curve:?}");
+        assert!(profile.sources["device.gather_curve"].contains("scales 12, 14, 16"));
+        assert!(
+            stdout(&output).contains("gathers   "),
+            "{}",
+            stdout(&output)
+        );
+        let on_curve: Vec<bool> = profile
+            .device
+            .class_rates
+            .iter()
+            .filter(|r| matches!(r.class, ComputeClass::Sparse | ComputeClass::SparseMasked))
+            .map(|r| r.on_curve)
+            .collect();
+        assert_eq!(on_curve, [true, true]);
     }
     for (field, value) in profile.figures() {
         let source = &profile.sources[field];

@@ -348,6 +348,7 @@ fn an_older_gat_plan_on_a_profile_with_head_and_row_times_is_told_so() {
             seconds_per_edge: 1e-10,
             seconds_per_edge_head: 1e-11,
             seconds_per_row: 1e-10,
+            on_curve: false,
         }];
     });
     let note = "records no edge heads or rows";

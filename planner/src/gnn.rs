@@ -873,6 +873,13 @@ impl<'a> Builder<'a> {
         self.blocks.partition_nodes(i)
     }
 
+    /// A gather of rows of `width` floats, drawing on every partition's
+    /// rows over its layer (see [`Cost::gather_width`]).
+    fn gathering(&self, cost: Cost, width: u64) -> Cost {
+        let nodes: u64 = (0..self.parts).map(|i| self.rows(i)).sum();
+        cost.gathering(width as u32, nodes * width * F32)
+    }
+
     /// Stored edges of block (i, j), self loops included.
     fn edges(&self, i: u32, j: u32) -> u64 {
         let loops = if i == j && self.spec.model.self_loops() {
@@ -1247,14 +1254,19 @@ impl<'a> Builder<'a> {
                 ComputeClass::Sparse
             };
             let adds = self.adds_into(&inputs);
+            let cost = Cost::work(2.0 * (edges * width) as f64, bytes, class);
+            // The graph's gathers, not GAT's weighted by attention.
+            let cost = match edge_weights {
+                Some(_) => cost,
+                None => self.gathering(cost, width),
+            };
             let id = self.w.add_op(
                 format!("agg[l{l},p{i},s{j}]"),
                 OpKind::Aggregate,
                 Phase::Forward,
                 inputs,
                 vec![out],
-                Cost::work(2.0 * (edges * width) as f64, bytes, class)
-                    .over_edges(edges)
+                cost.over_edges(edges)
                     .over_edge_heads(edge_weights.map_or(0, |_| edges * self.spec.layer_heads(l)))
                     .over_rows(rows)
                     .with_row_bytes(match edge_weights {
@@ -1564,7 +1576,10 @@ impl<'a> Builder<'a> {
             // A gather over the stored transpose, as the forward, or a
             // scatter over the block.
             let cost = match stored {
-                true => Cost::work(2.0 * (edges * width) as f64, bytes, ComputeClass::Sparse),
+                true => self.gathering(
+                    Cost::work(2.0 * (edges * width) as f64, bytes, ComputeClass::Sparse),
+                    width,
+                ),
                 false => Cost::work(2.0 * (edges * width) as f64, bytes, ComputeClass::Scatter)
                     .transposing(edges),
             };
@@ -3007,6 +3022,21 @@ mod tests {
             forward
         );
         assert!(w.ops.iter().all(|o| o.cost.row_bytes == 0));
+        // The GCN's gathers record their working set, every partition's
+        // rows at their width; GAT's edge operators and the others none.
+        assert!(w.ops.iter().all(|o| o.cost.gather_width == 0));
+        let mut gathers = 0;
+        for o in &gcn.ops {
+            let c = &o.cost;
+            let gathers_rows = matches!(c.class, ComputeClass::Sparse | ComputeClass::SparseMasked);
+            assert_eq!(c.gather_width > 0, gathers_rows, "{}", o.name);
+            assert_eq!(c.gather_set_bytes, 1000 * 4 * u64::from(c.gather_width));
+            gathers += usize::from(gathers_rows);
+        }
+        assert!(
+            gathers >= 2 * spec(GnnModel::Gcn).layers as usize,
+            "{gathers}"
+        );
     }
 
     /// Transposed aggregations are scatters where the transposes are

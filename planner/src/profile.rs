@@ -85,6 +85,14 @@ pub struct DeviceProfile {
     /// instead of bytes at the class's field above.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub class_rates: Vec<ClassRate>,
+    /// The plain gather's time per edge timed alone at several widths and
+    /// working sets (the bytes of the rows it gathers from), in
+    /// increasing order of bytes, then width. Where given, and the
+    /// sparse classes' fits have a `curve_scale`, an aggregation's time
+    /// per edge is read from them at its own width and working set
+    /// ([`DeviceProfile::memory_seconds`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gather_curve: Vec<GatherPoint>,
     /// Fixed cost of launching one operator.
     pub op_overhead_s: f64,
 }
@@ -111,10 +119,82 @@ pub struct ClassRate {
     /// Zero (and not written) where the profile did not tell rows apart.
     #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub seconds_per_row: f64,
+    /// Whether the bandwidth and the time per edge were fitted with each
+    /// gather's share of the profile's `gather_curve` ([`curve_share`])
+    /// taken out: they are then a gather's at the curve's largest working
+    /// set, and an operator that records its working set is charged its
+    /// own share of them ([`DeviceProfile::memory_seconds`]). False (and
+    /// not written) otherwise.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub on_curve: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn is_zero_f64(x: &f64) -> bool {
     *x == 0.0
+}
+
+/// The plain gather's time per edge at one width and working set.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatherPoint {
+    /// Floats a row.
+    pub width: u32,
+    /// Bytes of the rows gathered from (`rows × width × 4`).
+    pub set_bytes: u64,
+    pub seconds_per_edge: f64,
+}
+
+/// The share of its time per edge a gather of rows of `width` floats
+/// from a working set of `set_bytes` takes, beside one of the same width
+/// at the largest working set `curve` has at that width: the time per
+/// edge `curve` gives at `set_bytes` (interpolated in the logarithm of
+/// the bytes between the points of that width, held at the first and
+/// last) over the time at that width's last point. Between the widths
+/// `curve` has, the shares of the two nearest are interpolated in the
+/// logarithm of the width; outside them, the nearest width's share is
+/// taken. At most 1; 1 where `curve` is empty or `width` or `set_bytes`
+/// is zero.
+pub fn curve_share(curve: &[GatherPoint], width: u32, set_bytes: u64) -> f64 {
+    if width == 0 || set_bytes == 0 {
+        return 1.0;
+    }
+    let mut widths: Vec<u32> = curve.iter().map(|p| p.width).collect();
+    widths.sort_unstable();
+    widths.dedup();
+    let share_at = |w: u32| -> f64 {
+        let mut points: Vec<&GatherPoint> = curve.iter().filter(|p| p.width == w).collect();
+        points.sort_by_key(|p| p.set_bytes);
+        let last = points.last().expect("a width of the curve has a point");
+        let x = (set_bytes as f64).log2();
+        let at = match points
+            .iter()
+            .position(|p| p.set_bytes as f64 >= set_bytes as f64)
+        {
+            None => last.seconds_per_edge,
+            Some(0) => points[0].seconds_per_edge,
+            Some(k) => {
+                let (a, b) = (points[k - 1], points[k]);
+                let (xa, xb) = ((a.set_bytes as f64).log2(), (b.set_bytes as f64).log2());
+                let t = (x - xa) / (xb - xa);
+                a.seconds_per_edge + t * (b.seconds_per_edge - a.seconds_per_edge)
+            }
+        };
+        (at / last.seconds_per_edge).min(1.0)
+    };
+    match widths.iter().position(|&w| w >= width) {
+        None => widths.last().map_or(1.0, |&w| share_at(w)),
+        Some(0) => share_at(widths[0]),
+        Some(k) => {
+            let (a, b) = (widths[k - 1], widths[k]);
+            let t = (f64::from(width).log2() - f64::from(a).log2())
+                / (f64::from(b).log2() - f64::from(a).log2());
+            share_at(a) + t * (share_at(b) - share_at(a))
+        }
+    }
 }
 
 /// A GEMM rate at one arithmetic intensity.
@@ -204,13 +284,22 @@ impl DeviceProfile {
                     && (cost.edge_heads > 0 || fit.seconds_per_edge_head == 0.0)
                     && (cost.rows > 0 || fit.seconds_per_row == 0.0) =>
             {
-                // A time per row stands for the bytes moved once a row.
-                let bytes = match fit.seconds_per_row > 0.0 {
-                    true => cost.bytes.saturating_sub(cost.row_bytes),
-                    false => cost.bytes,
+                // The gathers' share at their working set, where the fit
+                // was made at the curve's largest.
+                let share = match fit.on_curve {
+                    true => {
+                        curve_share(&self.gather_curve, cost.gather_width, cost.gather_set_bytes)
+                    }
+                    false => 1.0,
                 };
-                bytes as f64 / fit.bytes_per_s
-                    + cost.edges as f64 * fit.seconds_per_edge
+                let edge_bytes = cost.bytes.saturating_sub(cost.row_bytes) as f64;
+                // A time per row stands for the bytes moved once a row.
+                let row_bytes = match fit.seconds_per_row > 0.0 {
+                    true => 0.0,
+                    false => cost.row_bytes.min(cost.bytes) as f64,
+                };
+                (share * edge_bytes + row_bytes) / fit.bytes_per_s
+                    + share * cost.edges as f64 * fit.seconds_per_edge
                     + cost.edge_heads as f64 * fit.seconds_per_edge_head
                     + cost.rows as f64 * fit.seconds_per_row
             }
@@ -364,7 +453,11 @@ pub struct Profile {
 
 /// The lists of figures a `sources` key may name besides
 /// [`Profile::figures`]' own paths.
-pub const SOURCED_LISTS: [&str; 2] = ["device.dense_shapes", "device.class_rates"];
+pub const SOURCED_LISTS: [&str; 3] = [
+    "device.dense_shapes",
+    "device.class_rates",
+    "device.gather_curve",
+];
 
 /// The least a profile's rate (`..._per_s`) may be: with operators of at
 /// most `MAX_OP_FLOPS`, an iteration's sums stay finite.
@@ -576,6 +669,7 @@ impl Profile {
         let lists = [
             !self.device.dense_shapes.is_empty(),
             !self.device.class_rates.is_empty(),
+            !self.device.gather_curve.is_empty(),
         ];
         figures.extend(
             SOURCED_LISTS
@@ -618,8 +712,46 @@ impl Profile {
             }
             previous = shape.flops_per_byte;
         }
+        for (k, point) in self.device.gather_curve.iter().enumerate() {
+            let field = |name: &str| format!("{} field device.gather_curve[{k}].{name}", context());
+            if point.width == 0 {
+                return Err(Error::invalid(field("width"), "0 must be positive"));
+            }
+            if point.set_bytes == 0 {
+                return Err(Error::invalid(field("set_bytes"), "0 must be positive"));
+            }
+            let seconds = point.seconds_per_edge;
+            if !(seconds.is_finite() && seconds > 0.0 && seconds <= MAX_FIGURE_SECONDS) {
+                return Err(Error::invalid(
+                    field("seconds_per_edge"),
+                    format!(
+                        "{} must be finite, positive and at most {MAX_FIGURE_SECONDS:e} seconds",
+                        figure(seconds)
+                    ),
+                ));
+            }
+            if let Some(before) = k.checked_sub(1).map(|b| &self.device.gather_curve[b]) {
+                if (point.set_bytes, point.width) <= (before.set_bytes, before.width) {
+                    return Err(Error::invalid(
+                        field("set_bytes"),
+                        format!(
+                            "{} (width {}) must come after the point before it ({} bytes, \
+                             width {}): points go in increasing order of bytes, then width",
+                            point.set_bytes, point.width, before.set_bytes, before.width
+                        ),
+                    ));
+                }
+            }
+        }
         for (k, fit) in self.device.class_rates.iter().enumerate() {
             let field = |name: &str| format!("{} field device.class_rates[{k}].{name}", context());
+            if fit.on_curve && self.device.gather_curve.is_empty() {
+                return Err(Error::invalid(
+                    field("on_curve"),
+                    "true, but the profile has no device.gather_curve to read a gather's \
+                     share from: give false, or leave it out",
+                ));
+            }
             // The same bounds as the device's own rates and seconds.
             if !(fit.bytes_per_s.is_finite() && fit.bytes_per_s >= MIN_FIGURE_RATE) {
                 return Err(Error::invalid(
@@ -760,6 +892,7 @@ mod tests {
             seconds_per_edge,
             seconds_per_edge_head: 0.0,
             seconds_per_row: 0.0,
+            on_curve: false,
         }
     }
 
@@ -1200,6 +1333,144 @@ mod tests {
             d.priced_by_field(&masked).map(|o| o.name.as_str()),
             Some("masked")
         );
+    }
+
+    fn point(width: u32, set_bytes: u64, ns: f64) -> GatherPoint {
+        GatherPoint {
+            width,
+            set_bytes,
+            seconds_per_edge: ns * 1e-9,
+        }
+    }
+
+    /// Two widths, each on two working sets: shares against each width's
+    /// largest, interpolated in the logarithms of bytes and width.
+    fn curve() -> Vec<GatherPoint> {
+        vec![
+            point(8, 1 << 20, 2.0),
+            point(32, 4 << 20, 3.0),
+            point(8, 16 << 20, 4.0),
+            point(32, 64 << 20, 6.0),
+        ]
+    }
+
+    #[test]
+    fn a_gathers_share_is_read_from_the_curve() {
+        let c = curve();
+        let near = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        // At a point, between two (a quarter of the way in log bytes), and
+        // held at either end.
+        assert!(near(curve_share(&c, 8, 1 << 20), 0.5));
+        assert!(near(curve_share(&c, 8, 2 << 20), (2.0 + 0.25 * 2.0) / 4.0));
+        assert!(near(curve_share(&c, 8, 1 << 10), 0.5));
+        assert!(near(curve_share(&c, 8, 1 << 30), 1.0));
+        assert!(near(curve_share(&c, 32, 4 << 20), 0.5));
+        // A width between: halfway in log width between 8 and 32.
+        let at8 = curve_share(&c, 8, 4 << 20);
+        let at32 = curve_share(&c, 32, 4 << 20);
+        assert!(near(curve_share(&c, 16, 4 << 20), (at8 + at32) / 2.0));
+        // Outside the widths, the nearest width's.
+        assert!(near(curve_share(&c, 4, 4 << 20), at8));
+        assert!(near(curve_share(&c, 256, 4 << 20), at32));
+        // No curve, or an operator that records no working set: all of it.
+        assert_eq!(curve_share(&[], 16, 1 << 20), 1.0);
+        assert_eq!(curve_share(&c, 0, 0), 1.0);
+        // Never above 1, where a point below the last took longer.
+        let bumpy = vec![point(8, 1 << 20, 5.0), point(8, 4 << 20, 4.0)];
+        assert_eq!(curve_share(&bumpy, 8, 1 << 20), 1.0);
+    }
+
+    #[test]
+    fn a_fit_on_the_curve_charges_a_gathers_share() {
+        let mut d = profile().device;
+        d.gather_curve = curve();
+        let mut fit = class_rate(ComputeClass::Sparse, 1e9, 1e-9);
+        fit.seconds_per_row = 1e-8;
+        fit.on_curve = true;
+        d.class_rates = vec![fit];
+        // 2 s of edge bytes and 0.1 s of edges, halved at a working set
+        // whose share is 0.5; the rows (0.2 s) whole.
+        let gather = Cost::work(0.0, 3_000_000_000, ComputeClass::Sparse)
+            .over_edges(100_000_000)
+            .over_rows(20_000_000)
+            .with_row_bytes(1_000_000_000)
+            .gathering(8, 1 << 20);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(close(d.memory_seconds(&gather), 0.5 * 2.1 + 0.2));
+        // The largest working set, or none recorded: the whole fit.
+        let large = gather.gathering(8, 16 << 20);
+        assert!(close(d.memory_seconds(&large), 2.1 + 0.2));
+        let older = Cost {
+            gather_width: 0,
+            gather_set_bytes: 0,
+            ..gather
+        };
+        assert!(close(d.memory_seconds(&older), 2.1 + 0.2));
+        // A masked gather without a fit of its own takes the sparse one's.
+        let masked = Cost {
+            class: ComputeClass::SparseMasked,
+            ..gather
+        };
+        assert!(close(d.memory_seconds(&masked), 0.5 * 2.1 + 0.2));
+        // Without a time per row, the rows' bytes are charged whole.
+        d.class_rates[0].seconds_per_row = 0.0;
+        assert!(close(d.memory_seconds(&gather), 0.5 * 2.1 + 1.0));
+        // A fit not made on the curve charges all of it.
+        d.class_rates[0].on_curve = false;
+        assert!(close(d.memory_seconds(&gather), 3.1));
+    }
+
+    #[test]
+    fn a_bad_curve_is_named_by_point_and_field() {
+        type Spoil = fn(&mut Profile);
+        let cases: [(Spoil, &str); 5] = [
+            (
+                |p| p.device.gather_curve[1].width = 0,
+                "device.gather_curve[1].width: 0 must be positive",
+            ),
+            (
+                |p| p.device.gather_curve[0].set_bytes = 0,
+                "device.gather_curve[0].set_bytes: 0 must be positive",
+            ),
+            (
+                |p| p.device.gather_curve[2].seconds_per_edge = f64::NAN,
+                "device.gather_curve[2].seconds_per_edge: NaN must be finite, positive",
+            ),
+            (
+                |p| p.device.gather_curve.swap(1, 2),
+                "device.gather_curve[2].set_bytes: 4194304 (width 32) must come after the \
+                 point before it (16777216 bytes, width 8)",
+            ),
+            (
+                |p| {
+                    p.device.gather_curve.clear();
+                    let mut fit = class_rate(ComputeClass::Sparse, 1e9, 1e-9);
+                    fit.on_curve = true;
+                    p.device.class_rates = vec![fit];
+                },
+                "device.class_rates[0].on_curve: true, but the profile has no \
+                 device.gather_curve",
+            ),
+        ];
+        for (spoil, expected) in cases {
+            let mut p = profile();
+            p.device.gather_curve = curve();
+            p.validate().unwrap();
+            spoil(&mut p);
+            let message = p.validate().unwrap_err().to_string();
+            assert!(message.contains(expected), "{message}");
+        }
+        // A source for the curve is taken where the profile has one.
+        let mut p = profile();
+        p.sources
+            .insert("device.gather_curve".into(), "measured: ...".into());
+        let message = p.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("sources.\"device.gather_curve\""),
+            "{message}"
+        );
+        p.device.gather_curve = curve();
+        p.validate().unwrap();
     }
 
     #[test]

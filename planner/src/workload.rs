@@ -255,8 +255,23 @@ pub struct Cost {
     /// layer's projection and its backward ([`crate::gnn::GnnSpec::dropout`]).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub masked: u64,
+    /// Floats a row of the rows an aggregation gathers from, and the
+    /// bytes of all of them over its layer (every source partition's:
+    /// the blocks of a layer take turns over them): the working set
+    /// where a profile's `device.gather_curve` reads the share of a
+    /// gather's time per edge that stays (`DeviceProfile::memory_seconds`).
+    /// Recorded on the GCN's and GraphSAGE's gathers (their aggregations,
+    /// and the backward over a stored transpose); zero elsewhere.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub gather_width: u32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gather_set_bytes: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<f64>,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -275,7 +290,19 @@ impl Cost {
             row_bytes: 0,
             transpose_edges: 0,
             masked: 0,
+            gather_width: 0,
+            gather_set_bytes: 0,
             seconds: None,
+        }
+    }
+
+    /// `self` gathering rows of `width` floats from a working set of
+    /// `set_bytes` (see [`Cost::gather_width`]).
+    pub fn gathering(self, width: u32, set_bytes: u64) -> Cost {
+        Cost {
+            gather_width: width,
+            gather_set_bytes: set_bytes,
+            ..self
         }
     }
 
@@ -576,6 +603,16 @@ impl Workload {
                         "cost.row_bytes {} must be at most cost.bytes {}: they are the bytes \
                          of those moved once a row",
                         op.cost.row_bytes, op.cost.bytes
+                    ),
+                ));
+            }
+            if (op.cost.gather_width == 0) != (op.cost.gather_set_bytes == 0) {
+                return Err(Error::invalid(
+                    context(),
+                    format!(
+                        "cost.gather_width {} and cost.gather_set_bytes {} must both be 0 \
+                         or both be positive: the rows a gather draws from and their bytes",
+                        op.cost.gather_width, op.cost.gather_set_bytes
                     ),
                 ));
             }
@@ -882,6 +919,21 @@ mod tests {
             message.contains("cost.row_bytes") && message.contains("at most cost.bytes"),
             "{message}"
         );
+        // A working set without its width, or a width without its bytes.
+        for (width, set_bytes) in [(0, 4096), (16, 0)] {
+            let mut w = tiny();
+            w.ops[0].cost = w.ops[0].cost.gathering(width, set_bytes);
+            let message = w.validate().unwrap_err().to_string();
+            assert!(
+                message.contains(&format!(
+                    "cost.gather_width {width} and cost.gather_set_bytes {set_bytes} must both"
+                )),
+                "{message}"
+            );
+        }
+        let mut w = tiny();
+        w.ops[0].cost = w.ops[0].cost.gathering(16, 4096);
+        w.validate().unwrap();
         let mut w = tiny();
         w.tensors[1].bytes = 0;
         let message = w.validate().unwrap_err().to_string();

@@ -19,8 +19,8 @@ use std::sync::Arc;
 use fateplan_planner::gnn::{GnnModel, LayerOrder, Transposes};
 use fateplan_planner::plan::{Budgets, Plan, Stream};
 use fateplan_planner::profile::DeviceKind;
-use fateplan_planner::profile::{ClassRate, DenseShape};
-use fateplan_planner::workload::{ComputeClass, Op, OpKind, TensorKind, Workload};
+use fateplan_planner::profile::{curve_share, ClassRate, DenseShape, GatherPoint};
+use fateplan_planner::workload::{ComputeClass, Cost, Op, OpKind, TensorKind, Workload};
 use fateplan_planner::{plan, PlanOptions, Policy, Profile};
 
 use crate::cpu::{CpuGnn, Hyper};
@@ -186,6 +186,32 @@ struct Sums {
     /// Of `bytes`, those moved once a row walked (`cost.row_bytes`).
     row_bytes: f64,
     seconds: f64,
+}
+
+impl Sums {
+    /// Adds an operator of `cost` that took `seconds`. A gather's bytes
+    /// (less those moved once a row) and edges are counted at its share
+    /// of `curve` ([`curve_share`]; all of them without a curve), so
+    /// that a fit over them is of a gather at the curve's largest
+    /// working set.
+    fn add(&mut self, cost: &Cost, seconds: f64, curve: &[GatherPoint]) {
+        let share = match cost.class {
+            ComputeClass::Sparse | ComputeClass::SparseMasked => {
+                curve_share(curve, cost.gather_width, cost.gather_set_bytes)
+            }
+            _ => 1.0,
+        };
+        let row_bytes = cost.row_bytes.min(cost.bytes) as f64;
+        self.flops += cost.flops;
+        self.bytes += share * (cost.bytes as f64 - row_bytes) + row_bytes;
+        self.edges += share * cost.edges as f64;
+        self.transposed += cost.transpose_edges as f64;
+        self.masked += cost.masked as f64;
+        self.edge_heads += cost.edge_heads as f64;
+        self.rows += cost.rows as f64;
+        self.row_bytes += cost.row_bytes as f64;
+        self.seconds += seconds;
+    }
 }
 
 /// The layer of an operator named `kind[l<layer>,...]`.
@@ -494,6 +520,13 @@ pub fn training_rates(
     };
     let extra: Vec<&GcnRun> = whole.iter().chain(&narrow).collect();
     let mut rates = rates_of(&wide, &half, &extra)?;
+    // The gathers were summed at the curve's largest working set
+    // (`time_iterations`), so their fits are of it.
+    if !profile.device.gather_curve.is_empty() {
+        for fit in &mut rates.class_rates {
+            fit.on_curve |= matches!(fit.class, ComputeClass::Sparse | ComputeClass::SparseMasked);
+        }
+    }
     if let BackendChoice::Cuda(options) = backend {
         let rebuilding = BackendChoice::Cuda(CudaOptions {
             rebuild_transposes: true,
@@ -780,6 +813,7 @@ fn fit_class(class: ComputeClass, points: &[Sums]) -> ClassRate {
         seconds_per_edge: 0.0,
         seconds_per_edge_head: 0.0,
         seconds_per_row: 0.0,
+        on_curve: false,
     };
     let valid = |x: &[f64]| {
         x[0] > 0.0 && (1.0 / x[0]).is_finite() && x.iter().all(|v| v.is_finite() && *v >= 0.0)
@@ -805,6 +839,7 @@ fn fit_class(class: ComputeClass, points: &[Sums]) -> ClassRate {
             seconds_per_edge: of(Term::Edges),
             seconds_per_edge_head: of(Term::EdgeHeads),
             seconds_per_row: of(Term::Rows),
+            on_curve: false,
         };
     }
     bytes_only
@@ -966,6 +1001,7 @@ fn time_training(
     classify: impl Fn(&Op) -> Result<Option<Group>>,
 ) -> Result<Timed> {
     let plan = Arc::new(retain_all(&prepared.workload, profile)?);
+    let curve = &profile.device.gather_curve[..];
     let ops = &plan.workload.definition.ops;
     let mut groups: HashMap<&str, (Group, usize)> = HashMap::new();
     for (k, op) in ops.iter().enumerate() {
@@ -980,7 +1016,7 @@ fn time_training(
         // On a thread of the pool, as training runs.
         BackendChoice::Cpu => train::on_a_worker(&mut |_| {}, |_| {
             let gnn = CpuGnn::new(prepared.input, hyper).map_err(|e| failed("backend", e))?;
-            time_iterations(&plan, gnn, &groups, rounds)
+            time_iterations(&plan, gnn, &groups, rounds, curve)
         })?,
         BackendChoice::Cuda(options) => {
             // Each operator waits for its kernels, so that its span is
@@ -991,7 +1027,7 @@ fn time_training(
             };
             let gnn = CudaGnn::new(prepared.input, hyper, plan.budgets.hbm_bytes, &options)
                 .map_err(|e| failed("backend", e))?;
-            time_iterations(&plan, gnn, &groups, rounds)?
+            time_iterations(&plan, gnn, &groups, rounds, curve)?
         }
     };
     Ok(Timed { iterations })
@@ -1004,6 +1040,7 @@ fn time_iterations<B: GnnBackend>(
     gnn: B,
     groups: &HashMap<&str, (Group, usize)>,
     rounds: &Rounds,
+    curve: &[GatherPoint],
 ) -> Result<Vec<HashMap<Group, Sums>>> {
     let ops = &plan.workload.definition.ops;
     let exec_options = ExecOptions {
@@ -1025,16 +1062,10 @@ fn time_iterations<B: GnnBackend>(
             let Some(&(group, k)) = groups.get(span.name.as_str()) else {
                 continue;
             };
-            let sum = sums.entry(group).or_default();
-            sum.flops += ops[k].cost.flops;
-            sum.bytes += ops[k].cost.bytes as f64;
-            sum.edges += ops[k].cost.edges as f64;
-            sum.transposed += ops[k].cost.transpose_edges as f64;
-            sum.masked += ops[k].cost.masked as f64;
-            sum.edge_heads += ops[k].cost.edge_heads as f64;
-            sum.rows += ops[k].cost.rows as f64;
-            sum.row_bytes += ops[k].cost.row_bytes as f64;
-            sum.seconds += span.span.end_s - span.span.start_s;
+            let seconds = span.span.end_s - span.span.start_s;
+            sums.entry(group)
+                .or_default()
+                .add(&ops[k].cost, seconds, curve);
         }
         Ok(sums)
     };
@@ -1373,6 +1404,78 @@ mod tests {
                 fit.seconds_per_edge >= 0.0 && fit.seconds_per_edge.is_finite(),
                 "{fit:?}"
             );
+            assert!(!fit.on_curve, "{fit:?}");
+        }
+        // With a curve in the profile, the gathers' fits are made on it;
+        // the scatter's is not.
+        let mut profile = profile();
+        profile.device.gather_curve = vec![GatherPoint {
+            width: 8,
+            set_bytes: 1 << 20,
+            seconds_per_edge: 1e-9,
+        }];
+        let rates =
+            training_rates(bench, None, &profile, &Rounds::tiny(), &BackendChoice::Cpu).unwrap();
+        let on_curve: Vec<(ComputeClass, bool)> = rates
+            .class_rates
+            .iter()
+            .map(|r| (r.class, r.on_curve))
+            .collect();
+        assert_eq!(
+            on_curve,
+            [
+                (ComputeClass::Sparse, true),
+                (ComputeClass::SparseMasked, true),
+                (ComputeClass::Scatter, false)
+            ]
+        );
+    }
+
+    /// A gather is summed at its share of the curve, its rows' bytes
+    /// whole; other operators, and gathers without a curve, as they are.
+    #[test]
+    fn gathers_are_summed_at_their_share_of_the_curve() {
+        let point = |set_bytes, ns: f64| GatherPoint {
+            width: 16,
+            set_bytes,
+            seconds_per_edge: ns * 1e-9,
+        };
+        // A quarter of the time per edge at 1 MiB that 16 MiB takes.
+        let curve = [point(1 << 20, 1.0), point(16 << 20, 4.0)];
+        let gather = Cost::work(10.0, 1000, ComputeClass::Sparse)
+            .over_edges(40)
+            .over_rows(8)
+            .with_row_bytes(200)
+            .gathering(16, 1 << 20);
+        let mut sum = Sums::default();
+        sum.add(&gather, 2.0, &curve);
+        assert_eq!(
+            (sum.flops, sum.bytes, sum.edges, sum.rows, sum.row_bytes),
+            (10.0, 0.25 * 800.0 + 200.0, 10.0, 8.0, 200.0)
+        );
+        assert_eq!(sum.seconds, 2.0);
+        let masked = Cost {
+            class: ComputeClass::SparseMasked,
+            ..gather
+        };
+        let mut sum = Sums::default();
+        sum.add(&masked, 1.0, &curve);
+        assert_eq!((sum.bytes, sum.edges), (400.0, 10.0));
+        // No curve, another class, or no working set: whole.
+        for (cost, curve) in [
+            (gather, &[][..]),
+            (
+                Cost {
+                    class: ComputeClass::Scatter,
+                    ..gather
+                },
+                &curve[..],
+            ),
+            (gather.gathering(0, 0), &curve[..]),
+        ] {
+            let mut sum = Sums::default();
+            sum.add(&cost, 1.0, curve);
+            assert_eq!((sum.bytes, sum.edges), (1000.0, 40.0), "{cost:?}");
         }
     }
 
@@ -1703,6 +1806,7 @@ mod tests {
                 seconds_per_edge: 0.0,
                 seconds_per_edge_head: 0.0,
                 seconds_per_row: 0.0,
+                on_curve: false,
             }
         };
         let cases: [&[Sums]; 5] = [

@@ -21,6 +21,7 @@
 //! burst of other work on a shared machine moves them little.
 
 pub mod compute;
+pub mod gather;
 pub mod gpu;
 pub mod host;
 pub mod ssd;
@@ -186,11 +187,12 @@ pub struct Progress {
 }
 
 /// Stages, in order.
-const STAGES: [&str; 8] = [
+const STAGES: [&str; 9] = [
     "host memory",
     "memory copy",
     "ssd",
     "device and its transfers",
+    "gathers' working sets",
     "training iterations",
     "attention iterations",
     "dropout iterations",
@@ -431,6 +433,34 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             (profile, BackendChoice::Cpu, engine, "faer", bench)
         }
     };
+    next(progress);
+    // The CPU's gathers alone at several working sets, before the GCNs
+    // whose gathers are fitted with their shares of it.
+    if let BackendChoice::Cpu = backend {
+        let curve_sizes = gather::GatherSizes::up_to(sizes.rmat_scale);
+        let rounds = Rounds {
+            budget_s: sizes.rounds.budget_s / 20.0,
+            ..sizes.rounds
+        };
+        profile.device.gather_curve = gather::gather_curve(&curve_sizes, &rounds, |_| {})?;
+        let scales: Vec<String> = curve_sizes.scales.iter().map(|s| s.to_string()).collect();
+        let widths: Vec<String> = curve_sizes.widths.iter().map(|w| w.to_string()).collect();
+        put(
+            &mut sources,
+            "device.gather_curve",
+            format!(
+                "the forward SpMM alone ({engine}; rows by destination, weighted as the \
+                 GCN's), on R-MAT graphs (Graph500 parameters, {} edges a node and a \
+                 self-loop) of scales {}, at widths {}: seconds over edges, the median of \
+                 at least {} rounds after one left out; the sparse classes' fits are made \
+                 with each gather's share of it taken out (on_curve)",
+                gather::EDGE_FACTOR,
+                scales.join(", "),
+                widths.join(", "),
+                rounds.min
+            ),
+        );
+    }
     next(progress);
     // Planned with placeholder rates: a retain-all plan does not
     // depend on them.
@@ -784,6 +814,7 @@ fn cpu_profile(
             attention_backward_bytes_per_s: None,
             edge_softmax_bytes_per_s: None,
             class_rates: Vec::new(),
+            gather_curve: Vec::new(),
             op_overhead_s: 0.0,
         },
         host: HostProfile {
@@ -860,6 +891,7 @@ fn gpu_profile(
             attention_backward_bytes_per_s: None,
             edge_softmax_bytes_per_s: None,
             class_rates: Vec::new(),
+            gather_curve: Vec::new(),
             op_overhead_s: 0.0,
         },
         host: HostProfile {

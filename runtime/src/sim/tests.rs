@@ -34,6 +34,7 @@ fn profile() -> Profile {
             attention_backward_bytes_per_s: None,
             edge_softmax_bytes_per_s: None,
             class_rates: Vec::new(),
+            gather_curve: Vec::new(),
             op_overhead_s: 0.0,
         },
         host: HostProfile {
