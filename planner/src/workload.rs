@@ -252,7 +252,9 @@ pub struct Cost {
     /// element's keep bit and applies it), on top of its work: a
     /// profile's `device.mask_seconds_per_element` is charged on them.
     /// Zero without dropout. The GNN builder counts them on a first
-    /// layer's projection and its backward ([`crate::gnn::GnnSpec::dropout`]).
+    /// layer's projection and its backward ([`crate::gnn::GnnSpec::dropout`])
+    /// where it projects first, and where it aggregates first on its
+    /// gathers: the keep bits each draws ([`crate::gnn::masked_gather_elements`]).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub masked: u64,
     /// Floats a row of the rows an aggregation gathers from, and the

@@ -383,8 +383,8 @@ pub fn check_shared_plan(plan: &Plan, workload: &Workload) -> Result<(), ExecErr
 /// workloads were written before
 ///
 /// - the GCN's and GraphSAGE's gathers recorded their working set
-///   (`cost.gather_width`, `cost.gather_set_bytes`), which only prices
-///   them;
+///   (`cost.gather_width`, `cost.gather_set_bytes`) and the masked ones
+///   the keep bits they draw (`cost.masked`), which only price them;
 /// - the aggregations and GAT's edge operators recorded the rows they
 ///   walk and GAT's the heads of their edges (`cost.rows`,
 ///   `cost.row_bytes`, `cost.edge_heads`), which only price them;
@@ -420,6 +420,9 @@ fn older_marks(planned: &str, mut form: Workload) -> bool {
         let c = &mut op.cost;
         ungathered |= c.gather_width > 0 || c.gather_set_bytes > 0;
         (c.gather_width, c.gather_set_bytes) = (0, 0);
+        if c.class == ComputeClass::SparseMasked {
+            c.masked = 0;
+        }
     }
     if ungathered && planned == form.digest() {
         return true;
@@ -1537,6 +1540,9 @@ mod tests {
         let mut ungathered = now.clone();
         for op in &mut ungathered.ops {
             (op.cost.gather_width, op.cost.gather_set_bytes) = (0, 0);
+            if op.cost.class == ComputeClass::SparseMasked {
+                op.cost.masked = 0;
+            }
         }
         assert_ne!(ungathered.digest(), now.digest());
         assert!(planned_for(&ungathered.digest(), &now));

@@ -20,9 +20,12 @@ use std::time::Instant;
 use fateplan_kernels::{sparse, Block, Csr, Init, Weighting};
 use fateplan_planner::profile::GatherPoint;
 
-use super::{fill_pattern_f32, median_of_rounds, Rounds};
+use super::{fill_pattern_f32, median, median_of_rounds, Rounds};
 use crate::generate::RmatSpec;
 use crate::{Error, Result};
+
+/// Sweeps over the points ([`gather_curve`]).
+pub const SWEEPS: u32 = 3;
 
 /// The least time a round takes: small graphs repeat their product.
 const ROUND_S: f64 = 2e-3;
@@ -66,9 +69,12 @@ impl GatherSizes {
     }
 }
 
-/// Times [`sparse::spmm`] at every width on every graph of `sizes` (the
-/// median of `rounds`), each graph R-MAT of `EDGE_FACTOR` edges a node
-/// and a self-loop a node. `progress` is called after each point.
+/// Times [`sparse::spmm`] at every width on every graph of `sizes`, each
+/// graph R-MAT of `EDGE_FACTOR` edges a node and a self-loop a node: in
+/// `SWEEPS` sweeps over all the points, each point the median of
+/// `rounds` in a sweep, and its figure the median over the sweeps (a
+/// burst of other work on a shared machine then moves one sweep's figure,
+/// not the point's). `progress` is called after each sweep of a point.
 /// Points come in increasing order of bytes, then width, as a profile
 /// lists them.
 pub fn gather_curve(
@@ -76,15 +82,32 @@ pub fn gather_curve(
     rounds: &Rounds,
     mut progress: impl FnMut(&GatherPoint),
 ) -> Result<Vec<GatherPoint>> {
-    let mut points = Vec::new();
-    for &scale in &sizes.scales {
-        let block = rmat_block(scale)?;
-        for &width in &sizes.widths {
-            let point = time_point(&block, scale, width, rounds)?;
-            progress(&point);
-            points.push(point);
+    let blocks = sizes
+        .scales
+        .iter()
+        .map(|&scale| Ok((scale, rmat_block(scale)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut sweeps: Vec<Vec<GatherPoint>> = Vec::new();
+    for _ in 0..SWEEPS {
+        let mut sweep = Vec::new();
+        for (scale, block) in &blocks {
+            for &width in &sizes.widths {
+                let point = time_point(block, *scale, width, rounds)?;
+                progress(&point);
+                sweep.push(point);
+            }
         }
+        sweeps.push(sweep);
     }
+    let mut points: Vec<GatherPoint> = (0..sweeps[0].len())
+        .map(|k| {
+            let mut seconds: Vec<f64> = sweeps.iter().map(|s| s[k].seconds_per_edge).collect();
+            GatherPoint {
+                seconds_per_edge: median(&mut seconds),
+                ..sweeps[0][k]
+            }
+        })
+        .collect();
     points.sort_by_key(|p| (p.set_bytes, p.width));
     Ok(points)
 }
@@ -166,7 +189,7 @@ mod tests {
         };
         let mut seen = 0;
         let points = gather_curve(&sizes, &Rounds::tiny(), |_| seen += 1).unwrap();
-        assert_eq!(seen, 4);
+        assert_eq!(seen, 4 * SWEEPS);
         // 2^10 and 2^11 rows of 8 and 32 floats.
         let at: Vec<(u64, u32)> = points.iter().map(|p| (p.set_bytes, p.width)).collect();
         assert_eq!(

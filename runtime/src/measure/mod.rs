@@ -193,9 +193,9 @@ const STAGES: [&str; 9] = [
     "ssd",
     "device and its transfers",
     "gathers' working sets",
+    "dropout iterations",
     "training iterations",
     "attention iterations",
-    "dropout iterations",
     "operator overhead",
 ];
 
@@ -438,9 +438,11 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
     // whose gathers are fitted with their shares of it.
     if let BackendChoice::Cpu = backend {
         let curve_sizes = gather::GatherSizes::up_to(sizes.rmat_scale);
+        // Each sweep's point a few rounds: the sweeps take the noise.
         let rounds = Rounds {
-            budget_s: sizes.rounds.budget_s / 20.0,
-            ..sizes.rounds
+            min: 3,
+            max: sizes.rounds.max.min(10),
+            budget_s: sizes.rounds.budget_s / 50.0,
         };
         profile.device.gather_curve = gather::gather_curve(&curve_sizes, &rounds, |_| {})?;
         let scales: Vec<String> = curve_sizes.scales.iter().map(|s| s.to_string()).collect();
@@ -451,12 +453,14 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             format!(
                 "the forward SpMM alone ({engine}; rows by destination, weighted as the \
                  GCN's), on R-MAT graphs (Graph500 parameters, {} edges a node and a \
-                 self-loop) of scales {}, at widths {}: seconds over edges, the median of \
-                 at least {} rounds after one left out; the sparse classes' fits are made \
-                 with each gather's share of it taken out (on_curve)",
+                 self-loop) of scales {}, at widths {}: seconds over edges, the median over \
+                 {} sweeps over the points of each point's median of at least {} rounds \
+                 after one left out; the sparse classes' fits are made with each gather's \
+                 share of it taken out (on_curve)",
                 gather::EDGE_FACTOR,
                 scales.join(", "),
                 widths.join(", "),
+                gather::SWEEPS,
                 rounds.min
             ),
         );
@@ -468,6 +472,11 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
     profile.device.dense_flops_per_s = placeholder;
     profile.device.hbm_bytes_per_s = placeholder;
     profile.device.sparse_bytes_per_s = placeholder;
+    // Dropout's price first: the gathers' fits leave their keep bits to
+    // it.
+    let masks = compute::mask_rate(bench, &profile, &sizes.rounds, &backend)?;
+    profile.device.mask_seconds_per_element = Some(masks.seconds_per_element);
+    next(progress);
     let graph = options.graph.as_ref();
     if let Some((name, _)) = graph {
         profile.description.push_str(&format!(
@@ -508,9 +517,6 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         .chain(&attention.class_rates)
         .cloned()
         .collect();
-    next(progress);
-    let masks = compute::mask_rate(bench, &profile, &sizes.rounds, &backend)?;
-    profile.device.mask_seconds_per_element = Some(masks.seconds_per_element);
     next(progress);
     let overhead = compute::op_overhead(&profile, sizes.overhead_iterations, &backend)?;
     profile.device.op_overhead_s = overhead.op_overhead_s;
