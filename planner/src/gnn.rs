@@ -1060,7 +1060,7 @@ impl<'a> Builder<'a> {
                 Phase::Forward,
                 vec![logits[i as usize], labels[i as usize]],
                 vec![loss],
-                Cost::work(flops, bytes, ComputeClass::Softmax),
+                Cost::work(flops, bytes, ComputeClass::Softmax).over_rows(self.rows(i)),
             );
         }
 
@@ -1079,7 +1079,8 @@ impl<'a> Builder<'a> {
                     5.0 * (self.rows(i) * classes) as f64,
                     2 * bytes,
                     ComputeClass::Softmax,
-                ),
+                )
+                .over_rows(self.rows(i)),
             );
             grad.push(g);
         }
@@ -3043,7 +3044,16 @@ mod tests {
         assert!(gcn.ops.iter().all(|o| o.cost.edge_heads == 0));
         let mut rows: HashMap<(OpKind, String), u64> = HashMap::new();
         for o in &gcn.ops {
-            assert_eq!(o.cost.rows > 0, o.cost.edges > 0, "{}", o.name);
+            let loss = o.cost.class == ComputeClass::Softmax;
+            assert_eq!(o.cost.rows > 0, o.cost.edges > 0 || loss, "{}", o.name);
+            if loss {
+                // The loss's rows, its partition's.
+                assert_eq!(
+                    o.cost.rows,
+                    blocks.partition_nodes(name_field(&o.name, 'p'))
+                );
+                continue;
+            }
             assert!(
                 o.cost.row_bytes < o.cost.bytes || o.cost.edges == 0,
                 "{}",

@@ -277,13 +277,8 @@ impl DeviceProfile {
     /// moved once a row (`cost.row_bytes`) are charged that time instead.
     /// A masked gather without a fit of its own takes the sparse class's.
     pub fn memory_seconds(&self, cost: &Cost) -> f64 {
-        let class = cost.class;
-        match self.fit_for(class) {
-            Some(fit)
-                if (cost.edges > 0 || fit.seconds_per_edge == 0.0)
-                    && (cost.edge_heads > 0 || fit.seconds_per_edge_head == 0.0)
-                    && (cost.rows > 0 || fit.seconds_per_row == 0.0) =>
-            {
+        match self.fit_applied(cost) {
+            Some(fit) => {
                 // The gathers' share at their working set, where the fit
                 // was made at the curve's largest.
                 let share = match fit.on_curve {
@@ -303,13 +298,24 @@ impl DeviceProfile {
                     + cost.edge_heads as f64 * fit.seconds_per_edge_head
                     + cost.rows as f64 * fit.seconds_per_row
             }
-            _ => cost.bytes as f64 / self.memory_bytes_per_s(class),
+            None => cost.bytes as f64 / self.memory_bytes_per_s(cost.class),
         }
     }
 
-    /// The first of `ops` that walks edges of a class whose fit has a time
-    /// per edge head or per row but records none of them (a workload
-    /// written before `cost.edge_heads` and `cost.rows`): such operators
+    /// The fit that prices `cost` ([`DeviceProfile::memory_seconds`]): its
+    /// class's, where the operator records what the fit has a time for.
+    fn fit_applied(&self, cost: &Cost) -> Option<&ClassRate> {
+        self.fit_for(cost.class).filter(|fit| {
+            (cost.edges > 0 || fit.seconds_per_edge == 0.0)
+                && (cost.edge_heads > 0 || fit.seconds_per_edge_head == 0.0)
+                && (cost.rows > 0 || fit.seconds_per_row == 0.0)
+        })
+    }
+
+    /// The first of `ops` that walks edges (or is a loss) of a class whose
+    /// fit has a time per edge head or per row but records none of them
+    /// (a workload written before `cost.edge_heads` and `cost.rows`, or
+    /// before the loss recorded its rows): such operators
     /// are priced by their class's field, not its fit
     /// ([`DeviceProfile::memory_seconds`]), the fit found as there.
     pub fn priced_by_field<'o>(
@@ -319,7 +325,7 @@ impl DeviceProfile {
         ops.iter().find(|op| {
             let c = &op.cost;
             c.seconds.is_none()
-                && c.edges > 0
+                && (c.edges > 0 || c.class == ComputeClass::Softmax)
                 && self.fit_for(c.class).is_some_and(|r| {
                     c.edge_heads == 0 && r.seconds_per_edge_head > 0.0
                         || c.rows == 0 && r.seconds_per_row > 0.0
@@ -362,6 +368,11 @@ impl DeviceProfile {
             ComputeClass::Softmax => self.softmax_flops_per_s.unwrap_or(self.dense_flops_per_s),
             _ => self.dense_flops_per_s,
         };
+        // A loss fitted by its rows and bytes: the fit is all its time,
+        // its math included.
+        if class == ComputeClass::Softmax && self.fit_applied(cost).is_some() {
+            return self.memory_seconds(cost);
+        }
         let math_s = flops / rate;
         math_s.max(self.memory_seconds(cost))
     }
@@ -1418,6 +1429,50 @@ mod tests {
         // A fit not made on the curve charges all of it.
         d.class_rates[0].on_curve = false;
         assert!(close(d.memory_seconds(&gather), 3.1));
+    }
+
+    /// A loss fitted by its rows and bytes is priced by the fit alone,
+    /// its math included; one that records no rows (a plan from before)
+    /// by its math, and is named as priced by the class's field.
+    #[test]
+    fn a_loss_fitted_by_rows_is_priced_by_the_fit() {
+        let mut d = profile().device;
+        d.softmax_flops_per_s = Some(1e9);
+        let mut fit = class_rate(ComputeClass::Softmax, 1e9, 0.0);
+        fit.seconds_per_row = 1e-7;
+        d.class_rates = vec![fit];
+        let mut p = profile();
+        p.device = d.clone();
+        p.validate().unwrap();
+        // 1e9 flops would take 1 s at the math rate; the fit gives 0.5 s
+        // of bytes and 0.2 s of rows.
+        let loss = Cost::work(1e9, 500_000_000, ComputeClass::Softmax).over_rows(2_000_000);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(
+            close(d.work_seconds(&loss), 0.7),
+            "{}",
+            d.work_seconds(&loss)
+        );
+        let older = Cost { rows: 0, ..loss };
+        assert!(close(d.work_seconds(&older), 1.0));
+        let op = crate::workload::Op {
+            id: crate::workload::OpId(0),
+            name: "loss[p0]".into(),
+            kind: crate::workload::OpKind::Loss,
+            phase: crate::workload::Phase::Forward,
+            inputs: vec![],
+            outputs: vec![],
+            cost: older,
+            scratch_bytes: 0,
+            adds_into: None,
+        };
+        assert_eq!(
+            d.priced_by_field(std::slice::from_ref(&op))
+                .map(|o| o.name.as_str()),
+            Some("loss[p0]")
+        );
+        let fitted = crate::workload::Op { cost: loss, ..op };
+        assert!(d.priced_by_field(&[fitted]).is_none());
     }
 
     #[test]

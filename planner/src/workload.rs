@@ -168,9 +168,9 @@ impl ComputeClass {
     ];
 
     /// The classes whose operators record the rows they walk
-    /// ([`Cost::rows`]: GAT's edge operators and every aggregation), and
-    /// so the only ones a profile may give a time per row.
-    pub const WALKS_ROWS: [ComputeClass; 7] = [
+    /// ([`Cost::rows`]: GAT's edge operators, every aggregation and the
+    /// loss), and so the only ones a profile may give a time per row.
+    pub const WALKS_ROWS: [ComputeClass; 8] = [
         ComputeClass::EdgeScores,
         ComputeClass::Attention,
         ComputeClass::EdgeSoftmax,
@@ -178,6 +178,7 @@ impl ComputeClass {
         ComputeClass::Sparse,
         ComputeClass::SparseMasked,
         ComputeClass::Scatter,
+        ComputeClass::Softmax,
     ];
 }
 
@@ -230,7 +231,9 @@ pub struct Cost {
     /// block of their partition), whether the row holds edges there or
     /// not: what a profile's per-row time (`device.class_rates`) is
     /// charged on. The GNN builder records them on GAT's edge operators
-    /// and on every aggregation and its backward; zero elsewhere.
+    /// and on every aggregation and its backward, and on the loss and its
+    /// backward (the rows of their partition: a row's softmax, its label
+    /// and its prediction); zero elsewhere.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub rows: u64,
     /// Of `bytes`, those moved once for each row walked (an aggregation's

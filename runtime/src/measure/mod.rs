@@ -24,6 +24,7 @@ pub mod compute;
 pub mod gather;
 pub mod gpu;
 pub mod host;
+pub mod loss;
 pub mod ssd;
 
 use std::collections::BTreeMap;
@@ -90,6 +91,8 @@ pub struct Sizes {
     pub width: u32,
     /// Training iterations of the per-operator overhead.
     pub overhead_iterations: u32,
+    /// Rows of the loss kernels timed alone ([`loss::loss_fit`]).
+    pub loss_rows: usize,
 }
 
 impl Sizes {
@@ -120,6 +123,7 @@ impl Sizes {
             partitions: 8,
             width: 128,
             overhead_iterations: 40,
+            loss_rows: loss::LOSS_ROWS,
         }
     }
 
@@ -151,6 +155,7 @@ impl Sizes {
             partitions: 4,
             width: 128,
             overhead_iterations: 10,
+            loss_rows: loss::LOSS_ROWS / 4,
         }
     }
 }
@@ -187,12 +192,13 @@ pub struct Progress {
 }
 
 /// Stages, in order.
-const STAGES: [&str; 9] = [
+const STAGES: [&str; 10] = [
     "host memory",
     "memory copy",
     "ssd",
     "device and its transfers",
     "gathers' working sets",
+    "loss kernels",
     "dropout iterations",
     "training iterations",
     "attention iterations",
@@ -466,6 +472,52 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         );
     }
     next(progress);
+    // The CPU's loss kernels alone at several class counts: a time a row
+    // and a byte.
+    let mut loss_source = None;
+    let loss_fit = match backend {
+        BackendChoice::Cpu => {
+            let rounds = Rounds {
+                min: 3,
+                max: sizes.rounds.max.min(10),
+                budget_s: sizes.rounds.budget_s / 50.0,
+            };
+            let fit = loss::loss_fit(&loss::LOSS_CLASSES, sizes.loss_rows, &rounds)?;
+            let classes: Vec<String> = fit.points.iter().map(|p| p.classes.to_string()).collect();
+            let times: Vec<String> = fit
+                .points
+                .iter()
+                .map(|p| format!("{:.1}", p.seconds / p.rows as f64 * 1e9))
+                .collect();
+            match &fit.fit {
+                Some(_) => {
+                    loss_source = Some(format!(
+                    "the loss (the softmax class): the CPU backend's loss kernels alone ({engine}: \
+                     softmax cross-entropy over the train mask, the accuracy of three masks, \
+                     and the backward) over {} rows of {} classes, labels and masks (0.6, 0.2, \
+                     0.2 of the rows) drawn at random: {} ns a row, the median over 3 sweeps \
+                     of each point's median of at least {} rounds; fitted seconds = bytes / \
+                     bytes_per_s + rows × seconds_per_row (the loss and its backward each \
+                     charged half the pair's time a row) by least squares weighed by each \
+                     point's time",
+                    sizes.loss_rows,
+                    classes.join(", "),
+                    times.join(", "),
+                    rounds.min
+                ))
+                }
+                None => notes.push(format!(
+                    "the loss kernels' time a row and a byte could not be fitted ({} ns a \
+                     row at {} classes): the loss is priced by its math",
+                    times.join(", "),
+                    classes.join(", ")
+                )),
+            }
+            fit.fit
+        }
+        _ => None,
+    };
+    next(progress);
     // Planned with placeholder rates: a retain-all plan does not
     // depend on them.
     let placeholder = 1e9;
@@ -515,6 +567,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         .class_rates
         .iter()
         .chain(&attention.class_rates)
+        .chain(&loss_fit)
         .cloned()
         .collect();
     next(progress);
@@ -728,8 +781,16 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                  mask their input as they gather, apart (sparse_masked: that layer of \
                  each run). GAT's \
                  operator classes (edge scores, aggregation, edge softmax, attention \
-                 backward, node scores, their backward, ELU): {gat_layers}",
-            bench.width
+                 backward, node scores, their backward, ELU): {gat_layers}. The gathers' \
+                 fits (sparse, sparse_masked) are of the gathers at the largest working \
+                 set of device.gather_curve, each point's bytes and edges counted at its \
+                 share of the curve (on_curve), and their seconds less the keep bits a \
+                 masked gather draws at device.mask_seconds_per_element{loss}",
+            bench.width,
+            loss = match &loss_source {
+                Some(text) => format!(". {text}"),
+                None => String::new(),
+            }
         ),
     );
     put(
@@ -1147,6 +1208,7 @@ mod tests {
             partitions: 2,
             width: 16,
             overhead_iterations: 2,
+            loss_rows: 1 << 10,
         };
         let options = MeasureOptions {
             name: "tiny".into(),
@@ -1182,7 +1244,19 @@ mod tests {
             ComputeClass::Scatter,
         ];
         expected.extend(compute::GAT_CLASSES);
+        // Then the loss's, unless its kernels at these tiny sizes gave no
+        // fit, which a note then says.
+        if classes.last() == Some(&ComputeClass::Softmax) {
+            expected.push(ComputeClass::Softmax);
+        } else {
+            assert!(measured
+                .notes
+                .iter()
+                .any(|n| n.contains("could not be fitted")));
+        }
         assert_eq!(classes, expected);
+        // The gathers alone on its one graph (scale 8) at three widths.
+        assert_eq!(profile.device.gather_curve.len(), 3);
         let again = Profile::from_json(&profile.to_json_pretty(), "measured.json").unwrap();
         assert_eq!(again, profile);
     }
