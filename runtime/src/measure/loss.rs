@@ -31,7 +31,7 @@ pub const LOSS_ROWS: usize = 1 << 16;
 
 /// Sweeps over the class counts; each point's figure is the median over
 /// them.
-const SWEEPS: usize = 3;
+pub const SWEEPS: usize = 3;
 
 /// Shares of the rows in the train, validation and test masks: the
 /// generators' default split.
