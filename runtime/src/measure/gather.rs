@@ -2,11 +2,12 @@
 //!
 //! An aggregation gathers one source row per edge. Where all the rows it
 //! gathers from stay in the caches, an edge costs a fraction of what it
-//! costs where they do not: on the development machine a GCN's
-//! aggregations of 16 wide took 3.2 ns an edge on a graph of 4,096 rows
-//! and 5.9 ns on one of 262,144 (`docs/profile.md`, "The gathers' working
-//! set"). A profile's fits of the aggregations are made on one graph, so
-//! they carry that graph's share of misses to every graph.
+//! costs where they do not: on the development machine the aggregations
+//! of a GCN of 16 hidden (16 and 8 wide) took 3.2 ns an edge on a graph
+//! of 4,096 rows and 5.9 ns on one of 262,144 (`docs/profile.md`, "The
+//! gathers' working set, and the loss's time a row"). A profile's fits
+//! of the aggregations are made on one graph, so they carried that
+//! graph's share of misses to every graph.
 //!
 //! [`gather_curve`] times the forward SpMM alone (as the GCN's
 //! aggregations run it: rows by destination, a weight per destination

@@ -5,9 +5,9 @@
 //! gradient. Much of that is a row's own work whatever its classes: on
 //! the development machine a 2-layer GCN's loss and its backward took
 //! about 65 ns a row at 8 and 16 classes and 280 ns at 128
-//! (`docs/profile.md`, "The loss's time per row"). A rate of its math,
-//! measured at one class count, priced 8 classes at half their time and
-//! 128 at twice theirs.
+//! (`docs/profile.md`, "The gathers' working set, and the loss's time a
+//! row"). A rate of its math, measured at one class count, priced 8
+//! classes at about half their time and 128 at twice theirs.
 //!
 //! [`loss_fit`] times the CPU's loss kernels alone at several class
 //! counts, and fits their time a row and a byte: the `softmax` class's fit
