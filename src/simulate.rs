@@ -132,8 +132,13 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
     let by_field = profile
         .device
         .priced_by_field(&plan.workload.definition.ops);
+    // One saved before its gathers recorded their working set, replayed
+    // on a profile that prices gathers by it.
+    let at_top = profile
+        .device
+        .priced_at_curve_top(&plan.workload.definition.ops);
     if args.json {
-        if by_field.is_none() && rejected.is_none() {
+        if by_field.is_none() && at_top.is_none() && rejected.is_none() {
             out.write_all(report.to_json().as_bytes())?;
         } else {
             // Said in the JSON as in the text: the first operator priced
@@ -141,6 +146,9 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
             let mut json = serde_json::to_value(&report)?;
             if let Some(op) = by_field {
                 json["priced_by_field"] = op.name.clone().into();
+            }
+            if let Some(op) = at_top {
+                json["priced_at_curve_top"] = op.name.clone().into();
             }
             if let Some(rejected) = &rejected {
                 json["rejected_by_sanity_pass"] = rejected.to_string().into();
@@ -173,6 +181,16 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
                  before they were counted), and profile {:?} has a time for them: its class is \
                  priced by the profile's field, not its fit; `fateplan plan` again prices it by \
                  the fit",
+                op.name, profile.name
+            )?;
+        }
+        if let Some(op) = at_top {
+            writeln!(
+                out,
+                "note      operator {} records no working set (the plan is from a build \
+                 before its gathers recorded one), and profile {:?} prices a gather by its \
+                 working set: it is priced as a gather of the profile's largest, slower than \
+                 one whose rows stay in the caches; `fateplan plan` again prices it by its own",
                 op.name, profile.name
             )?;
         }

@@ -392,3 +392,84 @@ fn an_older_gat_plan_on_a_profile_with_head_and_row_times_is_told_so() {
     );
     assert!(json(&plan).get("priced_by_field").is_none());
 }
+
+/// A GCN plan saved before its gathers recorded their working set,
+/// replayed on a profile that prices gathers by it, is replayed at the
+/// curve's largest working set, and the report says so; a plan of this
+/// build is not told so.
+#[test]
+fn an_older_gcn_plan_on_a_profile_with_a_gather_curve_is_told_so() {
+    use fateplan::planner::plan::Plan;
+    use fateplan::planner::profile::{ClassRate, GatherPoint};
+    use fateplan::planner::workload::ComputeClass;
+    let dir = scratch("older-gcn");
+    let plan = dir.join("plan.json");
+    let out = fateplan(&[
+        "plan",
+        "--graph",
+        "rmat:scale=10,features=16,classes=4,seed=1",
+        "--layers",
+        "2",
+        "--hidden",
+        "16",
+        "--partitions",
+        "2",
+        "--profile",
+        "a100-80g",
+        "-o",
+        path(&plan),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let profile = profile_file(&dir, "curved", |p| {
+        p.device.gather_curve = [(1u64 << 16, 1e-9), (1 << 30, 4e-9)]
+            .into_iter()
+            .map(|(set_bytes, seconds_per_edge)| GatherPoint {
+                width: 16,
+                set_bytes,
+                seconds_per_edge,
+            })
+            .collect();
+        p.device.class_rates = vec![ClassRate {
+            class: ComputeClass::Sparse,
+            bytes_per_s: 1e12,
+            seconds_per_edge: 1e-10,
+            seconds_per_edge_head: 0.0,
+            seconds_per_row: 1e-10,
+            on_curve: true,
+        }];
+    });
+    let note = "records no working set";
+    let run = |plan: &Path, json: bool| {
+        let mut args = vec!["simulate", path(plan), "--profile", path(&profile)];
+        if json {
+            args.push("--json");
+        }
+        let out = fateplan(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        out
+    };
+    assert!(!stdout(&run(&plan, false)).contains(note));
+    let text = std::fs::read_to_string(&plan).unwrap();
+    let mut older = Plan::from_json(&text, "plan.json").unwrap();
+    for op in &mut older.workload.definition.ops {
+        (op.cost.gather_width, op.cost.gather_set_bytes) = (0, 0);
+    }
+    older.workload.digest = older.workload.definition.digest();
+    let older_file = dir.join("older.json");
+    std::fs::write(&older_file, older.to_json()).unwrap();
+    let text = stdout(&run(&older_file, false));
+    assert!(
+        text.contains(note) && text.contains("agg[l") && text.contains("\"curved\""),
+        "{text}"
+    );
+    let json =
+        |plan: &Path| serde_json::from_slice::<serde_json::Value>(&run(plan, true).stdout).unwrap();
+    let older_json = json(&older_file);
+    assert!(
+        older_json["priced_at_curve_top"]
+            .as_str()
+            .is_some_and(|op| op.starts_with("agg")),
+        "{older_json}"
+    );
+    assert!(json(&plan).get("priced_at_curve_top").is_none());
+}

@@ -333,6 +333,24 @@ impl DeviceProfile {
         })
     }
 
+    /// The first of `ops` a gather fit on the curve prices at the curve's
+    /// largest working set because it records none (a workload written
+    /// before `cost.gather_width`): a gather of a small graph is then
+    /// priced as one of a large graph's.
+    pub fn priced_at_curve_top<'o>(
+        &self,
+        ops: &'o [crate::workload::Op],
+    ) -> Option<&'o crate::workload::Op> {
+        ops.iter().find(|op| {
+            let c = &op.cost;
+            c.seconds.is_none()
+                && c.edges > 0
+                && c.gather_width == 0
+                && !self.gather_curve.is_empty()
+                && self.fit_applied(c).is_some_and(|fit| fit.on_curve)
+        })
+    }
+
     /// The fit in `class_rates` that prices `class`: its own, or for a
     /// masked gather without one, the sparse class's.
     fn fit_for(&self, class: ComputeClass) -> Option<&ClassRate> {
@@ -1417,6 +1435,21 @@ mod tests {
             ..gather
         };
         assert!(close(d.memory_seconds(&older), 2.1 + 0.2));
+        let op = |name: &str, cost: Cost| crate::workload::Op {
+            id: crate::workload::OpId(0),
+            name: name.into(),
+            kind: crate::workload::OpKind::Aggregate,
+            phase: crate::workload::Phase::Forward,
+            inputs: vec![],
+            outputs: vec![],
+            cost,
+            scratch_bytes: 0,
+            adds_into: None,
+        };
+        let ops = [op("new", gather), op("older", older)];
+        let named = |d: &DeviceProfile, ops| d.priced_at_curve_top(ops).map(|o| o.name.clone());
+        assert_eq!(named(&d, &ops[..]), Some("older".to_string()));
+        assert_eq!(named(&d, &ops[..1]), None);
         // A masked gather without a fit of its own takes the sparse one's.
         let masked = Cost {
             class: ComputeClass::SparseMasked,
@@ -1426,9 +1459,10 @@ mod tests {
         // Without a time per row, the rows' bytes are charged whole.
         d.class_rates[0].seconds_per_row = 0.0;
         assert!(close(d.memory_seconds(&gather), 0.5 * 2.1 + 1.0));
-        // A fit not made on the curve charges all of it.
+        // A fit not made on the curve charges all of it, and names none.
         d.class_rates[0].on_curve = false;
         assert!(close(d.memory_seconds(&gather), 3.1));
+        assert_eq!(named(&d, &ops[..]), None);
     }
 
     /// A loss fitted by its rows and bytes is priced by the fit alone,
