@@ -33,10 +33,12 @@ pub struct ProfileArgs {
     /// train with the same --threads.
     #[arg(long, value_parser = crate::cli::positive::<usize>)]
     threads: Option<usize>,
-    /// Time the GCN's operators (the aggregations, GEMMs, element-wise
-    /// and loss rates) on this graph instead of the generated R-MAT: a
-    /// folder of PyG-named .npy files or a generator spec, as `train
-    /// --graph` takes. An aggregation's rate depends on the graph (how
+    /// Time the GCN's operators (the aggregations' fits, GEMMs,
+    /// element-wise rates and the loss's math) on this graph instead of
+    /// the generated R-MAT: a folder of PyG-named .npy files or a
+    /// generator spec, as `train --graph` takes (the gathers' curve over
+    /// working sets and the loss kernels are timed on their own data
+    /// either way). An aggregation's rate depends on the graph (how
     /// often its rows come from cache): on a large graph the graph to
     /// train predicts it better; on one whose rows fit the caches it
     /// can predict worse (the runs are timed at the profile's own

@@ -42,23 +42,6 @@ const SCALE: u64 = 4;
 /// Bytes per row pointer of a topology block.
 const ROW_POINTER: u64 = 8;
 
-/// A masked gather draws the keep bits of its whole source partition
-/// once it has an edge for each this many of the partition's rows, and
-/// else each gathered row's as it gathers it (the CPU kernels'
-/// `MASK_WORKSPACE_ROWS_PER_EDGE`, which a runtime test holds equal).
-pub const MASK_BITS_ROWS_PER_EDGE: u64 = 8;
-
-/// Elements whose keep bits a masked gather of `edges` edges over a
-/// source partition of `src_rows` rows of `width` draws
-/// ([`MASK_BITS_ROWS_PER_EDGE`]): every element of the partition, or each
-/// gathered row's.
-pub fn masked_gather_elements(edges: u64, src_rows: u64, width: u64) -> u64 {
-    match edges * MASK_BITS_ROWS_PER_EDGE >= src_rows {
-        true => src_rows * width,
-        false => edges * width,
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GnnModel {
     Gcn,
@@ -1273,14 +1256,10 @@ impl<'a> Builder<'a> {
             };
             let adds = self.adds_into(&inputs);
             let cost = Cost::work(2.0 * (edges * width) as f64, bytes, class);
-            // The graph's gathers, not GAT's weighted by attention; a
-            // masked one draws its source's keep bits for each block.
-            let cost = match (edge_weights, class) {
-                (Some(_), _) => cost,
-                (None, ComputeClass::SparseMasked) => self
-                    .gathering(cost, width)
-                    .masking(masked_gather_elements(edges, self.rows(j), width)),
-                (None, _) => self.gathering(cost, width),
+            // The graph's gathers, not GAT's weighted by attention.
+            let cost = match edge_weights {
+                Some(_) => cost,
+                None => self.gathering(cost, width),
             };
             let id = self.w.add_op(
                 format!("agg[l{l},p{i},s{j}]"),
@@ -2327,11 +2306,8 @@ mod tests {
 
     /// With dropout, the first layer's projection and its backward count
     /// the input elements they mask where the layer projects first (GAT,
-    /// a narrower GCN layer), and where it aggregates first its gathers
-    /// the keep bits they draw (each block its source partition's, or
-    /// with few edges each gathered row's); nothing else counts any
-    /// (their masks are in their classes' measured rates), and nothing
-    /// does without dropout.
+    /// a narrower GCN layer); nothing else counts any (their masks are in
+    /// their classes' measured rates), and nothing does without dropout.
     #[test]
     fn dropout_masks_are_counted_in_the_first_projection() {
         let blocks = BlockCounts::skewed(1000, 1500, 4).unwrap();
@@ -2358,28 +2334,15 @@ mod tests {
             for op in &w.ops {
                 let first =
                     op.name.starts_with("linear[l1,") || op.name.starts_with("linear_bwd[l1,");
-                let gather = op.name.starts_with("agg[l1,") && !projects;
                 let expected = if first && projects {
                     blocks.partition_nodes(name_field(&op.name, 'p')) * 40
-                } else if gather {
-                    let source = blocks.partition_nodes(name_field(&op.name, 's'));
-                    let edges = op.cost.edges;
-                    match edges * MASK_BITS_ROWS_PER_EDGE >= source {
-                        true => source * 40,
-                        false => edges * 40,
-                    }
                 } else {
                     0
                 };
                 assert_eq!(op.cost.masked, expected, "{model:?} {order:?} {}", op.name);
                 masking += (expected > 0) as u32;
             }
-            // Both of the 4 partitions' projections, or the 16 blocks.
-            assert_eq!(
-                masking,
-                if projects { 8 } else { 16 },
-                "{model:?} {order:?}"
-            );
+            assert_eq!(masking, if projects { 8 } else { 0 }, "{model:?} {order:?}");
             // Where the first layer aggregates first, its gathers mask
             // their input (a class of their own); no other operator does.
             for op in &w.ops {

@@ -159,41 +159,48 @@ pub struct GatherPoint {
 /// taken. At most 1; 1 where `curve` is empty or `width` or `set_bytes`
 /// is zero.
 pub fn curve_share(curve: &[GatherPoint], width: u32, set_bytes: u64) -> f64 {
-    if width == 0 || set_bytes == 0 {
+    if width == 0 || set_bytes == 0 || curve.is_empty() {
         return 1.0;
     }
-    let mut widths: Vec<u32> = curve.iter().map(|p| p.width).collect();
-    widths.sort_unstable();
-    widths.dedup();
+    // The nearest widths the curve has at or below `width` and at or
+    // above it.
+    let below = curve.iter().map(|p| p.width).filter(|&w| w <= width).max();
+    let above = curve.iter().map(|p| p.width).filter(|&w| w >= width).min();
+    // A width's points come in increasing order of bytes (as a profile
+    // lists them: `DeviceProfile` is validated so).
     let share_at = |w: u32| -> f64 {
-        let mut points: Vec<&GatherPoint> = curve.iter().filter(|p| p.width == w).collect();
-        points.sort_by_key(|p| p.set_bytes);
-        let last = points.last().expect("a width of the curve has a point");
-        let x = (set_bytes as f64).log2();
-        let at = match points
-            .iter()
-            .position(|p| p.set_bytes as f64 >= set_bytes as f64)
-        {
-            None => last.seconds_per_edge,
-            Some(0) => points[0].seconds_per_edge,
-            Some(k) => {
-                let (a, b) = (points[k - 1], points[k]);
+        let mut points = curve.iter().filter(|p| p.width == w);
+        let first = points.next().expect("a width of the curve has a point");
+        let (mut last, mut between) = (first, None);
+        for p in points {
+            if between.is_none() && last.set_bytes < set_bytes && p.set_bytes >= set_bytes {
+                between = Some((last, p));
+            }
+            last = p;
+        }
+        let seconds = match between {
+            _ if set_bytes <= first.set_bytes => first.seconds_per_edge,
+            Some((a, b)) => {
                 let (xa, xb) = ((a.set_bytes as f64).log2(), (b.set_bytes as f64).log2());
-                let t = (x - xa) / (xb - xa);
+                // Sets 2^53 and more apart by less than a float's step.
+                let t = match xb > xa {
+                    true => ((set_bytes as f64).log2() - xa) / (xb - xa),
+                    false => 1.0,
+                };
                 a.seconds_per_edge + t * (b.seconds_per_edge - a.seconds_per_edge)
             }
+            None => last.seconds_per_edge,
         };
-        (at / last.seconds_per_edge).min(1.0)
+        (seconds / last.seconds_per_edge).min(1.0)
     };
-    match widths.iter().position(|&w| w >= width) {
-        None => widths.last().map_or(1.0, |&w| share_at(w)),
-        Some(0) => share_at(widths[0]),
-        Some(k) => {
-            let (a, b) = (widths[k - 1], widths[k]);
+    match (below, above) {
+        (Some(a), Some(b)) if a != b => {
             let t = (f64::from(width).log2() - f64::from(a).log2())
                 / (f64::from(b).log2() - f64::from(a).log2());
             share_at(a) + t * (share_at(b) - share_at(a))
         }
+        (Some(w), _) | (None, Some(w)) => share_at(w),
+        (None, None) => 1.0,
     }
 }
 
@@ -388,7 +395,7 @@ impl DeviceProfile {
         };
         // A loss fitted by its rows and bytes: the fit is all its time,
         // its math included.
-        if class == ComputeClass::Softmax && self.fit_applied(cost).is_some() {
+        if class == ComputeClass::Softmax && cost.rows > 0 && self.fit_applied(cost).is_some() {
             return self.memory_seconds(cost);
         }
         let math_s = flops / rate;
@@ -806,11 +813,17 @@ impl Profile {
                     ));
                 }
             }
-            // Only GAT's edge operators record heads, and only they and
-            // the aggregations rows: a time for them on another class
-            // would price nothing, or (as the operators record none) price
-            // the class by its field.
+            // Only the edge operators record edges, only GAT's heads,
+            // and only they and the loss rows: a time for them on another
+            // class would price nothing, or (as the operators record none)
+            // price the class by its field.
             for (name, value, what, classes) in [
+                (
+                    "seconds_per_edge",
+                    fit.seconds_per_edge,
+                    "edges",
+                    &ComputeClass::WALKS_EDGES[..],
+                ),
                 (
                     "seconds_per_edge_head",
                     fit.seconds_per_edge_head,
@@ -837,6 +850,18 @@ impl Profile {
                         ),
                     ));
                 }
+            }
+            // Only the gathers record their working set.
+            let gathers = [ComputeClass::Sparse, ComputeClass::SparseMasked];
+            if fit.on_curve && !gathers.contains(&fit.class) {
+                return Err(Error::invalid(
+                    field("on_curve"),
+                    format!(
+                        "true on class {}, whose operators record no working set (only \
+                         sparse and sparse_masked do): give false, or leave it out",
+                        fit.class
+                    ),
+                ));
             }
             if self.device.class_rates[..k]
                 .iter()
@@ -1541,6 +1566,31 @@ mod tests {
                  device.gather_curve",
             ),
         ];
+        let fit_on = |class: ComputeClass, on_curve: bool, edge: f64| {
+            let mut p = profile();
+            p.device.gather_curve = curve();
+            let mut fit = class_rate(class, 1e9, edge);
+            fit.on_curve = on_curve;
+            p.device.class_rates = vec![fit];
+            p.validate()
+        };
+        let message = fit_on(ComputeClass::Scatter, true, 0.0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("device.class_rates[0].on_curve: true on class scatter"),
+            "{message}"
+        );
+        fit_on(ComputeClass::SparseMasked, true, 1e-9).unwrap();
+        // A time per edge on a class whose operators walk none.
+        let message = fit_on(ComputeClass::Softmax, false, 1e-9)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("device.class_rates[0].seconds_per_edge: 1e-9 on class softmax")
+                && message.contains("record no edges"),
+            "{message}"
+        );
         for (spoil, expected) in cases {
             let mut p = profile();
             p.device.gather_curve = curve();

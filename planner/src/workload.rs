@@ -167,6 +167,19 @@ impl ComputeClass {
         ComputeClass::AttentionBackward,
     ];
 
+    /// The classes whose operators walk edges ([`Cost::edges`]: GAT's
+    /// edge operators and every aggregation), and so the only ones a
+    /// profile may give a time per edge.
+    pub const WALKS_EDGES: [ComputeClass; 7] = [
+        ComputeClass::EdgeScores,
+        ComputeClass::Attention,
+        ComputeClass::EdgeSoftmax,
+        ComputeClass::AttentionBackward,
+        ComputeClass::Sparse,
+        ComputeClass::SparseMasked,
+        ComputeClass::Scatter,
+    ];
+
     /// The classes whose operators record the rows they walk
     /// ([`Cost::rows`]: GAT's edge operators, every aggregation and the
     /// loss), and so the only ones a profile may give a time per row.
@@ -255,9 +268,7 @@ pub struct Cost {
     /// element's keep bit and applies it), on top of its work: a
     /// profile's `device.mask_seconds_per_element` is charged on them.
     /// Zero without dropout. The GNN builder counts them on a first
-    /// layer's projection and its backward ([`crate::gnn::GnnSpec::dropout`])
-    /// where it projects first, and where it aggregates first on its
-    /// gathers: the keep bits each draws ([`crate::gnn::masked_gather_elements`]).
+    /// layer's projection and its backward ([`crate::gnn::GnnSpec::dropout`]).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub masked: u64,
     /// Floats a row of the rows an aggregation gathers from, and the

@@ -383,8 +383,7 @@ pub fn check_shared_plan(plan: &Plan, workload: &Workload) -> Result<(), ExecErr
 /// workloads were written before
 ///
 /// - the GCN's and GraphSAGE's gathers recorded their working set
-///   (`cost.gather_width`, `cost.gather_set_bytes`), the masked ones the
-///   keep bits they draw (`cost.masked`) and the loss its rows
+///   (`cost.gather_width`, `cost.gather_set_bytes`) and the loss its rows
 ///   (`cost.rows`), which only price them;
 /// - the aggregations and GAT's edge operators recorded the rows they
 ///   walk and GAT's the heads of their edges (`cost.rows`,
@@ -421,13 +420,9 @@ fn older_marks(planned: &str, mut form: Workload) -> bool {
         let c = &mut op.cost;
         ungathered |= c.gather_width > 0 || c.gather_set_bytes > 0;
         (c.gather_width, c.gather_set_bytes) = (0, 0);
-        match c.class {
-            ComputeClass::SparseMasked => c.masked = 0,
-            ComputeClass::Softmax => {
-                ungathered |= c.rows > 0;
-                c.rows = 0;
-            }
-            _ => {}
+        if c.class == ComputeClass::Softmax {
+            ungathered |= c.rows > 0;
+            c.rows = 0;
         }
     }
     if ungathered && planned == form.digest() {
@@ -1546,10 +1541,8 @@ mod tests {
         let mut ungathered = now.clone();
         for op in &mut ungathered.ops {
             (op.cost.gather_width, op.cost.gather_set_bytes) = (0, 0);
-            match op.cost.class {
-                ComputeClass::SparseMasked => op.cost.masked = 0,
-                ComputeClass::Softmax => op.cost.rows = 0,
-                _ => {}
+            if op.cost.class == ComputeClass::Softmax {
+                op.cost.rows = 0;
             }
         }
         assert_ne!(ungathered.digest(), now.digest());

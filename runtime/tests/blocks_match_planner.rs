@@ -176,14 +176,3 @@ fn cora_through_the_cache_gives_the_same_blocks() {
         assert!((block.view().weight(v, at) - 1.0 / d).abs() < 1e-6);
     }
 }
-
-/// The planner counts the keep bits a masked gather draws by the CPU
-/// kernels' rule (`masked_gather_elements`): whole source partitions
-/// from one edge per this many rows.
-#[test]
-fn masked_gathers_are_counted_by_the_kernels_rule() {
-    assert_eq!(
-        fateplan_planner::gnn::MASK_BITS_ROWS_PER_EDGE as usize,
-        fateplan_kernels::sparse::MASK_WORKSPACE_ROWS_PER_EDGE
-    );
-}

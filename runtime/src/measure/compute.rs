@@ -19,7 +19,7 @@ use std::sync::Arc;
 use fateplan_planner::gnn::{GnnModel, LayerOrder, Transposes};
 use fateplan_planner::plan::{Budgets, Plan, Stream};
 use fateplan_planner::profile::DeviceKind;
-use fateplan_planner::profile::{curve_share, ClassRate, DenseShape, DeviceProfile};
+use fateplan_planner::profile::{curve_share, ClassRate, DenseShape, GatherPoint};
 use fateplan_planner::workload::{ComputeClass, Cost, Op, OpKind, TensorKind, Workload};
 use fateplan_planner::{plan, PlanOptions, Policy, Profile};
 
@@ -189,26 +189,18 @@ struct Sums {
 }
 
 impl Sums {
-    /// Adds an operator of `cost` that took `seconds`, priced as
-    /// `device` prices it:
-    ///
-    /// - A gather's bytes (less those moved once a row) and edges are
-    ///   counted at its share of the device's `gather_curve`
-    ///   ([`curve_share`]; all of them without a curve), so that a fit
-    ///   over them is of a gather at the curve's largest working set.
-    /// - The time of the keep bits it draws (`cost.masked` at the
-    ///   device's `mask_seconds_per_element`, which the model charges
-    ///   beside its work) is taken from its seconds, down to a tenth of
-    ///   them at most.
-    fn add(&mut self, cost: &Cost, seconds: f64, device: &DeviceProfile) {
-        let curve = &device.gather_curve;
+    /// Adds an operator of `cost` that took `seconds`. A gather's bytes
+    /// (less those moved once a row) and edges are counted at its share
+    /// of `curve` ([`curve_share`]; all of them without a curve), so
+    /// that a fit over them is of a gather at the curve's largest
+    /// working set.
+    fn add(&mut self, cost: &Cost, seconds: f64, curve: &[GatherPoint]) {
         let share = match cost.class {
             ComputeClass::Sparse | ComputeClass::SparseMasked => {
                 curve_share(curve, cost.gather_width, cost.gather_set_bytes)
             }
             _ => 1.0,
         };
-        let seconds = (seconds - device.mask_seconds(cost.masked)).max(0.1 * seconds);
         let row_bytes = cost.row_bytes.min(cost.bytes) as f64;
         self.flops += cost.flops;
         self.bytes += share * (cost.bytes as f64 - row_bytes) + row_bytes;
@@ -1009,6 +1001,7 @@ fn time_training(
     classify: impl Fn(&Op) -> Result<Option<Group>>,
 ) -> Result<Timed> {
     let plan = Arc::new(retain_all(&prepared.workload, profile)?);
+    let curve = &profile.device.gather_curve[..];
     let ops = &plan.workload.definition.ops;
     let mut groups: HashMap<&str, (Group, usize)> = HashMap::new();
     for (k, op) in ops.iter().enumerate() {
@@ -1023,7 +1016,7 @@ fn time_training(
         // On a thread of the pool, as training runs.
         BackendChoice::Cpu => train::on_a_worker(&mut |_| {}, |_| {
             let gnn = CpuGnn::new(prepared.input, hyper).map_err(|e| failed("backend", e))?;
-            time_iterations(&plan, gnn, &groups, rounds, &profile.device)
+            time_iterations(&plan, gnn, &groups, rounds, curve)
         })?,
         BackendChoice::Cuda(options) => {
             // Each operator waits for its kernels, so that its span is
@@ -1034,7 +1027,7 @@ fn time_training(
             };
             let gnn = CudaGnn::new(prepared.input, hyper, plan.budgets.hbm_bytes, &options)
                 .map_err(|e| failed("backend", e))?;
-            time_iterations(&plan, gnn, &groups, rounds, &profile.device)?
+            time_iterations(&plan, gnn, &groups, rounds, curve)?
         }
     };
     Ok(Timed { iterations })
@@ -1047,7 +1040,7 @@ fn time_iterations<B: GnnBackend>(
     gnn: B,
     groups: &HashMap<&str, (Group, usize)>,
     rounds: &Rounds,
-    device: &DeviceProfile,
+    curve: &[GatherPoint],
 ) -> Result<Vec<HashMap<Group, Sums>>> {
     let ops = &plan.workload.definition.ops;
     let exec_options = ExecOptions {
@@ -1072,7 +1065,7 @@ fn time_iterations<B: GnnBackend>(
             let seconds = span.span.end_s - span.span.start_s;
             sums.entry(group)
                 .or_default()
-                .add(&ops[k].cost, seconds, device);
+                .add(&ops[k].cost, seconds, curve);
         }
         Ok(sums)
     };
@@ -1259,7 +1252,6 @@ pub fn op_overhead(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fateplan_planner::profile::GatherPoint;
 
     fn profile() -> Profile {
         Profile::from_json(
@@ -1449,52 +1441,41 @@ mod tests {
             seconds_per_edge: ns * 1e-9,
         };
         // A quarter of the time per edge at 1 MiB that 16 MiB takes.
-        let mut device = profile().device;
-        device.gather_curve = vec![point(1 << 20, 1.0), point(16 << 20, 4.0)];
+        let curve = [point(1 << 20, 1.0), point(16 << 20, 4.0)];
         let gather = Cost::work(10.0, 1000, ComputeClass::Sparse)
             .over_edges(40)
             .over_rows(8)
             .with_row_bytes(200)
             .gathering(16, 1 << 20);
         let mut sum = Sums::default();
-        sum.add(&gather, 2.0, &device);
+        sum.add(&gather, 2.0, &curve);
         assert_eq!(
             (sum.flops, sum.bytes, sum.edges, sum.rows, sum.row_bytes),
             (10.0, 0.25 * 800.0 + 200.0, 10.0, 8.0, 200.0)
         );
         assert_eq!(sum.seconds, 2.0);
-        // A masked gather's keep bits are the mask's time, not its own,
-        // down to a tenth of its seconds.
-        device.mask_seconds_per_element = Some(0.01);
         let masked = Cost {
             class: ComputeClass::SparseMasked,
-            ..gather.masking(50)
+            ..gather
         };
         let mut sum = Sums::default();
-        sum.add(&masked, 1.0, &device);
-        assert_eq!((sum.bytes, sum.edges, sum.seconds), (400.0, 10.0, 0.5));
-        sum.add(&masked.masking(1000), 1.0, &device);
-        assert_eq!(sum.seconds, 0.5 + 0.1);
+        sum.add(&masked, 1.0, &curve);
+        assert_eq!((sum.bytes, sum.edges), (400.0, 10.0));
         // No curve, another class, or no working set: whole.
-        let bare = profile().device;
-        for (cost, device) in [
-            (gather, &bare),
+        for (cost, curve) in [
+            (gather, &[][..]),
             (
                 Cost {
                     class: ComputeClass::Scatter,
                     ..gather
                 },
-                &device,
+                &curve[..],
             ),
-            (gather.gathering(0, 0), &device),
+            (gather.gathering(0, 0), &curve[..]),
         ] {
             let mut sum = Sums::default();
-            sum.add(&cost, 1.0, device);
-            assert_eq!(
-                (sum.bytes, sum.edges, sum.seconds),
-                (1000.0, 40.0, 1.0),
-                "{cost:?}"
-            );
+            sum.add(&cost, 1.0, curve);
+            assert_eq!((sum.bytes, sum.edges), (1000.0, 40.0), "{cost:?}");
         }
     }
 

@@ -199,9 +199,9 @@ const STAGES: [&str; 10] = [
     "device and its transfers",
     "gathers' working sets",
     "loss kernels",
-    "dropout iterations",
     "training iterations",
     "attention iterations",
+    "dropout iterations",
     "operator overhead",
 ];
 
@@ -440,7 +440,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         }
     };
     next(progress);
-    // The CPU's gathers alone at several working sets, before the GCNs
+    // The CPU's gathers alone at several working sets, before the GCNs,
     // whose gathers are fitted with their shares of it.
     if let BackendChoice::Cpu = backend {
         let curve_sizes = gather::GatherSizes::up_to(sizes.rmat_scale);
@@ -492,7 +492,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             match &fit.fit {
                 Some(_) => {
                     loss_source = Some(format!(
-                    "the loss (the softmax class): the CPU backend's loss kernels alone ({engine}: \
+                    "The loss (the softmax class): the CPU backend's loss kernels alone ({engine}: \
                      softmax cross-entropy over the train mask, the accuracy of three masks, \
                      and the backward) over {} rows of {} classes, labels and masks (0.6, 0.2, \
                      0.2 of the rows) drawn at random: {} ns a row, the median over 3 sweeps \
@@ -524,11 +524,6 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
     profile.device.dense_flops_per_s = placeholder;
     profile.device.hbm_bytes_per_s = placeholder;
     profile.device.sparse_bytes_per_s = placeholder;
-    // Dropout's price first: the gathers' fits leave their keep bits to
-    // it.
-    let masks = compute::mask_rate(bench, &profile, &sizes.rounds, &backend)?;
-    profile.device.mask_seconds_per_element = Some(masks.seconds_per_element);
-    next(progress);
     let graph = options.graph.as_ref();
     if let Some((name, _)) = graph {
         profile.description.push_str(&format!(
@@ -570,6 +565,9 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         .chain(&loss_fit)
         .cloned()
         .collect();
+    next(progress);
+    let masks = compute::mask_rate(bench, &profile, &sizes.rounds, &backend)?;
+    profile.device.mask_seconds_per_element = Some(masks.seconds_per_element);
     next(progress);
     let overhead = compute::op_overhead(&profile, sizes.overhead_iterations, &backend)?;
     profile.device.op_overhead_s = overhead.op_overhead_s;
@@ -641,12 +639,20 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         "device.hbm_bytes_per_s",
         format!("element-wise: ReLU with dropout, its mask and its backward, {run}"),
     );
+    // With a curve, the gathers' bytes are counted at their share of it.
+    let top = match profile.device.gather_curve.is_empty() {
+        true => "",
+        false => {
+            "; each gather's bytes counted at its share of device.gather_curve, so that the \
+             rate is a gather's at the curve's largest working set"
+        }
+    };
     put(
         &mut sources,
         "device.sparse_bytes_per_s",
         format!(
             "SpMM effective gather bandwidth: the forward aggregations over every block \
-                 (the first layer's with input dropout fused), {run}"
+                 (the first layer's with input dropout fused), {run}{top}"
         ),
     );
     put(
@@ -784,8 +790,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                  backward, node scores, their backward, ELU): {gat_layers}. The gathers' \
                  fits (sparse, sparse_masked) are of the gathers at the largest working \
                  set of device.gather_curve, each point's bytes and edges counted at its \
-                 share of the curve (on_curve), and their seconds less the keep bits a \
-                 masked gather draws at device.mask_seconds_per_element{loss}",
+                 share of the curve (on_curve); device.sparse_bytes_per_s likewise{loss}",
             bench.width,
             loss = match &loss_source {
                 Some(text) => format!(". {text}"),
