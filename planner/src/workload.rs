@@ -183,16 +183,15 @@ impl ComputeClass {
     /// The classes whose operators record the rows they walk
     /// ([`Cost::rows`]: GAT's edge operators, every aggregation and the
     /// loss), and so the only ones a profile may give a time per row.
-    pub const WALKS_ROWS: [ComputeClass; 8] = [
-        ComputeClass::EdgeScores,
-        ComputeClass::Attention,
-        ComputeClass::EdgeSoftmax,
-        ComputeClass::AttentionBackward,
-        ComputeClass::Sparse,
-        ComputeClass::SparseMasked,
-        ComputeClass::Scatter,
-        ComputeClass::Softmax,
-    ];
+    pub const WALKS_ROWS: [ComputeClass; 8] = {
+        let mut classes = [ComputeClass::Softmax; 8];
+        let mut k = 0;
+        while k < ComputeClass::WALKS_EDGES.len() {
+            classes[k] = ComputeClass::WALKS_EDGES[k];
+            k += 1;
+        }
+        classes
+    };
 }
 
 impl std::fmt::Display for ComputeClass {
