@@ -39,16 +39,15 @@ pub const EDGE_FACTOR: u32 = 16;
 pub struct GatherSizes {
     /// Floats a row.
     pub widths: Vec<u32>,
-    /// R-MAT scales of the graphs, increasing: the last is the graph of
-    /// the profile's fits, whose working sets the curve's shares are
-    /// taken against.
+    /// R-MAT scales of the graphs, increasing: the last is the profile's
+    /// own R-MAT graph's, whose largest working sets the curve's shares
+    /// are taken against.
     pub scales: Vec<u32>,
 }
 
 /// The smallest graph timed: 4,096 rows, 16 tasks of the gather's rows
-/// (a graph of 1,024 rows is 4, which two threads share unevenly: its
-/// edges took about 1.6 times as long as at 4,096 rows, whatever the
-/// width).
+/// (a graph of 1,024 rows is 4, which two threads share unevenly: at 8
+/// wide its edges took 1.5-1.6 times as long as at 4,096 rows).
 pub const FIRST_SCALE: u32 = 12;
 
 /// Widths of a profile's curve: a GCN's narrowest layers (its classes),

@@ -495,7 +495,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                     "The loss (the softmax class): the CPU backend's loss kernels alone ({engine}: \
                      softmax cross-entropy over the train mask, the accuracy of three masks, \
                      and the backward) over {} rows of {} classes, labels and masks (0.6, 0.2, \
-                     0.2 of the rows) drawn at random: {} ns a row, the median over 3 sweeps \
+                     0.2 of the rows) drawn at random: {} ns a row, the median over {} sweeps \
                      of each point's median of at least {} rounds; fitted seconds = bytes / \
                      bytes_per_s + rows × seconds_per_row (the loss and its backward each \
                      charged half the pair's time a row) by least squares weighed by each \
@@ -503,6 +503,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                     sizes.loss_rows,
                     classes.join(", "),
                     times.join(", "),
+                    loss::SWEEPS,
                     rounds.min
                 ))
                 }
@@ -787,11 +788,17 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                  mask their input as they gather, apart (sparse_masked: that layer of \
                  each run). GAT's \
                  operator classes (edge scores, aggregation, edge softmax, attention \
-                 backward, node scores, their backward, ELU): {gat_layers}. The gathers' \
-                 fits (sparse, sparse_masked) are of the gathers at the largest working \
-                 set of device.gather_curve, each point's bytes and edges counted at its \
-                 share of the curve (on_curve); device.sparse_bytes_per_s likewise{loss}",
+                 backward, node scores, their backward, ELU): {gat_layers}{on_curve}{loss}",
             bench.width,
+            on_curve = match profile.device.gather_curve.is_empty() {
+                true => "",
+                false => {
+                    ". The gathers' fits (sparse, sparse_masked) are of the gathers at the \
+                     largest working set of device.gather_curve, each point's bytes and edges \
+                     counted at its share of the curve (on_curve); device.sparse_bytes_per_s \
+                     likewise"
+                }
+            },
             loss = match &loss_source {
                 Some(text) => format!(". {text}"),
                 None => String::new(),
