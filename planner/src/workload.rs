@@ -272,9 +272,9 @@ pub struct Cost {
     pub masked: u64,
     /// Floats a row of the rows an aggregation gathers from, and the
     /// bytes of all of them over its layer (every source partition's:
-    /// the blocks of a layer take turns over them): the working set
-    /// where a profile's `device.gather_curve` reads the share of a
-    /// gather's time per edge that stays (`DeviceProfile::memory_seconds`).
+    /// the blocks of a layer take turns over them): the working set at
+    /// which a profile's `device.gather_curve` gives the gather its share
+    /// of its class's fit (`DeviceProfile::memory_seconds`).
     /// Recorded on the GCN's and GraphSAGE's gathers (their aggregations,
     /// and the backward over a stored transpose); zero elsewhere.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
