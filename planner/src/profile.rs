@@ -170,7 +170,10 @@ pub fn curve_share(curve: &[GatherPoint], width: u32, set_bytes: u64) -> f64 {
     // lists them: `DeviceProfile` is validated so).
     let share_at = |w: u32| -> f64 {
         let mut points = curve.iter().filter(|p| p.width == w);
-        let first = points.next().expect("a width of the curve has a point");
+        // `w` is a width of the curve, so it has a point.
+        let Some(first) = points.next() else {
+            return 1.0;
+        };
         let (mut last, mut between) = (first, None);
         for p in points {
             if between.is_none() && last.set_bytes < set_bytes && p.set_bytes >= set_bytes {
