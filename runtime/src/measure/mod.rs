@@ -442,14 +442,16 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
     next(progress);
     // The CPU's gathers alone at several working sets, before the GCNs,
     // whose gathers are fitted with their shares of it.
+    // The kernels timed alone: each sweep's point a few rounds, the
+    // sweeps take the noise.
+    let kernel_rounds = Rounds {
+        min: 3,
+        max: sizes.rounds.max.min(10),
+        budget_s: sizes.rounds.budget_s / 50.0,
+    };
     if let BackendChoice::Cpu = backend {
         let curve_sizes = gather::GatherSizes::up_to(sizes.rmat_scale);
-        // Each sweep's point a few rounds: the sweeps take the noise.
-        let rounds = Rounds {
-            min: 3,
-            max: sizes.rounds.max.min(10),
-            budget_s: sizes.rounds.budget_s / 50.0,
-        };
+        let rounds = kernel_rounds;
         profile.device.gather_curve = gather::gather_curve(&curve_sizes, &rounds, |_| {})?;
         let scales: Vec<String> = curve_sizes.scales.iter().map(|s| s.to_string()).collect();
         let widths: Vec<String> = curve_sizes.widths.iter().map(|w| w.to_string()).collect();
@@ -477,11 +479,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
     let mut loss_source = None;
     let loss_fit = match backend {
         BackendChoice::Cpu => {
-            let rounds = Rounds {
-                min: 3,
-                max: sizes.rounds.max.min(10),
-                budget_s: sizes.rounds.budget_s / 50.0,
-            };
+            let rounds = kernel_rounds;
             let fit = loss::loss_fit(&loss::LOSS_CLASSES, sizes.loss_rows, &rounds)?;
             let classes: Vec<String> = fit.points.iter().map(|p| p.classes.to_string()).collect();
             let times: Vec<String> = fit
