@@ -9,7 +9,8 @@
 //! `weight_grad_1m_128` is a weight gradient over 1,048,576 rows, more
 //! chunks than a reduction holds at once (`REDUCE_GROUP`).
 //! `matmul_bwd_4096` is a weight gradient whose rows are 4 KiB apart
-//! (1,024 features) or not (1,023).
+//! (1,024 features) or not (1,023); `weight_grad_4096`, one of a small
+//! graph's partition (4,096 rows, one reduction chunk) at narrow widths.
 //! `projection_677x16` is a first layer's projection and weight
 //! gradient, plain and through dropout, at 1,023 and 1,024 features (its
 //! counter: input elements).
@@ -397,6 +398,24 @@ fn projection_677x16<const DROPPED: bool>(bencher: Bencher, d_in: usize) {
                 matmul_rows_bwd(&dz, &x, FEW_ROWS, d_in, &w, CLASSES, &mut dw, None, write)
                     .unwrap();
             }
+        });
+}
+
+/// The weight gradient of a partition of 4,096 rows, one reduction chunk,
+/// at a small graph's widths: a GCN's first layer (64 features into 128)
+/// and its output layer (128 into 8), and 128 into 128.
+#[divan::bench(sample_count = 30, consts = [8, 128], args = [64, 128])]
+fn weight_grad_4096<const OUT: usize>(bencher: Bencher, d_in: usize) {
+    let rows = 4096;
+    let x = values(rows * d_in, 1);
+    let w = values(d_in * OUT + OUT, 2);
+    let dz = values(rows * OUT, 3);
+    let mut dw = vec![0.0f32; w.len()];
+    bencher
+        .counter(ItemsCount::new(2 * rows * d_in * OUT))
+        .bench_local(|| {
+            let write = Write::Overwrite;
+            linear_bwd(&dz, &[&x], rows, d_in, &w, OUT, &mut dw, &mut [], write).unwrap()
         });
 }
 

@@ -12,7 +12,10 @@
 //! order, so the result does not depend on the thread count; they take
 //! [`REDUCE_GROUP`] chunks at a time (`reduce_in_groups`), so that a
 //! weight gradient over millions of rows holds at most that many
-//! partials, not one per chunk. Within a
+//! partials, not one per chunk. A weight gradient of fewer than
+//! [`FEW_CHUNKS`] chunks sums each in [`GRAD_LANES`] lanes of rows, added
+//! in order, so that a small partition's gradient spreads over the
+//! threads. Within a
 //! partial, each `GRAD_ROWS` rows of a weight gradient (input features)
 //! are a task of their own: a partition of few rows and many features
 //! (a citation graph's first layer) is one partial, which would otherwise
@@ -430,18 +433,25 @@ fn backward(
             });
     }
 
-    // Weight gradients: one partial per REDUCE_ROWS rows, summed in order;
-    // within one, a task per GRAD_ROWS of its rows (`x[:, c0..]ᵀ · dz`).
+    // Weight gradients: one partial per REDUCE_ROWS rows, summed in order,
+    // in lanes where the chunks are few; within a lane, a task per
+    // GRAD_ROWS of its rows (`x[:, c0..]ᵀ · dz`).
     let len = dw.len();
+    let chunks = rows.div_ceil(REDUCE_ROWS);
+    let lanes = grad_lanes(rows);
+    let lane_rows = REDUCE_ROWS / lanes;
     reduce_in_groups(
-        rows.div_ceil(REDUCE_ROWS),
-        REDUCE_GROUP,
-        1,
+        chunks,
+        REDUCE_GROUP / lanes,
+        lanes,
         dw,
         write,
-        |chunk, _| {
-            let r0 = chunk * REDUCE_ROWS;
-            let n = REDUCE_ROWS.min(rows - r0);
+        |chunk, lane| {
+            let r0 = chunk * REDUCE_ROWS + lane * lane_rows;
+            if r0 >= rows.min((chunk + 1) * REDUCE_ROWS) {
+                return None;
+            }
+            let n = lane_rows.min(rows - r0);
             let mut part = vec![0.0f32; len];
             let dz = &dz[r0 * d_out..(r0 + n) * d_out];
             let g = MatRef::from_row_major_slice(dz, n, d_out);
@@ -470,6 +480,31 @@ fn backward(
         },
     );
     Ok(())
+}
+
+/// Weight gradients of fewer [`REDUCE_ROWS`] chunks than this sum each
+/// chunk in [`GRAD_LANES`] lanes ([`grad_lanes`]).
+pub const FEW_CHUNKS: usize = 4;
+/// Lanes of a weight gradient's chunk where the chunks are few: runs of
+/// `REDUCE_ROWS / GRAD_LANES` rows, each its own partial, added in order.
+pub const GRAD_LANES: usize = 4;
+
+/// Lanes of each chunk of a weight gradient over `rows` rows: 1, or
+/// [`GRAD_LANES`] where there are fewer than [`FEW_CHUNKS`] chunks (a
+/// partition of a small graph), whose one or two partials would otherwise
+/// run on as many threads. At 4,096 rows on two threads (`cargo bench -p
+/// fateplan-kernels --bench kernels -- weight_grad_4096`, the builds run
+/// in turn twice, medians of 30), 64 features into 128 took 663 and 716
+/// µs as one partial, 436 and 467 in lanes; 128 into 128, 1.36 and 1.42
+/// ms, then 0.74 and 0.77. Split into tasks of 16 of its rows instead,
+/// the first took 630-652 µs: each task packs the whole of `dz`. Rows
+/// decide the lanes, not the threads, so the bits do not depend on the
+/// thread count.
+fn grad_lanes(rows: usize) -> usize {
+    match rows.div_ceil(REDUCE_ROWS) < FEW_CHUNKS {
+        true => GRAD_LANES,
+        false => 1,
+    }
 }
 
 /// Whether a weight gradient's task copies its columns of `x` into a

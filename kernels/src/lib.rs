@@ -76,6 +76,9 @@ pub const SCATTER_MIN_ROWS: usize = 4096;
 const _: () = assert!(REDUCE_ROWS.is_multiple_of(ROW_CHUNK));
 const _: () = assert!(SCATTER_MIN_ROWS > 0 && ROW_CHUNK > 0);
 const _: () = assert!(REDUCE_GROUP.is_multiple_of(dense::DROPPED_LANES));
+const _: () = assert!(
+    REDUCE_GROUP.is_multiple_of(dense::GRAD_LANES) && REDUCE_ROWS.is_multiple_of(dense::GRAD_LANES)
+);
 
 /// What can go wrong in a kernel: only bad input.
 #[derive(Debug, thiserror::Error, PartialEq)]

@@ -3,7 +3,7 @@
 use super::*;
 use crate::activation::*;
 use crate::dense::*;
-use crate::dropout::{Dropout, MaskBits, RowKeys};
+use crate::dropout::{Dropout, KeepBits, MaskBits, RowKeys};
 use crate::isa::Isa;
 use crate::loss::*;
 use crate::optim::Adam;
@@ -71,6 +71,49 @@ fn spmm_dropout_matches_dropped_input() {
     let mut plain = vec![0.0; rows * width];
     spmm(block.as_ref(), &src, width, Init::Zero, &mut plain).unwrap();
     assert_eq!(out, plain);
+}
+
+/// Keep bits made once give [`spmm_dropout`]'s sums bit for bit, on dense
+/// blocks (which made the bits per call) and sparse ones (which hashed per
+/// edge), for contiguous and renumbered rows and a dropout that keeps
+/// everything; bits of another shape are refused.
+#[test]
+fn spmm_kept_equals_spmm_dropout_bit_for_bit() {
+    let mut rng = Rng::new(21);
+    let (src_rows, width) = (700, 67);
+    let src = rng.vec(src_rows * width);
+    let ids: Vec<u64> = (0..src_rows as u64).map(|r| 3 * r + 11).collect();
+    let d = Dropout::new(0.3, 5, 9).unwrap();
+    let none = Dropout::new(0.0, 5, 9).unwrap();
+    for (rows, per_row) in [(600, 5), (40, 1)] {
+        let block = random_block(&mut rng, rows, src_rows, per_row);
+        let init = rng.vec(rows * width);
+        for keys in [RowKeys::Contiguous(123), RowKeys::Ids(&ids)] {
+            for dropout in [d, none] {
+                let keep = KeepBits::new(&dropout, keys, src_rows, width).unwrap();
+                let (mut a, mut b) = (vec![0.0; rows * width], vec![0.0; rows * width]);
+                let init = Init::From(&init);
+                spmm_dropout(block.as_ref(), &src, width, init, &mut a, &dropout, keys).unwrap();
+                spmm_kept(block.as_ref(), &src, width, init, &mut b, &keep).unwrap();
+                assert_same_bits(&format!("{rows} rows, p {}", dropout.p), &b, &a);
+            }
+        }
+        let keep = KeepBits::new(&d, 0u64, src_rows - 1, width).unwrap();
+        let mut out = vec![0.0; rows * width];
+        let message = spmm_kept(block.as_ref(), &src, width, Init::Zero, &mut out, &keep)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("spmm_kept") && message.contains("699 rows of 67"),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        KeepBits::new(&d, 0u64, 10, 130).unwrap().bytes(),
+        10 * 3 * 8
+    );
+    assert_eq!(KeepBits::new(&none, 0u64, 10, 130).unwrap().bytes(), 0);
+    assert!(KeepBits::new(&d, RowKeys::Ids(&ids[..5]), 10, 130).is_err());
 }
 
 /// Asserts that `a` and `b` hold the same bits, naming the first element
@@ -717,6 +760,26 @@ fn add_in_chunk_order(
     acc
 }
 
+/// `x[r0..r0 + n]ᵀ · dz[r0..r0 + n]` as one sequential faer product: a
+/// weight gradient's partial over those rows (`d_in` at most one task's
+/// rows).
+fn weight_grad_gemm(
+    dz: &[f32],
+    x: &[f32],
+    (r0, n): (usize, usize),
+    d_in: usize,
+    d_out: usize,
+) -> Vec<f32> {
+    use faer::linalg::matmul::matmul;
+    use faer::{Accum, MatMut, MatRef, Par};
+    let mut p = vec![0.0f32; d_in * d_out];
+    let x = MatRef::from_row_major_slice(&x[r0 * d_in..][..n * d_in], n, d_in);
+    let g = MatRef::from_row_major_slice(&dz[r0 * d_out..][..n * d_out], n, d_out);
+    let o = MatMut::from_row_major_slice_mut(&mut p, d_in, d_out);
+    matmul(o, Accum::Replace, x.transpose(), g, 1.0f32, Par::Seq);
+    p
+}
+
 /// Chunk `c`'s first row and rows, of `rows`.
 fn chunk_rows(c: usize, rows: usize) -> (usize, usize) {
     (c * REDUCE_ROWS, REDUCE_ROWS.min(rows - c * REDUCE_ROWS))
@@ -768,15 +831,47 @@ fn reductions_past_a_group_add_every_partial_in_chunk_order() {
     let (dz64, x64, w64) = (to64(&dz), to64(&x), to64(&w));
     let (dw64, _) = reference64::linear_bwd(&dz64, &[&x64], rows, d_in, &w64, d_out, false);
     assert_close("matmul_rows_bwd past a group", &dw, &dw64, 1e-3);
+    let gemm = |r0: usize, n: usize| weight_grad_gemm(&dz, &x, (r0, n), d_in, d_out);
     let partial = |c: usize| {
         let (r0, n) = chunk_rows(c, rows);
-        let (dz, x) = (&dz[r0 * d_out..][..n * d_out], &x[r0 * d_in..][..n * d_in]);
-        let mut p = vec![0.0f32; d_in * d_out];
-        matmul_rows_bwd(dz, x, n, d_in, &w, d_out, &mut p, None, write).unwrap();
-        p
+        gemm(r0, n)
     };
     let expect = add_in_chunk_order(partial(0), 1..chunks, partial);
     assert_same_bits("matmul_rows_bwd past a group", &dw, &expect);
+
+    // Fewer than `FEW_CHUNKS` chunks: each chunk's lanes of a quarter of
+    // its rows added in order onto its first, then the chunks in order;
+    // the same bits whatever the threads.
+    let rows = 2 * REDUCE_ROWS + 5;
+    assert!(rows.div_ceil(REDUCE_ROWS) < FEW_CHUNKS);
+    let (xs, dzs) = (&x[..rows * d_in], &dz[..rows * d_out]);
+    let dw = same_bits_across_threads("matmul_rows_bwd in lanes", || {
+        let mut dw = vec![f32::NAN; d_in * d_out];
+        matmul_rows_bwd(dzs, xs, rows, d_in, &w, d_out, &mut dw, None, write).unwrap();
+        dw
+    });
+    let lane_rows = REDUCE_ROWS / GRAD_LANES;
+    let chunk = |c: usize| {
+        let (r0, n) = chunk_rows(c, rows);
+        let lanes = (r0..r0 + n).step_by(lane_rows);
+        let mut sums = lanes.map(|l0| gemm(l0, lane_rows.min(r0 + n - l0)));
+        let first = sums.next().unwrap();
+        sums.fold(first, |mut acc, p| {
+            acc.iter_mut().zip(p).for_each(|(a, v)| *a += v);
+            acc
+        })
+    };
+    let expect = add_in_chunk_order(chunk(0), 1..3, chunk);
+    assert_same_bits("matmul_rows_bwd in lanes", &dw, &expect);
+    assert_close(
+        "matmul_rows_bwd in lanes",
+        &dw,
+        &{
+            let (dz64, x64) = (to64(dzs), to64(xs));
+            reference64::linear_bwd(&dz64, &[&x64], rows, d_in, &w64, d_out, false).0
+        },
+        1e-4,
+    );
 
     // The same through dropout, past its group of 8 chunks of 8 lanes.
     let rows = 9 * REDUCE_ROWS + 100;

@@ -2414,6 +2414,14 @@ mod tests {
             fateplan_kernels::dense::DROPPED_LANES as u64,
             scratch::DROPPED_LANES
         );
+        assert_eq!(
+            fateplan_kernels::dense::FEW_CHUNKS as u64,
+            scratch::FEW_CHUNKS
+        );
+        assert_eq!(
+            fateplan_kernels::dense::GRAD_LANES as u64,
+            scratch::GRAD_LANES
+        );
     }
 
     #[test]
