@@ -1251,6 +1251,20 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     if let Some(note) = &unplanned_exchange {
         writeln!(out, "note      {note}")?;
     }
+    if args.backend == "cpu" {
+        // Several CPU devices each train on a share of the pool: the
+        // slowest's, as the note on them says.
+        let threads = match &devices {
+            Some(_) => {
+                let k = args.devices() as usize;
+                train::member_threads(rayon::current_num_threads(), k, k - 1)
+            }
+            None => rayon::current_num_threads(),
+        };
+        if let Some(note) = threads_note(&plan.profile, threads) {
+            writeln!(out, "note      {note}")?;
+        }
+    }
     if let Some((_, s)) = &devices {
         writeln!(
             out,
@@ -1350,6 +1364,21 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         }
     }
     trace_written
+}
+
+/// Where `profile` was measured on the CPU backend at another thread
+/// count than `threads`, the run trains at: its prediction is of the
+/// profile's threads.
+fn threads_note(profile: &Profile, threads: usize) -> Option<String> {
+    let measured = profile.device.threads? as usize;
+    (measured != threads).then(|| {
+        format!(
+            "profile {} was measured with the CPU backend at {measured} threads, and this run \
+             trains at {threads}: its prediction is of {measured} threads' rates (`fateplan \
+             profile --threads {threads}` measures them at {threads})",
+            profile.name
+        )
+    })
 }
 
 /// Writes the last iteration's measured trace to `out`.
@@ -1523,6 +1552,21 @@ mod tests {
     struct TrainArgsOnly {
         #[command(flatten)]
         args: TrainArgs,
+    }
+
+    /// A CPU profile that names its threads is told apart from a run at
+    /// another count; one that names none, or a GPU's, says nothing.
+    #[test]
+    fn a_run_at_other_threads_than_the_profile_s_is_told_so() {
+        let mut profile = fateplan::profiles::builtin("cpu-small").unwrap();
+        assert_eq!(threads_note(&profile, 3), None);
+        profile.device.threads = Some(2);
+        assert_eq!(threads_note(&profile, 2), None);
+        let note = threads_note(&profile, 3).unwrap();
+        assert!(
+            note.contains("at 2 threads, and this run trains at 3"),
+            "{note}"
+        );
     }
 
     #[test]

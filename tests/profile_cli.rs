@@ -36,6 +36,31 @@ fn a_quick_profile_is_valid_measured_and_plans() {
         assert!(stderr(&output).contains("no GPU: skipped"));
         assert_eq!(profile.device.kind, DeviceKind::Cpu);
         assert!(profile.device.model.contains("1 threads"));
+        assert_eq!(profile.device.threads, Some(1));
+        // Training at another thread count is told that the prediction is
+        // of the profile's; at its own, nothing is said.
+        let train = |threads: &str| {
+            let graph = "planted:nodes=200,classes=3,features=8,seed=1";
+            let p = path.to_str().unwrap();
+            let args = [
+                "train",
+                "--graph",
+                graph,
+                "--epochs",
+                "1",
+                "--threads",
+                threads,
+            ];
+            let output = fateplan(&[&args[..], &["--profile", p]].concat());
+            assert!(output.status.success(), "{}", stderr(&output));
+            stdout(&output)
+        };
+        let note = "was measured with the CPU backend at 1 threads, and this run trains at 2";
+        let other = train("2");
+        assert!(other.contains(note), "{other}");
+        assert!(other.contains("--threads 2` measures them at 2"), "{other}");
+        let own = train("1");
+        assert!(!own.contains("was measured with the CPU backend"), "{own}");
         // The gathers alone at three widths on the quick profile's three
         // graphs (scales 12, 14 and 16), and the gathers' fits made on
         // them.

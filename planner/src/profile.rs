@@ -88,13 +88,18 @@ pub struct DeviceProfile {
     /// The plain gather's time per edge timed alone at several widths and
     /// working sets (the bytes of the rows it gathers from), in
     /// increasing order of bytes, then width. Where given, and the
-    /// sparse classes' fits have a `curve_scale`, an aggregation's time
-    /// per edge is read from them at its own width and working set
+    /// sparse classes' fits are `on_curve`, an aggregation's time per
+    /// edge is read from them at its own width and working set
     /// ([`DeviceProfile::memory_seconds`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gather_curve: Vec<GatherPoint>,
     /// Fixed cost of launching one operator.
     pub op_overhead_s: f64,
+    /// The CPU backend's threads the figures were measured at (`fateplan
+    /// profile --threads`): a run at another count computes at other
+    /// rates. None for a GPU, or a profile that does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
 }
 
 /// A class's memory time fitted to its operators: a bandwidth, a time
@@ -718,6 +723,15 @@ impl Profile {
                 .map(|(l, _)| *l),
         );
         if let Some(key) = self.sources.keys().find(|k| !figures.contains(&k.as_str())) {
+            if SOURCED_LISTS.contains(&key.as_str()) {
+                return Err(Error::invalid(
+                    format!("{} field sources.{key:?}", context()),
+                    format!(
+                        "sources the list {key}, which is empty or absent: give its points, or \
+                         leave out its source"
+                    ),
+                ));
+            }
             return Err(Error::invalid(
                 format!("{} field sources.{key:?}", context()),
                 format!(
@@ -781,6 +795,24 @@ impl Profile {
                     ));
                 }
             }
+        }
+        match (self.device.threads, self.device.kind) {
+            (Some(0), _) => {
+                return Err(Error::invalid(
+                    format!("{} field device.threads", context()),
+                    "0 must be positive",
+                ))
+            }
+            (Some(threads), DeviceKind::Gpu) => {
+                return Err(Error::invalid(
+                    format!("{} field device.threads", context()),
+                    format!(
+                        "{threads}, but the device is a GPU: the field gives the CPU backend's \
+                         threads; leave it out"
+                    ),
+                ))
+            }
+            _ => {}
         }
         for (k, fit) in self.device.class_rates.iter().enumerate() {
             let field = |name: &str| format!("{} field device.class_rates[{k}].{name}", context());
@@ -1705,6 +1737,40 @@ mod tests {
         assert_eq!(
             Profile::from_json(&p.to_json_pretty(), "p.json").unwrap(),
             p
+        );
+    }
+
+    /// The threads a CPU profile was measured at are positive, and given
+    /// for the CPU backend only; a source of an empty list says so.
+    #[test]
+    fn threads_and_empty_lists_are_refused_by_field() {
+        let mut p = profile();
+        assert_eq!(p.device.kind, DeviceKind::Cpu);
+        p.device.threads = Some(2);
+        p.validate().unwrap();
+        let text = p.to_json_pretty();
+        assert!(text.contains("\"threads\": 2"), "{text}");
+        p.device.threads = Some(0);
+        let message = p.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("device.threads: 0 must be positive"),
+            "{message}"
+        );
+        p.device.threads = Some(4);
+        p.device.kind = DeviceKind::Gpu;
+        let message = p.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("device.threads: 4, but the device is a GPU"),
+            "{message}"
+        );
+        let mut p = profile();
+        p.device.gather_curve.clear();
+        p.sources
+            .insert("device.gather_curve".into(), "measured: nothing".into());
+        let message = p.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("sources.\"device.gather_curve\": sources the list device.gather_curve, which is empty or absent"),
+            "{message}"
         );
     }
 }

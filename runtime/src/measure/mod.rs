@@ -893,6 +893,7 @@ fn cpu_profile(
             class_rates: Vec::new(),
             gather_curve: Vec::new(),
             op_overhead_s: 0.0,
+            threads: u32::try_from(threads).ok(),
         },
         host: HostProfile {
             memory_bytes: memory.total_bytes / 2,
@@ -970,6 +971,7 @@ fn gpu_profile(
             class_rates: Vec::new(),
             gather_curve: Vec::new(),
             op_overhead_s: 0.0,
+            threads: None,
         },
         host: HostProfile {
             memory_bytes: memory.total_bytes,

@@ -36,6 +36,7 @@ fn profile() -> Profile {
             class_rates: Vec::new(),
             gather_curve: Vec::new(),
             op_overhead_s: 0.0,
+            threads: None,
         },
         host: HostProfile {
             memory_bytes: 1000,
