@@ -99,6 +99,75 @@ pub fn relu_dropout_bwd<'k>(
     )
 }
 
+/// `out = dropout(relu(z + bias))`: [`relu_dropout`] of `z` with `bias`
+/// (`width` values) added to every row, as a layer that projects first
+/// takes its aggregation, in one pass. The same bits as [`relu_dropout`]
+/// of [`crate::dense::add_bias`]'s sum, which it does not write.
+pub fn relu_dropout_biased<'k>(
+    z: &[f32],
+    bias: &[f32],
+    out: &mut [f32],
+    width: usize,
+    keys: impl Into<RowKeys<'k>>,
+    dropout: Option<&Dropout>,
+) -> Result<()> {
+    const KERNEL: &str = "relu_dropout_biased";
+    let keys = keys.into();
+    let rows = rows_of(KERNEL, "z", z.len(), width)?;
+    keys.check(KERNEL, rows)?;
+    check_len(KERNEL, "out", out.len(), z.len())?;
+    check_len(KERNEL, "bias", bias.len(), width)?;
+    by_row_chunks(out, width, keys, dropout, |_, base, part| {
+        map_biased(&z[base..base + part.len()], bias, base, part, relu)
+    })
+}
+
+/// [`positive_bits`] of `z + bias` (`bias`, `width` values, added to every
+/// row): the bits of [`positive_bits`] of [`crate::dense::add_bias`]'s
+/// sum, which it does not write; each task sums a few words' values at a
+/// time into a buffer on its stack and packs them.
+pub fn positive_bits_biased(z: &[f32], bias: &[f32], width: usize, bits: &mut [u64]) -> Result<()> {
+    const KERNEL: &str = "positive_bits_biased";
+    rows_of(KERNEL, "z", z.len(), width)?;
+    check_len(KERNEL, "bias", bias.len(), width)?;
+    check_len(KERNEL, "bits", bits.len(), z.len().div_ceil(64))?;
+    const WORDS: usize = 16;
+    let isa = Isa::detect();
+    bits.par_chunks_mut(MASK_WORDS_PER_TASK)
+        .enumerate()
+        .for_each(|(task, words)| {
+            let first = task * MASK_WORDS_PER_TASK * 64;
+            let values = &z[first..(first + words.len() * 64).min(z.len())];
+            let mut sums = [0.0f32; WORDS * 64];
+            let runs = values.chunks(WORDS * 64).zip(words.chunks_mut(WORDS));
+            for (k, (run, words)) in runs.enumerate() {
+                let sums = &mut sums[..run.len()];
+                map_biased(run, bias, first + k * WORDS * 64, sums, |v| v);
+                pack_on(isa, sums, words);
+            }
+        });
+    Ok(())
+}
+
+/// `out[j] = f(z[j] + bias[(first + j) % bias.len()])`: `z` and `out`
+/// are a run of a tensor's elements from element `first`, whose rows are
+/// `bias.len()` wide; row segment by row segment, so that each loop
+/// vectorises.
+#[inline(always)]
+fn map_biased(z: &[f32], bias: &[f32], first: usize, out: &mut [f32], f: impl Fn(f32) -> f32) {
+    let width = bias.len();
+    let (mut col, mut j) = (first % width, 0);
+    while j < out.len() {
+        let n = (width - col).min(out.len() - j);
+        let (o, zs) = (&mut out[j..j + n], &z[j..j + n]);
+        for ((o, &v), &b) in o.iter_mut().zip(zs).zip(&bias[col..col + n]) {
+            *o = f(v + b);
+        }
+        j += n;
+        col = 0;
+    }
+}
+
 /// Words of 64 mask bits a parallel task sets.
 const MASK_WORDS_PER_TASK: usize = 1024;
 
@@ -498,6 +567,59 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The biased ReLU and mask give the bits of the plain ones on the sum
+    /// [`crate::dense::add_bias`] writes: rows over a mask task's 65,536
+    /// elements, a width that is no multiple of 64 (runs start mid-row),
+    /// NaN, signed zeros, and a bias that cancels some values; a bias of
+    /// the wrong length is refused by name.
+    #[test]
+    fn the_biased_relu_and_mask_are_the_plain_ones_on_the_sum() {
+        let (rows, width) = (1100, 67);
+        let n = rows * width;
+        let z: Vec<f32> = (0..n)
+            .map(|i| match i % 89 {
+                0 => f32::NAN,
+                1 => -0.0,
+                2 => 0.0,
+                _ => ((i * 7919 % 301) as f32 - 150.0) / 7.0,
+            })
+            .collect();
+        let bias: Vec<f32> = (0..width).map(|f| (f as f32 - 33.0) / 5.0).collect();
+        let mut sum = z.clone();
+        crate::dense::add_bias(&mut sum, width, &bias).unwrap();
+        let bits_of = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let ids: Vec<u64> = (0..rows as u64).map(|r| 5 * r + 2).collect();
+        for dropout in [None, Some(Dropout::new(0.5, 7, 1).unwrap())] {
+            for keys in [RowKeys::Contiguous(3), RowKeys::Ids(&ids)] {
+                let (mut plain, mut biased) = (vec![0.0f32; n], vec![1.0f32; n]);
+                relu_dropout(&sum, &mut plain, width, keys, dropout.as_ref()).unwrap();
+                relu_dropout_biased(&z, &bias, &mut biased, width, keys, dropout.as_ref()).unwrap();
+                assert_eq!(bits_of(&biased), bits_of(&plain), "{dropout:?} {keys:?}");
+            }
+        }
+        let mut plain = vec![0u64; n.div_ceil(64)];
+        let mut biased = vec![u64::MAX; n.div_ceil(64)];
+        positive_bits(&sum, &mut plain).unwrap();
+        positive_bits_biased(&z, &bias, width, &mut biased).unwrap();
+        assert_eq!(biased, plain);
+        let short = &bias[1..];
+        let mut out = vec![0.0f32; n];
+        let message = relu_dropout_biased(&z, short, &mut out, width, 0u64, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("relu_dropout_biased") && message.contains("bias"),
+            "{message}"
+        );
+        let message = positive_bits_biased(&z, short, width, &mut biased)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("positive_bits_biased") && message.contains("bias"),
+            "{message}"
+        );
+    }
 
     #[test]
     fn the_mask_gives_the_backward_of_z() {

@@ -155,7 +155,8 @@ pub fn op_bytes(base: &str, gat: bool, projects_first: bool, s: &OpShape) -> u64
             carry(s.edges, s.width) + bits
         }
         "linear" if (gat || projects_first) && s.drops_input => dropped_slabs(s.rows, s.d_in),
-        // A bias-added copy of the rows.
+        // The CUDA backend's bias-added copy of the rows (the CPU adds
+        // the bias in the activation's own pass).
         "relu" | "relu_mask" if projects_first => s.rows * s.d_out * F32,
         "elu" | "elu_bwd" => s.rows * s.d_out * F32,
         "node_scores" => 2 * s.d_out * F32,

@@ -259,15 +259,15 @@ impl CpuGnn {
         Ok(w)
     }
 
-    /// The ReLU's input when layer `l` projects first: `agg + bias` from
-    /// `[agg, w]`; `None` when the layer aggregates first (`[z]`: the
-    /// linear added the bias).
-    fn pre_activation(
+    /// The ReLU's input of layer `l` and, where the layer projects first
+    /// (`[agg, w]`), the bias to add to it; where it aggregates first,
+    /// `[z]` alone (the linear added the bias).
+    fn activation_input<'a>(
         &self,
         op: &Op,
         l: usize,
-        inputs: &[&Data],
-    ) -> Result<Option<Vec<f32>>, ExecError> {
+        inputs: &[&'a Data],
+    ) -> Result<(&'a [f32], Option<&'a [f32]>), ExecError> {
         if !self.model.projects_first(l) {
             if inputs.len() != 1 {
                 return Err(ExecError::Internal(format!(
@@ -276,7 +276,7 @@ impl CpuGnn {
                     inputs.len()
                 )));
             }
-            return Ok(None);
+            return Ok((inputs[0].f32()?, None));
         }
         let [agg, w] = inputs else {
             return Err(ExecError::Internal(format!(
@@ -286,7 +286,8 @@ impl CpuGnn {
             )));
         };
         let w = self.weights(op, l, w)?;
-        Ok(Some(self.plus_bias(l, agg.f32()?, w)?))
+        let (_, d_out) = self.model.dims(l);
+        Ok((agg.f32()?, Some(&w[w.len() - d_out..])))
     }
 
     /// `linear_bwd[l,p]` of a layer that projects first. Inputs: the
@@ -1079,23 +1080,34 @@ impl Backend for CpuGnn {
                 dense::linear(&xs, rows, d_in, w, d_out, &mut out).map_err(kernel)?;
                 Ok(vec![Data::F32(out)])
             }
+            // Where the layer projects first, the bias is added in the
+            // activation's own pass.
             "relu" => {
                 let (l, i) = (name.get('l')?, name.get('p')?);
                 let (_, d_out) = self.model.dims(l);
-                let with_bias = self.pre_activation(op, l, inputs)?;
-                let z = with_bias.as_deref().map_or_else(|| inputs[0].f32(), Ok)?;
+                let (z, bias) = self.activation_input(op, l, inputs)?;
                 let mut out = vec![0.0f32; z.len()];
-                let mask = self.model.dropout(SITE_HIDDEN, l);
-                activation::relu_dropout(z, &mut out, d_out, self.model.keys(i), mask.as_ref())
-                    .map_err(kernel)?;
+                let (mask, keys) = (self.model.dropout(SITE_HIDDEN, l), self.model.keys(i));
+                match bias {
+                    Some(b) => {
+                        activation::relu_dropout_biased(z, b, &mut out, d_out, keys, mask.as_ref())
+                    }
+                    None => activation::relu_dropout(z, &mut out, d_out, keys, mask.as_ref()),
+                }
+                .map_err(kernel)?;
                 Ok(vec![Data::F32(out)])
             }
             "relu_mask" => {
-                let with_bias = self.pre_activation(op, name.get('l')?, inputs)?;
-                let z = with_bias.as_deref().map_or_else(|| inputs[0].f32(), Ok)?;
+                let l = name.get('l')?;
+                let (_, d_out) = self.model.dims(l);
+                let (z, bias) = self.activation_input(op, l, inputs)?;
                 let mut words = vec![0i64; z.len().div_ceil(64)];
-                activation::positive_bits(z, bytemuck::cast_slice_mut(&mut words))
-                    .map_err(kernel)?;
+                let bits = bytemuck::cast_slice_mut(&mut words);
+                match bias {
+                    Some(b) => activation::positive_bits_biased(z, b, d_out, bits),
+                    None => activation::positive_bits(z, bits),
+                }
+                .map_err(kernel)?;
                 Ok(vec![Data::I64(words)])
             }
             // From the ReLU's mask (`relu_mask`), or in a plan made before
@@ -1116,8 +1128,18 @@ impl Backend for CpuGnn {
                         &mut out,
                     ),
                     _ => {
-                        let with_bias = self.pre_activation(op, l, &inputs[1..])?;
-                        let z = with_bias.as_deref().map_or_else(|| inputs[1].f32(), Ok)?;
+                        // A plan from before the masks: its pre-activation
+                        // is made here.
+                        let (z, bias) = self.activation_input(op, l, &inputs[1..])?;
+                        let with_bias = match bias {
+                            Some(b) => {
+                                let mut y = z.to_vec();
+                                dense::add_bias(&mut y, d_out, b).map_err(kernel)?;
+                                Some(y)
+                            }
+                            None => None,
+                        };
+                        let z = with_bias.as_deref().unwrap_or(z);
                         activation::relu_dropout_bwd(grad, z, d_out, keys, mask.as_ref(), &mut out)
                     }
                 }
