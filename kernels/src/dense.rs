@@ -483,7 +483,7 @@ fn backward(
 }
 
 /// Weight gradients of fewer [`REDUCE_ROWS`] chunks than this sum each
-/// chunk in [`GRAD_LANES`] lanes ([`grad_lanes`]).
+/// chunk in [`GRAD_LANES`] lanes (`grad_lanes`).
 pub const FEW_CHUNKS: usize = 4;
 /// Lanes of a weight gradient's chunk where the chunks are few: runs of
 /// `REDUCE_ROWS / GRAD_LANES` rows, each its own partial, added in order.
