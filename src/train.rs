@@ -1132,9 +1132,28 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         Some(out) => write_trace(out, &workload_name, &report.policy, &spans),
         None => Ok(()),
     };
+    // The threads a CPU device trains at (several devices share the pool:
+    // the slowest's), and a note where the profile was measured at others.
+    let device_threads = (args.backend == "cpu").then(|| match &devices {
+        Some(_) => {
+            let k = args.devices() as usize;
+            train::member_threads(rayon::current_num_threads(), k, k - 1)
+        }
+        None => rayon::current_num_threads(),
+    });
+    let threads_note = device_threads.and_then(|t| threads_note(&plan.profile, t, cores()));
     let mut out = crate::cli::stdout();
     if args.json {
         let mut json = serde_json::to_value(&report)?;
+        if let Some(threads) = device_threads {
+            json["device_threads"] = threads.into();
+        }
+        if let Some(threads) = plan.profile.device.threads {
+            json["profile_threads"] = threads.into();
+        }
+        if let Some(note) = &threads_note {
+            json["threads_note"] = note.clone().into();
+        }
         json["features"] = serde_json::to_value(&features)?;
         if let Some(note) = &labels {
             json["labels"] = serde_json::to_value(note)?;
@@ -1251,19 +1270,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     if let Some(note) = &unplanned_exchange {
         writeln!(out, "note      {note}")?;
     }
-    if args.backend == "cpu" {
-        // Several CPU devices each train on a share of the pool: the
-        // slowest's, as the note on them says.
-        let threads = match &devices {
-            Some(_) => {
-                let k = args.devices() as usize;
-                train::member_threads(rayon::current_num_threads(), k, k - 1)
-            }
-            None => rayon::current_num_threads(),
-        };
-        if let Some(note) = threads_note(&plan.profile, threads) {
-            writeln!(out, "note      {note}")?;
-        }
+    if let Some(note) = &threads_note {
+        writeln!(out, "note      {note}")?;
     }
     if let Some((_, s)) = &devices {
         writeln!(
@@ -1285,12 +1293,26 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             (true, false) => format!("{most} threads"),
             (false, _) => format!("{fewest}-{most} threads"),
         };
+        // The profile's threads where it names them: the note on them
+        // says what to measure, or nothing where they are the slowest's.
+        let measured = match plan.profile.device.threads {
+            Some(t) if t as usize == fewest => {
+                format!(
+                    ", measured at the slowest device's {}",
+                    count(fewest as u64, "thread")
+                )
+            }
+            Some(_) => String::new(),
+            None => format!(
+                " (one taken with `fateplan profile --threads {fewest}` measures the slowest \
+                 device's)"
+            ),
+        };
         writeln!(
             out,
             "note      the CPU devices share this machine's cores: each trains on a pool of \
              {share} of the {threads} (one at least), and the prediction prices each at the \
-             profile's compute (one taken with `fateplan profile --threads {fewest}` measures \
-             the slowest device's)"
+             profile's compute{measured}"
         )?;
         if args.processes {
             let launcher = crate::members::peak_resident_bytes()
@@ -1366,17 +1388,36 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     trace_written
 }
 
+/// This machine's cores, as `fateplan profile` counts them.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Where `profile` was measured on the CPU backend at another thread
-/// count than `threads`, the run trains at: its prediction is of the
-/// profile's threads.
-fn threads_note(profile: &Profile, threads: usize) -> Option<String> {
+/// count than `threads`, the run's (a device's) on `cores` cores: its
+/// prediction is of the profile's threads.
+fn threads_note(profile: &Profile, threads: usize, cores: usize) -> Option<String> {
     let measured = profile.device.threads? as usize;
+    let at = |n: usize| count(n as u64, "thread");
+    let measure = match threads <= cores {
+        true => format!(
+            "`fateplan profile --threads {threads}` measures the rates at {}",
+            at(threads)
+        ),
+        false => format!(
+            "its {} share this machine's {}, and a profile measures at most one thread a core",
+            at(threads),
+            count(cores as u64, "core")
+        ),
+    };
     (measured != threads).then(|| {
         format!(
-            "profile {} was measured with the CPU backend at {measured} threads, and this run \
-             trains at {threads}: its prediction is of {measured} threads' rates (`fateplan \
-             profile --threads {threads}` measures them at {threads})",
-            profile.name
+            "profile {} was measured with the CPU backend at {}, and this run trains at {}: its \
+             prediction is of the rates at {} ({measure})",
+            profile.name,
+            at(measured),
+            at(threads),
+            at(measured)
         )
     })
 }
@@ -1559,12 +1600,29 @@ mod tests {
     #[test]
     fn a_run_at_other_threads_than_the_profile_s_is_told_so() {
         let mut profile = fateplan::profiles::builtin("cpu-small").unwrap();
-        assert_eq!(threads_note(&profile, 3), None);
+        assert_eq!(threads_note(&profile, 3, 4), None);
         profile.device.threads = Some(2);
-        assert_eq!(threads_note(&profile, 2), None);
-        let note = threads_note(&profile, 3).unwrap();
+        assert_eq!(threads_note(&profile, 2, 4), None);
+        let note = threads_note(&profile, 3, 4).unwrap();
         assert!(
-            note.contains("at 2 threads, and this run trains at 3"),
+            note.contains("at 2 threads, and this run trains at 3 threads"),
+            "{note}"
+        );
+        assert!(
+            note.contains("`fateplan profile --threads 3` measures"),
+            "{note}"
+        );
+        // More threads than cores: no profile measures them.
+        let note = threads_note(&profile, 8, 4).unwrap();
+        assert!(
+            note.contains("its 8 threads share this machine's 4 cores"),
+            "{note}"
+        );
+        assert!(!note.contains("--threads 8"), "{note}");
+        profile.device.threads = Some(1);
+        let note = threads_note(&profile, 2, 4).unwrap();
+        assert!(
+            note.contains("at 1 thread, and this run trains at 2 threads: its prediction is of the rates at 1 thread"),
             "{note}"
         );
     }

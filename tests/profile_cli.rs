@@ -35,7 +35,7 @@ fn a_quick_profile_is_valid_measured_and_plans() {
     } else {
         assert!(stderr(&output).contains("no GPU: skipped"));
         assert_eq!(profile.device.kind, DeviceKind::Cpu);
-        assert!(profile.device.model.contains("1 threads"));
+        assert!(profile.device.model.contains("(CPU backend, 1 thread)"));
         assert_eq!(profile.device.threads, Some(1));
         // Training at another thread count is told that the prediction is
         // of the profile's; at its own, nothing is said.
@@ -55,10 +55,14 @@ fn a_quick_profile_is_valid_measured_and_plans() {
             assert!(output.status.success(), "{}", stderr(&output));
             stdout(&output)
         };
-        let note = "was measured with the CPU backend at 1 threads, and this run trains at 2";
+        let note = "was measured with the CPU backend at 1 thread, and this run trains at 2 \
+                    threads";
         let other = train("2");
         assert!(other.contains(note), "{other}");
-        assert!(other.contains("--threads 2` measures them at 2"), "{other}");
+        assert!(
+            other.contains("--threads 2` measures the rates at 2"),
+            "{other}"
+        );
         let own = train("1");
         assert!(!own.contains("was measured with the CPU backend"), "{own}");
         // The gathers alone at three widths on the quick profile's three

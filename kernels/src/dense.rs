@@ -438,7 +438,7 @@ fn backward(
     // GRAD_ROWS of its rows (`x[:, c0..]ᵀ · dz`).
     let len = dw.len();
     let chunks = rows.div_ceil(REDUCE_ROWS);
-    let lanes = grad_lanes(rows);
+    let lanes = grad_lanes(rows, len);
     let lane_rows = REDUCE_ROWS / lanes;
     reduce_in_groups(
         chunks,
@@ -482,16 +482,23 @@ fn backward(
     Ok(())
 }
 
-/// Weight gradients of fewer [`REDUCE_ROWS`] chunks than this sum each
-/// chunk in [`GRAD_LANES`] lanes (`grad_lanes`).
+/// Weight gradients of fewer [`REDUCE_ROWS`] chunks than this, of at most
+/// [`GRAD_LANE_MAX_VALUES`], sum each chunk in [`GRAD_LANES`] lanes
+/// (`grad_lanes`).
 pub const FEW_CHUNKS: usize = 4;
 /// Lanes of a weight gradient's chunk where the chunks are few: runs of
 /// `REDUCE_ROWS / GRAD_LANES` rows, each its own partial, added in order.
 pub const GRAD_LANES: usize = 4;
+/// The most values (weights and bias) a weight gradient summed in lanes
+/// has (256 KiB): each lane holds a partial as large, and a wider layer's
+/// gradient already spreads over tasks of input features, so lanes would
+/// add memory where a plan is short of it for little.
+pub const GRAD_LANE_MAX_VALUES: usize = 64 << 10;
 
-/// Lanes of each chunk of a weight gradient over `rows` rows: 1, or
-/// [`GRAD_LANES`] where there are fewer than [`FEW_CHUNKS`] chunks (a
-/// partition of a small graph), whose one or two partials would otherwise
+/// Lanes of each chunk of a weight gradient of `len` values over `rows`
+/// rows: 1, or [`GRAD_LANES`] where there are fewer than [`FEW_CHUNKS`]
+/// chunks (a partition of a small graph) and the gradient has at most
+/// [`GRAD_LANE_MAX_VALUES`], whose one to three partials would otherwise
 /// run on as many threads. At 4,096 rows on two threads (`cargo bench -p
 /// fateplan-kernels --bench kernels -- weight_grad_4096`, the builds run
 /// in turn twice, medians of 30), 64 features into 128 took 663 and 716
@@ -500,8 +507,8 @@ pub const GRAD_LANES: usize = 4;
 /// the first took 630-652 µs: each task packs the whole of `dz`. Rows
 /// decide the lanes, not the threads, so the bits do not depend on the
 /// thread count.
-fn grad_lanes(rows: usize) -> usize {
-    match rows.div_ceil(REDUCE_ROWS) < FEW_CHUNKS {
+fn grad_lanes(rows: usize, len: usize) -> usize {
+    match rows.div_ceil(REDUCE_ROWS) < FEW_CHUNKS && len <= GRAD_LANE_MAX_VALUES {
         true => GRAD_LANES,
         false => 1,
     }

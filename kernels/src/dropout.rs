@@ -427,64 +427,6 @@ impl MaskBits {
     }
 }
 
-/// A dropout's keep bits over `rows × width` elements whose rows are the
-/// whole graph's rows `keys`, made once so that several kernels reading
-/// the same rows hash them once: the blocks of a layer that gather from
-/// one source partition ([`crate::sparse::spmm_kept`]) share their
-/// partition's bits instead of each making them again. `rows *
-/// ceil(width / 64) * 8` bytes ([`KeepBits::bytes`]); none for a dropout
-/// that keeps everything.
-#[derive(Debug, Clone)]
-pub struct KeepBits {
-    bits: MaskBits,
-    dropout: Dropout,
-    rows: usize,
-    width: usize,
-}
-
-impl KeepBits {
-    /// The bits of `dropout` over `rows` rows of `width` whose global rows
-    /// are `keys` (as [`crate::sparse::spmm_dropout`]'s `src_keys`).
-    pub fn new<'k>(
-        dropout: &Dropout,
-        keys: impl Into<RowKeys<'k>>,
-        rows: usize,
-        width: usize,
-    ) -> Result<KeepBits> {
-        let keys = keys.into();
-        dropout.validate()?;
-        keys.check("KeepBits", rows)?;
-        let kept_rows = if dropout.is_identity() { 0 } else { rows };
-        let bits = MaskBits::new(&dropout.mask(), keys, kept_rows, width, Isa::detect());
-        Ok(KeepBits {
-            bits,
-            dropout: *dropout,
-            rows,
-            width,
-        })
-    }
-
-    /// The dropout whose bits these are.
-    pub fn dropout(&self) -> &Dropout {
-        &self.dropout
-    }
-
-    /// Rows and width the bits cover.
-    pub fn shape(&self) -> (usize, usize) {
-        (self.rows, self.width)
-    }
-
-    /// Bytes the bits take.
-    pub fn bytes(&self) -> usize {
-        self.bits.words.len() * 8
-    }
-
-    /// The bits, or `None` where the dropout keeps everything.
-    pub(crate) fn bits(&self) -> Option<&MaskBits> {
-        (!self.dropout.is_identity()).then_some(&self.bits)
-    }
-}
-
 /// The keep bits of elements `start..start + len` into `out` from whole
 /// words' bits (`word(w)`: elements `64 w ..`), shifted into place where
 /// the run does not start on a word; bits past `len` are 0.

@@ -9,11 +9,9 @@
 
 use rayon::prelude::*;
 
-use crate::dropout::{factor, factors16, Dropout, KeepBits, Mask, MaskBits, RowKeys};
+use crate::dropout::{factor, factors16, Dropout, Mask, MaskBits, RowKeys};
 use crate::isa::Isa;
-use crate::{
-    check_len, ensure, rows_of, BlockRef, Init, Result, Weighting, ROW_CHUNK, SCATTER_MIN_ROWS,
-};
+use crate::{check_len, rows_of, BlockRef, Init, Result, Weighting, ROW_CHUNK, SCATTER_MIN_ROWS};
 
 /// `out[r] = init[r] + Σ_e w_e · src[c_e]` over the edges `e` of
 /// destination row `r`. `src` is the source partition (`src_rows × width`),
@@ -61,37 +59,6 @@ pub fn spmm_dropout<'k>(
         isa: Isa::detect(),
     };
     gather(block, src, width, init, out, Masking::Auto(masked));
-    Ok(())
-}
-
-/// [`spmm_dropout`] with the keep bits of `src` made beforehand
-/// ([`KeepBits::new`] over `src`'s rows and `width`): the same bits and the
-/// same sums, without hashing `src`'s mask again for each block that
-/// gathers from it.
-pub fn spmm_kept(
-    block: BlockRef,
-    src: &[f32],
-    width: usize,
-    init: Init,
-    out: &mut [f32],
-    keep: &KeepBits,
-) -> Result<()> {
-    check_spmm("spmm_kept", block, src, width, init, out)?;
-    let shape = (src.len() / width, width);
-    ensure(keep.shape() == shape, || {
-        format!(
-            "spmm_kept: keep bits of {} rows of {}, for a source of {} rows of {}",
-            keep.shape().0,
-            keep.shape().1,
-            shape.0,
-            shape.1
-        )
-    })?;
-    let masking = match keep.bits() {
-        Some(bits) => Masking::Bits(bits, keep.dropout().scale(), Isa::detect()),
-        None => Masking::None,
-    };
-    gather(block, src, width, init, out, masking);
     Ok(())
 }
 

@@ -803,6 +803,16 @@ impl Profile {
                     "0 must be positive",
                 ))
             }
+            (Some(threads), DeviceKind::Cpu) if threads > self.host.cores => {
+                return Err(Error::invalid(
+                    format!("{} field device.threads", context()),
+                    format!(
+                        "{threads} is more than the machine's {} cores (host.cores): a profile \
+                         measures at most one thread a core",
+                        self.host.cores
+                    ),
+                ))
+            }
             (Some(threads), DeviceKind::Gpu) => {
                 return Err(Error::invalid(
                     format!("{} field device.threads", context()),
@@ -1754,6 +1764,16 @@ mod tests {
         let message = p.validate().unwrap_err().to_string();
         assert!(
             message.contains("device.threads: 0 must be positive"),
+            "{message}"
+        );
+        p.device.threads = Some(p.host.cores + 1);
+        let message = p.validate().unwrap_err().to_string();
+        assert!(
+            message.contains(&format!(
+                "device.threads: {} is more than the machine's {} cores",
+                p.host.cores + 1,
+                p.host.cores
+            )),
             "{message}"
         );
         p.device.threads = Some(4);

@@ -34,10 +34,12 @@ pub const ROW_TASK_MAX: u64 = 256;
 /// Lanes of partial weight gradients per [`REDUCE_ROWS`] rows where the
 /// CPU projects a dropped input.
 pub const DROPPED_LANES: u64 = 8;
-/// A CPU weight gradient of fewer [`REDUCE_ROWS`] chunks than this sums
-/// each chunk in [`GRAD_LANES`] partials (`kernels::dense::FEW_CHUNKS`).
+/// A CPU weight gradient of fewer [`REDUCE_ROWS`] chunks than this, of at
+/// most [`GRAD_LANE_MAX_BYTES`] (weights and bias), sums each chunk in
+/// [`GRAD_LANES`] partials (`kernels::dense::FEW_CHUNKS`).
 pub const FEW_CHUNKS: u64 = 4;
 pub const GRAD_LANES: u64 = 4;
+pub const GRAD_LANE_MAX_BYTES: u64 = 256 << 10;
 /// CPU tasks counted as running at once, each with its own buffers.
 pub const TASKS: u64 = 64;
 /// Packing buffer of one CPU GEMM task over inputs a multiple of 1024 wide.
@@ -112,11 +114,15 @@ fn held_chunks(rows: u64) -> u64 {
     chunks(rows).min(REDUCE_GROUP)
 }
 
-/// Partials a CPU weight gradient over `rows` rows holds at once: a
-/// group of chunks', or where the chunks are few each lane's that has
-/// rows (`REDUCE_ROWS / GRAD_LANES` a lane).
-fn held_partials(rows: u64) -> u64 {
-    match chunks(rows) < FEW_CHUNKS {
+/// Partials a CPU weight gradient over `rows` rows of a layer whose
+/// weights take `bytes`, `d_out` wide, holds at once: a group of chunks',
+/// or where the chunks are few and the gradient small, each lane's that
+/// has rows (`REDUCE_ROWS / GRAD_LANES` a lane). The kernel's gradient
+/// may leave out the bias and GAT's attention vectors, up to three
+/// `d_out`: a layer within that of the bound is counted in lanes.
+fn held_partials(rows: u64, bytes: u64, d_out: u64) -> u64 {
+    let small = bytes <= GRAD_LANE_MAX_BYTES + 3 * d_out * F32;
+    match chunks(rows) < FEW_CHUNKS && small {
         true => rows.div_ceil(REDUCE_ROWS / GRAD_LANES),
         false => held_chunks(rows),
     }
@@ -145,14 +151,21 @@ pub fn op_bytes(base: &str, gat: bool, projects_first: bool, s: &OpShape) -> u64
         "agg" if gat => dropped_alpha + carry(s.edges, s.width).max(tasks(s.rows) * s.heads * F32),
         "agg" => {
             // The first aggregation of a dropped input: the keep bits of
-            // the source rows, which the CUDA backend computes and holds
-            // beside its segment sums. The CPU's are made once a source
-            // partition and kept ([`input_keep_bits`], resident).
-            let bits = match s.drops_input && !projects_first {
-                true => keep_bits(s.src_rows, s.d_in),
+            // the source rows, which the CUDA backend always computes and
+            // holds beside its segment sums, and the CPU's where the block
+            // has at least an edge per 8 source rows (else per-task
+            // buffers).
+            let dropped = s.drops_input && !projects_first;
+            let bits = match dropped {
+                true => s.src_rows * s.d_in.div_ceil(64) * 8,
                 false => 0,
             };
-            carry(s.edges, s.width) + bits
+            let cpu = match dropped {
+                false => 0,
+                true if s.edges * 8 >= s.src_rows => bits,
+                true => tasks(s.rows) * (s.d_in + s.edges.min(s.src_rows)) * F32,
+            };
+            (carry(s.edges, s.width) + bits).max(cpu)
         }
         "linear" if (gat || projects_first) && s.drops_input => dropped_slabs(s.rows, s.d_in),
         // The CUDA backend's bias-added copy of the rows (the CPU adds
@@ -181,8 +194,9 @@ pub fn op_bytes(base: &str, gat: bool, projects_first: bool, s: &OpShape) -> u64
         "node_scores_bwd" => 3 * chunks(s.rows) * s.d_out * F32,
         "linear_bwd" => {
             // The CPU's weight-gradient partials: a group of chunks at a
-            // time, each chunk's lanes where the input is dropped.
-            let partials = held_partials(s.rows) * s.weight_bytes;
+            // time, each chunk's lanes where the input is dropped or, for
+            // a small gradient, where the chunks are few.
+            let partials = held_partials(s.rows, s.weight_bytes, s.d_out) * s.weight_bytes;
             let cpu = match (gat || projects_first, s.drops_input) {
                 (true, true) => {
                     let held = chunks(s.rows).min(REDUCE_GROUP / DROPPED_LANES);
@@ -208,30 +222,11 @@ pub fn op_bytes(base: &str, gat: bool, projects_first: bool, s: &OpShape) -> u64
     }
 }
 
-/// Keep bits of a dropout over `rows` rows of `width`: a word per 64
-/// elements of a row.
-fn keep_bits(rows: u64, width: u64) -> u64 {
-    rows * width.div_ceil(64) * 8
-}
-
-/// The keep bits of the first layer's dropped input over all `nodes`
-/// rows of `d_in`, which the CPU backend makes once a source partition
-/// and an iteration and keeps, so that the blocks gathering from a
-/// partition share them (0 where no gather drops its input: no dropout, or
-/// a first layer that projects first).
-pub fn input_keep_bits(nodes: u64, d_in: u64, gathers_dropped: bool) -> u64 {
-    match gathers_dropped {
-        true => keep_bits(nodes, d_in),
-        false => 0,
-    }
-}
-
 /// Bytes held for the whole run: the three label masks (a byte a node),
-/// the largest transpose a backend keeps between operators where any is
-/// built (`largest_transpose`, 0 if none) and the first layer's keep bits
-/// ([`input_keep_bits`]).
-pub fn resident_bytes(nodes: u64, largest_transpose: u64, input_keep_bits: u64) -> u64 {
-    3 * nodes + largest_transpose + input_keep_bits
+/// and the largest transpose a backend keeps between operators where any
+/// is built (`largest_transpose`, 0 if none).
+pub fn resident_bytes(nodes: u64, largest_transpose: u64) -> u64 {
+    3 * nodes + largest_transpose
 }
 
 #[cfg(test)]
@@ -282,9 +277,10 @@ mod tests {
     }
 
     /// An aggregation of the dropped input holds its source rows' keep
-    /// bits beside its segment sums (the CUDA backend's), however few its
-    /// edges; a projecting-first layer's aggregation reads rows dropped
-    /// already. The CPU's bits are the run's, of every row.
+    /// bits beside its segment sums (the CUDA backend's), or the CPU's
+    /// per-task buffers where the block has fewer edges than a byte per
+    /// source row and those are more; a projecting-first layer's
+    /// aggregation reads rows dropped already.
     #[test]
     fn a_dropped_aggregation_holds_its_keep_bits_beside_its_segment_sums() {
         let plain = op_bytes("agg", false, false, &shape());
@@ -301,11 +297,11 @@ mod tests {
             src_rows: 1_000_000,
             ..dropped
         };
-        assert_eq!(op_bytes("agg", false, false, &sparse), 1_000_000 * 8);
-        // 130 wide: three words a row.
-        assert_eq!(input_keep_bits(1_000, 130, true), 1_000 * 3 * 8);
-        assert_eq!(input_keep_bits(1_000, 130, false), 0);
-        assert_eq!(resident_bytes(1_000, 5, 24_000), 3_000 + 5 + 24_000);
+        let cpu = TASKS.min(sparse.rows) * (64 + 100) * 4;
+        assert_eq!(
+            op_bytes("agg", false, false, &sparse),
+            (1_000_000 * 8u64).max(cpu)
+        );
     }
 
     /// The first layer's dropped input takes slabs; without dropout, none.
@@ -346,6 +342,17 @@ mod tests {
         assert_eq!(at(10_000, false), 10 * w);
         assert_eq!(at(1_000, false), w);
         assert_eq!(at(20_000, false), 5 * w);
+        // A gradient over 256 KiB takes no lanes: 256 -> 300 and its bias.
+        let wide = OpShape {
+            rows: 10_000,
+            d_out: 300,
+            weight_bytes: (256 * 300 + 300) * 4,
+            ..shape()
+        };
+        assert_eq!(
+            op_bytes("linear_bwd", false, false, &wide),
+            3 * wide.weight_bytes
+        );
         // A hundred million rows: a group's partials, or the CUDA
         // backend's bias partials, whichever is more.
         let big = 100_000_000u64;

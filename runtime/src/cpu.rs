@@ -32,7 +32,7 @@
 
 use std::sync::Arc;
 
-use fateplan_kernels::dropout::{Dropout, KeepBits, RowKeys};
+use fateplan_kernels::dropout::{Dropout, RowKeys};
 use fateplan_kernels::gat::{self, BlockGrads, BlockInputs, Heads, NodeScoreGrads};
 use fateplan_kernels::{activation, dense, loss, sparse, BlockRef, Init, Write};
 use fateplan_planner::gnn::GnnModel;
@@ -58,10 +58,6 @@ pub struct CpuGnn {
     /// ([`Backend::run_owned`]): the operator adds into them instead of
     /// copying them into fresh outputs.
     handed: Vec<Option<Vec<f32>>>,
-    /// By source partition, the keep bits of the first layer's input
-    /// dropout, made at the layer's first block reading the partition and
-    /// shared by its other blocks (`scratch::input_keep_bits` counts them).
-    keep: Vec<Option<KeepBits>>,
 }
 
 fn kernel(error: impl std::fmt::Display) -> ExecError {
@@ -77,7 +73,6 @@ impl CpuGnn {
             metrics: Metrics::default(),
             peers: None,
             handed: Vec::new(),
-            keep: Vec::new(),
         })
     }
 
@@ -480,31 +475,6 @@ impl CpuGnn {
             None => dense::matmul_rows_bwd(dz, x, rows, d_in, w, d_out, dw, dx, Write::Overwrite),
         }
         .map_err(kernel)
-    }
-
-    /// The keep bits of `mask` over source partition `j`'s `rows` rows of
-    /// `width`: made at the first block that reads them under this mask,
-    /// then shared by the layer's other blocks reading `j`.
-    fn keep_bits(
-        &mut self,
-        j: usize,
-        mask: &Dropout,
-        rows: usize,
-        width: usize,
-    ) -> Result<&KeepBits, ExecError> {
-        if self.keep.len() <= j {
-            self.keep.resize(j + 1, None);
-        }
-        let fresh = |k: &KeepBits| k.dropout() == mask && k.shape() == (rows, width);
-        if !self.keep[j].as_ref().is_some_and(fresh) {
-            // The old bits go first, so that two sets are never held.
-            self.keep[j] = None;
-            let keys = self.model.keys(j);
-            self.keep[j] = Some(KeepBits::new(mask, keys, rows, width).map_err(kernel)?);
-        }
-        self.keep[j]
-            .as_ref()
-            .ok_or_else(|| ExecError::Internal(format!("partition {j}: no keep bits")))
     }
 
     /// `agg + bias` for the rows of `agg`.
@@ -1036,8 +1006,8 @@ impl Backend for CpuGnn {
                     .filter(|_| l == 1 && !projected);
                 match mask {
                     Some(mask) => {
-                        let keep = self.keep_bits(j, &mask, src.len() / d_in.max(1), d_in)?;
-                        sparse::spmm_kept(view, src, d_in, init, &mut out, keep)
+                        let src_keys = self.model.keys(j);
+                        sparse::spmm_dropout(view, src, d_in, init, &mut out, &mask, src_keys)
                     }
                     None => sparse::spmm(view, src, d_in, init, &mut out),
                 }

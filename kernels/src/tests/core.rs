@@ -3,7 +3,7 @@
 use super::*;
 use crate::activation::*;
 use crate::dense::*;
-use crate::dropout::{Dropout, KeepBits, MaskBits, RowKeys};
+use crate::dropout::{Dropout, MaskBits, RowKeys};
 use crate::isa::Isa;
 use crate::loss::*;
 use crate::optim::Adam;
@@ -71,49 +71,6 @@ fn spmm_dropout_matches_dropped_input() {
     let mut plain = vec![0.0; rows * width];
     spmm(block.as_ref(), &src, width, Init::Zero, &mut plain).unwrap();
     assert_eq!(out, plain);
-}
-
-/// Keep bits made once give [`spmm_dropout`]'s sums bit for bit, on dense
-/// blocks (which made the bits per call) and sparse ones (which hashed per
-/// edge), for contiguous and renumbered rows and a dropout that keeps
-/// everything; bits of another shape are refused.
-#[test]
-fn spmm_kept_equals_spmm_dropout_bit_for_bit() {
-    let mut rng = Rng::new(21);
-    let (src_rows, width) = (700, 67);
-    let src = rng.vec(src_rows * width);
-    let ids: Vec<u64> = (0..src_rows as u64).map(|r| 3 * r + 11).collect();
-    let d = Dropout::new(0.3, 5, 9).unwrap();
-    let none = Dropout::new(0.0, 5, 9).unwrap();
-    for (rows, per_row) in [(600, 5), (40, 1)] {
-        let block = random_block(&mut rng, rows, src_rows, per_row);
-        let init = rng.vec(rows * width);
-        for keys in [RowKeys::Contiguous(123), RowKeys::Ids(&ids)] {
-            for dropout in [d, none] {
-                let keep = KeepBits::new(&dropout, keys, src_rows, width).unwrap();
-                let (mut a, mut b) = (vec![0.0; rows * width], vec![0.0; rows * width]);
-                let init = Init::From(&init);
-                spmm_dropout(block.as_ref(), &src, width, init, &mut a, &dropout, keys).unwrap();
-                spmm_kept(block.as_ref(), &src, width, init, &mut b, &keep).unwrap();
-                assert_same_bits(&format!("{rows} rows, p {}", dropout.p), &b, &a);
-            }
-        }
-        let keep = KeepBits::new(&d, 0u64, src_rows - 1, width).unwrap();
-        let mut out = vec![0.0; rows * width];
-        let message = spmm_kept(block.as_ref(), &src, width, Init::Zero, &mut out, &keep)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            message.contains("spmm_kept") && message.contains("699 rows of 67"),
-            "{message}"
-        );
-    }
-    assert_eq!(
-        KeepBits::new(&d, 0u64, 10, 130).unwrap().bytes(),
-        10 * 3 * 8
-    );
-    assert_eq!(KeepBits::new(&none, 0u64, 10, 130).unwrap().bytes(), 0);
-    assert!(KeepBits::new(&d, RowKeys::Ids(&ids[..5]), 10, 130).is_err());
 }
 
 /// Asserts that `a` and `b` hold the same bits, naming the first element
@@ -863,6 +820,21 @@ fn reductions_past_a_group_add_every_partial_in_chunk_order() {
     };
     let expect = add_in_chunk_order(chunk(0), 1..3, chunk);
     assert_same_bits("matmul_rows_bwd in lanes", &dw, &expect);
+    // A gradient of more than `GRAD_LANE_MAX_VALUES` takes no lanes: one
+    // partial over the chunk's 1,025 rows, as one product.
+    {
+        let (rows, d_in, d_out) = (1025, 128, 513);
+        assert!(d_in * d_out > GRAD_LANE_MAX_VALUES);
+        let (x, dz, w) = (
+            rng.vec(rows * d_in),
+            rng.vec(rows * d_out),
+            rng.vec(d_in * d_out),
+        );
+        let mut dw = vec![f32::NAN; d_in * d_out];
+        matmul_rows_bwd(&dz, &x, rows, d_in, &w, d_out, &mut dw, None, write).unwrap();
+        let one = weight_grad_gemm(&dz, &x, (0, rows), d_in, d_out);
+        assert_same_bits("matmul_rows_bwd past the lanes' bound", &dw, &one);
+    }
     assert_close(
         "matmul_rows_bwd in lanes",
         &dw,

@@ -2422,6 +2422,10 @@ mod tests {
             fateplan_kernels::dense::GRAD_LANES as u64,
             scratch::GRAD_LANES
         );
+        assert_eq!(
+            fateplan_kernels::dense::GRAD_LANE_MAX_VALUES as u64 * 4,
+            scratch::GRAD_LANE_MAX_BYTES
+        );
     }
 
     #[test]

@@ -35,6 +35,7 @@ use fateplan_planner::profile::{
     DeviceKind, DeviceProfile, HostProfile, PcieProfile, Profile, SsdProfile,
     PROFILE_FORMAT_VERSION,
 };
+use fateplan_planner::units::count;
 
 use crate::dataset::Dataset;
 use crate::exec::lanes::Lane;
@@ -435,7 +436,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                 partitions: sizes.partitions,
                 width: sizes.width,
             };
-            let engine = format!("the CPU backend at {threads} threads");
+            let engine = format!("the CPU backend at {}", count(threads as u64, "thread"));
             (profile, BackendChoice::Cpu, engine, "faer", bench)
         }
     };
@@ -870,13 +871,14 @@ fn cpu_profile(
         name: name.to_string(),
         description: format!(
             "Measured by `fateplan profile` ({} sizes): {cpu}, {cores} CPUs, {} GiB RAM, no \
-             GPU; the CPU backend at {threads} threads (device and host tiers are arenas in RAM)",
+             GPU; the CPU backend at {} (device and host tiers are arenas in RAM)",
             sizes_label,
-            memory.total_bytes >> 30
+            memory.total_bytes >> 30,
+            count(threads as u64, "thread")
         ),
         device: DeviceProfile {
             kind: DeviceKind::Cpu,
-            model: format!("{cpu} (CPU backend, {threads} threads)"),
+            model: format!("{cpu} (CPU backend, {})", count(threads as u64, "thread")),
             count_max: 1,
             hbm_bytes: memory.total_bytes / 3,
             hbm_bytes_per_s: 0.0,
