@@ -490,10 +490,10 @@ pub const FEW_CHUNKS: usize = 4;
 /// `REDUCE_ROWS / GRAD_LANES` rows, each its own partial, added in order.
 pub const GRAD_LANES: usize = 4;
 /// The most values (weights and bias) a weight gradient summed in lanes
-/// has (256 KiB): each lane holds a partial as large, and a wider layer's
+/// has (128 KiB): each lane holds a partial as large, and a wider layer's
 /// gradient already spreads over tasks of input features, so lanes would
 /// add memory where a plan is short of it for little.
-pub const GRAD_LANE_MAX_VALUES: usize = 64 << 10;
+pub const GRAD_LANE_MAX_VALUES: usize = 32 << 10;
 
 /// Lanes of each chunk of a weight gradient of `len` values over `rows`
 /// rows: 1, or [`GRAD_LANES`] where there are fewer than [`FEW_CHUNKS`]

@@ -39,7 +39,7 @@ pub const DROPPED_LANES: u64 = 8;
 /// [`GRAD_LANES`] partials (`kernels::dense::FEW_CHUNKS`).
 pub const FEW_CHUNKS: u64 = 4;
 pub const GRAD_LANES: u64 = 4;
-pub const GRAD_LANE_MAX_BYTES: u64 = 256 << 10;
+pub const GRAD_LANE_MAX_BYTES: u64 = 128 << 10;
 /// CPU tasks counted as running at once, each with its own buffers.
 pub const TASKS: u64 = 64;
 /// Packing buffer of one CPU GEMM task over inputs a multiple of 1024 wide.
@@ -342,11 +342,11 @@ mod tests {
         assert_eq!(at(10_000, false), 10 * w);
         assert_eq!(at(1_000, false), w);
         assert_eq!(at(20_000, false), 5 * w);
-        // A gradient over 256 KiB takes no lanes: 256 -> 300 and its bias.
+        // A gradient over 128 KiB takes no lanes: 128 -> 300 and its bias.
         let wide = OpShape {
             rows: 10_000,
             d_out: 300,
-            weight_bytes: (256 * 300 + 300) * 4,
+            weight_bytes: (128 * 300 + 300) * 4,
             ..shape()
         };
         assert_eq!(
