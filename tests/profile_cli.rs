@@ -55,6 +55,22 @@ fn a_quick_profile_is_valid_measured_and_plans() {
             assert!(output.status.success(), "{}", stderr(&output));
             stdout(&output)
         };
+        let train_json = |threads: &str| -> serde_json::Value {
+            let graph = "planted:nodes=200,classes=3,features=8,seed=1";
+            let p = path.to_str().unwrap();
+            let args = [
+                "train",
+                "--graph",
+                graph,
+                "--epochs",
+                "1",
+                "--threads",
+                threads,
+            ];
+            let output = fateplan(&[&args[..], &["--profile", p, "--json"]].concat());
+            assert!(output.status.success(), "{}", stderr(&output));
+            serde_json::from_slice(&output.stdout).unwrap()
+        };
         let note = "was measured with the CPU backend at 1 thread, and this run trains at 2 \
                     threads";
         let other = train("2");
@@ -65,6 +81,16 @@ fn a_quick_profile_is_valid_measured_and_plans() {
         );
         let own = train("1");
         assert!(!own.contains("was measured with the CPU backend"), "{own}");
+        // `--json` carries the note and both counts.
+        let json = train_json("2");
+        assert_eq!(json["device_threads"], 2, "{json}");
+        assert_eq!(json["profile_threads"], 1, "{json}");
+        let note = json["threads_note"].as_str().unwrap_or_default();
+        assert!(
+            note.contains("at 1 thread, and this run trains at 2"),
+            "{json}"
+        );
+        assert!(train_json("1").get("threads_note").is_none());
         // The gathers alone at three widths on the quick profile's three
         // graphs (scales 12, 14 and 16), and the gathers' fits made on
         // them.
