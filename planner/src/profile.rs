@@ -1157,8 +1157,7 @@ mod tests {
             p.sources.insert(key.into(), "measured".into());
         }
         p.validate().unwrap();
-        let lists = "device.dense_shapes";
-        for key in ["device.hbm_byte", "peer.bytes_per_s", "name", "", lists] {
+        for key in ["device.hbm_byte", "peer.bytes_per_s", "name", ""] {
             let mut p = profile();
             p.sources.insert(key.into(), "assumption: a guess".into());
             let message = p.validate().unwrap_err().to_string();
@@ -1171,6 +1170,18 @@ mod tests {
             );
             assert!(message.ends_with("ssd.write_latency_s"), "{message}");
         }
+        // A list the profile lacks is told as such.
+        let mut p = profile();
+        p.sources
+            .insert("device.dense_shapes".into(), "assumption: a guess".into());
+        let message = p.validate().unwrap_err().to_string();
+        assert!(
+            message.contains(
+                "field sources.\"device.dense_shapes\": sources the list device.dense_shapes, \
+                 which is empty or absent"
+            ),
+            "{message}"
+        );
         // With a peer section, its figures take sources.
         let mut p = profile();
         p.peer = Some(PeerProfile {
