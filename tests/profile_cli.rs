@@ -39,37 +39,17 @@ fn a_quick_profile_is_valid_measured_and_plans() {
         assert_eq!(profile.device.threads, Some(1));
         // Training at another thread count is told that the prediction is
         // of the profile's; at its own, nothing is said.
-        let train = |threads: &str| {
+        let run = |threads: &str, json: &[&str]| {
             let graph = "planted:nodes=200,classes=3,features=8,seed=1";
             let p = path.to_str().unwrap();
-            let args = [
-                "train",
-                "--graph",
-                graph,
-                "--epochs",
-                "1",
-                "--threads",
-                threads,
-            ];
-            let output = fateplan(&[&args[..], &["--profile", p]].concat());
+            let args = ["train", "--graph", graph, "--epochs", "1", "--profile", p];
+            let output = fateplan(&[&args[..], &["--threads", threads], json].concat());
             assert!(output.status.success(), "{}", stderr(&output));
-            stdout(&output)
+            output.stdout
         };
+        let train = |threads: &str| String::from_utf8_lossy(&run(threads, &[])).into_owned();
         let train_json = |threads: &str| -> serde_json::Value {
-            let graph = "planted:nodes=200,classes=3,features=8,seed=1";
-            let p = path.to_str().unwrap();
-            let args = [
-                "train",
-                "--graph",
-                graph,
-                "--epochs",
-                "1",
-                "--threads",
-                threads,
-            ];
-            let output = fateplan(&[&args[..], &["--profile", p, "--json"]].concat());
-            assert!(output.status.success(), "{}", stderr(&output));
-            serde_json::from_slice(&output.stdout).unwrap()
+            serde_json::from_slice(&run(threads, &["--json"])).unwrap()
         };
         let note = "was measured with the CPU backend at 1 thread, and this run trains at 2 \
                     threads";
