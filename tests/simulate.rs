@@ -29,6 +29,23 @@ fn profile_file(dir: &Path, name: &str, edit: impl Fn(&mut fateplan::planner::Pr
     file
 }
 
+/// The plan in `plan` as a build before some of its counts wrote it:
+/// `clear` applied to each operator, the digest made again, written to
+/// `dir/older.json`.
+fn older_plan(
+    dir: &Path,
+    plan: &Path,
+    clear: impl Fn(&mut fateplan::planner::workload::Op),
+) -> PathBuf {
+    let text = std::fs::read_to_string(plan).unwrap();
+    let mut older = fateplan::planner::plan::Plan::from_json(&text, "plan.json").unwrap();
+    older.workload.definition.ops.iter_mut().for_each(clear);
+    older.workload.digest = older.workload.definition.digest();
+    let file = dir.join("older.json");
+    std::fs::write(&file, older.to_json()).unwrap();
+    file
+}
+
 #[test]
 fn simulates_a_plan_with_json_trace_and_picture() {
     let dir = scratch("json");
@@ -316,7 +333,6 @@ fn slices_nest_or_follow(trace: &serde_json::Value) {
 /// plan of this build is not told so.
 #[test]
 fn an_older_gat_plan_on_a_profile_with_head_and_row_times_is_told_so() {
-    use fateplan::planner::plan::Plan;
     use fateplan::planner::profile::ClassRate;
     use fateplan::planner::workload::ComputeClass;
     let dir = scratch("older-gat");
@@ -356,14 +372,9 @@ fn an_older_gat_plan_on_a_profile_with_head_and_row_times_is_told_so() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(!stdout(&out).contains(note), "{}", stdout(&out));
     // The same plan as a build before the counts wrote it.
-    let text = std::fs::read_to_string(&plan).unwrap();
-    let mut older = Plan::from_json(&text, "plan.json").unwrap();
-    for op in &mut older.workload.definition.ops {
-        (op.cost.edge_heads, op.cost.rows) = (0, 0);
-    }
-    older.workload.digest = older.workload.definition.digest();
-    let older_file = dir.join("older.json");
-    std::fs::write(&older_file, older.to_json()).unwrap();
+    let older_file = older_plan(&dir, &plan, |op| {
+        (op.cost.edge_heads, op.cost.rows) = (0, 0)
+    });
     let out = fateplan(&["simulate", path(&older_file), "--profile", path(&profile)]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
@@ -399,7 +410,6 @@ fn an_older_gat_plan_on_a_profile_with_head_and_row_times_is_told_so() {
 /// build is not told so.
 #[test]
 fn an_older_gcn_plan_on_a_profile_with_a_gather_curve_is_told_so() {
-    use fateplan::planner::plan::Plan;
     use fateplan::planner::profile::{ClassRate, GatherPoint};
     use fateplan::planner::workload::ComputeClass;
     let dir = scratch("older-gcn");
@@ -449,14 +459,9 @@ fn an_older_gcn_plan_on_a_profile_with_a_gather_curve_is_told_so() {
         out
     };
     assert!(!stdout(&run(&plan, false)).contains(note));
-    let text = std::fs::read_to_string(&plan).unwrap();
-    let mut older = Plan::from_json(&text, "plan.json").unwrap();
-    for op in &mut older.workload.definition.ops {
-        (op.cost.gather_width, op.cost.gather_set_bytes) = (0, 0);
-    }
-    older.workload.digest = older.workload.definition.digest();
-    let older_file = dir.join("older.json");
-    std::fs::write(&older_file, older.to_json()).unwrap();
+    let older_file = older_plan(&dir, &plan, |op| {
+        (op.cost.gather_width, op.cost.gather_set_bytes) = (0, 0)
+    });
     let text = stdout(&run(&older_file, false));
     assert!(
         text.contains(note) && text.contains("agg[l") && text.contains("\"curved\""),
