@@ -3086,6 +3086,27 @@ fn run_workloads() -> Result<()> {
 mod tests {
     use super::*;
 
+    /// `train --threads`' help says the cap `set_threads` holds it to.
+    #[test]
+    fn the_threads_help_names_its_cap() {
+        use clap::CommandFactory;
+        let command = Cli::command();
+        let help = |sub: &str| {
+            let sub = command.find_subcommand(sub).unwrap();
+            let arg = sub
+                .get_arguments()
+                .find(|a| a.get_id() == "threads")
+                .unwrap();
+            arg.get_help().unwrap().to_string()
+        };
+        let train = help("train");
+        assert!(
+            train.contains(&format!("at most {MAX_THREADS_PER_CORE} a core")),
+            "{train}"
+        );
+        assert!(help("profile").contains("at most: every core"));
+    }
+
     /// A 32-bit number flag keeps what was meant or says why it cannot:
     /// never infinity from a finite value, never 0 from a nonzero one.
     #[test]

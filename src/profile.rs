@@ -29,8 +29,8 @@ pub struct ProfileArgs {
     /// The profile's name.
     #[arg(long, default_value = "measured")]
     name: String,
-    /// Compute threads of the CPU backend's figures (default: every core);
-    /// train with the same --threads.
+    /// Compute threads of the CPU backend's figures (default, and at
+    /// most: every core); train with the same --threads.
     #[arg(long, value_parser = crate::cli::positive::<usize>)]
     threads: Option<usize>,
     /// Time the GCN's operators (the aggregations' fits, GEMMs,

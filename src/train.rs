@@ -130,9 +130,9 @@ pub struct TrainArgs {
     /// Seed of the weights and the dropout masks.
     #[arg(long, default_value_t = 1, value_parser = crate::cli::whole::<u64>)]
     seed: u64,
-    /// Compute threads (default: every core). With --devices, shared
-    /// out: each device gets its part (at least one), as a pool of its
-    /// own, or with --processes as its process's.
+    /// Compute threads (default: every core; at most 16 a core). With
+    /// --devices, shared out: each device gets its part (at least one),
+    /// as a pool of its own, or with --processes as its process's.
     #[arg(long, value_parser = crate::cli::positive::<usize>)]
     pub(crate) threads: Option<usize>,
     /// Vertex partitions of the workload (per device, with --devices)

@@ -63,6 +63,35 @@ impl Bench {
     }
 }
 
+/// One GCN timed for the aggregations' time per row ([`row_runs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowRun {
+    pub width: u32,
+    pub partitions: u32,
+    /// Iterations timed, after one left out.
+    pub iterations: u32,
+}
+
+/// The GCNs, as (width, partitions), timed beside the two in `bench`'s
+/// partitions to tell an aggregation's time per row (walked once a
+/// block) from its time per edge and its bandwidth: the wide one in one
+/// partition, which walks each row once a layer; a narrow one (an eighth
+/// of the width), whose rows' bytes are few beside their walks, in
+/// `bench`'s partitions and in one; and the wide one in twice `bench`'s
+/// partitions. Fitted on the first two alone, the rows of a 2-layer GCN
+/// of 128 on R-MAT scale 18 in 16 partitions were priced at 0.85 of
+/// their time and a narrow GCN's in one partition at 1.2 of theirs
+/// (docs/profile.md, "More partition counts in the aggregations' fit").
+pub fn row_runs(bench: Bench) -> [(u32, u32); 4] {
+    let parts = bench.partitions;
+    [
+        (bench.width, 1),
+        (bench.narrow_width(), parts),
+        (bench.narrow_width(), 1),
+        (bench.width, 2 * parts),
+    ]
+}
+
 /// One GEMM shape's rate: the linear layers (forward and backward) of
 /// `d_in -> d_out`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -100,11 +129,10 @@ pub struct TrainingRates {
     /// of the one of half of it.
     pub iterations: u32,
     pub half_iterations: u32,
-    /// Iterations of the runs that tell the aggregations' rows apart (the
-    /// GCN of `width` in one partition, then one of an eighth of it), none
-    /// where they did not run (one partition, or a graph given that does
-    /// not fit the device in one).
-    pub row_runs_iterations: Vec<u32>,
+    /// The runs that tell the aggregations' rows apart ([`row_runs`]),
+    /// none where they did not run (one partition, or a graph given that
+    /// does not fit the device in one).
+    pub row_runs: Vec<RowRun>,
     /// Seconds per edge to build a block's transpose on a backend that
     /// builds them (the CUDA backend's; `None` on the CPU): the GCN of
     /// half the width timed again with every transpose built afresh
@@ -478,8 +506,8 @@ impl GcnRun {
 /// given (with its own features) and else on `bench`'s R-MAT graph (as
 /// many features as the hidden width), one of `bench.width` hidden width
 /// and one of half of it (and, where `bench` has several partitions and
-/// the first fits the device in one, the first again in one partition and
-/// one of an eighth of the width, for the aggregations' time per row),
+/// the first fits the device in one, the runs of [`row_runs`], for the
+/// aggregations' time per row),
 /// each with a retain-all plan (made with `profile`, whose figures a
 /// retain-all plan does not depend on), and times every operator of one
 /// warm-up iteration and then of `rounds` iterations (at least `min`,
@@ -500,26 +528,30 @@ pub fn training_rates(
         |width, partitions| time_gcn(bench, width, partitions, graph, profile, rounds, backend);
     let wide = run(bench.width, parts)?;
     let half = run(bench.half_width(), parts)?;
-    // The aggregations' times per row: the wide GCN again in one
-    // partition, where a row is walked once a layer instead of once a
-    // block, and a narrow one (an eighth of the width) in the profile's
-    // partitions, whose rows' bytes are few beside their walks. Left out
-    // where the profile has one partition, or where the graph given does
-    // not fit the device in one.
+    // The aggregations' times per row ([`row_runs`]), the first of them
+    // the wide GCN in one partition. Left out where the profile has one
+    // partition, or where the graph given does not fit the device in
+    // one.
+    let [(width, one), rest @ ..] = row_runs(bench);
     let whole = match parts > 1 {
-        true => match run(bench.width, 1) {
+        true => match run(width, one) {
             Ok(run) => Some(run),
             Err(Error::InvalidInput { .. }) => None,
             Err(e) => return Err(e),
         },
         false => None,
     };
-    let narrow = match whole {
-        Some(_) => Some(run(bench.narrow_width(), parts)?),
-        None => None,
-    };
-    let extra: Vec<&GcnRun> = whole.iter().chain(&narrow).collect();
-    let mut rates = rates_of(&wide, &half, &extra)?;
+    let mut extra: Vec<(RowRun, GcnRun)> = Vec::new();
+    if let Some(whole) = whole {
+        extra.push((row_run(width, one, &whole), whole));
+        for (width, partitions) in rest {
+            let timed = run(width, partitions)?;
+            extra.push((row_run(width, partitions, &timed), timed));
+        }
+    }
+    let runs: Vec<&GcnRun> = extra.iter().map(|(_, run)| run).collect();
+    let mut rates = rates_of(&wide, &half, &runs)?;
+    rates.row_runs = extra.iter().map(|(row, _)| *row).collect();
     // The gathers were summed at the curve's largest working set
     // (`time_iterations`), so their fits are of it.
     if !profile.device.gather_curve.is_empty() {
@@ -544,6 +576,14 @@ pub fn training_rates(
         rates.transpose_seconds_per_edge = Some(transpose_cost(&half, &rebuilt)?);
     }
     Ok(rates)
+}
+
+fn row_run(width: u32, partitions: u32, run: &GcnRun) -> RowRun {
+    RowRun {
+        width,
+        partitions,
+        iterations: run.timed.iterations.len() as u32,
+    }
 }
 
 /// Seconds per edge of the transposes `rebuilt` built beyond those of
@@ -585,7 +625,8 @@ fn aggregation_points(
 
 /// [`training_rates`] from its GCNs: `wide` and `half` in the profile's
 /// partitions, and the runs that tell the aggregations' rows apart
-/// (`extra`: the wide GCN in one partition, a narrow one), where they ran.
+/// (`extra`: [`row_runs`]), where they ran; the caller records which
+/// those were.
 fn rates_of(wide: &GcnRun, half: &GcnRun, extra: &[&GcnRun]) -> Result<TrainingRates> {
     let mut dense = wide.dense()?;
     dense.extend(half.dense()?);
@@ -627,10 +668,7 @@ fn rates_of(wide: &GcnRun, half: &GcnRun, extra: &[&GcnRun]) -> Result<TrainingR
         .flatten()
         .collect(),
         iterations: wide.timed.iterations.len() as u32,
-        row_runs_iterations: extra
-            .iter()
-            .map(|r| r.timed.iterations.len() as u32)
-            .collect(),
+        row_runs: Vec::new(),
         half_iterations: half.timed.iterations.len() as u32,
         transpose_seconds_per_edge: None,
     })
@@ -1359,6 +1397,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!((rates.nodes, rates.iterations), (1024, 1));
+        let runs: Vec<(u32, u32, u32)> = rates
+            .row_runs
+            .iter()
+            .map(|r| (r.width, r.partitions, r.iterations))
+            .collect();
+        assert_eq!(runs, [(16, 1, 1), (2, 2, 1), (2, 1, 1), (16, 4, 1)]);
         for rate in [
             rates.elementwise_bytes_per_s,
             rates.gather_bytes_per_s,
@@ -1482,9 +1526,10 @@ mod tests {
     /// The aggregations' fits take every layer of the GCNs: the first
     /// layer's masked gathers, the two plain forward ones and two backward
     /// of a GCN, the half-width GCN's with fewer bytes over the same
-    /// edges, then the wide GCN's in one partition, whose rows are walked
-    /// once a layer where the others walk them once a block, and a narrow
-    /// GCN's.
+    /// edges, then those of the runs that tell rows apart ([`row_runs`]):
+    /// the wide GCN's in one partition, whose rows are walked once a
+    /// layer where the others walk them once a block, a narrow GCN's in
+    /// two partitions and in one, and the wide GCN's in four.
     #[test]
     fn aggregations_are_fitted_over_the_gcns() {
         let bench = Bench {
@@ -1505,8 +1550,9 @@ mod tests {
             )
             .unwrap()
         };
-        let (wide, half, whole, narrow) = (run(16, 2), run(8, 2), run(16, 1), run(2, 2));
-        let extra = [&whole, &narrow];
+        let (wide, half) = (run(16, 2), run(8, 2));
+        let timed: Vec<GcnRun> = row_runs(bench).iter().map(|&(w, p)| run(w, p)).collect();
+        let extra: Vec<&GcnRun> = timed.iter().collect();
         let rates = rates_of(&wide, &half, &extra).unwrap();
         for (k, class, group, layers) in [
             (
@@ -1529,7 +1575,7 @@ mod tests {
             ),
         ] {
             let points = aggregation_points(&wide, &half, &extra, group).unwrap();
-            assert_eq!(points.len(), 4 * layers, "{class:?}");
+            assert_eq!(points.len(), 6 * layers, "{class:?}");
             let per_edge: Vec<f64> = points.iter().map(|p| p.bytes / p.edges).collect();
             let (w, rest) = per_edge.split_at(layers);
             let h = &rest[..layers];
@@ -1540,20 +1586,21 @@ mod tests {
             assert_eq!(points[0].edges, points[layers].edges);
             // One partition walks half the rows of two; each row's bytes
             // are its running sum's, read and written.
-            let (two, one) = (&points[0], &points[2 * layers]);
-            assert_eq!(two.rows, 2.0 * one.rows, "{class:?}");
-            assert_eq!(one.rows, 1024.0, "{class:?}");
+            let rows: Vec<f64> = points.iter().step_by(layers).map(|p| p.rows).collect();
+            assert_eq!(
+                rows,
+                [2048.0, 2048.0, 1024.0, 2048.0, 1024.0, 4096.0],
+                "{class:?}"
+            );
             assert!(points
                 .iter()
                 .all(|p| p.row_bytes > 0.0 && p.row_bytes < p.bytes));
             assert_eq!(rates.class_rates[k], fit_class(class, &points));
         }
         assert_eq!((rates.iterations, rates.half_iterations), (1, 1));
-        assert_eq!(rates.row_runs_iterations, [1, 1]);
         // Without the runs that tell rows apart none is fitted.
         let rates = rates_of(&wide, &half, &[]).unwrap();
         assert!(rates.class_rates.iter().all(|r| r.seconds_per_row == 0.0));
-        assert!(rates.row_runs_iterations.is_empty());
     }
 
     /// With a time per row, the bytes moved once a row are left to it:

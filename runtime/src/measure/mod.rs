@@ -724,21 +724,25 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             )
         })
         .collect();
-    let row_runs = match &rates.row_runs_iterations[..] {
-        [whole, narrow] => format!(
-            ", and, for a time per row (their bytes moved once a row left to it), of the GCN \
-             of width {} in one partition ({whole} iterations after one left out), which walks \
-             each row once a layer where the others walk it once a block, and of one of hidden \
-             width {} in {} partitions ({narrow} iterations), whose rows' bytes are few beside \
-             their walks",
-            bench.width,
-            bench.narrow_width(),
-            bench.partitions
-        ),
-        _ if bench.partitions > 1 => ", without a time per row: the GCN does not fit the \
+    let row_runs = match &rates.row_runs[..] {
+        [] if bench.partitions > 1 => ", without a time per row: the GCN does not fit the \
              device in one partition"
             .to_string(),
-        _ => String::new(),
+        [] => String::new(),
+        runs => format!(
+            ", and, for a time per row (their bytes moved once a row left to it), of the GCN \
+             of hidden width {}: a row is walked once a layer in one partition and once a \
+             block in several, and a narrow GCN's rows' bytes are few beside their walks",
+            runs.iter()
+                .map(|r| format!(
+                    "{} in {} ({} iterations after one left out)",
+                    r.width,
+                    count(r.partitions as u64, "partition"),
+                    r.iterations
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     };
     let gat_layers = match others.is_empty() {
         true => format!("over its two layers, {gat_run}"),
