@@ -36,11 +36,12 @@
 use divan::counter::{BytesCount, ItemsCount};
 use divan::Bencher;
 use fateplan_kernels::activation::{
-    dropout_into, elu_dropout, elu_dropout_bwd, positive_bits, relu_dropout, relu_dropout_bwd,
-    relu_dropout_bwd_bits,
+    dropout_into, elu_dropout, elu_dropout_biased, elu_dropout_bwd, elu_dropout_bwd_biased,
+    positive_bits, relu_dropout, relu_dropout_biased, relu_dropout_bwd, relu_dropout_bwd_bits,
 };
 use fateplan_kernels::dense::{
-    linear, linear_bwd, matmul_rows, matmul_rows_bwd, matmul_rows_dropped, matmul_rows_dropped_bwd,
+    add_bias, linear, linear_bwd, matmul_rows, matmul_rows_bwd, matmul_rows_dropped,
+    matmul_rows_dropped_bwd,
 };
 use fateplan_kernels::dropout::{Dropout, RowKeys};
 use fateplan_kernels::gat::{
@@ -568,6 +569,56 @@ fn elu_dropout_bwd_200k_w128(bencher: Bencher) {
     bencher
         .counter(elements())
         .bench_local(|| elu_dropout_bwd(&g, &z, WIDTH, 0, Some(&dropout), &mut dz).unwrap());
+}
+
+/// How a layer that projects first takes its activation's input: the
+/// bias added in the activation's own pass (`fused`), or to a copy of
+/// the aggregation first (`copy`, as the CPU backend did before).
+const BIASED: [&str; 2] = ["fused", "copy"];
+
+/// `z + bias` as the `copy` way makes it, for the plain kernel.
+fn biased_copy(z: &[f32], bias: &[f32]) -> Vec<f32> {
+    let mut y = z.to_vec();
+    add_bias(&mut y, bias.len(), bias).unwrap();
+    y
+}
+
+#[divan::bench(sample_count = 10, args = BIASED)]
+fn relu_dropout_biased_200k_w128(bencher: Bencher, way: &str) {
+    let (z, bias) = (values(ROWS * WIDTH, 1), values(WIDTH, 7));
+    let mut h = vec![0.0f32; ROWS * WIDTH];
+    let dropout = Some(Dropout::new(0.5, 1, 2).unwrap());
+    bencher.counter(elements()).bench_local(|| match way {
+        "fused" => relu_dropout_biased(&z, &bias, &mut h, WIDTH, 0, dropout.as_ref()).unwrap(),
+        _ => relu_dropout(&biased_copy(&z, &bias), &mut h, WIDTH, 0, dropout.as_ref()).unwrap(),
+    });
+}
+
+#[divan::bench(sample_count = 10, args = BIASED)]
+fn elu_dropout_biased_200k_w128(bencher: Bencher, way: &str) {
+    let (z, bias) = (values(ROWS * WIDTH, 1), values(WIDTH, 7));
+    let mut h = vec![0.0f32; ROWS * WIDTH];
+    let dropout = Some(Dropout::new(0.5, 1, 2).unwrap());
+    bencher.counter(elements()).bench_local(|| match way {
+        "fused" => elu_dropout_biased(&z, &bias, &mut h, WIDTH, 0, dropout.as_ref()).unwrap(),
+        _ => elu_dropout(&biased_copy(&z, &bias), &mut h, WIDTH, 0, dropout.as_ref()).unwrap(),
+    });
+}
+
+#[divan::bench(sample_count = 10, args = BIASED)]
+fn elu_dropout_bwd_biased_200k_w128(bencher: Bencher, way: &str) {
+    let (z, g, bias) = (
+        values(ROWS * WIDTH, 1),
+        values(ROWS * WIDTH, 3),
+        values(WIDTH, 7),
+    );
+    let mut dz = vec![0.0f32; ROWS * WIDTH];
+    let dropout = Some(Dropout::new(0.5, 1, 2).unwrap());
+    let d = dropout.as_ref();
+    bencher.counter(elements()).bench_local(|| match way {
+        "fused" => elu_dropout_bwd_biased(&g, &z, &bias, WIDTH, 0, d, &mut dz).unwrap(),
+        _ => elu_dropout_bwd(&g, &biased_copy(&z, &bias), WIDTH, 0, d, &mut dz).unwrap(),
+    });
 }
 
 /// Softmax over each row's 16 edges, 8 heads; the scores are reset

@@ -111,15 +111,17 @@ pub fn relu_dropout_biased<'k>(
     keys: impl Into<RowKeys<'k>>,
     dropout: Option<&Dropout>,
 ) -> Result<()> {
-    const KERNEL: &str = "relu_dropout_biased";
-    let keys = keys.into();
-    let rows = rows_of(KERNEL, "z", z.len(), width)?;
-    keys.check(KERNEL, rows)?;
-    check_len(KERNEL, "out", out.len(), z.len())?;
-    check_len(KERNEL, "bias", bias.len(), width)?;
-    by_row_chunks(out, width, keys, dropout, |_, base, part| {
-        map_biased(&z[base..base + part.len()], bias, base, part, relu)
-    })
+    map_masked_biased(
+        "relu_dropout_biased",
+        z,
+        None,
+        bias,
+        out,
+        width,
+        keys.into(),
+        dropout,
+        |v, _| relu(v),
+    )
 }
 
 /// [`positive_bits`] of `z + bias` (`bias`, `width` values, added to every
@@ -142,29 +144,69 @@ pub fn positive_bits_biased(z: &[f32], bias: &[f32], width: usize, bits: &mut [u
             let runs = values.chunks(WORDS * 64).zip(words.chunks_mut(WORDS));
             for (k, (run, words)) in runs.enumerate() {
                 let sums = &mut sums[..run.len()];
-                map_biased(run, bias, first + k * WORDS * 64, sums, |v| v);
+                // The generic sum: dispatched on AVX-512, the mask ran
+                // slower (docs/runtime.md, "A projecting layer's bias
+                // added in the activation's pass").
+                map_biased(run, None, bias, first + k * WORDS * 64, sums, &|v, _| v);
                 pack_on(isa, sums, words);
             }
         });
     Ok(())
 }
 
-/// `out[j] = f(z[j] + bias[(first + j) % bias.len()])`: `z` and `out`
-/// are a run of a tensor's elements from element `first`, whose rows are
-/// `bias.len()` wide; row segment by row segment, so that each loop
-/// vectorises.
+/// `out[j] = f(z[j] + bias[(first + j) % bias.len()], g[j])` (`g` is 0
+/// when absent): `z`, `g` and `out` are a run of a tensor's elements from
+/// element `first`, whose rows are `bias.len()` wide; row segment by row
+/// segment, so that each loop vectorises.
 #[inline(always)]
-fn map_biased(z: &[f32], bias: &[f32], first: usize, out: &mut [f32], f: impl Fn(f32) -> f32) {
+fn map_biased<F: Fn(f32, f32) -> f32>(
+    z: &[f32],
+    g: Option<&[f32]>,
+    bias: &[f32],
+    first: usize,
+    out: &mut [f32],
+    f: &F,
+) {
     let width = bias.len();
     let (mut col, mut j) = (first % width, 0);
     while j < out.len() {
         let n = (width - col).min(out.len() - j);
-        let (o, zs) = (&mut out[j..j + n], &z[j..j + n]);
-        for ((o, &v), &b) in o.iter_mut().zip(zs).zip(&bias[col..col + n]) {
-            *o = f(v + b);
+        let (o, zs, b) = (&mut out[j..j + n], &z[j..j + n], &bias[col..col + n]);
+        match g {
+            Some(g) => {
+                for (((o, &v), &b), &g) in o.iter_mut().zip(zs).zip(b).zip(&g[j..j + n]) {
+                    *o = f(v + b, g);
+                }
+            }
+            None => {
+                for ((o, &v), &b) in o.iter_mut().zip(zs).zip(b) {
+                    *o = f(v + b, 0.0);
+                }
+            }
         }
         j += n;
         col = 0;
+    }
+}
+
+/// [`map_biased`] on `isa`.
+fn map_biased_on<F: Fn(f32, f32) -> f32>(
+    isa: Isa,
+    z: &[f32],
+    g: Option<&[f32]>,
+    bias: &[f32],
+    first: usize,
+    out: &mut [f32],
+    f: &F,
+) {
+    match isa {
+        Isa::Generic => map_biased(z, g, bias, first, out, f),
+        // SAFETY: `Isa::Avx512` names an instruction set the CPU has.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::map_biased_avx512(z, g, bias, first, out, f) },
+        // SAFETY: `Isa::Avx2` names an instruction set the CPU has.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::map_biased_avx2(z, g, bias, first, out, f) },
     }
 }
 
@@ -391,6 +433,55 @@ pub fn elu_dropout_bwd<'k>(
     )
 }
 
+/// `out = dropout(elu(z + bias))`: [`elu_dropout`] of `z` with `bias`
+/// (`width` values) added to every row, in one pass, as GAT's layers take
+/// their aggregation. The same bits as [`elu_dropout`] of
+/// [`crate::dense::add_bias`]'s sum, which it does not write.
+pub fn elu_dropout_biased<'k>(
+    z: &[f32],
+    bias: &[f32],
+    out: &mut [f32],
+    width: usize,
+    keys: impl Into<RowKeys<'k>>,
+    dropout: Option<&Dropout>,
+) -> Result<()> {
+    map_masked_biased(
+        "elu_dropout_biased",
+        z,
+        None,
+        bias,
+        out,
+        width,
+        keys.into(),
+        dropout,
+        |v, _| elu(v),
+    )
+}
+
+/// Backward of [`elu_dropout_biased`]: [`elu_dropout_bwd`] at `z + bias`,
+/// the same bits as it on [`crate::dense::add_bias`]'s sum.
+pub fn elu_dropout_bwd_biased<'k>(
+    grad_out: &[f32],
+    z: &[f32],
+    bias: &[f32],
+    width: usize,
+    keys: impl Into<RowKeys<'k>>,
+    dropout: Option<&Dropout>,
+    grad_z: &mut [f32],
+) -> Result<()> {
+    map_masked_biased(
+        "elu_dropout_bwd_biased",
+        z,
+        Some(grad_out),
+        bias,
+        grad_z,
+        width,
+        keys.into(),
+        dropout,
+        |v, g| g * elu_grad(v),
+    )
+}
+
 /// Elements of one task of [`dropout_in_place`] and of the activations
 /// with dropout, for contiguous rows.
 pub const FLAT_CHUNK: usize = 1 << 14;
@@ -521,6 +612,30 @@ mod x86 {
     ) {
         super::map(z, g, out, f)
     }
+
+    #[target_feature(enable = "avx512f,avx512dq")]
+    pub(super) unsafe fn map_biased_avx512<F: Fn(f32, f32) -> f32>(
+        z: &[f32],
+        g: Option<&[f32]>,
+        bias: &[f32],
+        first: usize,
+        out: &mut [f32],
+        f: &F,
+    ) {
+        super::map_biased(z, g, bias, first, out, f)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn map_biased_avx2<F: Fn(f32, f32) -> f32>(
+        z: &[f32],
+        g: Option<&[f32]>,
+        bias: &[f32],
+        first: usize,
+        out: &mut [f32],
+        f: &F,
+    ) {
+        super::map_biased(z, g, bias, first, out, f)
+    }
 }
 
 /// [`map`] on `isa`.
@@ -564,17 +679,49 @@ where
     })
 }
 
+/// [`map_masked`] of `z + bias` (`bias`, `width` values, added to every
+/// row): `out[i] = f(z[i] + bias[i % width], g[i]) · mask[i]`.
+#[allow(clippy::too_many_arguments)]
+fn map_masked_biased<F>(
+    kernel: &str,
+    z: &[f32],
+    g: Option<&[f32]>,
+    bias: &[f32],
+    out: &mut [f32],
+    width: usize,
+    keys: RowKeys,
+    dropout: Option<&Dropout>,
+    f: F,
+) -> Result<()>
+where
+    F: Fn(f32, f32) -> f32 + Sync,
+{
+    let rows = rows_of(kernel, "z", z.len(), width)?;
+    keys.check(kernel, rows)?;
+    check_len(kernel, "out", out.len(), z.len())?;
+    check_len(kernel, "bias", bias.len(), width)?;
+    if let Some(g) = g {
+        check_len(kernel, "grad_out", g.len(), z.len())?;
+    }
+    by_row_chunks(out, width, keys, dropout, |isa, base, part| {
+        let zs = &z[base..base + part.len()];
+        let gs = g.map(|g| &g[base..base + part.len()]);
+        map_biased_on(isa, zs, gs, bias, base, part, &f);
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The biased ReLU and mask give the bits of the plain ones on the sum
-    /// [`crate::dense::add_bias`] writes: rows over a mask task's 65,536
-    /// elements, a width that is no multiple of 64 (runs start mid-row),
-    /// NaN, signed zeros, and a bias that cancels some values; a bias of
-    /// the wrong length is refused by name.
+    /// The biased ReLU, ELU, ELU backward and mask give the bits of the
+    /// plain ones on the sum [`crate::dense::add_bias`] writes, on every
+    /// instruction set: rows over a mask task's 65,536 elements, a width
+    /// that is no multiple of 64 (runs start mid-row), NaN, signed zeros,
+    /// and a bias that cancels some values; a bias of the wrong length is
+    /// refused by name.
     #[test]
-    fn the_biased_relu_and_mask_are_the_plain_ones_on_the_sum() {
+    fn the_biased_activations_and_mask_are_the_plain_ones_on_the_sum() {
         let (rows, width) = (1100, 67);
         let n = rows * width;
         let z: Vec<f32> = (0..n)
@@ -590,13 +737,38 @@ mod tests {
         crate::dense::add_bias(&mut sum, width, &bias).unwrap();
         let bits_of = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let ids: Vec<u64> = (0..rows as u64).map(|r| 5 * r + 2).collect();
+        let g: Vec<f32> = (0..n).map(|i| (i % 13) as f32 - 6.5).collect();
         for dropout in [None, Some(Dropout::new(0.5, 7, 1).unwrap())] {
+            let d = dropout.as_ref();
             for keys in [RowKeys::Contiguous(3), RowKeys::Ids(&ids)] {
+                let same = |plain: &[f32], biased: &[f32], what: &str| {
+                    assert_eq!(
+                        bits_of(biased),
+                        bits_of(plain),
+                        "{what} {dropout:?} {keys:?}"
+                    )
+                };
                 let (mut plain, mut biased) = (vec![0.0f32; n], vec![1.0f32; n]);
-                relu_dropout(&sum, &mut plain, width, keys, dropout.as_ref()).unwrap();
-                relu_dropout_biased(&z, &bias, &mut biased, width, keys, dropout.as_ref()).unwrap();
-                assert_eq!(bits_of(&biased), bits_of(&plain), "{dropout:?} {keys:?}");
+                relu_dropout(&sum, &mut plain, width, keys, d).unwrap();
+                relu_dropout_biased(&z, &bias, &mut biased, width, keys, d).unwrap();
+                same(&plain, &biased, "relu");
+                elu_dropout(&sum, &mut plain, width, keys, d).unwrap();
+                elu_dropout_biased(&z, &bias, &mut biased, width, keys, d).unwrap();
+                same(&plain, &biased, "elu");
+                elu_dropout_bwd(&g, &sum, width, keys, d, &mut plain).unwrap();
+                elu_dropout_bwd_biased(&g, &z, &bias, width, keys, d, &mut biased).unwrap();
+                same(&plain, &biased, "elu_bwd");
             }
+        }
+        // On every instruction set, from an element in mid-row.
+        let first = 3 * width + 5;
+        let (zs, gs) = (&z[first..], &g[first..]);
+        for isa in Isa::available() {
+            let (mut plain, mut biased) = (vec![0.0f32; zs.len()], vec![1.0f32; zs.len()]);
+            let f = |v: f32, g: f32| g * elu_grad(v);
+            map_on(isa, &sum[first..], Some(gs), &mut plain, &f);
+            map_biased_on(isa, zs, Some(gs), &bias, first, &mut biased, &f);
+            assert_eq!(bits_of(&biased), bits_of(&plain), "{isa:?}");
         }
         let mut plain = vec![0u64; n.div_ceil(64)];
         let mut biased = vec![u64::MAX; n.div_ceil(64)];
@@ -610,6 +782,13 @@ mod tests {
             .to_string();
         assert!(
             message.contains("relu_dropout_biased") && message.contains("bias"),
+            "{message}"
+        );
+        let message = elu_dropout_bwd_biased(&g, &z, short, width, 0u64, None, &mut out)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("elu_dropout_bwd_biased") && message.contains("bias"),
             "{message}"
         );
         let message = positive_bits_biased(&z, short, width, &mut biased)

@@ -281,8 +281,7 @@ impl CpuGnn {
             )));
         };
         let w = self.weights(op, l, w)?;
-        let (_, d_out) = self.model.dims(l);
-        Ok((agg.f32()?, Some(&w[w.len() - d_out..])))
+        Ok((agg.f32()?, Some(self.bias(l, w))))
     }
 
     /// `linear_bwd[l,p]` of a layer that projects first. Inputs: the
@@ -477,10 +476,17 @@ impl CpuGnn {
         .map_err(kernel)
     }
 
+    /// Layer `l`'s bias: the last `d_out` of its weights `w` (checked by
+    /// [`CpuGnn::weights`] to hold them).
+    fn bias<'a>(&self, l: usize, w: &'a [f32]) -> &'a [f32] {
+        let (_, d_out) = self.model.dims(l);
+        &w[w.len() - d_out..]
+    }
+
     /// `agg + bias` for the rows of `agg`.
     fn plus_bias(&self, l: usize, agg: &[f32], w: &[f32]) -> Result<Vec<f32>, ExecError> {
         let (_, d_out) = self.model.dims(l);
-        let bias = &w[w.len() - d_out..];
+        let bias = self.bias(l, w);
         let mut y = agg.to_vec();
         dense::add_bias(&mut y, d_out, bias).map_err(kernel)?;
         Ok(y)
@@ -637,10 +643,11 @@ impl CpuGnn {
             "elu" => {
                 arity(op, inputs, 2)?;
                 let i = name.get('p')?;
-                let y = self.plus_bias(l, inputs[0].f32()?, weights(1)?)?;
-                let mut out = vec![0.0f32; y.len()];
+                let (z, bias) = (inputs[0].f32()?, self.bias(l, weights(1)?));
+                let mut out = vec![0.0f32; z.len()];
                 let mask = self.model.dropout(SITE_HIDDEN, l);
-                activation::elu_dropout(&y, &mut out, d_out, self.model.keys(i), mask.as_ref())
+                let keys = self.model.keys(i);
+                activation::elu_dropout_biased(z, bias, &mut out, d_out, keys, mask.as_ref())
                     .map_err(kernel)?;
                 vec![Data::F32(out)]
             }
@@ -656,12 +663,13 @@ impl CpuGnn {
                 arity(op, inputs, 3)?;
                 let i = name.get('p')?;
                 let grad = inputs[0].f32()?;
-                let y = self.plus_bias(l, inputs[1].f32()?, weights(2)?)?;
-                let mut out = vec![0.0f32; y.len()];
+                let (z, bias) = (inputs[1].f32()?, self.bias(l, weights(2)?));
+                let mut out = vec![0.0f32; z.len()];
                 let mask = self.model.dropout(SITE_HIDDEN, l);
-                activation::elu_dropout_bwd(
+                activation::elu_dropout_bwd_biased(
                     grad,
-                    &y,
+                    z,
+                    bias,
                     d_out,
                     self.model.keys(i),
                     mask.as_ref(),
