@@ -1956,13 +1956,19 @@ pub(crate) struct Capacity<'a> {
 
 /// `bytes`, the budget `--{name} {given}`, where it is no more than the
 /// tier's `capacity` (`shared`: one of the node's GPUs' share of it): a
-/// plan for more than the machine has could not run on it.
+/// plan for more than the machine has could not run on it. A device
+/// budget of 0 bytes is refused too: no plan fits it.
 pub(crate) fn within_capacity(
     (name, given): (&str, &str),
     bytes: u64,
     (capacity, shared): (u64, bool),
     of: &Capacity,
 ) -> Result<u64> {
+    // The host and SSD tiers may be left out (0); no step fits on a
+    // device of no bytes.
+    if bytes == 0 && name == "hbm-budget" {
+        bail!("--{name} {given}: a device budget of 0 bytes holds nothing");
+    }
     if bytes > capacity {
         let whose = if shared && of.gpus > 1 {
             format!("one of {} GPUs' share of profile {:?}", of.gpus, of.profile)

@@ -370,6 +370,15 @@ fn bad_input_names_what_is_wrong() {
             "--heads 2: attention heads apply to gat only, not to --model sage",
         ),
         (&["plan", "--hbm-budget", "12 parsecs"], "unknown unit"),
+        // No plan fits a device of no bytes: bad input, as `curve --budgets 0` says.
+        (
+            &["plan", "--hbm-budget", "0"],
+            "--hbm-budget 0: a device budget of 0 bytes holds nothing",
+        ),
+        (
+            &["train", "--graph", "rmat:scale=6", "--hbm-budget", "0B"],
+            "--hbm-budget 0B: a device budget of 0 bytes holds nothing",
+        ),
         (
             &["plan", "--hbm-budget", "1.5TiB"],
             "--hbm-budget 1.5TiB (1.50 TiB): more than profile \"a100-80g\" has (80.0 GiB)",

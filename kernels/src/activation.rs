@@ -763,12 +763,27 @@ mod tests {
         // On every instruction set, from an element in mid-row.
         let first = 3 * width + 5;
         let (zs, gs) = (&z[first..], &g[first..]);
+        fn same_on<F: Fn(f32, f32) -> f32>(
+            isa: Isa,
+            (sum, z, g): (&[f32], &[f32], Option<&[f32]>),
+            (bias, first): (&[f32], usize),
+            f: F,
+        ) -> bool {
+            let (mut plain, mut biased) = (vec![0.0f32; z.len()], vec![1.0f32; z.len()]);
+            map_on(isa, sum, g, &mut plain, &f);
+            map_biased_on(isa, z, g, bias, first, &mut biased, &f);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            bits(&biased) == bits(&plain)
+        }
         for isa in Isa::available() {
-            let (mut plain, mut biased) = (vec![0.0f32; zs.len()], vec![1.0f32; zs.len()]);
-            let f = |v: f32, g: f32| g * elu_grad(v);
-            map_on(isa, &sum[first..], Some(gs), &mut plain, &f);
-            map_biased_on(isa, zs, Some(gs), &bias, first, &mut biased, &f);
-            assert_eq!(bits_of(&biased), bits_of(&plain), "{isa:?}");
+            let at = (&bias[..], first);
+            let (plain, grads) = ((&sum[first..], zs, None), (&sum[first..], zs, Some(gs)));
+            assert!(same_on(isa, plain, at, |v, _| relu(v)), "relu on {isa:?}");
+            assert!(same_on(isa, plain, at, |v, _| elu(v)), "elu on {isa:?}");
+            assert!(
+                same_on(isa, grads, at, |v, g| g * elu_grad(v)),
+                "elu_bwd on {isa:?}"
+            );
         }
         let mut plain = vec![0u64; n.div_ceil(64)];
         let mut biased = vec![u64::MAX; n.div_ceil(64)];

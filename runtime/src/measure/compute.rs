@@ -130,8 +130,8 @@ pub struct TrainingRates {
     pub iterations: u32,
     pub half_iterations: u32,
     /// The runs that tell the aggregations' rows apart ([`row_runs`]),
-    /// none where they did not run (one partition, or a graph given that
-    /// does not fit the device in one).
+    /// none where they did not run (one partition, or one of them that
+    /// cannot: `row_runs_fit`).
     pub row_runs: Vec<RowRun>,
     /// Seconds per edge to build a block's transpose on a backend that
     /// builds them (the CUDA backend's; `None` on the CPU): the GCN of
@@ -528,25 +528,20 @@ pub fn training_rates(
         |width, partitions| time_gcn(bench, width, partitions, graph, profile, rounds, backend);
     let wide = run(bench.width, parts)?;
     let half = run(bench.half_width(), parts)?;
-    // The aggregations' times per row ([`row_runs`]), the first of them
-    // the wide GCN in one partition. Left out where the profile has one
-    // partition, or where the graph given does not fit the device in
-    // one.
-    let [(width, one), rest @ ..] = row_runs(bench);
-    let whole = match parts > 1 {
-        true => match run(width, one) {
-            Ok(run) => Some(run),
-            Err(Error::InvalidInput { .. }) => None,
-            Err(e) => return Err(e),
-        },
-        false => None,
-    };
+    // The aggregations' times per row ([`row_runs`]): all of them, or
+    // none where the profile has one partition or one of them does not
+    // fit ([`row_runs_fit`], or its run refuses the graph).
     let mut extra: Vec<(RowRun, GcnRun)> = Vec::new();
-    if let Some(whole) = whole {
-        extra.push((row_run(width, one, &whole), whole));
-        for (width, partitions) in rest {
-            let timed = run(width, partitions)?;
-            extra.push((row_run(width, partitions, &timed), timed));
+    if parts > 1 && row_runs_fit(bench, graph, profile)? {
+        for (width, partitions) in row_runs(bench) {
+            match run(width, partitions) {
+                Ok(timed) => extra.push((row_run(width, partitions, &timed), timed)),
+                Err(Error::InvalidInput { .. }) => {
+                    extra.clear();
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
     let runs: Vec<&GcnRun> = extra.iter().map(|(_, run)| run).collect();
@@ -576,6 +571,35 @@ pub fn training_rates(
         rates.transpose_seconds_per_edge = Some(transpose_cost(&half, &rebuilt)?);
     }
     Ok(rates)
+}
+
+/// Whether every GCN of [`row_runs`] can run, checked before any is
+/// timed: a vertex for each partition, and on a graph given, the device
+/// and the host as [`time_gcn`] checks them ([`fits_the_device`]: a
+/// block's row pointers grow with the partitions).
+fn row_runs_fit(bench: Bench, graph: Option<&GivenGraph<'_>>, profile: &Profile) -> Result<bool> {
+    for (width, partitions) in row_runs(bench) {
+        let nodes = graph.map_or(1u64 << bench.scale, |g| g.dataset.nodes);
+        if nodes < u64::from(partitions) {
+            return Ok(false);
+        }
+        let Some(given) = graph else {
+            continue;
+        };
+        let hyper = gcn(3, width);
+        match fits_the_device(
+            given.dataset,
+            &hyper,
+            partitions,
+            profile,
+            Some(&given.host_free),
+        ) {
+            Ok(()) => {}
+            Err(Error::InvalidInput { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
 }
 
 fn row_run(width: u32, partitions: u32, run: &GcnRun) -> RowRun {
@@ -1601,6 +1625,48 @@ mod tests {
         // Without the runs that tell rows apart none is fitted.
         let rates = rates_of(&wide, &half, &[]).unwrap();
         assert!(rates.class_rates.iter().all(|r| r.seconds_per_row == 0.0));
+    }
+
+    /// On a graph given whose vertices are fewer than the row runs'
+    /// largest partition count (8 vertices, 5 partitions: 10 in the
+    /// wide GCN's row run), the row runs are left out together and the
+    /// profile's own runs still timed; with the partitions they need,
+    /// they run.
+    #[test]
+    fn row_runs_are_left_out_together_where_one_cannot_run() {
+        let graph = RmatSpec {
+            features: 16,
+            classes: 2,
+            ..RmatSpec::new(3)
+        }
+        .generate()
+        .unwrap();
+        let given = |partitions| {
+            let bench = Bench {
+                scale: 3,
+                partitions,
+                width: 16,
+            };
+            let given = GivenGraph {
+                dataset: &graph,
+                host_free: crate::memory::Available {
+                    bytes: 1 << 40,
+                    source: "a test's limit".into(),
+                },
+            };
+            training_rates(
+                bench,
+                Some(given),
+                &profile(),
+                &Rounds::tiny(),
+                &BackendChoice::Cpu,
+            )
+            .unwrap()
+        };
+        let rates = given(5);
+        assert!(rates.row_runs.is_empty(), "{:?}", rates.row_runs);
+        assert!(rates.class_rates.iter().all(|r| r.seconds_per_row == 0.0));
+        assert_eq!(given(4).row_runs.len(), 4);
     }
 
     /// With a time per row, the bytes moved once a row are left to it:

@@ -725,24 +725,35 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         })
         .collect();
     let row_runs = match &rates.row_runs[..] {
-        [] if bench.partitions > 1 => ", without a time per row: the GCN does not fit the \
-             device in one partition"
-            .to_string(),
-        [] => String::new(),
-        runs => format!(
-            ", and, for a time per row (their bytes moved once a row left to it), of the GCN \
-             of hidden width {}: a row is walked once a layer in one partition and once a \
-             block in several, and a narrow GCN's rows' bytes are few beside their walks",
-            runs.iter()
-                .map(|r| format!(
-                    "{} in {} ({} iterations after one left out)",
-                    r.width,
-                    count(r.partitions as u64, "partition"),
-                    r.iterations
-                ))
-                .collect::<Vec<_>>()
-                .join(", ")
+        [] if bench.partitions > 1 => format!(
+            ", without a time per row: the GCNs that tell rows apart (in one partition and in \
+             {}) do not all fit the device, or the graph has fewer vertices than partitions",
+            2 * bench.partitions
         ),
+        [] => String::new(),
+        runs => {
+            let mut runs: Vec<String> = runs
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{} in {} ({} iterations after one left out)",
+                        r.width,
+                        count(r.partitions as u64, "partition"),
+                        r.iterations
+                    )
+                })
+                .collect();
+            let last = runs.pop().unwrap_or_default();
+            let runs = match runs.is_empty() {
+                true => last,
+                false => format!("{} and {last}", runs.join(", ")),
+            };
+            format!(
+                ", and, for a time per row (their bytes moved once a row left to it), of GCNs \
+                 of hidden width {runs}: a row is walked once a layer in one partition and once \
+                 a block in several, and a narrow GCN's rows' bytes are few beside their walks"
+            )
+        }
     };
     let gat_layers = match others.is_empty() {
         true => format!("over its two layers, {gat_run}"),
