@@ -245,7 +245,7 @@ fn bad_profile_input_names_what_is_wrong() {
     let missing = dir.join("missing");
     let in_missing = missing.join("p.json");
     let dir_arg = dir.to_str().unwrap();
-    let cases: [(Vec<&str>, &[&str]); 7] = [
+    let cases: [(Vec<&str>, &[&str]); 8] = [
         (
             vec!["--ssd-dir", missing.to_str().unwrap()],
             &["--ssd-dir", "missing", "no such directory"],
@@ -273,6 +273,15 @@ fn bad_profile_input_names_what_is_wrong() {
         (
             vec!["--ssd-dir", dir_arg, "--threads", "100000"],
             &["--threads 100000", "cores"],
+        ),
+        // Fewer nodes than the partitions the GCN is timed in, named
+        // before anything is measured.
+        (
+            vec!["--ssd-dir", dir_arg, "--graph", "rmat:scale=1,classes=2"],
+            &[
+                "--graph rmat:scale=1,classes=2: 2 nodes, fewer than the 4 partitions",
+                "with --quick; give a graph of at least 4 nodes",
+            ],
         ),
     ];
     for (args, expected) in cases {

@@ -250,12 +250,13 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
 
     next(progress);
     let (copy_rate, copy_rounds) = host::copy_bandwidth(threads, sizes.copy_bytes, &sizes.rounds)?;
+    let copy_rounds = count(copy_rounds as u64, "round");
     put(
         &mut sources,
         "host.memory_bytes_per_s",
         format!(
             "{} threads each copying {} into another buffer at once (copy_from_slice, \
-             buffers touched first), bytes copied per second, median of {copy_rounds} rounds",
+             buffers touched first), bytes copied per second, median of {copy_rounds}",
             threads,
             mib(sizes.copy_bytes as u64)
         ),
@@ -288,11 +289,11 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         &mut sources,
         "ssd.write_bytes_per_s",
         format!(
-            "{} blocks of {} written in sequence per round, {ssd_how}; median of {} rounds \
+            "{} blocks of {} written in sequence per round, {ssd_how}; median of {} \
              after a warm-up",
             sizes.ssd.round_bytes.div_ceil(sizes.ssd.block_bytes as u64),
             mib(sizes.ssd.block_bytes as u64),
-            ssd.rounds
+            count(ssd.rounds as u64, "round")
         ),
     );
     put(
@@ -300,8 +301,8 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         "ssd.read_bytes_per_s",
         format!(
             "the same blocks read back in sequence after each write round, {ssd_how}; median \
-             of {} rounds after a warm-up",
-            ssd.rounds
+             of {} after a warm-up",
+            count(ssd.rounds as u64, "round")
         ),
     );
     put(
@@ -371,6 +372,10 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             };
             let (h2d_rate, h2d_rounds) = lane_copy(&h2d_lane)?;
             let (d2h_rate, d2h_rounds) = lane_copy(&d2h_lane)?;
+            let (h2d_rounds, d2h_rounds) = (
+                count(h2d_rounds as u64, "round"),
+                count(d2h_rounds as u64, "round"),
+            );
             let lane_latency = host::lane_latency(&h2d_lane, sizes.latency_requests)?;
             drop((h2d_lane, d2h_lane));
             let mut profile =
@@ -387,7 +392,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                 "pcie.h2d_bytes_per_s",
                 format!(
                     "{lane}: a lane job cloning a tensor of {} (allocation and copy) taken in \
-                     turn from {} of tensors, issue to wait, median of {h2d_rounds} rounds",
+                     turn from {} of tensors, issue to wait, median of {h2d_rounds}",
                     mib(sizes.lane_copy_bytes as u64),
                     mib(sizes.lane_set_bytes as u64)
                 ),
@@ -395,7 +400,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             put(
                 &mut sources,
                 "pcie.d2h_bytes_per_s",
-                format!("{lane}: the same copy on a second lane, median of {d2h_rounds} rounds"),
+                format!("{lane}: the same copy on a second lane, median of {d2h_rounds}"),
             );
             put(&mut sources, "pcie.latency_s", {
                 let (rounds, batch) = host::latency_rounds(sizes.latency_requests);
