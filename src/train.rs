@@ -1512,48 +1512,38 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, epochs: u32) -> Result<
             ratio(pair)
         )?;
     }
-    writeln!(
-        out,
-        "          {:<10} {:>12} {:>12} {:>12} {:>12} {:>9}",
-        "link", "bytes", "simulated", "busy", "simulated", "ratio"
-    )?;
-    for link in &c.links {
+    // A table of traffic: its head (`what` and a remark after it), then
+    // a row of each of `rows`.
+    use fateplan::runtime::compare::Traffic;
+    let table = |out: &mut dyn Write, what: &str, remark: &str, rows: &[Traffic]| {
         writeln!(
             out,
-            "          {:<10} {:>12} {:>12} {:>12} {:>12} {:>9}",
-            link.name,
-            format_bytes(link.bytes.measured),
-            format_bytes(link.bytes.simulated),
-            format_seconds(link.busy_s.measured),
-            format_seconds(link.busy_s.simulated),
-            ratio(&link.busy_s)
+            "          {what:<10} {:>12} {:>12} {:>12} {:>12} {:>9}{remark}",
+            "bytes", "simulated", "busy", "simulated", "ratio"
         )?;
-    }
-    // An SSD copy's span counts whole on the PCIe direction it crosses
-    // (the CPU backend cannot time its PCIe part): the streams apart
-    // show what each moved and how long it was busy.
-    let ssd = |t: &fateplan::runtime::compare::Traffic| {
-        t.name.starts_with("ssd") && (t.bytes.measured > 0 || t.bytes.simulated > 0)
-    };
-    if c.streams.iter().any(ssd) {
-        writeln!(
-            out,
-            "          {:<10} {:>12} {:>12} {:>12} {:>12} {:>9}   (a link's measured busy time \
-             spans each SSD copy crossing it whole)",
-            "stream", "bytes", "simulated", "busy", "simulated", "ratio"
-        )?;
-        for stream in &c.streams {
+        for t in rows {
             writeln!(
                 out,
                 "          {:<10} {:>12} {:>12} {:>12} {:>12} {:>9}",
-                stream.name,
-                format_bytes(stream.bytes.measured),
-                format_bytes(stream.bytes.simulated),
-                format_seconds(stream.busy_s.measured),
-                format_seconds(stream.busy_s.simulated),
-                ratio(&stream.busy_s)
+                t.name,
+                format_bytes(t.bytes.measured),
+                format_bytes(t.bytes.simulated),
+                format_seconds(t.busy_s.measured),
+                format_seconds(t.busy_s.simulated),
+                ratio(&t.busy_s)
             )?;
         }
+        Ok::<(), std::io::Error>(())
+    };
+    table(out, "link", "", &c.links)?;
+    // An SSD copy's span counts whole on the PCIe direction it crosses
+    // (the CPU backend cannot time its PCIe part): the streams apart
+    // show what each moved and how long it was busy.
+    let ssd =
+        |t: &Traffic| t.name.starts_with("ssd") && (t.bytes.measured > 0 || t.bytes.simulated > 0);
+    if c.streams.iter().any(ssd) {
+        let remark = "   (a link's measured busy time spans each SSD copy crossing it whole)";
+        table(out, "stream", remark, &c.streams)?;
     }
     if c.simulated_violations > 0 {
         writeln!(

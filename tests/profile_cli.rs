@@ -140,6 +140,14 @@ fn a_profile_times_the_gcn_on_the_graph_given() {
         spec,
     ]);
     assert!(output.status.success(), "{}", stderr(&output));
+    // Under 4,096 nodes: said to price a larger graph poorly.
+    assert!(
+        stderr(&output).contains(&format!(
+            "note: the graph given ({spec}) has 3000 nodes: its operators take microseconds"
+        )),
+        "{}",
+        stderr(&output)
+    );
     let profile = Profile::from_json(&stdout(&output), "stdout").unwrap();
     for field in [
         "device.sparse_bytes_per_s",
