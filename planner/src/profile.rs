@@ -87,8 +87,8 @@ pub struct DeviceProfile {
     pub class_rates: Vec<ClassRate>,
     /// The plain gather's time per edge timed alone at several widths and
     /// working sets (the bytes of the rows it gathers from), in
-    /// increasing order of bytes, then width. Where given, and the
-    /// sparse classes' fits are `on_curve`, an aggregation's time per
+    /// increasing order of bytes, then width. Where given, and a sparse
+    /// class's fit is `on_curve`, an aggregation's time per
     /// edge is read from them at its own width and working set
     /// ([`DeviceProfile::memory_seconds`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -78,8 +78,8 @@ pub struct RowRun {
 /// partition, which walks each row once a layer; a narrow one (an eighth
 /// of the width), whose rows' bytes are few beside their walks, in
 /// `bench`'s partitions and in one; and the wide one in twice `bench`'s
-/// partitions. Fitted on the first two alone, the rows of a 2-layer GCN
-/// of 128 on R-MAT scale 18 in 16 partitions were priced at 0.85 of
+/// partitions. Fitted on the first two alone, the rows of the profile's
+/// 3-layer GCN of 128 on R-MAT scale 18 in 16 partitions were priced at 0.85 of
 /// their time and a narrow GCN's in one partition at 1.2 of theirs
 /// (docs/profile.md, "More partition counts in the aggregations' fit").
 pub fn row_runs(bench: Bench) -> [(u32, u32); 4] {
@@ -506,7 +506,7 @@ impl GcnRun {
 /// given (with its own features) and else on `bench`'s R-MAT graph (as
 /// many features as the hidden width), one of `bench.width` hidden width
 /// and one of half of it (and, where `bench` has several partitions and
-/// the first fits the device in one, the runs of [`row_runs`], for the
+/// every one of them can run, the runs of [`row_runs`], for the
 /// aggregations' time per row),
 /// each with a retain-all plan (made with `profile`, whose figures a
 /// retain-all plan does not depend on), and times every operator of one
@@ -578,8 +578,8 @@ pub fn training_rates(
 /// and the host as [`time_gcn`] checks them ([`fits_the_device`]: a
 /// block's row pointers grow with the partitions).
 fn row_runs_fit(bench: Bench, graph: Option<&GivenGraph<'_>>, profile: &Profile) -> Result<bool> {
+    let nodes = graph.map_or(1u64 << bench.scale, |g| g.dataset.nodes);
     for (width, partitions) in row_runs(bench) {
-        let nodes = graph.map_or(1u64 << bench.scale, |g| g.dataset.nodes);
         if nodes < u64::from(partitions) {
             return Ok(false);
         }

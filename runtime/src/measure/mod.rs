@@ -469,8 +469,8 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                  GCN's), on R-MAT graphs (Graph500 parameters, {} edges a node and a \
                  self-loop) of scales {}, at widths {}: seconds over edges, the median over \
                  {} sweeps over the points of each point's median of at least {} rounds \
-                 after one left out; the sparse classes' fits are made with each gather's \
-                 share of it taken out (on_curve)",
+                 after one left out; the sparse class's fit is made with each plain \
+                 gather's share of it taken out (on_curve)",
                 gather::EDGE_FACTOR,
                 scales.join(", "),
                 widths.join(", "),
@@ -812,10 +812,11 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             on_curve = match profile.device.gather_curve.is_empty() {
                 true => "",
                 false => {
-                    ". The gathers' fits (sparse, sparse_masked) are of the gathers at the \
-                     largest working set of device.gather_curve, each point's bytes and edges \
-                     counted at its share of the curve (on_curve); device.sparse_bytes_per_s \
-                     likewise"
+                    ". The plain gathers' fit (sparse) is of the gathers at the largest \
+                     working set of device.gather_curve, each point's bytes and edges counted \
+                     at its share of the curve (on_curve; the masked gathers' are counted \
+                     whole: their keep bits' hashing does not shorten with the working set); \
+                     device.sparse_bytes_per_s likewise"
                 }
             },
             loss = match &loss_source {
