@@ -1654,6 +1654,9 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
         // Not read outside GAT; the default keeps the library's spec.
         _ => DEFAULT_HEADS,
     };
+    if model == GnnModel::Gat {
+        heads_divide(args.hidden, heads)?;
+    }
     let order = LayerOrder::parse(&args.layer_order)?;
     let transposes = Transposes::parse(&args.transposes)?;
     // `auto` chooses once the budgets are known (`prepare`).
@@ -1952,6 +1955,18 @@ pub(crate) fn budget(flag: &Option<String>, name: &str, default: u64) -> Result<
 pub(crate) struct Capacity<'a> {
     pub(crate) profile: &'a str,
     pub(crate) gpus: u32,
+}
+
+/// GAT's heads share its hidden width: refused by `--heads` where they
+/// do not divide it.
+pub(crate) fn heads_divide(hidden: u32, heads: u32) -> Result<()> {
+    if heads > 0 && !hidden.is_multiple_of(heads) {
+        bail!(
+            "--heads {heads}: the hidden width {hidden} (--hidden, all heads together) is not \
+             divisible by {heads} heads"
+        );
+    }
+    Ok(())
 }
 
 /// `bytes`, the budget `--{name} {given}`, where it is no more than the

@@ -404,6 +404,9 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
             args.heads()
         );
     }
+    if model == GnnModel::Gat {
+        crate::cli::heads_divide(args.hidden(), args.heads())?;
+    }
     if hyper.transposes == Transposes::Mirrored && args.devices() > 1 {
         bail!(
             "--transposes mirrored: one device only (with --devices {}, a device's blocks are \
@@ -785,6 +788,19 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     let labels = unused_classes(&dataset, &args.graph)?;
     let splits = overlapping_splits(&dataset);
     let nodes = dataset.nodes;
+    // Each partition needs a vertex: said by the flag, before any is built.
+    let parts = u64::from(args.partitions()) * u64::from(args.devices());
+    if nodes < parts {
+        let each = match args.devices() {
+            1 => String::new(),
+            k => format!(" on each of {k} devices"),
+        };
+        bail!(
+            "--partitions {}{each}: {} for a graph of {nodes} nodes: each partition needs a vertex",
+            args.partitions(),
+            fateplan::planner::units::count(parts, "partition")
+        );
+    }
     let dataset_dims = (dataset.features as usize, dataset.classes as usize);
     let edges = source.as_ref().map_or(dataset.edges(), |s| s.len());
     let mut prepared = if let Some(source) = source {

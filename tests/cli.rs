@@ -370,6 +370,37 @@ fn bad_input_names_what_is_wrong() {
             "--heads 2: attention heads apply to gat only, not to --model sage",
         ),
         (&["plan", "--hbm-budget", "12 parsecs"], "unknown unit"),
+        // Flags named by the errors a new user met.
+        (
+            &["plan", "--model", "gat", "--heads", "3"],
+            "--heads 3: the hidden width 256 (--hidden, all heads together) is not divisible",
+        ),
+        (
+            &[
+                "train",
+                "--graph",
+                "rmat:scale=6",
+                "--model",
+                "gat",
+                "--heads",
+                "3",
+            ],
+            "--heads 3: the hidden width 16 (--hidden, all heads together) is not divisible",
+        ),
+        (
+            &[
+                "train",
+                "--graph",
+                "rmat:scale=2,classes=2",
+                "--partitions",
+                "5",
+            ],
+            "--partitions 5: 5 partitions for a graph of 4 nodes: each partition needs a vertex",
+        ),
+        (
+            &["train", "--graph", "no-such-folder"],
+            "no-such-folder: graph: no such file or folder: expected a dataset folder",
+        ),
         // No plan fits a device of no bytes: bad input, as `curve --budgets 0` says.
         (
             &["plan", "--hbm-budget", "0"],

@@ -1081,10 +1081,16 @@ pub fn load_graph(source: &str) -> Result<Dataset, crate::Error> {
 /// `source`, which is not a folder, as a generator spec.
 fn generator(source: &str) -> Result<GeneratorSpec, crate::Error> {
     if !source.contains(':') {
+        let path = Path::new(source);
+        // Say what is there: nothing, or a file where a folder is read.
+        let what = match path.exists() {
+            false => "no such file or folder: expected a dataset folder or a generator spec",
+            true => "is a file, not a dataset folder, and not a generator spec",
+        };
         return Err(crate::Error::invalid(
-            Path::new(source),
+            path,
             "graph",
-            "is neither a dataset folder nor a generator spec (rmat:... or planted:...)",
+            format!("{what} (rmat:... or planted:...)"),
         ));
     }
     GeneratorSpec::parse(source)
