@@ -1654,7 +1654,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
         // Not read outside GAT; the default keeps the library's spec.
         _ => DEFAULT_HEADS,
     };
-    if model == GnnModel::Gat {
+    if model == GnnModel::Gat && args.layers > 1 {
         heads_divide(args.hidden, heads)?;
     }
     let order = LayerOrder::parse(&args.layer_order)?;
@@ -1958,7 +1958,8 @@ pub(crate) struct Capacity<'a> {
 }
 
 /// GAT's heads share its hidden width: refused by `--heads` where they
-/// do not divide it.
+/// do not divide it (the caller asks where there is a hidden layer: one
+/// layer has none, and is warned that neither changes anything).
 pub(crate) fn heads_divide(hidden: u32, heads: u32) -> Result<()> {
     if heads > 0 && !hidden.is_multiple_of(heads) {
         bail!(

@@ -404,7 +404,7 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
             args.heads()
         );
     }
-    if model == GnnModel::Gat {
+    if model == GnnModel::Gat && args.layers() > 1 {
         crate::cli::heads_divide(args.hidden(), args.heads())?;
     }
     if hyper.transposes == Transposes::Mirrored && args.devices() > 1 {
