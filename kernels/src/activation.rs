@@ -68,7 +68,7 @@ pub fn relu_dropout<'k>(
 ) -> Result<()> {
     map_masked(
         "relu_dropout",
-        z,
+        (z, None),
         None,
         out,
         width,
@@ -89,7 +89,7 @@ pub fn relu_dropout_bwd<'k>(
 ) -> Result<()> {
     map_masked(
         "relu_dropout_bwd",
-        z,
+        (z, None),
         Some(grad_out),
         grad_z,
         width,
@@ -111,11 +111,10 @@ pub fn relu_dropout_biased<'k>(
     keys: impl Into<RowKeys<'k>>,
     dropout: Option<&Dropout>,
 ) -> Result<()> {
-    map_masked_biased(
+    map_masked(
         "relu_dropout_biased",
-        z,
+        (z, Some(bias)),
         None,
-        bias,
         out,
         width,
         keys.into(),
@@ -406,9 +405,16 @@ pub fn elu_dropout<'k>(
     dropout: Option<&Dropout>,
 ) -> Result<()> {
     let keys = keys.into();
-    map_masked("elu_dropout", z, None, out, width, keys, dropout, |z, _| {
-        elu(z)
-    })
+    map_masked(
+        "elu_dropout",
+        (z, None),
+        None,
+        out,
+        width,
+        keys,
+        dropout,
+        |z, _| elu(z),
+    )
 }
 
 /// Backward of [`elu_dropout`]: `grad_z = grad_out · mask · elu'(z)`, with
@@ -423,7 +429,7 @@ pub fn elu_dropout_bwd<'k>(
 ) -> Result<()> {
     map_masked(
         "elu_dropout_bwd",
-        z,
+        (z, None),
         Some(grad_out),
         grad_z,
         width,
@@ -445,11 +451,10 @@ pub fn elu_dropout_biased<'k>(
     keys: impl Into<RowKeys<'k>>,
     dropout: Option<&Dropout>,
 ) -> Result<()> {
-    map_masked_biased(
+    map_masked(
         "elu_dropout_biased",
-        z,
+        (z, Some(bias)),
         None,
-        bias,
         out,
         width,
         keys.into(),
@@ -469,11 +474,10 @@ pub fn elu_dropout_bwd_biased<'k>(
     dropout: Option<&Dropout>,
     grad_z: &mut [f32],
 ) -> Result<()> {
-    map_masked_biased(
+    map_masked(
         "elu_dropout_bwd_biased",
-        z,
+        (z, Some(bias)),
         Some(grad_out),
-        bias,
         grad_z,
         width,
         keys.into(),
@@ -651,11 +655,12 @@ fn map_on<F: Fn(f32, f32) -> f32>(isa: Isa, z: &[f32], g: Option<&[f32]>, out: &
     }
 }
 
-/// `out[i] = f(z[i], g[i]) · mask[i]` (`g` is 0 when absent).
+/// `out[i] = f(z[i] + bias[i % width], g[i]) · mask[i]` (`bias` and `g`
+/// are 0 when absent; without a bias, nothing is added).
 #[allow(clippy::too_many_arguments)]
 fn map_masked<F>(
     kernel: &str,
-    z: &[f32],
+    (z, bias): (&[f32], Option<&[f32]>),
     g: Option<&[f32]>,
     out: &mut [f32],
     width: usize,
@@ -669,44 +674,19 @@ where
     let rows = rows_of(kernel, "z", z.len(), width)?;
     keys.check(kernel, rows)?;
     check_len(kernel, "out", out.len(), z.len())?;
+    if let Some(bias) = bias {
+        check_len(kernel, "bias", bias.len(), width)?;
+    }
     if let Some(g) = g {
         check_len(kernel, "grad_out", g.len(), z.len())?;
     }
     by_row_chunks(out, width, keys, dropout, |isa, base, part| {
         let zs = &z[base..base + part.len()];
         let gs = g.map(|g| &g[base..base + part.len()]);
-        map_on(isa, zs, gs, part, &f);
-    })
-}
-
-/// [`map_masked`] of `z + bias` (`bias`, `width` values, added to every
-/// row): `out[i] = f(z[i] + bias[i % width], g[i]) · mask[i]`.
-#[allow(clippy::too_many_arguments)]
-fn map_masked_biased<F>(
-    kernel: &str,
-    z: &[f32],
-    g: Option<&[f32]>,
-    bias: &[f32],
-    out: &mut [f32],
-    width: usize,
-    keys: RowKeys,
-    dropout: Option<&Dropout>,
-    f: F,
-) -> Result<()>
-where
-    F: Fn(f32, f32) -> f32 + Sync,
-{
-    let rows = rows_of(kernel, "z", z.len(), width)?;
-    keys.check(kernel, rows)?;
-    check_len(kernel, "out", out.len(), z.len())?;
-    check_len(kernel, "bias", bias.len(), width)?;
-    if let Some(g) = g {
-        check_len(kernel, "grad_out", g.len(), z.len())?;
-    }
-    by_row_chunks(out, width, keys, dropout, |isa, base, part| {
-        let zs = &z[base..base + part.len()];
-        let gs = g.map(|g| &g[base..base + part.len()]);
-        map_biased_on(isa, zs, gs, bias, base, part, &f);
+        match bias {
+            Some(bias) => map_biased_on(isa, zs, gs, bias, base, part, &f),
+            None => map_on(isa, zs, gs, part, &f),
+        }
     })
 }
 
