@@ -910,3 +910,43 @@ mod small_output {
             .bench_local(|| accuracy(&z, R, C, &labels, &views).unwrap());
     }
 }
+
+/// The weight gradient of a first layer over many rows of wide
+/// features into 16 outputs (a large citation-like graph's partition),
+/// plain and through dropout: `(rows, d_in)`.
+#[divan::bench(
+    sample_count = 10,
+    consts = [false, true],
+    args = [(2708, 1433), (32768, 1433), (65536, 512), (262144, 128)]
+)]
+fn weight_grad_tall<const DROPPED: bool>(bencher: Bencher, (rows, d_in): (usize, usize)) {
+    let x = values(rows * d_in, 1);
+    let w = values(d_in * CLASSES, 2);
+    let dz = values(rows * CLASSES, 3);
+    let mut dw = vec![0.0f32; w.len()];
+    let dropout = Dropout::new(0.5, 1, 2).unwrap();
+    bencher
+        .counter(ItemsCount::new(2 * rows * d_in * CLASSES))
+        .bench_local(|| {
+            let write = Write::Overwrite;
+            if DROPPED {
+                let keys = RowKeys::Contiguous(0);
+                matmul_rows_dropped_bwd(
+                    &dz, &x, rows, d_in, CLASSES, &mut dw, keys, &dropout, write,
+                )
+                .unwrap()
+            } else {
+                matmul_rows_bwd(&dz, &x, rows, d_in, &w, CLASSES, &mut dw, None, write).unwrap()
+            }
+        });
+}
+
+#[divan::bench(sample_count = 10, args = [(32768, 1433), (65536, 512)])]
+fn projection_tall(bencher: Bencher, (rows, d_in): (usize, usize)) {
+    let x = values(rows * d_in, 1);
+    let w = values(d_in * CLASSES, 2);
+    let mut z = vec![0.0f32; rows * CLASSES];
+    bencher
+        .counter(ItemsCount::new(2 * rows * d_in * CLASSES))
+        .bench_local(|| matmul_rows(&x, rows, d_in, &w, CLASSES, &mut z).unwrap());
+}

@@ -19,7 +19,10 @@
 //! partial, each `GRAD_ROWS` rows of a weight gradient (input features)
 //! are a task of their own: a partition of few rows and many features
 //! (a citation graph's first layer) is one partial, which would otherwise
-//! run on one thread.
+//! run on one thread. A narrow gradient over enough lanes to spread
+//! computes each lane's columns whole instead, in slabs of rows that stay
+//! in cache (`in_slabs`): a task per columns read the rows of wide
+//! features in strided pieces, at half the projection's speed.
 //!
 //! Where the input's rows lie a multiple of 4 KiB apart, each task of
 //! the plain weight gradient copies its columns into a packed buffer,
@@ -435,11 +438,15 @@ fn backward(
 
     // Weight gradients: one partial per REDUCE_ROWS rows, summed in order,
     // in lanes where the chunks are few; within a lane, a task per
-    // GRAD_ROWS of its rows (`x[:, c0..]ᵀ · dz`).
+    // GRAD_ROWS of its rows (`x[:, c0..]ᵀ · dz`), or its rows in slabs.
     let len = dw.len();
     let chunks = rows.div_ceil(REDUCE_ROWS);
     let lanes = grad_lanes(rows, len);
     let lane_rows = REDUCE_ROWS / lanes;
+    // A narrow gradient over lanes enough to spread: each lane's columns
+    // whole, slab after slab; otherwise a task per `GRAD_ROWS` columns.
+    let slabs = in_slabs(rows.div_ceil(lane_rows), d_out);
+    let columns = if slabs { d_in } else { GRAD_ROWS };
     reduce_in_groups(
         chunks,
         REDUCE_GROUP / lanes,
@@ -460,14 +467,17 @@ fn backward(
                 .par_chunks_mut(d_in * d_out)
                 .zip(inputs.par_iter())
                 .for_each(|(dwk, x)| {
-                    dwk.par_chunks_mut(GRAD_ROWS * d_out)
+                    dwk.par_chunks_mut(columns * d_out)
                         .enumerate()
                         .for_each(|(task, out)| {
-                            let (c0, m) = (task * GRAD_ROWS, out.len() / d_out);
+                            let (c0, m) = (task * columns, out.len() / d_out);
                             let x = &x[r0 * d_in..(r0 + n) * d_in];
                             let o = MatMut::from_row_major_slice_mut(out, m, d_out);
                             if packs_columns(d_in) {
                                 return packed_grad(x, d_in, (c0, m), g, o);
+                            }
+                            if slabs {
+                                return slabbed_grad(x, d_in, g, o);
                             }
                             let x = MatRef::from_row_major_slice(x, n, d_in).subcols(c0, m);
                             matmul(o, Accum::Replace, x.transpose(), g, 1.0f32, Par::Seq);
@@ -557,6 +567,53 @@ fn packed_grad(
             1.0f32,
             Par::Seq,
         );
+    }
+}
+
+/// The most outputs a weight gradient computed in slabs of rows has
+/// ([`in_slabs`]).
+pub const SLAB_MAX_OUTPUTS: usize = 32;
+/// Bytes of input rows a slab of [`slabbed_grad`] takes, and the fewest
+/// rows it takes.
+const SLAB_BYTES: usize = 128 << 10;
+const MIN_SLAB_ROWS: usize = 16;
+
+/// Whether a weight gradient summed in `tasks` lanes of rows (over every
+/// chunk) into `d_out` outputs computes each lane's columns whole, in
+/// slabs of rows ([`slabbed_grad`]): at most [`SLAB_MAX_OUTPUTS`] outputs,
+/// and at least [`FEW_CHUNKS`] lanes to spread over the threads (fewer
+/// take a task per [`GRAD_ROWS`] columns, as wider gradients do). Rows
+/// and widths decide, not the threads, so the bits do not depend on the
+/// thread count.
+///
+/// Into 16 outputs on two threads (`cargo bench -p fateplan-kernels
+/// --bench kernels -- weight_grad_tall`, the builds run in turn, the
+/// fastest of 10), a task per 128 columns over each chunk's rows took
+/// 28.6-29.0 ms on 32,768 rows of 1,433 features and 21.6-22.4 ms on
+/// 65,536 of 512; in slabs, 15.8-17.3 and 12.5-13.2 ms (the projection of
+/// the same rows took 14.7 and 13.2). The slab's size was picked on the
+/// same benches, on slabs of 16 to 4,096 rows: the best held 92-128 KiB
+/// at 1,433 and 512 features (16 and 64 rows; slabs of 0.7-1 MiB took
+/// 1.6-1.7 times as long), and at 128 features any slab of 256 rows or
+/// more ran as fast as one product. Into 128 outputs (128 features over a
+/// million rows), slabs of 256 rows were 15% slower than one product,
+/// hence the bound on the outputs.
+pub(crate) fn in_slabs(tasks: usize, d_out: usize) -> bool {
+    d_out <= SLAB_MAX_OUTPUTS && tasks >= FEW_CHUNKS
+}
+
+/// `out = xᵀ · g` over the rows of `x` (`d_in` wide) and `g` (at least
+/// one), in slabs of about [`SLAB_BYTES`] of `x` (at least
+/// [`MIN_SLAB_ROWS`] rows), each slab's product added in row order.
+fn slabbed_grad(x: &[f32], d_in: usize, g: MatRef<'_, f32>, mut out: MatMut<'_, f32>) {
+    let n = g.nrows();
+    let slab = (SLAB_BYTES / (d_in * std::mem::size_of::<f32>())).max(MIN_SLAB_ROWS);
+    let x = MatRef::from_row_major_slice(x, n, d_in);
+    for s0 in (0..n).step_by(slab) {
+        let sn = slab.min(n - s0);
+        let accum = if s0 == 0 { Accum::Replace } else { Accum::Add };
+        let xs = x.subrows(s0, sn).transpose();
+        matmul(out.as_mut(), accum, xs, g.subrows(s0, sn), 1.0f32, Par::Seq);
     }
 }
 
