@@ -399,8 +399,17 @@ pub(crate) struct MaskBits {
 
 impl MaskBits {
     /// Fills the bits in parallel over chunks of [`ROW_CHUNK`] rows; each
-    /// row's bits depend only on the mask and its index.
-    pub(crate) fn new(mask: &Mask, keys: RowKeys, rows: usize, width: usize, isa: Isa) -> MaskBits {
+    /// row's bits depend only on the mask and its index. With `used`,
+    /// only the rows it marks (`used[r]`); the other rows' words are left
+    /// 0 and are not to be read.
+    pub(crate) fn new(
+        mask: &Mask,
+        keys: RowKeys,
+        rows: usize,
+        width: usize,
+        isa: Isa,
+        used: Option<&[bool]>,
+    ) -> MaskBits {
         let words_per_row = width.div_ceil(64);
         let mut words = vec![0u64; rows * words_per_row];
         if words_per_row > 0 {
@@ -410,7 +419,9 @@ impl MaskBits {
                 .for_each(|(chunk, part)| {
                     for (k, row) in part.chunks_exact_mut(words_per_row).enumerate() {
                         let r = chunk * ROW_CHUNK + k;
-                        mask.fill_bits_on(isa, keys.key(r) * width as u64, width, row);
+                        if used.is_none_or(|used| used[r]) {
+                            mask.fill_bits_on(isa, keys.key(r) * width as u64, width, row);
+                        }
                     }
                 });
         }
@@ -660,7 +671,14 @@ mod tests {
         }
         for width in [1, 3, 7, 64, 100, 128] {
             let rows = 2 * ROW_CHUNK + 5;
-            let bits = MaskBits::new(&m, RowKeys::Contiguous(13), rows, width, Isa::detect());
+            let bits = MaskBits::new(
+                &m,
+                RowKeys::Contiguous(13),
+                rows,
+                width,
+                Isa::detect(),
+                None,
+            );
             for r in 0..rows {
                 for (f, j) in (0..width).step_by(16).zip(0..) {
                     let word = bits.row(r)[f / 64];

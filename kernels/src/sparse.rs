@@ -35,7 +35,9 @@ pub fn spmm(block: BlockRef, src: &[f32], width: usize, init: Init, out: &mut [f
 /// call into a workspace of `src_rows * ceil(width / 64) * 8` bytes
 /// (16 MiB for 1M source rows of width 128), instead of hashing each
 /// gathered row again per edge; with fewer edges the mask is generated
-/// per edge. Both give the same bits.
+/// per edge. Both give the same bits. With at most
+/// [`USED_ROWS_EDGES_PER_ROW`] edges a source row, only the rows the
+/// edges read get their bits, marked in a byte a source row first.
 pub fn spmm_dropout<'k>(
     block: BlockRef,
     src: &[f32],
@@ -140,6 +142,18 @@ fn check_spmm(
 /// "Input dropout in many partitions").
 pub const MASK_WORKSPACE_ROWS_PER_EDGE: usize = 8;
 
+/// The most edges per source row a block may have and its mask
+/// workspace hold only the rows its edges read ([`spmm_dropout`]): in
+/// many partitions, a block's edges read a fraction of its source rows,
+/// whose bits were made for each block again. On R-MAT scale 18 (2-layer
+/// GCN of 128), the first layer's masked aggregations took 182-199 ms an
+/// iteration in 16 partitions and 288-304 ms in 32 with every row's bits,
+/// 171-179 and 255-257 with the rows read alone, against 129 and 186 ms
+/// without dropout (docs/runtime.md, "Keep bits of the rows read"). With
+/// more edges a row, nearly every row is read and marking them costs
+/// a pass over the edges.
+pub const USED_ROWS_EDGES_PER_ROW: usize = 2;
+
 /// A dropout mask on `src`, whose rows are global rows `src_keys`.
 #[derive(Clone, Copy)]
 pub(crate) struct MaskedSrc<'a> {
@@ -201,7 +215,14 @@ pub(crate) fn gather_on(
     if let Masking::Auto(m) = masking {
         let src_rows = src.len() / width;
         if block.nnz() * MASK_WORKSPACE_ROWS_PER_EDGE >= src_rows {
-            let bits = MaskBits::new(&m.mask, m.src_keys, src_rows, width, m.isa);
+            let used = (block.nnz() <= src_rows * USED_ROWS_EDGES_PER_ROW).then(|| {
+                let mut used = vec![false; src_rows];
+                for &c in block.columns {
+                    used[c as usize] = true;
+                }
+                used
+            });
+            let bits = MaskBits::new(&m.mask, m.src_keys, src_rows, width, m.isa, used.as_deref());
             let masking = Masking::Bits(&bits, m.mask.scale, m.isa);
             return gather_on(isa, block, src, width, init, out, masking);
         }

@@ -40,6 +40,13 @@ pub const DROPPED_LANES: u64 = 8;
 pub const FEW_CHUNKS: u64 = 4;
 pub const GRAD_LANES: u64 = 4;
 pub const GRAD_LANE_MAX_BYTES: u64 = 128 << 10;
+/// A CPU aggregation of a dropped input makes the keep bits of its source
+/// rows at once where its block has at least an edge per this many source
+/// rows (`kernels::sparse::MASK_WORKSPACE_ROWS_PER_EDGE`), and of only
+/// the rows its edges read, marked in a byte a row, where it has at most
+/// [`USED_ROWS_EDGES_PER_ROW`] edges a source row (the kernels' own).
+pub const MASK_WORKSPACE_ROWS_PER_EDGE: u64 = 8;
+pub const USED_ROWS_EDGES_PER_ROW: u64 = 2;
 /// CPU tasks counted as running at once, each with its own buffers.
 pub const TASKS: u64 = 64;
 /// Packing buffer of one CPU GEMM task over inputs a multiple of 1024 wide.
@@ -153,8 +160,9 @@ pub fn op_bytes(base: &str, gat: bool, projects_first: bool, s: &OpShape) -> u64
             // The first aggregation of a dropped input: the keep bits of
             // the source rows, which the CUDA backend always computes and
             // holds beside its segment sums, and the CPU's where the block
-            // has at least an edge per 8 source rows (else per-task
-            // buffers).
+            // has at least an edge per 8 source rows, with a byte a source
+            // row marking those read where it has few edges a row (else
+            // per-task buffers).
             let dropped = s.drops_input && !projects_first;
             let bits = match dropped {
                 true => s.src_rows * s.d_in.div_ceil(64) * 8,
@@ -162,7 +170,12 @@ pub fn op_bytes(base: &str, gat: bool, projects_first: bool, s: &OpShape) -> u64
             };
             let cpu = match dropped {
                 false => 0,
-                true if s.edges * 8 >= s.src_rows => bits,
+                true if s.edges * MASK_WORKSPACE_ROWS_PER_EDGE >= s.src_rows => {
+                    match s.edges <= USED_ROWS_EDGES_PER_ROW * s.src_rows {
+                        true => bits + s.src_rows,
+                        false => bits,
+                    }
+                }
                 true => tasks(s.rows) * (s.d_in + s.edges.min(s.src_rows)) * F32,
             };
             (carry(s.edges, s.width) + bits).max(cpu)
@@ -292,6 +305,16 @@ mod tests {
         let bits = 10_000 * 8;
         assert_eq!(op_bytes("agg", false, false, &dropped), plain + bits);
         assert_eq!(op_bytes("agg", false, true, &dropped), plain);
+        // Few edges a source row: the CPU marks the rows read, a byte
+        // each, beside its bits, which passes the segment sums' bytes.
+        let few = OpShape {
+            edges: 1_000,
+            src_rows: 2_000,
+            ..dropped
+        };
+        let marked = 2_000 * 8 + 2_000;
+        assert!(carry(1_000, 64) < 2_000);
+        assert_eq!(op_bytes("agg", false, false, &few), marked);
         let sparse = OpShape {
             edges: 100,
             src_rows: 1_000_000,

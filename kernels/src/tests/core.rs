@@ -122,10 +122,13 @@ fn spmm_dropout_equals_the_per_edge_formulation_bit_for_bit() {
     let mut rng = Rng::new(21);
     // Widths around the 8-lane blocks and 64-bit words; edges above and
     // below one per `MASK_WORKSPACE_ROWS_PER_EDGE` source rows (mask
-    // workspace or per-edge masks), and between that and one a row;
-    // signed zeros, infinities and NaN in `src` (a dropped NaN stays NaN).
+    // workspace or per-edge masks), and between that and one a row, and
+    // at most `USED_ROWS_EDGES_PER_ROW` a row (the workspace of the rows
+    // read alone); signed zeros, infinities and NaN in `src` (a dropped
+    // NaN stays NaN).
     for (rows, src_rows, width, degree) in [
         (600, 700, 128, 4),
+        (200, 300, 72, 2),
         (300, 257, 7, 3),
         (300, 40, 64, 2),
         (257, 30, 72, 5),
@@ -175,8 +178,17 @@ fn spmm_dropout_equals_the_per_edge_formulation_bit_for_bit() {
             // The mask workspace on every instruction set this CPU has,
             // whatever the edge count.
             let mask = d.mask();
-            for isa in Isa::available() {
-                let keep = MaskBits::new(&mask, row0.into(), src_rows, width, isa);
+            // The workspace of every row, and of the rows the edges read.
+            let mut read = vec![false; src_rows];
+            for &c in &block.columns {
+                read[c as usize] = true;
+            }
+            for (isa, used) in Isa::available()
+                .into_iter()
+                .flat_map(|isa| [(isa, None), (isa, Some(&read))])
+            {
+                let used = used.map(Vec::as_slice);
+                let keep = MaskBits::new(&mask, row0.into(), src_rows, width, isa, used);
                 let masking = Masking::Bits(&keep, mask.scale, isa);
                 gather(
                     block.as_ref(),
@@ -186,7 +198,15 @@ fn spmm_dropout_equals_the_per_edge_formulation_bit_for_bit() {
                     &mut out,
                     masking,
                 );
-                assert_same_bits(&format!("{isa:?} {rows}x{width} p {p}"), &out, &expect);
+                let what = match used {
+                    Some(_) => "the rows read",
+                    None => "every row",
+                };
+                assert_same_bits(
+                    &format!("{isa:?} {rows}x{width} p {p}, {what}"),
+                    &out,
+                    &expect,
+                );
             }
         }
     }

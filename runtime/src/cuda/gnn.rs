@@ -2426,6 +2426,14 @@ mod tests {
             fateplan_kernels::dense::GRAD_LANE_MAX_VALUES as u64 * 4,
             scratch::GRAD_LANE_MAX_BYTES
         );
+        assert_eq!(
+            fateplan_kernels::sparse::MASK_WORKSPACE_ROWS_PER_EDGE as u64,
+            scratch::MASK_WORKSPACE_ROWS_PER_EDGE
+        );
+        assert_eq!(
+            fateplan_kernels::sparse::USED_ROWS_EDGES_PER_ROW as u64,
+            scratch::USED_ROWS_EDGES_PER_ROW
+        );
     }
 
     #[test]
