@@ -571,7 +571,7 @@ fn packed_grad(
 }
 
 /// The most outputs a weight gradient computed in slabs of rows has
-/// ([`in_slabs`]).
+/// (`in_slabs`).
 pub const SLAB_MAX_OUTPUTS: usize = 32;
 /// Bytes of input rows a slab of [`slabbed_grad`] takes, and the fewest
 /// rows it takes.
