@@ -155,9 +155,9 @@ pub(crate) struct PlanArgs {
     dropout: f32,
     /// Which GCN layers project before they aggregate: `narrower` (those
     /// whose output is narrower than their input) or `aggregate-first`
-    /// (none). The model is the same.
-    #[arg(long, conflicts_with = "dag", default_value = "narrower")]
-    layer_order: String,
+    /// (none). The model is the same [default: narrower].
+    #[arg(long, conflicts_with = "dag")]
+    layer_order: Option<String>,
     /// How GCN's and GraphSAGE's transposed aggregations read a block's
     /// transpose: `stored` (an input of its own, in host memory beside the
     /// block, moved like it), `built` (a GPU builds each as it goes,
@@ -1202,6 +1202,15 @@ impl GnnSource {
             let p: u32 = parse_count(partitions, &(1..=MAX_PARTITIONS as u128)).map_err(|why| {
                 anyhow!("--partitions {partitions:?}: {why}; expected a count or auto")
             })?;
+            // Each partition needs a vertex: said by the flag.
+            let nodes = self.source.nodes();
+            if nodes < u64::from(p) {
+                bail!(
+                    "--partitions {p}: {} for a graph of {}: each partition needs a vertex",
+                    fateplan::planner::units::count(u64::from(p), "partition"),
+                    fateplan::planner::units::count(nodes, "node")
+                );
+            }
             return Ok((self.build(p, false)?, p, String::new(), None));
         }
         let most = (self.most as u64).min(self.source.nodes()) as u32;
@@ -1657,7 +1666,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     if model == GnnModel::Gat && args.layers > 1 {
         heads_divide(args.hidden, heads)?;
     }
-    let order = LayerOrder::parse(&args.layer_order)?;
+    let order = LayerOrder::parse(args.layer_order.as_deref().unwrap_or("narrower"))?;
     let transposes = Transposes::parse(&args.transposes)?;
     // `auto` chooses once the budgets are known (`prepare`).
     let sweeps = match args.sweep.as_str() {
@@ -1678,11 +1687,11 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
             args.transposes
         );
     }
-    if model != GnnModel::Gcn && order != LayerOrder::Narrower {
+    if let Some(given) = args.layer_order.as_ref().filter(|_| model != GnnModel::Gcn) {
         bail!(
-            "--layer-order {}: the layer order applies to gcn only (gat always projects first, sage \
-             aggregates first)",
-            args.layer_order
+            "--layer-order {given}: the layer order applies to gcn only (gat always projects \
+             first, sage aggregates first); leave it out for --model {}",
+            model.name()
         );
     }
     let mut halo = None;
@@ -1945,9 +1954,33 @@ pub(crate) fn budget_value(text: &str) -> std::result::Result<String, String> {
 
 pub(crate) fn budget(flag: &Option<String>, name: &str, default: u64) -> Result<u64> {
     match flag {
-        Some(text) => parse_bytes(text).with_context(|| format!("--{name}")),
+        Some(text) => {
+            let bytes = parse_bytes(text).with_context(|| format!("--{name}"))?;
+            if let Some(note) = bare_budget_note(name, text, bytes) {
+                eprintln!("{note}");
+            }
+            Ok(bytes)
+        }
         None => Ok(default),
     }
+}
+
+/// Budgets below this many bytes given without a unit are told how a
+/// unit or a share is written ([`bare_budget_note`]).
+const BARE_BUDGET_NOTE_BELOW: u64 = 1 << 20;
+
+/// A warning for `--{name} {text}` (`bytes`) given as a bare number of
+/// under [`BARE_BUDGET_NOTE_BELOW`] bytes: more likely a share or a size
+/// in another unit than so few bytes.
+fn bare_budget_note(name: &str, text: &str, bytes: u64) -> Option<String> {
+    let bare = text.trim();
+    let is_bare = !bare.is_empty() && bare.chars().all(|c| c.is_ascii_digit() || c == '.');
+    (is_bare && bytes < BARE_BUDGET_NOTE_BELOW).then(|| {
+        format!(
+            "warning: --{name} {bare} is {bare} bytes (a size without a unit is bytes); a share \
+             of the retain-all peak is written {bare}%, a size in gibibytes {bare}GiB"
+        )
+    })
 }
 
 /// Whose capacity a budget is held to: profile `profile`'s, or for a

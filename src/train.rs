@@ -295,7 +295,12 @@ impl TrainArgs {
         args.layers = take(&self.layers, &plan.layers, ("layers", source))?;
         args.hidden = take(&self.hidden, &plan.hidden, ("hidden", source))?;
         args.heads = take(&self.heads, &plan.heads, ("heads", source))?;
-        args.layer_order = take(&order, &plan.layer_order, ("layer-order", source))?;
+        // Only a GCN's plan has a layer order to take: another model's
+        // records the default, and `--layer-order` is refused for it.
+        args.layer_order = match GnnModel::parse(&plan.model)? {
+            GnnModel::Gcn => take(&order, &plan.layer_order, ("layer-order", source))?,
+            _ => order,
+        };
         let transposes = match &self.transposes {
             Some(name) => Some(Transposes::parse(name)?.name().to_string()),
             None => None,
@@ -421,11 +426,11 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
             args.transposes()
         );
     }
-    if model != GnnModel::Gcn && hyper.order != LayerOrder::Narrower {
+    if let Some(given) = args.layer_order.as_ref().filter(|_| model != GnnModel::Gcn) {
         bail!(
-            "--layer-order {}: the layer order applies to gcn only (gat always projects first, sage \
-             aggregates first)",
-            args.layer_order()
+            "--layer-order {given}: the layer order applies to gcn only (gat always projects \
+             first, sage aggregates first); leave it out for --model {}",
+            model.name()
         );
     }
     if args.epochs == 0 {
@@ -701,10 +706,10 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         Some((plan, source)) => match &plan.workload.model {
             Some(model) => {
                 if model.devices > 1 && model.shares.is_none() {
-                    let gat = if model.model == "gat" {
-                        format!(" --heads {}", model.heads)
-                    } else {
-                        String::new()
+                    let shape = match model.model.as_str() {
+                        "gat" => format!(" --heads {}", model.heads),
+                        "gcn" => format!(" --layer-order {}", model.layer_order),
+                        _ => String::new(),
                     };
                     let dropout = model
                         .dropout
@@ -714,7 +719,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                          the statistics of one GPU's share (of a --dataset, or by a build from \
                          before plans of real shares), which `train` does not build; \
                          `fateplan train --graph {} --devices {k} --model {} --layers {} \
-                         --hidden {}{gat} --layer-order {} --transposes {} --sweep {} \
+                         --hidden {}{shape} --transposes {} --sweep {} \
                          --partitions {}{dropout} --save-plan FILE`, \
                          or `fateplan plan --graph` with the same flags and --gpus {k}, writes a \
                          plan of the shares it trains, which --plan takes",
@@ -722,7 +727,6 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                         model.model,
                         model.layers,
                         model.hidden,
-                        model.layer_order,
                         model.transposes,
                         model.sweep,
                         model.partitions,

@@ -524,6 +524,35 @@ fn bad_input_names_what_is_wrong() {
             ],
             "applies to gcn only",
         ),
+        // The default order named is refused as well: it changes nothing
+        // for GraphSAGE or GAT.
+        (
+            &["plan", "--model", "gat", "--layer-order", "narrower"],
+            "--layer-order narrower: the layer order applies to gcn only (gat always projects \
+             first, sage aggregates first); leave it out for --model gat",
+        ),
+        (
+            &[
+                "train",
+                "--graph",
+                "rmat:scale=6",
+                "--model",
+                "sage",
+                "--layer-order",
+                "narrower",
+            ],
+            "--layer-order narrower: the layer order applies to gcn only",
+        ),
+        (
+            &[
+                "plan",
+                "--graph",
+                "rmat:scale=2,classes=2",
+                "--partitions",
+                "5",
+            ],
+            "--partitions 5: 5 partitions for a graph of 4 nodes: each partition needs a vertex",
+        ),
         (
             &["compare", "--dataset", "ogbn-arxiv", "-o", "c.json"],
             "-o c.json: compare prints a row per policy and writes no plan",
@@ -737,6 +766,24 @@ fn budgets_as_a_share_of_the_retain_all_peak() {
         &[&ARXIV_P4[..], &["--hbm-budget", "25%"]].concat(),
     ));
     assert!(summary.contains("percent   --hbm-budget 25%:"), "{summary}");
+    // A bare number is bytes; a small one is told how a share and a unit
+    // are written, on plan and train alike.
+    let note = "warning: --hbm-budget 25 is 25 bytes (a size without a unit is bytes); a share \
+                of the retain-all peak is written 25%, a size in gibibytes 25GiB";
+    let bare = fateplan(&[&ARXIV_P4[..], &["--hbm-budget", "25"]].concat());
+    assert_eq!(bare.status.code(), Some(2), "{}", stderr(&bare));
+    assert!(stderr(&bare).contains(note), "{}", stderr(&bare));
+    let graph = "planted:nodes=200,classes=3,features=8,seed=1";
+    let bare = fateplan(&["train", "--graph", graph, "--hbm-budget", "25"]);
+    assert!(stderr(&bare).contains(note), "{}", stderr(&bare));
+    for given in ["25%", "2GiB", "4000000"] {
+        let out = fateplan(&[&ARXIV_P4[..], &["--hbm-budget", given]].concat());
+        assert!(
+            !stderr(&out).contains("warning: --hbm-budget"),
+            "{}",
+            stderr(&out)
+        );
+    }
     for (flags, expect) in [
         (
             &["plan", "--dataset", "ogbn-arxiv", "--hbm-budget", "25%"][..],
