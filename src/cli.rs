@@ -155,7 +155,8 @@ pub(crate) struct PlanArgs {
     dropout: f32,
     /// Which GCN layers project before they aggregate: `narrower` (those
     /// whose output is narrower than their input) or `aggregate-first`
-    /// (none). The model is the same [default: narrower].
+    /// (none). The model is the same. GCN only: refused for sage and gat
+    /// [default: narrower].
     #[arg(long, conflicts_with = "dag")]
     layer_order: Option<String>,
     /// How GCN's and GraphSAGE's transposed aggregations read a block's
@@ -469,12 +470,18 @@ pub(crate) fn one_layer_warning(
 }
 
 impl PlanArgs {
-    /// [`one_layer_warning`] for this command line's model (GAT's heads
-    /// alone: another model refuses them).
-    pub(crate) fn warn_one_layer(&self) {
+    /// The command line's warnings, said once: [`one_layer_warning`] for
+    /// its model (GAT's heads alone: another model refuses them) and
+    /// [`warn_bare_budgets`] for its budgets.
+    pub(crate) fn warn(&self) {
         let gat = GnnModel::parse(&self.model).ok() == Some(GnnModel::Gat);
         let heads = self.heads.filter(|_| gat);
         one_layer_warning(self.layers, Some(self.hidden), Some(DEFAULT_HIDDEN), heads);
+        warn_bare_budgets([
+            ("hbm-budget", &self.hbm_budget),
+            ("host-budget", &self.host_budget),
+            ("ssd-budget", &self.ssd_budget),
+        ]);
     }
 }
 
@@ -1190,10 +1197,12 @@ impl GnnSource {
     /// `auto` chose, and the plan of it with `options` where choosing made
     /// one. `at`: what `auto` makes of each count it plans
     /// ([`size_partitions_choosing`]), where it chooses more than the
-    /// count.
+    /// count. `gpus`: the GPUs the graph is shared out to (1: the whole
+    /// graph).
     fn sized(
         &self,
         partitions: &str,
+        gpus: u32,
         profile: &Profile,
         options: &PlanOptions,
         at: Option<&AtCount<'_, anyhow::Error>>,
@@ -1205,8 +1214,12 @@ impl GnnSource {
             // Each partition needs a vertex: said by the flag.
             let nodes = self.source.nodes();
             if nodes < u64::from(p) {
+                let whose = match gpus {
+                    1 => "a graph",
+                    _ => "a GPU's share",
+                };
                 bail!(
-                    "--partitions {p}: {} for a graph of {}: each partition needs a vertex",
+                    "--partitions {p}: {} for {whose} of {}: each partition needs a vertex",
                     fateplan::planner::units::count(u64::from(p), "partition"),
                     fateplan::planner::units::count(nodes, "node")
                 );
@@ -1666,7 +1679,10 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     if model == GnnModel::Gat && args.layers > 1 {
         heads_divide(args.hidden, heads)?;
     }
-    let order = LayerOrder::parse(args.layer_order.as_deref().unwrap_or("narrower"))?;
+    let order = match &args.layer_order {
+        Some(name) => LayerOrder::parse(name)?,
+        None => LayerOrder::default(),
+    };
     let transposes = Transposes::parse(&args.transposes)?;
     // `auto` chooses once the budgets are known (`prepare`).
     let sweeps = match args.sweep.as_str() {
@@ -1954,14 +1970,23 @@ pub(crate) fn budget_value(text: &str) -> std::result::Result<String, String> {
 
 pub(crate) fn budget(flag: &Option<String>, name: &str, default: u64) -> Result<u64> {
     match flag {
-        Some(text) => {
-            let bytes = parse_bytes(text).with_context(|| format!("--{name}"))?;
-            if let Some(note) = bare_budget_note(name, text, bytes) {
-                eprintln!("{note}");
-            }
-            Ok(bytes)
-        }
+        Some(text) => parse_bytes(text).with_context(|| format!("--{name}")),
         None => Ok(default),
+    }
+}
+
+/// Warns of each budget flag `(name, given)` that [`bare_budget_note`]
+/// finds bare and small; a budget that does not parse is left to the
+/// flag's own error.
+pub(crate) fn warn_bare_budgets(flags: [(&str, &Option<String>); 3]) {
+    for (name, given) in flags {
+        let Some(text) = given else { continue };
+        if let Some(note) = parse_bytes(text)
+            .ok()
+            .and_then(|bytes| bare_budget_note(name, text, bytes))
+        {
+            eprintln!("{note}");
+        }
     }
 }
 
@@ -1969,16 +1994,20 @@ pub(crate) fn budget(flag: &Option<String>, name: &str, default: u64) -> Result<
 /// unit or a share is written ([`bare_budget_note`]).
 const BARE_BUDGET_NOTE_BELOW: u64 = 1 << 20;
 
-/// A warning for `--{name} {text}` (`bytes`) given as a bare number of
-/// under [`BARE_BUDGET_NOTE_BELOW`] bytes: more likely a share or a size
-/// in another unit than so few bytes.
+/// A warning for `--{name} {text}` (`bytes`) given as a number without a
+/// unit (no letter but an exponent's `e`) of under
+/// [`BARE_BUDGET_NOTE_BELOW`] bytes: more likely a share or a size in
+/// another unit than so few bytes.
 fn bare_budget_note(name: &str, text: &str, bytes: u64) -> Option<String> {
     let bare = text.trim();
-    let is_bare = !bare.is_empty() && bare.chars().all(|c| c.is_ascii_digit() || c == '.');
-    (is_bare && bytes < BARE_BUDGET_NOTE_BELOW).then(|| {
+    let unitless = !bare
+        .chars()
+        .any(|c| c.is_alphabetic() && !c.eq_ignore_ascii_case(&'e'));
+    (unitless && bytes < BARE_BUDGET_NOTE_BELOW).then(|| {
         format!(
-            "warning: --{name} {bare} is {bare} bytes (a size without a unit is bytes); a share \
-             of the retain-all peak is written {bare}%, a size in gibibytes {bare}GiB"
+            "warning: --{name} {bare} is {bytes} bytes (a size without a unit is bytes); a share \
+             of the retain-all peak is written {bare}% (with --partitions N), a size in \
+             gibibytes {bare}GiB"
         )
     })
 }
@@ -2237,6 +2266,7 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
                 && gnn.spec.sweepable() != Sweeps::default();
             let (mut workload, p, mut note, mut made) = gnn.sized(
                 &args.partitions,
+                args.gpus,
                 &profile,
                 &options,
                 joint.then_some(&at as &AtCount<'_, anyhow::Error>),
@@ -2702,7 +2732,7 @@ pub(crate) fn signed_percent(value: f64) -> String {
 }
 
 fn run_compare(args: &CompareArgs) -> Result<()> {
-    args.plan.warn_one_layer();
+    args.plan.warn();
     // `plan`'s flags that write or explain one plan have no meaning here.
     if let Some(path) = &args.plan.output {
         bail!(
@@ -2901,7 +2931,7 @@ fn planned(args: &PlanArgs) -> Result<Planned> {
 
 fn run_plan(args: &PlanArgs) -> Result<()> {
     args.check_policy_flags()?;
-    args.warn_one_layer();
+    args.warn();
     spare_inputs(
         &[("-o", args.output.as_deref())],
         &[

@@ -91,7 +91,8 @@ pub struct TrainArgs {
     heads: Option<u32>,
     /// Which GCN layers project before they aggregate: `narrower` (those
     /// whose output is narrower than their input) or `aggregate-first`
-    /// (none). The model is the same [default: narrower].
+    /// (none). The model is the same. GCN only: refused for sage and gat
+    /// [default: narrower].
     #[arg(long)]
     layer_order: Option<String>,
     /// How GCN's and GraphSAGE's transposed aggregations read a block's
@@ -623,6 +624,11 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         let gat = GnnModel::parse(args.model()).ok() == Some(GnnModel::Gat);
         crate::cli::one_layer_warning(args.layers(), args.hidden, None, args.heads.filter(|_| gat));
     }
+    crate::cli::warn_bare_budgets([
+        ("hbm-budget", &args.hbm_budget),
+        ("host-budget", &args.host_budget),
+        ("ssd-budget", &args.ssd_budget),
+    ]);
     crate::cli::distinct_outputs(&[
         ("--save-plan", args.save_plan.as_deref()),
         ("--trace", args.trace.as_deref()),

@@ -769,7 +769,8 @@ fn budgets_as_a_share_of_the_retain_all_peak() {
     // A bare number is bytes; a small one is told how a share and a unit
     // are written, on plan and train alike.
     let note = "warning: --hbm-budget 25 is 25 bytes (a size without a unit is bytes); a share \
-                of the retain-all peak is written 25%, a size in gibibytes 25GiB";
+                of the retain-all peak is written 25% (with --partitions N), a size in gibibytes \
+                25GiB";
     let bare = fateplan(&[&ARXIV_P4[..], &["--hbm-budget", "25"]].concat());
     assert_eq!(bare.status.code(), Some(2), "{}", stderr(&bare));
     assert!(stderr(&bare).contains(note), "{}", stderr(&bare));
@@ -2513,6 +2514,13 @@ fn a_curve_no_budget_fits_names_its_workload_as_one_that_fits_does() {
     let args = ["curve", "--graph", graph, "--budgets", "1KB"];
     let out = fateplan(&args);
     assert_eq!(out.status.code(), Some(2));
+    // The curve's own budgets are not flags the user gave: none is warned
+    // of as a bare number.
+    assert!(
+        !stderr(&out).contains("warning: --hbm-budget"),
+        "{}",
+        stderr(&out)
+    );
     assert!(
         stdout(&out).starts_with(
             "curve     gcn-3x256-rmat-s10-e16-seed2 on a100-80g, policy dp; the partitions sized \

@@ -20,9 +20,10 @@
 //! are a task of their own: a partition of few rows and many features
 //! (a citation graph's first layer) is one partial, which would otherwise
 //! run on one thread. A narrow gradient over enough lanes to spread
-//! computes each lane's columns whole instead, in slabs of rows that stay
-//! in cache (`in_slabs`): a task per columns read the rows of wide
-//! features in strided pieces, at half the projection's speed.
+//! takes each lane's columns in a few wide groups instead, in slabs of
+//! rows that stay in cache (`in_slabs`): a task per 128 columns read the
+//! rows of wide features in strided pieces, at half the projection's
+//! speed.
 //!
 //! Where the input's rows lie a multiple of 4 KiB apart, each task of
 //! the plain weight gradient copies its columns into a packed buffer,
@@ -445,8 +446,12 @@ fn backward(
     let lane_rows = REDUCE_ROWS / lanes;
     // A narrow gradient over lanes enough to spread: each lane's columns
     // whole, slab after slab; otherwise a task per `GRAD_ROWS` columns.
-    let slabs = in_slabs(rows.div_ceil(lane_rows), d_out);
-    let columns = if slabs { d_in } else { GRAD_ROWS };
+    let tasks = rows.div_ceil(lane_rows);
+    let slabs = in_slabs(tasks, d_out) && !packs_columns(d_in);
+    let columns = match slabs {
+        true => slab_columns(tasks, d_in),
+        false => GRAD_ROWS,
+    };
     reduce_in_groups(
         chunks,
         REDUCE_GROUP / lanes,
@@ -477,7 +482,7 @@ fn backward(
                                 return packed_grad(x, d_in, (c0, m), g, o);
                             }
                             if slabs {
-                                return slabbed_grad(x, d_in, g, o);
+                                return slabbed_grad(x, d_in, (c0, m), g, o);
                             }
                             let x = MatRef::from_row_major_slice(x, n, d_in).subcols(c0, m);
                             matmul(o, Accum::Replace, x.transpose(), g, 1.0f32, Par::Seq);
@@ -571,44 +576,76 @@ fn packed_grad(
 }
 
 /// The most outputs a weight gradient computed in slabs of rows has
-/// (`in_slabs`).
+/// (`in_slabs`), and the fewest lanes of rows it takes.
 pub const SLAB_MAX_OUTPUTS: usize = 32;
+pub const SLAB_MIN_LANES: usize = 4;
+/// Tasks a weight gradient in slabs aims at, its lanes times its groups
+/// of columns (`slab_columns`), and the fewest columns of a group.
+const SLAB_TASKS: usize = 16;
+const SLAB_MIN_COLUMNS: usize = 512;
 /// Bytes of input rows a slab of [`slabbed_grad`] takes, and the fewest
 /// rows it takes.
 const SLAB_BYTES: usize = 128 << 10;
 const MIN_SLAB_ROWS: usize = 16;
 
 /// Whether a weight gradient summed in `tasks` lanes of rows (over every
-/// chunk) into `d_out` outputs computes each lane's columns whole, in
-/// slabs of rows ([`slabbed_grad`]): at most [`SLAB_MAX_OUTPUTS`] outputs,
-/// and at least [`FEW_CHUNKS`] lanes to spread over the threads (fewer
-/// take a task per [`GRAD_ROWS`] columns, as wider gradients do). Rows
-/// and widths decide, not the threads, so the bits do not depend on the
-/// thread count.
+/// chunk) into `d_out` outputs computes each lane's columns in a few wide
+/// groups (`slab_columns`), in slabs of rows ([`slabbed_grad`]): at most
+/// [`SLAB_MAX_OUTPUTS`] outputs,
+/// and at least [`SLAB_MIN_LANES`] lanes to spread over the threads
+/// (fewer take a task per [`GRAD_ROWS`] columns, as wider gradients and
+/// inputs a multiple of 1,024 wide do: `packs_columns`). Rows and widths
+/// decide, not the threads, so the bits do not depend on the thread
+/// count.
 ///
 /// Into 16 outputs on two threads (`cargo bench -p fateplan-kernels
 /// --bench kernels -- weight_grad_tall`, the builds run in turn, the
 /// fastest of 10), a task per 128 columns over each chunk's rows took
-/// 28.6-29.0 ms on 32,768 rows of 1,433 features and 21.6-22.4 ms on
-/// 65,536 of 512; in slabs, 15.8-17.3 and 12.5-13.2 ms (the projection of
-/// the same rows took 14.7 and 13.2). The slab's size was picked on the
-/// same benches, on slabs of 16 to 4,096 rows: the best held 92-128 KiB
+/// 27.4-29.0 ms on 32,768 rows of 1,433 features and 21.4-22.4 ms on
+/// 65,536 of 512; in slabs, 17.4-18.0 (two groups of 717 columns) and
+/// 12.5-13.2 ms (the projection of the same rows took 14.7 and 13.2;
+/// docs/runtime.md, "A narrow weight gradient in slabs of rows"). The
+/// slab's size was picked on the
+/// same benches, on slabs of 16 to 4,096 rows: the best held 90-128 KiB
 /// at 1,433 and 512 features (16 and 64 rows; slabs of 0.7-1 MiB took
 /// 1.6-1.7 times as long), and at 128 features any slab of 256 rows or
 /// more ran as fast as one product. Into 128 outputs (128 features over a
 /// million rows), slabs of 256 rows were 15% slower than one product,
 /// hence the bound on the outputs.
 pub(crate) fn in_slabs(tasks: usize, d_out: usize) -> bool {
-    d_out <= SLAB_MAX_OUTPUTS && tasks >= FEW_CHUNKS
+    d_out <= SLAB_MAX_OUTPUTS && tasks >= SLAB_MIN_LANES
 }
 
-/// `out = xᵀ · g` over the rows of `x` (`d_in` wide) and `g` (at least
-/// one), in slabs of about [`SLAB_BYTES`] of `x` (at least
-/// [`MIN_SLAB_ROWS`] rows), each slab's product added in row order.
-fn slabbed_grad(x: &[f32], d_in: usize, g: MatRef<'_, f32>, mut out: MatMut<'_, f32>) {
+/// Columns of each task of a weight gradient in slabs over `lanes` lanes
+/// of rows, `d_in` wide: the columns split into groups, enough for
+/// [`SLAB_TASKS`] tasks where the lanes are fewer, none narrower than
+/// [`SLAB_MIN_COLUMNS`]. Lanes are few where a partition's rows are, and
+/// a machine of many cores would otherwise leave most idle. On two
+/// threads (`weight_grad_tall`, 32,768 rows of 1,433 features, 8 lanes),
+/// two groups of 717 took 15.2-16.5 ms and whole rows 15.3-15.4; groups of
+/// 512 took 17.1-18.0 and of 256 27.8-28.6, the strided reads of the
+/// tasks per 128 columns again.
+pub(crate) fn slab_columns(lanes: usize, d_in: usize) -> usize {
+    let groups = SLAB_TASKS
+        .div_ceil(lanes.max(1))
+        .min(d_in.div_ceil(SLAB_MIN_COLUMNS))
+        .max(1);
+    d_in.div_ceil(groups)
+}
+
+/// `out = x[:, c0..c0 + m]ᵀ · g` over the rows of `x` (`d_in` wide) and
+/// `g` (at least one), in slabs of about [`SLAB_BYTES`] of `x`'s rows (at
+/// least [`MIN_SLAB_ROWS`] rows), each slab's product added in row order.
+fn slabbed_grad(
+    x: &[f32],
+    d_in: usize,
+    (c0, m): (usize, usize),
+    g: MatRef<'_, f32>,
+    mut out: MatMut<'_, f32>,
+) {
     let n = g.nrows();
     let slab = (SLAB_BYTES / (d_in * std::mem::size_of::<f32>())).max(MIN_SLAB_ROWS);
-    let x = MatRef::from_row_major_slice(x, n, d_in);
+    let x = MatRef::from_row_major_slice(x, n, d_in).subcols(c0, m);
     for s0 in (0..n).step_by(slab) {
         let sn = slab.min(n - s0);
         let accum = if s0 == 0 { Accum::Replace } else { Accum::Add };

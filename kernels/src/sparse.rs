@@ -146,12 +146,12 @@ pub const MASK_WORKSPACE_ROWS_PER_EDGE: usize = 8;
 /// workspace hold only the rows its edges read ([`spmm_dropout`]): in
 /// many partitions, a block's edges read a fraction of its source rows,
 /// whose bits were made for each block again. On R-MAT scale 18 (2-layer
-/// GCN of 128), the first layer's masked aggregations took 182-199 ms an
-/// iteration in 16 partitions and 288-304 ms in 32 with every row's bits,
-/// 171-179 and 255-257 with the rows read alone, against 129 and 186 ms
-/// without dropout (docs/runtime.md, "Keep bits of the rows read"). With
-/// more edges a row, nearly every row is read and marking them costs
-/// a pass over the edges.
+/// GCN of 128) in 32 partitions, the first layer's masked aggregations
+/// took 284.7-303.9 ms an iteration with every row's bits and
+/// 254.5-270.7 with the rows read alone, against 186.3 ms without
+/// dropout (in 16, within the noise: docs/runtime.md, "Keep bits of the
+/// rows read"). With more edges a row, nearly every row is read and
+/// marking them costs a pass over the edges.
 pub const USED_ROWS_EDGES_PER_ROW: usize = 2;
 
 /// A dropout mask on `src`, whose rows are global rows `src_keys`.
@@ -166,13 +166,16 @@ pub(crate) struct MaskedSrc<'a> {
 #[derive(Clone, Copy)]
 pub(crate) enum Masking<'a> {
     None,
-    /// The keep bits of all of `src` when the block has at least as many
-    /// edges as `src` has rows, else the mask per edge.
+    /// The keep bits of `src`'s rows when the block has at least an edge
+    /// per [`MASK_WORKSPACE_ROWS_PER_EDGE`] of them (of the rows its edges
+    /// read alone with at most [`USED_ROWS_EDGES_PER_ROW`] edges a row),
+    /// else the mask per edge.
     Auto(MaskedSrc<'a>),
     /// The mask hashed again for every edge.
     PerEdge(MaskedSrc<'a>),
-    /// The keep bits of every `src` row, the scale of a kept element, and
-    /// the instruction set.
+    /// The keep bits of the `src` rows the block reads (every row's, or
+    /// those its edges read), the scale of a kept element, and the
+    /// instruction set.
     Bits(&'a MaskBits, f32, Isa),
 }
 

@@ -234,7 +234,7 @@ fn reference(base: &PlanArgs, capacity: u64) -> Result<Reference> {
 }
 
 pub(crate) fn run(args: &CurveArgs) -> Result<()> {
-    args.plan.warn_one_layer();
+    args.plan.warn();
     args.plan.check_policy_flags()?;
     if let Some(hbm) = &args.plan.hbm_budget {
         bail!("--hbm-budget {hbm}: `curve` plans at each of --budgets instead");

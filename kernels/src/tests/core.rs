@@ -885,71 +885,53 @@ fn reductions_past_a_group_add_every_partial_in_chunk_order() {
     assert_same_bits("matmul_rows_dropped_bwd past a group", &dw, &expect);
 }
 
-/// A narrow weight gradient over four lanes of rows takes each lane's
-/// columns whole, in slabs of rows: within f32 of the reference, the
-/// same bits whatever the threads, and added onto what is there when
-/// accumulating.
+/// A narrow weight gradient over four lanes of rows takes its columns in
+/// groups (one, or three of 1,100), in slabs of rows: within f32 of the
+/// reference, the same bits whatever the threads, and added onto what is
+/// there when accumulating. An input a multiple of 1,024 wide keeps its
+/// packed tasks per columns.
 #[test]
 fn a_narrow_weight_gradient_in_slabs() {
+    use crate::dense::{in_slabs, slab_columns};
     let mut rng = Rng::new(61);
     let lane_rows = REDUCE_ROWS / GRAD_LANES;
-    let (rows, d_in, d_out) = (3 * lane_rows + 77, 333, 16);
-    assert!(crate::dense::in_slabs(rows.div_ceil(lane_rows), d_out));
-    assert!(!crate::dense::in_slabs(
-        rows.div_ceil(lane_rows),
-        SLAB_MAX_OUTPUTS + 1
-    ));
-    let (x, dz, w) = (
-        rng.vec(rows * d_in),
-        rng.vec(rows * d_out),
-        rng.vec(d_in * d_out),
-    );
-    let dw = same_bits_across_threads("matmul_rows_bwd in slabs", || {
-        let mut dw = vec![f32::NAN; d_in * d_out];
-        matmul_rows_bwd(
-            &dz,
-            &x,
-            rows,
-            d_in,
-            &w,
-            d_out,
-            &mut dw,
-            None,
-            Write::Overwrite,
-        )
-        .unwrap();
-        dw
-    });
-    let (dw64, _) = reference64::linear_bwd(
-        &to64(&dz),
-        &[&to64(&x)],
-        rows,
-        d_in,
-        &to64(&w),
-        d_out,
-        false,
-    );
-    assert_close("matmul_rows_bwd in slabs", &dw, &dw64, 1e-4);
-    let start = rng.vec(d_in * d_out);
-    let mut sum = start.clone();
-    matmul_rows_bwd(
-        &dz,
-        &x,
-        rows,
-        d_in,
-        &w,
-        d_out,
-        &mut sum,
-        None,
-        Write::Accumulate,
-    )
-    .unwrap();
-    let expect: Vec<f64> = start
-        .iter()
-        .zip(&dw64)
-        .map(|(&s, &g)| f64::from(s) + g)
-        .collect();
-    assert_close("matmul_rows_bwd in slabs, accumulated", &sum, &expect, 1e-4);
+    let rows = 3 * lane_rows + 77;
+    let lanes = rows.div_ceil(lane_rows);
+    assert!(in_slabs(lanes, 16));
+    assert!(!in_slabs(lanes, SLAB_MAX_OUTPUTS + 1));
+    assert!(!in_slabs(SLAB_MIN_LANES - 1, 16));
+    assert_eq!(slab_columns(lanes, 333), 333);
+    assert_eq!(slab_columns(lanes, 1100), 367);
+    assert_eq!(slab_columns(8, 1433), 717);
+    assert_eq!(slab_columns(64, 1433), 1433);
+    for (d_in, d_out) in [(333, 16), (1100, 8), (1024, 4)] {
+        let (x, dz, w) = (
+            rng.vec(rows * d_in),
+            rng.vec(rows * d_out),
+            rng.vec(d_in * d_out),
+        );
+        let what = format!("matmul_rows_bwd in slabs, {d_in} -> {d_out}");
+        let dw = same_bits_across_threads(&what, || {
+            let mut dw = vec![f32::NAN; d_in * d_out];
+            let write = Write::Overwrite;
+            matmul_rows_bwd(&dz, &x, rows, d_in, &w, d_out, &mut dw, None, write).unwrap();
+            dw
+        });
+        let (dz64, x64) = (to64(&dz), to64(&x));
+        let (dw64, _) =
+            reference64::linear_bwd(&dz64, &[&x64], rows, d_in, &to64(&w), d_out, false);
+        assert_close(&what, &dw, &dw64, 1e-4);
+        let start = rng.vec(d_in * d_out);
+        let mut sum = start.clone();
+        let write = Write::Accumulate;
+        matmul_rows_bwd(&dz, &x, rows, d_in, &w, d_out, &mut sum, None, write).unwrap();
+        let expect: Vec<f64> = start
+            .iter()
+            .zip(&dw64)
+            .map(|(&s, &g)| f64::from(s) + g)
+            .collect();
+        assert_close(&format!("{what}, accumulated"), &sum, &expect, 1e-4);
+    }
 }
 
 #[test]
