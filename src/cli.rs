@@ -1706,7 +1706,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     if let Some(given) = args.layer_order.as_ref().filter(|_| model != GnnModel::Gcn) {
         bail!(
             "--layer-order {given}: the layer order applies to gcn only (gat always projects \
-             first, sage aggregates first); leave it out for --model {}",
+             first, sage aggregates first); leave it out: the model is {}",
             model.name()
         );
     }
@@ -1995,21 +1995,28 @@ pub(crate) fn warn_bare_budgets(flags: [(&str, &Option<String>); 3]) {
 const BARE_BUDGET_NOTE_BELOW: u64 = 1 << 20;
 
 /// A warning for `--{name} {text}` (`bytes`) given as a number without a
-/// unit (no letter but an exponent's `e`) of under
+/// unit (no letter but an exponent's `e`) of 1 to
 /// [`BARE_BUDGET_NOTE_BELOW`] bytes: more likely a share or a size in
-/// another unit than so few bytes.
-fn bare_budget_note(name: &str, text: &str, bytes: u64) -> Option<String> {
+/// another unit than so few bytes. A plain whole number is told how those
+/// are written. (0 bytes is refused on its own.)
+pub(crate) fn bare_budget_note(name: &str, text: &str, bytes: u64) -> Option<String> {
     let bare = text.trim();
     let unitless = !bare
         .chars()
         .any(|c| c.is_alphabetic() && !c.eq_ignore_ascii_case(&'e'));
-    (unitless && bytes < BARE_BUDGET_NOTE_BELOW).then(|| {
-        format!(
-            "warning: --{name} {bare} is {bytes} bytes (a size without a unit is bytes); a share \
-             of the retain-all peak is written {bare}% (with --partitions N), a size in \
-             gibibytes {bare}GiB"
-        )
-    })
+    if !unitless || bytes == 0 || bytes >= BARE_BUDGET_NOTE_BELOW {
+        return None;
+    }
+    let hint = match bare.chars().all(|c| c.is_ascii_digit()) {
+        true => format!(
+            "; a share of the retain-all peak is written {bare}%, a size in gibibytes {bare}GiB"
+        ),
+        false => String::new(),
+    };
+    Some(format!(
+        "warning: --{name} {bare} is {} (a size without a unit is bytes){hint}",
+        fateplan::planner::units::count(bytes, "byte")
+    ))
 }
 
 /// Whose capacity a budget is held to: profile `profile`'s, or for a

@@ -13,7 +13,7 @@ use fateplan::planner::gnn::{
 };
 use fateplan::planner::plan::{Budgets, Plan, PlanModel};
 use fateplan::planner::units::{count, format_bytes, format_seconds};
-use fateplan::planner::{plan, PlanOptions, Policy, Profile, Workload};
+use fateplan::planner::{plan, PlanOptions, Policy, Profile, Tier, Workload};
 use fateplan::runtime::compare::{compare, Comparison, MeasuredIteration, Pair};
 use fateplan::runtime::cpu::Hyper;
 use fateplan::runtime::dataset::FeatureScaling;
@@ -430,7 +430,7 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
     if let Some(given) = args.layer_order.as_ref().filter(|_| model != GnnModel::Gcn) {
         bail!(
             "--layer-order {given}: the layer order applies to gcn only (gat always projects \
-             first, sage aggregates first); leave it out for --model {}",
+             first, sage aggregates first); leave it out: the model is {}",
             model.name()
         );
     }
@@ -868,7 +868,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         dropout: Some(hyper.dropout),
     };
     let plan = match given_plan {
-        Some((mut plan, _)) => {
+        Some((mut plan, source)) => {
             // A plan from before plans recorded their model is saved
             // with this run's, where it is for this run's workload (were
             // it not, training refuses it).
@@ -923,6 +923,27 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                         &retain_peak,
                     )?,
                 });
+            }
+            // A budget flag the plan does not fit: said by the flag,
+            // before anything is placed.
+            if let Some(run) = &run_budgets {
+                let flags = [
+                    (Tier::Hbm, "hbm-budget", &args.hbm_budget),
+                    (Tier::Host, "host-budget", &args.host_budget),
+                    (Tier::Ssd, "ssd-budget", &args.ssd_budget),
+                ];
+                for (tier, name, given) in flags {
+                    let (needed, held) = (plan.predicted.peak_bytes.get(tier), run.of(tier));
+                    if let Some(text) = given.as_deref().filter(|_| needed > held) {
+                        bail!(
+                            "--{name} {text}: the plan {source} needs {} of {tier} at its peak, \
+                             more than this budget ({}); leave --{name} out to train with the \
+                             plan's, or plan again for this one",
+                            format_bytes(needed),
+                            format_bytes(held)
+                        );
+                    }
+                }
             }
             plan
         }
@@ -1580,7 +1601,7 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, epochs: u32) -> Result<
     }
     writeln!(
         out,
-        "          {:<16} {:>6} {:>12} {:>12} {:>9}   (one iteration; the model alone, no contention)",
+        "          {:<16} {:>6} {:>12} {:>12} {:>9}   (the last iteration; the model alone, no contention)",
         "operators", "runs", "measured", "model", "ratio"
     )?;
     for op in &c.operators {

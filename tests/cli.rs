@@ -529,7 +529,7 @@ fn bad_input_names_what_is_wrong() {
         (
             &["plan", "--model", "gat", "--layer-order", "narrower"],
             "--layer-order narrower: the layer order applies to gcn only (gat always projects \
-             first, sage aggregates first); leave it out for --model gat",
+             first, sage aggregates first); leave it out: the model is gat",
         ),
         (
             &[
@@ -769,8 +769,7 @@ fn budgets_as_a_share_of_the_retain_all_peak() {
     // A bare number is bytes; a small one is told how a share and a unit
     // are written, on plan and train alike.
     let note = "warning: --hbm-budget 25 is 25 bytes (a size without a unit is bytes); a share \
-                of the retain-all peak is written 25% (with --partitions N), a size in gibibytes \
-                25GiB";
+                of the retain-all peak is written 25%, a size in gibibytes 25GiB";
     let bare = fateplan(&[&ARXIV_P4[..], &["--hbm-budget", "25"]].concat());
     assert_eq!(bare.status.code(), Some(2), "{}", stderr(&bare));
     assert!(stderr(&bare).contains(note), "{}", stderr(&bare));
@@ -2515,12 +2514,16 @@ fn a_curve_no_budget_fits_names_its_workload_as_one_that_fits_does() {
     let out = fateplan(&args);
     assert_eq!(out.status.code(), Some(2));
     // The curve's own budgets are not flags the user gave: none is warned
-    // of as a bare number.
+    // of as a bare number. A bare budget in the list is, once.
     assert!(
         !stderr(&out).contains("warning: --hbm-budget"),
         "{}",
         stderr(&out)
     );
+    let bare = fateplan(&["curve", "--graph", graph, "--budgets", "10,1GiB"]);
+    let note = "warning: --budgets 10 is 10 bytes (a size without a unit is bytes); a share of \
+                the retain-all peak is written 10%, a size in gibibytes 10GiB\n";
+    assert_eq!(stderr(&bare).matches(note).count(), 1, "{}", stderr(&bare));
     assert!(
         stdout(&out).starts_with(
             "curve     gcn-3x256-rmat-s10-e16-seed2 on a100-80g, policy dp; the partitions sized \

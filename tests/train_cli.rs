@@ -472,7 +472,13 @@ fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("hbm") && stderr.contains("budget is 1.00 KiB (1024 bytes)"),
+        stderr.contains(&format!(
+            "--hbm-budget 1KiB: the plan {} needs ",
+            plan.display()
+        )) && stderr.contains(
+            "of hbm at its peak, more than this budget (1.00 KiB); leave --hbm-budget out to \
+             train with the plan's, or plan again for this one"
+        ),
         "{stderr}"
     );
     let other = fateplan(

@@ -125,6 +125,9 @@ fn parse_budgets(texts: &[String]) -> Result<Vec<(String, Given)>> {
                 if bytes == 0 {
                     bail!("--budgets {text}: a budget of 0 bytes holds nothing");
                 }
+                if let Some(note) = crate::cli::bare_budget_note("budgets", text, bytes) {
+                    eprintln!("{note}");
+                }
                 Given::Bytes(bytes)
             }
         };
