@@ -445,7 +445,8 @@ fn backward(
     let lanes = grad_lanes(rows, len);
     let lane_rows = REDUCE_ROWS / lanes;
     // A narrow gradient over lanes enough to spread: each lane's columns
-    // whole, slab after slab; otherwise a task per `GRAD_ROWS` columns.
+    // in a few wide groups, slab after slab; otherwise a task per
+    // `GRAD_ROWS` columns.
     let tasks = rows.div_ceil(lane_rows);
     let slabs = in_slabs(tasks, d_out) && !packs_columns(d_in);
     let columns = match slabs {
@@ -576,8 +577,10 @@ fn packed_grad(
 }
 
 /// The most outputs a weight gradient computed in slabs of rows has
-/// (`in_slabs`), and the fewest lanes of rows it takes.
+/// (`in_slabs`).
 pub const SLAB_MAX_OUTPUTS: usize = 32;
+/// The fewest lanes of rows a weight gradient computed in slabs of rows
+/// takes (`in_slabs`).
 pub const SLAB_MIN_LANES: usize = 4;
 /// Tasks a weight gradient in slabs aims at, its lanes times its groups
 /// of columns (`slab_columns`), and the fewest columns of a group.
@@ -591,12 +594,11 @@ const MIN_SLAB_ROWS: usize = 16;
 /// Whether a weight gradient summed in `tasks` lanes of rows (over every
 /// chunk) into `d_out` outputs computes each lane's columns in a few wide
 /// groups (`slab_columns`), in slabs of rows ([`slabbed_grad`]): at most
-/// [`SLAB_MAX_OUTPUTS`] outputs,
-/// and at least [`SLAB_MIN_LANES`] lanes to spread over the threads
-/// (fewer take a task per [`GRAD_ROWS`] columns, as wider gradients and
-/// inputs a multiple of 1,024 wide do: `packs_columns`). Rows and widths
-/// decide, not the threads, so the bits do not depend on the thread
-/// count.
+/// [`SLAB_MAX_OUTPUTS`] outputs, and at least [`SLAB_MIN_LANES`] lanes to
+/// spread over the threads (fewer take a task per [`GRAD_ROWS`] columns,
+/// as wider gradients and inputs a multiple of 1,024 wide do:
+/// `packs_columns`). Rows and widths decide, not the threads, so the bits
+/// do not depend on the thread count.
 ///
 /// Into 16 outputs on two threads (`cargo bench -p fateplan-kernels
 /// --bench kernels -- weight_grad_tall`, the builds run in turn, the
@@ -605,8 +607,8 @@ const MIN_SLAB_ROWS: usize = 16;
 /// 65,536 of 512; in slabs, 17.4-18.0 (two groups of 717 columns) and
 /// 12.5-13.2 ms (the projection of the same rows took 14.7 and 13.2;
 /// docs/runtime.md, "A narrow weight gradient in slabs of rows"). The
-/// slab's size was picked on the
-/// same benches, on slabs of 16 to 4,096 rows: the best held 90-128 KiB
+/// slab's size was picked on the same benches, on slabs of 16 to 4,096
+/// rows: the best held 90-128 KiB
 /// at 1,433 and 512 features (16 and 64 rows; slabs of 0.7-1 MiB took
 /// 1.6-1.7 times as long), and at 128 features any slab of 256 rows or
 /// more ran as fast as one product. Into 128 outputs (128 features over a
