@@ -269,7 +269,7 @@ fn summary(out: &mut dyn Write, p: &Profile) -> Result<()> {
     }
     writeln!(
         out,
-        "host      {}, copy {}, {} cores",
+        "host      {} for the host tier, copy {}, {} cores",
         format_bytes(p.host.memory_bytes),
         rate(p.host.memory_bytes_per_s),
         p.host.cores
