@@ -23,9 +23,11 @@ use fateplan::planner::planner;
 use fateplan::planner::profile::DeviceKind;
 use fateplan::planner::sizing::{
     choose_groups, choose_sweeps, per_layer, size_partitions, size_partitions_choosing, AtCount,
-    ByOutputs, MadePlan, Sized, Sizing, Swept,
+    ByOutputs, MadePlan, Sized, Sizing, Swept, LEAST_OPERATORS,
 };
-use fateplan::planner::units::{bytes_exact, format_bytes, format_seconds, parse_bytes};
+use fateplan::planner::units::{
+    bytes_exact, format_bytes, format_bytes_up, format_seconds, parse_bytes,
+};
 use fateplan::planner::{
     dag, explain, plan, Budgets, Error as PlanError, Plan, PlanOptions, Policy, Profile, Tier,
     Workload,
@@ -1293,20 +1295,34 @@ fn sizing_line(sized: &Sized, most: u32, options: &PlanOptions, took: &str, swep
             .is_some_and(|p| !p.sizing.none_fit && p.sizing.tried.iter().any(|&(_, ok)| !ok))
         || (!walked.is_empty() && sized.walked.iter().any(|&(_, s)| s.is_none()));
     let legend = if failed { ", x: no fit" } else { "" };
+    // Where none fits, the count reported: the one that fits with the
+    // least device budget, or a peer's whose plan came closest.
+    let closest = match (sizing.least_device, sizing.partitions == most) {
+        (Some(least), _) => format!(
+            "; {partitions} is reported: of the counts 1 to {} a quarter apart, it fits with the \
+             least device budget, {}, the other budgets as given{}",
+            least.last_asked,
+            format_bytes_up(least.bytes),
+            match least.still_falling {
+                true => format!(
+                    ", and more partitions may need less (the budget was still falling; counts \
+                     of more than {LEAST_OPERATORS} operators are not asked)"
+                ),
+                false => String::new(),
+            }
+        ),
+        (None, true) => String::new(),
+        (None, false) => format!("; {partitions}, whose plan needed the least, is reported"),
+    };
     match (sizing.none_fit, sizing.tried.is_empty()) {
         (true, true) => format!(
             "partitions {partitions} (auto: no count up to {most} has a largest step that fits \
-             the device; {took})"
+             the device{closest}; {took})"
         ),
         (true, _) => {
-            // A peer's closest count is the one reported.
-            let closest = match sizing.partitions == most {
-                true => String::new(),
-                false => format!("; {partitions}, whose plan needed the least, is reported"),
-            };
             format!(
                 "partitions {partitions} (auto: none up to {most} fits{each_layer}; tried \
-                 {}{peer_note}{closest} in {took}{legend})",
+                 {}{peer_note}{closest}; in {took}{legend})",
                 shown(sizing),
             )
         }
@@ -2559,17 +2575,18 @@ pub(crate) fn compare_policies(
     let sized_row = policies.iter().position(|&policy| {
         made.is_some() && policy == options.policy && trial_of(policy).fates == options.fates
     });
-    // dp's and milp's hints at a budget nothing fits are the same
-    // questions to dp's memory model (`planner::model_hint`): asked once,
-    // by whichever row needs them first, and added to both.
-    let model_hint: OnceLock<Result<Option<planner::Hint>, PlanError>> = OnceLock::new();
+    // dp's and milp's hints at a budget nothing fits (`planner::model_hint`):
+    // each asked once, by the first of its rows that needs it. They differ
+    // where dp would take a peer policy's plan that its memory model misses.
+    let model_hints: [OnceLock<Result<Option<planner::Hint>, PlanError>>; 2] =
+        [OnceLock::new(), OnceLock::new()];
     let hint_shared = |policy: Policy| !policy.is_peer() && options.gpus <= 1;
     let hinted = |policy: Policy, error: PlanError| -> PlanError {
         if !matches!(error, PlanError::Infeasible { .. }) {
             return error;
         }
-        let hint =
-            model_hint.get_or_init(|| planner::model_hint(&workload, &profile, &trial_of(policy)));
+        let hint = model_hints[usize::from(policy == Policy::Milp)]
+            .get_or_init(|| planner::model_hint(&workload, &profile, &trial_of(policy)));
         match hint {
             Ok(Some(hint)) => planner::add_hint(error, hint),
             Ok(None) => error,

@@ -1021,9 +1021,11 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                         Some(made) => made.plan,
                         // Milp's plan (the walk compares dp's), or none
                         // fits: planned here, saying why.
-                        None => plan(&swept.workload, &profile, &options).with_context(|| {
-                            format!("--sweep auto ({} sweeps planned)", swept.tried)
-                        })?,
+                        None => plan(&swept.workload, &profile, &options)
+                            .map_err(|e| more_partitions(e, args.partitions()))
+                            .with_context(|| {
+                                format!("--sweep auto ({} sweeps planned)", swept.tried)
+                            })?,
                     };
                     let json = serde_json::json!({
                         "sweep": auto.name,
@@ -1037,7 +1039,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                     chosen = Some((swept.workload, swept.sweeps, auto.name, auto.line, json));
                     plan
                 }
-                false => plan(workload, &profile, &options)?,
+                false => plan(workload, &profile, &options)
+                    .map_err(|e| more_partitions(e, args.partitions()))?,
             };
             plan.workload.model = Some(trained_model);
             plan
@@ -1650,6 +1653,34 @@ fn accuracy(value: Option<f64>, digits: usize) -> String {
     match value {
         Some(value) => format!("{value:.digits$}"),
         None => "n/a (no node in its mask)".into(),
+    }
+}
+
+/// A plan that does not fit the device at `--partitions`, with what other
+/// counts would do: more partitions make each step smaller (Cora's
+/// 2-layer GCN under 3 MiB: 8.45 MiB over in 4 partitions, 26.9 KiB in
+/// 16), and `plan --partitions auto` finds the count. Other errors as
+/// they are.
+fn more_partitions(error: fateplan::planner::Error, partitions: u32) -> anyhow::Error {
+    let short_of_device = matches!(
+        error,
+        fateplan::planner::Error::Infeasible {
+            tier: Tier::Hbm,
+            ..
+        }
+    );
+    let message = format!(
+        "{error}\n(at --partitions {partitions}: other counts need other device budgets, more \
+         partitions smaller steps; `fateplan plan` with the same model flags and budgets and \
+         --partitions auto finds the fewest that fit, or where none does, the count that needs \
+         the least)"
+    );
+    let error = anyhow::Error::from(error);
+    match short_of_device {
+        // A context repeating the error keeps it first in the message
+        // and its type for the exit status.
+        true => error.context(message),
+        false => error,
     }
 }
 

@@ -267,10 +267,34 @@ fn too_small_a_budget_is_infeasible_with_the_shortfall() {
         "{}",
         stderr(&out)
     );
-    // `--partitions auto` says which count the error is at.
+    // `--partitions auto` says which count the error is at: the one of
+    // those asked that fits with the least device budget, which the
+    // error's hint names too.
     assert!(
-        message.contains("partitions 256 (auto: no count up to 256"),
+        message.contains(
+            "partitions 121 (auto: no count up to 256 has a largest step that fits the device; \
+             121 is reported: of the counts 1 to 121 a quarter apart, it fits with the least \
+             device budget, 6.65 MiB, the other budgets as given"
+        ) && message.contains("it fits with any one of these budgets (the others as given, within about 2%): hbm 6.65 MiB"),
         "{message}"
+    );
+    // A count where dp's memory model fits no fates but a peer's plan,
+    // which dp takes, fits (recompute-all's, with no host memory): auto
+    // finds it.
+    let out = fateplan(&[
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--host-budget",
+        "100B",
+        "--hbm-budget",
+        "500MiB",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("partitions 4 (auto: the fewest that fit 4 (tried 1x 2x 4 3x)"),
+        "{}",
+        stdout(&out)
     );
     // The same on several GPUs: no strategy makes a step smaller.
     let out = fateplan(&[

@@ -2053,3 +2053,45 @@ fn a_one_layer_model_warns_that_hidden_and_heads_change_nothing() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_device_budget_no_plan_fits_at_the_partitions_given_points_to_auto() {
+    let args = [
+        "train",
+        "--graph",
+        "rmat:scale=7,features=32,classes=4,seed=3",
+        "--hidden",
+        "16",
+        "--partitions",
+        "1",
+        "--epochs",
+        "1",
+    ];
+    let out = fateplan(&[&args[..], &["--hbm-budget", "16KiB"]].concat());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("infeasible: hbm")
+            && stderr.contains(
+                "(at --partitions 1: other counts need other device budgets, more partitions \
+                 smaller steps; `fateplan plan` with the same model flags and budgets and \
+                 --partitions auto finds the fewest that fit, or where none does, the count that \
+                 needs the least)"
+            ),
+        "{stderr}"
+    );
+    // Short of host memory, not the device's: no word of partitions.
+    let out = fateplan(
+        &[
+            &args[..],
+            &["--policy", "offload-host-all", "--host-budget", "1KiB"],
+        ]
+        .concat(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("infeasible: host") && !stderr.contains("--partitions auto"),
+        "{stderr}"
+    );
+}

@@ -184,6 +184,10 @@ fn record_within_capacity(plan: &mut Plan, share: &Profile) {
 /// host memory, the strategy that holds no device buffers for it, then
 /// with the other strategy vectors the planner tries (host memory too
 /// short for the host exchange's buffers may leave room for a mix).
+/// Under dp, where the model fits none, the peer policies' plans that dp
+/// takes as candidates are tried too (`peer_fits`): the model counts a
+/// recomputation's inputs the memory pass need not, and dp's plan would
+/// fit.
 pub fn fits(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Result<bool> {
     workload.validate()?;
     profile.validate()?;
@@ -216,6 +220,22 @@ pub fn fits(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Re
         let held = exchange_held(workload, &trial);
         if step_floor(workload, &held.hbm, trial.budgets.hbm_bytes).is_none()
             && fit_tables.fits(&trial.budgets, trial.ssd_staging_bytes, &held)
+        {
+            return Ok(true);
+        }
+    }
+    // dp's plans take the peers' beside its own (milp's do not): where
+    // the model fits nothing, a peer's plan that fits is a fit.
+    if options.policy != Policy::Dp {
+        return Ok(false);
+    }
+    for k in 0..tries {
+        if let (Some(multi), Some(vector)) = (multi, vectors.get(k)) {
+            trial.exchanges = exchange::exchanges(&sites, multi, &share, options.gpus, vector);
+        }
+        let held = exchange_held(workload, &trial);
+        if step_floor(workload, &held.hbm, trial.budgets.hbm_bytes).is_none()
+            && peer_fits(workload, &share, &trial, &lives, &choices)
         {
             return Ok(true);
         }
@@ -1163,41 +1183,83 @@ fn peer_candidates(
     lives: &Lifetimes,
     choices: &Choices,
 ) -> Vec<Evaluated> {
-    let all_choices;
-    let peer_choices = if options.fates == FateSet::ALL {
-        choices
-    } else {
-        all_choices = Choices::build(workload, lives, profile, FateSet::ALL);
-        &all_choices
-    };
-    let allowed = |evaluated| allowed_fates(options, evaluated);
-    Policy::PEERS
-        .par_iter()
-        .filter_map(|&peer| {
-            // Memory checked here, side by side, not one by one after. A
-            // peer sized to the budgets plans again below them where its
-            // fates miss, as `plan --policy` does: dp is then never
-            // slower than that plan either.
-            if peer.sizes_to_budgets() {
-                let evaluated =
-                    peer_evaluated(peer, workload, profile, options, lives, peer_choices).ok()?;
-                return allowed(evaluated);
-            }
-            let (fates, shifts, model_fits) =
-                peer_fates(peer, workload, lives, peer_choices, options).ok()?;
-            // Without recomputation the model counts no more device bytes
-            // than the memory pass: fates over budget in the model are
-            // over it in the pass too, and need no schedule. (A
-            // recomputation's inputs the model may count where the pass
-            // does not; with exchanges the model's budgets set their peak
-            // aside, which the pass counts step by step.)
-            if !model_fits && options.exchanges.is_empty() && !fates.contains(&Fate::Recompute) {
-                return None;
-            }
-            let evaluated = evaluate(workload, profile, options, lives, fates, &shifts).ok()?;
-            allowed(evaluated)
+    // Memory checked here, side by side, not one by one after.
+    with_all_fates(workload, profile, options, lives, choices, |peer_choices| {
+        Policy::PEERS
+            .par_iter()
+            .filter_map(|&peer| {
+                peer_candidate(peer, workload, profile, options, lives, peer_choices)
+            })
+            .collect()
+    })
+}
+
+/// `f` of the choices with every fate, as the peer policies plan: `choices`
+/// where they have them all, else built.
+fn with_all_fates<R>(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    lives: &Lifetimes,
+    choices: &Choices,
+    f: impl FnOnce(&Choices) -> R,
+) -> R {
+    if options.fates == FateSet::ALL {
+        return f(choices);
+    }
+    f(&Choices::build(workload, lives, profile, FateSet::ALL))
+}
+
+/// Whether some peer policy's plan is one of dp's candidates
+/// ([`peer_candidates`]): fates that fit the memory pass, of those
+/// `options.fates` allows. dp's memory model can miss such a plan: it
+/// counts a recomputation's inputs where the pass need not (ogbn-arxiv's
+/// GCN in 4 partitions under 500 MiB with no host memory: the model fits
+/// no fates, recompute-all's plan fits).
+fn peer_fits(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    lives: &Lifetimes,
+    choices: &Choices,
+) -> bool {
+    with_all_fates(workload, profile, options, lives, choices, |peer_choices| {
+        Policy::PEERS.par_iter().any(|&peer| {
+            peer_candidate(peer, workload, profile, options, lives, peer_choices).is_some()
         })
-        .collect()
+    })
+}
+
+/// `peer`'s plan as one of dp's candidates ([`peer_candidates`]), where
+/// its fates fit the memory pass and `options.fates` allows them.
+fn peer_candidate(
+    peer: Policy,
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    lives: &Lifetimes,
+    peer_choices: &Choices,
+) -> Option<Evaluated> {
+    // A peer sized to the budgets plans again below them where its fates
+    // miss, as `plan --policy` does: dp is then never slower than that
+    // plan either.
+    if peer.sizes_to_budgets() {
+        let evaluated =
+            peer_evaluated(peer, workload, profile, options, lives, peer_choices).ok()?;
+        return allowed_fates(options, evaluated);
+    }
+    let (fates, shifts, model_fits) =
+        peer_fates(peer, workload, lives, peer_choices, options).ok()?;
+    // Without recomputation the model counts no more device bytes than
+    // the memory pass: fates over budget in the model are over it in the
+    // pass too, and need no schedule. (A recomputation's inputs the model
+    // may count where the pass does not; with exchanges the model's
+    // budgets set their peak aside, which the pass counts step by step.)
+    if !model_fits && options.exchanges.is_empty() && !fates.contains(&Fate::Recompute) {
+        return None;
+    }
+    let evaluated = evaluate(workload, profile, options, lives, fates, &shifts).ok()?;
+    allowed_fates(options, evaluated)
 }
 
 /// `evaluated` where every fate of its schedule is one `options.fates`
@@ -1509,7 +1571,10 @@ fn with_hint(
             options.policy.name()
         );
     }
-    add_hint(error, &budgets_hint(workload, profile, options, lives))
+    add_hint(
+        error,
+        &budgets_hint(workload, profile, options, lives, &TIERS),
+    )
 }
 
 /// What [`model_hint`] answers: the text an infeasible error's hint ends
@@ -1522,15 +1587,25 @@ pub struct Hint {
 
 /// The hint [`plan`] adds to an infeasible error of `dp` or `milp` on one
 /// GPU (`options.gpus` 1): per tier, the smallest budget with which dp's
-/// memory model finds fates that fit, the other budgets as given. Both
-/// policies ask the same questions (whichever `options.policy` names), so
-/// a caller that plans both with [`plan_or_infeasible`] asks them once
-/// and adds the answer to each error with [`add_hint`]. `None` for a peer
+/// memory model finds fates that fit (under dp, or a peer policy's plan
+/// that dp would take, [`fits`]), the other budgets as given. A caller
+/// that plans with [`plan_or_infeasible`] asks it once per policy and
+/// adds the answer to each error with [`add_hint`]. `None` for a peer
 /// policy or several GPUs, whose hints depend on the plan tried.
 pub fn model_hint(
     workload: &Workload,
     profile: &Profile,
     options: &PlanOptions,
+) -> Result<Option<Hint>> {
+    tiers_hint(workload, profile, options, &TIERS)
+}
+
+/// [`model_hint`] for `tiers` alone.
+fn tiers_hint(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    tiers: &[Tier],
 ) -> Result<Option<Hint>> {
     if options.policy.is_peer() || options.gpus > 1 {
         return Ok(None);
@@ -1540,8 +1615,24 @@ pub fn model_hint(
     let options = &options.staged_for(workload);
     let lives = Lifetimes::compute(workload);
     let share = profile.share(options.gpus);
-    Ok(Some(budgets_hint(workload, &share, options, &lives)))
+    Ok(Some(budgets_hint(workload, &share, options, &lives, tiers)))
 }
+
+/// The smallest device budget, within about 2%, with which
+/// `options.policy` (dp or milp, on one GPU) finds a plan, the other
+/// budgets as given: [`model_hint`]'s device budget alone. `None` where
+/// no device budget does, and for a peer policy or several GPUs.
+pub fn least_device_budget(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+) -> Result<Option<u64>> {
+    let hint = tiers_hint(workload, profile, options, &[Tier::Hbm])?;
+    Ok(hint.and_then(|hint| hint.fits_with.first().map(|fit| fit.bytes)))
+}
+
+/// Every tier, in the order a hint names them.
+const TIERS: [Tier; 3] = [Tier::Hbm, Tier::Host, Tier::Ssd];
 
 /// An infeasible `error` with a [`model_hint`] added; any other error as
 /// it is.
@@ -1556,15 +1647,18 @@ pub fn add_hint(mut error: Error, more: &Hint) -> Error {
     error
 }
 
-/// The part of an infeasible error's hint that names, per tier, the
-/// smallest budget with which `options.policy` finds a plan, the other
-/// budgets as given ("; it fits with any one of these budgets ...", or
-/// "; no single budget increase makes it fit").
+/// The part of an infeasible error's hint that names, per tier of
+/// `tiers`, the smallest budget with which `options.policy` finds a plan,
+/// the other budgets as given ("; it fits with any one of these budgets
+/// ...", or "; no single budget increase makes it fit"). Under dp a
+/// budget fits where the model does not but a peer policy's plan that dp
+/// would take does ([`fits`]).
 fn budgets_hint(
     workload: &Workload,
     profile: &Profile,
     options: &PlanOptions,
     lives: &Lifetimes,
+    tiers: &[Tier],
 ) -> Hint {
     let fates = if options.policy.is_peer() {
         FateSet::ALL
@@ -1582,6 +1676,8 @@ fn budgets_hint(
         }
         match options.policy {
             // The model's answer: fast, and what the search itself sees.
+            // (dp's plans also take the peers' where the model fits none:
+            // asked below, `peers_fit`.)
             Policy::Dp | Policy::Milp => fit_tables.fits(budgets, options.ssd_staging_bytes, &held),
             // The peer's fates and timings under the memory pass: what
             // planning it checks before the plan is made.
@@ -1593,6 +1689,16 @@ fn budgets_hint(
                 peer_evaluated(peer, workload, profile, &trial, lives, &choices).is_ok()
             }
         }
+    };
+    // Under dp, whether a peer policy's plan that dp would take fits.
+    let peers_fit = |budgets: &Budgets| -> bool {
+        let trial = PlanOptions {
+            budgets: *budgets,
+            ..options.clone()
+        };
+        options.policy == Policy::Dp
+            && step_floor(workload, extra, budgets.hbm_bytes).is_none()
+            && peer_fits(workload, profile, &trial, lives, &choices)
     };
     // Beside the tensors: the SSD's staging and the exchange buffers.
     let beside = options
@@ -1608,7 +1714,11 @@ fn budgets_hint(
     let live = live_peak(workload, lives).saturating_add(beside);
     // The three searches are independent: side by side, the costliest
     // (the SSD's, whose trials plan with and without it) first.
-    let mut found: Vec<(Tier, Option<u64>)> = [Tier::Ssd, Tier::Host, Tier::Hbm]
+    let asked: Vec<Tier> = [Tier::Ssd, Tier::Host, Tier::Hbm]
+        .into_iter()
+        .filter(|tier| tiers.contains(tier))
+        .collect();
+    let mut found: Vec<(Tier, Option<u64>)> = asked
         .par_iter()
         .map(|&each| {
             let floor = match each {
@@ -1616,7 +1726,11 @@ fn budgets_hint(
                 _ => 0,
             };
             let bounds = Bounds { live, total, floor };
-            (each, smallest_budget(each, bounds, options.budgets, &fits))
+            let found = smallest_budget(each, bounds, options.budgets, &fits);
+            (
+                each,
+                below_by_peers(each, bounds, options.budgets, found, &peers_fit),
+            )
         })
         .collect();
     found.sort_by_key(|(tier, _)| *tier);
@@ -1744,6 +1858,41 @@ fn smallest_budget(
         return None;
     }
     Some(bisect(lo, total, &mut trial))
+}
+
+/// The smallest budget of tier `each` with which dp's plan fits, from the
+/// smallest with which its memory model fits (`found`, by
+/// [`smallest_budget`]): dp also takes the peer policies' plans, which
+/// can fit below it (a recomputation's inputs the model counts and the
+/// memory pass need not). Asked once just below `found`, where a peer's
+/// plan does not fit (most often), the model's budget stands; where one
+/// does, the bisection goes on below with the peers' plans. Where the
+/// model fits no budget, the peers' plans are searched as the model's
+/// were. Asking the peers at every budget tried would evaluate their
+/// plans at each (ogbn-arxiv's GCN in 256 partitions under 1 MiB: 21 s
+/// for the hint where the model alone took 10).
+fn below_by_peers(
+    each: Tier,
+    bounds: Bounds,
+    budgets: Budgets,
+    found: Option<u64>,
+    peers_fit: &(dyn Fn(&Budgets) -> bool + Sync),
+) -> Option<u64> {
+    let Some(hi) = found else {
+        return smallest_budget(each, bounds, budgets, peers_fit);
+    };
+    let lo = budgets.of(each).max(bounds.floor.saturating_sub(1));
+    // Below the bisection's window: a budget the model was not asked at.
+    let below = hi.saturating_sub((hi >> 6).max(1) + 1);
+    let mut trial = |bytes: u64| {
+        let mut budgets = budgets;
+        *budget_mut(&mut budgets, each) = bytes;
+        peers_fit(&budgets)
+    };
+    if below <= lo || !trial(below) {
+        return Some(hi);
+    }
+    Some(bisect(lo, below, &mut trial))
 }
 
 /// Bisection between `lo`, which does not fit, and `hi`, which does, to

@@ -1,7 +1,10 @@
 //! Sizing a GNN workload's vertex partitions for a device: the fewest
 //! partitions at which the policy finds fates that fit (dp and milp: dp's
-//! memory model; a peer policy: its own plan), then the fastest near them
-//! by the policy's prediction.
+//! memory model, and under dp the peer policies' plans it takes beside
+//! the model's; a peer policy: its own plan), then the fastest near them
+//! by the policy's prediction. Where no count fits, the count reported is
+//! the nearest: under dp and milp on one GPU, the one that fits with the
+//! least device budget ([`least_device_count`]).
 //!
 //! Fewer partitions are mostly faster. Each destination partition's
 //! aggregation reads every source partition's rows, so a layer streams its
@@ -68,7 +71,7 @@ use rayon::prelude::*;
 use crate::exchange::MultiGpu;
 use crate::gnn::Sweeps;
 use crate::plan::{Plan, Strategy};
-use crate::planner::{fits, plan_or_infeasible, with_strategies, PlanOptions};
+use crate::planner::{fits, least_device_budget, plan_or_infeasible, with_strategies, PlanOptions};
 use crate::policy::Policy;
 use crate::profile::Profile;
 use crate::workload::{OpKind, TensorKind, Workload};
@@ -106,10 +109,31 @@ pub struct Sizing {
     /// plan), in order, and whether it fit.
     pub tried: Vec<(u32, bool)>,
     /// Whether no count up to the most allowed fits: `partitions` is then
-    /// the count tried whose plan needed the fewest device bytes (a peer
-    /// policy), or the most allowed, for the planner to report why it
-    /// does not fit.
+    /// the count that comes nearest, for the planner to report why it
+    /// does not fit: under dp and milp on one GPU, the count that fits
+    /// with the least device budget ([`least_device_count`]); under a
+    /// peer policy, the count tried whose plan needed the fewest device
+    /// bytes; else the most allowed.
     pub none_fit: bool,
+    /// Where none fit and `partitions` is [`least_device_count`]'s: the
+    /// device budget with which it fits, and the counts asked.
+    pub least_device: Option<LeastDevice>,
+}
+
+/// What [`least_device_count`] found.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LeastDevice {
+    /// The count that fits with the least device budget of those asked.
+    pub partitions: u32,
+    /// That budget, the other budgets as given (within about 2%).
+    pub bytes: u64,
+    /// The last count asked: the counts asked were 1 to it, a quarter
+    /// apart.
+    pub last_asked: u32,
+    /// Whether the walk stopped short of the most allowed at
+    /// [`LEAST_OPERATORS`] with the budget still falling (the least at
+    /// the last count asked): more partitions may need less.
+    pub still_falling: bool,
 }
 
 /// Bytes a step needs at once: its inputs and outputs, parameters
@@ -177,6 +201,71 @@ fn policy_fits(
     }
 }
 
+/// How many counts in a row that need no smaller device budget than the
+/// least so far end [`least_device_count`]'s walk: the budgets are found
+/// to within about 2%, so neighbours that need the same differ by that
+/// much either way.
+pub const LEAST_PATIENCE: u32 = 3;
+
+/// The most operators of a workload [`least_device_count`] asks about:
+/// each count asked bisects the device budget, which takes seconds at
+/// hundreds of partitions (ogbn-arxiv's GCN: 75,026 operators in 121
+/// partitions, 331,526 in 256). A bound on the work, not on the time, so
+/// that the count reported does not depend on the machine.
+pub const LEAST_OPERATORS: usize = 100_000;
+
+/// Where no count fits: the partition count, of 1 to `most`, that fits
+/// with the smallest device budget (the other budgets as given), and that
+/// budget ([`least_device_budget`], within about 2%). The counts asked go
+/// up from 1 a quarter apart (1, 2, ..., 8, 10, 12, 15, ..., and `most`)
+/// until [`LEAST_PATIENCE`] in a row need no less than the least so far,
+/// or the next has more than [`LEAST_OPERATORS`] operators: fewer
+/// partitions hold larger steps, more hold more blocks and partial weight
+/// gradients at once, and the least is between (ogbn-arxiv's GCN with no
+/// host memory: 664 MiB at 1 partition, 500 MiB at 5, 1.17 GiB at 128).
+/// `None` under a peer policy, on several GPUs, and where no device
+/// budget fits any count asked.
+pub fn least_device_count<E: From<Error>>(
+    build: &dyn Fn(u32) -> Result<Workload, E>,
+    most: u32,
+    profile: &Profile,
+    options: &PlanOptions,
+) -> Result<Option<LeastDevice>, E> {
+    if options.policy.is_peer() || options.gpus > 1 {
+        return Ok(None);
+    }
+    let mut least: Option<(u32, u64)> = None;
+    let most = most.max(1);
+    let (mut p, mut misses, mut last_asked) = (1u32, 0u32, 1u32);
+    let mut cut = false;
+    loop {
+        let workload = build(p)?;
+        if p > 1 && workload.ops.len() > LEAST_OPERATORS {
+            cut = true;
+            break;
+        }
+        last_asked = p;
+        let need = least_device_budget(&workload, profile, options)?;
+        match (need, least) {
+            (Some(bytes), Some((_, best))) if bytes >= best => misses += 1,
+            (Some(bytes), _) => (least, misses) = (Some((p, bytes)), 0),
+            // No device budget fits this count: not nearer.
+            (None, _) => misses += 1,
+        }
+        if p == most || misses >= LEAST_PATIENCE {
+            break;
+        }
+        // The last step lands on the most allowed.
+        p = (p + 1).max(p.saturating_add(p / 4)).min(most);
+    }
+    Ok(least.map(|(partitions, bytes)| LeastDevice {
+        partitions,
+        bytes,
+        last_asked,
+        still_falling: cut && partitions == last_asked,
+    }))
+}
+
 /// [`fewest_partitions`] from `least` partitions on (fewer are known not
 /// to fit), with the plan of the count found where the fit made one (a
 /// peer policy).
@@ -197,13 +286,15 @@ fn search<E: From<Error>>(
     let (mut low, mut high) = (least - 1, least);
     while !step_fits(high)? {
         if high == most {
-            let workload = build(most)?;
+            let (partitions, workload, least_device) =
+                nearest(build, most, profile, options, None)?;
             return Ok((
                 workload,
                 Sizing {
-                    partitions: most,
+                    partitions,
                     tried: Vec::new(),
                     none_fit: true,
+                    least_device,
                 },
                 None,
             ));
@@ -260,6 +351,7 @@ fn search<E: From<Error>>(
                             partitions: p,
                             tried,
                             none_fit: false,
+                            least_device: None,
                         },
                         plan,
                     ));
@@ -267,17 +359,36 @@ fn search<E: From<Error>>(
             }
             // The count to report: the one a peer's plan came closest
             // at, where it said (its hint's budgets are then that
-            // count's), else the most.
-            let (partitions, found) = match closest {
-                Some((_, p)) if p != most => (p, build(p)?),
-                _ => (most, found),
+            // count's), else the nearest by the device budget.
+            let (partitions, found, least_device) = match closest {
+                Some((_, p)) if p != most => (p, build(p)?, None),
+                _ => nearest(build, most, profile, options, Some(found))?,
             };
+            // A count the search did not try can fit the budget given
+            // (fit is not monotone in the count): then it is taken.
+            if least_device.is_some_and(|least| least.bytes <= budget) {
+                let (ok, plan, _) = policy_fits(&found, profile, options)?;
+                tried.push((partitions, ok));
+                if ok {
+                    return Ok((
+                        found,
+                        Sizing {
+                            partitions,
+                            tried,
+                            none_fit: false,
+                            least_device: None,
+                        },
+                        plan,
+                    ));
+                }
+            }
             return Ok((
                 found,
                 Sizing {
                     partitions,
                     tried,
                     none_fit: true,
+                    least_device,
                 },
                 None,
             ));
@@ -303,9 +414,30 @@ fn search<E: From<Error>>(
             partitions: high,
             tried,
             none_fit: false,
+            least_device: None,
         },
         made,
     ))
+}
+
+/// Where no count fits: the count to report, its workload, and what
+/// [`least_device_count`] found, where it finds a count; else the most
+/// allowed (its workload `at_most`, where already built).
+fn nearest<E: From<Error>>(
+    build: &dyn Fn(u32) -> Result<Workload, E>,
+    most: u32,
+    profile: &Profile,
+    options: &PlanOptions,
+    at_most: Option<Workload>,
+) -> Result<(u32, Workload, Option<LeastDevice>), E> {
+    if let Some(least) = least_device_count(build, most, profile, options)? {
+        return Ok((least.partitions, build(least.partitions)?, Some(least)));
+    }
+    let workload = match at_most {
+        Some(workload) => workload,
+        None => build(most)?,
+    };
+    Ok((most, workload, None))
 }
 
 /// The partition count [`size_partitions`] took, the searches that found

@@ -12,9 +12,9 @@ use fateplan_planner::datasets::dataset;
 use fateplan_planner::exchange::{Halo, MultiGpu};
 use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
 use fateplan_planner::plan::Strategy;
-use fateplan_planner::planner::fits;
+use fateplan_planner::planner::{fits, least_device_budget};
 use fateplan_planner::sizing::{
-    fewest_partitions, largest_step_bytes, size_partitions, PEER_SEARCH_FACTOR,
+    fewest_partitions, largest_step_bytes, least_device_count, size_partitions, PEER_SEARCH_FACTOR,
 };
 use fateplan_planner::{plan, Error, PlanOptions, Policy, Profile, Workload};
 
@@ -72,15 +72,91 @@ fn a_roomy_device_takes_one_partition_without_asking_more() {
 }
 
 #[test]
-fn when_nothing_fits_it_says_so_with_the_most_partitions() {
-    let (profile, options) = options(1 << 20);
+fn when_nothing_fits_it_reports_the_count_nearest_by_the_device_budget() {
+    let (profile, options) = options(64 << 20);
     let (workload, sizing) = fewest_partitions(&build, 64, &profile, &options).unwrap();
     assert!(sizing.none_fit);
-    assert_eq!(sizing.partitions, 64);
-    assert!(workload.name.ends_with("-p64"), "{}", workload.name);
-    // The plan then reports what budget would do.
+    let p = sizing.partitions;
+    let found = sizing
+        .least_device
+        .expect("a device budget fits some count");
+    let least = found.bytes;
+    assert_eq!((found.partitions, found.last_asked), (p, 64));
+    assert!(least > 64 << 20, "{least}");
+    assert!(
+        workload.name.ends_with(&format!("-p{p}")),
+        "{}",
+        workload.name
+    );
+    // The count fits with that budget, and each count asked on the way
+    // needs no less.
+    let at = |bytes: u64| PlanOptions {
+        budgets: fateplan_planner::Budgets {
+            hbm_bytes: bytes,
+            ..options.budgets
+        },
+        ..options.clone()
+    };
+    assert!(fits(&workload, &profile, &at(least)).unwrap());
+    for q in [1, 2, 64] {
+        let need = least_device_budget(&build(q).unwrap(), &profile, &options)
+            .unwrap()
+            .unwrap();
+        assert!(need >= least, "{q} partitions need {need} < {least} at {p}");
+    }
+    assert_eq!(
+        least_device_count(&build, 64, &profile, &options).unwrap(),
+        Some(found)
+    );
+    // The plan at the count reported says what budget would do.
     let error = plan(&workload, &profile, &options).unwrap_err();
     assert!(matches!(error, Error::Infeasible { .. }), "{error}");
+}
+
+#[test]
+fn under_a_peer_policy_or_milp_the_nearest_is_not_sought_by_dp() {
+    let profile = a100();
+    let mut options = PlanOptions::new(Policy::RecomputeAll, &profile);
+    options.budgets.hbm_bytes = 64 << 20;
+    assert_eq!(
+        least_device_count(&build, 64, &profile, &options).unwrap(),
+        None
+    );
+    let (_, sizing) = fewest_partitions(&build, 64, &profile, &options).unwrap();
+    assert!(sizing.none_fit && sizing.least_device.is_none());
+}
+
+#[test]
+fn a_count_fits_where_dp_takes_a_peers_plan_that_its_model_misses() {
+    // ogbn-arxiv's GCN with no host memory: dp's memory model counts a
+    // recomputation's inputs the memory pass need not, and fits no fates
+    // in 4 partitions under 500 MiB; recompute-all's plan, which dp takes
+    // as a candidate, fits.
+    let stats = dataset("ogbn-arxiv").unwrap();
+    let spec = GnnSpec {
+        features: stats.features,
+        classes: stats.classes,
+        ..gnn_spec(GnnModel::Gcn)
+    };
+    let workload = build_gnn(
+        &spec,
+        &BlockCounts::skewed(stats.nodes, stats.edges, 4).unwrap(),
+    )
+    .unwrap();
+    let profile = a100();
+    let options = |policy| {
+        let mut options = PlanOptions::new(policy, &profile);
+        options.budgets.hbm_bytes = 500 << 20;
+        options.budgets.host_bytes = 100;
+        options
+    };
+    let recompute = plan(&workload, &profile, &options(Policy::RecomputeAll)).unwrap();
+    assert!(recompute.predicted.peak_bytes.hbm <= 500 << 20);
+    // dp fits it, and its plan does; milp, which takes no peer's plan,
+    // asks the model alone.
+    assert!(fits(&workload, &profile, &options(Policy::Dp)).unwrap());
+    plan(&workload, &profile, &options(Policy::Dp)).unwrap();
+    assert!(!fits(&workload, &profile, &options(Policy::Milp)).unwrap());
 }
 
 #[test]
