@@ -2575,30 +2575,34 @@ pub(crate) fn compare_policies(
     let sized_row = policies.iter().position(|&policy| {
         made.is_some() && policy == options.policy && trial_of(policy).fates == options.fates
     });
-    // dp's and milp's hints at a budget nothing fits (`planner::model_hint`):
-    // each asked once, by the first of its rows that needs it. They differ
-    // where dp would take a peer policy's plan that its memory model misses.
-    let model_hints: [OnceLock<Result<Option<planner::Hint>, PlanError>>; 2] =
-        [OnceLock::new(), OnceLock::new()];
-    let hint_shared = |policy: Policy| !policy.is_peer() && options.gpus <= 1;
+    // dp's and milp's hints at a budget nothing fits
+    // (`planner::dp_and_milp_hints`): asked once, by whichever row needs
+    // them first, the model's bisection shared. They differ where dp would
+    // take a peer policy's plan that its memory model misses.
+    type Hints = Result<Option<(planner::Hint, planner::Hint)>, PlanError>;
+    let model_hints: OnceLock<Hints> = OnceLock::new();
+    let hint_after = |policy: Policy| !policy.is_peer() && options.gpus <= 1;
     let hinted = |policy: Policy, error: PlanError| -> PlanError {
         if !matches!(error, PlanError::Infeasible { .. }) {
             return error;
         }
-        let hint = model_hints[usize::from(policy == Policy::Milp)]
-            .get_or_init(|| planner::model_hint(&workload, &profile, &trial_of(policy)));
-        match hint {
-            Ok(Some(hint)) => planner::add_hint(error, hint),
+        let hints = model_hints
+            .get_or_init(|| planner::dp_and_milp_hints(&workload, &profile, &trial_of(policy)));
+        match hints {
+            Ok(Some((dp, milp))) => match policy {
+                Policy::Milp => planner::add_hint(error, milp),
+                _ => planner::add_hint(error, dp),
+            },
             Ok(None) => error,
             // The hint's own error (the workload or profile refused).
             Err(other) => other.clone(),
         }
     };
-    // Planned with the hint, or without it where it is shared (added by
-    // the caller).
+    // Planned with the hint, or without it where `hinted` adds it after
+    // (asked once per policy).
     let plan_row = |policy: Policy| -> Result<Plan, PlanError> {
         let trial = trial_of(policy);
-        if hint_shared(policy) {
+        if hint_after(policy) {
             planner::plan_or_infeasible(&workload, &profile, &trial)
         } else {
             plan(&workload, &profile, &trial)
@@ -2669,7 +2673,7 @@ pub(crate) fn compare_policies(
             None => plan_row(policies[i]),
         };
         match planned {
-            Err(error @ PlanError::Infeasible { .. }) if hint_shared(policies[i]) => {
+            Err(error @ PlanError::Infeasible { .. }) if hint_after(policies[i]) => {
                 waiting.push((i, error));
             }
             planned => rows[i] = Some(row(policies[i], planned)),
@@ -2692,7 +2696,7 @@ pub(crate) fn compare_policies(
         let planned = match given {
             Some(plan) => Ok(plan),
             None => plan_row(policy).map_err(|error| {
-                if hint_shared(policy) {
+                if hint_after(policy) {
                     hinted(policy, error)
                 } else {
                     error

@@ -1658,9 +1658,9 @@ fn accuracy(value: Option<f64>, digits: usize) -> String {
 
 /// A plan that does not fit the device at `--partitions`, with what other
 /// counts would do: more partitions make each step smaller (Cora's
-/// 2-layer GCN under 3 MiB: 8.45 MiB over in 4 partitions, 26.9 KiB in
-/// 16), and `plan --partitions auto` finds the count. Other errors as
-/// they are.
+/// 2-layer GCN under 3 MiB: its failing step needs 8.45 MiB in 4
+/// partitions, 3.03 MiB in 16), and `plan --partitions auto` finds the
+/// count. Other errors as they are.
 fn more_partitions(error: fateplan::planner::Error, partitions: u32) -> anyhow::Error {
     let short_of_device = matches!(
         error,
@@ -1671,9 +1671,9 @@ fn more_partitions(error: fateplan::planner::Error, partitions: u32) -> anyhow::
     );
     let message = format!(
         "{error}\n(at --partitions {partitions}: other counts need other device budgets, more \
-         partitions smaller steps; `fateplan plan` with the same model flags and budgets and \
-         --partitions auto finds the fewest that fit, or where none does, the count that needs \
-         the least)"
+         partitions smaller steps; `fateplan plan` with the same model flags, the budgets in \
+         bytes and --partitions auto finds the fewest that fit, or where none does (dp or milp, \
+         on one GPU), the count that needs the least)"
     );
     let error = anyhow::Error::from(error);
     match short_of_device {

@@ -2074,9 +2074,9 @@ fn a_device_budget_no_plan_fits_at_the_partitions_given_points_to_auto() {
         stderr.contains("infeasible: hbm")
             && stderr.contains(
                 "(at --partitions 1: other counts need other device budgets, more partitions \
-                 smaller steps; `fateplan plan` with the same model flags and budgets and \
-                 --partitions auto finds the fewest that fit, or where none does, the count that \
-                 needs the least)"
+                 smaller steps; `fateplan plan` with the same model flags, the budgets in bytes \
+                 and --partitions auto finds the fewest that fit, or where none does (dp or milp, \
+                 on one GPU), the count that needs the least)"
             ),
         "{stderr}"
     );

@@ -229,18 +229,25 @@ pub fn fits(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Re
     if options.policy != Policy::Dp {
         return Ok(false);
     }
-    for k in 0..tries {
-        if let (Some(multi), Some(vector)) = (multi, vectors.get(k)) {
-            trial.exchanges = exchange::exchanges(&sites, multi, &share, options.gpus, vector);
-        }
-        let held = exchange_held(workload, &trial);
-        if step_floor(workload, &held.hbm, trial.budgets.hbm_bytes).is_none()
-            && peer_fits(workload, &share, &trial, &lives, &choices)
-        {
-            return Ok(true);
-        }
-    }
-    Ok(false)
+    let first = trial.clone();
+    Ok(with_all_fates(
+        workload,
+        &share,
+        &first,
+        &lives,
+        &choices,
+        |peer_choices| {
+            (0..tries).any(|k| {
+                if let (Some(multi), Some(vector)) = (multi, vectors.get(k)) {
+                    trial.exchanges =
+                        exchange::exchanges(&sites, multi, &share, options.gpus, vector);
+                }
+                let held = exchange_held(workload, &trial);
+                step_floor(workload, &held.hbm, trial.budgets.hbm_bytes).is_none()
+                    && peer_fits(workload, &share, &trial, &lives, peer_choices)
+            })
+        },
+    ))
 }
 
 /// What every plan needs: each operator's inputs and outputs (each once)
@@ -1216,17 +1223,16 @@ fn with_all_fates<R>(
 /// counts a recomputation's inputs where the pass need not (ogbn-arxiv's
 /// GCN in 4 partitions under 500 MiB with no host memory: the model fits
 /// no fates, recompute-all's plan fits).
+/// `peer_choices`: the choices with every fate ([`with_all_fates`]).
 fn peer_fits(
     workload: &Workload,
     profile: &Profile,
     options: &PlanOptions,
     lives: &Lifetimes,
-    choices: &Choices,
+    peer_choices: &Choices,
 ) -> bool {
-    with_all_fates(workload, profile, options, lives, choices, |peer_choices| {
-        Policy::PEERS.par_iter().any(|&peer| {
-            peer_candidate(peer, workload, profile, options, lives, peer_choices).is_some()
-        })
+    Policy::PEERS.par_iter().any(|&peer| {
+        peer_candidate(peer, workload, profile, options, lives, peer_choices).is_some()
     })
 }
 
@@ -1620,8 +1626,11 @@ fn tiers_hint(
 
 /// The smallest device budget, within about 2%, with which
 /// `options.policy` (dp or milp, on one GPU) finds a plan, the other
-/// budgets as given: [`model_hint`]'s device budget alone. `None` where
-/// no device budget does, and for a peer policy or several GPUs.
+/// budgets as given: [`model_hint`]'s device budget alone. It is sought
+/// above the device budget in `options`, which is taken not to fit (where
+/// that budget fits, the answer is just above it). `None` where no
+/// device budget does (or the budget given is already every tensor's
+/// bytes), and for a peer policy or several GPUs.
 pub fn least_device_budget(
     workload: &Workload,
     profile: &Profile,
@@ -1629,6 +1638,31 @@ pub fn least_device_budget(
 ) -> Result<Option<u64>> {
     let hint = tiers_hint(workload, profile, options, &[Tier::Hbm])?;
     Ok(hint.and_then(|hint| hint.fits_with.first().map(|fit| fit.bytes)))
+}
+
+/// [`model_hint`] under dp and under milp at once, in that order
+/// (`options.policy` is not read): the model's bisection is shared, and
+/// dp's goes on below it where a peer policy's plan that dp would take
+/// fits. `None` on several GPUs.
+pub fn dp_and_milp_hints(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+) -> Result<Option<(Hint, Hint)>> {
+    if options.gpus > 1 {
+        return Ok(None);
+    }
+    workload.validate()?;
+    profile.validate()?;
+    let options = &PlanOptions {
+        policy: Policy::Dp,
+        ..options.staged_for(workload)
+    };
+    let lives = Lifetimes::compute(workload);
+    let share = profile.share(options.gpus);
+    Ok(Some(budgets_hints(
+        workload, &share, options, &lives, &TIERS, true,
+    )))
 }
 
 /// Every tier, in the order a hint names them.
@@ -1650,9 +1684,7 @@ pub fn add_hint(mut error: Error, more: &Hint) -> Error {
 /// The part of an infeasible error's hint that names, per tier of
 /// `tiers`, the smallest budget with which `options.policy` finds a plan,
 /// the other budgets as given ("; it fits with any one of these budgets
-/// ...", or "; no single budget increase makes it fit"). Under dp a
-/// budget fits where the model does not but a peer policy's plan that dp
-/// would take does ([`fits`]).
+/// ...", or "; no single budget increase makes it fit").
 fn budgets_hint(
     workload: &Workload,
     profile: &Profile,
@@ -1660,6 +1692,28 @@ fn budgets_hint(
     lives: &Lifetimes,
     tiers: &[Tier],
 ) -> Hint {
+    let peers = options.policy == Policy::Dp;
+    let (with_peers, model) = budgets_hints(workload, profile, options, lives, tiers, peers);
+    match peers {
+        true => with_peers,
+        false => model,
+    }
+}
+
+/// [`budgets_hint`] under dp and under milp (`options.policy` one of
+/// them), or under a peer policy: the hint where a budget also fits when
+/// the model's does not but a peer policy's plan that dp would take does
+/// ([`fits`]; with `peers` only, else the same as the other), and the
+/// hint of the policy's own question (dp's memory model under dp and
+/// milp). The model's bisection is shared.
+fn budgets_hints(
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+    lives: &Lifetimes,
+    tiers: &[Tier],
+    peers: bool,
+) -> (Hint, Hint) {
     let fates = if options.policy.is_peer() {
         FateSet::ALL
     } else {
@@ -1690,15 +1744,20 @@ fn budgets_hint(
             }
         }
     };
-    // Under dp, whether a peer policy's plan that dp would take fits.
+    // With `peers`, whether a peer policy's plan that dp would take fits
+    // (the choices with every fate built once, where `fates` lacks some).
+    let peers = peers && !options.policy.is_peer();
+    let all_choices = (peers && fates != FateSet::ALL)
+        .then(|| Choices::build(workload, lives, profile, FateSet::ALL));
+    let peer_choices = all_choices.as_ref().unwrap_or(&choices);
     let peers_fit = |budgets: &Budgets| -> bool {
         let trial = PlanOptions {
             budgets: *budgets,
             ..options.clone()
         };
-        options.policy == Policy::Dp
+        peers
             && step_floor(workload, extra, budgets.hbm_bytes).is_none()
-            && peer_fits(workload, profile, &trial, lives, &choices)
+            && peer_fits(workload, profile, &trial, lives, peer_choices)
     };
     // Beside the tensors: the SSD's staging and the exchange buffers.
     let beside = options
@@ -1718,7 +1777,7 @@ fn budgets_hint(
         .into_iter()
         .filter(|tier| tiers.contains(tier))
         .collect();
-    let mut found: Vec<(Tier, Option<u64>)> = asked
+    let mut found: Vec<(Tier, Option<u64>, Option<u64>)> = asked
         .par_iter()
         .map(|&each| {
             let floor = match each {
@@ -1727,13 +1786,25 @@ fn budgets_hint(
             };
             let bounds = Bounds { live, total, floor };
             let found = smallest_budget(each, bounds, options.budgets, &fits);
-            (
-                each,
-                below_by_peers(each, bounds, options.budgets, found, &peers_fit),
-            )
+            let below = match peers {
+                true => below_by_peers(each, bounds, options.budgets, found, &peers_fit),
+                false => found,
+            };
+            (each, below, found)
         })
         .collect();
-    found.sort_by_key(|(tier, _)| *tier);
+    found.sort_by_key(|(tier, ..)| *tier);
+    let with_peers = found.iter().map(|&(tier, below, _)| (tier, below));
+    let own = found.iter().map(|&(tier, _, found)| (tier, found));
+    (
+        hint_of(with_peers.collect(), profile),
+        hint_of(own.collect(), profile),
+    )
+}
+
+/// The hint naming `found`'s budgets, per tier (none: no budget of that
+/// tier fits), with those over what `profile` has said to be.
+fn hint_of(found: Vec<(Tier, Option<u64>)>, profile: &Profile) -> Hint {
     // A budget over what the profile has could not be given: said so.
     let capacity = |tier: Tier| match tier {
         Tier::Hbm => profile.device.hbm_bytes,

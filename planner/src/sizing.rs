@@ -173,9 +173,10 @@ pub fn fewest_partitions<E: From<Error>>(
     Ok((workload, sizing))
 }
 
-/// Whether `options`' policy fits `workload`: dp's memory model under dp
-/// and milp; a peer policy's own plan, handed back where it fits, and
-/// where it does not, the device bytes it needed (`Err`'s `needed_bytes`).
+/// Whether `options`' policy fits `workload`: [`fits`] under dp and milp
+/// (dp's memory model, and under dp the peers' plans it would take); a
+/// peer policy's own plan, handed back where it fits, and where it does
+/// not, the device bytes it needed (`Err`'s `needed_bytes`).
 fn policy_fits(
     workload: &Workload,
     profile: &Profile,
@@ -207,22 +208,26 @@ fn policy_fits(
 /// much either way.
 pub const LEAST_PATIENCE: u32 = 3;
 
-/// The most operators of a workload [`least_device_count`] asks about:
+/// The most operators of a workload [`least_device_count`] asks about
+/// (beyond 1 partition, which it always asks):
 /// each count asked bisects the device budget, which takes seconds at
 /// hundreds of partitions (ogbn-arxiv's GCN: 75,026 operators in 121
 /// partitions, 331,526 in 256). A bound on the work, not on the time, so
 /// that the count reported does not depend on the machine.
 pub const LEAST_OPERATORS: usize = 100_000;
 
-/// Where no count fits: the partition count, of 1 to `most`, that fits
-/// with the smallest device budget (the other budgets as given), and that
-/// budget ([`least_device_budget`], within about 2%). The counts asked go
-/// up from 1 a quarter apart (1, 2, ..., 8, 10, 12, 15, ..., and `most`)
+/// Where no count fits: of the counts asked, the one that fits with the
+/// smallest device budget (the other budgets as given), and that budget
+/// ([`least_device_budget`], within about 2%). The counts asked go up
+/// from 1 a quarter apart (1, 2, ..., 8, 10, 12, 15, ..., and `most`)
 /// until [`LEAST_PATIENCE`] in a row need no less than the least so far,
-/// or the next has more than [`LEAST_OPERATORS`] operators: fewer
+/// or the next has more than [`LEAST_OPERATORS`] operators (1 partition
+/// is always asked); where the bound stops it with the budget still
+/// falling, more partitions may need less ([`LeastDevice`]): fewer
 /// partitions hold larger steps, more hold more blocks and partial weight
 /// gradients at once, and the least is between (ogbn-arxiv's GCN with no
-/// host memory: 664 MiB at 1 partition, 500 MiB at 5, 1.17 GiB at 128).
+/// host memory: 664 MiB at 1 partition, about 500 MiB at 4 to 8, 1.17
+/// GiB at 128).
 /// `None` under a peer policy, on several GPUs, and where no device
 /// budget fits any count asked.
 pub fn least_device_count<E: From<Error>>(
@@ -249,8 +254,10 @@ pub fn least_device_count<E: From<Error>>(
         match (need, least) {
             (Some(bytes), Some((_, best))) if bytes >= best => misses += 1,
             (Some(bytes), _) => (least, misses) = (Some((p, bytes)), 0),
-            // No device budget fits this count: not nearer.
-            (None, _) => misses += 1,
+            // No device budget fits this count: not nearer, once some
+            // count is found.
+            (None, Some(_)) => misses += 1,
+            (None, None) => {}
         }
         if p == most || misses >= LEAST_PATIENCE {
             break;
@@ -365,8 +372,14 @@ fn search<E: From<Error>>(
                 _ => nearest(build, most, profile, options, Some(found))?,
             };
             // A count the search did not try can fit the budget given
-            // (fit is not monotone in the count): then it is taken.
-            if least_device.is_some_and(|least| least.bytes <= budget) {
+            // (fit is not monotone in the count): then it is taken. The
+            // least budget is found above the budget given, which is
+            // taken not to fit: within the bisection's window of it, the
+            // count is asked at the budget given.
+            let near =
+                |least: &LeastDevice| least.bytes.saturating_sub((least.bytes >> 6) + 1) <= budget;
+            let untried = !tried.iter().any(|&(p, _)| p == partitions);
+            if untried && least_device.as_ref().is_some_and(near) {
                 let (ok, plan, _) = policy_fits(&found, profile, options)?;
                 tried.push((partitions, ok));
                 if ok {

@@ -6,7 +6,9 @@ mod common;
 
 use fateplan_planner::blocks::BlockCounts;
 use fateplan_planner::gnn::{build_gnn, GnnModel};
-use fateplan_planner::planner::{add_hint, fits, model_hint, plan_or_infeasible};
+use fateplan_planner::planner::{
+    add_hint, dp_and_milp_hints, fits, model_hint, plan_or_infeasible,
+};
 use fateplan_planner::units::parse_bytes;
 use fateplan_planner::workload::{Cost, OpKind, Phase, TensorKind};
 use fateplan_planner::{plan, Error, PlanOptions, Policy, Tier, Workload};
@@ -140,7 +142,7 @@ fn the_hint_gives_budgets_that_fit_and_about_three_percent_less_does_not() {
 }
 
 #[test]
-fn dp_and_milp_share_one_hint_which_model_hint_gives() {
+fn the_hint_plan_adds_is_what_model_hint_gives() {
     let profile = common::a100();
     let blocks = BlockCounts::skewed(2_000_000, 30_000_000, 8).unwrap();
     let gcn = build_gnn(&common::gnn_spec(GnnModel::Gcn), &blocks).unwrap();
@@ -175,8 +177,14 @@ fn dp_and_milp_share_one_hint_which_model_hint_gives() {
                 "{policy:?}: {hint:?}"
             );
             assert_eq!(add_hint(bare, &hint), hinted, "{policy:?}");
+            // Both at once, as `compare` asks them: the same.
+            let (dp, milp) = dp_and_milp_hints(&w, &profile, &options).unwrap().unwrap();
+            let both = if policy == Policy::Milp { milp } else { dp };
+            assert_eq!(both, hint, "{policy:?}");
             hints.push(hint);
         }
+        // Where a step alone is over the device, no peer's plan fits
+        // either: dp's hint and milp's are the same.
         assert!(hints.windows(2).all(|h| h[0] == h[1]), "{hints:?}");
     }
     // A peer's hint, and one on several GPUs, depend on the plan tried.

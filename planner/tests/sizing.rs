@@ -12,7 +12,7 @@ use fateplan_planner::datasets::dataset;
 use fateplan_planner::exchange::{Halo, MultiGpu};
 use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
 use fateplan_planner::plan::Strategy;
-use fateplan_planner::planner::{fits, least_device_budget};
+use fateplan_planner::planner::{dp_and_milp_hints, fits, least_device_budget};
 use fateplan_planner::sizing::{
     fewest_partitions, largest_step_bytes, least_device_count, size_partitions, PEER_SEARCH_FACTOR,
 };
@@ -114,16 +114,28 @@ fn when_nothing_fits_it_reports_the_count_nearest_by_the_device_budget() {
 }
 
 #[test]
-fn under_a_peer_policy_or_milp_the_nearest_is_not_sought_by_dp() {
+fn the_nearest_by_the_device_budget_is_sought_under_milp_not_a_peer_policy() {
     let profile = a100();
-    let mut options = PlanOptions::new(Policy::RecomputeAll, &profile);
-    options.budgets.hbm_bytes = 64 << 20;
+    let at = |policy| {
+        let mut options = PlanOptions::new(policy, &profile);
+        options.budgets.hbm_bytes = 64 << 20;
+        options
+    };
+    // A peer's plan does not answer a budget bisection: the count its
+    // plan came closest at is reported.
+    let peer = at(Policy::RecomputeAll);
     assert_eq!(
-        least_device_count(&build, 64, &profile, &options).unwrap(),
+        least_device_count(&build, 64, &profile, &peer).unwrap(),
         None
     );
-    let (_, sizing) = fewest_partitions(&build, 64, &profile, &options).unwrap();
+    let (_, sizing) = fewest_partitions(&build, 64, &profile, &peer).unwrap();
     assert!(sizing.none_fit && sizing.least_device.is_none());
+    // milp's search asks dp's memory model, as its hint does.
+    let milp = at(Policy::Milp);
+    let (_, sizing) = fewest_partitions(&build, 64, &profile, &milp).unwrap();
+    let least = sizing.least_device.expect("milp's nearest count");
+    assert_eq!(sizing.partitions, least.partitions);
+    assert!(least.bytes > 64 << 20, "{least:?}");
 }
 
 #[test]
@@ -157,6 +169,28 @@ fn a_count_fits_where_dp_takes_a_peers_plan_that_its_model_misses() {
     assert!(fits(&workload, &profile, &options(Policy::Dp)).unwrap());
     plan(&workload, &profile, &options(Policy::Dp)).unwrap();
     assert!(!fits(&workload, &profile, &options(Policy::Milp)).unwrap());
+    // Under 300 MiB neither fits, and dp's hint asks for less device
+    // memory than milp's (the model's alone).
+    let short = PlanOptions {
+        budgets: fateplan_planner::Budgets {
+            hbm_bytes: 300 << 20,
+            ..options(Policy::Dp).budgets
+        },
+        ..options(Policy::Dp)
+    };
+    let (dp, milp) = dp_and_milp_hints(&workload, &profile, &short)
+        .unwrap()
+        .unwrap();
+    let device = |hint: &fateplan_planner::planner::Hint| {
+        hint.fits_with
+            .iter()
+            .find(|f| f.tier == fateplan_planner::Tier::Hbm)
+            .map(|f| f.bytes)
+            .unwrap()
+    };
+    assert!(device(&dp) < device(&milp), "{dp:?} {milp:?}");
+    // Within the bisection's 2% of the 500 MiB that fits.
+    assert!(device(&dp) <= (500 << 20) + (500 << 20) / 32, "{dp:?}");
 }
 
 #[test]
