@@ -265,18 +265,10 @@ impl<'a> BlockRef<'a> {
     /// needs (unless `weights_needed` is false) and every column is below
     /// `src_rows`.
     pub fn validate(&self, kernel: &str, src_rows: usize, weights_needed: bool) -> Result<()> {
-        ensure(!self.row_start.is_empty(), || {
-            format!("{kernel}: block `row_start` is empty, expected rows + 1 values")
-        })?;
-        ensure(self.row_start[0] == 0, || {
-            format!(
-                "{kernel}: block `row_start[0]` is {}, expected 0",
-                self.row_start[0]
-            )
-        })?;
+        self.validate_start(kernel)?;
         // Checked without an early exit first, so that the check
-        // vectorises (a block is checked on every call of a kernel); the
-        // place of a fault is found only when there is one.
+        // vectorises; the place of a fault is found only when there is
+        // one.
         let (starts, ends) = (self.row_start, &self.row_start[1..]);
         let falls = starts
             .iter()
@@ -293,6 +285,44 @@ impl<'a> BlockRef<'a> {
                 self.row_start[r + 1]
             )));
         }
+        self.validate_ends(kernel, src_rows, weights_needed)?;
+        let past = self.columns.iter().fold(0u32, |most, &c| most.max(c));
+        let in_range = self.columns.is_empty() || (past as usize) < src_rows;
+        if let Some(&c) = (!in_range)
+            .then(|| self.columns.iter().find(|&&c| c as usize >= src_rows))
+            .flatten()
+        {
+            return Err(Error::InvalidInput(format!(
+                "{kernel}: block column {c} is out of range for {src_rows} source rows"
+            )));
+        }
+        Ok(())
+    }
+
+    /// `row_start` holds at least one value, and starts at 0.
+    fn validate_start(&self, kernel: &str) -> Result<()> {
+        ensure(!self.row_start.is_empty(), || {
+            format!("{kernel}: block `row_start` is empty, expected rows + 1 values")
+        })?;
+        ensure(self.row_start[0] == 0, || {
+            format!(
+                "{kernel}: block `row_start[0]` is {}, expected 0",
+                self.row_start[0]
+            )
+        })
+    }
+
+    /// [`BlockRef::validate`]'s checks that read no row and no edge: a
+    /// kernel that checks its rows as it reads them ([`BlockRef::rows_valid`])
+    /// checks these first, and the rest with [`BlockRef::validate`] only
+    /// where some rows are not valid, to name the fault.
+    pub(crate) fn validate_ends(
+        &self,
+        kernel: &str,
+        src_rows: usize,
+        weights_needed: bool,
+    ) -> Result<()> {
+        self.validate_start(kernel)?;
         let last = *self.row_start.last().unwrap_or(&0);
         ensure(last == self.columns.len() as u64, || {
             format!(
@@ -313,17 +343,27 @@ impl<'a> BlockRef<'a> {
                 )
             })?;
         }
-        let past = self.columns.iter().fold(0u32, |most, &c| most.max(c));
-        let in_range = self.columns.is_empty() || (past as usize) < src_rows;
-        if let Some(&c) = (!in_range)
-            .then(|| self.columns.iter().find(|&&c| c as usize >= src_rows))
-            .flatten()
-        {
-            return Err(Error::InvalidInput(format!(
-                "{kernel}: block column {c} is out of range for {src_rows} source rows"
-            )));
-        }
         Ok(())
+    }
+
+    /// Whether destination rows `rows` of the block are sound: their edge
+    /// offsets never decrease and stay within the edges, and their
+    /// columns are below `src_rows`. A kernel checks its task's rows just
+    /// before it reads them (in cache, on the task's thread) after
+    /// [`BlockRef::validate_ends`]; every row valid is every check of
+    /// [`BlockRef::validate`].
+    #[inline(always)]
+    pub(crate) fn rows_valid(&self, rows: std::ops::Range<usize>, src_rows: usize) -> bool {
+        let starts = &self.row_start[rows.start..=rows.end];
+        let rising = starts.windows(2).fold(true, |ok, w| ok & (w[0] <= w[1]));
+        let (first, last) = (starts[0] as usize, starts[starts.len() - 1] as usize);
+        if !rising || last > self.columns.len() {
+            return false;
+        }
+        let past = self.columns[first..last]
+            .iter()
+            .fold(0u32, |most, &c| most.max(c));
+        first == last || (past as usize) < src_rows
     }
 }
 

@@ -15,11 +15,15 @@ use crate::{check_len, rows_of, BlockRef, Init, Result, Weighting, ROW_CHUNK, SC
 
 /// `out[r] = init[r] + Σ_e w_e · src[c_e]` over the edges `e` of
 /// destination row `r`. `src` is the source partition (`src_rows × width`),
-/// `out` and `init` are `block.rows() × width`.
+/// `out` and `init` are `block.rows() × width`. A block whose offsets
+/// fall or whose columns are out of range is refused as
+/// [`BlockRef::validate`] names it, found as the rows are read: `out`
+/// may then hold the rows of the parallel tasks that were sound (so may
+/// [`spmm_dropout`]'s).
 pub fn spmm(block: BlockRef, src: &[f32], width: usize, init: Init, out: &mut [f32]) -> Result<()> {
     check_spmm("spmm", block, src, width, init, out)?;
-    gather(block, src, width, init, out, Masking::None);
-    Ok(())
+    let sound = gather(block, src, width, init, out, Masking::None);
+    named_fault("spmm", block, src, width, sound)
 }
 
 /// [`spmm`] with dropout on `src`: element `(c, f)` of `src` is multiplied
@@ -52,16 +56,16 @@ pub fn spmm_dropout<'k>(
     src_keys.check("spmm_dropout", src.len() / width)?;
     dropout.validate()?;
     if dropout.is_identity() {
-        gather(block, src, width, init, out, Masking::None);
-        return Ok(());
+        let sound = gather(block, src, width, init, out, Masking::None);
+        return named_fault("spmm_dropout", block, src, width, sound);
     }
     let masked = MaskedSrc {
         mask: dropout.mask(),
         src_keys,
         isa: Isa::detect(),
     };
-    gather(block, src, width, init, out, Masking::Auto(masked));
-    Ok(())
+    let sound = gather(block, src, width, init, out, Masking::Auto(masked));
+    named_fault("spmm_dropout", block, src, width, sound)
 }
 
 /// [`spmm_dropout`] that always generates the mask per edge: the
@@ -88,8 +92,8 @@ pub fn spmm_dropout_per_edge<'k>(
             isa: Isa::Generic,
         }),
     };
-    gather(block, src, width, init, out, masking);
-    Ok(())
+    let sound = gather(block, src, width, init, out, masking);
+    named_fault("spmm_dropout_per_edge", block, src, width, sound)
 }
 
 /// `out = init + blockᵀ · grad_dst`: `out[c] += w_e · grad_dst[r]`
@@ -125,10 +129,31 @@ fn check_spmm(
     out: &[f32],
 ) -> Result<()> {
     let src_rows = rows_of(kernel, "src", src.len(), width)?;
-    block.validate(kernel, src_rows, true)?;
+    // The rows and edges are checked by the gather's tasks as they read
+    // them ([`gather`]).
+    block.validate_ends(kernel, src_rows, true)?;
     check_len(kernel, "out", out.len(), block.rows() * width)?;
     init.check(kernel, out.len())?;
     Ok(())
+}
+
+/// After a gather: where some task found its rows not sound (`sound`
+/// false), the fault, named by [`BlockRef::validate`]. `out` then holds
+/// the rows of the tasks that were sound.
+fn named_fault(
+    kernel: &str,
+    block: BlockRef,
+    src: &[f32],
+    width: usize,
+    sound: bool,
+) -> Result<()> {
+    if sound {
+        return Ok(());
+    }
+    block.validate(kernel, src.len() / width, true)?;
+    Err(crate::Error::InvalidInput(format!(
+        "{kernel}: a task found its rows of the block not sound, but the block checks as sound"
+    )))
 }
 
 /// How many rows of `src` one edge of a block may stand for and the
@@ -182,7 +207,12 @@ pub(crate) enum Masking<'a> {
 /// The forward gather, with an optional mask on `src`, on the
 /// instruction set `masking` names where it names one ([`spmm_dropout`]'s
 /// widest, its mask per edge included; the generic build for
-/// [`spmm_dropout_per_edge`]), else on the widest this CPU has.
+/// [`spmm_dropout_per_edge`]), else on the widest this CPU has. Each task
+/// checks its rows of the block before it reads them
+/// ([`BlockRef::rows_valid`]: on its own thread, in cache for the
+/// gather), after the caller's [`BlockRef::validate_ends`]; a task whose
+/// rows are not sound writes nothing, and the result is false.
+#[must_use]
 pub(crate) fn gather(
     block: BlockRef,
     src: &[f32],
@@ -190,7 +220,7 @@ pub(crate) fn gather(
     init: Init,
     out: &mut [f32],
     masking: Masking,
-) {
+) -> bool {
     let isa = match masking {
         Masking::None => Isa::detect(),
         Masking::Auto(m) | Masking::PerEdge(m) => m.isa,
@@ -206,6 +236,7 @@ pub(crate) fn gather(
 /// in one: at width 128 the plain gather takes about a fifth less time
 /// on AVX-512 (docs/runtime.md, "The plain gather on the CPU's widest
 /// vectors").
+#[must_use]
 pub(crate) fn gather_on(
     isa: Isa,
     block: BlockRef,
@@ -214,14 +245,17 @@ pub(crate) fn gather_on(
     init: Init,
     out: &mut [f32],
     masking: Masking,
-) {
+) -> bool {
+    let src_rows = src.len() / width;
     if let Masking::Auto(m) = masking {
-        let src_rows = src.len() / width;
         if block.nnz() * MASK_WORKSPACE_ROWS_PER_EDGE >= src_rows {
             let used = (block.nnz() <= src_rows * USED_ROWS_EDGES_PER_ROW).then(|| {
                 let mut used = vec![false; src_rows];
+                // Columns out of range are found by the tasks.
                 for &c in block.columns {
-                    used[c as usize] = true;
+                    if let Some(u) = used.get_mut(c as usize) {
+                        *u = true;
+                    }
                 }
                 used
             });
@@ -233,7 +267,7 @@ pub(crate) fn gather_on(
     }
     out.par_chunks_mut(ROW_CHUNK * width)
         .enumerate()
-        .for_each(|(chunk, out_chunk)| {
+        .map(|(chunk, out_chunk)| {
             let rows = Chunk {
                 block,
                 src,
@@ -253,7 +287,8 @@ pub(crate) fn gather_on(
                 #[cfg(target_arch = "x86_64")]
                 Isa::Avx2 => unsafe { rows.gather_avx2(out_chunk) },
             }
-        });
+        })
+        .reduce(|| true, |a, b| a & b)
 }
 
 /// One parallel task of [`gather_on`]: the rows of chunk `chunk`.
@@ -271,20 +306,24 @@ impl Chunk<'_> {
     /// [`Chunk::gather`] compiled for AVX-512F.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
-    unsafe fn gather_avx512(self, out_chunk: &mut [f32]) {
+    unsafe fn gather_avx512(self, out_chunk: &mut [f32]) -> bool {
         self.gather(out_chunk)
     }
 
     /// [`Chunk::gather`] compiled for AVX2.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn gather_avx2(self, out_chunk: &mut [f32]) {
+    unsafe fn gather_avx2(self, out_chunk: &mut [f32]) -> bool {
         self.gather(out_chunk)
     }
 
-    /// Sums the chunk's rows into `out_chunk`, for any instruction set.
+    /// Sums the chunk's rows into `out_chunk`, for any instruction set,
+    /// where the block's rows of the chunk are sound
+    /// ([`BlockRef::rows_valid`], checked here to be compiled for the
+    /// same instruction set); where they are not, writes nothing and
+    /// returns false.
     #[inline(always)]
-    fn gather(self, out_chunk: &mut [f32]) {
+    fn gather(self, out_chunk: &mut [f32]) -> bool {
         let Chunk {
             block,
             src,
@@ -293,10 +332,13 @@ impl Chunk<'_> {
             chunk,
             masking,
         } = self;
+        let rows_end = ((chunk + 1) * ROW_CHUNK).min(block.rows());
+        if !block.rows_valid(chunk * ROW_CHUNK..rows_end, src.len() / width) {
+            return false;
+        }
         let per_edge = matches!(masking, Masking::PerEdge(..));
         let mut factors = vec![0.0f32; if per_edge { width } else { 0 }];
         let mut scratch = Vec::new();
-        let rows_end = ((chunk + 1) * ROW_CHUNK).min(block.rows());
         let chunk_end = block.row_start[rows_end] as usize;
         for (k, out_row) in out_chunk.chunks_exact_mut(width).enumerate() {
             let r = chunk * ROW_CHUNK + k;
@@ -333,6 +375,7 @@ impl Chunk<'_> {
                 }
             }
         }
+        true
     }
 }
 

@@ -190,14 +190,14 @@ fn spmm_dropout_equals_the_per_edge_formulation_bit_for_bit() {
                 let used = used.map(Vec::as_slice);
                 let keep = MaskBits::new(&mask, row0.into(), src_rows, width, isa, used);
                 let masking = Masking::Bits(&keep, mask.scale, isa);
-                gather(
+                assert!(gather(
                     block.as_ref(),
                     &src,
                     width,
                     Init::From(&init),
                     &mut out,
                     masking,
-                );
+                ));
                 let what = match used {
                     Some(_) => "the rows read",
                     None => "every row",
@@ -362,7 +362,15 @@ fn the_gather_gives_the_same_bits_on_every_instruction_set() {
                     _ => Init::Out,
                 };
                 let b = scaled.as_ref();
-                gather_on(isa, b, &src, width, init, &mut out, Masking::None);
+                assert!(gather_on(
+                    isa,
+                    b,
+                    &src,
+                    width,
+                    init,
+                    &mut out,
+                    Masking::None
+                ));
                 out
             };
             for start in 0..3 {
@@ -391,7 +399,7 @@ fn the_gather_gives_the_same_bits_on_every_instruction_set() {
                     isa,
                 };
                 let b = scaled.as_ref();
-                gather_on(
+                assert!(gather_on(
                     isa,
                     b,
                     &src,
@@ -399,7 +407,7 @@ fn the_gather_gives_the_same_bits_on_every_instruction_set() {
                     Init::Zero,
                     &mut out,
                     Masking::PerEdge(m),
-                );
+                ));
                 out
             };
             let expect = masked(Isa::Generic);
@@ -527,6 +535,49 @@ fn bad_shapes_are_errors() {
     assert!(err(linear(&[&out], 10, 3, &w[1..], 2, &mut z)));
     assert!(err(linear(&[&out, &out], 10, 3, &w, 2, &mut z)));
     assert!(err(relu_dropout(&out, &mut z, 3, 0, None)));
+}
+
+#[test]
+fn a_fault_in_any_task_s_rows_is_named_by_every_gather() {
+    // Rows of several tasks (`ROW_CHUNK` each): a fault in the last
+    // task's rows, in a middle one's, and a column past the source rows
+    // in the first, each named as the whole block's check names it, by
+    // the plain gather, the masked one and the one masked per edge.
+    let mut rng = Rng::new(12);
+    let rows = 3 * crate::ROW_CHUNK + 5;
+    let block = random_block(&mut rng, rows, 40, 2);
+    let src = vec![1.0; 40 * 2];
+    let d = Dropout::new(0.3, 1, 2).unwrap();
+    let mut faults = Vec::new();
+    let mut broken = block.clone();
+    let r = 3 * crate::ROW_CHUNK + 1;
+    broken.row_start[r] = broken.row_start[r + 1] + 1;
+    faults.push(broken);
+    let mut broken = block.clone();
+    let r = crate::ROW_CHUNK + 7;
+    broken.row_start[r] = broken.row_start[r + 1] + 1;
+    faults.push(broken);
+    let mut broken = block.clone();
+    broken.columns[0] = 40;
+    faults.push(broken);
+    for broken in &faults {
+        let expect = broken.as_ref().validate("k", 40, true).unwrap_err();
+        let named = |e: Error, kernel: &str| {
+            let (Error::InvalidInput(m), Error::InvalidInput(want)) = (e, &expect);
+            assert_eq!(m, want.replacen("k:", &format!("{kernel}:"), 1));
+        };
+        let mut out = vec![0.0; rows * 2];
+        let b = broken.as_ref();
+        named(spmm(b, &src, 2, Init::Zero, &mut out).unwrap_err(), "spmm");
+        named(
+            spmm_dropout(b, &src, 2, Init::Zero, &mut out, &d, 0u64).unwrap_err(),
+            "spmm_dropout",
+        );
+        named(
+            spmm_dropout_per_edge(b, &src, 2, Init::Zero, &mut out, &d, 0u64).unwrap_err(),
+            "spmm_dropout_per_edge",
+        );
+    }
 }
 
 #[test]
