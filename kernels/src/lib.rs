@@ -356,10 +356,12 @@ impl<'a> BlockRef<'a> {
     pub(crate) fn rows_valid(&self, rows: std::ops::Range<usize>, src_rows: usize) -> bool {
         let starts = &self.row_start[rows.start..=rows.end];
         let rising = starts.windows(2).fold(true, |ok, w| ok & (w[0] <= w[1]));
-        let (first, last) = (starts[0] as usize, starts[starts.len() - 1] as usize);
-        if !rising || last > self.columns.len() {
+        // Compared as u64 before either is cast: rising and at most the
+        // edge count, both fit in usize.
+        if !rising || starts[starts.len() - 1] > self.columns.len() as u64 {
             return false;
         }
+        let (first, last) = (starts[0] as usize, starts[starts.len() - 1] as usize);
         let past = self.columns[first..last]
             .iter()
             .fold(0u32, |most, &c| most.max(c));

@@ -2,7 +2,10 @@
 //! transpose `out = init + blockᵀ · grad`.
 //!
 //! The forward is parallel over chunks of destination rows; each row is
-//! summed in edge order, so the result does not depend on the split. The
+//! summed in edge order, so the result does not depend on the split.
+//! Each chunk's task checks its rows of the block before it reads them:
+//! where some are not sound the kernel fails, naming the fault, and
+//! `out` may hold the rows of the tasks that were. The
 //! transpose scatters: each task owns a range of source rows and walks all
 //! edges in CSR order, keeping the ones that land in its range, so each
 //! output element also sees its terms in edge order.
@@ -130,8 +133,11 @@ fn check_spmm(
 ) -> Result<()> {
     let src_rows = rows_of(kernel, "src", src.len(), width)?;
     // The rows and edges are checked by the gather's tasks as they read
-    // them ([`gather`]).
-    block.validate_ends(kernel, src_rows, true)?;
+    // them ([`gather`]). Where the ends are wrong, the whole check names
+    // the first fault, as it did before the tasks checked their rows.
+    block
+        .validate_ends(kernel, src_rows, true)
+        .or_else(|_| block.validate(kernel, src_rows, true))?;
     check_len(kernel, "out", out.len(), block.rows() * width)?;
     init.check(kernel, out.len())?;
     Ok(())

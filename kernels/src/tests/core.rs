@@ -539,45 +539,72 @@ fn bad_shapes_are_errors() {
 
 #[test]
 fn a_fault_in_any_task_s_rows_is_named_by_every_gather() {
-    // Rows of several tasks (`ROW_CHUNK` each): a fault in the last
-    // task's rows, in a middle one's, and a column past the source rows
-    // in the first, each named as the whole block's check names it, by
-    // the plain gather, the masked one and the one masked per edge.
-    let mut rng = Rng::new(12);
-    let rows = 3 * crate::ROW_CHUNK + 5;
-    let block = random_block(&mut rng, rows, 40, 2);
-    let src = vec![1.0; 40 * 2];
+    // Rows of several tasks (`ROW_CHUNK` each): offsets that fall in the
+    // last task's rows, in a middle one's, across the boundary of two
+    // tasks, and past the edges in a middle task; a column past the
+    // source rows in the first task's. Each is named as the whole
+    // block's check names it, by the plain gather, the masked one and the
+    // one masked per edge. The source rows take each path of the masked
+    // gather: its keep bits of every row (40 rows), of the rows read
+    // (1,000: the byte marks skip a column out of range) and per edge
+    // (20,000).
+    let chunk = crate::ROW_CHUNK;
+    let rows = 3 * chunk + 5;
     let d = Dropout::new(0.3, 1, 2).unwrap();
-    let mut faults = Vec::new();
-    let mut broken = block.clone();
-    let r = 3 * crate::ROW_CHUNK + 1;
-    broken.row_start[r] = broken.row_start[r + 1] + 1;
-    faults.push(broken);
-    let mut broken = block.clone();
-    let r = crate::ROW_CHUNK + 7;
-    broken.row_start[r] = broken.row_start[r + 1] + 1;
-    faults.push(broken);
-    let mut broken = block.clone();
-    broken.columns[0] = 40;
-    faults.push(broken);
-    for broken in &faults {
-        let expect = broken.as_ref().validate("k", 40, true).unwrap_err();
-        let named = |e: Error, kernel: &str| {
-            let (Error::InvalidInput(m), Error::InvalidInput(want)) = (e, &expect);
-            assert_eq!(m, want.replacen("k:", &format!("{kernel}:"), 1));
-        };
+    for src_rows in [40, 1000, 20_000] {
+        let mut rng = Rng::new(12);
+        let block = random_block(&mut rng, rows, src_rows, 2);
+        let src = vec![1.0; src_rows * 2];
+        let mut faults = Vec::new();
+        for r in [3 * chunk + 1, chunk + 7] {
+            let mut broken = block.clone();
+            broken.row_start[r] = broken.row_start[r + 1] + 1;
+            faults.push(broken);
+        }
+        let mut broken = block.clone();
+        broken.row_start[chunk] = broken.row_start[chunk - 1] - 1;
+        faults.push(broken);
+        let mut broken = block.clone();
+        broken.row_start[2 * chunk + 3] = broken.columns.len() as u64 + 5;
+        faults.push(broken);
+        let mut broken = block.clone();
+        broken.columns[0] = src_rows as u32;
+        faults.push(broken);
+        for broken in &faults {
+            let expect = broken.as_ref().validate("k", src_rows, true).unwrap_err();
+            let named = |e: Error, kernel: &str| {
+                let (Error::InvalidInput(m), Error::InvalidInput(want)) = (e, &expect);
+                assert_eq!(m, want.replacen("k:", &format!("{kernel}:"), 1));
+            };
+            let mut out = vec![0.0; rows * 2];
+            let b = broken.as_ref();
+            named(spmm(b, &src, 2, Init::Zero, &mut out).unwrap_err(), "spmm");
+            named(
+                spmm_dropout(b, &src, 2, Init::Zero, &mut out, &d, 0u64).unwrap_err(),
+                "spmm_dropout",
+            );
+            named(
+                spmm_dropout_per_edge(b, &src, 2, Init::Zero, &mut out, &d, 0u64).unwrap_err(),
+                "spmm_dropout_per_edge",
+            );
+        }
+        // The block as made is sound on every path.
         let mut out = vec![0.0; rows * 2];
-        let b = broken.as_ref();
-        named(spmm(b, &src, 2, Init::Zero, &mut out).unwrap_err(), "spmm");
-        named(
-            spmm_dropout(b, &src, 2, Init::Zero, &mut out, &d, 0u64).unwrap_err(),
-            "spmm_dropout",
-        );
-        named(
-            spmm_dropout_per_edge(b, &src, 2, Init::Zero, &mut out, &d, 0u64).unwrap_err(),
-            "spmm_dropout_per_edge",
-        );
+        spmm(block.as_ref(), &src, 2, Init::Zero, &mut out).unwrap();
+        spmm_dropout(block.as_ref(), &src, 2, Init::Zero, &mut out, &d, 0u64).unwrap();
     }
+    // A fall together with a wrong end is named as before: the fall.
+    let mut rng = Rng::new(13);
+    let mut broken = random_block(&mut rng, rows, 40, 2);
+    broken.row_start[5] = broken.row_start[6] + 1;
+    broken.columns.pop();
+    let mut out = vec![0.0; rows * 2];
+    let Error::InvalidInput(m) =
+        spmm(broken.as_ref(), &vec![1.0; 80], 2, Init::Zero, &mut out).unwrap_err();
+    assert!(
+        m.starts_with("spmm: block `row_start` decreases at row 5"),
+        "{m}"
+    );
 }
 
 #[test]
