@@ -229,11 +229,11 @@ pub fn fits(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Re
     if options.policy != Policy::Dp {
         return Ok(false);
     }
-    let first = trial.clone();
+    // (`with_all_fates` reads the fates alone, which `trial` shares.)
     Ok(with_all_fates(
         workload,
         &share,
-        &first,
+        options,
         &lives,
         &choices,
         |peer_choices| {
