@@ -643,6 +643,14 @@ fn run_generate(spec: &str, out: &std::path::Path, force: bool) -> Result<()> {
 /// folder that exists.
 pub(crate) fn check_file_path(path: &std::path::Path, flag: &str) -> Result<()> {
     let shown = path.display();
+    // Many tools read `-` as standard output; a file named `-` is not
+    // what is meant.
+    if path.as_os_str() == "-" {
+        bail!(
+            "{flag} -: names a file called `-`, not standard output; write /dev/stdout for \
+             standard output (the command's report goes there too), or ./- for such a file"
+        );
+    }
     if path.is_dir() {
         bail!("{flag} {shown}: is a directory");
     }

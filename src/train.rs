@@ -70,6 +70,8 @@ pub struct TrainArgs {
     /// The graph: a folder of PyG-named .npy files, or a generator spec such
     /// as `rmat:scale=20,features=128,classes=16,seed=1` or
     /// `planted:nodes=2000,classes=5,features=32,degree=8,homophily=0.8,seed=1`.
+    /// Every key but `scale` and `nodes` may be left out: the values shown
+    /// are their defaults (README: `--graph`, for the others).
     #[arg(long)]
     pub(crate) graph: String,
     /// gcn, sage or gat [default: gcn, or with --plan the plan's, as for
@@ -144,8 +146,9 @@ pub struct TrainArgs {
     /// exchanging its halo with the others (data-parallel full-graph
     /// training). On the CPU backend the devices are threads of this
     /// process, exchanging through shared memory; the plan is made for
-    /// the largest share, with the exchanges of --devices GPUs
-    /// [default: 1, or the plan's].
+    /// the largest share: with the exchanges of --devices GPUs where the
+    /// profile prices them (a `peer` section, as h100-sxm's), else alone,
+    /// with no exchange (as on cpu-small) [default: 1, or the plan's].
     #[arg(long, value_parser = crate::cli::positive::<u32>)]
     devices: Option<u32>,
     /// With --devices, each device is a process of its own instead of a
@@ -182,8 +185,16 @@ pub struct TrainArgs {
     /// retain-all plan's peak (e.g. 25%).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::budget_value)]
     hbm_budget: Option<String>,
+    /// Host memory arena budget (the host tier): bytes or a share of the
+    /// retain-all plan's device peak, as --hbm-budget [default: the
+    /// profile's host memory (with --devices, a device's share), or with
+    /// --plan the plan's budget].
     #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::budget_value)]
     host_budget: Option<String>,
+    /// SSD tier budget (its spill files in --spill-dir): bytes or a share
+    /// of the retain-all plan's device peak, as --hbm-budget [default: the
+    /// profile's SSD capacity (with --devices, a device's share), or with
+    /// --plan the plan's budget].
     #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::budget_value)]
     ssd_budget: Option<String>,
     /// Directory for the SSD tier's spill files (needed when the plan uses
@@ -441,11 +452,11 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
         bail!("--partitions 0: expected at least 1");
     }
     if !(args.lr > 0.0 && args.lr.is_finite()) {
-        bail!("--lr {}: expected a positive number", args.lr);
+        bail!("--lr {}: expected a finite positive number", args.lr);
     }
     if !(args.weight_decay >= 0.0 && args.weight_decay.is_finite()) {
         bail!(
-            "--weight-decay {}: expected a number >= 0",
+            "--weight-decay {}: expected a finite number >= 0",
             args.weight_decay
         );
     }
@@ -1261,11 +1272,15 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         ),
         false => format!(" on profile {:?}", plan.profile.name),
     };
-    // The mean: a slow epoch counts, where `--compare-simulated` takes
-    // the median.
+    // The mean: a slow epoch counts. The median beside it, which
+    // `--compare-simulated` takes, where there are several to take it of.
     let mean = match report.epochs {
-        0..=1 => "",
-        _ => " (the mean after the first epoch)",
+        0..=1 => String::new(),
+        2 => " (the mean after the first epoch)".to_string(),
+        _ => format!(
+            " (the mean after the first epoch; their median {})",
+            format_seconds(report.median.iteration_s)
+        ),
     };
     writeln!(
         out,
@@ -1517,6 +1532,7 @@ fn compare_simulated(
     let measured = MeasuredIteration {
         iteration_s: report.median.iteration_s,
         compute_s: report.median.compute_s,
+        recompute_s: report.median.recompute_s,
         wait_s: report.median.wait_s,
         bytes_moved: report.bytes_moved,
         spans,
@@ -1549,11 +1565,19 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, epochs: u32) -> Result<
         "          {:<10} {:>12} {:>12} {:>9}",
         "", "measured", "simulated", "ratio"
     )?;
-    for (name, pair) in [
+    // Recomputation is a part of compute, on both sides (its row the
+    // part); a plan that recomputes nothing has no row for it.
+    let recomputes = c.recompute_s.measured > 0.0 || c.recompute_s.simulated > 0.0;
+    let rows = [
         ("iteration", &c.iteration_s),
         ("compute", &c.compute_s),
+        ("recompute", &c.recompute_s),
         ("waiting", &c.wait_s),
-    ] {
+    ];
+    for (name, pair) in rows
+        .into_iter()
+        .filter(|(name, _)| recomputes || *name != "recompute")
+    {
         writeln!(
             out,
             "          {name:<10} {:>12} {:>12} {:>9}",
@@ -1670,7 +1694,7 @@ fn more_partitions(error: fateplan::planner::Error, partitions: u32) -> anyhow::
         }
     );
     let message = format!(
-        "{error}\n(at --partitions {partitions}: other counts need other device budgets, more \
+        "{error} (at --partitions {partitions}: other counts need other device budgets, more \
          partitions smaller steps; `fateplan plan` with the same model flags, the budgets in \
          bytes and --partitions auto finds the fewest that fit, or where none does (dp or milp, \
          on one GPU), the count that needs the least)"

@@ -2299,6 +2299,27 @@ fn two_outputs_naming_one_file_are_refused_and_a_failed_write_keeps_the_report()
         "{}",
         stderr(&out)
     );
+    // `-` is not standard output: refused, and no file `-` is made.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fateplan"))
+        .args([
+            "plan",
+            "--dataset",
+            "ogbn-arxiv",
+            "--partitions",
+            "2",
+            "-o",
+            "-",
+        ])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("-o -: names a file called `-`, not standard output"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!dir.join("-").exists());
     // The same file by two spellings: refused before anything is written.
     let trace = dir.join("t.json");
     let again = dir.join(".").join("t.json");

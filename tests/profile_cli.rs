@@ -433,3 +433,76 @@ fn train_compares_with_the_simulator() {
     );
     let _ = std::fs::remove_dir_all(&spill);
 }
+
+/// A plan that recomputes: the measured compute holds its
+/// recomputations, so the simulated one beside it does too (the
+/// simulator's operators and recomputations together), and the
+/// recomputations have a row of their own, on both sides.
+#[test]
+fn compare_simulated_counts_recomputation_in_compute_on_both_sides() {
+    let dir = scratch("compare-recompute");
+    let plan = dir.join("plan.json");
+    let graph = "planted:nodes=600,classes=4,features=16,val=100,test=200,seed=2";
+    let args = [
+        "train",
+        "--graph",
+        graph,
+        "--epochs",
+        "3",
+        "--partitions",
+        "4",
+        "--policy",
+        "recompute-all",
+        "--compare-simulated",
+    ];
+    let json_args = [
+        &args[..],
+        &["--json", "--save-plan", plan.to_str().unwrap()],
+    ]
+    .concat();
+    let output = fateplan(&json_args);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let c = &report["compare_simulated"];
+    let f = |v: &serde_json::Value| v.as_f64().unwrap();
+    assert_eq!(
+        c["recompute_s"]["measured"],
+        report["median"]["recompute_s"]
+    );
+    assert!(f(&c["recompute_s"]["measured"]) > 0.0, "{c}");
+    assert!(f(&c["compute_s"]["measured"]) >= f(&c["recompute_s"]["measured"]));
+    // The simulated side is the simulator's report of the same plan.
+    let sim = fateplan(&["simulate", plan.to_str().unwrap(), "--json"]);
+    assert!(sim.status.success(), "{}", stderr(&sim));
+    let sim: serde_json::Value = serde_json::from_slice(&sim.stdout).unwrap();
+    assert!(f(&sim["recompute_s"]) > 0.0, "{sim}");
+    assert_eq!(f(&c["recompute_s"]["simulated"]), f(&sim["recompute_s"]));
+    assert_eq!(
+        f(&c["compute_s"]["simulated"]),
+        f(&sim["compute_s"]) + f(&sim["recompute_s"])
+    );
+    // The text has the row; a plan that recomputes nothing has none.
+    let text = fateplan(&args);
+    assert!(text.status.success(), "{}", stderr(&text));
+    let text = stdout(&text);
+    assert!(text.contains("\n          recompute "), "{text}");
+    // Of 3 epochs, the time line gives the median of the two after the
+    // first beside their mean.
+    assert!(
+        text.contains("(the mean after the first epoch; their median "),
+        "{text}"
+    );
+    let retain = [
+        &args[..7],
+        &["--policy", "retain-all", "--compare-simulated"],
+    ]
+    .concat();
+    let text = fateplan(&retain);
+    assert!(text.status.success(), "{}", stderr(&text));
+    let text = stdout(&text);
+    assert!(
+        text.contains("compute") && !text.contains(" recompute "),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

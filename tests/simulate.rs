@@ -402,6 +402,7 @@ fn an_older_gat_plan_on_a_profile_with_head_and_row_times_is_told_so() {
         "{older_json}"
     );
     assert!(json(&plan).get("priced_by_field").is_none());
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// A GCN plan saved before its gathers recorded their working set,
@@ -477,4 +478,5 @@ fn an_older_gcn_plan_on_a_profile_with_a_gather_curve_is_told_so() {
         "{older_json}"
     );
     assert!(json(&plan).get("priced_at_curve_top").is_none());
+    std::fs::remove_dir_all(&dir).unwrap();
 }

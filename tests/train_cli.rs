@@ -195,7 +195,7 @@ fn a_plan_from_before_the_relu_masks_trains_the_same_model() {
 
 #[test]
 fn bad_training_input_names_what_is_wrong() {
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 11] = [
         (&["train", "--graph", "no-such-folder"], "no-such-folder"),
         (
             &["train", "--graph", "planted:nodes=600,colour=3"],
@@ -280,6 +280,26 @@ fn bad_training_input_names_what_is_wrong() {
                 "columns",
             ],
             "sweep \"columns\": \"columns\" is not an aggregation",
+        ),
+        (
+            &[
+                "train",
+                "--graph",
+                "planted:nodes=600,val=100,test=200",
+                "--lr",
+                "inf",
+            ],
+            "--lr inf: expected a finite positive number",
+        ),
+        (
+            &[
+                "train",
+                "--graph",
+                "planted:nodes=600,val=100,test=200",
+                "--weight-decay",
+                "inf",
+            ],
+            "--weight-decay inf: expected a finite number >= 0",
         ),
     ];
     for (args, needle) in cases {
@@ -2070,10 +2090,12 @@ fn a_device_budget_no_plan_fits_at_the_partitions_given_points_to_auto() {
     let out = fateplan(&[&args[..], &["--hbm-budget", "16KiB"]].concat());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
+    // One line, as every error.
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
     assert!(
         stderr.contains("infeasible: hbm")
             && stderr.contains(
-                "(at --partitions 1: other counts need other device budgets, more partitions \
+                " (at --partitions 1: other counts need other device budgets, more partitions \
                  smaller steps; `fateplan plan` with the same model flags, the budgets in bytes \
                  and --partitions auto finds the fewest that fit, or where none does (dp or milp, \
                  on one GPU), the count that needs the least)"

@@ -29,13 +29,48 @@ pub(crate) fn parse<T: DeserializeOwned>(text: &str, source: &str) -> Result<T> 
         } else {
             format!("{}: field {path}", at(&inner))
         };
-        Error::invalid(context, said(&inner))
+        let message = said(&inner);
+        match other_kind::<T>(text) {
+            Some(note) => Error::invalid(context, format!("{message}; {note}")),
+            None => Error::invalid(context, message),
+        }
     })?;
     // Nothing but white space after the value.
     deserializer
         .end()
         .map_err(|error| Error::invalid(at(&error), said(&error)))?;
     Ok(value)
+}
+
+/// Where `text` is a fateplan file of another kind than `T` (a profile
+/// given as a plan, say), told by its top-level fields: a note saying
+/// which, and how that kind is given.
+fn other_kind<T>(text: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    let fields = value.as_object()?;
+    let kinds: [(&str, [&str; 3], &str); 2] = [
+        (
+            "plan",
+            ["policy", "workload", "schedule"],
+            "`fateplan simulate PLAN` or `train --plan PLAN`",
+        ),
+        ("profile", ["device", "host", "pcie"], "--profile"),
+    ];
+    let (kind, keys, given) = kinds
+        .into_iter()
+        .find(|(_, keys, _)| keys.iter().all(|k| fields.contains_key(*k)))?;
+    // The type read, as the files call it (a node-link DAG is a workload).
+    let wanted = match std::any::type_name::<T>().rsplit("::").next()? {
+        "NodeLink" => "workload".to_string(),
+        name => name.to_ascii_lowercase(),
+    };
+    (wanted != kind).then(|| {
+        format!(
+            "the file is a {kind} (it has the fields {}), not a {wanted}: a {kind} is given by \
+             {given}",
+            keys.join(", ")
+        )
+    })
 }
 
 /// The part of a field path that names fields: without the segments
@@ -106,6 +141,29 @@ mod tests {
         );
         // The place is said once, before the message.
         assert!(!wrong.contains(" at line "), "{wrong}");
+    }
+
+    #[test]
+    fn a_file_of_another_kind_is_named() {
+        let profile = include_str!("../../profiles/cpu-small.json");
+        let message = parse::<crate::plan::Plan>(profile, "p.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("p.json:")
+                && message.contains("the file is a profile (it has the fields device, host, pcie), not a plan: a profile is given by --profile"),
+            "{message}"
+        );
+        // A file of the kind asked for, or of no kind known, has no note.
+        let message = parse::<Outer>(r#"{"inner": [{"bytes": -1}]}"#, "o.json")
+            .unwrap_err()
+            .to_string();
+        assert!(!message.contains("the file is a"), "{message}");
+        let broken = profile.replacen("\"pcie\"", "\"pcie_link\"", 1);
+        let message = parse::<crate::Profile>(&broken, "p.json")
+            .unwrap_err()
+            .to_string();
+        assert!(!message.contains("the file is a"), "{message}");
     }
 
     #[test]

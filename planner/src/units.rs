@@ -3,8 +3,8 @@
 use crate::{Error, Result};
 
 /// Parses a byte count: a plain integer, or a number followed by a unit
-/// (`B`, `KB`, `MB`, `GB`, `TB` in powers of 1000; `KiB`, `MiB`, `GiB`,
-/// `TiB` in powers of 1024; case-insensitive, optional space, an optional
+/// (`B`, `KB`, `MB`, `GB`, `TB`, `PB` in powers of 1000; `KiB`, `MiB`,
+/// `GiB`, `TiB`, `PiB` in powers of 1024; case-insensitive, optional space, an optional
 /// `+`). A unit of one letter (`80G`) is refused as ambiguous, and one
 /// with a capital prefix and a small `b` (`64Mb`) as bits.
 pub fn parse_bytes(text: &str) -> Result<u64> {
@@ -54,13 +54,15 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
         "mb" => 1_000_000,
         "gb" => 1_000_000_000,
         "tb" => 1_000_000_000_000,
+        "pb" => 1_000_000_000_000_000,
         "kib" => 1 << 10,
         "mib" => 1 << 20,
         "gib" => 1 << 30,
         "tib" => 1 << 40,
+        "pib" => 1 << 50,
         // One letter is read one way by some tools and the other way by
         // others: which is asked for.
-        "k" | "m" | "g" | "t" => {
+        "k" | "m" | "g" | "t" | "p" => {
             let letter = unit.to_ascii_uppercase();
             return Err(Error::invalid(
                 format!("byte size {text:?}"),
@@ -70,7 +72,9 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
         _ => {
             return Err(Error::invalid(
                 format!("byte size {text:?}"),
-                format!("unknown unit {unit:?}; use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB"),
+                format!(
+                    "unknown unit {unit:?}; use B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB"
+                ),
             ))
         }
     };
@@ -211,6 +215,9 @@ mod tests {
             .contains("unknown unit \"e\""));
         assert_eq!(parse_bytes("1.5 KiB").unwrap(), 1536);
         assert_eq!(parse_bytes("2tib").unwrap(), 2 << 40);
+        assert_eq!(parse_bytes("1PiB").unwrap(), 1 << 50);
+        assert_eq!(parse_bytes("3 PB").unwrap(), 3_000_000_000_000_000);
+        assert!(parse_bytes("20000PiB").is_err());
         assert!(parse_bytes("12 parsecs").is_err());
         assert!(parse_bytes("").is_err());
         assert!(parse_bytes("GiB").is_err());
