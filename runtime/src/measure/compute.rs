@@ -217,16 +217,17 @@ struct Sums {
 }
 
 impl Sums {
-    /// Adds an operator of `cost` that took `seconds`. A plain gather's
-    /// bytes (less those moved once a row) and edges are counted at its
-    /// share of `curve` ([`curve_share`]; all of them without a curve),
-    /// so that a fit over them is of a gather at the curve's largest
-    /// working set. A masked gather's are counted whole: much of its time
-    /// is the keep bits' hashing, which a smaller working set does not
-    /// shorten (docs/profile.md, "The masked gathers off the curve").
+    /// Adds an operator of `cost` that took `seconds`. A forward gather's
+    /// bytes (less those moved once a row) and edges, masked or not, are
+    /// counted at its share of `curve` ([`curve_share`]; all of them
+    /// without a curve), so that a fit over them is of a gather at the
+    /// curve's largest working set (docs/profile.md, "The masked gathers
+    /// on the curve again").
     fn add(&mut self, cost: &Cost, seconds: f64, curve: &[GatherPoint]) {
         let share = match cost.class {
-            ComputeClass::Sparse => curve_share(curve, cost.gather_width, cost.gather_set_bytes),
+            ComputeClass::Sparse | ComputeClass::SparseMasked => {
+                curve_share(curve, cost.gather_width, cost.gather_set_bytes)
+            }
             _ => 1.0,
         };
         let row_bytes = cost.row_bytes.min(cost.bytes) as f64;
@@ -547,11 +548,11 @@ pub fn training_rates(
     let runs: Vec<&GcnRun> = extra.iter().map(|(_, run)| run).collect();
     let mut rates = rates_of(&wide, &half, &runs)?;
     rates.row_runs = extra.iter().map(|(row, _)| *row).collect();
-    // The plain gathers were summed at the curve's largest working set
-    // (`time_iterations`), so their fit is of it.
+    // The forward gathers were summed at the curve's largest working
+    // set (`time_iterations`), so their fits are of it.
     if !profile.device.gather_curve.is_empty() {
         for fit in &mut rates.class_rates {
-            fit.on_curve |= fit.class == ComputeClass::Sparse;
+            fit.on_curve |= matches!(fit.class, ComputeClass::Sparse | ComputeClass::SparseMasked);
         }
     }
     if let BackendChoice::Cuda(options) = backend {
@@ -1493,15 +1494,15 @@ mod tests {
             on_curve,
             [
                 (ComputeClass::Sparse, true),
-                (ComputeClass::SparseMasked, false),
+                (ComputeClass::SparseMasked, true),
                 (ComputeClass::Scatter, false)
             ]
         );
     }
 
-    /// A plain gather is summed at its share of the curve, its rows'
-    /// bytes whole; masked gathers, other operators, and gathers without
-    /// a curve, as they are.
+    /// A forward gather, masked or not, is summed at its share of the
+    /// curve, its rows' bytes whole; other operators, and gathers
+    /// without a curve, as they are.
     #[test]
     fn gathers_are_summed_at_their_share_of_the_curve() {
         let point = |set_bytes, ns: f64| GatherPoint {
@@ -1527,10 +1528,12 @@ mod tests {
             class: ComputeClass::SparseMasked,
             ..gather
         };
-        // A masked gather, another class, no curve, or no working set:
-        // whole.
+        let mut masked_sum = Sums::default();
+        masked_sum.add(&masked, 2.0, &curve);
+        assert_eq!((masked_sum.bytes, masked_sum.edges), (sum.bytes, sum.edges));
+        // Another class, no curve, or no working set: whole.
         for (cost, curve) in [
-            (masked, &curve[..]),
+            (masked, &[][..]),
             (gather, &[][..]),
             (
                 Cost {

@@ -812,11 +812,10 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             on_curve = match profile.device.gather_curve.is_empty() {
                 true => "",
                 false => {
-                    ". The plain gathers' fit (sparse) is of the gathers at the largest \
-                     working set of device.gather_curve, each point's bytes and edges counted \
-                     at its share of the curve (on_curve; the masked gathers' are counted \
-                     whole: their keep bits' hashing does not shorten with the working set); \
-                     device.sparse_bytes_per_s likewise"
+                    ". The forward gathers' fits (sparse, and sparse_masked for those that \
+                     mask their input) are of the gathers at the largest working set of \
+                     device.gather_curve, each point's bytes and edges counted at its share \
+                     of the curve (on_curve); device.sparse_bytes_per_s likewise"
                 }
             },
             loss = match &loss_source {

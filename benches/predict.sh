@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Prediction against reality on the CPU backend: the 16 runs of
+# docs/profile.md, each trained with --compare-simulated on one profile of
+# this machine, printed as a table of the median measured iteration and its
+# ratio to the simulated one, then how many are within 10%.
+#
+# PROFILE names a profile to use (default: one measured first by
+# `fateplan profile --threads 2`, written to PROFILE_OUT where that names a
+# file, else to the work folder, removed at the end); RUNS (default
+# 3) is how many times each run trains; EPOCHS (default 6); BIN (default
+# the release build, built first) the binary; CORA (default
+# ${FATEPLAN_DATA:-../shared/data}/cora) the Cora folder, whose two runs are
+# skipped, and said so, where it is absent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-3}
+EPOCHS=${EPOCHS:-6}
+CORA=${CORA:-${FATEPLAN_DATA:-../shared/data}/cora}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/fateplan-predict.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+if [ -z "${BIN:-}" ]; then
+    cargo build --release --quiet
+    BIN=target/release/fateplan
+fi
+if [ -z "${PROFILE:-}" ]; then
+    PROFILE=${PROFILE_OUT:-$WORK/profile.json}
+    "$BIN" profile --ssd-dir "$WORK" --threads 2 -o "$PROFILE" > /dev/null
+    echo "profile measured by $("$BIN" --version) and written to $PROFILE"
+fi
+S15=rmat:scale=15,features=64,classes=8,seed=1
+S16=rmat:scale=16,features=128,classes=16,seed=1
+S18=rmat:scale=18,features=128,classes=16,seed=1
+RUNS_LIST=(
+    "--graph $S15 --hidden 16 --partitions 1"
+    "--graph $S15 --hidden 16 --partitions 4"
+    "--model sage --graph $S15 --hidden 16 --partitions 1"
+    "--model sage --graph $S15 --hidden 16 --partitions 4"
+    "--graph $S15 --hidden 128 --partitions 1"
+    "--graph $S15 --hidden 128 --partitions 8"
+    "--graph $S16 --hidden 128 --partitions 1"
+    "--graph $S16 --hidden 128 --partitions 4"
+    "--model sage --graph $S16 --hidden 64 --partitions 1"
+    "--model sage --graph $S16 --hidden 64 --partitions 8"
+    "--graph $S18 --hidden 128 --partitions 1"
+    "--graph $S18 --hidden 128 --partitions 8"
+    "--graph $S18 --hidden 128 --partitions 16"
+    "--graph $S18 --hidden 128 --layers 3 --partitions 8"
+    "--graph $CORA --hidden 16 --partitions 4"
+    "--graph $CORA --hidden 16 --partitions 1"
+)
+printf '%-72s %12s %8s\n' "ARGS" "measured" "ratio"
+results="$WORK/results"
+: > "$results"
+for args in "${RUNS_LIST[@]}"; do
+    if [[ "$args" == *"$CORA"* ]] && [ ! -f "$CORA/edge_index.npy" ]; then
+        printf '%-72s skipped: Cora not found (set CORA or FATEPLAN_DATA)\n' "$args"
+        continue
+    fi
+    for _ in $(seq "$RUNS"); do
+        # shellcheck disable=SC2086
+        "$BIN" train $args --epochs "$EPOCHS" --threads 2 --policy retain-all \
+            --profile "$PROFILE" --compare-simulated --json |
+            python3 -c "import json,sys; c=json.load(sys.stdin)['compare_simulated']['iteration_s']; print(c['measured'], c['ratio'])"
+    done | sort -g | awk -v args="$args" -v runs="$RUNS" '
+        { m[NR] = $1; r[NR] = $2 }
+        END { k = int((runs + 1) / 2); printf "%-72s %9.2f ms %8.3f\n", args, m[k] * 1000, r[k] }' |
+        tee -a "$results"
+done
+awk '{ r = $NF; n++; d = r > 1 ? r - 1 : 1 - r; s += d; if (d <= 0.1) w++ }
+    END { if (n) printf "within 10%%: %d of %d; mean distance from 1: %.3f\n", w, n, s / n }' "$results"
