@@ -643,13 +643,10 @@ fn run_generate(spec: &str, out: &std::path::Path, force: bool) -> Result<()> {
 /// folder that exists.
 pub(crate) fn check_file_path(path: &std::path::Path, flag: &str) -> Result<()> {
     let shown = path.display();
-    // Many tools read `-` as standard output; a file named `-` is not
-    // what is meant.
+    // Many tools read `-` as standard input or output; a file named `-`
+    // is not what is meant.
     if path.as_os_str() == "-" {
-        bail!(
-            "{flag} -: names a file called `-`, not standard output; write /dev/stdout for \
-             standard output (the command's report goes there too), or ./- for such a file"
-        );
+        bail!("{flag} -: names a file called `-`, not standard output; give ./- for such a file");
     }
     if path.is_dir() {
         bail!("{flag} {shown}: is a directory");
@@ -843,6 +840,12 @@ impl Drop for Temporary {
 impl Staged {
     /// Stages `path`, given by `flag`.
     pub(crate) fn create(path: &std::path::Path, flag: &str) -> Result<Staged> {
+        if path.as_os_str() == "-" {
+            bail!(
+                "{flag} -: names a file called `-`, not standard output; write /dev/stdout for \
+                 standard output (the command's report goes there too), or ./- for such a file"
+            );
+        }
         check_file_path(path, flag)?;
         let shown = path.display();
         // Standard output and the process's descriptors are written

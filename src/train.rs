@@ -187,14 +187,14 @@ pub struct TrainArgs {
     hbm_budget: Option<String>,
     /// Host memory arena budget (the host tier): bytes or a share of the
     /// retain-all plan's device peak, as --hbm-budget [default: the
-    /// profile's host memory (with --devices, a device's share), or with
-    /// --plan the plan's budget].
+    /// profile's host memory (with --devices on a profile with a `peer`
+    /// section, a device's share), or with --plan the plan's budget].
     #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::budget_value)]
     host_budget: Option<String>,
     /// SSD tier budget (its spill files in --spill-dir): bytes or a share
     /// of the retain-all plan's device peak, as --hbm-budget [default: the
-    /// profile's SSD capacity (with --devices, a device's share), or with
-    /// --plan the plan's budget].
+    /// profile's SSD capacity (with --devices on a profile with a `peer`
+    /// section, a device's share), or with --plan the plan's budget].
     #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::budget_value)]
     ssd_budget: Option<String>,
     /// Directory for the SSD tier's spill files (needed when the plan uses

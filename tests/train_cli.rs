@@ -2090,7 +2090,7 @@ fn a_device_budget_no_plan_fits_at_the_partitions_given_points_to_auto() {
     let out = fateplan(&[&args[..], &["--hbm-budget", "16KiB"]].concat());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    // One line, as every error.
+    // One line.
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
     assert!(
         stderr.contains("infeasible: hbm")

@@ -164,6 +164,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!message.contains("the file is a"), "{message}");
+        // A profile with a bad value, read as a profile: its own error.
+        let bad = profile.replacen("\"format_version\": 1", "\"format_version\": \"one\"", 1);
+        assert_ne!(bad, profile);
+        let message = parse::<crate::Profile>(&bad, "p.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("format_version") && !message.contains("the file is a"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -469,7 +469,8 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                  GCN's), on R-MAT graphs (Graph500 parameters, {} edges a node and a \
                  self-loop) of scales {}, at widths {}: seconds over edges, the median over \
                  {} sweeps over the points of each point's median of at least {} rounds \
-                 after one left out; the sparse class's fit is made with each plain \
+                 after one left out; the fits of the forward gathers (sparse, and \
+                 sparse_masked for those that mask their input) are made with each \
                  gather's share of it taken out (on_curve)",
                 gather::EDGE_FACTOR,
                 scales.join(", "),
