@@ -190,10 +190,10 @@ pub fn edge_scores(
 ) -> Result<()> {
     let k = "gat::edge_scores";
     let src_rows = rows_of(k, "a_src", a_src.len(), heads)?;
-    block.validate(k, src_rows, false)?;
+    check_ends(block, k, src_rows)?;
     check_len(k, "a_dst", a_dst.len(), block.rows() * heads)?;
     check_len(k, "scores", scores.len(), block.nnz() * heads)?;
-    par_row_chunks(block, heads, scores, |rows, e0, part| {
+    let sound = par_row_chunks(block, src_rows, heads, scores, |rows, e0, part| {
         for r in rows {
             let ad = &a_dst[r * heads..(r + 1) * heads];
             for e in block.edges(r) {
@@ -206,28 +206,67 @@ pub fn edge_scores(
             }
         }
     });
-    Ok(())
+    named_fault(block, k, src_rows, sound)
+}
+
+/// The checks of `block` a kernel makes before its tasks run: its ends
+/// ([`BlockRef::validate_ends`]) and the offsets its edge-wise arrays are
+/// split at ([`BlockRef::chunk_starts_valid`]). Each task then checks its
+/// own rows as it reads them ([`BlockRef::rows_valid`], in
+/// [`par_row_chunks`] and the kernels' own tasks). Where these fail, the
+/// whole check ([`BlockRef::validate`]) names the fault.
+fn check_ends(block: BlockRef, k: &str, src_rows: usize) -> Result<()> {
+    if block.validate_ends(k, src_rows, false).is_ok() && block.chunk_starts_valid() {
+        return Ok(());
+    }
+    block.validate(k, src_rows, false)?;
+    Err(crate::Error::InvalidInput(format!(
+        "{k}: the block's row offsets fail a check that the whole block passes"
+    )))
+}
+
+/// After a kernel's tasks: where some task found its rows of the block
+/// not sound (`sound` false), the fault, named by [`BlockRef::validate`].
+/// The outputs then hold what the sound tasks wrote.
+fn named_fault(block: BlockRef, k: &str, src_rows: usize, sound: bool) -> Result<()> {
+    if sound {
+        return Ok(());
+    }
+    block.validate(k, src_rows, false)?;
+    Err(crate::Error::InvalidInput(format!(
+        "{k}: a task found its rows of the block not sound, but the block checks as sound"
+    )))
 }
 
 /// `f(rows, e0, part)` in parallel over the chunks of [`ROW_CHUNK`] rows
 /// of an edge-wise array (`nnz × width`): `part` holds the values of the
-/// edges of `rows`, the first of which is edge `e0`.
-fn par_row_chunks<F>(block: BlockRef, width: usize, data: &mut [f32], f: F)
+/// edges of `rows`, the first of which is edge `e0`. Each task first
+/// checks its rows of the block for `src_rows` source rows
+/// ([`BlockRef::rows_valid`], after the caller's [`check_ends`]); a task
+/// whose rows are not sound leaves its part as it was, and the result is
+/// false.
+#[must_use]
+fn par_row_chunks<F>(block: BlockRef, src_rows: usize, width: usize, data: &mut [f32], f: F) -> bool
 where
     F: Fn(std::ops::Range<usize>, usize, &mut [f32]) + Sync + Send,
 {
     split_by_rows(block, width, data)
         .into_par_iter()
         .enumerate()
-        .for_each(|(chunk, part)| {
+        .map(|(chunk, part)| {
             let r0 = chunk * ROW_CHUNK;
             let rows = r0..(r0 + ROW_CHUNK).min(block.rows());
-            f(rows, block.row_start[r0] as usize, part)
-        });
+            if !block.rows_valid(rows.clone(), src_rows) {
+                return false;
+            }
+            f(rows, block.row_start[r0] as usize, part);
+            true
+        })
+        .reduce(|| true, |a, b| a & b)
 }
 
 /// Splits an edge-wise array (`nnz × width`) at the edges of every
-/// `ROW_CHUNK`-th row.
+/// `ROW_CHUNK`-th row (whose offsets [`check_ends`] has checked).
 fn split_by_rows<'a>(block: BlockRef, width: usize, mut data: &'a mut [f32]) -> Vec<&'a mut [f32]> {
     let mut pieces = Vec::with_capacity(block.rows().div_ceil(ROW_CHUNK));
     let mut r0 = 0;
@@ -263,17 +302,18 @@ pub fn dropout_edges(
 ) -> Result<()> {
     let k = "gat::dropout_edges";
     ensure(heads > 0, || format!("{k}: `heads` is 0"))?;
-    block.validate(k, src_rows, false)?;
+    check_ends(block, k, src_rows)?;
     check_len(k, "values", values.len(), block.nnz() * heads)?;
     dst.check(k, block.rows())?;
     src.check(k, src_rows)?;
     dropout.validate()?;
     if dropout.is_identity() {
-        return Ok(());
+        // No task reads the rows: the whole check, as a kernel that did.
+        return block.validate(k, src_rows, false);
     }
     let mask = dropout.mask();
     let heads64 = heads as u64;
-    par_row_chunks(block, heads, values, |rows, e0, part| {
+    let sound = par_row_chunks(block, src_rows, heads, values, |rows, e0, part| {
         let mut factors = vec![0.0f32; heads];
         for r in rows {
             let row_key = dst.key(r).wrapping_mul(nodes);
@@ -287,7 +327,7 @@ pub fn dropout_edges(
             }
         }
     });
-    Ok(())
+    named_fault(block, k, src_rows, sound)
 }
 
 /// Softmax over all edges of each destination row and head, where a row's
@@ -311,7 +351,7 @@ pub fn edge_softmax(blocks: &[BlockRef], heads: usize, scores: &mut [&mut [f32]]
     };
     let rows = first.rows();
     for (b, (block, s)) in blocks.iter().zip(scores.iter()).enumerate() {
-        block.validate(k, usize::MAX, false)?;
+        check_ends(*block, k, usize::MAX)?;
         ensure(block.rows() == rows, || {
             format!(
                 "{k}: block {b} has {} rows, block 0 has {rows}",
@@ -329,12 +369,16 @@ pub fn edge_softmax(blocks: &[BlockRef], heads: usize, scores: &mut [&mut [f32]]
         }
     }
     let isa = Isa::detect();
-    pieces
+    let sound = pieces
         .into_par_iter()
         .enumerate()
-        .for_each(|(chunk, mut parts)| {
+        .map(|(chunk, mut parts)| {
             let r0 = chunk * ROW_CHUNK;
             let n = ROW_CHUNK.min(rows - r0);
+            // Each block's rows of the chunk, checked as they are read.
+            if !blocks.iter().all(|b| b.rows_valid(r0..r0 + n, usize::MAX)) {
+                return false;
+            }
             // Each block is walked row after row, its piece in order, so a
             // row's blocks are visited in block order and its edges in
             // edge order: the same maximum and the same sums, in the same
@@ -355,8 +399,20 @@ pub fn edge_softmax(blocks: &[BlockRef], heads: usize, scores: &mut [&mut [f32]]
             per_row.fill(0.0);
             fold_rows(blocks, &parts, &span, heads, &mut per_row, |t, x| t + x);
             apply_rows(blocks, &mut parts, &span, heads, &per_row, |x, t| *x /= t);
-        });
-    Ok(())
+            true
+        })
+        .reduce(|| true, |a, b| a & b);
+    // Where a task found a fault, the first block that fails its whole
+    // check names it.
+    for block in blocks.iter().filter(|_| !sound) {
+        block.validate(k, usize::MAX, false)?;
+    }
+    match sound {
+        true => Ok(()),
+        false => Err(crate::Error::InvalidInput(format!(
+            "{k}: a task found its rows of a block not sound, but every block checks as sound"
+        ))),
+    }
 }
 
 /// Folds each row of `span` into its `heads` values of `per_row` with
@@ -438,14 +494,19 @@ pub fn aggregate(
     heads.check(k)?;
     let d = heads.width();
     let src_rows = rows_of(k, "z_src", z_src.len(), d)?;
-    block.validate(k, src_rows, false)?;
+    check_ends(block, k, src_rows)?;
     check_len(k, "alpha", alpha.len(), block.nnz() * heads.heads)?;
     check_len(k, "out", out.len(), block.rows() * d)?;
     init.check(k, out.len())?;
     let (h_n, c_n) = (heads.heads, heads.head_width);
-    out.par_chunks_mut(ROW_CHUNK * d)
+    let sound = out
+        .par_chunks_mut(ROW_CHUNK * d)
         .enumerate()
-        .for_each(|(chunk, part)| {
+        .map(|(chunk, part)| {
+            let r0 = chunk * ROW_CHUNK;
+            if !block.rows_valid(r0..r0 + part.len() / d, src_rows) {
+                return false;
+            }
             for (i, row) in part.chunks_exact_mut(d).enumerate() {
                 let r = chunk * ROW_CHUNK + i;
                 init.apply(row, r * d);
@@ -460,8 +521,10 @@ pub fn aggregate(
                     }
                 }
             }
-        });
-    Ok(())
+            true
+        })
+        .reduce(|| true, |a, b| a & b);
+    named_fault(block, k, src_rows, sound)
 }
 
 /// Inputs of [`aggregate_bwd`] for one block `(i, j)`.
@@ -521,7 +584,7 @@ pub fn aggregate_bwd(
     let (h_n, c_n, d) = (heads.heads, heads.head_width, heads.width());
     let src_rows = rows_of(k, "z_src", z_src.len(), d)?;
     let rows = block.rows();
-    block.validate(k, src_rows, false)?;
+    check_ends(block, k, src_rows)?;
     check_len(k, "alpha", alpha.len(), block.nnz() * h_n)?;
     if let Some(dropped) = alpha_dropped {
         check_len(k, "alpha_dropped", dropped.len(), block.nnz() * h_n)?;
@@ -541,13 +604,18 @@ pub fn aggregate_bwd(
     // Per destination row: du for each edge, and its sum into a_dst.
     let mut du = vec![0.0f32; block.nnz() * h_n];
     let du_pieces = split_by_rows(block, h_n, &mut du);
-    grads
+    // Every row is walked here, each task checking its own first, before
+    // the scatter below walks them all again.
+    let sound = grads
         .grad_a_dst
         .par_chunks_mut(ROW_CHUNK * h_n)
         .zip(du_pieces)
         .enumerate()
-        .for_each(|(chunk, (ga_dst, du))| {
+        .map(|(chunk, (ga_dst, du))| {
             let r0 = chunk * ROW_CHUNK;
+            if !block.rows_valid(r0..r0 + ga_dst.len() / h_n, src_rows) {
+                return false;
+            }
             let e0 = block.row_start[r0] as usize;
             let mut row_dot = vec![0.0f32; h_n];
             for (i, ga) in ga_dst.chunks_exact_mut(h_n).enumerate() {
@@ -582,7 +650,11 @@ pub fn aggregate_bwd(
                     }
                 }
             }
-        });
+            true
+        })
+        .reduce(|| true, |a, b| a & b);
+    // `grad_a_dst` then holds the sound tasks' rows; nothing is scattered.
+    named_fault(block, k, src_rows, sound)?;
 
     // Into source rows: the value path and the score path.
     let value_alpha = alpha_dropped.unwrap_or(alpha);

@@ -346,6 +346,23 @@ impl<'a> BlockRef<'a> {
         Ok(())
     }
 
+    /// Whether the block's offsets at every [`ROW_CHUNK`]-th row and at
+    /// the end never decrease and stay within the edges: what splitting
+    /// an edge-wise array at those rows needs, before each task checks its
+    /// own rows ([`BlockRef::rows_valid`]).
+    pub(crate) fn chunk_starts_valid(&self) -> bool {
+        let rows = self.rows();
+        let edges = self.columns.len() as u64;
+        let mut last = 0u64;
+        let mut ok = true;
+        for r in (ROW_CHUNK..rows).step_by(ROW_CHUNK).chain([rows]) {
+            let at = self.row_start[r];
+            ok &= last <= at && at <= edges;
+            last = at;
+        }
+        ok
+    }
+
     /// Whether destination rows `rows` of the block are sound: their edge
     /// offsets never decrease and stay within the edges, and their
     /// columns are below `src_rows`. A kernel checks its task's rows just

@@ -496,3 +496,111 @@ fn edge_dropout_checks_its_inputs() {
     assert!(e.contains("heads"), "{e}");
     dropout_edges(block.as_ref(), 2, c, c, 4, 9, &dropout, &mut v).unwrap();
 }
+
+#[test]
+fn a_fault_in_any_task_s_rows_is_named_by_every_gat_kernel() {
+    // As the gathers' test (`core.rs`): rows of several tasks, offsets
+    // that fall in the last task's rows, in a middle one's, across the
+    // boundary of two tasks, and past the edges in a middle task; a
+    // column past the source rows in the first task's. Each kernel names
+    // each fault as the whole block's check does (edge softmax reads no
+    // source rows: the column is no fault there).
+    use crate::dropout::{Dropout, RowKeys};
+    use crate::Error;
+    let chunk = crate::ROW_CHUNK;
+    let (rows, src_rows, h) = (3 * chunk + 5, 1000, 2);
+    let heads = Heads {
+        heads: h,
+        head_width: 2,
+    };
+    let d = heads.width();
+    let mut rng = Rng::new(21);
+    let block = random_block(&mut rng, rows, src_rows, 3);
+    let mut faults = Vec::new();
+    for r in [3 * chunk + 1, chunk + 7] {
+        let mut broken = block.clone();
+        broken.row_start[r] = broken.row_start[r + 1] + 1;
+        faults.push((broken, true));
+    }
+    let mut broken = block.clone();
+    broken.row_start[chunk] = broken.row_start[chunk - 1] - 1;
+    faults.push((broken, true));
+    let mut broken = block.clone();
+    broken.row_start[2 * chunk + 3] = broken.columns.len() as u64 + 5;
+    faults.push((broken, true));
+    let mut broken = block.clone();
+    broken.columns[0] = src_rows as u32;
+    faults.push((broken, false));
+    let dropout = Dropout::new(0.3, 1, 2).unwrap();
+    let keys = RowKeys::Contiguous(0);
+    let a_dst = vec![0.1f32; rows * h];
+    let a_src = vec![0.2f32; src_rows * h];
+    let z_src = vec![0.3f32; src_rows * d];
+    let per_row = vec![0.4f32; rows * d];
+    for (broken, in_softmax) in &faults {
+        let b = broken.as_ref();
+        let nnz = b.nnz();
+        let named = |result: crate::Result<()>, kernel: &str, src: usize| {
+            let Error::InvalidInput(want) = b.validate(kernel, src, false).unwrap_err();
+            let Error::InvalidInput(got) = result.unwrap_err();
+            assert_eq!(got, want, "{kernel}");
+        };
+        let mut scores = vec![0.0f32; nnz * h];
+        named(
+            edge_scores(b, &a_dst, &a_src, h, &mut scores),
+            "gat::edge_scores",
+            src_rows,
+        );
+        named(
+            dropout_edges(b, h, keys, keys, src_rows, 1 << 20, &dropout, &mut scores),
+            "gat::dropout_edges",
+            src_rows,
+        );
+        let mut out = vec![0.0f32; rows * d];
+        named(
+            aggregate(b, &scores, &z_src, heads, Init::Zero, &mut out),
+            "gat::aggregate",
+            src_rows,
+        );
+        let (mut gz, mut gas, mut gad) = (
+            vec![0.0f32; src_rows * d],
+            vec![0.0f32; src_rows * h],
+            vec![0.0f32; rows * h],
+        );
+        let inputs = BlockInputs {
+            block: b,
+            alpha: &scores,
+            alpha_dropped: None,
+            a_dst: &a_dst,
+            a_src: &a_src,
+            z_src: &z_src,
+            grad_out: &per_row,
+            out: &per_row,
+        };
+        let grads = BlockGrads {
+            grad_z_src: &mut gz,
+            grad_a_src: &mut gas,
+            grad_a_dst: &mut gad,
+        };
+        named(
+            aggregate_bwd(inputs, heads, grads, Write::Overwrite),
+            "gat::aggregate_bwd",
+            src_rows,
+        );
+        // Edge softmax, the broken block second of two.
+        let mut first = vec![0.0f32; block.as_ref().nnz() * h];
+        let result = edge_softmax(&[block.as_ref(), b], h, &mut [&mut first, &mut scores]);
+        match in_softmax {
+            true => named(result, "gat::edge_softmax", usize::MAX),
+            false => result.unwrap(),
+        }
+    }
+    // The block as made is sound in every kernel.
+    let b = block.as_ref();
+    let mut scores = vec![0.0f32; b.nnz() * h];
+    edge_scores(b, &a_dst, &a_src, h, &mut scores).unwrap();
+    edge_softmax(&[b], h, &mut [&mut scores]).unwrap();
+    dropout_edges(b, h, keys, keys, src_rows, 1 << 20, &dropout, &mut scores).unwrap();
+    let mut out = vec![0.0f32; rows * d];
+    aggregate(b, &scores, &z_src, heads, Init::Zero, &mut out).unwrap();
+}
