@@ -614,8 +614,8 @@ pub fn run(args: &StudyArgs) -> Result<()> {
         writeln!(out, "\n{summary}")?;
     }
     eprintln!(
-        "study     {} rows in {}",
-        rows.len(),
+        "study     {} in {}",
+        count(rows.len() as u64, "row"),
         format_seconds(wall_s)
     );
     if let (Some(report_out), Some(path)) = (report_out, &args.out) {
