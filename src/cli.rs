@@ -2537,6 +2537,8 @@ impl PolicyRow {
 /// Every policy's plan for one workload.
 pub(crate) struct Comparison {
     pub workload: String,
+    /// The GNN's partitions (none for a DAG).
+    pub partitions: Option<u32>,
     /// Tensors, operators, nodes and edges.
     pub note: String,
     pub profile: String,
@@ -2563,7 +2565,7 @@ pub(crate) fn compare_policies(
         note,
         mut made,
         made_while: _,
-        model: _,
+        model,
     } = prepare(args, Some(Policy::Dp))?;
     // The MILP may search for its whole time limit: say what is planning
     // (on a terminal only).
@@ -2743,6 +2745,7 @@ pub(crate) fn compare_policies(
     bar.finish_and_clear();
     Ok(Comparison {
         workload: workload.name,
+        partitions: model.map(|m| m.partitions),
         note,
         profile: profile.name,
         budgets: options.budgets,
@@ -2811,6 +2814,10 @@ fn write_compare(args: &CompareArgs, c: &Comparison) -> Result<()> {
     if args.plan.json {
         let doc = serde_json::json!({
             "workload": c.workload,
+            "partitions": c.partitions,
+            // The text's lines on the workload: its size, how `auto`
+            // chose the partitions, the halo, budgets given as shares.
+            "notes": c.note.lines().map(|l| l.trim_end()).collect::<Vec<_>>(),
             "profile": c.profile,
             "budgets": {
                 "hbm": c.budgets.hbm_bytes,
@@ -3345,6 +3352,7 @@ mod tests {
     fn table(milp: MilpSearch) -> String {
         let c = Comparison {
             workload: "w".into(),
+            partitions: None,
             note: String::new(),
             profile: "p".into(),
             budgets: Budgets::UNLIMITED,

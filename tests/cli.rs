@@ -2095,6 +2095,16 @@ fn compare_rows_planned_side_by_side_are_each_their_policy_s_in_order() {
     let out = fateplan(&args);
     assert!(out.status.success(), "{}", stderr(&out));
     let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    // The partitions, and the text's lines on the workload, are in the
+    // JSON too.
+    assert_eq!(json["partitions"], 4);
+    let notes = json["notes"].as_array().unwrap();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("--hbm-budget 40%")),
+        "{notes:?}"
+    );
     let rows = json["policies"].as_array().unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r["policy"].as_str().unwrap()).collect();
     let all: Vec<&str> = fateplan_planner::Policy::ALL
