@@ -613,10 +613,14 @@ pub fn aggregate_bwd(
         .enumerate()
         .map(|(chunk, (ga_dst, du))| {
             let r0 = chunk * ROW_CHUNK;
-            if !block.rows_valid(r0..r0 + ga_dst.len() / h_n, src_rows) {
+            let r1 = r0 + ga_dst.len() / h_n;
+            if !block.rows_valid(r0..r1, src_rows) {
                 return false;
             }
             let e0 = block.row_start[r0] as usize;
+            // The edges this task checked: its prefetches look no further
+            // (the next task's columns are not checked yet).
+            let checked = &block.columns[..block.row_start[r1] as usize];
             let mut row_dot = vec![0.0f32; h_n];
             for (i, ga) in ga_dst.chunks_exact_mut(h_n).enumerate() {
                 let r = r0 + i;
@@ -628,7 +632,7 @@ pub fn aggregate_bwd(
                 }
                 init.apply(ga, r * h_n);
                 for e in block.edges(r) {
-                    if let Some(&next) = block.columns.get(e + PREFETCH_EDGES) {
+                    if let Some(&next) = checked.get(e + PREFETCH_EDGES) {
                         let next = next as usize;
                         prefetch_row(&z_src[next * d..(next + 1) * d]);
                         prefetch_row(&a_src[next * h_n..(next + 1) * h_n]);

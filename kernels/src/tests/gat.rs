@@ -502,9 +502,11 @@ fn a_fault_in_any_task_s_rows_is_named_by_every_gat_kernel() {
     // As the gathers' test (`core.rs`): rows of several tasks, offsets
     // that fall in the last task's rows, in a middle one's, across the
     // boundary of two tasks, and past the edges in a middle task; a
-    // column past the source rows in the first task's. Each kernel names
+    // column past the source rows in the first task's and at a middle
+    // task's first edge; offsets past the edges at a task's first row,
+    // which the kernels refuse before their tasks run. Each kernel names
     // each fault as the whole block's check does (edge softmax reads no
-    // source rows: the column is no fault there).
+    // source rows: a column is no fault there).
     use crate::dropout::{Dropout, RowKeys};
     use crate::Error;
     let chunk = crate::ROW_CHUNK;
@@ -528,10 +530,21 @@ fn a_fault_in_any_task_s_rows_is_named_by_every_gat_kernel() {
     let mut broken = block.clone();
     broken.row_start[2 * chunk + 3] = broken.columns.len() as u64 + 5;
     faults.push((broken, true));
+    // Past the edges at a task's first row: refused before the tasks.
+    let mut broken = block.clone();
+    broken.row_start[2 * chunk] = broken.columns.len() as u64 + 5;
+    faults.push((broken, true));
     let mut broken = block.clone();
     broken.columns[0] = src_rows as u32;
     faults.push((broken, false));
+    // A column at a middle task's first edge, which the task before
+    // looks ahead to as it prefetches.
+    let mut broken = block.clone();
+    let first = broken.row_start[chunk] as usize;
+    broken.columns[first] = src_rows as u32;
+    faults.push((broken, false));
     let dropout = Dropout::new(0.3, 1, 2).unwrap();
+    let identity = Dropout::new(0.0, 1, 2).unwrap();
     let keys = RowKeys::Contiguous(0);
     let a_dst = vec![0.1f32; rows * h];
     let a_src = vec![0.2f32; src_rows * h];
@@ -553,6 +566,12 @@ fn a_fault_in_any_task_s_rows_is_named_by_every_gat_kernel() {
         );
         named(
             dropout_edges(b, h, keys, keys, src_rows, 1 << 20, &dropout, &mut scores),
+            "gat::dropout_edges",
+            src_rows,
+        );
+        // With dropout 0 no task reads the rows; the block is checked whole.
+        named(
+            dropout_edges(b, h, keys, keys, src_rows, 1 << 20, &identity, &mut scores),
             "gat::dropout_edges",
             src_rows,
         );
@@ -603,4 +622,26 @@ fn a_fault_in_any_task_s_rows_is_named_by_every_gat_kernel() {
     dropout_edges(b, h, keys, keys, src_rows, 1 << 20, &dropout, &mut scores).unwrap();
     let mut out = vec![0.0f32; rows * d];
     aggregate(b, &scores, &z_src, heads, Init::Zero, &mut out).unwrap();
+    let (mut gz, mut gas, mut gad) = (
+        vec![0.0f32; src_rows * d],
+        vec![0.0f32; src_rows * h],
+        vec![0.0f32; rows * h],
+    );
+    let inputs = BlockInputs {
+        block: b,
+        alpha: &scores,
+        alpha_dropped: None,
+        a_dst: &a_dst,
+        a_src: &a_src,
+        z_src: &z_src,
+        grad_out: &per_row,
+        out: &per_row,
+    };
+    let grads = BlockGrads {
+        grad_z_src: &mut gz,
+        grad_a_src: &mut gas,
+        grad_a_dst: &mut gad,
+    };
+    aggregate_bwd(inputs, heads, grads, Write::Overwrite).unwrap();
+    assert!(gz.iter().any(|&g| g != 0.0));
 }
