@@ -550,6 +550,31 @@ fn a_fault_in_any_task_s_rows_is_named_by_every_gat_kernel() {
     let a_src = vec![0.2f32; src_rows * h];
     let z_src = vec![0.3f32; src_rows * d];
     let per_row = vec![0.4f32; rows * d];
+    // `aggregate_bwd` of block `b` with `alpha`: its result and the
+    // gradient into the source rows.
+    let backward = |b: BlockRef, alpha: &[f32]| {
+        let (mut gz, mut gas, mut gad) = (
+            vec![0.0f32; src_rows * d],
+            vec![0.0f32; src_rows * h],
+            vec![0.0f32; rows * h],
+        );
+        let inputs = BlockInputs {
+            block: b,
+            alpha,
+            alpha_dropped: None,
+            a_dst: &a_dst,
+            a_src: &a_src,
+            z_src: &z_src,
+            grad_out: &per_row,
+            out: &per_row,
+        };
+        let grads = BlockGrads {
+            grad_z_src: &mut gz,
+            grad_a_src: &mut gas,
+            grad_a_dst: &mut gad,
+        };
+        (aggregate_bwd(inputs, heads, grads, Write::Overwrite), gz)
+    };
     for (broken, in_softmax) in &faults {
         let b = broken.as_ref();
         let nnz = b.nnz();
@@ -581,31 +606,7 @@ fn a_fault_in_any_task_s_rows_is_named_by_every_gat_kernel() {
             "gat::aggregate",
             src_rows,
         );
-        let (mut gz, mut gas, mut gad) = (
-            vec![0.0f32; src_rows * d],
-            vec![0.0f32; src_rows * h],
-            vec![0.0f32; rows * h],
-        );
-        let inputs = BlockInputs {
-            block: b,
-            alpha: &scores,
-            alpha_dropped: None,
-            a_dst: &a_dst,
-            a_src: &a_src,
-            z_src: &z_src,
-            grad_out: &per_row,
-            out: &per_row,
-        };
-        let grads = BlockGrads {
-            grad_z_src: &mut gz,
-            grad_a_src: &mut gas,
-            grad_a_dst: &mut gad,
-        };
-        named(
-            aggregate_bwd(inputs, heads, grads, Write::Overwrite),
-            "gat::aggregate_bwd",
-            src_rows,
-        );
+        named(backward(b, &scores).0, "gat::aggregate_bwd", src_rows);
         // Edge softmax, the broken block second of two.
         let mut first = vec![0.0f32; block.as_ref().nnz() * h];
         let result = edge_softmax(&[block.as_ref(), b], h, &mut [&mut first, &mut scores]);
@@ -622,26 +623,7 @@ fn a_fault_in_any_task_s_rows_is_named_by_every_gat_kernel() {
     dropout_edges(b, h, keys, keys, src_rows, 1 << 20, &dropout, &mut scores).unwrap();
     let mut out = vec![0.0f32; rows * d];
     aggregate(b, &scores, &z_src, heads, Init::Zero, &mut out).unwrap();
-    let (mut gz, mut gas, mut gad) = (
-        vec![0.0f32; src_rows * d],
-        vec![0.0f32; src_rows * h],
-        vec![0.0f32; rows * h],
-    );
-    let inputs = BlockInputs {
-        block: b,
-        alpha: &scores,
-        alpha_dropped: None,
-        a_dst: &a_dst,
-        a_src: &a_src,
-        z_src: &z_src,
-        grad_out: &per_row,
-        out: &per_row,
-    };
-    let grads = BlockGrads {
-        grad_z_src: &mut gz,
-        grad_a_src: &mut gas,
-        grad_a_dst: &mut gad,
-    };
-    aggregate_bwd(inputs, heads, grads, Write::Overwrite).unwrap();
+    let (result, gz) = backward(b, &scores);
+    result.unwrap();
     assert!(gz.iter().any(|&g| g != 0.0));
 }
