@@ -206,7 +206,7 @@ pub fn edge_scores(
             }
         }
     });
-    named_fault(block, k, src_rows, sound)
+    block.fault_found(k, src_rows, false, sound)
 }
 
 /// The checks of `block` a kernel makes before its tasks run: its ends
@@ -222,19 +222,6 @@ fn check_ends(block: BlockRef, k: &str, src_rows: usize) -> Result<()> {
     block.validate(k, src_rows, false)?;
     Err(crate::Error::InvalidInput(format!(
         "{k}: the block's row offsets fail a check that the whole block passes"
-    )))
-}
-
-/// After a kernel's tasks: where some task found its rows of the block
-/// not sound (`sound` false), the fault, named by [`BlockRef::validate`].
-/// The outputs then hold what the sound tasks wrote.
-fn named_fault(block: BlockRef, k: &str, src_rows: usize, sound: bool) -> Result<()> {
-    if sound {
-        return Ok(());
-    }
-    block.validate(k, src_rows, false)?;
-    Err(crate::Error::InvalidInput(format!(
-        "{k}: a task found its rows of the block not sound, but the block checks as sound"
     )))
 }
 
@@ -327,7 +314,7 @@ pub fn dropout_edges(
             }
         }
     });
-    named_fault(block, k, src_rows, sound)
+    block.fault_found(k, src_rows, false, sound)
 }
 
 /// Softmax over all edges of each destination row and head, where a row's
@@ -524,7 +511,7 @@ pub fn aggregate(
             true
         })
         .reduce(|| true, |a, b| a & b);
-    named_fault(block, k, src_rows, sound)
+    block.fault_found(k, src_rows, false, sound)
 }
 
 /// Inputs of [`aggregate_bwd`] for one block `(i, j)`.
@@ -658,7 +645,7 @@ pub fn aggregate_bwd(
         })
         .reduce(|| true, |a, b| a & b);
     // `grad_a_dst` then holds the sound tasks' rows; nothing is scattered.
-    named_fault(block, k, src_rows, sound)?;
+    block.fault_found(k, src_rows, false, sound)?;
 
     // Into source rows: the value path and the score path.
     let value_alpha = alpha_dropped.unwrap_or(alpha);

@@ -384,6 +384,26 @@ impl<'a> BlockRef<'a> {
             .fold(0u32, |most, &c| most.max(c));
         first == last || (past as usize) < src_rows
     }
+
+    /// After a kernel's parallel tasks checked their rows
+    /// ([`BlockRef::rows_valid`]): where one found them not sound
+    /// (`sound` false), the fault, named by [`BlockRef::validate`]. The
+    /// kernel's outputs then hold the rows of the tasks that were sound.
+    pub(crate) fn fault_found(
+        &self,
+        kernel: &str,
+        src_rows: usize,
+        weights_needed: bool,
+        sound: bool,
+    ) -> Result<()> {
+        if sound {
+            return Ok(());
+        }
+        self.validate(kernel, src_rows, weights_needed)?;
+        Err(Error::InvalidInput(format!(
+            "{kernel}: a task found its rows of the block not sound, but the block checks as sound"
+        )))
+    }
 }
 
 impl BlockRef<'_> {

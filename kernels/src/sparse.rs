@@ -26,7 +26,7 @@ use crate::{check_len, rows_of, BlockRef, Init, Result, Weighting, ROW_CHUNK, SC
 pub fn spmm(block: BlockRef, src: &[f32], width: usize, init: Init, out: &mut [f32]) -> Result<()> {
     check_spmm("spmm", block, src, width, init, out)?;
     let sound = gather(block, src, width, init, out, Masking::None);
-    named_fault("spmm", block, src, width, sound)
+    block.fault_found("spmm", src.len() / width, true, sound)
 }
 
 /// [`spmm`] with dropout on `src`: element `(c, f)` of `src` is multiplied
@@ -60,7 +60,7 @@ pub fn spmm_dropout<'k>(
     dropout.validate()?;
     if dropout.is_identity() {
         let sound = gather(block, src, width, init, out, Masking::None);
-        return named_fault("spmm_dropout", block, src, width, sound);
+        return block.fault_found("spmm_dropout", src.len() / width, true, sound);
     }
     let masked = MaskedSrc {
         mask: dropout.mask(),
@@ -68,7 +68,7 @@ pub fn spmm_dropout<'k>(
         isa: Isa::detect(),
     };
     let sound = gather(block, src, width, init, out, Masking::Auto(masked));
-    named_fault("spmm_dropout", block, src, width, sound)
+    block.fault_found("spmm_dropout", src.len() / width, true, sound)
 }
 
 /// [`spmm_dropout`] that always generates the mask per edge: the
@@ -96,7 +96,7 @@ pub fn spmm_dropout_per_edge<'k>(
         }),
     };
     let sound = gather(block, src, width, init, out, masking);
-    named_fault("spmm_dropout_per_edge", block, src, width, sound)
+    block.fault_found("spmm_dropout_per_edge", src.len() / width, true, sound)
 }
 
 /// `out = init + blockᵀ · grad_dst`: `out[c] += w_e · grad_dst[r]`
@@ -141,25 +141,6 @@ fn check_spmm(
     check_len(kernel, "out", out.len(), block.rows() * width)?;
     init.check(kernel, out.len())?;
     Ok(())
-}
-
-/// After a gather: where some task found its rows not sound (`sound`
-/// false), the fault, named by [`BlockRef::validate`]. `out` then holds
-/// the rows of the tasks that were sound.
-fn named_fault(
-    kernel: &str,
-    block: BlockRef,
-    src: &[f32],
-    width: usize,
-    sound: bool,
-) -> Result<()> {
-    if sound {
-        return Ok(());
-    }
-    block.validate(kernel, src.len() / width, true)?;
-    Err(crate::Error::InvalidInput(format!(
-        "{kernel}: a task found its rows of the block not sound, but the block checks as sound"
-    )))
 }
 
 /// How many rows of `src` one edge of a block may stand for and the
