@@ -22,6 +22,7 @@
 //! device has room for it from its offload's end to that copy's start:
 //! the offload and the copy in are dropped, and its fate becomes retain.
 
+use super::grouped::Grouped;
 use super::memory::{boundary_slot, CopyLife, Occupancy};
 use super::segtree::MaxTree;
 use super::timeline::Timeline;
@@ -47,39 +48,38 @@ pub fn keep_copies(
 ) -> usize {
     let n = workload.tensors.len();
     // Each tensor's device copies, by start slot.
-    let mut device: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
-    for life in lives {
-        if let (Some(t), Tier::Hbm) = (life.tensor, life.tier) {
-            device[t.index()].push((life.start, life.end));
-        }
+    let mut device = Grouped::new(
+        n,
+        lives
+            .iter()
+            .filter(|life| life.tier == Tier::Hbm)
+            .filter_map(|life| Some((life.tensor?.index(), (life.start, life.end)))),
+    );
+    for t in 0..n {
+        device.of_mut(t).sort_unstable();
     }
-    for copies in &mut device {
-        copies.sort_unstable();
-    }
-    // Each tensor's copies in (entry indices) and offload issue slots, in
-    // schedule order, which is issue order.
-    let mut ins: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut offloads: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut offload_entries: Vec<Vec<usize>> = vec![Vec::new(); n];
+    // Each tensor's copies in (entry indices) and offloads (issue slot and
+    // entry index), in schedule order, which is issue order.
     let issued = |entry: &ScheduleEntry| boundary_slot(timeline.after_step(entry.issue_after_step));
-    for (index, entry) in entries.iter().enumerate() {
-        let t = entry.tensor.index();
-        match entry.action {
-            Action::Load | Action::Reload if entry.to == Tier::Hbm => ins[t].push(index),
-            Action::Offload => {
-                offloads[t].push(issued(entry));
-                offload_entries[t].push(index);
-            }
-            _ => {}
-        }
-    }
+    let ins = Grouped::new(
+        n,
+        (entries.iter().enumerate())
+            .filter(|(_, e)| matches!(e.action, Action::Load | Action::Reload) && e.to == Tier::Hbm)
+            .map(|(index, entry)| (entry.tensor.index(), index)),
+    );
+    let offloads = Grouped::new(
+        n,
+        (entries.iter().enumerate())
+            .filter(|(_, entry)| entry.action == Action::Offload)
+            .map(|(index, entry)| (entry.tensor.index(), (issued(entry), index))),
+    );
     // (wait in slots, bytes, first entry, second entry, wait start, wait end)
     let mut pairs = Vec::new();
     for t in 0..n {
-        for pair in ins[t].windows(2) {
+        for pair in ins.of(t).windows(2) {
             let (a, b) = (pair[0], pair[1]);
             let (a_start, b_start) = (issued(&entries[a]), issued(&entries[b]));
-            let copies = &device[t];
+            let copies = device.of(t);
             // The copy `a` makes, and the next one: `b`'s.
             let Some(k) = copies.iter().position(|&(start, _)| start == a_start) else {
                 continue;
@@ -90,7 +90,11 @@ pub fn keep_copies(
             if next != b_start || a_end > b_start {
                 continue;
             }
-            if offloads[t].iter().any(|&o| a_start <= o && o < b_start) {
+            if offloads
+                .of(t)
+                .iter()
+                .any(|&(o, _)| a_start <= o && o < b_start)
+            {
                 continue;
             }
             let bytes = workload.tensors[t].bytes;
@@ -126,16 +130,16 @@ pub fn keep_copies(
     // device from its offload's end to that copy's start, where there is
     // room, it is retained (no offload, no copy in, no away copy).
     let mut wholes = Vec::new();
-    for t in 0..n {
-        if !matches!(fates[t], Fate::OffloadHost | Fate::OffloadSsd) {
+    for (t, fate) in fates.iter().enumerate() {
+        if !matches!(fate, Fate::OffloadHost | Fate::OffloadSsd) {
             continue;
         }
-        let left: Vec<usize> = ins[t].iter().copied().filter(|&i| !dropped[i]).collect();
-        let (&[root], &[offload]) = (&left[..], &offload_entries[t][..]) else {
+        let mut left = ins.of(t).iter().copied().filter(|&i| !dropped[i]);
+        let (Some(root), None, &[(_, offload)]) = (left.next(), left.next(), offloads.of(t)) else {
             continue;
         };
         let (leaving, back) = (issued(&entries[offload]), issued(&entries[root]));
-        let copies = &device[t];
+        let copies = device.of(t);
         // The copy the offload takes away, and the next: the copy in's.
         let Some(k) = copies
             .iter()

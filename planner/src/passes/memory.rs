@@ -18,6 +18,7 @@
 //! freed before the boundary. This is the order in which the simulator and
 //! the runtime's executor allocate and free.
 
+use super::grouped::Grouped;
 use super::timeline::{Item, Timeline};
 use crate::plan::{Action, Budgets, Exchange, Fate, PerTier, ScheduleEntry};
 use crate::workload::{TensorId, TensorKind, Workload};
@@ -95,12 +96,13 @@ pub fn copy_lives(
         }
     };
     // Per tensor, in slots: device-copy creations, reads, and offloads
-    // (issue, and the slot at which the device copy is gone).
+    // (issue, and the slot at which the device copy is gone). Gathered
+    // as `(tensor, value)` pairs and grouped once: a list per tensor
+    // would be thousands of small allocations on every evaluation.
     let n = workload.tensors.len();
     let added = added_into(workload, schedule, timeline);
-    let mut creations: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut reads: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut offloads: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
+    let mut creations: Vec<(usize, usize)> = Vec::new();
+    let mut reads: Vec<(usize, usize)> = Vec::new();
     for (position, item) in timeline.items.iter().enumerate() {
         let slot = item_slot(position);
         let op = match *item {
@@ -108,36 +110,35 @@ pub fn copy_lives(
             Item::Recompute(index) => {
                 let entry = &schedule[index];
                 let op = &workload.ops[entry.op.expect("recompute names its op").index()];
-                creations[entry.tensor.index()].push(slot);
-                for &input in &op.inputs {
-                    reads[input.index()].push(slot);
-                }
+                creations.push((entry.tensor.index(), slot));
+                reads.extend(op.inputs.iter().map(|input| (input.index(), slot)));
                 continue;
             }
         };
-        for &input in &op.inputs {
-            reads[input.index()].push(slot);
-        }
-        for &output in &op.outputs {
-            creations[output.index()].push(slot);
-        }
+        reads.extend(op.inputs.iter().map(|input| (input.index(), slot)));
+        creations.extend(op.outputs.iter().map(|output| (output.index(), slot)));
     }
     // A transfer due before step `d` holds its copies through `d`'s
     // boundary: they are gone from `d`'s first item on.
     let gone = |done_before_step: u32| item_slot(timeline.step_start[done_before_step as usize]);
-    let mut reload_done: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for entry in schedule.iter().filter(|e| e.action == Action::Reload) {
-        reload_done[entry.tensor.index()].push(gone(entry.done_before_step));
-    }
+    let reload_done = Grouped::new(
+        n,
+        schedule
+            .iter()
+            .filter(|e| e.action == Action::Reload)
+            .map(|entry| (entry.tensor.index(), gone(entry.done_before_step))),
+    );
+    let mut offloads: Vec<(usize, (usize, usize))> = Vec::new();
     let mut uses_ssd = false;
     for entry in schedule {
         let t = entry.tensor.index();
         let issued = boundary_slot(timeline.after_step(entry.issue_after_step));
         match entry.action {
             Action::Offload => {
-                offloads[t].push((issued, gone(entry.done_before_step)));
+                offloads.push((t, (issued, gone(entry.done_before_step))));
                 // The away copy lives until a reload from it finishes.
-                let back = reload_done[t]
+                let back = reload_done
+                    .of(t)
                     .iter()
                     .copied()
                     .filter(|&end| end > issued)
@@ -151,7 +152,7 @@ pub fn copy_lives(
                     false,
                 );
             }
-            Action::Reload | Action::Load => creations[t].push(issued),
+            Action::Reload | Action::Load => creations.push((t, issued)),
             Action::Recompute => {}
         }
         uses_ssd |= entry.from == Tier::Ssd || entry.to == Tier::Ssd;
@@ -159,6 +160,9 @@ pub fn copy_lives(
     if uses_ssd {
         add(None, Tier::Host, (0, slots), ssd_staging_bytes, false);
     }
+    let mut creations = Grouped::new(n, creations);
+    let reads = Grouped::new(n, reads);
+    let offloads = Grouped::new(n, offloads);
     for (tensor, &fate) in workload.tensors.iter().zip(fates) {
         let t = tensor.id.index();
         let persistent = tensor.kind == TensorKind::Parameter || fate == Fate::Resident;
@@ -172,11 +176,11 @@ pub fn copy_lives(
         {
             add(Some(tensor.id), tier, (0, slots), tensor.bytes, false);
         }
-        let created = &mut creations[t];
-        created.sort_unstable();
+        creations.of_mut(t).sort_unstable();
+        let created = creations.of(t);
         // Reads are in slot order, and so are offloads (the schedule is
         // ordered by issue): one pass over each.
-        let (tensor_reads, tensor_offloads) = (&reads[t], &offloads[t]);
+        let (tensor_reads, tensor_offloads) = (reads.of(t), offloads.of(t));
         let (mut r, mut o) = (0usize, 0usize);
         for (k, &start) in created.iter().enumerate() {
             let next = created.get(k + 1).copied().unwrap_or(usize::MAX);

@@ -14,10 +14,13 @@
 //! 8. [`sanity`]: an independent replay that only checks and rejects.
 //!
 //! [`timeline`] is the shared ordering of positions used by 6 and 7;
-//! [`segtree`] the range-maximum tree the searches keep per tier.
+//! [`segtree`] the range-maximum tree the searches keep per tier;
+//! [`grouped`] the per-key lists the passes that run on every candidate
+//! build.
 
 pub mod cost;
 pub mod dp;
+pub mod grouped;
 pub mod keep;
 pub mod lifetimes;
 pub mod memory;

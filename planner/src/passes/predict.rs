@@ -39,6 +39,7 @@
 use std::collections::BTreeMap;
 
 use super::cost::{copies_use_compute, op_seconds};
+use super::grouped::Grouped;
 use super::timeline::{Item, Timeline};
 use crate::plan::{Action, Exchange, Leg, LinkBytes, ScheduleEntry, Stream};
 use crate::profile::PeerVia;
@@ -151,15 +152,18 @@ pub fn predict(
     exchanges: &[Exchange],
 ) -> Timing {
     let ops = workload.ops.len();
-    let mut issued_at: Vec<Vec<usize>> = vec![Vec::new(); ops + 1];
-    let mut due_at: Vec<Vec<usize>> = vec![Vec::new(); ops + 1];
+    let transfers =
+        || (schedule.iter().enumerate()).filter(|(_, entry)| entry.action != Action::Recompute);
+    let issued_at = Grouped::new(
+        ops + 1,
+        transfers().map(|(index, entry)| ((entry.issue_after_step + 1) as usize, index)),
+    );
+    let due_at = Grouped::new(
+        ops + 1,
+        transfers().map(|(index, entry)| (entry.done_before_step as usize, index)),
+    );
     let mut bytes_moved = LinkBytes::default();
-    for (index, entry) in schedule.iter().enumerate() {
-        if entry.action == Action::Recompute {
-            continue;
-        }
-        issued_at[(entry.issue_after_step + 1) as usize].push(index);
-        due_at[entry.done_before_step as usize].push(index);
+    for (_, entry) in transfers() {
         let (pcie, ssd) = match entry.action {
             Action::Offload => (&mut bytes_moved.d2h, &mut bytes_moved.ssd_write),
             _ => (&mut bytes_moved.h2d, &mut bytes_moved.ssd_read),
@@ -169,12 +173,14 @@ pub fn predict(
             *ssd += entry.bytes;
         }
     }
-    let mut exchange_issued: Vec<Vec<usize>> = vec![Vec::new(); ops + 1];
-    let mut exchange_due: Vec<Vec<usize>> = vec![Vec::new(); ops + 1];
-    for (index, e) in exchanges.iter().enumerate() {
-        exchange_issued[(e.issue_after_step + 1) as usize].push(index);
-        exchange_due[e.done_before_step as usize].push(index);
-    }
+    let exchange_issued = Grouped::new(
+        ops + 1,
+        (exchanges.iter().enumerate()).map(|(index, e)| ((e.issue_after_step + 1) as usize, index)),
+    );
+    let exchange_due = Grouped::new(
+        ops + 1,
+        (exchanges.iter().enumerate()).map(|(index, e)| (e.done_before_step as usize, index)),
+    );
     let mut exchange_finish = vec![0.0f64; exchanges.len()];
     let mut exchange_free = 0.0f64;
     let (mut peer_link, mut network) = (Calendar::new(), Calendar::new());
@@ -195,7 +201,7 @@ pub fn predict(
     let (mut compute_s, mut recompute_s) = (0.0f64, 0.0f64);
     let mut position = 0usize;
     for step in 0..=ops {
-        for &index in &issued_at[step] {
+        for &index in issued_at.of(step) {
             let entry = &schedule[index];
             let outward = entry.action == Action::Offload;
             let (lane, link) = match entry.stream {
@@ -263,7 +269,7 @@ pub fn predict(
                 away_ready[entry.tensor.index()] = end;
             }
         }
-        for &index in &exchange_issued[step] {
+        for &index in exchange_issued.of(step) {
             let e = &exchanges[index];
             let start = clock.max(exchange_free);
             let end = exchange_end(
@@ -281,10 +287,10 @@ pub fn predict(
             exchange_free = end;
             exchange_finish[index] = end;
         }
-        for &index in &due_at[step] {
+        for &index in due_at.of(step) {
             clock = clock.max(finish[index]);
         }
-        for &index in &exchange_due[step] {
+        for &index in exchange_due.of(step) {
             clock = clock.max(exchange_finish[index]);
         }
         if step == ops {
