@@ -277,6 +277,19 @@ pub(crate) struct PlanArgs {
     explain: bool,
 }
 
+/// `--milp-time-limit`'s seconds where they are positive and at most a
+/// week (`plan`, `curve`, `compare` and `train`).
+pub(crate) fn milp_time_limit_checked(limit: f64) -> Result<f64> {
+    let most = fateplan::planner::planner::MAX_MILP_TIME_LIMIT_S;
+    if !(limit > 0.0 && limit <= most) {
+        bail!(
+            "--milp-time-limit {limit}: expected a positive number of seconds, at most {most} (a \
+             week)"
+        );
+    }
+    Ok(limit)
+}
+
 /// The MILP's time limit when no `--milp-time-limit` is given.
 const DEFAULT_MILP_TIME_LIMIT_S: f64 = 60.0;
 
@@ -2034,10 +2047,14 @@ pub(crate) fn bare_budget_note(name: &str, text: &str, bytes: u64) -> Option<Str
     if !unitless || bytes == 0 || bytes >= BARE_BUDGET_NOTE_BELOW {
         return None;
     }
+    // Where the number could be one: a share up to 100%, gibibytes up
+    // to a few thousand, else mebibytes.
     let hint = match bare.chars().all(|c| c.is_ascii_digit()) {
-        true => format!(
+        true if bytes <= 100 => format!(
             "; a share of the retain-all peak is written {bare}%, a size in gibibytes {bare}GiB"
         ),
+        true if bytes <= 4096 => format!("; a size in gibibytes is written {bare}GiB"),
+        true => format!("; a size in mebibytes is written {bare}MiB"),
         false => String::new(),
     };
     Some(format!(
@@ -2204,12 +2221,7 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
         }
         options.fates = FateSet::parse(fates).context("--fates")?;
     }
-    let most = fateplan::planner::planner::MAX_MILP_TIME_LIMIT_S;
-    let limit = args.milp_time_limit();
-    if !(limit > 0.0 && limit <= most) {
-        bail!("--milp-time-limit {limit}: expected a positive number of seconds, at most {most} (a week)");
-    }
-    options.milp_time_limit_s = limit;
+    options.milp_time_limit_s = milp_time_limit_checked(args.milp_time_limit())?;
     if let Some(work) = args.polish_work {
         options.polish_work = work;
     }
@@ -2957,7 +2969,7 @@ fn planned(args: &PlanArgs) -> Result<Planned> {
             // (A context repeating the error keeps it first in the message
             // and keeps its type for the exit status.)
             let line = note.lines().find(|line| line.starts_with("partitions "));
-            let message = line.map(|line| format!("{error}\n{line}"));
+            let message = line.map(|line| format!("{error}; {line}"));
             let error = anyhow::Error::from(error);
             match message {
                 Some(message) => error.context(message),

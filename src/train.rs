@@ -177,6 +177,11 @@ pub struct TrainArgs {
     /// Plan on the spot with this policy (default dp).
     #[arg(long)]
     policy: Option<String>,
+    /// Seconds the MILP may search before it returns its best plan
+    /// unproven, as `plan --milp-time-limit` [default: 60]. Only `--policy
+    /// milp` reads it.
+    #[arg(long, conflicts_with = "plan")]
+    milp_time_limit: Option<f64>,
     /// Profile to plan with [default: cpu-small; with --plan the plan's,
     /// and another is refused].
     #[arg(long)]
@@ -961,6 +966,15 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         None => {
             let policy = Policy::parse(args.policy.as_deref().unwrap_or("dp"))?;
             let mut options = PlanOptions::new(policy, &profile);
+            if let Some(limit) = args.milp_time_limit {
+                if policy != Policy::Milp {
+                    bail!(
+                        "--milp-time-limit {limit}: applies to --policy milp only, not to {}",
+                        policy.name()
+                    );
+                }
+                options.milp_time_limit_s = crate::cli::milp_time_limit_checked(limit)?;
+            }
             if shared && profile.peer.is_some() {
                 // As `plan --gpus`: one device's share of its node's host
                 // memory and SSD.

@@ -2443,7 +2443,7 @@ fn edited_model_fields_are_refused_naming_the_field() {
     };
     let gat = plan_of("gat.json", &["--model", "gat", "--heads", "8"]);
     let by_inputs = plan_of("inputs.json", &["--sweep", "inputs"]);
-    let cases: [(&serde_json::Value, &str, serde_json::Value, &str); 4] = [
+    let cases: [(&serde_json::Value, &str, serde_json::Value, &str); 6] = [
         (
             &gat,
             "layer_order",
@@ -2469,6 +2469,19 @@ fn edited_model_fields_are_refused_naming_the_field() {
             "sweep",
             "outputs".into(),
             "plan field workload.model.sweep: \"outputs\", but the workload definition",
+        ),
+        (
+            &by_inputs,
+            "heads",
+            2.into(),
+            "plan field workload.model.heads: 2 under model \"gcn\": heads apply to gat only",
+        ),
+        (
+            &by_inputs,
+            "shares",
+            "ranges".into(),
+            "plan field workload.model.shares: \"ranges\" with devices 1: a share method is \
+             recorded for plans of several devices only",
         ),
     ];
     for (plan, field, value, message) in cases {

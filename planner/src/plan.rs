@@ -573,6 +573,23 @@ impl PlanModel {
                 ),
             ));
         }
+        // Stored transposes are inputs of their own (`adj_t[i,j]`); a
+        // model that reads them from its blocks has none.
+        let stored = definition
+            .tensors
+            .iter()
+            .any(|t| t.name.starts_with("adj_t["));
+        let transposes = crate::gnn::Transposes::parse(&self.transposes).ok();
+        if stored && transposes != Some(crate::gnn::Transposes::Stored) {
+            return Err(Error::invalid(
+                field("transposes"),
+                format!(
+                    "{:?}, but the workload definition {name:?} stores its blocks' transposes \
+                     (its adj_t tensors): \"stored\"",
+                    self.transposes
+                ),
+            ));
+        }
         // (Dropout draws no mask where the first layer aggregates its
         // input first: a model with dropout may price none.)
         let masked = definition.ops.iter().any(|op| op.cost.masked > 0);
@@ -663,6 +680,28 @@ impl PlanModel {
             if value == 0 {
                 return Err(Error::invalid(field(name), "0: expected at least 1"));
             }
+        }
+        // What the planner writes of a model: heads of GAT's alone, and
+        // the share method of a plan of several devices alone.
+        let gat = crate::gnn::GnnModel::parse(&self.model).ok() == Some(crate::gnn::GnnModel::Gat);
+        if !gat && self.heads != 1 {
+            return Err(Error::invalid(
+                field("heads"),
+                format!(
+                    "{} under model {:?}: heads apply to gat only; a plan of another model \
+                     records 1",
+                    self.heads, self.model
+                ),
+            ));
+        }
+        if let (Some(shares), 1) = (&self.shares, self.devices) {
+            return Err(Error::invalid(
+                field("shares"),
+                format!(
+                    "{shares:?} with devices 1: a share method is recorded for plans of \
+                     several devices only"
+                ),
+            ));
         }
         Ok(())
     }

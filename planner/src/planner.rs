@@ -2216,7 +2216,10 @@ pub fn explain(plan: &Plan) -> Vec<Explanation> {
                 Fate::Resident if tensor.kind == TensorKind::Parameter => {
                     format!("{size}: parameters stay on the device")
                 }
-                Fate::Resident => format!("{size}: kept on the device for its {} reads", life.uses.len()),
+                Fate::Resident => format!(
+                    "{size}: kept on the device for its {}",
+                    crate::units::count(life.uses.len() as u64, "read")
+                ),
                 Fate::StreamHost | Fate::StreamSsd => {
                     let seconds: f64 = entries.iter().map(|e| link_seconds(e, profile)).sum();
                     format!(

@@ -506,6 +506,16 @@ impl Workload {
                 ),
             ));
         }
+        // The name heads every summary and ties a plan to its workload.
+        if self.name.trim().is_empty() || self.name.chars().any(char::is_control) {
+            return Err(Error::invalid(
+                "workload field name",
+                format!(
+                    "{:?}: expected a name of printable characters, not empty",
+                    self.name
+                ),
+            ));
+        }
         if self.tensors.len() > MAX_ITEMS || self.ops.len() > MAX_ITEMS {
             return Err(Error::invalid(
                 format!("workload {:?}", self.name),

@@ -262,10 +262,7 @@ impl Dataset {
         read_x: bool,
         read_edges: bool,
     ) -> Result<(Dataset, FeatureRows, EdgeSource<'static>)> {
-        let name = dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "dataset".into());
+        let name = path_name(dir).unwrap_or_else(|| "dataset".into());
 
         let (x_path, x) = open(dir, "x.npy")?;
         let (nodes, features) = x_sizes(&x, &x_path)?;
@@ -606,6 +603,15 @@ fn check_finite(
         )),
         None => Ok(()),
     }
+}
+
+/// The name a dataset or graph at `path` is known by: its last part, of
+/// the path as given or, where that ends in `.` or `..` (`--graph .`
+/// inside the folder), of the path resolved. So a plan made from a folder
+/// and one made from inside it name the same graph.
+pub(crate) fn path_name(path: &Path) -> Option<String> {
+    let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+    name(path).or_else(|| name(&std::fs::canonicalize(path).ok()?))
 }
 
 /// Opens `dir/file`, saying which file is missing when it is.

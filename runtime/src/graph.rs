@@ -143,9 +143,8 @@ impl GraphData {
 
     /// [`GraphData::load`], and where its vertex count comes from.
     fn load_counted(path: &Path) -> Result<(GraphData, NodesFrom)> {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().trim_end_matches(".txt").to_string())
+        let name = crate::dataset::path_name(path)
+            .map(|n| n.trim_end_matches(".txt").to_string())
             .unwrap_or_else(|| "graph".into());
         if path.is_dir() {
             Self::load_npy_folder(path, name)
@@ -156,6 +155,15 @@ impl GraphData {
 
     fn load_npy_folder(dir: &Path, name: String) -> Result<(GraphData, NodesFrom)> {
         let edge_path = dir.join("edge_index.npy");
+        if !edge_path.exists() {
+            return Err(Error::invalid(
+                &edge_path,
+                "file",
+                "edge_index.npy is missing; a graph folder holds at least edge_index.npy, and \
+                 x.npy and y.npy where it has them (a dataset to train, all of x, y, \
+                 edge_index, train_mask, val_mask and test_mask)",
+            ));
+        }
         let edge_index = Npy::open(&edge_path)?;
         let mut features = None;
         let mut x_shape = None;

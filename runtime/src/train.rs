@@ -580,8 +580,8 @@ fn differences(planned: &Workload, expected: &Workload) -> String {
         };
         if renamed.digest() == expected.digest() {
             return " (the same tensors and operators: only the name differs, which holds the \
-                    graph's folder or file name; the graph in a folder named as the plan's \
-                    was trains it)"
+                    graph's folder or file name; the graph read from a folder or file of the \
+                    name the plan was made from trains it)"
                 .into();
         }
     }
