@@ -2047,13 +2047,15 @@ pub(crate) fn bare_budget_note(name: &str, text: &str, bytes: u64) -> Option<Str
     if !unitless || bytes == 0 || bytes >= BARE_BUDGET_NOTE_BELOW {
         return None;
     }
-    // Where the number could be one: a share up to 100%, gibibytes up
-    // to a few thousand, else mebibytes.
+    // What the number could be: a share up to 100%, mebibytes or
+    // gibibytes up to a few thousand, else mebibytes.
     let hint = match bare.chars().all(|c| c.is_ascii_digit()) {
         true if bytes <= 100 => format!(
             "; a share of the retain-all peak is written {bare}%, a size in gibibytes {bare}GiB"
         ),
-        true if bytes <= 4096 => format!("; a size in gibibytes is written {bare}GiB"),
+        true if bytes <= 4096 => {
+            format!("; a size in mebibytes is written {bare}MiB, in gibibytes {bare}GiB")
+        }
         true => format!("; a size in mebibytes is written {bare}MiB"),
         false => String::new(),
     };
@@ -3228,6 +3230,35 @@ fn run_workloads() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A bare number is told what it could be: a share and gibibytes up
+    /// to 100, mebibytes or gibibytes up to 4096, else mebibytes; a
+    /// number with a unit, or of a mebibyte or more, is not told.
+    #[test]
+    fn a_bare_budget_is_told_what_it_could_be() {
+        let note = |text: &str, bytes| bare_budget_note("hbm-budget", text, bytes);
+        let said = note("25", 25).unwrap();
+        assert!(
+            said.contains("written 25%, a size in gibibytes 25GiB"),
+            "{said}"
+        );
+        let said = note("200", 200).unwrap();
+        assert!(
+            said.ends_with("written 200MiB, in gibibytes 200GiB"),
+            "{said}"
+        );
+        assert!(!said.contains('%'), "{said}");
+        let said = note("1048575", 1048575).unwrap();
+        assert!(
+            said.ends_with("in mebibytes is written 1048575MiB"),
+            "{said}"
+        );
+        assert!(!said.contains("GiB"), "{said}");
+        assert_eq!(note("1048576", 1 << 20), None);
+        assert_eq!(note("200B", 200), None);
+        let said = note("2e2", 200).unwrap();
+        assert!(said.ends_with("(a size without a unit is bytes)"), "{said}");
+    }
 
     /// `train --threads`' help says the cap `set_threads` holds it to.
     #[test]

@@ -178,8 +178,8 @@ pub struct TrainArgs {
     #[arg(long)]
     policy: Option<String>,
     /// Seconds the MILP may search before it returns its best plan
-    /// unproven, as `plan --milp-time-limit` [default: 60]. Only `--policy
-    /// milp` reads it.
+    /// unproven, as `plan --milp-time-limit` [default: 60]. Refused under
+    /// another `--policy`.
     #[arg(long, conflicts_with = "plan")]
     milp_time_limit: Option<f64>,
     /// Profile to plan with [default: cpu-small; with --plan the plan's,
@@ -766,6 +766,13 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         },
         None => args,
     };
+    if let Some(limit) = args.milp_time_limit {
+        let policy = args.policy.as_deref().unwrap_or("dp");
+        if !policy.eq_ignore_ascii_case(Policy::Milp.name()) {
+            bail!("--milp-time-limit {limit}: applies to --policy milp only, not to {policy}");
+        }
+        crate::cli::milp_time_limit_checked(limit)?;
+    }
     let mut hyper = hyper(args)?;
     let backend = backend_choice(args)?;
     if args.devices() == 0 {
@@ -967,13 +974,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             let policy = Policy::parse(args.policy.as_deref().unwrap_or("dp"))?;
             let mut options = PlanOptions::new(policy, &profile);
             if let Some(limit) = args.milp_time_limit {
-                if policy != Policy::Milp {
-                    bail!(
-                        "--milp-time-limit {limit}: applies to --policy milp only, not to {}",
-                        policy.name()
-                    );
-                }
-                options.milp_time_limit_s = crate::cli::milp_time_limit_checked(limit)?;
+                // (Its policy checked before the graph was read.)
+                options.milp_time_limit_s = limit;
             }
             if shared && profile.peer.is_some() {
                 // As `plan --gpus`: one device's share of its node's host

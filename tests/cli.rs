@@ -351,6 +351,28 @@ fn bad_input_names_what_is_wrong() {
             &["curve", "--policy", "greedy", "--milp-time-limit", "5"],
             "--milp-time-limit 5: applies to --policy milp only, not to greedy",
         ),
+        (
+            &[
+                "train",
+                "--graph",
+                "planted:nodes=100",
+                "--milp-time-limit",
+                "5",
+            ],
+            "--milp-time-limit 5: applies to --policy milp only, not to dp",
+        ),
+        (
+            &[
+                "train",
+                "--graph",
+                "planted:nodes=100",
+                "--policy",
+                "milp",
+                "--milp-time-limit",
+                "0",
+            ],
+            "--milp-time-limit 0: expected a positive number of seconds",
+        ),
         // And dp's polish under another.
         (
             &["plan", "--policy", "milp", "--polish-work", "9"],
@@ -2443,7 +2465,7 @@ fn edited_model_fields_are_refused_naming_the_field() {
     };
     let gat = plan_of("gat.json", &["--model", "gat", "--heads", "8"]);
     let by_inputs = plan_of("inputs.json", &["--sweep", "inputs"]);
-    let cases: [(&serde_json::Value, &str, serde_json::Value, &str); 6] = [
+    let cases: [(&serde_json::Value, &str, serde_json::Value, &str); 7] = [
         (
             &gat,
             "layer_order",
@@ -2475,6 +2497,12 @@ fn edited_model_fields_are_refused_naming_the_field() {
             "heads",
             2.into(),
             "plan field workload.model.heads: 2 under model \"gcn\": heads apply to gat only",
+        ),
+        (
+            &by_inputs,
+            "transposes",
+            "built".into(),
+            "plan field workload.model.transposes: \"built\", but the workload definition",
         ),
         (
             &by_inputs,

@@ -585,7 +585,7 @@ impl PlanModel {
                 field("transposes"),
                 format!(
                     "{:?}, but the workload definition {name:?} stores its blocks' transposes \
-                     (its adj_t tensors): \"stored\"",
+                     (its adj_t tensors): expected \"stored\"",
                     self.transposes
                 ),
             ));

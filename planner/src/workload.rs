@@ -923,6 +923,18 @@ mod tests {
 
     #[test]
     fn errors_name_the_culprit() {
+        // A name that is empty or holds control characters (it heads the
+        // summaries and ties a plan to its workload).
+        for name in ["", "  ", "bad\nname"] {
+            let mut w = tiny();
+            w.name = name.into();
+            let message = w.validate().unwrap_err().to_string();
+            assert!(
+                message.contains("workload field name")
+                    && message.contains("expected a name of printable characters"),
+                "{message}"
+            );
+        }
         // An operator writing an input or a parameter, named with its
         // article.
         for (kind, says) in [

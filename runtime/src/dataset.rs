@@ -606,12 +606,19 @@ fn check_finite(
 }
 
 /// The name a dataset or graph at `path` is known by: its last part, of
-/// the path as given or, where that ends in `.` or `..` (`--graph .`
+/// the path as given or, where that ends in `..` or is `.` (`--graph .`
 /// inside the folder), of the path resolved. So a plan made from a folder
-/// and one made from inside it name the same graph.
+/// and one made from inside it name the same graph. A control character
+/// (a tab, a newline) is written `_`: the name heads the summaries, and a
+/// workload's name holds none.
 pub(crate) fn path_name(path: &Path) -> Option<String> {
     let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
-    name(path).or_else(|| name(&std::fs::canonicalize(path).ok()?))
+    let name = name(path).or_else(|| name(&std::fs::canonicalize(path).ok()?))?;
+    Some(
+        name.chars()
+            .map(|c| if c.is_control() { '_' } else { c })
+            .collect(),
+    )
 }
 
 /// Opens `dir/file`, saying which file is missing when it is.
@@ -678,6 +685,25 @@ pub(crate) mod tests {
         for part in parts {
             assert!(message.contains(part), "{part:?} not in {message:?}");
         }
+    }
+
+    /// A folder given from inside it (`.`, `..`) is named as the folder;
+    /// a control character in the name is written `_`.
+    #[test]
+    fn a_folder_given_as_dot_is_named_by_its_own_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let graph = dir.path().join("mygraph");
+        std::fs::create_dir_all(graph.join("sub")).unwrap();
+        assert_eq!(path_name(&graph).as_deref(), Some("mygraph"));
+        assert_eq!(
+            path_name(&graph.join("sub").join("..")).as_deref(),
+            Some("mygraph")
+        );
+        // A path that resolves to nothing has no name here.
+        assert_eq!(path_name(&graph.join("missing").join("..")), None);
+        let tabbed = dir.path().join("my\tgraph");
+        std::fs::create_dir_all(&tabbed).unwrap();
+        assert_eq!(path_name(&tabbed).as_deref(), Some("my_graph"));
     }
 
     #[test]
