@@ -574,13 +574,16 @@ impl PlanModel {
             ));
         }
         // Stored transposes are inputs of their own (`adj_t[i,j]`); a
-        // model that reads them from its blocks has none.
+        // GCN or GraphSAGE that reads them from its blocks has none. (GAT
+        // builds its transposes whatever the field says, which a plan
+        // read back gives as `stored`.)
         let stored = definition
             .tensors
             .iter()
             .any(|t| t.name.starts_with("adj_t["));
         let transposes = crate::gnn::Transposes::parse(&self.transposes).ok();
-        if stored && transposes != Some(crate::gnn::Transposes::Stored) {
+        let gat = crate::gnn::GnnModel::parse(&self.model).ok() == Some(crate::gnn::GnnModel::Gat);
+        if stored && !gat && transposes != Some(crate::gnn::Transposes::Stored) {
             return Err(Error::invalid(
                 field("transposes"),
                 format!(

@@ -1,7 +1,7 @@
 //! Invariants of planning, over random GNN workloads and budgets.
 
 use fateplan_planner::blocks::BlockCounts;
-use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
+use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec, Transposes};
 use fateplan_planner::plan::{Action, Budgets, Fate, Plan, PlanModel};
 use fateplan_planner::{plan, Error, PlanOptions, Policy, Profile, Workload};
 use proptest::prelude::*;
@@ -283,10 +283,45 @@ fn a_tampered_plan_is_rejected_on_load() {
     // A plan from before stored transposes has no `transposes`: a GCN's
     // transposed aggregations read the blocks; GAT's workload is the
     // same either way, and its plans say `stored`.
+    // Such a GCN's workload stores no transposes (no `adj_t` tensors).
+    let built = {
+        let spec = GnnSpec {
+            model: GnnModel::Gcn,
+            layers: 2,
+            hidden: 16,
+            heads: 1,
+            features: 12,
+            classes: 5,
+            graph_name: "random".into(),
+            order: Default::default(),
+            transposes: Transposes::Built,
+            sweeps: Default::default(),
+            dropout: 0.0,
+        };
+        let w = build_gnn(&spec, &BlockCounts::skewed(100, 600, 2).unwrap()).unwrap();
+        let mut made = plan(
+            &w,
+            &profile,
+            &PlanOptions::new(Policy::OffloadHostAll, &profile),
+        )
+        .unwrap();
+        made.workload.model = modelled.workload.model.clone();
+        made
+    };
     for (model, expected) in [("gcn", "built"), ("gat", "stored")] {
-        let mut renamed = modelled.clone();
-        // Older plans ran every aggregation by outputs (no name suffix).
-        renamed.workload.model.as_mut().unwrap().sweep = "outputs".into();
+        let mut renamed = match model {
+            "gcn" => built.clone(),
+            _ => modelled.clone(),
+        };
+        // Older plans ran every aggregation by outputs (no name suffix);
+        // a GCN's records 1 head, as every plan of one has.
+        let fields = renamed.workload.model.as_mut().unwrap();
+        fields.sweep = "outputs".into();
+        if model == "gcn" {
+            fields.heads = 1;
+            fields.hidden = 16;
+            fields.partitions = 2;
+        }
         named(&mut renamed, model);
         let mut older: serde_json::Value = serde_json::from_str(&renamed.to_json()).unwrap();
         let fields = older["workload"]["model"].as_object_mut().unwrap();
