@@ -383,6 +383,8 @@ fn backend_choice(args: &TrainArgs) -> Result<train::BackendChoice> {
                     workspace_bytes: None,
                     synchronize_operators: false,
                     rebuild_transposes: false,
+                    kernel_times: std::env::var_os("FATEPLAN_KERNEL_TIMES")
+                        .is_some_and(|v| !v.is_empty() && v != "0"),
                     // The run's host budget, set when the plan is known.
                     host_budget_bytes: None,
                 },

@@ -59,6 +59,10 @@ pub struct CudaOptions {
     /// times (the profiler's rates). Training leaves it off: operators
     /// then queue on the compute stream while the host runs ahead.
     pub synchronize_operators: bool,
+    /// Time every kernel between a pair of events and print each
+    /// kernel's total when the device is dropped (`train` sets it where
+    /// `FATEPLAN_KERNEL_TIMES` is set).
+    pub kernel_times: bool,
     /// Build every transposed aggregation's transpose afresh instead of
     /// keeping the last block's for the next one over the same block
     /// (the profiler times the builds this way).
@@ -401,7 +405,7 @@ pub(crate) struct Gpu {
     /// The same for a `u64` pointer (an aggregation's keep bits without
     /// dropout).
     pub(crate) dummy_bits: DeviceBuf<u64>,
-    /// Kernel times, where `FATEPLAN_KERNEL_TIMES` asks for them.
+    /// Kernel times, where the options ask for them.
     kernel_times: Option<Mutex<KernelTimes>>,
 }
 
@@ -456,9 +460,9 @@ impl Gpu {
             pinned: Arc::new(PinnedPool::new(options.host_budget_bytes)),
             dummy,
             dummy_bits,
-            kernel_times: std::env::var_os("FATEPLAN_KERNEL_TIMES")
-                .filter(|v| !v.is_empty() && v != "0")
-                .map(|_| Mutex::new(KernelTimes::default())),
+            kernel_times: options
+                .kernel_times
+                .then(|| Mutex::new(KernelTimes::default())),
         }))
     }
 
