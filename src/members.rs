@@ -174,6 +174,7 @@ pub fn launch(
         Ok(results) => results,
         Err(e) => {
             let ended = stop_all(&mut members);
+            remove_spill_leftovers(args.spill_dir.as_deref(), &members);
             // A member killed by a signal could not say why it stopped,
             // and one that panicked said it on its standard error only.
             let mut said = Vec::new();
@@ -210,6 +211,7 @@ pub fn launch(
             // The others finish (or are stopped) before the run ends, so
             // that their spill stores close.
             stop_all(&mut members[rank + 1..]);
+            remove_spill_leftovers(args.spill_dir.as_deref(), &members);
             bail!(
                 "member {rank}'s process exited ({status}) after leaving the group: {}",
                 said.trim()
@@ -234,6 +236,30 @@ pub fn launch(
 /// Ends members that are still running after the group failed: the hub
 /// told those it could; the others are killed after a grace period.
 /// Returns the ranks it killed.
+/// Removes what members that ended without closing their spill stores
+/// (killed by a signal, by the launcher among them) left in `spill_dir`:
+/// each one's files (`fateplan-spill-<its pid>-*.bin`) in its folder
+/// `device<rank>`, and the folder where that leaves it empty. Called once
+/// every member has ended; a member that closed its store left nothing.
+fn remove_spill_leftovers(spill_dir: Option<&std::path::Path>, members: &[Started]) {
+    let Some(dir) = spill_dir else { return };
+    for (rank, member) in members.iter().enumerate() {
+        let folder = dir.join(format!("device{rank}"));
+        let prefix = format!("fateplan-spill-{}-", member.child.id());
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(&prefix) && name.ends_with(".bin") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        let _ = std::fs::remove_dir(&folder);
+    }
+}
+
 fn stop_all(members: &mut [Started]) -> Vec<usize> {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let mut killed = Vec::new();

@@ -127,6 +127,10 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
         }
     }
     let mut out = crate::cli::stdout();
+    // A profile given under the plan's profile's name with other figures
+    // (an edited copy): the header's names alone would not tell them apart.
+    let renamed_what_if =
+        args.profile.is_some() && profile.name == plan.profile.name && profile != plan.profile;
     // A plan saved before its operators counted their edge heads and
     // rows, replayed on a profile with times for them.
     let by_field = profile
@@ -138,7 +142,7 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
         .device
         .priced_at_curve_top(&plan.workload.definition.ops);
     if args.json {
-        if by_field.is_none() && at_top.is_none() && rejected.is_none() {
+        if by_field.is_none() && at_top.is_none() && rejected.is_none() && !renamed_what_if {
             out.write_all(report.to_json().as_bytes())?;
         } else {
             // Said in the JSON as in the text: the first operator priced
@@ -152,6 +156,9 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
             }
             if let Some(rejected) = &rejected {
                 json["rejected_by_sanity_pass"] = rejected.to_string().into();
+            }
+            if renamed_what_if {
+                json["profile_differs_from_planned"] = true.into();
             }
             out.write_all(serde_json::to_string_pretty(&json)?.as_bytes())?;
             out.write_all(b"\n")?;
@@ -173,6 +180,14 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
                     profile.name, profile.name
                 )?;
             }
+        }
+        if renamed_what_if {
+            writeln!(
+                out,
+                "note      --profile gives a profile named {:?}, as the plan's is, with other \
+                 figures: the replay is on its figures, the prediction on the plan's",
+                profile.name
+            )?;
         }
         if let Some(op) = by_field {
             writeln!(

@@ -1256,6 +1256,24 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         json["other_s"] = (report.iteration_s - report.compute_s - report.wait_s)
             .max(0.0)
             .into();
+        // What the text's header and file lines say: the workload, the
+        // SSD tier's I/O, and the files read or written.
+        json["workload"] = workload_name.clone().into();
+        if let Some(mode) = &io_mode {
+            json["ssd_tier"] = mode.clone().into();
+        }
+        if let Some(path) = &args.csr_cache {
+            json["csr_cache"] = serde_json::json!({
+                "path": path.display().to_string(),
+                "read": csr_cache_read,
+            });
+        }
+        if let Some(path) = &args.save_plan {
+            json["saved_plan"] = path.display().to_string().into();
+        }
+        if let (Some(path), Ok(())) = (&args.trace, &trace_written) {
+            json["trace"] = path.display().to_string().into();
+        }
         writeln!(out, "{}", serde_json::to_string_pretty(&json)?)?;
         return trace_written;
     }
@@ -1459,7 +1477,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         }
     }
     if let Some(comparison) = &comparison {
-        write_comparison(&mut out, comparison, report.epochs)?;
+        write_comparison(&mut out, comparison, report.epochs, devices.is_some())?;
         if shipped {
             // A plan from a file keeps its profile: plan again on P.
             let again = match args.plan {
@@ -1569,7 +1587,7 @@ fn ratio(pair: &Pair) -> String {
     pair.ratio.map_or("-".to_string(), |r| format!("{r:.3}"))
 }
 
-fn write_comparison(out: &mut dyn Write, c: &Comparison, epochs: u32) -> Result<()> {
+fn write_comparison(out: &mut dyn Write, c: &Comparison, epochs: u32, shared: bool) -> Result<()> {
     writeln!(
         out,
         "compared  with the simulator: this plan on profile {} (seed {}, no jitter); measured \
@@ -1658,6 +1676,15 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, epochs: u32) -> Result<
             format_seconds(op.seconds.measured),
             format_seconds(op.seconds.simulated),
             ratio(&op.seconds)
+        )?;
+    }
+    if shared {
+        // The exchange runs inside the aggregations that wait on it (the
+        // devices' lines above give its time).
+        writeln!(
+            out,
+            "          (on several devices the measured agg and agg_bwd include the halo \
+             exchanges they wait on; the model prices the aggregation alone)"
         )?;
     }
     Ok(())

@@ -222,6 +222,34 @@ fn bad_plans_name_the_file() {
         "{}",
         stdout(&out)
     );
+    // A profile file under the plan's profile's name with other figures
+    // (an edited copy, given with --profile) is said to differ, in the
+    // text and the JSON.
+    let original: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut edited = original["profile"].clone();
+    let h2d = edited["pcie"]["h2d_bytes_per_s"].as_f64().unwrap();
+    edited["pcie"]["h2d_bytes_per_s"] = (h2d / 10.0).into();
+    let file = dir.join("same-name-profile.json");
+    std::fs::write(&file, edited.to_string()).unwrap();
+    let out = fateplan(&["simulate", path(&plan), "--profile", path(&file)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("as the plan's is, with other figures: the replay is on its"),
+        "{}",
+        stdout(&out)
+    );
+    let out = fateplan(&["simulate", path(&plan), "--profile", path(&file), "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(json["profile_differs_from_planned"], true, "{json}");
+    // The plan's own figures, given back, are not.
+    let file = dir.join("same-profile.json");
+    std::fs::write(&file, original["profile"].to_string()).unwrap();
+    let out = fateplan(&["simulate", path(&plan), "--profile", path(&file)]);
+    assert!(
+        !stdout(&out).contains("with other figures"),
+        "{}",
+        stdout(&out)
+    );
     for (name, edit, expected) in edits {
         let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
         edit(&mut value);

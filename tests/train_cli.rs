@@ -950,6 +950,18 @@ fn the_csr_cache_gives_the_same_model_and_refuses_another_graph() {
     assert_eq!(plain["weights_sha256"], built["weights_sha256"]);
     assert_eq!(plain["weights_sha256"], read["weights_sha256"]);
     assert!(plan.exists());
+    // The JSON says so too: whether the cache was read, and the plan saved.
+    assert!(plain.get("csr_cache").is_none(), "{plain}");
+    assert_eq!(built["csr_cache"]["read"], false, "{built}");
+    assert_eq!(read["csr_cache"]["read"], true, "{read}");
+    assert_eq!(read["csr_cache"]["path"], cache.to_str().unwrap());
+    assert_eq!(read["saved_plan"], plan.to_str().unwrap());
+    assert!(
+        read["workload"]
+            .as_str()
+            .is_some_and(|w| w.ends_with("-p4")),
+        "{read}"
+    );
     // The text report lists the files read and written.
     let trace = dir.join("trace.json");
     let graph = "planted:nodes=600,classes=4,features=16,val=100,test=200,seed=2";
@@ -1352,6 +1364,76 @@ fn processes_read_their_own_rows_of_a_dataset_folder() {
         assert_eq!(threads[key], processes[key], "{key}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A member killed mid-run (SIGKILL: it cannot close its spill store)
+/// leaves no spill file and no device folder: the launcher removes what
+/// it left, and says which member was killed.
+#[test]
+fn a_member_killed_mid_run_leaves_no_spill_file() {
+    let dir = scratch("killed-member");
+    let spill = dir.join("spill");
+    std::fs::create_dir_all(&spill).unwrap();
+    let graph = "planted:nodes=600,classes=4,features=16,seed=5";
+    let launcher = std::process::Command::new(env!("CARGO_BIN_EXE_fateplan"))
+        .args([
+            "train",
+            "--graph",
+            graph,
+            "--epochs",
+            "1000000",
+            "--partitions",
+            "2",
+            "--devices",
+            "2",
+            "--processes",
+            "--policy",
+            "offload-ssd-all",
+            "--threads",
+            "2",
+            "--spill-dir",
+            spill.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Member 0's spill file names its process.
+    let device0 = spill.join("device0");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let pid = loop {
+        let found = std::fs::read_dir(&device0).ok().and_then(|entries| {
+            entries.flatten().find_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let rest = name.strip_prefix("fateplan-spill-")?;
+                rest.split('-').next()?.parse::<u32>().ok()
+            })
+        });
+        if let Some(pid) = found {
+            break pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no spill file in {}",
+            device0.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = launcher.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("killed by signal 9"), "{said}");
+    let left: Vec<_> = std::fs::read_dir(&spill)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
