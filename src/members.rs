@@ -236,30 +236,6 @@ pub fn launch(
 /// Ends members that are still running after the group failed: the hub
 /// told those it could; the others are killed after a grace period.
 /// Returns the ranks it killed.
-/// Removes what members that ended without closing their spill stores
-/// (killed by a signal, by the launcher among them) left in `spill_dir`:
-/// each one's files (`fateplan-spill-<its pid>-*.bin`) in its folder
-/// `device<rank>`, and the folder where that leaves it empty. Called once
-/// every member has ended; a member that closed its store left nothing.
-fn remove_spill_leftovers(spill_dir: Option<&std::path::Path>, members: &[Started]) {
-    let Some(dir) = spill_dir else { return };
-    for (rank, member) in members.iter().enumerate() {
-        let folder = dir.join(format!("device{rank}"));
-        let prefix = format!("fateplan-spill-{}-", member.child.id());
-        let Ok(entries) = std::fs::read_dir(&folder) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if name.starts_with(&prefix) && name.ends_with(".bin") {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
-        let _ = std::fs::remove_dir(&folder);
-    }
-}
-
 fn stop_all(members: &mut [Started]) -> Vec<usize> {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let mut killed = Vec::new();
@@ -280,6 +256,34 @@ fn stop_all(members: &mut [Started]) -> Vec<usize> {
         }
     }
     killed
+}
+
+/// Removes what members that ended without closing their spill stores
+/// (killed by a signal, by the launcher among them) left in `spill_dir`:
+/// each one's files (`fateplan-spill-<its pid>-*.bin`) in its folder
+/// `device<rank>`, and that folder where a file was removed from it and
+/// it is then empty (a folder the user made stays). Called once every
+/// member has ended; a member that closed its store left nothing.
+fn remove_spill_leftovers(spill_dir: Option<&std::path::Path>, members: &[Started]) {
+    let Some(dir) = spill_dir else { return };
+    for (rank, member) in members.iter().enumerate() {
+        let folder = dir.join(format!("device{rank}"));
+        let prefix = format!("fateplan-spill-{}-", member.child.id());
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        let mut removed = false;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(&prefix) && name.ends_with(".bin") {
+                removed |= std::fs::remove_file(entry.path()).is_ok();
+            }
+        }
+        if removed {
+            let _ = std::fs::remove_dir(&folder);
+        }
+    }
 }
 
 /// `fateplan member`: one device's process, started by `launch`.

@@ -129,8 +129,9 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
     let mut out = crate::cli::stdout();
     // A profile given under the plan's profile's name with other figures
     // (an edited copy): the header's names alone would not tell them apart.
-    let renamed_what_if =
-        args.profile.is_some() && profile.name == plan.profile.name && profile != plan.profile;
+    let renamed_what_if = args.profile.is_some()
+        && profile.name == plan.profile.name
+        && figures(&profile) != figures(&plan.profile);
     // A plan saved before its operators counted their edge heads and
     // rows, replayed on a profile with times for them.
     let by_field = profile
@@ -230,6 +231,16 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
         return Err(ViolationsFound(report.violations_total).into());
     }
     Ok(())
+}
+
+/// `profile` without what is words, not figures: its description, its
+/// sources and the device's model name.
+fn figures(profile: &fateplan::planner::Profile) -> fateplan::planner::Profile {
+    let mut figures = profile.clone();
+    figures.description.clear();
+    figures.sources.clear();
+    figures.device.model.clear();
+    figures
 }
 
 fn percent(part: f64, whole: f64) -> f64 {

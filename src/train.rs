@@ -1683,8 +1683,9 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, epochs: u32, shared: bo
         // devices' lines above give its time).
         writeln!(
             out,
-            "          (on several devices the measured agg and agg_bwd include the halo \
-             exchanges they wait on; the model prices the aggregation alone)"
+            "          (on several devices the measured times of the operators that exchange \
+             halos, agg and agg_bwd, or GAT's sddmm, agg and attention_bwd, include the \
+             exchanges they wait on; the model prices the operator alone)"
         )?;
     }
     Ok(())

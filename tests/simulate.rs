@@ -241,15 +241,23 @@ fn bad_plans_name_the_file() {
     let out = fateplan(&["simulate", path(&plan), "--profile", path(&file), "--json"]);
     let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(json["profile_differs_from_planned"], true, "{json}");
-    // The plan's own figures, given back, are not.
-    let file = dir.join("same-profile.json");
-    std::fs::write(&file, original["profile"].to_string()).unwrap();
-    let out = fateplan(&["simulate", path(&plan), "--profile", path(&file)]);
-    assert!(
-        !stdout(&out).contains("with other figures"),
-        "{}",
-        stdout(&out)
-    );
+    // The plan's own figures, given back, are not, with other words
+    // (the description) or without.
+    let mut words = original["profile"].clone();
+    words["description"] = "the same figures".into();
+    for (name, profile) in [("same.json", &original["profile"]), ("words.json", &words)] {
+        let file = dir.join(name);
+        std::fs::write(&file, profile.to_string()).unwrap();
+        let out = fateplan(&["simulate", path(&plan), "--profile", path(&file)]);
+        assert!(
+            !stdout(&out).contains("with other figures"),
+            "{}",
+            stdout(&out)
+        );
+        let out = fateplan(&["simulate", path(&plan), "--profile", path(&file), "--json"]);
+        let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert!(json.get("profile_differs_from_planned").is_none(), "{name}");
+    }
     for (name, edit, expected) in edits {
         let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
         edit(&mut value);

@@ -1375,6 +1375,17 @@ fn a_member_killed_mid_run_leaves_no_spill_file() {
     let spill = dir.join("spill");
     std::fs::create_dir_all(&spill).unwrap();
     let graph = "planted:nodes=600,classes=4,features=16,seed=5";
+    /// Kills the launcher where the test stops early (its members then
+    /// see the group close and stop).
+    struct KillOnDrop(Option<std::process::Child>);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            if let Some(child) = self.0.as_mut() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
     let launcher = std::process::Command::new(env!("CARGO_BIN_EXE_fateplan"))
         .args([
             "train",
@@ -1398,6 +1409,7 @@ fn a_member_killed_mid_run_leaves_no_spill_file() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    let mut launcher = KillOnDrop(Some(launcher));
     // Member 0's spill file names its process.
     let device0 = spill.join("device0");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -1412,6 +1424,11 @@ fn a_member_killed_mid_run_leaves_no_spill_file() {
         if let Some(pid) = found {
             break pid;
         }
+        let child = launcher.0.as_mut().unwrap();
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the launcher ended before a spill file appeared"
+        );
         assert!(
             std::time::Instant::now() < deadline,
             "no spill file in {}",
@@ -1424,7 +1441,7 @@ fn a_member_killed_mid_run_leaves_no_spill_file() {
         .status()
         .unwrap();
     assert!(killed.success());
-    let out = launcher.wait_with_output().unwrap();
+    let out = launcher.0.take().unwrap().wait_with_output().unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("killed by signal 9"), "{said}");

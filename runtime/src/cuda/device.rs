@@ -325,8 +325,10 @@ pub(crate) enum PinnedTensor {
     },
 }
 
-/// Each kernel's time on the GPU, summed by name, where the environment
-/// sets `FATEPLAN_KERNEL_TIMES`: a pair of timing events around every
+/// Each kernel's time on the GPU, summed by name, where
+/// [`CudaOptions::kernel_times`] asks for it (`train` sets it where the
+/// environment sets `FATEPLAN_KERNEL_TIMES`): a pair of timing events
+/// around every
 /// launch on the compute stream (recorded by cudarc after the launch's
 /// waits for other streams, so a wait for a copy is not counted) and
 /// around every cuBLAS call (whose waits, made inside the call, are),
