@@ -629,7 +629,8 @@ impl PlanModel {
                 ),
             )
         })?;
-        let gcn = crate::gnn::GnnModel::parse(&self.model).ok() == Some(crate::gnn::GnnModel::Gcn);
+        let model = crate::gnn::GnnModel::parse(&self.model).ok();
+        let gcn = model == Some(crate::gnn::GnnModel::Gcn);
         let aggregate_first = self.aggregates_first();
         if !gcn && aggregate_first {
             return Err(Error::invalid(
@@ -686,8 +687,7 @@ impl PlanModel {
         }
         // What the planner writes of a model: heads of GAT's alone, and
         // the share method of a plan of several devices alone.
-        let gat = crate::gnn::GnnModel::parse(&self.model).ok() == Some(crate::gnn::GnnModel::Gat);
-        if !gat && self.heads != 1 {
+        if model != Some(crate::gnn::GnnModel::Gat) && self.heads != 1 {
             return Err(Error::invalid(
                 field("heads"),
                 format!(
