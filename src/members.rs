@@ -266,9 +266,19 @@ fn stop_all(members: &mut [Started]) -> Vec<usize> {
 /// member has ended; a member that closed its store left nothing.
 fn remove_spill_leftovers(spill_dir: Option<&std::path::Path>, members: &[Started]) {
     let Some(dir) = spill_dir else { return };
-    for (rank, member) in members.iter().enumerate() {
+    let pids: Vec<u32> = members.iter().map(|m| m.child.id()).collect();
+    remove_leftovers_of(dir, &pids);
+}
+
+/// [`remove_spill_leftovers`] for the members of these pids, by rank. A
+/// file a live store holds is kept
+/// ([`fateplan_runtime::spill::spill_file_is_held`]): the pid of a member
+/// that ended may already be another process's, spilling to the same
+/// folder.
+fn remove_leftovers_of(dir: &std::path::Path, pids: &[u32]) {
+    for (rank, pid) in pids.iter().enumerate() {
         let folder = dir.join(format!("device{rank}"));
-        let prefix = format!("fateplan-spill-{}-", member.child.id());
+        let prefix = format!("fateplan-spill-{pid}-");
         let Ok(entries) = std::fs::read_dir(&folder) else {
             continue;
         };
@@ -276,8 +286,12 @@ fn remove_spill_leftovers(spill_dir: Option<&std::path::Path>, members: &[Starte
         for entry in entries.flatten() {
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if name.starts_with(&prefix) && name.ends_with(".bin") {
-                removed |= std::fs::remove_file(entry.path()).is_ok();
+            let path = entry.path();
+            // Where locks cannot tell, the member's pid is taken as
+            // enough, as it is the member that ended.
+            let held = fateplan_runtime::spill::spill_file_is_held(&path).unwrap_or(false);
+            if name.starts_with(&prefix) && name.ends_with(".bin") && !held {
+                removed |= std::fs::remove_file(&path).is_ok();
             }
         }
         if removed {
@@ -386,7 +400,8 @@ fn train_member(job: &Job, owner: Option<&[u8]>, member: Arc<TcpMember>) -> Resu
     };
     let options = ExecOptions {
         budgets: job.budgets,
-        trace: job.rank == 0 && (args.trace.is_some() || args.compare_simulated),
+        // Every device's for a trace; device 0's for the comparison.
+        trace: args.trace.is_some() || (job.rank == 0 && args.compare_simulated),
     };
     // The members report at the end, not per epoch.
     let mut outcome = train::train_member(
@@ -494,6 +509,33 @@ mod tests {
             garbled.contains("started by train --processes"),
             "{garbled}"
         );
+    }
+
+    #[test]
+    fn leftovers_are_removed_but_not_a_file_a_live_store_holds() {
+        let dir = std::env::temp_dir().join(format!("fateplan-leftovers-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for rank in 0..2 {
+            std::fs::create_dir_all(dir.join(format!("device{rank}"))).unwrap();
+        }
+        // Member 0 (pid 7) left a file no store holds; member 1's pid (8)
+        // is now another run's, whose store holds its file.
+        let left = dir.join("device0/fateplan-spill-7-0.bin");
+        std::fs::write(&left, b"left").unwrap();
+        let held = dir.join("device1/fateplan-spill-8-0.bin");
+        std::fs::write(&held, b"held").unwrap();
+        let holder = std::fs::File::open(&held).unwrap();
+        holder.lock().unwrap();
+        // Another pid's file in member 1's folder stays too.
+        let other = dir.join("device1/fateplan-spill-9-0.bin");
+        std::fs::write(&other, b"other").unwrap();
+        remove_leftovers_of(&dir, &[7, 8]);
+        assert!(!left.exists() && !dir.join("device0").exists());
+        assert!(held.exists() && other.exists());
+        drop(holder);
+        remove_leftovers_of(&dir, &[7, 8]);
+        assert!(!held.exists() && other.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -207,7 +207,8 @@ pub struct TrainArgs {
     /// (`device0`, ...) with the plan's SSD budget: devices × budget in all.
     #[arg(long)]
     pub(crate) spill_dir: Option<PathBuf>,
-    /// Write the last training iteration's measured trace (Chrome trace events).
+    /// Write the last training iteration's measured trace (Chrome trace
+    /// events; with --devices, each device's).
     #[arg(long)]
     pub(crate) trace: Option<PathBuf>,
     /// The graph's adjacency, cached: read from this file when it exists
@@ -1170,7 +1171,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     let (report, spans, devices) = match prepared {
         Prepared::One(one) => {
             let (report, spans) = train::train(one, hyper, run, &mut on_epoch)?;
-            (report, spans, None)
+            (report, vec![spans], None)
         }
         Prepared::Shared(shares) if args.processes => {
             // The members report at the end, not per epoch.
@@ -1202,7 +1203,12 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     };
     bar.finish_and_clear();
     let comparison = if args.compare_simulated {
-        Some(compare_simulated(&plan, &report, &spans)?)
+        // Device 0's: the plan is each device's.
+        Some(compare_simulated(
+            &plan,
+            &report,
+            spans.first().map_or(&[], Vec::as_slice),
+        )?)
     } else {
         None
     };
@@ -1534,7 +1540,7 @@ fn write_trace(
     out: crate::cli::Staged,
     workload: &str,
     policy: &str,
-    spans: &[fateplan::runtime::exec::TraceSpan],
+    spans: &[Vec<fateplan::runtime::exec::TraceSpan>],
 ) -> Result<()> {
     out.write_with(|file| {
         fateplan::runtime::exec::trace::write_trace(file, workload, policy, spans)

@@ -2012,6 +2012,51 @@ fn a_trace_that_cannot_be_written_is_refused_before_training() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// With several devices, `--trace` writes each device's track, as
+/// threads of one process and as member processes.
+#[test]
+fn a_trace_of_several_devices_holds_each_devices_track() {
+    let dir = scratch("trace-devices");
+    let graph = "planted:nodes=300,classes=4,features=8,val=60,test=60,seed=3";
+    for processes in [false, true] {
+        let trace = dir.join(format!("trace-{processes}.json"));
+        let mut args = vec![
+            "train",
+            "--graph",
+            graph,
+            "--epochs",
+            "2",
+            "--devices",
+            "2",
+            "--trace",
+            trace.to_str().unwrap(),
+        ];
+        if processes {
+            args.push("--processes");
+        }
+        let out = fateplan(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+        assert_eq!(doc["otherData"]["devices"], 2, "{doc}");
+        let events = doc["traceEvents"].as_array().unwrap();
+        for (pid, name) in [(1, "device 0"), (2, "device 1")] {
+            assert!(
+                events.iter().any(|e| e["name"] == "process_name"
+                    && e["pid"] == pid
+                    && e["args"]["name"] == name),
+                "processes {processes}: no {name}"
+            );
+            let ops = events
+                .iter()
+                .filter(|e| e["ph"] == "X" && e["pid"] == pid && e["cat"] == "op")
+                .count();
+            assert!(ops > 0, "processes {processes}: {name} has no operators");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A cache path that is a folder, or a spill folder that is a file, is
 /// refused by flag before anything trains.
 #[test]

@@ -766,11 +766,12 @@ pub fn first_cause(mut errors: Vec<ExecError>) -> Option<ExecError> {
 
 /// The members' outcomes as one run's report: device 0's report with the
 /// slowest device's iteration, every device's figures in rank order, and
-/// device 0's spans. Fails unless every device holds the same weights.
+/// every device's spans in rank order (empty where it was not traced).
+/// Fails unless every device holds the same weights.
 pub fn gather(
     mut outcomes: Vec<MemberOutcome>,
     shares: ShareStats,
-) -> Result<(SharedReport, Vec<TraceSpan>), ExecError> {
+) -> Result<(SharedReport, Vec<Vec<TraceSpan>>), ExecError> {
     outcomes.sort_by_key(|o| o.device.rank);
     let ranks: Vec<usize> = outcomes.iter().map(|o| o.device.rank).collect();
     if ranks != (0..outcomes.len()).collect::<Vec<_>>() {
@@ -785,6 +786,7 @@ pub fn gather(
         .ok_or_else(|| ExecError::Internal("a run of no devices".into()))?;
     let mut report = first.report;
     let mut devices = vec![first.device];
+    let mut spans = vec![first.spans];
     for other in outcomes {
         if other.report.weights_sha256 != report.weights_sha256 {
             return Err(ExecError::Internal(format!(
@@ -797,6 +799,7 @@ pub fn gather(
             report.median = other.report.median;
         }
         devices.push(other.device);
+        spans.push(other.spans);
     }
     Ok((
         SharedReport {
@@ -804,7 +807,7 @@ pub fn gather(
             devices,
             shares,
         },
-        first.spans,
+        spans,
     ))
 }
 
@@ -820,7 +823,7 @@ pub fn train_shared(
     run: TrainRun,
     ssd: Vec<Arc<dyn SsdTier>>,
     progress: &mut (dyn FnMut(&EpochStats) + Send),
-) -> Result<(SharedReport, Vec<TraceSpan>), ExecError> {
+) -> Result<(SharedReport, Vec<Vec<TraceSpan>>), ExecError> {
     let TrainRun {
         plan,
         epochs,
@@ -872,10 +875,7 @@ pub fn train_shared(
                 let ssd = ssd.get(rank).cloned();
                 let progress = &progress;
                 scope.spawn(move || {
-                    let options = ExecOptions {
-                        budgets,
-                        trace: trace && rank == 0,
-                    };
+                    let options = ExecOptions { budgets, trace };
                     pool.install(|| {
                         let mut quiet = |_: &EpochStats| {};
                         let mut shown = |stats: &EpochStats| {

@@ -6,7 +6,9 @@
 use std::os::unix::fs::FileExt;
 
 use fateplan_runtime::exec::{ExecError, SsdTier};
-use fateplan_runtime::spill::{Faults, OpKind, SpillOptions, SpillStore, ALIGN_BYTES};
+use fateplan_runtime::spill::{
+    spill_file_is_held, Faults, OpKind, SpillOptions, SpillStore, ALIGN_BYTES,
+};
 use fateplan_runtime::Error;
 
 const MIB: u64 = 1 << 20;
@@ -487,6 +489,20 @@ fn close_and_drop_delete_the_spill_file_and_created_directory() {
         dir.path().exists(),
         "a directory the store did not create stays"
     );
+}
+
+#[test]
+fn an_open_store_holds_its_file_and_a_file_left_behind_is_not_held() {
+    let dir = scratch();
+    let store = SpillStore::open(dir.path(), options(MIB, false)).unwrap();
+    assert!(store.mode().notes.iter().all(|n| !n.contains("locked")));
+    assert!(spill_file_is_held(store.path()).unwrap());
+    // What a killed process leaves: a spill file nobody holds.
+    let left = dir.path().join("fateplan-spill-1-0.bin");
+    std::fs::write(&left, b"left").unwrap();
+    assert!(!spill_file_is_held(&left).unwrap());
+    store.close().unwrap();
+    assert!(spill_file_is_held(&dir.path().join("absent.bin")).is_err());
 }
 
 #[test]

@@ -23,6 +23,10 @@
 //! - **Lifetime.** Dropping the store (or [`SpillStore::close`]) lets the
 //!   thread finish what it was given, stops it, and deletes the spill file
 //!   (and the directory, if the store created it and it is empty).
+//! - **Ownership.** The store holds an exclusive lock (`flock`) on its
+//!   file while it is open; the system drops it when the process ends,
+//!   however it ends. A file that can be locked is one whose store is
+//!   gone: what a killed process left ([`spill_file_is_held`]).
 
 mod aligned;
 mod engine;
@@ -320,6 +324,14 @@ impl SpillStore {
             })?;
         crate::cleanup::register(&path);
         let mut notes = Vec::new();
+        // Held until the file is closed, so that a cleaner can tell a
+        // live store's file from a killed process's leftover. A file
+        // system without locks still spills.
+        if let Err(std::fs::TryLockError::Error(e)) = file.try_lock() {
+            notes.push(format!(
+                "the spill file could not be locked ({e}): a cleaner cannot tell it is in use"
+            ));
+        }
         let direct = if options.faults.reject_direct {
             notes.push("O_DIRECT refused (injected fault): buffered I/O".to_string());
             false
@@ -851,4 +863,17 @@ pub fn set_direct(file: &File) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Whether a live spill store holds the spill file at `path` (its lock,
+/// see the module's ownership note): `Ok(false)` for a file whose store
+/// is gone. An error where the file cannot be opened or locks are not
+/// supported: then nothing can be told.
+pub fn spill_file_is_held(path: &Path) -> std::io::Result<bool> {
+    let file = File::open(path)?;
+    match file.try_lock() {
+        Ok(()) => Ok(false),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(true),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
 }
