@@ -286,11 +286,14 @@ fn remove_leftovers_of(dir: &std::path::Path, pids: &[u32]) {
         for entry in entries.flatten() {
             let name = entry.file_name();
             let name = name.to_string_lossy();
+            if !(name.starts_with(&prefix) && name.ends_with(".bin")) {
+                continue;
+            }
             let path = entry.path();
             // Where locks cannot tell, the member's pid is taken as
             // enough, as it is the member that ended.
             let held = fateplan_runtime::spill::spill_file_is_held(&path).unwrap_or(false);
-            if name.starts_with(&prefix) && name.ends_with(".bin") && !held {
+            if !held {
                 removed |= std::fs::remove_file(&path).is_ok();
             }
         }
@@ -400,8 +403,10 @@ fn train_member(job: &Job, owner: Option<&[u8]>, member: Arc<TcpMember>) -> Resu
     };
     let options = ExecOptions {
         budgets: job.budgets,
-        // Every device's for a trace; device 0's for the comparison.
-        trace: args.trace.is_some() || (job.rank == 0 && args.compare_simulated),
+        // Every device's, as the devices on threads: each runs the same
+        // code, so that the slowest device's iteration is not device 0's
+        // for recording alone.
+        trace: args.trace.is_some() || args.compare_simulated,
     };
     // The members report at the end, not per epoch.
     let mut outcome = train::train_member(

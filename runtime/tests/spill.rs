@@ -505,6 +505,25 @@ fn an_open_store_holds_its_file_and_a_file_left_behind_is_not_held() {
     assert!(spill_file_is_held(&dir.path().join("absent.bin")).is_err());
 }
 
+/// A process whose pid a killed one had finds that one's files under
+/// the names it would take: it takes the next free one and leaves them.
+#[test]
+fn names_a_killed_process_left_are_passed_over() {
+    let dir = scratch();
+    let pid = std::process::id();
+    let left: Vec<_> = (0..300)
+        .map(|id| dir.path().join(format!("fateplan-spill-{pid}-{id}.bin")))
+        .collect();
+    for path in &left {
+        std::fs::write(path, b"left").unwrap();
+    }
+    let store = SpillStore::open(dir.path(), options(MIB, false)).unwrap();
+    assert!(!left.contains(&store.path().to_path_buf()));
+    round_trip(&store, &[5000]);
+    store.close().unwrap();
+    assert!(left.iter().all(|p| std::fs::read(p).unwrap() == b"left"));
+}
+
 #[test]
 fn spill_files_never_outgrow_the_budget() {
     let dir = scratch();

@@ -3,7 +3,7 @@
 //! the h2d, d2h, ssd_read and ssd_write lanes), so that a simulated and a
 //! measured trace open side by side in Perfetto. With several devices,
 //! device `r` is process `r + 1`, "device r", each on its own clock from
-//! the start of its own iteration (members in other processes share no
+//! its first operator or copy (members in other processes share no
 //! clock).
 
 use std::io::{self, Write};

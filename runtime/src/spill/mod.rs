@@ -259,6 +259,10 @@ struct Index {
 
 static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(0);
 
+/// Store ids a process passes over where their names are taken before it
+/// gives up.
+const MAX_TAKEN_NAMES: u32 = 1024;
+
 pub use crate::cleanup::CreatedDirs;
 
 /// A directory-backed store of byte blocks: see the module docs.
@@ -307,27 +311,44 @@ impl SpillStore {
             what: "cannot create the spill directory".into(),
             source,
         })?;
-        let id = NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed);
-        let path = dir.join(format!("fateplan-spill-{}-{id}.bin", std::process::id()));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(&path)
-            // Failed, the folders made for it go again (`created_dirs`
-            // dropped).
-            .map_err(|source| Error::SpillIo {
-                path: path.clone(),
-                what: "cannot create a spill file in the spill directory".into(),
-                source,
-            })?;
+        // A name another process left behind (a killed one whose pid
+        // this process now has) is passed over for the next.
+        let mut passed = 0;
+        let (id, path, file) = loop {
+            let id = NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed);
+            let path = dir.join(format!("fateplan-spill-{}-{id}.bin", std::process::id()));
+            let opened = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(&path);
+            match opened {
+                Ok(file) => break (id, path, file),
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::AlreadyExists
+                        && passed < MAX_TAKEN_NAMES =>
+                {
+                    passed += 1
+                }
+                // Failed, the folders made for it go again
+                // (`created_dirs` dropped).
+                Err(source) => {
+                    return Err(Error::SpillIo {
+                        path,
+                        what: "cannot create a spill file in the spill directory".into(),
+                        source,
+                    })
+                }
+            }
+        };
         crate::cleanup::register(&path);
         let mut notes = Vec::new();
         // Held until the file is closed, so that a cleaner can tell a
-        // live store's file from a killed process's leftover. A file
-        // system without locks still spills.
-        if let Err(std::fs::TryLockError::Error(e)) = file.try_lock() {
+        // live store's file from a killed process's leftover (waited
+        // for: a cleaner holds it only while it looks). A file system
+        // without locks still spills.
+        if let Err(e) = file.lock() {
             notes.push(format!(
                 "the spill file could not be locked ({e}): a cleaner cannot tell it is in use"
             ));
@@ -668,8 +689,10 @@ impl SpillStore {
             return Ok(());
         };
         drop(engine);
-        drop(self.file.take());
+        // Removed while still open, and so locked: a cleaner never finds
+        // it unheld.
         let removed = std::fs::remove_file(&self.path);
+        drop(self.file.take());
         crate::cleanup::unregister(&self.path);
         removed.map_err(|source| Error::SpillIo {
             path: self.path.clone(),
