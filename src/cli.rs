@@ -153,7 +153,7 @@ pub(crate) struct PlanArgs {
     /// The dropout probability the model trains with (as `train
     /// --dropout`): the masks it draws are priced by the profile
     /// (`device.mask_seconds_per_element`); 0 draws none.
-    #[arg(long, conflicts_with = "dag", default_value_t = 0.5, value_parser = real_f32)]
+    #[arg(long, conflicts_with = "dag", default_value_t = 0.5, value_parser = probability_f32)]
     dropout: f32,
     /// Which GCN layers project before they aggregate: `narrower` (those
     /// whose output is narrower than their input) or `aggregate-first`
@@ -1948,6 +1948,16 @@ fn parse_count<T: Count>(
 /// [`parse_count`] of any whole number the type holds.
 pub(crate) fn whole<T: Count>(text: &str) -> std::result::Result<T, String> {
     parse_count(text, &(0..=T::MOST))
+}
+
+/// A dropout probability: [`real_f32`] in `[0, 1)` (1 would drop
+/// everything).
+pub(crate) fn probability_f32(text: &str) -> std::result::Result<f32, String> {
+    let p = real_f32(text)?;
+    match (0.0..1.0).contains(&p) {
+        true => Ok(p),
+        false => Err(format!("{} is not a probability in [0, 1)", text.trim())),
+    }
 }
 
 /// A number flag kept as an `f32` (a probability, a rate), parsed so

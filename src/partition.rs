@@ -19,8 +19,8 @@ pub struct PartitionArgs {
     /// or a generator spec (`rmat:scale=16,seed=1`, `planted:nodes=2000`).
     #[arg(long)]
     graph: String,
-    /// GPUs to partition onto.
-    #[arg(long, value_parser = crate::cli::positive::<u32>)]
+    /// GPUs to partition onto (1 to 4096).
+    #[arg(long, value_parser = crate::cli::whole_in::<u32>(1..=fateplan::runtime::partition::MAX_PARTS as u128))]
     gpus: u32,
     /// `random`, `mincut`, or `both` (side by side, with their ratio).
     #[arg(long, value_enum, default_value_t = Which::Both)]
@@ -32,8 +32,9 @@ pub struct PartitionArgs {
     /// Min-cut holds the vertices a GPU owns to twice it.
     #[arg(long, allow_hyphen_values = true)]
     tolerance: Option<String>,
-    /// Replicate on every GPU the vertices with at least this many out-edges.
-    #[arg(long, value_parser = crate::cli::whole::<u64>)]
+    /// Replicate on every GPU the vertices with at least this many
+    /// out-edges (1 or more: 0 would replicate every vertex).
+    #[arg(long, value_parser = crate::cli::positive::<u64>)]
     replicate_degree: Option<u64>,
     /// Print the result as JSON (with every GPU's figures).
     #[arg(long)]

@@ -122,7 +122,7 @@ pub struct TrainArgs {
     /// Dropout probability on each layer's input features; for GAT also
     /// on the attention coefficients (as PyG's `GATConv(dropout=p)`).
     /// [default: 0.5, or with --plan the plan's]
-    #[arg(long, value_parser = crate::cli::real_f32)]
+    #[arg(long, value_parser = crate::cli::probability_f32)]
     dropout: Option<f32>,
     /// Adam weight decay (L2), on the first layer only unless
     /// --weight-decay-all-layers (Kipf and Welling's GCN decays the first).
@@ -893,8 +893,25 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         shares: shared.then(|| share_method.name().to_string()),
         dropout: Some(hyper.dropout),
     };
+    // A plan made for the same tensors and operators under another name
+    // (the graph's folder or file name: a folder renamed, or written by
+    // `generate` from the spec the plan was made from) trains under this
+    // run's name, and the report says so.
+    let mut renamed_plan = None;
     let plan = match given_plan {
         Some((mut plan, source)) => {
+            if plan.workload.name != workload.name {
+                let as_planned = Workload {
+                    name: plan.workload.name.clone(),
+                    ..workload.clone()
+                };
+                if train::plan_is_for(&plan, &as_planned) {
+                    let planned = std::mem::replace(&mut plan.workload.name, workload.name.clone());
+                    plan.workload.definition.name = workload.name.clone();
+                    plan.workload.digest = plan.workload.definition.digest();
+                    renamed_plan = Some(planned);
+                }
+            }
             // A plan from before plans recorded their model is saved
             // with this run's, where it is for this run's workload (were
             // it not, training refuses it).
@@ -1265,6 +1282,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         // What the text's header and file lines say: the workload, the
         // SSD tier's I/O, and the files read or written.
         json["workload"] = workload_name.clone().into();
+        if let Some(planned) = &renamed_plan {
+            json["plan_workload"] = planned.clone().into();
+        }
         if let Some(mode) = &io_mode {
             json["ssd_tier"] = mode.clone().into();
         }
@@ -1356,9 +1376,14 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         )?;
     }
     let m = report.bytes_moved;
+    // Device 0's, where there are several: each moves its own share's.
+    let whose = match devices {
+        Some(_) => " on device 0",
+        None => "",
+    };
     writeln!(
         out,
-        "moved     h2d {}, d2h {}, ssd read {}, ssd write {} per iteration",
+        "moved     h2d {}, d2h {}, ssd read {}, ssd write {} per iteration{whose}",
         format_bytes(m.h2d),
         format_bytes(m.d2h),
         format_bytes(m.ssd_read),
@@ -1379,6 +1404,13 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     }
     if let Some(note) = &splits {
         writeln!(out, "splits    {note}")?;
+    }
+    if let Some(planned) = &renamed_plan {
+        writeln!(
+            out,
+            "note      the plan was made for workload {planned}: the same tensors and operators \
+             under another name (the graph's folder or file name)"
+        )?;
     }
     if let Some(note) = &unplanned_exchange {
         writeln!(out, "note      {note}")?;
@@ -1692,6 +1724,11 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, epochs: u32, shared: bo
             "          (on several devices the measured times of the operators that exchange \
              halos, agg and agg_bwd, or GAT's sddmm, agg and attention_bwd, include the \
              exchanges they wait on; the model prices the operator alone)"
+        )?;
+        writeln!(
+            out,
+            "          (the bytes and times measured are device 0's; the plan's tensors are \
+             the largest device's share, so a smaller share moves and computes less)"
         )?;
     }
     Ok(())

@@ -342,6 +342,38 @@ fn bad_input_names_what_is_wrong() {
         ),
         (&["plan", "--policy", "magic"], "known policies"),
         (&["plan", "--model", "mlp"], "known models"),
+        // A dropout of 1 or more, or a GPU count or replication degree
+        // out of range, is refused by its flag.
+        (
+            &["plan", "--dropout", "1"],
+            "'--dropout <DROPOUT>': 1 is not a probability in [0, 1)",
+        ),
+        (
+            &["train", "--graph", "planted:nodes=100", "--dropout", "-0.5"],
+            "'--dropout <DROPOUT>': -0.5 is not a probability in [0, 1)",
+        ),
+        (
+            &[
+                "partition",
+                "--graph",
+                "planted:nodes=100",
+                "--gpus",
+                "5000",
+            ],
+            "'--gpus <GPUS>': 5000 is not in 1..=4096",
+        ),
+        (
+            &[
+                "partition",
+                "--graph",
+                "planted:nodes=100",
+                "--gpus",
+                "2",
+                "--replicate-degree",
+                "0",
+            ],
+            "'--replicate-degree <REPLICATE_DEGREE>'",
+        ),
         // So does the MILP's time limit under another policy.
         (
             &["plan", "--dataset", "ogbn-arxiv", "--milp-time-limit", "5"],

@@ -2012,6 +2012,45 @@ fn a_trace_that_cannot_be_written_is_refused_before_training() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A plan made from a graph's spec trains the folder `generate` wrote
+/// from it (the same tensors and operators under the folder's name),
+/// saying so; another graph's plan is still refused.
+#[test]
+fn a_plan_trains_its_graph_under_another_name() {
+    let dir = scratch("renamed-plan");
+    let spec = "planted:nodes=300,classes=3,features=8,seed=1";
+    let folder = dir.join("g1");
+    let plan = dir.join("plan.json");
+    let (folder_arg, plan_arg) = (folder.to_str().unwrap(), plan.to_str().unwrap());
+    let generated = fateplan(&["generate", "--graph", spec, "--out", folder_arg]);
+    assert!(generated.status.success(), "{}", stderr(&generated));
+    let planned = fateplan(&[
+        "plan", "--graph", spec, "--layers", "2", "--hidden", "16", "-o", plan_arg,
+    ]);
+    assert!(planned.status.success(), "{}", stderr(&planned));
+    let train = |graph: &str| {
+        fateplan(&[
+            "train", "--graph", graph, "--plan", plan_arg, "--epochs", "1", "--json",
+        ])
+    };
+    let out = train(folder_arg);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["workload"], "gcn-2x16-g1-p1", "{json}");
+    assert_eq!(
+        json["plan_workload"], "gcn-2x16-planted-n300-c3-h0.8-seed1-p1",
+        "{json}"
+    );
+    let other = train("planted:nodes=300,classes=3,features=8,seed=2");
+    assert_eq!(other.status.code(), Some(1), "{}", stderr(&other));
+    assert!(
+        stderr(&other).contains("the plan is for workload"),
+        "{}",
+        stderr(&other)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// With several devices, `--trace` writes each device's track, as
 /// threads of one process and as member processes.
 #[test]

@@ -47,7 +47,23 @@ pub(crate) fn parse<T: DeserializeOwned>(text: &str, source: &str) -> Result<T> 
 /// which, and how that kind is given.
 fn other_kind<T>(text: &str) -> Option<String> {
     let value: serde_json::Value = serde_json::from_str(text).ok()?;
-    let fields = value.as_object()?;
+    // The type read, as the files call it (a node-link DAG is a workload).
+    let wanted = match std::any::type_name::<T>().rsplit("::").next()? {
+        "NodeLink" => "workload".to_string(),
+        name => name.to_ascii_lowercase(),
+    };
+    let Some(fields) = value.as_object() else {
+        let held = match value {
+            serde_json::Value::Array(_) => "an array",
+            serde_json::Value::String(_) => "a string",
+            serde_json::Value::Number(_) => "a number",
+            serde_json::Value::Bool(_) => "a boolean",
+            _ => "null",
+        };
+        return Some(format!(
+            "a {wanted} is a JSON object ({{...}}), and the file holds {held}"
+        ));
+    };
     let kinds: [(&str, [&str; 3], &str); 2] = [
         (
             "plan",
@@ -59,11 +75,6 @@ fn other_kind<T>(text: &str) -> Option<String> {
     let (kind, keys, given) = kinds
         .into_iter()
         .find(|(_, keys, _)| keys.iter().all(|k| fields.contains_key(*k)))?;
-    // The type read, as the files call it (a node-link DAG is a workload).
-    let wanted = match std::any::type_name::<T>().rsplit("::").next()? {
-        "NodeLink" => "workload".to_string(),
-        name => name.to_ascii_lowercase(),
-    };
     (wanted != kind).then(|| {
         format!(
             "the file is a {kind} (it has the fields {}), not a {wanted}: a {kind} is given by \
@@ -159,6 +170,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!message.contains("the file is a"), "{message}");
+        // A file that is not an object at all says what it holds.
+        let message = parse::<crate::plan::Plan>("[]", "a.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("a.json:1:2")
+                && message.contains("a plan is a JSON object ({...}), and the file holds an array"),
+            "{message}"
+        );
         let broken = profile.replacen("\"pcie\"", "\"pcie_link\"", 1);
         let message = parse::<crate::Profile>(&broken, "p.json")
             .unwrap_err()

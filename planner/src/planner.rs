@@ -2261,7 +2261,8 @@ pub fn explain(plan: &Plan) -> Vec<Explanation> {
                         n => format!(" (kept on the device through {})", count(n as u64, "other gap")),
                     };
                     format!(
-                        "{size} off the device for {idle} steps in {}{kept}; {} of transfers against {} of compute in the gaps",
+                        "{size} off the device for {} in {}{kept}; {} of transfers against {} of compute in the gaps",
+                        count(u64::from(idle), "step"),
                         count(left.len() as u64, "gap"),
                         format_seconds(seconds),
                         format_seconds(hidden)
@@ -2277,8 +2278,8 @@ pub fn explain(plan: &Plan) -> Vec<Explanation> {
                     let seconds: f64 =
                         slot.iter().filter_map(|e| e.op).map(|op| op_seconds(workload.op(op), profile)).sum();
                     format!(
-                        "{size} off the device for {} steps; re-run with {} operator(s) before step {} ({})",
-                        gap.idle_steps(),
+                        "{size} off the device for {}; re-run with {} operator(s) before step {} ({})",
+                        count(u64::from(gap.idle_steps()), "step"),
                         slot.len(),
                         gap.before,
                         format_seconds(seconds)

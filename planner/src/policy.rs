@@ -86,7 +86,7 @@ impl Policy {
     pub fn describe(self) -> &'static str {
         match self {
             Policy::Dp => "the default: searches every fate and transfer timing for the least predicted time within budget",
-            Policy::Milp => "exact MILP over the same choices as dp; for small instances (tens of tensors)",
+            Policy::Milp => "exact MILP over the same choices as dp, optimal in its own linear model of time (the prediction, which queues transfers, may still rank dp first); for small instances (tens of tensors)",
             Policy::RetainAll => "every intermediate stays on the device; inputs resident",
             Policy::OffloadHostAll => "every intermediate with a gap goes to host memory (activations saved on the CPU); inputs streamed from host",
             Policy::OffloadSsdAll => "every intermediate with a gap goes to the SSD; inputs streamed from SSD",

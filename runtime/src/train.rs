@@ -378,6 +378,12 @@ pub fn check_shared_plan(plan: &Plan, workload: &Workload) -> Result<(), ExecErr
     Ok(())
 }
 
+/// Whether `plan` trains `workload` ([`planned_for`] of its digest), as
+/// `train` and [`check_shared_plan`] ask before running it.
+pub fn plan_is_for(plan: &Plan, workload: &Workload) -> bool {
+    planned_for(&plan.workload.digest, workload)
+}
+
 /// Whether a plan whose workload has digest `planned` trains the run's
 /// workload `expected`: the same digest, or a digest `expected` had as
 /// workloads were written before
