@@ -97,6 +97,18 @@ fn a_quick_profile_is_valid_measured_and_plans() {
         assert!(source.starts_with("measured: "), "{field}: {source}");
         assert!(value.is_finite(), "{field}: {value}");
     }
+    // The GEMM shapes hold the dropout measurement's wide-to-narrow
+    // projection, in order of intensity, beside the GCN runs' four.
+    let shapes = &profile.device.dense_shapes;
+    assert_eq!(shapes.len(), 5, "{shapes:?}");
+    assert!(shapes
+        .windows(2)
+        .all(|w| w[0].flops_per_byte < w[1].flops_per_byte));
+    let source = &profile.sources["device.dense_shapes"];
+    assert!(
+        source.contains("the first layer's projection and its backward"),
+        "{source}"
+    );
     // Only the profile is left: the spill file and the temporary are gone.
     let left: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()

@@ -1153,6 +1153,13 @@ pub struct MaskRate {
     pub hidden: u32,
     pub partitions: u32,
     pub iterations: u32,
+    /// The GEMM rate of the masking operators (the first layer's
+    /// projection and its backward, `features -> hidden`) in the run
+    /// without dropout: a wide input projected to a narrow layer, as a
+    /// citation graph's first layer is, which the GCN runs' shapes (of
+    /// inputs as wide as their layers) do not hold. `None` where it timed
+    /// no time.
+    pub projection: Option<DenseRate>,
 }
 
 /// Dropout's price per element masked by a projection (`cost.masked`):
@@ -1199,6 +1206,16 @@ pub fn mask_rate(
         .filter(|op| op.cost.masked > 0)
         .map(|op| op.name.clone())
         .collect();
+    // The same operators without dropout: their flops and bytes an
+    // iteration, for the projection's GEMM rate.
+    let (projection_flops, projection_bytes) = kept
+        .workload
+        .ops
+        .iter()
+        .filter(|op| masking.contains(&op.name) && op.cost.class == ComputeClass::Dense)
+        .fold((0.0, 0u64), |(f, b), op| {
+            (f + op.cost.flops, b + op.cost.bytes)
+        });
     let masked: u64 = ops.iter().map(|op| op.cost.masked).sum();
     if masked == 0 {
         return Err(Error::Internal(
@@ -1217,6 +1234,13 @@ pub fn mask_rate(
     };
     let (with_s, iterations) = masking_seconds(dropped, 0.5)?;
     let (without_s, _) = masking_seconds(kept, 0.0)?;
+    let projection =
+        (without_s > 0.0 && projection_flops > 0.0 && projection_bytes > 0).then(|| DenseRate {
+            d_in: features,
+            d_out: hidden,
+            flops_per_s: projection_flops / without_s,
+            flops_per_byte: projection_flops / projection_bytes as f64,
+        });
     Ok(MaskRate {
         seconds_per_element: ((with_s - without_s) / masked as f64).max(0.0),
         masked,
@@ -1228,6 +1252,7 @@ pub fn mask_rate(
         hidden,
         partitions,
         iterations,
+        projection,
     })
 }
 

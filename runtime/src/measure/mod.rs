@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use fateplan_planner::profile::{
-    DeviceKind, DeviceProfile, HostProfile, PcieProfile, Profile, SsdProfile,
+    DenseShape, DeviceKind, DeviceProfile, HostProfile, PcieProfile, Profile, SsdProfile,
     PROFILE_FORMAT_VERSION,
 };
 use fateplan_planner::units::count;
@@ -574,6 +574,26 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
     next(progress);
     let masks = compute::mask_rate(bench, &profile, &sizes.rounds, &backend)?;
     profile.device.mask_seconds_per_element = Some(masks.seconds_per_element);
+    // The wide-to-narrow projection's rate among the GEMM shapes, unless
+    // one of them is as intense.
+    let projection = masks
+        .projection
+        .filter(|p| p.flops_per_s.is_finite() && p.flops_per_byte.is_finite())
+        .filter(|p| {
+            let shapes = &profile.device.dense_shapes;
+            let apart = |s: &DenseShape| (s.flops_per_byte / p.flops_per_byte - 1.0).abs() > 1e-6;
+            shapes.iter().all(apart)
+        });
+    if let Some(p) = projection {
+        profile.device.dense_shapes.push(DenseShape {
+            flops_per_byte: p.flops_per_byte,
+            flops_per_s: p.flops_per_s,
+        });
+        profile
+            .device
+            .dense_shapes
+            .sort_by(|a, b| a.flops_per_byte.total_cmp(&b.flops_per_byte));
+    }
     next(progress);
     let overhead = compute::op_overhead(&profile, sizes.overhead_iterations, &backend)?;
     profile.device.op_overhead_s = overhead.op_overhead_s;
@@ -628,13 +648,27 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             )
         })
         .collect();
+    let projection_source = match projection {
+        Some(p) => format!(
+            "; and at {} -> {} ({:.1} flops per byte): the first layer's projection and its \
+             backward in the dropout measurement's GCN without dropout (see \
+             device.mask_seconds_per_element: {} partitions of about {} rows), a wide input \
+             projected to a narrow layer as a citation graph's first layer is",
+            p.d_in,
+            p.d_out,
+            p.flops_per_byte,
+            masks.partitions,
+            masks.nodes / u64::from(masks.partitions.max(1))
+        ),
+        None => String::new(),
+    };
     put(
         &mut sources,
         "device.dense_shapes",
         format!(
             "the GEMM rate at {} (least intense first): the linear layers and their \
                  backward ({gemm}) of the GCN of width {}, {run}, and of {half_run} (the \
-                 shapes whose input is {} wide)",
+                 shapes whose input is {} wide){projection_source}",
             shapes.join(", "),
             bench.width,
             bench.half_width()
