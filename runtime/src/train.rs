@@ -378,8 +378,10 @@ pub fn check_shared_plan(plan: &Plan, workload: &Workload) -> Result<(), ExecErr
     Ok(())
 }
 
-/// Whether `plan` trains `workload` ([`planned_for`] of its digest), as
-/// `train` and [`check_shared_plan`] ask before running it.
+/// Whether `plan` trains `workload`, as [`train`] and
+/// [`check_shared_plan`] ask before running it: its digest is the
+/// workload's, or one the workload had as builds before this one wrote
+/// it (below).
 pub fn plan_is_for(plan: &Plan, workload: &Workload) -> bool {
     planned_for(&plan.workload.digest, workload)
 }
