@@ -2832,6 +2832,26 @@ fn run_compare(args: &CompareArgs) -> Result<()> {
     Ok(())
 }
 
+/// The text's lines on a workload as JSON strings, each led by its
+/// label as the text gives it (the first, the workload's size, by
+/// `workload`), one space after it.
+fn json_notes(note: &str) -> Vec<String> {
+    note.lines()
+        .enumerate()
+        .map(|(k, line)| {
+            let line = line.trim_end();
+            let line = match k {
+                0 => format!("workload {line}"),
+                _ => line.to_string(),
+            };
+            match line.split_once(' ') {
+                Some((label, rest)) => format!("{label} {}", rest.trim_start()),
+                None => line,
+            }
+        })
+        .collect()
+}
+
 /// `compare`'s table, or its JSON under `--json`.
 fn write_compare(args: &CompareArgs, c: &Comparison) -> Result<()> {
     let mut out = stdout();
@@ -2841,7 +2861,7 @@ fn write_compare(args: &CompareArgs, c: &Comparison) -> Result<()> {
             "partitions": c.partitions,
             // The text's lines on the workload: its size, how `auto`
             // chose the partitions, the halo, budgets given as shares.
-            "notes": c.note.lines().map(|l| l.trim_end()).collect::<Vec<_>>(),
+            "notes": json_notes(&c.note),
             "profile": c.profile,
             "budgets": {
                 "hbm": c.budgets.hbm_bytes,
@@ -3240,6 +3260,20 @@ fn run_workloads() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compare_s_json_notes_are_each_led_by_their_label() {
+        let note = "26 tensors, 17 operators; 300 nodes\npartitions 1 (auto: the fewest)\n\
+                    percent   --hbm-budget 40% is 46.0 KiB   ";
+        assert_eq!(
+            json_notes(note),
+            [
+                "workload 26 tensors, 17 operators; 300 nodes",
+                "partitions 1 (auto: the fewest)",
+                "percent --hbm-budget 40% is 46.0 KiB",
+            ]
+        );
+    }
 
     /// A bare number is told what it could be: a share and gibibytes up
     /// to 100, mebibytes or gibibytes up to 4096, else mebibytes; a

@@ -351,7 +351,12 @@ fn write_table(out: &mut dyn Write, r: &SimReport, wall_s: f64) -> Result<()> {
             format_bytes(peak),
             format_bytes(budget),
             percent(peak as f64, budget as f64),
-            format_seconds(*r.peak_time_s.get_ref(tier))
+            // A tier the plan never uses has no peak to place (as `plan`
+            // says it).
+            match peak {
+                0 => "unused".to_string(),
+                _ => format_seconds(*r.peak_time_s.get_ref(tier)),
+            }
         )?;
     }
     if r.violations_total == 0 {

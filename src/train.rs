@@ -1408,8 +1408,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     if let Some(planned) = &renamed_plan {
         writeln!(
             out,
-            "note      the plan was made for workload {planned}: the same tensors and operators \
-             under another name (the graph's folder or file name)"
+            "note      the plan was made for workload {planned}, whose tensors and operators \
+             are this run's under another name (the graph's folder or file name)"
         )?;
     }
     if let Some(note) = &unplanned_exchange {

@@ -268,7 +268,8 @@ fn check_entry(
         || entry.done_before_step > steps
     {
         return Err(bad(format!(
-            "issue_after_step {} and done_before_step {} are not an interval within 0..{steps}",
+            "issue_after_step {} and done_before_step {} are not an interval within \
+             -1..={steps} (a transfer must be issued before it is due)",
             entry.issue_after_step, entry.done_before_step
         )));
     }
