@@ -1124,19 +1124,7 @@ pub fn set_threads(threads: Option<usize>) -> Result<()> {
 }
 
 fn load_profile(name: &str) -> Result<Profile> {
-    if let Some(profile) = profiles::builtin(name) {
-        return Ok(profile);
-    }
-    let path = PathBuf::from(name);
-    if !path.exists() {
-        bail!(
-            "unknown profile {name:?}: not a built-in profile ({}) nor a file",
-            profiles::names().join(", ")
-        );
-    }
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(Profile::from_json(&text, &path.display().to_string())?)
+    Ok(profiles::load(name)?)
 }
 
 /// What the GNN builder needs to know about the graph.

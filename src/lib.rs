@@ -64,8 +64,48 @@ pub mod profiles {
         )
     }
 
+    /// The built-in profiles' names, as [`builtin`] takes them.
     pub fn names() -> Vec<&'static str> {
         BUILTIN.iter().map(|(n, _)| *n).collect()
+    }
+
+    /// A profile as `--profile` takes one: the built-in profile called
+    /// `name`, else the profile file at that path (checked as
+    /// [`Profile::from_json`] checks it). A name that is neither, or a
+    /// file that cannot be read, is an `InvalidInput` naming it.
+    pub fn load(name: &str) -> Result<Profile, fateplan_planner::Error> {
+        if let Some(profile) = builtin(name) {
+            return Ok(profile);
+        }
+        let path = std::path::Path::new(name);
+        if !path.exists() {
+            return Err(fateplan_planner::Error::InvalidInput {
+                context: format!("profile {name:?}"),
+                message: format!("not a built-in profile ({}) nor a file", names().join(", ")),
+            });
+        }
+        let text =
+            std::fs::read_to_string(path).map_err(|e| fateplan_planner::Error::InvalidInput {
+                context: path.display().to_string(),
+                message: format!("cannot read: {e}"),
+            })?;
+        Profile::from_json(&text, &path.display().to_string())
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn a_profile_loads_by_name_or_path_and_a_bad_one_is_named() {
+            assert_eq!(super::load("cpu-small").unwrap().name, "cpu-small");
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/profiles/h200.json");
+            assert_eq!(super::load(path).unwrap(), super::builtin("h200").unwrap());
+            let error = super::load("no-such-profile").unwrap_err().to_string();
+            assert!(error.contains("profile \"no-such-profile\": not a built-in profile (a100-80g"));
+            let folder = super::load(env!("CARGO_MANIFEST_DIR"))
+                .unwrap_err()
+                .to_string();
+            assert!(folder.contains("cannot read"), "{folder}");
+        }
     }
 }
 

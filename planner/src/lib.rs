@@ -1,4 +1,5 @@
-//! fateplan's planner: pure computation, no I/O, no clock.
+//! fateplan's planner: pure computation, no I/O; the clock is read only
+//! for the MILP's time limit and the planning times it reports.
 //!
 //! It models one training iteration ([`Workload`]) and a machine
 //! ([`Profile`]), gives every tensor a [`Fate`], schedules the transfers and

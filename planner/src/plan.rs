@@ -895,7 +895,13 @@ impl Plan {
     /// device's share of it on several). `plan` refuses a budget above
     /// it, so a file holding one was not made by it; plans made in the
     /// library may set any budget (a measurement's unbounded ones).
-    fn within_capacity(&self) -> Result<()> {
+    /// That the plan's budgets are within what its profile's device (on
+    /// several GPUs, one GPU's share of the node) has, as a plan read
+    /// from a file must be. [`crate::plan`] returns a plan whose peak is
+    /// over that capacity when its budget is (with
+    /// [`Budgets::UNLIMITED`], to learn what a run needs): this tells a
+    /// plan that fits the machine from one that does not, naming the tier.
+    pub fn within_capacity(&self) -> Result<()> {
         let capacity = Budgets::from_profile(&self.profile.share(self.gpus));
         for (field, tier) in [
             ("hbm_bytes", Tier::Hbm),

@@ -2404,7 +2404,21 @@ mod tests {
             }
             let back = Plan::from_json(&made.to_json(), "made.json").unwrap();
             assert_eq!(back, made);
+            assert!(made.within_capacity().is_ok());
         }
+        // A workload over the device, planned without limits, keeps its
+        // budget, and the plan says it does not fit the machine.
+        let huge = build_gnn(
+            &GnnSpec::new(GnnModel::Gcn, 1000, 10, "huge"),
+            &BlockCounts::skewed(100_000_000, 1_000_000_000, 1).unwrap(),
+        )
+        .unwrap();
+        let mut options = PlanOptions::new(Policy::RetainAll, &profile);
+        options.budgets = Budgets::UNLIMITED;
+        let over = plan(&huge, &profile, &options).unwrap();
+        assert!(over.predicted.peak_bytes.hbm > profile.device.hbm_bytes);
+        let error = over.within_capacity().unwrap_err().to_string();
+        assert!(error.contains("plan field budgets.hbm_bytes"), "{error}");
         let mut options = PlanOptions::new(Policy::Dp, &profile);
         options.gpus = 2;
         options.multi = Some(MultiGpu {

@@ -146,6 +146,40 @@ pub struct TrainRun {
     pub backend: BackendChoice,
 }
 
+impl TrainRun {
+    /// `epochs` of `plan` under its own budgets, on the CPU backend, with
+    /// no SSD tier and no trace: set the fields to run otherwise.
+    pub fn new(plan: Arc<Plan>, epochs: u32) -> TrainRun {
+        TrainRun {
+            plan,
+            epochs,
+            budgets: None,
+            ssd: None,
+            trace: false,
+            backend: BackendChoice::default(),
+        }
+    }
+}
+
+/// Training learns from the nodes of the training mask alone: an input
+/// whose mask (the whole graph's, for one device's share) selects none
+/// has nothing to train on, and is refused.
+fn check_training_nodes(input: &GraphInput) -> Result<(), ExecError> {
+    let nodes = input
+        .train_nodes_total
+        .unwrap_or_else(|| input.train_mask.iter().filter(|&&m| m).count() as u64);
+    if nodes == 0 {
+        let of = match input.train_nodes_total {
+            Some(_) => "the graph's nodes".to_string(),
+            None => format!("the graph's {} nodes", input.train_mask.len()),
+        };
+        return Err(ExecError::InvalidInput(format!(
+            "train_mask: selects none of {of}; training needs at least one"
+        )));
+    }
+    Ok(())
+}
+
 /// Checks what a run is asked to do before it starts: hyper-parameters
 /// that can train ([`Hyper::check`]), at least one epoch, and, where the
 /// model was `built` from a spec ([`prepare`]), `hyper`'s shape the same
@@ -244,6 +278,7 @@ pub fn train(
         backend,
     } = run;
     check_run(&hyper, epochs, Some(&prepared.shape.spec))?;
+    check_training_nodes(&prepared.input)?;
     let Prepared {
         workload: expected,
         input: graph,
@@ -734,6 +769,7 @@ pub fn train_member(
     progress: &mut dyn FnMut(&EpochStats),
 ) -> Result<MemberOutcome, ExecError> {
     check_run(&hyper, epochs, None)?;
+    check_training_nodes(&share.input)?;
     on_a_worker(progress, move |progress| {
         let rank = comm.rank();
         let halo_block_bytes = share.halo.block_bytes();
@@ -854,6 +890,11 @@ pub fn train_shared(
     }
     check_run(&hyper, epochs, Some(&prepared.shape.spec))?;
     check_shared_plan(&plan, &prepared.workload)?;
+    // Each device's share knows the whole graph's training nodes: one
+    // device tells for all, before any waits on the others.
+    if let Some(first) = prepared.devices.first() {
+        check_training_nodes(&first.input)?;
+    }
     let k = prepared.devices.len();
     if k != prepared.group {
         return Err(ExecError::Internal(format!(

@@ -565,6 +565,24 @@ fn a_run_that_cannot_train_is_refused_before_it_starts_naming_why() {
         let message = attempt(hyper, epochs);
         assert!(message.contains(expected), "{message}");
     }
+    // A graph whose training mask selects no node has nothing to learn.
+    let mut untrained = dataset.clone();
+    untrained.train_mask.iter_mut().for_each(|m| *m = false);
+    let none = train::prepare(untrained, &hyper, 2).unwrap();
+    let run = TrainRun {
+        plan: Arc::new(make_plan(&none, Policy::RetainAll, roomy()).unwrap()),
+        epochs: 1,
+        budgets: None,
+        ssd: None,
+        trace: false,
+        backend: Default::default(),
+    };
+    let error = train::train(none, hyper, run, &mut |_| {}).unwrap_err();
+    assert!(
+        matches!(&error, ExecError::InvalidInput(m)
+            if m.contains("train_mask: selects none of the graph's 300 nodes")),
+        "{error}"
+    );
     // And in preparing: a learning rate that cannot train.
     let nan = Hyper {
         lr: f32::NAN,

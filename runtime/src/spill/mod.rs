@@ -25,8 +25,10 @@
 //!   (and the directory, if the store created it and it is empty).
 //! - **Ownership.** The store holds an exclusive lock (`flock`) on its
 //!   file while it is open; the system drops it when the process ends,
-//!   however it ends. A file that can be locked is one whose store is
-//!   gone: what a killed process left ([`spill_file_is_held`]).
+//!   however it ends, and removes the file before it lets go. A file that
+//!   can be locked is one whose store is gone (what a killed process
+//!   left: [`spill_file_is_held`]), or one created a moment ago whose
+//!   store has not locked it yet.
 
 mod aligned;
 mod engine;
