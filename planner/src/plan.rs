@@ -897,7 +897,7 @@ impl Plan {
     /// library may set any budget (a measurement's unbounded ones).
     /// That the plan's budgets are within what its profile's device (on
     /// several GPUs, one GPU's share of the node) has, as a plan read
-    /// from a file must be. [`crate::plan`] returns a plan whose peak is
+    /// from a file must be. [`crate::plan()`] returns a plan whose peak is
     /// over that capacity when its budget is (with
     /// [`Budgets::UNLIMITED`], to learn what a run needs): this tells a
     /// plan that fits the machine from one that does not, naming the tier.
