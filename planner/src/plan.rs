@@ -891,10 +891,6 @@ impl Plan {
         Ok(())
     }
 
-    /// Whether every budget is within what the plan's profile has (one
-    /// device's share of it on several). `plan` refuses a budget above
-    /// it, so a file holding one was not made by it; plans made in the
-    /// library may set any budget (a measurement's unbounded ones).
     /// That the plan's budgets are within what its profile's device (on
     /// several GPUs, one GPU's share of the node) has, as a plan read
     /// from a file must be. [`crate::plan()`] returns a plan whose peak is
