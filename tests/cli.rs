@@ -2656,7 +2656,8 @@ fn a_curve_no_budget_fits_names_its_workload_as_one_that_fits_does() {
     assert!(
         stdout(&out).starts_with(
             "curve     gcn-3x256-rmat-s10-e16-seed2 on a100-80g, policy dp; the partitions sized \
-             per budget\n"
+             per budget\nworkload  1024 nodes, 16384 edges; tensors and operators as each \
+             budget's partitions make them\n"
         ),
         "{}",
         stdout(&out)

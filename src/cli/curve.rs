@@ -482,8 +482,19 @@ fn table(
         "curve     {} on {}, policy {}{sized}",
         header.name, header.profile, header.policy
     )?;
-    if let Some(line) = header.note.lines().next().filter(|_| !header.sized) {
-        writeln!(out, "workload  {line}")?;
+    // With the partitions sized per budget, the tensors and operators
+    // are each row's own: the graph alone is said.
+    match header.note.lines().next() {
+        Some(line) if !header.sized => writeln!(out, "workload  {line}")?,
+        Some(line) => {
+            if let Some((_, graph)) = line.split_once("; ") {
+                writeln!(
+                    out,
+                    "workload  {graph}; tensors and operators as each budget's partitions make them"
+                )?;
+            }
+        }
+        None => {}
     }
     if let Some(of) = reference {
         let what = match of.retain_all {
