@@ -80,8 +80,10 @@ const _: () = assert!(
     REDUCE_GROUP.is_multiple_of(dense::GRAD_LANES) && REDUCE_ROWS.is_multiple_of(dense::GRAD_LANES)
 );
 
-/// What can go wrong in a kernel: only bad input.
+/// What can go wrong in a kernel: only bad input, for now (more variants
+/// may come: a `match` on it needs a wildcard arm).
 #[derive(Debug, thiserror::Error, PartialEq)]
+#[non_exhaustive]
 pub enum Error {
     /// A shape, length, index or parameter that does not fit; the message
     /// names the kernel, the argument and the value.

@@ -20,8 +20,10 @@ pub struct FitsWith {
 }
 
 /// Everything that can go wrong while building a workload, reading a profile
-/// or plan, or planning.
+/// or plan, or planning. More variants may come: a `match` on it needs a
+/// wildcard arm.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// No plan fits: `tier` is over its budget at `step` by `bytes_over`.
     #[error(
@@ -57,7 +59,7 @@ pub enum Error {
     },
     /// The MILP's time limit ran out before it found any plan (`note`:
     /// how the limit was shared, or empty).
-    #[error("policy milp: no plan found within its time limit of {time_limit_s} s (--milp-time-limit){note}")]
+    #[error("policy milp: no plan found within its time limit of {time_limit_s} s (`milp_time_limit_s`, --milp-time-limit){note}")]
     MilpOutOfTime { time_limit_s: f64, note: String },
     /// A bound that keeps planning finite was reached.
     #[error("resources exhausted: {0}")]

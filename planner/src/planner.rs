@@ -369,7 +369,7 @@ fn plan_multi(
                 time_limit_s,
                 note: format!(
                     " (of the first exchange vector planned, in the order peer before host; the \
-                     {} vectors shared --milp-time-limit {} s)",
+                     {} vectors shared the time limit of {} s)",
                     vectors.len(),
                     options.milp_time_limit_s
                 ),
@@ -1343,7 +1343,7 @@ fn plan_milp(
         Error::invalid(
             "policy milp",
             format!(
-                "no plan that fits found within its time limit of {} s (--milp-time-limit): the \
+                "no plan that fits found within its time limit of {} s (`milp_time_limit_s`, --milp-time-limit): the \
                  last it found did not fit the memory pass ({overrun})",
                 options.milp_time_limit_s
             ),
@@ -1445,7 +1445,7 @@ fn milp_infeasible(workload: &Workload, options: &PlanOptions, choices: &Choices
         Ok(_) if !options.exchanges.is_empty() => Error::invalid(
             "policy milp",
             "no fates fit the MILP's model, which sets the exchanges' host buffers aside at \
-             their peak; dp's, which counts them step by step, finds some (--policy dp)"
+             their peak; dp's, which counts them step by step, finds some (the dp policy)"
                 .to_string(),
         ),
         Ok(_) => Error::Internal("the MILP reports no plan where the dp search finds one".into()),

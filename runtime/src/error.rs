@@ -2,7 +2,12 @@
 
 use std::path::PathBuf;
 
+/// The runtime's errors outside a plan's execution ([`crate::exec::ExecError`]
+/// there): reading graphs and files, preparing a run, the spill store, and
+/// the planner's, wrapped. More variants may come: a `match` on it needs a
+/// wildcard arm.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     #[error("{}: {source}", path.display())]
     Io {

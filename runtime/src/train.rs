@@ -670,14 +670,14 @@ fn differences(planned: &Workload, expected: &Workload) -> String {
             })
     };
     match (stored(planned), stored(expected)) {
-        (false, true) => " (the plan's transposed aggregations read the blocks: --transposes built may train it)".into(),
-        (true, false) => " (the plan reads stored transposes: --transposes stored may train it)".into(),
+        (false, true) => " (the plan's transposed aggregations read the blocks: transposes built (`Transposes::Built`, --transposes built) may train it)".into(),
+        (true, false) => " (the plan reads stored transposes: transposes stored (`Transposes::Stored`, --transposes stored) may train it)".into(),
         // Masks change no tensor: where the tensors differ, so does the
         // graph or the model's shape, and dropout is not why.
         _ if let Some(differs) = differs => differs,
         _ => match (masks(planned), masks(expected)) {
-            (false, true) => " (the plan prices no dropout masks: made with --dropout 0, which trains it, or by a build from before masks were priced, whose model to train at another dropout needs planning again)".into(),
-            (true, false) => " (the plan prices dropout masks: train it with its --dropout)".into(),
+            (false, true) => " (the plan prices no dropout masks: made with dropout 0 (--dropout 0), which trains it, or by a build from before masks were priced, whose model to train at another dropout needs planning again)".into(),
+            (true, false) => " (the plan prices dropout masks: train it with its dropout (--dropout)".into(),
             _ => operator_difference(planned, expected),
         },
     }
@@ -1704,7 +1704,7 @@ mod tests {
         let masked = built(0.5, stored);
         let unmasked = built(0.0, stored);
         assert!(hint(&unmasked, &masked).contains("prices no dropout masks"));
-        assert!(hint(&masked, &unmasked).contains("train it with its --dropout"));
+        assert!(hint(&masked, &unmasked).contains("train it with its dropout (--dropout)"));
         assert!(hint(&built(0.5, kept), &masked).contains("--transposes built"));
         assert!(hint(&masked, &built(0.0, kept)).contains("--transposes stored"));
         // Another name alone: a graph's folder renamed.

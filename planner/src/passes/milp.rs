@@ -118,7 +118,7 @@ pub fn solve_held(
             "policy milp",
             format!(
                 "the workload has {count} choices; the exact MILP is for small instances \
-                 (at most {MAX_VARIABLES}); use --policy dp"
+                 (at most {MAX_VARIABLES}); use the dp policy (--policy dp)"
             ),
         ));
     }
@@ -269,7 +269,7 @@ pub fn solve_held(
                 "policy milp",
                 format!(
                     "the solver (microlp) stopped without a plan: {other}; a numerical failure of \
-                     the solver, not a sign that no plan fits (--policy dp plans it)"
+                     the solver, not a sign that no plan fits (the dp policy plans it)"
                 ),
             ))
         }

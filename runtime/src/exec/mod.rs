@@ -48,8 +48,10 @@ use arena::Arena;
 use data::Data;
 use lanes::{Lane, Pending, Span};
 
-/// What can go wrong while executing a plan.
+/// What can go wrong while executing a plan. More variants may come: a
+/// `match` on it needs a wildcard arm.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum ExecError {
     #[error(
         "{tier} arena over budget: {what} would need {}, budget {}",
