@@ -26,7 +26,7 @@ use fateplan::planner::sizing::{
     ByOutputs, MadePlan, Sized, Sizing, Swept, LEAST_OPERATORS,
 };
 use fateplan::planner::units::{
-    bytes_exact, format_bytes, format_bytes_up, format_seconds, parse_bytes,
+    bytes_exact, count, format_bytes, format_bytes_up, format_seconds, parse_bytes,
 };
 use fateplan::planner::{
     dag, explain, plan, Budgets, Error as PlanError, Plan, PlanOptions, Policy, Profile, Tier,
@@ -205,7 +205,7 @@ pub(crate) struct PlanArgs {
     /// taken; with --sweep auto, each with the sweeps chosen at it.
     /// The search and the
     /// counts planned are in the summary. `compare` sizes as dp does.
-    #[arg(long, conflicts_with = "dag", default_value = "auto")]
+    #[arg(long, conflicts_with = "dag", default_value = "auto", value_parser = auto_lowercase)]
     partitions: String,
     /// A built-in profile name or a profile JSON file.
     #[arg(long, default_value = "a100-80g")]
@@ -222,8 +222,9 @@ pub(crate) struct PlanArgs {
     #[arg(long, default_value = "auto")]
     exchange: String,
     /// Device memory budget per GPU (e.g. 80GiB, 512GB, 1000000), or a
-    /// share of the retain-all plan's device peak (e.g. 25%; needs a
-    /// partition count, as auto sizes the partitions to the budgets).
+    /// share of the retain-all plan's device peak (e.g. 25%; of the
+    /// device's memory where that peak is over it; needs a partition
+    /// count, as auto sizes the partitions to the budgets).
     #[arg(long, allow_hyphen_values = true, value_parser = budget_value)]
     hbm_budget: Option<String>,
     /// Host memory budget per GPU (bytes, or a share of the retain-all
@@ -1123,8 +1124,49 @@ pub fn set_threads(threads: Option<usize>) -> Result<()> {
     Ok(())
 }
 
+/// A profile as `--profile` takes one ([`profiles::load`]); a name that is
+/// neither a built-in profile nor a file is named with the flag.
 fn load_profile(name: &str) -> Result<Profile> {
-    Ok(profiles::load(name)?)
+    profiles::load(name).map_err(|e| flagged("--profile", name, e))
+}
+
+/// A planner's `InvalidInput` about a flag's value, named by the flag
+/// (`--model foo: unknown model; ...`), where its context is the value as
+/// the library names it (`model "foo"`); any other error as it is (a
+/// profile file's names its file and field).
+pub(crate) fn flagged(flag: &str, value: &str, error: PlanError) -> anyhow::Error {
+    match error {
+        PlanError::InvalidInput { context, message }
+            if context.ends_with(&format!("{value:?}")) =>
+        {
+            anyhow::anyhow!("{flag} {value}: {message}")
+        }
+        other => other.into(),
+    }
+}
+
+/// The note on a plan file whose recorded predictions were derived
+/// again ([`fateplan::planner::plan::ReadPlan::recomputed`]): the first
+/// that differed and how many more; `None` where none did.
+pub(crate) fn recomputed_note(recomputed: &[String]) -> Option<String> {
+    let first = recomputed.first()?;
+    Some(format!(
+        "the plan's recorded predictions differ from what its schedule gives (a plan edited by \
+         hand, or made by another build): predicted again ({first}{})",
+        match recomputed.len() {
+            1 => String::new(),
+            n => format!(", and {} more", n - 1),
+        }
+    ))
+}
+
+/// `auto` in any case as `auto`; other values as given (checked where
+/// they are read).
+pub(crate) fn auto_lowercase(text: &str) -> std::result::Result<String, String> {
+    Ok(match text.eq_ignore_ascii_case("auto") {
+        true => "auto".to_string(),
+        false => text.to_string(),
+    })
 }
 
 /// What the GNN builder needs to know about the graph.
@@ -1248,14 +1290,31 @@ impl GnnSource {
             None => size_partitions(&build, most, profile, options)?,
         };
         let took = format_seconds(started.elapsed().as_secs_f64());
-        let line = sizing_line(&sized, most, options, &took, at.is_some());
+        let below = below_capacity(options, &profile.share(gpus));
+        let line = sizing_line(&sized, most, options, &took, (at.is_some(), below));
         Ok((sized.workload, sized.partitions, line, sized.plan))
     }
 }
 
+/// Whether the host or SSD budget of `options` is below what `share` (one
+/// GPU's share of the profile) has: where none fits, more of either may
+/// fit a count with less device memory than the count reported needs.
+fn below_capacity(options: &PlanOptions, share: &Profile) -> bool {
+    let capacity = Budgets::from_profile(share);
+    [Tier::Host, Tier::Ssd]
+        .into_iter()
+        .any(|tier| options.budgets.of(tier) < capacity.of(tier))
+}
+
 /// The `partitions` line: how `auto` chose (`swept`: with the sweeps
-/// chosen at each count it walked to).
-fn sizing_line(sized: &Sized, most: u32, options: &PlanOptions, took: &str, swept: bool) -> String {
+/// chosen at each count it walked to; `below`: [`below_capacity`]).
+fn sizing_line(
+    sized: &Sized,
+    most: u32,
+    options: &PlanOptions,
+    took: &str,
+    (swept, below): (bool, bool),
+) -> String {
     let shown = |sizing: &Sizing| -> String {
         let tried: Vec<String> = sizing
             .tried
@@ -1312,7 +1371,7 @@ fn sizing_line(sized: &Sized, most: u32, options: &PlanOptions, took: &str, swep
     let closest = match (sizing.least_device, sizing.partitions == most) {
         (Some(least), _) => format!(
             "; {partitions} is reported: of the counts 1 to {} a quarter apart, it fits with the \
-             least device budget, {}, the other budgets as given{}",
+             least device budget, {}, the other budgets as given{}{}",
             least.last_asked,
             format_bytes_up(least.bytes),
             match least.still_falling {
@@ -1321,6 +1380,13 @@ fn sizing_line(sized: &Sized, most: u32, options: &PlanOptions, took: &str, swep
                      of more than {LEAST_OPERATORS} operators are not asked)"
                 ),
                 false => String::new(),
+            },
+            match below {
+                true =>
+                    "; with more host memory or SSD than their budgets, another count may \
+                         fit with less device memory (`--partitions N` gives, at N, the budget \
+                         of each tier with which it fits)",
+                false => "",
             }
         ),
         (None, true) => String::new(),
@@ -1694,7 +1760,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
             shares: None,
         });
     }
-    let model = GnnModel::parse(&args.model)?;
+    let model = GnnModel::parse(&args.model).map_err(|e| flagged("--model", &args.model, e))?;
     let heads = match (model, args.heads) {
         (GnnModel::Gat, heads) => heads.unwrap_or(DEFAULT_HEADS),
         (_, Some(heads)) if heads != 1 => bail!(
@@ -1800,7 +1866,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
         let name = args.dataset.as_deref().unwrap_or("ogbn-papers100M");
         let stats = dataset(name).ok_or_else(|| {
             anyhow!(
-                "unknown dataset {name:?}; known datasets: {}",
+                "--dataset {name}: unknown dataset; known datasets: {}",
                 dataset_names()
             )
         })?;
@@ -2155,6 +2221,18 @@ pub(crate) fn share_of(of: u64, percent: f64, (given, whose): (&str, &str)) -> R
 /// `train`.
 pub(crate) const RETAIN_ALL_PEAK: &str = "the retain-all plan's device peak";
 
+/// What `--hbm-budget P%` is a share of, and its name: the retain-all
+/// plan's device `peak`, or, where that peak is over the device's memory
+/// (`capacity`), the memory, as `curve` takes its shares: a share of a
+/// peak no device holds would be refused at every share above the
+/// device's.
+pub(crate) fn hbm_share_base(peak: u64, capacity: u64) -> (u64, String) {
+    match peak <= capacity {
+        true => (peak, RETAIN_ALL_PEAK.to_string()),
+        false => (capacity, "the device's memory".to_string()),
+    }
+}
+
 /// The device peak of the retain-all plan of `workload` without budgets,
 /// on the GPUs and with the exchanges of `like` (its `gpus`, `multi` and
 /// `exchanges`), their buffers included: what budget percentages are
@@ -2196,7 +2274,7 @@ struct Prepared {
 /// partitions are sized under instead of `--policy`'s.
 fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
     let profile = load_profile(&args.profile)?;
-    let policy = Policy::parse(&args.policy)?;
+    let policy = Policy::parse(&args.policy).map_err(|e| flagged("--policy", &args.policy, e))?;
     profile
         .check_gpus(args.gpus)
         .with_context(|| format!("--gpus {}", args.gpus))?;
@@ -2362,27 +2440,55 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
         let tiers = slots.into_iter().zip(percents).zip(flags).enumerate();
         for (k, ((slot, percent), (name, flag, capacity))) in tiers {
             if let Some(percent) = percent {
+                let (of, whose) = match k {
+                    0 => hbm_share_base(peak, capacity),
+                    _ => (peak, RETAIN_ALL_PEAK.to_string()),
+                };
                 *slot = within_capacity(
                     (name, flag.as_deref().unwrap_or_default()),
                     share_of(
-                        peak,
+                        of,
                         percent,
                         (
                             &format!("--{name} {}", flag.as_deref().unwrap_or_default()),
-                            RETAIN_ALL_PEAK,
+                            &whose,
                         ),
                     )?,
                     (capacity, k > 0),
                     &held,
                 )?;
-                given.push(format!("--{name} {percent}%: {}", format_bytes(*slot)));
+                let entry = format!("--{name} {percent}%: {}", format_bytes(*slot));
+                given.push((entry, of == peak));
             }
         }
-        budget_note = format!(
-            "percent   {} (of the retain-all plan's device peak, {})",
-            given.join(", "),
-            format_bytes(peak)
-        );
+        budget_note = match given.iter().all(|(_, on_peak)| *on_peak) {
+            true => format!(
+                "percent   {} (of the retain-all plan's device peak, {})",
+                given
+                    .iter()
+                    .map(|(e, _)| e.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                format_bytes(peak)
+            ),
+            // The device's share is of its memory: each says what it is of.
+            false => format!(
+                "percent   {}",
+                given
+                    .iter()
+                    .map(|(entry, on_peak)| match on_peak {
+                        true => format!("{entry} of {RETAIN_ALL_PEAK} ({})", format_bytes(peak)),
+                        false => format!(
+                            "{entry} of the device's memory ({}; {RETAIN_ALL_PEAK}, {}, is \
+                             over it)",
+                            format_bytes(profile.device.hbm_bytes),
+                            format_bytes(peak)
+                        ),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
     }
     let mut sweep_note = String::new();
     let mut made_while = "sizing the partitions";
@@ -2471,8 +2577,10 @@ pub(crate) enum Outcome {
         milp: Option<MilpSearch>,
     },
     /// The policy gave no plan for another reason than the budgets: milp
-    /// on a large workload, out of time, or stopped by its solver.
+    /// on a large workload, or stopped by its solver.
     Skipped(String),
+    /// The MILP's time limit ran out before it found a plan.
+    OutOfTime(String),
     /// No plan of this policy fits the budgets.
     DoesNotFit(String),
 }
@@ -2539,6 +2647,9 @@ impl PolicyRow {
             Outcome::Skipped(message) => {
                 serde_json::json!({"policy": name, "fits": null, "skipped": message})
             }
+            Outcome::OutOfTime(message) => serde_json::json!({
+                "policy": name, "fits": null, "skipped": message, "out_of_time": true
+            }),
             Outcome::DoesNotFit(error) => {
                 serde_json::json!({"policy": name, "fits": false, "error": error})
             }
@@ -2656,7 +2767,7 @@ pub(crate) fn compare_policies(
             }
             // No plan in its time, or a workload too large for it: the
             // MILP's row says why, and the others are compared.
-            Err(error @ PlanError::MilpOutOfTime { .. }) => Outcome::Skipped(error.to_string()),
+            Err(error @ PlanError::MilpOutOfTime { .. }) => Outcome::OutOfTime(error.to_string()),
             Err(PlanError::InvalidInput { message, .. }) if policy == Policy::Milp => {
                 Outcome::Skipped(message)
             }
@@ -2918,7 +3029,7 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, simulate: bool) -> Resu
                         signed_percent(s.disagreement_percent)
                     )?;
                     if s.violations_total > 0 {
-                        write!(out, "  ! {} violation(s)", s.violations_total)?;
+                        write!(out, "  ! {}", count(s.violations_total, "violation"))?;
                     }
                 }
                 if milp.is_some_and(|m| !m.proven_optimal) {
@@ -2927,6 +3038,7 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, simulate: bool) -> Resu
                 writeln!(out)?;
             }
             Outcome::Skipped(why) => writeln!(out, "{name:<18} skipped: {why}")?,
+            Outcome::OutOfTime(why) => writeln!(out, "{name:<18} out of time: {why}")?,
             Outcome::DoesNotFit(why) => writeln!(out, "{name:<18} does not fit: {why}")?,
         }
     }
@@ -3248,6 +3360,22 @@ fn run_workloads() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_or_ssd_below_the_profile_s_is_said() {
+        let profile = fateplan::profiles::builtin("a100-80g").unwrap();
+        let mut options = PlanOptions::new(Policy::Dp, &profile);
+        assert!(!below_capacity(&options, &profile));
+        options.budgets.ssd_bytes -= 1;
+        assert!(below_capacity(&options, &profile));
+        options = PlanOptions::new(Policy::Dp, &profile);
+        options.budgets.host_bytes = 1 << 30;
+        assert!(below_capacity(&options, &profile));
+        // A larger device budget is not a reason.
+        options = PlanOptions::new(Policy::Dp, &profile);
+        options.budgets.hbm_bytes = 1 << 20;
+        assert!(!below_capacity(&options, &profile));
+    }
 
     #[test]
     fn compare_s_json_notes_are_each_led_by_their_label() {

@@ -71,7 +71,8 @@ pub mod profiles {
 
     /// A profile as `--profile` takes one: the built-in profile called
     /// `name`, else the profile file at that path (checked as
-    /// [`Profile::from_json`] checks it). A name that is neither, or a
+    /// [`Profile::from_json`] checks it), else a built-in profile whose
+    /// name differs from `name` in case alone. A name that is none, or a
     /// file that cannot be read, is an `InvalidInput` naming it.
     pub fn load(name: &str) -> Result<Profile, fateplan_planner::Error> {
         if let Some(profile) = builtin(name) {
@@ -79,6 +80,15 @@ pub mod profiles {
         }
         let path = std::path::Path::new(name);
         if !path.exists() {
+            // A built-in name in another case (`H100-SXM`), where no file
+            // has it.
+            if let Some(profile) = BUILTIN
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .and_then(|(n, _)| builtin(n))
+            {
+                return Ok(profile);
+            }
             return Err(fateplan_planner::Error::InvalidInput {
                 context: format!("profile {name:?}"),
                 message: format!("not a built-in profile ({}) nor a file", names().join(", ")),
@@ -101,6 +111,8 @@ pub mod profiles {
             assert_eq!(super::load(path).unwrap(), super::builtin("h200").unwrap());
             let error = super::load("no-such-profile").unwrap_err().to_string();
             assert!(error.contains("profile \"no-such-profile\": not a built-in profile (a100-80g"));
+            // A built-in name in another case, where no file has it.
+            assert_eq!(super::load("H100-SXM").unwrap().name, "h100-sxm");
             let folder = super::load(env!("CARGO_MANIFEST_DIR"))
                 .unwrap_err()
                 .to_string();

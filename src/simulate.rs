@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use fateplan::planner::units::{format_bytes, format_seconds};
+use fateplan::planner::units::{count, format_bytes, format_seconds};
 use fateplan::planner::{Plan, Profile, Tier};
 use fateplan::runtime::sim::{self, PerStream, SimOptions, SimReport};
 
@@ -48,7 +48,8 @@ impl std::fmt::Display for ViolationsFound {
             ),
             n => write!(
                 f,
-                "the simulation found {n} violation(s) of the plan (listed in the report)"
+                "the simulation found {} of the plan (listed in the report)",
+                count(n, "violation")
             ),
         }
     }
@@ -62,8 +63,9 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
     // A plan that breaks its own budgets, or reads a tensor that is not
     // on the device, is replayed rather than refused: the report says
     // where, when and by how much, and the exit status is 3.
-    let (plan, rejected) = Plan::from_json_to_replay(&text, &source)?;
+    let read = Plan::read(&text, &source)?;
     drop(text);
+    let (plan, rejected, recomputed) = (read.plan, read.rejected, read.recomputed);
     let profile = match &args.profile {
         Some(name) => load_profile(name)?,
         None => plan.profile.clone(),
@@ -143,7 +145,12 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
         .device
         .priced_at_curve_top(&plan.workload.definition.ops);
     if args.json {
-        if by_field.is_none() && at_top.is_none() && rejected.is_none() && !renamed_what_if {
+        if by_field.is_none()
+            && at_top.is_none()
+            && rejected.is_none()
+            && !renamed_what_if
+            && recomputed.is_empty()
+        {
             out.write_all(report.to_json().as_bytes())?;
         } else {
             // Said in the JSON as in the text: the first operator priced
@@ -160,6 +167,9 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
             }
             if renamed_what_if {
                 json["profile_differs_from_planned"] = true.into();
+            }
+            if !recomputed.is_empty() {
+                json["predictions_recomputed"] = recomputed.clone().into();
             }
             out.write_all(serde_json::to_string_pretty(&json)?.as_bytes())?;
             out.write_all(b"\n")?;
@@ -181,6 +191,9 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
                     profile.name, profile.name
                 )?;
             }
+        }
+        if let Some(note) = crate::cli::recomputed_note(&recomputed) {
+            writeln!(out, "note      {note}")?;
         }
         if renamed_what_if {
             writeln!(

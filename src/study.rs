@@ -419,10 +419,10 @@ fn summary(rows: &[Row]) -> String {
         for r in &row.comparison.rows {
             if let Some(s) = r.simulated().filter(|s| s.violations_total > 0) {
                 violations.push(format!(
-                    "{}, {}: {} violation(s), the first: {}",
+                    "{}, {}: {}, the first: {}",
                     row.label(),
                     r.policy.name(),
-                    s.violations_total,
+                    count(s.violations_total, "violation"),
                     s.first_violation.as_deref().unwrap_or("?")
                 ));
             }

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::cli::flagged;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fateplan::planner::exchange::MultiGpu;
@@ -302,7 +303,12 @@ impl TrainArgs {
         // Model names are taken in any case (`GAT`, `graphsage`): compare
         // their canonical names.
         let model = match &self.model {
-            Some(name) => Some(GnnModel::parse(name)?.name().to_string()),
+            Some(name) => Some(
+                GnnModel::parse(name)
+                    .map_err(|e| flagged("--model", name, e))?
+                    .name()
+                    .to_string(),
+            ),
             None => None,
         };
         let order = match &self.layer_order {
@@ -397,7 +403,7 @@ fn backend_choice(args: &TrainArgs) -> Result<train::BackendChoice> {
 
 /// The hyper-parameters the arguments give, checked.
 pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
-    let model = GnnModel::parse(args.model())?;
+    let model = GnnModel::parse(args.model()).map_err(|e| flagged("--model", args.model(), e))?;
     let hyper = Hyper {
         model,
         layers: args.layers(),
@@ -705,12 +711,21 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         }
     }
     // A plan is read first: the model it was made for is the one trained.
+    // Its predictions, where they differ from what its schedule gives (a
+    // plan edited by hand), are derived again and said to be.
+    let mut plan_recomputed = Vec::new();
     let given_plan = match &args.plan {
         Some(path) => {
             let source = path.display().to_string();
             let text =
                 std::fs::read_to_string(path).with_context(|| format!("reading {source}"))?;
-            let plan = Plan::from_json(&text, &source)?;
+            let read = Plan::read(&text, &source)?;
+            if let Some(rejected) = read.rejected {
+                // A plan that breaks its own budgets is bad input here.
+                bail!("{source}: {rejected}");
+            }
+            plan_recomputed = read.recomputed;
+            let plan = read.plan;
             if let Some(name) = &args.profile {
                 if load_profile(name)? != plan.profile {
                     bail!(
@@ -991,7 +1006,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             plan
         }
         None => {
-            let policy = Policy::parse(args.policy.as_deref().unwrap_or("dp"))?;
+            let name = args.policy.as_deref().unwrap_or("dp");
+            let policy = Policy::parse(name).map_err(|e| flagged("--policy", name, e))?;
             let mut options = PlanOptions::new(policy, &profile);
             if let Some(limit) = args.milp_time_limit {
                 // (Its policy checked before the graph was read.)
@@ -1285,6 +1301,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         if let Some(planned) = &renamed_plan {
             json["plan_workload"] = planned.clone().into();
         }
+        if !plan_recomputed.is_empty() {
+            json["plan_predictions_recomputed"] = plan_recomputed.clone().into();
+        }
         if let Some(mode) = &io_mode {
             json["ssd_tier"] = mode.clone().into();
         }
@@ -1411,6 +1430,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             "note      the plan was made for workload {planned}, whose tensors and operators \
              are this run's under another name (the graph's folder or file name)"
         )?;
+    }
+    if let Some(note) = crate::cli::recomputed_note(&plan_recomputed) {
+        writeln!(out, "note      {note}")?;
     }
     if let Some(note) = &unplanned_exchange {
         writeln!(out, "note      {note}")?;
@@ -1696,8 +1718,8 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, epochs: u32, shared: bo
     if c.simulated_violations > 0 {
         writeln!(
             out,
-            "          the simulator found {} violation(s) in the plan",
-            c.simulated_violations
+            "          the simulator found {} in the plan",
+            count(c.simulated_violations, "violation")
         )?;
     }
     writeln!(
@@ -1735,7 +1757,8 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, epochs: u32, shared: bo
 }
 
 /// A budget flag: bytes (as `plan` reads them), or a percentage of the
-/// retain-all plan's device peak.
+/// retain-all plan's device peak (the device budget's, of the device's
+/// memory where that peak is over it: [`crate::cli::hbm_share_base`]).
 fn budget(
     flag: &Option<String>,
     name: &str,
@@ -1750,11 +1773,12 @@ fn budget(
     let bytes = match crate::cli::budget_percent(flag, name)? {
         Some(percent) => {
             let given = format!("--{name} {given}");
-            crate::cli::share_of(
-                retain_peak()?,
-                percent,
-                (&given, crate::cli::RETAIN_ALL_PEAK),
-            )?
+            let peak = retain_peak()?;
+            let (of, whose) = match shared {
+                false => crate::cli::hbm_share_base(peak, capacity),
+                true => (peak, crate::cli::RETAIN_ALL_PEAK.to_string()),
+            };
+            crate::cli::share_of(of, percent, (&given, &whose))?
         }
         None => crate::cli::budget(flag, name, default)?,
     };

@@ -280,6 +280,11 @@ fn too_small_a_budget_is_infeasible_with_the_shortfall() {
         ) && message.contains("it fits with any one of these budgets (the others as given, within about 2%): hbm 6.65 MiB"),
         "{message}"
     );
+    // The host and SSD budgets are the profile's: no other tier to raise.
+    assert!(
+        !message.contains("with more host memory or SSD"),
+        "{message}"
+    );
     // A count where dp's memory model fits no fates but a peer's plan,
     // which dp takes, fits (recompute-all's, with no host memory): auto
     // finds it.
@@ -322,9 +327,12 @@ fn bad_input_names_what_is_wrong() {
     let cases: &[(&[&str], &str)] = &[
         (
             &["plan", "--dataset", "cora-ish"],
-            "known datasets: ogbn-arxiv",
+            "--dataset cora-ish: unknown dataset; known datasets: ogbn-arxiv",
         ),
-        (&["plan", "--profile", "tpu"], "a100-80g"),
+        (
+            &["plan", "--profile", "tpu"],
+            "--profile tpu: not a built-in profile (a100-80g",
+        ),
         // Each grid point's shape is checked before the first row runs.
         (
             &[
@@ -340,8 +348,18 @@ fn bad_input_names_what_is_wrong() {
             ],
             "--layers 65 (gcn on ogbn-arxiv): invalid input: layers: 65 is outside 1..=64",
         ),
-        (&["plan", "--policy", "magic"], "known policies"),
-        (&["plan", "--model", "mlp"], "known models"),
+        (
+            &["plan", "--policy", "magic"],
+            "--policy magic: unknown policy; known policies",
+        ),
+        (
+            &["plan", "--model", "mlp"],
+            "--model mlp: unknown model; known models",
+        ),
+        (
+            &["train", "--graph", "planted:nodes=100", "--model", "mlp"],
+            "--model mlp: unknown model",
+        ),
         // A dropout of 1 or more, or a GPU count or replication degree
         // out of range, is refused by its flag.
         (
@@ -2014,7 +2032,7 @@ fn a_curve_refuses_budgets_it_cannot_plan_naming_them() {
     let out = fateplan(&["curve", "--dataset", "nope"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(
-        stderr(&out).starts_with("error: unknown dataset \"nope\""),
+        stderr(&out).starts_with("error: --dataset nope: unknown dataset"),
         "{}",
         stderr(&out)
     );
@@ -2022,6 +2040,22 @@ fn a_curve_refuses_budgets_it_cannot_plan_naming_them() {
 
 #[test]
 fn a_curve_s_shares_are_plan_s_and_a_row_that_fits_no_budget_says_which_tier() {
+    // `plan --hbm-budget SHARE --json` and `curve --budgets SHARE --json`
+    // with `args`, their budgets the same.
+    let both = |share: &str, args: &[&str]| {
+        let json = |command: &[&str]| -> serde_json::Value {
+            let out = fateplan(&[command, args, &["--json"]].concat());
+            assert!(out.status.success(), "{}", stderr(&out));
+            serde_json::from_str(&stdout(&out)).unwrap()
+        };
+        let plan = json(&["plan", "--hbm-budget", share]);
+        let curve = json(&["curve", "--budgets", share]);
+        assert_eq!(
+            curve["rows"][0]["hbm_budget_bytes"], plan["budgets"]["hbm_bytes"],
+            "{curve}"
+        );
+        (plan, curve)
+    };
     // On 2 GPUs, 25% is the bytes `plan --hbm-budget 25%` gives.
     let args = [
         "--dataset",
@@ -2031,21 +2065,29 @@ fn a_curve_s_shares_are_plan_s_and_a_row_that_fits_no_budget_says_which_tier() {
         "--partitions",
         "4",
     ];
-    let mut argv = vec!["plan", "--hbm-budget", "25%", "--json"];
-    argv.extend_from_slice(&args);
-    let out = fateplan(&argv);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let plan: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
-    let mut argv = vec!["curve", "--budgets", "25%", "--json"];
-    argv.extend_from_slice(&args);
-    let out = fateplan(&argv);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let curve: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
-    assert_eq!(
-        curve["rows"][0]["hbm_budget_bytes"], plan["budgets"]["hbm_bytes"],
-        "{curve}"
-    );
+    let (_, curve) = both("25%", &args);
     assert_eq!(curve["workload"], "gcn-3x256-ogbn-arxiv-share1of2-p4");
+    // Where the retain-all peak is over the device's memory, `plan`'s
+    // share is of the memory, as `curve`'s is (it was refused as over the
+    // device at 50%).
+    let deep = ["--profile", "h100-sxm", "--partitions", "9"];
+    let (plan, _) = both("50%", &deep);
+    let memory = fateplan::profiles::builtin("h100-sxm")
+        .unwrap()
+        .device
+        .hbm_bytes;
+    assert_eq!(plan["budgets"]["hbm_bytes"], memory / 2);
+    let mut argv = vec!["plan", "--hbm-budget", "50%"];
+    argv.extend_from_slice(&deep);
+    let out = fateplan(&argv);
+    assert!(
+        stdout(&out).contains(
+            "--hbm-budget 50%: 39.8 GiB of the device's memory (79.6 GiB; the \
+             retain-all plan's device peak, 522 GiB, is over it)"
+        ),
+        "{}",
+        stdout(&out)
+    );
     // Host memory that fits nothing: each row says so, and the shares are
     // still of the retain-all plan's device peak.
     let mut argv = vec![
@@ -2723,4 +2765,35 @@ fn compare_skips_the_milp_where_the_workload_is_too_large_for_it() {
         "{table}"
     );
     assert!(table.contains("\ngreedy "), "{table}");
+}
+
+#[test]
+fn names_and_auto_are_taken_in_any_case() {
+    let lower = fateplan(&[
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--policy",
+        "dp",
+        "--profile",
+        "h100-sxm",
+        "--partitions",
+        "auto",
+        "--json",
+    ]);
+    let upper = fateplan(&[
+        "plan",
+        "--dataset",
+        "OGBN-ARXIV",
+        "--policy",
+        "DP",
+        "--profile",
+        "H100-SXM",
+        "--partitions",
+        "AUTO",
+        "--json",
+    ]);
+    assert!(lower.status.success(), "{}", stderr(&lower));
+    assert!(upper.status.success(), "{}", stderr(&upper));
+    assert_eq!(lower.stdout, upper.stdout);
 }

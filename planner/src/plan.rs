@@ -389,6 +389,21 @@ pub struct Predicted {
     pub bytes_moved: LinkBytes,
 }
 
+/// A plan read from a file ([`Plan::read`]).
+#[derive(Debug, Clone)]
+pub struct ReadPlan {
+    pub plan: Plan,
+    /// The sanity pass's rejection, where the plan breaks its budgets or
+    /// an operator reads a tensor that is not on the device: a replay
+    /// says where.
+    pub rejected: Option<Error>,
+    /// The recorded predictions that differed from what the plan's
+    /// schedule gives, each `field: recorded -> derived` (a plan edited
+    /// by hand, or made by a build that predicts otherwise); `plan` holds
+    /// the derived ones.
+    pub recomputed: Vec<String>,
+}
+
 /// The workload a plan is for: name and digest, and the definition itself so
 /// that a plan can be simulated or executed on its own.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -774,8 +789,8 @@ impl MilpSearch {
     /// and in which round.
     pub fn describe(&self) -> String {
         let text = if self.proven_optimal {
-            "the MILP proved it optimal in its model, dp's (the prediction times more than that \
-             model, and may find another policy's plan faster)"
+            "the MILP proved it optimal in the linear model of time it shares with dp (the \
+             prediction times more than that model, and may find another policy's plan faster)"
                 .to_string()
         } else {
             format!(
@@ -821,14 +836,17 @@ impl Plan {
     }
 
     /// Reads a plan and validates it again: format, workload digest, that
-    /// its tensors match the workload, the sanity pass, and that the
-    /// recorded peaks are the ones the sanity pass finds. A file's
+    /// its tensors match the workload, and the sanity pass. A file's
     /// exchanges must come with the halo they are derived from again.
+    /// Its recorded predictions (peaks and their steps, times, bytes
+    /// moved), derived from the rest, are derived again where they differ
+    /// (a plan edited by hand): [`Plan::read`] says which did.
     pub fn from_json(text: &str, source: &str) -> Result<Plan> {
-        match Self::from_json_to_replay(text, source)? {
-            (plan, None) => Ok(plan),
+        let read = Self::read(text, source)?;
+        match read.rejected {
+            None => Ok(read.plan),
             // A plan that breaks its own budgets is bad input here.
-            (_, Some(rejected)) => Err(Error::invalid(source, rejected.to_string())),
+            Some(rejected) => Err(Error::invalid(source, rejected.to_string())),
         }
     }
 
@@ -850,26 +868,77 @@ impl Plan {
     /// operator reads a tensor that is not on the device) is returned
     /// with that rejection instead of refused, so that a replay can say
     /// where, when and by how much. Its structure, workload name and
-    /// exchanges are checked as ever; its recorded peaks and predicted
-    /// figures, which need a plan the pass accepts, are not.
-    pub fn from_json_to_replay(text: &str, source: &str) -> Result<(Plan, Option<Error>)> {
-        let plan: Plan = crate::json::parse(text, source)?;
+    /// exchanges are checked as ever. The recorded predictions of a plan
+    /// the pass accepts are derived again where they differ from what
+    /// its schedule gives (`recomputed` says which); a rejected plan's
+    /// are kept as they are.
+    pub fn read(text: &str, source: &str) -> Result<ReadPlan> {
+        let mut plan: Plan = crate::json::parse(text, source)?;
         let within = |error| crate::json::within(source, error);
         plan.halo_recorded().map_err(within)?;
         plan.check_fields().map_err(within)?;
-        let rejected = match sanity::check(&plan) {
+        let (rejected, recomputed) = match sanity::check(&plan) {
             Ok(checked) => {
-                plan.check_against(&checked).map_err(within)?;
-                None
+                plan.check_workload().map_err(within)?;
+                (None, plan.derive_predicted(&checked))
             }
             Err(rejected @ Error::PlanRejected { .. }) => {
                 plan.check_workload().map_err(within)?;
-                Some(rejected)
+                (Some(rejected), Vec::new())
             }
             Err(other) => return Err(within(other)),
         };
         plan.within_capacity().map_err(within)?;
-        Ok((Self::as_read(plan), rejected))
+        Ok(ReadPlan {
+            plan: Self::as_read(plan),
+            rejected,
+            recomputed,
+        })
+    }
+
+    /// Sets the predictions to what the sanity pass (`checked`: the peaks
+    /// and their steps) and the schedule on the plan's profile give,
+    /// where they differ; each field that did, `field: recorded ->
+    /// derived`, in the plan file's names.
+    fn derive_predicted(&mut self, checked: &sanity::SanityReport) -> Vec<String> {
+        let mut changed = Vec::new();
+        let p = &mut self.predicted;
+        if p.peak_bytes != checked.peak_bytes {
+            changed.push(format!(
+                "predicted.peak_bytes: {} -> {}",
+                tiers(&p.peak_bytes),
+                tiers(&checked.peak_bytes)
+            ));
+            p.peak_bytes = checked.peak_bytes;
+        }
+        if p.peak_step != checked.peak_step {
+            let (name, value, step) = first_difference(&p.peak_step, &checked.peak_step);
+            changed.push(format!("predicted.peak_step{name}: {value} -> {step}"));
+            p.peak_step = checked.peak_step;
+        }
+        let timing = self.timing();
+        let p = &mut self.predicted;
+        for (name, recorded, derived) in [
+            ("iteration_s", &mut p.iteration_s, timing.iteration_s),
+            ("compute_s", &mut p.compute_s, timing.compute_s),
+            ("recompute_s", &mut p.recompute_s, timing.recompute_s),
+            (
+                "exposed_transfer_s",
+                &mut p.exposed_transfer_s,
+                timing.exposed_transfer_s,
+            ),
+        ] {
+            if !within_tolerance(*recorded, derived) {
+                changed.push(format!("predicted.{name}: {recorded} -> {derived}"));
+                *recorded = derived;
+            }
+        }
+        if p.bytes_moved != timing.bytes_moved {
+            let (name, value, moved) = first_difference(&p.bytes_moved, &timing.bytes_moved);
+            changed.push(format!("predicted.bytes_moved{name}: {value} -> {moved}"));
+            p.bytes_moved = timing.bytes_moved;
+        }
+        changed
     }
 
     /// That a plan read from a file with exchanges between GPUs records
@@ -1222,16 +1291,7 @@ impl Plan {
     /// That the predicted times and bytes moved are the ones the schedule
     /// gives on the plan's profile (one device's share of it on several).
     fn check_predicted(&self) -> Result<()> {
-        let definition = &self.workload.definition;
-        let timeline = crate::passes::timeline::Timeline::new(definition.ops.len(), &self.schedule);
-        let timing = crate::passes::predict::predict(
-            definition,
-            &self.profile.share(self.gpus),
-            &self.schedule,
-            &timeline,
-            self.ssd_staging_bytes / crate::planner::SSD_STAGING_BUFFERS,
-            &self.exchanges,
-        );
+        let timing = self.timing();
         let p = &self.predicted;
         for (name, recorded, derived) in [
             ("iteration_s", p.iteration_s, timing.iteration_s),
@@ -1243,7 +1303,7 @@ impl Plan {
                 timing.exposed_transfer_s,
             ),
         ] {
-            if (recorded - derived).abs() > PREDICTED_TOLERANCE * derived.abs().max(1e-12) {
+            if !within_tolerance(recorded, derived) {
                 return Err(Error::invalid(
                     format!("plan field predicted.{name}"),
                     format!(
@@ -1266,6 +1326,21 @@ impl Plan {
         Ok(())
     }
 
+    /// What the plan's schedule gives on its profile (one device's share
+    /// of it on several): the predicted times and bytes moved.
+    fn timing(&self) -> crate::passes::predict::Timing {
+        let definition = &self.workload.definition;
+        let timeline = crate::passes::timeline::Timeline::new(definition.ops.len(), &self.schedule);
+        crate::passes::predict::predict(
+            definition,
+            &self.profile.share(self.gpus),
+            &self.schedule,
+            &timeline,
+            self.ssd_staging_bytes / crate::planner::SSD_STAGING_BUFFERS,
+            &self.exchanges,
+        )
+    }
+
     /// How many tensors have each fate, in [`Fate::ALL`] order.
     pub fn fate_counts(&self) -> Vec<(Fate, usize)> {
         Fate::ALL
@@ -1273,6 +1348,12 @@ impl Plan {
             .map(|&fate| (fate, self.tensors.iter().filter(|t| t.fate == fate).count()))
             .collect()
     }
+}
+
+/// Whether recorded predicted seconds are the `derived` ones, within
+/// [`PREDICTED_TOLERANCE`].
+fn within_tolerance(recorded: f64, derived: f64) -> bool {
+    (recorded - derived).abs() <= PREDICTED_TOLERANCE * derived.abs().max(1e-12)
 }
 
 /// The first field in which `found` differs from `wanted`, as the plan

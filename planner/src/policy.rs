@@ -70,10 +70,11 @@ impl Policy {
         }
     }
 
+    /// The policy named `text` ([`Policy::name`]), in any case.
     pub fn parse(text: &str) -> Result<Policy> {
         Policy::ALL
             .into_iter()
-            .find(|p| p.name() == text)
+            .find(|p| p.name().eq_ignore_ascii_case(text))
             .ok_or_else(|| {
                 let known: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
                 Error::invalid(

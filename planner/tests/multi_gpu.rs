@@ -225,20 +225,37 @@ fn a_read_plan_has_the_exchanges_and_predictions_its_workload_and_halo_give() {
     none.halo = None;
     none.validate().unwrap();
     assert!(refused(&none).contains("plan field halo"));
-    // A prediction edited, with no exchange touched.
+    // A prediction edited, with no exchange touched: refused in memory;
+    // from a file (a plan edited by hand), derived again and said to be.
+    let recomputed = |edited: &Plan| {
+        let read = Plan::read(&edited.to_json(), "edited.json").unwrap();
+        assert_eq!(read.plan.predicted, good.predicted);
+        read.recomputed
+    };
     let mut faster = good.clone();
     faster.predicted.iteration_s /= 2.0;
-    let error = refused(&faster);
+    let error = faster.validate().unwrap_err().to_string();
     assert!(
         error.contains("plan field predicted.iteration_s"),
         "{error}"
     );
+    assert!(recomputed(&faster)[0].starts_with("predicted.iteration_s: "));
     let mut moved = good.clone();
     moved.predicted.bytes_moved.h2d += 1;
-    assert!(refused(&moved).contains("plan field predicted.bytes_moved"));
+    assert!(moved
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("plan field predicted.bytes_moved"));
+    assert!(recomputed(&moved)[0].starts_with("predicted.bytes_moved.h2d: "));
     let mut elsewhere = good.clone();
     elsewhere.predicted.peak_step.hbm += 1;
-    assert!(refused(&elsewhere).contains("plan field predicted.peak_step"));
+    assert!(elsewhere
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("plan field predicted.peak_step"));
+    assert!(recomputed(&elsewhere)[0].starts_with("predicted.peak_step.hbm: "));
     let mut renamed = good.clone();
     renamed.workload.name = "foo".into();
     assert!(refused(&renamed).contains("plan field workload.name: \"foo\" differs"));

@@ -71,11 +71,14 @@ pub fn memory_svg(report: &SimReport, recording: &Recording) -> String {
          viewBox=\"0 0 {WIDTH} {height}\" font-family=\"sans-serif\" font-size=\"12\">"
     );
     let _ = writeln!(svg, "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>");
+    let planned = match report.profile == report.planned_profile {
+        true => String::new(),
+        false => format!(" (planned for {})", report.planned_profile),
+    };
     let title = format!(
-        "{} on {} (planned for {}), seed {}: memory per tier over {}",
+        "{} on {}{planned}, seed {}: memory per tier over {}",
         report.workload,
         report.profile,
-        report.planned_profile,
         report.seed,
         format_seconds(recording.iteration_s)
     );
