@@ -34,6 +34,11 @@
 #             with --sweep $SWEEP and trained, beside retain-all: which
 #             count the GPU runs fastest, against the one the simulator
 #             picks (--partitions auto)
+#   loads     dp at a quarter of the products GCN's retain-all peak (4 and 8
+#             partitions, with --sweep $SWEEP), each epoch run with the
+#             compute stream waiting for every load as soon as its copy is
+#             issued (FATEPLAN_LOADS_WAIT=1, the builds before) and without
+#             (this build), alternating, 3 rounds: what the wait costs
 #   versus    an earlier build (OLD_BIN) and this one on the same GPU in one
 #             run: the products GCN at 1 and 8 partitions with every launch
 #             blocking (aggregation spans by layer), then epochs of
@@ -55,7 +60,7 @@ EPOCHS=${EPOCHS:-10}
 SWEEP=${SWEEP:-auto}
 GRAPH="rmat:scale=$SCALE,edge_factor=30,symmetric=true,features=100,classes=47,seed=1"
 WORK=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/fateplan-gpu-work.XXXXXX")}
-SECTIONS=${*:-env tests small profile copies products diag ongraph aggs kernels counts versus}
+SECTIONS=${*:-env tests small profile copies products loads diag ongraph aggs kernels counts versus}
 LOGS=$WORK/logs
 mkdir -p "$LOGS"
 SUMMARY="$LOGS/summary.txt"
@@ -278,6 +283,31 @@ PY
             timeout 170 "$BIN" train "${products[@]}" --plan "$LOGS/counts_$parts.plan.json" \
                 --spill-dir "$WORK/spill" >"$LOGS/counts_$parts.json" 2>"$LOGS/counts_$parts.err"
             note "counts: dp, $parts partitions, budget $budget: exit $? $(field "['iteration_s'], 'simulated', d['compare_simulated']['iteration_s']['simulated'], 'pool peak', d.get('device_peak_bytes')" <"$LOGS/counts_$parts.json" 2>&1 | tail -1) $(grep -E '^partitions' "$LOGS/counts_${parts}_plan.txt" | cut -c1-60)"
+        done
+        ;;
+    loads)
+        products=(--graph "$GRAPH" --layers 3 --hidden 256 --csr-cache "$WORK/rmat.csr" --backend cuda
+            --profile "$(profile_arg)" --json --epochs "$EPOCHS" --compare-simulated)
+        budget=$(quarter_budget "$(profile_arg)")
+        if [ -z "$budget" ]; then
+            note "loads: planning the retain-all peak failed"
+            continue
+        fi
+        for parts in 4 8; do
+            timeout 170 "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$(profile_arg)" \
+                --partitions "$parts" --policy dp --hbm-budget "$budget" --sweep "$SWEEP" \
+                -o "$LOGS/loads_$parts.plan.json" >"$LOGS/loads_${parts}_plan.txt" 2>&1 || {
+                note "loads: $parts partitions: planning failed: $(tail -1 "$LOGS/loads_${parts}_plan.txt")"
+                continue
+            }
+            for round in 1 2 3; do
+                for wait in 1 0; do
+                    FATEPLAN_LOADS_WAIT=$wait timeout 170 "$BIN" train "${products[@]}" \
+                        --plan "$LOGS/loads_$parts.plan.json" --spill-dir "$WORK/spill" \
+                        >"$LOGS/loads_${parts}_${wait}_$round.json" 2>"$LOGS/loads_${parts}_${wait}_$round.err"
+                    note "loads: dp, $parts partitions, FATEPLAN_LOADS_WAIT=$wait, round $round: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s']['simulated']" <"$LOGS/loads_${parts}_${wait}_$round.json" 2>&1 | tail -1)"
+                done
+            done
         done
         ;;
     versus)

@@ -1160,6 +1160,18 @@ pub(crate) fn recomputed_note(recomputed: &[String]) -> Option<String> {
     ))
 }
 
+/// A GNN's spec refused for its sweeps (`sweep f9: the model has 2
+/// layers`), named by the flag (`--sweep f9: ...`); any other error as it
+/// is.
+pub(crate) fn sweep_flagged(error: PlanError) -> anyhow::Error {
+    match error {
+        PlanError::InvalidInput { context, message } if context.starts_with("sweep ") => {
+            anyhow::anyhow!("--{context}: {message}")
+        }
+        other => other.into(),
+    }
+}
+
 /// `auto` in any case as `auto`; other values as given (checked where
 /// they are read).
 pub(crate) fn auto_lowercase(text: &str) -> std::result::Result<String, String> {
@@ -1781,7 +1793,8 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     // `auto` chooses once the budgets are known (`prepare`).
     let sweeps = match args.sweep.as_str() {
         text if text.eq_ignore_ascii_case("auto") => Sweeps::default(),
-        text => Sweeps::parse(text).map_err(|e| anyhow!("{e}; --sweep also takes auto"))?,
+        text => Sweeps::parse(text)
+            .map_err(|e| anyhow!("{}; --sweep also takes auto", sweep_flagged(e)))?,
     };
     if transposes == Transposes::Mirrored && args.gpus > 1 {
         bail!(
@@ -2112,7 +2125,8 @@ pub(crate) fn bare_budget_note(name: &str, text: &str, bytes: u64) -> Option<Str
         return None;
     }
     // What the number could be: a share up to 100%, mebibytes or
-    // gibibytes up to a few thousand, else mebibytes.
+    // gibibytes up to a few thousand, else kibibytes (mebibytes of a
+    // number that large are more than most machines have).
     let hint = match bare.chars().all(|c| c.is_ascii_digit()) {
         true if bytes <= 100 => format!(
             "; a share of the retain-all peak is written {bare}%, a size in gibibytes {bare}GiB"
@@ -2120,7 +2134,7 @@ pub(crate) fn bare_budget_note(name: &str, text: &str, bytes: u64) -> Option<Str
         true if bytes <= 4096 => {
             format!("; a size in mebibytes is written {bare}MiB, in gibibytes {bare}GiB")
         }
-        true => format!("; a size in mebibytes is written {bare}MiB"),
+        true => format!("; a size in kibibytes is written {bare}KiB"),
         false => String::new(),
     };
     Some(format!(
@@ -2203,7 +2217,7 @@ pub(crate) fn share_of(of: u64, percent: f64, (given, whose): (&str, &str)) -> R
     let exact = of as f64 * percent / 100.0;
     if exact >= u64::MAX as f64 {
         bail!(
-            "{given}: larger than 2^64 bytes (a share of {whose}, {})",
+            "{given}: 2^64 bytes or more (a share of {whose}, {})",
             bytes_exact(of)
         );
     }
@@ -2372,6 +2386,7 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
     let (mut workload, sizing_note, mut made, mut model, gnn) = match source {
         Source::Dag(workload) => (workload, String::new(), None, None, None),
         Source::Gnn(gnn) => {
+            gnn.spec.validate().map_err(sweep_flagged)?;
             let at = |p: u32, workload: Workload, made: Option<MadePlan>| {
                 let shape = GnnShape {
                     spec: gnn.spec.clone(),
@@ -3392,7 +3407,7 @@ mod tests {
     }
 
     /// A bare number is told what it could be: a share and gibibytes up
-    /// to 100, mebibytes or gibibytes up to 4096, else mebibytes; a
+    /// to 100, mebibytes or gibibytes up to 4096, else kibibytes; a
     /// number with a unit, or of a mebibyte or more, is not told.
     #[test]
     fn a_bare_budget_is_told_what_it_could_be() {
@@ -3410,7 +3425,7 @@ mod tests {
         assert!(!said.contains('%'), "{said}");
         let said = note("1048575", 1048575).unwrap();
         assert!(
-            said.ends_with("in mebibytes is written 1048575MiB"),
+            said.ends_with("in kibibytes is written 1048575KiB"),
             "{said}"
         );
         assert!(!said.contains("GiB"), "{said}");

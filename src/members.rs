@@ -396,7 +396,7 @@ fn train_member(job: &Job, owner: Option<&[u8]>, member: Arc<TcpMember>) -> Resu
             // launcher, the spill folder.
             let sub = dir.join(format!("device{}", job.rank));
             let store: Arc<dyn SsdTier> =
-                train::open_spill(&sub, job.ssd_bytes, plan.tensors.len(), None)?;
+                train::open_spill(&sub, job.ssd_bytes, train::ssd_blocks(&plan), None)?;
             Some(store)
         }
         None => None,

@@ -13,14 +13,28 @@ use fateplan::runtime::partition::{
 };
 use serde_json::json;
 
+/// The most GPUs `--gpus` takes: as many as a plan may have, within what
+/// the partitioner splits a graph into.
+const MOST_GPUS: u32 = {
+    let (plan, parts) = (
+        fateplan::planner::profile::MAX_GPUS,
+        fateplan::runtime::partition::MAX_PARTS,
+    );
+    if plan < parts {
+        plan
+    } else {
+        parts
+    }
+};
+
 #[derive(Args)]
 pub struct PartitionArgs {
     /// The graph: a folder with `edge_index.npy`, an edge-list text file,
     /// or a generator spec (`rmat:scale=16,seed=1`, `planted:nodes=2000`).
     #[arg(long)]
     graph: String,
-    /// GPUs to partition onto (1 to 4096).
-    #[arg(long, value_parser = crate::cli::whole_in::<u32>(1..=fateplan::runtime::partition::MAX_PARTS as u128))]
+    /// GPUs to partition onto (1 to 1024, as `plan --gpus` takes).
+    #[arg(long, value_parser = crate::cli::whole_in::<u32>(1..=MOST_GPUS as u128))]
     gpus: u32,
     /// `random`, `mincut`, or `both` (side by side, with their ratio).
     #[arg(long, value_enum, default_value_t = Which::Both)]

@@ -139,9 +139,11 @@ pub struct TrainArgs {
     /// as a pool of its own, or with --processes as its process's.
     #[arg(long, value_parser = crate::cli::positive::<usize>)]
     pub(crate) threads: Option<usize>,
-    /// Vertex partitions of the workload (per device, with --devices)
-    /// [default: 4].
-    #[arg(long, value_parser = crate::cli::positive::<u32>)]
+    /// Vertex partitions of the workload (per device, with --devices; 1
+    /// to 256) [default: 4].
+    #[arg(long, value_parser = crate::cli::whole_in::<u32>(
+        1..=fateplan::planner::blocks::MAX_PARTITIONS as u128
+    ))]
     partitions: Option<u32>,
     /// Devices to train on, each owning a share of the vertices and
     /// exchanging its halo with the others (data-parallel full-graph
@@ -392,6 +394,10 @@ fn backend_choice(args: &TrainArgs) -> Result<train::BackendChoice> {
                     rebuild_transposes: false,
                     kernel_times: std::env::var_os("FATEPLAN_KERNEL_TIMES")
                         .is_some_and(|v| !v.is_empty() && v != "0"),
+                    // The build before's ordering of loads, to time beside
+                    // this one's (`benches/gpu.sh loads`).
+                    compute_waits_for_loads: std::env::var_os("FATEPLAN_LOADS_WAIT")
+                        .is_some_and(|v| !v.is_empty() && v != "0"),
                     // The run's host budget, set when the plan is known.
                     host_budget_bytes: None,
                 },
@@ -419,8 +425,9 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
         // `auto` starts by outputs: planning chooses ([`run`]).
         sweeps: match args.sweep_auto() {
             true => Sweeps::default(),
-            false => Sweeps::parse(args.sweep())
-                .map_err(|e| anyhow::anyhow!("{e}; --sweep also takes auto"))?,
+            false => Sweeps::parse(args.sweep()).map_err(|e| {
+                anyhow::anyhow!("{}; --sweep also takes auto", crate::cli::sweep_flagged(e))
+            })?,
         },
     };
     if !(0.0..1.0).contains(&args.dropout()) {
@@ -853,6 +860,11 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         );
     }
     let dataset_dims = (dataset.features as usize, dataset.classes as usize);
+    // The model checked on the graph's widths before anything is built:
+    // a sweep of a layer it lacks is the flag's fault.
+    train::spec(dataset_dims.0, dataset_dims.1, &hyper, &dataset.name)
+        .validate()
+        .map_err(crate::cli::sweep_flagged)?;
     let edges = source.as_ref().map_or(dataset.edges(), |s| s.len());
     let mut prepared = if let Some(source) = source {
         // With --processes each member builds its own share: the
@@ -1147,7 +1159,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     let ssd: Option<Arc<dyn SsdTier>> = match (&args.spill_dir, uses_ssd) {
         (Some(dir), _) => {
             let ssd_bytes = run_budgets.map_or(plan.budgets.ssd_bytes, |b: Budgets| b.ssd_bytes);
-            let tensors = plan.tensors.len();
+            let tensors = train::ssd_blocks(&plan);
             if args.processes {
                 // Each member opens its own (`crate::members`).
                 io_mode = Some(format!(
@@ -1159,13 +1171,15 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 for rank in 0..args.devices() {
                     // The store creates (and on close removes) its folder.
                     let sub = dir.join(format!("device{rank}"));
-                    let store = train::open_spill(&sub, ssd_bytes, tensors, None)?;
+                    let store = train::open_spill(&sub, ssd_bytes, tensors, None)
+                        .with_context(|| format!("--spill-dir {}", dir.display()))?;
                     io_mode = Some(store.mode().to_string());
                     stores.push(store);
                 }
                 None
             } else {
-                let store = train::open_spill(dir, ssd_bytes, tensors, None)?;
+                let store = train::open_spill(dir, ssd_bytes, tensors, None)
+                    .with_context(|| format!("--spill-dir {}", dir.display()))?;
                 io_mode = Some(store.mode().to_string());
                 Some(store)
             }

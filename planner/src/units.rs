@@ -3,8 +3,9 @@
 use crate::{Error, Result};
 
 /// Parses a byte count: a plain integer, or a number followed by a unit
-/// (`B`, `KB`, `MB`, `GB`, `TB`, `PB` in powers of 1000; `KiB`, `MiB`,
-/// `GiB`, `TiB`, `PiB` in powers of 1024; case-insensitive, optional space, an optional
+/// (`B`, `KB`, `MB`, `GB`, `TB`, `PB`, `EB` in powers of 1000; `KiB`,
+/// `MiB`, `GiB`, `TiB`, `PiB`, `EiB` in powers of 1024; case-insensitive,
+/// optional space, an optional
 /// `+`). A unit of one letter (`80G`) is refused as ambiguous, and one
 /// with a capital prefix and a small `b` (`64Mb`) as bits.
 pub fn parse_bytes(text: &str) -> Result<u64> {
@@ -21,7 +22,8 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
         .unwrap_or(trimmed.len());
     // An exponent (`1e9`, `2.5E+3`) belongs to the number, as percentages
-    // take it (`1e2%`): no unit starts with `e`.
+    // take it (`1e2%`): an `e` with digits after it (`EB` and `EiB` have
+    // none).
     let rest = &trimmed[split..];
     if split > 0 && rest.starts_with(['e', 'E']) {
         let signed = rest[1..].strip_prefix(['+', '-']).unwrap_or(&rest[1..]);
@@ -55,11 +57,13 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
         "gb" => 1_000_000_000,
         "tb" => 1_000_000_000_000,
         "pb" => 1_000_000_000_000_000,
+        "eb" => 1_000_000_000_000_000_000,
         "kib" => 1 << 10,
         "mib" => 1 << 20,
         "gib" => 1 << 30,
         "tib" => 1 << 40,
         "pib" => 1 << 50,
+        "eib" => 1 << 60,
         // One letter is read one way by some tools and the other way by
         // others: which is asked for.
         "k" | "m" | "g" | "t" | "p" => {
@@ -73,7 +77,8 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
             return Err(Error::invalid(
                 format!("byte size {text:?}"),
                 format!(
-                    "unknown unit {unit:?}; use B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB"
+                    "unknown unit {unit:?}; use B, KB, MB, GB, TB, PB, EB, KiB, MiB, GiB, TiB, PiB \
+                     or EiB"
                 ),
             ))
         }
@@ -82,9 +87,9 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
         return Err(Error::invalid(format!("byte size {text:?}"), "no number"));
     }
     if let Ok(whole) = number.parse::<u64>() {
-        return whole.checked_mul(scale).ok_or_else(|| {
-            Error::invalid(format!("byte size {text:?}"), "larger than 2^64 bytes")
-        });
+        return whole
+            .checked_mul(scale)
+            .ok_or_else(|| Error::invalid(format!("byte size {text:?}"), "2^64 bytes or more"));
     }
     let value: f64 = number
         .parse()
@@ -93,7 +98,7 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
     if !bytes.is_finite() || bytes >= u64::MAX as f64 {
         return Err(Error::invalid(
             format!("byte size {text:?}"),
-            "larger than 2^64 bytes",
+            "2^64 bytes or more",
         ));
     }
     // A fraction of a larger unit rounds to the nearest byte (0.3KiB is
@@ -125,12 +130,12 @@ pub fn format_bytes_up(bytes: u64) -> String {
     format_rounded(bytes, true)
 }
 
-/// In the largest unit that leaves at least 1 (up to TiB): two decimals
+/// In the largest unit that leaves at least 1 (up to EiB): two decimals
 /// below 10 of it, one below 100, none from 100 on (the decimals chosen
 /// before rounding, so 9.996 GiB prints `10.00 GiB`), rounded to the
 /// nearest or, where `up`, up.
 fn format_rounded(bytes: u64, up: bool) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     let mut value = bytes as f64;
     let mut unit = 0;
     while value >= 1024.0 && unit + 1 < UNITS.len() {
@@ -216,6 +221,12 @@ mod tests {
         assert_eq!(parse_bytes("1.5 KiB").unwrap(), 1536);
         assert_eq!(parse_bytes("2tib").unwrap(), 2 << 40);
         assert_eq!(parse_bytes("1PiB").unwrap(), 1 << 50);
+        assert_eq!(parse_bytes("15EiB").unwrap(), 15 << 60);
+        assert_eq!(parse_bytes("2 EB").unwrap(), 2_000_000_000_000_000_000);
+        assert!(parse_bytes("16EiB")
+            .unwrap_err()
+            .to_string()
+            .contains("2^64 bytes or more"));
         assert_eq!(parse_bytes("3 PB").unwrap(), 3_000_000_000_000_000);
         assert!(parse_bytes("20000PiB").is_err());
         assert!(parse_bytes("12 parsecs").is_err());
@@ -278,6 +289,9 @@ mod tests {
             "251 GiB"
         );
         assert_eq!(format_bytes_up(80 << 30), "80.0 GiB");
+        // Past TiB: an unlimited budget reads as what it is.
+        assert_eq!(format_bytes(3 << 50), "3.00 PiB");
+        assert_eq!(format_bytes(u64::MAX), "16.00 EiB");
     }
 
     #[test]

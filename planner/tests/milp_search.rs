@@ -46,7 +46,7 @@ fn a_milp_plan_says_it_was_proven_and_other_plans_say_nothing() {
         .milp
         .unwrap()
         .describe()
-        .starts_with("the MILP proved it optimal in its model, dp's"));
+        .starts_with("the MILP proved it optimal in the linear model of time it shares with dp"));
     let unproven = MilpSearch {
         proven_optimal: false,
         time_limit_s: 2.5,

@@ -411,7 +411,11 @@ impl Csr {
             return Err(Error::invalid(
                 path,
                 "magic",
-                format!("{:?} is not a fateplan CSR cache", &bytes[..8]),
+                format!(
+                    "the file starts {:?}, not as a CSR cache fateplan writes does ({:?})",
+                    String::from_utf8_lossy(&bytes[..8]),
+                    String::from_utf8_lossy(&CACHE_MAGIC)
+                ),
             ));
         }
         let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4"));

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 
 use fateplan_planner::blocks::BlockCounts;
 use fateplan_planner::gnn::{GnnModel, GnnShape, GnnSpec};
-use fateplan_planner::plan::{Budgets, LinkBytes, PerTier, Plan};
+use fateplan_planner::plan::{Budgets, Fate, LinkBytes, PerTier, Plan};
 use fateplan_planner::workload::{ComputeClass, TensorKind};
 use fateplan_planner::{Tier, Workload};
 
@@ -1409,16 +1409,38 @@ impl SsdTier for SpillStore {
     }
 }
 
-/// Opens the SSD tier in `dir` for a plan of `tensors` tensors whose SSD
-/// budget is `budget_bytes`. The executor's SSD arena enforces the plan's
-/// budget exactly; the store's own limit adds each block's slack.
+/// The tensors `plan` may put on the SSD: those of an SSD fate, and any
+/// its schedule moves to or from the SSD. Each is one block of the spill
+/// store at most ([`open_spill`]'s `blocks`).
+pub fn ssd_blocks(plan: &Plan) -> usize {
+    let mut on_ssd: Vec<bool> = plan
+        .tensors
+        .iter()
+        .map(|t| matches!(t.fate, Fate::OffloadSsd | Fate::StreamSsd))
+        .collect();
+    for entry in &plan.schedule {
+        if entry.from == Tier::Ssd || entry.to == Tier::Ssd {
+            if let Some(flag) = on_ssd.get_mut(entry.tensor.index()) {
+                *flag = true;
+            }
+        }
+    }
+    on_ssd.into_iter().filter(|&on| on).count()
+}
+
+/// Opens the SSD tier in `dir` for a plan that holds at most `blocks`
+/// blocks there at once ([`ssd_blocks`]) and whose SSD budget is
+/// `budget_bytes`. The executor's SSD arena enforces the plan's budget
+/// exactly; the store's own limit, and so the spill file's size, adds
+/// each block's slack ([`SPILL_SLACK_BYTES`]: its header and the padding
+/// to the store's alignment).
 pub fn open_spill(
     dir: &Path,
     budget_bytes: u64,
-    tensors: usize,
+    blocks: usize,
     options: Option<SpillOptions>,
 ) -> Result<Arc<SpillStore>, crate::Error> {
-    let limit = budget_bytes.saturating_add(tensors as u64 * SPILL_SLACK_BYTES);
+    let limit = budget_bytes.saturating_add(blocks as u64 * SPILL_SLACK_BYTES);
     let options = options.unwrap_or_else(|| SpillOptions::with_budget(limit));
     Ok(Arc::new(SpillStore::open(
         dir,

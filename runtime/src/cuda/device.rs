@@ -67,6 +67,16 @@ pub struct CudaOptions {
     /// keeping the last block's for the next one over the same block
     /// (the profiler times the builds this way).
     pub rebuild_transposes: bool,
+    /// Make the compute stream wait for each load's copy as soon as the
+    /// copy is issued, as builds before did: every operator launched after
+    /// that then waits for the copy on the GPU, those that do not read it
+    /// too. Off (the default), nothing waits on the GPU: the executor is
+    /// handed a load only once its copy finished (the copy stream
+    /// synchronised), so the operators that read it are launched after
+    /// it, and the copy overlaps whatever the compute stream runs
+    /// meanwhile. `train` sets it where `FATEPLAN_LOADS_WAIT` is set, to
+    /// time the two side by side.
+    pub compute_waits_for_loads: bool,
     /// Host bytes for the host tier's pinned buffers (training sets the
     /// host budget less the SSD staging buffers charged to it): those in
     /// use and those kept for reuse stay within it (or within the most in
@@ -409,6 +419,8 @@ pub(crate) struct Gpu {
     pub(crate) dummy_bits: DeviceBuf<u64>,
     /// Kernel times, where the options ask for them.
     kernel_times: Option<Mutex<KernelTimes>>,
+    /// [`CudaOptions::compute_waits_for_loads`].
+    compute_waits_for_loads: bool,
 }
 
 impl Drop for Gpu {
@@ -465,6 +477,7 @@ impl Gpu {
             kernel_times: options
                 .kernel_times
                 .then(|| Mutex::new(KernelTimes::default())),
+            compute_waits_for_loads: options.compute_waits_for_loads,
         }))
     }
 
@@ -717,51 +730,64 @@ fn charged<T: DeviceRepr>(
 
 /// `values` (`len` of them; a zero-length buffer's one spare value is
 /// not copied) copied into a new device buffer by the host-to-device
-/// stream, the buffer then handed to the compute stream, which waits for
-/// the copy: its users are the operators, and it is freed in the compute
-/// stream's order. Freed on the copy stream, as a buffer allocated there
-/// would be, it would make that stream wait for the compute stream's
-/// last read before any later copy could start, so that no load would
-/// run ahead of the operators. No zeroing: the copy writes every value.
-/// cudarc's `upgrade_device_ptr` panics only if the driver cannot create
-/// an event.
+/// stream, the buffer then handed to the compute stream: its users are
+/// the operators, and it is freed in the compute stream's order. Freed
+/// on the copy stream, as a buffer allocated there would be, it would
+/// make that stream wait for the compute stream's last read before any
+/// later copy could start, so that no load would run ahead of the
+/// operators. No zeroing: the copy writes every value.
+///
+/// The caller synchronises the copy stream before any operator reads
+/// the buffer ([`CudaMover::to_device`]), so the compute stream waits
+/// for nothing on the GPU (where `wait`,
+/// [`CudaOptions::compute_waits_for_loads`], it waits for the copy, as
+/// builds before did). On an error the copy stream is synchronised
+/// before returning, so that the buffers of the same tensor made before
+/// it, which the caller then drops on the compute stream, are not freed
+/// while their copies run. cudarc's `upgrade_device_ptr` panics only if
+/// the driver cannot create an event.
 fn upload_to<T: DeviceRepr, Src: HostSlice<T> + ?Sized>(
     streams: (&Arc<CudaStream>, &Arc<CudaStream>),
     pool: &Arc<Pool>,
-    values: &Src,
-    len: usize,
+    (values, len): (&Src, usize),
+    wait: bool,
 ) -> Result<DeviceBuf<T>, ExecError> {
     let (copy, compute) = streams;
+    let failed = |error: ExecError| {
+        // Best effort: a failed synchronisation leaves the context broken.
+        let _ = copy.synchronize();
+        error
+    };
     let bytes = (len * std::mem::size_of::<T>()) as u64;
-    pool.charge(bytes, "a host-to-device copy")?;
+    pool.charge(bytes, "a host-to-device copy")
+        .map_err(failed)?;
     // SAFETY: the copy below overwrites all `len` values before the
     // buffer is read; the spare value of a zero-length one is never read.
     let mut slice = match unsafe { copy.alloc::<T>(len.max(1)) } {
         Ok(slice) => slice,
         Err(e) => {
             pool.release(bytes);
-            return Err(cuda_error(
+            return Err(failed(cuda_error(
                 &format!("allocating {bytes} bytes for a copy"),
                 e,
-            ));
+            )));
         }
     };
-    // The compute stream waits for the copy: the buffer's new events
-    // (below) order nothing, and a buffer dropped on an error path before
-    // the caller's synchronisation is freed in the compute stream's order.
     let copied = (len > 0)
         .then(|| copy.memcpy_htod(values, &mut slice))
         .transpose()
-        .and_then(|_| {
-            copy.record_event(Some(
-                cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
-            ))
-        })
-        .and_then(|done| compute.wait(&done));
+        .and_then(|_| match wait {
+            true => copy
+                .record_event(Some(
+                    cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
+                ))
+                .and_then(|done| compute.wait(&done)),
+            false => Ok(()),
+        });
     if let Err(e) = copied {
         drop(slice);
         pool.release(bytes);
-        return Err(cuda_error("host-to-device copy", e));
+        return Err(failed(cuda_error("host-to-device copy", e)));
     }
     let ptr = slice.leak();
     // SAFETY: `ptr` is the allocation of `len.max(1)` values just made,
@@ -1047,13 +1073,14 @@ impl Mover for CudaMover {
     fn to_device(&self, data: Cow<'_, Data>) -> Result<Data, ExecError> {
         self.bind()?;
         let (streams, pool) = ((&self.gpu.h2d, &self.gpu.compute), &self.gpu.pool);
+        let wait = self.gpu.compute_waits_for_loads;
         let tensor = match data.as_ref() {
-            Data::F32(v) => GpuTensor::F32(upload_to(streams, pool, v, v.len())?),
-            Data::I64(v) => GpuTensor::I64(upload_to(streams, pool, v, v.len())?),
+            Data::F32(v) => GpuTensor::F32(upload_to(streams, pool, (v, v.len()), wait)?),
+            Data::I64(v) => GpuTensor::I64(upload_to(streams, pool, (v, v.len()), wait)?),
             Data::Block(b) => GpuTensor::Block(GpuBlock {
-                row_start: upload_to(streams, pool, &b.row_start, b.row_start.len())?,
-                columns: upload_to(streams, pool, &b.columns, b.columns.len())?,
-                weights: upload_to(streams, pool, &b.weights, b.weights.len())?,
+                row_start: upload_to(streams, pool, (&b.row_start, b.row_start.len()), wait)?,
+                columns: upload_to(streams, pool, (&b.columns, b.columns.len()), wait)?,
+                weights: upload_to(streams, pool, (&b.weights, b.weights.len()), wait)?,
                 weighting: b.weighting,
             }),
             Data::Held(held) => {
@@ -1069,17 +1096,17 @@ impl Mover for CudaMover {
                 })?;
                 let [a, b, c] = copy.lengths;
                 match copy.tensor()? {
-                    PinnedTensor::F32(p) => GpuTensor::F32(upload_to(streams, pool, p, a)?),
-                    PinnedTensor::I64(p) => GpuTensor::I64(upload_to(streams, pool, p, a)?),
+                    PinnedTensor::F32(p) => GpuTensor::F32(upload_to(streams, pool, (p, a), wait)?),
+                    PinnedTensor::I64(p) => GpuTensor::I64(upload_to(streams, pool, (p, a), wait)?),
                     PinnedTensor::Block {
                         row_start,
                         columns,
                         weights,
                         weighting,
                     } => GpuTensor::Block(GpuBlock {
-                        row_start: upload_to(streams, pool, row_start, a)?,
-                        columns: upload_to(streams, pool, columns, b)?,
-                        weights: upload_to(streams, pool, weights, c)?,
+                        row_start: upload_to(streams, pool, (row_start, a), wait)?,
+                        columns: upload_to(streams, pool, (columns, b), wait)?,
+                        weights: upload_to(streams, pool, (weights, c), wait)?,
                         weighting: *weighting,
                     }),
                 }

@@ -158,6 +158,20 @@ fn mask_args(mask: Option<Dropout>) -> (u64, u32, f32) {
     mask.map_or((0, 0, 1.0), |d| d.device_params())
 }
 
+/// That a block of `nnz` edges can be transposed on the device, whose
+/// permutation holds edge ids (and counts a column's edges) in 32 bits: a
+/// larger block is refused, not truncated.
+fn check_transpose_edges(nnz: usize) -> Result<(), ExecError> {
+    if nnz as u64 > u64::from(u32::MAX) {
+        return Err(ExecError::InvalidInput(format!(
+            "a block of {nnz} edges: the CUDA backend transposes blocks of at most {} edges \
+             (32-bit edge ids); more partitions make smaller blocks",
+            u32::MAX
+        )));
+    }
+    Ok(())
+}
+
 /// A block's edges grouped by source column, in edge order.
 struct Transpose {
     start: DeviceBuf<u64>,
@@ -453,6 +467,8 @@ impl CudaGnn {
     fn transpose(&self, block: &GpuBlock, src_rows: usize) -> Result<Transpose, ExecError> {
         let gpu = &self.gpu;
         let nnz = block.nnz();
+        // Its edge ids and per-column counts are 32-bit on the device.
+        check_transpose_edges(nnz)?;
         let mut counts = gpu.zeros::<u32>(src_rows, "transpose counts")?;
         let mut start = gpu.zeros::<u64>(src_rows + 1, "transpose starts")?;
         let mut perm = gpu.zeros::<u32>(nnz, "transpose permutation")?;
@@ -2399,6 +2415,17 @@ impl Backend for CudaGnn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_block_too_large_for_32_bit_edge_ids_is_refused_not_truncated() {
+        let most = u32::MAX as usize;
+        assert!(check_transpose_edges(most).is_ok());
+        let error = check_transpose_edges(most + 1).unwrap_err().to_string();
+        assert!(
+            error.contains("a block of 4294967296 edges: the CUDA backend transposes blocks of at most 4294967295"),
+            "{error}"
+        );
+    }
 
     /// The planner counts each operator's scratch with these constants
     /// (`fateplan_planner::scratch`): they must be the kernels' own.
