@@ -219,7 +219,7 @@ pub(crate) struct PlanArgs {
     /// How each layer's halo moves between GPUs: auto (the planner chooses
     /// per layer), peer (GPU to GPU everywhere) or host (through host
     /// memory everywhere).
-    #[arg(long, default_value = "auto")]
+    #[arg(long, default_value = "auto", value_parser = lowercase)]
     exchange: String,
     /// Device memory budget per GPU (e.g. 80GiB, 512GB, 1000000), or a
     /// share of the retain-all plan's device peak (e.g. 25%; of the
@@ -238,7 +238,7 @@ pub(crate) struct PlanArgs {
     /// dp (default), milp, or a peer policy: retain-all, recompute-all,
     /// offload-host-all, offload-ssd-all, hongtu, capacity-greedy,
     /// remat-only, greedy (see `fateplan workloads`).
-    #[arg(long, default_value = "dp")]
+    #[arg(long, default_value = "dp", value_parser = lowercase)]
     policy: String,
     /// Fates dp and milp may give, comma-separated: retain, offload_host,
     /// offload_ssd, recompute (e.g. `retain,recompute` for the
@@ -1170,6 +1170,12 @@ pub(crate) fn sweep_flagged(error: PlanError) -> anyhow::Error {
         }
         other => other.into(),
     }
+}
+
+/// A name taken in any case, as its lower case (`--exchange PEER`,
+/// `--policy DP`).
+pub(crate) fn lowercase(text: &str) -> std::result::Result<String, String> {
+    Ok(text.to_ascii_lowercase())
 }
 
 /// `auto` in any case as `auto`; other values as given (checked where

@@ -178,7 +178,7 @@ pub struct TrainArgs {
     #[arg(long, conflicts_with = "policy")]
     plan: Option<PathBuf>,
     /// Plan on the spot with this policy (default dp).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::lowercase)]
     policy: Option<String>,
     /// Seconds the MILP may search before it returns its best plan
     /// unproven, as `plan --milp-time-limit` [default: 60]. Refused under

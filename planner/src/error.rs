@@ -57,8 +57,9 @@ pub enum Error {
         op: String,
         message: String,
     },
-    /// The MILP's time limit ran out before it found any plan (`note`:
-    /// how the limit was shared, or empty).
+    /// The MILP's time limit ran out before it found any plan that fits
+    /// (`note`: how the limit was shared, or what the last plan it found
+    /// broke; or empty).
     #[error("policy milp: no plan found within its time limit of {time_limit_s} s (`milp_time_limit_s`, --milp-time-limit){note}")]
     MilpOutOfTime { time_limit_s: f64, note: String },
     /// A bound that keeps planning finite was reached.

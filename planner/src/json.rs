@@ -29,7 +29,16 @@ pub(crate) fn parse<T: DeserializeOwned>(text: &str, source: &str) -> Result<T> 
         } else {
             format!("{}: field {path}", at(&inner))
         };
-        let message = said(&inner);
+        let mut message = said(&inner);
+        // serde_json reads a whole number past u64 as a float: said so.
+        if message.starts_with("invalid type: floating point")
+            && (message.ends_with("expected u64") || message.ends_with("expected u32"))
+        {
+            message.push_str(
+                " (a whole number too large for the field is read as one, as are a fraction \
+                 and an exponent)",
+            );
+        }
         match other_kind::<T>(text) {
             Some(note) => Error::invalid(context, format!("{message}; {note}")),
             None => Error::invalid(context, message),
@@ -152,6 +161,12 @@ mod tests {
         );
         // The place is said once, before the message.
         assert!(!wrong.contains(" at line "), "{wrong}");
+        // A whole number past u64, which serde_json reads as a float.
+        let large = error(r#"{"inner": [{"bytes": 100000000000000000000}]}"#);
+        assert!(
+            large.contains("expected u64 (a whole number too large for the field is read as one"),
+            "{large}"
+        );
     }
 
     #[test]

@@ -1010,7 +1010,9 @@ impl Plan {
                 ),
             ));
         }
-        if Policy::parse(&self.policy).is_err() {
+        // As the planner writes it: the command line takes a policy in any
+        // case, a plan file in the one it is written in.
+        if !Policy::ALL.iter().any(|p| p.name() == self.policy) {
             let known: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
             return Err(Error::invalid(
                 "plan field policy",
@@ -1192,6 +1194,22 @@ impl Plan {
                 format!(
                     "{:?} differs from the workload definition's name {:?}",
                     self.workload.name, definition.name
+                ),
+            ));
+        }
+        // The devices the model was planned on are the plan's GPUs: its
+        // times are of one device's share.
+        if let Some(model) = self
+            .workload
+            .model
+            .as_ref()
+            .filter(|m| m.devices != self.gpus)
+        {
+            return Err(Error::invalid(
+                "plan field gpus",
+                format!(
+                    "{}, but the workload's model (workload.model.devices) is for {} devices",
+                    self.gpus, model.devices
                 ),
             ));
         }

@@ -1339,15 +1339,9 @@ fn plan_milp(
     // pass finds its model missed, within one time limit for all rounds:
     // the first may use it all, and a later one has what is left.
     let started = std::time::Instant::now();
-    let out_of_time = |overrun: &Error| {
-        Error::invalid(
-            "policy milp",
-            format!(
-                "no plan that fits found within its time limit of {} s (`milp_time_limit_s`, --milp-time-limit): the \
-                 last it found did not fit the memory pass ({overrun})",
-                options.milp_time_limit_s
-            ),
-        )
+    let out_of_time = |overrun: &Error| Error::MilpOutOfTime {
+        time_limit_s: options.milp_time_limit_s,
+        note: format!(": the last plan it found did not fit the memory pass ({overrun})"),
     };
     // The exchanges' buffers from the first round, as dp counts them:
     // device bytes per step, and the host's peak set aside (the MILP

@@ -677,7 +677,7 @@ fn differences(planned: &Workload, expected: &Workload) -> String {
         _ if let Some(differs) = differs => differs,
         _ => match (masks(planned), masks(expected)) {
             (false, true) => " (the plan prices no dropout masks: made with dropout 0 (--dropout 0), which trains it, or by a build from before masks were priced, whose model to train at another dropout needs planning again)".into(),
-            (true, false) => " (the plan prices dropout masks: train it with its dropout (--dropout)".into(),
+            (true, false) => " (the plan prices dropout masks: train it with its dropout, --dropout)".into(),
             _ => operator_difference(planned, expected),
         },
     }
@@ -1726,7 +1726,7 @@ mod tests {
         let masked = built(0.5, stored);
         let unmasked = built(0.0, stored);
         assert!(hint(&unmasked, &masked).contains("prices no dropout masks"));
-        assert!(hint(&masked, &unmasked).contains("train it with its dropout (--dropout)"));
+        assert!(hint(&masked, &unmasked).contains("train it with its dropout, --dropout)"));
         assert!(hint(&built(0.5, kept), &masked).contains("--transposes built"));
         assert!(hint(&masked, &built(0.0, kept)).contains("--transposes stored"));
         // Another name alone: a graph's folder renamed.

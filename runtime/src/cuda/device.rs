@@ -754,7 +754,10 @@ fn upload_to<T: DeviceRepr, Src: HostSlice<T> + ?Sized>(
 ) -> Result<DeviceBuf<T>, ExecError> {
     let (copy, compute) = streams;
     let failed = |error: ExecError| {
-        // Best effort: a failed synchronisation leaves the context broken.
+        // Best effort: a synchronisation fails only on a context an
+        // earlier fault left broken, where nothing then orders the frees
+        // after the copies (`compute_waits_for_loads` did), and nothing
+        // runs on it again either.
         let _ = copy.synchronize();
         error
     };
