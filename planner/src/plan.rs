@@ -1197,22 +1197,6 @@ impl Plan {
                 ),
             ));
         }
-        // The devices the model was planned on are the plan's GPUs: its
-        // times are of one device's share.
-        if let Some(model) = self
-            .workload
-            .model
-            .as_ref()
-            .filter(|m| m.devices != self.gpus)
-        {
-            return Err(Error::invalid(
-                "plan field gpus",
-                format!(
-                    "{}, but the workload's model (workload.model.devices) is for {} devices",
-                    self.gpus, model.devices
-                ),
-            ));
-        }
         self.check_exchanges()
     }
 
