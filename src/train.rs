@@ -407,6 +407,20 @@ fn backend_choice(args: &TrainArgs) -> Result<train::BackendChoice> {
     }
 }
 
+/// The runtime's refusal of `Transposes::Mirrored` for this graph or
+/// model, named by the flag (`--transposes mirrored: ...`); any other
+/// error as it is.
+fn mirrored_flagged(error: fateplan::runtime::Error) -> anyhow::Error {
+    match error {
+        fateplan::runtime::Error::InvalidInput { field, message, .. }
+            if field == train::MIRRORED =>
+        {
+            anyhow::anyhow!("--transposes mirrored: {message}")
+        }
+        other => other.into(),
+    }
+}
+
 /// The hyper-parameters the arguments give, checked.
 pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
     let model = GnnModel::parse(args.model()).map_err(|e| flagged("--model", args.model(), e))?;
@@ -889,12 +903,15 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             Keep::All,
         )?)
     } else {
-        Prepared::One(train::prepare_cached(
-            dataset,
-            &hyper,
-            args.partitions(),
-            args.csr_cache.as_deref(),
-        )?)
+        Prepared::One(
+            train::prepare_cached(
+                dataset,
+                &hyper,
+                args.partitions(),
+                args.csr_cache.as_deref(),
+            )
+            .map_err(mirrored_flagged)?,
+        )
     };
     let workload = prepared.workload();
     let profile = load_profile(args.profile.as_deref().unwrap_or("cpu-small"))?;

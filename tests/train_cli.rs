@@ -375,7 +375,7 @@ fn mirrored_transposes_train_the_same_weights_where_the_graph_is_symmetric() {
     );
     assert_eq!(directed.status.code(), Some(1));
     assert!(
-        stderr(&directed).contains("--transposes mirrored: the graph: not symmetric: block"),
+        stderr(&directed).contains("--transposes mirrored: the graph is not symmetric: block"),
         "{}",
         stderr(&directed)
     );
@@ -402,7 +402,7 @@ fn mirrored_transposes_train_the_same_weights_where_the_graph_is_symmetric() {
     let sage = run(graph, "mirrored", "sage");
     assert_eq!(sage.status.code(), Some(1));
     assert!(
-        stderr(&sage).contains("--transposes mirrored: --model: applies to gcn"),
+        stderr(&sage).contains("--transposes mirrored: applies to gcn"),
         "{}",
         stderr(&sage)
     );

@@ -1188,25 +1188,32 @@ pub fn prepare(dataset: Dataset, hyper: &Hyper, partitions: u32) -> Result<Prepa
     prepare_cached(dataset, hyper, partitions, None)
 }
 
+/// The field a refusal of `Transposes::Mirrored` names: the graph is
+/// not symmetric, or the model is not GCN (an `Error::InvalidInput` of
+/// [`prepare`] and the functions like it).
+pub const MIRRORED: &str = "transposes mirrored";
+
 /// Whether every block's transpose is its mirror, bit for bit (rows,
 /// columns in order, weights), as
 /// [`fateplan_planner::gnn::Transposes::Mirrored`] reads them: the graph
-/// is symmetric and GCN's scales are a vertex's own.
+/// is symmetric and GCN's scales are a vertex's own. Refused as the
+/// graph `graph`'s field [`MIRRORED`].
 fn check_mirrored(
     model: GnnModel,
     table: &[Option<BlockData>],
     offsets: &[u64],
+    graph: &str,
 ) -> Result<(), crate::Error> {
     let p = offsets.len() - 1;
     let refused = |message: String| crate::Error::InvalidInput {
-        path: "--transposes mirrored".into(),
-        field: "the graph".into(),
-        message: format!("{message}; use stored or built"),
+        path: graph.into(),
+        field: MIRRORED.into(),
+        message: format!("the graph is {message}; transposes stored or built train it"),
     };
     if model != GnnModel::Gcn {
         return Err(crate::Error::InvalidInput {
-            path: "--transposes mirrored".into(),
-            field: "--model".into(),
+            path: graph.into(),
+            field: MIRRORED.into(),
             message: format!(
                 "applies to gcn, whose symmetric normalisation gives a block's mirror its \
                  transpose's weights; {}'s are not",
@@ -1231,7 +1238,7 @@ fn check_mirrored(
             let t = block
                 .view()
                 .transpose(src_rows)
-                .map_err(|e| refused(format!("block ({i}, {j}): {e}")))?;
+                .map_err(|e| refused(format!("not transposable at block ({i}, {j}): {e}")))?;
             let bits = |w: &[f32]| w.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             let same = t.row_start == mirror.row_start
                 && t.columns == mirror.columns
@@ -1359,7 +1366,7 @@ fn prepare_with_edges(
         .collect();
     debug_assert_eq!(table.len(), p * p);
     if hyper.transposes == fateplan_planner::gnn::Transposes::Mirrored {
-        check_mirrored(hyper.model, &table, &offsets)?;
+        check_mirrored(hyper.model, &table, &offsets, &dataset.name)?;
     }
     let input = GraphInput {
         offsets,
