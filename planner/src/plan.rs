@@ -389,6 +389,22 @@ pub struct Predicted {
     pub bytes_moved: LinkBytes,
 }
 
+/// A recorded prediction that differs from what the plan gives
+/// ([`Plan::derived_predictions`]): its field in the plan file
+/// (`predicted.iteration_s`), the value recorded and the value derived.
+#[derive(Debug, Clone)]
+struct Derived {
+    field: String,
+    recorded: String,
+    derived: String,
+}
+
+impl std::fmt::Display for Derived {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {} -> {}", self.field, self.recorded, self.derived)
+    }
+}
+
 /// A plan read from a file ([`Plan::read`]).
 #[derive(Debug, Clone)]
 pub struct ReadPlan {
@@ -880,7 +896,9 @@ impl Plan {
         let (rejected, recomputed) = match sanity::check(&plan) {
             Ok(checked) => {
                 plan.check_workload().map_err(within)?;
-                (None, plan.derive_predicted(&checked))
+                let (derived, changed) = plan.derived_predictions(&checked);
+                plan.predicted = derived;
+                (None, changed.iter().map(Derived::to_string).collect())
             }
             Err(rejected @ Error::PlanRejected { .. }) => {
                 plan.check_workload().map_err(within)?;
@@ -896,28 +914,33 @@ impl Plan {
         })
     }
 
-    /// Sets the predictions to what the sanity pass (`checked`: the peaks
-    /// and their steps) and the schedule on the plan's profile give,
-    /// where they differ; each field that did, `field: recorded ->
-    /// derived`, in the plan file's names.
-    fn derive_predicted(&mut self, checked: &sanity::SanityReport) -> Vec<String> {
+    /// The predictions the sanity pass (`checked`: the peaks and their
+    /// steps) and the schedule on the plan's profile give, with each
+    /// recorded one that differs from them.
+    fn derived_predictions(&self, checked: &sanity::SanityReport) -> (Predicted, Vec<Derived>) {
         let mut changed = Vec::new();
-        let p = &mut self.predicted;
+        let mut differs = |field: String, recorded: String, derived: String| {
+            changed.push(Derived {
+                field,
+                recorded,
+                derived,
+            })
+        };
+        let mut p = self.predicted.clone();
         if p.peak_bytes != checked.peak_bytes {
-            changed.push(format!(
-                "predicted.peak_bytes: {} -> {}",
+            differs(
+                "predicted.peak_bytes".into(),
                 tiers(&p.peak_bytes),
-                tiers(&checked.peak_bytes)
-            ));
+                tiers(&checked.peak_bytes),
+            );
             p.peak_bytes = checked.peak_bytes;
         }
         if p.peak_step != checked.peak_step {
             let (name, value, step) = first_difference(&p.peak_step, &checked.peak_step);
-            changed.push(format!("predicted.peak_step{name}: {value} -> {step}"));
+            differs(format!("predicted.peak_step{name}"), value, step);
             p.peak_step = checked.peak_step;
         }
         let timing = self.timing();
-        let p = &mut self.predicted;
         for (name, recorded, derived) in [
             ("iteration_s", &mut p.iteration_s, timing.iteration_s),
             ("compute_s", &mut p.compute_s, timing.compute_s),
@@ -929,16 +952,20 @@ impl Plan {
             ),
         ] {
             if !within_tolerance(*recorded, derived) {
-                changed.push(format!("predicted.{name}: {recorded} -> {derived}"));
+                differs(
+                    format!("predicted.{name}"),
+                    recorded.to_string(),
+                    derived.to_string(),
+                );
                 *recorded = derived;
             }
         }
         if p.bytes_moved != timing.bytes_moved {
             let (name, value, moved) = first_difference(&p.bytes_moved, &timing.bytes_moved);
-            changed.push(format!("predicted.bytes_moved{name}: {value} -> {moved}"));
+            differs(format!("predicted.bytes_moved{name}"), value, moved);
             p.bytes_moved = timing.bytes_moved;
         }
-        changed
+        (p, changed)
     }
 
     /// That a plan read from a file with exchanges between GPUs records
@@ -1157,30 +1184,26 @@ impl Plan {
         Ok(())
     }
 
-    /// [`Plan::validate`] after the sanity pass: the recorded peaks are
-    /// the ones it found (`checked`), then [`Plan::check_workload`] and
-    /// the predicted figures.
+    /// [`Plan::validate`] after the sanity pass: [`Plan::check_workload`],
+    /// then the recorded predictions are the ones the pass (`checked`) and
+    /// the schedule give.
     fn check_against(&self, checked: &sanity::SanityReport) -> Result<()> {
-        if checked.peak_bytes != self.predicted.peak_bytes {
-            return Err(Error::invalid(
-                "plan field predicted.peak_bytes",
-                format!(
-                    "{} differs from the peaks the sanity pass finds ({})",
-                    tiers(&self.predicted.peak_bytes),
-                    tiers(&checked.peak_bytes)
-                ),
-            ));
-        }
-        if checked.peak_step != self.predicted.peak_step {
-            let (name, value, step) =
-                first_difference(&self.predicted.peak_step, &checked.peak_step);
-            return Err(Error::invalid(
-                format!("plan field predicted.peak_step{name}"),
-                format!("{value} differs from the step {step} the sanity pass finds the peak at"),
-            ));
-        }
         self.check_workload()?;
-        self.check_predicted()
+        match self.derived_predictions(checked).1.first() {
+            None => Ok(()),
+            Some(d) => Err(Error::invalid(
+                format!("plan field {}", d.field),
+                format!(
+                    "{} differs from the {} its memory replay and schedule give on {}",
+                    d.recorded,
+                    d.derived,
+                    match self.gpus {
+                        1 => "its profile".to_string(),
+                        n => format!("one of {n} GPUs' share of its profile (field gpus)"),
+                    }
+                ),
+            )),
+        }
     }
 
     /// That the plan's workload name is its definition's and its
@@ -1285,44 +1308,6 @@ impl Plan {
                     wanted.layer,
                     wanted.strategy.name()
                 ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// That the predicted times and bytes moved are the ones the schedule
-    /// gives on the plan's profile (one device's share of it on several).
-    fn check_predicted(&self) -> Result<()> {
-        let timing = self.timing();
-        let p = &self.predicted;
-        for (name, recorded, derived) in [
-            ("iteration_s", p.iteration_s, timing.iteration_s),
-            ("compute_s", p.compute_s, timing.compute_s),
-            ("recompute_s", p.recompute_s, timing.recompute_s),
-            (
-                "exposed_transfer_s",
-                p.exposed_transfer_s,
-                timing.exposed_transfer_s,
-            ),
-        ] {
-            if !within_tolerance(recorded, derived) {
-                return Err(Error::invalid(
-                    format!("plan field predicted.{name}"),
-                    format!(
-                        "{recorded} differs from the {derived} s its schedule gives on {}",
-                        match self.gpus {
-                            1 => "its profile".to_string(),
-                            n => format!("one of {n} GPUs' share of its profile (field gpus)"),
-                        }
-                    ),
-                ));
-            }
-        }
-        if p.bytes_moved != timing.bytes_moved {
-            let (name, value, moved) = first_difference(&p.bytes_moved, &timing.bytes_moved);
-            return Err(Error::invalid(
-                format!("plan field predicted.bytes_moved{name}"),
-                format!("{value} differs from the {moved} bytes its schedule moves"),
             ));
         }
         Ok(())
