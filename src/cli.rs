@@ -253,8 +253,8 @@ pub(crate) struct PlanArgs {
     /// (under `compare`, its row): another `--policy` refuses it.
     #[arg(long)]
     milp_time_limit: Option<f64>,
-    /// Work dp's polish may do on its fastest plan (moving one tensor at a
-    /// time to another of its choices, kept where the prediction is
+    /// Work dp's polish may do from each of its starts (moving one tensor
+    /// at a time to another of its choices, kept where the prediction is
     /// faster), in evaluations of the workload counted by its tensors
     /// plus operators [default: 500000, about 2,200 evaluations of a
     /// 2-layer GCN in 4 partitions], 32 at a time, each batch only where
@@ -265,6 +265,14 @@ pub(crate) struct PlanArgs {
     /// default): another `--policy` refuses it
     #[arg(long, value_parser = whole::<usize>)]
     polish_work: Option<usize>,
+    /// How many of dp's fastest candidates (each of other fates or
+    /// timings) the polish starts from, the fastest plan any reaches taken
+    /// [default: 6]; 0: no polish. Each start may spend --polish-work. The
+    /// searches of `--partitions auto` and `--sweep auto` compare their
+    /// trials polished from one start, and the plan taken is made again
+    /// with these starts. Only dp's plans read it, as --polish-work
+    #[arg(long, value_parser = whole::<usize>)]
+    polish_starts: Option<usize>,
     /// Write the plan JSON to this file.
     #[arg(short = 'o', long)]
     output: Option<PathBuf>,
@@ -300,9 +308,10 @@ impl PlanArgs {
         self.milp_time_limit.unwrap_or(DEFAULT_MILP_TIME_LIMIT_S)
     }
 
-    /// Refuses `--milp-time-limit` and `--polish-work` beside a `--policy`
-    /// that never reads them (`plan` and `curve`; `compare` plans the
-    /// MILP's row with the one and dp's with the other).
+    /// Refuses `--milp-time-limit`, `--polish-work` and `--polish-starts`
+    /// beside a `--policy` that never reads them (`plan` and `curve`;
+    /// `compare` plans the MILP's row with the first and dp's with the
+    /// others).
     pub(crate) fn check_policy_flags(&self) -> Result<()> {
         if let Some(limit) = self.milp_time_limit {
             if !self.policy.eq_ignore_ascii_case(Policy::Milp.name()) {
@@ -312,12 +321,17 @@ impl PlanArgs {
                 );
             }
         }
-        if let Some(work) = self.polish_work {
-            if !self.policy.eq_ignore_ascii_case(Policy::Dp.name()) {
-                bail!(
-                    "--polish-work {work}: applies to --policy dp only, not to {}",
-                    self.policy
-                );
+        for (flag, value) in [
+            ("polish-work", self.polish_work),
+            ("polish-starts", self.polish_starts),
+        ] {
+            if let Some(value) = value {
+                if !self.policy.eq_ignore_ascii_case(Policy::Dp.name()) {
+                    bail!(
+                        "--{flag} {value}: applies to --policy dp only, not to {}",
+                        self.policy
+                    );
+                }
             }
         }
         Ok(())
@@ -2323,6 +2337,9 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
     if let Some(work) = args.polish_work {
         options.polish_work = work;
     }
+    if let Some(starts) = args.polish_starts {
+        options.polish_starts = starts;
+    }
     // Percentages wait for the workload: they are shares of its
     // retain-all peak.
     let flags = [
@@ -2389,6 +2406,11 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
     // so that the counts are compared with their sweeps. Real shares are
     // built again once the count is known, and choose theirs then.
     let chosen_at: RefCell<BTreeMap<u32, (String, String)>> = RefCell::new(BTreeMap::new());
+    // The searches compare their trials polished from one start; the plan
+    // taken is made again with `options` where they ask more
+    // (`PlanOptions::for_search`).
+    let search = options.for_search();
+    let mut searched = true;
     let (mut workload, sizing_note, mut made, mut model, gnn) = match source {
         Source::Dag(workload) => (workload, String::new(), None, None, None),
         Source::Gnn(gnn) => {
@@ -2401,7 +2423,7 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
                 // The walk planned this count by outputs with these
                 // options: `None` is no fit, not planned again.
                 let outputs = Some((workload, ByOutputs::Planned(made)));
-                let chose = auto_sweeps(&shape, &profile, &options, outputs)?;
+                let chose = auto_sweeps(&shape, &profile, &search, outputs)?;
                 chosen_at.borrow_mut().insert(p, (chose.name, chose.line));
                 Ok((chose.swept.workload, chose.swept.plan))
             };
@@ -2413,7 +2435,7 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
                 &args.partitions,
                 args.gpus,
                 &profile,
-                &options,
+                &search,
                 joint.then_some(&at as &AtCount<'_, anyhow::Error>),
             )?;
             let mut model = PlanModel {
@@ -2429,6 +2451,8 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
                 workload = built.workload;
                 shares_shape = Some(built.shape);
                 made = built.made;
+                // Planned with `options` (the shares' plan is not a search's).
+                searched = false;
                 model.partitions = built.partitions;
                 model.shares = Some(ShareMethod::Mincut.name().to_string());
                 note = if note.is_empty() {
@@ -2532,6 +2556,11 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
                 counts: gnn.source.blocks(model.partitions, false)?,
             },
         };
+        // A plan of the shares made with more starts than the search
+        // compares with is not one of its trials.
+        if !searched && !options.search_plans_final() {
+            made = None;
+        }
         let reused = made.is_some();
         let outputs = Some((
             workload,
@@ -2542,7 +2571,7 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
         ));
         let AutoSweeps {
             swept, name, line, ..
-        } = auto_sweeps(&shape, &profile, &options, outputs)?;
+        } = auto_sweeps(&shape, &profile, &search, outputs)?;
         if !(reused && swept.sweeps == Sweeps::default()) {
             made_while = "choosing the sweeps";
         }
@@ -2550,6 +2579,10 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
         model.sweep = name;
         workload = swept.workload;
         made = swept.plan;
+        searched = true;
+    }
+    if searched && !options.search_plans_final() {
+        made = None;
     }
     let mut note = format!(
         "{} tensors, {} operators",

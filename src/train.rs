@@ -1104,15 +1104,20 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                         workload.clone(),
                         fateplan::planner::sizing::ByOutputs::Unplanned,
                     ));
+                    // Compared polished from one start; the plan taken is
+                    // made again where `options` ask more.
+                    let search = options.for_search();
                     let auto =
-                        crate::cli::auto_sweeps(prepared.shape(), &profile, &options, outputs)?;
+                        crate::cli::auto_sweeps(prepared.shape(), &profile, &search, outputs)?;
                     let swept = auto.swept;
                     hyper.sweeps = swept.sweeps;
                     trained_model.sweep = auto.name.clone();
-                    let plan = match swept.plan {
+                    let made = swept.plan.filter(|_| options.search_plans_final());
+                    let plan = match made {
                         Some(made) => made.plan,
-                        // Milp's plan (the walk compares dp's), or none
-                        // fits: planned here, saying why.
+                        // Milp's plan (the walk compares dp's), none fits,
+                        // or dp's polish from more starts: planned here,
+                        // saying why none fits.
                         None => plan(&swept.workload, &profile, &options)
                             .map_err(|e| more_partitions(e, args.partitions()))
                             .with_context(|| {

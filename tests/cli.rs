@@ -433,6 +433,10 @@ fn bad_input_names_what_is_wrong() {
             "--polish-work 0: applies to --policy dp only, not to greedy",
         ),
         (
+            &["plan", "--policy", "milp", "--polish-starts", "2"],
+            "--polish-starts 2: applies to --policy dp only, not to milp",
+        ),
+        (
             &["plan", "--polish-work", "-1"],
             "'--polish-work <POLISH_WORK>': -1 is negative: expected a whole number, 0 or more",
         ),

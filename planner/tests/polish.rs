@@ -4,6 +4,7 @@
 
 use fateplan_planner::gnn::{GnnModel, GnnSpec};
 use fateplan_planner::plan::Plan;
+use fateplan_planner::planner::POLISH_STARTS;
 use fateplan_planner::{plan, PlanOptions, Workload};
 
 mod common;
@@ -63,7 +64,8 @@ fn the_polish_gains_where_transfers_queue_and_never_slows_a_plan() {
     // Before and polished: 19.867 → 17.431 ms at 50%, 13.653 → 10.260 ms
     // at 65%; at 90% the transfers hide and nothing is faster. (Shares of
     // the retain-all peak since the ReLU masks lowered it: at 60% the
-    // polish gains 1.2% there, 15.179 → 14.995 ms.)
+    // polish from one start gains 1.2% there, 15.179 → 14.995 ms, and
+    // from six 19%, to 12.282 ms.)
     for (percent, gain) in [(50.0, 0.95), (65.0, 0.95), (90.0, 1.0)] {
         let options = common::dp_options_at(&workload, &profile, percent);
         let unpolished = PlanOptions {
@@ -82,6 +84,46 @@ fn the_polish_gains_where_transfers_queue_and_never_slows_a_plan() {
             "{percent}%: polished {:.3} ms against {:.3} ms",
             after_s * 1e3,
             before_s * 1e3
+        );
+    }
+}
+
+#[test]
+fn more_starts_never_plan_slower_and_none_is_no_polish() {
+    let profile = common::a100();
+    let workload = arxiv();
+    // From one start and from the default six: 14.995 and 12.282 ms at
+    // 60% (`fateplan plan --dataset ogbn-arxiv --layers 2 --partitions 4
+    // --hbm-budget 60% --polish-starts N`); at 90% the transfers hide from
+    // any start.
+    for (percent, gain) in [(60.0, 0.9), (90.0, 1.0)] {
+        let options = common::dp_options_at(&workload, &profile, percent);
+        assert_eq!(options.polish_starts, POLISH_STARTS);
+        let at = |starts: usize| {
+            let options = PlanOptions {
+                polish_starts: starts,
+                ..options.clone()
+            };
+            plan(&workload, &profile, &options).unwrap()
+        };
+        let (one, six) = (at(1), at(6));
+        let (one_s, six_s) = (one.predicted.iteration_s, six.predicted.iteration_s);
+        assert!(
+            six_s <= one_s * gain,
+            "{percent}%: six starts {:.3} ms against one {:.3} ms",
+            six_s * 1e3,
+            one_s * 1e3
+        );
+        assert!(six.predicted.peak_bytes.hbm <= options.budgets.hbm_bytes);
+        // No start is no polish: dp's own plan, as with no polish work.
+        let unpolished = PlanOptions {
+            polish_work: 0,
+            ..options.clone()
+        };
+        assert_eq!(
+            at(0).to_json(),
+            plan(&workload, &profile, &unpolished).unwrap().to_json(),
+            "{percent}%"
         );
     }
 }

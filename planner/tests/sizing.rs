@@ -30,7 +30,7 @@ fn build(p: u32) -> fateplan_planner::Result<Workload> {
 
 fn options(hbm: u64) -> (Profile, PlanOptions) {
     let profile = a100();
-    let mut options = PlanOptions::new(Policy::Dp, &profile);
+    let mut options = PlanOptions::new(Policy::Dp, &profile).for_search();
     options.budgets.hbm_bytes = hbm;
     (profile, options)
 }
@@ -117,7 +117,7 @@ fn when_nothing_fits_it_reports_the_count_nearest_by_the_device_budget() {
 fn the_nearest_by_the_device_budget_is_sought_under_milp_not_a_peer_policy() {
     let profile = a100();
     let at = |policy| {
-        let mut options = PlanOptions::new(policy, &profile);
+        let mut options = PlanOptions::new(policy, &profile).for_search();
         options.budgets.hbm_bytes = 64 << 20;
         options
     };
@@ -157,7 +157,7 @@ fn a_count_fits_where_dp_takes_a_peers_plan_that_its_model_misses() {
     .unwrap();
     let profile = a100();
     let options = |policy| {
-        let mut options = PlanOptions::new(policy, &profile);
+        let mut options = PlanOptions::new(policy, &profile).for_search();
         options.budgets.hbm_bytes = 500 << 20;
         options.budgets.host_bytes = 100;
         options
@@ -238,7 +238,7 @@ fn dataset_share(name: &str, gpus: u32, layers: u32) -> (GnnSpec, (u64, u64), Pl
     };
     let g = gpus as u64;
     let profile = a100();
-    let mut options = PlanOptions::new(Policy::Dp, &profile);
+    let mut options = PlanOptions::new(Policy::Dp, &profile).for_search();
     options.gpus = gpus;
     options.budgets.host_bytes = profile.share(gpus).host.memory_bytes;
     options.budgets.ssd_bytes = profile.share(gpus).ssd.capacity_bytes;
@@ -985,7 +985,7 @@ fn groups_of_outputs_are_taken_where_they_are_faster() {
         counts: BlockCounts::skewed(stats.nodes, stats.edges, 12).unwrap(),
     };
     let profile = a100();
-    let options = PlanOptions::new(Policy::Dp, &profile);
+    let options = PlanOptions::new(Policy::Dp, &profile).for_search();
     let build = |sweeps: Sweeps| shape.workload(sweeps);
     let can = shape.spec.sweepable();
     let swept = choose_sweeps(&build, can, &profile, &options, None).unwrap();
