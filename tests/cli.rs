@@ -2801,3 +2801,46 @@ fn names_and_auto_are_taken_in_any_case() {
     assert!(upper.status.success(), "{}", stderr(&upper));
     assert_eq!(lower.stdout, upper.stdout);
 }
+
+/// `--sweep auto` chooses the sweeps under the budgets as given, a share
+/// of the retain-all peak included, and the plan it takes keeps them
+/// (from one start, the default, its plan is the search's own).
+#[test]
+fn sweep_auto_plans_under_a_budget_given_as_a_share() {
+    let planned = |extra: &[&str]| -> serde_json::Value {
+        let args = [
+            &[
+                "plan",
+                "--graph",
+                "rmat:scale=12,features=32,classes=4,seed=1",
+                "--layers",
+                "2",
+                "--partitions",
+                "4",
+                "--hbm-budget",
+                "50%",
+                "--json",
+            ][..],
+            extra,
+        ]
+        .concat();
+        let out = fateplan(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_str(&stdout(&out)).unwrap()
+    };
+    let by_outputs = planned(&[]);
+    let budget = by_outputs["budgets"]["hbm_bytes"].as_u64().unwrap();
+    for extra in [
+        &["--sweep", "auto"][..],
+        &["--sweep", "auto", "--polish-starts", "3"],
+    ] {
+        let swept = planned(extra);
+        assert_eq!(
+            swept["budgets"]["hbm_bytes"].as_u64(),
+            Some(budget),
+            "{extra:?}"
+        );
+        let peak = swept["predicted"]["peak_bytes"]["hbm"].as_u64().unwrap();
+        assert!(peak <= budget, "{extra:?}: peak {peak} over {budget}");
+    }
+}
