@@ -1,5 +1,5 @@
 use std::cell::RefCell;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Write;
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
@@ -1142,8 +1142,23 @@ pub fn set_threads(threads: Option<usize>) -> Result<()> {
 
 /// A profile as `--profile` takes one ([`profiles::load`]); a name that is
 /// neither a built-in profile nor a file is named with the flag.
+///
+/// A profile file's figures far from any machine's (a figure written in
+/// the wrong unit) are warned about, once a file.
 fn load_profile(name: &str) -> Result<Profile> {
-    profiles::load(name).map_err(|e| flagged("--profile", name, e))
+    let profile = profiles::load(name).map_err(|e| flagged("--profile", name, e))?;
+    static WARNED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    let first = WARNED
+        .lock()
+        .map(|mut warned| warned.insert(name.to_string()))
+        .unwrap_or(false);
+    let shipped = profiles::builtin(name).is_some_and(|builtin| builtin == profile);
+    if first && !shipped {
+        for (field, why) in profile.doubtful_figures() {
+            eprintln!("warning: --profile {name}: field {field}: {why}; it is used as written");
+        }
+    }
+    Ok(profile)
 }
 
 /// A planner's `InvalidInput` about a flag's value, named by the flag

@@ -175,7 +175,7 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
             out.write_all(b"\n")?;
         }
     } else {
-        write_table(&mut out, &report, wall_s)?;
+        write_table(&mut out, &report, wall_s, renamed_what_if)?;
         // A profile named as a shipped one, with other figures (a plan
         // edited, or made with a profile file of that name): the report's
         // figures are the plan's own.
@@ -264,11 +264,19 @@ fn percent(part: f64, whole: f64) -> f64 {
     }
 }
 
-fn write_table(out: &mut dyn Write, r: &SimReport, wall_s: f64) -> Result<()> {
-    let replayed = if r.profile == r.planned_profile {
-        r.profile.clone()
-    } else {
+/// The report as a table. `what_if`: replayed on a `--profile` of the
+/// plan's profile's name with other figures, which the names alone would
+/// not tell apart.
+fn write_table(out: &mut dyn Write, r: &SimReport, wall_s: f64, what_if: bool) -> Result<()> {
+    let replayed = if r.profile != r.planned_profile {
         format!("{} (planned for {})", r.profile, r.planned_profile)
+    } else if what_if {
+        format!(
+            "{} (--profile: other figures than the plan's of that name)",
+            r.profile
+        )
+    } else {
+        r.profile.clone()
     };
     writeln!(
         out,
@@ -295,10 +303,12 @@ fn write_table(out: &mut dyn Write, r: &SimReport, wall_s: f64) -> Result<()> {
         "iteration {} simulated, {} predicted by the planner{} ({:+.2}%)",
         format_seconds(r.iteration_s),
         format_seconds(r.predicted_iteration_s),
-        if r.profile == r.planned_profile {
-            String::new()
-        } else {
+        if r.profile != r.planned_profile {
             format!(" for {}", r.planned_profile)
+        } else if what_if {
+            " on the plan's figures".to_string()
+        } else {
+            String::new()
         },
         // No "-0.00%" for a difference that is rounding noise.
         if difference.abs() < 0.005 {

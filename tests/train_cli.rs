@@ -2044,7 +2044,7 @@ fn a_plan_trains_its_graph_under_another_name() {
     let other = train("planted:nodes=300,classes=3,features=8,seed=2");
     assert_eq!(other.status.code(), Some(1), "{}", stderr(&other));
     assert!(
-        stderr(&other).contains("the plan is for workload"),
+        stderr(&other).contains("plan: made for workload"),
         "{}",
         stderr(&other)
     );
@@ -2299,4 +2299,48 @@ fn a_device_budget_no_plan_fits_at_the_partitions_given_points_to_auto() {
         stderr.contains("infeasible: host") && !stderr.contains("--partitions auto"),
         "{stderr}"
     );
+}
+
+/// `--compare-simulated` on a plan whose tensors go to the SSD: the PCIe
+/// rows' measured busy time spans the SSD copies whole, the simulated one
+/// their PCIe part alone, so those rows give no ratio; the SSD lanes'
+/// rows compare them.
+#[test]
+fn ssd_copies_are_compared_on_their_lanes_not_as_pcie_time() {
+    let spill = std::env::temp_dir().join(format!("fateplan-compare-ssd-{}", std::process::id()));
+    let report = json(&fateplan(&[
+        "train",
+        "--graph",
+        "rmat:scale=9,features=16,classes=4,seed=1",
+        "--epochs",
+        "3",
+        "--partitions",
+        "2",
+        "--policy",
+        "offload-ssd-all",
+        "--spill-dir",
+        spill.to_str().unwrap(),
+        "--compare-simulated",
+        "--json",
+    ]));
+    let compared = &report["compare_simulated"];
+    let row = |list: &str, name: &str| -> serde_json::Value {
+        compared[list]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("no {list} row {name}: {compared}"))
+            .clone()
+    };
+    for link in ["pcie_h2d", "pcie_d2h"] {
+        let busy = &row("links", link)["busy_s"];
+        assert!(busy["measured"].as_f64().unwrap() > 0.0, "{link}: {busy}");
+        assert!(busy["ratio"].is_null(), "{link}: {busy}");
+    }
+    for lane in ["ssd_read", "ssd_write"] {
+        let busy = &row("streams", lane)["busy_s"];
+        assert!(busy["ratio"].as_f64().unwrap() > 0.0, "{lane}: {busy}");
+    }
+    let _ = std::fs::remove_dir_all(&spill);
 }

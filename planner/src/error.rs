@@ -60,7 +60,7 @@ pub enum Error {
     /// The MILP's time limit ran out before it found any plan that fits
     /// (`note`: how the limit was shared, or what the last plan it found
     /// broke; or empty).
-    #[error("policy milp: no plan found within its time limit of {time_limit_s} s (`milp_time_limit_s`, --milp-time-limit){note}")]
+    #[error("policy milp: no plan found within its time limit of {time_limit_s} s (`PlanOptions::milp_time_limit_s`, --milp-time-limit){note}")]
     MilpOutOfTime { time_limit_s: f64, note: String },
     /// A bound that keeps planning finite was reached.
     #[error("resources exhausted: {0}")]

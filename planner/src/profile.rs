@@ -563,6 +563,9 @@ impl Profile {
             ("ssd.read_latency_s", self.ssd.read_latency_s),
             ("ssd.write_latency_s", self.ssd.write_latency_s),
         ];
+        if let Some(threads) = d.threads {
+            figures.push(("device.threads", f64::from(threads)));
+        }
         if let Some(scatter) = d.scatter_bytes_per_s {
             figures.push(("device.scatter_bytes_per_s", scatter));
         }
@@ -593,6 +596,38 @@ impl Profile {
             figures.push(("network.latency_s", network.latency_s));
         }
         figures
+    }
+
+    /// Figures that pass [`Profile::validate`] but are far from any
+    /// machine's, as a figure written in the wrong unit is (a bandwidth
+    /// in GB/s where bytes per second are meant, a latency in
+    /// milliseconds where seconds are): each a field and what is doubtful
+    /// about its value, for a warning. Bandwidths and compute rates under
+    /// 1e6 a second, capacities under 1 MiB, latencies and overheads over
+    /// a second, and per-edge or per-element seconds over a millisecond.
+    pub fn doubtful_figures(&self) -> Vec<(&'static str, String)> {
+        self.figures()
+            .into_iter()
+            .filter_map(|(field, value)| {
+                let why = if field.ends_with("_per_s") && value < 1e6 {
+                    format!("{value} a second is under 1e6 (rates are per second: 8 GB/s is 8e9)")
+                } else if field.ends_with("_bytes") && value < (1u64 << 20) as f64 {
+                    format!("{value} bytes is under 1 MiB (capacities are in bytes)")
+                } else if (field.ends_with("latency_s") || field.ends_with("overhead_s"))
+                    && value > 1.0
+                {
+                    format!("{value} s is over a second (times are in seconds: 3 ms is 0.003)")
+                } else if (field.ends_with("seconds_per_edge")
+                    || field.ends_with("seconds_per_element"))
+                    && value > 1e-3
+                {
+                    format!("{value} s is over a millisecond (times are in seconds: 5 ns is 5e-9)")
+                } else {
+                    return None;
+                };
+                Some((field, why))
+            })
+            .collect()
     }
 
     /// Devices per node when `gpus` devices train together.
@@ -942,6 +977,40 @@ mod tests {
             "cpu-small.json",
         )
         .unwrap()
+    }
+
+    /// The shipped profiles' figures are all plausible; one written in
+    /// the wrong unit (GB/s as bytes a second, milliseconds as seconds,
+    /// GiB as bytes, nanoseconds as seconds) is doubted, naming its field.
+    #[test]
+    fn figures_in_the_wrong_unit_are_doubted() {
+        for text in [
+            include_str!("../../profiles/cpu-small.json"),
+            include_str!("../../profiles/a100-80g.json"),
+            include_str!("../../profiles/h100-sxm.json"),
+            include_str!("../../profiles/h200.json"),
+            include_str!("../../profiles/h100-measured.json"),
+            include_str!("../../profiles/h200-measured.json"),
+        ] {
+            let shipped = Profile::from_json(text, "shipped.json").unwrap();
+            assert_eq!(shipped.doubtful_figures(), vec![], "{}", shipped.name);
+        }
+        let mut p = profile();
+        p.pcie.h2d_bytes_per_s = 8.16;
+        p.pcie.latency_s = 3.0;
+        p.host.memory_bytes = 24;
+        p.device.mask_seconds_per_element = Some(0.2);
+        p.validate().unwrap();
+        let fields: Vec<&str> = p.doubtful_figures().iter().map(|(f, _)| *f).collect();
+        assert_eq!(
+            fields,
+            [
+                "host.memory_bytes",
+                "pcie.h2d_bytes_per_s",
+                "pcie.latency_s",
+                "device.mask_seconds_per_element"
+            ]
+        );
     }
 
     /// Masked elements are charged at the profile's time per element,

@@ -178,13 +178,23 @@ pub fn compare(
 ) -> Comparison {
     let m = measured.bytes_moved;
     let spans = measured.spans;
-    let link = |name, bytes, streams: &[Stream], sim: &crate::sim::LinkReport| Traffic {
-        name,
-        bytes: BytesPair {
-            measured: bytes,
-            simulated: sim.bytes,
-        },
-        busy_s: Pair::new(busy_s(spans, streams), sim.busy_s),
+    // A PCIe direction that SSD copies crossed: its measured spans hold
+    // those copies whole (the SSD's part too), the simulated time their
+    // PCIe part alone, so the two are not a ratio (the SSD streams' rows
+    // compare them).
+    let link = |name, bytes, streams: &[Stream], sim: &crate::sim::LinkReport, whole_ssd| {
+        let mut busy = Pair::new(busy_s(spans, streams), sim.busy_s);
+        if whole_ssd {
+            busy.ratio = None;
+        }
+        Traffic {
+            name,
+            bytes: BytesPair {
+                measured: bytes,
+                simulated: sim.bytes,
+            },
+            busy_s: busy,
+        }
     };
     let l = &simulated.links;
     let links = vec![
@@ -193,18 +203,21 @@ pub fn compare(
             m.h2d,
             &[Stream::H2d, Stream::SsdRead],
             &l.pcie_h2d,
+            m.ssd_read > 0,
         ),
         link(
             "pcie_d2h",
             m.d2h,
             &[Stream::D2h, Stream::SsdWrite],
             &l.pcie_d2h,
+            m.ssd_write > 0,
         ),
         link(
             "ssd",
             m.ssd_read + m.ssd_write,
             &[Stream::SsdRead, Stream::SsdWrite],
             &l.ssd,
+            false,
         ),
     ];
     let stream = |name, bytes, stream: Stream, sim: &crate::sim::StreamReport| Traffic {

@@ -173,9 +173,10 @@ fn check_training_nodes(input: &GraphInput) -> Result<(), ExecError> {
             Some(_) => "the graph's nodes".to_string(),
             None => format!("the graph's {} nodes", input.train_mask.len()),
         };
-        return Err(ExecError::InvalidInput(format!(
-            "train_mask: selects none of {of}; training needs at least one"
-        )));
+        return Err(ExecError::invalid(
+            "train_mask",
+            format!("selects none of {of}; training needs at least one"),
+        ));
     }
     Ok(())
 }
@@ -186,13 +187,14 @@ fn check_training_nodes(input: &GraphInput) -> Result<(), ExecError> {
 /// as the one built (the plan is checked against the workload later, but
 /// a model of another shape would fail there on a weight's size).
 fn check_run(hyper: &Hyper, epochs: u32, built: Option<&GnnSpec>) -> Result<(), ExecError> {
-    hyper
-        .check()
-        .map_err(|e| ExecError::InvalidInput(e.to_string()))?;
+    hyper.check().map_err(|e| match e {
+        fateplan_planner::Error::InvalidInput { context, message } => {
+            ExecError::invalid(context, message)
+        }
+        other => ExecError::invalid("hyper-parameters", other.to_string()),
+    })?;
     if epochs == 0 {
-        return Err(ExecError::InvalidInput(
-            "epochs: 0; a run trains at least 1".into(),
-        ));
+        return Err(ExecError::invalid("epochs", "0; a run trains at least 1"));
     }
     let Some(built) = built else {
         return Ok(());
@@ -244,11 +246,13 @@ fn check_run(hyper: &Hyper, epochs: u32, built: Option<&GnnSpec>) -> Result<(), 
     if differ.is_empty() {
         return Ok(());
     }
-    Err(ExecError::InvalidInput(format!(
-        "the hyper-parameters are not those the model was prepared with: {}; prepare it with \
-         these",
-        differ.join(", ")
-    )))
+    Err(ExecError::invalid(
+        "hyper-parameters",
+        format!(
+            "not those the model was prepared with: {}; prepare it with these",
+            differ.join(", ")
+        ),
+    ))
 }
 
 /// The backend a training runs on.
@@ -287,10 +291,14 @@ pub fn train(
     let digest = expected.digest();
     if !planned_for(&plan.workload.digest, &expected) {
         let hint = digest_hint(&plan.workload.definition, &expected);
-        return Err(ExecError::InvalidInput(format!(
-            "the plan is for workload {} ({}), but this graph and model give {} ({}): plan again for this run{hint}",
-            plan.workload.name, plan.workload.digest, expected.name, digest
-        )));
+        return Err(ExecError::invalid(
+            "plan",
+            format!(
+                "made for workload {} ({}), but this graph and model give {} ({}): plan again \
+                 for this run{hint}",
+                plan.workload.name, plan.workload.digest, expected.name, digest
+            ),
+        ));
     }
     let options = ExecOptions { budgets, trace };
     match backend {
@@ -404,11 +412,14 @@ pub fn check_shared_plan(plan: &Plan, workload: &Workload) -> Result<(), ExecErr
     let digest = workload.digest();
     if !planned_for(&plan.workload.digest, workload) {
         let hint = digest_hint(&plan.workload.definition, workload);
-        return Err(ExecError::InvalidInput(format!(
-            "the plan is for workload {} ({}), but these shares and model give {} ({}): plan \
-             again for this run{hint}",
-            plan.workload.name, plan.workload.digest, workload.name, digest
-        )));
+        return Err(ExecError::invalid(
+            "plan",
+            format!(
+                "made for workload {} ({}), but these shares and model give {} ({}): plan \
+                 again for this run{hint}",
+                plan.workload.name, plan.workload.digest, workload.name, digest
+            ),
+        ));
     }
     Ok(())
 }
@@ -882,10 +893,10 @@ pub fn train_shared(
         ));
     }
     if !matches!(backend, BackendChoice::Cpu) {
-        return Err(ExecError::InvalidInput(
+        return Err(ExecError::invalid(
+            "backend",
             "training on several devices runs on the CPU backend only (the CUDA backend's \
-             exchange through NCCL is not written)"
-                .into(),
+             exchange through NCCL is not written)",
         ));
     }
     check_run(&hyper, epochs, Some(&prepared.shape.spec))?;
@@ -1473,12 +1484,16 @@ mod tests {
         assert!(check_run(&hyper, 1, None).is_ok());
         let zero = check_run(&hyper, 0, None).unwrap_err();
         assert!(
-            matches!(&zero, ExecError::InvalidInput(m) if m.contains("epochs: 0")),
+            matches!(&zero, ExecError::InvalidInput { field, message }
+                if field == "epochs" && message.starts_with("0;")),
             "{zero}"
         );
         let bad = Hyper { lr: -1.0, ..hyper };
         let error = check_run(&bad, 1, None).unwrap_err();
-        assert!(matches!(error, ExecError::InvalidInput(_)), "{error}");
+        assert!(
+            matches!(&error, ExecError::InvalidInput { field, .. } if field == "hyper-parameter lr"),
+            "{error}"
+        );
     }
 
     /// An R-MAT graph of `2^scale` vertices, 6 features and 3 classes,

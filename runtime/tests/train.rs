@@ -579,8 +579,8 @@ fn a_run_that_cannot_train_is_refused_before_it_starts_naming_why() {
     };
     let error = train::train(none, hyper, run, &mut |_| {}).unwrap_err();
     assert!(
-        matches!(&error, ExecError::InvalidInput(m)
-            if m.contains("train_mask: selects none of the graph's 300 nodes")),
+        matches!(&error, ExecError::InvalidInput { field, message }
+            if field == "train_mask" && message.contains("selects none of the graph's 300 nodes")),
         "{error}"
     );
     // And in preparing: a learning rate that cannot train.

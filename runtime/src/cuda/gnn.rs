@@ -163,11 +163,14 @@ fn mask_args(mask: Option<Dropout>) -> (u64, u32, f32) {
 /// larger block is refused, not truncated.
 fn check_transpose_edges(nnz: usize) -> Result<(), ExecError> {
     if nnz as u64 > u64::from(u32::MAX) {
-        return Err(ExecError::InvalidInput(format!(
-            "a block of {nnz} edges: the CUDA backend transposes blocks of at most {} edges \
-             (32-bit edge ids); more partitions make smaller blocks",
-            u32::MAX
-        )));
+        return Err(ExecError::invalid(
+            "block",
+            format!(
+                "{nnz} edges: the CUDA backend transposes blocks of at most {} edges (32-bit \
+                 edge ids); more partitions make smaller blocks",
+                u32::MAX
+            ),
+        ));
     }
     Ok(())
 }
@@ -2422,7 +2425,9 @@ mod tests {
         assert!(check_transpose_edges(most).is_ok());
         let error = check_transpose_edges(most + 1).unwrap_err().to_string();
         assert!(
-            error.contains("a block of 4294967296 edges: the CUDA backend transposes blocks of at most 4294967295"),
+            error.contains(
+                "block: 4294967296 edges: the CUDA backend transposes blocks of at most 4294967295"
+            ),
             "{error}"
         );
     }

@@ -104,9 +104,11 @@ pub enum ExecError {
     /// What the run was given does not hold together: the hyper-parameters
     /// (against themselves or those the model was prepared with), the
     /// epochs, a plan made for another workload, a backend that cannot
-    /// run it. Nothing ran.
-    #[error("{0}")]
-    InvalidInput(String),
+    /// run it. Nothing ran. `field` names what was given (`epochs`,
+    /// `train_mask`, `plan`, `hyper-parameters`, ...), `message` what is
+    /// wrong with it.
+    #[error("{field}: {message}")]
+    InvalidInput { field: String, message: String },
     /// A collective between the devices of a multi-device run.
     #[error("exchange between devices: {0}")]
     Exchange(String),
@@ -118,6 +120,14 @@ pub enum ExecError {
 }
 
 impl ExecError {
+    /// [`ExecError::InvalidInput`] of `field` and what is wrong with it.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> ExecError {
+        ExecError::InvalidInput {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
     /// [`ExecError::Ssd`] of an SSD tier's own error.
     pub fn ssd(error: impl std::error::Error + Send + Sync + 'static) -> ExecError {
         ExecError::Ssd(Arc::new(error))

@@ -328,7 +328,10 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         "ssd.capacity_bytes",
         format!(
             "free space in {} (statvfs: blocks available to this user times the fragment size)",
-            options.ssd_dir.display()
+            // Whole: the profile outlives the folder it was measured from.
+            std::fs::canonicalize(&options.ssd_dir)
+                .unwrap_or_else(|_| options.ssd_dir.clone())
+                .display()
         ),
     );
 
@@ -380,6 +383,15 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             drop((h2d_lane, d2h_lane));
             let mut profile =
                 cpu_profile(&options.name, sizes.label, &cpu, threads, &machine, &ssd);
+            put(
+                &mut sources,
+                "device.threads",
+                format!(
+                    "the threads of the CPU backend's pool the rates were measured with ({}); \
+                     training on another count runs at other rates",
+                    count(threads as u64, "thread")
+                ),
+            );
             profile.pcie = PcieProfile {
                 h2d_bytes_per_s: h2d_rate,
                 d2h_bytes_per_s: d2h_rate,
