@@ -1152,8 +1152,7 @@ fn load_profile(name: &str) -> Result<Profile> {
         .lock()
         .map(|mut warned| warned.insert(name.to_string()))
         .unwrap_or(false);
-    let shipped = profiles::builtin(name).is_some_and(|builtin| builtin == profile);
-    if first && !shipped {
+    if first && profiles::builtin(name).is_none() {
         for (field, why) in profile.doubtful_figures() {
             eprintln!("warning: --profile {name}: field {field}: {why}; it is used as written");
         }

@@ -19,7 +19,7 @@ use fateplan::runtime::compare::{compare, Comparison, MeasuredIteration, Pair};
 use fateplan::runtime::cpu::Hyper;
 use fateplan::runtime::dataset::FeatureScaling;
 use fateplan::runtime::edges::EdgeSource;
-use fateplan::runtime::exec::SsdTier;
+use fateplan::runtime::exec::{ExecError, SsdTier};
 use fateplan::runtime::share::{prepare_shared_from, prepare_shared_keeping, Keep, SharedPrepared};
 use fateplan::runtime::sim::{simulate, SimOptions};
 use fateplan::runtime::spill::CreatedDirs;
@@ -1164,6 +1164,19 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         out.write(plan.to_json().as_bytes())?;
     }
     let uses_ssd = plan.predicted.peak_bytes.ssd > 0;
+    // A spill folder that is not there yet is made (and removed at the
+    // end): said, since a mistyped path would spill to a drive no profile
+    // measured.
+    let spill_made = args
+        .spill_dir
+        .as_ref()
+        .filter(|dir| !dir.exists())
+        .map(|dir| {
+            format!(
+                "--spill-dir {}: not there, so made for the spill file and removed at the end",
+                dir.display()
+            )
+        });
     let mut io_mode = None;
     // One store per device: each device's executor keys its blocks by
     // tensor, so devices cannot share one.
@@ -1239,7 +1252,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     };
     let (report, spans, devices) = match prepared {
         Prepared::One(one) => {
-            let (report, spans) = train::train(one, hyper, run, &mut on_epoch)?;
+            let (report, spans) = train::train(one, hyper, run, &mut on_epoch)
+                .map_err(|e| plan_flagged(e, args.plan.as_deref()))?;
             (report, vec![spans], None)
         }
         Prepared::Shared(shares) if args.processes => {
@@ -1252,7 +1266,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             bar.finish_and_clear();
             // A plan for another run is refused before K processes
             // prepare the graph to find out.
-            train::check_shared_plan(&plan, &shares.workload)?;
+            train::check_shared_plan(&plan, &shares.workload)
+                .map_err(|e| plan_flagged(e, args.plan.as_deref()))?;
             let ssd_bytes = run.budgets.unwrap_or(plan.budgets).ssd_bytes;
             let launched = crate::members::launch(
                 args,
@@ -1266,7 +1281,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             (shared.report, spans, Some((shared.devices, shared.shares)))
         }
         Prepared::Shared(shares) => {
-            let (shared, spans) = train::train_shared(shares, hyper, run, stores, &mut on_epoch)?;
+            let (shared, spans) = train::train_shared(shares, hyper, run, stores, &mut on_epoch)
+                .map_err(|e| plan_flagged(e, args.plan.as_deref()))?;
             (shared.report, spans, Some((shared.devices, shared.shares)))
         }
     };
@@ -1296,6 +1312,12 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         None => rayon::current_num_threads(),
     });
     let threads_note = device_threads.and_then(|t| threads_note(&plan.profile, t, cores()));
+    // On the CPU backend the device and host tiers are this machine's
+    // memory: budgets of a larger machine's profile are what-ifs.
+    let memory_note = (args.backend == "cpu")
+        .then(machine_memory)
+        .flatten()
+        .and_then(|total| memory_note(&report.budgets, &plan.profile.name, total));
     let mut out = crate::cli::stdout();
     if args.json {
         let mut json = serde_json::to_value(&report)?;
@@ -1307,6 +1329,12 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         }
         if let Some(note) = &threads_note {
             json["threads_note"] = note.clone().into();
+        }
+        if let Some(note) = &memory_note {
+            json["memory_note"] = note.clone().into();
+        }
+        if let Some(note) = &spill_made {
+            json["spill_dir_note"] = note.clone().into();
         }
         json["features"] = serde_json::to_value(&features)?;
         if let Some(note) = &labels {
@@ -1476,6 +1504,12 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     if let Some(note) = &threads_note {
         writeln!(out, "note      {note}")?;
     }
+    if let Some(note) = &memory_note {
+        writeln!(out, "note      {note}")?;
+    }
+    if let Some(note) = &spill_made {
+        writeln!(out, "note      {note}")?;
+    }
     if let Some((_, s)) = &devices {
         writeln!(
             out,
@@ -1594,6 +1628,43 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
 /// This machine's cores, as `fateplan profile` counts them.
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// A run's refusal of its plan, named by `--plan FILE` where the plan
+/// came from one; any other error as it is.
+fn plan_flagged(error: ExecError, plan: Option<&Path>) -> anyhow::Error {
+    match (error, plan) {
+        (ExecError::InvalidInput { field, message }, Some(path)) if field == "plan" => {
+            anyhow::anyhow!("--plan {}: {message}", path.display())
+        }
+        (other, _) => other.into(),
+    }
+}
+
+/// This machine's memory (`MemTotal`), where it can be read.
+fn machine_memory() -> Option<u64> {
+    let path = Path::new("/proc/meminfo");
+    let text = std::fs::read_to_string(path).ok()?;
+    fateplan::runtime::measure::host::parse_meminfo(&text, path)
+        .ok()
+        .map(|info| info.total_bytes)
+}
+
+/// Where the device and host budgets of a CPU run add to more than this
+/// machine's `total` memory, which holds both tiers on the CPU backend:
+/// they are profile `profile`'s, and its peaks are what this run took.
+fn memory_note(budgets: &Budgets, profile: &str, total: u64) -> Option<String> {
+    let both = budgets.hbm_bytes.saturating_add(budgets.host_bytes);
+    (both > total).then(|| {
+        format!(
+            "the budgets (hbm {}, host {}) are profile {profile}'s, more than this machine's {} \
+             of memory, which holds both tiers on the CPU backend: the peaks are what the run \
+             took, and a plan that needed the budgets would not fit here",
+            format_bytes(budgets.hbm_bytes),
+            format_bytes(budgets.host_bytes),
+            format_bytes(total)
+        )
+    })
 }
 
 /// Where `profile` was measured on the CPU backend at another thread
@@ -1866,6 +1937,28 @@ mod tests {
     struct TrainArgsOnly {
         #[command(flatten)]
         args: TrainArgs,
+    }
+
+    /// Budgets that add to more than the machine's memory are said to
+    /// be the profile's; within it, nothing is said.
+    #[test]
+    fn budgets_over_the_machine_s_memory_are_said_to_be_the_profile_s() {
+        let budgets = Budgets {
+            hbm_bytes: 80 << 30,
+            host_bytes: 2 << 40,
+            ssd_bytes: 0,
+        };
+        let note = memory_note(&budgets, "h100-sxm", 24 << 30).unwrap();
+        assert!(
+            note.starts_with("the budgets (hbm 80.0 GiB, host 2.00 TiB) are profile h100-sxm's"),
+            "{note}"
+        );
+        let small = Budgets {
+            hbm_bytes: 8 << 30,
+            host_bytes: 8 << 30,
+            ssd_bytes: 0,
+        };
+        assert_eq!(memory_note(&small, "cpu-small", 24 << 30), None);
     }
 
     /// A CPU profile that names its threads is told apart from a run at

@@ -2844,3 +2844,46 @@ fn sweep_auto_plans_under_a_budget_given_as_a_share() {
         assert!(peak <= budget, "{extra:?}: peak {peak} over {budget}");
     }
 }
+
+/// A profile file whose figure is in the wrong unit (GB/s written as
+/// bytes a second) is read and used, with a warning naming the field,
+/// once a file however many plans a command makes of it.
+#[test]
+fn a_profile_figure_in_the_wrong_unit_is_warned_about_once() {
+    let dir = scratch("doubtful-profile");
+    let mut profile: serde_json::Value =
+        serde_json::from_str(include_str!("../profiles/cpu-small.json")).unwrap();
+    profile["name"] = "typed".into();
+    profile["pcie"]["h2d_bytes_per_s"] = 8.16.into();
+    let path = dir.join("typed.json");
+    std::fs::write(&path, profile.to_string()).unwrap();
+    let out = fateplan(&[
+        "curve",
+        "--graph",
+        "rmat:scale=8,features=8,classes=2,seed=1",
+        "--partitions",
+        "2",
+        "--profile",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let warned = stderr(&out)
+        .lines()
+        .filter(|l| l.starts_with("warning:") && l.contains("field pcie.h2d_bytes_per_s: 8.16"))
+        .count();
+    assert_eq!(warned, 1, "{}", stderr(&out));
+    // A shipped profile is not doubted.
+    let shipped = fateplan(&[
+        "plan",
+        "--graph",
+        "rmat:scale=8,features=8,classes=2,seed=1",
+        "--profile",
+        "cpu-small",
+    ]);
+    assert!(
+        !stderr(&shipped).contains("warning: --profile"),
+        "{}",
+        stderr(&shipped)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

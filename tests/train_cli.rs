@@ -2044,7 +2044,7 @@ fn a_plan_trains_its_graph_under_another_name() {
     let other = train("planted:nodes=300,classes=3,features=8,seed=2");
     assert_eq!(other.status.code(), Some(1), "{}", stderr(&other));
     assert!(
-        stderr(&other).contains("plan: made for workload"),
+        stderr(&other).contains(&format!("--plan {plan_arg}: made for workload")),
         "{}",
         stderr(&other)
     );
@@ -2333,7 +2333,7 @@ fn ssd_copies_are_compared_on_their_lanes_not_as_pcie_time() {
             .unwrap_or_else(|| panic!("no {list} row {name}: {compared}"))
             .clone()
     };
-    for link in ["pcie_h2d", "pcie_d2h"] {
+    for link in ["pcie_h2d", "pcie_d2h", "ssd"] {
         let busy = &row("links", link)["busy_s"];
         assert!(busy["measured"].as_f64().unwrap() > 0.0, "{link}: {busy}");
         assert!(busy["ratio"].is_null(), "{link}: {busy}");

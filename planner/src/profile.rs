@@ -831,13 +831,8 @@ impl Profile {
                 }
             }
         }
+        // (A count of 0 threads is refused with the other figures.)
         match (self.device.threads, self.device.kind) {
-            (Some(0), _) => {
-                return Err(Error::invalid(
-                    format!("{} field device.threads", context()),
-                    "0 must be positive",
-                ))
-            }
             (Some(threads), DeviceKind::Cpu) if threads > self.host.cores => {
                 return Err(Error::invalid(
                     format!("{} field device.threads", context()),

@@ -37,7 +37,9 @@ pub struct MeasuredIteration<'a> {
 }
 
 /// A measured figure, the simulated one, and their ratio (`None` when the
-/// simulated figure is zero).
+/// simulated figure is zero, and on a link whose measured time spans SSD
+/// copies whole where the simulated one is a part of them: see
+/// [`compare`]'s links).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Pair {
     pub measured: f64,
@@ -178,10 +180,10 @@ pub fn compare(
 ) -> Comparison {
     let m = measured.bytes_moved;
     let spans = measured.spans;
-    // A PCIe direction that SSD copies crossed: its measured spans hold
-    // those copies whole (the SSD's part too), the simulated time their
-    // PCIe part alone, so the two are not a ratio (the SSD streams' rows
-    // compare them).
+    // A link that SSD copies crossed: its measured spans hold those
+    // copies whole (the drive's part and the PCIe part), the simulated
+    // time the link's part alone, so the two are not a ratio (the SSD
+    // streams' rows, whole copies on both sides, compare them).
     let link = |name, bytes, streams: &[Stream], sim: &crate::sim::LinkReport, whole_ssd| {
         let mut busy = Pair::new(busy_s(spans, streams), sim.busy_s);
         if whole_ssd {
@@ -217,7 +219,7 @@ pub fn compare(
             m.ssd_read + m.ssd_write,
             &[Stream::SsdRead, Stream::SsdWrite],
             &l.ssd,
-            false,
+            m.ssd_read + m.ssd_write > 0,
         ),
     ];
     let stream = |name, bytes, stream: Stream, sim: &crate::sim::StreamReport| Traffic {

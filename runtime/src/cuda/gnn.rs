@@ -164,9 +164,9 @@ fn mask_args(mask: Option<Dropout>) -> (u64, u32, f32) {
 fn check_transpose_edges(nnz: usize) -> Result<(), ExecError> {
     if nnz as u64 > u64::from(u32::MAX) {
         return Err(ExecError::invalid(
-            "block",
+            "partition block",
             format!(
-                "{nnz} edges: the CUDA backend transposes blocks of at most {} edges (32-bit \
+                "{nnz} edges, more than the CUDA backend transposes (at most {} edges: 32-bit \
                  edge ids); more partitions make smaller blocks",
                 u32::MAX
             ),
@@ -2426,7 +2426,7 @@ mod tests {
         let error = check_transpose_edges(most + 1).unwrap_err().to_string();
         assert!(
             error.contains(
-                "block: 4294967296 edges: the CUDA backend transposes blocks of at most 4294967295"
+                "partition block: 4294967296 edges, more than the CUDA backend transposes (at most 4294967295"
             ),
             "{error}"
         );

@@ -105,8 +105,9 @@ pub enum ExecError {
     /// (against themselves or those the model was prepared with), the
     /// epochs, a plan made for another workload, a backend that cannot
     /// run it. Nothing ran. `field` names what was given (`epochs`,
-    /// `train_mask`, `plan`, `hyper-parameters`, ...), `message` what is
-    /// wrong with it.
+    /// `train_mask`, `plan`, `hyper-parameter lr` and the other two,
+    /// `hyper-parameters` where they differ from those prepared, ...),
+    /// `message` what is wrong with it.
     #[error("{field}: {message}")]
     InvalidInput { field: String, message: String },
     /// A collective between the devices of a multi-device run.

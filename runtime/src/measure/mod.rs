@@ -272,17 +272,20 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
 
     next(progress);
     let ssd = ssd::measure_ssd(&options.ssd_dir, &sizes.ssd, &sizes.ssd_rounds)?;
+    // The folder whole: the profile outlives the folder it was run from.
+    let ssd_dir =
+        std::fs::canonicalize(&options.ssd_dir).unwrap_or_else(|_| options.ssd_dir.clone());
     if !ssd.direct {
         notes.push(format!(
             "the SSD figures were measured with {} in {}: they may include the page cache",
             ssd.mode,
-            options.ssd_dir.display()
+            ssd_dir.display()
         ));
     }
     let ssd_how = format!(
         "through the spill store in {} ({}), one block at a time as the executor's SSD lanes \
          move tensors (write then wait, read then wait and verify crc32c)",
-        options.ssd_dir.display(),
+        ssd_dir.display(),
         ssd.mode
     );
     put(
@@ -328,10 +331,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         "ssd.capacity_bytes",
         format!(
             "free space in {} (statvfs: blocks available to this user times the fragment size)",
-            // Whole: the profile outlives the folder it was measured from.
-            std::fs::canonicalize(&options.ssd_dir)
-                .unwrap_or_else(|_| options.ssd_dir.clone())
-                .display()
+            ssd_dir.display()
         ),
     );
 
