@@ -269,10 +269,11 @@ pub(crate) struct PlanArgs {
     /// timings) the polish starts from, the fastest plan any reaches taken
     /// [default: 1]; 0: no polish. More starts never plan slower, and on
     /// the plans measured six planned faster than one by 2.8% (geometric
-    /// mean), up to 18%, in about three times the planning time. Each start may spend --polish-work. The
-    /// searches of `--partitions auto` and `--sweep auto` compare their
-    /// trials polished from one start, and the plan taken is made again
-    /// with these starts. Only dp's plans read it, as --polish-work
+    /// mean), up to 18%, in about three times the planning time. Each
+    /// start may spend --polish-work. The searches of `--partitions auto`
+    /// and `--sweep auto` compare their trials polished from one start,
+    /// and the plan taken is made again with these starts. Only dp's plans
+    /// read it, as --polish-work
     #[arg(long, value_parser = whole::<usize>)]
     polish_starts: Option<usize>,
     /// Write the plan JSON to this file.
