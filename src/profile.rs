@@ -67,6 +67,18 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
     if args.name.trim().is_empty() {
         bail!("--name {:?}: the profile needs a name", args.name);
     }
+    // `--profile NAME` takes the shipped profile of a shipped name, and a
+    // plan made on a file of that name would read as made on it.
+    if fateplan::profiles::names()
+        .iter()
+        .any(|shipped| shipped.eq_ignore_ascii_case(&args.name))
+    {
+        bail!(
+            "--name {}: the name of a profile shipped with fateplan; a measured profile needs a \
+             name of its own (the default is `measured`)",
+            args.name
+        );
+    }
     if !args.ssd_dir.is_dir() {
         bail!(
             "--ssd-dir {}: {}",

@@ -266,7 +266,7 @@ fn bad_profile_input_names_what_is_wrong() {
     let missing = dir.join("missing");
     let in_missing = missing.join("p.json");
     let dir_arg = dir.to_str().unwrap();
-    let cases: [(Vec<&str>, &[&str]); 8] = [
+    let cases: [(Vec<&str>, &[&str]); 9] = [
         (
             vec!["--ssd-dir", missing.to_str().unwrap()],
             &["--ssd-dir", "missing", "no such directory"],
@@ -286,6 +286,10 @@ fn bad_profile_input_names_what_is_wrong() {
         (
             vec!["--ssd-dir", dir_arg, "--name", " "],
             &["--name", "needs a name"],
+        ),
+        (
+            vec!["--ssd-dir", dir_arg, "--name", "A100-80G"],
+            &["--name A100-80G: the name of a profile shipped with fateplan"],
         ),
         (
             vec!["--ssd-dir", dir_arg, "--threads", "0"],
