@@ -704,10 +704,13 @@ fn plan_dp(
     others.sort_by(|a, b| by_time(a, b));
     // A peer's candidate planned without prefetch has no timings: none
     // is each tensor's default, as the polish reads it.
+    let none = Shift::default();
+    fn shift<'a>(e: &'a Evaluated, t: usize, none: &'a Shift) -> &'a Shift {
+        e.shifts.get(t).unwrap_or(none)
+    }
     let same = |a: &Evaluated, b: &Evaluated| {
-        let shift = |e: &Evaluated, t: usize| e.shifts.get(t).cloned().unwrap_or_default();
         a.schedule.fates == b.schedule.fates
-            && (0..a.schedule.fates.len()).all(|t| shift(a, t) == shift(b, t))
+            && (0..a.schedule.fates.len()).all(|t| shift(a, t, &none) == shift(b, t, &none))
     };
     for other in others {
         if starts.len() >= options.polish_starts {
