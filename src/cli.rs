@@ -1157,6 +1157,9 @@ fn load_profile(name: &str) -> Result<Profile> {
         for (field, why) in profile.doubtful_figures() {
             eprintln!("warning: --profile {name}: field {field}: {why}; it is used as written");
         }
+        if let Some(why) = profile.unsteady() {
+            eprintln!("warning: --profile {name}: {why}");
+        }
     }
     Ok(profile)
 }

@@ -162,7 +162,8 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
     let measured = measured?;
     let mut json = measured.profile.to_json_pretty();
     json.push('\n');
-    for note in measured.notes.iter().chain(&small) {
+    let unsteady = measured.profile.unsteady();
+    for note in measured.notes.iter().chain(&small).chain(&unsteady) {
         eprintln!("note: {note}");
     }
     match staging {
@@ -302,5 +303,24 @@ fn summary(out: &mut dyn Write, p: &Profile) -> Result<()> {
         rate(p.ssd.write_bytes_per_s),
         format_seconds(p.ssd.write_latency_s)
     )?;
+    if let (Some(steadiness), (Some(fastest), Some(slowest))) = (
+        &p.steadiness,
+        p.steadiness.as_ref().map_or((None, None), |s| s.range()),
+    ) {
+        let others = steadiness.other_cores.map_or(String::new(), |cores| {
+            format!("; other programs took {cores:.2} cores' worth of CPU time meanwhile")
+        });
+        writeln!(
+            out,
+            "steady    the probe took {} (from {} to {} at {} points of the measurement, \
+             {:.1}% apart; the slowest before {}){others}",
+            format_seconds(steadiness.median_s()),
+            format_seconds(fastest.seconds),
+            format_seconds(slowest.seconds),
+            steadiness.points.len(),
+            steadiness.spread() * 100.0,
+            slowest.before
+        )?;
+    }
     Ok(())
 }

@@ -20,6 +20,7 @@ use fateplan::runtime::cpu::Hyper;
 use fateplan::runtime::dataset::FeatureScaling;
 use fateplan::runtime::edges::EdgeSource;
 use fateplan::runtime::exec::{ExecError, SsdTier};
+use fateplan::runtime::measure;
 use fateplan::runtime::share::{prepare_shared_from, prepare_shared_keeping, Keep, SharedPrepared};
 use fateplan::runtime::sim::{simulate, SimOptions};
 use fateplan::runtime::spill::CreatedDirs;
@@ -518,6 +519,11 @@ pub(crate) fn dataset(args: &TrainArgs) -> Result<(fateplan::runtime::dataset::D
     };
     Ok((dataset, features))
 }
+
+/// Points the probe is timed at before training, and again after, where
+/// `--compare-simulated` compares the machine's speed with the profile's
+/// (each point a few of its runs, tens of milliseconds on a CPU).
+const PROBE_POINTS: usize = 2;
 
 const RAW_FEATURES: &str = "kept as they are (--raw-features)";
 
@@ -1250,6 +1256,27 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         trace: args.trace.is_some() || args.compare_simulated,
         backend,
     };
+    // The probe around a run on one CPU device, to compare the machine's
+    // speed now with its speed when the profile was measured.
+    let mut probe = None;
+    let mut machine_note = None;
+    if let (true, "cpu", Prepared::One(_), Some(profiled)) = (
+        args.compare_simulated,
+        args.backend.as_str(),
+        &prepared,
+        &plan.profile.steadiness,
+    ) {
+        match measure::probe::comparable(profiled) {
+            Ok(()) => {
+                let mut timed = measure::probe::Probe::new().context("timing the probe")?;
+                for _ in 0..PROBE_POINTS {
+                    timed.point("training").context("timing the probe")?;
+                }
+                probe = Some((timed, measure::host::CpuTimes::now()));
+            }
+            Err(why) => machine_note = Some(format!("the machine's speed is not compared: {why}")),
+        }
+    }
     let (report, spans, devices) = match prepared {
         Prepared::One(one) => {
             let (report, spans) = train::train(one, hyper, run, &mut on_epoch)
@@ -1289,11 +1316,24 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     bar.finish_and_clear();
     let comparison = if args.compare_simulated {
         // Device 0's: the plan is each device's.
-        Some(compare_simulated(
-            &plan,
-            &report,
-            spans.first().map_or(&[], Vec::as_slice),
-        )?)
+        let mut comparison =
+            compare_simulated(&plan, &report, spans.first().map_or(&[], Vec::as_slice))?;
+        if let (Some((timed, before)), Some(profiled)) = (&mut probe, &plan.profile.steadiness) {
+            // Other programs' share of the cores while it trained (and
+            // the comparison's replay, a small part).
+            let other_cores = before
+                .zip(measure::host::CpuTimes::now())
+                .and_then(|(a, b)| a.others_until(&b));
+            for _ in 0..PROBE_POINTS {
+                timed.point("the end").context("timing the probe")?;
+            }
+            comparison.machine = timed.drift(profiled).map(|drift| measure::probe::Drift {
+                other_cores,
+                ..drift
+            });
+        }
+        comparison.machine_note = machine_note;
+        Some(comparison)
     } else {
         None
     };
@@ -1788,6 +1828,26 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, epochs: u32, shared: bo
             format_seconds(pair.simulated),
             ratio(pair)
         )?;
+    }
+    if let Some(machine) = &c.machine {
+        let over = c.iteration_s.ratio.map_or(String::new(), |r| {
+            format!("; the iteration's ratio over it {:.3}", r / machine.ratio)
+        });
+        let others = machine.other_cores.map_or(String::new(), |cores| {
+            format!("; other programs took {cores:.2} cores' worth of CPU time as it trained")
+        });
+        writeln!(
+            out,
+            "          {:<10} {:>12} {:>12} {:>9}   (the probe around the run, and when the \
+             profile was measured{over}{others})",
+            "machine",
+            format_seconds(machine.now_s),
+            format_seconds(machine.profiled_s),
+            format!("{:.3}", machine.ratio)
+        )?;
+    }
+    if let Some(note) = &c.machine_note {
+        writeln!(out, "          {note}")?;
     }
     // A table of traffic: its head (`what` and a remark after it), then
     // a row of each of `rows`.

@@ -71,6 +71,35 @@ fn a_quick_profile_is_valid_measured_and_plans() {
             "{json}"
         );
         assert!(train_json("1").get("threads_note").is_none());
+        // The probe at each stage's start and at the end, on the
+        // profile's thread; timed again around a run on as many threads,
+        // and compared, or said not to compare on others.
+        let steadiness = profile.steadiness.as_ref().unwrap();
+        assert_eq!((steadiness.threads, steadiness.points.len()), (1, 11));
+        assert_eq!(steadiness.points[6].before, "training iterations");
+        assert_eq!(steadiness.points[10].before, "the end");
+        assert!(steadiness.other_cores.is_some_and(|c| c >= 0.0));
+        assert!(
+            stdout(&output).contains("steady    the probe took"),
+            "{}",
+            stdout(&output)
+        );
+        let compared = |threads: &str| -> serde_json::Value {
+            let json: serde_json::Value =
+                serde_json::from_slice(&run(threads, &["--json", "--compare-simulated"])).unwrap();
+            json["compare_simulated"].clone()
+        };
+        let own = compared("1");
+        let machine = &own["machine"];
+        assert_eq!(machine["profiled_s"], steadiness.median_s(), "{own}");
+        let (now, ratio) = (machine["now_s"].as_f64(), machine["ratio"].as_f64());
+        assert!(now.is_some_and(|s| s > 0.0), "{own}");
+        assert_eq!(ratio, now.map(|s| s / steadiness.median_s()));
+        assert!(own.get("machine_note").is_none(), "{own}");
+        let other = compared("2");
+        assert!(other.get("machine").is_none(), "{other}");
+        let note = other["machine_note"].as_str().unwrap_or_default();
+        assert!(note.contains("ran on 1 thread, this run has 2"), "{other}");
         // The gathers alone at three widths on the quick profile's three
         // graphs (scales 12, 14 and 16), and the gathers' fits made on
         // them.

@@ -493,6 +493,133 @@ pub struct Profile {
     /// Where each figure comes from, keyed by dotted field path.
     #[serde(default)]
     pub sources: BTreeMap<String, String>,
+    /// How steady the machine was while a measurement took the figures
+    /// (`fateplan profile` records it; a hand-written profile has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steadiness: Option<Steadiness>,
+}
+
+/// A fixed piece of work, the probe, timed at several points of a
+/// measurement (before each of its stages and after the last): how far
+/// the machine's speed moved while the profile's figures were taken. A
+/// figure measured while another program took the cores is off by about
+/// as much as the probe shows. Timed again just before training
+/// (`fateplan train --compare-simulated`), it tells the part of a
+/// prediction's miss that comes from the machine running at another
+/// speed than when it was profiled from the part that comes from the
+/// model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Steadiness {
+    /// The probe's name and version: its times compare only with the
+    /// same probe's.
+    pub probe: String,
+    /// Threads it ran on.
+    pub threads: u32,
+    /// The points it was timed at, in order.
+    pub points: Vec<ProbePoint>,
+    /// Cores' worth of CPU time other programs (and the hypervisor, on
+    /// a virtual machine) took on average while the measurement ran,
+    /// where the system says (Linux's `/proc/stat`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_cores: Option<f64>,
+}
+
+/// One point of a [`Steadiness`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbePoint {
+    /// What the measurement did next (a stage's name, or `the end`).
+    pub before: String,
+    /// The median seconds of the probe's runs there.
+    pub seconds: f64,
+}
+
+/// Most points a profile's [`Steadiness`] may list.
+pub const MAX_STEADINESS_POINTS: usize = 1000;
+
+/// A steadiness spread above which a profile's figures are said to be
+/// unsteady: the probe's slowest point more than half its median slower
+/// than its fastest. (On a shared 2-core virtual machine with nothing
+/// else running, the probe's points of one profile spread 20-40%: the
+/// host's other tenants move it.)
+pub const UNSTEADY_SPREAD: f64 = 0.5;
+
+/// Cores' worth of other programs' CPU time above which a profile's
+/// figures are said to be unsteady.
+pub const UNSTEADY_OTHER_CORES: f64 = 0.25;
+
+impl Steadiness {
+    /// The median of the points' seconds (the mean of the middle two of
+    /// an even count); 0 without points.
+    pub fn median_s(&self) -> f64 {
+        let mut points: Vec<f64> = self.points.iter().map(|p| p.seconds).collect();
+        points.sort_by(f64::total_cmp);
+        match points.len() {
+            0 => 0.0,
+            n if n % 2 == 1 => points[n / 2],
+            n => (points[n / 2 - 1] + points[n / 2]) / 2.0,
+        }
+    }
+
+    /// The slowest point's seconds less the fastest's, over their
+    /// median: 0 where the machine ran the probe at one speed throughout.
+    pub fn spread(&self) -> f64 {
+        let median = self.median_s();
+        if median <= 0.0 {
+            return 0.0;
+        }
+        let (fastest, slowest) = self.range();
+        match (fastest, slowest) {
+            (Some(fastest), Some(slowest)) => (slowest.seconds - fastest.seconds) / median,
+            _ => 0.0,
+        }
+    }
+
+    /// The fastest point and the slowest (the first of equals); `None`
+    /// without points.
+    pub fn range(&self) -> (Option<&ProbePoint>, Option<&ProbePoint>) {
+        let by = |a: &&ProbePoint, b: &&ProbePoint| a.seconds.total_cmp(&b.seconds);
+        (
+            self.points.iter().min_by(by),
+            self.points.iter().rev().max_by(by),
+        )
+    }
+
+    fn validate(&self, context: &str) -> Result<()> {
+        let field = |name: &str| format!("{context} field steadiness.{name}");
+        if self.probe.trim().is_empty() {
+            return Err(Error::invalid(field("probe"), "is empty: name the probe"));
+        }
+        if self.threads == 0 {
+            return Err(Error::invalid(field("threads"), "0 must be positive"));
+        }
+        let n = self.points.len();
+        if n == 0 || n > MAX_STEADINESS_POINTS {
+            return Err(Error::invalid(
+                field("points"),
+                format!("{n} points: give 1 to {MAX_STEADINESS_POINTS}"),
+            ));
+        }
+        if let Some((k, p)) = self.points.iter().enumerate().find(|(_, p)| {
+            !(p.seconds.is_finite() && p.seconds > 0.0 && p.seconds <= MAX_FIGURE_SECONDS)
+        }) {
+            return Err(Error::invalid(
+                field(&format!("points[{k}].seconds")),
+                format!(
+                    "{} must be positive and at most {MAX_FIGURE_SECONDS:e}",
+                    figure(p.seconds)
+                ),
+            ));
+        }
+        if let Some(cores) = self.other_cores.filter(|c| !(c.is_finite() && *c >= 0.0)) {
+            return Err(Error::invalid(
+                field("other_cores"),
+                format!("{} must be finite and not negative", figure(cores)),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The lists of figures a `sources` key may name besides
@@ -630,6 +757,39 @@ impl Profile {
             .collect()
     }
 
+    /// Where the profile's measurement says the machine's speed moved by
+    /// more than [`UNSTEADY_SPREAD`] while its figures were taken (its
+    /// [`Steadiness::spread`]), what to say of it.
+    pub fn unsteady(&self) -> Option<String> {
+        let steadiness = self.steadiness.as_ref()?;
+        let spread = steadiness.spread();
+        let others = steadiness.other_cores.unwrap_or(0.0);
+        if spread <= UNSTEADY_SPREAD && others <= UNSTEADY_OTHER_CORES {
+            return None;
+        }
+        let (Some(fastest), Some(slowest)) = steadiness.range() else {
+            return None;
+        };
+        let others = match steadiness.other_cores {
+            Some(cores) => format!(
+                "; other programs took {cores:.2} cores' worth of CPU time meanwhile, of {}",
+                self.host.cores
+            ),
+            None => String::new(),
+        };
+        Some(format!(
+            "the machine may not have run at one speed while it was measured: its probe took \
+             {:.1} to {:.1} ms at {} points ({:.0}% apart; the slowest before {}){others}; \
+             any figure may be off by as much, and so may a prediction made on it: measure \
+             again on a quieter machine",
+            fastest.seconds * 1e3,
+            slowest.seconds * 1e3,
+            steadiness.points.len(),
+            spread * 100.0,
+            slowest.before
+        ))
+    }
+
     /// Devices per node when `gpus` devices train together.
     pub fn gpus_per_node(&self, gpus: u32) -> u32 {
         gpus.clamp(1, self.device.count_max.max(1))
@@ -757,6 +917,9 @@ impl Profile {
                 .filter(|(_, has)| *has)
                 .map(|(l, _)| *l),
         );
+        if self.steadiness.is_some() {
+            figures.push("steadiness");
+        }
         if let Some(key) = self.sources.keys().find(|k| !figures.contains(&k.as_str())) {
             if SOURCED_LISTS.contains(&key.as_str()) {
                 return Err(Error::invalid(
@@ -774,6 +937,9 @@ impl Profile {
                     figures.join(", ")
                 ),
             ));
+        }
+        if let Some(steadiness) = &self.steadiness {
+            steadiness.validate(&context())?;
         }
         let mut previous = 0.0;
         for (k, shape) in self.device.dense_shapes.iter().enumerate() {
@@ -1006,6 +1172,66 @@ mod tests {
                 "device.mask_seconds_per_element"
             ]
         );
+    }
+
+    /// A measured profile's steadiness: the probe's points summed up,
+    /// said to be unsteady where they spread or other programs took the
+    /// cores, read back from JSON, and refused where a figure is not one.
+    #[test]
+    fn steadiness_is_summed_up_checked_and_warned_of() {
+        let point = |before: &str, ms: f64| ProbePoint {
+            before: before.into(),
+            seconds: ms / 1e3,
+        };
+        let mut p = profile();
+        assert_eq!(p.unsteady(), None);
+        p.steadiness = Some(Steadiness {
+            probe: "probe/1".into(),
+            threads: 2,
+            points: vec![point("a", 20.0), point("b", 22.0), point("c", 21.0)],
+            other_cores: Some(0.05),
+        });
+        p.sources.insert("steadiness".into(), "measured".into());
+        p.validate().unwrap();
+        let steadiness = p.steadiness.clone().unwrap();
+        assert!((steadiness.median_s() - 0.021).abs() < 1e-12);
+        assert!((steadiness.spread() - 2.0 / 21.0).abs() < 1e-9);
+        assert_eq!(p.unsteady(), None);
+        let back = Profile::from_json(&p.to_json_pretty(), "p.json").unwrap();
+        assert_eq!(back.steadiness, p.steadiness);
+
+        let mut slow = p.clone();
+        slow.steadiness.as_mut().unwrap().points[1].seconds = 0.035;
+        let why = slow.unsteady().unwrap();
+        assert!(
+            why.contains("20.0 to 35.0 ms at 3 points (71% apart; the slowest before b)"),
+            "{why}"
+        );
+        let mut busy = p.clone();
+        busy.steadiness.as_mut().unwrap().other_cores = Some(0.9);
+        let why = busy.unsteady().unwrap();
+        assert!(why.contains("other programs took 0.90 cores'"), "{why}");
+
+        for (edit, field) in [
+            (
+                (|s: &mut Steadiness| s.points[2].seconds = f64::NAN) as fn(&mut Steadiness),
+                "steadiness.points[2].seconds",
+            ),
+            (|s| s.points.clear(), "steadiness.points"),
+            (|s| s.threads = 0, "steadiness.threads"),
+            (|s| s.probe = " ".into(), "steadiness.probe"),
+            (|s| s.other_cores = Some(-1.0), "steadiness.other_cores"),
+        ] {
+            let mut bad = p.clone();
+            edit(bad.steadiness.as_mut().unwrap());
+            let error = bad.validate().unwrap_err().to_string();
+            assert!(error.contains(&format!("field {field}")), "{error}");
+        }
+        // A source of it without it names no figure.
+        let mut sourced = p.clone();
+        sourced.steadiness = None;
+        let error = sourced.validate().unwrap_err().to_string();
+        assert!(error.contains("sources.\"steadiness\""), "{error}");
     }
 
     /// Masked elements are charged at the profile's time per element,

@@ -15,6 +15,7 @@ use fateplan_planner::profile::DeviceProfile;
 use fateplan_planner::workload::Op;
 
 use crate::exec::TraceSpan;
+use crate::measure::probe::Drift;
 use crate::sim::model::op_seconds;
 use crate::sim::SimReport;
 
@@ -93,6 +94,16 @@ pub struct Comparison {
     /// The operators of the traced iteration by family, in the order
     /// they first ran.
     pub operators: Vec<OperatorTime>,
+    /// The machine's speed around the run against when the profile was
+    /// measured: the probe ([`crate::measure::probe`]) timed before and
+    /// after training against its time in the profile, where the caller
+    /// timed it (`compare` leaves it out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub machine: Option<Drift>,
+    /// Why `machine` is absent where the profile has a probe's times: they
+    /// do not compare with this run's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub machine_note: Option<String>,
 }
 
 /// One family of operators (the name before `[`: `agg`, `edge_softmax`,
@@ -258,6 +269,8 @@ pub fn compare(
         streams,
         simulated_violations: simulated.violations_total,
         operators: operator_times(spans, ops, device),
+        machine: None,
+        machine_note: None,
     }
 }
 

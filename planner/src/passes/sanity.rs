@@ -209,34 +209,86 @@ fn check_fates(workload: &Workload, fates: &[Fate]) -> Result<()> {
 /// Every fate that moves or re-runs its tensor has the entries that do
 /// it: a recomputation, an offload, a load. (Without them the replay
 /// keeps the tensor where it was, and a plan whose schedule was cut
-/// would pass for one that follows its fates.)
+/// would pass for one that follows its fates.) And the recomputations
+/// follow the fates: the replay drops a device copy after its last read
+/// before it is made again, whatever the fate says, so a fate edited
+/// from `recompute` to `retain` (or back) would be ignored. A `recompute`
+/// tensor is re-run for a read of its own life (after its producer, by
+/// its last read); a `retain`ed one is never re-run there (it may be
+/// before its producer or after its last read, for a recomputation that
+/// reads it); no other fate is re-run.
 fn check_fates_scheduled(
     workload: &Workload,
     fates: &[Fate],
     schedule: &[ScheduleEntry],
 ) -> Result<()> {
+    // Each tensor's producing step and last reading step.
+    let n = workload.tensors.len();
+    let (mut producer, mut last_read) = (vec![None; n], vec![None; n]);
+    for (step, op) in workload.ops.iter().enumerate() {
+        for input in &op.inputs {
+            last_read[input.index()] = Some(step as u32);
+        }
+        for output in &op.outputs {
+            producer[output.index()].get_or_insert(step as u32);
+        }
+    }
+    let in_life = |t: usize, step: u32| {
+        producer[t].is_some_and(|p| p < step) && last_read[t].is_some_and(|last| step <= last)
+    };
     let mut done = vec![[false; 3]; fates.len()];
     for entry in schedule {
+        let t = entry.tensor.index();
         let slot = match entry.action {
             Action::Recompute => 0,
             Action::Offload => 1,
             Action::Load | Action::Reload => 2,
         };
-        done[entry.tensor.index()][slot] = true;
+        if entry.action != Action::Recompute {
+            done[t][slot] = true;
+            continue;
+        }
+        let (fate, step) = (fates[t], entry.done_before_step);
+        let why = match fate {
+            Fate::Recompute => {
+                done[t][slot] |= in_life(t, step);
+                continue;
+            }
+            Fate::Retain if !in_life(t, step) => continue,
+            Fate::Retain => {
+                "a retained tensor stays on the device from its producer to its \
+                             last read; one re-run there is recomputed"
+            }
+            _ => {
+                "only recomputed tensors, and retained ones before their producer or after \
+                  their last read, are re-run"
+            }
+        };
+        let before = workload
+            .ops
+            .get(step as usize)
+            .map_or_else(|| "the end".to_string(), |op| format!("{:?}", op.name));
+        return Err(Error::invalid(
+            format!("plan field tensors[{t}].fate"),
+            format!(
+                "{fate} for {:?}, but the schedule re-runs it before step {step} ({before}): {why}",
+                workload.tensors[t].name
+            ),
+        ));
     }
     for (tensor, (&fate, [recomputed, offloaded, loaded])) in
         workload.tensors.iter().zip(fates.iter().zip(&done))
     {
         let missing = match fate {
-            Fate::Recompute if !recomputed => "recompute",
-            Fate::OffloadHost | Fate::OffloadSsd if !offloaded => "offload",
-            Fate::StreamHost | Fate::StreamSsd if !loaded => "load",
+            Fate::Recompute if !recomputed => "recompute of it for a read after its producer",
+            Fate::OffloadHost | Fate::OffloadSsd if !offloaded => "offload of it",
+            Fate::StreamHost | Fate::StreamSsd if !loaded => "load of it",
             _ => continue,
         };
         return Err(Error::invalid(
             format!("plan field tensors[{}].fate", tensor.id.0),
             format!(
-                "{fate} for {:?}, but the schedule has no {missing} of it",
+                "{fate} for {:?}, but the schedule has no {missing}",
                 tensor.name
             ),
         ));

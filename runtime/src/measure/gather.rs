@@ -147,7 +147,7 @@ fn time_point(block: &Block, scale: u32, width: u32, rounds: &Rounds) -> Result<
 
 /// The R-MAT graph of `scale` with a self-loop a node, rows by
 /// destination, weighted as the GCN's (`1 / sqrt(d_r · d_c)`).
-fn rmat_block(scale: u32) -> Result<Block> {
+pub(crate) fn rmat_block(scale: u32) -> Result<Block> {
     let spec = RmatSpec {
         edge_factor: EDGE_FACTOR,
         ..RmatSpec::new(scale)

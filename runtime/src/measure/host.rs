@@ -61,6 +61,72 @@ pub fn size_field(text: &str, name: &str, source: &Path) -> Result<u64> {
         .ok_or_else(|| Error::invalid(source, name, format!("{value:?} is not a size")))
 }
 
+/// CPU time spent so far by the whole machine and by this process
+/// (`/proc/stat`, `/proc/self/stat`), and when it was read: two readings
+/// tell how much of the cores other programs took in between.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuTimes {
+    /// Every CPU's time in user, nice, system and interrupt work.
+    busy_s: f64,
+    /// Time the hypervisor ran something else on this machine's CPUs.
+    steal_s: f64,
+    /// This process's user and system time.
+    own_s: f64,
+    at: Instant,
+}
+
+impl CpuTimes {
+    /// The times now; `None` where the `/proc` files are not there or
+    /// not as Linux writes them.
+    pub fn now() -> Option<CpuTimes> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let own = std::fs::read_to_string("/proc/self/stat").ok()?;
+        Self::parse(&stat, &own, Instant::now())
+    }
+
+    fn parse(stat: &str, own: &str, at: Instant) -> Option<CpuTimes> {
+        // SAFETY: sysconf reads a constant of the system.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let hz = if hz > 0 { hz as f64 } else { 100.0 };
+        // `cpu  user nice system idle iowait irq softirq steal ...`
+        let ticks: Vec<f64> = stat
+            .lines()
+            .next()?
+            .strip_prefix("cpu ")?
+            .split_whitespace()
+            .map(|t| t.parse().ok())
+            .collect::<Option<_>>()?;
+        let tick = |k: usize| ticks.get(k).copied();
+        let busy = tick(0)? + tick(1)? + tick(2)? + tick(5)? + tick(6)?;
+        let steal = tick(7).unwrap_or(0.0);
+        // After the command's closing parenthesis: state (field 3) ...
+        // utime (14), stime (15).
+        let fields: Vec<&str> = own.rsplit_once(')')?.1.split_whitespace().collect();
+        let own: f64 =
+            fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+        Some(CpuTimes {
+            busy_s: busy / hz,
+            steal_s: steal / hz,
+            own_s: own / hz,
+            at,
+        })
+    }
+
+    /// Cores' worth of CPU time other programs took between `self` and
+    /// `later` (the machine's busy time less this process's, and the
+    /// hypervisor's steal), on average over the time between; `None`
+    /// where less than a second passed (the counts tick in hundredths).
+    pub fn others_until(&self, later: &CpuTimes) -> Option<f64> {
+        let wall = later.at.duration_since(self.at).as_secs_f64();
+        if wall < 1.0 {
+            return None;
+        }
+        let others = (later.busy_s - self.busy_s) - (later.own_s - self.own_s);
+        let steal = later.steal_s - self.steal_s;
+        Some((others.max(0.0) + steal.max(0.0)) / wall)
+    }
+}
+
 /// The CPU's model name from the text of `/proc/cpuinfo`, if it has one.
 pub fn cpu_model(cpuinfo: &str) -> Option<String> {
     cpuinfo
@@ -200,6 +266,34 @@ pub const MIN_LATENCY_ROUNDS: usize = 3;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn other_programs_time_is_the_machines_less_this_process() {
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        let at = Instant::now();
+        let own = |utime: u64, stime: u64| {
+            format!("4242 (a (b) c) R 1 1 1 0 -1 0 0 0 0 0 {utime} {stime} 0 0 20 0 1 0")
+        };
+        let stat = |user: u64, steal: u64| {
+            format!("cpu  {user} 0 100 5000 0 0 0 {steal} 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+        };
+        let before = CpuTimes::parse(&stat(1000, 10), &own(50, 10), at).unwrap();
+        let later = CpuTimes::parse(
+            &stat(1000 + 3 * hz as u64, 10 + hz as u64 / 2),
+            &own(50 + 2 * hz as u64, 10),
+            at + std::time::Duration::from_secs(2),
+        )
+        .unwrap();
+        // 3 s of busy time, 2 of them this process's, and 0.5 s stolen,
+        // over 2 s: 0.75 of a core.
+        let others = before.others_until(&later).unwrap();
+        assert!((others - 0.75).abs() < 1e-9, "{others}");
+        // Under a second apart the ticks say too little.
+        assert!(before.others_until(&before).is_none());
+        assert!(CpuTimes::parse("intr 1 2\n", &own(1, 1), at).is_none());
+        assert!(CpuTimes::parse(&stat(1, 1), "4242 (x) R 1", at).is_none());
+        assert!(CpuTimes::now().is_some(), "this test runs on Linux");
+    }
 
     const MEMINFO: &str = "MemTotal:       24684108 kB\nMemFree:         5520000 kB\n\
                            MemAvailable:   23595000 kB\nBuffers:          100 kB\n";

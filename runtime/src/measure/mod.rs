@@ -25,6 +25,7 @@ pub mod gather;
 pub mod gpu;
 pub mod host;
 pub mod loss;
+pub mod probe;
 pub mod ssd;
 
 use std::collections::BTreeMap;
@@ -33,7 +34,7 @@ use std::time::Instant;
 
 use fateplan_planner::profile::{
     DenseShape, DeviceKind, DeviceProfile, HostProfile, PcieProfile, Profile, SsdProfile,
-    PROFILE_FORMAT_VERSION,
+    Steadiness, PROFILE_FORMAT_VERSION,
 };
 use fateplan_planner::units::count;
 
@@ -230,25 +231,30 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
     let sizes = &options.sizes;
     let threads = rayon::current_num_threads();
     let mut stage = 0u32;
-    let mut next = |progress: &mut dyn FnMut(Progress)| {
+    // The probe is timed as each stage starts, and after the last.
+    let mut probe = probe::Probe::new()?;
+    let cpu_times = host::CpuTimes::now();
+    let mut next = |progress: &mut dyn FnMut(Progress)| -> Result<()> {
         progress(Progress {
             done: stage,
             total: STAGES.len() as u32,
             stage: STAGES[stage as usize],
         });
+        probe.point(STAGES[stage as usize]).map(|_| ())?;
         stage += 1;
+        Ok(())
     };
     let mut sources = BTreeMap::new();
     let mut notes = Vec::new();
 
-    next(progress);
+    next(progress)?;
     let memory = host::parse_meminfo(&options.meminfo, &options.meminfo_path)?;
     let cores = std::thread::available_parallelism()
         .map(|n| n.get() as u32)
         .unwrap_or(1);
     let cpu = host::cpu_model(&options.cpuinfo).unwrap_or_else(|| "unknown CPU".to_string());
 
-    next(progress);
+    next(progress)?;
     let (copy_rate, copy_rounds) = host::copy_bandwidth(threads, sizes.copy_bytes, &sizes.rounds)?;
     let copy_rounds = count(copy_rounds as u64, "round");
     put(
@@ -270,7 +276,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         ),
     );
 
-    next(progress);
+    next(progress)?;
     let ssd = ssd::measure_ssd(&options.ssd_dir, &sizes.ssd, &sizes.ssd_rounds)?;
     // The folder whole: the profile outlives the folder it was run from.
     let ssd_dir =
@@ -335,7 +341,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         ),
     );
 
-    next(progress);
+    next(progress)?;
     let gpu = gpu::measure_gpu(sizes.lane_set_bytes, sizes.rounds.max);
 
     let machine = Host {
@@ -457,7 +463,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             (profile, BackendChoice::Cpu, engine, "faer", bench)
         }
     };
-    next(progress);
+    next(progress)?;
     // The CPU's gathers alone at several working sets, before the GCNs,
     // whose gathers are fitted with their shares of it.
     // The kernels timed alone: each sweep's point a few rounds, the
@@ -492,7 +498,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             ),
         );
     }
-    next(progress);
+    next(progress)?;
     // The CPU's loss kernels alone at several class counts: a time a row
     // and a byte.
     let mut loss_source = None;
@@ -535,7 +541,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         }
         _ => None,
     };
-    next(progress);
+    next(progress)?;
     // Planned with placeholder rates: a retain-all plan does not
     // depend on them.
     let placeholder = 1e9;
@@ -571,7 +577,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
     profile.device.scatter_bytes_per_s = Some(rates.scatter_bytes_per_s);
     profile.device.transpose_seconds_per_edge = rates.transpose_seconds_per_edge;
     profile.device.softmax_flops_per_s = Some(rates.loss_flops_per_s);
-    next(progress);
+    next(progress)?;
     let attention = compute::attention_rate(bench, &profile, &sizes.rounds, &backend)?;
     profile.device.attention_bytes_per_s = Some(attention.bytes_per_s);
     profile.device.attention_backward_bytes_per_s = Some(attention.backward_bytes_per_s);
@@ -583,7 +589,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         .chain(&loss_fit)
         .cloned()
         .collect();
-    next(progress);
+    next(progress)?;
     let masks = compute::mask_rate(bench, &profile, &sizes.rounds, &backend)?;
     profile.device.mask_seconds_per_element = Some(masks.seconds_per_element);
     // The wide-to-narrow projection's rate among the GEMM shapes, unless
@@ -606,9 +612,36 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             .dense_shapes
             .sort_by(|a, b| a.flops_per_byte.total_cmp(&b.flops_per_byte));
     }
-    next(progress);
+    next(progress)?;
     let overhead = compute::op_overhead(&profile, sizes.overhead_iterations, &backend)?;
     profile.device.op_overhead_s = overhead.op_overhead_s;
+    probe.point("the end")?;
+    let steadiness = Steadiness {
+        other_cores: cpu_times
+            .zip(host::CpuTimes::now())
+            .and_then(|(a, b)| a.others_until(&b)),
+        ..probe.steadiness()
+    };
+    put(
+        &mut sources,
+        "steadiness",
+        format!(
+            "the probe ({}: an SpMM over an R-MAT graph of scale {} at {} floats a row, a GEMM \
+             of {} rows at 128 by 128 and a copy of {}, on the CPU at {}) timed as each of \
+             the measurement's {} stages started and after the last, each point the median \
+             of {} runs; other_cores: the CPU time of the whole machine (/proc/stat, steal \
+             included) less this process's over the measurement, over its length",
+            probe::PROBE,
+            probe::PROBE_SCALE,
+            probe::PROBE_WIDTH,
+            probe::GEMM_ROWS,
+            mib(probe::COPY_BYTES as u64),
+            count(u64::from(steadiness.threads), "thread"),
+            STAGES.len(),
+            probe::RUNS_A_POINT
+        ),
+    );
+    profile.steadiness = Some(steadiness);
 
     let on_graph = match graph {
         Some((name, dataset)) => format!(
@@ -978,6 +1011,7 @@ fn cpu_profile(
         network: None,
         ssd: ssd_profile(ssd),
         sources: BTreeMap::new(),
+        steadiness: None,
     }
 }
 
@@ -1056,6 +1090,7 @@ fn gpu_profile(
         network: None,
         ssd: ssd_profile(ssd),
         sources: BTreeMap::new(),
+        steadiness: None,
     }
 }
 

@@ -58,6 +58,7 @@ fn profile() -> Profile {
             write_latency_s: 0.0,
         },
         sources: Default::default(),
+        steadiness: None,
     }
 }
 
@@ -246,6 +247,59 @@ fn a_fate_the_schedule_does_not_carry_out_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(error.contains("entries for a workload of"), "{error}");
+}
+
+/// The replay drops a copy after its last read before it is made again,
+/// whatever the fate says: a recomputed tensor's fate edited to `retain`,
+/// or a retained one's to `recompute`, would be replayed as before. Both
+/// are refused, and so is a recomputation of an offloaded tensor.
+#[test]
+fn recomputations_follow_the_fates() {
+    let recomputed = planned(Policy::RecomputeAll, 0);
+    let a = recomputed
+        .tensors
+        .iter()
+        .position(|t| t.name == "a")
+        .unwrap();
+    assert_eq!(
+        recomputed.tensors[a].fate,
+        fateplan_planner::Fate::Recompute
+    );
+    simulate(&recomputed, &profile(), &SimOptions::default()).unwrap();
+    let mut retained = recomputed.clone();
+    retained.tensors[a].fate = fateplan_planner::Fate::Retain;
+    let error = simulate(&retained, &profile(), &SimOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("retain for \"a\", but the schedule re-runs it before step 5 (\"bw\")"),
+        "{error}"
+    );
+    let mut offloaded = recomputed.clone();
+    offloaded.tensors[a].fate = fateplan_planner::Fate::OffloadHost;
+    let error = simulate(&offloaded, &profile(), &SimOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("offload_host for \"a\", but the schedule re-runs it"),
+        "{error}"
+    );
+    // A recomputation of it moved before its producer no longer serves
+    // its fate: the read in its gap has no copy re-run for it.
+    let mut early = recomputed;
+    for entry in &mut early.schedule {
+        if entry.action == Action::Recompute {
+            entry.issue_after_step = -1;
+            entry.done_before_step = 0;
+        }
+    }
+    let error = simulate(&early, &profile(), &SimOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("recompute for \"a\", but the schedule has no recompute of it for a read"),
+        "{error}"
+    );
 }
 
 #[test]
