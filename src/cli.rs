@@ -223,8 +223,8 @@ pub(crate) struct PlanArgs {
     exchange: String,
     /// Device memory budget per GPU (e.g. 80GiB, 512GB, 1000000), or a
     /// share of the retain-all plan's device peak (e.g. 25%; of the
-    /// device's memory where that peak is over it; needs a partition
-    /// count, as auto sizes the partitions to the budgets).
+    /// device's memory where that peak is over it; with --partitions
+    /// auto, of the retain-all plan at the count it is sized to).
     #[arg(long, allow_hyphen_values = true, value_parser = budget_value)]
     hbm_budget: Option<String>,
     /// Host memory budget per GPU (bytes, or a share of the retain-all
@@ -2127,7 +2127,16 @@ pub(crate) fn budget_value(text: &str) -> std::result::Result<String, String> {
 
 pub(crate) fn budget(flag: &Option<String>, name: &str, default: u64) -> Result<u64> {
     match flag {
-        Some(text) => parse_bytes(text).with_context(|| format!("--{name}")),
+        // A fraction without a unit is more likely a share than bytes.
+        Some(text) => parse_bytes(text)
+            .map_err(|error| match text.trim().parse::<f64>() {
+                Ok(share) if share > 0.0 && share < 1.0 => anyhow!(
+                    "{error}; a share of the retain-all peak is written {}%",
+                    (share * 1e4).round() / 1e2
+                ),
+                _ => error.into(),
+            })
+            .with_context(|| format!("--{name}")),
         None => Ok(default),
     }
 }
@@ -2323,6 +2332,55 @@ struct Prepared {
     model: Option<PlanModel>,
 }
 
+/// [`prepare`] where budgets are given as shares and the partitions are
+/// sized (`--partitions auto`): the shares are of the retain-all plan's
+/// device peak at the count that plan is sized to, or of the device's
+/// memory where no count fits it (as `curve` takes its shares:
+/// `curve::reference`), made bytes before the partitions are sized to
+/// them; the note says what they were of.
+fn prepare_with_shares_at_auto(
+    args: &PlanArgs,
+    sized_as: Option<Policy>,
+    percents: [Option<f64>; 3],
+    profile: &Profile,
+) -> Result<Prepared> {
+    let without = |given: &Option<String>, percent: Option<f64>| match percent {
+        Some(_) => None,
+        None => given.clone(),
+    };
+    let base = PlanArgs {
+        hbm_budget: without(&args.hbm_budget, percents[0]),
+        host_budget: without(&args.host_budget, percents[1]),
+        ssd_budget: without(&args.ssd_budget, percents[2]),
+        ..args.clone()
+    };
+    let of = curve::reference(&base, profile.device.hbm_bytes)
+        .context("planning retain-all for the budgets' percentages")?;
+    let what = of.what(&profile.name);
+    let mut given = base;
+    let mut entries = Vec::new();
+    let slots = [
+        ("hbm-budget", &args.hbm_budget, &mut given.hbm_budget),
+        ("host-budget", &args.host_budget, &mut given.host_budget),
+        ("ssd-budget", &args.ssd_budget, &mut given.ssd_budget),
+    ];
+    for ((name, text, slot), percent) in slots.into_iter().zip(percents) {
+        let Some(percent) = percent else { continue };
+        let flag = format!("--{name} {}", text.as_deref().unwrap_or_default());
+        let bytes = share_of(of.bytes, percent, (&flag, &what))?;
+        *slot = Some(bytes.to_string());
+        entries.push(format!("--{name} {percent}%: {}", format_bytes(bytes)));
+    }
+    let mut prepared = prepare(&given, sized_as)?;
+    prepared.note = format!(
+        "{}\npercent   {} (of {}, {what})",
+        prepared.note,
+        entries.join(", "),
+        format_bytes(of.bytes)
+    );
+    Ok(prepared)
+}
+
 /// The profile, options and workload a `plan` or `compare` command asks for.
 /// `sized_as`, where given, is the policy the options carry and the
 /// partitions are sized under instead of `--policy`'s.
@@ -2390,16 +2448,8 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
         options.budgets.host_bytes,
         options.budgets.ssd_bytes,
     ] = bytes;
-    if let Some(k) = percents.iter().position(Option::is_some) {
-        // A GNN's partitions (a DAG has none), checked before any graph is read.
-        if args.dag.is_none() && args.partitions == "auto" {
-            bail!(
-                "--{} {}: a share of the retain-all peak needs a partition count \
-                 (--partitions N): auto sizes the partitions to the budgets",
-                flags[k].0,
-                flags[k].1.as_deref().unwrap_or_default()
-            );
-        }
+    if percents.iter().any(Option::is_some) && args.dag.is_none() && args.partitions == "auto" {
+        return prepare_with_shares_at_auto(args, sized_as, percents, &profile);
     }
     let SourceGiven {
         source,

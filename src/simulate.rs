@@ -247,12 +247,14 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
 }
 
 /// `profile` without what is words, not figures: its description, its
-/// sources and the device's model name.
+/// sources and the device's model name; and without its steadiness,
+/// which prices nothing.
 fn figures(profile: &fateplan::planner::Profile) -> fateplan::planner::Profile {
     let mut figures = profile.clone();
     figures.description.clear();
     figures.sources.clear();
     figures.device.model.clear();
+    figures.steadiness = None;
     figures
 }
 

@@ -1257,24 +1257,27 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         backend,
     };
     // The probe around a run on one CPU device, to compare the machine's
-    // speed now with its speed when the profile was measured.
+    // speed now with its speed when the profile was measured: timed
+    // before and after training, its data dropped in between. Where it
+    // cannot be, the comparison says why and the run goes on.
     let mut probe = None;
     let mut machine_note = None;
-    if let (true, "cpu", Prepared::One(_), Some(profiled)) = (
-        args.compare_simulated,
-        args.backend.as_str(),
-        &prepared,
-        &plan.profile.steadiness,
-    ) {
-        match measure::probe::comparable(profiled) {
-            Ok(()) => {
-                let mut timed = measure::probe::Probe::new().context("timing the probe")?;
-                for _ in 0..PROBE_POINTS {
-                    timed.point("training").context("timing the probe")?;
-                }
-                probe = Some((timed, measure::host::CpuTimes::now()));
+    if let (true, Some(profiled)) = (args.compare_simulated, &plan.profile.steadiness) {
+        let not = |why: String| Some(format!("the machine's speed is not compared: {why}"));
+        if args.backend != "cpu" {
+            machine_note = not(format!(
+                "the probe times the CPU, and this run trains on the {} backend",
+                args.backend
+            ));
+        } else if !matches!(prepared, Prepared::One(_)) {
+            machine_note = not("the probe is timed around a run on one device".to_string());
+        } else if let Err(why) = measure::probe::comparable(profiled) {
+            machine_note = not(why);
+        } else {
+            match measure::probe::time_points(PROBE_POINTS, "training") {
+                Ok(points) => probe = Some((points, measure::host::CpuTimes::now())),
+                Err(e) => machine_note = not(format!("the probe failed: {e}")),
             }
-            Err(why) => machine_note = Some(format!("the machine's speed is not compared: {why}")),
         }
     }
     let (report, spans, devices) = match prepared {
@@ -1318,19 +1321,28 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         // Device 0's: the plan is each device's.
         let mut comparison =
             compare_simulated(&plan, &report, spans.first().map_or(&[], Vec::as_slice))?;
-        if let (Some((timed, before)), Some(profiled)) = (&mut probe, &plan.profile.steadiness) {
+        if let (Some((mut points, before)), Some(profiled)) = (probe, &plan.profile.steadiness) {
             // Other programs' share of the cores while it trained (and
             // the comparison's replay, a small part).
             let other_cores = before
                 .zip(measure::host::CpuTimes::now())
                 .and_then(|(a, b)| a.others_until(&b));
-            for _ in 0..PROBE_POINTS {
-                timed.point("the end").context("timing the probe")?;
+            match measure::probe::time_points(PROBE_POINTS, "the end") {
+                Ok(after) => {
+                    points.extend(after);
+                    comparison.machine = measure::probe::drift(profiled, &points).map(|drift| {
+                        measure::probe::Drift {
+                            other_cores,
+                            ..drift
+                        }
+                    });
+                }
+                Err(e) => {
+                    machine_note = Some(format!(
+                        "the machine's speed is not compared: the probe failed after training: {e}"
+                    ))
+                }
             }
-            comparison.machine = timed.drift(profiled).map(|drift| measure::probe::Drift {
-                other_cores,
-                ..drift
-            });
         }
         comparison.machine_note = machine_note;
         Some(comparison)

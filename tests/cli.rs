@@ -246,6 +246,31 @@ fn too_small_a_budget_is_infeasible_with_the_shortfall() {
         "{}",
         stderr(&out)
     );
+    // Where the hint's device budget is well over what the step needs
+    // (the host and SSD are short too), the step's shortfall is said not
+    // to be the whole.
+    let out = fateplan(&[
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--partitions",
+        "4",
+        "--hbm-budget",
+        "100MiB",
+        "--host-budget",
+        "50MiB",
+        "--ssd-budget",
+        "1MiB",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains(
+            "bytes) over at this step, not the whole shortfall; it fits with any one of these \
+             budgets (the others as given, within about 2%): hbm 500 MiB"
+        ),
+        "{}",
+        stderr(&out)
+    );
     // A budget the hint names over what the profile has is said to be.
     let out = fateplan(&[
         "plan",
@@ -847,8 +872,8 @@ fn plans_a_generated_graph_from_its_spec() {
 }
 
 /// `--hbm-budget 25%` (and the host and SSD flags) is a share of the
-/// retain-all plan's device peak, as in `train`; it needs a partition
-/// count, since auto sizes the partitions to the budgets.
+/// retain-all plan's device peak, as in `train`; with `--partitions
+/// auto`, of that plan at the count it is sized to, as `curve` takes it.
 #[test]
 fn budgets_as_a_share_of_the_retain_all_peak() {
     let json = arxiv_p4_plan;
@@ -886,20 +911,45 @@ fn budgets_as_a_share_of_the_retain_all_peak() {
             stderr(&out)
         );
     }
-    for (flags, expect) in [
-        (
-            &["plan", "--dataset", "ogbn-arxiv", "--hbm-budget", "25%"][..],
-            "--hbm-budget 25%: a share of the retain-all peak needs a partition count",
-        ),
-        (
-            &[&ARXIV_P4[..], &["--ssd-budget", "0%"]].concat()[..],
-            "--ssd-budget 0%: expected a positive percentage",
-        ),
-    ] {
-        let out = fateplan(flags);
-        assert_eq!(out.status.code(), Some(1), "{flags:?}");
-        assert!(stderr(&out).contains(expect), "{}", stderr(&out));
-    }
+    let out = fateplan(&[&ARXIV_P4[..], &["--ssd-budget", "0%"]].concat());
+    assert_eq!(out.status.code(), Some(1));
+    let expect = "--ssd-budget 0%: expected a positive percentage";
+    assert!(stderr(&out).contains(expect), "{}", stderr(&out));
+    // A fraction without a unit is not bytes: told how a share is written.
+    let out = fateplan(&[&ARXIV_P4[..], &["--hbm-budget", "0.3"]].concat());
+    assert_eq!(out.status.code(), Some(1));
+    let expect = "0.3 is not a whole number of bytes; a share of the retain-all peak is \
+                  written 30%";
+    assert!(stderr(&out).contains(expect), "{}", stderr(&out));
+    // With `--partitions auto`: a share of the retain-all plan sized on
+    // its own, the partitions then sized to the budget the share makes,
+    // the same plan as that budget given in bytes.
+    let auto = ["plan", "--dataset", "ogbn-arxiv", "--json"];
+    let sized = fateplan(&[&auto[..], &["--policy", "retain-all"]].concat());
+    assert!(sized.status.success(), "{}", stderr(&sized));
+    let sized: serde_json::Value = serde_json::from_slice(&sized.stdout).unwrap();
+    let peak = sized["predicted"]["peak_bytes"]["hbm"].as_u64().unwrap();
+    let half = fateplan(&[&auto[..], &["--hbm-budget", "50%"]].concat());
+    assert!(half.status.success(), "{}", stderr(&half));
+    let half: serde_json::Value = serde_json::from_slice(&half.stdout).unwrap();
+    let bytes = (peak as f64 * 0.5) as u64;
+    assert_eq!(half["budgets"]["hbm_bytes"].as_u64().unwrap(), bytes);
+    let given = fateplan(&[&auto[..], &["--hbm-budget", &bytes.to_string()]].concat());
+    let given: serde_json::Value = serde_json::from_slice(&given.stdout).unwrap();
+    assert_eq!(half["predicted"], given["predicted"]);
+    let summary = stdout(&fateplan(&[
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--hbm-budget",
+        "50%",
+    ]));
+    let p = sized["workload"]["model"]["partitions"].as_u64().unwrap();
+    let of = format!("the retain-all plan's device peak at {p} partition");
+    assert!(
+        summary.contains("percent   --hbm-budget 50%:") && summary.contains(&of),
+        "{summary}"
+    );
     // On several GPUs the peak is the retain-all plan's there, its
     // exchange buffers included: 100% fits retain-all.
     let gpus = [&ARXIV_P4[..], &["--gpus", "2", "--layers", "2"]].concat();

@@ -84,22 +84,32 @@ fn a_quick_profile_is_valid_measured_and_plans() {
             "{}",
             stdout(&output)
         );
-        let compared = |threads: &str| -> serde_json::Value {
-            let json: serde_json::Value =
-                serde_json::from_slice(&run(threads, &["--json", "--compare-simulated"])).unwrap();
+        let compared = |threads: &str, more: &[&str]| -> serde_json::Value {
+            let args = [&["--json", "--compare-simulated"][..], more].concat();
+            let json: serde_json::Value = serde_json::from_slice(&run(threads, &args)).unwrap();
             json["compare_simulated"].clone()
         };
-        let own = compared("1");
+        let own = compared("1", &[]);
         let machine = &own["machine"];
         assert_eq!(machine["profiled_s"], steadiness.median_s(), "{own}");
         let (now, ratio) = (machine["now_s"].as_f64(), machine["ratio"].as_f64());
         assert!(now.is_some_and(|s| s > 0.0), "{own}");
         assert_eq!(ratio, now.map(|s| s / steadiness.median_s()));
         assert!(own.get("machine_note").is_none(), "{own}");
-        let other = compared("2");
+        let other = compared("2", &[]);
         assert!(other.get("machine").is_none(), "{other}");
         let note = other["machine_note"].as_str().unwrap_or_default();
-        assert!(note.contains("ran on 1 thread, this run has 2"), "{other}");
+        assert!(
+            note.contains("ran on 1 thread, this run has 2 threads"),
+            "{other}"
+        );
+        let shared = compared("2", &["--devices", "2"]);
+        assert!(shared.get("machine").is_none(), "{shared}");
+        let note = shared["machine_note"].as_str().unwrap_or_default();
+        assert!(
+            note.contains("timed around a run on one device"),
+            "{shared}"
+        );
         // The gathers alone at three widths on the quick profile's three
         // graphs (scales 12, 14 and 16), and the gathers' fits made on
         // them.

@@ -1722,17 +1722,35 @@ pub fn dp_and_milp_hints(
 const TIERS: [Tier; 3] = [Tier::Hbm, Tier::Host, Tier::Ssd];
 
 /// An infeasible `error` with a [`model_hint`] added; any other error as
-/// it is.
+/// it is. Where the hint's budget for the error's own tier is well over
+/// what the error's step needs (the other tiers fill too, or later steps
+/// need more), the step's shortfall is said not to be the whole of it.
 pub fn add_hint(mut error: Error, more: &Hint) -> Error {
     if let Error::Infeasible {
-        hint, fits_with, ..
+        tier,
+        needed_bytes,
+        hint,
+        fits_with,
+        ..
     } = &mut error
     {
+        // (A search's error says so already.)
+        let own = more.fits_with.iter().find(|fit| fit.tier == *tier);
+        if hint.is_empty()
+            && own.is_some_and(|fit| fit.bytes as f64 > SHORTFALL_NOT_ALL * *needed_bytes as f64)
+        {
+            hint.push_str(" at this step, not the whole shortfall");
+        }
         hint.push_str(&more.text);
         fits_with.clone_from(&more.fits_with);
     }
     error
 }
+
+/// How far over an infeasible step's need the hint's budget for its tier
+/// must be for the step's shortfall to be said not to be the whole
+/// ([`add_hint`]).
+const SHORTFALL_NOT_ALL: f64 = 1.25;
 
 /// The part of an infeasible error's hint that names, per tier of
 /// `tiers`, the smallest budget with which `options.policy` finds a plan,

@@ -545,9 +545,10 @@ pub const MAX_STEADINESS_POINTS: usize = 1000;
 /// host's other tenants move it.)
 pub const UNSTEADY_SPREAD: f64 = 0.5;
 
-/// Cores' worth of other programs' CPU time above which a profile's
-/// figures are said to be unsteady.
-pub const UNSTEADY_OTHER_CORES: f64 = 0.25;
+/// The share of the host's cores other programs may have taken while a
+/// profile was measured (its [`Steadiness::other_cores`] over
+/// `host.cores`) above which its figures are said to be unsteady.
+pub const UNSTEADY_OTHER_SHARE: f64 = 0.1;
 
 impl Steadiness {
     /// The median of the points' seconds (the mean of the middle two of
@@ -759,34 +760,48 @@ impl Profile {
 
     /// Where the profile's measurement says the machine's speed moved by
     /// more than [`UNSTEADY_SPREAD`] while its figures were taken (its
-    /// [`Steadiness::spread`]), what to say of it.
+    /// [`Steadiness::spread`]), or other programs took more than
+    /// [`UNSTEADY_OTHER_SHARE`] of its cores, what to say of it.
     pub fn unsteady(&self) -> Option<String> {
         let steadiness = self.steadiness.as_ref()?;
         let spread = steadiness.spread();
-        let others = steadiness.other_cores.unwrap_or(0.0);
-        if spread <= UNSTEADY_SPREAD && others <= UNSTEADY_OTHER_CORES {
-            return None;
-        }
+        let cores = f64::from(self.host.cores.max(1));
+        let others = steadiness
+            .other_cores
+            .filter(|&c| c > UNSTEADY_OTHER_SHARE * cores);
         let (Some(fastest), Some(slowest)) = steadiness.range() else {
             return None;
         };
-        let others = match steadiness.other_cores {
-            Some(cores) => format!(
-                "; other programs took {cores:.2} cores' worth of CPU time meanwhile, of {}",
+        let moved = (spread > UNSTEADY_SPREAD).then(|| {
+            format!(
+                "the machine's speed moved while it was measured: its probe took {:.1} to {:.1} \
+                 ms at {} points ({:.0}% apart; the slowest before {})",
+                fastest.seconds * 1e3,
+                slowest.seconds * 1e3,
+                steadiness.points.len(),
+                spread * 100.0,
+                slowest.before
+            )
+        });
+        let shared = others.map(|others| {
+            format!(
+                "other programs took {others:.2} cores' worth of CPU time while it was \
+                 measured, of the {} it may run on",
                 self.host.cores
-            ),
-            None => String::new(),
+            )
+        });
+        let why = match (moved, shared) {
+            (Some(moved), Some(shared)) => format!("{moved}; {shared}"),
+            (Some(why), None) | (None, Some(why)) => why,
+            (None, None) => return None,
+        };
+        let figures = match self.device.kind {
+            DeviceKind::Gpu => "its figures measured on the CPU (the host's copies and memory)",
+            DeviceKind::Cpu => "its figures",
         };
         Some(format!(
-            "the machine may not have run at one speed while it was measured: its probe took \
-             {:.1} to {:.1} ms at {} points ({:.0}% apart; the slowest before {}){others}; \
-             any figure may be off by as much, and so may a prediction made on it: measure \
-             again on a quieter machine",
-            fastest.seconds * 1e3,
-            slowest.seconds * 1e3,
-            steadiness.points.len(),
-            spread * 100.0,
-            slowest.before
+            "{why}: {figures} may be off by as much, and so may a prediction made on it; \
+             measure again on a quieter machine"
         ))
     }
 
@@ -1207,10 +1222,20 @@ mod tests {
             why.contains("20.0 to 35.0 ms at 3 points (71% apart; the slowest before b)"),
             "{why}"
         );
+        assert!(!why.contains("other programs"), "{why}");
+        // Other programs' share is of the host's cores.
         let mut busy = p.clone();
+        busy.host.cores = 8;
+        busy.steadiness.as_mut().unwrap().other_cores = Some(0.7);
+        assert_eq!(busy.unsteady(), None);
         busy.steadiness.as_mut().unwrap().other_cores = Some(0.9);
         let why = busy.unsteady().unwrap();
-        assert!(why.contains("other programs took 0.90 cores'"), "{why}");
+        assert!(
+            why.starts_with(
+                "other programs took 0.90 cores' worth of CPU time while it was measured, of the 8"
+            ),
+            "{why}"
+        );
 
         for (edit, field) in [
             (

@@ -57,15 +57,39 @@ struct Simulated {
     violations: u64,
 }
 
-/// What shares of `--budgets` are of.
+/// What shares of `--budgets` are of (and `plan`'s with `--partitions
+/// auto`).
 #[derive(Debug, Clone, Copy)]
-struct Reference {
-    bytes: u64,
+pub(crate) struct Reference {
+    pub(crate) bytes: u64,
     /// The retain-all plan's partitions, where it fits and has them.
-    partitions: Option<u32>,
+    pub(crate) partitions: Option<u32>,
     /// Whether `bytes` is the retain-all plan's device peak; or, where
     /// that peak is over the device's memory, the memory.
-    retain_all: bool,
+    pub(crate) retain_all: bool,
+}
+
+impl Reference {
+    /// What it is, in words: the retain-all plan's device peak and its
+    /// count, or the memory of `profile`'s device.
+    pub(crate) fn what(&self, profile: &str) -> String {
+        match self.retain_all {
+            true => {
+                let (at, flag) = match self.partitions {
+                    Some(p) => (
+                        format!(" at {}", count(p.into(), "partition")),
+                        format!("--partitions {p} "),
+                    ),
+                    None => (String::new(), String::new()),
+                };
+                format!("the retain-all plan's device peak{at} (`plan {flag}--hbm-budget 100%`)")
+            }
+            false => format!(
+                "the device memory of profile {profile} (the retain-all plan's device peak is \
+                 over it)"
+            ),
+        }
+    }
 }
 
 /// One budget as given.
@@ -176,7 +200,7 @@ fn device_infeasible(error: &anyhow::Error) -> bool {
 /// at the count the retain-all plan is sized to on the profile; where that
 /// peak is over the device's `capacity` (or no count fits retain-all), the
 /// capacity.
-fn reference(base: &PlanArgs, capacity: u64) -> Result<Reference> {
+pub(crate) fn reference(base: &PlanArgs, capacity: u64) -> Result<Reference> {
     let device = Reference {
         bytes: capacity,
         partitions: None,
@@ -497,22 +521,7 @@ fn table(
         None => {}
     }
     if let Some(of) = reference {
-        let what = match of.retain_all {
-            true => {
-                let (at, flag) = match of.partitions {
-                    Some(p) => (
-                        format!(" at {}", count(p.into(), "partition")),
-                        format!("--partitions {p} "),
-                    ),
-                    None => (String::new(), String::new()),
-                };
-                format!("the retain-all plan's device peak{at} (`plan {flag}--hbm-budget 100%`)")
-            }
-            false => format!(
-                "the device memory of profile {} (the retain-all plan's device peak is over it)",
-                header.profile
-            ),
-        };
+        let what = of.what(&header.profile);
         writeln!(out, "shares    of {}, {what}", format_bytes(of.bytes))?;
     }
     let fastest = (0..rows.len())

@@ -256,8 +256,9 @@ fn check_fates_scheduled(
             }
             Fate::Retain if !in_life(t, step) => continue,
             Fate::Retain => {
-                "a retained tensor stays on the device from its producer to its \
-                             last read; one re-run there is recomputed"
+                "a retained tensor stays on the device from its producer to its last \
+                 read; re-run there, it is recomputed: give it fate recompute, or leave the \
+                 entry out"
             }
             _ => {
                 "only recomputed tensors, and retained ones before their producer or after \
@@ -280,7 +281,9 @@ fn check_fates_scheduled(
         workload.tensors.iter().zip(fates.iter().zip(&done))
     {
         let missing = match fate {
-            Fate::Recompute if !recomputed => "recompute of it for a read after its producer",
+            Fate::Recompute if !recomputed => {
+                "recompute of it for a read after its producer, by its last read"
+            }
             Fate::OffloadHost | Fate::OffloadSsd if !offloaded => "offload of it",
             Fate::StreamHost | Fate::StreamSsd if !loaded => "load of it",
             _ => continue,

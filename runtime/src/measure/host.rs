@@ -61,14 +61,15 @@ pub fn size_field(text: &str, name: &str, source: &Path) -> Result<u64> {
         .ok_or_else(|| Error::invalid(source, name, format!("{value:?} is not a size")))
 }
 
-/// CPU time spent so far by the whole machine and by this process
-/// (`/proc/stat`, `/proc/self/stat`), and when it was read: two readings
-/// tell how much of the cores other programs took in between.
+/// CPU time spent so far on the CPUs this process may run on and by
+/// this process (`/proc/stat`, `/proc/self/stat`), and when it was read:
+/// two readings tell how much of those CPUs other programs took in
+/// between.
 #[derive(Debug, Clone, Copy)]
 pub struct CpuTimes {
-    /// Every CPU's time in user, nice, system and interrupt work.
+    /// The allowed CPUs' time in user, nice and system work.
     busy_s: f64,
-    /// Time the hypervisor ran something else on this machine's CPUs.
+    /// Time the hypervisor ran something else on the allowed CPUs.
     steal_s: f64,
     /// This process's user and system time.
     own_s: f64,
@@ -81,24 +82,44 @@ impl CpuTimes {
     pub fn now() -> Option<CpuTimes> {
         let stat = std::fs::read_to_string("/proc/stat").ok()?;
         let own = std::fs::read_to_string("/proc/self/stat").ok()?;
-        Self::parse(&stat, &own, Instant::now())
+        Self::parse(&stat, &own, &allowed_cpus(), Instant::now())
     }
 
-    fn parse(stat: &str, own: &str, at: Instant) -> Option<CpuTimes> {
+    /// From the files' text, over the CPUs `allowed` (all of them where
+    /// it is empty: the affinity could not be read).
+    fn parse(stat: &str, own: &str, allowed: &[usize], at: Instant) -> Option<CpuTimes> {
         // SAFETY: sysconf reads a constant of the system.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
         let hz = if hz > 0 { hz as f64 } else { 100.0 };
-        // `cpu  user nice system idle iowait irq softirq steal ...`
-        let ticks: Vec<f64> = stat
-            .lines()
-            .next()?
-            .strip_prefix("cpu ")?
-            .split_whitespace()
-            .map(|t| t.parse().ok())
-            .collect::<Option<_>>()?;
-        let tick = |k: usize| ticks.get(k).copied();
-        let busy = tick(0)? + tick(1)? + tick(2)? + tick(5)? + tick(6)?;
-        let steal = tick(7).unwrap_or(0.0);
+        // `cpuN user nice system idle iowait irq softirq steal ...`, a
+        // line a CPU after the machine's sum. Interrupt time is left out:
+        // it is not in a process's own, and the process's I/O causes it.
+        let (mut busy, mut steal, mut found) = (0.0, 0.0, false);
+        for line in stat.lines() {
+            let Some(rest) = line.strip_prefix("cpu") else {
+                continue;
+            };
+            let Some((cpu, ticks)) = rest.split_once(' ') else {
+                continue;
+            };
+            let Ok(cpu) = cpu.parse::<usize>() else {
+                continue;
+            };
+            if !(allowed.is_empty() || allowed.contains(&cpu)) {
+                continue;
+            }
+            let ticks: Vec<f64> = ticks
+                .split_whitespace()
+                .map(|t| t.parse().ok())
+                .collect::<Option<_>>()?;
+            let tick = |k: usize| ticks.get(k).copied();
+            busy += tick(0)? + tick(1)? + tick(2)?;
+            steal += tick(7).unwrap_or(0.0);
+            found = true;
+        }
+        if !found {
+            return None;
+        }
         // After the command's closing parenthesis: state (field 3) ...
         // utime (14), stime (15).
         let fields: Vec<&str> = own.rsplit_once(')')?.1.split_whitespace().collect();
@@ -113,9 +134,10 @@ impl CpuTimes {
     }
 
     /// Cores' worth of CPU time other programs took between `self` and
-    /// `later` (the machine's busy time less this process's, and the
-    /// hypervisor's steal), on average over the time between; `None`
-    /// where less than a second passed (the counts tick in hundredths).
+    /// `later` on the CPUs this process may run on (their busy time less
+    /// this process's, and the hypervisor's steal), on average over the
+    /// time between; `None` where less than a second passed (the counts
+    /// tick in hundredths).
     pub fn others_until(&self, later: &CpuTimes) -> Option<f64> {
         let wall = later.at.duration_since(self.at).as_secs_f64();
         if wall < 1.0 {
@@ -124,6 +146,22 @@ impl CpuTimes {
         let others = (later.busy_s - self.busy_s) - (later.own_s - self.own_s);
         let steal = later.steal_s - self.steal_s;
         Some((others.max(0.0) + steal.max(0.0)) / wall)
+    }
+}
+
+/// The CPUs this process may run on (`sched_getaffinity`); empty where
+/// they cannot be read.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is an empty set, and sched_getaffinity
+    // writes at most its size into it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
+            .collect()
     }
 }
 
@@ -268,30 +306,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn other_programs_time_is_the_machines_less_this_process() {
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    fn other_programs_time_is_the_allowed_cpus_less_this_process() {
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
         let at = Instant::now();
         let own = |utime: u64, stime: u64| {
             format!("4242 (a (b) c) R 1 1 1 0 -1 0 0 0 0 0 {utime} {stime} 0 0 20 0 1 0")
         };
+        // Two CPUs, the process allowed on cpu1 alone; interrupt time
+        // (the sixth and seventh counts) is not counted.
         let stat = |user: u64, steal: u64| {
-            format!("cpu  {user} 0 100 5000 0 0 0 {steal} 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+            format!(
+                "cpu  9999 0 100 5000 0 7 7 {steal} 0 0\ncpu0 {} 0 0 0 0 0 0 0 0 0\n\
+                 cpu1 {user} 0 100 5000 0 70 70 {steal} 0 0\nintr 1 2\n",
+                user * 3
+            )
         };
-        let before = CpuTimes::parse(&stat(1000, 10), &own(50, 10), at).unwrap();
+        let before = CpuTimes::parse(&stat(1000, 10), &own(50, 10), &[1], at).unwrap();
         let later = CpuTimes::parse(
-            &stat(1000 + 3 * hz as u64, 10 + hz as u64 / 2),
-            &own(50 + 2 * hz as u64, 10),
+            &stat(1000 + 3 * hz, 10 + hz / 2),
+            &own(50 + 2 * hz, 10),
+            &[1],
             at + std::time::Duration::from_secs(2),
         )
         .unwrap();
-        // 3 s of busy time, 2 of them this process's, and 0.5 s stolen,
-        // over 2 s: 0.75 of a core.
+        // 3 s of busy time on cpu1, 2 of them this process's, and 0.5 s
+        // stolen, over 2 s: 0.75 of a core.
         let others = before.others_until(&later).unwrap();
         assert!((others - 0.75).abs() < 1e-9, "{others}");
+        // Over both CPUs (the affinity unknown): cpu0's 9 s more.
+        let all = |text: &str, own: &str, at| CpuTimes::parse(text, own, &[], at).unwrap();
+        let both = all(&stat(1000, 10), &own(50, 10), at).others_until(&all(
+            &stat(1000 + 3 * hz, 10 + hz / 2),
+            &own(50 + 2 * hz, 10),
+            at + std::time::Duration::from_secs(2),
+        ));
+        assert!((both.unwrap() - 5.25).abs() < 1e-9, "{both:?}");
         // Under a second apart the ticks say too little.
         assert!(before.others_until(&before).is_none());
-        assert!(CpuTimes::parse("intr 1 2\n", &own(1, 1), at).is_none());
-        assert!(CpuTimes::parse(&stat(1, 1), "4242 (x) R 1", at).is_none());
+        assert!(CpuTimes::parse("intr 1 2\n", &own(1, 1), &[], at).is_none());
+        assert!(CpuTimes::parse(&stat(1, 1), "4242 (x) R 1", &[], at).is_none());
+        assert!(!allowed_cpus().is_empty());
         assert!(CpuTimes::now().is_some(), "this test runs on Linux");
     }
 

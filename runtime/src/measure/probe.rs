@@ -163,29 +163,41 @@ pub fn comparable(profiled: &Steadiness) -> std::result::Result<(), String> {
     }
     if profiled.threads != threads {
         return Err(format!(
-            "the profile's probe ran on {}, this run has {threads}",
-            count(u64::from(profiled.threads), "thread")
+            "the profile's probe ran on {}, this run has {}",
+            count(u64::from(profiled.threads), "thread"),
+            count(u64::from(threads), "thread")
         ));
     }
     Ok(())
 }
 
-impl Probe {
-    /// The points timed here against `profiled`'s ([`comparable`]
-    /// first); `None` before any point.
-    pub fn drift(&self, profiled: &Steadiness) -> Option<Drift> {
-        let now = self.steadiness();
-        if now.points.is_empty() {
-            return None;
-        }
-        let (profiled_s, now_s) = (profiled.median_s(), now.median_s());
-        Some(Drift {
-            profiled_s,
-            now_s,
-            ratio: now_s / profiled_s,
-            other_cores: None,
-        })
+/// `points` timed now against `profiled`'s ([`comparable`] first);
+/// `None` without points.
+pub fn drift(profiled: &Steadiness, points: &[ProbePoint]) -> Option<Drift> {
+    if points.is_empty() {
+        return None;
     }
+    let now = Steadiness {
+        points: points.to_vec(),
+        ..profiled.clone()
+    };
+    let (profiled_s, now_s) = (profiled.median_s(), now.median_s());
+    Some(Drift {
+        profiled_s,
+        now_s,
+        ratio: now_s / profiled_s,
+        other_cores: None,
+    })
+}
+
+/// The probe built, timed at `points` points labelled `before`, and
+/// dropped (its data are about 120 MiB): their times.
+pub fn time_points(points: usize, before: &str) -> Result<Vec<ProbePoint>> {
+    let mut probe = Probe::new()?;
+    for _ in 0..points {
+        probe.point(before)?;
+    }
+    Ok(probe.points)
 }
 
 /// The probe's time now against its time when the profile was measured.
@@ -212,7 +224,6 @@ mod tests {
     #[test]
     fn points_are_recorded_in_order_and_compare_with_the_same_probe_alone() {
         let mut probe = Probe::new().unwrap();
-        assert_eq!(probe.drift(&probe.steadiness()), None);
         let first = probe.point("a").unwrap();
         let second = probe.point("b").unwrap();
         let steadiness = probe.steadiness();
@@ -226,13 +237,22 @@ mod tests {
         assert!(first > 0.0 && first < 10.0, "{first}");
         comparable(&steadiness).unwrap();
 
-        let mut now = Probe::new().unwrap();
-        now.point("c").unwrap();
-        let drift = now.drift(&steadiness).unwrap();
-        assert_eq!(drift.profiled_s, steadiness.median_s());
-        assert_eq!(drift.now_s, now.steadiness().points[0].seconds);
-        assert_eq!(drift.ratio, drift.now_s / drift.profiled_s);
-
+        let now = time_points(3, "c").unwrap();
+        assert_eq!(now.len(), 3);
+        assert!(now.iter().all(|p| p.before == "c" && p.seconds > 0.0));
+        assert_eq!(drift(&steadiness, &[]), None);
+        // The median of the points now over the profile's.
+        let at = |ms: f64| ProbePoint {
+            before: "d".into(),
+            seconds: ms / 1e3,
+        };
+        let profiled = Steadiness {
+            points: vec![at(10.0), at(20.0)],
+            ..steadiness.clone()
+        };
+        let d = drift(&profiled, &[at(30.0), at(6.0), at(45.0)]).unwrap();
+        assert_eq!((d.profiled_s, d.now_s), (0.015, 0.03));
+        assert!((d.ratio - 2.0).abs() < 1e-12, "{d:?}");
         let other = Steadiness {
             probe: "other/1".into(),
             ..steadiness.clone()

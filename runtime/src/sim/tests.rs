@@ -250,9 +250,12 @@ fn a_fate_the_schedule_does_not_carry_out_is_refused() {
 }
 
 /// The replay drops a copy after its last read before it is made again,
-/// whatever the fate says: a recomputed tensor's fate edited to `retain`,
-/// or a retained one's to `recompute`, would be replayed as before. Both
-/// are refused, and so is a recomputation of an offloaded tensor.
+/// whatever the fate says: a recomputed tensor's fate edited to `retain`
+/// would be replayed as before. It is refused, and so are a recomputation
+/// of an offloaded tensor and a `recompute` tensor whose only re-run is
+/// outside its life (as a retained tensor's fate edited to `recompute`
+/// would be where its re-run is after its last read, for another's
+/// recomputation).
 #[test]
 fn recomputations_follow_the_fates() {
     let recomputed = planned(Policy::RecomputeAll, 0);
