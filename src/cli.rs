@@ -3271,12 +3271,15 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
         .as_deref()
         .map(|path| Staged::create(path, "-o"))
         .transpose()?;
+    let begun = std::time::Instant::now();
     let Planned {
         plan,
         note,
         planned_s,
         made_while,
     } = planned(args)?;
+    // The searches (partitions, sweeps, shares' reference) and the plan.
+    let all_s = begun.elapsed().as_secs_f64();
     // Serialised only where it is written or printed.
     let json = (args.output.is_some() || args.json && !args.explain).then(|| plan.to_json());
     if let (Some(plan_out), Some(json)) = (plan_out, &json) {
@@ -3312,10 +3315,14 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
                 });
             format!("; {}{}", m.describe(), shared.unwrap_or_default())
         });
+        // Where the searches took more than the plan itself, the whole.
+        let all = (all_s > 2.0 * planned_s && all_s - planned_s > 0.05)
+            .then(|| format!("; {} in all, with the searches", format_seconds(all_s)));
         writeln!(
             out,
-            "planned   in {}{when}{}",
+            "planned   in {}{when}{}{}",
             format_seconds(planned_s),
+            all.unwrap_or_default(),
             search.unwrap_or_default()
         )?;
         if args.explain {
