@@ -2127,17 +2127,31 @@ pub(crate) fn budget_value(text: &str) -> std::result::Result<String, String> {
 
 pub(crate) fn budget(flag: &Option<String>, name: &str, default: u64) -> Result<u64> {
     match flag {
-        // A fraction without a unit is more likely a share than bytes.
-        Some(text) => parse_bytes(text)
-            .map_err(|error| match text.trim().parse::<f64>() {
-                Ok(share) if share > 0.0 && share < 1.0 => anyhow!(
-                    "{error}; a share of the retain-all peak is written {}%",
-                    (share * 1e4).round() / 1e2
-                ),
-                _ => error.into(),
-            })
-            .with_context(|| format!("--{name}")),
+        Some(text) => budget_bytes(text).with_context(|| format!("--{name}")),
         None => Ok(default),
+    }
+}
+
+/// A budget's bytes ([`parse_bytes`]); a fraction without a unit, more
+/// likely a share than bytes, is told how a share is written.
+pub(crate) fn budget_bytes(text: &str) -> Result<u64> {
+    parse_bytes(text).map_err(|error| match text.trim().parse::<f64>() {
+        Ok(share) if share > 0.0 && share < 1.0 => anyhow!(
+            "{error}; a share of the retain-all peak is written {}%",
+            (share * 1e4).round() / 1e2
+        ),
+        _ => error.into(),
+    })
+}
+
+/// Warns, once per plan file, where the profile a plan carries was
+/// measured on an unsteady machine ([`Profile::unsteady`]).
+pub(crate) fn warn_unsteady_plan(source: &str, plan: &Plan) {
+    if let Some(why) = plan.profile.unsteady() {
+        eprintln!(
+            "warning: {source}: the plan's profile {}: {why}",
+            plan.profile.name
+        );
     }
 }
 

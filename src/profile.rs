@@ -312,7 +312,7 @@ fn summary(out: &mut dyn Write, p: &Profile) -> Result<()> {
         });
         writeln!(
             out,
-            "steady    the probe took {} (from {} to {} at {} points of the measurement, \
+            "steady    the probe took {} (the median; from {} to {} at {} points of the measurement, \
              {:.1}% apart; the slowest before {}){others}",
             format_seconds(steadiness.median_s()),
             format_seconds(fastest.seconds),

@@ -66,6 +66,9 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
     let read = Plan::read(&text, &source)?;
     drop(text);
     let (plan, rejected, recomputed) = (read.plan, read.rejected, read.recomputed);
+    if args.profile.is_none() {
+        crate::cli::warn_unsteady_plan(&source, &plan);
+    }
     let profile = match &args.profile {
         Some(name) => load_profile(name)?,
         None => plan.profile.clone(),

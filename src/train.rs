@@ -753,6 +753,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             }
             plan_recomputed = read.recomputed;
             let plan = read.plan;
+            if args.profile.is_none() {
+                crate::cli::warn_unsteady_plan(&source, &plan);
+            }
             if let Some(name) = &args.profile {
                 if load_profile(name)? != plan.profile {
                     bail!(
@@ -1259,25 +1262,42 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     // The probe around a run on one CPU device, to compare the machine's
     // speed now with its speed when the profile was measured: timed
     // before and after training, its data dropped in between. Where it
-    // cannot be, the comparison says why and the run goes on.
+    // cannot be, the comparison says why and the run goes on. Other
+    // programs' share of the cores is counted while it trains.
     let mut probe = None;
     let mut machine_note = None;
-    if let (true, Some(profiled)) = (args.compare_simulated, &plan.profile.steadiness) {
+    let mut cpu_times = None;
+    if args.compare_simulated {
         let not = |why: String| Some(format!("the machine's speed is not compared: {why}"));
-        if args.backend != "cpu" {
-            machine_note = not(format!(
-                "the probe times the CPU, and this run trains on the {} backend",
-                args.backend
-            ));
-        } else if !matches!(prepared, Prepared::One(_)) {
-            machine_note = not("the probe is timed around a run on one device".to_string());
-        } else if let Err(why) = measure::probe::comparable(profiled) {
-            machine_note = not(why);
-        } else {
-            match measure::probe::time_points(PROBE_POINTS, "training") {
-                Ok(points) => probe = Some((points, measure::host::CpuTimes::now())),
-                Err(e) => machine_note = not(format!("the probe failed: {e}")),
+        let one_cpu = args.backend == "cpu" && matches!(prepared, Prepared::One(_));
+        match &plan.profile.steadiness {
+            None if one_cpu => {
+                machine_note = not(format!(
+                    "profile {} records no probe (shipped, written by hand, or measured by an \
+                     earlier build)",
+                    plan.profile.name
+                ))
             }
+            None => {}
+            Some(_) if args.backend != "cpu" => {
+                machine_note = not(format!(
+                    "the probe times the CPU, and this run trains on the {} backend",
+                    args.backend
+                ))
+            }
+            Some(_) if !one_cpu => {
+                machine_note = not("the probe is timed around a run on one device".to_string())
+            }
+            Some(profiled) => match measure::probe::comparable(profiled) {
+                Err(why) => machine_note = not(why),
+                Ok(()) => match measure::probe::time_points(PROBE_POINTS, "training") {
+                    Ok(points) => probe = Some(points),
+                    Err(e) => machine_note = not(format!("the probe failed: {e}")),
+                },
+            },
+        }
+        if one_cpu {
+            cpu_times = measure::host::CpuTimes::now();
         }
     }
     let (report, spans, devices) = match prepared {
@@ -1321,21 +1341,16 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         // Device 0's: the plan is each device's.
         let mut comparison =
             compare_simulated(&plan, &report, spans.first().map_or(&[], Vec::as_slice))?;
-        if let (Some((mut points, before)), Some(profiled)) = (probe, &plan.profile.steadiness) {
-            // Other programs' share of the cores while it trained (and
-            // the comparison's replay, a small part).
-            let other_cores = before
-                .zip(measure::host::CpuTimes::now())
-                .and_then(|(a, b)| a.others_until(&b));
+        // Other programs' share of the cores while it trained (and the
+        // comparison's replay, a small part).
+        comparison.other_cores = cpu_times
+            .zip(measure::host::CpuTimes::now())
+            .and_then(|(a, b)| a.others_until(&b));
+        if let (Some(mut points), Some(profiled)) = (probe, &plan.profile.steadiness) {
             match measure::probe::time_points(PROBE_POINTS, "the end") {
                 Ok(after) => {
                     points.extend(after);
-                    comparison.machine = measure::probe::drift(profiled, &points).map(|drift| {
-                        measure::probe::Drift {
-                            other_cores,
-                            ..drift
-                        }
-                    });
+                    comparison.machine = measure::probe::drift(profiled, &points);
                 }
                 Err(e) => {
                     machine_note = Some(format!(
@@ -1845,13 +1860,10 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, epochs: u32, shared: bo
         let over = c.iteration_s.ratio.map_or(String::new(), |r| {
             format!("; the iteration's ratio over it {:.3}", r / machine.ratio)
         });
-        let others = machine.other_cores.map_or(String::new(), |cores| {
-            format!("; other programs took {cores:.2} cores' worth of CPU time as it trained")
-        });
         writeln!(
             out,
             "          {:<10} {:>12} {:>12} {:>9}   (the probe around the run, and when the \
-             profile was measured{over}{others})",
+             profile was measured: above 1, the machine ran slower than then{over})",
             "machine",
             format_seconds(machine.now_s),
             format_seconds(machine.profiled_s),
@@ -1860,6 +1872,18 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, epochs: u32, shared: bo
     }
     if let Some(note) = &c.machine_note {
         writeln!(out, "          {note}")?;
+    }
+    if let Some(others) = c.other_cores {
+        let cores = cores();
+        let share = match others > fateplan::planner::profile::UNSTEADY_OTHER_SHARE * cores as f64 {
+            true => ": the measured times include their share",
+            false => "",
+        };
+        writeln!(
+            out,
+            "          other programs took {others:.2} cores' worth of CPU time while it \
+             trained, of the {cores} it may run on{share}"
+        )?;
     }
     // A table of traffic: its head (`what` and a remark after it), then
     // a row of each of `rows`.

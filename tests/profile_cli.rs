@@ -96,6 +96,25 @@ fn a_quick_profile_is_valid_measured_and_plans() {
         assert!(now.is_some_and(|s| s > 0.0), "{own}");
         assert_eq!(ratio, now.map(|s| s / steadiness.median_s()));
         assert!(own.get("machine_note").is_none(), "{own}");
+        // A shipped profile records no probe: said so.
+        let graph = "planted:nodes=200,classes=3,features=8,seed=1";
+        let shipped = fateplan(&[
+            "train",
+            "--graph",
+            graph,
+            "--epochs",
+            "1",
+            "--compare-simulated",
+            "--json",
+        ]);
+        assert!(shipped.status.success(), "{}", stderr(&shipped));
+        let shipped: serde_json::Value = serde_json::from_slice(&shipped.stdout).unwrap();
+        let note = shipped["compare_simulated"]["machine_note"].as_str();
+        assert!(
+            note.unwrap_or_default()
+                .contains("profile cpu-small records no probe"),
+            "{shipped}"
+        );
         let other = compared("2", &[]);
         assert!(other.get("machine").is_none(), "{other}");
         let note = other["machine_note"].as_str().unwrap_or_default();
@@ -559,5 +578,55 @@ fn compare_simulated_counts_recomputation_in_compute_on_both_sides() {
         text.contains("compute") && !text.contains(" recompute "),
         "{text}"
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A profile measured on a machine other programs shared is warned of
+/// where it is loaded, and so is a plan made on it, where `simulate` and
+/// `train --plan` read it; a fraction given to `curve` as a budget is
+/// told how a share is written.
+#[test]
+fn an_unsteady_profile_is_warned_of_in_its_plans_too() {
+    let dir = scratch("unsteady");
+    let mut profile: serde_json::Value =
+        serde_json::from_str(include_str!("../profiles/cpu-small.json")).unwrap();
+    profile["name"] = "shared-machine".into();
+    profile["steadiness"] = serde_json::json!({
+        "probe": "spmm-gemm-copy/1",
+        "threads": 2,
+        "points": [
+            {"before": "host memory", "seconds": 0.02},
+            {"before": "the end", "seconds": 0.021}
+        ],
+        "other_cores": 1.5
+    });
+    let path = dir.join("shared.json");
+    std::fs::write(&path, profile.to_string()).unwrap();
+    let plan = dir.join("plan.json");
+    let warning = "other programs took 1.50 cores' worth of CPU time while it was measured";
+    let made = fateplan(&[
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--partitions",
+        "4",
+        "--profile",
+        path.to_str().unwrap(),
+        "-o",
+        plan.to_str().unwrap(),
+    ]);
+    assert!(made.status.success(), "{}", stderr(&made));
+    assert!(stderr(&made).contains(warning), "{}", stderr(&made));
+    let replayed = fateplan(&["simulate", plan.to_str().unwrap()]);
+    assert!(replayed.status.success(), "{}", stderr(&replayed));
+    let said = format!(
+        "warning: {}: the plan's profile shared-machine: {warning}",
+        plan.display()
+    );
+    assert!(stderr(&replayed).contains(&said), "{}", stderr(&replayed));
+    let curve = fateplan(&["curve", "--dataset", "ogbn-arxiv", "--budgets", "0.5"]);
+    assert_eq!(curve.status.code(), Some(1));
+    let hint = "a share of the retain-all peak is written 50%";
+    assert!(stderr(&curve).contains(hint), "{}", stderr(&curve));
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -535,6 +535,10 @@ pub struct ProbePoint {
     pub seconds: f64,
 }
 
+/// Most cores' worth of other programs' time a profile's [`Steadiness`]
+/// may record (a machine of that many CPUs, all busy).
+pub const MAX_OTHER_CORES: f64 = 65_536.0;
+
 /// Most points a profile's [`Steadiness`] may list.
 pub const MAX_STEADINESS_POINTS: usize = 1000;
 
@@ -613,10 +617,13 @@ impl Steadiness {
                 ),
             ));
         }
-        if let Some(cores) = self.other_cores.filter(|c| !(c.is_finite() && *c >= 0.0)) {
+        if let Some(cores) = self
+            .other_cores
+            .filter(|c| !(c.is_finite() && (0.0..=MAX_OTHER_CORES).contains(c)))
+        {
             return Err(Error::invalid(
                 field("other_cores"),
-                format!("{} must be finite and not negative", figure(cores)),
+                format!("{} must be 0 to {MAX_OTHER_CORES} cores", figure(cores)),
             ));
         }
         Ok(())
@@ -936,6 +943,13 @@ impl Profile {
             figures.push("steadiness");
         }
         if let Some(key) = self.sources.keys().find(|k| !figures.contains(&k.as_str())) {
+            if key == "steadiness" {
+                return Err(Error::invalid(
+                    format!("{} field sources.{key:?}", context()),
+                    "sources the steadiness section, which is absent: give it, or leave out its \
+                     source",
+                ));
+            }
             if SOURCED_LISTS.contains(&key.as_str()) {
                 return Err(Error::invalid(
                     format!("{} field sources.{key:?}", context()),
@@ -1246,17 +1260,23 @@ mod tests {
             (|s| s.threads = 0, "steadiness.threads"),
             (|s| s.probe = " ".into(), "steadiness.probe"),
             (|s| s.other_cores = Some(-1.0), "steadiness.other_cores"),
+            (|s| s.other_cores = Some(1e300), "steadiness.other_cores"),
         ] {
             let mut bad = p.clone();
             edit(bad.steadiness.as_mut().unwrap());
             let error = bad.validate().unwrap_err().to_string();
             assert!(error.contains(&format!("field {field}")), "{error}");
         }
-        // A source of it without it names no figure.
+        // A source of it without it says so.
         let mut sourced = p.clone();
         sourced.steadiness = None;
         let error = sourced.validate().unwrap_err().to_string();
-        assert!(error.contains("sources.\"steadiness\""), "{error}");
+        assert!(
+            error.contains(
+                "sources.\"steadiness\": sources the steadiness section, which is absent"
+            ),
+            "{error}"
+        );
     }
 
     /// Masked elements are charged at the profile's time per element,

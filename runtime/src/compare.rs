@@ -100,10 +100,15 @@ pub struct Comparison {
     /// timed it (`compare` leaves it out).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub machine: Option<Drift>,
-    /// Why `machine` is absent where the profile has a probe's times: they
-    /// do not compare with this run's.
+    /// Why `machine` is absent, where the caller compared the machine's
+    /// speed on the CPU backend.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub machine_note: Option<String>,
+    /// Cores' worth of CPU time other programs took on average while the
+    /// run trained, of the CPUs it may run on, where the caller counted
+    /// it ([`crate::measure::host::CpuTimes`]; half a second or more).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_cores: Option<f64>,
 }
 
 /// One family of operators (the name before `[`: `agg`, `edge_softmax`,
@@ -271,6 +276,7 @@ pub fn compare(
         operators: operator_times(spans, ops, device),
         machine: None,
         machine_note: None,
+        other_cores: None,
     }
 }
 

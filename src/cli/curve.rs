@@ -8,7 +8,7 @@ use std::io::Write;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use fateplan::planner::units::{count, format_bytes, format_seconds, parse_bytes};
+use fateplan::planner::units::{count, format_bytes, format_seconds};
 use fateplan::planner::{Error as PlanError, Plan, PlanOptions, Policy, Tier};
 
 use super::{
@@ -145,7 +145,8 @@ fn parse_budgets(texts: &[String]) -> Result<Vec<(String, Given)>> {
         let given = match budget_percent(&Some(text.to_string()), "budgets")? {
             Some(percent) => Given::Percent(percent),
             None => {
-                let bytes = parse_bytes(text).with_context(|| format!("--budgets {text}"))?;
+                let bytes =
+                    crate::cli::budget_bytes(text).with_context(|| format!("--budgets {text}"))?;
                 if bytes == 0 {
                     bail!("--budgets {text}: a budget of 0 bytes holds nothing");
                 }

@@ -136,11 +136,11 @@ impl CpuTimes {
     /// Cores' worth of CPU time other programs took between `self` and
     /// `later` on the CPUs this process may run on (their busy time less
     /// this process's, and the hypervisor's steal), on average over the
-    /// time between; `None` where less than a second passed (the counts
-    /// tick in hundredths).
+    /// time between; `None` where less than half a second passed (the
+    /// counts tick in hundredths).
     pub fn others_until(&self, later: &CpuTimes) -> Option<f64> {
         let wall = later.at.duration_since(self.at).as_secs_f64();
-        if wall < 1.0 {
+        if wall < 0.5 {
             return None;
         }
         let others = (later.busy_s - self.busy_s) - (later.own_s - self.own_s);
@@ -341,7 +341,7 @@ mod tests {
             at + std::time::Duration::from_secs(2),
         ));
         assert!((both.unwrap() - 5.25).abs() < 1e-9, "{both:?}");
-        // Under a second apart the ticks say too little.
+        // Under half a second apart the ticks say too little.
         assert!(before.others_until(&before).is_none());
         assert!(CpuTimes::parse("intr 1 2\n", &own(1, 1), &[], at).is_none());
         assert!(CpuTimes::parse(&stat(1, 1), "4242 (x) R 1", &[], at).is_none());

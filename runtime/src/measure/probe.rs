@@ -186,7 +186,6 @@ pub fn drift(profiled: &Steadiness, points: &[ProbePoint]) -> Option<Drift> {
         profiled_s,
         now_s,
         ratio: now_s / profiled_s,
-        other_cores: None,
     })
 }
 
@@ -210,11 +209,6 @@ pub struct Drift {
     /// `now_s / profiled_s`: above 1, the machine runs the probe slower
     /// than when it was profiled.
     pub ratio: f64,
-    /// Cores' worth of CPU time other programs took on average while the
-    /// run trained, where the caller counted it
-    /// ([`super::host::CpuTimes`]).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub other_cores: Option<f64>,
 }
 
 #[cfg(test)]
