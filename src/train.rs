@@ -1400,6 +1400,10 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         if let Some(note) = &memory_note {
             json["memory_note"] = note.clone().into();
         }
+        // The warning on stderr of a profile measured on an unsteady machine.
+        if let Some(why) = plan.profile.unsteady() {
+            json["profile_unsteady"] = why.into();
+        }
         if let Some(note) = &spill_made {
             json["spill_dir_note"] = note.clone().into();
         }

@@ -624,6 +624,23 @@ fn an_unsteady_profile_is_warned_of_in_its_plans_too() {
         plan.display()
     );
     assert!(stderr(&replayed).contains(&said), "{}", stderr(&replayed));
+    // `train --json` carries it.
+    let graph = "planted:nodes=200,classes=3,features=8,seed=1";
+    let p = path.to_str().unwrap();
+    let trained = fateplan(&[
+        "train",
+        "--graph",
+        graph,
+        "--epochs",
+        "1",
+        "--profile",
+        p,
+        "--json",
+    ]);
+    assert!(trained.status.success(), "{}", stderr(&trained));
+    let json: serde_json::Value = serde_json::from_slice(&trained.stdout).unwrap();
+    let why = json["profile_unsteady"].as_str().unwrap_or_default();
+    assert!(why.contains(warning), "{json}");
     let curve = fateplan(&["curve", "--dataset", "ogbn-arxiv", "--budgets", "0.5"]);
     assert_eq!(curve.status.code(), Some(1));
     let hint = "a share of the retain-all peak is written 50%";
