@@ -569,6 +569,10 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         &sizes.rounds,
         &backend,
     )?;
+    notes.extend(fallback_notes(
+        &rates.class_rates,
+        !rates.row_runs.is_empty(),
+    ));
     let wide = rates.wide();
     profile.device.dense_flops_per_s = wide.flops_per_s;
     profile.device.dense_shapes = rates.dense_shapes();
@@ -1158,6 +1162,37 @@ pub fn median(values: &mut [f64]) -> f64 {
     }
 }
 
+/// A note for each aggregation class fitted without a time per row where
+/// the runs that tell rows apart ran (`rows_told`): its time per row came
+/// out negative, and it was fitted a bandwidth and a time per edge alone.
+/// Such a fit agrees with the others on the profile's own graph and can
+/// price a small graph's aggregations far from them (2.2 times apart in
+/// docs/profile.md, "The machine's speed: the probe").
+fn fallback_notes(
+    class_rates: &[fateplan_planner::profile::ClassRate],
+    rows_told: bool,
+) -> Vec<String> {
+    use fateplan_planner::workload::ComputeClass;
+    let aggregations = [
+        ComputeClass::Sparse,
+        ComputeClass::SparseMasked,
+        ComputeClass::Scatter,
+    ];
+    class_rates
+        .iter()
+        .filter(|r| rows_told && aggregations.contains(&r.class) && r.seconds_per_row == 0.0)
+        .map(|r| {
+            format!(
+                "the {} fit has no time per row (fitted one, it came out negative): a bandwidth \
+                 and a time per edge alone can price a graph smaller than the profile's far \
+                 from what its aggregations take; measure again, or profile on the graph to \
+                 train (--graph)",
+                r.class
+            )
+        })
+        .collect()
+}
+
 /// Fills `words` with a cheap deterministic pattern (splitmix64).
 pub(crate) fn fill_pattern(words: &mut [u64], seed: u64) {
     let mut state = seed;
@@ -1183,6 +1218,32 @@ pub(crate) fn fill_pattern_f32(values: &mut [f32], seed: u64) {
 mod tests {
     use super::*;
     use fateplan_planner::workload::ComputeClass;
+
+    #[test]
+    fn an_aggregation_fit_without_its_time_per_row_is_noted() {
+        use fateplan_planner::profile::ClassRate;
+        let rate = |class, seconds_per_row| ClassRate {
+            class,
+            bytes_per_s: 2e10,
+            seconds_per_edge: 5e-9,
+            seconds_per_edge_head: 0.0,
+            seconds_per_row,
+            on_curve: true,
+        };
+        let rates = [
+            rate(ComputeClass::Sparse, 0.0),
+            rate(ComputeClass::Scatter, 7e-9),
+            rate(ComputeClass::Softmax, 0.0),
+        ];
+        let notes = fallback_notes(&rates, true);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].starts_with("the sparse fit has no time per row"),
+            "{notes:?}"
+        );
+        // Without the runs that tell rows apart, none has one.
+        assert!(fallback_notes(&rates, false).is_empty());
+    }
 
     #[test]
     fn medians() {
