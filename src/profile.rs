@@ -303,10 +303,8 @@ fn summary(out: &mut dyn Write, p: &Profile) -> Result<()> {
         rate(p.ssd.write_bytes_per_s),
         format_seconds(p.ssd.write_latency_s)
     )?;
-    if let (Some(steadiness), (Some(fastest), Some(slowest))) = (
-        &p.steadiness,
-        p.steadiness.as_ref().map_or((None, None), |s| s.range()),
-    ) {
+    let steadiness = p.steadiness.as_ref();
+    if let Some((steadiness, (Some(fastest), Some(slowest)))) = steadiness.map(|s| (s, s.range())) {
         let others = steadiness.other_cores.map_or(String::new(), |cores| {
             format!("; other programs took {cores:.2} cores' worth of CPU time meanwhile")
         });

@@ -559,12 +559,7 @@ impl Steadiness {
     /// an even count); 0 without points.
     pub fn median_s(&self) -> f64 {
         let mut points: Vec<f64> = self.points.iter().map(|p| p.seconds).collect();
-        points.sort_by(f64::total_cmp);
-        match points.len() {
-            0 => 0.0,
-            n if n % 2 == 1 => points[n / 2],
-            n => (points[n / 2 - 1] + points[n / 2]) / 2.0,
-        }
+        crate::units::median(&mut points)
     }
 
     /// The slowest point's seconds less the fastest's, over their

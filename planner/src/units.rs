@@ -171,6 +171,21 @@ pub fn bytes_exact(n: u64) -> String {
     }
 }
 
+/// The median (the mean of the middle two of an even count); 0 when
+/// empty. Sorts `values`.
+pub fn median(values: &mut [f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
 /// `n` and `noun`, the noun plural unless `n` is 1 ("1 epoch", "3
 /// epochs"); `noun` is a singular that takes an "s".
 pub fn count(n: u64, noun: &str) -> String {

@@ -1149,18 +1149,7 @@ pub fn median_of_rounds(
 }
 
 /// The median (the mean of the middle two of an even count); 0 when empty.
-pub fn median(values: &mut [f64]) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
-}
+pub use fateplan_planner::units::median;
 
 /// A note for each aggregation class fitted without a time per row where
 /// the runs that tell rows apart ran (`rows_told`): its time per row came

@@ -177,11 +177,8 @@ pub fn drift(profiled: &Steadiness, points: &[ProbePoint]) -> Option<Drift> {
     if points.is_empty() {
         return None;
     }
-    let now = Steadiness {
-        points: points.to_vec(),
-        ..profiled.clone()
-    };
-    let (profiled_s, now_s) = (profiled.median_s(), now.median_s());
+    let mut now: Vec<f64> = points.iter().map(|p| p.seconds).collect();
+    let (profiled_s, now_s) = (profiled.median_s(), median(&mut now));
     Some(Drift {
         profiled_s,
         now_s,
