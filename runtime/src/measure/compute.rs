@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use fateplan_planner::gnn::{GnnModel, LayerOrder, Transposes};
 use fateplan_planner::plan::{Budgets, Plan, Stream};
@@ -32,7 +33,7 @@ use crate::gnn::{GnnBackend, Mode};
 use crate::train::{self, BackendChoice, TrainRun};
 use crate::{Error, Result};
 
-use super::{median, run_rounds, Rounds};
+use super::{median, Rounds};
 
 /// The measured training run: graph, model and partitions.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -139,6 +140,9 @@ pub struct TrainingRates {
     /// (`CudaOptions::rebuild_transposes`), its backward aggregations'
     /// added seconds over the edges it built beyond the first run's.
     pub transpose_seconds_per_edge: Option<f64>,
+    /// Whether the GCNs were timed in turn, an iteration of each after
+    /// another (`time_trainings`), rather than one after another.
+    pub in_turn: bool,
 }
 
 impl TrainingRates {
@@ -341,14 +345,15 @@ pub struct GivenGraph<'a> {
 /// (`8 (N + 1) + 4 E` bytes) with the degree scales and masks beside it
 /// (`11 N`); on the CPU backend, whose device is the host, also the
 /// inputs again while the executor takes its copies, or every tensor
-/// kept, where either is more.
+/// kept, where either is more. Returns that figure, the host memory the
+/// run takes beside the graph (counted with or without `host_free`).
 fn fits_the_device(
     graph: &Dataset,
     hyper: &Hyper,
     partitions: u32,
     profile: &Profile,
     host_free: Option<&crate::memory::Available>,
-) -> Result<()> {
+) -> Result<u64> {
     let spec = train::spec(
         graph.features as usize,
         graph.classes as usize,
@@ -377,15 +382,15 @@ fn fits_the_device(
             bytes(capacity)
         )));
     }
-    let Some(free) = host_free else {
-        return Ok(());
-    };
     let inputs = workload.bytes_of_kind(TensorKind::Input);
     let adjacency = 8 * (graph.nodes + 1) + 4 * graph.edges() + 11 * graph.nodes;
     let prepared = inputs.saturating_add(adjacency);
     let host = match profile.device.kind {
         DeviceKind::Cpu => prepared.max(inputs.saturating_mul(2)).max(peak),
         _ => prepared,
+    };
+    let Some(free) = host_free else {
+        return Ok(host);
     };
     if host > free.bytes {
         return Err(refused(format!(
@@ -408,7 +413,7 @@ fn fits_the_device(
             free.source
         )));
     }
-    Ok(())
+    Ok(host)
 }
 
 /// One measured GCN: its layers and their timings.
@@ -419,55 +424,138 @@ struct GcnRun {
     timed: Timed,
 }
 
-/// Trains a 3-layer GCN of `width` hidden width in `partitions`
-/// partitions, timed by [`time_training`]: on `graph` (its own features
-/// and classes) where given, else on `bench`'s R-MAT graph of `width`
-/// features and `bench`'s classes.
-#[allow(clippy::too_many_arguments)]
-fn time_gcn(
-    bench: Bench,
+/// A 3-layer GCN for [`time_gcns`] to time: its layers, its graph where
+/// generated (prepared when it is timed), and the host memory it takes
+/// beside the graph ([`fits_the_device`]).
+struct GcnJob {
     width: u32,
     partitions: u32,
+    shapes: Shapes,
+    nodes: u64,
+    edges: u64,
+    generated: Option<Dataset>,
+    host_bytes: u64,
+}
+
+impl GcnJob {
+    /// A GCN of `width` hidden width in `partitions` partitions, on
+    /// `graph` (its own features and classes) where given, else on
+    /// `bench`'s R-MAT graph of `width` features and `bench`'s classes;
+    /// refused where it does not fit ([`fits_the_device`]).
+    fn new(
+        bench: Bench,
+        width: u32,
+        partitions: u32,
+        graph: Option<&GivenGraph<'_>>,
+        profile: &Profile,
+    ) -> Result<GcnJob> {
+        let hyper = gcn(3, width);
+        let generated = match graph {
+            Some(_) => None,
+            None => Some(
+                RmatSpec {
+                    features: width,
+                    classes: bench.classes(),
+                    ..RmatSpec::new(bench.scale)
+                }
+                .generate()?,
+            ),
+        };
+        let (dataset, host_free) = match (graph, &generated) {
+            (Some(given), _) => (given.dataset, Some(&given.host_free)),
+            (None, Some(generated)) => (generated, None),
+            (None, None) => {
+                return Err(Error::Internal(
+                    "the compute measurement generated no graph for its GCN".into(),
+                ))
+            }
+        };
+        let host_bytes = fits_the_device(dataset, &hyper, partitions, profile, host_free)?;
+        Ok(GcnJob {
+            width,
+            partitions,
+            shapes: Shapes::gcn(hyper.layers, dataset.features, width, dataset.classes),
+            nodes: dataset.nodes,
+            edges: dataset.edges(),
+            generated,
+            host_bytes,
+        })
+    }
+
+    /// Its graph prepared for training: a given graph stays the
+    /// caller's, for the next run (only its features, labels and masks
+    /// are copied).
+    fn training(&mut self, graph: Option<&GivenGraph<'_>>) -> Result<Training<'static>> {
+        let hyper = gcn(3, self.width);
+        let prepared = match (graph, self.generated.take()) {
+            (Some(given), _) => train::prepare_borrowed(given.dataset, &hyper, self.partitions)?,
+            (None, Some(generated)) => train::prepare(generated, &hyper, self.partitions)?,
+            (None, None) => {
+                return Err(Error::Internal(
+                    "the compute measurement prepared a generated GCN twice".into(),
+                ))
+            }
+        };
+        let shapes = self.shapes.clone();
+        Ok(Training {
+            prepared,
+            hyper,
+            classify: Box::new(move |op| group_of(op, &shapes)),
+        })
+    }
+}
+
+/// Trains the 3-layer GCNs `jobs`, timed in turn by [`time_trainings`]
+/// where, with what each takes beside the graph, they fit in half the
+/// host memory free (a given graph's `host_free`, else what is
+/// available), and one after another otherwise (each prepared as it is
+/// timed); also whether they were timed in turn.
+fn time_gcns(
+    mut jobs: Vec<GcnJob>,
     graph: Option<&GivenGraph<'_>>,
     profile: &Profile,
     rounds: &Rounds,
     backend: &BackendChoice,
-) -> Result<GcnRun> {
-    let hyper = gcn(3, width);
-    let fits = |graph: &Dataset, host_free: Option<&crate::memory::Available>| {
-        let shapes = Shapes::gcn(hyper.layers, graph.features, width, graph.classes);
-        fits_the_device(graph, &hyper, partitions, profile, host_free)?;
-        Ok::<_, Error>((graph.nodes, graph.edges(), shapes))
+) -> Result<(Vec<GcnRun>, bool)> {
+    let needed = jobs
+        .iter()
+        .fold(0u64, |sum, job| sum.saturating_add(job.host_bytes));
+    let free = match graph {
+        Some(given) => Some(given.host_free.clone()),
+        None => crate::memory::available(),
     };
-    // A given graph stays the caller's, for the next run: only its
-    // features, labels and masks are copied.
-    let ((nodes, edges, shapes), prepared) = match graph {
-        Some(given) => (
-            fits(given.dataset, Some(&given.host_free))?,
-            train::prepare_borrowed(given.dataset, &hyper, partitions)?,
-        ),
-        None => {
-            let graph = RmatSpec {
-                features: width,
-                classes: bench.classes(),
-                ..RmatSpec::new(bench.scale)
+    let free = free.as_ref();
+    let mut together = free.is_some_and(|free| needed <= free.bytes / 2);
+    let timed = match together {
+        true => {
+            let trainings = jobs
+                .iter_mut()
+                .map(|job| job.training(graph))
+                .collect::<Result<Vec<_>>>()?;
+            let (timed, in_turn) = time_trainings(trainings, free, profile, rounds, backend)?;
+            together = in_turn;
+            timed
+        }
+        false => {
+            let mut timed = Vec::with_capacity(jobs.len());
+            for job in &mut jobs {
+                let one = vec![job.training(graph)?];
+                timed.extend(time_trainings(one, free, profile, rounds, backend)?.0);
             }
-            .generate()?;
-            (
-                fits(&graph, None)?,
-                train::prepare(graph, &hyper, partitions)?,
-            )
+            timed
         }
     };
-    let timed = time_training(prepared, hyper, profile, rounds, backend, |op| {
-        group_of(op, &shapes)
-    })?;
-    Ok(GcnRun {
-        shapes,
-        nodes,
-        edges,
-        timed,
-    })
+    let runs = jobs
+        .into_iter()
+        .zip(timed)
+        .map(|(job, timed)| GcnRun {
+            shapes: job.shapes,
+            nodes: job.nodes,
+            edges: job.edges,
+            timed,
+        })
+        .collect();
+    Ok((runs, together))
 }
 
 impl GcnRun {
@@ -525,31 +613,45 @@ pub fn training_rates(
 ) -> Result<TrainingRates> {
     let graph = graph.as_ref();
     let parts = bench.partitions;
-    let run =
-        |width, partitions| time_gcn(bench, width, partitions, graph, profile, rounds, backend);
-    let wide = run(bench.width, parts)?;
-    let half = run(bench.half_width(), parts)?;
+    let job = |width, partitions| GcnJob::new(bench, width, partitions, graph, profile);
+    let mut jobs = vec![job(bench.width, parts)?, job(bench.half_width(), parts)?];
     // The aggregations' times per row ([`row_runs`]): all of them, or
     // none where the profile has one partition or one of them does not
-    // fit ([`row_runs_fit`], or its run refuses the graph).
-    let mut extra: Vec<(RowRun, GcnRun)> = Vec::new();
+    // fit ([`row_runs_fit`], or its check refuses the graph).
+    let mut rows = Vec::new();
     if parts > 1 && row_runs_fit(bench, graph, profile)? {
         for (width, partitions) in row_runs(bench) {
-            match run(width, partitions) {
-                Ok(timed) => extra.push((row_run(width, partitions, &timed), timed)),
+            match job(width, partitions) {
+                Ok(job) => rows.push(job),
                 Err(Error::InvalidInput { .. }) => {
-                    extra.clear();
+                    rows.clear();
                     break;
                 }
                 Err(e) => return Err(e),
             }
         }
     }
+    let row_count = rows.len();
+    jobs.extend(rows);
+    let (mut runs, in_turn) = time_gcns(jobs, graph, profile, rounds, backend)?;
+    let extra_runs = runs.split_off(2);
+    let (Some(half), Some(wide)) = (runs.pop(), runs.pop()) else {
+        return Err(Error::Internal(
+            "the compute measurement timed fewer GCNs than it ran".into(),
+        ));
+    };
+    let extra: Vec<(RowRun, GcnRun)> = row_runs(bench)
+        .into_iter()
+        .take(row_count)
+        .zip(extra_runs)
+        .map(|((width, partitions), run)| (row_run(width, partitions, &run), run))
+        .collect();
     let runs: Vec<&GcnRun> = extra.iter().map(|(_, run)| run).collect();
     let mut rates = rates_of(&wide, &half, &runs)?;
     rates.row_runs = extra.iter().map(|(row, _)| *row).collect();
+    rates.in_turn = in_turn;
     // The forward gathers were summed at the curve's largest working
-    // set (`time_iterations`), so their fits are of it.
+    // set (`time_in_turn`), so their fits are of it.
     if !profile.device.gather_curve.is_empty() {
         for fit in &mut rates.class_rates {
             fit.on_curve |= matches!(fit.class, ComputeClass::Sparse | ComputeClass::SparseMasked);
@@ -560,15 +662,12 @@ pub fn training_rates(
             rebuild_transposes: true,
             ..options.clone()
         });
-        let rebuilt = time_gcn(
-            bench,
-            bench.half_width(),
-            parts,
-            graph,
-            profile,
-            rounds,
-            &rebuilding,
-        )?;
+        let again = GcnJob::new(bench, bench.half_width(), parts, graph, profile)?;
+        let (rebuilt, _) = time_gcns(vec![again], graph, profile, rounds, &rebuilding)?;
+        let rebuilt = rebuilt
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::Internal("the transpose measurement timed no GCN".into()))?;
         rates.transpose_seconds_per_edge = Some(transpose_cost(&half, &rebuilt)?);
     }
     Ok(rates)
@@ -576,7 +675,7 @@ pub fn training_rates(
 
 /// Whether every GCN of [`row_runs`] can run, checked before any is
 /// timed: a vertex for each partition, and on a graph given, the device
-/// and the host as [`time_gcn`] checks them ([`fits_the_device`]: a
+/// and the host as [`GcnJob::new`] checks them ([`fits_the_device`]: a
 /// block's row pointers grow with the partitions).
 fn row_runs_fit(bench: Bench, graph: Option<&GivenGraph<'_>>, profile: &Profile) -> Result<bool> {
     let nodes = graph.map_or(1u64 << bench.scale, |g| g.dataset.nodes);
@@ -595,7 +694,7 @@ fn row_runs_fit(bench: Bench, graph: Option<&GivenGraph<'_>>, profile: &Profile)
             profile,
             Some(&given.host_free),
         ) {
-            Ok(()) => {}
+            Ok(_) => {}
             Err(Error::InvalidInput { .. }) => return Ok(false),
             Err(e) => return Err(e),
         }
@@ -696,6 +795,7 @@ fn rates_of(wide: &GcnRun, half: &GcnRun, extra: &[&GcnRun]) -> Result<TrainingR
         row_runs: Vec::new(),
         half_iterations: half.timed.iterations.len() as u32,
         transpose_seconds_per_edge: None,
+        in_turn: false,
     })
 }
 
@@ -721,6 +821,8 @@ pub struct AttentionRate {
     /// Every GAT timed (`gat_runs`), the one above first: the class
     /// fits take the layers of all of them.
     pub runs: Vec<GatRun>,
+    /// Whether they were timed in turn (`time_trainings`).
+    pub in_turn: bool,
 }
 
 /// One GAT [`attention_rate`] timed.
@@ -792,18 +894,17 @@ pub fn attention_rate(
         })?;
         Ok(Some(Group::Gat(op.cost.class, layer)))
     };
-    let mut runs = Vec::new();
-    for (heads, parts) in gat_runs(heads, partitions) {
-        let prepared = train::prepare(graph.clone(), &hyper(heads), parts)?;
-        runs.push(time_training(
-            prepared,
-            hyper(heads),
-            profile,
-            rounds,
-            backend,
-            classify,
-        )?);
-    }
+    let free = crate::memory::available();
+    let jobs = gat_runs(heads, partitions)
+        .map(|(heads, parts)| {
+            Ok(Training {
+                prepared: train::prepare(graph.clone(), &hyper(heads), parts)?,
+                hyper: hyper(heads),
+                classify: Box::new(classify),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let (runs, in_turn) = time_trainings(jobs, free.as_ref(), profile, rounds, backend)?;
     let timed = &runs[0];
     let rate = |classes: &[ComputeClass]| {
         timed.rate(
@@ -848,6 +949,7 @@ pub fn attention_rate(
                 iterations: run.iterations.len() as u32,
             })
             .collect(),
+        in_turn,
     })
 }
 
@@ -857,7 +959,8 @@ struct Timed {
 }
 
 /// A class's rate fitted to its operators' sums (one point a layer, of
-/// each run) by least squares: seconds = bytes / `bytes_per_s` + edges ×
+/// each run) by least squares of the relative misses ([`least_squares`]):
+/// seconds = bytes / `bytes_per_s` + edges ×
 /// `seconds_per_edge` + edge heads × `seconds_per_edge_head` + rows ×
 /// `seconds_per_row`, where with a time per row the bytes moved once a
 /// row (`cost.row_bytes`) are left out of the bytes. Where the points
@@ -931,28 +1034,45 @@ impl Term {
     }
 }
 
-/// The coefficients `x` minimising `Σ (Σ_k x_k terms[k](p) - p.seconds)²`
-/// over `points`, from the normal equations of the terms scaled to unit
-/// length; `None` where a term is zero on every point or the terms are
-/// dependent to within rounding (the scaled equations' determinant under
-/// 1e-9).
+/// The coefficients `x` minimising the relative misses `Σ ((Σ_k x_k
+/// terms[k](p) - p.seconds) / p.seconds)²` over `points`, so that a
+/// small run's point counts as much as a large one's (weighed alike, a
+/// fit of the large runs' seconds priced a small graph's aggregations
+/// up to twice apart from one profile to the next: docs/profile.md,
+/// "The runs timed in turn"), from the normal equations of the weighed
+/// terms scaled to unit length; `None` where a term is zero on every
+/// point, a point took no time, or the terms are dependent to within
+/// rounding (the scaled equations' determinant under 1e-9).
 fn least_squares(points: &[Sums], terms: &[Term]) -> Option<Vec<f64>> {
     let n = terms.len();
-    let norms: Vec<f64> = terms
+    if points
         .iter()
-        .map(|t| points.iter().map(|p| t.of(p).powi(2)).sum::<f64>().sqrt())
+        .any(|p| !(p.seconds.is_finite() && p.seconds > 0.0))
+    {
+        return None;
+    }
+    // Each point's terms over its seconds, so that its time is 1.
+    let weighed = |k: usize, p: &Sums| terms[k].of(p) / p.seconds;
+    let norms: Vec<f64> = (0..n)
+        .map(|k| {
+            points
+                .iter()
+                .map(|p| weighed(k, p).powi(2))
+                .sum::<f64>()
+                .sqrt()
+        })
         .collect();
     if norms.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
         return None;
     }
-    let scaled = |k: usize, p: &Sums| terms[k].of(p) / norms[k];
+    let scaled = |k: usize, p: &Sums| weighed(k, p) / norms[k];
     // [A'A | A'y], then Gaussian elimination with partial pivoting.
     let mut m: Vec<Vec<f64>> = (0..n)
         .map(|i| {
             let mut row: Vec<f64> = (0..n)
                 .map(|j| points.iter().map(|p| scaled(i, p) * scaled(j, p)).sum())
                 .collect();
-            row.push(points.iter().map(|p| scaled(i, p) * p.seconds).sum());
+            row.push(points.iter().map(|p| scaled(i, p)).sum());
             row
         })
         .collect();
@@ -1050,69 +1170,154 @@ impl Timed {
     }
 }
 
-/// Trains `prepared` with a retain-all plan (made with `profile`, whose
-/// figures a retain-all plan does not depend on), one iteration left out
-/// and then `rounds` of them (at least `min`, until `budget_s` has
-/// passed, at most `max`), and sums each iteration's operators by the
-/// group `classify` gives them.
-fn time_training(
+/// The group an operator counts towards, where it counts towards one.
+type Classify<'c> = Box<dyn Fn(&Op) -> Result<Option<Group>> + 'c>;
+
+/// A training run for [`time_trainings`] to time: its graph and model,
+/// and the group each of its operators counts towards.
+struct Training<'c> {
     prepared: train::Prepared,
     hyper: Hyper,
+    classify: Classify<'c>,
+}
+
+/// Trains each of `jobs` with a retain-all plan (made with `profile`,
+/// whose figures a retain-all plan does not depend on), one iteration of
+/// each left out and then `rounds` of each (at least `min`, until
+/// `budget_s` a job has passed, at most `max`), and sums each
+/// iteration's operators by the group its job's `classify` gives them;
+/// the timings in the order of `jobs`, and whether they were timed in
+/// turn. On the CPU backend, where the jobs together fit in half of
+/// `free` (the host memory free before they were prepared:
+/// [`fit_together`]), they are timed in turn: an
+/// iteration of each, then the next, each pass starting one job later,
+/// so that a machine whose speed drifts over the measurement slows them
+/// alike (timed one after another, the same GCN's aggregations took 102
+/// ms in one profile and 278 in the next, where a GCN timed later took
+/// 112 and 211: docs/profile.md, "The runs timed in turn"). Otherwise,
+/// and on a GPU (each run sizes its own arena), one after another.
+fn time_trainings(
+    jobs: Vec<Training<'_>>,
+    free: Option<&crate::memory::Available>,
     profile: &Profile,
     rounds: &Rounds,
     backend: &BackendChoice,
-    classify: impl Fn(&Op) -> Result<Option<Group>>,
-) -> Result<Timed> {
-    let plan = Arc::new(retain_all(&prepared.workload, profile)?);
+) -> Result<(Vec<Timed>, bool)> {
+    let plans = jobs
+        .iter()
+        .map(|job| Ok(Arc::new(retain_all(&job.prepared.workload, profile)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let groups = plans
+        .iter()
+        .zip(&jobs)
+        .map(|(plan, job)| {
+            let mut groups: HashMap<&str, (Group, usize)> = HashMap::new();
+            for (k, op) in plan.workload.definition.ops.iter().enumerate() {
+                if let Some(group) = (job.classify)(op)? {
+                    groups.insert(op.name.as_str(), (group, k));
+                }
+            }
+            Ok(groups)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let together = jobs.len() > 1
+        && matches!(backend, BackendChoice::Cpu)
+        && fit_together(&jobs, &plans, free);
     let curve = &profile.device.gather_curve[..];
-    let ops = &plan.workload.definition.ops;
-    let mut groups: HashMap<&str, (Group, usize)> = HashMap::new();
-    for (k, op) in ops.iter().enumerate() {
-        if let Some(group) = classify(op)? {
-            groups.insert(op.name.as_str(), (group, k));
-        }
-    }
     let failed = |what: &str, e: ExecError| {
         Error::Internal(format!("the compute measurement's {what}: {e}"))
     };
-    let iterations = match backend {
-        // On a thread of the pool, as training runs.
-        BackendChoice::Cpu => train::on_a_worker(&mut |_| {}, |_| {
-            let gnn = CpuGnn::new(prepared.input, hyper).map_err(|e| failed("backend", e))?;
-            time_iterations(&plan, gnn, &groups, rounds, curve)
-        })?,
-        BackendChoice::Cuda(options) => {
-            // Each operator waits for its kernels, so that its span is
-            // the GPU's time.
-            let options = CudaOptions {
-                synchronize_operators: true,
-                ..options.clone()
-            };
-            let gnn = CudaGnn::new(prepared.input, hyper, plan.budgets.hbm_bytes, &options)
-                .map_err(|e| failed("backend", e))?;
-            time_iterations(&plan, gnn, &groups, rounds, curve)?
-        }
-    };
-    Ok(Timed { iterations })
+    let count = jobs.len();
+    let batch = if together { count } else { 1 };
+    let mut inputs = jobs.into_iter().map(|job| (job.prepared.input, job.hyper));
+    let mut timed = Vec::with_capacity(count);
+    for first in (0..count).step_by(batch) {
+        let last = (first + batch).min(count);
+        let batch: Vec<_> = inputs.by_ref().take(last - first).collect();
+        let (plans, groups) = (&plans[first..last], &groups[first..last]);
+        let iterations = match backend {
+            // On a thread of the pool, as training runs.
+            BackendChoice::Cpu => train::on_a_worker(&mut |_| {}, |_| {
+                let gnns = batch
+                    .into_iter()
+                    .map(|(input, hyper)| {
+                        CpuGnn::new(input, hyper).map_err(|e| failed("backend", e))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                time_in_turn(plans, gnns, groups, rounds, curve)
+            })?,
+            BackendChoice::Cuda(options) => {
+                // Each operator waits for its kernels, so that its span is
+                // the GPU's time.
+                let options = CudaOptions {
+                    synchronize_operators: true,
+                    ..options.clone()
+                };
+                let gnns = batch
+                    .into_iter()
+                    .zip(plans)
+                    .map(|((input, hyper), plan)| {
+                        CudaGnn::new(input, hyper, plan.budgets.hbm_bytes, &options)
+                            .map_err(|e| failed("backend", e))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                time_in_turn(plans, gnns, groups, rounds, curve)?
+            }
+        };
+        timed.extend(
+            iterations
+                .into_iter()
+                .map(|iterations| Timed { iterations }),
+        );
+    }
+    Ok((timed, together))
 }
 
-/// Times `rounds` iterations of `plan` on `gnn`: each operator of `groups`
-/// (by name, with its index) summed into its group.
-fn time_iterations<B: GnnBackend>(
-    plan: &Arc<Plan>,
-    gnn: B,
-    groups: &HashMap<&str, (Group, usize)>,
+/// Whether `jobs` can be held in memory at once to be timed in turn
+/// ([`time_trainings`]): each one's host memory as [`fits_the_device`]
+/// counts a CPU run's (the larger of its plan's peak and twice its
+/// inputs, the graph's blocks among them), in all at most half of
+/// `available`; not where that is unknown.
+fn fit_together(
+    jobs: &[Training<'_>],
+    plans: &[Arc<Plan>],
+    available: Option<&crate::memory::Available>,
+) -> bool {
+    let Some(available) = available else {
+        return false;
+    };
+    let needed = jobs.iter().zip(plans).fold(0u64, |sum, (job, plan)| {
+        let inputs = job.prepared.workload.bytes_of_kind(TensorKind::Input);
+        sum.saturating_add(plan.predicted.peak_bytes.hbm.max(inputs.saturating_mul(2)))
+    });
+    needed <= available.bytes / 2
+}
+
+/// Times `rounds` iterations of each of `plans` on its backend of `gnns`,
+/// in turn ([`time_trainings`]), after one of each left out: each
+/// operator of the plan's `groups` (by name, with its index) summed into
+/// its group.
+fn time_in_turn<B: GnnBackend>(
+    plans: &[Arc<Plan>],
+    gnns: Vec<B>,
+    groups: &[HashMap<&str, (Group, usize)>],
     rounds: &Rounds,
     curve: &[GatherPoint],
-) -> Result<Vec<HashMap<Group, Sums>>> {
-    let ops = &plan.workload.definition.ops;
-    let exec_options = ExecOptions {
-        budgets: None,
-        trace: true,
-    };
-    let mut executor = Executor::new(plan.clone(), gnn, None, exec_options)
-        .map_err(|e| Error::Internal(format!("the compute measurement's executor: {e}")))?;
-    let iteration = || -> Result<HashMap<Group, Sums>> {
+) -> Result<Vec<Vec<HashMap<Group, Sums>>>> {
+    let mut executors = plans
+        .iter()
+        .zip(gnns)
+        .map(|(plan, gnn)| {
+            let options = ExecOptions {
+                budgets: None,
+                trace: true,
+            };
+            Executor::new(plan.clone(), gnn, None, options)
+                .map_err(|e| Error::Internal(format!("the compute measurement's executor: {e}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let iteration = |k: usize, executor: &mut Executor<B>| -> Result<HashMap<Group, Sums>> {
+        let ops = &plans[k].workload.definition.ops;
         executor.backend_mut().set_mode(Mode::Train);
         executor
             .run_iteration()
@@ -1122,17 +1327,34 @@ fn time_iterations<B: GnnBackend>(
             if span.stream != Stream::Compute {
                 continue;
             }
-            let Some(&(group, k)) = groups.get(span.name.as_str()) else {
+            let Some(&(group, op)) = groups[k].get(span.name.as_str()) else {
                 continue;
             };
             let seconds = span.span.end_s - span.span.start_s;
             sums.entry(group)
                 .or_default()
-                .add(&ops[k].cost, seconds, curve);
+                .add(&ops[op].cost, seconds, curve);
         }
         Ok(sums)
     };
-    run_rounds(rounds, iteration)
+    for (k, executor) in executors.iter_mut().enumerate() {
+        iteration(k, executor)?;
+    }
+    let count = executors.len();
+    let mut timed = vec![Vec::new(); count];
+    let (min, max) = (rounds.min.max(1), rounds.max.max(rounds.min).max(1));
+    let started = Instant::now();
+    for pass in 0..max as usize {
+        for j in 0..count {
+            let k = (pass + j) % count;
+            timed[k].push(iteration(k, &mut executors[k])?);
+        }
+        let enough = pass + 1 >= min as usize;
+        if enough && started.elapsed().as_secs_f64() >= rounds.budget_s * count as f64 {
+            break;
+        }
+    }
+    Ok(timed)
 }
 
 /// What [`mask_rate`] measured.
@@ -1169,7 +1391,7 @@ pub struct MaskRate {
 /// backward, as a citation graph's is) on an R-MAT graph a sixty-fourth
 /// of `bench`'s size in half its partitions, trained with dropout 0.5
 /// and without; the operators that mask in the first (`cost.masked`)
-/// timed in both (`time_training`), their added median seconds over
+/// timed in both (`time_trainings`), their added median seconds over
 /// the elements they mask.
 pub fn mask_rate(
     bench: Bench,
@@ -1198,6 +1420,7 @@ pub fn mask_rate(
         transposes: Transposes::Stored,
         ..gcn(2, hidden)
     };
+    let free = crate::memory::available();
     let dropped = train::prepare(graph.clone(), &hyper(0.5), partitions)?;
     let kept = train::prepare(graph, &hyper(0.0), partitions)?;
     let ops = &dropped.workload.ops;
@@ -1223,17 +1446,33 @@ pub fn mask_rate(
         ));
     }
     let classify = |op: &Op| Ok(masking.contains(&op.name).then_some(Group::Masked));
-    let masking_seconds = |prepared: train::Prepared, dropout| -> Result<(f64, u32)> {
-        let timed = time_training(prepared, hyper(dropout), profile, rounds, backend, classify)?;
+    let job = |prepared, dropout| Training {
+        prepared,
+        hyper: hyper(dropout),
+        classify: Box::new(classify),
+    };
+    let (timed, _) = time_trainings(
+        vec![job(dropped, 0.5), job(kept, 0.0)],
+        free.as_ref(),
+        profile,
+        rounds,
+        backend,
+    )?;
+    let masking_seconds = |timed: &Timed| {
         let mut seconds: Vec<f64> = timed
             .iterations
             .iter()
             .map(|sums| sums.get(&Group::Masked).map_or(0.0, |s| s.seconds))
             .collect();
-        Ok((median(&mut seconds), timed.iterations.len() as u32))
+        (median(&mut seconds), timed.iterations.len() as u32)
     };
-    let (with_s, iterations) = masking_seconds(dropped, 0.5)?;
-    let (without_s, _) = masking_seconds(kept, 0.0)?;
+    let [with, without] = &timed[..] else {
+        return Err(Error::Internal(
+            "the dropout measurement timed other than its two GCNs".into(),
+        ));
+    };
+    let (with_s, iterations) = masking_seconds(with);
+    let (without_s, _) = masking_seconds(without);
     let projection =
         (without_s > 0.0 && projection_flops > 0.0 && projection_bytes > 0).then(|| DenseRate {
             d_in: features,
@@ -1575,6 +1814,101 @@ mod tests {
         }
     }
 
+    /// GCNs timed in turn each keep their own operators' sums, in the
+    /// order given, the same as each timed alone (the seconds apart),
+    /// each as many iterations as the rounds ask.
+    #[test]
+    fn runs_timed_in_turn_keep_their_own_sums() {
+        let bench = Bench {
+            scale: 9,
+            partitions: 2,
+            width: 16,
+        };
+        let profile = profile();
+        let rounds = Rounds {
+            min: 3,
+            max: 3,
+            budget_s: 0.0,
+        };
+        let jobs = || {
+            [(16, 2), (4, 1), (8, 2)]
+                .into_iter()
+                .map(|(w, p)| GcnJob::new(bench, w, p, None, &profile).unwrap())
+                .collect::<Vec<_>>()
+        };
+        let (together, in_turn) =
+            time_gcns(jobs(), None, &profile, &rounds, &BackendChoice::Cpu).unwrap();
+        assert!(in_turn, "three small GCNs fit in half the host memory");
+        let alone: Vec<GcnRun> = jobs()
+            .into_iter()
+            .map(|job| {
+                let (mut one, _) =
+                    time_gcns(vec![job], None, &profile, &rounds, &BackendChoice::Cpu).unwrap();
+                one.remove(0)
+            })
+            .collect();
+        // Every iteration's sums but their seconds.
+        let sums = |run: &GcnRun| {
+            let of = |iteration: &HashMap<Group, Sums>| {
+                let mut sums: Vec<(String, u64, u64, u64)> = iteration
+                    .iter()
+                    .map(|(g, s)| {
+                        (
+                            format!("{g:?}"),
+                            s.bytes as u64,
+                            s.edges as u64,
+                            s.rows as u64,
+                        )
+                    })
+                    .collect();
+                sums.sort();
+                sums
+            };
+            run.timed.iterations.iter().map(of).collect::<Vec<_>>()
+        };
+        for (k, (a, b)) in together.iter().zip(&alone).enumerate() {
+            assert_eq!(a.timed.iterations.len(), 3, "run {k}");
+            assert_eq!(a.shapes, b.shapes, "run {k}");
+            assert_eq!(sums(a), sums(b), "run {k}");
+        }
+        // Different GCNs: the sums tell them apart.
+        assert_ne!(sums(&together[0]), sums(&together[1]));
+        assert_ne!(sums(&together[0]), sums(&together[2]));
+    }
+
+    /// Runs are held together only where what they take fits in half
+    /// the memory available, and not where that is unknown.
+    #[test]
+    fn runs_are_held_together_within_half_the_memory() {
+        let bench = Bench {
+            scale: 8,
+            partitions: 2,
+            width: 8,
+        };
+        let profile = profile();
+        let mut job = GcnJob::new(bench, 8, 2, None, &profile).unwrap();
+        let jobs = vec![job.training(None).unwrap()];
+        let plans = vec![Arc::new(
+            retain_all(&jobs[0].prepared.workload, &profile).unwrap(),
+        )];
+        let needed = plans[0]
+            .predicted
+            .peak_bytes
+            .hbm
+            .max(2 * jobs[0].prepared.workload.bytes_of_kind(TensorKind::Input));
+        let available = |bytes| crate::memory::Available {
+            bytes,
+            source: "a test".into(),
+        };
+        assert!(fit_together(&jobs, &plans, Some(&available(2 * needed))));
+        assert!(!fit_together(
+            &jobs,
+            &plans,
+            Some(&available(2 * needed - 1))
+        ));
+        assert!(!fit_together(&jobs, &plans, None));
+    }
+
     /// The aggregations' fits take every layer of the GCNs: the first
     /// layer's masked gathers, the two plain forward ones and two backward
     /// of a GCN, the half-width GCN's with fewer bytes over the same
@@ -1590,22 +1924,16 @@ mod tests {
             width: 16,
         };
         let profile = profile();
-        let run = |width, partitions| {
-            time_gcn(
-                bench,
-                width,
-                partitions,
-                None,
-                &profile,
-                &Rounds::tiny(),
-                &BackendChoice::Cpu,
-            )
-            .unwrap()
-        };
-        let (wide, half) = (run(16, 2), run(8, 2));
-        let timed: Vec<GcnRun> = row_runs(bench).iter().map(|&(w, p)| run(w, p)).collect();
-        let extra: Vec<&GcnRun> = timed.iter().collect();
-        let rates = rates_of(&wide, &half, &extra).unwrap();
+        let jobs = [(16, 2), (8, 2)]
+            .into_iter()
+            .chain(row_runs(bench))
+            .map(|(w, p)| GcnJob::new(bench, w, p, None, &profile).unwrap())
+            .collect();
+        let (timed, _) =
+            time_gcns(jobs, None, &profile, &Rounds::tiny(), &BackendChoice::Cpu).unwrap();
+        let (wide, half) = (&timed[0], &timed[1]);
+        let extra: Vec<&GcnRun> = timed[2..].iter().collect();
+        let rates = rates_of(wide, half, &extra).unwrap();
         for (k, class, group, layers) in [
             (
                 0,
@@ -1626,7 +1954,7 @@ mod tests {
                 2,
             ),
         ] {
-            let points = aggregation_points(&wide, &half, &extra, group).unwrap();
+            let points = aggregation_points(wide, half, &extra, group).unwrap();
             assert_eq!(points.len(), 6 * layers, "{class:?}");
             let per_edge: Vec<f64> = points.iter().map(|p| p.bytes / p.edges).collect();
             let (w, rest) = per_edge.split_at(layers);
@@ -1651,7 +1979,7 @@ mod tests {
         }
         assert_eq!((rates.iterations, rates.half_iterations), (1, 1));
         // Without the runs that tell rows apart none is fitted.
-        let rates = rates_of(&wide, &half, &[]).unwrap();
+        let rates = rates_of(wide, half, &[]).unwrap();
         assert!(rates.class_rates.iter().all(|r| r.seconds_per_row == 0.0));
     }
 
@@ -1924,12 +2252,12 @@ mod tests {
             fit.seconds_per_edge > 0.0 && fit.bytes_per_s > 0.0,
             "{fit:?}"
         );
-        // Least squares: no worse over the three than the line through
-        // two, nor than the fit nudged either way.
+        // Least squares of the relative misses: no worse over the three
+        // than the line through two, nor than the fit nudged either way.
         let squares = |bytes_per_s: f64, per_edge: f64| {
             three
                 .iter()
-                .map(|p| (p.bytes / bytes_per_s + p.edges * per_edge - p.seconds).powi(2))
+                .map(|p| ((p.bytes / bytes_per_s + p.edges * per_edge) / p.seconds - 1.0).powi(2))
                 .sum::<f64>()
         };
         let fitted = squares(fit.bytes_per_s, fit.seconds_per_edge);

@@ -844,6 +844,9 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             )
         }
     };
+    let gpu = profile.device.kind != DeviceKind::Cpu;
+    let gcn_turn = in_turn_note(rates.in_turn, gpu, 2 + rates.row_runs.len(), "GCNs");
+    let gat_turn = in_turn_note(attention.in_turn, gpu, attention.runs.len(), "GATs");
     let gat_layers = match others.is_empty() {
         true => format!("over its two layers, {gat_run}"),
         false => format!(
@@ -877,7 +880,9 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         format!(
             "each class fitted seconds = bytes / bytes_per_s + edges × \
                  seconds_per_edge + edge_heads × seconds_per_edge_head + rows × \
-                 seconds_per_row by least squares over the medians of its layers \
+                 seconds_per_row by least squares of the relative misses (each point's miss \
+                 over its seconds, so that a small run counts as much as a large one) over the \
+                 medians of its layers \
                  (edge_heads: edges times their heads, recorded on GAT's edge operators; \
                  rows: those walked once a block, recorded on them and on every \
                  aggregation and its backward; without the heads where \
@@ -887,11 +892,13 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
                  negative time). \
                  The GCN's aggregations (sparse, scatter): over the layers of the GCN of \
                  width {} ({run}) and of {half_run}, whose aggregations move about half \
-                 the bytes an edge over the same edges{row_runs}; the first layer's gathers, which \
+                 the bytes an edge over the same edges{row_runs}{gcn_turn}; the first layer's \
+                 gathers, which \
                  mask their input as they gather, apart (sparse_masked: that layer of \
                  each run). GAT's \
                  operator classes (edge scores, aggregation, edge softmax, attention \
-                 backward, node scores, their backward, ELU): {gat_layers}{on_curve}{loss}",
+                 backward, node scores, their backward, ELU): {gat_layers}{gat_turn}{on_curve}\
+                 {loss}",
             bench.width,
             on_curve = match profile.device.gather_curve.is_empty() {
                 true => "",
@@ -1150,6 +1157,25 @@ pub fn median_of_rounds(
 
 /// The median (the mean of the middle two of an even count); 0 when empty.
 pub use fateplan_planner::units::median;
+
+/// How `count` runs (`what`) of a fit were timed ([`compute::time_trainings`]):
+/// in turn, or one after another and why; nothing for one run.
+fn in_turn_note(in_turn: bool, gpu: bool, count: usize, what: &str) -> String {
+    match (in_turn, gpu) {
+        _ if count < 2 => String::new(),
+        (true, _) => format!(
+            " (the {count} {what} timed in turn, an iteration of each after another, so that \
+             the machine's speed drifting over the measurement slows them alike)"
+        ),
+        (false, true) => format!(
+            " (the {count} {what} timed one after another: on a GPU each sizes its own arena)"
+        ),
+        (false, false) => format!(
+            " (the {count} {what} timed one after another: together they do not fit in half \
+             the host memory available)"
+        ),
+    }
+}
 
 /// A note for each aggregation class fitted without a time per row where
 /// the runs that tell rows apart ran (`rows_told`): its time per row came
