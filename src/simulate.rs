@@ -6,8 +6,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use fateplan::planner::units::{count, format_bytes, format_seconds};
-use fateplan::planner::{Plan, Profile, Tier};
+use fateplan::planner::plan::Budgets;
+use fateplan::planner::units::{bytes_exact, count, format_bytes, format_seconds};
+use fateplan::planner::{Plan, PlanOptions, Policy, Profile, Tier};
 use fateplan::runtime::sim::{self, PerStream, SimOptions, SimReport};
 
 #[derive(Args)]
@@ -31,6 +32,21 @@ pub struct SimulateArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Replay under this device budget per GPU instead of the plan's
+    /// (e.g. 40GiB, or a share of the device peak of the retain-all plan
+    /// of the plan's own workload, in its partitions, on the replay's
+    /// profile, e.g. 50%): would the plan hold on a smaller device? Where
+    /// it breaks the budget, the report lists the violations (exit 3).
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::budget_value)]
+    hbm_budget: Option<String>,
+    /// Host memory budget per GPU to replay under instead of the plan's
+    /// (bytes, or a share of that retain-all plan's device peak).
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::budget_value)]
+    host_budget: Option<String>,
+    /// SSD budget per GPU to replay under instead of the plan's (bytes,
+    /// or a share of that retain-all plan's device peak).
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::budget_value)]
+    ssd_budget: Option<String>,
 }
 
 /// The simulation ran and found violations; the report has been printed.
@@ -65,7 +81,7 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
     // where, when and by how much, and the exit status is 3.
     let read = Plan::read(&text, &source)?;
     drop(text);
-    let (plan, rejected, recomputed) = (read.plan, read.rejected, read.recomputed);
+    let (mut plan, rejected, recomputed) = (read.plan, read.rejected, read.recomputed);
     if args.profile.is_none() {
         crate::cli::warn_unsteady_plan(&source, &plan);
     }
@@ -73,6 +89,12 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
         Some(name) => load_profile(name)?,
         None => plan.profile.clone(),
     };
+    // Budgets given replace the plan's for the replay; the plan's are
+    // said beside them.
+    let planned_budgets = plan.budgets;
+    plan.budgets = replay_budgets(args, &plan, &profile)?;
+    let budgets_given =
+        args.hbm_budget.is_some() || args.host_budget.is_some() || args.ssd_budget.is_some();
     let options = SimOptions { seed: args.seed };
     crate::cli::distinct_outputs(&[
         ("--trace", args.trace.as_deref()),
@@ -153,6 +175,7 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
             && rejected.is_none()
             && !renamed_what_if
             && recomputed.is_empty()
+            && !budgets_given
         {
             out.write_all(report.to_json().as_bytes())?;
         } else {
@@ -173,6 +196,9 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
             }
             if !recomputed.is_empty() {
                 json["predictions_recomputed"] = recomputed.clone().into();
+            }
+            if budgets_given {
+                json["planned_budgets"] = serde_json::to_value(planned_budgets)?;
             }
             out.write_all(serde_json::to_string_pretty(&json)?.as_bytes())?;
             out.write_all(b"\n")?;
@@ -226,6 +252,13 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
                 op.name, profile.name
             )?;
         }
+        if budgets_given {
+            writeln!(
+                out,
+                "what-if   replayed under {}",
+                budgets_against(args, &plan.budgets, &planned_budgets)
+            )?;
+        }
         if let Some(rejected) = &rejected {
             writeln!(
                 out,
@@ -247,6 +280,111 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
         return Err(ViolationsFound(report.violations_total).into());
     }
     Ok(())
+}
+
+/// The budgets to replay `plan` under: the plan's, with each one
+/// `args` gives in its place (bytes, or a share of the device peak of
+/// the retain-all plan of the plan's workload, in its partitions, on
+/// `profile`, planned only where a share is given), none over
+/// `profile`'s capacity.
+fn replay_budgets(args: &SimulateArgs, plan: &Plan, profile: &Profile) -> Result<Budgets> {
+    let flags = [
+        ("hbm-budget", &args.hbm_budget),
+        ("host-budget", &args.host_budget),
+        ("ssd-budget", &args.ssd_budget),
+    ];
+    let mut budgets = plan.budgets;
+    if flags.iter().all(|(_, given)| given.is_none()) {
+        return Ok(budgets);
+    }
+    let share = profile.share(plan.gpus);
+    let capacities = [
+        profile.device.hbm_bytes,
+        share.host.memory_bytes,
+        share.ssd.capacity_bytes,
+    ];
+    let capacity = crate::cli::Capacity {
+        profile: &profile.name,
+        gpus: plan.gpus,
+    };
+    let mut retain_peak = None;
+    let slots = [
+        &mut budgets.hbm_bytes,
+        &mut budgets.host_bytes,
+        &mut budgets.ssd_bytes,
+    ];
+    for (k, ((name, given), slot)) in flags.into_iter().zip(slots).enumerate() {
+        let Some(text) = given else { continue };
+        let bytes = match crate::cli::budget_percent(given, name)? {
+            Some(percent) => {
+                let peak = match retain_peak {
+                    Some(peak) => peak,
+                    None => *retain_peak.insert(retain_all_peak(plan, profile)?),
+                };
+                let whose = format!(
+                    "the device peak of the retain-all plan of this workload on {}",
+                    profile.name
+                );
+                crate::cli::share_of(peak, percent, (&format!("--{name} {text}"), &whose))?
+            }
+            None => crate::cli::budget(given, name, 0)?,
+        };
+        *slot =
+            crate::cli::within_capacity((name, text), bytes, (capacities[k], k > 0), &capacity)?;
+    }
+    Ok(budgets)
+}
+
+/// The device peak of the retain-all plan of `plan`'s workload on
+/// `profile`, at its GPU count: what a share of a budget is of.
+fn retain_all_peak(plan: &Plan, profile: &Profile) -> Result<u64> {
+    let mut options = PlanOptions::new(Policy::RetainAll, profile);
+    options.gpus = plan.gpus;
+    options.budgets = Budgets::UNLIMITED;
+    let retain = fateplan::planner::plan(&plan.workload.definition, profile, &options)
+        .context("planning retain-all for the budgets' percentages")?;
+    Ok(retain.predicted.peak_bytes.hbm)
+}
+
+/// Each budget `args` gives, beside the plan's: `hbm 100 MiB (the
+/// plan's: 200 MiB)`, bytes exact where the two read alike, `(the
+/// plan's own)` where they are the same.
+fn budgets_against(args: &SimulateArgs, given: &Budgets, planned: &Budgets) -> String {
+    let tiers = [
+        ("hbm", &args.hbm_budget, given.hbm_bytes, planned.hbm_bytes),
+        (
+            "host",
+            &args.host_budget,
+            given.host_bytes,
+            planned.host_bytes,
+        ),
+        ("ssd", &args.ssd_budget, given.ssd_bytes, planned.ssd_bytes),
+    ];
+    let mut said = Vec::new();
+    for (tier, flag, given, planned) in tiers {
+        if flag.is_none() {
+            continue;
+        }
+        said.push(
+            match (
+                given == planned,
+                format_bytes(given) == format_bytes(planned),
+            ) {
+                (true, _) => format!("{tier} {} (the plan's own)", format_bytes(given)),
+                (false, true) => format!(
+                    "{tier} {} (the plan's: {})",
+                    bytes_exact(given),
+                    bytes_exact(planned)
+                ),
+                (false, false) => format!(
+                    "{tier} {} (the plan's: {})",
+                    format_bytes(given),
+                    format_bytes(planned)
+                ),
+            },
+        );
+    }
+    said.join(", ")
 }
 
 /// `profile` without what is words, not figures: its description, its

@@ -127,6 +127,91 @@ fn what_if_less_host_memory_reports_the_violation_and_exits_3() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `--hbm-budget` replays a plan under a smaller device: a plan made for
+/// 200 MiB breaks 100 MiB (exit 3, the violations listed, the plan's
+/// budgets beside the given), holds under its own peak, and a share is
+/// of the retain-all plan's peak; bad values name the flag.
+#[test]
+fn what_if_a_smaller_device_budget_replays_the_plan_under_it() {
+    let dir = scratch("hbm-what-if");
+    let plan = plan_arxiv(&dir, &["--hbm-budget", "200MiB"]);
+    let replay = |extra: &[&str]| {
+        let mut args = vec!["simulate", path(&plan), "--json"];
+        args.extend_from_slice(extra);
+        fateplan(&args)
+    };
+    let report = |out: &std::process::Output| -> serde_json::Value {
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let own = replay(&[]);
+    assert!(own.status.success(), "{}", stderr(&own));
+    let own = report(&own);
+    assert!(own.get("planned_budgets").is_none(), "{own}");
+    let peak = own["peak_bytes"]["hbm"].as_u64().unwrap();
+    assert!(peak > 100 << 20 && peak <= 200 << 20, "{peak}");
+
+    let smaller = replay(&["--hbm-budget", "100MiB"]);
+    assert_eq!(smaller.status.code(), Some(3), "{}", stderr(&smaller));
+    let smaller = report(&smaller);
+    assert_eq!(smaller["budgets"]["hbm_bytes"], 100u64 << 20);
+    assert_eq!(smaller["planned_budgets"]["hbm_bytes"], 200u64 << 20);
+    assert_eq!(smaller["violations"][0]["kind"], "over_budget");
+    assert_eq!(smaller["violations"][0]["tier"], "hbm");
+
+    // At its own peak it holds, and the text says what was replayed.
+    let at_peak = fateplan(&["simulate", path(&plan), "--hbm-budget", &peak.to_string()]);
+    assert!(at_peak.status.success(), "{}", stderr(&at_peak));
+    let text = stdout(&at_peak);
+    assert!(
+        text.contains("what-if   replayed under hbm ") && text.contains("(the plan's: "),
+        "{text}"
+    );
+    let same = fateplan(&["simulate", path(&plan), "--hbm-budget", "200MiB"]);
+    assert!(
+        stdout(&same).contains("what-if   replayed under hbm 200 MiB (the plan's own)"),
+        "{}",
+        stdout(&same)
+    );
+
+    // A share is of the device peak of the retain-all plan of the same
+    // workload (its partitions).
+    let partitions = own["workload"]
+        .as_str()
+        .unwrap()
+        .rsplit("-p")
+        .next()
+        .unwrap()
+        .to_string();
+    let apart = dir.join("retain-all");
+    std::fs::create_dir_all(&apart).unwrap();
+    let all = plan_arxiv(
+        &apart,
+        &["--policy", "retain-all", "--partitions", &partitions],
+    );
+    let all: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(all).unwrap()).unwrap();
+    let retain_peak = all["predicted"]["peak_bytes"]["hbm"].as_u64().unwrap();
+    let half = replay(&["--hbm-budget", "50%"]);
+    assert!(
+        matches!(half.status.code(), Some(0 | 3)),
+        "{}",
+        stderr(&half)
+    );
+    assert_eq!(report(&half)["budgets"]["hbm_bytes"], retain_peak / 2);
+
+    for (value, said) in [
+        ("0", "a device budget of 0 bytes holds nothing"),
+        ("-5%", "expected a positive percentage"),
+        ("0.5", "a share of the retain-all peak is written 50%"),
+        ("10TiB", "--hbm-budget 10TiB"),
+    ] {
+        let out = replay(&["--hbm-budget", value]);
+        assert_eq!(out.status.code(), Some(1), "{value}: {}", stderr(&out));
+        assert!(stderr(&out).contains(said), "{value}: {}", stderr(&out));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn what_if_half_the_ssd_bandwidth_is_slower() {
     let dir = scratch("ssd");

@@ -140,9 +140,9 @@ pub struct TrainingRates {
     /// (`CudaOptions::rebuild_transposes`), its backward aggregations'
     /// added seconds over the edges it built beyond the first run's.
     pub transpose_seconds_per_edge: Option<f64>,
-    /// Whether the GCNs were timed in turn, an iteration of each after
-    /// another (`time_trainings`), rather than one after another.
-    pub in_turn: bool,
+    /// How the GCNs were timed: in turn, an iteration of each after
+    /// another (`time_trainings`), or one after another and why.
+    pub in_turn: InTurn,
 }
 
 impl TrainingRates {
@@ -424,24 +424,26 @@ struct GcnRun {
     timed: Timed,
 }
 
-/// A 3-layer GCN for [`time_gcns`] to time: its layers, its graph where
-/// generated (prepared when it is timed), and the host memory it takes
-/// beside the graph ([`fits_the_device`]).
+/// A 3-layer GCN for [`time_gcns`] to time: its layers and the host
+/// memory it takes beside its graph ([`fits_the_device`]), counted
+/// before any is prepared.
 struct GcnJob {
+    bench: Bench,
     width: u32,
     partitions: u32,
     shapes: Shapes,
     nodes: u64,
     edges: u64,
-    generated: Option<Dataset>,
     host_bytes: u64,
 }
 
 impl GcnJob {
     /// A GCN of `width` hidden width in `partitions` partitions, on
     /// `graph` (its own features and classes) where given, else on
-    /// `bench`'s R-MAT graph of `width` features and `bench`'s classes;
-    /// refused where it does not fit ([`fits_the_device`]).
+    /// `bench`'s R-MAT graph of `width` features and `bench`'s classes
+    /// (generated to be counted, and again, the same, when it is
+    /// prepared: [`GcnJob::training`]); refused where it does not fit
+    /// ([`fits_the_device`]).
     fn new(
         bench: Bench,
         width: u32,
@@ -450,73 +452,90 @@ impl GcnJob {
         profile: &Profile,
     ) -> Result<GcnJob> {
         let hyper = gcn(3, width);
-        let generated = match graph {
-            Some(_) => None,
-            None => Some(
-                RmatSpec {
-                    features: width,
-                    classes: bench.classes(),
-                    ..RmatSpec::new(bench.scale)
-                }
-                .generate()?,
-            ),
-        };
-        let (dataset, host_free) = match (graph, &generated) {
-            (Some(given), _) => (given.dataset, Some(&given.host_free)),
-            (None, Some(generated)) => (generated, None),
-            (None, None) => {
-                return Err(Error::Internal(
-                    "the compute measurement generated no graph for its GCN".into(),
-                ))
+        let generated;
+        let (dataset, host_free) = match graph {
+            Some(given) => (given.dataset, Some(&given.host_free)),
+            None => {
+                generated = rmat_graph(bench, width)?;
+                (&generated, None)
             }
         };
-        let host_bytes = fits_the_device(dataset, &hyper, partitions, profile, host_free)?;
         Ok(GcnJob {
+            bench,
             width,
             partitions,
             shapes: Shapes::gcn(hyper.layers, dataset.features, width, dataset.classes),
             nodes: dataset.nodes,
             edges: dataset.edges(),
-            generated,
-            host_bytes,
+            host_bytes: fits_the_device(dataset, &hyper, partitions, profile, host_free)?,
         })
     }
 
-    /// Its graph prepared for training: a given graph stays the
+    /// The run, prepared when it is timed: a given graph stays the
     /// caller's, for the next run (only its features, labels and masks
     /// are copied).
-    fn training(&mut self, graph: Option<&GivenGraph<'_>>) -> Result<Training<'static>> {
+    fn training<'c>(&self, graph: Option<&'c GivenGraph<'c>>) -> Training<'c> {
         let hyper = gcn(3, self.width);
-        let prepared = match (graph, self.generated.take()) {
-            (Some(given), _) => train::prepare_borrowed(given.dataset, &hyper, self.partitions)?,
-            (None, Some(generated)) => train::prepare(generated, &hyper, self.partitions)?,
-            (None, None) => {
-                return Err(Error::Internal(
-                    "the compute measurement prepared a generated GCN twice".into(),
-                ))
-            }
-        };
+        let (bench, width, partitions) = (self.bench, self.width, self.partitions);
         let shapes = self.shapes.clone();
-        Ok(Training {
-            prepared,
+        Training {
+            prepare: Box::new(move || match graph {
+                Some(given) => train::prepare_borrowed(given.dataset, &hyper, partitions),
+                None => train::prepare(rmat_graph(bench, width)?, &hyper, partitions),
+            }),
             hyper,
             classify: Box::new(move |op| group_of(op, &shapes)),
-        })
+        }
     }
 }
 
-/// Trains the 3-layer GCNs `jobs`, timed in turn by [`time_trainings`]
-/// where, with what each takes beside the graph, they fit in half the
+/// `bench`'s R-MAT graph with `width` features and `bench`'s classes.
+fn rmat_graph(bench: Bench, width: u32) -> Result<Dataset> {
+    RmatSpec {
+        features: width,
+        classes: bench.classes(),
+        ..RmatSpec::new(bench.scale)
+    }
+    .generate()
+}
+
+/// What the runs `runs` (each a model and its partitions) on `graph`
+/// take of the host beside it, all together ([`fits_the_device`]),
+/// counted on the CPU backend only (the only one that times runs in
+/// turn); `None` where one cannot be counted (its check refuses it: it
+/// is then timed alone, and fails there if it must).
+fn needed_together(
+    graph: &Dataset,
+    runs: impl Iterator<Item = (Hyper, u32)>,
+    profile: &Profile,
+    backend: &BackendChoice,
+) -> Option<u64> {
+    if !matches!(backend, BackendChoice::Cpu) {
+        return None;
+    }
+    let mut needed = 0u64;
+    for (hyper, partitions) in runs {
+        let bytes = fits_the_device(graph, &hyper, partitions, profile, None).ok()?;
+        needed = needed.saturating_add(bytes);
+    }
+    Some(needed)
+}
+
+/// Trains the 3-layer GCNs `jobs` ([`time_trainings`]): in turn where
+/// what each takes beside the graph, all together, is at most half the
 /// host memory free (a given graph's `host_free`, else what is
-/// available), and one after another otherwise (each prepared as it is
-/// timed); also whether they were timed in turn.
+/// available) on the CPU backend ([`InTurn::choose`]), and otherwise one
+/// after another, each prepared as it is timed; also how they were
+/// timed. (An `InvalidInput` a run's preparation could give, its
+/// workload refused, its check gave first: `fits_the_device` builds the
+/// same workload.)
 fn time_gcns(
-    mut jobs: Vec<GcnJob>,
+    jobs: Vec<GcnJob>,
     graph: Option<&GivenGraph<'_>>,
     profile: &Profile,
     rounds: &Rounds,
     backend: &BackendChoice,
-) -> Result<(Vec<GcnRun>, bool)> {
+) -> Result<(Vec<GcnRun>, InTurn)> {
     let needed = jobs
         .iter()
         .fold(0u64, |sum, job| sum.saturating_add(job.host_bytes));
@@ -524,27 +543,9 @@ fn time_gcns(
         Some(given) => Some(given.host_free.clone()),
         None => crate::memory::available(),
     };
-    let free = free.as_ref();
-    let mut together = free.is_some_and(|free| needed <= free.bytes / 2);
-    let timed = match together {
-        true => {
-            let trainings = jobs
-                .iter_mut()
-                .map(|job| job.training(graph))
-                .collect::<Result<Vec<_>>>()?;
-            let (timed, in_turn) = time_trainings(trainings, free, profile, rounds, backend)?;
-            together = in_turn;
-            timed
-        }
-        false => {
-            let mut timed = Vec::with_capacity(jobs.len());
-            for job in &mut jobs {
-                let one = vec![job.training(graph)?];
-                timed.extend(time_trainings(one, free, profile, rounds, backend)?.0);
-            }
-            timed
-        }
-    };
+    let how = InTurn::choose(backend, jobs.len(), Some(needed), free.as_ref());
+    let trainings = jobs.iter().map(|job| job.training(graph)).collect();
+    let timed = time_trainings(trainings, how, profile, rounds, backend)?;
     let runs = jobs
         .into_iter()
         .zip(timed)
@@ -555,7 +556,7 @@ fn time_gcns(
             timed,
         })
         .collect();
-    Ok((runs, together))
+    Ok((runs, how))
 }
 
 impl GcnRun {
@@ -600,7 +601,8 @@ impl GcnRun {
 /// each with a retain-all plan (made with `profile`, whose figures a
 /// retain-all plan does not depend on), and times every operator of one
 /// warm-up iteration and then of `rounds` iterations (at least `min`,
-/// until `budget_s` has passed, at most `max`). The single rates are the
+/// until `budget_s` a GCN has passed, at most `max`), in turn where they
+/// fit (`time_gcns`). The single rates are the
 /// first GCN's; the GEMM shapes take the first two (the two widths
 /// move different bytes over the same edges), the aggregations' fits
 /// every GCN timed.
@@ -795,7 +797,7 @@ fn rates_of(wide: &GcnRun, half: &GcnRun, extra: &[&GcnRun]) -> Result<TrainingR
         row_runs: Vec::new(),
         half_iterations: half.timed.iterations.len() as u32,
         transpose_seconds_per_edge: None,
-        in_turn: false,
+        in_turn: InTurn::One,
     })
 }
 
@@ -821,8 +823,8 @@ pub struct AttentionRate {
     /// Every GAT timed (`gat_runs`), the one above first: the class
     /// fits take the layers of all of them.
     pub runs: Vec<GatRun>,
-    /// Whether they were timed in turn (`time_trainings`).
-    pub in_turn: bool,
+    /// How they were timed (`time_trainings`).
+    pub in_turn: InTurn,
 }
 
 /// One GAT [`attention_rate`] timed.
@@ -894,17 +896,30 @@ pub fn attention_rate(
         })?;
         Ok(Some(Group::Gat(op.cost.class, layer)))
     };
-    let free = crate::memory::available();
-    let jobs = gat_runs(heads, partitions)
-        .map(|(heads, parts)| {
-            Ok(Training {
-                prepared: train::prepare(graph.clone(), &hyper(heads), parts)?,
+    let runs: Vec<(u32, u32)> = gat_runs(heads, partitions).collect();
+    let how = InTurn::choose(
+        backend,
+        runs.len(),
+        needed_together(
+            &graph,
+            runs.iter().map(|&(h, p)| (hyper(h), p)),
+            profile,
+            backend,
+        ),
+        crate::memory::available().as_ref(),
+    );
+    let jobs = runs
+        .iter()
+        .map(|&(heads, parts)| {
+            let graph = &graph;
+            Training {
+                prepare: Box::new(move || train::prepare(graph.clone(), &hyper(heads), parts)),
                 hyper: hyper(heads),
                 classify: Box::new(classify),
-            })
+            }
         })
-        .collect::<Result<Vec<_>>>()?;
-    let (runs, in_turn) = time_trainings(jobs, free.as_ref(), profile, rounds, backend)?;
+        .collect();
+    let runs = time_trainings(jobs, how, profile, rounds, backend)?;
     let timed = &runs[0];
     let rate = |classes: &[ComputeClass]| {
         timed.rate(
@@ -949,7 +964,7 @@ pub fn attention_rate(
                 iterations: run.iterations.len() as u32,
             })
             .collect(),
-        in_turn,
+        in_turn: how,
     })
 }
 
@@ -1036,21 +1051,20 @@ impl Term {
 
 /// The coefficients `x` minimising the relative misses `Σ ((Σ_k x_k
 /// terms[k](p) - p.seconds) / p.seconds)²` over `points`, so that a
-/// small run's point counts as much as a large one's (weighed alike, a
-/// fit of the large runs' seconds priced a small graph's aggregations
-/// up to twice apart from one profile to the next: docs/profile.md,
-/// "The runs timed in turn"), from the normal equations of the weighed
-/// terms scaled to unit length; `None` where a term is zero on every
-/// point, a point took no time, or the terms are dependent to within
-/// rounding (the scaled equations' determinant under 1e-9).
+/// small run's point counts as much as a large one's (fitted to their
+/// seconds, the large runs' points ruled the fit and a small run's were
+/// priced up to twice off: docs/profile.md, "The runs timed in turn"),
+/// from the normal equations of the weighed terms scaled to unit length,
+/// points that took no time left out; `None` where a term is zero on
+/// every point left, or the terms are dependent to within rounding (the
+/// scaled equations' determinant under 1e-9).
 fn least_squares(points: &[Sums], terms: &[Term]) -> Option<Vec<f64>> {
     let n = terms.len();
-    if points
+    // A point that took no time has no relative miss: left out.
+    let points: Vec<&Sums> = points
         .iter()
-        .any(|p| !(p.seconds.is_finite() && p.seconds > 0.0))
-    {
-        return None;
-    }
+        .filter(|p| p.seconds.is_finite() && p.seconds > 0.0)
+        .collect();
     // Each point's terms over its seconds, so that its time is 1.
     let weighed = |k: usize, p: &Sums| terms[k].of(p) / p.seconds;
     let norms: Vec<f64> = (0..n)
@@ -1173,78 +1187,121 @@ impl Timed {
 /// The group an operator counts towards, where it counts towards one.
 type Classify<'c> = Box<dyn Fn(&Op) -> Result<Option<Group>> + 'c>;
 
-/// A training run for [`time_trainings`] to time: its graph and model,
-/// and the group each of its operators counts towards.
+/// A training run for [`time_trainings`] to time: how to prepare its
+/// graph and model (called when it is timed), and the group each of its
+/// operators counts towards.
 struct Training<'c> {
-    prepared: train::Prepared,
+    prepare: Box<dyn FnOnce() -> Result<train::Prepared> + 'c>,
     hyper: Hyper,
     classify: Classify<'c>,
 }
 
+/// How the runs of one fit were timed (`time_trainings`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InTurn {
+    /// In turn: an iteration of each, then the next.
+    Yes,
+    /// One run alone.
+    One,
+    /// One after another: on a GPU each run sizes its own arena.
+    Gpu,
+    /// One after another: together they need more than half the host
+    /// memory free (or what they need could not be counted).
+    NoRoom,
+    /// One after another: how much host memory is free is not known.
+    MemoryUnknown,
+}
+
+impl InTurn {
+    /// How `count` runs are timed on `backend` where together they need
+    /// `needed` bytes of host memory (`None`: not counted) and `free`
+    /// are free: in turn on the CPU backend where they need at most half
+    /// of it. Counted before any is prepared, each run's figure is what
+    /// it takes beside its graph ([`fits_the_device`]) and the sum
+    /// errs high: each one's adjacency, built while it is prepared, and
+    /// each one's peak, reached inside its own iterations, are counted
+    /// as if held together.
+    fn choose(
+        backend: &BackendChoice,
+        count: usize,
+        needed: Option<u64>,
+        free: Option<&crate::memory::Available>,
+    ) -> InTurn {
+        match (backend, free, needed) {
+            _ if count < 2 => InTurn::One,
+            (BackendChoice::Cuda(_), _, _) => InTurn::Gpu,
+            (_, None, _) => InTurn::MemoryUnknown,
+            (_, Some(free), Some(needed)) if needed <= free.bytes / 2 => InTurn::Yes,
+            _ => InTurn::NoRoom,
+        }
+    }
+}
+
 /// Trains each of `jobs` with a retain-all plan (made with `profile`,
 /// whose figures a retain-all plan does not depend on), one iteration of
-/// each left out and then `rounds` of each (at least `min`, until
-/// `budget_s` a job has passed, at most `max`), and sums each
-/// iteration's operators by the group its job's `classify` gives them;
-/// the timings in the order of `jobs`, and whether they were timed in
-/// turn. On the CPU backend, where the jobs together fit in half of
-/// `free` (the host memory free before they were prepared:
-/// [`fit_together`]), they are timed in turn: an
-/// iteration of each, then the next, each pass starting one job later,
-/// so that a machine whose speed drifts over the measurement slows them
-/// alike (timed one after another, the same GCN's aggregations took 102
-/// ms in one profile and 278 in the next, where a GCN timed later took
-/// 112 and 211: docs/profile.md, "The runs timed in turn"). Otherwise,
-/// and on a GPU (each run sizes its own arena), one after another.
+/// each left out and then `rounds` of each, and sums each iteration's
+/// operators by the group its job's `classify` gives them; the timings
+/// in the order of `jobs`. Where `how` is [`InTurn::Yes`] they are
+/// prepared together and timed in turn ([`in_turns`]), so that a machine
+/// whose speed drifts over the measurement slows them alike (timed one
+/// after another, the same GCN's aggregations took 102 ms in one profile
+/// and 278 in the next, where a GCN timed later took 112 and 211:
+/// docs/profile.md, "The runs timed in turn"); otherwise each is
+/// prepared, timed and dropped before the next.
 fn time_trainings(
     jobs: Vec<Training<'_>>,
-    free: Option<&crate::memory::Available>,
+    how: InTurn,
     profile: &Profile,
     rounds: &Rounds,
     backend: &BackendChoice,
-) -> Result<(Vec<Timed>, bool)> {
-    let plans = jobs
-        .iter()
-        .map(|job| Ok(Arc::new(retain_all(&job.prepared.workload, profile)?)))
-        .collect::<Result<Vec<_>>>()?;
-    let groups = plans
-        .iter()
-        .zip(&jobs)
-        .map(|(plan, job)| {
-            let mut groups: HashMap<&str, (Group, usize)> = HashMap::new();
-            for (k, op) in plan.workload.definition.ops.iter().enumerate() {
-                if let Some(group) = (job.classify)(op)? {
-                    groups.insert(op.name.as_str(), (group, k));
-                }
-            }
-            Ok(groups)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let together = jobs.len() > 1
-        && matches!(backend, BackendChoice::Cpu)
-        && fit_together(&jobs, &plans, free);
+) -> Result<Vec<Timed>> {
+    let count = jobs.len();
+    let batch = match how {
+        InTurn::Yes => count.max(1),
+        _ => 1,
+    };
     let curve = &profile.device.gather_curve[..];
     let failed = |what: &str, e: ExecError| {
         Error::Internal(format!("the compute measurement's {what}: {e}"))
     };
-    let count = jobs.len();
-    let batch = if together { count } else { 1 };
-    let mut inputs = jobs.into_iter().map(|job| (job.prepared.input, job.hyper));
+    let mut jobs = jobs.into_iter();
     let mut timed = Vec::with_capacity(count);
-    for first in (0..count).step_by(batch) {
-        let last = (first + batch).min(count);
-        let batch: Vec<_> = inputs.by_ref().take(last - first).collect();
-        let (plans, groups) = (&plans[first..last], &groups[first..last]);
+    while timed.len() < count {
+        let batch: Vec<Training<'_>> = jobs.by_ref().take(batch).collect();
+        let mut prepared = Vec::with_capacity(batch.len());
+        let mut classify = Vec::with_capacity(batch.len());
+        for job in batch {
+            prepared.push(((job.prepare)()?, job.hyper));
+            classify.push(job.classify);
+        }
+        let plans = prepared
+            .iter()
+            .map(|(p, _)| Ok(Arc::new(retain_all(&p.workload, profile)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let groups = plans
+            .iter()
+            .zip(&classify)
+            .map(|(plan, classify)| {
+                let mut groups: HashMap<&str, (Group, usize)> = HashMap::new();
+                for (k, op) in plan.workload.definition.ops.iter().enumerate() {
+                    if let Some(group) = classify(op)? {
+                        groups.insert(op.name.as_str(), (group, k));
+                    }
+                }
+                Ok(groups)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let inputs: Vec<_> = prepared.into_iter().map(|(p, h)| (p.input, h)).collect();
         let iterations = match backend {
             // On a thread of the pool, as training runs.
             BackendChoice::Cpu => train::on_a_worker(&mut |_| {}, |_| {
-                let gnns = batch
+                let gnns = inputs
                     .into_iter()
                     .map(|(input, hyper)| {
                         CpuGnn::new(input, hyper).map_err(|e| failed("backend", e))
                     })
                     .collect::<Result<Vec<_>>>()?;
-                time_in_turn(plans, gnns, groups, rounds, curve)
+                time_in_turn(&plans, gnns, &groups, rounds, curve)
             })?,
             BackendChoice::Cuda(options) => {
                 // Each operator waits for its kernels, so that its span is
@@ -1253,15 +1310,15 @@ fn time_trainings(
                     synchronize_operators: true,
                     ..options.clone()
                 };
-                let gnns = batch
+                let gnns = inputs
                     .into_iter()
-                    .zip(plans)
+                    .zip(&plans)
                     .map(|((input, hyper), plan)| {
                         CudaGnn::new(input, hyper, plan.budgets.hbm_bytes, &options)
                             .map_err(|e| failed("backend", e))
                     })
                     .collect::<Result<Vec<_>>>()?;
-                time_in_turn(plans, gnns, groups, rounds, curve)?
+                time_in_turn(&plans, gnns, &groups, rounds, curve)?
             }
         };
         timed.extend(
@@ -1270,33 +1327,44 @@ fn time_trainings(
                 .map(|iterations| Timed { iterations }),
         );
     }
-    Ok((timed, together))
+    Ok(timed)
 }
 
-/// Whether `jobs` can be held in memory at once to be timed in turn
-/// ([`time_trainings`]): each one's host memory as [`fits_the_device`]
-/// counts a CPU run's (the larger of its plan's peak and twice its
-/// inputs, the graph's blocks among them), in all at most half of
-/// `available`; not where that is unknown.
-fn fit_together(
-    jobs: &[Training<'_>],
-    plans: &[Arc<Plan>],
-    available: Option<&crate::memory::Available>,
-) -> bool {
-    let Some(available) = available else {
-        return false;
-    };
-    let needed = jobs.iter().zip(plans).fold(0u64, |sum, (job, plan)| {
-        let inputs = job.prepared.workload.bytes_of_kind(TensorKind::Input);
-        sum.saturating_add(plan.predicted.peak_bytes.hbm.max(inputs.saturating_mul(2)))
-    });
-    needed <= available.bytes / 2
+/// Runs `count` jobs in turn: each once, left out (a warm-up), then
+/// passes of one run of each, each pass starting one job later than the
+/// last, at least `rounds.min` passes, until `rounds.budget_s` a job
+/// has passed since the warm-ups, at most `rounds.max`: each job's
+/// values in order, as many for each. With one job, as [`run_rounds`]
+/// runs its rounds.
+///
+/// [`run_rounds`]: super::run_rounds
+fn in_turns<T>(
+    count: usize,
+    rounds: &Rounds,
+    mut run: impl FnMut(usize) -> Result<T>,
+) -> Result<Vec<Vec<T>>> {
+    for k in 0..count {
+        run(k)?;
+    }
+    let mut values: Vec<Vec<T>> = (0..count).map(|_| Vec::new()).collect();
+    let (min, max) = (rounds.min.max(1), rounds.max.max(rounds.min).max(1));
+    let started = Instant::now();
+    for pass in 0..max as usize {
+        for j in 0..count {
+            let k = (pass + j) % count;
+            values[k].push(run(k)?);
+        }
+        let enough = pass + 1 >= min as usize;
+        if enough && started.elapsed().as_secs_f64() >= rounds.budget_s * count as f64 {
+            break;
+        }
+    }
+    Ok(values)
 }
 
-/// Times `rounds` iterations of each of `plans` on its backend of `gnns`,
-/// in turn ([`time_trainings`]), after one of each left out: each
-/// operator of the plan's `groups` (by name, with its index) summed into
-/// its group.
+/// Times each of `plans` on its backend of `gnns`, in turn
+/// ([`in_turns`]): each operator of the plan's `groups` (by name, with
+/// its index) summed into its group.
 fn time_in_turn<B: GnnBackend>(
     plans: &[Arc<Plan>],
     gnns: Vec<B>,
@@ -1316,7 +1384,8 @@ fn time_in_turn<B: GnnBackend>(
                 .map_err(|e| Error::Internal(format!("the compute measurement's executor: {e}")))
         })
         .collect::<Result<Vec<_>>>()?;
-    let iteration = |k: usize, executor: &mut Executor<B>| -> Result<HashMap<Group, Sums>> {
+    in_turns(executors.len(), rounds, |k| {
+        let executor = &mut executors[k];
         let ops = &plans[k].workload.definition.ops;
         executor.backend_mut().set_mode(Mode::Train);
         executor
@@ -1336,25 +1405,7 @@ fn time_in_turn<B: GnnBackend>(
                 .add(&ops[op].cost, seconds, curve);
         }
         Ok(sums)
-    };
-    for (k, executor) in executors.iter_mut().enumerate() {
-        iteration(k, executor)?;
-    }
-    let count = executors.len();
-    let mut timed = vec![Vec::new(); count];
-    let (min, max) = (rounds.min.max(1), rounds.max.max(rounds.min).max(1));
-    let started = Instant::now();
-    for pass in 0..max as usize {
-        for j in 0..count {
-            let k = (pass + j) % count;
-            timed[k].push(iteration(k, &mut executors[k])?);
-        }
-        let enough = pass + 1 >= min as usize;
-        if enough && started.elapsed().as_secs_f64() >= rounds.budget_s * count as f64 {
-            break;
-        }
-    }
-    Ok(timed)
+    })
 }
 
 /// What [`mask_rate`] measured.
@@ -1382,6 +1433,8 @@ pub struct MaskRate {
     /// inputs as wide as their layers) do not hold. `None` where it timed
     /// no time.
     pub projection: Option<DenseRate>,
+    /// How the two GCNs were timed (`time_trainings`).
+    pub in_turn: InTurn,
 }
 
 /// Dropout's price per element masked by a projection (`cost.masked`):
@@ -1420,7 +1473,15 @@ pub fn mask_rate(
         transposes: Transposes::Stored,
         ..gcn(2, hidden)
     };
-    let free = crate::memory::available();
+    let needed = needed_together(
+        &graph,
+        [0.5, 0.0].map(|d| (hyper(d), partitions)).into_iter(),
+        profile,
+        backend,
+    );
+    let how = InTurn::choose(backend, 2, needed, crate::memory::available().as_ref());
+    // Both prepared first, their workloads naming the masking operators
+    // (the graph is a sixty-fourth of the profile's).
     let dropped = train::prepare(graph.clone(), &hyper(0.5), partitions)?;
     let kept = train::prepare(graph, &hyper(0.0), partitions)?;
     let ops = &dropped.workload.ops;
@@ -1446,14 +1507,14 @@ pub fn mask_rate(
         ));
     }
     let classify = |op: &Op| Ok(masking.contains(&op.name).then_some(Group::Masked));
-    let job = |prepared, dropout| Training {
-        prepared,
+    let job = |prepared: train::Prepared, dropout| Training {
+        prepare: Box::new(move || Ok(prepared)),
         hyper: hyper(dropout),
         classify: Box::new(classify),
     };
-    let (timed, _) = time_trainings(
+    let timed = time_trainings(
         vec![job(dropped, 0.5), job(kept, 0.0)],
-        free.as_ref(),
+        how,
         profile,
         rounds,
         backend,
@@ -1492,6 +1553,7 @@ pub fn mask_rate(
         partitions,
         iterations,
         projection,
+        in_turn: how,
     })
 }
 
@@ -1816,7 +1878,9 @@ mod tests {
 
     /// GCNs timed in turn each keep their own operators' sums, in the
     /// order given, the same as each timed alone (the seconds apart),
-    /// each as many iterations as the rounds ask.
+    /// each as many iterations as the rounds ask; where they do not fit
+    /// in half the memory free, they are timed one after another, the
+    /// same sums again.
     #[test]
     fn runs_timed_in_turn_keep_their_own_sums() {
         let bench = Bench {
@@ -1825,28 +1889,33 @@ mod tests {
             width: 16,
         };
         let profile = profile();
+        let dataset = small_graph();
+        let given = |bytes| GivenGraph {
+            dataset: &dataset,
+            host_free: crate::memory::Available {
+                bytes,
+                source: "a test".into(),
+            },
+        };
         let rounds = Rounds {
             min: 3,
             max: 3,
             budget_s: 0.0,
         };
-        let jobs = || {
-            [(16, 2), (4, 1), (8, 2)]
-                .into_iter()
-                .map(|(w, p)| GcnJob::new(bench, w, p, None, &profile).unwrap())
-                .collect::<Vec<_>>()
+        let runs = [(16, 2), (4, 1), (8, 2)];
+        let timed = |graph: &GivenGraph<'_>, runs: &[(u32, u32)]| {
+            let jobs = runs
+                .iter()
+                .map(|&(w, p)| GcnJob::new(bench, w, p, Some(graph), &profile).unwrap())
+                .collect::<Vec<_>>();
+            let needed: u64 = jobs.iter().map(|job| job.host_bytes).sum();
+            let largest = jobs.iter().map(|job| job.host_bytes).max().unwrap();
+            let (runs, how) =
+                time_gcns(jobs, Some(graph), &profile, &rounds, &BackendChoice::Cpu).unwrap();
+            (runs, how, needed, largest)
         };
-        let (together, in_turn) =
-            time_gcns(jobs(), None, &profile, &rounds, &BackendChoice::Cpu).unwrap();
-        assert!(in_turn, "three small GCNs fit in half the host memory");
-        let alone: Vec<GcnRun> = jobs()
-            .into_iter()
-            .map(|job| {
-                let (mut one, _) =
-                    time_gcns(vec![job], None, &profile, &rounds, &BackendChoice::Cpu).unwrap();
-                one.remove(0)
-            })
-            .collect();
+        let (together, how, needed, largest) = timed(&given(u64::MAX), &runs);
+        assert_eq!(how, InTurn::Yes);
         // Every iteration's sums but their seconds.
         let sums = |run: &GcnRun| {
             let of = |iteration: &HashMap<Group, Sums>| {
@@ -1866,47 +1935,83 @@ mod tests {
             };
             run.timed.iterations.iter().map(of).collect::<Vec<_>>()
         };
-        for (k, (a, b)) in together.iter().zip(&alone).enumerate() {
-            assert_eq!(a.timed.iterations.len(), 3, "run {k}");
-            assert_eq!(a.shapes, b.shapes, "run {k}");
-            assert_eq!(sums(a), sums(b), "run {k}");
+        for (k, &run) in runs.iter().enumerate() {
+            let (mut alone, how, _, _) = timed(&given(u64::MAX), &[run]);
+            assert_eq!(how, InTurn::One);
+            let alone = alone.remove(0);
+            assert_eq!(together[k].timed.iterations.len(), 3, "run {k}");
+            assert_eq!(together[k].shapes, alone.shapes, "run {k}");
+            assert_eq!(sums(&together[k]), sums(&alone), "run {k}");
         }
         // Different GCNs: the sums tell them apart.
         assert_ne!(sums(&together[0]), sums(&together[1]));
         assert_ne!(sums(&together[0]), sums(&together[2]));
+        // Room for each alone, not for all of them twice over: one after
+        // another, the same sums.
+        assert!(largest < needed);
+        let (after, how, _, _) = timed(&given(2 * needed - 1), &runs);
+        assert_eq!(how, InTurn::NoRoom);
+        for (a, b) in after.iter().zip(&together) {
+            assert_eq!(sums(a), sums(b));
+        }
     }
 
-    /// Runs are held together only where what they take fits in half
-    /// the memory available, and not where that is unknown.
+    /// Jobs in turn: each once first (left out), then a pass of each,
+    /// each pass starting one later, as many values for each, the
+    /// passes at least `min`, then until the budget a job has passed, at
+    /// most `max`.
     #[test]
-    fn runs_are_held_together_within_half_the_memory() {
-        let bench = Bench {
-            scale: 8,
-            partitions: 2,
-            width: 8,
-        };
-        let profile = profile();
-        let mut job = GcnJob::new(bench, 8, 2, None, &profile).unwrap();
-        let jobs = vec![job.training(None).unwrap()];
-        let plans = vec![Arc::new(
-            retain_all(&jobs[0].prepared.workload, &profile).unwrap(),
-        )];
-        let needed = plans[0]
-            .predicted
-            .peak_bytes
-            .hbm
-            .max(2 * jobs[0].prepared.workload.bytes_of_kind(TensorKind::Input));
-        let available = |bytes| crate::memory::Available {
+    fn jobs_in_turn_rotate_and_share_the_budget() {
+        let rounds = |min, max, budget_s| Rounds { min, max, budget_s };
+        let mut order = Vec::new();
+        let values = in_turns(3, &rounds(3, 3, 0.0), |k| {
+            order.push(k);
+            Ok(order.len())
+        })
+        .unwrap();
+        assert_eq!(order, [0, 1, 2, 0, 1, 2, 1, 2, 0, 2, 0, 1]);
+        assert_eq!(values, [vec![4, 9, 11], vec![5, 7, 12], vec![6, 8, 10]]);
+        // Each run takes 2 ms; a budget of 10 ms a job is 20 ms for two:
+        // about five passes, each job as many values.
+        let values = in_turns(2, &rounds(1, 1000, 0.01), |_| {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(values[0].len(), values[1].len());
+        assert!((4..=100).contains(&values[0].len()), "{}", values[0].len());
+        // The minimum is kept past the budget, and the maximum ends it.
+        assert_eq!(
+            in_turns(2, &rounds(4, 9, 0.0), |_| Ok(())).unwrap()[1].len(),
+            4
+        );
+        let long = in_turns(2, &rounds(1, 3, 1e9), |_| Ok(())).unwrap();
+        assert_eq!(long[0].len(), 3);
+        // An error ends it.
+        let failed = in_turns(2, &rounds(3, 3, 0.0), |k| match k {
+            1 => Err(Error::Internal("the second job failed".into())),
+            _ => Ok(()),
+        });
+        assert!(failed.is_err());
+    }
+
+    /// In turn only on the CPU, for several runs, where what they need
+    /// is known and at most half of what is free.
+    #[test]
+    fn runs_are_timed_in_turn_within_half_the_memory_free() {
+        let free = |bytes| crate::memory::Available {
             bytes,
             source: "a test".into(),
         };
-        assert!(fit_together(&jobs, &plans, Some(&available(2 * needed))));
-        assert!(!fit_together(
-            &jobs,
-            &plans,
-            Some(&available(2 * needed - 1))
-        ));
-        assert!(!fit_together(&jobs, &plans, None));
+        let cpu = BackendChoice::Cpu;
+        let choose = InTurn::choose;
+        assert_eq!(choose(&cpu, 3, Some(50), Some(&free(100))), InTurn::Yes);
+        assert_eq!(choose(&cpu, 3, Some(51), Some(&free(100))), InTurn::NoRoom);
+        assert_eq!(choose(&cpu, 3, None, Some(&free(100))), InTurn::NoRoom);
+        assert_eq!(choose(&cpu, 3, Some(50), None), InTurn::MemoryUnknown);
+        assert_eq!(choose(&cpu, 1, Some(50), Some(&free(100))), InTurn::One);
+        let gpu = BackendChoice::Cuda(CudaOptions::default());
+        assert_eq!(choose(&gpu, 3, Some(50), Some(&free(100))), InTurn::Gpu);
     }
 
     /// The aggregations' fits take every layer of the GCNs: the first

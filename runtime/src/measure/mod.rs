@@ -776,7 +776,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
              the projection and its backward) on an R-MAT graph (scale {}: {} nodes) in {} \
              partitions, through {engine}, with dropout 0.5 and again without; the masking \
              operators' median seconds per iteration ({:.3} ms with, {:.3} ms without) their \
-             difference over the {} elements they mask (`cost.masked`)",
+             difference over the {} elements they mask (`cost.masked`){}",
             masks.seconds_per_element * 1e9,
             masks.iterations,
             masks.features,
@@ -786,7 +786,8 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             masks.partitions,
             masks.with_s * 1e3,
             masks.without_s * 1e3,
-            masks.masked
+            masks.masked,
+            in_turn_note(masks.in_turn, 2, "GCNs")
         ),
     );
     let gat_run = format!(
@@ -844,9 +845,8 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             )
         }
     };
-    let gpu = profile.device.kind != DeviceKind::Cpu;
-    let gcn_turn = in_turn_note(rates.in_turn, gpu, 2 + rates.row_runs.len(), "GCNs");
-    let gat_turn = in_turn_note(attention.in_turn, gpu, attention.runs.len(), "GATs");
+    let gcn_turn = in_turn_note(rates.in_turn, 2 + rates.row_runs.len(), "GCNs");
+    let gat_turn = in_turn_note(attention.in_turn, attention.runs.len(), "GATs");
     let gat_layers = match others.is_empty() {
         true => format!("over its two layers, {gat_run}"),
         false => format!(
@@ -1158,22 +1158,22 @@ pub fn median_of_rounds(
 /// The median (the mean of the middle two of an even count); 0 when empty.
 pub use fateplan_planner::units::median;
 
-/// How `count` runs (`what`) of a fit were timed ([`compute::time_trainings`]):
-/// in turn, or one after another and why; nothing for one run.
-fn in_turn_note(in_turn: bool, gpu: bool, count: usize, what: &str) -> String {
-    match (in_turn, gpu) {
+/// How `count` runs (`what`) of a fit were timed
+/// ([`compute::InTurn`]): in turn, or one after another and why; nothing
+/// for one run.
+fn in_turn_note(how: compute::InTurn, count: usize, what: &str) -> String {
+    use compute::InTurn;
+    let after = |why: &str| format!(" (the {count} {what} timed one after another: {why})");
+    match how {
         _ if count < 2 => String::new(),
-        (true, _) => format!(
+        InTurn::One => String::new(),
+        InTurn::Yes => format!(
             " (the {count} {what} timed in turn, an iteration of each after another, so that \
              the machine's speed drifting over the measurement slows them alike)"
         ),
-        (false, true) => format!(
-            " (the {count} {what} timed one after another: on a GPU each sizes its own arena)"
-        ),
-        (false, false) => format!(
-            " (the {count} {what} timed one after another: together they do not fit in half \
-             the host memory available)"
-        ),
+        InTurn::Gpu => after("on a GPU each sizes its own arena"),
+        InTurn::NoRoom => after("together they need more than half the host memory free"),
+        InTurn::MemoryUnknown => after("how much host memory is free is not known"),
     }
 }
 
