@@ -4,11 +4,11 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use fateplan::planner::plan::Budgets;
 use fateplan::planner::units::{bytes_exact, count, format_bytes, format_seconds};
-use fateplan::planner::{Plan, PlanOptions, Policy, Profile, Tier};
+use fateplan::planner::{Plan, Profile, Tier};
 use fateplan::runtime::sim::{self, PerStream, SimOptions, SimReport};
 
 #[derive(Args)]
@@ -32,19 +32,20 @@ pub struct SimulateArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
-    /// Replay under this device budget per GPU instead of the plan's
-    /// (e.g. 40GiB, or a share of the device peak of the retain-all plan
-    /// of the plan's own workload, in its partitions, on the replay's
-    /// profile, e.g. 50%): would the plan hold on a smaller device? Where
-    /// it breaks the budget, the report lists the violations (exit 3).
+    /// Replay under this device budget per GPU instead of the plan's, in
+    /// bytes (e.g. 40GiB): would the plan hold on a smaller device? At
+    /// most the profile's capacity; where the plan breaks it, the report
+    /// lists the violations (exit 3). A share (25%) is refused: its bytes
+    /// depend on how the plan was sized, which `plan --hbm-budget 25%`
+    /// prints.
     #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::budget_value)]
     hbm_budget: Option<String>,
-    /// Host memory budget per GPU to replay under instead of the plan's
-    /// (bytes, or a share of that retain-all plan's device peak).
+    /// Host memory budget per GPU to replay under instead of the plan's,
+    /// in bytes (0: no host tier).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::budget_value)]
     host_budget: Option<String>,
-    /// SSD budget per GPU to replay under instead of the plan's (bytes,
-    /// or a share of that retain-all plan's device peak).
+    /// SSD budget per GPU to replay under instead of the plan's, in bytes
+    /// (0: no SSD tier).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::budget_value)]
     ssd_budget: Option<String>,
 }
@@ -95,6 +96,10 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
     plan.budgets = replay_budgets(args, &plan, &profile)?;
     let budgets_given =
         args.hbm_budget.is_some() || args.host_budget.is_some() || args.ssd_budget.is_some();
+    // A profile given may hold less than the plan's budgets: the replay
+    // is held to its capacity, and says so.
+    let capped = sim::budgets_for(&plan, &profile) != planned_budgets;
+    let budgets_differ = budgets_given || capped;
     let options = SimOptions { seed: args.seed };
     crate::cli::distinct_outputs(&[
         ("--trace", args.trace.as_deref()),
@@ -175,7 +180,7 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
             && rejected.is_none()
             && !renamed_what_if
             && recomputed.is_empty()
-            && !budgets_given
+            && !budgets_differ
         {
             out.write_all(report.to_json().as_bytes())?;
         } else {
@@ -197,7 +202,7 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
             if !recomputed.is_empty() {
                 json["predictions_recomputed"] = recomputed.clone().into();
             }
-            if budgets_given {
+            if budgets_differ {
                 json["planned_budgets"] = serde_json::to_value(planned_budgets)?;
             }
             out.write_all(serde_json::to_string_pretty(&json)?.as_bytes())?;
@@ -252,11 +257,11 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
                 op.name, profile.name
             )?;
         }
-        if budgets_given {
+        if budgets_differ {
             writeln!(
                 out,
                 "what-if   replayed under {}",
-                budgets_against(args, &plan.budgets, &planned_budgets)
+                budgets_against(args, &report.budgets, &planned_budgets, &profile.name)
             )?;
         }
         if let Some(rejected) = &rejected {
@@ -283,20 +288,16 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
 }
 
 /// The budgets to replay `plan` under: the plan's, with each one
-/// `args` gives in its place (bytes, or a share of the device peak of
-/// the retain-all plan of the plan's workload, in its partitions, on
-/// `profile`, planned only where a share is given), none over
-/// `profile`'s capacity.
+/// `args` gives in its place, in bytes, none over `profile`'s capacity
+/// (host and SSD: one GPU's share of them).
 fn replay_budgets(args: &SimulateArgs, plan: &Plan, profile: &Profile) -> Result<Budgets> {
     let flags = [
         ("hbm-budget", &args.hbm_budget),
         ("host-budget", &args.host_budget),
         ("ssd-budget", &args.ssd_budget),
     ];
+    crate::cli::warn_bare_budgets(flags);
     let mut budgets = plan.budgets;
-    if flags.iter().all(|(_, given)| given.is_none()) {
-        return Ok(budgets);
-    }
     let share = profile.share(plan.gpus);
     let capacities = [
         profile.device.hbm_bytes,
@@ -307,7 +308,6 @@ fn replay_budgets(args: &SimulateArgs, plan: &Plan, profile: &Profile) -> Result
         profile: &profile.name,
         gpus: plan.gpus,
     };
-    let mut retain_peak = None;
     let slots = [
         &mut budgets.hbm_bytes,
         &mut budgets.host_bytes,
@@ -315,70 +315,76 @@ fn replay_budgets(args: &SimulateArgs, plan: &Plan, profile: &Profile) -> Result
     ];
     for (k, ((name, given), slot)) in flags.into_iter().zip(slots).enumerate() {
         let Some(text) = given else { continue };
-        let bytes = match crate::cli::budget_percent(given, name)? {
-            Some(percent) => {
-                let peak = match retain_peak {
-                    Some(peak) => peak,
-                    None => *retain_peak.insert(retain_all_peak(plan, profile)?),
-                };
-                let whose = format!(
-                    "the device peak of the retain-all plan of this workload on {}",
-                    profile.name
-                );
-                crate::cli::share_of(peak, percent, (&format!("--{name} {text}"), &whose))?
-            }
-            None => crate::cli::budget(given, name, 0)?,
-        };
-        *slot =
-            crate::cli::within_capacity((name, text), bytes, (capacities[k], k > 0), &capacity)?;
+        if crate::cli::budget_percent(given, name)?.is_some() {
+            bail!(
+                "--{name} {text}: simulate replays under bytes (such as 4GiB); a share's bytes \
+                 depend on how the plan was sized: `fateplan plan ... --{name} {text}` prints \
+                 them (its `percent` line)"
+            );
+        }
+        *slot = crate::cli::within_capacity(
+            (name, text),
+            crate::cli::budget(given, name, 0)?,
+            (capacities[k], k > 0),
+            &capacity,
+        )?;
     }
     Ok(budgets)
 }
 
-/// The device peak of the retain-all plan of `plan`'s workload on
-/// `profile`, at its GPU count: what a share of a budget is of.
-fn retain_all_peak(plan: &Plan, profile: &Profile) -> Result<u64> {
-    let mut options = PlanOptions::new(Policy::RetainAll, profile);
-    options.gpus = plan.gpus;
-    options.budgets = Budgets::UNLIMITED;
-    let retain = fateplan::planner::plan(&plan.workload.definition, profile, &options)
-        .context("planning retain-all for the budgets' percentages")?;
-    Ok(retain.predicted.peak_bytes.hbm)
-}
-
-/// Each budget `args` gives, beside the plan's: `hbm 100 MiB (the
-/// plan's: 200 MiB)`, bytes exact where the two read alike, `(the
-/// plan's own)` where they are the same.
-fn budgets_against(args: &SimulateArgs, given: &Budgets, planned: &Budgets) -> String {
+/// Each budget the replay was held to where `args` gave it or
+/// `profile`'s capacity lowered it, beside the plan's: `hbm 100 MiB (the
+/// plan's: 200 MiB)`, bytes exact where the two read alike, `(the plan's
+/// own)` where they are the same.
+fn budgets_against(
+    args: &SimulateArgs,
+    replayed: &Budgets,
+    planned: &Budgets,
+    profile: &str,
+) -> String {
     let tiers = [
-        ("hbm", &args.hbm_budget, given.hbm_bytes, planned.hbm_bytes),
+        (
+            "hbm",
+            &args.hbm_budget,
+            replayed.hbm_bytes,
+            planned.hbm_bytes,
+        ),
         (
             "host",
             &args.host_budget,
-            given.host_bytes,
+            replayed.host_bytes,
             planned.host_bytes,
         ),
-        ("ssd", &args.ssd_budget, given.ssd_bytes, planned.ssd_bytes),
+        (
+            "ssd",
+            &args.ssd_budget,
+            replayed.ssd_bytes,
+            planned.ssd_bytes,
+        ),
     ];
     let mut said = Vec::new();
-    for (tier, flag, given, planned) in tiers {
-        if flag.is_none() {
+    for (tier, flag, replayed, planned) in tiers {
+        if flag.is_none() && replayed == planned {
             continue;
         }
+        let why = match flag {
+            Some(_) => String::new(),
+            None => format!("; profile {profile:?}'s capacity"),
+        };
         said.push(
             match (
-                given == planned,
-                format_bytes(given) == format_bytes(planned),
+                replayed == planned,
+                format_bytes(replayed) == format_bytes(planned),
             ) {
-                (true, _) => format!("{tier} {} (the plan's own)", format_bytes(given)),
+                (true, _) => format!("{tier} {} (the plan's own)", format_bytes(replayed)),
                 (false, true) => format!(
-                    "{tier} {} (the plan's: {})",
-                    bytes_exact(given),
+                    "{tier} {} (the plan's: {}{why})",
+                    bytes_exact(replayed),
                     bytes_exact(planned)
                 ),
                 (false, false) => format!(
-                    "{tier} {} (the plan's: {})",
-                    format_bytes(given),
+                    "{tier} {} (the plan's: {}{why})",
+                    format_bytes(replayed),
                     format_bytes(planned)
                 ),
             },

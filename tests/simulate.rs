@@ -129,8 +129,9 @@ fn what_if_less_host_memory_reports_the_violation_and_exits_3() {
 
 /// `--hbm-budget` replays a plan under a smaller device: a plan made for
 /// 200 MiB breaks 100 MiB (exit 3, the violations listed, the plan's
-/// budgets beside the given), holds under its own peak, and a share is
-/// of the retain-all plan's peak; bad values name the flag.
+/// budgets beside the given), holds under its own peak; a profile that
+/// holds less is said to lower the budget; a share is refused, and bad
+/// values name the flag.
 #[test]
 fn what_if_a_smaller_device_budget_replays_the_plan_under_it() {
     let dir = scratch("hbm-what-if");
@@ -173,35 +174,29 @@ fn what_if_a_smaller_device_budget_replays_the_plan_under_it() {
         stdout(&same)
     );
 
-    // A share is of the device peak of the retain-all plan of the same
-    // workload (its partitions).
-    let partitions = own["workload"]
-        .as_str()
-        .unwrap()
-        .rsplit("-p")
-        .next()
-        .unwrap()
-        .to_string();
-    let apart = dir.join("retain-all");
-    std::fs::create_dir_all(&apart).unwrap();
-    let all = plan_arxiv(
-        &apart,
-        &["--policy", "retain-all", "--partitions", &partitions],
-    );
-    let all: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(all).unwrap()).unwrap();
-    let retain_peak = all["predicted"]["peak_bytes"]["hbm"].as_u64().unwrap();
-    let half = replay(&["--hbm-budget", "50%"]);
+    // A profile that holds less lowers a budget, and the line says so.
+    let small = profile_file(&dir, "small-device", |p| p.device.hbm_bytes = 150 << 20);
+    let capped = fateplan(&["simulate", path(&plan), "--profile", path(&small)]);
+    assert_eq!(capped.status.code(), Some(3), "{}", stderr(&capped));
     assert!(
-        matches!(half.status.code(), Some(0 | 3)),
+        stdout(&capped).contains(
+            "what-if   replayed under hbm 150 MiB (the plan's: 200 MiB; profile \"small-device\"'s capacity)"
+        ),
         "{}",
-        stderr(&half)
+        stdout(&capped)
     );
-    assert_eq!(report(&half)["budgets"]["hbm_bytes"], retain_peak / 2);
-
+    // A bare number is bytes, and warned of.
+    let bare = replay(&["--hbm-budget", "25"]);
+    assert_eq!(bare.status.code(), Some(3), "{}", stderr(&bare));
+    assert!(
+        stderr(&bare).contains("25 is 25 bytes"),
+        "{}",
+        stderr(&bare)
+    );
     for (value, said) in [
         ("0", "a device budget of 0 bytes holds nothing"),
         ("-5%", "expected a positive percentage"),
+        ("25%", "simulate replays under bytes (such as 4GiB)"),
         ("0.5", "a share of the retain-all peak is written 50%"),
         ("10TiB", "--hbm-budget 10TiB"),
     ] {
