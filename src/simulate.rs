@@ -96,10 +96,6 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
     plan.budgets = replay_budgets(args, &plan, &profile)?;
     let budgets_given =
         args.hbm_budget.is_some() || args.host_budget.is_some() || args.ssd_budget.is_some();
-    // A profile given may hold less than the plan's budgets: the replay
-    // is held to its capacity, and says so.
-    let capped = sim::budgets_for(&plan, &profile) != planned_budgets;
-    let budgets_differ = budgets_given || capped;
     let options = SimOptions { seed: args.seed };
     crate::cli::distinct_outputs(&[
         ("--trace", args.trace.as_deref()),
@@ -138,6 +134,9 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
         (sim::simulate(&plan, &profile, &options)?, None)
     };
     let wall_s = start.elapsed().as_secs_f64();
+    // Budgets given, or a profile given that holds less than the plan's
+    // (the replay is held to its capacity): said beside the plan's.
+    let budgets_differ = budgets_given || report.budgets != planned_budgets;
     // Files that cannot be written fail the run after its report, which
     // lists those written.
     let mut written = Vec::new();

@@ -1160,12 +1160,11 @@ pub use fateplan_planner::units::median;
 
 /// How `count` runs (`what`) of a fit were timed
 /// ([`compute::InTurn`]): in turn, or one after another and why; nothing
-/// for one run.
+/// for one run ([`compute::InTurn::One`]).
 fn in_turn_note(how: compute::InTurn, count: usize, what: &str) -> String {
     use compute::InTurn;
     let after = |why: &str| format!(" (the {count} {what} timed one after another: {why})");
     match how {
-        _ if count < 2 => String::new(),
         InTurn::One => String::new(),
         InTurn::Yes => format!(
             " (the {count} {what} timed in turn, an iteration of each after another, so that \
