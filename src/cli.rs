@@ -510,11 +510,14 @@ impl PlanArgs {
         let gat = GnnModel::parse(&self.model).ok() == Some(GnnModel::Gat);
         let heads = self.heads.filter(|_| gat);
         one_layer_warning(self.layers, Some(self.hidden), Some(DEFAULT_HIDDEN), heads);
-        warn_bare_budgets([
-            ("hbm-budget", &self.hbm_budget),
-            ("host-budget", &self.host_budget),
-            ("ssd-budget", &self.ssd_budget),
-        ]);
+        warn_bare_budgets(
+            [
+                ("hbm-budget", &self.hbm_budget),
+                ("host-budget", &self.host_budget),
+                ("ssd-budget", &self.ssd_budget),
+            ],
+            true,
+        );
     }
 }
 
@@ -2157,13 +2160,13 @@ pub(crate) fn warn_unsteady_plan(source: &str, plan: &Plan) {
 
 /// Warns of each budget flag `(name, given)` that [`bare_budget_note`]
 /// finds bare and small; a budget that does not parse is left to the
-/// flag's own error.
-pub(crate) fn warn_bare_budgets(flags: [(&str, &Option<String>); 3]) {
+/// flag's own error. `shares`: the flags take a share (`25%`) too.
+pub(crate) fn warn_bare_budgets(flags: [(&str, &Option<String>); 3], shares: bool) {
     for (name, given) in flags {
         let Some(text) = given else { continue };
         if let Some(note) = parse_bytes(text)
             .ok()
-            .and_then(|bytes| bare_budget_note(name, text, bytes))
+            .and_then(|bytes| bare_budget_note(name, text, bytes, shares))
         {
             eprintln!("{note}");
         }
@@ -2178,8 +2181,9 @@ const BARE_BUDGET_NOTE_BELOW: u64 = 1 << 20;
 /// unit (no letter but an exponent's `e`) of 1 to
 /// [`BARE_BUDGET_NOTE_BELOW`] bytes: more likely a share or a size in
 /// another unit than so few bytes. A plain whole number is told how those
-/// are written. (0 bytes is refused on its own.)
-pub(crate) fn bare_budget_note(name: &str, text: &str, bytes: u64) -> Option<String> {
+/// are written; a share only where the flag takes one (`shares`). (0 bytes
+/// is refused on its own.)
+pub(crate) fn bare_budget_note(name: &str, text: &str, bytes: u64, shares: bool) -> Option<String> {
     let bare = text.trim();
     let unitless = !bare
         .chars()
@@ -2191,7 +2195,7 @@ pub(crate) fn bare_budget_note(name: &str, text: &str, bytes: u64) -> Option<Str
     // gibibytes up to a few thousand, else kibibytes (mebibytes of a
     // number that large are more than most machines have).
     let hint = match bare.chars().all(|c| c.is_ascii_digit()) {
-        true if bytes <= 100 => format!(
+        true if shares && bytes <= 100 => format!(
             "; a share of the retain-all peak is written {bare}%, a size in gibibytes {bare}GiB"
         ),
         true if bytes <= 4096 => {
@@ -2211,6 +2215,9 @@ pub(crate) fn bare_budget_note(name: &str, text: &str, bytes: u64) -> Option<Str
 pub(crate) struct Capacity<'a> {
     pub(crate) profile: &'a str,
     pub(crate) gpus: u32,
+    /// Held by `simulate`, which replays on a larger machine's profile
+    /// given with `--profile`, where the others plan for one.
+    pub(crate) replay: bool,
 }
 
 /// GAT's heads share its hidden width: refused by `--heads` where they
@@ -2248,10 +2255,11 @@ pub(crate) fn within_capacity(
             format!("profile {:?}", of.profile)
         };
         bail!(
-            "--{name} {given} ({}): more than {whose} has ({}); to plan for a larger machine, \
-             give its profile",
+            "--{name} {given} ({}): more than {whose} has ({}); to {} a larger machine, give its \
+             profile",
             format_bytes(bytes),
-            format_bytes(capacity)
+            format_bytes(capacity),
+            if of.replay { "replay on" } else { "plan for" }
         );
     }
     Ok(bytes)
@@ -2442,6 +2450,7 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
     let capacity = Capacity {
         profile: &profile.name,
         gpus: args.gpus,
+        replay: false,
     };
     let mut percents = [None; 3];
     let mut bytes = [0u64; 3];
@@ -2568,6 +2577,7 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
         let held = Capacity {
             profile: &profile.name,
             gpus: args.gpus,
+            replay: false,
         };
         let tiers = slots.into_iter().zip(percents).zip(flags).enumerate();
         for (k, ((slot, percent), (name, flag, capacity))) in tiers {
@@ -3552,7 +3562,7 @@ mod tests {
     /// number with a unit, or of a mebibyte or more, is not told.
     #[test]
     fn a_bare_budget_is_told_what_it_could_be() {
-        let note = |text: &str, bytes| bare_budget_note("hbm-budget", text, bytes);
+        let note = |text: &str, bytes| bare_budget_note("hbm-budget", text, bytes, true);
         let said = note("25", 25).unwrap();
         assert!(
             said.contains("written 25%, a size in gibibytes 25GiB"),
@@ -3574,6 +3584,12 @@ mod tests {
         assert_eq!(note("200B", 200), None);
         let said = note("2e2", 200).unwrap();
         assert!(said.ends_with("(a size without a unit is bytes)"), "{said}");
+        // Where the flag takes no share (`simulate`), none is offered.
+        let said = bare_budget_note("hbm-budget", "25", 25, false).unwrap();
+        assert!(
+            said.ends_with("written 25MiB, in gibibytes 25GiB"),
+            "{said}"
+        );
     }
 
     /// `train --threads`' help says the cap `set_threads` holds it to.

@@ -208,7 +208,11 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
             out.write_all(b"\n")?;
         }
     } else {
-        write_table(&mut out, &report, wall_s, renamed_what_if)?;
+        // Budgets other than the plan's, said before the figures they
+        // change.
+        let under = budgets_differ
+            .then(|| budgets_against(args, &report.budgets, &planned_budgets, &profile.name));
+        write_table(&mut out, &report, wall_s, renamed_what_if, under.as_deref())?;
         // A profile named as a shipped one, with other figures (a plan
         // edited, or made with a profile file of that name): the report's
         // figures are the plan's own.
@@ -256,13 +260,6 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
                 op.name, profile.name
             )?;
         }
-        if budgets_differ {
-            writeln!(
-                out,
-                "what-if   replayed under {}",
-                budgets_against(args, &report.budgets, &planned_budgets, &profile.name)
-            )?;
-        }
         if let Some(rejected) = &rejected {
             writeln!(
                 out,
@@ -295,7 +292,7 @@ fn replay_budgets(args: &SimulateArgs, plan: &Plan, profile: &Profile) -> Result
         ("host-budget", &args.host_budget),
         ("ssd-budget", &args.ssd_budget),
     ];
-    crate::cli::warn_bare_budgets(flags);
+    crate::cli::warn_bare_budgets(flags, false);
     let mut budgets = plan.budgets;
     let share = profile.share(plan.gpus);
     let capacities = [
@@ -306,6 +303,7 @@ fn replay_budgets(args: &SimulateArgs, plan: &Plan, profile: &Profile) -> Result
     let capacity = crate::cli::Capacity {
         profile: &profile.name,
         gpus: plan.gpus,
+        replay: true,
     };
     let slots = [
         &mut budgets.hbm_bytes,
@@ -412,10 +410,38 @@ fn percent(part: f64, whole: f64) -> f64 {
     }
 }
 
+/// A tier's peak over its budget, as the table's `use` column says it:
+/// a share to a tenth of a percent; one over its budget never reads
+/// 100.0% (`>100%`), one over ten times it as a multiple (`37x`), one
+/// over a budget of nothing `over`, and a tier of neither `-`; a peak
+/// too small to show is `<0.1%`, not nothing.
+fn tier_use(peak: u64, budget: u64) -> String {
+    if budget == 0 {
+        return if peak == 0 { "-" } else { "over" }.to_string();
+    }
+    let share = 100.0 * peak as f64 / budget as f64;
+    if peak > budget.saturating_mul(10) {
+        format!("{:.0}x", peak as f64 / budget as f64)
+    } else if peak > budget && format!("{share:.1}") == "100.0" {
+        ">100%".to_string()
+    } else if peak > 0 && format!("{share:.1}") == "0.0" {
+        "<0.1%".to_string()
+    } else {
+        format!("{share:.1}%")
+    }
+}
+
 /// The report as a table. `what_if`: replayed on a `--profile` of the
 /// plan's profile's name with other figures, which the names alone would
-/// not tell apart.
-fn write_table(out: &mut dyn Write, r: &SimReport, wall_s: f64, what_if: bool) -> Result<()> {
+/// not tell apart; `under`: the budgets replayed under, where they are
+/// not the plan's.
+fn write_table(
+    out: &mut dyn Write,
+    r: &SimReport,
+    wall_s: f64,
+    what_if: bool,
+    under: Option<&str>,
+) -> Result<()> {
     let replayed = if r.profile != r.planned_profile {
         format!("{} (planned for {})", r.profile, r.planned_profile)
     } else if what_if {
@@ -438,6 +464,9 @@ fn write_table(out: &mut dyn Write, r: &SimReport, wall_s: f64, what_if: bool) -
             format!(" (jitter ±{:.0}%)", r.jitter * 100.0)
         }
     )?;
+    if let Some(under) = under {
+        writeln!(out, "what-if   replayed under {under}")?;
+    }
     writeln!(
         out,
         "events    {} in {} ({:.2} M events/s)",
@@ -517,11 +546,11 @@ fn write_table(out: &mut dyn Write, r: &SimReport, wall_s: f64, what_if: bool) -
         let (peak, budget) = (r.peak_bytes.get(tier), r.budgets.of(tier));
         writeln!(
             out,
-            "{:<9} {:>12}  {:>12}  {:>5.1}%  {}",
+            "{:<9} {:>12}  {:>12}  {:>6}  {}",
             tier.name(),
             format_bytes(peak),
             format_bytes(budget),
-            percent(peak as f64, budget as f64),
+            tier_use(peak, budget),
             // A tier the plan never uses has no peak to place (as `plan`
             // says it).
             match peak {
@@ -542,4 +571,26 @@ fn write_table(out: &mut dyn Write, r: &SimReport, wall_s: f64, what_if: bool) -
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tier_use;
+
+    /// A peak over its budget never reads as within it, however little
+    /// over; far over, as a multiple; with no budget, `over` or `-`.
+    #[test]
+    fn tier_use_never_hides_an_overrun() {
+        let mib = 1u64 << 20;
+        assert_eq!(tier_use(mib / 2, mib), "50.0%");
+        assert_eq!(tier_use(0, mib), "0.0%");
+        assert_eq!(tier_use(1, mib), "<0.1%");
+        assert_eq!(tier_use(mib, mib), "100.0%");
+        assert_eq!(tier_use(200 * mib + 4096, 200 * mib), ">100%");
+        assert_eq!(tier_use(3 * mib, 2 * mib), "150.0%");
+        assert_eq!(tier_use(10 * mib, mib), "1000.0%");
+        assert_eq!(tier_use(37 * mib, mib), "37x");
+        assert_eq!(tier_use(5, 0), "over");
+        assert_eq!(tier_use(0, 0), "-");
+    }
 }

@@ -676,11 +676,14 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         let gat = GnnModel::parse(args.model()).ok() == Some(GnnModel::Gat);
         crate::cli::one_layer_warning(args.layers(), args.hidden, None, args.heads.filter(|_| gat));
     }
-    crate::cli::warn_bare_budgets([
-        ("hbm-budget", &args.hbm_budget),
-        ("host-budget", &args.host_budget),
-        ("ssd-budget", &args.ssd_budget),
-    ]);
+    crate::cli::warn_bare_budgets(
+        [
+            ("hbm-budget", &args.hbm_budget),
+            ("host-budget", &args.host_budget),
+            ("ssd-budget", &args.ssd_budget),
+        ],
+        true,
+    );
     crate::cli::distinct_outputs(&[
         ("--save-plan", args.save_plan.as_deref()),
         ("--trace", args.trace.as_deref()),
@@ -985,6 +988,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 let held = crate::cli::Capacity {
                     profile: &plan.profile.name,
                     gpus: plan.gpus,
+                    replay: false,
                 };
                 // The plan's GPUs and exchanges, taken as they are, on
                 // its profile (the run's may have no peer link to price
@@ -1078,6 +1082,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 } else {
                     1
                 },
+                replay: false,
             };
             options.budgets.hbm_bytes = budget(
                 &args.hbm_budget,

@@ -167,6 +167,8 @@ fn what_if_a_smaller_device_budget_replays_the_plan_under_it() {
         text.contains("what-if   replayed under hbm ") && text.contains("(the plan's: "),
         "{text}"
     );
+    // Said before the figures it changes.
+    assert!(text.find("what-if ") < text.find("tier "), "{text}");
     let same = fateplan(&["simulate", path(&plan), "--hbm-budget", "200MiB"]);
     assert!(
         stdout(&same).contains("what-if   replayed under hbm 200 MiB (the plan's own)"),
@@ -193,12 +195,23 @@ fn what_if_a_smaller_device_budget_replays_the_plan_under_it() {
         "{}",
         stderr(&bare)
     );
+    // Which simulate reads as bytes, so it offers no share; the tier's
+    // use says how far over.
+    assert!(!stderr(&bare).contains('%'), "{}", stderr(&bare));
+    let text = stdout(&fateplan(&[
+        "simulate",
+        path(&plan),
+        "--hbm-budget",
+        "1KiB",
+    ]));
+    let hbm = text.lines().find(|l| l.starts_with("hbm ")).unwrap();
+    assert!(hbm.contains("1.00 KiB") && hbm.contains("x "), "{text}");
     for (value, said) in [
         ("0", "a device budget of 0 bytes holds nothing"),
         ("-5%", "expected a positive percentage"),
         ("25%", "simulate replays under bytes (such as 4GiB)"),
         ("0.5", "a share of the retain-all peak is written 50%"),
-        ("10TiB", "--hbm-budget 10TiB"),
+        ("10TiB", "; to replay on a larger machine, give its profile"),
     ] {
         let out = replay(&["--hbm-budget", value]);
         assert_eq!(out.status.code(), Some(1), "{value}: {}", stderr(&out));

@@ -150,7 +150,7 @@ fn parse_budgets(texts: &[String]) -> Result<Vec<(String, Given)>> {
                 if bytes == 0 {
                     bail!("--budgets {text}: a budget of 0 bytes holds nothing");
                 }
-                if let Some(note) = crate::cli::bare_budget_note("budgets", text, bytes) {
+                if let Some(note) = crate::cli::bare_budget_note("budgets", text, bytes, true) {
                     eprintln!("{note}");
                 }
                 Given::Bytes(bytes)
