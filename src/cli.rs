@@ -1280,6 +1280,26 @@ impl GraphSource {
     }
 }
 
+/// Refuses a GNN's `workload` of `partitions` whose planning would take
+/// more memory than the process can still take (`available`, where
+/// known; [`fateplan::runtime::memory::planning_shortfall`]), before
+/// planning starts: the machine would otherwise run out of it part way
+/// through. A layer's aggregation has an operator a pair of partitions
+/// that share edges, so the workload grows as their square.
+fn plannable(
+    workload: &Workload,
+    partitions: u32,
+    available: Option<&fateplan::runtime::memory::Available>,
+) -> Result<()> {
+    if let Some(short) = fateplan::runtime::memory::planning_shortfall(workload, available) {
+        bail!(
+            "{short}; fewer partitions (--partitions, here {partitions}) or layers make a smaller \
+             workload: each layer aggregates a block for each pair of partitions that share edges"
+        );
+    }
+    Ok(())
+}
+
 /// Partition counts below and above the one asked for whose blocks a
 /// real graph's reading counts too.
 const NEAR_BELOW: u32 = 2;
@@ -1298,10 +1318,13 @@ impl GnnSource {
     /// The workload at `partitions`, as `auto` tries it where `near`
     /// ([`GraphSource::blocks`]).
     fn build(&self, partitions: u32, near: bool) -> Result<Workload> {
-        Ok(build_gnn(
-            &self.spec,
-            &self.source.blocks(partitions, near)?,
-        )?)
+        let workload = build_gnn(&self.spec, &self.source.blocks(partitions, near)?)?;
+        plannable(
+            &workload,
+            partitions,
+            fateplan::runtime::memory::available().as_ref(),
+        )?;
+        Ok(workload)
     }
 
     /// The workload the `--partitions` flag asks for, a line saying how
@@ -3304,10 +3327,9 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
     } = planned(args)?;
     // The searches (partitions, sweeps, shares' reference) and the plan.
     let all_s = begun.elapsed().as_secs_f64();
-    // Serialised only where it is written or printed.
-    let json = (args.output.is_some() || args.json && !args.explain).then(|| plan.to_json());
-    if let (Some(plan_out), Some(json)) = (plan_out, &json) {
-        plan_out.write(json.as_bytes())?;
+    // Serialised only where it is written or printed, as it is written.
+    if let Some(plan_out) = plan_out {
+        plan_out.write_with(|out| plan.write_json(out))?;
     }
     let mut out = stdout();
     if args.json && args.explain {
@@ -3320,8 +3342,10 @@ fn run_plan(args: &PlanArgs) -> Result<()> {
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({"explain": lines}))?
         )?;
-    } else if let Some(json) = json.filter(|_| args.json) {
-        out.write_all(json.as_bytes())?;
+    } else if args.json {
+        let mut buffered = std::io::BufWriter::new(&mut out);
+        plan.write_json(&mut buffered)?;
+        buffered.flush()?;
     } else {
         write_summary(&mut out, &plan, &note, args.output.as_ref())?;
         let when = match made_while {

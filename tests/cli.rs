@@ -1116,6 +1116,60 @@ fn partition_random_against_mincut() {
     }
 }
 
+/// A workload whose planning would take more memory than is left (here
+/// under `ulimit -v`) is refused once built, before planning: `plan` and
+/// `train` say how much it takes, of what, and that fewer partitions make
+/// less, where they would otherwise run the machine out of memory part
+/// way through. Fewer partitions plan under the same limit.
+#[test]
+fn a_workload_too_large_to_plan_in_memory_is_refused_before_planning() {
+    let under_limit = |args: &[&str]| {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg("ulimit -v 1000000 && exec \"$0\" \"$@\"")
+            .arg(env!("CARGO_BIN_EXE_fateplan"))
+            .args(args)
+            .output()
+            .expect("sh runs")
+    };
+    let graph = "rmat:scale=12,features=8,classes=4,seed=1";
+    let many = ["--graph", graph, "--layers", "8", "--partitions", "128"];
+    for (command, remedy) in [
+        (
+            "plan",
+            "fewer partitions (--partitions, here 128) or layers",
+        ),
+        ("train", "fewer partitions (here 128) or layers"),
+    ] {
+        let mut args = vec![command];
+        args.extend_from_slice(&many);
+        if command == "train" {
+            args.extend_from_slice(&["--epochs", "1"]);
+        }
+        let out = under_limit(&args);
+        let message = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{command}: {message}");
+        assert!(
+            message.contains("planning workload \"gcn-8x")
+                && message.contains("-rmat-s12-e16-seed1-p128\" takes at least")
+                && message.contains("tensors and")
+                && message.contains("(the address-space limit (ulimit -v)")
+                && message.contains(remedy),
+            "{command}: {message}"
+        );
+    }
+    let few = under_limit(&[
+        "plan",
+        "--graph",
+        graph,
+        "--layers",
+        "8",
+        "--partitions",
+        "4",
+    ]);
+    assert!(few.status.success(), "{}", stderr(&few));
+}
+
 /// An edge list naming one vertex id far past the others: the vertices
 /// it makes are more than the memory available (here under `ulimit -v`)
 /// holds for partitioning, and the command says so, naming the file, the

@@ -834,6 +834,13 @@ impl Plan {
         text
     }
 
+    /// [`Plan::to_json`]'s text, written to `out` as it is made: a plan
+    /// of a million tensors is a gigabyte of it, which is never held.
+    pub fn write_json(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        serde_json::to_writer_pretty(&mut *out, self).map_err(std::io::Error::from)?;
+        out.write_all(b"\n")
+    }
+
     /// Each layer's halo strategy, in layer order (none on one device).
     pub fn layer_strategies(&self) -> Vec<(u32, Strategy)> {
         let mut out: Vec<(u32, Strategy)> = self

@@ -2476,6 +2476,10 @@ mod tests {
             let back = Plan::from_json(&made.to_json(), "made.json").unwrap();
             assert_eq!(back, made);
             assert!(made.within_capacity().is_ok());
+            // Written as it is made, the same text.
+            let mut written = Vec::new();
+            made.write_json(&mut written).unwrap();
+            assert_eq!(String::from_utf8(written).unwrap(), made.to_json());
         }
         // A workload over the device, planned without limits, keeps its
         // budget, and the plan says it does not fit the machine.

@@ -40,6 +40,27 @@ impl Available {
     }
 }
 
+/// Where planning `workload` would take more memory than `available`
+/// ([`fateplan_planner::Workload::least_planning_bytes`]): "planning
+/// workload W takes at least X GiB in memory (N tensors and M
+/// operators), more than ...", for an error that adds what makes a
+/// smaller workload. `None` where it fits, or nothing is known.
+pub fn planning_shortfall(
+    workload: &fateplan_planner::Workload,
+    available: Option<&Available>,
+) -> Option<String> {
+    let what = format!(
+        "{} tensors and {} operators",
+        workload.tensors.len(),
+        workload.ops.len()
+    );
+    let short = available?.shortfall(workload.least_planning_bytes(), &what)?;
+    Some(format!(
+        "planning workload {:?} takes {short}",
+        workload.name
+    ))
+}
+
 fn gib(bytes: u64) -> f64 {
     bytes as f64 / (1u64 << 30) as f64
 }
@@ -171,6 +192,38 @@ mod tests {
             bytes,
             source: source.into(),
         })
+    }
+
+    /// Planning a GNN's workload is refused where its least bytes are
+    /// more than the memory left, and only there: the message names the
+    /// workload, its size and the figures.
+    #[test]
+    fn a_workload_too_large_to_plan_is_told_apart() {
+        use fateplan_planner::blocks::BlockCounts;
+        use fateplan_planner::gnn::{build_gnn, GnnModel, GnnSpec};
+        let spec = GnnSpec::new(GnnModel::Gcn, 8, 4, "tiny");
+        let workload = build_gnn(&spec, &BlockCounts::skewed(1000, 8000, 4).unwrap()).unwrap();
+        let least = workload.least_planning_bytes();
+        let items = (workload.tensors.len() + workload.ops.len()) as u64;
+        assert!(least >= items * 1024, "{least} for {items}");
+        assert_eq!(planning_shortfall(&workload, None), None);
+        let room = limit(least, "meminfo").unwrap();
+        assert_eq!(planning_shortfall(&workload, Some(&room)), None);
+        let tight = limit(least - 1, "meminfo").unwrap();
+        let said = planning_shortfall(&workload, Some(&tight)).unwrap();
+        let counts = format!(
+            "({} tensors and {} operators)",
+            workload.tensors.len(),
+            workload.ops.len()
+        );
+        assert!(
+            said.starts_with(&format!(
+                "planning workload {:?} takes at least",
+                workload.name
+            )) && said.contains(&counts)
+                && said.ends_with("available (meminfo)"),
+            "{said}"
+        );
     }
 
     #[test]
