@@ -420,7 +420,16 @@ pub fn main() -> ExitCode {
             };
         }
     };
-    let result = match cli.command {
+    // The commands with --threads start their own.
+    let own_threads = matches!(
+        cli.command,
+        Command::Train(_) | Command::Profile(_) | Command::Member
+    );
+    let started = match own_threads {
+        true => Ok(()),
+        false => set_threads(None),
+    };
+    let result = started.and_then(|()| match cli.command {
         Command::Plan(args) => run_plan(&args).inspect_err(|e| no_plan_json(args.json, e)),
         Command::Workloads => run_workloads(),
         Command::Simulate(args) => simulate::run(&args, load_profile),
@@ -434,7 +443,7 @@ pub fn main() -> ExitCode {
         Command::Partition(args) => partition::run(&args),
         Command::Member => crate::members::run_member(),
         Command::Generate { graph, out, force } => run_generate(&graph, &out, force),
-    };
+    });
     // What is left in standard output's buffer (a last line without a
     // newline) is written here, where its failure can still be reported.
     let result = result.and_then(|()| Ok(stdout().flush()?));
@@ -1120,8 +1129,10 @@ fn sized(call: impl Fn(*mut u8, usize) -> isize) -> Option<Vec<u8>> {
 /// Most `--threads` per core this process may use.
 pub const MAX_THREADS_PER_CORE: usize = 16;
 
-/// `--threads N`: the global rayon pool's size (every core when absent).
+/// `--threads N`: the global rayon pool's size (every core when absent),
+/// the pool started here, where a thread that cannot start is an error.
 pub fn set_threads(threads: Option<usize>) -> Result<()> {
+    use fateplan::runtime::memory::no_thread;
     if let Some(threads) = threads {
         if threads == 0 {
             bail!("--threads 0: expected at least 1");
@@ -1139,7 +1150,13 @@ pub fn set_threads(threads: Option<usize>) -> Result<()> {
         rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build_global()
-            .context("--threads")?;
+            .map_err(|e| anyhow!(no_thread("--threads' worker threads", &e)))?;
+    } else {
+        // Started here, where a failure is an error: started at their
+        // first use, they would panic.
+        rayon::ThreadPoolBuilder::new()
+            .build_global()
+            .map_err(|e| anyhow!(no_thread("the worker threads", &e)))?;
     }
     Ok(())
 }
@@ -1280,24 +1297,52 @@ impl GraphSource {
     }
 }
 
-/// Refuses a GNN's `workload` of `partitions` whose planning would take
-/// more memory than the process can still take (`available`, where
-/// known; [`fateplan::runtime::memory::planning_shortfall`]), before
-/// planning starts: the machine would otherwise run out of it part way
-/// through. A layer's aggregation has an operator a pair of partitions
-/// that share edges, so the workload grows as their square.
-fn plannable(
-    workload: &Workload,
-    partitions: u32,
-    available: Option<&fateplan::runtime::memory::Available>,
-) -> Result<()> {
-    if let Some(short) = fateplan::runtime::memory::planning_shortfall(workload, available) {
-        bail!(
-            "{short}; fewer partitions (--partitions, here {partitions}) or layers make a smaller \
-             workload: each layer aggregates a block for each pair of partitions that share edges"
-        );
+/// A tier's peak over its budget, as `plan`'s and `simulate`'s `use`
+/// column says it, in at most six characters: a share to a tenth of a
+/// percent; one over its budget never reads 100.0% (`>100%`), one of ten
+/// times it or more reads as a multiple (`37x`, `>999x`), one over a
+/// budget of nothing `over`, and a tier of neither `-`; a peak too small
+/// to show is `<0.1%`, not nothing.
+pub(crate) fn tier_use(peak: u64, budget: u64) -> String {
+    if budget == 0 {
+        return if peak == 0 { "-" } else { "over" }.to_string();
+    }
+    let share = 100.0 * peak as f64 / budget as f64;
+    if peak >= budget.saturating_mul(1000) {
+        ">999x".to_string()
+    } else if share >= 999.95 {
+        format!("{:.0}x", peak as f64 / budget as f64)
+    } else if peak > budget && format!("{share:.1}") == "100.0" {
+        ">100%".to_string()
+    } else if peak > 0 && format!("{share:.1}") == "0.0" {
+        "<0.1%".to_string()
+    } else {
+        format!("{share:.1}%")
+    }
+}
+
+/// Refuses `workload`, before it is planned, where planning it would
+/// take more memory than the process can still take
+/// ([`fateplan::runtime::memory::planning_shortfall`]): the machine would
+/// otherwise run out of it part way through. `smaller` says what makes a
+/// smaller workload ([`fewer_partitions`] for a GNN's).
+pub(crate) fn plannable(workload: &Workload, smaller: &str) -> Result<()> {
+    let available = fateplan::runtime::memory::available();
+    if let Some(short) = fateplan::runtime::memory::planning_shortfall(workload, available.as_ref())
+    {
+        bail!("{short}; {smaller}");
     }
     Ok(())
+}
+
+/// What makes a GNN's workload in `partitions` smaller, as [`plannable`]
+/// says it: a layer's aggregation has an operator a pair of partitions
+/// that share edges, so the workload grows as their square.
+pub(crate) fn fewer_partitions(partitions: u32) -> String {
+    format!(
+        "fewer partitions (--partitions, here {partitions}) or layers make a smaller workload: \
+         each layer aggregates a block for each pair of partitions that share edges"
+    )
 }
 
 /// Partition counts below and above the one asked for whose blocks a
@@ -1318,13 +1363,10 @@ impl GnnSource {
     /// The workload at `partitions`, as `auto` tries it where `near`
     /// ([`GraphSource::blocks`]).
     fn build(&self, partitions: u32, near: bool) -> Result<Workload> {
-        let workload = build_gnn(&self.spec, &self.source.blocks(partitions, near)?)?;
-        plannable(
-            &workload,
-            partitions,
-            fateplan::runtime::memory::available().as_ref(),
-        )?;
-        Ok(workload)
+        Ok(build_gnn(
+            &self.spec,
+            &self.source.blocks(partitions, near)?,
+        )?)
     }
 
     /// The workload the `--partitions` flag asks for, a line saying how
@@ -1358,7 +1400,22 @@ impl GnnSource {
                     fateplan::planner::units::count(nodes, "node")
                 );
             }
-            return Ok((self.build(p, false)?, p, String::new(), None));
+            // A count given is planned as it is (those `auto` tries are
+            // mostly built to be measured, not planned): refused from
+            // its blocks before it is built, and from its size after.
+            let counts = self.source.blocks(p, false)?;
+            let blocks = fateplan::planner::gnn::aggregated_blocks(&counts);
+            let available = fateplan::runtime::memory::available();
+            if let Some(short) = fateplan::runtime::memory::planning_shortfall_before(
+                self.spec.layers,
+                blocks,
+                available.as_ref(),
+            ) {
+                bail!("{short}; {}", fewer_partitions(p));
+            }
+            let workload = build_gnn(&self.spec, &counts)?;
+            plannable(&workload, &fewer_partitions(p))?;
+            return Ok((workload, p, String::new(), None));
         }
         let most = (self.most as u64).min(self.source.nodes()) as u32;
         let started = std::time::Instant::now();
@@ -1635,6 +1692,7 @@ fn plan_shares(
         stats,
         mut shape,
     } = build(owner, partitions)?;
+    plannable(&workload, &fewer_partitions(partitions))?;
     if let Some(multi) = options.multi.as_mut() {
         // The halo rows do not depend on the partition count.
         multi.halo = shares_halo(nodes, edges, gpus, &stats);
@@ -1831,6 +1889,10 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
                 args.gpus
             );
         }
+        plannable(
+            &workload,
+            "a DAG of fewer tensors and operators plans in less",
+        )?;
         return Ok(SourceGiven {
             source: Source::Dag(workload),
             note: String::new(),
@@ -2279,7 +2341,7 @@ pub(crate) fn within_capacity(
         };
         bail!(
             "--{name} {given} ({}): more than {whose} has ({}); to {} a larger machine, give its \
-             profile",
+             profile (--profile)",
             format_bytes(bytes),
             format_bytes(capacity),
             if of.replay { "replay on" } else { "plan for" }
@@ -3439,11 +3501,6 @@ fn write_summary(
     )?;
     for tier in [Tier::Hbm, Tier::Host, Tier::Ssd] {
         let (peak, budget) = (p.peak_bytes.get(tier), plan.budgets.of(tier));
-        let share = if budget == 0 {
-            0.0
-        } else {
-            100.0 * peak as f64 / budget as f64
-        };
         // A tier the plan never uses has no peak to place.
         let at = match peak {
             0 => "unused".to_string(),
@@ -3455,10 +3512,11 @@ fn write_summary(
         };
         writeln!(
             out,
-            "{:<9} {:>12}  {:>12}  {share:>5.1}%  {at}",
+            "{:<9} {:>12}  {:>12}  {:>6}  {at}",
             tier.name(),
             format_bytes(peak),
-            format_bytes(budget)
+            format_bytes(budget),
+            tier_use(peak, budget)
         )?;
     }
     // What the hbm peak holds beside the tensors.
@@ -3579,6 +3637,27 @@ mod tests {
                 "percent --hbm-budget 40% is 46.0 KiB",
             ]
         );
+    }
+
+    /// A peak over its budget never reads as within it, however little
+    /// over; far over, as a multiple; with no budget, `over` or `-`.
+    #[test]
+    fn tier_use_never_hides_an_overrun() {
+        let mib = 1u64 << 20;
+        assert_eq!(tier_use(mib / 2, mib), "50.0%");
+        assert_eq!(tier_use(0, mib), "0.0%");
+        assert_eq!(tier_use(1, mib), "<0.1%");
+        assert_eq!(tier_use(mib, mib), "100.0%");
+        assert_eq!(tier_use(200 * mib + 4096, 200 * mib), ">100%");
+        assert_eq!(tier_use(3 * mib, 2 * mib), "150.0%");
+        assert_eq!(tier_use(9 * mib, mib), "900.0%");
+        assert_eq!(tier_use(10 * mib - 1, mib), "10x");
+        assert_eq!(tier_use(10 * mib, mib), "10x");
+        assert_eq!(tier_use(37 * mib, mib), "37x");
+        assert_eq!(tier_use(999 * mib, mib), "999x");
+        assert_eq!(tier_use(1000 * mib, mib), ">999x");
+        assert_eq!(tier_use(5, 0), "over");
+        assert_eq!(tier_use(0, 0), "-");
     }
 
     /// A bare number is told what it could be: a share and gibibytes up

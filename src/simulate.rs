@@ -312,10 +312,21 @@ fn replay_budgets(args: &SimulateArgs, plan: &Plan, profile: &Profile) -> Result
     ];
     for (k, ((name, given), slot)) in flags.into_iter().zip(slots).enumerate() {
         let Some(text) = given else { continue };
-        if crate::cli::budget_percent(given, name)?.is_some() {
+        // A share (25%), or a fraction without a unit (0.25), which is
+        // more likely a share than a quarter of a byte.
+        let fraction = text
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|f| *f > 0.0 && *f < 1.0)
+            .map(|f| format!("{}%", (f * 1e4).round() / 1e2));
+        if let Some(share) = crate::cli::budget_percent(given, name)?
+            .map(|_| text.to_string())
+            .or(fraction)
+        {
             bail!(
                 "--{name} {text}: simulate replays under bytes (such as 4GiB); a share's bytes \
-                 depend on how the plan was sized: `fateplan plan ... --{name} {text}` prints \
+                 depend on how the plan was sized: `fateplan plan ... --{name} {share}` prints \
                  them (its `percent` line)"
             );
         }
@@ -410,31 +421,10 @@ fn percent(part: f64, whole: f64) -> f64 {
     }
 }
 
-/// A tier's peak over its budget, as the table's `use` column says it:
-/// a share to a tenth of a percent; one over its budget never reads
-/// 100.0% (`>100%`), one over ten times it as a multiple (`37x`), one
-/// over a budget of nothing `over`, and a tier of neither `-`; a peak
-/// too small to show is `<0.1%`, not nothing.
-fn tier_use(peak: u64, budget: u64) -> String {
-    if budget == 0 {
-        return if peak == 0 { "-" } else { "over" }.to_string();
-    }
-    let share = 100.0 * peak as f64 / budget as f64;
-    if peak > budget.saturating_mul(10) {
-        format!("{:.0}x", peak as f64 / budget as f64)
-    } else if peak > budget && format!("{share:.1}") == "100.0" {
-        ">100%".to_string()
-    } else if peak > 0 && format!("{share:.1}") == "0.0" {
-        "<0.1%".to_string()
-    } else {
-        format!("{share:.1}%")
-    }
-}
-
 /// The report as a table. `what_if`: replayed on a `--profile` of the
 /// plan's profile's name with other figures, which the names alone would
-/// not tell apart; `under`: the budgets replayed under, where they are
-/// not the plan's.
+/// not tell apart; `under`: the budgets replayed under, where budget
+/// flags were given or a `--profile` lowered one.
 fn write_table(
     out: &mut dyn Write,
     r: &SimReport,
@@ -550,7 +540,7 @@ fn write_table(
             tier.name(),
             format_bytes(peak),
             format_bytes(budget),
-            tier_use(peak, budget),
+            crate::cli::tier_use(peak, budget),
             // A tier the plan never uses has no peak to place (as `plan`
             // says it).
             match peak {
@@ -571,26 +561,4 @@ fn write_table(
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::tier_use;
-
-    /// A peak over its budget never reads as within it, however little
-    /// over; far over, as a multiple; with no budget, `over` or `-`.
-    #[test]
-    fn tier_use_never_hides_an_overrun() {
-        let mib = 1u64 << 20;
-        assert_eq!(tier_use(mib / 2, mib), "50.0%");
-        assert_eq!(tier_use(0, mib), "0.0%");
-        assert_eq!(tier_use(1, mib), "<0.1%");
-        assert_eq!(tier_use(mib, mib), "100.0%");
-        assert_eq!(tier_use(200 * mib + 4096, 200 * mib), ">100%");
-        assert_eq!(tier_use(3 * mib, 2 * mib), "150.0%");
-        assert_eq!(tier_use(10 * mib, mib), "1000.0%");
-        assert_eq!(tier_use(37 * mib, mib), "37x");
-        assert_eq!(tier_use(5, 0), "over");
-        assert_eq!(tier_use(0, 0), "-");
-    }
 }

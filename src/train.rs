@@ -1048,6 +1048,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             plan
         }
         None => {
+            // Planned here: refused first where that would run the
+            // machine out of memory (a plan given is not planned again).
+            crate::cli::plannable(workload, &crate::cli::fewer_partitions(args.partitions()))?;
             let name = args.policy.as_deref().unwrap_or("dp");
             let policy = Policy::parse(name).map_err(|e| flagged("--policy", name, e))?;
             let mut options = PlanOptions::new(policy, &profile);

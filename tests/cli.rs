@@ -1117,30 +1117,30 @@ fn partition_random_against_mincut() {
 }
 
 /// A workload whose planning would take more memory than is left (here
-/// under `ulimit -v`) is refused once built, before planning: `plan` and
-/// `train` say how much it takes, of what, and that fewer partitions make
-/// less, where they would otherwise run the machine out of memory part
-/// way through. Fewer partitions plan under the same limit.
+/// under `ulimit -v`) is refused before planning: `plan` and `train` say
+/// how much it takes, of what, and that fewer partitions make less, where
+/// they would otherwise run the machine out of memory part way through.
+/// The workload's least (2.3 GiB) is over the limit (1.9 GiB) whatever
+/// the process maps beside it; `plan` may refuse it from its blocks
+/// before building it, and does where even that least (64 layers: 4.5
+/// GiB) is over the limit. Fewer partitions plan under the same limit,
+/// and a plan given to `train` is not planned again.
 #[test]
 fn a_workload_too_large_to_plan_in_memory_is_refused_before_planning() {
+    let dir = scratch("too-large-to-plan");
     let under_limit = |args: &[&str]| {
         std::process::Command::new("sh")
             .arg("-c")
-            .arg("ulimit -v 1000000 && exec \"$0\" \"$@\"")
+            .arg("ulimit -v 2000000 && exec \"$0\" \"$@\"")
             .arg(env!("CARGO_BIN_EXE_fateplan"))
             .args(args)
+            .env("RAYON_NUM_THREADS", "2")
             .output()
             .expect("sh runs")
     };
     let graph = "rmat:scale=12,features=8,classes=4,seed=1";
-    let many = ["--graph", graph, "--layers", "8", "--partitions", "128"];
-    for (command, remedy) in [
-        (
-            "plan",
-            "fewer partitions (--partitions, here 128) or layers",
-        ),
-        ("train", "fewer partitions (here 128) or layers"),
-    ] {
+    let many = ["--graph", graph, "--layers", "16", "--partitions", "256"];
+    for command in ["plan", "train"] {
         let mut args = vec![command];
         args.extend_from_slice(&many);
         if command == "train" {
@@ -1149,25 +1149,51 @@ fn a_workload_too_large_to_plan_in_memory_is_refused_before_planning() {
         let out = under_limit(&args);
         let message = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{command}: {message}");
+        // Built, or (`plan`, where what the process maps leaves less than
+        // its blocks' least) refused from its blocks.
+        let built = message.contains("planning workload \"gcn-16x")
+            && message.contains("-rmat-s12-e16-seed1-p256\" takes at least 2.3 GiB")
+            && message.contains("(994700 tensors and 931540 operators)");
+        let blocks = command == "plan"
+            && message.contains("planning this workload takes at least 1.1 GiB in memory (at least 470208 tensors and as many operators: 16 layers of 29388 blocks each)");
         assert!(
-            message.contains("planning workload \"gcn-8x")
-                && message.contains("-rmat-s12-e16-seed1-p128\" takes at least")
-                && message.contains("tensors and")
+            (built || blocks)
                 && message.contains("(the address-space limit (ulimit -v)")
-                && message.contains(remedy),
+                && message.contains("fewer partitions (--partitions, here 256) or layers"),
             "{command}: {message}"
         );
     }
-    let few = under_limit(&[
+    let out = under_limit(&[
         "plan",
         "--graph",
         graph,
         "--layers",
-        "8",
+        "64",
         "--partitions",
-        "4",
+        "256",
     ]);
-    assert!(few.status.success(), "{}", stderr(&few));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(
+            "planning this workload takes at least 4.5 GiB in memory (at least 1880832 tensors and \
+             as many operators: 64 layers of 29388 blocks each)"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    let plan = dir.join("few.json");
+    let few = ["--graph", graph, "--layers", "16", "--partitions", "4"];
+    let mut args = vec!["plan"];
+    args.extend_from_slice(&few);
+    args.extend_from_slice(&["-o", plan.to_str().unwrap()]);
+    let planned = under_limit(&args);
+    assert!(planned.status.success(), "{}", stderr(&planned));
+    let mut args = vec!["train"];
+    args.extend_from_slice(&few);
+    args.extend_from_slice(&["--epochs", "1", "--plan", plan.to_str().unwrap()]);
+    let trained = under_limit(&args);
+    assert!(trained.status.success(), "{}", stderr(&trained));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// An edge list naming one vertex id far past the others: the vertices

@@ -168,7 +168,10 @@ fn what_if_a_smaller_device_budget_replays_the_plan_under_it() {
         "{text}"
     );
     // Said before the figures it changes.
-    assert!(text.find("what-if ") < text.find("tier "), "{text}");
+    assert!(
+        text.find("what-if ").unwrap() < text.find("tier ").unwrap(),
+        "{text}"
+    );
     let same = fateplan(&["simulate", path(&plan), "--hbm-budget", "200MiB"]);
     assert!(
         stdout(&same).contains("what-if   replayed under hbm 200 MiB (the plan's own)"),
@@ -210,8 +213,8 @@ fn what_if_a_smaller_device_budget_replays_the_plan_under_it() {
         ("0", "a device budget of 0 bytes holds nothing"),
         ("-5%", "expected a positive percentage"),
         ("25%", "simulate replays under bytes (such as 4GiB)"),
-        ("0.5", "a share of the retain-all peak is written 50%"),
-        ("10TiB", "; to replay on a larger machine, give its profile"),
+        ("0.5", "simulate replays under bytes (such as 4GiB); a share's bytes depend on how the plan was sized: `fateplan plan ... --hbm-budget 50%`"),
+        ("10TiB", "; to replay on a larger machine, give its profile (--profile)"),
     ] {
         let out = replay(&["--hbm-budget", value]);
         assert_eq!(out.status.code(), Some(1), "{value}: {}", stderr(&out));

@@ -687,6 +687,20 @@ fn check_counts_fit(spec: &GnnSpec, blocks: &BlockCounts) -> Result<()> {
     Ok(())
 }
 
+/// The blocks a layer of a GNN over `blocks` aggregates: a pair of
+/// partitions that share edges, and each partition's own. Every layer has
+/// an operator and an output for each ([`build_gnn`]'s aggregations), so
+/// a workload has at least `layers` times as many tensors, and as many
+/// operators: a caller can refuse one too large to plan before building
+/// it.
+pub fn aggregated_blocks(blocks: &BlockCounts) -> u64 {
+    let p = blocks.partitions;
+    (0..p)
+        .flat_map(|i| (0..p).map(move |j| (i, j)))
+        .filter(|&(i, j)| i == j || blocks.block_edges(i, j) > 0)
+        .count() as u64
+}
+
 /// Builds one training iteration of `spec` over the partitioned graph `blocks`.
 pub fn build_gnn(spec: &GnnSpec, blocks: &BlockCounts) -> Result<Workload> {
     spec.validate()?;
@@ -2280,6 +2294,48 @@ mod tests {
         };
         let counts = BlockCounts::skewed(stats.nodes, stats.edges, 8).unwrap();
         assert!(build_gnn(&gat, &counts).is_ok());
+    }
+
+    /// Every model, in either order, with dropout or none, has at least
+    /// `layers` times [`aggregated_blocks`] tensors and as many
+    /// operators, on a graph whose blocks are not all full; GCN's forward
+    /// aggregations are exactly that many.
+    #[test]
+    fn a_workload_has_a_tensor_and_an_operator_a_block_each_layer() {
+        // 6 partitions of 60 vertices; a ring, so most pairs share no edge.
+        let src: Vec<u64> = (0..60).collect();
+        let dst: Vec<u64> = (0..60).map(|v| (v + 1) % 60).collect();
+        let counts = BlockCounts::from_edges(60, &src, &dst, 6).unwrap();
+        let blocks = aggregated_blocks(&counts);
+        assert!(blocks > 6 && blocks < 36, "{blocks}");
+        for model in [GnnModel::Gcn, GnnModel::Sage, GnnModel::Gat] {
+            for (order, dropout) in [
+                (LayerOrder::Narrower, 0.0),
+                (LayerOrder::AggregateFirst, 0.5),
+            ] {
+                let spec = GnnSpec {
+                    layers: 3,
+                    heads: if model == GnnModel::Gat { 2 } else { 1 },
+                    order,
+                    dropout,
+                    ..GnnSpec::new(model, 32, 4, "ring")
+                };
+                let w = build_gnn(&spec, &counts).unwrap();
+                let least = 3 * blocks as usize;
+                assert!(
+                    w.tensors.len() >= least && w.ops.len() >= least,
+                    "{model:?} {order:?}"
+                );
+                if model == GnnModel::Gcn {
+                    let forward = w
+                        .ops
+                        .iter()
+                        .filter(|op| op.kind == OpKind::Aggregate && op.phase == Phase::Forward)
+                        .count();
+                    assert_eq!(forward, least, "{order:?}");
+                }
+            }
+        }
     }
 
     /// The number a name gives after `key`: the partition `s` of

@@ -2,10 +2,11 @@
 //! it, for the checks that refuse a graph before the allocation that
 //! would end the process (`memory allocation of N bytes failed`).
 //!
-//! Three limits apply, and the least of them is the figure: the memory
+//! Four limits apply, and the least of them is the figure: the memory
 //! the kernel says is available (`MemAvailable`), the address-space limit
-//! (`ulimit -v`, `RLIMIT_AS`) less what the process maps already, and the
-//! limit of its cgroup v2 and those above it (`memory.max` less
+//! (`ulimit -v`, `RLIMIT_AS`) less what the process maps already, the
+//! data limit (`ulimit -d`, `RLIMIT_DATA`) less its data mappings, and
+//! the limit of its cgroup v2 and those above it (`memory.max` less
 //! `memory.current`). Each check asks [`available`], so that all of them
 //! see the same limits.
 
@@ -61,6 +62,40 @@ pub fn planning_shortfall(
     ))
 }
 
+/// [`planning_shortfall`] before a GNN's workload is built, from what
+/// it has at least: `layers` times `blocks` (the blocks a layer
+/// aggregates, [`fateplan_planner::gnn::aggregated_blocks`]) tensors, and
+/// as many operators; "planning this workload takes at least X GiB ...".
+/// A workload too large for that is refused without the memory and the
+/// time its building would take.
+pub fn planning_shortfall_before(
+    layers: u32,
+    blocks: u64,
+    available: Option<&Available>,
+) -> Option<String> {
+    let least = u64::from(layers).saturating_mul(blocks);
+    let bytes = least
+        .saturating_mul(2)
+        .saturating_mul(fateplan_planner::workload::LEAST_PLANNING_BYTES_PER_ITEM);
+    let what = format!(
+        "at least {least} tensors and as many operators: {layers} layers of {blocks} blocks \
+         each"
+    );
+    let short = available?.shortfall(bytes, &what)?;
+    Some(format!("planning this workload takes {short}"))
+}
+
+/// Why `what` (a lane, the worker threads) could not start its thread:
+/// `error`, and the limits that leave no room for one. A thread is
+/// refused for its stack (the address space, `ulimit -v`) or its count
+/// (`ulimit -u`) as often as for a fault, and the message says so.
+pub fn no_thread(what: &str, error: &dyn std::fmt::Display) -> String {
+    format!(
+        "cannot start {what} ({error}): the process's limits leave no room for another thread \
+         (its address space, ulimit -v, or its processes, ulimit -u)"
+    )
+}
+
 fn gib(bytes: u64) -> f64 {
     bytes as f64 / (1u64 << 30) as f64
 }
@@ -68,7 +103,7 @@ fn gib(bytes: u64) -> f64 {
 /// The memory this process can still take: the least of the limits the
 /// module names that can be read; `None` where none can.
 pub fn available() -> Option<Available> {
-    least([meminfo(), address_space(), cgroup()])
+    least([meminfo(), address_space(), data(), cgroup()])
 }
 
 /// The least of `limits` that are known.
@@ -86,42 +121,74 @@ fn meminfo() -> Option<Available> {
     })
 }
 
+/// A resource limit of the process and the field of
+/// `/proc/self/status` that counts what it holds against it.
+struct Limit {
+    resource: libc::__rlimit_resource_t,
+    /// The `/proc/self/status` field: `VmSize`, `VmData`.
+    field: &'static str,
+    /// As an error says it.
+    name: &'static str,
+}
+
+/// The address-space limit: every mapping counts, reserved or not.
+const ADDRESS_SPACE: Limit = Limit {
+    resource: libc::RLIMIT_AS,
+    field: "VmSize",
+    name: "the address-space limit (ulimit -v)",
+};
+
+/// The data limit: since Linux 4.7, the private writable mappings, which
+/// the heap is.
+const DATA: Limit = Limit {
+    resource: libc::RLIMIT_DATA,
+    field: "VmData",
+    name: "the data limit (ulimit -d)",
+};
+
 /// The address-space limit, where there is one, less the process's
 /// `VmSize` in `/proc/self/status`.
 fn address_space() -> Option<Available> {
-    let mut limit = libc::rlimit {
+    limit_now(&ADDRESS_SPACE)
+}
+
+/// The data limit, where there is one, less the process's `VmData`.
+fn data() -> Option<Available> {
+    limit_now(&DATA)
+}
+
+/// `limit`, where the process has one, less what it holds now.
+fn limit_now(limit: &Limit) -> Option<Available> {
+    let mut value = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // Safety: getrlimit writes the struct it is given, and nothing else.
-    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } != 0 {
+    if unsafe { libc::getrlimit(limit.resource, &mut value) } != 0 {
         return None;
     }
-    if limit.rlim_cur == libc::RLIM_INFINITY {
+    if value.rlim_cur == libc::RLIM_INFINITY {
         return None;
     }
     let status = std::fs::read_to_string("/proc/self/status").ok();
-    Some(address_space_left(limit.rlim_cur, status.as_deref()))
+    Some(limit_left(limit, value.rlim_cur, status.as_deref()))
 }
 
-/// What an address-space limit of `limit_bytes` leaves a process whose
-/// `/proc/self/status` reads `status` (the limit whole where its
-/// `VmSize` cannot be read).
-fn address_space_left(limit_bytes: u64, status: Option<&str>) -> Available {
-    let mapped =
-        status.and_then(|text| size_field(text, "VmSize", Path::new("/proc/self/status")).ok());
-    let limit = format!(
-        "the address-space limit (ulimit -v) of {:.1} GiB",
-        gib(limit_bytes)
-    );
-    match mapped {
-        Some(mapped) => Available {
-            bytes: limit_bytes.saturating_sub(mapped),
-            source: format!("{limit} less the {:.1} GiB this process maps", gib(mapped)),
+/// What `limit` of `limit_bytes` leaves a process whose
+/// `/proc/self/status` reads `status` (the limit whole where its field
+/// cannot be read).
+fn limit_left(limit: &Limit, limit_bytes: u64, status: Option<&str>) -> Available {
+    let held =
+        status.and_then(|text| size_field(text, limit.field, Path::new("/proc/self/status")).ok());
+    let name = format!("{} of {:.1} GiB", limit.name, gib(limit_bytes));
+    match held {
+        Some(held) => Available {
+            bytes: limit_bytes.saturating_sub(held),
+            source: format!("{name} less the {:.1} GiB this process maps", gib(held)),
         },
         None => Available {
             bytes: limit_bytes,
-            source: limit,
+            source: name,
         },
     }
 }
@@ -226,6 +293,24 @@ mod tests {
         );
     }
 
+    /// Before it is built, a workload is refused from its least: layers
+    /// times blocks tensors and as many operators.
+    #[test]
+    fn a_workload_is_refused_from_its_blocks_before_it_is_built() {
+        let per = fateplan_planner::workload::LEAST_PLANNING_BYTES_PER_ITEM;
+        let least = 2 * 64 * 65536 * per;
+        assert_eq!(planning_shortfall_before(64, 65536, None), None);
+        let room = limit(least, "meminfo").unwrap();
+        assert_eq!(planning_shortfall_before(64, 65536, Some(&room)), None);
+        let tight = limit(least - 1, "meminfo").unwrap();
+        let said = planning_shortfall_before(64, 65536, Some(&tight)).unwrap();
+        assert!(
+            said.starts_with("planning this workload takes at least")
+                && said.contains("(at least 4194304 tensors and as many operators: 64 layers of 65536 blocks each)"),
+            "{said}"
+        );
+    }
+
     #[test]
     fn the_least_known_limit_is_the_figure() {
         assert_eq!(least([None, None]), None);
@@ -242,17 +327,30 @@ mod tests {
     #[test]
     fn an_address_space_limit_leaves_what_the_process_does_not_map() {
         let status = "Name:\tfateplan\nVmPeak:\t  400000 kB\nVmSize:\t  307200 kB\n";
-        let left = address_space_left(3 << 30, Some(status));
+        let left = limit_left(&ADDRESS_SPACE, 3 << 30, Some(status));
         assert_eq!(left.bytes, (3 << 30) - (300 << 20));
         assert_eq!(
             left.source,
             "the address-space limit (ulimit -v) of 3.0 GiB less the 0.3 GiB this process maps"
         );
         // A process that maps more than its limit has nothing left.
-        assert_eq!(address_space_left(1 << 20, Some(status)).bytes, 0);
-        let unread = address_space_left(3 << 30, None);
+        assert_eq!(limit_left(&ADDRESS_SPACE, 1 << 20, Some(status)).bytes, 0);
+        let unread = limit_left(&ADDRESS_SPACE, 3 << 30, None);
         assert_eq!(unread.bytes, 3 << 30);
         assert!(!unread.source.contains("maps"), "{}", unread.source);
+        // The data limit counts the heap's mappings alone.
+        let data = limit_left(
+            &DATA,
+            1 << 30,
+            Some("VmSize:\t 4194304 kB\nVmData:\t 102400 kB\n"),
+        );
+        assert_eq!(data.bytes, (1 << 30) - (100 << 20));
+        assert!(
+            data.source
+                .starts_with("the data limit (ulimit -d) of 1.0 GiB"),
+            "{}",
+            data.source
+        );
     }
 
     #[test]

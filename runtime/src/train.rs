@@ -1398,18 +1398,6 @@ fn prepare_with_edges(
     let workload = shape
         .workload(hyper.sweeps)
         .map_err(|e| crate::Error::invalid(Path::new(&dataset.name), "model", e.to_string()))?;
-    // Refused before planning, which would run out of memory part way.
-    if let Some(short) =
-        crate::memory::planning_shortfall(&workload, crate::memory::available().as_ref())
-    {
-        return Err(crate::Error::invalid(
-            Path::new(&dataset.name),
-            "partitions",
-            format!(
-                "{short}; fewer partitions (here {partitions}) or layers make a smaller workload"
-            ),
-        ));
-    }
     Ok(Prepared {
         workload,
         input,

@@ -63,7 +63,9 @@ impl Lane {
                     let _ = done.send((result, span));
                 }
             })
-            .map_err(|e| ExecError::Internal(format!("cannot start the {name} lane: {e}")))?;
+            .map_err(|e| {
+                ExecError::Threads(crate::memory::no_thread(&format!("the {name} lane"), &e))
+            })?;
         Ok(Lane {
             name,
             sender: Some(sender),

@@ -116,6 +116,10 @@ pub enum ExecError {
     /// The CUDA backend: a missing library or device, or a driver error.
     #[error("cuda: {0}")]
     Cuda(String),
+    /// A thread the run needs could not be started: the process's limits
+    /// (its address space, its processes) leave no room for it.
+    #[error("{0}")]
+    Threads(String),
     #[error("internal error (a bug in fateplan): {0}")]
     Internal(String),
 }
