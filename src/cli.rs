@@ -1327,8 +1327,25 @@ pub(crate) fn tier_use(peak: u64, budget: u64) -> String {
 /// otherwise run out of it part way through. `smaller` says what makes a
 /// smaller workload ([`fewer_partitions`] for a GNN's).
 pub(crate) fn plannable(workload: &Workload, smaller: &str) -> Result<()> {
+    plannable_at_once(workload, 1, smaller)
+}
+
+/// [`plannable`] where `--sweep auto` plans its sweeps' workloads side by
+/// side: as many at once as the thread pool runs, up to
+/// [`fateplan::planner::sizing::SWEEPS_AT_ONCE`].
+pub(crate) fn sweeps_plannable(workload: &Workload, smaller: &str) -> Result<()> {
+    let at_once = rayon::current_num_threads().min(fateplan::planner::sizing::SWEEPS_AT_ONCE);
+    plannable_at_once(
+        workload,
+        at_once as u64,
+        &format!("{smaller}; a --sweep given plans one workload"),
+    )
+}
+
+fn plannable_at_once(workload: &Workload, at_once: u64, smaller: &str) -> Result<()> {
     let available = fateplan::runtime::memory::available();
-    if let Some(short) = fateplan::runtime::memory::planning_shortfall(workload, available.as_ref())
+    if let Some(short) =
+        fateplan::runtime::memory::planning_shortfall_at_once(workload, at_once, available.as_ref())
     {
         bail!("{short}; {smaller}");
     }
@@ -2744,6 +2761,9 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
             made = None;
         }
         let reused = made.is_some();
+        if args.partitions != "auto" {
+            sweeps_plannable(&workload, &fewer_partitions(model.partitions))?;
+        }
         let outputs = Some((
             workload,
             match made.take() {

@@ -1117,6 +1117,10 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             }
             let mut plan = match args.sweep_auto() {
                 true => {
+                    crate::cli::sweeps_plannable(
+                        workload,
+                        &crate::cli::fewer_partitions(args.partitions()),
+                    )?;
                     let outputs = Some((
                         workload.clone(),
                         fateplan::planner::sizing::ByOutputs::Unplanned,

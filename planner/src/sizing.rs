@@ -693,8 +693,9 @@ pub const SWEEP_PASSES: u32 = 4;
 pub const EVERY_SWEEP_BITS: u32 = 6;
 
 /// How many sweeps [`choose_sweeps`] plans at once: each holds its
-/// workload and plan while it is made.
-const SWEEPS_AT_ONCE: usize = 4;
+/// workload and plan while it is made (as many as the thread pool runs
+/// at once, up to this).
+pub const SWEEPS_AT_ONCE: usize = 4;
 
 /// How much faster, as a share of the best so far, sweeps must be
 /// predicted for [`choose_sweeps`] to take them: plans that differ by

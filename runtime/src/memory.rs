@@ -50,12 +50,27 @@ pub fn planning_shortfall(
     workload: &fateplan_planner::Workload,
     available: Option<&Available>,
 ) -> Option<String> {
+    planning_shortfall_at_once(workload, 1, available)
+}
+
+/// [`planning_shortfall`] of `at_once` plans of workloads like
+/// `workload` made side by side (the sweeps `--sweep auto` compares).
+pub fn planning_shortfall_at_once(
+    workload: &fateplan_planner::Workload,
+    at_once: u64,
+    available: Option<&Available>,
+) -> Option<String> {
     let what = format!(
-        "{} tensors and {} operators",
+        "{} tensors and {} operators{}",
         workload.tensors.len(),
-        workload.ops.len()
+        workload.ops.len(),
+        match at_once {
+            1 => String::new(),
+            n => format!(", {n} such plans made at once"),
+        }
     );
-    let short = available?.shortfall(workload.least_planning_bytes(), &what)?;
+    let bytes = workload.least_planning_bytes().saturating_mul(at_once);
+    let short = available?.shortfall(bytes, &what)?;
     Some(format!(
         "planning workload {:?} takes {short}",
         workload.name
@@ -277,6 +292,14 @@ mod tests {
         let room = limit(least, "meminfo").unwrap();
         assert_eq!(planning_shortfall(&workload, Some(&room)), None);
         let tight = limit(least - 1, "meminfo").unwrap();
+        // Two side by side take twice.
+        let two = limit(2 * least - 1, "meminfo").unwrap();
+        assert_eq!(planning_shortfall(&workload, Some(&two)), None);
+        let twice = planning_shortfall_at_once(&workload, 2, Some(&two)).unwrap();
+        assert!(
+            twice.contains("operators, 2 such plans made at once)"),
+            "{twice}"
+        );
         let said = planning_shortfall(&workload, Some(&tight)).unwrap();
         let counts = format!(
             "({} tensors and {} operators)",
