@@ -1343,13 +1343,36 @@ pub(crate) fn sweeps_plannable(workload: &Workload, smaller: &str) -> Result<()>
 }
 
 fn plannable_at_once(workload: &Workload, at_once: u64, smaller: &str) -> Result<()> {
+    let least = workload.least_planning_bytes().saturating_mul(at_once);
+    if admitted(least) {
+        return Ok(());
+    }
     let available = fateplan::runtime::memory::available();
     if let Some(short) =
         fateplan::runtime::memory::planning_shortfall_at_once(workload, at_once, available.as_ref())
     {
         bail!("{short}; {smaller}");
     }
+    admit(least);
     Ok(())
+}
+
+/// The most memory a workload admitted for planning in this process
+/// takes at least ([`admit`]).
+static ADMITTED_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Whether a workload that takes at least `least` bytes to plan is no
+/// larger than one admitted before in this process: that one's memory,
+/// freed, is the allocator's to reuse, and the memory left now does not
+/// count it (`curve` plans budget after budget, and was refused part
+/// way where it had room).
+fn admitted(least: u64) -> bool {
+    least <= ADMITTED_BYTES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Records that a workload taking at least `least` bytes was admitted.
+fn admit(least: u64) {
+    ADMITTED_BYTES.fetch_max(least, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// What makes a GNN's workload in `partitions` smaller, as [`plannable`]
@@ -1422,7 +1445,9 @@ impl GnnSource {
             // its blocks before it is built, and from its size after.
             let counts = self.source.blocks(p, false)?;
             let blocks = fateplan::planner::gnn::aggregated_blocks(&counts);
-            let available = fateplan::runtime::memory::available();
+            let least =
+                fateplan::runtime::memory::least_planning_bytes_before(self.spec.layers, blocks);
+            let available = fateplan::runtime::memory::available().filter(|_| !admitted(least));
             if let Some(short) = fateplan::runtime::memory::planning_shortfall_before(
                 self.spec.layers,
                 blocks,
@@ -3657,6 +3682,15 @@ mod tests {
                 "percent --hbm-budget 40% is 46.0 KiB",
             ]
         );
+    }
+
+    /// A workload no larger than one admitted before is admitted; a
+    /// larger one is checked.
+    #[test]
+    fn a_workload_no_larger_than_one_admitted_is_not_checked_again() {
+        admit(5 << 20);
+        assert!(admitted(5 << 20) && admitted(1));
+        assert!(!admitted(u64::MAX));
     }
 
     /// A peak over its budget never reads as within it, however little

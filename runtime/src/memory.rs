@@ -89,15 +89,22 @@ pub fn planning_shortfall_before(
     available: Option<&Available>,
 ) -> Option<String> {
     let least = u64::from(layers).saturating_mul(blocks);
-    let bytes = least
-        .saturating_mul(2)
-        .saturating_mul(fateplan_planner::workload::LEAST_PLANNING_BYTES_PER_ITEM);
+    let bytes = least_planning_bytes_before(layers, blocks);
     let what = format!(
         "at least {least} tensors and as many operators: {layers} layers of {blocks} blocks \
          each"
     );
     let short = available?.shortfall(bytes, &what)?;
     Some(format!("planning this workload takes {short}"))
+}
+
+/// The least memory planning a GNN's workload of `layers` layers
+/// aggregating `blocks` blocks each takes ([`planning_shortfall_before`]).
+pub fn least_planning_bytes_before(layers: u32, blocks: u64) -> u64 {
+    u64::from(layers)
+        .saturating_mul(blocks)
+        .saturating_mul(2)
+        .saturating_mul(fateplan_planner::workload::LEAST_PLANNING_BYTES_PER_ITEM)
 }
 
 /// Why `what` (a lane, the worker threads) could not start its thread:
