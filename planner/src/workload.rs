@@ -818,7 +818,8 @@ impl Workload {
     /// ([`LEAST_PLANNING_BYTES_PER_ITEM`] a tensor or operator): a caller
     /// that knows how much the process can still take refuses a workload
     /// over it, which would otherwise run the machine out of memory part
-    /// way through. Planning may take twice this or more.
+    /// way through. Planning takes more: a GCN about 1.2 times this, a
+    /// GAT three times (`docs/planner.md`, "Planning memory").
     pub fn least_planning_bytes(&self) -> u64 {
         (self.tensors.len() + self.ops.len()) as u64 * LEAST_PLANNING_BYTES_PER_ITEM
     }
