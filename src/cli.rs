@@ -1299,19 +1299,24 @@ impl GraphSource {
 
 /// A tier's peak over its budget, as `plan`'s and `simulate`'s `use`
 /// column says it, in at most six characters: a share to a tenth of a
-/// percent; one over its budget never reads 100.0% (`>100%`), one of ten
-/// times it or more reads as a multiple (`37x`, `>999x`), one over a
+/// percent; one over its budget never reads 100.0% (`>100%`), one of
+/// twice it or more reads as a multiple (`7.4x`, `37x`, `>999x`), one over a
 /// budget of nothing `over`, and a tier of neither `-`; a peak too small
 /// to show is `<0.1%`, not nothing.
 pub(crate) fn tier_use(peak: u64, budget: u64) -> String {
     if budget == 0 {
         return if peak == 0 { "-" } else { "over" }.to_string();
     }
-    let share = 100.0 * peak as f64 / budget as f64;
+    let times = peak as f64 / budget as f64;
+    let share = 100.0 * times;
+    // To a tenth, as a multiple shows it.
+    let tenths = (times * 10.0).round() / 10.0;
     if peak >= budget.saturating_mul(1000) {
         ">999x".to_string()
-    } else if share >= 999.95 {
-        format!("{:.0}x", peak as f64 / budget as f64)
+    } else if tenths >= 10.0 {
+        format!("{times:.0}x")
+    } else if share >= 199.95 {
+        format!("{times:.1}x")
     } else if peak > budget && format!("{share:.1}") == "100.0" {
         ">100%".to_string()
     } else if peak > 0 && format!("{share:.1}") == "0.0" {
@@ -1321,40 +1326,91 @@ pub(crate) fn tier_use(peak: u64, budget: u64) -> String {
     }
 }
 
-/// Refuses `workload`, before it is planned, where planning it would
-/// take more memory than the process can still take
-/// ([`fateplan::runtime::memory::planning_shortfall`]): the machine would
-/// otherwise run out of it part way through. `smaller` says what makes a
-/// smaller workload ([`fewer_partitions`] for a GNN's).
-pub(crate) fn plannable(workload: &Workload, smaller: &str) -> Result<()> {
-    plannable_at_once(workload, 1, smaller)
+/// Refuses `workload`, before it is planned for `profile` with `fates`,
+/// where planning it would take more memory than the process can still
+/// take ([`fateplan::runtime::memory::planning_shortfall`]): the machine
+/// would otherwise run out of it part way through. `smaller` says what
+/// makes a smaller workload ([`fewer_partitions`] for a GNN's).
+pub(crate) fn plannable(
+    workload: &Workload,
+    profile: &Profile,
+    fates: FateSet,
+    smaller: &str,
+) -> Result<()> {
+    plannable_at_once(workload, profile, fates, 1, smaller)
 }
 
 /// [`plannable`] where `--sweep auto` plans its sweeps' workloads side by
 /// side: as many at once as the thread pool runs, up to
 /// [`fateplan::planner::sizing::SWEEPS_AT_ONCE`].
-pub(crate) fn sweeps_plannable(workload: &Workload, smaller: &str) -> Result<()> {
+pub(crate) fn sweeps_plannable(
+    workload: &Workload,
+    profile: &Profile,
+    fates: FateSet,
+    smaller: &str,
+) -> Result<()> {
     let at_once = rayon::current_num_threads().min(fateplan::planner::sizing::SWEEPS_AT_ONCE);
     plannable_at_once(
         workload,
+        profile,
+        fates,
         at_once as u64,
         &format!("{smaller}; a --sweep given plans one workload"),
     )
 }
 
-fn plannable_at_once(workload: &Workload, at_once: u64, smaller: &str) -> Result<()> {
+/// Memory left, per tensor or operator, below which [`plannable`]
+/// counts the workload's choices: planning has peaked at up to 6.7 KB
+/// an item (GAT on igb-full, 3 layers in 128 partitions; `docs/planner.md`,
+/// "Planning memory"), and with more left it cannot run short.
+const COUNT_BELOW_BYTES_PER_ITEM: u64 = 12 << 10;
+
+fn plannable_at_once(
+    workload: &Workload,
+    profile: &Profile,
+    fates: FateSet,
+    at_once: u64,
+    smaller: &str,
+) -> Result<()> {
     let least = workload.least_planning_bytes().saturating_mul(at_once);
     if admitted(least) {
         return Ok(());
     }
     let available = fateplan::runtime::memory::available();
-    if let Some(short) =
-        fateplan::runtime::memory::planning_shortfall_at_once(workload, at_once, available.as_ref())
-    {
+    if let Some(short) = planning_refusal(workload, profile, fates, at_once, available.as_ref()) {
         bail!("{short}; {smaller}");
     }
     admit(least);
     Ok(())
+}
+
+/// Why planning `at_once` workloads like `workload` would take more
+/// memory than `available`: from its count of items at once, and where
+/// little more than that is left, with its tensors' choices counted (a
+/// GAT's are most of it, which the count per item cannot see). `None`
+/// where it fits, or nothing is known.
+fn planning_refusal(
+    workload: &Workload,
+    profile: &Profile,
+    fates: FateSet,
+    at_once: u64,
+    available: Option<&fateplan::runtime::memory::Available>,
+) -> Option<String> {
+    use fateplan::runtime::memory;
+    let available = available?;
+    if let Some(short) = memory::planning_shortfall_at_once(workload, at_once, Some(available)) {
+        return Some(short);
+    }
+    let items = (workload.tensors.len() + workload.ops.len()) as u64;
+    let near = items
+        .saturating_mul(at_once)
+        .saturating_mul(COUNT_BELOW_BYTES_PER_ITEM);
+    if available.bytes >= near {
+        return None;
+    }
+    let counted =
+        fateplan::planner::planner::least_planning_bytes_counted(workload, profile, fates);
+    memory::planning_shortfall_counted(workload, counted, at_once, Some(available))
 }
 
 /// The most memory a workload admitted for planning in this process
@@ -1414,11 +1470,16 @@ impl GnnSource {
     /// one. `at`: what `auto` makes of each count it plans
     /// ([`size_partitions_choosing`]), where it chooses more than the
     /// count. `gpus`: the GPUs the graph is shared out to (1: the whole
-    /// graph).
+    /// graph). `planned`: whether the workload is the one planned, and so
+    /// checked for the memory its planning takes ([`plannable`]); where
+    /// real shares replace it (`--gpus` above 1 on a graph read), they
+    /// are checked instead, under their own name.
+    #[allow(clippy::too_many_arguments)]
     fn sized(
         &self,
         partitions: &str,
         gpus: u32,
+        planned: bool,
         profile: &Profile,
         options: &PlanOptions,
         at: Option<&AtCount<'_, anyhow::Error>>,
@@ -1456,7 +1517,9 @@ impl GnnSource {
                 bail!("{short}; {}", fewer_partitions(p));
             }
             let workload = build_gnn(&self.spec, &counts)?;
-            plannable(&workload, &fewer_partitions(p))?;
+            if planned {
+                plannable(&workload, profile, options.fates, &fewer_partitions(p))?;
+            }
             return Ok((workload, p, String::new(), None));
         }
         let most = (self.most as u64).min(self.source.nodes()) as u32;
@@ -1734,7 +1797,12 @@ fn plan_shares(
         stats,
         mut shape,
     } = build(owner, partitions)?;
-    plannable(&workload, &fewer_partitions(partitions))?;
+    plannable(
+        &workload,
+        profile,
+        options.fates,
+        &fewer_partitions(partitions),
+    )?;
     if let Some(multi) = options.multi.as_mut() {
         // The halo rows do not depend on the partition count.
         multi.halo = shares_halo(nodes, edges, gpus, &stats);
@@ -1931,10 +1999,6 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
                 args.gpus
             );
         }
-        plannable(
-            &workload,
-            "a DAG of fewer tensors and operators plans in less",
-        )?;
         return Ok(SourceGiven {
             source: Source::Dag(workload),
             note: String::new(),
@@ -2632,7 +2696,15 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
     // the shares' plan replaces it.
     let mut searched = true;
     let (mut workload, sizing_note, mut made, mut model, gnn) = match source {
-        Source::Dag(workload) => (workload, String::new(), None, None, None),
+        Source::Dag(workload) => {
+            plannable(
+                &workload,
+                &profile,
+                options.fates,
+                "a DAG of fewer tensors and operators plans in less",
+            )?;
+            (workload, String::new(), None, None, None)
+        }
         Source::Gnn(gnn) => {
             gnn.spec.validate().map_err(sweep_flagged)?;
             // The options as they are here: budgets given as shares of
@@ -2657,6 +2729,7 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
             let (mut workload, p, mut note, mut made) = gnn.sized(
                 &args.partitions,
                 args.gpus,
+                shares.is_none(),
                 &profile,
                 &search,
                 joint.then_some(&at as &AtCount<'_, anyhow::Error>),
@@ -2787,7 +2860,12 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
         }
         let reused = made.is_some();
         if args.partitions != "auto" {
-            sweeps_plannable(&workload, &fewer_partitions(model.partitions))?;
+            sweeps_plannable(
+                &workload,
+                &profile,
+                options.fates,
+                &fewer_partitions(model.partitions),
+            )?;
         }
         let outputs = Some((
             workload,
@@ -3684,6 +3762,56 @@ mod tests {
         );
     }
 
+    /// A GAT, whose tensors kept for the backward pass have most of its
+    /// planning's memory in their choices, is refused where its count
+    /// of items fits but its counted choices do not; with room, it is
+    /// not; with less room than its items take, it is refused on them.
+    #[test]
+    fn a_workload_is_refused_on_its_choices_where_its_items_fit() {
+        use fateplan::planner::blocks::BlockCounts;
+        use fateplan::planner::gnn::{GnnModel, GnnSpec};
+        use fateplan::runtime::memory::Available;
+        let spec = GnnSpec::new(GnnModel::Gat, 8, 4, "tiny");
+        let workload = build_gnn(&spec, &BlockCounts::skewed(1000, 8000, 4).unwrap()).unwrap();
+        let profile = fateplan::profiles::builtin("a100-80g").unwrap();
+        let room = |bytes| Available {
+            bytes,
+            source: "a test's".to_string(),
+        };
+        let refused = |bytes, at_once| {
+            planning_refusal(
+                &workload,
+                &profile,
+                FateSet::ALL,
+                at_once,
+                Some(&room(bytes)),
+            )
+        };
+        let items = workload.least_planning_bytes();
+        let (counted, choices) = fateplan::planner::planner::least_planning_bytes_counted(
+            &workload,
+            &profile,
+            FateSet::ALL,
+        );
+        assert!(counted > items && choices > 0, "{counted} {items}");
+        let said = refused(items, 1).unwrap();
+        assert!(
+            said.contains("operators, whose choices hold") && said.ends_with("(a test's)"),
+            "{said}"
+        );
+        assert_eq!(refused(counted, 1), None);
+        // Two at once take twice.
+        assert!(refused(counted, 2)
+            .unwrap()
+            .contains(", 2 such plans made at once)"));
+        let said = refused(items - 1, 1).unwrap();
+        assert!(!said.contains("choices"), "{said}");
+        assert_eq!(
+            planning_refusal(&workload, &profile, FateSet::ALL, 1, None),
+            None
+        );
+    }
+
     /// A workload no larger than one admitted before is admitted; a
     /// larger one is checked.
     #[test]
@@ -3704,7 +3832,10 @@ mod tests {
         assert_eq!(tier_use(mib, mib), "100.0%");
         assert_eq!(tier_use(200 * mib + 4096, 200 * mib), ">100%");
         assert_eq!(tier_use(3 * mib, 2 * mib), "150.0%");
-        assert_eq!(tier_use(9 * mib, mib), "900.0%");
+        assert_eq!(tier_use(2 * mib - 1024, mib), "199.9%");
+        assert_eq!(tier_use(2 * mib, mib), "2.0x");
+        assert_eq!(tier_use(7394 * mib / 1000, mib), "7.4x");
+        assert_eq!(tier_use(9 * mib, mib), "9.0x");
         assert_eq!(tier_use(10 * mib - 1, mib), "10x");
         assert_eq!(tier_use(10 * mib, mib), "10x");
         assert_eq!(tier_use(37 * mib, mib), "37x");

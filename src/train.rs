@@ -1048,12 +1048,17 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             plan
         }
         None => {
-            // Planned here: refused first where that would run the
-            // machine out of memory (a plan given is not planned again).
-            crate::cli::plannable(workload, &crate::cli::fewer_partitions(args.partitions()))?;
             let name = args.policy.as_deref().unwrap_or("dp");
             let policy = Policy::parse(name).map_err(|e| flagged("--policy", name, e))?;
             let mut options = PlanOptions::new(policy, &profile);
+            // Planned here: refused first where that would run the
+            // machine out of memory (a plan given is not planned again).
+            crate::cli::plannable(
+                workload,
+                &profile,
+                options.fates,
+                &crate::cli::fewer_partitions(args.partitions()),
+            )?;
             if let Some(limit) = args.milp_time_limit {
                 // (Its policy checked before the graph was read.)
                 options.milp_time_limit_s = limit;
@@ -1119,6 +1124,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 true => {
                     crate::cli::sweeps_plannable(
                         workload,
+                        &profile,
+                        options.fates,
                         &crate::cli::fewer_partitions(args.partitions()),
                     )?;
                     let outputs = Some((

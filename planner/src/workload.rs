@@ -22,6 +22,19 @@ pub const MAX_ITEMS: usize = 10_000_000;
 /// less the 0.30 KB an item that building the workload took; more
 /// threads take more. See [`Workload::least_planning_bytes`].
 pub const LEAST_PLANNING_BYTES_PER_ITEM: u64 = 1280;
+/// The least memory planning takes a tensor or operator beyond the
+/// workload and what its tensors' choices take
+/// ([`CHOICES_HELD_TIMES`], counted by
+/// [`crate::planner::least_planning_bytes_counted`]).
+pub const LEAST_PLANNING_BYTES_BEYOND_CHOICES: u64 = 640;
+/// How many times the bytes of its tensors' choices planning holds at
+/// least, beyond [`LEAST_PLANNING_BYTES_BEYOND_CHOICES`] an item: the
+/// choices themselves, and what the search and the allocator hold beside
+/// them. Measured as [`LEAST_PLANNING_BYTES_PER_ITEM`] was, less the
+/// workload and that: 2.41 (GCN on ogbn-arxiv, 8 layers in 128
+/// partitions), 2.47 (its GAT), 6.05 (GCN on ogbn-papers100M), 6.2 (GAT
+/// on igb-full, 3 layers), 7.5 (GCN on igb-full, 8 layers in 256).
+pub const CHOICES_HELD_TIMES: u64 = 2;
 
 /// Index of a tensor in [`Workload::tensors`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -819,7 +832,9 @@ impl Workload {
     /// that knows how much the process can still take refuses a workload
     /// over it, which would otherwise run the machine out of memory part
     /// way through. Planning takes more: a GCN about 1.2 times this, a
-    /// GAT three times (`docs/planner.md`, "Planning memory").
+    /// GAT three times (`docs/planner.md`, "Planning memory"), which
+    /// [`crate::planner::least_planning_bytes_counted`] sees nearer, at
+    /// the cost of making every tensor's choices once.
     pub fn least_planning_bytes(&self) -> u64 {
         (self.tensors.len() + self.ops.len()) as u64 * LEAST_PLANNING_BYTES_PER_ITEM
     }

@@ -31,13 +31,27 @@ impl Available {
     /// error that says too what takes it and what would fit.
     pub fn shortfall(&self, needed_bytes: u64, what: &str) -> Option<String> {
         (needed_bytes > self.bytes).then(|| {
+            let (needed, available) = apart(needed_bytes, self.bytes);
             format!(
-                "at least {:.1} GiB in memory ({what}), more than the {:.1} GiB available ({})",
-                gib(needed_bytes),
-                gib(self.bytes),
+                "at least {needed} in memory ({what}), more than the {available} available ({})",
                 self.source
             )
         })
+    }
+}
+
+/// Two sizes, `more` above `less`, in tenths of a GiB, or where those
+/// read the same, in MiB, else in bytes: never `0.6 GiB ... more than
+/// the 0.6 GiB`.
+fn apart(more: u64, less: u64) -> (String, String) {
+    let in_gib = |b: u64| format!("{:.1} GiB", gib(b));
+    let in_mib = |b: u64| format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64);
+    if in_gib(more) != in_gib(less) {
+        (in_gib(more), in_gib(less))
+    } else if in_mib(more) != in_mib(less) {
+        (in_mib(more), in_mib(less))
+    } else {
+        (format!("{more} bytes"), format!("{less} bytes"))
     }
 }
 
@@ -71,6 +85,34 @@ pub fn planning_shortfall_at_once(
     );
     let bytes = workload.least_planning_bytes().saturating_mul(at_once);
     let short = available?.shortfall(bytes, &what)?;
+    Some(format!(
+        "planning workload {:?} takes {short}",
+        workload.name
+    ))
+}
+
+/// [`planning_shortfall_at_once`] with the workload's least planning
+/// memory counted, `(bytes, of them the choices')`
+/// ([`fateplan_planner::planner::least_planning_bytes_counted`]):
+/// "planning workload W takes at least X GiB in memory (N tensors and M
+/// operators, whose choices hold Y GiB), more than ...".
+pub fn planning_shortfall_counted(
+    workload: &fateplan_planner::Workload,
+    (least, choices): (u64, u64),
+    at_once: u64,
+    available: Option<&Available>,
+) -> Option<String> {
+    let what = format!(
+        "{} tensors and {} operators, whose choices hold {:.1} GiB{}",
+        workload.tensors.len(),
+        workload.ops.len(),
+        gib(choices),
+        match at_once {
+            1 => String::new(),
+            n => format!(", {n} such plans made at once"),
+        }
+    );
+    let short = available?.shortfall(least.saturating_mul(at_once), &what)?;
     Some(format!(
         "planning workload {:?} takes {short}",
         workload.name
@@ -352,6 +394,24 @@ mod tests {
             "at least 6.0 GiB in memory (a graph), more than the 3.0 GiB available (ulimit)"
         );
         assert_eq!(limit(3 << 30, "x").unwrap().shortfall(3 << 30, "y"), None);
+        // Sizes a tenth of a GiB rounds together are told apart.
+        let mib = 1u64 << 20;
+        let short = limit(600 * mib, "x")
+            .unwrap()
+            .shortfall(640 * mib, "y")
+            .unwrap();
+        assert!(
+            short.starts_with("at least 640 MiB in memory (y), more than the 600 MiB"),
+            "{short}"
+        );
+        let short = limit(600 * mib, "x")
+            .unwrap()
+            .shortfall(600 * mib + 1, "y")
+            .unwrap();
+        assert!(
+            short.contains(&format!("more than the {} bytes", 600 * mib)),
+            "{short}"
+        );
     }
 
     #[test]

@@ -144,7 +144,7 @@ pub struct Choice {
     pub lag: u32,
     /// Per gap (offloads) or per run of uses (streamed inputs): how many
     /// steps before the use the copy back is issued; 0 means right before.
-    pub leads: Vec<u32>,
+    pub leads: Box<[u32]>,
     /// Seconds added to the iteration: transfer time not hidden behind the
     /// compute of the steps it overlaps, or the recomputation's own time.
     pub cost_s: f64,
@@ -153,10 +153,10 @@ pub struct Choice {
     /// what breaks ties between choices of equal price.
     pub moved_bytes: u64,
     /// `[start, end)` slots without a device copy.
-    pub hbm_free: Vec<(u32, u32)>,
+    pub hbm_free: Box<[(u32, u32)]>,
     /// `[start, end)` slots and bytes added on the device: what a
     /// recomputation re-creates or keeps alive for its inputs.
-    pub hbm_add: Vec<(u32, u32, u64)>,
+    pub hbm_add: Box<[(u32, u32, u64)]>,
     /// The tier and `[start, end)` slots holding the away copy.
     pub away: Option<(Tier, u32, u32)>,
     /// Tensors a recomputation reads that its baseline keeps on the
@@ -164,7 +164,7 @@ pub struct Choice {
     /// them: where a tensor's own choice is away at that slot, it is
     /// copied in for the recomputation, on links this choice's `link_s`
     /// does not count (see `dp::copies_charged`).
-    pub copies_in: Vec<CopyIn>,
+    pub copies_in: Box<[CopyIn]>,
 }
 
 impl Choice {
@@ -175,6 +175,14 @@ impl Choice {
 
     pub fn uses_ssd(&self) -> bool {
         matches!(self.away, Some((Tier::Ssd, _, _)))
+    }
+
+    /// Bytes the choice holds apart from itself: its lists.
+    fn held_apart(&self) -> usize {
+        std::mem::size_of_val(&*self.leads)
+            + std::mem::size_of_val(&*self.hbm_free)
+            + std::mem::size_of_val(&*self.hbm_add)
+            + std::mem::size_of_val(&*self.copies_in)
     }
 }
 
@@ -556,6 +564,100 @@ impl Choices {
         allowed: FateSet,
         hiding: Option<&Hiding>,
     ) -> Choices {
+        let mut choices = Self::frame(workload, profile, hiding);
+        choices.baseline.reserve_exact(workload.tensors.len());
+        choices.options.reserve_exact(workload.tensors.len());
+        let slots = choices.slots;
+        let mut delta = vec![0i128; slots as usize + 1];
+        for tensor in &workload.tensors {
+            let life = &lives.tensors[tensor.id.index()];
+            // A retained tensor lives from its operator to its last read;
+            // through that read's item unless the item takes its buffer
+            // over for its output.
+            let (baseline, interval) = match tensor.kind {
+                TensorKind::Input | TensorKind::Parameter => (Fate::Resident, Some((0, slots))),
+                _ => (
+                    Fate::Retain,
+                    life.producer.map(|p| {
+                        let last = life.last_use().expect("produced").max(p);
+                        let end = match choices.handed[tensor.id.index()] {
+                            true => item(last),
+                            false => boundary(last + 1),
+                        };
+                        (item(p), end)
+                    }),
+                ),
+            };
+            if let Some((start, end)) = interval {
+                delta[start as usize] += tensor.bytes as i128;
+                delta[end as usize] -= tensor.bytes as i128;
+            }
+            choices.baseline.push(baseline);
+            let options = choices.options_of(workload, lives, tensor, profile, allowed);
+            choices.options.push(options);
+        }
+        for (start, end, bytes) in held_beside_tensors(workload) {
+            delta[start] += bytes as i128;
+            delta[end] -= bytes as i128;
+        }
+        let mut running = 0i128;
+        choices.base_hbm = delta[..slots as usize]
+            .iter()
+            .map(|d| {
+                running += d;
+                running as u64
+            })
+            .collect();
+        choices
+    }
+
+    /// The bytes [`Self::build`] would hold in the tensors' choices
+    /// (their lists and what each choice holds apart), counted a
+    /// tensor's choices at a time, so without holding them: most of
+    /// what planning a workload whose tensors are kept for the backward
+    /// pass holds (a GAT's), and known only once its choices are made.
+    pub fn held_bytes(
+        workload: &Workload,
+        lives: &Lifetimes,
+        profile: &Profile,
+        allowed: FateSet,
+    ) -> u64 {
+        let frame = Self::frame(workload, profile, None);
+        workload
+            .tensors
+            .iter()
+            .map(|tensor| {
+                let options = frame.options_of(workload, lives, tensor, profile, allowed);
+                let apart: usize = options.iter().map(Choice::held_apart).sum();
+                (options.capacity() * std::mem::size_of::<Choice>() + apart) as u64
+            })
+            .sum()
+    }
+
+    /// `tensor`'s choices other than its baseline, held without the
+    /// room to grow (up to 31, grown by doubling: a third of them is
+    /// room, see `docs/planner.md`, "Planning memory").
+    fn options_of(
+        &self,
+        workload: &Workload,
+        lives: &Lifetimes,
+        tensor: &Tensor,
+        profile: &Profile,
+        allowed: FateSet,
+    ) -> Vec<Choice> {
+        let life = &lives.tensors[tensor.id.index()];
+        let mut options = match tensor.kind {
+            TensorKind::Parameter => Vec::new(),
+            TensorKind::Input => self.stream_choices(tensor.bytes, life, profile, allowed),
+            _ => self.intermediate_choices(workload, lives, tensor, life, profile, allowed),
+        };
+        options.shrink_to_fit();
+        options
+    }
+
+    /// The choices' frame: the steps' seconds and what each tensor's
+    /// choices are priced from, with no tensor's choices yet.
+    fn frame(workload: &Workload, profile: &Profile, hiding: Option<&Hiding>) -> Choices {
         let steps = workload.ops.len() as u32;
         let op_s: Vec<f64> = workload
             .ops
@@ -583,14 +685,14 @@ impl Choices {
             }
             None => [before.clone(), before.clone()],
         };
-        let mut choices = Choices {
+        Choices {
             steps,
             slots,
             op_s,
             before,
             hide,
-            baseline: Vec::with_capacity(workload.tensors.len()),
-            options: Vec::with_capacity(workload.tensors.len()),
+            baseline: Vec::new(),
+            options: Vec::new(),
             base_hbm: Vec::new(),
             handed: handed_at_last_use(workload),
             cores_copy: copies_use_compute(profile),
@@ -603,52 +705,7 @@ impl Choices {
                     (pcie_s, ssd_s)
                 })
                 .collect(),
-        };
-        let mut delta = vec![0i128; slots as usize + 1];
-        for tensor in &workload.tensors {
-            let life = &lives.tensors[tensor.id.index()];
-            // A retained tensor lives from its operator to its last read;
-            // through that read's item unless the item takes its buffer
-            // over for its output.
-            let (baseline, interval) = match tensor.kind {
-                TensorKind::Input | TensorKind::Parameter => (Fate::Resident, Some((0, slots))),
-                _ => (
-                    Fate::Retain,
-                    life.producer.map(|p| {
-                        let last = life.last_use().expect("produced").max(p);
-                        let end = match choices.handed[tensor.id.index()] {
-                            true => item(last),
-                            false => boundary(last + 1),
-                        };
-                        (item(p), end)
-                    }),
-                ),
-            };
-            if let Some((start, end)) = interval {
-                delta[start as usize] += tensor.bytes as i128;
-                delta[end as usize] -= tensor.bytes as i128;
-            }
-            choices.baseline.push(baseline);
-            let options = match tensor.kind {
-                TensorKind::Parameter => Vec::new(),
-                TensorKind::Input => choices.stream_choices(tensor.bytes, life, profile, allowed),
-                _ => choices.intermediate_choices(workload, lives, tensor, life, profile, allowed),
-            };
-            choices.options.push(options);
         }
-        for (start, end, bytes) in held_beside_tensors(workload) {
-            delta[start] += bytes as i128;
-            delta[end] -= bytes as i128;
-        }
-        let mut running = 0i128;
-        choices.base_hbm = delta[..slots as usize]
-            .iter()
-            .map(|d| {
-                running += d;
-                running as u64
-            })
-            .collect();
-        choices
     }
 
     /// These choices with every recomputation charged what `fates` add
@@ -718,7 +775,7 @@ impl Choices {
                 let charged = charged.get_or_insert_with(|| self.clone());
                 let choice = &mut charged.options[t][i];
                 choice.cost_s += seconds;
-                choice.hbm_add.extend(adds);
+                choice.hbm_add = choice.hbm_add.iter().copied().chain(adds).collect();
                 if fates[t] == Fate::Recompute {
                     chosen_s += seconds;
                 }
@@ -793,14 +850,14 @@ impl Choices {
                 out.push(Choice {
                     fate,
                     lag: 0,
-                    leads,
+                    leads: leads.into(),
                     cost_s,
                     link_s,
                     moved_bytes: bytes * runs.len() as u64,
-                    hbm_free,
-                    hbm_add: Vec::new(),
+                    hbm_free: hbm_free.into(),
+                    hbm_add: Box::default(),
                     away: Some((if ssd { Tier::Ssd } else { Tier::Host }, 0, self.slots)),
-                    copies_in: Vec::new(),
+                    copies_in: Box::default(),
                 });
             }
         }
@@ -972,12 +1029,12 @@ impl Choices {
                     out.push(Choice {
                         fate,
                         lag,
-                        leads,
+                        leads: leads.into(),
                         cost_s,
                         link_s,
                         moved_bytes: tensor.bytes * (life.gaps.len() as u64 + 1),
-                        hbm_free,
-                        hbm_add: Vec::new(),
+                        hbm_free: hbm_free.into(),
+                        hbm_add: Box::default(),
                         // From the offload's issue to the end of the last
                         // reload, due before the last gap's next read.
                         away: Some((
@@ -985,7 +1042,7 @@ impl Choices {
                             boundary(first.after + 1),
                             item(last.before),
                         )),
-                        copies_in: Vec::new(),
+                        copies_in: Box::default(),
                     });
                 }
             }
@@ -1005,16 +1062,16 @@ impl Choices {
                     out.push(Choice {
                         fate: Fate::Recompute,
                         lag: 0,
-                        leads: Vec::new(),
+                        leads: Box::default(),
                         cost_s,
                         link_s: [0.0; 4],
                         moved_bytes: 0,
                         // Freed after the last forward read; re-created
                         // among the items of step `gap.before`.
-                        hbm_free: vec![(boundary(gap.after + 1), item(gap.before))],
-                        hbm_add,
+                        hbm_free: Box::new([(boundary(gap.after + 1), item(gap.before))]),
+                        hbm_add: hbm_add.into(),
                         away: None,
-                        copies_in,
+                        copies_in: copies_in.into(),
                     });
                 }
             }
@@ -1122,7 +1179,7 @@ mod tests {
         let one_ahead = |c: &Choices| {
             c.options[0]
                 .iter()
-                .find(|o| o.fate == Fate::StreamHost && o.leads == [1])
+                .find(|o| o.fate == Fate::StreamHost && *o.leads == [1])
                 .map(|o| o.cost_s)
                 .expect("a stream one step ahead")
         };
@@ -1172,7 +1229,7 @@ mod tests {
         let lag_one = |c: &Choices| {
             c.options[a.index()]
                 .iter()
-                .find(|o| o.fate == Fate::OffloadHost && o.lag == 1 && o.leads == [0])
+                .find(|o| o.fate == Fate::OffloadHost && o.lag == 1 && *o.leads == [0])
                 .map(|o| o.cost_s)
                 .expect("an offload over one step")
         };
@@ -1280,7 +1337,7 @@ mod tests {
         let alone = recompute(&choices, b);
         // `b` re-run before step 6 reads `a`, which its baseline keeps:
         // copied in where away, re-run (from `x`) where recomputed.
-        assert_eq!(alone.copies_in, vec![(a.0, item(6))]);
+        assert_eq!(*alone.copies_in, [(a.0, item(6))]);
         let mut fates = choices.baseline.clone();
         fates[b.index()] = Fate::Recompute;
         for (fate, why) in [(Fate::Retain, "kept"), (Fate::OffloadHost, "copied in")] {
@@ -1341,6 +1398,47 @@ mod tests {
         assert!(
             message.contains("\"keep\"") && message.contains("offload_ssd"),
             "{message}"
+        );
+    }
+
+    /// `held_bytes` counts, without holding them, the bytes the choices
+    /// `build` makes hold: their lists and what each holds apart, the
+    /// lists held without room to grow. A GAT's are most of its
+    /// planning's memory.
+    #[test]
+    fn the_choices_bytes_are_counted_as_build_holds_them() {
+        use crate::blocks::BlockCounts;
+        use crate::gnn::{build_gnn, GnnModel, GnnSpec};
+        let spec = GnnSpec::new(GnnModel::Gat, 8, 4, "tiny");
+        let w = build_gnn(&spec, &BlockCounts::skewed(1000, 8000, 4).unwrap()).unwrap();
+        let profile = Profile::from_json(
+            include_str!("../../../profiles/a100-80g.json"),
+            "a100-80g.json",
+        )
+        .unwrap();
+        let lives = Lifetimes::compute(&w);
+        for allowed in [FateSet::ALL, FateSet::parse("retain,recompute").unwrap()] {
+            let built = Choices::build(&w, &lives, &profile, allowed);
+            let mut held = 0;
+            for options in &built.options {
+                assert_eq!(options.len(), options.capacity());
+                held += options.len() * std::mem::size_of::<Choice>();
+                held += options.iter().map(Choice::held_apart).sum::<usize>();
+            }
+            assert!(held > 0);
+            assert_eq!(
+                Choices::held_bytes(&w, &lives, &profile, allowed),
+                held as u64
+            );
+        }
+        // Fewer fates, fewer choices.
+        assert!(
+            Choices::held_bytes(
+                &w,
+                &lives,
+                &profile,
+                FateSet::parse("retain,recompute").unwrap()
+            ) < Choices::held_bytes(&w, &lives, &profile, FateSet::ALL)
         );
     }
 }

@@ -2160,7 +2160,7 @@ impl Assignment {
                     c.fate,
                     Shift {
                         lag: c.lag,
-                        leads: c.leads.clone(),
+                        leads: c.leads.to_vec(),
                     },
                 ),
             })
