@@ -1334,10 +1334,10 @@ pub(crate) fn tier_use(peak: u64, budget: u64) -> String {
 pub(crate) fn plannable(
     workload: &Workload,
     profile: &Profile,
-    fates: FateSet,
+    options: &PlanOptions,
     smaller: &str,
 ) -> Result<()> {
-    plannable_at_once(workload, profile, fates, 1, smaller)
+    plannable_at_once(workload, profile, options, 1, smaller)
 }
 
 /// [`plannable`] where `--sweep auto` plans its sweeps' workloads side by
@@ -1346,29 +1346,31 @@ pub(crate) fn plannable(
 pub(crate) fn sweeps_plannable(
     workload: &Workload,
     profile: &Profile,
-    fates: FateSet,
+    options: &PlanOptions,
     smaller: &str,
 ) -> Result<()> {
     let at_once = rayon::current_num_threads().min(fateplan::planner::sizing::SWEEPS_AT_ONCE);
     plannable_at_once(
         workload,
         profile,
-        fates,
+        options,
         at_once as u64,
         &format!("{smaller}; a --sweep given plans one workload"),
     )
 }
 
 /// Memory left, per tensor or operator, below which [`plannable`]
-/// counts the workload's choices: planning has peaked at up to 6.7 KB
-/// an item (GAT on igb-full, 3 layers in 128 partitions; `docs/planner.md`,
-/// "Planning memory"), and with more left it cannot run short.
+/// counts the workload's choices; with more left it is checked on its
+/// items alone. Planning was measured at up to 6.7 KB an item on two
+/// threads (GAT on igb-full, 3 layers in 128 partitions;
+/// `docs/planner.md`, "Planning memory"): more threads, or a workload
+/// larger for its items than any measured, can take more.
 const COUNT_BELOW_BYTES_PER_ITEM: u64 = 12 << 10;
 
 fn plannable_at_once(
     workload: &Workload,
     profile: &Profile,
-    fates: FateSet,
+    options: &PlanOptions,
     at_once: u64,
     smaller: &str,
 ) -> Result<()> {
@@ -1377,7 +1379,7 @@ fn plannable_at_once(
         return Ok(());
     }
     let available = fateplan::runtime::memory::available();
-    if let Some(short) = planning_refusal(workload, profile, fates, at_once, available.as_ref()) {
+    if let Some(short) = planning_refusal(workload, profile, options, at_once, available.as_ref()) {
         bail!("{short}; {smaller}");
     }
     admit(least);
@@ -1392,7 +1394,7 @@ fn plannable_at_once(
 fn planning_refusal(
     workload: &Workload,
     profile: &Profile,
-    fates: FateSet,
+    options: &PlanOptions,
     at_once: u64,
     available: Option<&fateplan::runtime::memory::Available>,
 ) -> Option<String> {
@@ -1409,7 +1411,7 @@ fn planning_refusal(
         return None;
     }
     let counted =
-        fateplan::planner::planner::least_planning_bytes_counted(workload, profile, fates);
+        fateplan::planner::planner::least_planning_bytes_counted(workload, profile, options);
     memory::planning_shortfall_counted(workload, counted, at_once, Some(available))
 }
 
@@ -1518,7 +1520,7 @@ impl GnnSource {
             }
             let workload = build_gnn(&self.spec, &counts)?;
             if planned {
-                plannable(&workload, profile, options.fates, &fewer_partitions(p))?;
+                plannable(&workload, profile, options, &fewer_partitions(p))?;
             }
             return Ok((workload, p, String::new(), None));
         }
@@ -1797,12 +1799,7 @@ fn plan_shares(
         stats,
         mut shape,
     } = build(owner, partitions)?;
-    plannable(
-        &workload,
-        profile,
-        options.fates,
-        &fewer_partitions(partitions),
-    )?;
+    plannable(&workload, profile, options, &fewer_partitions(partitions))?;
     if let Some(multi) = options.multi.as_mut() {
         // The halo rows do not depend on the partition count.
         multi.halo = shares_halo(nodes, edges, gpus, &stats);
@@ -2700,7 +2697,7 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
             plannable(
                 &workload,
                 &profile,
-                options.fates,
+                &options,
                 "a DAG of fewer tensors and operators plans in less",
             )?;
             (workload, String::new(), None, None, None)
@@ -2863,7 +2860,7 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
             sweeps_plannable(
                 &workload,
                 &profile,
-                options.fates,
+                &options,
                 &fewer_partitions(model.partitions),
             )?;
         }
@@ -3774,25 +3771,17 @@ mod tests {
         let spec = GnnSpec::new(GnnModel::Gat, 8, 4, "tiny");
         let workload = build_gnn(&spec, &BlockCounts::skewed(1000, 8000, 4).unwrap()).unwrap();
         let profile = fateplan::profiles::builtin("a100-80g").unwrap();
+        let options = PlanOptions::new(Policy::Dp, &profile);
         let room = |bytes| Available {
             bytes,
             source: "a test's".to_string(),
         };
         let refused = |bytes, at_once| {
-            planning_refusal(
-                &workload,
-                &profile,
-                FateSet::ALL,
-                at_once,
-                Some(&room(bytes)),
-            )
+            planning_refusal(&workload, &profile, &options, at_once, Some(&room(bytes)))
         };
         let items = workload.least_planning_bytes();
-        let (counted, choices) = fateplan::planner::planner::least_planning_bytes_counted(
-            &workload,
-            &profile,
-            FateSet::ALL,
-        );
+        let (counted, choices) =
+            fateplan::planner::planner::least_planning_bytes_counted(&workload, &profile, &options);
         assert!(counted > items && choices > 0, "{counted} {items}");
         let said = refused(items, 1).unwrap();
         assert!(
@@ -3807,8 +3796,26 @@ mod tests {
         let said = refused(items - 1, 1).unwrap();
         assert!(!said.contains("choices"), "{said}");
         assert_eq!(
-            planning_refusal(&workload, &profile, FateSet::ALL, 1, None),
+            planning_refusal(&workload, &profile, &options, 1, None),
             None
+        );
+        // dp with fewer fates plans beside the peers, which have them all:
+        // both are counted. The MILP has its own alone.
+        let fewer = PlanOptions {
+            fates: FateSet::parse("retain,recompute").unwrap(),
+            ..options.clone()
+        };
+        let (_, both) =
+            fateplan::planner::planner::least_planning_bytes_counted(&workload, &profile, &fewer);
+        let milp = PlanOptions {
+            policy: Policy::Milp,
+            ..fewer.clone()
+        };
+        let (_, own) =
+            fateplan::planner::planner::least_planning_bytes_counted(&workload, &profile, &milp);
+        assert!(
+            both > choices && own < choices && own > 0,
+            "{both} {choices} {own}"
         );
     }
 

@@ -1051,14 +1051,6 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             let name = args.policy.as_deref().unwrap_or("dp");
             let policy = Policy::parse(name).map_err(|e| flagged("--policy", name, e))?;
             let mut options = PlanOptions::new(policy, &profile);
-            // Planned here: refused first where that would run the
-            // machine out of memory (a plan given is not planned again).
-            crate::cli::plannable(
-                workload,
-                &profile,
-                options.fates,
-                &crate::cli::fewer_partitions(args.partitions()),
-            )?;
             if let Some(limit) = args.milp_time_limit {
                 // (Its policy checked before the graph was read.)
                 options.milp_time_limit_s = limit;
@@ -1077,6 +1069,14 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 options.gpus = args.devices();
                 options.multi = Some(MultiGpu { halo, forced: None });
             }
+            // Planned here: refused first where that would run the
+            // machine out of memory (a plan given is not planned again).
+            crate::cli::plannable(
+                workload,
+                &profile,
+                &options,
+                &crate::cli::fewer_partitions(args.partitions()),
+            )?;
             // Percentages are of the retain-all plan on these GPUs.
             let like = options.clone();
             let retain_peak = || retain_peak(&like);
@@ -1125,7 +1125,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                     crate::cli::sweeps_plannable(
                         workload,
                         &profile,
-                        options.fates,
+                        &options,
                         &crate::cli::fewer_partitions(args.partitions()),
                     )?;
                     let outputs = Some((

@@ -507,26 +507,37 @@ fn hint_if(
 
 /// The least memory planning `workload` takes, as
 /// [`Workload::least_planning_bytes`] but with its tensors' choices
-/// counted, made as `plan` makes them for `profile` and `fates` one
-/// tensor at a time ([`Choices::held_bytes`]), held
-/// [`crate::workload::CHOICES_HELD_TIMES`] over, and
+/// counted, made as [`plan`] makes them with `options` (on a device's
+/// share of `profile`; with every fate beside dp's, for the peer
+/// policies) one tensor at a time ([`Choices::held_bytes`]), taken at
+/// [`crate::workload::CHOICES_HELD_PERCENT`] percent, and
 /// [`crate::workload::LEAST_PLANNING_BYTES_BEYOND_CHOICES`] a tensor or
 /// operator for the rest: `(bytes, the choices' own)`. A GAT's tensors
 /// kept for the backward pass have most of its planning's memory in
 /// their choices, which the count per item cannot see (ogbn-arxiv, 8
-/// layers in 128 partitions: 2.8 GiB, where the count per item says 1.1
-/// and planning peaks at 3.6). Counting takes a tenth of the planning's
-/// time or less.
+/// layers in 128 partitions: 2.6 GiB, where the count per item says 1.1
+/// GiB and planning peaks at 3.3 GB). Counting takes about a tenth of
+/// the planning's time.
 pub fn least_planning_bytes_counted(
     workload: &Workload,
     profile: &Profile,
-    fates: FateSet,
+    options: &PlanOptions,
 ) -> (u64, u64) {
+    let share = profile.share(options.gpus);
     let lives = Lifetimes::compute(workload);
-    let choices = Choices::held_bytes(workload, &lives, profile, fates);
+    let count = |fates| Choices::held_bytes(workload, &lives, &share, fates);
+    // dp plans beside the peer policies, which have every fate: where
+    // dp's are fewer, both sets are held at once.
+    let choices = match options.policy {
+        Policy::Milp => count(options.fates),
+        Policy::Dp if options.fates != FateSet::ALL => {
+            count(options.fates).saturating_add(count(FateSet::ALL))
+        }
+        _ => count(FateSet::ALL),
+    };
     let items = (workload.tensors.len() + workload.ops.len()) as u64;
     let rest = items.saturating_mul(crate::workload::LEAST_PLANNING_BYTES_BEYOND_CHOICES);
-    let held = choices.saturating_mul(crate::workload::CHOICES_HELD_TIMES);
+    let held = choices.saturating_mul(crate::workload::CHOICES_HELD_PERCENT) / 100;
     (held.saturating_add(rest), choices)
 }
 

@@ -86,7 +86,7 @@ fn the_cost_model_charges_a_cpu_device_its_copies() {
     };
     let mut offloads = 0;
     for (t, tensor) in w.tensors.iter().enumerate() {
-        for c in &on_cpu.options[t] {
+        for c in on_cpu.options[t].iter() {
             if c.fate == Fate::OffloadHost {
                 // At least a copy out and a copy back, none of it hidden.
                 assert!(c.cost_s >= 2.0 * copy_s(tensor.bytes) - 1e-12);

@@ -103,10 +103,10 @@ pub fn planning_shortfall_counted(
     available: Option<&Available>,
 ) -> Option<String> {
     let what = format!(
-        "{} tensors and {} operators, whose choices hold {:.1} GiB{}",
+        "{} tensors and {} operators, whose choices hold {}{}",
         workload.tensors.len(),
         workload.ops.len(),
-        gib(choices),
+        fateplan_planner::units::format_bytes(choices),
         match at_once {
             1 => String::new(),
             n => format!(", {n} such plans made at once"),

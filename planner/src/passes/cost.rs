@@ -11,6 +11,7 @@ use crate::plan::{Action, Exchange, Fate, Leg, ScheduleEntry};
 use crate::profile::{DeviceKind, PeerVia, Profile};
 use crate::workload::{Op, Tensor, TensorId, TensorKind, Workload};
 use crate::{Result, Tier};
+use std::sync::Arc;
 
 /// Seconds to run `op` on the profiled device.
 pub fn op_seconds(op: &Op, profile: &Profile) -> f64 {
@@ -186,6 +187,20 @@ impl Choice {
     }
 }
 
+/// Bytes a tensor's list of choices holds: the choices, what each holds
+/// apart, and the list's two counts (none where it is the empty list all
+/// tensors without a choice share).
+fn held_list(options: &[Choice]) -> usize {
+    match options.is_empty() {
+        true => 0,
+        false => {
+            2 * std::mem::size_of::<usize>()
+                + std::mem::size_of_val(options)
+                + options.iter().map(Choice::held_apart).sum::<usize>()
+        }
+    }
+}
+
 /// Which fates a planner may give.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FateSet {
@@ -290,7 +305,10 @@ pub struct Choices {
     /// Retain for intermediates, resident for inputs and parameters.
     pub baseline: Vec<Fate>,
     /// Per tensor, choices other than the baseline (empty: no choice).
-    pub options: Vec<Vec<Choice>>,
+    /// Shared: choices charged more for one search
+    /// ([`Choices::cascades_charged`], `dp`'s copies in) copy the
+    /// tensors they change and share the others' with these.
+    pub options: Vec<Arc<[Choice]>>,
     /// Device bytes per slot with every tensor at its baseline, with the
     /// workload's resident bytes and each operator's scratch at its item.
     pub base_hbm: Vec<u64>,
@@ -565,6 +583,7 @@ impl Choices {
         hiding: Option<&Hiding>,
     ) -> Choices {
         let mut choices = Self::frame(workload, profile, hiding);
+        let none: Arc<[Choice]> = Arc::new([]);
         choices.baseline.reserve_exact(workload.tensors.len());
         choices.options.reserve_exact(workload.tensors.len());
         let slots = choices.slots;
@@ -593,7 +612,7 @@ impl Choices {
                 delta[end as usize] -= tensor.bytes as i128;
             }
             choices.baseline.push(baseline);
-            let options = choices.options_of(workload, lives, tensor, profile, allowed);
+            let options = choices.options_of(workload, lives, tensor, profile, allowed, &none);
             choices.options.push(options);
         }
         for (start, end, bytes) in held_beside_tensors(workload) {
@@ -623,20 +642,21 @@ impl Choices {
         allowed: FateSet,
     ) -> u64 {
         let frame = Self::frame(workload, profile, None);
+        let none: Arc<[Choice]> = Arc::new([]);
         workload
             .tensors
             .iter()
             .map(|tensor| {
-                let options = frame.options_of(workload, lives, tensor, profile, allowed);
-                let apart: usize = options.iter().map(Choice::held_apart).sum();
-                (options.capacity() * std::mem::size_of::<Choice>() + apart) as u64
+                let options = frame.options_of(workload, lives, tensor, profile, allowed, &none);
+                held_list(&options) as u64
             })
             .sum()
     }
 
-    /// `tensor`'s choices other than its baseline, held without the
-    /// room to grow (up to 31, grown by doubling: a third of them is
-    /// room, see `docs/planner.md`, "Planning memory").
+    /// `tensor`'s choices other than its baseline, held without room to
+    /// grow (up to 31, grown by doubling: a third of them was room, see
+    /// `docs/planner.md`, "Planning memory"); a tensor with none shares
+    /// `none`.
     fn options_of(
         &self,
         workload: &Workload,
@@ -644,15 +664,18 @@ impl Choices {
         tensor: &Tensor,
         profile: &Profile,
         allowed: FateSet,
-    ) -> Vec<Choice> {
+        none: &Arc<[Choice]>,
+    ) -> Arc<[Choice]> {
         let life = &lives.tensors[tensor.id.index()];
-        let mut options = match tensor.kind {
+        let options = match tensor.kind {
             TensorKind::Parameter => Vec::new(),
             TensorKind::Input => self.stream_choices(tensor.bytes, life, profile, allowed),
             _ => self.intermediate_choices(workload, lives, tensor, life, profile, allowed),
         };
-        options.shrink_to_fit();
-        options
+        match options.is_empty() {
+            true => Arc::clone(none),
+            false => options.into(),
+        }
     }
 
     /// The choices' frame: the steps' seconds and what each tensor's
@@ -773,9 +796,11 @@ impl Choices {
                     }
                 }
                 let charged = charged.get_or_insert_with(|| self.clone());
-                let choice = &mut charged.options[t][i];
+                let mut changed = charged.options[t].to_vec();
+                let choice = &mut changed[i];
                 choice.cost_s += seconds;
                 choice.hbm_add = choice.hbm_add.iter().copied().chain(adds).collect();
+                charged.options[t] = changed.into();
                 if fates[t] == Fate::Recompute {
                     chosen_s += seconds;
                 }
@@ -1421,11 +1446,13 @@ mod tests {
             let built = Choices::build(&w, &lives, &profile, allowed);
             let mut held = 0;
             for options in &built.options {
-                assert_eq!(options.len(), options.capacity());
-                held += options.len() * std::mem::size_of::<Choice>();
-                held += options.iter().map(Choice::held_apart).sum::<usize>();
+                held += held_list(options);
             }
             assert!(held > 0);
+            // The tensors with no choice share one empty list.
+            let empty: Vec<_> = built.options.iter().filter(|o| o.is_empty()).collect();
+            assert!(empty.len() > 1);
+            assert!(empty.iter().all(|o| Arc::ptr_eq(o, empty[0])));
             assert_eq!(
                 Choices::held_bytes(&w, &lives, &profile, allowed),
                 held as u64

@@ -265,15 +265,26 @@ fn add_copy_in(link: &mut LinkSeconds, (pcie_s, ssd_s): (f64, f64), ssd: bool) {
 /// `choices` with every recomputation's link seconds charged the copies
 /// in it needs of tensors that `assignment` keeps away at its step.
 fn copies_charged(choices: &Choices, assignment: &Assignment) -> Choices {
+    // The tensors' lists are shared; those with a copy to charge are
+    // copied and charged.
     let mut charged = choices.clone();
     for options in &mut charged.options {
-        for choice in options.iter_mut() {
-            for &(u, slot) in &choice.copies_in {
-                if let Some(ssd) = assignment.away_at(choices, u as usize, slot) {
-                    add_copy_in(&mut choice.link_s, choices.load_s[u as usize], ssd);
+        let away = |&(u, slot): &CopyIn| assignment.away_at(choices, u as usize, slot);
+        if !options
+            .iter()
+            .any(|c| c.copies_in.iter().any(|c| away(c).is_some()))
+        {
+            continue;
+        }
+        let mut changed = options.to_vec();
+        for choice in &mut changed {
+            for copy in &choice.copies_in {
+                if let Some(ssd) = away(copy) {
+                    add_copy_in(&mut choice.link_s, choices.load_s[copy.0 as usize], ssd);
                 }
             }
         }
+        *options = changed.into();
     }
     charged
 }
@@ -1861,7 +1872,11 @@ fn search(
             needed_bytes: bytes,
         });
     }
-    let any_ssd = choices.options.iter().flatten().any(Choice::uses_ssd);
+    let any_ssd = choices
+        .options
+        .iter()
+        .flat_map(|o| o.iter())
+        .any(Choice::uses_ssd);
     let runner = Runner {
         choices,
         bytes: &bytes,
@@ -1919,7 +1934,7 @@ fn search(
     // first among equals), while the round's `moves` last: each move
     // re-runs the sweep and stage 2, so it is the costliest stage by far.
     // The round's best, with the sweep that found it, and the moves used.
-    let options: usize = choices.options.iter().map(Vec::len).sum();
+    let options: usize = choices.options.iter().map(|o| o.len()).sum();
     let round_moves = EXCHANGE_WORK / options.max(1);
     let finish = |results: Vec<(Sweep, Search<'_>, Result<(), usize>)>, moves: usize| {
         let mut finalists: Vec<(f64, Sweep, Search)> = Vec::new();
@@ -2332,7 +2347,11 @@ mod tests {
         for workload in workloads() {
             let lives = Lifetimes::compute(&workload);
             let choices = Choices::build(&workload, &lives, &profile(), FateSet::ALL);
-            assert!(choices.options.iter().flatten().any(Choice::uses_ssd));
+            assert!(choices
+                .options
+                .iter()
+                .flat_map(|o| o.iter())
+                .any(Choice::uses_ssd));
             for ssd in [false, true] {
                 let index = Stabbing::freed(&choices, ssd);
                 for slot in 0..choices.slots {

@@ -122,7 +122,11 @@ pub fn solve_held(
             ),
         ));
     }
-    let any_ssd = choices.options.iter().flatten().any(|c| c.uses_ssd());
+    let any_ssd = choices
+        .options
+        .iter()
+        .flat_map(|o| o.iter())
+        .any(|c| c.uses_ssd());
     let u = vars.add(variable().binary());
     let time = vars.add(variable().min(0.0));
     // Seconds are scaled to the compute time, bytes to each budget, to keep
@@ -156,7 +160,7 @@ pub fn solve_held(
         problem.add_constraint(constraint!(sum.clone() <= 1));
         let ssd: Expression = row
             .iter()
-            .zip(&choices.options[t])
+            .zip(choices.options[t].iter())
             .filter(|(_, c)| c.uses_ssd())
             .map(|(v, _)| *v)
             .sum();
@@ -174,7 +178,7 @@ pub fn solve_held(
     let mut points: Vec<u32> = choices
         .options
         .iter()
-        .flatten()
+        .flat_map(|o| o.iter())
         .flat_map(|c| {
             c.hbm_free
                 .iter()
@@ -218,7 +222,7 @@ pub fn solve_held(
         let mut points: Vec<u32> = choices
             .options
             .iter()
-            .flatten()
+            .flat_map(|o| o.iter())
             .filter_map(|c| c.away.filter(|a| a.0 == tier))
             .flat_map(|(_, s, e)| [s, e])
             .collect();
