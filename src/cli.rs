@@ -1355,7 +1355,10 @@ pub(crate) fn sweeps_plannable(
         profile,
         options,
         at_once as u64,
-        &format!("{smaller}; a --sweep given plans one workload"),
+        &format!(
+            "{smaller}; or name one sweep (--sweep, not auto), which plans one workload at a \
+             time"
+        ),
     )
 }
 
@@ -1400,20 +1403,40 @@ fn planning_refusal(
 ) -> Option<String> {
     use fateplan::runtime::memory;
     let available = available?;
-    if let Some(short) = memory::planning_shortfall_at_once(workload, at_once, Some(available)) {
-        return Some(short);
-    }
+    let rough = memory::planning_shortfall_at_once(workload, at_once, Some(available));
     let items = (workload.tensors.len() + workload.ops.len()) as u64;
     let near = items
         .saturating_mul(at_once)
         .saturating_mul(COUNT_BELOW_BYTES_PER_ITEM);
-    if available.bytes >= near {
-        return None;
+    // Refused on its items, the choices are counted too where counting
+    // has room, so that the figure said is the one a larger limit is
+    // checked against (not a second refusal at a larger one).
+    let room_to_count = available.bytes >= items.saturating_mul(COUNTING_BYTES_PER_ITEM);
+    match (rough, available.bytes >= near) {
+        (None, true) => None,
+        (Some(rough), _) if !room_to_count => Some(rough),
+        (rough, _) => {
+            let counted = fateplan::planner::planner::least_planning_bytes_counted(
+                workload, profile, options,
+            );
+            let least = workload.least_planning_bytes();
+            match rough {
+                Some(rough) if least > counted.0 => Some(rough),
+                _ => {
+                    memory::planning_shortfall_counted(workload, counted, at_once, Some(available))
+                }
+            }
+        }
     }
-    let counted =
-        fateplan::planner::planner::least_planning_bytes_counted(workload, profile, options);
-    memory::planning_shortfall_counted(workload, counted, at_once, Some(available))
 }
+
+/// The end of a refusal for want of memory: what else makes room.
+const FREE_MEMORY: &str = "or free memory, or raise the limit named";
+
+/// What counting a workload's choices holds at most, a tensor or
+/// operator: its lifetimes and the steps' seconds (about 90 bytes), one
+/// tensor's choices at a time.
+const COUNTING_BYTES_PER_ITEM: u64 = 256;
 
 /// The most memory a workload admitted for planning in this process
 /// takes at least ([`admit`]).
@@ -1516,7 +1539,7 @@ impl GnnSource {
                 blocks,
                 available.as_ref(),
             ) {
-                bail!("{short}; {}", fewer_partitions(p));
+                bail!("{short}; {}; {FREE_MEMORY}", fewer_partitions(p));
             }
             let workload = build_gnn(&self.spec, &counts)?;
             if planned {
@@ -3793,7 +3816,18 @@ mod tests {
         assert!(refused(counted, 2)
             .unwrap()
             .contains(", 2 such plans made at once)"));
+        // Refused on its items too, it says the figure it is counted at:
+        // not a second refusal at a larger limit. With no room to count,
+        // its items alone.
+        let counted_said = |said: &str| said.split(" in memory").next().unwrap().to_string();
         let said = refused(items - 1, 1).unwrap();
+        assert!(said.contains("whose choices hold"), "{said}");
+        assert_eq!(
+            counted_said(&said),
+            counted_said(&refused(items, 1).unwrap())
+        );
+        let n = (workload.tensors.len() + workload.ops.len()) as u64;
+        let said = refused(n * COUNTING_BYTES_PER_ITEM - 1, 1).unwrap();
         assert!(!said.contains("choices"), "{said}");
         assert_eq!(
             planning_refusal(&workload, &profile, &options, 1, None),

@@ -40,18 +40,24 @@ impl Available {
     }
 }
 
-/// Two sizes, `more` above `less`, in tenths of a GiB, or where those
-/// read the same, in MiB, else in bytes: never `0.6 GiB ... more than
-/// the 0.6 GiB`.
+/// Two sizes, `more` above `less`, as [`size`] writes them, or where
+/// those read the same, in bytes: never `0.6 GiB ... more than the 0.6
+/// GiB`.
 fn apart(more: u64, less: u64) -> (String, String) {
-    let in_gib = |b: u64| format!("{:.1} GiB", gib(b));
-    let in_mib = |b: u64| format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64);
-    if in_gib(more) != in_gib(less) {
-        (in_gib(more), in_gib(less))
-    } else if in_mib(more) != in_mib(less) {
-        (in_mib(more), in_mib(less))
+    if size(more) != size(less) {
+        (size(more), size(less))
     } else {
         (format!("{more} bytes"), format!("{less} bytes"))
+    }
+}
+
+/// A size for a message: in tenths of a GiB from 1 GiB, else in MiB (a
+/// figure below it never reads `0.0 GiB`).
+fn size(bytes: u64) -> String {
+    if bytes >= 1 << 30 {
+        format!("{:.1} GiB", gib(bytes))
+    } else {
+        format!("{:.0} MiB", bytes as f64 / (1u64 << 20) as f64)
     }
 }
 
@@ -244,11 +250,11 @@ fn limit_now(limit: &Limit) -> Option<Available> {
 fn limit_left(limit: &Limit, limit_bytes: u64, status: Option<&str>) -> Available {
     let held =
         status.and_then(|text| size_field(text, limit.field, Path::new("/proc/self/status")).ok());
-    let name = format!("{} of {:.1} GiB", limit.name, gib(limit_bytes));
+    let name = format!("{} of {}", limit.name, size(limit_bytes));
     match held {
         Some(held) => Available {
             bytes: limit_bytes.saturating_sub(held),
-            source: format!("{name} less the {:.1} GiB this process maps", gib(held)),
+            source: format!("{name} less the {} this process maps", size(held)),
         },
         None => Available {
             bytes: limit_bytes,
@@ -305,10 +311,9 @@ fn cgroup_headroom(folder: &Path) -> Option<Available> {
     Some(Available {
         bytes: max.saturating_sub(current),
         source: format!(
-            "the cgroup limit of {:.1} GiB less the {:.1} GiB in use: memory.max less \
-             memory.current in {}",
-            gib(max),
-            gib(current),
+            "the cgroup limit of {} less the {} in use: memory.max less memory.current in {}",
+            size(max),
+            size(current),
             folder.display()
         ),
     })
@@ -421,7 +426,7 @@ mod tests {
         assert_eq!(left.bytes, (3 << 30) - (300 << 20));
         assert_eq!(
             left.source,
-            "the address-space limit (ulimit -v) of 3.0 GiB less the 0.3 GiB this process maps"
+            "the address-space limit (ulimit -v) of 3.0 GiB less the 300 MiB this process maps"
         );
         // A process that maps more than its limit has nothing left.
         assert_eq!(limit_left(&ADDRESS_SPACE, 1 << 20, Some(status)).bytes, 0);
