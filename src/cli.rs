@@ -1409,9 +1409,11 @@ fn planning_refusal(
         .saturating_mul(at_once)
         .saturating_mul(COUNT_BELOW_BYTES_PER_ITEM);
     // Refused on its items, the choices are counted too where counting
-    // has room, so that the figure said is the one a larger limit is
-    // checked against (not a second refusal at a larger one).
-    let room_to_count = available.bytes >= items.saturating_mul(COUNTING_BYTES_PER_ITEM);
+    // has room and takes seconds, so that the figure said is the one a
+    // larger limit is checked against (not a second refusal at a larger
+    // one).
+    let room_to_count = available.bytes >= items.saturating_mul(COUNTING_BYTES_PER_ITEM)
+        && items <= COUNTED_WHEN_REFUSED_MOST_ITEMS;
     match (rough, available.bytes >= near) {
         (None, true) => None,
         (Some(rough), _) if !room_to_count => Some(rough),
@@ -1432,6 +1434,12 @@ fn planning_refusal(
 
 /// The end of a refusal for want of memory: what else makes room.
 const FREE_MEMORY: &str = "or free memory, or raise the limit named";
+
+/// The most tensors and operators a workload refused on its count of
+/// items has its choices counted too: counting takes about 2 s a
+/// million (ogbn-arxiv's GCN in 64 layers and 256 partitions, 17
+/// million, took 20 s more to be refused with the same figure).
+const COUNTED_WHEN_REFUSED_MOST_ITEMS: u64 = 2_000_000;
 
 /// What counting a workload's choices holds at most, a tensor or
 /// operator: its lifetimes and the steps' seconds (about 90 bytes), one
