@@ -80,21 +80,8 @@ pub fn planning_shortfall_at_once(
     at_once: u64,
     available: Option<&Available>,
 ) -> Option<String> {
-    let what = format!(
-        "{} tensors and {} operators{}",
-        workload.tensors.len(),
-        workload.ops.len(),
-        match at_once {
-            1 => String::new(),
-            n => format!(", {n} such plans made at once"),
-        }
-    );
-    let bytes = workload.least_planning_bytes().saturating_mul(at_once);
-    let short = available?.shortfall(bytes, &what)?;
-    Some(format!(
-        "planning workload {:?} takes {short}",
-        workload.name
-    ))
+    let least = workload.least_planning_bytes();
+    workload_shortfall(workload, least, None, at_once, available)
 }
 
 /// [`planning_shortfall_at_once`] with the workload's least planning
@@ -108,11 +95,29 @@ pub fn planning_shortfall_counted(
     at_once: u64,
     available: Option<&Available>,
 ) -> Option<String> {
+    workload_shortfall(workload, least, Some(choices), at_once, available)
+}
+
+/// The refusal of planning `at_once` workloads like `workload` that take
+/// `least` bytes each, its choices' bytes said where counted.
+fn workload_shortfall(
+    workload: &fateplan_planner::Workload,
+    least: u64,
+    choices: Option<u64>,
+    at_once: u64,
+    available: Option<&Available>,
+) -> Option<String> {
     let what = format!(
-        "{} tensors and {} operators, whose choices hold {}{}",
+        "{} tensors and {} operators{}{}",
         workload.tensors.len(),
         workload.ops.len(),
-        fateplan_planner::units::format_bytes(choices),
+        match choices {
+            Some(bytes) => format!(
+                ", whose choices hold {}",
+                fateplan_planner::units::format_bytes(bytes)
+            ),
+            None => String::new(),
+        },
         match at_once {
             1 => String::new(),
             n => format!(", {n} such plans made at once"),
