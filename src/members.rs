@@ -408,11 +408,13 @@ fn train_member(job: &Job, owner: Option<&[u8]>, member: Arc<TcpMember>) -> Resu
         // for recording alone.
         trace: args.trace.is_some() || args.compare_simulated,
     };
+    let plan = Arc::new(plan);
+    train::check_memory(&plan, &train::BackendChoice::Cpu, &[&share.input])?;
     // The members report at the end, not per epoch.
     let mut outcome = train::train_member(
         share,
         hyper,
-        Arc::new(plan),
+        plan,
         args.epochs,
         options,
         ssd,

@@ -1981,6 +1981,39 @@ fn a_generated_graph_over_the_address_space_limit_is_refused_before_it_is_drawn(
     }
 }
 
+/// A run whose plan holds more than the memory left (a small graph, a
+/// wide model: 1.5 GiB at the plan's peak, under a limit that leaves
+/// about 0.7 GiB) is refused before it trains, naming the workload, the
+/// plan's peak and the budgets that would fit, rather than ended by a
+/// failed allocation; on several devices, each device's peak counted.
+#[test]
+fn a_run_over_the_memory_left_is_refused_before_it_trains() {
+    let graph = "planted:nodes=100000,features=8";
+    let run = [
+        "train", "--graph", graph, "--layers", "4", "--hidden", "1024", "--epochs", "1",
+    ];
+    for devices in [&[][..], &["--devices", "2"]] {
+        let args = [&run[..], devices].concat();
+        let out = under_address_limit(2_000_000, &args);
+        let message = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {message}");
+        assert!(
+            message.contains("error: plan: training workload \"gcn-4x1024-planted-n100000")
+                && message.contains("GiB in memory (")
+                && message.contains("the plan's peak, hbm ")
+                && message.contains("(ulimit -v)")
+                && message.contains("--hbm-budget and --host-budget"),
+            "{args:?}: {message}"
+        );
+        assert_eq!(
+            message.contains("2 devices each at the plan's peak"),
+            !devices.is_empty(),
+            "{args:?}: {message}"
+        );
+        assert!(stdout(&out).is_empty(), "trained: {}", stdout(&out));
+    }
+}
+
 /// `--trace` into a folder that does not exist was found only once
 /// training had ended; it is refused before.
 #[test]

@@ -38,7 +38,7 @@ use fateplan_kernels::{activation, dense, loss, sparse, BlockRef, Init, Write};
 use fateplan_planner::gnn::GnnModel;
 use fateplan_planner::workload::{Op, Tensor};
 
-use crate::exec::data::{BlockData, Data};
+use crate::exec::data::{concatenated, copied, zeros, BlockData, Data};
 use crate::exec::{Backend, ExecError};
 use crate::gnn::{
     arity, running_sum, GnnBackend, Model, Name, SITE_ATTENTION, SITE_HIDDEN, SITE_INPUT,
@@ -129,9 +129,9 @@ impl CpuGnn {
             return Ok((handed, Init::Out));
         }
         Ok(match init {
-            Some(data) => (vec![0.0f32; len], Init::From(data.f32()?)),
+            Some(data) => (zeros(len)?, Init::From(data.f32()?)),
             // Already zero: the kernel adds into it without a second fill.
-            None => (vec![0.0f32; len], Init::Out),
+            None => (zeros(len)?, Init::Out),
         })
     }
 
@@ -168,7 +168,7 @@ impl CpuGnn {
                 values.len()
             )));
         }
-        Ok(values.to_vec())
+        copied(values)
     }
 
     /// The inputs of `op` that are partial sums it adds into: a chain's
@@ -310,10 +310,12 @@ impl CpuGnn {
             )));
         }
         let matrix = d_in * d_out;
-        let mut dw = vec![0.0f32; w.len()];
+        let mut dw = zeros(w.len())?;
         let (dw_matrix, dw_bias) = dw.split_at_mut(matrix);
         dense::column_sums(dagg, d_out, dw_bias, Write::Overwrite).map_err(kernel)?;
-        let mut dx = (l > 1).then(|| vec![0.0f32; dz.len() / d_out * d_in]);
+        let mut dx = (l > 1)
+            .then(|| zeros(dz.len() / d_out * d_in))
+            .transpose()?;
         self.project_bwd(l, part, dz, x, &w[..matrix], dw_matrix, dx.as_deref_mut())?;
         let mut outputs = vec![Data::F32(dw)];
         outputs.extend(dx.map(Data::F32));
@@ -392,7 +394,7 @@ impl CpuGnn {
         })?;
         let dropped = match self.model.dropout(SITE_ATTENTION, l) {
             Some(mask) => {
-                let mut kept = slice.to_vec();
+                let mut kept = copied(slice)?;
                 let dst = self.model.keys(i);
                 let nodes = self.model.nodes;
                 gat::dropout_edges(block, heads, dst, src, src_rows, nodes, &mask, &mut kept)
@@ -417,7 +419,7 @@ impl CpuGnn {
     fn project(&self, l: usize, part: usize, x: &[f32], w: &[f32]) -> Result<Vec<f32>, ExecError> {
         let (d_in, d_out) = self.model.dims(l);
         let rows = input_rows(l, part, x, d_in)?;
-        let mut z = vec![0.0f32; rows * d_out];
+        let mut z = zeros(rows * d_out)?;
         match self.input_dropout(l) {
             Some(mask) => {
                 let keys = self.model.keys(part);
@@ -487,7 +489,7 @@ impl CpuGnn {
     fn plus_bias(&self, l: usize, agg: &[f32], w: &[f32]) -> Result<Vec<f32>, ExecError> {
         let (_, d_out) = self.model.dims(l);
         let bias = self.bias(l, w);
-        let mut y = agg.to_vec();
+        let mut y = copied(agg)?;
         dense::add_bias(&mut y, d_out, bias).map_err(kernel)?;
         Ok(y)
     }
@@ -525,7 +527,7 @@ impl CpuGnn {
                 let (z, w) = (inputs[0].f32()?, weights(1)?);
                 let rows = z.len() / d_out;
                 let (att_src, att_dst) = att(w);
-                let mut scores = vec![0.0f32; 2 * rows * h_n];
+                let mut scores = zeros(2 * rows * h_n)?;
                 let (a_src, a_dst) = scores.split_at_mut(rows * h_n);
                 gat::node_scores(z, heads, &att_src, &att_dst, a_src, a_dst).map_err(kernel)?;
                 vec![Data::F32(scores)]
@@ -540,7 +542,7 @@ impl CpuGnn {
                 let a_src = &other[..other.len() / 2];
                 let own_len = block.columns.len() * h_n;
                 let halo_len = self.model.halo_nnz(i, j) as usize * h_n;
-                let mut scores = vec![0.0f32; own_len + halo_len];
+                let mut scores = zeros(own_len + halo_len)?;
                 let (own_scores, halo_scores) = scores.split_at_mut(own_len);
                 gat::edge_scores(view(block), a_dst, a_src, h_n, own_scores).map_err(kernel)?;
                 if let Some(peers) = &mut self.peers {
@@ -598,7 +600,7 @@ impl CpuGnn {
                     }
                     scores.push(values);
                 }
-                let mut alpha = scores.concat();
+                let mut alpha = concatenated(&scores)?;
                 let mut slices: Vec<&mut [f32]> = Vec::with_capacity(lens.len());
                 let mut rest = alpha.as_mut_slice();
                 for &len in &lens {
@@ -644,7 +646,7 @@ impl CpuGnn {
                 arity(op, inputs, 2)?;
                 let i = name.get('p')?;
                 let (z, bias) = (inputs[0].f32()?, self.bias(l, weights(1)?));
-                let mut out = vec![0.0f32; z.len()];
+                let mut out = zeros(z.len())?;
                 let mask = self.model.dropout(SITE_HIDDEN, l);
                 let keys = self.model.keys(i);
                 activation::elu_dropout_biased(z, bias, &mut out, d_out, keys, mask.as_ref())
@@ -664,7 +666,7 @@ impl CpuGnn {
                 let i = name.get('p')?;
                 let grad = inputs[0].f32()?;
                 let (z, bias) = (inputs[1].f32()?, self.bias(l, weights(2)?));
-                let mut out = vec![0.0f32; z.len()];
+                let mut out = zeros(z.len())?;
                 let mask = self.model.dropout(SITE_HIDDEN, l);
                 activation::elu_dropout_bwd_biased(
                     grad,
@@ -696,8 +698,8 @@ impl CpuGnn {
                     )));
                 }
                 let (value, grad_a_src) = grad_src.split_at(rows * d_out);
-                let mut grad_z = value.to_vec();
-                let mut grad_att = vec![0.0f32; 3 * d_out];
+                let mut grad_z = copied(value)?;
+                let mut grad_att = zeros(3 * d_out)?;
                 let (g_src, rest) = grad_att.split_at_mut(d_out);
                 let (g_dst, g_bias) = rest.split_at_mut(d_out);
                 let grads = NodeScoreGrads {
@@ -727,7 +729,7 @@ impl CpuGnn {
                 let w = weights(2)?;
                 let grad_att = inputs[3].f32()?;
                 let matrix = d_in * d_out;
-                let mut dw = vec![0.0f32; w.len()];
+                let mut dw = zeros(w.len())?;
                 let (dw_matrix, dw_rest) = dw.split_at_mut(matrix);
                 if grad_att.len() != dw_rest.len() {
                     return Err(ExecError::Internal(format!(
@@ -738,7 +740,9 @@ impl CpuGnn {
                     )));
                 }
                 dw_rest.copy_from_slice(grad_att);
-                let mut dx = (l > 1).then(|| vec![0.0f32; dz.len() / d_out * d_in]);
+                let mut dx = (l > 1)
+                    .then(|| zeros(dz.len() / d_out * d_in))
+                    .transpose()?;
                 self.project_bwd(l, part, dz, x, &w[..matrix], dw_matrix, dx.as_deref_mut())?;
                 let mut outputs = vec![Data::F32(dw)];
                 outputs.extend(dx.map(Data::F32));
@@ -795,17 +799,27 @@ impl CpuGnn {
         k += 3;
         let (rows_i, rows_j) = (self.model.rows(i).len(), self.model.rows(j).len());
         let mut grad_src = if first_destination {
-            vec![0.0f32; rows_j * (d + h_n)]
+            zeros(rows_j * (d + h_n))?
         } else {
             k += 1;
             self.partial_sum(k - 1, inputs[k - 1], rows_j * (d + h_n))
-                .map_err(|e| ExecError::Internal(format!("{}: grad_src: {e}", op.name)))?
+                .map_err(|e| match e {
+                    ExecError::Internal(why) => {
+                        ExecError::Internal(format!("{}: grad_src: {why}", op.name))
+                    }
+                    other => other,
+                })?
         };
         let mut grad_dst = if first_source {
-            vec![0.0f32; rows_i * h_n]
+            zeros(rows_i * h_n)?
         } else {
             self.partial_sum(k, inputs[k], rows_i * h_n)
-                .map_err(|e| ExecError::Internal(format!("{}: grad_dst: {e}", op.name)))?
+                .map_err(|e| match e {
+                    ExecError::Internal(why) => {
+                        ExecError::Internal(format!("{}: grad_dst: {why}", op.name))
+                    }
+                    other => other,
+                })?
         };
         let alpha_i = inputs[1].f32()?;
         let (alpha, dropped) = self.block_alpha(l, (i, j), block, alpha_i, h_n)?;
@@ -1054,7 +1068,7 @@ impl Backend for CpuGnn {
                     .map(|d| d.f32())
                     .collect::<Result<_, _>>()?;
                 let rows = xs[0].len() / d_in;
-                let mut out = vec![0.0f32; rows * d_out];
+                let mut out = zeros(rows * d_out)?;
                 dense::linear(&xs, rows, d_in, w, d_out, &mut out).map_err(kernel)?;
                 Ok(vec![Data::F32(out)])
             }
@@ -1064,7 +1078,7 @@ impl Backend for CpuGnn {
                 let (l, i) = (name.get('l')?, name.get('p')?);
                 let (_, d_out) = self.model.dims(l);
                 let (z, bias) = self.activation_input(op, l, inputs)?;
-                let mut out = vec![0.0f32; z.len()];
+                let mut out = zeros(z.len())?;
                 let (mask, keys) = (self.model.dropout(SITE_HIDDEN, l), self.model.keys(i));
                 match bias {
                     Some(b) => {
@@ -1079,7 +1093,7 @@ impl Backend for CpuGnn {
                 let l = name.get('l')?;
                 let (_, d_out) = self.model.dims(l);
                 let (z, bias) = self.activation_input(op, l, inputs)?;
-                let mut words = vec![0i64; z.len().div_ceil(64)];
+                let mut words = zeros::<i64>(z.len().div_ceil(64))?;
                 let bits = bytemuck::cast_slice_mut(&mut words);
                 match bias {
                     Some(b) => activation::positive_bits_biased(z, b, d_out, bits),
@@ -1094,7 +1108,7 @@ impl Backend for CpuGnn {
                 let (l, i) = (name.get('l')?, name.get('p')?);
                 let (_, d_out) = self.model.dims(l);
                 let grad = inputs[0].f32()?;
-                let mut out = vec![0.0f32; grad.len()];
+                let mut out = zeros(grad.len())?;
                 let (mask, keys) = (self.model.dropout(SITE_HIDDEN, l), self.model.keys(i));
                 match inputs {
                     [_, Data::I64(bits)] => activation::relu_dropout_bwd_bits(
@@ -1111,7 +1125,7 @@ impl Backend for CpuGnn {
                         let (z, bias) = self.activation_input(op, l, &inputs[1..])?;
                         let with_bias = match bias {
                             Some(b) => {
-                                let mut y = z.to_vec();
+                                let mut y = copied(z)?;
                                 dense::add_bias(&mut y, d_out, b).map_err(kernel)?;
                                 Some(y)
                             }
@@ -1133,7 +1147,7 @@ impl Backend for CpuGnn {
                 let i = name.get('p')?;
                 let rows = self.model.rows(i);
                 let logits = inputs[0].f32()?;
-                let mut grad = vec![0.0f32; logits.len()];
+                let mut grad = zeros(logits.len())?;
                 loss::softmax_cross_entropy_bwd(
                     logits,
                     rows.len(),
@@ -1159,12 +1173,13 @@ impl Backend for CpuGnn {
                     .collect::<Result<_, _>>()?;
                 let w = inputs[1 + terms].f32()?;
                 let rows = dz.len() / d_out;
-                let mut dw = vec![0.0f32; w.len()];
+                let mut dw = zeros(w.len())?;
                 let mut outputs = Vec::new();
                 if l > 1 {
                     // Outputs: grad_w, grad_agg, then (SAGE) grad_self.
-                    let mut grads: Vec<Vec<f32>> =
-                        (0..terms).map(|_| vec![0.0f32; rows * d_in]).collect();
+                    let mut grads: Vec<Vec<f32>> = (0..terms)
+                        .map(|_| zeros(rows * d_in))
+                        .collect::<Result<_, _>>()?;
                     {
                         let mut refs: Vec<Option<&mut [f32]>> =
                             grads.iter_mut().map(|g| Some(g.as_mut_slice())).collect();
@@ -1211,7 +1226,7 @@ impl Backend for CpuGnn {
             "grad_accumulate" => {
                 let parts: Vec<&[f32]> =
                     inputs.iter().map(|d| d.f32()).collect::<Result<_, _>>()?;
-                let mut out = vec![0.0f32; parts[0].len()];
+                let mut out = zeros(parts[0].len())?;
                 dense::sum_into(&parts, &mut out).map_err(kernel)?;
                 if let Some(peers) = &mut self.peers {
                     peers.reduce(&mut out)?;

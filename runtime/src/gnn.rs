@@ -56,6 +56,22 @@ impl GraphInput {
     pub(crate) fn rows(&self, p: usize) -> std::ops::Range<usize> {
         self.offsets[p] as usize..self.offsets[p + 1] as usize
     }
+
+    /// Bytes of the features, labels and blocks, which a backend gives
+    /// over to the executor's tiers and then frees
+    /// ([`crate::exec::Backend::externals_placed`]): a run's memory less
+    /// them is what it takes beyond what the process holds already.
+    pub fn given_bytes(&self) -> u64 {
+        let block = |b: &BlockData| {
+            std::mem::size_of_val(b.row_start.as_slice())
+                + std::mem::size_of_val(b.columns.as_slice())
+                + std::mem::size_of_val(b.weights.as_slice())
+        };
+        let bytes = std::mem::size_of_val(self.x.as_slice())
+            + std::mem::size_of_val(self.y.as_slice())
+            + self.blocks.iter().flatten().map(block).sum::<usize>();
+        bytes as u64
+    }
 }
 
 /// Hyper-parameters of training.
@@ -333,7 +349,7 @@ impl Model {
         graph: &GraphInput,
         tensor: &fateplan_planner::workload::Tensor,
     ) -> Result<crate::exec::data::Data, ExecError> {
-        use crate::exec::data::Data;
+        use crate::exec::data::{copied, zeros, Data};
         let name = Name::parse(&tensor.name)?;
         let block = |name: &Name| {
             let (i, j) = (name.number(0)?, name.number(1)?);
@@ -349,10 +365,12 @@ impl Model {
         Ok(match name.base {
             "x" => {
                 let rows = graph.rows(name.get('p')?);
-                Data::F32(graph.x[rows.start * graph.features..rows.end * graph.features].to_vec())
+                Data::F32(copied(
+                    &graph.x[rows.start * graph.features..rows.end * graph.features],
+                )?)
             }
-            "y" => Data::I64(graph.y[graph.rows(name.get('p')?)].to_vec()),
-            "adj" => Data::Block(block(&name)?.1.clone()),
+            "y" => Data::I64(copied(&graph.y[graph.rows(name.get('p')?)])?),
+            "adj" => Data::Block(block(&name)?.1.try_clone()?),
             "adj_t" if !self.stored_transposes() => {
                 return Err(ExecError::Internal(format!(
                     "{}: a stored transpose, for a run whose transposes are {}",
@@ -374,7 +392,7 @@ impl Model {
                 })
             }
             "w" => Data::F32(self.init_weights(name.get('l')?)),
-            "adam_m" | "adam_v" => Data::F32(vec![0.0; self.weight_len(name.get('l')?)]),
+            "adam_m" | "adam_v" => Data::F32(zeros(self.weight_len(name.get('l')?))?),
             _ => {
                 return Err(ExecError::Internal(format!(
                     "unexpected external tensor {}",

@@ -274,7 +274,8 @@ impl Peers {
                 sends.push(values);
             }
             let received = self.timed(|c| c.all_to_all(sends))?;
-            let halo: Vec<f32> = received.concat();
+            let parts: Vec<&[f32]> = received.iter().map(Vec::as_slice).collect();
+            let halo: Vec<f32> = crate::exec::data::concatenated(&parts)?;
             if halo.len() != self.halo.rows(s) * width {
                 return Err(ExecError::Exchange(format!(
                     "layer {l}, partition {s}: received {} values, expected {} rows of {width}",
@@ -336,13 +337,15 @@ impl Peers {
             partitions: self.partitions,
         };
         if !self.added.insert((l, j, i)) {
-            return add(read, &mut vec![0.0f32; len]);
+            return add(read, &mut crate::exec::data::zeros(len)?);
         }
         let fresh = !self.grads_out.contains_key(&(l, j));
-        let acc = self
-            .grads_out
-            .entry((l, j))
-            .or_insert_with(|| vec![0.0f32; len]);
+        let acc = match self.grads_out.entry((l, j)) {
+            std::collections::hash_map::Entry::Occupied(held) => held.into_mut(),
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(crate::exec::data::zeros(len)?)
+            }
+        };
         if acc.len() != len {
             return Err(ExecError::Internal(format!(
                 "layer {l}, partition {j}: halo gradients of {} values, expected {len}",

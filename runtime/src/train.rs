@@ -255,6 +255,110 @@ fn check_run(hyper: &Hyper, epochs: u32, built: Option<&GnnSpec>) -> Result<(), 
     ))
 }
 
+/// The bytes a run on `backend` holds in this process's memory at the
+/// plan's `peak`, and what they are: on the CPU backend both the device
+/// arena and the host tier, on the CUDA backend the host tier alone (its
+/// pinned buffers; the arena is on the device).
+fn held_in_memory(peak: &PerTier<u64>, backend: &BackendChoice) -> (u64, String) {
+    use fateplan_planner::units::format_bytes;
+    match backend {
+        BackendChoice::Cpu => (
+            peak.hbm.saturating_add(peak.host),
+            format!(
+                "the plan's peak, hbm {} and host {}, both in this process's memory on the CPU \
+                 backend",
+                format_bytes(peak.hbm),
+                format_bytes(peak.host)
+            ),
+        ),
+        BackendChoice::Cuda(_) => (
+            peak.host,
+            format!(
+                "the plan's host tier at its peak, {}, in pinned memory",
+                format_bytes(peak.host)
+            ),
+        ),
+    }
+}
+
+/// Refuses a run of `plan` on `backend` for each of `inputs` (a
+/// device's share each, or the one graph), all in this process, that
+/// cannot fit in the memory it can still take
+/// ([`crate::memory::available`]): where the tiers the backend holds in
+/// this process's memory at the plan's peak (on the CPU backend the
+/// device arena and the host tier, on the CUDA backend the host tier),
+/// each run's, less the bytes of graph the backends take over and free
+/// ([`GraphInput::given_bytes`]), are more. That is a lower bound of
+/// what the runs take beyond what the process holds (the allocator's
+/// own room comes on top). [`train`] and [`train_shared`] check this; a
+/// process that runs one device ([`train_member`]) checks it first.
+pub fn check_memory(
+    plan: &Plan,
+    backend: &BackendChoice,
+    inputs: &[&GraphInput],
+) -> Result<(), ExecError> {
+    check_run_memory(
+        &plan.workload.name,
+        &plan.predicted.peak_bytes,
+        backend,
+        inputs.len() as u64,
+        inputs.iter().map(|input| input.given_bytes()).sum(),
+        crate::memory::available().as_ref(),
+    )
+}
+
+/// Refuses `runs` executors of a plan of workload `name` whose tiers
+/// held in this process's memory at their `peak` ([`held_in_memory`]),
+/// less the `given` bytes of graph the backends take over and free, are
+/// more than the memory `available`: a lower bound of what the run takes
+/// beyond what the process holds now (the kernels' scratch and the
+/// allocator's own come on top), so that a run which cannot fit is
+/// refused before it starts rather than ended by a failed allocation.
+/// No check where nothing is known.
+fn check_run_memory(
+    name: &str,
+    peak: &PerTier<u64>,
+    backend: &BackendChoice,
+    runs: u64,
+    given: u64,
+    available: Option<&crate::memory::Available>,
+) -> Result<(), ExecError> {
+    use fateplan_planner::units::format_bytes;
+    let Some(available) = available else {
+        return Ok(());
+    };
+    let (held, what) = held_in_memory(peak, backend);
+    let needed = held.saturating_mul(runs).saturating_sub(given);
+    let of = match runs {
+        1 => what,
+        n => format!("{n} devices each at {what}"),
+    };
+    let what = format!(
+        "{of}, less the {} of the graph given over to them",
+        format_bytes(given)
+    );
+    let Some(short) = available.shortfall(needed, &what) else {
+        return Ok(());
+    };
+    let advice = match backend {
+        BackendChoice::Cpu => {
+            "plan under smaller budgets whose sum fits (--hbm-budget and --host-budget: what \
+             does not fit is recomputed, or spilled to the SSD tier with --spill-dir)"
+        }
+        BackendChoice::Cuda(_) => {
+            "plan under a smaller host budget (--host-budget: what does not fit is recomputed, \
+             or spilled to the SSD tier with --spill-dir)"
+        }
+    };
+    Err(ExecError::invalid(
+        "plan",
+        format!(
+            "training workload {name:?} takes {short}; {advice}, or free memory, or raise the \
+             limit named"
+        ),
+    ))
+}
+
 /// The backend a training runs on.
 #[derive(Debug, Clone, Default)]
 pub enum BackendChoice {
@@ -300,6 +404,7 @@ pub fn train(
             ),
         ));
     }
+    check_memory(&plan, &backend, &[&graph])?;
     let options = ExecOptions { budgets, trace };
     match backend {
         BackendChoice::Cpu => on_a_worker(progress, move |progress| {
@@ -920,6 +1025,8 @@ pub fn train_shared(
             ssd.len()
         )));
     }
+    let inputs: Vec<&GraphInput> = prepared.devices.iter().map(|d| &d.input).collect();
+    check_memory(&plan, &backend, &inputs)?;
     let group = crate::collective::LocalGroup::new(k);
     let pools = member_pools(rayon::current_num_threads(), k)?;
     let progress = std::sync::Mutex::new(progress);
@@ -1419,7 +1526,7 @@ impl SsdTier for SpillStore {
     fn get(&self, key: u64) -> Result<Vec<u8>, ExecError> {
         let ticket = self.read(key).map_err(ExecError::ssd)?;
         let done = self.wait(ticket).map_err(ExecError::ssd)?;
-        Ok(done.buf.as_slice().to_vec())
+        crate::exec::data::copied(done.buf.as_slice())
     }
 
     fn remove(&self, key: u64) -> Result<(), ExecError> {
@@ -1494,6 +1601,64 @@ mod tests {
             matches!(&error, ExecError::InvalidInput { field, .. } if field == "hyper-parameter lr"),
             "{error}"
         );
+    }
+
+    /// A run is refused where its tiers held in this process's memory at
+    /// the plan's peak, less the graph the backend frees, are more than
+    /// the memory left: on the CPU backend both tiers, each device's, on
+    /// the CUDA backend the host tier alone.
+    #[test]
+    fn a_run_over_the_memory_left_is_refused_before_it_starts() {
+        let mib = 1u64 << 20;
+        let left = crate::memory::Available {
+            bytes: 600 * mib,
+            source: "a limit".into(),
+        };
+        let peak = PerTier {
+            hbm: 500 * mib,
+            host: 200 * mib,
+            ssd: 5000 * mib,
+        };
+        let check = |backend: &BackendChoice, runs: u64, given: u64| {
+            check_run_memory("w", &peak, backend, runs, given, Some(&left))
+        };
+        let cpu = BackendChoice::Cpu;
+        let error = check(&cpu, 1, 50 * mib).unwrap_err();
+        let ExecError::InvalidInput { field, message } = &error else {
+            panic!("{error}");
+        };
+        assert_eq!(field, "plan");
+        assert!(
+            message.starts_with(
+                "training workload \"w\" takes at least 650 MiB in memory (the plan's peak, hbm \
+                 500 MiB and host 200 MiB, both in this process's memory on the CPU backend, \
+                 less the 50.0 MiB of the graph given over to them), more than the 600 MiB \
+                 available (a limit); plan under smaller budgets"
+            ),
+            "{message}"
+        );
+        // The graph given over is freed: what is left takes the rest.
+        assert!(check(&cpu, 1, 100 * mib).is_ok());
+        // Each device holds a plan's peak.
+        let two = check(&cpu, 2, 799 * mib).unwrap_err().to_string();
+        assert!(
+            two.contains("takes at least 601 MiB in memory (2 devices each at the plan's peak"),
+            "{two}"
+        );
+        assert!(check(&cpu, 2, 800 * mib).is_ok());
+        // The CUDA backend holds its arena on the device.
+        let cuda = BackendChoice::Cuda(Default::default());
+        assert!(check(&cuda, 1, 0).is_ok());
+        let pinned = check(&cuda, 4, 0).unwrap_err().to_string();
+        assert!(
+            pinned.contains(
+                "800 MiB in memory (4 devices each at the plan's host tier at its \
+                             peak, 200 MiB, in pinned memory"
+            ) && pinned.contains("a smaller host budget"),
+            "{pinned}"
+        );
+        // Nothing known, nothing refused.
+        assert!(check_run_memory("w", &peak, &cpu, 9, 0, None).is_ok());
     }
 
     /// An R-MAT graph of `2^scale` vertices, 6 features and 3 classes,

@@ -93,6 +93,51 @@ impl PartialEq for Held {
     }
 }
 
+/// `len` zeros in a fresh buffer, or [`ExecError::OutOfMemory`] where
+/// the allocator has not the memory: a tensor too large for what is left
+/// ends the run with an error, not the process.
+pub fn zeros<T: bytemuck::Zeroable>(len: usize) -> Result<Vec<T>, ExecError> {
+    bytemuck::allocation::try_zeroed_vec(len).map_err(|()| {
+        ExecError::out_of_memory((len as u64).saturating_mul(std::mem::size_of::<T>() as u64))
+    })
+}
+
+/// A copy of `values` in a fresh buffer, or [`ExecError::OutOfMemory`]
+/// as [`zeros`].
+pub fn copied<T: Copy>(values: &[T]) -> Result<Vec<T>, ExecError> {
+    let mut out = Vec::new();
+    out.try_reserve_exact(values.len())
+        .map_err(|_| ExecError::out_of_memory(std::mem::size_of_val(values) as u64))?;
+    out.extend_from_slice(values);
+    Ok(out)
+}
+
+/// `parts` one after another in a fresh buffer, or
+/// [`ExecError::OutOfMemory`] as [`zeros`].
+pub fn concatenated<T: Copy>(parts: &[&[T]]) -> Result<Vec<T>, ExecError> {
+    let len = parts.iter().map(|p| p.len()).sum::<usize>();
+    let mut out = Vec::new();
+    out.try_reserve_exact(len).map_err(|_| {
+        ExecError::out_of_memory((len as u64).saturating_mul(std::mem::size_of::<T>() as u64))
+    })?;
+    for part in parts {
+        out.extend_from_slice(part);
+    }
+    Ok(out)
+}
+
+impl BlockData {
+    /// A copy in fresh buffers, or [`ExecError::OutOfMemory`] as [`zeros`].
+    pub fn try_clone(&self) -> Result<BlockData, ExecError> {
+        Ok(BlockData {
+            row_start: copied(&self.row_start)?,
+            columns: copied(&self.columns)?,
+            weights: copied(&self.weights)?,
+            weighting: self.weighting,
+        })
+    }
+}
+
 const TAG_F32: u8 = 1;
 const TAG_I64: u8 = 2;
 /// A block, by its weighting: per edge, per row, per row and column, unit.
@@ -106,6 +151,17 @@ const TAG_BLOCKS: [(u8, Weighting); 4] = [
 const HEADER_BYTES: usize = 1 + 3 * 8;
 
 impl Data {
+    /// A copy in fresh buffers (held contents shared, as a clone shares
+    /// them), or [`ExecError::OutOfMemory`] as [`zeros`].
+    pub fn try_clone(&self) -> Result<Data, ExecError> {
+        Ok(match self {
+            Data::F32(v) => Data::F32(copied(v)?),
+            Data::I64(v) => Data::I64(copied(v)?),
+            Data::Block(b) => Data::Block(b.try_clone()?),
+            Data::Held(h) => Data::Held(h.clone()),
+        })
+    }
+
     /// Bytes of the contents, which the plan's tensor size must cover.
     pub fn byte_len(&self) -> u64 {
         match self {
@@ -172,7 +228,10 @@ impl Data {
     /// A self-describing little-endian byte form; held contents have none
     /// (a backend's [`crate::exec::Mover::to_plain`] reads them first).
     pub fn to_bytes(&self) -> Result<Vec<u8>, ExecError> {
-        let mut out = Vec::with_capacity(HEADER_BYTES + self.byte_len() as usize);
+        let len = HEADER_BYTES as u64 + self.byte_len();
+        let mut out = Vec::new();
+        out.try_reserve_exact(len as usize)
+            .map_err(|_| ExecError::out_of_memory(len))?;
         let lengths: [u64; 3] = match self {
             Data::F32(v) => [v.len() as u64, 0, 0],
             Data::I64(v) => [v.len() as u64, 0, 0],
@@ -270,22 +329,33 @@ impl Data {
                 body.len()
             )));
         }
-        fn words<const N: usize>(bytes: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
-            bytes
-                .chunks_exact(N)
-                .map(|w| w.try_into().expect("exact chunk"))
+        /// The `N`-byte words of `bytes` read by `read`, in a fresh
+        /// buffer ([`ExecError::OutOfMemory`] where there is no room).
+        fn words<T, const N: usize>(
+            bytes: &[u8],
+            read: fn([u8; N]) -> T,
+        ) -> Result<Vec<T>, ExecError> {
+            let mut out = Vec::new();
+            out.try_reserve_exact(bytes.len() / N)
+                .map_err(|_| ExecError::out_of_memory(bytes.len() as u64))?;
+            out.extend(
+                bytes
+                    .chunks_exact(N)
+                    .map(|w| read(w.try_into().expect("exact chunk"))),
+            );
+            Ok(out)
         }
         Ok(match (bytes[0], weighting) {
-            (TAG_F32, _) => Data::F32(words::<4>(body).map(f32::from_le_bytes).collect()),
-            (TAG_I64, _) => Data::I64(words::<8>(body).map(i64::from_le_bytes).collect()),
+            (TAG_F32, _) => Data::F32(words(body, f32::from_le_bytes)?),
+            (TAG_I64, _) => Data::I64(words(body, i64::from_le_bytes)?),
             (tag, None) => return Err(bad(&format!("unknown tag {tag}"))),
             (_, Some(weighting)) => {
                 let (rows, rest) = body.split_at(a * 8);
                 let (columns, weights) = rest.split_at(b * 4);
                 Data::Block(BlockData {
-                    row_start: words::<8>(rows).map(u64::from_le_bytes).collect(),
-                    columns: words::<4>(columns).map(u32::from_le_bytes).collect(),
-                    weights: words::<4>(weights).map(f32::from_le_bytes).collect(),
+                    row_start: words(rows, u64::from_le_bytes)?,
+                    columns: words(columns, u32::from_le_bytes)?,
+                    weights: words(weights, f32::from_le_bytes)?,
                     weighting,
                 })
             }
@@ -353,5 +423,36 @@ mod tests {
             assert!(e.contains("3 weights do not fit"), "{e}");
         }
         assert!(Data::Held(Held::new(4, 1u8)).to_bytes().is_err());
+    }
+
+    /// A buffer larger than the allocator gives is an error of its bytes,
+    /// never an abort; the copies hold what they copy.
+    #[test]
+    fn buffers_the_allocator_cannot_give_are_errors() {
+        let error = zeros::<f32>(1 << 61).unwrap_err();
+        assert!(
+            matches!(error, ExecError::OutOfMemory { bytes, during: None } if bytes == 1 << 63),
+            "{error:?}"
+        );
+        let error = zeros::<u64>(usize::MAX).unwrap_err();
+        assert!(
+            matches!(error, ExecError::OutOfMemory { bytes, .. } if bytes == u64::MAX),
+            "{error:?}"
+        );
+        assert_eq!(zeros::<i64>(3).unwrap(), vec![0, 0, 0]);
+        assert_eq!(copied(&[1.5f32, -2.0]).unwrap(), vec![1.5, -2.0]);
+        assert_eq!(
+            concatenated(&[&[1u32, 2][..], &[], &[3]]).unwrap(),
+            vec![1, 2, 3]
+        );
+        let block = Data::Block(BlockData {
+            row_start: vec![0, 1, 3],
+            columns: vec![2, 0, 1],
+            weights: vec![0.5, 0.25, 0.25],
+            weighting: Weighting::PerEdge,
+        });
+        for data in [Data::F32(vec![1.0, 2.0]), Data::I64(vec![-4]), block] {
+            assert_eq!(data.try_clone().unwrap(), data);
+        }
     }
 }

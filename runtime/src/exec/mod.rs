@@ -120,11 +120,52 @@ pub enum ExecError {
     /// (its address space, its processes) leave no room for it.
     #[error("{0}")]
     Threads(String),
+    /// The allocator had not the memory for a buffer the run needed (a
+    /// tensor of `bytes`, made by or for what `during` names): the
+    /// process's memory ran out before the run ended, beyond the check
+    /// made before it started ([`crate::train::check_memory`]: the
+    /// allocator's own room and the kernels' buffers come on top of the
+    /// plan's peak). The run stops with this error rather than the
+    /// process with `memory allocation of N bytes failed`.
+    #[error(
+        "out of memory: {} for {} could not be allocated, after the plan's peak was checked \
+         against the memory left (the allocator's own room and the kernels' buffers come on \
+         top of it); plan under smaller budgets (--hbm-budget and --host-budget: what does not \
+         fit is recomputed, or spilled to the SSD tier with --spill-dir), or free memory, or \
+         raise the limit",
+        fateplan_planner::units::format_bytes(*.bytes),
+        .during.as_deref().unwrap_or("a tensor")
+    )]
+    OutOfMemory { bytes: u64, during: Option<String> },
     #[error("internal error (a bug in fateplan): {0}")]
     Internal(String),
 }
 
 impl ExecError {
+    /// [`ExecError::OutOfMemory`] of a buffer of `bytes`, not yet placed.
+    pub fn out_of_memory(bytes: u64) -> ExecError {
+        ExecError::OutOfMemory {
+            bytes,
+            during: None,
+        }
+    }
+
+    /// This error, an [`ExecError::OutOfMemory`] not yet placed said to
+    /// come `during` what is named (`step 12 (agg[l1,p0,s1])`, `the copy
+    /// of h[l1,p0] to the host`); any other error as it is.
+    pub fn during(self, what: impl FnOnce() -> String) -> ExecError {
+        match self {
+            ExecError::OutOfMemory {
+                bytes,
+                during: None,
+            } => ExecError::OutOfMemory {
+                bytes,
+                during: Some(what()),
+            },
+            other => other,
+        }
+    }
+
     /// [`ExecError::InvalidInput`] of `field` and what is wrong with it.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> ExecError {
         ExecError::InvalidInput {
@@ -160,7 +201,7 @@ pub struct HostMover;
 
 impl Mover for HostMover {
     fn to_host(&self, data: &Data) -> Result<Data, ExecError> {
-        Ok(data.clone())
+        data.try_clone()
     }
 
     fn to_plain(&self, data: &Data) -> Result<Data, ExecError> {
@@ -168,12 +209,15 @@ impl Mover for HostMover {
             Data::Held(_) => Err(ExecError::Internal(
                 "the host mover was given backend-held data".into(),
             )),
-            plain => Ok(plain.clone()),
+            plain => plain.try_clone(),
         }
     }
 
     fn to_device(&self, data: Cow<'_, Data>) -> Result<Data, ExecError> {
-        Ok(data.into_owned())
+        match data {
+            Cow::Owned(data) => Ok(data),
+            Cow::Borrowed(data) => data.try_clone(),
+        }
     }
 }
 
@@ -482,7 +526,10 @@ impl<B: Backend> Executor<B> {
                 continue;
             }
             let t = tensor.id.index();
-            let data = self.backend.external(tensor)?;
+            let data = self
+                .backend
+                .external(tensor)
+                .map_err(|e| e.during(|| format!("input {}", tensor.name)))?;
             check_size(tensor, &data)?;
             let fate = plan.fate(tensor.id);
             match fate
@@ -757,7 +804,9 @@ impl<B: Backend> Executor<B> {
                     })?);
                 }
                 let others: Vec<&Data> = others.iter().map(|d| d.as_ref()).collect();
-                self.backend.update(op, &mut params, &others)
+                self.backend
+                    .update(op, &mut params, &others)
+                    .map_err(|e| e.during(|| format!("step {step} ({})", op.name)))
             };
             for (t, data, start) in taken {
                 self.device[t] = (Slot::Ready(data), start);
@@ -789,7 +838,10 @@ impl<B: Backend> Executor<B> {
                 self.ready(t)
             })
             .collect();
-        let outputs = self.backend.run_owned(op, inputs)?;
+        let outputs = self
+            .backend
+            .run_owned(op, inputs)
+            .map_err(|e| e.during(|| format!("step {step} ({})", op.name)))?;
         if outputs.len() != op.outputs.len() {
             return Err(ExecError::Internal(format!(
                 "{} returned {} outputs, expected {}",
@@ -894,8 +946,12 @@ impl<B: Backend> Executor<B> {
                     Tier::Host => {
                         moved.d2h += bytes;
                         self.host[t] = Some(cell);
+                        let name = tensor.name.clone();
                         lane.issue(move || {
-                            let copy = mover.to_host(&source).map(Arc::new);
+                            let copy = mover
+                                .to_host(&source)
+                                .map_err(|e| e.during(|| format!("the copy of {name} to the host")))
+                                .map(Arc::new);
                             let failed = copy.as_ref().err().cloned();
                             filler.fill(copy);
                             failed.map_or(Ok(None), Err)
@@ -906,11 +962,15 @@ impl<B: Backend> Executor<B> {
                         moved.ssd_write += bytes;
                         let ssd = self.ssd.clone().ok_or(ExecError::NoSsd)?;
                         self.on_ssd[t] = Some(cell);
+                        let name = tensor.name.clone();
                         lane.issue(move || {
                             let result = mover
                                 .to_plain(&source)
                                 .and_then(|plain| plain.to_bytes())
-                                .and_then(|bytes| ssd.put(t as u64, &bytes));
+                                .and_then(|bytes| ssd.put(t as u64, &bytes))
+                                .map_err(|e| {
+                                    e.during(|| format!("the copy of {name} to the SSD tier"))
+                                });
                             filler.fill(result.clone().map(|()| Arc::new(Data::I64(Vec::new()))));
                             result.map(|()| None)
                         })?
@@ -932,9 +992,13 @@ impl<B: Backend> Executor<B> {
                         })?;
                         moved.h2d += tensor.bytes;
                         let mover = self.mover.clone();
+                        let name = tensor.name.clone();
                         lane.issue(move || {
                             let away = cell.get()?;
-                            Ok(Some(mover.to_device(Cow::Borrowed(away.as_ref()))?))
+                            let copy = mover.to_device(Cow::Borrowed(away.as_ref()));
+                            Ok(Some(copy.map_err(|e| {
+                                e.during(|| format!("the copy of {name} to the device"))
+                            })?))
                         })?
                     }
                     Tier::Ssd => {
@@ -945,10 +1009,16 @@ impl<B: Backend> Executor<B> {
                         moved.h2d += tensor.bytes;
                         let ssd = self.ssd.clone().ok_or(ExecError::NoSsd)?;
                         let mover = self.mover.clone();
+                        let name = tensor.name.clone();
                         lane.issue(move || {
                             cell.get()?;
-                            let plain = Data::from_bytes(&ssd.get(t as u64)?)?;
-                            Ok(Some(mover.to_device(Cow::Owned(plain))?))
+                            let copy = ssd
+                                .get(t as u64)
+                                .and_then(|bytes| Data::from_bytes(&bytes))
+                                .and_then(|plain| mover.to_device(Cow::Owned(plain)));
+                            Ok(Some(copy.map_err(|e| {
+                                e.during(|| format!("the read of {name} from the SSD tier"))
+                            })?))
                         })?
                     }
                     Tier::Hbm => {

@@ -22,6 +22,9 @@ struct HashBackend {
     /// Inputs handed over as the only handle on their buffer, counted
     /// and then dropped (as a backend that reused them would).
     handed: Arc<AtomicUsize>,
+    /// The operator (by its name) whose output cannot be allocated, as a
+    /// backend out of memory finds.
+    out_of_memory_at: Option<String>,
 }
 
 impl HashBackend {
@@ -29,6 +32,7 @@ impl HashBackend {
         HashBackend {
             iteration: 0,
             handed: Arc::default(),
+            out_of_memory_at: None,
         }
     }
 }
@@ -65,6 +69,9 @@ impl Backend for HashBackend {
     }
 
     fn run(&mut self, op: &Op, inputs: &[&Data]) -> Result<Vec<Data>, ExecError> {
+        if self.out_of_memory_at.as_ref() == Some(&op.name) {
+            super::data::zeros::<f32>(1 << 61)?;
+        }
         let seed = inputs
             .iter()
             .fold(mix(op.id.0 as u64 + 1000 * self.iteration), |h, d| {
@@ -384,4 +391,45 @@ fn inputs_read_for_the_last_time_are_handed_over() {
             );
         }
     }
+}
+
+/// A buffer the backend cannot allocate ends the run with an error that
+/// names the operator and the bytes, not the process; so does a copy the
+/// host tier cannot make, naming the tensor.
+#[test]
+fn a_buffer_out_of_memory_is_an_error_naming_its_operator() {
+    let w = workload(GnnModel::Gcn, 2);
+    let plan = Arc::new(make_plan(&w, Policy::RetainAll, 1 << 40));
+    let op = &w.ops[w.ops.len() / 2];
+    let backend = HashBackend {
+        out_of_memory_at: Some(op.name.clone()),
+        ..HashBackend::new()
+    };
+    let mut executor = Executor::new(plan, backend, None, ExecOptions::default()).unwrap();
+    let error = executor.run_iteration().unwrap_err();
+    let step = w.ops.iter().position(|o| o.name == op.name).unwrap();
+    assert!(
+        matches!(&error, ExecError::OutOfMemory { bytes, during: Some(during) }
+            if *bytes == 1 << 63 && *during == format!("step {step} ({})", op.name)),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.starts_with("out of memory: ") && message.contains("--hbm-budget"),
+        "{message}"
+    );
+    // Where nothing says what, a tensor; an error placed once stays so.
+    let unplaced = ExecError::out_of_memory(1 << 20);
+    assert!(unplaced
+        .to_string()
+        .starts_with("out of memory: 1.00 MiB for a tensor could"));
+    let placed = unplaced.during(|| "the copy of h to the host".into());
+    let again = placed.clone().during(|| "step 1 (x)".into());
+    assert_eq!(again.to_string(), placed.to_string());
+    assert!(placed
+        .to_string()
+        .contains("1.00 MiB for the copy of h to the host"));
+    // Other errors pass as they are.
+    let other = ExecError::Internal("x".into()).during(|| "step 1 (x)".into());
+    assert!(matches!(other, ExecError::Internal(why) if why == "x"));
 }
