@@ -1362,6 +1362,20 @@ pub(crate) fn sweeps_plannable(
     )
 }
 
+/// [`plannable`] or [`sweeps_plannable`], as a workload built at a count
+/// given is planned: alone, or with `--sweep auto` beside its sweeps'
+/// workloads (checked once, as they are planned: the sweeps' check is the
+/// larger, and counting the choices twice near the limit took seconds).
+pub(crate) fn plannable_as(sweeps: bool) -> Plannable {
+    match sweeps {
+        true => sweeps_plannable,
+        false => plannable,
+    }
+}
+
+/// A check of the memory planning a workload takes ([`plannable`]).
+pub(crate) type Plannable = fn(&Workload, &Profile, &PlanOptions, &str) -> Result<()>;
+
 /// Memory left, per tensor or operator, below which [`plannable`]
 /// counts the workload's choices; with more left it is checked on its
 /// items alone. Planning was measured at up to 6.7 KB an item on two
@@ -1504,16 +1518,16 @@ impl GnnSource {
     /// one. `at`: what `auto` makes of each count it plans
     /// ([`size_partitions_choosing`]), where it chooses more than the
     /// count. `gpus`: the GPUs the graph is shared out to (1: the whole
-    /// graph). `planned`: whether the workload is the one planned, and so
-    /// checked for the memory its planning takes ([`plannable`]); where
-    /// real shares replace it (`--gpus` above 1 on a graph read), they
-    /// are checked instead, under their own name.
+    /// graph). `planned`: where the workload is the one planned, the check
+    /// of the memory its planning takes ([`plannable_as`]); where real
+    /// shares replace it (`--gpus` above 1 on a graph read), they are
+    /// checked instead, under their own name.
     #[allow(clippy::too_many_arguments)]
     fn sized(
         &self,
         partitions: &str,
         gpus: u32,
-        planned: bool,
+        planned: Option<Plannable>,
         profile: &Profile,
         options: &PlanOptions,
         at: Option<&AtCount<'_, anyhow::Error>>,
@@ -1551,7 +1565,7 @@ impl GnnSource {
                 bail!("{short}; {}; {FREE_MEMORY}", fewer_partitions(p));
             }
             let workload = build_gnn(&self.spec, &counts)?;
-            if planned {
+            if let Some(plannable) = planned {
                 plannable(&workload, profile, options, &fewer_partitions(p))?;
             }
             return Ok((workload, p, String::new(), None));
@@ -1831,7 +1845,10 @@ fn plan_shares(
         stats,
         mut shape,
     } = build(owner, partitions)?;
-    plannable(&workload, profile, options, &fewer_partitions(partitions))?;
+    // Planned beside their sweeps' under `--sweep auto` at a count given
+    // (`auto` partitions compare their sweeps once the count is known).
+    let sweeps = args.sweep.eq_ignore_ascii_case("auto") && args.partitions != "auto";
+    plannable_as(sweeps)(&workload, profile, options, &fewer_partitions(partitions))?;
     if let Some(multi) = options.multi.as_mut() {
         // The halo rows do not depend on the partition count.
         multi.halo = shares_halo(nodes, edges, gpus, &stats);
@@ -2758,7 +2775,7 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
             let (mut workload, p, mut note, mut made) = gnn.sized(
                 &args.partitions,
                 args.gpus,
-                shares.is_none(),
+                shares.is_none().then_some(plannable_as(auto)),
                 &profile,
                 &search,
                 joint.then_some(&at as &AtCount<'_, anyhow::Error>),
@@ -2888,14 +2905,6 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
             made = None;
         }
         let reused = made.is_some();
-        if args.partitions != "auto" {
-            sweeps_plannable(
-                &workload,
-                &profile,
-                &options,
-                &fewer_partitions(model.partitions),
-            )?;
-        }
         let outputs = Some((
             workload,
             match made.take() {

@@ -390,6 +390,9 @@ fn train_member(job: &Job, owner: Option<&[u8]>, member: Arc<TcpMember>) -> Resu
         bail!("member {}: expected its one share", job.rank);
     };
     drop(shared);
+    // Refused before its spill folder is made. Each process checks its
+    // own share against the memory it sees.
+    train::check_memory(&plan, &train::BackendChoice::Cpu, &[&share.input])?;
     let ssd = match &args.spill_dir {
         Some(dir) => {
             // The store creates (and on close removes) its folder; the
@@ -408,13 +411,11 @@ fn train_member(job: &Job, owner: Option<&[u8]>, member: Arc<TcpMember>) -> Resu
         // for recording alone.
         trace: args.trace.is_some() || args.compare_simulated,
     };
-    let plan = Arc::new(plan);
-    train::check_memory(&plan, &train::BackendChoice::Cpu, &[&share.input])?;
     // The members report at the end, not per epoch.
     let mut outcome = train::train_member(
         share,
         hyper,
-        plan,
+        Arc::new(plan),
         args.epochs,
         options,
         ssd,

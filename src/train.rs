@@ -1070,8 +1070,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 options.multi = Some(MultiGpu { halo, forced: None });
             }
             // Planned here: refused first where that would run the
-            // machine out of memory (a plan given is not planned again).
-            crate::cli::plannable(
+            // machine out of memory (a plan given is not planned again),
+            // beside its sweeps' workloads under `--sweep auto`.
+            crate::cli::plannable_as(args.sweep_auto())(
                 workload,
                 &profile,
                 &options,
@@ -1122,12 +1123,6 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             }
             let mut plan = match args.sweep_auto() {
                 true => {
-                    crate::cli::sweeps_plannable(
-                        workload,
-                        &profile,
-                        &options,
-                        &crate::cli::fewer_partitions(args.partitions()),
-                    )?;
                     let outputs = Some((
                         workload.clone(),
                         fateplan::planner::sizing::ByOutputs::Unplanned,
@@ -1336,6 +1331,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             // A plan for another run is refused before K processes
             // prepare the graph to find out.
             train::check_shared_plan(&plan, &shares.workload)
+                .map_err(|e| plan_flagged(e, args.plan.as_deref()))?;
+            train::check_members_memory(&plan, args.devices() as u64)
                 .map_err(|e| plan_flagged(e, args.plan.as_deref()))?;
             let ssd_bytes = run.budgets.unwrap_or(plan.budgets).ssd_bytes;
             let launched = crate::members::launch(
@@ -1721,12 +1718,19 @@ fn cores() -> usize {
 }
 
 /// A run's refusal of its plan, named by `--plan FILE` where the plan
-/// came from one; any other error as it is.
+/// came from one (a plan over the memory left, told that its budgets
+/// are the file's); any other error as it is.
 fn plan_flagged(error: ExecError, plan: Option<&Path>) -> anyhow::Error {
     match (error, plan) {
         (ExecError::InvalidInput { field, message }, Some(path)) if field == "plan" => {
             anyhow::anyhow!("--plan {}: {message}", path.display())
         }
+        // The budgets are the plan's: smaller ones need another plan.
+        (ExecError::OverMemory(message), Some(path)) => anyhow::anyhow!(
+            "{message}; the plan {} holds that under its own budgets: make another with \
+             `fateplan plan` under smaller ones",
+            path.display()
+        ),
         (other, _) => other.into(),
     }
 }

@@ -1181,6 +1181,27 @@ fn a_workload_too_large_to_plan_in_memory_is_refused_before_planning() {
         "{}",
         stderr(&out)
     );
+    // `--sweep auto` plans its sweeps' workloads two at a time on two
+    // threads: refused as two where one alone would fit, checked once,
+    // with the advice to name one sweep.
+    for command in ["plan", "train"] {
+        let mut args = vec![command, "--sweep", "auto"];
+        args.extend_from_slice(&["--graph", graph, "--layers", "16", "--partitions", "96"]);
+        if command == "train" {
+            args.extend_from_slice(&["--epochs", "1"]);
+        }
+        let out = under_limit(&args);
+        let message = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{command}: {message}");
+        assert!(
+            message.contains(
+                "-rmat-s12-e16-seed1-p96\" takes at least 1.4 GiB in memory (297103 tensors and \
+                 278001 operators, 2 such plans made at once)"
+            ) && message.contains("or name one sweep (--sweep, not auto)")
+                && message.matches("planning workload").count() == 1,
+            "{command}: {message}"
+        );
+    }
     let plan = dir.join("few.json");
     let few = ["--graph", graph, "--layers", "16", "--partitions", "4"];
     let mut args = vec!["plan"];

@@ -1998,7 +1998,7 @@ fn a_run_over_the_memory_left_is_refused_before_it_trains() {
         let message = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {message}");
         assert!(
-            message.contains("error: plan: training workload \"gcn-4x1024-planted-n100000")
+            message.contains("error: training workload \"gcn-4x1024-planted-n100000")
                 && message.contains("GiB in memory (")
                 && message.contains("the plan's peak, hbm ")
                 && message.contains("(ulimit -v)")
@@ -2012,6 +2012,35 @@ fn a_run_over_the_memory_left_is_refused_before_it_trains() {
         );
         assert!(stdout(&out).is_empty(), "trained: {}", stdout(&out));
     }
+    // A plan given holds its own budgets: another plan is needed.
+    let dir = scratch("over-memory-plan");
+    let file = dir.join("wide.json");
+    let plan = [
+        "plan",
+        "--graph",
+        graph,
+        "--layers",
+        "4",
+        "--hidden",
+        "1024",
+        "-o",
+        file.to_str().unwrap(),
+    ];
+    assert!(fateplan(&plan).status.success());
+    let args = [&run[..], &["--plan", file.to_str().unwrap()]].concat();
+    let out = under_address_limit(2_000_000, &args);
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains("error: training workload \"gcn-4x1024-planted-n100000")
+            && message.contains(&format!(
+                "; the plan {} holds that under its own budgets: make another with `fateplan \
+                 plan` under smaller ones",
+                file.display()
+            )),
+        "{message}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `--trace` into a folder that does not exist was found only once

@@ -1335,6 +1335,39 @@ impl Plan {
         )
     }
 
+    /// The most bytes `tiers` hold together at any one point of an
+    /// iteration, counted as the predicted peaks are (the tensors' copies,
+    /// the SSD staging buffers, the exchanges' buffers, the operators'
+    /// scratch): at most the sum of the tiers' peaks, and less where they
+    /// peak at different steps. A backend that keeps several tiers in one
+    /// memory (the CPU's device and host arenas) needs this much of it.
+    pub fn peak_together(&self, tiers: &[Tier]) -> u64 {
+        use crate::passes::memory::Occupancy;
+        use crate::passes::timeline::Timeline;
+        let workload = &self.workload.definition;
+        let fates: Vec<Fate> = self.tensors.iter().map(|t| t.fate).collect();
+        let timeline = Timeline::new(workload.ops.len(), &self.schedule);
+        let mut occupancy = Occupancy::compute(
+            workload,
+            &fates,
+            &self.schedule,
+            &timeline,
+            self.ssd_staging_bytes,
+        );
+        occupancy.add_exchanges(&self.exchanges, &timeline);
+        occupancy.add_scratch(workload, &self.schedule, &timeline);
+        let slots = occupancy.bytes.hbm.len();
+        (0..slots)
+            .map(|slot| {
+                tiers
+                    .iter()
+                    .map(|&tier| occupancy.bytes.get_ref(tier)[slot])
+                    .fold(0u64, u64::saturating_add)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// How many tensors have each fate, in [`Fate::ALL`] order.
     pub fn fate_counts(&self) -> Vec<(Fate, usize)> {
         Fate::ALL

@@ -850,7 +850,10 @@ impl CpuGnn {
                 (grad_out, out),
                 &mut grad_dst,
             )
-            .map_err(|e| ExecError::Internal(format!("{}: {e}", op.name)))?;
+            .map_err(|e| match e {
+                ExecError::Internal(why) => ExecError::Internal(format!("{}: {why}", op.name)),
+                other => other,
+            })?;
             // The last destination of `j` returns the halo's gradients to
             // their owners and adds the others' into its own.
             if i == last {

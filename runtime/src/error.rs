@@ -78,11 +78,33 @@ pub enum Error {
         expected: u32,
         actual: u32,
     },
+    /// A run made on the way (the profile's measurements train) that
+    /// failed for a reason of its own, such as the memory it needs:
+    /// `what` it was, and the executor's error.
+    #[error("{what}: {source}")]
+    Run {
+        what: String,
+        #[source]
+        source: Box<crate::exec::ExecError>,
+    },
     #[error("internal error (a bug in fateplan): {0}")]
     Internal(String),
 }
 
 impl Error {
+    /// The error of `what` (a run made on the way) that failed with
+    /// `error`: [`Error::Internal`] where the executor's is, else
+    /// [`Error::Run`], so that a run out of memory is not called a bug.
+    pub(crate) fn of_run(what: &str, error: crate::exec::ExecError) -> Self {
+        match error {
+            crate::exec::ExecError::Internal(_) => Error::Internal(format!("{what}: {error}")),
+            source => Error::Run {
+                what: what.into(),
+                source: Box::new(source),
+            },
+        }
+    }
+
     pub(crate) fn invalid(
         path: &std::path::Path,
         field: impl Into<String>,

@@ -181,6 +181,13 @@ pub fn available() -> Option<Available> {
     least([meminfo(), address_space(), data(), cgroup()])
 }
 
+/// The memory this process and the processes it starts can still take
+/// together: the least of `MemAvailable` and the cgroup's limit (the
+/// address-space and data limits bound each process alone).
+pub fn available_together() -> Option<Available> {
+    least([meminfo(), cgroup()])
+}
+
 /// The least of `limits` that are known.
 fn least(limits: impl IntoIterator<Item = Option<Available>>) -> Option<Available> {
     limits.into_iter().flatten().min_by_key(|limit| limit.bytes)

@@ -255,22 +255,37 @@ fn check_run(hyper: &Hyper, epochs: u32, built: Option<&GnnSpec>) -> Result<(), 
     ))
 }
 
-/// The bytes a run on `backend` holds in this process's memory at the
-/// plan's `peak`, and what they are: on the CPU backend both the device
-/// arena and the host tier, on the CUDA backend the host tier alone (its
-/// pinned buffers; the arena is on the device).
-fn held_in_memory(peak: &PerTier<u64>, backend: &BackendChoice) -> (u64, String) {
+/// The bytes a run of `plan` on `backend` holds in this process's
+/// memory at their most, and what they are: on the CPU backend the device
+/// arena and the host tier together ([`Plan::peak_together`]), on the
+/// CUDA backend the host tier alone (its pinned buffers; the arena is on
+/// the device).
+fn held_in_memory(plan: &Plan, backend: &BackendChoice) -> (u64, String) {
     use fateplan_planner::units::format_bytes;
+    let peak = &plan.predicted.peak_bytes;
     match backend {
-        BackendChoice::Cpu => (
-            peak.hbm.saturating_add(peak.host),
-            format!(
-                "the plan's peak, hbm {} and host {}, both in this process's memory on the CPU \
-                 backend",
-                format_bytes(peak.hbm),
-                format_bytes(peak.host)
-            ),
-        ),
+        BackendChoice::Cpu => {
+            let together = plan.peak_together(&[Tier::Hbm, Tier::Host]);
+            let what = if together == peak.hbm.saturating_add(peak.host) {
+                format!(
+                    "the plan's peak, hbm {} and host {}",
+                    format_bytes(peak.hbm),
+                    format_bytes(peak.host)
+                )
+            } else {
+                format!(
+                    "the plan's peak of hbm and host together, {} (hbm {} and host {} at \
+                     their own peaks)",
+                    format_bytes(together),
+                    format_bytes(peak.hbm),
+                    format_bytes(peak.host)
+                )
+            };
+            (
+                together,
+                format!("{what}, both in this process's memory on the CPU backend"),
+            )
+        }
         BackendChoice::Cuda(_) => (
             peak.host,
             format!(
@@ -284,79 +299,85 @@ fn held_in_memory(peak: &PerTier<u64>, backend: &BackendChoice) -> (u64, String)
 /// Refuses a run of `plan` on `backend` for each of `inputs` (a
 /// device's share each, or the one graph), all in this process, that
 /// cannot fit in the memory it can still take
-/// ([`crate::memory::available`]): where the tiers the backend holds in
-/// this process's memory at the plan's peak (on the CPU backend the
-/// device arena and the host tier, on the CUDA backend the host tier),
+/// ([`crate::memory::available`]): where what the backend holds in this
+/// process's memory at the plan's peak (on the CPU backend the device
+/// arena and the host tier together, on the CUDA backend the host tier),
 /// each run's, less the bytes of graph the backends take over and free
-/// ([`GraphInput::given_bytes`]), are more. That is a lower bound of
-/// what the runs take beyond what the process holds (the allocator's
-/// own room comes on top). [`train`] and [`train_shared`] check this; a
-/// process that runs one device ([`train_member`]) checks it first.
+/// ([`GraphInput::given_bytes`]), is more ([`ExecError::OverMemory`]).
+/// The tensors' bytes alone: the allocator's own room comes on top.
+/// [`train`] and [`train_shared`] check this; a program that runs one
+/// device of a group in a process of its own ([`train_member`]) calls it
+/// before.
 pub fn check_memory(
     plan: &Plan,
     backend: &BackendChoice,
     inputs: &[&GraphInput],
 ) -> Result<(), ExecError> {
+    let Some(available) = crate::memory::available() else {
+        return Ok(());
+    };
     check_run_memory(
         &plan.workload.name,
-        &plan.predicted.peak_bytes,
+        held_in_memory(plan, backend),
         backend,
         inputs.len() as u64,
         inputs.iter().map(|input| input.given_bytes()).sum(),
-        crate::memory::available().as_ref(),
+        &available,
     )
 }
 
-/// Refuses `runs` executors of a plan of workload `name` whose tiers
-/// held in this process's memory at their `peak` ([`held_in_memory`]),
-/// less the `given` bytes of graph the backends take over and free, are
-/// more than the memory `available`: a lower bound of what the run takes
-/// beyond what the process holds now (the kernels' scratch and the
-/// allocator's own come on top), so that a run which cannot fit is
-/// refused before it starts rather than ended by a failed allocation.
-/// No check where nothing is known.
+/// Refuses a run of `plan` on the CPU backend by `members` processes
+/// started together (`train --devices K --processes`) where what they
+/// hold at the plan's peak, each, is more than the memory they can take
+/// together ([`crate::memory::available_together`]): before they start,
+/// each to read its share of the graph and then to find that out. Each
+/// checks its own share as it starts too ([`check_memory`]).
+pub fn check_members_memory(plan: &Plan, members: u64) -> Result<(), ExecError> {
+    let Some(available) = crate::memory::available_together() else {
+        return Ok(());
+    };
+    let backend = BackendChoice::Cpu;
+    let held = held_in_memory(plan, &backend);
+    check_run_memory(&plan.workload.name, held, &backend, members, 0, &available)
+}
+
+/// Refuses `runs` executors of a plan of workload `name` that each hold
+/// `held` bytes in this process's memory (`(bytes, what they are)`,
+/// [`held_in_memory`]), less the `given` bytes of graph the backends take
+/// over and free, where that is more than the memory `available`.
 fn check_run_memory(
     name: &str,
-    peak: &PerTier<u64>,
+    (held, what): (u64, String),
     backend: &BackendChoice,
     runs: u64,
     given: u64,
-    available: Option<&crate::memory::Available>,
+    available: &crate::memory::Available,
 ) -> Result<(), ExecError> {
     use fateplan_planner::units::format_bytes;
-    let Some(available) = available else {
-        return Ok(());
-    };
-    let (held, what) = held_in_memory(peak, backend);
     let needed = held.saturating_mul(runs).saturating_sub(given);
-    let of = match runs {
-        1 => what,
-        n => format!("{n} devices each at {what}"),
+    let (of, each) = match runs {
+        1 => (what, ""),
+        n => (format!("{n} devices each at {what}"), ", each device's"),
     };
-    let what = format!(
-        "{of}, less the {} of the graph given over to them",
-        format_bytes(given)
-    );
+    let what = match given {
+        0 => of,
+        _ => format!(
+            "{of}, less the {} of the graph given over to them",
+            format_bytes(given)
+        ),
+    };
     let Some(short) = available.shortfall(needed, &what) else {
         return Ok(());
     };
-    let advice = match backend {
-        BackendChoice::Cpu => {
-            "plan under smaller budgets whose sum fits (--hbm-budget and --host-budget: what \
-             does not fit is recomputed, or spilled to the SSD tier with --spill-dir)"
-        }
-        BackendChoice::Cuda(_) => {
-            "plan under a smaller host budget (--host-budget: what does not fit is recomputed, \
-             or spilled to the SSD tier with --spill-dir)"
-        }
+    let budgets = match backend {
+        BackendChoice::Cpu => "smaller budgets (--hbm-budget and --host-budget",
+        BackendChoice::Cuda(_) => "a smaller host budget (--host-budget",
     };
-    Err(ExecError::invalid(
-        "plan",
-        format!(
-            "training workload {name:?} takes {short}; {advice}, or free memory, or raise the \
-             limit named"
-        ),
-    ))
+    Err(ExecError::OverMemory(format!(
+        "training workload {name:?} takes {short}; plan under {budgets}{each}: what does not fit \
+         is recomputed, or spilled to the SSD tier with --spill-dir; more --partitions where no \
+         plan fits them), or free memory, or raise the limit named"
+    )))
 }
 
 /// The backend a training runs on.
@@ -1516,15 +1537,33 @@ fn prepare_with_edges(
 /// header and the padding to the store's alignment.
 pub const SPILL_SLACK_BYTES: u64 = crate::spill::ALIGN_BYTES as u64 + 64;
 
+/// The spill store's error as the executor's: a buffer of `bytes` (at
+/// least) it could not allocate is [`ExecError::OutOfMemory`], as the
+/// executor's own buffers are; anything else the SSD tier's.
+fn spill_error(error: crate::Error, bytes: u64) -> ExecError {
+    match &error {
+        crate::Error::SpillIo { source, .. }
+            if source.kind() == std::io::ErrorKind::OutOfMemory =>
+        {
+            ExecError::out_of_memory(bytes)
+        }
+        _ => ExecError::ssd(error),
+    }
+}
+
 impl SsdTier for SpillStore {
     fn put(&self, key: u64, bytes: &[u8]) -> Result<(), ExecError> {
-        let ticket = self.write(key, bytes).map_err(ExecError::ssd)?;
+        let ticket = self
+            .write(key, bytes)
+            .map_err(|e| spill_error(e, bytes.len() as u64))?;
         self.wait(ticket).map_err(ExecError::ssd)?;
         Ok(())
     }
 
     fn get(&self, key: u64) -> Result<Vec<u8>, ExecError> {
-        let ticket = self.read(key).map_err(ExecError::ssd)?;
+        let ticket = self
+            .read(key)
+            .map_err(|e| spill_error(e, self.entry_len(key).unwrap_or(0)))?;
         let done = self.wait(ticket).map_err(ExecError::ssd)?;
         crate::exec::data::copied(done.buf.as_slice())
     }
@@ -1603,10 +1642,11 @@ mod tests {
         );
     }
 
-    /// A run is refused where its tiers held in this process's memory at
-    /// the plan's peak, less the graph the backend frees, are more than
-    /// the memory left: on the CPU backend both tiers, each device's, on
-    /// the CUDA backend the host tier alone.
+    /// A run is refused where what it holds in this process's memory at
+    /// the plan's peak, each device's, less the graph the backend frees,
+    /// is more than the memory left, naming both and the budgets to
+    /// lower; on the CPU backend the device and host tiers at their peak
+    /// together, which a plan that offloads reaches at no one step.
     #[test]
     fn a_run_over_the_memory_left_is_refused_before_it_starts() {
         let mib = 1u64 << 20;
@@ -1614,51 +1654,88 @@ mod tests {
             bytes: 600 * mib,
             source: "a limit".into(),
         };
-        let peak = PerTier {
-            hbm: 500 * mib,
-            host: 200 * mib,
-            ssd: 5000 * mib,
-        };
-        let check = |backend: &BackendChoice, runs: u64, given: u64| {
-            check_run_memory("w", &peak, backend, runs, given, Some(&left))
-        };
         let cpu = BackendChoice::Cpu;
-        let error = check(&cpu, 1, 50 * mib).unwrap_err();
-        let ExecError::InvalidInput { field, message } = &error else {
-            panic!("{error}");
+        let check = |held: u64, runs: u64, given: u64| {
+            check_run_memory("w", (held, "held".into()), &cpu, runs, given, &left)
         };
-        assert_eq!(field, "plan");
-        assert!(
-            message.starts_with(
-                "training workload \"w\" takes at least 650 MiB in memory (the plan's peak, hbm \
-                 500 MiB and host 200 MiB, both in this process's memory on the CPU backend, \
-                 less the 50.0 MiB of the graph given over to them), more than the 600 MiB \
-                 available (a limit); plan under smaller budgets"
-            ),
-            "{message}"
+        let error = check(700 * mib, 1, 50 * mib).unwrap_err();
+        let ExecError::OverMemory(message) = &error else {
+            panic!("{error:?}");
+        };
+        assert_eq!(
+            message,
+            "training workload \"w\" takes at least 650 MiB in memory (held, less the 50.0 MiB \
+             of the graph given over to them), more than the 600 MiB available (a limit); plan \
+             under smaller budgets (--hbm-budget and --host-budget: what does not fit is \
+             recomputed, or spilled to the SSD tier with --spill-dir; more --partitions where no \
+             plan fits them), or free memory, or raise the limit named"
         );
         // The graph given over is freed: what is left takes the rest.
-        assert!(check(&cpu, 1, 100 * mib).is_ok());
-        // Each device holds a plan's peak.
-        let two = check(&cpu, 2, 799 * mib).unwrap_err().to_string();
+        assert!(check(700 * mib, 1, 100 * mib).is_ok());
+        // Processes started together give over nothing yet.
+        let none = check(601 * mib, 1, 0).unwrap_err().to_string();
         assert!(
-            two.contains("takes at least 601 MiB in memory (2 devices each at the plan's peak"),
+            none.contains("601 MiB in memory (held), more than"),
+            "{none}"
+        );
+        // Each device holds a plan's peak, under budgets of its own.
+        let two = check(700 * mib, 2, 799 * mib).unwrap_err().to_string();
+        assert!(
+            two.contains("takes at least 601 MiB in memory (2 devices each at held")
+                && two.contains("--host-budget, each device's:"),
             "{two}"
         );
-        assert!(check(&cpu, 2, 800 * mib).is_ok());
-        // The CUDA backend holds its arena on the device.
+        assert!(check(700 * mib, 2, 800 * mib).is_ok());
         let cuda = BackendChoice::Cuda(Default::default());
-        assert!(check(&cuda, 1, 0).is_ok());
-        let pinned = check(&cuda, 4, 0).unwrap_err().to_string();
+        let pinned = check_run_memory("w", (601 * mib, "h".into()), &cuda, 1, 0, &left);
+        assert!(pinned
+            .unwrap_err()
+            .to_string()
+            .contains("under a smaller host budget (--host-budget: what"),);
+
+        // What a plan holds: on the CPU both tiers at their peak
+        // together, on the CUDA backend the host tier alone.
+        let (dataset, hyper) = small_gcn(9);
+        let prepared = prepare(dataset, &hyper, 4).unwrap();
+        let profile = fateplan_planner::Profile::from_json(
+            include_str!("../../profiles/cpu-small.json"),
+            "cpu-small.json",
+        )
+        .unwrap();
+        let retain = fateplan_planner::plan(
+            &prepared.workload,
+            &profile,
+            &fateplan_planner::PlanOptions::new(fateplan_planner::Policy::RetainAll, &profile),
+        )
+        .unwrap();
+        let peak = retain.predicted.peak_bytes;
+        let options = fateplan_planner::PlanOptions {
+            budgets: Budgets {
+                hbm_bytes: peak.hbm / 3,
+                ..Budgets::UNLIMITED
+            },
+            ..fateplan_planner::PlanOptions::new(fateplan_planner::Policy::OffloadHostAll, &profile)
+        };
+        let offloaded = fateplan_planner::plan(&prepared.workload, &profile, &options).unwrap();
+        for plan in [&retain, &offloaded] {
+            let peak = plan.predicted.peak_bytes;
+            assert_eq!(plan.peak_together(&[Tier::Hbm]), peak.hbm);
+            assert_eq!(plan.peak_together(&[Tier::Host]), peak.host);
+            let (held, what) = held_in_memory(plan, &cpu);
+            assert!(held >= peak.hbm.max(peak.host) && held <= peak.hbm + peak.host);
+            assert!(what.ends_with("both in this process's memory on the CPU backend"));
+            assert_eq!(held_in_memory(plan, &cuda).0, peak.host);
+        }
+        let peak = offloaded.predicted.peak_bytes;
+        let (held, what) = held_in_memory(&offloaded, &cpu);
         assert!(
-            pinned.contains(
-                "800 MiB in memory (4 devices each at the plan's host tier at its \
-                             peak, 200 MiB, in pinned memory"
-            ) && pinned.contains("a smaller host budget"),
-            "{pinned}"
+            peak.host > 0 && held < peak.hbm + peak.host,
+            "{peak:?}: {held}"
         );
-        // Nothing known, nothing refused.
-        assert!(check_run_memory("w", &peak, &cpu, 9, 0, None).is_ok());
+        assert!(
+            what.starts_with("the plan's peak of hbm and host together"),
+            "{what}"
+        );
     }
 
     /// An R-MAT graph of `2^scale` vertices, 6 features and 3 classes,

@@ -120,6 +120,11 @@ pub enum ExecError {
     /// (its address space, its processes) leave no room for it.
     #[error("{0}")]
     Threads(String),
+    /// A run that cannot fit in the memory the process can still take,
+    /// refused before it starts ([`crate::train::check_memory`]): what
+    /// it takes, what is left, and what would fit.
+    #[error("{0}")]
+    OverMemory(String),
     /// The allocator had not the memory for a buffer the run needed (a
     /// tensor of `bytes`, made by or for what `during` names): the
     /// process's memory ran out before the run ended, beyond the check
@@ -128,11 +133,11 @@ pub enum ExecError {
     /// plan's peak). The run stops with this error rather than the
     /// process with `memory allocation of N bytes failed`.
     #[error(
-        "out of memory: {} for {} could not be allocated, after the plan's peak was checked \
-         against the memory left (the allocator's own room and the kernels' buffers come on \
-         top of it); plan under smaller budgets (--hbm-budget and --host-budget: what does not \
-         fit is recomputed, or spilled to the SSD tier with --spill-dir), or free memory, or \
-         raise the limit",
+        "out of memory: {} for {} could not be allocated: the run takes more than this \
+         process has left (the plan's tiers, its kernels' buffers and the allocator's own \
+         room); plan under smaller budgets (--hbm-budget and --host-budget: what does not fit \
+         is recomputed, or spilled to the SSD tier with --spill-dir), or free memory, or raise \
+         its limit",
         fateplan_planner::units::format_bytes(*.bytes),
         .during.as_deref().unwrap_or("a tensor")
     )]
@@ -525,33 +530,38 @@ impl<B: Backend> Executor<B> {
             if !tensor.kind.is_external() {
                 continue;
             }
-            let t = tensor.id.index();
-            let data = self
-                .backend
-                .external(tensor)
+            self.place_external(&plan, tensor)
                 .map_err(|e| e.during(|| format!("input {}", tensor.name)))?;
-            check_size(tensor, &data)?;
-            let fate = plan.fate(tensor.id);
-            match fate
-                .away_tier()
-                .filter(|_| tensor.kind == TensorKind::Input)
-            {
-                Some(Tier::Host) => {
-                    let data = self.mover.to_host(&data)?;
-                    self.host[t] = Some(AwayCell::ready(Arc::new(data)))
-                }
-                Some(Tier::Ssd) => {
-                    let ssd = self.ssd.as_ref().ok_or(ExecError::NoSsd)?;
-                    ssd.put(t as u64, &data.to_bytes()?)?;
-                    self.on_ssd[t] = Some(AwayCell::ready(Arc::new(Data::I64(Vec::new()))));
-                }
-                _ => {
-                    let data = self.mover.to_device(Cow::Owned(data))?;
-                    self.device[t] = (Slot::Ready(Arc::new(data)), 0)
-                }
-            }
         }
         self.backend.externals_placed();
+        Ok(())
+    }
+
+    /// Makes the contents of external `tensor` and puts them where `plan`
+    /// keeps them when the run starts.
+    fn place_external(&mut self, plan: &Plan, tensor: &Tensor) -> Result<(), ExecError> {
+        let t = tensor.id.index();
+        let data = self.backend.external(tensor)?;
+        check_size(tensor, &data)?;
+        let fate = plan.fate(tensor.id);
+        match fate
+            .away_tier()
+            .filter(|_| tensor.kind == TensorKind::Input)
+        {
+            Some(Tier::Host) => {
+                let data = self.mover.to_host(&data)?;
+                self.host[t] = Some(AwayCell::ready(Arc::new(data)))
+            }
+            Some(Tier::Ssd) => {
+                let ssd = self.ssd.as_ref().ok_or(ExecError::NoSsd)?;
+                ssd.put(t as u64, &data.to_bytes()?)?;
+                self.on_ssd[t] = Some(AwayCell::ready(Arc::new(Data::I64(Vec::new()))));
+            }
+            _ => {
+                let data = self.mover.to_device(Cow::Owned(data))?;
+                self.device[t] = (Slot::Ready(Arc::new(data)), 0)
+            }
+        }
         Ok(())
     }
 
@@ -598,7 +608,12 @@ impl<B: Backend> Executor<B> {
     /// backend's memory.
     pub fn read_device(&self, tensor: usize) -> Result<Option<Data>, ExecError> {
         self.device_data(tensor)
-            .map(|data| self.mover.to_plain(data))
+            .map(|data| {
+                self.mover.to_plain(data).map_err(|e| {
+                    let name = &self.plan.workload.definition.tensors[tensor].name;
+                    e.during(|| format!("the copy of {name} read back"))
+                })
+            })
             .transpose()
     }
 
@@ -838,10 +853,12 @@ impl<B: Backend> Executor<B> {
                 self.ready(t)
             })
             .collect();
-        let outputs = self
-            .backend
-            .run_owned(op, inputs)
-            .map_err(|e| e.during(|| format!("step {step} ({})", op.name)))?;
+        let outputs = self.backend.run_owned(op, inputs).map_err(|e| {
+            e.during(|| match keep {
+                Some(_) => format!("step {step} (recomputing {})", op.name),
+                None => format!("step {step} ({})", op.name),
+            })
+        })?;
         if outputs.len() != op.outputs.len() {
             return Err(ExecError::Internal(format!(
                 "{} returned {} outputs, expected {}",

@@ -1409,7 +1409,7 @@ fn time_in_turn<B: GnnBackend>(
                 trace: true,
             };
             Executor::new(plan.clone(), gnn, None, options)
-                .map_err(|e| Error::Internal(format!("the compute measurement's executor: {e}")))
+                .map_err(|e| Error::of_run("the compute measurement's executor", e))
         })
         .collect::<Result<Vec<_>>>()?;
     in_turns(executors.len(), rounds, |k| {
@@ -1418,7 +1418,7 @@ fn time_in_turn<B: GnnBackend>(
         executor.backend_mut().set_mode(Mode::Train);
         executor
             .run_iteration()
-            .map_err(|e| Error::Internal(format!("the compute measurement's training: {e}")))?;
+            .map_err(|e| Error::of_run("the compute measurement's training", e))?;
         let mut sums: HashMap<Group, Sums> = HashMap::new();
         for span in executor.trace() {
             if span.stream != Stream::Compute {
@@ -1657,7 +1657,7 @@ pub fn op_overhead(
         backend: backend.clone(),
     };
     let (report, _) = train::train(prepared, hyper, run, &mut |_| {})
-        .map_err(|e| Error::Internal(format!("the per-operator measurement failed: {e}")))?;
+        .map_err(|e| Error::of_run("the per-operator measurement", e))?;
     Ok(Overhead {
         op_overhead_s: report.iteration_s / operators.max(1) as f64,
         operators,

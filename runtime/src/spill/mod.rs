@@ -824,7 +824,7 @@ impl SpillStore {
         Ok(())
     }
 
-    fn entry_len(&self, key: u64) -> Result<u64> {
+    pub(crate) fn entry_len(&self, key: u64) -> Result<u64> {
         lock(&self.index)
             .entries
             .get(&key)
