@@ -1846,7 +1846,8 @@ fn plan_shares(
         mut shape,
     } = build(owner, partitions)?;
     // Planned beside their sweeps' under `--sweep auto` at a count given
-    // (`auto` partitions compare their sweeps once the count is known).
+    // (`auto` partitions are checked with their sweeps once the count is
+    // known, in `prepare`).
     let sweeps = args.sweep.eq_ignore_ascii_case("auto") && args.partitions != "auto";
     plannable_as(sweeps)(&workload, profile, options, &fewer_partitions(partitions))?;
     if let Some(multi) = options.multi.as_mut() {
@@ -2892,6 +2893,7 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
         sweep_note = line;
         model.sweep = name;
     } else if let (Some(gnn), Some(model), true) = (&gnn, &mut model, auto) {
+        let shared = shares_shape.is_some();
         let shape = match shares_shape {
             Some(shape) => shape,
             None => GnnShape {
@@ -2905,6 +2907,18 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
             made = None;
         }
         let reused = made.is_some();
+        if args.partitions == "auto" && shared {
+            // A count given was checked with its sweeps as it was built
+            // (`plannable_as`); the shares at the count `auto` sized (on
+            // the largest share's statistics, the sweeps not chosen with
+            // it) are checked here, before their sweeps are planned.
+            sweeps_plannable(
+                &workload,
+                &profile,
+                &options,
+                &fewer_partitions(model.partitions),
+            )?;
+        }
         let outputs = Some((
             workload,
             match made.take() {

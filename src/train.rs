@@ -1200,6 +1200,19 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 dir.display()
             )
         });
+    // A run over the memory left is refused before a spill store or
+    // folder is made for it (`train` checks again as it starts).
+    match &prepared {
+        Prepared::One(one) => train::check_memory(&plan, &backend, &[&one.input]),
+        Prepared::Shared(_) if args.processes => {
+            train::check_members_memory(&plan, args.devices() as u64)
+        }
+        Prepared::Shared(shares) => {
+            let inputs: Vec<_> = shares.devices.iter().map(|d| &d.input).collect();
+            train::check_memory(&plan, &backend, &inputs)
+        }
+    }
+    .map_err(|e| plan_flagged(e, args.plan.as_deref()))?;
     let mut io_mode = None;
     // One store per device: each device's executor keys its blocks by
     // tensor, so devices cannot share one.
@@ -1331,8 +1344,6 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             // A plan for another run is refused before K processes
             // prepare the graph to find out.
             train::check_shared_plan(&plan, &shares.workload)
-                .map_err(|e| plan_flagged(e, args.plan.as_deref()))?;
-            train::check_members_memory(&plan, args.devices() as u64)
                 .map_err(|e| plan_flagged(e, args.plan.as_deref()))?;
             let ssd_bytes = run.budgets.unwrap_or(plan.budgets).ssd_bytes;
             let launched = crate::members::launch(
@@ -1726,9 +1737,10 @@ fn plan_flagged(error: ExecError, plan: Option<&Path>) -> anyhow::Error {
             anyhow::anyhow!("--plan {}: {message}", path.display())
         }
         // The budgets are the plan's: smaller ones need another plan.
-        (ExecError::OverMemory(message), Some(path)) => anyhow::anyhow!(
-            "{message}; the plan {} holds that under its own budgets: make another with \
-             `fateplan plan` under smaller ones",
+        (ExecError::OverMemory { short, .. }, Some(path)) => anyhow::anyhow!(
+            "{short}; the plan {} holds that under its own budgets: make another with \
+             `fateplan plan` under smaller ones (--hbm-budget and --host-budget), or free \
+             memory, or raise the limit named",
             path.display()
         ),
         (other, _) => other.into(),

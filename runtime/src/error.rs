@@ -97,7 +97,7 @@ impl Error {
     /// [`Error::Run`], so that a run out of memory is not called a bug.
     pub(crate) fn of_run(what: &str, error: crate::exec::ExecError) -> Self {
         match error {
-            crate::exec::ExecError::Internal(_) => Error::Internal(format!("{what}: {error}")),
+            crate::exec::ExecError::Internal(why) => Error::Internal(format!("{what}: {why}")),
             source => Error::Run {
                 what: what.into(),
                 source: Box::new(source),
@@ -126,3 +126,27 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::ExecError;
+
+    /// A run made on the way that ran out of memory says so under what
+    /// it was; only the executor's own bugs are called one.
+    #[test]
+    fn a_run_on_the_way_keeps_its_error() {
+        let out = Error::of_run("the measurement", ExecError::out_of_memory(1 << 20));
+        assert!(matches!(out, Error::Run { .. }), "{out:?}");
+        assert!(
+            out.to_string()
+                .starts_with("the measurement: out of memory: 1.00 MiB for a tensor"),
+            "{out}"
+        );
+        let bug = Error::of_run("the measurement", ExecError::Internal("x".into()));
+        assert_eq!(
+            bug.to_string(),
+            "internal error (a bug in fateplan): the measurement: x"
+        );
+    }
+}

@@ -316,14 +316,31 @@ pub fn check_memory(
     let Some(available) = crate::memory::available() else {
         return Ok(());
     };
-    check_run_memory(
-        &plan.workload.name,
-        held_in_memory(plan, backend),
-        backend,
-        inputs.len() as u64,
-        inputs.iter().map(|input| input.given_bytes()).sum(),
-        &available,
-    )
+    let given = inputs.iter().map(|input| input.given_bytes()).sum();
+    check_run_memory(plan, backend, inputs.len() as u64, given, &available)
+}
+
+/// [`check_memory`] of `runs` runs of `plan` that take over `given`
+/// bytes of graph, against `available`. The tiers' peaks summed are at
+/// least what they hold together: where that fits, nothing more is
+/// counted (the slots' bytes take memory of their own on a large plan).
+fn check_run_memory(
+    plan: &Plan,
+    backend: &BackendChoice,
+    runs: u64,
+    given: u64,
+    available: &crate::memory::Available,
+) -> Result<(), ExecError> {
+    let peak = &plan.predicted.peak_bytes;
+    let most = match backend {
+        BackendChoice::Cpu => peak.hbm.saturating_add(peak.host),
+        BackendChoice::Cuda(_) => peak.host,
+    };
+    if most.saturating_mul(runs).saturating_sub(given) <= available.bytes {
+        return Ok(());
+    }
+    let held = held_in_memory(plan, backend);
+    over_memory(&plan.workload.name, held, backend, runs, given, available)
 }
 
 /// Refuses a run of `plan` on the CPU backend by `members` processes
@@ -336,16 +353,14 @@ pub fn check_members_memory(plan: &Plan, members: u64) -> Result<(), ExecError> 
     let Some(available) = crate::memory::available_together() else {
         return Ok(());
     };
-    let backend = BackendChoice::Cpu;
-    let held = held_in_memory(plan, &backend);
-    check_run_memory(&plan.workload.name, held, &backend, members, 0, &available)
+    check_run_memory(plan, &BackendChoice::Cpu, members, 0, &available)
 }
 
 /// Refuses `runs` executors of a plan of workload `name` that each hold
 /// `held` bytes in this process's memory (`(bytes, what they are)`,
 /// [`held_in_memory`]), less the `given` bytes of graph the backends take
 /// over and free, where that is more than the memory `available`.
-fn check_run_memory(
+fn over_memory(
     name: &str,
     (held, what): (u64, String),
     backend: &BackendChoice,
@@ -373,11 +388,14 @@ fn check_run_memory(
         BackendChoice::Cpu => "smaller budgets (--hbm-budget and --host-budget",
         BackendChoice::Cuda(_) => "a smaller host budget (--host-budget",
     };
-    Err(ExecError::OverMemory(format!(
-        "training workload {name:?} takes {short}; plan under {budgets}{each}: what does not fit \
-         is recomputed, or spilled to the SSD tier with --spill-dir; more --partitions where no \
-         plan fits them), or free memory, or raise the limit named"
-    )))
+    Err(ExecError::OverMemory {
+        short: format!("training workload {name:?} takes {short}"),
+        advice: format!(
+            "plan under {budgets}{each}: what does not fit is recomputed, or spilled to the SSD \
+             tier with --spill-dir; more --partitions where no plan fits them), or free memory, \
+             or raise the limit named"
+        ),
+    })
 }
 
 /// The backend a training runs on.
@@ -1656,12 +1674,11 @@ mod tests {
         };
         let cpu = BackendChoice::Cpu;
         let check = |held: u64, runs: u64, given: u64| {
-            check_run_memory("w", (held, "held".into()), &cpu, runs, given, &left)
+            over_memory("w", (held, "held".into()), &cpu, runs, given, &left)
         };
         let error = check(700 * mib, 1, 50 * mib).unwrap_err();
-        let ExecError::OverMemory(message) = &error else {
-            panic!("{error:?}");
-        };
+        let message = error.to_string();
+        assert!(matches!(error, ExecError::OverMemory { .. }), "{error:?}");
         assert_eq!(
             message,
             "training workload \"w\" takes at least 650 MiB in memory (held, less the 50.0 MiB \
@@ -1687,7 +1704,7 @@ mod tests {
         );
         assert!(check(700 * mib, 2, 800 * mib).is_ok());
         let cuda = BackendChoice::Cuda(Default::default());
-        let pinned = check_run_memory("w", (601 * mib, "h".into()), &cuda, 1, 0, &left);
+        let pinned = over_memory("w", (601 * mib, "h".into()), &cuda, 1, 0, &left);
         assert!(pinned
             .unwrap_err()
             .to_string()

@@ -122,9 +122,10 @@ pub enum ExecError {
     Threads(String),
     /// A run that cannot fit in the memory the process can still take,
     /// refused before it starts ([`crate::train::check_memory`]): what
-    /// it takes, what is left, and what would fit.
-    #[error("{0}")]
-    OverMemory(String),
+    /// it takes against what is left (`short`), and what would fit
+    /// (`advice`).
+    #[error("{short}; {advice}")]
+    OverMemory { short: String, advice: String },
     /// The allocator had not the memory for a buffer the run needed (a
     /// tensor of `bytes`, made by or for what `during` names): the
     /// process's memory ran out before the run ended, beyond the check

@@ -1289,9 +1289,8 @@ fn time_trainings(
         _ => 1,
     };
     let curve = &profile.device.gather_curve[..];
-    let failed = |what: &str, e: ExecError| {
-        Error::Internal(format!("the compute measurement's {what}: {e}"))
-    };
+    let failed =
+        |what: &str, e: ExecError| Error::of_run(&format!("the compute measurement's {what}"), e);
     let mut jobs = jobs.into_iter();
     let mut timed = Vec::with_capacity(count);
     while timed.len() < count {

@@ -367,9 +367,8 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
             notes.push(why.clone());
             // Without a GPU, the transfers are the executor's lanes.
             let clock = Instant::now();
-            let lane = |name: &'static str| {
-                Lane::start(name, clock).map_err(|e| Error::Internal(e.to_string()))
-            };
+            let lane =
+                |name: &'static str| Lane::start(name, clock).map_err(|e| Error::of_run(name, e));
             let (h2d_lane, d2h_lane) = (lane("measure-h2d")?, lane("measure-d2h")?);
             let lane_copy = |lane: &Lane| {
                 host::lane_copy_bandwidth(

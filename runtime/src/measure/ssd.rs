@@ -121,7 +121,7 @@ fn run(
     rounds: &Rounds,
 ) -> Result<(Rate, Rate, f64, f64)> {
     let ssd: &dyn SsdTier = store;
-    let tier = |e: crate::exec::ExecError| Error::Internal(format!("ssd tier: {e}"));
+    let tier = |e: crate::exec::ExecError| Error::of_run("ssd tier", e);
     // Not zeros: a virtual disk may compress or deduplicate them.
     let mut words = vec![0u64; block_bytes / 8];
     fill_pattern(&mut words, 0x55d);
