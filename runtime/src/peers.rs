@@ -245,7 +245,7 @@ impl Peers {
         if !self.rows.contains_key(&(what, l, s)) {
             let mut sends = Vec::with_capacity(self.comm.size());
             for rows in &self.halo.send[s] {
-                let mut values = room_for(rows.len() * width)?;
+                let mut values = crate::exec::data::room_for(rows.len() * width)?;
                 for &r in rows {
                     let r = r as usize;
                     let row = src.get(r * width..(r + 1) * width).ok_or_else(|| {
@@ -390,7 +390,7 @@ impl Peers {
             let mut sends = Vec::with_capacity(self.comm.size());
             let mut at = 0;
             for &rows in &self.halo.recv[j] {
-                let mut values = room_for(rows * width)?;
+                let mut values = crate::exec::data::room_for(rows * width)?;
                 let mut segment = 0;
                 for &w in widths {
                     let from = segment + at * w;
@@ -511,14 +511,4 @@ impl Peers {
     pub(crate) fn finish(&self) {
         self.comm.finish();
     }
-}
-/// An empty buffer with room for `len` values, or
-/// [`ExecError::OutOfMemory`] where the allocator has not the memory (as
-/// the executor's tensors, [`crate::exec::data::zeros`]).
-fn room_for(len: usize) -> Result<Vec<f32>, ExecError> {
-    let mut values = Vec::new();
-    values
-        .try_reserve_exact(len)
-        .map_err(|_| ExecError::out_of_memory((len as u64).saturating_mul(4)))?;
-    Ok(values)
 }

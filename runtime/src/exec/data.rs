@@ -105,21 +105,26 @@ pub fn zeros<T: bytemuck::Zeroable>(len: usize) -> Result<Vec<T>, ExecError> {
 /// A copy of `values` in a fresh buffer, or [`ExecError::OutOfMemory`]
 /// as [`zeros`].
 pub fn copied<T: Copy>(values: &[T]) -> Result<Vec<T>, ExecError> {
-    let mut out = Vec::new();
-    out.try_reserve_exact(values.len())
-        .map_err(|_| ExecError::out_of_memory(std::mem::size_of_val(values) as u64))?;
+    let mut out = room_for(values.len())?;
     out.extend_from_slice(values);
+    Ok(out)
+}
+
+/// An empty buffer with room for `len` values, or
+/// [`ExecError::OutOfMemory`] as [`zeros`]: for a buffer filled as it is
+/// made.
+pub fn room_for<T>(len: usize) -> Result<Vec<T>, ExecError> {
+    let mut out = Vec::new();
+    out.try_reserve_exact(len).map_err(|_| {
+        ExecError::out_of_memory((len as u64).saturating_mul(std::mem::size_of::<T>() as u64))
+    })?;
     Ok(out)
 }
 
 /// `parts` one after another in a fresh buffer, or
 /// [`ExecError::OutOfMemory`] as [`zeros`].
 pub fn concatenated<T: Copy>(parts: &[&[T]]) -> Result<Vec<T>, ExecError> {
-    let len = parts.iter().map(|p| p.len()).sum::<usize>();
-    let mut out = Vec::new();
-    out.try_reserve_exact(len).map_err(|_| {
-        ExecError::out_of_memory((len as u64).saturating_mul(std::mem::size_of::<T>() as u64))
-    })?;
+    let mut out = room_for(parts.iter().map(|p| p.len()).sum())?;
     for part in parts {
         out.extend_from_slice(part);
     }
@@ -228,10 +233,7 @@ impl Data {
     /// A self-describing little-endian byte form; held contents have none
     /// (a backend's [`crate::exec::Mover::to_plain`] reads them first).
     pub fn to_bytes(&self) -> Result<Vec<u8>, ExecError> {
-        let len = HEADER_BYTES as u64 + self.byte_len();
-        let mut out = Vec::new();
-        out.try_reserve_exact(len as usize)
-            .map_err(|_| ExecError::out_of_memory(len))?;
+        let mut out = room_for(HEADER_BYTES + self.byte_len() as usize)?;
         let lengths: [u64; 3] = match self {
             Data::F32(v) => [v.len() as u64, 0, 0],
             Data::I64(v) => [v.len() as u64, 0, 0],
@@ -335,9 +337,7 @@ impl Data {
             bytes: &[u8],
             read: fn([u8; N]) -> T,
         ) -> Result<Vec<T>, ExecError> {
-            let mut out = Vec::new();
-            out.try_reserve_exact(bytes.len() / N)
-                .map_err(|_| ExecError::out_of_memory(bytes.len() as u64))?;
+            let mut out = room_for(bytes.len() / N)?;
             out.extend(
                 bytes
                     .chunks_exact(N)
