@@ -429,21 +429,32 @@ pub fn main() -> ExitCode {
         true => Ok(()),
         false => set_threads(None),
     };
+    let json = match &cli.command {
+        Command::Plan(args) => args.json,
+        Command::Compare(args) => args.plan.json,
+        Command::Curve(args) => args.json(),
+        Command::Simulate(args) => args.json(),
+        Command::Study(args) => args.json(),
+        Command::Train(args) => args.json(),
+        Command::Partition(args) => args.json(),
+        Command::Workloads | Command::Profile(_) | Command::Member | Command::Generate { .. } => {
+            false
+        }
+    };
     let result = started.and_then(|()| match cli.command {
-        Command::Plan(args) => run_plan(&args).inspect_err(|e| no_plan_json(args.json, e)),
+        Command::Plan(args) => run_plan(&args),
         Command::Workloads => run_workloads(),
         Command::Simulate(args) => simulate::run(&args, load_profile),
         Command::Compare(args) => run_compare(&args),
         Command::Curve(args) => curve::run(&args),
         Command::Study(args) => study::run(&args),
-        Command::Train(args) => {
-            train::run(&args, load_profile).inspect_err(|e| no_plan_json(args.json(), e))
-        }
+        Command::Train(args) => train::run(&args, load_profile),
         Command::Profile(args) => measure_profile::run(&args),
         Command::Partition(args) => partition::run(&args),
         Command::Member => crate::members::run_member(),
         Command::Generate { graph, out, force } => run_generate(&graph, &out, force),
     });
+    let result = result.inspect_err(|error| error_json(json, error));
     // What is left in standard output's buffer (a last line without a
     // newline) is written here, where its failure can still be reported.
     let result = result.and_then(|()| Ok(stdout().flush()?));
@@ -530,58 +541,112 @@ impl PlanArgs {
     }
 }
 
-/// With `--json`, where no plan fits (exit status 2) a JSON document on
-/// standard output says so, as `compare --json` and `curve --json` give
-/// their rows, so that a script reading it gets more than an empty
-/// document: `fits` false (null where the MILP ran out of time), the
-/// error, and for a budget over its tier the tier, step, operator and
-/// bytes, and `fits_with`, the budgets with which a plan fits (the
-/// others as given), each with whether the profile has that much.
-fn no_plan_json(json: bool, error: &anyhow::Error) {
-    if !json {
+/// With `--json`, a command that fails says so in a JSON document on
+/// standard output, as its report would have been, so that a script
+/// reading it gets more than an empty document: `error` (the message on
+/// standard error) and `kind`:
+///
+/// - `no_plan_fits` (exit status 2): `fits` false, and for a budget over
+///   its tier the tier, step, operator and bytes, and `fits_with`, the
+///   budgets with which a plan fits (the others as given), each with
+///   whether the profile has that much;
+/// - `milp_out_of_time` (exit status 2): `fits` null;
+/// - `over_memory`: the run was refused before it started,
+///   `needed_bytes` against `available_bytes`;
+/// - `out_of_memory`: a buffer of `bytes` could not be allocated
+///   `during` what it names (null where unknown);
+/// - `member_failed`: `member`, the rank of the process of a
+///   `--processes` run that stopped the group;
+/// - `failed`: anything else.
+///
+/// Where the report was printed before the error (`compare` and `curve`
+/// where nothing fits, `simulate` finding a budget broken), nothing more.
+fn error_json(json: bool, error: &anyhow::Error) {
+    if !json || error.is::<NothingFits>() || error.is::<ViolationsFound>() {
         return;
     }
-    let message = error_chain(error);
-    let document = match error.downcast_ref::<PlanError>() {
-        Some(PlanError::Infeasible {
-            tier,
-            step,
-            op,
-            needed_bytes,
-            budget_bytes,
-            fits_with,
-            ..
-        }) => {
-            let fits_with: Vec<serde_json::Value> = fits_with
-                .iter()
-                .map(|f| {
-                    serde_json::json!({
-                        "tier": f.tier.name(),
-                        "bytes": f.bytes,
-                        "over_capacity": f.over_capacity,
-                    })
-                })
-                .collect();
-            serde_json::json!({
-                "fits": false,
-                "error": message,
-                "tier": tier.name(),
-                "step": step,
-                "op": op,
-                "needed_bytes": needed_bytes,
-                "budget_bytes": budget_bytes,
-                "fits_with": fits_with,
-            })
+    if let Some(io) = error.downcast_ref::<std::io::Error>() {
+        if io.kind() == std::io::ErrorKind::BrokenPipe {
+            return;
         }
-        Some(PlanError::MilpOutOfTime { .. }) => {
-            serde_json::json!({"fits": null, "error": message})
-        }
-        _ if error.is::<NothingFits>() => serde_json::json!({"fits": false, "error": message}),
-        _ => return,
-    };
+    }
+    let document = error_document(error);
     // Standard output may be closed (the exit status still says it).
     let mut out = stdout();
     let _ = writeln!(out, "{document:#}").and_then(|()| out.flush());
+}
+
+/// The document [`error_json`] prints for `error`.
+fn error_document(error: &anyhow::Error) -> serde_json::Value {
+    use fateplan::runtime::exec::ExecError;
+    let message = error_chain(error);
+    // The error itself or one it wraps (a run's error inside a
+    // measurement's).
+    let plan_error = error.chain().find_map(|e| e.downcast_ref::<PlanError>());
+    let exec_error = error.chain().find_map(|e| {
+        // A boxed source is its box as an error.
+        e.downcast_ref::<ExecError>()
+            .or_else(|| e.downcast_ref::<Box<ExecError>>().map(|boxed| &**boxed))
+    });
+    if let Some(PlanError::Infeasible {
+        tier,
+        step,
+        op,
+        needed_bytes,
+        budget_bytes,
+        fits_with,
+        ..
+    }) = plan_error
+    {
+        let fits_with: Vec<serde_json::Value> = fits_with
+            .iter()
+            .map(|f| {
+                serde_json::json!({
+                    "tier": f.tier.name(),
+                    "bytes": f.bytes,
+                    "over_capacity": f.over_capacity,
+                })
+            })
+            .collect();
+        return serde_json::json!({
+            "kind": "no_plan_fits",
+            "fits": false,
+            "error": message,
+            "tier": tier.name(),
+            "step": step,
+            "op": op,
+            "needed_bytes": needed_bytes,
+            "budget_bytes": budget_bytes,
+            "fits_with": fits_with,
+        });
+    }
+    if let Some(PlanError::MilpOutOfTime { .. }) = plan_error {
+        return serde_json::json!({"kind": "milp_out_of_time", "fits": null, "error": message});
+    }
+    match exec_error {
+        Some(ExecError::OverMemory {
+            needed_bytes,
+            available_bytes,
+            ..
+        }) => serde_json::json!({
+            "kind": "over_memory",
+            "error": message,
+            "needed_bytes": needed_bytes,
+            "available_bytes": available_bytes,
+        }),
+        Some(ExecError::OutOfMemory { bytes, during }) => serde_json::json!({
+            "kind": "out_of_memory",
+            "error": message,
+            "bytes": bytes,
+            "during": during,
+        }),
+        Some(ExecError::MemberFailed { rank, .. }) => serde_json::json!({
+            "kind": "member_failed",
+            "error": message,
+            "member": rank,
+        }),
+        _ => serde_json::json!({"kind": "failed", "error": message}),
+    }
 }
 
 /// The text of `--help` or `--version` (clap's "error" that is not one)
@@ -3783,6 +3848,41 @@ fn run_workloads() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run out of memory keeps its kind and figures in `--json`'s
+    /// document wherever it is wrapped: in context, or as the source of a
+    /// measurement's error.
+    #[test]
+    fn a_run_out_of_memory_is_named_in_the_json_document() {
+        use fateplan::runtime::exec::ExecError;
+        let oom = || ExecError::OutOfMemory {
+            bytes: 1 << 20,
+            during: Some("step 3 (agg[l0,p1,s0])".into()),
+        };
+        let wrapped = fateplan::runtime::Error::Run {
+            what: "the GEMM measurement".into(),
+            source: Box::new(oom()),
+        };
+        let errors = [
+            anyhow::Error::new(oom()),
+            anyhow::Error::new(oom()).context("training"),
+            anyhow::Error::new(wrapped),
+        ];
+        for error in &errors {
+            let document = error_document(error);
+            assert_eq!(document["kind"], "out_of_memory", "{document}");
+            assert_eq!(document["bytes"], 1 << 20, "{document}");
+            assert_eq!(document["during"], "step 3 (agg[l0,p1,s0])", "{document}");
+            assert_eq!(document["error"], error_chain(error), "{document}");
+        }
+        let unplaced = error_document(&ExecError::out_of_memory(8).into());
+        assert!(unplaced["during"].is_null(), "{unplaced}");
+        let other = error_document(&anyhow::anyhow!("a file"));
+        assert_eq!(
+            other,
+            serde_json::json!({"kind": "failed", "error": "a file"})
+        );
+    }
 
     #[test]
     fn host_or_ssd_below_the_profile_s_is_said() {

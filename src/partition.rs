@@ -55,6 +55,14 @@ pub struct PartitionArgs {
     json: bool,
 }
 
+impl PartitionArgs {
+    /// Whether the report is printed as JSON (`--json`): an error is
+    /// too.
+    pub(crate) fn json(&self) -> bool {
+        self.json
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Which {
     Random,

@@ -50,6 +50,14 @@ pub struct SimulateArgs {
     ssd_budget: Option<String>,
 }
 
+impl SimulateArgs {
+    /// Whether the report is printed as JSON (`--json`): an error is
+    /// too.
+    pub(crate) fn json(&self) -> bool {
+        self.json
+    }
+}
+
 /// The simulation ran and found violations; the report has been printed.
 /// The command exits with status 3.
 #[derive(Debug)]

@@ -57,6 +57,12 @@ pub struct StudyArgs {
 }
 
 impl StudyArgs {
+    /// Whether the report is printed as JSON (`--json`): an error is
+    /// too.
+    pub(crate) fn json(&self) -> bool {
+        self.json
+    }
+
     /// The command as a user would type it again, non-default flags only.
     fn command(&self) -> String {
         let mut command = "fateplan study".to_string();

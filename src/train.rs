@@ -1737,12 +1737,26 @@ fn plan_flagged(error: ExecError, plan: Option<&Path>) -> anyhow::Error {
             anyhow::anyhow!("--plan {}: {message}", path.display())
         }
         // The budgets are the plan's: smaller ones need another plan.
-        (ExecError::OverMemory { short, .. }, Some(path)) => anyhow::anyhow!(
-            "{short}; the plan {} holds that under its own budgets: make another with \
-             `fateplan plan` under smaller ones (--hbm-budget and --host-budget), or free \
-             memory, or raise the limit named",
-            path.display()
-        ),
+        (
+            ExecError::OverMemory {
+                short,
+                needed_bytes,
+                available_bytes,
+                ..
+            },
+            Some(path),
+        ) => ExecError::OverMemory {
+            short,
+            advice: format!(
+                "the plan {} holds that under its own budgets: make another with `fateplan \
+                 plan` under smaller ones (--hbm-budget and --host-budget), or free memory, or \
+                 raise the limit named",
+                path.display()
+            ),
+            needed_bytes,
+            available_bytes,
+        }
+        .into(),
         (other, _) => other.into(),
     }
 }

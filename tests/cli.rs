@@ -190,6 +190,7 @@ fn no_fit_with_json_is_a_json_document() {
         assert_eq!(out.status.code(), Some(2), "{}", stderr(out));
         let document: serde_json::Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{e}: {:?}", stdout(out)));
+        assert_eq!(document["kind"], "no_plan_fits", "{document}");
         assert_eq!(document["fits"], false, "{document}");
         assert_eq!(document["tier"], "hbm");
         assert!(document["error"].as_str().unwrap().contains("infeasible"));
@@ -211,6 +212,65 @@ fn no_fit_with_json_is_a_json_document() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty(), "{}", stdout(&out));
+}
+
+/// With `--json`, any other failure is a JSON document too: its kind and
+/// the message standard error gives, on every command that takes it.
+#[test]
+fn a_failure_with_json_is_a_json_document() {
+    let dir = std::env::temp_dir().join(format!("fateplan-json-failure-{}", std::process::id()));
+    let missing = dir.join("missing");
+    let out = missing.join("study.md").to_str().unwrap().to_string();
+    let missing = missing.to_str().unwrap();
+    let graph = "rmat:scale=8,features=4,classes=2,seed=1";
+    let runs: [Vec<&str>; 7] = [
+        vec!["plan", "--dag", missing],
+        vec!["compare", "--dag", missing],
+        vec!["curve", "--dag", missing],
+        vec!["simulate", missing],
+        vec!["train", "--graph", missing, "--epochs", "1"],
+        vec!["partition", "--graph", missing, "--gpus", "2"],
+        vec!["study", "--gpus", "1", "--out", &out],
+    ];
+    for args in runs {
+        let with_json = [&args[..], &["--json"]].concat();
+        let out = fateplan(&with_json);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{with_json:?}: {}",
+            stderr(&out)
+        );
+        let document: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{with_json:?}: {e}: {:?}", stdout(&out)));
+        assert_eq!(document["kind"], "failed", "{with_json:?}: {document}");
+        let error = document["error"].as_str().unwrap();
+        assert!(error.contains(missing), "{with_json:?}: {document}");
+        assert!(
+            stderr(&out).contains(&format!("error: {error}")),
+            "{with_json:?}: {document} against {}",
+            stderr(&out)
+        );
+        // Without --json, nothing on standard output.
+        let out = fateplan(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}: {}", stdout(&out));
+    }
+    // A report printed, then the failure: one document, the report.
+    let out = fateplan(&[
+        "compare",
+        "--graph",
+        graph,
+        "--partitions",
+        "2",
+        "--hbm-budget",
+        "1KiB",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {:?}", stdout(&out)));
+    assert!(report["policies"].is_array(), "{report}");
 }
 
 #[test]

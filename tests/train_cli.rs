@@ -1558,8 +1558,17 @@ fn each_device_a_process_trains_the_model_of_threads() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("member 1 failed") && stderr.contains("device1"),
+        stderr.contains("error: member 1 failed: ") && stderr.contains("device1"),
         "{stderr}"
+    );
+    // Its JSON says which member, and the same words.
+    let failed: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stdout)));
+    assert_eq!(failed["kind"], "member_failed", "{failed}");
+    assert_eq!(failed["member"], 1, "{failed}");
+    assert!(
+        stderr.contains(failed["error"].as_str().unwrap()),
+        "{failed} against {stderr}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 
@@ -2012,6 +2021,20 @@ fn a_run_over_the_memory_left_is_refused_before_it_trains() {
         );
         assert!(stdout(&out).is_empty(), "trained: {}", stdout(&out));
     }
+    // With --json, the refusal is a document with its figures.
+    let args = [&run[..], &["--json"]].concat();
+    let out = under_address_limit(2_000_000, &args);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let refused: serde_json::Value =
+        serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)));
+    assert_eq!(refused["kind"], "over_memory", "{refused}");
+    let needed = refused["needed_bytes"].as_u64().unwrap();
+    assert!(
+        needed > refused["available_bytes"].as_u64().unwrap(),
+        "{refused}"
+    );
+    assert!(needed > 1 << 30, "{refused}");
+    assert!(stderr(&out).contains(refused["error"].as_str().unwrap()));
     // A plan given holds its own budgets: another plan is needed.
     let dir = scratch("over-memory-plan");
     let file = dir.join("wide.json");
@@ -2040,6 +2063,14 @@ fn a_run_over_the_memory_left_is_refused_before_it_trains() {
             ))
             && !message.contains("--spill-dir"),
         "{message}"
+    );
+    let args = [&args[..], &["--json"]].concat();
+    let refused: serde_json::Value =
+        serde_json::from_str(&stdout(&under_address_limit(2_000_000, &args))).unwrap();
+    assert_eq!(refused["kind"], "over_memory", "{refused}");
+    assert!(
+        refused["error"].as_str().unwrap().contains("make another"),
+        "{refused}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -80,8 +80,9 @@ pub enum Error {
     },
     /// A run made on the way (the profile's measurements train) that
     /// failed for a reason of its own, such as the memory it needs:
-    /// `what` it was, and the executor's error.
-    #[error("{what}: {source}")]
+    /// `what` it was, and the executor's error (out of memory, with
+    /// advice for a measurement rather than for a training run's plan).
+    #[error("{what}: {}", run_failure(source))]
     Run {
         what: String,
         #[source]
@@ -89,6 +90,21 @@ pub enum Error {
     },
     #[error("internal error (a bug in fateplan): {0}")]
     Internal(String),
+}
+
+/// What a run made on the way says of `error`: out of memory, what
+/// frees memory for a measurement (its plan is the profile's own, not a
+/// user's to budget); any other error as it is.
+fn run_failure(error: &crate::exec::ExecError) -> String {
+    match error {
+        crate::exec::ExecError::OutOfMemory { bytes, during } => format!(
+            "{}: the measurement takes more than this process has left; measure less \
+             (`fateplan profile --quick`, or a smaller --graph), or free memory, or raise its \
+             limit",
+            crate::exec::unallocated(*bytes, during.as_deref())
+        ),
+        other => other.to_string(),
+    }
 }
 
 impl Error {
@@ -143,6 +159,9 @@ mod tests {
                 .starts_with("the measurement: out of memory: 1.00 MiB for a tensor"),
             "{out}"
         );
+        // Its advice is a measurement's, not a training plan's.
+        assert!(out.to_string().contains("profile --quick"), "{out}");
+        assert!(!out.to_string().contains("--hbm-budget"), "{out}");
         let bug = Error::of_run("the measurement", ExecError::Internal("x".into()));
         assert_eq!(
             bug.to_string(),

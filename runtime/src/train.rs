@@ -389,6 +389,8 @@ fn over_memory(
         BackendChoice::Cuda(_) => "a smaller host budget (--host-budget",
     };
     Err(ExecError::OverMemory {
+        needed_bytes: needed,
+        available_bytes: available.bytes,
         short: format!("training workload {name:?} takes {short}"),
         advice: format!(
             "plan under {budgets}{each}: what does not fit is recomputed, or spilled to the SSD \

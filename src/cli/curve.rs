@@ -50,6 +50,14 @@ pub(crate) struct CurveArgs {
     simulate: bool,
 }
 
+impl CurveArgs {
+    /// Whether the report is printed as JSON (`--json`): an error is
+    /// too.
+    pub(crate) fn json(&self) -> bool {
+        self.plan.json
+    }
+}
+
 /// A plan replayed on the simulator.
 #[derive(Debug, Clone, Copy)]
 struct Simulated {

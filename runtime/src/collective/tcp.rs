@@ -239,50 +239,55 @@ impl Hub {
         let size = self.size;
         loop {
             let mut calls = Vec::with_capacity(size);
+            // A member that failed (its rank and why), or calls that do
+            // not match (why).
             let mut failure = None;
             for (rank, link) in links.iter_mut().enumerate() {
-                match Call::read(&mut link.reader) {
-                    Ok(Call::Failed(why)) => {
-                        failure = Some(format!("member {rank} failed: {why}"));
-                        calls.push(None);
-                        break;
+                let why = match Call::read(&mut link.reader) {
+                    Ok(Call::Failed(why)) => why,
+                    Ok(call) => {
+                        calls.push(Some(call));
+                        continue;
                     }
-                    Ok(call) => calls.push(Some(call)),
                     Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                        failure = Some(format!(
-                            "member {rank} failed: its connection closed in the middle of the \
-                             run (did its process end?)"
-                        ));
-                        calls.push(None);
-                        break;
+                        "its connection closed in the middle of the run (did its process end?)"
+                            .to_string()
                     }
-                    Err(e) => {
-                        failure = Some(format!("member {rank} failed: its connection: {e}"));
-                        calls.push(None);
-                        break;
-                    }
-                }
+                    Err(e) => format!("its connection: {e}"),
+                };
+                failure = Some((Some(rank), why));
+                calls.push(None);
+                break;
             }
             let read = calls.len();
-            let why = match failure {
-                Some(why) => why,
+            let (rank, why) = match failure {
+                Some(failed) => failed,
                 None => {
                     let calls: Vec<Call> = calls.into_iter().flatten().collect();
                     match answer(&mut links, calls) {
                         Ok(Some(results)) => return Ok(results),
                         Ok(None) => continue,
-                        Err(why) => why,
+                        Err(why) => (None, why),
                     }
                 }
             };
+            let (told, error) = match rank {
+                Some(rank) => {
+                    let error = ExecError::MemberFailed { rank, why };
+                    (error.to_string(), error)
+                }
+                None => (
+                    why.clone(),
+                    ExecError::Exchange(format!("the group stopped: {why}")),
+                ),
+            };
             // Members read this round get told at once; the others when
             // they next call.
-
             for link in &mut links[..read] {
-                link.stop(&why);
+                link.stop(&told);
             }
-            drain(links.split_off(read), &why);
-            return Err(ExecError::Exchange(format!("the group stopped: {why}")));
+            drain(links.split_off(read), &told);
+            return Err(error);
         }
     }
 
@@ -946,8 +951,13 @@ mod tests {
             );
         }
         drop(members);
-        let hub = served.join().unwrap().unwrap_err().to_string();
-        assert!(hub.contains("member 2 failed"), "{hub}");
+        // The launcher learns which member, and its own words.
+        let hub = served.join().unwrap().unwrap_err();
+        assert!(
+            matches!(&hub, ExecError::MemberFailed { rank: 2, why }
+                if why == "it stopped before the end of the run"),
+            "{hub:?}"
+        );
     }
 
     #[test]
@@ -976,9 +986,13 @@ mod tests {
             if garbage.is_none() {
                 assert!(error.contains("closed in the middle of the run"), "{error}");
             }
-            let hub = served.join().unwrap().unwrap_err().to_string();
+            let hub = served.join().unwrap().unwrap_err();
+            assert!(
+                matches!(&hub, ExecError::MemberFailed { rank: 1, why } if why.starts_with("its connection")),
+                "{hub:?}"
+            );
             if garbage.is_some() {
-                assert!(hub.contains("unknown tag 99"), "{hub}");
+                assert!(hub.to_string().contains("unknown tag 99"), "{hub}");
             }
         }
     }

@@ -113,6 +113,11 @@ pub enum ExecError {
     /// A collective between the devices of a multi-device run.
     #[error("exchange between devices: {0}")]
     Exchange(String),
+    /// A member of a group of processes ([`crate::collective::Hub`])
+    /// stopped the group: it failed with the error `why` says (its own
+    /// message), or its connection did.
+    #[error("member {rank} failed: {why}")]
+    MemberFailed { rank: usize, why: String },
     /// The CUDA backend: a missing library or device, or a driver error.
     #[error("cuda: {0}")]
     Cuda(String),
@@ -123,9 +128,15 @@ pub enum ExecError {
     /// A run that cannot fit in the memory the process can still take,
     /// refused before it starts ([`crate::train::check_memory`]): what
     /// it takes against what is left (`short`), and what would fit
-    /// (`advice`).
+    /// (`advice`); the bytes it takes at least (`needed_bytes`) and
+    /// those it could take (`available_bytes`).
     #[error("{short}; {advice}")]
-    OverMemory { short: String, advice: String },
+    OverMemory {
+        short: String,
+        advice: String,
+        needed_bytes: u64,
+        available_bytes: u64,
+    },
     /// The allocator had not the memory for a buffer the run needed (a
     /// tensor of `bytes`, made by or for what `during` names): the
     /// process's memory ran out before the run ended, beyond the check
@@ -134,17 +145,27 @@ pub enum ExecError {
     /// plan's peak). The run stops with this error rather than the
     /// process with `memory allocation of N bytes failed`.
     #[error(
-        "out of memory: {} for {} could not be allocated: the run takes more than this \
-         process has left (the plan's tiers, its kernels' buffers and the allocator's own \
-         room); plan under smaller budgets (--hbm-budget and --host-budget: what does not fit \
-         is recomputed, or spilled to the SSD tier with --spill-dir), or free memory, or raise \
-         its limit",
-        fateplan_planner::units::format_bytes(*.bytes),
-        .during.as_deref().unwrap_or("a tensor")
+        "{}: the run takes more than this process has left (the plan's tiers, its kernels' \
+         buffers and the allocator's own room); plan under smaller budgets (--hbm-budget and \
+         --host-budget: what does not fit is recomputed, or spilled to the SSD tier with \
+         --spill-dir), or free memory, or raise its limit",
+        unallocated(*.bytes, .during.as_deref())
     )]
     OutOfMemory { bytes: u64, during: Option<String> },
     #[error("internal error (a bug in fateplan): {0}")]
     Internal(String),
+}
+
+/// "out of memory: 33.0 MiB for step 141 (attention_bwd[l1,p2,d0]) could
+/// not be allocated": what [`ExecError::OutOfMemory`] says before its
+/// advice, which suits a training run (a run of the profile's
+/// measurements gives its own, [`crate::Error::Run`]).
+pub(crate) fn unallocated(bytes: u64, during: Option<&str>) -> String {
+    format!(
+        "out of memory: {} for {} could not be allocated",
+        fateplan_planner::units::format_bytes(bytes),
+        during.unwrap_or("a tensor")
+    )
 }
 
 impl ExecError {
