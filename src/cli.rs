@@ -461,10 +461,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            let broken_pipe = error
-                .downcast_ref::<std::io::Error>()
-                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe);
-            if broken_pipe {
+            if broken_pipe(&error) {
                 // The reader (e.g. `head`) has what it wanted.
                 return ExitCode::SUCCESS;
             }
@@ -565,10 +562,8 @@ fn error_json(json: bool, error: &anyhow::Error) {
     if !json || error.is::<NothingFits>() || error.is::<ViolationsFound>() {
         return;
     }
-    if let Some(io) = error.downcast_ref::<std::io::Error>() {
-        if io.kind() == std::io::ErrorKind::BrokenPipe {
-            return;
-        }
+    if broken_pipe(error) {
+        return;
     }
     let document = error_document(error);
     // Standard output may be closed (the exit status still says it).
@@ -645,7 +640,19 @@ fn error_document(error: &anyhow::Error) -> serde_json::Value {
             "error": message,
             "member": rank,
         }),
-        _ => serde_json::json!({"kind": "failed", "error": message}),
+        _ => match error
+            .chain()
+            .find_map(|e| e.downcast_ref::<fateplan::runtime::Error>())
+        {
+            // A graph read or drawn.
+            Some(fateplan::runtime::Error::OutOfMemory { bytes, what }) => serde_json::json!({
+                "kind": "out_of_memory",
+                "error": message,
+                "bytes": bytes,
+                "during": what,
+            }),
+            _ => serde_json::json!({"kind": "failed", "error": message}),
+        },
     }
 }
 
@@ -691,7 +698,7 @@ impl Write for Stdout {
 
 /// The error and its causes, each cause left out when the message before
 /// it already says it (many errors put their OS error in their message).
-fn error_chain(error: &anyhow::Error) -> String {
+pub(crate) fn error_chain(error: &anyhow::Error) -> String {
     let mut text = String::new();
     for cause in error.chain() {
         let part = cause.to_string();
@@ -3408,11 +3415,36 @@ fn run_compare(args: &CompareArgs) -> Result<()> {
         .rows
         .iter()
         .any(|row| matches!(row.outcome, Outcome::Fits { .. }));
-    write_compare(args, &c)?;
-    if !fits {
-        return Err(NothingFits("no policy's plan fits the budgets (each row says why)").into());
+    let outcome = match fits {
+        true => Ok(()),
+        false => Err(NothingFits("no policy's plan fits the budgets (each row says why)").into()),
+    };
+    reported(write_compare(args, &c), outcome)
+}
+
+/// A command's report written (`written`), then its `outcome`. An
+/// outcome with an exit status of its own (nothing fits, a budget broken)
+/// stands where the report could not be written too: a reader that
+/// closed the pipe early has the rows it read, and another failure to
+/// write is said on standard error first.
+pub(crate) fn reported(written: Result<()>, outcome: Result<()>) -> Result<()> {
+    match (written, outcome) {
+        (Err(write), Err(outcome)) => {
+            if !broken_pipe(&write) {
+                eprintln!("error: {}", error_chain(&write));
+            }
+            Err(outcome)
+        }
+        (written, Ok(())) => written,
+        (Ok(()), outcome) => outcome,
     }
-    Ok(())
+}
+
+/// Whether `error` is a write to a pipe whose reader has gone.
+fn broken_pipe(error: &anyhow::Error) -> bool {
+    error
+        .downcast_ref::<std::io::Error>()
+        .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 /// The text's lines on a workload as JSON strings, each led by its
@@ -3585,7 +3617,7 @@ fn planned(args: &PlanArgs) -> Result<Planned> {
             // (A context repeating the error keeps it first in the message
             // and keeps its type for the exit status.)
             let line = note.lines().find(|line| line.starts_with("partitions "));
-            let message = line.map(|line| format!("{error}; {line}"));
+            let message = line.map(|line| format!("{error}; planned at {line}"));
             let error = anyhow::Error::from(error);
             match message {
                 Some(message) => error.context(message),
@@ -3875,6 +3907,13 @@ mod tests {
             assert_eq!(document["during"], "step 3 (agg[l0,p1,s0])", "{document}");
             assert_eq!(document["error"], error_chain(error), "{document}");
         }
+        let graph = fateplan::runtime::Error::OutOfMemory {
+            bytes: 1 << 20,
+            what: "step 3 (agg[l0,p1,s0])".into(),
+        };
+        let document = error_document(&anyhow::Error::new(graph).context("--graph g"));
+        assert_eq!(document["kind"], "out_of_memory", "{document}");
+        assert_eq!(document["during"], "step 3 (agg[l0,p1,s0])", "{document}");
         let unplaced = error_document(&ExecError::out_of_memory(8).into());
         assert!(unplaced["during"].is_null(), "{unplaced}");
         let other = error_document(&anyhow::anyhow!("a file"));

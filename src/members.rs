@@ -323,8 +323,9 @@ pub fn run_member() -> Result<()> {
             Ok(())
         }
         Err(e) => {
-            // The others learn why this member stopped.
-            member.abort(&format!("{e:#}"));
+            // The others learn why this member stopped, in the words the
+            // command line would give.
+            member.abort(&crate::cli::error_chain(&e));
             Err(e)
         }
     }
@@ -399,7 +400,8 @@ fn train_member(job: &Job, owner: Option<&[u8]>, member: Arc<TcpMember>) -> Resu
             // launcher, the spill folder.
             let sub = dir.join(format!("device{}", job.rank));
             let store: Arc<dyn SsdTier> =
-                train::open_spill(&sub, job.ssd_bytes, train::ssd_blocks(&plan), None)?;
+                train::open_spill(&sub, job.ssd_bytes, train::ssd_blocks(&plan), None)
+                    .with_context(|| format!("--spill-dir {}", dir.display()))?;
             Some(store)
         }
         None => None,

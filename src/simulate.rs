@@ -165,130 +165,135 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
             }
         }
     }
-    let mut out = crate::cli::stdout();
-    // A profile given under the plan's profile's name with other figures
-    // (an edited copy): the header's names alone would not tell them apart.
-    let renamed_what_if = args.profile.is_some()
-        && profile.name == plan.profile.name
-        && figures(&profile) != figures(&plan.profile);
-    // A plan saved before its operators counted their edge heads and
-    // rows, replayed on a profile with times for them.
-    let by_field = profile
-        .device
-        .priced_by_field(&plan.workload.definition.ops);
-    // One saved before its gathers recorded their working set, replayed
-    // on a profile that prices gathers by it.
-    let at_top = profile
-        .device
-        .priced_at_curve_top(&plan.workload.definition.ops);
-    if args.json {
-        if by_field.is_none()
-            && at_top.is_none()
-            && rejected.is_none()
-            && !renamed_what_if
-            && recomputed.is_empty()
-            && !budgets_differ
-        {
-            out.write_all(report.to_json().as_bytes())?;
+    // The report, then the outcome: a budget broken is exit status 3
+    // even where the report could not be written.
+    let printed = (|| -> Result<()> {
+        let mut out = crate::cli::stdout();
+        // A profile given under the plan's profile's name with other figures
+        // (an edited copy): the header's names alone would not tell them apart.
+        let renamed_what_if = args.profile.is_some()
+            && profile.name == plan.profile.name
+            && figures(&profile) != figures(&plan.profile);
+        // A plan saved before its operators counted their edge heads and
+        // rows, replayed on a profile with times for them.
+        let by_field = profile
+            .device
+            .priced_by_field(&plan.workload.definition.ops);
+        // One saved before its gathers recorded their working set, replayed
+        // on a profile that prices gathers by it.
+        let at_top = profile
+            .device
+            .priced_at_curve_top(&plan.workload.definition.ops);
+        if args.json {
+            if by_field.is_none()
+                && at_top.is_none()
+                && rejected.is_none()
+                && !renamed_what_if
+                && recomputed.is_empty()
+                && !budgets_differ
+            {
+                out.write_all(report.to_json().as_bytes())?;
+            } else {
+                // Said in the JSON as in the text: the first operator priced
+                // by its class's field, and the plan's own check.
+                let mut json = serde_json::to_value(&report)?;
+                if let Some(op) = by_field {
+                    json["priced_by_field"] = op.name.clone().into();
+                }
+                if let Some(op) = at_top {
+                    json["priced_at_curve_top"] = op.name.clone().into();
+                }
+                if let Some(rejected) = &rejected {
+                    json["rejected_by_sanity_pass"] = rejected.to_string().into();
+                }
+                if renamed_what_if {
+                    json["profile_differs_from_planned"] = true.into();
+                }
+                if !recomputed.is_empty() {
+                    json["predictions_recomputed"] = recomputed.clone().into();
+                }
+                if budgets_differ {
+                    json["planned_budgets"] = serde_json::to_value(planned_budgets)?;
+                }
+                out.write_all(serde_json::to_string_pretty(&json)?.as_bytes())?;
+                out.write_all(b"\n")?;
+            }
         } else {
-            // Said in the JSON as in the text: the first operator priced
-            // by its class's field, and the plan's own check.
-            let mut json = serde_json::to_value(&report)?;
-            if let Some(op) = by_field {
-                json["priced_by_field"] = op.name.clone().into();
+            // Budgets other than the plan's, said before the figures they
+            // change.
+            let under = budgets_differ
+                .then(|| budgets_against(args, &report.budgets, &planned_budgets, &profile.name));
+            write_table(&mut out, &report, wall_s, renamed_what_if, under.as_deref())?;
+            // A profile named as a shipped one, with other figures (a plan
+            // edited, or made with a profile file of that name): the report's
+            // figures are the plan's own.
+            let replayed = args.profile.is_none().then_some(&plan.profile);
+            if let Some(profile) = replayed {
+                if fateplan::profiles::builtin(&profile.name)
+                    .is_some_and(|shipped| shipped != *profile)
+                {
+                    writeln!(
+                        out,
+                        "note      the plan's profile {:?} is not the one shipped with fateplan under \
+                         that name: replayed on the plan's figures (--profile {} replays on the \
+                         shipped one)",
+                        profile.name, profile.name
+                    )?;
+                }
             }
-            if let Some(op) = at_top {
-                json["priced_at_curve_top"] = op.name.clone().into();
-            }
-            if let Some(rejected) = &rejected {
-                json["rejected_by_sanity_pass"] = rejected.to_string().into();
+            if let Some(note) = crate::cli::recomputed_note(&recomputed) {
+                writeln!(out, "note      {note}")?;
             }
             if renamed_what_if {
-                json["profile_differs_from_planned"] = true.into();
-            }
-            if !recomputed.is_empty() {
-                json["predictions_recomputed"] = recomputed.clone().into();
-            }
-            if budgets_differ {
-                json["planned_budgets"] = serde_json::to_value(planned_budgets)?;
-            }
-            out.write_all(serde_json::to_string_pretty(&json)?.as_bytes())?;
-            out.write_all(b"\n")?;
-        }
-    } else {
-        // Budgets other than the plan's, said before the figures they
-        // change.
-        let under = budgets_differ
-            .then(|| budgets_against(args, &report.budgets, &planned_budgets, &profile.name));
-        write_table(&mut out, &report, wall_s, renamed_what_if, under.as_deref())?;
-        // A profile named as a shipped one, with other figures (a plan
-        // edited, or made with a profile file of that name): the report's
-        // figures are the plan's own.
-        let replayed = args.profile.is_none().then_some(&plan.profile);
-        if let Some(profile) = replayed {
-            if fateplan::profiles::builtin(&profile.name).is_some_and(|shipped| shipped != *profile)
-            {
                 writeln!(
                     out,
-                    "note      the plan's profile {:?} is not the one shipped with fateplan under \
-                     that name: replayed on the plan's figures (--profile {} replays on the \
-                     shipped one)",
-                    profile.name, profile.name
+                    "note      --profile gives a profile named {:?}, as the plan's is, with other \
+                     figures: the replay is on its figures, the prediction on the plan's",
+                    profile.name
                 )?;
             }
+            if let Some(op) = by_field {
+                writeln!(
+                    out,
+                    "note      operator {} records no edge heads or rows (the plan is from a build \
+                     before they were counted), and profile {:?} has a time for them: its class is \
+                     priced by the profile's field, not its fit; `fateplan plan` again prices it by \
+                     the fit",
+                    op.name, profile.name
+                )?;
+            }
+            if let Some(op) = at_top {
+                writeln!(
+                    out,
+                    "note      operator {} records no working set (the plan is from a build \
+                     before its gathers recorded one), and profile {:?} prices a gather by its \
+                     working set: it is priced as a gather of the profile's largest, slower than \
+                     one whose rows stay in the caches; `fateplan plan` again prices it by its own",
+                    op.name, profile.name
+                )?;
+            }
+            if let Some(rejected) = &rejected {
+                writeln!(
+                    out,
+                    "rejected  by the planner's own check (the sanity pass), which `plan` and \
+                     `train --plan` apply: {rejected}"
+                )?;
+            }
+            for (flag, path) in written {
+                writeln!(out, "{flag:<10}{}", path.display())?;
+            }
         }
-        if let Some(note) = crate::cli::recomputed_note(&recomputed) {
-            writeln!(out, "note      {note}")?;
-        }
-        if renamed_what_if {
-            writeln!(
-                out,
-                "note      --profile gives a profile named {:?}, as the plan's is, with other \
-                 figures: the replay is on its figures, the prediction on the plan's",
-                profile.name
-            )?;
-        }
-        if let Some(op) = by_field {
-            writeln!(
-                out,
-                "note      operator {} records no edge heads or rows (the plan is from a build \
-                 before they were counted), and profile {:?} has a time for them: its class is \
-                 priced by the profile's field, not its fit; `fateplan plan` again prices it by \
-                 the fit",
-                op.name, profile.name
-            )?;
-        }
-        if let Some(op) = at_top {
-            writeln!(
-                out,
-                "note      operator {} records no working set (the plan is from a build \
-                 before its gathers recorded one), and profile {:?} prices a gather by its \
-                 working set: it is priced as a gather of the profile's largest, slower than \
-                 one whose rows stay in the caches; `fateplan plan` again prices it by its own",
-                op.name, profile.name
-            )?;
-        }
-        if let Some(rejected) = &rejected {
-            writeln!(
-                out,
-                "rejected  by the planner's own check (the sanity pass), which `plan` and \
-                 `train --plan` apply: {rejected}"
-            )?;
-        }
-        for (flag, path) in written {
-            writeln!(out, "{flag:<10}{}", path.display())?;
-        }
-    }
-    out.flush()?;
-    if let Some(error) = unwritten {
-        return Err(error);
-    }
+        out.flush()?;
+        Ok(())
+    })();
     // The replay and the sanity pass model the same promises; where only
     // the pass finds one broken, the plan is still marked.
-    if report.violations_total > 0 || rejected.is_some() {
-        return Err(ViolationsFound(report.violations_total).into());
-    }
-    Ok(())
+    let outcome = match report.violations_total > 0 || rejected.is_some() {
+        true => Err(ViolationsFound(report.violations_total).into()),
+        false => Ok(()),
+    };
+    let printed = printed.and_then(|()| unwritten.map_or(Ok(()), Err));
+    crate::cli::reported(printed, outcome)
 }
 
 /// The budgets to replay `plan` under: the plan's, with each one

@@ -273,6 +273,104 @@ fn a_failure_with_json_is_a_json_document() {
     assert!(report["policies"].is_array(), "{report}");
 }
 
+/// A command whose outcome has an exit status of its own (`simulate`
+/// finding a budget broken: 3; `compare` and `curve` where nothing fits:
+/// 2) keeps it where its report cannot be written: its reader gone (a
+/// closed pipe, as `| head` leaves it: quietly) or a full disk (said).
+#[test]
+fn a_report_that_cannot_be_written_keeps_the_exit_status() {
+    use std::process::{Command, Stdio};
+    let dir = scratch("unwritten-report");
+    let plan = dir.join("plan.json");
+    let graph = "rmat:scale=8,features=4,classes=2,seed=1";
+    let made = fateplan(&[
+        "plan",
+        "--graph",
+        graph,
+        "--partitions",
+        "2",
+        "-o",
+        plan.to_str().unwrap(),
+    ]);
+    assert!(made.status.success(), "{}", stderr(&made));
+    let plan = plan.to_str().unwrap();
+    let runs: [(&[&str], i32); 3] = [
+        (&["simulate", plan, "--hbm-budget", "1KiB"], 3),
+        (
+            &[
+                "compare",
+                "--graph",
+                graph,
+                "--partitions",
+                "2",
+                "--hbm-budget",
+                "1KiB",
+            ],
+            2,
+        ),
+        (
+            &[
+                "curve",
+                "--graph",
+                graph,
+                "--partitions",
+                "2",
+                "--budgets",
+                "1KiB",
+            ],
+            2,
+        ),
+    ];
+    for (args, status) in runs {
+        for json in [&[][..], &["--json"]] {
+            let args = [args, json].concat();
+            // The pipe's reader is gone before the report is written.
+            let mut child = Command::new(env!("CARGO_BIN_EXE_fateplan"))
+                .args(&args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            drop(child.stdout.take());
+            let out = child.wait_with_output().unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(status),
+                "{args:?}: {}",
+                stderr(&out)
+            );
+            assert!(
+                !stderr(&out).contains("standard output"),
+                "{args:?}: {}",
+                stderr(&out)
+            );
+            if std::path::Path::new("/dev/full").exists() {
+                let full = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open("/dev/full")
+                    .unwrap();
+                let out = Command::new(env!("CARGO_BIN_EXE_fateplan"))
+                    .args(&args)
+                    .stdout(full)
+                    .output()
+                    .unwrap();
+                assert_eq!(
+                    out.status.code(),
+                    Some(status),
+                    "{args:?}: {}",
+                    stderr(&out)
+                );
+                assert!(
+                    stderr(&out).contains("error: writing to standard output: No space left"),
+                    "{args:?}: {}",
+                    stderr(&out)
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn too_small_a_budget_is_infeasible_with_the_shortfall() {
     let out = fateplan(&["plan", "--dataset", "ogbn-arxiv", "--hbm-budget", "1MiB"]);
@@ -357,7 +455,7 @@ fn too_small_a_budget_is_infeasible_with_the_shortfall() {
     // error's hint names too.
     assert!(
         message.contains(
-            "partitions 121 (auto: no count up to 256 has a largest step that fits the device; \
+            "; planned at partitions 121 (auto: no count up to 256 has a largest step that fits the device; \
              121 is reported: of the counts 1 to 121 a quarter apart, it fits with the least \
              device budget, 6.65 MiB, the other budgets as given, and more partitions may need \
              less (the budget was still falling; counts of more than 100000 operators are not \
@@ -401,7 +499,8 @@ fn too_small_a_budget_is_infeasible_with_the_shortfall() {
     assert_eq!(out.status.code(), Some(2));
     let message = stderr(&out);
     assert!(
-        message.contains("partitions 256 (auto: no count up to 256 has a largest step")
+        message
+            .contains("; planned at partitions 256 (auto: no count up to 256 has a largest step")
             && !message.contains("GPU to GPU"),
         "{message}"
     );

@@ -223,12 +223,17 @@ impl<'a> EdgeSource<'a> {
             // symmetric graph's reverse edges out early).
             EdgeSource::Rmat(spec) => {
                 spec.validate(&spec.to_string())?;
-                let (src, dst) = spec.edge_lists();
+                let (src, dst) = spec.edge_lists()?;
                 Ok((Cow::Owned(src), Cow::Owned(dst)))
             }
-            EdgeSource::Npy(_) => {
+            EdgeSource::Npy(file) => {
                 let length = self.len() as usize;
-                let (mut src, mut dst) = (Vec::with_capacity(length), Vec::with_capacity(length));
+                let room = |ends: &str| {
+                    crate::error::room(length, || {
+                        format!("the {ends} of {}'s edges", file.path.display())
+                    })
+                };
+                let (mut src, mut dst) = (room("sources")?, room("destinations")?);
                 self.for_each_batch(&mut |s, d| {
                     src.extend_from_slice(s);
                     dst.extend_from_slice(d);

@@ -88,8 +88,38 @@ pub enum Error {
         #[source]
         source: Box<crate::exec::ExecError>,
     },
+    /// The allocator had not the memory for `what` (`bytes` of it): a
+    /// graph read or drawn larger than what the process has left, beyond
+    /// the check made before (its arrays alone are counted there).
+    #[error(
+        "out of memory: {} for {what} could not be allocated: more than this process has \
+         left; free memory, or raise its limit, or take a smaller graph",
+        fateplan_planner::units::format_bytes(*.bytes)
+    )]
+    OutOfMemory { bytes: u64, what: String },
     #[error("internal error (a bug in fateplan): {0}")]
     Internal(String),
+}
+
+/// An empty buffer with room for `len` values, or [`Error::OutOfMemory`]
+/// of `what` it is for where the allocator has not the memory: a graph
+/// too large for what is left is an error, not the process's end.
+pub(crate) fn room<T>(len: usize, what: impl FnOnce() -> String) -> Result<Vec<T>> {
+    crate::exec::data::room_for(len).map_err(|_| Error::OutOfMemory {
+        bytes: (len as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+        what: what(),
+    })
+}
+
+/// `len` zeros, or [`Error::OutOfMemory`] as [`room`].
+pub(crate) fn zeroed<T: bytemuck::Zeroable>(
+    len: usize,
+    what: impl FnOnce() -> String,
+) -> Result<Vec<T>> {
+    crate::exec::data::zeros(len).map_err(|_| Error::OutOfMemory {
+        bytes: (len as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+        what: what(),
+    })
 }
 
 /// What a run made on the way says of `error`: out of memory, what
@@ -147,6 +177,30 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 mod tests {
     use super::*;
     use crate::exec::ExecError;
+
+    /// A buffer for a graph the allocator cannot give is an error naming
+    /// what it was for, with its bytes.
+    #[test]
+    fn a_graph_s_buffer_out_of_memory_is_an_error() {
+        let too_many = usize::MAX / 8;
+        let error = room::<u64>(too_many, || "the sources of g's edges".into()).unwrap_err();
+        assert!(
+            matches!(&error, Error::OutOfMemory { bytes, what }
+                if *bytes == too_many as u64 * 8 && what == "the sources of g's edges"),
+            "{error:?}"
+        );
+        assert!(
+            error.to_string().starts_with("out of memory: ")
+                && error
+                    .to_string()
+                    .contains("for the sources of g's edges could not be"),
+            "{error}"
+        );
+        let error = zeroed::<f32>(too_many, || "the features of g".into()).unwrap_err();
+        assert!(matches!(error, Error::OutOfMemory { .. }), "{error:?}");
+        assert_eq!(room::<u64>(3, String::new).unwrap().capacity(), 3);
+        assert_eq!(zeroed::<f32>(3, String::new).unwrap(), [0.0; 3]);
+    }
 
     /// A run made on the way that ran out of memory says so under what
     /// it was; only the executor's own bugs are called one.

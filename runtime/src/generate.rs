@@ -164,7 +164,7 @@ impl RmatSpec {
         self.validate(&self.to_string())?;
         let nodes = self.nodes();
         let (src, dst) = if edges {
-            self.edge_lists()
+            self.edge_lists()?
         } else {
             (Vec::new(), Vec::new())
         };
@@ -175,7 +175,8 @@ impl RmatSpec {
             [self.train, self.val, self.test],
             self.seed,
             features,
-        );
+            &self.to_string(),
+        )?;
         Ok(Dataset {
             name: self.name(),
             nodes,
@@ -193,10 +194,12 @@ impl RmatSpec {
 
     /// Every edge, in [`RmatSpec::generate`]'s order: those drawn, then
     /// (symmetric) the same reversed.
-    pub(crate) fn edge_lists(&self) -> (Vec<u64>, Vec<u64>) {
+    pub(crate) fn edge_lists(&self) -> Result<(Vec<u64>, Vec<u64>)> {
         let drawn = self.drawn_edges() as usize;
         let total = drawn * (1 + usize::from(self.symmetric));
-        let (mut src, mut dst) = (Vec::with_capacity(total), Vec::with_capacity(total));
+        let room =
+            |ends: &str| crate::error::room(total, || format!("the {ends} of {self}'s edges"));
+        let (mut src, mut dst) = (room("sources")?, room("destinations")?);
         src.resize(drawn, 0);
         dst.resize(drawn, 0);
         self.draw_edges(0, &mut src, &mut dst, self.permutation().as_deref());
@@ -208,7 +211,7 @@ impl RmatSpec {
             reversed_src.copy_from_slice(forward_dst);
             reversed_dst.copy_from_slice(forward_src);
         }
-        (src, dst)
+        Ok((src, dst))
     }
 
     /// The scrambling relabelling of the nodes, where `scramble`.
@@ -295,9 +298,13 @@ impl RmatSpec {
     }
 }
 
+/// A graph's features, labels and its train, val and test masks.
+type NodeAttributes = (Vec<f32>, Vec<i64>, [Vec<bool>; 3]);
+
 /// Standard-normal features, uniform labels and a split drawn per node by
 /// the shares `splits` (train, val, test); the features only where
-/// `keep_x` (else drawn and dropped, and `x` is empty).
+/// `keep_x` (else drawn and dropped, and `x` is empty); out of memory,
+/// named as `graph`'s.
 fn random_node_attributes(
     nodes: u64,
     features: u32,
@@ -305,15 +312,16 @@ fn random_node_attributes(
     splits: [f64; 3],
     seed: u64,
     keep_x: bool,
-) -> (Vec<f32>, Vec<i64>, [Vec<bool>; 3]) {
+    graph: &str,
+) -> Result<NodeAttributes> {
     let n = nodes as usize;
     let f = features as usize;
     let mut x = if keep_x {
-        vec![0f32; n * f]
+        crate::error::zeroed(n * f, || format!("the features of {graph}"))?
     } else {
         Vec::new()
     };
-    let mut y = vec![0i64; n];
+    let mut y = crate::error::zeroed(n, || format!("the labels of {graph}"))?;
     // 0 train, 1 val, 2 test, 3 none.
     let mut split = vec![3u8; n];
     // Each chunk's feature rows where they are kept.
@@ -343,7 +351,7 @@ fn random_node_attributes(
             )
         });
     let mask = |k: u8| split.iter().map(|&s| s == k).collect();
-    (x, y, [mask(0), mask(1), mask(2)])
+    Ok((x, y, [mask(0), mask(1), mask(2)]))
 }
 
 /// Draws the first `rows` nodes of chunk `chunk` of the R-MAT node
@@ -662,7 +670,7 @@ impl PlantedSpec {
         let c = self.classes as usize;
         let f = self.features as usize;
         let mut x = if features {
-            vec![0f32; n * f]
+            crate::error::zeroed(n * f, || format!("the features of {self}"))?
         } else {
             Vec::new()
         };

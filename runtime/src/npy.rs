@@ -75,7 +75,14 @@ impl Npy {
         // Safety: the map is read-only and the file is not expected to change
         // while it is read; a concurrent writer could only corrupt values,
         // which every reader bounds-checks.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| match e.raw_os_error() {
+            // No address space left for the map (`ulimit -v`).
+            Some(libc::ENOMEM) => Error::OutOfMemory {
+                bytes: file.metadata().map_or(0, |m| m.len()),
+                what: format!("mapping {}", path.display()),
+            },
+            _ => Error::io(path, e),
+        })?;
         let (offset, dtype, shape, fortran_order) = parse_header(&map, path)?;
         // Checked: a shape whose product wraps would pass the size check
         // below with a count far smaller than it declares.
@@ -158,7 +165,10 @@ impl Npy {
             ));
         }
         let (rows, columns) = (self.shape[0] as usize, self.shape[1] as usize);
-        let mut out = vec![T::default(); values.len()];
+        let mut out = crate::error::room(values.len(), || {
+            format!("{} in row-major order", path.display())
+        })?;
+        out.resize(values.len(), T::default());
         for (column, chunk) in values.chunks_exact(rows.max(1)).enumerate() {
             for (row, &value) in chunk.iter().enumerate() {
                 out[row * columns + column] = value;
@@ -171,15 +181,21 @@ impl Npy {
     /// values are rounded to the nearest f32).
     pub fn to_f32(&self, path: &Path) -> Result<Vec<f32>> {
         let bytes = self.elements();
+        let room =
+            || crate::error::room(self.len() as usize, || format!("{} as f32", path.display()));
         let values = match self.dtype {
-            Dtype::F32 => bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
-                .collect(),
-            Dtype::F64 => bytes
-                .chunks_exact(8)
-                .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32)
-                .collect(),
+            Dtype::F32 => filled(
+                room()?,
+                bytes
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))),
+            ),
+            Dtype::F64 => filled(
+                room()?,
+                bytes
+                    .chunks_exact(8)
+                    .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32),
+            ),
             other => {
                 return Err(Error::invalid(
                     path,
@@ -279,16 +295,22 @@ impl Npy {
     /// `|u1` (labels of up to 256 classes are often saved as bytes).
     pub fn to_i64(&self, path: &Path) -> Result<Vec<i64>> {
         let bytes = self.elements();
+        let room =
+            || crate::error::room(self.len() as usize, || format!("{} as i64", path.display()));
         let values = match self.dtype {
-            Dtype::I64 => bytes
-                .chunks_exact(8)
-                .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
-                .collect(),
-            Dtype::I32 => bytes
-                .chunks_exact(4)
-                .map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes")) as i64)
-                .collect(),
-            Dtype::U8 => bytes.iter().map(|&b| i64::from(b)).collect(),
+            Dtype::I64 => filled(
+                room()?,
+                bytes
+                    .chunks_exact(8)
+                    .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes"))),
+            ),
+            Dtype::I32 => filled(
+                room()?,
+                bytes
+                    .chunks_exact(4)
+                    .map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes")) as i64),
+            ),
+            Dtype::U8 => filled(room()?, bytes.iter().map(|&b| i64::from(b))),
             other => {
                 return Err(Error::invalid(
                     path,
@@ -702,6 +724,13 @@ fn write_with_header(path: &Path, mut header: String, data: &[u8]) -> Result<Pat
         Error::io(path, e)
     })?;
     Ok(temporary)
+}
+
+/// `values` pushed into `out`, a buffer made with room for them all
+/// (so that none is allocated on the way).
+fn filled<T>(mut out: Vec<T>, values: impl Iterator<Item = T>) -> Vec<T> {
+    out.extend(values);
+    out
 }
 
 #[cfg(test)]

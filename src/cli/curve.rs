@@ -406,19 +406,17 @@ pub(crate) fn run(args: &CurveArgs) -> Result<()> {
         }
     };
     let mut out = crate::cli::stdout();
-    if args.plan.json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&json(&rows, reference, &header))?
-        )?;
-    } else {
-        table(&mut out, &rows, reference, &header)?;
-    }
-    if !any_fits {
-        return Err(NothingFits("no budget's plan fits (each row says why)").into());
-    }
-    Ok(())
+    let written = match args.plan.json {
+        true => serde_json::to_string_pretty(&json(&rows, reference, &header))
+            .map_err(anyhow::Error::from)
+            .and_then(|text| Ok(writeln!(out, "{text}")?)),
+        false => table(&mut out, &rows, reference, &header),
+    };
+    let outcome = match any_fits {
+        true => Ok(()),
+        false => Err(NothingFits("no budget's plan fits (each row says why)").into()),
+    };
+    crate::cli::reported(written.and_then(|()| Ok(out.flush()?)), outcome)
 }
 
 /// In the order of the bytes, each row carries the fastest plan of the

@@ -153,7 +153,7 @@ pub(crate) fn rmat_block(scale: u32) -> Result<Block> {
         ..RmatSpec::new(scale)
     };
     let nodes = spec.nodes();
-    let (mut src, mut dst) = spec.edge_lists();
+    let (mut src, mut dst) = spec.edge_lists()?;
     src.extend(0..nodes);
     dst.extend(0..nodes);
     let csr = Csr::from_edges(nodes as usize, &src, &dst);
