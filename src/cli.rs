@@ -548,8 +548,9 @@ impl PlanArgs {
 ///   budgets with which a plan fits (the others as given), each with
 ///   whether the profile has that much;
 /// - `milp_out_of_time` (exit status 2): `fits` null;
-/// - `over_memory`: the run was refused before it started,
-///   `needed_bytes` against `available_bytes`;
+/// - `over_memory`: refused before it started for want of memory (a
+///   run, a graph, a workload to plan), `needed_bytes` against
+///   `available_bytes`;
 /// - `out_of_memory`: a buffer of `bytes` could not be allocated
 ///   `during` what it names (null where unknown);
 /// - `member_failed`: `member`, the rank of the process of a
@@ -640,19 +641,40 @@ fn error_document(error: &anyhow::Error) -> serde_json::Value {
             "error": message,
             "member": rank,
         }),
-        _ => match error
-            .chain()
-            .find_map(|e| e.downcast_ref::<fateplan::runtime::Error>())
-        {
-            // A graph read or drawn.
-            Some(fateplan::runtime::Error::OutOfMemory { bytes, what }) => serde_json::json!({
-                "kind": "out_of_memory",
-                "error": message,
-                "bytes": bytes,
-                "during": what,
-            }),
-            _ => serde_json::json!({"kind": "failed", "error": message}),
-        },
+        _ => other_document(error, message),
+    }
+}
+
+/// [`error_document`] of an error neither the planner's nor the
+/// executor's: a graph, or a workload to plan, refused for want of
+/// memory (`over_memory`), a graph's buffer the allocator could not give
+/// (`out_of_memory`), or any other (`failed`).
+fn other_document(error: &anyhow::Error, message: String) -> serde_json::Value {
+    use fateplan::runtime::{memory::OverMemory, Error};
+    let refused = error.chain().find_map(|e| {
+        e.downcast_ref::<OverMemory>()
+            .or_else(|| match e.downcast_ref::<Error>() {
+                Some(Error::TooLarge { refusal, .. }) => Some(refusal),
+                _ => None,
+            })
+    });
+    if let Some(refused) = refused {
+        return serde_json::json!({
+            "kind": "over_memory",
+            "error": message,
+            "needed_bytes": refused.needed_bytes,
+            "available_bytes": refused.available_bytes,
+        });
+    }
+    match error.chain().find_map(|e| e.downcast_ref::<Error>()) {
+        // A graph read or drawn.
+        Some(Error::OutOfMemory { bytes, what }) => serde_json::json!({
+            "kind": "out_of_memory",
+            "error": message,
+            "bytes": bytes,
+            "during": what,
+        }),
+        _ => serde_json::json!({"kind": "failed", "error": message}),
     }
 }
 
@@ -1469,7 +1491,7 @@ fn plannable_at_once(
     }
     let available = fateplan::runtime::memory::available();
     if let Some(short) = planning_refusal(workload, profile, options, at_once, available.as_ref()) {
-        bail!("{short}; {smaller}");
+        return Err(short.refusal(format!("{short}; {smaller}")).into());
     }
     admit(least);
     Ok(())
@@ -1486,7 +1508,7 @@ fn planning_refusal(
     options: &PlanOptions,
     at_once: u64,
     available: Option<&fateplan::runtime::memory::Available>,
-) -> Option<String> {
+) -> Option<fateplan::runtime::memory::Shortfall> {
     use fateplan::runtime::memory;
     let available = available?;
     let rough = memory::planning_shortfall_at_once(workload, at_once, Some(available));
@@ -1634,7 +1656,8 @@ impl GnnSource {
                 blocks,
                 available.as_ref(),
             ) {
-                bail!("{short}; {}; {FREE_MEMORY}", fewer_partitions(p));
+                let message = format!("{short}; {}; {FREE_MEMORY}", fewer_partitions(p));
+                return Err(short.refusal(message).into());
             }
             let workload = build_gnn(&self.spec, &counts)?;
             if let Some(plannable) = planned {
@@ -3914,6 +3937,26 @@ mod tests {
         let document = error_document(&anyhow::Error::new(graph).context("--graph g"));
         assert_eq!(document["kind"], "out_of_memory", "{document}");
         assert_eq!(document["during"], "step 3 (agg[l0,p1,s0])", "{document}");
+        // A graph, or planning, refused before it starts.
+        let refusal = fateplan::runtime::memory::OverMemory {
+            message: "planning workload \"w\" takes at least 2 GiB".into(),
+            needed_bytes: 2 << 30,
+            available_bytes: 1 << 30,
+        };
+        let graph = fateplan::runtime::Error::TooLarge {
+            path: "rmat:scale=30".into(),
+            field: "size".into(),
+            refusal: refusal.clone(),
+        };
+        for error in [
+            anyhow::Error::new(refusal),
+            anyhow::Error::new(graph).context("--graph"),
+        ] {
+            let document = error_document(&error);
+            assert_eq!(document["kind"], "over_memory", "{document}");
+            assert_eq!(document["needed_bytes"], 2u64 << 30, "{document}");
+            assert_eq!(document["available_bytes"], 1u64 << 30, "{document}");
+        }
         let unplaced = error_document(&ExecError::out_of_memory(8).into());
         assert!(unplaced["during"].is_null(), "{unplaced}");
         let other = error_document(&anyhow::anyhow!("a file"));
@@ -3972,12 +4015,20 @@ mod tests {
         };
         let refused = |bytes, at_once| {
             planning_refusal(&workload, &profile, &options, at_once, Some(&room(bytes)))
+                .map(|short| short.text)
         };
         let items = workload.least_planning_bytes();
         let (counted, choices) =
             fateplan::planner::planner::least_planning_bytes_counted(&workload, &profile, &options);
         assert!(counted > items && choices > 0, "{counted} {items}");
-        let said = refused(items, 1).unwrap();
+        let short = planning_refusal(&workload, &profile, &options, 1, Some(&room(items)));
+        let short = short.unwrap();
+        // The figure said is the one counted, beside the room.
+        assert_eq!(
+            (short.needed_bytes, short.available_bytes),
+            (counted, items)
+        );
+        let said = short.text;
         assert!(
             said.contains("operators, whose choices hold") && said.ends_with("(a test's)"),
             "{said}"

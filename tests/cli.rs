@@ -1321,6 +1321,17 @@ fn a_workload_too_large_to_plan_in_memory_is_refused_before_planning() {
                 && message.contains("fewer partitions (--partitions, here 256) or layers"),
             "{command}: {message}"
         );
+        // With --json, its figures: the least named against the room.
+        args.push("--json");
+        let out = under_limit(&args);
+        let refused: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{command}: {e}: {}", stdout(&out)));
+        assert_eq!(refused["kind"], "over_memory", "{refused}");
+        let (needed, room) = (
+            refused["needed_bytes"].as_u64().unwrap(),
+            refused["available_bytes"].as_u64().unwrap(),
+        );
+        assert!(needed > room && needed > 1 << 30, "{refused}");
     }
     let out = under_limit(&[
         "plan",

@@ -1987,6 +1987,18 @@ fn a_generated_graph_over_the_address_space_limit_is_refused_before_it_is_drawn(
                 && message.contains("a smaller scale"),
             "{args:?}: {message}"
         );
+        // With --json, its figures.
+        let args = [&args[..], &["--json"]].concat();
+        let out = under_address_limit(limit_kib, &args);
+        let refused: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", stdout(&out)));
+        assert_eq!(refused["kind"], "over_memory", "{refused}");
+        let needed = refused["needed_bytes"].as_u64().unwrap();
+        assert!(needed >= 6 << 30, "{refused}");
+        assert!(
+            refused["available_bytes"].as_u64().unwrap() < limit_kib << 10,
+            "{refused}"
+        );
     }
 }
 

@@ -88,6 +88,15 @@ pub enum Error {
         #[source]
         source: Box<crate::exec::ExecError>,
     },
+    /// Refused before it was read, drawn or partitioned: what `path`'s
+    /// `field` makes takes more memory than the process can take, said
+    /// as [`Error::InvalidInput`] says its refusals, with the figures.
+    #[error("{}: {field}: {refusal}", path.display())]
+    TooLarge {
+        path: PathBuf,
+        field: String,
+        refusal: crate::memory::OverMemory,
+    },
     /// The allocator had not the memory for `what` (`bytes` of it): a
     /// graph read or drawn larger than what the process has left, beyond
     /// the check made before (its arrays alone are counted there).

@@ -1065,11 +1065,11 @@ impl GeneratorSpec {
             (GeneratorSpec::Planted(_), true) => "fewer nodes or features, or a smaller degree",
             (GeneratorSpec::Planted(_), false) => "fewer nodes or a smaller degree",
         };
-        Err(Error::invalid(
-            Path::new(&self.to_string()),
-            "size",
-            format!("the graph takes {shortfall}; {remedy} fits"),
-        ))
+        Err(Error::TooLarge {
+            path: self.to_string().into(),
+            field: "size".into(),
+            refusal: shortfall.refusal(format!("the graph takes {shortfall}; {remedy} fits")),
+        })
     }
 
     /// [`GeneratorSpec::check_fits_in`] the memory this process can still

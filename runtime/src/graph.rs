@@ -454,14 +454,14 @@ impl Holding<'_> {
         } else {
             String::new()
         };
-        Err(Error::invalid(
-            &from.path,
-            &from.field,
-            format!(
+        Err(Error::TooLarge {
+            path: from.path.clone(),
+            field: from.field.clone(),
+            refusal: shortfall.refusal(format!(
                 "{} makes {nodes} vertices: {} takes {shortfall}{gaps}",
                 from.value, self.what
-            ),
-        ))
+            )),
+        })
     }
 }
 

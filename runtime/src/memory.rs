@@ -28,16 +28,68 @@ pub struct Available {
 impl Available {
     /// Where `needed_bytes` is more than this: "at least X GiB in memory
     /// (`what`), more than the Y GiB available (the source)", for an
-    /// error that says too what takes it and what would fit.
-    pub fn shortfall(&self, needed_bytes: u64, what: &str) -> Option<String> {
+    /// error that says too what takes it and what would fit, and its
+    /// figures.
+    pub fn shortfall(&self, needed_bytes: u64, what: &str) -> Option<Shortfall> {
         (needed_bytes > self.bytes).then(|| {
             let (needed, available) = apart(needed_bytes, self.bytes);
-            format!(
-                "at least {needed} in memory ({what}), more than the {available} available ({})",
-                self.source
-            )
+            Shortfall {
+                text: format!(
+                    "at least {needed} in memory ({what}), more than the {available} available \
+                     ({})",
+                    self.source
+                ),
+                needed_bytes,
+                available_bytes: self.bytes,
+            }
         })
     }
+}
+
+/// More memory needed than a process can take ([`Available::shortfall`]):
+/// what a refusal says of it, and the figures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shortfall {
+    pub text: String,
+    pub needed_bytes: u64,
+    pub available_bytes: u64,
+}
+
+impl std::fmt::Display for Shortfall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl Shortfall {
+    /// The same figures, said as `say` words it from the text.
+    pub fn said(self, say: impl FnOnce(&str) -> String) -> Shortfall {
+        Shortfall {
+            text: say(&self.text),
+            ..self
+        }
+    }
+
+    /// The refusal whose message is `message` (this shortfall and what
+    /// would fit), with these figures.
+    pub fn refusal(&self, message: String) -> OverMemory {
+        OverMemory {
+            message,
+            needed_bytes: self.needed_bytes,
+            available_bytes: self.available_bytes,
+        }
+    }
+}
+
+/// Work refused before it starts for want of memory (a workload to plan,
+/// a graph to read or partition): its message, the bytes it takes at
+/// least and those the process could take; as an error, to downcast.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct OverMemory {
+    pub message: String,
+    pub needed_bytes: u64,
+    pub available_bytes: u64,
 }
 
 /// Two sizes, `more` above `less`, as [`size`] writes them, or where
@@ -69,7 +121,7 @@ fn size(bytes: u64) -> String {
 pub fn planning_shortfall(
     workload: &fateplan_planner::Workload,
     available: Option<&Available>,
-) -> Option<String> {
+) -> Option<Shortfall> {
     planning_shortfall_at_once(workload, 1, available)
 }
 
@@ -79,7 +131,7 @@ pub fn planning_shortfall_at_once(
     workload: &fateplan_planner::Workload,
     at_once: u64,
     available: Option<&Available>,
-) -> Option<String> {
+) -> Option<Shortfall> {
     let least = workload.least_planning_bytes();
     workload_shortfall(workload, least, None, at_once, available)
 }
@@ -94,7 +146,7 @@ pub fn planning_shortfall_counted(
     (least, choices): (u64, u64),
     at_once: u64,
     available: Option<&Available>,
-) -> Option<String> {
+) -> Option<Shortfall> {
     workload_shortfall(workload, least, Some(choices), at_once, available)
 }
 
@@ -106,7 +158,7 @@ fn workload_shortfall(
     choices: Option<u64>,
     at_once: u64,
     available: Option<&Available>,
-) -> Option<String> {
+) -> Option<Shortfall> {
     let what = format!(
         "{} tensors and {} operators{}{}",
         workload.tensors.len(),
@@ -124,10 +176,7 @@ fn workload_shortfall(
         }
     );
     let short = available?.shortfall(least.saturating_mul(at_once), &what)?;
-    Some(format!(
-        "planning workload {:?} takes {short}",
-        workload.name
-    ))
+    Some(short.said(|short| format!("planning workload {:?} takes {short}", workload.name)))
 }
 
 /// [`planning_shortfall`] before a GNN's workload is built, from what
@@ -140,7 +189,7 @@ pub fn planning_shortfall_before(
     layers: u32,
     blocks: u64,
     available: Option<&Available>,
-) -> Option<String> {
+) -> Option<Shortfall> {
     let least = u64::from(layers).saturating_mul(blocks);
     let bytes = least_planning_bytes_before(layers, blocks);
     let what = format!(
@@ -148,7 +197,7 @@ pub fn planning_shortfall_before(
          each"
     );
     let short = available?.shortfall(bytes, &what)?;
-    Some(format!("planning this workload takes {short}"))
+    Some(short.said(|short| format!("planning this workload takes {short}")))
 }
 
 /// The least memory planning a GNN's workload of `layers` layers
@@ -361,12 +410,19 @@ mod tests {
         // Two side by side take twice.
         let two = limit(2 * least - 1, "meminfo").unwrap();
         assert_eq!(planning_shortfall(&workload, Some(&two)), None);
-        let twice = planning_shortfall_at_once(&workload, 2, Some(&two)).unwrap();
+        let twice = planning_shortfall_at_once(&workload, 2, Some(&two))
+            .unwrap()
+            .text;
         assert!(
             twice.contains("operators, 2 such plans made at once)"),
             "{twice}"
         );
         let said = planning_shortfall(&workload, Some(&tight)).unwrap();
+        assert_eq!(
+            (said.needed_bytes, said.available_bytes),
+            (least, least - 1)
+        );
+        let said = said.text;
         let counts = format!(
             "({} tensors and {} operators)",
             workload.tensors.len(),
@@ -392,7 +448,9 @@ mod tests {
         let room = limit(least, "meminfo").unwrap();
         assert_eq!(planning_shortfall_before(64, 65536, Some(&room)), None);
         let tight = limit(least - 1, "meminfo").unwrap();
-        let said = planning_shortfall_before(64, 65536, Some(&tight)).unwrap();
+        let said = planning_shortfall_before(64, 65536, Some(&tight))
+            .unwrap()
+            .text;
         assert!(
             said.starts_with("planning this workload takes at least")
                 && said.contains("(at least 4194304 tensors and as many operators: 64 layers of 65536 blocks each)"),
@@ -408,7 +466,13 @@ mod tests {
         let short = figure.unwrap().shortfall(6 << 30, "a graph").unwrap();
         assert_eq!(
             short,
-            "at least 6.0 GiB in memory (a graph), more than the 3.0 GiB available (ulimit)"
+            Shortfall {
+                text: "at least 6.0 GiB in memory (a graph), more than the 3.0 GiB available \
+                       (ulimit)"
+                    .into(),
+                needed_bytes: 6 << 30,
+                available_bytes: 3 << 30,
+            }
         );
         assert_eq!(limit(3 << 30, "x").unwrap().shortfall(3 << 30, "y"), None);
         // Sizes a tenth of a GiB rounds together are told apart.
@@ -416,7 +480,8 @@ mod tests {
         let short = limit(600 * mib, "x")
             .unwrap()
             .shortfall(640 * mib, "y")
-            .unwrap();
+            .unwrap()
+            .text;
         assert!(
             short.starts_with("at least 640 MiB in memory (y), more than the 600 MiB"),
             "{short}"
@@ -424,7 +489,8 @@ mod tests {
         let short = limit(600 * mib, "x")
             .unwrap()
             .shortfall(600 * mib + 1, "y")
-            .unwrap();
+            .unwrap()
+            .text;
         assert!(
             short.contains(&format!("more than the {} bytes", 600 * mib)),
             "{short}"
