@@ -554,7 +554,8 @@ impl PlanArgs {
 /// - `out_of_memory`: a buffer of `bytes` could not be allocated
 ///   `during` what it names (null where unknown);
 /// - `member_failed`: `member`, the rank of the process of a
-///   `--processes` run that stopped the group;
+///   `--processes` run that stopped the group, and `member_error`, its
+///   own document, where it wrote one;
 /// - `failed`: anything else.
 ///
 /// Where the report was printed before the error (`compare` and `curve`
@@ -573,7 +574,7 @@ fn error_json(json: bool, error: &anyhow::Error) {
 }
 
 /// The document [`error_json`] prints for `error`.
-fn error_document(error: &anyhow::Error) -> serde_json::Value {
+pub(crate) fn error_document(error: &anyhow::Error) -> serde_json::Value {
     use fateplan::runtime::exec::ExecError;
     let message = error_chain(error);
     // The error itself or one it wraps (a run's error inside a
@@ -636,11 +637,20 @@ fn error_document(error: &anyhow::Error) -> serde_json::Value {
             "bytes": bytes,
             "during": during,
         }),
-        Some(ExecError::MemberFailed { rank, .. }) => serde_json::json!({
-            "kind": "member_failed",
-            "error": message,
-            "member": rank,
-        }),
+        Some(ExecError::MemberFailed { rank, .. }) => {
+            let mut document = serde_json::json!({
+                "kind": "member_failed",
+                "error": message,
+                "member": rank,
+            });
+            let said = error
+                .chain()
+                .find_map(|e| e.downcast_ref::<crate::members::MemberError>());
+            if let Some(said) = said {
+                document["member_error"] = said.document.clone();
+            }
+            document
+        }
         _ => other_document(error, message),
     }
 }

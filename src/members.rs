@@ -18,7 +18,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use fateplan::planner::plan::{Budgets, Plan};
 use fateplan::runtime::collective::{Collective, Hub, TcpMember};
 use fateplan::runtime::dataset::Dataset;
-use fateplan::runtime::exec::{ExecOptions, SsdTier};
+use fateplan::runtime::exec::{ExecError, ExecOptions, SsdTier};
 use fateplan::runtime::share::{decode_owner, encode_owner, prepare_share_reading};
 use fateplan::runtime::train::{self, EpochStats, MemberOutcome};
 use serde::{Deserialize, Serialize};
@@ -67,6 +67,9 @@ pub struct Launched {
 struct Started {
     child: Child,
     stderr: Option<std::thread::JoinHandle<String>>,
+    /// Where it failed, its error as `--json` says one
+    /// ([`crate::cli::error_document`]); nothing else.
+    stdout: Option<std::thread::JoinHandle<String>>,
 }
 
 impl Started {
@@ -76,6 +79,37 @@ impl Started {
             .and_then(|h| h.join().ok())
             .unwrap_or_default()
     }
+
+    /// Its error's document, once its process has ended; `None` where it
+    /// wrote none.
+    fn error_document(&mut self) -> Option<serde_json::Value> {
+        let text = self.stdout.take().and_then(|h| h.join().ok())?;
+        serde_json::from_str(&text).ok()
+    }
+}
+
+/// A member that failed ([`ExecError::MemberFailed`], its source), with its error's
+/// document where it wrote one: `train --processes --json` gives it as
+/// `member_error`, its kind and figures as a run of its own would give.
+#[derive(Debug, thiserror::Error)]
+#[error("{failed}")]
+pub(crate) struct MemberError {
+    #[source]
+    failed: ExecError,
+    pub(crate) document: serde_json::Value,
+}
+
+/// Reads `pipe` to its end on a thread of its own.
+fn read_to_end(
+    pipe: Option<impl Read + Send + 'static>,
+) -> Option<std::thread::JoinHandle<String>> {
+    pipe.map(|mut pipe| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    })
 }
 
 /// Starts one member process per device of `args`, serves their hub, and
@@ -115,7 +149,7 @@ pub fn launch(
         let spawned = Command::new(&exe)
             .arg("member")
             .stdin(Stdio::piped())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn();
         let mut child = match spawned {
@@ -129,14 +163,13 @@ pub fn launch(
                 );
             }
         };
-        let stderr = child.stderr.take().map(|mut pipe| {
-            std::thread::spawn(move || {
-                let mut text = String::new();
-                let _ = pipe.read_to_string(&mut text);
-                text
-            })
-        });
-        let mut started = Started { child, stderr };
+        let stderr = read_to_end(child.stderr.take());
+        let stdout = read_to_end(child.stdout.take());
+        let mut started = Started {
+            child,
+            stderr,
+            stdout,
+        };
         let sent = started
             .child
             .stdin
@@ -195,10 +228,23 @@ pub fn launch(
                     said.push(format!("member {rank}: {}", panic.trim()));
                 }
             }
+            // The member that failed said why in its own document too.
+            let e = match e {
+                ExecError::MemberFailed { rank, .. } => {
+                    match members.get_mut(rank).and_then(Started::error_document) {
+                        Some(document) => anyhow::Error::new(MemberError {
+                            failed: e,
+                            document,
+                        }),
+                        None => e.into(),
+                    }
+                }
+                e => e.into(),
+            };
             if said.is_empty() {
-                return Err(e.into());
+                return Err(e);
             }
-            return Err(anyhow!(e).context(said.join("; ")));
+            return Err(e.context(said.join("; ")));
         }
     };
     for rank in 0..members.len() {
@@ -324,8 +370,11 @@ pub fn run_member() -> Result<()> {
         }
         Err(e) => {
             // The others learn why this member stopped, in the words the
-            // command line would give.
+            // command line would give; the launcher, as its document too.
             member.abort(&crate::cli::error_chain(&e));
+            let document = crate::cli::error_document(&e);
+            let mut out = std::io::stdout();
+            let _ = writeln!(out, "{document}").and_then(|()| out.flush());
             Err(e)
         }
     }

@@ -1566,6 +1566,17 @@ fn each_device_a_process_trains_the_model_of_threads() {
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stdout)));
     assert_eq!(failed["kind"], "member_failed", "{failed}");
     assert_eq!(failed["member"], 1, "{failed}");
+    // The member's own document: its kind, in its own words.
+    let own = &failed["member_error"];
+    assert_eq!(own["kind"], "failed", "{failed}");
+    assert!(
+        own["error"].as_str().unwrap().starts_with("--spill-dir ")
+            && failed["error"]
+                .as_str()
+                .unwrap()
+                .ends_with(own["error"].as_str().unwrap()),
+        "{failed}"
+    );
     assert!(
         stderr.contains(failed["error"].as_str().unwrap()),
         "{failed} against {stderr}"
