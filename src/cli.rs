@@ -468,7 +468,7 @@ pub fn main() -> ExitCode {
             eprintln!("error: {}", error_chain(&error));
             // No plan fits, or none was found in the MILP's time.
             let infeasible = matches!(
-                error.downcast_ref::<PlanError>(),
+                plan_error_in(&error),
                 Some(PlanError::Infeasible { .. } | PlanError::MilpOutOfTime { .. })
             );
             let violations = error.is::<ViolationsFound>();
@@ -559,9 +559,15 @@ impl PlanArgs {
 /// - `failed`: anything else.
 ///
 /// Where the report was printed before the error (`compare` and `curve`
-/// where nothing fits, `simulate` finding a budget broken), nothing more.
+/// where nothing fits, `simulate` finding a budget broken, a trace or a
+/// file written after the report that could not be), nothing more: the
+/// error is on standard error, and the exit status says it.
 fn error_json(json: bool, error: &anyhow::Error) {
     if !json || error.is::<NothingFits>() || error.is::<ViolationsFound>() {
+        return;
+    }
+    // A report, then a failure (a trace or a file it could not write).
+    if REPORT_WRITTEN.load(std::sync::atomic::Ordering::Relaxed) {
         return;
     }
     if broken_pipe(error) {
@@ -573,17 +579,27 @@ fn error_json(json: bool, error: &anyhow::Error) {
     let _ = writeln!(out, "{document:#}").and_then(|()| out.flush());
 }
 
+/// The planner's error `error` is or wraps, which the exit status and
+/// `--json`'s document both read.
+fn plan_error_in(error: &anyhow::Error) -> Option<&PlanError> {
+    error.chain().find_map(|e| e.downcast_ref::<PlanError>())
+}
+
 /// The document [`error_json`] prints for `error`.
 pub(crate) fn error_document(error: &anyhow::Error) -> serde_json::Value {
     use fateplan::runtime::exec::ExecError;
     let message = error_chain(error);
     // The error itself or one it wraps (a run's error inside a
     // measurement's).
-    let plan_error = error.chain().find_map(|e| e.downcast_ref::<PlanError>());
+    let plan_error = plan_error_in(error);
     let exec_error = error.chain().find_map(|e| {
-        // A boxed source is its box as an error.
-        e.downcast_ref::<ExecError>()
-            .or_else(|| e.downcast_ref::<Box<ExecError>>().map(|boxed| &**boxed))
+        // A measurement's run keeps the executor's error beside its own.
+        e.downcast_ref::<ExecError>().or_else(|| {
+            match e.downcast_ref::<fateplan::runtime::Error>() {
+                Some(fateplan::runtime::Error::Run { failure, .. }) => Some(&**failure),
+                _ => None,
+            }
+        })
     });
     if let Some(PlanError::Infeasible {
         tier,
@@ -718,9 +734,18 @@ fn writing_stdout(error: std::io::Error) -> std::io::Error {
     std::io::Error::new(error.kind(), format!("writing to standard output: {error}"))
 }
 
+/// Whether anything of a command's report was written on standard
+/// output: an error after it gets no document of its own ([`error_json`]),
+/// so that a reader of `--json` finds one document.
+static REPORT_WRITTEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 impl Write for Stdout {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.write(buf).map_err(writing_stdout)
+        let written = self.0.write(buf).map_err(writing_stdout)?;
+        if written > 0 {
+            REPORT_WRITTEN.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(written)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -3926,7 +3951,7 @@ mod tests {
         };
         let wrapped = fateplan::runtime::Error::Run {
             what: "the GEMM measurement".into(),
-            source: Box::new(oom()),
+            failure: Box::new(oom()),
         };
         let errors = [
             anyhow::Error::new(oom()),
@@ -3939,7 +3964,12 @@ mod tests {
             assert_eq!(document["bytes"], 1 << 20, "{document}");
             assert_eq!(document["during"], "step 3 (agg[l0,p1,s0])", "{document}");
             assert_eq!(document["error"], error_chain(error), "{document}");
+            // Said once.
+            let said = error_chain(error);
+            assert_eq!(said.matches("out of memory").count(), 1, "{said}");
         }
+        // A measurement's is said with a measurement's advice alone.
+        assert!(!error_chain(&errors[2]).contains("--hbm-budget"));
         let graph = fateplan::runtime::Error::OutOfMemory {
             bytes: 1 << 20,
             what: "step 3 (agg[l0,p1,s0])".into(),

@@ -195,10 +195,13 @@ pub fn launch(
     let served = hub.serve(JOIN_TIMEOUT, &mut || {
         for (rank, member) in members.iter_mut().enumerate() {
             if let Ok(Some(status)) = member.child.try_wait() {
-                return Err(format!(
-                    "member {rank}'s process exited ({status}) before joining: {}",
-                    member.stderr().trim()
-                ));
+                return Err(ExecError::MemberFailed {
+                    rank,
+                    why: format!(
+                        "its process exited ({status}) before joining: {}",
+                        member.stderr().trim()
+                    ),
+                });
             }
         }
         Ok(())

@@ -292,8 +292,12 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
         true => Err(ViolationsFound(report.violations_total).into()),
         false => Ok(()),
     };
-    let printed = printed.and_then(|()| unwritten.map_or(Ok(()), Err));
-    crate::cli::reported(printed, outcome)
+    // A file that could not be written is the failure (exit status 1),
+    // as before the report's own outcome.
+    match unwritten {
+        Some(error) => crate::cli::reported(printed, Err(error)),
+        None => crate::cli::reported(printed, outcome),
+    }
 }
 
 /// The budgets to replay `plan` under: the plan's, with each one

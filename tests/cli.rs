@@ -368,6 +368,23 @@ fn a_report_that_cannot_be_written_keeps_the_exit_status() {
             }
         }
     }
+    // A file written after the report that cannot be: the error on
+    // standard error, and standard output the report alone.
+    if std::path::Path::new("/dev/full").exists() {
+        let out = fateplan(&["simulate", plan, "--json", "--trace", "/dev/full"]);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("error: --trace /dev/full: "),
+            "{}",
+            stderr(&out)
+        );
+        let report: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)));
+        assert!(
+            report["iteration_s"].is_number() && report["kind"].is_null(),
+            "{report}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -80,13 +80,14 @@ pub enum Error {
     },
     /// A run made on the way (the profile's measurements train) that
     /// failed for a reason of its own, such as the memory it needs:
-    /// `what` it was, and the executor's error (out of memory, with
-    /// advice for a measurement rather than for a training run's plan).
-    #[error("{what}: {}", run_failure(source))]
+    /// `what` it was, and the executor's error, `failure` (out of memory,
+    /// said with advice for a measurement rather than for a training
+    /// run's plan; not this error's `source`, whose words would follow
+    /// with the training run's).
+    #[error("{what}: {}", run_failure(failure))]
     Run {
         what: String,
-        #[source]
-        source: Box<crate::exec::ExecError>,
+        failure: Box<crate::exec::ExecError>,
     },
     /// Refused before it was read, drawn or partitioned: what `path`'s
     /// `field` makes takes more memory than the process can take, said
@@ -153,9 +154,9 @@ impl Error {
     pub(crate) fn of_run(what: &str, error: crate::exec::ExecError) -> Self {
         match error {
             crate::exec::ExecError::Internal(why) => Error::Internal(format!("{what}: {why}")),
-            source => Error::Run {
+            failure => Error::Run {
                 what: what.into(),
-                source: Box::new(source),
+                failure: Box::new(failure),
             },
         }
     }
@@ -222,9 +223,11 @@ mod tests {
                 .starts_with("the measurement: out of memory: 1.00 MiB for a tensor"),
             "{out}"
         );
-        // Its advice is a measurement's, not a training plan's.
+        // Its advice is a measurement's, not a training plan's, and no
+        // cause follows it with the training run's.
         assert!(out.to_string().contains("profile --quick"), "{out}");
         assert!(!out.to_string().contains("--hbm-budget"), "{out}");
+        assert!(std::error::Error::source(&out).is_none());
         let bug = Error::of_run("the measurement", ExecError::Internal("x".into()));
         assert_eq!(
             bug.to_string(),

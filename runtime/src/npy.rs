@@ -79,7 +79,7 @@ impl Npy {
             // No address space left for the map (`ulimit -v`).
             Some(libc::ENOMEM) => Error::OutOfMemory {
                 bytes: file.metadata().map_or(0, |m| m.len()),
-                what: format!("mapping {}", path.display()),
+                what: format!("the address space to map {}", path.display()),
             },
             _ => Error::io(path, e),
         })?;

@@ -224,13 +224,14 @@ impl Hub {
 
     /// Accepts the members (within `join_timeout`, asking `alive` between
     /// tries whether to go on waiting: a launcher says no once one of its
-    /// members' processes has exited), then serves their calls until each
+    /// members' processes has exited, with the error the hub returns),
+    /// then serves their calls until each
     /// has left. Returns every member's result, in rank order, or why the
     /// group stopped.
     pub fn serve(
         self,
         join_timeout: Duration,
-        alive: &mut dyn FnMut() -> Result<(), String>,
+        alive: &mut dyn FnMut() -> Result<(), ExecError>,
     ) -> Result<Vec<Vec<u8>>, ExecError> {
         let mut links = self.accept(join_timeout, alive)?;
         for link in &mut links {
@@ -295,7 +296,7 @@ impl Hub {
     fn accept(
         &self,
         join_timeout: Duration,
-        alive: &mut dyn FnMut() -> Result<(), String>,
+        alive: &mut dyn FnMut() -> Result<(), ExecError>,
     ) -> Result<Vec<Link>, ExecError> {
         let mut slots: Vec<Option<Link>> = (0..self.size).map(|_| None).collect();
         match self.accept_into(&mut slots, join_timeout, alive) {
@@ -314,7 +315,7 @@ impl Hub {
         &self,
         slots: &mut [Option<Link>],
         join_timeout: Duration,
-        alive: &mut dyn FnMut() -> Result<(), String>,
+        alive: &mut dyn FnMut() -> Result<(), ExecError>,
     ) -> Result<(), ExecError> {
         let size = self.size;
         self.listener
@@ -335,9 +336,9 @@ impl Hub {
                     slots[rank] = Some(link);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    alive().map_err(|why| {
-                        ExecError::Exchange(format!("waiting for the members to join: {why}"))
-                    })?;
+                    // The launcher's error, as it is (a member's process
+                    // that ended: `MemberFailed`).
+                    alive()?;
                     if start.elapsed() > join_timeout {
                         let missing: Vec<String> = (0..size)
                             .filter(|&r| slots[r].is_none())
@@ -1013,11 +1014,16 @@ mod tests {
         let hub = Hub::bind("127.0.0.1:0", 2).unwrap();
         let error = hub
             .serve(Duration::from_secs(20), &mut || {
-                Err("member 1's process exited".into())
+                Err(ExecError::MemberFailed {
+                    rank: 1,
+                    why: "its process exited".into(),
+                })
             })
-            .unwrap_err()
-            .to_string();
-        assert!(error.contains("member 1's process exited"), "{error}");
+            .unwrap_err();
+        assert!(
+            matches!(&error, ExecError::MemberFailed { rank: 1, why } if why == "its process exited"),
+            "{error:?}"
+        );
 
         // A member of another group size, and a rank outside the group.
         let hub = Hub::bind("127.0.0.1:0", 2).unwrap();
