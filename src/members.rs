@@ -88,9 +88,10 @@ impl Started {
     }
 }
 
-/// A member that failed ([`ExecError::MemberFailed`], its source), with its error's
-/// document where it wrote one: `train --processes --json` gives it as
-/// `member_error`, its kind and figures as a run of its own would give.
+/// A member that failed ([`ExecError::MemberFailed`], its source), with
+/// its error's document where it wrote one: `train --processes --json`
+/// gives it as `member_error`, its kind and figures as a run of its own
+/// would give.
 #[derive(Debug, thiserror::Error)]
 #[error("{failed}")]
 pub(crate) struct MemberError {
@@ -372,12 +373,14 @@ pub fn run_member() -> Result<()> {
             Ok(())
         }
         Err(e) => {
-            // The others learn why this member stopped, in the words the
-            // command line would give; the launcher, as its document too.
-            member.abort(&crate::cli::error_chain(&e));
+            // The launcher reads its document once this process has
+            // ended (written first: the launcher stops the group when it
+            // learns of the failure); the others learn why, in the words
+            // the command line would give.
             let document = crate::cli::error_document(&e);
             let mut out = std::io::stdout();
             let _ = writeln!(out, "{document}").and_then(|()| out.flush());
+            member.abort(&crate::cli::error_chain(&e));
             Err(e)
         }
     }
