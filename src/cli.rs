@@ -1296,7 +1296,15 @@ pub fn set_threads(threads: Option<usize>) -> Result<()> {
 /// A profile file's figures far from any machine's (a figure written in
 /// the wrong unit) are warned about, once a file.
 fn load_profile(name: &str) -> Result<Profile> {
-    let profile = profiles::load(name).map_err(|e| flagged("--profile", name, e))?;
+    let profile = profiles::load(name).map_err(|e| {
+        let flag = "--profile";
+        let error = flagged(flag, name, e);
+        // A file's error names its file and field: the flag leads it.
+        match error.to_string().starts_with(flag) {
+            true => error,
+            false => error.context(format!("{flag} {name}")),
+        }
+    })?;
     static WARNED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
     let first = WARNED
         .lock()

@@ -159,11 +159,18 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
     })
     .context("measuring the machine");
     bar.finish_and_clear();
-    let measured = measured?;
+    let measured = measured.map_err(|e| ssd_dir_flagged(e, &args.ssd_dir))?;
     let mut json = measured.profile.to_json_pretty();
     json.push('\n');
     let unsteady = measured.profile.unsteady();
-    for note in measured.notes.iter().chain(&small).chain(&unsteady) {
+    let in_memory = in_memory_note(&args.ssd_dir);
+    for note in measured
+        .notes
+        .iter()
+        .chain(&small)
+        .chain(&unsteady)
+        .chain(&in_memory)
+    {
         eprintln!("note: {note}");
     }
     match staging {
@@ -182,6 +189,49 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A measurement's error about `ssd_dir` (its free space, its spill
+/// file), led by the flag that named it.
+fn ssd_dir_flagged(error: anyhow::Error, ssd_dir: &std::path::Path) -> anyhow::Error {
+    use fateplan::runtime::Error;
+    let about_it = error.chain().any(|e| match e.downcast_ref::<Error>() {
+        Some(
+            Error::InvalidInput { path, .. } | Error::Io { path, .. } | Error::SpillIo { path, .. },
+        ) => path.starts_with(ssd_dir),
+        _ => false,
+    });
+    match about_it {
+        true => error.context(format!("--ssd-dir {}", ssd_dir.display())),
+        false => error,
+    }
+}
+
+/// Where `ssd_dir` is on a file system held in memory (tmpfs, ramfs): its
+/// figures are the memory's, not a drive's, and a plan made on them
+/// spills to memory.
+fn in_memory_note(ssd_dir: &std::path::Path) -> Option<String> {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let path = std::ffi::CString::new(ssd_dir.as_os_str().as_encoded_bytes()).ok()?;
+    let mut stats = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `path` is a NUL-terminated string; `statfs` fills `stats`
+    // where it returns 0, and `stats` is read only then. (`f_type` is
+    // i64 on x86-64, of other widths elsewhere.)
+    #[allow(clippy::unnecessary_cast)]
+    let kind = unsafe {
+        match libc::statfs(path.as_ptr(), stats.as_mut_ptr()) {
+            0 => stats.assume_init().f_type as i64,
+            _ => return None,
+        }
+    };
+    [TMPFS_MAGIC, RAMFS_MAGIC].contains(&kind).then(|| {
+        format!(
+            "--ssd-dir {} is on a file system held in memory (tmpfs or ramfs), not a drive: \
+             the ssd figures are the memory's, and a plan made on them spills to memory",
+            ssd_dir.display()
+        )
+    })
 }
 
 fn rate(bytes_per_s: f64) -> String {
@@ -321,4 +371,25 @@ fn summary(out: &mut dyn Write, p: &Profile) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A folder in memory (tmpfs) is noted as not a drive; another file
+    /// system is not.
+    #[test]
+    fn a_folder_held_in_memory_is_noted() {
+        let shm = std::path::Path::new("/dev/shm");
+        if shm.is_dir() {
+            let note = in_memory_note(shm).expect("/dev/shm is tmpfs");
+            assert!(note.starts_with("--ssd-dir /dev/shm is on a file system held in memory"));
+        }
+        assert_eq!(in_memory_note(std::path::Path::new("/proc")), None);
+        assert_eq!(
+            in_memory_note(std::path::Path::new("/no/such/folder")),
+            None
+        );
+    }
 }

@@ -760,11 +760,20 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 crate::cli::warn_unsteady_plan(&source, &plan);
             }
             if let Some(name) = &args.profile {
-                if load_profile(name)? != plan.profile {
+                let given = load_profile(name)?;
+                if given != plan.profile {
+                    // Measured profiles share a default name: say that
+                    // the figures differ where the names do not.
+                    let made_on = match given.name == plan.profile.name {
+                        true => format!(
+                            "a profile also named {:?}, with other figures",
+                            plan.profile.name
+                        ),
+                        false => format!("profile {:?}", plan.profile.name),
+                    };
                     bail!(
-                        "--profile {name}: the plan {source} was made on profile {}; leave \
-                         --profile out to train it as it was made, or plan again for this profile",
-                        plan.profile.name
+                        "--profile {name}: the plan {source} was made on {made_on}; leave \
+                         --profile out to train it as it was made, or plan again for this profile"
                     );
                 }
             }

@@ -256,6 +256,20 @@ fn a_failure_with_json_is_a_json_document() {
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         assert!(out.stdout.is_empty(), "{args:?}: {}", stdout(&out));
     }
+    // A profile file that does not read is named by its flag, then by
+    // its own file and field.
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad-profile.json");
+    std::fs::write(&bad, r#"{"x": 1}"#).unwrap();
+    let bad = bad.to_str().unwrap();
+    let out = fateplan(&["plan", "--dataset", "ogbn-arxiv", "--profile", bad]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains(&format!("error: --profile {bad}: invalid input: {bad}:1:")),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
     // A report printed, then the failure: one document, the report.
     let out = fateplan(&[
         "compare",

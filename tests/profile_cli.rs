@@ -324,7 +324,7 @@ fn bad_profile_input_names_what_is_wrong() {
     let missing = dir.join("missing");
     let in_missing = missing.join("p.json");
     let dir_arg = dir.to_str().unwrap();
-    let cases: [(Vec<&str>, &[&str]); 9] = [
+    let cases: [(Vec<&str>, &[&str]); 10] = [
         (
             vec!["--ssd-dir", missing.to_str().unwrap()],
             &["--ssd-dir", "missing", "no such directory"],
@@ -340,6 +340,12 @@ fn bad_profile_input_names_what_is_wrong() {
         (
             vec!["--ssd-dir", dir_arg, "-o", dir_arg],
             &["-o", "is a directory"],
+        ),
+        // A folder with no room for the measurement's file: named by its
+        // flag.
+        (
+            vec!["--ssd-dir", "/proc"],
+            &["--ssd-dir /proc: ", "/proc: free space: 0 bytes free"],
         ),
         (
             vec!["--ssd-dir", dir_arg, "--name", " "],

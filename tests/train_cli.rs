@@ -1234,10 +1234,41 @@ fn several_devices_train_the_same_model_and_report_their_exchanges() {
     assert_eq!(other.status.code(), Some(1), "{}", stderr(&other));
     assert!(
         stderr(&other).contains("--profile h200: the plan")
-            && stderr(&other).contains("was made on profile a100-80g"),
+            && stderr(&other).contains("was made on profile \"a100-80g\""),
         "{}",
         stderr(&other)
     );
+    // One of the same name with other figures is told apart by them.
+    let edited = saved.with_extension("profile.json");
+    let mut profile: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/a100-80g.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    profile["ssd"]["read_bytes_per_s"] = 1e9.into();
+    std::fs::write(&edited, profile.to_string()).unwrap();
+    let renamed = fateplan(
+        &[
+            &common[..],
+            &[
+                "--plan",
+                saved.to_str().unwrap(),
+                "--profile",
+                edited.to_str().unwrap(),
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(renamed.status.code(), Some(1), "{}", stderr(&renamed));
+    assert!(
+        stderr(&renamed)
+            .contains("was made on a profile also named \"a100-80g\", with other figures"),
+        "{}",
+        stderr(&renamed)
+    );
+    let _ = std::fs::remove_file(&edited);
     let _ = std::fs::remove_file(&saved);
 
     // Min-cut shares (the default) renumber the vertices; the dropout
