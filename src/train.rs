@@ -762,8 +762,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             if let Some(name) = &args.profile {
                 let given = load_profile(name)?;
                 if given != plan.profile {
-                    // Measured profiles share a default name: say that
-                    // the figures differ where the names do not.
+                    // Measured profiles share a default name: where the
+                    // names are the same, it is the figures that differ.
                     let made_on = match given.name == plan.profile.name {
                         true => format!(
                             "a profile also named {:?}, with other figures",
@@ -2107,6 +2107,7 @@ fn more_partitions(error: fateplan::planner::Error, partitions: u32) -> anyhow::
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
 
     /// The simulated iteration is said beside the prediction only where
     /// they differ by more than 1%.
@@ -2117,7 +2118,6 @@ mod tests {
         assert!(differ_by_a_percent(0.032701, 0.034138));
         assert!(!differ_by_a_percent(0.0, 0.0));
     }
-    use clap::Parser;
 
     #[derive(Parser)]
     struct TrainArgsOnly {
