@@ -58,6 +58,26 @@ impl SimulateArgs {
     }
 }
 
+/// `simulate --json`'s document: the report's fields, then what the
+/// text says beside them, each only where it applies.
+#[derive(serde::Serialize)]
+struct Annotated<'a> {
+    #[serde(flatten)]
+    report: &'a SimReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    priced_by_field: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    priced_at_curve_top: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rejected_by_sanity_pass: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile_differs_from_planned: Option<bool>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    predictions_recomputed: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    planned_budgets: Option<Budgets>,
+}
+
 /// The simulation ran and found violations; the report has been printed.
 /// The command exits with status 3.
 #[derive(Debug)]
@@ -185,39 +205,20 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
             .device
             .priced_at_curve_top(&plan.workload.definition.ops);
         if args.json {
-            if by_field.is_none()
-                && at_top.is_none()
-                && rejected.is_none()
-                && !renamed_what_if
-                && recomputed.is_empty()
-                && !budgets_differ
-            {
-                out.write_all(report.to_json().as_bytes())?;
-            } else {
-                // Said in the JSON as in the text: the first operator priced
-                // by its class's field, and the plan's own check.
-                let mut json = serde_json::to_value(&report)?;
-                if let Some(op) = by_field {
-                    json["priced_by_field"] = op.name.clone().into();
-                }
-                if let Some(op) = at_top {
-                    json["priced_at_curve_top"] = op.name.clone().into();
-                }
-                if let Some(rejected) = &rejected {
-                    json["rejected_by_sanity_pass"] = rejected.to_string().into();
-                }
-                if renamed_what_if {
-                    json["profile_differs_from_planned"] = true.into();
-                }
-                if !recomputed.is_empty() {
-                    json["predictions_recomputed"] = recomputed.clone().into();
-                }
-                if budgets_differ {
-                    json["planned_budgets"] = serde_json::to_value(planned_budgets)?;
-                }
-                out.write_all(serde_json::to_string_pretty(&json)?.as_bytes())?;
-                out.write_all(b"\n")?;
-            }
+            // Said in the JSON as in the text, after the report's own
+            // fields and in their order: the first operator priced by its
+            // class's field, and the plan's own check.
+            let annotated = Annotated {
+                report: &report,
+                priced_by_field: by_field.map(|op| op.name.as_str()),
+                priced_at_curve_top: at_top.map(|op| op.name.as_str()),
+                rejected_by_sanity_pass: rejected.as_ref().map(ToString::to_string),
+                profile_differs_from_planned: renamed_what_if.then_some(true),
+                predictions_recomputed: &recomputed,
+                planned_budgets: budgets_differ.then_some(planned_budgets),
+            };
+            out.write_all(serde_json::to_string_pretty(&annotated)?.as_bytes())?;
+            out.write_all(b"\n")?;
         } else {
             // Budgets other than the plan's, said before the figures they
             // change.

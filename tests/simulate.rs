@@ -153,6 +153,23 @@ fn what_if_a_smaller_device_budget_replays_the_plan_under_it() {
 
     let smaller = replay(&["--hbm-budget", "100MiB"]);
     assert_eq!(smaller.status.code(), Some(3), "{}", stderr(&smaller));
+    // The report's keys in their order, what it adds after them, as a
+    // replay that adds nothing gives them.
+    let keys = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("  \"") && !l.starts_with("   "))
+            .map(|l| l.trim().split('"').nth(1).unwrap().to_string())
+            .collect()
+    };
+    let (own_keys, smaller_keys) = (
+        keys(&stdout(&fateplan(&["simulate", path(&plan), "--json"]))),
+        keys(&stdout(&smaller)),
+    );
+    assert_eq!(own_keys[0], "format_version", "{own_keys:?}");
+    assert_eq!(
+        smaller_keys,
+        [&own_keys[..], &["planned_budgets".to_string()]].concat()
+    );
     let smaller = report(&smaller);
     assert_eq!(smaller["budgets"]["hbm_bytes"], 100u64 << 20);
     assert_eq!(smaller["planned_budgets"]["hbm_bytes"], 200u64 << 20);
