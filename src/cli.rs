@@ -1296,15 +1296,7 @@ pub fn set_threads(threads: Option<usize>) -> Result<()> {
 /// A profile file's figures far from any machine's (a figure written in
 /// the wrong unit) are warned about, once a file.
 fn load_profile(name: &str) -> Result<Profile> {
-    let profile = profiles::load(name).map_err(|e| {
-        let flag = "--profile";
-        let error = flagged(flag, name, e);
-        // A file's error names its file and field: the flag leads it.
-        match error.to_string().starts_with(flag) {
-            true => error,
-            false => error.context(format!("{flag} {name}")),
-        }
-    })?;
+    let profile = profiles::load(name).map_err(|e| flagged("--profile", name, e))?;
     static WARNED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
     let first = WARNED
         .lock()
@@ -1323,8 +1315,9 @@ fn load_profile(name: &str) -> Result<Profile> {
 
 /// A planner's `InvalidInput` about a flag's value, named by the flag
 /// (`--model foo: unknown model; ...`), where its context is the value as
-/// the library names it (`model "foo"`); any other error as it is (a
-/// profile file's names its file and field).
+/// the library names it (`model "foo"`); any other error led by the flag
+/// and value (a profile file's: `--profile F: invalid input: F:1:4:
+/// ...`, its file and field after them).
 pub(crate) fn flagged(flag: &str, value: &str, error: PlanError) -> anyhow::Error {
     match error {
         PlanError::InvalidInput { context, message }
@@ -1332,7 +1325,7 @@ pub(crate) fn flagged(flag: &str, value: &str, error: PlanError) -> anyhow::Erro
         {
             anyhow::anyhow!("{flag} {value}: {message}")
         }
-        other => other.into(),
+        other => anyhow::Error::from(other).context(format!("{flag} {value}")),
     }
 }
 
