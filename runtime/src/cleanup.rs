@@ -86,9 +86,12 @@ impl CreatedDirs {
             if !matches!(component, std::path::Component::Normal(_)) {
                 continue;
             }
+            // An interruption between the two would leave the folder.
+            let held = hold();
             match std::fs::create_dir(&level) {
                 Ok(()) => {
                     register(&level);
+                    drop(held);
                     created.0.insert(0, level.clone());
                 }
                 Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}

@@ -571,3 +571,63 @@ fn threads_share_one_store() {
         );
     }
 }
+
+#[test]
+fn a_backend_that_fails_fails_every_request_and_hangs_none() {
+    let dir = scratch();
+    for force_fallback in [false, true] {
+        let store = SpillStore::open(
+            dir.path(),
+            SpillOptions {
+                faults: Faults {
+                    backend_fails_after: Some(0),
+                    ..Faults::default()
+                },
+                ..options(64 * MIB, force_fallback)
+            },
+        )
+        .unwrap();
+        let path = store.path().display().to_string();
+        // Four threads write at once, so that requests sit in the channel
+        // (and senders wait on it) when the thread stops. A request left
+        // in the channel was never finished: its waiter hung.
+        let (done, results) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            for t in 0..4u64 {
+                let (store, done) = (&store, done.clone());
+                scope.spawn(move || {
+                    for k in 0..50u64 {
+                        let key = t * 100 + k;
+                        let outcome = store
+                            .write(key, &pattern(key, 9000))
+                            .and_then(|ticket| store.wait(ticket));
+                        done.send(outcome.map_err(|e| e.to_string())).unwrap();
+                    }
+                });
+            }
+            drop(done);
+            let mut failed = 0;
+            loop {
+                match results.recv_timeout(std::time::Duration::from_secs(30)) {
+                    Ok(outcome) => {
+                        let message = outcome.expect_err("a write through a failed backend");
+                        assert!(message.starts_with(&path), "{message}");
+                        assert!(
+                            message.contains("the I/O thread stopped")
+                                || message.contains("the spill I/O thread stopped"),
+                            "{message}"
+                        );
+                        assert!(message.contains("injected: the ring failed"), "{message}");
+                        failed += 1;
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        panic!("a write still waits after 30 s ({failed} failed)")
+                    }
+                }
+            }
+            assert_eq!(failed, 200);
+        });
+        assert_eq!(store.used_bytes(), 0, "failed writes free their space");
+    }
+}

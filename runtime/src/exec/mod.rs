@@ -335,6 +335,33 @@ impl AwayCell {
         }
         state.as_ref().expect("filled").clone()
     }
+
+    /// What the lane making the copy fills the cell through.
+    fn filler(self: &Arc<AwayCell>) -> Filler {
+        Filler(self.clone())
+    }
+}
+
+/// Fills an [`AwayCell`] once; dropped unfilled (its job ended in a
+/// panic), it fills the cell with an error, so that a lane waiting on the
+/// copy stops waiting.
+struct Filler(Arc<AwayCell>);
+
+impl Filler {
+    fn fill(self, value: Result<Arc<Data>, ExecError>) {
+        self.0.fill(value);
+    }
+}
+
+impl Drop for Filler {
+    fn drop(&mut self) {
+        let unfilled = self.0.state.lock().is_ok_and(|state| state.is_none());
+        if unfilled {
+            self.0.fill(Err(ExecError::Internal(
+                "the lane making an away copy stopped before it was made".into(),
+            )));
+        }
+    }
 }
 
 /// A copy's life: tier, tensor (none for staging buffers), bytes, start slot.
@@ -979,7 +1006,7 @@ impl<B: Backend> Executor<B> {
                 let source = source.clone();
                 let bytes = source.byte_len();
                 let cell = AwayCell::new();
-                let filler = cell.clone();
+                let filler = cell.filler();
                 let mover = self.mover.clone();
                 let pending = match entry.to {
                     Tier::Host => {

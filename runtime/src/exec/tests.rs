@@ -433,3 +433,30 @@ fn a_buffer_out_of_memory_is_an_error_naming_its_operator() {
     let other = ExecError::Internal("x".into()).during(|| "step 1 (x)".into());
     assert!(matches!(other, ExecError::Internal(why) if why == "x"));
 }
+
+/// A copy's job that panics (a mover's bug) drops its filler unfilled:
+/// the lane waiting on that copy gets an error instead of waiting for ever.
+#[test]
+fn an_away_copy_whose_maker_panics_fails_its_reader() {
+    let cell = super::AwayCell::new();
+    let filler = cell.filler();
+    let maker = std::thread::spawn(move || {
+        let _filler = filler;
+        panic!("a mover's bug");
+    });
+    assert!(maker.join().is_err());
+    assert!(
+        cell.state.lock().unwrap().is_some(),
+        "unfilled: a reader would wait for ever"
+    );
+    let error = cell.get().expect_err("the copy was never made");
+    assert!(
+        error.to_string().contains("stopped before it was made"),
+        "{error}"
+    );
+
+    // Filled, the cell keeps what it was given.
+    let cell = super::AwayCell::new();
+    cell.filler().fill(Ok(Arc::new(Data::I64(vec![7]))));
+    assert!(matches!(cell.get().as_deref(), Ok(Data::I64(v)) if v == &[7]));
+}

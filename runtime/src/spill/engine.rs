@@ -126,7 +126,8 @@ impl OpState {
     }
 
     /// Blocks until the I/O thread has finished the request (it always
-    /// does: a request it drops is finished as failed).
+    /// does: a request dropped anywhere, in the channel too, is finished as
+    /// failed).
     pub fn wait_finished(&self) {
         let mut slot = lock(&self.slot);
         while !slot.finished {
@@ -153,13 +154,45 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// One block to read or write.
+/// One block to read or write. `buf` is taken by the scheduler that
+/// serves it; a request dropped with its buffer (left in the channel when
+/// the I/O thread stopped, or handed back by a failed send) finishes its
+/// state as failed, so that no waiter hangs.
 pub(crate) struct Request {
     pub kind: OpKind,
-    pub buf: AlignedBuf,
+    pub buf: Option<AlignedBuf>,
     pub segments: Vec<Segment>,
     pub logical_bytes: u64,
     pub state: Arc<OpState>,
+    /// The engine's [`Engine::stop_reason`], for the failure.
+    pub stop: StopReason,
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            let why = self
+                .stop
+                .get()
+                .unwrap_or_else(|| "it ended before taking the request".into());
+            self.state.finish(Some(buf), Some(stopped(&why)));
+        }
+    }
+}
+
+/// Why the I/O thread stopped before it was asked to, once it has: its
+/// backend failed, or a bug.
+#[derive(Clone, Default)]
+pub(crate) struct StopReason(Arc<Mutex<Option<String>>>);
+
+impl StopReason {
+    pub fn get(&self) -> Option<String> {
+        lock(&self.0).clone()
+    }
+
+    fn say(&self, why: &str) {
+        lock(&self.0).get_or_insert_with(|| why.to_string());
+    }
 }
 
 /// Counters the store reports.
@@ -231,6 +264,7 @@ impl Backend {
 pub(crate) struct Engine {
     sender: Option<SyncSender<Request>>,
     thread: Option<JoinHandle<()>>,
+    stopped: StopReason,
 }
 
 impl Engine {
@@ -240,13 +274,22 @@ impl Engine {
         stats: Arc<Stats>,
     ) -> std::io::Result<Engine> {
         let (sender, receiver) = std::sync::mpsc::sync_channel(CHANNEL_CAPACITY);
+        let stopped = StopReason::default();
+        let note = StopNote(stopped.clone());
         let thread = std::thread::Builder::new()
             .name("fateplan-spill-io".into())
-            .spawn(move || run(backend, config, stats, receiver))?;
+            .spawn(move || run(backend, config, stats, receiver, note))?;
         Ok(Engine {
             sender: Some(sender),
             thread: Some(thread),
+            stopped,
         })
+    }
+
+    /// Why the I/O thread stopped, where it stopped on its own (its
+    /// backend failed, or a bug): what a request failed by it says.
+    pub fn stop_reason(&self) -> StopReason {
+        self.stopped.clone()
     }
 
     /// Hands a request to the thread (blocking while the channel is full);
@@ -271,17 +314,40 @@ impl Drop for Engine {
     }
 }
 
-fn run(mut backend: Backend, config: EngineConfig, stats: Arc<Stats>, receiver: Receiver<Request>) {
+/// The I/O thread's [`StopReason`]: what `run` says, or, where the
+/// thread unwinds from a panic (its last parameter, so dropped before the
+/// channel's requests), that it did.
+struct StopNote(StopReason);
+
+impl Drop for StopNote {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.say("the I/O thread panicked (a bug in fateplan)");
+        }
+    }
+}
+
+fn run(
+    mut backend: Backend,
+    config: EngineConfig,
+    stats: Arc<Stats>,
+    receiver: Receiver<Request>,
+    note: StopNote,
+) {
     let mut sched = Scheduler::new(config, stats);
     if let Err(error) = serve(&mut backend, &mut sched, &receiver) {
         // The backend failed as a whole: requests in flight may still be
         // in the kernel's hands, so their buffers are leaked, not freed.
         let why = format!("the I/O backend failed: {error}");
+        note.0.say(&why);
         sched.abandon(&why, backend.in_flight() > 0);
-        // Bounded by the channel's capacity; the senders are told by the
-        // failure of their next send.
-        while let Ok(request) = receiver.try_recv() {
-            request.state.finish(Some(request.buf), Some(stopped(&why)));
+        // Bounded by the channel's capacity; a request a sender puts in
+        // after the last of these is finished as failed when the channel
+        // drops it (`Request`'s drop), and later sends fail.
+        while let Ok(mut request) = receiver.try_recv() {
+            request
+                .state
+                .finish(request.buf.take(), Some(stopped(&why)));
         }
     }
 }
@@ -319,6 +385,11 @@ fn serve(
                     disconnected = true;
                     break;
                 }
+            }
+        }
+        if let Some(after) = sched.config.faults.backend_fails_after {
+            if sched.submissions >= after && !sched.is_idle() {
+                return Err(std::io::Error::other("injected: the ring failed"));
             }
         }
         while let Some(submission) = sched.next_submission() {
@@ -363,7 +434,9 @@ impl Op {
 
 impl Drop for Op {
     fn drop(&mut self) {
-        if self.leak_buffer {
+        // A request still in flight may be in the kernel's hands (the
+        // thread unwinding from a panic): its buffer is never freed.
+        if self.leak_buffer || self.in_flight > 0 {
             std::mem::forget(self.buf.take());
         }
         // Finishing twice is a no-op: this only fires for ops dropped
@@ -432,13 +505,13 @@ impl Scheduler {
         self.chunks.len() - self.free_chunks.len()
     }
 
-    fn add(&mut self, request: Request) {
+    fn add(&mut self, mut request: Request) {
         let op = Op {
             kind: request.kind,
-            buf: Some(request.buf),
-            segments: request.segments,
+            buf: request.buf.take(),
+            segments: std::mem::take(&mut request.segments),
             logical_bytes: request.logical_bytes,
-            state: request.state,
+            state: request.state.clone(),
             next_segment: 0,
             next_offset: 0,
             in_flight: 0,
@@ -674,6 +747,9 @@ impl Scheduler {
     fn abandon(&mut self, why: &str, backend_holds_requests: bool) {
         for op in self.ops.iter_mut().flatten() {
             op.leak_buffer = backend_holds_requests && op.in_flight > 0;
+            if !backend_holds_requests {
+                op.in_flight = 0;
+            }
             if op.failure.is_none() {
                 op.failure = Some(stopped(why));
             }
@@ -686,5 +762,61 @@ impl Scheduler {
         self.free_chunks.clear();
         self.to_resubmit.clear();
         self.immediate.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(stop: &StopReason) -> (Request, Arc<OpState>) {
+        let state = Arc::new(OpState::default());
+        let request = Request {
+            kind: OpKind::Write,
+            buf: Some(AlignedBuf::zeroed(ALIGN_BYTES).unwrap()),
+            segments: Vec::new(),
+            logical_bytes: 1,
+            state: state.clone(),
+            stop: stop.clone(),
+        };
+        (request, state)
+    }
+
+    /// A request the channel drops (the I/O thread gone before taking it)
+    /// fails its waiter with the thread's reason instead of hanging it.
+    #[test]
+    fn a_request_dropped_untaken_fails_its_waiter_with_the_reason() {
+        let stop = StopReason::default();
+        let (untold, state) = request(&stop);
+        drop(untold);
+        assert!(state.is_finished(), "a waiter would hang");
+        let (buf, failure) = state.take();
+        assert!(buf.is_some(), "the buffer is handed back");
+        let message = failure.expect("a failure").to_io_error().to_string();
+        assert!(
+            message.contains("ended before taking the request"),
+            "{message}"
+        );
+
+        stop.say("the I/O backend failed: no ring");
+        let (told, state) = request(&stop);
+        drop(told);
+        let message = state
+            .failure()
+            .expect("a failure")
+            .to_io_error()
+            .to_string();
+        assert!(
+            message.ends_with("the I/O backend failed: no ring"),
+            "{message}"
+        );
+
+        // Taken by a scheduler, the request's drop leaves its state alone.
+        let (mut taken, state) = request(&stop);
+        let buf = taken.buf.take();
+        drop(taken);
+        assert!(!state.is_finished());
+        state.finish(buf, None);
+        assert!(state.failure().is_none());
     }
 }

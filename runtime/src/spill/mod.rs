@@ -117,6 +117,10 @@ pub struct Faults {
     /// Every n-th request fails with EINTR or EAGAIN (alternately); it is
     /// retried, at most [`MAX_RETRIES`] times in a row.
     pub transient_error_every: Option<u32>,
+    /// The backend fails as a whole (as a ring whose `io_uring_enter`
+    /// fails) once this many requests were submitted: the I/O thread
+    /// stops, failing every request it holds or is sent.
+    pub backend_fails_after: Option<u64>,
 }
 
 /// How the store does its I/O, for the caller to report.
@@ -316,6 +320,9 @@ impl SpillStore {
         // A name another process left behind (a killed one whose pid
         // this process now has) is passed over for the next.
         let mut passed = 0;
+        // An interruption between the file's creation and its
+        // registration would leave the file.
+        let held = crate::cleanup::hold();
         let (id, path, file) = loop {
             let id = NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed);
             let path = dir.join(format!("fateplan-spill-{}-{id}.bin", std::process::id()));
@@ -345,6 +352,7 @@ impl SpillStore {
             }
         };
         crate::cleanup::register(&path);
+        drop(held);
         let mut notes = Vec::new();
         // Held until the file is closed, so that a cleaner can tell a
         // live store's file from a killed process's leftover (waited
@@ -544,7 +552,7 @@ impl SpillStore {
             block: block.clone(),
             state: state.clone(),
         };
-        self.submit(OpKind::Write, buf, &block, state)
+        self.submit(OpKind::Write, key, buf, &block, state)
             .inspect_err(|_| {
                 self.forget_failed_write(key, &ticket.state);
             })?;
@@ -608,7 +616,7 @@ impl SpillStore {
                 block: block.clone(),
                 state: state.clone(),
             };
-            self.submit(OpKind::Read, buf, &block, state)?;
+            self.submit(OpKind::Read, key, buf, &block, state)?;
             return Ok(ticket);
         }
         Err(self.unknown_key(key))
@@ -748,6 +756,7 @@ impl SpillStore {
     fn submit(
         &self,
         kind: OpKind,
+        key: u64,
         buf: AlignedBuf,
         block: &Block,
         state: Arc<OpState>,
@@ -757,21 +766,34 @@ impl SpillStore {
             state.finish(Some(buf), None);
             return Ok(());
         }
+        let Some(engine) = self.engine.as_ref() else {
+            let why = "the spill store is closed";
+            state.finish(Some(buf), Some(engine::stopped(why)));
+            return Err(Error::Internal(why.into()));
+        };
         let request = Request {
             kind,
-            buf,
+            buf: Some(buf),
             segments,
             logical_bytes: block.len_bytes,
             state,
+            stop: engine.stop_reason(),
         };
-        let engine = self
-            .engine
-            .as_ref()
-            .ok_or_else(|| Error::Internal("the spill store is closed".into()))?;
-        engine.send(request).map_err(|request| {
-            let why = "the spill I/O thread has stopped";
-            request.state.finish(None, Some(engine::stopped(why)));
-            Error::Internal(why.into())
+        engine.send(request).map_err(|mut request| {
+            // The thread stopped on its own (the store's own stop joins it
+            // after the last request): its reason, or a panic's.
+            let why = engine
+                .stop_reason()
+                .get()
+                .unwrap_or_else(|| "it ended without saying why".into());
+            let failure = IoFailure {
+                file_offset: block.extents.first().map_or(0, |e| e.offset),
+                bytes: block.len_bytes,
+                ..engine::stopped(&why)
+            };
+            let error = self.block_error(kind, key, block, &failure);
+            request.state.finish(request.buf.take(), Some(failure));
+            error
         })
     }
 
