@@ -406,6 +406,7 @@ pub fn main() -> ExitCode {
             // plan fits".
             if error.use_stderr() {
                 let _ = error.print();
+                usage_json(&error);
                 return ExitCode::from(1);
             }
             // --help and --version print and succeed where their text
@@ -562,6 +563,25 @@ impl PlanArgs {
 /// where nothing fits, `simulate` finding a budget broken, a trace or a
 /// file written after the report that could not be), nothing more: the
 /// error is on standard error, and the exit status says it.
+/// A usage error's JSON document (`kind` `usage`) where the command line
+/// asks for `--json` (before any `--`): a script reading standard output
+/// finds a document whichever check refused the command.
+fn usage_json(error: &clap::Error) {
+    let asked = std::env::args_os()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "--json");
+    if !asked {
+        return;
+    }
+    let text = error.to_string();
+    let first = text.lines().next().unwrap_or_default();
+    let message = first.strip_prefix("error: ").unwrap_or(first);
+    let document = serde_json::json!({ "error": message, "kind": "usage" });
+    let mut out = stdout();
+    let _ = writeln!(out, "{document:#}").and_then(|()| out.flush());
+}
+
 fn error_json(json: bool, error: &anyhow::Error) {
     if !json || error.is::<NothingFits>() || error.is::<ViolationsFound>() {
         return;

@@ -565,10 +565,13 @@ pub fn run(args: &StudyArgs) -> Result<()> {
         .transpose()?;
     let policies = studied();
     let start = Instant::now();
-    let mut out = crate::cli::stdout();
+    let mut out = Said {
+        out: crate::cli::stdout(),
+        gone: false,
+        go_on: args.out.is_some(),
+    };
     if !args.json {
-        writeln!(out, "{}", table_header())?;
-        out.flush()?;
+        out.line(&table_header())?;
     }
     let total = grid.len();
     let mut rows = Vec::with_capacity(total);
@@ -606,8 +609,7 @@ pub fn run(args: &StudyArgs) -> Result<()> {
             format_seconds(row.wall_s)
         );
         if !args.json {
-            writeln!(out, "{}", table_row(&row))?;
-            out.flush()?;
+            out.line(&table_row(&row))?;
         }
         rows.push(row);
     }
@@ -615,9 +617,9 @@ pub fn run(args: &StudyArgs) -> Result<()> {
     let summary = summary(&rows);
     if args.json {
         let doc = to_json(args, &rows, wall_s);
-        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        out.line(&serde_json::to_string_pretty(&doc)?)?;
     } else {
-        writeln!(out, "\n{summary}")?;
+        out.line(&format!("\n{summary}"))?;
     }
     eprintln!(
         "study     {} in {}",
@@ -638,8 +640,33 @@ pub fn run(args: &StudyArgs) -> Result<()> {
         text.push_str(&summary);
         report_out.write(text.as_bytes())?;
         if !args.json {
-            writeln!(out, "written   {}", path.display())?;
+            out.line(&format!("written   {}", path.display()))?;
         }
     }
     Ok(())
+}
+
+/// Standard output, line by line. Where its reader has gone (a pager
+/// quit, `| head`) and the report is also asked for as a file (`go_on`:
+/// `--out`), the lines after are dropped and the grid goes on to write
+/// it; otherwise the write's error stops the study.
+struct Said {
+    out: crate::cli::Stdout,
+    gone: bool,
+    go_on: bool,
+}
+
+impl Said {
+    fn line(&mut self, text: &str) -> Result<()> {
+        if self.gone {
+            return Ok(());
+        }
+        match writeln!(self.out, "{text}").and_then(|()| self.out.flush()) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe && self.go_on => {
+                self.gone = true;
+                Ok(())
+            }
+            written => Ok(written?),
+        }
+    }
 }

@@ -1294,6 +1294,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         ssd,
         trace: args.trace.is_some() || args.compare_simulated,
         backend,
+        stop: None,
     };
     // The probe around a run on one CPU device, to compare the machine's
     // speed now with its speed when the profile was measured: timed

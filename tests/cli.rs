@@ -256,6 +256,29 @@ fn a_failure_with_json_is_a_json_document() {
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         assert!(out.stdout.is_empty(), "{args:?}: {}", stdout(&out));
     }
+    // A value the command line's own checks refuse is a document too
+    // (`usage`); a `--json` after `--` is not the flag.
+    for args in [
+        &["plan", "--json", "--layers", "0"][..],
+        &["train", "--graph", graph, "--epochs", "0", "--json"],
+        &["partition", "--json", "--graph", graph, "--gpus", "0"],
+        &["study", "--json", "--no-such-flag"],
+    ] {
+        let out = fateplan(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        let document: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {:?}", stdout(&out)));
+        assert_eq!(document["kind"], "usage", "{args:?}: {document}");
+        let error = document["error"].as_str().unwrap();
+        assert!(
+            !error.is_empty() && stderr(&out).contains(&format!("error: {error}")),
+            "{args:?}: {document} against {}",
+            stderr(&out)
+        );
+    }
+    let out = fateplan(&["plan", "--layers", "0", "--", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "{}", stdout(&out));
     // A profile file that does not read is named by its flag, then by
     // its own file and field.
     std::fs::create_dir_all(&dir).unwrap();

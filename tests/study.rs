@@ -252,3 +252,53 @@ fn study_names_the_bad_flag_and_value() {
         assert!(stdout(&out).is_empty(), "nothing planned: {}", stdout(&out));
     }
 }
+
+/// A reader that quits early (a pager, `| head`) does not cost the
+/// report asked for as a file: the grid goes on and `--out` is written
+/// whole. Without `--out` the study stops, as a reader gone leaves
+/// nothing to write for.
+#[test]
+fn study_out_is_written_when_standard_output_closes_early() {
+    use std::process::{Command, Stdio};
+    let dir = scratch("closed-stdout");
+    let md = dir.join("study.md");
+    for json in [&[][..], &["--json"]] {
+        let args = [
+            &[
+                "study",
+                "--models",
+                "gcn",
+                "--layers",
+                "2",
+                "--datasets",
+                "ogbn-arxiv,reddit",
+                "--gpus",
+                "1",
+                "--out",
+                md.to_str().unwrap(),
+            ][..],
+            json,
+        ]
+        .concat();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_fateplan"))
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        let text = std::fs::read_to_string(&md).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        assert!(text.contains("| gcn | 2 | ogbn-arxiv |"), "{text}");
+        assert!(text.contains("| gcn | 2 | reddit |"), "{text}");
+        assert!(text.contains("## Summary"), "{text}");
+        assert!(
+            stderr(&out).contains("study     row 2 of 2"),
+            "{}",
+            stderr(&out)
+        );
+        std::fs::remove_file(&md).unwrap();
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -25,6 +25,11 @@ pub enum Error {
     },
     #[error(transparent)]
     Planner(#[from] fateplan_planner::Error),
+    /// A plan's execution failed ([`crate::train::train`]'s error), so
+    /// that one `Result` of this type runs a whole pipeline: load,
+    /// prepare, plan, train. Whole, to match.
+    #[error(transparent)]
+    Exec(#[from] crate::exec::ExecError),
     /// A tier's byte budget would be exceeded (checked before any I/O).
     #[error(
         "tier {tier}: {what} needs {} but {} of the budget of {} are in use",

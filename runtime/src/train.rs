@@ -130,6 +130,27 @@ pub struct TrainReport {
     /// Bytes over each link per training iteration.
     pub bytes_moved: LinkBytes,
     pub losses: Vec<f64>,
+    /// The trained model: each layer's parameters as the backends hold
+    /// them, layer by layer ([`LayerWeights`]). Not in the JSON report
+    /// (`weights_sha256` stands for them there), so empty in a report
+    /// read back from JSON, as a launcher reads its members'.
+    #[serde(skip)]
+    pub weights: Vec<LayerWeights>,
+}
+
+/// One layer's trained parameters (`w[lN]`, N from 1), f32, laid out as
+/// the backends hold them, for a layer of `d_in` inputs and `d_out`
+/// outputs (`d_in` the features in the first layer, else `hidden`;
+/// `d_out` the classes in the last, else `hidden`): the weight matrix
+/// (`d_in × d_out`, row-major: a row's output is `x · W`), two for
+/// GraphSAGE (the self term's, then the neighbours'); then GAT's
+/// attention vectors (`att_src`, then `att_dst`, `d_out` each, head by
+/// head); then the bias (`d_out`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerWeights {
+    /// The parameter tensor's name in the plan (`w[l1]`, ...).
+    pub name: String,
+    pub values: Vec<f32>,
 }
 
 /// How to run a training.
@@ -144,6 +165,12 @@ pub struct TrainRun {
     pub trace: bool,
     /// What computes the operators.
     pub backend: BackendChoice,
+    /// Training stops after the epoch in which this is set (by the
+    /// `progress` callback, for early stopping, or by another thread, to
+    /// cancel): the model is evaluated and reported as after its last
+    /// epoch, `epochs` the epochs run. One device's run
+    /// ([`train`]); [`train_shared`] refuses it.
+    pub stop: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl TrainRun {
@@ -157,6 +184,7 @@ impl TrainRun {
             ssd: None,
             trace: false,
             backend: BackendChoice::default(),
+            stop: None,
         }
     }
 }
@@ -425,9 +453,11 @@ pub fn train(
         ssd,
         trace,
         backend,
+        stop,
     } = run;
     check_run(&hyper, epochs, Some(&prepared.shape.spec))?;
     check_training_nodes(&prepared.input)?;
+    let stop = stop.as_deref();
     let Prepared {
         workload: expected,
         input: graph,
@@ -448,10 +478,10 @@ pub fn train(
     check_memory(&plan, &backend, &[&graph])?;
     let options = ExecOptions { budgets, trace };
     match backend {
-        BackendChoice::Cpu => on_a_worker(progress, move |progress| {
+        BackendChoice::Cpu => on_a_worker_told(progress, stop.is_some(), move |progress| {
             let backend = CpuGnn::new(graph, hyper)?;
             let executor = Executor::new(plan.clone(), backend, ssd, options)?;
-            run_epochs(&mut { executor }, &plan, epochs, progress)
+            run_epochs(&mut { executor }, &plan, epochs, stop, progress)
         }),
         BackendChoice::Cuda(cuda) => {
             let budgets = budgets.unwrap_or(plan.budgets);
@@ -468,7 +498,7 @@ pub fn train(
             };
             let backend = crate::cuda::CudaGnn::new(graph, hyper, budgets.hbm_bytes, &cuda)?;
             let executor = Executor::new(plan.clone(), backend, ssd, options)?;
-            run_epochs(&mut { executor }, &plan, epochs, progress)
+            run_epochs(&mut { executor }, &plan, epochs, stop, progress)
         }
     }
 }
@@ -494,18 +524,43 @@ pub(crate) fn on_a_worker<T: Send>(
     if rayon::current_thread_index().is_some() {
         return job(progress);
     }
-    let (sender, epochs) = std::sync::mpsc::channel();
+    on_a_worker_told(progress, false, job)
+}
+
+/// [`on_a_worker`]; where `told`, the job waits after each epoch until
+/// `progress` has returned, so that what `progress` does (setting a
+/// run's `stop`) is seen before the next epoch starts.
+pub(crate) fn on_a_worker_told<T: Send>(
+    progress: &mut dyn FnMut(&EpochStats),
+    told: bool,
+    job: impl FnOnce(&mut dyn FnMut(&EpochStats)) -> T + Send,
+) -> T {
+    if rayon::current_thread_index().is_some() {
+        return job(progress);
+    }
+    let (sender, epochs) =
+        std::sync::mpsc::channel::<(EpochStats, Option<std::sync::mpsc::SyncSender<()>>)>();
     let mut result = None;
     rayon::in_place_scope(|scope| {
         let result = &mut result;
         scope.spawn(move |_| {
             // The receiver outlives the job: it reads until this sender drops.
             *result = Some(job(&mut |stats: &EpochStats| {
-                let _ = sender.send(*stats);
+                if !told {
+                    let _ = sender.send((*stats, None));
+                    return;
+                }
+                let (done, seen) = std::sync::mpsc::sync_channel(1);
+                if sender.send((*stats, Some(done))).is_ok() {
+                    let _ = seen.recv();
+                }
             }));
         });
-        for stats in epochs {
+        for (stats, done) in epochs {
             progress(&stats);
+            if let Some(done) = done {
+                let _ = done.send(());
+            }
         }
     });
     // The scope returns once its job has: had the job panicked, the scope
@@ -933,7 +988,7 @@ pub fn train_member(
         let peers = Peers::new(share.halo, comm)?;
         let backend = CpuGnn::with_peers(share.input, hyper, peers)?;
         let mut executor = Executor::new(plan.clone(), backend, ssd, options)?;
-        let (report, spans) = run_epochs(&mut executor, &plan, epochs, progress)?;
+        let (report, spans) = run_epochs(&mut executor, &plan, epochs, None, progress)?;
         let peers = executor
             .backend()
             .peers()
@@ -1032,7 +1087,15 @@ pub fn train_shared(
         ssd: shared_ssd,
         trace,
         backend,
+        stop,
     } = run;
+    if stop.is_some() {
+        return Err(ExecError::invalid(
+            "stop",
+            "training on several devices runs its epochs to the end: its devices stop \
+             together only there",
+        ));
+    }
     if shared_ssd.is_some() {
         return Err(ExecError::Internal(
             "several devices need one SSD tier each: pass them in `ssd`, not in the run".into(),
@@ -1157,11 +1220,13 @@ fn member_pools(threads: usize, members: usize) -> Result<Vec<rayon::ThreadPool>
         .collect()
 }
 
-/// The epochs, the evaluation pass and the report.
+/// The epochs (to the last, or to the one in which `stop` is set), the
+/// evaluation pass and the report.
 fn run_epochs<B: GnnBackend>(
     executor: &mut Executor<B>,
     plan: &Plan,
     epochs: u32,
+    stop: Option<&std::sync::atomic::AtomicBool>,
     progress: &mut dyn FnMut(&EpochStats),
 ) -> Result<(TrainReport, Vec<TraceSpan>), ExecError> {
     let mut losses = Vec::with_capacity(epochs as usize);
@@ -1193,12 +1258,17 @@ fn run_epochs<B: GnnBackend>(
             recompute_s: report.recompute_s,
             wait_s: report.wait_s,
         });
+        if stop.is_some_and(|stop| stop.load(std::sync::atomic::Ordering::Relaxed)) {
+            break;
+        }
     }
+    let epochs = losses.len() as u32;
     let spans = executor.trace().to_vec();
     executor.backend_mut().set_mode(Mode::Eval);
     executor.run_iteration()?;
     let eval: Metrics = executor.backend().metrics()?;
     let mut hasher = Sha256::new();
+    let mut weights = Vec::new();
     for tensor in &plan.workload.definition.tensors {
         if tensor.kind == TensorKind::Parameter && tensor.name.starts_with("w[") {
             let Some(Data::F32(values)) = executor.read_device(tensor.id.index())? else {
@@ -1210,6 +1280,10 @@ fn run_epochs<B: GnnBackend>(
             for value in &values {
                 hasher.update(value.to_le_bytes());
             }
+            weights.push(LayerWeights {
+                name: tensor.name.clone(),
+                values,
+            });
         }
     }
     let weights_sha256 = hasher
@@ -1244,6 +1318,7 @@ fn run_epochs<B: GnnBackend>(
             device_peak_bytes: executor.backend().device_peak_bytes(),
             bytes_moved: moved,
             losses,
+            weights,
         },
         spans,
     ))

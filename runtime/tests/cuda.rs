@@ -725,6 +725,7 @@ fn train_losses(
         ssd,
         trace: false,
         backend,
+        stop: None,
     };
     let (report, _) = train::train(prepared, h, run, &mut |_| {}).unwrap();
     assert!(report.peak_bytes.hbm <= report.budgets.hbm_bytes);
@@ -884,6 +885,7 @@ fn the_device_pool_holds_no_more_than_the_plan_counts() {
                 ssd: None,
                 trace: false,
                 backend: BackendChoice::Cuda(CudaOptions::default()),
+                stop: None,
             };
             let prepared = train::prepare(dataset.clone(), &h, 2).unwrap();
             let (report, _) = train::train(prepared, h, run, &mut |_| {}).unwrap();

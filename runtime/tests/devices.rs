@@ -57,6 +57,7 @@ fn run(plan: Plan, epochs: u32) -> TrainRun {
         ssd: None,
         trace: false,
         backend: BackendChoice::Cpu,
+        stop: None,
     }
 }
 

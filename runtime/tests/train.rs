@@ -61,6 +61,7 @@ fn run(
         ssd,
         trace: false,
         backend: Default::default(),
+        stop: None,
     };
     let (report, _) = train::train(prepared, hyper, run, &mut |_| {})?;
     let (peak, budget) = (report.peak_bytes, report.budgets);
@@ -328,6 +329,7 @@ fn the_reported_parts_are_means_over_the_iterations_timed() {
         ssd: None,
         trace: false,
         backend: Default::default(),
+        stop: None,
     };
     let mut epochs = Vec::new();
     let (report, _) = train::train(prepared, h, run, &mut |e| epochs.push(*e)).unwrap();
@@ -495,6 +497,7 @@ fn a_budget_below_the_plan_is_refused_before_training() {
         ssd: None,
         trace: false,
         backend: Default::default(),
+        stop: None,
     };
     let error = train::train(prepared, h, run, &mut |_| panic!("no epoch may run")).unwrap_err();
     assert!(matches!(error, ExecError::PlanTooBig { .. }), "{error}");
@@ -514,6 +517,7 @@ fn a_plan_for_another_workload_is_refused() {
         ssd: None,
         trace: false,
         backend: Default::default(),
+        stop: None,
     };
     let error = train::train(prepared, h, run, &mut |_| {})
         .unwrap_err()
@@ -535,6 +539,7 @@ fn a_run_that_cannot_train_is_refused_before_it_starts_naming_why() {
             ssd: None,
             trace: false,
             backend: Default::default(),
+            stop: None,
         };
         let mut ran = 0;
         let result = train::train(prepared(), hyper, run, &mut |_| ran += 1);
@@ -576,6 +581,7 @@ fn a_run_that_cannot_train_is_refused_before_it_starts_naming_why() {
         ssd: None,
         trace: false,
         backend: Default::default(),
+        stop: None,
     };
     let error = train::train(none, hyper, run, &mut |_| {}).unwrap_err();
     assert!(
@@ -593,4 +599,69 @@ fn a_run_that_cannot_train_is_refused_before_it_starts_naming_why() {
         Err(e) => e.to_string(),
     };
     assert!(message.contains("hyper-parameter lr: NaN"), "{message}");
+}
+
+/// The report hands back the trained model: each layer's parameters, in
+/// the layout `LayerWeights` gives, whose bytes are the report's digest;
+/// and a run told to stop does so after the epoch in which it was told,
+/// reporting the model of that epoch.
+#[test]
+fn the_report_holds_the_trained_weights_and_a_run_stops_when_told() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dataset = planted(300, 4);
+    let (features, classes) = (12, 4);
+    for model in [GnnModel::Gcn, GnnModel::Sage, GnnModel::Gat] {
+        let h = hyper(model, 2, 8, 5);
+        let prepared = train::prepare(dataset.clone(), &h, 2).unwrap();
+        let plan = Arc::new(make_plan(&prepared, Policy::RetainAll, roomy()).unwrap());
+        let full = run(&dataset, h, 2, (*plan).clone(), 6, None).unwrap();
+        let names: Vec<&str> = full.weights.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(names, ["w[l1]", "w[l2]"], "{model:?}");
+        let terms = if model == GnnModel::Sage { 2 } else { 1 };
+        // GAT's hidden layer: the heads' attention vectors too.
+        let attention = |d_out: usize| if model == GnnModel::Gat { 2 * d_out } else { 0 };
+        let lengths = [
+            terms * features * 8 + attention(8) + 8,
+            terms * 8 * classes + attention(classes) + classes,
+        ];
+        for (w, len) in full.weights.iter().zip(lengths) {
+            assert_eq!(w.values.len(), len, "{model:?} {}", w.name);
+            assert!(w.values.iter().all(|v| v.is_finite()), "{model:?}");
+        }
+        let digest = {
+            use sha2::Digest;
+            let mut hasher = sha2::Sha256::new();
+            for v in full.weights.iter().flat_map(|w| &w.values) {
+                hasher.update(v.to_le_bytes());
+            }
+            hasher
+                .finalize()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        };
+        assert_eq!(digest, full.weights_sha256, "{model:?}");
+
+        // Told to stop in epoch 3: three epochs, and the model three
+        // epochs train.
+        let stop = Arc::new(AtomicBool::new(false));
+        let told = stop.clone();
+        let prepared = train::prepare(dataset.clone(), &h, 2).unwrap();
+        let stopped = TrainRun {
+            stop: Some(stop),
+            ..TrainRun::new(plan.clone(), 6)
+        };
+        let (early, _) = train::train(prepared, h, stopped, &mut |epoch| {
+            if epoch.epoch == 3 {
+                told.store(true, Ordering::Relaxed);
+            }
+        })
+        .unwrap();
+        assert_eq!(early.epochs, 3, "{model:?}");
+        assert_eq!(early.losses[..], full.losses[..3], "{model:?}");
+        let three = run(&dataset, h, 2, (*plan).clone(), 3, None).unwrap();
+        assert_eq!(early.weights, three.weights, "{model:?}");
+        assert_eq!(early.weights_sha256, three.weights_sha256, "{model:?}");
+        assert_ne!(early.weights, full.weights, "{model:?}");
+    }
 }

@@ -45,7 +45,7 @@ use fateplan_planner::workload::{Op, Tensor, TensorKind, Workload};
 use fateplan_planner::Tier;
 
 use arena::Arena;
-use data::Data;
+pub use data::Data;
 use lanes::{Lane, Pending, Span};
 
 /// What can go wrong while executing a plan. More variants may come: a

@@ -1654,6 +1654,7 @@ pub fn op_overhead(
         ssd: None,
         trace: false,
         backend: backend.clone(),
+        stop: None,
     };
     let (report, _) = train::train(prepared, hyper, run, &mut |_| {})
         .map_err(|e| Error::of_run("the per-operator measurement", e))?;
