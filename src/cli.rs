@@ -549,6 +549,9 @@ impl PlanArgs {
 ///   budgets with which a plan fits (the others as given), each with
 ///   whether the profile has that much;
 /// - `milp_out_of_time` (exit status 2): `fits` null;
+/// - `solver_failed`: the MILP's solver stopped without a plan (a
+///   numerical failure; neither bad input nor a sign that none fits):
+///   `fits` null;
 /// - `over_memory`: refused before it started for want of memory (a
 ///   run, a graph, a workload to plan), `needed_bytes` against
 ///   `available_bytes`;
@@ -655,6 +658,9 @@ pub(crate) fn error_document(error: &anyhow::Error) -> serde_json::Value {
     }
     if let Some(PlanError::MilpOutOfTime { .. }) = plan_error {
         return serde_json::json!({"kind": "milp_out_of_time", "fits": null, "error": message});
+    }
+    if let Some(PlanError::SolverFailed { .. }) = plan_error {
+        return serde_json::json!({"kind": "solver_failed", "fits": null, "error": message});
     }
     match exec_error {
         Some(ExecError::OverMemory {
@@ -3341,6 +3347,10 @@ pub(crate) fn compare_policies(
             Err(PlanError::InvalidInput { message, .. }) if policy == Policy::Milp => {
                 Outcome::Skipped(message)
             }
+            Err(error @ PlanError::SolverFailed { .. }) => {
+                let said = error.to_string();
+                Outcome::Skipped(said.trim_start_matches("policy milp: ").to_string())
+            }
             Err(error @ PlanError::Infeasible { .. }) => Outcome::DoesNotFit(error.to_string()),
             Err(other) => return Err(other.into()),
         };
@@ -4009,6 +4019,19 @@ mod tests {
             field: "size".into(),
             refusal: refusal.clone(),
         };
+        // The MILP's solver failing is neither bad input nor no plan.
+        let solver = PlanError::SolverFailed {
+            solver: "microlp".into(),
+            message: "Singular matrix".into(),
+        };
+        let document = error_document(&anyhow::Error::new(solver).context("planning"));
+        assert_eq!(document["kind"], "solver_failed", "{document}");
+        assert!(document["fits"].is_null(), "{document}");
+        let said = document["error"].as_str().unwrap();
+        assert!(
+            said.contains("Singular matrix") && !said.contains("invalid input"),
+            "{said}"
+        );
         for error in [
             anyhow::Error::new(refusal),
             anyhow::Error::new(graph).context("--graph"),

@@ -72,6 +72,13 @@ struct Started {
     stdout: Option<std::thread::JoinHandle<String>>,
 }
 
+impl Drop for Started {
+    fn drop(&mut self) {
+        // Waited for by now (each path out of `launch` waits or kills).
+        fateplan::runtime::cleanup::unregister_child(self.child.id());
+    }
+}
+
 impl Started {
     fn stderr(&mut self) -> String {
         self.stderr
@@ -154,7 +161,10 @@ pub fn launch(
             .stderr(Stdio::piped())
             .spawn();
         let mut child = match spawned {
-            Ok(child) => child,
+            Ok(child) => {
+                fateplan::runtime::cleanup::register_child(child.id());
+                child
+            }
             Err(e) => {
                 // Those started see the hub close.
                 drop(hub);

@@ -1397,31 +1397,27 @@ fn processes_read_their_own_rows_of_a_dataset_folder() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A member killed mid-run (SIGKILL: it cannot close its spill store)
-/// leaves no spill file and no device folder: the launcher removes what
-/// it left, and says which member was killed.
-#[test]
-fn a_member_killed_mid_run_leaves_no_spill_file() {
-    let dir = scratch("killed-member");
-    let spill = dir.join("spill");
-    std::fs::create_dir_all(&spill).unwrap();
-    let graph = "planted:nodes=600,classes=4,features=16,seed=5";
-    /// Kills the launcher where the test stops early (its members then
-    /// see the group close and stop).
-    struct KillOnDrop(Option<std::process::Child>);
-    impl Drop for KillOnDrop {
-        fn drop(&mut self) {
-            if let Some(child) = self.0.as_mut() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+/// Kills the launcher where a test stops early (its members then see
+/// the group close and stop).
+struct KillOnDrop(Option<std::process::Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
+}
+
+/// A launcher of two member processes training for ever, spilling to
+/// `spill`.
+fn endless_launcher(spill: &std::path::Path) -> KillOnDrop {
     let launcher = std::process::Command::new(env!("CARGO_BIN_EXE_fateplan"))
         .args([
             "train",
             "--graph",
-            graph,
+            "planted:nodes=600,classes=4,features=16,seed=5",
             "--epochs",
             "1000000",
             "--partitions",
@@ -1440,12 +1436,16 @@ fn a_member_killed_mid_run_leaves_no_spill_file() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut launcher = KillOnDrop(Some(launcher));
-    // Member 0's spill file names its process.
-    let device0 = spill.join("device0");
+    KillOnDrop(Some(launcher))
+}
+
+/// The pid of the member whose spill file is in `spill`'s `device`
+/// folder (its name holds its process's), once it is there.
+fn member_pid(spill: &std::path::Path, device: u32, launcher: &mut KillOnDrop) -> u32 {
+    let folder = spill.join(format!("device{device}"));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let pid = loop {
-        let found = std::fs::read_dir(&device0).ok().and_then(|entries| {
+    loop {
+        let found = std::fs::read_dir(&folder).ok().and_then(|entries| {
             entries.flatten().find_map(|e| {
                 let name = e.file_name().to_string_lossy().into_owned();
                 let rest = name.strip_prefix("fateplan-spill-")?;
@@ -1453,7 +1453,7 @@ fn a_member_killed_mid_run_leaves_no_spill_file() {
             })
         });
         if let Some(pid) = found {
-            break pid;
+            return pid;
         }
         let child = launcher.0.as_mut().unwrap();
         assert!(
@@ -1463,10 +1463,22 @@ fn a_member_killed_mid_run_leaves_no_spill_file() {
         assert!(
             std::time::Instant::now() < deadline,
             "no spill file in {}",
-            device0.display()
+            folder.display()
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    }
+}
+
+/// A member killed mid-run (SIGKILL: it cannot close its spill store)
+/// leaves no spill file and no device folder: the launcher removes what
+/// it left, and says which member was killed.
+#[test]
+fn a_member_killed_mid_run_leaves_no_spill_file() {
+    let dir = scratch("killed-member");
+    let spill = dir.join("spill");
+    std::fs::create_dir_all(&spill).unwrap();
+    let mut launcher = endless_launcher(&spill);
+    let pid = member_pid(&spill, 0, &mut launcher);
     let killed = std::process::Command::new("kill")
         .args(["-KILL", &pid.to_string()])
         .status()
@@ -1476,6 +1488,48 @@ fn a_member_killed_mid_run_leaves_no_spill_file() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("killed by signal 9"), "{said}");
+    let left: Vec<_> = std::fs::read_dir(&spill)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The launcher interrupted (SIGTERM, as a scheduler stops a job) hands
+/// the signal to its members and waits for them: when it has ended, by
+/// that signal, its members have ended too, their spill files and the
+/// folders made for them gone, so that a script acting on its exit finds
+/// nothing still running or left.
+#[test]
+fn an_interrupted_launcher_ends_after_its_members() {
+    let dir = scratch("interrupted-launcher");
+    let spill = dir.join("spill");
+    std::fs::create_dir_all(&spill).unwrap();
+    let mut launcher = endless_launcher(&spill);
+    let members = [0, 1].map(|d| member_pid(&spill, d, &mut launcher));
+    let launcher_pid = launcher.0.as_ref().unwrap().id();
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &launcher_pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = launcher.0.take().unwrap().wait_with_output().unwrap();
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            out.status.signal(),
+            Some(15),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for pid in members {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "member {pid} outlived its launcher"
+        );
+    }
     let left: Vec<_> = std::fs::read_dir(&spill)
         .unwrap()
         .map(|e| e.unwrap().file_name())

@@ -60,8 +60,16 @@ pub enum Error {
     /// The MILP's time limit ran out before it found any plan that fits
     /// (`note`: how the limit was shared, or what the last plan it found
     /// broke; or empty).
-    #[error("policy milp: no plan found within its time limit of {time_limit_s} s (`PlanOptions::milp_time_limit_s`, --milp-time-limit){note}")]
+    #[error("policy milp: no plan found within its time limit of {time_limit_s} s (--milp-time-limit; `PlanOptions::milp_time_limit_s` in the library){note}")]
     MilpOutOfTime { time_limit_s: f64, note: String },
+    /// The MILP's solver stopped without a plan for a reason of its own
+    /// (a numerical failure, such as a singular matrix): not a sign that
+    /// no plan fits, nor of bad input. `message` is the solver's.
+    #[error(
+        "policy milp: the solver ({solver}) stopped without a plan: {message}; a numerical \
+         failure of the solver, not a sign that no plan fits (the dp policy plans it)"
+    )]
+    SolverFailed { solver: String, message: String },
     /// A bound that keeps planning finite was reached.
     #[error("resources exhausted: {0}")]
     ResourcesExhausted(String),

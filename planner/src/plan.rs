@@ -811,7 +811,7 @@ impl MilpSearch {
         } else {
             format!(
                 "the MILP's time limit of {} s ran out first: the best plan it had found, not \
-                 proven optimal (`PlanOptions::milp_time_limit_s`, --milp-time-limit)",
+                 proven optimal (--milp-time-limit; `PlanOptions::milp_time_limit_s` in the library)",
                 self.time_limit_s
             )
         };

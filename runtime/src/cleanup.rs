@@ -19,11 +19,72 @@
 //! too: an interruption removes them where they are empty (it never
 //! removes what is in a folder but the registered files). [`hold`] defers
 //! the cleanup across a sequence that must finish whole.
+//! [`register_child`] names a child process (a `--processes` member)
+//! that the signal is handed on to, and waited for, before this process
+//! ends: so that, when it has ended, its children have removed their own
+//! files too.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::Duration;
 
 static FILES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+static CHILDREN: Mutex<Vec<libc::pid_t>> = Mutex::new(Vec::new());
+
+/// How long an interrupted process waits for the children it handed the
+/// signal to before it kills them.
+const CHILDREN_GRACE: Duration = Duration::from_secs(10);
+
+fn children() -> std::sync::MutexGuard<'static, Vec<libc::pid_t>> {
+    CHILDREN
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Marks child process `pid` (one this process started and has not yet
+/// waited for) to be handed an interruption's signal and waited for.
+pub fn register_child(pid: u32) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        children().push(pid);
+    }
+}
+
+/// Forgets child `pid` (waited for).
+pub fn unregister_child(pid: u32) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        children().retain(|&p| p != pid);
+    }
+}
+
+/// Hands `signal` to the registered children still running and waits
+/// for them, at most [`CHILDREN_GRACE`]; those still running then are
+/// killed. A child already ended (and so any pid no longer this
+/// process's child) is only reaped, never signalled.
+fn stop_children(signal: libc::c_int) {
+    let running = |pid: libc::pid_t| {
+        let mut status = 0;
+        // SAFETY: waits without blocking on one child; writes `status`.
+        unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) == 0 }
+    };
+    let mut left: Vec<libc::pid_t> = children().iter().copied().filter(|&p| running(p)).collect();
+    for &pid in &left {
+        // SAFETY: a plain syscall to a running child of this process.
+        unsafe { libc::kill(pid, signal) };
+    }
+    let deadline = std::time::Instant::now() + CHILDREN_GRACE;
+    while !left.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        left.retain(|&pid| running(pid));
+    }
+    for pid in left {
+        // SAFETY: as above; then waits for the child killed.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+    }
+}
 
 fn files() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
     FILES
@@ -213,6 +274,7 @@ pub fn install() {
             for path in files.iter().rev() {
                 let _ = std::fs::remove_dir(path);
             }
+            stop_children(signal);
             // The default action, unblocked in this thread, then the
             // signal again: the process ends killed by it.
             // SAFETY: resets one signal's action and this thread's mask.

@@ -269,13 +269,10 @@ pub fn solve_held(
             return Ok(Solved::OutOfTime)
         }
         Err(other) => {
-            return Err(Error::invalid(
-                "policy milp",
-                format!(
-                    "the solver (microlp) stopped without a plan: {other}; a numerical failure of \
-                     the solver, not a sign that no plan fits (the dp policy plans it)"
-                ),
-            ))
+            return Err(Error::SolverFailed {
+                solver: "microlp".into(),
+                message: other.to_string(),
+            })
         }
     };
     let optimal = matches!(solution.status(), SolutionStatus::Optimal);
