@@ -815,15 +815,24 @@ fn run_generate(spec: &str, out: &std::path::Path, force: bool) -> Result<()> {
     }
     spec.check_fits()?;
     let graph = spec.generate()?;
-    graph.save(out)?;
+    graph.save(out).map_err(|e| match e {
+        // The folder itself: said once, after the flag.
+        fateplan::runtime::Error::Io { path, source } if path == out => {
+            anyhow!("--out {shown}: {source}")
+        }
+        other => anyhow::Error::new(other).context(format!("--out {shown}")),
+    })?;
     writeln!(
         stdout(),
-        "wrote {} ({} nodes, {} edges, {} features, {} classes) to {}",
+        "wrote {} ({} nodes, {} edges, {} features, {}) to {}",
         graph.name,
         graph.nodes,
         graph.edges(),
         graph.features,
-        graph.classes,
+        match graph.classes {
+            1 => "1 class".to_string(),
+            n => format!("{n} classes"),
+        },
         out.display()
     )?;
     // Written as asked, but `train` needs a training row: said now.
@@ -2498,6 +2507,12 @@ pub(crate) fn real_f32(text: &str) -> std::result::Result<f32, String> {
 /// [`parse_count`] of a whole number from 1 up.
 pub(crate) fn positive<T: Count>(text: &str) -> std::result::Result<T, String> {
     parse_count(text, &(1..=T::MOST))
+}
+
+/// A list's item without the spaces around it (`--datasets "reddit,
+/// ogbn-arxiv"`), as the lists of numbers and sizes take them.
+pub(crate) fn trimmed(text: &str) -> std::result::Result<String, String> {
+    Ok(text.trim().to_string())
 }
 
 /// [`parse_count`] of a whole number in `range`.

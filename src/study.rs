@@ -43,13 +43,13 @@ pub struct StudyArgs {
     #[arg(long)]
     json: bool,
     /// Models of the grid, comma-separated (narrows the study).
-    #[arg(long, value_delimiter = ',', default_value = DEFAULT_MODELS)]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_MODELS, value_parser = crate::cli::trimmed)]
     models: Vec<String>,
     /// Layer counts of the grid, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = DEFAULT_LAYERS, value_parser = crate::cli::positive::<u32>)]
     layers: Vec<u32>,
     /// Built-in datasets of the grid, comma-separated (`fateplan workloads`).
-    #[arg(long, value_delimiter = ',', default_value = DEFAULT_DATASETS)]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_DATASETS, value_parser = crate::cli::trimmed)]
     datasets: Vec<String>,
     /// GPU counts of the grid, comma-separated; each plan is one GPU's share.
     #[arg(long, value_delimiter = ',', default_value = DEFAULT_GPUS, value_parser = crate::cli::positive::<u32>)]

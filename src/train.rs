@@ -1230,9 +1230,10 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     // removed where empty when the stores have closed (this is dropped
     // after them).
     let _spill_root = match &args.spill_dir {
-        Some(dir) if shared => {
-            Some(CreatedDirs::create(dir).with_context(|| format!("creating {}", dir.display()))?)
-        }
+        Some(dir) if shared => Some(
+            CreatedDirs::create(dir)
+                .with_context(|| format!("--spill-dir {}: creating it", dir.display()))?,
+        ),
         _ => None,
     };
     let mut stores: Vec<Arc<dyn SsdTier>> = Vec::new();

@@ -498,8 +498,9 @@ fn too_small_a_budget_is_infeasible_with_the_shortfall() {
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains(
-            "(more than profile \"cpu-small\" has, 8.00 GiB); no budget this profile allows \
-             fits at this partition count"
+            "(more than profile \"cpu-small\" has, 8.00 GiB); no one budget this profile \
+             allows fits alone at this partition count (two raised together may, or more \
+             partitions)"
         ),
         "{}",
         stderr(&out)
@@ -740,6 +741,11 @@ fn bad_input_names_what_is_wrong() {
         (
             &["train", "--graph", "no-such-folder"],
             "no-such-folder: graph: no such file or folder: expected a dataset folder",
+        ),
+        // A missing folder whose name holds a colon is not read as a spec.
+        (
+            &["train", "--graph", "runs/12:00/cora"],
+            "runs/12:00/cora: graph: no such file or folder: expected a dataset folder",
         ),
         // No plan fits a device of no bytes: bad input, as `curve --budgets 0` says.
         (

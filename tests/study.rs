@@ -132,12 +132,13 @@ fn compare_simulate_table_marks_violations() {
 fn study_on_a_reduced_grid_writes_one_row_per_point() {
     let dir = scratch("grid");
     let md = dir.join("study.md");
+    // A space after a comma is taken as the lists of numbers take it.
     let out = fateplan(&[
         "study",
         "--datasets",
-        "ogbn-arxiv,reddit",
+        "ogbn-arxiv, reddit",
         "--models",
-        "gcn,gat",
+        "gcn, gat",
         "--layers",
         "2",
         "--gpus",

@@ -160,6 +160,21 @@ fn plan_hinted(
 ) -> Result<Plan> {
     workload.validate()?;
     profile.validate()?;
+    // A plan that moves tensors to or from the SSD stages them through
+    // buffers in host memory (as a plan file is checked): with none, no
+    // such plan could be read back, nor run.
+    if options.budgets.ssd_bytes > 0 && options.ssd_staging_bytes < SSD_STAGING_BUFFERS {
+        return Err(Error::invalid(
+            "PlanOptions::ssd_staging_bytes",
+            format!(
+                "{}: an SSD budget ({}) is given, and transfers to and from the SSD pass \
+                 through {SSD_STAGING_BUFFERS} staging buffers in host memory of at least a byte \
+                 each; give them room, or an SSD budget of 0 (no SSD tier)",
+                options.ssd_staging_bytes,
+                crate::units::format_bytes(options.budgets.ssd_bytes)
+            ),
+        ));
+    }
     let options = &options.staged_for(workload);
     let lives = Lifetimes::compute(workload);
     profile.check_gpus(options.gpus)?;
@@ -217,6 +232,21 @@ fn record_within_capacity(plan: &mut Plan, share: &Profile) {
 pub fn fits(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Result<bool> {
     workload.validate()?;
     profile.validate()?;
+    // A plan that moves tensors to or from the SSD stages them through
+    // buffers in host memory (as a plan file is checked): with none, no
+    // such plan could be read back, nor run.
+    if options.budgets.ssd_bytes > 0 && options.ssd_staging_bytes < SSD_STAGING_BUFFERS {
+        return Err(Error::invalid(
+            "PlanOptions::ssd_staging_bytes",
+            format!(
+                "{}: an SSD budget ({}) is given, and transfers to and from the SSD pass \
+                 through {SSD_STAGING_BUFFERS} staging buffers in host memory of at least a byte \
+                 each; give them room, or an SSD budget of 0 (no SSD tier)",
+                options.ssd_staging_bytes,
+                crate::units::format_bytes(options.budgets.ssd_bytes)
+            ),
+        ));
+    }
     let options = &options.staged_for(workload);
     profile.check_gpus(options.gpus)?;
     let share = profile.share(options.gpus);
@@ -1707,6 +1737,21 @@ fn tiers_hint(
     }
     workload.validate()?;
     profile.validate()?;
+    // A plan that moves tensors to or from the SSD stages them through
+    // buffers in host memory (as a plan file is checked): with none, no
+    // such plan could be read back, nor run.
+    if options.budgets.ssd_bytes > 0 && options.ssd_staging_bytes < SSD_STAGING_BUFFERS {
+        return Err(Error::invalid(
+            "PlanOptions::ssd_staging_bytes",
+            format!(
+                "{}: an SSD budget ({}) is given, and transfers to and from the SSD pass \
+                 through {SSD_STAGING_BUFFERS} staging buffers in host memory of at least a byte \
+                 each; give them room, or an SSD budget of 0 (no SSD tier)",
+                options.ssd_staging_bytes,
+                crate::units::format_bytes(options.budgets.ssd_bytes)
+            ),
+        ));
+    }
     let options = &options.staged_for(workload);
     let lives = Lifetimes::compute(workload);
     let share = profile.share(options.gpus);
@@ -1948,7 +1993,10 @@ fn hint_of(found: Vec<(Tier, Option<u64>)>, profile: &Profile) -> Hint {
         "; no single budget increase makes it fit".to_string()
     } else {
         let note = match fits_with.iter().all(|fit| fit.over_capacity) {
-            true => "; no budget this profile allows fits at this partition count",
+            true => {
+                "; no one budget this profile allows fits alone at this partition count (two \
+                 raised together may, or more partitions)"
+            }
             false => "",
         };
         format!(
@@ -2418,6 +2466,33 @@ mod tests {
     }
 
     const GIB: u64 = 1 << 30;
+
+    /// A plan on the SSD needs its staging buffers: without room for them
+    /// and with an SSD budget, planning is refused (its plan could not be
+    /// read back); with no SSD budget, it plans without the SSD.
+    #[test]
+    fn no_staging_room_with_an_ssd_budget_is_refused() {
+        use crate::blocks::BlockCounts;
+        use crate::gnn::{build_gnn, GnnModel, GnnSpec};
+        let spec = GnnSpec::new(GnnModel::Gcn, 16, 4, "tiny");
+        let workload = build_gnn(&spec, &BlockCounts::skewed(1000, 8000, 2).unwrap()).unwrap();
+        let profile = shipped("a100-80g");
+        let mut options = PlanOptions::new(Policy::OffloadSsdAll, &profile);
+        options.ssd_staging_bytes = 0;
+        let refused = plan(&workload, &profile, &options).unwrap_err().to_string();
+        assert!(
+            refused.contains("PlanOptions::ssd_staging_bytes: 0: an SSD budget"),
+            "{refused}"
+        );
+        options.policy = Policy::Dp;
+        options.budgets.ssd_bytes = 0;
+        let made = plan(&workload, &profile, &options).unwrap();
+        assert!(made
+            .schedule
+            .iter()
+            .all(|e| e.from != Tier::Ssd && e.to != Tier::Ssd));
+        Plan::from_json(&made.to_json(), "made").unwrap();
+    }
 
     /// ogbn-arxiv's 3-layer `model` of 256 in 4 partitions at `percent`
     /// percent of its retain-all peak on a100-80g: the workload, profile,

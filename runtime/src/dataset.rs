@@ -299,11 +299,21 @@ impl Dataset {
         let labels = y.to_i64(&y_path)?;
         let mut largest = 0i64;
         for (v, &label) in labels.iter().enumerate() {
-            if label < 0 || label >= MAX_CLASSES as i64 {
+            if label < 0 {
                 return Err(Error::invalid(
                     &y_path,
                     format!("y[{v}]"),
-                    format!("{label} is outside 0..{MAX_CLASSES}"),
+                    format!(
+                        "{label}: a label is a class from 0; a node without one (PyG's -1) \
+                         is left out of the masks and given any class, such as 0"
+                    ),
+                ));
+            }
+            if label >= MAX_CLASSES as i64 {
+                return Err(Error::invalid(
+                    &y_path,
+                    format!("y[{v}]"),
+                    format!("{label} is over the most classes read, {MAX_CLASSES}"),
                 ));
             }
             largest = largest.max(label);
@@ -895,7 +905,10 @@ pub(crate) mod tests {
             &[4],
             &bytes(&[0i64, 1, -1, 0], i64::to_le_bytes),
         );
-        has_all(&load_error(d), &["y.npy", "y[2]", "-1"]);
+        has_all(
+            &load_error(d),
+            &["y.npy", "y[2]", "-1", "left out of the masks"],
+        );
 
         reset();
         write_npy(&d.join("y.npy"), "<f4", &[4], &[0u8; 16]);

@@ -889,11 +889,12 @@ impl GeneratorSpec {
             match value {
                 None => Ok(default),
                 Some(v) => v.parse().map_err(|_| {
-                    Error::invalid(
-                        Path::new(text),
-                        key,
-                        format!("{v:?} is not a valid {}", std::any::type_name::<T>()),
-                    )
+                    let kind = match std::any::type_name::<T>() {
+                        "f32" | "f64" => "a number",
+                        "i8" | "i16" | "i32" | "i64" => "a whole number",
+                        _ => "a whole number, 0 or more",
+                    };
+                    Error::invalid(Path::new(text), key, format!("{v:?} is not {kind}"))
                 }),
             }
         }
@@ -1586,14 +1587,25 @@ mod tests {
             assert_eq!(GeneratorSpec::parse(&spec.to_string()).unwrap(), spec);
         }
         let error = |text: &str| GeneratorSpec::parse(text).unwrap_err().to_string();
-        let cases: [(&str, &[&str]); 15] = [
+        let cases: [(&str, &[&str]); 17] = [
             ("rmat:scale=10,,features=8", &["item 2 of 3: empty"]),
             ("planted:nodes=100,", &["item 2 of 2: empty"]),
             (
                 "rmat:scale=10,colour=red",
                 &["colour", "red", "unknown key"],
             ),
-            ("rmat:scale=ten", &["scale", "\"ten\""]),
+            (
+                "rmat:scale=ten",
+                &["scale", "\"ten\" is not a whole number, 0 or more"],
+            ),
+            (
+                "rmat:scale=-1",
+                &["scale", "\"-1\" is not a whole number, 0 or more"],
+            ),
+            (
+                "planted:nodes=100,homophily=x",
+                &["homophily", "\"x\" is not a number"],
+            ),
             ("rmat:scale=40", &["scale", "40", "outside"]),
             ("rmat:features=3", &["scale", "missing"]),
             ("rmat:scale=4,seed=1,seed=2", &["seed", "twice"]),

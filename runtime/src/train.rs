@@ -1363,7 +1363,10 @@ pub fn load_graph(source: &str) -> Result<Dataset, crate::Error> {
 
 /// `source`, which is not a folder, as a generator spec.
 fn generator(source: &str) -> Result<GeneratorSpec, crate::Error> {
-    if !source.contains(':') {
+    // A path may hold a colon (a run's folder named by its time): one that
+    // names no generator is read as the path it is.
+    let kind = source.split_once(':').map(|(kind, _)| kind);
+    if !matches!(kind, Some("rmat" | "planted")) {
         let path = Path::new(source);
         // Say what is there: nothing, or a file where a folder is read.
         let what = match path.exists() {
