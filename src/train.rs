@@ -1422,12 +1422,30 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     let memory_note = (args.backend == "cpu")
         .then(machine_memory)
         .flatten()
-        .and_then(|total| memory_note(&report.budgets, &plan.profile.name, total));
+        .and_then(|total| {
+            // Where each budget came from: its flag, the plan file, or
+            // the profile.
+            let from = |given: &Option<String>| match (given, &args.plan) {
+                (Some(_), _) => "given".to_string(),
+                (None, Some(_)) => "the plan's".to_string(),
+                (None, None) => format!("profile {}'s", plan.profile.name),
+            };
+            let from = [from(&args.hbm_budget), from(&args.host_budget)];
+            memory_note(&report.budgets, &from, total)
+        });
     let mut out = crate::cli::stdout();
     if args.json {
         let mut json = serde_json::to_value(&report)?;
         if let Some(threads) = device_threads {
             json["device_threads"] = threads.into();
+            // Several devices: each one's, as the text's note gives them.
+            if devices.is_some() {
+                let (pool, k) = (rayon::current_num_threads(), args.devices() as usize);
+                let each: Vec<usize> = (0..k)
+                    .map(|rank| train::member_threads(pool, k, rank))
+                    .collect();
+                json["device_threads_each"] = each.into();
+            }
         }
         if let Some(threads) = plan.profile.device.threads {
             json["profile_threads"] = threads.into();
@@ -1549,10 +1567,16 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         }
         _ => on,
     };
+    // On several devices the rest is mostly waiting for the others (their
+    // halos and gradients) and, sharing the cores, for a core.
+    let rest_is = match args.devices() {
+        1 => "issuing transfers, bookkeeping",
+        _ => "waiting for the other devices or a core, issuing transfers, bookkeeping",
+    };
     writeln!(
         out,
         "time      {} per iteration measured{mean}, {} predicted{on}; compute {} (recomputation {} \
-         of it), waiting {}, the rest {} (issuing transfers, bookkeeping)",
+         of it), waiting {}, the rest {} ({rest_is})",
         format_seconds(report.iteration_s),
         format_seconds(report.iteration_s_predicted),
         format_seconds(report.compute_s),
@@ -1801,16 +1825,26 @@ fn machine_memory() -> Option<u64> {
 
 /// Where the device and host budgets of a CPU run add to more than this
 /// machine's `total` memory, which holds both tiers on the CPU backend:
-/// they are profile `profile`'s, and its peaks are what this run took.
-fn memory_note(budgets: &Budgets, profile: &str, total: u64) -> Option<String> {
+/// where each came `from` (`given`, `the plan's`, `profile P's`), and
+/// that its peaks are what this run took.
+fn memory_note(budgets: &Budgets, from: &[String; 2], total: u64) -> Option<String> {
     let both = budgets.hbm_bytes.saturating_add(budgets.host_bytes);
+    let (hbm, host) = (
+        format_bytes(budgets.hbm_bytes),
+        format_bytes(budgets.host_bytes),
+    );
+    let budgets = match from[0] == from[1] {
+        true => format!("the budgets (hbm {hbm}, host {host}) are {}, and", from[0]),
+        false => format!(
+            "the budgets (hbm {hbm}, {}; host {host}, {}) add up to",
+            from[0], from[1]
+        ),
+    };
     (both > total).then(|| {
         format!(
-            "the budgets (hbm {}, host {}) are profile {profile}'s, more than this machine's {} \
-             of memory, which holds both tiers on the CPU backend: the peaks are what the run \
-             took, and a plan that needed the budgets would not fit here",
-            format_bytes(budgets.hbm_bytes),
-            format_bytes(budgets.host_bytes),
+            "{budgets} more than this machine's {} of memory, which holds both tiers on the CPU \
+             backend: the peaks are what the run took, and a plan that needed the budgets would \
+             not fit here",
             format_bytes(total)
         )
     })
@@ -2136,9 +2170,22 @@ mod tests {
             host_bytes: 2 << 40,
             ssd_bytes: 0,
         };
-        let note = memory_note(&budgets, "h100-sxm", 24 << 30).unwrap();
+        let profile = || "profile h100-sxm's".to_string();
+        let note = memory_note(&budgets, &[profile(), profile()], 24 << 30).unwrap();
         assert!(
-            note.starts_with("the budgets (hbm 80.0 GiB, host 2.00 TiB) are profile h100-sxm's"),
+            note.starts_with(
+                "the budgets (hbm 80.0 GiB, host 2.00 TiB) are profile h100-sxm's, and more \
+                 than this machine's 24.0 GiB"
+            ),
+            "{note}"
+        );
+        // A budget given is not the profile's.
+        let note = memory_note(&budgets, &["given".into(), profile()], 24 << 30).unwrap();
+        assert!(
+            note.starts_with(
+                "the budgets (hbm 80.0 GiB, given; host 2.00 TiB, profile h100-sxm's) add up \
+                 to more than"
+            ),
             "{note}"
         );
         let small = Budgets {
@@ -2146,7 +2193,8 @@ mod tests {
             host_bytes: 8 << 30,
             ssd_bytes: 0,
         };
-        assert_eq!(memory_note(&small, "cpu-small", 24 << 30), None);
+        let from = ["given".to_string(), "the plan's".to_string()];
+        assert_eq!(memory_note(&small, &from, 24 << 30), None);
     }
 
     /// A CPU profile that names its threads is told apart from a run at

@@ -1187,6 +1187,18 @@ fn budgets_as_a_share_of_the_retain_all_peak() {
     assert!(out.status.success(), "{}", stderr(&out));
     let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(plan["budgets"]["hbm_bytes"].as_u64(), Some(peak));
+    // The command the summary names for the peak is of the same GPUs.
+    let summary = stdout(&fateplan(
+        &[
+            &gpus[..],
+            &["--policy", "retain-all", "--hbm-budget", "100%"],
+        ]
+        .concat(),
+    ));
+    assert!(
+        summary.contains("(`plan --gpus 2 --partitions 4 --hbm-budget 100%`)"),
+        "{summary}"
+    );
 }
 
 #[test]

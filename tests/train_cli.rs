@@ -650,6 +650,17 @@ fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
     let trained = json(&trained);
     assert_eq!(trained["devices"].as_array().map(Vec::len), Some(2));
     assert_eq!(trained["shares"]["method"], "mincut");
+    // Each device's threads, the fewest of them as `device_threads`.
+    let each = trained["device_threads_each"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|t| t.as_u64()).collect::<Vec<_>>())
+        .unwrap_or_default();
+    assert_eq!(each.len(), 2, "{trained}");
+    assert_eq!(
+        trained["device_threads"].as_u64(),
+        each.iter().copied().min(),
+        "{trained}"
+    );
     let saved = dir.join("saved-gpus.json");
     let again = fateplan(
         &[

@@ -75,6 +75,8 @@ pub(crate) struct Reference {
     /// Whether `bytes` is the retain-all plan's device peak; or, where
     /// that peak is over the device's memory, the memory.
     pub(crate) retain_all: bool,
+    /// The GPUs the plans share the graph between (one GPU's share).
+    pub(crate) gpus: u32,
 }
 
 impl Reference {
@@ -83,13 +85,16 @@ impl Reference {
     pub(crate) fn what(&self, profile: &str) -> String {
         match self.retain_all {
             true => {
-                let (at, flag) = match self.partitions {
+                let (at, mut flag) = match self.partitions {
                     Some(p) => (
                         format!(" at {}", count(p.into(), "partition")),
                         format!("--partitions {p} "),
                     ),
                     None => (String::new(), String::new()),
                 };
+                if self.gpus > 1 {
+                    flag = format!("--gpus {} {flag}", self.gpus);
+                }
                 format!("the retain-all plan's device peak{at} (`plan {flag}--hbm-budget 100%`)")
             }
             false => format!(
@@ -214,6 +219,7 @@ pub(crate) fn reference(base: &PlanArgs, capacity: u64) -> Result<Reference> {
         bytes: capacity,
         partitions: None,
         retain_all: false,
+        gpus: base.gpus,
     };
     let base = &PlanArgs {
         sweep: match base.sweep.eq_ignore_ascii_case("auto") {
@@ -264,6 +270,7 @@ pub(crate) fn reference(base: &PlanArgs, capacity: u64) -> Result<Reference> {
             bytes: peak,
             partitions,
             retain_all: true,
+            gpus: base.gpus,
         },
         false => device,
     })
