@@ -1188,15 +1188,17 @@ fn budgets_as_a_share_of_the_retain_all_peak() {
     let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(plan["budgets"]["hbm_bytes"].as_u64(), Some(peak));
     // The command the summary names for the peak is of the same GPUs.
-    let summary = stdout(&fateplan(
-        &[
-            &gpus[..],
-            &["--policy", "retain-all", "--hbm-budget", "100%"],
-        ]
-        .concat(),
-    ));
+    let summary = stdout(&fateplan(&[
+        "plan",
+        "--graph",
+        "planted:nodes=2000,classes=4,features=16,seed=1",
+        "--gpus",
+        "2",
+        "--hbm-budget",
+        "60%",
+    ]));
     assert!(
-        summary.contains("(`plan --gpus 2 --partitions 4 --hbm-budget 100%`)"),
+        summary.contains("(`plan --gpus 2 --partitions 1 --hbm-budget 100%`)"),
         "{summary}"
     );
 }
