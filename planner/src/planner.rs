@@ -160,21 +160,6 @@ fn plan_hinted(
 ) -> Result<Plan> {
     workload.validate()?;
     profile.validate()?;
-    // A plan that moves tensors to or from the SSD stages them through
-    // buffers in host memory (as a plan file is checked): with none, no
-    // such plan could be read back, nor run.
-    if options.budgets.ssd_bytes > 0 && options.ssd_staging_bytes < SSD_STAGING_BUFFERS {
-        return Err(Error::invalid(
-            "PlanOptions::ssd_staging_bytes",
-            format!(
-                "{}: an SSD budget ({}) is given, and transfers to and from the SSD pass \
-                 through {SSD_STAGING_BUFFERS} staging buffers in host memory of at least a byte \
-                 each; give them room, or an SSD budget of 0 (no SSD tier)",
-                options.ssd_staging_bytes,
-                crate::units::format_bytes(options.budgets.ssd_bytes)
-            ),
-        ));
-    }
     let options = &options.staged_for(workload);
     let lives = Lifetimes::compute(workload);
     profile.check_gpus(options.gpus)?;
@@ -199,6 +184,24 @@ fn plan_hinted(
     }?;
     plan.profile = profile.clone();
     record_within_capacity(&mut plan, &share);
+    // A plan that moves tensors to or from the SSD stages them through
+    // buffers in host memory (as a plan file is checked): with none, it
+    // could not be read back, nor run.
+    let uses_ssd = plan
+        .schedule
+        .iter()
+        .any(|e| e.from == Tier::Ssd || e.to == Tier::Ssd);
+    if uses_ssd && plan.ssd_staging_bytes < SSD_STAGING_BUFFERS {
+        return Err(Error::invalid(
+            "PlanOptions::ssd_staging_bytes",
+            format!(
+                "{}: the plan moves tensors to or from the SSD, through {SSD_STAGING_BUFFERS} \
+                 staging buffers in host memory of at least a byte each; give them room, or an \
+                 SSD budget of 0 (no SSD tier)",
+                plan.ssd_staging_bytes
+            ),
+        ));
+    }
     Ok(plan)
 }
 
@@ -232,21 +235,6 @@ fn record_within_capacity(plan: &mut Plan, share: &Profile) {
 pub fn fits(workload: &Workload, profile: &Profile, options: &PlanOptions) -> Result<bool> {
     workload.validate()?;
     profile.validate()?;
-    // A plan that moves tensors to or from the SSD stages them through
-    // buffers in host memory (as a plan file is checked): with none, no
-    // such plan could be read back, nor run.
-    if options.budgets.ssd_bytes > 0 && options.ssd_staging_bytes < SSD_STAGING_BUFFERS {
-        return Err(Error::invalid(
-            "PlanOptions::ssd_staging_bytes",
-            format!(
-                "{}: an SSD budget ({}) is given, and transfers to and from the SSD pass \
-                 through {SSD_STAGING_BUFFERS} staging buffers in host memory of at least a byte \
-                 each; give them room, or an SSD budget of 0 (no SSD tier)",
-                options.ssd_staging_bytes,
-                crate::units::format_bytes(options.budgets.ssd_bytes)
-            ),
-        ));
-    }
     let options = &options.staged_for(workload);
     profile.check_gpus(options.gpus)?;
     let share = profile.share(options.gpus);
@@ -1737,21 +1725,6 @@ fn tiers_hint(
     }
     workload.validate()?;
     profile.validate()?;
-    // A plan that moves tensors to or from the SSD stages them through
-    // buffers in host memory (as a plan file is checked): with none, no
-    // such plan could be read back, nor run.
-    if options.budgets.ssd_bytes > 0 && options.ssd_staging_bytes < SSD_STAGING_BUFFERS {
-        return Err(Error::invalid(
-            "PlanOptions::ssd_staging_bytes",
-            format!(
-                "{}: an SSD budget ({}) is given, and transfers to and from the SSD pass \
-                 through {SSD_STAGING_BUFFERS} staging buffers in host memory of at least a byte \
-                 each; give them room, or an SSD budget of 0 (no SSD tier)",
-                options.ssd_staging_bytes,
-                crate::units::format_bytes(options.budgets.ssd_bytes)
-            ),
-        ));
-    }
     let options = &options.staged_for(workload);
     let lives = Lifetimes::compute(workload);
     let share = profile.share(options.gpus);
@@ -2481,7 +2454,7 @@ mod tests {
         options.ssd_staging_bytes = 0;
         let refused = plan(&workload, &profile, &options).unwrap_err().to_string();
         assert!(
-            refused.contains("PlanOptions::ssd_staging_bytes: 0: an SSD budget"),
+            refused.contains("PlanOptions::ssd_staging_bytes: 0: the plan moves tensors"),
             "{refused}"
         );
         options.policy = Policy::Dp;

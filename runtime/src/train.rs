@@ -1666,6 +1666,29 @@ impl SsdTier for SpillStore {
         crate::exec::data::copied(done.buf.as_slice())
     }
 
+    /// The tensor's byte form written straight into the aligned block the
+    /// store writes out: no byte form apart, no copy of it.
+    fn put_data(&self, key: u64, data: &Data) -> Result<(), ExecError> {
+        let len = data.byte_form_len();
+        let mut buf = crate::spill::AlignedBuf::zeroed(len)
+            .map_err(|_| ExecError::out_of_memory(len as u64))?;
+        data.write_byte_form(buf.as_mut_slice())?;
+        let ticket = self
+            .write_buf(key, buf)
+            .map_err(|e| spill_error(e, len as u64))?;
+        self.wait(ticket).map_err(ExecError::ssd)?;
+        Ok(())
+    }
+
+    /// The tensor read back from the block the store read into.
+    fn get_data(&self, key: u64) -> Result<Data, ExecError> {
+        let ticket = self
+            .read(key)
+            .map_err(|e| spill_error(e, self.entry_len(key).unwrap_or(0)))?;
+        let done = self.wait(ticket).map_err(ExecError::ssd)?;
+        Data::from_bytes(done.buf.as_slice())
+    }
+
     fn remove(&self, key: u64) -> Result<(), ExecError> {
         SpillStore::remove(self, key).map_err(ExecError::ssd)
     }

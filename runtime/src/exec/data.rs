@@ -233,57 +233,80 @@ impl Data {
     /// A self-describing little-endian byte form; held contents have none
     /// (a backend's [`crate::exec::Mover::to_plain`] reads them first).
     pub fn to_bytes(&self) -> Result<Vec<u8>, ExecError> {
-        let mut out = room_for(HEADER_BYTES + self.byte_len() as usize)?;
-        let lengths: [u64; 3] = match self {
-            Data::F32(v) => [v.len() as u64, 0, 0],
-            Data::I64(v) => [v.len() as u64, 0, 0],
-            Data::Block(b) => [
-                b.row_start.len() as u64,
-                b.columns.len() as u64,
-                b.weights.len() as u64,
-            ],
-            Data::Held(_) => [0; 3],
-        };
-        out.push(match self {
-            Data::F32(_) => TAG_F32,
-            Data::I64(_) => TAG_I64,
-            Data::Block(b) => {
+        let mut out = zeros(self.byte_form_len())?;
+        self.write_byte_form(&mut out)?;
+        Ok(out)
+    }
+
+    /// The length of [`Data::to_bytes`]'s form.
+    pub fn byte_form_len(&self) -> usize {
+        HEADER_BYTES + self.byte_len() as usize
+    }
+
+    /// Writes [`Data::to_bytes`]'s form into `out`, of
+    /// [`Data::byte_form_len`] bytes: where the caller's buffer is the one
+    /// written out (the SSD tier's aligned block), without a copy between.
+    pub fn write_byte_form(&self, out: &mut [u8]) -> Result<(), ExecError> {
+        if out.len() != self.byte_form_len() {
+            return Err(ExecError::Internal(format!(
+                "a byte form of {} bytes written into {}",
+                self.byte_form_len(),
+                out.len()
+            )));
+        }
+        let (tag, lengths): (u8, [u64; 3]) = match self {
+            Data::F32(v) => (TAG_F32, [v.len() as u64, 0, 0]),
+            Data::I64(v) => (TAG_I64, [v.len() as u64, 0, 0]),
+            Data::Block(b) => (
                 TAG_BLOCKS
                     .iter()
                     .find(|(_, w)| *w == b.weighting)
                     .expect("every weighting has a tag")
-                    .0
-            }
+                    .0,
+                [
+                    b.row_start.len() as u64,
+                    b.columns.len() as u64,
+                    b.weights.len() as u64,
+                ],
+            ),
             Data::Held(_) => {
                 return Err(ExecError::Internal(
                     "backend-held data has no byte form".into(),
                 ))
             }
-        });
-        for length in lengths {
-            out.extend_from_slice(&length.to_le_bytes());
+        };
+        out[0] = tag;
+        for (k, length) in lengths.iter().enumerate() {
+            out[1 + 8 * k..9 + 8 * k].copy_from_slice(&length.to_le_bytes());
         }
+        /// `values` little-endian from the start of `out`; the bytes after.
+        fn put<'o, T: Copy, const N: usize>(
+            out: &'o mut [u8],
+            values: &[T],
+            le: fn(T) -> [u8; N],
+        ) -> &'o mut [u8] {
+            let (here, rest) = out.split_at_mut(values.len() * N);
+            for (to, &value) in here.chunks_exact_mut(N).zip(values) {
+                to.copy_from_slice(&le(value));
+            }
+            rest
+        }
+        let body = &mut out[HEADER_BYTES..];
         match self {
-            Data::F32(v) => v
-                .iter()
-                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-            Data::I64(v) => v
-                .iter()
-                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            Data::F32(v) => {
+                put(body, v, f32::to_le_bytes);
+            }
+            Data::I64(v) => {
+                put(body, v, i64::to_le_bytes);
+            }
             Data::Block(b) => {
-                b.row_start
-                    .iter()
-                    .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
-                b.columns
-                    .iter()
-                    .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
-                b.weights
-                    .iter()
-                    .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+                let body = put(body, &b.row_start, u64::to_le_bytes);
+                let body = put(body, &b.columns, u32::to_le_bytes);
+                put(body, &b.weights, f32::to_le_bytes);
             }
             Data::Held(_) => {}
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Reads [`Data::to_bytes`]'s form back; any inconsistency is an error.

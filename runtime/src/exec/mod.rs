@@ -295,11 +295,26 @@ pub trait Backend {
 }
 
 /// The SSD tier as the executor sees it: blocking calls, made from the
-/// SSD lanes' threads.
+/// SSD lanes' threads. The executor stores tensors through `put_data` and
+/// `get_data`, whose defaults go through the byte form
+/// ([`Data::to_bytes`]); a tier that can write a tensor's form straight
+/// into its own buffer, and read one back from it, overrides them (the
+/// spill store does: a transfer then holds the tensor's bytes once more,
+/// not two or three times).
 pub trait SsdTier: Send + Sync {
     fn put(&self, key: u64, bytes: &[u8]) -> Result<(), ExecError>;
     fn get(&self, key: u64) -> Result<Vec<u8>, ExecError>;
     fn remove(&self, key: u64) -> Result<(), ExecError>;
+
+    /// Stores plain `data` (not backend-held) under `key`.
+    fn put_data(&self, key: u64, data: &Data) -> Result<(), ExecError> {
+        self.put(key, &data.to_bytes()?)
+    }
+
+    /// What `put_data` stored under `key`.
+    fn get_data(&self, key: u64) -> Result<Data, ExecError> {
+        Data::from_bytes(&self.get(key)?)
+    }
 }
 
 /// An away copy that a transfer lane fills, possibly after another lane
@@ -603,7 +618,7 @@ impl<B: Backend> Executor<B> {
             }
             Some(Tier::Ssd) => {
                 let ssd = self.ssd.as_ref().ok_or(ExecError::NoSsd)?;
-                ssd.put(t as u64, &data.to_bytes()?)?;
+                ssd.put_data(t as u64, &data)?;
                 self.on_ssd[t] = Some(AwayCell::ready(Arc::new(Data::I64(Vec::new()))));
             }
             _ => {
@@ -1030,10 +1045,14 @@ impl<B: Backend> Executor<B> {
                         self.on_ssd[t] = Some(cell);
                         let name = tensor.name.clone();
                         lane.issue(move || {
-                            let result = mover
-                                .to_plain(&source)
-                                .and_then(|plain| plain.to_bytes())
-                                .and_then(|bytes| ssd.put(t as u64, &bytes))
+                            // Plain data is stored as it is; a backend's
+                            // held contents are read into plain data first.
+                            let plain = match source.as_ref() {
+                                Data::Held(_) => mover.to_plain(&source).map(Cow::Owned),
+                                plain => Ok(Cow::Borrowed(plain)),
+                            };
+                            let result = plain
+                                .and_then(|plain| ssd.put_data(t as u64, &plain))
                                 .map_err(|e| {
                                     e.during(|| format!("the copy of {name} to the SSD tier"))
                                 });
@@ -1079,8 +1098,7 @@ impl<B: Backend> Executor<B> {
                         lane.issue(move || {
                             cell.get()?;
                             let copy = ssd
-                                .get(t as u64)
-                                .and_then(|bytes| Data::from_bytes(&bytes))
+                                .get_data(t as u64)
                                 .and_then(|plain| mover.to_device(Cow::Owned(plain)));
                             Ok(Some(copy.map_err(|e| {
                                 e.during(|| format!("the read of {name} from the SSD tier"))
