@@ -73,8 +73,14 @@ pub(crate) fn fill_rows(
     edges: &mut dyn FnMut(PlaceEdge<'_>) -> Result<()>,
 ) -> Result<Vec<u32>> {
     let rows = row_start.len().saturating_sub(1);
-    let mut columns = vec![0u32; row_start.last().copied().unwrap_or(0) as usize];
-    let mut next: Vec<u64> = row_start[..rows].to_vec();
+    let total = row_start.last().copied().unwrap_or(0);
+    let mut columns: Vec<u32> = crate::error::zeroed(total as usize, || {
+        format!("the sources of the adjacency's {total} edges")
+    })?;
+    let mut next: Vec<u64> = crate::error::room(rows, || {
+        format!("the fill positions of the adjacency's {rows} rows")
+    })?;
+    next.extend_from_slice(&row_start[..rows]);
     let counted = |row: usize, placed: u64| {
         edge_error(
             format!("row {row}"),
@@ -103,7 +109,8 @@ pub(crate) fn fill_rows(
         return Err(counted(row, next[row] - row_start[row]));
     }
     drop(next);
-    let mut each: Vec<&mut [u32]> = Vec::with_capacity(rows);
+    let mut each: Vec<&mut [u32]> =
+        crate::error::room(rows, || format!("the adjacency's {rows} rows to sort"))?;
     let mut rest: &mut [u32] = &mut columns;
     for v in 0..rows {
         let length = (row_start[v + 1] - row_start[v]) as usize;
@@ -146,7 +153,9 @@ impl Csr {
             ));
         }
         let n = nodes as usize;
-        let mut row_start = vec![0u64; n + 1];
+        let mut row_start: Vec<u64> = crate::error::zeroed(n + 1, || {
+            format!("the row starts of the adjacency of {nodes} nodes")
+        })?;
         for (k, (&s, &d)) in src.iter().zip(dst).enumerate() {
             if s >= nodes || d >= nodes {
                 return Err(edge_error(
