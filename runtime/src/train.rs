@@ -290,6 +290,46 @@ fn check_run(hyper: &Hyper, epochs: u32, built: Option<&GnnSpec>) -> Result<(), 
 /// the device).
 fn held_in_memory(plan: &Plan, backend: &BackendChoice) -> (u64, String) {
     use fateplan_planner::units::format_bytes;
+    let (held, what) = tiers_in_memory(plan, backend);
+    match ssd_blocks_in_flight(plan) {
+        0 => (held, what),
+        blocks => (
+            held.saturating_add(blocks),
+            format!(
+                "{what}, and {} of the SSD tier's blocks in flight (a whole tensor's each, \
+                 beside the staging the plan counts)",
+                format_bytes(blocks)
+            ),
+        ),
+    }
+}
+
+/// The host memory the spill store's blocks take while they move: the
+/// largest tensor the plan writes to the SSD and the largest it reads
+/// back (the two SSD lanes run at once), each a whole aligned block with
+/// its byte form's header. The plan stages SSD transfers through
+/// buffers of at most a staging share, a chunk at a time; the store
+/// moves a whole block at once.
+fn ssd_blocks_in_flight(plan: &Plan) -> u64 {
+    let block = |tensor: usize| {
+        let bytes =
+            plan.workload.definition.tensors[tensor].bytes + crate::exec::data::HEADER_BYTES as u64;
+        bytes.div_ceil(crate::spill::ALIGN_BYTES as u64) * crate::spill::ALIGN_BYTES as u64
+    };
+    let largest = |moved: &dyn Fn(&fateplan_planner::plan::ScheduleEntry) -> bool| {
+        plan.schedule
+            .iter()
+            .filter(|e| moved(e))
+            .map(|e| block(e.tensor.index()))
+            .max()
+            .unwrap_or(0)
+    };
+    largest(&|e| e.to == Tier::Ssd).saturating_add(largest(&|e| e.from == Tier::Ssd))
+}
+
+/// What the plan's tiers hold in this process's memory at their peak.
+fn tiers_in_memory(plan: &Plan, backend: &BackendChoice) -> (u64, String) {
+    use fateplan_planner::units::format_bytes;
     let peak = &plan.predicted.peak_bytes;
     match backend {
         BackendChoice::Cpu => {
@@ -363,7 +403,8 @@ fn check_run_memory(
     let most = match backend {
         BackendChoice::Cpu => peak.hbm.saturating_add(peak.host),
         BackendChoice::Cuda(_) => peak.host,
-    };
+    }
+    .saturating_add(ssd_blocks_in_flight(plan));
     if most.saturating_mul(runs).saturating_sub(given) <= available.bytes {
         return Ok(());
     }
@@ -1856,6 +1897,36 @@ mod tests {
             what.starts_with("the plan's peak of hbm and host together"),
             "{what}"
         );
+        // On the SSD, the store's whole blocks in flight besides: the
+        // largest written and the largest read, each aligned with its
+        // byte form's header.
+        let to_ssd = fateplan_planner::PlanOptions {
+            ssd_staging_bytes: 1 << 16,
+            ..fateplan_planner::PlanOptions::new(fateplan_planner::Policy::OffloadSsdAll, &profile)
+        };
+        let spilled = fateplan_planner::plan(&prepared.workload, &profile, &to_ssd).unwrap();
+        let largest = |from: bool| {
+            spilled
+                .schedule
+                .iter()
+                .filter(|e| match from {
+                    true => e.from == Tier::Ssd,
+                    false => e.to == Tier::Ssd,
+                })
+                .map(|e| spilled.workload.definition.tensors[e.tensor.index()].bytes)
+                .max()
+                .unwrap()
+        };
+        let blocks = ssd_blocks_in_flight(&spilled);
+        let aligned = |b: u64| (b + 25).div_ceil(4096) * 4096;
+        assert_eq!(blocks, aligned(largest(false)) + aligned(largest(true)));
+        let (held, what) = held_in_memory(&spilled, &cpu);
+        assert_eq!(held, tiers_in_memory(&spilled, &cpu).0 + blocks);
+        assert!(
+            what.contains("of the SSD tier's blocks in flight"),
+            "{what}"
+        );
+        assert_eq!(ssd_blocks_in_flight(&retain), 0);
     }
 
     /// An R-MAT graph of `2^scale` vertices, 6 features and 3 classes,

@@ -153,7 +153,7 @@ const TAG_BLOCKS: [(u8, Weighting); 4] = [
     (6, Weighting::Unit),
 ];
 /// Tag byte plus up to three little-endian u64 lengths.
-const HEADER_BYTES: usize = 1 + 3 * 8;
+pub(crate) const HEADER_BYTES: usize = 1 + 3 * 8;
 
 impl Data {
     /// A copy in fresh buffers (held contents shared, as a clone shares
