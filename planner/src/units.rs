@@ -152,12 +152,21 @@ fn format_rounded(bytes: u64, up: bool) -> String {
     } else {
         2
     };
-    let value = if up {
+    let rounded = |value: f64, decimals: i32| {
         let scale = 10f64.powi(decimals);
-        (value * scale).ceil() / scale
-    } else {
-        value
+        match up {
+            true => (value * scale).ceil() / scale,
+            false => (value * scale).round() / scale,
+        }
     };
+    let mut value = rounded(value, decimals);
+    let mut decimals = decimals;
+    // 1023.6 MiB rounds to 1024 MiB: written in the next unit, as 1 GiB is.
+    if value >= 1024.0 && unit + 1 < UNITS.len() {
+        decimals = 2;
+        value = rounded(value / 1024.0, decimals);
+        unit += 1;
+    }
     format!("{value:.*} {}", decimals as usize, UNITS[unit])
 }
 
@@ -306,6 +315,11 @@ mod tests {
         assert_eq!(format_bytes_up(80 << 30), "80.0 GiB");
         // Past TiB: an unlimited budget reads as what it is.
         assert_eq!(format_bytes(3 << 50), "3.00 PiB");
+        // Just under a unit, rounded to it: written in it.
+        let under = (1u64 << 30) - (300 << 10);
+        assert_eq!(format_bytes(under), "1.00 GiB");
+        assert_eq!(format_bytes_up(under), "1.00 GiB");
+        assert_eq!(format_bytes((1u64 << 30) - (600 << 10)), "1023 MiB");
         assert_eq!(format_bytes(u64::MAX), "16.0 EiB");
     }
 
