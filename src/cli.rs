@@ -455,7 +455,10 @@ pub fn main() -> ExitCode {
         Command::Member => crate::members::run_member(),
         Command::Generate { graph, out, force } => run_generate(&graph, &out, force),
     });
-    let result = result.inspect_err(|error| error_json(json, error));
+    let result = result.inspect_err(|error| {
+        fateplan::runtime::cleanup::park_if_interrupted();
+        error_json(json, error)
+    });
     // What is left in standard output's buffer (a last line without a
     // newline) is written here, where its failure can still be reported.
     let result = result.and_then(|()| Ok(stdout().flush()?));
@@ -466,6 +469,9 @@ pub fn main() -> ExitCode {
                 // The reader (e.g. `head`) has what it wanted.
                 return ExitCode::SUCCESS;
             }
+            // Failed because it was interrupted (its members ended by the
+            // same signal): it ends by the signal, saying nothing more.
+            fateplan::runtime::cleanup::park_if_interrupted();
             eprintln!("error: {}", error_chain(&error));
             // No plan fits, or none was found in the MILP's time.
             let infeasible = matches!(
@@ -570,6 +576,10 @@ impl PlanArgs {
 /// asks for `--json` (before any `--`): a script reading standard output
 /// finds a document whichever check refused the command.
 fn usage_json(error: &clap::Error) {
+    // The help a command without its subcommand prints is no error's.
+    if error.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        return;
+    }
     let asked = std::env::args_os()
         .skip(1)
         .take_while(|a| a != "--")

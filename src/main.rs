@@ -62,5 +62,7 @@ fn main() -> std::process::ExitCode {
     // Before any other thread starts: an interruption then removes the
     // run's temporary and spill files.
     fateplan::runtime::cleanup::install();
-    cli::main()
+    let status = cli::main();
+    fateplan::runtime::cleanup::park_if_interrupted();
+    status
 }

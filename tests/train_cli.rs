@@ -1515,8 +1515,8 @@ fn a_member_killed_mid_run_leaves_no_spill_file() {
 #[test]
 fn an_interrupted_launcher_ends_after_its_members() {
     let dir = scratch("interrupted-launcher");
+    // Made by the launcher for the run: removed too.
     let spill = dir.join("spill");
-    std::fs::create_dir_all(&spill).unwrap();
     let mut launcher = endless_launcher(&spill);
     let members = [0, 1].map(|d| member_pid(&spill, d, &mut launcher));
     let launcher_pid = launcher.0.as_ref().unwrap().id();
@@ -1541,11 +1541,14 @@ fn an_interrupted_launcher_ends_after_its_members() {
             "member {pid} outlived its launcher"
         );
     }
-    let left: Vec<_> = std::fs::read_dir(&spill)
+    let left: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    assert!(left.is_empty(), "{left:?}");
+    assert!(
+        left.is_empty(),
+        "the spill folder made for the run is left: {left:?}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

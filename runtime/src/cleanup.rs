@@ -58,14 +58,21 @@ pub fn unregister_child(pid: u32) {
 }
 
 /// Hands `signal` to the registered children still running and waits
-/// for them, at most [`CHILDREN_GRACE`]; those still running then are
-/// killed. A child already ended (and so any pid no longer this
-/// process's child) is only reaped, never signalled.
+/// for them to end, at most [`CHILDREN_GRACE`]; those still running then
+/// are killed. While they end, a child is not reaped here (`WNOWAIT`:
+/// its `std::process::Child` may still wait for it), and one that has
+/// ended, or any pid no longer this process's child, is never signalled;
+/// once all have ended, those not yet reaped are.
 fn stop_children(signal: libc::c_int) {
     let running = |pid: libc::pid_t| {
-        let mut status = 0;
-        // SAFETY: waits without blocking on one child; writes `status`.
-        unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) == 0 }
+        // SAFETY: siginfo_t is plain data that waitid fills; it looks at
+        // one child without blocking and without reaping it.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+            libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) == 0
+                && info.si_pid() == 0
+        }
     };
     let mut left: Vec<libc::pid_t> = children().iter().copied().filter(|&p| running(p)).collect();
     for &pid in &left {
@@ -78,11 +85,42 @@ fn stop_children(signal: libc::c_int) {
         left.retain(|&pid| running(pid));
     }
     for pid in left {
-        // SAFETY: as above; then waits for the child killed.
+        // SAFETY: as above; then waits for the child killed to end, still
+        // without reaping it.
         unsafe {
             libc::kill(pid, libc::SIGKILL);
-            libc::waitpid(pid, std::ptr::null_mut(), 0);
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            );
         }
+    }
+    // Ended, each is reaped now, where `main` (parked from here on,
+    // [`park_if_interrupted`]) has not: this process ends next, and a
+    // child it leaves unreaped is left to whatever adopts it.
+    for &pid in children().iter() {
+        // SAFETY: reaps one ended child without blocking; a pid that is
+        // not this process's child is refused (ECHILD).
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+    }
+}
+
+/// Set once an interruption's cleanup has begun: the process ends by
+/// the signal, not by `main` returning meanwhile.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Where an interruption's cleanup has begun, waits here for the process
+/// to end by its signal (the cleanup holds [`hold`]'s lock until then),
+/// so that a command that ends meanwhile (its children ended by the same
+/// signal) neither says a failure of its own nor exits with another
+/// status. Called by `main` before it says an error and before it
+/// returns.
+pub fn park_if_interrupted() {
+    if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+        let _held = hold();
     }
 }
 
@@ -264,6 +302,10 @@ pub fn install() {
             // After any sequence that must finish whole (`hold`), and
             // held until the process ends: nothing registered after.
             let _held = HELD.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+            // The children first: they remove their own files, from the
+            // folders this process made for them.
+            stop_children(signal);
             let files = files();
             // The files, then the folders, latest first (a folder is
             // registered before the folders it holds): each folder is
@@ -274,7 +316,6 @@ pub fn install() {
             for path in files.iter().rev() {
                 let _ = std::fs::remove_dir(path);
             }
-            stop_children(signal);
             // The default action, unblocked in this thread, then the
             // signal again: the process ends killed by it.
             // SAFETY: resets one signal's action and this thread's mask.

@@ -890,6 +890,7 @@ impl GeneratorSpec {
                 None => Ok(default),
                 Some(v) => v.parse().map_err(|_| {
                     let kind = match std::any::type_name::<T>() {
+                        "bool" => "true or false",
                         "f32" | "f64" => "a number",
                         "i8" | "i16" | "i32" | "i64" => "a whole number",
                         _ => "a whole number, 0 or more",
@@ -1587,7 +1588,7 @@ mod tests {
             assert_eq!(GeneratorSpec::parse(&spec.to_string()).unwrap(), spec);
         }
         let error = |text: &str| GeneratorSpec::parse(text).unwrap_err().to_string();
-        let cases: [(&str, &[&str]); 17] = [
+        let cases: [(&str, &[&str]); 18] = [
             ("rmat:scale=10,,features=8", &["item 2 of 3: empty"]),
             ("planted:nodes=100,", &["item 2 of 2: empty"]),
             (
@@ -1605,6 +1606,10 @@ mod tests {
             (
                 "planted:nodes=100,homophily=x",
                 &["homophily", "\"x\" is not a number"],
+            ),
+            (
+                "rmat:scale=4,symmetric=1",
+                &["symmetric", "\"1\" is not true or false"],
             ),
             ("rmat:scale=40", &["scale", "40", "outside"]),
             ("rmat:features=3", &["scale", "missing"]),

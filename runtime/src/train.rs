@@ -169,7 +169,10 @@ pub struct TrainRun {
     /// `progress` callback, for early stopping, or by another thread, to
     /// cancel): the model is evaluated and reported as after its last
     /// epoch, `epochs` the epochs run. One device's run
-    /// ([`train`]); [`train_shared`] refuses it.
+    /// ([`train`]); [`train_shared`] refuses it. With it set, the CPU
+    /// backend's epochs wait for `progress` to return, on a thread of
+    /// rayon's global pool: a `progress` that runs work on that pool
+    /// needs a pool of two threads or more.
     pub stop: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
@@ -312,8 +315,14 @@ fn held_in_memory(plan: &Plan, backend: &BackendChoice) -> (u64, String) {
 /// moves a whole block at once.
 fn ssd_blocks_in_flight(plan: &Plan) -> u64 {
     let block = |tensor: usize| {
-        let bytes =
-            plan.workload.definition.tensors[tensor].bytes + crate::exec::data::HEADER_BYTES as u64;
+        // A tensor the plan does not have is refused by the executor.
+        let bytes = plan
+            .workload
+            .definition
+            .tensors
+            .get(tensor)
+            .map_or(0, |t| t.bytes)
+            + crate::exec::data::HEADER_BYTES as u64;
         bytes.div_ceil(crate::spill::ALIGN_BYTES as u64) * crate::spill::ALIGN_BYTES as u64
     };
     let largest = |moved: &dyn Fn(&fateplan_planner::plan::ScheduleEntry) -> bool| {
