@@ -1026,6 +1026,31 @@ impl Plan {
         Ok(())
     }
 
+    /// Whether the schedule moves a tensor to or from the SSD.
+    pub fn uses_ssd(&self) -> bool {
+        self.schedule
+            .iter()
+            .any(|e| e.from == Tier::Ssd || e.to == Tier::Ssd)
+    }
+
+    /// Refuses a plan that moves tensors to or from the SSD without its
+    /// staging buffers in host memory (a byte each at least), the error
+    /// named by `field` and ending in `advice`.
+    pub(crate) fn check_staging(&self, field: &str, advice: &str) -> Result<()> {
+        let buffers = crate::planner::SSD_STAGING_BUFFERS;
+        if self.uses_ssd() && self.ssd_staging_bytes < buffers {
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "{}: the plan moves tensors to or from the SSD, through {buffers} staging \
+                     buffers in host memory of at least a byte each{advice}",
+                    self.ssd_staging_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     pub fn validate(&self) -> Result<()> {
         self.check_fields()?;
         let checked = sanity::check(self)?;
@@ -1096,21 +1121,7 @@ impl Plan {
         // SSD transfers pass through staging buffers in host memory, a
         // chunk at a time: none would stage nothing, and the host tier
         // would not count the buffers the run uses.
-        let buffers = crate::planner::SSD_STAGING_BUFFERS;
-        let uses_ssd = self
-            .schedule
-            .iter()
-            .any(|e| e.from == Tier::Ssd || e.to == Tier::Ssd);
-        if uses_ssd && self.ssd_staging_bytes < buffers {
-            return Err(Error::invalid(
-                "plan field ssd_staging_bytes",
-                format!(
-                    "{}: the plan moves tensors to or from the SSD, through {buffers} staging \
-                     buffers in host memory of at least a byte each",
-                    self.ssd_staging_bytes
-                ),
-            ));
-        }
+        self.check_staging("plan field ssd_staging_bytes", "")?;
         // Named by the plan's field: `profile.device.…`.
         self.profile.validate().map_err(|error| match error {
             Error::InvalidInput { context, message } => {

@@ -187,21 +187,10 @@ fn plan_hinted(
     // A plan that moves tensors to or from the SSD stages them through
     // buffers in host memory (as a plan file is checked): with none, it
     // could not be read back, nor run.
-    let uses_ssd = plan
-        .schedule
-        .iter()
-        .any(|e| e.from == Tier::Ssd || e.to == Tier::Ssd);
-    if uses_ssd && plan.ssd_staging_bytes < SSD_STAGING_BUFFERS {
-        return Err(Error::invalid(
-            "PlanOptions::ssd_staging_bytes",
-            format!(
-                "{}: the plan moves tensors to or from the SSD, through {SSD_STAGING_BUFFERS} \
-                 staging buffers in host memory of at least a byte each; give them room, or an \
-                 SSD budget of 0 (no SSD tier)",
-                plan.ssd_staging_bytes
-            ),
-        ));
-    }
+    plan.check_staging(
+        "PlanOptions::ssd_staging_bytes",
+        "; give them room, or an SSD budget of 0 (no SSD tier)",
+    )?;
     Ok(plan)
 }
 
