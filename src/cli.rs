@@ -405,8 +405,19 @@ pub fn main() -> ExitCode {
             // Usage errors are bad input (exit 1), keeping exit 2 for "no
             // plan fits".
             if error.use_stderr() {
-                let _ = error.print();
-                usage_json(&error);
+                // clap names no argument where one is not UTF-8: said
+                // here with its flag.
+                let said = match error.kind() {
+                    clap::error::ErrorKind::InvalidUtf8 => not_utf8(std::env::args_os()),
+                    _ => None,
+                };
+                match &said {
+                    Some(said) => eprintln!("error: {said}"),
+                    None => {
+                        let _ = error.print();
+                    }
+                }
+                usage_json(&error, said.as_deref());
                 return ExitCode::from(1);
             }
             // --help and --version print and succeed where their text
@@ -575,7 +586,24 @@ impl PlanArgs {
 /// A usage error's JSON document (`kind` `usage`) where the command line
 /// asks for `--json` (before any `--`): a script reading standard output
 /// finds a document whichever check refused the command.
-fn usage_json(error: &clap::Error) {
+/// The first of `args` (the program's name first) that is not UTF-8,
+/// with the flag it is the value of: `--graph cora-\u{FFFD}: not UTF-8;
+/// ...`. `None` where every argument is UTF-8.
+fn not_utf8(args: impl IntoIterator<Item = std::ffi::OsString>) -> Option<String> {
+    let args: Vec<std::ffi::OsString> = args.into_iter().skip(1).collect();
+    let at = args.iter().position(|a| a.to_str().is_none())?;
+    let shown = args[at].to_string_lossy();
+    let flag = match at.checked_sub(1).and_then(|k| args[k].to_str()) {
+        Some(flag) if flag.starts_with('-') && !shown.starts_with('-') => format!("{flag} "),
+        _ => String::new(),
+    };
+    Some(format!(
+        "{flag}{shown}: not UTF-8 (shown with \u{FFFD} for what is not); fateplan reads its \
+         arguments, paths included, in UTF-8: rename the file or folder"
+    ))
+}
+
+fn usage_json(error: &clap::Error, said: Option<&str>) {
     // The help a command without its subcommand prints is no error's.
     if error.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
         return;
@@ -589,7 +617,7 @@ fn usage_json(error: &clap::Error) {
     }
     let text = error.to_string();
     let first = text.lines().next().unwrap_or_default();
-    let message = first.strip_prefix("error: ").unwrap_or(first);
+    let message = said.unwrap_or_else(|| first.strip_prefix("error: ").unwrap_or(first));
     let document = serde_json::json!({ "error": message, "kind": "usage" });
     let mut out = stdout();
     let _ = writeln!(out, "{document:#}").and_then(|()| out.flush());
@@ -809,6 +837,12 @@ fn run_generate(spec: &str, out: &std::path::Path, force: bool) -> Result<()> {
     let spec = GeneratorSpec::parse(spec)?;
     // Checked before the graph is drawn, which can take minutes.
     let shown = out.display();
+    if out.to_str().is_none() {
+        bail!(
+            "--out {shown}: not UTF-8 (shown with \u{FFFD} for what is not): `--graph` could \
+             not read the folder back; name it in UTF-8"
+        );
+    }
     if out.exists() && !out.is_dir() {
         bail!("--out {shown}: is not a directory");
     }

@@ -3282,3 +3282,50 @@ fn a_profile_figure_in_the_wrong_unit_is_warned_about_once() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// An argument that is not UTF-8 is named with its flag (clap's own
+/// error names none), under `--json` too; and `generate` refuses to write
+/// a folder that `--graph` could not read back.
+#[test]
+fn an_argument_not_utf8_is_named_with_its_flag() {
+    use std::os::unix::ffi::OsStrExt;
+    let bad = std::ffi::OsStr::from_bytes(b"cora-\xff");
+    let run = |args: &[&std::ffi::OsStr]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_fateplan"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let os = std::ffi::OsStr::new;
+    let out = run(&[os("partition"), os("--graph"), bad, os("--gpus"), os("2")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).starts_with("error: --graph cora-\u{FFFD}: not UTF-8"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(&[os("partition"), os("--json"), os("--graph"), bad]);
+    let document: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(document["kind"], "usage", "{document}");
+    assert!(
+        document["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("--graph cora-\u{FFFD}: not UTF-8"),
+        "{document}"
+    );
+    let dir = std::env::temp_dir().join(format!("fateplan-not-utf8-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let target = dir.join(bad);
+    let out = run(&[
+        os("generate"),
+        os("--graph"),
+        os("planted:nodes=200,seed=1"),
+        os("--out"),
+        target.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains(": not UTF-8"), "{}", stderr(&out));
+    assert!(!target.exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
