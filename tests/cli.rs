@@ -316,7 +316,7 @@ fn a_failure_with_json_is_a_json_document() {
 /// closed pipe, as `| head` leaves it: quietly) or a full disk (said).
 #[test]
 fn a_report_that_cannot_be_written_keeps_the_exit_status() {
-    use std::process::{Command, Stdio};
+    use std::process::Command;
     let dir = scratch("unwritten-report");
     let plan = dir.join("plan.json");
     let graph = "rmat:scale=8,features=4,classes=2,seed=1";
@@ -362,14 +362,7 @@ fn a_report_that_cannot_be_written_keeps_the_exit_status() {
         for json in [&[][..], &["--json"]] {
             let args = [args, json].concat();
             // The pipe's reader is gone before the report is written.
-            let mut child = Command::new(env!("CARGO_BIN_EXE_fateplan"))
-                .args(&args)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            drop(child.stdout.take());
-            let out = child.wait_with_output().unwrap();
+            let out = with_stdout_closed(&args);
             assert_eq!(
                 out.status.code(),
                 Some(status),

@@ -260,7 +260,6 @@ fn study_names_the_bad_flag_and_value() {
 /// nothing to write for.
 #[test]
 fn study_out_is_written_when_standard_output_closes_early() {
-    use std::process::{Command, Stdio};
     let dir = scratch("closed-stdout");
     let md = dir.join("study.md");
     for json in [&[][..], &["--json"]] {
@@ -281,14 +280,7 @@ fn study_out_is_written_when_standard_output_closes_early() {
             json,
         ]
         .concat();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fateplan"))
-            .args(&args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        drop(child.stdout.take());
-        let out = child.wait_with_output().unwrap();
+        let out = with_stdout_closed(&args);
         assert!(out.status.success(), "{args:?}: {}", stderr(&out));
         let text = std::fs::read_to_string(&md).unwrap_or_else(|e| panic!("{args:?}: {e}"));
         assert!(text.contains("| gcn | 2 | ogbn-arxiv |"), "{text}");

@@ -14,6 +14,19 @@ pub fn fateplan(args: &[&str]) -> Output {
         .expect("fateplan runs")
 }
 
+/// `fateplan` run with its standard output's reader gone before it
+/// writes (a pager quit, `| head`): its status and standard error.
+pub fn with_stdout_closed(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fateplan"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("fateplan starts");
+    drop(child.stdout.take());
+    child.wait_with_output().expect("fateplan ends")
+}
+
 pub fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
