@@ -294,42 +294,45 @@ fn check_run(hyper: &Hyper, epochs: u32, built: Option<&GnnSpec>) -> Result<(), 
 fn held_in_memory(plan: &Plan, backend: &BackendChoice) -> (u64, String) {
     use fateplan_planner::units::format_bytes;
     let (held, what) = tiers_in_memory(plan, backend);
-    match ssd_blocks_in_flight(plan) {
+    match ssd_copies_in_flight(plan, backend) {
         0 => (held, what),
-        blocks => (
-            held.saturating_add(blocks),
+        copies => (
+            held.saturating_add(copies),
             format!(
-                "{what}, and {} of the SSD tier's blocks in flight (a whole tensor's each, \
-                 beside the staging the plan counts)",
-                format_bytes(blocks)
+                "{what}, and {} of whole tensors the SSD tier's transfers hold in host memory \
+                 (a plain copy each of the largest written and read, beside the staging the \
+                 plan counts)",
+                format_bytes(copies)
             ),
         ),
     }
 }
 
-/// The host memory the spill store's blocks take while they move: the
-/// largest tensor the plan writes to the SSD and the largest it reads
-/// back (the two SSD lanes run at once), each a whole aligned block with
-/// its byte form's header. The plan stages SSD transfers through
-/// buffers of at most a staging share, a chunk at a time; the store
-/// moves a whole block at once.
-fn ssd_blocks_in_flight(plan: &Plan) -> u64 {
-    let block = |tensor: usize| {
+/// The host memory SSD transfers take beside the plan's staging buffers.
+/// On the CPU backend none: the spill store moves a tensor a staging
+/// buffer's chunk at a time, straight from and into the tensor's own
+/// memory (`crate::spill::tier`). On the CUDA backend a tensor moves
+/// through a plain host copy of it whole (`Mover::to_plain` out, the
+/// copy the device loads from back in): the largest tensor the plan
+/// writes to the SSD and the largest it reads (the two SSD lanes run at
+/// once).
+fn ssd_copies_in_flight(plan: &Plan, backend: &BackendChoice) -> u64 {
+    if matches!(backend, BackendChoice::Cpu) {
+        return 0;
+    }
+    let bytes = |tensor: usize| {
         // A tensor the plan does not have is refused by the executor.
-        let bytes = plan
-            .workload
+        plan.workload
             .definition
             .tensors
             .get(tensor)
             .map_or(0, |t| t.bytes)
-            + crate::exec::data::HEADER_BYTES as u64;
-        bytes.div_ceil(crate::spill::ALIGN_BYTES as u64) * crate::spill::ALIGN_BYTES as u64
     };
     let largest = |moved: &dyn Fn(&fateplan_planner::plan::ScheduleEntry) -> bool| {
         plan.schedule
             .iter()
             .filter(|e| moved(e))
-            .map(|e| block(e.tensor.index()))
+            .map(|e| bytes(e.tensor.index()))
             .max()
             .unwrap_or(0)
     };
@@ -413,7 +416,7 @@ fn check_run_memory(
         BackendChoice::Cpu => peak.hbm.saturating_add(peak.host),
         BackendChoice::Cuda(_) => peak.host,
     }
-    .saturating_add(ssd_blocks_in_flight(plan));
+    .saturating_add(ssd_copies_in_flight(plan, backend));
     if most.saturating_mul(runs).saturating_sub(given) <= available.bytes {
         return Ok(());
     }
@@ -1685,65 +1688,6 @@ fn prepare_with_edges(
 /// header and the padding to the store's alignment.
 pub const SPILL_SLACK_BYTES: u64 = crate::spill::ALIGN_BYTES as u64 + 64;
 
-/// The spill store's error as the executor's: a buffer of `bytes` (at
-/// least) it could not allocate is [`ExecError::OutOfMemory`], as the
-/// executor's own buffers are; anything else the SSD tier's.
-fn spill_error(error: crate::Error, bytes: u64) -> ExecError {
-    match &error {
-        crate::Error::SpillIo { source, .. }
-            if source.kind() == std::io::ErrorKind::OutOfMemory =>
-        {
-            ExecError::out_of_memory(bytes)
-        }
-        _ => ExecError::ssd(error),
-    }
-}
-
-impl SsdTier for SpillStore {
-    fn put(&self, key: u64, bytes: &[u8]) -> Result<(), ExecError> {
-        let ticket = self
-            .write(key, bytes)
-            .map_err(|e| spill_error(e, bytes.len() as u64))?;
-        self.wait(ticket).map_err(ExecError::ssd)?;
-        Ok(())
-    }
-
-    fn get(&self, key: u64) -> Result<Vec<u8>, ExecError> {
-        let ticket = self
-            .read(key)
-            .map_err(|e| spill_error(e, self.entry_len(key).unwrap_or(0)))?;
-        let done = self.wait(ticket).map_err(ExecError::ssd)?;
-        crate::exec::data::copied(done.buf.as_slice())
-    }
-
-    /// The tensor's byte form written straight into the aligned block the
-    /// store writes out: no byte form apart, no copy of it.
-    fn put_data(&self, key: u64, data: &Data) -> Result<(), ExecError> {
-        let len = data.byte_form_len();
-        let mut buf = crate::spill::AlignedBuf::zeroed(len)
-            .map_err(|_| ExecError::out_of_memory(len as u64))?;
-        data.write_byte_form(buf.as_mut_slice())?;
-        let ticket = self
-            .write_buf(key, buf)
-            .map_err(|e| spill_error(e, len as u64))?;
-        self.wait(ticket).map_err(ExecError::ssd)?;
-        Ok(())
-    }
-
-    /// The tensor read back from the block the store read into.
-    fn get_data(&self, key: u64) -> Result<Data, ExecError> {
-        let ticket = self
-            .read(key)
-            .map_err(|e| spill_error(e, self.entry_len(key).unwrap_or(0)))?;
-        let done = self.wait(ticket).map_err(ExecError::ssd)?;
-        Data::from_bytes(done.buf.as_slice())
-    }
-
-    fn remove(&self, key: u64) -> Result<(), ExecError> {
-        SpillStore::remove(self, key).map_err(ExecError::ssd)
-    }
-}
-
 /// The tensors `plan` may put on the SSD: those of an SSD fate, and any
 /// its schedule moves to or from the SSD. Each is one block of the spill
 /// store at most ([`open_spill`]'s `blocks`).
@@ -1906,9 +1850,10 @@ mod tests {
             what.starts_with("the plan's peak of hbm and host together"),
             "{what}"
         );
-        // On the SSD, the store's whole blocks in flight besides: the
-        // largest written and the largest read, each aligned with its
-        // byte form's header.
+        // On the SSD, the CPU backend holds nothing beside the staging
+        // (the spill store streams a tensor through it); the CUDA backend
+        // a plain copy of the largest tensor written and of the largest
+        // read.
         let to_ssd = fateplan_planner::PlanOptions {
             ssd_staging_bytes: 1 << 16,
             ..fateplan_planner::PlanOptions::new(fateplan_planner::Policy::OffloadSsdAll, &profile)
@@ -1926,16 +1871,20 @@ mod tests {
                 .max()
                 .unwrap()
         };
-        let blocks = ssd_blocks_in_flight(&spilled);
-        let aligned = |b: u64| (b + 25).div_ceil(4096) * 4096;
-        assert_eq!(blocks, aligned(largest(false)) + aligned(largest(true)));
-        let (held, what) = held_in_memory(&spilled, &cpu);
-        assert_eq!(held, tiers_in_memory(&spilled, &cpu).0 + blocks);
+        assert_eq!(ssd_copies_in_flight(&spilled, &cpu), 0);
+        assert_eq!(
+            held_in_memory(&spilled, &cpu),
+            tiers_in_memory(&spilled, &cpu)
+        );
+        let copies = ssd_copies_in_flight(&spilled, &cuda);
+        assert_eq!(copies, largest(false) + largest(true));
+        let (held, what) = held_in_memory(&spilled, &cuda);
+        assert_eq!(held, tiers_in_memory(&spilled, &cuda).0 + copies);
         assert!(
-            what.contains("of the SSD tier's blocks in flight"),
+            what.contains("of whole tensors the SSD tier's transfers hold"),
             "{what}"
         );
-        assert_eq!(ssd_blocks_in_flight(&retain), 0);
+        assert_eq!(ssd_copies_in_flight(&retain, &cuda), 0);
     }
 
     /// An R-MAT graph of `2^scale` vertices, 6 features and 3 classes,

@@ -5,9 +5,10 @@
 
 use std::os::unix::fs::FileExt;
 
-use fateplan_runtime::exec::{ExecError, SsdTier};
+use fateplan_runtime::exec::{Data, ExecError, SsdTier};
 use fateplan_runtime::spill::{
-    spill_file_is_held, Faults, OpKind, SpillOptions, SpillStore, ALIGN_BYTES,
+    spill_file_is_held, tier_key, Faults, OpKind, SpillOptions, SpillStore, ALIGN_BYTES,
+    KEPT_BUFFERS,
 };
 use fateplan_runtime::Error;
 
@@ -336,7 +337,15 @@ fn corrupted_block_is_a_checksum_error_not_wrong_bytes() {
         // Other blocks still read back.
         store.wait(store.read(1).unwrap()).unwrap();
         // Through the executor's SSD tier the error stays whole: the
-        // store's own, to match on.
+        // store's own, to match on. The tier keeps its key 7 as chunks
+        // (`tier_key`); its first is damaged the same way.
+        SsdTier::put(&store, 7, &pattern(7, len)).unwrap();
+        let (_, offset) = store.block_location(tier_key(7, 0).unwrap()).unwrap();
+        let target = offset + 2 * MIB + 12345;
+        file.read_exact_at(&mut byte, target).unwrap();
+        byte[0] ^= 0x5a;
+        file.write_all_at(&byte, target).unwrap();
+        file.sync_all().unwrap();
         let through = SsdTier::get(&store, 7).unwrap_err();
         assert!(
             through.to_string().starts_with("ssd tier: ")
@@ -349,7 +358,7 @@ fn corrupted_block_is_a_checksum_error_not_wrong_bytes() {
         assert!(
             matches!(
                 inner.downcast_ref::<Error>(),
-                Some(Error::SpillChecksum { key: 7, .. })
+                Some(Error::SpillChecksum { key, .. }) if Some(*key) == tier_key(7, 0)
             ),
             "{inner:?}"
         );
@@ -630,5 +639,68 @@ fn a_backend_that_fails_fails_every_request_and_hangs_none() {
             assert_eq!(failed, 200);
         });
         assert_eq!(store.used_bytes(), 0, "failed writes free their space");
+    }
+}
+
+/// The SSD tier moves a tensor larger than its staging share a chunk at
+/// a time: stored as chunks of the share (cut to whole aligned blocks),
+/// read back whole and the same, through no more staging buffers than
+/// the plan counts (two per transfer, kept for the next); a write that
+/// fails part way leaves nothing of its key.
+#[test]
+fn the_tier_moves_a_tensor_through_staging_chunks() {
+    let dir = scratch();
+    let data = Data::F32((0..300_000).map(|i| i as f32 * 0.5 - 7.0).collect());
+    let form = data.byte_form_len();
+    let share = 64 * 1024 + 100;
+    let chunk = 64 * 1024;
+    let chunks = form.div_ceil(chunk) as u64;
+    assert!(chunks > 2, "{chunks} chunks");
+    for force_fallback in [false, true] {
+        let store = SpillStore::open(dir.path(), options(64 * MIB, force_fallback)).unwrap();
+        SsdTier::put_data(&store, 3, &data, share).unwrap();
+        for i in 0..chunks {
+            assert!(store.contains(tier_key(3, i).unwrap()), "chunk {i}");
+        }
+        assert!(!store.contains(tier_key(3, chunks).unwrap()));
+        let last = form as u64 - (chunks - 1) * chunk as u64;
+        assert_eq!(
+            store.used_bytes(),
+            (chunks - 1) * chunk as u64 + last.div_ceil(4096) * 4096
+        );
+        assert_eq!(SsdTier::get_data(&store, 3, share).unwrap(), data);
+        assert_eq!(SsdTier::get(&store, 3).unwrap(), data.to_bytes().unwrap());
+        // The staging buffers: a share each, kept for the next transfer.
+        assert!(store.kept_bytes() > 0);
+        assert!(store.kept_bytes() <= (KEPT_BUFFERS * chunk) as u64);
+        // A key taken is refused, and the first copy stays whole.
+        assert!(SsdTier::put_data(&store, 3, &data, share).is_err());
+        assert_eq!(SsdTier::get_data(&store, 3, share).unwrap(), data);
+        SsdTier::remove(&store, 3).unwrap();
+        assert_eq!(store.used_bytes(), 0);
+        assert!(!store.contains(tier_key(3, 0).unwrap()));
+        assert!(SsdTier::get_data(&store, 3, share).is_err());
+        store.close().unwrap();
+
+        // A disk that fills after a few chunks: the error, and none of
+        // the chunks written before it left behind.
+        let full = SpillStore::open(
+            dir.path(),
+            SpillOptions {
+                faults: Faults {
+                    enospc_after_bytes: Some(3 * chunk as u64 + 10),
+                    ..Faults::default()
+                },
+                ..options(64 * MIB, force_fallback)
+            },
+        )
+        .unwrap();
+        let error = SsdTier::put_data(&full, 4, &data, share).unwrap_err();
+        assert!(error.to_string().contains("No space left"), "{error}");
+        assert_eq!(full.used_bytes(), 0);
+        for i in 0..chunks {
+            assert!(!full.contains(tier_key(4, i).unwrap()), "chunk {i}");
+        }
+        full.close().unwrap();
     }
 }

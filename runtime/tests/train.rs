@@ -13,8 +13,8 @@ use fateplan_planner::plan::{Budgets, Plan};
 use fateplan_planner::{plan, PlanOptions, Policy};
 use fateplan_runtime::cpu::Hyper;
 use fateplan_runtime::dataset::Dataset;
-use fateplan_runtime::exec::{ExecError, SsdTier};
-use fateplan_runtime::spill::{Faults, SpillOptions, SpillStore};
+use fateplan_runtime::exec::{Data, ExecError, SsdTier};
+use fateplan_runtime::spill::{tier_key, Faults, SpillOptions, SpillStore};
 use fateplan_runtime::train::{self, Prepared, TrainReport, TrainRun};
 use proptest::prelude::*;
 
@@ -417,6 +417,46 @@ fn io_uring_unavailable_falls_back_to_the_same_numbers() {
     }
 }
 
+/// Tensors larger than a staging buffer move to the SSD and back a
+/// chunk at a time, through the staging the plan counts, and train the
+/// model that staging holding them whole trains, and keeping them all on
+/// the device.
+#[test]
+fn tensors_larger_than_a_staging_buffer_train_the_same_model() {
+    let data = planted(300, 11);
+    let h = hyper(GnnModel::Sage, 2, 16, 11);
+    let prepared = train::prepare(data.clone(), &h, 1).unwrap();
+    let largest = prepared.workload.tensors.iter().map(|t| t.bytes).max();
+    let largest = largest.unwrap().div_ceil(4096) * 4096;
+    assert!(largest >= 3 * 4096, "{largest}");
+    let profile = profile();
+    let mut weights = Vec::new();
+    for staging in [4 * 4096, 4 * largest] {
+        let options = PlanOptions {
+            budgets: roomy(),
+            ssd_staging_bytes: staging,
+            ..PlanOptions::new(Policy::OffloadSsdAll, &profile)
+        };
+        let p = plan(&prepared.workload, &profile, &options).unwrap();
+        assert_eq!(p.ssd_staging_bytes, staging);
+        let dir = tempfile::tempdir().unwrap();
+        let store = spill(dir.path(), SpillOptions::with_budget(0));
+        let report = run(&data, h, 1, p, 3, Some(store.clone())).unwrap();
+        // The transfers' staging buffers, a share each, kept.
+        assert!(store.kept_bytes() > 0);
+        assert!(
+            store.kept_bytes() <= staging,
+            "{} of {staging}",
+            store.kept_bytes()
+        );
+        weights.push(report.weights_sha256);
+    }
+    let retain = make_plan(&prepared, Policy::RetainAll, roomy()).unwrap();
+    weights.push(run(&data, h, 1, retain, 3, None).unwrap().weights_sha256);
+    assert_eq!(weights[0], weights[1]);
+    assert_eq!(weights[0], weights[2]);
+}
+
 #[test]
 fn a_full_spill_disk_is_a_clear_error() {
     let data = planted(200, 8);
@@ -453,17 +493,32 @@ fn an_unwritable_spill_directory_is_a_clear_error() {
 /// Flips one byte of every block on disk right after it is written.
 struct Corrupting(Arc<SpillStore>);
 
-impl SsdTier for Corrupting {
-    fn put(&self, key: u64, bytes: &[u8]) -> Result<(), ExecError> {
-        self.0.put(key, bytes)?;
-        let (path, offset) = self.0.block_location(key).unwrap();
+impl Corrupting {
+    /// Flips the first byte of the tier's first chunk of `key`.
+    fn corrupt(&self, key: u64) {
+        let (path, offset) = self.0.block_location(tier_key(key, 0).unwrap()).unwrap();
         let mut contents = std::fs::read(&path).unwrap();
         contents[offset as usize] ^= 0x40;
         std::fs::write(&path, contents).unwrap();
+    }
+}
+
+impl SsdTier for Corrupting {
+    fn put(&self, key: u64, bytes: &[u8]) -> Result<(), ExecError> {
+        self.0.put(key, bytes)?;
+        self.corrupt(key);
         Ok(())
     }
     fn get(&self, key: u64) -> Result<Vec<u8>, ExecError> {
         self.0.get(key)
+    }
+    fn put_data(&self, key: u64, data: &Data, chunk_bytes: usize) -> Result<(), ExecError> {
+        self.0.put_data(key, data, chunk_bytes)?;
+        self.corrupt(key);
+        Ok(())
+    }
+    fn get_data(&self, key: u64, chunk_bytes: usize) -> Result<Data, ExecError> {
+        self.0.get_data(key, chunk_bytes)
     }
     fn remove(&self, key: u64) -> Result<(), ExecError> {
         SsdTier::remove(self.0.as_ref(), key)

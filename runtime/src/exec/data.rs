@@ -254,6 +254,37 @@ impl Data {
                 out.len()
             )));
         }
+        self.write_byte_form_part(0, out)
+    }
+
+    /// Writes the bytes of [`Data::to_bytes`]'s form from byte `from` on
+    /// into all of `out`: the form a piece at a time, each piece into a
+    /// staging buffer (the SSD tier's chunks).
+    pub fn write_byte_form_part(&self, from: usize, out: &mut [u8]) -> Result<(), ExecError> {
+        let total = self.byte_form_len();
+        if from.checked_add(out.len()).is_none_or(|end| end > total) {
+            return Err(ExecError::Internal(format!(
+                "bytes {from}.. ({} of them) of a byte form of {total}",
+                out.len()
+            )));
+        }
+        let header = self.header()?;
+        let mut start = 0;
+        for words in self.sections(&header) {
+            let len = words.len_bytes();
+            let (end, out_end) = (start + len, from + out.len());
+            if start < out_end && from < end {
+                let first = from.max(start);
+                let last = out_end.min(end);
+                words.write(first - start, &mut out[first - from..last - from]);
+            }
+            start += len;
+        }
+        Ok(())
+    }
+
+    /// The tag byte and three little-endian lengths.
+    fn header(&self) -> Result<[u8; HEADER_BYTES], ExecError> {
         let (tag, lengths): (u8, [u64; 3]) = match self {
             Data::F32(v) => (TAG_F32, [v.len() as u64, 0, 0]),
             Data::I64(v) => (TAG_I64, [v.len() as u64, 0, 0]),
@@ -275,59 +306,248 @@ impl Data {
                 ))
             }
         };
-        out[0] = tag;
+        let mut header = [0; HEADER_BYTES];
+        header[0] = tag;
         for (k, length) in lengths.iter().enumerate() {
-            out[1 + 8 * k..9 + 8 * k].copy_from_slice(&length.to_le_bytes());
+            header[1 + 8 * k..9 + 8 * k].copy_from_slice(&length.to_le_bytes());
         }
-        /// `values` little-endian from the start of `out`; the bytes after.
-        fn put<'o, T: Copy, const N: usize>(
-            out: &'o mut [u8],
-            values: &[T],
-            le: fn(T) -> [u8; N],
-        ) -> &'o mut [u8] {
-            let (here, rest) = out.split_at_mut(values.len() * N);
-            for (to, &value) in here.chunks_exact_mut(N).zip(values) {
-                to.copy_from_slice(&le(value));
-            }
-            rest
-        }
-        let body = &mut out[HEADER_BYTES..];
+        Ok(header)
+    }
+
+    /// The byte form's runs of words, in order, `header` first.
+    fn sections<'a>(&'a self, header: &'a [u8]) -> Vec<Words<'a>> {
+        let mut sections = vec![Words::Bytes(header)];
         match self {
-            Data::F32(v) => {
-                put(body, v, f32::to_le_bytes);
-            }
-            Data::I64(v) => {
-                put(body, v, i64::to_le_bytes);
-            }
-            Data::Block(b) => {
-                let body = put(body, &b.row_start, u64::to_le_bytes);
-                let body = put(body, &b.columns, u32::to_le_bytes);
-                put(body, &b.weights, f32::to_le_bytes);
-            }
+            Data::F32(v) => sections.push(Words::F32(v)),
+            Data::I64(v) => sections.push(Words::I64(v)),
+            Data::Block(b) => sections.extend([
+                Words::U64(&b.row_start),
+                Words::U32(&b.columns),
+                Words::F32(&b.weights),
+            ]),
             Data::Held(_) => {}
         }
-        Ok(())
+        sections
     }
 
     /// Reads [`Data::to_bytes`]'s form back; any inconsistency is an error.
     pub fn from_bytes(bytes: &[u8]) -> Result<Data, ExecError> {
-        let bad = |why: &str| ExecError::Internal(format!("spilled tensor bytes: {why}"));
-        if bytes.len() < HEADER_BYTES {
-            return Err(bad("shorter than the header"));
+        let mut reader = FormReader::new(bytes.len());
+        reader.feed(bytes)?;
+        reader.finish()
+    }
+}
+
+/// One run of words in the byte form.
+enum Words<'a> {
+    Bytes(&'a [u8]),
+    F32(&'a [f32]),
+    I64(&'a [i64]),
+    U64(&'a [u64]),
+    U32(&'a [u32]),
+}
+
+impl Words<'_> {
+    fn len_bytes(&self) -> usize {
+        match self {
+            Words::Bytes(b) => b.len(),
+            Words::F32(v) => v.len() * 4,
+            Words::I64(v) => v.len() * 8,
+            Words::U64(v) => v.len() * 8,
+            Words::U32(v) => v.len() * 4,
         }
+    }
+
+    /// Writes the run's bytes from its byte `from` on into all of `out`.
+    fn write(&self, from: usize, out: &mut [u8]) {
+        match self {
+            Words::Bytes(b) => out.copy_from_slice(&b[from..from + out.len()]),
+            Words::F32(v) => put_words(v, f32::to_le_bytes, from, out),
+            Words::I64(v) => put_words(v, i64::to_le_bytes, from, out),
+            Words::U64(v) => put_words(v, u64::to_le_bytes, from, out),
+            Words::U32(v) => put_words(v, u32::to_le_bytes, from, out),
+        }
+    }
+}
+
+/// The little-endian bytes of `values` from byte `from` on, into all of
+/// `out`: a word cut by either end is written in part.
+fn put_words<T: Copy, const N: usize>(
+    values: &[T],
+    le: fn(T) -> [u8; N],
+    from: usize,
+    out: &mut [u8],
+) {
+    let (mut word, skip) = (from / N, from % N);
+    let mut at = 0;
+    if skip != 0 {
+        let take = (N - skip).min(out.len());
+        out[..take].copy_from_slice(&le(values[word])[skip..skip + take]);
+        at = take;
+        word += 1;
+    }
+    let whole = (out.len() - at) / N;
+    for (to, &value) in out[at..at + whole * N]
+        .chunks_exact_mut(N)
+        .zip(&values[word..word + whole])
+    {
+        to.copy_from_slice(&le(value));
+    }
+    at += whole * N;
+    word += whole;
+    let rest = out.len() - at;
+    if rest > 0 {
+        out[at..].copy_from_slice(&le(values[word])[..rest]);
+    }
+}
+
+/// Reads a byte form of a known length in pieces as they arrive (the SSD
+/// tier's chunks), into the tensor's own buffers: the form is never whole
+/// in memory. [`Data::from_bytes`] is one piece.
+pub struct FormReader {
+    total: usize,
+    seen: usize,
+    header: Vec<u8>,
+    /// After the header: the runs still to fill, in order.
+    sinks: Vec<Sink>,
+    /// Which of `sinks` the next bytes go to.
+    sink: usize,
+    /// A word cut by a piece's end, and how many of its bytes came.
+    carry: ([u8; 8], usize),
+    tag: u8,
+    weighting: Option<Weighting>,
+}
+
+/// A run of words being read: its values so far and how many it holds.
+enum Sink {
+    F32(Vec<f32>, usize),
+    I64(Vec<i64>, usize),
+    U64(Vec<u64>, usize),
+    U32(Vec<u32>, usize),
+}
+
+impl Sink {
+    fn word_bytes(&self) -> usize {
+        match self {
+            Sink::F32(..) | Sink::U32(..) => 4,
+            Sink::I64(..) | Sink::U64(..) => 8,
+        }
+    }
+
+    /// Bytes still to come.
+    fn left_bytes(&self) -> usize {
+        let (have, want) = match self {
+            Sink::F32(v, n) => (v.len(), *n),
+            Sink::I64(v, n) => (v.len(), *n),
+            Sink::U64(v, n) => (v.len(), *n),
+            Sink::U32(v, n) => (v.len(), *n),
+        };
+        (want - have) * self.word_bytes()
+    }
+
+    /// Appends the words of `bytes`, whole words only.
+    fn push(&mut self, bytes: &[u8]) {
+        fn words<T, const N: usize>(to: &mut Vec<T>, bytes: &[u8], read: fn([u8; N]) -> T) {
+            to.extend(
+                bytes
+                    .chunks_exact(N)
+                    .map(|w| read(w.try_into().expect("exact chunk"))),
+            )
+        }
+        match self {
+            Sink::F32(v, _) => words(v, bytes, f32::from_le_bytes),
+            Sink::I64(v, _) => words(v, bytes, i64::from_le_bytes),
+            Sink::U64(v, _) => words(v, bytes, u64::from_le_bytes),
+            Sink::U32(v, _) => words(v, bytes, u32::from_le_bytes),
+        }
+    }
+}
+
+impl FormReader {
+    /// A reader of a form of `total` bytes.
+    pub fn new(total: usize) -> FormReader {
+        FormReader {
+            total,
+            seen: 0,
+            header: Vec::with_capacity(HEADER_BYTES),
+            sinks: Vec::new(),
+            sink: 0,
+            carry: ([0; 8], 0),
+            tag: 0,
+            weighting: None,
+        }
+    }
+
+    fn bad(why: &str) -> ExecError {
+        ExecError::Internal(format!("spilled tensor bytes: {why}"))
+    }
+
+    /// Takes the form's next bytes.
+    pub fn feed(&mut self, mut bytes: &[u8]) -> Result<(), ExecError> {
+        if self.seen + bytes.len() > self.total {
+            return Err(FormReader::bad(&format!(
+                "more than the {} bytes announced",
+                self.total
+            )));
+        }
+        self.seen += bytes.len();
+        if self.header.len() < HEADER_BYTES {
+            let take = (HEADER_BYTES - self.header.len()).min(bytes.len());
+            self.header.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+            if self.header.len() < HEADER_BYTES {
+                return Ok(());
+            }
+            self.start()?;
+        }
+        while !bytes.is_empty() {
+            let Some(sink) = self.sinks.get_mut(self.sink) else {
+                return Err(FormReader::bad("bytes past the body"));
+            };
+            let n = sink.word_bytes();
+            let here = sink.left_bytes().min(bytes.len());
+            let (mut part, rest) = bytes.split_at(here);
+            bytes = rest;
+            let (carry, have) = &mut self.carry;
+            if *have > 0 {
+                let take = (n - *have).min(part.len());
+                carry[*have..*have + take].copy_from_slice(&part[..take]);
+                *have += take;
+                part = &part[take..];
+                if *have == n {
+                    sink.push(&carry[..n]);
+                    *have = 0;
+                }
+            }
+            let whole = part.len() / n * n;
+            sink.push(&part[..whole]);
+            let tail = &part[whole..];
+            carry[..tail.len()].copy_from_slice(tail);
+            *have += tail.len();
+            self.skip_filled();
+        }
+        Ok(())
+    }
+
+    /// Checks the header against the form's length and makes room for
+    /// the body.
+    fn start(&mut self) -> Result<(), ExecError> {
+        let bad = FormReader::bad;
+        let header = &self.header;
         let length = |k: usize| {
-            u64::from_le_bytes(bytes[1 + 8 * k..9 + 8 * k].try_into().expect("8 bytes")) as usize
+            u64::from_le_bytes(header[1 + 8 * k..9 + 8 * k].try_into().expect("8 bytes")) as usize
         };
         let (a, b, c) = (length(0), length(1), length(2));
-        let body = &bytes[HEADER_BYTES..];
-        let weighting = TAG_BLOCKS
+        let body = self.total - HEADER_BYTES;
+        self.tag = header[0];
+        self.weighting = TAG_BLOCKS
             .iter()
-            .find(|(tag, _)| *tag == bytes[0])
+            .find(|(tag, _)| *tag == self.tag)
             .map(|(_, w)| *w);
         // The weights a layout holds (a source row's scales are at least
         // none: the source rows are not recorded).
         let rows = a.saturating_sub(1);
-        let weights_fit = match weighting {
+        let weights_fit = match self.weighting {
             Some(Weighting::PerEdge) => c == b,
             Some(Weighting::Row) => c == rows,
             Some(Weighting::RowColumn) => c >= rows,
@@ -336,10 +556,11 @@ impl Data {
         };
         if !weights_fit {
             return Err(bad(&format!(
-                "{c} weights do not fit a {weighting:?} block of {rows} rows and {b} edges"
+                "{c} weights do not fit a {:?} block of {rows} rows and {b} edges",
+                self.weighting
             )));
         }
-        let expected = match (bytes[0], weighting) {
+        let expected = match (self.tag, self.weighting) {
             (TAG_F32, _) => a.checked_mul(4),
             (TAG_I64, _) => a.checked_mul(8),
             (_, Some(_)) => a
@@ -348,39 +569,65 @@ impl Data {
                 .and_then(|x| x.checked_add(c.checked_mul(4)?)),
             (tag, None) => return Err(bad(&format!("unknown tag {tag}"))),
         };
-        if expected != Some(body.len()) {
-            return Err(bad(&format!(
-                "{} body bytes do not match the header",
-                body.len()
+        if expected != Some(body) {
+            return Err(bad(&format!("{body} body bytes do not match the header")));
+        }
+        self.sinks = match self.tag {
+            TAG_F32 => vec![Sink::F32(room_for(a)?, a)],
+            TAG_I64 => vec![Sink::I64(room_for(a)?, a)],
+            _ => vec![
+                Sink::U64(room_for(a)?, a),
+                Sink::U32(room_for(b)?, b),
+                Sink::F32(room_for(c)?, c),
+            ],
+        };
+        self.skip_filled();
+        Ok(())
+    }
+
+    /// Moves past the runs that hold all their words (runs of none
+    /// before they start).
+    fn skip_filled(&mut self) {
+        while self
+            .sinks
+            .get(self.sink)
+            .is_some_and(|s| s.left_bytes() == 0)
+        {
+            self.sink += 1;
+        }
+    }
+
+    /// The tensor, once every announced byte came.
+    pub fn finish(self) -> Result<Data, ExecError> {
+        if self.header.len() < HEADER_BYTES {
+            return Err(FormReader::bad("shorter than the header"));
+        }
+        if self.seen != self.total || self.sink < self.sinks.len() {
+            return Err(FormReader::bad(&format!(
+                "{} of {} bytes came",
+                self.seen, self.total
             )));
         }
-        /// The `N`-byte words of `bytes` read by `read`, in a fresh
-        /// buffer ([`ExecError::OutOfMemory`] where there is no room).
-        fn words<T, const N: usize>(
-            bytes: &[u8],
-            read: fn([u8; N]) -> T,
-        ) -> Result<Vec<T>, ExecError> {
-            let mut out = room_for(bytes.len() / N)?;
-            out.extend(
-                bytes
-                    .chunks_exact(N)
-                    .map(|w| read(w.try_into().expect("exact chunk"))),
-            );
-            Ok(out)
-        }
-        Ok(match (bytes[0], weighting) {
-            (TAG_F32, _) => Data::F32(words(body, f32::from_le_bytes)?),
-            (TAG_I64, _) => Data::I64(words(body, i64::from_le_bytes)?),
-            (tag, None) => return Err(bad(&format!("unknown tag {tag}"))),
-            (_, Some(weighting)) => {
-                let (rows, rest) = body.split_at(a * 8);
-                let (columns, weights) = rest.split_at(b * 4);
-                Data::Block(BlockData {
-                    row_start: words(rows, u64::from_le_bytes)?,
-                    columns: words(columns, u32::from_le_bytes)?,
-                    weights: words(weights, f32::from_le_bytes)?,
-                    weighting,
-                })
+        let mut sinks = self.sinks.into_iter();
+        let mut next = || sinks.next();
+        Ok(match (next(), self.weighting) {
+            (Some(Sink::F32(v, _)), None) => Data::F32(v),
+            (Some(Sink::I64(v, _)), None) => Data::I64(v),
+            (Some(Sink::U64(row_start, _)), Some(weighting)) => match (next(), next()) {
+                (Some(Sink::U32(columns, _)), Some(Sink::F32(weights, _))) => {
+                    Data::Block(BlockData {
+                        row_start,
+                        columns,
+                        weights,
+                        weighting,
+                    })
+                }
+                _ => return Err(ExecError::Internal("a block's runs out of order".into())),
+            },
+            _ => {
+                return Err(ExecError::Internal(
+                    "a byte form's runs out of order".into(),
+                ))
             }
         })
     }
@@ -401,9 +648,9 @@ mod tests {
         assert_eq!(held.take::<Vec<u32>>().expect("unshared"), vec![1, 2]);
     }
 
-    #[test]
-    fn byte_form_round_trips_and_rejects_damage() {
-        let cases = [
+    /// Every kind of tensor the byte form holds, empty ones too.
+    fn samples() -> Vec<Data> {
+        vec![
             Data::F32(vec![1.5, -0.0, f32::MIN_POSITIVE]),
             Data::I64(vec![-3, 7]),
             Data::Block(BlockData {
@@ -425,8 +672,12 @@ mod tests {
                 weighting: Weighting::Unit,
             }),
             Data::F32(vec![]),
-        ];
-        for data in cases {
+        ]
+    }
+
+    #[test]
+    fn byte_form_round_trips_and_rejects_damage() {
+        for data in samples() {
             let bytes = data.to_bytes().unwrap();
             assert_eq!(Data::from_bytes(&bytes).unwrap(), data);
             assert!(Data::from_bytes(&bytes[..bytes.len() - 1]).is_err());
@@ -446,6 +697,41 @@ mod tests {
             assert!(e.contains("3 weights do not fit"), "{e}");
         }
         assert!(Data::Held(Held::new(4, 1u8)).to_bytes().is_err());
+    }
+
+    /// The form written and read a piece at a time, cut anywhere (in the
+    /// header, inside a word), is the form whole; a reader given a byte
+    /// too few or too many fails.
+    #[test]
+    fn byte_form_in_pieces_is_the_form_whole() {
+        for data in samples() {
+            let whole = data.to_bytes().unwrap();
+            for piece in [1, 3, 5, 7, 13, 26, whole.len()] {
+                let mut written = vec![0xa5; whole.len()];
+                for (k, out) in written.chunks_mut(piece).enumerate() {
+                    data.write_byte_form_part(k * piece, out).unwrap();
+                }
+                assert_eq!(written, whole, "pieces of {piece}");
+                let mut reader = FormReader::new(whole.len());
+                for part in whole.chunks(piece) {
+                    reader.feed(part).unwrap();
+                }
+                assert_eq!(reader.finish().unwrap(), data, "pieces of {piece}");
+            }
+            let mut short = FormReader::new(whole.len());
+            short.feed(&whole[..whole.len() - 1]).unwrap();
+            let e = short.finish().unwrap_err().to_string();
+            assert!(
+                e.contains("bytes came") || e.contains("shorter than the header"),
+                "{e}"
+            );
+            let mut long = FormReader::new(whole.len());
+            long.feed(&whole).unwrap();
+            assert!(long.feed(&[0]).is_err());
+            assert!(data
+                .write_byte_form_part(whole.len() - 1, &mut [0, 0])
+                .is_err());
+        }
     }
 
     /// A buffer larger than the allocator gives is an error of its bytes,

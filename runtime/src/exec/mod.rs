@@ -297,22 +297,31 @@ pub trait Backend {
 /// The SSD tier as the executor sees it: blocking calls, made from the
 /// SSD lanes' threads. The executor stores tensors through `put_data` and
 /// `get_data`, whose defaults go through the byte form
-/// ([`Data::to_bytes`]); a tier that can write a tensor's form straight
-/// into its own buffer, and read one back from it, overrides them (the
-/// spill store does: a transfer then holds the tensor's bytes once more,
-/// not two or three times).
+/// ([`Data::to_bytes`]) whole; a tier that can move a tensor's form a
+/// piece at a time through buffers of its own overrides them (the spill
+/// store does: a chunk of the plan's staging share at a time, in two
+/// buffers per transfer, writing the form straight into them
+/// ([`Data::write_byte_form_part`]) and reading it back straight into
+/// the tensor ([`data::FormReader`]), so that a transfer holds at most
+/// the staging the plan counts beside the tensor).
 pub trait SsdTier: Send + Sync {
     fn put(&self, key: u64, bytes: &[u8]) -> Result<(), ExecError>;
     fn get(&self, key: u64) -> Result<Vec<u8>, ExecError>;
     fn remove(&self, key: u64) -> Result<(), ExecError>;
 
-    /// Stores plain `data` (not backend-held) under `key`.
-    fn put_data(&self, key: u64, data: &Data) -> Result<(), ExecError> {
+    /// Stores plain `data` (not backend-held) under `key`. `chunk_bytes`
+    /// is the plan's staging share, one of its SSD staging buffers
+    /// ([`Executor::ssd_chunk_bytes`]): the most of the tensor a tier
+    /// should hold in a buffer of its own at once, two such buffers per
+    /// transfer.
+    fn put_data(&self, key: u64, data: &Data, chunk_bytes: usize) -> Result<(), ExecError> {
+        let _ = chunk_bytes;
         self.put(key, &data.to_bytes()?)
     }
 
-    /// What `put_data` stored under `key`.
-    fn get_data(&self, key: u64) -> Result<Data, ExecError> {
+    /// What `put_data` stored under `key`; `chunk_bytes` as there.
+    fn get_data(&self, key: u64, chunk_bytes: usize) -> Result<Data, ExecError> {
+        let _ = chunk_bytes;
         Data::from_bytes(&self.get(key)?)
     }
 }
@@ -424,6 +433,8 @@ pub struct Executor<B: Backend> {
     plan: Arc<Plan>,
     backend: B,
     ssd: Option<Arc<dyn SsdTier>>,
+    /// The plan's staging share ([`Executor::ssd_chunk_bytes`]).
+    ssd_chunk_bytes: usize,
     timeline: Timeline,
     /// Per slot (two per position, see `passes::memory`): lives starting
     /// and ending there.
@@ -453,6 +464,12 @@ pub struct Executor<B: Backend> {
     trace: Vec<TraceSpan>,
     /// An iteration failed: the arenas and slots are no longer trustworthy.
     failed: bool,
+}
+
+/// [`Executor::ssd_chunk_bytes`] for `plan`: a byte at least.
+fn ssd_chunk_bytes(plan: &Plan) -> usize {
+    let share = plan.ssd_staging_bytes / fateplan_planner::planner::SSD_STAGING_BUFFERS;
+    usize::try_from(share).unwrap_or(usize::MAX).max(1)
 }
 
 fn lane_index(stream: Stream) -> usize {
@@ -557,6 +574,7 @@ impl<B: Backend> Executor<B> {
             plan: plan.clone(),
             backend,
             ssd,
+            ssd_chunk_bytes: ssd_chunk_bytes(&plan),
             timeline,
             starts,
             ends,
@@ -618,7 +636,7 @@ impl<B: Backend> Executor<B> {
             }
             Some(Tier::Ssd) => {
                 let ssd = self.ssd.as_ref().ok_or(ExecError::NoSsd)?;
-                ssd.put_data(t as u64, &data)?;
+                ssd.put_data(t as u64, &data, self.ssd_chunk_bytes)?;
                 self.on_ssd[t] = Some(AwayCell::ready(Arc::new(Data::I64(Vec::new()))));
             }
             _ => {
@@ -627,6 +645,14 @@ impl<B: Backend> Executor<B> {
             }
         }
         Ok(())
+    }
+
+    /// One of the plan's SSD staging buffers: its `ssd_staging_bytes`
+    /// over [`SSD_STAGING_BUFFERS`](fateplan_planner::planner::SSD_STAGING_BUFFERS)
+    /// (two per direction). A transfer to or from the SSD tier is handed
+    /// it ([`SsdTier::put_data`]).
+    pub fn ssd_chunk_bytes(&self) -> usize {
+        self.ssd_chunk_bytes
     }
 
     pub fn backend(&self) -> &B {
@@ -1042,6 +1068,7 @@ impl<B: Backend> Executor<B> {
                         moved.d2h += bytes;
                         moved.ssd_write += bytes;
                         let ssd = self.ssd.clone().ok_or(ExecError::NoSsd)?;
+                        let chunk_bytes = self.ssd_chunk_bytes;
                         self.on_ssd[t] = Some(cell);
                         let name = tensor.name.clone();
                         lane.issue(move || {
@@ -1052,7 +1079,7 @@ impl<B: Backend> Executor<B> {
                                 plain => Ok(Cow::Borrowed(plain)),
                             };
                             let result = plain
-                                .and_then(|plain| ssd.put_data(t as u64, &plain))
+                                .and_then(|plain| ssd.put_data(t as u64, &plain, chunk_bytes))
                                 .map_err(|e| {
                                     e.during(|| format!("the copy of {name} to the SSD tier"))
                                 });
@@ -1093,12 +1120,13 @@ impl<B: Backend> Executor<B> {
                         moved.ssd_read += tensor.bytes;
                         moved.h2d += tensor.bytes;
                         let ssd = self.ssd.clone().ok_or(ExecError::NoSsd)?;
+                        let chunk_bytes = self.ssd_chunk_bytes;
                         let mover = self.mover.clone();
                         let name = tensor.name.clone();
                         lane.issue(move || {
                             cell.get()?;
                             let copy = ssd
-                                .get_data(t as u64)
+                                .get_data(t as u64, chunk_bytes)
                                 .and_then(|plain| mover.to_device(Cow::Owned(plain)));
                             Ok(Some(copy.map_err(|e| {
                                 e.during(|| format!("the read of {name} from the SSD tier"))

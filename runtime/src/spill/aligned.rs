@@ -117,6 +117,17 @@ impl AlignedBuf {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 
+    /// Zeroes the bytes from [`len`](Self::len) to the next multiple of
+    /// [`ALIGN_BYTES`]: what a write of a reused buffer carries to disk
+    /// past the block's bytes.
+    pub fn clear_past_len(&mut self) {
+        let end = round_up(self.len as u64).map_or(self.capacity, |e| e as usize);
+        let end = end.min(self.capacity);
+        // SAFETY: ptr is valid for `capacity` bytes, len <= end <= capacity,
+        // and `&mut self` gives exclusive access.
+        unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(self.len), 0, end - self.len) }
+    }
+
     /// Start of the allocation, for the kernel.
     pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
         self.ptr.as_ptr()

@@ -34,6 +34,7 @@ mod aligned;
 mod engine;
 mod extents;
 mod fallback;
+mod tier;
 mod uring;
 
 use std::collections::HashMap;
@@ -46,6 +47,7 @@ use std::sync::{Arc, Mutex};
 
 pub use aligned::{AlignedBuf, ALIGN_BYTES};
 pub use engine::{OpKind, MAX_RETRIES};
+pub use tier::{tier_key, BUFFERS_PER_TRANSFER};
 
 use crate::{Error, Result};
 use engine::{lock, Backend, Engine, EngineConfig, IoFailure, OpState, Request, Segment, Stats};
@@ -61,6 +63,9 @@ pub const GROW_STEP_BYTES: u64 = 64 << 20;
 pub const MAX_REQUEST_BYTES: u64 = 64 << 20;
 /// Most requests in flight.
 pub const MAX_QUEUE_DEPTH: u32 = 1024;
+/// Staging buffers a store keeps for reuse: the plan's four (two per
+/// direction).
+pub const KEPT_BUFFERS: usize = 4;
 
 const _: () = assert!(CHECKSUM_SEGMENT_BYTES.is_multiple_of(ALIGN_BYTES as u64));
 const _: () = assert!(GROW_STEP_BYTES.is_multiple_of(ALIGN_BYTES as u64));
@@ -282,6 +287,9 @@ pub struct SpillStore {
     budget_bytes: u64,
     index: Mutex<Index>,
     stats: Arc<Stats>,
+    /// Staging buffers given back, for the next transfer
+    /// ([`SpillStore::staging_buffer`]).
+    kept: Mutex<Vec<AlignedBuf>>,
     /// Dropped (joined) before `file` is closed.
     engine: Option<Engine>,
     file: Option<File>,
@@ -433,6 +441,7 @@ impl SpillStore {
                 fallocate: true,
             }),
             stats,
+            kept: Mutex::new(Vec::new()),
             engine: Some(engine),
             file: Some(file),
         })
@@ -557,6 +566,48 @@ impl SpillStore {
                 self.forget_failed_write(key, &ticket.state);
             })?;
         Ok(ticket)
+    }
+
+    /// A buffer of at least `capacity` bytes (rounded up to
+    /// [`ALIGN_BYTES`]) for a staged transfer: one given back with
+    /// [`keep_buffer`](Self::keep_buffer) that is large enough, else a
+    /// new one. Its length is `capacity`; what it holds is whatever it
+    /// held.
+    pub fn staging_buffer(&self, capacity: usize) -> Result<AlignedBuf> {
+        let kept = {
+            let mut kept = lock(&self.kept);
+            let fits = kept.iter().position(|b| b.capacity() >= capacity);
+            fits.map(|i| kept.swap_remove(i))
+        };
+        let mut buf = match kept {
+            Some(buf) => buf,
+            None => AlignedBuf::zeroed(capacity).map_err(|source| Error::SpillIo {
+                path: self.path.clone(),
+                what: format!("allocating a staging buffer of {capacity} bytes"),
+                source,
+            })?,
+        };
+        buf.set_len(capacity)
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        Ok(buf)
+    }
+
+    /// Keeps `buf` for [`staging_buffer`](Self::staging_buffer) to hand
+    /// out again: [`KEPT_BUFFERS`] at most, the largest.
+    pub fn keep_buffer(&self, buf: AlignedBuf) {
+        let mut kept = lock(&self.kept);
+        kept.push(buf);
+        if kept.len() > KEPT_BUFFERS {
+            let smallest = (0..kept.len())
+                .min_by_key(|&i| kept[i].capacity())
+                .expect("more than none");
+            kept.swap_remove(smallest);
+        }
+    }
+
+    /// Bytes of the staging buffers kept ([`keep_buffer`](Self::keep_buffer)).
+    pub fn kept_bytes(&self) -> u64 {
+        lock(&self.kept).iter().map(|b| b.capacity() as u64).sum()
     }
 
     /// Starts reading `key` into a new buffer. A read of a block still
