@@ -162,7 +162,11 @@ pub fn launch(
             .spawn();
         let mut child = match spawned {
             Ok(child) => {
-                fateplan::runtime::cleanup::register_child(child.id());
+                let folder = args
+                    .spill_dir
+                    .as_deref()
+                    .map(|d| member_spill_folder(d, rank));
+                fateplan::runtime::cleanup::register_child(child.id(), folder);
                 child
             }
             Err(e) => {
@@ -330,37 +334,17 @@ fn remove_spill_leftovers(spill_dir: Option<&std::path::Path>, members: &[Starte
     remove_leftovers_of(dir, &pids);
 }
 
-/// [`remove_spill_leftovers`] for the members of these pids, by rank. A
-/// file a live store holds is kept
-/// ([`fateplan_runtime::spill::spill_file_is_held`]): the pid of a member
-/// that ended may already be another process's, spilling to the same
-/// folder.
+/// [`remove_spill_leftovers`] for the members of these pids, by rank
+/// ([`fateplan::runtime::spill::remove_leftovers`] in each one's folder).
 fn remove_leftovers_of(dir: &std::path::Path, pids: &[u32]) {
-    for (rank, pid) in pids.iter().enumerate() {
-        let folder = dir.join(format!("device{rank}"));
-        let prefix = format!("fateplan-spill-{pid}-");
-        let Ok(entries) = std::fs::read_dir(&folder) else {
-            continue;
-        };
-        let mut removed = false;
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if !(name.starts_with(&prefix) && name.ends_with(".bin")) {
-                continue;
-            }
-            let path = entry.path();
-            // Where locks cannot tell, the member's pid is taken as
-            // enough, as it is the member that ended.
-            let held = fateplan_runtime::spill::spill_file_is_held(&path).unwrap_or(false);
-            if !held {
-                removed |= std::fs::remove_file(&path).is_ok();
-            }
-        }
-        if removed {
-            let _ = std::fs::remove_dir(&folder);
-        }
+    for (rank, &pid) in pids.iter().enumerate() {
+        fateplan::runtime::spill::remove_leftovers(&member_spill_folder(dir, rank), pid);
     }
+}
+
+/// Member `rank`'s spill folder in the run's `--spill-dir`.
+fn member_spill_folder(dir: &std::path::Path, rank: usize) -> std::path::PathBuf {
+    dir.join(format!("device{rank}"))
 }
 
 /// `fateplan member`: one device's process, started by `launch`.
@@ -463,7 +447,7 @@ fn train_member(job: &Job, owner: Option<&[u8]>, member: Arc<TcpMember>) -> Resu
         Some(dir) => {
             // The store creates (and on close removes) its folder; the
             // launcher, the spill folder.
-            let sub = dir.join(format!("device{}", job.rank));
+            let sub = member_spill_folder(dir, job.rank);
             let store: Arc<dyn SsdTier> =
                 train::open_spill(&sub, job.ssd_bytes, train::ssd_blocks(&plan), None)
                     .with_context(|| format!("--spill-dir {}", dir.display()))?;

@@ -200,7 +200,10 @@ pub struct TrainArgs {
     /// section, a device's share), or with --plan the plan's budget].
     #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::budget_value)]
     host_budget: Option<String>,
-    /// SSD tier budget (its spill files in --spill-dir): bytes or a share
+    /// SSD tier budget (the tensors in its spill files in --spill-dir; a
+    /// file may be larger by up to 4,160 bytes for each tensor the plan
+    /// puts on the SSD: a block's header and its padding to O_DIRECT's
+    /// 4 KiB): bytes or a share
     /// of the retain-all plan's device peak, as --hbm-budget [default: the
     /// profile's SSD capacity (with --devices on a profile with a `peer`
     /// section, a device's share), or with --plan the plan's budget].

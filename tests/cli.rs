@@ -1951,6 +1951,44 @@ fn a_peer_policy_s_failure_is_said_of_its_fates_at_that_budget() {
     );
 }
 
+/// Host memory short for a plan that may use the SSD names the staging
+/// buffers among what host needs; without the SSD it does not.
+#[test]
+fn a_host_shortfall_names_the_ssd_staging_among_what_host_needs() {
+    let plan = |policy: &str| {
+        fateplan(&[
+            "plan",
+            "--graph",
+            "rmat:scale=12,features=16,classes=4,seed=1",
+            "--profile",
+            "cpu-small",
+            "--layers",
+            "2",
+            "--hidden",
+            "16",
+            "--partitions",
+            "4",
+            "--host-budget",
+            "200KiB",
+            "--policy",
+            policy,
+        ])
+    };
+    let out = plan("offload-ssd-all");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(
+            "(the SSD transfers' staging buffers take 256 KiB of what host needs, where the \
+             plan uses the SSD: ssd_staging_bytes)"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    let out = plan("offload-host-all");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("staging"), "{}", stderr(&out));
+}
+
 /// With the exchange chosen per layer, the MILP's exchange vectors share
 /// its one time limit: the plan's vector had a share of it, not all of it.
 #[test]
@@ -2226,6 +2264,20 @@ fn a_plan_s_fates_and_exchanges_must_be_what_its_schedule_and_gpus_can_be() {
         &[
             "plan field ssd_staging_bytes",
             "0: the plan moves tensors to or from the SSD",
+            "(4 bytes in all)",
+        ],
+    );
+    // More staging than the host budget holds: named, not the first
+    // load that finds the host tier full.
+    let mut overstaged = unstaged.clone();
+    overstaged["ssd_staging_bytes"] = (1u64 << 50).into();
+    refused(
+        "overstaged.json",
+        &overstaged,
+        &[
+            "plan field ssd_staging_bytes",
+            "1125899906842624: more than the host budget of",
+            "(budgets.host_bytes), which holds the 4 SSD staging buffers",
         ],
     );
 

@@ -1034,17 +1034,32 @@ impl Plan {
     }
 
     /// Refuses a plan that moves tensors to or from the SSD without its
-    /// staging buffers in host memory (a byte each at least), the error
-    /// named by `field` and ending in `advice`.
+    /// staging buffers in host memory (a byte each at least), or with
+    /// more of them than its host budget holds, the error named by
+    /// `field` and ending in `advice`.
     pub(crate) fn check_staging(&self, field: &str, advice: &str) -> Result<()> {
         let buffers = crate::planner::SSD_STAGING_BUFFERS;
-        if self.uses_ssd() && self.ssd_staging_bytes < buffers {
+        if !self.uses_ssd() {
+            return Ok(());
+        }
+        if self.ssd_staging_bytes < buffers {
             return Err(Error::invalid(
                 field,
                 format!(
                     "{}: the plan moves tensors to or from the SSD, through {buffers} staging \
-                     buffers in host memory of at least a byte each{advice}",
+                     buffers in host memory of at least a byte each ({buffers} bytes in \
+                     all){advice}",
                     self.ssd_staging_bytes
+                ),
+            ));
+        }
+        if self.ssd_staging_bytes > self.budgets.host_bytes {
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "{}: more than the host budget of {} bytes (budgets.host_bytes), which \
+                     holds the {buffers} SSD staging buffers{advice}",
+                    self.ssd_staging_bytes, self.budgets.host_bytes
                 ),
             ));
         }

@@ -1673,6 +1673,31 @@ fn with_hint(
             options.policy.name()
         );
     }
+    // Host memory short where the SSD may be used: the staging buffers
+    // are part of what is needed.
+    let ssd_allowed = match options.policy {
+        Policy::OffloadSsdAll => true,
+        policy => !policy.is_peer() && options.fates.offload_ssd,
+    };
+    let staging = options.staged_for(workload).ssd_staging_bytes;
+    if let Error::Infeasible {
+        tier: Tier::Host,
+        hint,
+        needed_bytes,
+        ..
+    } = &mut error
+    {
+        if ssd_allowed && options.budgets.ssd_bytes > 0 && staging <= *needed_bytes {
+            hint.insert_str(
+                0,
+                &format!(
+                    " (the SSD transfers' staging buffers take {} of what host needs, where \
+                     the plan uses the SSD: ssd_staging_bytes)",
+                    crate::units::format_bytes(staging)
+                ),
+            );
+        }
+    }
     add_hint(
         error,
         &budgets_hint(workload, profile, options, lives, &TIERS),

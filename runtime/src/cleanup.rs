@@ -30,13 +30,14 @@ use std::time::Duration;
 
 static FILES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
-static CHILDREN: Mutex<Vec<libc::pid_t>> = Mutex::new(Vec::new());
+/// Each child, and the folder its spill files go to, if any.
+static CHILDREN: Mutex<Vec<(libc::pid_t, Option<PathBuf>)>> = Mutex::new(Vec::new());
 
 /// How long an interrupted process waits for the children it handed the
 /// signal to before it kills them.
 const CHILDREN_GRACE: Duration = Duration::from_secs(10);
 
-fn children() -> std::sync::MutexGuard<'static, Vec<libc::pid_t>> {
+fn children() -> std::sync::MutexGuard<'static, Vec<(libc::pid_t, Option<PathBuf>)>> {
     CHILDREN
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -44,16 +45,19 @@ fn children() -> std::sync::MutexGuard<'static, Vec<libc::pid_t>> {
 
 /// Marks child process `pid` (one this process started and has not yet
 /// waited for) to be handed an interruption's signal and waited for.
-pub fn register_child(pid: u32) {
+/// `spill_folder`: where its spill stores' files go; what one it was
+/// made to end (killed after the grace) left there is removed
+/// ([`crate::spill::remove_leftovers`]).
+pub fn register_child(pid: u32, spill_folder: Option<PathBuf>) {
     if let Ok(pid) = libc::pid_t::try_from(pid) {
-        children().push(pid);
+        children().push((pid, spill_folder));
     }
 }
 
 /// Forgets child `pid` (waited for).
 pub fn unregister_child(pid: u32) {
     if let Ok(pid) = libc::pid_t::try_from(pid) {
-        children().retain(|&p| p != pid);
+        children().retain(|(p, _)| *p != pid);
     }
 }
 
@@ -62,8 +66,15 @@ pub fn unregister_child(pid: u32) {
 /// are killed. While they end, a child is not reaped here (`WNOWAIT`:
 /// its `std::process::Child` may still wait for it), and one that has
 /// ended, or any pid no longer this process's child, is never signalled;
-/// once all have ended, those not yet reaped are.
+/// once all have ended, those not yet reaped are, and what spill files
+/// each left in its folder (it was killed, or ended another way without
+/// closing its stores) are removed.
 fn stop_children(signal: libc::c_int) {
+    stop_children_within(signal, CHILDREN_GRACE)
+}
+
+/// [`stop_children`] with a grace of `grace`.
+fn stop_children_within(signal: libc::c_int, grace: Duration) {
     let running = |pid: libc::pid_t| {
         // SAFETY: siginfo_t is plain data that waitid fills; it looks at
         // one child without blocking and without reaping it.
@@ -74,12 +85,13 @@ fn stop_children(signal: libc::c_int) {
                 && info.si_pid() == 0
         }
     };
-    let mut left: Vec<libc::pid_t> = children().iter().copied().filter(|&p| running(p)).collect();
+    let pids: Vec<libc::pid_t> = children().iter().map(|(pid, _)| *pid).collect();
+    let mut left: Vec<libc::pid_t> = pids.into_iter().filter(|&p| running(p)).collect();
     for &pid in &left {
         // SAFETY: a plain syscall to a running child of this process.
         unsafe { libc::kill(pid, signal) };
     }
-    let deadline = std::time::Instant::now() + CHILDREN_GRACE;
+    let deadline = std::time::Instant::now() + grace;
     while !left.is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
         left.retain(|&pid| running(pid));
@@ -101,10 +113,13 @@ fn stop_children(signal: libc::c_int) {
     // Ended, each is reaped now, where `main` (parked from here on,
     // [`park_if_interrupted`]) has not: this process ends next, and a
     // child it leaves unreaped is left to whatever adopts it.
-    for &pid in children().iter() {
+    for (pid, spill_folder) in children().iter() {
         // SAFETY: reaps one ended child without blocking; a pid that is
         // not this process's child is refused (ECHILD).
-        unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+        unsafe { libc::waitpid(*pid, std::ptr::null_mut(), libc::WNOHANG) };
+        if let Some(folder) = spill_folder {
+            crate::spill::remove_leftovers(folder, *pid as u32);
+        }
     }
 }
 
@@ -352,6 +367,66 @@ mod tests {
         assert!(files().iter().any(|p| p == b));
         unregister(b);
         assert!(!files().iter().any(|p| p == b));
+    }
+
+    /// A child that ignores the signal is killed after the grace, and
+    /// the spill file it left in its folder goes (with the folder, then
+    /// empty); one that ends by the signal is waited for. Another
+    /// process's file in a folder stays.
+    #[test]
+    // `stop_children` reaps them, as it does a launcher's members.
+    #[allow(clippy::zombie_processes)]
+    fn a_child_killed_after_the_grace_leaves_no_spill_file() {
+        let root = tempfile::tempdir().unwrap();
+        let start = |script: &str| {
+            std::process::Command::new("sh")
+                .args(["-c", script])
+                .spawn()
+                .unwrap()
+        };
+        // `exec`: the ignored signal stays ignored in `sleep`.
+        let stubborn = start("trap '' TERM; exec sleep 60");
+        let willing = start("exec sleep 60");
+        // The shell has set its trap once it has exec'd: wait for that.
+        let exe = |pid: u32| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while [stubborn.id(), willing.id()]
+            .iter()
+            .any(|&pid| exe(pid).is_none_or(|e| !e.to_string_lossy().contains("sleep")))
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the children never started"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let folders = [root.path().join("device0"), root.path().join("device1")];
+        for (folder, pid) in folders.iter().zip([stubborn.id(), willing.id()]) {
+            std::fs::create_dir(folder).unwrap();
+            std::fs::write(folder.join(format!("fateplan-spill-{pid}-0.bin")), b"x").unwrap();
+            std::fs::write(folder.join("fateplan-spill-1-0.bin"), b"x").unwrap();
+            register_child(pid, Some(folder.clone()));
+        }
+        let started = std::time::Instant::now();
+        stop_children_within(libc::SIGTERM, Duration::from_millis(300));
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        // Both ended and reaped (by `stop_children`, so not by `wait`).
+        for pid in [stubborn.id(), willing.id()] {
+            assert!(exe(pid).is_none(), "{pid} still runs");
+        }
+        for (folder, pid) in folders.iter().zip([stubborn.id(), willing.id()]) {
+            assert!(!folder.join(format!("fateplan-spill-{pid}-0.bin")).exists());
+            assert!(folder.join("fateplan-spill-1-0.bin").exists());
+            unregister_child(pid);
+        }
+        std::fs::remove_file(folders[0].join("fateplan-spill-1-0.bin")).unwrap();
+        std::fs::write(
+            folders[0].join(format!("fateplan-spill-{}-3.bin", 77)),
+            b"x",
+        )
+        .unwrap();
+        assert!(crate::spill::remove_leftovers(&folders[0], 77));
+        assert!(!folders[0].exists(), "emptied, the folder goes");
     }
 
     #[test]

@@ -1684,13 +1684,14 @@ fn prepare_with_edges(
     })
 }
 
-/// Spill-file space a block may take beyond its bytes: the byte form's
-/// header and the padding to the store's alignment.
+/// Spill-file space a tensor may take beyond its bytes: the byte form's
+/// header and the padding of its last chunk to the store's alignment
+/// (its other chunks are whole aligned blocks, `crate::spill::tier`).
 pub const SPILL_SLACK_BYTES: u64 = crate::spill::ALIGN_BYTES as u64 + 64;
 
 /// The tensors `plan` may put on the SSD: those of an SSD fate, and any
-/// its schedule moves to or from the SSD. Each is one block of the spill
-/// store at most ([`open_spill`]'s `blocks`).
+/// its schedule moves to or from the SSD. Each takes one tensor's slack
+/// of the spill file at most ([`open_spill`]'s `blocks`).
 pub fn ssd_blocks(plan: &Plan) -> usize {
     let mut on_ssd: Vec<bool> = plan
         .tensors
@@ -1708,11 +1709,11 @@ pub fn ssd_blocks(plan: &Plan) -> usize {
 }
 
 /// Opens the SSD tier in `dir` for a plan that holds at most `blocks`
-/// blocks there at once ([`ssd_blocks`]) and whose SSD budget is
+/// tensors there at once ([`ssd_blocks`]) and whose SSD budget is
 /// `budget_bytes`. The executor's SSD arena enforces the plan's budget
 /// exactly; the store's own limit, and so the spill file's size, adds
-/// each block's slack ([`SPILL_SLACK_BYTES`]: its header and the padding
-/// to the store's alignment).
+/// each tensor's slack ([`SPILL_SLACK_BYTES`]: its header and the
+/// padding of its last chunk to the store's alignment).
 pub fn open_spill(
     dir: &Path,
     budget_bytes: u64,

@@ -8,7 +8,7 @@ use std::os::unix::fs::FileExt;
 use fateplan_runtime::exec::{Data, ExecError, SsdTier};
 use fateplan_runtime::spill::{
     spill_file_is_held, tier_key, Faults, OpKind, SpillOptions, SpillStore, ALIGN_BYTES,
-    KEPT_BUFFERS,
+    BUFFERS_PER_TRANSFER, KEPT_BUFFERS,
 };
 use fateplan_runtime::Error;
 
@@ -584,14 +584,28 @@ fn threads_share_one_store() {
 #[test]
 fn a_backend_that_fails_fails_every_request_and_hangs_none() {
     let dir = scratch();
-    for force_fallback in [false, true] {
+    let ring_fails = Faults {
+        backend_fails_after: Some(0),
+        ..Faults::default()
+    };
+    // A panic's reason reaches the requests the thread held too, not
+    // only those it never took.
+    let thread_panics = Faults {
+        io_thread_panics_after: Some(0),
+        ..Faults::default()
+    };
+    let cases = [
+        (ring_fails, "injected: the ring failed"),
+        (thread_panics, "the I/O thread panicked"),
+    ];
+    for ((faults, reason), force_fallback) in cases
+        .into_iter()
+        .flat_map(|case| [(case.clone(), false), (case, true)])
+    {
         let store = SpillStore::open(
             dir.path(),
             SpillOptions {
-                faults: Faults {
-                    backend_fails_after: Some(0),
-                    ..Faults::default()
-                },
+                faults,
                 ..options(64 * MIB, force_fallback)
             },
         )
@@ -627,7 +641,7 @@ fn a_backend_that_fails_fails_every_request_and_hangs_none() {
                             message.contains("the spill I/O thread stopped"),
                             "{message}"
                         );
-                        assert!(message.contains("injected: the ring failed"), "{message}");
+                        assert!(message.contains(reason), "{message}");
                         failed += 1;
                     }
                     Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
@@ -673,6 +687,24 @@ fn the_tier_moves_a_tensor_through_staging_chunks() {
         // The staging buffers: a share each, kept for the next transfer.
         assert!(store.kept_bytes() > 0);
         assert!(store.kept_bytes() <= (KEPT_BUFFERS * chunk) as u64);
+        // A block whose row starts are cut inside a word by a chunk's
+        // end and end in the next chunk, where the columns begin; and a
+        // tensor smaller than a chunk: the buffers stay a share each.
+        let rows = 1000u64;
+        let block = Data::Block(fateplan_runtime::exec::data::BlockData {
+            row_start: (0..=rows).map(|r| r * 2).collect(),
+            columns: (0..2 * rows as u32).map(|c| c * 7 % 1000).collect(),
+            weights: (0..2 * rows).map(|w| w as f32 / 8.0).collect(),
+            weighting: fateplan_kernels::Weighting::PerEdge,
+        });
+        let small = Data::I64(vec![-1, 2, -3]);
+        for (key, tensor) in [(5, &block), (6, &small)] {
+            SsdTier::put_data(&store, key, tensor, share).unwrap();
+            assert_eq!(&SsdTier::get_data(&store, key, share).unwrap(), tensor);
+            SsdTier::remove(&store, key).unwrap();
+        }
+        // One transfer at a time: two buffers of a share, reused.
+        assert_eq!(store.kept_bytes(), (BUFFERS_PER_TRANSFER * chunk) as u64);
         // A key taken is refused, and the first copy stays whole.
         assert!(SsdTier::put_data(&store, 3, &data, share).is_err());
         assert_eq!(SsdTier::get_data(&store, 3, share).unwrap(), data);

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use fateplan_planner::gnn::{GnnModel, LayerOrder, Sweeps, Transposes};
-use fateplan_planner::plan::{Budgets, Plan};
+use fateplan_planner::plan::{Budgets, Fate, Plan};
 use fateplan_planner::{plan, PlanOptions, Policy};
 use fateplan_runtime::cpu::Hyper;
 use fateplan_runtime::dataset::Dataset;
@@ -423,9 +423,9 @@ fn io_uring_unavailable_falls_back_to_the_same_numbers() {
 /// the device.
 #[test]
 fn tensors_larger_than_a_staging_buffer_train_the_same_model() {
-    let data = planted(300, 11);
+    let data = planted(2400, 11);
     let h = hyper(GnnModel::Sage, 2, 16, 11);
-    let prepared = train::prepare(data.clone(), &h, 1).unwrap();
+    let prepared = train::prepare(data.clone(), &h, 4).unwrap();
     let largest = prepared.workload.tensors.iter().map(|t| t.bytes).max();
     let largest = largest.unwrap().div_ceil(4096) * 4096;
     assert!(largest >= 3 * 4096, "{largest}");
@@ -439,9 +439,17 @@ fn tensors_larger_than_a_staging_buffer_train_the_same_model() {
         };
         let p = plan(&prepared.workload, &profile, &options).unwrap();
         assert_eq!(p.ssd_staging_bytes, staging);
+        // Blocks too: their row starts (600 of a partition's rows, 8
+        // bytes each after the form's 25-byte header) are cut inside a
+        // word by the first chunk's end and end inside the second, where
+        // the columns begin.
+        assert!(p
+            .tensors
+            .iter()
+            .any(|t| t.name.starts_with("adj[") && t.fate == Fate::StreamSsd));
         let dir = tempfile::tempdir().unwrap();
         let store = spill(dir.path(), SpillOptions::with_budget(0));
-        let report = run(&data, h, 1, p, 3, Some(store.clone())).unwrap();
+        let report = run(&data, h, 4, p, 3, Some(store.clone())).unwrap();
         // The transfers' staging buffers, a share each, kept.
         assert!(store.kept_bytes() > 0);
         assert!(
@@ -452,7 +460,7 @@ fn tensors_larger_than_a_staging_buffer_train_the_same_model() {
         weights.push(report.weights_sha256);
     }
     let retain = make_plan(&prepared, Policy::RetainAll, roomy()).unwrap();
-    weights.push(run(&data, h, 1, retain, 3, None).unwrap().weights_sha256);
+    weights.push(run(&data, h, 4, retain, 3, None).unwrap().weights_sha256);
     assert_eq!(weights[0], weights[1]);
     assert_eq!(weights[0], weights[2]);
 }

@@ -505,10 +505,14 @@ impl FormReader {
                 return Err(FormReader::bad("bytes past the body"));
             };
             let n = sink.word_bytes();
-            let here = sink.left_bytes().min(bytes.len());
+            let (carry, have) = &mut self.carry;
+            // The run's bytes still to come: its words not yet pushed,
+            // less the bytes of its cut word that the carry holds (a word
+            // never spans two runs).
+            debug_assert!(*have < n);
+            let here = (sink.left_bytes() - *have).min(bytes.len());
             let (mut part, rest) = bytes.split_at(here);
             bytes = rest;
-            let (carry, have) = &mut self.carry;
             if *have > 0 {
                 let take = (n - *have).min(part.len());
                 carry[*have..*have + take].copy_from_slice(&part[..take]);
@@ -704,9 +708,21 @@ mod tests {
     /// too few or too many fails.
     #[test]
     fn byte_form_in_pieces_is_the_form_whole() {
-        for data in samples() {
+        // Runs of several words each, of both word sizes, so that pieces
+        // cross from one run into the next with a word cut.
+        let rows = 40;
+        let larger = Data::Block(BlockData {
+            row_start: (0..=rows as u64).map(|r| r * 3).collect(),
+            columns: (0..3 * rows as u32).map(|c| c * 7 % 11).collect(),
+            weights: (0..3 * rows).map(|w| w as f32 * 0.25 - 3.0).collect(),
+            weighting: Weighting::PerEdge,
+        });
+        let mut cases = samples();
+        cases.push(larger);
+        for data in cases {
             let whole = data.to_bytes().unwrap();
-            for piece in [1, 3, 5, 7, 13, 26, whole.len()] {
+            let pieces = (1..=41).chain([64, 4063, 4096, whole.len()]);
+            for piece in pieces.filter(|&p| p <= whole.len()) {
                 let mut written = vec![0xa5; whole.len()];
                 for (k, out) in written.chunks_mut(piece).enumerate() {
                     data.write_byte_form_part(k * piece, out).unwrap();

@@ -290,7 +290,8 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
     }
     let ssd_how = format!(
         "through the spill store in {} ({}), one block at a time as the executor's SSD lanes \
-         move tensors (write then wait, read then wait and verify crc32c)",
+         move a tensor no larger than a staging share (write then wait, read then wait and \
+         verify crc32c)",
         ssd_dir.display(),
         ssd.mode
     );

@@ -1,6 +1,7 @@
 //! The SSD tier's figures, measured through the spill store as the
-//! executor uses it: [`SsdTier::put`] and [`SsdTier::get`] of one block at
-//! a time (each cut into requests that the spill store's io_uring thread
+//! executor uses it for a tensor no larger than a staging share (a
+//! larger one moves in chunks of the share, two in flight):
+//! [`SsdTier::put`] and [`SsdTier::get`] of one block at a time (each cut into requests that the spill store's io_uring thread
 //! keeps in flight, O_DIRECT, crc32c per MiB), in the directory given.
 
 use std::ffi::CString;

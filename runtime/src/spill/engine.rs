@@ -335,6 +335,9 @@ fn run(
     note: StopNote,
 ) {
     let mut sched = Scheduler::new(config, stats);
+    // Dropped before `sched` where the thread unwinds from a panic, so
+    // that the ops it holds fail with the panic's reason.
+    let _panicking = StopNote(note.0.clone());
     if let Err(error) = serve(&mut backend, &mut sched, &receiver) {
         // The backend failed as a whole: requests in flight may still be
         // in the kernel's hands, so their buffers are leaked, not freed.
@@ -392,6 +395,11 @@ fn serve(
                 return Err(std::io::Error::other("injected: the ring failed"));
             }
         }
+        if let Some(after) = sched.config.faults.io_thread_panics_after {
+            if sched.submissions >= after && !sched.is_idle() {
+                panic!("injected: the spill I/O thread panics");
+            }
+        }
         while let Some(submission) = sched.next_submission() {
             backend.push(submission)?;
         }
@@ -424,6 +432,8 @@ struct Op {
     /// Set when the backend may still own requests of this op: its buffer
     /// must then never be freed.
     leak_buffer: bool,
+    /// The engine's stop reason: what an op dropped unfinished says.
+    stop: StopReason,
 }
 
 impl Op {
@@ -443,11 +453,14 @@ impl Drop for Op {
         // unfinished (a failed backend or a bug), so no waiter hangs.
         self.state.finish(
             self.buf.take(),
-            Some(
-                self.failure
-                    .clone()
-                    .unwrap_or_else(|| stopped("the request was dropped before it finished")),
-            ),
+            Some(self.failure.clone().unwrap_or_else(|| {
+                stopped(
+                    &self
+                        .stop
+                        .get()
+                        .unwrap_or_else(|| "the request was dropped before it finished".into()),
+                )
+            })),
         );
     }
 }
@@ -517,6 +530,7 @@ impl Scheduler {
             in_flight: 0,
             failure: None,
             leak_buffer: false,
+            stop: request.stop.clone(),
         };
         let id = match self.free_ops.pop() {
             Some(id) => {

@@ -126,6 +126,10 @@ pub struct Faults {
     /// fails) once this many requests were submitted: the I/O thread
     /// stops, failing every request it holds or is sent.
     pub backend_fails_after: Option<u64>,
+    /// The I/O thread panics (as a bug would) once this many requests
+    /// were submitted: every request it holds or is sent fails, saying
+    /// so.
+    pub io_thread_panics_after: Option<u64>,
 }
 
 /// How the store does its I/O, for the caller to report.
@@ -576,8 +580,19 @@ impl SpillStore {
     pub fn staging_buffer(&self, capacity: usize) -> Result<AlignedBuf> {
         let kept = {
             let mut kept = lock(&self.kept);
-            let fits = kept.iter().position(|b| b.capacity() >= capacity);
-            fits.map(|i| kept.swap_remove(i))
+            // The smallest that fits; where none does, the smallest kept
+            // goes, so that those kept and those out stay as many.
+            let fits = (0..kept.len())
+                .filter(|&i| kept[i].capacity() >= capacity)
+                .min_by_key(|&i| kept[i].capacity());
+            match fits {
+                Some(i) => Some(kept.swap_remove(i)),
+                None => {
+                    let smallest = (0..kept.len()).min_by_key(|&i| kept[i].capacity());
+                    drop(smallest.map(|i| kept.swap_remove(i)));
+                    None
+                }
+            }
         };
         let mut buf = match kept {
             Some(buf) => buf,
@@ -974,4 +989,36 @@ pub fn spill_file_is_held(path: &Path) -> std::io::Result<bool> {
         Err(std::fs::TryLockError::WouldBlock) => Ok(true),
         Err(std::fs::TryLockError::Error(e)) => Err(e),
     }
+}
+
+/// Removes what a process `pid` that has ended left in `folder` without
+/// closing its spill stores (killed, say): its spill files
+/// (`fateplan-spill-<pid>-*.bin`) that no live store holds
+/// ([`spill_file_is_held`]: the pid may be another process's by now,
+/// spilling to the same folder), and the folder where a file was removed
+/// and it is then empty (a folder that held none stays). Whether any was
+/// removed.
+pub fn remove_leftovers(folder: &Path, pid: u32) -> bool {
+    let prefix = format!("fateplan-spill-{pid}-");
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return false;
+    };
+    let mut removed = false;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with(&prefix) && name.ends_with(".bin")) {
+            continue;
+        }
+        let path = entry.path();
+        // Where locks cannot tell, the pid is taken as enough: the
+        // caller knows that process ended.
+        if !spill_file_is_held(&path).unwrap_or(false) {
+            removed |= std::fs::remove_file(&path).is_ok();
+        }
+    }
+    if removed {
+        let _ = std::fs::remove_dir(folder);
+    }
+    removed
 }

@@ -44,7 +44,8 @@ fn chunk_key(store: &SpillStore, key: u64, chunk: u64) -> Result<u64, ExecError>
 
 /// The chunk a transfer moves at a time for a staging share of
 /// `chunk_bytes`: a whole number of the store's aligned blocks (so that
-/// only a tensor's last chunk is padded), one at least.
+/// only a tensor's last chunk is padded), one at least (a share under
+/// 4 KiB, which a plan edited by hand may give, is held as 4 KiB).
 fn staged_chunk(chunk_bytes: usize) -> usize {
     (chunk_bytes / ALIGN_BYTES).max(1) * ALIGN_BYTES
 }
@@ -86,10 +87,11 @@ impl SpillStore {
                 let n = chunk.min(len - from);
                 let mut buf = match free.pop() {
                     Some(buf) => buf,
-                    // No larger than the tensor needs.
+                    // Of the share whatever the tensor's size, so that the
+                    // buffers kept serve every transfer.
                     None if in_flight.len() < BUFFERS_PER_TRANSFER => self
-                        .staging_buffer(chunk.min(len))
-                        .map_err(|e| spill_error(e, chunk.min(len) as u64))?,
+                        .staging_buffer(chunk)
+                        .map_err(|e| spill_error(e, chunk as u64))?,
                     None => {
                         let oldest = in_flight.pop_front().expect("a chunk in flight");
                         self.wait(oldest).map_err(ExecError::ssd)?.buf
@@ -140,11 +142,15 @@ impl SpillStore {
         }
     }
 
-    /// Reads what `key` holds a chunk at a time: `start(len)` makes what
-    /// the bytes go into, `take` takes each chunk's in order.
+    /// Reads what `key` holds a chunk at a time, through buffers of the
+    /// staging share `chunk_bytes` ([`staged_chunk`]; of the largest
+    /// chunk where that is larger, as `put`'s one block may be):
+    /// `start(len)` makes what the bytes go into, `take` takes each
+    /// chunk's in order.
     fn get_staged<R>(
         &self,
         key: u64,
+        chunk_bytes: usize,
         start: impl FnOnce(usize) -> Result<R, ExecError>,
         mut take: impl FnMut(&mut R, &[u8]) -> Result<(), ExecError>,
     ) -> Result<R, ExecError> {
@@ -154,7 +160,8 @@ impl SpillStore {
         let largest = lens.iter().copied().max().unwrap_or(0);
         let capacity = aligned::round_up(largest)
             .and_then(|c| usize::try_from(c).ok())
-            .ok_or(ExecError::out_of_memory(largest))?;
+            .ok_or(ExecError::out_of_memory(largest))?
+            .max(staged_chunk(chunk_bytes));
         let mut into = start(total)?;
         let mut in_flight: VecDeque<Ticket> = VecDeque::new();
         let mut free: Vec<AlignedBuf> = Vec::new();
@@ -208,6 +215,7 @@ impl SsdTier for SpillStore {
     fn get(&self, key: u64) -> Result<Vec<u8>, ExecError> {
         self.get_staged(
             key,
+            0,
             crate::exec::data::room_for,
             |into: &mut Vec<u8>, chunk| {
                 into.extend_from_slice(chunk);
@@ -225,9 +233,10 @@ impl SsdTier for SpillStore {
     }
 
     /// The tensor read back a chunk at a time into its own buffers.
-    fn get_data(&self, key: u64, _chunk_bytes: usize) -> Result<Data, ExecError> {
+    fn get_data(&self, key: u64, chunk_bytes: usize) -> Result<Data, ExecError> {
         self.get_staged(
             key,
+            chunk_bytes,
             |len| Ok(FormReader::new(len)),
             |reader, chunk| reader.feed(chunk),
         )?
