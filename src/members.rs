@@ -56,11 +56,16 @@ struct Job {
 #[derive(Serialize, Deserialize)]
 struct Handed {
     outcome: MemberOutcome,
+    /// Its spill store's I/O mode, where it opened one.
+    #[serde(default)]
+    ssd_tier: Option<String>,
 }
 
 /// What the members brought back.
 pub struct Launched {
     pub outcomes: Vec<MemberOutcome>,
+    /// Each member's spill store's I/O mode, where it opened one.
+    pub ssd_tiers: Vec<Option<String>>,
 }
 
 /// A member's process and what it wrote on its standard error.
@@ -283,6 +288,7 @@ pub fn launch(
         }
     }
     let mut outcomes = Vec::with_capacity(k);
+    let mut ssd_tiers = Vec::with_capacity(k);
     for (rank, bytes) in results.into_iter().enumerate() {
         let handed: Handed = serde_json::from_slice(&bytes)
             .with_context(|| format!("reading member {rank}'s outcome"))?;
@@ -293,8 +299,12 @@ pub fn launch(
             );
         }
         outcomes.push(handed.outcome);
+        ssd_tiers.push(handed.ssd_tier);
     }
-    Ok(Launched { outcomes })
+    Ok(Launched {
+        outcomes,
+        ssd_tiers,
+    })
 }
 
 /// Ends members that are still running after the group failed: the hub
@@ -443,15 +453,16 @@ fn train_member(job: &Job, owner: Option<&[u8]>, member: Arc<TcpMember>) -> Resu
     // Refused before its spill folder is made. Each process checks its
     // own share against the memory it sees.
     train::check_memory(&plan, &train::BackendChoice::Cpu, &[&share.input])?;
+    let mut ssd_tier = None;
     let ssd = match &args.spill_dir {
         Some(dir) => {
             // The store creates (and on close removes) its folder; the
             // launcher, the spill folder.
             let sub = member_spill_folder(dir, job.rank);
-            let store: Arc<dyn SsdTier> =
-                train::open_spill(&sub, job.ssd_bytes, train::ssd_blocks(&plan), None)
-                    .with_context(|| format!("--spill-dir {}", dir.display()))?;
-            Some(store)
+            let store = train::open_spill(&sub, job.ssd_bytes, train::ssd_blocks(&plan), None)
+                .with_context(|| format!("--spill-dir {}", dir.display()))?;
+            ssd_tier = Some(store.mode().to_string());
+            Some(store as Arc<dyn SsdTier>)
         }
         None => None,
     };
@@ -474,7 +485,7 @@ fn train_member(job: &Job, owner: Option<&[u8]>, member: Arc<TcpMember>) -> Resu
         &mut |_: &EpochStats| {},
     )?;
     outcome.device.process_peak_bytes = peak_resident_bytes();
-    Ok(Handed { outcome })
+    Ok(Handed { outcome, ssd_tier })
 }
 
 /// The most resident memory this process has held (`VmHWM` in

@@ -671,6 +671,24 @@ impl TrainArgs {
     }
 }
 
+/// What the members' spill stores said of their I/O, as one line: the
+/// mode where all said the same, else each device's. `None` where none
+/// opened one.
+fn members_io(modes: &[Option<String>]) -> Option<String> {
+    let first = modes.iter().flatten().next()?;
+    if modes.iter().all(|m| m.as_ref() == Some(first)) {
+        return Some(first.clone());
+    }
+    Some(
+        modes
+            .iter()
+            .enumerate()
+            .map(|(rank, m)| format!("device {rank} {}", m.as_deref().unwrap_or("none")))
+            .collect::<Vec<_>>()
+            .join("; "),
+    )
+}
+
 pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Result<()> {
     crate::cli::set_threads(args.threads)?;
     // From the flags as given: a plan's own shape (`--plan`) is not the
@@ -1368,6 +1386,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 rows_sum_to_one,
                 shares.owner.as_deref(),
             )?;
+            if let (Some(mode), Some(said)) = (&mut io_mode, members_io(&launched.ssd_tiers)) {
+                *mode = format!("{mode}: {said}");
+            }
             let (shared, spans) = train::gather(launched.outcomes, shares.stats)?;
             (shared.report, spans, Some((shared.devices, shared.shares)))
         }
@@ -2147,6 +2168,21 @@ fn more_partitions(error: fateplan::planner::Error, partitions: u32) -> anyhow::
 mod tests {
     use super::*;
     use clap::Parser;
+
+    /// The members' I/O modes: one where all say the same, each device's
+    /// where they differ, none where no store was opened.
+    #[test]
+    fn the_members_io_is_one_mode_or_each_device_s() {
+        let uring = Some("io_uring, O_DIRECT".to_string());
+        let sync = Some("pread/pwrite, buffered; io_uring setup failed".to_string());
+        assert_eq!(members_io(&[uring.clone(), uring.clone()]), uring);
+        assert_eq!(
+            members_io(&[uring.clone(), sync, None]).unwrap(),
+            "device 0 io_uring, O_DIRECT; device 1 pread/pwrite, buffered; io_uring setup \
+             failed; device 2 none"
+        );
+        assert_eq!(members_io(&[None, None]), None);
+    }
 
     /// The simulated iteration is said beside the prediction only where
     /// they differ by more than 1%.

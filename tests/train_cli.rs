@@ -1602,6 +1602,14 @@ fn each_device_a_process_trains_the_model_of_threads() {
     for key in ["weights_sha256", "final_loss", "test_accuracy", "losses"] {
         assert_eq!(threads[key], processes[key], "{key}");
     }
+    // The members' stores say their I/O as the threads' do.
+    let tier = processes["ssd_tier"].as_str().expect("an ssd_tier");
+    assert!(
+        tier.starts_with("one spill store per device process, in ")
+            && tier.ends_with(threads["ssd_tier"].as_str().unwrap()),
+        "{tier}\n{}",
+        threads["ssd_tier"]
+    );
     // The devices' folders are gone; a spill folder that was there stays.
     let left: Vec<_> = std::fs::read_dir(&threads_spill)
         .unwrap()
