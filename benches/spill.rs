@@ -16,6 +16,15 @@
 //! in its pread/pwrite fallback. `FATEPLAN_SPILL_BENCH_QUEUE_DEPTH` and
 //! `FATEPLAN_SPILL_BENCH_REQUEST_KIB` override the store's defaults.
 //!
+//! Then the SSD tier as the executor uses it: `FATEPLAN_SPILL_BENCH_TENSORS`
+//! (default 4) f32 tensors of `FATEPLAN_SPILL_BENCH_TENSOR_MIB` (default
+//! 256) MiB each stored with `SsdTier::put_data` and read back with
+//! `get_data`, through staging shares of 64 MiB (the planner's default:
+//! chunks, two in flight) and through one share holding a tensor whole
+//! (one chunk each: as the store moved every tensor before it streamed
+//! them), alternating, the medians and the median per-round ratio
+//! reported; each read back is checked against the tensor (untimed).
+//!
 //! Run: `cargo bench --bench spill`.
 
 use std::collections::VecDeque;
@@ -24,6 +33,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use fateplan::runtime::exec::{Data, SsdTier};
 use fateplan::runtime::spill::{set_direct, AlignedBuf, SpillOptions, SpillStore, Ticket};
 
 const MIB: u64 = 1 << 20;
@@ -112,6 +122,89 @@ fn main() {
     println!(
         "fallback ({fallback_mode}): write {fallback_write:.0} MB/s, read {fallback_read:.0} MB/s"
     );
+
+    let (default_tensors, default_tensor_mib) = if benching { (4, 256) } else { (2, 3) };
+    let tensors = env_u64("FATEPLAN_SPILL_BENCH_TENSORS", default_tensors).max(1);
+    let tensor_bytes = env_u64("FATEPLAN_SPILL_BENCH_TENSOR_MIB", default_tensor_mib) * MIB;
+    // Under `cargo test` a share of 1 MiB, so that the tensors still move
+    // in chunks.
+    let share = if benching { 64 * MIB } else { MIB } as usize;
+    let values: Vec<f32> = (0..tensor_bytes / 4).map(|i| (i % 1013) as f32).collect();
+    let tensor = Data::F32(values);
+    // A share holding the whole form, rounded to the store's blocks.
+    let whole = tensor.byte_form_len().div_ceil(4096) * 4096;
+    println!(
+        "ssd tier: {tensors} tensors of {} MiB, shares of {} MiB against one share a tensor",
+        tensor_bytes / MIB,
+        share as u64 / MIB
+    );
+    // Per round: [chunked write, whole write, chunked read, whole read].
+    let mut figures: Vec<[f64; 4]> = Vec::new();
+    for round in 0..rounds {
+        let (chunked, one) = if round % 2 == 0 {
+            let chunked = tier(&dir, tensors, &tensor, share);
+            (chunked, tier(&dir, tensors, &tensor, whole))
+        } else {
+            let one = tier(&dir, tensors, &tensor, whole);
+            (tier(&dir, tensors, &tensor, share), one)
+        };
+        println!(
+            "round {round}: write MB/s chunks {:.0} whole {:.0} ({:.2}); read MB/s chunks {:.0} \
+             whole {:.0} ({:.2})",
+            chunked.0,
+            one.0,
+            chunked.0 / one.0,
+            chunked.1,
+            one.1,
+            chunked.1 / one.1
+        );
+        figures.push([chunked.0, one.0, chunked.1, one.1]);
+    }
+    let median = |f: &dyn Fn(&[f64; 4]) -> f64| {
+        let mut values: Vec<f64> = figures.iter().map(f).collect();
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    println!(
+        "ssd tier median write: chunks {:.0} MB/s, whole {:.0} MB/s, ratio {:.2}; read: chunks \
+         {:.0} MB/s, whole {:.0} MB/s, ratio {:.2} (medians of per-round ratios)",
+        median(&|f| f[0]),
+        median(&|f| f[1]),
+        median(&|f| f[0] / f[1]),
+        median(&|f| f[2]),
+        median(&|f| f[3]),
+        median(&|f| f[2] / f[3])
+    );
+}
+
+/// Stores `tensors` copies of `tensor` through the SSD tier with staging
+/// shares of `share` bytes, then reads each back (checked); write and
+/// read rates in MB/s of the tensors' bytes.
+fn tier(dir: &Path, tensors: u64, tensor: &Data, share: usize) -> (f64, f64) {
+    let form = tensor.byte_form_len() as u64;
+    let store = SpillStore::open(
+        dir,
+        SpillOptions::with_budget(tensors * form.div_ceil(4096) * 4096),
+    )
+    .expect("spill store");
+    let bytes = tensors * tensor.byte_len();
+    let start = Instant::now();
+    for key in 0..tensors {
+        SsdTier::put_data(&store, key, tensor, share).expect("tier write");
+    }
+    let write = mb_per_s(bytes, start.elapsed().as_secs_f64());
+    // The reads alone are timed, not the checks.
+    let mut read_s = 0.0;
+    for key in 0..tensors {
+        let start = Instant::now();
+        let back = SsdTier::get_data(&store, key, share).expect("tier read");
+        read_s += start.elapsed().as_secs_f64();
+        assert!(&back == tensor, "tensor {key} read back differs");
+    }
+    let read = mb_per_s(bytes, read_s);
+    store.close().expect("close spill store");
+    settle(dir);
+    (write, read)
 }
 
 /// Lets the file system finish freeing a deleted file (a journal commit,
