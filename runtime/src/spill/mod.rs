@@ -23,6 +23,10 @@
 //! - **Lifetime.** Dropping the store (or [`SpillStore::close`]) lets the
 //!   thread finish what it was given, stops it, and deletes the spill file
 //!   (and the directory, if the store created it and it is empty).
+//! - **As the SSD tier** (`tier`): the executor's tensors are stored as
+//!   chunks of the plan's staging share, each a block under
+//!   [`tier_key`], moved through staging buffers the store keeps
+//!   ([`SpillStore::staging_buffer`], [`KEPT_BUFFERS`]).
 //! - **Ownership.** The store holds an exclusive lock (`flock`) on its
 //!   file while it is open; the system drops it when the process ends,
 //!   however it ends, and removes the file before it lets go. A file that
