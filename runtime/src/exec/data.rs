@@ -270,15 +270,14 @@ impl Data {
         }
         let header = self.header()?;
         let mut start = 0;
-        for words in self.sections(&header) {
-            let len = words.len_bytes();
-            let (end, out_end) = (start + len, from + out.len());
+        for run in self.sections(&header) {
+            let (end, out_end) = (start + run.len(), from + out.len());
             if start < out_end && from < end {
                 let first = from.max(start);
                 let last = out_end.min(end);
-                words.write(first - start, &mut out[first - from..last - from]);
+                out[first - from..last - from].copy_from_slice(&run[first - start..last - start]);
             }
-            start += len;
+            start = end;
         }
         Ok(())
     }
@@ -314,16 +313,19 @@ impl Data {
         Ok(header)
     }
 
-    /// The byte form's runs of words, in order, `header` first.
-    fn sections<'a>(&'a self, header: &'a [u8]) -> Vec<Words<'a>> {
-        let mut sections = vec![Words::Bytes(header)];
+    /// The byte form's runs, in order, `header` first: each run's
+    /// values' own bytes, which are their little-endian form on the
+    /// targets this builds for.
+    fn sections<'a>(&'a self, header: &'a [u8]) -> Vec<&'a [u8]> {
+        use bytemuck::cast_slice;
+        let mut sections = vec![header];
         match self {
-            Data::F32(v) => sections.push(Words::F32(v)),
-            Data::I64(v) => sections.push(Words::I64(v)),
+            Data::F32(v) => sections.push(cast_slice(v)),
+            Data::I64(v) => sections.push(cast_slice(v)),
             Data::Block(b) => sections.extend([
-                Words::U64(&b.row_start),
-                Words::U32(&b.columns),
-                Words::F32(&b.weights),
+                cast_slice(&b.row_start),
+                cast_slice(&b.columns),
+                cast_slice(&b.weights),
             ]),
             Data::Held(_) => {}
         }
@@ -338,68 +340,9 @@ impl Data {
     }
 }
 
-/// One run of words in the byte form.
-enum Words<'a> {
-    Bytes(&'a [u8]),
-    F32(&'a [f32]),
-    I64(&'a [i64]),
-    U64(&'a [u64]),
-    U32(&'a [u32]),
-}
-
-impl Words<'_> {
-    fn len_bytes(&self) -> usize {
-        match self {
-            Words::Bytes(b) => b.len(),
-            Words::F32(v) => v.len() * 4,
-            Words::I64(v) => v.len() * 8,
-            Words::U64(v) => v.len() * 8,
-            Words::U32(v) => v.len() * 4,
-        }
-    }
-
-    /// Writes the run's bytes from its byte `from` on into all of `out`.
-    fn write(&self, from: usize, out: &mut [u8]) {
-        match self {
-            Words::Bytes(b) => out.copy_from_slice(&b[from..from + out.len()]),
-            Words::F32(v) => put_words(v, f32::to_le_bytes, from, out),
-            Words::I64(v) => put_words(v, i64::to_le_bytes, from, out),
-            Words::U64(v) => put_words(v, u64::to_le_bytes, from, out),
-            Words::U32(v) => put_words(v, u32::to_le_bytes, from, out),
-        }
-    }
-}
-
-/// The little-endian bytes of `values` from byte `from` on, into all of
-/// `out`: a word cut by either end is written in part.
-fn put_words<T: Copy, const N: usize>(
-    values: &[T],
-    le: fn(T) -> [u8; N],
-    from: usize,
-    out: &mut [u8],
-) {
-    let (mut word, skip) = (from / N, from % N);
-    let mut at = 0;
-    if skip != 0 {
-        let take = (N - skip).min(out.len());
-        out[..take].copy_from_slice(&le(values[word])[skip..skip + take]);
-        at = take;
-        word += 1;
-    }
-    let whole = (out.len() - at) / N;
-    for (to, &value) in out[at..at + whole * N]
-        .chunks_exact_mut(N)
-        .zip(&values[word..word + whole])
-    {
-        to.copy_from_slice(&le(value));
-    }
-    at += whole * N;
-    word += whole;
-    let rest = out.len() - at;
-    if rest > 0 {
-        out[at..].copy_from_slice(&le(values[word])[..rest]);
-    }
-}
+// The byte form's words are the values' own bytes, little-endian.
+#[cfg(not(target_endian = "little"))]
+compile_error!("the SSD tier's byte form is little-endian");
 
 /// Reads a byte form of a known length in pieces as they arrive (the SSD
 /// tier's chunks), into the tensor's own buffers: the form is never whole
@@ -408,57 +351,35 @@ pub struct FormReader {
     total: usize,
     seen: usize,
     header: Vec<u8>,
-    /// After the header: the runs still to fill, in order.
+    /// After the header: the runs, each made whole (zeros) when the
+    /// header came, filled in order a byte at a time.
     sinks: Vec<Sink>,
     /// Which of `sinks` the next bytes go to.
     sink: usize,
-    /// A word cut by a piece's end, and how many of its bytes came.
-    carry: ([u8; 8], usize),
+    /// Bytes of that run filled.
+    filled: usize,
     tag: u8,
     weighting: Option<Weighting>,
 }
 
-/// A run of words being read: its values so far and how many it holds.
+/// A run of words being read, as long as the header says.
 enum Sink {
-    F32(Vec<f32>, usize),
-    I64(Vec<i64>, usize),
-    U64(Vec<u64>, usize),
-    U32(Vec<u32>, usize),
+    F32(Vec<f32>),
+    I64(Vec<i64>),
+    U64(Vec<u64>),
+    U32(Vec<u32>),
 }
 
 impl Sink {
-    fn word_bytes(&self) -> usize {
+    /// The run's words as bytes, to be filled (in the form's order, as
+    /// the words are little-endian here).
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        use bytemuck::cast_slice_mut;
         match self {
-            Sink::F32(..) | Sink::U32(..) => 4,
-            Sink::I64(..) | Sink::U64(..) => 8,
-        }
-    }
-
-    /// Bytes still to come.
-    fn left_bytes(&self) -> usize {
-        let (have, want) = match self {
-            Sink::F32(v, n) => (v.len(), *n),
-            Sink::I64(v, n) => (v.len(), *n),
-            Sink::U64(v, n) => (v.len(), *n),
-            Sink::U32(v, n) => (v.len(), *n),
-        };
-        (want - have) * self.word_bytes()
-    }
-
-    /// Appends the words of `bytes`, whole words only.
-    fn push(&mut self, bytes: &[u8]) {
-        fn words<T, const N: usize>(to: &mut Vec<T>, bytes: &[u8], read: fn([u8; N]) -> T) {
-            to.extend(
-                bytes
-                    .chunks_exact(N)
-                    .map(|w| read(w.try_into().expect("exact chunk"))),
-            )
-        }
-        match self {
-            Sink::F32(v, _) => words(v, bytes, f32::from_le_bytes),
-            Sink::I64(v, _) => words(v, bytes, i64::from_le_bytes),
-            Sink::U64(v, _) => words(v, bytes, u64::from_le_bytes),
-            Sink::U32(v, _) => words(v, bytes, u32::from_le_bytes),
+            Sink::F32(v) => cast_slice_mut(v),
+            Sink::I64(v) => cast_slice_mut(v),
+            Sink::U64(v) => cast_slice_mut(v),
+            Sink::U32(v) => cast_slice_mut(v),
         }
     }
 }
@@ -472,7 +393,7 @@ impl FormReader {
             header: Vec::with_capacity(HEADER_BYTES),
             sinks: Vec::new(),
             sink: 0,
-            carry: ([0; 8], 0),
+            filled: 0,
             tag: 0,
             weighting: None,
         }
@@ -504,30 +425,11 @@ impl FormReader {
             let Some(sink) = self.sinks.get_mut(self.sink) else {
                 return Err(FormReader::bad("bytes past the body"));
             };
-            let n = sink.word_bytes();
-            let (carry, have) = &mut self.carry;
-            // The run's bytes still to come: its words not yet pushed,
-            // less the bytes of its cut word that the carry holds (a word
-            // never spans two runs).
-            debug_assert!(*have < n);
-            let here = (sink.left_bytes() - *have).min(bytes.len());
-            let (mut part, rest) = bytes.split_at(here);
-            bytes = rest;
-            if *have > 0 {
-                let take = (n - *have).min(part.len());
-                carry[*have..*have + take].copy_from_slice(&part[..take]);
-                *have += take;
-                part = &part[take..];
-                if *have == n {
-                    sink.push(&carry[..n]);
-                    *have = 0;
-                }
-            }
-            let whole = part.len() / n * n;
-            sink.push(&part[..whole]);
-            let tail = &part[whole..];
-            carry[..tail.len()].copy_from_slice(tail);
-            *have += tail.len();
+            let run = &mut sink.bytes_mut()[self.filled..];
+            let here = run.len().min(bytes.len());
+            run[..here].copy_from_slice(&bytes[..here]);
+            bytes = &bytes[here..];
+            self.filled += here;
             self.skip_filled();
         }
         Ok(())
@@ -576,28 +478,30 @@ impl FormReader {
         if expected != Some(body) {
             return Err(bad(&format!("{body} body bytes do not match the header")));
         }
+        // Zeroed where the allocator can (fresh pages), so that each
+        // byte is written once, by the copy.
         self.sinks = match self.tag {
-            TAG_F32 => vec![Sink::F32(room_for(a)?, a)],
-            TAG_I64 => vec![Sink::I64(room_for(a)?, a)],
+            TAG_F32 => vec![Sink::F32(zeros(a)?)],
+            TAG_I64 => vec![Sink::I64(zeros(a)?)],
             _ => vec![
-                Sink::U64(room_for(a)?, a),
-                Sink::U32(room_for(b)?, b),
-                Sink::F32(room_for(c)?, c),
+                Sink::U64(zeros(a)?),
+                Sink::U32(zeros(b)?),
+                Sink::F32(zeros(c)?),
             ],
         };
         self.skip_filled();
         Ok(())
     }
 
-    /// Moves past the runs that hold all their words (runs of none
+    /// Moves past the runs that hold all their bytes (runs of none
     /// before they start).
     fn skip_filled(&mut self) {
-        while self
-            .sinks
-            .get(self.sink)
-            .is_some_and(|s| s.left_bytes() == 0)
-        {
+        while let Some(sink) = self.sinks.get_mut(self.sink) {
+            if self.filled < sink.bytes_mut().len() {
+                return;
+            }
             self.sink += 1;
+            self.filled = 0;
         }
     }
 
@@ -615,17 +519,15 @@ impl FormReader {
         let mut sinks = self.sinks.into_iter();
         let mut next = || sinks.next();
         Ok(match (next(), self.weighting) {
-            (Some(Sink::F32(v, _)), None) => Data::F32(v),
-            (Some(Sink::I64(v, _)), None) => Data::I64(v),
-            (Some(Sink::U64(row_start, _)), Some(weighting)) => match (next(), next()) {
-                (Some(Sink::U32(columns, _)), Some(Sink::F32(weights, _))) => {
-                    Data::Block(BlockData {
-                        row_start,
-                        columns,
-                        weights,
-                        weighting,
-                    })
-                }
+            (Some(Sink::F32(v)), None) => Data::F32(v),
+            (Some(Sink::I64(v)), None) => Data::I64(v),
+            (Some(Sink::U64(row_start)), Some(weighting)) => match (next(), next()) {
+                (Some(Sink::U32(columns)), Some(Sink::F32(weights))) => Data::Block(BlockData {
+                    row_start,
+                    columns,
+                    weights,
+                    weighting,
+                }),
                 _ => return Err(ExecError::Internal("a block's runs out of order".into())),
             },
             _ => {
