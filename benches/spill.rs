@@ -24,6 +24,12 @@
 //! (one chunk each: as the store moved every tensor before it streamed
 //! them), alternating, the medians and the median per-round ratio
 //! reported; each read back is checked against the tensor (untimed).
+//! Last, that tensor's byte form in memory: written as into a staging
+//! buffer, read back, and a plain copy of it, GB/s.
+//!
+//! The bench allocates through mimalloc, keeping freed memory, as the
+//! `fateplan` binary does (`src/main.rs`): a tensor read back lands in
+//! reused memory, not in pages faulted in afresh.
 //!
 //! Run: `cargo bench --bench spill`.
 
@@ -35,6 +41,12 @@ use std::time::Instant;
 
 use fateplan::runtime::exec::{Data, SsdTier};
 use fateplan::runtime::spill::{set_direct, AlignedBuf, SpillOptions, SpillStore, Ticket};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// `mi_option_purge_delay` (`src/main.rs`).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 const MIB: u64 = 1 << 20;
 const BASELINE_REQUEST_BYTES: usize = 4 << 20;
@@ -51,6 +63,9 @@ fn env_u64(name: &str, default: u64) -> u64 {
 }
 
 fn main() {
+    // SAFETY: sets one of mimalloc's options before any other thread
+    // exists; `mi_option_set` only stores the value.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
     // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this
     // binary without it, and then one small round only checks that it works.
     let benching = std::env::args().any(|a| a == "--bench");
@@ -174,6 +189,43 @@ fn main() {
         median(&|f| f[2]),
         median(&|f| f[3]),
         median(&|f| f[2] / f[3])
+    );
+
+    // The byte form in memory, where the tier's copies are: the form
+    // written (`write_byte_form`, as into a staging buffer) and read back
+    // (`Data::from_bytes`, `FormReader` in one piece), against copying
+    // the same bytes into a fresh buffer; GB/s of the form.
+    let mut form = vec![0u8; tensor.byte_form_len()];
+    let mut figures: Vec<[f64; 3]> = Vec::new();
+    let form_bytes = form.len() as f64;
+    let gb_per_s = |seconds: f64| form_bytes / 1e9 / seconds;
+    for _ in 0..rounds {
+        let start = Instant::now();
+        tensor.write_byte_form(&mut form).expect("byte form");
+        let written = gb_per_s(start.elapsed().as_secs_f64());
+        let start = Instant::now();
+        let back = Data::from_bytes(&form).expect("byte form read back");
+        let read = gb_per_s(start.elapsed().as_secs_f64());
+        assert!(back == tensor, "the byte form read back differs");
+        drop(back);
+        let start = Instant::now();
+        let copy = std::hint::black_box(form.to_vec());
+        let copied = gb_per_s(start.elapsed().as_secs_f64());
+        drop(copy);
+        figures.push([written, read, copied]);
+    }
+    let median = |k: usize| {
+        let mut values: Vec<f64> = figures.iter().map(|f| f[k]).collect();
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    println!(
+        "byte form of {} MiB (medians of {rounds} rounds): written {:.1} GB/s, read back {:.1} \
+         GB/s, a copy into a fresh buffer {:.1} GB/s",
+        tensor_bytes / MIB,
+        median(0),
+        median(1),
+        median(2)
     );
 }
 
