@@ -289,17 +289,18 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         ));
     }
     let ssd_how = format!(
-        "through the spill store in {} ({}), one block at a time as the executor's SSD lanes \
-         move a tensor no larger than a staging share (write then wait, read then wait and \
-         verify crc32c)",
+        "through the spill store in {} ({}), one f32 tensor at a time as the executor's SSD \
+         lanes move a tensor, through {} staging shares (its form written into a kept staging \
+         buffer, then read back and crc32c verified into the tensor's own buffer)",
         ssd_dir.display(),
-        ssd.mode
+        ssd.mode,
+        mib(ssd::STAGING_SHARE_BYTES as u64)
     );
     put(
         &mut sources,
         "ssd.write_bytes_per_s",
         format!(
-            "{} blocks of {} written in sequence per round, {ssd_how}; median of {} \
+            "{} tensors of {} written in sequence per round, {ssd_how}; median of {} \
              after a warm-up",
             sizes.ssd.round_bytes.div_ceil(sizes.ssd.block_bytes as u64),
             mib(sizes.ssd.block_bytes as u64),
@@ -310,7 +311,7 @@ pub fn measure(options: &MeasureOptions, progress: &mut dyn FnMut(Progress)) -> 
         &mut sources,
         "ssd.read_bytes_per_s",
         format!(
-            "the same blocks read back in sequence after each write round, {ssd_how}; median \
+            "the same tensors read back in sequence after each write round, {ssd_how}; median \
              of {} after a warm-up",
             count(ssd.rounds as u64, "round")
         ),

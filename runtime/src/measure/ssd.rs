@@ -1,15 +1,18 @@
 //! The SSD tier's figures, measured through the spill store as the
-//! executor uses it for a tensor no larger than a staging share (a
-//! larger one moves in chunks of the share, two in flight):
-//! [`SsdTier::put`] and [`SsdTier::get`] of one block at a time (each cut into requests that the spill store's io_uring thread
-//! keeps in flight, O_DIRECT, crc32c per MiB), in the directory given.
+//! executor's SSD lanes use it: [`SsdTier::put_data`] and
+//! [`SsdTier::get_data`] of one f32 tensor at a time through the
+//! planner's default staging share ([`STAGING_SHARE_BYTES`]: a tensor
+//! larger than it moves in chunks of it, two in flight), each chunk cut
+//! into requests that the spill store's io_uring thread keeps in flight
+//! (O_DIRECT, crc32c per MiB), in the directory given. The latencies
+//! are [`SsdTier::put`] and [`SsdTier::get`] of one aligned block.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Instant;
 
-use crate::exec::SsdTier;
+use crate::exec::{Data, SsdTier};
 use crate::spill::{SpillOptions, SpillStore, ALIGN_BYTES};
 use crate::{Error, Result};
 
@@ -17,6 +20,13 @@ use super::{fill_pattern, median, median_of_rounds, Rounds};
 
 /// Bytes per latency request: one aligned block.
 pub const LATENCY_REQUEST_BYTES: usize = ALIGN_BYTES;
+
+/// The staging share the bandwidths move tensors through: one of the
+/// planner's default staging buffers, as a plan's SSD transfers use
+/// them (`Executor::ssd_chunk_bytes`).
+pub const STAGING_SHARE_BYTES: usize = (fateplan_planner::planner::SSD_STAGING_BYTES
+    / fateplan_planner::planner::SSD_STAGING_BUFFERS)
+    as usize;
 
 /// What the SSD tier measured.
 #[derive(Debug, Clone, PartialEq)]
@@ -72,12 +82,18 @@ pub fn measure_ssd(dir: &Path, sizes: &SsdSizes, rounds: &Rounds) -> Result<SsdF
         ));
     }
     let capacity_bytes = free_bytes(dir)?;
-    let block_bytes = sizes.block_bytes.max(LATENCY_REQUEST_BYTES);
+    // Tensors of whole aligned blocks: only their forms' headers pad.
+    let block_bytes = sizes
+        .block_bytes
+        .max(LATENCY_REQUEST_BYTES)
+        .next_multiple_of(ALIGN_BYTES);
     let blocks = sizes.round_bytes.div_ceil(block_bytes as u64).max(1);
-    let round_bytes = blocks * block_bytes as u64;
-    // The spill file's extents are rounded to ALIGN_BYTES; leave room for
-    // the latency blocks and the file's growth steps.
-    let needed = round_bytes + crate::spill::GROW_STEP_BYTES + ALIGN_BYTES as u64;
+    // Each tensor's byte form (its header beside the values) takes its
+    // chunks' extents, rounded to ALIGN_BYTES; leave room for the
+    // latency blocks and the file's growth steps.
+    let header = Data::F32(Vec::new()).byte_form_len();
+    let stored = (block_bytes + header).next_multiple_of(ALIGN_BYTES) as u64;
+    let needed = blocks * stored + crate::spill::GROW_STEP_BYTES + ALIGN_BYTES as u64;
     if capacity_bytes < needed {
         // `--quick` writes less, unless these are its sizes already.
         let quicker = sizes.round_bytes > super::Sizes::quick().ssd.round_bytes;
@@ -127,24 +143,33 @@ fn run(
     let mut words = vec![0u64; block_bytes / 8];
     fill_pattern(&mut words, 0x55d);
     let block: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    let round_bytes = (blocks * block_bytes as u64) as f64;
-    // Each round writes every block, then reads every block back, then
+    let tensor = Data::F32(
+        block
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+    );
+    // Rates of the tensor's bytes, as a plan's transfers are priced on
+    // them (its form's header and padding are the store's cost).
+    let round_bytes = (blocks * tensor.byte_len()) as f64;
+    // Each round writes every tensor, then reads every tensor back, then
     // frees them; the write and read times are kept apart.
     let mut read_rates = Vec::new();
     let write = median_of_rounds(rounds, || {
         let start = Instant::now();
         for key in 0..blocks {
-            ssd.put(key, &block).map_err(tier)?;
+            ssd.put_data(key, &tensor, STAGING_SHARE_BYTES)
+                .map_err(tier)?;
         }
         let write_s = start.elapsed().as_secs_f64();
         let start = Instant::now();
         for key in 0..blocks {
-            let back = ssd.get(key).map_err(tier)?;
-            if back.len() != block.len() {
+            let back = ssd.get_data(key, STAGING_SHARE_BYTES).map_err(tier)?;
+            if back.byte_len() != tensor.byte_len() {
                 return Err(Error::Internal(format!(
                     "ssd tier: key {key} read back {} of {} bytes",
-                    back.len(),
-                    block.len()
+                    back.byte_len(),
+                    tensor.byte_len()
                 )));
             }
         }
