@@ -89,6 +89,10 @@ pub enum Error {
     /// names the kernel, the argument and the value.
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// A buffer a kernel makes could not be allocated: `bytes` for
+    /// `what` (`transpose: the columns`).
+    #[error("out of memory: {bytes} bytes for {what} could not be allocated")]
+    OutOfMemory { bytes: u64, what: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -100,6 +104,19 @@ pub(crate) fn ensure(cond: bool, msg: impl FnOnce() -> String) -> Result<()> {
     } else {
         Err(Error::InvalidInput(msg()))
     }
+}
+
+/// `len` copies of `value` in a fresh buffer, or [`Error::OutOfMemory`]
+/// naming `what`: a buffer as large as a graph's edges ends the caller's
+/// work with an error, not the process.
+pub(crate) fn filled<T: Clone>(len: usize, value: T, what: &str) -> Result<Vec<T>> {
+    let mut out = Vec::new();
+    out.try_reserve_exact(len).map_err(|_| Error::OutOfMemory {
+        bytes: (len as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+        what: what.to_string(),
+    })?;
+    out.resize(len, value);
+    Ok(out)
 }
 
 /// Checks that `slice` holds exactly `len` values.
@@ -421,30 +438,30 @@ impl BlockRef<'_> {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] where the block fails
-    /// [`BlockRef::validate`] for `src_rows`, or has 2³² rows or more.
+    /// [`BlockRef::validate`] for `src_rows`, or has 2³² rows or more;
+    /// [`Error::OutOfMemory`] where its buffers could not be allocated.
     pub fn transpose(&self, src_rows: usize) -> Result<Block> {
         self.validate("transpose", src_rows, true)?;
         let rows = self.rows();
         ensure(u32::try_from(rows).is_ok(), || {
             format!("transpose: {rows} destination rows do not fit the u32 columns")
         })?;
-        let mut row_start = vec![0u64; src_rows + 1];
+        let mut row_start = filled(src_rows + 1, 0u64, "transpose: the row starts")?;
         for &c in self.columns {
             row_start[c as usize + 1] += 1;
         }
         for s in 0..src_rows {
             row_start[s + 1] += row_start[s];
         }
-        let mut next: Vec<u64> = row_start[..src_rows].to_vec();
-        let mut columns = vec![0u32; self.nnz()];
-        let mut placed = vec![
-            0usize;
-            if self.weighting == Weighting::PerEdge {
-                self.nnz()
-            } else {
-                0
-            }
-        ];
+        let mut next = filled(src_rows, 0u64, "transpose: the rows' cursors")?;
+        next.copy_from_slice(&row_start[..src_rows]);
+        let mut columns = filled(self.nnz(), 0u32, "transpose: the columns")?;
+        let per_edge = self.weighting == Weighting::PerEdge;
+        let mut placed = filled(
+            if per_edge { self.nnz() } else { 0 },
+            0usize,
+            "transpose: the edges' places",
+        )?;
         for r in 0..rows {
             for e in self.edges(r) {
                 let c = self.columns[e] as usize;
@@ -456,22 +473,28 @@ impl BlockRef<'_> {
                 }
             }
         }
+        drop(next);
+        let weights_of = |len: usize| filled(len, 0.0f32, "transpose: the weights");
         let (weights, weighting) = match self.weighting {
-            Weighting::PerEdge => (
-                placed.iter().map(|&e| self.weights[e]).collect(),
-                Weighting::PerEdge,
-            ),
+            Weighting::PerEdge => {
+                let mut w = weights_of(placed.len())?;
+                for (w, &e) in w.iter_mut().zip(&placed) {
+                    *w = self.weights[e];
+                }
+                (w, Weighting::PerEdge)
+            }
             Weighting::Row => {
-                let mut w = vec![1.0f32; src_rows];
-                w.extend_from_slice(self.weights);
+                let mut w = weights_of(src_rows + self.weights.len())?;
+                w[..src_rows].fill(1.0);
+                w[src_rows..].copy_from_slice(self.weights);
                 (w, Weighting::RowColumn)
             }
             Weighting::RowColumn => {
                 let (dst, src) = self.weights.split_at(rows);
-                (
-                    src.iter().chain(dst).copied().collect(),
-                    Weighting::RowColumn,
-                )
+                let mut w = weights_of(self.weights.len())?;
+                w[..src.len()].copy_from_slice(src);
+                w[src.len()..].copy_from_slice(dst);
+                (w, Weighting::RowColumn)
             }
             Weighting::Unit => (Vec::new(), Weighting::Unit),
         };

@@ -383,7 +383,7 @@ impl Model {
                 let t = b
                     .view()
                     .transpose(graph.rows(j).len())
-                    .map_err(|e| ExecError::Kernel(format!("{}: {e}", tensor.name)))?;
+                    .map_err(|e| ExecError::of_kernel(e, || tensor.name.clone()))?;
                 Data::Block(BlockData {
                     row_start: t.row_start,
                     columns: t.columns,

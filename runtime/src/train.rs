@@ -1525,10 +1525,13 @@ fn check_mirrored(
                 }
             };
             let src_rows = (offsets[j + 1] - offsets[j]) as usize;
-            let t = block
-                .view()
-                .transpose(src_rows)
-                .map_err(|e| refused(format!("not transposable at block ({i}, {j}): {e}")))?;
+            let t = block.view().transpose(src_rows).map_err(|e| match e {
+                fateplan_kernels::Error::OutOfMemory { bytes, what } => crate::Error::OutOfMemory {
+                    bytes,
+                    what: format!("the check of block ({i}, {j})'s mirror ({what})"),
+                },
+                e => refused(format!("not transposable at block ({i}, {j}): {e}")),
+            })?;
             let bits = |w: &[f32]| w.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             let same = t.row_start == mirror.row_start
                 && t.columns == mirror.columns

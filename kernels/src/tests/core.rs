@@ -573,7 +573,9 @@ fn a_fault_in_any_task_s_rows_is_named_by_every_gather() {
         for broken in &faults {
             let expect = broken.as_ref().validate("k", src_rows, true).unwrap_err();
             let named = |e: Error, kernel: &str| {
-                let (Error::InvalidInput(m), Error::InvalidInput(want)) = (e, &expect);
+                let (Error::InvalidInput(m), Error::InvalidInput(want)) = (e, &expect) else {
+                    panic!("not invalid input");
+                };
                 assert_eq!(m, want.replacen("k:", &format!("{kernel}:"), 1));
             };
             let mut out = vec![0.0; rows * 2];
@@ -600,7 +602,10 @@ fn a_fault_in_any_task_s_rows_is_named_by_every_gather() {
     broken.columns.pop();
     let mut out = vec![0.0; rows * 2];
     let Error::InvalidInput(m) =
-        spmm(broken.as_ref(), &vec![1.0; 80], 2, Init::Zero, &mut out).unwrap_err();
+        spmm(broken.as_ref(), &vec![1.0; 80], 2, Init::Zero, &mut out).unwrap_err()
+    else {
+        panic!("not invalid input");
+    };
     assert!(
         m.starts_with("spmm: block `row_start` decreases at row 5"),
         "{m}"
@@ -1592,4 +1597,33 @@ fn renumbered_rows_draw_the_masks_of_their_ids() {
         .unwrap_err()
         .to_string();
     assert!(message.contains("dropout_in_place"), "{message}");
+}
+
+/// A transpose whose buffers cannot be had is an error naming the
+/// buffer and its bytes, not an abort: a one-edge block over more
+/// source rows than any machine holds.
+#[test]
+fn a_transpose_too_large_to_allocate_is_out_of_memory() {
+    let block = Block {
+        row_start: vec![0, 1],
+        columns: vec![0],
+        weights: vec![0.5],
+        weighting: crate::Weighting::PerEdge,
+    };
+    let src_rows = usize::MAX / 16;
+    match block.as_ref().transpose(src_rows) {
+        Err(Error::OutOfMemory { bytes, what }) => {
+            assert_eq!(what, "transpose: the row starts");
+            assert_eq!(bytes, (src_rows as u64 + 1) * 8);
+        }
+        other => panic!("{other:?}"),
+    }
+    let e = crate::filled(usize::MAX / 4, 0u32, "the test's buffer").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "out of memory: {} bytes for the test's buffer could not be allocated",
+            (usize::MAX / 4) as u64 * 4
+        )
+    );
 }

@@ -579,8 +579,12 @@ fn a_fault_in_any_task_s_rows_is_named_by_every_gat_kernel() {
         let b = broken.as_ref();
         let nnz = b.nnz();
         let named = |result: crate::Result<()>, kernel: &str, src: usize| {
-            let Error::InvalidInput(want) = b.validate(kernel, src, false).unwrap_err();
-            let Error::InvalidInput(got) = result.unwrap_err();
+            let Error::InvalidInput(want) = b.validate(kernel, src, false).unwrap_err() else {
+                panic!("not invalid input");
+            };
+            let Error::InvalidInput(got) = result.unwrap_err() else {
+                panic!("not invalid input");
+            };
             assert_eq!(got, want, "{kernel}");
         };
         let mut scores = vec![0.0f32; nnz * h];

@@ -201,6 +201,19 @@ impl ExecError {
         }
     }
 
+    /// A kernel's error, `what` naming the work it did: a buffer it could
+    /// not allocate is [`ExecError::OutOfMemory`] during `what`, any other
+    /// error [`ExecError::Kernel`].
+    pub fn of_kernel(error: fateplan_kernels::Error, what: impl FnOnce() -> String) -> ExecError {
+        match error {
+            fateplan_kernels::Error::OutOfMemory {
+                bytes,
+                what: buffer,
+            } => ExecError::out_of_memory(bytes).during(|| format!("{} ({buffer})", what())),
+            other => ExecError::Kernel(format!("{}: {other}", what())),
+        }
+    }
+
     /// [`ExecError::Ssd`] of an SSD tier's own error.
     pub fn ssd(error: impl std::error::Error + Send + Sync + 'static) -> ExecError {
         ExecError::Ssd(Arc::new(error))

@@ -460,3 +460,31 @@ fn an_away_copy_whose_maker_panics_fails_its_reader() {
     cell.filler().fill(Ok(Arc::new(Data::I64(vec![7]))));
     assert!(matches!(cell.get().as_deref(), Ok(Data::I64(v)) if v == &[7]));
 }
+
+/// A kernel that could not allocate is out of memory during the work
+/// named (the buffer in brackets); any other kernel error is the
+/// kernel's, with the work named first.
+#[test]
+fn a_kernels_out_of_memory_is_the_executors() {
+    let oom = fateplan_kernels::Error::OutOfMemory {
+        bytes: 4096,
+        what: "transpose: the columns".into(),
+    };
+    match ExecError::of_kernel(oom, || "adj_t[1,0]".into()) {
+        ExecError::OutOfMemory { bytes, during } => {
+            assert_eq!(bytes, 4096);
+            assert_eq!(
+                during.as_deref(),
+                Some("adj_t[1,0] (transpose: the columns)")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let invalid = fateplan_kernels::Error::InvalidInput("spmm: bad".into());
+    match ExecError::of_kernel(invalid, || "adj_t[1,0]".into()) {
+        ExecError::Kernel(message) => {
+            assert_eq!(message, "adj_t[1,0]: invalid input: spmm: bad")
+        }
+        other => panic!("{other:?}"),
+    }
+}
