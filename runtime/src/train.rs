@@ -300,8 +300,8 @@ fn held_in_memory(plan: &Plan, backend: &BackendChoice) -> (u64, String) {
             held.saturating_add(copies),
             format!(
                 "{what}, and {} of whole tensors the SSD tier's transfers hold in host memory \
-                 (a plain copy each of the largest written and read, beside the staging the \
-                 plan counts)",
+                 (a pinned and a plain copy of the largest written, a plain copy of the largest \
+                 read, beside the staging the plan counts)",
                 format_bytes(copies)
             ),
         ),
@@ -312,10 +312,11 @@ fn held_in_memory(plan: &Plan, backend: &BackendChoice) -> (u64, String) {
 /// On the CPU backend none: the spill store moves a tensor a staging
 /// buffer's chunk at a time, straight from and into the tensor's own
 /// memory (`crate::spill::tier`). On the CUDA backend a tensor moves
-/// through a plain host copy of it whole (`Mover::to_plain` out, the
-/// copy the device loads from back in): the largest tensor the plan
-/// writes to the SSD and the largest it reads (the two SSD lanes run at
-/// once).
+/// through host copies of it whole: out, a pinned copy of the device's
+/// and the plain copy made from it while the pinned one is still held
+/// (`Mover::to_plain`); back in, the plain copy the device loads from.
+/// So twice the largest tensor the plan writes to the SSD and once the
+/// largest it reads (the two SSD lanes run at once).
 fn ssd_copies_in_flight(plan: &Plan, backend: &BackendChoice) -> u64 {
     if matches!(backend, BackendChoice::Cpu) {
         return 0;
@@ -336,7 +337,9 @@ fn ssd_copies_in_flight(plan: &Plan, backend: &BackendChoice) -> u64 {
             .max()
             .unwrap_or(0)
     };
-    largest(&|e| e.to == Tier::Ssd).saturating_add(largest(&|e| e.from == Tier::Ssd))
+    largest(&|e| e.to == Tier::Ssd)
+        .saturating_mul(2)
+        .saturating_add(largest(&|e| e.from == Tier::Ssd))
 }
 
 /// What the plan's tiers hold in this process's memory at their peak.
@@ -1881,7 +1884,7 @@ mod tests {
             tiers_in_memory(&spilled, &cpu)
         );
         let copies = ssd_copies_in_flight(&spilled, &cuda);
-        assert_eq!(copies, largest(false) + largest(true));
+        assert_eq!(copies, 2 * largest(false) + largest(true));
         let (held, what) = held_in_memory(&spilled, &cuda);
         assert_eq!(held, tiers_in_memory(&spilled, &cuda).0 + copies);
         assert!(
