@@ -63,9 +63,11 @@ fn env_u64(name: &str, default: u64) -> u64 {
 }
 
 fn main() {
-    // SAFETY: sets one of mimalloc's options before any other thread
-    // exists; `mi_option_set` only stores the value.
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: sets one of mimalloc's options before any other thread
+        // exists; `mi_option_set` only stores the value.
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
+    }
     // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this
     // binary without it, and then one small round only checks that it works.
     let benching = std::env::args().any(|a| a == "--bench");

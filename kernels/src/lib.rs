@@ -110,12 +110,19 @@ pub(crate) fn ensure(cond: bool, msg: impl FnOnce() -> String) -> Result<()> {
 /// naming `what`: a buffer as large as a graph's edges ends the caller's
 /// work with an error, not the process.
 pub(crate) fn filled<T: Clone>(len: usize, value: T, what: &str) -> Result<Vec<T>> {
+    let mut out = room(len, what)?;
+    out.resize(len, value);
+    Ok(out)
+}
+
+/// An empty buffer with room for `len` values, or [`Error::OutOfMemory`]
+/// as [`filled`].
+pub(crate) fn room<T>(len: usize, what: &str) -> Result<Vec<T>> {
     let mut out = Vec::new();
     out.try_reserve_exact(len).map_err(|_| Error::OutOfMemory {
         bytes: (len as u64).saturating_mul(std::mem::size_of::<T>() as u64),
         what: what.to_string(),
     })?;
-    out.resize(len, value);
     Ok(out)
 }
 
@@ -446,15 +453,20 @@ impl BlockRef<'_> {
         ensure(u32::try_from(rows).is_ok(), || {
             format!("transpose: {rows} destination rows do not fit the u32 columns")
         })?;
-        let mut row_start = filled(src_rows + 1, 0u64, "transpose: the row starts")?;
+        // Past any memory where `src_rows` is usize::MAX: refused as such.
+        let mut row_start = filled(
+            src_rows.saturating_add(1),
+            0u64,
+            "transpose: the row starts",
+        )?;
         for &c in self.columns {
             row_start[c as usize + 1] += 1;
         }
         for s in 0..src_rows {
             row_start[s + 1] += row_start[s];
         }
-        let mut next = filled(src_rows, 0u64, "transpose: the rows' cursors")?;
-        next.copy_from_slice(&row_start[..src_rows]);
+        let mut next = room(src_rows, "transpose: the rows' cursors")?;
+        next.extend_from_slice(&row_start[..src_rows]);
         let mut columns = filled(self.nnz(), 0u32, "transpose: the columns")?;
         let per_edge = self.weighting == Weighting::PerEdge;
         let mut placed = filled(

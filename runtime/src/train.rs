@@ -316,7 +316,10 @@ fn held_in_memory(plan: &Plan, backend: &BackendChoice) -> (u64, String) {
 /// and the plain copy made from it while the pinned one is still held
 /// (`Mover::to_plain`); back in, the plain copy the device loads from.
 /// So twice the largest tensor the plan writes to the SSD and once the
-/// largest it reads (the two SSD lanes run at once).
+/// largest it reads (the two SSD lanes run at once). Not counted: the
+/// pinned pool keeps buffers given back for reuse, up to the host budget
+/// less the staging (`cuda::keep`), which may hold more than the host
+/// tier's peak and these copies.
 fn ssd_copies_in_flight(plan: &Plan, backend: &BackendChoice) -> u64 {
     if matches!(backend, BackendChoice::Cpu) {
         return 0;
@@ -1535,11 +1538,15 @@ fn check_mirrored(
                 },
                 e => refused(format!("not transposable at block ({i}, {j}): {e}")),
             })?;
-            let bits = |w: &[f32]| w.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            // The weights' bits, compared in place (no copy of them).
             let same = t.row_start == mirror.row_start
                 && t.columns == mirror.columns
                 && t.weighting == mirror.weighting
-                && bits(&t.weights) == bits(&mirror.weights);
+                && t.weights.len() == mirror.weights.len()
+                && t.weights
+                    .iter()
+                    .zip(&mirror.weights)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
             if !same {
                 let which = match i == j {
                     true => format!("block ({i}, {i}) is not its own transpose"),

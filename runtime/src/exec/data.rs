@@ -478,8 +478,8 @@ impl FormReader {
         if expected != Some(body) {
             return Err(bad(&format!("{body} body bytes do not match the header")));
         }
-        // Zeroed where the allocator can (fresh pages), so that each
-        // byte is written once, by the copy.
+        // Zeroed (by fresh pages where the allocator maps new memory),
+        // then filled by the pieces' copies.
         self.sinks = match self.tag {
             TAG_F32 => vec![Sink::F32(zeros(a)?)],
             TAG_I64 => vec![Sink::I64(zeros(a)?)],
