@@ -205,7 +205,7 @@ pub(crate) struct PlanArgs {
     /// taken; with --sweep auto, each with the sweeps chosen at it.
     /// The search and the
     /// counts planned are in the summary. `compare` sizes as dp does.
-    #[arg(long, conflicts_with = "dag", default_value = "auto", value_parser = auto_lowercase)]
+    #[arg(long, conflicts_with = "dag", default_value = "auto", value_parser = partitions_value)]
     partitions: String,
     /// A built-in profile name or a profile JSON file.
     #[arg(long, default_value = "a100-80g")]
@@ -251,7 +251,7 @@ pub(crate) struct PlanArgs {
     /// has what is left divided among those not yet solved, the one dp
     /// predicts fastest last [default: 60]. Only `milp` plans read it
     /// (under `compare`, its row): another `--policy` refuses it.
-    #[arg(long)]
+    #[arg(long, value_parser = milp_time_limit_value)]
     milp_time_limit: Option<f64>,
     /// Work dp's polish may do from each of its starts (moving one tensor
     /// at a time to another of its choices, kept where the prediction is
@@ -1441,15 +1441,6 @@ pub(crate) fn lowercase(text: &str) -> std::result::Result<String, String> {
     Ok(text.to_ascii_lowercase())
 }
 
-/// `auto` in any case as `auto`; other values as given (checked where
-/// they are read).
-pub(crate) fn auto_lowercase(text: &str) -> std::result::Result<String, String> {
-    Ok(match text.eq_ignore_ascii_case("auto") {
-        true => "auto".to_string(),
-        false => text.to_string(),
-    })
-}
-
 /// What the GNN builder needs to know about the graph.
 enum GraphSource {
     Stats {
@@ -2223,7 +2214,7 @@ pub(crate) fn auto_sweeps(
 /// What a plan is made for: a generic DAG, or a GNN to size.
 enum Source {
     Dag(Workload),
-    Gnn(GnnSource),
+    Gnn(Box<GnnSource>),
 }
 
 /// What a plan is made for, as the command line gives it.
@@ -2323,6 +2314,9 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
         } else {
             GraphData::open(path)?
         };
+        if let Some(gaps) = &graph.gaps {
+            eprintln!("warning: {gaps}");
+        }
         note_unread_arrays(path);
         // A graph's own sizes are the model's: a plan for others would
         // not run on it (a named --dataset plans other sizes).
@@ -2420,7 +2414,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
         ));
     }
     Ok(SourceGiven {
-        source: Source::Gnn(GnnSource {
+        source: Source::Gnn(Box::new(GnnSource {
             spec,
             source,
             // The shares of every GPU are cut into `gpus × partitions`
@@ -2430,7 +2424,7 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
             } else {
                 MAX_PARTITIONS
             },
-        }),
+        })),
         note,
         halo,
         shares,
@@ -2572,6 +2566,57 @@ pub(crate) fn whole_in<T: Count>(
 /// (`-o`, `--json`) where the value should be is refused as a flag, not a
 /// size: the value is missing, or (`--hbm-budget=--json`) is not a size.
 pub(crate) fn budget_value(text: &str) -> std::result::Result<String, String> {
+    not_a_flag(text)?;
+    // Refused as it is read, as any flag's value: a share or a size.
+    match text.strip_suffix('%') {
+        Some(_) => {
+            budget_percent(&Some(text.to_string()), "")
+                .map_err(|e| percent_refusal(&e.to_string()))?;
+        }
+        None => {
+            budget_bytes(text).map_err(|e| format!("{e:#}"))?;
+        }
+    }
+    Ok(text.to_string())
+}
+
+/// `--{name}`'s value where it takes bytes alone (`simulate`'s budgets,
+/// which replay a plan whose shares were made bytes when it was sized):
+/// a share, or a fraction that reads as one, is told how to get its
+/// bytes.
+pub(crate) fn bytes_budget_value(
+    name: &'static str,
+) -> impl Fn(&str) -> std::result::Result<String, String> + Clone + Send + Sync + 'static {
+    move |text| {
+        not_a_flag(text)?;
+        let fraction = text
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|f| *f > 0.0 && *f < 1.0)
+            .map(|f| format!("{}%", (f * 1e4).round() / 1e2));
+        let share = match text.strip_suffix('%') {
+            Some(_) => {
+                budget_percent(&Some(text.to_string()), "")
+                    .map_err(|e| percent_refusal(&e.to_string()))?;
+                Some(text.to_string())
+            }
+            None => fraction,
+        };
+        if let Some(share) = share {
+            return Err(format!(
+                "simulate replays under bytes (such as 4GiB); a share's bytes depend on how the \
+                 plan was sized: `fateplan plan ... --{name} {share}` prints them (its \
+                 `percent` line)"
+            ));
+        }
+        budget_bytes(text).map_err(|e| format!("{e:#}"))?;
+        Ok(text.to_string())
+    }
+}
+
+/// Refuses a flag (`-o`, `--json`) where a budget's value should be.
+fn not_a_flag(text: &str) -> std::result::Result<(), String> {
     let name = text.trim_start_matches('-');
     let dashes = text.len() - name.len();
     if (dashes == 1 || dashes == 2) && name.starts_with(|c: char| c.is_ascii_alphabetic()) {
@@ -2579,7 +2624,61 @@ pub(crate) fn budget_value(text: &str) -> std::result::Result<String, String> {
             "{text} is a flag, not a size or a share: a budget takes a value such as 4GiB or 25%"
         ));
     }
-    Ok(text.to_string())
+    Ok(())
+}
+
+/// [`budget_percent`]'s refusal without the flag it names (clap names
+/// it): "25x%: expected a positive percentage".
+fn percent_refusal(message: &str) -> String {
+    message.strip_prefix("-- ").unwrap_or(message).to_string()
+}
+
+/// `--partitions`' value as it is read: `auto` (in any case) or a count
+/// of 1 to [`MAX_PARTITIONS`].
+pub(crate) fn partitions_value(text: &str) -> std::result::Result<String, String> {
+    if text.eq_ignore_ascii_case("auto") {
+        return Ok("auto".to_string());
+    }
+    parse_count::<u32>(text, &(1..=MAX_PARTITIONS as u128))
+        .map(|_| text.to_string())
+        .map_err(|why| format!("{why}; expected a count or auto"))
+}
+
+/// `--milp-time-limit`'s seconds as they are read
+/// ([`milp_time_limit_checked`]).
+pub(crate) fn milp_time_limit_value(text: &str) -> std::result::Result<f64, String> {
+    let seconds: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    milp_time_limit_checked(seconds).map_err(|e| {
+        let message = e.to_string();
+        match message.split_once(": ") {
+            Some((_, why)) => why.to_string(),
+            None => message,
+        }
+    })
+}
+
+/// A positive finite number kept as an `f32` ([`real_f32`]): a rate.
+pub(crate) fn positive_f32(text: &str) -> std::result::Result<f32, String> {
+    let value = real_f32(text)?;
+    match value > 0.0 && value.is_finite() {
+        true => Ok(value),
+        false => Err(format!("{} is not a finite positive number", text.trim())),
+    }
+}
+
+/// A finite number of 0 or more kept as an `f32` ([`real_f32`]).
+pub(crate) fn non_negative_f32(text: &str) -> std::result::Result<f32, String> {
+    let value = real_f32(text)?;
+    match value >= 0.0 && value.is_finite() {
+        true => Ok(value),
+        false => Err(format!(
+            "{} is not a finite number of 0 or more",
+            text.trim()
+        )),
+    }
 }
 
 pub(crate) fn budget(flag: &Option<String>, name: &str, default: u64) -> Result<u64> {

@@ -99,11 +99,59 @@ pub mod profiles {
                 context: path.display().to_string(),
                 message: format!("cannot read: {e}"),
             })?;
-        Profile::from_json(&text, &path.display().to_string())
+        let profile = Profile::from_json(&text, &path.display().to_string())?;
+        // A file may be a copy of a built-in profile, but not another
+        // machine under its name: plans and reports would name that one.
+        let same_name = BUILTIN
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(&profile.name))
+            .and_then(|(n, _)| builtin(n));
+        if let Some(shipped) = same_name.filter(|shipped| !shipped.same_figures(&profile)) {
+            return Err(fateplan_planner::Error::InvalidInput {
+                context: format!("{}: name", path.display()),
+                message: format!(
+                    "{:?} is the name of a built-in profile whose figures differ from this \
+                     file's; plans and reports would name that profile: give this one a name \
+                     of its own",
+                    shipped.name
+                ),
+            });
+        }
+        Ok(profile)
     }
 
     #[cfg(test)]
     mod tests {
+        #[test]
+        fn a_file_under_a_built_in_name_is_that_profile_or_refused() {
+            let dir = std::env::temp_dir().join(format!("fateplan-named-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join("p.json");
+            let mut profile = super::builtin("a100-80g").unwrap();
+            std::fs::write(&path, profile.to_json_pretty()).unwrap();
+            assert_eq!(super::load(path.to_str().unwrap()).unwrap(), profile);
+            // Other words, the same figures: that profile, described anew.
+            profile.description = "the same figures".into();
+            std::fs::write(&path, profile.to_json_pretty()).unwrap();
+            assert_eq!(super::load(path.to_str().unwrap()).unwrap(), profile);
+            profile.pcie.h2d_bytes_per_s *= 2.0;
+            profile.name = "A100-80G".into();
+            std::fs::write(&path, profile.to_json_pretty()).unwrap();
+            let error = super::load(path.to_str().unwrap()).unwrap_err().to_string();
+            assert!(
+                error.contains(&format!("{}: name", path.display()))
+                    && error.contains("\"a100-80g\" is the name of a built-in profile"),
+                "{error}"
+            );
+            profile.name = "a100-fast".into();
+            std::fs::write(&path, profile.to_json_pretty()).unwrap();
+            assert_eq!(
+                super::load(path.to_str().unwrap()).unwrap().name,
+                "a100-fast"
+            );
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+
         #[test]
         fn a_profile_loads_by_name_or_path_and_a_bad_one_is_named() {
             assert_eq!(super::load("cpu-small").unwrap().name, "cpu-small");

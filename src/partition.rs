@@ -44,7 +44,7 @@ pub struct PartitionArgs {
     /// Most in-edges a GPU may own, over the mean: a share from 0 to 1
     /// (0.05) or a percentage (5%, which may exceed 100%) [default: 5%].
     /// Min-cut holds the vertices a GPU owns to twice it.
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, allow_hyphen_values = true, value_parser = tolerance_value)]
     tolerance: Option<String>,
     /// Replicate on every GPU the vertices with at least this many
     /// out-edges (1 or more: 0 would replicate every vertex).
@@ -68,6 +68,18 @@ enum Which {
     Random,
     Mincut,
     Both,
+}
+
+/// `--tolerance`'s value as it is read ([`tolerance`]).
+fn tolerance_value(text: &str) -> std::result::Result<String, String> {
+    tolerance(Some(text)).map_err(|e| {
+        let message = e.to_string();
+        match message.split_once(": ") {
+            Some((_, why)) => why.to_string(),
+            None => message,
+        }
+    })?;
+    Ok(text.to_string())
 }
 
 /// `--tolerance`: a share from 0 to 1, or a percentage.
@@ -106,6 +118,18 @@ pub fn run(args: &PartitionArgs) -> Result<()> {
             fateplan::planner::units::count(args.gpus as u64, "GPU")
         ),
     )?;
+    if let Some(gaps) = &graph.gaps {
+        eprintln!("warning: {gaps}");
+    }
+    if u64::from(args.gpus) > graph.nodes {
+        bail!(
+            "--gpus {}: {} has {} vert{}: every GPU must own at least one",
+            args.gpus,
+            args.graph,
+            graph.nodes,
+            if graph.nodes == 1 { "ex" } else { "ices" }
+        );
+    }
     let options = PartitionOptions {
         tolerance,
         seed: args.seed,

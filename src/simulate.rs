@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use fateplan::planner::plan::Budgets;
 use fateplan::planner::units::{bytes_exact, count, format_bytes, format_seconds};
@@ -38,15 +38,15 @@ pub struct SimulateArgs {
     /// lists the violations (exit 3). A share (25%) is refused: its bytes
     /// depend on how the plan was sized, which `plan --hbm-budget 25%`
     /// prints.
-    #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::budget_value)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::bytes_budget_value("hbm-budget"))]
     hbm_budget: Option<String>,
     /// Host memory budget per GPU to replay under instead of the plan's,
     /// in bytes (0: no host tier).
-    #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::budget_value)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::bytes_budget_value("host-budget"))]
     host_budget: Option<String>,
     /// SSD budget per GPU to replay under instead of the plan's, in bytes
     /// (0: no SSD tier).
-    #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::budget_value)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::bytes_budget_value("ssd-budget"))]
     ssd_budget: Option<String>,
 }
 
@@ -193,7 +193,7 @@ pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Re
         // (an edited copy): the header's names alone would not tell them apart.
         let renamed_what_if = args.profile.is_some()
             && profile.name == plan.profile.name
-            && figures(&profile) != figures(&plan.profile);
+            && !profile.same_figures(&plan.profile);
         // A plan saved before its operators counted their edge heads and
         // rows, replayed on a profile with times for them.
         let by_field = profile
@@ -329,25 +329,8 @@ fn replay_budgets(args: &SimulateArgs, plan: &Plan, profile: &Profile) -> Result
         &mut budgets.ssd_bytes,
     ];
     for (k, ((name, given), slot)) in flags.into_iter().zip(slots).enumerate() {
+        // (A share was refused as the flag was read: `bytes_budget_value`.)
         let Some(text) = given else { continue };
-        // A share (25%), or a fraction without a unit (0.25), which is
-        // more likely a share than a quarter of a byte.
-        let fraction = text
-            .trim()
-            .parse::<f64>()
-            .ok()
-            .filter(|f| *f > 0.0 && *f < 1.0)
-            .map(|f| format!("{}%", (f * 1e4).round() / 1e2));
-        if let Some(share) = crate::cli::budget_percent(given, name)?
-            .map(|_| text.to_string())
-            .or(fraction)
-        {
-            bail!(
-                "--{name} {text}: simulate replays under bytes (such as 4GiB); a share's bytes \
-                 depend on how the plan was sized: `fateplan plan ... --{name} {share}` prints \
-                 them (its `percent` line)"
-            );
-        }
         *slot = crate::cli::within_capacity(
             (name, text),
             crate::cli::budget(given, name, 0)?,
@@ -417,18 +400,6 @@ fn budgets_against(
         );
     }
     said.join(", ")
-}
-
-/// `profile` without what is words, not figures: its description, its
-/// sources and the device's model name; and without its steadiness,
-/// which prices nothing.
-fn figures(profile: &fateplan::planner::Profile) -> fateplan::planner::Profile {
-    let mut figures = profile.clone();
-    figures.description.clear();
-    figures.sources.clear();
-    figures.device.model.clear();
-    figures.steadiness = None;
-    figures
 }
 
 fn percent(part: f64, whole: f64) -> f64 {

@@ -119,7 +119,7 @@ pub struct TrainArgs {
     sweep: Option<String>,
     #[arg(long, default_value_t = 200, value_parser = crate::cli::positive::<u32>)]
     pub(crate) epochs: u32,
-    #[arg(long, default_value_t = 0.01, value_parser = crate::cli::real_f32)]
+    #[arg(long, default_value_t = 0.01, value_parser = crate::cli::positive_f32)]
     lr: f32,
     /// Dropout probability on each layer's input features; for GAT also
     /// on the attention coefficients (as PyG's `GATConv(dropout=p)`).
@@ -128,7 +128,7 @@ pub struct TrainArgs {
     dropout: Option<f32>,
     /// Adam weight decay (L2), on the first layer only unless
     /// --weight-decay-all-layers (Kipf and Welling's GCN decays the first).
-    #[arg(long, default_value_t = 5e-4, value_parser = crate::cli::real_f32)]
+    #[arg(long, default_value_t = 5e-4, value_parser = crate::cli::non_negative_f32)]
     weight_decay: f32,
     #[arg(long)]
     weight_decay_all_layers: bool,
@@ -165,7 +165,7 @@ pub struct TrainArgs {
     /// renumbered; the dropout masks stay keyed by the vertices as given)
     /// or `ranges` (equal ranges of vertex numbers) [default: mincut, or
     /// the plan's].
-    #[arg(long)]
+    #[arg(long, value_parser = ["mincut", "ranges"])]
     pub(crate) shares: Option<String>,
 
     /// Keep the features as they are (default: rows normalised to sum 1 when
@@ -184,7 +184,7 @@ pub struct TrainArgs {
     /// Seconds the MILP may search before it returns its best plan
     /// unproven, as `plan --milp-time-limit` [default: 60]. Refused under
     /// another `--policy`.
-    #[arg(long, conflicts_with = "plan")]
+    #[arg(long, conflicts_with = "plan", value_parser = crate::cli::milp_time_limit_value)]
     milp_time_limit: Option<f64>,
     /// Profile to plan with [default: cpu-small; with --plan the plan's,
     /// and another is refused].
@@ -231,7 +231,7 @@ pub struct TrainArgs {
     json: bool,
     /// What computes the operators: cpu, or cuda (an NVIDIA GPU, with the
     /// driver, NVRTC and cuBLAS of CUDA 13).
-    #[arg(long, default_value = "cpu")]
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"])]
     backend: String,
     /// The CUDA device's ordinal (with --backend cuda; default 0).
     #[arg(long, value_parser = crate::cli::whole::<usize>)]
@@ -489,15 +489,6 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
     }
     if args.partitions() == 0 {
         bail!("--partitions 0: expected at least 1");
-    }
-    if !(args.lr > 0.0 && args.lr.is_finite()) {
-        bail!("--lr {}: expected a finite positive number", args.lr);
-    }
-    if !(args.weight_decay >= 0.0 && args.weight_decay.is_finite()) {
-        bail!(
-            "--weight-decay {}: expected a finite number >= 0",
-            args.weight_decay
-        );
     }
     Ok(hyper)
 }
@@ -962,6 +953,8 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     // With --plan, budget flags set the run's arenas (the plan is refused
     // if it needs more); without, they are the budgets to plan for.
     let mut run_budgets = None;
+    // With --plan, what each budget flag's share was of (none for bytes).
+    let mut shares_said: [Option<String>; 3] = Default::default();
     let mut unplanned_exchange = None;
     // `--sweep auto`'s workload and the summary's line on it.
     let mut chosen = None;
@@ -1030,28 +1023,38 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 };
                 let planned_on = plan.profile.clone();
                 let retain_peak = || crate::cli::retain_all_peak(workload, &planned_on, &like);
-                run_budgets = Some(Budgets {
-                    hbm_bytes: budget(
+                let mut each = [
+                    (
                         &args.hbm_budget,
                         "hbm-budget",
-                        (given.hbm_bytes, machine.device.hbm_bytes, false),
-                        &held,
-                        &retain_peak,
-                    )?,
-                    host_bytes: budget(
+                        given.hbm_bytes,
+                        machine.device.hbm_bytes,
+                    ),
+                    (
                         &args.host_budget,
                         "host-budget",
-                        (given.host_bytes, machine.host.memory_bytes, true),
-                        &held,
-                        &retain_peak,
-                    )?,
-                    ssd_bytes: budget(
+                        given.host_bytes,
+                        machine.host.memory_bytes,
+                    ),
+                    (
                         &args.ssd_budget,
                         "ssd-budget",
-                        (given.ssd_bytes, machine.ssd.capacity_bytes, true),
-                        &held,
-                        &retain_peak,
-                    )?,
+                        given.ssd_bytes,
+                        machine.ssd.capacity_bytes,
+                    ),
+                ]
+                .into_iter()
+                .map(|(flag, name, given, capacity)| {
+                    let shared = name != "hbm-budget";
+                    budget_said(flag, name, (given, capacity, shared), &held, &retain_peak)
+                });
+                let mut next = || each.next().expect("three budgets");
+                let [hbm, host, ssd] = [next()?, next()?, next()?];
+                shares_said = [hbm.1, host.1, ssd.1];
+                run_budgets = Some(Budgets {
+                    hbm_bytes: hbm.0,
+                    host_bytes: host.0,
+                    ssd_bytes: ssd.0,
                 });
             }
             // A budget flag the plan does not fit: said by the flag,
@@ -1062,15 +1065,34 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                     (Tier::Host, "host-budget", &args.host_budget),
                     (Tier::Ssd, "ssd-budget", &args.ssd_budget),
                 ];
-                for (tier, name, given) in flags {
+                for ((tier, name, given), said) in flags.into_iter().zip(&shares_said) {
                     let (needed, held) = (plan.predicted.peak_bytes.get(tier), run.of(tier));
                     if let Some(text) = given.as_deref().filter(|_| needed > held) {
+                        // A share is of the retain-all plan at the plan's
+                        // count, which `plan --partitions auto` may not
+                        // have taken its shares at.
+                        let share = match said {
+                            Some(said) => format!(
+                                ": {said} at the plan's {}; `plan --partitions auto` takes its \
+                                 shares of the retain-all plan at the count it is sized to, \
+                                 which may be fewer",
+                                match plan.workload.model.as_ref() {
+                                    Some(model) => fateplan::planner::units::count(
+                                        u64::from(model.partitions),
+                                        "partition"
+                                    ),
+                                    None => "partition count".to_string(),
+                                }
+                            ),
+                            None => String::new(),
+                        };
                         bail!(
                             "--{name} {text}: the plan {source} needs {} of {tier} at its peak, \
-                             more than this budget ({}); leave --{name} out to train with the \
-                             plan's, or plan again for this one",
+                             more than this budget ({}{share}); leave --{name} out to train \
+                             with the plan's ({}), or plan again for this one",
                             format_bytes(needed),
-                            format_bytes(held)
+                            format_bytes(held),
+                            format_bytes(plan.budgets.of(tier))
                         );
                     }
                 }
@@ -2109,23 +2131,38 @@ fn budget(
     of: &crate::cli::Capacity,
     retain_peak: &dyn Fn() -> Result<u64>,
 ) -> Result<u64> {
+    Ok(budget_said(flag, name, (default, capacity, shared), of, retain_peak)?.0)
+}
+
+/// [`budget`], and for a share what it is a share of ("25% of 19.7 MiB,
+/// the retain-all plan's device peak").
+fn budget_said(
+    flag: &Option<String>,
+    name: &str,
+    (default, capacity, shared): (u64, u64, bool),
+    of: &crate::cli::Capacity,
+    retain_peak: &dyn Fn() -> Result<u64>,
+) -> Result<(u64, Option<String>)> {
     // Only what was given: a plan's own budgets are the plan's business.
     let Some(given) = flag.as_deref() else {
-        return Ok(default);
+        return Ok((default, None));
     };
-    let bytes = match crate::cli::budget_percent(flag, name)? {
+    let (bytes, said) = match crate::cli::budget_percent(flag, name)? {
         Some(percent) => {
             let given = format!("--{name} {given}");
             let peak = retain_peak()?;
-            let (of, whose) = match shared {
+            let (base, whose) = match shared {
                 false => crate::cli::hbm_share_base(peak, capacity),
                 true => (peak, crate::cli::RETAIN_ALL_PEAK.to_string()),
             };
-            crate::cli::share_of(of, percent, (&given, &whose))?
+            let bytes = crate::cli::share_of(base, percent, (&given, &whose))?;
+            let said = format!("{percent}% of {}, {whose}", format_bytes(base));
+            (bytes, Some(said))
         }
-        None => crate::cli::budget(flag, name, default)?,
+        None => (crate::cli::budget(flag, name, default)?, None),
     };
-    crate::cli::within_capacity((name, given), bytes, (capacity, shared), of)
+    let bytes = crate::cli::within_capacity((name, given), bytes, (capacity, shared), of)?;
+    Ok((bytes, said))
 }
 
 /// An accuracy to `digits` places, or `n/a` where its mask holds no node.

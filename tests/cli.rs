@@ -263,6 +263,25 @@ fn a_failure_with_json_is_a_json_document() {
         &["train", "--graph", graph, "--epochs", "0", "--json"],
         &["partition", "--json", "--graph", graph, "--gpus", "0"],
         &["study", "--json", "--no-such-flag"],
+        // Values refused on their own, whatever the graph: as the command
+        // line is read (with the `--help` line), not after.
+        &["plan", "--json", "--hbm-budget", "-1"],
+        &["plan", "--json", "--hbm-budget", "5x%"],
+        &["plan", "--json", "--partitions", "0"],
+        &["plan", "--json", "--milp-time-limit", "-3"],
+        &["train", "--graph", graph, "--lr", "-1", "--json"],
+        &["train", "--graph", graph, "--weight-decay", "-1", "--json"],
+        &["train", "--graph", graph, "--backend", "tpu", "--json"],
+        &[
+            "partition",
+            "--json",
+            "--graph",
+            graph,
+            "--gpus",
+            "2",
+            "--tolerance",
+            "-1%",
+        ],
     ] {
         let out = fateplan(args);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
@@ -273,6 +292,11 @@ fn a_failure_with_json_is_a_json_document() {
         assert!(
             !error.is_empty() && stderr(&out).contains(&format!("error: {error}")),
             "{args:?}: {document} against {}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains("For more information, try '--help'."),
+            "{args:?}: {}",
             stderr(&out)
         );
     }
@@ -653,7 +677,7 @@ fn bad_input_names_what_is_wrong() {
                 "--milp-time-limit",
                 "0",
             ],
-            "--milp-time-limit 0: expected a positive number of seconds",
+            "'--milp-time-limit <MILP_TIME_LIMIT>': expected a positive number of seconds",
         ),
         // And dp's polish under another.
         (
@@ -813,11 +837,11 @@ fn bad_input_names_what_is_wrong() {
         (&["plan", "--hidden", "0"], "0 is not in 1..=65536"),
         (
             &["plan", "--partitions", "-1"],
-            "--partitions \"-1\": -1 is not in 1..=256; expected a count or auto",
+            "'--partitions <PARTITIONS>': -1 is not in 1..=256; expected a count or auto",
         ),
         (
             &["plan", "--partitions", "2.5"],
-            "--partitions \"2.5\": 2.5 is not a whole number",
+            "'--partitions <PARTITIONS>': 2.5 is not a whole number",
         ),
         (
             &["train", "--graph", "planted:nodes=100", "--epochs", "0"],
@@ -1125,7 +1149,7 @@ fn budgets_as_a_share_of_the_retain_all_peak() {
     }
     let out = fateplan(&[&ARXIV_P4[..], &["--ssd-budget", "0%"]].concat());
     assert_eq!(out.status.code(), Some(1));
-    let expect = "--ssd-budget 0%: expected a positive percentage";
+    let expect = "'--ssd-budget <SSD_BUDGET>': 0%: expected a positive percentage";
     assert!(stderr(&out).contains(expect), "{}", stderr(&out));
     // A fraction without a unit is not bytes: told how a share is written.
     let out = fateplan(&[&ARXIV_P4[..], &["--hbm-budget", "0.3"]].concat());
@@ -1299,6 +1323,23 @@ fn partition_random_against_mincut() {
     let value: serde_json::Value =
         serde_json::from_slice(&fateplan(&[&two[..], &["--json"]].concat()).stdout).unwrap();
     assert!(value["random_over_mincut"]["halo_rows_total"].is_null());
+    // More GPUs than vertices: said by the flag and the graph.
+    let many = fateplan(&[
+        "partition",
+        "--graph",
+        list.to_str().unwrap(),
+        "--gpus",
+        "101",
+    ]);
+    assert_eq!(many.status.code(), Some(1));
+    assert!(
+        stderr(&many).contains(&format!(
+            "error: --gpus 101: {} has 100 vertices: every GPU must own at least one",
+            list.display()
+        )),
+        "{}",
+        stderr(&many)
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 
     let zero = fateplan(&["partition", "--graph", graph, "--gpus", "0"]);
@@ -1331,7 +1372,7 @@ fn partition_random_against_mincut() {
     for (tolerance, expected) in [
         (
             "5",
-            "--tolerance 5: a share over the mean is at most 1 (0.05 is 5%); write 5%",
+            "'--tolerance <TOLERANCE>': a share over the mean is at most 1 (0.05 is 5%); write 5%",
         ),
         ("-1%", "at least 0"),
         ("five", "expected a share (0.05) or a percentage (5%)"),

@@ -495,12 +495,23 @@ fn train_compares_with_the_simulator() {
     ] {
         assert!(text.contains(part), "{part}: {text}");
     }
-    // A profile of its own (here the shipped one under its name, with
-    // another figure) gets no note.
+    // A profile of its own (here the shipped one with another figure,
+    // under a name of its own) gets no note.
     let own = spill.join("own.json");
     let shipped = include_str!("../profiles/cpu-small.json");
     let changed = shipped.replacen("\"op_overhead_s\": 2e-6", "\"op_overhead_s\": 3e-6", 1);
     assert_ne!(changed, shipped);
+    // Under the shipped one's name it is refused: reports would name
+    // that profile for figures that are not its.
+    std::fs::write(&own, &changed).unwrap();
+    let refused = fateplan(&["plan", "--profile", own.to_str().unwrap()]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr(&refused).contains("name: \"cpu-small\" is the name of a built-in profile"),
+        "{}",
+        stderr(&refused)
+    );
+    let changed = changed.replacen("\"name\": \"cpu-small\"", "\"name\": \"cpu-edited\"", 1);
     std::fs::write(&own, changed).unwrap();
     let own = own.to_str().unwrap();
     let args = ["train", "--graph", graph, "--epochs", "2", "--profile", own];
@@ -508,7 +519,7 @@ fn train_compares_with_the_simulator() {
     assert!(text.status.success(), "{}", stderr(&text));
     let text = stdout(&text);
     assert!(
-        text.contains("on profile cpu-small") && !text.contains("note "),
+        text.contains("on profile cpu-edited") && !text.contains("note "),
         "{text}"
     );
     let _ = std::fs::remove_dir_all(&spill);

@@ -325,14 +325,28 @@ fn bad_plans_name_the_file() {
         "{}",
         stdout(&out)
     );
-    // A profile file under the plan's profile's name with other figures
-    // (an edited copy, given with --profile) is said to differ, in the
-    // text and the JSON.
+    // A profile file under a built-in profile's name with other figures
+    // (an edited copy) is refused: reports would name that profile.
     let original: serde_json::Value = serde_json::from_str(&text).unwrap();
     let mut edited = original["profile"].clone();
     let h2d = edited["pcie"]["h2d_bytes_per_s"].as_f64().unwrap();
     edited["pcie"]["h2d_bytes_per_s"] = (h2d / 10.0).into();
     let file = dir.join("same-name-profile.json");
+    std::fs::write(&file, edited.to_string()).unwrap();
+    let out = fateplan(&["simulate", path(&plan), "--profile", path(&file)]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("name: \"a100-80g\" is the name of a built-in profile"),
+        "{}",
+        stderr(&out)
+    );
+    // Under the plan's profile's own name (a profile measured again,
+    // both `measured`) it is said to differ, in the text and the JSON.
+    let mut measured: serde_json::Value = serde_json::from_str(&text).unwrap();
+    measured["profile"]["name"] = "measured".into();
+    let plan = dir.join("measured-plan.json");
+    std::fs::write(&plan, measured.to_string()).unwrap();
+    edited["name"] = "measured".into();
     std::fs::write(&file, edited.to_string()).unwrap();
     let out = fateplan(&["simulate", path(&plan), "--profile", path(&file)]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -346,9 +360,9 @@ fn bad_plans_name_the_file() {
     assert_eq!(json["profile_differs_from_planned"], true, "{json}");
     // The plan's own figures, given back, are not, with other words
     // (the description) or without.
-    let mut words = original["profile"].clone();
+    let mut words = measured["profile"].clone();
     words["description"] = "the same figures".into();
-    for (name, profile) in [("same.json", &original["profile"]), ("words.json", &words)] {
+    for (name, profile) in [("same.json", &measured["profile"]), ("words.json", &words)] {
         let file = dir.join(name);
         std::fs::write(&file, profile.to_string()).unwrap();
         let out = fateplan(&["simulate", path(&plan), "--profile", path(&file)]);

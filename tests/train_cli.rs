@@ -289,7 +289,7 @@ fn bad_training_input_names_what_is_wrong() {
                 "--lr",
                 "inf",
             ],
-            "--lr inf: expected a finite positive number",
+            "'--lr <LR>': inf is not a finite positive number",
         ),
         (
             &[
@@ -299,7 +299,7 @@ fn bad_training_input_names_what_is_wrong() {
                 "--weight-decay",
                 "inf",
             ],
-            "--weight-decay inf: expected a finite number >= 0",
+            "'--weight-decay <WEIGHT_DECAY>': inf is not a finite number of 0 or more",
         ),
     ];
     for (args, needle) in cases {
@@ -497,8 +497,20 @@ fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
             plan.display()
         )) && stderr.contains(
             "of hbm at its peak, more than this budget (1.00 KiB); leave --hbm-budget out to \
-             train with the plan's, or plan again for this one"
+             train with the plan's ("
         ),
+        "{stderr}"
+    );
+    // A share says what it is of: the retain-all plan at the plan's
+    // count, which `plan --partitions auto` may not have taken.
+    let refused = fateplan(&[&common[..], &["--hbm-budget", "1%"]].concat());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--hbm-budget 1%: the plan ")
+            && stderr.contains("1% of ")
+            && stderr.contains(", the retain-all plan's device peak at the plan's ")
+            && stderr.contains("`plan --partitions auto` takes its shares"),
         "{stderr}"
     );
     let other = fateplan(
@@ -1106,7 +1118,12 @@ fn more_threads_than_sixteen_a_core_are_refused_before_any_start() {
 fn an_unknown_backend_is_refused() {
     let output = fateplan(&["train", "--graph", "planted:nodes=100", "--backend", "tpu"]);
     assert_eq!(output.status.code(), Some(1));
-    assert!(stderr(&output).contains("--backend tpu: expected cpu or cuda"));
+    assert!(
+        stderr(&output).contains("'--backend <BACKEND>'")
+            && stderr(&output).contains("[possible values: cpu, cuda]"),
+        "{}",
+        stderr(&output)
+    );
     // CUDA-only flags are not silently ignored on the CPU backend.
     let output = fateplan(&[
         "train",
@@ -1260,22 +1277,35 @@ fn several_devices_train_the_same_model_and_report_their_exchanges() {
     .unwrap();
     profile["ssd"]["read_bytes_per_s"] = 1e9.into();
     std::fs::write(&edited, profile.to_string()).unwrap();
-    let renamed = fateplan(
-        &[
-            &common[..],
-            &[
-                "--plan",
-                saved.to_str().unwrap(),
-                "--profile",
-                edited.to_str().unwrap(),
-            ],
-        ]
-        .concat(),
+    // Under a built-in profile's name it is refused as it is read.
+    let with_edited = || {
+        let given = [
+            "--plan",
+            saved.to_str().unwrap(),
+            "--profile",
+            edited.to_str().unwrap(),
+        ];
+        fateplan(&[&common[..], &given[..]].concat())
+    };
+    let shipped_name = with_edited();
+    assert_eq!(shipped_name.status.code(), Some(1));
+    assert!(
+        stderr(&shipped_name).contains("name: \"a100-80g\" is the name of a built-in profile"),
+        "{}",
+        stderr(&shipped_name)
     );
+    // Under the plan's own (a profile measured again, both `lab`), it is
+    // told apart by its figures.
+    let mut lab: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    lab["profile"]["name"] = "lab".into();
+    std::fs::write(&saved, lab.to_string()).unwrap();
+    profile["name"] = "lab".into();
+    std::fs::write(&edited, profile.to_string()).unwrap();
+    let renamed = with_edited();
     assert_eq!(renamed.status.code(), Some(1), "{}", stderr(&renamed));
     assert!(
-        stderr(&renamed)
-            .contains("was made on a profile also named \"a100-80g\", with other figures"),
+        stderr(&renamed).contains("was made on a profile also named \"lab\", with other figures"),
         "{}",
         stderr(&renamed)
     );
@@ -1338,7 +1368,10 @@ fn several_devices_train_the_same_model_and_report_their_exchanges() {
             &["--devices", "0"],
             "'--devices <DEVICES>': 0 is less than 1",
         ),
-        (&["--devices", "2", "--shares", "metis"], "--shares metis"),
+        (
+            &["--devices", "2", "--shares", "metis"],
+            "invalid value 'metis' for '--shares <SHARES>'",
+        ),
         (&["--shares", "ranges"], "--devices above 1 (--devices 1)"),
         (&["--devices", "2", "--csr-cache", "c.bin"], "--csr-cache"),
     ];

@@ -671,6 +671,23 @@ impl Profile {
         serde_json::to_string_pretty(self).expect("a profile always serializes")
     }
 
+    /// Whether `other` prices everything as this profile does: equal but
+    /// for what is words, not figures (the names, the description, the
+    /// sources and the device's model name) and the steadiness, which
+    /// prices nothing.
+    pub fn same_figures(&self, other: &Profile) -> bool {
+        let figures = |profile: &Profile| {
+            let mut figures = profile.clone();
+            figures.name.clear();
+            figures.description.clear();
+            figures.sources.clear();
+            figures.device.model.clear();
+            figures.steadiness = None;
+            figures
+        };
+        figures(self) == figures(other)
+    }
+
     /// Every numeric field by dotted path, for validation and for checking sources.
     pub fn figures(&self) -> Vec<(&'static str, f64)> {
         let d = &self.device;

@@ -87,6 +87,15 @@ impl<'a> EdgeSource<'a> {
                 format!("{:?}; expected [2, E]", npy.shape),
             ));
         }
+        if npy.shape[1] == 0 {
+            // As an edge-list file with none: a graph's layers aggregate
+            // over its edges, and a folder with none is a broken one.
+            return Err(Error::invalid(
+                &path,
+                "shape",
+                "[2, 0]: no edges; a graph needs at least one",
+            ));
+        }
         if !matches!(npy.dtype, Dtype::I64 | Dtype::I32) {
             return Err(Error::invalid(
                 &path,
@@ -150,13 +159,7 @@ impl<'a> EdgeSource<'a> {
                 }
             }
         }
-        let Some((most, element)) = most else {
-            return Err(Error::invalid(
-                &file.path,
-                "shape",
-                "[2, 0]: no edges, and no x.npy to give the vertex count",
-            ));
-        };
+        let (most, element) = most.expect("refused above: at least one edge");
         let nodes = most as u64 + 1;
         file.nodes = nodes;
         file.nodes_from = "N from the largest end, read before";
@@ -415,7 +418,12 @@ mod tests {
         let error = EdgeSource::npy_counting_nodes(path.clone(), Npy::open(&path).unwrap())
             .unwrap_err()
             .to_string();
-        assert!(error.contains("no edges"), "{error}");
+        assert!(error.contains("shape: [2, 0]: no edges"), "{error}");
+        // With the vertex count given (a folder's x.npy), as well.
+        let error = EdgeSource::npy(path.clone(), Npy::open(&path).unwrap(), 5)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("shape: [2, 0]: no edges"), "{error}");
     }
 
     #[test]

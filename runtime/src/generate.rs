@@ -762,7 +762,13 @@ fn check_node_attributes(spec: &str, nodes: u64, features: u32, classes: u32) ->
         return Err(Error::invalid(
             Path::new(spec),
             "classes",
-            format!("{classes} is more than the {nodes} nodes"),
+            format!(
+                "{classes}{} is more than the {nodes} nodes",
+                match spec.contains("classes=") {
+                    true => "",
+                    false => " (the default; give classes=N)",
+                }
+            ),
         ));
     }
     if nodes.saturating_mul(features as u64) > MAX_FEATURE_VALUES {
@@ -1588,7 +1594,7 @@ mod tests {
             assert_eq!(GeneratorSpec::parse(&spec.to_string()).unwrap(), spec);
         }
         let error = |text: &str| GeneratorSpec::parse(text).unwrap_err().to_string();
-        let cases: [(&str, &[&str]); 18] = [
+        let cases: [(&str, &[&str]); 20] = [
             ("rmat:scale=10,,features=8", &["item 2 of 3: empty"]),
             ("planted:nodes=100,", &["item 2 of 2: empty"]),
             (
@@ -1637,6 +1643,14 @@ mod tests {
             (
                 "planted:nodes=200,degree=1000",
                 &["degree", "1000 is more than the 199 other nodes"],
+            ),
+            (
+                "planted:nodes=3",
+                &["classes: 5 (the default; give classes=N) is more than the 3 nodes"],
+            ),
+            (
+                "planted:nodes=3,classes=4",
+                &["classes: 4 is more than the 3 nodes"],
             ),
         ];
         for (text, parts) in cases {

@@ -33,6 +33,29 @@ pub struct GraphData {
     /// its largest label. `plan` sizes the output layer by them; `train`
     /// reads one label a vertex.
     pub targets: bool,
+    /// Where at least half of a file's vertices have no edge (ids with
+    /// gaps: numbered from 10^9, or hashes), what says so, naming where
+    /// the count comes from: a command warns of it.
+    pub gaps: Option<String>,
+}
+
+/// Where `nodes` vertices with `edges` edges leave more than half of
+/// them without one (an edge touches two at most), how many at least.
+fn without_edges(nodes: u64, edges: u64) -> Option<u64> {
+    let without = nodes.saturating_sub(edges.saturating_mul(2));
+    (without > nodes / 2).then_some(without)
+}
+
+/// The warning [`GraphData::gaps`] holds, from where the count comes.
+fn gaps_note(nodes: u64, edges: u64, from: &NodesFrom) -> Option<String> {
+    let without = without_edges(nodes, edges)?;
+    Some(format!(
+        "{}: {}: {} makes {nodes} vertices; at least {without} of them have no edge (the graph \
+         has {edges}): number the vertices from 0 without gaps",
+        from.path.display(),
+        from.field,
+        from.value
+    ))
 }
 
 /// Where a graph's vertex count comes from, as a refusal of the count
@@ -81,8 +104,9 @@ impl GraphData {
         };
         let path = Path::new(source);
         if path.exists() {
-            let (graph, from) = Self::load_counted(path)?;
+            let (mut graph, from) = Self::load_counted(path)?;
             holding.check(graph.nodes, graph.edge_count(), &from, available)?;
+            graph.gaps = gaps_note(graph.nodes, graph.edge_count(), &from);
             return Ok(graph);
         }
         if !source.contains(':') {
@@ -130,6 +154,7 @@ impl GraphData {
             features: Some(features),
             classes: Some(classes),
             targets: false,
+            gaps: None,
         })
     }
 
@@ -280,6 +305,7 @@ impl GraphData {
             features,
             classes,
             targets,
+            gaps: None,
         };
         Ok((graph, from))
     }
@@ -376,6 +402,7 @@ impl GraphData {
             features: None,
             classes: None,
             targets: false,
+            gaps: None,
         };
         let from = NodesFrom {
             path: path.to_path_buf(),
@@ -445,14 +472,12 @@ impl Holding<'_> {
         let Some(shortfall) = available.shortfall(needed, &each) else {
             return Ok(());
         };
-        let without_edges = nodes.saturating_sub(edges.saturating_mul(2));
-        let gaps = if without_edges > nodes / 2 {
-            format!(
-                "; at least {without_edges} of them have no edge (the graph has {edges}): \
-                 number the vertices from 0 without gaps"
-            )
-        } else {
-            String::new()
+        let gaps = match without_edges(nodes, edges) {
+            Some(without) => format!(
+                "; at least {without} of them have no edge (the graph has {edges}): number the \
+                 vertices from 0 without gaps"
+            ),
+            None => String::new(),
         };
         Err(Error::TooLarge {
             path: from.path.clone(),
@@ -545,6 +570,33 @@ mod tests {
         let g = GraphData::load(&dir).unwrap();
         assert_eq!((g.nodes, g.classes), (6, Some(5)));
         assert_eq!(g.blocks(3).unwrap().total_edges(), 3);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn ids_with_gaps_are_told_where_their_count_comes_from() {
+        let dir = scratch("gaps");
+        let path = dir.join("edges.txt");
+        std::fs::write(&path, "0 1\n1 4000000000\n").unwrap();
+        let graph = GraphData::open(path.to_str().unwrap()).unwrap();
+        let gaps = graph.gaps.expect("most vertices have no edge");
+        assert_eq!(
+            gaps,
+            format!(
+                "{}: line 2: vertex id 4000000000 makes 4000000001 vertices; at least \
+                 3999999997 of them have no edge (the graph has 2): number the vertices from 0 \
+                 without gaps",
+                path.display()
+            )
+        );
+        // Half without an edge is no sign of gaps: 8 vertices, 2 edges.
+        std::fs::write(&path, "0 1\n2 7\n").unwrap();
+        assert_eq!(GraphData::open(path.to_str().unwrap()).unwrap().gaps, None);
+        std::fs::write(&path, "0 1\n2 8\n").unwrap();
+        assert!(GraphData::open(path.to_str().unwrap())
+            .unwrap()
+            .gaps
+            .is_some());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

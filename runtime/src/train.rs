@@ -603,15 +603,23 @@ pub(crate) fn on_a_worker_told<T: Send>(
     rayon::in_place_scope(|scope| {
         let result = &mut result;
         scope.spawn(move |_| {
-            // The receiver outlives the job: it reads until this sender drops.
+            // The receiver reads until this sender drops, unless `progress`
+            // panicked: then the job stops at the epoch it reports next,
+            // unwinding (dropping what it holds, its spill files among
+            // them) without the panic hook's message, and the scope passes
+            // on `progress`'s panic, the first.
+            let gone =
+                || -> ! { std::panic::resume_unwind(Box::new("the progress callback panicked")) };
             *result = Some(job(&mut |stats: &EpochStats| {
                 if !told {
-                    let _ = sender.send((*stats, None));
+                    if sender.send((*stats, None)).is_err() {
+                        gone();
+                    }
                     return;
                 }
                 let (done, seen) = std::sync::mpsc::sync_channel(1);
-                if sender.send((*stats, Some(done))).is_ok() {
-                    let _ = seen.recv();
+                if sender.send((*stats, Some(done))).is_err() || seen.recv().is_err() {
+                    gone();
                 }
             }));
         });
@@ -2295,6 +2303,43 @@ mod tests {
             })
         });
         assert!(panicked.is_err());
+
+        // A panic in `progress` reaches the caller with its own payload,
+        // and the job stops at the next epoch it reports (told or not).
+        for told in [false, true] {
+            let reported = std::sync::atomic::AtomicU32::new(0);
+            let panicked = std::panic::catch_unwind(|| {
+                on_a_worker_told(
+                    &mut |stats| {
+                        if stats.epoch == 2 {
+                            std::panic::panic_any("progress failed");
+                        }
+                    },
+                    told,
+                    |progress| {
+                        for e in 1..=1000 {
+                            reported.store(e, std::sync::atomic::Ordering::Relaxed);
+                            progress(&epoch(e));
+                            // Time for the caller to see each epoch.
+                            std::thread::sleep(std::time::Duration::from_millis(2));
+                        }
+                    },
+                )
+            });
+            let payload = panicked.expect_err("progress panicked");
+            assert_eq!(payload.downcast_ref::<&str>(), Some(&"progress failed"));
+            let reported = reported.load(std::sync::atomic::Ordering::Relaxed);
+            // (Told, the job waits for each epoch to be seen: it stops at
+            // 2. Not told, it may run ahead by what the caller takes to
+            // see epoch 2; 1000 without the stop.)
+            assert!(
+                reported <= 100,
+                "told {told}: the job went on to epoch {reported}"
+            );
+            if told {
+                assert_eq!(reported, 2);
+            }
+        }
 
         let inside = rayon::scope(|_| {
             let worker = std::thread::current().id();

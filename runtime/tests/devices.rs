@@ -635,6 +635,7 @@ fn the_topology_alone_gives_the_workload_of_the_shares() {
         features: None,
         classes: None,
         targets: false,
+        gaps: None,
     };
     let h = Hyper { heads: 2, ..h };
     for method in [ShareMethod::Ranges, ShareMethod::Mincut] {
