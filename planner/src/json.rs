@@ -31,13 +31,17 @@ pub(crate) fn parse<T: DeserializeOwned>(text: &str, source: &str) -> Result<T> 
         };
         let mut message = said(&inner);
         // serde_json reads a whole number past u64 as a float: said so.
-        if message.starts_with("invalid type: floating point")
-            && (message.ends_with("expected u64") || message.ends_with("expected u32"))
-        {
-            message.push_str(
-                " (a whole number too large for the field is read as one, as are a fraction \
-                 and an exponent)",
-            );
+        let most = match () {
+            _ if message.ends_with("expected u64") => Some("2^64 - 1"),
+            _ if message.ends_with("expected u32") => Some("2^32 - 1"),
+            _ => None,
+        };
+        if let Some(most) = most.filter(|_| message.starts_with("invalid type: floating point")) {
+            message.push_str(&format!(
+                " (the field takes a whole number written in digits, at most {most}; a \
+                 fraction, an exponent such as 1e9, or a number past 2^64 - 1 is read as a \
+                 floating point one)"
+            ));
         }
         match other_kind::<T>(text) {
             Some(note) => Error::invalid(context, format!("{message}; {note}")),
@@ -164,8 +168,17 @@ mod tests {
         // A whole number past u64, which serde_json reads as a float.
         let large = error(r#"{"inner": [{"bytes": 100000000000000000000}]}"#);
         assert!(
-            large.contains("expected u64 (a whole number too large for the field is read as one"),
+            large.contains(
+                "expected u64 (the field takes a whole number written in digits, at most 2^64 - 1"
+            ),
             "{large}"
+        );
+        // As is an exponent, however small its value.
+        let exponent = error(r#"{"inner": [{"bytes": 1e3}]}"#);
+        assert!(
+            exponent
+                .contains("floating point `1000.0`, expected u64 (the field takes a whole number"),
+            "{exponent}"
         );
     }
 
