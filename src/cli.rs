@@ -17,7 +17,7 @@ use fateplan::planner::gnn::{
 };
 use fateplan::planner::passes::cost::FateSet;
 use fateplan::planner::plan::{
-    ExchangeKind, Fate, Leg, MilpSearch, PlanModel, Predicted, Strategy,
+    Action, ExchangeKind, Fate, Leg, MilpSearch, PlanModel, Predicted, Strategy,
 };
 use fateplan::planner::planner;
 use fateplan::planner::profile::DeviceKind;
@@ -4050,11 +4050,26 @@ fn write_summary(
             op.name
         )?;
     }
+    // A recomputed tensor is rebuilt through the intermediates its
+    // operators made (a partial sum), which rerun too whatever their own
+    // fate: the runs are said beside the count of tensors.
+    let reruns = plan
+        .schedule
+        .iter()
+        .filter(|e| e.action == Action::Recompute)
+        .count() as u64;
     let counts: Vec<String> = plan
         .fate_counts()
         .into_iter()
         .filter(|&(_, n)| n > 0)
-        .map(|(fate, n): (Fate, usize)| format!("{fate} {n}"))
+        .map(|(fate, n): (Fate, usize)| match fate {
+            Fate::Recompute if reruns != n as u64 => format!(
+                "{fate} {n} ({} an iteration, the intermediates they are rebuilt through \
+                 included)",
+                fateplan::planner::units::count(reruns, "recomputation")
+            ),
+            _ => format!("{fate} {n}"),
+        })
         .collect();
     writeln!(out, "fates     {}", counts.join(", "))?;
     writeln!(

@@ -126,6 +126,47 @@ fn json_and_explain() {
     assert_eq!(plan["predicted"]["peak_bytes"]["ssd"], 0);
     let ssd = text.lines().find(|l| l.starts_with("ssd ")).unwrap();
     assert!(ssd.ends_with("  unused"), "{ssd}");
+    // The recomputed tensors are counted, and the operator runs that
+    // rebuild them (their intermediates' too) beside them: ogbn-arxiv's
+    // 2-layer GCN in 4 partitions at 60% recomputes two sums through
+    // their partial sums.
+    let args = [
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--layers",
+        "2",
+        "--partitions",
+        "4",
+        "--hbm-budget",
+        "60%",
+        "-o",
+        file.to_str().unwrap(),
+    ];
+    let planned = fateplan(&args);
+    assert!(planned.status.success(), "{}", stderr(&planned));
+    let plan: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let count = |of: &str, what: &str| {
+        plan[of]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t[if of == "tensors" { "fate" } else { "action" }] == what)
+            .count()
+    };
+    let (fates, runs) = (
+        count("tensors", "recompute"),
+        count("schedule", "recompute"),
+    );
+    assert!(0 < fates && fates < runs, "{fates} tensors, {runs} runs");
+    let text = stdout(&planned);
+    assert!(
+        text.contains(&format!(
+            "recompute {fates} ({runs} recomputations an iteration, the intermediates they are \
+             rebuilt through included)"
+        )),
+        "{text}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
