@@ -207,6 +207,10 @@ pub fn count(n: u64, noun: &str) -> String {
 
 /// Formats seconds with a unit that keeps three significant digits.
 pub fn format_seconds(seconds: f64) -> String {
+    // None at all reads as none, not in the smallest unit beside larger.
+    if seconds == 0.0 {
+        return "0 s".to_string();
+    }
     if seconds >= 1.0 {
         format!("{seconds:.3} s")
     } else if seconds >= 1e-3 {
@@ -219,6 +223,14 @@ pub fn format_seconds(seconds: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seconds_keep_three_digits_and_none_is_none() {
+        assert_eq!(format_seconds(0.0), "0 s");
+        assert_eq!(format_seconds(2.5e-7), "0.250 us");
+        assert_eq!(format_seconds(0.0125), "12.500 ms");
+        assert_eq!(format_seconds(3.0), "3.000 s");
+    }
 
     #[test]
     fn one_of_a_thing_is_singular() {
