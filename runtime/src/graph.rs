@@ -33,7 +33,7 @@ pub struct GraphData {
     /// its largest label. `plan` sizes the output layer by them; `train`
     /// reads one label a vertex.
     pub targets: bool,
-    /// Where at least half of a file's vertices have no edge (ids with
+    /// Where more than half of a file's vertices have no edge (ids with
     /// gaps: numbered from 10^9, or hashes), what says so, naming where
     /// the count comes from: a command warns of it.
     pub gaps: Option<String>,
