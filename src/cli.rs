@@ -289,19 +289,6 @@ pub(crate) struct PlanArgs {
     explain: bool,
 }
 
-/// `--milp-time-limit`'s seconds where they are positive and at most a
-/// week (`plan`, `curve`, `compare` and `train`).
-pub(crate) fn milp_time_limit_checked(limit: f64) -> Result<f64> {
-    let most = fateplan::planner::planner::MAX_MILP_TIME_LIMIT_S;
-    if !(limit > 0.0 && limit <= most) {
-        bail!(
-            "--milp-time-limit {limit}: expected a positive number of seconds, at most {most} (a \
-             week)"
-        );
-    }
-    Ok(limit)
-}
-
 /// The MILP's time limit when no `--milp-time-limit` is given.
 const DEFAULT_MILP_TIME_LIMIT_S: f64 = 60.0;
 
@@ -2568,14 +2555,8 @@ pub(crate) fn whole_in<T: Count>(
 pub(crate) fn budget_value(text: &str) -> std::result::Result<String, String> {
     not_a_flag(text)?;
     // Refused as it is read, as any flag's value: a share or a size.
-    match text.strip_suffix('%') {
-        Some(_) => {
-            budget_percent(&Some(text.to_string()), "")
-                .map_err(|e| percent_refusal(&e.to_string()))?;
-        }
-        None => {
-            budget_bytes(text).map_err(|e| format!("{e:#}"))?;
-        }
+    if share_value(text)?.is_none() {
+        budget_bytes(text).map_err(|e| format!("{e:#}"))?;
     }
     Ok(text.to_string())
 }
@@ -2595,14 +2576,7 @@ pub(crate) fn bytes_budget_value(
             .ok()
             .filter(|f| *f > 0.0 && *f < 1.0)
             .map(|f| format!("{}%", (f * 1e4).round() / 1e2));
-        let share = match text.strip_suffix('%') {
-            Some(_) => {
-                budget_percent(&Some(text.to_string()), "")
-                    .map_err(|e| percent_refusal(&e.to_string()))?;
-                Some(text.to_string())
-            }
-            None => fraction,
-        };
+        let share = share_value(text)?.or(fraction);
         if let Some(share) = share {
             return Err(format!(
                 "simulate replays under bytes (such as 4GiB); a share's bytes depend on how the \
@@ -2627,12 +2601,6 @@ fn not_a_flag(text: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// [`budget_percent`]'s refusal without the flag it names (clap names
-/// it): "25x%: expected a positive percentage".
-fn percent_refusal(message: &str) -> String {
-    message.strip_prefix("-- ").unwrap_or(message).to_string()
-}
-
 /// `--partitions`' value as it is read: `auto` (in any case) or a count
 /// of 1 to [`MAX_PARTITIONS`].
 pub(crate) fn partitions_value(text: &str) -> std::result::Result<String, String> {
@@ -2644,20 +2612,16 @@ pub(crate) fn partitions_value(text: &str) -> std::result::Result<String, String
         .map_err(|why| format!("{why}; expected a count or auto"))
 }
 
-/// `--milp-time-limit`'s seconds as they are read
-/// ([`milp_time_limit_checked`]).
+/// `--milp-time-limit`'s seconds as they are read: positive and at most
+/// a week (`plan`, `curve`, `compare` and `train`).
 pub(crate) fn milp_time_limit_value(text: &str) -> std::result::Result<f64, String> {
-    let seconds: f64 = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
-    milp_time_limit_checked(seconds).map_err(|e| {
-        let message = e.to_string();
-        match message.split_once(": ") {
-            Some((_, why)) => why.to_string(),
-            None => message,
-        }
-    })
+    let most = fateplan::planner::planner::MAX_MILP_TIME_LIMIT_S;
+    match text.trim().parse::<f64>() {
+        Ok(limit) if limit > 0.0 && limit <= most => Ok(limit),
+        _ => Err(format!(
+            "expected a positive number of seconds, at most {most} (a week)"
+        )),
+    }
 }
 
 /// A positive finite number kept as an `f32` ([`real_f32`]): a rate.
@@ -2824,13 +2788,30 @@ pub(crate) fn budget_percent(flag: &Option<String>, name: &str) -> Result<Option
     let Some(percent) = flag.as_deref().and_then(|text| text.strip_suffix('%')) else {
         return Ok(None);
     };
-    let share = percent
+    let share = positive_percent(percent)
+        .with_context(|| format!("--{name} {percent}%: expected a positive percentage"))?;
+    Ok(Some(share))
+}
+
+/// A share's number (`25` of `25%`), where positive and finite.
+fn positive_percent(percent: &str) -> Option<f64> {
+    percent
         .trim()
         .parse()
         .ok()
         .filter(|v: &f64| *v > 0.0 && v.is_finite())
-        .with_context(|| format!("--{name} {percent}%: expected a positive percentage"))?;
-    Ok(Some(share))
+}
+
+/// A budget's value ending in `%`, checked as it is read: `Some` of
+/// the share as given, `None` for bytes.
+fn share_value(text: &str) -> std::result::Result<Option<String>, String> {
+    match text.strip_suffix('%') {
+        Some(percent) => match positive_percent(percent) {
+            Some(_) => Ok(Some(text.to_string())),
+            None => Err(format!("{text}: expected a positive percentage")),
+        },
+        None => Ok(None),
+    }
 }
 
 /// `percent` of `of` bytes, the budget `given` (`--hbm-budget 25%`), `of`
@@ -2986,7 +2967,7 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
         }
         options.fates = FateSet::parse(fates).context("--fates")?;
     }
-    options.milp_time_limit_s = milp_time_limit_checked(args.milp_time_limit())?;
+    options.milp_time_limit_s = args.milp_time_limit();
     if let Some(work) = args.polish_work {
         options.polish_work = work;
     }

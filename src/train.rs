@@ -843,7 +843,6 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         if !policy.eq_ignore_ascii_case(Policy::Milp.name()) {
             bail!("--milp-time-limit {limit}: applies to --policy milp only, not to {policy}");
         }
-        crate::cli::milp_time_limit_checked(limit)?;
     }
     let mut hyper = hyper(args)?;
     let backend = backend_choice(args)?;
@@ -1023,33 +1022,30 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 };
                 let planned_on = plan.profile.clone();
                 let retain_peak = || crate::cli::retain_all_peak(workload, &planned_on, &like);
-                let mut each = [
-                    (
-                        &args.hbm_budget,
-                        "hbm-budget",
-                        given.hbm_bytes,
-                        machine.device.hbm_bytes,
-                    ),
-                    (
-                        &args.host_budget,
-                        "host-budget",
-                        given.host_bytes,
-                        machine.host.memory_bytes,
-                    ),
-                    (
-                        &args.ssd_budget,
-                        "ssd-budget",
-                        given.ssd_bytes,
-                        machine.ssd.capacity_bytes,
-                    ),
-                ]
-                .into_iter()
-                .map(|(flag, name, given, capacity)| {
-                    let shared = name != "hbm-budget";
+                let said = |flag, name, given, capacity, shared| {
                     budget_said(flag, name, (given, capacity, shared), &held, &retain_peak)
-                });
-                let mut next = || each.next().expect("three budgets");
-                let [hbm, host, ssd] = [next()?, next()?, next()?];
+                };
+                let hbm = said(
+                    &args.hbm_budget,
+                    "hbm-budget",
+                    given.hbm_bytes,
+                    machine.device.hbm_bytes,
+                    false,
+                )?;
+                let host = said(
+                    &args.host_budget,
+                    "host-budget",
+                    given.host_bytes,
+                    machine.host.memory_bytes,
+                    true,
+                )?;
+                let ssd = said(
+                    &args.ssd_budget,
+                    "ssd-budget",
+                    given.ssd_bytes,
+                    machine.ssd.capacity_bytes,
+                    true,
+                )?;
                 shares_said = [hbm.1, host.1, ssd.1];
                 run_budgets = Some(Budgets {
                     hbm_bytes: hbm.0,
