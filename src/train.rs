@@ -905,7 +905,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             fateplan::planner::units::count(parts, "partition")
         );
     }
-    let dataset_dims = (dataset.features as usize, dataset.classes as usize);
+    let dataset_dims = (dataset.features, dataset.classes);
     // The model checked on the graph's widths before anything is built:
     // a sweep of a layer it lacks is the flag's fault.
     train::spec(dataset_dims.0, dataset_dims.1, &hyper, &dataset.name)

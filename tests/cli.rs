@@ -3206,7 +3206,8 @@ fn targets_a_vertex_are_planned_and_said_to_be_plan_s_alone() {
 /// do: with `--partitions auto`, each budget sized its own partitions.
 #[test]
 fn a_curve_no_budget_fits_names_its_workload_as_one_that_fits_does() {
-    let graph = "rmat:scale=10,features=16,classes=4,seed=2";
+    // Small, so that the search for the nearest fit is quick.
+    let graph = "rmat:scale=6,features=16,classes=4,seed=2";
     let args = ["curve", "--graph", graph, "--budgets", "1KB"];
     let out = fateplan(&args);
     assert_eq!(out.status.code(), Some(2));
@@ -3223,8 +3224,8 @@ fn a_curve_no_budget_fits_names_its_workload_as_one_that_fits_does() {
     assert_eq!(stderr(&bare).matches(note).count(), 1, "{}", stderr(&bare));
     assert!(
         stdout(&out).starts_with(
-            "curve     gcn-3x256-rmat-s10-e16-seed2 on a100-80g, policy dp; the partitions sized \
-             per budget\nworkload  1024 nodes, 16384 edges; tensors and operators as each \
+            "curve     gcn-3x256-rmat-s6-e16-seed2 on a100-80g, policy dp; the partitions sized \
+             per budget\nworkload  64 nodes, 1024 edges; tensors and operators as each \
              budget's partitions make them\n"
         ),
         "{}",
@@ -3233,7 +3234,7 @@ fn a_curve_no_budget_fits_names_its_workload_as_one_that_fits_does() {
     let out = fateplan(&[&args[..], &["--json"]].concat());
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["partitions_sized_per_budget"], true);
-    assert_eq!(json["workload"], "gcn-3x256-rmat-s10-e16-seed2");
+    assert_eq!(json["workload"], "gcn-3x256-rmat-s6-e16-seed2");
 }
 
 /// On several GPUs a real graph's halo is priced at the rows measured,

@@ -178,9 +178,11 @@ impl Dataset {
     /// Checks that the arrays agree with the counts, as [`Dataset::load`]
     /// does for a folder: `x` is `nodes × features` of finite values, `y`
     /// and the masks have a value a node, every label is below `classes`,
-    /// and the edge lists are as long as each other. A dataset built in code is
-    /// checked this way before it is trained ([`crate::train::prepare`]),
-    /// naming the field and its length.
+    /// and the edge lists are as long as each other and name only the
+    /// graph's nodes. A dataset built in code is checked this way before
+    /// it is trained ([`crate::train::prepare`]), naming the field and its
+    /// length, or the first value out of range (`y[3]`, `dst[7]`), as an
+    /// [`Error::InvalidInput`] whose path is the dataset's name.
     pub fn check(&self) -> Result<()> {
         let at = Path::new(&self.name);
         let nodes = self.nodes;
@@ -228,7 +230,7 @@ impl Dataset {
                 format!("as many as src ({})", self.src.len()),
             ));
         }
-        Ok(())
+        check_edge_nodes(at, nodes, &self.src, &self.dst)
     }
 
     /// Reads a folder of PyG-named `.npy` files (see the module docs) and
@@ -495,11 +497,11 @@ impl Dataset {
     }
 
     /// Edge counts per block of a `partitions`-way vertex-range partition,
-    /// as the planner sees them.
+    /// as the planner sees them. An edge naming no node is said as
+    /// [`Dataset::check`] says it.
     pub fn blocks(&self, partitions: u32) -> Result<BlockCounts> {
-        Ok(BlockCounts::from_edges(
-            self.nodes, &self.src, &self.dst, partitions,
-        )?)
+        BlockCounts::from_edges(self.nodes, &self.src, &self.dst, partitions)
+            .map_err(|error| edge_error_named(self, &self.src, &self.dst, error.into()))
     }
 }
 
@@ -592,6 +594,45 @@ fn zero_rows(values: &[f32], features: u32) -> u64 {
 
 /// Fails on the first value of `values` (rows of `features` values; its
 /// `r`th row is the graph's row `row(r)`) that is not finite.
+/// Whether every value of `src` and `dst` (a dataset's edge lists, as
+/// long as each other) names one of `nodes` nodes; else the first that
+/// does not, as [`Dataset::check`] says it, `at` being the dataset's name.
+pub(crate) fn check_edge_nodes(at: &Path, nodes: u64, src: &[u64], dst: &[u64]) -> Result<()> {
+    // The largest value first (a loop the compiler vectorises), and the
+    // edge to name only where one is out of range.
+    let largest = src.iter().chain(dst).fold(0u64, |a, &b| a.max(b));
+    if largest < nodes {
+        return Ok(());
+    }
+    let outside = src
+        .iter()
+        .zip(dst)
+        .enumerate()
+        .find(|(_, (&s, &d))| s >= nodes || d >= nodes);
+    let Some((k, (&s, &d))) = outside else {
+        return Ok(());
+    };
+    let (field, value) = if s >= nodes { ("src", s) } else { ("dst", d) };
+    Err(Error::invalid(
+        at,
+        format!("{field}[{k}]"),
+        format!("{value} is not a node in 0..{nodes} (edge {k}: {s} -> {d})"),
+    ))
+}
+
+/// `error`, from building something of `dataset`'s edges `src` and
+/// `dst`, as [`Dataset::check`] says it where an edge names no node (the
+/// lists are walked again only then); else as it is.
+pub(crate) fn edge_error_named(dataset: &Dataset, src: &[u64], dst: &[u64], error: Error) -> Error {
+    if src.len() != dst.len() {
+        return error;
+    }
+    match check_edge_nodes(Path::new(&dataset.name), dataset.nodes, src, dst) {
+        Err(named) => named,
+        Ok(()) => error,
+    }
+}
+
 fn check_finite(
     path: &Path,
     values: &[f32],

@@ -888,8 +888,8 @@ fn prepare<'e>(
     };
     let name = format!("{}-{devices}dev", dataset.name);
     let shape = crate::train::shape(
-        features,
-        dataset.classes as usize,
+        dataset.features,
+        dataset.classes,
         union_counts,
         hyper,
         &name,

@@ -29,12 +29,12 @@ use crate::spill::{SpillOptions, SpillStore};
 
 /// What the workload of `hyper` is built from, over partitions with
 /// `counts` edges per block, for a graph of `features` input features and
-/// `classes` classes: [`GnnShape::workload`] by `hyper.sweeps` builds
+/// `classes` classes (as [`Dataset`] counts them): [`GnnShape::workload`] by `hyper.sweeps` builds
 /// the one a plan for this run must be made for, and by other sweeps
 /// their workloads.
 pub fn shape(
-    features: usize,
-    classes: usize,
+    features: u32,
+    classes: u32,
     counts: BlockCounts,
     hyper: &Hyper,
     graph_name: &str,
@@ -46,15 +46,16 @@ pub fn shape(
 }
 
 /// The model of `hyper` for a graph of `features` input features and
-/// `classes` classes, as the planner builds it ([`shape`]).
-pub fn spec(features: usize, classes: usize, hyper: &Hyper, graph_name: &str) -> GnnSpec {
+/// `classes` classes (as [`Dataset`] counts them), as the planner builds
+/// it ([`shape`]).
+pub fn spec(features: u32, classes: u32, hyper: &Hyper, graph_name: &str) -> GnnSpec {
     GnnSpec {
         model: hyper.model,
         layers: hyper.layers,
         hidden: hyper.hidden,
         heads: hyper.heads,
-        features: features as u32,
-        classes: classes as u32,
+        features,
+        classes,
         graph_name: graph_name.to_string(),
         order: hyper.order,
         transposes: hyper.transposes,
@@ -230,12 +231,7 @@ fn check_run(hyper: &Hyper, epochs: u32, built: Option<&GnnSpec>) -> Result<(), 
     let Some(built) = built else {
         return Ok(());
     };
-    let wanted = spec(
-        built.features as usize,
-        built.classes as usize,
-        hyper,
-        &built.graph_name,
-    );
+    let wanted = spec(built.features, built.classes, hyper, &built.graph_name);
     let differ: Vec<String> = [
         (
             "model",
@@ -1645,7 +1641,12 @@ fn prepare_with_edges(
     // The edges (given apart: its own lists are empty) are checked as the
     // adjacency is built; the rest here, before any of it is read.
     dataset.check()?;
-    let build = || Csr::from_edges(dataset.nodes, &src, &dst);
+    // An edge naming no node is said as the dataset's check says it: the
+    // lists are walked again only then.
+    let build = || {
+        Csr::from_edges(dataset.nodes, &src, &dst)
+            .map_err(|error| crate::dataset::edge_error_named(&dataset, &src, &dst, error))
+    };
     let csr = match csr_cache {
         Some(path) => {
             let digest = edge_digest(&src, &dst);
@@ -1694,7 +1695,13 @@ fn prepare_with_edges(
         train_nodes_total: None,
         graph_nodes: None,
     };
-    let shape = shape(input.features, input.classes, counts, hyper, &dataset.name);
+    let shape = shape(
+        dataset.features,
+        dataset.classes,
+        counts,
+        hyper,
+        &dataset.name,
+    );
     let workload = shape
         .workload(hyper.sweeps)
         .map_err(|e| crate::Error::invalid(Path::new(&dataset.name), "model", e.to_string()))?;
@@ -1924,6 +1931,43 @@ mod tests {
             ..Hyper::new(GnnModel::Gcn)
         };
         (graph, hyper)
+    }
+
+    /// An edge of a dataset built in code that names no node is refused as
+    /// its other fields are: an [`crate::Error::InvalidInput`] naming the
+    /// dataset, the list and the place, the same from `check`, `blocks`
+    /// and `prepare` (before, the last two gave the planner's error,
+    /// naming the edge alone).
+    #[test]
+    fn an_edge_naming_no_node_is_refused_naming_the_dataset() {
+        let (mut graph, hyper) = small_gcn(7);
+        let nodes = graph.nodes;
+        graph.dst[5] = nodes;
+        let src = graph.src[5];
+        let said = format!(
+            "{}: dst[5]: {nodes} is not a node in 0..{nodes} (edge 5: {src} -> {nodes})",
+            graph.name
+        );
+        let errors = [
+            graph.check().unwrap_err(),
+            graph.blocks(2).unwrap_err(),
+            prepare_borrowed(&graph, &hyper, 2).err().unwrap(),
+            prepare(graph.clone(), &hyper, 2).err().unwrap(),
+        ];
+        for error in errors {
+            assert_eq!(error.to_string(), said);
+            match error {
+                crate::Error::InvalidInput { path, field, .. } => {
+                    assert_eq!(path, Path::new(&graph.name));
+                    assert_eq!(field, "dst[5]");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // A source too, and the first edge that is out named.
+        graph.src[3] = nodes + 1;
+        let message = graph.check().unwrap_err().to_string();
+        assert!(message.contains(": src[3]: "), "{message}");
     }
 
     /// A dataset built in code whose arrays disagree with its counts is

@@ -656,12 +656,7 @@ fn the_topology_alone_gives_the_workload_of_the_shares() {
         };
         let shape = share_workload(
             &topology(),
-            &train::spec(
-                data.features as usize,
-                data.classes as usize,
-                &gcn,
-                "unused",
-            ),
+            &train::spec(data.features, data.classes, &gcn, "unused"),
             3,
             2,
             method,

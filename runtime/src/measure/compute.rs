@@ -354,12 +354,7 @@ fn fits_the_device(
     profile: &Profile,
     host_free: Option<&crate::memory::Available>,
 ) -> Result<u64> {
-    let spec = train::spec(
-        graph.features as usize,
-        graph.classes as usize,
-        hyper,
-        &graph.name,
-    );
+    let spec = train::spec(graph.features, graph.classes, hyper, &graph.name);
     let workload = fateplan_planner::gnn::build_gnn(&spec, &graph.blocks(partitions)?)?;
     let peak = retain_all(&workload, profile)?.predicted.peak_bytes.hbm;
     let capacity = profile.device.hbm_bytes;
