@@ -50,7 +50,9 @@
 # prebuilt test binaries named cuda, nvrtc, train_cli, profile_cli and
 # runtime_lib (the runtime crate's unit tests; default: built
 # with cargo). OUT (default a temporary folder) gets logs.tgz: summary.txt
-# and every log, report and trace.
+# and every log, report and trace. TRANSPOSES (default stored) is the
+# products GCN's --transposes: `mirrored` plans and trains it reading each
+# block's transpose as the mirror block, as a symmetric graph allows.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/fateplan}
@@ -58,6 +60,11 @@ OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/fateplan-gpu.XXXXXX")}
 SCALE=${SCALE:-21}
 EPOCHS=${EPOCHS:-10}
 SWEEP=${SWEEP:-auto}
+TRANSPOSES=${TRANSPOSES:-stored}
+# The products-sized GCN's model, with the transposes TRANSPOSES names
+# (`mirrored`: the graph is symmetric, so a block's transpose is another
+# block, none stored or loaded).
+SHAPE=(--layers 3 --hidden 256 --transposes "$TRANSPOSES")
 GRAPH="rmat:scale=$SCALE,edge_factor=30,symmetric=true,features=100,classes=47,seed=1"
 WORK=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/fateplan-gpu-work.XXXXXX")}
 SECTIONS=${*:-env tests small profile copies products loads diag ongraph aggs kernels counts versus}
@@ -104,7 +111,7 @@ PY
 # lowered the peak).
 quarter_budget() {
     if [ -n "${QUARTER_BYTES:-}" ]; then echo "$QUARTER_BYTES"; return; fi
-    timeout 170 "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$1" --partitions 1 \
+    timeout 170 "$BIN" plan --graph "$GRAPH" "${SHAPE[@]}" --profile "$1" --partitions 1 \
         --policy retain-all --json | field "['predicted']['peak_bytes']['hbm'] // 4"
 }
 
@@ -163,7 +170,7 @@ for section in $SECTIONS; do
         ;;
     diag)
         # Kernel times: every launch synchronous, so each operator's span is its GPU time.
-        CUDA_LAUNCH_BLOCKING=1 timeout 170 "$BIN" train --graph "$GRAPH" --layers 3 --hidden 256 --epochs 3 \
+        CUDA_LAUNCH_BLOCKING=1 timeout 170 "$BIN" train --graph "$GRAPH" "${SHAPE[@]}" --epochs 3 \
             --backend cuda --profile "$(profile_arg)" --csr-cache "$WORK/rmat.csr" --compare-simulated --json \
             --partitions 1 --policy retain-all --trace "$LOGS/diag_retain.trace.json" \
             >"$LOGS/diag_retain.json" 2>"$LOGS/diag_retain.err"
@@ -183,13 +190,13 @@ PY
             -o "$ongraph" >"$log" 2>&1
         note "profile on the graph: exit $?"
         grep -E '^(device|fitted)' "$log" | tee -a "$SUMMARY"
-        common=(--graph "$GRAPH" --layers 3 --hidden 256 --epochs "$EPOCHS" --backend cuda
+        common=(--graph "$GRAPH" "${SHAPE[@]}" --epochs "$EPOCHS" --backend cuda
             --profile "$ongraph" --csr-cache "$WORK/rmat.csr" --compare-simulated --json)
         timeout 170 "$BIN" train "${common[@]}" --partitions 1 --policy retain-all \
             >"$LOGS/ongraph_retain.json" 2>"$LOGS/ongraph_retain.err"
         note "on-graph profile, retain-all: exit $? $(field "['iteration_s'], 'simulated', d['compare_simulated']['iteration_s']" <"$LOGS/ongraph_retain.json" 2>&1 | tail -1)"
         budget=$(quarter_budget "$ongraph")
-        timeout 170 "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$ongraph" \
+        timeout 170 "$BIN" plan --graph "$GRAPH" "${SHAPE[@]}" --profile "$ongraph" \
             --partitions auto --policy dp --hbm-budget "$budget" --sweep "$SWEEP" \
             -o "$LOGS/ongraph_auto.plan.json" >"$LOGS/ongraph_auto_plan.txt" 2>&1
         note "on-graph profile, dp, partitions auto, budget $budget: planned: exit $? $(grep -E '^(partitions|predicted)' "$LOGS/ongraph_auto_plan.txt" | cut -c1-120 | tr '\n' ' ')"
@@ -210,7 +217,7 @@ PY
             note "aggs $name: exit $? $(field "['iteration_s'], 'simulated', d['compare_simulated']['iteration_s']['simulated']" <"$LOGS/aggs_$name.json" 2>&1 | tail -1)"
             span_sums "$LOGS/aggs_$name.trace.json" | tee -a "$SUMMARY"
         }
-        products=(--graph "$GRAPH" --layers 3 --hidden 256 --csr-cache "$WORK/rmat.csr")
+        products=(--graph "$GRAPH" "${SHAPE[@]}" --csr-cache "$WORK/rmat.csr")
         blocking products1 "${products[@]}" --partitions 1
         blocking products1_nodrop "${products[@]}" --partitions 1 --dropout 0
         blocking products8 "${products[@]}" --partitions 8
@@ -219,7 +226,7 @@ PY
         ;;
     products)
         prof=$(profile_arg)
-        common=(--graph "$GRAPH" --layers 3 --hidden 256 --epochs "$EPOCHS" --backend cuda
+        common=(--graph "$GRAPH" "${SHAPE[@]}" --epochs "$EPOCHS" --backend cuda
             --profile "$prof" --csr-cache "$WORK/rmat.csr" --compare-simulated --json)
         timeout 170 "$BIN" train "${common[@]}" --partitions 1 --policy retain-all \
             --trace "$LOGS/products_retain.trace.json" >"$LOGS/products_retain.json" 2>"$LOGS/products_retain.err"
@@ -236,7 +243,7 @@ PY
         note "products dp, 8 partitions, budget $budget: exit $? $(field "['iteration_s'], d['final_loss'], 'simulated', d['compare_simulated']['iteration_s'], 'pool peak', d.get('device_peak_bytes'), 'counted', d['peak_bytes']['hbm']" <"$LOGS/products_dp8.json" 2>&1 | tail -1)"
         # The same budget with the count chosen with its sweeps
         # (--partitions auto --sweep $SWEEP), planned first, then trained.
-        timeout 170 "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$prof" --partitions auto \
+        timeout 170 "$BIN" plan --graph "$GRAPH" "${SHAPE[@]}" --profile "$prof" --partitions auto \
             --policy dp --hbm-budget "$budget" --sweep "$SWEEP" -o "$LOGS/products_auto.plan.json" \
             >"$LOGS/products_auto_plan.txt" 2>&1
         note "products dp, partitions auto, budget $budget: planned: exit $? $(grep -E '^(partitions|sweep|predicted)' "$LOGS/products_auto_plan.txt" | cut -c1-160 | tr '\n' ' ')"
@@ -255,7 +262,7 @@ PY
         ;;
     kernels)
         for parts in 1 8; do
-            FATEPLAN_KERNEL_TIMES=1 timeout 120 "$BIN" train --graph "$GRAPH" --layers 3 --hidden 256 \
+            FATEPLAN_KERNEL_TIMES=1 timeout 120 "$BIN" train --graph "$GRAPH" "${SHAPE[@]}" \
                 --csr-cache "$WORK/rmat.csr" --backend cuda --profile "$(profile_arg)" --json --epochs 3 \
                 --policy retain-all --partitions "$parts" >"$LOGS/kernels_$parts.json" 2>"$LOGS/kernels_$parts.err"
             note "kernels, $parts partitions: exit $? $(field "['iteration_s']" <"$LOGS/kernels_$parts.json" 2>&1 | tail -1)"
@@ -263,7 +270,7 @@ PY
         done
         ;;
     counts)
-        products=(--graph "$GRAPH" --layers 3 --hidden 256 --csr-cache "$WORK/rmat.csr" --backend cuda
+        products=(--graph "$GRAPH" "${SHAPE[@]}" --csr-cache "$WORK/rmat.csr" --backend cuda
             --profile "$(profile_arg)" --json --epochs "$EPOCHS" --compare-simulated)
         budget=$(quarter_budget "$(profile_arg)")
         if [ -z "$budget" ]; then
@@ -274,7 +281,7 @@ PY
             >"$LOGS/counts_retain.json" 2>"$LOGS/counts_retain.err"
         note "counts: retain-all: exit $? $(field "['iteration_s'], 'simulated', d['compare_simulated']['iteration_s']['simulated']" <"$LOGS/counts_retain.json" 2>&1 | tail -1)"
         for parts in auto ${COUNTS:-2 3 4 5 6 8}; do
-            timeout 170 "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$(profile_arg)" \
+            timeout 170 "$BIN" plan --graph "$GRAPH" "${SHAPE[@]}" --profile "$(profile_arg)" \
                 --partitions "$parts" --policy dp --hbm-budget "$budget" --sweep "$SWEEP" \
                 -o "$LOGS/counts_$parts.plan.json" >"$LOGS/counts_${parts}_plan.txt" 2>&1 || {
                 note "counts: $parts partitions: planning failed: $(tail -1 "$LOGS/counts_${parts}_plan.txt")"
@@ -286,7 +293,7 @@ PY
         done
         ;;
     loads)
-        products=(--graph "$GRAPH" --layers 3 --hidden 256 --csr-cache "$WORK/rmat.csr" --backend cuda
+        products=(--graph "$GRAPH" "${SHAPE[@]}" --csr-cache "$WORK/rmat.csr" --backend cuda
             --profile "$(profile_arg)" --json --epochs "$EPOCHS" --compare-simulated)
         budget=$(quarter_budget "$(profile_arg)")
         if [ -z "$budget" ]; then
@@ -294,7 +301,7 @@ PY
             continue
         fi
         for parts in 4 8; do
-            timeout 170 "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$(profile_arg)" \
+            timeout 170 "$BIN" plan --graph "$GRAPH" "${SHAPE[@]}" --profile "$(profile_arg)" \
                 --partitions "$parts" --policy dp --hbm-budget "$budget" --sweep "$SWEEP" \
                 -o "$LOGS/loads_$parts.plan.json" >"$LOGS/loads_${parts}_plan.txt" 2>&1 || {
                 note "loads: $parts partitions: planning failed: $(tail -1 "$LOGS/loads_${parts}_plan.txt")"
@@ -315,7 +322,7 @@ PY
             note "versus: skipped (OLD_BIN is not an executable)"
             continue
         fi
-        products=(--graph "$GRAPH" --layers 3 --hidden 256 --csr-cache "$WORK/rmat.csr" --backend cuda
+        products=(--graph "$GRAPH" "${SHAPE[@]}" --csr-cache "$WORK/rmat.csr" --backend cuda
             --profile "$(profile_arg)" --json)
         # VERSUS_BLOCKING=0 leaves out the blocking runs.
         for parts in $([ "${VERSUS_BLOCKING:-1}" = 0 ] || echo 1 8); do
@@ -334,11 +341,11 @@ PY
             note "versus: planning the retain-all peak failed; no dp runs"
             continue
         fi
-        timeout 170 "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$(profile_arg)" --partitions auto \
+        timeout 170 "$BIN" plan --graph "$GRAPH" "${SHAPE[@]}" --profile "$(profile_arg)" --partitions auto \
             --policy dp --hbm-budget "$budget" --sweep "$SWEEP" -o "$LOGS/versus_auto.plan.json" \
             >"$LOGS/versus_auto_plan.txt" 2>&1
         note "versus: dp, partitions auto, budget $budget: planned: exit $? $(grep -E '^(partitions|predicted)' "$LOGS/versus_auto_plan.txt" | cut -c1-120 | tr '\n' ' ')"
-        timeout 170 "$BIN" plan --graph "$GRAPH" --layers 3 --hidden 256 --profile "$(profile_arg)" --partitions 8 \
+        timeout 170 "$BIN" plan --graph "$GRAPH" "${SHAPE[@]}" --profile "$(profile_arg)" --partitions 8 \
             --policy dp --hbm-budget "$budget" --sweep "$SWEEP" -o "$LOGS/versus_8.plan.json" \
             >"$LOGS/versus_8_plan.txt" 2>&1
         note "versus: dp, 8 partitions, budget $budget: planned: exit $?"

@@ -16,9 +16,9 @@ const CPUINFO: &str = "/proc/cpuinfo";
 
 #[derive(Args)]
 pub struct ProfileArgs {
-    /// A directory on the SSD to measure (the SSD tier's spill directory);
-    /// a spill file is written there and deleted.
-    #[arg(long, default_value = ".")]
+    /// A directory on the SSD to measure (the SSD tier's spill directory,
+    /// `train --spill-dir`); a spill file is written there and deleted.
+    #[arg(long, default_value = ".", visible_alias = "spill-dir")]
     ssd_dir: PathBuf,
     /// Write the profile JSON to this file (default: print it on stdout).
     #[arg(short = 'o', long)]

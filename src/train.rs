@@ -210,9 +210,10 @@ pub struct TrainArgs {
     #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::budget_value)]
     ssd_budget: Option<String>,
     /// Directory for the SSD tier's spill files (needed when the plan uses
-    /// the SSD). With --devices, each device has its own folder in it
-    /// (`device0`, ...) with the plan's SSD budget: devices × budget in all.
-    #[arg(long)]
+    /// the SSD; the folder `profile --ssd-dir` measures). With --devices,
+    /// each device has its own folder in it (`device0`, ...) with the
+    /// plan's SSD budget: devices × budget in all.
+    #[arg(long, visible_alias = "ssd-dir")]
     pub(crate) spill_dir: Option<PathBuf>,
     /// Write the last training iteration's measured trace (Chrome trace
     /// events; with --devices, each device's).

@@ -324,9 +324,14 @@ fn bad_profile_input_names_what_is_wrong() {
     let missing = dir.join("missing");
     let in_missing = missing.join("p.json");
     let dir_arg = dir.to_str().unwrap();
-    let cases: [(Vec<&str>, &[&str]); 10] = [
+    let cases: [(Vec<&str>, &[&str]); 11] = [
         (
             vec!["--ssd-dir", missing.to_str().unwrap()],
+            &["--ssd-dir", "missing", "no such directory"],
+        ),
+        // The name `train` gives the folder is the same flag.
+        (
+            vec!["--spill-dir", missing.to_str().unwrap()],
             &["--ssd-dir", "missing", "no such directory"],
         ),
         (

@@ -111,6 +111,30 @@ fn cora_gat_reaches_the_accuracy_of_pyg() {
     assert!(report["final_loss"].as_f64().unwrap().is_finite());
 }
 
+/// `--ssd-dir`, as `profile` names the SSD's folder, is `--spill-dir`:
+/// a new user who profiled with it trains with it.
+#[test]
+fn the_profiles_ssd_dir_flag_is_the_spill_dir() {
+    let spill = std::env::temp_dir().join(format!("fateplan-ssd-dir-{}", std::process::id()));
+    let report = json(&fateplan(&[
+        "train",
+        "--graph",
+        "planted:nodes=200,classes=4,features=8,seed=1",
+        "--epochs",
+        "1",
+        "--policy",
+        "offload-ssd-all",
+        "--ssd-dir",
+        spill.to_str().unwrap(),
+        "--json",
+    ]));
+    assert!(
+        report["bytes_moved"]["ssd_write"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    let _ = std::fs::remove_dir_all(&spill);
+}
+
 #[test]
 fn a_generated_graph_trains_under_a_quarter_budget_with_the_same_weights() {
     let graph =
