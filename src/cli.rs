@@ -2535,9 +2535,16 @@ pub(crate) fn positive<T: Count>(text: &str) -> std::result::Result<T, String> {
 }
 
 /// A list's item without the spaces around it (`--datasets "reddit,
-/// ogbn-arxiv"`), as the lists of numbers and sizes take them.
+/// ogbn-arxiv"`), as the lists of numbers and sizes take them; an empty
+/// one (two commas in a row, or one at an end) is refused.
 pub(crate) fn trimmed(text: &str) -> std::result::Result<String, String> {
-    Ok(text.trim().to_string())
+    let item = text.trim();
+    if item.is_empty() {
+        let said = "an empty entry (two commas in a row, or one at an end); give names, \
+                    comma-separated";
+        return Err(said.into());
+    }
+    Ok(item.to_string())
 }
 
 /// [`parse_count`] of a whole number in `range`.

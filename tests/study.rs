@@ -246,6 +246,15 @@ fn study_names_the_bad_flag_and_value() {
         ),
         (&["study", "--out", "."][..], "--out .: is a directory"),
         (&["study", "--gpus", "1,1"][..], "--gpus: 1 is given twice"),
+        // An empty entry is said to be one, not an unknown name "".
+        (
+            &["study", "--datasets", "reddit,,ogbn-arxiv"][..],
+            "'--datasets <DATASETS>': an empty entry (two commas in a row",
+        ),
+        (
+            &["study", "--models", "gcn,"][..],
+            "'--models <MODELS>': an empty entry",
+        ),
     ] {
         let out = fateplan(args);
         assert_eq!(out.status.code(), Some(1), "{args:?}");

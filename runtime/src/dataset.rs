@@ -592,8 +592,6 @@ fn zero_rows(values: &[f32], features: u32) -> u64 {
         .count() as u64
 }
 
-/// Fails on the first value of `values` (rows of `features` values; its
-/// `r`th row is the graph's row `row(r)`) that is not finite.
 /// Whether every value of `src` and `dst` (a dataset's edge lists, as
 /// long as each other) names one of `nodes` nodes; else the first that
 /// does not, as [`Dataset::check`] says it, `at` being the dataset's name.
@@ -633,6 +631,8 @@ pub(crate) fn edge_error_named(dataset: &Dataset, src: &[u64], dst: &[u64], erro
     }
 }
 
+/// Fails on the first value of `values` (rows of `features` values; its
+/// `r`th row is the graph's row `row(r)`) that is not finite.
 fn check_finite(
     path: &Path,
     values: &[f32],

@@ -29,9 +29,9 @@ use crate::spill::{SpillOptions, SpillStore};
 
 /// What the workload of `hyper` is built from, over partitions with
 /// `counts` edges per block, for a graph of `features` input features and
-/// `classes` classes (as [`Dataset`] counts them): [`GnnShape::workload`] by `hyper.sweeps` builds
-/// the one a plan for this run must be made for, and by other sweeps
-/// their workloads.
+/// `classes` classes (as [`Dataset`] counts them): [`GnnShape::workload`]
+/// by `hyper.sweeps` builds the one a plan for this run must be made for,
+/// and by other sweeps their workloads.
 pub fn shape(
     features: u32,
     classes: u32,
