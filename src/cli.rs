@@ -1761,6 +1761,7 @@ impl GnnSource {
         let most = (self.most as u64).min(self.source.nodes()) as u32;
         let started = std::time::Instant::now();
         let build = |p: u32| self.build(p, true);
+        let _shown = Searching::start("sizing the partitions (--partitions auto)");
         let sized = match at {
             Some(at) => size_partitions_choosing(&build, most, profile, options, at)?,
             None => size_partitions(&build, most, profile, options)?,
@@ -2130,6 +2131,43 @@ pub(crate) struct AutoSweeps {
     pub(crate) compared_by: Policy,
 }
 
+/// A spinner on standard error while a search that can take a while runs
+/// (sizing the partitions, choosing the sweeps): what it is and the time
+/// so far, so that a search of a minute is not taken for a hang. Shown on
+/// a terminal only, as `compare`'s bar, and one at a time: a search run
+/// inside another (the sweeps chosen at each count) shows none of its
+/// own. Cleared when dropped, before anything is printed.
+pub(crate) struct Searching(Option<indicatif::ProgressBar>);
+
+/// Whether a [`Searching`] spinner is showing.
+static SEARCHING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+impl Searching {
+    pub(crate) fn start(what: &str) -> Searching {
+        use std::sync::atomic::Ordering;
+        if SEARCHING.swap(true, Ordering::SeqCst) {
+            return Searching(None);
+        }
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {msg}, {elapsed}")
+                .expect("a fixed template parses"),
+        );
+        bar.set_message(what.to_string());
+        bar.enable_steady_tick(std::time::Duration::from_millis(200));
+        Searching(Some(bar))
+    }
+}
+
+impl Drop for Searching {
+    fn drop(&mut self) {
+        if let Some(bar) = self.0.take() {
+            bar.finish_and_clear();
+            SEARCHING.store(false, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
 /// `--sweep auto`: the sweeps [`choose_sweeps`] takes for `shape`, or
 /// those in groups of outputs [`choose_groups`] takes over them, under
 /// `options` (on one GPU or several). `outputs`: the workload by
@@ -2142,6 +2180,7 @@ pub(crate) fn auto_sweeps(
 ) -> Result<AutoSweeps> {
     let started = std::time::Instant::now();
     let build = |sweeps: Sweeps| -> Result<Workload> { Ok(shape.workload(sweeps)?) };
+    let _shown = Searching::start("choosing the sweeps (--sweep auto)");
     let can = shape.spec.sweepable();
     let swept = choose_sweeps(&build, can, profile, options, outputs)?;
     let swept = choose_groups(&build, can, profile, options, swept)?;

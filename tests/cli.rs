@@ -3457,3 +3457,52 @@ fn an_argument_not_utf8_is_named_with_its_flag() {
     assert!(!target.exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A search that can take a while (`--partitions auto`) shows a spinner
+/// on a terminal, cleared before the summary, and nothing where standard
+/// error is not one. The terminal is `script`'s (util-linux); where it is
+/// missing that half says it skipped.
+#[test]
+fn a_long_search_shows_a_spinner_on_a_terminal_only() {
+    let args = [
+        "plan",
+        "--dataset",
+        "ogbn-arxiv",
+        "--layers",
+        "2",
+        "--partitions",
+        "auto",
+        "--hbm-budget",
+        "60%",
+    ];
+    let spinner = "sizing the partitions (--partitions auto)";
+    let piped = fateplan(&args);
+    assert!(piped.status.success(), "{}", stderr(&piped));
+    assert!(!stderr(&piped).contains(spinner), "{}", stderr(&piped));
+    let has_script = std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_script {
+        eprintln!("skipped the terminal half: no `script` (util-linux) on this machine");
+        return;
+    }
+    let command = std::iter::once(env!("CARGO_BIN_EXE_fateplan"))
+        .chain(args)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let out = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .expect("script runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let shown = text.find(spinner).unwrap_or_else(|| panic!("{text}"));
+    // Cleared (an erase-line) after the last frame, then the summary.
+    let summary = text
+        .find("partitions 4 (auto")
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(shown < summary, "{text}");
+    assert!(text[shown..summary].contains("\x1b[2K"), "{text}");
+    assert!(!text[summary..].contains(spinner), "{text}");
+}
