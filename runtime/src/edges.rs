@@ -159,7 +159,15 @@ impl<'a> EdgeSource<'a> {
                 }
             }
         }
-        let (most, element) = most.expect("refused above: at least one edge");
+        // A file of no edges was refused when opened (`npy_in_batches`);
+        // said again here rather than assumed.
+        let Some((most, element)) = most else {
+            return Err(Error::invalid(
+                &file.path,
+                "shape",
+                "[2, 0]: no edges; a graph needs at least one",
+            ));
+        };
         let nodes = most as u64 + 1;
         file.nodes = nodes;
         file.nodes_from = "N from the largest end, read before";
