@@ -2259,8 +2259,9 @@ struct SourceGiven {
 /// The workload source the arguments name.
 fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     if let Some(path) = &args.dag {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let text = fateplan::read_text(path)
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("--dag {}", path.display()))?;
         let source = path.display().to_string();
         let workload = if dag::is_node_link(&text) {
             dag::from_node_link(&text, &source)?

@@ -35,6 +35,45 @@ pub use fateplan_kernels as kernels;
 pub use fateplan_planner as planner;
 pub use fateplan_runtime as runtime;
 
+/// The text of the file at `path` (a plan, a profile, a workload), or
+/// why it cannot be had: the system's error, or where the file stops
+/// being UTF-8 text (its line, column and byte, and whether it is UTF-16
+/// by its byte-order mark), for the caller to put after the file's name.
+pub fn read_text(path: &std::path::Path) -> Result<String, String> {
+    if path.is_dir() {
+        return Err("a folder, not a file".into());
+    }
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    if bytes.is_empty() {
+        return Err("the file is empty (0 bytes)".into());
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let bytes = e.as_bytes();
+        if bytes.starts_with(&[0xFF, 0xFE]) || bytes.starts_with(&[0xFE, 0xFF]) {
+            return "UTF-16 text (it starts with a UTF-16 byte-order mark); fateplan reads \
+                    UTF-8: save it as UTF-8"
+                .to_string();
+        }
+        let at = e.utf8_error().valid_up_to();
+        let before = &bytes[..at];
+        let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+        let line_start = before
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |k| k + 1);
+        // Characters, not bytes, before it on its line.
+        let column = String::from_utf8_lossy(&before[line_start..])
+            .chars()
+            .count()
+            + 1;
+        format!(
+            "line {line}, column {column}: not UTF-8 text (byte {at}, 0x{:02X}); fateplan reads \
+             UTF-8",
+            bytes[at]
+        )
+    })
+}
+
 pub mod profiles {
     //! The hardware profiles shipped in `profiles/`, compiled in.
 
@@ -79,7 +118,8 @@ pub mod profiles {
             return Ok(profile);
         }
         let path = std::path::Path::new(name);
-        if !path.exists() {
+        // A link that leads nowhere is a file to read, and fails as one.
+        if std::fs::symlink_metadata(path).is_err() {
             // A built-in name in another case (`H100-SXM`), where no file
             // has it.
             if let Some(profile) = BUILTIN
@@ -94,11 +134,10 @@ pub mod profiles {
                 message: format!("not a built-in profile ({}) nor a file", names().join(", ")),
             });
         }
-        let text =
-            std::fs::read_to_string(path).map_err(|e| fateplan_planner::Error::InvalidInput {
-                context: path.display().to_string(),
-                message: format!("cannot read: {e}"),
-            })?;
+        let text = crate::read_text(path).map_err(|e| fateplan_planner::Error::InvalidInput {
+            context: path.display().to_string(),
+            message: format!("cannot read: {e}"),
+        })?;
         let profile = Profile::from_json(&text, &path.display().to_string())?;
         // A file may be a copy of a built-in profile, but not another
         // machine under its name: plans and reports would name that one.
@@ -173,3 +212,33 @@ pub mod profiles {
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod read_text_tests {
+    #[test]
+    fn a_file_not_utf8_is_said_where_it_stops_being_text() {
+        let dir = std::env::temp_dir().join(format!("fateplan-text-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("plan.json");
+        std::fs::write(&path, b"{\n  \"name\": \"\xC3\xA9t\xFF\"\n}").unwrap();
+        let error = super::read_text(&path).unwrap_err();
+        assert_eq!(
+            error,
+            "line 2, column 14: not UTF-8 text (byte 16, 0xFF); fateplan reads UTF-8"
+        );
+        std::fs::write(&path, [0xFF, 0xFE, b'{', 0, b'}', 0]).unwrap();
+        let error = super::read_text(&path).unwrap_err();
+        assert!(error.starts_with("UTF-16 text"), "{error}");
+        std::fs::write(&path, "{\"name\": \"é\"}").unwrap();
+        assert_eq!(super::read_text(&path).unwrap(), "{\"name\": \"é\"}");
+        std::fs::write(&path, "").unwrap();
+        assert_eq!(
+            super::read_text(&path).unwrap_err(),
+            "the file is empty (0 bytes)"
+        );
+        assert_eq!(super::read_text(&dir).unwrap_err(), "a folder, not a file");
+        let error = super::read_text(&dir.join("absent.json")).unwrap_err();
+        assert!(error.contains("No such file"), "{error}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -104,7 +104,9 @@ impl std::error::Error for ViolationsFound {}
 
 pub fn run(args: &SimulateArgs, load_profile: fn(&str) -> Result<Profile>) -> Result<()> {
     let source = args.plan.display().to_string();
-    let text = std::fs::read_to_string(&args.plan).with_context(|| format!("reading {source}"))?;
+    let text = fateplan::read_text(&args.plan)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("reading {source}"))?;
     // A plan that breaks its own budgets, or reads a tensor that is not
     // on the device, is replayed rather than refused: the report says
     // where, when and by how much, and the exit status is 3.

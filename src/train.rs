@@ -760,8 +760,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     let given_plan = match &args.plan {
         Some(path) => {
             let source = path.display().to_string();
-            let text =
-                std::fs::read_to_string(path).with_context(|| format!("reading {source}"))?;
+            let text = fateplan::read_text(path)
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("--plan {source}"))?;
             let read = Plan::read(&text, &source)?;
             if let Some(rejected) = read.rejected {
                 // A plan that breaks its own budgets is bad input here.
@@ -1163,6 +1164,24 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                 &held,
                 &retain_peak,
             )?;
+            // Without a spill folder there is no SSD tier to plan for:
+            // asked for, it is refused now, not after planning; else the
+            // plan is made without it (a plan that spilled would be
+            // refused only once made, after the MILP's whole time limit).
+            if args.spill_dir.is_none() {
+                if let Some(text) = args.ssd_budget.as_deref() {
+                    if options.budgets.ssd_bytes > 0 {
+                        bail!(
+                            "--ssd-budget {text}: the SSD tier needs --spill-dir DIR, the \
+                             folder its file goes in"
+                        );
+                    }
+                }
+                if policy == Policy::OffloadSsdAll {
+                    bail!("--policy {name} keeps tensors on the SSD tier: give --spill-dir DIR");
+                }
+                options.budgets.ssd_bytes = 0;
+            }
             if shared && options.multi.is_none() {
                 unplanned_exchange = Some(format!(
                     "the plan leaves the exchange out: profile {} has no peer section (no \
@@ -1277,6 +1296,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         _ => None,
     };
     let mut stores: Vec<Arc<dyn SsdTier>> = Vec::new();
+    if let (Some(dir), true) = (&args.spill_dir, uses_ssd) {
+        spill_room(dir, &plan, args.devices() as u64)?;
+    }
     let ssd: Option<Arc<dyn SsdTier>> = match (&args.spill_dir, uses_ssd) {
         (Some(dir), _) => {
             let ssd_bytes = run_budgets.map_or(plan.budgets.ssd_bytes, |b: Budgets| b.ssd_bytes);
@@ -2198,6 +2220,44 @@ fn more_partitions(error: fateplan::planner::Error, partitions: u32) -> anyhow::
     }
 }
 
+/// Refuses a run whose spill files cannot fit the free space of the file
+/// system `dir` is on (or will be made on): the plan's SSD peak and each
+/// tensor's slack, once per device, said before training rather than as
+/// a failed write part way through.
+fn spill_room(dir: &std::path::Path, plan: &Plan, devices: u64) -> Result<()> {
+    let Some(there) = dir.ancestors().find(|d| d.is_dir()) else {
+        return Ok(());
+    };
+    let Ok(free) = fateplan::runtime::measure::ssd::free_bytes(there) else {
+        // Where the file system cannot say, the store's own errors will.
+        return Ok(());
+    };
+    let slack = train::ssd_blocks(plan) as u64 * train::SPILL_SLACK_BYTES;
+    let needed = plan
+        .predicted
+        .peak_bytes
+        .ssd
+        .saturating_add(slack)
+        .saturating_mul(devices);
+    if needed > free {
+        bail!(
+            "--spill-dir {}: {} free there, and the plan's spill file takes up to {} (the SSD \
+             tier's peak of {} and each tensor's header){}; free space, give a folder on \
+             another drive, or plan for less with --ssd-budget (what does not fit is kept in \
+             host memory or recomputed)",
+            dir.display(),
+            format_bytes(free),
+            format_bytes(needed),
+            format_bytes(plan.predicted.peak_bytes.ssd),
+            match devices {
+                1 => String::new(),
+                n => format!(" on {n} devices"),
+            }
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2226,6 +2286,34 @@ mod tests {
         assert!(differ_by_a_percent(0.034138, 0.032701));
         assert!(differ_by_a_percent(0.032701, 0.034138));
         assert!(!differ_by_a_percent(0.0, 0.0));
+    }
+
+    /// A spill folder on a file system with less free space than the
+    /// plan's spill file takes is refused before training, naming both.
+    #[test]
+    fn a_spill_folder_without_the_room_is_refused_before_training() {
+        use fateplan::planner::blocks::BlockCounts;
+        use fateplan::planner::gnn::{build_gnn, GnnModel, GnnSpec};
+        let spec = GnnSpec::new(GnnModel::Gcn, 8, 2, "room");
+        let workload = build_gnn(&spec, &BlockCounts::skewed(64, 256, 2).unwrap()).unwrap();
+        let profile = fateplan::profiles::builtin("cpu-small").unwrap();
+        let options = PlanOptions::new(Policy::RetainAll, &profile);
+        let mut plan = fateplan::planner::plan(&workload, &profile, &options).unwrap();
+        let dir = std::env::temp_dir();
+        let free = fateplan::runtime::measure::ssd::free_bytes(&dir).unwrap();
+        plan.predicted.peak_bytes.ssd = free / 2;
+        assert!(spill_room(&dir.join("not-made-yet"), &plan, 1).is_ok());
+        let error = spill_room(&dir.join("not-made-yet"), &plan, 3)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("free there, and the plan's spill file takes up to")
+                && error.contains("on 3 devices")
+                && error.contains("not-made-yet"),
+            "{error}"
+        );
+        plan.predicted.peak_bytes.ssd = free.saturating_add(1 << 30);
+        assert!(spill_room(&dir, &plan, 1).is_err());
     }
 
     #[derive(Parser)]

@@ -135,6 +135,62 @@ fn the_profiles_ssd_dir_flag_is_the_spill_dir() {
     let _ = std::fs::remove_dir_all(&spill);
 }
 
+/// Without a spill folder there is no SSD tier: a plan made for the run
+/// has none to use, and asking for it is refused before anything is
+/// planned (a plan that spilled was refused only once made, after the
+/// MILP's whole time limit).
+#[test]
+fn without_a_spill_folder_the_plan_has_no_ssd_tier() {
+    let graph = "planted:nodes=200,classes=4,features=8,seed=1";
+    let dir = std::env::temp_dir().join(format!("fateplan-no-spill-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let saved = dir.join("plan.json");
+    let output = fateplan(&[
+        "train",
+        "--graph",
+        graph,
+        "--epochs",
+        "1",
+        "--hbm-budget",
+        "60%",
+        "--save-plan",
+        saved.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    assert_eq!(plan["budgets"]["ssd_bytes"], 0, "{}", plan["budgets"]);
+    assert!(plan["budgets"]["host_bytes"].as_u64().unwrap() > 0);
+    let refused = [
+        (
+            &["--policy", "offload-ssd-all"][..],
+            "--policy offload-ssd-all keeps tensors on the SSD tier: give --spill-dir DIR",
+        ),
+        (
+            &["--ssd-budget", "1MiB"][..],
+            "--ssd-budget 1MiB: the SSD tier needs --spill-dir DIR",
+        ),
+    ];
+    for (flags, said) in refused {
+        let mut args = vec!["train", "--graph", graph, "--epochs", "1"];
+        args.extend_from_slice(flags);
+        let output = fateplan(&args);
+        assert_eq!(output.status.code(), Some(1), "{flags:?}");
+        assert!(stderr(&output).contains(said), "{}", stderr(&output));
+    }
+    let output = fateplan(&[
+        "train",
+        "--graph",
+        graph,
+        "--epochs",
+        "1",
+        "--ssd-budget",
+        "0",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_generated_graph_trains_under_a_quarter_budget_with_the_same_weights() {
     let graph =

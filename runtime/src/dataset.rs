@@ -672,10 +672,39 @@ pub(crate) fn path_name(path: &Path) -> Option<String> {
     )
 }
 
+/// Whether `path` is there: `false` where nothing has its name, an error
+/// where a symbolic link has it but leads nowhere (to nothing, or round
+/// a loop), naming the link and why, so that a broken link is not taken
+/// for a file never given (`Path::exists` is `false` for both).
+pub fn present(path: &Path) -> Result<bool> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::io(path, e)),
+        Ok(meta) if !meta.file_type().is_symlink() => Ok(true),
+        Ok(_) => match std::fs::metadata(path) {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                let target = std::fs::read_link(path)
+                    .map(|t| format!(" to {}", t.display()))
+                    .unwrap_or_default();
+                let why = match e.kind() {
+                    std::io::ErrorKind::NotFound => "which leads to nothing".to_string(),
+                    _ => format!("which cannot be followed ({e})"),
+                };
+                Err(Error::invalid(
+                    path,
+                    "file",
+                    format!("a symbolic link{target}, {why}"),
+                ))
+            }
+        },
+    }
+}
+
 /// Opens `dir/file`, saying which file is missing when it is.
 fn open(dir: &Path, file: &str) -> Result<(std::path::PathBuf, Npy)> {
     let path = dir.join(file);
-    if !path.exists() {
+    if !present(&path)? {
         return Err(Error::invalid(
             &path,
             "file",
@@ -875,6 +904,28 @@ pub(crate) mod tests {
         reset();
         std::fs::remove_file(d.join("val_mask.npy")).unwrap();
         has_all(&load_error(d), &["val_mask.npy", "missing"]);
+
+        // A link that leads nowhere, or round a loop, is said as such:
+        // not a file never given.
+        std::os::unix::fs::symlink("gone.npy", d.join("val_mask.npy")).unwrap();
+        has_all(
+            &load_error(d),
+            &[
+                "val_mask.npy",
+                "symbolic link to gone.npy",
+                "leads to nothing",
+            ],
+        );
+        std::fs::remove_file(d.join("val_mask.npy")).unwrap();
+        std::os::unix::fs::symlink("val_mask.npy", d.join("val_mask.npy")).unwrap();
+        has_all(&load_error(d), &["val_mask.npy", "cannot be followed"]);
+        std::fs::remove_file(d.join("val_mask.npy")).unwrap();
+        std::os::unix::fs::symlink("train_mask.npy", d.join("val_mask.npy")).unwrap();
+        assert!(
+            Dataset::load(d).is_ok(),
+            "a link that leads to a file is that file"
+        );
+        std::fs::remove_file(d.join("val_mask.npy")).unwrap();
 
         reset();
         let mut x = vec![0.0f32; 12];

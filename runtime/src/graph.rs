@@ -103,7 +103,7 @@ impl GraphData {
             what,
         };
         let path = Path::new(source);
-        if path.exists() {
+        if crate::dataset::present(path)? {
             let (mut graph, from) = Self::load_counted(path)?;
             holding.check(graph.nodes, graph.edge_count(), &from, available)?;
             graph.gaps = gaps_note(graph.nodes, graph.edge_count(), &from);
@@ -180,7 +180,7 @@ impl GraphData {
 
     fn load_npy_folder(dir: &Path, name: String) -> Result<(GraphData, NodesFrom)> {
         let edge_path = dir.join("edge_index.npy");
-        if !edge_path.exists() {
+        if !crate::dataset::present(&edge_path)? {
             return Err(Error::invalid(
                 &edge_path,
                 "file",
@@ -193,13 +193,13 @@ impl GraphData {
         let mut features = None;
         let mut x_shape = None;
         let y_path = dir.join("y.npy");
-        let y = if y_path.exists() {
+        let y = if crate::dataset::present(&y_path)? {
             Some(Npy::open(&y_path)?)
         } else {
             None
         };
         let x_path = dir.join("x.npy");
-        let (edges, nodes, from) = if x_path.exists() {
+        let (edges, nodes, from) = if crate::dataset::present(&x_path)? {
             // Only x's shape and type are read (in either order): the
             // sizes are what planning needs.
             let x = Npy::open(&x_path)?;

@@ -229,6 +229,45 @@ fn budget_is_checked_before_any_io() {
     }
 }
 
+/// A file system with less room than a growth step still takes blocks
+/// that fit it: the file is reserved at what they need, and only a block
+/// past the room fails, naming the file and the bytes.
+#[test]
+fn a_small_file_system_takes_what_fits_it() {
+    let dir = scratch();
+    let store = SpillStore::open(
+        dir.path(),
+        SpillOptions {
+            faults: Faults {
+                room_bytes: Some(3 * MIB),
+                ..Faults::default()
+            },
+            // A budget of many growth steps, as a profile's SSD gives.
+            ..options(1 << 30, false)
+        },
+    )
+    .unwrap();
+    for key in 0..2 {
+        store
+            .wait(store.write(key, &pattern(key, MIB as usize)).unwrap())
+            .unwrap();
+    }
+    let done = store.wait(store.read(1).unwrap()).unwrap();
+    assert!(done.buf[..] == pattern(1, MIB as usize)[..]);
+    let error = store
+        .write(2, &pattern(2, 2 * MIB as usize))
+        .and_then(|ticket| store.wait(ticket))
+        .unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains("reserving space for key 2")
+            && message.contains("No space left on device"),
+        "{message}"
+    );
+    let done = store.wait(store.read(0).unwrap()).unwrap();
+    assert!(done.buf[..] == pattern(0, MIB as usize)[..]);
+}
+
 #[test]
 fn full_disk_names_the_file_and_bytes_and_frees_the_space() {
     let dir = scratch();

@@ -87,9 +87,11 @@ pub enum ExecError {
         planned_bytes: u64,
     },
     /// The plan fails its own checks (`Plan::validate`): the planner's
-    /// error, whole, so that a caller can match it.
+    /// error, whole, so that a caller can match it; it is the
+    /// [`std::error::Error::source`] too, so that a caller walking an
+    /// error's chain finds it.
     #[error("the plan does not check out: {0}")]
-    InvalidPlan(fateplan_planner::Error),
+    InvalidPlan(#[source] fateplan_planner::Error),
     #[error("the plan uses the SSD tier but no spill directory was given")]
     NoSsd,
     /// The SSD tier failed: its store's error, whole (the spill store's

@@ -347,6 +347,13 @@ fn a_tampered_plan_is_refused() {
         ),
         "{error}"
     );
+    // And its source, for a caller that walks the chain.
+    let source =
+        std::error::Error::source(&error).and_then(|e| e.downcast_ref::<fateplan_planner::Error>());
+    assert!(
+        matches!(source, Some(fateplan_planner::Error::InvalidInput { .. })),
+        "{error}: source {source:?}"
+    );
 }
 
 /// Inputs read for the last time are handed over alone, under every

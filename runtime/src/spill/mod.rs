@@ -6,7 +6,8 @@
 //!   offset, several extents when free space is fragmented, freed extents
 //!   reused); the file grows by `fallocate` in steps of
 //!   [`GROW_STEP_BYTES`] up to the budget, so it never holds more than the
-//!   budget.
+//!   budget, or by what a block needs alone where its file system has no
+//!   room for a step.
 //! - **I/O.** A dedicated thread (`engine`) runs io_uring, or
 //!   pread/pwrite when io_uring cannot be set up or
 //!   [`SpillOptions::force_fallback`] asks. The file is opened with
@@ -134,6 +135,9 @@ pub struct Faults {
     /// were submitted: every request it holds or is sent fails, saying
     /// so.
     pub io_thread_panics_after: Option<u64>,
+    /// Reserving space (`fallocate`) fails with ENOSPC where the file
+    /// would pass this many bytes (a small file system).
+    pub room_bytes: Option<u64>,
 }
 
 /// How the store does its I/O, for the caller to report.
@@ -293,6 +297,8 @@ pub struct SpillStore {
     path: PathBuf,
     mode: IoMode,
     budget_bytes: u64,
+    /// [`Faults::room_bytes`].
+    room_bytes: Option<u64>,
     index: Mutex<Index>,
     stats: Arc<Stats>,
     /// Staging buffers given back, for the next transfer
@@ -414,6 +420,7 @@ impl SpillStore {
             notes,
         };
         let stats = Arc::new(Stats::default());
+        let room_bytes = options.faults.room_bytes;
         let config = EngineConfig {
             fd: file.as_raw_fd(),
             queue_depth: options.queue_depth,
@@ -436,6 +443,7 @@ impl SpillStore {
         let capacity_bytes = options.budget_bytes / ALIGN_BYTES as u64 * ALIGN_BYTES as u64;
         Ok(SpillStore {
             id,
+            room_bytes,
             created_dirs,
             path,
             mode,
@@ -784,7 +792,8 @@ impl SpillStore {
     }
 
     /// Makes the spill file at least `end` bytes long, `GROW_STEP_BYTES`
-    /// at a time, never past the budget.
+    /// at a time, never past the budget; exactly `end` where the file
+    /// system has no room for the step.
     fn grow(&self, index: &mut Index, end: u64, key: u64, len_bytes: u64) -> Result<()> {
         if end <= index.file_bytes || !index.fallocate {
             return Ok(());
@@ -796,15 +805,33 @@ impl SpillStore {
             .max(end);
         let fd = self.file.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1);
         let start = index.file_bytes;
-        // SAFETY: plain syscall on our open file descriptor.
-        let result = unsafe {
-            libc::fallocate(fd, 0, start as libc::off_t, (target - start) as libc::off_t)
+        let reserve = |to: u64| {
+            if self.room_bytes.is_some_and(|room| to > room) {
+                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            // SAFETY: plain syscall on our open file descriptor.
+            match unsafe {
+                libc::fallocate(fd, 0, start as libc::off_t, (to - start) as libc::off_t)
+            } {
+                0 => Ok(to),
+                _ => Err(std::io::Error::last_os_error()),
+            }
         };
-        if result == 0 {
-            index.file_bytes = target;
-            return Ok(());
-        }
-        let error = std::io::Error::last_os_error();
+        // A step the file system has no room for is tried again at what
+        // the block needs alone: a small plan's file then fits a folder
+        // of a few MiB.
+        let error = match reserve(target) {
+            Err(_) if target > end => reserve(end),
+            reached => reached,
+        };
+        let error = match error {
+            Ok(reached) => {
+                index.file_bytes = reached;
+                return Ok(());
+            }
+            Err(error) => error,
+        };
+        let target = end;
         match error.raw_os_error() {
             // No fallocate here: writes extend the file instead.
             Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => {
