@@ -139,9 +139,11 @@ pub(crate) struct PlanArgs {
     /// A generic DAG: fateplan's workload JSON, or networkx node-link JSON.
     #[arg(long)]
     dag: Option<PathBuf>,
+    /// GNN layers, the output layer included.
     #[arg(long, conflicts_with = "dag", default_value_t = 3,
           value_parser = whole_in::<u32>(1..=MAX_LAYERS as u128))]
     layers: u32,
+    /// Width of each hidden layer (for GAT, all heads together).
     #[arg(long, conflicts_with = "dag", default_value_t = DEFAULT_HIDDEN,
           value_parser = whole_in::<u32>(1..=MAX_HIDDEN as u128))]
     hidden: u32,

@@ -81,7 +81,7 @@ pub struct TrainArgs {
     /// --layer-order, --transposes and --partitions].
     #[arg(long)]
     model: Option<String>,
-    /// [default: 2]
+    /// GNN layers, the output layer included [default: 2].
     #[arg(long, value_parser = crate::cli::whole_in::<u32>(1..=MAX_LAYERS as u128))]
     layers: Option<u32>,
     /// Width of each hidden layer. For GAT, all heads together (as for
@@ -117,8 +117,10 @@ pub struct TrainArgs {
     /// same, bit for bit [default: outputs, or with --plan the plan's].
     #[arg(long)]
     sweep: Option<String>,
+    /// Epochs to train: one full-graph iteration each.
     #[arg(long, default_value_t = 200, value_parser = crate::cli::positive::<u32>)]
     pub(crate) epochs: u32,
+    /// Adam's learning rate.
     #[arg(long, default_value_t = 0.01, value_parser = crate::cli::positive_f32)]
     lr: f32,
     /// Dropout probability on each layer's input features; for GAT also
@@ -130,6 +132,7 @@ pub struct TrainArgs {
     /// --weight-decay-all-layers (Kipf and Welling's GCN decays the first).
     #[arg(long, default_value_t = 5e-4, value_parser = crate::cli::non_negative_f32)]
     weight_decay: f32,
+    /// Decay every layer's weights, not the first layer's alone.
     #[arg(long)]
     weight_decay_all_layers: bool,
     /// Seed of the weights and the dropout masks.
@@ -231,8 +234,8 @@ pub struct TrainArgs {
     #[arg(long)]
     json: bool,
     /// What computes the operators: cpu, or cuda (an NVIDIA GPU, with the
-    /// driver, NVRTC and cuBLAS of CUDA 13).
-    #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"])]
+    /// driver, NVRTC and cuBLAS of CUDA 13; `gpu` is the same).
+    #[arg(long, default_value = "cpu", value_parser = backend_names())]
     backend: String,
     /// The CUDA device's ordinal (with --backend cuda; default 0).
     #[arg(long, value_parser = crate::cli::whole::<usize>)]
@@ -365,13 +368,38 @@ impl TrainArgs {
     }
 }
 
+/// `--backend`'s values: `gpu` is `cuda` (clap's suggestion for it was
+/// `cpu`), kept as `cuda`.
+fn backend_names() -> impl clap::builder::TypedValueParser<Value = String> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new([
+        PossibleValue::new("cpu"),
+        PossibleValue::new("cuda").alias("gpu"),
+    ])
+    .map(|name| match name.as_str() {
+        "gpu" => "cuda".to_string(),
+        _ => name,
+    })
+}
+
 /// The backend a run asked for; for CUDA, checked before the graph is
 /// read, so a machine without a GPU says so at once.
 fn backend_choice(args: &TrainArgs) -> Result<train::BackendChoice> {
     match args.backend.as_str() {
         "cpu" => {
-            if args.cuda_device.is_some() || args.kernel_cache.is_some() {
-                bail!("--cuda-device and --kernel-cache apply to --backend cuda, not cpu");
+            let given: Vec<&str> = [
+                ("--cuda-device", args.cuda_device.is_some()),
+                ("--kernel-cache", args.kernel_cache.is_some()),
+            ]
+            .into_iter()
+            .filter_map(|(flag, given)| given.then_some(flag))
+            .collect();
+            if !given.is_empty() {
+                bail!(
+                    "{} {} to --backend cuda, not cpu",
+                    given.join(" and "),
+                    if given.len() == 1 { "applies" } else { "apply" }
+                );
             }
             Ok(train::BackendChoice::Cpu)
         }
@@ -522,13 +550,9 @@ const PROBE_POINTS: usize = 2;
 
 const RAW_FEATURES: &str = "kept as they are (--raw-features)";
 
-/// Where some classes no node has: the class count is one more than the
-/// largest label, so one stray label makes a wide output layer. Where the
-/// layer would be over [`SPARSE_LABELS_WIDTH`] wide and more than
-/// [`SPARSE_LABELS_FACTOR`] times the labels that occur, a refusal naming
-/// the largest label: a stray label, not classes, most likely (a label of
-/// a million in Cora's seven made a layer of a million outputs, 14 s an
-/// iteration where Cora's takes 6 ms).
+/// The classes no node has, said where some are; a stray label that
+/// would make the output layer wide is refused
+/// ([`fateplan::runtime::dataset::stray_label`]).
 fn unused_classes(
     dataset: &fateplan::runtime::dataset::Dataset,
     graph: &str,
@@ -544,20 +568,13 @@ fn unused_classes(
         }
     }
     let occur = seen.iter().filter(|&&s| s).count();
-    if classes > SPARSE_LABELS_WIDTH && classes > SPARSE_LABELS_FACTOR * occur {
-        let largest = classes as i64 - 1;
-        let at = dataset.y.iter().position(|&l| l == largest).unwrap_or(0);
-        let file = std::path::Path::new(graph);
-        let place = match file.is_dir() {
-            true => file.join("y.npy").display().to_string(),
-            false => graph.to_string(),
-        };
-        bail!(
-            "{place}: y[{at}] = {largest}, the largest label, would make the output layer \
-             {classes} wide, while {occur} labels occur: relabel the classes 0 to C-1 (a stray \
-             label is likely)"
-        );
-    }
+    let file = std::path::Path::new(graph);
+    let place = match file.is_dir() {
+        true => file.join("y.npy"),
+        false => file.to_path_buf(),
+    };
+    let labels = dataset.y.iter().map(|&l| u64::try_from(l).unwrap_or(0));
+    fateplan::runtime::dataset::stray_label(&place, labels)?;
     Ok((occur < classes).then(|| {
         format!(
             "{classes} classes (one more than the largest label, {}), of which {occur} occur: \
@@ -566,13 +583,6 @@ fn unused_classes(
         )
     }))
 }
-
-/// The output width over which labels that leave most classes empty are
-/// refused ([`unused_classes`]).
-const SPARSE_LABELS_WIDTH: usize = 1024;
-/// How many times the labels that occur the output width may be, over
-/// [`SPARSE_LABELS_WIDTH`].
-const SPARSE_LABELS_FACTOR: usize = 16;
 
 /// Where the split masks share nodes: an accuracy over nodes the model
 /// trained on is not a held-out score, so the report says so. (Nothing
@@ -1340,13 +1350,15 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             .expect("a fixed template parses"),
     );
     let mut on_epoch = |stats: &EpochStats| {
-        bar.set_position(stats.epoch as u64);
+        // The message first: a redraw on the new position then shows this
+        // epoch's loss, not the one before's.
         bar.set_message(format!(
             "loss {:.4}  train acc {}  {:.1} it/s",
             stats.loss,
             accuracy(stats.train_accuracy, 3),
             1.0 / stats.iteration_s.max(1e-9)
         ));
+        bar.set_position(stats.epoch as u64);
     };
     let workload_name = workload.name.clone();
     let plan = Arc::new(plan);
@@ -1601,13 +1613,21 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     let rest = (report.iteration_s - report.compute_s - report.wait_s).max(0.0);
     // A shipped profile describes some machine, not this one: its
     // prediction is not this machine's.
+    // A plan's profile under a shipped one's name with other figures (a
+    // plan edited, or made on a profile file of that name) is said to be,
+    // as `simulate` says it.
     let shipped = fateplan::profiles::builtin(&plan.profile.name).as_ref() == Some(&plan.profile);
-    let on = match shipped {
-        true => format!(
+    let on = match fateplan::profiles::builtin(&plan.profile.name) {
+        Some(shipped) if shipped == plan.profile => format!(
             " on profile {:?} (shipped with fateplan, not this machine)",
             plan.profile.name
         ),
-        false => format!(" on profile {:?}", plan.profile.name),
+        Some(_) => format!(
+            " on profile {:?} (the plan's own figures, not those of the profile shipped with \
+             fateplan under that name)",
+            plan.profile.name
+        ),
+        None => format!(" on profile {:?}", plan.profile.name),
     };
     // The mean: a slow epoch counts. The median beside it, which
     // `--compare-simulated` takes, where there are several to take it of.

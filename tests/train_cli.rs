@@ -191,6 +191,48 @@ fn without_a_spill_folder_the_plan_has_no_ssd_tier() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A plan whose profile has a shipped profile's name but other figures
+/// (an edited plan) trains on its own figures, and says so, as
+/// `simulate` does.
+#[test]
+fn a_plan_s_profile_under_a_shipped_name_is_said_to_be_its_own() {
+    let graph = "planted:nodes=200,classes=4,features=8,seed=1";
+    let dir = std::env::temp_dir().join(format!("fateplan-renamed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let saved = dir.join("plan.json");
+    let train = |plan: &std::path::Path, save: bool| {
+        let flag = if save { "--save-plan" } else { "--plan" };
+        let output = fateplan(&[
+            "train",
+            "--graph",
+            graph,
+            "--epochs",
+            "1",
+            flag,
+            plan.to_str().unwrap(),
+        ]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        stdout(&output)
+    };
+    let said = train(&saved, true);
+    assert!(
+        said.contains("(shipped with fateplan, not this machine)"),
+        "{said}"
+    );
+    let mut plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    plan["profile"]["name"] = "a100-80g".into();
+    std::fs::write(&saved, plan.to_string()).unwrap();
+    let said = train(&saved, false);
+    assert!(
+        said.contains(
+            "on profile \"a100-80g\" (the plan's own figures, not those of the profile shipped"
+        ),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_generated_graph_trains_under_a_quarter_budget_with_the_same_weights() {
     let graph =
@@ -710,7 +752,8 @@ fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
 
     // `plan --gpus --graph` plans the min-cut shares `train --devices`
     // builds: the plan `train --save-plan` writes for the same flags, and
-    // `train --plan` trains it on two devices.
+    // `train --plan` trains it on two devices. (A run without
+    // `--spill-dir` has no SSD tier: planned so, `--ssd-budget 0`.)
     let gpus = dir.join("gpus.json");
     let planned = fateplan(&[
         "plan",
@@ -720,6 +763,8 @@ fn a_saved_plan_trains_and_a_budget_below_it_is_refused() {
         "2",
         "--partitions",
         "2",
+        "--ssd-budget",
+        "0",
         "-o",
         gpus.to_str().unwrap(),
     ]);
@@ -1213,7 +1258,28 @@ fn an_unknown_backend_is_refused() {
         "k",
     ]);
     assert_eq!(output.status.code(), Some(1));
-    assert!(stderr(&output).contains("apply to --backend cuda"));
+    assert!(
+        stderr(&output).contains("--kernel-cache applies to --backend cuda, not cpu"),
+        "{}",
+        stderr(&output)
+    );
+    // `gpu` is `cuda` (clap suggested `cpu` for it).
+    let output = fateplan(&[
+        "train",
+        "--graph",
+        "planted:nodes=100",
+        "--backend",
+        "gpu",
+        "--epochs",
+        "1",
+        "--json",
+    ]);
+    let said = stderr(&output);
+    assert!(!said.contains("invalid value"), "{said}");
+    if !output.status.success() {
+        // No GPU here: refused as cuda is, in one line.
+        assert!(said.starts_with("error: cuda"), "{said}");
+    }
 }
 
 #[test]
@@ -2033,14 +2099,13 @@ fn classes_no_node_has_are_noted() {
     fateplan::runtime::npy::write(&graph.join("y.npy"), "<i8", &[200], &labels).unwrap();
     let out = fateplan(&["train", "--graph", graph.to_str().unwrap(), "--epochs", "1"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains(
-            "y.npy: y[7] = 100000, the largest label, would make the output layer 100001 wide, \
-             while 5 labels occur"
-        ),
-        "{}",
-        stderr(&out)
-    );
+    let refused = "y.npy: y[7]: 100000, the largest label, would make the output layer 100001 \
+                   wide, while 5 labels occur";
+    assert!(stderr(&out).contains(refused), "{}", stderr(&out));
+    // And `plan` refuses the folder as `train` does.
+    let out = fateplan(&["plan", "--graph", graph.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains(refused), "{}", stderr(&out));
     // Where every class occurs, nothing is said.
     let every = fateplan(&["train", "--graph", spec, "--epochs", "1"]);
     assert!(every.status.success(), "{}", stderr(&every));

@@ -961,8 +961,8 @@ impl Plan {
             if !within_tolerance(*recorded, derived) {
                 differs(
                     format!("predicted.{name}"),
-                    recorded.to_string(),
-                    derived.to_string(),
+                    crate::units::figure(*recorded),
+                    crate::units::figure(derived),
                 );
                 *recorded = derived;
             }

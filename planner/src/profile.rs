@@ -904,8 +904,15 @@ impl Profile {
                 ),
             ));
         }
-        if self.name.is_empty() {
-            return Err(Error::invalid("profile field name", "is empty"));
+        // The name heads every report a plan on it prints.
+        if self.name.trim().is_empty() || self.name.chars().any(char::is_control) {
+            return Err(Error::invalid(
+                "profile field name",
+                format!(
+                    "{:?}: expected a name of printable characters, not empty",
+                    self.name
+                ),
+            ));
         }
         for (field, value) in self.figures() {
             let may_be_zero = field.ends_with("latency_s")
@@ -2110,6 +2117,27 @@ mod tests {
 
     /// The threads a CPU profile was measured at are positive, and given
     /// for the CPU backend only; a source of an empty list says so.
+    #[test]
+    fn a_name_not_printable_is_refused() {
+        for name in ["", "   ", "a\u{1b}[2Jb", "a\nb"] {
+            let p = Profile {
+                name: name.into(),
+                ..profile()
+            };
+            let message = p.validate().unwrap_err().to_string();
+            assert!(
+                message.contains("profile field name")
+                    && message.contains("expected a name of printable characters"),
+                "{message}"
+            );
+        }
+        let p = Profile {
+            name: "h100 (rented)".into(),
+            ..profile()
+        };
+        p.validate().unwrap();
+    }
+
     #[test]
     fn threads_and_empty_lists_are_refused_by_field() {
         let mut p = profile();

@@ -211,12 +211,37 @@ pub fn format_seconds(seconds: f64) -> String {
     if seconds == 0.0 {
         return "0 s".to_string();
     }
-    if seconds >= 1.0 {
+    if seconds >= 1e6 {
+        // Not hundreds of digits for an edited plan's 1e308.
+        format!("{seconds:.3e} s")
+    } else if seconds >= 1.0 {
         format!("{seconds:.3} s")
     } else if seconds >= 1e-3 {
         format!("{:.3} ms", seconds * 1e3)
     } else {
         format!("{:.3} us", seconds * 1e6)
+    }
+}
+
+/// A figure as a person reads it: at most nine significant digits
+/// (`0.0122875488`, not `0.012287548799999989`), and an exponent where
+/// plainly would take many zeros (`1e308`, `1.5e-7`).
+pub fn figure(value: f64) -> String {
+    if value == 0.0 || !value.is_finite() {
+        return value.to_string();
+    }
+    let magnitude = value.abs();
+    if !(1e-4..1e9).contains(&magnitude) {
+        let text = format!("{value:.8e}");
+        let (mantissa, exponent) = text.split_once('e').unwrap_or((&text, "0"));
+        let mantissa = mantissa.trim_end_matches('0').trim_end_matches('.');
+        return format!("{mantissa}e{exponent}");
+    }
+    let decimals = (8 - magnitude.log10().floor() as i32).max(0) as usize;
+    let text = format!("{value:.decimals$}");
+    match text.contains('.') {
+        true => text.trim_end_matches('0').trim_end_matches('.').to_string(),
+        false => text,
     }
 }
 
@@ -230,6 +255,19 @@ mod tests {
         assert_eq!(format_seconds(2.5e-7), "0.250 us");
         assert_eq!(format_seconds(0.0125), "12.500 ms");
         assert_eq!(format_seconds(3.0), "3.000 s");
+        assert_eq!(format_seconds(999_999.0), "999999.000 s");
+        assert_eq!(format_seconds(1e308), "1.000e308 s");
+    }
+
+    #[test]
+    fn a_figure_is_nine_digits_at_most() {
+        assert_eq!(figure(0.012287548799999989), "0.0122875488");
+        assert_eq!(figure(1.0), "1");
+        assert_eq!(figure(0.0), "0");
+        assert_eq!(figure(-2.5), "-2.5");
+        assert_eq!(figure(1e308), "1e308");
+        assert_eq!(figure(1.5e-7), "1.5e-7");
+        assert_eq!(figure(123456.789), "123456.789");
     }
 
     #[test]

@@ -25,6 +25,55 @@ use crate::{Error, Result};
 
 /// Most classes a dataset may have (the planner's limit).
 pub const MAX_CLASSES: u32 = 1 << 20;
+
+/// The output width over which labels that leave most classes empty are
+/// refused ([`stray_label`]).
+pub const SPARSE_LABELS_WIDTH: u64 = 1024;
+/// How many times the labels that occur the output width may be, over
+/// [`SPARSE_LABELS_WIDTH`].
+pub const SPARSE_LABELS_FACTOR: u64 = 16;
+
+/// Where some classes no node has: the class count is one more than the
+/// largest label, so one stray label makes a wide output layer. Where the
+/// layer would be over [`SPARSE_LABELS_WIDTH`] wide and more than
+/// [`SPARSE_LABELS_FACTOR`] times the labels that occur, the refusal
+/// (`fateplan train` and `plan` alike) names the largest label, at `y[at]`
+/// of `labels` (those of `path`): a stray label, not classes, most likely
+/// (a label of a million in Cora's seven made a layer of a million
+/// outputs, 14 s an iteration where Cora's takes 6 ms). Labels past
+/// [`MAX_CLASSES`] are refused where they are read, before this.
+pub fn stray_label(path: &Path, labels: impl Iterator<Item = u64> + Clone) -> Result<()> {
+    let Some(largest) = labels.clone().max() else {
+        return Ok(());
+    };
+    let classes = largest.saturating_add(1);
+    if classes <= SPARSE_LABELS_WIDTH {
+        return Ok(());
+    }
+    let mut seen = vec![false; usize::try_from(classes).unwrap_or(usize::MAX).min(1 << 20)];
+    let mut at = 0;
+    for (k, label) in labels.enumerate() {
+        if let Some(slot) = usize::try_from(label).ok().and_then(|l| seen.get_mut(l)) {
+            *slot = true;
+        }
+        if label == largest && at == 0 {
+            at = k;
+        }
+    }
+    let occur = seen.iter().filter(|&&s| s).count() as u64;
+    if classes > SPARSE_LABELS_FACTOR * occur {
+        return Err(Error::invalid(
+            path,
+            format!("y[{at}]"),
+            format!(
+                "{largest}, the largest label, would make the output layer {classes} wide, \
+                 while {occur} labels occur: relabel the classes 0 to C-1 (a stray label is \
+                 likely)"
+            ),
+        ));
+    }
+    Ok(())
+}
 /// Most features per node (the planner's limit).
 pub const MAX_FEATURES: u32 = 1 << 20;
 

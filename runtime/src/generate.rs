@@ -593,6 +593,19 @@ impl PlantedSpec {
                 ),
             ));
         }
+        // A graph of no edges is refused as a file of none is.
+        if (self.nodes as f64 * self.degree / 2.0).round() < 1.0 {
+            return Err(Error::invalid(
+                Path::new(spec),
+                "degree",
+                format!(
+                    "{} gives no edges to {} nodes (nodes x degree / 2 rounds to 0); a graph \
+                     needs at least one",
+                    readable(self.degree),
+                    self.nodes
+                ),
+            ));
+        }
         check_range(spec, "homophily", self.homophily, 0.0, 1.0)?;
         check_range(spec, "noise", self.noise, 0.0, 1e6)?;
         let smallest_class = self.nodes / self.classes as u64;
@@ -895,6 +908,22 @@ impl GeneratorSpec {
             match value {
                 None => Ok(default),
                 Some(v) => v.parse().map_err(|_| {
+                    // Digits alone that do not parse are too many for the type.
+                    let most = match std::any::type_name::<T>() {
+                        "u8" => Some(u64::from(u8::MAX)),
+                        "u16" => Some(u64::from(u16::MAX)),
+                        "u32" => Some(u64::from(u32::MAX)),
+                        "u64" | "usize" => Some(u64::MAX),
+                        _ => None,
+                    };
+                    let digits = !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit());
+                    if let Some(most) = most.filter(|_| digits) {
+                        return Error::invalid(
+                            Path::new(text),
+                            key,
+                            format!("{v} is too large: at most {most}"),
+                        );
+                    }
                     let kind = match std::any::type_name::<T>() {
                         "bool" => "true or false",
                         "f32" | "f64" => "a number",
@@ -1594,7 +1623,23 @@ mod tests {
             assert_eq!(GeneratorSpec::parse(&spec.to_string()).unwrap(), spec);
         }
         let error = |text: &str| GeneratorSpec::parse(text).unwrap_err().to_string();
-        let cases: [(&str, &[&str]); 20] = [
+        let cases: [(&str, &[&str]); 23] = [
+            (
+                "rmat:scale=4,features=4294967296",
+                &["features", "4294967296 is too large: at most 4294967295"],
+            ),
+            (
+                "rmat:scale=4,seed=18446744073709551616",
+                &["seed", "is too large: at most 18446744073709551615"],
+            ),
+            (
+                "planted:nodes=100,degree=0",
+                &[
+                    "degree",
+                    "0 gives no edges to 100 nodes",
+                    "needs at least one",
+                ],
+            ),
             ("rmat:scale=10,,features=8", &["item 2 of 3: empty"]),
             ("planted:nodes=100,", &["item 2 of 2: empty"]),
             (

@@ -294,6 +294,12 @@ impl GraphData {
                         }
                         most = most.max(label);
                     }
+                    // Refused as `train` refuses it: a stray label, not
+                    // thousands of classes.
+                    if most >= crate::dataset::SPARSE_LABELS_WIDTH {
+                        let labels = (0..y.len() as usize).map(|k| y.int(k, &y_path).unwrap_or(0));
+                        crate::dataset::stray_label(&y_path, labels)?;
+                    }
                     most as u32 + 1
                 }
             });

@@ -441,9 +441,11 @@ impl Npy {
             }
         };
         u64::try_from(value).map_err(|_| {
+            // Named as `train` names it: `y[5]` of y.npy.
+            let stem = path.file_stem().map(|s| s.to_string_lossy());
             Error::invalid(
                 path,
-                format!("element {index}"),
+                format!("{}[{index}]", stem.as_deref().unwrap_or("element ")),
                 format!("{value} is negative"),
             )
         })
@@ -610,10 +612,20 @@ fn header_entries<'h>(header: &'h str, path: &Path) -> Result<Vec<(&'h str, &'h 
         .strip_prefix('{')
         .and_then(|t| t.strip_suffix('}'))
         .ok_or_else(|| {
-            bad(format!(
-                "{:?} is not a dict in braces",
-                text.chars().take(60).collect::<String>()
-            ))
+            let head: String = text.chars().take(60).collect();
+            // Where the dict opens but does not close, its end says why
+            // (NUL bytes padding it, say, past what the head shows).
+            let chars = text.chars().count();
+            match text.starts_with('{') && chars > 60 {
+                true => {
+                    let tail: String = text.chars().skip(chars - 12).collect();
+                    bad(format!(
+                        "{head:?}... is not a dict in braces: it ends in {tail:?}, not '}}' \
+                         (padding is spaces, then a newline)"
+                    ))
+                }
+                false => bad(format!("{head:?} is not a dict in braces")),
+            }
         })?;
     let mut entries: Vec<(&str, &str)> = Vec::new();
     let mut rest = inner.trim_start();
@@ -963,6 +975,10 @@ pub(crate) mod tests {
             (
                 "garbage 'descr': '<i8', 'fortran_order': False, 'shape': (2, 2), }",
                 "is not a dict in braces",
+            ),
+            (
+                "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2), }\0\0\0",
+                "it ends in \"(2, 2), }\\0\\0\\0\", not '}'",
             ),
             (
                 "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2), ",

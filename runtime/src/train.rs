@@ -596,36 +596,57 @@ pub(crate) fn on_a_worker_told<T: Send>(
     let (sender, epochs) =
         std::sync::mpsc::channel::<(EpochStats, Option<std::sync::mpsc::SyncSender<()>>)>();
     let mut result = None;
-    rayon::in_place_scope(|scope| {
-        let result = &mut result;
-        scope.spawn(move |_| {
-            // The receiver reads until this sender drops, unless `progress`
-            // panicked: then the job stops at the epoch it reports next,
-            // unwinding (dropping what it holds, its spill files among
-            // them) without the panic hook's message, and the scope passes
-            // on `progress`'s panic, the first.
-            let gone =
-                || -> ! { std::panic::resume_unwind(Box::new("the progress callback panicked")) };
-            *result = Some(job(&mut |stats: &EpochStats| {
-                if !told {
-                    if sender.send((*stats, None)).is_err() {
+    // `progress`'s panic, caught on this thread and passed on once the
+    // job has stopped. Left to unwind the scope, it raced the job's own
+    // (the job sees the receiver dropped as the scope unwinds), and the
+    // scope passes on whichever it stored first.
+    let mut progress_panic = None;
+    let scoped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rayon::in_place_scope(|scope| {
+            let result = &mut result;
+            scope.spawn(move |_| {
+                // The receiver reads until this sender drops, unless `progress`
+                // panicked: then the job stops at the epoch it reports next,
+                // unwinding (dropping what it holds, its spill files among
+                // them) without the panic hook's message; `progress`'s panic
+                // is the one passed on, after the scope.
+                let gone = || -> ! {
+                    std::panic::resume_unwind(Box::new("the progress callback panicked"))
+                };
+                *result = Some(job(&mut |stats: &EpochStats| {
+                    if !told {
+                        if sender.send((*stats, None)).is_err() {
+                            gone();
+                        }
+                        return;
+                    }
+                    let (done, seen) = std::sync::mpsc::sync_channel(1);
+                    if sender.send((*stats, Some(done))).is_err() || seen.recv().is_err() {
                         gone();
                     }
-                    return;
+                }));
+            });
+            for (stats, done) in epochs {
+                let shown =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| progress(&stats)));
+                if let Err(payload) = shown {
+                    // Leaving the loop drops the receiver (and `done`): the
+                    // job stops at the next epoch it reports.
+                    progress_panic = Some(payload);
+                    break;
                 }
-                let (done, seen) = std::sync::mpsc::sync_channel(1);
-                if sender.send((*stats, Some(done))).is_err() || seen.recv().is_err() {
-                    gone();
+                if let Some(done) = done {
+                    let _ = done.send(());
                 }
-            }));
-        });
-        for (stats, done) in epochs {
-            progress(&stats);
-            if let Some(done) = done {
-                let _ = done.send(());
             }
-        }
-    });
+        })
+    }));
+    if let Some(payload) = progress_panic {
+        std::panic::resume_unwind(payload);
+    }
+    if let Err(payload) = scoped {
+        std::panic::resume_unwind(payload);
+    }
     // The scope returns once its job has: had the job panicked, the scope
     // would have passed the panic on instead.
     result.expect("a scope's job has run when the scope returns")
