@@ -3860,10 +3860,10 @@ fn write_comparison(out: &mut dyn Write, c: &Comparison, simulate: bool) -> Resu
 
 /// The plan `fateplan plan` makes of `args`, with what its summary says
 /// beside it.
-struct Planned {
-    plan: Plan,
+pub(crate) struct Planned {
+    pub(crate) plan: Plan,
     /// Lines on the workload, its partitions, halo and budgets.
-    note: String,
+    pub(crate) note: String,
     /// Seconds planning took (the plan's own, where sizing the partitions
     /// or choosing the sweeps made it).
     planned_s: f64,
@@ -3873,7 +3873,15 @@ struct Planned {
 
 /// Plans `args` as `fateplan plan` does: the workload, its partitions and
 /// sweeps, then the plan, which records the model it was made for.
-fn planned(args: &PlanArgs) -> Result<Planned> {
+/// `plan`'s flags alone, parsed from a command line `train --partitions
+/// auto` makes.
+#[derive(Parser)]
+pub(crate) struct PlanOnly {
+    #[command(flatten)]
+    pub(crate) args: PlanArgs,
+}
+
+pub(crate) fn planned(args: &PlanArgs) -> Result<Planned> {
     let Prepared {
         profile,
         options,

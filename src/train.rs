@@ -144,10 +144,10 @@ pub struct TrainArgs {
     #[arg(long, value_parser = crate::cli::positive::<usize>)]
     pub(crate) threads: Option<usize>,
     /// Vertex partitions of the workload (per device, with --devices; 1
-    /// to 256) [default: 4].
-    #[arg(long, value_parser = crate::cli::whole_in::<u32>(
-        1..=fateplan::planner::blocks::MAX_PARTITIONS as u128
-    ))]
+    /// to 256), or `auto`: the count `fateplan plan --graph ...
+    /// --partitions auto` sizes for these flags and budgets, and its plan
+    /// [default: 4].
+    #[arg(long, value_parser = partitions_or_auto)]
     partitions: Option<u32>,
     /// Devices to train on, each owning a share of the vertices and
     /// exchanging its halo with the others (data-parallel full-graph
@@ -283,6 +283,10 @@ impl TrainArgs {
     pub(crate) fn partitions(&self) -> u32 {
         self.partitions.unwrap_or(DEFAULT_MODEL.5)
     }
+    /// Whether `--partitions auto` was given ([`AUTO_PARTITIONS`]).
+    fn partitions_auto(&self) -> bool {
+        self.partitions == Some(AUTO_PARTITIONS)
+    }
     pub(crate) fn devices(&self) -> u32 {
         self.devices.unwrap_or(1)
     }
@@ -366,6 +370,97 @@ impl TrainArgs {
         }
         Ok(args)
     }
+}
+
+/// `--partitions auto` as the flag's value holds it: no count is 0 (the
+/// parser refuses it), and `run` sizes the count before anything reads
+/// it.
+const AUTO_PARTITIONS: u32 = 0;
+
+/// `--partitions`' value: a count of 1 to the most, or `auto`
+/// ([`AUTO_PARTITIONS`]).
+fn partitions_or_auto(text: &str) -> std::result::Result<u32, String> {
+    if text.eq_ignore_ascii_case("auto") {
+        return Ok(AUTO_PARTITIONS);
+    }
+    crate::cli::whole_in::<u32>(1..=fateplan::planner::blocks::MAX_PARTITIONS as u128)(text)
+        .map_err(|e| format!("{e}, or auto"))
+}
+
+/// The plan `fateplan plan --graph ... --partitions auto` makes for this
+/// run's flags (its model, profile, policy, sweep and budgets; without a
+/// spill folder, no SSD tier), and the line saying the count it took.
+fn sized_plan(args: &TrainArgs) -> Result<(Plan, String)> {
+    if args.plan.is_some() {
+        bail!("--partitions auto: the plan given has its count; leave --partitions out");
+    }
+    if args.devices() > 1 {
+        bail!(
+            "--partitions auto: sizes one device's run; with --devices, `fateplan plan --graph \
+             {} --gpus {} --partitions auto` with the same flags and -o FILE sizes the shares, \
+             and train --plan FILE trains them",
+            args.graph,
+            args.devices()
+        );
+    }
+    let policy = args.policy.as_deref().unwrap_or("dp");
+    let mut flags: Vec<String> = vec!["plan".into(), "--graph".into(), args.graph.clone()];
+    let mut flag = |name: &str, value: String| {
+        flags.push(format!("--{name}"));
+        flags.push(value);
+    };
+    flag("model", args.model().to_string());
+    flag("layers", args.layers().to_string());
+    flag("hidden", args.hidden().to_string());
+    if let Some(heads) = args.heads {
+        flag("heads", heads.to_string());
+    }
+    flag("dropout", args.dropout().to_string());
+    if let Some(order) = &args.layer_order {
+        flag("layer-order", order.clone());
+    }
+    flag("transposes", args.transposes().to_string());
+    flag("sweep", args.sweep().to_string());
+    flag("partitions", "auto".into());
+    flag(
+        "profile",
+        args.profile.clone().unwrap_or_else(|| "cpu-small".into()),
+    );
+    flag("policy", policy.to_string());
+    if let Some(limit) = args.milp_time_limit {
+        flag("milp-time-limit", limit.to_string());
+    }
+    for (name, given) in [
+        ("hbm-budget", &args.hbm_budget),
+        ("host-budget", &args.host_budget),
+    ] {
+        if let Some(text) = given {
+            flag(name, text.clone());
+        }
+    }
+    match (&args.spill_dir, &args.ssd_budget) {
+        (Some(_), Some(text)) => flag("ssd-budget", text.clone()),
+        (Some(_), None) => {}
+        // As a run planned here: no spill folder, no SSD tier.
+        (None, Some(text)) if crate::cli::budget_bytes(text).is_ok_and(|b| b > 0) => bail!(
+            "--ssd-budget {text}: the SSD tier needs --spill-dir DIR, the folder its file goes in"
+        ),
+        (None, _) if policy.eq_ignore_ascii_case(Policy::OffloadSsdAll.name()) => {
+            bail!("--policy {policy} keeps tensors on the SSD tier: give --spill-dir DIR")
+        }
+        (None, _) => flag("ssd-budget", "0".into()),
+    }
+    let plan_args = <crate::cli::PlanOnly as clap::Parser>::try_parse_from(&flags)
+        .map_err(|e| anyhow::anyhow!("--partitions auto: {}", e.to_string().trim()))?
+        .args;
+    let planned = crate::cli::planned(&plan_args)?;
+    let line = planned
+        .note
+        .lines()
+        .find_map(|line| line.strip_prefix("partitions "))
+        .map(|line| line.trim().to_string())
+        .unwrap_or_default();
+    Ok((planned.plan, line))
 }
 
 /// `--backend`'s values: `gpu` is `cuda` (clap's suggestion for it was
@@ -767,8 +862,31 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     // Its predictions, where they differ from what its schedule gives (a
     // plan edited by hand), are derived again and said to be.
     let mut plan_recomputed = Vec::new();
-    let given_plan = match &args.plan {
-        Some(path) => {
+    // `--partitions auto`: sized and planned as `plan` does, then trained
+    // as a plan given (its budgets, in bytes, the run's).
+    let sized = match args.partitions_auto() {
+        true => Some(sized_plan(args)?),
+        false => None,
+    };
+    let auto_args;
+    let (args, sized_plan, sized_note) = match sized {
+        Some((plan, line)) => {
+            auto_args = TrainArgs {
+                partitions: None,
+                sweep: None,
+                hbm_budget: None,
+                host_budget: None,
+                ssd_budget: None,
+                ..args.clone()
+            };
+            (&auto_args, Some(plan), Some(line))
+        }
+        None => (args, None, None),
+    };
+    let given_plan = match (&args.plan, sized_plan) {
+        (_, Some(plan)) => Some((plan, "sized by --partitions auto".to_string())),
+        (None, None) => None,
+        (Some(path), None) => {
             let source = path.display().to_string();
             let text = fateplan::read_text(path)
                 .map_err(anyhow::Error::msg)
@@ -803,7 +921,6 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             }
             Some((plan, source))
         }
-        None => None,
     };
     // How a refusal names the device count: given, or the plan's.
     let devices_given = args.devices.is_some();
@@ -1540,6 +1657,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         if let Some(note) = &spill_made {
             json["spill_dir_note"] = note.clone().into();
         }
+        if let Some(line) = &sized_note {
+            json["partitions_auto"] = line.clone().into();
+        }
         json["features"] = serde_json::to_value(&features)?;
         if let Some(note) = &labels {
             json["labels"] = serde_json::to_value(note)?;
@@ -1728,6 +1848,9 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     }
     if let Some(note) = crate::cli::recomputed_note(&plan_recomputed) {
         writeln!(out, "note      {note}")?;
+    }
+    if let Some(line) = &sized_note {
+        writeln!(out, "partitions {line}")?;
     }
     if let Some(note) = &unplanned_exchange {
         writeln!(out, "note      {note}")?;

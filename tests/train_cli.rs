@@ -191,6 +191,83 @@ fn without_a_spill_folder_the_plan_has_no_ssd_tier() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--partitions auto` sizes the count as `plan --partitions auto` does
+/// for the run's flags and budgets, trains that plan, and says the count;
+/// the plan it saves trains the same weights.
+#[test]
+fn partitions_auto_sizes_the_run_as_plan_does() {
+    let graph = "planted:nodes=400,classes=4,features=16,seed=3";
+    let dir = std::env::temp_dir().join(format!("fateplan-auto-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let saved = dir.join("plan.json");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["train", "--graph", graph, "--epochs", "2", "--json"];
+        args.extend_from_slice(extra);
+        let output = fateplan(&args);
+        assert!(output.status.success(), "{}", stderr(&output));
+        json(&output)
+    };
+    let sized = run(&[
+        "--partitions",
+        "auto",
+        "--hbm-budget",
+        "25%",
+        "--save-plan",
+        saved.to_str().unwrap(),
+    ]);
+    let line = sized["partitions_auto"].as_str().unwrap().to_string();
+    let count: u32 = line.split(' ').next().unwrap().parse().unwrap();
+    assert!(line.contains("(auto: the fewest that fit"), "{line}");
+    let workload = sized["workload"].as_str().unwrap();
+    assert!(
+        workload.ends_with(&format!("-p{count}")),
+        "{workload} against {line}"
+    );
+    // As `plan` sizes it for the same flags (train's defaults given).
+    let planned = fateplan(&[
+        "plan",
+        "--graph",
+        graph,
+        "--layers",
+        "2",
+        "--hidden",
+        "16",
+        "--profile",
+        "cpu-small",
+        "--partitions",
+        "auto",
+        "--hbm-budget",
+        "25%",
+        "--ssd-budget",
+        "0",
+    ]);
+    assert!(planned.status.success(), "{}", stderr(&planned));
+    assert!(
+        stdout(&planned).contains(&format!("partitions {count} (auto:")),
+        "{}",
+        stdout(&planned)
+    );
+    let again = run(&["--plan", saved.to_str().unwrap()]);
+    assert_eq!(again["weights_sha256"], sized["weights_sha256"]);
+    for (flags, said) in [
+        (
+            &["--partitions", "auto", "--plan", saved.to_str().unwrap()][..],
+            "--partitions auto: the plan given has its count",
+        ),
+        (
+            &["--partitions", "auto", "--devices", "2"][..],
+            "--partitions auto: sizes one device's run",
+        ),
+    ] {
+        let mut args = vec!["train", "--graph", graph, "--epochs", "1"];
+        args.extend_from_slice(flags);
+        let output = fateplan(&args);
+        assert_eq!(output.status.code(), Some(1), "{flags:?}");
+        assert!(stderr(&output).contains(said), "{}", stderr(&output));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A plan whose profile has a shipped profile's name but other figures
 /// (an edited plan) trains on its own figures, and says so, as
 /// `simulate` does.
