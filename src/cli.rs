@@ -9,7 +9,7 @@ use std::sync::{Mutex, OnceLock};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use fateplan::planner::blocks::{BlockCounts, MAX_PARTITIONS};
-use fateplan::planner::datasets::{dataset, dataset_names, DATASETS};
+use fateplan::planner::datasets::{dataset, DATASETS};
 use fateplan::planner::exchange::{Halo, MultiGpu};
 use fateplan::planner::gnn::{
     build_gnn, GnnModel, GnnShape, GnnSpec, LayerOrder, Sweeps, Transposes, DEFAULT_HEADS,
@@ -2392,10 +2392,10 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
     } else {
         let name = args.dataset.as_deref().unwrap_or("ogbn-papers100M");
         let stats = dataset(name).ok_or_else(|| {
-            anyhow!(
-                "--dataset {name}: unknown dataset; known datasets: {}",
-                dataset_names()
-            )
+            anyhow!(fateplan::planner::datasets::unknown_dataset(
+                "--dataset",
+                name
+            ))
         })?;
         let gpus = args.gpus as u64;
         halo = Some(Halo::random(stats.nodes, stats.edges));

@@ -131,7 +131,11 @@ pub mod profiles {
             }
             return Err(fateplan_planner::Error::InvalidInput {
                 context: format!("profile {name:?}"),
-                message: format!("not a built-in profile ({}) nor a file", names().join(", ")),
+                message: format!(
+                    "not a built-in profile ({}) nor a file{}",
+                    names().join(", "),
+                    fateplan_planner::units::did_you_mean(name, &names())
+                ),
             });
         }
         let text = crate::read_text(path).map_err(|e| fateplan_planner::Error::InvalidInput {

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use fateplan::planner::datasets::{dataset, dataset_names};
+use fateplan::planner::datasets::dataset;
 use fateplan::planner::gnn::{GnnModel, GnnSpec};
 use fateplan::planner::passes::milp::MAX_VARIABLES;
 use fateplan::planner::units::{count, format_bytes, format_seconds};
@@ -103,10 +103,10 @@ impl StudyArgs {
         for name in &self.datasets {
             match dataset(name) {
                 Some(found) => stats.push(found),
-                None => bail!(
-                    "--datasets {name}: unknown dataset; known datasets: {}",
-                    dataset_names()
-                ),
+                None => bail!(fateplan::planner::datasets::unknown_dataset(
+                    "--datasets",
+                    name
+                )),
             }
         }
         // Every model's shape is checked before the first row runs.

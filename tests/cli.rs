@@ -624,7 +624,20 @@ fn bad_input_names_what_is_wrong() {
     let cases: &[(&[&str], &str)] = &[
         (
             &["plan", "--dataset", "cora-ish"],
-            "--dataset cora-ish: unknown dataset; known datasets: ogbn-arxiv",
+            "--dataset cora-ish: unknown dataset; known datasets (statistics to plan, not data \
+             to train): ogbn-arxiv",
+        ),
+        (
+            &["plan", "--dataset", "ogbn-product"],
+            "is --graph; did you mean ogbn-products?",
+        ),
+        (
+            &["plan", "--profile", "h100"],
+            "did you mean h100-sxm or h100-measured?",
+        ),
+        (
+            &["plan", "--model", "gcm"],
+            "known models: gcn, sage, gat; did you mean gcn?",
         ),
         (
             &["plan", "--profile", "tpu"],

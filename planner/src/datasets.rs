@@ -120,6 +120,20 @@ pub fn dataset(name: &str) -> Option<&'static DatasetStats> {
     DATASETS.iter().find(|d| d.name.eq_ignore_ascii_case(name))
 }
 
+/// What an unknown dataset name `name` is told: the known names, the
+/// nearest of them where one is near, and that a graph of one's own is
+/// `--graph` (`flag`: `--dataset`, or `study`'s `--datasets`).
+pub fn unknown_dataset(flag: &str, name: &str) -> String {
+    let known: Vec<&str> = DATASETS.iter().map(|d| d.name).collect();
+    format!(
+        "{flag} {name}: unknown dataset; known datasets (statistics to plan, not data to \
+         train): {}; a graph of your own (a folder of .npy files, an edge list or a generator \
+         spec) is --graph{}",
+        dataset_names(),
+        crate::units::did_you_mean(name, &known)
+    )
+}
+
 /// The known names, comma-separated, for error messages.
 pub fn dataset_names() -> String {
     DATASETS

@@ -69,7 +69,10 @@ impl GnnModel {
             "gat" => Ok(GnnModel::Gat),
             _ => Err(Error::invalid(
                 format!("model {text:?}"),
-                "unknown model; known models: gcn, sage, gat",
+                format!(
+                    "unknown model; known models: gcn, sage, gat{}",
+                    crate::units::did_you_mean(text, &["gcn", "sage", "graphsage", "gat"])
+                ),
             )),
         }
     }

@@ -79,7 +79,11 @@ impl Policy {
                 let known: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
                 Error::invalid(
                     format!("policy {text:?}"),
-                    format!("unknown policy; known policies: {}", known.join(", ")),
+                    format!(
+                        "unknown policy; known policies: {}{}",
+                        known.join(", "),
+                        crate::units::did_you_mean(text, &known)
+                    ),
                 )
             })
     }

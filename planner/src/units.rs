@@ -223,6 +223,59 @@ pub fn format_seconds(seconds: f64) -> String {
     }
 }
 
+/// `; did you mean X?` (or `X or Y`) for a name `given` that is none of
+/// `known`: those it begins (`h100` of `h100-sxm`), or where it begins
+/// none, those within two edits of it (a letter left out, added or
+/// changed: `ogbn-product`, `gcm`), in any case; empty where none is
+/// near.
+pub fn did_you_mean(given: &str, known: &[&str]) -> String {
+    let given = given.to_ascii_lowercase();
+    let chars: Vec<char> = given.chars().collect();
+    let mut near: Vec<(usize, &str)> = known
+        .iter()
+        .filter_map(|&name| {
+            let lower = name.to_ascii_lowercase();
+            if chars.len() >= 2 && lower.starts_with(&given) {
+                return Some((0, name));
+            }
+            let distance = edits(&chars, &lower.chars().collect::<Vec<_>>());
+            (distance <= 2 && distance * 3 <= chars.len()).then_some((distance, name))
+        })
+        .collect();
+    // Names it begins, where there are some; else the nearest first.
+    if near.iter().any(|&(distance, _)| distance == 0) {
+        near.retain(|&(distance, _)| distance == 0);
+    }
+    near.sort_by_key(|&(distance, _)| distance);
+    let names: Vec<&str> = near.iter().map(|&(_, name)| name).take(3).collect();
+    match names.len() {
+        0 => String::new(),
+        1 => format!("; did you mean {}?", names[0]),
+        n => format!(
+            "; did you mean {} or {}?",
+            names[..n - 1].join(", "),
+            names[n - 1]
+        ),
+    }
+}
+
+/// The edits (a character inserted, removed or changed) from `a` to `b`.
+fn edits(a: &[char], b: &[char]) -> usize {
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, &x) in a.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &y) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(x != y));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
 /// A figure as a person reads it: at most nine significant digits
 /// (`0.0122875488`, not `0.012287548799999989`), and an exponent where
 /// plainly would take many zeros (`1e308`, `1.5e-7`).
@@ -257,6 +310,32 @@ mod tests {
         assert_eq!(format_seconds(3.0), "3.000 s");
         assert_eq!(format_seconds(999_999.0), "999999.000 s");
         assert_eq!(format_seconds(1e308), "1.000e308 s");
+    }
+
+    #[test]
+    fn names_near_one_given_are_suggested() {
+        let known = ["a100-80g", "h100-sxm", "h200", "h100-measured", "cpu-small"];
+        assert_eq!(
+            did_you_mean("h100", &known),
+            "; did you mean h100-sxm or h100-measured?"
+        );
+        assert_eq!(did_you_mean("H20", &known), "; did you mean h200?");
+        assert_eq!(
+            did_you_mean("cpu_small", &known),
+            "; did you mean cpu-small?"
+        );
+        assert_eq!(did_you_mean("tpu-v5", &known), "");
+        assert_eq!(did_you_mean("h", &known), "");
+        let datasets = ["ogbn-arxiv", "ogbn-products", "reddit"];
+        assert_eq!(
+            did_you_mean("ogbn-product", &datasets),
+            "; did you mean ogbn-products?"
+        );
+        assert_eq!(
+            did_you_mean("gcm", &["gcn", "sage", "gat"]),
+            "; did you mean gcn?"
+        );
+        assert_eq!(did_you_mean("cora", &datasets), "");
     }
 
     #[test]
