@@ -2170,6 +2170,17 @@ impl Drop for Searching {
     }
 }
 
+/// A [`Searching`] spinner while the MILP solves (`--policy milp`), which
+/// may take its whole time limit; none under another policy.
+pub(crate) fn solving(options: &PlanOptions) -> Option<Searching> {
+    (options.policy == Policy::Milp).then(|| {
+        Searching::start(&format!(
+            "solving the MILP (--policy milp; at most {} s, --milp-time-limit)",
+            options.milp_time_limit_s
+        ))
+    })
+}
+
 /// `--sweep auto`: the sweeps [`choose_sweeps`] takes for `shape`, or
 /// those in groups of outputs [`choose_groups`] takes over them, under
 /// `options` (on one GPU or several). `outputs`: the workload by
@@ -3896,7 +3907,10 @@ pub(crate) fn planned(args: &PlanArgs) -> Result<Planned> {
     let sizing_planned_s = made.as_ref().map(|m| m.seconds);
     let made = made.map(|m| Ok(m.plan));
     let mut plan = made
-        .unwrap_or_else(|| plan(&workload, &profile, &options))
+        .unwrap_or_else(|| {
+            let _shown = solving(&options);
+            plan(&workload, &profile, &options)
+        })
         .map_err(|error| {
             // Say how many partitions `auto` tried: the error is at that count.
             // (A context repeating the error keeps it first in the message

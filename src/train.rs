@@ -1336,11 +1336,14 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                         // Milp's plan (the walk compares dp's), none fits,
                         // or dp's polish from more starts: planned here,
                         // saying why none fits.
-                        None => plan(&swept.workload, &profile, &options)
-                            .map_err(|e| more_partitions(e, args.partitions()))
-                            .with_context(|| {
-                                format!("--sweep auto ({} sweeps planned)", swept.tried)
-                            })?,
+                        None => {
+                            let _shown = crate::cli::solving(&options);
+                            plan(&swept.workload, &profile, &options)
+                        }
+                        .map_err(|e| more_partitions(e, args.partitions()))
+                        .with_context(|| {
+                            format!("--sweep auto ({} sweeps planned)", swept.tried)
+                        })?,
                     };
                     let json = serde_json::json!({
                         "sweep": auto.name,
@@ -1354,8 +1357,11 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
                     chosen = Some((swept.workload, swept.sweeps, auto.name, auto.line, json));
                     plan
                 }
-                false => plan(workload, &profile, &options)
-                    .map_err(|e| more_partitions(e, args.partitions()))?,
+                false => {
+                    let _shown = crate::cli::solving(&options);
+                    plan(workload, &profile, &options)
+                        .map_err(|e| more_partitions(e, args.partitions()))?
+                }
             };
             plan.workload.model = Some(trained_model);
             plan

@@ -3518,4 +3518,19 @@ fn a_long_search_shows_a_spinner_on_a_terminal_only() {
     assert!(shown < summary, "{text}");
     assert!(text[shown..summary].contains("\x1b[2K"), "{text}");
     assert!(!text[summary..].contains(spinner), "{text}");
+    // The MILP, which may take its whole time limit, shows one too.
+    let command = format!(
+        "{} plan --dataset ogbn-arxiv --layers 2 --partitions 4 --policy milp \
+         --milp-time-limit 1 --hbm-budget 40%",
+        env!("CARGO_BIN_EXE_fateplan")
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .expect("script runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("solving the MILP (--policy milp; at most 1 s, --milp-time-limit)"),
+        "{text}"
+    );
 }
