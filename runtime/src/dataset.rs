@@ -51,15 +51,16 @@ pub fn stray_label(path: &Path, labels: impl Iterator<Item = u64> + Clone) -> Re
         return Ok(());
     }
     let mut seen = vec![false; usize::try_from(classes).unwrap_or(usize::MAX).min(1 << 20)];
-    let mut at = 0;
+    let mut at = None;
     for (k, label) in labels.enumerate() {
         if let Some(slot) = usize::try_from(label).ok().and_then(|l| seen.get_mut(l)) {
             *slot = true;
         }
-        if label == largest && at == 0 {
-            at = k;
+        if label == largest {
+            at.get_or_insert(k);
         }
     }
+    let at = at.unwrap_or(0);
     let occur = seen.iter().filter(|&&s| s).count() as u64;
     if classes > SPARSE_LABELS_FACTOR * occur {
         return Err(Error::invalid(
@@ -727,8 +728,9 @@ pub(crate) fn path_name(path: &Path) -> Option<String> {
 /// for a file never given (`Path::exists` is `false` for both).
 pub fn present(path: &Path) -> Result<bool> {
     match std::fs::symlink_metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(Error::io(path, e)),
+        // Nothing there, or no name a file could have (a generator spec
+        // too long for one): not given, as `Path::exists` says.
+        Err(_) => Ok(false),
         Ok(meta) if !meta.file_type().is_symlink() => Ok(true),
         Ok(_) => match std::fs::metadata(path) {
             Ok(_) => Ok(true),
@@ -942,6 +944,27 @@ pub(crate) mod tests {
         assert_eq!((d.classes, d.y.clone()), (3, vec![2, 0, 1, 0]));
         assert_eq!(d.row(3), &[9.0, 10.0, 11.0]);
         assert_eq!(d.train_mask, vec![true, false, false, true]);
+    }
+
+    #[test]
+    fn a_stray_label_is_named_at_its_first_place() {
+        let path = Path::new("y.npy");
+        let refused = |labels: &[u64]| {
+            stray_label(path, labels.iter().copied())
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(
+            refused(&[5000, 1, 2, 5000]).starts_with("y.npy: y[0]: 5000, the largest label"),
+            "{}",
+            refused(&[5000, 1, 2, 5000])
+        );
+        assert!(refused(&[1, 5000, 5000]).contains("y[1]: 5000"));
+        assert!(refused(&[1, 5000]).contains("while 2 labels occur"));
+        // Within the width, or with most classes present, nothing is said.
+        assert!(stray_label(path, [0, 1023].into_iter()).is_ok());
+        assert!(stray_label(path, 0..2000).is_ok());
+        assert!(stray_label(path, std::iter::empty()).is_ok());
     }
 
     #[test]

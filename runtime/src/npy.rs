@@ -445,7 +445,7 @@ impl Npy {
             let stem = path.file_stem().map(|s| s.to_string_lossy());
             Error::invalid(
                 path,
-                format!("{}[{index}]", stem.as_deref().unwrap_or("element ")),
+                format!("{}[{index}]", stem.as_deref().unwrap_or("element")),
                 format!("{value} is negative"),
             )
         })

@@ -820,11 +820,11 @@ impl SpillStore {
         // A step the file system has no room for is tried again at what
         // the block needs alone: a small plan's file then fits a folder
         // of a few MiB.
-        let error = match reserve(target) {
+        let reserved = match reserve(target) {
             Err(_) if target > end => reserve(end),
             reached => reached,
         };
-        let error = match error {
+        let error = match reserved {
             Ok(reached) => {
                 index.file_bytes = reached;
                 return Ok(());
