@@ -441,14 +441,15 @@ fn sized_plan(args: &TrainArgs) -> Result<(Plan, String)> {
     match (&args.spill_dir, &args.ssd_budget) {
         (Some(_), Some(text)) => flag("ssd-budget", text.clone()),
         (Some(_), None) => {}
-        // As a run planned here: no spill folder, no SSD tier.
-        (None, Some(text)) if crate::cli::budget_bytes(text).is_ok_and(|b| b > 0) => bail!(
-            "--ssd-budget {text}: the SSD tier needs --spill-dir DIR, the folder its file goes in"
-        ),
-        (None, _) if policy.eq_ignore_ascii_case(Policy::OffloadSsdAll.name()) => {
-            bail!("--policy {policy} keeps tensors on the SSD tier: give --spill-dir DIR")
+        // As a run planned here: no spill folder, no SSD tier. A share (of
+        // a peak not yet known, and never 0%) asks for the tier.
+        (None, given) => {
+            let asked = given
+                .as_deref()
+                .is_some_and(|text| crate::cli::budget_bytes(text).map_or(true, |b| b > 0));
+            no_ssd_tier(args, policy, asked)?;
+            flag("ssd-budget", "0".into());
         }
-        (None, _) => flag("ssd-budget", "0".into()),
     }
     let plan_args = <crate::cli::PlanOnly as clap::Parser>::try_parse_from(&flags)
         .map_err(|e| anyhow::anyhow!("--partitions auto: {}", e.to_string().trim()))?
@@ -461,6 +462,20 @@ fn sized_plan(args: &TrainArgs) -> Result<(Plan, String)> {
         .map(|line| line.trim().to_string())
         .unwrap_or_default();
     Ok((planned.plan, line))
+}
+
+/// Refuses, for a run without `--spill-dir`, what asks for the SSD tier:
+/// `--ssd-budget` over 0 (`asked`) or `--policy offload-ssd-all`.
+fn no_ssd_tier(args: &TrainArgs, policy: &str, asked: bool) -> Result<()> {
+    if let (Some(text), true) = (&args.ssd_budget, asked) {
+        bail!(
+            "--ssd-budget {text}: the SSD tier needs --spill-dir DIR, the folder its file goes in"
+        );
+    }
+    if policy.eq_ignore_ascii_case(Policy::OffloadSsdAll.name()) {
+        bail!("--policy {policy} keeps tensors on the SSD tier: give --spill-dir DIR");
+    }
+    Ok(())
 }
 
 /// `--backend`'s values: `gpu` is `cuda` (clap's suggestion for it was
@@ -1296,17 +1311,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             // plan is made without it (a plan that spilled would be
             // refused only once made, after the MILP's whole time limit).
             if args.spill_dir.is_none() {
-                if let Some(text) = args.ssd_budget.as_deref() {
-                    if options.budgets.ssd_bytes > 0 {
-                        bail!(
-                            "--ssd-budget {text}: the SSD tier needs --spill-dir DIR, the \
-                             folder its file goes in"
-                        );
-                    }
-                }
-                if policy == Policy::OffloadSsdAll {
-                    bail!("--policy {name} keeps tensors on the SSD tier: give --spill-dir DIR");
-                }
+                no_ssd_tier(args, name, options.budgets.ssd_bytes > 0)?;
                 options.budgets.ssd_bytes = 0;
             }
             if shared && options.multi.is_none() {

@@ -258,6 +258,11 @@ fn partitions_auto_sizes_the_run_as_plan_does() {
             &["--partitions", "auto", "--devices", "2"][..],
             "--partitions auto: sizes one device's run",
         ),
+        // A share asks for the SSD tier as bytes do: not dropped.
+        (
+            &["--partitions", "auto", "--ssd-budget", "10%"][..],
+            "--ssd-budget 10%: the SSD tier needs --spill-dir DIR",
+        ),
     ] {
         let mut args = vec!["train", "--graph", graph, "--epochs", "1"];
         args.extend_from_slice(flags);
