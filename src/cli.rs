@@ -1032,6 +1032,19 @@ pub(crate) fn note_unread_arrays(graph: &str) {
     }
 }
 
+/// Where `--graph` is a dataset folder whose `x.npy` holds float64
+/// values that are read as 0 (under float32's least magnitude), a note on
+/// stderr saying so (training reads the features as float32).
+pub(crate) fn note_flushed_features(graph: &str) {
+    let dir = std::path::Path::new(graph);
+    if !dir.is_dir() {
+        return;
+    }
+    if let Some(line) = fateplan::runtime::dataset::flushed_features(dir) {
+        eprintln!("note: --graph {graph}: {line}");
+    }
+}
+
 /// A flag's text as an input path where it names a file or folder that
 /// exists (a `--graph` or `--profile` may name a generator spec or a
 /// built-in profile instead).

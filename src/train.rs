@@ -1033,6 +1033,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
     };
 
     crate::cli::note_unread_arrays(&args.graph);
+    crate::cli::note_flushed_features(&args.graph);
     let labels = unused_classes(&dataset, &args.graph)?;
     let splits = overlapping_splits(&dataset);
     let nodes = dataset.nodes;

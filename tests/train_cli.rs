@@ -2195,6 +2195,31 @@ fn classes_no_node_has_are_noted() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Float64 features too small for float32 train as 0, and are said to.
+#[test]
+fn float64_features_read_as_0_are_noted() {
+    let dir = scratch("flushed-features");
+    let graph = planted_without(&dir, &[]);
+    let path = graph.to_str().unwrap();
+    let write = |x: &[f64]| {
+        let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        fateplan::runtime::npy::write(&graph.join("x.npy"), "<f8", &[200, 8], &bytes).unwrap();
+    };
+    let mut x: Vec<f64> = (0..1600).map(|i| f64::from(i % 7) / 7.0).collect();
+    write(&x);
+    let out = fateplan(&["train", "--graph", path, "--epochs", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("read as 0"), "{}", stderr(&out));
+    x[19] = 3e-60;
+    write(&x);
+    let out = fateplan(&["train", "--graph", path, "--epochs", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = "x.npy: 1 value is not 0 but under float32's least magnitude (about 1.4e-45), and \
+                read as 0 (the first: x[2, 3] = 3e-60)";
+    assert!(stderr(&out).contains(said), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Split masks that share nodes train as given, and the report says
 /// which share how many, and what that does to the accuracies.
 #[test]

@@ -239,6 +239,12 @@ pub const MAX_OP_SECONDS: f64 = 1e9;
 /// seconds at 1e15 per second).
 pub const MAX_OP_FLOPS: f64 = 1e24;
 
+/// The most edges, rows, elements or bytes one operator's cost may count
+/// (`cost.bytes`, `cost.edges` and the like; 2^50, about 1.1e15): a
+/// quadrillion edges is far past any graph, and with at most
+/// [`MAX_ITEMS`] operators no sum of them wraps.
+pub const MAX_OP_COUNT: u64 = 1 << 50;
+
 /// What an operator costs: either work (`flops`, `bytes` touched, the
 /// `edges` it walks, `class`) or explicit `seconds`, which take precedence
 /// when given.
@@ -642,6 +648,21 @@ impl Workload {
                         "cost.flops {:e} must be finite, not negative and at most {MAX_OP_FLOPS:e}",
                         op.cost.flops
                     ),
+                ));
+            }
+            let counts = [
+                ("bytes", op.cost.bytes),
+                ("edges", op.cost.edges),
+                ("edge_heads", op.cost.edge_heads),
+                ("rows", op.cost.rows),
+                ("transpose_edges", op.cost.transpose_edges),
+                ("masked", op.cost.masked),
+                ("gather_set_bytes", op.cost.gather_set_bytes),
+            ];
+            if let Some((field, count)) = counts.iter().find(|(_, c)| *c > MAX_OP_COUNT) {
+                return Err(Error::invalid(
+                    context(),
+                    format!("cost.{field} {count} is over the most an operator may count, {MAX_OP_COUNT} (2^50)"),
                 ));
             }
             if op.cost.row_bytes > op.cost.bytes {
@@ -1063,6 +1084,25 @@ mod tests {
         let message = w.validate().unwrap_err().to_string();
         assert!(
             message.contains("cost.seconds -5e-1 must be finite") && !message.contains("Cost {"),
+            "{message}"
+        );
+
+        // Counts past any graph's are refused, named by field; at the
+        // bound they are taken.
+        let mut w = tiny();
+        w.ops[0].cost.edges = MAX_OP_COUNT;
+        w.validate().unwrap();
+        w.ops[0].cost.edges = MAX_OP_COUNT + 1;
+        let message = w.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("cost.edges 1125899906842625 is over the most an operator may count"),
+            "{message}"
+        );
+        let mut w = tiny();
+        w.ops[0].cost.bytes = u64::MAX;
+        let message = w.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("cost.bytes 18446744073709551615 is over"),
             "{message}"
         );
 

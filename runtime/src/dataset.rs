@@ -168,6 +168,28 @@ pub fn unread_arrays(dir: &Path) -> Vec<String> {
     unread
 }
 
+/// Where dataset folder `dir`'s `x.npy` is `<f8` and some of its values
+/// are not 0 but round to 0 as f32, which features are trained in: a
+/// line saying how many and naming the first. None where none does, and
+/// where the file cannot be read (loading it says why).
+pub fn flushed_features(dir: &Path) -> Option<String> {
+    let npy = Npy::open(&dir.join("x.npy")).ok()?;
+    if npy.shape.len() != 2 {
+        return None;
+    }
+    let (count, first, value) = npy.flushed_to_zero()?;
+    let (row, column) = npy.position2(first);
+    let values = match count {
+        1 => "1 value is".to_string(),
+        n => format!("{n} values are"),
+    };
+    Some(format!(
+        "x.npy: {values} not 0 but under float32's least magnitude (about 1.4e-45), and read \
+         as 0 (the first: x[{row}, {column}] = {value:e}); scale the features, or write them \
+         as float32, where they matter"
+    ))
+}
+
 /// What [`Dataset::row_normalize_features`] did.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FeatureScaling {
@@ -965,6 +987,51 @@ pub(crate) mod tests {
         assert!(stray_label(path, [0, 1023].into_iter()).is_ok());
         assert!(stray_label(path, 0..2000).is_ok());
         assert!(stray_label(path, std::iter::empty()).is_ok());
+    }
+
+    /// Float64 features under float32's least magnitude are read as 0,
+    /// and said to be: counted, the first named by row and column in
+    /// either order. Zeros, subnormal float32s and other types are not.
+    #[test]
+    fn float64_features_read_as_0_are_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        write_tiny(d);
+        assert_eq!(flushed_features(d), None, "float32 features");
+        let mut x = vec![0.0f64; 12];
+        x[1] = 1e-39; // a subnormal float32, not 0
+        write_npy(
+            &d.join("x.npy"),
+            "<f8",
+            &[4, 3],
+            &bytes(&x, f64::to_le_bytes),
+        );
+        assert_eq!(flushed_features(d), None, "zeros and a subnormal float32");
+        x[5] = -1e-50;
+        x[10] = 1e-300;
+        write_npy(
+            &d.join("x.npy"),
+            "<f8",
+            &[4, 3],
+            &bytes(&x, f64::to_le_bytes),
+        );
+        let line = flushed_features(d).expect("two values read as 0");
+        has_all(
+            &line,
+            &["x.npy: 2 values are", "read as 0", "x[1, 2] = -1e-50"],
+        );
+        assert_eq!(Dataset::load(d).unwrap().x[5], 0.0);
+        // Column-major: flat index 5 of a [4, 3] array is row 1, column 1.
+        let mut x = vec![0.0f64; 12];
+        x[5] = 2e-320;
+        crate::npy::tests::write_fortran_npy(
+            &d.join("x.npy"),
+            "<f8",
+            &[4, 3],
+            &bytes(&x, f64::to_le_bytes),
+        );
+        let line = flushed_features(d).expect("one value read as 0");
+        has_all(&line, &["1 value is", "x[1, 1] = 2e-320"]);
     }
 
     #[test]

@@ -207,6 +207,38 @@ impl Npy {
         self.row_major(values, path)
     }
 
+    /// For an `<f8` array: how many of its values are not 0 but round to
+    /// 0 as f32 (their magnitude is under f32's least, about 1.4e-45),
+    /// and the first of them by flat index in the file, with its value;
+    /// none for other types or where no value does.
+    pub fn flushed_to_zero(&self) -> Option<(u64, u64, f64)> {
+        if self.dtype != Dtype::F64 {
+            return None;
+        }
+        let flushed = |b: &[u8]| {
+            let v = f64::from_le_bytes(b.try_into().expect("8 bytes"));
+            v != 0.0 && v as f32 == 0.0
+        };
+        let bytes = self.elements();
+        let count = bytes.par_chunks_exact(8).filter(|b| flushed(b)).count() as u64;
+        if count == 0 {
+            return None;
+        }
+        let first = bytes.par_chunks_exact(8).position_first(flushed)?;
+        let value =
+            f64::from_le_bytes(bytes[first * 8..first * 8 + 8].try_into().expect("8 bytes"));
+        Some((count, first as u64, value))
+    }
+
+    /// Row and column of flat index `at` in the file of a 2-D array, in
+    /// either order: the inverse of [`Npy::index2`].
+    pub fn position2(&self, at: u64) -> (u64, u64) {
+        match self.fortran_order {
+            true => (at % self.shape[0].max(1), at / self.shape[0].max(1)),
+            false => (at / self.shape[1].max(1), at % self.shape[1].max(1)),
+        }
+    }
+
     /// Rows `ids` of a 2-D `<f4` or `<f8` array, in that order, as f32
     /// (row-major, f64 values rounded to the nearest f32), read from the
     /// mapped file without reading the others.
