@@ -984,6 +984,20 @@ pub(crate) fn spare_inputs(
                 let in_folder = out
                     .parent()
                     .is_some_and(|folder| same_file(folder, &canonical));
+                // Another name for one of its arrays (a hard link) is
+                // that array too.
+                let linked = fateplan::runtime::dataset::DATASET_FILES
+                    .iter()
+                    .find(|name| same_file(&out, &canonical.join(name)));
+                if let Some(name) = linked.filter(|_| !(in_folder && array)) {
+                    bail!(
+                        "{flag} {}: is {name} of the {input_flag} folder {} under another name \
+                         (a hard link), which the run reads; writing it would overwrite that \
+                         input: give the output a path of its own",
+                        path.display(),
+                        input.display()
+                    );
+                }
                 if in_folder && array {
                     bail!(
                         "{flag} {}: is an array of the {input_flag} folder {}, which the run \
@@ -1709,10 +1723,38 @@ impl GnnSource {
     /// The workload at `partitions`, as `auto` tries it where `near`
     /// ([`GraphSource::blocks`]).
     fn build(&self, partitions: u32, near: bool) -> Result<Workload> {
-        Ok(build_gnn(
-            &self.spec,
-            &self.source.blocks(partitions, near)?,
-        )?)
+        let counts = self.source.blocks(partitions, near)?;
+        // A count `auto` reaches is refused as a count given is, from
+        // its blocks, before it is built: building it would fail to
+        // allocate and abort.
+        self.room_to_plan(partitions, &counts, true)?;
+        Ok(build_gnn(&self.spec, &counts)?)
+    }
+
+    /// Whether a workload of `counts` in `partitions` leaves room to be
+    /// built and planned, from its blocks; else the refusal, saying that
+    /// `auto` reached the count where it did.
+    fn room_to_plan(&self, partitions: u32, counts: &BlockCounts, auto: bool) -> Result<()> {
+        let blocks = fateplan::planner::gnn::aggregated_blocks(counts);
+        let least =
+            fateplan::runtime::memory::least_planning_bytes_before(self.spec.layers, blocks);
+        let available = fateplan::runtime::memory::available().filter(|_| !admitted(least));
+        let Some(short) = fateplan::runtime::memory::planning_shortfall_before(
+            self.spec.layers,
+            blocks,
+            available.as_ref(),
+        ) else {
+            return Ok(());
+        };
+        let message = match auto {
+            false => format!("{short}; {}; {FREE_MEMORY}", fewer_partitions(partitions)),
+            true => format!(
+                "--partitions auto tried {partitions} partitions, where {short}; fewer layers \
+                 make a smaller workload, and a count below {partitions} (--partitions N) or \
+                 larger budgets may fit; {FREE_MEMORY}"
+            ),
+        };
+        Err(short.refusal(message).into())
     }
 
     /// The workload the `--partitions` flag asks for, a line saying how
@@ -1755,18 +1797,7 @@ impl GnnSource {
             // mostly built to be measured, not planned): refused from
             // its blocks before it is built, and from its size after.
             let counts = self.source.blocks(p, false)?;
-            let blocks = fateplan::planner::gnn::aggregated_blocks(&counts);
-            let least =
-                fateplan::runtime::memory::least_planning_bytes_before(self.spec.layers, blocks);
-            let available = fateplan::runtime::memory::available().filter(|_| !admitted(least));
-            if let Some(short) = fateplan::runtime::memory::planning_shortfall_before(
-                self.spec.layers,
-                blocks,
-                available.as_ref(),
-            ) {
-                let message = format!("{short}; {}; {FREE_MEMORY}", fewer_partitions(p));
-                return Err(short.refusal(message).into());
-            }
+            self.room_to_plan(p, &counts, false)?;
             let workload = build_gnn(&self.spec, &counts)?;
             if let Some(plannable) = planned {
                 plannable(&workload, profile, options, &fewer_partitions(p))?;
@@ -3905,6 +3936,54 @@ pub(crate) struct PlanOnly {
     pub(crate) args: PlanArgs,
 }
 
+/// Where the MILP could not be run on `workload` (too many choices for
+/// it) and dp's memory model, which sizes the MILP's partitions, finds
+/// no fates that fit: dp's infeasible error, which names the budgets that
+/// fit, with why the MILP was not run; else `error` as it is. No plan
+/// fits there under either policy, which is exit status 2, not a refusal
+/// of the input.
+fn milp_beyond_fit(
+    error: fateplan::planner::Error,
+    workload: &Workload,
+    profile: &Profile,
+    options: &PlanOptions,
+) -> fateplan::planner::Error {
+    use fateplan::planner::Error;
+    let unrun = options.policy == Policy::Milp && matches!(error, Error::InvalidInput { .. });
+    if !unrun || planner::fits(workload, profile, options).unwrap_or(true) {
+        return error;
+    }
+    let dp = PlanOptions {
+        policy: Policy::Dp,
+        ..options.clone()
+    };
+    match plan(workload, profile, &dp) {
+        Err(Error::Infeasible {
+            tier,
+            step,
+            op,
+            needed_bytes,
+            budget_bytes,
+            bytes_over,
+            hint,
+            fits_with,
+        }) => Error::Infeasible {
+            tier,
+            step,
+            op,
+            needed_bytes,
+            budget_bytes,
+            bytes_over,
+            hint: format!(
+                "{hint} (dp's plan: dp's memory model finds no fates that fit, and the MILP \
+                 was not run: {error})"
+            ),
+            fits_with,
+        },
+        _ => error,
+    }
+}
+
 pub(crate) fn planned(args: &PlanArgs) -> Result<Planned> {
     let Prepared {
         profile,
@@ -3924,6 +4003,7 @@ pub(crate) fn planned(args: &PlanArgs) -> Result<Planned> {
             let _shown = solving(&options);
             plan(&workload, &profile, &options)
         })
+        .map_err(|error| milp_beyond_fit(error, &workload, &profile, &options))
         .map_err(|error| {
             // Say how many partitions `auto` tried: the error is at that count.
             // (A context repeating the error keeps it first in the message

@@ -1513,6 +1513,30 @@ fn a_workload_too_large_to_plan_in_memory_is_refused_before_planning() {
         "{}",
         stderr(&out)
     );
+    // `--partitions auto` reaching a count too large to plan is refused
+    // as a count given is (before, building it failed to allocate and
+    // aborted).
+    let out = under_limit(&[
+        "plan",
+        "--graph",
+        graph,
+        "--layers",
+        "64",
+        "--hbm-budget",
+        "1MiB",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let refused: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)));
+    assert_eq!(refused["kind"], "over_memory", "{refused}");
+    let message = refused["error"].as_str().unwrap();
+    assert!(
+        message.starts_with("--partitions auto tried ")
+            && message.contains("partitions, where planning this workload takes at least")
+            && message.contains("(--partitions N) or larger budgets may fit"),
+        "{message}"
+    );
     // `--sweep auto` plans its sweeps' workloads two at a time on two
     // threads: refused as two where one alone would fit, checked once,
     // with the advice to name one sweep.
@@ -3532,5 +3556,77 @@ fn a_long_search_shows_a_spinner_on_a_terminal_only() {
     assert!(
         text.contains("solving the MILP (--policy milp; at most 1 s, --milp-time-limit)"),
         "{text}"
+    );
+}
+
+/// An output that is a graph folder's array under another name (a hard
+/// link elsewhere) is refused as the array itself is, the array kept.
+#[test]
+fn an_output_linked_to_a_graph_array_is_refused() {
+    let dir = scratch("linked-array");
+    let graph = dir.join("g");
+    let out = fateplan(&[
+        "generate",
+        "--graph",
+        "planted:nodes=200,features=8",
+        "--out",
+        graph.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for (array, command) in [("y.npy", "plan"), ("x.npy", "train")] {
+        let link = dir.join(format!("{array}.link"));
+        std::fs::hard_link(graph.join(array), &link).unwrap();
+        let before = std::fs::read(graph.join(array)).unwrap();
+        let mut args = vec![command, "--graph", graph.to_str().unwrap()];
+        args.extend(match command {
+            "plan" => ["-o"].as_slice(),
+            _ => ["--epochs", "1", "--save-plan"].as_slice(),
+        });
+        args.push(link.to_str().unwrap());
+        let out = fateplan(&args);
+        assert_eq!(out.status.code(), Some(1), "{command}: {}", stderr(&out));
+        let said = format!("is {array} of the --graph folder");
+        assert!(stderr(&out).contains(&said), "{}", stderr(&out));
+        assert!(stderr(&out).contains("(a hard link)"), "{}", stderr(&out));
+        assert_eq!(std::fs::read(graph.join(array)).unwrap(), before);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The MILP refuses a workload of more choices than it is for; where
+/// dp's memory model finds no fates that fit either, no plan fits there
+/// (exit 2, the budgets that fit named), not bad input (exit 1).
+#[test]
+fn a_milp_too_large_to_run_where_nothing_fits_is_no_fit() {
+    let graph = "rmat:scale=8,features=8,classes=4";
+    let args = [
+        "plan",
+        "--graph",
+        graph,
+        "--policy",
+        "milp",
+        "--partitions",
+        "256",
+    ];
+    let mut tight = args.to_vec();
+    tight.extend(["--hbm-budget", "1108392", "--json"]);
+    let out = fateplan(&tight);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let refused: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(refused["kind"], "no_plan_fits", "{refused}");
+    assert!(refused["fits_with"][0]["bytes"].as_u64().unwrap() > 1108392);
+    let message = refused["error"].as_str().unwrap();
+    assert!(
+        message.contains("dp's memory model finds no fates that fit, and the MILP was not run")
+            && message.contains("the workload has 145403 choices"),
+        "{message}"
+    );
+    // Where dp's model fits, the MILP's refusal stands: it is the input.
+    let out = fateplan(&args);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("policy milp: the workload has 145403 choices"),
+        "{}",
+        stderr(&out)
     );
 }
