@@ -94,7 +94,7 @@ enum Command {
     /// Write a generated graph as a folder of PyG-named .npy files.
     Generate {
         /// A generator spec, e.g. `rmat:scale=20,features=128,classes=16,seed=1`.
-        #[arg(long)]
+        #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
         graph: String,
         /// The folder to write (made if missing). One that already
         /// holds a dataset file is refused, unless --force.
@@ -129,12 +129,12 @@ pub(crate) struct PlanArgs {
     model: String,
     /// A built-in dataset's statistics (see `fateplan workloads`); with no
     /// --dataset, --graph or --dag, ogbn-papers100M.
-    #[arg(long, conflicts_with_all = ["graph", "dag"])]
+    #[arg(long, conflicts_with_all = ["graph", "dag"], value_parser = clap::builder::NonEmptyStringValueParser::new())]
     dataset: Option<String>,
     /// A real graph: a folder of PyG-named .npy files, an edge-list text
     /// file, or a generator spec as `train` takes (e.g.
     /// `rmat:scale=20,features=128,classes=16,seed=1`).
-    #[arg(long, conflicts_with = "dag")]
+    #[arg(long, conflicts_with = "dag", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     graph: Option<String>,
     /// A generic DAG: fateplan's workload JSON, or networkx node-link JSON.
     #[arg(long)]
@@ -210,7 +210,7 @@ pub(crate) struct PlanArgs {
     #[arg(long, conflicts_with = "dag", default_value = "auto", value_parser = partitions_value)]
     partitions: String,
     /// A built-in profile name or a profile JSON file.
-    #[arg(long, default_value = "a100-80g")]
+    #[arg(long, default_value = "a100-80g", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     profile: String,
     /// GPUs sharing the graph; the plan is for one GPU's share, with the
     /// halo exchanges between them (of a --graph, the shares `train
@@ -604,9 +604,16 @@ fn usage_json(error: &clap::Error, said: Option<&str>) {
     if !asked {
         return;
     }
+    // The message's first paragraph, its lines joined: what is missing
+    // is on the lines after "not provided:", before the usage line.
     let text = error.to_string();
-    let first = text.lines().next().unwrap_or_default();
-    let message = said.unwrap_or_else(|| first.strip_prefix("error: ").unwrap_or(first));
+    let first: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|line| !line.is_empty() && !line.starts_with("Usage:"))
+        .collect();
+    let first = first.join(" ");
+    let message = said.unwrap_or_else(|| first.strip_prefix("error: ").unwrap_or(&first));
     let document = serde_json::json!({ "error": message, "kind": "usage" });
     let mut out = stdout();
     let _ = writeln!(out, "{document:#}").and_then(|()| out.flush());
@@ -2185,6 +2192,32 @@ pub(crate) struct AutoSweeps {
 /// own. Cleared when dropped, before anything is printed.
 pub(crate) struct Searching(Option<indicatif::ProgressBar>);
 
+/// A progress style of `template` (a fixed one), whose `{took}` is the
+/// time since the bar began in whole seconds, with minutes and hours from
+/// a minute on (`59s`, `1m 30s`, `2h 05m 00s`): indicatif's own
+/// `{elapsed}` rounds to the nearest minute from 90 seconds on, so that
+/// 90 s read `2m`.
+pub(crate) fn progress_style(template: &str) -> indicatif::ProgressStyle {
+    indicatif::ProgressStyle::with_template(template)
+        .expect("a fixed template parses")
+        .with_key(
+            "took",
+            |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = w.write_str(&took(state.elapsed()));
+            },
+        )
+}
+
+/// [`progress_style`]'s `{took}`.
+fn took(elapsed: std::time::Duration) -> String {
+    let s = elapsed.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{}h {:02}m {:02}s", s / 3600, s / 60 % 60, s % 60),
+    }
+}
+
 /// Whether a [`Searching`] spinner is showing.
 static SEARCHING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -2195,10 +2228,7 @@ impl Searching {
             return Searching(None);
         }
         let bar = indicatif::ProgressBar::new_spinner();
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} {msg}, {elapsed}")
-                .expect("a fixed template parses"),
-        );
+        bar.set_style(progress_style("{spinner} {msg}, {took}"));
         bar.set_message(what.to_string());
         bar.enable_steady_tick(std::time::Duration::from_millis(200));
         Searching(Some(bar))
@@ -2352,10 +2382,11 @@ fn workload_source(args: &PlanArgs) -> Result<SourceGiven> {
         heads_divide(args.hidden, heads)?;
     }
     let order = match &args.layer_order {
-        Some(name) => LayerOrder::parse(name)?,
+        Some(name) => LayerOrder::parse(name).map_err(|e| flagged("--layer-order", name, e))?,
         None => LayerOrder::default(),
     };
-    let transposes = Transposes::parse(&args.transposes)?;
+    let transposes = Transposes::parse(&args.transposes)
+        .map_err(|e| flagged("--transposes", &args.transposes, e))?;
     // `auto` chooses once the budgets are known (`prepare`).
     let sweeps = match args.sweep.as_str() {
         text if text.eq_ignore_ascii_case("auto") => Sweeps::default(),
@@ -3078,6 +3109,18 @@ fn prepare(args: &PlanArgs, sized_as: Option<Policy>) -> Result<Prepared> {
     if let Some(starts) = args.polish_starts {
         options.polish_starts = starts;
     }
+    // Either at 0 turns the polish off: the other, given, does nothing.
+    match (args.polish_work, args.polish_starts) {
+        (Some(0), Some(starts)) if starts > 0 => eprintln!(
+            "warning: --polish-starts {starts} does nothing with --polish-work 0, which turns \
+             the polish off"
+        ),
+        (Some(work), Some(0)) if work > 0 => eprintln!(
+            "warning: --polish-work {work} does nothing with --polish-starts 0, which turns the \
+             polish off"
+        ),
+        _ => {}
+    }
     // Percentages wait for the workload: they are shares of its
     // retain-all peak.
     let flags = [
@@ -3513,10 +3556,9 @@ pub(crate) fn compare_policies(
     // (on a terminal only).
     let bar = indicatif::ProgressBar::new(policies.len() as u64)
         .with_finish(indicatif::ProgressFinish::AndClear);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} planning {msg} {elapsed}")
-            .expect("a fixed template parses"),
-    );
+    bar.set_style(crate::cli::progress_style(
+        "{bar:30} {pos}/{len} planning {msg} {took}",
+    ));
     let trial_of = |policy: Policy| PlanOptions {
         policy,
         fates: if policy.is_peer() {
@@ -4508,6 +4550,19 @@ mod tests {
         assert_eq!(tier_use(1000 * mib, mib), ">999x");
         assert_eq!(tier_use(5, 0), "over");
         assert_eq!(tier_use(0, 0), "-");
+    }
+
+    /// The time a bar shows is whole seconds, and minutes and seconds
+    /// past a minute (90 s is `1m 30s`, not indicatif's `2m`).
+    #[test]
+    fn a_bar_s_time_is_not_rounded_to_minutes() {
+        let at = |s: u64| took(std::time::Duration::from_millis(s * 1000 + 999));
+        assert_eq!(at(0), "0s");
+        assert_eq!(at(59), "59s");
+        assert_eq!(at(89), "1m 29s");
+        assert_eq!(at(90), "1m 30s");
+        assert_eq!(at(3599), "59m 59s");
+        assert_eq!(at(3600 + 65), "1h 01m 05s");
     }
 
     /// A bare number is told what it could be: a share and gibibytes up

@@ -31,7 +31,7 @@ const MOST_GPUS: u32 = {
 pub struct PartitionArgs {
     /// The graph: a folder with `edge_index.npy`, an edge-list text file,
     /// or a generator spec (`rmat:scale=16,seed=1`, `planted:nodes=2000`).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     graph: String,
     /// GPUs to partition onto (1 to 1024, as `plan --gpus` takes).
     #[arg(long, value_parser = crate::cli::whole_in::<u32>(1..=MOST_GPUS as u128))]

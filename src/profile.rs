@@ -43,7 +43,7 @@ pub struct ProfileArgs {
     /// train predicts it better; on one whose rows fit the caches it
     /// can predict worse (the runs are timed at the profile's own
     /// widths and partition counts).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     graph: Option<String>,
 }
 
@@ -148,10 +148,9 @@ pub fn run(args: &ProfileArgs) -> Result<()> {
         graph,
     };
     let bar = indicatif::ProgressBar::new(1);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} measuring {msg} {elapsed}")
-            .expect("a fixed template parses"),
-    );
+    bar.set_style(crate::cli::progress_style(
+        "{bar:30} {pos}/{len} measuring {msg} {took}",
+    ));
     let measured = measure::measure(&options, &mut |p: Progress| {
         bar.set_length(p.total as u64);
         bar.set_position(p.done as u64);

@@ -18,7 +18,7 @@ pub struct SimulateArgs {
     /// Replay on this profile instead of the one planned for: a built-in
     /// name or a profile JSON file. Budgets become the smaller of the
     /// plan's and this profile's capacities.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     profile: Option<String>,
     /// Write the timeline in Chrome trace-event format (Perfetto, chrome://tracing).
     #[arg(long)]

@@ -74,7 +74,7 @@ pub struct TrainArgs {
     /// `planted:nodes=2000,classes=5,features=32,degree=8,homophily=0.8,seed=1`.
     /// Every key but `scale` and `nodes` may be left out: the values shown
     /// are their defaults (README: `--graph`, for the others).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub(crate) graph: String,
     /// gcn, sage or gat [default: gcn, or with --plan the plan's, as for
     /// each flag of the model's shape: --layers, --hidden, --heads,
@@ -191,7 +191,7 @@ pub struct TrainArgs {
     milp_time_limit: Option<f64>,
     /// Profile to plan with [default: cpu-small; with --plan the plan's,
     /// and another is refused].
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     profile: Option<String>,
     /// Device arena budget: bytes (e.g. 64MiB) or a share of the
     /// retain-all plan's peak (e.g. 25%).
@@ -326,7 +326,12 @@ impl TrainArgs {
             None => None,
         };
         let order = match &self.layer_order {
-            Some(name) => Some(LayerOrder::parse(name)?.name().to_string()),
+            Some(name) => Some(
+                LayerOrder::parse(name)
+                    .map_err(|e| crate::cli::flagged("--layer-order", name, e))?
+                    .name()
+                    .to_string(),
+            ),
             None => None,
         };
         args.model = take(&model, &plan.model, ("model", source))?;
@@ -340,7 +345,12 @@ impl TrainArgs {
             _ => order,
         };
         let transposes = match &self.transposes {
-            Some(name) => Some(Transposes::parse(name)?.name().to_string()),
+            Some(name) => Some(
+                Transposes::parse(name)
+                    .map_err(|e| crate::cli::flagged("--transposes", name, e))?
+                    .name()
+                    .to_string(),
+            ),
             None => None,
         };
         args.transposes = take(&transposes, &plan.transposes, ("transposes", source))?;
@@ -577,8 +587,10 @@ pub(crate) fn hyper(args: &TrainArgs) -> Result<Hyper> {
         weight_decay: args.weight_decay,
         weight_decay_all_layers: args.weight_decay_all_layers,
         seed: args.seed,
-        order: LayerOrder::parse(args.layer_order())?,
-        transposes: Transposes::parse(args.transposes())?,
+        order: LayerOrder::parse(args.layer_order())
+            .map_err(|e| crate::cli::flagged("--layer-order", args.layer_order(), e))?,
+        transposes: Transposes::parse(args.transposes())
+            .map_err(|e| crate::cli::flagged("--transposes", args.transposes(), e))?,
         // `auto` starts by outputs: planning chooses ([`run`]).
         sweeps: match args.sweep_auto() {
             true => Sweeps::default(),
@@ -803,6 +815,12 @@ fn members_io(modes: &[Option<String>]) -> Option<String> {
 
 pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Result<()> {
     crate::cli::set_threads(args.threads)?;
+    if args.weight_decay_all_layers && args.weight_decay == 0.0 {
+        eprintln!(
+            "warning: --weight-decay-all-layers does nothing with --weight-decay 0: no layer's \
+             weights decay"
+        );
+    }
     // From the flags as given: a plan's own shape (`--plan`) is not the
     // user's to be told about, and GCN refuses heads anyway.
     if args.plan.is_none() {

@@ -329,9 +329,14 @@ fn a_failure_with_json_is_a_json_document() {
         let document: serde_json::Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{args:?}: {e}: {:?}", stdout(&out)));
         assert_eq!(document["kind"], "usage", "{args:?}: {document}");
+        // Its first paragraph, the lines joined.
         let error = document["error"].as_str().unwrap();
+        let said = stderr(&out)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
         assert!(
-            !error.is_empty() && stderr(&out).contains(&format!("error: {error}")),
+            !error.is_empty() && said.contains(&format!("error: {error}")),
             "{args:?}: {document} against {}",
             stderr(&out)
         );
@@ -339,6 +344,20 @@ fn a_failure_with_json_is_a_json_document() {
             stderr(&out).contains("For more information, try '--help'."),
             "{args:?}: {}",
             stderr(&out)
+        );
+    }
+    // What is missing, which clap says on the lines after the first.
+    for (args, missing) in [
+        (&["simulate", "--json"][..], "<PLAN>"),
+        (&["partition", "--json", "--graph", graph], "--gpus <GPUS>"),
+    ] {
+        let out = fateplan(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        let document: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            document["error"],
+            format!("the following required arguments were not provided: {missing}"),
+            "{args:?}: {document}"
         );
     }
     let out = fateplan(&["plan", "--layers", "0", "--", "--json"]);
@@ -914,10 +933,21 @@ fn bad_input_names_what_is_wrong() {
             &["plan", "--model", "gat", "--hidden", "10", "--heads", "3"],
             "divisible",
         ),
-        (&["plan", "--layer-order", "sideways"], "known orders"),
+        (
+            &["plan", "--layer-order", "sideways"],
+            "--layer-order sideways: unknown layer order; known orders",
+        ),
         (
             &["plan", "--transposes", "cached"],
-            "transposes \"cached\": expected stored, built or mirrored",
+            "--transposes cached: expected stored, built or mirrored",
+        ),
+        (
+            &["plan", "--graph", ""],
+            "a value is required for '--graph <GRAPH>'",
+        ),
+        (
+            &["plan", "--profile", ""],
+            "a value is required for '--profile <PROFILE>'",
         ),
         (
             &["plan", "--model", "gat", "--transposes", "built"],
@@ -3629,4 +3659,63 @@ fn a_milp_too_large_to_run_where_nothing_fits_is_no_fit() {
         "{}",
         stderr(&out)
     );
+}
+
+/// A flag that the other given turns into nothing is warned of.
+#[test]
+fn a_flag_another_turns_off_is_warned_of() {
+    let graph = "planted:nodes=100";
+    for (work, starts, said) in [
+        (
+            "0",
+            "6",
+            "warning: --polish-starts 6 does nothing with --polish-work 0",
+        ),
+        (
+            "5",
+            "0",
+            "warning: --polish-work 5 does nothing with --polish-starts 0",
+        ),
+    ] {
+        let out = fateplan(&[
+            "plan",
+            "--graph",
+            graph,
+            "--polish-work",
+            work,
+            "--polish-starts",
+            starts,
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(stderr(&out).contains(said), "{}", stderr(&out));
+    }
+    let out = fateplan(&[
+        "plan",
+        "--graph",
+        graph,
+        "--polish-work",
+        "5",
+        "--polish-starts",
+        "2",
+    ]);
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    let train = |decay: &str| {
+        fateplan(&[
+            "train",
+            "--graph",
+            graph,
+            "--epochs",
+            "1",
+            "--weight-decay",
+            decay,
+            "--weight-decay-all-layers",
+        ])
+    };
+    let said = "warning: --weight-decay-all-layers does nothing with --weight-decay 0";
+    assert!(
+        stderr(&train("0")).contains(said),
+        "{}",
+        stderr(&train("0"))
+    );
+    assert!(!stderr(&train("0.001")).contains(said));
 }

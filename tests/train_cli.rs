@@ -399,8 +399,26 @@ fn a_plan_from_before_the_relu_masks_trains_the_same_model() {
 
 #[test]
 fn bad_training_input_names_what_is_wrong() {
-    let cases: [(&[&str], &str); 11] = [
+    let cases: [(&[&str], &str); 14] = [
         (&["train", "--graph", "no-such-folder"], "no-such-folder"),
+        (
+            &["train", "--graph", ""],
+            "a value is required for '--graph <GRAPH>'",
+        ),
+        (
+            &[
+                "train",
+                "--graph",
+                "planted:nodes=600",
+                "--layer-order",
+                "up",
+            ],
+            "--layer-order up: unknown layer order",
+        ),
+        (
+            &["train", "--graph", "planted:nodes=600", "--transposes", "x"],
+            "--transposes x: expected stored, built or mirrored",
+        ),
         (
             &["train", "--graph", "planted:nodes=600,colour=3"],
             "colour",

@@ -60,7 +60,7 @@ pub enum Error {
     /// The MILP's time limit ran out before it found any plan that fits
     /// (`note`: how the limit was shared, or what the last plan it found
     /// broke; or empty).
-    #[error("policy milp: no plan found within its time limit of {time_limit_s} s (--milp-time-limit; `PlanOptions::milp_time_limit_s` in the library){note}")]
+    #[error("policy milp: no plan found within its time limit of {} s (--milp-time-limit; `PlanOptions::milp_time_limit_s` in the library){note}", crate::units::figure(*.time_limit_s))]
     MilpOutOfTime { time_limit_s: f64, note: String },
     /// The MILP's solver stopped without a plan for a reason of its own
     /// (a numerical failure, such as a singular matrix): not a sign that
@@ -88,3 +88,31 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The MILP's time limit is said as given, not in hundreds of digits.
+    #[test]
+    fn a_time_limit_is_said_as_a_person_reads_it() {
+        let said = |time_limit_s: f64| {
+            Error::MilpOutOfTime {
+                time_limit_s,
+                note: String::new(),
+            }
+            .to_string()
+        };
+        assert!(said(60.0).contains("time limit of 60 s"), "{}", said(60.0));
+        assert!(
+            said(1e-300).contains("time limit of 1e-300 s"),
+            "{}",
+            said(1e-300)
+        );
+        assert!(
+            said(0.25).contains("time limit of 0.25 s"),
+            "{}",
+            said(0.25)
+        );
+    }
+}

@@ -339,10 +339,9 @@ pub(crate) fn run(args: &CurveArgs) -> Result<()> {
     // a terminal only).
     let bar = indicatif::ProgressBar::new(budgets.len() as u64)
         .with_finish(indicatif::ProgressFinish::AndClear);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} planning at {msg} {elapsed}")
-            .expect("a fixed template parses"),
-    );
+    bar.set_style(crate::cli::progress_style(
+        "{bar:30} {pos}/{len} planning at {msg} {took}",
+    ));
     let mut rows: Vec<Row> = Vec::with_capacity(budgets.len());
     let mut header = None;
     for (label, bytes) in &budgets {
