@@ -104,6 +104,40 @@ pub enum LayerOrder {
     AggregateFirst,
 }
 
+/// `"gcn".parse::<GnnModel>()`, as [`GnnModel::parse`]; the layer
+/// order, the transposes and the sweeps parse the same way.
+impl std::str::FromStr for GnnModel {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<GnnModel> {
+        GnnModel::parse(text)
+    }
+}
+
+impl std::str::FromStr for LayerOrder {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<LayerOrder> {
+        LayerOrder::parse(text)
+    }
+}
+
+impl std::str::FromStr for Transposes {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Transposes> {
+        Transposes::parse(text)
+    }
+}
+
+impl std::str::FromStr for Sweeps {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Sweeps> {
+        Sweeps::parse(text)
+    }
+}
+
 impl LayerOrder {
     pub fn parse(text: &str) -> Result<LayerOrder> {
         match text.to_ascii_lowercase().as_str() {
@@ -2270,6 +2304,28 @@ fn keep_transposes(w: &mut Workload) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Names parse with `str::parse` as with their own `parse`.
+    #[test]
+    fn names_parse_with_from_str() {
+        assert_eq!("GAT".parse::<GnnModel>().unwrap(), GnnModel::Gat);
+        assert_eq!("dp".parse::<crate::Policy>().unwrap(), crate::Policy::Dp);
+        assert_eq!(
+            "aggregate-first".parse::<LayerOrder>().unwrap(),
+            LayerOrder::parse("aggregate-first").unwrap()
+        );
+        assert_eq!(
+            "mirrored".parse::<Transposes>().unwrap(),
+            Transposes::Mirrored
+        );
+        assert_eq!(
+            "f1,b2".parse::<Sweeps>().unwrap(),
+            Sweeps::parse("f1,b2").unwrap()
+        );
+        let error = "gcm".parse::<GnnModel>().unwrap_err().to_string();
+        assert!(error.contains("gcm"), "{error}");
+        assert!("nope".parse::<crate::Policy>().is_err());
+    }
 
     /// Sizes whose counts would pass 64 bits are refused, naming them,
     /// where the builder's products overflowed (a panic in a debug

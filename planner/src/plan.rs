@@ -1014,11 +1014,20 @@ impl Plan {
                 } else {
                     String::new()
                 };
+                // `Budgets::UNLIMITED`'s is said as what it is, not as
+                // its 19 digits.
+                let given = match budget == Budgets::UNLIMITED.of(tier) {
+                    true => "unlimited (Budgets::UNLIMITED)".to_string(),
+                    false => format!("{budget} bytes"),
+                };
                 return Err(Error::invalid(
                     format!("plan field budgets.{field}"),
                     format!(
-                        "{budget} bytes, above the {most} bytes of {whose}the plan's profile {:?}",
-                        self.profile.name
+                        "{given}, above the {most} bytes ({}) of {whose}the plan's profile {:?}; \
+                         the plan's peak there is {}",
+                        crate::units::format_bytes(most),
+                        self.profile.name,
+                        crate::units::format_bytes(self.predicted.peak_bytes.get(tier)),
                     ),
                 ));
             }

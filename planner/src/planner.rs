@@ -2591,7 +2591,12 @@ mod tests {
         let over = plan(&huge, &profile, &options).unwrap();
         assert!(over.predicted.peak_bytes.hbm > profile.device.hbm_bytes);
         let error = over.within_capacity().unwrap_err().to_string();
-        assert!(error.contains("plan field budgets.hbm_bytes"), "{error}");
+        assert!(
+            error.contains(
+                "plan field budgets.hbm_bytes: unlimited (Budgets::UNLIMITED), above the"
+            ) && error.contains("the plan's peak there is"),
+            "{error}"
+        );
         let mut options = PlanOptions::new(Policy::Dp, &profile);
         options.gpus = 2;
         options.multi = Some(MultiGpu {

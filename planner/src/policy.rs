@@ -607,3 +607,12 @@ fn greedy(
     }
     Ok(fates)
 }
+
+/// `"dp".parse::<Policy>()`, as [`Policy::parse`].
+impl std::str::FromStr for Policy {
+    type Err = crate::Error;
+
+    fn from_str(text: &str) -> Result<Policy> {
+        Policy::parse(text)
+    }
+}

@@ -337,6 +337,18 @@ impl Dataset {
         read_edges: bool,
     ) -> Result<(Dataset, FeatureRows, EdgeSource<'static>)> {
         let name = path_name(dir).unwrap_or_else(|| "dataset".into());
+        // A folder that is not there is said to be, not each file in it.
+        match std::fs::metadata(dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(Error::invalid(
+                    dir,
+                    "folder",
+                    "is a file, where a dataset folder of PyG-named .npy files was expected",
+                ))
+            }
+            Err(e) => return Err(Error::io(dir, e)),
+        }
 
         let (x_path, x) = open(dir, "x.npy")?;
         let (nodes, features) = x_sizes(&x, &x_path)?;
@@ -987,6 +999,25 @@ pub(crate) mod tests {
         assert!(stray_label(path, [0, 1023].into_iter()).is_ok());
         assert!(stray_label(path, 0..2000).is_ok());
         assert!(stray_label(path, std::iter::empty()).is_ok());
+    }
+
+    /// A folder that is not there is an I/O error of kind `NotFound`,
+    /// naming the folder (not its first file); a file is not a folder.
+    #[test]
+    fn a_missing_folder_is_not_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("cora");
+        match Dataset::load(&missing).unwrap_err() {
+            Error::Io { path, source } => {
+                assert_eq!(path, missing);
+                assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+            }
+            other => panic!("{other}"),
+        }
+        let file = dir.path().join("x.npy");
+        std::fs::write(&file, b"").unwrap();
+        let message = Dataset::open(&file).map(|_| ()).unwrap_err().to_string();
+        has_all(&message, &["x.npy: folder: is a file"]);
     }
 
     /// Float64 features under float32's least magnitude are read as 0,

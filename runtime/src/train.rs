@@ -1723,9 +1723,8 @@ fn prepare_with_edges(
         hyper,
         &dataset.name,
     );
-    let workload = shape
-        .workload(hyper.sweeps)
-        .map_err(|e| crate::Error::invalid(Path::new(&dataset.name), "model", e.to_string()))?;
+    // The planner's error whole (`Error::Planner`), to match.
+    let workload = shape.workload(hyper.sweeps)?;
     Ok(Prepared {
         workload,
         input,
@@ -2023,6 +2022,20 @@ mod tests {
             if field != "dst: " {
                 assert_eq!(checked.as_deref(), Some(error.as_str()), "{field}");
             }
+        }
+    }
+
+    /// A model the planner's GNN builder refuses is its error, whole.
+    #[test]
+    fn a_model_the_builder_refuses_is_the_planner_s_error() {
+        let (graph, mut hyper) = small_gcn(7);
+        hyper.hidden = 0;
+        match prepare(graph, &hyper, 2).err().unwrap() {
+            crate::Error::Planner(fateplan_planner::Error::InvalidInput { context, message }) => {
+                assert_eq!(context, "hidden");
+                assert!(message.contains("0 is outside"), "{message}");
+            }
+            other => panic!("{other:?}"),
         }
     }
 

@@ -92,7 +92,13 @@ pub enum ExecError {
     /// error's chain finds it.
     #[error("the plan does not check out: {0}")]
     InvalidPlan(#[source] fateplan_planner::Error),
-    #[error("the plan uses the SSD tier but no spill directory was given")]
+    /// The plan uses the SSD tier and the run has none: `--spill-dir` on
+    /// the command line, [`crate::train::TrainRun::ssd`] in the library
+    /// (a store [`crate::train::open_spill`] opens).
+    #[error(
+        "the plan uses the SSD tier but no spill store was given (`--spill-dir DIR` on the \
+         command line; in the library, `TrainRun::ssd`, a store `train::open_spill` opens)"
+    )]
     NoSsd,
     /// The SSD tier failed: its store's error, whole (the spill store's
     /// is a [`crate::Error`]: `SpillBlockIo`, `SpillChecksum`,
