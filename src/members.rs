@@ -478,7 +478,9 @@ fn train_member(job: &Job, owner: Option<&[u8]>, member: Arc<TcpMember>) -> Resu
         share,
         hyper,
         Arc::new(plan),
-        args.epochs,
+        // A member's epochs are not shown (the launcher's bar is not
+        // told them), so none is evaluated before the last.
+        (args.epochs, 0),
         options,
         ssd,
         Box::new(member) as Box<dyn Collective>,

@@ -120,6 +120,14 @@ pub struct TrainArgs {
     /// Epochs to train: one full-graph iteration each.
     #[arg(long, default_value_t = 200, value_parser = crate::cli::positive::<u32>)]
     pub(crate) epochs: u32,
+    /// Evaluate the model every N epochs, and after the last: the
+    /// validation accuracy shows on the progress bar, and the report says
+    /// its best and when (`--json`: `validation`, each evaluation's epoch
+    /// and accuracy). Each evaluation takes about an iteration, and
+    /// changes nothing the training computes. Not with --processes
+    /// [default: none before the last epoch's]
+    #[arg(long, value_parser = crate::cli::positive::<u32>)]
+    eval_every: Option<u32>,
     /// Adam's learning rate.
     #[arg(long, default_value_t = 0.01, value_parser = crate::cli::positive_f32)]
     lr: f32,
@@ -1040,6 +1048,12 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             args.devices()
         );
     }
+    if let (Some(every), true) = (args.eval_every, args.processes) {
+        bail!(
+            "--eval-every {every}: member processes report at the end, not per epoch: evaluate \
+             with --devices alone (devices as threads), or leave it out"
+        );
+    }
     // Member processes read their own rows, normalised as the whole
     // graph's would be.
     let (dataset, source, features, rows_sum_to_one) = if args.processes {
@@ -1496,11 +1510,21 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         indicatif::ProgressStyle::with_template("{bar:30} epoch {pos}/{len} {msg}")
             .expect("a fixed template parses"),
     );
+    // Each evaluation's epoch and validation accuracy (--eval-every).
+    let mut evaluations: Vec<(u32, f64)> = Vec::new();
     let mut on_epoch = |stats: &EpochStats| {
+        if let Some(val) = stats.val_accuracy {
+            evaluations.push((stats.epoch, val));
+        }
+        // The last evaluation's, with its epoch.
+        let val = match evaluations.last() {
+            Some((epoch, val)) => format!("  val acc {val:.3} (epoch {epoch})"),
+            None => String::new(),
+        };
         // The message first: a redraw on the new position then shows this
         // epoch's loss, not the one before's.
         bar.set_message(format!(
-            "loss {:.4}  train acc {}  {:.1} it/s",
+            "loss {:.4}  train acc {}{val}  {:.1} it/s",
             stats.loss,
             accuracy(stats.train_accuracy, 3),
             1.0 / stats.iteration_s.max(1e-9)
@@ -1517,6 +1541,7 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         trace: args.trace.is_some() || args.compare_simulated,
         backend,
         stop: None,
+        evaluate_every: args.eval_every.unwrap_or(0),
     };
     // The probe around a run on one CPU device, to compare the machine's
     // speed now with its speed when the profile was measured: timed
@@ -1691,6 +1716,12 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
             json["partitions_auto"] = line.clone().into();
         }
         json["features"] = serde_json::to_value(&features)?;
+        if args.eval_every.is_some() {
+            json["validation"] = evaluations
+                .iter()
+                .map(|&(epoch, accuracy)| serde_json::json!({ "epoch": epoch, "accuracy": accuracy }))
+                .collect();
+        }
         if let Some(note) = &labels {
             json["labels"] = serde_json::to_value(note)?;
         }
@@ -1758,6 +1789,12 @@ pub fn run(args: &TrainArgs, load_profile: fn(&str) -> Result<Profile>) -> Resul
         accuracy(report.test_accuracy, 4),
         report.final_loss
     )?;
+    if let Some(line) = args
+        .eval_every
+        .and_then(|every| validation_line(every, &evaluations))
+    {
+        writeln!(out, "{line}")?;
+    }
     // What neither computes nor waits: issuing transfers, the executor's
     // bookkeeping (and on several devices, the slowest member's spread).
     let rest = (report.iteration_s - report.compute_s - report.wait_s).max(0.0);
@@ -2358,6 +2395,28 @@ fn budget_said(
 }
 
 /// An accuracy to `digits` places, or `n/a` where its mask holds no node.
+/// The `validation` line of a run evaluated every `every` epochs: the
+/// best accuracy and the first epoch it came at, and the last; none where
+/// no evaluation had a validation node.
+fn validation_line(every: u32, evaluations: &[(u32, f64)]) -> Option<String> {
+    let &(last_epoch, last) = evaluations.last()?;
+    let (best_epoch, best) = evaluations
+        .iter()
+        .fold((0, f64::NEG_INFINITY), |best, &(e, v)| {
+            if v > best.1 {
+                (e, v)
+            } else {
+                best
+            }
+        });
+    Some(format!(
+        "validation every {}: best {best:.4} at epoch {best_epoch}, {last:.4} at the last \
+         (epoch {last_epoch}), of {}",
+        count(u64::from(every), "epoch"),
+        count(evaluations.len() as u64, "evaluation")
+    ))
+}
+
 fn accuracy(value: Option<f64>, digits: usize) -> String {
     match value {
         Some(value) => format!("{value:.digits$}"),

@@ -2871,3 +2871,43 @@ fn ssd_copies_are_compared_on_their_lanes_not_as_pcie_time() {
     }
     let _ = std::fs::remove_dir_all(&spill);
 }
+
+/// `--eval-every N` evaluates every N epochs and after the last, says the
+/// best, and trains the same weights as without it.
+#[test]
+fn eval_every_reports_validation_and_trains_the_same_weights() {
+    let sha = |out: &Output| {
+        let text = stdout(out);
+        let line = text.lines().find(|l| l.starts_with("weights   sha256")).unwrap();
+        line.to_string()
+    };
+    let args = ["train", "--graph", PLANTED, "--epochs", "5"];
+    let plain = fateplan(&args);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    assert!(!stdout(&plain).contains("validation"), "{}", stdout(&plain));
+    let mut every = args.to_vec();
+    every.extend(["--eval-every", "2"]);
+    let evaluated = fateplan(&every);
+    assert!(evaluated.status.success(), "{}", stderr(&evaluated));
+    assert_eq!(sha(&evaluated), sha(&plain));
+    let text = stdout(&evaluated);
+    let line = text.lines().find(|l| l.starts_with("validation every 2 epochs: best ")).unwrap();
+    assert!(line.ends_with("(epoch 5), of 3 evaluations"), "{line}");
+    every.push("--json");
+    let document = json(&fateplan(&every));
+    let epochs: Vec<u64> = document["validation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["epoch"].as_u64().unwrap())
+        .collect();
+    assert_eq!(epochs, [2, 4, 5]);
+    let last = document["validation"][2]["accuracy"].as_f64().unwrap();
+    assert_eq!(Some(last), document["val_accuracy"].as_f64(), "{document}");
+    // Member processes report at the end: refused, by the flag.
+    let mut processes = args.to_vec();
+    processes.extend(["--devices", "2", "--processes", "--eval-every", "2"]);
+    let out = fateplan(&processes);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("--eval-every 2: member processes report at the end"));
+}

@@ -71,6 +71,10 @@ pub struct EpochStats {
     pub loss: f64,
     /// None where the training mask holds no node.
     pub train_accuracy: Option<f64>,
+    /// The validation accuracy after this epoch, where the run evaluates
+    /// after it ([`TrainRun::evaluate_every`]) and the validation mask
+    /// holds a node; else none.
+    pub val_accuracy: Option<f64>,
     pub iteration_s: f64,
     /// Seconds of the iteration in operators (recomputations included).
     pub compute_s: f64,
@@ -175,6 +179,12 @@ pub struct TrainRun {
     /// rayon's global pool: a `progress` that runs work on that pool
     /// needs a pool of two threads or more.
     pub stop: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Evaluate the model every this many epochs, and after the last,
+    /// for [`EpochStats::val_accuracy`] (early stopping on validation,
+    /// with `stop`); 0, the default: never. An evaluation runs the
+    /// iteration without dropout or updates, about an iteration's time,
+    /// and changes nothing the training computes.
+    pub evaluate_every: u32,
 }
 
 impl TrainRun {
@@ -189,6 +199,7 @@ impl TrainRun {
             trace: false,
             backend: BackendChoice::default(),
             stop: None,
+            evaluate_every: 0,
         }
     }
 }
@@ -509,6 +520,7 @@ pub fn train(
         trace,
         backend,
         stop,
+        evaluate_every,
     } = run;
     check_run(&hyper, epochs, Some(&prepared.shape.spec))?;
     check_training_nodes(&prepared.input)?;
@@ -536,7 +548,13 @@ pub fn train(
         BackendChoice::Cpu => on_a_worker_told(progress, stop.is_some(), move |progress| {
             let backend = CpuGnn::new(graph, hyper)?;
             let executor = Executor::new(plan.clone(), backend, ssd, options)?;
-            run_epochs(&mut { executor }, &plan, epochs, stop, progress)
+            run_epochs(
+                &mut { executor },
+                &plan,
+                (epochs, evaluate_every),
+                stop,
+                progress,
+            )
         }),
         BackendChoice::Cuda(cuda) => {
             let budgets = budgets.unwrap_or(plan.budgets);
@@ -553,7 +571,13 @@ pub fn train(
             };
             let backend = crate::cuda::CudaGnn::new(graph, hyper, budgets.hbm_bytes, &cuda)?;
             let executor = Executor::new(plan.clone(), backend, ssd, options)?;
-            run_epochs(&mut { executor }, &plan, epochs, stop, progress)
+            run_epochs(
+                &mut { executor },
+                &plan,
+                (epochs, evaluate_every),
+                stop,
+                progress,
+            )
         }
     }
 }
@@ -1058,7 +1082,7 @@ pub fn train_member(
     share: DeviceShare,
     hyper: Hyper,
     plan: Arc<Plan>,
-    epochs: u32,
+    (epochs, evaluate_every): (u32, u32),
     options: ExecOptions,
     ssd: Option<Arc<dyn SsdTier>>,
     comm: Box<dyn Collective>,
@@ -1072,7 +1096,13 @@ pub fn train_member(
         let peers = Peers::new(share.halo, comm)?;
         let backend = CpuGnn::with_peers(share.input, hyper, peers)?;
         let mut executor = Executor::new(plan.clone(), backend, ssd, options)?;
-        let (report, spans) = run_epochs(&mut executor, &plan, epochs, None, progress)?;
+        let (report, spans) = run_epochs(
+            &mut executor,
+            &plan,
+            (epochs, evaluate_every),
+            None,
+            progress,
+        )?;
         let peers = executor
             .backend()
             .peers()
@@ -1172,6 +1202,7 @@ pub fn train_shared(
         trace,
         backend,
         stop,
+        evaluate_every,
     } = run;
     if stop.is_some() {
         return Err(ExecError::invalid(
@@ -1244,7 +1275,7 @@ pub fn train_shared(
                             share,
                             hyper,
                             plan,
-                            epochs,
+                            (epochs, evaluate_every),
                             options,
                             ssd,
                             Box::new(member),
@@ -1309,7 +1340,7 @@ fn member_pools(threads: usize, members: usize) -> Result<Vec<rayon::ThreadPool>
 fn run_epochs<B: GnnBackend>(
     executor: &mut Executor<B>,
     plan: &Plan,
-    epochs: u32,
+    (epochs, evaluate_every): (u32, u32),
     stop: Option<&std::sync::atomic::AtomicBool>,
     progress: &mut dyn FnMut(&EpochStats),
 ) -> Result<(TrainReport, Vec<TraceSpan>), ExecError> {
@@ -1318,10 +1349,14 @@ fn run_epochs<B: GnnBackend>(
     // Per epoch: compute, recompute and wait seconds.
     let mut parts: Vec<(f64, f64, f64)> = Vec::new();
     let mut moved = LinkBytes::default();
+    // The last training iteration's trace, where an evaluation ran after
+    // it (the executor's trace is then the evaluation's).
+    let mut trained_spans = None;
 
     for epoch in 1..=epochs {
         executor.backend_mut().set_mode(Mode::Train);
         let report = executor.run_iteration()?;
+        trained_spans = None;
         let metrics = executor.backend().metrics()?;
         if !metrics.loss.is_finite() {
             return Err(ExecError::Kernel(format!(
@@ -1333,10 +1368,23 @@ fn run_epochs<B: GnnBackend>(
         seconds.push(report.iteration_s);
         parts.push((report.compute_s, report.recompute_s, report.wait_s));
         moved = report.bytes_moved;
+        let stopping = stop.is_some_and(|stop| stop.load(std::sync::atomic::Ordering::Relaxed));
+        let evaluated =
+            evaluate_every > 0 && (epoch % evaluate_every == 0 || epoch == epochs || stopping);
+        let val_accuracy = match evaluated {
+            true => {
+                trained_spans = Some(executor.trace().to_vec());
+                executor.backend_mut().set_mode(Mode::Eval);
+                executor.run_iteration()?;
+                executor.backend().metrics()?.val_accuracy()
+            }
+            false => None,
+        };
         progress(&EpochStats {
             epoch,
             loss: metrics.loss,
             train_accuracy: metrics.train_accuracy(),
+            val_accuracy,
             iteration_s: report.iteration_s,
             compute_s: report.compute_s,
             recompute_s: report.recompute_s,
@@ -1347,7 +1395,7 @@ fn run_epochs<B: GnnBackend>(
         }
     }
     let epochs = losses.len() as u32;
-    let spans = executor.trace().to_vec();
+    let spans = trained_spans.unwrap_or_else(|| executor.trace().to_vec());
     executor.backend_mut().set_mode(Mode::Eval);
     executor.run_iteration()?;
     let eval: Metrics = executor.backend().metrics()?;
@@ -2346,6 +2394,7 @@ mod tests {
             epoch,
             loss: 1.0 / epoch as f64,
             train_accuracy: Some(0.5),
+            val_accuracy: None,
             iteration_s: 0.1,
             compute_s: 0.1,
             recompute_s: 0.0,

@@ -726,6 +726,7 @@ fn train_losses(
         trace: false,
         backend,
         stop: None,
+        evaluate_every: 0,
     };
     let (report, _) = train::train(prepared, h, run, &mut |_| {}).unwrap();
     assert!(report.peak_bytes.hbm <= report.budgets.hbm_bytes);
@@ -886,6 +887,7 @@ fn the_device_pool_holds_no_more_than_the_plan_counts() {
                 trace: false,
                 backend: BackendChoice::Cuda(CudaOptions::default()),
                 stop: None,
+                evaluate_every: 0,
             };
             let prepared = train::prepare(dataset.clone(), &h, 2).unwrap();
             let (report, _) = train::train(prepared, h, run, &mut |_| {}).unwrap();

@@ -58,6 +58,7 @@ fn run(plan: Plan, epochs: u32) -> TrainRun {
         trace: false,
         backend: BackendChoice::Cpu,
         stop: None,
+        evaluate_every: 0,
     }
 }
 

@@ -62,6 +62,7 @@ fn run(
         trace: false,
         backend: Default::default(),
         stop: None,
+        evaluate_every: 0,
     };
     let (report, _) = train::train(prepared, hyper, run, &mut |_| {})?;
     let (peak, budget) = (report.peak_bytes, report.budgets);
@@ -330,6 +331,7 @@ fn the_reported_parts_are_means_over_the_iterations_timed() {
         trace: false,
         backend: Default::default(),
         stop: None,
+        evaluate_every: 0,
     };
     let mut epochs = Vec::new();
     let (report, _) = train::train(prepared, h, run, &mut |e| epochs.push(*e)).unwrap();
@@ -561,6 +563,7 @@ fn a_budget_below_the_plan_is_refused_before_training() {
         trace: false,
         backend: Default::default(),
         stop: None,
+        evaluate_every: 0,
     };
     let error = train::train(prepared, h, run, &mut |_| panic!("no epoch may run")).unwrap_err();
     assert!(matches!(error, ExecError::PlanTooBig { .. }), "{error}");
@@ -581,6 +584,7 @@ fn a_plan_for_another_workload_is_refused() {
         trace: false,
         backend: Default::default(),
         stop: None,
+        evaluate_every: 0,
     };
     let error = train::train(prepared, h, run, &mut |_| {})
         .unwrap_err()
@@ -603,6 +607,7 @@ fn a_run_that_cannot_train_is_refused_before_it_starts_naming_why() {
             trace: false,
             backend: Default::default(),
             stop: None,
+            evaluate_every: 0,
         };
         let mut ran = 0;
         let result = train::train(prepared(), hyper, run, &mut |_| ran += 1);
@@ -645,6 +650,7 @@ fn a_run_that_cannot_train_is_refused_before_it_starts_naming_why() {
         trace: false,
         backend: Default::default(),
         stop: None,
+        evaluate_every: 0,
     };
     let error = train::train(none, hyper, run, &mut |_| {}).unwrap_err();
     assert!(
@@ -726,5 +732,49 @@ fn the_report_holds_the_trained_weights_and_a_run_stops_when_told() {
         assert_eq!(early.weights, three.weights, "{model:?}");
         assert_eq!(early.weights_sha256, three.weights_sha256, "{model:?}");
         assert_ne!(early.weights, full.weights, "{model:?}");
+    }
+}
+
+/// Evaluating every few epochs tells the progress callback the
+/// validation accuracy then and after the last epoch, and changes
+/// nothing the training computes: the same losses and weights.
+#[test]
+fn evaluating_between_epochs_reports_validation_and_trains_the_same() {
+    let dataset = planted(300, 4);
+    for model in [GnnModel::Gcn, GnnModel::Gat] {
+        let h = hyper(model, 2, 8, 5);
+        let prepared = train::prepare(dataset.clone(), &h, 2).unwrap();
+        let plan = Arc::new(make_plan(&prepared, Policy::RetainAll, roomy()).unwrap());
+        let traced = |every: u32| {
+            let prepared = train::prepare(dataset.clone(), &h, 2).unwrap();
+            let run = TrainRun {
+                trace: true,
+                evaluate_every: every,
+                ..TrainRun::new(plan.clone(), 5)
+            };
+            let mut seen = Vec::new();
+            let (report, trace) = train::train(prepared, h, run, &mut |epoch| {
+                seen.push((epoch.epoch, epoch.val_accuracy));
+            })
+            .unwrap();
+            (report, trace, seen)
+        };
+        let (plain, plain_trace, plain_seen) = traced(0);
+        assert!(
+            plain_seen.iter().all(|(_, v)| v.is_none()),
+            "{plain_seen:?}"
+        );
+        let (evaluated, trace, seen) = traced(2);
+        let at: Vec<u32> = seen
+            .iter()
+            .filter(|(_, v)| v.is_some())
+            .map(|&(e, _)| e)
+            .collect();
+        assert_eq!(at, [2, 4, 5], "{model:?}");
+        assert_eq!(seen.last().unwrap().1, plain.val_accuracy, "{model:?}");
+        assert_eq!(evaluated.losses, plain.losses, "{model:?}");
+        assert_eq!(evaluated.weights_sha256, plain.weights_sha256, "{model:?}");
+        assert_eq!(evaluated.val_accuracy, plain.val_accuracy, "{model:?}");
+        assert_eq!(trace.len(), plain_trace.len(), "{model:?}");
     }
 }

@@ -1650,6 +1650,7 @@ pub fn op_overhead(
         trace: false,
         backend: backend.clone(),
         stop: None,
+        evaluate_every: 0,
     };
     let (report, _) = train::train(prepared, hyper, run, &mut |_| {})
         .map_err(|e| Error::of_run("the per-operator measurement", e))?;
