@@ -572,9 +572,6 @@ impl PlanArgs {
 /// where nothing fits, `simulate` finding a budget broken, a trace or a
 /// file written after the report that could not be), nothing more: the
 /// error is on standard error, and the exit status says it.
-/// A usage error's JSON document (`kind` `usage`) where the command line
-/// asks for `--json` (before any `--`): a script reading standard output
-/// finds a document whichever check refused the command.
 /// The first of `args` (the program's name first) that is not UTF-8,
 /// with the flag it is the value of: `--graph cora-\u{FFFD}: not UTF-8;
 /// ...`. `None` where every argument is UTF-8.
@@ -592,6 +589,9 @@ fn not_utf8(args: impl IntoIterator<Item = std::ffi::OsString>) -> Option<String
     ))
 }
 
+/// A usage error's JSON document (`kind` `usage`) where the command line
+/// asks for `--json` (before any `--`): a script reading standard output
+/// finds a document whichever check refused the command.
 fn usage_json(error: &clap::Error, said: Option<&str>) {
     // The help a command without its subcommand prints is no error's.
     if error.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {

@@ -2878,7 +2878,10 @@ fn ssd_copies_are_compared_on_their_lanes_not_as_pcie_time() {
 fn eval_every_reports_validation_and_trains_the_same_weights() {
     let sha = |out: &Output| {
         let text = stdout(out);
-        let line = text.lines().find(|l| l.starts_with("weights   sha256")).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("weights   sha256"))
+            .unwrap();
         line.to_string()
     };
     let args = ["train", "--graph", PLANTED, "--epochs", "5"];
@@ -2891,7 +2894,10 @@ fn eval_every_reports_validation_and_trains_the_same_weights() {
     assert!(evaluated.status.success(), "{}", stderr(&evaluated));
     assert_eq!(sha(&evaluated), sha(&plain));
     let text = stdout(&evaluated);
-    let line = text.lines().find(|l| l.starts_with("validation every 2 epochs: best ")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("validation every 2 epochs: best "))
+        .unwrap();
     assert!(line.ends_with("(epoch 5), of 3 evaluations"), "{line}");
     every.push("--json");
     let document = json(&fateplan(&every));
