@@ -36,6 +36,7 @@ use fateplan::profiles;
 use fateplan::runtime::dataset::{MAX_CLASSES, MAX_FEATURES};
 use fateplan::runtime::generate::GeneratorSpec;
 use fateplan::runtime::graph::GraphData;
+use fateplan::runtime::memory::Work;
 use fateplan::runtime::partition::{Method, PartitionOptions, Partitioning, BYTES_PER_VERTEX};
 use fateplan::runtime::share::{share_workload, ShareMethod, ShareStats, ShareWorkload};
 use fateplan::runtime::sim::{self as simulator, SimOptions};
@@ -1731,31 +1732,38 @@ impl GnnSource {
     /// ([`GraphSource::blocks`]).
     fn build(&self, partitions: u32, near: bool) -> Result<Workload> {
         let counts = self.source.blocks(partitions, near)?;
-        // A count `auto` reaches is refused as a count given is, from
-        // its blocks, before it is built: building it would fail to
-        // allocate and abort.
-        self.room_to_plan(partitions, &counts, true)?;
-        Ok(build_gnn(&self.spec, &counts)?)
+        // A count `auto` reaches is refused before it is built where
+        // building it alone needs more memory than is left (it would fail
+        // to allocate and abort); most of the counts it builds are only
+        // measured, so planning's memory is not asked of them.
+        let built = self.room_for(partitions, &counts, Work::Building)?;
+        let workload = build_gnn(&self.spec, &counts)?;
+        // Its memory, freed, is the allocator's to reuse.
+        admit(built);
+        Ok(workload)
     }
 
-    /// Whether a workload of `counts` in `partitions` leaves room to be
-    /// built and planned, from its blocks; else the refusal, saying that
-    /// `auto` reached the count where it did.
-    fn room_to_plan(&self, partitions: u32, counts: &BlockCounts, auto: bool) -> Result<()> {
+    /// Whether a workload of `counts` in `partitions` leaves room for
+    /// `work` (building it, for `auto`; building and planning it, for a
+    /// count given), from its blocks, and the least bytes that takes;
+    /// else the refusal, saying that `auto` reached the count where it
+    /// did.
+    fn room_for(&self, partitions: u32, counts: &BlockCounts, work: Work) -> Result<u64> {
+        use fateplan::runtime::memory;
         let blocks = fateplan::planner::gnn::aggregated_blocks(counts);
-        let least =
-            fateplan::runtime::memory::least_planning_bytes_before(self.spec.layers, blocks);
-        let available = fateplan::runtime::memory::available().filter(|_| !admitted(least));
-        let Some(short) = fateplan::runtime::memory::planning_shortfall_before(
-            self.spec.layers,
-            blocks,
-            available.as_ref(),
-        ) else {
-            return Ok(());
+        let least = match work {
+            Work::Planning => memory::least_planning_bytes_before(self.spec.layers, blocks),
+            Work::Building => memory::least_building_bytes_before(self.spec.layers, blocks),
         };
-        let message = match auto {
-            false => format!("{short}; {}; {FREE_MEMORY}", fewer_partitions(partitions)),
-            true => format!(
+        let available = memory::available().filter(|_| !admitted(least));
+        let Some(short) =
+            memory::shortfall_before(self.spec.layers, blocks, work, available.as_ref())
+        else {
+            return Ok(least);
+        };
+        let message = match work {
+            Work::Planning => format!("{short}; {}; {FREE_MEMORY}", fewer_partitions(partitions)),
+            Work::Building => format!(
                 "--partitions auto tried {partitions} partitions, where {short}; fewer layers \
                  make a smaller workload, and a count below {partitions} (--partitions N) or \
                  larger budgets may fit; {FREE_MEMORY}"
@@ -1804,7 +1812,7 @@ impl GnnSource {
             // mostly built to be measured, not planned): refused from
             // its blocks before it is built, and from its size after.
             let counts = self.source.blocks(p, false)?;
-            self.room_to_plan(p, &counts, false)?;
+            self.room_for(p, &counts, Work::Planning)?;
             let workload = build_gnn(&self.spec, &counts)?;
             if let Some(plannable) = planned {
                 plannable(&workload, profile, options, &fewer_partitions(p))?;
@@ -3991,7 +3999,9 @@ fn milp_beyond_fit(
     options: &PlanOptions,
 ) -> fateplan::planner::Error {
     use fateplan::planner::Error;
-    let unrun = options.policy == Policy::Milp && matches!(error, Error::InvalidInput { .. });
+    // The MILP's refusal of a workload of too many choices for it.
+    let unrun = options.policy == Policy::Milp
+        && matches!(&error, Error::InvalidInput { context, .. } if context == "policy milp");
     if !unrun || planner::fits(workload, profile, options).unwrap_or(true) {
         return error;
     }

@@ -2394,7 +2394,6 @@ fn budget_said(
     Ok((bytes, said))
 }
 
-/// An accuracy to `digits` places, or `n/a` where its mask holds no node.
 /// The `validation` line of a run evaluated every `every` epochs: the
 /// best accuracy and the first epoch it came at, and the last; none where
 /// no evaluation had a validation node.
@@ -2417,6 +2416,7 @@ fn validation_line(every: u32, evaluations: &[(u32, f64)]) -> Option<String> {
     ))
 }
 
+/// An accuracy to `digits` places, or `n/a` where its mask holds no node.
 fn accuracy(value: Option<f64>, digits: usize) -> String {
     match value {
         Some(value) => format!("{value:.digits$}"),

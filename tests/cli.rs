@@ -1563,7 +1563,7 @@ fn a_workload_too_large_to_plan_in_memory_is_refused_before_planning() {
     let message = refused["error"].as_str().unwrap();
     assert!(
         message.starts_with("--partitions auto tried ")
-            && message.contains("partitions, where planning this workload takes at least")
+            && message.contains("partitions, where building this workload takes at least")
             && message.contains("(--partitions N) or larger budgets may fit"),
         "{message}"
     );

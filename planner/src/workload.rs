@@ -22,6 +22,14 @@ pub const MAX_ITEMS: usize = 10_000_000;
 /// less the 0.30 KB an item that building the workload took; more
 /// threads take more. See [`Workload::least_planning_bytes`].
 pub const LEAST_PLANNING_BYTES_PER_ITEM: u64 = 1280;
+/// The least memory building a workload takes a tensor or operator at
+/// its peak: twice the 0.30 KB an item held, measured beside
+/// [`LEAST_PLANNING_BYTES_PER_ITEM`], since a vector that grows holds its
+/// old and new buffers at once (ogbn-arxiv's GCN of 64 layers in 222
+/// partitions, 6.3 million items, failed to allocate 1.5 GiB under a
+/// 3.8 GiB address-space limit with 1.8 GiB left). What a search that
+/// builds counts to measure them needs of each.
+pub const LEAST_BUILDING_BYTES_PER_ITEM: u64 = 600;
 /// The least memory planning takes a tensor or operator beyond the
 /// workload and what its tensors' choices take
 /// ([`CHOICES_HELD_PERCENT`], counted by
@@ -239,10 +247,11 @@ pub const MAX_OP_SECONDS: f64 = 1e9;
 /// seconds at 1e15 per second).
 pub const MAX_OP_FLOPS: f64 = 1e24;
 
-/// The most edges, rows, elements or bytes one operator's cost may count
-/// (`cost.bytes`, `cost.edges` and the like; 2^50, about 1.1e15): a
-/// quadrillion edges is far past any graph, and with at most
-/// [`MAX_ITEMS`] operators no sum of them wraps.
+/// The most edges, rows or elements one operator's cost may count
+/// (`cost.edges`, `cost.rows` and the like; 2^50, about 1.1e15): a
+/// quadrillion edges is far past any graph. Its `bytes` may be up to
+/// [`MAX_WORKLOAD_BYTES`], what its tensors may add up to. Each figure
+/// bounded, the seconds it is priced at stay finite.
 pub const MAX_OP_COUNT: u64 = 1 << 50;
 
 /// What an operator costs: either work (`flops`, `bytes` touched, the
@@ -651,18 +660,26 @@ impl Workload {
                 ));
             }
             let counts = [
-                ("bytes", op.cost.bytes),
-                ("edges", op.cost.edges),
-                ("edge_heads", op.cost.edge_heads),
-                ("rows", op.cost.rows),
-                ("transpose_edges", op.cost.transpose_edges),
-                ("masked", op.cost.masked),
-                ("gather_set_bytes", op.cost.gather_set_bytes),
+                ("bytes", op.cost.bytes, MAX_WORKLOAD_BYTES),
+                ("edges", op.cost.edges, MAX_OP_COUNT),
+                ("edge_heads", op.cost.edge_heads, MAX_OP_COUNT),
+                ("rows", op.cost.rows, MAX_OP_COUNT),
+                ("transpose_edges", op.cost.transpose_edges, MAX_OP_COUNT),
+                ("masked", op.cost.masked, MAX_OP_COUNT),
+                (
+                    "gather_set_bytes",
+                    op.cost.gather_set_bytes,
+                    MAX_WORKLOAD_BYTES,
+                ),
             ];
-            if let Some((field, count)) = counts.iter().find(|(_, c)| *c > MAX_OP_COUNT) {
+            if let Some((field, count, most)) = counts.iter().find(|(_, c, most)| c > most) {
                 return Err(Error::invalid(
                     context(),
-                    format!("cost.{field} {count} is over the most an operator may count, {MAX_OP_COUNT} (2^50)"),
+                    format!(
+                        "cost.{field} {count} is over the most an operator may count, {most} \
+                         (2^{})",
+                        most.trailing_zeros()
+                    ),
                 ));
             }
             if op.cost.row_bytes > op.cost.bytes {
@@ -1099,10 +1116,13 @@ mod tests {
             "{message}"
         );
         let mut w = tiny();
+        w.ops[0].cost.bytes = MAX_WORKLOAD_BYTES;
+        w.validate().unwrap();
         w.ops[0].cost.bytes = u64::MAX;
         let message = w.validate().unwrap_err().to_string();
         assert!(
-            message.contains("cost.bytes 18446744073709551615 is over"),
+            message.contains("cost.bytes 18446744073709551615 is over")
+                && message.contains("(2^60)"),
             "{message}"
         );
 

@@ -190,14 +190,49 @@ pub fn planning_shortfall_before(
     blocks: u64,
     available: Option<&Available>,
 ) -> Option<Shortfall> {
+    shortfall_before(layers, blocks, Work::Planning, available)
+}
+
+/// What [`shortfall_before`] checks the memory of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    /// Building the workload and planning it
+    /// ([`least_planning_bytes_before`]).
+    Planning,
+    /// Building the workload alone ([`least_building_bytes_before`]):
+    /// the counts a search builds to measure, most never planned.
+    Building,
+}
+
+/// [`planning_shortfall_before`] of `work`: "planning (or building) this
+/// workload takes at least X GiB ...".
+pub fn shortfall_before(
+    layers: u32,
+    blocks: u64,
+    work: Work,
+    available: Option<&Available>,
+) -> Option<Shortfall> {
     let least = u64::from(layers).saturating_mul(blocks);
-    let bytes = least_planning_bytes_before(layers, blocks);
+    let (bytes, verb) = match work {
+        Work::Planning => (least_planning_bytes_before(layers, blocks), "planning"),
+        Work::Building => (least_building_bytes_before(layers, blocks), "building"),
+    };
     let what = format!(
         "at least {least} tensors and as many operators: {layers} layers of {blocks} blocks \
          each"
     );
     let short = available?.shortfall(bytes, &what)?;
-    Some(short.said(|short| format!("planning this workload takes {short}")))
+    Some(short.said(|short| format!("{verb} this workload takes {short}")))
+}
+
+/// The least memory building a GNN's workload of `layers` layers
+/// aggregating `blocks` blocks each takes, its tensors and operators
+/// alone ([`fateplan_planner::workload::LEAST_BUILDING_BYTES_PER_ITEM`]).
+pub fn least_building_bytes_before(layers: u32, blocks: u64) -> u64 {
+    u64::from(layers)
+        .saturating_mul(blocks)
+        .saturating_mul(2)
+        .saturating_mul(fateplan_planner::workload::LEAST_BUILDING_BYTES_PER_ITEM)
 }
 
 /// The least memory planning a GNN's workload of `layers` layers
@@ -454,6 +489,22 @@ mod tests {
         assert!(
             said.starts_with("planning this workload takes at least")
                 && said.contains("(at least 4194304 tensors and as many operators: 64 layers of 65536 blocks each)"),
+            "{said}"
+        );
+        // Building alone takes less: refused only below its own least.
+        let built = 2 * 64 * 65536 * fateplan_planner::workload::LEAST_BUILDING_BYTES_PER_ITEM;
+        assert!(built < least);
+        let room = limit(built, "meminfo").unwrap();
+        assert_eq!(
+            shortfall_before(64, 65536, Work::Building, Some(&room)),
+            None
+        );
+        let tight = limit(built - 1, "meminfo").unwrap();
+        let said = shortfall_before(64, 65536, Work::Building, Some(&tight))
+            .unwrap()
+            .text;
+        assert!(
+            said.starts_with("building this workload takes at least"),
             "{said}"
         );
     }

@@ -183,7 +183,14 @@ pub struct TrainRun {
     /// for [`EpochStats::val_accuracy`] (early stopping on validation,
     /// with `stop`); 0, the default: never. An evaluation runs the
     /// iteration without dropout or updates, about an iteration's time,
-    /// and changes nothing the training computes.
+    /// and changes nothing the training computes; the one after the last
+    /// epoch is the report's. A run that `stop` ends from the progress
+    /// callback has its epoch's progress told before the stop: that
+    /// epoch is evaluated where it is one of every N, and the report's
+    /// evaluation follows it either way. On the CUDA backend an
+    /// evaluation waits for the kernels the epoch before it queued, whose
+    /// tail the next epoch's would otherwise wait for: the epochs
+    /// evaluated after may read slightly shorter.
     pub evaluate_every: u32,
 }
 
@@ -1349,14 +1356,15 @@ fn run_epochs<B: GnnBackend>(
     // Per epoch: compute, recompute and wait seconds.
     let mut parts: Vec<(f64, f64, f64)> = Vec::new();
     let mut moved = LinkBytes::default();
-    // The last training iteration's trace, where an evaluation ran after
-    // it (the executor's trace is then the evaluation's).
-    let mut trained_spans = None;
+    // An evaluation after the last training iteration, and that
+    // iteration's trace (the executor's is then the evaluation's): the
+    // report's evaluation, not run again.
+    let mut evaluated_last: Option<(Metrics, Vec<TraceSpan>)> = None;
 
     for epoch in 1..=epochs {
         executor.backend_mut().set_mode(Mode::Train);
         let report = executor.run_iteration()?;
-        trained_spans = None;
+        evaluated_last = None;
         let metrics = executor.backend().metrics()?;
         if !metrics.loss.is_finite() {
             return Err(ExecError::Kernel(format!(
@@ -1373,10 +1381,12 @@ fn run_epochs<B: GnnBackend>(
             evaluate_every > 0 && (epoch % evaluate_every == 0 || epoch == epochs || stopping);
         let val_accuracy = match evaluated {
             true => {
-                trained_spans = Some(executor.trace().to_vec());
+                let spans = executor.trace().to_vec();
                 executor.backend_mut().set_mode(Mode::Eval);
                 executor.run_iteration()?;
-                executor.backend().metrics()?.val_accuracy()
+                let eval = executor.backend().metrics()?;
+                evaluated_last = Some((eval, spans));
+                eval.val_accuracy()
             }
             false => None,
         };
@@ -1395,10 +1405,15 @@ fn run_epochs<B: GnnBackend>(
         }
     }
     let epochs = losses.len() as u32;
-    let spans = trained_spans.unwrap_or_else(|| executor.trace().to_vec());
-    executor.backend_mut().set_mode(Mode::Eval);
-    executor.run_iteration()?;
-    let eval: Metrics = executor.backend().metrics()?;
+    let (eval, spans) = match evaluated_last {
+        Some(evaluated) => evaluated,
+        None => {
+            let spans = executor.trace().to_vec();
+            executor.backend_mut().set_mode(Mode::Eval);
+            executor.run_iteration()?;
+            (executor.backend().metrics()?, spans)
+        }
+    };
     let mut hasher = Sha256::new();
     let mut weights = Vec::new();
     for tensor in &plan.workload.definition.tensors {

@@ -737,44 +737,60 @@ fn the_report_holds_the_trained_weights_and_a_run_stops_when_told() {
 
 /// Evaluating every few epochs tells the progress callback the
 /// validation accuracy then and after the last epoch, and changes
-/// nothing the training computes: the same losses and weights.
+/// nothing the training computes: the same losses and weights, under a
+/// plan that keeps everything and one that offloads to the host.
 #[test]
 fn evaluating_between_epochs_reports_validation_and_trains_the_same() {
     let dataset = planted(300, 4);
     for model in [GnnModel::Gcn, GnnModel::Gat] {
-        let h = hyper(model, 2, 8, 5);
-        let prepared = train::prepare(dataset.clone(), &h, 2).unwrap();
-        let plan = Arc::new(make_plan(&prepared, Policy::RetainAll, roomy()).unwrap());
-        let traced = |every: u32| {
+        for policy in [Policy::RetainAll, Policy::OffloadHostAll] {
+            let h = hyper(model, 2, 8, 5);
             let prepared = train::prepare(dataset.clone(), &h, 2).unwrap();
-            let run = TrainRun {
-                trace: true,
-                evaluate_every: every,
-                ..TrainRun::new(plan.clone(), 5)
+            let plan = Arc::new(make_plan(&prepared, policy, roomy()).unwrap());
+            let trained = |every: u32| {
+                let prepared = train::prepare(dataset.clone(), &h, 2).unwrap();
+                let run = TrainRun {
+                    evaluate_every: every,
+                    ..TrainRun::new(plan.clone(), 5)
+                };
+                let mut seen = Vec::new();
+                let (report, _) = train::train(prepared, h, run, &mut |epoch| {
+                    seen.push((epoch.epoch, epoch.val_accuracy));
+                })
+                .unwrap();
+                (report, seen)
             };
-            let mut seen = Vec::new();
-            let (report, trace) = train::train(prepared, h, run, &mut |epoch| {
-                seen.push((epoch.epoch, epoch.val_accuracy));
-            })
-            .unwrap();
-            (report, trace, seen)
-        };
-        let (plain, plain_trace, plain_seen) = traced(0);
-        assert!(
-            plain_seen.iter().all(|(_, v)| v.is_none()),
-            "{plain_seen:?}"
-        );
-        let (evaluated, trace, seen) = traced(2);
-        let at: Vec<u32> = seen
-            .iter()
-            .filter(|(_, v)| v.is_some())
-            .map(|&(e, _)| e)
-            .collect();
-        assert_eq!(at, [2, 4, 5], "{model:?}");
-        assert_eq!(seen.last().unwrap().1, plain.val_accuracy, "{model:?}");
-        assert_eq!(evaluated.losses, plain.losses, "{model:?}");
-        assert_eq!(evaluated.weights_sha256, plain.weights_sha256, "{model:?}");
-        assert_eq!(evaluated.val_accuracy, plain.val_accuracy, "{model:?}");
-        assert_eq!(trace.len(), plain_trace.len(), "{model:?}");
+            let (plain, plain_seen) = trained(0);
+            assert!(
+                plain_seen.iter().all(|(_, v)| v.is_none()),
+                "{plain_seen:?}"
+            );
+            let (evaluated, seen) = trained(2);
+            let at: Vec<u32> = seen
+                .iter()
+                .filter(|(_, v)| v.is_some())
+                .map(|&(e, _)| e)
+                .collect();
+            assert_eq!(at, [2, 4, 5], "{model:?} {policy:?}");
+            // The evaluation after the last epoch is the report's.
+            assert_eq!(
+                seen.last().unwrap().1,
+                plain.val_accuracy,
+                "{model:?} {policy:?}"
+            );
+            assert_eq!(evaluated.losses, plain.losses, "{model:?} {policy:?}");
+            assert_eq!(
+                evaluated.weights_sha256, plain.weights_sha256,
+                "{model:?} {policy:?}"
+            );
+            assert_eq!(
+                evaluated.test_accuracy, plain.test_accuracy,
+                "{model:?} {policy:?}"
+            );
+            assert_eq!(
+                evaluated.peak_bytes, plain.peak_bytes,
+                "{model:?} {policy:?}"
+            );
+        }
     }
 }
