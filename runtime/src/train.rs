@@ -1496,6 +1496,44 @@ pub struct Prepared {
     pub shape: GnnShape,
 }
 
+/// The workload by name and size and the graph by its counts: the
+/// features and blocks themselves are too many to print.
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let input = &self.input;
+        f.debug_struct("Prepared")
+            .field("workload", &self.workload.name)
+            .field("tensors", &self.workload.tensors.len())
+            .field("operators", &self.workload.ops.len())
+            .field("nodes", &input.y.len())
+            .field("features", &input.features)
+            .field("classes", &input.classes)
+            .field("partitions", &input.offsets.len().saturating_sub(1))
+            .field("spec", &self.shape.spec)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The plan by its workload and policy, the SSD tier by whether there is
+/// one.
+impl std::fmt::Debug for TrainRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TrainRun")
+            .field(
+                "plan",
+                &format_args!("{} ({})", self.plan.workload.name, self.plan.policy),
+            )
+            .field("epochs", &self.epochs)
+            .field("budgets", &self.budgets)
+            .field("ssd", &self.ssd.as_ref().map(|_| "an SSD tier"))
+            .field("trace", &self.trace)
+            .field("backend", &self.backend)
+            .field("stop", &self.stop)
+            .field("evaluate_every", &self.evaluate_every)
+            .finish()
+    }
+}
+
 /// Reads a dataset folder, or generates a graph from a spec such as
 /// `rmat:scale=16` or `planted:nodes=2000` when `source` is not a folder.
 pub fn load_graph(source: &str) -> Result<Dataset, crate::Error> {
@@ -2086,6 +2124,38 @@ mod tests {
                 assert_eq!(checked.as_deref(), Some(error.as_str()), "{field}");
             }
         }
+    }
+
+    /// What a run is given prints by its names and counts, not its data.
+    #[test]
+    fn a_run_and_its_inputs_print_by_their_counts() {
+        let (graph, hyper) = small_gcn(7);
+        let nodes = graph.nodes;
+        let prepared = prepare(graph, &hyper, 2).unwrap();
+        let printed = format!("{prepared:?}");
+        assert!(
+            printed.contains(&format!("workload: {:?}", prepared.workload.name))
+                && printed.contains(&format!("nodes: {nodes}"))
+                && printed.contains("partitions: 2")
+                && printed.len() < 2000,
+            "{printed}"
+        );
+        let profile = fateplan_planner::Profile::from_json(
+            include_str!("../../profiles/cpu-small.json"),
+            "cpu-small",
+        )
+        .unwrap();
+        let options =
+            fateplan_planner::PlanOptions::new(fateplan_planner::Policy::RetainAll, &profile);
+        let plan = fateplan_planner::plan(&prepared.workload, &profile, &options).unwrap();
+        let run = TrainRun::new(Arc::new(plan), 3);
+        let printed = format!("{run:?}");
+        assert!(
+            printed.contains("retain-all")
+                && printed.contains("ssd: None")
+                && printed.contains("evaluate_every: 0"),
+            "{printed}"
+        );
     }
 
     /// A model the planner's GNN builder refuses is its error, whole.
