@@ -4010,28 +4010,15 @@ fn milp_beyond_fit(
         ..options.clone()
     };
     match plan(workload, profile, &dp) {
-        Err(Error::Infeasible {
-            tier,
-            step,
-            op,
-            needed_bytes,
-            budget_bytes,
-            bytes_over,
-            hint,
-            fits_with,
-        }) => Error::Infeasible {
-            tier,
-            step,
-            op,
-            needed_bytes,
-            budget_bytes,
-            bytes_over,
-            hint: format!(
-                "{hint} (dp's plan: dp's memory model finds no fates that fit, and the MILP \
-                 was not run: {error})"
-            ),
-            fits_with,
-        },
+        Err(mut infeasible @ Error::Infeasible { .. }) => {
+            if let Error::Infeasible { hint, .. } = &mut infeasible {
+                hint.push_str(&format!(
+                    " (dp's plan: dp's memory model finds no fates that fit, and the MILP was \
+                     not run: {error})"
+                ));
+            }
+            infeasible
+        }
         _ => error,
     }
 }
