@@ -2910,6 +2910,19 @@ fn eval_every_reports_validation_and_trains_the_same_weights() {
     assert_eq!(epochs, [2, 4, 5]);
     let last = document["validation"][2]["accuracy"].as_f64().unwrap();
     assert_eq!(Some(last), document["val_accuracy"].as_f64(), "{document}");
+    // Devices as threads evaluate together, and train the same weights.
+    let mut devices = args.to_vec();
+    devices.extend(["--devices", "2"]);
+    let plain = fateplan(&devices);
+    devices.extend(["--eval-every", "2"]);
+    let evaluated = fateplan(&devices);
+    assert!(evaluated.status.success(), "{}", stderr(&evaluated));
+    assert_eq!(sha(&evaluated), sha(&plain));
+    assert!(
+        stdout(&evaluated).contains("of 3 evaluations"),
+        "{}",
+        stdout(&evaluated)
+    );
     // Member processes report at the end: refused, by the flag.
     let mut processes = args.to_vec();
     processes.extend(["--devices", "2", "--processes", "--eval-every", "2"]);
