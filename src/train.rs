@@ -123,7 +123,7 @@ pub struct TrainArgs {
     /// Evaluate the model every N epochs, and after the last: the
     /// validation accuracy shows on the progress bar, and the report says
     /// its best and when (`--json`: `validation`, each evaluation's epoch
-    /// and accuracy). Each evaluation takes about an iteration, and
+    /// and accuracy). Each evaluation takes at most about an iteration, and
     /// changes nothing the training computes. Not with --processes
     /// [default: none before the last epoch's]
     #[arg(long, value_parser = crate::cli::positive::<u32>)]

@@ -182,7 +182,7 @@ pub struct TrainRun {
     /// Evaluate the model every this many epochs, and after the last,
     /// for [`EpochStats::val_accuracy`] (early stopping on validation,
     /// with `stop`); 0, the default: never. An evaluation runs the
-    /// iteration without dropout or updates, about an iteration's time,
+    /// iteration without dropout or updates, at most about an iteration's time,
     /// and changes nothing the training computes; the one after the last
     /// epoch is the report's. A run that `stop` ends from the progress
     /// callback has its epoch's progress told before the stop: that
@@ -1961,17 +1961,8 @@ mod tests {
         // together, on the CUDA backend the host tier alone.
         let (dataset, hyper) = small_gcn(9);
         let prepared = prepare(dataset, &hyper, 4).unwrap();
-        let profile = fateplan_planner::Profile::from_json(
-            include_str!("../../profiles/cpu-small.json"),
-            "cpu-small.json",
-        )
-        .unwrap();
-        let retain = fateplan_planner::plan(
-            &prepared.workload,
-            &profile,
-            &fateplan_planner::PlanOptions::new(fateplan_planner::Policy::RetainAll, &profile),
-        )
-        .unwrap();
+        let profile = cpu_small();
+        let retain = retain_all(&prepared);
         let peak = retain.predicted.peak_bytes;
         let options = fateplan_planner::PlanOptions {
             budgets: Budgets {
@@ -2126,6 +2117,23 @@ mod tests {
         }
     }
 
+    /// The shipped `cpu-small` profile.
+    fn cpu_small() -> fateplan_planner::Profile {
+        fateplan_planner::Profile::from_json(
+            include_str!("../../profiles/cpu-small.json"),
+            "cpu-small.json",
+        )
+        .unwrap()
+    }
+
+    /// `prepared`'s retain-all plan on [`cpu_small`].
+    fn retain_all(prepared: &Prepared) -> Plan {
+        let profile = cpu_small();
+        let options =
+            fateplan_planner::PlanOptions::new(fateplan_planner::Policy::RetainAll, &profile);
+        fateplan_planner::plan(&prepared.workload, &profile, &options).unwrap()
+    }
+
     /// What a run is given prints by its names and counts, not its data.
     #[test]
     fn a_run_and_its_inputs_print_by_their_counts() {
@@ -2140,15 +2148,7 @@ mod tests {
                 && printed.len() < 2000,
             "{printed}"
         );
-        let profile = fateplan_planner::Profile::from_json(
-            include_str!("../../profiles/cpu-small.json"),
-            "cpu-small",
-        )
-        .unwrap();
-        let options =
-            fateplan_planner::PlanOptions::new(fateplan_planner::Policy::RetainAll, &profile);
-        let plan = fateplan_planner::plan(&prepared.workload, &profile, &options).unwrap();
-        let run = TrainRun::new(Arc::new(plan), 3);
+        let run = TrainRun::new(Arc::new(retain_all(&prepared)), 3);
         let printed = format!("{run:?}");
         assert!(
             printed.contains("retain-all")
